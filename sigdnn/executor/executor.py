@@ -1,0 +1,229 @@
+"""Executor: prepare a graph once (order, keys, plans, memory), execute it many times."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sigdnn.errors import ExecutionError, NoPlanError, NotSupported, RegistryError, SigdnnError, VariantPackError
+from sigdnn.executor.host import HostMemory
+from sigdnn.executor.memory_plan import plan_memory
+from sigdnn.executor.plan import ExecutionPlan, Step
+from sigdnn.executor.variant_pack import resolve_pack
+from sigdnn.graph.checks import check_graph
+from sigdnn.graph.deserialize import deserialize
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
+from sigdnn.graph.node import Node
+from sigdnn.registry.contracts import BuildContext, Device, PlanBuilder
+from sigdnn.registry.registry import DEFAULT_REGISTRY, Registry
+from sigdnn.signature_keys import SignatureKey, key_for
+
+BACKENDS = ("reference", "gpu")
+Engine = int | str
+GraphSource = bytes | bytearray | memoryview | str | os.PathLike | Graph
+
+
+class Executor:
+    """Runs graphs on one backend: "reference" (NumPy) or "gpu" (cuTile + CuTe DSL).
+
+    ``engine`` pins every node its builder serves; ``pins`` pins nodes by name.
+    Pinning is strict: a pinned builder that declines is an error, never a
+    silent fallback.
+    """
+
+    def __init__(
+        self,
+        backend: str = "reference",
+        *,
+        engine: Engine | None = None,
+        pins: Mapping[str, Engine] | None = None,
+        registry: Registry | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        cache_size: int = 64,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+        self.backend = backend
+        self.engine = engine
+        self.pins = dict(pins or {})
+        self.registry = registry or DEFAULT_REGISTRY
+        self.limits = limits
+        self._cache: OrderedDict[str, ExecutionPlan] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self._memory: Any = None
+
+    # -- memory --------------------------------------------------------------
+    @property
+    def memory(self) -> Any:
+        """Host memory for the reference backend, a GPU context for "gpu" (made on first use)."""
+        if self._memory is None:
+            if self.backend == "reference":
+                self._memory = HostMemory()
+            else:
+                from sigdnn.executor.gpu_memory import GpuMemory
+
+                self._memory = GpuMemory()
+        return self._memory
+
+    @property
+    def device(self) -> Device:
+        return self.memory.device
+
+    # -- prepare -------------------------------------------------------------
+    def prepare(self, source: GraphSource) -> ExecutionPlan:
+        """Parse, check, order, pick a builder per node and plan memory; cached by digest."""
+        graph, data = self._load(source)
+        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+        with self._lock:
+            cached = self._cache.get(digest)
+            if cached is not None:
+                self._cache.move_to_end(digest)
+                return cached
+        if graph is None:
+            graph = deserialize(data, limits=self.limits, check=False)
+        order = check_graph(graph, self.limits)
+        steps = []
+        declines: dict[str, list[str]] = {}
+        device = self.device
+        for i in order:
+            node = graph.nodes[i]
+            key = key_for(node, graph)
+            builder, why = self._choose(node, graph, key, device)
+            declines[node.name] = why
+            ports = node.op.ports()
+            ctx = BuildContext(key, device, {p: graph.tensors[u] for p, u in ports.items()}, graph)
+            steps.append(Step(node, key, builder, builder.build(node, graph, ctx), ports))
+        plan = ExecutionPlan(graph, self.backend, digest, tuple(steps), plan_memory(graph, order), declines)
+        with self._lock:
+            self._cache[digest] = plan
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return plan
+
+    def _load(self, source: GraphSource) -> tuple[Graph | None, bytes]:
+        if isinstance(source, Graph):
+            return source, source.serialize()
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            return None, bytes(source)
+        if isinstance(source, (str, os.PathLike)):
+            try:
+                return None, Path(source).read_bytes()
+            except OSError as e:
+                raise SigdnnError(f"cannot read graph file {str(source)!r}: {e.strerror}") from None
+        raise TypeError(f"prepare() takes bytes, a path or a Graph, not {type(source).__name__}")
+
+    def _choose(self, node: Node, graph: Graph, key: SignatureKey, device: Device) -> tuple[PlanBuilder, list[str]]:
+        """The first builder, best first, whose check accepts the node."""
+        pinned = self.pins.get(node.name)
+        if pinned is None and self.engine is not None:
+            engine = self._find(self.engine, node)
+            pinned = self.engine if engine.serves(key) else None
+        if pinned is not None:
+            builder = self._find(pinned, node)
+            problem = self._unfit(builder, key, device)
+            if problem:
+                raise NoPlanError(
+                    f"node '{node.name}' {key}: pinned builder {builder.name} (#{builder.engine_id}) {problem}"
+                )
+            try:
+                builder.check(node, graph, device)
+            except NotSupported as e:
+                raise NoPlanError(
+                    f"node '{node.name}' {key}: pinned builder {builder.name} (#{builder.engine_id}) declined: {e}"
+                ) from None
+            return builder, []
+        candidates = self.registry.candidates(key, device.kind, node, graph)
+        preferred = graph.preferred_engine_id
+        candidates.sort(key=lambda b: b.engine_id != preferred)
+        why: list[str] = []
+        for builder in candidates:
+            try:
+                builder.check(node, graph, device)
+            except NotSupported as e:
+                why.append(f"{builder.name} (#{builder.engine_id}): {e}")
+                continue
+            return builder, why
+        for b in self.registry.builders():
+            if b.device == device.kind and b.serves(key) and b.available() is not None:
+                why.append(f"{b.name} (#{b.engine_id}): unavailable: {b.available()}")
+        detail = "; ".join(why) if why else f"no {self.backend} builder serves this key"
+        raise NoPlanError(f"node '{node.name}' {key}: no plan: {detail}")
+
+    def _find(self, engine: Engine, node: Node) -> PlanBuilder:
+        try:
+            return self.registry.find(engine)
+        except RegistryError as e:
+            raise NoPlanError(f"node '{node.name}': {e}") from None
+
+    def _unfit(self, builder: PlanBuilder, key: SignatureKey, device: Device) -> str | None:
+        if builder.device != device.kind:
+            return f"runs on {builder.device}, this executor on {device.kind}"
+        if not builder.serves(key):
+            return "does not serve this key"
+        reason = builder.available()
+        return f"is unavailable: {reason}" if reason else None
+
+    # -- execute -------------------------------------------------------------
+    def execute(self, plan: ExecutionPlan, variant_pack: Mapping[Any, Any], *, to_host: bool = True) -> dict[str, Any]:
+        """Run ``plan``; return every output by name (written in place when given).
+
+        Outputs missing from the pack are allocated; on the GPU backend they
+        come back as host arrays when ``to_host`` is true.
+        """
+        if not isinstance(plan, ExecutionPlan):
+            raise TypeError(f"execute() takes an ExecutionPlan from prepare(), not {type(plan).__name__}")
+        graph, memory = plan.graph, self.memory
+        outputs = [t.uid for t in graph.outputs]
+        pack = resolve_pack(graph, variant_pack, [t.uid for t in graph.inputs], outputs)
+        written = set(outputs)
+        buffers: dict[int, Any] = {}
+        for uid, obj in pack.items():
+            t = graph.tensors[uid]
+            dtype = graph.dtype_of(t)
+            if t.value is not None:
+                buffers[uid] = memory.scalar(_scalar_value(obj, t, dtype), t, dtype)
+            else:
+                buffers[uid] = memory.accept(obj, t, dtype, writable=uid in written)
+        for uid, t in graph.tensors.items():
+            if uid not in buffers and not t.is_virtual:
+                dtype = graph.dtype_of(t)
+                buffers[uid] = (
+                    memory.scalar(t.scalar(), t, dtype) if t.value is not None else memory.new_output(t, dtype)
+                )
+        arena = memory.arena(plan.memory.peak_bytes)
+        for uid, offset in plan.memory.offsets.items():
+            t = graph.tensors[uid]
+            buffers[uid] = memory.view(arena, offset, t, graph.dtype_of(t))
+        stream = memory.stream
+        for step in plan.steps:
+            try:
+                step.plan.execute({port: buffers[uid] for port, uid in step.ports.items()}, stream)
+            except SigdnnError:
+                raise
+            except Exception as e:
+                raise ExecutionError(
+                    f"node '{step.node.name}' ({step.builder.name}) failed: {type(e).__name__}: {e}"
+                ) from e
+        result = {graph.tensors[u].name: memory.deliver(buffers[u], to_host) for u in outputs}
+        memory.synchronize()
+        return result
+
+    def run(self, source: GraphSource, variant_pack: Mapping[Any, Any], **kw: Any) -> dict[str, Any]:
+        """prepare + execute in one call."""
+        return self.execute(self.prepare(source), variant_pack, **kw)
+
+
+def _scalar_value(obj: Any, tensor: Any, dtype: Any) -> Any:
+    import numpy as np
+
+    value = np.asarray(obj)
+    if value.size != 1:
+        raise VariantPackError(f"pass-by-value tensor '{tensor.name}' takes one value, got shape {list(value.shape)}")
+    return value.reshape(()).astype(dtype.numpy)

@@ -1,0 +1,70 @@
+"""Host memory for the reference backend: NumPy arrays and one arena per run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sigdnn.dtypes import DataType
+from sigdnn.errors import VariantPackError
+from sigdnn.graph.tensor import Tensor
+from sigdnn.registry.contracts import CPU, Device
+
+
+def strided_view(
+    arena: Any, offset: int, dims: tuple[int, ...], strides: tuple[int, ...], dtype: DataType
+) -> np.ndarray:
+    item = dtype.itemsize
+    return np.ndarray(dims, dtype=dtype.numpy, buffer=arena, offset=offset, strides=tuple(s * item for s in strides))
+
+
+class HostMemory:
+    """Buffers of the reference backend."""
+
+    device: Device = CPU
+
+    def arena(self, nbytes: int) -> np.ndarray:
+        return np.empty(max(nbytes, 1), dtype=np.uint8)
+
+    def view(self, arena: np.ndarray, offset: int, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        return strided_view(arena, offset, tensor.dims, tensor.strides, dtype)
+
+    def accept(self, obj: Any, tensor: Tensor, dtype: DataType, writable: bool) -> np.ndarray:
+        """A caller's array for ``tensor``: logical shape and dtype must match; any strides."""
+        where = f"tensor '{tensor.name}' (uid {tensor.uid})"
+        if not isinstance(obj, np.ndarray):
+            if hasattr(obj, "__cuda_array_interface__") or (
+                hasattr(obj, "__dlpack__") and not hasattr(obj, "__array__")
+            ):
+                raise VariantPackError(
+                    f"{where}: got a device buffer ({type(obj).__name__}); the reference backend takes host NumPy arrays"
+                )
+            if not hasattr(obj, "__array__"):
+                raise VariantPackError(f"{where}: expected a NumPy array, got {type(obj).__name__}")
+            obj = np.asarray(obj)
+        if obj.dtype != dtype.numpy:
+            raise VariantPackError(f"{where}: dtype {obj.dtype} does not match the graph's {dtype}")
+        if obj.shape != tensor.dims:
+            raise VariantPackError(
+                f"{where}: shape {list(obj.shape)} does not match the graph's dims {list(tensor.dims)}"
+            )
+        if writable and not obj.flags.writeable:
+            raise VariantPackError(f"{where}: output array is read-only")
+        return obj
+
+    def new_output(self, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        return np.empty(tensor.dims, dtype=dtype.numpy)
+
+    def scalar(self, value: np.ndarray, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        return np.full(tensor.dims, value, dtype=dtype.numpy)
+
+    def deliver(self, array: np.ndarray, to_host: bool) -> np.ndarray:
+        return array
+
+    def synchronize(self) -> None:
+        pass
+
+    @property
+    def stream(self) -> None:
+        return None

@@ -1,0 +1,145 @@
+"""Graph rules, checked before anything is planned or allocated.
+
+``check_graph`` enforces limits, uid and name uniqueness, dangling ports,
+single writers, shape rules and acyclicity, and returns an execution order
+computed from the dataflow (the order nodes arrive in is never trusted).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from sigdnn.errors import GraphError
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.layout import is_non_overlapping, span_elements
+from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
+from sigdnn.graph.tensor import Tensor
+
+
+def _check_tensor(graph: Graph, t: Tensor, limits: Limits) -> None:
+    where = f"tensor '{t.name}' (uid {t.uid})"
+    if len(t.name) > limits.max_name_length:
+        raise GraphError(f"{where}: name longer than {limits.max_name_length}")
+    if not 1 <= len(t.dims) <= limits.max_rank:
+        raise GraphError(f"{where}: rank {len(t.dims)} outside 1..{limits.max_rank}")
+    if len(t.strides) != len(t.dims):
+        raise GraphError(f"{where}: {len(t.strides)} strides for {len(t.dims)} dims")
+    if any(d < 1 for d in t.dims):
+        raise GraphError(f"{where}: dims {list(t.dims)} must all be >= 1")
+    if any(s < 1 and d > 1 for d, s in zip(t.dims, t.strides)) or any(s < 0 for s in t.strides):
+        raise GraphError(f"{where}: strides {list(t.strides)} must be >= 1")
+    if span_elements(t.dims, t.strides) > limits.max_elements:
+        raise GraphError(
+            f"{where}: dims {list(t.dims)} / strides {list(t.strides)} exceed {limits.max_elements} elements"
+        )
+    dtype = graph.dtype_of(t)
+    if t.value is not None:
+        if t.is_virtual:
+            raise GraphError(f"{where}: a pass-by-value scalar cannot be virtual")
+        if len(t.value) != dtype.itemsize or any(d != 1 for d in t.dims):
+            raise GraphError(
+                f"{where}: pass-by-value value must be one {dtype} ({dtype.itemsize} bytes) with all dims 1"
+            )
+
+
+def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
+    """Check every rule; return node indices in a valid execution order."""
+    if len(graph.tensors) > limits.max_tensors or len(graph.nodes) > limits.max_nodes:
+        raise GraphError(
+            f"graph '{graph.name}' has {len(graph.tensors)} tensors and {len(graph.nodes)} nodes (limits {limits.max_tensors}, {limits.max_nodes})"
+        )
+    names: dict[str, int] = {}
+    for uid, t in graph.tensors.items():
+        if uid != t.uid:
+            raise GraphError(f"tensor '{t.name}' is stored under uid {uid} but has uid {t.uid}")
+        _check_tensor(graph, t, limits)
+        if names.setdefault(t.name, uid) != uid:
+            raise GraphError(f"duplicate tensor name '{t.name}' (uids {names[t.name]} and {uid})")
+
+    producer: dict[int, int] = {}
+    node_names: set[str] = set()
+    for i, node in enumerate(graph.nodes):
+        where = f"node '{node.name}'"
+        if node.name in node_names:
+            raise GraphError(f"duplicate node name '{node.name}'")
+        node_names.add(node.name)
+        for port, uid in node.op.ports().items():
+            if uid not in graph.tensors:
+                raise GraphError(
+                    f"{where}: port '{port}' names uid {uid}, which is not a tensor of the graph (dangling)"
+                )
+        ins, outs = node.op.inputs(), node.op.outputs()
+        for port, uid in outs.items():
+            t = graph.tensors[uid]
+            if uid in producer:
+                raise GraphError(
+                    f"tensor '{t.name}' is written by both node '{graph.nodes[producer[uid]].name}' and {where}"
+                )
+            if t.value is not None:
+                raise GraphError(f"{where}: port '{port}' writes pass-by-value scalar '{t.name}'")
+            if uid in ins.values():
+                raise GraphError(f"{where}: tensor '{t.name}' is both read and written")
+            producer[uid] = i
+        in_tensors = {p: graph.tensors[u] for p, u in ins.items()}
+        out_tensors = {p: graph.tensors[u] for p, u in outs.items()}
+        try:
+            expected = node.op.infer_dims(in_tensors)
+            node.op.check(in_tensors, out_tensors)
+        except GraphError as e:
+            raise GraphError(f"{where}: {e}") from None
+        for port, dims in expected.items():
+            t = out_tensors[port]
+            if t.dims != tuple(dims):
+                raise GraphError(
+                    f"{where}: output '{t.name}' has dims {list(t.dims)}, the shape rule gives {list(dims)}"
+                )
+            if not is_non_overlapping(t.dims, t.strides):
+                raise GraphError(f"{where}: output '{t.name}' strides {list(t.strides)} overlap")
+
+    for uid, t in graph.tensors.items():
+        if t.is_virtual and uid not in producer:
+            readers = [n.name for n in graph.nodes if uid in n.op.inputs().values()]
+            raise GraphError(
+                f"virtual tensor '{t.name}' (uid {uid}) is read by {readers or 'no node'} but no node writes it"
+            )
+    return topological_order(graph, producer)
+
+
+def topological_order(graph: Graph, producer: dict[int, int]) -> list[int]:
+    """Kahn's algorithm, ties broken by arrival order; GraphError on a cycle."""
+    n = len(graph.nodes)
+    consumers: list[list[int]] = [[] for _ in range(n)]
+    waiting = [0] * n
+    for i, node in enumerate(graph.nodes):
+        for uid in set(node.op.inputs().values()):
+            p = producer.get(uid)
+            if p is not None:
+                consumers[p].append(i)
+                waiting[i] += 1
+    ready = [i for i in range(n) if waiting[i] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in consumers[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) != n:
+        raise GraphError(f"graph '{graph.name}' has a cycle: {' -> '.join(_cycle(graph, producer, waiting))}")
+    return order
+
+
+def _cycle(graph: Graph, producer: dict[int, int], waiting: list[int]) -> list[str]:
+    """Names along one cycle among the nodes Kahn's algorithm could not order."""
+    start = next(i for i, w in enumerate(waiting) if w > 0)
+    seen: dict[int, int] = {}
+    path: list[int] = []
+    i = start
+    while i not in seen:
+        seen[i] = len(path)
+        path.append(i)
+        i = next(producer[u] for u in graph.nodes[i].op.inputs().values() if u in producer and waiting[producer[u]] > 0)
+    loop = [*path[seen[i] :], i]
+    return [graph.nodes[k].name for k in reversed(loop)]

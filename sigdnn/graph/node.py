@@ -1,0 +1,22 @@
+"""Node: one op application, its attribute table and its compute dtype."""
+
+from __future__ import annotations
+
+import attrs
+
+from sigdnn.dtypes import DataType
+from sigdnn.graph.ops.base import Op
+
+
+@attrs.define(eq=False)
+class Node:
+    name: str
+    op: Op
+    compute_dtype: DataType | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.op.kind
+
+    def __repr__(self) -> str:
+        return f"Node({self.name!r}, {self.op!r})"

@@ -1,0 +1,75 @@
+"""Tensor: a named, typed, strided array slot of a graph, addressed by uid."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+
+from sigdnn.dtypes import DataType, as_data_type
+
+
+@attrs.define(eq=False)
+class Tensor:
+    """One tensor of a graph.
+
+    ``dtype`` may stay None while building; it then resolves to the graph's
+    intermediate dtype for a virtual tensor and its io dtype otherwise, as in
+    cuDNN. Setters return the tensor so calls chain like the frontend's.
+    """
+
+    uid: int
+    name: str
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: DataType | None = None
+    is_virtual: bool = False
+    value: bytes | None = None  # pass-by-value scalar, little-endian in dtype
+
+    @property
+    def is_pass_by_value(self) -> bool:
+        return self.value is not None
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+
+    def scalar(self) -> np.ndarray:
+        """The pass-by-value value as a 0-d array of the tensor's dtype."""
+        if self.value is None or self.dtype is None:
+            raise ValueError(f"tensor '{self.name}' has no pass-by-value value")
+        return np.frombuffer(self.value, dtype=self.dtype.numpy.newbyteorder("<"))[0]
+
+    def set_output(self, is_output: bool = True) -> Tensor:
+        self.is_virtual = not is_output
+        return self
+
+    def set_name(self, name: str) -> Tensor:
+        self.name = name
+        return self
+
+    def set_data_type(self, dtype: DataType | str) -> Tensor:
+        self.dtype = as_data_type(dtype)
+        return self
+
+    def set_dim(self, dims: Sequence[int]) -> Tensor:
+        self.dims = tuple(int(d) for d in dims)
+        return self
+
+    def set_stride(self, strides: Sequence[int]) -> Tensor:
+        self.strides = tuple(int(s) for s in strides)
+        return self
+
+    def set_uid(self, uid: int) -> Tensor:
+        self.uid = int(uid)
+        return self
+
+    def __repr__(self) -> str:
+        kind = "virtual" if self.is_virtual else "scalar" if self.value is not None else "io"
+        dt = self.dtype.short if self.dtype else "?"
+        return f"Tensor({self.name!r}, uid={self.uid}, {dt}{list(self.dims)}, strides={list(self.strides)}, {kind})"

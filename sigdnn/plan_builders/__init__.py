@@ -1,0 +1,1 @@
+"""Plan builders: reference (NumPy), cutile (cuTile) and cute (CuTe DSL)."""

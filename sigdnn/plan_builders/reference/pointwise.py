@@ -1,0 +1,173 @@
+"""Reference pointwise: every cuDNN / hipDNN mode, in float64 (int64 for integer compute).
+
+Formulas follow OPS.md; backward modes take (dy, x) and return dy * f'(x).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops import Pointwise
+from sigdnn.plan_builders.reference.base import ReferenceBuilder
+from sigdnn.registry.contracts import BuildContext
+from sigdnn.signature_keys import PointwiseKey
+
+Array = np.ndarray
+_SQRT_2 = math.sqrt(2.0)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_GELU_C = 0.044715
+_erf_object = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x: Array) -> Array:
+    """Correctly rounded libm erf, elementwise (NumPy has none)."""
+    return _erf_object(x).astype(np.float64)
+
+
+def sigmoid(x: Array) -> Array:
+    """1 / (1 + e^-x) without overflow for large |x|."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _trunc_div(a: Array, b: Array) -> Array:
+    """C-style integer division (toward zero); x / 0 is 0 (undefined in C)."""
+    safe = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(safe)
+    return np.where(b == 0, 0, np.where((a < 0) ^ (safe < 0), -q, q))
+
+
+def _relu_fwd(x: Array, p: Pointwise) -> Array:
+    lo, hi, slope = _relu_params(p)
+    below = lo if slope == 0 else lo + slope * (x - lo)
+    return np.where(x <= lo, below, np.where(x >= hi, hi, x))
+
+
+def _relu_bwd(dy: Array, x: Array, p: Pointwise) -> Array:
+    lo, hi, slope = _relu_params(p)
+    return dy * np.where(x <= lo, slope, np.where(x >= hi, 0.0, 1.0))
+
+
+def _relu_params(p: Pointwise) -> tuple[float, float, float]:
+    lo = 0.0 if p.relu_lower_clip is None else p.relu_lower_clip
+    hi = math.inf if p.relu_upper_clip is None else p.relu_upper_clip
+    slope = 0.0 if p.relu_lower_clip_slope is None else p.relu_lower_clip_slope
+    return lo, hi, slope
+
+
+def _gelu_tanh_inner(x: Array) -> Array:
+    return np.tanh(_SQRT_2_OVER_PI * (x + _GELU_C * x**3))
+
+
+def _gelu_tanh_bwd(dy: Array, x: Array) -> Array:
+    t = _gelu_tanh_inner(x)
+    return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * _GELU_C * x * x))
+
+
+def _beta(value: float | None) -> float:
+    return 1.0 if value is None else value
+
+
+def _swish_bwd(dy: Array, x: Array, beta: float) -> Array:
+    s = sigmoid(beta * x)
+    return dy * (s + beta * x * s * (1 - s))
+
+
+# mode -> f(*inputs, op): each returns float64 (or bool) values.
+FLOAT_MODES: dict[str, Callable[..., Array]] = {
+    "add": lambda a, b, p: a + b,
+    "sub": lambda a, b, p: a - b,
+    "mul": lambda a, b, p: a * b,
+    "div": lambda a, b, p: a / b,
+    "add_square": lambda a, b, p: a + b * b,
+    "max": lambda a, b, p: np.maximum(a, b),
+    "min": lambda a, b, p: np.minimum(a, b),
+    "mod": lambda a, b, p: np.fmod(a, b),
+    "pow": lambda a, b, p: np.power(a, b),
+    "cmp_eq": lambda a, b, p: a == b,
+    "cmp_neq": lambda a, b, p: a != b,
+    "cmp_gt": lambda a, b, p: a > b,
+    "cmp_ge": lambda a, b, p: a >= b,
+    "cmp_lt": lambda a, b, p: a < b,
+    "cmp_le": lambda a, b, p: a <= b,
+    "logical_and": lambda a, b, p: (a != 0) & (b != 0),
+    "logical_or": lambda a, b, p: (a != 0) | (b != 0),
+    "logical_not": lambda a, p: a == 0,
+    "abs": lambda a, p: np.abs(a),
+    "neg": lambda a, p: -a,
+    "ceil": lambda a, p: np.ceil(a),
+    "floor": lambda a, p: np.floor(a),
+    "sqrt": lambda a, p: np.sqrt(a),
+    "rsqrt": lambda a, p: 1.0 / np.sqrt(a),
+    "reciprocal": lambda a, p: 1.0 / a,
+    "exp": lambda a, p: np.exp(a),
+    "log": lambda a, p: np.log(a),
+    "sin": lambda a, p: np.sin(a),
+    "cos": lambda a, p: np.cos(a),
+    "tan": lambda a, p: np.tan(a),
+    "erf": lambda a, p: erf(a),
+    "identity": lambda a, p: a,
+    "relu_fwd": _relu_fwd,
+    "relu_bwd": _relu_bwd,
+    "tanh_fwd": lambda x, p: np.tanh(x),
+    "tanh_bwd": lambda dy, x, p: dy * (1 - np.tanh(x) ** 2),
+    "sigmoid_fwd": lambda x, p: sigmoid(x),
+    "sigmoid_bwd": lambda dy, x, p: dy * sigmoid(x) * (1 - sigmoid(x)),
+    "elu_fwd": lambda x, p: np.where(x > 0, x, _beta(p.elu_alpha) * np.expm1(np.minimum(x, 0))),
+    "elu_bwd": lambda dy, x, p: dy * np.where(x > 0, 1.0, _beta(p.elu_alpha) * np.exp(np.minimum(x, 0))),
+    "gelu_fwd": lambda x, p: 0.5 * x * (1 + erf(x / _SQRT_2)),
+    "gelu_bwd": lambda dy, x, p: dy * (0.5 * (1 + erf(x / _SQRT_2)) + x * _INV_SQRT_2PI * np.exp(-0.5 * x * x)),
+    "gelu_approx_tanh_fwd": lambda x, p: 0.5 * x * (1 + _gelu_tanh_inner(x)),
+    "gelu_approx_tanh_bwd": lambda dy, x, p: _gelu_tanh_bwd(dy, x),
+    "softplus_fwd": lambda x, p: np.logaddexp(0.0, _beta(p.softplus_beta) * x) / _beta(p.softplus_beta),
+    "softplus_bwd": lambda dy, x, p: dy * sigmoid(_beta(p.softplus_beta) * x),
+    "swish_fwd": lambda x, p: x * sigmoid(_beta(p.swish_beta) * x),
+    "swish_bwd": lambda dy, x, p: _swish_bwd(dy, x, _beta(p.swish_beta)),
+    "binary_select": lambda a, b, mask, p: np.where(mask != 0, a, b),
+}
+
+# Modes whose integer-compute result differs from the float formula's.
+INTEGER_MODES: dict[str, Callable[..., Array]] = {
+    "div": lambda a, b, p: _trunc_div(a, b),
+    "mod": lambda a, b, p: np.fmod(a, np.where(b == 0, 1, b)),
+    "pow": lambda a, b, p: np.power(a, np.maximum(b, 0)),
+}
+INTEGER_EXACT = frozenset(
+    {"add", "sub", "mul", "add_square", "max", "min", "abs", "neg", "ceil", "floor", "identity", "binary_select"}
+    | {m for m in FLOAT_MODES if m.startswith(("cmp_", "logical_"))}
+    | set(INTEGER_MODES)
+)
+
+
+def gen_index(x: Array, p: Pointwise) -> Array:
+    """Each element's index along ``axis`` of x's dims."""
+    shape = [1] * x.ndim
+    shape[p.axis] = x.shape[p.axis]
+    return np.broadcast_to(np.arange(x.shape[p.axis]).reshape(shape), x.shape)
+
+
+class ReferencePointwise(ReferenceBuilder):
+    name: ClassVar[str] = "reference.pointwise"
+    engine_id: ClassVar[int] = 1000
+    key_type: ClassVar[type] = PointwiseKey
+
+    def computes_in_integers(self, node: Node, graph: Graph) -> bool:
+        return graph.compute_dtype_of(node).is_integer and node.op.mode in INTEGER_EXACT
+
+    def make_compute(
+        self, node: Node, graph: Graph, ctx: BuildContext
+    ) -> Callable[[dict[str, Array]], dict[str, Array]]:
+        op: Pointwise = node.op
+        ports = list(op.inputs())
+        if op.mode == "gen_index":
+            return lambda ins: {"out_0": gen_index(ins["in_0"], op)}
+        integer = self.computes_in_integers(node, graph)
+        fn = (INTEGER_MODES.get(op.mode) if integer else None) or FLOAT_MODES[op.mode]
+        return lambda ins: {"out_0": fn(*(ins[p] for p in ports), op)}

@@ -1,0 +1,1 @@
+"""FlatBuffers bindings generated from schemas/*.fbs; do not edit."""
