@@ -18,6 +18,7 @@ from sigdnn.errors import (
 from sigdnn.executor import ExecutionPlan, Executor
 from sigdnn.graph import Graph, Limits, Node, Tensor, deserialize, serialize
 from sigdnn.registry import NodePlan, PlanBuilder, Registry, register
+from sigdnn.validation import ValidationReport, validate
 
 __version__ = "0.1.0"
 
@@ -39,9 +40,11 @@ __all__ = [
     "SchemaError",
     "SigdnnError",
     "Tensor",
+    "ValidationReport",
     "VariantPackError",
     "__version__",
     "deserialize",
     "register",
     "serialize",
+    "validate",
 ]

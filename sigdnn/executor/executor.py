@@ -67,8 +67,12 @@ class Executor:
             if self.backend == "reference":
                 self._memory = HostMemory()
             else:
+                from sigdnn.executor.device import gpu_unavailable_reason
                 from sigdnn.executor.gpu_memory import GpuMemory
 
+                reason = gpu_unavailable_reason()
+                if reason is not None:
+                    raise ExecutionError(f"the gpu backend cannot run here: {reason}")
                 self._memory = GpuMemory()
         return self._memory
 
@@ -179,7 +183,7 @@ class Executor:
         """
         if not isinstance(plan, ExecutionPlan):
             raise TypeError(f"execute() takes an ExecutionPlan from prepare(), not {type(plan).__name__}")
-        graph, memory = plan.graph, self.memory
+        graph, memory = plan.graph, self.memory.session()
         outputs = [t.uid for t in graph.outputs]
         pack = resolve_pack(graph, variant_pack, [t.uid for t in graph.inputs], outputs)
         written = set(outputs)

@@ -24,6 +24,10 @@ class HostMemory:
 
     device: Device = CPU
 
+    def session(self) -> HostMemory:
+        """Per-run state; host buffers need none."""
+        return self
+
     def arena(self, nbytes: int) -> np.ndarray:
         return np.empty(max(nbytes, 1), dtype=np.uint8)
 

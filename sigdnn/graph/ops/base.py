@@ -16,8 +16,9 @@ import attrs
 import numpy as np
 
 from sigdnn.dtypes import DataType
-from sigdnn.errors import GraphError, SchemaError
+from sigdnn.errors import GraphError
 from sigdnn.graph.tensor import Tensor
+from sigdnn.graph.wire_reader import Table, slots_of
 
 # Wire field kinds: "uid" (required port), "uid?" (optional port),
 # "f64?" / "i64?" (optional scalars), "i64[]" (int vector).
@@ -69,10 +70,6 @@ class Op:
     def _module(cls) -> Any:
         return importlib.import_module(f"sigdnn.schemas.{cls.table}")
 
-    @classmethod
-    def _class(cls) -> Any:
-        return getattr(cls._module(), cls.table)
-
     def wire_value(self, field: str) -> Any:
         """The value to write for ``field``; subclasses map enums here."""
         return getattr(self, field)
@@ -96,21 +93,20 @@ class Op:
         return mod.End(builder)
 
     @classmethod
-    def from_fb(cls, table: Any, where: str, max_rank: int) -> Op:
-        """Read the attribute table ``table``; SchemaError names ``where``."""
+    def from_fb(cls, table: Table, where: str, max_rank: int) -> Op:
+        """Read the attribute table; SchemaError names ``where``."""
+        slots = slots_of(cls._module())
         values: dict[str, Any] = {}
         for field, kind in cls.wire_fields:
-            name = camel(field)
+            slot = slots[camel(field)]
             if kind == "i64[]":
-                n = getattr(table, name + "Length")()
-                if n > max_rank:
-                    raise SchemaError(f"{where}: attribute '{field}' has {n} entries (max {max_rank})")
-                values[field] = tuple(int(v) for v in getattr(table, name + "AsNumpy")()) if n else ()
-                continue
-            value = getattr(table, name)()
-            if kind == "uid" and value is None:
-                raise SchemaError(f"{where}: port '{field}' is missing")
-            values[field] = cls.from_wire_value(field, value, where)
+                values[field] = table.int64s(slot, max_rank)
+            elif kind == "mode":
+                values[field] = cls.from_wire_value(field, table.scalar(slot, "i16", 0), where)
+            elif kind == "f64?":
+                values[field] = table.scalar(slot, "f64")
+            else:
+                values[field] = table.scalar(slot, "i64", 0 if kind == "uid" else None)
         return cls(**values)
 
 
