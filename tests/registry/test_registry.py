@@ -1,0 +1,176 @@
+"""Registry: lazy loading, engine-id ranges, ranking, pinning, entry points, declines."""
+
+from __future__ import annotations
+
+import threading
+from importlib.metadata import EntryPoint
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+import sigdnn
+from sigdnn.errors import NoPlanError, NotSupported, RegistryError
+from sigdnn.registry import NodePlan, PlanBuilder, Registry
+from sigdnn.registry import registry as registry_module
+from sigdnn.signature_keys import PointwiseKey
+
+
+class NegatePlan(NodePlan):
+    """Writes -x whatever the mode: proves which builder ran."""
+
+    def execute(self, buffers: Any, stream: Any = None) -> None:
+        buffers["out_0"][...] = -buffers["in_0"]
+
+
+class PluginPointwise(PlanBuilder):
+    name: ClassVar[str] = "plugin.negate"
+    engine_id: ClassVar[int] = 30001
+    backend: ClassVar[str] = "plugin"
+    device: ClassVar[str] = "cpu"
+    key_type: ClassVar[type] = PointwiseKey
+    priority: ClassVar[int] = 10
+
+    def __init__(self, decline: str | None = None) -> None:
+        self.decline = decline
+
+    def serves(self, key: Any) -> bool:
+        return isinstance(key, PointwiseKey) and key.mode == "identity"
+
+    def check(self, node: Any, graph: Any, device: Any) -> None:
+        if self.decline:
+            raise NotSupported(self.decline)
+
+    def build(self, node: Any, graph: Any, ctx: Any) -> NodePlan:
+        return NegatePlan()
+
+
+def identity_graph() -> sigdnn.Graph:
+    g = sigdnn.Graph("id", io_dtype="float32")
+    g.pointwise("identity", g.tensor("x", dims=(4,)), name="ident").set_output(True).set_name("y")
+    return g
+
+
+def run(ex: sigdnn.Executor) -> np.ndarray:
+    return ex.run(identity_graph(), {"x": np.arange(4, dtype=np.float32)})["y"]
+
+
+def test_in_tree_builders_load_lazily_once() -> None:
+    reg = Registry()
+    assert not reg._loaded
+    names = [b.name for b in reg.builders()]
+    assert names[:3] == ["reference.pointwise", "reference.matmul", "reference.conv_fprop"]
+    assert reg.builders() == reg.builders()
+
+
+def test_concurrent_first_lookups_build_the_registry_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = Registry._add_all
+
+    def counting(self: Registry, builders: Any) -> None:
+        calls.append(1)
+        real(self, builders)
+
+    monkeypatch.setattr(Registry, "_add_all", counting)
+    reg = Registry(modules=("sigdnn.plan_builders.reference",), entry_point_group=None)
+    threads = [threading.Thread(target=reg.builders) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 2  # the module's builders + the (empty) pending list, once
+
+
+def test_runtime_register_ranks_by_priority_and_runs() -> None:
+    reg = Registry()
+    reg.register(PluginPointwise())
+    assert run(sigdnn.Executor(registry=reg)).tolist() == [0, -1, -2, -3]
+    assert run(sigdnn.Executor(registry=Registry())).tolist() == [0, 1, 2, 3]
+
+
+def test_a_declining_builder_falls_through_to_the_next() -> None:
+    reg = Registry()
+    reg.register(PluginPointwise(decline="only on Tuesdays"))
+    ex = sigdnn.Executor(registry=reg)
+    assert run(ex).tolist() == [0, 1, 2, 3]
+    plan = ex.prepare(identity_graph())
+    assert plan.declines["ident"] == ["plugin.negate (#30001): only on Tuesdays"]
+
+
+def test_pinning_is_strict_by_id_and_name() -> None:
+    reg = Registry()
+    reg.register(PluginPointwise(decline="no"))
+    with pytest.raises(NoPlanError, match=r"node 'ident'.*pinned builder plugin.negate \(#30001\) declined: no"):
+        sigdnn.Executor(registry=reg, engine=30001).prepare(identity_graph())
+    with pytest.raises(NoPlanError, match="declined"):
+        sigdnn.Executor(registry=reg, pins={"ident": "plugin.negate"}).prepare(identity_graph())
+    ok = sigdnn.Executor(registry=reg, pins={"ident": 1000})
+    assert ok.prepare(identity_graph()).steps[0].builder.engine_id == 1000
+    with pytest.raises(NoPlanError, match="no builder has engine id or name 'nope'"):
+        sigdnn.Executor(pins={"ident": "nope"}).prepare(identity_graph())
+
+
+def test_pinning_a_builder_of_another_device_or_key_is_refused() -> None:
+    with pytest.raises(NoPlanError, match="does not serve this key"):
+        sigdnn.Executor(pins={"ident": "reference.matmul"}).prepare(identity_graph())
+
+
+def test_engine_id_ranges_and_uniqueness() -> None:
+    reg = Registry()
+
+    class Bad(PluginPointwise):
+        engine_id: ClassVar[int] = 1500
+
+    with pytest.raises(RegistryError, match="out-of-tree engine ids start at 30000"):
+        reg.register(Bad())
+
+    class Stolen(PluginPointwise):
+        name: ClassVar[str] = "reference.stolen"
+        engine_id: ClassVar[int] = 1000
+        backend: ClassVar[str] = "reference"
+
+    reg.builders()
+    with pytest.raises(RegistryError, match="engine id 1000 is taken by 'reference.pointwise'"):
+        reg.register(Stolen())
+
+    class WrongRange(PluginPointwise):
+        backend: ClassVar[str] = "cutile"
+        engine_id: ClassVar[int] = 3005
+
+    with pytest.raises(RegistryError, match="outside cutile's range 2000-2999"):
+        reg.register(WrongRange())
+
+
+def test_entry_points_load_and_broken_plugins_are_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    class LoadedEntryPoint:
+        """What importlib.metadata gives for an installed plugin's entry point."""
+
+        name, value = "good", "plugin_pkg:builders"
+
+        def load(self) -> Any:
+            return lambda: [PluginPointwise()]
+
+    broken = EntryPoint("broken", "no_such_module_xyz:builders", "sigdnn.plan_builders")
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: [LoadedEntryPoint(), broken])
+    reg = Registry()
+    assert reg.find(30001).name == "plugin.negate"
+    assert "ModuleNotFoundError" in reg.load_failures["entry point broken (no_such_module_xyz:builders)"]
+
+
+def test_no_plan_lists_why_each_builder_declined() -> None:
+    reg = Registry(modules=(), entry_point_group=None)
+    reg.register(PluginPointwise(decline="too small"))
+    with pytest.raises(NoPlanError, match=r"node 'ident' Pointwise\[identity\]\(f32->f32; f32\).*too small"):
+        sigdnn.Executor(registry=reg).prepare(identity_graph())
+    g = sigdnn.Graph("g", io_dtype="float32")
+    g.pointwise("exp", g.tensor("x", dims=(2,)), name="e").set_output(True)
+    with pytest.raises(NoPlanError, match="no reference builder serves this key"):
+        sigdnn.Executor(registry=reg).prepare(g)
+
+
+def test_unavailable_gpu_builders_are_listed_with_a_reason() -> None:
+    builders = {b.name: b for b in Registry().builders()}
+    tile = builders["cutile.pointwise"]
+    assert tile.engine_id in range(2000, 3000)
+    reason = tile.available()
+    assert reason is None or isinstance(reason, str)
