@@ -1,0 +1,462 @@
+"""GPU memory and streams through cuda-python's ``cuda.core``.
+
+Nothing GPU-related is imported when this module loads: ``import sigdnn`` must
+work on a machine without cuda-python or a GPU. ``cuda.core`` (and
+``cuda.bindings`` for the raw copies) are imported on first use.
+
+A :class:`DeviceArray` is sigdnn's own typed, strided view of device memory.
+It exposes ``__cuda_array_interface__`` (version 3) so cuTile, CuPy, Numba and
+torch (``torch.as_tensor(a, device="cuda")``) can read it without a copy. It
+deliberately has no ``__dlpack__``: cuTile's ``ct.launch`` prefers
+``__dlpack__`` over the CUDA array interface when an object has both, and
+building a DLPack capsule in Python on every launch would cost more than the
+interface dict it reads now; ``cuda.core`` only exports DLPack for its raw,
+untyped ``Buffer``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+# CUDA-array-interface type strings: NumPy's own, except bfloat16, which has
+# none; '<V2' is what cuTile (and DLPack-to-CAI bridges) read as bfloat16.
+_TYPESTR_TO_DTYPE: dict[str, np.dtype] = {"<V2": BFLOAT16}
+
+
+def _typestr(dtype: np.dtype) -> str:
+    if dtype == BFLOAT16:
+        return "<V2"
+    return dtype.str
+
+
+def _dtype_from_typestr(typestr: str) -> np.dtype:
+    if typestr in _TYPESTR_TO_DTYPE:
+        return _TYPESTR_TO_DTYPE[typestr]
+    dtype = np.dtype(typestr)
+    if dtype.kind == "V":
+        raise TypeError(f"unsupported __cuda_array_interface__ typestr {typestr!r}")
+    return dtype
+
+
+def packed_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major (C) strides in elements for ``shape``."""
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * max(int(shape[i + 1]), 1)
+    return tuple(strides)
+
+
+class DeviceArray:
+    """A typed strided view of device memory; strides count ELEMENTS.
+
+    ``owner`` keeps the memory alive (a cuda.core Buffer, a torch tensor, ...)
+    for as long as any view of it exists.
+    """
+
+    __slots__ = (
+        "_cai",
+        "_flat",
+        "device_id",
+        "dtype",
+        "owner",
+        "ptr",
+        "shape",
+        "strides",
+    )
+
+    def __init__(
+        self,
+        ptr: int,
+        shape: Sequence[int],
+        strides: Sequence[int] | None,
+        dtype: Any,
+        owner: Any = None,
+        device_id: int = 0,
+    ) -> None:
+        self.ptr = int(ptr)
+        self.shape = tuple(int(d) for d in shape)
+        self.strides = packed_strides(self.shape) if strides is None else tuple(int(s) for s in strides)
+        if len(self.strides) != len(self.shape):
+            raise ValueError(f"shape {self.shape} and strides {self.strides} differ in rank")
+        self.dtype = np.dtype(dtype)
+        self.owner = owner
+        self.device_id = int(device_id)
+        self._cai: dict[str, Any] | None = None
+        self._flat: DeviceArray | None = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def is_contiguous(self) -> bool:
+        """Row-major packed (size-1 dims may carry any stride)."""
+        expected = 1
+        for d, s in zip(reversed(self.shape), reversed(self.strides), strict=True):
+            if d != 1 and s != expected:
+                return False
+            expected *= d
+        return True
+
+    @property
+    def is_dense(self) -> bool:
+        """Packed in some dim order: the elements fill ``nbytes`` from ``ptr``, no gaps."""
+        dims = sorted(
+            (i for i, d in enumerate(self.shape) if d != 1),
+            key=lambda i: -self.strides[i],
+        )
+        expected = 1
+        for i in reversed(dims):
+            if self.strides[i] != expected:
+                return False
+            expected *= self.shape[i]
+        return True
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        # Built once: a view never changes, and cuTile reads this per launch.
+        if self._cai is None:
+            strides = None if self.is_contiguous else tuple(s * self.itemsize for s in self.strides)
+            self._cai = {
+                "version": 3,
+                "shape": self.shape,
+                "strides": strides,
+                "typestr": _typestr(self.dtype),
+                "data": (self.ptr, False),
+                "descr": [("", _typestr(self.dtype))],
+            }
+        return self._cai
+
+    def as_strided(self, shape: Sequence[int], strides: Sequence[int], offset_elements: int = 0) -> DeviceArray:
+        """Another view of the same memory (no bounds check: the caller's job)."""
+        return DeviceArray(
+            self.ptr + offset_elements * self.itemsize,
+            shape,
+            strides,
+            self.dtype,
+            owner=self.owner,
+            device_id=self.device_id,
+        )
+
+    def flat(self) -> DeviceArray:
+        """The 1-D view of a dense array, in memory order (cached: plans reuse it per launch)."""
+        if self._flat is None:
+            if not self.is_dense:
+                raise ValueError(f"flat() needs a dense array, got strides {self.strides}")
+            self._flat = self.as_strided((self.size,), (1,))
+        return self._flat
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceArray(ptr=0x{self.ptr:x}, shape={self.shape}, strides={self.strides}, "
+            f"dtype={self.dtype.name}, device={self.device_id})"
+        )
+
+
+# ---------------------------------------------------------------------------
+# Lazy imports and availability
+
+
+@functools.cache
+def _cuda_core() -> Any:
+    """The cuda.core namespace that holds Device (top level since 0.4)."""
+    try:
+        import cuda.core as cc
+
+        if hasattr(cc, "Device"):
+            return cc
+    except ImportError:
+        pass
+    import cuda.core.experimental as cc  # older cuda-core releases
+
+    return cc
+
+
+@functools.cache
+def _driver() -> Any:
+    """cuda.bindings.driver (cuda-python 12.6+), else the legacy cuda.cuda."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        from cuda import cuda as driver  # type: ignore[no-redef]
+    return driver
+
+
+def _check(result: Any, what: str) -> Any:
+    """Raise on a failed driver call; return its values (cuda.bindings returns (err, ...))."""
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    driver = _driver()
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, msg = driver.cuGetErrorString(err)
+        text = msg.decode() if isinstance(msg, bytes) else str(msg)
+        raise RuntimeError(f"{what} failed: {err!r} ({text})")
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+@functools.cache
+def gpu_unavailable_reason() -> str | None:
+    """Why the GPU backend cannot run here, or None when it can. Never raises."""
+    try:
+        _cuda_core()
+    except Exception as exc:  # any failure means "unavailable"
+        return f"cuda.core is not importable ({type(exc).__name__}: {exc})"
+    try:
+        driver = _driver()
+        _check(driver.cuInit(0), "cuInit")
+        count = _check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+    except Exception as exc:
+        return f"no usable CUDA driver ({type(exc).__name__}: {exc})"
+    if count < 1:
+        return "no CUDA device is visible"
+    return None
+
+
+def raw_stream(stream: Any) -> int:
+    """The CUstream address of a cuda.core Stream, torch/CuPy stream, or int."""
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    handle = getattr(stream, "handle", None)
+    if handle is not None:
+        return int(handle)
+    ptr = getattr(stream, "cuda_stream", None)  # torch.cuda.Stream
+    if ptr is None:
+        ptr = getattr(stream, "ptr", None)  # cupy.cuda.Stream
+    if ptr is None:
+        raise TypeError(f"not a CUDA stream: {type(stream).__name__}")
+    return int(ptr)
+
+
+# ---------------------------------------------------------------------------
+# The context
+
+
+class GpuContext:
+    """One device and one stream; every copy and launch of a plan goes on it."""
+
+    def __init__(self, device_id: int = 0) -> None:
+        reason = gpu_unavailable_reason()
+        if reason is not None:
+            raise RuntimeError(f"GPU backend unavailable: {reason}")
+        cc = _cuda_core()
+        self.device = cc.Device(device_id)
+        self.device.set_current()
+        self.device_id = int(device_id)
+        self.stream = self.device.create_stream()
+        self.stream_handle = raw_stream(self.stream)
+
+    # -- memory -------------------------------------------------------------
+
+    def allocate(self, nbytes: int) -> Any:
+        """Plain device memory (the device's default memory resource, never managed)."""
+        return self.device.allocate(max(int(nbytes), 1), stream=self.stream)
+
+    def view(
+        self,
+        buffer: Any,
+        offset_bytes: int,
+        shape: Sequence[int],
+        strides: Sequence[int] | None,
+        dtype: Any,
+    ) -> DeviceArray:
+        """A typed view into ``buffer``, checked to stay inside it."""
+        dtype = np.dtype(dtype)
+        strides = packed_strides(shape) if strides is None else tuple(strides)
+        if offset_bytes < 0 or offset_bytes % dtype.itemsize:
+            raise ValueError(f"offset {offset_bytes} is not a multiple of {dtype.itemsize}")
+        if any(s < 0 for s in strides):
+            raise ValueError("negative strides are not supported")
+        if math.prod(shape):
+            last = sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
+            end = offset_bytes + (last + 1) * dtype.itemsize
+            if end > int(buffer.size):
+                raise ValueError(f"view ends at byte {end}, past the buffer's {buffer.size}")
+        return DeviceArray(
+            int(buffer.handle) + offset_bytes,
+            shape,
+            strides,
+            dtype,
+            owner=buffer,
+            device_id=self.device_id,
+        )
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> DeviceArray:
+        """A new packed array (uninitialised)."""
+        dtype = np.dtype(dtype)
+        buf = self.allocate(math.prod(shape) * dtype.itemsize)
+        return self.view(buf, 0, shape, None, dtype)
+
+    # -- copies -------------------------------------------------------------
+
+    def to_device(self, host: np.ndarray) -> DeviceArray:
+        """A packed device copy of ``host``, enqueued on the stream."""
+        host = np.ascontiguousarray(host)
+        out = self.empty(host.shape, host.dtype)
+        self._copy_h2d(out.ptr, host)
+        return out
+
+    def copy_into(self, dst: DeviceArray, host: np.ndarray) -> None:
+        """Copy ``host`` into the contiguous device array ``dst`` on the stream."""
+        host = np.asarray(host)
+        if host.shape != dst.shape or host.dtype != dst.dtype:
+            raise ValueError(f"host {host.dtype}{list(host.shape)} does not match device {dst.dtype}{list(dst.shape)}")
+        if not dst.is_contiguous:
+            raise ValueError("copy_into needs a contiguous destination")
+        self._copy_h2d(dst.ptr, np.ascontiguousarray(host))
+
+    def to_host(self, arr: DeviceArray) -> np.ndarray:
+        """A NumPy copy of ``arr`` (synchronizes the stream)."""
+        if arr.size == 0:
+            return np.empty(arr.shape, arr.dtype)
+        if any(s < 0 for s in arr.strides):
+            raise ValueError("negative strides are not supported")
+        # Copy the byte span the view covers, then apply its strides on the host:
+        # works for packed, padded and broadcast (stride 0) views alike.
+        span = sum((d - 1) * s for d, s in zip(arr.shape, arr.strides, strict=True)) + 1
+        raw = np.empty(span, arr.dtype)
+        driver = _driver()
+        _check(
+            driver.cuMemcpyDtoHAsync(
+                raw.ctypes.data,
+                arr.ptr,
+                raw.nbytes,
+                driver.CUstream(self.stream_handle),
+            ),
+            "cuMemcpyDtoHAsync",
+        )
+        self.synchronize()
+        if arr.is_contiguous:
+            return raw.reshape(arr.shape)
+        view = np.lib.stride_tricks.as_strided(raw, arr.shape, tuple(s * arr.itemsize for s in arr.strides))
+        return np.array(view)
+
+    def _copy_h2d(self, dst_ptr: int, host: np.ndarray) -> None:
+        if host.nbytes == 0:
+            return
+        driver = _driver()
+        # Pageable source: the driver stages it before returning, so `host`
+        # may be freed as soon as this call is back.
+        _check(
+            driver.cuMemcpyHtoDAsync(
+                dst_ptr,
+                host.ctypes.data,
+                host.nbytes,
+                driver.CUstream(self.stream_handle),
+            ),
+            "cuMemcpyHtoDAsync",
+        )
+
+    def synchronize(self) -> None:
+        self.stream.sync()
+
+    # -- foreign buffers ----------------------------------------------------
+
+    def wrap(self, obj: Any) -> DeviceArray:
+        """A view of a foreign device array without a copy.
+
+        Accepts torch CUDA tensors (all float dtypes, bfloat16 too), anything
+        with ``__cuda_array_interface__`` (CuPy, Numba), and anything with
+        ``__dlpack__`` through cuda.core's StridedMemoryView.
+        """
+        if isinstance(obj, DeviceArray):
+            return obj
+        if type(obj).__module__.startswith("torch"):
+            return self._wrap_torch(obj)
+        cai = None
+        if hasattr(obj, "__cuda_array_interface__"):
+            try:
+                cai = obj.__cuda_array_interface__
+            except (TypeError, AttributeError, RuntimeError):
+                cai = None  # e.g. a dtype the producer cannot describe: try DLPack
+        if cai is not None:
+            return self._wrap_cai(obj, cai)
+        if hasattr(obj, "__dlpack__"):
+            return self._wrap_dlpack(obj)
+        raise TypeError(f"{type(obj).__name__} exposes neither __cuda_array_interface__ nor __dlpack__")
+
+    def _wrap_torch(self, t: Any) -> DeviceArray:
+        if not t.is_cuda:
+            raise ValueError("the torch tensor is not on a CUDA device")
+        name = str(t.dtype).removeprefix("torch.")
+        dtype = BFLOAT16 if name == "bfloat16" else np.dtype(name)
+        return DeviceArray(
+            t.data_ptr(),
+            tuple(t.shape),
+            tuple(t.stride()),
+            dtype,
+            owner=t,
+            device_id=t.device.index or 0,
+        )
+
+    def _wrap_cai(self, obj: Any, cai: dict[str, Any]) -> DeviceArray:
+        dtype = _dtype_from_typestr(cai["typestr"])
+        shape = tuple(cai["shape"])
+        byte_strides = cai.get("strides")
+        if byte_strides is None:
+            strides = None
+        else:
+            if any(s % dtype.itemsize for s in byte_strides):
+                raise ValueError(f"strides {byte_strides} are not whole elements")
+            strides = tuple(s // dtype.itemsize for s in byte_strides)
+        stream = cai.get("stream")
+        if stream not in (None, 0) and cai.get("version", 0) >= 3:
+            # The producer asks consumers to order after its stream: make ours wait.
+            self._wait_for_foreign_stream(int(stream))
+        return DeviceArray(cai["data"][0], shape, strides, dtype, owner=obj, device_id=self.device_id)
+
+    def _wrap_dlpack(self, obj: Any) -> DeviceArray:
+        try:
+            from cuda.core.utils import StridedMemoryView
+        except ImportError:
+            from cuda.core.experimental.utils import StridedMemoryView
+        if hasattr(StridedMemoryView, "from_dlpack"):
+            view = StridedMemoryView.from_dlpack(obj, stream_ptr=self.stream_handle)
+        else:
+            view = StridedMemoryView(obj, stream_ptr=self.stream_handle)
+        if not view.is_device_accessible:
+            raise ValueError("the DLPack array is not on a CUDA device")
+        strides = None if view.strides is None else tuple(view.strides)
+        return DeviceArray(
+            view.ptr,
+            tuple(view.shape),
+            strides,
+            view.dtype,
+            owner=(obj, view),
+            device_id=view.device_id,
+        )
+
+    def _wait_for_foreign_stream(self, foreign: int) -> None:
+        driver = _driver()
+        event = _check(
+            driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING),
+            "cuEventCreate",
+        )
+        try:
+            _check(driver.cuEventRecord(event, driver.CUstream(foreign)), "cuEventRecord")
+            _check(
+                driver.cuStreamWaitEvent(driver.CUstream(self.stream_handle), event, 0),
+                "cuStreamWaitEvent",
+            )
+        finally:
+            driver.cuEventDestroy(event)
