@@ -4,7 +4,9 @@ The reference computes in float64 and rounds once to each tensor's declared
 dtype. NumPy rounds float64 to float16 directly, but ml_dtypes goes through
 float32 for bfloat16 and fp8, which double-rounds ties. We round float64 to
 float32 with round-to-odd first: float32 keeps enough extra bits that the
-final round-to-nearest-even is then exact.
+final round-to-nearest-even is then exact. Integer results (int64 from
+integer compute) reach float32 and narrower the same way, rounded to odd in
+float64 first: int64 -> float32 -> bfloat16 would double-round too.
 """
 
 from __future__ import annotations
@@ -126,8 +128,8 @@ def from_wire(value: int) -> DataType | None:
 
 def _float64_to_float32_round_to_odd(x: np.ndarray) -> np.ndarray:
     """Round float64 to float32 so that a later narrower rounding is exact."""
-    nearest = x.astype(np.float32)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
+        nearest = x.astype(np.float32)
         overshoot = np.abs(nearest.astype(np.float64)) > np.abs(x)
     truncated = np.where(overshoot, np.nextafter(nearest, np.float32(0)), nearest).astype(np.float32)
     with np.errstate(invalid="ignore"):
@@ -137,17 +139,42 @@ def _float64_to_float32_round_to_odd(x: np.ndarray) -> np.ndarray:
     return np.where(inexact, bits | np.uint32(1), bits).view(np.float32)
 
 
+def _int64_to_float64_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """Integers to float64, rounded to odd so a later narrower rounding is exact.
+
+    int64 has 63 significant bits, float64 53: a plain cast rounds to nearest
+    and a second rounding (to float32, bfloat16, ...) may then double-round.
+    Split x = hi + lo, both exact in float64, and recover the cast's error
+    exactly with TwoSum.
+    """
+    x = x.astype(np.int64)
+    lo = x & np.int64(0xFFFFFFFF)  # 0 <= lo < 2**32
+    hi = (x - lo).astype(np.float64)  # a multiple of 2**32 with <= 31 significant bits: exact
+    lo = lo.astype(np.float64)
+    s = hi + lo
+    b = s - hi
+    err = (hi - (s - b)) + (lo - b)  # s + err == x exactly
+    overshoot = (err != 0) & ((err < 0) == (s > 0))
+    truncated = np.where(overshoot, np.nextafter(s, 0.0), s)
+    bits = truncated.view(np.uint64)
+    return np.where(err != 0, bits | np.uint64(1), bits).view(np.float64)
+
+
 def round_to(x: np.ndarray, dtype: DataType) -> np.ndarray:
     """Round a float64 (or int64 / bool) array to ``dtype`` exactly once.
 
     Floats round to nearest even, overflowing to inf where the format has
-    one; a float stored in an integer dtype truncates toward zero as a C cast
-    does; bool is "nonzero".
+    one (fp8 e4m3 has none: past 464 it gives NaN, as ml_dtypes does; 464
+    itself ties to 448); a float stored in an integer dtype truncates toward
+    zero as a C cast does (out of range and NaN are undefined: clipped, 0);
+    bool is "nonzero". tests/test_dtypes.py holds the worked cases.
     """
     x = np.asarray(x)
     target = dtype.numpy
     if dtype is DataType.BOOL:
         return x != 0
+    if dtype.is_float and dtype is not DataType.FLOAT64 and x.dtype.kind in "iu":
+        x = _int64_to_float64_round_to_odd(x)
     if dtype in (DataType.BFLOAT16, DataType.FP8_E4M3, DataType.FP8_E5M2):
         if x.dtype == np.float64:
             x = _float64_to_float32_round_to_odd(x)

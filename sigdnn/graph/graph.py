@@ -21,6 +21,7 @@ from sigdnn.graph.ops.pointwise import make_pointwise
 from sigdnn.graph.tensor import Tensor
 
 SCHEMA_VERSION = (1, 0)
+_INT64_MAX = 2**63 - 1
 DTypeLike = DataType | str | None
 
 
@@ -95,9 +96,15 @@ class Graph:
 
     # -- tensors -------------------------------------------------------------
     def _next_uid(self) -> int:
-        return max(self.tensors, default=0) + 1
+        """One past the largest uid; the smallest free one once that would overflow int64."""
+        top = max(self.tensors, default=0)
+        if top < _INT64_MAX:
+            return top + 1
+        return next(uid for uid in range(1, len(self.tensors) + 2) if uid not in self.tensors)
 
     def _add_tensor(self, tensor: Tensor) -> Tensor:
+        if not -_INT64_MAX - 1 <= tensor.uid <= _INT64_MAX:
+            raise GraphError(f"tensor '{tensor.name}': uid {tensor.uid} does not fit in int64")
         if tensor.uid in self.tensors:
             raise GraphError(
                 f"duplicate tensor uid {tensor.uid} ('{tensor.name}' and '{self.tensors[tensor.uid].name}')"
@@ -227,7 +234,7 @@ class Graph:
         """Forward convolution (cross-correlation); padding or pre/post padding."""
         spatial = max(len(x.dims) - 2, 0)
         if padding is not None and (pre_padding is not None or post_padding is not None):
-            raise GraphError("conv_fprop: give padding or pre_padding/post_padding, not both")
+            raise GraphError(f"node '{name or 'conv_fprop'}': give padding or pre_padding/post_padding, not both")
         pre = _ints(padding if padding is not None else pre_padding or (0,) * spatial, "conv_fprop padding")
         post = _ints(padding if padding is not None else post_padding or (0,) * spatial, "conv_fprop padding")
         stride = _ints(stride or (1,) * spatial, "conv_fprop stride")

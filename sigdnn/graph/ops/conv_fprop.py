@@ -12,7 +12,7 @@ from typing import ClassVar
 import attrs
 
 from sigdnn.errors import GraphError
-from sigdnn.graph.layout import packed_like
+from sigdnn.graph.layout import packed_strides
 from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.tensor import Tensor
 
@@ -51,18 +51,20 @@ class ConvFprop(Op):
     def infer_dims(self, inputs: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
         x, w = inputs["x"], inputs["w"]
         where = f"conv_fprop(x='{x.name}', w='{w.name}')"
-        s = self.spatial_rank
+        s = x.rank - 2
         if not 1 <= s <= 3:
-            raise GraphError(f"{where}: {s} spatial dims given by stride; 1 to 3 are supported")
-        if x.rank != s + 2 or w.rank != s + 2:
-            raise GraphError(f"{where}: x and w need rank {s + 2} for {s} spatial dims, have {x.rank} and {w.rank}")
-        for name in ("pre_padding", "post_padding", "dilation"):
+            raise GraphError(f"{where}: x has rank {x.rank} ({s} spatial dims); 1 to 3 spatial dims are supported")
+        if w.rank != x.rank:
+            raise GraphError(f"{where}: w has rank {w.rank}, x has rank {x.rank}; they must match")
+        for name in ("stride", "dilation", "pre_padding", "post_padding"):
             if len(getattr(self, name)) != s:
-                raise GraphError(f"{where}: {name} has {len(getattr(self, name))} entries, stride has {s}")
+                raise GraphError(f"{where}: {name} has {len(getattr(self, name))} entries for {s} spatial dims")
         if min(self.stride) < 1 or min(self.dilation) < 1:
             raise GraphError(f"{where}: stride {list(self.stride)} and dilation {list(self.dilation)} must be >= 1")
         if min(self.pre_padding) < 0 or min(self.post_padding) < 0:
-            raise GraphError(f"{where}: padding must be >= 0")
+            raise GraphError(
+                f"{where}: padding must be >= 0, got pre {list(self.pre_padding)} post {list(self.post_padding)}"
+            )
         n, c = x.dims[:2]
         k, cg = w.dims[:2]
         if c % cg:
@@ -87,4 +89,13 @@ class ConvFprop(Op):
     def default_output_strides(
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
-        return packed_like(dims, inputs["x"].strides)
+        """y packed in x's axis order.
+
+        A size-1 axis of x may carry any stride, so it can tie with a real
+        one: NHWC x with C = 1 has stride 1 on both C and W. At equal strides
+        the size-1 axis counts as the inner one, else y (K > 1) would come out
+        N,H,K,W instead of NHWC.
+        """
+        x = inputs["x"]
+        order = sorted(range(x.rank), key=lambda a: (-x.strides[a], x.dims[a] == 1, a))
+        return packed_strides(dims, order)

@@ -9,6 +9,7 @@ import numpy as np
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.graph.ops import Matmul
 from sigdnn.plan_builders.reference.base import ReferenceBuilder
 from sigdnn.registry.contracts import BuildContext
 from sigdnn.signature_keys import MatmulKey
@@ -19,7 +20,19 @@ class ReferenceMatmul(ReferenceBuilder):
     engine_id: ClassVar[int] = 1001
     key_type: ClassVar[type] = MatmulKey
 
+    def computes_in_integers(self, node: Node, graph: Graph) -> bool:
+        """int64 only when the compute type and both inputs are integers.
+
+        An integer compute type over float inputs would read them as
+        truncated int64; the reference computes those in float64 instead,
+        at least as precise as any compute type, as it does for float ones.
+        """
+        op: Matmul = node.op
+        inputs = (graph.dtype_of(graph.tensors[uid]) for uid in (op.a, op.b))
+        return graph.compute_dtype_of(node).is_integer and all(dt.is_integer for dt in inputs)
+
     def make_compute(
         self, node: Node, graph: Graph, ctx: BuildContext
     ) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+        # An integer product stays int64: round_to rounds it to a float output dtype once.
         return lambda ins: {"c": np.matmul(ins["a"], ins["b"])}
