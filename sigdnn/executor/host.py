@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from sigdnn.dtypes import DataType
-from sigdnn.errors import VariantPackError
+from sigdnn.errors import ExecutionError, VariantPackError
 from sigdnn.graph.tensor import Tensor
 from sigdnn.registry.contracts import CPU, Device
 
@@ -17,6 +17,16 @@ def strided_view(
 ) -> np.ndarray:
     item = dtype.itemsize
     return np.ndarray(dims, dtype=dtype.numpy, buffer=arena, offset=offset, strides=tuple(s * item for s in strides))
+
+
+def _overlaps(a: np.ndarray) -> bool:
+    """True when two logical elements of ``a`` share memory (a stride-0 or stride-tricks view)."""
+    extent = a.itemsize
+    for stride, dim in sorted((abs(s), d) for s, d in zip(a.strides, a.shape) if d > 1):
+        if stride < extent:
+            return True
+        extent = stride * dim
+    return False
 
 
 class HostMemory:
@@ -29,7 +39,10 @@ class HostMemory:
         return self
 
     def arena(self, nbytes: int) -> np.ndarray:
-        return np.empty(max(nbytes, 1), dtype=np.uint8)
+        try:
+            return np.empty(max(nbytes, 1), dtype=np.uint8)
+        except (MemoryError, ValueError) as e:  # within Limits, but more than this host has
+            raise ExecutionError(f"cannot allocate the {nbytes}-byte arena for virtual tensors: {e}") from None
 
     def view(self, arena: np.ndarray, offset: int, tensor: Tensor, dtype: DataType) -> np.ndarray:
         return strided_view(arena, offset, tensor.dims, tensor.strides, dtype)
@@ -46,7 +59,12 @@ class HostMemory:
                 )
             if not hasattr(obj, "__array__"):
                 raise VariantPackError(f"{where}: expected a NumPy array, got {type(obj).__name__}")
-            obj = np.asarray(obj)
+            try:
+                obj = np.asarray(obj)
+            except Exception as e:  # a foreign __array__ may raise anything
+                raise VariantPackError(
+                    f"{where}: {type(obj).__name__} could not be converted to a NumPy array: {type(e).__name__}: {e}"
+                ) from None
         if obj.dtype != dtype.numpy:
             raise VariantPackError(f"{where}: dtype {obj.dtype} does not match the graph's {dtype}")
         if obj.shape != tensor.dims:
@@ -55,10 +73,20 @@ class HostMemory:
             )
         if writable and not obj.flags.writeable:
             raise VariantPackError(f"{where}: output array is read-only")
+        if writable and _overlaps(obj):
+            raise VariantPackError(
+                f"{where}: output array's elements overlap (strides {list(obj.strides)} bytes); "
+                "several results would land on one element"
+            )
         return obj
 
     def new_output(self, tensor: Tensor, dtype: DataType) -> np.ndarray:
-        return np.empty(tensor.dims, dtype=dtype.numpy)
+        try:
+            return np.empty(tensor.dims, dtype=dtype.numpy)
+        except (MemoryError, ValueError) as e:  # within Limits, but more than this host has
+            raise ExecutionError(
+                f"cannot allocate output tensor '{tensor.name}' (uid {tensor.uid}) {dtype}{list(tensor.dims)}: {e}"
+            ) from None
 
     def scalar(self, value: np.ndarray, tensor: Tensor, dtype: DataType) -> np.ndarray:
         return np.full(tensor.dims, value, dtype=dtype.numpy)

@@ -36,6 +36,62 @@ def tensor_bytes(graph: Graph, uid: int) -> int:
     return span_elements(t.dims, t.strides) * graph.dtype_of(t).itemsize
 
 
+class _FreeList:
+    """Free byte ranges of the arena: best fit with splitting and coalescing.
+
+    Every operation is a dict lookup plus a bisect, so planning stays
+    near-linear even when thousands of tensors are live at once.
+    """
+
+    def __init__(self) -> None:
+        self.top = 0  # end of the bytes in use or free below it
+        self.peak = 0
+        self.by_offset: dict[int, int] = {}  # free block offset -> size
+        self.by_end: dict[int, int] = {}  # free block end -> offset
+        self.by_size: list[tuple[int, int]] = []  # sorted (size, offset)
+
+    def _add(self, offset: int, size: int) -> None:
+        self.by_offset[offset] = size
+        self.by_end[offset + size] = offset
+        bisect.insort(self.by_size, (size, offset))
+
+    def _take(self, offset: int) -> int:
+        size = self.by_offset.pop(offset)
+        del self.by_end[offset + size]
+        del self.by_size[bisect.bisect_left(self.by_size, (size, offset))]
+        return size
+
+    def allocate(self, size: int) -> int:
+        i = bisect.bisect_left(self.by_size, (size, -1))
+        if i < len(self.by_size):
+            block, offset = self.by_size[i]
+            self._take(offset)
+            if block > size:
+                self._add(offset + size, block - size)
+            return offset
+        offset = self.by_end.get(self.top)
+        if offset is not None:  # grow the free block that ends at the top
+            self._take(offset)
+        else:
+            offset = self.top
+        self.top = offset + size
+        self.peak = max(self.peak, self.top)
+        return offset
+
+    def release(self, offset: int, size: int) -> None:
+        following = self.by_offset.get(offset + size)
+        if following is not None:
+            size += self._take(offset + size)
+        preceding = self.by_end.get(offset)
+        if preceding is not None:
+            size += self._take(preceding)
+            offset = preceding
+        if offset + size == self.top:
+            self.top = offset
+        else:
+            self._add(offset, size)
+
+
 def plan_memory(graph: Graph, order: Sequence[int]) -> MemoryPlan:
     """Assign arena offsets to every virtual tensor along the execution order."""
     virtual = {uid for uid, t in graph.tensors.items() if t.is_virtual}
@@ -46,28 +102,15 @@ def plan_memory(graph: Graph, order: Sequence[int]) -> MemoryPlan:
                 last_use[uid] = step
     offsets: dict[int, int] = {}
     sizes: dict[int, int] = {}
-    live: list[tuple[int, int, int]] = []  # (offset, size, uid), sorted by offset
+    arena = _FreeList()
     expiry: dict[int, list[int]] = {}
-    peak = 0
     for step, i in enumerate(order):
         for uid in graph.nodes[i].op.outputs().values():
             if uid not in virtual:
                 continue
             size = _align(max(tensor_bytes(graph, uid), 1))
-            offset = _first_fit(live, size)
-            bisect.insort(live, (offset, size, uid))
-            offsets[uid], sizes[uid] = offset, size
-            peak = max(peak, offset + size)
+            offsets[uid], sizes[uid] = arena.allocate(size), size
             expiry.setdefault(last_use[uid], []).append(uid)
         for uid in expiry.pop(step, ()):
-            live.remove((offsets[uid], sizes[uid], uid))
-    return MemoryPlan(offsets, sizes, peak, sum(sizes.values()))
-
-
-def _first_fit(live: list[tuple[int, int, int]], size: int) -> int:
-    cursor = 0
-    for offset, used, _ in live:
-        if offset - cursor >= size:
-            return cursor
-        cursor = max(cursor, offset + used)
-    return cursor
+            arena.release(offsets[uid], sizes[uid])
+    return MemoryPlan(offsets, sizes, arena.peak, sum(sizes.values()))

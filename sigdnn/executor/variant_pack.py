@@ -2,11 +2,42 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from sigdnn.errors import VariantPackError
 from sigdnn.graph.graph import Graph
+from sigdnn.graph.tensor import Tensor
+
+
+def _uid_of(key: Any) -> int | None:
+    """An integer key (Python or NumPy) as a uid; None for anything else. bool is not a uid."""
+    if isinstance(key, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(key)
+    except TypeError:
+        return None
+
+
+def _check_scalar(graph: Graph, t: Tensor, buffer: Any) -> None:
+    """A pass-by-value override must be one value of the tensor's dtype, checked before anything runs."""
+    dtype = graph.dtype_of(t)
+    try:
+        value = np.asarray(buffer)
+        if value.size == 1:
+            value.reshape(()).astype(dtype.numpy)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise VariantPackError(
+            f"pass-by-value tensor '{t.name}' (uid {t.uid}): {type(buffer).__name__} is not a {dtype} value ({e})"
+        ) from None
+    if value.size != 1:
+        raise VariantPackError(
+            f"pass-by-value tensor '{t.name}' takes one value, got shape {list(value.shape)} (uid {t.uid})"
+        )
 
 
 def resolve_pack(graph: Graph, pack: Mapping[Any, Any], inputs: list[int], outputs: list[int]) -> dict[int, Any]:
@@ -20,10 +51,11 @@ def resolve_pack(graph: Graph, pack: Mapping[Any, Any], inputs: list[int], outpu
     for key, buffer in pack.items():
         if isinstance(key, str):
             uid = names.get(key)
-        elif isinstance(key, int) and not isinstance(key, bool):
-            uid = key if key in graph.tensors else None
         else:
-            raise VariantPackError(f"variant pack key {key!r} is neither a tensor name nor a uid")
+            uid = _uid_of(key)
+            if uid is None:
+                raise VariantPackError(f"variant pack key {key!r} is neither a tensor name nor a uid")
+            uid = uid if uid in graph.tensors else None
         if uid is None:
             raise VariantPackError(f"variant pack has an extra entry {key!r}: graph '{graph.name}' has no such tensor")
         t = graph.tensors[uid]
@@ -33,8 +65,10 @@ def resolve_pack(graph: Graph, pack: Mapping[Any, Any], inputs: list[int], outpu
             )
         if uid in resolved:
             raise VariantPackError(f"variant pack names tensor '{t.name}' (uid {uid}) twice")
+        if t.value is not None:
+            _check_scalar(graph, t, buffer)
         resolved[uid] = buffer
-    missing = [graph.tensors[u].name for u in inputs if u not in resolved]
+    missing = [f"'{graph.tensors[u].name}' (uid {u})" for u in inputs if u not in resolved]
     if missing:
-        raise VariantPackError(f"variant pack is missing input tensor(s) {', '.join(repr(m) for m in missing)}")
+        raise VariantPackError(f"variant pack is missing input tensor(s) {', '.join(missing)}")
     return resolved

@@ -8,15 +8,21 @@ computed from the dataflow (the order nodes arrive in is never trusted).
 from __future__ import annotations
 
 import heapq
+import math
+
+import attrs
 
 from sigdnn.errors import GraphError
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import is_non_overlapping, span_elements
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops import ConvFprop
 from sigdnn.graph.tensor import Tensor
 
 
-def _check_tensor(graph: Graph, t: Tensor, limits: Limits) -> None:
+def _check_tensor(graph: Graph, t: Tensor, limits: Limits) -> int:
+    """Check one tensor; return the bytes its strided span takes."""
     where = f"tensor '{t.name}' (uid {t.uid})"
     if len(t.name) > limits.max_name_length:
         raise GraphError(f"{where}: name longer than {limits.max_name_length}")
@@ -28,18 +34,52 @@ def _check_tensor(graph: Graph, t: Tensor, limits: Limits) -> None:
         raise GraphError(f"{where}: dims {list(t.dims)} must all be >= 1")
     if any(s < 1 and d > 1 for d, s in zip(t.dims, t.strides)) or any(s < 0 for s in t.strides):
         raise GraphError(f"{where}: strides {list(t.strides)} must be >= 1")
+    if max(t.strides) > limits.max_elements:
+        # Even on a dim of size 1, where it moves nothing, NumPy multiplies it out to bytes.
+        raise GraphError(f"{where}: stride {max(t.strides)} exceeds {limits.max_elements} elements")
     if span_elements(t.dims, t.strides) > limits.max_elements:
         raise GraphError(
             f"{where}: dims {list(t.dims)} / strides {list(t.strides)} exceed {limits.max_elements} elements"
         )
     dtype = graph.dtype_of(t)
     if t.value is not None:
+        if t.dtype is None:
+            # Tensor.scalar() reads the value in the tensor's own dtype, never a graph default.
+            raise GraphError(f"{where}: a pass-by-value scalar needs its own data type")
         if t.is_virtual:
             raise GraphError(f"{where}: a pass-by-value scalar cannot be virtual")
         if len(t.value) != dtype.itemsize or any(d != 1 for d in t.dims):
             raise GraphError(
                 f"{where}: pass-by-value value must be one {dtype} ({dtype.itemsize} bytes) with all dims 1"
             )
+    return span_elements(t.dims, t.strides) * dtype.itemsize
+
+
+def _resolved(graph: Graph, t: Tensor) -> Tensor:
+    """``t`` with its dtype resolved, so op rules judge what the wire will carry.
+
+    A builder-made tensor may leave its dtype unset (the graph default
+    applies); the serialized form spells the default out, and a rule such as
+    "conv needs floats" must give the same answer for both.
+    """
+    return t if t.dtype is not None else attrs.evolve(t, dtype=graph.dtype_of(t))
+
+
+def _scratch_bytes(node: Node, ins: dict[str, Tensor]) -> int:
+    """Memory a node needs beyond its tensors, where attributes (not dims) can make it huge.
+
+    A convolution copies its input with the padding added; padding is a free
+    attribute, so without this a tiny graph could ask for an enormous copy.
+    Counted as float64, what the reference computes in.
+    """
+    op = node.op
+    if not isinstance(op, ConvFprop):
+        return 0
+    x = ins["x"]
+    elements = x.dims[0] * x.dims[1]
+    for i, d in enumerate(x.dims[2:]):
+        elements *= d + op.pre_padding[i] + op.post_padding[i]
+    return elements * 8
 
 
 def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
@@ -49,12 +89,22 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
             f"graph '{graph.name}' has {len(graph.tensors)} tensors and {len(graph.nodes)} nodes (limits {limits.max_tensors}, {limits.max_nodes})"
         )
     names: dict[str, int] = {}
+    total = 0
+    largest: tuple[int, Tensor] | None = None
     for uid, t in graph.tensors.items():
         if uid != t.uid:
             raise GraphError(f"tensor '{t.name}' is stored under uid {uid} but has uid {t.uid}")
-        _check_tensor(graph, t, limits)
+        nbytes = _check_tensor(graph, t, limits)
+        total += nbytes
+        if largest is None or nbytes > largest[0]:
+            largest = (nbytes, t)
         if names.setdefault(t.name, uid) != uid:
             raise GraphError(f"duplicate tensor name '{t.name}' (uids {names[t.name]} and {uid})")
+    if largest is not None and total > limits.max_total_bytes:
+        raise GraphError(
+            f"graph '{graph.name}': its tensors take {total} bytes (limit {limits.max_total_bytes}); "
+            f"the largest is tensor '{largest[1].name}' (uid {largest[1].uid}, {largest[0]} bytes)"
+        )
 
     producer: dict[int, int] = {}
     node_names: set[str] = set()
@@ -80,8 +130,8 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
             if uid in ins.values():
                 raise GraphError(f"{where}: tensor '{t.name}' is both read and written")
             producer[uid] = i
-        in_tensors = {p: graph.tensors[u] for p, u in ins.items()}
-        out_tensors = {p: graph.tensors[u] for p, u in outs.items()}
+        in_tensors = {p: _resolved(graph, graph.tensors[u]) for p, u in ins.items()}
+        out_tensors = {p: _resolved(graph, graph.tensors[u]) for p, u in outs.items()}
         try:
             expected = node.op.infer_dims(in_tensors)
             node.op.check(in_tensors, out_tensors)
@@ -95,6 +145,20 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
                 )
             if not is_non_overlapping(t.dims, t.strides):
                 raise GraphError(f"{where}: output '{t.name}' strides {list(t.strides)} overlap")
+        if isinstance(node.op, ConvFprop):
+            w = in_tensors["w"]
+            taps = math.prod(w.dims[2:])
+            if taps > limits.max_kernel_taps:
+                raise GraphError(
+                    f"{where}: kernel '{w.name}' {list(w.dims)} has {taps} taps (limit {limits.max_kernel_taps})"
+                )
+        # Scratch lives only while its node runs: each node's, on top of the tensors, must fit.
+        scratch = _scratch_bytes(node, in_tensors)
+        if total + scratch > limits.max_total_bytes:
+            raise GraphError(
+                f"{where}: needs {scratch} bytes of scratch (padded input); with the graph's tensors that "
+                f"makes {total + scratch} bytes (limit {limits.max_total_bytes})"
+            )
 
     for uid, t in graph.tensors.items():
         if t.is_virtual and uid not in producer:

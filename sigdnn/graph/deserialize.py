@@ -24,6 +24,9 @@ from sigdnn.graph.serialize import FILE_IDENTIFIER
 from sigdnn.graph.tensor import Tensor
 from sigdnn.graph.wire_reader import Buffer, Table, slots_of
 
+# Low-level failures the reader's explicit checks should make impossible; if one
+# slips through it is still a bad buffer, never a crash.
+_READ_ERRORS = (struct.error, IndexError, ValueError, OverflowError)
 _G = slots_of(fb_graph)
 _T = slots_of(fb_tensor)
 _N = slots_of(fb_node)
@@ -36,10 +39,18 @@ def _dtype(value: int, where: str) -> DataType | None:
         raise SchemaError(f"{where}: unknown data type {value}") from None
 
 
-def _tensor(t: Table, index: int, limits: Limits) -> Tensor:
-    uid = t.scalar(_T["Uid"], "i64", 0)
-    where = f"tensor #{index} (uid {uid})"
+def _located(where: str, e: SchemaError) -> SchemaError:
+    """``e`` with ``where`` in front, once (inner readers may already have named it)."""
+    msg = str(e)
+    return SchemaError(msg if msg.startswith(where) else f"{where}: {msg}")
+
+
+def _tensor(buf: Buffer, pos: int, index: int, limits: Limits) -> Tensor:
+    where = f"tensor #{index}"
     try:
+        t = Table(buf, pos)
+        uid = t.scalar(_T["Uid"], "i64", 0)
+        where = f"tensor #{index} (uid {uid})"
         name = t.string(_T["Name"], limits.max_name_length) or ""
         where = f"tensor '{name}' (uid {uid})"
         dtype = _dtype(t.scalar(_T["DataType"], "i8", 0), where)
@@ -50,13 +61,14 @@ def _tensor(t: Table, index: int, limits: Limits) -> Tensor:
             value = t.raw_bytes(_T["Value"], limits.max_scalar_bytes) or b""
         virtual = bool(t.scalar(_T["IsVirtual"], "bool", False))
     except SchemaError as e:
-        raise SchemaError(f"{where}: {e}") from None
+        raise _located(where, e) from None
     return Tensor(uid, name, dims, strides, dtype, virtual, value)
 
 
-def _node(n: Table, index: int, limits: Limits) -> Node:
+def _node(buf: Buffer, pos: int, index: int, limits: Limits) -> Node:
     where = f"node #{index}"
     try:
+        n = Table(buf, pos)
         name = n.string(_N["Name"], limits.max_name_length) or ""
         where = f"node '{name}'"
         compute = _dtype(n.scalar(_N["ComputeDataType"], "i8", 0), where)
@@ -69,15 +81,19 @@ def _node(n: Table, index: int, limits: Limits) -> Node:
             raise SchemaError("op attributes are missing")
         op = op_class.from_fb(attributes, where, limits.max_rank)
     except SchemaError as e:
-        raise SchemaError(f"{where}: {e}") from None
+        raise _located(where, e) from None
     return Node(name, op, compute)
 
 
 def _count(root: Table, slot: int, limit: int, what: str) -> list[int]:
-    n = root.vector_length(slot, 4)
-    if n > limit:
-        raise GraphError(f"graph declares {n} {what} (limit {limit})")
-    return root.tables(slot)
+    """Positions of the graph's tensors or nodes, their count checked against the limit first."""
+    try:
+        n = root.vector_length(slot, 4)
+        if n > limit:
+            raise GraphError(f"graph declares {n} {what} (limit {limit})")
+        return root.tables(slot)
+    except SchemaError as e:
+        raise SchemaError(f"the graph's {what} vector: {e}") from None
 
 
 def deserialize(data: bytes | bytearray | memoryview, *, limits: Limits = DEFAULT_LIMITS, check: bool = True) -> Graph:
@@ -94,30 +110,38 @@ def deserialize(data: bytes | bytearray | memoryview, *, limits: Limits = DEFAUL
     if data[4:8] != FILE_IDENTIFIER:
         raise SchemaError(f"not a sigdnn graph: file identifier is {data[4:8]!r}, expected {FILE_IDENTIFIER!r}")
     buf = Buffer(data)
+    where = "graph header"
     try:
-        root = buf.root()
-        major = root.scalar(_G["SchemaVersionMajor"], "u16", 0)
-        minor = root.scalar(_G["SchemaVersionMinor"], "u16", 0)
-        if major != SCHEMA_VERSION[0]:
-            raise SchemaError(f"schema version {major}.{minor} is not supported (this reader: {SCHEMA_VERSION[0]}.x)")
-        graph = Graph(
-            root.string(_G["Name"], limits.max_name_length) or "",
-            _dtype(root.scalar(_G["IoDataType"], "i8", 0), "graph io dtype"),
-            _dtype(root.scalar(_G["IntermediateDataType"], "i8", 0), "graph intermediate dtype"),
-            _dtype(root.scalar(_G["ComputeDataType"], "i8", 0), "graph compute dtype"),
-            preferred_engine_id=root.scalar(_G["PreferredEngineId"], "i64"),
-            schema_version=(major, minor),
-        )
+        try:
+            root = buf.root()
+            major = root.scalar(_G["SchemaVersionMajor"], "u16", 0)
+            minor = root.scalar(_G["SchemaVersionMinor"], "u16", 0)
+            if major != SCHEMA_VERSION[0]:
+                raise SchemaError(
+                    f"schema version {major}.{minor} is not supported (this reader: {SCHEMA_VERSION[0]}.x)"
+                )
+            graph = Graph(
+                root.string(_G["Name"], limits.max_name_length) or "",
+                _dtype(root.scalar(_G["IoDataType"], "i8", 0), "graph io dtype"),
+                _dtype(root.scalar(_G["IntermediateDataType"], "i8", 0), "graph intermediate dtype"),
+                _dtype(root.scalar(_G["ComputeDataType"], "i8", 0), "graph compute dtype"),
+                preferred_engine_id=root.scalar(_G["PreferredEngineId"], "i64"),
+                schema_version=(major, minor),
+            )
+        except SchemaError as e:
+            raise _located(where, e) from None
         tensors = graph.tensors
         for i, pos in enumerate(_count(root, _G["Tensors"], limits.max_tensors, "tensors")):
-            t = _tensor(Table(buf, pos), i, limits)
+            where = f"tensor #{i}"
+            t = _tensor(buf, pos, i, limits)
             if t.uid in tensors:
                 raise GraphError(f"duplicate tensor uid {t.uid} ('{tensors[t.uid].name}' and '{t.name}')")
             tensors[t.uid] = t
         for i, pos in enumerate(_count(root, _G["Nodes"], limits.max_nodes, "nodes")):
-            graph.nodes.append(_node(Table(buf, pos), i, limits))
-    except struct.error as e:  # a read the explicit checks did not foresee
-        raise SchemaError(f"malformed buffer: {e}") from None
+            where = f"node #{i}"
+            graph.nodes.append(_node(buf, pos, i, limits))
+    except _READ_ERRORS as e:  # a read the explicit checks did not foresee
+        raise SchemaError(f"malformed buffer while reading {where}: {type(e).__name__}: {e}") from None
     if check:
         from sigdnn.graph.checks import check_graph
 

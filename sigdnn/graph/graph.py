@@ -48,6 +48,10 @@ class Graph:
     nodes: list[Node] = attrs.field(factory=list)
     preferred_engine_id: int | None = None
     schema_version: tuple[int, int] = SCHEMA_VERSION
+    # Caches that keep building a graph linear; rebuilt whenever tensors or
+    # nodes were changed behind the builder's back (e.g. by deserialize).
+    _top_uid: tuple[int, int] = attrs.field(default=(0, 0), init=False, repr=False)
+    _node_names: set[str] = attrs.field(factory=set, init=False, repr=False)
 
     # -- lookups -------------------------------------------------------------
     def dtype_of(self, tensor: Tensor) -> DataType:
@@ -97,7 +101,10 @@ class Graph:
     # -- tensors -------------------------------------------------------------
     def _next_uid(self) -> int:
         """One past the largest uid; the smallest free one once that would overflow int64."""
-        top = max(self.tensors, default=0)
+        count, top = self._top_uid
+        if count != len(self.tensors):
+            top = max(self.tensors, default=0)
+            self._top_uid = (len(self.tensors), top)
         if top < _INT64_MAX:
             return top + 1
         return next(uid for uid in range(1, len(self.tensors) + 2) if uid not in self.tensors)
@@ -110,6 +117,9 @@ class Graph:
                 f"duplicate tensor uid {tensor.uid} ('{tensor.name}' and '{self.tensors[tensor.uid].name}')"
             )
         self.tensors[tensor.uid] = tensor
+        count, top = self._top_uid
+        if count == len(self.tensors) - 1:
+            self._top_uid = (len(self.tensors), max(top, tensor.uid))
         return tensor
 
     def tensor(
@@ -187,8 +197,11 @@ class Graph:
             op.check(inputs, {port: out})
         except GraphError as e:
             raise GraphError(f"node '{name}': {e}") from None
-        if any(n.name == name for n in self.nodes):
+        if len(self._node_names) != len(self.nodes):
+            self._node_names = {n.name for n in self.nodes}
+        if name in self._node_names:
             raise GraphError(f"duplicate node name '{name}'")
+        self._node_names.add(name)
         self._add_tensor(out)
         node = Node(name, op, _dtype_or_none(compute_dtype))
         self.nodes.append(node)

@@ -7,7 +7,19 @@ import attrs
 
 @attrs.frozen
 class Limits:
-    """Upper bounds on what one graph may declare."""
+    """Upper bounds on what one graph may declare.
+
+    ``max_total_bytes`` bounds the memory one run can cost: the strided spans
+    of every tensor together (inputs, outputs, intermediates before reuse),
+    plus the padded copy a convolution makes of its input. A backend's
+    scratch (the reference widens inputs to float64) is a constant factor on
+    top. Lower it to run untrusted graphs in a small sandbox.
+
+    ``max_kernel_taps`` bounds time where memory does not: a kernel built
+    by broadcasting two tiny inputs can have millions of taps, and a direct
+    convolution does work per tap. Real kernels stay far below it (31x31,
+    7x7x7, a few thousand in 1-D).
+    """
 
     max_tensors: int = 1 << 20
     max_nodes: int = 1 << 20
@@ -15,6 +27,8 @@ class Limits:
     max_elements: int = 1 << 40  # per tensor, counting its strided span
     max_name_length: int = 4096
     max_scalar_bytes: int = 64
+    max_total_bytes: int = 1 << 36  # all tensors of the graph together (64 GiB)
+    max_kernel_taps: int = 1 << 16  # positions of one convolution kernel (product of its spatial dims)
 
 
 DEFAULT_LIMITS = Limits()

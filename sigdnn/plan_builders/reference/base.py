@@ -19,8 +19,9 @@ from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 
 
 def widen(array: np.ndarray, integer: bool) -> np.ndarray:
-    """Exact float64 (or int64) values of a stored array."""
-    return array.astype(np.int64 if integer else np.float64, copy=False)
+    """Exact float64 (or int64) values of a stored array (NaN/inf to int64 is undefined, as in C)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return array.astype(np.int64 if integer else np.float64, copy=False)
 
 
 def store(out: np.ndarray, value: np.ndarray, dtype: DataType) -> None:
