@@ -8,7 +8,6 @@ computed from the dataflow (the order nodes arrive in is never trusted).
 from __future__ import annotations
 
 import heapq
-import math
 
 import attrs
 
@@ -16,8 +15,6 @@ from sigdnn.errors import GraphError
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import is_non_overlapping, span_elements
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
-from sigdnn.graph.node import Node
-from sigdnn.graph.ops import ConvFprop
 from sigdnn.graph.tensor import Tensor
 
 
@@ -63,23 +60,6 @@ def _resolved(graph: Graph, t: Tensor) -> Tensor:
     "conv needs floats" must give the same answer for both.
     """
     return t if t.dtype is not None else attrs.evolve(t, dtype=graph.dtype_of(t))
-
-
-def _scratch_bytes(node: Node, ins: dict[str, Tensor]) -> int:
-    """Memory a node needs beyond its tensors, where attributes (not dims) can make it huge.
-
-    A convolution copies its input with the padding added; padding is a free
-    attribute, so without this a tiny graph could ask for an enormous copy.
-    Counted as float64, what the reference computes in.
-    """
-    op = node.op
-    if not isinstance(op, ConvFprop):
-        return 0
-    x = ins["x"]
-    elements = x.dims[0] * x.dims[1]
-    for i, d in enumerate(x.dims[2:]):
-        elements *= d + op.pre_padding[i] + op.post_padding[i]
-    return elements * 8
 
 
 def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
@@ -145,18 +125,14 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
                 )
             if not is_non_overlapping(t.dims, t.strides):
                 raise GraphError(f"{where}: output '{t.name}' strides {list(t.strides)} overlap")
-        if isinstance(node.op, ConvFprop):
-            w = in_tensors["w"]
-            taps = math.prod(w.dims[2:])
-            if taps > limits.max_kernel_taps:
-                raise GraphError(
-                    f"{where}: kernel '{w.name}' {list(w.dims)} has {taps} taps (limit {limits.max_kernel_taps})"
-                )
         # Scratch lives only while its node runs: each node's, on top of the tensors, must fit.
-        scratch = _scratch_bytes(node, in_tensors)
+        try:
+            scratch = node.op.scratch_bytes(in_tensors, limits)
+        except GraphError as e:
+            raise GraphError(f"{where}: {e}") from None
         if total + scratch > limits.max_total_bytes:
             raise GraphError(
-                f"{where}: needs {scratch} bytes of scratch (padded input); with the graph's tensors that "
+                f"{where}: needs {scratch} bytes of scratch; with the graph's tensors that "
                 f"makes {total + scratch} bytes (limit {limits.max_total_bytes})"
             )
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from sigdnn.dtypes import DataType
 from sigdnn.errors import GraphError
+from sigdnn.graph.limits import Limits
 from sigdnn.graph.tensor import Tensor
 from sigdnn.graph.wire_reader import Table, slots_of
 
@@ -58,6 +59,14 @@ class Op:
 
     def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
         """Extra rules beyond dims (dtypes, attribute ranges); GraphError on failure."""
+
+    def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
+        """Memory a node needs beyond its tensors, where attributes (not dims) can make it huge.
+
+        Checked against the limits before anything is allocated; GraphError
+        when the op's own cost limit is exceeded.
+        """
+        return 0
 
     def default_output_strides(
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]

@@ -6,6 +6,7 @@ in logical (NC-first) dims whatever the memory layout. groups = C / w's C.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -13,6 +14,7 @@ import attrs
 
 from sigdnn.errors import GraphError
 from sigdnn.graph.layout import packed_strides
+from sigdnn.graph.limits import Limits
 from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.tensor import Tensor
 
@@ -82,6 +84,21 @@ class ConvFprop(Op):
                 )
             out.append((padded - span) // self.stride[i] + 1)
         return {"y": (n, k, *out)}
+
+    def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
+        """The padded float64 copy of x (padding is a free attribute), and a bound on kernel taps.
+
+        Taps bound time where memory does not: a kernel broadcast from two
+        tiny inputs can have millions of taps, each one pass over the output.
+        """
+        x, w = inputs["x"], inputs["w"]
+        taps = math.prod(w.dims[2:])
+        if taps > limits.max_kernel_taps:
+            raise GraphError(f"kernel '{w.name}' {list(w.dims)} has {taps} taps (limit {limits.max_kernel_taps})")
+        elements = x.dims[0] * x.dims[1]
+        for i, d in enumerate(x.dims[2:]):
+            elements *= d + self.pre_padding[i] + self.post_padding[i]
+        return elements * 8
 
     def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
         require_float(f"conv_fprop '{outputs['y'].name}'", {**inputs, **outputs})
