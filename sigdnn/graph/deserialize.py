@@ -39,10 +39,10 @@ def _dtype(value: int, where: str) -> DataType | None:
         raise SchemaError(f"{where}: unknown data type {value}") from None
 
 
-def _located(where: str, e: SchemaError) -> SchemaError:
-    """``e`` with ``where`` in front, once (inner readers may already have named it)."""
+def _located(where: str, e: SchemaError | GraphError) -> SchemaError | GraphError:
+    """``e`` (same class) with ``where`` in front, once (inner readers may already have named it)."""
     msg = str(e)
-    return SchemaError(msg if msg.startswith(where) else f"{where}: {msg}")
+    return type(e)(msg if msg.startswith(where) else f"{where}: {msg}")
 
 
 def _tensor(buf: Buffer, pos: int, index: int, limits: Limits) -> Tensor:
@@ -60,7 +60,7 @@ def _tensor(buf: Buffer, pos: int, index: int, limits: Limits) -> Tensor:
         if t.scalar(_T["IsPassByValue"], "bool", False):
             value = t.raw_bytes(_T["Value"], limits.max_scalar_bytes) or b""
         virtual = bool(t.scalar(_T["IsVirtual"], "bool", False))
-    except SchemaError as e:
+    except (SchemaError, GraphError) as e:
         raise _located(where, e) from None
     return Tensor(uid, name, dims, strides, dtype, virtual, value)
 
@@ -80,7 +80,7 @@ def _node(buf: Buffer, pos: int, index: int, limits: Limits) -> Node:
         if attributes is None:
             raise SchemaError("op attributes are missing")
         op = op_class.from_fb(attributes, where, limits.max_rank)
-    except SchemaError as e:
+    except (SchemaError, GraphError) as e:
         raise _located(where, e) from None
     return Node(name, op, compute)
 

@@ -4,7 +4,9 @@ The generated Python accessors re-parse the vtable on every field access and
 check no bounds, which makes a 10,000-node graph slow to read and a hostile
 buffer able to read garbage or slice past the end. This reader parses each
 distinct vtable once, checks every offset against the buffer before use, and
-reads fields with precompiled structs. Slot numbers come from the generated
+reads fields with precompiled structs. Bytes that break the format are a
+SchemaError; well-formed data over a limit (a name too long, a rank too
+high) is a GraphError, as every exceeded limit is. Slot numbers come from the generated
 builder functions (see ``slots_of``), so the schema stays the one source.
 """
 
@@ -14,7 +16,7 @@ import struct
 from functools import cache
 from typing import Any
 
-from sigdnn.errors import SchemaError
+from sigdnn.errors import GraphError, SchemaError
 
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
@@ -138,7 +140,7 @@ class Table:
         if not start:
             return None
         if n > max_length:
-            raise SchemaError(f"string of {n} bytes (max {max_length})")
+            raise GraphError(f"string of {n} bytes (max {max_length})")
         try:
             return self.buf.data[start : start + n].decode("utf-8")
         except UnicodeDecodeError:
@@ -150,7 +152,7 @@ class Table:
     def int64s(self, slot: int, max_length: int) -> tuple[int, ...]:
         start, n = self._vector(slot, 8)
         if n > max_length:
-            raise SchemaError(f"int vector of {n} entries (max {max_length})")
+            raise GraphError(f"int vector of {n} entries (max {max_length})")
         return struct.unpack_from(f"<{n}q", self.buf.data, start) if n else ()
 
     def raw_bytes(self, slot: int, max_length: int) -> bytes | None:
@@ -158,7 +160,7 @@ class Table:
         if not start:
             return None
         if n > max_length:
-            raise SchemaError(f"byte vector of {n} entries (max {max_length})")
+            raise GraphError(f"byte vector of {n} entries (max {max_length})")
         return bytes(self.buf.data[start : start + n])
 
     def table_at(self, slot: int) -> Table | None:
