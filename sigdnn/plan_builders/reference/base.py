@@ -7,6 +7,8 @@ declared dtype. Buffers are NumPy views with any strides.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -29,25 +31,63 @@ def store(out: np.ndarray, value: np.ndarray, dtype: DataType) -> None:
     np.copyto(out, np.broadcast_to(round_to(value, dtype), out.shape))
 
 
+CHUNK_ELEMENTS = 1 << 16  # float64 temporaries of one chunk stay in L2
+
+
+def chunks(shape: tuple[int, ...], target: int = CHUNK_ELEMENTS) -> list[tuple[Any, ...]]:
+    """Index tuples that split ``shape`` into blocks of about ``target`` elements.
+
+    Blocks are whole rows along the outermost axis whose inner extent fits,
+    so every block is a view of the caller's (strided) arrays.
+    """
+    inner = math.prod(shape)
+    if inner <= target:
+        return [()]
+    for axis, extent in enumerate(shape):
+        inner //= extent
+        if inner <= target:
+            rows = max(1, target // max(inner, 1))
+            outer = itertools.product(*(range(d) for d in shape[:axis]))
+            return [(*lead, slice(r, r + rows)) for lead in outer for r in range(0, extent, rows)]
+    return [()]
+
+
 class ReferencePlan(NodePlan):
-    """Runs ``compute(inputs) -> {port: value}`` and stores each output."""
+    """Runs ``compute(inputs) -> {port: value}`` and stores each output.
+
+    An elementwise plan runs block by block: the float64 temporaries then
+    take a few L2-sized blocks instead of several copies of the tensor, which
+    is both faster and keeps a node's working memory bounded.
+    """
 
     def __init__(
         self,
         compute: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
         integer: bool,
         out_dtypes: dict[str, DataType],
+        elementwise: bool = False,
     ) -> None:
         self._compute = compute
         self._integer = integer
         self._out_dtypes = out_dtypes
+        self._elementwise = elementwise and len(out_dtypes) == 1
 
     def execute(self, buffers: Mapping[str, Any], stream: Any = None) -> None:
-        inputs = {p: widen(buffers[p], self._integer) for p in buffers if p not in self._out_dtypes}
+        if self._elementwise:
+            (port,) = self._out_dtypes
+            out = buffers[port]
+            ins = {p: np.broadcast_to(a, out.shape) for p, a in buffers.items() if p != port}
+            for block in chunks(out.shape):
+                self._run({p: a[block] for p, a in ins.items()}, {port: out[block]})
+            return
+        self._run({p: a for p, a in buffers.items() if p not in self._out_dtypes}, buffers)
+
+    def _run(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
+        wide = {p: widen(a, self._integer) for p, a in inputs.items()}
         with np.errstate(all="ignore"):
-            results = self._compute(inputs)
+            results = self._compute(wide)
         for port, value in results.items():
-            store(buffers[port], value, self._out_dtypes[port])
+            store(outputs[port], value, self._out_dtypes[port])
 
 
 class ReferenceBuilder(PlanBuilder):
@@ -66,4 +106,10 @@ class ReferenceBuilder(PlanBuilder):
 
     def build(self, node: Node, graph: Graph, ctx: BuildContext) -> NodePlan:
         outs = {p: graph.dtype_of(graph.tensors[u]) for p, u in node.op.outputs().items()}
-        return ReferencePlan(self.make_compute(node, graph, ctx), self.computes_in_integers(node, graph), outs)
+        return ReferencePlan(
+            self.make_compute(node, graph, ctx), self.computes_in_integers(node, graph), outs, self.elementwise(node)
+        )
+
+    def elementwise(self, node: Node) -> bool:
+        """Whether each output element depends only on the same-index input elements."""
+        return False

@@ -204,6 +204,9 @@ class ReferencePointwise(ReferenceBuilder):
     def computes_in_integers(self, node: Node, graph: Graph) -> bool:
         return graph.compute_dtype_of(node).is_integer and node.op.mode in INTEGER_EXACT
 
+    def elementwise(self, node: Node) -> bool:
+        return node.op.mode != "gen_index"  # gen_index reads positions, not values
+
     def make_compute(
         self, node: Node, graph: Graph, ctx: BuildContext
     ) -> Callable[[dict[str, Array]], dict[str, Array]]:
