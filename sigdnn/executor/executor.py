@@ -175,11 +175,21 @@ class Executor:
         return f"is unavailable: {reason}" if reason else None
 
     # -- execute -------------------------------------------------------------
-    def execute(self, plan: ExecutionPlan, variant_pack: Mapping[Any, Any], *, to_host: bool = True) -> dict[str, Any]:
+    def execute(
+        self,
+        plan: ExecutionPlan,
+        variant_pack: Mapping[Any, Any],
+        *,
+        to_host: bool = True,
+        capture: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Run ``plan``; return every output by name (written in place when given).
 
         Outputs missing from the pack are allocated; on the GPU backend they
-        come back as host arrays when ``to_host`` is true.
+        come back as host arrays when ``to_host`` is true. A ``capture`` dict
+        receives a host copy of every tensor a node writes, taken right after
+        that node (before its buffer is reused): validation compares node by
+        node with it. Capturing synchronizes after each node.
         """
         if not isinstance(plan, ExecutionPlan):
             raise TypeError(f"execute() takes an ExecutionPlan from prepare(), not {type(plan).__name__}")
@@ -215,6 +225,9 @@ class Executor:
                 raise ExecutionError(
                     f"node '{step.node.name}' ({step.builder.name}) failed: {type(e).__name__}: {e}"
                 ) from e
+            if capture is not None:
+                for uid in step.node.op.outputs().values():
+                    capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid])
         result = {graph.tensors[u].name: memory.deliver(buffers[u], to_host) for u in outputs}
         memory.synchronize()
         return result

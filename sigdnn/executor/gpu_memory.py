@@ -104,5 +104,9 @@ class GpuRun:
             return target
         return self.context.to_host(array) if to_host else array
 
+    def snapshot(self, array: Any) -> np.ndarray:
+        """A host copy, taken now (synchronizes the stream)."""
+        return self.context.to_host(array)
+
     def synchronize(self) -> None:
         self.context.synchronize()

@@ -94,6 +94,10 @@ class HostMemory:
     def deliver(self, array: np.ndarray, to_host: bool) -> np.ndarray:
         return array
 
+    def snapshot(self, array: np.ndarray) -> np.ndarray:
+        """A copy that outlives the arena slot's reuse."""
+        return np.array(array)
+
     def synchronize(self) -> None:
         pass
 

@@ -2,16 +2,18 @@
 
 from sigdnn.validation.compare import Comparison, compare
 from sigdnn.validation.inputs import random_array, random_inputs
-from sigdnn.validation.tolerances import Tolerance, tolerance_for
-from sigdnn.validation.validate import ValidationReport, validate
+from sigdnn.validation.tolerances import Tolerance, node_tolerance, output_tolerance
+from sigdnn.validation.validate import NodeCheck, ValidationReport, validate
 
 __all__ = [
     "Comparison",
+    "NodeCheck",
     "Tolerance",
     "ValidationReport",
     "compare",
+    "node_tolerance",
+    "output_tolerance",
     "random_array",
     "random_inputs",
-    "tolerance_for",
     "validate",
 ]

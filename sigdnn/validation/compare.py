@@ -1,4 +1,4 @@
-"""Compare one output against the reference: errors, mismatches, worst element."""
+"""Compare one tensor against the reference: errors, mismatches, worst element."""
 
 from __future__ import annotations
 
@@ -35,23 +35,39 @@ class Comparison:
         return d
 
 
-def compare(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance) -> Comparison:
-    """NaN/Inf must match position for position; integers exactly; floats within tolerance."""
+def compare(
+    name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance, terms: np.ndarray | None = None
+) -> Comparison:
+    """NaN/Inf must match position for position; integers exactly; floats within tolerance.
+
+    ``terms`` is sum(|terms|) per element for a reduction (the reference run
+    on absolute inputs); the tolerance's reduction factor scales it.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _compare(name, got, want, tolerance, terms)
+
+
+def _compare(
+    name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance, terms: np.ndarray | None
+) -> Comparison:
     g = np.asarray(got).astype(np.float64)
     w = np.asarray(want).astype(np.float64)
     special = ~np.isfinite(g) | ~np.isfinite(w)
     same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w)))
-    nan_inf = int(np.count_nonzero(special & ~same_special))
+    wrong_special = special & ~same_special
     finite = ~special
     abs_err = np.where(finite, np.abs(g - w), 0.0)
     rel_err = np.where(finite, abs_err / np.maximum(np.abs(w), np.finfo(np.float64).tiny), 0.0)
     if tolerance.exact:
         bad = finite & (abs_err != 0)
     else:
-        bad = finite & (abs_err > tolerance.atol + tolerance.rtol * np.abs(w))
+        bound = tolerance.atol + tolerance.rtol * np.abs(w)
+        if terms is not None and tolerance.reduction:
+            bound = bound + tolerance.reduction * np.asarray(terms, dtype=np.float64)
+        bad = finite & (abs_err > bound)
     worst = None
     if g.size:
-        score = np.where(special & ~same_special, np.inf, abs_err)
+        score = np.where(wrong_special, np.inf, np.where(bad, abs_err + 1.0, abs_err))
         worst = np.unravel_index(int(np.argmax(score)), g.shape)
     return Comparison(
         name=name,
@@ -64,5 +80,5 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance) 
         worst_index=tuple(int(i) for i in worst) if worst is not None else None,
         worst_got=float(g[worst]) if worst is not None else None,
         worst_want=float(w[worst]) if worst is not None else None,
-        nan_inf_mismatches=nan_inf,
+        nan_inf_mismatches=int(np.count_nonzero(wrong_special)),
     )
