@@ -279,9 +279,16 @@ class Graph:
         return serialize(self)
 
     def canonical(self) -> tuple:
-        """A value-comparable form with every dtype resolved."""
+        """A value-comparable form, dtypes resolved where the graph's defaults allow."""
+
+        def dtype(t: Tensor) -> DataType | None:
+            try:
+                return self.dtype_of(t)
+            except GraphError:
+                return None
+
         tensors = tuple(
-            (t.uid, t.name, self.dtype_of(t), t.dims, t.strides, t.is_virtual, t.value) for t in self.tensors.values()
+            (t.uid, t.name, dtype(t), t.dims, t.strides, t.is_virtual, t.value) for t in self.tensors.values()
         )
         nodes = tuple((n.name, n.compute_dtype, n.op) for n in self.nodes)
         head = (self.name, self.io_dtype, self.intermediate_dtype, self.compute_dtype, self.preferred_engine_id)
