@@ -159,3 +159,18 @@ def test_preferred_engine_id_is_tried_first() -> None:
     g = chain(1)
     g.preferred_engine_id = 1000
     assert sigdnn.Executor().prepare(g).steps[0].builder.engine_id == 1000
+
+
+def test_one_plan_runs_concurrently_from_several_threads() -> None:
+    """Plans are immutable and each run gets its own arena, so threads may share a plan."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    g = chain(8, n=50_000)
+    ex = sigdnn.Executor()
+    plan = ex.prepare(g)
+    inputs = [np.random.default_rng(i).uniform(-1, 1, 50_000).astype(np.float32) for i in range(6)]
+    want = [ex.execute(plan, {"x": x})["y"] for x in inputs]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        got = list(pool.map(lambda x: ex.execute(plan, {"x": x})["y"], inputs))
+    for w, g_ in zip(want, got):
+        np.testing.assert_array_equal(w, g_)
