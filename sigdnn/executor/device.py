@@ -24,6 +24,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from sigdnn.graph.layout import packed_strides
+
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 # CUDA-array-interface type strings: NumPy's own, except bfloat16, which has
@@ -44,14 +46,6 @@ def _dtype_from_typestr(typestr: str) -> np.dtype:
     if dtype.kind == "V":
         raise TypeError(f"unsupported __cuda_array_interface__ typestr {typestr!r}")
     return dtype
-
-
-def packed_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Row-major (C) strides in elements for ``shape``."""
-    strides = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        strides[i] = strides[i + 1] * max(int(shape[i + 1]), 1)
-    return tuple(strides)
 
 
 class DeviceArray:

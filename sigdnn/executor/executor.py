@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sigdnn.errors import ExecutionError, NoPlanError, NotSupported, RegistryError, SigdnnError, VariantPackError
+from sigdnn.errors import ExecutionError, NoPlanError, NotSupported, RegistryError, SigdnnError
 from sigdnn.executor.host import HostMemory
 from sigdnn.executor.memory_plan import plan_memory
 from sigdnn.executor.plan import ExecutionPlan, Step
@@ -202,7 +202,7 @@ class Executor:
             t = graph.tensors[uid]
             dtype = graph.dtype_of(t)
             if t.value is not None:
-                buffers[uid] = memory.scalar(_scalar_value(obj, t, dtype), t, dtype)
+                buffers[uid] = memory.scalar(obj, t, dtype)
             else:
                 buffers[uid] = memory.accept(obj, t, dtype, writable=uid in written)
         for uid, t in graph.tensors.items():
@@ -235,12 +235,3 @@ class Executor:
     def run(self, source: GraphSource, variant_pack: Mapping[Any, Any], **kw: Any) -> dict[str, Any]:
         """prepare + execute in one call."""
         return self.execute(self.prepare(source), variant_pack, **kw)
-
-
-def _scalar_value(obj: Any, tensor: Any, dtype: Any) -> Any:
-    import numpy as np
-
-    value = np.asarray(obj)
-    if value.size != 1:
-        raise VariantPackError(f"pass-by-value tensor '{tensor.name}' takes one value, got shape {list(value.shape)}")
-    return value.reshape(()).astype(dtype.numpy)

@@ -8,6 +8,7 @@ import numpy as np
 
 from sigdnn.dtypes import DataType
 from sigdnn.errors import ExecutionError, VariantPackError
+from sigdnn.graph.layout import is_non_overlapping
 from sigdnn.graph.tensor import Tensor
 from sigdnn.registry.contracts import CPU, Device
 
@@ -17,16 +18,6 @@ def strided_view(
 ) -> np.ndarray:
     item = dtype.itemsize
     return np.ndarray(dims, dtype=dtype.numpy, buffer=arena, offset=offset, strides=tuple(s * item for s in strides))
-
-
-def _overlaps(a: np.ndarray) -> bool:
-    """True when two logical elements of ``a`` share memory (a stride-0 or stride-tricks view)."""
-    extent = a.itemsize
-    for stride, dim in sorted((abs(s), d) for s, d in zip(a.strides, a.shape) if d > 1):
-        if stride < extent:
-            return True
-        extent = stride * dim
-    return False
 
 
 class HostMemory:
@@ -73,7 +64,7 @@ class HostMemory:
             )
         if writable and not obj.flags.writeable:
             raise VariantPackError(f"{where}: output array is read-only")
-        if writable and _overlaps(obj):
+        if writable and not is_non_overlapping(obj.shape, obj.strides, obj.itemsize):
             raise VariantPackError(
                 f"{where}: output array's elements overlap (strides {list(obj.strides)} bytes); "
                 "several results would land on one element"

@@ -23,13 +23,13 @@ def _uid_of(key: Any) -> int | None:
         return None
 
 
-def _check_scalar(graph: Graph, t: Tensor, buffer: Any) -> None:
-    """A pass-by-value override must be one value of the tensor's dtype, checked before anything runs."""
+def _scalar(graph: Graph, t: Tensor, buffer: Any) -> np.ndarray:
+    """A pass-by-value override as one 0-d value of the tensor's dtype, checked before anything runs."""
     dtype = graph.dtype_of(t)
     try:
         value = np.asarray(buffer)
         if value.size == 1:
-            value.reshape(()).astype(dtype.numpy)
+            return value.reshape(()).astype(dtype.numpy)
     except (TypeError, ValueError, OverflowError) as e:
         raise VariantPackError(
             f"pass-by-value tensor '{t.name}' (uid {t.uid}): {type(buffer).__name__} is not a {dtype} value ({e})"
@@ -41,7 +41,7 @@ def _check_scalar(graph: Graph, t: Tensor, buffer: Any) -> None:
 
 
 def resolve_pack(graph: Graph, pack: Mapping[Any, Any], inputs: list[int], outputs: list[int]) -> dict[int, Any]:
-    """uid -> buffer; VariantPackError for unknown, virtual, doubled or missing entries."""
+    """uid -> buffer (scalar overrides as 0-d values); VariantPackError for unknown, virtual, doubled or missing entries."""
     if not isinstance(pack, Mapping):
         raise VariantPackError(
             f"variant pack must be a mapping of tensor name or uid to buffer, got {type(pack).__name__}"
@@ -65,9 +65,7 @@ def resolve_pack(graph: Graph, pack: Mapping[Any, Any], inputs: list[int], outpu
             )
         if uid in resolved:
             raise VariantPackError(f"variant pack names tensor '{t.name}' (uid {uid}) twice")
-        if t.value is not None:
-            _check_scalar(graph, t, buffer)
-        resolved[uid] = buffer
+        resolved[uid] = _scalar(graph, t, buffer) if t.value is not None else buffer
     missing = [f"'{graph.tensors[u].name}' (uid {u})" for u in inputs if u not in resolved]
     if missing:
         raise VariantPackError(f"variant pack is missing input tensor(s) {', '.join(missing)}")

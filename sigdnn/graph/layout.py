@@ -48,9 +48,10 @@ def span_elements(dims: Sequence[int], strides: Sequence[int]) -> int:
     return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
 
 
-def is_non_overlapping(dims: Sequence[int], strides: Sequence[int]) -> bool:
-    """True when no two logical indices share a memory location."""
-    extent = 1
+def is_non_overlapping(dims: Sequence[int], strides: Sequence[int], itemsize: int = 1) -> bool:
+    """True when no two logical indices share memory (strides in units of ``itemsize``)."""
+    strides = [abs(s) for s in strides]
+    extent = itemsize
     for axis in reversed(stride_order(strides)):
         if dims[axis] == 1:
             continue
