@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from sigdnn.executor.device import GpuContext
 from sigdnn.plan_builders.cutile.pointwise import prepare
+from sigdnn.runtime.cuda import GpuContext
 
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 

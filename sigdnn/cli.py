@@ -59,11 +59,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_builders(args: argparse.Namespace) -> int:
     from sigdnn.registry import DEFAULT_REGISTRY
 
-    print(f"{'engine':>6}  {'name':<28} {'backend':<10} {'device':<6} {'serves':<12} availability")
+    print(f"{'engine':>6}  {'name':<28} {'library':<10} {'device':<6} {'serves':<12} availability")
     for b in DEFAULT_REGISTRY.builders():
         reason = b.available()
         state = "available" if reason is None else f"unavailable: {reason}"
-        print(f"{b.engine_id:>6}  {b.name:<28} {b.backend:<10} {b.device:<6} {b.key_type.family:<12} {state}")
+        serves = ",".join(b.ops) or "regions"
+        print(f"{b.engine_id:>6}  {b.name:<28} {b.library:<10} {b.device:<6} {serves:<12} {state}")
     for source, reason in DEFAULT_REGISTRY.load_failures.items():
         print(f"   (not loaded) {source}: {reason}")
     return 0

@@ -37,3 +37,11 @@ class ExecutionError(SigdnnError):
 
 class RegistryError(SigdnnError):
     """A builder could not be registered (engine id taken or out of range)."""
+
+
+class UsageError(SigdnnError, TypeError, ValueError):
+    """An API call got an argument it does not take (a wrong type or an unknown choice).
+
+    Also a TypeError and ValueError, so code written against Python's
+    conventions still catches it.
+    """

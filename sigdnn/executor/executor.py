@@ -10,18 +10,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sigdnn.errors import ExecutionError, NoPlanError, NotSupported, RegistryError, SigdnnError
+from sigdnn.errors import ExecutionError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
 from sigdnn.executor.host import HostMemory
-from sigdnn.executor.memory_plan import plan_memory
+from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
 from sigdnn.executor.plan import ExecutionPlan, Step
+from sigdnn.executor.schedule import memory_aware_order
 from sigdnn.executor.variant_pack import resolve_pack
 from sigdnn.graph.checks import check_graph
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.node import Node
-from sigdnn.registry.contracts import BuildContext, Device, PlanBuilder
+from sigdnn.registry.contracts import BuildContext, PlanBuilder, RegionContext
+from sigdnn.registry.regions import Dataflow, make_region
 from sigdnn.registry.registry import DEFAULT_REGISTRY, Registry
+from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.signature_keys import SignatureKey, key_for
 
 BACKENDS = ("reference", "gpu")
@@ -30,11 +33,11 @@ GraphSource = bytes | bytearray | memoryview | str | os.PathLike | Graph
 
 
 class Executor:
-    """Runs graphs on one backend: "reference" (NumPy) or "gpu" (cuTile + CuTe DSL).
+    """Runs graphs on one backend: "reference" (NumPy on the CPU) or "gpu" (the GPU builders).
 
     ``engine`` pins every node its builder serves; ``pins`` pins nodes by name.
     Pinning is strict: a pinned builder that declines is an error, never a
-    silent fallback.
+    silent fallback. ``fusion=False`` plans every node as its own step.
     """
 
     def __init__(
@@ -45,11 +48,13 @@ class Executor:
         pins: Mapping[str, Engine] | None = None,
         registry: Registry | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        fusion: bool = True,
         cache_size: int = 64,
     ) -> None:
         if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+            raise UsageError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
         self.backend = backend
+        self.fusion = fusion
         self.engine = engine
         self.pins = dict(pins or {})
         self.registry = registry or DEFAULT_REGISTRY
@@ -67,8 +72,8 @@ class Executor:
             if self.backend == "reference":
                 self._memory = HostMemory()
             else:
-                from sigdnn.executor.device import gpu_unavailable_reason
                 from sigdnn.executor.gpu_memory import GpuMemory
+                from sigdnn.runtime.cuda import gpu_unavailable_reason
 
                 reason = gpu_unavailable_reason()
                 if reason is not None:
@@ -82,7 +87,10 @@ class Executor:
 
     # -- prepare -------------------------------------------------------------
     def prepare(self, source: GraphSource) -> ExecutionPlan:
-        """Parse, check, order, pick a builder per node and plan memory; cached by digest."""
+        """Parse, check, claim regions, pick a builder per remaining node, order the steps, plan memory.
+
+        Cached by the graph's digest (and this executor's settings).
+        """
         graph, data = self._load(source)
         digest = hashlib.blake2b(data, digest_size=16).hexdigest()
         with self._lock:
@@ -93,23 +101,77 @@ class Executor:
         if graph is None:
             graph = deserialize(data, limits=self.limits, check=False)
         order = check_graph(graph, self.limits)
-        steps = []
-        declines: dict[str, list[str]] = {}
         device = self.device
+        keys = {i: key_for(graph.nodes[i], graph) for i in order}
+        flow = Dataflow(graph, order)
+        steps = [*self._region_steps(graph, order, flow, keys, device)]
+        claimed = {i for step in steps for i in step.region.nodes}
         for i in order:
-            node = graph.nodes[i]
-            key = key_for(node, graph)
-            builder, why = self._choose(node, graph, key, device)
-            declines[node.name] = why
-            ports = node.op.ports()
-            ctx = BuildContext(key, device, {p: graph.tensors[u] for p, u in ports.items()}, graph)
-            steps.append(Step(node, key, builder, builder.build(node, graph, ctx), ports))
-        plan = ExecutionPlan(graph, self.backend, digest, tuple(steps), plan_memory(graph, order), declines)
+            if i not in claimed:
+                steps.append(self._node_step(graph, graph.nodes[i], keys[i], device))
+        position = {graph.nodes[i]: p for p, i in enumerate(order)}
+        rank = [min(position[n] for n in s.nodes) for s in steps]
+        sizes = {uid: tensor_bytes(graph, uid) for uid, t in graph.tensors.items() if t.is_virtual}
+        run_order = memory_aware_order([s.reads for s in steps], [s.writes for s in steps], rank, sizes)
+        ordered = tuple(steps[u] for u in run_order)
+        memory = plan_memory(graph, [(s.reads, s.writes) for s in ordered])
+        plan = ExecutionPlan(graph, self.backend, digest, ordered, memory)
         with self._lock:
             self._cache[digest] = plan
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return plan
+
+    def _region_steps(
+        self, graph: Graph, order: list[int], flow: Dataflow, keys: dict[int, SignatureKey], device: Device
+    ) -> list[Step]:
+        """Offer the graph to the fusion builders, best first; commit the claims that fit."""
+        if not self.fusion:
+            return []
+        steps: list[Step] = []
+        taken: set[int] = set()
+        for builder in self.registry.fusion_builders(device.kind):
+            if self.engine is not None and self._find(self.engine).engine_id != builder.engine_id:
+                continue
+            for region in builder.claim(graph, order, device):
+                nodes = set(region.nodes)
+                if nodes & taken or any(self._pinned_elsewhere(graph.nodes[i], builder) for i in nodes):
+                    continue
+                checked = make_region(flow, region.nodes, [keys[i] for i in region.nodes])
+                if checked != region:
+                    raise RegistryError(
+                        f"fusion builder {builder.name} claimed a region that is not what make_region gives"
+                    )
+                context = RegionContext(checked.pattern[0], device, graph)
+                plan = builder.build_region(checked, graph, context)
+                taken |= nodes
+                first, last = graph.nodes[checked.nodes[0]].name, graph.nodes[checked.nodes[-1]].name
+                steps.append(
+                    Step(
+                        f"region({first}..{last})",
+                        tuple(graph.nodes[i] for i in checked.nodes),
+                        checked.pattern[0],
+                        builder,
+                        plan,
+                        {uid: uid for uid in (*checked.entries, *checked.exits)},
+                        checked.entries,
+                        checked.exits,
+                        checked,
+                    )
+                )
+        return steps
+
+    def _pinned_elsewhere(self, node: Node, builder: PlanBuilder) -> bool:
+        pinned = self.pins.get(node.name)
+        return pinned is not None and self._find(pinned, node).engine_id != builder.engine_id
+
+    def _node_step(self, graph: Graph, node: Node, key: SignatureKey, device: Device) -> Step:
+        builder, why = self._choose(node, graph, key, device)
+        ports = node.op.ports()
+        plan = builder.build(node, graph, BuildContext(key, device, graph))
+        ins = tuple(dict.fromkeys(node.op.inputs().values()))
+        return Step(node.name, (node,), (key,), builder, plan, ports, ins, tuple(node.op.outputs().values()),
+                    declines=tuple(why))  # fmt: skip
 
     def _load(self, source: GraphSource) -> tuple[Graph | None, bytes]:
         if isinstance(source, Graph):
@@ -121,7 +183,7 @@ class Executor:
                 return None, Path(source).read_bytes()
             except OSError as e:
                 raise SigdnnError(f"cannot read graph file {str(source)!r}: {e.strerror}") from None
-        raise TypeError(f"prepare() takes bytes, a path or a Graph, not {type(source).__name__}")
+        raise UsageError(f"prepare() takes bytes, a path or a Graph, not {type(source).__name__}")
 
     def _choose(self, node: Node, graph: Graph, key: SignatureKey, device: Device) -> tuple[PlanBuilder, list[str]]:
         """The first builder, best first, whose check accepts the node."""
@@ -160,11 +222,11 @@ class Executor:
         detail = "; ".join(why) if why else f"no {self.backend} builder serves this key"
         raise NoPlanError(f"node '{node.name}' {key}: no plan: {detail}")
 
-    def _find(self, engine: Engine, node: Node) -> PlanBuilder:
+    def _find(self, engine: Engine, node: Node | None = None) -> PlanBuilder:
         try:
             return self.registry.find(engine)
         except RegistryError as e:
-            raise NoPlanError(f"node '{node.name}': {e}") from None
+            raise NoPlanError(f"node '{node.name}': {e}" if node is not None else str(e)) from None
 
     def _unfit(self, builder: PlanBuilder, key: SignatureKey, device: Device) -> str | None:
         if builder.device != device.kind:
@@ -187,12 +249,13 @@ class Executor:
 
         Outputs missing from the pack are allocated; on the GPU backend they
         come back as host arrays when ``to_host`` is true. A ``capture`` dict
-        receives a host copy of every tensor a node writes, taken right after
-        that node (before its buffer is reused): validation compares node by
-        node with it. Capturing synchronizes after each node.
+        receives a host copy of every tensor a step writes, taken right after
+        that step (before its buffer is reused): validation compares step by
+        step with it. Tensors inside a region are never captured (they never
+        exist in memory). Capturing synchronizes after each step.
         """
         if not isinstance(plan, ExecutionPlan):
-            raise TypeError(f"execute() takes an ExecutionPlan from prepare(), not {type(plan).__name__}")
+            raise UsageError(f"execute() takes an ExecutionPlan from prepare(), not {type(plan).__name__}")
         graph, memory = plan.graph, self.memory.session()
         outputs = [t.uid for t in graph.outputs]
         pack = resolve_pack(graph, variant_pack, [t.uid for t in graph.inputs], outputs)
@@ -215,18 +278,16 @@ class Executor:
         for uid, offset in plan.memory.offsets.items():
             t = graph.tensors[uid]
             buffers[uid] = memory.view(arena, offset, t, graph.dtype_of(t))
-        stream = memory.stream
+        context = ExecutionContext(self.device, memory.stream, memory.workspace(plan.workspace_bytes))
         for step in plan.steps:
             try:
-                step.plan.execute({port: buffers[uid] for port, uid in step.ports.items()}, stream)
+                step.plan.execute({k: buffers[uid] for k, uid in step.bindings.items()}, context)
             except SigdnnError:
                 raise
             except Exception as e:
-                raise ExecutionError(
-                    f"node '{step.node.name}' ({step.builder.name}) failed: {type(e).__name__}: {e}"
-                ) from e
+                raise ExecutionError(f"step '{step.name}' ({step.builder.name}) failed: {type(e).__name__}: {e}") from e
             if capture is not None:
-                for uid in step.node.op.outputs().values():
+                for uid in step.writes:
                     capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid])
         result = {graph.tensors[u].name: memory.deliver(buffers[u], to_host) for u in outputs}
         memory.synchronize()

@@ -18,21 +18,17 @@ from sigdnn.errors import VariantPackError
 from sigdnn.executor.host import strided_view
 from sigdnn.graph.layout import span_elements
 from sigdnn.graph.tensor import Tensor
-from sigdnn.registry.contracts import Device
+from sigdnn.runtime.device import Device
 
 
 class GpuMemory:
     """Owns the GpuContext (device + stream) of one executor."""
 
     def __init__(self, device_id: int = 0) -> None:
-        from sigdnn.executor.device import GpuContext
+        from sigdnn.runtime.cuda import GpuContext
 
         self.context = GpuContext(device_id)
         self.device = Device("gpu", self.context)
-
-    @property
-    def stream(self) -> Any:
-        return self.context.stream
 
     def session(self) -> GpuRun:
         return GpuRun(self.context)
@@ -43,7 +39,7 @@ class GpuRun:
 
     def __init__(self, context: Any) -> None:
         self.context = context
-        self.stream = context.stream
+        self.stream = context.stream_handle  # what step plans enqueue on: a raw CUstream
         self._copy_back: dict[int, np.ndarray] = {}
 
     def _strided(self, tensor: Tensor, dtype: DataType) -> Any:
@@ -59,6 +55,12 @@ class GpuRun:
 
     def arena(self, nbytes: int) -> Any:
         return self.context.allocate(nbytes)
+
+    def workspace(self, nbytes: int) -> Any:
+        """The steps' shared scratch as a byte DeviceArray, or None when no step asks for any."""
+        if not nbytes:
+            return None
+        return self.context.view(self.context.allocate(nbytes), 0, (nbytes,), None, np.uint8)
 
     def view(self, arena: Any, offset: int, tensor: Tensor, dtype: DataType) -> Any:
         return self.context.view(arena, offset, tensor.dims, tensor.strides, dtype.numpy)

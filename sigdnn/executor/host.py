@@ -10,7 +10,7 @@ from sigdnn.dtypes import DataType
 from sigdnn.errors import ExecutionError, VariantPackError
 from sigdnn.graph.layout import is_non_overlapping
 from sigdnn.graph.tensor import Tensor
-from sigdnn.registry.contracts import CPU, Device
+from sigdnn.runtime.device import CPU, Device
 
 
 def strided_view(
@@ -34,6 +34,10 @@ class HostMemory:
             return np.empty(max(nbytes, 1), dtype=np.uint8)
         except (MemoryError, ValueError) as e:  # within Limits, but more than this host has
             raise ExecutionError(f"cannot allocate the {nbytes}-byte arena for virtual tensors: {e}") from None
+
+    def workspace(self, nbytes: int) -> np.ndarray | None:
+        """The steps' shared scratch, or None when no step asks for any."""
+        return self.arena(nbytes) if nbytes else None
 
     def view(self, arena: np.ndarray, offset: int, tensor: Tensor, dtype: DataType) -> np.ndarray:
         return strided_view(arena, offset, tensor.dims, tensor.strides, dtype)

@@ -1,7 +1,8 @@
 """Static memory plan for virtual tensors: one arena, offsets reused by liveness.
 
 A virtual tensor lives from the step that writes it to the last step that
-reads it. Offsets are assigned first-fit as the steps are walked, so a
+reads it (a step is a node or a region; tensors inside a region are never
+allocated). Offsets are assigned best-fit as the steps are walked, so a
 buffer is reused as soon as its last reader has run; the arena's size is
 the plan's peak intermediate memory.
 """
@@ -9,7 +10,7 @@ the plan's peak intermediate memory.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -92,20 +93,26 @@ class _FreeList:
             self._add(offset, size)
 
 
-def plan_memory(graph: Graph, order: Sequence[int]) -> MemoryPlan:
-    """Assign arena offsets to every virtual tensor along the execution order."""
+def plan_memory(graph: Graph, steps: Sequence[tuple[Iterable[int], Iterable[int]]]) -> MemoryPlan:
+    """Arena offsets for every virtual tensor a step writes, along the steps' order.
+
+    ``steps`` gives each step's (reads, writes) — the tensors crossing its
+    boundary. A tensor lives from the step that writes it to the last step
+    that reads it; tensors internal to a region never appear, so they take
+    no memory.
+    """
     virtual = {uid for uid, t in graph.tensors.items() if t.is_virtual}
     last_use: dict[int, int] = {}
-    for step, i in enumerate(order):
-        for uid in graph.nodes[i].op.ports().values():
+    for step, (reads, writes) in enumerate(steps):
+        for uid in (*reads, *writes):
             if uid in virtual:
                 last_use[uid] = step
     offsets: dict[int, int] = {}
     sizes: dict[int, int] = {}
     arena = _FreeList()
     expiry: dict[int, list[int]] = {}
-    for step, i in enumerate(order):
-        for uid in graph.nodes[i].op.outputs().values():
+    for step, (_reads, writes) in enumerate(steps):
+        for uid in writes:
             if uid not in virtual:
                 continue
             size = _align(max(tensor_bytes(graph, uid), 1))

@@ -1,23 +1,46 @@
-"""ExecutionPlan: what prepare() produces and execute() runs."""
+"""ExecutionPlan and Step: what prepare() produces and execute() runs.
+
+A step is one node or one region (several nodes a fusion builder runs as
+one). Its ``bindings`` map the keys its step plan reads buffers by (port
+names for a node, tensor uids for a region) to tensor uids; ``reads`` and
+``writes`` are the tensors that cross its boundary.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import attrs
 
 from sigdnn.executor.memory_plan import MemoryPlan
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.registry.contracts import NodePlan, PlanBuilder
+from sigdnn.registry.contracts import PlanBuilder, StepPlan
+from sigdnn.registry.regions import Region
 from sigdnn.signature_keys import SignatureKey
 
 
 @attrs.frozen
 class Step:
-    node: Node
-    key: SignatureKey
+    name: str  # the node's name, or "region(first..last)"
+    nodes: tuple[Node, ...]  # in execution order
+    keys: tuple[SignatureKey, ...]  # one per node
     builder: PlanBuilder
-    plan: NodePlan
-    ports: dict[str, int]  # port -> tensor uid
+    plan: StepPlan
+    bindings: dict[Any, int]  # port (node) or uid (region) -> tensor uid
+    reads: tuple[int, ...]  # uids read from outside the step
+    writes: tuple[int, ...]  # uids written and visible outside the step
+    region: Region | None = None
+    declines: tuple[str, ...] = ()  # why better-ranked builders declined
+
+    @property
+    def node(self) -> Node:
+        """The step's node (for a region: its first)."""
+        return self.nodes[0]
+
+    @property
+    def key(self) -> SignatureKey:
+        return self.keys[0]
 
 
 @attrs.frozen
@@ -27,7 +50,6 @@ class ExecutionPlan:
     digest: str
     steps: tuple[Step, ...]
     memory: MemoryPlan
-    declines: dict[str, list[str]] = attrs.field(factory=dict)  # node -> why builders declined
 
     @property
     def peak_intermediate_bytes(self) -> int:
@@ -36,6 +58,46 @@ class ExecutionPlan:
     @property
     def workspace_bytes(self) -> int:
         return max((s.plan.workspace_bytes for s in self.steps), default=0)
+
+    @property
+    def regions(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if s.region is not None)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as plain data (what ``sigdnn inspect --json`` prints)."""
+        g = self.graph
+        return {
+            "graph": g.name,
+            "backend": self.backend,
+            "tensors": [
+                {
+                    "uid": t.uid,
+                    "name": t.name,
+                    "dtype": str(g.dtype_of(t)),
+                    "dims": list(t.dims),
+                    "strides": list(t.strides),
+                    "kind": "virtual" if t.is_virtual else "scalar" if t.value is not None else "io",
+                }
+                for t in g.tensors.values()
+            ],
+            "steps": [
+                {
+                    "name": s.name,
+                    "nodes": [n.name for n in s.nodes],
+                    "keys": [str(k) for k in s.keys],
+                    "builder": s.builder.name,
+                    "engine_id": s.builder.engine_id,
+                    "region": s.region is not None,
+                    "declines": list(s.declines),
+                }
+                for s in self.steps
+            ],
+            "memory": {
+                "peak_intermediate_bytes": self.memory.peak_bytes,
+                "intermediate_bytes_without_reuse": self.memory.total_bytes,
+                "workspace_bytes": self.workspace_bytes,
+            },
+        }
 
     def describe(self) -> str:
         """A readable summary: tensors, steps with keys and builders, memory."""
@@ -49,9 +111,15 @@ class ExecutionPlan:
             )
         lines.append("execution order:")
         for n, s in enumerate(self.steps):
-            lines.append(f"  {n:>4} {s.node.name:<28} {s.key!s:<44} -> {s.builder.name} (#{s.builder.engine_id})")
+            builder = f"{s.builder.name} (#{s.builder.engine_id})"
+            if s.region is None:
+                lines.append(f"  {n:>4} {s.name:<28} {s.key!s:<44} -> {builder}")
+                continue
+            lines.append(f"  {n:>4} {s.name:<28} {'region of ' + str(len(s.nodes)) + ' nodes':<44} -> {builder}")
+            lines.extend(f"       - {node.name:<26} {key!s}" for node, key in zip(s.nodes, s.keys))
         m = self.memory
         lines.append(
-            f"peak intermediate memory: {m.peak_bytes} bytes (without reuse: {m.total_bytes}); workspace: {self.workspace_bytes} bytes"
+            f"peak intermediate memory: {m.peak_bytes} bytes (without reuse: {m.total_bytes}); "
+            f"workspace: {self.workspace_bytes} bytes"
         )
         return "\n".join(lines)

@@ -19,7 +19,7 @@ from sigdnn.errors import GraphError, SchemaError
 from sigdnn.graph.graph import SCHEMA_VERSION, Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops import BY_WIRE
+from sigdnn.graph.ops import op_by_wire
 from sigdnn.graph.serialize import FILE_IDENTIFIER
 from sigdnn.graph.tensor import Tensor
 from sigdnn.graph.wire_reader import Buffer, Table, slots_of
@@ -73,7 +73,7 @@ def _node(buf: Buffer, pos: int, index: int, limits: Limits) -> Node:
         where = f"node '{name}'"
         compute = _dtype(n.scalar(_N["ComputeDataType"], "i8", 0), where)
         member = n.scalar(_N["AttributesType"], "i8", 0)
-        op_class = BY_WIRE.get(member)
+        op_class = op_by_wire(member)
         if op_class is None:
             raise SchemaError(f"unknown or missing op (union member {member})")
         attributes = n.table_at(_N["Attributes"])
@@ -91,9 +91,15 @@ def _count(root: Table, slot: int, limit: int, what: str) -> list[int]:
         n = root.vector_length(slot, 4)
         if n > limit:
             raise GraphError(f"graph declares {n} {what} (limit {limit})")
-        return root.tables(slot)
+        positions = root.tables(slot)
     except SchemaError as e:
         raise SchemaError(f"the graph's {what} vector: {e}") from None
+    if len(set(positions)) != len(positions):
+        # Our writer never shares a table; a reader that parsed each entry would pay once per reference.
+        seen: set[int] = set()
+        index = next(i for i, p in enumerate(positions) if p in seen or seen.add(p))
+        raise SchemaError(f"the graph's {what} vector: entry #{index} points at a table an earlier entry already uses")
+    return positions
 
 
 def deserialize(data: bytes | bytearray | memoryview, *, limits: Limits = DEFAULT_LIMITS, check: bool = True) -> Graph:

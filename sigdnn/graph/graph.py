@@ -6,44 +6,32 @@ a mistake surfaces as a GraphError on the line that made it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 import numpy as np
 
-from sigdnn.dtypes import DataType, as_data_type
+from sigdnn.dtypes import DataType
 from sigdnn.errors import GraphError
+from sigdnn.graph.arguments import INT64_MAX, DTypeLike, dtype_or_none, ints
+from sigdnn.graph.frontend import Frontend
 from sigdnn.graph.layout import layout_order, packed_strides
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops import ConvFprop, Matmul, Op
-from sigdnn.graph.ops.pointwise import make_pointwise
+from sigdnn.graph.ops.base import Op
 from sigdnn.graph.tensor import Tensor
 
 SCHEMA_VERSION = (1, 0)
-_INT64_MAX = 2**63 - 1
-DTypeLike = DataType | str | None
-
-
-def _dtype_or_none(value: DTypeLike) -> DataType | None:
-    return None if value is None else as_data_type(value)
-
-
-def _ints(values: Iterable[Any], what: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in values)
-    except (TypeError, ValueError):
-        raise GraphError(f"{what} must be a sequence of integers, got {values!r}") from None
 
 
 @attrs.define(eq=False)
-class Graph:
+class Graph(Frontend):
     """An operation graph: tensors by uid, nodes in insertion order."""
 
     name: str = "graph"
-    io_dtype: DataType | None = attrs.field(default=None, converter=_dtype_or_none)
-    intermediate_dtype: DataType | None = attrs.field(default=None, converter=_dtype_or_none)
-    compute_dtype: DataType | None = attrs.field(default=None, converter=_dtype_or_none)
+    io_dtype: DataType | None = attrs.field(default=None, converter=dtype_or_none)
+    intermediate_dtype: DataType | None = attrs.field(default=None, converter=dtype_or_none)
+    compute_dtype: DataType | None = attrs.field(default=None, converter=dtype_or_none)
     tensors: dict[int, Tensor] = attrs.field(factory=dict)
     nodes: list[Node] = attrs.field(factory=list)
     preferred_engine_id: int | None = None
@@ -100,17 +88,21 @@ class Graph:
 
     # -- tensors -------------------------------------------------------------
     def _next_uid(self) -> int:
-        """One past the largest uid; the smallest free one once that would overflow int64."""
+        return self._next_uids(1)[0]
+
+    def _next_uids(self, n: int) -> list[int]:
+        """``n`` unused uids: past the largest one, or the smallest free ones once that would overflow int64."""
         count, top = self._top_uid
         if count != len(self.tensors):
             top = max(self.tensors, default=0)
             self._top_uid = (len(self.tensors), top)
-        if top < _INT64_MAX:
-            return top + 1
-        return next(uid for uid in range(1, len(self.tensors) + 2) if uid not in self.tensors)
+        if top <= INT64_MAX - n:
+            return list(range(top + 1, top + 1 + n))
+        free = (uid for uid in range(1, len(self.tensors) + n + 1) if uid not in self.tensors)
+        return [next(free) for _ in range(n)]
 
     def _add_tensor(self, tensor: Tensor) -> Tensor:
-        if not -_INT64_MAX - 1 <= tensor.uid <= _INT64_MAX:
+        if not -INT64_MAX - 1 <= tensor.uid <= INT64_MAX:
             raise GraphError(f"tensor '{tensor.name}': uid {tensor.uid} does not fit in int64")
         if tensor.uid in self.tensors:
             raise GraphError(
@@ -134,11 +126,11 @@ class Graph:
         is_virtual: bool = False,
     ) -> Tensor:
         """Declare a tensor; dims are logical (N, C, spatial...) whatever the layout."""
-        dims = _ints(dims, f"tensor '{name}' dims")
+        dims = ints(dims, f"tensor '{name}' dims")
         if strides is not None and layout is not None:
             raise GraphError(f"tensor '{name}': give strides or layout, not both")
         if strides is not None:
-            strides = _ints(strides, f"tensor '{name}' strides")
+            strides = ints(strides, f"tensor '{name}' strides")
             if len(strides) != len(dims):
                 raise GraphError(f"tensor '{name}': {len(strides)} strides for {len(dims)} dims")
         elif layout is not None:
@@ -155,7 +147,7 @@ class Graph:
             name,
             dims,
             strides,
-            _dtype_or_none(dtype) or self.io_dtype,
+            dtype_or_none(dtype) or self.io_dtype,
             is_virtual,
         )
         return self._add_tensor(t)
@@ -164,7 +156,7 @@ class Graph:
         self, name: str, value: float | int | bool, dtype: DTypeLike = None, *, uid: int | None = None
     ) -> Tensor:
         """A pass-by-value scalar (dims (1,)), its value stored in the graph."""
-        dt = _dtype_or_none(dtype) or self.compute_dtype or DataType.FLOAT32
+        dt = dtype_or_none(dtype) or self.compute_dtype or DataType.FLOAT32
         raw = np.asarray(value).astype(dt.numpy).astype(dt.numpy.newbyteorder("<")).tobytes()
         t = Tensor(self._next_uid() if uid is None else int(uid), name, (1,), (1,), dt, False, raw)
         return self._add_tensor(t)
@@ -175,101 +167,67 @@ class Graph:
             raise GraphError(f"{where}: {t!r} is not a tensor of graph '{self.name}'")
         return t
 
-    def _add_node(
-        self, name: str | None, default: str, make_op: Any, inputs: dict[str, Tensor], compute_dtype: DTypeLike
+    def add_node(
+        self,
+        op_class: type[Op],
+        inputs: Mapping[str, Tensor | None],
+        attributes: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        compute_dtype: DTypeLike = None,
     ) -> Node:
-        """Create the op's outputs, check its rule, append the node."""
-        name = name or f"{default}_{len(self.nodes)}"
-        for port, t in inputs.items():
-            self._own(t, f"node '{name}' port '{port}'")
-        out_uid = self._next_uid()
-        op: Op = make_op(out_uid)
-        if len(op.output_ports) != 1:
-            raise GraphError(f"node '{name}': ops with several outputs need explicit tensors")
-        port = op.output_ports[0]
-        try:
-            dims = op.infer_dims(inputs)[port]
-        except GraphError as e:
-            raise GraphError(f"node '{name}': {e}") from None
-        strides = op.default_output_strides(inputs, port, dims) or packed_strides(dims)
-        out = Tensor(out_uid, f"{name}::{port}", dims, strides, None, True)
-        try:
-            op.check(inputs, {port: out})
-        except GraphError as e:
-            raise GraphError(f"node '{name}': {e}") from None
+        """Add a node of ``op_class``: check the inputs, infer and create the outputs, check the rule.
+
+        The generic path every op method takes: ``inputs`` maps input ports
+        to tensors (None for an absent optional port), ``attributes`` the
+        op's other fields. Outputs are new virtual tensors named
+        ``<node>::<port>``; the op decides which optional outputs exist.
+        """
+        name = name or f"{op_class.kind}_{len(self.nodes)}"
         if len(self._node_names) != len(self.nodes):
             self._node_names = {n.name for n in self.nodes}
         if name in self._node_names:
             raise GraphError(f"duplicate node name '{name}'")
+        given = {p: t for p, t in inputs.items() if t is not None}
+        for port, t in given.items():
+            if port not in op_class.input_ports:
+                raise GraphError(f"node '{name}': {op_class.kind} has no input port '{port}'")
+            self._own(t, f"node '{name}' port '{port}'")
+        optional = op_class.optional_ports()
+        missing = [p for p in op_class.input_ports if p not in given and p not in optional]
+        if missing:
+            raise GraphError(f"node '{name}': {op_class.kind} needs input port(s) {missing}")
+        placeholders = {p: (None if p in optional else 0) for p in op_class.output_ports}
+        try:
+            draft = op_class(**{p: t.uid for p, t in given.items()}, **placeholders, **dict(attributes or {}))
+            dims = draft.infer_dims(given)
+        except GraphError as e:
+            raise GraphError(f"node '{name}': {e}") from None
+        except (TypeError, ValueError) as e:
+            raise GraphError(f"node '{name}': bad attributes for {op_class.kind}: {e}") from None
+        outputs: dict[str, Tensor] = {}
+        produced = [p for p in op_class.output_ports if p in dims]
+        uids = dict(zip(produced, self._next_uids(len(produced))))
+        for port, uid in uids.items():
+            strides = draft.default_output_strides(given, port, dims[port]) or packed_strides(dims[port])
+            dtype = draft.output_dtype(port, given)
+            outputs[port] = Tensor(uid, f"{name}::{port}", dims[port], strides, dtype, True)
+        op = attrs.evolve(draft, **uids)
+        try:
+            op.check(given, outputs)
+        except GraphError as e:
+            raise GraphError(f"node '{name}': {e}") from None
+        for t in outputs.values():
+            self._add_tensor(t)
         self._node_names.add(name)
-        self._add_tensor(out)
-        node = Node(name, op, _dtype_or_none(compute_dtype))
+        node = Node(name, op, dtype_or_none(compute_dtype))
         self.nodes.append(node)
         return node
 
-    def pointwise(
-        self,
-        mode: str,
-        a: Tensor,
-        b: Tensor | None = None,
-        c: Tensor | None = None,
-        *,
-        name: str | None = None,
-        compute_dtype: DTypeLike = None,
-        **params: float | int,
-    ) -> Tensor:
-        """One pointwise mode (``"add"``, ``"relu_fwd"``, ...) over up to 3 inputs."""
-        given = [t for t in (a, b, c) if t is not None]
-        inputs = dict(zip(("in_0", "in_1", "in_2"), given))
-        node = self._add_node(
-            name, mode, lambda out: make_pointwise(mode, [t.uid for t in given], out, params), inputs, compute_dtype
-        )
-        return self.tensors[node.op.out_0]
-
-    def matmul(self, a: Tensor, b: Tensor, *, name: str | None = None, compute_dtype: DTypeLike = None) -> Tensor:
-        """c = a @ b, batched over leading dims that broadcast."""
-        node = self._add_node(name, "matmul", lambda out: Matmul(a.uid, b.uid, out), {"a": a, "b": b}, compute_dtype)
-        return self.tensors[node.op.c]
-
-    def conv_fprop(
-        self,
-        x: Tensor,
-        w: Tensor,
-        padding: Sequence[int] | None = None,
-        stride: Sequence[int] | None = None,
-        dilation: Sequence[int] | None = None,
-        *,
-        pre_padding: Sequence[int] | None = None,
-        post_padding: Sequence[int] | None = None,
-        name: str | None = None,
-        compute_dtype: DTypeLike = None,
-    ) -> Tensor:
-        """Forward convolution (cross-correlation); padding or pre/post padding."""
-        spatial = max(len(x.dims) - 2, 0)
-        if padding is not None and (pre_padding is not None or post_padding is not None):
-            raise GraphError(f"node '{name or 'conv_fprop'}': give padding or pre_padding/post_padding, not both")
-        pre = _ints(padding if padding is not None else pre_padding or (0,) * spatial, "conv_fprop padding")
-        post = _ints(padding if padding is not None else post_padding or (0,) * spatial, "conv_fprop padding")
-        stride = _ints(stride or (1,) * spatial, "conv_fprop stride")
-        dilation = _ints(dilation or (1,) * spatial, "conv_fprop dilation")
-        node = self._add_node(
-            name,
-            "conv_fprop",
-            lambda out: ConvFprop(x.uid, w.uid, out, pre, post, stride, dilation),
-            {"x": x, "w": w},
-            compute_dtype,
-        )
-        return self.tensors[node.op.y]
-
-    def __getattr__(self, mode: str) -> Any:
-        """Per-mode conveniences: ``g.add(a, b)``, ``g.relu_fwd(x)``, ``g.relu(x)``."""
-        from sigdnn.graph.ops.pointwise import MODES
-
-        alias = {"relu": "relu_fwd", "tanh": "tanh_fwd", "sigmoid": "sigmoid_fwd", "gelu": "gelu_fwd",
-                 "elu": "elu_fwd", "swish": "swish_fwd", "softplus": "softplus_fwd"}.get(mode, mode)  # fmt: skip
-        if alias in MODES:
-            return lambda *args, **kw: self.pointwise(alias, *args, **kw)
-        raise AttributeError(mode)
+    def outputs_of(self, node: Node, ports: Sequence[str] | None = None) -> tuple[Tensor | None, ...]:
+        """The node's output tensors in port order (None for an optional output it does not produce)."""
+        present = node.op.outputs()
+        return tuple(self.tensors[present[p]] if p in present else None for p in (ports or node.op.output_ports))
 
     # -- wire ----------------------------------------------------------------
     def serialize(self) -> bytes:

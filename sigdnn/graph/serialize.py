@@ -9,7 +9,6 @@ import sigdnn.schemas.Graph as fb_graph
 import sigdnn.schemas.Node as fb_node
 import sigdnn.schemas.Tensor as fb_tensor
 from sigdnn.graph.graph import Graph
-from sigdnn.graph.ops import WIRE_OF
 from sigdnn.graph.tensor import Tensor
 
 FILE_IDENTIFIER = b"SDG1"
@@ -57,7 +56,7 @@ def serialize(graph: Graph) -> bytes:
         fb_node.AddName(builder, name)
         if n.compute_dtype is not None:
             fb_node.AddComputeDataType(builder, n.compute_dtype.wire)
-        fb_node.AddAttributesType(builder, WIRE_OF[type(n.op)])
+        fb_node.AddAttributesType(builder, n.op.codec().member)
         fb_node.AddAttributes(builder, attributes)
         nodes.append(fb_node.End(builder))
     tensor_vec = _offsets(builder, tensors)

@@ -155,6 +155,12 @@ class Table:
             raise GraphError(f"int vector of {n} entries (max {max_length})")
         return struct.unpack_from(f"<{n}q", self.buf.data, start) if n else ()
 
+    def float64s(self, slot: int, max_length: int) -> tuple[float, ...]:
+        start, n = self._vector(slot, 8)
+        if n > max_length:
+            raise GraphError(f"float vector of {n} entries (max {max_length})")
+        return struct.unpack_from(f"<{n}d", self.buf.data, start) if n else ()
+
     def raw_bytes(self, slot: int, max_length: int) -> bytes | None:
         start, n = self._vector(slot, 1)
         if not start:

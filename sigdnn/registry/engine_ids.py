@@ -1,4 +1,9 @@
-"""Engine ids: one flat space, stable across releases, partitioned by backend."""
+"""Engine ids: one flat space, stable across releases, partitioned by library.
+
+``IN_TREE`` is the one table of every in-tree builder's id: builders take
+their id from it by name, and a test holds it fixed, so an id is never
+reused or changed. Plugins pick ids from 30000 up.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +16,22 @@ RANGES: dict[str, range] = {
 }
 OUT_OF_TREE_START = 30000
 
+IN_TREE: dict[str, int] = {
+    "reference.pointwise": 1000,
+    "reference.matmul": 1001,
+    "reference.conv_fprop": 1002,
+    "cutile.pointwise": 2001,
+}
 
-def check_engine_id(backend: str, engine_id: int, name: str) -> None:
-    """In-tree backends keep to their range; plugins start at 30000."""
-    allowed = RANGES.get(backend)
+
+def check_engine_id(library: str, engine_id: int, name: str) -> None:
+    """In-tree libraries keep to their range; plugins start at 30000."""
+    if isinstance(engine_id, bool) or not isinstance(engine_id, int):
+        raise RegistryError(f"builder '{name}': engine id must be an int, got {engine_id!r}")
+    allowed = RANGES.get(library)
     if allowed is not None and engine_id not in allowed:
         raise RegistryError(
-            f"builder '{name}': engine id {engine_id} is outside {backend}'s range {allowed.start}-{allowed.stop - 1}"
+            f"builder '{name}': engine id {engine_id} is outside {library}'s range {allowed.start}-{allowed.stop - 1}"
         )
     if allowed is None and engine_id < OUT_OF_TREE_START:
         raise RegistryError(f"builder '{name}': out-of-tree engine ids start at {OUT_OF_TREE_START}, got {engine_id}")

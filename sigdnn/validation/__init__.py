@@ -3,7 +3,7 @@
 from sigdnn.validation.compare import Comparison, compare
 from sigdnn.validation.inputs import random_array, random_inputs
 from sigdnn.validation.tolerances import Tolerance, node_tolerance, output_tolerance
-from sigdnn.validation.validate import NodeCheck, ValidationReport, validate
+from sigdnn.validation.validate import NodeCheck, ValidationReport, compare_steps, validate
 
 __all__ = [
     "Comparison",
@@ -11,6 +11,7 @@ __all__ = [
     "Tolerance",
     "ValidationReport",
     "compare",
+    "compare_steps",
     "node_tolerance",
     "output_tolerance",
     "random_array",

@@ -22,7 +22,6 @@ import ml_dtypes
 from sigdnn.dtypes import DataType
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops import ConvFprop, Matmul
 
 POINTWISE_COMPUTE_ULPS = 4  # f32 transcendentals on GPUs are within a few ulps
 REDUCTION_ULPS_PER_SQRT_K = 4
@@ -52,14 +51,11 @@ class Tolerance:
         return f"atol {self.atol:.3g} rtol {self.rtol:.3g}{extra}"
 
 
-def reduction_length(graph: Graph, node: Node) -> int:
-    """Terms summed into one output element (1 for pointwise)."""
-    op = node.op
-    if isinstance(op, Matmul):
-        return graph.tensors[op.a].dims[-1]
-    if isinstance(op, ConvFprop):
-        return math.prod(graph.tensors[op.w].dims[1:])
-    return 1
+def reduction_length(graph: Graph, node: Node, uid: int) -> int:
+    """Terms accumulated into one element of output ``uid`` (1 for pointwise), as the op declares."""
+    port = next(p for p, u in node.op.outputs().items() if u == uid)
+    tensors = {p: graph.tensors[u] for p, u in node.op.ports().items()}
+    return node.op.reduction_length(tensors, port)
 
 
 def node_tolerance(graph: Graph, node: Node, uid: int) -> Tolerance:
@@ -68,10 +64,25 @@ def node_tolerance(graph: Graph, node: Node, uid: int) -> Tolerance:
     if not out.is_float:
         return Tolerance(0.0, 0.0, exact=True)
     compute = graph.compute_dtype_of(node)
-    k = reduction_length(graph, node)
+    k = reduction_length(graph, node, uid)
     rtol = epsilon(out) + POINTWISE_COMPUTE_ULPS * epsilon(compute)
     reduction = REDUCTION_ULPS_PER_SQRT_K * math.sqrt(k) * epsilon(compute) if k > 1 else 0.0
     return Tolerance(2 * tiniest(out), rtol, reduction=reduction)
+
+
+def step_tolerance(graph: Graph, nodes: list[Node], uid: int) -> Tolerance:
+    """A step's exit: the producing node's tolerance plus the others' error terms (a region's chain)."""
+    producer = next(n for n in nodes if uid in n.op.outputs().values())
+    own = node_tolerance(graph, producer, uid)
+    if own.exact or len(nodes) == 1:
+        return own
+    others = [node_tolerance(graph, n, u) for n in nodes if n is not producer for u in n.op.outputs().values()]
+    floats = [t for t in others if not t.exact]
+    return Tolerance(
+        own.atol,
+        own.rtol + sum(t.rtol for t in floats),
+        reduction=own.reduction + sum(t.reduction for t in floats),
+    )
 
 
 def output_tolerance(graph: Graph, uid: int) -> Tolerance:
@@ -82,6 +93,6 @@ def output_tolerance(graph: Graph, uid: int) -> Tolerance:
     per_node = [node_tolerance(graph, n, u) for n in graph.nodes for u in n.op.outputs().values()]
     rtol = sum(t.rtol for t in per_node if not t.exact) + epsilon(out)
     reduction = sum(t.reduction for t in per_node)
-    k = max((reduction_length(graph, n) for n in graph.nodes), default=1)
+    k = max((reduction_length(graph, n, u) for n in graph.nodes for u in n.op.outputs().values()), default=1)
     atol = rtol * math.sqrt(k) * 1e-2 + 2 * tiniest(out)
     return Tolerance(atol, rtol, reduction=reduction)

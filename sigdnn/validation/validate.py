@@ -1,9 +1,10 @@
 """validate(): the same graph and inputs through the reference and a device backend.
 
-The verdict is taken node by node: the device run captures every tensor a
-node writes, and the reference recomputes each node from the device's own
-inputs for that node, so one wrong kernel shows up at its node with a tight
-tolerance instead of being blurred by the errors that pile up along a chain.
+The verdict is taken step by step (a step is a node or a fused region): the
+device run captures every tensor a step writes, and the reference
+recomputes the step's nodes from the device's own entry tensors for that
+step, so one wrong kernel shows up at its step with a tight tolerance
+instead of being blurred by the errors that pile up along a chain.
 Graph outputs are also compared end to end against a pure reference run.
 """
 
@@ -20,10 +21,10 @@ from sigdnn.executor import ExecutionPlan, Executor
 from sigdnn.executor.plan import Step
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
-from sigdnn.graph.ops import ConvFprop, Matmul
+from sigdnn.runtime.device import ExecutionContext
 from sigdnn.validation.compare import Comparison, compare
 from sigdnn.validation.inputs import random_inputs
-from sigdnn.validation.tolerances import node_tolerance, output_tolerance
+from sigdnn.validation.tolerances import output_tolerance, step_tolerance
 
 
 @attrs.frozen
@@ -92,48 +93,70 @@ def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
     return values
 
 
-def _recompute(
-    graph: Graph, step: Step, seen: Mapping[str, np.ndarray], absolute: bool = False
-) -> dict[int, np.ndarray]:
-    """The reference's result for one node, fed the tensors the device saw."""
-    outputs = step.node.op.outputs()
-    buffers: dict[str, np.ndarray] = {}
-    for port, uid in step.ports.items():
-        t = graph.tensors[uid]
-        dtype = graph.dtype_of(t).numpy
-        if port in outputs:
-            buffers[port] = np.empty(t.dims, dtype=dtype)
-        else:
-            value = np.asarray(seen[t.name], dtype=dtype)
-            buffers[port] = np.abs(value) if absolute else value
-    step.plan.execute(buffers, None)
-    return {uid: buffers[port] for port, uid in outputs.items()}
+def _run_reference(
+    graph: Graph, step: Step, plans: Mapping[str, Step], seen: Mapping[str, np.ndarray], absolute: bool = False
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    """The reference's exit values for one device step, fed the entry tensors the device saw.
+
+    Returns (values, sums): ``sums`` holds sum(|terms|) per element for each
+    tensor downstream of a linear reduction (matmul, conv) inside the step,
+    carried through elementwise nodes unchanged, so a fused epilogue keeps
+    its GEMM's accumulation bound.
+    """
+    values: dict[int, np.ndarray] = {}
+    sums: dict[int, np.ndarray] = {}
+
+    def entry(uid: int) -> np.ndarray:
+        if uid not in values:
+            t = graph.tensors[uid]
+            values[uid] = np.asarray(seen[t.name], dtype=graph.dtype_of(t).numpy)
+        return values[uid]
+
+    for node in step.nodes:
+        reference = plans[node.name]
+        op = node.op
+        ins = {port: entry(uid) for port, uid in op.inputs().items()}
+        outs = {port: np.empty(graph.tensors[uid].dims, graph.dtype_of(graph.tensors[uid]).numpy)
+                for port, uid in op.outputs().items()}  # fmt: skip
+        reference.plan.execute({**ins, **outs}, ExecutionContext())
+        for port, uid in op.outputs().items():
+            values[uid] = outs[port]
+        if op.sums_absolute_terms:
+            absolute_outs = {p: np.empty_like(a) for p, a in outs.items()}
+            reference.plan.execute({**{p: np.abs(a) for p, a in ins.items()}, **absolute_outs}, ExecutionContext())
+            sums.update({uid: absolute_outs[p].astype(np.float64) for p, uid in op.outputs().items()})
+        elif op.elementwise():
+            carried = [sums[uid] for uid in op.inputs().values() if uid in sums]
+            if carried:
+                for port, uid in op.outputs().items():
+                    sums[uid] = np.broadcast_to(sum(carried[1:], carried[0]), outs[port].shape)
+    return {uid: values[uid] for uid in step.writes}, sums
 
 
-def compare_nodes(
+def compare_steps(
     graph: Graph,
     reference: ExecutionPlan,
     device: ExecutionPlan,
     seen: Mapping[str, np.ndarray],
     sums: dict[int, np.ndarray] | None = None,
 ) -> tuple[NodeCheck, ...]:
-    """Each node's device result against the reference recomputed from the device's inputs.
+    """Each device step's exits against the reference recomputed from the step's own entries.
 
-    ``sums`` receives sum(|terms|) per element of every reduction's output.
+    A step is a node or a region; ``reference`` must plan node by node
+    (fusion off). ``sums`` receives sum(|terms|) per element of every
+    reduction's output.
     """
-    builders = {s.node.name: s.builder.name for s in device.steps}
+    plans = {s.node.name: s for s in reference.steps}
     sums = {} if sums is None else sums
     checks = []
-    for step in reference.steps:
-        want = _recompute(graph, step, seen)
-        reduces = isinstance(step.node.op, (Matmul, ConvFprop))
-        terms = _recompute(graph, step, seen, absolute=True) if reduces else {}
+    for step in device.steps:
+        want, terms = _run_reference(graph, step, plans, seen)
         sums.update(terms)
         for uid, value in want.items():
             name = graph.tensors[uid].name
-            tolerance = node_tolerance(graph, step.node, uid)
+            tolerance = step_tolerance(graph, list(step.nodes), uid)
             comparison = compare(name, seen[name], value, tolerance, terms.get(uid))
-            checks.append(NodeCheck(step.node.name, builders[step.node.name], comparison))
+            checks.append(NodeCheck(step.name, step.builder.name, comparison))
     return tuple(checks)
 
 
@@ -148,7 +171,7 @@ def validate(
     """Run ``graph`` on ``backend`` (or ``executor``) and on the reference; compare node by node."""
     g = graph if isinstance(graph, Graph) else deserialize(graph)
     data: Mapping[Any, Any] = inputs if inputs is not None else random_inputs(g, seed)
-    reference = Executor("reference")
+    reference = Executor("reference", fusion=False)
     reference_plan = reference.prepare(g)
     want = reference.execute(reference_plan, data)
     device = executor or Executor(backend)
@@ -157,7 +180,7 @@ def validate(
     got = device.execute(device_plan, data, to_host=True, capture=captured)
     seen = {**_by_name(g, data), **captured}
     sums: dict[int, np.ndarray] = {}
-    nodes = compare_nodes(g, reference_plan, device_plan, seen, sums)
+    nodes = compare_steps(g, reference_plan, device_plan, seen, sums)
     outputs = tuple(
         compare(t.name, got[t.name], want[t.name], output_tolerance(g, t.uid), sums.get(t.uid)) for t in g.outputs
     )

@@ -24,6 +24,11 @@ def chain(length: int, n: int = 1000) -> sigdnn.Graph:
     return g
 
 
+def node_steps(g: sigdnn.Graph, order: list[int]) -> list[tuple[list[int], list[int]]]:
+    """Each node as its own step: (reads, writes)."""
+    return [(list(g.nodes[i].op.inputs().values()), list(g.nodes[i].op.outputs().values())) for i in order]
+
+
 def test_nodes_in_any_order_run_in_dataflow_order() -> None:
     g = chain(12, n=5)
     x = np.linspace(-1, 1, 5, dtype=np.float32)
@@ -43,7 +48,7 @@ def test_nodes_in_any_order_run_in_dataflow_order() -> None:
 def test_chain_peak_memory_is_two_tensors() -> None:
     g = chain(100)
     order = check_graph(g)
-    mem = plan_memory(g, order)
+    mem = plan_memory(g, node_steps(g, order))
     assert mem.peak_bytes == 2 * 4096  # two 4000-byte tensors, each aligned to 256
     assert mem.total_bytes == 99 * 4096
 
@@ -59,7 +64,7 @@ def test_memory_plan_never_overlaps_live_tensors() -> None:
     e = g.pointwise("mul", d, b, name="e")
     e.set_output(True).set_name("y")
     order = check_graph(g)
-    mem = plan_memory(g, order)
+    mem = plan_memory(g, node_steps(g, order))
     uids = {t.name: t.uid for t in g.tensors.values()}
     steps = [g.nodes[i] for i in order]
     live: dict[int, tuple[int, int]] = {}
@@ -129,12 +134,12 @@ def test_strided_virtual_tensors_and_nhwc_outputs() -> None:
 
 def test_builder_failures_during_execute_name_the_node() -> None:
     class Boom(NodePlan):
-        def execute(self, buffers: object, stream: object = None) -> None:
+        def execute(self, buffers: object, context: object = None) -> None:
             raise ZeroDivisionError("kaboom")
 
     class BoomBuilder(PlanBuilder):
-        name, engine_id, backend = "plugin.boom", 30099, "plugin"
-        key_type = sigdnn.signature_keys.PointwiseKey
+        name, engine_id, library = "plugin.boom", 30099, "plugin"
+        ops = ("pointwise",)
         priority = 5
 
         def build(self, node: object, graph: object, ctx: object) -> NodePlan:
@@ -142,12 +147,12 @@ def test_builder_failures_during_execute_name_the_node() -> None:
 
     reg = Registry()
     reg.register(BoomBuilder())
-    with pytest.raises(ExecutionError, match=r"node 'n0' \(plugin.boom\) failed: ZeroDivisionError: kaboom"):
+    with pytest.raises(ExecutionError, match=r"step 'n0' \(plugin.boom\) failed: ZeroDivisionError: kaboom"):
         sigdnn.Executor(registry=reg).run(chain(1), {"x": np.ones(1000, np.float32)})
 
 
 def test_gpu_backend_without_a_gpu_is_a_clear_error() -> None:
-    from sigdnn.executor.device import gpu_unavailable_reason
+    from sigdnn.runtime.cuda import gpu_unavailable_reason
 
     if gpu_unavailable_reason() is None:
         pytest.skip("a GPU is available here")

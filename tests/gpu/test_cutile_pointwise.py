@@ -13,13 +13,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from sigdnn.executor.device import (
+from sigdnn.plan_builders.cutile.pointwise import ReluParams, pointwise, prepare
+from sigdnn.runtime.cuda import (
     BFLOAT16,
     DeviceArray,
     GpuContext,
     gpu_unavailable_reason,
 )
-from sigdnn.plan_builders.cutile.pointwise import ReluParams, pointwise, prepare
 
 pytestmark = pytest.mark.gpu
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import sigdnn
-from sigdnn.executor.device import gpu_unavailable_reason
+from sigdnn.runtime.cuda import gpu_unavailable_reason
 
 pytestmark = pytest.mark.gpu
 

@@ -16,7 +16,9 @@ import pytest
 import sigdnn
 from sigdnn import DataType, GraphError
 from sigdnn.graph import Graph, Node, Tensor, check_graph
-from sigdnn.graph.ops import ConvFprop, Matmul, Pointwise
+from sigdnn.graph.ops.conv_fprop import ConvFprop
+from sigdnn.graph.ops.matmul import Matmul
+from sigdnn.graph.ops.pointwise import Pointwise
 
 F32 = DataType.FLOAT32
 

@@ -30,7 +30,7 @@ import sigdnn.schemas.PointwiseAttributes as fb_pointwise
 import sigdnn.schemas.Tensor as fb_tensor
 from sigdnn import DataType, GraphError, Limits, SchemaError, SigdnnError
 from sigdnn.graph import SCHEMA_VERSION
-from sigdnn.graph.ops import ConvFprop
+from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.serialize import FILE_IDENTIFIER
 from sigdnn.graph.wire_reader import Buffer, slots_of
 from sigdnn.schemas.NodeAttributes import NodeAttributes

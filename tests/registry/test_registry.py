@@ -13,29 +13,28 @@ import sigdnn
 from sigdnn.errors import NoPlanError, NotSupported, RegistryError
 from sigdnn.registry import NodePlan, PlanBuilder, Registry
 from sigdnn.registry import registry as registry_module
-from sigdnn.signature_keys import PointwiseKey
 
 
 class NegatePlan(NodePlan):
     """Writes -x whatever the mode: proves which builder ran."""
 
-    def execute(self, buffers: Any, stream: Any = None) -> None:
+    def execute(self, buffers: Any, context: Any = None) -> None:
         buffers["out_0"][...] = -buffers["in_0"]
 
 
 class PluginPointwise(PlanBuilder):
     name: ClassVar[str] = "plugin.negate"
     engine_id: ClassVar[int] = 30001
-    backend: ClassVar[str] = "plugin"
+    library: ClassVar[str] = "plugin"
     device: ClassVar[str] = "cpu"
-    key_type: ClassVar[type] = PointwiseKey
+    ops: ClassVar[tuple[str, ...]] = ("pointwise",)
     priority: ClassVar[int] = 10
 
     def __init__(self, decline: str | None = None) -> None:
         self.decline = decline
 
     def serves(self, key: Any) -> bool:
-        return isinstance(key, PointwiseKey) and key.mode == "identity"
+        return key.op == "pointwise" and key.trait("mode") == "identity"
 
     def check(self, node: Any, graph: Any, device: Any) -> None:
         if self.decline:
@@ -65,20 +64,20 @@ def test_in_tree_builders_load_lazily_once() -> None:
 
 def test_concurrent_first_lookups_build_the_registry_once(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    real = Registry._add_all
+    real = registry_module._package_builders
 
-    def counting(self: Registry, builders: Any) -> None:
-        calls.append(1)
-        real(self, builders)
+    def counting(package: str) -> Any:
+        calls.append(package)
+        return real(package)
 
-    monkeypatch.setattr(Registry, "_add_all", counting)
-    reg = Registry(modules=("sigdnn.plan_builders.reference",), entry_point_group=None)
+    monkeypatch.setattr(registry_module, "_package_builders", counting)
+    reg = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
     threads = [threading.Thread(target=reg.builders) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(calls) == 2  # the module's builders + the (empty) pending list, once
+    assert calls == ["sigdnn.plan_builders.reference"]
 
 
 def test_runtime_register_ranks_by_priority_and_runs() -> None:
@@ -94,7 +93,7 @@ def test_a_declining_builder_falls_through_to_the_next() -> None:
     ex = sigdnn.Executor(registry=reg)
     assert run(ex).tolist() == [0, 1, 2, 3]
     plan = ex.prepare(identity_graph())
-    assert plan.declines["ident"] == ["plugin.negate (#30001): only on Tuesdays"]
+    assert plan.steps[0].declines == ("plugin.negate (#30001): only on Tuesdays",)
 
 
 def test_pinning_is_strict_by_id_and_name() -> None:
@@ -127,14 +126,14 @@ def test_engine_id_ranges_and_uniqueness() -> None:
     class Stolen(PluginPointwise):
         name: ClassVar[str] = "reference.stolen"
         engine_id: ClassVar[int] = 1000
-        backend: ClassVar[str] = "reference"
+        library: ClassVar[str] = "reference"
 
     reg.builders()
     with pytest.raises(RegistryError, match=r"engine id 1000 is taken by 'reference\.pointwise'"):
         reg.register(Stolen())
 
     class WrongRange(PluginPointwise):
-        backend: ClassVar[str] = "cutile"
+        library: ClassVar[str] = "cutile"
         engine_id: ClassVar[int] = 3005
 
     with pytest.raises(RegistryError, match="outside cutile's range 2000-2999"):
@@ -158,7 +157,7 @@ def test_entry_points_load_and_broken_plugins_are_recorded(monkeypatch: pytest.M
 
 
 def test_no_plan_lists_why_each_builder_declined() -> None:
-    reg = Registry(modules=(), entry_point_group=None)
+    reg = Registry(packages=(), entry_point_group=None)
     reg.register(PluginPointwise(decline="too small"))
     with pytest.raises(NoPlanError, match=r"node 'ident' Pointwise\[identity\]\(f32->f32; f32\).*too small"):
         sigdnn.Executor(registry=reg).prepare(identity_graph())

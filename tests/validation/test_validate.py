@@ -9,7 +9,6 @@ import pytest
 
 import sigdnn
 from sigdnn.registry import NodePlan, PlanBuilder, Registry
-from sigdnn.signature_keys import MatmulKey, PointwiseKey
 from sigdnn.validation import compare, node_tolerance, validate
 from sigdnn.validation.tolerances import Tolerance
 
@@ -20,7 +19,7 @@ class SkewedTanh(NodePlan):
     def __init__(self, ulps: int) -> None:
         self.ulps = ulps
 
-    def execute(self, buffers: Any, stream: Any = None) -> None:
+    def execute(self, buffers: Any, context: Any = None) -> None:
         y = np.tanh(buffers["in_0"].astype(np.float32))
         for _ in range(self.ulps):
             y = np.nextafter(y, np.float32(np.inf))
@@ -30,27 +29,27 @@ class SkewedTanh(NodePlan):
 class SkewedTanhBuilder(PlanBuilder):
     name: ClassVar[str] = "plugin.skewed_tanh"
     engine_id: ClassVar[int] = 30500
-    backend: ClassVar[str] = "plugin"
-    key_type: ClassVar[type] = PointwiseKey
+    library: ClassVar[str] = "plugin"
+    ops: ClassVar[tuple[str, ...]] = ("pointwise",)
     priority: ClassVar[int] = 10
 
     def __init__(self, ulps: int) -> None:
         self.ulps = ulps
 
     def serves(self, key: Any) -> bool:
-        return isinstance(key, PointwiseKey) and key.mode == "tanh_fwd"
+        return key.op == "pointwise" and key.trait("mode") == "tanh_fwd"
 
     def build(self, node: Any, graph: Any, ctx: Any) -> NodePlan:
         return SkewedTanh(self.ulps)
 
 
 class Float32Matmul(NodePlan):
-    def execute(self, buffers: Any, stream: Any = None) -> None:
+    def execute(self, buffers: Any, context: Any = None) -> None:
         buffers["c"][...] = np.matmul(buffers["a"].astype(np.float32), buffers["b"].astype(np.float32))
 
 
 class Float32MatmulBuilder(PlanBuilder):
-    name, engine_id, backend, key_type, priority = "plugin.f32_matmul", 30501, "plugin", MatmulKey, 10
+    name, engine_id, library, ops, priority = "plugin.f32_matmul", 30501, "plugin", ("matmul",), 10
 
     def build(self, node: Any, graph: Any, ctx: Any) -> NodePlan:
         return Float32Matmul()

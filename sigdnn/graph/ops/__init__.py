@@ -1,15 +1,30 @@
-"""Op attribute classes, one module per op, keyed by their wire union member."""
+"""Op classes, one module per op; the op list is whatever modules this package holds.
+
+Importing this package imports every op module in it (no hand-kept list),
+so ``OP_CLASSES`` (kind -> class) names every op; an op class defined
+elsewhere (a test, a plugin) joins it when its module is imported.
+"""
 
 from __future__ import annotations
 
-from sigdnn.graph.ops.base import Op
-from sigdnn.graph.ops.conv_fprop import ConvFprop
-from sigdnn.graph.ops.matmul import Matmul
-from sigdnn.graph.ops.pointwise import MODES, Pointwise
-from sigdnn.schemas.NodeAttributes import NodeAttributes
+import importlib
+import pkgutil
 
-OPS: tuple[type[Op], ...] = (Pointwise, Matmul, ConvFprop)
-BY_WIRE: dict[int, type[Op]] = {getattr(NodeAttributes, op.table): op for op in OPS}
-WIRE_OF: dict[type[Op], int] = {op: member for member, op in BY_WIRE.items()}
+from sigdnn.graph.ops.base import OP_CLASSES, Op
 
-__all__ = ["BY_WIRE", "MODES", "OPS", "WIRE_OF", "ConvFprop", "Matmul", "Op", "Pointwise"]
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name != "base":
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+_by_wire: dict[int, type[Op]] = {}
+
+
+def op_by_wire(member: int) -> type[Op] | None:
+    """The op class of a NodeAttributes union member."""
+    if len(_by_wire) != len(OP_CLASSES):
+        _by_wire.clear()
+        _by_wire.update({cls.codec().member: cls for cls in OP_CLASSES.values()})
+    return _by_wire.get(member)
+
+
+__all__ = ["OP_CLASSES", "Op", "op_by_wire"]

@@ -1,13 +1,18 @@
-"""Op: the small base class every op's attribute table derives from.
+"""Op: the small base class every op derives from, and the declaration it reads.
 
-An op module declares its ports, its wire fields and its shape rule in one
-place; this base turns the declarations into FlatBuffers reads and writes so
-that adding an op is one table in schemas/, one module here, a key and a
-builder.
+An op module declares, in one class: its wire fields (ports and attributes,
+in schema order), which ports are inputs and outputs (some optional), its
+shape rule, the structural traits its signature key carries, what
+validation needs to judge each output, and a bound on the work one node
+may cost. Everything generic — the op list, signature keys, wire reads and
+writes, tolerances — is derived from that declaration, once per op class.
+Adding an op is: its table in schemas/, its module here, a builder module
+per backend, tests.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -16,14 +21,22 @@ import attrs
 import numpy as np
 
 from sigdnn.dtypes import DataType
-from sigdnn.errors import GraphError
+from sigdnn.errors import GraphError, SchemaError
 from sigdnn.graph.limits import Limits
 from sigdnn.graph.tensor import Tensor
 from sigdnn.graph.wire_reader import Table, slots_of
 
-# Wire field kinds: "uid" (required port), "uid?" (optional port),
-# "f64?" / "i64?" (optional scalars), "i64[]" (int vector).
+# Wire field kinds. Ports name tensors by uid: "uid" (required port),
+# "uid?" (optional port). Attributes: "i64", "f64", "bool" (with the
+# schema's default), "i64?" / "f64?" (absent reads as None), "i64[]",
+# "f64[]" (vectors), "enum" (a name from the op's ``enums`` table, stored as
+# the schema enum's short value).
 WireFields = tuple[tuple[str, str], ...]
+_SCALAR_KINDS = {"uid": "i64", "uid?": "i64", "i64": "i64", "i64?": "i64", "f64": "f64", "f64?": "f64", "bool": "bool"}
+_DEFAULTS = {"uid": 0, "i64": 0, "f64": 0.0, "bool": False}
+_PREPEND = {"i64": "PrependInt64Slot", "f64": "PrependFloat64Slot", "bool": "PrependBoolSlot"}
+
+OP_CLASSES: dict[str, type[Op]] = {}  # kind -> class, filled as op modules are imported
 
 
 def camel(name: str) -> str:
@@ -32,33 +45,72 @@ def camel(name: str) -> str:
 
 
 @attrs.frozen
+class Codec:
+    """An op class's wire layout, computed once: slot and enum values per field."""
+
+    slots: tuple[int, ...]  # per wire field
+    slot_count: int
+    enum_values: dict[str, dict[str, int]]  # field -> name -> wire value
+    enum_names: dict[str, dict[int, str]]  # field -> wire value -> name
+    member: int  # the NodeAttributes union member
+
+
+@attrs.frozen
 class Op:
-    """Attributes of one node: port uids plus op parameters."""
+    """Attributes of one node: port uids plus op parameters.
+
+    Subclasses declare the ClassVars below and the attrs fields they name.
+    ``table`` is the generated schema table's name; an op without one
+    (``table = None``, e.g. one defined in a test) numbers its wire slots
+    in declaration order and must give its union member in ``wire_member``.
+    """
 
     kind: ClassVar[str]
-    table: ClassVar[str]  # generated table module under sigdnn.schemas
+    table: ClassVar[str | None]
+    wire_member: ClassVar[int | None] = None
     input_ports: ClassVar[tuple[str, ...]]
     output_ports: ClassVar[tuple[str, ...]]
     wire_fields: ClassVar[WireFields]
+    enums: ClassVar[dict[str, tuple[str, ...]]] = {}
+    key_attributes: ClassVar[tuple[str, ...]] = ()  # attributes that choose code paths (go into the key)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            OP_CLASSES[cls.kind] = cls  # attrs re-creates the class: the last one (the real one) wins
 
     # -- ports ---------------------------------------------------------------
+    @classmethod
+    def optional_ports(cls) -> frozenset[str]:
+        return frozenset(f for f, kind in cls.wire_fields if kind == "uid?")
+
     def inputs(self) -> dict[str, int]:
         """Input port -> uid, present ports only, in port order."""
-        return {p: getattr(self, p) for p in self.input_ports if getattr(self, p) is not None}
+        return {p: uid for p in self.input_ports if (uid := getattr(self, p)) is not None}
 
     def outputs(self) -> dict[str, int]:
-        return {p: getattr(self, p) for p in self.output_ports}
+        """Output port -> uid, present ports only, in port order."""
+        return {p: uid for p in self.output_ports if (uid := getattr(self, p)) is not None}
 
     def ports(self) -> dict[str, int]:
         return {**self.inputs(), **self.outputs()}
 
     # -- rules ---------------------------------------------------------------
     def infer_dims(self, inputs: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
-        """Output port -> dims for the given inputs; GraphError if they don't fit."""
+        """Output port -> dims for every output this node produces; GraphError if the inputs don't fit.
+
+        The ports returned are exactly the outputs the node must have: an
+        optional output is produced when the attributes or the present
+        inputs ask for it (a stats flag, running statistics, ...).
+        """
         raise NotImplementedError
 
     def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
         """Extra rules beyond dims (dtypes, attribute ranges); GraphError on failure."""
+
+    def output_dtype(self, port: str, inputs: Mapping[str, Tensor]) -> DataType | None:
+        """The dtype a new output gets when the caller sets none; None: the graph default."""
+        return None
 
     def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
         """Memory a node needs beyond its tensors, where attributes (not dims) can make it huge.
@@ -68,55 +120,133 @@ class Op:
         """
         return 0
 
+    def work(self, tensors: Mapping[str, Tensor]) -> int:
+        """Element operations one run of this node costs (ports -> tensors, outputs included).
+
+        Checked against ``Limits.max_work`` at prepare, so a small buffer
+        cannot buy unbounded time. The default fits ops that touch each
+        element a bounded number of times.
+        """
+        return sum(t.size for t in tensors.values())
+
+    def elementwise(self) -> bool:
+        """Whether each output element reads only the same-index (broadcast) input elements."""
+        return False
+
     def default_output_strides(
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         """Strides for a new output; None means packed row-major."""
         return None
 
+    # -- keys and validation -------------------------------------------------
+    def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
+        """Structural traits the signature key carries: the declared key attributes, plus what subclasses add."""
+        return tuple((a, getattr(self, a)) for a in self.key_attributes)
+
+    def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
+        """How many input terms one element of output ``port`` accumulates (1: none).
+
+        Validation grows its tolerance with it, as hipDNN's dynamic
+        tolerances do.
+        """
+        return 1
+
+    sums_absolute_terms: ClassVar[bool] = False
+    """True when running the op on |inputs| gives sum|terms| per output (linear ops: matmul, conv)."""
+
     # -- wire ----------------------------------------------------------------
     @classmethod
-    def _module(cls) -> Any:
-        return importlib.import_module(f"sigdnn.schemas.{cls.table}")
+    def codec(cls) -> Codec:
+        return _codec(cls)
 
     def wire_value(self, field: str) -> Any:
-        """The value to write for ``field``; subclasses map enums here."""
-        return getattr(self, field)
-
-    @classmethod
-    def from_wire_value(cls, field: str, value: Any, where: str) -> Any:
+        """The value to write for ``field`` (enum names become their wire values)."""
+        value = getattr(self, field)
+        if field in self.enums and value is not None:
+            return self.codec().enum_values[field][value]
         return value
 
     def to_fb(self, builder: Any) -> int:
-        """Write this table; returns its offset."""
-        mod = self._module()
+        """Write this table with the generic FlatBuffers builder; returns its offset."""
+        codec = self.codec()
         vectors = {}
         for field, kind in self.wire_fields:
-            if kind == "i64[]":
-                vectors[field] = builder.CreateNumpyVector(np.asarray(getattr(self, field), dtype="<i8"))
-        mod.Start(builder)
-        for field, _kind in self.wire_fields:
-            value = vectors.get(field, self.wire_value(field))
-            if value is not None:
-                getattr(mod, "Add" + camel(field))(builder, value)
-        return mod.End(builder)
+            if kind in ("i64[]", "f64[]"):
+                dtype = "<i8" if kind == "i64[]" else "<f8"
+                vectors[field] = builder.CreateNumpyVector(np.asarray(getattr(self, field), dtype=dtype))
+        builder.StartObject(codec.slot_count)
+        for (field, kind), slot in zip(self.wire_fields, codec.slots):
+            if field in vectors:
+                builder.PrependUOffsetTRelativeSlot(slot, vectors[field], 0)
+                continue
+            value = self.wire_value(field)
+            if value is None:
+                continue
+            if kind == "enum":
+                builder.PrependInt16Slot(slot, value, 0)
+            else:
+                base = _SCALAR_KINDS[kind]
+                getattr(builder, _PREPEND[base])(slot, value, _DEFAULTS.get(kind))
+        return builder.EndObject()
 
     @classmethod
     def from_fb(cls, table: Table, where: str, max_rank: int) -> Op:
         """Read the attribute table; SchemaError names ``where``."""
-        slots = slots_of(cls._module())
+        codec = cls.codec()
         values: dict[str, Any] = {}
-        for field, kind in cls.wire_fields:
-            slot = slots[camel(field)]
+        for (field, kind), slot in zip(cls.wire_fields, codec.slots):
             if kind == "i64[]":
                 values[field] = table.int64s(slot, max_rank)
-            elif kind == "mode":
-                values[field] = cls.from_wire_value(field, table.scalar(slot, "i16", 0), where)
-            elif kind == "f64?":
-                values[field] = table.scalar(slot, "f64")
+            elif kind == "f64[]":
+                values[field] = table.float64s(slot, max_rank)
+            elif kind == "enum":
+                raw = table.scalar(slot, "i16", 0)
+                name = codec.enum_names[field].get(raw)
+                if name is None:
+                    raise SchemaError(f"{where}: unknown {cls.kind} {field} {raw}")
+                values[field] = name
             else:
-                values[field] = table.scalar(slot, "i64", 0 if kind == "uid" else None)
+                values[field] = table.scalar(slot, _SCALAR_KINDS[kind], _DEFAULTS.get(kind))
         return cls(**values)
+
+
+@functools.cache
+def _codec(cls: type[Op]) -> Codec:
+    """Slots from the generated table (the schema is the source) or, schema-free, from declaration order."""
+    fields = [f for f, _ in cls.wire_fields]
+    enum_values: dict[str, dict[str, int]] = {}
+    if cls.table is None:
+        slots = tuple(range(len(fields)))
+        count = len(fields)
+        for field, names in cls.enums.items():
+            enum_values[field] = {n: i for i, n in enumerate(names)}
+        if cls.wire_member is None:
+            raise TypeError(f"op {cls.__name__} has no schema table, so it must declare wire_member")
+        member = cls.wire_member
+    else:
+        module = importlib.import_module(f"sigdnn.schemas.{cls.table}")
+        by_name = slots_of(module)
+        missing = [f for f in fields if camel(f) not in by_name]
+        if missing:
+            raise TypeError(f"op {cls.__name__}: fields {missing} are not in schema table {cls.table}")
+        slots = tuple(by_name[camel(f)] for f in fields)
+        count = max(by_name.values(), default=-1) + 1
+        for field, names in cls.enums.items():
+            enum_class = _schema_enum(cls, field)
+            enum_values[field] = {n: getattr(enum_class, n.upper()) for n in names}
+        from sigdnn.schemas.NodeAttributes import NodeAttributes
+
+        member = getattr(NodeAttributes, cls.table)
+    names = {field: {v: n for n, v in table.items()} for field, table in enum_values.items()}
+    return Codec(slots, count, enum_values, names, member)
+
+
+def _schema_enum(cls: type[Op], field: str) -> Any:
+    """The generated enum class behind an enum field: named in ``enum_types`` or ``<Op><Field>``."""
+    name = getattr(cls, "enum_types", {}).get(field) or f"{cls.__name__}{camel(field)}"
+    module = importlib.import_module(f"sigdnn.schemas.{name}")
+    return getattr(module, name)
 
 
 def broadcast_dims(shapes: Sequence[Sequence[int]], where: str) -> tuple[int, ...]:
@@ -138,4 +268,13 @@ def require_float(where: str, tensors: Mapping[str, Tensor]) -> None:
             raise GraphError(f"{where}: port '{port}' (tensor '{t.name}') must be floating point, is {t.dtype}")
 
 
-__all__ = ["DataType", "Op", "WireFields", "broadcast_dims", "camel", "require_float"]
+__all__ = [
+    "OP_CLASSES",
+    "Codec",
+    "DataType",
+    "Op",
+    "WireFields",
+    "broadcast_dims",
+    "camel",
+    "require_float",
+]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
@@ -43,9 +43,21 @@ class ConvFprop(Op):
     stride: tuple[int, ...]
     dilation: tuple[int, ...]
 
+    sums_absolute_terms: ClassVar[bool] = True
+
     @property
     def spatial_rank(self) -> int:
         return len(self.stride)
+
+    def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
+        return (("spatial_rank", self.spatial_rank),)
+
+    def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
+        return math.prod(tensors["w"].dims[1:])
+
+    def work(self, tensors: Mapping[str, Tensor]) -> int:
+        """Multiply-adds: every element of y takes C/groups x taps of them."""
+        return tensors["y"].size * math.prod(tensors["w"].dims[1:])
 
     def groups(self, inputs: Mapping[str, Tensor]) -> int:
         return inputs["x"].dims[1] // inputs["w"].dims[1]

@@ -35,3 +35,12 @@ class Matmul(Op):
             )
         batch = broadcast_dims([a.dims[:-2], b.dims[:-2]], f"matmul batch dims of '{a.name}' and '{b.name}'")
         return {"c": (*batch, m, n)}
+
+    sums_absolute_terms: ClassVar[bool] = True
+
+    def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
+        return tensors["a"].dims[-1]
+
+    def work(self, tensors: Mapping[str, Tensor]) -> int:
+        """Multiply-adds: every element of c takes K of them."""
+        return tensors["c"].size * tensors["a"].dims[-1]

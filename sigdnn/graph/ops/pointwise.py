@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 
 import attrs
 
-from sigdnn.errors import GraphError, SchemaError
+from sigdnn.errors import GraphError
+from sigdnn.graph.layout import packed_like
 from sigdnn.graph.ops.base import Op, broadcast_dims
 from sigdnn.graph.tensor import Tensor
-from sigdnn.schemas.PointwiseMode import PointwiseMode as _WireMode
 
 
 @attrs.frozen
@@ -79,8 +79,6 @@ PARAMS = (
     "softplus_beta",
     "axis",
 )
-_WIRE = {name: getattr(_WireMode, name.upper()) for name in MODES}
-_FROM_WIRE = {v: k for k, v in _WIRE.items()}
 
 
 @attrs.frozen
@@ -90,13 +88,15 @@ class Pointwise(Op):
     input_ports: ClassVar[tuple[str, ...]] = ("in_0", "in_1", "in_2")
     output_ports: ClassVar[tuple[str, ...]] = ("out_0",)
     wire_fields: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("mode", "mode"),
+        ("mode", "enum"),
         ("in_0", "uid"),
         ("in_1", "uid?"),
         ("in_2", "uid?"),
         ("out_0", "uid"),
         *((p, "i64?" if p == "axis" else "f64?") for p in PARAMS),
     )
+    enums: ClassVar[dict[str, tuple[str, ...]]] = {"mode": tuple(MODES)}
+    key_attributes: ClassVar[tuple[str, ...]] = ("mode",)
 
     mode: str
     in_0: int
@@ -119,16 +119,8 @@ class Pointwise(Op):
         """The parameters that are set."""
         return {p: getattr(self, p) for p in PARAMS if getattr(self, p) is not None}
 
-    def wire_value(self, field: str) -> Any:
-        return _WIRE[self.mode] if field == "mode" else getattr(self, field)
-
-    @classmethod
-    def from_wire_value(cls, field: str, value: Any, where: str) -> Any:
-        if field != "mode":
-            return value
-        if value not in _FROM_WIRE:
-            raise SchemaError(f"{where}: unknown pointwise mode {value}")
-        return _FROM_WIRE[value]
+    def elementwise(self) -> bool:
+        return self.mode != "gen_index"  # gen_index reads positions, not values
 
     def infer_dims(self, inputs: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
         where = f"pointwise[{self.mode}]"
@@ -155,21 +147,7 @@ class Pointwise(Op):
     def default_output_strides(
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
-        from sigdnn.graph.layout import packed_like
-
         for t in inputs.values():
             if t.rank == len(dims) and t.size > 1:
                 return packed_like(dims, t.strides)
         return None
-
-
-def make_pointwise(mode: str, in_uids: list[int], out_uid: int, params: Mapping[str, Any]) -> Pointwise:
-    """Build a Pointwise from the frontend's call, checking mode and params."""
-    if mode not in MODES:
-        raise GraphError(f"unknown pointwise mode '{mode}'; known: {', '.join(MODES)}")
-    unknown = set(params) - set(PARAMS)
-    if unknown:
-        raise GraphError(f"pointwise[{mode}]: unknown parameter(s) {sorted(unknown)}; known: {', '.join(PARAMS)}")
-    ports = dict(zip(("in_0", "in_1", "in_2"), in_uids))
-    typed = {k: (int(v) if k == "axis" else float(v)) for k, v in params.items() if v is not None}
-    return Pointwise(mode=mode, out_0=out_uid, **ports, **typed)

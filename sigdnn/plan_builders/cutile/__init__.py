@@ -1,14 +1,6 @@
-"""cuTile builders (engine ids 2000-2999).
+"""cuTile builders (engine ids 2000-2999), one module per op family.
 
-Importing this package imports no GPU code: ``cuda.tile`` loads on the first
-launch, and ``available()`` reports why a builder cannot run on this machine.
+Importing this package imports no GPU code: kernels live in the ``kernels``
+subpackage, which imports ``cuda.tile`` and is loaded on first launch;
+``available()`` reports why a builder cannot run on this machine.
 """
-
-from __future__ import annotations
-
-from sigdnn.plan_builders.cutile.pointwise import CutilePointwiseBuilder
-from sigdnn.registry.contracts import PlanBuilder
-
-
-def builders() -> list[PlanBuilder]:
-    return [CutilePointwiseBuilder()]

@@ -1,4 +1,4 @@
-"""cuTile pointwise builder: add, mul, relu_fwd, tanh_fwd in float32.
+"""cuTile pointwise builder: add, mul, relu_fwd, tanh_fwd, computing in float32.
 
 The builder decides everything it can at build time: the operand layout (one
 flat packed index space, or an output-ordered view of at most 4 collapsed
@@ -22,10 +22,11 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.pointwise import Pointwise
-from sigdnn.registry.contracts import BuildContext, Device, NodePlan, PlanBuilder
-from sigdnn.signature_keys import PointwiseKey, SignatureKey
+from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import SignatureKey
 
-ENGINE_ID = 2001
 MODES = ("add", "mul", "relu_fwd", "tanh_fwd")
 IO_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 MAX_RANK = 4  # collapsed dims the strided kernels index
@@ -229,7 +230,7 @@ def pointwise(
     tile: int | None = None,
 ) -> None:
     """One-shot: prepare and enqueue ``out = mode(*inputs)`` on ``stream``."""
-    from sigdnn.executor.device import raw_stream
+    from sigdnn.runtime.cuda import raw_stream
 
     prepare(mode, inputs, out, relu=relu, tile=tile)(inputs, out, raw_stream(stream))
 
@@ -241,7 +242,7 @@ def pointwise(
 @functools.cache
 def unavailable_reason() -> str | None:
     """Why cuTile cannot run here (no cuda.core, no GPU, no cuda.tile), else None."""
-    from sigdnn.executor.device import gpu_unavailable_reason
+    from sigdnn.runtime.cuda import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     if reason is not None:
@@ -258,40 +259,31 @@ class CutilePointwisePlan(NodePlan):
 
     workspace_bytes = 0
 
-    def __init__(self, launch: PointwiseLaunch, in_ports: tuple[str, ...], default_stream: Any) -> None:
+    def __init__(self, launch: PointwiseLaunch, in_ports: tuple[str, ...]) -> None:
         self._launch = launch
         self._in_ports = in_ports
-        self._default_stream = default_stream
-        self._stream: tuple[Any, int] | None = None
 
-    def execute(self, buffers: Mapping[str, Any], stream: Any = None) -> None:
-        stream = self._default_stream if stream is None else stream
-        cached = self._stream
-        if cached is None or cached[0] is not stream:
-            from sigdnn.executor.device import raw_stream
-
-            cached = self._stream = (stream, raw_stream(stream))
-        self._launch([buffers[p] for p in self._in_ports], buffers["out_0"], cached[1])
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+        self._launch([buffers[p] for p in self._in_ports], buffers["out_0"], context.stream)
 
 
 class CutilePointwiseBuilder(PlanBuilder):
     """add / mul / relu_fwd / tanh_fwd over f32, f16, bf16, computing in f32."""
 
     name = "cutile.pointwise"
-    engine_id = ENGINE_ID
-    backend = "cutile"
+    engine_id = IN_TREE[name]
+    library = "cutile"
     device = "gpu"
-    key_type = PointwiseKey
+    ops = ("pointwise",)
 
     def available(self) -> str | None:
         return unavailable_reason()
 
     def serves(self, key: SignatureKey) -> bool:
         return (
-            isinstance(key, PointwiseKey)
-            and key.mode in MODES
-            and all(str(d) in IO_DTYPES for d in key.inputs)
-            and str(key.output) in IO_DTYPES
+            key.op == "pointwise"
+            and key.trait("mode") in MODES
+            and all(str(d) in IO_DTYPES for _, d in (*key.inputs, *key.outputs))
             and str(key.compute) == "float32"
         )
 
@@ -322,8 +314,8 @@ class CutilePointwiseBuilder(PlanBuilder):
             raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")
         self._layout(node, graph)
 
-    def build(self, node: Node, graph: Graph, ctx: BuildContext) -> NodePlan:
-        self.check(node, graph, ctx.device)
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        self.check(node, graph, context.device)
         layout, ports = self._layout(node, graph)
         op = node.op
         relu = None
@@ -333,6 +325,4 @@ class CutilePointwiseBuilder(PlanBuilder):
                 upper=op.relu_upper_clip,
                 slope=0.0 if op.relu_lower_clip_slope is None else op.relu_lower_clip_slope,
             )
-        gpu = ctx.device.context
-        launch = PointwiseLaunch(op.mode, layout, relu=relu)
-        return CutilePointwisePlan(launch, ports, getattr(gpu, "stream", None))
+        return CutilePointwisePlan(PointwiseLaunch(op.mode, layout, relu=relu), ports)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -18,6 +19,7 @@ from sigdnn.dtypes import DataType, round_to
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.runtime.device import ExecutionContext
 
 
 def widen(array: np.ndarray, integer: bool) -> np.ndarray:
@@ -72,7 +74,7 @@ class ReferencePlan(NodePlan):
         self._out_dtypes = out_dtypes
         self._elementwise = elementwise and len(out_dtypes) == 1
 
-    def execute(self, buffers: Mapping[str, Any], stream: Any = None) -> None:
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext | None = None) -> None:
         if self._elementwise:
             (port,) = self._out_dtypes
             out = buffers[port]
@@ -93,23 +95,23 @@ class ReferencePlan(NodePlan):
 class ReferenceBuilder(PlanBuilder):
     """A CPU builder; subclasses supply ``make_compute``."""
 
-    backend: ClassVar[str] = "reference"
+    library: ClassVar[str] = "reference"
     device: ClassVar[str] = "cpu"
 
+    @abstractmethod
     def make_compute(
-        self, node: Node, graph: Graph, ctx: BuildContext
+        self, node: Node, graph: Graph, context: BuildContext
     ) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-        raise NotImplementedError
+        """The node's math: float64 (or int64) inputs by port -> values by output port."""
 
     def computes_in_integers(self, node: Node, graph: Graph) -> bool:
         return graph.compute_dtype_of(node).is_integer
 
-    def build(self, node: Node, graph: Graph, ctx: BuildContext) -> NodePlan:
-        outs = {p: graph.dtype_of(graph.tensors[u]) for p, u in node.op.outputs().items()}
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        outs = dict(context.key.outputs)
         return ReferencePlan(
-            self.make_compute(node, graph, ctx), self.computes_in_integers(node, graph), outs, self.elementwise(node)
+            self.make_compute(node, graph, context),
+            self.computes_in_integers(node, graph),
+            outs,
+            node.op.elementwise(),
         )
-
-    def elementwise(self, node: Node) -> bool:
-        """Whether each output element depends only on the same-index input elements."""
-        return False

@@ -20,10 +20,11 @@ import numpy as np
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops import ConvFprop
+from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.plan_builders.reference.base import ReferenceBuilder
-from sigdnn.registry.contracts import BuildContext, Device
-from sigdnn.signature_keys import ConvFpropKey
+from sigdnn.registry.contracts import BuildContext
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.runtime.device import Device
 
 # Contraction length per matrix product we aim for, and the most scratch a tap chunk may take.
 _TARGET_CONTRACTION = 64
@@ -73,8 +74,8 @@ def conv_fprop(x: np.ndarray, w: np.ndarray, op: ConvFprop, out_dims: tuple[int,
 
 class ReferenceConvFprop(ReferenceBuilder):
     name: ClassVar[str] = "reference.conv_fprop"
-    engine_id: ClassVar[int] = 1002
-    key_type: ClassVar[type] = ConvFpropKey
+    engine_id: ClassVar[int] = IN_TREE[name]
+    ops: ClassVar[tuple[str, ...]] = ("conv_fprop",)
 
     def check(self, node: Node, graph: Graph, device: Device) -> None:
         """Decline integer tensors (the op is floating point only; check_graph says so first)."""
@@ -92,7 +93,7 @@ class ReferenceConvFprop(ReferenceBuilder):
         return False
 
     def make_compute(
-        self, node: Node, graph: Graph, ctx: BuildContext
+        self, node: Node, graph: Graph, context: BuildContext
     ) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
         op: ConvFprop = node.op
         out_dims = graph.tensors[op.y].dims

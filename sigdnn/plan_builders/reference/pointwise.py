@@ -18,11 +18,11 @@ import numpy as np
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops import Pointwise
+from sigdnn.graph.ops.pointwise import Pointwise
 from sigdnn.plan_builders.reference import special
 from sigdnn.plan_builders.reference.base import ReferenceBuilder
 from sigdnn.registry.contracts import BuildContext
-from sigdnn.signature_keys import PointwiseKey
+from sigdnn.registry.engine_ids import IN_TREE
 
 Array = np.ndarray
 _SQRT_2 = math.sqrt(2.0)
@@ -197,17 +197,14 @@ def gen_index(x: Array, p: Pointwise) -> Array:
 
 class ReferencePointwise(ReferenceBuilder):
     name: ClassVar[str] = "reference.pointwise"
-    engine_id: ClassVar[int] = 1000
-    key_type: ClassVar[type] = PointwiseKey
+    engine_id: ClassVar[int] = IN_TREE[name]
+    ops: ClassVar[tuple[str, ...]] = ("pointwise",)
 
     def computes_in_integers(self, node: Node, graph: Graph) -> bool:
         return graph.compute_dtype_of(node).is_integer and node.op.mode in INTEGER_EXACT
 
-    def elementwise(self, node: Node) -> bool:
-        return node.op.mode != "gen_index"  # gen_index reads positions, not values
-
     def make_compute(
-        self, node: Node, graph: Graph, ctx: BuildContext
+        self, node: Node, graph: Graph, context: BuildContext
     ) -> Callable[[dict[str, Array]], dict[str, Array]]:
         op: Pointwise = node.op
         ports = list(op.inputs())

@@ -1,0 +1,73 @@
+"""The order steps run in: any valid order computes the same values, but not at the same peak memory.
+
+Among the steps that are ready, run the one that frees the most
+intermediate memory net of what it allocates (a backward graph built
+breadth-first must not hold every activation at once); ties keep the
+order the graph's nodes came in.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+
+
+def memory_aware_order(
+    reads: Sequence[Sequence[int]],
+    writes: Sequence[Sequence[int]],
+    rank: Sequence[int],
+    sizes: Mapping[int, int],
+) -> list[int]:
+    """A topological order of units (steps) given what each reads and writes.
+
+    ``sizes`` holds the bytes of the tensors the executor allocates
+    (virtual ones); others cost nothing. ``rank`` breaks ties (lower first).
+    The units must form a DAG through their tensors (prepare has checked).
+    """
+    n = len(reads)
+    producer = {uid: u for u in range(n) for uid in writes[u]}
+    readers: dict[int, list[int]] = {}
+    waiting = [0] * n
+    successors: list[list[int]] = [[] for _ in range(n)]
+    for u in range(n):
+        for uid in dict.fromkeys(reads[u]):
+            readers.setdefault(uid, []).append(u)
+            p = producer.get(uid)
+            if p is not None:
+                successors[p].append(u)
+                waiting[u] += 1
+    remaining = {uid: len(rs) for uid, rs in readers.items()}
+    allocates = [sum(sizes.get(uid, 0) for uid in writes[u]) for u in range(n)]
+
+    def score(u: int) -> int:
+        freed = sum(sizes.get(uid, 0) for uid in dict.fromkeys(reads[u]) if remaining[uid] == 1)
+        return freed - allocates[u]
+
+    version = [0] * n
+    ready: list[tuple[int, int, int, int]] = []
+
+    def push(u: int) -> None:
+        version[u] += 1
+        heapq.heappush(ready, (-score(u), rank[u], version[u], u))
+
+    for u in range(n):
+        if waiting[u] == 0:
+            push(u)
+    order: list[int] = []
+    while ready:
+        _, _, v, u = heapq.heappop(ready)
+        if v != version[u] or waiting[u] < 0:
+            continue
+        waiting[u] = -1  # done
+        order.append(u)
+        for uid in dict.fromkeys(reads[u]):
+            remaining[uid] -= 1
+            if remaining[uid] == 1 and sizes.get(uid, 0):
+                last = next(r for r in readers[uid] if waiting[r] >= 0)
+                if waiting[last] == 0:
+                    push(last)  # it now frees this tensor: re-rank it
+        for s in successors[u]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                push(s)
+    return order
