@@ -72,7 +72,7 @@ def _node(buf: Buffer, pos: int, index: int, limits: Limits) -> Node:
         name = n.string(_N["Name"], limits.max_name_length) or ""
         where = f"node '{name}'"
         compute = _dtype(n.scalar(_N["ComputeDataType"], "i8", 0), where)
-        member = n.scalar(_N["AttributesType"], "i8", 0)
+        member = n.scalar(_N["AttributesType"], "u8", 0)
         op_class = op_by_wire(member)
         if op_class is None:
             raise SchemaError(f"unknown or missing op (union member {member})")
