@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import attrs
@@ -37,7 +38,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+        return math.prod(self.dims)
 
     def scalar(self) -> np.ndarray:
         """The pass-by-value value as a 0-d array of the tensor's dtype."""
