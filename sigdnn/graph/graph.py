@@ -40,6 +40,7 @@ class Graph(Frontend):
     # nodes were changed behind the builder's back (e.g. by deserialize).
     _top_uid: tuple[int, int] = attrs.field(default=(0, 0), init=False, repr=False)
     _node_names: set[str] = attrs.field(factory=set, init=False, repr=False)
+    _tensor_names: set[str] = attrs.field(factory=set, init=False, repr=False)
 
     # -- lookups -------------------------------------------------------------
     def dtype_of(self, tensor: Tensor) -> DataType:
@@ -102,6 +103,10 @@ class Graph(Frontend):
         return [next(free) for _ in range(n)]
 
     def _add_tensor(self, tensor: Tensor) -> Tensor:
+        if len(self._tensor_names) != len(self.tensors):
+            self._tensor_names = {t.name for t in self.tensors.values()}
+        if tensor.name in self._tensor_names:
+            raise GraphError(f"duplicate tensor name '{tensor.name}': tensor names must be unique in a graph")
         if not -INT64_MAX - 1 <= tensor.uid <= INT64_MAX:
             raise GraphError(f"tensor '{tensor.name}': uid {tensor.uid} does not fit in int64")
         if tensor.uid in self.tensors:
@@ -109,6 +114,7 @@ class Graph(Frontend):
                 f"duplicate tensor uid {tensor.uid} ('{tensor.name}' and '{self.tensors[tensor.uid].name}')"
             )
         self.tensors[tensor.uid] = tensor
+        self._tensor_names.add(tensor.name)
         count, top = self._top_uid
         if count == len(self.tensors) - 1:
             self._top_uid = (len(self.tensors), max(top, tensor.uid))
