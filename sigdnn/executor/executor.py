@@ -186,12 +186,17 @@ class Executor:
         if isinstance(source, Graph):
             return source, source.serialize()
         if isinstance(source, (bytes, bytearray, memoryview)):
-            return None, bytes(source)
+            try:
+                return None, bytes(source)
+            except ValueError as e:  # a released memoryview
+                raise UsageError(f"prepare() could not read the buffer: {e}") from None
         if isinstance(source, (str, os.PathLike)):
             try:
                 return None, Path(source).read_bytes()
             except OSError as e:
                 raise SigdnnError(f"cannot read graph file {str(source)!r}: {e.strerror}") from None
+            except ValueError as e:  # a NUL byte in the path
+                raise UsageError(f"cannot read graph file {str(source)!r}: {e}") from None
         raise UsageError(f"prepare() takes bytes, a path or a Graph, not {type(source).__name__}")
 
     def _choose(self, node: Node, graph: Graph, key: SignatureKey, device: Device) -> tuple[PlanBuilder, list[str]]:

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from sigdnn.errors import VariantPackError
+from sigdnn.errors import GraphError, VariantPackError
+from sigdnn.graph.arguments import scalar_value
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.tensor import Tensor
 
@@ -26,19 +27,10 @@ def _uid_of(key: Any) -> int | None:
 
 def _scalar(graph: Graph, t: Tensor, buffer: Any) -> np.ndarray:
     """A pass-by-value override as one 0-d value of the tensor's dtype, checked before anything runs."""
-    dtype = graph.dtype_of(t)
     try:
-        value = np.asarray(buffer)
-        if value.size == 1:
-            return value.reshape(()).astype(dtype.numpy)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise VariantPackError(
-            f"pass-by-value tensor '{t.name}' (uid {t.uid}): {type(buffer).__name__} is not a {dtype} value ({e})"
-        ) from None
-    if value.size != 1:
-        raise VariantPackError(
-            f"pass-by-value tensor '{t.name}' takes one value, got shape {list(value.shape)} (uid {t.uid})"
-        )
+        return scalar_value(buffer, graph.dtype_of(t), f"pass-by-value tensor '{t.name}' (uid {t.uid})")
+    except GraphError as e:
+        raise VariantPackError(str(e)) from None
 
 
 def _suggestion(key: Any, graph: Graph, inputs: list[int], outputs: list[int]) -> str:
