@@ -23,6 +23,7 @@ from sigdnn.io.units import format_bytes
 PathArg = str | bytes | os.PathLike
 
 _CHUNK = 1 << 24
+_TAIL_CHUNK = 1 << 16  # read() allocates what it is asked for: keep the EOF probe small
 _FLAGS = os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 # What to do, by errno; the OS's own words come first in each message.
@@ -152,7 +153,7 @@ def read_all(f: BinaryIO, size: int, *, what: str, path: str, max_bytes: int) ->
     del view
     while True:  # files whose stat size is 0 (/proc) or that grew since fstat
         try:
-            chunk = f.read(min(_CHUNK, max_bytes + 1 - len(data)))
+            chunk = f.read(min(_TAIL_CHUNK, max_bytes + 1 - len(data)))
         except OSError as e:
             raise os_error(what, path, e) from None
         if not chunk:

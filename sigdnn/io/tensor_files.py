@@ -186,11 +186,9 @@ class _Reader:
                 f"its header is {format_bytes(size)}, more than {format_bytes(limit)} for the tensors expected"
             )
         try:
-            header = json.loads(bytes(data[8 : 8 + size]).decode("utf-8"))
+            header = json.loads(bytes(data[8 : 8 + size]).decode("utf-8"))  # an object: it starts with "{"
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise self.error(f"its header is not valid JSON ({type(e).__name__}); the file is damaged") from None
-        if not isinstance(header, dict):
-            raise self.error("its header is not a JSON object; the file is damaged")
         base, end = 8 + size, len(data)
         entries = []
         for name, info in header.items():
