@@ -578,7 +578,10 @@ def _advice(e: SigdnnError, args: argparse.Namespace) -> str | None:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split("\n")).replace("\r", " ")
+    """One printable line: newlines become spaces, other control characters (a hostile file's
+    terminal escapes, quoted back in a message) their escapes."""
+    text = text.replace("\r\n", " ").replace("\n", " ")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def _silence_stdout() -> None:
