@@ -29,7 +29,7 @@ _EXPORTS = {
     ),
     "ExecutionPlan": "sigdnn.executor",
     "Executor": "sigdnn.executor",
-    **dict.fromkeys(("Graph", "Limits", "Node", "Tensor", "deserialize", "serialize"), "sigdnn.graph"),
+    **dict.fromkeys(("Graph", "Limits", "Node", "Tensor", "deserialize", "load", "serialize"), "sigdnn.graph"),
     "Op": "sigdnn.graph.ops.base",
     **dict.fromkeys(
         (
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
         VariantPackError,
     )
     from sigdnn.executor import ExecutionPlan, Executor
-    from sigdnn.graph import Graph, Limits, Node, Tensor, deserialize, serialize
+    from sigdnn.graph import Graph, Limits, Node, Tensor, deserialize, load, serialize
     from sigdnn.graph.ops.base import Op
     from sigdnn.registry import (
         BuildContext,
@@ -133,6 +133,7 @@ __all__ = [
     "__version__",
     "deserialize",
     "key_for",
+    "load",
     "register",
     "serialize",
     "validate",

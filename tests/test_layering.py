@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-BASE = {"sigdnn", "sigdnn.dtypes", "sigdnn.errors", "sigdnn.schemas"}
+BASE = {"sigdnn", "sigdnn.dtypes", "sigdnn.errors", "sigdnn.schemas", "sigdnn.io"}
 LAYERS: dict[str, set[str]] = {
     "sigdnn.graph": {"sigdnn.graph"},
     "sigdnn.signature_keys": {"sigdnn.graph", "sigdnn.signature_keys"},

@@ -7,7 +7,6 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.node import Node
+from sigdnn.io.graph_files import read_graph_file
 from sigdnn.registry.contracts import BuildContext, PlanBuilder, RegionContext
 from sigdnn.registry.regions import Dataflow, make_region
 from sigdnn.registry.registry import DEFAULT_REGISTRY, Registry
@@ -191,12 +191,7 @@ class Executor:
             except ValueError as e:  # a released memoryview
                 raise UsageError(f"prepare() could not read the buffer: {e}") from None
         if isinstance(source, (str, os.PathLike)):
-            try:
-                return None, Path(source).read_bytes()
-            except OSError as e:
-                raise SigdnnError(f"cannot read graph file {str(source)!r}: {e.strerror}") from None
-            except ValueError as e:  # a NUL byte in the path
-                raise UsageError(f"cannot read graph file {str(source)!r}: {e}") from None
+            return None, read_graph_file(source)
         raise UsageError(f"prepare() takes bytes, a path or a Graph, not {type(source).__name__}")
 
     def _choose(self, node: Node, graph: Graph, key: SignatureKey, device: Device) -> tuple[PlanBuilder, list[str]]:

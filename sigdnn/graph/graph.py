@@ -6,6 +6,7 @@ a mistake surfaces as a GraphError on the line that made it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -253,6 +254,12 @@ class Graph(Frontend):
         from sigdnn.graph.serialize import serialize
 
         return serialize(self)
+
+    def save(self, path: str | os.PathLike[str]) -> str:
+        """Write this graph as a ``.sdg`` file at exactly ``path`` (``sigdnn.load`` reads it back)."""
+        from sigdnn.graph.files import save
+
+        return save(self, path)
 
     def canonical(self) -> tuple:
         """A value-comparable form, dtypes resolved where the graph's defaults allow."""
