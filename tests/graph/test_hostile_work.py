@@ -7,6 +7,7 @@ large is allocated (checked with tracemalloc, not the clock).
 
 from __future__ import annotations
 
+import contextlib
 import tracemalloc
 from collections.abc import Callable
 
@@ -26,10 +27,8 @@ SMALL = Limits(max_total_bytes=16 << 20)
 
 def peak_bytes(action: Callable[[], object]) -> int:
     tracemalloc.start()
-    try:
+    with contextlib.suppress(sigdnn.SigdnnError):
         action()
-    except sigdnn.SigdnnError:
-        pass
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return peak
