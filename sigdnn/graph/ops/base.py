@@ -7,7 +7,7 @@ validation needs to judge each output, and a bound on the work one node
 may cost. Everything generic — the op list, signature keys, wire reads and
 writes, tolerances — is derived from that declaration, once per op class.
 Adding an op is: its table in schemas/, its module here, a builder module
-per backend, tests.
+per library, tests.
 """
 
 from __future__ import annotations
