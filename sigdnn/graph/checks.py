@@ -88,6 +88,7 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
 
     producer: dict[int, int] = {}
     node_names: set[str] = set()
+    work = 0
     for i, node in enumerate(graph.nodes):
         where = f"node '{node.name}'"
         if node.name in node_names:
@@ -114,6 +115,12 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
         out_tensors = {p: _resolved(graph, graph.tensors[u]) for p, u in outs.items()}
         try:
             expected = node.op.infer_dims(in_tensors)
+            if set(expected) != set(out_tensors):
+                extra, absent = sorted(set(out_tensors) - set(expected)), sorted(set(expected) - set(out_tensors))
+                raise GraphError(
+                    f"its attributes and inputs give outputs {sorted(expected)}; "
+                    + (f"port(s) {extra} should be absent" if extra else f"port(s) {absent} are missing")
+                )
             node.op.check(in_tensors, out_tensors)
         except GraphError as e:
             raise GraphError(f"{where}: {e}") from None
@@ -134,6 +141,11 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
             raise GraphError(
                 f"{where}: needs {scratch} bytes of scratch; with the graph's tensors that "
                 f"makes {total + scratch} bytes (limit {limits.max_total_bytes})"
+            )
+        work += node.op.work({**in_tensors, **out_tensors})
+        if work > limits.max_work:
+            raise GraphError(
+                f"{where}: the graph's work reaches {work} element operations here (limit {limits.max_work})"
             )
 
     for uid, t in graph.tensors.items():
