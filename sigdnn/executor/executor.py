@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -256,6 +257,7 @@ class Executor:
         to_host: bool = True,
         capture: dict[str, Any] | None = None,
         out: str = "numpy",
+        on_step: Callable[[int, Step, float], None] | None = None,
     ) -> dict[str, Any]:
         """Run ``plan``; return every output by name (written in place when given).
 
@@ -268,6 +270,9 @@ class Executor:
         ``out="torch"`` returns host outputs as torch tensors sharing their
         memory (every dtype, bfloat16 and fp8 included); ``"numpy"`` (the
         default) as NumPy arrays. Host arrays also export ``__dlpack__``.
+        ``on_step(index, step, seconds)`` is called after each step with the
+        time it took (the device is synchronized after each step then, so
+        the times are real): profiles and progress displays hang on it.
         """
         if out not in OUTPUT_KINDS:
             raise UsageError(f"execute(out={out!r}): expected one of {', '.join(OUTPUT_KINDS)}")
@@ -295,13 +300,17 @@ class Executor:
         for uid, offset, t, dtype in plan.arena_tensors:
             buffers[uid] = memory.view(arena, offset, t, dtype)
         context = ExecutionContext(self.device, memory.stream, memory.workspace(plan.workspace_bytes))
-        for step in plan.steps:
+        for index, step in enumerate(plan.steps):
+            started = time.perf_counter() if on_step is not None else 0.0
             try:
                 step.plan.execute({k: buffers[uid] for k, uid in step.bindings.items()}, context)
             except SigdnnError:
                 raise
             except Exception as e:
                 raise ExecutionError(f"step '{step.name}' ({step.builder.name}) failed: {type(e).__name__}: {e}") from e
+            if on_step is not None:
+                memory.synchronize()
+                on_step(index, step, time.perf_counter() - started)
             if capture is not None:
                 for uid in step.writes:
                     capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid])
