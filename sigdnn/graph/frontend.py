@@ -99,8 +99,10 @@ class Frontend:
         logical_not``; math ``abs neg ceil floor sqrt rsqrt reciprocal exp
         log sin cos tan erf identity``; activations ``relu_fwd tanh_fwd
         sigmoid_fwd elu_fwd gelu_fwd gelu_approx_tanh_fwd softplus_fwd
-        swish_fwd`` and their ``*_bwd`` (inputs dy, x); ``gen_index``;
-        ``binary_select`` (a, b, mask: mask ? a : b).
+        swish_fwd``; their gradients, inputs (dy, x): ``relu_bwd tanh_bwd
+        sigmoid_bwd elu_bwd gelu_bwd gelu_approx_tanh_bwd softplus_bwd
+        swish_bwd``; ``gen_index``; ``binary_select`` (a, b, mask: mask ?
+        a : b).
 
         Parameters: ``relu_lower_clip``, ``relu_upper_clip``,
         ``relu_lower_clip_slope`` (relu), ``elu_alpha``, ``softplus_beta``,
