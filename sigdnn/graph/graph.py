@@ -21,7 +21,7 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.tensor import Tensor
 
-SCHEMA_VERSION = (1, 0)
+SCHEMA_VERSION = (1, 1)
 
 
 @attrs.define(eq=False)
