@@ -43,7 +43,7 @@ class SliceAttributes(object):
         return 0
 
     # SliceAttributes
-    def Start(self, j):
+    def StartIndices(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
             a = self._tab.Vector(o)
@@ -51,26 +51,26 @@ class SliceAttributes(object):
         return 0
 
     # SliceAttributes
-    def StartAsNumpy(self):
+    def StartIndicesAsNumpy(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
         return 0
 
     # SliceAttributes
-    def StartLength(self):
+    def StartIndicesLength(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # SliceAttributes
-    def StartIsNone(self):
+    def StartIndicesIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
     # SliceAttributes
-    def Limit(self, j):
+    def LimitIndices(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         if o != 0:
             a = self._tab.Vector(o)
@@ -78,26 +78,26 @@ class SliceAttributes(object):
         return 0
 
     # SliceAttributes
-    def LimitAsNumpy(self):
+    def LimitIndicesAsNumpy(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
         return 0
 
     # SliceAttributes
-    def LimitLength(self):
+    def LimitIndicesLength(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # SliceAttributes
-    def LimitIsNone(self):
+    def LimitIndicesIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         return o == 0
 
     # SliceAttributes
-    def Stride(self, j):
+    def Strides(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
             a = self._tab.Vector(o)
@@ -105,21 +105,21 @@ class SliceAttributes(object):
         return 0
 
     # SliceAttributes
-    def StrideAsNumpy(self):
+    def StridesAsNumpy(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
         return 0
 
     # SliceAttributes
-    def StrideLength(self):
+    def StridesLength(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # SliceAttributes
-    def StrideIsNone(self):
+    def StridesIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         return o == 0
 
@@ -141,41 +141,41 @@ def SliceAttributesAddY(builder, y):
 def AddY(builder, y):
     SliceAttributesAddY(builder, y)
 
-def SliceAttributesAddStart(builder, start):
-    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(start), 0)
+def SliceAttributesAddStartIndices(builder, startIndices):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(startIndices), 0)
 
-def AddStart(builder, start):
-    SliceAttributesAddStart(builder, start)
+def AddStartIndices(builder, startIndices):
+    SliceAttributesAddStartIndices(builder, startIndices)
 
-def SliceAttributesStartStartVector(builder, numElems):
+def SliceAttributesStartStartIndicesVector(builder, numElems):
     return builder.StartVector(8, numElems, 8)
 
-def StartStartVector(builder, numElems):
-    return SliceAttributesStartStartVector(builder, numElems)
+def StartStartIndicesVector(builder, numElems):
+    return SliceAttributesStartStartIndicesVector(builder, numElems)
 
-def SliceAttributesAddLimit(builder, limit):
-    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(limit), 0)
+def SliceAttributesAddLimitIndices(builder, limitIndices):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(limitIndices), 0)
 
-def AddLimit(builder, limit):
-    SliceAttributesAddLimit(builder, limit)
+def AddLimitIndices(builder, limitIndices):
+    SliceAttributesAddLimitIndices(builder, limitIndices)
 
-def SliceAttributesStartLimitVector(builder, numElems):
+def SliceAttributesStartLimitIndicesVector(builder, numElems):
     return builder.StartVector(8, numElems, 8)
 
-def StartLimitVector(builder, numElems):
-    return SliceAttributesStartLimitVector(builder, numElems)
+def StartLimitIndicesVector(builder, numElems):
+    return SliceAttributesStartLimitIndicesVector(builder, numElems)
 
-def SliceAttributesAddStride(builder, stride):
-    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(stride), 0)
+def SliceAttributesAddStrides(builder, strides):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(strides), 0)
 
-def AddStride(builder, stride):
-    SliceAttributesAddStride(builder, stride)
+def AddStrides(builder, strides):
+    SliceAttributesAddStrides(builder, strides)
 
-def SliceAttributesStartStrideVector(builder, numElems):
+def SliceAttributesStartStridesVector(builder, numElems):
     return builder.StartVector(8, numElems, 8)
 
-def StartStrideVector(builder, numElems):
-    return SliceAttributesStartStrideVector(builder, numElems)
+def StartStridesVector(builder, numElems):
+    return SliceAttributesStartStridesVector(builder, numElems)
 
 def SliceAttributesEnd(builder):
     return builder.EndObject()

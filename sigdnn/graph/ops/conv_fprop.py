@@ -15,10 +15,10 @@ import attrs
 from sigdnn.errors import GraphError
 from sigdnn.graph.limits import Limits
 from sigdnn.graph.ops.base import Op, require_float
+from sigdnn.graph.ops.shapes import packed_in_order_of
 from sigdnn.graph.ops.windows import (
     check_conv_attributes,
     check_taps,
-    packed_in_order_of,
     padded_bytes,
     spatial_rank,
     window_outputs,
@@ -96,7 +96,7 @@ class ConvFprop(Op):
         """
         x, w = inputs["x"], inputs["w"]
         check_taps(f"kernel '{w.name}'", w.dims[2:], limits)
-        return padded_bytes(x, self.pre_padding, self.post_padding)
+        return padded_bytes(x.dims, self.pre_padding, self.post_padding)
 
     def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
         require_float(f"conv_fprop '{outputs['y'].name}'", {**inputs, **outputs})

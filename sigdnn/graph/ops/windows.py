@@ -12,7 +12,6 @@ import math
 from collections.abc import Sequence
 
 from sigdnn.errors import GraphError
-from sigdnn.graph.layout import packed_strides
 from sigdnn.graph.limits import Limits
 from sigdnn.graph.tensor import Tensor
 
@@ -70,22 +69,10 @@ def window_outputs(
     return tuple(out)
 
 
-def packed_in_order_of(t: Tensor, dims: tuple[int, ...]) -> tuple[int, ...]:
-    """Strides for ``dims`` packed in ``t``'s axis order (NHWC stays NHWC).
-
-    A size-1 axis of ``t`` may carry any stride, so it can tie with a real
-    one: NHWC with C = 1 has stride 1 on both C and W. At equal strides the
-    size-1 axis counts as the inner one, else an output with C > 1 would come
-    out N,H,C,W instead of NHWC.
-    """
-    order = sorted(range(t.rank), key=lambda a: (-t.strides[a], t.dims[a] == 1, a))
-    return packed_strides(dims, order)
-
-
-def padded_bytes(t: Tensor, pre_padding: Sequence[int], post_padding: Sequence[int]) -> int:
-    """Bytes of a float64 copy of [N, C, spatial...] ``t`` with the padding added (attributes can make it huge)."""
-    elements = t.dims[0] * t.dims[1]
-    for i, d in enumerate(t.dims[2:]):
+def padded_bytes(dims: Sequence[int], pre_padding: Sequence[int], post_padding: Sequence[int]) -> int:
+    """Bytes of a float64 [N, C, spatial...] array of ``dims`` with the padding added (attributes can make it huge)."""
+    elements = dims[0] * dims[1]
+    for i, d in enumerate(dims[2:]):
         elements *= d + pre_padding[i] + post_padding[i]
     return elements * 8
 
