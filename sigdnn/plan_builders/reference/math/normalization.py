@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from sigdnn.plan_builders.reference.math.grouping import Grouped
-from sigdnn.plan_builders.reference.math.parallel import parallel_map
+from sigdnn.plan_builders.reference.math.parallel import ieee, parallel_map
 
 # Elements per block: large enough that NumPy's per-call overhead (~10 calls a block) is noise,
 # small enough that a block's float64 temporaries stay in L2.
@@ -259,6 +259,7 @@ def normalized_axes(x_shape: tuple[int, ...], scale_shape: tuple[int, ...]) -> t
 # -- batchnorm ------------------------------------------------------------------------------
 
 
+@ieee
 def batchnorm_train(
     x: np.ndarray,
     scale: np.ndarray,
@@ -280,13 +281,13 @@ def batchnorm_train(
     next_mean = next_var = None
     if running_mean is not None and running_var is not None and momentum is not None:
         m = g.count
-        with np.errstate(divide="ignore", invalid="ignore"):
-            unbiased = var * m / (m - 1) if m > 1 else np.full_like(var, np.nan)
+        unbiased = var * m / (m - 1) if m > 1 else np.full_like(var, np.nan)
         next_mean = (1.0 - momentum) * np.asarray(running_mean) + momentum * g.stat(mean)
         next_var = (1.0 - momentum) * np.asarray(running_var) + momentum * g.stat(unbiased)
     return y, g.stat(mean), g.stat(inv), next_mean, next_var
 
 
+@ieee
 def batchnorm_inference(
     x: np.ndarray, mean: np.ndarray, inv_variance: np.ndarray, scale: np.ndarray, bias: np.ndarray
 ) -> np.ndarray:
@@ -305,6 +306,7 @@ def batchnorm_inference(
     return g.restore(y3)
 
 
+@ieee
 def batchnorm_backward(
     dy: np.ndarray, x: np.ndarray, scale: np.ndarray, mean: np.ndarray, inv_variance: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -317,6 +319,7 @@ def batchnorm_backward(
 # -- layernorm / rmsnorm ------------------------------------------------------------------------------
 
 
+@ieee
 def layernorm(
     x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: float, training: bool
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -329,6 +332,7 @@ def layernorm(
     return y, g.stat(mean), g.stat(inv)
 
 
+@ieee
 def layernorm_backward(
     dy: np.ndarray, x: np.ndarray, scale: np.ndarray, mean: np.ndarray, inv_variance: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -339,6 +343,7 @@ def layernorm_backward(
     return dx, dscale, dbias
 
 
+@ieee
 def rmsnorm(
     x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, epsilon: float, training: bool
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -348,6 +353,7 @@ def rmsnorm(
     return y, (g.stat(inv) if training else None)
 
 
+@ieee
 def rmsnorm_backward(
     dy: np.ndarray, x: np.ndarray, scale: np.ndarray, inv_variance: np.ndarray, has_dbias: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

@@ -9,14 +9,18 @@ blocks must be independent (each writes its own slice of the output).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
+
+import numpy as np
 
 T = TypeVar("T")
 R = TypeVar("R")
+P = ParamSpec("P")
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -39,11 +43,12 @@ def _get_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _run_group(fn: Callable[[T], R], group: list[T]) -> list[R]:
+def _run_group(fn: Callable[[T], R], group: list[T], errors: dict[str, str]) -> list[R]:
     previous = getattr(_inside, "active", False)
     _inside.active = True
     try:
-        return [fn(item) for item in group]
+        with np.errstate(**errors):  # a new thread starts with NumPy's default error handling
+            return [fn(item) for item in group]
     finally:
         _inside.active = previous
 
@@ -63,8 +68,21 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     bounds = [len(items) * i // runs for i in range(runs + 1)]
     groups = [items[bounds[i] : bounds[i + 1]] for i in range(runs)]
     pool = _get_pool()
-    futures = [pool.submit(_run_group, fn, group) for group in groups[1:]]
-    results = _run_group(fn, groups[0])
+    errors = np.geterr()
+    futures = [pool.submit(_run_group, fn, group, errors) for group in groups[1:]]
+    results = _run_group(fn, groups[0], errors)
     for future in futures:
         results.extend(future.result())
     return results
+
+
+def ieee(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run fn with NumPy's floating-point warnings off: inf and NaN are values the reference
+    computes on purpose (IEEE semantics), not errors to report."""
+
+    @functools.wraps(fn)
+    def quiet(*args: P.args, **kwargs: P.kwargs) -> R:
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+
+    return quiet
