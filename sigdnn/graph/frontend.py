@@ -26,6 +26,7 @@ from sigdnn.graph.ops.pointwise import MODES, PARAMS, Pointwise
 from sigdnn.graph.ops.pooling import Pooling
 from sigdnn.graph.ops.pooling_backward import PoolingBackward
 from sigdnn.graph.ops.reduction import Reduction
+from sigdnn.graph.ops.resample import Resample, scaled_size
 from sigdnn.graph.ops.reshape import Reshape
 from sigdnn.graph.ops.rmsnorm import Rmsnorm
 from sigdnn.graph.ops.rmsnorm_backward import RmsnormBackward
@@ -577,6 +578,35 @@ class Frontend:
             PoolingBackward, inputs, {"mode": mode, **arguments}, name=name, compute_dtype=compute_dtype
         )
         return self._single(node)
+
+    def resample(
+        self,
+        x: Tensor,
+        mode: str,
+        dims: Sequence[int] | None = None,
+        scales: Sequence[float] | None = None,
+        coordinates: str = "half_pixel",
+        *,
+        name: str | None = None,
+        compute_dtype: DTypeLike = None,
+    ) -> Tensor:
+        """Resample x [N, C, *S] -> y [N, C, *out] by "nearest" or "bilinear" (linear per spatial dim).
+
+        Give y's ``dims`` (as cuDNN's set_dim) or ``scales`` (out = floor(S *
+        scale), samples placed by the scale as torch's scale_factor).
+        ``coordinates``: "half_pixel" (torch's align_corners=False; nearest:
+        "nearest-exact"), "align_corners" (linear only) or "asymmetric"
+        (torch's legacy "nearest").
+        """
+        where = f"node '{name or 'resample'}'"
+        factors = tuple(real(c, f"{where} scales") for c in scales) if scales is not None else ()
+        if dims is None:
+            if not factors:
+                raise GraphError(f"{where}: give y's dims or the scales")
+            x_dims = x.dims if isinstance(x, Tensor) else ()
+            dims = (*x_dims[:2], *(scaled_size(d, c) for d, c in zip(x_dims[2:], factors)))
+        attributes = {"mode": mode, "coordinates": coordinates, "dims": ints(dims, f"{where} dims"), "scales": factors}
+        return self._single(self.add_node(Resample, {"x": x}, attributes, name=name, compute_dtype=compute_dtype))
 
     def reshape(
         self, x: Tensor, dims: Sequence[int], *, name: str | None = None, compute_dtype: DTypeLike = None

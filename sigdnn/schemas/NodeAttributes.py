@@ -26,3 +26,4 @@ class NodeAttributes(object):
     TransposeAttributes = 20
     SliceAttributes = 21
     ConcatenateAttributes = 22
+    ResampleAttributes = 23
