@@ -599,7 +599,7 @@ class Frontend:
         (torch's legacy "nearest").
         """
         where = f"node '{name or 'resample'}'"
-        factors = tuple(real(c, f"{where} scales") for c in scales) if scales is not None else ()
+        factors = tuple(real(c, f"{where} scales", finite=True) for c in scales) if scales is not None else ()
         if dims is None:
             if not factors:
                 raise GraphError(f"{where}: give y's dims or the scales")
