@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from graph_runs import close, normal, outputs, run, torch64
 
 import sigdnn
-from graph_runs import close, normal, outputs, run, torch64
 
 torch = pytest.importorskip("torch")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from graph_runs import close, normal, outputs, run, torch64
 
 import sigdnn
-from graph_runs import close, normal, outputs, run, torch64
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -55,7 +55,7 @@ def test_batchnorm_training_without_running_stats_writes_no_running_outputs() ->
     x = rng.standard_normal((5, 2, 3, 3))
     g = sigdnn.Graph("bn", io_dtype="float64", intermediate_dtype="float64")
     xt, s, b = g.tensor("x", x.shape), g.tensor("s", (1, 2, 1, 1)), g.tensor("b", (1, 2, 1, 1))
-    y, mean, inv, nrm, nrv = g.batchnorm(xt, s, b, epsilon=1e-5)
+    y, mean, _, nrm, nrv = g.batchnorm(xt, s, b, epsilon=1e-5)
     assert nrm is None and nrv is None
     assert mean.dtype == sigdnn.DataType.FLOAT32  # statistics default to float32, as cuDNN keeps them
     outputs(g, {"y": y, "mean": mean})
