@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from math_oracles import LAYOUTS, assert_within, check_gradient, in_layout
+from math_oracles import LAYOUTS, assert_within, check_gradient, import_torch, in_layout
 
 from sigdnn.plan_builders.reference.math import conv_dgrad, conv_forward, conv_wgrad
 from sigdnn.plan_builders.reference.math import windows as win
 
-torch = pytest.importorskip("torch")
+torch = import_torch()
 F = torch.nn.functional
 
 
