@@ -403,3 +403,13 @@ def test_generated_layernorm_and_batchnorm(shape, data, layout: str, seed: int) 
         assert_within(y, want["y"], sy, m + 16, "bn y")
         assert_within(dx, want["dx"], sdx, m + 16, "bn dx")
         assert_within(ds, want["ds"], sds, pm + 16, "bn dscale")
+
+
+def test_parallel_map_keeps_order_and_nests_inline() -> None:
+    """Results in item order; a call from inside a block runs inline rather than waiting on the pool."""
+    from sigdnn.plan_builders.reference.math.parallel import parallel_map
+
+    inner = parallel_map(lambda i: parallel_map(lambda j: (i, j), range(3)), range(7))
+    assert inner == [[(i, j) for j in range(3)] for i in range(7)]
+    with np.errstate(divide="raise"), pytest.raises(FloatingPointError):  # the caller's error state reaches the workers
+        parallel_map(lambda v: np.float64(1.0) / v, [np.float64(1.0), np.float64(0.0)])
