@@ -354,3 +354,37 @@ def test_running_statistics_and_momentum_on_the_wire() -> None:
         sigdnn.deserialize(retouch(g, momentum=None))
     with pytest.raises(GraphError, match=r"node 'n'.*momentum must be in \[0, 1\]"):
         sigdnn.deserialize(retouch(g, momentum=-0.5))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        conv_dgrad(X4, (4, 4, 3, 3)),
+        batchnorm(),
+        norm("layernorm", (2, 8), (1, 8), (1, 8)),
+        single("softmax", (2, 3)),
+        sdpa(),
+        single("pooling", X4, "max", (2, 2)),
+        single("resample", X4, "nearest", X4),
+    ],
+    ids=["conv_dgrad", "batchnorm", "layernorm", "softmax", "sdpa", "pooling", "resample"],
+)
+def test_floating_point_ops_refuse_integer_tensors(make: Call) -> None:
+    """At the call and, for an output set to an integer dtype afterwards, on the wire."""
+    with pytest.raises(GraphError, match=r"node 'n'.*must be floating point, is int32"):
+        make(graph(io_dtype="int32"))
+    g = graph()
+    out = make(g)
+    first = out[0] if isinstance(out, tuple) else out
+    first.set_output(True).set_data_type("int8")
+    with pytest.raises(GraphError, match=r"node 'n'.*must be floating point, is int8"):
+        sigdnn.deserialize(g.serialize())
+
+
+def test_data_movement_and_reduction_take_any_dtype() -> None:
+    g = graph(io_dtype="int32")
+    x = g.tensor("x", (2, 3))
+    g.reduction(x, "max", (1, 3), name="r")
+    g.concatenate([g.transpose(x, (1, 0)), g.reshape(x, (3, 2))], axis=0, name="c")
+    g.slice(x, [slice(1, 2)], name="s")
+    assert sigdnn.deserialize(g.serialize()) == g
