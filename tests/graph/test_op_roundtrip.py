@@ -120,7 +120,8 @@ def test_every_op_has_a_roundtrip_graph() -> None:
         g = sigdnn.Graph("all", io_dtype="float16")
         build(g)
         kinds |= {n.kind for n in g.nodes}
-    assert set(OP_CLASSES) - kinds == {"pointwise", "matmul"}  # the core ops have their own round-trip tests
+    in_tree = {kind for kind, cls in OP_CLASSES.items() if cls.__module__.startswith("sigdnn.graph.ops.")}
+    assert in_tree - kinds == {"pointwise", "matmul"}  # the core ops have their own round-trip tests
 
 
 @settings(max_examples=40, deadline=None)
