@@ -325,7 +325,11 @@ def test_concatenate_vector_port_on_the_wire() -> None:
     [
         (sdpa(), {"generate_stats": True}, r"port\(s\) \['stats'\] are missing"),
         (sdpa(generate_stats=True), {"generate_stats": False}, r"port\(s\) \['stats'\] should be absent"),
-        (single("softmax", (2, 3)), {"generate_stats": True}, r"give outputs \['stats', 'y'\]; port\(s\) \['stats'\] are missing"),
+        (
+            single("softmax", (2, 3)),
+            {"generate_stats": True},
+            r"give outputs \['stats', 'y'\]; port\(s\) \['stats'\] are missing",
+        ),
         (
             norm("layernorm", (2, 8), (1, 8), (1, 8)),
             {"phase": "inference"},
