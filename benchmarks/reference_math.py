@@ -7,7 +7,9 @@ Every case is timed in the same run, the three contenders interleaved
 busy machine slows all three alike. Inputs are NCHW-contiguous (torch's own
 layout). Target: the geometric mean of sigdnn / torch-f64 at most 1.
 
-Run: python benchmarks/reference_math.py [--repeat 7] [--only SUBSTRING]
+Run: python benchmarks/reference_math.py [--repeat 7] [--only SUBSTRING] [--cores N]
+(--cores pins the process to its first N cores before NumPy, BLAS and torch
+start their threads, e.g. 1 for a single-core comparison on a busy machine.)
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
-import numpy as np
-
-from sigdnn.plan_builders.reference import math as ref
+# Imported in main(), after --cores has pinned the process: OpenBLAS and torch size their thread
+# pools from the cores they may use when they load.
+np: Any = None
+ref: Any = None
 
 # ResNet-50 (v1.5) convolutions at batch 8: name, C, K, H=W, kernel, stride, padding
 RESNET50 = [
@@ -227,12 +232,27 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+def _load(cores: int | None) -> ModuleType:
+    """Pin to the first ``cores`` cores, then import NumPy, the reference math and torch."""
+    global np, ref
+    if cores:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
+    import numpy
+    import torch
+
+    from sigdnn.plan_builders.reference import math as reference_math
+
+    np, ref = numpy, reference_math
+    return torch
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument("--cores", type=int, default=None, help="pin to this many cores first")
     args = parser.parse_args()
-    import torch
+    torch = _load(args.cores)
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     torch.set_num_threads(cores or 1)
