@@ -405,10 +405,13 @@ def test_generated_layernorm_and_batchnorm(shape, data, layout: str, seed: int) 
         assert_within(ds, want["ds"], sds, pm + 16, "bn dscale")
 
 
-def test_parallel_map_keeps_order_and_nests_inline() -> None:
+def test_parallel_map_keeps_order_and_nests_inline(monkeypatch: pytest.MonkeyPatch) -> None:
     """Results in item order; a call from inside a block runs inline rather than waiting on the pool."""
+    from sigdnn.plan_builders.reference.math import parallel
     from sigdnn.plan_builders.reference.math.parallel import parallel_map
 
+    monkeypatch.setattr(parallel, "workers", lambda: 4)  # four runs of items even on two cores
+    assert parallel_map(lambda i: i * i, range(11)) == [i * i for i in range(11)]
     inner = parallel_map(lambda i: parallel_map(lambda j: (i, j), range(3)), range(7))
     assert inner == [[(i, j) for j in range(3)] for i in range(7)]
     with np.errstate(divide="raise"), pytest.raises(FloatingPointError):  # the caller's error state reaches the workers

@@ -168,6 +168,24 @@ def test_hand_worked() -> None:
     assert resample_backward(dy, x.shape, "bilinear").ravel().tolist() == [2.0, 2.0]
 
 
+def test_positions_past_the_input_clamp_to_its_last_element() -> None:
+    """Scales that ask for more than the output holds (0.5 over 4 outputs from 4 inputs) sample
+    positions 0, 2, 4, 6: the last two clamp to input 3, for nearest and linear alike."""
+    x = np.array([[[0.0, 1.0, 2.0, 3.0]]])
+    assert resample(x, "nearest", (1, 1, 4), scales=(0.5,), coordinates="asymmetric").ravel().tolist() == [
+        0.0,
+        2.0,
+        3.0,
+        3.0,
+    ]
+    assert resample(x, "bilinear", (1, 1, 4), scales=(0.5,), coordinates="asymmetric").ravel().tolist() == [
+        0.0,
+        2.0,
+        3.0,
+        3.0,
+    ]
+
+
 def test_scales_follow_torch_scale_factor() -> None:
     rng = np.random.default_rng(4)
     x = rng.standard_normal((1, 2, 5, 6))
