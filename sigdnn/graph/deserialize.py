@@ -80,7 +80,7 @@ def _node(buf: Buffer, pos: int, index: int, limits: Limits) -> Node:
         attributes = n.table_at(_N["Attributes"])
         if attributes is None:
             raise SchemaError("op attributes are missing")
-        op = op_class.from_fb(attributes, where, limits.max_rank)
+        op = op_class.from_fb(attributes, where, limits)
     except (SchemaError, GraphError) as e:
         raise _located(where, e) from None
     return Node(name, op, compute)

@@ -29,7 +29,7 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.tensor import Tensor
 
-SCHEMA_VERSION = (1, 0)
+SCHEMA_VERSION = (1, 1)
 
 
 @attrs.define(eq=False)
@@ -198,27 +198,24 @@ class Graph(Frontend):
         """Add a node of ``op_class``: check the inputs, infer and create the outputs, check the rule.
 
         The generic path every op method takes: ``inputs`` maps input ports
-        to tensors (None for an absent optional port), ``attributes`` the
-        op's other fields. Outputs are new virtual tensors named
-        ``<node>::<port>``; the op decides which optional outputs exist.
+        to tensors (None for an absent optional port; a sequence of tensors
+        for a vector port, which becomes the ports ``<port>_0``, ...),
+        ``attributes`` the op's other fields. Outputs are new virtual tensors
+        named ``<node>::<port>``; the op decides which optional outputs exist.
         """
         name = text(name or f"{op_class.kind}_{len(self.nodes)}", "node name")
         if len(self._node_names) != len(self.nodes):
             self._node_names = {n.name for n in self.nodes}
         if name in self._node_names:
             raise GraphError(f"duplicate node name '{name}'")
-        given = {p: t for p, t in inputs.items() if t is not None}
-        for port, t in given.items():
-            if port not in op_class.input_ports:
-                raise GraphError(f"node '{name}': {op_class.kind} has no input port '{port}'")
-            self._own(t, f"node '{name}' port '{port}'")
+        given, fields = self._input_ports(name, op_class, inputs)
         optional = op_class.optional_ports()
-        missing = [p for p in op_class.input_ports if p not in given and p not in optional]
+        missing = [p for p in op_class.input_ports if p not in fields and p not in optional]
         if missing:
             raise GraphError(f"node '{name}': {op_class.kind} needs input port(s) {missing}")
         placeholders = {p: (None if p in optional else 0) for p in op_class.output_ports}
         try:
-            draft = op_class(**{p: t.uid for p, t in given.items()}, **placeholders, **dict(attributes or {}))
+            draft = op_class(**fields, **placeholders, **dict(attributes or {}))
             dims = draft.infer_dims(given)
         except GraphError as e:
             raise GraphError(f"node '{name}': {e}") from None
@@ -242,6 +239,46 @@ class Graph(Frontend):
         node = Node(name, op, dtype_or_none(compute_dtype))
         self.nodes.append(node)
         return node
+
+    def _input_ports(
+        self, name: str, op_class: type[Op], inputs: Mapping[str, Any]
+    ) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """(port -> tensor with vector ports spread out, op field -> uid or tuple of uids), ownership checked.
+
+        A vector port comes as a sequence of tensors under its field's name
+        (``{"x": [a, b]}``) or spread out as ``op.inputs()`` reports it
+        (``{"x_0": a, "x_1": b}``).
+        """
+        vectors = op_class.vector_ports()
+        given: dict[str, Tensor] = {}
+        fields: dict[str, Any] = {}
+        spread: dict[str, dict[int, Any]] = {}
+        for port, value in inputs.items():
+            if value is None:
+                continue
+            field, _, index = port.rpartition("_")
+            if port not in op_class.input_ports and field in vectors and index.isdigit():
+                spread.setdefault(field, {})[int(index)] = value
+                continue
+            if port not in op_class.input_ports:
+                raise GraphError(f"node '{name}': {op_class.kind} has no input port '{port}'")
+            if port not in vectors:
+                given[port] = self._own(value, f"node '{name}' port '{port}'")
+                fields[port] = value.uid
+                continue
+            if isinstance(value, Tensor) or not isinstance(value, Sequence):
+                raise GraphError(f"node '{name}': port '{port}' takes a sequence of tensors, got {value!r}")
+            spread[port] = dict(enumerate(value))
+        for field, items in spread.items():
+            if sorted(items) != list(range(len(items))):
+                raise GraphError(
+                    f"node '{name}': ports {field}_0..{field}_{len(items) - 1} must all be given, in order"
+                )
+            tensors = [items[i] for i in range(len(items))]
+            for i, t in enumerate(tensors):
+                given[f"{field}_{i}"] = self._own(t, f"node '{name}' port '{field}_{i}'")
+            fields[field] = tuple(t.uid for t in tensors)
+        return given, fields
 
     def outputs_of(self, node: Node, ports: Sequence[str] | None = None) -> tuple[Tensor | None, ...]:
         """The node's output tensors in port order (None for an optional output it does not produce)."""

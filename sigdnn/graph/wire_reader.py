@@ -49,7 +49,7 @@ def slots_of(module: Any) -> dict[str, int]:
     """Field name (CamelCase, as in ``AddIn0``) -> vtable slot, read off generated code."""
     slots = {}
     for name in dir(module):
-        if name.startswith("Add") and not name.startswith(("AddStart", "Add_")):
+        if name.startswith("Add") and not name.startswith("Add_"):
             probe = _SlotProbe()
             getattr(module, name)(probe, 0)
             if probe.slot >= 0:

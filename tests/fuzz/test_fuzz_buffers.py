@@ -46,7 +46,6 @@ from hypothesis import strategies as st
 import sigdnn
 import sigdnn.schemas.Graph as fb_graph
 from sigdnn import DataType, ExecutionError, Limits, SigdnnError
-from sigdnn.graph.ops.pointwise import MODES, PARAMS
 from sigdnn.graph.wire_reader import Buffer, slots_of
 
 _GRAPH_SLOTS = slots_of(fb_graph)
@@ -136,6 +135,43 @@ def fan_out_in() -> sigdnn.Graph:
     return g
 
 
+def training_step() -> sigdnn.Graph:
+    """Multi-output nodes with optional ports: batchnorm with running statistics, its backward, conv grads, pooling."""
+    g = sigdnn.Graph("train", io_dtype="float32", intermediate_dtype="float32")
+    x = g.tensor("x", dims=(2, 3, 6, 6), layout="NHWC")
+    w = g.tensor("w", dims=(4, 3, 3, 3))
+    p = {n: g.tensor(n, dims=(1, 4, 1, 1)) for n in ("s", "b", "rm", "rv")}
+    y = g.conv_fprop(x, w, padding=(1, 1))
+    n, mean, inv, nrm, _ = g.batchnorm(y, p["s"], p["b"], p["rm"], p["rv"], 1e-5, 0.1)
+    nrm.set_output(True).set_name("running_mean")
+    pooled = g.pooling(n, "average_count_exclude_pad", (2, 2), padding=(1, 1))
+    d = g.pooling_backward(pooled, n, "max", (2, 2), padding=(1, 1))
+    dy, dscale, _ = g.batchnorm_backward(d, y, p["s"], mean, inv)
+    dscale.set_output(True).set_name("dscale")
+    g.conv_dgrad(dy, w, padding=(1, 1)).set_output(True).set_name("dx")
+    g.conv_wgrad(x, dy, padding=(1, 1)).set_output(True).set_name("dw")
+    return g
+
+
+def attention_block() -> sigdnn.Graph:
+    """Norms, attention forward and backward, softmax, reduction, resample and the data movement ops."""
+    g = sigdnn.Graph("attn", io_dtype="float32", intermediate_dtype="float32")
+    x = g.tensor("x", dims=(1, 4, 8))
+    y, mean, inv = g.layernorm("training", x, g.tensor("s", (1, 1, 8)), g.tensor("b", (1, 1, 8)))
+    r, _ = g.rmsnorm("inference", y, g.tensor("rs", (1, 1, 8)))
+    qkv = g.reshape(g.concatenate([r, y, r], axis=2), (1, 4, 6, 4))
+    heads = g.transpose(qkv, (0, 2, 1, 3))
+    q, k, v = (g.slice(heads, [slice(None), slice(2 * i, 2 * i + 2)]) for i in range(3))
+    o, stats = g.sdpa(q, k, v, 0.5, use_causal_mask=True, generate_stats=True)
+    dq, _, _ = g.sdpa_backward(q, k, v, o, o, stats, 0.5, use_causal_mask=True)
+    sm, _ = g.softmax(dq, axes=(2, 3), log=True, generate_stats=True)
+    g.reduction(sm, "norm2", axes=(1,)).set_output(True).set_name("norm")
+    g.resample(o, "bilinear", scales=(2.0, 0.5)).set_output(True).set_name("resampled")
+    dx, _, _ = g.layernorm_backward(y, x, g.tensor("s2", (1, 1, 8)), mean, inv)
+    g.rmsnorm_backward(dx, x, g.tensor("s3", (1, 1, 8)), inv, has_dbias=True)[2].set_output(True).set_name("db")
+    return g
+
+
 SEED_GRAPHS: list[Callable[[], sigdnn.Graph]] = [
     conv_bias_relu,
     mlp,
@@ -144,6 +180,8 @@ SEED_GRAPHS: list[Callable[[], sigdnn.Graph]] = [
     strided_index,
     conv3d_batched_matmul,
     fan_out_in,
+    training_step,
+    attention_block,
 ]
 SEEDS: list[bytes] = [make().serialize() for make in SEED_GRAPHS]
 
@@ -226,18 +264,25 @@ def mutate_ir(rng: random.Random, data: bytes) -> tuple[bytes, str]:
             node = g.nodes[i]
             field = rng.choice([f.name for f in attrs.fields(type(node.op))])
             old = getattr(node.op, field)
-            if field == "mode":
-                new = rng.choice(list(MODES))
+            kind = dict(type(node.op).wire_fields)[field]
+            if kind == "enum":
+                new = rng.choice(type(node.op).enums[field])
             elif isinstance(old, tuple):
                 vals = list(old)
-                if vals:
+                if vals and rng.random() < 0.8:
                     j = rng.randrange(len(vals))
                     vals[j] = _int64(rng, vals[j])
+                elif vals and rng.random() < 0.5:
+                    vals.pop()
+                else:
+                    vals.append(rng.choice([1, 2, *uids]))
                 new = tuple(vals)
-            elif field in PARAMS and field != "axis":
-                new = rng.choice([None, 0.0, -1.0, 0.5, math.nan, math.inf, 1e308])
+            elif kind in ("f64", "f64?"):
+                new = rng.choice([None if kind == "f64?" else 1.0, 0.0, -1.0, 0.5, math.nan, math.inf, 1e308])
+            elif kind == "bool":
+                new = not old
             elif rng.random() < 0.8:
-                new = rng.choice([*uids, None] if field in ("in_1", "in_2", "axis") else uids)
+                new = rng.choice([*uids, None] if kind.endswith("?") else uids)
             else:
                 new = _int64(rng, old or 0)
             g.nodes[i] = sigdnn.Node(

@@ -16,10 +16,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sigdnn.dtypes import DataType, rounder
+from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
-from sigdnn.runtime.device import ExecutionContext
+from sigdnn.runtime.device import Device, ExecutionContext
 
 CHUNK_ELEMENTS = 1 << 16  # float64 temporaries of one chunk stay in L2
 
@@ -87,6 +88,8 @@ class ReferenceBuilder(PlanBuilder):
 
     library: ClassVar[str] = "reference"
     device: ClassVar[str] = "cpu"
+    runs_in_blocks: ClassVar[bool] = True
+    """Run an elementwise node block by block; False where the math blocks (and spreads over cores) itself."""
 
     @abstractmethod
     def make_compute(
@@ -103,5 +106,23 @@ class ReferenceBuilder(PlanBuilder):
             self.make_compute(node, graph, context),
             self.computes_in_integers(node, graph),
             outs,
-            node.op.elementwise(),
+            self.runs_in_blocks and node.op.elementwise(),
         )
+
+
+class FloatReferenceBuilder(ReferenceBuilder):
+    """A builder for an op defined on floating point only: it declines other dtypes and computes in float64."""
+
+    def check(self, node: Node, graph: Graph, device: Device) -> None:
+        """Decline integer tensors (check_graph refuses them first; a registry key may still carry them)."""
+        for port, uid in node.op.ports().items():
+            dtype = graph.dtype_of(graph.tensors[uid])
+            if not dtype.is_float:
+                raise NotSupported(
+                    f"node '{node.name}': port '{port}' (tensor '{graph.tensors[uid].name}') is {dtype}; "
+                    f"{node.op.kind} is floating point only"
+                )
+
+    def computes_in_integers(self, node: Node, graph: Graph) -> bool:
+        """Never: an integer compute type would read the float inputs as truncated int64."""
+        return False
