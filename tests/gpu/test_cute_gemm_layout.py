@@ -124,7 +124,7 @@ def test_config_labels_round_trip_and_reject_bad_tiles() -> None:
         (
             GemmConfig(tm, tn, pp, cm, cn, sw)
             for tm, tn, pp, (cm, cn), sw in itertools.product(
-                (128,), (128, 192, 256), (False, True), ((1, 1), (2, 1), (1, 2)), (1, 4)
+                (128,), (128, 192, 208), (False, True), ((1, 1), (2, 1), (1, 2)), (1, 4)
             )
         ),
         None,
@@ -132,6 +132,8 @@ def test_config_labels_round_trip_and_reject_bad_tiles() -> None:
         assert parse_config(cfg.label) == cfg
     with pytest.raises(ValueError):
         GemmConfig(256, 128, pingpong=True)
+    with pytest.raises(ValueError):
+        GemmConfig(128, 256, pingpong=True)  # 256 accumulator registers per thread
     with pytest.raises(ValueError):
         GemmConfig(128, 100)
     with pytest.raises(ValueError):

@@ -64,6 +64,10 @@ class GemmConfig:
             raise ValueError(f"cluster {self.cluster_m}x{self.cluster_n}: one of 1x1, 2x1, 1x2")
         if self.swizzle < 1:
             raise ValueError("swizzle must be >= 1")
+        # Accumulator registers per consumer thread; past ~208 the kernel spills.
+        acc_regs = self.tile_m * self.tile_n // (128 if self.pingpong else 256)
+        if acc_regs > 208:
+            raise ValueError(f"tile {self.tile_m}x{self.tile_n} needs {acc_regs} accumulator registers per thread")
 
     @property
     def label(self) -> str:

@@ -1,0 +1,239 @@
+"""CuTe DSL GEMM against torch.matmul (cuBLAS) on one GPU: same run, same stream, same buffers.
+
+For each dtype and size (M = N = K), times torch.matmul and every kernel
+configuration with CUDA events (median of repeats of back-to-back launches
+after a warm-up), checks each configuration's result against a float32
+cuBLAS product of the same inputs (TF32 off), and reports TFLOP/s and the
+ratio to torch. Then measures host microseconds per launch on a tiny
+problem for: the builder's plan (compiled handle, pre-marshalled cells),
+the compiled function called with fresh arguments, a one-node graph through
+Executor("gpu"), and torch.matmul. Also reports compile and disk-load time
+of one specialization.
+
+    PYTHONPATH=. python benchmarks/gpu_cute.py --json $OUT/gemm.json
+
+Needs torch with CUDA and nvidia-cutlass-dsl on an sm_90 GPU. Record
+results under benchmarks/results/gpu_cute_<date>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from sigdnn.plan_builders.cute.gemm_layout import plan_gemm
+from sigdnn.plan_builders.cute.matmul import device_properties, parse_config
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+NAMES = {"bf16": "bfloat16", "f16": "float16"}
+CONFIGS = [
+    "coop128x256c1x1s1",
+    "coop128x256c2x1s1",
+    "coop128x256c2x1s4",
+    "coop256x128c2x1s1",
+    "pp128x192c1x1s1",
+    "pp128x192c2x1s1",
+    "pp128x128c2x1s1",
+]
+
+
+def time_ms(fn: Callable[[], None], iters: int, repeats: int) -> float:
+    """Median per-call milliseconds of ``iters`` back-to-back calls, ``repeats`` times."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / iters)
+    return statistics.median(samples)
+
+
+def host_us(fn: Callable[[], None], n: int) -> float:
+    """Host microseconds per call of a tiny launch (the queue stays short: sync every 100)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(n):
+        fn()
+        if i % 100 == 99:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def gemm_launch(config: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, sm_count: int):
+    from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+
+    spec, problem = plan_gemm(
+        (tuple(a.shape), a.stride(), str(a.dtype).removeprefix("torch.")),
+        (tuple(b.shape), b.stride(), str(b.dtype).removeprefix("torch.")),
+        (tuple(c.shape), c.stride(), str(c.dtype).removeprefix("torch.")),
+    )
+    return GemmLaunch(spec, parse_config(config), problem, sm_count), spec, problem
+
+
+def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    stream = torch.cuda.current_stream().cuda_stream
+    for dt in args.dtypes:
+        tdt = TORCH_DTYPES[dt]
+        for size in args.sizes:
+            m = n = k = size
+            gen = torch.Generator(device="cuda").manual_seed(size)
+            a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
+            b = torch.randn(k, n, device="cuda", dtype=tdt, generator=gen)
+            c = torch.empty(m, n, device="cuda", dtype=tdt)
+            ref = torch.matmul(a.float(), b.float())
+            flops = 2.0 * m * n * k
+            iters = max(3, int(200e-3 / (flops / 750e12) / 5))
+            t_torch = time_ms(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), iters, args.repeats)
+            rows.append({"dtype": dt, "size": size, "impl": "torch.matmul", "ms": t_torch,
+                         "tflops": flops / t_torch / 1e9, "ratio": 1.0, "rel_err": None})  # fmt: skip
+            for config in args.configs:
+                launch, _, _ = gemm_launch(config, a, b, c, sm_count)
+                c.fill_(float("nan"))
+                launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)
+                torch.cuda.synchronize()
+                rel = float((c.float() - ref).norm() / ref.norm())
+                ok = bool(torch.isfinite(c).all()) and rel < 1e-2
+                t = time_ms(lambda launch=launch, a=a, b=b, c=c: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream), iters, args.repeats)  # fmt: skip
+                rows.append({"dtype": dt, "size": size, "impl": f"cute {config}", "ms": t,
+                             "tflops": flops / t / 1e9 if ok else 0.0, "ratio": t_torch / t if ok else 0.0,
+                             "rel_err": rel})  # fmt: skip
+            # torch again after the configs: the spread between the two torch rows is the noise floor
+            t_torch2 = time_ms(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), iters, args.repeats)
+            rows.append({"dtype": dt, "size": size, "impl": "torch.matmul (again)", "ms": t_torch2,
+                         "tflops": flops / t_torch2 / 1e9, "ratio": t_torch / t_torch2, "rel_err": None})  # fmt: skip
+            print_rows([r for r in rows if r["dtype"] == dt and r["size"] == size])
+
+
+def bench_host(sm_count: int) -> dict[str, float]:
+    """Host cost of one launch of a tiny GEMM along each call path."""
+    import sigdnn
+    from sigdnn.plan_builders.cute.kernels import launch as launch_mod
+    from sigdnn.plan_builders.cute.matmul import CuteMatmulPlan
+    from sigdnn.runtime.cuda import BFLOAT16, DeviceArray
+    from sigdnn.runtime.device import ExecutionContext
+
+    a = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(128, 128, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.current_stream().cuda_stream
+    launch, spec, problem = gemm_launch("coop128x128c1x1s1", a, b, c, sm_count)
+    plan = CuteMatmulPlan(launch, "bench")
+    bufs = {
+        "a": DeviceArray(a.data_ptr(), a.shape, a.stride(), BFLOAT16),
+        "b": DeviceArray(b.data_ptr(), b.shape, b.stride(), BFLOAT16),
+        "c": DeviceArray(c.data_ptr(), c.shape, c.stride(), BFLOAT16),
+    }
+    ctx = ExecutionContext(stream=stream)
+    out = {}
+    n = 5000
+    out["plan.execute (compiled handle, cells)"] = host_us(lambda: plan.execute(bufs, ctx), n)
+    out["GemmLaunch.__call__"] = host_us(lambda: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream), n)
+
+    fn = launch_mod.compiled(spec, launch.config, sm_count)
+    import cuda.bindings.driver as cuda
+    from cutlass import Int32, Int64
+
+    p = problem
+    scalars = (Int32(p.m), Int32(p.n), Int32(p.k), Int32(p.batch), Int64(p.lda), Int64(p.ldb), Int64(p.ldc),
+               Int64(0), Int64(0), Int64(0))  # fmt: skip
+    cu_stream = cuda.CUstream(stream)
+    ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr())
+
+    def fresh_args() -> None:
+        fn(*(ctypes.c_void_p(p) for p in ptrs), *scalars, cu_stream)
+
+    out["compiled function called with fresh args"] = host_us(fresh_args, n)
+    out["torch.matmul(out=)"] = host_us(lambda: torch.matmul(a, b, out=c), n)
+
+    g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
+    ta, tb = g.tensor("a", (128, 64)), g.tensor("b", (64, 128))
+    g.matmul(ta, tb, name="mm").set_output(True).set_name("c")
+    ex = sigdnn.Executor("gpu", engine="cute.matmul")
+    gplan = ex.prepare(g)
+    pack = {"a": a, "b": b, "c": c}
+    out["Executor('gpu').execute, 1-node graph"] = host_us(lambda: ex.execute(gplan, pack, to_host=False), 2000)
+    return out
+
+
+def bench_compile(sm_count: int) -> dict[str, float]:
+    """Seconds to compile one new specialization, and to load it from the disk cache in a fresh cache map."""
+    import os
+
+    from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
+    from sigdnn.plan_builders.cute.kernels import launch as launch_mod
+
+    spec = GemmSpec("float16", "float16", "float32", "m", "k", "m", True, True)
+    config = GemmConfig(128, 160, pingpong=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["SIGDNN_CUTE_CACHE"] = tmp
+        t0 = time.perf_counter()
+        launch_mod.compiled(spec, config, sm_count)
+        t_compile = time.perf_counter() - t0
+        launch_mod._COMPILED.clear()
+        t0 = time.perf_counter()
+        launch_mod.compiled(spec, config, sm_count)
+        t_load = time.perf_counter() - t0
+        del os.environ["SIGDNN_CUTE_CACHE"]
+    return {"compile_s": t_compile, "disk_load_s": t_load}
+
+
+def print_rows(rows: list[dict]) -> None:
+    for r in rows:
+        err = "" if r["rel_err"] is None else f"  rel_err {r['rel_err']:.2e}"
+        print(f"{r['dtype']:>4} {r['size']:>6} {r['impl']:<26} {r['ms']:9.4f} ms {r['tflops']:8.1f} TFLOP/s "
+              f"{r['ratio']:6.3f}x torch{err}", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
+    parser.add_argument("--dtypes", nargs="+", default=["bf16", "f16"], choices=list(TORCH_DTYPES))
+    parser.add_argument("--configs", nargs="+", default=CONFIGS)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.cuda.init()
+    capability, sm_count = device_properties(torch.cuda.current_device())
+    print(f"device: {torch.cuda.get_device_name()} sm_{capability[0]}{capability[1]}, {sm_count} SMs; "
+          f"torch {torch.__version__}", flush=True)  # fmt: skip
+    rows: list[dict] = []
+    bench_sizes(args, sm_count, rows)
+    host = bench_host(sm_count)
+    for k, v in host.items():
+        print(f"host per launch: {k:<42} {v:7.2f} us", flush=True)
+    comp = bench_compile(sm_count)
+    print(
+        f"compile one specialization: {comp['compile_s']:.2f} s; load it from disk: {comp['disk_load_s'] * 1e3:.1f} ms"
+    )
+    print("\nsummary (best config per dtype/size):")
+    for dt in args.dtypes:
+        for size in args.sizes:
+            sel = [r for r in rows if r["dtype"] == dt and r["size"] == size and r["impl"].startswith("cute")]
+            best = max(sel, key=lambda r: r["tflops"])
+            torch_row = next(r for r in rows if r["dtype"] == dt and r["size"] == size and r["impl"] == "torch.matmul")
+            print(f"{dt:>4} {size:>6} torch {torch_row['tflops']:6.1f} TFLOP/s | best {best['impl']:<24} "
+                  f"{best['tflops']:6.1f} TFLOP/s = {best['ratio']:.3f}x torch")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "host_us": host, "compile": comp}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
