@@ -223,6 +223,9 @@ def main() -> None:
     print(
         f"compile one specialization: {comp['compile_s']:.2f} s; load it from disk: {comp['disk_load_s'] * 1e3:.1f} ms"
     )
+    from sigdnn.plan_builders.cute.kernels import launch as launch_mod
+
+    print(f"specializations this process compiled / loaded from disk: {launch_mod.STATS}")
     print("\nsummary (best config per dtype/size):")
     for dt in args.dtypes:
         for size in args.sizes:
