@@ -19,7 +19,6 @@ results under benchmarks/results/gpu_cute_<date>.md.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import tempfile
@@ -42,24 +41,24 @@ CONFIGS = [
     "pp128x192c1x1s1",
     "pp128x192c2x1s1",
     "pp128x128c2x1s1",
+    "coop128x256c2x1s8",
+    "coop128x256c2x1s4n",
+    "coop128x256c1x2s4",
+    "coop256x128c2x1s4",
+    "coop128x192c2x1s4",
+    "pp128x192c2x1s4",
 ]
 
 
-def time_ms(fn: Callable[[], None], iters: int, repeats: int) -> float:
-    """Median per-call milliseconds of ``iters`` back-to-back calls, ``repeats`` times."""
-    for _ in range(3):
+def time_ms(fn: Callable[[], None], iters: int) -> float:
+    """Per-call milliseconds of ``iters`` back-to-back calls (one sample)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
         fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / iters)
-    return statistics.median(samples)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
 
 
 def host_us(fn: Callable[[], None], n: int) -> float:
@@ -88,6 +87,7 @@ def gemm_launch(config: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, 
 
 
 def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """Every implementation timed in turn, ``repeats`` rounds: clock drift spreads over all of them."""
     stream = torch.cuda.current_stream().cuda_stream
     for dt in args.dtypes:
         tdt = TORCH_DTYPES[dt]
@@ -99,25 +99,33 @@ def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
             c = torch.empty(m, n, device="cuda", dtype=tdt)
             ref = torch.matmul(a.float(), b.float())
             flops = 2.0 * m * n * k
-            iters = max(3, int(200e-3 / (flops / 750e12) / 5))
-            t_torch = time_ms(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), iters, args.repeats)
-            rows.append({"dtype": dt, "size": size, "impl": "torch.matmul", "ms": t_torch,
-                         "tflops": flops / t_torch / 1e9, "ratio": 1.0, "rel_err": None})  # fmt: skip
+            iters = max(3, int(100e-3 / (flops / 700e12)))
+            impls: dict[str, Callable[[], None]] = {"torch.matmul": lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)}
+            errors: dict[str, float] = {}
             for config in args.configs:
                 launch, _, _ = gemm_launch(config, a, b, c, sm_count)
                 c.fill_(float("nan"))
                 launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)
                 torch.cuda.synchronize()
                 rel = float((c.float() - ref).norm() / ref.norm())
-                ok = bool(torch.isfinite(c).all()) and rel < 1e-2
-                t = time_ms(lambda launch=launch, a=a, b=b, c=c: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream), iters, args.repeats)  # fmt: skip
-                rows.append({"dtype": dt, "size": size, "impl": f"cute {config}", "ms": t,
-                             "tflops": flops / t / 1e9 if ok else 0.0, "ratio": t_torch / t if ok else 0.0,
-                             "rel_err": rel})  # fmt: skip
-            # torch again after the configs: the spread between the two torch rows is the noise floor
-            t_torch2 = time_ms(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), iters, args.repeats)
-            rows.append({"dtype": dt, "size": size, "impl": "torch.matmul (again)", "ms": t_torch2,
-                         "tflops": flops / t_torch2 / 1e9, "ratio": t_torch / t_torch2, "rel_err": None})  # fmt: skip
+                errors[config] = rel if bool(torch.isfinite(c).all()) else float("nan")
+                impls[config] = lambda launch=launch, a=a, b=b, c=c: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)  # fmt: skip
+            for fn in impls.values():
+                for _ in range(3):
+                    fn()
+            torch.cuda.synchronize()
+            samples: dict[str, list[float]] = {name: [] for name in impls}
+            for _ in range(args.repeats):
+                for name, fn in impls.items():
+                    samples[name].append(time_ms(fn, iters))
+            t_torch = statistics.median(samples["torch.matmul"])
+            for name, ts in samples.items():
+                t = statistics.median(ts)
+                rel = errors.get(name)
+                ok = rel is None or rel < 1e-2
+                rows.append({"dtype": dt, "size": size, "impl": name if rel is None else f"cute {name}", "ms": t,
+                             "spread": (max(ts) - min(ts)) / t, "tflops": flops / t / 1e9 if ok else 0.0,
+                             "ratio": t_torch / t if ok else 0.0, "rel_err": rel})  # fmt: skip
             print_rows([r for r in rows if r["dtype"] == dt and r["size"] == size])
 
 
@@ -148,7 +156,10 @@ def bench_host(sm_count: int) -> dict[str, float]:
 
     fn = launch_mod.compiled(spec, launch.config, sm_count)
     import cuda.bindings.driver as cuda
+    import cutlass
     from cutlass import Int32, Int64
+    from cutlass.cute import AddressSpace
+    from cutlass.cute.runtime import make_ptr
 
     p = problem
     scalars = (Int32(p.m), Int32(p.n), Int32(p.k), Int32(p.batch), Int64(p.lda), Int64(p.ldb), Int64(p.ldc),
@@ -157,9 +168,10 @@ def bench_host(sm_count: int) -> dict[str, float]:
     ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr())
 
     def fresh_args() -> None:
-        fn(*(ctypes.c_void_p(p) for p in ptrs), *scalars, cu_stream)
+        pointers = (make_ptr(cutlass.BFloat16, x, AddressSpace.gmem, assumed_align=16) for x in ptrs)
+        fn(*pointers, *scalars, cu_stream)
 
-    out["compiled function called with fresh args"] = host_us(fresh_args, n)
+    out["compiled function, make_ptr args per call"] = host_us(fresh_args, n)
     out["torch.matmul(out=)"] = host_us(lambda: torch.matmul(a, b, out=c), n)
 
     g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
@@ -197,8 +209,8 @@ def bench_compile(sm_count: int) -> dict[str, float]:
 def print_rows(rows: list[dict]) -> None:
     for r in rows:
         err = "" if r["rel_err"] is None else f"  rel_err {r['rel_err']:.2e}"
-        print(f"{r['dtype']:>4} {r['size']:>6} {r['impl']:<26} {r['ms']:9.4f} ms {r['tflops']:8.1f} TFLOP/s "
-              f"{r['ratio']:6.3f}x torch{err}", flush=True)  # fmt: skip
+        print(f"{r['dtype']:>4} {r['size']:>6} {r['impl']:<26} {r['ms']:9.4f} ms (spread {r['spread']:5.1%}) "
+              f"{r['tflops']:8.1f} TFLOP/s {r['ratio']:6.3f}x torch{err}", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -206,7 +218,10 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "f16"], choices=list(TORCH_DTYPES))
     parser.add_argument("--configs", nargs="+", default=CONFIGS)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument(
+        "--parts", nargs="+", default=["sizes", "host", "compile"], choices=["sizes", "host", "compile"]
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -227,7 +242,7 @@ def main() -> None:
 
     print(f"specializations this process compiled / loaded from disk: {launch_mod.STATS}")
     print("\nsummary (best config per dtype/size):")
-    for dt in args.dtypes:
+    for dt in args.dtypes if rows else ():
         for size in args.sizes:
             sel = [r for r in rows if r["dtype"] == dt and r["size"] == size and r["impl"].startswith("cute")]
             best = max(sel, key=lambda r: r["tflops"])

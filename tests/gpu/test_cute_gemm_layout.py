@@ -120,15 +120,10 @@ def test_declines_with_a_reason(a, b, c, reason) -> None:
 
 
 def test_config_labels_round_trip_and_reject_bad_tiles() -> None:
-    for cfg in itertools.islice(
-        (
-            GemmConfig(tm, tn, pp, cm, cn, sw)
-            for tm, tn, pp, (cm, cn), sw in itertools.product(
-                (128,), (128, 192, 208), (False, True), ((1, 1), (2, 1), (1, 2)), (1, 4)
-            )
-        ),
-        None,
+    for tm, tn, pp, (cm, cn), sw, rm in itertools.product(
+        (128,), (128, 192, 208), (False, True), ((1, 1), (2, 1), (1, 2)), (1, 4), (True, False)
     ):
+        cfg = GemmConfig(tm, tn, pp, cm, cn, sw, raster_along_m=rm)
         assert parse_config(cfg.label) == cfg
     with pytest.raises(ValueError):
         GemmConfig(256, 128, pingpong=True)

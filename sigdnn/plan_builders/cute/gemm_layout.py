@@ -72,7 +72,8 @@ class GemmConfig:
     @property
     def label(self) -> str:
         kind = "pp" if self.pingpong else "coop"
-        return f"{kind}{self.tile_m}x{self.tile_n}c{self.cluster_m}x{self.cluster_n}s{self.swizzle}"
+        raster = "" if self.raster_along_m else "n"
+        return f"{kind}{self.tile_m}x{self.tile_n}c{self.cluster_m}x{self.cluster_n}s{self.swizzle}{raster}"
 
 
 @attrs.frozen

@@ -80,14 +80,14 @@ def config_override() -> GemmConfig | None:
 
 
 def parse_config(label: str) -> GemmConfig:
-    """Inverse of ``GemmConfig.label``: e.g. ``coop128x256c2x1s1``."""
+    """Inverse of ``GemmConfig.label``: e.g. ``coop128x256c2x1s1`` (a trailing ``n`` rasterizes along N)."""
     import re
 
-    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)", label)
+    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)(n?)", label)
     if m is None:
         raise ValueError(f"bad GEMM config label {label!r} (e.g. coop128x256c2x1s1)")
-    kind, tm, tn, cm, cn, sw = m.groups()
-    return GemmConfig(int(tm), int(tn), kind == "pp", int(cm), int(cn), int(sw))
+    kind, tm, tn, cm, cn, sw, raster_n = m.groups()
+    return GemmConfig(int(tm), int(tn), kind == "pp", int(cm), int(cn), int(sw), raster_along_m=not raster_n)
 
 
 class CuteMatmulPlan(NodePlan):
