@@ -85,6 +85,7 @@ def test_validates_against_the_reference(name: str) -> None:
 
 
 CONFIGS = [
+    "coop128x256c2x1s4n",  # the default for large problems
     "coop128x256c1x1s1",
     "coop128x256c2x1s1",
     "coop256x128c2x1s1",
