@@ -4,7 +4,9 @@ For each dtype and size (M = N = K), times torch.matmul and every kernel
 configuration with CUDA events (median of repeats of back-to-back launches
 after a warm-up), checks each configuration's result against a float32
 cuBLAS product of the same inputs (TF32 off), and reports TFLOP/s and the
-ratio to torch. Then measures host microseconds per launch on a tiny
+ratio to torch. The fused part times act(A @ B + bias) (gelu) as one launch
+against torch eager doing matmul, add and gelu, and against addmm + gelu.
+Then measures host microseconds per launch on a tiny
 problem for: the builder's plan (compiled handle, pre-marshalled cells),
 the compiled function called with fresh arguments, a one-node graph through
 Executor("gpu"), and torch.matmul. Also reports compile and disk-load time
@@ -129,6 +131,61 @@ def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
             print_rows([r for r in rows if r["dtype"] == dt and r["size"] == size])
 
 
+def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """act(A @ B + bias) as one CuTe launch against torch eager (matmul, add, gelu) and addmm + gelu."""
+    import attrs
+
+    from sigdnn.plan_builders.cute.gemm_layout import default_config
+    from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+
+    gelu = torch.nn.functional.gelu
+    stream = torch.cuda.current_stream().cuda_stream
+    for dt in args.dtypes:
+        tdt = TORCH_DTYPES[dt]
+        for size in args.sizes:
+            m = n = k = size
+            gen = torch.Generator(device="cuda").manual_seed(size + 1)
+            a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
+            b = torch.randn(k, n, device="cuda", dtype=tdt, generator=gen)
+            bias = torch.randn(n, device="cuda", dtype=tdt, generator=gen)
+            c = torch.empty(m, n, device="cuda", dtype=tdt)
+            spec, problem = plan_gemm(
+                ((m, k), a.stride(), NAMES[dt]), ((k, n), b.stride(), NAMES[dt]), ((m, n), c.stride(), NAMES[dt])
+            )
+            spec = attrs.evolve(spec, bias_dtype=NAMES[dt], activation="gelu")
+            launch = GemmLaunch(spec, default_config(spec, problem, sm_count), problem, sm_count)
+            ref = gelu(torch.matmul(a.float(), b.float()) + bias.float())
+            c.fill_(float("nan"))
+            launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream, bias.data_ptr())
+            torch.cuda.synchronize()
+            rel = float((c.float() - ref).norm() / ref.norm()) if bool(torch.isfinite(c).all()) else float("nan")
+            flops = 2.0 * m * n * k
+            iters = max(3, int(100e-3 / (flops / 700e12)))
+            ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream, bias.data_ptr())
+            impls = {
+                "torch eager matmul+add+gelu": lambda a=a, b=b, bias=bias: gelu(torch.matmul(a, b) + bias),
+                "torch addmm+gelu": lambda a=a, b=b, bias=bias: gelu(torch.addmm(bias, a, b)),
+                f"cute fused {launch.config.label}": lambda launch=launch, ptrs=ptrs: launch(*ptrs),
+            }
+            for fn in impls.values():
+                for _ in range(3):
+                    fn()
+            torch.cuda.synchronize()
+            samples: dict[str, list[float]] = {name: [] for name in impls}
+            for _ in range(args.repeats):
+                for name, fn in impls.items():
+                    samples[name].append(time_ms(fn, iters))
+            t_eager = statistics.median(samples["torch eager matmul+add+gelu"])
+            for name, ts in samples.items():
+                t = statistics.median(ts)
+                ok = not name.startswith("cute") or rel < 1e-2
+                rows.append({"dtype": dt, "size": size, "impl": name, "ms": t, "spread": (max(ts) - min(ts)) / t,
+                             "tflops": flops / t / 1e9 if ok else 0.0, "ratio": t_eager / t if ok else 0.0,
+                             "rel_err": rel if name.startswith("cute") else None})  # fmt: skip
+            print("(ratios against torch eager matmul+add+gelu)")
+            print_rows([r for r in rows if r["dtype"] == dt and r["size"] == size])
+
+
 def bench_host(sm_count: int) -> dict[str, float]:
     """Host cost of one launch of a tiny GEMM along each call path."""
     import sigdnn
@@ -220,7 +277,10 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=CONFIGS)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument(
-        "--parts", nargs="+", default=["sizes", "host", "compile"], choices=["sizes", "host", "compile"]
+        "--parts",
+        nargs="+",
+        default=["sizes", "fused", "host", "compile"],
+        choices=["sizes", "fused", "host", "compile"],
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -230,14 +290,22 @@ def main() -> None:
     print(f"device: {torch.cuda.get_device_name()} sm_{capability[0]}{capability[1]}, {sm_count} SMs; "
           f"torch {torch.__version__}", flush=True)  # fmt: skip
     rows: list[dict] = []
-    bench_sizes(args, sm_count, rows)
-    host = bench_host(sm_count)
-    for k, v in host.items():
-        print(f"host per launch: {k:<42} {v:7.2f} us", flush=True)
-    comp = bench_compile(sm_count)
-    print(
-        f"compile one specialization: {comp['compile_s']:.2f} s; load it from disk: {comp['disk_load_s'] * 1e3:.1f} ms"
-    )
+    fused_rows: list[dict] = []
+    host: dict[str, float] = {}
+    comp: dict[str, float] = {}
+    if "sizes" in args.parts:
+        bench_sizes(args, sm_count, rows)
+    if "fused" in args.parts:
+        bench_fused(args, sm_count, fused_rows)
+    if "host" in args.parts:
+        host = bench_host(sm_count)
+        for k, v in host.items():
+            print(f"host per launch: {k:<42} {v:7.2f} us", flush=True)
+    if "compile" in args.parts:
+        comp = bench_compile(sm_count)
+        print(
+            f"compile one specialization: {comp['compile_s']:.2f} s; load it from disk: {comp['disk_load_s'] * 1e3:.1f} ms"
+        )
     from sigdnn.plan_builders.cute.kernels import launch as launch_mod
 
     print(f"specializations this process compiled / loaded from disk: {launch_mod.STATS}")
@@ -250,7 +318,9 @@ def main() -> None:
             print(f"{dt:>4} {size:>6} torch {torch_row['tflops']:6.1f} TFLOP/s | best {best['impl']:<24} "
                   f"{best['tflops']:6.1f} TFLOP/s = {best['ratio']:.3f}x torch")  # fmt: skip
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "host_us": host, "compile": comp}, indent=2))
+        args.json.write_text(
+            json.dumps({"rows": rows, "fused": fused_rows, "host_us": host, "compile": comp}, indent=2)
+        )
 
 
 if __name__ == "__main__":

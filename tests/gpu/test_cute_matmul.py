@@ -21,7 +21,8 @@ import pytest
 
 import sigdnn
 from sigdnn.plan_builders.cute.matmul import CuteMatmulBuilder, device_properties, unavailable_reason
-from sigdnn.validation import compare, node_tolerance, random_inputs
+from sigdnn.validation import compare, random_inputs
+from sigdnn.validation.tolerances import step_tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -95,31 +96,79 @@ CONFIGS = [
 ]
 
 
+def run_poisoned(g: sigdnn.Graph, out_name: str, seed: int, executor: sigdnn.Executor) -> sigdnn.ExecutionPlan:
+    """Run with the output pre-filled with NaN (in the graph's layout); judge it against the reference."""
+    torch = pytest.importorskip("torch")
+    inputs = random_inputs(g, seed=seed)
+    out_t = g.tensor_by_name(out_name)
+    plan = executor.prepare(g)
+    torch_dt = getattr(torch, str(g.dtype_of(out_t)))
+    span = sum((d - 1) * s for d, s in zip(out_t.dims, out_t.strides, strict=True)) + 1
+    storage = torch.full((span,), float("nan"), dtype=torch_dt, device="cuda")
+    out_dev = torch.as_strided(storage, out_t.dims, out_t.strides)
+    executor.execute(plan, {**inputs, out_name: out_dev}, to_host=False)
+    torch.cuda.synchronize()
+    got = out_dev.float().cpu().numpy().astype(np.float64)
+    reference = sigdnn.Executor("reference", fusion=False)
+    want = reference.run(g, inputs)[out_name]
+    # sum |terms| of the product, carried through the epilogue unchanged (as validate does)
+    terms = np.matmul(np.abs(inputs["a"].astype(np.float64)), np.abs(inputs["b"].astype(np.float64)))
+    tolerance = step_tolerance(g, list(g.nodes), out_t.uid)
+    result = compare(out_name, got, want, tolerance, np.broadcast_to(terms, out_t.dims))
+    assert result.passed, result
+    return plan
+
+
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("name", ["tails", "batched_f32_out", "c_col_major"])
 def test_every_config_writes_every_element(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    torch = pytest.importorskip("torch")
     monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
     a_dims, b_dims, dt, out, a_st, b_st, c_st = SHAPES[name]
     g = matmul_graph(a_dims, b_dims, dt, out, a_strides=a_st, b_strides=b_st, c_strides=c_st)
-    inputs = random_inputs(g, seed=zlib.crc32(f"{name}/{config}".encode()))
-    c_t = g.tensor_by_name("c")
-    executor = sigdnn.Executor("gpu", engine="cute.matmul")
-    plan = executor.prepare(g)
+    plan = run_poisoned(g, "c", zlib.crc32(f"{name}/{config}".encode()), sigdnn.Executor("gpu", engine="cute.matmul"))
     assert plan.steps[0].plan.config.label == config
-    # Output poisoned with NaN, in the graph's (possibly column-major) layout.
-    torch_dt = getattr(torch, out)
-    span = sum((d - 1) * s for d, s in zip(c_t.dims, c_t.strides, strict=True)) + 1
-    storage = torch.full((span,), float("nan"), dtype=torch_dt, device="cuda")
-    c_dev = torch.as_strided(storage, c_t.dims, c_t.strides)
-    executor.execute(plan, {**inputs, "c": c_dev}, to_host=False)
-    torch.cuda.synchronize()
-    got = c_dev.float().cpu().numpy().astype(np.float64)
-    want = sigdnn.Executor("reference").run(g, inputs)["c"]
-    terms = sigdnn.Executor("reference").run(g, {k: np.abs(v) for k, v in inputs.items()})["c"]
-    node = g.node_by_name("mm")
-    result = compare("c", got, want, node_tolerance(g, node, c_t.uid), np.asarray(terms, np.float64))
-    assert result.passed, result
+
+
+def fused_graph(
+    a_dims: tuple[int, ...], b_dims: tuple[int, ...], dtype: str, mid: str | None, bias: bool, act: str | None
+) -> sigdnn.Graph:
+    g = sigdnn.Graph("fused", io_dtype=dtype, intermediate_dtype=mid, compute_dtype="float32")
+    y = g.matmul(g.tensor("a", a_dims), g.tensor("b", b_dims), name="mm")
+    if bias:
+        y = g.pointwise("add", y, g.tensor("bias", (1, b_dims[-1])), name="bias")
+    if act:
+        y = g.pointwise(act, y, name="act")
+    y.set_output(True).set_name("out")
+    return g
+
+
+FUSED = {
+    # name: (a dims, b dims, io dtype, intermediate dtype (None: float32), bias, activation)
+    "bias_gelu": ((333, 264), (264, 520), "bfloat16", None, True, "gelu_fwd"),
+    "bias_gelu_bf16_mid": ((333, 264), (264, 520), "bfloat16", "bfloat16", True, "gelu_fwd"),
+    "relu_batched": ((3, 200, 136), (3, 136, 72), "float16", None, False, "relu_fwd"),
+    "bias_gelu_tanh_x_at_w": ((2, 5, 100, 64), (64, 48), "float16", "float16", True, "gelu_approx_tanh_fwd"),
+    "bias_only": ((129, 200), (200, 136), "bfloat16", None, True, None),
+}
+
+
+@pytest.mark.parametrize("name", list(FUSED))
+def test_fused_epilogue_validates(name: str) -> None:
+    g = fused_graph(*FUSED[name])
+    report = sigdnn.validate(g, seed=5, executor=sigdnn.Executor("gpu", engine="cute.matmul"))
+    print(report.table())
+    last = "act" if FUSED[name][5] else "bias"
+    assert report.builders == {f"region(mm..{last})": "cute.matmul"}
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("config", ["coop128x256c2x1s4n", "pp128x192c1x1s1", "coop128x128c1x2s4"])
+@pytest.mark.parametrize("name", ["bias_gelu_bf16_mid", "relu_batched"])
+def test_fused_configs_write_every_element(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
+    g = fused_graph(*FUSED[name])
+    plan = run_poisoned(g, "out", zlib.crc32(f"{name}/{config}".encode()), sigdnn.Executor("gpu", engine="cute.matmul"))
+    assert len(plan.steps) == 1 and plan.steps[0].plan.config.label == config
 
 
 def test_declines_what_tma_cannot_load() -> None:

@@ -25,6 +25,9 @@ import attrs
 AB_DTYPES = ("float16", "bfloat16")
 C_DTYPES = ("float16", "bfloat16", "float32")
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+BIAS_DTYPES = ("float16", "bfloat16", "float32")
+# sigdnn pointwise mode -> the kernel's epilogue activation
+ACTIVATIONS = {"relu_fwd": "relu", "gelu_fwd": "gelu", "gelu_approx_tanh_fwd": "gelu_tanh"}
 _INT32_MAX = 2**31 - 1
 
 
@@ -40,6 +43,13 @@ class GemmSpec:
     c_major: str  # "n": row-major M x N; "m": column-major
     a_batched: bool  # False: one A serves every batch entry
     b_batched: bool
+    # Fused epilogue: C = act(round_y(round_x(A @ B) + bias[n])) computed in float32; round_x / round_y
+    # round to the declared dtypes of the chain's intermediate tensors (a no-op for float32), so the
+    # fused result rounds exactly where the node-by-node reference does.
+    bias_dtype: str | None = None  # None: no bias
+    activation: str = "none"  # "none" or a value of ACTIVATIONS
+    round_x: str = "float32"  # dtype of the matmul's own output tensor
+    round_y: str = "float32"  # dtype of the bias add's output tensor
 
 
 @attrs.frozen

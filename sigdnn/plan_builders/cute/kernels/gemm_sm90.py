@@ -19,6 +19,9 @@ Two consumer schedules:
 Clusters of 2 CTAs along M (or N) share B (or A) tiles through TMA
 multicast, halving that operand's L2 traffic.
 
+The epilogue can add a bias per output column and apply relu or gelu
+(erf or tanh form) in float32 before the one rounding to the output dtype.
+
 Tails need no predication: TMA fills out-of-bounds loads with zeros (so a
 partial K tile adds nothing) and clips out-of-bounds stores.
 
@@ -70,6 +73,7 @@ class HopperGemm:
         self.b_dtype = DTYPES[spec.b_dtype]
         self.c_dtype = DTYPES[spec.c_dtype]
         self.acc_dtype = cutlass.Float32
+        self.fused = spec.bias_dtype is not None or spec.activation != "none"
         self.pingpong = config.pingpong
         self.cluster_mn = (config.cluster_m, config.cluster_n)
         cluster_size = config.cluster_m * config.cluster_n
@@ -114,6 +118,7 @@ class HopperGemm:
         a_ptr: cute.Pointer,
         b_ptr: cute.Pointer,
         c_ptr: cute.Pointer,
+        bias_ptr: cute.Pointer,
         m: Int32,
         n: Int32,
         k: Int32,
@@ -142,6 +147,7 @@ class HopperGemm:
         mA = cute.make_tensor(a_ptr, self._layout(spec.a_major == "k", m, k, a_batch, lda, a_bstride))
         mB = cute.make_tensor(b_ptr, self._layout(spec.b_major == "k", n, k, b_batch, ldb, b_bstride))
         mC = cute.make_tensor(c_ptr, self._layout(spec.c_major == "n", m, n, batch, ldc, c_bstride))
+        mBias = cute.make_tensor(bias_ptr, cute.make_layout(n))  # read only when spec.bias_dtype is set
 
         a_layout = utils.LayoutEnum.from_tensor(mA)
         b_layout = utils.LayoutEnum.from_tensor(mB)
@@ -221,6 +227,7 @@ class HopperGemm:
             b_smem,
             epi_smem,
             sched_params,
+            mBias,
         ).launch(
             grid=grid,
             block=[self.threads_per_cta, 1, 1],
@@ -247,6 +254,7 @@ class HopperGemm:
         b_smem: cute.ComposedLayout,
         epi_smem: cute.ComposedLayout,
         sched_params: utils.PersistentTileSchedulerParams,
+        mBias: cute.Tensor,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -379,6 +387,9 @@ class HopperGemm:
             tRS_rD = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
             tRS_rOut = cute.make_rmem_tensor(rD_shape, self.c_dtype)
             rD_size = cute.size(tRS_rD)
+            # (m, n) inside the epilogue subtile of every value this thread stores.
+            tRS_cD = thr_copy_r2s.partition_D(cute.make_identity_tensor(self.epi_tile))
+            n_total = cute.size(mC_mnl, mode=[1])
             epi_barrier = pipeline.NamedBarrier(barrier_id=_BAR_EPI, num_threads=self.num_epi_threads)
             store_pipeline = pipeline.PipelineTmaStore.create(
                 num_stages=self.epi_stage,
@@ -456,6 +467,15 @@ class HopperGemm:
                 for epi_idx in cutlass.range_constexpr(epi_count):
                     for v in cutlass.range_constexpr(rD_size):
                         tRS_rD[v] = tRS_rAcc[epi_idx * rD_size + v]
+                    if const_expr(self.fused):
+                        n0 = tile[1] * self.tile_mnk[1] + epi_order.get_hier_coord(epi_idx)[1] * self.epi_tile[1]
+                        for v in cutlass.range_constexpr(rD_size):
+                            x = _round(self.spec.round_x, tRS_rD[v])
+                            if const_expr(self.spec.bias_dtype is not None):
+                                # Columns past N are clipped by the store; read an in-range bias for them.
+                                col = cutlass.min(n0 + tRS_cD[v][1], n_total - 1)
+                                x = _round(self.spec.round_y, x + mBias[col].to(cutlass.Float32))
+                            tRS_rD[v] = _activation(self.spec.activation, x)
                     tRS_rOut.store(tRS_rD.load().to(self.c_dtype))
                     buf = (epi_prev + epi_idx) % self.epi_stage
                     if is_store_warp:
@@ -487,3 +507,33 @@ class HopperGemm:
 
     def _pingpong_arrive(self, wg: Any, base: int) -> None:
         cute.arch.barrier_arrive(barrier_id=base + wg, number_of_threads=2 * _THREADS_PER_WG)
+
+
+_SQRT_HALF = 0.7071067811865476
+_GELU_TANH_C = 0.7978845608028654  # sqrt(2 / pi)
+
+
+@cute.jit
+def _round(dtype: cutlass.Constexpr, x: cutlass.Float32) -> cutlass.Float32:
+    """``x`` rounded to ``dtype`` and back (the declared dtype of an intermediate tensor)."""
+    y = x
+    if const_expr(dtype != "float32"):
+        y = x.to(DTYPES[dtype]).to(cutlass.Float32)
+    return y
+
+
+@cute.jit
+def _activation(kind: cutlass.Constexpr, x: cutlass.Float32) -> cutlass.Float32:
+    """The epilogue activation in float32, as OPS.md defines it (NaN stays NaN)."""
+    y = x
+    if const_expr(kind == "relu"):
+        # x <= 0 -> 0; NaN fails the comparison and passes through.
+        y = cutlass.Float32(0.0) if x <= cutlass.Float32(0.0) else x
+    elif const_expr(kind == "gelu"):
+        # 0.5 x (1 + erf(x / sqrt 2)) written with erfc: no cancellation in the negative tail.
+        y = cutlass.Float32(0.5) * x * cute.math.erfc(-x * cutlass.Float32(_SQRT_HALF))
+    elif const_expr(kind == "gelu_tanh"):
+        # 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
+        u = cutlass.Float32(_GELU_TANH_C) * (x + cutlass.Float32(0.044715) * x * x * x)
+        y = x / (cutlass.Float32(1.0) + cute.math.exp(cutlass.Float32(-2.0) * u))
+    return y

@@ -69,6 +69,8 @@ def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
     ptrs = [
         make_ptr(dt[d], 0, cute.AddressSpace.gmem, assumed_align=16) for d in (spec.a_dtype, spec.b_dtype, spec.c_dtype)
     ]
+    bias = dt[spec.bias_dtype or spec.c_dtype]  # a pointer slot even without a bias: one signature
+    ptrs.append(make_ptr(bias, 0, cute.AddressSpace.gmem, assumed_align=bias.width // 8))
     ints = [Int32(1)] * 4
     strides = [Int64(8)] * 3 + [Int64(0)] * 3
     return cute.compile(kernel, *ptrs, *ints, *strides, cuda.CUstream(0))
@@ -132,6 +134,7 @@ class GemmLaunch:
         self._a = _Cell(ctypes.c_void_p, 0)
         self._b = _Cell(ctypes.c_void_p, 0)
         self._c = _Cell(ctypes.c_void_p, 0)
+        self._bias = _Cell(ctypes.c_void_p, 0)
         self._stream = _Cell(ctypes.c_void_p, 0)
         p = problem
         scalars = [_Cell(ctypes.c_int32, v) for v in (p.m, p.n, p.k, p.batch)]
@@ -139,17 +142,20 @@ class GemmLaunch:
             _Cell(ctypes.c_int64, v)
             for v in (p.lda, p.ldb, p.ldc, p.batch_stride_a, p.batch_stride_b, p.batch_stride_c)
         ]
-        self._cells = (self._a, self._b, self._c, *scalars, self._stream)
+        self._cells = (self._a, self._b, self._c, self._bias, *scalars, self._stream)
         self._args, _ = self._executor.generate_execution_args(*self._cells)
         self._lock = threading.Lock()
 
-    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int) -> None:
-        """Enqueue C = A @ B on ``stream`` (raw CUstream); pointers 16-byte aligned."""
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, bias_ptr: int = 0) -> None:
+        """Enqueue C = act(A @ B + bias) on ``stream`` (raw CUstream); A, B, C 16-byte aligned."""
         if (a_ptr | b_ptr | c_ptr) & 15:
             raise ValueError("TMA needs 16-byte aligned operand addresses")
+        if self.spec.bias_dtype is not None and not bias_ptr:
+            raise ValueError("this specialization adds a bias: give its address")
         with self._lock:  # the cells are shared: one launch at a time per plan
             self._a.value.value = a_ptr
             self._b.value.value = b_ptr
             self._c.value.value = c_ptr
+            self._bias.value.value = bias_ptr
             self._stream.value.value = stream
             self._executor.run_compiled_program(self._args)
