@@ -387,8 +387,10 @@ class HopperGemm:
             tRS_rD = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
             tRS_rOut = cute.make_rmem_tensor(rD_shape, self.c_dtype)
             rD_size = cute.size(tRS_rD)
-            # (m, n) inside the epilogue subtile of every value this thread stores.
-            tRS_cD = thr_copy_r2s.partition_D(cute.make_identity_tensor(self.epi_tile))
+            # (m, n) inside the epilogue subtile of every value this thread holds. The source side:
+            # stmatrix writes a thread's registers through other threads' row addresses, so the
+            # destination partition does not say where this thread's values land.
+            tRS_cD = thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile))
             n_total = cute.size(mC_mnl, mode=[1])
             epi_barrier = pipeline.NamedBarrier(barrier_id=_BAR_EPI, num_threads=self.num_epi_threads)
             store_pipeline = pipeline.PipelineTmaStore.create(
