@@ -215,6 +215,11 @@ def bench_host(sm_count: int) -> dict[str, float]:
     n = 5000
     out["plan.execute (compiled handle, cells)"] = host_us(lambda: plan.execute(bufs, ctx), n)
     out["GemmLaunch.__call__"] = host_us(lambda: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream), n)
+    launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)  # leaves the cells pointing at a, b, c
+    executor, exe_args = launch._executor, launch._args
+    out["run_compiled_program (DSL packs the args per call)"] = host_us(
+        lambda: executor.run_compiled_program(exe_args), n
+    )
 
     fn = launch_mod.compiled(spec, launch.config, sm_count)
     import cuda.bindings.driver as cuda
