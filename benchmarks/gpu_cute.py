@@ -35,6 +35,12 @@ from sigdnn.plan_builders.cute.matmul import device_properties, parse_config
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 NAMES = {"bf16": "bfloat16", "f16": "float16"}
+ACTIVATION_REFS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "none": lambda x: x,
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+}
 CONFIGS = [
     "coop128x256c1x1s1",
     "coop128x256c2x1s1",
@@ -132,7 +138,10 @@ def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
 
 
 def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
-    """act(A @ B + bias) as one CuTe launch against torch eager (matmul, add, gelu) and addmm + gelu."""
+    """act(A @ B + bias) as one CuTe launch against torch eager (matmul, add, gelu) and addmm + gelu.
+
+    ``--fused-acts`` adds the other epilogues (bias alone, relu, tanh-gelu) to show what each costs.
+    """
     import attrs
 
     from sigdnn.plan_builders.cute.gemm_layout import default_config
@@ -152,8 +161,6 @@ def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
             spec, problem = plan_gemm(
                 ((m, k), a.stride(), NAMES[dt]), ((k, n), b.stride(), NAMES[dt]), ((m, n), c.stride(), NAMES[dt])
             )
-            spec = attrs.evolve(spec, bias_dtype=NAMES[dt], activation="gelu")
-            ref = gelu(torch.matmul(a.float(), b.float()) + bias.float())
             flops = 2.0 * m * n * k
             iters = max(3, int(100e-3 / (flops / 700e12)))
             ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream, bias.data_ptr())
@@ -162,15 +169,20 @@ def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                 "torch addmm+gelu": lambda a=a, b=b, bias=bias: gelu(torch.addmm(bias, a, b)),
             }
             errors = {}
-            configs = [default_config(spec, problem, sm_count).label, *args.fused_configs]
-            for label in dict.fromkeys(configs):
-                launch = GemmLaunch(spec, parse_config(label), problem, sm_count)
-                c.fill_(float("nan"))
-                launch(*ptrs)
-                torch.cuda.synchronize()
-                ok = bool(torch.isfinite(c).all())
-                errors[f"cute fused {label}"] = float((c.float() - ref).norm() / ref.norm()) if ok else float("nan")
-                impls[f"cute fused {label}"] = lambda launch=launch, ptrs=ptrs: launch(*ptrs)
+            product = torch.matmul(a.float(), b.float()) + bias.float()
+            for act in args.fused_acts:
+                spec_act = attrs.evolve(spec, bias_dtype=NAMES[dt], activation=act)
+                ref = ACTIVATION_REFS[act](product)
+                configs = [default_config(spec_act, problem, sm_count).label, *args.fused_configs]
+                for label in dict.fromkeys(configs):
+                    launch = GemmLaunch(spec_act, parse_config(label), problem, sm_count)
+                    c.fill_(float("nan"))
+                    launch(*ptrs)
+                    torch.cuda.synchronize()
+                    ok = bool(torch.isfinite(c).all())
+                    name = f"cute bias+{act} {label}"
+                    errors[name] = float((c.float() - ref).norm() / ref.norm()) if ok else float("nan")
+                    impls[name] = lambda launch=launch, ptrs=ptrs: launch(*ptrs)
             for fn in impls.values():
                 for _ in range(3):
                     fn()
@@ -286,7 +298,8 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "f16"], choices=list(TORCH_DTYPES))
     parser.add_argument("--configs", nargs="+", default=CONFIGS)
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--fused-configs", nargs="*", default=["pp128x192c1x1s1", "pp128x192c2x1s4n"])
+    parser.add_argument("--fused-configs", nargs="*", default=[])
+    parser.add_argument("--fused-acts", nargs="+", default=["gelu"], choices=list(ACTIVATION_REFS))
     parser.add_argument(
         "--parts",
         nargs="+",
