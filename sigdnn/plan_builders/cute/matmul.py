@@ -67,6 +67,8 @@ def device_properties(device_id: int) -> tuple[tuple[int, int], int]:
 
     attr = driver.CUdevice_attribute
     err, dev = driver.cuDeviceGet(device_id)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuDeviceGet({device_id}) failed: {err!r}")
     values = []
     for a in (
         attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
