@@ -21,6 +21,7 @@ IN_TREE: dict[str, int] = {
     "reference.matmul": 1001,
     "reference.conv_fprop": 1002,
     "cutile.pointwise": 2001,
+    "cutile.fusion.pointwise": 2002,
 }
 
 

@@ -1,0 +1,66 @@
+"""Where generated kernels are compiled and launched: cuTile on a GPU, or the NumPy emulator.
+
+A backend turns a KernelSpec into a launchable kernel (once per spec, cached),
+makes the 1-D views a kernel reads and writes, and launches. The cuTile one
+lives in ``kernels`` (it imports cuda.tile); the emulated one here runs the
+same generated text on NumPy arrays, for tests without a GPU.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from sigdnn.plan_builders.cutile import emulator
+from sigdnn.plan_builders.cutile.codegen import KernelSpec, generate, kernel_name
+
+
+class EmulatedGpu:
+    """A Device.context that asks the cuTile builders for emulated kernels (buffers are NumPy arrays)."""
+
+    backend: Any = None
+
+    def __init__(self) -> None:
+        self.backend = EmulatedBackend()
+
+
+class EmulatedBackend:
+    """Generated kernels run block by block on NumPy arrays (see ``emulator``)."""
+
+    def __init__(self) -> None:
+        self._kernels: dict[KernelSpec, Any] = {}
+        self._lock = threading.Lock()
+        self.compiled = 0  # how many distinct kernels were generated (tests check the cache)
+
+    def kernel(self, spec: KernelSpec) -> Any:
+        with self._lock:
+            found = self._kernels.get(spec)
+            if found is None:
+                name = kernel_name(spec)
+                namespace: dict[str, Any] = {"ct": emulator, "__name__": name}
+                exec(compile(generate(spec), f"<{name}>", "exec"), namespace)
+                namespace["fma"] = emulator.exact_fma
+                found = self._kernels[spec] = namespace["kernel"]
+                self.compiled += 1
+            return found
+
+    @staticmethod
+    def view1d(array: np.ndarray, n: int, as_bytes: bool) -> np.ndarray:
+        if as_bytes:
+            array = array.view(np.uint8)
+        return np.lib.stride_tricks.as_strided(array, (n,), (array.itemsize,))
+
+    @staticmethod
+    def launch(stream: Any, grid: tuple[int, int, int], kernel: Any, args: tuple[Any, ...]) -> None:
+        emulator.launch(stream, grid, kernel, args)
+
+
+def backend_for(context: Any) -> Any:
+    """The backend for a Device.context: emulated for an EmulatedGpu, else cuTile."""
+    if isinstance(context, EmulatedGpu):
+        return context.backend
+    from sigdnn.plan_builders.cutile.kernels import CUTILE
+
+    return CUTILE
