@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sigdnn.errors import ExecutionError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
+from sigdnn.executor.fallback import FALLBACKS, fallback_builder
 from sigdnn.executor.host import HostMemory
 from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
 from sigdnn.executor.plan import ExecutionPlan, Step
@@ -38,6 +39,9 @@ class Executor:
     ``engine`` pins every node its builder serves; ``pins`` pins nodes by name.
     Pinning is strict: a pinned builder that declines is an error, never a
     silent fallback. ``fusion=False`` plans every node as its own step.
+    ``fallback="reference"`` (GPU only) runs a node no GPU builder takes on
+    the reference, with copies around it (``sigdnn.executor.fallback``); by
+    default such a node is a NoPlanError.
     """
 
     def __init__(
@@ -49,11 +53,15 @@ class Executor:
         registry: Registry | None = None,
         limits: Limits = DEFAULT_LIMITS,
         fusion: bool = True,
+        fallback: str | None = None,
         cache_size: int = 64,
     ) -> None:
         if backend not in BACKENDS:
             raise UsageError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        if fallback is not None and (backend != "gpu" or fallback not in FALLBACKS):
+            raise UsageError(f"fallback={fallback!r}: the gpu backend can fall back to one of {FALLBACKS}")
         self.backend = backend
+        self.fallback = fallback
         self.fusion = fusion
         self.engine = engine
         self.pins = dict(pins or {})
@@ -161,12 +169,21 @@ class Executor:
                 )
         return steps
 
+    def _is_pinned(self, node: Node, key: SignatureKey) -> bool:
+        """Pinned by name, or by the executor's engine where that engine serves the key (pins never fall back)."""
+        return node.name in self.pins or (self.engine is not None and self._find(self.engine, node).serves(key))
+
     def _pinned_elsewhere(self, node: Node, builder: PlanBuilder) -> bool:
         pinned = self.pins.get(node.name)
         return pinned is not None and self._find(pinned, node).engine_id != builder.engine_id
 
     def _node_step(self, graph: Graph, node: Node, key: SignatureKey, device: Device) -> Step:
-        builder, why = self._choose(node, graph, key, device)
+        try:
+            builder, why = self._choose(node, graph, key, device)
+        except NoPlanError as e:
+            if self.fallback is None or self._is_pinned(node, key):
+                raise
+            builder, why = fallback_builder(self.registry, node, graph, key, e), [str(e)]
         ports = node.op.ports()
         plan = builder.build(node, graph, BuildContext(key, device, graph))
         ins = tuple(dict.fromkeys(node.op.inputs().values()))

@@ -135,6 +135,8 @@ GELU_TANH_A = (1.5957691669464111, -4.534068054340423e-08)
 GELU_TANH_B = (0.07135481387376785, 2.3988324659995897e-09)
 GELU_TANH_CLAMP = 30.0  # |x| beyond which sigma(v) is 0 or 1 in float32
 FLT_MAX = 3.4028234663852886e38
+EXP_SHIFT = 64.0
+EXP_UNSHIFT = 1.603810890548638e-28  # exp(-64) (float32: 1.6038109e-28)
 EXPM1_TAYLOR = (
     1.0,
     0.5,
@@ -175,15 +177,26 @@ def square_split(x):
     return hi, finite_or_zero(hi, fma(x, x, -hi))
 
 
+def exp_parts(z):
+    """exp(z) = e * s for z <= 0, e a normal float even where exp(z) is tiny or subnormal.
+
+    Below -64 the exponent is shifted by 64 (exactly, for z >= -128) and s is
+    e^-64: a result formed as (... * e) * s then rounds into float32's
+    subnormals once, at the last product, instead of at exp.
+    """
+    low = z < -EXP_SHIFT
+    return ct.exp(ct.where(low, z + EXP_SHIFT, z)), ct.where(low, EXP_UNSHIFT, 1.0)
+
+
 def exp_neg_half_square(x):
-    """exp(-x^2 / 2), with x^2 split exactly so that only exp itself rounds."""
+    """exp(-x^2 / 2) as parts (e, s), x^2 split exactly so that only exp itself rounds."""
     hi, lo = square_split(x)
-    e = ct.exp(-0.5 * hi)
-    return fma(e, -0.5 * lo, e)
+    e, s = exp_parts(-0.5 * hi)
+    return fma(e, -0.5 * lo, e), s
 
 
 def exp_neg_square(x):
-    """exp(-x^2), as above."""
+    """exp(-x^2) for |x| <= 4 (no parts needed), x^2 split exactly."""
     hi, lo = square_split(x)
     e = ct.exp(-hi)
     return fma(e, -lo, e)
@@ -204,37 +217,29 @@ def log1p_nonneg(t):
 
 
 def exp_neg_abs2(hi, lo):
-    """exp(-|hi + lo|) for a value carried as hi + lo (|lo| << |hi|)."""
-    e = ct.exp(-ct.abs(hi))
-    return fma(e, ct.where(hi >= 0.0, -lo, lo), e)
+    """exp(-|hi + lo|) as parts (e, s) for a value carried as hi + lo (|lo| << |hi|)."""
+    e, s = exp_parts(-ct.abs(hi))
+    return fma(e, ct.where(hi >= 0.0, -lo, lo), e), s
 
 
-def sigmoid_of(e, nonneg):
-    """sigma(z) from e = exp(-|z|): 1/(1 + e) for z >= 0, e/(1 + e) below: never 1 - 1."""
-    r = 1.0 / (1.0 + e)
-    return ct.where(nonneg, r, e * r)
+def sigmoid_parts(hi, lo):
+    """sigma(z) = m * s: 1/(1 + e) for z >= 0, e/(1 + e) below (e = exp(-|z|)): never 1 - 1."""
+    e, s = exp_neg_abs2(hi, lo)
+    r = 1.0 / (1.0 + e * s)
+    nonneg = hi >= 0.0
+    return ct.where(nonneg, r, e * r), ct.where(nonneg, 1.0, s)
 
 
-def slope_of(e):
-    """sigma'(z) = sigma(z) sigma(-z) = e/(1 + e)^2 from e = exp(-|z|)."""
-    d = 1.0 + e
-    return e / (d * d)
+def slope_parts(hi, lo):
+    """sigma'(z) = sigma(z) sigma(-z) = e/(1 + e)^2 = m * s."""
+    e, s = exp_neg_abs2(hi, lo)
+    d = 1.0 + e * s
+    return e / (d * d), s
 
 
 def sigmoid(x):
-    return sigmoid_of(ct.exp(-ct.abs(x)), x >= 0.0)
-
-
-def sigmoid2(hi, lo):
-    return sigmoid_of(exp_neg_abs2(hi, lo), hi >= 0.0)
-
-
-def sigmoid_slope(x):
-    return slope_of(ct.exp(-ct.abs(x)))
-
-
-def sigmoid_slope2(hi, lo):
-    return slope_of(exp_neg_abs2(hi, lo))
+    m, s = sigmoid_parts(x, 0.0)
+    return m * s
 
 
 def scaled(x, b_hi, b_lo):
@@ -255,25 +260,28 @@ def erf(x):
     return ct.where(ct.isnan(x), x, r)
 
 
-def phi_tail(a):
-    """Phi(-a) for a >= PHI_SMALL: exp(-a^2/2) t P(t) (a clamped where the result is 0 anyway)."""
-    a = ct.minimum(a, PHI_CLAMP)
+def tail_factor(a):
+    """T(a) = Phi(-a) exp(a^2/2) = t P(t), t = 1/(1 + PHI_K a), for PHI_SMALL <= a <= PHI_CLAMP."""
     t = 1.0 / (1.0 + PHI_K * a)
-    return exp_neg_half_square(a) * (t * horner(t, PHI_P))
+    return t * horner(t, PHI_P)
 
 
-def normal_cdf(x):
-    """Phi(x), the standard normal CDF, with relative accuracy in the lower tail."""
+def normal_cdf_parts(x):
+    """Phi(x) = m * s, the standard normal CDF, with relative accuracy in the lower tail."""
     small = 0.5 + x * horner(x * x, PHI_S)
-    tail = phi_tail(ct.abs(x))
-    big = ct.where(x < 0.0, tail, 1.0 - tail)
-    r = ct.where(ct.abs(x) < PHI_SMALL, small, big)
-    return ct.where(ct.isnan(x), x, r)
+    a = ct.minimum(ct.abs(x), PHI_CLAMP)
+    e, s = exp_neg_half_square(a)
+    tail = ct.where(ct.abs(x) >= PHI_CLAMP, 0.0, e * tail_factor(a))  # past the clamp Phi(-a) is 0 in float32
+    lower = x < 0.0
+    m = ct.where(ct.abs(x) < PHI_SMALL, small, ct.where(lower, tail, 1.0 - tail * s))
+    m = ct.where(ct.isnan(x), x, m)
+    return m, ct.where(lower & (ct.abs(x) >= PHI_SMALL), s, 1.0)
 
 
 def gelu_fwd(x):
     """x Phi(x) (OPS.md: 0.5 x (1 + erf(x / sqrt 2)))."""
-    return x * normal_cdf(x)
+    m, s = normal_cdf_parts(x)
+    return (x * m) * s
 
 
 def near_root(x, x0, centre, coefs):
@@ -282,16 +290,16 @@ def near_root(x, x0, centre, coefs):
 
 
 def gelu_bwd(dy, x):
-    """dy (Phi(x) + x phi(x)); near the root as (x - x0) H, far left as phi (m(a) - a) with the tail's factor."""
+    """dy (Phi(x) + x phi(x)); near the root as (x - x0) H, far left as phi(a) (m(a) - a) with the tail's factor."""
     a = ct.abs(x)
-    e = exp_neg_half_square(ct.minimum(a, 40.0))
-    right = normal_cdf(x) + x * (INV_SQRT_2PI * e)
     ac = ct.minimum(a, PHI_CLAMP)
-    t = 1.0 / (1.0 + PHI_K * ac)
-    left = e * (t * horner(t, PHI_P) - INV_SQRT_2PI * a)
-    window = near_root(x, GELU_X0, GELU_CENTRE, GELU_H)
-    g = ct.where(x < WINDOW_LO, left, ct.where(x <= WINDOW_HI, window, right))
-    return dy * g
+    e, s = exp_neg_half_square(ac)
+    e = ct.where(a >= PHI_CLAMP, 0.0, e)  # phi(a) is 0 in float32 there: inf * 0 stays NaN as in the reference
+    pm, ps = normal_cdf_parts(x)
+    right = dy * (pm * ps + x * (INV_SQRT_2PI * (e * s)))
+    left = (dy * (e * (tail_factor(ac) - INV_SQRT_2PI * a))) * s
+    window = dy * near_root(x, GELU_X0, GELU_CENTRE, GELU_H)
+    return ct.where(x < WINDOW_LO, left, ct.where(x <= WINDOW_HI, window, right))
 
 
 def gelu_tanh_arg(x):
@@ -313,27 +321,34 @@ def gelu_tanh_arg(x):
 def gelu_tanh_fwd(x):
     """0.5 x (1 + tanh u) = x sigma(2u)."""
     v, v_lo = gelu_tanh_arg(x)
-    return x * sigmoid2(v, v_lo)
+    m, s = sigmoid_parts(v, v_lo)
+    return (x * m) * s
 
 
 def gelu_tanh_bwd(dy, x):
     """dy (sigma(v) + x v' sigma'(v)), v = 2u; near the root as (x - x0) H.
 
-    Past the clamp x v' sigma'(v) is 0 in float32 (x and v' clamped too, so
-    nothing overflows); + (x - x) keeps the reference's NaN at x = +-inf.
+    Below 0 both terms carry exp(v)'s scale, applied last. Past the clamp
+    x v' sigma'(v) is 0 in float32 (x and v' clamped too, so nothing
+    overflows); + (x - x) keeps the reference's NaN at x = +-inf.
     """
     v, v_lo = gelu_tanh_arg(x)
     xc = ct.maximum(ct.minimum(x, GELU_TANH_CLAMP), -GELU_TANH_CLAMP)
     dv = GELU_TANH_A[0] + 3.0 * GELU_TANH_B[0] * (xc * xc)
-    direct = sigmoid2(v, v_lo) + xc * dv * sigmoid_slope2(v, v_lo) + (x - x)
-    window = near_root(x, GELU_TANH_X0, GELU_TANH_CENTRE, GELU_TANH_H)
+    sm, ss = sigmoid_parts(v, v_lo)
+    lm, ls = slope_parts(v, v_lo)
+    below = v < 0.0
+    inner = ct.where(below, sm + xc * dv * lm, sm + (xc * dv * lm) * ls) + (x - x)
+    direct = (dy * inner) * ct.where(below, ls, 1.0)
+    window = dy * near_root(x, GELU_TANH_X0, GELU_TANH_CENTRE, GELU_TANH_H)
     inside = (x >= WINDOW_LO) & (x <= WINDOW_HI)
-    return dy * ct.where(inside, window, direct)
+    return ct.where(inside, window, direct)
 
 
 def swish_fwd(x, b_hi, b_lo):
     z, z_lo = scaled(x, b_hi, b_lo)
-    return x * sigmoid2(z, z_lo)
+    m, s = sigmoid_parts(z, z_lo)
+    return (x * m) * s
 
 
 def swish_bwd(dy, x, b_hi, b_lo):
@@ -341,12 +356,13 @@ def swish_bwd(dy, x, b_hi, b_lo):
     N = 1 + z + e^z = w + C expm1(w), w = z - z0: a sum of same-sign terms, so its root costs no digits.
     """
     z, z_lo = scaled(x, b_hi, b_lo)
-    e = exp_neg_abs2(z, z_lo)
-    d = 1.0 + e
-    pos = (1.0 + z * (e / d)) / d
+    e, s = exp_neg_abs2(z, z_lo)
+    es = e * s
+    d = 1.0 + es
+    pos = dy * ((1.0 + z * (es / d)) / d)
     w = (z - SWISH_Z0[0]) + (z_lo - SWISH_Z0[1])
-    neg = e * (w + SWISH_C * expm1(w)) / (d * d)
-    return dy * ct.where(z >= 0.0, pos, neg)
+    neg = (dy * (e * (w + SWISH_C * expm1(w)) / (d * d))) * s
+    return ct.where(z >= 0.0, pos, neg)
 
 
 def softplus_fwd(x, beta):
@@ -356,26 +372,34 @@ def softplus_fwd(x, beta):
     return ct.where(ct.isnan(z), z, r) / beta
 
 
+def softplus_bwd(dy, x, b_hi, b_lo):
+    """dy sigma(beta x)."""
+    z, z_lo = scaled(x, b_hi, b_lo)
+    m, s = sigmoid_parts(z, z_lo)
+    return (dy * m) * s
+
+
+def sigmoid_bwd(dy, x):
+    m, s = slope_parts(x, 0.0)
+    return (dy * m) * s
+
+
 def elu_fwd(x, alpha):
     return ct.where(x > 0.0, x, alpha * expm1(ct.minimum(x, 0.0, propagate_nan=True)))
 
 
 def elu_bwd(dy, x, alpha):
-    return dy * ct.where(x > 0.0, 1.0, alpha * ct.exp(ct.minimum(x, 0.0, propagate_nan=True)))
+    e, s = exp_parts(ct.minimum(x, 0.0, propagate_nan=True))
+    return ct.where(x > 0.0, dy, (dy * (alpha * e)) * s)
 
 
 def tanh_bwd(dy, x):
     """dy (1 - tanh^2 x) = dy 4 sigma'(2x)."""
-    return dy * (4.0 * sigmoid_slope(2.0 * x))
+    m, s = slope_parts(2.0 * x, 0.0)
+    return (dy * (4.0 * m)) * s
 
 
 def fmod(a, b):
     """C fmod: |a| mod |b| (Python's mod equals C's for non-negative operands, and is exact), sign of a."""
     r = ct.mod(ct.abs(a), ct.abs(b))
     return ct.where(a < 0.0, -r, r)
-
-
-def sigmoid_scaled(x, b_hi, b_lo):
-    """sigma(beta x), beta x carried as hi + lo."""
-    z, z_lo = scaled(x, b_hi, b_lo)
-    return sigmoid2(z, z_lo)

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from sigdnn.plan_builders.cutile import emulator
-from sigdnn.plan_builders.cutile.codegen import KernelSpec, generate, kernel_name
+from sigdnn.plan_builders.cutile import codegen
+from sigdnn.plan_builders.cutile.codegen import KernelSpec, kernel_name
 
 
 class EmulatedGpu:
@@ -40,7 +41,7 @@ class EmulatedBackend:
             if found is None:
                 name = kernel_name(spec)
                 namespace: dict[str, Any] = {"ct": emulator, "__name__": name}
-                exec(compile(generate(spec), f"<{name}>", "exec"), namespace)
+                exec(compile(codegen.generate(spec), f"<{name}>", "exec"), namespace)
                 namespace["fma"] = emulator.exact_fma
                 found = self._kernels[spec] = namespace["kernel"]
                 self.compiled += 1

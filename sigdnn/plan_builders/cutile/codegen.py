@@ -104,12 +104,26 @@ def _at_least(x: str, bound: float) -> str:
     return f"{x} > {_lit(FLT_MAX)}" if math.isinf(bound) else f"{x} >= {_lit(bound)}"
 
 
+def _affine(x: str, scale: float, offset: float) -> str:
+    """scale * x + offset for float64 constants, rounded about once even where the two terms cancel.
+
+    relu's leaky branch L + s (x - L) is s x + L (1 - s): both constants
+    are split in float32 pairs and each pair meets x in one FMA.
+    """
+    s_hi, s_lo = _split(scale)
+    c_hi, c_lo = _split(offset)
+    terms = [f"fma({s_hi}, {x}, {c_hi})" if offset else f"{s_hi} * {x}"]
+    if float(s_lo) or float(c_lo):
+        terms.append(f"fma({s_lo}, {x}, {c_lo})")
+    return " + ".join(terms)
+
+
 def _relu_fwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
     (x,) = a
     lo = _param(n, "relu_lower_clip", 0.0)
     hi = _param(n, "relu_upper_clip", math.inf)
     slope = _param(n, "relu_lower_clip_slope", 0.0)
-    below = _lit(lo) if slope == 0 else f"fma({_lit(slope)}, {x} - {_lit(lo)}, {_lit(lo)})"
+    below = _lit(lo) if slope == 0 else _affine(x, slope, lo * (1.0 - slope))
     inner = x if math.isinf(hi) else f"ct.where({x} >= {_lit(hi)}, {_lit(hi)}, {x})"  # x >= inf gives inf: x
     return f"ct.where({x} <= {_lit(lo)}, {below}, {inner})", "f"
 
@@ -140,7 +154,7 @@ def _softplus_fwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
 
 def _softplus_bwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
     hi, lo = _split(_param(n, "softplus_beta", 1.0))
-    return f"{a[0]} * sigmoid_scaled({a[1]}, {hi}, {lo})", "f"
+    return f"softplus_bwd({a[0]}, {a[1]}, {hi}, {lo})", "f"
 
 
 def _elu(fn: str) -> Emit:
@@ -185,7 +199,7 @@ FLOAT_MODES: dict[str, Emit] = {
     "tanh_fwd": _call("ct.tanh"),
     "tanh_bwd": _call("tanh_bwd"),
     "sigmoid_fwd": _call("sigmoid"),
-    "sigmoid_bwd": lambda a, n: (f"{a[0]} * sigmoid_slope({a[1]})", "f"),
+    "sigmoid_bwd": _call("sigmoid_bwd"),
     "elu_fwd": _elu("elu_fwd"),
     "elu_bwd": _elu("elu_bwd"),
     "gelu_fwd": _call("gelu_fwd"),

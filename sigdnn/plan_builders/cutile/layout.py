@@ -7,7 +7,8 @@ order and stores tile ``i // tile`` of each as a contiguous block. Each input
 is described over that walk after merging the dims that every operand steps
 through as one:
 
-- ``flat``: laid out exactly like the outputs (read as a contiguous block);
+- ``flat``: laid out exactly like the outputs (read as a contiguous block,
+  even when another input keeps the dims from merging);
 - ``scalar``: one element broadcast everywhere (read once);
 - ``gather``: anything else (broadcast dims, other dim orders, padding):
   element offsets computed from ``i`` over the merged dims.
@@ -102,11 +103,12 @@ def plan_iteration(
                 del row[k]
         k -= 1
 
+    packed = [math.prod(dims[k + 1 :]) for k in range(len(dims))]
     accesses = []
     for row in strides:
         if not any(row):
             accesses.append(Access("scalar"))
-        elif len(dims) == 1 and row == [1]:
+        elif row == packed:
             accesses.append(Access("flat", span=size))
         else:
             span = sum((d - 1) * s for d, s in zip(dims, row, strict=True)) + 1

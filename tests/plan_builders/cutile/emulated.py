@@ -9,19 +9,59 @@ run through ``sigdnn.plan_builders.cutile.emulator``.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pytest
 
+from sigdnn.dtypes import DataType
 from sigdnn.executor import Executor
-from sigdnn.executor.host import HostMemory
+from sigdnn.executor.host import HostMemory, strided_view
+from sigdnn.graph.layout import span_elements
+from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile import pointwise
 from sigdnn.plan_builders.cutile.backend import EmulatedGpu
 from sigdnn.runtime.device import Device
 
 
 class EmulatedGpuMemory(HostMemory):
+    """Host buffers laid out with the graph's strides, as GpuMemory lays out device buffers."""
+
     def __init__(self) -> None:
         self.context = EmulatedGpu()
         self.device = Device("gpu", self.context)
+        self._copy_back: dict[int, np.ndarray] = {}
+
+    def session(self) -> EmulatedGpuMemory:
+        self._copy_back = {}
+        return self
+
+    def _strided(self, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        span = np.empty(span_elements(tensor.dims, tensor.strides) * dtype.itemsize, np.uint8)
+        return strided_view(span, 0, tensor.dims, tensor.strides, dtype)
+
+    def accept(self, obj: Any, tensor: Tensor, dtype: DataType, writable: bool) -> np.ndarray:
+        caller = super().accept(obj, tensor, dtype, writable)
+        laid_out = self._strided(tensor, dtype)
+        laid_out[...] = caller
+        if writable:
+            self._copy_back[id(laid_out)] = caller
+        return laid_out
+
+    def new_output(self, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        return self._strided(tensor, dtype)
+
+    def scalar(self, value: np.ndarray, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        laid_out = self._strided(tensor, dtype)
+        laid_out[...] = value
+        return laid_out
+
+    def deliver(self, array: np.ndarray, to_host: bool) -> np.ndarray:
+        caller = self._copy_back.get(id(array))
+        if caller is not None:
+            caller[...] = array
+            return caller
+        return np.ascontiguousarray(array)
 
 
 def make_available(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,8 @@ from typing import Any
 import cuda.tile as ct
 import numpy as np
 
-from sigdnn.plan_builders.cutile.codegen import KernelSpec, generate, kernel_name
+from sigdnn.plan_builders.cutile import codegen
+from sigdnn.plan_builders.cutile.codegen import KernelSpec, kernel_name
 from sigdnn.runtime.cuda import DeviceArray
 
 
@@ -72,7 +73,7 @@ class CutileBackend:
             self._dir = cache_dir()
         name = kernel_name(spec)
         path = self._dir / f"{name}.py"
-        _write_once(path, "import cuda.tile as ct\n" + generate(spec))
+        _write_once(path, "import cuda.tile as ct\n" + codegen.generate(spec))
         module_spec = importlib.util.spec_from_file_location(f"sigdnn_cutile_{name}", path)
         assert module_spec is not None and module_spec.loader is not None
         module = importlib.util.module_from_spec(module_spec)
