@@ -83,7 +83,9 @@ class FallbackBuilder(PlanBuilder):
         return FallbackPlan(inner, node, graph)
 
 
-def fallback_builder(registry: Registry, node: Node, graph: Graph, key: SignatureKey, declined: NoPlanError) -> PlanBuilder:
+def fallback_builder(
+    registry: Registry, node: Node, graph: Graph, key: SignatureKey, declined: NoPlanError
+) -> PlanBuilder:
     """The best reference builder that takes ``node``; the GPU's NoPlanError (with both reasons) when none does."""
     why = []
     for builder in registry.candidates(key, "cpu", node, graph):

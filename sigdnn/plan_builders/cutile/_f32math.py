@@ -335,7 +335,7 @@ def gelu_tanh_bwd(dy, x):
     v, v_lo = gelu_tanh_arg(x)
     xc = ct.maximum(ct.minimum(x, GELU_TANH_CLAMP), -GELU_TANH_CLAMP)
     dv = GELU_TANH_A[0] + 3.0 * GELU_TANH_B[0] * (xc * xc)
-    sm, ss = sigmoid_parts(v, v_lo)
+    sm, _ = sigmoid_parts(v, v_lo)  # below 0 its scale is the slope's; above, 1
     lm, ls = slope_parts(v, v_lo)
     below = v < 0.0
     inner = ct.where(below, sm + xc * dv * lm, sm + (xc * dv * lm) * ls) + (x - x)

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from sigdnn.plan_builders.cutile import emulator
-from sigdnn.plan_builders.cutile import codegen
+from sigdnn.plan_builders.cutile import codegen, emulator
 from sigdnn.plan_builders.cutile.codegen import KernelSpec, kernel_name
 
 

@@ -24,7 +24,7 @@ def mlp() -> sigdnn.Graph:
 
 
 def test_strict_by_default():
-    with pytest.raises(NoPlanError, match="node 'mm'.*no gpu builder serves this key"):
+    with pytest.raises(NoPlanError, match=r"node 'mm'.*no gpu builder serves this key"):
         emulated_executor().prepare(mlp())
 
 
@@ -44,7 +44,7 @@ def test_fallback_names_the_node_and_why():
 
 def test_pinned_nodes_never_fall_back():
     ex = emulated_executor(fallback="reference", pins={"mm": "cutile.pointwise"})
-    with pytest.raises(NoPlanError, match="pinned builder cutile.pointwise"):
+    with pytest.raises(NoPlanError, match=r"pinned builder cutile\.pointwise"):
         ex.prepare(mlp())
 
 

@@ -131,13 +131,19 @@ def test_bool_and_scalar_inside_a_region():
 def _plant(monkeypatch, what: str) -> None:
     if what == "off-by-one index":  # the bias read one channel over
         original = codegen.generate
-        monkeypatch.setattr(codegen, "generate", lambda spec: original(spec).replace("c1 = q2 % 16", "c1 = q2 % 16 + 1"))
+        monkeypatch.setattr(
+            codegen, "generate", lambda spec: original(spec).replace("c1 = q2 % 16", "c1 = q2 % 16 + 1")
+        )
     elif what == "tanh at bfloat16 precision":
         monkeypatch.setitem(
-            codegen.FLOAT_MODES, "tanh_fwd", lambda a, n: (f"ct.astype(ct.astype(ct.tanh({a[0]}), ct.bfloat16), ct.float32)", "f")
+            codegen.FLOAT_MODES,
+            "tanh_fwd",
+            lambda a, n: (f"ct.astype(ct.astype(ct.tanh({a[0]}), ct.bfloat16), ct.float32)", "f"),
         )
     elif what == "relu threshold epsilon":
-        monkeypatch.setitem(codegen.FLOAT_MODES, "relu_fwd", lambda a, n: (f"ct.where({a[0]} <= 1e-3, 0.0, {a[0]})", "f"))
+        monkeypatch.setitem(
+            codegen.FLOAT_MODES, "relu_fwd", lambda a, n: (f"ct.where({a[0]} <= 1e-3, 0.0, {a[0]})", "f")
+        )
 
 
 @pytest.mark.parametrize("what", ["off-by-one index", "tanh at bfloat16 precision", "relu threshold epsilon"])
