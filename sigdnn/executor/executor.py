@@ -41,7 +41,9 @@ class Executor:
     silent fallback. ``fusion=False`` plans every node as its own step.
     ``fallback="reference"`` (GPU only) runs a node no GPU builder takes on
     the reference, with copies around it (``sigdnn.executor.fallback``); by
-    default such a node is a NoPlanError.
+    default such a node is a NoPlanError. ``cuda_graphs=True`` (GPU only)
+    records a plan's launches into a CUDA graph and replays it when the
+    caller's buffers are at addresses seen before (``gpu_memory.BoundPlan``).
     """
 
     def __init__(
@@ -54,14 +56,18 @@ class Executor:
         limits: Limits = DEFAULT_LIMITS,
         fusion: bool = True,
         fallback: str | None = None,
+        cuda_graphs: bool = False,
         cache_size: int = 64,
     ) -> None:
         if backend not in BACKENDS:
             raise UsageError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
         if fallback is not None and (backend != "gpu" or fallback not in FALLBACKS):
             raise UsageError(f"fallback={fallback!r}: the gpu backend can fall back to one of {FALLBACKS}")
+        if cuda_graphs and backend != "gpu":
+            raise UsageError("cuda_graphs=True needs the gpu backend")
         self.backend = backend
         self.fallback = fallback
+        self.cuda_graphs = cuda_graphs
         self.fusion = fusion
         self.engine = engine
         self.pins = dict(pins or {})
@@ -273,6 +279,9 @@ class Executor:
         """
         if not isinstance(plan, ExecutionPlan):
             raise UsageError(f"execute() takes an ExecutionPlan from prepare(), not {type(plan).__name__}")
+        bound = getattr(self.memory, "bound", None)  # the GPU's fast path: memory and launches bound once per plan
+        if bound is not None and capture is None:
+            return bound(plan, self.cuda_graphs).run(variant_pack, to_host)
         graph, memory = plan.graph, self.memory.session()
         outputs = [t.uid for t in graph.outputs]
         pack = resolve_pack(graph, variant_pack, [t.uid for t in graph.inputs], outputs)

@@ -8,6 +8,7 @@ same generated text on NumPy arrays, for tests without a GPU.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Any
 
@@ -20,10 +21,8 @@ from sigdnn.plan_builders.cutile.codegen import KernelSpec, kernel_name
 class EmulatedGpu:
     """A Device.context that asks the cuTile builders for emulated kernels (buffers are NumPy arrays)."""
 
-    backend: Any = None
-
     def __init__(self) -> None:
-        self.backend = EmulatedBackend()
+        self.kernel_backend = EmulatedBackend()
 
 
 class EmulatedBackend:
@@ -47,7 +46,12 @@ class EmulatedBackend:
             return found
 
     @staticmethod
-    def view1d(array: np.ndarray, n: int, as_bytes: bool) -> np.ndarray:
+    def view1d(array: Any, n: int, as_bytes: bool) -> np.ndarray:
+        """A NumPy array, or a DeviceArray whose pointer is host memory (tests of the GPU executor's host side)."""
+        if not isinstance(array, np.ndarray):
+            dtype = np.dtype(np.uint8) if as_bytes else array.dtype
+            raw = (ctypes.c_char * max(n * dtype.itemsize, 1)).from_address(array.ptr)
+            return np.frombuffer(raw, dtype=dtype, count=n)
         if as_bytes:
             array = array.view(np.uint8)
         return np.lib.stride_tricks.as_strided(array, (n,), (array.itemsize,))
@@ -58,9 +62,10 @@ class EmulatedBackend:
 
 
 def backend_for(context: Any) -> Any:
-    """The backend for a Device.context: emulated for an EmulatedGpu, else cuTile."""
-    if isinstance(context, EmulatedGpu):
-        return context.backend
+    """The backend a Device.context asks for (``kernel_backend``: the emulator in tests), else cuTile."""
+    backend = getattr(context, "kernel_backend", None)
+    if backend is not None:
+        return backend
     from sigdnn.plan_builders.cutile.kernels import CUTILE
 
     return CUTILE
