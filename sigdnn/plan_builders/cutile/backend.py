@@ -35,13 +35,14 @@ class EmulatedBackend:
 
     def kernel(self, spec: KernelSpec) -> Any:
         with self._lock:
-            found = self._kernels.get(spec)
+            key = spec.text_key()
+            found = self._kernels.get(key)
             if found is None:
                 name = kernel_name(spec)
                 namespace: dict[str, Any] = {"ct": emulator, "__name__": name}
                 exec(compile(codegen.generate(spec), f"<{name}>", "exec"), namespace)
                 namespace["fma"] = emulator.exact_fma
-                found = self._kernels[spec] = namespace["kernel"]
+                found = self._kernels[key] = namespace["kernel"]
                 self.compiled += 1
             return found
 

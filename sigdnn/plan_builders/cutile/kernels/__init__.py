@@ -63,9 +63,10 @@ class CutileBackend:
 
     def kernel(self, spec: KernelSpec) -> Any:
         with self._lock:
-            found = self._kernels.get(spec)
+            key = spec.text_key()
+            found = self._kernels.get(key)
             if found is None:
-                found = self._kernels[spec] = self._load(spec)
+                found = self._kernels[key] = self._load(spec)
             return found
 
     def _load(self, spec: KernelSpec) -> Any:
