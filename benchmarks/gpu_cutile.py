@@ -74,12 +74,13 @@ def torch_op(mode: str):
     return table.get(mode)
 
 
-def bench_modes(modes: list[str]) -> list[dict]:
+def bench_modes(modes: list[str], quiet: bool = False) -> list[dict]:
     rows = []
     x = torch.empty(N, device="cuda", dtype=torch.bfloat16).uniform_(-2, 2)
     copy_ms = cuda_time(lambda: x.clone())
     copy_tbs = 2 * N * 2 / copy_ms / 1e9
-    print(f"torch copy: {copy_tbs:.2f} TB/s", flush=True)
+    if not quiet:
+        print(f"torch copy: {copy_tbs:.2f} TB/s", flush=True)
     for mode in modes:
         arity = MODES[mode].arity
         g = sigdnn.Graph(mode, io_dtype="bfloat16", compute_dtype="float32")
@@ -98,16 +99,18 @@ def bench_modes(modes: list[str]) -> list[dict]:
         first_s = time.perf_counter() - t0
         ms = cuda_time(lambda ex=ex, plan=plan, pack=pack: ex.execute(plan, pack, to_host=False))
         tbs = (arity + 1) * N * 2 / ms / 1e9
-        op = torch_op(mode)
+        op = None if quiet else torch_op(mode)
         torch_tbs = None
         if op is not None:
             tms = cuda_time(lambda op=op, tensors=tensors: op(*tensors))
             torch_tbs = (arity + 1) * N * 2 / tms / 1e9
         rows.append({"mode": mode, "tb_s": tbs, "torch_tb_s": torch_tbs, "copy_tb_s": copy_tbs, "first_s": first_s})
         vs = f"{torch_tbs:6.2f}" if torch_tbs else "   n/a"
-        print(
-            f"{mode:22s} {tbs:6.2f} TB/s  torch {vs}  of copy {tbs / copy_tbs:5.0%}  (first {first_s:.1f}s)", flush=True
-        )
+        if not quiet:
+            print(
+                f"{mode:22s} {tbs:6.2f} TB/s  torch {vs}  of copy {tbs / copy_tbs:5.0%}  (first {first_s:.1f}s)",
+                flush=True,
+            )
     return rows
 
 
@@ -212,15 +215,49 @@ def bench_warm_start() -> dict:
     return {"cold_s": times[0], "warm_s": times[1]}
 
 
+def diagnostics() -> dict:
+    """What cuTile's launch assumes about the arrays of a whole-tile kernel (alignment, divisibility, strides)."""
+    from cuda.tile._cext import CallingConvention, get_parameter_constraints_from_pyargs
+
+    g = sigdnn.Graph("diag", io_dtype="bfloat16", compute_dtype="float32")
+    g.pointwise("add", g.tensor("a", dims=(N,)), g.tensor("b", dims=(N,))).set_output(True).set_name("y")
+    ex = sigdnn.Executor("gpu")
+    plan = ex.prepare(g)
+    t = [torch.empty(N, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    launch = plan.steps[0].plan.launch
+    args = launch.args([ex.memory.context.wrap(t[0]), ex.memory.context.wrap(t[1])], [ex.memory.context.wrap(t[2])])
+    constraints = get_parameter_constraints_from_pyargs(launch.kernel, args, CallingConvention.cutile_python_v1())
+    print(f"launch constraints of a whole-tile bf16 add: {constraints}", flush=True)
+    return {"constraints": repr(constraints)}
+
+
+def bench_tiles(tiles=(512, 1024, 2048, 4096), modes=("identity", "add", "gelu_fwd")) -> list[dict]:
+    from sigdnn.plan_builders.cutile import codegen
+
+    rows = []
+    default = codegen.DEFAULT_TILE
+    try:
+        for tile in tiles:
+            codegen.DEFAULT_TILE = tile
+            for row in bench_modes(list(modes), quiet=True):
+                rows.append({**row, "tile": tile})
+                print(f"tile {tile:5d} {row['mode']:10s} {row['tb_s']:.2f} TB/s", flush=True)
+    finally:
+        codegen.DEFAULT_TILE = default
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--modes", help="comma-separated modes (default: all)")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: modes,fusion,host,warm")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: diag,warm,host,fusion,modes,tiles")
     args = parser.parse_args()
     skip = set(args.skip.split(","))
     modes = args.modes.split(",") if args.modes else [m for m in MODES if m != "gen_index"]
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if "diag" not in skip:
+        result["diagnostics"] = diagnostics()
     if "warm" not in skip:
         result["warm_start"] = bench_warm_start()
     if "host" not in skip:
@@ -229,6 +266,8 @@ def main() -> None:
         result["fusion"] = bench_fusion()
     if "modes" not in skip:
         result["modes"] = bench_modes(modes)
+    if "tiles" not in skip:
+        result["tiles"] = bench_tiles()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

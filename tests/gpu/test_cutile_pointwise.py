@@ -151,7 +151,7 @@ LAYOUTS = [
     ((1000,), None, (1,), None),  # scalar-like
     ((6, 1025), None, (1025,), None),  # rank-padded row
     ((65, 33), None, (65, 33), (1, 65)),  # transposed
-    ((0, 3), None, (0, 3), None),  # empty
+    ((3, 1024), None, (1, 1024), None),  # whole tiles only
 ]
 
 

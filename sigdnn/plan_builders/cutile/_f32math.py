@@ -30,6 +30,8 @@ ERFC_K = 0.5
 PHI_K = 0.3
 WINDOW_LO = -2.0
 WINDOW_HI = -0.3
+FAST_ERF_SMALL = 0.5
+FAST_WINDOW = 0.1
 ERF_R = (
     1.128379225730896,
     -0.37613046169281006,
@@ -103,6 +105,14 @@ GELU_H = (
     3.4472242987249047e-05,
     -9.206846152665094e-05,
 )
+FAST_GELU_CENTRE = -0.7517915368080139
+FAST_GELU_H = (
+    0.43149399757385254,
+    0.3882843852043152,
+    -0.01820339635014534,
+    -0.11376669257879257,
+    -0.014444383792579174,
+)
 GELU_TANH_X0 = (-0.7524614334106445, 1.1339627903339533e-08)
 GELU_TANH_CENTRE = -1.15
 GELU_TANH_H = (
@@ -123,6 +133,34 @@ GELU_TANH_H = (
     -0.0010716569377109408,
     -0.0001056795081240125,
     0.00031937615131027997,
+)
+FAST_GELU_TANH_CENTRE = -0.7524614334106445
+FAST_GELU_TANH_H = (
+    0.4304000735282898,
+    0.3875178396701813,
+    -0.01577739790081978,
+    -0.11369964480400085,
+    -0.017017941921949387,
+)
+FAST_PHI_P = (
+    0.11963246017694473,
+    0.12070616334676743,
+    0.10020393878221512,
+    0.1276404857635498,
+    -0.052031975239515305,
+    0.2046724259853363,
+    -0.15630005300045013,
+    0.03547651693224907,
+)
+FAST_ERF_R = (1.1283791065216064, -0.37611088156700134, 0.11248714476823807, -0.024463187903165817)
+FAST_ERFC_P = (
+    0.2827460467815399,
+    0.27254435420036316,
+    0.30603209137916565,
+    -0.023356519639492035,
+    0.4720558822154999,
+    -0.41439709067344666,
+    0.10438896715641022,
 )
 # END GENERATED
 
@@ -403,3 +441,123 @@ def fmod(a, b):
     """C fmod: |a| mod |b| (Python's mod equals C's for non-negative operands, and is exact), sign of a."""
     r = ct.mod(ct.abs(a), ct.abs(b))
     return ct.where(a < 0.0, -r, r)
+
+
+# ---- fast tier: for nodes whose result is stored in a 16- or 8-bit float ------------------
+# Relative error ~1e-6 where those formats need ~1e-4 (their tolerance is one of their own
+# ulps): the GPU's approximate exp and reciprocal, no split products, shorter tables. The
+# roots of the gelu derivatives still get their window: the direct sum loses every digit there.
+
+
+def fast_exp(x):
+    return ct.exp(x, rounding_mode=ct.RoundingMode.APPROX)
+
+
+def fast_rcp(x):
+    return ct.truediv(1.0, x, rounding_mode=ct.RoundingMode.APPROX)
+
+
+def fast_sigmoid(x):
+    e = fast_exp(-ct.abs(x))
+    r = fast_rcp(1.0 + e)
+    return ct.where(x >= 0.0, r, e * r)
+
+
+def fast_slope(x):
+    e = fast_exp(-ct.abs(x))
+    r = fast_rcp(1.0 + e)
+    return e * (r * r)
+
+
+def fast_normal_cdf(x):
+    """Phi(x): exp(-x^2/2) t P(t) below 0, 1 minus that above (one table on [0, PHI_CLAMP])."""
+    a = ct.minimum(ct.abs(x), PHI_CLAMP)
+    t = fast_rcp(1.0 + PHI_K * a)
+    tail = fast_exp(-0.5 * (a * a)) * (t * horner(t, FAST_PHI_P))
+    tail = ct.where(ct.abs(x) >= PHI_CLAMP, 0.0, tail)
+    r = ct.where(x < 0.0, tail, 1.0 - tail)
+    return ct.where(ct.isnan(x), x, r)
+
+
+def fast_erf(x):
+    small = x * horner(x * x, FAST_ERF_R)
+    a = ct.minimum(ct.abs(x), 4.0)
+    t = fast_rcp(1.0 + ERFC_K * a)
+    big = 1.0 - fast_exp(-(a * a)) * (t * horner(t, FAST_ERFC_P))
+    big = ct.where(x < 0.0, -big, big)
+    r = ct.where(ct.abs(x) < FAST_ERF_SMALL, small, big)
+    return ct.where(ct.isnan(x), x, r)
+
+
+def fast_near_root(x, x0, centre, coefs):
+    return ((x - x0[0]) - x0[1]) * horner(x - centre, coefs)
+
+
+def fast_gelu_fwd(x):
+    return x * fast_normal_cdf(x)
+
+
+def fast_gelu_bwd(dy, x):
+    phi = INV_SQRT_2PI * fast_exp(-0.5 * (x * x))
+    direct = fast_normal_cdf(x) + x * phi
+    window = fast_near_root(x, GELU_X0, FAST_GELU_CENTRE, FAST_GELU_H)
+    return dy * ct.where(ct.abs(x - FAST_GELU_CENTRE) <= FAST_WINDOW, window, direct)
+
+
+def fast_gelu_tanh_fwd(x):
+    xc = ct.maximum(ct.minimum(x, GELU_TANH_CLAMP), -GELU_TANH_CLAMP)
+    v = xc * (GELU_TANH_A[0] + GELU_TANH_B[0] * (xc * xc))
+    return x * fast_sigmoid(v)
+
+
+def fast_gelu_tanh_bwd(dy, x):
+    xc = ct.maximum(ct.minimum(x, GELU_TANH_CLAMP), -GELU_TANH_CLAMP)
+    x2 = xc * xc
+    v = xc * (GELU_TANH_A[0] + GELU_TANH_B[0] * x2)
+    dv = GELU_TANH_A[0] + 3.0 * GELU_TANH_B[0] * x2
+    e = fast_exp(-ct.abs(v))
+    r = fast_rcp(1.0 + e)
+    sig = ct.where(v >= 0.0, r, e * r)
+    direct = sig + xc * dv * (e * (r * r)) + (x - x)
+    window = fast_near_root(x, GELU_TANH_X0, FAST_GELU_TANH_CENTRE, FAST_GELU_TANH_H)
+    return dy * ct.where(ct.abs(x - FAST_GELU_TANH_CENTRE) <= FAST_WINDOW, window, direct)
+
+
+def fast_expm1(x):
+    small = x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0 + x * (1.0 / 720.0))))))
+    return ct.where(ct.abs(x) < 0.5, small, fast_exp(x) - 1.0)
+
+
+def fast_swish_fwd(x, beta):
+    return x * fast_sigmoid(beta * x)
+
+
+def fast_swish_bwd(dy, x, beta):
+    """As swish_bwd: below 0 through N = w + C expm1(w), w = z - z0, with no split products."""
+    z = beta * x
+    e = fast_exp(-ct.abs(z))
+    r = fast_rcp(1.0 + e)
+    pos = (1.0 + z * (e * r)) * r
+    w = (z - SWISH_Z0[0]) - SWISH_Z0[1]
+    neg = e * (w + SWISH_C * fast_expm1(w)) * (r * r)
+    return dy * ct.where(z >= 0.0, pos, neg)
+
+
+def fast_softplus_bwd(dy, x, beta):
+    return dy * fast_sigmoid(beta * x)
+
+
+def fast_sigmoid_bwd(dy, x):
+    return dy * fast_slope(x)
+
+
+def fast_tanh_bwd(dy, x):
+    return dy * (4.0 * fast_slope(2.0 * x))
+
+
+def fast_elu_fwd(x, alpha):
+    return ct.where(x > 0.0, x, alpha * fast_expm1(ct.minimum(x, 0.0, propagate_nan=True)))
+
+
+def fast_elu_bwd(dy, x, alpha):
+    return dy * ct.where(x > 0.0, 1.0, alpha * fast_exp(ct.minimum(x, 0.0, propagate_nan=True)))

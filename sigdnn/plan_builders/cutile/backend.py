@@ -47,15 +47,12 @@ class EmulatedBackend:
             return found
 
     @staticmethod
-    def view1d(array: Any, n: int, as_bytes: bool) -> np.ndarray:
-        """A NumPy array, or a DeviceArray whose pointer is host memory (tests of the GPU executor's host side)."""
-        if not isinstance(array, np.ndarray):
-            dtype = np.dtype(np.uint8) if as_bytes else array.dtype
-            raw = (ctypes.c_char * max(n * dtype.itemsize, 1)).from_address(array.ptr)
-            return np.frombuffer(raw, dtype=dtype, count=n)
-        if as_bytes:
-            array = array.view(np.uint8)
-        return np.lib.stride_tricks.as_strided(array, (n,), (array.itemsize,))
+    def view1d(array: Any, n: int, as_bytes: bool, offset: int = 0) -> np.ndarray:
+        """``n`` elements from element ``offset`` of a NumPy array, or of a DeviceArray over host memory (tests)."""
+        dtype = np.dtype(np.uint8) if as_bytes else array.dtype
+        address = array.__array_interface__["data"][0] if isinstance(array, np.ndarray) else array.ptr
+        raw = (ctypes.c_char * max(n * dtype.itemsize, 1)).from_address(address + offset * dtype.itemsize)
+        return np.frombuffer(raw, dtype=dtype, count=n)
 
     @staticmethod
     def launch(stream: Any, grid: tuple[int, int, int], kernel: Any, args: tuple[Any, ...]) -> None:

@@ -69,6 +69,16 @@ class KernelSpec:
     outputs: tuple[int, ...]  # value id stored to each output
     tile: int = DEFAULT_TILE
 
+    @property
+    def full_tiles(self) -> int:
+        """Blocks that read and write whole tiles (no bounds checks); one more block takes the rest."""
+        return self.space.size // self.tile
+
+    @property
+    def split(self) -> tuple[bool, bool]:
+        """(any whole tiles, a partial last tile): flat arrays are passed as those two parts."""
+        return self.full_tiles > 0, self.space.size % self.tile > 0
+
     def text_key(self) -> KernelSpec:
         """The spec with what the kernel's text does not depend on (sizes, spans) zeroed: one kernel per key."""
         space = attrs.evolve(self.space, size=0, inputs=tuple(attrs.evolve(a, span=0) for a in self.space.inputs))
@@ -141,13 +151,24 @@ def _relu_bwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
     return f"{dy} * ct.where({x} <= {_lit(lo)}, {_lit(slope)}, ct.where({_at_least(x, hi)}, 0.0, 1.0))", "f"
 
 
-def _call(fn: str) -> Emit:
-    return lambda a, n: (f"{fn}({', '.join(a)})", "f")
+FAST_TIER = frozenset({"float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"})  # results stored with <= 11 bits
+
+
+def _fast(n: NodeSpec) -> bool:
+    """Whether the node's result is stored in a float narrow enough for the fast formulas (_f32math)."""
+    return n.dtype in FAST_TIER
+
+
+def _call(fn: str, fast: str | None = None) -> Emit:
+    return lambda a, n: (f"{fast if fast and _fast(n) else fn}({', '.join(a)})", "f")
 
 
 def _swish(fn: str) -> Emit:
     def emit(a: list[str], n: NodeSpec) -> tuple[str, str]:
-        hi, lo = _split(_param(n, "swish_beta", 1.0))
+        beta = _param(n, "swish_beta", 1.0)
+        if _fast(n):
+            return f"fast_{fn}({', '.join(a)}, {_lit(beta)})", "f"
+        hi, lo = _split(beta)
         return f"{fn}({', '.join(a)}, {hi}, {lo})", "f"
 
     return emit
@@ -158,12 +179,18 @@ def _softplus_fwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
 
 
 def _softplus_bwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
-    hi, lo = _split(_param(n, "softplus_beta", 1.0))
+    beta = _param(n, "softplus_beta", 1.0)
+    if _fast(n):
+        return f"fast_softplus_bwd({a[0]}, {a[1]}, {_lit(beta)})", "f"
+    hi, lo = _split(beta)
     return f"softplus_bwd({a[0]}, {a[1]}, {hi}, {lo})", "f"
 
 
 def _elu(fn: str) -> Emit:
-    return lambda a, n: (f"{fn}({', '.join(a)}, {_lit(_param(n, 'elu_alpha', 1.0))})", "f")
+    return lambda a, n: (
+        f"{'fast_' if _fast(n) else ''}{fn}({', '.join(a)}, {_lit(_param(n, 'elu_alpha', 1.0))})",
+        "f",
+    )
 
 
 FLOAT_MODES: dict[str, Emit] = {
@@ -191,26 +218,26 @@ FLOAT_MODES: dict[str, Emit] = {
     "floor": _call("ct.floor"),
     "sqrt": _call("ct.sqrt"),
     "rsqrt": lambda a, n: (f"1.0 / ct.sqrt({a[0]})", "f"),  # ct.rsqrt is the approximate MUFU.RSQ
-    "reciprocal": lambda a, n: (f"1.0 / {a[0]}", "f"),
-    "exp": _call("ct.exp"),
+    "reciprocal": lambda a, n: (f"{'fast_rcp' if _fast(n) else '1.0 / '}({a[0]})", "f"),
+    "exp": _call("ct.exp", "fast_exp"),
     "log": _call("ct.log"),
     "sin": _call("ct.sin"),
     "cos": _call("ct.cos"),
     "tan": _call("ct.tan"),
-    "erf": _call("erf"),
+    "erf": _call("erf", "fast_erf"),
     "identity": lambda a, n: (a[0], "f"),
     "relu_fwd": _relu_fwd,
     "relu_bwd": _relu_bwd,
     "tanh_fwd": _call("ct.tanh"),
-    "tanh_bwd": _call("tanh_bwd"),
-    "sigmoid_fwd": _call("sigmoid"),
-    "sigmoid_bwd": _call("sigmoid_bwd"),
+    "tanh_bwd": _call("tanh_bwd", "fast_tanh_bwd"),
+    "sigmoid_fwd": _call("sigmoid", "fast_sigmoid"),
+    "sigmoid_bwd": _call("sigmoid_bwd", "fast_sigmoid_bwd"),
     "elu_fwd": _elu("elu_fwd"),
     "elu_bwd": _elu("elu_bwd"),
-    "gelu_fwd": _call("gelu_fwd"),
-    "gelu_bwd": _call("gelu_bwd"),
-    "gelu_approx_tanh_fwd": _call("gelu_tanh_fwd"),
-    "gelu_approx_tanh_bwd": _call("gelu_tanh_bwd"),
+    "gelu_fwd": _call("gelu_fwd", "fast_gelu_fwd"),
+    "gelu_bwd": _call("gelu_bwd", "fast_gelu_bwd"),
+    "gelu_approx_tanh_fwd": _call("gelu_tanh_fwd", "fast_gelu_tanh_fwd"),
+    "gelu_approx_tanh_bwd": _call("gelu_tanh_bwd", "fast_gelu_tanh_bwd"),
     "softplus_fwd": _softplus_fwd,
     "softplus_bwd": _softplus_bwd,
     "swish_fwd": _swish("swish_fwd"),
@@ -303,6 +330,34 @@ def _round(expr: str, kind: str, dtype: str, compute: str) -> str:
     return f"ct.astype({expr}, {CT_DTYPES[dtype]})"
 
 
+def _reinterpret(load: str, dtype: str) -> str:
+    """What a load of a ``dtype`` array gives, in the kernel: bool and fp8 arrive as bytes."""
+    if dtype == "bool":
+        return f"{load} != 0"
+    if dtype in AS_BYTES:
+        return f"ct.bitcast({load}, {CT_DTYPES[dtype]})"
+    return load
+
+
+def _parts(main: bool, tail: bool, tile: int) -> list[tuple[str | None, str, str, str]]:
+    """(condition line, array suffix, tile index, extra arguments) of each part of a flat access.
+
+    Whole tiles come from the arrays' main part, read and written without
+    bounds checks (cuTile then uses 16-byte accesses); the partial last tile
+    from their tail part, checked. A block is one or the other.
+    """
+    unchecked = ", check_bounds=False"
+    if main and tail:
+        return [("if whole:", "", "bid", unchecked), ("else:", "t", "0", "")]
+    if main:
+        return [(None, "", "bid", unchecked)]
+    return [(None, "t", "0", "")]
+
+
+def _split_params(name: str, main: bool, tail: bool) -> list[str]:
+    return ([name] if main else []) + ([f"{name}t"] if tail else [])
+
+
 class Source:
     """Lines of the kernel body, with the value names it has defined."""
 
@@ -353,20 +408,32 @@ def generate(spec: KernelSpec) -> str:
             q = f"q{axis}"
         src.emit(f"c0 = {q}")
         coords = [f"c{axis}" for axis in range(len(space.dims))]
+    main, tail = spec.split
+    if main and tail:
+        src.emit(f"whole = bid < y0.shape[0] // {tile}")
+    flat: dict[int, str] = {}  # input -> the expression reading it, filled in per part
     for k, (dtype, access) in enumerate(zip(spec.inputs, space.inputs, strict=True)):
         if access.kind == "flat":
-            load = f"ct.load(x{k}, index=(bid,), shape=({tile},))"
-        elif access.kind == "scalar":
+            flat[k] = dtype
+            continue
+        if access.kind == "scalar":
             load = f"ct.load(x{k}, index=(0,), shape=(1,))"
         else:
             offset = " + ".join(f"{c} * {s}" if s != 1 else c for c, s in zip(coords, access.strides) if s)
             load = f"ct.gather(x{k}, {offset})"
-        if dtype == "bool":
-            load = f"{load} != 0"
-        elif dtype in AS_BYTES:
-            load = f"ct.bitcast({load}, {CT_DTYPES[dtype]})"
-        src.emit(f"v{k} = {load}")
+        src.emit(f"v{k} = {_reinterpret(load, dtype)}")
         src.full[k] = access.kind != "scalar"
+    if flat:
+        parts = _parts(main, tail, tile)
+        for condition, suffix, index, checked in parts:
+            indent = "    " if condition is not None else ""
+            if condition is not None:
+                src.emit(condition)
+            for k, dtype in flat.items():
+                load = f"ct.load(x{k}{suffix}, index=({index},), shape=({tile},){checked})"
+                src.emit(f"{indent}v{k} = {_reinterpret(load, dtype)}")
+        for k in flat:
+            src.full[k] = True
     first = len(spec.inputs)
     for j, node in enumerate(spec.nodes):
         value = first + j
@@ -380,6 +447,7 @@ def generate(spec: KernelSpec) -> str:
             full = any(src.full[a] for a in node.args)
         src.emit(f"v{value} = {_round(expr, kind, node.dtype, node.compute)}")
         src.full[value] = full
+    stores = []
     for k, value in enumerate(spec.outputs):
         dtype = spec.value_dtype(value)
         tile_expr = f"v{value}"
@@ -389,8 +457,19 @@ def generate(spec: KernelSpec) -> str:
             tile_expr = f"ct.astype(ct.where({tile_expr}, 1, 0), ct.uint8)"
         elif dtype in AS_BYTES:
             tile_expr = f"ct.bitcast({tile_expr}, ct.uint8)"
-        src.emit(f"ct.store(y{k}, index=(bid,), tile={tile_expr})")
-    params = [f"x{k}" for k in range(len(spec.inputs))] + [f"y{k}" for k in range(len(spec.outputs))]
+        src.emit(f"r{k} = {tile_expr}")
+        stores.append(k)
+    for condition, suffix, index, checked in _parts(main, tail, tile):
+        indent = "    " if condition is not None else ""
+        if condition is not None:
+            src.emit(condition)
+        for k in stores:
+            src.emit(f"{indent}ct.store(y{k}{suffix}, index=({index},), tile=r{k}{checked})")
+    params = []
+    for k, access in enumerate(space.inputs):
+        params += _split_params(f"x{k}", main, tail) if access.kind == "flat" else [f"x{k}"]
+    for k in range(len(spec.outputs)):
+        params += _split_params(f"y{k}", main, tail)
     body = "\n".join(f"    {line}" for line in src.lines)
     header = f"# {kernel_name(spec)}: generated by sigdnn.plan_builders.cutile.codegen from\n# {spec.text_key()!r}\n"
     return f"{header}{_library()}\n{INTEGER_LIBRARY}\n\n@ct.kernel\ndef kernel({', '.join(params)}):\n{body}\n"

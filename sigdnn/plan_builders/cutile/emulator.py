@@ -125,9 +125,18 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> np.ndarray:
     return np.broadcast_to(np.asarray(x), tuple(shape))
 
 
-def load(array: np.ndarray, index: Sequence[int], shape: Sequence[int], **_: Any) -> np.ndarray:
+def _inside(array: np.ndarray, i: int, n: int, check_bounds: bool) -> None:
+    """An unchecked access must be in bounds (on the GPU it would read or write past the array)."""
+    if not check_bounds and (i + 1) * n > array.shape[0]:
+        raise IndexError(f"unchecked tile {i} of {n} elements runs past an array of {array.shape[0]}")
+
+
+def load(
+    array: np.ndarray, index: Sequence[int], shape: Sequence[int], check_bounds: bool = True, **_: Any
+) -> np.ndarray:
     """The ``index``-th tile of ``shape`` (1-D), zero-padded past the end."""
     (i,), (n,) = index, shape
+    _inside(array, i, n, check_bounds)
     out = np.zeros(n, dtype=array.dtype)
     part = array[i * n : (i + 1) * n]
     out[: part.size] = part
@@ -142,10 +151,11 @@ def gather(array: np.ndarray, offsets: Any, **_: Any) -> np.ndarray:
     return out
 
 
-def store(array: np.ndarray, index: Sequence[int], tile: Any) -> None:
+def store(array: np.ndarray, index: Sequence[int], tile: Any, check_bounds: bool = True) -> None:
     (i,) = index
     tile = np.asarray(tile)
     n = tile.shape[0]
+    _inside(array, i, n, check_bounds)
     part = array[i * n : (i + 1) * n]
     part[...] = _to_dtype(tile[: part.size], array.dtype)
 
@@ -174,6 +184,16 @@ floor = _unary(np.floor)
 ceil = _unary(np.ceil)
 abs = _unary(np.abs)
 isnan = _unary(np.isnan)
+
+
+class RoundingMode:
+    APPROX = "approx"
+    FULL = "full"
+
+
+def truediv(x: Any, y: Any, **_: Any) -> np.ndarray:
+    with _errstate():
+        return np.true_divide(x, y)
 
 
 def pow(x: Any, y: Any) -> np.ndarray:

@@ -32,18 +32,23 @@ class KernelLaunch:
         size = spec.space.size
         self.grid = (max(1, -(-size // spec.tile)), 1, 1)
         self.empty = size == 0
+        main, tail = spec.split
+        whole = spec.full_tiles * spec.tile
+        # Per argument array: the (offset, length) views it is passed as, and whether as bytes.
+        flat = [(0, whole)] * main + [(whole, size - whole)] * tail
         self._inputs = [
-            (size if a.kind == "flat" else a.span, dtype in AS_BYTES)
+            (flat if a.kind == "flat" else [(0, a.span if a.kind == "gather" else 1)], dtype in AS_BYTES)
             for a, dtype in zip(spec.space.inputs, spec.inputs, strict=True)
         ]
-        self._outputs = [(size, spec.value_dtype(v) in AS_BYTES) for v in spec.outputs]
+        self._outputs = [(flat, spec.value_dtype(v) in AS_BYTES) for v in spec.outputs]
 
     def args(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[Any, ...]:
         view = self.backend.view1d
-        return (
-            *(view(a, n, b) for a, (n, b) in zip(inputs, self._inputs, strict=True)),
-            *(view(a, n, b) for a, (n, b) in zip(outputs, self._outputs, strict=True)),
-        )
+        args = []
+        for arrays, shapes in ((inputs, self._inputs), (outputs, self._outputs)):
+            for a, (parts, as_bytes) in zip(arrays, shapes, strict=True):
+                args.extend(view(a, n, as_bytes, offset) for offset, n in parts)
+        return tuple(args)
 
     def bound(self, inputs: Sequence[Any], outputs: Sequence[Any], stream: Any) -> Callable[[], None]:
         if self.empty:

@@ -14,7 +14,8 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.pointwise import Pointwise
-from sigdnn.plan_builders.cutile.codegen import CT_DTYPES, DEFAULT_TILE, KernelSpec, NodeSpec, supports
+from sigdnn.plan_builders.cutile import codegen
+from sigdnn.plan_builders.cutile.codegen import CT_DTYPES, KernelSpec, NodeSpec, supports
 from sigdnn.plan_builders.cutile.layout import axis_walk, plan_iteration
 
 FLOAT_COMPUTE = frozenset({DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16})
@@ -52,7 +53,7 @@ def node_compute(node: Node, graph: Graph) -> str:
 
 
 def kernel_spec(
-    graph: Graph, nodes: Sequence[Node], entries: Sequence[int], exits: Sequence[int], tile: int = DEFAULT_TILE
+    graph: Graph, nodes: Sequence[Node], entries: Sequence[int], exits: Sequence[int], tile: int | None = None
 ) -> KernelSpec:
     """The spec of ``nodes`` (in execution order) reading ``entries`` and storing ``exits`` (uids)."""
     where = f"node '{nodes[0].name}'" if len(nodes) == 1 else f"region {nodes[0].name}..{nodes[-1].name}"
@@ -90,5 +91,5 @@ def kernel_spec(
         tuple(str(graph.dtype_of(t)) for t in tensors),
         tuple(specs),
         tuple(value[u] for u in exits),
-        tile,
+        tile or codegen.DEFAULT_TILE,
     )

@@ -89,6 +89,22 @@ def test_gelu_derivatives_near_their_root():
         check(g, {"x0": np.ones(N, np.float32), "x1": x})
 
 
+@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
+def test_fast_formulas_near_the_roots(io_dtype):
+    """16-bit results take the fast formulas; their roots still need the window (every representable x there)."""
+    for mode, centre in (("gelu_bwd", -0.7518), ("gelu_approx_tanh_bwd", -0.7525), ("swish_bwd", -1.2785)):
+        g = single(mode, io_dtype)
+        x = round_to(np.linspace(centre - 0.02, centre + 0.02, N), g.dtype_of(g.inputs[1]))
+        check(g, {"x0": round_to(np.full(N, 1.5), g.dtype_of(g.inputs[0])), "x1": x})
+
+
+@pytest.mark.parametrize("n", [1, 1023, 1024, 1025, 3 * 1024])
+def test_whole_and_partial_tiles(n):
+    """Whole tiles go unchecked, the last partial one checked: every split of a size."""
+    g = single("gelu_fwd", "bfloat16", dims=(n,))
+    check(g, inputs(g, "gelu_fwd", seed=n))
+
+
 def test_swish_derivative_near_its_root():
     g = single("swish_bwd", "float32", swish_beta=1.7)
     z0 = -1.2784645427610738 / 1.7

@@ -82,10 +82,11 @@ class CutileBackend:
         return module.kernel
 
     @staticmethod
-    def view1d(array: DeviceArray, n: int, as_bytes: bool) -> DeviceArray:
-        """The 1-D view a kernel reads: ``n`` elements from the array's first one (bool / fp8 as uint8)."""
+    def view1d(array: DeviceArray, n: int, as_bytes: bool, offset: int = 0) -> DeviceArray:
+        """The 1-D view a kernel reads: ``n`` elements from element ``offset`` (bool / fp8 as uint8)."""
         dtype = np.dtype(np.uint8) if as_bytes else array.dtype
-        return DeviceArray(array.ptr, (n,), (1,), dtype, owner=array.owner, device_id=array.device_id)
+        ptr = array.ptr + offset * dtype.itemsize
+        return DeviceArray(ptr, (n,), (1,), dtype, owner=array.owner, device_id=array.device_id)
 
     launch = staticmethod(ct.launch)
 
