@@ -111,7 +111,7 @@ def test_validation_catches_planted_kernel_bugs(monkeypatch, what):
     if what == "off-by-one index":
         original = codegen.generate
         monkeypatch.setattr(
-            codegen, "generate", lambda spec: original(spec).replace("c1 = q2 % 16", "c1 = q2 % 16 + 1")
+            codegen, "generate", lambda spec: original(spec).replace("c1 = cq2 % 16", "c1 = cq2 % 16 + 1")
         )
     elif what == "tanh at bfloat16 precision":
         monkeypatch.setitem(codegen.FLOAT_MODES, "tanh_fwd",

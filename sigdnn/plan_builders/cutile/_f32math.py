@@ -561,3 +561,12 @@ def fast_elu_fwd(x, alpha):
 
 def fast_elu_bwd(dy, x, alpha):
     return dy * ct.where(x > 0.0, 1.0, alpha * fast_exp(ct.minimum(x, 0.0, propagate_nan=True)))
+
+
+def fast_softplus_fwd(x, beta):
+    """(max(z, 0) + log1p(e^-|z|))/beta; log1p(t) as t (1 - t/2 + t^2/3) below 1e-2, where log(1 + t) would lose t."""
+    z = beta * x
+    t = fast_exp(-ct.abs(z))
+    small = t * (1.0 - t * (0.5 - t * (1.0 / 3.0)))
+    r = ct.maximum(z, 0.0) + ct.where(t < 1e-2, small, ct.log(1.0 + t))
+    return ct.where(ct.isnan(z), z, r) / beta

@@ -81,7 +81,14 @@ class KernelSpec:
 
     def text_key(self) -> KernelSpec:
         """The spec with what the kernel's text does not depend on (sizes, spans) zeroed: one kernel per key."""
-        space = attrs.evolve(self.space, size=0, inputs=tuple(attrs.evolve(a, span=0) for a in self.space.inputs))
+        main, tail = self.split
+        space = attrs.evolve(
+            self.space,
+            size=int(main) * self.tile
+            + int(tail),  # what the text depends on: whole tiles or not, a partial one or not
+            dims=self.space.dims if self.space.gathers else (),
+            inputs=tuple(attrs.evolve(a, span=0) for a in self.space.inputs),
+        )
         return attrs.evolve(self, space=space)
 
     def value_dtype(self, value: int) -> str:
@@ -175,7 +182,7 @@ def _swish(fn: str) -> Emit:
 
 
 def _softplus_fwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
-    return f"softplus_fwd({a[0]}, {_lit(_param(n, 'softplus_beta', 1.0))})", "f"
+    return f"{'fast_' if _fast(n) else ''}softplus_fwd({a[0]}, {_lit(_param(n, 'softplus_beta', 1.0))})", "f"
 
 
 def _softplus_bwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
@@ -330,6 +337,39 @@ def _round(expr: str, kind: str, dtype: str, compute: str) -> str:
     return f"ct.astype({expr}, {CT_DTYPES[dtype]})"
 
 
+def _tile_shape(access: Any, dims: tuple[int, ...], tile: int) -> str:
+    """How one tile of the walk reads a gathered input: "row" (contiguous), "constant" (one element) or "gather".
+
+    When the innermost merged dim is a multiple of the tile, a tile never
+    crosses it: with stride 1 there (and outer strides multiples of the
+    tile) the tile is a contiguous, aligned run; with stride 0 there it is
+    a single element.
+    """
+    *outer, inner = access.strides
+    if dims[-1] % tile:
+        return "gather"
+    if inner == 1 and all(s % tile == 0 for s in outer):
+        return "row"
+    if inner == 0:
+        return "constant"
+    return "gather"
+
+
+def _coordinates(src: Any, index: str, dims: tuple[int, ...], name: str) -> list[str]:
+    """Emit the coordinates of flat index ``index`` over ``dims`` (innermost first; the outermost needs no modulo)."""
+    q = index
+    for axis in range(len(dims) - 1, 0, -1):
+        src.emit(f"{name}{axis} = {q} % {dims[axis]}")
+        src.emit(f"{name}q{axis} = {q} // {dims[axis]}")
+        q = f"{name}q{axis}"
+    src.emit(f"{name}0 = {q}")
+    return [f"{name}{axis}" for axis in range(len(dims))]
+
+
+def _offset(coords: list[str], strides: tuple[int, ...]) -> str:
+    return " + ".join(f"{c} * {s}" if s != 1 else c for c, s in zip(coords, strides) if s) or "0"
+
+
 def _reinterpret(load: str, dtype: str) -> str:
     """What a load of a ``dtype`` array gives, in the kernel: bool and fp8 arrive as bytes."""
     if dtype == "bool":
@@ -394,20 +434,14 @@ def generate(spec: KernelSpec) -> str:
     if tile & (tile - 1):
         raise ValueError(f"tile {tile} is not a power of two")
     src = Source(spec)
-    needs_index = space.gathers or any(n.mode == "gen_index" for n in spec.nodes)
+    shapes = {k: _tile_shape(a, space.dims, tile) for k, a in enumerate(space.inputs) if a.kind == "gather"}
+    gathered = any(kind == "gather" for kind in shapes.values())
+    needs_index = gathered or any(n.mode == "gen_index" for n in spec.nodes)
     src.emit("bid = ct.bid(0)")
     if needs_index:
         src.emit(f"i = bid * {tile} + ct.arange({tile}, dtype=ct.int32)")
-    coords: list[str] = []
-    if space.gathers:
-        # i over the merged dims, innermost first; the outermost needs no modulo.
-        q = "i"
-        for axis in range(len(space.dims) - 1, 0, -1):
-            src.emit(f"c{axis} = {q} % {space.dims[axis]}")
-            src.emit(f"q{axis} = {q} // {space.dims[axis]}")
-            q = f"q{axis}"
-        src.emit(f"c0 = {q}")
-        coords = [f"c{axis}" for axis in range(len(space.dims))]
+    coords = _coordinates(src, "i", space.dims, "c") if gathered else []
+    first_coords = _coordinates(src, f"bid * {tile}", space.dims, "s") if len(set(shapes.values()) - {"gather"}) else []
     main, tail = spec.split
     if main and tail:
         src.emit(f"whole = bid < y0.shape[0] // {tile}")
@@ -416,13 +450,17 @@ def generate(spec: KernelSpec) -> str:
         if access.kind == "flat":
             flat[k] = dtype
             continue
-        if access.kind == "scalar":
+        shape = "scalar" if access.kind == "scalar" else shapes[k]
+        if shape == "scalar":
             load = f"ct.load(x{k}, index=(0,), shape=(1,))"
+        elif shape == "row":  # the tile's elements are contiguous in this input: one whole-tile load
+            load = f"ct.load(x{k}, index=(({_offset(first_coords, access.strides)}) // {tile},), shape=({tile},), check_bounds=False)"
+        elif shape == "constant":  # the whole tile reads one element of this input
+            load = f"ct.load(x{k}, index=({_offset(first_coords, access.strides)},), shape=(1,))"
         else:
-            offset = " + ".join(f"{c} * {s}" if s != 1 else c for c, s in zip(coords, access.strides) if s)
-            load = f"ct.gather(x{k}, {offset})"
+            load = f"ct.gather(x{k}, {_offset(coords, access.strides)})"
         src.emit(f"v{k} = {_reinterpret(load, dtype)}")
-        src.full[k] = access.kind != "scalar"
+        src.full[k] = shape in ("row", "gather")
     if flat:
         parts = _parts(main, tail, tile)
         for condition, suffix, index, checked in parts:

@@ -132,7 +132,7 @@ def _plant(monkeypatch, what: str) -> None:
     if what == "off-by-one index":  # the bias read one channel over
         original = codegen.generate
         monkeypatch.setattr(
-            codegen, "generate", lambda spec: original(spec).replace("c1 = q2 % 16", "c1 = q2 % 16 + 1")
+            codegen, "generate", lambda spec: original(spec).replace("c1 = cq2 % 16", "c1 = cq2 % 16 + 1")
         )
     elif what == "tanh at bfloat16 precision":
         monkeypatch.setitem(

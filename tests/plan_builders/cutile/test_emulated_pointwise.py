@@ -189,3 +189,39 @@ def test_float64_compute_is_declined_with_the_reason():
     g = single("exp", "float32", compute="float64")
     with pytest.raises(NoPlanError, match="compute dtype float64"):
         emulated_executor().prepare(g)
+
+
+def test_one_kernel_text_per_key_across_sizes():
+    """Sizes that split alike share a kernel; sizes that split differently (whole tiles, a partial one) never do."""
+    from sigdnn.plan_builders.cutile.codegen import generate
+    from sigdnn.plan_builders.cutile.pointwise import node_spec
+
+    def spec(n, dims=None):
+        g = single("exp", "float16", dims=dims or (n,))
+        return node_spec(g.nodes[0], g)[0]
+
+    assert spec(1000).text_key() == spec(0, dims=(77, 5)).text_key()
+    assert spec(2048).text_key() == spec(0, dims=(4, 1024)).text_key()
+    keys = {spec(n).text_key() for n in (1000, 1024, 2048, 2049)}
+    assert len(keys) == 3  # tail only; whole tiles only (1024 and 2048); both
+    texts = {generate(spec(n)) for n in (1000, 1024, 2049)}
+    assert len(texts) == 3
+
+
+@pytest.mark.parametrize(
+    ("x_dims", "b_dims", "read"),
+    [
+        ((3, 2048), (1, 2048), "row"),  # a row bias: each tile one aligned run of it
+        ((2, 3, 32, 32), (1, 3, 1, 1), "constant"),  # per channel over NCHW with H*W a multiple of the tile
+        ((2, 3, 5, 7), (1, 3, 1, 1), "gather"),
+    ],
+)
+def test_broadcast_reads_by_tile_shape(x_dims, b_dims, read):
+    from sigdnn.plan_builders.cutile.codegen import generate
+    from sigdnn.plan_builders.cutile.pointwise import node_spec
+
+    g = sigdnn.Graph("bias", io_dtype="bfloat16", compute_dtype="float32")
+    g.pointwise("mul", g.tensor("x0", dims=x_dims), g.tensor("x1", dims=b_dims)).set_output(True).set_name("y")
+    text = generate(node_spec(g.nodes[0], g)[0])
+    assert {"row": "// 1024,), shape=(1024,)", "constant": "shape=(1,))", "gather": "ct.gather(x1"}[read] in text
+    check(g, inputs(g, "mul", seed=11))
