@@ -6,7 +6,10 @@ with torch's time for the same work measured beside it:
 
 * pointwise: every mode on 256 MiB bfloat16 tensors (2^27 elements),
   effective bandwidth = (inputs + output) bytes / time, against torch's op
-  where torch has one, and against torch's copy (the roofline);
+  where torch has one, and against torch's copy (the roofline). Kernels are
+  timed as torch's ops are, enqueued back to back (their bound launch, with
+  the events on the executor's own stream); ``execute_tb_s`` is the same
+  work through ``execute`` (host work and its final synchronize included);
 * fusion: a region of 4 pointwise ops (bias add, gelu, scale, residual add)
   as one kernel against torch eager running the 4 ops;
 * host cost: a prepared 100-node chain of float32 adds on 4096 elements,
@@ -37,8 +40,13 @@ N = 1 << 27  # 256 MiB of bfloat16
 POSITIVE = {"sqrt", "rsqrt", "log", "pow"}
 
 
+def on_stream(executor):
+    """torch's stream wrapping the executor's own: events recorded there time what its launches enqueue."""
+    return torch.cuda.stream(torch.cuda.ExternalStream(executor.memory.context.stream_handle))
+
+
 def cuda_time(fn, reps: int = 20, warmup: int = 3) -> float:
-    """Median milliseconds of ``fn`` by CUDA events."""
+    """Median milliseconds of ``fn`` by CUDA events (on torch's current stream)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -101,7 +109,8 @@ def bench_modes(modes: list[str], quiet: bool = False) -> list[dict]:
         # The kernel as the GPU sees it: its bound launch enqueued 10 times back to back (as torch's ops are
         # timed); execute() adds its host work and a synchronize, which leave the GPU idle in between.
         (launch,) = ex.memory.bound(plan, False)._launches
-        ms = cuda_time(lambda launch=launch: [launch() for _ in range(10)]) / 10
+        with on_stream(ex):
+            ms = cuda_time(lambda launch=launch: [launch() for _ in range(10)]) / 10
         tbs = (arity + 1) * N * 2 / ms / 1e9
         op = None if quiet else torch_op(mode)
         torch_tbs = None
@@ -136,13 +145,15 @@ def bench_fusion() -> dict:
     pack = {"x": xt, "b": bt, "y": out}
     ex.execute(plan, pack, to_host=False)
     (launch,) = ex.memory.bound(plan, False)._launches
-    fused = cuda_time(lambda: [launch() for _ in range(10)]) / 10
+    with on_stream(ex):
+        fused = cuda_time(lambda: [launch() for _ in range(10)]) / 10
     eager = cuda_time(lambda: [torch.add(torch.nn.functional.gelu(xt + bt) * 0.75, xt) for _ in range(10)]) / 10
     unfused_ex = sigdnn.Executor("gpu", fusion=False)
     unfused_plan = unfused_ex.prepare(g)
     unfused_ex.execute(unfused_plan, pack, to_host=False)
     launches = unfused_ex.memory.bound(unfused_plan, False)._launches
-    unfused = cuda_time(lambda: [f() for _ in range(10) for f in launches]) / 10
+    with on_stream(unfused_ex):
+        unfused = cuda_time(lambda: [f() for _ in range(10) for f in launches]) / 10
     result = {"fused_ms": fused, "torch_eager_ms": eager, "sigdnn_unfused_ms": unfused, "speedup": eager / fused,
               "fused_tb_s": 2 * N * 2 / fused / 1e9}  # fmt: skip
     print(f"fusion (4 ops, bf16 256 MiB): fused {fused:.3f} ms ({result['fused_tb_s']:.2f} TB/s), "
