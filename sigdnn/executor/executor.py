@@ -5,14 +5,17 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from sigdnn.errors import ExecutionError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
+import numpy as np
+
+from sigdnn.errors import ExecutionError, GraphError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
 from sigdnn.executor.fallback import FALLBACKS, fallback_builder
 from sigdnn.executor.host import HostMemory
+from sigdnn.executor.host_arrays import to_torch
 from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
 from sigdnn.executor.plan import ExecutionPlan, Step
 from sigdnn.executor.schedule import memory_aware_order
@@ -22,6 +25,7 @@ from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.node import Node
+from sigdnn.io.graph_files import read_graph_file
 from sigdnn.registry.contracts import BuildContext, PlanBuilder, RegionContext
 from sigdnn.registry.regions import Dataflow, make_region
 from sigdnn.registry.registry import DEFAULT_REGISTRY, Registry
@@ -29,6 +33,7 @@ from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.signature_keys import SignatureKey, key_for
 
 BACKENDS = ("reference", "gpu")
+OUTPUT_KINDS = ("numpy", "torch")
 Engine = int | str
 GraphSource = bytes | bytearray | memoryview | str | os.PathLike | Graph
 
@@ -115,6 +120,11 @@ class Executor:
         if graph is None:
             graph = deserialize(data, limits=self.limits, check=False)
         order = check_graph(graph, self.limits)
+        if graph.nodes and not graph.outputs:
+            raise GraphError(
+                f"graph '{graph.name}' has no outputs, so running it computes nothing: "
+                "mark the tensors you want with set_output(True)"
+            )
         device = self.device
         keys = {i: key_for(graph.nodes[i], graph) for i in order}
         flow = Dataflow(graph, order)
@@ -129,7 +139,9 @@ class Executor:
         run_order = memory_aware_order([s.reads for s in steps], [s.writes for s in steps], rank, sizes)
         ordered = tuple(steps[u] for u in run_order)
         memory = plan_memory(graph, [(s.reads, s.writes) for s in ordered])
-        plan = ExecutionPlan(graph, self.backend, digest, ordered, memory)
+        arena = tuple((uid, offset, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
+                      for uid, offset in memory.offsets.items())  # fmt: skip
+        plan = ExecutionPlan(graph, self.backend, digest, ordered, memory, arena)
         with self._lock:
             self._cache[digest] = plan
             while len(self._cache) > self._cache_size:
@@ -200,12 +212,12 @@ class Executor:
         if isinstance(source, Graph):
             return source, source.serialize()
         if isinstance(source, (bytes, bytearray, memoryview)):
-            return None, bytes(source)
-        if isinstance(source, (str, os.PathLike)):
             try:
-                return None, Path(source).read_bytes()
-            except OSError as e:
-                raise SigdnnError(f"cannot read graph file {str(source)!r}: {e.strerror}") from None
+                return None, bytes(source)
+            except ValueError as e:  # a released memoryview
+                raise UsageError(f"prepare() could not read the buffer: {e}") from None
+        if isinstance(source, (str, os.PathLike)):
+            return None, read_graph_file(source)
         raise UsageError(f"prepare() takes bytes, a path or a Graph, not {type(source).__name__}")
 
     def _choose(self, node: Node, graph: Graph, key: SignatureKey, device: Device) -> tuple[PlanBuilder, list[str]]:
@@ -267,6 +279,8 @@ class Executor:
         *,
         to_host: bool = True,
         capture: dict[str, Any] | None = None,
+        out: str = "numpy",
+        on_step: Callable[[int, Step, float], None] | None = None,
     ) -> dict[str, Any]:
         """Run ``plan``; return every output by name (written in place when given).
 
@@ -276,12 +290,21 @@ class Executor:
         that step (before its buffer is reused): validation compares step by
         step with it. Tensors inside a region are never captured (they never
         exist in memory). Capturing synchronizes after each step.
+        ``out="torch"`` returns host outputs as torch tensors sharing their
+        memory (every dtype, bfloat16 and fp8 included); ``"numpy"`` (the
+        default) as NumPy arrays. Host arrays also export ``__dlpack__``.
+        ``on_step(index, step, seconds)`` is called after each step with the
+        time it took (the device is synchronized after each step then, so
+        the times are real): profiles and progress displays hang on it.
         """
+        if out not in OUTPUT_KINDS:
+            raise UsageError(f"execute(out={out!r}): expected one of {', '.join(OUTPUT_KINDS)}")
         if not isinstance(plan, ExecutionPlan):
             raise UsageError(f"execute() takes an ExecutionPlan from prepare(), not {type(plan).__name__}")
         bound = getattr(self.memory, "bound", None)  # the GPU's fast path: memory and launches bound once per plan
-        if bound is not None and capture is None:
-            return bound(plan, self.cuda_graphs).run(variant_pack, to_host)
+        if bound is not None and capture is None and on_step is None:
+            result = bound(plan, self.cuda_graphs).run(variant_pack, to_host)
+            return self._deliver_as(result, out)
         graph, memory = plan.graph, self.memory.session()
         outputs = [t.uid for t in graph.outputs]
         pack = resolve_pack(graph, variant_pack, [t.uid for t in graph.inputs], outputs)
@@ -301,22 +324,31 @@ class Executor:
                     memory.scalar(t.scalar(), t, dtype) if t.value is not None else memory.new_output(t, dtype)
                 )
         arena = memory.arena(plan.memory.peak_bytes)
-        for uid, offset in plan.memory.offsets.items():
-            t = graph.tensors[uid]
-            buffers[uid] = memory.view(arena, offset, t, graph.dtype_of(t))
+        for uid, offset, t, dtype in plan.arena_tensors:
+            buffers[uid] = memory.view(arena, offset, t, dtype)
         context = ExecutionContext(self.device, memory.stream, memory.workspace(plan.workspace_bytes))
-        for step in plan.steps:
+        for index, step in enumerate(plan.steps):
+            started = time.perf_counter() if on_step is not None else 0.0
             try:
                 step.plan.execute({k: buffers[uid] for k, uid in step.bindings.items()}, context)
             except SigdnnError:
                 raise
             except Exception as e:
                 raise ExecutionError(f"step '{step.name}' ({step.builder.name}) failed: {type(e).__name__}: {e}") from e
+            if on_step is not None:
+                memory.synchronize()
+                on_step(index, step, time.perf_counter() - started)
             if capture is not None:
                 for uid in step.writes:
                     capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid])
         result = {graph.tensors[u].name: memory.deliver(buffers[u], to_host) for u in outputs}
         memory.synchronize()
+        return self._deliver_as(result, out)
+
+    @staticmethod
+    def _deliver_as(result: dict[str, Any], out: str) -> dict[str, Any]:
+        if out == "torch":
+            return {name: to_torch(a) if isinstance(a, np.ndarray) else a for name, a in result.items()}
         return result
 
     def run(self, source: GraphSource, variant_pack: Mapping[Any, Any], **kw: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ _I32 = struct.Struct("<i")
 _VT_HEAD = struct.Struct("<HH")
 SCALARS = {
     "i8": struct.Struct("<b"),
+    "u8": struct.Struct("<B"),
     "u16": struct.Struct("<H"),
     "i16": struct.Struct("<h"),
     "i64": struct.Struct("<q"),
@@ -48,7 +49,7 @@ def slots_of(module: Any) -> dict[str, int]:
     """Field name (CamelCase, as in ``AddIn0``) -> vtable slot, read off generated code."""
     slots = {}
     for name in dir(module):
-        if name.startswith("Add") and not name.startswith(("AddStart", "Add_")):
+        if name.startswith("Add") and not name.startswith("Add_"):
             probe = _SlotProbe()
             getattr(module, name)(probe, 0)
             if probe.slot >= 0:

@@ -7,7 +7,7 @@ validation needs to judge each output, and a bound on the work one node
 may cost. Everything generic — the op list, signature keys, wire reads and
 writes, tolerances — is derived from that declaration, once per op class.
 Adding an op is: its table in schemas/, its module here, a builder module
-per backend, tests.
+per library, tests.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import numpy as np
@@ -26,8 +26,13 @@ from sigdnn.graph.limits import Limits
 from sigdnn.graph.tensor import Tensor
 from sigdnn.graph.wire_reader import Table, slots_of
 
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
+
 # Wire field kinds. Ports name tensors by uid: "uid" (required port),
-# "uid?" (optional port). Attributes: "i64", "f64", "bool" (with the
+# "uid?" (optional port), "uid[]" (a variable number of input ports: field
+# ``x`` holding n uids is the ports ``x_0`` .. ``x_{n-1}``). Attributes: "i64", "f64", "bool" (with the
 # schema's default), "i64?" / "f64?" (absent reads as None), "i64[]",
 # "f64[]" (vectors), "enum" (a name from the op's ``enums`` table, stored as
 # the schema enum's short value).
@@ -84,9 +89,24 @@ class Op:
     def optional_ports(cls) -> frozenset[str]:
         return frozenset(f for f, kind in cls.wire_fields if kind == "uid?")
 
+    @classmethod
+    def vector_ports(cls) -> frozenset[str]:
+        """Input fields of kind "uid[]": each holds several ports (``x`` -> ``x_0``, ``x_1``, ...)."""
+        return _vector_ports(cls)
+
     def inputs(self) -> dict[str, int]:
-        """Input port -> uid, present ports only, in port order."""
-        return {p: uid for p in self.input_ports if (uid := getattr(self, p)) is not None}
+        """Input port -> uid, present ports only, in port order (a vector field's ports in its order)."""
+        vectors = _vector_ports(type(self))
+        if not vectors:
+            return {p: uid for p in self.input_ports if (uid := getattr(self, p)) is not None}
+        found: dict[str, int] = {}
+        for p in self.input_ports:
+            value = getattr(self, p)
+            if p in vectors:
+                found.update({f"{p}_{i}": uid for i, uid in enumerate(value)})
+            elif value is not None:
+                found[p] = value
+        return found
 
     def outputs(self) -> dict[str, int]:
         """Output port -> uid, present ports only, in port order."""
@@ -94,6 +114,15 @@ class Op:
 
     def ports(self) -> dict[str, int]:
         return {**self.inputs(), **self.outputs()}
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        """Add a small valid node of this op to ``graph`` (io dtype set) and return it.
+
+        Part of the op's definition: the conformance suite checks every op
+        through it, so a new op is tested by existing.
+        """
+        raise NotImplementedError(f"op {cls.__name__} gives no sample")
 
     # -- rules ---------------------------------------------------------------
     def infer_dims(self, inputs: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
@@ -172,8 +201,8 @@ class Op:
         codec = self.codec()
         vectors = {}
         for field, kind in self.wire_fields:
-            if kind in ("i64[]", "f64[]"):
-                dtype = "<i8" if kind == "i64[]" else "<f8"
+            if kind in ("i64[]", "f64[]", "uid[]"):
+                dtype = "<f8" if kind == "f64[]" else "<i8"
                 vectors[field] = builder.CreateNumpyVector(np.asarray(getattr(self, field), dtype=dtype))
         builder.StartObject(codec.slot_count)
         for (field, kind), slot in zip(self.wire_fields, codec.slots):
@@ -191,15 +220,21 @@ class Op:
         return builder.EndObject()
 
     @classmethod
-    def from_fb(cls, table: Table, where: str, max_rank: int) -> Op:
-        """Read the attribute table; SchemaError names ``where``."""
+    def from_fb(cls, table: Table, where: str, limits: Limits) -> Op:
+        """Read the attribute table; SchemaError names ``where``.
+
+        Attribute vectors are per axis (at most ``max_rank`` entries); a uid
+        vector names tensors (at most ``max_tensors``).
+        """
         codec = cls.codec()
         values: dict[str, Any] = {}
         for (field, kind), slot in zip(cls.wire_fields, codec.slots):
             if kind == "i64[]":
-                values[field] = table.int64s(slot, max_rank)
+                values[field] = table.int64s(slot, limits.max_rank)
+            elif kind == "uid[]":
+                values[field] = table.int64s(slot, limits.max_tensors)
             elif kind == "f64[]":
-                values[field] = table.float64s(slot, max_rank)
+                values[field] = table.float64s(slot, limits.max_rank)
             elif kind == "enum":
                 raw = table.scalar(slot, "i16", 0)
                 name = codec.enum_names[field].get(raw)
@@ -240,6 +275,11 @@ def _codec(cls: type[Op]) -> Codec:
         member = getattr(NodeAttributes, cls.table)
     names = {field: {v: n for n, v in table.items()} for field, table in enum_values.items()}
     return Codec(slots, count, enum_values, names, member)
+
+
+@functools.cache
+def _vector_ports(cls: type[Op]) -> frozenset[str]:
+    return frozenset(f for f, kind in cls.wire_fields if kind == "uid[]")
 
 
 def _schema_enum(cls: type[Op], field: str) -> Any:

@@ -8,15 +8,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
 from sigdnn.errors import GraphError
-from sigdnn.graph.layout import packed_strides
 from sigdnn.graph.limits import Limits
 from sigdnn.graph.ops.base import Op, require_float
+from sigdnn.graph.ops.shapes import packed_in_order_of
+from sigdnn.graph.ops.windows import (
+    check_conv_attributes,
+    check_taps,
+    padded_bytes,
+    spatial_rank,
+    window_outputs,
+)
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -62,23 +73,20 @@ class ConvFprop(Op):
     def groups(self, inputs: Mapping[str, Tensor]) -> int:
         return inputs["x"].dims[1] // inputs["w"].dims[1]
 
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x = graph.tensor("x", (2, 4, 5, 6), layout="NHWC")
+        w = graph.tensor("w", (6, 2, 3, 3), layout="NHWC")  # two groups
+        graph.conv_fprop(x, w, padding=(1, 0), stride=(2, 1), dilation=(1, 2), name="conv").set_output(True)
+        return graph.nodes[-1]
+
     def infer_dims(self, inputs: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
         x, w = inputs["x"], inputs["w"]
         where = f"conv_fprop(x='{x.name}', w='{w.name}')"
-        s = x.rank - 2
-        if not 1 <= s <= 3:
-            raise GraphError(f"{where}: x has rank {x.rank} ({s} spatial dims); 1 to 3 spatial dims are supported")
+        s = spatial_rank(where, "x", x)
         if w.rank != x.rank:
             raise GraphError(f"{where}: w has rank {w.rank}, x has rank {x.rank}; they must match")
-        for name in ("stride", "dilation", "pre_padding", "post_padding"):
-            if len(getattr(self, name)) != s:
-                raise GraphError(f"{where}: {name} has {len(getattr(self, name))} entries for {s} spatial dims")
-        if min(self.stride) < 1 or min(self.dilation) < 1:
-            raise GraphError(f"{where}: stride {list(self.stride)} and dilation {list(self.dilation)} must be >= 1")
-        if min(self.pre_padding) < 0 or min(self.post_padding) < 0:
-            raise GraphError(
-                f"{where}: padding must be >= 0, got pre {list(self.pre_padding)} post {list(self.post_padding)}"
-            )
+        check_conv_attributes(where, s, self.pre_padding, self.post_padding, self.stride, self.dilation)
         n, c = x.dims[:2]
         k, cg = w.dims[:2]
         if c % cg:
@@ -86,15 +94,9 @@ class ConvFprop(Op):
         groups = c // cg
         if k % groups:
             raise GraphError(f"{where}: {groups} groups do not divide w's output channels {k}")
-        out = []
-        for i in range(s):
-            span = self.dilation[i] * (w.dims[2 + i] - 1) + 1
-            padded = x.dims[2 + i] + self.pre_padding[i] + self.post_padding[i]
-            if padded < span:
-                raise GraphError(
-                    f"{where}: spatial dim {i}: padded input {padded} is smaller than the dilated kernel {span}"
-                )
-            out.append((padded - span) // self.stride[i] + 1)
+        out = window_outputs(
+            where, x.dims[2:], w.dims[2:], self.pre_padding, self.post_padding, self.stride, self.dilation
+        )
         return {"y": (n, k, *out)}
 
     def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
@@ -104,13 +106,8 @@ class ConvFprop(Op):
         tiny inputs can have millions of taps, each one pass over the output.
         """
         x, w = inputs["x"], inputs["w"]
-        taps = math.prod(w.dims[2:])
-        if taps > limits.max_kernel_taps:
-            raise GraphError(f"kernel '{w.name}' {list(w.dims)} has {taps} taps (limit {limits.max_kernel_taps})")
-        elements = x.dims[0] * x.dims[1]
-        for i, d in enumerate(x.dims[2:]):
-            elements *= d + self.pre_padding[i] + self.post_padding[i]
-        return elements * 8
+        check_taps(f"kernel '{w.name}'", w.dims[2:], limits)
+        return padded_bytes(x.dims, self.pre_padding, self.post_padding)
 
     def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
         require_float(f"conv_fprop '{outputs['y'].name}'", {**inputs, **outputs})
@@ -118,13 +115,5 @@ class ConvFprop(Op):
     def default_output_strides(
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
-        """y packed in x's axis order.
-
-        A size-1 axis of x may carry any stride, so it can tie with a real
-        one: NHWC x with C = 1 has stride 1 on both C and W. At equal strides
-        the size-1 axis counts as the inner one, else y (K > 1) would come out
-        N,H,K,W instead of NHWC.
-        """
-        x = inputs["x"]
-        order = sorted(range(x.rank), key=lambda a: (-x.strides[a], x.dims[a] == 1, a))
-        return packed_strides(dims, order)
+        """y packed in x's axis order."""
+        return packed_in_order_of(inputs["x"], dims)

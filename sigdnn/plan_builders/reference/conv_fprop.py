@@ -1,17 +1,12 @@
 """Reference conv_fprop: cross-correlation in float64, 1-3 spatial dims, grouped.
 
-Batched matrix products over chunks of kernel taps: y[n,g,k,out] +=
-w[g,k,(tap,c)] @ x_padded[n,g,(tap,c),tap + stride*out]. A chunk gathers
-just enough taps that the contraction is long enough for BLAS to be
-efficient (one tap when C/groups is already large, all of them for a
-depthwise or 3-channel first layer), under a memory cap, so memory stays
-near one padded copy of x rather than a full im2col buffer.
+The math is sigdnn.plan_builders.reference.math.conv_forward: im2col chunks
+times one weight matrix, oriented by x's layout, the batch folded into each
+GEMM (see there for why it is fast).
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -22,54 +17,18 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.plan_builders.reference.base import ReferenceBuilder
+from sigdnn.plan_builders.reference.math.conv_forward import conv_forward
 from sigdnn.registry.contracts import BuildContext
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import Device
 
-# Contraction length per matrix product we aim for, and the most scratch a tap chunk may take.
-_TARGET_CONTRACTION = 64
-_CHUNK_BYTES = 64 << 20
-
 
 def conv_fprop(x: np.ndarray, w: np.ndarray, op: ConvFprop, out_dims: tuple[int, ...]) -> np.ndarray:
     """y for float64 x [N,C,*S] and w [K,C/G,*R]; padding, stride, dilation from op."""
-    n, c = x.shape[:2]
-    k, cg = w.shape[:2]
-    groups, kg = c // cg, k // (c // cg)
-    out = out_dims[2:]
-    positions = math.prod(out)
-    pad = [(0, 0), (0, 0), *zip(op.pre_padding, op.post_padding)]
-    xp = np.pad(x, pad).reshape(
-        n, groups, cg, *(s + a + b for s, a, b in zip(x.shape[2:], op.pre_padding, op.post_padding))
-    )
-    taps = list(itertools.product(*(range(r) for r in w.shape[2:])))
-    # w as [G, K/G, tap, C/G]: the contraction index of a chunk is (tap, c), taps in itertools order.
-    wt = w.reshape(groups, kg, cg, len(taps)).transpose(0, 1, 3, 2)
-    tap_bytes = n * c * positions * 8
-    chunk = max(1, min(len(taps), -(-_TARGET_CONTRACTION // cg), _CHUNK_BYTES // max(tap_bytes, 1)))
-
-    def window(tap: tuple[int, ...]) -> np.ndarray:
-        """The inputs tap ``tap`` meets at every output position: [N, G, C/G, positions]."""
-        sl = tuple(slice(t * d, t * d + s * (o - 1) + 1, s) for t, d, s, o in zip(tap, op.dilation, op.stride, out))
-        return xp[(slice(None), slice(None), slice(None), *sl)].reshape(n, groups, cg, positions)
-
-    y: np.ndarray | None = None
-    for start in range(0, len(taps), chunk):
-        part = taps[start : start + chunk]
-        if len(part) == 1:
-            cols = window(part[0])
-        else:
-            cols = np.empty((n, groups, len(part), cg, positions), dtype=np.float64)
-            for j, tap in enumerate(part):
-                cols[:, :, j] = window(tap)
-            cols = cols.reshape(n, groups, len(part) * cg, positions)
-        product = np.matmul(wt[:, :, start : start + len(part)].reshape(groups, kg, len(part) * cg), cols)
-        if y is None:
-            y = product
-        else:
-            y += product
-    assert y is not None  # a kernel has at least one tap
-    return y.reshape(n, k, *out)
+    y = conv_forward(x, w, op.pre_padding, op.post_padding, op.stride, op.dilation)
+    if y.shape != tuple(out_dims):
+        raise ValueError(f"conv_fprop: y's dims {list(out_dims)} are not the convolution's {list(y.shape)}")
+    return y
 
 
 class ReferenceConvFprop(ReferenceBuilder):

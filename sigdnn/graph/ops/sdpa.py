@@ -1,0 +1,126 @@
+"""sdpa: scaled dot-product attention, o = softmax(attn_scale * q k^T (+ bias), causal) v (OPS.md).
+
+q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv] with Hq a multiple
+of Hkv (grouped-query heads share k and v; Hkv = 1 is multi-query); bias
+broadcasts to [B, Hq, Sq, Skv]; the causal mask keeps key j for query i
+when j <= i (top-left aligned). o is [B, Hq, Sq, Dv]; stats [B, Hq, Sq, 1]
+(float32 unless set, the logsumexp of each score row) is written exactly
+when ``generate_stats`` is set. attn_scale is an attribute value (cuDNN
+also takes a scalar tensor; the builder method reads its value).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
+
+import attrs
+
+from sigdnn.dtypes import DataType
+from sigdnn.errors import GraphError
+from sigdnn.graph.ops.base import Op, require_float
+from sigdnn.graph.ops.shapes import STATS_DTYPE, described, packed_in_order_of
+from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
+
+
+def attention_dims(where: str, inputs: Mapping[str, Tensor], attn_scale: float) -> tuple[int, int, int, int, int]:
+    """(B, Hq, Sq, Skv, Dv) after checking q, k, v and the optional bias; shared by sdpa and sdpa_backward."""
+    for port in ("q", "k", "v"):
+        t = inputs[port]
+        if t.rank != 4:
+            raise GraphError(f"{where}: {described(port, t)} has rank {t.rank}; sdpa takes [B, H, S, D] tensors")
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    b, hq, sq, d = q.dims
+    if k.dims[0] != b or v.dims[0] != b:
+        raise GraphError(f"{where}: batch sizes differ: q {b}, k {k.dims[0]}, v {v.dims[0]}")
+    if k.dims[3] != d:
+        raise GraphError(f"{where}: {described('k', k)} has head dim {k.dims[3]}, q has {d}; they must match")
+    if v.dims[1:3] != k.dims[1:3]:
+        raise GraphError(
+            f"{where}: {described('v', v)} has heads and sequence {list(v.dims[1:3])}, k has {list(k.dims[1:3])}"
+        )
+    hkv, skv = k.dims[1], k.dims[2]
+    if hq % hkv:
+        raise GraphError(f"{where}: k and v's {hkv} heads do not divide q's {hq} heads (port 'k', tensor '{k.name}')")
+    if not math.isfinite(attn_scale):
+        raise GraphError(f"{where}: attn_scale must be finite, got {attn_scale}")
+    scores = (b, hq, sq, skv)
+    bias = inputs.get("bias")
+    if bias is not None and (bias.rank != 4 or any(e not in (1, f) for e, f in zip(bias.dims, scores))):
+        raise GraphError(
+            f"{where}: {described('bias', bias)} has dims {list(bias.dims)}; it must broadcast to the scores "
+            f"{list(scores)} (rank 4, each dim 1 or the scores')"
+        )
+    return b, hq, sq, skv, v.dims[3]
+
+
+@attrs.frozen
+class Sdpa(Op):
+    kind: ClassVar[str] = "sdpa"
+    table: ClassVar[str] = "SdpaAttributes"
+    input_ports: ClassVar[tuple[str, ...]] = ("q", "k", "v", "bias")
+    output_ports: ClassVar[tuple[str, ...]] = ("o", "stats")
+    wire_fields: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("q", "uid"),
+        ("k", "uid"),
+        ("v", "uid"),
+        ("bias", "uid?"),
+        ("o", "uid"),
+        ("stats", "uid?"),
+        ("attn_scale", "f64"),
+        ("use_causal_mask", "bool"),
+        ("generate_stats", "bool"),
+    )
+    key_attributes: ClassVar[tuple[str, ...]] = ("use_causal_mask",)
+
+    q: int
+    k: int
+    v: int
+    o: int
+    attn_scale: float
+    bias: int | None = None
+    stats: int | None = None
+    use_causal_mask: bool = False
+    generate_stats: bool = False
+
+    def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
+        """Scores sum D products; each output row then sums over Skv keys."""
+        return max(tensors["q"].dims[3], tensors["k"].dims[2])
+
+    def work(self, tensors: Mapping[str, Tensor]) -> int:
+        """Multiply-adds of q k^T and p v over every (query, key) pair."""
+        q, k, v = tensors["q"], tensors["k"], tensors["v"]
+        return q.dims[0] * q.dims[1] * q.dims[2] * k.dims[2] * (q.dims[3] + v.dims[3]) + q.size
+
+    def infer_dims(self, inputs: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
+        q = inputs["q"]
+        b, hq, sq, _, dv = attention_dims(f"sdpa(q='{q.name}')", inputs, self.attn_scale)
+        dims = {"o": (b, hq, sq, dv)}
+        if self.generate_stats:
+            dims["stats"] = (b, hq, sq, 1)
+        return dims
+
+    def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
+        require_float(f"sdpa '{outputs['o'].name}'", {**inputs, **outputs})
+
+    def output_dtype(self, port: str, inputs: Mapping[str, Tensor]) -> DataType | None:
+        return STATS_DTYPE if port == "stats" else None
+
+    def default_output_strides(
+        self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
+    ) -> tuple[int, ...] | None:
+        """o in q's layout (BSHD stays BSHD); stats packed."""
+        return packed_in_order_of(inputs["q"], dims) if port == "o" else None
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        q, k, v = graph.tensor("q", (1, 4, 5, 8)), graph.tensor("k", (1, 2, 7, 8)), graph.tensor("v", (1, 2, 7, 3))
+        bias = graph.tensor("bias", (1, 1, 5, 7))
+        for t in graph.sdpa(q, k, v, 0.35, bias, use_causal_mask=True, generate_stats=True, name="sdpa"):
+            t.set_output(True)
+        return graph.nodes[-1]

@@ -1,0 +1,43 @@
+"""Reference conv_dgrad and conv_wgrad: the adjoints of conv_fprop in float64 (math.conv_backward)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.conv_dgrad import ConvDgrad
+from sigdnn.graph.ops.conv_wgrad import ConvWgrad
+from sigdnn.plan_builders.reference.base import FloatReferenceBuilder
+from sigdnn.plan_builders.reference.math import conv_dgrad, conv_wgrad
+from sigdnn.registry.contracts import BuildContext
+from sigdnn.registry.engine_ids import IN_TREE
+
+Compute = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+class ReferenceConvDgrad(FloatReferenceBuilder):
+    name: ClassVar[str] = "reference.conv_dgrad"
+    engine_id: ClassVar[int] = IN_TREE[name]
+    ops: ClassVar[tuple[str, ...]] = ("conv_dgrad",)
+
+    def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> Compute:
+        op: ConvDgrad = node.op
+        dims = graph.tensors[op.dx].dims
+        geometry = (op.pre_padding, op.post_padding, op.stride, op.dilation)
+        return lambda ins: {"dx": conv_dgrad(ins["dy"], ins["w"], *geometry, dims)}
+
+
+class ReferenceConvWgrad(FloatReferenceBuilder):
+    name: ClassVar[str] = "reference.conv_wgrad"
+    engine_id: ClassVar[int] = IN_TREE[name]
+    ops: ClassVar[tuple[str, ...]] = ("conv_wgrad",)
+
+    def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> Compute:
+        op: ConvWgrad = node.op
+        dims = graph.tensors[op.dw].dims
+        geometry = (op.pre_padding, op.post_padding, op.stride, op.dilation)
+        return lambda ins: {"dw": conv_wgrad(ins["x"], ins["dy"], *geometry, dims)}
