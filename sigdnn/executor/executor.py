@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from sigdnn.errors import ExecutionError, GraphError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
+from sigdnn.executor.fallback import FALLBACKS, fallback_builder
 from sigdnn.executor.host import HostMemory
 from sigdnn.executor.host_arrays import to_torch
 from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
@@ -43,6 +44,11 @@ class Executor:
     ``engine`` pins every node its builder serves; ``pins`` pins nodes by name.
     Pinning is strict: a pinned builder that declines is an error, never a
     silent fallback. ``fusion=False`` plans every node as its own step.
+    ``fallback="reference"`` (GPU only) runs a node no GPU builder takes on
+    the reference, with copies around it (``sigdnn.executor.fallback``); by
+    default such a node is a NoPlanError. ``cuda_graphs=True`` (GPU only)
+    records a plan's launches into a CUDA graph and replays it when the
+    caller's buffers are at addresses seen before (``gpu_memory.BoundPlan``).
     """
 
     def __init__(
@@ -54,11 +60,19 @@ class Executor:
         registry: Registry | None = None,
         limits: Limits = DEFAULT_LIMITS,
         fusion: bool = True,
+        fallback: str | None = None,
+        cuda_graphs: bool = False,
         cache_size: int = 64,
     ) -> None:
         if backend not in BACKENDS:
             raise UsageError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        if fallback is not None and (backend != "gpu" or fallback not in FALLBACKS):
+            raise UsageError(f"fallback={fallback!r}: the gpu backend can fall back to one of {FALLBACKS}")
+        if cuda_graphs and backend != "gpu":
+            raise UsageError("cuda_graphs=True needs the gpu backend")
         self.backend = backend
+        self.fallback = fallback
+        self.cuda_graphs = cuda_graphs
         self.fusion = fusion
         self.engine = engine
         self.pins = dict(pins or {})
@@ -173,12 +187,21 @@ class Executor:
                 )
         return steps
 
+    def _is_pinned(self, node: Node, key: SignatureKey) -> bool:
+        """Pinned by name, or by the executor's engine where that engine serves the key (pins never fall back)."""
+        return node.name in self.pins or (self.engine is not None and self._find(self.engine, node).serves(key))
+
     def _pinned_elsewhere(self, node: Node, builder: PlanBuilder) -> bool:
         pinned = self.pins.get(node.name)
         return pinned is not None and self._find(pinned, node).engine_id != builder.engine_id
 
     def _node_step(self, graph: Graph, node: Node, key: SignatureKey, device: Device) -> Step:
-        builder, why = self._choose(node, graph, key, device)
+        try:
+            builder, why = self._choose(node, graph, key, device)
+        except NoPlanError as e:
+            if self.fallback is None or self._is_pinned(node, key):
+                raise
+            builder, why = fallback_builder(self.registry, node, graph, key, e), [str(e)]
         ports = node.op.ports()
         plan = builder.build(node, graph, BuildContext(key, device, graph))
         ins = tuple(dict.fromkeys(node.op.inputs().values()))
@@ -278,6 +301,10 @@ class Executor:
             raise UsageError(f"execute(out={out!r}): expected one of {', '.join(OUTPUT_KINDS)}")
         if not isinstance(plan, ExecutionPlan):
             raise UsageError(f"execute() takes an ExecutionPlan from prepare(), not {type(plan).__name__}")
+        bound = getattr(self.memory, "bound", None)  # the GPU's fast path: memory and launches bound once per plan
+        if bound is not None and capture is None and on_step is None:
+            result = bound(plan, self.cuda_graphs).run(variant_pack, to_host)
+            return self._deliver_as(result, out)
         graph, memory = plan.graph, self.memory.session()
         outputs = [t.uid for t in graph.outputs]
         pack = resolve_pack(graph, variant_pack, [t.uid for t in graph.inputs], outputs)
@@ -316,8 +343,12 @@ class Executor:
                     capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid])
         result = {graph.tensors[u].name: memory.deliver(buffers[u], to_host) for u in outputs}
         memory.synchronize()
+        return self._deliver_as(result, out)
+
+    @staticmethod
+    def _deliver_as(result: dict[str, Any], out: str) -> dict[str, Any]:
         if out == "torch":
-            result = {name: to_torch(a) if isinstance(a, np.ndarray) else a for name, a in result.items()}
+            return {name: to_torch(a) if isinstance(a, np.ndarray) else a for name, a in result.items()}
         return result
 
     def run(self, source: GraphSource, variant_pack: Mapping[Any, Any], **kw: Any) -> dict[str, Any]:
