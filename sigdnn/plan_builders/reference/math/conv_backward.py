@@ -31,6 +31,7 @@ import attrs
 import numpy as np
 
 from sigdnn.plan_builders.reference.math.conv_forward import conv_forward
+from sigdnn.plan_builders.reference.math.parallel import ieee
 from sigdnn.plan_builders.reference.math.windows import (
     channels_last,
     chunk_bytes,
@@ -61,6 +62,7 @@ def _gradient_matrix(dy: np.ndarray, groups: int, batch: slice, rows: slice, las
     return part.reshape(groups, k // groups, -1)
 
 
+@ieee
 def conv_dgrad(
     dy: np.ndarray,
     w: np.ndarray,
@@ -200,6 +202,7 @@ def _dgrad_by_phases(
     return dx
 
 
+@ieee
 def conv_wgrad(
     x: np.ndarray,
     dy: np.ndarray,
