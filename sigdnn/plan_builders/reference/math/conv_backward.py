@@ -4,11 +4,14 @@ Both are the adjoints of conv_forward's im2col GEMM, with the same
 orientation rule (by the memory layout of the big operand) and the same
 cache-sized chunks of output positions, the batch folded into each GEMM:
 
-* dgrad, stride 1: a forward convolution of dy with the kernel flipped and
-  its channel axes swapped (per group), padded by dilation*(R-1) - padding
-  (cropped where that is negative); so it runs at conv_forward's speed, a
-  1x1 one as a single GEMM on dy in place.
-* dgrad, stride > 1: columns = w^T dy, one GEMM per chunk, then each kernel
+* dgrad by phases: dx splits into prod(stride) residue classes (dx[rho +
+  stride*i]); each is a stride-1 forward convolution of dy with the taps
+  that reach it, reversed, channel axes swapped per group (class _Phase
+  says which and how it is padded). So dgrad runs at conv_forward's speed,
+  and a 1x1 one is a single GEMM on dy in place. Its im2col copies dy (K
+  channels) where the scatter below writes columns of C channels: phases
+  are taken unless K > C (a stem layer: C = 3, K = 64).
+* dgrad by scatter: columns = w^T dy, one GEMM per chunk, then each kernel
   tap's columns are added into a zeroed padded dx through the (injective,
   for a fixed tap) window view, and the padding is cut off.
   Either way input positions no window reaches (stride > kernel span, or a
@@ -24,9 +27,11 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import attrs
 import numpy as np
 
 from sigdnn.plan_builders.reference.math.conv_forward import conv_forward
+from sigdnn.plan_builders.reference.math.parallel import ieee
 from sigdnn.plan_builders.reference.math.windows import (
     channels_last,
     chunk_bytes,
@@ -57,6 +62,7 @@ def _gradient_matrix(dy: np.ndarray, groups: int, batch: slice, rows: slice, las
     return part.reshape(groups, k // groups, -1)
 
 
+@ieee
 def conv_dgrad(
     dy: np.ndarray,
     w: np.ndarray,
@@ -67,13 +73,29 @@ def conv_dgrad(
     x_dims: Sequence[int],
 ) -> np.ndarray:
     """dx (x_dims = N, C, *S) for float64 dy (N, K, *out) and w (K, C/G, *R); G = C // w.shape[1]."""
+    c, *size = x_dims[1:]
+    k, cg, *kernel = w.shape
+    _check_out(size, dy.shape[2:], (pre_padding, post_padding, stride, dilation), kernel)
+    groups = c // cg
+    if math.prod(kernel) == 1 or k <= c:
+        return _dgrad_by_phases(dy, w, pre_padding, stride, dilation, x_dims, groups)
+    return _dgrad_by_scatter(dy, w, pre_padding, post_padding, stride, dilation, x_dims, groups)
+
+
+def _dgrad_by_scatter(
+    dy: np.ndarray,
+    w: np.ndarray,
+    pre_padding: Sequence[int],
+    post_padding: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    x_dims: Sequence[int],
+    groups: int,
+) -> np.ndarray:
+    """dx by columns = w^T dy and a scatter-add of each tap's columns (see the module docstring)."""
     n, c, *size = x_dims
     cg, *kernel = w.shape[1:]
     out = list(dy.shape[2:])
-    _check_out(size, out, (pre_padding, post_padding, stride, dilation), kernel)
-    groups = c // cg
-    if all(st == 1 for st in stride):
-        return _dgrad_stride_one(dy, w, pre_padding, dilation, size, groups)
     taps = list(itertools.product(*(range(r) for r in kernel)))
     last = channels_last(dy)
     wt = weight_matrix(w, groups, last).transpose(0, 2, 1)  # (G, K/G, taps*C/G) or (G, C/G*taps, K/G)
@@ -105,25 +127,82 @@ def conv_dgrad(
     return dxp[(slice(None), slice(None), *interior)]
 
 
-def _dgrad_stride_one(
-    dy: np.ndarray, w: np.ndarray, pre: Sequence[int], dilation: Sequence[int], size: Sequence[int], groups: int
+@attrs.frozen
+class _Phase:
+    """One residue class rho of dx along one axis (dx[rho + s*i]) and the taps that reach it.
+
+    dx[rho + s i] = sum over taps r with s | (rho + pre - d r) of dy[i + (rho + pre - d r) / s] w[r].
+    Those taps are r = first + j * step, j < count (step = s / gcd(s, d)), reading dy at
+    i + offset - j * gap (gap = d / gcd(s, d)): a stride-1 forward conv of dy with them reversed,
+    dilation gap, padded gap*(count-1) - offset before and out_len - O + offset after.
+    """
+
+    rho: int
+    first: int
+    count: int
+    step: int
+    gap: int
+    offset: int
+    out_len: int
+
+    @classmethod
+    def of(cls, rho: int, size: int, pre: int, kernel: int, stride: int, dilation: int) -> _Phase:
+        g = math.gcd(stride, dilation)
+        first = next((r for r in range(min(kernel, stride // g)) if (rho + pre - dilation * r) % stride == 0), kernel)
+        step = stride // g
+        count = max(0, -(-(kernel - first) // step))
+        offset = (rho + pre - dilation * first) // stride if count else 0
+        return cls(rho, first, count, step, dilation // g, offset, max(0, -(-(size - rho) // stride)))
+
+    def taps(self) -> slice:
+        """The kernel positions of the taps, last first (the forward conv reads them reversed)."""
+        last = self.first + (self.count - 1) * self.step
+        return slice(last, self.first - 1 if self.first else None, -self.step)
+
+    def padding(self, o_len: int) -> tuple[int, int]:
+        return self.gap * (self.count - 1) - self.offset, self.out_len - o_len + self.offset
+
+
+def _dgrad_by_phases(
+    dy: np.ndarray,
+    w: np.ndarray,
+    pre: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    x_dims: Sequence[int],
+    groups: int,
 ) -> np.ndarray:
-    """dx[i] = sum_r dy[i + pre - d r] w[r]: the forward conv of dy with w flipped, padded d(R-1) - pre
-    before and X - O + pre after, negative paddings cropping dy instead."""
+    """dx as prod(stride) stride-1 forward convs of dy, one per residue class, written strided into dx."""
     k, cg, *kernel = w.shape
     spatial = len(kernel)
-    flipped = np.flip(w, axis=tuple(range(2, 2 + spatial)))
-    wt = flipped.reshape(groups, k // groups, cg, *kernel).swapaxes(1, 2).reshape(groups * cg, k // groups, *kernel)
-    crop = [slice(None), slice(None)]
-    before, after = [], []
-    for x_len, o_len, r, d, p in zip(size, dy.shape[2:], kernel, dilation, pre):
-        lo, hi = d * (r - 1) - p, x_len - o_len + p
-        crop.append(slice(max(0, -lo), o_len - max(0, -hi)))
-        before.append(max(0, lo))
-        after.append(max(0, hi))
-    return conv_forward(dy[tuple(crop)], wt, before, after, (1,) * spatial, dilation)
+    swapped = w.reshape(groups, k // groups, cg, *kernel).swapaxes(1, 2).reshape(groups * cg, k // groups, *kernel)
+    dx = empty_like_layout(x_dims, channels_last(dy))
+    per_axis = [
+        [_Phase.of(rho, x_len, p, r, st, d) for rho in range(st)]
+        for x_len, p, r, st, d in zip(x_dims[2:], pre, kernel, stride, dilation)
+    ]
+    for phases in itertools.product(*per_axis):
+        where = (slice(None), slice(None), *(slice(ph.rho, None, st) for ph, st in zip(phases, stride)))
+        if any(ph.out_len == 0 for ph in phases):
+            continue
+        if any(ph.count == 0 for ph in phases):
+            dx[where] = 0.0
+            continue
+        crop, before, after = [slice(None), slice(None)], [], []
+        for ph, o_len in zip(phases, dy.shape[2:]):
+            lo, hi = ph.padding(o_len)
+            crop.append(slice(max(0, -lo), o_len - max(0, -hi)))
+            before.append(max(0, lo))
+            after.append(max(0, hi))
+        if any(c.stop <= c.start for c in crop[2:]):
+            dx[where] = 0.0  # every tap of this class reads padding only
+            continue
+        sub = swapped[(slice(None), slice(None), *(ph.taps() for ph in phases))]
+        dx[where] = conv_forward(dy[tuple(crop)], sub, before, after, (1,) * spatial, tuple(ph.gap for ph in phases))
+    return dx
 
 
+@ieee
 def conv_wgrad(
     x: np.ndarray,
     dy: np.ndarray,

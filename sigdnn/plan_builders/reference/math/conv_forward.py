@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sigdnn.plan_builders.reference.math.parallel import ieee
 from sigdnn.plan_builders.reference.math.windows import (
     channels_last,
     chunk_bytes,
@@ -32,6 +33,7 @@ from sigdnn.plan_builders.reference.math.windows import (
 )
 
 
+@ieee
 def conv_forward(
     x: np.ndarray,
     w: np.ndarray,

@@ -101,8 +101,7 @@ def _forward(
         if per_k_scale:
             d *= (inv * _part(s3, blk)[0, :, 0])[None, :, None]
         else:
-            d *= inv[None, :, None]
-            d *= _part(s3, blk)
+            np.einsum("...,...,...->...", d, inv[None, :, None], _part(s3, blk), out=d)  # one pass, not two
         if b3 is not None:
             d += _part(b3, blk)
 

@@ -51,6 +51,31 @@ def _log_sum(m: np.ndarray, sums: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(m), np.log1p(under + (maxima - 1)), np.log(total))
 
 
+def _rows(x2: np.ndarray, y2: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Softmax of each row of x2 (k, B) into y2; returns the rows' max, sum of exps and log-sum.
+
+    One maximum per row is found with argmax; its exp (exactly 1 for a finite
+    max) is left out of the sum for log1p, then put back: five passes over
+    the block, where a mask of the maxima would take eight.
+    """
+    rows = np.arange(x2.shape[0])
+    top = np.argmax(x2, axis=1)  # the first NaN, if any: NaN propagates as with max
+    m = x2[rows, top]
+    d = np.subtract(x2, _shift(m)[:, None], out=y2)
+    e = np.exp(d) if log else np.exp(d, out=d)
+    one = e[rows, top]
+    e[rows, top] = 0.0
+    rest = np.add.reduce(e, axis=1)
+    e[rows, top] = one
+    total = rest + one
+    log_sum = np.where(np.isfinite(m), np.log1p(rest), np.log(total))
+    if log:
+        y2 -= log_sum[:, None]
+    else:
+        y2 /= total[:, None]
+    return m, total, log_sum
+
+
 @ieee
 def softmax(x: np.ndarray, axes: Sequence[int], log: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(y, stats): softmax (log-softmax if ``log``) of float64 x over ``axes``; stats keepdims."""
@@ -79,7 +104,14 @@ def softmax(x: np.ndarray, axes: Sequence[int], log: bool = False) -> tuple[np.n
             exp_shifted(blk, out)
         out /= total[ks][None, :, None]
 
-    if complete:
+    if complete and g.dims[0] == 1:
+
+        def rows_block(blk: Block) -> None:
+            ks = blk[1]
+            m[ks], total[ks], log_sum[ks] = _rows(x3[0, ks], y3[0, ks], log)
+
+        parallel_map(rows_block, blocks)
+    elif complete:
 
         def block(blk: Block) -> None:
             ks = blk[1]
