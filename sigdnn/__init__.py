@@ -6,35 +6,99 @@ signature-keyed registry between them. GPU modules import lazily.
 
 __version__ = "0.2.0"
 
-from sigdnn.dtypes import DataType
-from sigdnn.errors import (
-    ExecutionError,
-    GraphError,
-    NoPlanError,
-    NotSupported,
-    RegistryError,
-    SchemaError,
-    SigdnnError,
-    UsageError,
-    VariantPackError,
-)
-from sigdnn.executor import ExecutionPlan, Executor
-from sigdnn.graph import Graph, Limits, Node, Tensor, deserialize, serialize
-from sigdnn.graph.ops.base import Op
-from sigdnn.registry import (
-    BuildContext,
-    FusionBuilder,
-    NodePlan,
-    PlanBuilder,
-    Region,
-    RegionContext,
-    RegionPlan,
-    Registry,
-    register,
-)
-from sigdnn.runtime import Device, ExecutionContext
-from sigdnn.signature_keys import SignatureKey, key_for
-from sigdnn.validation import ValidationReport, validate
+from typing import TYPE_CHECKING, Any
+
+# Public names -> the module that defines them. Imported on first use
+# (PEP 562), so ``import sigdnn.graph`` pulls in the graph layer alone and
+# ``import sigdnn`` stays cheap.
+_EXPORTS = {
+    "DataType": "sigdnn.dtypes",
+    **dict.fromkeys(
+        (
+            "ExecutionError",
+            "GraphError",
+            "NoPlanError",
+            "NotSupported",
+            "RegistryError",
+            "SchemaError",
+            "SigdnnError",
+            "UsageError",
+            "VariantPackError",
+        ),
+        "sigdnn.errors",
+    ),
+    "ExecutionPlan": "sigdnn.executor",
+    "Executor": "sigdnn.executor",
+    **dict.fromkeys(("Graph", "Limits", "Node", "Tensor", "deserialize", "load", "serialize"), "sigdnn.graph"),
+    "Op": "sigdnn.graph.ops.base",
+    **dict.fromkeys(
+        (
+            "BuildContext",
+            "FusionBuilder",
+            "NodePlan",
+            "PlanBuilder",
+            "Region",
+            "RegionContext",
+            "RegionPlan",
+            "Registry",
+            "register",
+        ),
+        "sigdnn.registry",
+    ),
+    "Device": "sigdnn.runtime",
+    "ExecutionContext": "sigdnn.runtime",
+    "SignatureKey": "sigdnn.signature_keys",
+    "key_for": "sigdnn.signature_keys",
+    "ValidationReport": "sigdnn.validation",
+    "validate": "sigdnn.validation",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sigdnn' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:
+    from sigdnn.dtypes import DataType
+    from sigdnn.errors import (
+        ExecutionError,
+        GraphError,
+        NoPlanError,
+        NotSupported,
+        RegistryError,
+        SchemaError,
+        SigdnnError,
+        UsageError,
+        VariantPackError,
+    )
+    from sigdnn.executor import ExecutionPlan, Executor
+    from sigdnn.graph import Graph, Limits, Node, Tensor, deserialize, load, serialize
+    from sigdnn.graph.ops.base import Op
+    from sigdnn.registry import (
+        BuildContext,
+        FusionBuilder,
+        NodePlan,
+        PlanBuilder,
+        Region,
+        RegionContext,
+        RegionPlan,
+        Registry,
+        register,
+    )
+    from sigdnn.runtime import Device, ExecutionContext
+    from sigdnn.signature_keys import SignatureKey, key_for
+    from sigdnn.validation import ValidationReport, validate
 
 __all__ = [
     "BuildContext",
@@ -69,6 +133,7 @@ __all__ = [
     "__version__",
     "deserialize",
     "key_for",
+    "load",
     "register",
     "serialize",
     "validate",

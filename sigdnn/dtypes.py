@@ -12,10 +12,12 @@ float64 first: int64 -> float32 -> bfloat16 would double-round too.
 from __future__ import annotations
 
 import enum
+import re
 
 import ml_dtypes
 import numpy as np
 
+from sigdnn.errors import GraphError, UsageError
 from sigdnn.schemas.DataType import DataType as _Wire
 
 
@@ -100,23 +102,135 @@ _FLOATS = frozenset(
 )
 _INTEGERS = frozenset({DataType.INT8, DataType.UINT8, DataType.INT32, DataType.INT64})
 _BY_WIRE = {dt.wire: dt for dt in DataType}
-_BY_NAME: dict[str, DataType] = {}
-for _dt in DataType:
-    _BY_NAME[_dt.value] = _dt
-    _BY_NAME[_SHORT[_dt]] = _dt
 _BY_NUMPY = {v: k for k, v in _NUMPY.items()}
 
+# Every spelling users type, lower case. cuDNN (HALF, DOUBLE, FP8_E4M3), NumPy
+# and ml_dtypes (float8_e4m3fn), torch and the usual short forms all map to one
+# DataType. ml_dtypes' "float8_e4m3" (IEEE-style, with infinities) and the
+# "fnuz" formats are other formats, so they are not aliases.
+_ALIASES: dict[str, DataType] = {
+    "fp32": DataType.FLOAT32,
+    "single": DataType.FLOAT32,
+    "fp16": DataType.FLOAT16,
+    "half": DataType.FLOAT16,
+    "bf16": DataType.BFLOAT16,
+    "fp64": DataType.FLOAT64,
+    "double": DataType.FLOAT64,
+    "e4m3": DataType.FP8_E4M3,
+    "e4m3fn": DataType.FP8_E4M3,
+    "fp8_e4m3fn": DataType.FP8_E4M3,
+    "float8_e4m3fn": DataType.FP8_E4M3,
+    "e5m2": DataType.FP8_E5M2,
+    "float8_e5m2": DataType.FP8_E5M2,
+    "boolean": DataType.BOOL,
+}
+# Names whose width depends on who says them: refused rather than guessed.
+_AMBIGUOUS = {
+    "float": "cuDNN's FLOAT is 32-bit, NumPy's and Python's float is 64-bit: say 'float32' or 'float64'",
+    "int": "C's int is 32-bit, NumPy's and Python's int is 64-bit: say 'int32' or 'int64'",
+    "i8": "sigdnn's short name i8 is int8, NumPy's 'i8' is int64: say 'int8' or 'int64'",
+    "u8": "sigdnn's short name u8 is uint8, NumPy's 'u8' is uint64: say 'uint8'",
+}
+_BY_NAME: dict[str, DataType] = {
+    name: dt
+    for name, dt in {**{d.value: d for d in DataType}, **{_SHORT[d]: d for d in DataType}, **_ALIASES}.items()
+    if name not in _AMBIGUOUS
+}
+# torch's own aliases are unambiguous inside torch ("torch.float" is float32).
+_TORCH_ALIASES = {"float": DataType.FLOAT32, "half": DataType.FLOAT16, "double": DataType.FLOAT64}
+_TORCH_ALIASES |= {"int": DataType.INT32, "long": DataType.INT64}
 
-def as_data_type(value: DataType | str | np.dtype | type) -> DataType:
-    """Accept a DataType, a name ("float16", "f16") or a NumPy dtype."""
+
+_SIZED_CODE = re.compile(r"[<>=|]?([fiu][1248]|b1|\?)")
+
+
+class DataTypeError(GraphError, UsageError):
+    """A value that names no sigdnn data type (or names one ambiguously).
+
+    A GraphError because the graph builder raises it for a bad dtype argument;
+    a UsageError (so also a TypeError and ValueError) for code that catches
+    Python's conventional exceptions.
+    """
+
+
+def as_data_type(value: object) -> DataType:
+    """The DataType a user means by ``value``.
+
+    Takes a DataType; a name in any usual spelling, case-insensitive ("float16",
+    "fp16", "half", "BF16", "float8_e4m3fn", "e4m3", "torch.float32"); a NumPy
+    dtype, scalar type or dtype string; an ml_dtypes type; a torch dtype
+    (recognized by its type, without importing torch). "float" and "int" are
+    refused: their width depends on the convention (cuDNN vs NumPy).
+    """
     if isinstance(value, DataType):
         return value
-    if isinstance(value, str) and value.lower() in _BY_NAME:
-        return _BY_NAME[value.lower()]
+    if isinstance(value, str):
+        return _from_name(value)
+    if value is None:  # np.dtype(None) would be float64
+        raise DataTypeError(f"no data type given (None); give one of {_choices()}")
+    if value is float or value is int:
+        raise DataTypeError(f"data type {value.__name__} (the Python type) is ambiguous: {_AMBIGUOUS[value.__name__]}")
+    kind = type(value)
+    if kind.__module__ == "torch" and kind.__name__ == "dtype":
+        name = str(value).removeprefix("torch.")
+        found = _BY_NAME.get(name)
+        if found is None:
+            raise DataTypeError(f"torch.{name} has no sigdnn data type; sigdnn has {_choices()}")
+        return found
     try:
-        return _BY_NUMPY[np.dtype(value)]
-    except (TypeError, KeyError):
-        raise ValueError(f"unknown data type {value!r}") from None
+        dtype = np.dtype(value)
+    except Exception:  # np.dtype raises TypeError, ValueError, or whatever a foreign object's .dtype raises
+        raise DataTypeError(
+            f"{_show(value)} is not a data type; give a name ({_choices()}), a NumPy / ml_dtypes dtype or a torch dtype"
+        ) from None
+    return _from_numpy(dtype, value)
+
+
+def _from_name(text: str) -> DataType:
+    name = text.strip().lower()
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    if name in _AMBIGUOUS:
+        raise DataTypeError(f"data type {text!r} is ambiguous: {_AMBIGUOUS[name]}")
+    if name.startswith("torch."):
+        found = _BY_NAME.get(name[6:]) or _TORCH_ALIASES.get(name[6:])
+        if found is not None:
+            return found
+    if _SIZED_CODE.fullmatch(name):  # NumPy's sized codes ("<f4", "i8", "?"); "l" or "int_" vary by platform
+        return _from_numpy(np.dtype(name), text)
+    raise DataTypeError(f"unknown data type {_show(text)}{_close_match(name)}; sigdnn has {_choices()}")
+
+
+def _from_numpy(dtype: np.dtype, value: object) -> DataType:
+    if dtype.byteorder not in "=|":
+        dtype = dtype.newbyteorder("=")
+    found = _BY_NUMPY.get(dtype)
+    if found is None:
+        raise DataTypeError(
+            f"{_show(value)} has no sigdnn data type{_close_match(dtype.name)}; sigdnn has {_choices()}"
+        )
+    return found
+
+
+def _choices() -> str:
+    return ", ".join(dt.value for dt in DataType)
+
+
+def _close_match(name: str) -> str:
+    import difflib  # only on the error path
+
+    match = difflib.get_close_matches(name, list(_BY_NAME), n=1, cutoff=0.6)
+    return f" (did you mean {_BY_NAME[match[0]].value!r}?)" if match else ""
+
+
+def _show(value: object) -> str:
+    """A short, one-line description of an arbitrary object for a message."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"a {type(value).__name__}"
+    text = text.replace("\n", " ")
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def from_wire(value: int) -> DataType | None:

@@ -15,15 +15,20 @@ float16 / bfloat16 (and e5m2, which has an infinity, behaves the same).
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from fractions import Fraction
 
 import hypothesis.strategies as st
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from oracles import FORMATS, SPEC, round_exact, round_fraction, round_fraction_like
 
-from sigdnn.dtypes import DataType, as_data_type, round_to
+from sigdnn import Graph
+from sigdnn.dtypes import DataType, DataTypeError, as_data_type, round_to
+from sigdnn.errors import GraphError, SigdnnError, UsageError
 
 FLOATS = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")
 P = 2.0  # powers of two below read as P**-8 etc.
@@ -314,3 +319,154 @@ def test_float64_and_same_width_are_identity() -> None:
     assert np.array_equal(round_to(x, DataType.FLOAT64), x)
     f = np.array([1.5, -3.25], dtype=np.float32)
     assert np.array_equal(round_to(f, DataType.FLOAT32), f)
+
+
+# -- as_data_type: the spellings users type -------------------------------------------------------
+SPELLINGS = {
+    "float32": [
+        "float32",
+        "FLOAT32",
+        "f32",
+        "fp32",
+        "FP32",
+        "single",
+        " float32 ",
+        "<f4",
+        "torch.float32",
+        "torch.float",
+    ],
+    "float16": ["float16", "f16", "fp16", "half", "HALF", "f2", "torch.half"],
+    "bfloat16": ["bfloat16", "bf16", "BF16", "torch.bfloat16"],
+    "float64": ["float64", "f64", "fp64", "double", "<f8", "torch.double"],
+    "fp8_e4m3": ["fp8_e4m3", "FP8_E4M3", "e4m3", "e4m3fn", "float8_e4m3fn", "fp8_e4m3fn", "torch.float8_e4m3fn"],
+    "fp8_e5m2": ["fp8_e5m2", "e5m2", "float8_e5m2", "torch.float8_e5m2"],
+    "int8": ["int8", "i1", "torch.int8"],
+    "uint8": ["uint8", "u1", "torch.uint8"],
+    "int32": ["int32", "i32", "i4", "torch.int32", "torch.int"],
+    "int64": ["int64", "i64", "<i8", "torch.int64", "torch.long"],
+    "bool": ["bool", "boolean", "?", "b1", "torch.bool"],
+}
+
+
+@pytest.mark.parametrize(("name", "spelling"), [(n, s) for n, spellings in SPELLINGS.items() for s in spellings])
+def test_as_data_type_names(name: str, spelling: str) -> None:
+    assert as_data_type(spelling) is DataType(name)
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [
+        (np.float32, "float32"),
+        (np.dtype("float16"), "float16"),
+        (np.dtype(">f4"), "float32"),  # a byte order is not a data type
+        (np.int64, "int64"),
+        (bool, "bool"),
+        (np.bool_, "bool"),
+        (ml_dtypes.bfloat16, "bfloat16"),
+        (np.dtype(ml_dtypes.float8_e4m3fn), "fp8_e4m3"),
+        (ml_dtypes.float8_e5m2, "fp8_e5m2"),
+        (DataType.INT8, "int8"),
+    ],
+)
+def test_as_data_type_numpy_and_ml_dtypes(value: object, name: str) -> None:
+    assert as_data_type(value) is DataType(name)
+
+
+def test_as_data_type_torch_dtypes() -> None:
+    torch = pytest.importorskip("torch")
+    pairs = {
+        torch.float32: "float32",
+        torch.float: "float32",
+        torch.float16: "float16",
+        torch.bfloat16: "bfloat16",
+        torch.float64: "float64",
+        torch.float8_e4m3fn: "fp8_e4m3",
+        torch.float8_e5m2: "fp8_e5m2",
+        torch.int8: "int8",
+        torch.uint8: "uint8",
+        torch.int32: "int32",
+        torch.int64: "int64",
+        torch.bool: "bool",
+    }
+    for value, name in pairs.items():
+        assert as_data_type(value) is DataType(name), value
+    with pytest.raises(DataTypeError, match=r"torch.complex64 has no sigdnn data type; sigdnn has float32, "):
+        as_data_type(torch.complex64)
+
+
+def test_torch_dtypes_are_recognized_without_importing_torch() -> None:
+    code = (
+        "import sys, sigdnn.dtypes as d\n"
+        "class dtype:\n"
+        "    def __str__(self): return 'torch.bfloat16'\n"
+        "dtype.__module__ = 'torch'\n"
+        "print(d.as_data_type(dtype()), 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["bfloat16", "False"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "float",
+            r"'float' is ambiguous: cuDNN's FLOAT is 32-bit, NumPy's and Python's float is 64-bit: say 'float32' or 'float64'",
+        ),
+        ("FLOAT", r"'FLOAT' is ambiguous"),
+        (float, r"float \(the Python type\) is ambiguous"),
+        ("int", r"'int' is ambiguous: C's int is 32-bit"),
+        (int, r"int \(the Python type\) is ambiguous"),
+        ("i8", r"'i8' is ambiguous: sigdnn's short name i8 is int8, NumPy's 'i8' is int64"),
+        ("u8", r"'u8' is ambiguous"),
+    ],
+)
+def test_ambiguous_names_are_refused_not_guessed(value: object, message: str) -> None:
+    with pytest.raises(DataTypeError, match=message):
+        as_data_type(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("fp33", r"unknown data type 'fp33' \(did you mean 'float32'\?\); sigdnn has float32, float16, bfloat16"),
+        ("bfloat61", r"did you mean 'bfloat16'\?"),
+        ("float8_e4m3fnn", r"did you mean 'fp8_e4m3'\?"),
+        ("l", r"unknown data type 'l';"),  # NumPy's platform-dependent codes are not taken
+        ("int_", r"unknown data type 'int_'"),
+        ("<c8", r"unknown data type '<c8'"),
+        ("x" * 1000, r"unknown data type 'xxxx.*\.\.\.; sigdnn has"),
+        (ml_dtypes.float8_e4m3, r"has no sigdnn data type"),  # IEEE-style e4m3 (with infinities) is another format
+        (np.int16, r"<class 'numpy.int16'> has no sigdnn data type"),
+        (np.dtype("V2"), r"has no sigdnn data type"),
+        (None, r"no data type given \(None\)"),
+        (3.5, r"3.5 is not a data type; give a name \(float32, .*\), a NumPy / ml_dtypes dtype or a torch dtype"),
+        (object(), r"is not a data type"),
+    ],
+)
+def test_unknown_data_types(value: object, message: str) -> None:
+    with pytest.raises(DataTypeError, match=message):
+        as_data_type(value)
+
+
+def test_an_object_whose_dtype_raises_is_a_data_type_error() -> None:
+    class Hostile:
+        @property
+        def dtype(self) -> object:
+            raise RuntimeError("boom")
+
+    with pytest.raises(DataTypeError, match="is not a data type"):
+        as_data_type(Hostile())
+
+
+def test_data_type_error_is_caught_by_every_convention() -> None:
+    for base in (SigdnnError, GraphError, UsageError, ValueError, TypeError):
+        with pytest.raises(base):
+            as_data_type("fp33")
+
+
+def test_graph_builder_takes_the_new_spellings() -> None:
+    g = Graph("g", io_dtype="fp16", compute_dtype="FP32")
+    assert g.io_dtype is DataType.FLOAT16 and g.compute_dtype is DataType.FLOAT32
+    with pytest.raises(GraphError, match="'float' is ambiguous"):
+        Graph("g", io_dtype="float")

@@ -7,11 +7,13 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from sigdnn.errors import ExecutionError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
+import numpy as np
+
+from sigdnn.errors import ExecutionError, GraphError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
 from sigdnn.executor.host import HostMemory
+from sigdnn.executor.host_arrays import to_torch
 from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
 from sigdnn.executor.plan import ExecutionPlan, Step
 from sigdnn.executor.schedule import memory_aware_order
@@ -21,6 +23,7 @@ from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.node import Node
+from sigdnn.io.graph_files import read_graph_file
 from sigdnn.registry.contracts import BuildContext, PlanBuilder, RegionContext
 from sigdnn.registry.regions import Dataflow, make_region
 from sigdnn.registry.registry import DEFAULT_REGISTRY, Registry
@@ -28,6 +31,7 @@ from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.signature_keys import SignatureKey, key_for
 
 BACKENDS = ("reference", "gpu")
+OUTPUT_KINDS = ("numpy", "torch")
 Engine = int | str
 GraphSource = bytes | bytearray | memoryview | str | os.PathLike | Graph
 
@@ -101,6 +105,11 @@ class Executor:
         if graph is None:
             graph = deserialize(data, limits=self.limits, check=False)
         order = check_graph(graph, self.limits)
+        if graph.nodes and not graph.outputs:
+            raise GraphError(
+                f"graph '{graph.name}' has no outputs, so running it computes nothing: "
+                "mark the tensors you want with set_output(True)"
+            )
         device = self.device
         keys = {i: key_for(graph.nodes[i], graph) for i in order}
         flow = Dataflow(graph, order)
@@ -177,12 +186,12 @@ class Executor:
         if isinstance(source, Graph):
             return source, source.serialize()
         if isinstance(source, (bytes, bytearray, memoryview)):
-            return None, bytes(source)
-        if isinstance(source, (str, os.PathLike)):
             try:
-                return None, Path(source).read_bytes()
-            except OSError as e:
-                raise SigdnnError(f"cannot read graph file {str(source)!r}: {e.strerror}") from None
+                return None, bytes(source)
+            except ValueError as e:  # a released memoryview
+                raise UsageError(f"prepare() could not read the buffer: {e}") from None
+        if isinstance(source, (str, os.PathLike)):
+            return None, read_graph_file(source)
         raise UsageError(f"prepare() takes bytes, a path or a Graph, not {type(source).__name__}")
 
     def _choose(self, node: Node, graph: Graph, key: SignatureKey, device: Device) -> tuple[PlanBuilder, list[str]]:
@@ -244,6 +253,7 @@ class Executor:
         *,
         to_host: bool = True,
         capture: dict[str, Any] | None = None,
+        out: str = "numpy",
     ) -> dict[str, Any]:
         """Run ``plan``; return every output by name (written in place when given).
 
@@ -253,7 +263,12 @@ class Executor:
         that step (before its buffer is reused): validation compares step by
         step with it. Tensors inside a region are never captured (they never
         exist in memory). Capturing synchronizes after each step.
+        ``out="torch"`` returns host outputs as torch tensors sharing their
+        memory (every dtype, bfloat16 and fp8 included); ``"numpy"`` (the
+        default) as NumPy arrays. Host arrays also export ``__dlpack__``.
         """
+        if out not in OUTPUT_KINDS:
+            raise UsageError(f"execute(out={out!r}): expected one of {', '.join(OUTPUT_KINDS)}")
         if not isinstance(plan, ExecutionPlan):
             raise UsageError(f"execute() takes an ExecutionPlan from prepare(), not {type(plan).__name__}")
         graph, memory = plan.graph, self.memory.session()
@@ -291,6 +306,8 @@ class Executor:
                     capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid])
         result = {graph.tensors[u].name: memory.deliver(buffers[u], to_host) for u in outputs}
         memory.synchronize()
+        if out == "torch":
+            result = {name: to_torch(a) if isinstance(a, np.ndarray) else a for name, a in result.items()}
         return result
 
     def run(self, source: GraphSource, variant_pack: Mapping[Any, Any], **kw: Any) -> dict[str, Any]:

@@ -8,7 +8,8 @@ import numpy as np
 
 from sigdnn.dtypes import DataType
 from sigdnn.errors import ExecutionError, VariantPackError
-from sigdnn.graph.layout import is_non_overlapping
+from sigdnn.executor.host_arrays import from_dlpack, from_torch, is_host_dlpack, is_torch
+from sigdnn.graph.layout import is_non_overlapping, span_elements
 from sigdnn.graph.tensor import Tensor
 from sigdnn.runtime.device import CPU, Device
 
@@ -18,6 +19,16 @@ def strided_view(
 ) -> np.ndarray:
     item = dtype.itemsize
     return np.ndarray(dims, dtype=dtype.numpy, buffer=arena, offset=offset, strides=tuple(s * item for s in strides))
+
+
+def _layout_hint(shape: tuple[int, ...], tensor: Tensor) -> str:
+    """Arrays take logical dims (N, C, spatial...) whatever the layout: say so when the shape is a permutation."""
+    if sorted(shape) == sorted(tensor.dims) and len(shape) == len(tensor.dims):
+        return (
+            "; arrays take the logical dims (N, C, spatial...) whatever the memory layout: for a channels-last "
+            "array pass a view in logical order, e.g. a.transpose(0, 3, 1, 2)"
+        )
+    return ""
 
 
 class HostMemory:
@@ -45,12 +56,14 @@ class HostMemory:
     def accept(self, obj: Any, tensor: Tensor, dtype: DataType, writable: bool) -> np.ndarray:
         """A caller's array for ``tensor``: logical shape and dtype must match; any strides."""
         where = f"tensor '{tensor.name}' (uid {tensor.uid})"
+        if is_torch(obj):
+            obj = from_torch(obj, where)
+        elif not isinstance(obj, np.ndarray) and is_host_dlpack(obj):
+            obj = from_dlpack(obj, where)
         if not isinstance(obj, np.ndarray):
-            if hasattr(obj, "__cuda_array_interface__") or (
-                hasattr(obj, "__dlpack__") and not hasattr(obj, "__array__")
-            ):
+            if hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__"):
                 raise VariantPackError(
-                    f"{where}: got a device buffer ({type(obj).__name__}); the reference backend takes host NumPy arrays"
+                    f"{where}: got a device buffer ({type(obj).__name__}); the reference backend takes host arrays"
                 )
             if not hasattr(obj, "__array__"):
                 raise VariantPackError(f"{where}: expected a NumPy array, got {type(obj).__name__}")
@@ -65,6 +78,7 @@ class HostMemory:
         if obj.shape != tensor.dims:
             raise VariantPackError(
                 f"{where}: shape {list(obj.shape)} does not match the graph's dims {list(tensor.dims)}"
+                + _layout_hint(obj.shape, tensor)
             )
         if writable and not obj.flags.writeable:
             raise VariantPackError(f"{where}: output array is read-only")
@@ -76,8 +90,10 @@ class HostMemory:
         return obj
 
     def new_output(self, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        """An array with the tensor's logical dims laid out with its declared strides (NHWC stays NHWC)."""
         try:
-            return np.empty(tensor.dims, dtype=dtype.numpy)
+            span = np.empty(span_elements(tensor.dims, tensor.strides), dtype=dtype.numpy)
+            return strided_view(span, 0, tensor.dims, tensor.strides, dtype)
         except (MemoryError, ValueError) as e:  # within Limits, but more than this host has
             raise ExecutionError(
                 f"cannot allocate output tensor '{tensor.name}' (uid {tensor.uid}) {dtype}{list(tensor.dims)}: {e}"

@@ -1,14 +1,16 @@
-"""Variant pack: the caller's buffers by tensor name or uid, matched to the graph."""
+"""Variant pack: the caller's buffers by tensor name, uid or Tensor object, matched to the graph."""
 
 from __future__ import annotations
 
+import difflib
 import operator
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from sigdnn.errors import VariantPackError
+from sigdnn.errors import GraphError, VariantPackError
+from sigdnn.graph.arguments import scalar_value
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.tensor import Tensor
 
@@ -25,19 +27,19 @@ def _uid_of(key: Any) -> int | None:
 
 def _scalar(graph: Graph, t: Tensor, buffer: Any) -> np.ndarray:
     """A pass-by-value override as one 0-d value of the tensor's dtype, checked before anything runs."""
-    dtype = graph.dtype_of(t)
     try:
-        value = np.asarray(buffer)
-        if value.size == 1:
-            return value.reshape(()).astype(dtype.numpy)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise VariantPackError(
-            f"pass-by-value tensor '{t.name}' (uid {t.uid}): {type(buffer).__name__} is not a {dtype} value ({e})"
-        ) from None
-    if value.size != 1:
-        raise VariantPackError(
-            f"pass-by-value tensor '{t.name}' takes one value, got shape {list(value.shape)} (uid {t.uid})"
-        )
+        return scalar_value(buffer, graph.dtype_of(t), f"pass-by-value tensor '{t.name}' (uid {t.uid})")
+    except GraphError as e:
+        raise VariantPackError(str(e)) from None
+
+
+def _suggestion(key: Any, graph: Graph, inputs: list[int], outputs: list[int]) -> str:
+    """The names a pack may use, and the closest one when the key is a misspelt name."""
+    valid = [graph.tensors[u].name for u in (*inputs, *outputs)]
+    valid += [t.name for t in graph.tensors.values() if t.value is not None]
+    close = difflib.get_close_matches(str(getattr(key, "name", key)), valid, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"{hint} (inputs and outputs: {', '.join(repr(n) for n in valid)})"
 
 
 def resolve_pack(graph: Graph, pack: Mapping[Any, Any], inputs: list[int], outputs: list[int]) -> dict[int, Any]:
@@ -48,16 +50,25 @@ def resolve_pack(graph: Graph, pack: Mapping[Any, Any], inputs: list[int], outpu
         )
     names = {t.name: uid for uid, t in graph.tensors.items()}
     resolved: dict[int, Any] = {}
-    for key, buffer in pack.items():
-        if isinstance(key, str):
+    try:
+        entries = list(pack.items())
+    except Exception as e:  # a mapping whose iteration raises is the caller's bug, reported as one
+        raise VariantPackError(f"variant pack could not be read: {type(e).__name__}: {e}") from None
+    for key, buffer in entries:
+        if isinstance(key, Tensor):
+            uid = key.uid if graph.tensors.get(key.uid) is not None else None
+        elif isinstance(key, str):
             uid = names.get(key)
         else:
             uid = _uid_of(key)
             if uid is None:
-                raise VariantPackError(f"variant pack key {key!r} is neither a tensor name nor a uid")
+                raise VariantPackError(f"variant pack key {key!r} is neither a tensor name, a uid nor a Tensor")
             uid = uid if uid in graph.tensors else None
         if uid is None:
-            raise VariantPackError(f"variant pack has an extra entry {key!r}: graph '{graph.name}' has no such tensor")
+            raise VariantPackError(
+                f"variant pack has an extra entry {key!r}: graph '{graph.name}' has no such tensor"
+                + _suggestion(key, graph, inputs, outputs)
+            )
         t = graph.tensors[uid]
         if t.is_virtual:
             raise VariantPackError(

@@ -2,6 +2,7 @@
 
 from sigdnn.graph.checks import check_graph
 from sigdnn.graph.deserialize import deserialize
+from sigdnn.graph.files import load
 from sigdnn.graph.graph import SCHEMA_VERSION, Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.node import Node
@@ -17,5 +18,6 @@ __all__ = [
     "Tensor",
     "check_graph",
     "deserialize",
+    "load",
     "serialize",
 ]

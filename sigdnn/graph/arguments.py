@@ -12,7 +12,9 @@ import operator
 from collections.abc import Iterable
 from typing import Any
 
-from sigdnn.dtypes import DataType, as_data_type
+import numpy as np
+
+from sigdnn.dtypes import DataType, as_data_type, round_to
 from sigdnn.errors import GraphError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -58,3 +60,58 @@ def real(value: Any, what: str, *, finite: bool = False) -> float:
     if finite and not math.isfinite(number):
         raise GraphError(f"{what} must be finite, got {number}")
     return number
+
+
+def scalar_value(value: Any, dtype: DataType, what: str) -> np.ndarray:
+    """One value as a 0-d array of ``dtype``, exactly, or GraphError.
+
+    Refused: None, complex, text, an array of several values, an integer
+    out of the dtype's range or not whole, a finite float that would round
+    to infinity. NaN and infinities pass for float dtypes when given.
+    """
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            raise GraphError(f"{what} takes one value, got shape {list(value.shape)}")
+        value = value.reshape(()).item()
+    elif isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)):
+        number: Any = bool(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, complex):
+        number = value
+    else:
+        raise GraphError(f"{what} must be a real number or bool, got {value!r}")
+    if dtype is DataType.BOOL:
+        if number not in (0, 1):
+            raise GraphError(f"{what}: {number!r} is not a bool")
+        return np.asarray(bool(number))
+    if dtype.is_integer:
+        info = np.iinfo(dtype.numpy)
+        if isinstance(number, float) and (not math.isfinite(number) or number != int(number)):
+            raise GraphError(f"{what}: {number!r} is not a whole number for {dtype}")
+        if not info.min <= int(number) <= info.max:
+            raise GraphError(f"{what}: {int(number)} does not fit in {dtype} ({info.min}..{info.max})")
+        return np.asarray(int(number), dtype=dtype.numpy)
+    try:
+        wide = float(number)
+    except OverflowError:
+        raise GraphError(f"{what}: {number!r} is too large for {dtype}") from None
+    rounded = round_to(np.asarray(wide), dtype)
+    if math.isfinite(wide) and not np.isfinite(rounded.astype(np.float64)):
+        raise GraphError(f"{what}: {number!r} overflows {dtype}")
+    return np.asarray(rounded, dtype=dtype.numpy)
+
+
+def text(value: Any, what: str) -> str:
+    """A name that the wire can carry: a str that encodes as UTF-8 (no lone surrogates)."""
+    if not isinstance(value, str):
+        raise GraphError(f"{what} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise GraphError(f"{what} {value!r} is not valid UTF-8 text ({e.reason})") from None
+    return value
+
+
+def optional_integer(value: Any, what: str) -> int | None:
+    return None if value is None else integer(value, what)

@@ -16,12 +16,19 @@ from sigdnn.errors import GraphError
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import is_non_overlapping, span_elements
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
+from sigdnn.graph.node import Node
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.tensor import Tensor
 
 
 def _check_tensor(graph: Graph, t: Tensor, limits: Limits) -> int:
-    """Check one tensor; return the bytes its strided span takes."""
+    """Check one tensor; return the bytes it costs: its strided span or its logical size, whichever is larger.
+
+    An input may declare overlapping strides (a broadcast view): its span is
+    small, but every backend reads it element by element and the reference
+    widens it to one float64 per logical element, so it is priced at its
+    logical size.
+    """
     where = f"tensor '{t.name}' (uid {t.uid})"
     if len(t.name) > limits.max_name_length:
         raise GraphError(f"{where}: name longer than {limits.max_name_length}")
@@ -36,7 +43,8 @@ def _check_tensor(graph: Graph, t: Tensor, limits: Limits) -> int:
     if max(t.strides) > limits.max_elements:
         # Even on a dim of size 1, where it moves nothing, NumPy multiplies it out to bytes.
         raise GraphError(f"{where}: stride {max(t.strides)} exceeds {limits.max_elements} elements")
-    if span_elements(t.dims, t.strides) > limits.max_elements:
+    elements = max(span_elements(t.dims, t.strides), t.size)
+    if elements > limits.max_elements:
         raise GraphError(
             f"{where}: dims {list(t.dims)} / strides {list(t.strides)} exceed {limits.max_elements} elements"
         )
@@ -51,7 +59,19 @@ def _check_tensor(graph: Graph, t: Tensor, limits: Limits) -> int:
             raise GraphError(
                 f"{where}: pass-by-value value must be one {dtype} ({dtype.itemsize} bytes) with all dims 1"
             )
-    return span_elements(t.dims, t.strides) * dtype.itemsize
+    return elements * dtype.itemsize
+
+
+def _widening_bytes(node: Node, ins: dict[str, Tensor], outs: dict[str, Tensor]) -> int:
+    """What computing the node at full precision holds: one float64 per logical element of its ports.
+
+    Elementwise nodes run block by block, so they hold a few blocks at most;
+    a whole-tensor op (a reduction, a matmul, a convolution) holds its
+    operands and results widened at once.
+    """
+    if node.op.elementwise():
+        return 0
+    return 8 * sum(t.size for t in (*ins.values(), *outs.values()))
 
 
 def _resolved(graph: Graph, t: Tensor) -> Tensor:
@@ -100,6 +120,7 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
 
     producer: dict[int, int] = {}
     node_names: set[str] = set()
+    work = 0
     for i, node in enumerate(graph.nodes):
         where = f"node '{node.name}'"
         if node.name in node_names:
@@ -140,13 +161,18 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
                 raise GraphError(f"{where}: output '{t.name}' strides {list(t.strides)} overlap")
         # Scratch lives only while its node runs: each node's, on top of the tensors, must fit.
         try:
-            scratch = node.op.scratch_bytes(in_tensors, limits)
+            scratch = node.op.scratch_bytes(in_tensors, limits) + _widening_bytes(node, in_tensors, out_tensors)
         except GraphError as e:
             raise GraphError(f"{where}: {e}") from None
         if total + scratch > limits.max_total_bytes:
             raise GraphError(
                 f"{where}: needs {scratch} bytes of scratch; with the graph's tensors that "
                 f"makes {total + scratch} bytes (limit {limits.max_total_bytes})"
+            )
+        work += node.op.work({**in_tensors, **out_tensors})
+        if work > limits.max_work:
+            raise GraphError(
+                f"{where}: the graph's work reaches {work} element operations here (limit {limits.max_work})"
             )
 
     for uid, t in graph.tensors.items():

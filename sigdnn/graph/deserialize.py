@@ -9,6 +9,7 @@ naming the tensor or node being read.
 
 from __future__ import annotations
 
+import os
 import struct
 
 import sigdnn.schemas.Graph as fb_graph
@@ -72,7 +73,7 @@ def _node(buf: Buffer, pos: int, index: int, limits: Limits) -> Node:
         name = n.string(_N["Name"], limits.max_name_length) or ""
         where = f"node '{name}'"
         compute = _dtype(n.scalar(_N["ComputeDataType"], "i8", 0), where)
-        member = n.scalar(_N["AttributesType"], "i8", 0)
+        member = n.scalar(_N["AttributesType"], "u8", 0)
         op_class = op_by_wire(member)
         if op_class is None:
             raise SchemaError(f"unknown or missing op (union member {member})")
@@ -83,6 +84,13 @@ def _node(buf: Buffer, pos: int, index: int, limits: Limits) -> Node:
     except (SchemaError, GraphError) as e:
         raise _located(where, e) from None
     return Node(name, op, compute)
+
+
+def _graph_name(root: Table, limits: Limits) -> str:
+    try:
+        return root.string(_G["Name"], limits.max_name_length) or ""
+    except GraphError as e:
+        raise GraphError(f"the graph's name: {e}") from None
 
 
 def _count(root: Table, slot: int, limit: int, what: str) -> list[int]:
@@ -109,8 +117,12 @@ def deserialize(data: bytes | bytearray | memoryview, *, limits: Limits = DEFAUL
     GraphError for a well-formed graph that breaks a rule or a limit.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise SchemaError(f"expected bytes, got {type(data).__name__}")
-    data = bytes(data)
+        hint = "; to read a file, use sigdnn.load(path)" if isinstance(data, (str, os.PathLike)) else ""
+        raise SchemaError(f"expected bytes, got {type(data).__name__}{hint}")
+    try:
+        data = bytes(data)
+    except ValueError as e:  # a released memoryview
+        raise SchemaError(f"the buffer could not be read: {e}") from None
     if len(data) < 12:
         raise SchemaError(f"buffer of {len(data)} bytes is too short for a sigdnn graph")
     if data[4:8] != FILE_IDENTIFIER:
@@ -127,7 +139,7 @@ def deserialize(data: bytes | bytearray | memoryview, *, limits: Limits = DEFAUL
                     f"schema version {major}.{minor} is not supported (this reader: {SCHEMA_VERSION[0]}.x)"
                 )
             graph = Graph(
-                root.string(_G["Name"], limits.max_name_length) or "",
+                _graph_name(root, limits),
                 _dtype(root.scalar(_G["IoDataType"], "i8", 0), "graph io dtype"),
                 _dtype(root.scalar(_G["IntermediateDataType"], "i8", 0), "graph intermediate dtype"),
                 _dtype(root.scalar(_G["ComputeDataType"], "i8", 0), "graph compute dtype"),

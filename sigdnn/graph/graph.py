@@ -6,15 +6,23 @@ a mistake surfaces as a GraphError on the line that made it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-import numpy as np
 
 from sigdnn.dtypes import DataType
 from sigdnn.errors import GraphError
-from sigdnn.graph.arguments import INT64_MAX, DTypeLike, dtype_or_none, ints
+from sigdnn.graph.arguments import (
+    INT64_MAX,
+    DTypeLike,
+    dtype_or_none,
+    ints,
+    optional_integer,
+    scalar_value,
+    text,
+)
 from sigdnn.graph.frontend import Frontend
 from sigdnn.graph.layout import layout_order, packed_strides
 from sigdnn.graph.node import Node
@@ -28,18 +36,21 @@ SCHEMA_VERSION = (1, 1)
 class Graph(Frontend):
     """An operation graph: tensors by uid, nodes in insertion order."""
 
-    name: str = "graph"
+    name: str = attrs.field(default="graph", converter=lambda v: text(v, "graph name"))
     io_dtype: DataType | None = attrs.field(default=None, converter=dtype_or_none)
     intermediate_dtype: DataType | None = attrs.field(default=None, converter=dtype_or_none)
     compute_dtype: DataType | None = attrs.field(default=None, converter=dtype_or_none)
     tensors: dict[int, Tensor] = attrs.field(factory=dict)
     nodes: list[Node] = attrs.field(factory=list)
-    preferred_engine_id: int | None = None
+    preferred_engine_id: int | None = attrs.field(
+        default=None, converter=lambda v: optional_integer(v, "preferred_engine_id")
+    )
     schema_version: tuple[int, int] = SCHEMA_VERSION
     # Caches that keep building a graph linear; rebuilt whenever tensors or
     # nodes were changed behind the builder's back (e.g. by deserialize).
     _top_uid: tuple[int, int] = attrs.field(default=(0, 0), init=False, repr=False)
     _node_names: set[str] = attrs.field(factory=set, init=False, repr=False)
+    _tensor_names: set[str] = attrs.field(factory=set, init=False, repr=False)
 
     # -- lookups -------------------------------------------------------------
     def dtype_of(self, tensor: Tensor) -> DataType:
@@ -102,6 +113,10 @@ class Graph(Frontend):
         return [next(free) for _ in range(n)]
 
     def _add_tensor(self, tensor: Tensor) -> Tensor:
+        if len(self._tensor_names) != len(self.tensors):
+            self._tensor_names = {t.name for t in self.tensors.values()}
+        if tensor.name in self._tensor_names:
+            raise GraphError(f"duplicate tensor name '{tensor.name}': tensor names must be unique in a graph")
         if not -INT64_MAX - 1 <= tensor.uid <= INT64_MAX:
             raise GraphError(f"tensor '{tensor.name}': uid {tensor.uid} does not fit in int64")
         if tensor.uid in self.tensors:
@@ -109,6 +124,7 @@ class Graph(Frontend):
                 f"duplicate tensor uid {tensor.uid} ('{tensor.name}' and '{self.tensors[tensor.uid].name}')"
             )
         self.tensors[tensor.uid] = tensor
+        self._tensor_names.add(tensor.name)
         count, top = self._top_uid
         if count == len(self.tensors) - 1:
             self._top_uid = (len(self.tensors), max(top, tensor.uid))
@@ -126,6 +142,7 @@ class Graph(Frontend):
         is_virtual: bool = False,
     ) -> Tensor:
         """Declare a tensor; dims are logical (N, C, spatial...) whatever the layout."""
+        name = text(name, "tensor name")
         dims = ints(dims, f"tensor '{name}' dims")
         if strides is not None and layout is not None:
             raise GraphError(f"tensor '{name}': give strides or layout, not both")
@@ -156,8 +173,10 @@ class Graph(Frontend):
         self, name: str, value: float | int | bool, dtype: DTypeLike = None, *, uid: int | None = None
     ) -> Tensor:
         """A pass-by-value scalar (dims (1,)), its value stored in the graph."""
+        name = text(name, "scalar name")
         dt = dtype_or_none(dtype) or self.compute_dtype or DataType.FLOAT32
-        raw = np.asarray(value).astype(dt.numpy).astype(dt.numpy.newbyteorder("<")).tobytes()
+        exact = scalar_value(value, dt, f"scalar '{name}'")
+        raw = exact.astype(dt.numpy.newbyteorder("<")).tobytes()
         t = Tensor(self._next_uid() if uid is None else int(uid), name, (1,), (1,), dt, False, raw)
         return self._add_tensor(t)
 
@@ -184,7 +203,7 @@ class Graph(Frontend):
         ``attributes`` the op's other fields. Outputs are new virtual tensors
         named ``<node>::<port>``; the op decides which optional outputs exist.
         """
-        name = name or f"{op_class.kind}_{len(self.nodes)}"
+        name = text(name or f"{op_class.kind}_{len(self.nodes)}", "node name")
         if len(self._node_names) != len(self.nodes):
             self._node_names = {n.name for n in self.nodes}
         if name in self._node_names:
@@ -255,6 +274,12 @@ class Graph(Frontend):
         from sigdnn.graph.serialize import serialize
 
         return serialize(self)
+
+    def save(self, path: str | os.PathLike[str]) -> str:
+        """Write this graph as a ``.sdg`` file at exactly ``path`` (``sigdnn.load`` reads it back)."""
+        from sigdnn.graph.files import save
+
+        return save(self, path)
 
     def canonical(self) -> tuple:
         """A value-comparable form, dtypes resolved where the graph's defaults allow."""

@@ -19,6 +19,11 @@ class Limits:
     by broadcasting two tiny inputs can have millions of taps, and a direct
     convolution does work per tap. Real kernels stay far below it (31x31,
     7x7x7, a few thousand in 1-D).
+
+    ``max_work`` bounds time for every op: each op declares what one run
+    costs (multiply-adds for a matmul or conv, elements touched for the
+    rest), and the graph's total is checked at prepare, before anything
+    runs. The default is minutes of float64 NumPy on a laptop.
     """
 
     max_tensors: int = 1 << 20
@@ -29,6 +34,7 @@ class Limits:
     max_scalar_bytes: int = 64
     max_total_bytes: int = 1 << 36  # all tensors of the graph together (64 GiB)
     max_kernel_taps: int = 1 << 16  # positions of one convolution kernel (product of its spatial dims)
+    max_work: int = 1 << 40  # element operations of the whole graph, as each op's ``work`` counts them
 
 
 DEFAULT_LIMITS = Limits()

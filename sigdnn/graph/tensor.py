@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import attrs
 import numpy as np
 
 from sigdnn.dtypes import DataType, as_data_type
+from sigdnn.graph.arguments import integer, ints, text
 
 
 @attrs.define(eq=False)
@@ -37,7 +39,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+        return math.prod(self.dims)
 
     def scalar(self) -> np.ndarray:
         """The pass-by-value value as a 0-d array of the tensor's dtype."""
@@ -50,7 +52,7 @@ class Tensor:
         return self
 
     def set_name(self, name: str) -> Tensor:
-        self.name = name
+        self.name = text(name, f"tensor '{self.name}' new name")
         return self
 
     def set_data_type(self, dtype: DataType | str) -> Tensor:
@@ -58,15 +60,15 @@ class Tensor:
         return self
 
     def set_dim(self, dims: Sequence[int]) -> Tensor:
-        self.dims = tuple(int(d) for d in dims)
+        self.dims = ints(dims, f"tensor '{self.name}' dims")
         return self
 
     def set_stride(self, strides: Sequence[int]) -> Tensor:
-        self.strides = tuple(int(s) for s in strides)
+        self.strides = ints(strides, f"tensor '{self.name}' strides")
         return self
 
     def set_uid(self, uid: int) -> Tensor:
-        self.uid = int(uid)
+        self.uid = integer(uid, f"tensor '{self.name}' uid")
         return self
 
     def __repr__(self) -> str:

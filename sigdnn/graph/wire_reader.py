@@ -23,6 +23,7 @@ _I32 = struct.Struct("<i")
 _VT_HEAD = struct.Struct("<HH")
 SCALARS = {
     "i8": struct.Struct("<b"),
+    "u8": struct.Struct("<B"),
     "u16": struct.Struct("<H"),
     "i16": struct.Struct("<h"),
     "i64": struct.Struct("<q"),

@@ -1,15 +1,16 @@
-"""Tolerances: per node from its dtypes and reduction length; per output from the chain.
+"""Tolerances: per node from its dtypes and reduction length; per step and per output from the chain.
 
-Node by node (what ``validate`` judges): both backends get the same inputs,
+Step by step (what ``validate`` judges): both backends get the same inputs,
 so a node's results may differ by the output's rounding (one ulp) plus the
 device's compute-dtype error: a few ulps of the compute dtype for pointwise
 math, and for a reduction of length K a probabilistic accumulation bound
 (Higham & Mary) of ~sqrt(K) ulps of the compute dtype times sum(|terms|),
-as hipDNN's dynamic tolerances grow with the reduction length.
+as hipDNN's dynamic tolerances grow with the reduction length. A fused
+region's exits add the error terms of the region's other nodes.
 
 End to end (reported beside it), errors compound along the chain, so the
 output tolerance adds a term per node; it is loose by nature, which is why
-the verdict is taken node by node.
+the verdict is taken step by step.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def test_pass_by_value_scalar_from_graph_or_pack() -> None:
     x_in = np.array([1, 2, 4], dtype=np.float32)
     np.testing.assert_array_equal(ex.run(back, {"x": x_in})["y"], [0.5, 1, 2])
     np.testing.assert_array_equal(ex.run(back, {"x": x_in, "alpha": 3.0})["y"], [3, 6, 12])
-    with pytest.raises(sigdnn.VariantPackError, match="'alpha' takes one value"):
+    with pytest.raises(sigdnn.VariantPackError, match=r"'alpha' \(uid 2\) takes one value"):
         ex.run(back, {"x": x_in, "alpha": np.ones(2)})
 
 

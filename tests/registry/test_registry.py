@@ -173,3 +173,73 @@ def test_unavailable_gpu_builders_are_listed_with_a_reason() -> None:
     assert tile.engine_id in range(2000, 3000)
     reason = tile.available()
     assert reason is None or isinstance(reason, str)
+
+
+def test_a_duplicate_id_before_the_first_load_leaves_the_registry_whole() -> None:
+    """Regression: register() before the registry loaded used to leave it half-loaded for good."""
+    reg = Registry()
+
+    class Stolen(PluginPointwise):
+        name: ClassVar[str] = "reference.stolen"
+        engine_id: ClassVar[int] = 1000
+        library: ClassVar[str] = "reference"
+
+    with pytest.raises(RegistryError, match="engine id 1000 is taken"):
+        reg.register(Stolen())
+    assert reg.load_failures == {}
+    names = [b.name for b in reg.builders()]
+    assert names.count("reference.pointwise") == 1 and "reference.stolen" not in names
+    assert reg.builders() == reg.builders() and reg.load_failures == {}
+    assert run(sigdnn.Executor(registry=reg)).tolist() == [0, 1, 2, 3]
+
+
+def test_register_works_as_a_class_decorator_end_to_end() -> None:
+    """Regression: the decorator form used to end in a bare TypeError at prepare."""
+    reg = Registry()
+
+    @reg.register
+    class Decorated(PluginPointwise):
+        name: ClassVar[str] = "plugin.decorated"
+        engine_id: ClassVar[int] = 30002
+
+    assert isinstance(Decorated, type)
+    assert reg.find("plugin.decorated").engine_id == 30002
+    assert run(sigdnn.Executor(registry=reg)).tolist() == [0, -1, -2, -3]
+
+
+def test_registering_something_that_is_not_a_builder_is_a_registry_error() -> None:
+    reg = Registry(packages=(), entry_point_group=None)
+    with pytest.raises(RegistryError, match="is not a PlanBuilder"):
+        reg.register(object())
+    assert reg.builders() == []
+
+
+def test_in_tree_engine_ids_never_change() -> None:
+    """Engine ids are stable across releases: an id, once given, keeps its builder."""
+    from sigdnn.registry.engine_ids import IN_TREE
+
+    released = {"reference.pointwise": 1000, "reference.matmul": 1001, "reference.conv_fprop": 1002}
+    released |= {"cutile.pointwise": 2001}
+    for name, engine_id in released.items():
+        assert IN_TREE[name] == engine_id, name
+    assert len(set(IN_TREE.values())) == len(IN_TREE)
+    in_tree = {b.name: b.engine_id for b in Registry(entry_point_group=None).builders()}
+    assert in_tree == {k: v for k, v in IN_TREE.items() if k in in_tree}
+    assert set(released) <= set(in_tree)
+
+
+def test_an_in_tree_builder_whose_id_is_not_in_the_table_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sigdnn.registry import engine_ids
+
+    monkeypatch.setitem(engine_ids.IN_TREE, "reference.matmul", 1999)
+    reg = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
+    assert reg.builders() == []
+    assert "engine_ids.IN_TREE" in reg.load_failures["sigdnn.plan_builders.reference"]
+
+
+def test_lookups_are_indexed_by_op() -> None:
+    reg = Registry()
+    g = identity_graph()
+    key = sigdnn.key_for(g.nodes[0], g)
+    assert [b.name for b in reg.serving(key, "cpu")] == ["reference.pointwise"]
+    assert reg._by_op.keys() >= {"pointwise", "matmul", "conv_fprop"}

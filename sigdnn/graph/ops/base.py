@@ -7,7 +7,7 @@ validation needs to judge each output, and a bound on the work one node
 may cost. Everything generic — the op list, signature keys, wire reads and
 writes, tolerances — is derived from that declaration, once per op class.
 Adding an op is: its table in schemas/, its module here, a builder module
-per backend, tests.
+per library, tests.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import numpy as np
@@ -25,6 +25,10 @@ from sigdnn.errors import GraphError, SchemaError
 from sigdnn.graph.limits import Limits
 from sigdnn.graph.tensor import Tensor
 from sigdnn.graph.wire_reader import Table, slots_of
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 # Wire field kinds. Ports name tensors by uid: "uid" (required port),
 # "uid?" (optional port), "uid[]" (a variable number of input ports: field
@@ -110,6 +114,15 @@ class Op:
 
     def ports(self) -> dict[str, int]:
         return {**self.inputs(), **self.outputs()}
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        """Add a small valid node of this op to ``graph`` (io dtype set) and return it.
+
+        Part of the op's definition: the conformance suite checks every op
+        through it, so a new op is tested by existing.
+        """
+        raise NotImplementedError(f"op {cls.__name__} gives no sample")
 
     # -- rules ---------------------------------------------------------------
     def infer_dims(self, inputs: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -24,6 +24,10 @@ from sigdnn.graph.ops.windows import (
     window_outputs,
 )
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -68,6 +72,13 @@ class ConvFprop(Op):
 
     def groups(self, inputs: Mapping[str, Tensor]) -> int:
         return inputs["x"].dims[1] // inputs["w"].dims[1]
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x = graph.tensor("x", (2, 4, 5, 6), layout="NHWC")
+        w = graph.tensor("w", (6, 2, 3, 3), layout="NHWC")  # two groups
+        graph.conv_fprop(x, w, padding=(1, 0), stride=(2, 1), dilation=(1, 2), name="conv").set_output(True)
+        return graph.nodes[-1]
 
     def infer_dims(self, inputs: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
         x, w = inputs["x"], inputs["w"]

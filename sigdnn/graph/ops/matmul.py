@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from sigdnn.errors import GraphError
 from sigdnn.graph.ops.base import Op, broadcast_dims
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -23,6 +27,11 @@ class Matmul(Op):
     a: int
     b: int
     c: int
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        graph.matmul(graph.tensor("a", (2, 3, 4)), graph.tensor("b", (4, 5)), name="matmul").set_output(True)
+        return graph.nodes[-1]
 
     def infer_dims(self, inputs: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
         a, b = inputs["a"], inputs["b"]

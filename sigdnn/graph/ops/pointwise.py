@@ -8,7 +8,7 @@ is ``out_0``. Backward activations take (dy, x); binary_select takes
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -16,6 +16,10 @@ from sigdnn.errors import GraphError
 from sigdnn.graph.layout import packed_like
 from sigdnn.graph.ops.base import Op, broadcast_dims
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -110,6 +114,12 @@ class Pointwise(Op):
     elu_alpha: float | None = None
     softplus_beta: float | None = None
     axis: int | None = None
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        a, b = graph.tensor("a", (3, 1, 5)), graph.tensor("b", (4, 1))
+        graph.pointwise("swish_bwd", a, b, swish_beta=1.5, name="pointwise").set_output(True)
+        return graph.nodes[-1]
 
     @property
     def info(self) -> ModeInfo:

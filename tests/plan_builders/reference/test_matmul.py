@@ -312,3 +312,36 @@ def test_generated_against_triple_loop(shapes: tuple[Shape, Shape], seed: int) -
     b = random_values(rng, b_shape, "bfloat16", exact=True)
     got = run_reference(a, b, "bfloat16", "padded")
     assert_rounded_equal(got, brute_matmul(a, b), "bfloat16", 0, f"{a_shape}@{b_shape}")
+
+
+def _wrapped_python_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Exact integer a @ b in Python ints, wrapped to int64 as two's complement arithmetic wraps."""
+    exact = np.matmul(a.astype(object), b.astype(object))
+    wrap = np.vectorize(lambda v: ((int(v) + 2**63) % 2**64) - 2**63, otypes=[object])
+    return wrap(exact).astype(np.int64)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "k"),
+    [(-128, 127, 7), (0, 255, 64), (-(2**31), 2**31 - 1, 33), (-(2**62), 2**62, 5), (-(2**63), 2**63 - 1, 9)],
+)
+def test_integer_matmul_is_exact_and_wraps_like_int64(low: int, high: int, k: int) -> None:
+    from sigdnn.plan_builders.reference.matmul import integer_matmul
+
+    rng = np.random.default_rng(k)
+    a = rng.integers(low, high, (2, 3, k), dtype=np.int64, endpoint=True)
+    b = rng.integers(low, high, (k, 4), dtype=np.int64, endpoint=True)
+    a[0, 0, 0], b[0, 0] = high, high  # the extremes, so products reach the top of the range
+    np.testing.assert_array_equal(integer_matmul(a, b), _wrapped_python_matmul(a, b))
+
+
+def test_integer_matmul_above_float64_precision_through_the_executor() -> None:
+    """2^40-sized int64 operands: float64 would lose the low bits; the reference must not."""
+    g = sigdnn.Graph("imm", io_dtype="int64", compute_dtype="int64")
+    g.matmul(g.tensor("a", (3, 4)), g.tensor("b", (4, 2)), name="mm").set_output(True).set_name("c")
+    rng = np.random.default_rng(5)
+    a = rng.integers(2**40, 2**41, (3, 4), dtype=np.int64)
+    b = rng.integers(-(2**20), 2**20, (4, 2), dtype=np.int64)
+    got = sigdnn.Executor().run(g, {"a": a, "b": b})["c"]
+    np.testing.assert_array_equal(got, _wrapped_python_matmul(a, b))
+    assert not np.array_equal(got, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64))
