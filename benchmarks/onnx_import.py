@@ -21,12 +21,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "importers"))
 
-import onnxruntime as ort  # noqa: E402
-import torch  # noqa: E402
-from onnx_models import export, resnet18  # noqa: E402
+import onnxruntime as ort
+import torch
+from onnx_models import export, resnet18
 
-import sigdnn  # noqa: E402
-from sigdnn.importers import onnx as onnx_import  # noqa: E402
+import sigdnn
+from sigdnn.importers import onnx as onnx_import
 
 
 def best(fn, repeat: int) -> float:
@@ -62,8 +62,10 @@ def main() -> None:
         ),
     ]
     print(f"# ONNX import, ResNet-18 224x224 ({len(data) / 2**20:.1f} MiB .onnx, {len(sdg) / 2**20:.1f} MiB .sdg)")
-    print(f"machine: {platform.machine()} {platform.processor() or ''} {platform.python_version()}, numpy {np.__version__}")
-    print("| step | best of %d (s) |" % args.repeat)
+    print(
+        f"machine: {platform.machine()} {platform.processor() or ''} {platform.python_version()}, numpy {np.__version__}"
+    )
+    print(f"| step | best of {args.repeat} (s) |")
     print("|---|---|")
     for name, seconds in rows:
         print(f"| {name} | {seconds:.3f} |")

@@ -10,10 +10,10 @@ pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 
+from onnx_models import encoder, export, resnet18  # noqa: E402
+
 import sigdnn  # noqa: E402
 from sigdnn.importers import onnx as onnx_import  # noqa: E402
-
-from onnx_models import encoder, export, resnet18  # noqa: E402
 
 EPS32 = float(np.finfo(np.float32).eps)
 
