@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
+from sigdnn.dtypes import DataType
 from sigdnn.errors import GraphError
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops import OP_CLASSES
 
 
 class UnsupportedOps:
@@ -52,3 +57,18 @@ class FreshNames:
             name, i = f"{base}_{i}", i + 1
         self.used.add(name)
         return name
+
+
+def add_op(graph: Graph, kind: str, name: str, compute_dtype: DataType | None, where: str, **fields: Any) -> Node:
+    """Append a node of op ``kind`` whose ports name existing tensors by uid (the formats that list tensors).
+
+    The shape rules run when the finished graph is checked; a field the op
+    cannot take is a GraphError naming the node.
+    """
+    try:
+        op = OP_CLASSES[kind](**fields)
+    except (TypeError, ValueError) as e:
+        raise GraphError(f"{where}: bad attributes for sigdnn {kind}: {e}") from None
+    node = Node(name, op, compute_dtype)
+    graph.nodes.append(node)
+    return node
