@@ -1,4 +1,5 @@
-"""ONNX models -> sigdnn graphs (opsets 13 through the newest the installed ``onnx`` knows).
+"""ONNX models -> sigdnn graphs (opsets 13 through the newest the installed ``onnx`` knows; an older model
+whose every op is still defined as at opset 13 is read too).
 
 Needs the ``onnx`` extra (``pip install sigdnn[onnx]``). The model is read
 node by node in its (topological) order:
@@ -146,8 +147,10 @@ class OnnxNode:
 
     # -- building ------------------------------------------------------------
     def fresh(self, what: str) -> str:
+        """A unique name for a sigdnn node this ONNX node makes (its own name for the first unnamed one)."""
         self.count += 1
-        return self.name if self.count == 1 and not what else f"{self.name}/{what or self.count}"
+        wanted = self.name if self.count == 1 and not what else f"{self.name}/{what or self.count}"
+        return self.importer.node_names(wanted, f"{self.name}/{self.count}")
 
     def materialize(self, v: Value, what: str) -> Tensor:
         return v if isinstance(v, Tensor) else self.importer.as_tensor(v, f"{self.name}/{what}")
@@ -176,7 +179,13 @@ class OnnxNode:
 class OnnxImporter:
     """Maps one ModelProto onto a new Graph."""
 
-    def __init__(self, model: Any, input_shapes: Mapping[str, Sequence[int]] | None, name: str | None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        input_shapes: Mapping[str, Sequence[int]] | None,
+        name: str | None,
+        constants: Mapping[str, Any] | None = None,
+    ) -> None:
         onnx = _onnx()
         _load_handlers()
         self.onnx = onnx
@@ -184,20 +193,43 @@ class OnnxImporter:
         opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
         self.opset = opsets.get("ai.onnx")
         newest = onnx.defs.onnx_opset_version()
-        if self.opset is None or not MIN_OPSET <= self.opset <= newest:
+        if self.opset is None or not 1 <= self.opset <= newest:
             raise GraphError(
                 f"ONNX model: default-domain opset {self.opset} is not supported (sigdnn reads {MIN_OPSET}..{newest})"
             )
+        if self.opset < MIN_OPSET:
+            self._check_old_opset()
         self.values: dict[str, Value] = {}
         self.constants: dict[str, Tensor] = {}
         self.names = FreshNames()
+        self.node_names = FreshNames()
         self.input_shapes = dict(input_shapes or {})
+        self.frozen = {k: np.asarray(v) for k, v in (constants or {}).items()}
         self.value_dtypes = self._inferred_dtypes()
         float_dtype = self._main_float_dtype()
         compute = DataType.FLOAT64 if float_dtype == DataType.FLOAT64 else DataType.FLOAT32
         self.graph = Graph(name or model.graph.name or "onnx", float_dtype, float_dtype, compute)
 
     # -- setup ---------------------------------------------------------------
+    def _check_old_opset(self) -> None:
+        """A model older than opset 13 is read when each of its ops is still defined as it was at opset 13."""
+        changed = set()
+        for node in self.model.graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            try:
+                then = self.onnx.defs.get_schema(node.op_type, self.opset).since_version
+                now = self.onnx.defs.get_schema(node.op_type, MIN_OPSET).since_version
+            except Exception:  # no such op at that opset: the unsupported-op pass reports it
+                continue
+            if then != now:
+                changed.add(node.op_type)
+        if changed:
+            raise GraphError(
+                f"ONNX model: opset {self.opset} defines {sorted(changed)} differently from opset {MIN_OPSET}; "
+                f"sigdnn reads opsets {MIN_OPSET}.. (convert the model with onnx.version_converter)"
+            )
+
     def _inferred_dtypes(self) -> dict[str, DataType]:
         """Each value's ONNX element type, from ONNX's own type inference (best effort: unknown stays unset)."""
         try:
@@ -235,7 +267,14 @@ class OnnxImporter:
                 self.values[t.name] = onnx.numpy_helper.to_array(t)
             except Exception as e:  # external data missing, bad raw_data size, ...
                 raise SchemaError(f"ONNX initializer '{t.name}': {type(e).__name__}: {e}") from None
+        inputs = {info.name for info in self.model.graph.input}
+        unknown = sorted(set(self.frozen) - inputs)
+        if unknown:
+            raise GraphError(f"ONNX model: constants {unknown} name no graph input")
         for info in self.model.graph.input:
+            if info.name in self.frozen:
+                self.values[info.name] = self.frozen[info.name]
+                continue
             if info.name in initializers:
                 continue
             where = f"ONNX graph input '{info.name}'"
@@ -287,7 +326,9 @@ class OnnxImporter:
 
     def _map(self, node: OnnxNode) -> list[Value | None]:
         handler = HANDLERS[node.op_type]
+        start = len(self.graph.nodes)
         outputs = list(handler(node))
+        self._inherit_dtypes(start)
         node.refuse_unknown_attributes()
         wanted = [i for i, n in enumerate(node.proto.output) if n]
         missing = [node.proto.output[i] for i in wanted if i >= len(outputs) or outputs[i] is None]
@@ -334,6 +375,18 @@ class OnnxImporter:
         self._outputs()
         return self.graph
 
+    def _inherit_dtypes(self, start: int) -> None:
+        """Outputs of the nodes just made that no op typed take their first input's type, not the graph default
+        (a reshaped bool mask stays bool, an int64 chain stays int64); ONNX's own types are set after."""
+        for n in self.graph.nodes[start:]:
+            first = next(iter(n.op.inputs().values()), None)
+            dtype = self.graph.tensors[first].dtype if first is not None else None
+            if dtype is None:
+                continue
+            for uid in n.op.outputs().values():
+                if self.graph.tensors[uid].dtype is None:
+                    self.graph.tensors[uid].set_data_type(dtype)
+
     def _set_output_dtypes(self, proto: Any, outputs: Sequence[Value | None], top_uid: int) -> None:
         """Outputs this node created take the element type ONNX infers for them."""
         for out_name, v in zip(proto.output, outputs):
@@ -352,7 +405,9 @@ class OnnxImporter:
                 raise GraphError(f"{where} is a constant known at import time; sigdnn graphs compute their outputs")
             written = {u for n in self.graph.nodes for u in n.op.outputs().values()}
             if v.uid not in written or v.uid in seen or not v.is_virtual:
-                v = self.graph.pointwise("identity", v, name=self.names(f"{info.name}/identity", f"output_{index}"))
+                v = self.graph.pointwise(
+                    "identity", v, name=self.node_names(f"{info.name}/identity", f"output_{index}")
+                )
             seen.add(v.uid)
             v.set_output(True)
             if v.name != info.name:
@@ -385,16 +440,19 @@ def load(
     model_or_path: Any,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    constants: Mapping[str, Any] | None = None,
     name: str | None = None,
 ) -> Graph:
     """An ONNX model (ModelProto, serialized bytes or a path) as a checked sigdnn Graph.
 
     Initializers become constant tensors of the graph. ``input_shapes``
-    fixes symbolic input dims (``{"x": (1, 3, 224, 224)}``).
+    fixes symbolic input dims (``{"x": (1, 3, 224, 224)}``); ``constants``
+    freezes graph inputs to known values (a shape or axes given as an input,
+    which sigdnn ops need at import time).
     """
     from sigdnn.graph.checks import check_graph
 
-    graph = OnnxImporter(_model(model_or_path), input_shapes, name).run()
+    graph = OnnxImporter(_model(model_or_path), input_shapes, name, constants).run()
     check_graph(graph)
     return graph
 

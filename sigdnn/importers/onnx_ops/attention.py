@@ -37,6 +37,8 @@ def _bias(node: OnnxNode, mask: Value, dtype: np.dtype) -> Value:
 def attention(node: OnnxNode) -> list[Value]:
     if node.has(4) or node.has(5):
         raise node.refuse("past_key / past_value (KV cache) inputs are not supported")
+    if any(node.has(i) for i in range(6, len(node.proto.input))):
+        raise node.refuse("inputs beyond past_value (nonpad_kv_seqlen, ...) are not supported")
     if any(node.proto.output[i] for i in range(1, len(node.proto.output))):
         raise node.refuse("only the first output (Y) is produced")
     if float(node.attr("softcap", 0.0)) != 0.0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sigdnn.dtypes import as_data_type
+from sigdnn.dtypes import DataType, as_data_type
 from sigdnn.graph.tensor import Tensor
 from sigdnn.importers.onnx import OnnxNode, Value, onnx_dtype, onnx_op
 
@@ -72,8 +72,8 @@ def variadic(node: OnnxNode) -> list[Value]:
 
 @onnx_op("Mod")
 def mod(node: OnnxNode) -> list[Value]:
-    if node.attr("fmod", 0) != 1 and not node.dtype(0).is_float:
-        raise node.refuse("integer Mod with fmod=0 (Python's sign rule) has no sigdnn mode; only fmod=1")
+    if node.attr("fmod", 0) != 1:
+        raise node.refuse("Mod with fmod=0 (the divisor's sign, as Python's %) has no sigdnn mode; only fmod=1")
     return [node.pointwise("mod", node.value(0), node.value(1))]
 
 
@@ -109,6 +109,7 @@ def clip(node: OnnxNode) -> list[Value]:
     big = float(np.finfo(np.float64).max)
     lo = float(node.const(1, "min").reshape(())) if node.has(1) else -big
     hi = float(node.const(2, "max").reshape(())) if node.has(2) else big
+    lo = min(lo, hi)  # min(max(x, lo), hi) is hi everywhere when lo > hi
     return [node.pointwise("relu_fwd", node.value(0), relu_lower_clip=lo, relu_upper_clip=hi)]
 
 
@@ -124,14 +125,18 @@ def identity(node: OnnxNode) -> list[Value]:
     return [node.value(0)]
 
 
-def _cast(node: OnnxNode, to: object) -> list[Value]:
+def _cast(node: OnnxNode, to: DataType) -> list[Value]:
+    """A rounding to ``to``; to float8, ONNX's default saturate=1 clamps overflow, which sigdnn's rounding does not."""
     v = node.value(0)
-    if node.attr("saturate", 1) != 1:
-        raise node.refuse("saturate=0 is not supported")
+    saturate = node.attr("saturate", 1)
+    if to in (DataType.FP8_E4M3, DataType.FP8_E5M2) and saturate:
+        raise node.refuse(
+            "saturate=1 (clamp overflow to the largest float8) is not supported; sigdnn rounds to inf/NaN"
+        )
     if isinstance(v, np.ndarray):
-        return [v.astype(to.numpy)]  # type: ignore[attr-defined]
+        return [v.astype(to.numpy)]
     out: Tensor = node.pointwise("identity", v)
-    out.set_data_type(to)  # type: ignore[arg-type]
+    out.set_data_type(to)
     return [out]
 
 
