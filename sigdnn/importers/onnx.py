@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from sigdnn.dtypes import DataType, as_data_type
-from sigdnn.errors import GraphError, SchemaError
+from sigdnn.errors import GraphError, SchemaError, SigdnnError
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.tensor import Tensor
 from sigdnn.importers.common import FreshNames, UnsupportedOps, refuse_unknown
 
 MIN_OPSET = 13
+MAX_FOLDED_ELEMENTS = 1 << 24  # values computed at import time (shape arithmetic) stay small
 Value = Tensor | np.ndarray  # a tensor of the graph, or a value known at import time
 Handler = Callable[["OnnxNode"], Sequence[Value | None]]
 HANDLERS: dict[str, Handler] = {}
@@ -319,15 +320,44 @@ class OnnxImporter:
         from onnx.reference import ReferenceEvaluator
 
         feeds = {n: self.values[n] for n in proto.input if n}
+        self._check_fold_size(node, [self.values[n] if n else None for n in proto.input])
         try:
             return list(ReferenceEvaluator(proto).run(None, feeds))
         except Exception as e:  # the node is bad; say which
             raise GraphError(f"{node.where}: computing it at import time failed: {type(e).__name__}: {e}") from None
 
+    @staticmethod
+    def _check_fold_size(node: OnnxNode, inputs: list[Any]) -> None:
+        """Ops whose output size their input values choose are bounded before they run (a hostile shape)."""
+        try:
+            op = node.op_type
+            if op == "ConstantOfShape":
+                count = int(np.prod(inputs[0].astype(np.float64)))
+            elif op == "Expand":
+                dims = np.broadcast_shapes(inputs[0].shape, tuple(int(d) for d in inputs[1].reshape(-1)))
+                count = int(np.prod(np.array(dims, dtype=np.float64)))
+            elif op == "Tile":
+                count = inputs[0].size * int(np.prod(inputs[1].astype(np.float64)))
+            elif op == "Range":
+                start, limit, delta = (float(v.reshape(())) for v in inputs[:3])
+                count = int(abs((limit - start) / delta)) if delta else MAX_FOLDED_ELEMENTS + 1
+            else:
+                return
+        except (ValueError, TypeError, OverflowError, IndexError, AttributeError):
+            raise node.refuse("its inputs do not describe a valid output shape") from None
+        if count > MAX_FOLDED_ELEMENTS or count < 0:
+            raise node.refuse(f"computing it at import time would make {count} elements (limit {MAX_FOLDED_ELEMENTS})")
+
     def _map(self, node: OnnxNode) -> list[Value | None]:
         handler = HANDLERS[node.op_type]
         start = len(self.graph.nodes)
-        outputs = list(handler(node))
+        try:
+            outputs = list(handler(node))
+        except (IndexError, KeyError, ValueError, TypeError, OverflowError) as e:
+            if isinstance(e, SigdnnError):
+                raise
+            # inputs or attributes of shapes the op cannot have (a hostile or broken model)
+            raise node.refuse(f"inputs or attributes do not fit the op: {type(e).__name__}: {e}") from None
         self._inherit_dtypes(start)
         node.refuse_unknown_attributes()
         wanted = [i for i, n in enumerate(node.proto.output) if n]

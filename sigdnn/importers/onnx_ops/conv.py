@@ -51,6 +51,9 @@ def add_channel_bias(node: OnnxNode, y: Tensor, bias: Value) -> Value:
 
 
 def _geometry(node: OnnxNode, w_dims: Sequence[int]) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    x_dims = node.dims(0)
+    if not 3 <= len(w_dims) == len(x_dims) <= 5:
+        raise node.refuse(f"x {list(x_dims)} and weights {list(w_dims)} need the same rank, 3 to 5")
     spatial = len(w_dims) - 2
     kernel = tuple(node.attr("kernel_shape", None) or w_dims[2:])
     if tuple(kernel) != tuple(w_dims[2:]):
