@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
@@ -301,3 +302,22 @@ def round_to(x: np.ndarray, dtype: DataType) -> np.ndarray:
         x = np.clip(x, info.min, info.max)
     with np.errstate(over="ignore", invalid="ignore"):
         return x.astype(target)
+
+
+def rounder(dtype: DataType) -> Callable[[np.ndarray], np.ndarray]:
+    """``round_to`` specialised once for ``dtype`` (plans call it per node, so the dispatch is paid once).
+
+    float64 values bound for float64, float32 or float16 round exactly with a
+    plain cast (IEEE round-to-nearest-even, overflow to inf); everything
+    else takes ``round_to``'s exact paths.
+    """
+    target = dtype.numpy
+    if dtype in (DataType.FLOAT64, DataType.FLOAT32, DataType.FLOAT16):
+
+        def cast(x: np.ndarray) -> np.ndarray:
+            if x.dtype == np.float64:
+                return x.astype(target)
+            return round_to(x, dtype)
+
+        return cast
+    return lambda x: round_to(x, dtype)

@@ -124,7 +124,9 @@ class Executor:
         run_order = memory_aware_order([s.reads for s in steps], [s.writes for s in steps], rank, sizes)
         ordered = tuple(steps[u] for u in run_order)
         memory = plan_memory(graph, [(s.reads, s.writes) for s in ordered])
-        plan = ExecutionPlan(graph, self.backend, digest, ordered, memory)
+        arena = tuple((uid, offset, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
+                      for uid, offset in memory.offsets.items())  # fmt: skip
+        plan = ExecutionPlan(graph, self.backend, digest, ordered, memory, arena)
         with self._lock:
             self._cache[digest] = plan
             while len(self._cache) > self._cache_size:
@@ -293,9 +295,8 @@ class Executor:
                 else:
                     buffers[uid] = memory.new_output(t, dtype)
         arena = memory.arena(plan.memory.peak_bytes)
-        for uid, offset in plan.memory.offsets.items():
-            t = graph.tensors[uid]
-            buffers[uid] = memory.view(arena, offset, t, graph.dtype_of(t))
+        for uid, offset, t, dtype in plan.arena_tensors:
+            buffers[uid] = memory.view(arena, offset, t, dtype)
         context = ExecutionContext(self.device, memory.stream, memory.workspace(plan.workspace_bytes))
         for step in plan.steps:
             try:

@@ -12,9 +12,11 @@ from typing import Any
 
 import attrs
 
+from sigdnn.dtypes import DataType
 from sigdnn.executor.memory_plan import MemoryPlan
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.graph.tensor import Tensor
 from sigdnn.registry.contracts import PlanBuilder, StepPlan
 from sigdnn.registry.regions import Region
 from sigdnn.signature_keys import SignatureKey
@@ -50,6 +52,7 @@ class ExecutionPlan:
     digest: str
     steps: tuple[Step, ...]
     memory: MemoryPlan
+    arena_tensors: tuple[tuple[int, int, Tensor, DataType], ...] = ()  # (uid, offset, tensor, dtype), resolved once
 
     @property
     def peak_intermediate_bytes(self) -> int:

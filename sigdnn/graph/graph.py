@@ -270,12 +270,22 @@ class Graph(Frontend):
     def _input_ports(
         self, name: str, op_class: type[Op], inputs: Mapping[str, Any]
     ) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        """(port -> tensor with vector ports spread out, op field -> uid or tuple of uids), ownership checked."""
+        """(port -> tensor with vector ports spread out, op field -> uid or tuple of uids), ownership checked.
+
+        A vector port comes as a sequence of tensors under its field's name
+        (``{"x": [a, b]}``) or spread out as ``op.inputs()`` reports it
+        (``{"x_0": a, "x_1": b}``).
+        """
         vectors = op_class.vector_ports()
         given: dict[str, Tensor] = {}
         fields: dict[str, Any] = {}
+        spread: dict[str, dict[int, Any]] = {}
         for port, value in inputs.items():
             if value is None:
+                continue
+            field, _, index = port.rpartition("_")
+            if port not in op_class.input_ports and field in vectors and index.isdigit():
+                spread.setdefault(field, {})[int(index)] = value
                 continue
             if port not in op_class.input_ports:
                 raise GraphError(f"node '{name}': {op_class.kind} has no input port '{port}'")
@@ -285,9 +295,16 @@ class Graph(Frontend):
                 continue
             if isinstance(value, Tensor) or not isinstance(value, Sequence):
                 raise GraphError(f"node '{name}': port '{port}' takes a sequence of tensors, got {value!r}")
-            for i, t in enumerate(value):
-                given[f"{port}_{i}"] = self._own(t, f"node '{name}' port '{port}_{i}'")
-            fields[port] = tuple(t.uid for t in value)
+            spread[port] = dict(enumerate(value))
+        for field, items in spread.items():
+            if sorted(items) != list(range(len(items))):
+                raise GraphError(
+                    f"node '{name}': ports {field}_0..{field}_{len(items) - 1} must all be given, in order"
+                )
+            tensors = [items[i] for i in range(len(items))]
+            for i, t in enumerate(tensors):
+                given[f"{field}_{i}"] = self._own(t, f"node '{name}' port '{field}_{i}'")
+            fields[field] = tuple(t.uid for t in tensors)
         return given, fields
 
     def outputs_of(self, node: Node, ports: Sequence[str] | None = None) -> tuple[Tensor | None, ...]:

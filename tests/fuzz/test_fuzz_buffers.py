@@ -10,12 +10,18 @@ can legitimately declare big tensors, so every case runs under FUZZ_LIMITS:
 the limits, checked before allocation, are what keep it bounded.
 
 Cases are reproducible one by one: case ``i`` draws everything from
-``random.Random(f"{seed}-{i}")``. The CI test runs a few hundred; the
-``fuzz``-marked test runs ``SIGDNN_FUZZ_CASES`` (default 10,000):
+``random.Random(f"{seed}-{i}")``. Besides byte mutations and IR-level field
+changes (extreme dims, overlapping strides, uids, dtypes, attributes), a few
+cases point vector entries at a table an earlier entry uses. Each case is
+bounded in time (SIGDNN_FUZZ_CASE_SECONDS, default 2) and in how much it
+raises the process's peak resident memory (512 MiB). The CI test runs a
+10,000-case slice; the ``fuzz``-marked test runs ``SIGDNN_FUZZ_CASES``
+(default 1,000,000) from SIGDNN_FUZZ_START (default 10,000, after the slice):
 
-    SIGDNN_FUZZ_CASES=10000 python -m pytest tests/fuzz -m fuzz -s
+    SIGDNN_FUZZ_CASES=1000000 python -m pytest tests/fuzz -m fuzz -s
 
-Other knobs: SIGDNN_FUZZ_SEED (default 0), SIGDNN_FUZZ_CASE_SECONDS (default 1.0).
+The coverage-guided harness (atheris, the ``fuzz`` extra) is
+tests/fuzz/coverage_harness.py. Other knob: SIGDNN_FUZZ_SEED (default 0).
 """
 
 from __future__ import annotations
@@ -38,14 +44,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sigdnn
+import sigdnn.schemas.Graph as fb_graph
 from sigdnn import DataType, ExecutionError, Limits, SigdnnError
-from sigdnn.graph.ops.pointwise import MODES, PARAMS
+from sigdnn.graph.wire_reader import Buffer, slots_of
+
+_GRAPH_SLOTS = slots_of(fb_graph)
 
 FUZZ_LIMITS = Limits(max_total_bytes=16 << 20)  # declared bytes; the reference's float64 scratch is <= 8x
-CASE_SECONDS = float(os.environ.get("SIGDNN_FUZZ_CASE_SECONDS", "1.0"))
+CASE_SECONDS = float(os.environ.get("SIGDNN_FUZZ_CASE_SECONDS", "2.0"))
 SEED = int(os.environ.get("SIGDNN_FUZZ_SEED", "0"))
-CI_CASES = 300
+CI_CASES = 10_000  # the CI slice of the dedicated run
 RSS_GROWTH_LIMIT = 1 << 30  # bytes the fuzz run may add to the process's peak resident memory
+CASE_RSS_LIMIT = 512 << 20  # bytes one case may raise the peak resident memory by
 
 
 # -- valid buffers to mutate ---------------------------------------------------------------
@@ -125,6 +135,43 @@ def fan_out_in() -> sigdnn.Graph:
     return g
 
 
+def training_step() -> sigdnn.Graph:
+    """Multi-output nodes with optional ports: batchnorm with running statistics, its backward, conv grads, pooling."""
+    g = sigdnn.Graph("train", io_dtype="float32", intermediate_dtype="float32")
+    x = g.tensor("x", dims=(2, 3, 6, 6), layout="NHWC")
+    w = g.tensor("w", dims=(4, 3, 3, 3))
+    p = {n: g.tensor(n, dims=(1, 4, 1, 1)) for n in ("s", "b", "rm", "rv")}
+    y = g.conv_fprop(x, w, padding=(1, 1))
+    n, mean, inv, nrm, _ = g.batchnorm(y, p["s"], p["b"], p["rm"], p["rv"], 1e-5, 0.1)
+    nrm.set_output(True).set_name("running_mean")
+    pooled = g.pooling(n, "average_count_exclude_pad", (2, 2), padding=(1, 1))
+    d = g.pooling_backward(pooled, n, "max", (2, 2), padding=(1, 1))
+    dy, dscale, _ = g.batchnorm_backward(d, y, p["s"], mean, inv)
+    dscale.set_output(True).set_name("dscale")
+    g.conv_dgrad(dy, w, padding=(1, 1)).set_output(True).set_name("dx")
+    g.conv_wgrad(x, dy, padding=(1, 1)).set_output(True).set_name("dw")
+    return g
+
+
+def attention_block() -> sigdnn.Graph:
+    """Norms, attention forward and backward, softmax, reduction, resample and the data movement ops."""
+    g = sigdnn.Graph("attn", io_dtype="float32", intermediate_dtype="float32")
+    x = g.tensor("x", dims=(1, 4, 8))
+    y, mean, inv = g.layernorm("training", x, g.tensor("s", (1, 1, 8)), g.tensor("b", (1, 1, 8)))
+    r, _ = g.rmsnorm("inference", y, g.tensor("rs", (1, 1, 8)))
+    qkv = g.reshape(g.concatenate([r, y, r], axis=2), (1, 4, 6, 4))
+    heads = g.transpose(qkv, (0, 2, 1, 3))
+    q, k, v = (g.slice(heads, [slice(None), slice(2 * i, 2 * i + 2)]) for i in range(3))
+    o, stats = g.sdpa(q, k, v, 0.5, use_causal_mask=True, generate_stats=True)
+    dq, _, _ = g.sdpa_backward(q, k, v, o, o, stats, 0.5, use_causal_mask=True)
+    sm, _ = g.softmax(dq, axes=(2, 3), log=True, generate_stats=True)
+    g.reduction(sm, "norm2", axes=(1,)).set_output(True).set_name("norm")
+    g.resample(o, "bilinear", scales=(2.0, 0.5)).set_output(True).set_name("resampled")
+    dx, _, _ = g.layernorm_backward(y, x, g.tensor("s2", (1, 1, 8)), mean, inv)
+    g.rmsnorm_backward(dx, x, g.tensor("s3", (1, 1, 8)), inv, has_dbias=True)[2].set_output(True).set_name("db")
+    return g
+
+
 SEED_GRAPHS: list[Callable[[], sigdnn.Graph]] = [
     conv_bias_relu,
     mlp,
@@ -133,6 +180,8 @@ SEED_GRAPHS: list[Callable[[], sigdnn.Graph]] = [
     strided_index,
     conv3d_batched_matmul,
     fan_out_in,
+    training_step,
+    attention_block,
 ]
 SEEDS: list[bytes] = [make().serialize() for make in SEED_GRAPHS]
 
@@ -188,8 +237,10 @@ def mutate_ir(rng: random.Random, data: bytes) -> tuple[bytes, str]:
         if rng.random() < 0.5:
             uid = rng.choice(uids)
             t = g.tensors[uid]
-            field = rng.choice(["dims", "strides", "dtype", "is_virtual", "uid", "value"])
-            if field in ("dims", "strides"):
+            field = rng.choice(["dims", "strides", "dtype", "is_virtual", "uid", "value", "overlap"])
+            if field == "overlap":  # a broadcast-like view: tiny span, large logical size
+                field, new = "strides", tuple(rng.choice((0, 1)) for _ in t.dims)
+            elif field in ("dims", "strides"):
                 vals = list(getattr(t, field))
                 if vals and rng.random() < 0.8:
                     i = rng.randrange(len(vals))
@@ -213,18 +264,25 @@ def mutate_ir(rng: random.Random, data: bytes) -> tuple[bytes, str]:
             node = g.nodes[i]
             field = rng.choice([f.name for f in attrs.fields(type(node.op))])
             old = getattr(node.op, field)
-            if field == "mode":
-                new = rng.choice(list(MODES))
+            kind = dict(type(node.op).wire_fields)[field]
+            if kind == "enum":
+                new = rng.choice(type(node.op).enums[field])
             elif isinstance(old, tuple):
                 vals = list(old)
-                if vals:
+                if vals and rng.random() < 0.8:
                     j = rng.randrange(len(vals))
                     vals[j] = _int64(rng, vals[j])
+                elif vals and rng.random() < 0.5:
+                    vals.pop()
+                else:
+                    vals.append(rng.choice([1, 2, *uids]))
                 new = tuple(vals)
-            elif field in PARAMS and field != "axis":
-                new = rng.choice([None, 0.0, -1.0, 0.5, math.nan, math.inf, 1e308])
+            elif kind in ("f64", "f64?"):
+                new = rng.choice([None if kind == "f64?" else 1.0, 0.0, -1.0, 0.5, math.nan, math.inf, 1e308])
+            elif kind == "bool":
+                new = not old
             elif rng.random() < 0.8:
-                new = rng.choice([*uids, None] if field in ("in_1", "in_2", "axis") else uids)
+                new = rng.choice([*uids, None] if kind.endswith("?") else uids)
             else:
                 new = _int64(rng, old or 0)
             g.nodes[i] = sigdnn.Node(
@@ -239,8 +297,27 @@ def mutate_ir(rng: random.Random, data: bytes) -> tuple[bytes, str]:
     return g.serialize(), "ir: " + ", ".join(done)
 
 
+def share_offsets(rng: random.Random, data: bytes) -> tuple[bytes, str]:
+    """Point entries of the tensor or node vector at a table an earlier entry uses (a table parsed twice)."""
+    buf = Buffer(data)
+    root = buf.root()
+    slot = rng.choice((_GRAPH_SLOTS["Tensors"], _GRAPH_SLOTS["Nodes"]))
+    start, n = root._vector(slot, 4)
+    if n < 2:
+        return data, "share: vector too short"
+    out = bytearray(data)
+    source = rng.randrange(n - 1)
+    target = start + 4 * source + int.from_bytes(data[start + 4 * source : start + 4 * source + 4], "little")
+    copies = rng.sample(range(source + 1, n), rng.randint(1, n - 1 - source))
+    for j in copies:
+        out[start + 4 * j : start + 4 * j + 4] = (target - (start + 4 * j)).to_bytes(4, "little")
+    return bytes(out), f"share: entries {copies} -> entry {source} of slot {slot}"
+
+
 def mutate(rng: random.Random, data: bytes) -> tuple[bytes, str]:
     """1 to 3 stacked mutations of ``data``; returns the bytes and what was done."""
+    if rng.random() < 0.05:
+        return share_offsets(rng, data)
     if rng.random() < 0.25:
         data, what = mutate_ir(rng, data)
         if rng.random() < 0.7:
@@ -386,6 +463,7 @@ def fuzz(cases: int, seed: int = SEED, start: int = 0) -> Counter[str]:
         source = rng.randrange(len(SEEDS))
         data, what = mutate(rng, SEEDS[source])
         where = f"case {i} (SIGDNN_FUZZ_SEED={seed}), seed graph {SEED_GRAPHS[source].__name__}, {what}"
+        peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         t0 = time.perf_counter()
         try:
             with deadline(max(10 * CASE_SECONDS, 5.0)):
@@ -394,6 +472,8 @@ def fuzz(cases: int, seed: int = SEED, start: int = 0) -> Counter[str]:
             raise AssertionError(f"{where}: {type(e).__name__}: {e}\nbuffer: {data.hex()}") from e
         elapsed = time.perf_counter() - t0
         assert elapsed < CASE_SECONDS, f"{where}: took {elapsed:.2f} s (bound {CASE_SECONDS} s)\nbuffer: {data.hex()}"
+        grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak_before
+        assert grew < CASE_RSS_LIMIT, f"{where}: raised peak resident memory by {grew >> 20} MiB\nbuffer: {data.hex()}"
         slowest = max(slowest, (elapsed, i))
         outcomes[outcome] += 1
     rss_growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before
@@ -430,8 +510,9 @@ def test_fuzz_ci() -> None:
 
 @pytest.mark.fuzz
 def test_fuzz_long() -> None:
-    cases = int(os.environ.get("SIGDNN_FUZZ_CASES", "10000"))
-    outcomes = fuzz(cases, start=CI_CASES)  # distinct from the CI cases
+    cases = int(os.environ.get("SIGDNN_FUZZ_CASES", "1000000"))
+    start = int(os.environ.get("SIGDNN_FUZZ_START", str(CI_CASES)))  # distinct from the CI cases by default
+    outcomes = fuzz(cases, start=start)
     assert sum(outcomes.values()) == cases
     assert outcomes["ran"] > cases // 50, outcomes
 

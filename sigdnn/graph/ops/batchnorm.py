@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
@@ -28,6 +28,10 @@ from sigdnn.graph.ops.shapes import (
     require_positive,
 )
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 RUNNING = ("in_running_mean", "in_running_var")
 
@@ -104,3 +108,13 @@ class Batchnorm(Op):
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         return packed_in_order_of(inputs["x"], dims) if port == "y" else None
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x = graph.tensor("x", (2, 3, 4, 4), layout="NHWC")
+        scale, bias, mean, var = (
+            graph.tensor(p, (1, 3, 1, 1)) for p in ("scale", "bias", "running_mean", "running_var")
+        )
+        for t in graph.batchnorm(x, scale, bias, mean, var, 1e-5, 0.1, name="bn"):
+            t.set_output(True)
+        return graph.nodes[-1]

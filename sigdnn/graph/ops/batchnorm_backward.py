@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.shapes import channel_dims, packed_in_order_of, per_channel, same_dims
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -54,3 +58,11 @@ class BatchnormBackward(Op):
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         return packed_in_order_of(inputs["dy"], dims) if port == "dx" else None
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        dy, x = graph.tensor("dy", (2, 3, 4, 4)), graph.tensor("x", (2, 3, 4, 4), layout="NHWC")
+        params = [graph.tensor(p, (1, 3, 1, 1)) for p in ("scale", "mean", "inv_variance")]
+        for t in graph.batchnorm_backward(dy, x, *params, name="bn_backward"):
+            t.set_output(True)
+        return graph.nodes[-1]

@@ -8,13 +8,17 @@ channel's parameters, so the op is elementwise under broadcasting.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.shapes import packed_in_order_of, per_channel
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 PARAMETERS = ("mean", "inv_variance", "scale", "bias")
 
@@ -49,3 +53,10 @@ class BatchnormInference(Op):
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         return packed_in_order_of(inputs["x"], dims)
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x = graph.tensor("x", (2, 3, 4, 4), layout="NHWC")
+        params = [graph.tensor(p, (1, 3, 1, 1)) for p in PARAMETERS]
+        graph.batchnorm_inference(x, *params, name="bn_inference").set_output(True)
+        return graph.nodes[-1]

@@ -8,7 +8,7 @@ dims except along ``axis``, where y's dim is their sum.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
@@ -16,6 +16,10 @@ from sigdnn.errors import GraphError
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.ops.shapes import described
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -47,3 +51,9 @@ class Concatenate(Op):
                 )
             total += t.dims[self.axis]
         return {"y": (*ref.dims[: self.axis], total, *ref.dims[self.axis + 1 :])}
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        a, b = graph.tensor("a", (2, 3)), graph.tensor("b", (2, 2))
+        graph.concatenate([a, b, a], axis=1, name="concatenate").set_output(True)
+        return graph.nodes[-1]

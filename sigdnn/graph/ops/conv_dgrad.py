@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -28,6 +28,10 @@ from sigdnn.graph.ops.windows import (
     window_outputs,
 )
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -135,3 +139,10 @@ class ConvDgrad(Op):
     ) -> tuple[int, ...] | None:
         """dx packed in dy's axis order."""
         return packed_in_order_of(inputs["dy"], dims)
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        dy = graph.tensor("dy", (2, 6, 3, 4), layout="NHWC")
+        w = graph.tensor("w", (6, 2, 3, 3), layout="NHWC")  # two groups, stride 2: dx's dims are given
+        graph.conv_dgrad(dy, w, padding=(1, 0), stride=(2, 1), dims=(2, 4, 5, 6), name="dgrad").set_output(True)
+        return graph.nodes[-1]

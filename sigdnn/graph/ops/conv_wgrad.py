@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -27,6 +27,10 @@ from sigdnn.graph.ops.windows import (
     window_outputs,
 )
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -133,3 +137,10 @@ class ConvWgrad(Op):
     ) -> tuple[int, ...] | None:
         """dw packed in x's axis order (KRSC for NHWC x, as cuDNN pairs them)."""
         return packed_in_order_of(inputs["x"], dims)
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x = graph.tensor("x", (2, 4, 5, 6), layout="NHWC")
+        dy = graph.tensor("dy", (2, 6, 3, 4), layout="NHWC")
+        graph.conv_wgrad(x, dy, padding=(1, 0), stride=(2, 1), dims=(6, 2, 3, 3), name="wgrad").set_output(True)
+        return graph.nodes[-1]

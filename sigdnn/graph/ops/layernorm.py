@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
@@ -27,6 +27,10 @@ from sigdnn.graph.ops.shapes import (
     same_dims,
 )
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 PHASES = ("training", "inference")
 
@@ -86,3 +90,10 @@ class Layernorm(Op):
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         return packed_in_order_of(inputs["x"], dims) if port == "y" else None
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x, scale, bias = graph.tensor("x", (2, 3, 8)), graph.tensor("scale", (1, 1, 8)), graph.tensor("bias", (1, 1, 8))
+        for t in graph.layernorm("training", x, scale, bias, epsilon=1e-5, name="layernorm"):
+            t.set_output(True)
+        return graph.nodes[-1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -21,6 +21,10 @@ from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.shapes import check_choice, packed_in_order_of
 from sigdnn.graph.ops.windows import check_lengths, check_taps, padded_bytes, spatial_rank, window_outputs
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 MODES = ("max", "average_count_include_pad", "average_count_exclude_pad")
 
@@ -119,3 +123,12 @@ class Pooling(Op):
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         return packed_in_order_of(inputs["x"], dims)
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x = graph.tensor("x", (2, 3, 5, 6), layout="NHWC")
+        y = graph.pooling(
+            x, "average_count_exclude_pad", (3, 2), (2, 2), pre_padding=(1, 0), post_padding=(1, 1), name="pooling"
+        )
+        y.set_output(True)
+        return graph.nodes[-1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -18,6 +18,10 @@ from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.pooling import MODES, window_of
 from sigdnn.graph.ops.shapes import packed_in_order_of, require_dims
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -82,3 +86,10 @@ class PoolingBackward(Op):
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         return packed_in_order_of(inputs["x"], dims)
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x, dy = graph.tensor("x", (2, 3, 5, 6), layout="NHWC"), graph.tensor("dy", (2, 3, 3, 3))
+        kw = {"pre_padding": (1, 0), "post_padding": (1, 1), "name": "pooling_backward"}
+        graph.pooling_backward(dy, x, "max", (3, 2), (2, 2), **kw).set_output(True)
+        return graph.nodes[-1]

@@ -9,7 +9,7 @@ them; the compute dtype decides integer or float arithmetic.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
@@ -17,6 +17,10 @@ from sigdnn.errors import GraphError
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.ops.shapes import batch_dims, check_choice
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 MODES = ("add", "mul", "min", "max", "amax", "avg", "norm1", "norm2", "mul_no_zeros")
 LINEAR_MODES = ("add", "avg", "norm1")  # run on |x| they give sum(|terms|) (scaled as the output is)
@@ -56,3 +60,9 @@ class Reduction(Op):
         if any(not 0 <= a < x.rank for a in self.axes) or list(self.axes) != sorted(set(self.axes)):
             raise GraphError(f"{where}: axes {list(self.axes)} must be distinct, increasing axes of rank {x.rank}")
         return {"y": batch_dims(x, self.axes)}
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x = graph.tensor("x", (2, 3, 4))
+        graph.reduction(x, "norm2", (2, 1, 4), name="reduction").set_output(True)
+        return graph.nodes[-1]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -21,6 +21,10 @@ from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.shapes import check_choice, packed_in_order_of
 from sigdnn.graph.ops.windows import spatial_rank
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 MODES = ("nearest", "bilinear")
 COORDINATES = ("half_pixel", "align_corners", "asymmetric")
@@ -97,3 +101,9 @@ class Resample(Op):
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         return packed_in_order_of(inputs["x"], dims)
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x = graph.tensor("x", (1, 2, 4, 5), layout="NHWC")
+        graph.resample(x, "bilinear", (1, 2, 7, 3), name="resample").set_output(True)
+        return graph.nodes[-1]

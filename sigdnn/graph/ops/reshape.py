@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from sigdnn.errors import GraphError
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -41,3 +45,8 @@ class Reshape(Op):
                 f"port 'x' {list(x.dims)} holds {x.size}"
             )
         return {"y": self.dims}
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        graph.reshape(graph.tensor("x", (2, 3, 4)), (4, 6), name="reshape").set_output(True)
+        return graph.nodes[-1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
@@ -27,6 +27,10 @@ from sigdnn.graph.ops.shapes import (
     same_dims,
 )
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -81,3 +85,10 @@ class Rmsnorm(Op):
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         return packed_in_order_of(inputs["x"], dims) if port == "y" else None
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x, scale, bias = graph.tensor("x", (2, 3, 8)), graph.tensor("scale", (1, 1, 8)), graph.tensor("bias", (1, 1, 8))
+        for t in graph.rmsnorm("training", x, scale, bias, epsilon=1e-5, name="rmsnorm"):
+            t.set_output(True)
+        return graph.nodes[-1]

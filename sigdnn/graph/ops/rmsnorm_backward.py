@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.shapes import batch_dims, normalized_axes, packed_in_order_of, require_dims, same_dims
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -61,3 +65,11 @@ class RmsnormBackward(Op):
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         return packed_in_order_of(inputs["dy"], dims) if port == "dx" else None
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        dy, x, scale = graph.tensor("dy", (2, 3, 8)), graph.tensor("x", (2, 3, 8)), graph.tensor("scale", (1, 1, 8))
+        inv = graph.tensor("inv_variance", (2, 3, 1))
+        for t in graph.rmsnorm_backward(dy, x, scale, inv, has_dbias=True, name="rmsnorm_backward"):
+            t.set_output(True)
+        return graph.nodes[-1]

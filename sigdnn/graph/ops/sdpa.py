@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
@@ -22,6 +22,10 @@ from sigdnn.errors import GraphError
 from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.shapes import STATS_DTYPE, described, packed_in_order_of
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 def attention_dims(where: str, inputs: Mapping[str, Tensor], attn_scale: float) -> tuple[int, int, int, int, int]:
@@ -112,3 +116,11 @@ class Sdpa(Op):
     ) -> tuple[int, ...] | None:
         """o in q's layout (BSHD stays BSHD); stats packed."""
         return packed_in_order_of(inputs["q"], dims) if port == "o" else None
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        q, k, v = graph.tensor("q", (1, 4, 5, 8)), graph.tensor("k", (1, 2, 7, 8)), graph.tensor("v", (1, 2, 7, 3))
+        bias = graph.tensor("bias", (1, 1, 5, 7))
+        for t in graph.sdpa(q, k, v, 0.35, bias, use_causal_mask=True, generate_stats=True, name="sdpa"):
+            t.set_output(True)
+        return graph.nodes[-1]

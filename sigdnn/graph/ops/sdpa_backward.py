@@ -8,7 +8,7 @@ kv head.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
@@ -16,6 +16,10 @@ from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.sdpa import attention_dims
 from sigdnn.graph.ops.shapes import packed_in_order_of, require_dims
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -83,3 +87,15 @@ class SdpaBackward(Op):
     ) -> tuple[int, ...] | None:
         """Each gradient in its forward tensor's layout (BSHD stays BSHD)."""
         return packed_in_order_of(inputs[port[1:]], dims)
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        q, k, v = graph.tensor("q", (1, 4, 5, 8)), graph.tensor("k", (1, 2, 7, 8)), graph.tensor("v", (1, 2, 7, 3))
+        o, d_o, stats = (
+            graph.tensor("o", (1, 4, 5, 3)),
+            graph.tensor("d_o", (1, 4, 5, 3)),
+            graph.tensor("stats", (1, 4, 5, 1)),
+        )
+        for t in graph.sdpa_backward(q, k, v, o, d_o, stats, 0.35, use_causal_mask=True, name="sdpa_backward"):
+            t.set_output(True)
+        return graph.nodes[-1]

@@ -11,13 +11,17 @@ result is never empty. Any dtype; no arithmetic.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from sigdnn.errors import GraphError
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -58,3 +62,9 @@ class Slice(Op):
                 )
             dims.append(-(-(b - a) // s))
         return {"y": tuple(dims)}
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x = graph.tensor("x", (4, 5, 6))
+        graph.slice(x, [slice(1, 4), slice(None, None, 2)], name="slice").set_output(True)
+        return graph.nodes[-1]

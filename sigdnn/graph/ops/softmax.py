@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
@@ -18,6 +18,10 @@ from sigdnn.dtypes import DataType
 from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.shapes import STATS_DTYPE, batch_dims, check_axes, packed_in_order_of
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -64,3 +68,10 @@ class Softmax(Op):
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         return packed_in_order_of(inputs["x"], dims) if port == "y" else None
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        x = graph.tensor("x", (2, 3, 4), strides=(1, 8, 2))
+        for t in graph.softmax(x, axes=(1, 2), log=True, generate_stats=True, name="softmax"):
+            t.set_output(True)
+        return graph.nodes[-1]

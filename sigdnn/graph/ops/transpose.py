@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from sigdnn.errors import GraphError
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from sigdnn.graph.graph import Graph
+    from sigdnn.graph.node import Node
 
 
 @attrs.frozen
@@ -32,3 +36,8 @@ class Transpose(Op):
                 f"port 'x''s {x.rank} axes"
             )
         return {"y": tuple(x.dims[a] for a in self.permutation)}
+
+    @classmethod
+    def sample(cls, graph: Graph) -> Node:
+        graph.transpose(graph.tensor("x", (2, 3, 4)), (2, 0, 1), name="transpose").set_output(True)
+        return graph.nodes[-1]

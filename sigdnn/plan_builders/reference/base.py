@@ -15,24 +15,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sigdnn.dtypes import DataType, round_to
+from sigdnn.dtypes import DataType, rounder
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.runtime.device import Device, ExecutionContext
-
-
-def widen(array: np.ndarray, integer: bool) -> np.ndarray:
-    """Exact float64 (or int64) values of a stored array (NaN/inf to int64 is undefined, as in C)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        return array.astype(np.int64 if integer else np.float64, copy=False)
-
-
-def store(out: np.ndarray, value: np.ndarray, dtype: DataType) -> None:
-    """Round ``value`` to ``dtype`` once and write it into the (strided) view."""
-    np.copyto(out, np.broadcast_to(round_to(value, dtype), out.shape))
-
 
 CHUNK_ELEMENTS = 1 << 16  # float64 temporaries of one chunk stay in L2
 
@@ -71,26 +59,28 @@ class ReferencePlan(NodePlan):
         elementwise: bool = False,
     ) -> None:
         self._compute = compute
-        self._integer = integer
+        self._wide = np.dtype(np.int64 if integer else np.float64)
         self._out_dtypes = out_dtypes
+        self._round = {port: rounder(dtype) for port, dtype in out_dtypes.items()}
         self._elementwise = elementwise and len(out_dtypes) == 1
 
     def execute(self, buffers: Mapping[str, Any], context: ExecutionContext | None = None) -> None:
-        if self._elementwise:
-            (port,) = self._out_dtypes
-            out = buffers[port]
-            ins = {p: np.broadcast_to(a, out.shape) for p, a in buffers.items() if p != port}
-            for block in chunks(out.shape):
-                self._run({p: a[block] for p, a in ins.items()}, {port: out[block]})
-            return
-        self._run({p: a for p, a in buffers.items() if p not in self._out_dtypes}, buffers)
+        with np.errstate(all="ignore"):
+            if self._elementwise:
+                (port,) = self._out_dtypes
+                out = buffers[port]
+                if out.size > CHUNK_ELEMENTS:
+                    ins = {p: np.broadcast_to(a, out.shape) for p, a in buffers.items() if p != port}
+                    for block in chunks(out.shape):
+                        self._run({p: a[block] for p, a in ins.items()}, {port: out[block]})
+                    return
+            self._run({p: a for p, a in buffers.items() if p not in self._out_dtypes}, buffers)
 
     def _run(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
-        wide = {p: widen(a, self._integer) for p, a in inputs.items()}
-        with np.errstate(all="ignore"):
-            results = self._compute(wide)
-        for port, value in results.items():
-            store(outputs[port], value, self._out_dtypes[port])
+        """Widen, compute, round once and store (NumPy's floating-point warnings are off: the caller's errstate)."""
+        wide = {p: a.astype(self._wide, copy=False) for p, a in inputs.items()}
+        for port, value in self._compute(wide).items():
+            np.copyto(outputs[port], self._round[port](value), casting="unsafe")
 
 
 class ReferenceBuilder(PlanBuilder):

@@ -13,14 +13,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sigdnn.dtypes import DataType
+from sigdnn.dtypes import DataType, rounder
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.concatenate import Concatenate
 from sigdnn.graph.ops.reshape import Reshape
 from sigdnn.graph.ops.slice import Slice
 from sigdnn.graph.ops.transpose import Transpose
-from sigdnn.plan_builders.reference.base import store, widen
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import ExecutionContext
@@ -33,8 +32,9 @@ def copy_into(out: np.ndarray, value: np.ndarray, dtype: DataType) -> None:
     if value.dtype == out.dtype:
         np.copyto(out, value)
         return
+    exact = value.astype(np.int64 if value.dtype.kind in "biu" else np.float64)
     with np.errstate(all="ignore"):
-        store(out, widen(value, value.dtype.kind in "biu"), dtype)
+        np.copyto(out, rounder(dtype)(exact), casting="unsafe")
 
 
 class MovePlan(NodePlan):

@@ -4,11 +4,17 @@ Both are the adjoints of conv_forward's im2col GEMM, with the same
 orientation rule (by the memory layout of the big operand) and the same
 cache-sized chunks of output positions, the batch folded into each GEMM:
 
-* dgrad: columns = w^T dy, one GEMM per chunk, then each kernel tap's
-  columns are added into a zeroed padded dx through the (injective, for a
-  fixed tap) window view, and the padding is cut off. Input positions no
-  window reaches (stride > kernel span, or a right edge the floor division
-  dropped) stay 0, so dx may be any size whose forward output is dy's.
+* dgrad, stride 1: a forward convolution of dy with the kernel flipped and
+  its channel axes swapped (per group), padded by dilation*(R-1) - padding
+  (cropped where that is negative); so it runs at conv_forward's speed, a
+  1x1 one as a single GEMM on dy in place.
+* dgrad, stride > 1: columns = w^T dy, one GEMM per chunk, then each kernel
+  tap's columns are added into a zeroed padded dx through the (injective,
+  for a fixed tap) window view, and the padding is cut off.
+  Either way input positions no window reaches (stride > kernel span, or a
+  right edge the floor division dropped) get 0, so dx may be any size whose
+  forward output is dy's (the caller's choice, as conv_transpose's
+  output_padding).
 * wgrad: dw = dy * columns(x)^T, accumulated over chunks.
 """
 
@@ -20,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sigdnn.plan_builders.reference.math.conv_forward import conv_forward
 from sigdnn.plan_builders.reference.math.windows import (
     channels_last,
     chunk_bytes,
@@ -65,6 +72,8 @@ def conv_dgrad(
     out = list(dy.shape[2:])
     _check_out(size, out, (pre_padding, post_padding, stride, dilation), kernel)
     groups = c // cg
+    if all(st == 1 for st in stride):
+        return _dgrad_stride_one(dy, w, pre_padding, dilation, size, groups)
     taps = list(itertools.product(*(range(r) for r in kernel)))
     last = channels_last(dy)
     wt = weight_matrix(w, groups, last).transpose(0, 2, 1)  # (G, K/G, taps*C/G) or (G, C/G*taps, K/G)
@@ -94,6 +103,25 @@ def conv_dgrad(
                 np.add(dest, per_tap[:, :, t].transpose(order), out=dest)
     interior = tuple(slice(a, a + e) for a, e in zip(pre_padding, size))
     return dxp[(slice(None), slice(None), *interior)]
+
+
+def _dgrad_stride_one(
+    dy: np.ndarray, w: np.ndarray, pre: Sequence[int], dilation: Sequence[int], size: Sequence[int], groups: int
+) -> np.ndarray:
+    """dx[i] = sum_r dy[i + pre - d r] w[r]: the forward conv of dy with w flipped, padded d(R-1) - pre
+    before and X - O + pre after, negative paddings cropping dy instead."""
+    k, cg, *kernel = w.shape
+    spatial = len(kernel)
+    flipped = np.flip(w, axis=tuple(range(2, 2 + spatial)))
+    wt = flipped.reshape(groups, k // groups, cg, *kernel).swapaxes(1, 2).reshape(groups * cg, k // groups, *kernel)
+    crop = [slice(None), slice(None)]
+    before, after = [], []
+    for x_len, o_len, r, d, p in zip(size, dy.shape[2:], kernel, dilation, pre):
+        lo, hi = d * (r - 1) - p, x_len - o_len + p
+        crop.append(slice(max(0, -lo), o_len - max(0, -hi)))
+        before.append(max(0, lo))
+        after.append(max(0, hi))
+    return conv_forward(dy[tuple(crop)], wt, before, after, (1,) * spatial, dilation)
 
 
 def conv_wgrad(

@@ -5,10 +5,11 @@ mean / inverse variance per K over the M = A*B elements of A and B.
 
 * batchnorm: K is the channel axis; scale and bias are per channel.
 * layernorm / rmsnorm: the normalized axes are those where scale's dim
-  equals x's; the others are batch axes, which make K. A dim of size 1 in x
-  is either, with no effect on any value; the statistics keep 1 on every
-  normalized axis and x's dim on every batch axis, so their shape is the
-  same under both readings.
+  (scale aligned to x's rank from the right) equals x's; the others are
+  batch axes, which make K. So an axis where x's dim is 1 counts as
+  normalized; reading it as a batch axis instead would change no value and
+  not even the statistics' shape (1 there either way: they keep 1 on every
+  normalized axis and x's dim on every batch axis).
 
 Numerics: the variance is two-pass, sum((x - mean)^2) / M, never
 E[x^2] - E[x]^2 (which cancels when |mean| >> std). Each block of K

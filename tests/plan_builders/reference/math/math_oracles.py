@@ -14,9 +14,19 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 
 EPS = float(np.finfo(np.float64).eps)
+
+
+def import_torch():
+    """torch (skipping the test module without it), on one thread: on tiny tensors its thread
+    pool costs ~50 ms a call on a busy 2-core machine, and one thread is as exact."""
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(1)
+    return torch
+
 
 LAYOUTS = ("contiguous", "channels_last", "padded", "reversed", "permuted")
 

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from math_oracles import LAYOUTS, assert_within, check_gradient, in_layout
+from math_oracles import LAYOUTS, assert_within, check_gradient, import_torch, in_layout
 
 from sigdnn.plan_builders.reference.math import conv_dgrad, conv_forward, conv_wgrad
 from sigdnn.plan_builders.reference.math import windows as win
 
-torch = pytest.importorskip("torch")
+torch = import_torch()
 F = torch.nn.functional
 
 
@@ -109,6 +109,8 @@ CASES = [
     conv((1, 4, 3, 4), (6, 2, 1, 2), post=1, stride=3),  # stride > kernel: inputs no window reaches
     conv((2, 3, 7, 7), (5, 3, 1, 1), stride=2),  # strided 1x1
     conv((3, 5, 4, 3), (7, 5, 1, 1)),  # pointwise
+    conv((2, 4, 6), (6, 2, 1), pre=2, post=1),  # padding beyond the kernel: outputs that see only padding
+    conv((1, 2, 5, 4), (2, 2, 2, 3), pre=(3, 0), post=(0, 3), dilation=(1, 2)),
     conv((1, 3, 11, 11), (4, 3, 7, 7), pre=3, stride=2),  # a small stem
     conv((1, 2, 3, 4, 3), (2, 2, 2, 2, 2), pre=(1, 0, 1), stride=(2, 1, 1)),
     conv((1, 4, 4, 3, 5), (4, 2, 2, 1, 3), post=(1, 1, 0), stride=(1, 2, 1), dilation=(1, 1, 2)),

@@ -1,0 +1,29 @@
+"""The README's Python blocks run as written, and its first lines give the two commands CI relies on."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
+def test_the_readme_has_python_blocks() -> None:
+    assert BLOCKS
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_python_block_runs_as_written(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(README.parent)
+    exec(compile(BLOCKS[index], f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
+
+
+def test_the_first_lines_give_the_run_and_test_commands() -> None:
+    head = README.read_text().split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert head[0].startswith("pip install . && sigdnn run examples/")
+    assert "pip install -e '.[test]' torch==2.13.0 && python -m pytest -q" in head[1]
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "pip install -q -e '.[test]' torch==2.13.0 && python -m pytest -q" in ci
