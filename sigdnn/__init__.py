@@ -27,6 +27,7 @@ _EXPORTS = {
         ),
         "sigdnn.errors",
     ),
+    "FileError": "sigdnn.io",
     "ExecutionPlan": "sigdnn.executor",
     "Executor": "sigdnn.executor",
     **dict.fromkeys(("Graph", "Limits", "Node", "Tensor", "deserialize", "load", "serialize"), "sigdnn.graph"),
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
     from sigdnn.executor import ExecutionPlan, Executor
     from sigdnn.graph import Graph, Limits, Node, Tensor, deserialize, load, serialize
     from sigdnn.graph.ops.base import Op
+    from sigdnn.io import FileError
     from sigdnn.registry import (
         BuildContext,
         FusionBuilder,
@@ -108,6 +110,7 @@ __all__ = [
     "ExecutionError",
     "ExecutionPlan",
     "Executor",
+    "FileError",
     "FusionBuilder",
     "Graph",
     "GraphError",

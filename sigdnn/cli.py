@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,11 @@ from sigdnn.io import (
     write_tensor_file,
 )
 from sigdnn.io.files import shown
+
+if TYPE_CHECKING:
+    from sigdnn.executor.plan import Step
+
+PROFILE_ROWS = 10  # slowest steps a profile lists
 
 EXIT_FAILED, EXIT_ERROR = 1, 2
 GPU_MODULES = {"cuda.core": "cuda-python", "cuda.tile": "cuda-tile", "cutlass": "nvidia-cutlass-dsl"}
@@ -67,6 +72,8 @@ def default_max_bytes() -> int:
 
 
 def _seconds(t: float) -> str:
+    if t < 1e-3:
+        return f"{t * 1e6:.0f} µs"
     return f"{t * 1000:.0f} ms" if t < 1 else f"{t:.2f} s"
 
 
@@ -222,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--engine", type=_engine, metavar="ID|NAME", help="pin every node to one builder (id or name)")
     run.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
+    run.add_argument(
+        "--profile",
+        action="store_true",
+        help="time every step (synchronizing after each) and list the slowest; with --json, every step's time",
+    )
     _graph_options(run)
     run.set_defaults(func=cmd_run)
 
@@ -356,8 +368,16 @@ def cmd_run(args: argparse.Namespace, screen: Screen) -> int:
             update(f"writing {args.save_inputs}")
             write_tensor_file(args.save_inputs, inputs, what="--save-inputs file")
         update(f"executing {len(plan.steps)} step(s) on {args.backend}")
+        times: list[tuple[str, str, float]] = []
+
+        def step_done(index: int, step: Step, seconds: float) -> None:
+            times.append((step.name, step.builder.name, seconds))
+            update(f"executing step {index + 1}/{len(plan.steps)} on {args.backend}")
+
         start = time.perf_counter()
-        outputs = executor.execute(plan, inputs)
+        # Step by step means a device synchronization per step: only for a profile, or where it costs nothing.
+        follow = args.profile or args.backend == "reference"
+        outputs = executor.execute(plan, inputs, on_step=step_done if follow else None)
         execute_s = time.perf_counter() - start
         outputs = {name: np.asarray(value) for name, value in outputs.items()}
         written = None
@@ -382,6 +402,8 @@ def cmd_run(args: argparse.Namespace, screen: Screen) -> int:
         "out": None if written is None else {"path": args.out, "format": written},
         "saved_inputs": args.save_inputs,
     }
+    if args.profile:
+        summary["profile"] = [{"step": name, "builder": builder, "seconds": s} for name, builder, s in times]
     if args.json:
         screen.json(summary)
         return 0
@@ -406,6 +428,14 @@ def cmd_run(args: argparse.Namespace, screen: Screen) -> int:
             for o in summary["outputs"]
         ],
     )
+    if args.profile:
+        slowest = sorted(times, key=lambda t: -t[2])[:PROFILE_ROWS]
+        total = sum(t[2] for t in times) or 1.0
+        screen.table(
+            f"slowest of {len(times)} steps",
+            [("step", "left"), ("builder", "left"), *_right("time", "share")],
+            [[name, builder, _seconds(s), f"{100 * s / total:.1f}%"] for name, builder, s in slowest],
+        )
     if args.save_inputs:
         screen.line(f"wrote the inputs to {shown(args.save_inputs)} (replay: --inputs {shown(args.save_inputs)})")
     if written:

@@ -117,6 +117,20 @@ def test_run_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert summary["seconds"]["execute"] >= 0 and summary["peak_intermediate_bytes"] == 0
 
 
+def test_run_profile_times_every_step_and_lists_the_slowest(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, "run", EXAMPLES / "conv_bias_relu.sdg", "--profile", "--json")
+    assert code == 0, err
+    profile = json.loads(out)["profile"]
+    plan = sigdnn.Executor().prepare(EXAMPLES / "conv_bias_relu.sdg")
+    assert [p["step"] for p in profile] == [s.name for s in plan.steps]
+    assert all(p["seconds"] > 0 for p in profile)
+    assert {p["builder"] for p in profile} == {"reference.conv_fprop", "reference.pointwise"}
+    code, out, _ = cli(capsys, "run", EXAMPLES / "conv_bias_relu.sdg", "--profile")
+    table = out[out.index("slowest of 3 steps") :].splitlines()
+    first = next(line for line in table if line.startswith(("conv", "bias", "relu")))
+    assert first.split()[0] == "conv"  # the convolution dominates a conv + bias + relu block
+
+
 def test_run_reports_time_and_memory_in_human_units(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = cli(capsys, "run", EXAMPLES / "conv_bias_relu.sdg")
     head = out.splitlines()[0]

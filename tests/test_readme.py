@@ -27,3 +27,14 @@ def test_the_first_lines_give_the_run_and_test_commands() -> None:
     assert "pip install -e '.[test]' torch==2.13.0 && python -m pytest -q" in head[1]
     ci = (README.parent / ".ci" / "run").read_text()
     assert "pip install -q -e '.[test]' torch==2.13.0 && python -m pytest -q" in ci
+
+
+def test_help_on_pointwise_lists_every_mode_and_parameter() -> None:
+    import pydoc
+
+    import sigdnn
+    from sigdnn.graph.ops.pointwise import MODES, PARAMS
+
+    text = pydoc.render_doc(sigdnn.Graph.pointwise, renderer=pydoc.plaintext)
+    missing = [name for name in (*MODES, *PARAMS) if name not in text]
+    assert not missing, f"help(Graph.pointwise) does not name {missing}"

@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from sigdnn.errors import ExecutionError, GraphError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
+from sigdnn.executor.fallback import FALLBACKS, fallback_builder
 from sigdnn.executor.host import HostMemory
 from sigdnn.executor.host_arrays import to_torch
 from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
@@ -42,6 +44,11 @@ class Executor:
     ``engine`` pins every node its builder serves; ``pins`` pins nodes by name.
     Pinning is strict: a pinned builder that declines is an error, never a
     silent fallback. ``fusion=False`` plans every node as its own step.
+    ``fallback="reference"`` (GPU only) runs a node no GPU builder takes on
+    the reference, with copies around it (``sigdnn.executor.fallback``); by
+    default such a node is a NoPlanError. ``cuda_graphs=True`` (GPU only)
+    records a plan's launches into a CUDA graph and replays it when the
+    caller's buffers are at addresses seen before (``gpu_memory.BoundPlan``).
     """
 
     def __init__(
@@ -53,11 +60,19 @@ class Executor:
         registry: Registry | None = None,
         limits: Limits = DEFAULT_LIMITS,
         fusion: bool = True,
+        fallback: str | None = None,
+        cuda_graphs: bool = False,
         cache_size: int = 64,
     ) -> None:
         if backend not in BACKENDS:
             raise UsageError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+        if fallback is not None and (backend != "gpu" or fallback not in FALLBACKS):
+            raise UsageError(f"fallback={fallback!r}: the gpu backend can fall back to one of {FALLBACKS}")
+        if cuda_graphs and backend != "gpu":
+            raise UsageError("cuda_graphs=True needs the gpu backend")
         self.backend = backend
+        self.fallback = fallback
+        self.cuda_graphs = cuda_graphs
         self.fusion = fusion
         self.engine = engine
         self.pins = dict(pins or {})
@@ -172,12 +187,21 @@ class Executor:
                 )
         return steps
 
+    def _is_pinned(self, node: Node, key: SignatureKey) -> bool:
+        """Pinned by name, or by the executor's engine where that engine serves the key (pins never fall back)."""
+        return node.name in self.pins or (self.engine is not None and self._find(self.engine, node).serves(key))
+
     def _pinned_elsewhere(self, node: Node, builder: PlanBuilder) -> bool:
         pinned = self.pins.get(node.name)
         return pinned is not None and self._find(pinned, node).engine_id != builder.engine_id
 
     def _node_step(self, graph: Graph, node: Node, key: SignatureKey, device: Device) -> Step:
-        builder, why = self._choose(node, graph, key, device)
+        try:
+            builder, why = self._choose(node, graph, key, device)
+        except NoPlanError as e:
+            if self.fallback is None or self._is_pinned(node, key):
+                raise
+            builder, why = fallback_builder(self.registry, node, graph, key, e), [str(e)]
         ports = node.op.ports()
         plan = builder.build(node, graph, BuildContext(key, device, graph))
         ins = tuple(dict.fromkeys(node.op.inputs().values()))
@@ -256,6 +280,7 @@ class Executor:
         to_host: bool = True,
         capture: dict[str, Any] | None = None,
         out: str = "numpy",
+        on_step: Callable[[int, Step, float], None] | None = None,
     ) -> dict[str, Any]:
         """Run ``plan``; return every output by name (written in place when given).
 
@@ -268,11 +293,18 @@ class Executor:
         ``out="torch"`` returns host outputs as torch tensors sharing their
         memory (every dtype, bfloat16 and fp8 included); ``"numpy"`` (the
         default) as NumPy arrays. Host arrays also export ``__dlpack__``.
+        ``on_step(index, step, seconds)`` is called after each step with the
+        time it took (the device is synchronized after each step then, so
+        the times are real): profiles and progress displays hang on it.
         """
         if out not in OUTPUT_KINDS:
             raise UsageError(f"execute(out={out!r}): expected one of {', '.join(OUTPUT_KINDS)}")
         if not isinstance(plan, ExecutionPlan):
             raise UsageError(f"execute() takes an ExecutionPlan from prepare(), not {type(plan).__name__}")
+        bound = getattr(self.memory, "bound", None)  # the GPU's fast path: memory and launches bound once per plan
+        if bound is not None and capture is None and on_step is None:
+            result = bound(plan, self.cuda_graphs).run(variant_pack, to_host)
+            return self._deliver_as(result, out)
         graph, memory = plan.graph, self.memory.session()
         outputs = [t.uid for t in graph.outputs]
         pack = resolve_pack(graph, variant_pack, [t.uid for t in graph.inputs], outputs)
@@ -298,20 +330,28 @@ class Executor:
         for uid, offset, t, dtype in plan.arena_tensors:
             buffers[uid] = memory.view(arena, offset, t, dtype)
         context = ExecutionContext(self.device, memory.stream, memory.workspace(plan.workspace_bytes))
-        for step in plan.steps:
+        for index, step in enumerate(plan.steps):
+            started = time.perf_counter() if on_step is not None else 0.0
             try:
                 step.plan.execute({k: buffers[uid] for k, uid in step.bindings.items()}, context)
             except SigdnnError:
                 raise
             except Exception as e:
                 raise ExecutionError(f"step '{step.name}' ({step.builder.name}) failed: {type(e).__name__}: {e}") from e
+            if on_step is not None:
+                memory.synchronize()
+                on_step(index, step, time.perf_counter() - started)
             if capture is not None:
                 for uid in step.writes:
                     capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid])
         result = {graph.tensors[u].name: memory.deliver(buffers[u], to_host) for u in outputs}
         memory.synchronize()
+        return self._deliver_as(result, out)
+
+    @staticmethod
+    def _deliver_as(result: dict[str, Any], out: str) -> dict[str, Any]:
         if out == "torch":
-            result = {name: to_torch(a) if isinstance(a, np.ndarray) else a for name, a in result.items()}
+            return {name: to_torch(a) if isinstance(a, np.ndarray) else a for name, a in result.items()}
         return result
 
     def run(self, source: GraphSource, variant_pack: Mapping[Any, Any], **kw: Any) -> dict[str, Any]:

@@ -1,14 +1,32 @@
-"""Device memory for the GPU backend: caller buffers in, outputs back out.
+"""Device memory for the GPU backend: caller buffers in, outputs back out, plans bound once.
 
 Device buffers (torch, CuPy, anything with ``__cuda_array_interface__`` or
 ``__dlpack__``) are used in place and must have the graph's strides, since
 plans are specialised on them at prepare. Host NumPy arrays are copied in
 (laid out with the declared strides) and outputs given as NumPy arrays are
 copied back when the run ends.
+
+Host cost. ``GpuRun`` serves the executor's generic, step-by-step path
+(validation's captures use it). ``BoundPlan`` is the fast path: the first
+execute of a plan allocates its arena, workspace and host-staging buffers
+from memory the executor keeps (``GpuMemory``), makes every arena view
+and asks every step for a bound launch (``plan.bind``: views and launch
+arguments made once). A later execute only accepts the caller's buffers;
+steps that touch none of them keep their launch, the others are rebound
+when a caller buffer's address changed. With ``cuda_graphs=True`` the
+launches of a run whose caller addresses were seen before are recorded once
+into a CUDA graph and replayed; a recording is valid for exactly the caller
+addresses it was made with (new addresses record again, up to
+``GRAPHS_PER_PLAN`` recordings per plan, least recently used dropped), and
+never used for plans with a step that synchronizes (a reference fallback).
 """
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -16,42 +34,89 @@ import numpy as np
 from sigdnn.dtypes import DataType
 from sigdnn.errors import VariantPackError
 from sigdnn.executor.host import strided_view
+from sigdnn.executor.variant_pack import resolve_pack
 from sigdnn.graph.layout import span_elements
 from sigdnn.graph.tensor import Tensor
-from sigdnn.runtime.device import Device
+from sigdnn.runtime.device import Device, ExecutionContext
+
+GRAPHS_PER_PLAN = 4
+BOUND_PLANS = 64  # bindings (each holding its arena) kept, least recently used dropped
 
 
 class GpuMemory:
-    """Owns the GpuContext (device + stream) of one executor."""
+    """Owns the GpuContext (device + stream) of one executor, and the memory of its bound plans."""
 
-    def __init__(self, device_id: int = 0) -> None:
-        from sigdnn.runtime.cuda import GpuContext
+    def __init__(self, device_id: int = 0, context: Any = None) -> None:
+        if context is None:
+            from sigdnn.runtime.cuda import GpuContext
 
-        self.context = GpuContext(device_id)
+            context = GpuContext(device_id)
+        self.context = context
         self.device = Device("gpu", self.context)
+        self._bound: OrderedDict[str, BoundPlan] = OrderedDict()
+        self._lock = threading.Lock()
 
     def session(self) -> GpuRun:
         return GpuRun(self.context)
 
+    def bound(self, plan: Any, cuda_graphs: bool) -> BoundPlan:
+        """The plan's binding (made on first use; kept with its memory while the plan is recent)."""
+        with self._lock:
+            found = self._bound.get(plan.digest)
+            if found is None or found.plan is not plan or found.cuda_graphs != cuda_graphs:
+                found = self._bound[plan.digest] = BoundPlan(plan, self, cuda_graphs)
+            self._bound.move_to_end(plan.digest)
+            while len(self._bound) > BOUND_PLANS:
+                self._bound.popitem(last=False)
+            return found
+
+
+def _strided(context: Any, tensor: Tensor, dtype: DataType) -> Any:
+    nbytes = span_elements(tensor.dims, tensor.strides) * dtype.itemsize
+    return context.view(context.allocate(nbytes), 0, tensor.dims, tensor.strides, dtype.numpy)
+
+
+def _upload(context: Any, host: np.ndarray, device: Any, tensor: Tensor, dtype: DataType) -> None:
+    """Copy ``host`` (logical dims) into ``device`` laid out with the tensor's strides."""
+    span = np.empty(span_elements(tensor.dims, tensor.strides), dtype=dtype.numpy)
+    strided_view(span, 0, tensor.dims, tensor.strides, dtype)[...] = host
+    context.copy_into(device.as_strided(span.shape, (1,)), span)
+
+
+def _wrap_device(context: Any, obj: Any, tensor: Tensor, dtype: DataType) -> Any:
+    """A caller's device buffer, checked against the tensor (dtype, dims, strides of dims > 1)."""
+    where = f"tensor '{tensor.name}' (uid {tensor.uid})"
+    try:
+        device = context.wrap(obj)
+    except (TypeError, ValueError) as e:
+        raise VariantPackError(f"{where}: {e}") from None
+    if device.dtype != dtype.numpy or device.shape != tensor.dims:
+        raise VariantPackError(
+            f"{where}: got {device.dtype}{list(device.shape)}, the graph has {dtype}{list(tensor.dims)}"
+        )
+    significant = [(s, t) for d, s, t in zip(tensor.dims, device.strides, tensor.strides) if d > 1]
+    if any(s != t for s, t in significant):
+        raise VariantPackError(
+            f"{where}: device strides {list(device.strides)} differ from the graph's {list(tensor.strides)}"
+        )
+    return device
+
+
+def _check_host(obj: np.ndarray, tensor: Tensor, dtype: DataType, writable: bool) -> None:
+    where = f"tensor '{tensor.name}' (uid {tensor.uid})"
+    if obj.dtype != dtype.numpy or obj.shape != tensor.dims:
+        raise VariantPackError(f"{where}: got {obj.dtype}{list(obj.shape)}, the graph has {dtype}{list(tensor.dims)}")
+    if writable and not obj.flags.writeable:
+        raise VariantPackError(f"{where}: output array is read-only")
+
 
 class GpuRun:
-    """The buffers of one execute() call."""
+    """The buffers of one execute() call on the executor's generic path."""
 
     def __init__(self, context: Any) -> None:
         self.context = context
         self.stream = context.stream_handle  # what step plans enqueue on: a raw CUstream
         self._copy_back: dict[int, np.ndarray] = {}
-
-    def _strided(self, tensor: Tensor, dtype: DataType) -> Any:
-        nbytes = span_elements(tensor.dims, tensor.strides) * dtype.itemsize
-        return self.context.view(self.context.allocate(nbytes), 0, tensor.dims, tensor.strides, dtype.numpy)
-
-    def _upload(self, host: np.ndarray, tensor: Tensor, dtype: DataType) -> Any:
-        span = np.empty(span_elements(tensor.dims, tensor.strides), dtype=dtype.numpy)
-        strided_view(span, 0, tensor.dims, tensor.strides, dtype)[...] = host
-        device = self._strided(tensor, dtype)
-        self.context.copy_into(device.as_strided(span.shape, (1,)), span)
-        return device
 
     def arena(self, nbytes: int) -> Any:
         return self.context.allocate(nbytes)
@@ -66,38 +131,22 @@ class GpuRun:
         return self.context.view(arena, offset, tensor.dims, tensor.strides, dtype.numpy)
 
     def accept(self, obj: Any, tensor: Tensor, dtype: DataType, writable: bool) -> Any:
-        where = f"tensor '{tensor.name}' (uid {tensor.uid})"
         if isinstance(obj, np.ndarray):
-            if obj.dtype != dtype.numpy or obj.shape != tensor.dims:
-                raise VariantPackError(
-                    f"{where}: got {obj.dtype}{list(obj.shape)}, the graph has {dtype}{list(tensor.dims)}"
-                )
-            device = self._upload(obj, tensor, dtype)
+            _check_host(obj, tensor, dtype, writable)
+            device = _strided(self.context, tensor, dtype)
+            _upload(self.context, obj, device, tensor, dtype)
             if writable:
-                if not obj.flags.writeable:
-                    raise VariantPackError(f"{where}: output array is read-only")
                 self._copy_back[id(device)] = obj
             return device
-        try:
-            device = self.context.wrap(obj)
-        except (TypeError, ValueError) as e:
-            raise VariantPackError(f"{where}: {e}") from None
-        if device.dtype != dtype.numpy or device.shape != tensor.dims:
-            raise VariantPackError(
-                f"{where}: got {device.dtype}{list(device.shape)}, the graph has {dtype}{list(tensor.dims)}"
-            )
-        significant = [(s, t) for d, s, t in zip(tensor.dims, device.strides, tensor.strides) if d > 1]
-        if any(s != t for s, t in significant):
-            raise VariantPackError(
-                f"{where}: device strides {list(device.strides)} differ from the graph's {list(tensor.strides)}"
-            )
-        return device
+        return _wrap_device(self.context, obj, tensor, dtype)
 
     def new_output(self, tensor: Tensor, dtype: DataType) -> Any:
-        return self._strided(tensor, dtype)
+        return _strided(self.context, tensor, dtype)
 
     def scalar(self, value: np.ndarray, tensor: Tensor, dtype: DataType) -> Any:
-        return self._upload(np.full(tensor.dims, value, dtype=dtype.numpy), tensor, dtype)
+        device = _strided(self.context, tensor, dtype)
+        _upload(self.context, np.full(tensor.dims, value, dtype=dtype.numpy), device, tensor, dtype)
+        return device
 
     def deliver(self, array: Any, to_host: bool) -> Any:
         target = self._copy_back.get(id(array))
@@ -112,3 +161,126 @@ class GpuRun:
 
     def synchronize(self) -> None:
         self.context.synchronize()
+
+
+class BoundPlan:
+    """One plan bound to device memory: arena views, staging and step launches made once."""
+
+    def __init__(self, plan: Any, memory: GpuMemory, cuda_graphs: bool) -> None:
+        self.plan = plan
+        self.cuda_graphs = cuda_graphs
+        self.context = context = memory.context
+        graph = plan.graph
+        self._lock = threading.Lock()
+        self._arena = context.allocate(plan.memory.peak_bytes)
+        self.buffers: dict[int, Any] = {}
+        for uid, offset in plan.memory.offsets.items():
+            t = graph.tensors[uid]
+            self.buffers[uid] = context.view(self._arena, offset, t.dims, t.strides, graph.dtype_of(t).numpy)
+        nbytes = plan.workspace_bytes
+        workspace = context.view(context.allocate(nbytes), 0, (nbytes,), None, np.uint8) if nbytes else None
+        self.execution = ExecutionContext(memory.device, context.stream_handle, workspace)
+        self._inputs = [t.uid for t in graph.inputs]
+        self._outputs = [t.uid for t in graph.outputs]
+        self._io = [uid for uid, t in graph.tensors.items() if not t.is_virtual]
+        self._staging: dict[int, Any] = {}  # uid -> device buffer for host arrays and graph scalars (fixed address)
+        self._scalar_values: dict[int, bytes] = {}  # uid -> the value the staged scalar holds
+        self._steps = list(plan.steps)
+        io = set(self._io)
+        self._touches_io = [any(u in io for u in s.bindings.values()) for s in self._steps]
+        self._launches: list[Callable[[], None]] = [None] * len(self._steps)  # type: ignore[list-item]
+        self._addresses: tuple[int, ...] | None = None
+        self._bindable = all(hasattr(s.plan, "bind") for s in self._steps)
+        self._graphs: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._seen: set[tuple[int, ...]] = set()
+        for i, step in enumerate(self._steps):
+            if not self._touches_io[i]:
+                self._launches[i] = self._bind(step)
+
+    def _bind(self, step: Any) -> Callable[[], None]:
+        buffers = {key: self.buffers[uid] for key, uid in step.bindings.items()}
+        bind = getattr(step.plan, "bind", None)
+        if bind is not None:
+            return bind(buffers, self.execution)
+        return functools.partial(step.plan.execute, buffers, self.execution)
+
+    def _staged(self, uid: int) -> Any:
+        found = self._staging.get(uid)
+        if found is None:
+            t = self.plan.graph.tensors[uid]
+            found = self._staging[uid] = _strided(self.context, t, self.plan.graph.dtype_of(t))
+        return found
+
+    def run(self, variant_pack: Mapping[Any, Any], to_host: bool) -> dict[str, Any]:
+        graph = self.plan.graph
+        pack = resolve_pack(graph, variant_pack, self._inputs, self._outputs)
+        with self._lock:
+            copy_back: dict[int, np.ndarray] = {}
+            fresh = False
+            for uid in self._io:
+                t = graph.tensors[uid]
+                dtype = graph.dtype_of(t)
+                obj = pack.get(uid)
+                if t.value is not None:
+                    value = np.asarray(t.scalar() if obj is None else obj, dtype=dtype.numpy)
+                    staged = self.buffers[uid] = self._staged(uid)
+                    if self._scalar_values.get(uid) != value.tobytes():
+                        _upload(self.context, np.full(t.dims, value, dtype=dtype.numpy), staged, t, dtype)
+                        self._scalar_values[uid] = value.tobytes()
+                elif obj is None:  # an output the caller did not give: a fresh buffer per run
+                    self.buffers[uid] = _strided(self.context, t, dtype)
+                    fresh = True
+                elif isinstance(obj, np.ndarray):
+                    writable = uid in copy_back or uid not in self._inputs
+                    _check_host(obj, t, dtype, writable)
+                    staged = self.buffers[uid] = self._staged(uid)
+                    if writable:
+                        copy_back[uid] = obj
+                    else:
+                        _upload(self.context, obj, staged, t, dtype)
+                else:
+                    self.buffers[uid] = _wrap_device(self.context, obj, t, dtype)
+            addresses = tuple(self.buffers[u].ptr for u in self._io)
+            if addresses != self._addresses:
+                for i, step in enumerate(self._steps):
+                    if self._touches_io[i]:
+                        self._launches[i] = self._bind(step)
+                self._addresses = addresses
+            self._launch(addresses, replayable=not fresh)
+            result: dict[str, Any] = {}
+            for uid in self._outputs:
+                device = self.buffers[uid]
+                host = copy_back.get(uid)
+                if host is not None:
+                    host[...] = self.context.to_host(device)
+                    result[graph.tensors[uid].name] = host
+                else:
+                    result[graph.tensors[uid].name] = self.context.to_host(device) if to_host else device
+            self.context.synchronize()
+            return result
+
+    def _launch(self, addresses: tuple[int, ...], replayable: bool) -> None:
+        """Enqueue every step: from a CUDA graph recorded for these addresses, else launch by launch."""
+        if self.cuda_graphs and self._bindable and replayable:
+            graph = self._graphs.get(addresses)
+            if graph is not None:
+                self._graphs.move_to_end(addresses)
+                graph.replay()
+                return
+            if addresses in self._seen:  # second run on these buffers: kernels are compiled, record
+                from sigdnn.runtime.cuda import CudaGraph
+
+                graph = CudaGraph.record(self.context, self._launches)
+                self._graphs[addresses] = graph
+                while len(self._graphs) > GRAPHS_PER_PLAN:
+                    self._graphs.popitem(last=False)
+                graph.replay()
+                return
+            self._seen.add(addresses)
+        for launch in self._launches:
+            launch()
+
+    @property
+    def recordings(self) -> int:
+        """How many CUDA graphs this binding holds (tests check what invalidates one)."""
+        return len(self._graphs)

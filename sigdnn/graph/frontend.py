@@ -81,7 +81,7 @@ def rank_of(t: Any) -> int:
     return len(t.dims) if isinstance(t, Tensor) else 0
 
 
-def scalar_value(value: Any, what: str) -> float:
+def parameter_value(value: Any, what: str) -> float:
     """A float attribute from a number or a pass-by-value scalar tensor (cuDNN passes epsilon and friends as tensors)."""
     if isinstance(value, Tensor):
         if value.value is None or value.dtype is None:
@@ -179,8 +179,10 @@ class Frontend:
         logical_not``; math ``abs neg ceil floor sqrt rsqrt reciprocal exp
         log sin cos tan erf identity``; activations ``relu_fwd tanh_fwd
         sigmoid_fwd elu_fwd gelu_fwd gelu_approx_tanh_fwd softplus_fwd
-        swish_fwd`` and their ``*_bwd`` (inputs dy, x); ``gen_index``;
-        ``binary_select`` (a, b, mask: mask ? a : b).
+        swish_fwd``; their gradients, inputs (dy, x): ``relu_bwd tanh_bwd
+        sigmoid_bwd elu_bwd gelu_bwd gelu_approx_tanh_bwd softplus_bwd
+        swish_bwd``; ``gen_index``; ``binary_select`` (a, b, mask: mask ?
+        a : b).
 
         Parameters: ``relu_lower_clip``, ``relu_upper_clip``,
         ``relu_lower_clip_slope`` (relu), ``elu_alpha``, ``softplus_beta``,
@@ -319,9 +321,9 @@ class Frontend:
         epsilon and momentum are numbers or pass-by-value scalar tensors.
         """
         where = f"node '{name or 'batchnorm'}'"
-        attributes = {"epsilon": scalar_value(epsilon, f"{where} epsilon")}
+        attributes = {"epsilon": parameter_value(epsilon, f"{where} epsilon")}
         if in_running_mean is not None or in_running_var is not None:
-            attributes["momentum"] = scalar_value(momentum, f"{where} momentum")
+            attributes["momentum"] = parameter_value(momentum, f"{where} momentum")
         inputs = {"x": x, "scale": scale, "bias": bias, "in_running_mean": in_running_mean}
         inputs["in_running_var"] = in_running_var
         node = self.add_node(Batchnorm, inputs, attributes, name=name, compute_dtype=compute_dtype)
@@ -361,7 +363,7 @@ class Frontend:
         axes are those where scale's dim equals x's; the others are batch dims.
         """
         where = f"node '{name or 'layernorm'}'"
-        attributes = {"phase": phase, "epsilon": scalar_value(epsilon, f"{where} epsilon")}
+        attributes = {"phase": phase, "epsilon": parameter_value(epsilon, f"{where} epsilon")}
         inputs = {"x": x, "scale": scale, "bias": bias}
         node = self.add_node(Layernorm, inputs, attributes, name=name, compute_dtype=compute_dtype)
         return self.outputs_of(node)  # type: ignore[return-value]
@@ -398,7 +400,7 @@ class Frontend:
         inv_variance is written in the "training" phase only (None in "inference").
         """
         where = f"node '{name or 'rmsnorm'}'"
-        attributes = {"phase": phase, "epsilon": scalar_value(epsilon, f"{where} epsilon")}
+        attributes = {"phase": phase, "epsilon": parameter_value(epsilon, f"{where} epsilon")}
         inputs = {"x": x, "scale": scale, "bias": bias}
         node = self.add_node(Rmsnorm, inputs, attributes, name=name, compute_dtype=compute_dtype)
         return self.outputs_of(node)  # type: ignore[return-value]
@@ -499,7 +501,7 @@ class Frontend:
         """
         where = f"node '{name or 'sdpa'}'"
         attributes = {
-            "attn_scale": 1.0 if attn_scale is None else scalar_value(attn_scale, f"{where} attn_scale"),
+            "attn_scale": 1.0 if attn_scale is None else parameter_value(attn_scale, f"{where} attn_scale"),
             "use_causal_mask": bool(use_causal_mask),
             "generate_stats": bool(generate_stats),
         }
@@ -525,7 +527,7 @@ class Frontend:
         """Attention gradients from the forward's o and stats and the incoming d_o (cuDNN's dO) -> (dq, dk, dv)."""
         where = f"node '{name or 'sdpa_backward'}'"
         attributes = {
-            "attn_scale": 1.0 if attn_scale is None else scalar_value(attn_scale, f"{where} attn_scale"),
+            "attn_scale": 1.0 if attn_scale is None else parameter_value(attn_scale, f"{where} attn_scale"),
             "use_causal_mask": bool(use_causal_mask),
         }
         inputs = {"q": q, "k": k, "v": v, "o": o, "d_o": d_o, "stats": stats, "bias": bias}

@@ -41,6 +41,8 @@ IN_TREE: dict[str, int] = {
     "reference.slice": 1021,
     "reference.concatenate": 1022,
     "cutile.pointwise": 2001,
+    "cutile.fusion.pointwise": 2002,
+    "cute.matmul": 3000,
 }
 
 

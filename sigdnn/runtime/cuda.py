@@ -454,3 +454,51 @@ class GpuContext:
             )
         finally:
             driver.cuEventDestroy(event)
+
+
+# ---------------------------------------------------------------------------
+# CUDA graphs
+
+
+class CudaGraph:
+    """A recorded sequence of launches on a context's stream, replayed with one cuGraphLaunch.
+
+    Recording captures whatever the callables enqueue on the stream (relaxed
+    capture mode: cuTile may query the driver while launching). The
+    recording bakes in every kernel argument, device pointers included: it
+    is valid only while those buffers stay where they were.
+    """
+
+    def __init__(self, context: GpuContext, graph: Any, exec_graph: Any) -> None:
+        self._context = context
+        self._graph = graph
+        self._exec = exec_graph
+
+    @classmethod
+    def record(cls, context: GpuContext, launches: Sequence[Any]) -> CudaGraph:
+        driver = _driver()
+        stream = driver.CUstream(context.stream_handle)
+        mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        _check(driver.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+        try:
+            for launch in launches:
+                launch()
+        finally:
+            graph = _check(driver.cuStreamEndCapture(stream), "cuStreamEndCapture")
+        if hasattr(driver, "cuGraphInstantiateWithFlags"):
+            exec_graph = _check(driver.cuGraphInstantiateWithFlags(graph, 0), "cuGraphInstantiateWithFlags")
+        else:
+            exec_graph = _check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        return cls(context, graph, exec_graph)
+
+    def replay(self) -> None:
+        driver = _driver()
+        _check(driver.cuGraphLaunch(self._exec, driver.CUstream(self._context.stream_handle)), "cuGraphLaunch")
+
+    def __del__(self) -> None:
+        try:
+            driver = _driver()
+            driver.cuGraphExecDestroy(self._exec)
+            driver.cuGraphDestroy(self._graph)
+        except Exception:  # interpreter shutdown: the driver may be gone already
+            pass

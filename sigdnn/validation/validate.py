@@ -130,6 +130,15 @@ def _run_reference(
             if carried:
                 for port, uid in op.outputs().items():
                     sums[uid] = np.broadcast_to(sum(carried[1:], carried[0]), outs[port].shape)
+        else:
+            # A non-linear reduction (a norm, softmax, attention): no |terms| run exists, so its
+            # accumulation bound is normwise, scaled by the output's largest magnitude.
+            tensors = {p: graph.tensors[u] for p, u in op.ports().items()}
+            for port, uid in op.outputs().items():
+                if op.reduction_length(tensors, port) > 1 and outs[port].size:
+                    with np.errstate(invalid="ignore"):
+                        scale = np.nanmax(np.abs(np.where(np.isfinite(outs[port]), outs[port], 0).astype(np.float64)))
+                    sums[uid] = np.full(outs[port].shape, scale)
     return {uid: values[uid] for uid in step.writes}, sums
 
 

@@ -289,6 +289,11 @@ WIRE: list[tuple[str, Callable[[], bytes], str]] = [
     ("slice stride", lambda: retouch(built(single("slice", (4, 5), [slice(1, 3)])), strides=(0, 1)), "must be >= 1"),
     ("reshape", lambda: retouch(built(single("reshape", (2, 5), (10,))), dims=(11,)), "hold 11 elements"),
     ("resample", lambda: retouch(built(single("resample", X4, "nearest", (2, 4, 3, 3))), dims=(1, 4, 3, 3)), "N, C"),
+    (
+        "resample huge scale",  # finite, but the scaled size overflows (found by the fuzz run, case 419943)
+        lambda: retouch(built(single("resample", X4, "bilinear", (2, 4, 12, 12), (2.0, 2.0))), scales=(1e308, 2.0)),
+        "past 2",
+    ),
     ("required port absent", lambda: retouch(built(batchnorm()), bias=0), r"port 'bias' names uid 0.*dangling"),
 ]
 

@@ -120,3 +120,43 @@ def test_nan_and_inf_must_match_position_for_position() -> None:
 def test_integer_outputs_must_match_exactly() -> None:
     got = compare("i", np.array([1, 2, 3]), np.array([1, 2, 4]), Tolerance(0, 0, exact=True))
     assert got.mismatches == 1 and got.worst_index == (2,)
+
+
+class Float32Layernorm(NodePlan):
+    """layernorm in float32, as a GPU kernel would; ``epsilon`` wrong on purpose when asked."""
+
+    def __init__(self, epsilon: float) -> None:
+        self.epsilon = epsilon
+
+    def execute(self, buffers: Any, context: Any = None) -> None:
+        x = buffers["x"].astype(np.float32)
+        mean = x.mean(axis=-1, keepdims=True)
+        inv = 1 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + np.float32(self.epsilon))
+        buffers["y"][...] = (x - mean) * inv * buffers["scale"] + buffers["bias"]
+
+
+class Float32LayernormBuilder(PlanBuilder):
+    name, engine_id, library, ops, priority = "plugin.f32_layernorm", 30502, "plugin", ("layernorm",), 10
+
+    def __init__(self, epsilon: float) -> None:
+        self.epsilon = epsilon
+
+    def build(self, node: Any, graph: Any, ctx: Any) -> NodePlan:
+        return Float32Layernorm(self.epsilon)
+
+
+def layernorm_graph() -> sigdnn.Graph:
+    g = sigdnn.Graph("ln", io_dtype="float32", compute_dtype="float32")
+    x, scale, bias = g.tensor("x", (64, 4096)), g.tensor("scale", (1, 4096)), g.tensor("bias", (1, 4096))
+    y, _, _ = g.layernorm("inference", x, scale, bias, epsilon=1e-5, name="ln")
+    y.set_output(True).set_name("y")
+    return g
+
+
+def test_a_nonlinear_reduction_is_judged_with_a_normwise_accumulation_bound() -> None:
+    """float32 accumulation over 4096 terms passes; an epsilon off by 100x fails, at that node."""
+    good = validate(layernorm_graph(), seed=5, executor=device(Float32LayernormBuilder(1e-5)))
+    assert good.passed, good.table()
+    bad = validate(layernorm_graph(), seed=5, executor=device(Float32LayernormBuilder(1e-3)))
+    assert not bad.passed
+    assert [c.node for c in bad.nodes if not c.comparison.passed] == ["ln"]

@@ -87,6 +87,8 @@ class Resample(Op):
         if self.scales:
             if len(self.scales) != s or any(not (0 < c < math.inf) for c in self.scales):
                 raise GraphError(f"{where}: scales {list(self.scales)} must be {s} positive finite numbers")
+            if any(d * c >= 2**62 for d, c in zip(x.dims[2:], self.scales)):
+                raise GraphError(f"{where}: scales {list(self.scales)} make spatial dims past 2**62")
             want = [scaled_size(d, c) for d, c in zip(x.dims[2:], self.scales)]
             if list(dims[2:]) != want:
                 raise GraphError(

@@ -1,6 +1,9 @@
-"""cuTile builders (engine ids 2000-2999), one module per op family.
+"""cuTile builders (engine ids 2000-2999): pointwise nodes and fused pointwise regions.
 
-Importing this package imports no GPU code: kernels live in the ``kernels``
-subpackage, which imports ``cuda.tile`` and is loaded on first launch;
-``available()`` reports why a builder cannot run on this machine.
+Kernels are generated: ``spec`` turns a node or a region into a KernelSpec
+(``layout`` decides how each tensor is walked), ``codegen`` writes its cuTile
+source (``_f32math`` holds the float32 formulas), ``plans`` launch it, and a
+``backend`` compiles it, with cuTile (``kernels``, imported on first build,
+never at ``import sigdnn``) or, in CPU tests, through ``emulator``.
+``pointwise`` builds single nodes, ``fusion`` claims regions.
 """

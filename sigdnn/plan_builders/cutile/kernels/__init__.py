@@ -1,151 +1,94 @@
-"""cuTile kernels for pointwise ops; every one computes in float32.
+"""The cuTile backend: generated kernel modules compiled by cuTile and launched with ``ct.launch``.
 
-This module imports ``cuda.tile`` at the top, so only import it lazily (at
-build / launch time): :mod:`.pointwise` does. cuTile compiles each kernel once
-per specialization (argument dtypes, rank, alignment and the ``Constant``
-parameters) and caches it, so a plan that reuses its kernel and constants
-never compiles twice.
+This package imports ``cuda.tile``, so it is only imported lazily (at build
+time, through ``backend.backend_for``), never at ``import sigdnn``.
 
-Two shapes of kernel:
-- ``*_dense``: all operands walk one flat, packed index space; a block loads
-  one tile of ``tile`` elements per operand (the last tile is partial: cuTile
-  bounds-checks the load and drops the out-of-range part of the store).
-- ``*_strided``: the output is packed, inputs are any non-negative strided
-  view of at most 4 collapsed dims (stride 0 broadcasts); each block derives
-  every input's element offsets from the flat output index and gathers.
+Each KernelSpec's text (``codegen.generate``) is written once to a file
+named by its hash in the kernel cache directory and imported from there
+(cuTile reads a kernel's source through ``inspect``, so it must live in a
+file). cuTile compiles a kernel on its first launch per specialization and
+keeps the cubin in its own disk cache (``CUDA_TILE_CACHE_DIR``, by default
+~/.cache/cutile-python), keyed by the kernel's bytecode: a second process
+finds both the source and the cubin and starts warm.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
 import cuda.tile as ct
+import numpy as np
 
-# Op codes (the kernels' ``op`` constant).
-ADD = 0
-MUL = 1
-RELU = 2
-TANH = 3
-
-ConstInt = ct.Constant[int]
-ConstFloat = ct.Constant[float]
-ConstBool = ct.Constant[bool]
+from sigdnn.plan_builders.cutile import codegen
+from sigdnn.plan_builders.cutile.codegen import KernelSpec, kernel_name
+from sigdnn.runtime.cuda import DeviceArray
 
 
-@ct.function
-def _binary(op, x, y):
-    # Statement-form branches on constants: cuTile folds them at compile time.
-    if op == ADD:  # noqa: SIM108
-        r = x + y
-    else:
-        r = x * y
-    return r
+def cache_dir() -> Path:
+    """SIGDNN_CACHE_DIR/cutile, else ~/.cache/sigdnn/cutile; a private temp folder when neither is writable."""
+    base = os.environ.get("SIGDNN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "sigdnn")
+    for folder in (Path(base) / "cutile", Path(tempfile.gettempdir()) / f"sigdnn-cutile-{os.getuid()}"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if os.access(folder, os.W_OK):
+                return folder
+        except OSError:
+            continue
+    raise OSError("no writable folder for generated cuTile kernels (set SIGDNN_CACHE_DIR)")
 
 
-@ct.function
-def _unary(op, x, lo, slope, has_hi, hi):
-    if op == RELU:
-        # OPS.md relu_fwd: x <= L -> L + s(x - L); x >= U -> U; else x (the lower
-        # clip wins, as in the reference). NaN fails both comparisons and stays
-        # NaN; with s = 0, -inf gives L (not 0 * -inf).
-        r = x
-        if has_hi:
-            r = ct.where(x >= hi, hi, r)
-        if slope == 0.0:  # noqa: SIM108
-            r = ct.where(x <= lo, lo, r)
-        else:
-            r = ct.where(x <= lo, lo + slope * (x - lo), r)
-    else:
-        r = ct.tanh(x, rounding_mode=ct.RoundingMode.FULL)
-    return r
+def _write_once(path: Path, text: str) -> None:
+    """Write ``text`` atomically unless the file already holds it (several processes may race)."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
-@ct.kernel
-def binary_dense(a, b, out, op: ConstInt, tile: ConstInt):
-    bid = ct.bid(0)
-    x = ct.astype(ct.load(a, index=(bid,), shape=(tile,)), ct.float32)
-    y = ct.astype(ct.load(b, index=(bid,), shape=(tile,)), ct.float32)
-    ct.store(out, index=(bid,), tile=ct.astype(_binary(op, x, y), out.dtype))
+class CutileBackend:
+    def __init__(self) -> None:
+        self._kernels: dict[KernelSpec, Any] = {}
+        self._lock = threading.Lock()
+        self._dir: Path | None = None
+
+    def kernel(self, spec: KernelSpec) -> Any:
+        with self._lock:
+            key = spec.text_key()
+            found = self._kernels.get(key)
+            if found is None:
+                found = self._kernels[key] = self._load(spec)
+            return found
+
+    def _load(self, spec: KernelSpec) -> Any:
+        if self._dir is None:
+            self._dir = cache_dir()
+        name = kernel_name(spec)
+        path = self._dir / f"{name}.py"
+        _write_once(path, "import cuda.tile as ct\n" + codegen.generate(spec))
+        module_spec = importlib.util.spec_from_file_location(f"sigdnn_cutile_{name}", path)
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        return module.kernel
+
+    @staticmethod
+    def view1d(array: DeviceArray, n: int, as_bytes: bool, offset: int = 0) -> DeviceArray:
+        """The 1-D view a kernel reads: ``n`` elements from element ``offset`` (bool / fp8 as uint8)."""
+        dtype = np.dtype(np.uint8) if as_bytes else array.dtype
+        ptr = array.ptr + offset * dtype.itemsize
+        return DeviceArray(ptr, (n,), (1,), dtype, owner=array.owner, device_id=array.device_id)
+
+    launch = staticmethod(ct.launch)
 
 
-@ct.kernel
-def unary_dense(
-    a,
-    out,
-    op: ConstInt,
-    lo: ConstFloat,
-    slope: ConstFloat,
-    has_hi: ConstBool,
-    hi: ConstFloat,
-    tile: ConstInt,
-):
-    bid = ct.bid(0)
-    x = ct.astype(ct.load(a, index=(bid,), shape=(tile,)), ct.float32)
-    r = _unary(op, x, lo, slope, has_hi, hi)
-    ct.store(out, index=(bid,), tile=ct.astype(r, out.dtype))
-
-
-@ct.function
-def _offsets(i, d1, d2, d3, s0, s1, s2, s3):
-    """Element offsets of flat output index ``i`` in a view of strides s0..s3."""
-    i3 = i % d3
-    q = i // d3
-    i2 = q % d2
-    q = q // d2
-    i1 = q % d1
-    i0 = q // d1
-    return i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3
-
-
-@ct.kernel
-def binary_strided(
-    a,
-    b,
-    out,
-    d1: ConstInt,
-    d2: ConstInt,
-    d3: ConstInt,
-    a0: ConstInt,
-    a1: ConstInt,
-    a2: ConstInt,
-    a3: ConstInt,
-    b0: ConstInt,
-    b1: ConstInt,
-    b2: ConstInt,
-    b3: ConstInt,
-    op: ConstInt,
-    tile: ConstInt,
-):
-    bid = ct.bid(0)
-    i = bid * tile + ct.arange(tile, dtype=ct.int32)
-    # Lanes past the end compute in-range or bounds-checked offsets; their
-    # results are dropped by the bounds-checked store.
-    x = ct.astype(ct.gather(a, _offsets(i, d1, d2, d3, a0, a1, a2, a3)), ct.float32)
-    y = ct.astype(ct.gather(b, _offsets(i, d1, d2, d3, b0, b1, b2, b3)), ct.float32)
-    ct.store(out, index=(bid,), tile=ct.astype(_binary(op, x, y), out.dtype))
-
-
-@ct.kernel
-def unary_strided(
-    a,
-    out,
-    d1: ConstInt,
-    d2: ConstInt,
-    d3: ConstInt,
-    a0: ConstInt,
-    a1: ConstInt,
-    a2: ConstInt,
-    a3: ConstInt,
-    op: ConstInt,
-    lo: ConstFloat,
-    slope: ConstFloat,
-    has_hi: ConstBool,
-    hi: ConstFloat,
-    tile: ConstInt,
-):
-    bid = ct.bid(0)
-    i = bid * tile + ct.arange(tile, dtype=ct.int32)
-    x = ct.astype(ct.gather(a, _offsets(i, d1, d2, d3, a0, a1, a2, a3)), ct.float32)
-    r = _unary(op, x, lo, slope, has_hi, hi)
-    ct.store(out, index=(bid,), tile=ct.astype(r, out.dtype))
-
-
-launch = ct.launch
+CUTILE = CutileBackend()

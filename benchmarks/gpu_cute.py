@@ -1,0 +1,351 @@
+"""CuTe DSL GEMM against torch.matmul (cuBLAS) on one GPU: same run, same stream, same buffers.
+
+For each dtype and size (M = N = K), times torch.matmul and every kernel
+configuration with CUDA events (median of repeats of back-to-back launches
+after a warm-up), checks each configuration's result against a float32
+cuBLAS product of the same inputs (TF32 off), and reports TFLOP/s and the
+ratio to torch. The fused part times act(A @ B + bias) (gelu) as one launch
+against torch eager doing matmul, add and gelu, and against addmm + gelu.
+Then measures host microseconds per launch on a tiny
+problem for: the builder's plan (compiled handle, pre-marshalled cells),
+the compiled function called with fresh arguments, a one-node graph through
+Executor("gpu"), and torch.matmul. Also reports compile and disk-load time
+of one specialization.
+
+    PYTHONPATH=. python benchmarks/gpu_cute.py --json $OUT/gemm.json
+
+Needs torch with CUDA and nvidia-cutlass-dsl on an sm_90 GPU. Record
+results under benchmarks/results/gpu_cute_<date>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from sigdnn.plan_builders.cute.gemm_layout import plan_gemm
+from sigdnn.plan_builders.cute.matmul import device_properties, parse_config
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
+NAMES = {"bf16": "bfloat16", "f16": "float16"}
+ACTIVATION_REFS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "none": lambda x: x,
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+}
+CONFIGS = [
+    "coop128x256c1x1s1",
+    "coop128x256c2x1s1",
+    "coop128x256c2x1s4",
+    "coop256x128c2x1s1",
+    "pp128x192c1x1s1",
+    "pp128x192c2x1s1",
+    "pp128x128c2x1s1",
+    "coop128x256c2x1s8",
+    "coop128x256c2x1s4n",
+    "coop128x256c1x2s4",
+    "coop256x128c2x1s4",
+    "coop128x192c2x1s4",
+    "pp128x192c2x1s4",
+]
+
+
+def time_ms(fn: Callable[[], None], iters: int) -> float:
+    """Per-call milliseconds of ``iters`` back-to-back calls (one sample)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def host_us(fn: Callable[[], None], n: int) -> float:
+    """Host microseconds per call of a tiny launch (the queue stays short: sync every 100)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(n):
+        fn()
+        if i % 100 == 99:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def gemm_launch(config: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, sm_count: int):
+    from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+
+    spec, problem = plan_gemm(
+        (tuple(a.shape), a.stride(), str(a.dtype).removeprefix("torch.")),
+        (tuple(b.shape), b.stride(), str(b.dtype).removeprefix("torch.")),
+        (tuple(c.shape), c.stride(), str(c.dtype).removeprefix("torch.")),
+    )
+    return GemmLaunch(spec, parse_config(config), problem, sm_count), spec, problem
+
+
+def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """Every implementation timed in turn, ``repeats`` rounds: clock drift spreads over all of them."""
+    stream = torch.cuda.current_stream().cuda_stream
+    for dt in args.dtypes:
+        tdt = TORCH_DTYPES[dt]
+        for size in args.sizes:
+            m = n = k = size
+            gen = torch.Generator(device="cuda").manual_seed(size)
+            a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
+            b = torch.randn(k, n, device="cuda", dtype=tdt, generator=gen)
+            c = torch.empty(m, n, device="cuda", dtype=tdt)
+            ref = torch.matmul(a.float(), b.float())
+            flops = 2.0 * m * n * k
+            iters = max(3, int(100e-3 / (flops / 700e12)))
+            impls: dict[str, Callable[[], None]] = {"torch.matmul": lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)}
+            errors: dict[str, float] = {}
+            for config in args.configs:
+                launch, _, _ = gemm_launch(config, a, b, c, sm_count)
+                c.fill_(float("nan"))
+                launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)
+                torch.cuda.synchronize()
+                rel = float((c.float() - ref).norm() / ref.norm())
+                errors[config] = rel if bool(torch.isfinite(c).all()) else float("nan")
+                impls[config] = lambda launch=launch, a=a, b=b, c=c: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)  # fmt: skip
+            for fn in impls.values():
+                for _ in range(3):
+                    fn()
+            torch.cuda.synchronize()
+            samples: dict[str, list[float]] = {name: [] for name in impls}
+            for _ in range(args.repeats):
+                for name, fn in impls.items():
+                    samples[name].append(time_ms(fn, iters))
+            t_torch = statistics.median(samples["torch.matmul"])
+            for name, ts in samples.items():
+                t = statistics.median(ts)
+                rel = errors.get(name)
+                ok = rel is None or rel < 1e-2
+                rows.append({"dtype": dt, "size": size, "impl": name if rel is None else f"cute {name}", "ms": t,
+                             "spread": (max(ts) - min(ts)) / t, "tflops": flops / t / 1e9 if ok else 0.0,
+                             "ratio": t_torch / t if ok else 0.0, "rel_err": rel})  # fmt: skip
+            print_rows([r for r in rows if r["dtype"] == dt and r["size"] == size])
+
+
+def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """act(A @ B + bias) as one CuTe launch against torch eager (matmul, add, gelu) and addmm + gelu.
+
+    ``--fused-acts`` adds the other epilogues (bias alone, relu, tanh-gelu) to show what each costs.
+    """
+    import attrs
+
+    from sigdnn.plan_builders.cute.gemm_layout import default_config
+    from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+
+    gelu = torch.nn.functional.gelu
+    stream = torch.cuda.current_stream().cuda_stream
+    for dt in args.dtypes:
+        tdt = TORCH_DTYPES[dt]
+        for size in args.sizes:
+            m = n = k = size
+            gen = torch.Generator(device="cuda").manual_seed(size + 1)
+            a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
+            b = torch.randn(k, n, device="cuda", dtype=tdt, generator=gen)
+            bias = torch.randn(n, device="cuda", dtype=tdt, generator=gen)
+            c = torch.empty(m, n, device="cuda", dtype=tdt)
+            spec, problem = plan_gemm(
+                ((m, k), a.stride(), NAMES[dt]), ((k, n), b.stride(), NAMES[dt]), ((m, n), c.stride(), NAMES[dt])
+            )
+            flops = 2.0 * m * n * k
+            iters = max(3, int(100e-3 / (flops / 700e12)))
+            ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream, bias.data_ptr())
+            impls = {
+                "torch eager matmul+add+gelu": lambda a=a, b=b, bias=bias: gelu(torch.matmul(a, b) + bias),
+                "torch addmm+gelu": lambda a=a, b=b, bias=bias: gelu(torch.addmm(bias, a, b)),
+            }
+            errors = {}
+            product = torch.matmul(a.float(), b.float()) + bias.float()
+            for act in args.fused_acts:
+                spec_act = attrs.evolve(spec, bias_dtype=NAMES[dt], activation=act)
+                ref = ACTIVATION_REFS[act](product)
+                configs = [default_config(spec_act, problem, sm_count).label, *args.fused_configs]
+                for label in dict.fromkeys(configs):
+                    launch = GemmLaunch(spec_act, parse_config(label), problem, sm_count)
+                    c.fill_(float("nan"))
+                    launch(*ptrs)
+                    torch.cuda.synchronize()
+                    ok = bool(torch.isfinite(c).all())
+                    name = f"cute bias+{act} {label}"
+                    errors[name] = float((c.float() - ref).norm() / ref.norm()) if ok else float("nan")
+                    impls[name] = lambda launch=launch, ptrs=ptrs: launch(*ptrs)
+            for fn in impls.values():
+                for _ in range(3):
+                    fn()
+            torch.cuda.synchronize()
+            samples: dict[str, list[float]] = {name: [] for name in impls}
+            for _ in range(args.repeats):
+                for name, fn in impls.items():
+                    samples[name].append(time_ms(fn, iters))
+            t_eager = statistics.median(samples["torch eager matmul+add+gelu"])
+            for name, ts in samples.items():
+                t = statistics.median(ts)
+                rel = errors.get(name)
+                ok = rel is None or rel < 1e-2
+                rows.append({"dtype": dt, "size": size, "impl": name, "ms": t, "spread": (max(ts) - min(ts)) / t,
+                             "tflops": flops / t / 1e9 if ok else 0.0, "ratio": t_eager / t if ok else 0.0,
+                             "rel_err": rel})  # fmt: skip
+            print("(ratios against torch eager matmul+add+gelu)")
+            print_rows([r for r in rows if r["dtype"] == dt and r["size"] == size])
+
+
+def bench_host(sm_count: int) -> dict[str, float]:
+    """Host cost of one launch of a tiny GEMM along each call path."""
+    import sigdnn
+    from sigdnn.plan_builders.cute.kernels import launch as launch_mod
+    from sigdnn.plan_builders.cute.matmul import CuteMatmulPlan
+    from sigdnn.runtime.cuda import BFLOAT16, DeviceArray
+    from sigdnn.runtime.device import ExecutionContext
+
+    a = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(128, 128, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.current_stream().cuda_stream
+    launch, spec, problem = gemm_launch("coop128x128c1x1s1", a, b, c, sm_count)
+    plan = CuteMatmulPlan(launch, "bench")
+    bufs = {
+        "a": DeviceArray(a.data_ptr(), a.shape, a.stride(), BFLOAT16),
+        "b": DeviceArray(b.data_ptr(), b.shape, b.stride(), BFLOAT16),
+        "c": DeviceArray(c.data_ptr(), c.shape, c.stride(), BFLOAT16),
+    }
+    ctx = ExecutionContext(stream=stream)
+    out = {}
+    n = 5000
+    out["plan.execute (compiled handle, cells)"] = host_us(lambda: plan.execute(bufs, ctx), n)
+    out["GemmLaunch.__call__"] = host_us(lambda: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream), n)
+    launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)  # leaves the cells pointing at a, b, c
+    executor, exe_args = launch._executor, launch._args
+    out["run_compiled_program (DSL packs the args per call)"] = host_us(
+        lambda: executor.run_compiled_program(exe_args), n
+    )
+
+    fn = launch_mod.compiled(spec, launch.config, sm_count)
+    import cuda.bindings.driver as cuda
+    import cutlass
+    from cutlass import Int32, Int64
+    from cutlass.cute import AddressSpace
+    from cutlass.cute.runtime import make_ptr
+
+    p = problem
+    scalars = (Int32(p.m), Int32(p.n), Int32(p.k), Int32(p.batch), Int64(p.lda), Int64(p.ldb), Int64(p.ldc),
+               Int64(0), Int64(0), Int64(0))  # fmt: skip
+    cu_stream = cuda.CUstream(stream)
+    ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), c.data_ptr())  # the last: the unused bias slot
+
+    def fresh_args() -> None:
+        pointers = (make_ptr(cutlass.BFloat16, x, AddressSpace.gmem, assumed_align=16) for x in ptrs)
+        fn(*pointers, *scalars, cu_stream)
+
+    out["compiled function, make_ptr args per call"] = host_us(fresh_args, n)
+    out["torch.matmul(out=)"] = host_us(lambda: torch.matmul(a, b, out=c), n)
+
+    g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
+    ta, tb = g.tensor("a", (128, 64)), g.tensor("b", (64, 128))
+    g.matmul(ta, tb, name="mm").set_output(True).set_name("c")
+    ex = sigdnn.Executor("gpu", engine="cute.matmul")
+    gplan = ex.prepare(g)
+    pack = {"a": a, "b": b, "c": c}
+    out["Executor('gpu').execute, 1-node graph"] = host_us(lambda: ex.execute(gplan, pack, to_host=False), 2000)
+    return out
+
+
+def bench_compile(sm_count: int) -> dict[str, float]:
+    """Seconds to compile one new specialization, and to load it from the disk cache in a fresh cache map."""
+    import os
+
+    from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
+    from sigdnn.plan_builders.cute.kernels import launch as launch_mod
+
+    spec = GemmSpec("float16", "float16", "float32", "m", "k", "m", True, True)
+    config = GemmConfig(128, 160, pingpong=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["SIGDNN_CUTE_CACHE"] = tmp
+        t0 = time.perf_counter()
+        launch_mod.compiled(spec, config, sm_count)
+        t_compile = time.perf_counter() - t0
+        launch_mod._COMPILED.clear()
+        t0 = time.perf_counter()
+        launch_mod.compiled(spec, config, sm_count)
+        t_load = time.perf_counter() - t0
+        del os.environ["SIGDNN_CUTE_CACHE"]
+    return {"compile_s": t_compile, "disk_load_s": t_load}
+
+
+def print_rows(rows: list[dict]) -> None:
+    for r in rows:
+        err = "" if r["rel_err"] is None else f"  rel_err {r['rel_err']:.2e}"
+        print(f"{r['dtype']:>4} {r['size']:>6} {r['impl']:<26} {r['ms']:9.4f} ms (spread {r['spread']:5.1%}) "
+              f"{r['tflops']:8.1f} TFLOP/s {r['ratio']:6.3f}x torch{err}", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
+    parser.add_argument("--dtypes", nargs="+", default=["bf16", "f16"], choices=list(TORCH_DTYPES))
+    parser.add_argument("--configs", nargs="+", default=CONFIGS)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--fused-configs", nargs="*", default=[])
+    parser.add_argument("--fused-acts", nargs="+", default=["gelu"], choices=list(ACTIVATION_REFS))
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        default=["sizes", "fused", "host", "compile"],
+        choices=["sizes", "fused", "host", "compile"],
+    )
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.cuda.init()
+    capability, sm_count = device_properties(torch.cuda.current_device())
+    print(f"device: {torch.cuda.get_device_name()} sm_{capability[0]}{capability[1]}, {sm_count} SMs; "
+          f"torch {torch.__version__}", flush=True)  # fmt: skip
+    rows: list[dict] = []
+    fused_rows: list[dict] = []
+    host: dict[str, float] = {}
+    comp: dict[str, float] = {}
+    if "sizes" in args.parts:
+        bench_sizes(args, sm_count, rows)
+    if "fused" in args.parts:
+        bench_fused(args, sm_count, fused_rows)
+    if "host" in args.parts:
+        host = bench_host(sm_count)
+        for k, v in host.items():
+            print(f"host per launch: {k:<42} {v:7.2f} us", flush=True)
+    if "compile" in args.parts:
+        comp = bench_compile(sm_count)
+        print(
+            f"compile one specialization: {comp['compile_s']:.2f} s; load it from disk: {comp['disk_load_s'] * 1e3:.1f} ms"
+        )
+    from sigdnn.plan_builders.cute.kernels import launch as launch_mod
+
+    print(f"specializations this process compiled / loaded from disk: {launch_mod.STATS}")
+    print("\nsummary (best config per dtype/size):")
+    for dt in args.dtypes if rows else ():
+        for size in args.sizes:
+            sel = [r for r in rows if r["dtype"] == dt and r["size"] == size and r["impl"].startswith("cute")]
+            best = max(sel, key=lambda r: r["tflops"])
+            torch_row = next(r for r in rows if r["dtype"] == dt and r["size"] == size and r["impl"] == "torch.matmul")
+            print(f"{dt:>4} {size:>6} torch {torch_row['tflops']:6.1f} TFLOP/s | best {best['impl']:<24} "
+                  f"{best['tflops']:6.1f} TFLOP/s = {best['ratio']:.3f}x torch")  # fmt: skip
+    if args.json:
+        args.json.write_text(
+            json.dumps({"rows": rows, "fused": fused_rows, "host_us": host, "compile": comp}, indent=2)
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+"""cuTile backend against torch on the same GPU, in one run: pointwise modes, fusion, executor host cost.
+
+Run on the device: ``python3 benchmarks/gpu_cutile.py [--json out.json] [--modes a,b] [--quick]``.
+Every figure is a median over CUDA-event-timed repetitions after a warm-up,
+with torch's time for the same work measured beside it:
+
+* pointwise: every mode on 256 MiB bfloat16 tensors (2^27 elements),
+  effective bandwidth = (inputs + output) bytes / time, against torch's op
+  where torch has one, and against torch's copy (the roofline). Kernels are
+  timed as torch's ops are, enqueued back to back (their bound launch, with
+  the events on the executor's own stream); ``execute_tb_s`` is the same
+  work through ``execute`` (host work and its final synchronize included);
+* fusion: a region of 4 pointwise ops (bias add, gelu, scale, residual add)
+  as one kernel against torch eager running the 4 ops;
+* host cost: a prepared 100-node chain of float32 adds on 4096 elements,
+  wall clock per node around ``execute`` (bound path, then CUDA-graph
+  replay), against torch eager's per-op time;
+* warm start: a second process running a graph whose kernel the first
+  compiled (the disk caches), first-execute time of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import torch
+
+import sigdnn
+from sigdnn.graph.ops.pointwise import MODES
+
+N = 1 << 27  # 256 MiB of bfloat16
+POSITIVE = {"sqrt", "rsqrt", "log", "pow"}
+
+
+def on_stream(executor):
+    """torch's stream wrapping the executor's own: events recorded there time what its launches enqueue."""
+    return torch.cuda.stream(torch.cuda.ExternalStream(executor.memory.context.stream_handle))
+
+
+def cuda_time(fn, reps: int = 20, warmup: int = 3) -> float:
+    """Median milliseconds of ``fn`` by CUDA events (on torch's current stream)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def torch_op(mode: str):
+    """torch's own op for a mode (inputs as given to the graph), or None."""
+    F = torch.nn.functional
+    aten = torch.ops.aten
+    table = {
+        "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "max": torch.maximum,
+        "min": torch.minimum, "mod": torch.fmod, "pow": torch.pow, "cmp_eq": torch.eq, "cmp_lt": torch.lt,
+        "abs": torch.abs, "neg": torch.neg, "ceil": torch.ceil, "floor": torch.floor, "sqrt": torch.sqrt,
+        "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "exp": torch.exp, "log": torch.log, "sin": torch.sin,
+        "cos": torch.cos, "tan": torch.tan, "erf": torch.erf, "identity": torch.clone, "relu_fwd": torch.relu,
+        "tanh_fwd": torch.tanh, "sigmoid_fwd": torch.sigmoid, "elu_fwd": F.elu, "gelu_fwd": F.gelu,
+        "gelu_approx_tanh_fwd": lambda x: F.gelu(x, approximate="tanh"), "softplus_fwd": F.softplus,
+        "swish_fwd": F.silu, "add_square": lambda a, b: torch.addcmul(a, b, b),
+        "gelu_bwd": lambda dy, x: aten.gelu_backward(dy, x),
+        "gelu_approx_tanh_bwd": lambda dy, x: aten.gelu_backward(dy, x, approximate="tanh"),
+        "swish_bwd": lambda dy, x: aten.silu_backward(dy, x), "relu_bwd": lambda dy, x: aten.threshold_backward(dy, x, 0),
+        "softplus_bwd": lambda dy, x: aten.softplus_backward(dy, x, 1.0, 20.0),
+        "binary_select": lambda a, b, m: torch.where(m != 0, a, b),
+    }  # fmt: skip
+    return table.get(mode)
+
+
+def bench_modes(modes: list[str], quiet: bool = False) -> list[dict]:
+    rows = []
+    x = torch.empty(N, device="cuda", dtype=torch.bfloat16).uniform_(-2, 2)
+    copy_ms = cuda_time(lambda: x.clone())
+    copy_tbs = 2 * N * 2 / copy_ms / 1e9
+    if not quiet:
+        print(f"torch copy: {copy_tbs:.2f} TB/s", flush=True)
+    for mode in modes:
+        arity = MODES[mode].arity
+        g = sigdnn.Graph(mode, io_dtype="bfloat16", compute_dtype="float32")
+        ins = [g.tensor(f"x{k}", dims=(N,)) for k in range(arity)]
+        kw = {"axis": 0} if mode == "gen_index" else {}
+        g.pointwise(mode, *ins, **kw).set_output(True).set_name("y")
+        tensors = [torch.empty(N, device="cuda", dtype=torch.bfloat16).uniform_(-2, 2) for _ in range(arity)]
+        if mode in POSITIVE:
+            tensors[0].abs_()
+        out = torch.empty(N, device="cuda", dtype=torch.bfloat16)
+        ex = sigdnn.Executor("gpu")
+        plan = ex.prepare(g)
+        pack = {**{f"x{k}": t for k, t in enumerate(tensors)}, "y": out}
+        t0 = time.perf_counter()
+        ex.execute(plan, pack, to_host=False)
+        first_s = time.perf_counter() - t0
+        execute_ms = cuda_time(lambda ex=ex, plan=plan, pack=pack: ex.execute(plan, pack, to_host=False))
+        # The kernel as the GPU sees it: its bound launch enqueued 10 times back to back (as torch's ops are
+        # timed); execute() adds its host work and a synchronize, which leave the GPU idle in between.
+        (launch,) = ex.memory.bound(plan, False)._launches
+        with on_stream(ex):
+            ms = cuda_time(lambda launch=launch: [launch() for _ in range(10)]) / 10
+        tbs = (arity + 1) * N * 2 / ms / 1e9
+        op = None if quiet else torch_op(mode)
+        torch_tbs = None
+        if op is not None:
+            tms = cuda_time(lambda op=op, tensors=tensors: [op(*tensors) for _ in range(10)]) / 10
+            torch_tbs = (arity + 1) * N * 2 / tms / 1e9
+        rows.append({"mode": mode, "tb_s": tbs, "execute_tb_s": (arity + 1) * N * 2 / execute_ms / 1e9,
+                     "torch_tb_s": torch_tbs, "copy_tb_s": copy_tbs, "first_s": first_s})  # fmt: skip
+        vs = f"{torch_tbs:6.2f}" if torch_tbs else "   n/a"
+        if not quiet:
+            print(
+                f"{mode:22s} {tbs:6.2f} TB/s  torch {vs}  of copy {tbs / copy_tbs:5.0%}  (first {first_s:.1f}s)",
+                flush=True,
+            )
+    return rows
+
+
+def bench_fusion() -> dict:
+    rows, cols = N // 4096, 4096
+    g = sigdnn.Graph("fused4", io_dtype="bfloat16", intermediate_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", dims=(rows, cols))
+    b = g.tensor("b", dims=(1, cols))
+    s = g.scalar("s", 0.75)
+    y = g.pointwise("add", g.pointwise("mul", g.pointwise("gelu_fwd", g.pointwise("add", x, b)), s), x)
+    y.set_output(True).set_name("y")
+    xt = torch.empty(rows, cols, device="cuda", dtype=torch.bfloat16).uniform_(-2, 2)
+    bt = torch.empty(1, cols, device="cuda", dtype=torch.bfloat16).uniform_(-2, 2)
+    out = torch.empty_like(xt)
+    ex = sigdnn.Executor("gpu")
+    plan = ex.prepare(g)
+    assert len(plan.steps) == 1, plan.describe()
+    pack = {"x": xt, "b": bt, "y": out}
+    ex.execute(plan, pack, to_host=False)
+    (launch,) = ex.memory.bound(plan, False)._launches
+    with on_stream(ex):
+        fused = cuda_time(lambda: [launch() for _ in range(10)]) / 10
+    eager = cuda_time(lambda: [torch.add(torch.nn.functional.gelu(xt + bt) * 0.75, xt) for _ in range(10)]) / 10
+    unfused_ex = sigdnn.Executor("gpu", fusion=False)
+    unfused_plan = unfused_ex.prepare(g)
+    unfused_ex.execute(unfused_plan, pack, to_host=False)
+    launches = unfused_ex.memory.bound(unfused_plan, False)._launches
+    with on_stream(unfused_ex):
+        unfused = cuda_time(lambda: [f() for _ in range(10) for f in launches]) / 10
+    result = {"fused_ms": fused, "torch_eager_ms": eager, "sigdnn_unfused_ms": unfused, "speedup": eager / fused,
+              "fused_tb_s": 2 * N * 2 / fused / 1e9}  # fmt: skip
+    print(f"fusion (4 ops, bf16 256 MiB): fused {fused:.3f} ms ({result['fused_tb_s']:.2f} TB/s), "
+          f"torch eager {eager:.3f} ms, sigdnn unfused {unfused:.3f} ms: {result['speedup']:.2f}x torch", flush=True)  # fmt: skip
+    return result
+
+
+def bench_host(nodes: int = 100, elems: int = 4096, reps: int = 300) -> dict:
+    g = sigdnn.Graph("chain", io_dtype="float32", compute_dtype="float32")
+    v = g.tensor("x", dims=(elems,))
+    b = g.tensor("b", dims=(elems,))
+    for _ in range(nodes):
+        v = g.pointwise("add", v, b)
+    v.set_output(True).set_name("y")
+    x = torch.randn(elems, device="cuda")
+    bt = torch.randn(elems, device="cuda")
+    out = torch.empty(elems, device="cuda")
+    pack = {"x": x, "b": bt, "y": out}
+    result = {}
+    for label, kw in (("bound", {"fusion": False}), ("cuda_graph", {"fusion": False, "cuda_graphs": True}),
+                      ("fused", {})):  # fmt: skip
+        ex = sigdnn.Executor("gpu", **kw)
+        plan = ex.prepare(g)
+        for _ in range(5):
+            ex.execute(plan, pack, to_host=False)
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            ex.execute(plan, pack, to_host=False)
+        wall = time.perf_counter() - t0
+        end.record()
+        end.synchronize()
+        result[label] = {
+            "us_per_node_wall": wall / reps / nodes * 1e6,
+            "us_per_node_events": start.elapsed_time(end) / reps / nodes * 1e3,
+        }
+        want = x + nodes * bt
+        assert torch.allclose(out, want, rtol=1e-4, atol=1e-3), label
+    t = x.clone()
+    for _ in range(5):
+        for _ in range(nodes):
+            t = t + bt
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        t = x
+        for _ in range(nodes):
+            t = t + bt
+    torch.cuda.synchronize()
+    result["torch_eager"] = {"us_per_node_wall": (time.perf_counter() - t0) / reps / nodes * 1e6}
+    for k, r in result.items():
+        print(f"host cost {k:12s}: {r['us_per_node_wall']:.2f} us/node (wall)", flush=True)
+    return result
+
+
+WARM = textwrap.dedent(
+    """
+    import time, numpy as np, sigdnn
+    t0 = time.perf_counter()
+    g = sigdnn.Graph("warm", io_dtype="float32", compute_dtype="float32")
+    g.pointwise("gelu_approx_tanh_bwd", g.tensor("dy", dims=(1000,)), g.tensor("x", dims=(1000,))).set_output(True)
+    ex = sigdnn.Executor("gpu")
+    ex.run(g, {"dy": np.ones(1000, np.float32), "x": np.ones(1000, np.float32)})
+    print(time.perf_counter() - t0)
+    """
+)
+
+
+def bench_warm_start() -> dict:
+    """Two processes sharing fresh, empty kernel caches: the first compiles, the second should find it all."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "SIGDNN_CACHE_DIR": cache, "CUDA_TILE_CACHE_DIR": os.path.join(cache, "cutile-python")}
+        times = [float(subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, check=True,
+                                      env=env).stdout) for _ in range(2)]  # fmt: skip
+    print(f"first execute in a new process: {times[0]:.2f} s cold, {times[1]:.2f} s warm", flush=True)
+    return {"cold_s": times[0], "warm_s": times[1]}
+
+
+def diagnostics() -> dict:
+    """What cuTile's launch assumes about the arrays of a whole-tile kernel (alignment, divisibility, strides)."""
+    from cuda.tile._cext import CallingConvention, get_parameter_constraints_from_pyargs
+
+    g = sigdnn.Graph("diag", io_dtype="bfloat16", compute_dtype="float32")
+    g.pointwise("add", g.tensor("a", dims=(N,)), g.tensor("b", dims=(N,))).set_output(True).set_name("y")
+    ex = sigdnn.Executor("gpu")
+    plan = ex.prepare(g)
+    t = [torch.empty(N, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    launch = plan.steps[0].plan.launch
+    args = launch.args([ex.memory.context.wrap(t[0]), ex.memory.context.wrap(t[1])], [ex.memory.context.wrap(t[2])])
+    constraints = get_parameter_constraints_from_pyargs(launch.kernel, args, CallingConvention.cutile_python_v1())
+    print(f"launch constraints of a whole-tile bf16 add: {constraints}", flush=True)
+    return {"constraints": repr(constraints)}
+
+
+def bench_tiles(tiles=(512, 1024, 2048, 4096), modes=("identity", "add", "gelu_fwd")) -> list[dict]:
+    from sigdnn.plan_builders.cutile import codegen
+
+    rows = []
+    default = codegen.DEFAULT_TILE
+    try:
+        for tile in tiles:
+            codegen.DEFAULT_TILE = tile
+            for row in bench_modes(list(modes), quiet=True):
+                rows.append({**row, "tile": tile})
+                print(f"tile {tile:5d} {row['mode']:10s} {row['tb_s']:.2f} TB/s", flush=True)
+    finally:
+        codegen.DEFAULT_TILE = default
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json")
+    parser.add_argument("--modes", help="comma-separated modes (default: all)")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: diag,warm,host,fusion,modes,tiles")
+    args = parser.parse_args()
+    skip = set(args.skip.split(","))
+    modes = args.modes.split(",") if args.modes else [m for m in MODES if m != "gen_index"]
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if "diag" not in skip:
+        result["diagnostics"] = diagnostics()
+    if "warm" not in skip:
+        result["warm_start"] = bench_warm_start()
+    if "host" not in skip:
+        result["host"] = bench_host()
+    if "fusion" not in skip:
+        result["fusion"] = bench_fusion()
+    if "modes" not in skip:
+        result["modes"] = bench_modes(modes)
+    if "tiles" not in skip:
+        result["tiles"] = bench_tiles()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

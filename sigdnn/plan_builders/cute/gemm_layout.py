@@ -1,0 +1,253 @@
+"""How a matmul node's operands map onto the Hopper GEMM kernel (pure Python, no DSL).
+
+The kernel computes C[m, n, l] = sum_k A[m, k, l] * B[n, k, l] with each
+operand contiguous along one of its two matrix dims (its "major" dim) and at
+most one batch dim. This module turns a node's dims and element strides into
+that form, or says why it cannot:
+
+- batch dims broadcast as in the reference (a dim of extent 1, or a missing
+  leading dim, repeats); they must collapse to one strided dim per operand,
+  and an operand that does not vary along it is passed unbatched;
+- when B is shared by the whole batch and A and C step through it as taller
+  matrices (the usual ``x @ W`` with x of shape [..., M, K]), the batch is
+  folded into M: one big GEMM with fewer partial tiles;
+- the kernel loads and stores through TMA, which wants every non-unit stride
+  (leading and batch) to be a multiple of 16 bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+
+AB_DTYPES = ("float16", "bfloat16")
+C_DTYPES = ("float16", "bfloat16", "float32")
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+BIAS_DTYPES = ("float16", "bfloat16", "float32")
+# sigdnn pointwise mode -> the kernel's epilogue activation
+ACTIVATIONS = {"relu_fwd": "relu", "gelu_fwd": "gelu", "gelu_approx_tanh_fwd": "gelu_tanh"}
+_INT32_MAX = 2**31 - 1
+
+
+@attrs.frozen
+class GemmSpec:
+    """What a compiled kernel is specialized on (everything but extents and strides)."""
+
+    a_dtype: str
+    b_dtype: str
+    c_dtype: str
+    a_major: str  # "k": A rows contiguous (row-major M x K); "m": column-major
+    b_major: str  # "k": B^T rows contiguous (column-major K x N); "n": row-major K x N
+    c_major: str  # "n": row-major M x N; "m": column-major
+    a_batched: bool  # False: one A serves every batch entry
+    b_batched: bool
+    # Fused epilogue: C = act(round_y(round_x(A @ B) + bias[n])) computed in float32; round_x / round_y
+    # round to the declared dtypes of the chain's intermediate tensors (a no-op for float32), so the
+    # fused result rounds exactly where the node-by-node reference does.
+    bias_dtype: str | None = None  # None: no bias
+    activation: str = "none"  # "none" or a value of ACTIVATIONS
+    round_x: str = "float32"  # dtype of the matmul's own output tensor
+    round_y: str = "float32"  # dtype of the bias add's output tensor
+
+
+@attrs.frozen
+class GemmConfig:
+    """Kernel tuning knobs: CTA tile, consumer schedule, cluster, tile rasterization."""
+
+    tile_m: int = 128
+    tile_n: int = 256
+    pingpong: bool = False
+    cluster_m: int = 1
+    cluster_n: int = 1
+    swizzle: int = 1
+    raster_along_m: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        if self.pingpong:
+            if self.tile_m not in (64, 128) or self.tile_n % 16 or not 16 <= self.tile_n <= 256:
+                raise ValueError(f"pingpong tile {self.tile_m}x{self.tile_n}: M in (64, 128), N a multiple of 16")
+        elif self.tile_m not in (128, 256) or self.tile_n % 16 or not 16 <= self.tile_n <= 256:
+            raise ValueError(f"cooperative tile {self.tile_m}x{self.tile_n}: M in (128, 256), N a multiple of 16")
+        if (self.cluster_m, self.cluster_n) not in ((1, 1), (2, 1), (1, 2)):
+            raise ValueError(f"cluster {self.cluster_m}x{self.cluster_n}: one of 1x1, 2x1, 1x2")
+        if self.swizzle < 1:
+            raise ValueError("swizzle must be >= 1")
+        # Accumulator registers per consumer thread; past ~208 the kernel spills.
+        acc_regs = self.tile_m * self.tile_n // (128 if self.pingpong else 256)
+        if acc_regs > 208:
+            raise ValueError(f"tile {self.tile_m}x{self.tile_n} needs {acc_regs} accumulator registers per thread")
+
+    @property
+    def label(self) -> str:
+        kind = "pp" if self.pingpong else "coop"
+        raster = "" if self.raster_along_m else "n"
+        return f"{kind}{self.tile_m}x{self.tile_n}c{self.cluster_m}x{self.cluster_n}s{self.swizzle}{raster}"
+
+
+@attrs.frozen
+class GemmProblem:
+    """The launch-time scalars: extents and element strides of the kernel's view."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    lda: int
+    ldb: int
+    ldc: int
+    batch_stride_a: int
+    batch_stride_b: int
+    batch_stride_c: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.batch
+
+
+def _round_up(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def _major(rows: int, cols: int, s_rows: int, s_cols: int, align: int, what: str) -> tuple[bool, int]:
+    """(cols contiguous?, leading stride) for a rows x cols matrix view, or ValueError.
+
+    A dim of extent 1 may carry any stride: it is never stepped, so it gets a
+    TMA-friendly one.
+    """
+    options = []
+    if cols == 1 or s_cols == 1:
+        options.append((True, s_rows if rows > 1 else _round_up(cols, align)))
+    if rows == 1 or s_rows == 1:
+        options.append((False, s_cols if cols > 1 else _round_up(rows, align)))
+    if not options:
+        raise ValueError(f"{what} has strides ({s_rows}, {s_cols}): neither matrix dim is contiguous")
+    for cols_inner, ld in options:
+        if ld > 0 and ld % align == 0:
+            return cols_inner, ld
+    raise ValueError(
+        f"{what} has strides ({s_rows}, {s_cols}): its leading stride must be a positive multiple of "
+        f"{align} elements (16 bytes) for TMA"
+    )
+
+
+def _batch_views(
+    c_batch: Sequence[int], operands: Sequence[tuple[Sequence[int], Sequence[int]]]
+) -> tuple[int, list[int]]:
+    """Collapse the batch dims to (extent, one stride per operand), or ValueError.
+
+    ``operands`` are (batch dims, batch strides) of each operand, right-aligned
+    to ``c_batch``; a broadcast dim gets stride 0.
+    """
+    rank = len(c_batch)
+    strides = []
+    for dims, st in operands:
+        pad = rank - len(dims)
+        row = [0] * pad
+        for d, s, full in zip(dims, st, c_batch[pad:], strict=True):
+            if d not in (full, 1):
+                raise ValueError(f"batch dims {list(dims)} do not broadcast to {list(c_batch)}")
+            row.append(0 if d == 1 else int(s))
+        strides.append(row)
+    keep = [i for i, d in enumerate(c_batch) if d != 1]
+    dims = [c_batch[i] for i in keep]
+    strides = [[row[i] for i in keep] for row in strides]
+    j = len(dims) - 2
+    while j >= 0:
+        if all(row[j] == row[j + 1] * dims[j + 1] for row in strides):
+            dims[j + 1] *= dims[j]
+            del dims[j]
+            for row in strides:
+                del row[j]
+        j -= 1
+    if not dims:
+        return 1, [0] * len(operands)
+    if len(dims) > 1:
+        raise ValueError(f"batch dims {list(c_batch)} do not collapse to one strided dim for every operand")
+    return dims[0], [row[0] for row in strides]
+
+
+def plan_gemm(
+    a: tuple[Sequence[int], Sequence[int], str],
+    b: tuple[Sequence[int], Sequence[int], str],
+    c: tuple[Sequence[int], Sequence[int], str],
+) -> tuple[GemmSpec, GemmProblem]:
+    """The kernel view of ``c = a @ b`` from (dims, element strides, dtype) of each, or ValueError."""
+    (a_dims, a_st, a_dt), (b_dims, b_st, b_dt), (c_dims, c_st, c_dt) = a, b, c
+    if a_dt not in AB_DTYPES or b_dt != a_dt:
+        raise ValueError(f"operand dtypes {a_dt} x {b_dt}: supported are float16 x float16 and bfloat16 x bfloat16")
+    if c_dt not in C_DTYPES:
+        raise ValueError(f"output dtype {c_dt}: supported are {', '.join(C_DTYPES)}")
+    if min(len(a_dims), len(b_dims)) < 2 or len(c_dims) < 2:
+        raise ValueError("operands need rank >= 2")
+    m, k = int(a_dims[-2]), int(a_dims[-1])
+    n = int(b_dims[-1])
+    if int(b_dims[-2]) != k or tuple(c_dims[-2:]) != (m, n):
+        raise ValueError(f"dims {list(a_dims)} @ {list(b_dims)} -> {list(c_dims)} are inconsistent")
+    if min(m, n, k) == 0:
+        raise ValueError(f"empty problem (M, N, K) = ({m}, {n}, {k})")
+    if any(s < 0 for s in (*a_st, *b_st, *c_st)):
+        raise ValueError("negative strides")
+
+    batch, (bsa, bsb, bsc) = _batch_views(
+        tuple(c_dims[:-2]),
+        [(a_dims[:-2], a_st[:-2]), (b_dims[:-2], b_st[:-2]), (c_dims[:-2], c_st[:-2])],
+    )
+    sam, sak = int(a_st[-2]), int(a_st[-1])
+    sbk, sbn = int(b_st[-2]), int(b_st[-1])
+    scm, scn = int(c_st[-2]), int(c_st[-1])
+    if batch > 1 and bsc == 0:
+        raise ValueError("the output repeats along the batch (stride 0)")
+
+    # x @ W: fold the batch into M when B is shared and A and C step through it as taller matrices.
+    if batch > 1 and bsb == 0 and bsa == m * sam and bsc == m * scm and bsa and bsc:
+        m, batch, bsa, bsc = m * batch, 1, 0, 0
+
+    al, cl = 16 // ITEMSIZE[a_dt], 16 // ITEMSIZE[c_dt]
+    a_k_inner, lda = _major(m, k, sam, sak, al, "a")
+    b_k_inner, ldb = _major(n, k, sbn, sbk, al, "b")
+    c_n_inner, ldc = _major(m, n, scm, scn, cl, "c")
+    if batch > 1:
+        for name, s, align in (("a", bsa, al), ("b", bsb, al), ("c", bsc, cl)):
+            if s and s % align:
+                raise ValueError(f"{name}'s batch stride {s} is not a multiple of {align} elements (16 bytes)")
+    if max(m, n, k, batch) > _INT32_MAX:
+        raise ValueError("extents past 2^31 - 1")
+    spec = GemmSpec(
+        a_dtype=a_dt,
+        b_dtype=b_dt,
+        c_dtype=c_dt,
+        a_major="k" if a_k_inner else "m",
+        b_major="k" if b_k_inner else "n",
+        c_major="n" if c_n_inner else "m",
+        a_batched=batch > 1 and bsa != 0,
+        b_batched=batch > 1 and bsb != 0,
+    )
+    problem = GemmProblem(
+        m=m,
+        n=n,
+        k=k,
+        batch=batch,
+        lda=lda,
+        ldb=ldb,
+        ldc=ldc,
+        batch_stride_a=bsa if spec.a_batched else 0,
+        batch_stride_b=bsb if spec.b_batched else 0,
+        batch_stride_c=bsc if batch > 1 else 0,
+    )
+    return spec, problem
+
+
+def default_config(spec: GemmSpec, problem: GemmProblem, sm_count: int = 132) -> GemmConfig:
+    """The configuration used without tuning (stated heuristic, measured in benchmarks/results/gpu_cute_*).
+
+    Large problems: 128x256 cooperative tiles in 2x1 clusters, grouped 4
+    clusters wide and rasterized along N (on the H200, 2026-11-30: 1.02-1.03x
+    torch.matmul at 8192^3, 0.98-0.99x at 4096^3). When those tiles would
+    leave SMs idle, 128x128 tiles without clusters.
+    """
+    tiles = math.ceil(problem.m / 128) * math.ceil(problem.n / 256) * problem.batch
+    if tiles < sm_count:
+        return GemmConfig(tile_m=128, tile_n=128)
+    return GemmConfig(tile_m=128, tile_n=256, cluster_m=2, swizzle=4, raster_along_m=False)

@@ -1,0 +1,541 @@
+"""Hopper (sm_90a) GEMM in CuTe DSL: TMA loads, wgmma, warp specialization, persistent tiles.
+
+    C[m, n, l] = sum_k A[m, k, l] * B[n, k, l]     (float32 accumulation)
+
+One CTA holds a producer warpgroup (one warp issues the TMA loads of A and
+B into a ring of shared-memory stages) and two consumer warpgroups (wgmma
+from shared memory into register accumulators, then the epilogue: convert,
+stage through shared memory, TMA store). CTAs are persistent: a static
+scheduler hands each one tile after tile, so the next tile's loads overlap
+the current tile's math and epilogue.
+
+Two consumer schedules:
+- cooperative: both warpgroups split one tile along M and run the mainloop
+  and the epilogue together;
+- pingpong: each warpgroup owns a whole tile; ordered barriers let one
+  warpgroup's mainloop run while the other does its epilogue, so the tensor
+  cores idle less during epilogues.
+
+Clusters of 2 CTAs along M (or N) share B (or A) tiles through TMA
+multicast, halving that operand's L2 traffic.
+
+The epilogue can add a bias per output column and apply relu or gelu
+(erf or tanh form) in float32 before the one rounding to the output dtype.
+
+Tails need no predication: TMA fills out-of-bounds loads with zeros (so a
+partial K tile adds nothing) and clips out-of-bounds stores.
+
+The host entry takes raw pointers, extents and strides (not tensors), so a
+compiled specialization serves every problem size with the same dtypes,
+operand majors and batch-broadcast pattern, and a launch marshals only
+scalars.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import Int32, Int64, const_expr
+from cutlass.cute.nvgpu import cpasync, warp, warpgroup
+
+from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
+
+DTYPES: dict[str, Any] = {
+    "float16": cutlass.Float16,
+    "bfloat16": cutlass.BFloat16,
+    "float32": cutlass.Float32,
+}
+
+# Named barrier ids (0 is __syncthreads).
+_BAR_EPI = 1
+_BAR_MMA_WG0 = 2  # pingpong: +1 for warpgroup 1
+_BAR_EPI_WG0 = 4  # pingpong: +1 for warpgroup 1
+
+_THREADS_PER_WG = 128
+_SMEM_CAPACITY = 232448  # sm_90: 227 KiB per block
+_BARRIER_BYTES = 1024
+
+
+class HopperGemm:
+    """One compiled specialization: dtypes, operand majors, batch pattern and tile config."""
+
+    def __init__(self, spec: GemmSpec, config: GemmConfig, sm_count: int) -> None:
+        self.spec = spec
+        self.config = config
+        self.a_dtype = DTYPES[spec.a_dtype]
+        self.b_dtype = DTYPES[spec.b_dtype]
+        self.c_dtype = DTYPES[spec.c_dtype]
+        self.acc_dtype = cutlass.Float32
+        self.fused = spec.bias_dtype is not None or spec.activation != "none"
+        self.pingpong = config.pingpong
+        self.cluster_mn = (config.cluster_m, config.cluster_n)
+        cluster_size = config.cluster_m * config.cluster_n
+        self.max_active_clusters = sm_count // cluster_size
+
+        tile_m, tile_n = config.tile_m, config.tile_n
+        # Cooperative: two warpgroups stacked along M (64 rows per wgmma atom).
+        self.atom_layout_mnk = (1, 1, 1) if self.pingpong else (2, 1, 1)
+        self.num_mma_wg = 2
+        self.threads_per_cta = (self.num_mma_wg + 1) * _THREADS_PER_WG
+        self.load_warp = self.num_mma_wg * 4  # first warp of the producer warpgroup
+        # Threads that take part in one tile's epilogue.
+        self.num_epi_threads = _THREADS_PER_WG * (1 if self.pingpong else self.num_mma_wg)
+        acc_regs = tile_m * tile_n // (math.prod(self.atom_layout_mnk) * _THREADS_PER_WG)
+        self.load_regs, self.mma_regs = (40, 232) if acc_regs < 208 else (24, 240)
+
+        self.tile_k = 64  # four k=16 wgmma instructions per stage
+        self.tile_mnk = (tile_m, tile_n, self.tile_k)
+        # Epilogue subtile: the accumulator is written out 32 columns at a time;
+        # its M extent covers what one pass of the tiled MMA holds.
+        epi_m = math.gcd(128 if not self.pingpong else 64, tile_m)
+        self.epi_tile = (epi_m, math.gcd(32, tile_n))
+        self.epi_stage = 4 if self.c_dtype.width == 16 else 2
+        epi_bytes = math.prod(self.epi_tile) * self.c_dtype.width // 8 * self.epi_stage
+        ab_bytes = (tile_m * self.a_dtype.width + tile_n * self.b_dtype.width) * self.tile_k // 8
+        self.ab_stage = (_SMEM_CAPACITY - _BARRIER_BYTES - epi_bytes) // ab_bytes
+        if self.ab_stage < 2:
+            raise ValueError(f"tile {tile_m}x{tile_n} leaves {self.ab_stage} pipeline stages")
+
+    # ------------------------------------------------------------------
+    # Host side
+
+    def _layout(self, major_is_inner: bool, rows: Any, cols: Any, batch: Any, ld: Any, bstride: Any) -> cute.Layout:
+        """(rows, cols, batch): ``cols`` contiguous when ``major_is_inner``, else ``rows``."""
+        if major_is_inner:
+            return cute.make_layout((rows, cols, batch), stride=(ld, 1, bstride))
+        return cute.make_layout((rows, cols, batch), stride=(1, ld, bstride))
+
+    @cute.jit
+    def __call__(
+        self,
+        a_ptr: cute.Pointer,
+        b_ptr: cute.Pointer,
+        c_ptr: cute.Pointer,
+        bias_ptr: cute.Pointer,
+        m: Int32,
+        n: Int32,
+        k: Int32,
+        batch: Int32,
+        lda: Int64,
+        ldb: Int64,
+        ldc: Int64,
+        batch_stride_a: Int64,
+        batch_stride_b: Int64,
+        batch_stride_c: Int64,
+        stream: cuda.CUstream,
+    ):
+        spec = self.spec
+        # TMA needs 16-byte aligned strides: the builder checked them; say so.
+        lda = cute.assume(lda, divby=128 // self.a_dtype.width)
+        ldb = cute.assume(ldb, divby=128 // self.b_dtype.width)
+        ldc = cute.assume(ldc, divby=128 // self.c_dtype.width)
+        a_batch, a_bstride = (batch, cute.assume(batch_stride_a, divby=128 // self.a_dtype.width))
+        b_batch, b_bstride = (batch, cute.assume(batch_stride_b, divby=128 // self.b_dtype.width))
+        if const_expr(not spec.a_batched):
+            a_batch, a_bstride = 1, 0
+        if const_expr(not spec.b_batched):
+            b_batch, b_bstride = 1, 0
+        c_bstride = cute.assume(batch_stride_c, divby=128 // self.c_dtype.width)
+
+        mA = cute.make_tensor(a_ptr, self._layout(spec.a_major == "k", m, k, a_batch, lda, a_bstride))
+        mB = cute.make_tensor(b_ptr, self._layout(spec.b_major == "k", n, k, b_batch, ldb, b_bstride))
+        mC = cute.make_tensor(c_ptr, self._layout(spec.c_major == "n", m, n, batch, ldc, c_bstride))
+        mBias = cute.make_tensor(bias_ptr, cute.make_layout(n))  # read only when spec.bias_dtype is set
+
+        a_layout = utils.LayoutEnum.from_tensor(mA)
+        b_layout = utils.LayoutEnum.from_tensor(mB)
+        c_layout = utils.LayoutEnum.from_tensor(mC)
+        self.c_layout = c_layout
+
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.a_dtype,
+            self.b_dtype,
+            a_layout.sm90_mma_major_mode(),
+            b_layout.sm90_mma_major_mode(),
+            self.acc_dtype,
+            self.atom_layout_mnk,
+            tiler_mn=(64, self.tile_mnk[1]),
+        )
+        a_smem = sm90_utils.make_smem_layout_a(a_layout, self.tile_mnk, self.a_dtype, self.ab_stage)
+        b_smem = sm90_utils.make_smem_layout_b(b_layout, self.tile_mnk, self.b_dtype, self.ab_stage)
+        epi_smem = sm90_utils.make_smem_layout_epi(self.c_dtype, c_layout, self.epi_tile, self.epi_stage)
+
+        cm, cn = self.cluster_mn
+        # A is shared by the CTAs of a cluster row (same M tile), B by a cluster column.
+        tma_a, gA = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp() if cn == 1 else cpasync.CopyBulkTensorTileG2SMulticastOp(),
+            mA,
+            cute.slice_(a_smem, (None, None, 0)),
+            (self.tile_mnk[0], self.tile_mnk[2]),
+            num_multicast=cn,
+        )
+        tma_b, gB = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp() if cm == 1 else cpasync.CopyBulkTensorTileG2SMulticastOp(),
+            mB,
+            cute.slice_(b_smem, (None, None, 0)),
+            (self.tile_mnk[1], self.tile_mnk[2]),
+            num_multicast=cm,
+        )
+        tma_c, gC = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(),
+            mC,
+            cute.slice_(epi_smem, (None, None, 0)),
+            self.epi_tile,
+        )
+
+        tiles_mnl = (
+            cute.ceil_div(m, self.tile_mnk[0]),
+            cute.ceil_div(n, self.tile_mnk[1]),
+            batch,
+        )
+        sched_params = utils.PersistentTileSchedulerParams(
+            tiles_mnl, (cm, cn, 1), self.config.swizzle, self.config.raster_along_m
+        )
+        grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched_params, self.max_active_clusters)
+
+        tx_bytes = cute.size_in_bytes(self.a_dtype, cute.slice_(a_smem, (None, None, 0))) + cute.size_in_bytes(
+            self.b_dtype, cute.slice_(b_smem, (None, None, 0))
+        )
+        self.tx_bytes = tx_bytes
+
+        @cute.struct
+        class SharedStorage:
+            ab_barriers: cute.struct.MemRange[Int64, self.ab_stage * 2]
+            sA: cute.struct.Align[cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem)], 1024]
+            sB: cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem)], 1024]
+            sC: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(epi_smem)], 1024]
+
+        self.shared_storage = SharedStorage
+
+        self.kernel(
+            tma_a,
+            gA,
+            tma_b,
+            gB,
+            tma_c,
+            gC,
+            tiled_mma,
+            cute.make_layout((cm, cn, 1)),
+            a_smem,
+            b_smem,
+            epi_smem,
+            sched_params,
+            mBias,
+        ).launch(
+            grid=grid,
+            block=[self.threads_per_cta, 1, 1],
+            cluster=(cm, cn, 1),
+            min_blocks_per_mp=1,
+            stream=stream,
+        )
+
+    # ------------------------------------------------------------------
+    # Device side
+
+    @cute.kernel
+    def kernel(
+        self,
+        tma_a: cute.CopyAtom,
+        mA_mkl: cute.Tensor,
+        tma_b: cute.CopyAtom,
+        mB_nkl: cute.Tensor,
+        tma_c: cute.CopyAtom,
+        mC_mnl: cute.Tensor,
+        tiled_mma: cute.TiledMma,
+        cluster_layout_mnk: cute.Layout,
+        a_smem: cute.ComposedLayout,
+        b_smem: cute.ComposedLayout,
+        epi_smem: cute.ComposedLayout,
+        sched_params: utils.PersistentTileSchedulerParams,
+        mBias: cute.Tensor,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg_idx = cute.arch.make_warp_uniform(tidx // _THREADS_PER_WG)
+
+        if warp_idx == self.load_warp:
+            cpasync.prefetch_descriptor(tma_a)
+            cpasync.prefetch_descriptor(tma_b)
+            cpasync.prefetch_descriptor(tma_c)
+
+        cluster_size = cute.size(cluster_layout_mnk)
+        rank_in_cluster = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster_coord = cluster_layout_mnk.get_flat_coord(rank_in_cluster)
+        a_mcast_mask = cute.make_layout_image_mask(cluster_layout_mnk, cluster_coord, mode=1)
+        b_mcast_mask = cute.make_layout_image_mask(cluster_layout_mnk, cluster_coord, mode=0)
+        a_mcast_mask = a_mcast_mask if self.cluster_mn[1] > 1 else 0
+        b_mcast_mask = b_mcast_mask if self.cluster_mn[0] > 1 else 0
+
+        smem = utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+
+        # Every consumer warp releases a stage to each CTA that multicast into it.
+        mcast_size = self.cluster_mn[0] + self.cluster_mn[1] - 1
+        consumer_warps = (1 if self.pingpong else self.num_mma_wg) * 4
+        ab_pipeline = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.ab_barriers.data_ptr(),
+            num_stages=self.ab_stage,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, mcast_size * consumer_warps),
+            tx_count=self.tx_bytes,
+            cta_layout_vmnk=cute.make_layout((1, *cluster_layout_mnk.shape)),
+        )
+        if cluster_size > 1:
+            cute.arch.cluster_arrive_relaxed()
+
+        sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
+        sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        sC = storage.sC.get_tensor(epi_smem.outer, swizzle=epi_smem.inner)
+
+        # (bM, bK, RestM, RestK, RestL) and friends
+        gA = cute.local_tile(mA_mkl, cute.slice_(self.tile_mnk, (None, 0, None)), (None, None, None))
+        gB = cute.local_tile(mB_nkl, cute.slice_(self.tile_mnk, (0, None, None)), (None, None, None))
+        gC = cute.local_tile(mC_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None))
+        k_tile_cnt = cute.size(gA, mode=[3])
+
+        if cluster_size > 1:
+            cute.arch.cluster_wait()
+        else:
+            cute.arch.sync_threads()
+
+        if wg_idx == self.num_mma_wg:
+            # ---------------- producer warpgroup ----------------
+            cute.arch.setmaxregister_decrease(self.load_regs)
+            if warp_idx == self.load_warp:
+                tAsA, tAgA = cpasync.tma_partition(
+                    tma_a,
+                    cluster_coord[1],
+                    cute.make_layout(cute.slice_(cluster_layout_mnk, (0, None, 0)).shape),
+                    cute.group_modes(sA, 0, 2),
+                    cute.group_modes(gA, 0, 2),
+                )
+                tBsB, tBgB = cpasync.tma_partition(
+                    tma_b,
+                    cluster_coord[0],
+                    cute.make_layout(cute.slice_(cluster_layout_mnk, (None, 0, 0)).shape),
+                    cute.group_modes(sB, 0, 2),
+                    cute.group_modes(gB, 0, 2),
+                )
+                scheduler = utils.StaticPersistentTileScheduler.create(
+                    sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
+                )
+                work = scheduler.initial_work_tile_info()
+                state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
+                while work.is_valid_tile:
+                    tile = work.tile_idx
+                    a_l = tile[2] if const_expr(self.spec.a_batched) else 0
+                    b_l = tile[2] if const_expr(self.spec.b_batched) else 0
+                    tAgA_k = tAgA[(None, tile[0], None, a_l)]
+                    tBgB_k = tBgB[(None, tile[1], None, b_l)]
+                    for kt in cutlass.range(k_tile_cnt, unroll=1):
+                        ab_pipeline.producer_acquire(state)
+                        barrier = ab_pipeline.producer_get_barrier(state)
+                        cute.copy(
+                            tma_a,
+                            tAgA_k[(None, kt)],
+                            tAsA[(None, state.index)],
+                            tma_bar_ptr=barrier,
+                            mcast_mask=a_mcast_mask,
+                        )
+                        cute.copy(
+                            tma_b,
+                            tBgB_k[(None, kt)],
+                            tBsB[(None, state.index)],
+                            tma_bar_ptr=barrier,
+                            mcast_mask=b_mcast_mask,
+                        )
+                        ab_pipeline.producer_commit(state)
+                        state.advance()
+                    scheduler.advance_to_next_work()
+                    work = scheduler.get_current_work()
+                ab_pipeline.producer_tail(state)
+        else:
+            # ---------------- consumer warpgroups ----------------
+            cute.arch.setmaxregister_increase(self.mma_regs)
+            if const_expr(self.pingpong):
+                mma_tidx = tidx % _THREADS_PER_WG
+                thr_mma = tiled_mma.get_slice(0)
+                is_store_warp = warp_idx % 4 == 0
+            else:
+                mma_tidx = tidx
+                # wgmma partitions per warpgroup: slice at the warpgroup's first thread.
+                thr_mma = tiled_mma.get_slice(wg_idx * _THREADS_PER_WG)
+                is_store_warp = warp_idx == 0
+            tCsA = thr_mma.partition_A(sA)
+            tCsB = thr_mma.partition_B(sB)
+            tCrA = tiled_mma.make_fragment_A(tCsA)
+            tCrB = tiled_mma.make_fragment_B(tCsB)
+            tCgC = thr_mma.partition_C(gC)
+            acc = cute.make_rmem_tensor(tCgC.shape[:3], self.acc_dtype)
+            num_k_blocks = cute.size(tCrA, mode=[2])
+
+            # Epilogue: registers -> shared memory (stmatrix for 16-bit) -> TMA store.
+            store_atom = sm90_utils.get_smem_store_op(self.c_layout, self.c_dtype, self.acc_dtype)
+            c_atom = cute.make_copy_atom(warp.StMatrix8x8x16bOp(self.c_layout.is_m_major_c(), 4), self.c_dtype)
+            tiled_copy_r2s = cute.make_tiled_copy_S(store_atom, cute.make_tiled_copy_C_atom(c_atom, tiled_mma))
+            thr_copy_r2s = tiled_copy_r2s.get_slice(mma_tidx)
+            tRS_sC = thr_copy_r2s.partition_D(sC)
+            tRS_rAcc = tiled_copy_r2s.retile(acc)
+            rD_shape = cute.shape(thr_copy_r2s.partition_S(sC))[:3]
+            tRS_rD = cute.make_rmem_tensor(rD_shape, self.acc_dtype)
+            tRS_rOut = cute.make_rmem_tensor(rD_shape, self.c_dtype)
+            rD_size = cute.size(tRS_rD)
+            # (m, n) inside the epilogue subtile of every value this thread holds. The source side:
+            # stmatrix writes a thread's registers through other threads' row addresses, so the
+            # destination partition does not say where this thread's values land.
+            tRS_cD = thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile))
+            n_total = cute.size(mC_mnl, mode=[1])
+            epi_barrier = pipeline.NamedBarrier(barrier_id=_BAR_EPI, num_threads=self.num_epi_threads)
+            store_pipeline = pipeline.PipelineTmaStore.create(
+                num_stages=self.epi_stage,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_epi_threads),
+            )
+
+            scheduler = utils.StaticPersistentTileScheduler.create(
+                sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
+            )
+            work = scheduler.initial_work_tile_info()
+            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
+            tile_step = 1
+            if const_expr(self.pingpong):
+                tile_step = 2
+                if wg_idx == 0:
+                    # Warpgroup 0 goes first: pre-arrive its own mainloop and epilogue turns.
+                    self._pingpong_arrive(0, _BAR_MMA_WG0)
+                    self._pingpong_arrive(0, _BAR_EPI_WG0)
+                else:
+                    # Warpgroup 1 takes the odd tiles: skip the first tile's stages.
+                    read_state.advance(k_tile_cnt)
+                    scheduler.advance_to_next_work()
+                    work = scheduler.get_current_work()
+
+            while work.is_valid_tile:
+                tile = work.tile_idx
+                # ---- mainloop ----
+                if const_expr(self.pingpong):
+                    self._pingpong_sync(wg_idx, _BAR_MMA_WG0)
+                release_state = read_state.clone()
+                acc.fill(0.0)
+                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                ab_pipeline.consumer_wait(read_state)
+                warpgroup.fence()
+                for kb in cutlass.range_constexpr(num_k_blocks):
+                    coord = (None, None, kb, read_state.index)
+                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                warpgroup.commit_group()
+                read_state.advance()
+                for _kt in cutlass.range(1, k_tile_cnt, unroll=1):
+                    ab_pipeline.consumer_wait(read_state)
+                    warpgroup.fence()
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        coord = (None, None, kb, read_state.index)
+                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                    warpgroup.commit_group()
+                    # Keep one wgmma batch in flight; the one before it is done with its stage.
+                    warpgroup.wait_group(1)
+                    ab_pipeline.consumer_release(release_state)
+                    release_state.advance()
+                    read_state.advance()
+                if const_expr(self.pingpong):
+                    # The other warpgroup may start its mainloop while this one drains.
+                    self._pingpong_arrive(1 - wg_idx, _BAR_MMA_WG0)
+                warpgroup.wait_group(0)
+                ab_pipeline.consumer_release(release_state)
+
+                # ---- epilogue ----
+                if const_expr(self.pingpong):
+                    self._pingpong_sync(wg_idx, _BAR_EPI_WG0)
+                c_l = tile[2]
+                gC_tile = gC[(None, None, tile[0], tile[1], c_l)]
+                gC_epi = cute.zipped_divide(gC_tile, self.epi_tile)
+                bSG_sC, bSG_gC = cpasync.tma_partition(
+                    tma_c,
+                    0,
+                    cute.make_layout(1),
+                    cute.group_modes(sC, 0, 2),
+                    gC_epi,
+                )
+                epi_grid = gC_epi.shape[1]
+                epi_order = cute.make_ordered_layout(epi_grid, order=(1, 0))
+                epi_count = cute.size(epi_grid)
+                epi_prev = scheduler.num_tiles_executed * epi_count
+                for epi_idx in cutlass.range_constexpr(epi_count):
+                    for v in cutlass.range_constexpr(rD_size):
+                        tRS_rD[v] = tRS_rAcc[epi_idx * rD_size + v]
+                    if const_expr(self.fused):
+                        n0 = tile[1] * self.tile_mnk[1] + epi_order.get_hier_coord(epi_idx)[1] * self.epi_tile[1]
+                        for v in cutlass.range_constexpr(rD_size):
+                            x = _round(self.spec.round_x, tRS_rD[v])
+                            if const_expr(self.spec.bias_dtype is not None):
+                                # Columns past N are clipped by the store; read an in-range bias for them.
+                                col = cutlass.min(n0 + tRS_cD[v][1], n_total - 1)
+                                x = _round(self.spec.round_y, x + mBias[col].to(cutlass.Float32))
+                            tRS_rD[v] = _activation(self.spec.activation, x)
+                    tRS_rOut.store(tRS_rD.load().to(self.c_dtype))
+                    buf = (epi_prev + epi_idx) % self.epi_stage
+                    if is_store_warp:
+                        # The buffer about to be written must have left for global memory.
+                        store_pipeline.producer_acquire()
+                    epi_barrier.arrive_and_wait()
+                    cute.copy(tiled_copy_r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
+                    cute.arch.fence_view_async_shared()
+                    epi_barrier.arrive_and_wait()
+                    if is_store_warp:
+                        cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(epi_idx))])
+                        store_pipeline.producer_commit()
+                if const_expr(self.pingpong):
+                    # Both warpgroups stage through the same buffers: drain before handing over.
+                    if is_store_warp:
+                        store_pipeline.producer_tail()
+                    self._pingpong_arrive(1 - wg_idx, _BAR_EPI_WG0)
+                    read_state.advance(k_tile_cnt)
+                scheduler.advance_to_next_work(advance_count=tile_step)
+                work = scheduler.get_current_work()
+
+            # A compile-time test cannot share an `if` with a run-time one in the DSL.
+            if const_expr(not self.pingpong):  # noqa: SIM102
+                if is_store_warp:
+                    store_pipeline.producer_tail()
+
+    def _pingpong_sync(self, wg: Any, base: int) -> None:
+        cute.arch.barrier(barrier_id=base + wg, number_of_threads=2 * _THREADS_PER_WG)
+
+    def _pingpong_arrive(self, wg: Any, base: int) -> None:
+        cute.arch.barrier_arrive(barrier_id=base + wg, number_of_threads=2 * _THREADS_PER_WG)
+
+
+_SQRT_HALF = 0.7071067811865476
+_GELU_TANH_C = 0.7978845608028654  # sqrt(2 / pi)
+
+
+@cute.jit
+def _round(dtype: cutlass.Constexpr, x: cutlass.Float32) -> cutlass.Float32:
+    """``x`` rounded to ``dtype`` and back (the declared dtype of an intermediate tensor)."""
+    y = x
+    if const_expr(dtype != "float32"):
+        y = x.to(DTYPES[dtype]).to(cutlass.Float32)
+    return y
+
+
+@cute.jit
+def _activation(kind: cutlass.Constexpr, x: cutlass.Float32) -> cutlass.Float32:
+    """The epilogue activation in float32, as OPS.md defines it (NaN stays NaN)."""
+    y = x
+    if const_expr(kind == "relu"):
+        # x <= 0 -> 0; NaN fails the comparison and passes through.
+        y = cutlass.Float32(0.0) if x <= cutlass.Float32(0.0) else x
+    elif const_expr(kind == "gelu"):
+        # 0.5 x (1 + erf(x / sqrt 2)) written with erfc: no cancellation in the negative tail.
+        y = cutlass.Float32(0.5) * x * cute.math.erfc(-x * cutlass.Float32(_SQRT_HALF))
+    elif const_expr(kind == "gelu_tanh"):
+        # 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
+        u = cutlass.Float32(_GELU_TANH_C) * (x + cutlass.Float32(0.044715) * x * x * x)
+        y = x / (cutlass.Float32(1.0) + cute.math.exp(cutlass.Float32(-2.0) * u))
+    return y

@@ -1,0 +1,183 @@
+"""Compile once, cache in process and on disk, launch with scalars only.
+
+Compiling a GEMM specialization traces the Python kernel and runs the MLIR
+and ptxas pipeline (about a second or two). Each specialization is compiled
+once per process (``compiled``), and its host shim and cubin are written to
+an on-disk cache through the DSL's own ahead-of-time export
+(``JitCompiledFunction.export_to_c`` / ``ExternalBinaryModule``), so a later
+process loads it in milliseconds without tracing again. The cache key holds
+the DSL version, the kernel sources, the specialization and the SM count;
+``SIGDNN_CUTE_CACHE`` names the directory (default
+``~/.cache/sigdnn/cute``; ``0`` turns the disk cache off).
+
+A launch goes through the compiled handle, never the jit function: the
+arguments are ctypes cells whose addresses were marshalled once
+(``generate_execution_args``) into the packed argument array the compiled
+host entry takes; a launch rewrites the pointer and stream cells and calls
+that entry with the same array. (``run_compiled_program`` would rebuild the
+array from Python on every call: a few microseconds more.)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64
+from cutlass.base_dsl.export import ExternalBinaryModule
+from cutlass.cute.runtime import make_ptr
+
+from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmProblem, GemmSpec
+from sigdnn.plan_builders.cute.kernels import gemm_sm90
+
+_LOCK = threading.Lock()
+_COMPILED: dict[tuple[Any, ...], Any] = {}
+STATS = {"compiled": 0, "loaded": 0}  # how each specialization arrived in this process
+
+
+def cache_dir() -> Path | None:
+    """Where compiled specializations are kept between processes (None: disk cache off)."""
+    raw = os.environ.get("SIGDNN_CUTE_CACHE", "")
+    if raw == "0":
+        return None
+    return Path(raw) if raw else Path.home() / ".cache" / "sigdnn" / "cute"
+
+
+def _sources_digest() -> str:
+    parts = [cutlass.__version__.encode()]
+    for mod in (gemm_sm90,):
+        parts.append(Path(mod.__file__).read_bytes())
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+
+
+_DIGEST = _sources_digest()
+
+
+def _key_name(spec: GemmSpec, config: GemmConfig, sm_count: int) -> str:
+    text = repr((spec, config, sm_count, _DIGEST))
+    return "gemm_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
+    kernel = gemm_sm90.HopperGemm(spec, config, sm_count)
+    dt = gemm_sm90.DTYPES
+    ptrs = [
+        make_ptr(dt[d], 0, cute.AddressSpace.gmem, assumed_align=16) for d in (spec.a_dtype, spec.b_dtype, spec.c_dtype)
+    ]
+    bias = dt[spec.bias_dtype or spec.c_dtype]  # a pointer slot even without a bias: one signature
+    ptrs.append(make_ptr(bias, 0, cute.AddressSpace.gmem, assumed_align=bias.width // 8))
+    ints = [Int32(1)] * 4
+    strides = [Int64(8)] * 3 + [Int64(0)] * 3
+    return cute.compile(kernel, *ptrs, *ints, *strides, cuda.CUstream(0))
+
+
+def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
+    """The compiled function of a specialization: from this process, the disk cache, or a fresh compile."""
+    key = (spec, config, sm_count)
+    with _LOCK:
+        fn = _COMPILED.get(key)
+        if fn is not None:
+            return fn
+        name = _key_name(spec, config, sm_count)
+        root = cache_dir()
+        path = root / f"{name}.o" if root else None
+        if path is not None and path.exists():
+            try:
+                fn = getattr(ExternalBinaryModule(str(path)), name)
+                STATS["loaded"] += 1
+            except Exception:  # a stale or truncated file: compile again and overwrite it
+                fn = None
+        if fn is None:
+            fn = _compile(spec, config, sm_count)
+            STATS["compiled"] += 1
+            if root is not None:
+                _store(fn, root, name)
+        _COMPILED[key] = fn
+        return fn
+
+
+def _store(fn: Any, root: Path, name: str) -> None:
+    """Export next to a temporary name, then rename: readers never see half a file."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = f"{name}.{os.getpid()}.{threading.get_ident()}"
+        fn.export_to_c(str(root), tmp, name)
+        os.replace(root / f"{tmp}.o", root / f"{name}.o")
+        (root / f"{tmp}.h").unlink(missing_ok=True)
+    except OSError:
+        pass  # an unwritable cache only costs the next process a compile
+
+
+class _Cell:
+    """A launch argument the compiled function reads by address; rewritten in place."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, ctype: Any, value: int) -> None:
+        self.value = ctype(value)
+
+    def __c_pointers__(self) -> list[int]:
+        return [ctypes.addressof(self.value)]
+
+
+class GemmLaunch:
+    """One problem's launch: the extents and strides are fixed, pointers and stream are not."""
+
+    def __init__(self, spec: GemmSpec, config: GemmConfig, problem: GemmProblem, sm_count: int) -> None:
+        self.spec, self.config, self.problem = spec, config, problem
+        self._executor = compiled(spec, config, sm_count).to()
+        self._a = _Cell(ctypes.c_void_p, 0)
+        self._b = _Cell(ctypes.c_void_p, 0)
+        self._c = _Cell(ctypes.c_void_p, 0)
+        self._bias = _Cell(ctypes.c_void_p, 0)
+        self._stream = _Cell(ctypes.c_void_p, 0)
+        p = problem
+        scalars = [_Cell(ctypes.c_int32, v) for v in (p.m, p.n, p.k, p.batch)]
+        scalars += [
+            _Cell(ctypes.c_int64, v)
+            for v in (p.lda, p.ldb, p.ldc, p.batch_stride_a, p.batch_stride_b, p.batch_stride_c)
+        ]
+        self._cells = (self._a, self._b, self._c, self._bias, *scalars, self._stream)
+        args, _ = self._executor.generate_execution_args(*self._cells)
+        self._args = [ctypes.c_void_p(x) for x in args]
+        self._packed = self._pack(self._args)
+        self._lock = threading.Lock()
+
+    def _pack(self, args: list[Any]) -> Any:
+        """A private copy of the executor's packed argument array (None where this DSL has none)."""
+        ex = self._executor
+        pack = getattr(ex, "_get_invoke_packed_args", None)
+        if pack is None or not hasattr(ex, "capi_func") or not hasattr(ex, "_has_cuda_result"):
+            return None
+        shared = pack(args)  # the executor's per-thread buffer: copy it
+        return (ctypes.c_void_p * len(shared))(*shared)
+
+    def _run(self) -> None:
+        ex = self._executor
+        if self._packed is None:
+            ex.run_compiled_program(self._args)
+            return
+        ex.capi_func(self._packed)
+        if ex._has_cuda_result and ex.cuda_result.value != 0:
+            raise RuntimeError(f"GEMM launch failed: CUDA error {ex.cuda_result.value}")
+
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, bias_ptr: int = 0) -> None:
+        """Enqueue C = act(A @ B + bias) on ``stream`` (raw CUstream); A, B, C 16-byte aligned."""
+        if (a_ptr | b_ptr | c_ptr) & 15:
+            raise ValueError("TMA needs 16-byte aligned operand addresses")
+        if self.spec.bias_dtype is not None and not bias_ptr:
+            raise ValueError("this specialization adds a bias: give its address")
+        with self._lock:  # the cells are shared: one launch at a time per plan
+            self._a.value.value = a_ptr
+            self._b.value.value = b_ptr
+            self._c.value.value = c_ptr
+            self._bias.value.value = bias_ptr
+            self._stream.value.value = stream
+            self._run()

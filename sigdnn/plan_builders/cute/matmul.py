@@ -1,0 +1,318 @@
+"""CuTe DSL matmul builder for Hopper: bfloat16 / float16 in, float32 accumulation, 16- or 32-bit out.
+
+``check`` decides from the graph alone (dtypes, dims, strides, the device's
+compute capability) whether the kernel serves a node; ``build`` compiles
+(or loads) the specialization and fixes every launch scalar, so
+``execute`` only hands the pointers and the stream to the compiled handle.
+The DSL is imported on first build, never when this module loads.
+
+As a fusion builder it also claims ``matmul -> add(bias) -> activation``
+chains (either pointwise step optional; relu, gelu, gelu_approx_tanh) whose
+intermediates are virtual and read by the next step alone: the GEMM
+epilogue adds the bias row and applies the activation in float32 and
+writes only the chain's last tensor.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.matmul import Matmul
+from sigdnn.graph.ops.pointwise import Pointwise
+from sigdnn.plan_builders.cute.gemm_layout import (
+    AB_DTYPES,
+    ACTIVATIONS,
+    BIAS_DTYPES,
+    C_DTYPES,
+    GemmConfig,
+    GemmProblem,
+    GemmSpec,
+    default_config,
+    plan_gemm,
+)
+from sigdnn.registry.contracts import BuildContext, FusionBuilder, NodePlan, RegionContext, RegionPlan
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.registry.regions import Dataflow, Region, make_region
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import SignatureKey
+
+
+@functools.cache
+def unavailable_reason() -> str | None:
+    """Why the CuTe DSL GEMM cannot run here (no GPU, no DSL), else None."""
+    from sigdnn.runtime.cuda import gpu_unavailable_reason
+
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        return reason
+    try:
+        import cutlass.cute  # noqa: F401
+    except Exception as exc:  # any failure means "unavailable"
+        return f"nvidia-cutlass-dsl is not importable ({type(exc).__name__}: {exc})"
+    return None
+
+
+@functools.cache
+def device_properties(device_id: int) -> tuple[tuple[int, int], int]:
+    """(compute capability, SM count) of a CUDA device, read through the driver."""
+    from cuda.bindings import driver
+
+    attr = driver.CUdevice_attribute
+    err, dev = driver.cuDeviceGet(device_id)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuDeviceGet({device_id}) failed: {err!r}")
+    values = []
+    for a in (
+        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+        attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+    ):
+        err, v = driver.cuDeviceGetAttribute(a, dev)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuDeviceGetAttribute({a.name}) failed: {err!r}")
+        values.append(int(v))
+    return (values[0], values[1]), values[2]
+
+
+def _device_id(device: Device | None) -> int:
+    context = getattr(device, "context", None)
+    return int(getattr(context, "device_id", 0) or 0)
+
+
+def config_override() -> GemmConfig | None:
+    """``SIGDNN_CUTE_GEMM=pp128x192c2x1s1`` style override of the default config (benchmarks, tuning)."""
+    raw = os.environ.get("SIGDNN_CUTE_GEMM")
+    return parse_config(raw) if raw else None
+
+
+def parse_config(label: str) -> GemmConfig:
+    """Inverse of ``GemmConfig.label``: e.g. ``coop128x256c2x1s1`` (a trailing ``n`` rasterizes along N)."""
+    import re
+
+    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)(n?)", label)
+    if m is None:
+        raise ValueError(f"bad GEMM config label {label!r} (e.g. coop128x256c2x1s1)")
+    kind, tm, tn, cm, cn, sw, raster_n = m.groups()
+    return GemmConfig(int(tm), int(tn), kind == "pp", int(cm), int(cn), int(sw), raster_along_m=not raster_n)
+
+
+@attrs.frozen
+class EpilogueChain:
+    """A matmul node and the pointwise nodes its epilogue absorbs (node indices, uids)."""
+
+    nodes: tuple[int, ...]  # matmul first
+    writes: tuple[int, ...]  # the uid each node writes; the last is what the kernel stores
+    bias: int | None = None  # uid of the bias row
+    activation: str = "none"
+
+
+def _sole_reader(graph: Graph, flow: Dataflow, uid: int) -> int | None:
+    """The one node reading a virtual tensor nobody else sees, else None."""
+    readers = flow.readers.get(uid, [])
+    return readers[0] if graph.tensors[uid].is_virtual and len(readers) == 1 else None
+
+
+def _is_bias_row(graph: Graph, uid: int, n: int) -> bool:
+    """A tensor that broadcasts as one value per output column: dims (1, ..., 1, N), contiguous along N."""
+    t = graph.tensors[uid]
+    return (
+        t.value is None
+        and t.rank >= 1
+        and t.dims[-1] == n
+        and all(d == 1 for d in t.dims[:-1])
+        and (n == 1 or t.strides[-1] == 1)
+        and str(graph.dtype_of(t)) in BIAS_DTYPES
+    )
+
+
+def _plain_relu(op: Pointwise) -> bool:
+    return op.relu_upper_clip is None and not op.relu_lower_clip and not op.relu_lower_clip_slope
+
+
+def epilogue_chain(graph: Graph, flow: Dataflow, i: int) -> EpilogueChain | None:
+    """The longest matmul -> [add bias] -> [activation] chain starting at node ``i`` (None: nothing to fuse)."""
+    node = graph.nodes[i]
+    if not isinstance(node.op, Matmul):
+        return None
+    n = graph.tensors[node.op.c].dims[-1]
+    nodes, writes, bias, activation = [i], [node.op.c], None, "none"
+    out = node.op.c
+    j = _sole_reader(graph, flow, out)
+    if j is not None and isinstance(graph.nodes[j].op, Pointwise) and graph.nodes[j].op.mode == "add":
+        op = graph.nodes[j].op
+        other = op.in_1 if op.in_0 == out else op.in_0
+        if op.in_0 != op.in_1 and _is_bias_row(graph, other, n):
+            nodes, out, bias = [*nodes, j], op.out_0, other
+            writes.append(out)
+            j = _sole_reader(graph, flow, out)
+    if j is not None and isinstance(graph.nodes[j].op, Pointwise):
+        op = graph.nodes[j].op
+        if op.mode in ACTIVATIONS and (op.mode != "relu_fwd" or _plain_relu(op)):
+            nodes, out, activation = [*nodes, j], op.out_0, ACTIVATIONS[op.mode]
+            writes.append(out)
+    if len(nodes) == 1 or any(str(graph.compute_dtype_of(graph.nodes[k])) != "float32" for k in nodes):
+        return None
+    return EpilogueChain(tuple(nodes), tuple(writes), bias, activation)
+
+
+class CuteMatmulPlan(NodePlan):
+    """Runs one matmul node: the specialization and every scalar are fixed at build."""
+
+    workspace_bytes = 0
+
+    def __init__(self, launch: Any, where: str) -> None:
+        self._launch = launch
+        self._where = where
+
+    @property
+    def config(self) -> GemmConfig:
+        return self._launch.config
+
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+        _launch(self._launch, self._where, buffers["a"], buffers["b"], buffers["c"], None, context)
+
+
+class CuteEpiloguePlan(RegionPlan):
+    """Runs a matmul + bias + activation region as one GEMM launch; buffers keyed by uid."""
+
+    workspace_bytes = 0
+
+    def __init__(self, launch: Any, where: str, a: int, b: int, out: int, bias: int | None) -> None:
+        self._launch = launch
+        self._where = where
+        self._uids = (a, b, out, bias)
+
+    @property
+    def config(self) -> GemmConfig:
+        return self._launch.config
+
+    def execute(self, buffers: Mapping[int, Any], context: ExecutionContext) -> None:
+        a, b, out, bias = self._uids
+        _launch(self._launch, self._where, buffers[a], buffers[b], buffers[out], buffers.get(bias), context)
+
+
+def _launch(launch: Any, where: str, a: Any, b: Any, c: Any, bias: Any, context: ExecutionContext) -> None:
+    if (a.ptr | b.ptr | c.ptr) & 15:
+        names = [p for p, x in (("a", a), ("b", b), ("c", c)) if x.ptr & 15]
+        raise VariantPackError(f"{where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
+    launch(a.ptr, b.ptr, c.ptr, context.stream, 0 if bias is None else bias.ptr)
+
+
+class CuteMatmulBuilder(FusionBuilder):
+    """Batched GEMM on sm_90 through TMA + wgmma (see kernels/gemm_sm90.py), with a fused epilogue."""
+
+    name = "cute.matmul"
+    engine_id = IN_TREE[name]
+    library = "cute"
+    device = "gpu"
+    ops = ("matmul",)
+
+    def available(self) -> str | None:
+        return unavailable_reason()
+
+    def serves(self, key: SignatureKey) -> bool:
+        ins = dict(key.inputs)
+        outs = dict(key.outputs)
+        return (
+            key.op == "matmul"
+            and str(ins.get("a")) in AB_DTYPES
+            and str(ins.get("b")) == str(ins.get("a"))
+            and str(outs.get("c")) in C_DTYPES
+            and str(key.compute) == "float32"
+        )
+
+    def plan(self, node: Node, graph: Graph, chain: EpilogueChain | None = None) -> tuple[GemmSpec, GemmProblem]:
+        """The kernel view of the node (writing the chain's last tensor when fused), or NotSupported saying why."""
+        op = node.op
+        where = f"node '{node.name}'"
+        if not isinstance(op, Matmul):
+            raise NotSupported(f"{where}: not a matmul")
+        compute = str(graph.compute_dtype_of(node))
+        if compute != "float32":
+            raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")
+        a, b = graph.tensors[op.a], graph.tensors[op.b]
+        c = graph.tensors[op.c if chain is None else chain.writes[-1]]
+        try:
+            spec, problem = plan_gemm(
+                (a.dims, a.strides, str(graph.dtype_of(a))),
+                (b.dims, b.strides, str(graph.dtype_of(b))),
+                (c.dims, c.strides, str(graph.dtype_of(c))),
+            )
+        except ValueError as exc:
+            raise NotSupported(f"{where}: {exc}") from None
+        if chain is not None:
+            dtypes = [str(graph.dtype_of(graph.tensors[u])) for u in chain.writes]
+            if any(d not in C_DTYPES for d in dtypes):
+                raise NotSupported(f"{where}: epilogue tensors of dtypes {dtypes}")
+            bias = None if chain.bias is None else str(graph.dtype_of(graph.tensors[chain.bias]))
+            spec = attrs.evolve(
+                spec,
+                bias_dtype=bias,
+                activation=chain.activation,
+                round_x=dtypes[0] if len(dtypes) > 1 else "float32",
+                round_y=dtypes[1] if chain.bias is not None and len(dtypes) > 2 else "float32",
+            )
+        return spec, problem
+
+    def _check_device(self, node: Node, device: Device | None) -> None:
+        if device is not None and device.kind == "gpu":
+            capability, _ = device_properties(_device_id(device))
+            if capability != (9, 0):
+                raise NotSupported(
+                    f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}"
+                )
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        self.plan(node, graph)
+        self._check_device(node, device)
+
+    def _launch(self, spec: GemmSpec, problem: GemmProblem, device: Device) -> Any:
+        from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+
+        _, sm_count = device_properties(_device_id(device))
+        config = config_override() or default_config(spec, problem, sm_count)
+        return GemmLaunch(spec, config, problem, sm_count)
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        self.check(node, graph, context.device)
+        spec, problem = self.plan(node, graph)
+        return CuteMatmulPlan(self._launch(spec, problem, context.device), f"node '{node.name}'")
+
+    # -- fusion ---------------------------------------------------------------
+
+    def claim(self, graph: Graph, order: list[int], device: Device) -> list[Region]:
+        if device.kind != "gpu" or self.available() is not None:
+            return []
+        flow = Dataflow(graph, order)
+        regions = []
+        for i in order:
+            chain = epilogue_chain(graph, flow, i)
+            if chain is None:
+                continue
+            try:
+                self.plan(graph.nodes[i], graph, chain)
+                self._check_device(graph.nodes[i], device)
+            except NotSupported:
+                continue
+            regions.append(make_region(flow, chain.nodes))
+        return regions
+
+    def build_region(self, region: Region, graph: Graph, context: RegionContext) -> RegionPlan:
+        flow = Dataflow(graph, list(region.nodes))
+        chain = epilogue_chain(graph, flow, region.nodes[0])
+        if chain is None or chain.nodes != region.nodes:
+            names = [graph.nodes[i].name for i in region.nodes]
+            raise NotSupported(f"region {names} is not a GEMM epilogue chain")
+        node = graph.nodes[chain.nodes[0]]
+        spec, problem = self.plan(node, graph, chain)
+        launch = self._launch(spec, problem, context.device)
+        where = f"region {node.name}..{graph.nodes[chain.nodes[-1]].name}"
+        return CuteEpiloguePlan(launch, where, node.op.a, node.op.b, chain.writes[-1], chain.bias)

@@ -1,0 +1,232 @@
+"""A NumPy stand-in for the part of cuda.tile that the generated kernels use.
+
+GPU time is scarce and CI has no GPU, so the generated kernel modules are
+also executed here, block by block, with NumPy arrays for tiles: the same
+source text, with ``ct`` bound to this module instead of cuda.tile. That
+tests what the code generator decides (layouts, offsets, broadcasting,
+tails, dtype conversions, the float32 formulas) on the CPU. What it cannot
+test is cuTile itself: its compiler, the GPU's transcendental functions
+(NumPy's float32 ones round differently, by an ulp or so) and FMA
+contraction (emulated only where the source asks for it through ``fma``).
+
+Semantics follow cuTile's: loads and gathers read 0 outside the array,
+stores drop what falls outside, float-to-integer conversion truncates and
+saturates (NaN gives 0), ``%`` and ``//`` are Python's.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+float32 = np.dtype(np.float32)
+float16 = np.dtype(np.float16)
+float64 = np.dtype(np.float64)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+int8 = np.dtype(np.int8)
+int16 = np.dtype(np.int16)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+uint8 = np.dtype(np.uint8)
+uint32 = np.dtype(np.uint32)
+bool_ = np.dtype(np.bool_)
+
+_BID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("bid", default=(0, 0, 0))
+
+
+class _Constant:
+    """``ct.Constant[int]`` in annotations."""
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        return item
+
+
+Constant = _Constant
+
+
+class Kernel:
+    """What ``@ct.kernel`` makes: the Python function, run once per block by ``launch``."""
+
+    def __init__(self, fn: Callable[..., None]) -> None:
+        self.fn = fn
+
+
+def kernel(fn: Callable[..., None]) -> Kernel:
+    return Kernel(fn)
+
+
+def function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn
+
+
+def launch(stream: Any, grid: Sequence[int], k: Kernel, args: Sequence[Any]) -> None:
+    """Run every block of ``grid`` in order (blocks are independent, so any order is a valid schedule)."""
+    gx, gy, gz = (*grid, 1, 1)[:3]
+    for z in range(gz):
+        for y in range(gy):
+            for x in range(gx):
+                token = _BID.set((x, y, z))
+                try:
+                    k.fn(*args)
+                finally:
+                    _BID.reset(token)
+
+
+def bid(axis: int) -> int:
+    return _BID.get()[axis]
+
+
+def static_iter(it: Any) -> Any:
+    return it
+
+
+def _errstate() -> Any:
+    return np.errstate(all="ignore")
+
+
+def _to_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
+    x = np.asarray(x)
+    dtype = np.dtype(dtype)
+    with _errstate():
+        if dtype.kind in "iu" and x.dtype.kind == "f":
+            info = np.iinfo(dtype)
+            x = np.trunc(x.astype(np.float64))
+            x = np.where(np.isnan(x), 0, np.clip(x, info.min, info.max))
+        if dtype.kind == "b":
+            return x != 0
+        if dtype == bfloat16 or (dtype.itemsize == 1 and dtype.kind == "f"):
+            return x.astype(np.float32).astype(dtype)
+        return x.astype(dtype)
+
+
+def astype(x: Any, dtype: np.dtype) -> np.ndarray:
+    return _to_dtype(x, dtype)
+
+
+def bitcast(x: Any, dtype: np.dtype) -> np.ndarray:
+    return np.asarray(x).view(dtype)
+
+
+def arange(n: int, dtype: np.dtype = int32) -> np.ndarray:
+    return np.arange(n, dtype=dtype)
+
+
+def full(shape: Sequence[int], value: Any, dtype: np.dtype) -> np.ndarray:
+    return np.full(shape, value, dtype=dtype)
+
+
+def broadcast_to(x: Any, shape: Sequence[int]) -> np.ndarray:
+    return np.broadcast_to(np.asarray(x), tuple(shape))
+
+
+def _inside(array: np.ndarray, i: int, n: int, check_bounds: bool) -> None:
+    """An unchecked access must be in bounds (on the GPU it would read or write past the array)."""
+    if not check_bounds and (i + 1) * n > array.shape[0]:
+        raise IndexError(f"unchecked tile {i} of {n} elements runs past an array of {array.shape[0]}")
+
+
+def load(
+    array: np.ndarray, index: Sequence[int], shape: Sequence[int], check_bounds: bool = True, **_: Any
+) -> np.ndarray:
+    """The ``index``-th tile of ``shape`` (1-D), zero-padded past the end."""
+    (i,), (n,) = index, shape
+    _inside(array, i, n, check_bounds)
+    out = np.zeros(n, dtype=array.dtype)
+    part = array[i * n : (i + 1) * n]
+    out[: part.size] = part
+    return out
+
+
+def gather(array: np.ndarray, offsets: Any, **_: Any) -> np.ndarray:
+    offsets = np.asarray(offsets)
+    inside = (offsets >= 0) & (offsets < array.shape[0])
+    out = np.zeros(offsets.shape, dtype=array.dtype)
+    out[inside] = array[offsets[inside]]
+    return out
+
+
+def store(array: np.ndarray, index: Sequence[int], tile: Any, check_bounds: bool = True) -> None:
+    (i,) = index
+    tile = np.asarray(tile)
+    n = tile.shape[0]
+    _inside(array, i, n, check_bounds)
+    part = array[i * n : (i + 1) * n]
+    part[...] = _to_dtype(tile[: part.size], array.dtype)
+
+
+def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
+    def apply(x: Any, **_: Any) -> np.ndarray:
+        with _errstate():
+            return fn(np.asarray(x))
+
+    return apply
+
+
+def _rounded(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """``fn`` in float64, rounded to the input's dtype: within an ulp, like the GPU's (NumPy's float32 exp is not)."""
+    return lambda x: fn(x.astype(np.float64)).astype(x.dtype) if x.dtype == np.float32 else fn(x)
+
+
+exp = _unary(_rounded(np.exp))
+log = _unary(_rounded(np.log))
+sin = _unary(_rounded(np.sin))
+cos = _unary(_rounded(np.cos))
+tan = _unary(_rounded(np.tan))
+tanh = _unary(_rounded(np.tanh))
+sqrt = _unary(np.sqrt)
+floor = _unary(np.floor)
+ceil = _unary(np.ceil)
+abs = _unary(np.abs)
+isnan = _unary(np.isnan)
+
+
+class RoundingMode:
+    APPROX = "approx"
+    FULL = "full"
+
+
+def truediv(x: Any, y: Any, **_: Any) -> np.ndarray:
+    with _errstate():
+        return np.true_divide(x, y)
+
+
+def pow(x: Any, y: Any) -> np.ndarray:
+    with _errstate():
+        return np.power(np.asarray(x, np.float64), y).astype(np.result_type(x, y))
+
+
+def mod(x: Any, y: Any) -> np.ndarray:
+    with _errstate():
+        return np.mod(x, y)
+
+
+def where(cond: Any, x: Any, y: Any) -> np.ndarray:
+    """Python scalars take the other operand's dtype (cuTile's loosely typed constants); two give float32."""
+    if isinstance(x, float) and isinstance(y, float):
+        return np.where(cond, np.float32(x), np.float32(y))
+    return np.where(cond, x, y)
+
+
+def maximum(x: Any, y: Any, *, propagate_nan: bool = False, **_: Any) -> np.ndarray:
+    """Like cuTile's: a NaN operand gives the other operand unless ``propagate_nan``."""
+    return np.maximum(x, y) if propagate_nan else np.fmax(x, y)
+
+
+def minimum(x: Any, y: Any, *, propagate_nan: bool = False, **_: Any) -> np.ndarray:
+    return np.minimum(x, y) if propagate_nan else np.fmin(x, y)
+
+
+def exact_fma(a: Any, b: Any, c: Any) -> np.ndarray:
+    """a * b + c rounded once, as the GPU's FMA does (float32 operands: the float64 product is exact)."""
+    a, b, c = (np.asarray(v) for v in (a, b, c))
+    dtype = np.result_type(a, b, c)
+    if dtype != np.float32:
+        return a * b + c
+    with _errstate():
+        return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float32)

@@ -1,0 +1,118 @@
+"""Compile every kind of generated kernel for sm_90 without a GPU (cuda-tile and tileiras only).
+
+GPU time is scarce; cuTile's compiler is not. With the ``.gpu/tile`` payload
+unpacked somewhere (``tar xJf .gpu/tile/payload.tar.xz -C DIR``) and a Python
+3.12 that has numpy, ml_dtypes, attrs, flatbuffers and typing_extensions:
+
+    PATH=DIR/nvidia/cu13/bin:$PATH PYTHONPATH=$PWD:DIR python3.12 tests/gpu/compile_offline.py
+
+compiles one kernel per mode and io dtype (and a few layouts and a fused
+region) with the array constraints cuTile's launch gives contiguous arrays
+(16-byte aligned, stride 1, whole-tile parts divisible), and reports every
+failure. Not a pytest module: it needs the compiler, not a GPU.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import importlib.util
+import io
+import sys
+import tempfile
+import time
+
+import cuda.tile as ct
+from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, export_kernel
+
+import sigdnn
+from sigdnn.errors import NotSupported
+from sigdnn.graph.ops.pointwise import MODES
+from sigdnn.plan_builders.cutile.codegen import AS_BYTES, KernelSpec, generate, kernel_name
+from sigdnn.plan_builders.cutile.pointwise import node_spec
+from sigdnn.plan_builders.cutile.spec import kernel_spec
+from sigdnn.registry.regions import Dataflow, make_region
+
+CT = {"float32": ct.float32, "float16": ct.float16, "bfloat16": ct.bfloat16, "int8": ct.int8, "uint8": ct.uint8,
+      "int32": ct.int32, "int64": ct.int64}  # fmt: skip
+
+
+def array(dtype: str, whole_tiles: bool) -> ArrayConstraint:
+    dt = ct.uint8 if dtype in AS_BYTES else CT[dtype]
+    extra = {"stride_constant": (1,), "shape_divisible_by": 16} if whole_tiles else {}
+    return ArrayConstraint(dt, 1, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
+                           may_alias_internally=False, base_addr_divisible_by=16, **extra)  # fmt: skip
+
+
+def signature(spec: KernelSpec) -> KernelSignature:
+    main, tail = spec.split
+    args = []
+    for access, dtype in zip(spec.space.inputs, spec.inputs):
+        args += (
+            [array(dtype, True)] * main + [array(dtype, False)] * tail
+            if access.kind == "flat"
+            else [array(dtype, False)]
+        )
+    for value in spec.outputs:
+        dtype = spec.value_dtype(value)
+        args += [array(dtype, True)] * main + [array(dtype, False)] * tail
+    return KernelSignature(args, CallingConvention.cutile_python_v1())
+
+
+def compile_spec(spec: KernelSpec, folder: str) -> int:
+    name = kernel_name(spec)
+    path = f"{folder}/{name}.py"
+    with open(path, "w") as f:
+        f.write("import cuda.tile as ct\n" + generate(spec))
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    out = io.BytesIO()
+    export_kernel(module.kernel, [signature(spec)], out, gpu_code="sm_90", output_format="cubin")
+    return len(out.getvalue())
+
+
+def specs() -> list[tuple[str, KernelSpec]]:
+    found = []
+    for mode, info in MODES.items():
+        for io_dtype in ("float32", "bfloat16", "fp8_e4m3", "int8"):
+            g = sigdnn.Graph(mode, io_dtype=io_dtype, compute_dtype="int32" if io_dtype == "int8" else "float32")
+            x = g.tensor("x", dims=(4, 8, 33) if io_dtype != "float32" else (4, 8, 1024))
+            rest = [g.tensor(f"b{k}", dims=(1, 8, 1)) for k in range(info.arity - 1)]
+            g.pointwise(mode, x, *rest, **({"axis": 1} if mode == "gen_index" else {})).set_output(True)
+            try:
+                found.append((f"{mode}/{io_dtype}", node_spec(g.nodes[0], g)[0]))
+            except NotSupported:
+                continue
+    for x_dims, b_dims in (((3, 2048), (1, 2048)), ((2, 3, 32, 32), (1, 3, 1, 1)), ((2, 3, 5, 7), (1, 3, 1, 1))):
+        g = sigdnn.Graph("bias", io_dtype="bfloat16", compute_dtype="float32")
+        g.pointwise("mul", g.tensor("x0", dims=x_dims), g.tensor("x1", dims=b_dims)).set_output(True)
+        found.append((f"bias{x_dims}", node_spec(g.nodes[0], g)[0]))
+    g = sigdnn.Graph("region", io_dtype="bfloat16", intermediate_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", dims=(2, 16, 5, 7), layout="NHWC")
+    b = g.tensor("b", dims=(1, 16, 1, 1))
+    mask = g.pointwise("cmp_gt", x, g.scalar("s", 0.5)).set_data_type("bool")
+    y = g.pointwise("binary_select", g.pointwise("gelu_fwd", x), g.pointwise("mul", x, b), mask)
+    g.pointwise("add", y, x).set_output(True)
+    g.pointwise("exp", y).set_output(True)
+    region = make_region(Dataflow(g, list(range(len(g.nodes)))), range(len(g.nodes)))
+    found.append(("region", kernel_spec(g, region.node_list(g), region.entries, region.exits)))
+    return found
+
+
+def main() -> int:
+    todo = specs()
+    start, failures = time.perf_counter(), 0
+    with tempfile.TemporaryDirectory() as folder, cf.ProcessPoolExecutor() as pool:
+        futures = {pool.submit(compile_spec, spec, folder): name for name, spec in todo}
+        for future in cf.as_completed(futures):
+            try:
+                future.result()
+            except Exception as e:  # report every failure, then exit non-zero
+                failures += 1
+                print(f"FAIL {futures[future]}: {type(e).__name__}: {str(e)[:2000]}")
+    print(f"{len(todo)} kernels, {failures} failures, {time.perf_counter() - start:.0f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

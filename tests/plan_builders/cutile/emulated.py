@@ -1,0 +1,124 @@
+"""Run the GPU backend on the CPU: cuTile plans through the emulator, over NumPy or host-backed device buffers.
+
+``emulated_executor()`` is a real ``Executor("gpu")`` whose memory is host
+memory presented as a GPU device carrying an ``EmulatedGpu`` context, with
+the cuTile builders made available: prepare (keys, fusion claims, builder
+choice, memory plan) and execute run unchanged, and the generated kernels
+run through ``sigdnn.plan_builders.cutile.emulator``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sigdnn.dtypes import DataType
+from sigdnn.executor import Executor
+from sigdnn.executor.gpu_memory import GpuMemory
+from sigdnn.executor.host import HostMemory, strided_view
+from sigdnn.graph.layout import span_elements
+from sigdnn.graph.tensor import Tensor
+from sigdnn.plan_builders.cutile import pointwise
+from sigdnn.plan_builders.cutile.backend import EmulatedBackend, EmulatedGpu
+from sigdnn.runtime.cuda import DeviceArray, GpuContext
+from sigdnn.runtime.device import Device
+
+
+class EmulatedGpuMemory(HostMemory):
+    """Host buffers laid out with the graph's strides, as GpuMemory lays out device buffers."""
+
+    def __init__(self) -> None:
+        self.context = EmulatedGpu()
+        self.device = Device("gpu", self.context)
+        self._copy_back: dict[int, np.ndarray] = {}
+
+    def session(self) -> EmulatedGpuMemory:
+        self._copy_back = {}
+        return self
+
+    def _strided(self, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        span = np.empty(span_elements(tensor.dims, tensor.strides) * dtype.itemsize, np.uint8)
+        return strided_view(span, 0, tensor.dims, tensor.strides, dtype)
+
+    def accept(self, obj: Any, tensor: Tensor, dtype: DataType, writable: bool) -> np.ndarray:
+        caller = super().accept(obj, tensor, dtype, writable)
+        laid_out = self._strided(tensor, dtype)
+        laid_out[...] = caller
+        if writable:
+            self._copy_back[id(laid_out)] = caller
+        return laid_out
+
+    def new_output(self, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        return self._strided(tensor, dtype)
+
+    def scalar(self, value: np.ndarray, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        laid_out = self._strided(tensor, dtype)
+        laid_out[...] = value
+        return laid_out
+
+    def deliver(self, array: np.ndarray, to_host: bool) -> np.ndarray:
+        caller = self._copy_back.get(id(array))
+        if caller is not None:
+            caller[...] = array
+            return caller
+        return np.ascontiguousarray(array)
+
+
+def make_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cuTile builders report themselves available (their kernels will be emulated)."""
+    monkeypatch.setattr(pointwise, "unavailable_reason", lambda: None)
+    from sigdnn.plan_builders.cutile import fusion
+
+    monkeypatch.setattr(fusion, "unavailable_reason", lambda: None)
+
+
+def emulated_executor(**kwargs) -> Executor:
+    ex = Executor("gpu", **kwargs)
+    ex._memory = EmulatedGpuMemory()
+    return ex
+
+
+class HostGpuContext(GpuContext):
+    """A GpuContext whose "device" memory is host memory and whose kernels are emulated.
+
+    DeviceArrays point at NumPy buffers, so everything the GPU executor does on
+    the host (binding plans once, staging, pooling, rebinding when a caller's
+    buffer moves) runs here as it does on a GPU; only CUDA graphs need one.
+    """
+
+    def __init__(self) -> None:
+        self.device_id = 0
+        self.stream_handle = 0
+        self.kernel_backend = EmulatedBackend()
+        self.allocations = 0
+
+    def allocate(self, nbytes: int) -> Any:
+        self.allocations += 1
+        buf = np.zeros(max(int(nbytes), 1), np.uint8)
+        return SimpleNamespace(handle=buf.ctypes.data, size=buf.nbytes, memory=buf)
+
+    def _copy_h2d(self, dst_ptr: int, host: np.ndarray) -> None:
+        ctypes.memmove(dst_ptr, np.ascontiguousarray(host).ctypes.data, host.nbytes)
+
+    def to_host(self, arr: DeviceArray) -> np.ndarray:
+        if arr.size == 0:
+            return np.empty(arr.shape, arr.dtype)
+        span = sum((d - 1) * s for d, s in zip(arr.shape, arr.strides)) + 1
+        raw = np.empty(span, arr.dtype)
+        ctypes.memmove(raw.ctypes.data, arr.ptr, raw.nbytes)
+        view = np.lib.stride_tricks.as_strided(raw, arr.shape, tuple(s * arr.itemsize for s in arr.strides))
+        return np.array(view)
+
+    def synchronize(self) -> None:
+        pass
+
+
+def host_gpu_executor(**kwargs) -> Executor:
+    """Executor("gpu") on a HostGpuContext: the GPU memory path (GpuMemory, BoundPlan) with emulated kernels."""
+    ex = Executor("gpu", **kwargs)
+    ex._memory = GpuMemory(context=HostGpuContext())
+    return ex

@@ -1,0 +1,227 @@
+"""The cuTile pointwise kernels, run on the CPU through the emulator, against the reference.
+
+Every mode of OPS.md, in every io dtype a kernel takes, goes through
+``sigdnn.validate`` (node by node, the reference's tolerances) with the
+generated kernel text executed block by block by
+``sigdnn.plan_builders.cutile.emulator``: the code generator's formulas,
+conversions, layouts and tails are checked here; tests/gpu/ runs the same
+kernels on a GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from emulated import emulated_executor, make_available
+
+import sigdnn
+from sigdnn.dtypes import round_to
+from sigdnn.errors import NoPlanError
+from sigdnn.graph.ops.pointwise import MODES
+
+FLOAT_MODES = [m for m in MODES if m != "gen_index"]
+POSITIVE_ONLY = {"sqrt", "rsqrt", "log", "pow"}  # NaN on negatives is right, but leaves little to compare
+N = 3000  # three blocks of 1024, the last one partial
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+
+
+def single(mode: str, io_dtype: str, dims=(N,), compute: str = "float32", **params) -> sigdnn.Graph:
+    info = MODES[mode]
+    g = sigdnn.Graph(mode, io_dtype=io_dtype, compute_dtype=compute)
+    ins = [g.tensor(f"x{k}", dims=dims) for k in range(info.arity)]
+    g.pointwise(mode, *ins, **params).set_output(True).set_name("y")
+    return g
+
+
+def inputs(g: sigdnn.Graph, mode: str, seed: int, lo: float = -2.0, hi: float = 2.0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    data = {}
+    for t in g.inputs:
+        dtype = g.dtype_of(t)
+        values = rng.uniform(lo, hi, t.dims)
+        if mode in POSITIVE_ONLY and t.name == "x0":
+            values = np.abs(values)
+        data[t.name] = round_to(values, dtype)
+    return data
+
+
+def check(g: sigdnn.Graph, data: dict[str, np.ndarray]) -> sigdnn.validation.ValidationReport:
+    ex = emulated_executor()
+    report = sigdnn.validate(g, data, executor=ex)
+    assert all(b == "cutile.pointwise" for b in report.builders.values()), report.builders
+    assert report.passed, report.table()
+    return report
+
+
+@pytest.mark.parametrize("io_dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+def test_every_mode_matches_the_reference(mode, io_dtype):
+    g = single(mode, io_dtype)
+    check(g, inputs(g, mode, seed=hash((mode, io_dtype)) % 2**32))
+
+
+@pytest.mark.parametrize("mode", ["add", "mul", "gelu_fwd", "sigmoid_bwd", "relu_fwd", "exp", "cmp_lt"])
+@pytest.mark.parametrize("io_dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_io(mode, io_dtype):
+    g = single(mode, io_dtype)
+    check(g, inputs(g, mode, seed=3))
+
+
+@pytest.mark.parametrize("mode", ["gelu_fwd", "gelu_bwd", "gelu_approx_tanh_fwd", "gelu_approx_tanh_bwd",
+                                  "swish_bwd", "sigmoid_fwd", "softplus_fwd", "elu_fwd", "erf", "tanh_bwd"])  # fmt: skip
+def test_wide_range_float32(mode):
+    """Tails (where the textbook formulas cancel or underflow) within float32's normal range."""
+    g = single(mode, "float32")
+    check(g, inputs(g, mode, seed=4, lo=-9.0, hi=9.0))
+
+
+def test_gelu_derivatives_near_their_root():
+    """Both gelu derivatives cross 0 near x = -0.752, where Phi + x phi cancels: dense points there."""
+    for mode in ("gelu_bwd", "gelu_approx_tanh_bwd"):
+        g = single(mode, "float32")
+        x = np.linspace(-0.80, -0.70, N).astype(np.float32)
+        check(g, {"x0": np.ones(N, np.float32), "x1": x})
+
+
+@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
+def test_fast_formulas_near_the_roots(io_dtype):
+    """16-bit results take the fast formulas; their roots still need the window (every representable x there)."""
+    for mode, centre in (("gelu_bwd", -0.7518), ("gelu_approx_tanh_bwd", -0.7525), ("swish_bwd", -1.2785)):
+        g = single(mode, io_dtype)
+        x = round_to(np.linspace(centre - 0.02, centre + 0.02, N), g.dtype_of(g.inputs[1]))
+        check(g, {"x0": round_to(np.full(N, 1.5), g.dtype_of(g.inputs[0])), "x1": x})
+
+
+@pytest.mark.parametrize("n", [1, 1023, 1024, 1025, 3 * 1024])
+def test_whole_and_partial_tiles(n):
+    """Whole tiles go unchecked, the last partial one checked: every split of a size."""
+    g = single("gelu_fwd", "bfloat16", dims=(n,))
+    check(g, inputs(g, "gelu_fwd", seed=n))
+
+
+def test_swish_derivative_near_its_root():
+    g = single("swish_bwd", "float32", swish_beta=1.7)
+    z0 = -1.2784645427610738 / 1.7
+    x = np.linspace(z0 - 0.05, z0 + 0.05, N).astype(np.float32)
+    check(g, {"x0": np.ones(N, np.float32), "x1": x})
+
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 0.5, -3.0, 8.0, -8.0, 1e-30]
+
+
+@pytest.mark.parametrize("io_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+def test_special_values(mode, io_dtype):
+    """inf, NaN, signed zeros: NaN/inf positions must match the reference's exactly (every combination)."""
+    arity = MODES[mode].arity
+    grid = np.array(list(itertools.product(SPECIALS, repeat=arity))).T
+    g = single(mode, io_dtype, dims=(grid.shape[1],))
+    check(g, {f"x{k}": round_to(grid[k], g.dtype_of(g.inputs[k])) for k in range(arity)})
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"relu_lower_clip": 0.0, "relu_upper_clip": 6.0},
+        {"relu_lower_clip": -1.0, "relu_lower_clip_slope": 0.1},
+        {"relu_lower_clip": 0.5, "relu_upper_clip": 1.5, "relu_lower_clip_slope": 0.25},
+    ],
+)
+@pytest.mark.parametrize("mode", ["relu_fwd", "relu_bwd"])
+def test_relu_parameters(mode, params):
+    g = single(mode, "float32", **params)
+    check(g, inputs(g, mode, seed=5))
+
+
+@pytest.mark.parametrize(("mode", "param"), [("elu_fwd", "elu_alpha"), ("elu_bwd", "elu_alpha"),
+                                             ("softplus_fwd", "softplus_beta"), ("softplus_bwd", "softplus_beta"),
+                                             ("swish_fwd", "swish_beta"), ("swish_bwd", "swish_beta")])  # fmt: skip
+def test_activation_parameters(mode, param):
+    g = single(mode, "float32", **{param: 0.3})
+    check(g, inputs(g, mode, seed=6, lo=-6.0, hi=6.0))
+
+
+INTEGER_MODES = ["add", "sub", "mul", "add_square", "max", "min", "div", "mod", "abs", "neg", "identity",
+                 "cmp_eq", "cmp_lt", "cmp_ge", "logical_and", "logical_or", "logical_not", "binary_select"]  # fmt: skip
+
+
+@pytest.mark.parametrize("io_dtype", ["int32", "int8", "int64"])
+@pytest.mark.parametrize("mode", INTEGER_MODES)
+def test_integer_compute(mode, io_dtype):
+    g = single(mode, io_dtype, compute=io_dtype if io_dtype != "int8" else "int32")
+    rng = np.random.default_rng(7)
+    data = {t.name: rng.integers(-9, 10, t.dims).astype(g.dtype_of(t).numpy) for t in g.inputs}
+    data["x1" if "x1" in data else "x0"][:10] = 0  # division and remainder by zero give 0
+    check(g, data)
+
+
+@pytest.mark.parametrize("mode", ["logical_and", "logical_or", "logical_not", "cmp_neq", "binary_select"])
+def test_bool_io(mode):
+    g = sigdnn.Graph(mode, io_dtype="bool", compute_dtype="float32")
+    ins = [g.tensor(f"x{k}", dims=(N,)) for k in range(MODES[mode].arity)]
+    g.pointwise(mode, *ins).set_output(True).set_name("y")
+    rng = np.random.default_rng(8)
+    check(g, {t.name: rng.random(N) < 0.5 for t in g.inputs})
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_gen_index(axis):
+    g = sigdnn.Graph("gen_index", io_dtype="float32", compute_dtype="float32")
+    x = g.tensor("x", dims=(3, 40, 50), layout="ROW_MAJOR")
+    y = g.pointwise("gen_index", x, axis=axis)
+    y.set_output(True).set_name("y").set_data_type("int32")
+    check(g, {"x": np.zeros((3, 40, 50), np.float32)})
+
+
+def test_float_compute_declines_int32_io():
+    g = single("add", "int32", compute="float32")
+    with pytest.raises(NoPlanError, match="inexactly in float32"):
+        emulated_executor().prepare(g)
+
+
+def test_float64_compute_is_declined_with_the_reason():
+    g = single("exp", "float32", compute="float64")
+    with pytest.raises(NoPlanError, match="compute dtype float64"):
+        emulated_executor().prepare(g)
+
+
+def test_one_kernel_text_per_key_across_sizes():
+    """Sizes that split alike share a kernel; sizes that split differently (whole tiles, a partial one) never do."""
+    from sigdnn.plan_builders.cutile.codegen import generate
+    from sigdnn.plan_builders.cutile.pointwise import node_spec
+
+    def spec(n, dims=None):
+        g = single("exp", "float16", dims=dims or (n,))
+        return node_spec(g.nodes[0], g)[0]
+
+    assert spec(1000).text_key() == spec(0, dims=(77, 5)).text_key()
+    assert spec(2048).text_key() == spec(0, dims=(4, 1024)).text_key()
+    keys = {spec(n).text_key() for n in (1000, 1024, 2048, 2049)}
+    assert len(keys) == 3  # tail only; whole tiles only (1024 and 2048); both
+    texts = {generate(spec(n)) for n in (1000, 1024, 2049)}
+    assert len(texts) == 3
+
+
+@pytest.mark.parametrize(
+    ("x_dims", "b_dims", "read"),
+    [
+        ((3, 2048), (1, 2048), "row"),  # a row bias: each tile one aligned run of it
+        ((2, 3, 32, 32), (1, 3, 1, 1), "constant"),  # per channel over NCHW with H*W a multiple of the tile
+        ((2, 3, 5, 7), (1, 3, 1, 1), "gather"),
+    ],
+)
+def test_broadcast_reads_by_tile_shape(x_dims, b_dims, read):
+    from sigdnn.plan_builders.cutile.codegen import generate
+    from sigdnn.plan_builders.cutile.pointwise import node_spec
+
+    g = sigdnn.Graph("bias", io_dtype="bfloat16", compute_dtype="float32")
+    g.pointwise("mul", g.tensor("x0", dims=x_dims), g.tensor("x1", dims=b_dims)).set_output(True).set_name("y")
+    text = generate(node_spec(g.nodes[0], g)[0])
+    assert {"row": "// 1024,), shape=(1024,)", "constant": "shape=(1,))", "gather": "ct.gather(x1"}[read] in text
+    check(g, inputs(g, "mul", seed=11))
