@@ -67,3 +67,8 @@ def test_a_constant_needs_an_array_of_a_sigdnn_dtype() -> None:
         g.constant("c", np.zeros(3, np.complex64))
     with pytest.raises(GraphError, match="expected a NumPy array"):
         g.constant("c", [1.0, 2.0])  # type: ignore[arg-type]
+
+
+def test_validation_feeds_constants_to_the_reference() -> None:
+    report = sigdnn.validate(_graph(np.full((2, 3), 1.5, np.float32)), backend="reference")
+    assert report.passed

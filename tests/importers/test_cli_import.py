@@ -75,6 +75,7 @@ def test_onnx_model_runs_and_imports_from_the_command_line(tmp_path, capsys) -> 
     graph = sigdnn.load(tmp_path / "m.sdg")
     assert [t.name for t in graph.inputs] == ["x"]
     assert main(["run", str(path)]) == 0
+    assert main(["validate", str(path), "--backend", "reference"]) == 0
     capsys.readouterr()
 
 
