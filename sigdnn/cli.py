@@ -266,6 +266,16 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--json", metavar="FILE", help="also write every report as JSON to FILE ('-': stdout)")
     _graph_options(validate, backend_default="gpu")
     validate.set_defaults(func=cmd_validate)
+
+    imported = sub.add_parser(
+        "import",
+        help="convert an ONNX model, a hipDNN buffer or cuDNN-frontend JSON into a .sdg (weights included)",
+        description="Import a graph from another format and write it as a sigdnn graph.",
+    )
+    imported.add_argument("graph", help="the file to import (.onnx, a hipDNN FlatBuffers graph, cuDNN graph JSON)")
+    imported.add_argument("-o", "--output", required=True, metavar="FILE", help="the .sdg to write (exactly FILE)")
+    imported.add_argument("--max-file-bytes", type=_size, metavar="SIZE", help="refuse larger files (default: 256 MiB)")
+    imported.set_defaults(func=cmd_import)
     return parser
 
 
@@ -466,6 +476,21 @@ def cmd_inspect(args: argparse.Namespace, screen: Screen) -> int:
         screen.json(plan_summary(plan))
     else:
         screen.line(plan.describe())
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, screen: Screen) -> int:
+    """Convert (sigdnn.io detects the format), check, and write the sigdnn bytes to exactly --output."""
+    from sigdnn.io import write_file
+
+    data = _read_graph(args, args.graph)
+    graph = sigdnn.deserialize(data)
+    write_file(args.output, lambda f: f.write(data), what="imported graph")
+    constants = sum(len(t.data) for t in graph.tensors.values() if t.data is not None)
+    screen.line(
+        f"wrote {shown(args.output)}: {len(graph.nodes)} nodes, {len(graph.tensors)} tensors, "
+        f"{format_bytes(constants)} of constants"
+    )
     return 0
 
 

@@ -320,9 +320,12 @@ class Executor:
         for uid, t in graph.tensors.items():
             if uid not in buffers and not t.is_virtual:
                 dtype = graph.dtype_of(t)
-                buffers[uid] = (
-                    memory.scalar(t.scalar(), t, dtype) if t.value is not None else memory.new_output(t, dtype)
-                )
+                if t.value is not None:
+                    buffers[uid] = memory.scalar(t.scalar(), t, dtype)
+                elif t.data is not None:
+                    buffers[uid] = memory.accept(t.constant(), t, dtype, writable=False)
+                else:
+                    buffers[uid] = memory.new_output(t, dtype)
         arena = memory.arena(plan.memory.peak_bytes)
         for uid, offset, t, dtype in plan.arena_tensors:
             buffers[uid] = memory.view(arena, offset, t, dtype)

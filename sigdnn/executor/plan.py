@@ -79,7 +79,13 @@ class ExecutionPlan:
                     "dtype": str(g.dtype_of(t)),
                     "dims": list(t.dims),
                     "strides": list(t.strides),
-                    "kind": "virtual" if t.is_virtual else "scalar" if t.value is not None else "io",
+                    "kind": "virtual"
+                    if t.is_virtual
+                    else "scalar"
+                    if t.value is not None
+                    else "constant"
+                    if t.data is not None
+                    else "io",
                 }
                 for t in g.tensors.values()
             ],
@@ -108,7 +114,15 @@ class ExecutionPlan:
         lines = [f"graph '{g.name}': {len(g.tensors)} tensors, {len(g.nodes)} nodes, backend {self.backend}"]
         lines.append("tensors:")
         for t in g.tensors.values():
-            kind = "virtual" if t.is_virtual else "scalar" if t.value is not None else "io"
+            kind = (
+                "virtual"
+                if t.is_virtual
+                else "scalar"
+                if t.value is not None
+                else "constant"
+                if t.data is not None
+                else "io"
+            )
             lines.append(
                 f"  {t.uid:>4} {t.name:<28} {g.dtype_of(t).short:<5} dims={list(t.dims)} strides={list(t.strides)} {kind}"
             )

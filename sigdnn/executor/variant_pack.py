@@ -36,7 +36,7 @@ def _scalar(graph: Graph, t: Tensor, buffer: Any) -> np.ndarray:
 def _suggestion(key: Any, graph: Graph, inputs: list[int], outputs: list[int]) -> str:
     """The names a pack may use, and the closest one when the key is a misspelt name."""
     valid = [graph.tensors[u].name for u in (*inputs, *outputs)]
-    valid += [t.name for t in graph.tensors.values() if t.value is not None]
+    valid += [t.name for t in graph.tensors.values() if t.value is not None or t.data is not None]
     close = difflib.get_close_matches(str(getattr(key, "name", key)), valid, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     return f"{hint} (inputs and outputs: {', '.join(repr(n) for n in valid)})"

@@ -57,6 +57,16 @@ def _check_tensor(graph: Graph, t: Tensor, limits: Limits) -> int:
             raise GraphError(
                 f"{where}: pass-by-value value must be one {dtype} ({dtype.itemsize} bytes) with all dims 1"
             )
+    if t.data is not None:
+        if t.dtype is None:
+            raise GraphError(f"{where}: a constant needs its own data type")
+        if t.is_virtual or t.value is not None:
+            raise GraphError(f"{where}: a constant can be neither virtual nor pass-by-value")
+        if len(t.data) != t.size * dtype.itemsize:
+            raise GraphError(
+                f"{where}: constant data holds {len(t.data)} bytes; dims {list(t.dims)} of {dtype} need "
+                f"{t.size * dtype.itemsize}"
+            )
     return elements * dtype.itemsize
 
 
@@ -128,6 +138,8 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
                 )
             if t.value is not None:
                 raise GraphError(f"{where}: port '{port}' writes pass-by-value scalar '{t.name}'")
+            if t.data is not None:
+                raise GraphError(f"{where}: port '{port}' writes constant '{t.name}'")
             if uid in ins.values():
                 raise GraphError(f"{where}: tensor '{t.name}' is both read and written")
             producer[uid] = i

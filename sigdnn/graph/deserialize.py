@@ -61,9 +61,10 @@ def _tensor(buf: Buffer, pos: int, index: int, limits: Limits) -> Tensor:
         if t.scalar(_T["IsPassByValue"], "bool", False):
             value = t.raw_bytes(_T["Value"], limits.max_scalar_bytes) or b""
         virtual = bool(t.scalar(_T["IsVirtual"], "bool", False))
+        data = t.raw_bytes(_T["Data"], limits.max_total_bytes)
     except (SchemaError, GraphError) as e:
         raise _located(where, e) from None
-    return Tensor(uid, name, dims, strides, dtype, virtual, value)
+    return Tensor(uid, name, dims, strides, dtype, virtual, value, data)
 
 
 def _node(buf: Buffer, pos: int, index: int, limits: Limits) -> Node:

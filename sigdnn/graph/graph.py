@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 
-from sigdnn.dtypes import DataType
+from sigdnn.dtypes import DataType, as_data_type
 from sigdnn.errors import GraphError
 from sigdnn.graph.arguments import (
     INT64_MAX,
@@ -29,7 +30,7 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.tensor import Tensor
 
-SCHEMA_VERSION = (1, 1)
+SCHEMA_VERSION = (1, 2)
 
 
 @attrs.define(eq=False)
@@ -93,9 +94,13 @@ class Graph(Frontend):
 
     @property
     def inputs(self) -> list[Tensor]:
-        """Non-virtual, non-scalar tensors no node writes."""
+        """Non-virtual tensors no node writes that the caller must give (scalars and constants carry their data)."""
         written = {uid for n in self.nodes for uid in n.op.outputs().values()}
-        return [t for uid, t in self.tensors.items() if uid not in written and not t.is_virtual and t.value is None]
+        return [
+            t
+            for uid, t in self.tensors.items()
+            if uid not in written and not t.is_virtual and t.value is None and t.data is None
+        ]
 
     # -- tensors -------------------------------------------------------------
     def _next_uid(self) -> int:
@@ -178,6 +183,28 @@ class Graph(Frontend):
         exact = scalar_value(value, dt, f"scalar '{name}'")
         raw = exact.astype(dt.numpy.newbyteorder("<")).tobytes()
         t = Tensor(self._next_uid() if uid is None else int(uid), name, (1,), (1,), dt, False, raw)
+        return self._add_tensor(t)
+
+    def constant(self, name: str, values: np.ndarray, *, uid: int | None = None) -> Tensor:
+        """A constant tensor (a weight): ``values`` stored in the graph, in their own dtype, packed.
+
+        The executor binds the data when the variant pack gives no buffer for
+        the tensor, so a graph with constants runs without them being passed.
+        """
+        name = text(name, "constant name")
+        if not isinstance(values, np.ndarray):
+            raise GraphError(f"constant '{name}': expected a NumPy array, got {type(values).__name__}")
+        try:
+            dt = as_data_type(values.dtype)
+        except (KeyError, ValueError, TypeError) as e:
+            raise GraphError(f"constant '{name}': dtype {values.dtype} is not a sigdnn data type: {e}") from None
+        dims = tuple(int(d) for d in values.shape) or (1,)
+        if any(d < 1 for d in dims):
+            raise GraphError(f"constant '{name}': dims {list(dims)} must all be >= 1")
+        raw = np.ascontiguousarray(values, dtype=dt.numpy.newbyteorder("<")).tobytes()
+        t = Tensor(
+            self._next_uid() if uid is None else int(uid), name, dims, packed_strides(dims), dt, False, None, raw
+        )
         return self._add_tensor(t)
 
     # -- nodes ---------------------------------------------------------------
@@ -308,7 +335,7 @@ class Graph(Frontend):
                 return None
 
         tensors = tuple(
-            (t.uid, t.name, dtype(t), t.dims, t.strides, t.is_virtual, t.value) for t in self.tensors.values()
+            (t.uid, t.name, dtype(t), t.dims, t.strides, t.is_virtual, t.value, t.data) for t in self.tensors.values()
         )
         nodes = tuple((n.name, n.compute_dtype, n.op) for n in self.nodes)
         head = (self.name, self.io_dtype, self.intermediate_dtype, self.compute_dtype, self.preferred_engine_id)

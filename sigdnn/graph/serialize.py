@@ -23,6 +23,7 @@ def _tensor(builder: flatbuffers.Builder, graph: Graph, t: Tensor) -> int:
     dims = _vector(builder, t.dims)
     strides = _vector(builder, t.strides)
     value = builder.CreateByteVector(t.value) if t.value is not None else None
+    data = builder.CreateByteVector(t.data) if t.data is not None else None
     dtype = graph.dtype_of(t)
     fb_tensor.Start(builder)
     fb_tensor.AddUid(builder, t.uid)
@@ -34,6 +35,8 @@ def _tensor(builder: flatbuffers.Builder, graph: Graph, t: Tensor) -> int:
     if value is not None:
         fb_tensor.AddIsPassByValue(builder, True)
         fb_tensor.AddValue(builder, value)
+    if data is not None:
+        fb_tensor.AddData(builder, data)
     return fb_tensor.End(builder)
 
 
@@ -46,7 +49,8 @@ def _offsets(builder: flatbuffers.Builder, offsets: list[int]) -> int:
 
 def serialize(graph: Graph) -> bytes:
     """Write ``graph`` as a sigdnn FlatBuffers buffer (identifier SDG1)."""
-    builder = flatbuffers.Builder(1024 + 160 * len(graph.tensors) + 96 * len(graph.nodes))
+    constant_bytes = sum(len(t.data) + 8 for t in graph.tensors.values() if t.data is not None)
+    builder = flatbuffers.Builder(1024 + 160 * len(graph.tensors) + 96 * len(graph.nodes) + constant_bytes)
     tensors = [_tensor(builder, graph, t) for t in graph.tensors.values()]
     nodes = []
     for n in graph.nodes:

@@ -28,6 +28,17 @@ class Tensor:
     dtype: DataType | None = None
     is_virtual: bool = False
     value: bytes | None = None  # pass-by-value scalar, little-endian in dtype
+    data: bytes | None = None  # constant: every element, logical row-major order, little-endian in dtype
+
+    @property
+    def is_constant(self) -> bool:
+        return self.data is not None
+
+    def constant(self) -> np.ndarray:
+        """The constant's elements as a read-only array of the tensor's logical dims (no copy)."""
+        if self.data is None or self.dtype is None:
+            raise ValueError(f"tensor '{self.name}' holds no constant data")
+        return np.frombuffer(self.data, dtype=self.dtype.numpy.newbyteorder("<")).reshape(self.dims)
 
     @property
     def is_pass_by_value(self) -> bool:
@@ -72,6 +83,14 @@ class Tensor:
         return self
 
     def __repr__(self) -> str:
-        kind = "virtual" if self.is_virtual else "scalar" if self.value is not None else "io"
+        kind = (
+            "virtual"
+            if self.is_virtual
+            else "scalar"
+            if self.value is not None
+            else "constant"
+            if self.data is not None
+            else "io"
+        )
         dt = self.dtype.short if self.dtype else "?"
         return f"Tensor({self.name!r}, uid={self.uid}, {dt}{list(self.dims)}, strides={list(self.strides)}, {kind})"

@@ -8,6 +8,7 @@ Other formats plug in by appending a :class:`GraphFormat` to
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -26,7 +27,26 @@ class GraphFormat:
     to_sdg: Callable[[bytes], bytes]  # content -> sigdnn graph bytes; raises a SigdnnError when it cannot
 
 
-GRAPH_FORMATS: list[GraphFormat] = []
+def _importer(module: str, check: str) -> GraphFormat:
+    """A format whose detection (sigdnn.importers.detect, byte checks only) and reader load on first use."""
+
+    def detect(data: bytes, path: str) -> bool:
+        from sigdnn.importers import detect as detection
+
+        return getattr(detection, check)(data, path)
+
+    def to_sdg(data: bytes) -> bytes:
+        return importlib.import_module(f"sigdnn.importers.{module}").to_sdg(data)
+
+    return GraphFormat(module, detect, to_sdg)
+
+
+# Foreign formats sigdnn reads directly (sigdnn.importers): `sigdnn run model.onnx` works as it is.
+GRAPH_FORMATS: list[GraphFormat] = [
+    _importer("onnx", "is_onnx"),
+    _importer("cudnn_json", "is_cudnn_json"),
+    _importer("hipdnn", "is_hipdnn"),
+]
 
 
 def read_graph_file(

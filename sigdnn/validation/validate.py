@@ -82,7 +82,7 @@ def _row(label: str, what: str, c: Comparison) -> list[str]:
 
 
 def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
-    """Host arrays of the inputs keyed by tensor name (keys may be uids), plus graph scalars."""
+    """Host arrays of the inputs keyed by tensor name (keys may be uids), plus graph scalars and constants."""
     values = {}
     for key, value in data.items():
         name = key if isinstance(key, str) else graph.tensors[int(key)].name
@@ -90,6 +90,8 @@ def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
     for t in graph.tensors.values():
         if t.value is not None and t.name not in values:
             values[t.name] = np.full(t.dims, t.scalar())
+        elif t.data is not None and t.name not in values:
+            values[t.name] = t.constant()
     return values
 
 

@@ -1,0 +1,76 @@
+"""ONNX import speed: ResNet-18 (224x224, batch 1) import + prepare, beside onnxruntime's session creation.
+
+Target (issue 9): sigdnn.importers.onnx.load + Executor.prepare under 2 s.
+onnxruntime's InferenceSession (CPU, default graph optimizations) is the
+real alternative that does the same job (read the model, plan it), timed in
+the same run. Also measured: serialize (the .sdg with its weights), its size,
+and deserialize + prepare of that .sdg (what `sigdnn run model.sdg` pays).
+
+Run: PYTHONPATH=.:tests/importers python benchmarks/onnx_import.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "importers"))
+
+import onnxruntime as ort
+import torch
+from onnx_models import export, resnet18
+
+import sigdnn
+from sigdnn.importers import onnx as onnx_import
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    x = torch.zeros(1, 3, 224, 224)
+    data = export(resnet18(), x, fold_constants=False)
+    ex = sigdnn.Executor()
+
+    def import_and_prepare() -> None:
+        ex.prepare(onnx_import.load(data))
+
+    graph = onnx_import.load(data)
+    sdg = graph.serialize()
+    rows = [
+        ("sigdnn import + prepare (from .onnx bytes)", best(import_and_prepare, args.repeat)),
+        ("  of which import (onnx -> Graph, checked)", best(lambda: onnx_import.load(data), args.repeat)),
+        ("sigdnn serialize (Graph -> .sdg bytes)", best(graph.serialize, args.repeat)),
+        ("sigdnn deserialize + prepare (.sdg bytes)", best(lambda: sigdnn.Executor().prepare(sdg), args.repeat)),
+        (
+            "onnxruntime InferenceSession (CPU)",
+            best(lambda: ort.InferenceSession(data, providers=["CPUExecutionProvider"]), args.repeat),
+        ),
+    ]
+    print(f"# ONNX import, ResNet-18 224x224 ({len(data) / 2**20:.1f} MiB .onnx, {len(sdg) / 2**20:.1f} MiB .sdg)")
+    print(
+        f"machine: {platform.machine()} {platform.processor() or ''} {platform.python_version()}, numpy {np.__version__}"
+    )
+    print(f"| step | best of {args.repeat} (s) |")
+    print("|---|---|")
+    for name, seconds in rows:
+        print(f"| {name} | {seconds:.3f} |")
+    print(f"target: import + prepare < 2 s: {'met' if rows[0][1] < 2 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

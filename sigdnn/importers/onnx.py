@@ -1,0 +1,492 @@
+"""ONNX models -> sigdnn graphs (opsets 13 through the newest the installed ``onnx`` knows; an older model
+whose every op is still defined as at opset 13 is read too).
+
+Needs the ``onnx`` extra (``pip install sigdnn[onnx]``). The model is read
+node by node in its (topological) order:
+
+- values known at import time (initializers, ``Constant`` nodes, and every
+  node whose inputs are all known, folded with ``onnx.reference``; ``Shape``
+  and ``Size`` of a sigdnn tensor are known from its dims) stay NumPy arrays;
+- every other node is mapped onto sigdnn ops by the one handler for its op
+  type in ``sigdnn.importers.onnx_ops`` (one module per group of ops);
+- a known value that a sigdnn op reads becomes a constant tensor of the
+  graph (``Graph.constant``): weights travel inside the ``.sdg``.
+
+An op type without a handler is collected, not raised at once: the model
+gets one GraphError listing every unsupported op type with its count and
+first node. An attribute a handler does not understand is a GraphError
+naming the node: nothing is ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sigdnn.dtypes import DataType, as_data_type
+from sigdnn.errors import GraphError, SchemaError, SigdnnError
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.tensor import Tensor
+from sigdnn.importers.common import FreshNames, UnsupportedOps, refuse_unknown
+
+MIN_OPSET = 13
+MAX_FOLDED_ELEMENTS = 1 << 24  # values computed at import time (shape arithmetic) stay small
+Value = Tensor | np.ndarray  # a tensor of the graph, or a value known at import time
+Handler = Callable[["OnnxNode"], Sequence[Value | None]]
+HANDLERS: dict[str, Handler] = {}
+# Ops computed at import time when every input is known; never mapped onto graph nodes.
+FOLD_ONLY = frozenset(
+    {"Constant", "Shape", "Size", "Range", "ConstantOfShape", "Expand", "NonZero", "ScatterND", "Tile"}
+)
+
+
+def onnx_op(*op_types: str) -> Callable[[Handler], Handler]:
+    """Register the one handler for these ONNX op types (default domain)."""
+
+    def register(fn: Handler) -> Handler:
+        for op in op_types:
+            if op in HANDLERS:
+                raise RuntimeError(f"ONNX op {op} mapped twice")
+            HANDLERS[op] = fn
+        return fn
+
+    return register
+
+
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise GraphError("importing ONNX needs the onnx package: pip install 'sigdnn[onnx]'") from None
+    return onnx
+
+
+def supported_ops() -> list[str]:
+    _load_handlers()
+    return sorted(HANDLERS)
+
+
+def _load_handlers() -> None:
+    from sigdnn.importers import onnx_ops  # noqa: F401  (registers every handler)
+
+
+def onnx_dtype(elem_type: int, where: str) -> DataType:
+    onnx = _onnx()
+    try:
+        return as_data_type(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError):
+        name = (
+            onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else elem_type
+        )
+        raise GraphError(f"{where}: ONNX element type {name} has no sigdnn data type") from None
+
+
+class OnnxNode:
+    """One ONNX node while it is mapped: its inputs as values, its attributes (each read marked as handled)."""
+
+    def __init__(self, importer: OnnxImporter, proto: Any, name: str) -> None:
+        onnx = _onnx()
+        self.importer, self.proto, self.name = importer, proto, name
+        self.op_type: str = proto.op_type
+        self.where = f"ONNX node '{name}' ({proto.op_type})"
+        self.attributes = {a.name: onnx.helper.get_attribute_value(a) for a in proto.attribute}
+        self.handled: set[str] = set()
+        self.count = 0  # internal sigdnn nodes made so far
+
+    @property
+    def graph(self) -> Graph:
+        return self.importer.graph
+
+    # -- attributes ----------------------------------------------------------
+    def attr(self, key: str, default: Any = None) -> Any:
+        self.handled.add(key)
+        value = self.attributes.get(key, default)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        if isinstance(value, list):
+            value = tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value)
+        return value
+
+    def refuse_unknown_attributes(self) -> None:
+        refuse_unknown(self.where, self.attributes, self.handled)
+
+    def refuse(self, why: str) -> GraphError:
+        return GraphError(f"{self.where}: {why}")
+
+    # -- inputs --------------------------------------------------------------
+    def has(self, i: int) -> bool:
+        return i < len(self.proto.input) and self.proto.input[i] != ""
+
+    def value(self, i: int) -> Value:
+        if not self.has(i):
+            raise self.refuse(f"input {i} is required")
+        return self.importer.values[self.proto.input[i]]
+
+    def tensor(self, i: int) -> Tensor:
+        return self.importer.as_tensor(self.value(i), self.proto.input[i])
+
+    def const(self, i: int, what: str) -> np.ndarray:
+        v = self.value(i)
+        if not isinstance(v, np.ndarray):
+            raise self.refuse(f"{what} (input {i}, '{self.proto.input[i]}') must be known at import time")
+        return v
+
+    def ints(self, i: int, what: str) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.const(i, what).reshape(-1))
+
+    def dims(self, i: int) -> tuple[int, ...]:
+        v = self.value(i)
+        return tuple(v.shape) if isinstance(v, np.ndarray) else v.dims
+
+    def dtype(self, i: int) -> DataType:
+        v = self.value(i)
+        return as_data_type(v.dtype) if isinstance(v, np.ndarray) else self.graph.dtype_of(v)
+
+    # -- building ------------------------------------------------------------
+    def fresh(self, what: str) -> str:
+        """A unique name for a sigdnn node this ONNX node makes (its own name for the first unnamed one)."""
+        self.count += 1
+        wanted = self.name if self.count == 1 and not what else f"{self.name}/{what or self.count}"
+        return self.importer.node_names(wanted, f"{self.name}/{self.count}")
+
+    def materialize(self, v: Value, what: str) -> Tensor:
+        return v if isinstance(v, Tensor) else self.importer.as_tensor(v, f"{self.name}/{what}")
+
+    def pointwise(self, mode: str, *inputs: Value, what: str = "", **params: float) -> Tensor:
+        tensors = [self.materialize(v, f"{what or mode}_in{i}") for i, v in enumerate(inputs)]
+        return self.graph.pointwise(mode, *tensors, name=self.fresh(what or mode), **params)
+
+    def reshape(self, v: Value, dims: Sequence[int], what: str = "reshape") -> Value:
+        dims = tuple(int(d) for d in dims)
+        if isinstance(v, np.ndarray):
+            return v.reshape(dims)
+        if v.dims == dims:
+            return v
+        return self.graph.reshape(v, dims, name=self.fresh(what))
+
+    def transpose(self, v: Value, perm: Sequence[int], what: str = "transpose") -> Value:
+        perm = tuple(int(p) for p in perm)
+        if isinstance(v, np.ndarray):
+            return np.ascontiguousarray(v.transpose(perm))
+        if perm == tuple(range(len(perm))):
+            return v
+        return self.graph.transpose(v, perm, name=self.fresh(what))
+
+
+class OnnxImporter:
+    """Maps one ModelProto onto a new Graph."""
+
+    def __init__(
+        self,
+        model: Any,
+        input_shapes: Mapping[str, Sequence[int]] | None,
+        name: str | None,
+        constants: Mapping[str, Any] | None = None,
+    ) -> None:
+        onnx = _onnx()
+        _load_handlers()
+        self.onnx = onnx
+        self.model = model
+        opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+        self.opset = opsets.get("ai.onnx")
+        newest = onnx.defs.onnx_opset_version()
+        if self.opset is None or not 1 <= self.opset <= newest:
+            raise GraphError(
+                f"ONNX model: default-domain opset {self.opset} is not supported (sigdnn reads {MIN_OPSET}..{newest})"
+            )
+        if self.opset < MIN_OPSET:
+            self._check_old_opset()
+        self.values: dict[str, Value] = {}
+        self.constants: dict[str, Tensor] = {}
+        self.names = FreshNames()
+        self.node_names = FreshNames()
+        self.input_shapes = dict(input_shapes or {})
+        self.frozen = {k: np.asarray(v) for k, v in (constants or {}).items()}
+        self.value_dtypes = self._inferred_dtypes()
+        float_dtype = self._main_float_dtype()
+        compute = DataType.FLOAT64 if float_dtype == DataType.FLOAT64 else DataType.FLOAT32
+        self.graph = Graph(name or model.graph.name or "onnx", float_dtype, float_dtype, compute)
+
+    # -- setup ---------------------------------------------------------------
+    def _check_old_opset(self) -> None:
+        """A model older than opset 13 is read when each of its ops is still defined as it was at opset 13."""
+        changed = set()
+        for node in self.model.graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            try:
+                then = self.onnx.defs.get_schema(node.op_type, self.opset).since_version
+                now = self.onnx.defs.get_schema(node.op_type, MIN_OPSET).since_version
+            except Exception:  # no such op at that opset: the unsupported-op pass reports it
+                continue
+            if then != now:
+                changed.add(node.op_type)
+        if changed:
+            raise GraphError(
+                f"ONNX model: opset {self.opset} defines {sorted(changed)} differently from opset {MIN_OPSET}; "
+                f"sigdnn reads opsets {MIN_OPSET}.. (convert the model with onnx.version_converter)"
+            )
+
+    def _inferred_dtypes(self) -> dict[str, DataType]:
+        """Each value's ONNX element type, from ONNX's own type inference (best effort: unknown stays unset)."""
+        try:
+            inferred = self.onnx.shape_inference.infer_shapes(self.model, strict_mode=False)
+        except Exception:  # inference is only a hint; the mapping checks every shape itself
+            inferred = self.model
+        found: dict[str, DataType] = {}
+        for info in (*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input):
+            elem = info.type.tensor_type.elem_type
+            if elem:
+                with contextlib.suppress(GraphError):  # a type sigdnn lacks fails later, where it is used
+                    found[info.name] = onnx_dtype(elem, f"value '{info.name}'")
+        return found
+
+    def _main_float_dtype(self) -> DataType:
+        counts: dict[DataType, int] = {}
+        for dt in self.value_dtypes.values():
+            if dt.is_float:
+                counts[dt] = counts.get(dt, 0) + 1
+        return max(counts, key=lambda d: counts[d]) if counts else DataType.FLOAT32
+
+    def as_tensor(self, v: Value, name: str) -> Tensor:
+        """A known value as a constant tensor of the graph (one per value name)."""
+        if isinstance(v, Tensor):
+            return v
+        if name not in self.constants:
+            self.constants[name] = self.graph.constant(self.names(name, "constant"), np.asarray(v))
+        return self.constants[name]
+
+    def _inputs(self) -> None:
+        onnx = self.onnx
+        initializers = {t.name for t in self.model.graph.initializer}
+        for t in self.model.graph.initializer:
+            try:
+                self.values[t.name] = onnx.numpy_helper.to_array(t)
+            except Exception as e:  # external data missing, bad raw_data size, ...
+                raise SchemaError(f"ONNX initializer '{t.name}': {type(e).__name__}: {e}") from None
+        inputs = {info.name for info in self.model.graph.input}
+        unknown = sorted(set(self.frozen) - inputs)
+        if unknown:
+            raise GraphError(f"ONNX model: constants {unknown} name no graph input")
+        for info in self.model.graph.input:
+            if info.name in self.frozen:
+                self.values[info.name] = self.frozen[info.name]
+                continue
+            if info.name in initializers:
+                continue
+            where = f"ONNX graph input '{info.name}'"
+            tt = info.type.tensor_type
+            if not info.type.HasField("tensor_type"):
+                raise GraphError(f"{where}: only tensor inputs are supported")
+            dtype = onnx_dtype(tt.elem_type, where)
+            if info.name in self.input_shapes:
+                dims = tuple(int(d) for d in self.input_shapes[info.name])
+            else:
+                dims = []
+                for axis, d in enumerate(tt.shape.dim):
+                    if not d.HasField("dim_value") or d.dim_value < 1:
+                        label = d.dim_param or "unknown"
+                        raise GraphError(
+                            f"{where}: dim {axis} is symbolic ({label!r}); give its shape with "
+                            f"input_shapes={{'{info.name}': (...)}}"
+                        )
+                    dims.append(d.dim_value)
+                dims = tuple(dims) or (1,)
+            self.names.used.add(info.name)
+            self.values[info.name] = self.graph.tensor(info.name, dims, dtype=dtype)
+
+    # -- nodes ---------------------------------------------------------------
+    def _fold(self, node: OnnxNode) -> list[Value] | None:
+        """The node's outputs computed now when every input is known (or, for Shape / Size, the dims are)."""
+        proto = node.proto
+        if proto.op_type in ("Shape", "Size") and node.has(0) and proto.domain in ("", "ai.onnx"):
+            dims = np.array(node.dims(0), dtype=np.int64)
+            if proto.op_type == "Size":
+                return [np.array(int(np.prod(dims)), dtype=np.int64)]
+            start, end = node.attr("start", 0), node.attr("end", None)
+            node.refuse_unknown_attributes()
+            return [dims[start:end]]
+        known = [self.values.get(n) for n in proto.input if n]
+        if any(not isinstance(v, np.ndarray) for v in known) or proto.domain not in ("", "ai.onnx"):
+            return None
+        if proto.op_type not in HANDLERS and proto.op_type not in FOLD_ONLY:
+            return None
+        if proto.op_type in ("RandomNormal", "RandomUniform", "Multinomial", "Bernoulli"):
+            return None
+        from onnx.reference import ReferenceEvaluator
+
+        feeds = {n: self.values[n] for n in proto.input if n}
+        self._check_fold_size(node, [self.values[n] if n else None for n in proto.input])
+        try:
+            return list(ReferenceEvaluator(proto).run(None, feeds))
+        except Exception as e:  # the node is bad; say which
+            raise GraphError(f"{node.where}: computing it at import time failed: {type(e).__name__}: {e}") from None
+
+    @staticmethod
+    def _check_fold_size(node: OnnxNode, inputs: list[Any]) -> None:
+        """Ops whose output size their input values choose are bounded before they run (a hostile shape)."""
+        try:
+            op = node.op_type
+            if op == "ConstantOfShape":
+                count = int(np.prod(inputs[0].astype(np.float64)))
+            elif op == "Expand":
+                dims = np.broadcast_shapes(inputs[0].shape, tuple(int(d) for d in inputs[1].reshape(-1)))
+                count = int(np.prod(np.array(dims, dtype=np.float64)))
+            elif op == "Tile":
+                count = inputs[0].size * int(np.prod(inputs[1].astype(np.float64)))
+            elif op == "Range":
+                start, limit, delta = (float(v.reshape(())) for v in inputs[:3])
+                count = int(abs((limit - start) / delta)) if delta else MAX_FOLDED_ELEMENTS + 1
+            else:
+                return
+        except (ValueError, TypeError, OverflowError, IndexError, AttributeError):
+            raise node.refuse("its inputs do not describe a valid output shape") from None
+        if count > MAX_FOLDED_ELEMENTS or count < 0:
+            raise node.refuse(f"computing it at import time would make {count} elements (limit {MAX_FOLDED_ELEMENTS})")
+
+    def _map(self, node: OnnxNode) -> list[Value | None]:
+        handler = HANDLERS[node.op_type]
+        start = len(self.graph.nodes)
+        try:
+            outputs = list(handler(node))
+        except (IndexError, KeyError, ValueError, TypeError, OverflowError) as e:
+            if isinstance(e, SigdnnError):
+                raise
+            # inputs or attributes of shapes the op cannot have (a hostile or broken model)
+            raise node.refuse(f"inputs or attributes do not fit the op: {type(e).__name__}: {e}") from None
+        self._inherit_dtypes(start)
+        node.refuse_unknown_attributes()
+        wanted = [i for i, n in enumerate(node.proto.output) if n]
+        missing = [node.proto.output[i] for i in wanted if i >= len(outputs) or outputs[i] is None]
+        if missing:
+            raise node.refuse(f"sigdnn does not produce output(s) {missing} of this op")
+        return outputs
+
+    def run(self) -> Graph:
+        self._inputs()
+        unsupported = UnsupportedOps("ONNX model", HANDLERS)
+        blocked: set[str] = set()
+        for index, proto in enumerate(self.model.graph.node):
+            name = self.names(proto.name, f"{proto.op_type}_{index}")
+            node = OnnxNode(self, proto, name)
+            if proto.domain not in ("", "ai.onnx"):
+                unsupported.add(f"{proto.domain}.{proto.op_type}", name)
+                blocked.update(proto.output)
+                continue
+            if blocked.intersection(proto.input):
+                if proto.op_type not in HANDLERS and proto.op_type not in FOLD_ONLY:
+                    unsupported.add(proto.op_type, name)
+                blocked.update(proto.output)
+                continue
+            missing = [n for n in proto.input if n and n not in self.values]
+            if missing:
+                raise GraphError(f"{node.where}: input(s) {missing} are produced by no earlier node (not topological)")
+            outputs = self._fold(node)
+            if outputs is None:
+                if proto.op_type not in HANDLERS:
+                    unsupported.add(proto.op_type, name)
+                    blocked.update(proto.output)
+                    continue
+                if unsupported:  # keep scanning for the error's list, build nothing more
+                    blocked.update(proto.output)
+                    continue
+                top = max(self.graph.tensors, default=0)
+                outputs = self._map(node)
+                self._set_output_dtypes(proto, outputs, top)
+            for out_name, v in zip(proto.output, outputs):
+                if out_name:
+                    self.values[out_name] = v
+        if unsupported:
+            raise unsupported.error()
+        self._outputs()
+        return self.graph
+
+    def _inherit_dtypes(self, start: int) -> None:
+        """Outputs of the nodes just made that no op typed take their first input's type, not the graph default
+        (a reshaped bool mask stays bool, an int64 chain stays int64); ONNX's own types are set after."""
+        for n in self.graph.nodes[start:]:
+            first = next(iter(n.op.inputs().values()), None)
+            dtype = self.graph.tensors[first].dtype if first is not None else None
+            if dtype is None:
+                continue
+            for uid in n.op.outputs().values():
+                if self.graph.tensors[uid].dtype is None:
+                    self.graph.tensors[uid].set_data_type(dtype)
+
+    def _set_output_dtypes(self, proto: Any, outputs: Sequence[Value | None], top_uid: int) -> None:
+        """Outputs this node created take the element type ONNX infers for them."""
+        for out_name, v in zip(proto.output, outputs):
+            created = isinstance(v, Tensor) and v.uid > top_uid
+            if created and out_name in self.value_dtypes and v.dtype != self.value_dtypes[out_name]:
+                v.set_data_type(self.value_dtypes[out_name])
+
+    def _outputs(self) -> None:
+        seen: set[int] = set()
+        for index, info in enumerate(self.model.graph.output):
+            where = f"ONNX graph output '{info.name}'"
+            v = self.values.get(info.name)
+            if v is None:
+                raise GraphError(f"{where} is produced by no node")
+            if isinstance(v, np.ndarray):
+                raise GraphError(f"{where} is a constant known at import time; sigdnn graphs compute their outputs")
+            written = {u for n in self.graph.nodes for u in n.op.outputs().values()}
+            if v.uid not in written or v.uid in seen or not v.is_virtual:
+                v = self.graph.pointwise(
+                    "identity", v, name=self.node_names(f"{info.name}/identity", f"output_{index}")
+                )
+            seen.add(v.uid)
+            v.set_output(True)
+            if v.name != info.name:
+                if info.name in {t.name for t in self.graph.tensors.values()}:
+                    raise GraphError(f"{where}: its name is taken by another tensor of the graph")
+                v.set_name(info.name)
+            if info.type.tensor_type.elem_type:
+                v.set_data_type(onnx_dtype(info.type.tensor_type.elem_type, where))
+
+
+def _model(model_or_path: Any) -> Any:
+    onnx = _onnx()
+    if isinstance(model_or_path, onnx.ModelProto):
+        return model_or_path
+    try:
+        if isinstance(model_or_path, (bytes, bytearray, memoryview)):
+            return onnx.load_from_string(bytes(model_or_path))
+        if isinstance(model_or_path, (str, os.PathLike)):
+            from sigdnn.io.files import check_path
+
+            return onnx.load(check_path(model_or_path, "ONNX model"))
+    except (OSError, ValueError) as e:
+        raise SchemaError(f"not a readable ONNX model: {type(e).__name__}: {e}") from None
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise SchemaError(f"not a readable ONNX model: {type(e).__name__}: {e}") from None
+    raise SchemaError(f"expected an ONNX ModelProto, bytes or a path, got {type(model_or_path).__name__}")
+
+
+def load(
+    model_or_path: Any,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    constants: Mapping[str, Any] | None = None,
+    name: str | None = None,
+) -> Graph:
+    """An ONNX model (ModelProto, serialized bytes or a path) as a checked sigdnn Graph.
+
+    Initializers become constant tensors of the graph. ``input_shapes``
+    fixes symbolic input dims (``{"x": (1, 3, 224, 224)}``); ``constants``
+    freezes graph inputs to known values (a shape or axes given as an input,
+    which sigdnn ops need at import time).
+    """
+    from sigdnn.graph.checks import check_graph
+
+    graph = OnnxImporter(_model(model_or_path), input_shapes, name, constants).run()
+    check_graph(graph)
+    return graph
+
+
+def to_sdg(data: bytes) -> bytes:
+    """ONNX model bytes -> sigdnn graph bytes (the GraphFormat hook of ``sigdnn.io``)."""
+    return load(data).serialize()

@@ -1,0 +1,64 @@
+"""Attention (opset 23) -> sigdnn sdpa, 4-D [B, H, S, D] inputs as they are, 3-D [B, S, H*D] split into heads."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sigdnn.graph.tensor import Tensor
+from sigdnn.importers.onnx import OnnxNode, Value, onnx_op
+
+
+def _heads(node: OnnxNode, t: Tensor, heads: int | None, what: str) -> Tensor:
+    if len(t.dims) == 4:
+        return t
+    if len(t.dims) != 3 or not heads or t.dims[2] % heads:
+        raise node.refuse(f"{what} {list(t.dims)}: 3-D inputs need q_num_heads / kv_num_heads dividing the last dim")
+    b, s, hd = t.dims
+    split = node.reshape(t, (b, s, heads, hd // heads), f"{what}_heads")
+    return node.transpose(split, (0, 2, 1, 3), f"{what}_bhsd")  # type: ignore[return-value]
+
+
+def _bias(node: OnnxNode, mask: Value, dtype: np.dtype) -> Value:
+    """A boolean mask (True: attend) as an additive bias of 0 / -inf; a float mask is the bias itself."""
+    dims = tuple(mask.shape) if isinstance(mask, np.ndarray) else mask.dims
+    mask = node.reshape(mask, (1,) * (4 - len(dims)) + tuple(dims), "mask_4d")
+    is_bool = (mask.dtype == np.bool_) if isinstance(mask, np.ndarray) else not node.graph.dtype_of(mask).is_float
+    if not is_bool:
+        return mask
+    if isinstance(mask, np.ndarray):
+        return np.where(mask, 0.0, -np.inf).astype(dtype)
+    zero, minus_inf = np.array(0, dtype=dtype), np.array(-np.inf, dtype=dtype)
+    return node.pointwise("binary_select", zero, minus_inf, mask, what="mask_bias")
+
+
+@onnx_op("Attention")
+def attention(node: OnnxNode) -> list[Value]:
+    if node.has(4) or node.has(5):
+        raise node.refuse("past_key / past_value (KV cache) inputs are not supported")
+    if any(node.has(i) for i in range(6, len(node.proto.input))):
+        raise node.refuse("inputs beyond past_value (nonpad_kv_seqlen, ...) are not supported")
+    if any(node.proto.output[i] for i in range(1, len(node.proto.output))):
+        raise node.refuse("only the first output (Y) is produced")
+    if float(node.attr("softcap", 0.0)) != 0.0:
+        raise node.refuse("softcap is not supported")
+    if int(node.attr("qk_matmul_output_mode", 0)) != 0:
+        raise node.refuse("qk_matmul_output_mode is not supported")
+    node.attr("softmax_precision")  # the reference computes the softmax in float64 whatever is asked
+    q3 = len(node.dims(0)) == 3
+    q = _heads(node, node.tensor(0), node.attr("q_num_heads"), "q")
+    k = _heads(node, node.tensor(1), node.attr("kv_num_heads"), "k")
+    v = _heads(node, node.tensor(2), node.attr("kv_num_heads"), "v")
+    scale = node.attr("scale", None)
+    scale = 1.0 / math.sqrt(q.dims[3]) if scale is None else float(scale)
+    bias = None
+    if node.has(3):
+        bias = node.materialize(_bias(node, node.value(3), node.dtype(0).numpy), "mask")
+    o, _ = node.graph.sdpa(
+        q, k, v, attn_scale=scale, bias=bias, use_causal_mask=bool(node.attr("is_causal", 0)), name=node.fresh("sdpa")
+    )
+    if q3:
+        b, h, s, dv = o.dims
+        o = node.reshape(node.transpose(o, (0, 2, 1, 3), "o_bshd"), (b, s, h * dv), "o_merge")
+    return [o]

@@ -1,0 +1,150 @@
+"""Elementwise ONNX ops and activations -> sigdnn pointwise modes (OPS.md has each mode's formula)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sigdnn.dtypes import DataType, as_data_type
+from sigdnn.graph.tensor import Tensor
+from sigdnn.importers.onnx import OnnxNode, Value, onnx_dtype, onnx_op
+
+BINARY = {
+    "Add": "add",
+    "Sub": "sub",
+    "Mul": "mul",
+    "Div": "div",
+    "Pow": "pow",
+    "Equal": "cmp_eq",
+    "Greater": "cmp_gt",
+    "Less": "cmp_lt",
+    "GreaterOrEqual": "cmp_ge",
+    "LessOrEqual": "cmp_le",
+    "And": "logical_and",
+    "Or": "logical_or",
+}
+UNARY = {
+    "Abs": "abs",
+    "Neg": "neg",
+    "Ceil": "ceil",
+    "Floor": "floor",
+    "Sqrt": "sqrt",
+    "Reciprocal": "reciprocal",
+    "Exp": "exp",
+    "Log": "log",
+    "Sin": "sin",
+    "Cos": "cos",
+    "Tan": "tan",
+    "Erf": "erf",
+    "Not": "logical_not",
+    "Relu": "relu_fwd",
+    "Tanh": "tanh_fwd",
+    "Sigmoid": "sigmoid_fwd",
+    "Softplus": "softplus_fwd",
+}
+VARIADIC = {"Max": "max", "Min": "min", "Sum": "add"}
+
+
+@onnx_op(*BINARY)
+def binary(node: OnnxNode) -> list[Value]:
+    return [node.pointwise(BINARY[node.op_type], node.value(0), node.value(1))]
+
+
+@onnx_op(*UNARY)
+def unary(node: OnnxNode) -> list[Value]:
+    return [node.pointwise(UNARY[node.op_type], node.value(0))]
+
+
+@onnx_op(*VARIADIC, "Mean")
+def variadic(node: OnnxNode) -> list[Value]:
+    """Max / Min / Sum / Mean of any number of inputs, folded left to right."""
+    mode = VARIADIC.get(node.op_type, "add")
+    values = [node.value(i) for i in range(len(node.proto.input)) if node.has(i)]
+    out = values[0]
+    for i, v in enumerate(values[1:]):
+        out = node.pointwise(mode, out, v, what=f"{mode}{i}")
+    if node.op_type == "Mean":
+        count = np.array(len(values), dtype=node.dtype(0).numpy)
+        out = node.pointwise("div", out, count, what="mean")
+    elif len(values) == 1:
+        out = node.pointwise("identity", out)
+    return [out]
+
+
+@onnx_op("Mod")
+def mod(node: OnnxNode) -> list[Value]:
+    if node.attr("fmod", 0) != 1:
+        raise node.refuse("Mod with fmod=0 (the divisor's sign, as Python's %) has no sigdnn mode; only fmod=1")
+    return [node.pointwise("mod", node.value(0), node.value(1))]
+
+
+@onnx_op("Where")
+def where(node: OnnxNode) -> list[Value]:
+    return [node.pointwise("binary_select", node.value(1), node.value(2), node.value(0))]
+
+
+@onnx_op("LeakyRelu")
+def leaky_relu(node: OnnxNode) -> list[Value]:
+    return [node.pointwise("relu_fwd", node.value(0), relu_lower_clip_slope=float(node.attr("alpha", 0.01)))]
+
+
+@onnx_op("Elu")
+def elu(node: OnnxNode) -> list[Value]:
+    return [node.pointwise("elu_fwd", node.value(0), elu_alpha=float(node.attr("alpha", 1.0)))]
+
+
+@onnx_op("Gelu")
+def gelu(node: OnnxNode) -> list[Value]:
+    approximate = node.attr("approximate", "none")
+    modes = {"none": "gelu_fwd", "tanh": "gelu_approx_tanh_fwd"}
+    if approximate not in modes:
+        raise node.refuse(f"approximate={approximate!r} is neither 'none' nor 'tanh'")
+    return [node.pointwise(modes[approximate], node.value(0))]
+
+
+@onnx_op("Clip")
+def clip(node: OnnxNode) -> list[Value]:
+    """min(max(x, lo), hi) is relu_fwd with lower_clip lo, upper_clip hi and slope 0 (absent bounds: +-max float)."""
+    if node.dtype(0).is_integer:
+        raise node.refuse("Clip of integers has no sigdnn mode")
+    big = float(np.finfo(np.float64).max)
+    lo = float(node.const(1, "min").reshape(())) if node.has(1) else -big
+    hi = float(node.const(2, "max").reshape(())) if node.has(2) else big
+    lo = min(lo, hi)  # min(max(x, lo), hi) is hi everywhere when lo > hi
+    return [node.pointwise("relu_fwd", node.value(0), relu_lower_clip=lo, relu_upper_clip=hi)]
+
+
+@onnx_op("Identity", "Dropout")
+def identity(node: OnnxNode) -> list[Value]:
+    """The value itself (Dropout at inference: no mask output, ratio ignored only when training_mode is off)."""
+    if node.op_type == "Dropout":
+        node.attr("seed")
+        if node.has(2) and bool(node.const(2, "training_mode").reshape(())):
+            raise node.refuse("training-mode Dropout is random; sigdnn maps inference only")
+        if len(node.proto.output) > 1 and node.proto.output[1]:
+            raise node.refuse("the mask output of Dropout is not produced")
+    return [node.value(0)]
+
+
+def _cast(node: OnnxNode, to: DataType) -> list[Value]:
+    """A rounding to ``to``; to float8, ONNX's default saturate=1 clamps overflow, which sigdnn's rounding does not."""
+    v = node.value(0)
+    saturate = node.attr("saturate", 1)
+    if to in (DataType.FP8_E4M3, DataType.FP8_E5M2) and saturate:
+        raise node.refuse(
+            "saturate=1 (clamp overflow to the largest float8) is not supported; sigdnn rounds to inf/NaN"
+        )
+    if isinstance(v, np.ndarray):
+        return [v.astype(to.numpy)]
+    out: Tensor = node.pointwise("identity", v)
+    out.set_data_type(to)
+    return [out]
+
+
+@onnx_op("Cast")
+def cast(node: OnnxNode) -> list[Value]:
+    return _cast(node, onnx_dtype(int(node.attr("to")), node.where))
+
+
+@onnx_op("CastLike")
+def cast_like(node: OnnxNode) -> list[Value]:
+    return _cast(node, as_data_type(node.dtype(1).numpy))

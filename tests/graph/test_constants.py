@@ -1,0 +1,74 @@
+"""Constant tensors (schema 1.2 ``Tensor.data``): built, checked, serialized, bound by the executor."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import sigdnn
+from sigdnn.errors import GraphError, VariantPackError
+
+
+def _graph(w: np.ndarray) -> sigdnn.Graph:
+    g = sigdnn.Graph("const", io_dtype="float32", compute_dtype="float32")
+    x = g.tensor("x", (2, 3))
+    c = g.constant("w", w)
+    g.pointwise("mul", x, c, name="mul").set_output(True).set_name("y")
+    return g
+
+
+def test_constant_round_trips_bit_for_bit_and_is_not_an_input() -> None:
+    w = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    g = _graph(w)
+    back = sigdnn.deserialize(g.serialize())
+    assert back == g
+    assert [t.name for t in back.inputs] == ["x"]
+    np.testing.assert_array_equal(back.tensor_by_name("w").constant(), w)
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.float16, ml_dtypes.bfloat16, np.float64, np.int8, np.int32, np.int64, np.bool_, np.uint8]
+)
+def test_every_dtype_keeps_its_bits(dtype: type) -> None:
+    values = (np.arange(12).reshape(3, 4) % 5).astype(dtype)
+    g = sigdnn.Graph("c")
+    t = g.constant("c", values)
+    back = sigdnn.deserialize(g.serialize(), check=False).tensors[t.uid]
+    assert back.constant().tobytes() == values.tobytes()
+    assert back.constant().dtype == values.dtype
+
+
+def test_executor_binds_the_constant_and_the_pack_may_override_it() -> None:
+    w = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
+    x = np.full((2, 3), 0.5, dtype=np.float32)
+    ex = sigdnn.Executor()
+    plan = ex.prepare(_graph(w).serialize())
+    np.testing.assert_array_equal(ex.execute(plan, {"x": x})["y"], x * w)
+    np.testing.assert_array_equal(ex.execute(plan, {"x": x, "w": -w})["y"], -x * w)
+    with pytest.raises(VariantPackError, match="missing input"):
+        ex.execute(plan, {})
+
+
+def test_wrong_length_and_written_constants_are_graph_errors() -> None:
+    g = _graph(np.ones((2, 3), np.float32))
+    g.tensor_by_name("w").data = b"\0" * 5
+    with pytest.raises(GraphError, match="constant data holds 5 bytes"):
+        sigdnn.deserialize(g.serialize())
+    g = _graph(np.ones((2, 3), np.float32))
+    g.tensor_by_name("y").data = np.zeros((2, 3), np.float32).tobytes()
+    with pytest.raises(GraphError, match="writes constant 'y'"):
+        sigdnn.deserialize(g.serialize())
+
+
+def test_a_constant_needs_an_array_of_a_sigdnn_dtype() -> None:
+    g = sigdnn.Graph("c")
+    with pytest.raises(GraphError, match="not a sigdnn data type"):
+        g.constant("c", np.zeros(3, np.complex64))
+    with pytest.raises(GraphError, match="expected a NumPy array"):
+        g.constant("c", [1.0, 2.0])  # type: ignore[arg-type]
+
+
+def test_validation_feeds_constants_to_the_reference() -> None:
+    report = sigdnn.validate(_graph(np.full((2, 3), 1.5, np.float32)), backend="reference")
+    assert report.passed

@@ -1,0 +1,86 @@
+"""Models built with PyTorch on the CPU and exported to ONNX in memory, for the importer's tests and benchmark.
+
+torchvision is not a dependency: ResNet-18 is written out here (He et al.,
+2015, the torchvision layer layout), with random weights and random batchnorm
+statistics so that every layer matters.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import torch
+from torch import nn
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+        )
+        layers, cin = [], 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+
+
+def resnet18(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    model = ResNet18()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 1.5)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.2, 0.2)
+    return model.eval()
+
+
+def encoder(seed: int = 0, d_model: int = 32, heads: int = 4, ff: int = 64) -> nn.Module:
+    """A 2-layer transformer encoder: attention + layernorm + MLP (gelu) per layer."""
+    torch.manual_seed(seed)
+    layer = nn.TransformerEncoderLayer(d_model, heads, ff, dropout=0.0, batch_first=True, activation="gelu")
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+
+
+def export(model: nn.Module, x: torch.Tensor, *, fold_constants: bool = True, opset: int = 17) -> bytes:
+    """ONNX bytes of ``model`` at input ``x`` (TorchScript exporter: needs only the onnx package)."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (x,),
+            buffer,
+            dynamo=False,
+            opset_version=opset,
+            input_names=["x"],
+            output_names=["y"],
+            do_constant_folding=fold_constants,
+        )
+    return buffer.getvalue()
