@@ -414,18 +414,18 @@ def test_wrap_cupy(ctx):
 
 
 def test_compile_once_per_specialization(ctx):
-    """A second launch with the same specialization does not recompile (fast)."""
-    import time
+    """Launches of one specialization share the kernel and compile constants cuTile caches its compile by.
 
+    (Launch time, which a recompile would inflate, is measured in benchmarks/gpu_pointwise.py, not here:
+    a test must not fail because a runner is slow.)
+    """
     a = ctx.to_device(np.ones(4096, np.float32))
     out = ctx.empty((4096,), np.float32)
     launch = prepare("add", [a, a], out)
-    launch([a, a], out, ctx.stream_handle)
-    ctx.synchronize()
-    t0 = time.perf_counter()
+    again = prepare("add", [a, a], out)
+    assert again.kernel is launch.kernel and again.consts == launch.consts and again.grid == launch.grid
+    assert prepare("mul", [a, a], out).consts != launch.consts
     for _ in range(100):
         launch([a, a], out, ctx.stream_handle)
     ctx.synchronize()
-    per_launch = (time.perf_counter() - t0) / 100
-    assert per_launch < 1e-3, f"{per_launch * 1e6:.0f} us per launch: recompiling?"
     assert math.isclose(float(ctx.to_host(out)[0]), 2.0)
