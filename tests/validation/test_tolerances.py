@@ -188,3 +188,12 @@ def test_tolerance_text() -> None:
     assert str(Tolerance(0.0, 0.0, exact=True)) == "exact"
     assert str(Tolerance(1e-5, 0.001)) == "atol 1e-05 rtol 0.001"
     assert str(Tolerance(2.5e-7, 1.25e-3, reduction=0.5)) == "atol 2.5e-07 rtol 0.00125 + 0.5*sum|terms|"
+
+
+def test_an_exact_exit_of_a_region_stays_exact() -> None:
+    g = sigdnn.Graph("mask", io_dtype="float32", compute_dtype="float32")
+    a = g.tensor("a", (4,))
+    mask = g.pointwise("cmp_gt", g.pointwise("exp", a, name="e"), a, name="gt").set_data_type("bool")
+    mask.set_output(True)
+    tol = step_tolerance(g, g.nodes, mask.uid)
+    assert tol.exact and (tol.atol, tol.rtol, tol.reduction) == (0.0, 0.0, 0.0)
