@@ -169,3 +169,11 @@ def test_report_json(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "report.json"
     assert cli.main(["validate", str(path), "--json", str(out)]) == 1
     assert json.loads(out.read_text()) == data
+
+
+def test_an_inf_against_a_finite_value_is_a_special_mismatch_and_specials_count_no_error() -> None:
+    c = compare("f", np.array([np.inf, -np.inf, 1.0]), np.array([2.0, -3.0, 1.0]), TOL)
+    assert (c.nan_inf_mismatches, c.mismatches, c.passed) == (2, 0, False)
+    assert (c.max_abs_error, c.max_rel_error) == (0.0, 0.0)  # the finite pair is exact; specials add nothing
+    same = compare("f", np.array([np.nan, np.inf, 3.0]), np.array([np.nan, np.inf, 3.0]), TOL)
+    assert same.passed and (same.max_abs_error, same.max_rel_error) == (0.0, 0.0)
