@@ -108,6 +108,15 @@ def test_worked_cases_above_two_to_the_53() -> None:
     assert run("sub", [2**53 + 1], [0], None).tolist() == [2**53]  # the tie rounds to even
 
 
+@pytest.mark.parametrize(("compute", "want"), [("int64", [2**60 + 1, -(2**62) - 1]), (None, [2**60, -(2**62)])])
+def test_binary_select_keeps_int64_values_with_integer_compute(compute: str | None, want: list[int]) -> None:
+    g = sigdnn.Graph("sel", io_dtype="int64", compute_dtype=compute)
+    a, b, m = (g.tensor(n, (2,)) for n in "abm")
+    g.pointwise("binary_select", a, b, m, name="n").set_output(True).set_name("y")
+    ins = {"a": np.array([2**60 + 1, 5]), "b": np.array([7, -(2**62) - 1]), "m": np.array([3, 0])}
+    assert sigdnn.Executor().run(g, ins)["y"].tolist() == want
+
+
 FLOAT = {
     "add": lambda a, b: a + b,
     "sub": lambda a, b: a - b,
