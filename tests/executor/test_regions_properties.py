@@ -91,6 +91,7 @@ def test_make_region_accepts_exactly_the_connected_convex_sets(g: sigdnn.Graph, 
     region = make_region(flow, members)
     position = {node: p for p, node in enumerate(order)}
     assert list(region.nodes) == sorted(members, key=position.__getitem__)
+    assert region.node_list(g) == [g.nodes[i] for i in region.nodes]
     written = {uid for i in members for uid in g.nodes[i].op.outputs().values()}
     read_inside = [uid for i in region.nodes for uid in g.nodes[i].op.inputs().values()]
     assert list(region.entries) == list(dict.fromkeys(u for u in read_inside if u not in written))
