@@ -187,3 +187,65 @@ def test_grow_regions_merges_two_producers_groups_when_convex() -> None:
     names = [[g2.nodes[i].name for i in grp] for grp in
              grow_regions(Dataflow(g2, order), order, lambda i: g2.nodes[i].name != "stop")]  # fmt: skip
     assert sorted(names) == [["a0", "b0", "b1"], ["j"]]  # a0 -> stop -> j would leave and re-enter
+
+
+@settings(max_examples=40, deadline=None)
+@given(dags())
+def test_every_subset_of_a_small_dag_is_judged_like_brute_force(g: sigdnn.Graph) -> None:
+    order = check_graph(g)
+    flow = Dataflow(g, order)
+    reach = reachable(g)
+    n = len(g.nodes)
+    for mask in range(1, 1 << n):
+        members = {i for i in range(n) if mask >> i & 1}
+        assert is_convex(flow, members) is brute_convex(g, members, reach), sorted(members)
+
+
+def test_a_long_path_out_and_back_makes_a_set_non_convex() -> None:
+    g = sigdnn.Graph("detour", io_dtype="float32", intermediate_dtype="float32")
+    a = g.pointwise("neg", g.tensor("x", (4,)), name="a")
+    c = g.pointwise("abs", g.pointwise("abs", g.pointwise("abs", a, name="c1"), name="c2"), name="c3")
+    g.pointwise("add", a, c, name="b").set_output(True)
+    order = check_graph(g)
+    flow = Dataflow(g, order)
+    assert is_convex(flow, {0, 4}) is False
+    assert is_convex(flow, {0, 1, 2, 3, 4}) is True and is_convex(flow, {1, 2, 3}) is True
+    with pytest.raises(GraphError, match="not convex"):
+        make_region(flow, [0, 4])
+
+
+def test_a_node_joins_a_later_producer_when_the_first_would_break_convexity() -> None:
+    g = sigdnn.Graph("select", io_dtype="float32", intermediate_dtype="float32")
+    x = g.tensor("x", (4,))
+    a = g.pointwise("neg", x, name="a")
+    b = g.pointwise("neg", x, name="b")
+    s = g.pointwise("abs", a, name="s")  # rejected: a -> s -> j leaves {a, j} and comes back
+    g.pointwise("binary_select", a, b, s, name="j").set_output(True)
+    order = check_graph(g)
+    groups = grow_regions(Dataflow(g, order), order, lambda i: g.nodes[i].name != "s")
+    assert sorted([g.nodes[i].name for i in grp] for grp in groups) == [["a"], ["b", "j"]]
+
+
+def pattern_of(build) -> tuple:
+    g = sigdnn.Graph("p", io_dtype="float32", intermediate_dtype="float32")
+    build(g, g.tensor("x", (4,)), g.tensor("y", (4,)))
+    order = check_graph(g)
+    return make_region(Dataflow(g, order), order).pattern
+
+
+def test_the_pattern_tells_the_wiring_apart() -> None:
+    def chain(g, x, y):
+        g.pointwise("add", g.pointwise("neg", x, name="n"), y, name="s").set_output(True)
+
+    def swapped(g, x, y):
+        g.pointwise("add", y, g.pointwise("neg", x, name="n"), name="s").set_output(True)
+
+    def same_entry_twice(g, x, y):
+        g.pointwise("add", g.pointwise("neg", x, name="n"), x, name="s").set_output(True)
+
+    def other_tensors(g, x, y):
+        g.pointwise("add", g.pointwise("neg", y, name="m"), x, name="t").set_output(True)
+
+    assert pattern_of(chain) == pattern_of(other_tensors)
+    assert pattern_of(chain) != pattern_of(swapped)  # the internal edge enters another port
+    assert pattern_of(chain) != pattern_of(same_entry_twice)  # where the entries go differs
