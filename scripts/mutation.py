@@ -427,7 +427,7 @@ def run_module(path: Path, tests: list[str], only: str | None = None) -> list[Ou
         if not selected:
             outcomes.append(Outcome(m, "uncovered", 0.0))
             continue
-        budget = 10 + 5 * sum(durations[t] for t in selected)
+        budget = 5 + 3 * sum(durations[t] for t in selected)
 
         def run(index: int = index, selected: list[str] = selected) -> int:
             import pytest
