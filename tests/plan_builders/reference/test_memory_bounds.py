@@ -68,3 +68,33 @@ def test_conv_tap_columns_stay_under_the_chunk_cap(monkeypatch: pytest.MonkeyPat
         np.einsum("kc,nchw->nkhw", w[:, :, r, s], xp[:, :, r : r + 64, s : s + 64]) for r in range(3) for s in range(3)
     )
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("c", "groups", "kernel", "products"),
+    [
+        (8, 8, (3, 3), 1),  # depthwise: all nine taps in one product
+        (3, 1, (3, 3), 1),  # a 3-channel first layer: likewise
+        (3, 1, (5, 5), 2),  # 25 taps of 3 channels: 22 taps reach a contraction of 64
+        (16, 1, (3, 3), 3),  # 16 channels: 4 taps make 64, so 4 + 4 + 1
+        (64, 1, (3, 3), 9),  # 64 channels are long enough alone: one tap per product
+        (64, 2, (1, 3), 2),  # 32 channels per group: 2 taps, then 1
+    ],
+)
+def test_conv_gathers_just_enough_taps_for_a_contraction_of_64(
+    monkeypatch: pytest.MonkeyPatch, c: int, groups: int, kernel: tuple[int, ...], products: int
+) -> None:
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((1, c, 6, 6)), rng.standard_normal((groups * 2, c // groups, *kernel))
+    g = sigdnn.Graph("c", io_dtype="float64")
+    y = g.conv_fprop(g.tensor("x", x.shape), g.tensor("w", w.shape), padding=[k // 2 for k in kernel], name="conv")
+    calls = []
+    matmul = np.matmul
+    monkeypatch.setattr(np, "matmul", lambda a, b: calls.append(a.shape[-1]) or matmul(a, b))
+    got = conv_fprop.conv_fprop(x, w, g.nodes[0].op, y.dims)
+    monkeypatch.undo()
+    assert len(calls) == products
+    torch = pytest.importorskip("torch")
+    pad = [k // 2 for k in kernel]
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=pad, groups=groups).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
