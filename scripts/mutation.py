@@ -370,6 +370,13 @@ def _in_child(fn: Callable[[], int], timeout: float) -> tuple[int, float]:
         time.sleep(0.01)
 
 
+def _run_pytest(tests: list[str]) -> int:
+    import pytest
+
+    _quiet_hypothesis()
+    return int(pytest.main(_pytest_args(tests)))
+
+
 def _baseline(module_file: Path, tests: list[str]) -> tuple[dict[int, set[str]], dict[str, float]]:
     """Traced unmutated run: line -> tests, test -> seconds. Exits if a test fails."""
     import tempfile
@@ -418,6 +425,11 @@ def run_module(path: Path, tests: list[str], only: str | None = None) -> list[Ou
     all_mutants = mutants(source, str(path))
     lines, durations = _baseline(path, tests)
     every = sorted(durations, key=durations.__getitem__)
+    # The time limit covers a child's start and collection too: twice an unmutated run of every test.
+    status, clean = _in_child(lambda: _run_pytest(every), timeout=1800)
+    if status != 0:
+        sys.exit(f"unmutated run of {tests} failed (exit {status})")
+    budget = 10 + 2 * clean
     outcomes = []
     for index, m in enumerate(all_mutants):
         if only and only not in m.id:
@@ -427,14 +439,10 @@ def run_module(path: Path, tests: list[str], only: str | None = None) -> list[Ou
         if not selected:
             outcomes.append(Outcome(m, "uncovered", 0.0))
             continue
-        budget = 5 + 3 * sum(durations[t] for t in selected)
 
         def run(index: int = index, selected: list[str] = selected) -> int:
-            import pytest
-
-            _quiet_hypothesis()
             sys.meta_path.insert(0, _MutatedModule(name, str(path), mutated_code(source, str(path), index)))
-            return int(pytest.main(_pytest_args(selected)))
+            return _run_pytest(selected)
 
         status, seconds = _in_child(run, budget)
         verdict = "timeout" if status == -9 else ("survived" if status == 0 else "killed")
