@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any, ClassVar
 
 import pytest
 
 import sigdnn
+import sigdnn.registry.registry as registry_module
 from sigdnn.errors import RegistryError
 from sigdnn.registry import FusionBuilder, NodePlan, PlanBuilder, Registry
 from sigdnn.registry.registry import _as_builders, builders_in
@@ -167,3 +169,71 @@ def test_register_as_a_decorator_returns_the_class() -> None:
     reg = empty()
     assert reg.register(Other) is Other
     assert isinstance(reg.find(Other.engine_id), Other)
+
+
+class FakeEntryPoint:
+    name, value = "fake", "fake_pkg:builders"
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def load(self) -> Any:
+        return self.obj
+
+
+def test_installed_plugins_are_read_from_the_documented_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = []
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: asked.append(group) or [FakeEntryPoint(Fuser)])
+    reg = Registry(packages=())
+    assert [b.name for b in reg.fusion_builders("cpu")] == ["plugin.fuse_low"]  # the first lookup loads
+    assert asked == ["sigdnn.plan_builders"]
+
+
+def test_unregister_before_the_first_lookup_still_removes(monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
+    reg.unregister(1000)
+    with pytest.raises(RegistryError):
+        reg.find(1000)
+    assert reg.find(1001).name == "reference.matmul"
+
+
+def test_a_source_cannot_take_an_id_already_loaded() -> None:
+    reg = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
+    reg.builders()
+    thief = type("Thief", (Plugin,), {"name": "plugin.thief", "engine_id": 1000, "library": "reference"})
+    reg._add_source("thief", lambda: [thief()])
+    assert "engine id 1000 is taken" in reg.load_failures["thief"]
+    assert reg.find(1000).name == "reference.pointwise"
+
+
+def test_private_modules_of_a_builder_package_are_skipped(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "fake_builder_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    body = "from tests_helper_plugin import Plugin\nclass {cls}(Plugin):\n    name, engine_id = 'plugin.{name}', {id}\n"
+    (pkg / "public.py").write_text(body.format(cls="Public", name="public", id=31100))
+    (pkg / "_private.py").write_text(body.format(cls="Private", name="private", id=31101))
+    helper = types.ModuleType("tests_helper_plugin")
+    helper.Plugin = Plugin
+    monkeypatch.setitem(sys.modules, "tests_helper_plugin", helper)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry_module, "IN_TREE", {**registry_module.IN_TREE, "plugin.public": 31100,
+                                                     "plugin.private": 31101})  # fmt: skip
+    reg = Registry(packages=("fake_builder_pkg",), entry_point_group=None)
+    assert [b.name for b in reg.builders()] == ["plugin.public"]
+    assert reg.load_failures == {}
+
+
+def test_the_module_level_register_refuses_a_taken_id_by_default() -> None:
+    from sigdnn.registry import DEFAULT_REGISTRY, register
+
+    taker = type("Taker", (Plugin,), {"name": "plugin.taker", "engine_id": 1000, "library": "reference"})
+    with pytest.raises(RegistryError, match="is taken"):
+        register(taker)
+    assert DEFAULT_REGISTRY.find(1000).name == "reference.pointwise"
+    fresh = type("Fresh", (Plugin,), {"name": "plugin.fresh", "engine_id": 31200})
+    try:
+        assert register(fresh) is fresh
+        assert isinstance(DEFAULT_REGISTRY.find(31200), fresh)
+    finally:
+        DEFAULT_REGISTRY.unregister(31200)
