@@ -98,3 +98,33 @@ def test_conv_gathers_just_enough_taps_for_a_contraction_of_64(
     pad = [k // 2 for k in kernel]
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=pad, groups=groups).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("cap", "products"), [(270_000, 5), (262_143, 9), (400_000, 3)])
+def test_the_cap_counts_eight_bytes_per_gathered_value(
+    monkeypatch: pytest.MonkeyPatch, cap: int, products: int
+) -> None:
+    """x [1, 4, 64, 64]: one tap gathers 4 x 4096 float64 values, 131072 bytes; 9 taps under ``cap``."""
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((1, 4, 64, 64)), rng.standard_normal((2, 4, 3, 3))
+    g = sigdnn.Graph("c", io_dtype="float64")
+    y = g.conv_fprop(g.tensor("x", x.shape), g.tensor("w", w.shape), padding=[1, 1], name="conv")
+    monkeypatch.setattr(conv_fprop, "_CHUNK_BYTES", cap)
+    calls = []
+    matmul = np.matmul
+    monkeypatch.setattr(np, "matmul", lambda a, b: calls.append(1) or matmul(a, b))
+    conv_fprop.conv_fprop(x, w, g.nodes[0].op, y.dims)
+    assert len(calls) == products
+
+
+def test_the_reference_conv_declines_integer_tensors() -> None:
+    from sigdnn.errors import NotSupported
+    from sigdnn.runtime import Device
+
+    g = sigdnn.Graph("c", io_dtype="float32")
+    g.conv_fprop(g.tensor("x", (1, 2, 4, 4)), g.tensor("w", (2, 2, 3, 3)), padding=[1, 1], name="conv")
+    builder = conv_fprop.ReferenceConvFprop()
+    builder.check(g.nodes[0], g, Device())  # floats: accepted
+    g.tensor_by_name("w").set_data_type("int8")
+    with pytest.raises(NotSupported, match=r"node 'conv': port 'w' \(tensor 'w'\) is int8"):
+        builder.check(g.nodes[0], g, Device())
