@@ -249,3 +249,15 @@ def test_the_pattern_tells_the_wiring_apart() -> None:
     assert pattern_of(chain) == pattern_of(other_tensors)
     assert pattern_of(chain) != pattern_of(swapped)  # the internal edge enters another port
     assert pattern_of(chain) != pattern_of(same_entry_twice)  # where the entries go differs
+
+
+def test_the_pattern_tells_internal_edges_apart_when_entries_agree() -> None:
+    def first(g, x, y):
+        g.pointwise("add", g.pointwise("neg", x, name="n"), g.pointwise("abs", x, name="a"), name="s").set_output(True)
+
+    def second(g, x, y):
+        n, a = g.pointwise("neg", x, name="n"), g.pointwise("abs", x, name="a")
+        g.pointwise("add", a, n, name="s").set_output(True)
+
+    assert pattern_of(first)[2] == pattern_of(second)[2]  # the same entries to the same ports
+    assert pattern_of(first) != pattern_of(second)
