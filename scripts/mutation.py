@@ -370,11 +370,25 @@ def _in_child(fn: Callable[[], int], timeout: float) -> tuple[int, float]:
         time.sleep(0.01)
 
 
+class _Only:
+    """pytest plugin: run only these node ids. (Ids such as ``test[(3, 2)]`` cannot be given as arguments.)"""
+
+    def __init__(self, nodeids: list[str]) -> None:
+        self.wanted = set(nodeids)
+
+    def pytest_collection_modifyitems(self, config, items) -> None:
+        dropped = [item for item in items if item.nodeid not in self.wanted]
+        items[:] = [item for item in items if item.nodeid in self.wanted]
+        config.hook.pytest_deselected(items=dropped)
+
+
 def _run_pytest(tests: list[str]) -> int:
+    """Run the given node ids (their files collected, the rest deselected); pytest's exit code."""
     import pytest
 
     _quiet_hypothesis()
-    return int(pytest.main(_pytest_args(tests)))
+    files = list(dict.fromkeys(t.split("::")[0] for t in tests))
+    return int(pytest.main(_pytest_args(files), plugins=[_Only(tests)]))
 
 
 def _baseline(module_file: Path, tests: list[str]) -> tuple[dict[int, set[str]], dict[str, float]]:
@@ -445,9 +459,11 @@ def run_module(path: Path, tests: list[str], only: str | None = None) -> list[Ou
             return _run_pytest(selected)
 
         status, seconds = _in_child(run, budget)
-        verdict = "timeout" if status == -9 else ("survived" if status == 0 else "killed")
+        # pytest exits 1 when a test failed, 2 when collection failed (the mutated module does not
+        # import); 3-5 (internal error, usage error, no tests) mean the harness went wrong: not a kill.
+        verdict = {-9: "timeout", 0: "survived", 1: "killed", 2: "killed"}.get(status, "error")
         outcomes.append(Outcome(m, verdict, seconds))
-        mark = {"killed": ".", "timeout": "T", "survived": "S"}[verdict]
+        mark = {"killed": ".", "timeout": "T", "survived": "S", "error": "E"}[verdict]
         print(mark, end="", flush=True)
     print()
     return outcomes
@@ -491,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{module} ({', '.join(tests)})")
         outcomes = run_module(ROOT / module, tests, args.only)
         known = equivalent.get(module, {})
-        survivors = [o for o in outcomes if o.status in ("survived", "uncovered")]
+        survivors = [o for o in outcomes if o.status in ("survived", "uncovered", "error")]
         equiv = [o for o in survivors if o.mutant.id in known]
         killed = sum(o.status in ("killed", "timeout") for o in outcomes)
         counted = len(outcomes) - len(equiv)
