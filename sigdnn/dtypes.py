@@ -300,6 +300,9 @@ def round_to(x: np.ndarray, dtype: DataType) -> np.ndarray:
             x = np.where(np.isfinite(x), x, 0)
         info = np.iinfo(target)
         x = np.clip(x, info.min, info.max)
+        # float(int64 max) rounds up to 2**63, which the cast would wrap to int64 min.
+        with np.errstate(invalid="ignore"):
+            return np.where(x >= float(info.max) + 1, info.max, x.astype(target)).astype(target)
     with np.errstate(over="ignore", invalid="ignore"):
         return x.astype(target)
 

@@ -67,7 +67,9 @@ def _compare(
         bad = finite & (abs_err > bound)
     worst = None
     if g.size:
-        score = np.where(wrong_special, np.inf, np.where(bad, abs_err + 1.0, abs_err))
+        # A wrong NaN/Inf first, then the largest mismatch, then (all passed) the largest error.
+        rank = np.where(wrong_special, 2, np.where(bad, 1, 0))
+        score = np.where(rank == rank.max(), abs_err, -1.0)
         worst = np.unravel_index(int(np.argmax(score)), g.shape)
     return Comparison(
         name=name,

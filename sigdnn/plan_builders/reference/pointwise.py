@@ -61,8 +61,8 @@ def sigmoid_slope(x: Array) -> Array:
 def _trunc_div(a: Array, b: Array) -> Array:
     """C-style integer division (toward zero); x / 0 is 0 (undefined in C)."""
     safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    return np.where(b == 0, 0, np.where((a < 0) ^ (safe < 0), -q, q))
+    floor = a // safe  # no abs(): |int64 min| overflows
+    return np.where(b == 0, 0, floor + ((a % safe != 0) & ((a < 0) ^ (safe < 0))))
 
 
 def _relu_fwd(x: Array, p: Pointwise) -> Array:
