@@ -33,7 +33,9 @@ def test_every_spelling_of_every_dtype(row) -> None:
     assert dt.numpy == np.dtype(np_type) and dt.itemsize == itemsize
     assert (dt.is_float, dt.is_integer) == (is_float, is_integer)
     assert dt.wire == wire and from_wire(wire) is dt
-    for spelling in (dt, name, short, name.upper(), short.upper(), np.dtype(np_type), np_type):
+    # "i8" / "u8" are refused as ambiguous (NumPy reads them as 64-bit): tests/test_dtypes.py checks that.
+    shorts = () if short in ("i8", "u8") else (short, short.upper())
+    for spelling in (dt, name, name.upper(), np.dtype(np_type), np_type, *shorts):
         assert as_data_type(spelling) is dt
 
 
@@ -45,7 +47,7 @@ def test_unset_and_unknown_wire_values() -> None:
 
 @pytest.mark.parametrize("bad", ["floaty", "f9", "", "i3", "int4", np.complex64, np.dtype("U3"), 3, [1]])
 def test_unknown_names_and_types_are_a_value_error_naming_them(bad) -> None:
-    with pytest.raises(ValueError, match=r"unknown data type") as info:
+    with pytest.raises(ValueError, match=r"unknown data type|has no sigdnn data type|is not a data type") as info:
         as_data_type(bad)
     assert repr(bad) in str(info.value)
 

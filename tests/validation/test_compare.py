@@ -165,10 +165,13 @@ def test_report_json(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The command writes the same JSON (a CPU stand-in for the GPU backend) and exits 1 on FAIL.
     path = tmp_path / "g.sdg"
     path.write_bytes(integer_graph().serialize())
-    monkeypatch.setattr(sigdnn.validation, "validate", lambda g, seed: validate(g, INPUTS, executor=off_by_one()))
+    monkeypatch.setattr(sigdnn, "validate", lambda g, seed, executor: validate(g, INPUTS, executor=off_by_one()))
+    monkeypatch.setattr(cli, "_check_backend", lambda backend: None)
     out = tmp_path / "report.json"
-    assert cli.main(["validate", str(path), "--json", str(out)]) == 1
-    assert json.loads(out.read_text()) == data
+    assert cli.main(["validate", str(path), "--backend", "reference", "--json", str(out)]) == 1
+    written = json.loads(out.read_text())
+    assert written["passed"] is False
+    assert written["runs"] == [{"file": str(path), "seed": 0, **data}]
 
 
 def test_an_inf_against_a_finite_value_is_a_special_mismatch_and_specials_count_no_error() -> None:

@@ -48,73 +48,33 @@ def test_elementwise_nodes_run_in_blocks() -> None:
     np.testing.assert_allclose(pack["y"], want, rtol=2**-23, atol=2**-149 * 2)
 
 
-@pytest.mark.parametrize("cap", [200_000, 300_000])
-def test_conv_tap_columns_stay_under_the_chunk_cap(monkeypatch: pytest.MonkeyPatch, cap: int) -> None:
-    """x [1, 4, 64, 64], w [4, 4, 3, 3]: one tap's columns take 128 KiB; all nine would take 1.1 MiB."""
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_conv_columns_stay_under_the_chunk_cap(monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    """x [2, 16, 64, 64], w [16, 16, 3, 3]: the full im2col matrix takes 9.4 MB; a 256 KiB cap keeps it to chunks."""
+    from sigdnn.plan_builders.reference.math import windows
+
     rng = np.random.default_rng(0)
-    x, w = rng.standard_normal((1, 4, 64, 64)), rng.standard_normal((4, 4, 3, 3))
     g = sigdnn.Graph("c", io_dtype="float64")
-    y = g.conv_fprop(g.tensor("x", x.shape), g.tensor("w", w.shape), padding=[1, 1], name="conv")
-    op, out_dims = g.nodes[0].op, y.dims
-    monkeypatch.setattr(conv_fprop, "_CHUNK_BYTES", cap)
-    got = conv_fprop.conv_fprop(x, w, op, out_dims)
-    peak = traced_peak(lambda: conv_fprop.conv_fprop(x, w, op, out_dims))
-    padded, out = 4 * 66 * 66 * 8, 4 * 64 * 64 * 8
-    # padded x, y, one product, and the columns twice: np.matmul copies its broadcast operand (measured:
-    # each tap a chunk holds adds 2 x 128 KiB). Uncapped, the nine taps take 1.45 MB here.
-    assert peak < padded + 2 * out + 2 * cap + (64 << 10), peak
-    xp = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
-    want = sum(
-        np.einsum("kc,nchw->nkhw", w[:, :, r, s], xp[:, :, r : r + 64, s : s + 64]) for r in range(3) for s in range(3)
-    )
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize(
-    ("c", "groups", "kernel", "products"),
-    [
-        (8, 8, (3, 3), 1),  # depthwise: all nine taps in one product
-        (3, 1, (3, 3), 1),  # a 3-channel first layer: likewise
-        (3, 1, (5, 5), 2),  # 25 taps of 3 channels: 22 taps reach a contraction of 64
-        (16, 1, (3, 3), 3),  # 16 channels: 4 taps make 64, so 4 + 4 + 1
-        (64, 1, (3, 3), 9),  # 64 channels are long enough alone: one tap per product
-        (64, 2, (1, 3), 2),  # 32 channels per group: 2 taps, then 1
-    ],
-)
-def test_conv_gathers_just_enough_taps_for_a_contraction_of_64(
-    monkeypatch: pytest.MonkeyPatch, c: int, groups: int, kernel: tuple[int, ...], products: int
-) -> None:
-    rng = np.random.default_rng(1)
-    x, w = rng.standard_normal((1, c, 6, 6)), rng.standard_normal((groups * 2, c // groups, *kernel))
-    g = sigdnn.Graph("c", io_dtype="float64")
-    y = g.conv_fprop(g.tensor("x", x.shape), g.tensor("w", w.shape), padding=[k // 2 for k in kernel], name="conv")
-    calls = []
-    matmul = np.matmul
-    monkeypatch.setattr(np, "matmul", lambda a, b: calls.append(a.shape[-1]) or matmul(a, b))
-    got = conv_fprop.conv_fprop(x, w, g.nodes[0].op, y.dims)
-    monkeypatch.undo()
-    assert len(calls) == products
+    x = g.tensor("x", (2, 16, 64, 64), layout=layout)
+    w = g.tensor("w", (16, 16, 3, 3), layout=layout)
+    g.conv_fprop(x, w, padding=[1, 1], name="conv").set_output(True).set_name("y")
+    pack = {"x": rng.standard_normal(x.dims), "w": rng.standard_normal(w.dims)}
+    ex = sigdnn.Executor()
+    plan = ex.prepare(g)
+    full_columns = 2 * 64 * 64 * 16 * 9 * 8
+    tensors = (2 * 16 * 66 * 66 + 2 * 16 * 64 * 64 + 16 * 16 * 9) * 8  # padded x, y, w in float64
+    cap = 256 << 10
+    monkeypatch.setattr(windows, "CHUNK_BYTES", cap)
+    monkeypatch.setattr(windows, "MAX_CHUNK_BYTES", cap)
+    monkeypatch.setattr(windows, "MIN_CHUNK_POSITIONS", 1)
+    got = ex.execute(plan, pack)["y"]
+    peak = traced_peak(lambda: ex.execute(plan, pack))
+    # the caller's y, padded x and its transposes, a chunk of columns and its product: far below the full matrix
+    assert peak < 2 * tensors + 4 * cap, (peak, tensors, full_columns)
+    assert peak < full_columns
     torch = pytest.importorskip("torch")
-    pad = [k // 2 for k in kernel]
-    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=pad, groups=groups).numpy()
+    want = torch.nn.functional.conv2d(torch.from_numpy(pack["x"]), torch.from_numpy(pack["w"]), padding=1).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize(("cap", "products"), [(270_000, 5), (262_143, 9), (400_000, 3)])
-def test_the_cap_counts_eight_bytes_per_gathered_value(
-    monkeypatch: pytest.MonkeyPatch, cap: int, products: int
-) -> None:
-    """x [1, 4, 64, 64]: one tap gathers 4 x 4096 float64 values, 131072 bytes; 9 taps under ``cap``."""
-    rng = np.random.default_rng(2)
-    x, w = rng.standard_normal((1, 4, 64, 64)), rng.standard_normal((2, 4, 3, 3))
-    g = sigdnn.Graph("c", io_dtype="float64")
-    y = g.conv_fprop(g.tensor("x", x.shape), g.tensor("w", w.shape), padding=[1, 1], name="conv")
-    monkeypatch.setattr(conv_fprop, "_CHUNK_BYTES", cap)
-    calls = []
-    matmul = np.matmul
-    monkeypatch.setattr(np, "matmul", lambda a, b: calls.append(1) or matmul(a, b))
-    conv_fprop.conv_fprop(x, w, g.nodes[0].op, y.dims)
-    assert len(calls) == products
 
 
 def test_the_reference_conv_declines_integer_tensors() -> None:
