@@ -43,20 +43,20 @@ def memory_aware_order(
         freed = sum(sizes.get(uid, 0) for uid in dict.fromkeys(reads[u]) if remaining[uid] == 1)
         return freed - allocates[u]
 
-    version = [0] * n
-    ready: list[tuple[int, int, int, int]] = []
+    # A step's score only rises (more of what it reads becomes its to free), so a re-ranked entry
+    # pops before the stale one, which is then skipped as done.
+    ready: list[tuple[int, int, int]] = []
 
     def push(u: int) -> None:
-        version[u] += 1
-        heapq.heappush(ready, (-score(u), rank[u], version[u], u))
+        heapq.heappush(ready, (-score(u), rank[u], u))
 
     for u in range(n):
         if waiting[u] == 0:
             push(u)
     order: list[int] = []
     while ready:
-        _, _, v, u = heapq.heappop(ready)
-        if v != version[u] or waiting[u] < 0:
+        _, _, u = heapq.heappop(ready)
+        if waiting[u] < 0:
             continue
         waiting[u] = -1  # done
         order.append(u)

@@ -96,7 +96,7 @@ def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
 
 
 def _run_reference(
-    graph: Graph, step: Step, plans: Mapping[str, Step], seen: Mapping[str, np.ndarray], absolute: bool = False
+    graph: Graph, step: Step, plans: Mapping[str, Step], seen: Mapping[str, np.ndarray]
 ) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
     """The reference's exit values for one device step, fed the entry tensors the device saw.
 
