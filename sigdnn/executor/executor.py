@@ -187,9 +187,12 @@ class Executor:
                 )
         return steps
 
-    def _is_pinned(self, node: Node, key: SignatureKey) -> bool:
-        """Pinned by name, or by the executor's engine where that engine serves the key (pins never fall back)."""
-        return node.name in self.pins or (self.engine is not None and self._find(self.engine, node).serves(key))
+    def _pin(self, node: Node, key: SignatureKey) -> Engine | None:
+        """The engine a node is pinned to: by name, else the executor's engine where it serves the key."""
+        pinned = self.pins.get(node.name)
+        if pinned is None and self.engine is not None and self._find(self.engine, node).serves(key):
+            pinned = self.engine
+        return pinned
 
     def _pinned_elsewhere(self, node: Node, builder: PlanBuilder) -> bool:
         pinned = self.pins.get(node.name)
@@ -199,7 +202,7 @@ class Executor:
         try:
             builder, why = self._choose(node, graph, key, device)
         except NoPlanError as e:
-            if self.fallback is None or self._is_pinned(node, key):
+            if self.fallback is None or self._pin(node, key) is not None:  # pins never fall back
                 raise
             builder, why = fallback_builder(self.registry, node, graph, key, e), [str(e)]
         ports = node.op.ports()
@@ -222,10 +225,7 @@ class Executor:
 
     def _choose(self, node: Node, graph: Graph, key: SignatureKey, device: Device) -> tuple[PlanBuilder, list[str]]:
         """The first builder, best first, whose check accepts the node."""
-        pinned = self.pins.get(node.name)
-        if pinned is None and self.engine is not None:
-            engine = self._find(self.engine, node)
-            pinned = self.engine if engine.serves(key) else None
+        pinned = self._pin(node, key)
         if pinned is not None:
             builder = self._find(pinned, node)
             problem = self._unfit(builder, key, device)

@@ -17,6 +17,7 @@ untyped ``Buffer``.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -222,6 +223,19 @@ def gpu_unavailable_reason() -> str | None:
         return f"no usable CUDA driver ({type(exc).__name__}: {exc})"
     if count < 1:
         return "no CUDA device is visible"
+    return None
+
+
+@functools.cache
+def dsl_unavailable_reason(module: str, package: str) -> str | None:
+    """Why builders written with the GPU DSL ``module`` cannot run here (no GPU, or ``package`` missing). Never raises."""
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        return reason
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # any failure means "unavailable"
+        return f"{package} is not importable ({type(exc).__name__}: {exc})"
     return None
 
 

@@ -45,19 +45,11 @@ from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.signature_keys import SignatureKey
 
 
-@functools.cache
 def unavailable_reason() -> str | None:
     """Why the CuTe DSL GEMM cannot run here (no GPU, no DSL), else None."""
-    from sigdnn.runtime.cuda import gpu_unavailable_reason
+    from sigdnn.runtime.cuda import dsl_unavailable_reason
 
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        return reason
-    try:
-        import cutlass.cute  # noqa: F401
-    except Exception as exc:  # any failure means "unavailable"
-        return f"nvidia-cutlass-dsl is not importable ({type(exc).__name__}: {exc})"
-    return None
+    return dsl_unavailable_reason("cutlass.cute", "nvidia-cutlass-dsl")
 
 
 @functools.cache

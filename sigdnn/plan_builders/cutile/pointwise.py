@@ -10,8 +10,6 @@ integer result the reference defines. Declines say why, naming the node.
 
 from __future__ import annotations
 
-import functools
-
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
@@ -25,19 +23,11 @@ from sigdnn.runtime.device import Device
 from sigdnn.signature_keys import SignatureKey
 
 
-@functools.cache
 def unavailable_reason() -> str | None:
     """Why cuTile cannot run here (no cuda.core, no GPU, no cuda.tile), else None."""
-    from sigdnn.runtime.cuda import gpu_unavailable_reason
+    from sigdnn.runtime.cuda import dsl_unavailable_reason
 
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        return reason
-    try:
-        import cuda.tile  # noqa: F401
-    except Exception as exc:  # any failure means "unavailable"
-        return f"cuda.tile is not importable ({type(exc).__name__}: {exc})"
-    return None
+    return dsl_unavailable_reason("cuda.tile", "cuda.tile")
 
 
 def node_spec(node: Node, graph: Graph) -> tuple[KernelSpec, tuple[str, ...]]:
