@@ -79,13 +79,7 @@ class ExecutionPlan:
                     "dtype": str(g.dtype_of(t)),
                     "dims": list(t.dims),
                     "strides": list(t.strides),
-                    "kind": "virtual"
-                    if t.is_virtual
-                    else "scalar"
-                    if t.value is not None
-                    else "constant"
-                    if t.data is not None
-                    else "io",
+                    "kind": t.kind,
                 }
                 for t in g.tensors.values()
             ],
@@ -114,17 +108,8 @@ class ExecutionPlan:
         lines = [f"graph '{g.name}': {len(g.tensors)} tensors, {len(g.nodes)} nodes, backend {self.backend}"]
         lines.append("tensors:")
         for t in g.tensors.values():
-            kind = (
-                "virtual"
-                if t.is_virtual
-                else "scalar"
-                if t.value is not None
-                else "constant"
-                if t.data is not None
-                else "io"
-            )
             lines.append(
-                f"  {t.uid:>4} {t.name:<28} {g.dtype_of(t).short:<5} dims={list(t.dims)} strides={list(t.strides)} {kind}"
+                f"  {t.uid:>4} {t.name:<28} {g.dtype_of(t).short:<5} dims={list(t.dims)} strides={list(t.strides)} {t.kind}"
             )
         lines.append("execution order:")
         for n, s in enumerate(self.steps):

@@ -82,15 +82,17 @@ class Tensor:
         self.uid = integer(uid, f"tensor '{self.name}' uid")
         return self
 
+    @property
+    def kind(self) -> str:
+        """What fills the tensor: "virtual" (the executor), "scalar" / "constant" (the graph), "io" (the caller)."""
+        if self.is_virtual:
+            return "virtual"
+        if self.value is not None:
+            return "scalar"
+        return "constant" if self.data is not None else "io"
+
     def __repr__(self) -> str:
-        kind = (
-            "virtual"
-            if self.is_virtual
-            else "scalar"
-            if self.value is not None
-            else "constant"
-            if self.data is not None
-            else "io"
-        )
         dt = self.dtype.short if self.dtype else "?"
-        return f"Tensor({self.name!r}, uid={self.uid}, {dt}{list(self.dims)}, strides={list(self.strides)}, {kind})"
+        return (
+            f"Tensor({self.name!r}, uid={self.uid}, {dt}{list(self.dims)}, strides={list(self.strides)}, {self.kind})"
+        )
