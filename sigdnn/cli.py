@@ -264,6 +264,19 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--seed", type=_seed, default=0, help="first seed of the random inputs (default: 0)")
     validate.add_argument("--seeds", type=_count, default=1, metavar="N", help="run seeds SEED..SEED+N-1 (default: 1)")
     validate.add_argument("--json", metavar="FILE", help="also write every report as JSON to FILE ('-': stdout)")
+    validate.add_argument(
+        "--engine", type=_engine, metavar="ID|NAME", help="pin every node to one builder (id or name)"
+    )
+    validate.add_argument(
+        "--fallback",
+        action="store_true",
+        help="with --backend gpu: run nodes no GPU builder takes on the reference (named in the table)",
+    )
+    validate.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="write an error-distribution plot (PNG) of every failing step to DIR (needs sigdnn[plot])",
+    )
     _graph_options(validate, backend_default="gpu")
     validate.set_defaults(func=cmd_validate)
 
@@ -539,24 +552,37 @@ def _state(row: dict[str, Any]) -> str:
 
 def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
     _check_backend(args.backend)
+    if args.fallback and args.backend != "gpu":
+        raise UsageError("--fallback needs --backend gpu (the reference runs every node itself)")
     seeds = range(args.seed, args.seed + args.seeds)
+    fallback = "reference" if args.fallback else None
+    if args.plot:
+        from sigdnn.validation.plot import plot_failures, pyplot
+
+        pyplot()  # without matplotlib, say so before validating anything
     runs: list[tuple[str, int, Any]] = []
+    plots: list[str] = []
     with screen.progress(total=len(args.graphs) * len(seeds)) as update:
         for path in args.graphs:
             args.graph = path  # named by any error from here on
             update(f"reading {path}")
             graph = sigdnn.deserialize(_read_graph(args, path), limits=_limits(args))
-            device = sigdnn.Executor(args.backend, limits=_limits(args))
+            device = sigdnn.Executor(args.backend, engine=args.engine, fallback=fallback, limits=_limits(args))
             for seed in seeds:
                 update(f"validating {path} (seed {seed})")
-                runs.append((path, seed, sigdnn.validate(graph, seed=seed, executor=device)))
+                report = sigdnn.validate(graph, seed=seed, executor=device)
+                runs.append((path, seed, report))
+                if args.plot:
+                    plots += plot_failures(report, args.plot, f"{os.path.basename(path)}_seed{seed}")
                 update(f"validated {path} (seed {seed})", advance=1)
     if args.json == "-":
         screen.json(_validation_json(runs))
     else:
+        from sigdnn.validation.validate import COLUMNS
+
         for path, seed, report in runs:
-            screen.line(f"{path} (seed {seed}):")
-            screen.line(report.table())
+            verdict = "PASS" if report.passed else "FAIL"
+            screen.table(f"{path} (seed {seed}): graph '{report.graph}' {verdict}", COLUMNS, report.rows())
         if len(runs) > 1:
             screen.table(
                 "summary",
@@ -567,6 +593,8 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
             text = json.dumps(_validation_json(runs), indent=2)
             write_file(args.json, lambda f: f.write(text.encode()), what="--json file")
             screen.line(f"wrote the reports to {shown(args.json)}")
+        for plot in plots:
+            screen.line(f"wrote {shown(plot)}")
     return 0 if all(report.passed for _, _, report in runs) else EXIT_FAILED
 
 

@@ -1,10 +1,11 @@
-"""Compare one tensor against the reference: errors, mismatches, worst element."""
+"""Compare one tensor against the reference: errors, ulps, mismatches, worst element."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import attrs
+import ml_dtypes
 import numpy as np
 
 from sigdnn.validation.tolerances import Tolerance
@@ -17,6 +18,7 @@ class Comparison:
     tolerance: Tolerance
     max_abs_error: float
     max_rel_error: float
+    max_ulp_error: float  # in ulps of the output dtype at the reference value (1 for integers)
     mismatches: int
     size: int
     worst_index: tuple[int, ...] | None
@@ -35,6 +37,58 @@ class Comparison:
         return d
 
 
+@attrs.frozen(eq=False)
+class Errors:
+    """Per-element errors of one comparison, in float64: what the statistics and the plots are made of."""
+
+    got: np.ndarray
+    want: np.ndarray
+    finite: np.ndarray  # both values finite
+    wrong_special: np.ndarray  # a NaN / Inf where the other side has none, or of the other sign
+    abs_error: np.ndarray  # 0 where not finite
+    bound: np.ndarray | None  # the allowed abs error per element; None for an exact tolerance
+    ulp: np.ndarray  # one ulp of the output dtype at each reference value
+
+    @property
+    def mismatched(self) -> np.ndarray:
+        if self.bound is None:
+            return self.finite & (self.abs_error != 0)
+        return self.finite & (self.abs_error > self.bound)
+
+
+def ulp_of(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The spacing of ``dtype`` at each |value| (float64 in, float64 out); 1 for integer and bool dtypes.
+
+    Below the smallest normal (zero included) the spacing is the subnormal one.
+    """
+    if dtype.kind not in "fV":
+        return np.ones(values.shape)
+    info = ml_dtypes.finfo(dtype)
+    magnitude = np.abs(values)
+    _, exponent = np.frexp(magnitude)  # |v| = m * 2**exponent, m in [0.5, 1); frexp(0) gives 0
+    binade = np.maximum(np.where(magnitude == 0, info.minexp, exponent - 1), int(info.minexp))
+    return np.ldexp(1.0, binade - int(info.nmant))
+
+
+def errors(got: np.ndarray, want: np.ndarray, tolerance: Tolerance, terms: np.ndarray | None = None) -> Errors:
+    """The per-element errors and bounds of ``got`` against ``want`` (``want`` in the output dtype)."""
+    dtype = np.asarray(want).dtype
+    with np.errstate(invalid="ignore", over="ignore"):
+        g = np.asarray(got).astype(np.float64)
+        w = np.asarray(want).astype(np.float64)
+        special = ~np.isfinite(g) | ~np.isfinite(w)
+        same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w)))
+        finite = ~special
+        abs_err = np.where(finite, np.abs(g - w), 0.0)
+        bound = None
+        if not tolerance.exact:
+            bound = tolerance.atol + tolerance.rtol * np.abs(w)
+            if terms is not None and tolerance.reduction:
+                bound = bound + tolerance.reduction * np.asarray(terms, dtype=np.float64)
+        ulp = ulp_of(np.where(finite, w, 0.0), dtype)
+    return Errors(g, w, finite, special & ~same_special, abs_err, bound, ulp)
+
+
 def compare(
     name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance, terms: np.ndarray | None = None
 ) -> Comparison:
@@ -43,44 +97,31 @@ def compare(
     ``terms`` is sum(|terms|) per element for a reduction (the reference run
     on absolute inputs); the tolerance's reduction factor scales it.
     """
+    return summarize(name, str(np.asarray(want).dtype), tolerance, errors(got, want, tolerance, terms))
+
+
+def summarize(name: str, dtype: str, tolerance: Tolerance, e: Errors) -> Comparison:
+    """The statistics of one comparison's errors."""
+    bad = e.mismatched
     with np.errstate(invalid="ignore", over="ignore"):
-        return _compare(name, got, want, tolerance, terms)
-
-
-def _compare(
-    name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance, terms: np.ndarray | None
-) -> Comparison:
-    g = np.asarray(got).astype(np.float64)
-    w = np.asarray(want).astype(np.float64)
-    special = ~np.isfinite(g) | ~np.isfinite(w)
-    same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w)))
-    wrong_special = special & ~same_special
-    finite = ~special
-    abs_err = np.where(finite, np.abs(g - w), 0.0)
-    rel_err = np.where(finite, abs_err / np.maximum(np.abs(w), np.finfo(np.float64).tiny), 0.0)
-    if tolerance.exact:
-        bad = finite & (abs_err != 0)
-    else:
-        bound = tolerance.atol + tolerance.rtol * np.abs(w)
-        if terms is not None and tolerance.reduction:
-            bound = bound + tolerance.reduction * np.asarray(terms, dtype=np.float64)
-        bad = finite & (abs_err > bound)
+        rel_err = np.where(e.finite, e.abs_error / np.maximum(np.abs(e.want), np.finfo(np.float64).tiny), 0.0)
     worst = None
-    if g.size:
+    if e.got.size:
         # A wrong NaN/Inf first, then the largest mismatch, then (all passed) the largest error.
-        rank = np.where(wrong_special, 2, np.where(bad, 1, 0))
-        score = np.where(rank == rank.max(), abs_err, -1.0)
-        worst = np.unravel_index(int(np.argmax(score)), g.shape)
+        rank = np.where(e.wrong_special, 2, np.where(bad, 1, 0))
+        score = np.where(rank == rank.max(), e.abs_error, -1.0)
+        worst = np.unravel_index(int(np.argmax(score)), e.got.shape)
     return Comparison(
         name=name,
-        dtype=str(np.asarray(want).dtype),
+        dtype=dtype,
         tolerance=tolerance,
-        max_abs_error=float(abs_err.max(initial=0.0)),
+        max_abs_error=float(e.abs_error.max(initial=0.0)),
         max_rel_error=float(rel_err.max(initial=0.0)),
+        max_ulp_error=float((e.abs_error / e.ulp).max(initial=0.0)),
         mismatches=int(np.count_nonzero(bad)),
-        size=int(g.size),
+        size=int(e.got.size),
         worst_index=tuple(int(i) for i in worst) if worst is not None else None,
-        worst_got=float(g[worst]) if worst is not None else None,
-        worst_want=float(w[worst]) if worst is not None else None,
-        nan_inf_mismatches=int(np.count_nonzero(wrong_special)),
+        worst_got=float(e.got[worst]) if worst is not None else None,
+        worst_want=float(e.want[worst]) if worst is not None else None,
+        nan_inf_mismatches=int(np.count_nonzero(e.wrong_special)),
     )

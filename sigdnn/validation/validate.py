@@ -21,10 +21,16 @@ from sigdnn.executor import ExecutionPlan, Executor
 from sigdnn.executor.plan import Step
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
+from sigdnn.registry.registry import Registry
 from sigdnn.runtime.device import ExecutionContext
-from sigdnn.validation.compare import Comparison, compare
+from sigdnn.validation.compare import Comparison, Errors, compare, errors, summarize
 from sigdnn.validation.inputs import random_inputs
 from sigdnn.validation.tolerances import output_tolerance, step_tolerance
+
+
+# The truth side of every validation: sigdnn's own reference builders only. A CPU plugin registered in the
+# default registry (an entry point, say) must never be validated against itself.
+REFERENCE_ONLY = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
 
 
 @attrs.frozen
@@ -32,6 +38,22 @@ class NodeCheck:
     node: str
     builder: str  # the device builder that ran it
     comparison: Comparison
+    errors: Errors | None = attrs.field(default=None, eq=False, repr=False)  # kept when the check fails (plots)
+
+
+COLUMNS = (
+    ("step", "left"),
+    ("builder", "left"),
+    ("tensor", "left"),
+    ("max abs", "right"),
+    ("max rel", "right"),
+    ("max ulp", "right"),
+    ("mismatches", "right"),
+    ("worst element", "left"),
+    ("tolerance", "left"),
+    ("verdict", "left"),
+)
+END_TO_END = "(end to end)"
 
 
 @attrs.frozen
@@ -48,16 +70,25 @@ class ValidationReport:
     def passed(self) -> bool:
         return all(c.comparison.passed for c in self.nodes) and all(c.passed for c in self.outputs)
 
+    @property
+    def failures(self) -> tuple[NodeCheck, ...]:
+        return tuple(c for c in self.nodes if not c.comparison.passed)
+
+    def rows(self) -> list[list[str]]:
+        """One row per step tensor (same inputs as the device), then one per graph output (end to end)."""
+        steps = [_row(c.node, c.builder, c.comparison) for c in self.nodes]
+        return steps + [_row(END_TO_END, "", c) for c in self.outputs]
+
     def table(self) -> str:
-        head = f"{'max abs':>10} {'max rel':>10} {'mismatch':>9} {'size':>9}  tolerance"
-        rows = [f"validation of '{self.graph}': {'PASS' if self.passed else 'FAIL'}"]
-        rows.append(f"{'node (same inputs as the device)':<34} {'builder':<18} {head}")
-        for check in self.nodes:
-            rows.extend(_row(f"{check.node} -> {check.comparison.name}", check.builder, check.comparison))
-        rows.append(f"{'output (end to end)':<34} {'dtype':<18} {head}")
-        for c in self.outputs:
-            rows.extend(_row(c.name, c.dtype, c))
-        return "\n".join(rows)
+        """The rows as plain text (the CLI draws the same rows with rich)."""
+        header = [name for name, _ in COLUMNS]
+        body = [header, *self.rows()]
+        widths = [max(len(r[i]) for r in body) for i in range(len(header))]
+        lines = [f"validation of '{self.graph}': {'PASS' if self.passed else 'FAIL'}"]
+        for r in body:
+            cells = (v.rjust(w) if justify == "right" else v.ljust(w) for v, w, (_, justify) in zip(r, widths, COLUMNS))
+            lines.append("  ".join(cells).rstrip())
+        return "\n".join(lines)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -71,14 +102,20 @@ class ValidationReport:
         )
 
 
-def _row(label: str, what: str, c: Comparison) -> list[str]:
-    line = (
-        f"{label:<34} {what:<18} {c.max_abs_error:>10.3g} {c.max_rel_error:>10.3g} "
-        f"{c.mismatches + c.nan_inf_mismatches:>9} {c.size:>9}  {c.tolerance}"
-    )
-    if c.passed:
-        return [line]
-    return [line, f"    worst at {c.worst_index}: got {c.worst_got!r}, want {c.worst_want!r}"]
+def _row(step: str, builder: str, c: Comparison) -> list[str]:
+    worst = "" if c.passed else f"worst at {c.worst_index}: got {c.worst_got!r}, want {c.worst_want!r}"
+    return [
+        step,
+        builder,
+        c.name,
+        f"{c.max_abs_error:.3g}",
+        f"{c.max_rel_error:.3g}",
+        f"{c.max_ulp_error:.3g}",
+        f"{c.mismatches + c.nan_inf_mismatches}/{c.size}",
+        worst,
+        str(c.tolerance),
+        "PASS" if c.passed else "FAIL",
+    ]
 
 
 def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
@@ -166,8 +203,9 @@ def compare_steps(
         for uid, value in want.items():
             name = graph.tensors[uid].name
             tolerance = step_tolerance(graph, list(step.nodes), uid)
-            comparison = compare(name, seen[name], value, tolerance, terms.get(uid))
-            checks.append(NodeCheck(step.name, step.builder.name, comparison))
+            found = errors(seen[name], value, tolerance, terms.get(uid))
+            comparison = summarize(name, str(value.dtype), tolerance, found)
+            checks.append(NodeCheck(step.name, step.builder.name, comparison, None if comparison.passed else found))
     return tuple(checks)
 
 
@@ -182,7 +220,7 @@ def validate(
     """Run ``graph`` on ``backend`` (or ``executor``) and on the reference; compare node by node."""
     g = graph if isinstance(graph, Graph) else deserialize(graph)
     data: Mapping[Any, Any] = inputs if inputs is not None else random_inputs(g, seed)
-    reference = Executor("reference", fusion=False)
+    reference = Executor("reference", fusion=False, registry=REFERENCE_ONLY)
     reference_plan = reference.prepare(g)
     want = reference.execute(reference_plan, data)
     device = executor or Executor(backend)

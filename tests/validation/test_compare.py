@@ -87,6 +87,34 @@ def test_empty_tensors_compare_clean() -> None:
     assert (c.worst_index, c.worst_got, c.worst_want, c.max_abs_error, c.max_rel_error) == (None, None, None, 0, 0)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "want", "got", "ulps"),
+    [
+        ("float16", 1.0, 1.0 + 2.0**-9, 2.0),  # ulp(1) = 2**-10 in float16
+        ("float16", 1.5, 1.5 - 2.0**-10, 1.0),
+        ("float16", 0.0, 2.0**-23, 2.0),  # subnormal spacing 2**-24
+        ("float16", 2.0**-20, 2.0**-20 + 2.0**-24, 1.0),  # a subnormal value: same spacing
+        ("float16", 65504.0, 65472.0, 1.0),  # top binade: spacing 32
+        ("bfloat16", 3.0, 3.0 + 2.0**-5, 2.0),  # ulp(3) = 2**-6 in bfloat16
+        ("float8_e4m3fn", -1.0, -1.25, 2.0),  # 3 mantissa bits: ulp(1) = 2**-3
+        ("float32", 2.0**-130, 2.0**-130 + 2.0**-149, 1.0),  # float32 subnormals: 2**-149
+        ("int32", 5, 8, 3.0),  # integers: one ulp is 1
+    ],
+)
+def test_ulp_error_counts_the_output_dtypes_spacing_at_the_reference_value(
+    dtype: str, want: float, got: float, ulps: float
+) -> None:
+    numpy_dtype = sigdnn.dtypes.as_data_type(dtype).numpy
+    c = compare("u", np.array([got]), np.array([want]).astype(numpy_dtype), Tolerance(atol=0.0, rtol=1.0))
+    assert c.max_ulp_error == ulps
+
+
+def test_ulp_error_ignores_special_values() -> None:
+    want = np.array([np.inf, np.nan, 1.0], dtype=np.float16)
+    c = compare("s", np.array([np.inf, np.nan, 1.0 + 2.0**-10]), want, TOL)
+    assert c.max_ulp_error == 1.0
+
+
 def test_as_dict_is_json_ready() -> None:
     c = compare("d", np.array([1.0, 3.0]), np.array([1.0, 2.0]), TOL)
     d = c.as_dict()
@@ -96,6 +124,7 @@ def test_as_dict_is_json_ready() -> None:
         "tolerance": "atol 0.25 rtol 0.125",
         "max_abs_error": 1.0,
         "max_rel_error": 0.5,
+        "max_ulp_error": 2.0**51,  # float64 ulp at 2.0 is 2**-51
         "mismatches": 1,
         "size": 2,
         "worst_index": (1,),
