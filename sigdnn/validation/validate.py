@@ -27,7 +27,6 @@ from sigdnn.validation.compare import Comparison, Errors, compare, errors, summa
 from sigdnn.validation.inputs import random_inputs
 from sigdnn.validation.tolerances import output_tolerance, step_tolerance
 
-
 # The truth side of every validation: sigdnn's own reference builders only. A CPU plugin registered in the
 # default registry (an entry point, say) must never be validated against itself.
 REFERENCE_ONLY = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
