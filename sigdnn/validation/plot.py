@@ -91,7 +91,8 @@ def _figure(plt: Any, check: NodeCheck, title: str) -> Any:
         right.plot(e.want.ravel()[order], e.bound.ravel()[order], color="black", linewidth=0.8, label="bound")
     right.set_xlabel("reference value")
     right.set_ylabel("abs error")
-    right.set_yscale("symlog", linthresh=max(float(np.min(e.ulp)), 1e-300))
+    positive = e.abs_error[e.abs_error > 0]
+    right.set_yscale("symlog", linthresh=float(positive.min()) if positive.size else 1.0)  # zeros sit below it
     right.legend(fontsize=8)
     figure.tight_layout()
     return figure

@@ -109,6 +109,12 @@ def test_ulp_error_counts_the_output_dtypes_spacing_at_the_reference_value(
     assert c.max_ulp_error == ulps
 
 
+def test_ulp_error_of_an_exact_match_and_of_an_empty_tensor_is_zero() -> None:
+    want = np.array([0.5, -3.0], dtype=np.float16)
+    assert compare("e", want.astype(np.float64), want, TOL).max_ulp_error == 0.0
+    assert compare("e", np.zeros(0), np.zeros(0, np.float16), TOL).max_ulp_error == 0.0
+
+
 def test_ulp_error_ignores_special_values() -> None:
     want = np.array([np.inf, np.nan, 1.0], dtype=np.float16)
     c = compare("s", np.array([np.inf, np.nan, 1.0 + 2.0**-10]), want, TOL)
