@@ -37,7 +37,7 @@ def plot_failures(report: ValidationReport, directory: str, label: str) -> list[
         path = os.path.join(directory, f"{name}.png")
         figure = _figure(plt, check, f"{report.graph} ({label})")
         try:
-            write_file(path, lambda f, fig=figure: fig.savefig(f, format="png", dpi=100), what="--plot file")
+            write_file(path, lambda f, fig=figure: fig.savefig(f, format="png"), what="--plot file")
         finally:
             plt.close(figure)
         paths.append(path)
@@ -64,37 +64,33 @@ def _figure(plt: Any, check: NodeCheck, title: str) -> Any:
     e = check.errors
     c = check.comparison
     assert e is not None  # a failing check keeps its errors
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
     figure.suptitle(
         f"{title}: step {check.node} ({check.builder}), tensor {c.name}\n"
-        f"{c.mismatches + c.nan_inf_mismatches} of {c.size} elements fail; tolerance {c.tolerance}",
-        fontsize=9,
+        f"{c.mismatches + c.nan_inf_mismatches} of {c.size} elements fail; tolerance {c.tolerance}"
     )
     ratio = _over_bound(e)
     shown = ratio[np.isfinite(ratio) & (ratio > 0)]
-    if shown.size:
-        bins = np.logspace(np.log10(shown.min()), np.log10(max(shown.max(), 1.0)) + 1e-9, 60)
-        left.hist(shown, bins=bins, color="tab:blue")
-        left.set_xscale("log")
-    left.axvline(1.0, color="tab:red", linestyle="--", label="the bound")
-    left.set_xlabel("error / allowed error" if e.bound is not None else "abs error (exact tolerance)")
+    left.hist(np.log10(shown), bins="auto")
+    left.axvline(0.0, color="tab:red", linestyle="--", label="the bound")
+    what = "error / allowed error" if e.bound is not None else "abs error (exact tolerance)"
+    left.set_xlabel(f"log10 of {what}")
     left.set_ylabel("elements")
-    left.legend(fontsize=8)
+    left.legend()
     finite, mismatched = e.finite.ravel(), e.mismatched.ravel()
     over = _sample(np.flatnonzero(mismatched), MAX_POINTS // 2)  # every failing element, or a spread of them
     within = _sample(np.flatnonzero(finite & ~mismatched), MAX_POINTS - len(over))
     for pick, color, label in ((within, "tab:blue", "within"), (over, "tab:red", "over the bound")):
-        right.scatter(e.want.ravel()[pick], e.abs_error.ravel()[pick], s=3, color=color, label=label)
+        right.scatter(e.want.ravel()[pick], e.abs_error.ravel()[pick], color=color, label=label)
     if e.bound is not None:
-        pick = np.concatenate([within, over]).astype(np.int64)
+        pick = np.concatenate([within, over])
         order = pick[np.argsort(e.want.ravel()[pick])]
-        right.plot(e.want.ravel()[order], e.bound.ravel()[order], color="black", linewidth=0.8, label="bound")
+        right.plot(e.want.ravel()[order], e.bound.ravel()[order], color="black", label="bound")
     right.set_xlabel("reference value")
     right.set_ylabel("abs error")
     positive = e.abs_error[e.abs_error > 0]
     right.set_yscale("symlog", linthresh=float(positive.min()) if positive.size else 1.0)  # zeros sit below it
-    right.legend(fontsize=8)
-    figure.tight_layout()
+    right.legend()
     return figure
 
 
@@ -109,6 +105,4 @@ def _over_bound(e: Errors) -> np.ndarray:
 
 def _sample(indices: np.ndarray, most: int) -> np.ndarray:
     """At most ``most`` of ``indices``, evenly spaced, so a plot of a huge tensor stays quick."""
-    if indices.size <= most:
-        return indices
-    return indices[np.linspace(0, indices.size - 1, most).astype(np.int64)]
+    return indices[np.linspace(0, indices.size - 1, min(most, indices.size)).astype(np.int64)]
