@@ -49,9 +49,9 @@ class _Layout:
     def vector(self, port: str) -> Arg:
         return Arg(port, (self.c,), (views.channel_stride(self.graph.tensors[self.ports[port]]),))
 
-    def apply(self, args: list[Arg], grads: bool) -> Launch:
+    def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
         at, kt, bt = self.shape
-        text = channelgen.apply(self.tile, self.shape, grads)
+        text = channelgen.apply(self.tile, self.shape, grads, wide)
         return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
@@ -76,7 +76,7 @@ class CutileBatchnormInferenceBuilder(CutileOpBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         lay = _Layout(node, graph, "x", ("y",))
         args = [lay.x("x"), *(lay.vector(p) for p in ("mean", "inv_variance", "scale", "bias")), lay.x("y")]
-        return [lay.apply(args, grads=False)], 0
+        return [lay.apply(args, grads=False, wide=True)], 0
 
 
 class CutileBatchnormBuilder(CutileOpBuilder):

@@ -21,14 +21,14 @@ from __future__ import annotations
 from sigdnn.plan_builders.cutile.rowgen import ZERO, _lit, _module
 
 
-def _tile(array: str, t: tuple[int, int, int], index: str) -> str:
-    return f"ct.astype(ct.load({array}, index={index}, shape={t}, {ZERO}), ct.float32)"
+def _tile(array: str, t: tuple[int, int, int], index: str, dtype: str = "ct.float32") -> str:
+    return f"ct.astype(ct.load({array}, index={index}, shape={t}, {ZERO}), {dtype})"
 
 
-def _vec(array: str, tk: int, index: str) -> str:
-    """A per-channel vector's TK entries at channel tile ``index`` as a (1, TK, 1) float32 tile."""
+def _vec(array: str, tk: int, index: str, dtype: str = "ct.float32") -> str:
+    """A per-channel vector's TK entries at channel tile ``index`` as a (1, TK, 1) tile."""
     load = f"ct.load({array}, index=({index},), shape=({tk},), {ZERO})"
-    return f"ct.reshape(ct.astype({load}, ct.float32), (1, {tk}, 1))"
+    return f"ct.reshape(ct.astype({load}, {dtype}), (1, {tk}, 1))"
 
 
 def _masks(t: tuple[int, int, int], a: int, b: int, a0: str, b0: str) -> list[str]:
@@ -134,19 +134,25 @@ def finalize_grads(tk: int, ts: int, count: int) -> str:
     return _module(params, body)
 
 
-def apply(t: tuple[int, int, int], shape: tuple[int, int, int], grads: bool) -> str:
-    """The elementwise pass over every tile, last tile first."""
+def apply(t: tuple[int, int, int], shape: tuple[int, int, int], grads: bool, wide: bool = False) -> str:
+    """The elementwise pass over every tile, last tile first; in float64 when ``wide``.
+
+    Inference is judged as an elementwise op (a few float32 ulps of y),
+    which float32 cannot keep where (x - mean) * inv * scale cancels
+    against bias; float64 can, and the pass stays memory-bound.
+    """
     at, kt, bt = shape
     params = ["dy", "x", "mean", "inv", "s", "c1", "c2", "dx"] if grads else ["x", "mean", "inv", "s", "b", "y"]
     tk = t[1]
+    f = "ct.float64" if wide else "ct.float32"
     body = [
         f"tile = {at * kt * bt - 1} - ct.bid(0)",
         f"ai = tile // {kt * bt}",
         f"ki = (tile // {bt}) % {kt}",
         f"bi = tile % {bt}",
         "index = (ai, ki, bi)",
-        f"a = {_vec('inv', tk, 'ki')} * {_vec('s', tk, 'ki')}",
-        f"mu = {_vec('mean', tk, 'ki')}",
+        f"a = {_vec('inv', tk, 'ki', f)} * {_vec('s', tk, 'ki', f)}",
+        f"mu = {_vec('mean', tk, 'ki', f)}",
     ]
     if grads:
         body += [
@@ -156,7 +162,7 @@ def apply(t: tuple[int, int, int], shape: tuple[int, int, int], grads: bool) -> 
         ]
     else:
         body += [
-            f"out = ({_tile('x', t, 'index')} - mu) * a + {_vec('b', tk, 'ki')}",
+            f"out = ({_tile('x', t, 'index', f)} - mu) * a + {_vec('b', tk, 'ki', f)}",
             "ct.store(y, index=index, tile=ct.astype(out, y.dtype))",
         ]
     return _module(params, body)
