@@ -389,7 +389,7 @@ def bench_norms(sweep: bool = True) -> list[dict]:
         return rows
     saved = (opbase.ROW_TILE, opbase.PERSISTENT_BLOCKS, batchnorm.TILE)
     try:
-        for tile in (4096, 16384):
+        for tile in (8192, 32768):
             opbase.ROW_TILE = tile
             rows += [bench_norm(k, f"ROW_TILE={tile}") for k in ("softmax", "layernorm", "rmsnorm")]
         opbase.ROW_TILE = saved[0]
@@ -397,7 +397,7 @@ def bench_norms(sweep: bool = True) -> list[dict]:
             opbase.PERSISTENT_BLOCKS = blocks
             rows += [bench_norm(k, f"BLOCKS={blocks}") for k in ("layernorm_backward", "rmsnorm_backward")]
         opbase.PERSISTENT_BLOCKS = saved[1]
-        for tile in (4096, 16384):
+        for tile in (8192, 32768):
             batchnorm.TILE = tile
             rows.append(bench_norm("batchnorm", f"TILE={tile}"))
     finally:

@@ -48,7 +48,7 @@ def partials(t: tuple[int, int, int], a: int, b: int, per: int, grads: bool) -> 
     bt = -(-b // tb)
     at = -(-a // ta)
     params = ["dy", "x", "mean", "inv", "p0", "p1"] if grads else ["x", "p0", "p1"]
-    body = ["kt = ct.bid(0)", "sp = ct.bid(1)", f"s0 = ct.full({t}, 0.0, dtype=ct.float32)", "s1 = s0"]
+    body = ["kt = ct.bid(0)", "sp = ct.bid(1)", f"s0 = ct.full({t}, 0.0, dtype=ct.float64)", "s1 = s0"]
     if grads:
         body += [f"mu = {_vec('mean', tk, 'kt')}", f"r = {_vec('inv', tk, 'kt')}"]
     else:
@@ -62,8 +62,8 @@ def partials(t: tuple[int, int, int], a: int, b: int, per: int, grads: bool) -> 
     inner = []
     if grads:
         inner += [
-            f"dyt = {_tile('dy', t, '(at, kt, bt)')}",
-            f"xh = ({_tile('x', t, '(at, kt, bt)')} - mu) * r",
+            f"dyt = {_tile('dy', t, '(at, kt, bt)', 'ct.float64')}",
+            f"xh = ct.astype(({_tile('x', t, '(at, kt, bt)')} - mu) * r, ct.float64)",
             "s0 = s0 + dyt",
             "s1 = s1 + dyt * xh",
         ]
@@ -72,11 +72,24 @@ def partials(t: tuple[int, int, int], a: int, b: int, per: int, grads: bool) -> 
         inner += [*masks, f"d = {_tile('x', t, '(at, kt, bt)')} - p"]
         if masks:
             inner.append("d = d * mask")
-        inner += ["s0 = s0 + d", "s1 = s1 + d * d"]
+        inner += ["d = ct.astype(d, ct.float64)", "s0 = s0 + d", "s1 = s1 + d * d"]
     body += [f"            {line}" for line in inner]
     for k in range(2):
         body.append(f"ct.store(p{k}, index=(sp, kt), tile=ct.reshape(ct.sum(s{k}, axis=(0, 2)), (1, {tk})))")
     return _module(params, body)
+
+
+def _column_sums(ts: int, tk: int) -> list[str]:
+    """Lines adding the float64 partial rows p0 and p1 of this block's channels into s0 and s1."""
+    return [
+        f"a0 = ct.full(({ts}, {tk}), 0.0, dtype=ct.float64)",
+        "a1 = a0",
+        "for i in range(steps):",
+        f"    a0 = a0 + ct.load(p0, index=(i, kt), shape=({ts}, {tk}), {ZERO})",
+        f"    a1 = a1 + ct.load(p1, index=(i, kt), shape=({ts}, {tk}), {ZERO})",
+        "s0 = ct.sum(a0, axis=0)",
+        "s1 = ct.sum(a1, axis=0)",
+    ]
 
 
 def finalize_stats(tk: int, ts: int, count: int, eps: float, momentum: float | None) -> str:
@@ -88,26 +101,20 @@ def finalize_stats(tk: int, ts: int, count: int, eps: float, momentum: float | N
     body = [
         "kt = ct.bid(0)",
         f"steps = ct.cdiv(p0.shape[0], {ts})",
-        f"a0 = ct.full(({ts}, {tk}), 0.0, dtype=ct.float32)",
-        "a1 = a0",
-        "for i in range(steps):",
-        f"    a0 = a0 + ct.load(p0, index=(i, kt), shape=({ts}, {tk}), {ZERO})",
-        f"    a1 = a1 + ct.load(p1, index=(i, kt), shape=({ts}, {tk}), {ZERO})",
-        "s0 = ct.sum(a0, axis=0)",
-        "s1 = ct.sum(a1, axis=0)",
-        f"p = ct.reshape({_tile('x', (1, tk, 1), '(0, kt, 0)')}, ({tk},))",
+        *_column_sums(ts, tk),
+        f"p = ct.reshape({_tile('x', (1, tk, 1), '(0, kt, 0)', 'ct.float64')}, ({tk},))",
         f"mu = p + s0 / {_lit(count)}",
         f"var = ct.maximum((s1 - s0 * (s0 / {_lit(count)})) / {_lit(count)}, 0.0)",
         f"r = 1.0 / ct.sqrt(var + {_lit(eps)})",
         "ct.store(mean, index=(kt,), tile=ct.astype(mu, mean.dtype))",
         "ct.store(inv, index=(kt,), tile=ct.astype(r, inv.dtype))",
-        "ct.store(wmean, index=(kt,), tile=mu)",
-        "ct.store(winv, index=(kt,), tile=r)",
+        "ct.store(wmean, index=(kt,), tile=ct.astype(mu, ct.float32))",
+        "ct.store(winv, index=(kt,), tile=ct.astype(r, ct.float32))",
     ]
     if running:
         keep, unbias = 1.0 - momentum, count / (count - 1)
         for src, dst, value in (("rm", "nrm", "mu"), ("rv", "nrv", f"var * {_lit(unbias)}")):
-            old = f"ct.astype(ct.load({src}, index=(kt,), shape=({tk},), {ZERO}), ct.float32)"
+            old = f"ct.astype(ct.load({src}, index=(kt,), shape=({tk},), {ZERO}), ct.float64)"
             new = f"{_lit(keep)} * {old} + {_lit(momentum)} * {value}"
             body.append(f"ct.store({dst}, index=(kt,), tile=ct.astype({new}, {dst}.dtype))")
     return _module(params, body)
@@ -119,17 +126,11 @@ def finalize_grads(tk: int, ts: int, count: int) -> str:
     body = [
         "kt = ct.bid(0)",
         f"steps = ct.cdiv(p0.shape[0], {ts})",
-        f"a0 = ct.full(({ts}, {tk}), 0.0, dtype=ct.float32)",
-        "a1 = a0",
-        "for i in range(steps):",
-        f"    a0 = a0 + ct.load(p0, index=(i, kt), shape=({ts}, {tk}), {ZERO})",
-        f"    a1 = a1 + ct.load(p1, index=(i, kt), shape=({ts}, {tk}), {ZERO})",
-        "db = ct.sum(a0, axis=0)",
-        "ds = ct.sum(a1, axis=0)",
-        "ct.store(dbias, index=(kt,), tile=ct.astype(db, dbias.dtype))",
-        "ct.store(dscale, index=(kt,), tile=ct.astype(ds, dscale.dtype))",
-        f"ct.store(wc1, index=(kt,), tile=db / {_lit(count)})",
-        f"ct.store(wc2, index=(kt,), tile=ds / {_lit(count)})",
+        *_column_sums(ts, tk),
+        "ct.store(dbias, index=(kt,), tile=ct.astype(s0, dbias.dtype))",
+        "ct.store(dscale, index=(kt,), tile=ct.astype(s1, dscale.dtype))",
+        f"ct.store(wc1, index=(kt,), tile=ct.astype(s0 / {_lit(count)}, ct.float32))",
+        f"ct.store(wc2, index=(kt,), tile=ct.astype(s1 / {_lit(count)}, ct.float32))",
     ]
     return _module(params, body)
 

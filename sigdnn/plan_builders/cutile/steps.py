@@ -31,10 +31,11 @@ class Arg:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     offset: int = 0  # elements of the view's dtype from the buffer's start
+    dtype: str = "float32"  # of a workspace view (a port's view takes its buffer's dtype)
 
     def view(self, backend: Any, buffers: Mapping[str, Any], workspace: Any) -> Any:
         if self.buffer == WORKSPACE:
-            return backend.view(workspace, self.shape, self.strides, np.float32, self.offset)
+            return backend.view(workspace, self.shape, self.strides, np.dtype(self.dtype), self.offset)
         array = buffers[self.buffer]
         return backend.view(array, self.shape, self.strides, array.dtype, self.offset)
 
@@ -47,21 +48,18 @@ class Launch:
 
 
 class Workspace:
-    """float32 scratch handed out in 256-byte aligned slices (the step's ``workspace_bytes``)."""
+    """Scratch handed out in 256-byte aligned slices (the step's ``workspace_bytes``)."""
 
     def __init__(self) -> None:
-        self.elements = 0
+        self.nbytes = 0
 
-    def take(self, shape: tuple[int, ...]) -> Arg:
-        offset = self.elements
+    def take(self, shape: tuple[int, ...], dtype: str = "float32") -> Arg:
+        itemsize = np.dtype(dtype).itemsize
+        offset = self.nbytes // itemsize
         size = int(np.prod(shape)) if shape else 1
-        self.elements += -(-size // 64) * 64
+        self.nbytes += -(-size * itemsize // 256) * 256
         strides = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
-        return Arg(WORKSPACE, shape, strides, offset)
-
-    @property
-    def nbytes(self) -> int:
-        return self.elements * 4
+        return Arg(WORKSPACE, shape, strides, offset, dtype)
 
 
 def _noop() -> None:
