@@ -387,21 +387,21 @@ def bench_norms(sweep: bool = True) -> list[dict]:
     rows = [bench_norm(k, "default") for k in kinds]
     if not sweep:
         return rows
-    saved = (opbase.ROW_TILE, opbase.PERSISTENT_BLOCKS, batchnorm.TILE)
+    saved = (opbase.ROW_TILE, opbase.ROW_TILE_BACKWARD, batchnorm.TILE)
     try:
-        for tile in (8192, 32768):
+        for tile in (8192, 16384):
             opbase.ROW_TILE = tile
             rows += [bench_norm(k, f"ROW_TILE={tile}") for k in ("softmax", "layernorm", "rmsnorm")]
         opbase.ROW_TILE = saved[0]
-        for blocks in (132, 528):
-            opbase.PERSISTENT_BLOCKS = blocks
-            rows += [bench_norm(k, f"BLOCKS={blocks}") for k in ("layernorm_backward", "rmsnorm_backward")]
-        opbase.PERSISTENT_BLOCKS = saved[1]
-        for tile in (8192, 32768):
+        for tile in (4096, 16384):
+            opbase.ROW_TILE_BACKWARD = tile
+            rows += [bench_norm(k, f"ROW_TILE_BACKWARD={tile}") for k in ("layernorm_backward", "rmsnorm_backward")]
+        opbase.ROW_TILE_BACKWARD = saved[1]
+        for tile in (4096, 16384):
             batchnorm.TILE = tile
             rows.append(bench_norm("batchnorm", f"TILE={tile}"))
     finally:
-        opbase.ROW_TILE, opbase.PERSISTENT_BLOCKS, batchnorm.TILE = saved
+        opbase.ROW_TILE, opbase.ROW_TILE_BACKWARD, batchnorm.TILE = saved
     return rows
 
 

@@ -18,7 +18,7 @@ from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.registry.engine_ids import IN_TREE
 
-TILE = 16384  # elements of one (TA, TK, TB) tile (8192: -17% on NHWC 64x256x56x56 bf16)
+TILE = 8192  # elements of one (TA, TK, TB) tile (best of 8192..32768 with float64 partial sums)
 FINAL_TILE = 1024  # channels per finalize block
 
 

@@ -61,7 +61,7 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
 def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     op = node.op
     m, n, axes, batch = _rows(node, graph, "x")
-    tm, tn = row_tiles(m, n)
+    tm, tn = row_tiles(m, n, backward=True)
     blocks = max(1, min(cdiv(m, tm), PERSISTENT_BLOCKS))
     width = cdiv(n, tn) * tn
     dbias = getattr(op, "dbias", None) is not None

@@ -26,7 +26,8 @@ from sigdnn.signature_keys import SignatureKey
 IO_DTYPES = frozenset({DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16})
 
 # Tile sizes (elements); benchmarks/gpu_cutile.py measured them on the H200.
-ROW_TILE = 16384  # elements of one (TM, TN) row tile (8192: -25..-40% on 16384x4096 bf16)
+ROW_TILE = 32768  # elements of one (TM, TN) forward row tile (best of 4096..32768 on 16384x4096 bf16)
+ROW_TILE_BACKWARD = 8192  # backward row tiles (16384 lost 5-30% there)
 ROW_MAX = 8192  # longest row held in one tile; longer rows are walked in chunks
 PERSISTENT_BLOCKS = 264  # blocks of the backward kernels (2 per H200 SM); each stores one partial-sum row
 SPLIT_BLOCKS = 528  # blocks a split reduction aims at (4 per H200 SM)
@@ -41,10 +42,10 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def row_tiles(m: int, n: int) -> tuple[int, int]:
+def row_tiles(m: int, n: int, backward: bool = False) -> tuple[int, int]:
     """(TM, TN) for M rows of N: the whole row in one tile when it fits, rows stacked up to ROW_TILE elements."""
     tn = min(pow2(n), ROW_MAX)
-    return min(pow2(m), max(1, ROW_TILE // tn)), tn
+    return min(pow2(m), max(1, (ROW_TILE_BACKWARD if backward else ROW_TILE) // tn)), tn
 
 
 class CutileOpBuilder(PlanBuilder):
