@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -267,13 +268,155 @@ def bench_tiles(tiles=(512, 1024, 2048, 4096), modes=("identity", "add", "gelu_f
     return rows
 
 
+# --- normalizations, softmax, batchnorm (row and channel kernels) -------------------------------------------------
+
+NORM_ROWS, NORM_COLS = 16384, 4096
+BN_DIMS = (64, 256, 56, 56)
+
+
+def _norm_graph(kind: str) -> sigdnn.Graph:
+    """The benchmarked node on 16384 x 4096 bfloat16 rows (batchnorm: NHWC 64x256x56x56)."""
+    g = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype="float32")
+    dims, w = (NORM_ROWS, NORM_COLS), (1, NORM_COLS)
+    stats = (NORM_ROWS, 1)
+    if kind == "softmax":
+        outs = g.softmax(g.tensor("x", dims=dims), axes=(1,))
+    elif kind == "layernorm":
+        outs = g.layernorm("training", g.tensor("x", dims=dims), g.tensor("scale", dims=w), g.tensor("bias", dims=w),
+                           epsilon=1e-5)  # fmt: skip
+    elif kind == "rmsnorm":
+        outs = g.rmsnorm("training", g.tensor("x", dims=dims), g.tensor("scale", dims=w), epsilon=1e-5)
+    elif kind == "layernorm_backward":
+        outs = g.layernorm_backward(g.tensor("dy", dims=dims), g.tensor("x", dims=dims), g.tensor("scale", dims=w),
+                                    g.tensor("mean", dims=stats, dtype="float32"),
+                                    g.tensor("inv_variance", dims=stats, dtype="float32"))  # fmt: skip
+    elif kind == "rmsnorm_backward":
+        outs = g.rmsnorm_backward(g.tensor("dy", dims=dims), g.tensor("x", dims=dims), g.tensor("scale", dims=w),
+                                  g.tensor("inv_variance", dims=stats, dtype="float32"))  # fmt: skip
+    else:
+        c = (1, BN_DIMS[1], 1, 1)
+        outs = g.batchnorm(g.tensor("x", dims=BN_DIMS, layout="NHWC"), g.tensor("scale", dims=c),
+                           g.tensor("bias", dims=c), g.tensor("rm", dims=c, dtype="float32"),
+                           g.tensor("rv", dims=c, dtype="float32"), 1e-5, 0.1)  # fmt: skip
+    for t in outs if isinstance(outs, (list, tuple)) else [outs]:
+        if t is not None:
+            t.set_output(True)
+    return g
+
+
+def _norm_torch(kind: str, data: dict):
+    """torch's time for the same work (eager; backward: autograd's backward kernels on a recorded graph)."""
+    F = torch.nn.functional
+    if kind == "softmax":
+        return lambda: torch.softmax(data["x"], -1)
+    if kind == "layernorm":
+        return lambda: F.layer_norm(data["x"], (NORM_COLS,), data["scale"][0], data["bias"][0], 1e-5)
+    if kind == "rmsnorm":
+        return lambda: F.rms_norm(data["x"], (NORM_COLS,), data["scale"][0], 1e-5)
+    if kind in ("layernorm_backward", "rmsnorm_backward"):
+        x = data["x"].detach().requires_grad_(True)
+        w = data["scale"][0].detach().requires_grad_(True)
+        if kind == "layernorm_backward":
+            b = torch.zeros_like(w, requires_grad=True)
+            y, params = F.layer_norm(x, (NORM_COLS,), w, b, 1e-5), (x, w, b)
+        else:
+            y, params = F.rms_norm(x, (NORM_COLS,), w, 1e-5), (x, w)
+        return lambda: torch.autograd.grad(y, params, data["dy"], retain_graph=True)
+    x = data["x"]
+    rm, rv = data["rm"].flatten().clone(), data["rv"].flatten().clone()
+    return lambda: F.batch_norm(x, rm, rv, data["scale"].flatten(), data["bias"].flatten(), True, 0.1, 1e-5)
+
+
+def _norm_bytes(kind: str) -> int:
+    """Bytes an ideal kernel moves: each big input read once and each big output written once (bfloat16)."""
+    rows = NORM_ROWS * NORM_COLS * 2
+    if kind == "batchnorm":
+        return 2 * math.prod(BN_DIMS) * 2
+    return (3 if kind.endswith("backward") else 2) * rows
+
+
+def _norm_inputs(g: sigdnn.Graph, kind: str) -> dict:
+    data = {}
+    for t in g.inputs:
+        dtype = torch.float32 if g.dtype_of(t).name == "FLOAT32" else torch.bfloat16
+        shape = t.dims
+        if kind == "batchnorm" and t.name == "x":
+            n, c, h, w = shape
+            data[t.name] = torch.empty(n, h, w, c, device="cuda", dtype=dtype).uniform_(-2, 2).permute(0, 3, 1, 2)
+            continue
+        v = torch.empty(shape, device="cuda", dtype=dtype).uniform_(-2, 2)
+        data[t.name] = v.abs() + 0.5 if t.name in ("inv_variance", "rv") else v
+    return data
+
+
+def bench_norm(kind: str, label: str = "") -> dict:
+    g = _norm_graph(kind)
+    data = _norm_inputs(g, kind)
+    ex = sigdnn.Executor("gpu")
+    plan = ex.prepare(g)
+    outs = {}
+    for t in g.outputs:
+        dtype = torch.float32 if g.dtype_of(t).name == "FLOAT32" else torch.bfloat16
+        if kind == "batchnorm" and t.name == g.outputs[0].name:
+            n, c, h, w = t.dims
+            outs[t.name] = torch.empty(n, h, w, c, device="cuda", dtype=dtype).permute(0, 3, 1, 2)
+        else:
+            outs[t.name] = torch.empty(t.dims, device="cuda", dtype=dtype)
+    pack = {**data, **outs}
+    t0 = time.perf_counter()
+    ex.execute(plan, pack, to_host=False)
+    first_s = time.perf_counter() - t0
+    (launch,) = ex.memory.bound(plan, False)._launches
+    with on_stream(ex):
+        ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
+    torch_fn = _norm_torch(kind, data)
+    tms = cuda_time(lambda: [torch_fn() for _ in range(10)]) / 10
+    nbytes = _norm_bytes(kind)
+    row = {"op": kind, "config": label, "ms": ms, "tb_s": nbytes / ms / 1e9, "torch_ms": tms,
+           "torch_tb_s": nbytes / tms / 1e9, "first_s": first_s}  # fmt: skip
+    print(f"{kind:20s} {label:18s} {row['tb_s']:5.2f} TB/s ({ms * 1e3:7.1f} us)  torch {row['torch_tb_s']:5.2f} TB/s "
+          f"({tms * 1e3:7.1f} us)  x{tms / ms:4.2f}  (first {first_s:.1f}s)", flush=True)  # fmt: skip
+    return row
+
+
+def bench_norms(sweep: bool = True) -> list[dict]:
+    """Each op at the default tiles, then (``sweep``) the tile / block counts the defaults were chosen from."""
+    from sigdnn.plan_builders.cutile import batchnorm, opbase
+
+    kinds = ["softmax", "layernorm", "rmsnorm", "layernorm_backward", "rmsnorm_backward", "batchnorm"]
+    rows = [bench_norm(k, "default") for k in kinds]
+    if not sweep:
+        return rows
+    saved = (opbase.ROW_TILE, opbase.ROW_TILE_BACKWARD, batchnorm.TILE)
+    try:
+        for tile in (8192, 16384):
+            opbase.ROW_TILE = tile
+            rows += [bench_norm(k, f"ROW_TILE={tile}") for k in ("softmax", "layernorm", "rmsnorm")]
+        opbase.ROW_TILE = saved[0]
+        for tile in (4096, 16384):
+            opbase.ROW_TILE_BACKWARD = tile
+            rows += [bench_norm(k, f"ROW_TILE_BACKWARD={tile}") for k in ("layernorm_backward", "rmsnorm_backward")]
+        opbase.ROW_TILE_BACKWARD = saved[1]
+        for tile in (4096, 16384):
+            batchnorm.TILE = tile
+            rows.append(bench_norm("batchnorm", f"TILE={tile}"))
+    finally:
+        opbase.ROW_TILE, opbase.ROW_TILE_BACKWARD, batchnorm.TILE = saved
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--modes", help="comma-separated modes (default: all)")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: diag,warm,host,fusion,modes,tiles")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated parts to skip: diag,warm,host,fusion,modes,tiles,norms"
+    )
+    parser.add_argument("--only", default="", help="comma-separated parts to run (default: all not skipped)")
     args = parser.parse_args()
     skip = set(args.skip.split(","))
+    if args.only:
+        skip = {"diag", "warm", "host", "fusion", "modes", "tiles", "norms"} - set(args.only.split(","))
     modes = args.modes.split(",") if args.modes else [m for m in MODES if m != "gen_index"]
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     if "diag" not in skip:
@@ -288,6 +431,8 @@ def main() -> None:
         result["modes"] = bench_modes(modes)
     if "tiles" not in skip:
         result["tiles"] = bench_tiles()
+    if "norms" not in skip:
+        result["norms"] = bench_norms()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -42,6 +42,15 @@ IN_TREE: dict[str, int] = {
     "reference.concatenate": 1022,
     "cutile.pointwise": 2001,
     "cutile.fusion.pointwise": 2002,
+    "cutile.softmax": 2010,
+    "cutile.layernorm": 2011,
+    "cutile.rmsnorm": 2012,
+    "cutile.layernorm_backward": 2013,
+    "cutile.rmsnorm_backward": 2014,
+    "cutile.batchnorm_inference": 2015,
+    "cutile.batchnorm": 2016,
+    "cutile.batchnorm_backward": 2017,
+    "cutile.reduction": 2018,
     "cute.matmul": 3000,
 }
 

@@ -6,4 +6,10 @@ source (``_f32math`` holds the float32 formulas), ``plans`` launch it, and a
 ``backend`` compiles it, with cuTile (``kernels``, imported on first build,
 never at ``import sigdnn``) or, in CPU tests, through ``emulator``.
 ``pointwise`` builds single nodes, ``fusion`` claims regions.
+
+Row, channel and reduction ops are generated as text too (``rowgen``,
+``channelgen``, ``reducegen``; a ``source.KernelSource`` each) from the
+views ``views`` decides, and run as one or more launches (``steps``):
+``softmax``, ``norms`` (layernorm / rmsnorm forward and backward),
+``batchnorm`` (inference, training, backward), ``reduction``.
 """

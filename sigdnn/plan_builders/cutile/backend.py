@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from sigdnn.plan_builders.cutile import codegen, emulator
-from sigdnn.plan_builders.cutile.codegen import KernelSpec, kernel_name
+from sigdnn.plan_builders.cutile import emulator
+from sigdnn.plan_builders.cutile.codegen import KernelSpec
+from sigdnn.plan_builders.cutile.source import name_and_text
 
 
 class EmulatedGpu:
@@ -38,9 +39,9 @@ class EmulatedBackend:
             key = spec.text_key()
             found = self._kernels.get(key)
             if found is None:
-                name = kernel_name(spec)
+                name, text = name_and_text(spec)
                 namespace: dict[str, Any] = {"ct": emulator, "__name__": name}
-                exec(compile(codegen.generate(spec), f"<{name}>", "exec"), namespace)
+                exec(compile(text, f"<{name}>", "exec"), namespace)
                 namespace["fma"] = emulator.exact_fma
                 found = self._kernels[key] = namespace["kernel"]
                 self.compiled += 1
@@ -53,6 +54,17 @@ class EmulatedBackend:
         address = array.__array_interface__["data"][0] if isinstance(array, np.ndarray) else array.ptr
         raw = (ctypes.c_char * max(n * dtype.itemsize, 1)).from_address(address + offset * dtype.itemsize)
         return np.frombuffer(raw, dtype=dtype, count=n)
+
+    @staticmethod
+    def view(array: Any, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any, offset: int = 0) -> np.ndarray:
+        """A strided view (element strides) of ``dtype`` from element ``offset`` of a NumPy array or host DeviceArray."""
+        dtype = np.dtype(dtype)
+        address = array.__array_interface__["data"][0] if isinstance(array, np.ndarray) else array.ptr
+        address += offset * dtype.itemsize
+        span = sum((d - 1) * s for d, s in zip(shape, strides, strict=True)) + 1 if all(shape) else 0
+        raw = (ctypes.c_char * max(span * dtype.itemsize, 1)).from_address(address)
+        flat = np.frombuffer(raw, dtype=dtype, count=span)
+        return np.lib.stride_tricks.as_strided(flat, shape, tuple(s * dtype.itemsize for s in strides))
 
     @staticmethod
     def launch(stream: Any, grid: tuple[int, int, int], kernel: Any, args: tuple[Any, ...]) -> None:

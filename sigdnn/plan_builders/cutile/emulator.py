@@ -38,6 +38,7 @@ uint32 = np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
 
 _BID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("bid", default=(0, 0, 0))
+_GRID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("grid", default=(1, 1, 1))
 
 
 class _Constant:
@@ -57,8 +58,9 @@ class Kernel:
         self.fn = fn
 
 
-def kernel(fn: Callable[..., None]) -> Kernel:
-    return Kernel(fn)
+def kernel(fn: Callable[..., None] | None = None, **_: Any) -> Any:
+    """``@ct.kernel`` or ``@ct.kernel(occupancy=...)`` (hints the emulator has no use for)."""
+    return Kernel(fn) if fn is not None else Kernel
 
 
 def function(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -68,6 +70,14 @@ def function(fn: Callable[..., Any]) -> Callable[..., Any]:
 def launch(stream: Any, grid: Sequence[int], k: Kernel, args: Sequence[Any]) -> None:
     """Run every block of ``grid`` in order (blocks are independent, so any order is a valid schedule)."""
     gx, gy, gz = (*grid, 1, 1)[:3]
+    grid_token = _GRID.set((gx, gy, gz))
+    try:
+        _run_blocks(k, args, gx, gy, gz)
+    finally:
+        _GRID.reset(grid_token)
+
+
+def _run_blocks(k: Kernel, args: Sequence[Any], gx: int, gy: int, gz: int) -> None:
     for z in range(gz):
         for y in range(gy):
             for x in range(gx):
@@ -131,33 +141,121 @@ def _inside(array: np.ndarray, i: int, n: int, check_bounds: bool) -> None:
         raise IndexError(f"unchecked tile {i} of {n} elements runs past an array of {array.shape[0]}")
 
 
+class PaddingMode:
+    """What a load reads outside the array; UNDETERMINED reads a poison (a kernel must not use it)."""
+
+    UNDETERMINED = "undetermined"
+    ZERO = "zero"
+    NEG_ZERO = "neg_zero"
+    NAN = "nan"
+    POS_INF = "pos_inf"
+    NEG_INF = "neg_inf"
+
+
+_PAD = {"zero": 0.0, "neg_zero": -0.0, "nan": np.nan, "pos_inf": np.inf, "neg_inf": -np.inf}
+
+
+def _pad_value(dtype: np.dtype, padding_mode: str) -> Any:
+    if padding_mode in _PAD:
+        return _PAD[padding_mode]
+    return np.nan if dtype.kind == "f" or dtype == bfloat16 else 0
+
+
 def load(
-    array: np.ndarray, index: Sequence[int], shape: Sequence[int], check_bounds: bool = True, **_: Any
+    array: np.ndarray,
+    index: Sequence[int],
+    shape: Sequence[int],
+    check_bounds: bool = True,
+    padding_mode: str = PaddingMode.UNDETERMINED,
+    **_: Any,
 ) -> np.ndarray:
-    """The ``index``-th tile of ``shape`` (1-D), zero-padded past the end."""
-    (i,), (n,) = index, shape
-    _inside(array, i, n, check_bounds)
-    out = np.zeros(n, dtype=array.dtype)
-    part = array[i * n : (i + 1) * n]
-    out[: part.size] = part
+    """The ``index``-th tile of ``shape`` (any rank), padded past the end as ``padding_mode`` says.
+
+    1-D loads keep the emulator's first rule (zeros past the end, what the
+    pointwise kernels' dropped tails read); a tile of higher rank that asks
+    for no padding reads a poison outside the array, as cuTile's is undetermined.
+    """
+    index, shape = tuple(int(i) for i in index), tuple(int(n) for n in shape)
+    if len(shape) == 1:
+        _inside(array, index[0], shape[0], check_bounds)
+    elif not check_bounds and any((i + 1) * n > d for i, n, d in zip(index, shape, array.shape)):
+        raise IndexError(f"unchecked tile {index} of {shape} runs past an array of {array.shape}")
+    mode = padding_mode if len(shape) > 1 or padding_mode != PaddingMode.UNDETERMINED else PaddingMode.ZERO
+    out = np.full(shape, _pad_value(array.dtype, mode), dtype=array.dtype)
+    part = array[tuple(slice(i * n, (i + 1) * n) for i, n in zip(index, shape))]
+    out[tuple(slice(0, d) for d in part.shape)] = part
     return out
 
 
-def gather(array: np.ndarray, offsets: Any, **_: Any) -> np.ndarray:
+def gather(array: np.ndarray, offsets: Any, mask: Any = None, padding_value: Any = 0, **_: Any) -> np.ndarray:
+    """Elements at ``offsets`` (1-D array); outside the array or where ``mask`` is false, ``padding_value``."""
     offsets = np.asarray(offsets)
     inside = (offsets >= 0) & (offsets < array.shape[0])
-    out = np.zeros(offsets.shape, dtype=array.dtype)
+    if mask is not None:
+        inside &= np.broadcast_to(np.asarray(mask, bool), offsets.shape)
+    out = np.full(offsets.shape, padding_value, dtype=array.dtype)
     out[inside] = array[offsets[inside]]
     return out
 
 
-def store(array: np.ndarray, index: Sequence[int], tile: Any, check_bounds: bool = True) -> None:
-    (i,) = index
+def scatter(array: np.ndarray, offsets: Any, value: Any, mask: Any = None, **_: Any) -> None:
+    """Store ``value`` at ``offsets`` of a 1-D array where inside it and ``mask`` holds."""
+    offsets = np.asarray(offsets)
+    value = np.broadcast_to(np.asarray(value), offsets.shape)
+    inside = (offsets >= 0) & (offsets < array.shape[0])
+    if mask is not None:
+        inside &= np.broadcast_to(np.asarray(mask, bool), offsets.shape)
+    array[offsets[inside]] = _to_dtype(value[inside], array.dtype)
+
+
+def store(array: np.ndarray, index: Sequence[int], tile: Any, check_bounds: bool = True, **_: Any) -> None:
+    """Store ``tile`` at tile ``index`` (any rank; a scalar broadcasts to a tile of one), dropping what falls outside."""
     tile = np.asarray(tile)
-    n = tile.shape[0]
-    _inside(array, i, n, check_bounds)
-    part = array[i * n : (i + 1) * n]
-    part[...] = _to_dtype(tile[: part.size], array.dtype)
+    if tile.ndim == 0:
+        tile = tile.reshape((1,) * array.ndim)
+    index = tuple(int(i) for i in index)
+    if tile.ndim == 1:
+        _inside(array, index[0], tile.shape[0], check_bounds)
+    elif not check_bounds and any((i + 1) * n > d for i, n, d in zip(index, tile.shape, array.shape)):
+        raise IndexError(f"unchecked tile {index} of {tile.shape} runs past an array of {array.shape}")
+    part = array[tuple(slice(i * n, (i + 1) * n) for i, n in zip(index, tile.shape))]
+    part[...] = _to_dtype(tile[tuple(slice(0, d) for d in part.shape)], array.dtype)
+
+
+def num_blocks(axis: int) -> int:
+    return _GRID.get()[axis]
+
+
+def cdiv(x: int, y: int) -> int:
+    return -(-x // y)
+
+
+def reshape(x: Any, shape: Sequence[int]) -> np.ndarray:
+    return np.reshape(np.asarray(x), tuple(shape))
+
+
+def _reduce(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    def apply(x: Any, axis: Any = None, *, keepdims: bool = False, **kw: Any) -> np.ndarray:
+        x = np.asarray(x)
+        axis = tuple(axis) if isinstance(axis, list) else axis
+        with _errstate():
+            return np.asarray(fn(x, axis, keepdims, **kw)).astype(x.dtype)
+
+    return apply
+
+
+sum = _reduce(lambda x, axis, keepdims, **_: np.sum(x, axis=axis, keepdims=keepdims))
+prod = _reduce(lambda x, axis, keepdims, **_: np.prod(x, axis=axis, keepdims=keepdims))
+max = _reduce(
+    lambda x, axis, keepdims, propagate_nan=False, **_: (np.max if propagate_nan else np.fmax.reduce)(
+        x, axis=axis, keepdims=keepdims
+    )
+)
+min = _reduce(
+    lambda x, axis, keepdims, propagate_nan=False, **_: (np.min if propagate_nan else np.fmin.reduce)(
+        x, axis=axis, keepdims=keepdims
+    )
+)
 
 
 def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
@@ -180,6 +278,7 @@ cos = _unary(_rounded(np.cos))
 tan = _unary(_rounded(np.tan))
 tanh = _unary(_rounded(np.tanh))
 sqrt = _unary(np.sqrt)
+rsqrt = _unary(_rounded(lambda x: 1.0 / np.sqrt(x)))
 floor = _unary(np.floor)
 ceil = _unary(np.ceil)
 abs = _unary(np.abs)

@@ -24,8 +24,8 @@ from typing import Any
 import cuda.tile as ct
 import numpy as np
 
-from sigdnn.plan_builders.cutile import codegen
-from sigdnn.plan_builders.cutile.codegen import KernelSpec, kernel_name
+from sigdnn.plan_builders.cutile.codegen import KernelSpec
+from sigdnn.plan_builders.cutile.source import name_and_text
 from sigdnn.runtime.cuda import DeviceArray
 
 
@@ -72,9 +72,9 @@ class CutileBackend:
     def _load(self, spec: KernelSpec) -> Any:
         if self._dir is None:
             self._dir = cache_dir()
-        name = kernel_name(spec)
+        name, text = name_and_text(spec)
         path = self._dir / f"{name}.py"
-        _write_once(path, "import cuda.tile as ct\n" + codegen.generate(spec))
+        _write_once(path, "import cuda.tile as ct\n" + text)
         module_spec = importlib.util.spec_from_file_location(f"sigdnn_cutile_{name}", path)
         assert module_spec is not None and module_spec.loader is not None
         module = importlib.util.module_from_spec(module_spec)
@@ -87,6 +87,15 @@ class CutileBackend:
         dtype = np.dtype(np.uint8) if as_bytes else array.dtype
         ptr = array.ptr + offset * dtype.itemsize
         return DeviceArray(ptr, (n,), (1,), dtype, owner=array.owner, device_id=array.device_id)
+
+    @staticmethod
+    def view(
+        array: DeviceArray, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any, offset: int = 0
+    ) -> DeviceArray:
+        """A strided view (element strides) of ``dtype`` from element ``offset`` of ``array``'s memory."""
+        dtype = np.dtype(dtype)
+        ptr = array.ptr + offset * dtype.itemsize
+        return DeviceArray(ptr, shape, strides, dtype, owner=array.owner, device_id=array.device_id)
 
     launch = staticmethod(ct.launch)
 

@@ -1,0 +1,124 @@
+"""cuTile batchnorm: inference, training (with running statistics) and backward, NCHW, NHWC or any packed order.
+
+x is (A, C, B) around its channel axis (``views.channels``); y, dy and dx
+laid out as x; per-channel tensors any stride. Training and backward are
+three launches (``channelgen``): partial sums split over A, a finalize per
+channel that writes the node's per-channel outputs and float32
+coefficients into the workspace, and the elementwise pass. Inference is
+the elementwise pass alone.
+"""
+
+from __future__ import annotations
+
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.plan_builders.cutile import channelgen, views
+from sigdnn.plan_builders.cutile.opbase import SPLIT_BLOCKS, CutileOpBuilder, cdiv, pow2
+from sigdnn.plan_builders.cutile.source import KernelSource
+from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
+from sigdnn.registry.engine_ids import IN_TREE
+
+TILE = 8192  # elements of one (TA, TK, TB) tile (best of 8192..32768 with float64 partial sums)
+FINAL_TILE = 1024  # channels per finalize block
+
+
+def tiles(a: int, c: int, b: int) -> tuple[int, int, int]:
+    """(TA, TK, TB): as much of the contiguous B as fits (up to 2048), then channels, then A."""
+    tb = min(pow2(b), 2048)
+    tk = min(pow2(c), max(1, 4096 // tb))
+    return min(pow2(a), max(1, TILE // (tb * tk))), tk, tb
+
+
+class _Layout:
+    """The node's x as (A, C, B) with its tiles, and views of its tensors."""
+
+    def __init__(self, node: Node, graph: Graph, x_port: str, like: tuple[str, ...]) -> None:
+        ports = node.op.ports()
+        self.ports = ports
+        self.graph = graph
+        x = graph.tensors[ports[x_port]]
+        self.a, self.c, self.b = views.channels(x)
+        views.same_layout(x, [graph.tensors[ports[p]] for p in like if p in ports])
+        self.tile = tiles(self.a, self.c, self.b)
+        self.shape = (cdiv(self.a, self.tile[0]), cdiv(self.c, self.tile[1]), cdiv(self.b, self.tile[2]))
+        self.count = self.a * self.b
+
+    def x(self, port: str) -> Arg:
+        return Arg(port, (self.a, self.c, self.b), (self.c * self.b, self.b, 1))
+
+    def vector(self, port: str) -> Arg:
+        return Arg(port, (self.c,), (views.channel_stride(self.graph.tensors[self.ports[port]]),))
+
+    def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
+        at, kt, bt = self.shape
+        text = channelgen.apply(self.tile, self.shape, grads, wide)
+        return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
+
+    def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
+        at, kt, _ = self.shape
+        splits = max(1, min(at, SPLIT_BLOCKS // kt))
+        per = cdiv(at, splits)
+        splits = cdiv(at, per)
+        sums = [work.take((splits, self.c), "float64") for _ in range(2)]
+        text = channelgen.partials(self.tile, self.a, self.b, per, grads)
+        return Launch(KernelSource("batchnorm_partials", text), (kt, splits), (*args, *sums)), sums
+
+    def finalize_tiles(self, splits: int) -> tuple[int, int]:
+        tk = min(pow2(self.c), FINAL_TILE)
+        return tk, min(pow2(splits), max(1, 4096 // tk))
+
+
+class CutileBatchnormInferenceBuilder(CutileOpBuilder):
+    name = "cutile.batchnorm_inference"
+    engine_id = IN_TREE[name]
+    ops = ("batchnorm_inference",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        lay = _Layout(node, graph, "x", ("y",))
+        args = [lay.x("x"), *(lay.vector(p) for p in ("mean", "inv_variance", "scale", "bias")), lay.x("y")]
+        return [lay.apply(args, grads=False, wide=True)], 0
+
+
+class CutileBatchnormBuilder(CutileOpBuilder):
+    name = "cutile.batchnorm"
+    engine_id = IN_TREE[name]
+    ops = ("batchnorm",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        op = node.op
+        lay = _Layout(node, graph, "x", ("y",))
+        if op.momentum is not None and lay.count < 2:
+            raise ValueError(f"{lay.count} element per channel: its unbiased running variance is undefined")
+        work = Workspace()
+        first, sums = lay.partials([lay.x("x")], work, grads=False)
+        splits = sums[0].shape[0]
+        tk, ts = lay.finalize_tiles(splits)
+        mean, inv = work.take((lay.c,)), work.take((lay.c,))
+        args = [lay.x("x"), *sums, lay.vector("mean"), lay.vector("inv_variance"), mean, inv]
+        if op.momentum is not None:
+            args += [
+                lay.vector(p) for p in ("in_running_mean", "in_running_var", "next_running_mean", "next_running_var")
+            ]
+        text = channelgen.finalize_stats(tk, ts, lay.count, op.epsilon, op.momentum)
+        final = Launch(KernelSource("batchnorm_finalize", text), (cdiv(lay.c, tk),), tuple(args))
+        last = lay.apply([lay.x("x"), mean, inv, lay.vector("scale"), lay.vector("bias"), lay.x("y")], grads=False)
+        return [first, final, last], work.nbytes
+
+
+class CutileBatchnormBackwardBuilder(CutileOpBuilder):
+    name = "cutile.batchnorm_backward"
+    engine_id = IN_TREE[name]
+    ops = ("batchnorm_backward",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        lay = _Layout(node, graph, "x", ("dy", "dx"))
+        work = Workspace()
+        stats = [lay.vector("mean"), lay.vector("inv_variance")]
+        first, sums = lay.partials([lay.x("dy"), lay.x("x"), *stats], work, grads=True)
+        tk, ts = lay.finalize_tiles(sums[0].shape[0])
+        c1, c2 = work.take((lay.c,)), work.take((lay.c,))
+        text = channelgen.finalize_grads(tk, ts, lay.count)
+        args = (*sums, lay.vector("dscale"), lay.vector("dbias"), c1, c2)
+        final = Launch(KernelSource("batchnorm_finalize_grads", text), (cdiv(lay.c, tk),), args)
+        last = lay.apply([lay.x("dy"), lay.x("x"), *stats, lay.vector("scale"), c1, c2, lay.x("dx")], grads=True)
+        return [first, final, last], work.nbytes

@@ -1,0 +1,118 @@
+"""cuTile layernorm and rmsnorm, forward (training and inference) and backward, as row kernels (``rowgen``).
+
+x must be rows with the normalized axes innermost in memory; y, dy and dx
+laid out as x; scale, bias, dscale and dbias vectors in the order of a
+row's elements; mean and inv_variance one per row in row order. Backward
+is two launches: dx with per-block partial sums of dscale / dbias in the
+workspace, then the column sums of those partials.
+"""
+
+from __future__ import annotations
+
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.shapes import normalized_axes
+from sigdnn.plan_builders.cutile import rowgen, views
+from sigdnn.plan_builders.cutile.opbase import PERSISTENT_BLOCKS, CutileOpBuilder, cdiv, pow2, row_tiles
+from sigdnn.plan_builders.cutile.source import KernelSource
+from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
+from sigdnn.registry.engine_ids import IN_TREE
+
+COLUMN_TILE = 1024  # columns per block of the partial-sum reduction
+
+
+def _rows(node: Node, graph: Graph, x_port: str) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+    """(M, N, normalized axes, batch axes) of the node's x, with every row-shaped port checked against it."""
+    ports = node.op.ports()
+    x, scale = graph.tensors[ports[x_port]], graph.tensors[ports["scale"]]
+    axes = normalized_axes(f"node '{node.name}'", x_port, x, "scale", scale)
+    m, n = views.rows(x, axes)
+    views.same_layout(x, [graph.tensors[ports[p]] for p in ("y", "dy", "dx") if p in ports])
+    if n == 0:
+        raise ValueError("the normalized slice is empty")
+    return m, n, axes, tuple(a for a in range(x.rank) if a not in axes)
+
+
+def _vector(node: Node, graph: Graph, port: str, x_port: str, axes: tuple[int, ...], unit: int, length: int) -> Arg:
+    ports = node.op.ports()
+    stride = views.vector_stride(graph.tensors[ports[port]], graph.tensors[ports[x_port]], axes, unit)
+    return Arg(port, (length,), (stride,))
+
+
+def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
+    op = node.op
+    m, n, axes, batch = _rows(node, graph, "x")
+    if m == 0:
+        return [], 0
+    tm, tn = row_tiles(m, n)
+    bias = getattr(op, "bias", None) is not None
+    stats = tuple(p for p in ("mean", "inv_variance") if getattr(op, p, None) is not None)
+    args = [Arg("x", (m, n), (n, 1)), _vector(node, graph, "scale", "x", axes, 1, n)]
+    if bias:
+        args.append(_vector(node, graph, "bias", "x", axes, 1, n))
+    args.append(Arg("y", (m, n), (n, 1)))
+    args += [_vector(node, graph, p, "x", batch, n, m) for p in stats]
+    names = tuple("mean" if p == "mean" else "inv" for p in stats)
+    text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names)
+    prefix = "layernorm" if center else "rmsnorm"
+    return [Launch(KernelSource(prefix, text), (cdiv(m, tm),), tuple(args))], 0
+
+
+def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
+    op = node.op
+    m, n, axes, batch = _rows(node, graph, "x")
+    tm, tn = row_tiles(m, n, backward=True)
+    blocks = max(1, min(cdiv(m, tm), PERSISTENT_BLOCKS))
+    width = cdiv(n, tn) * tn
+    dbias = getattr(op, "dbias", None) is not None
+    work = Workspace()
+    partials = [work.take((blocks, width)) for _ in range(2 if dbias else 1)]
+    args = [Arg("dy", (m, n), (n, 1)), Arg("x", (m, n), (n, 1)), _vector(node, graph, "scale", "x", axes, 1, n)]
+    if center:
+        args.append(_vector(node, graph, "mean", "x", batch, n, m))
+    args += [_vector(node, graph, "inv_variance", "x", batch, n, m), Arg("dx", (m, n), (n, 1)), *partials]
+    prefix = "layernorm_backward" if center else "rmsnorm_backward"
+    launches = [Launch(KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias)), (blocks,), tuple(args))]
+    tc = min(pow2(n), COLUMN_TILE)
+    tg = min(pow2(blocks), max(1, 4096 // tc))
+    outs = [_vector(node, graph, p, "x", axes, 1, n) for p in ("dscale", "dbias")[: len(partials)]]
+    sums = tuple(a for pair in zip(partials, outs, strict=True) for a in pair)
+    text = rowgen.column_sums(tg, tc, len(partials))
+    launches.append(Launch(KernelSource("column_sums", text), (cdiv(n, tc),), sums))
+    return launches, work.nbytes
+
+
+class CutileLayernormBuilder(CutileOpBuilder):
+    name = "cutile.layernorm"
+    engine_id = IN_TREE[name]
+    ops = ("layernorm",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        return forward(node, graph, center=True)
+
+
+class CutileRmsnormBuilder(CutileOpBuilder):
+    name = "cutile.rmsnorm"
+    engine_id = IN_TREE[name]
+    ops = ("rmsnorm",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        return forward(node, graph, center=False)
+
+
+class CutileLayernormBackwardBuilder(CutileOpBuilder):
+    name = "cutile.layernorm_backward"
+    engine_id = IN_TREE[name]
+    ops = ("layernorm_backward",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        return backward(node, graph, center=True)
+
+
+class CutileRmsnormBackwardBuilder(CutileOpBuilder):
+    name = "cutile.rmsnorm_backward"
+    engine_id = IN_TREE[name]
+    ops = ("rmsnorm_backward",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        return backward(node, graph, center=False)

@@ -1,0 +1,90 @@
+"""What the cuTile row, channel and reduction builders share: availability, dtypes, declines, tile sizes.
+
+A builder subclass supplies ``launches(node, graph)``: the kernels its plan
+runs, with their grids and argument views, and the workspace they share. It
+raises ValueError (or NotSupported) for what it does not handle; ``check``
+and ``build`` both go through it, so a node is declined exactly when it
+could not be built, with the reason naming the node.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import ClassVar
+
+from sigdnn.dtypes import DataType
+from sigdnn.errors import NotSupported
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.plan_builders.cutile import pointwise
+from sigdnn.plan_builders.cutile.backend import backend_for
+from sigdnn.plan_builders.cutile.steps import Launch, LaunchesPlan
+from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.runtime.device import Device
+from sigdnn.signature_keys import SignatureKey
+
+IO_DTYPES = frozenset({DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16})
+
+# Tile sizes (elements); benchmarks/gpu_cutile.py measured them on the H200.
+ROW_TILE = 32768  # elements of one (TM, TN) forward row tile (best of 4096..32768 on 16384x4096 bf16)
+ROW_TILE_BACKWARD = 8192  # backward row tiles (16384 lost 5-30% there)
+ROW_MAX = 8192  # longest row held in one tile; longer rows are walked in chunks
+PERSISTENT_BLOCKS = 264  # blocks of the backward kernels (2 per H200 SM); each stores one partial-sum row
+SPLIT_BLOCKS = 528  # blocks a split reduction aims at (4 per H200 SM)
+
+
+def pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def row_tiles(m: int, n: int, backward: bool = False) -> tuple[int, int]:
+    """(TM, TN) for M rows of N: the whole row in one tile when it fits, rows stacked up to ROW_TILE elements."""
+    tn = min(pow2(n), ROW_MAX)
+    return min(pow2(m), max(1, (ROW_TILE_BACKWARD if backward else ROW_TILE) // tn)), tn
+
+
+class CutileOpBuilder(PlanBuilder):
+    """A cuTile builder of one op family whose plan is a list of launches (``steps.LaunchesPlan``)."""
+
+    library: ClassVar[str] = "cutile"
+    device: ClassVar[str] = "gpu"
+
+    def available(self) -> str | None:
+        return pointwise.unavailable_reason()
+
+    def serves(self, key: SignatureKey) -> bool:
+        return key.op in self.ops and all(d in IO_DTYPES for _, d in (*key.inputs, *key.outputs))
+
+    @abstractmethod
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        """The node's kernels in launch order and the workspace bytes they share; ValueError says why not."""
+
+    def _plan(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        where = f"node '{node.name}'"
+        for port, uid in node.op.ports().items():
+            t = graph.tensors[uid]
+            dtype = graph.dtype_of(t)
+            if dtype not in IO_DTYPES:
+                raise NotSupported(f"{where}: port '{port}' (tensor '{t.name}') is {dtype}; "
+                                   f"{self.name} reads and writes float32, float16 or bfloat16")  # fmt: skip
+        compute = graph.compute_dtype_of(node)
+        if compute not in IO_DTYPES:
+            raise NotSupported(f"{where}: compute dtype {compute}; {self.name} computes in float32")
+        try:
+            return self.launches(node, graph)
+        except ValueError as e:
+            raise NotSupported(f"{where}: {e}") from None
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        if node.op.kind not in self.ops:
+            raise NotSupported(f"node '{node.name}': {self.name} does not run {node.op.kind}")
+        self._plan(node, graph)
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        launches, workspace = self._plan(node, graph)
+        return LaunchesPlan(launches, backend_for(context.device.context), workspace)

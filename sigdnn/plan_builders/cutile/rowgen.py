@@ -1,0 +1,258 @@
+"""Row kernels as cuTile source: softmax, layernorm and rmsnorm forward and backward over (M, N) rows.
+
+x is M rows of N contiguous elements (``views.rows``). A block takes TM
+rows; when a row fits one tile (TN >= N) it is loaded once and every
+statistic is computed from registers, else the row is walked in chunks of
+TN (two passes for the statistics, one to write). Sizes, tile shapes and
+epsilon are written into the text: one kernel per such combination.
+
+Numerics: float32 throughout; variance two-pass (sum((x - mean)^2)), never
+E[x^2] - mean^2; softmax shifts by the row max (0 for a row of -inf, whose
+result is 0/0 as the reference's). Columns past N are masked out of every
+sum; rows past M are computed on zeros and never stored.
+
+Backward (persistent blocks): each block accumulates its rows' dscale /
+dbias terms in registers and stores them as one row of a (G, width)
+partial-sum matrix in the workspace; ``column_sums`` adds those rows.
+"""
+
+from __future__ import annotations
+
+ZERO = "padding_mode=ct.PaddingMode.ZERO"
+FLT_MAX = "3.4028234663852886e38"
+
+
+def _lit(v: float) -> str:
+    return repr(float(v))
+
+
+def _module(params: list[str], body: list[str]) -> str:
+    lines = "\n".join(f"    {line}" if line else "" for line in body)
+    return f"@ct.kernel\ndef kernel({', '.join(params)}):\n{lines}\n"
+
+
+def _load_rows(array: str, tm: int, tn: int, chunk: str, row: str = "bid", padding: str = ZERO) -> str:
+    return f"ct.astype(ct.load({array}, index=({row}, {chunk}), shape=({tm}, {tn}), {padding}), ct.float32)"
+
+
+def _load_vector(array: str, tn: int, chunk: str) -> str:
+    load = f"ct.load({array}, index=({chunk},), shape=({tn},), {ZERO})"
+    return f"ct.reshape(ct.astype({load}, ct.float32), (1, {tn}))"
+
+
+def _load_stat(array: str, tm: int, row: str) -> str:
+    return f"ct.reshape(ct.astype(ct.load({array}, index=({row},), shape=({tm},), {ZERO}), ct.float32), ({tm}, 1))"
+
+
+def _store_stat(array: str, tm: int, value: str) -> str:
+    return f"ct.store({array}, index=(bid,), tile=ct.astype(ct.reshape({value}, ({tm},)), {array}.dtype))"
+
+
+def _mask(tn: int, chunk: str, n: int) -> str:
+    """A (1, TN) float32 tile: 1 where column chunk * TN + j is inside the row, else 0."""
+    cols = f"ct.arange({tn}, dtype=ct.int32) + {chunk} * {tn}"
+    return f"ct.reshape(ct.where({cols} < {n}, 1.0, 0.0), (1, {tn}))"
+
+
+def _chunks(n: int, tn: int) -> list[tuple[str, bool]]:
+    """(index expression, masked) of each chunk of a row walked in chunks: a loop over the whole ones, then the tail."""
+    parts = [("c", False)] if n // tn else []
+    if n % tn:
+        parts.append((str(n // tn), True))
+    return parts
+
+
+def _loop(n: int, tn: int, body: callable) -> list[str]:
+    """Lines that run ``body(chunk, masked)`` over every chunk of a row."""
+    lines = []
+    for chunk, masked in _chunks(n, tn):
+        inner = body(chunk, masked)
+        if chunk == "c":
+            lines.append(f"for c in range({n // tn}):")
+            lines += [f"    {line}" for line in inner]
+        else:
+            lines += inner
+    return lines
+
+
+def norm_forward(n: int, tm: int, tn: int, eps: float, center: bool, bias: bool, stats: tuple[str, ...]) -> str:
+    """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv")."""
+    params = ["x", "s", *(["b"] if bias else []), "y", *stats]
+    body = ["bid = ct.bid(0)"]
+    whole = tn >= n
+    masked = tn != n
+    if whole:
+        body.append(f"xt = {_load_rows('x', tm, tn, '0')}")
+        if center:
+            body.append(f"mu = ct.sum(xt, axis=1, keepdims=True) / {_lit(n)}")
+            body.append("d = xt - mu")
+            if masked:
+                body.append(f"d = d * {_mask(tn, '0', n)}")
+        else:
+            body.append("d = xt")
+        body.append(f"var = ct.sum(d * d, axis=1, keepdims=True) / {_lit(n)}")
+    else:
+        body.append(f"acc = ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)")
+        if center:
+            body += _loop(n, tn, lambda c, m: [f"acc = acc + {_load_rows('x', tm, tn, c)}"])
+            body.append(f"mu = ct.sum(acc, axis=1, keepdims=True) / {_lit(n)}")
+            body.append(f"acc = ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)")
+
+            def square(c: str, m: bool) -> list[str]:
+                lines = [f"d = {_load_rows('x', tm, tn, c)} - mu"]
+                if m:
+                    lines.append(f"d = d * {_mask(tn, c, n)}")
+                return [*lines, "acc = acc + d * d"]
+
+            body += _loop(n, tn, square)
+        else:
+            body += _loop(n, tn, lambda c, m: [f"xt = {_load_rows('x', tm, tn, c)}", "acc = acc + xt * xt"])
+        body.append(f"var = ct.sum(acc, axis=1, keepdims=True) / {_lit(n)}")
+    body.append(f"r = 1.0 / ct.sqrt(var + {_lit(eps)})")
+
+    def write(c: str, reuse: bool) -> list[str]:
+        lines = [] if reuse else [f"d = {_load_rows('x', tm, tn, c)}" + (" - mu" if center else "")]
+        out = f"d * r * {_load_vector('s', tn, c)}"
+        if bias:
+            out += f" + {_load_vector('b', tn, c)}"
+        return [*lines, f"ct.store(y, index=(bid, {c}), tile=ct.astype({out}, y.dtype))"]
+
+    body += write("0", True) if whole else _loop(n, tn, lambda c, m: write(c, False))
+    if "mean" in stats:
+        body.append(_store_stat("mean", tm, "mu"))
+    if "inv" in stats:
+        body.append(_store_stat("inv", tm, "r"))
+    return _module(params, body)
+
+
+def softmax_forward(n: int, tm: int, tn: int, log: bool, stats: bool) -> str:
+    """Softmax (or log-softmax) of each row; ``stats`` = max + log(sum(exp(x - max)))."""
+    params = ["x", "y", *(["st"] if stats else [])]
+    pad = "padding_mode=ct.PaddingMode.NEG_INF"
+    body = ["bid = ct.bid(0)"]
+    if tn >= n:
+        body += [
+            f"xt = {_load_rows('x', tm, tn, '0', padding=pad)}",
+            "mx = ct.max(xt, axis=1, keepdims=True)",
+            f"sh = ct.where(mx < -{FLT_MAX}, 0.0, mx)",
+            "z = xt - sh",
+            "e = ct.exp(z)",
+            "total = ct.sum(e, axis=1, keepdims=True)",
+        ]
+        out = "z - ct.log(total)" if log else "e * (1.0 / total)"
+        body.append(f"ct.store(y, index=(bid, 0), tile=ct.astype({out}, y.dtype))")
+    else:
+        # Per lane: running max m and sum s of exp(x - m); lanes combine at the end.
+        body += [
+            f"m = ct.full(({tm}, {tn}), -{FLT_MAX}, dtype=ct.float32)",
+            f"s = ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)",
+        ]
+        body += _loop(
+            n,
+            tn,
+            lambda c, _: [
+                f"xt = {_load_rows('x', tm, tn, c, padding=pad)}",
+                "m2 = ct.maximum(m, xt)",
+                "s = s * ct.exp(m - m2) + ct.exp(xt - m2)",
+                "m = m2",
+            ],
+        )
+        body += [
+            "sh = ct.max(m, axis=1, keepdims=True)",
+            "total = ct.sum(s * ct.exp(m - sh), axis=1, keepdims=True)",
+        ]
+
+        def write(c: str, _: bool) -> list[str]:
+            z = f"({_load_rows('x', tm, tn, c, padding=pad)} - sh)"
+            out = f"{z} - ct.log(total)" if log else f"ct.exp({z}) * (1.0 / total)"
+            return [f"ct.store(y, index=(bid, {c}), tile=ct.astype({out}, y.dtype))"]
+
+        body += _loop(n, tn, write)
+    if stats:
+        body.append(_store_stat("st", tm, "sh + ct.log(total)"))
+    return _module(params, body)
+
+
+def norm_backward(n: int, tm: int, tn: int, center: bool, dbias: bool) -> str:
+    """dx of layernorm (center) or rmsnorm, and per-block partial dscale (and dbias) rows in ``pds`` / ``pdb``.
+
+    With g = dy * scale and x_hat = (x - mean) * inv (mean 0 for rmsnorm):
+    dx = inv * (g - mean(g) - x_hat * mean(g * x_hat)), without mean(g) for
+    rmsnorm; dscale = sum over rows of dy * x_hat, dbias = sum of dy.
+    """
+    params = ["dy", "x", "s", *(["mean"] if center else []), "inv", "dx", "pds", *(["pdb"] if dbias else [])]
+    body = [
+        "bid = ct.bid(0)",
+        "tiles = ct.cdiv(x.shape[0], " + str(tm) + ")",
+        "blocks = ct.num_blocks(0)",
+    ]
+    whole = tn >= n
+
+    def x_hat(c: str, masked: bool) -> list[str]:
+        lines = [f"xh = ({_load_rows('x', tm, tn, c, 't')}{' - mu' if center else ''}) * r"]
+        if masked and center:
+            lines.append(f"xh = xh * {_mask(tn, c, n)}")
+        return [*lines, f"dyt = {_load_rows('dy', tm, tn, c, 't')}", f"g = dyt * {_load_vector('s', tn, c)}"]
+
+    stats = ([f"mu = {_load_stat('mean', tm, 't')}"] if center else []) + [f"r = {_load_stat('inv', tm, 't')}"]
+    dx = "(g - c1 - xh * c2) * r" if center else "(g - xh * c2) * r"
+    if whole:
+        body.append(f"ads = ct.full((1, {tn}), 0.0, dtype=ct.float32)")
+        if dbias:
+            body.append(f"adb = ct.full((1, {tn}), 0.0, dtype=ct.float32)")
+        loop = [*stats, *x_hat("0", tn != n), f"c2 = ct.sum(g * xh, axis=1, keepdims=True) / {_lit(n)}"]
+        if center:
+            loop.append(f"c1 = ct.sum(g, axis=1, keepdims=True) / {_lit(n)}")
+        loop += [
+            f"ct.store(dx, index=(t, 0), tile=ct.astype({dx}, dx.dtype))",
+            "ads = ads + ct.sum(dyt * xh, axis=0, keepdims=True)",
+        ]
+        if dbias:
+            loop.append("adb = adb + ct.sum(dyt, axis=0, keepdims=True)")
+        body.append("for t in range(bid, tiles, blocks):")
+        body += [f"    {line}" for line in loop]
+        body.append("ct.store(pds, index=(bid, 0), tile=ads)")
+        if dbias:
+            body.append("ct.store(pdb, index=(bid, 0), tile=adb)")
+        return _module(params, body)
+
+    # Chunked rows: the block's partial-sum row starts at 0 and is added to chunk by chunk.
+    zero = f"ct.full((1, {tn}), 0.0, dtype=ct.float32)"
+    chunks = -(-n // tn)
+    body.append(f"for c in range({chunks}):")
+    body.append(f"    ct.store(pds, index=(bid, c), tile={zero})")
+    if dbias:
+        body.append(f"    ct.store(pdb, index=(bid, c), tile={zero})")
+    loop = [*stats, f"a1 = ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)", "a2 = a1"]
+    loop += _loop(n, tn, lambda c, m: [*x_hat(c, m), "a1 = a1 + g", "a2 = a2 + g * xh"])
+    loop.append(f"c2 = ct.sum(a2, axis=1, keepdims=True) / {_lit(n)}")
+    if center:
+        loop.append(f"c1 = ct.sum(a1, axis=1, keepdims=True) / {_lit(n)}")
+
+    def write(c: str, m: bool) -> list[str]:
+        lines = [*x_hat(c, m), f"ct.store(dx, index=(t, {c}), tile=ct.astype({dx}, dx.dtype))"]
+        lines.append(f"ct.store(pds, index=(bid, {c}), tile=ct.load(pds, index=(bid, {c}), shape=(1, {tn})) + "
+                     "ct.sum(dyt * xh, axis=0, keepdims=True))")  # fmt: skip
+        if dbias:
+            lines.append(f"ct.store(pdb, index=(bid, {c}), tile=ct.load(pdb, index=(bid, {c}), shape=(1, {tn})) + "
+                         "ct.sum(dyt, axis=0, keepdims=True))")  # fmt: skip
+        return lines
+
+    loop += _loop(n, tn, write)
+    body.append("for t in range(bid, tiles, blocks):")
+    body += [f"    {line}" for line in loop]
+    return _module(params, body)
+
+
+def column_sums(tg: int, tc: int, outputs: int) -> str:
+    """out_k[j] = sum over rows i of part_k[i, j] for ``outputs`` (part, out) pairs; a block per TC columns."""
+    params = [name for k in range(outputs) for name in (f"p{k}", f"o{k}")]
+    body = ["bid = ct.bid(0)", f"steps = ct.cdiv(p0.shape[0], {tg})"]
+    for k in range(outputs):
+        body += [
+            f"a{k} = ct.full(({tg}, {tc}), 0.0, dtype=ct.float32)",
+            "for i in range(steps):",
+            f"    a{k} = a{k} + ct.load(p{k}, index=(i, bid), shape=({tg}, {tc}), {ZERO})",
+            f"ct.store(o{k}, index=(bid,), tile=ct.astype(ct.sum(a{k}, axis=0), o{k}.dtype))",
+        ]
+    return _module(params, body)

@@ -1,0 +1,39 @@
+"""cuTile softmax / log-softmax with optional statistics: one row kernel (``rowgen.softmax_forward``).
+
+x must be rows with the softmax axes innermost in memory (``views.rows``),
+y laid out as x, the statistics one per row in row order.
+"""
+
+from __future__ import annotations
+
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.softmax import Softmax
+from sigdnn.plan_builders.cutile import rowgen, views
+from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv, row_tiles
+from sigdnn.plan_builders.cutile.source import KernelSource
+from sigdnn.plan_builders.cutile.steps import Arg, Launch
+from sigdnn.registry.engine_ids import IN_TREE
+
+
+class CutileSoftmaxBuilder(CutileOpBuilder):
+    name = "cutile.softmax"
+    engine_id = IN_TREE[name]
+    ops = ("softmax",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        op: Softmax = node.op
+        x, y = graph.tensors[op.x], graph.tensors[op.y]
+        m, n = views.rows(x, op.axes)
+        views.same_layout(x, [y])
+        if n == 0:
+            raise ValueError("the softmax axes are empty")
+        if m == 0:
+            return [], 0
+        tm, tn = row_tiles(m, n)
+        args = [Arg("x", (m, n), (n, 1)), Arg("y", (m, n), (n, 1))]
+        if op.stats is not None:
+            batch = [a for a in range(x.rank) if a not in op.axes]
+            args.append(Arg("stats", (m,), (views.vector_stride(graph.tensors[op.stats], x, batch, n),)))
+        text = rowgen.softmax_forward(n, tm, tn, op.log, op.stats is not None)
+        return [Launch(KernelSource("softmax", text), (cdiv(m, tm),), tuple(args))], 0

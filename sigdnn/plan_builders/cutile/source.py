@@ -1,0 +1,35 @@
+"""Kernel text that is not a pointwise KernelSpec: a named module source a backend compiles once.
+
+The row, channel and reduction kernels (``rowgen``, ``channelgen``,
+``reducegen``) are generated as text with their constants (tile shapes,
+sizes, epsilon) written in; a ``KernelSource`` carries that text. Backends
+cache kernels by it, so equal text means one compiled kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import attrs
+
+
+@attrs.frozen
+class KernelSource:
+    prefix: str  # what kind of kernel (file and module names start with it)
+    text: str  # a module defining ``kernel`` (without the line that binds ``ct``)
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefix}_{hashlib.sha1(self.text.encode()).hexdigest()[:16]}"
+
+    def text_key(self) -> KernelSource:
+        return self
+
+
+def name_and_text(spec: object) -> tuple[str, str]:
+    """(module name, text) of a KernelSource or of a pointwise KernelSpec."""
+    if isinstance(spec, KernelSource):
+        return spec.name, spec.text
+    from sigdnn.plan_builders.cutile import codegen
+
+    return codegen.kernel_name(spec), codegen.generate(spec)

@@ -1,0 +1,82 @@
+"""The cuTile row, channel and reduction builders on the GPU against the reference, through sigdnn.validate.
+
+A subset of ``norm_cases`` (tests/plan_builders/cutile/test_emulated_norms.py
+runs all of them through the CPU emulator): every builder on rows not
+multiples of the tile, a row walked in chunks, size-1 dims, strided and
+channels-last layouts, NCHW and NHWC batchnorm, every reduction mode; here
+compiled by cuTile and run on the device. Planted bugs (a wrong epsilon,
+bfloat16 accumulation) registered as builders must fail validation.
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from norm_cases import ROWS, channel_cases, layernorm, layout_cases, reduction_cases, row_cases
+
+import sigdnn
+from sigdnn.plan_builders.cutile import norms
+from sigdnn.registry import Registry
+from sigdnn.validation.inputs import random_inputs
+
+pytestmark = pytest.mark.gpu
+
+ALL = (
+    row_cases(("bfloat16",))
+    + [c for c in row_cases(("float32", "float16")) if c[0].endswith("x".join(map(str, ROWS[0])))]
+    + layout_cases()
+    + channel_cases(("bfloat16",))
+    + [c for c in channel_cases(("float32",)) if "NHWC" in c[0]]
+    + [c for c in reduction_cases() if "3x5x7" in c[0] or "3000" in c[0] or "6x4x5" in c[0]]
+)
+# Round robin over builders: a run cut short still covered each of them.
+_BY_BUILDER: dict[str, list] = {}
+for _case in ALL:
+    _BY_BUILDER.setdefault(_case[1], []).append(_case)
+CASES = [
+    group[i] for i in range(max(map(len, _BY_BUILDER.values()))) for group in _BY_BUILDER.values() if i < len(group)
+]
+
+
+class PlantedLayernorm(norms.CutileLayernormBuilder):
+    name = "planted.layernorm"
+    engine_id = 30010
+    library = "planted"
+
+    @staticmethod
+    def plant(text: str) -> str:
+        return text
+
+    def launches(self, node, graph):
+        launches, nbytes = super().launches(node, graph)
+        return [
+            attrs.evolve(la, source=attrs.evolve(la.source, text=self.plant(la.source.text))) for la in launches
+        ], nbytes
+
+
+PLANTS = {
+    "wrong epsilon": lambda text: text.replace("+ 1e-05)", "+ 0.001)"),
+    "bfloat16 accumulation": lambda text: text.replace(
+        "ct.sum(d * d, axis=1, keepdims=True)", "ct.sum(ct.astype(d * d, ct.bfloat16), axis=1, keepdims=True)"
+    ),
+}
+
+
+@pytest.mark.parametrize("what", list(PLANTS))
+def test_validation_catches_a_planted_layernorm_bug_on_the_gpu(what):
+    g = layernorm((16, 64), "float32", "training", epsilon=1e-5)
+    data = random_inputs(g, seed=5)
+    assert sigdnn.validate(g, data).passed
+    registry = Registry()
+    registry.register(type("Planted", (PlantedLayernorm,), {"plant": staticmethod(PLANTS[what])})())
+    report = sigdnn.validate(g, data, executor=sigdnn.Executor("gpu", registry=registry, engine="planted.layernorm"))
+    assert set(report.builders.values()) == {"planted.layernorm"}
+    assert not report.passed, f"{what} went unnoticed"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_builder_matches_the_reference_on_the_gpu(case):
+    name, builder, make = case
+    report = sigdnn.validate(make(), seed=len(name))
+    assert set(report.builders.values()) == {builder}, report.builders
+    assert report.passed, report.table()
