@@ -99,18 +99,17 @@ def run_campaign(
     return CampaignResult(spec.output, ordered, len(pending), len(done), references, plan.skipped, shrunk)
 
 
+def local_runtime_env() -> dict[str, Any]:
+    """Workers of a local cluster import from the driver's ``sys.path`` (plugins found here are found there)."""
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.exists(p))}}
+
+
 def _connect(ray: Any, address: str, gpus: int | None, backend: str) -> bool:
     """Start or join a cluster; True when this run started it (and so stops it)."""
     owned = False
     if not ray.is_initialized():
         if address == LOCAL:
-            path = os.pathsep.join(p for p in sys.path if p and os.path.exists(p))
-            ray.init(
-                num_gpus=gpus,
-                include_dashboard=False,
-                log_to_driver=False,
-                runtime_env={"env_vars": {"PYTHONPATH": path}},
-            )
+            ray.init(num_gpus=gpus, include_dashboard=False, log_to_driver=False, runtime_env=local_runtime_env())
         else:
             if gpus is not None:
                 raise UsageError(f"--gpus sets a local cluster's GPUs; the cluster at {address} has its own")
