@@ -139,7 +139,7 @@ def max_ulps(g: Graph, got: Mapping[str, np.ndarray], want: Mapping[str, np.ndar
         dtype = g.dtype_of(t)
         a, b = np.asarray(got[t.name]).astype(np.float64), np.asarray(want[t.name]).astype(np.float64)
         finite = np.isfinite(a) & np.isfinite(b)
-        error = np.abs(a - b)[finite]
+        error = np.abs(a[finite] - b[finite])
         if not error.size:
             continue
         if dtype.is_float:

@@ -99,7 +99,7 @@ class Throughput:
 
 @contextlib.contextmanager
 def progress_display(total: int, failures_of: Any, enabled: bool = True) -> Iterator[Any]:
-    """A rich progress bar on stderr with throughput and ETA; yields ``advance()``."""
+    """A rich progress bar on stderr with throughput and ETA; yields ``advance()``, which returns the line shown."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -109,8 +109,10 @@ def progress_display(total: int, failures_of: Any, enabled: bool = True) -> Iter
     with Progress(*columns, console=console, transient=True, disable=not (enabled and console.is_terminal)) as bar:
         task = bar.add_task("campaign", total=total)
 
-        def advance() -> None:
+        def advance() -> str:
             meter.advance()
-            bar.update(task, advance=1, description=f"{failures_of()} failing · {meter.text()}")
+            line = f"{meter.done}/{total}, {failures_of()} failing · {meter.text()}"
+            bar.update(task, advance=1, description=line)
+            return line
 
         yield advance

@@ -143,3 +143,10 @@ def test_a_killed_worker_and_a_stopped_driver_resume_to_the_same_results(site: P
     finally:
         sigdnn.registry.DEFAULT_REGISTRY.unregister(30100)
     assert sum(r["verdict"] == "fail" for r in rows) == sum(planted_failure(r) for r in rows) == 3 * 7
+
+
+def test_the_gpu_backend_needs_a_cluster_with_gpus(site: Path, tmp_path: Path) -> None:
+    spec = parse_spec('backend = "gpu"\n[[generate]]\nop = "pointwise"\nmodes = ["add"]\nshapes = [[4]]\n', tmp_path)
+    with pytest.raises(sigdnn.UsageError, match="the Ray cluster has no GPU"):
+        run_campaign(spec)
+    assert ray.is_initialized()  # a cluster the campaign joined is left running
