@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -134,7 +133,3 @@ def describe(case: Case) -> dict[str, Any]:
         "backend": case.backend,
         "engine": case.engine,
     }
-
-
-def source_path(case: Case) -> Path | None:
-    return None if case.recipe is not None else Path(case.source)
