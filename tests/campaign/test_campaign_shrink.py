@@ -11,6 +11,7 @@ from broken_plugin_builders import BrokenPointwise
 
 import sigdnn
 from sigdnn.campaign.cases import generate_cases
+from sigdnn.campaign.recipes import GraphRecipe
 from sigdnn.campaign.shrink import EXHAUSTIVE, Shrunk, candidates, pick_for_shrinking, shrink_case, smallest_failing
 from sigdnn.campaign.spec import parse_spec
 from sigdnn.registry import DEFAULT_REGISTRY
@@ -30,6 +31,7 @@ def test_candidates_are_every_smaller_value_then_halvings_for_wide_dims() -> Non
     assert candidates(65) == list(range(1, 65))
     assert candidates(300) == [*range(1, 65), 75, 150]
     assert candidates(4096) == [*range(1, 65), 128, 256, 512, 1024, 2048]
+    assert all(type(v) is int for v in candidates(300) + candidates(4096))  # dims: a float breaks the graph
 
 
 def test_the_smallest_failing_shape_and_the_runs_it_took() -> None:
@@ -64,6 +66,17 @@ def test_pick_the_largest_failing_generated_case_per_group() -> None:
     ]
     assert [c.engine for c in pick_for_shrinking(cases, rows, limit=1)] == ["e1"]
     assert pick_for_shrinking(cases, rows, limit=0) == []
+    ties = generate_cases(
+        parse_spec(
+            text.replace("[5, 5], [1, 1], [4, 4]", "[3, 2]")
+            .replace('["e1", "e2"]', '["e1"]')
+            .replace("modes", 'dtypes = ["float32", "float16"]\nmodes'),
+            Path("."),
+        )
+    ).cases
+    rows = {c.case_id: {"verdict": "fail", "family": c.recipe.mode, "dtypes": [c.recipe.dtype]} for c in ties}
+    picked = [(c.recipe.mode, c.recipe.dtype, c.recipe.shape) for c in pick_for_shrinking(ties, rows, limit=8)]
+    assert picked == [(m, d, (2, 3)) for m in ("add", "mul") for d in ("float32", "float16")]  # ties: the first
 
 
 @pytest.fixture
@@ -104,3 +117,24 @@ def test_shapes_no_graph_has_are_not_failures_and_files_do_not_shrink(broken: No
     (file_case,) = generate_cases(file_spec).cases
     with pytest.raises(sigdnn.SigdnnError, match="graph file: only generated cases shrink"):
         shrink_case(file_case, file_spec)
+
+
+def test_shapes_a_recipe_cannot_build_are_passed_over(
+    broken: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build = GraphRecipe.build
+
+    def no_ones(recipe: GraphRecipe) -> sigdnn.Graph:
+        if 1 in recipe.shape:
+            raise sigdnn.GraphError("no dim of 1 in this test")
+        return build(recipe)
+
+    monkeypatch.setattr(GraphRecipe, "build", no_ones)
+    spec = parse_spec(
+        'backend = "reference"\nengines = ["broken.pointwise"]\n[[generate]]\nop = "pointwise"\n'
+        'modes = ["add"]\nshapes = [[4, 12]]\n',
+        tmp_path,
+    )
+    (case,) = generate_cases(spec).cases
+    shrunk, smallest = shrink_case(case, spec)
+    assert shrunk.shape == smallest.recipe.shape == (2, 9)
