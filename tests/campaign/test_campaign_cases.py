@@ -136,3 +136,13 @@ def test_recipes_build_each_op_from_the_swept_shape() -> None:
     assert r.label() == "pointwise[elu_fwd] float32 [2, 3] ROW_MAJOR elu_alpha=0.5"
     assert r.with_shape((1, 1)).shape == (1, 1) and r.with_shape((1, 1)).attributes == r.attributes
     assert GraphRecipe("softmax", None, "float32", (2,), "packed").label() == "softmax float32 [2] packed"
+
+
+def test_the_digest_is_the_executors_and_graphs_over_the_limits_are_skipped() -> None:
+    s = spec_of('[[generate]]\nop = "pointwise"\nmodes = ["add"]\nshapes = [[4], [4000]]\n')
+    small, _ = generate_cases(s).cases
+    assert small.digest == sigdnn.Executor("reference").prepare(small.graph).digest and len(small.digest) == 32
+    plan = generate_cases(s, limits=sigdnn.Limits(max_total_bytes=4000))
+    assert [c.recipe.shape for c in plan.cases] == [(4,)]
+    ((what, why),) = plan.skipped
+    assert what == "pointwise[add] float32 [4000] packed" and "4000" in why
