@@ -146,3 +146,26 @@ def test_the_digest_is_the_executors_and_graphs_over_the_limits_are_skipped() ->
     assert [c.recipe.shape for c in plan.cases] == [(4,)]
     ((what, why),) = plan.skipped
     assert what == "pointwise[add] float32 [4000] packed" and "4000" in why
+
+
+@pytest.mark.parametrize(
+    ("op", "mode", "shape", "inputs", "outputs"),
+    [
+        ("pointwise", "add", (2, 3), ["in_0", "in_1"], ["out"]),
+        ("reduction", "add", (2, 3), ["x"], ["y"]),
+        ("softmax", None, (2, 3), ["x"], ["y"]),
+        ("matmul", None, (2, 3, 4), ["a", "b"], ["c"]),
+    ],
+)
+def test_each_recipe_names_its_inputs_and_marks_its_output(
+    op: str, mode: str | None, shape: tuple[int, ...], inputs: list[str], outputs: list[str]
+) -> None:
+    g = GraphRecipe(op, mode, "float32", shape, "packed").build()
+    assert [t.name for t in g.inputs] == inputs and [t.name for t in g.outputs] == outputs
+    assert g.name == "_".join(p for p in (op, mode, "float32", "x".join(map(str, shape)), "packed") if p)
+
+
+def test_ops_without_per_mode_parameters_sweep_every_attribute() -> None:
+    s = spec_of('[[generate]]\nop = "softmax"\nshapes = [[3, 4]]\nattributes = { axes = [0, 1], log = [true] }\n')
+    recipes = list(recipes_of(s.generators[0]))
+    assert [r.attributes for r in recipes] == [(("axes", 0), ("log", True)), (("axes", 1), ("log", True))]
