@@ -280,6 +280,31 @@ def build_parser() -> argparse.ArgumentParser:
     _graph_options(validate, backend_default="gpu")
     validate.set_defaults(func=cmd_validate)
 
+    campaign = sub.add_parser(
+        "campaign",
+        help="validate thousands of generated or given graphs x seeds x engines on a Ray cluster",
+        description="Run a validation campaign from a TOML spec (see sigdnn/campaign/spec.py); needs sigdnn[campaign].",
+    )
+    campaign.add_argument("spec", help="the campaign spec (.toml)")
+    campaign.add_argument(
+        "--ray",
+        default="local",
+        metavar="auto|ADDRESS",
+        help="join a running Ray cluster ('auto': the one this machine runs; or its address); "
+        "default: start a local cluster for the run",
+    )
+    campaign.add_argument("--gpus", type=_count, metavar="N", help="GPUs of the local cluster (default: all)")
+    campaign.add_argument("--resume", action="store_true", help="finish a campaign: skip the cases already in results")
+    campaign.add_argument("--output", metavar="DIR", help="write results to DIR instead of the spec's output")
+    campaign.add_argument(
+        "--max-bytes",
+        type=_size,
+        default=default_max_bytes(),
+        metavar="SIZE",
+        help=f"refuse graphs whose tensors declare more than SIZE (default: {format_bytes(default_max_bytes())})",
+    )
+    campaign.set_defaults(func=cmd_campaign)
+
     imported = sub.add_parser(
         "import",
         help="convert an ONNX model, a hipDNN buffer or cuDNN-frontend JSON into a .sdg (weights included)",
@@ -596,6 +621,12 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
         for plot in plots:
             screen.line(f"wrote {shown(plot)}")
     return 0 if all(report.passed for _, _, report in runs) else EXIT_FAILED
+
+
+def cmd_campaign(args: argparse.Namespace, screen: Screen) -> int:
+    from sigdnn.campaign.command import run
+
+    return run(args, screen)
 
 
 def _validation_json(runs: list[tuple[str, int, Any]]) -> dict[str, Any]:

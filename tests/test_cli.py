@@ -72,7 +72,7 @@ def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
 
 def test_every_argument_has_help() -> None:
     parsers = _all_parsers(build_parser())
-    assert len(parsers) == 6  # sigdnn and run, inspect, builders, validate, import
+    assert len(parsers) == 7  # sigdnn and run, inspect, builders, validate, campaign, import
     for parser in parsers:
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):

@@ -1,4 +1,4 @@
-"""The import graph points one way: graph -> keys -> registry -> builders -> executor -> validation -> CLI.
+"""The import graph points one way: graph -> keys -> registry -> builders -> executor -> validation -> campaign -> CLI.
 
 Each layer is imported in a fresh interpreter; the sigdnn modules it pulls
 in must all belong to it or to the layers below it (the runtime layer sits
@@ -41,6 +41,15 @@ LAYERS: dict[str, set[str]] = {
         "sigdnn.executor",
         "sigdnn.validation",
     },
+    "sigdnn.campaign": {
+        "sigdnn.graph",
+        "sigdnn.signature_keys",
+        "sigdnn.runtime",
+        "sigdnn.registry",
+        "sigdnn.executor",
+        "sigdnn.validation",
+        "sigdnn.campaign",
+    },
 }
 
 
@@ -67,6 +76,15 @@ def test_a_layer_imports_only_itself_and_what_lies_below(layer: str) -> None:
     allowed = LAYERS[layer] | BASE
     strays = [m for m in imported_by(layer) if _layer_of(m) not in allowed]
     assert not strays, f"{layer} pulled in {strays}"
+
+
+def test_campaigns_import_ray_only_when_one_runs() -> None:
+    code = (
+        "import sys, sigdnn.campaign, sigdnn.campaign.runner, sigdnn.campaign.command; "
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_builders_never_import_the_executor_and_import_sigdnn_imports_no_layer() -> None:

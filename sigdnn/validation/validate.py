@@ -25,7 +25,7 @@ from sigdnn.registry.registry import Registry
 from sigdnn.runtime.device import ExecutionContext
 from sigdnn.validation.compare import Comparison, Errors, compare, errors, summarize
 from sigdnn.validation.inputs import random_inputs
-from sigdnn.validation.tolerances import output_tolerance, step_tolerance
+from sigdnn.validation.tolerances import Tolerance, output_tolerance, step_tolerance
 
 # The truth side of every validation: sigdnn's own reference builders only. A CPU plugin registered in the
 # default registry (an entry point, say) must never be validated against itself.
@@ -186,12 +186,13 @@ def compare_steps(
     device: ExecutionPlan,
     seen: Mapping[str, np.ndarray],
     sums: dict[int, np.ndarray] | None = None,
+    tolerance: Tolerance | None = None,
 ) -> tuple[NodeCheck, ...]:
     """Each device step's exits against the reference recomputed from the step's own entries.
 
     A step is a node or a region; ``reference`` must plan node by node
     (fusion off). ``sums`` receives sum(|terms|) per element of every
-    reduction's output.
+    reduction's output. ``tolerance`` replaces the computed one (a campaign's override).
     """
     plans = {s.node.name: s for s in reference.steps}
     sums = {} if sums is None else sums
@@ -201,9 +202,9 @@ def compare_steps(
         sums.update(terms)
         for uid, value in want.items():
             name = graph.tensors[uid].name
-            tolerance = step_tolerance(graph, list(step.nodes), uid)
-            found = errors(seen[name], value, tolerance, terms.get(uid))
-            comparison = summarize(name, str(value.dtype), tolerance, found)
+            allowed = tolerance or step_tolerance(graph, list(step.nodes), uid)
+            found = errors(seen[name], value, allowed, terms.get(uid))
+            comparison = summarize(name, str(value.dtype), allowed, found)
             checks.append(NodeCheck(step.name, step.builder.name, comparison, None if comparison.passed else found))
     return tuple(checks)
 
@@ -215,21 +216,33 @@ def validate(
     *,
     backend: str = "gpu",
     executor: Executor | None = None,
+    expected: Mapping[str, np.ndarray] | None = None,
+    tolerance: Tolerance | None = None,
+    got: dict[str, np.ndarray] | None = None,
 ) -> ValidationReport:
-    """Run ``graph`` on ``backend`` (or ``executor``) and on the reference; compare node by node."""
+    """Run ``graph`` on ``backend`` (or ``executor``) and on the reference; compare node by node.
+
+    ``expected``: the reference's outputs for these inputs, when already known
+    (a campaign caches them by graph digest and seed, so several engines share
+    one reference run). ``tolerance`` replaces every computed tolerance.
+    ``got`` receives the device's outputs (host arrays).
+    """
     g = graph if isinstance(graph, Graph) else deserialize(graph)
     data: Mapping[Any, Any] = inputs if inputs is not None else random_inputs(g, seed)
     reference = Executor("reference", fusion=False, registry=REFERENCE_ONLY)
     reference_plan = reference.prepare(g)
-    want = reference.execute(reference_plan, data)
+    want = expected if expected is not None else reference.execute(reference_plan, data)
     device = executor or Executor(backend)
     device_plan = device.prepare(g)
     captured: dict[str, Any] = {}
-    got = device.execute(device_plan, data, to_host=True, capture=captured)
+    outs = device.execute(device_plan, data, to_host=True, capture=captured)
+    if got is not None:
+        got.update(outs)
     seen = {**_by_name(g, data), **captured}
     sums: dict[int, np.ndarray] = {}
-    nodes = compare_steps(g, reference_plan, device_plan, seen, sums)
+    nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance)
     outputs = tuple(
-        compare(t.name, got[t.name], want[t.name], output_tolerance(g, t.uid), sums.get(t.uid)) for t in g.outputs
+        compare(t.name, outs[t.name], want[t.name], tolerance or output_tolerance(g, t.uid), sums.get(t.uid))
+        for t in g.outputs
     )
     return ValidationReport(g.name, nodes, outputs)

@@ -1,0 +1,106 @@
+"""Recipes: one small graph per generated case, from (op, mode, dtype, shape, layout, attributes).
+
+A recipe knows how an op's inputs relate to the swept shape (pointwise: every
+input has it; reduction / softmax: x has it; matmul: the shape is
+[batch..., M, K, N]). The shrinker rebuilds a case from its recipe with a
+smaller shape, so a recipe is a pure function of its arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.ops.pointwise import MODES
+from sigdnn.graph.ops.reduction import Reduction
+
+
+@attrs.frozen
+class GraphRecipe:
+    """Everything a generated case's graph is made from (JSON-friendly, so results can name it)."""
+
+    op: str
+    mode: str | None
+    dtype: str
+    shape: tuple[int, ...]
+    layout: str
+    attributes: tuple[tuple[str, Any], ...] = ()
+    compute_dtype: str | None = None
+
+    def with_shape(self, shape: tuple[int, ...]) -> GraphRecipe:
+        return attrs.evolve(self, shape=tuple(shape))
+
+    def build(self) -> Graph:
+        return RECIPES[self.op].build(self)
+
+    def label(self) -> str:
+        mode = f"[{self.mode}]" if self.mode else ""
+        extra = "".join(f" {k}={v}" for k, v in self.attributes)
+        return f"{self.op}{mode} {self.dtype} {list(self.shape)} {self.layout}{extra}"
+
+
+@attrs.frozen
+class Recipe:
+    modes: tuple[str, ...]  # every mode the op takes (empty: no mode)
+    build: Callable[[GraphRecipe], Graph]
+    accepts: Callable[[str | None, str], bool] = lambda mode, attribute: True  # attribute applies to mode
+
+
+def _graph(r: GraphRecipe) -> Graph:
+    name = "_".join(str(p) for p in (r.op, r.mode, r.dtype, "x".join(map(str, r.shape)), r.layout) if p)
+    return Graph(name, io_dtype=r.dtype, compute_dtype=r.compute_dtype or "float32")
+
+
+def _input(g: Graph, name: str, r: GraphRecipe, dims: tuple[int, ...], dtype: str | None = None) -> Any:
+    layout = None if r.layout == "packed" else r.layout
+    return g.tensor(name, dims=dims, layout=layout, dtype=dtype)
+
+
+def _pointwise(r: GraphRecipe) -> Graph:
+    g = _graph(r)
+    arity = MODES[r.mode].arity
+    ins = [
+        _input(g, f"in_{i}", r, r.shape, "bool" if (r.mode, i) == ("binary_select", 2) else None) for i in range(arity)
+    ]
+    g.pointwise(r.mode, *ins, **dict(r.attributes)).set_output(True).set_name("out")
+    return g
+
+
+def _reduction(r: GraphRecipe) -> Graph:
+    g = _graph(r)
+    attributes = dict(r.attributes)
+    axes = attributes.pop("axes", len(r.shape) - 1)
+    g.reduction(_input(g, "x", r, r.shape), r.mode, axes=axes, **attributes).set_output(True).set_name("y")
+    return g
+
+
+def _softmax(r: GraphRecipe) -> Graph:
+    g = _graph(r)
+    y, _ = g.softmax(_input(g, "x", r, r.shape), **dict(r.attributes))
+    y.set_output(True).set_name("y")
+    return g
+
+
+def _matmul(r: GraphRecipe) -> Graph:
+    g = _graph(r)
+    *batch, m, k, n = r.shape
+    a = _input(g, "a", r, (*batch, m, k))
+    b = _input(g, "b", r, (*batch, k, n))
+    g.matmul(a, b, **dict(r.attributes)).set_output(True).set_name("c")
+    return g
+
+
+def _takes(mode: str | None, attribute: str) -> bool:
+    """A pointwise parameter applies only to the modes that read it (so a sweep does not multiply the others)."""
+    return attribute in MODES[mode].params
+
+
+RECIPES: Mapping[str, Recipe] = {
+    "pointwise": Recipe(tuple(MODES), _pointwise, _takes),
+    "reduction": Recipe(tuple(Reduction.enums["mode"]), _reduction),
+    "softmax": Recipe((), _softmax),
+    "matmul": Recipe((), _matmul),
+}
