@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from sigdnn.campaign.cases import generate_cases  # noqa: E402
 from sigdnn.campaign.judge import compute_reference, judge  # noqa: E402
 from sigdnn.campaign.runner import local_runtime_env, run_campaign  # noqa: E402
 from sigdnn.cli import main  # noqa: E402
+from sigdnn.executor import executor as executor_module  # noqa: E402
 from sigdnn.io import read_tensor_file  # noqa: E402
 from sigdnn.registry import Registry  # noqa: E402
 
@@ -62,7 +64,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_a_campaign_finds_exactly_the_planted_failures(site: Path, tmp_path: Path, capsys: Any) -> None:
+def test_a_campaign_finds_exactly_the_planted_failures(
+    site: Path, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(spec_text([BROKEN, GOOD], '[["1..4", "1..12"]]'))
     status = main(["campaign", str(spec), "--output", str(tmp_path / "out")])
@@ -87,6 +91,14 @@ def test_a_campaign_finds_exactly_the_planted_failures(site: Path, tmp_path: Pat
         replay = sigdnn.validate(graph, inputs, executor=sigdnn.Executor("reference", engine=BROKEN, registry=registry))
         assert not replay.passed
         assert replay.outputs[0].max_abs_error == pytest.approx(row["max_abs_error"])
+
+    # The recorded command itself reproduces the failure (same seed, same inputs, the engine pinned).
+    monkeypatch.setattr(executor_module, "DEFAULT_REGISTRY", registry)
+    capsys.readouterr()
+    for row in [r for r in rows if r["verdict"] == "fail"][:2]:
+        assert main(shlex.split(row["reproduce"])[1:]) == 1
+        table = capsys.readouterr().out
+        assert BROKEN in table and "FAIL" in table
 
     # The shrinker: from the largest failing case of each group to the smallest shape the rule makes fail.
     shrunk = read_rows(tmp_path / "out" / "shrunk.jsonl")
