@@ -6,6 +6,9 @@ after a warm-up), checks each configuration's result against a float32
 cuBLAS product of the same inputs (TF32 off), and reports TFLOP/s and the
 ratio to torch. The fused part times act(A @ B + bias) (gelu) as one launch
 against torch eager doing matmul, add and gelu, and against addmm + gelu.
+The fp8 part times descaled fp8 GEMMs (C = sa * sb * (A @ B), bfloat16 out)
+against ``torch._scaled_mm`` (cuBLASLt) with and without fast accumulation,
+and reports each one's error against a float32 product of the same inputs.
 Then measures host microseconds per launch on a tiny
 problem for: the builder's plan (compiled handle, pre-marshalled cells),
 the compiled function called with fresh arguments, a one-node graph through
@@ -21,6 +24,7 @@ results under benchmarks/results/gpu_cute_<date>.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import tempfile
@@ -107,7 +111,7 @@ def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
             c = torch.empty(m, n, device="cuda", dtype=tdt)
             ref = torch.matmul(a.float(), b.float())
             flops = 2.0 * m * n * k
-            iters = max(3, int(100e-3 / (flops / 700e12)))
+            iters = max(3, int(args.sample_ms * 1e-3 / (flops / 700e12)))
             impls: dict[str, Callable[[], None]] = {"torch.matmul": lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)}
             errors: dict[str, float] = {}
             for config in args.configs:
@@ -162,7 +166,7 @@ def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                 ((m, k), a.stride(), NAMES[dt]), ((k, n), b.stride(), NAMES[dt]), ((m, n), c.stride(), NAMES[dt])
             )
             flops = 2.0 * m * n * k
-            iters = max(3, int(100e-3 / (flops / 700e12)))
+            iters = max(3, int(args.sample_ms * 1e-3 / (flops / 700e12)))
             ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream, bias.data_ptr())
             impls = {
                 "torch eager matmul+add+gelu": lambda a=a, b=b, bias=bias: gelu(torch.matmul(a, b) + bias),
@@ -201,6 +205,88 @@ def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                              "rel_err": rel})  # fmt: skip
             print("(ratios against torch eager matmul+add+gelu)")
             print_rows([r for r in rows if r["dtype"] == dt and r["size"] == size])
+
+
+FP8_CONFIGS = [
+    "coop128x128c2x1s4n",  # promoted (the default)
+    "coop128x192c2x1s4n",
+    "coop128x128c1x2s4",
+    "coop128x256c2x1s4nf",  # fast accumulation
+    "coop128x128c2x1s4nf",
+    "pp128x128c1x1s1f",
+]
+FP8_TORCH = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def bench_fp8(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """C = sa * sb * (A @ B) in bfloat16 from fp8 A (row-major) and B (column-major), per-tensor scales.
+
+    cuDNN-frontend's fp8 graph (matmul, two descale multiplies) as one CuTe
+    launch against ``torch._scaled_mm`` (cuBLASLt) with use_fast_accum off
+    (cuBLAS promotes partial sums, as the CuTe default does) and on. Errors
+    are relative Frobenius distances to a float32 cuBLAS product of the same
+    fp8 values (TF32 off), scaled.
+    """
+    import attrs
+
+    from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+
+    stream = torch.cuda.current_stream().cuda_stream
+    for pair in args.fp8_pairs:
+        a_name, b_name = pair.split("x")
+        for size in args.sizes:
+            m = n = k = size
+            gen = torch.Generator(device="cuda").manual_seed(size + 7)
+            a = torch.randn(m, k, device="cuda", generator=gen).to(FP8_TORCH[a_name])
+            b_nk = torch.randn(n, k, device="cuda", generator=gen).to(FP8_TORCH[b_name])
+            b = b_nk.t()  # K x N, column-major: what _scaled_mm and wgmma's fp8 path read
+            sa = torch.tensor(0.5, device="cuda")
+            sb = torch.tensor(0.75, device="cuda")
+            c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            ref = torch.matmul(a.float(), b.float()) * 0.375
+            flops = 2.0 * m * n * k
+            iters = max(3, int(args.sample_ms * 1e-3 / (flops / 1400e12)))
+            impls: dict[str, Callable[[], None]] = {}
+            errors: dict[str, float] = {}
+            for fast in (False, True):
+                name = f"torch._scaled_mm{' fast' if fast else ''}"
+                scaled_mm = functools.partial(
+                    torch._scaled_mm, a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast
+                )
+                errors[name] = float((scaled_mm().float() - ref).norm() / ref.norm())
+                impls[name] = scaled_mm
+            spec, problem = plan_gemm(
+                ((m, k), a.stride(), f"fp8_{a_name}"), ((k, n), b.stride(), f"fp8_{b_name}"),
+                ((m, n), c.stride(), "bfloat16"),
+            )  # fmt: skip
+            spec = attrs.evolve(spec, scale_dtypes=("float32", "float32"), round_s=("float32", "bfloat16"))
+            configs = args.fp8_configs if pair == args.fp8_pairs[0] else args.fp8_configs[:1] + args.fp8_configs[3:4]
+            for label in configs:
+                launch = GemmLaunch(spec, parse_config(label), problem, sm_count)
+                ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream, 0, (sa.data_ptr(), sb.data_ptr()))
+                c.fill_(float("nan"))
+                launch(*ptrs)
+                torch.cuda.synchronize()
+                ok = bool(torch.isfinite(c).all())
+                errors[f"cute {label}"] = float((c.float() - ref).norm() / ref.norm()) if ok else float("nan")
+                impls[f"cute {label}"] = lambda launch=launch, ptrs=ptrs: launch(*ptrs)
+            for fn in impls.values():
+                for _ in range(3):
+                    fn()
+            torch.cuda.synchronize()
+            samples: dict[str, list[float]] = {name: [] for name in impls}
+            for _ in range(args.repeats):
+                for name, fn in impls.items():
+                    samples[name].append(time_ms(fn, iters))
+            t_torch = statistics.median(samples["torch._scaled_mm"])
+            for name, ts in samples.items():
+                t = statistics.median(ts)
+                ok = errors[name] < 1e-2
+                rows.append({"dtype": pair, "size": size, "impl": name, "ms": t, "spread": (max(ts) - min(ts)) / t,
+                             "tflops": flops / t / 1e9 if ok else 0.0, "ratio": t_torch / t if ok else 0.0,
+                             "rel_err": errors[name]})  # fmt: skip
+            print("(fp8: ratios against torch._scaled_mm without fast accumulation)")
+            print_rows([r for r in rows if r["dtype"] == pair and r["size"] == size])
 
 
 def bench_host(sm_count: int) -> dict[str, float]:
@@ -298,13 +384,16 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "f16"], choices=list(TORCH_DTYPES))
     parser.add_argument("--configs", nargs="+", default=CONFIGS)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--sample-ms", type=float, default=100.0, help="GPU time of back-to-back launches per sample")
+    parser.add_argument("--fp8-configs", nargs="+", default=FP8_CONFIGS)
+    parser.add_argument("--fp8-pairs", nargs="+", default=["e4m3xe4m3", "e4m3xe5m2"])
     parser.add_argument("--fused-configs", nargs="*", default=[])
     parser.add_argument("--fused-acts", nargs="+", default=["gelu"], choices=list(ACTIVATION_REFS))
     parser.add_argument(
         "--parts",
         nargs="+",
-        default=["sizes", "fused", "host", "compile"],
-        choices=["sizes", "fused", "host", "compile"],
+        default=["sizes", "fused", "fp8", "host", "compile"],
+        choices=["sizes", "fused", "fp8", "host", "compile"],
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -315,12 +404,15 @@ def main() -> None:
           f"torch {torch.__version__}", flush=True)  # fmt: skip
     rows: list[dict] = []
     fused_rows: list[dict] = []
+    fp8_rows: list[dict] = []
     host: dict[str, float] = {}
     comp: dict[str, float] = {}
     if "sizes" in args.parts:
         bench_sizes(args, sm_count, rows)
     if "fused" in args.parts:
         bench_fused(args, sm_count, fused_rows)
+    if "fp8" in args.parts:
+        bench_fp8(args, sm_count, fp8_rows)
     if "host" in args.parts:
         host = bench_host(sm_count)
         for k, v in host.items():
@@ -343,7 +435,7 @@ def main() -> None:
                   f"{best['tflops']:6.1f} TFLOP/s = {best['ratio']:.3f}x torch")  # fmt: skip
     if args.json:
         args.json.write_text(
-            json.dumps({"rows": rows, "fused": fused_rows, "host_us": host, "compile": comp}, indent=2)
+            json.dumps({"rows": rows, "fused": fused_rows, "fp8": fp8_rows, "host_us": host, "compile": comp}, indent=2)
         )
 
 

@@ -232,16 +232,18 @@ def plan_gemm(
     if batch > 1 and bsb == 0 and bsa == m * sam and bsc == m * scm and bsa and bsc:
         m, batch, bsa, bsc = m * batch, 1, 0, 0
 
+    if fp8 and k > 1 and (sak != 1 or sbk != 1):
+        which = " and ".join(x for x, s in (("a (M x K)", sak), ("b (K x N)", sbk)) if s != 1)
+        raise ValueError(
+            f"fp8 operands must be contiguous along K (wgmma reads 8-bit operands K-major only): {which} "
+            "not; store a row-major and b column-major"
+        )
     al, cl = 16 // ITEMSIZE[a_dt], 16 // ITEMSIZE[c_dt]
     a_k_inner, lda = _major(m, k, sam, sak, al, "a")
     b_k_inner, ldb = _major(n, k, sbn, sbk, al, "b")
     c_n_inner, ldc = _major(m, n, scm, scn, cl, "c")
     if fp8 and not (a_k_inner and b_k_inner):
-        which = " and ".join(x for x, inner in (("a (M x K)", a_k_inner), ("b (K x N)", b_k_inner)) if not inner)
-        raise ValueError(
-            f"fp8 operands must be contiguous along K (wgmma reads 8-bit operands K-major only): {which} is "
-            "not; store a row-major and b column-major"
-        )
+        raise ValueError(f"fp8 operands' rows along K are not 16-byte aligned (lda {lda}, ldb {ldb})")
     if batch > 1:
         for name, s, align in (("a", bsa, al), ("b", bsb, al), ("c", bsc, cl)):
             if s and s % align:
