@@ -85,11 +85,7 @@ def test_specs() -> list[tuple[GemmSpec, GemmConfig]]:
             found += graph_specs(fp8.fp8_graph(*fp8.CASES[name]), config)
     for dtype in ("bfloat16", "float16", "float32"):
         for act in ("gelu_fwd", "gelu_approx_tanh_fwd"):
-            g = Graph("gelu_tail", io_dtype=dtype, compute_dtype="float32")
-            y = g.matmul(g.tensor("a", (tail.M, tail.K)), g.tensor("b", (tail.K, tail.N)), name="mm")
-            y = g.pointwise("add", y, g.tensor("bias", (1, tail.N)), name="bias")
-            g.pointwise(act, y, name="act").set_output(True).set_name("out")
-            found += graph_specs(g, None)
+            found += graph_specs(tail.tail_graph(act, dtype), None)
     return found
 
 

@@ -40,14 +40,21 @@ if _REASON is not None:
 M, K, N = 136, 64, 520  # every row of C holds N grid values; M off the 128 tile
 
 
+def tail_graph(act: str, out_dtype: str) -> sigdnn.Graph:
+    """act(a @ b + bias) with 16-bit operands (float16 for a float16 output, else bfloat16)."""
+    io = "float16" if out_dtype == "float16" else "bfloat16"
+    g = sigdnn.Graph("gelu_tail", io_dtype=io, compute_dtype="float32")
+    y = g.matmul(g.tensor("a", (M, K)), g.tensor("b", (K, N)), name="mm")
+    y = g.pointwise("add", y, g.tensor("bias", (1, N)), name="bias")
+    g.pointwise(act, y, name="act").set_output(True).set_name("out").set_data_type(out_dtype)
+    return g
+
+
 @pytest.mark.parametrize("act", ["gelu_fwd", "gelu_approx_tanh_fwd"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_gelu_epilogue_over_its_whole_range(act: str, dtype: str) -> None:
-    g = sigdnn.Graph("gelu_tail", io_dtype=dtype, compute_dtype="float32")
-    y = g.matmul(g.tensor("a", (M, K)), g.tensor("b", (K, N)), name="mm")
-    y = g.pointwise("add", y, g.tensor("bias", (1, N)), name="bias")
-    g.pointwise(act, y, name="act").set_output(True).set_name("out")
-    dt = DataType(dtype)
+    g = tail_graph(act, dtype)
+    dt = DataType("float16" if dtype == "float16" else "bfloat16")
     a = np.zeros((M, K))
     a[np.arange(M), np.arange(M) % K] = 1.0  # row m of C is row (m mod K) of B
     grid = np.concatenate([np.linspace(-20.0, 12.0, K * N - 64), np.linspace(-13.6, -13.0, 63), [0.0]])
