@@ -208,9 +208,9 @@ def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
 
 
 FP8_CONFIGS = [
-    "coop128x128c2x1s4n",  # promoted (the default)
+    "coop128x128c1x2s4",  # promoted (the default)
     "coop128x192c2x1s4n",
-    "coop128x128c1x2s4",
+    "coop128x128c2x1s4n",
     "coop128x256c2x1s4nf",  # fast accumulation
     "coop128x128c2x1s4nf",
     "pp128x128c1x1s1f",
@@ -287,6 +287,57 @@ def bench_fp8(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None
                              "rel_err": errors[name]})  # fmt: skip
             print("(fp8: ratios against torch._scaled_mm without fast accumulation)")
             print_rows([r for r in rows if r["dtype"] == pair and r["size"] == size])
+
+
+def bench_fp8_accumulation(args: argparse.Namespace, sm_count: int) -> list[dict]:
+    """How far fp8 tensor-core GEMMs land from the float64 product, in units of sigdnn's matmul tolerance.
+
+    A and B hold values uniform in [-2, 2) rounded to e4m3 (what sigdnn's
+    random inputs give), C is float32, so the tolerance is the matmul
+    node's own: 2 tiny + 5 eps32 |want| + 4 sqrt(K) eps32 sum|a b|. Every
+    product of two fp8 values is exact in float32, so a GEMM that
+    accumulates in float32 meets it (the float32 cuBLAS row shows it);
+    Hopper's fp8 wgmma sums each instruction's 32 products with fewer bits.
+    """
+    import sigdnn
+    from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+    from sigdnn.validation.tolerances import node_tolerance
+
+    stream = torch.cuda.current_stream().cuda_stream
+    found = []
+    m = n = 256
+    for k in args.fp8_acc_depths:
+        g = sigdnn.Graph("fp8acc", io_dtype="fp8_e4m3", compute_dtype="float32")
+        c_t = g.matmul(g.tensor("a", (m, k)), g.tensor("b", (k, n)), name="mm").set_output(True)
+        c_t.set_data_type("float32")
+        tol = node_tolerance(g, g.nodes[0], c_t.uid)
+        gen = torch.Generator(device="cuda").manual_seed(k)
+        a = (torch.rand(m, k, device="cuda", generator=gen) * 4 - 2).to(torch.float8_e4m3fn)
+        b = (torch.rand(n, k, device="cuda", generator=gen) * 4 - 2).to(torch.float8_e4m3fn).t()
+        want = a.double() @ b.double()
+        bound = tol.atol + tol.rtol * want.abs() + tol.reduction * (a.double().abs() @ b.double().abs())
+        one = torch.tensor(1.0, device="cuda")
+        results = {
+            "torch float32 matmul (control)": torch.matmul(a.float(), b.float()),
+            "torch._scaled_mm": torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32),
+            "torch._scaled_mm fast": torch._scaled_mm(
+                a, b, scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=True
+            ),
+        }
+        spec, problem = plan_gemm(((m, k), a.stride(), "fp8_e4m3"), ((k, n), b.stride(), "fp8_e4m3"),
+                                  ((m, n), (n, 1), "float32"))  # fmt: skip
+        for label in ("coop128x128c1x1s1", "coop128x128c1x1s1f"):
+            c = torch.full((m, n), float("nan"), device="cuda")
+            GemmLaunch(spec, parse_config(label), problem, sm_count)(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)
+            results[f"cute {label}"] = c
+        torch.cuda.synchronize()
+        for name, got in results.items():
+            ratio = (got.double() - want).abs() / bound
+            row = {"k": k, "impl": name, "over": float((ratio > 1).double().mean()), "max_ratio": float(ratio.max())}
+            found.append(row)
+            print(f"fp8 accumulation K={k:>5} {name:<32} {row['over']:7.2%} of elements over sigdnn's tolerance, "
+                  f"worst {row['max_ratio']:8.2f}x it", flush=True)  # fmt: skip
+    return found
 
 
 def bench_host(sm_count: int) -> dict[str, float]:
@@ -387,13 +438,14 @@ def main() -> None:
     parser.add_argument("--sample-ms", type=float, default=100.0, help="GPU time of back-to-back launches per sample")
     parser.add_argument("--fp8-configs", nargs="+", default=FP8_CONFIGS)
     parser.add_argument("--fp8-pairs", nargs="+", default=["e4m3xe4m3", "e4m3xe5m2"])
+    parser.add_argument("--fp8-acc-depths", type=int, nargs="+", default=[64, 272, 4112, 8192])
     parser.add_argument("--fused-configs", nargs="*", default=[])
     parser.add_argument("--fused-acts", nargs="+", default=["gelu"], choices=list(ACTIVATION_REFS))
     parser.add_argument(
         "--parts",
         nargs="+",
-        default=["sizes", "fused", "fp8", "host", "compile"],
-        choices=["sizes", "fused", "fp8", "host", "compile"],
+        default=["sizes", "fused", "fp8", "fp8acc", "host", "compile"],
+        choices=["sizes", "fused", "fp8", "fp8acc", "host", "compile"],
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -413,6 +465,7 @@ def main() -> None:
         bench_fused(args, sm_count, fused_rows)
     if "fp8" in args.parts:
         bench_fp8(args, sm_count, fp8_rows)
+    fp8_acc = bench_fp8_accumulation(args, sm_count) if "fp8acc" in args.parts else []
     if "host" in args.parts:
         host = bench_host(sm_count)
         for k, v in host.items():
@@ -435,7 +488,17 @@ def main() -> None:
                   f"{best['tflops']:6.1f} TFLOP/s = {best['ratio']:.3f}x torch")  # fmt: skip
     if args.json:
         args.json.write_text(
-            json.dumps({"rows": rows, "fused": fused_rows, "fp8": fp8_rows, "host_us": host, "compile": comp}, indent=2)
+            json.dumps(
+                {
+                    "rows": rows,
+                    "fused": fused_rows,
+                    "fp8": fp8_rows,
+                    "fp8_accumulation": fp8_acc,
+                    "host_us": host,
+                    "compile": comp,
+                },
+                indent=2,
+            )
         )
 
 

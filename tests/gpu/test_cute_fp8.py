@@ -5,7 +5,15 @@ column-major: both contiguous along K, as wgmma needs), a float32 product,
 multiplied by A's and B's per-tensor descale, then optionally a bias and
 an activation, stored in bfloat16 / float16 / float32. Shapes are awkward
 (M, N, K off every tile), mixed e4m3 / e5m2, batched, folded x @ W, and a
-deep K with a float32 output, where the accumulation precision shows.
+deep K with a float32 output.
+
+The operands hold small integers (-4 ... 4, exact in both fp8 formats).
+Hopper's fp8 wgmma sums each instruction's products with fewer bits than
+float32 (benchmarks/results/gpu_cute_2026-12-01.md: on values spread over
+[-2, 2) it, and cuBLAS's fp8 GEMM alike, miss the float32-compute
+tolerance), but on integers every partial sum here is exact, so the GEMM is
+held to the reference's exact product and any wrong element, tile, scale
+or epilogue step shows.
 
 The descales are given values of magnitude at most 1 (as real descales
 1 / amax-derived factors usually are): validation carries the GEMM's
@@ -21,6 +29,7 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.dtypes import round_to
 from sigdnn.plan_builders.cute.matmul import device_properties, unavailable_reason
 from sigdnn.validation import compare, random_inputs
 from sigdnn.validation.tolerances import step_tolerance
@@ -76,6 +85,10 @@ def fp8_graph(
 
 def fp8_inputs(g: sigdnn.Graph, seed: int) -> dict[str, np.ndarray]:
     inputs = random_inputs(g, seed=seed)
+    rng = np.random.default_rng(seed)
+    for name in ("a", "b"):
+        dt = g.dtype_of(g.tensor_by_name(name))
+        inputs[name] = round_to(rng.integers(-4, 5, size=inputs[name].shape).astype(np.float64), dt)
     for i, value in enumerate(DESCALES):
         if f"descale{i}" in inputs:
             inputs[f"descale{i}"] = np.full((1, 1, 1), value, np.float32)
