@@ -32,6 +32,7 @@ from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, default_
 from sigdnn.registry.regions import Dataflow
 
 SM_COUNT = 132
+PINGPONG = ("pp64x256c2x1s4n", "pp64x256c1x1s1")  # measured against the default for fused epilogues
 HERE = Path(__file__).parent
 
 
@@ -76,7 +77,7 @@ def test_specs() -> list[tuple[GemmSpec, GemmConfig]]:
     for case in mm.FUSED.values():
         found += graph_specs(mm.fused_graph(*case), None)
     for name in ("bias_gelu_bf16_mid", "relu_batched"):
-        for config in ("coop128x256c2x1s4n", "pp128x192c1x1s1", "coop128x128c1x2s4"):
+        for config in ("coop128x256c2x1s4n", "pp128x192c1x1s1", "coop128x128c1x2s4", "pp64x256c2x1s4n"):
             found += graph_specs(mm.fused_graph(*mm.FUSED[name]), config)
     for case in fp8.CASES.values():
         found += graph_specs(fp8.fp8_graph(*case), None)
@@ -99,9 +100,12 @@ def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
             ((size, size), (size, 1), dt), ((size, size), (size, 1), dt), ((size, size), (size, 1), dt)
         )
         found.append((spec, default_config(spec, problem, SM_COUNT)))
+        found += [(spec, cute_matmul.parse_config(label)) for label in PINGPONG]
         for act in ("none", "relu", "gelu", "gelu_tanh"):
             fused = attrs.evolve(spec, bias_dtype=dt, activation=act)
             found.append((fused, default_config(fused, problem, SM_COUNT)))
+            if act != "relu":
+                found += [(fused, cute_matmul.parse_config(label)) for label in PINGPONG]
     for pair in ("e4m3xe4m3", "e4m3xe5m2"):
         a_name, b_name = pair.split("x")
         spec, problem = plan_gemm(
