@@ -340,6 +340,69 @@ def bench_fp8_accumulation(args: argparse.Namespace, sm_count: int) -> list[dict
     return found
 
 
+RESNET_CONVS = {
+    # name: (C, H = W, K, R = S, stride), batch 64, padding R // 2
+    "conv2_3x3": (64, 56, 64, 3, 1),
+    "conv3_3x3": (128, 28, 128, 3, 1),
+    "conv4_3x3": (256, 14, 256, 3, 1),
+    "conv5_3x3": (512, 7, 512, 3, 1),
+    "conv2_1x1": (64, 56, 256, 1, 1),
+}
+
+
+def bench_conv(args: argparse.Namespace, rows: list[dict]) -> None:
+    """bf16 NHWC conv fprop through Executor("gpu", engine="cute.conv_fprop") against torch's (cuDNN) conv2d.
+
+    ResNet-50 3x3 layers and one 1x1 at batch 64; the sigdnn side includes
+    the executor's host cost (tens of microseconds, small next to these
+    convolutions) and, for the 3x3 layers, the im2col pass into the workspace.
+    """
+    import sigdnn
+
+    torch.backends.cudnn.benchmark = True
+    for name, (c, hw, k, r, stride) in RESNET_CONVS.items():
+        pad = r // 2
+        gen = torch.Generator(device="cuda").manual_seed(c + hw)
+        x = torch.randn(64, c, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+        x = x.to(memory_format=torch.channels_last)
+        w = (torch.randn(k, c, r, r, device="cuda", generator=gen) / (c * r * r) ** 0.5).to(torch.bfloat16)
+        w = w.to(memory_format=torch.channels_last)
+        g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
+        xt, wt = g.tensor("x", x.shape, layout="NHWC"), g.tensor("w", w.shape, layout="NHWC")
+        yt = g.conv_fprop(xt, wt, padding=(pad, pad), stride=(stride, stride), name="conv").set_output(True)
+        yt.set_name("y")
+        y = torch.empty(yt.dims, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        ex = sigdnn.Executor("gpu", engine="cute.conv_fprop")
+        plan = ex.prepare(g)
+        pack = {"x": x, "w": w, "y": y}
+        impls = {
+            "torch conv2d (cuDNN)": lambda x=x, w=w, pad=pad, stride=stride: torch.nn.functional.conv2d(
+                x, w, padding=pad, stride=stride
+            ),
+            "cute im2col + gemm": lambda ex=ex, plan=plan, pack=pack: ex.execute(plan, pack, to_host=False),
+        }
+        ref = torch.nn.functional.conv2d(x.float(), w.float(), padding=pad, stride=stride)
+        impls["cute im2col + gemm"]()
+        torch.cuda.synchronize()
+        rel = float((y.float() - ref).norm() / ref.norm())
+        flops = 2.0 * y.numel() * c * r * r
+        iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
+        for fn in impls.values():
+            fn()
+        torch.cuda.synchronize()
+        samples: dict[str, list[float]] = {n: [] for n in impls}
+        for _ in range(args.repeats):
+            for n, fn in impls.items():
+                samples[n].append(time_ms(fn, iters))
+        t_torch = statistics.median(samples["torch conv2d (cuDNN)"])
+        for n, ts in samples.items():
+            t = statistics.median(ts)
+            err = rel if n.startswith("cute") else None
+            rows.append({"dtype": "bf16", "size": name, "impl": n, "ms": t, "spread": (max(ts) - min(ts)) / t,
+                         "tflops": flops / t / 1e9, "ratio": t_torch / t, "rel_err": err})  # fmt: skip
+        print_rows([r_ for r_ in rows if r_["size"] == name])
+
+
 def bench_host(sm_count: int) -> dict[str, float]:
     """Host cost of one launch of a tiny GEMM along each call path."""
     import sigdnn
@@ -425,7 +488,7 @@ def bench_compile(sm_count: int) -> dict[str, float]:
 def print_rows(rows: list[dict]) -> None:
     for r in rows:
         err = "" if r["rel_err"] is None else f"  rel_err {r['rel_err']:.2e}"
-        print(f"{r['dtype']:>4} {r['size']:>6} {r['impl']:<26} {r['ms']:9.4f} ms (spread {r['spread']:5.1%}) "
+        print(f"{r['dtype']:>4} {r['size']!s:>6} {r['impl']:<26} {r['ms']:9.4f} ms (spread {r['spread']:5.1%}) "
               f"{r['tflops']:8.1f} TFLOP/s {r['ratio']:6.3f}x torch{err}", flush=True)  # fmt: skip
 
 
@@ -444,8 +507,8 @@ def main() -> None:
     parser.add_argument(
         "--parts",
         nargs="+",
-        default=["sizes", "fused", "fp8", "fp8acc", "host", "compile"],
-        choices=["sizes", "fused", "fp8", "fp8acc", "host", "compile"],
+        default=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile"],
+        choices=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile"],
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -466,6 +529,9 @@ def main() -> None:
     if "fp8" in args.parts:
         bench_fp8(args, sm_count, fp8_rows)
     fp8_acc = bench_fp8_accumulation(args, sm_count) if "fp8acc" in args.parts else []
+    conv_rows: list[dict] = []
+    if "conv" in args.parts:
+        bench_conv(args, conv_rows)
     if "host" in args.parts:
         host = bench_host(sm_count)
         for k, v in host.items():

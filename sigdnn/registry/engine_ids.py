@@ -43,6 +43,7 @@ IN_TREE: dict[str, int] = {
     "cutile.pointwise": 2001,
     "cutile.fusion.pointwise": 2002,
     "cute.matmul": 3000,
+    "cute.conv_fprop": 3001,
 }
 
 

@@ -26,8 +26,10 @@ import attrs
 
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
+from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.ops.matmul import Matmul
 from sigdnn.plan_builders.cute import matmul as cute_matmul
+from sigdnn.plan_builders.cute.conv import conv_gemm
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, default_config, plan_gemm
 from sigdnn.registry.regions import Dataflow
 
@@ -49,6 +51,10 @@ def graph_specs(g: Graph, config: str | None) -> list[tuple[GemmSpec, GemmConfig
     flow = Dataflow(g, list(range(len(g.nodes))))
     found = []
     for i, node in enumerate(g.nodes):
+        if isinstance(node.op, ConvFprop):
+            view = conv_gemm(node, g)
+            found.append((view.spec, default_config(view.spec, view.problem, SM_COUNT)))
+            continue
         if not isinstance(node.op, Matmul):
             continue
         chain = cute_matmul.epilogue_chain(g, flow, i)
@@ -64,7 +70,10 @@ def test_specs() -> list[tuple[GemmSpec, GemmConfig]]:
     cute_matmul.unavailable_reason = lambda: None
     cute_matmul.device_properties = lambda device_id: ((9, 0), SM_COUNT)
     mm, fp8, tail = _load("test_cute_matmul"), _load("test_cute_fp8"), _load("test_cute_gelu_tail")
+    conv = _load("test_cute_conv")
     found = []
+    for case in conv.CASES.values():
+        found += graph_specs(conv.conv_graph(*case), None)
     for case in mm.SHAPES.values():
         a_dims, b_dims, dt, out, a_st, b_st, c_st = case
         g = mm.matmul_graph(a_dims, b_dims, dt, out, a_strides=a_st, b_strides=b_st, c_strides=c_st)
@@ -119,6 +128,11 @@ def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
         spec, _ = plan_gemm(((256, k), (k, 1), "fp8_e4m3"), ((k, 256), (1, k), "fp8_e4m3"),
                             ((256, 256), (256, 1), "float32"))  # fmt: skip
         found += [(spec, cute_matmul.parse_config(label)) for label in ("coop128x128c1x1s1", "coop128x128c1x1s1f")]
+    for c, hw, k, r, stride in _benchmark_constant("RESNET_CONVS").values():  # the conv part
+        g = Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
+        x, w = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, r, r), layout="NHWC")
+        g.conv_fprop(x, w, padding=(r // 2, r // 2), stride=(stride, stride), name="conv").set_output(True)
+        found += graph_specs(g, None)
     spec, _ = plan_gemm(
         ((128, 64), (64, 1), "bfloat16"), ((64, 128), (128, 1), "bfloat16"), ((128, 128), (128, 1), "bfloat16")
     )

@@ -79,7 +79,8 @@ def device_properties(device_id: int) -> tuple[tuple[int, int], int]:
     return (values[0], values[1]), values[2]
 
 
-def _device_id(device: Device | None) -> int:
+def device_id_of(device: Device | None) -> int:
+    """The CUDA device ordinal a sigdnn Device runs on (0 when it does not say)."""
     context = getattr(device, "context", None)
     return int(getattr(context, "device_id", 0) or 0)
 
@@ -292,7 +293,7 @@ class CuteMatmulBuilder(FusionBuilder):
 
     def _check_device(self, node: Node, device: Device | None) -> None:
         if device is not None and device.kind == "gpu":
-            capability, _ = device_properties(_device_id(device))
+            capability, _ = device_properties(device_id_of(device))
             if capability != (9, 0):
                 raise NotSupported(
                     f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}"
@@ -305,7 +306,7 @@ class CuteMatmulBuilder(FusionBuilder):
     def _launch(self, spec: GemmSpec, problem: GemmProblem, device: Device) -> Any:
         from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
 
-        _, sm_count = device_properties(_device_id(device))
+        _, sm_count = device_properties(device_id_of(device))
         config = config_override() or default_config(spec, problem, sm_count)
         return GemmLaunch(spec, config, problem, sm_count)
 
