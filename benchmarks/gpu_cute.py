@@ -8,7 +8,11 @@ ratio to torch. The fused part times act(A @ B + bias) (gelu) as one launch
 against torch eager doing matmul, add and gelu, and against addmm + gelu.
 The fp8 part times descaled fp8 GEMMs (C = sa * sb * (A @ B), bfloat16 out)
 against ``torch._scaled_mm`` (cuBLASLt) with and without fast accumulation,
-and reports each one's error against a float32 product of the same inputs.
+and reports each one's error against a float32 product of the same inputs;
+the fp8acc part measures how far fp8 tensor-core GEMMs (CuTe's and
+cuBLAS's) land from the float64 product in units of sigdnn's matmul
+tolerance. The conv part times bf16 NHWC conv fprop on ResNet-50 layers
+through the cute.conv_fprop builder against torch's conv2d (cuDNN).
 Then measures host microseconds per launch on a tiny
 problem for: the builder's plan (compiled handle, pre-marshalled cells),
 the compiled function called with fresh arguments, a one-node graph through
