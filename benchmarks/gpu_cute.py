@@ -6,6 +6,13 @@ after a warm-up), checks each configuration's result against a float32
 cuBLAS product of the same inputs (TF32 off), and reports TFLOP/s and the
 ratio to torch. The fused part times act(A @ B + bias) (gelu) as one launch
 against torch eager doing matmul, add and gelu, and against addmm + gelu.
+The fp8 part times descaled fp8 GEMMs (C = sa * sb * (A @ B), bfloat16 out)
+against ``torch._scaled_mm`` (cuBLASLt) with and without fast accumulation,
+and reports each one's error against a float32 product of the same inputs;
+the fp8acc part measures how far fp8 tensor-core GEMMs (CuTe's and
+cuBLAS's) land from the float64 product in units of sigdnn's matmul
+tolerance. The conv part times bf16 NHWC conv fprop on ResNet-50 layers
+through the cute.conv_fprop builder against torch's conv2d (cuDNN).
 Then measures host microseconds per launch on a tiny
 problem for: the builder's plan (compiled handle, pre-marshalled cells),
 the compiled function called with fresh arguments, a one-node graph through
@@ -21,6 +28,7 @@ results under benchmarks/results/gpu_cute_<date>.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import tempfile
@@ -107,7 +115,7 @@ def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
             c = torch.empty(m, n, device="cuda", dtype=tdt)
             ref = torch.matmul(a.float(), b.float())
             flops = 2.0 * m * n * k
-            iters = max(3, int(100e-3 / (flops / 700e12)))
+            iters = max(3, int(args.sample_ms * 1e-3 / (flops / 700e12)))
             impls: dict[str, Callable[[], None]] = {"torch.matmul": lambda a=a, b=b, c=c: torch.matmul(a, b, out=c)}
             errors: dict[str, float] = {}
             for config in args.configs:
@@ -162,7 +170,7 @@ def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                 ((m, k), a.stride(), NAMES[dt]), ((k, n), b.stride(), NAMES[dt]), ((m, n), c.stride(), NAMES[dt])
             )
             flops = 2.0 * m * n * k
-            iters = max(3, int(100e-3 / (flops / 700e12)))
+            iters = max(3, int(args.sample_ms * 1e-3 / (flops / 700e12)))
             ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream, bias.data_ptr())
             impls = {
                 "torch eager matmul+add+gelu": lambda a=a, b=b, bias=bias: gelu(torch.matmul(a, b) + bias),
@@ -201,6 +209,202 @@ def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                              "rel_err": rel})  # fmt: skip
             print("(ratios against torch eager matmul+add+gelu)")
             print_rows([r for r in rows if r["dtype"] == dt and r["size"] == size])
+
+
+FP8_CONFIGS = [
+    "coop128x128c1x2s4",  # promoted (the default)
+    "coop128x192c2x1s4n",
+    "coop128x128c2x1s4n",
+    "coop128x256c2x1s4nf",  # fast accumulation
+    "coop128x128c2x1s4nf",
+    "pp128x128c1x1s1f",
+]
+FP8_TORCH = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def bench_fp8(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """C = sa * sb * (A @ B) in bfloat16 from fp8 A (row-major) and B (column-major), per-tensor scales.
+
+    cuDNN-frontend's fp8 graph (matmul, two descale multiplies) as one CuTe
+    launch against ``torch._scaled_mm`` (cuBLASLt) with use_fast_accum off
+    (cuBLAS promotes partial sums, as the CuTe default does) and on. Errors
+    are relative Frobenius distances to a float32 cuBLAS product of the same
+    fp8 values (TF32 off), scaled.
+    """
+    import attrs
+
+    from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+
+    stream = torch.cuda.current_stream().cuda_stream
+    for pair in args.fp8_pairs:
+        a_name, b_name = pair.split("x")
+        for size in args.sizes:
+            m = n = k = size
+            gen = torch.Generator(device="cuda").manual_seed(size + 7)
+            a = torch.randn(m, k, device="cuda", generator=gen).to(FP8_TORCH[a_name])
+            b_nk = torch.randn(n, k, device="cuda", generator=gen).to(FP8_TORCH[b_name])
+            b = b_nk.t()  # K x N, column-major: what _scaled_mm and wgmma's fp8 path read
+            sa = torch.tensor(0.5, device="cuda")
+            sb = torch.tensor(0.75, device="cuda")
+            c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+            ref = torch.matmul(a.float(), b.float()) * 0.375
+            flops = 2.0 * m * n * k
+            iters = max(3, int(args.sample_ms * 1e-3 / (flops / 1400e12)))
+            impls: dict[str, Callable[[], None]] = {}
+            errors: dict[str, float] = {}
+            for fast in (False, True):
+                name = f"torch._scaled_mm{' fast' if fast else ''}"
+                scaled_mm = functools.partial(
+                    torch._scaled_mm, a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast
+                )
+                errors[name] = float((scaled_mm().float() - ref).norm() / ref.norm())
+                impls[name] = scaled_mm
+            spec, problem = plan_gemm(
+                ((m, k), a.stride(), f"fp8_{a_name}"), ((k, n), b.stride(), f"fp8_{b_name}"),
+                ((m, n), c.stride(), "bfloat16"),
+            )  # fmt: skip
+            spec = attrs.evolve(spec, scale_dtypes=("float32", "float32"), round_s=("float32", "bfloat16"))
+            configs = args.fp8_configs if pair == args.fp8_pairs[0] else args.fp8_configs[:1] + args.fp8_configs[3:4]
+            for label in configs:
+                launch = GemmLaunch(spec, parse_config(label), problem, sm_count)
+                ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream, 0, (sa.data_ptr(), sb.data_ptr()))
+                c.fill_(float("nan"))
+                launch(*ptrs)
+                torch.cuda.synchronize()
+                ok = bool(torch.isfinite(c).all())
+                errors[f"cute {label}"] = float((c.float() - ref).norm() / ref.norm()) if ok else float("nan")
+                impls[f"cute {label}"] = lambda launch=launch, ptrs=ptrs: launch(*ptrs)
+            for fn in impls.values():
+                for _ in range(3):
+                    fn()
+            torch.cuda.synchronize()
+            samples: dict[str, list[float]] = {name: [] for name in impls}
+            for _ in range(args.repeats):
+                for name, fn in impls.items():
+                    samples[name].append(time_ms(fn, iters))
+            t_torch = statistics.median(samples["torch._scaled_mm"])
+            for name, ts in samples.items():
+                t = statistics.median(ts)
+                ok = errors[name] < 1e-2
+                rows.append({"dtype": pair, "size": size, "impl": name, "ms": t, "spread": (max(ts) - min(ts)) / t,
+                             "tflops": flops / t / 1e9 if ok else 0.0, "ratio": t_torch / t if ok else 0.0,
+                             "rel_err": errors[name]})  # fmt: skip
+            print("(fp8: ratios against torch._scaled_mm without fast accumulation)")
+            print_rows([r for r in rows if r["dtype"] == pair and r["size"] == size])
+
+
+def bench_fp8_accumulation(args: argparse.Namespace, sm_count: int) -> list[dict]:
+    """How far fp8 tensor-core GEMMs land from the float64 product, in units of sigdnn's matmul tolerance.
+
+    A and B hold values uniform in [-2, 2) rounded to e4m3 (what sigdnn's
+    random inputs give), C is float32, so the tolerance is the matmul
+    node's own: 2 tiny + 5 eps32 |want| + 4 sqrt(K) eps32 sum|a b|. Every
+    product of two fp8 values is exact in float32, so a GEMM that
+    accumulates in float32 meets it (the float32 cuBLAS row shows it);
+    Hopper's fp8 wgmma sums each instruction's 32 products with fewer bits.
+    """
+    import sigdnn
+    from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+    from sigdnn.validation.tolerances import node_tolerance
+
+    stream = torch.cuda.current_stream().cuda_stream
+    found = []
+    m = n = 256
+    for k in args.fp8_acc_depths:
+        g = sigdnn.Graph("fp8acc", io_dtype="fp8_e4m3", compute_dtype="float32")
+        c_t = g.matmul(g.tensor("a", (m, k)), g.tensor("b", (k, n)), name="mm").set_output(True)
+        c_t.set_data_type("float32")
+        tol = node_tolerance(g, g.nodes[0], c_t.uid)
+        gen = torch.Generator(device="cuda").manual_seed(k)
+        a = (torch.rand(m, k, device="cuda", generator=gen) * 4 - 2).to(torch.float8_e4m3fn)
+        b = (torch.rand(n, k, device="cuda", generator=gen) * 4 - 2).to(torch.float8_e4m3fn).t()
+        want = a.double() @ b.double()
+        bound = tol.atol + tol.rtol * want.abs() + tol.reduction * (a.double().abs() @ b.double().abs())
+        one = torch.tensor(1.0, device="cuda")
+        results = {
+            "torch float32 matmul (control)": torch.matmul(a.float(), b.float()),
+            "torch._scaled_mm": torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32),
+            "torch._scaled_mm fast": torch._scaled_mm(
+                a, b, scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=True
+            ),
+        }
+        spec, problem = plan_gemm(((m, k), a.stride(), "fp8_e4m3"), ((k, n), b.stride(), "fp8_e4m3"),
+                                  ((m, n), (n, 1), "float32"))  # fmt: skip
+        for label in ("coop128x128c1x1s1", "coop128x128c1x1s1f"):
+            c = torch.full((m, n), float("nan"), device="cuda")
+            GemmLaunch(spec, parse_config(label), problem, sm_count)(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)
+            results[f"cute {label}"] = c
+        torch.cuda.synchronize()
+        for name, got in results.items():
+            ratio = (got.double() - want).abs() / bound
+            row = {"k": k, "impl": name, "over": float((ratio > 1).double().mean()), "max_ratio": float(ratio.max())}
+            found.append(row)
+            print(f"fp8 accumulation K={k:>5} {name:<32} {row['over']:7.2%} of elements over sigdnn's tolerance, "
+                  f"worst {row['max_ratio']:8.2f}x it", flush=True)  # fmt: skip
+    return found
+
+
+RESNET_CONVS = {
+    # name: (C, H = W, K, R = S, stride), batch 64, padding R // 2
+    "conv2_3x3": (64, 56, 64, 3, 1),
+    "conv3_3x3": (128, 28, 128, 3, 1),
+    "conv4_3x3": (256, 14, 256, 3, 1),
+    "conv5_3x3": (512, 7, 512, 3, 1),
+    "conv2_1x1": (64, 56, 256, 1, 1),
+}
+
+
+def bench_conv(args: argparse.Namespace, rows: list[dict]) -> None:
+    """bf16 NHWC conv fprop through Executor("gpu", engine="cute.conv_fprop") against torch's (cuDNN) conv2d.
+
+    ResNet-50 3x3 layers and one 1x1 at batch 64; the sigdnn side includes
+    the executor's host cost (tens of microseconds, small next to these
+    convolutions) and, for the 3x3 layers, the im2col pass into the workspace.
+    """
+    import sigdnn
+
+    torch.backends.cudnn.benchmark = True
+    for name, (c, hw, k, r, stride) in RESNET_CONVS.items():
+        pad = r // 2
+        gen = torch.Generator(device="cuda").manual_seed(c + hw)
+        x = torch.randn(64, c, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+        x = x.to(memory_format=torch.channels_last)
+        w = (torch.randn(k, c, r, r, device="cuda", generator=gen) / (c * r * r) ** 0.5).to(torch.bfloat16)
+        w = w.to(memory_format=torch.channels_last)
+        g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
+        xt, wt = g.tensor("x", x.shape, layout="NHWC"), g.tensor("w", w.shape, layout="NHWC")
+        yt = g.conv_fprop(xt, wt, padding=(pad, pad), stride=(stride, stride), name="conv").set_output(True)
+        yt.set_name("y")
+        y = torch.empty(yt.dims, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        ex = sigdnn.Executor("gpu", engine="cute.conv_fprop")
+        plan = ex.prepare(g)
+        pack = {"x": x, "w": w, "y": y}
+        impls = {
+            "torch conv2d (cuDNN)": lambda x=x, w=w, pad=pad, stride=stride: torch.nn.functional.conv2d(
+                x, w, padding=pad, stride=stride
+            ),
+            "cute im2col + gemm": lambda ex=ex, plan=plan, pack=pack: ex.execute(plan, pack, to_host=False),
+        }
+        ref = torch.nn.functional.conv2d(x.float(), w.float(), padding=pad, stride=stride)
+        impls["cute im2col + gemm"]()
+        torch.cuda.synchronize()
+        rel = float((y.float() - ref).norm() / ref.norm())
+        flops = 2.0 * y.numel() * c * r * r
+        iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
+        for fn in impls.values():
+            fn()
+        torch.cuda.synchronize()
+        samples: dict[str, list[float]] = {n: [] for n in impls}
+        for _ in range(args.repeats):
+            for n, fn in impls.items():
+                samples[n].append(time_ms(fn, iters))
+        t_torch = statistics.median(samples["torch conv2d (cuDNN)"])
+        for n, ts in samples.items():
+            t = statistics.median(ts)
+            err = rel if n.startswith("cute") else None
+            rows.append({"dtype": "bf16", "size": name, "impl": n, "ms": t, "spread": (max(ts) - min(ts)) / t,
+                         "tflops": flops / t / 1e9, "ratio": t_torch / t, "rel_err": err})  # fmt: skip
+        print_rows([r_ for r_ in rows if r_["size"] == name])
 
 
 def bench_host(sm_count: int) -> dict[str, float]:
@@ -288,7 +492,7 @@ def bench_compile(sm_count: int) -> dict[str, float]:
 def print_rows(rows: list[dict]) -> None:
     for r in rows:
         err = "" if r["rel_err"] is None else f"  rel_err {r['rel_err']:.2e}"
-        print(f"{r['dtype']:>4} {r['size']:>6} {r['impl']:<26} {r['ms']:9.4f} ms (spread {r['spread']:5.1%}) "
+        print(f"{r['dtype']:>4} {r['size']!s:>6} {r['impl']:<26} {r['ms']:9.4f} ms (spread {r['spread']:5.1%}) "
               f"{r['tflops']:8.1f} TFLOP/s {r['ratio']:6.3f}x torch{err}", flush=True)  # fmt: skip
 
 
@@ -298,13 +502,17 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["bf16", "f16"], choices=list(TORCH_DTYPES))
     parser.add_argument("--configs", nargs="+", default=CONFIGS)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--sample-ms", type=float, default=100.0, help="GPU time of back-to-back launches per sample")
+    parser.add_argument("--fp8-configs", nargs="+", default=FP8_CONFIGS)
+    parser.add_argument("--fp8-pairs", nargs="+", default=["e4m3xe4m3", "e4m3xe5m2"])
+    parser.add_argument("--fp8-acc-depths", type=int, nargs="+", default=[64, 272, 4112, 8192])
     parser.add_argument("--fused-configs", nargs="*", default=[])
     parser.add_argument("--fused-acts", nargs="+", default=["gelu"], choices=list(ACTIVATION_REFS))
     parser.add_argument(
         "--parts",
         nargs="+",
-        default=["sizes", "fused", "host", "compile"],
-        choices=["sizes", "fused", "host", "compile"],
+        default=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile"],
+        choices=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile"],
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -315,12 +523,19 @@ def main() -> None:
           f"torch {torch.__version__}", flush=True)  # fmt: skip
     rows: list[dict] = []
     fused_rows: list[dict] = []
+    fp8_rows: list[dict] = []
     host: dict[str, float] = {}
     comp: dict[str, float] = {}
     if "sizes" in args.parts:
         bench_sizes(args, sm_count, rows)
     if "fused" in args.parts:
         bench_fused(args, sm_count, fused_rows)
+    if "fp8" in args.parts:
+        bench_fp8(args, sm_count, fp8_rows)
+    fp8_acc = bench_fp8_accumulation(args, sm_count) if "fp8acc" in args.parts else []
+    conv_rows: list[dict] = []
+    if "conv" in args.parts:
+        bench_conv(args, conv_rows)
     if "host" in args.parts:
         host = bench_host(sm_count)
         for k, v in host.items():
@@ -343,7 +558,17 @@ def main() -> None:
                   f"{best['tflops']:6.1f} TFLOP/s = {best['ratio']:.3f}x torch")  # fmt: skip
     if args.json:
         args.json.write_text(
-            json.dumps({"rows": rows, "fused": fused_rows, "host_us": host, "compile": comp}, indent=2)
+            json.dumps(
+                {
+                    "rows": rows,
+                    "fused": fused_rows,
+                    "fp8": fp8_rows,
+                    "fp8_accumulation": fp8_acc,
+                    "host_us": host,
+                    "compile": comp,
+                },
+                indent=2,
+            )
         )
 
 

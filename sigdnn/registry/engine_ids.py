@@ -52,6 +52,7 @@ IN_TREE: dict[str, int] = {
     "cutile.batchnorm_backward": 2017,
     "cutile.reduction": 2018,
     "cute.matmul": 3000,
+    "cute.conv_fprop": 3001,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 
+import attrs
 import numpy as np
 import pytest
 
@@ -143,3 +144,16 @@ def test_default_config_uses_small_tiles_for_small_problems() -> None:
     spec = GemmSpec("bfloat16", "bfloat16", "bfloat16", "k", "n", "n", False, False)
     assert default_config(spec, small).tile_n == 128
     assert default_config(spec, big).tile_n == 256
+
+
+def test_gelu_epilogues_default_to_pingpong_on_large_problems() -> None:
+    """The epilogue of one warpgroup hides behind the other's mainloop; cheap epilogues stay cooperative."""
+    small = GemmProblem(256, 256, 4096, 1, 4096, 4096, 256, 0, 0, 0)
+    big = GemmProblem(8192, 8192, 8192, 1, 8192, 8192, 8192, 0, 0, 0)
+    plain = GemmSpec("bfloat16", "bfloat16", "bfloat16", "k", "n", "n", False, False, bias_dtype="bfloat16")
+    for act in ("gelu", "gelu_tanh"):
+        gelu = GemmSpec("bfloat16", "bfloat16", "bfloat16", "k", "n", "n", False, False, "bfloat16", act)
+        assert default_config(gelu, big).label == "pp64x256c2x1s4n"
+        assert not default_config(gelu, small).pingpong
+    for act in ("none", "relu"):
+        assert default_config(GemmSpec(*attrs.astuple(plain)[:8], "bfloat16", act), big).label == "coop128x256c2x1s4n"

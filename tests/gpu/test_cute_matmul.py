@@ -93,6 +93,7 @@ CONFIGS = [
     "coop128x128c1x2s4",
     "pp128x192c1x1s1",
     "pp128x128c2x1s1",
+    "pp64x256c2x1s4n",
 ]
 
 
@@ -162,7 +163,7 @@ def test_fused_epilogue_validates(name: str) -> None:
     assert report.passed, report.table()
 
 
-@pytest.mark.parametrize("config", ["coop128x256c2x1s4n", "pp128x192c1x1s1", "coop128x128c1x2s4"])
+@pytest.mark.parametrize("config", ["coop128x256c2x1s4n", "pp128x192c1x1s1", "coop128x128c1x2s4", "pp64x256c2x1s4n"])
 @pytest.mark.parametrize("name", ["bias_gelu_bf16_mid", "relu_batched"])
 def test_fused_configs_write_every_element(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)

@@ -12,7 +12,10 @@ that form, or says why it cannot:
   matrices (the usual ``x @ W`` with x of shape [..., M, K]), the batch is
   folded into M: one big GEMM with fewer partial tiles;
 - the kernel loads and stores through TMA, which wants every non-unit stride
-  (leading and batch) to be a multiple of 16 bytes.
+  (leading and batch) to be a multiple of 16 bytes;
+- Hopper's wgmma reads 8-bit (fp8) operands only K-major: A row-major and B
+  column-major (stored as B^T), as cuBLAS's and ``torch._scaled_mm``'s fp8
+  paths also require.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from collections.abc import Sequence
 
 import attrs
 
-AB_DTYPES = ("float16", "bfloat16")
+FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")
+AB_DTYPES = ("float16", "bfloat16", *FP8_DTYPES)
 C_DTYPES = ("float16", "bfloat16", "float32")
-ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
+SCALE_DTYPES = ("float16", "bfloat16", "float32")
+MAX_SCALES = 2  # per-tensor scale multiplies the epilogue applies (cuDNN's fp8 graphs: A's and B's descale)
 # sigdnn pointwise mode -> the kernel's epilogue activation
 ACTIVATIONS = {"relu_fwd": "relu", "gelu_fwd": "gelu", "gelu_approx_tanh_fwd": "gelu_tanh"}
 _INT32_MAX = 2**31 - 1
@@ -43,13 +49,20 @@ class GemmSpec:
     c_major: str  # "n": row-major M x N; "m": column-major
     a_batched: bool  # False: one A serves every batch entry
     b_batched: bool
-    # Fused epilogue: C = act(round_y(round_x(A @ B) + bias[n])) computed in float32; round_x / round_y
-    # round to the declared dtypes of the chain's intermediate tensors (a no-op for float32), so the
-    # fused result rounds exactly where the node-by-node reference does.
+    # Fused epilogue: C = act(round_y(s(round_x(A @ B)) + bias[n])) computed in float32, where s applies
+    # each per-tensor scale in turn (x = round_s[i](x * scale_i)); round_x / round_s / round_y round to
+    # the declared dtypes of the chain's intermediate tensors (a no-op for float32), so the fused result
+    # rounds exactly where the node-by-node reference does.
     bias_dtype: str | None = None  # None: no bias
     activation: str = "none"  # "none" or a value of ACTIVATIONS
     round_x: str = "float32"  # dtype of the matmul's own output tensor
     round_y: str = "float32"  # dtype of the bias add's output tensor
+    scale_dtypes: tuple[str, ...] = ()  # dtype of each per-tensor scale (one value read from memory)
+    round_s: tuple[str, ...] = ()  # dtype of each scale multiply's output tensor
+
+    @property
+    def fp8(self) -> bool:
+        return self.a_dtype in FP8_DTYPES
 
 
 @attrs.frozen
@@ -63,6 +76,11 @@ class GemmConfig:
     cluster_n: int = 1
     swizzle: int = 1
     raster_along_m: bool = True
+    # fp8 only: accumulate straight in the wgmma accumulator ("fast accumulation", as cuBLAS's
+    # CUBLASLT_MATMUL_DESC_FAST_ACCUM). Off: each 128-deep K tile's products go into a fresh accumulator
+    # that is then added to the float32 total, because Hopper's fp8 wgmma keeps fewer accumulator bits
+    # than float32 (CUTLASS's default promotion interval). Ignored for 16-bit operands.
+    fast_accum: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.pingpong:
@@ -83,7 +101,13 @@ class GemmConfig:
     def label(self) -> str:
         kind = "pp" if self.pingpong else "coop"
         raster = "" if self.raster_along_m else "n"
-        return f"{kind}{self.tile_m}x{self.tile_n}c{self.cluster_m}x{self.cluster_n}s{self.swizzle}{raster}"
+        fast = "f" if self.fast_accum else ""
+        return f"{kind}{self.tile_m}x{self.tile_n}c{self.cluster_m}x{self.cluster_n}s{self.swizzle}{raster}{fast}"
+
+    def accumulator_registers(self, fp8: bool) -> int:
+        """Float32 accumulator registers per consumer thread (twice the tile's share when fp8 promotes)."""
+        share = self.tile_m * self.tile_n // (128 if self.pingpong else 256)
+        return share * (2 if fp8 and not self.fast_accum else 1)
 
 
 @attrs.frozen
@@ -175,8 +199,12 @@ def plan_gemm(
 ) -> tuple[GemmSpec, GemmProblem]:
     """The kernel view of ``c = a @ b`` from (dims, element strides, dtype) of each, or ValueError."""
     (a_dims, a_st, a_dt), (b_dims, b_st, b_dt), (c_dims, c_st, c_dt) = a, b, c
-    if a_dt not in AB_DTYPES or b_dt != a_dt:
-        raise ValueError(f"operand dtypes {a_dt} x {b_dt}: supported are float16 x float16 and bfloat16 x bfloat16")
+    fp8 = a_dt in FP8_DTYPES
+    if a_dt not in AB_DTYPES or not (b_dt == a_dt or (fp8 and b_dt in FP8_DTYPES)):
+        raise ValueError(
+            f"operand dtypes {a_dt} x {b_dt}: supported are float16 x float16, bfloat16 x bfloat16 and "
+            "fp8 (e4m3 / e5m2, mixed) x fp8"
+        )
     if c_dt not in C_DTYPES:
         raise ValueError(f"output dtype {c_dt}: supported are {', '.join(C_DTYPES)}")
     if min(len(a_dims), len(b_dims)) < 2 or len(c_dims) < 2:
@@ -204,10 +232,18 @@ def plan_gemm(
     if batch > 1 and bsb == 0 and bsa == m * sam and bsc == m * scm and bsa and bsc:
         m, batch, bsa, bsc = m * batch, 1, 0, 0
 
+    if fp8 and k > 1 and (sak != 1 or sbk != 1):
+        which = " and ".join(x for x, s in (("a (M x K)", sak), ("b (K x N)", sbk)) if s != 1)
+        raise ValueError(
+            f"fp8 operands must be contiguous along K (wgmma reads 8-bit operands K-major only): {which} "
+            "not; store a row-major and b column-major"
+        )
     al, cl = 16 // ITEMSIZE[a_dt], 16 // ITEMSIZE[c_dt]
     a_k_inner, lda = _major(m, k, sam, sak, al, "a")
     b_k_inner, ldb = _major(n, k, sbn, sbk, al, "b")
     c_n_inner, ldc = _major(m, n, scm, scn, cl, "c")
+    if fp8 and not (a_k_inner and b_k_inner):
+        raise ValueError(f"fp8 operands' rows along K are not 16-byte aligned (lda {lda}, ldb {ldb})")
     if batch > 1:
         for name, s, align in (("a", bsa, al), ("b", bsb, al), ("c", bsc, cl)):
             if s and s % align:
@@ -245,9 +281,20 @@ def default_config(spec: GemmSpec, problem: GemmProblem, sm_count: int = 132) ->
     Large problems: 128x256 cooperative tiles in 2x1 clusters, grouped 4
     clusters wide and rasterized along N (on the H200, 2026-11-30: 1.02-1.03x
     torch.matmul at 8192^3, 0.98-0.99x at 4096^3). When those tiles would
-    leave SMs idle, 128x128 tiles without clusters.
+    leave SMs idle, 128x128 tiles without clusters. A gelu epilogue
+    (erf or tanh form) runs pingpong 64x256 tiles instead, so one consumer
+    warpgroup's epilogue overlaps the other's mainloop (2026-12-01: bias +
+    gelu 10-13 % faster than cooperative 128x256 in the same run; the
+    bias-only epilogue 2-4 % slower, so cheap epilogues stay cooperative).
     """
     tiles = math.ceil(problem.m / 128) * math.ceil(problem.n / 256) * problem.batch
     if tiles < sm_count:
         return GemmConfig(tile_m=128, tile_n=128)
+    if spec.fp8:
+        # Promotion doubles the accumulators: 128x256 tiles would need 256 registers per thread. On the
+        # H200 (2026-12-01) 128x128 tiles in 1x2 clusters ran e4m3 GEMMs at 1.04x / 1.10x
+        # torch._scaled_mm at 4096^3 / 8192^3, 2x1 clusters 1.00x / 1.09x, 128x192 tiles 0.86x / 0.99x.
+        return GemmConfig(tile_m=128, tile_n=128, cluster_n=2, swizzle=4)
+    if spec.activation in ("gelu", "gelu_tanh"):
+        return GemmConfig(tile_m=64, tile_n=256, pingpong=True, cluster_m=2, swizzle=4, raster_along_m=False)
     return GemmConfig(tile_m=128, tile_n=256, cluster_m=2, swizzle=4, raster_along_m=False)

@@ -1,4 +1,4 @@
-"""CuTe DSL matmul builder for Hopper: bfloat16 / float16 in, float32 accumulation, 16- or 32-bit out.
+"""CuTe DSL matmul builder for Hopper: bfloat16 / float16 / fp8 in, float32 accumulation, 16- or 32-bit out.
 
 ``check`` decides from the graph alone (dtypes, dims, strides, the device's
 compute capability) whether the kernel serves a node; ``build`` compiles
@@ -6,11 +6,13 @@ compute capability) whether the kernel serves a node; ``build`` compiles
 ``execute`` only hands the pointers and the stream to the compiled handle.
 The DSL is imported on first build, never when this module loads.
 
-As a fusion builder it also claims ``matmul -> add(bias) -> activation``
-chains (either pointwise step optional; relu, gelu, gelu_approx_tanh) whose
-intermediates are virtual and read by the next step alone: the GEMM
-epilogue adds the bias row and applies the activation in float32 and
-writes only the chain's last tensor.
+As a fusion builder it also claims ``matmul -> mul(scale) -> mul(scale) ->
+add(bias) -> activation`` chains (every pointwise step optional; at most two
+per-tensor scales; relu, gelu, gelu_approx_tanh) whose intermediates are
+virtual and read by the next step alone: the GEMM epilogue multiplies by
+the scales, adds the bias row and applies the activation in float32 and
+writes only the chain's last tensor. The scale multiplies are how
+cuDNN-frontend graphs descale an fp8 matmul (docs/ops.md).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from sigdnn.plan_builders.cute.gemm_layout import (
     ACTIVATIONS,
     BIAS_DTYPES,
     C_DTYPES,
+    FP8_DTYPES,
+    MAX_SCALES,
+    SCALE_DTYPES,
     GemmConfig,
     GemmProblem,
     GemmSpec,
@@ -74,7 +79,8 @@ def device_properties(device_id: int) -> tuple[tuple[int, int], int]:
     return (values[0], values[1]), values[2]
 
 
-def _device_id(device: Device | None) -> int:
+def device_id_of(device: Device | None) -> int:
+    """The CUDA device ordinal a sigdnn Device runs on (0 when it does not say)."""
     context = getattr(device, "context", None)
     return int(getattr(context, "device_id", 0) or 0)
 
@@ -86,14 +92,17 @@ def config_override() -> GemmConfig | None:
 
 
 def parse_config(label: str) -> GemmConfig:
-    """Inverse of ``GemmConfig.label``: e.g. ``coop128x256c2x1s1`` (a trailing ``n`` rasterizes along N)."""
+    """Inverse of ``GemmConfig.label``: e.g. ``coop128x256c2x1s1`` (then ``n``: rasterize along N;
+    ``f``: fp8 fast accumulation)."""
     import re
 
-    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)(n?)", label)
+    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)(n?)(f?)", label)
     if m is None:
         raise ValueError(f"bad GEMM config label {label!r} (e.g. coop128x256c2x1s1)")
-    kind, tm, tn, cm, cn, sw, raster_n = m.groups()
-    return GemmConfig(int(tm), int(tn), kind == "pp", int(cm), int(cn), int(sw), raster_along_m=not raster_n)
+    kind, tm, tn, cm, cn, sw, raster_n, fast = m.groups()
+    return GemmConfig(
+        int(tm), int(tn), kind == "pp", int(cm), int(cn), int(sw), raster_along_m=not raster_n, fast_accum=bool(fast)
+    )
 
 
 @attrs.frozen
@@ -104,6 +113,7 @@ class EpilogueChain:
     writes: tuple[int, ...]  # the uid each node writes; the last is what the kernel stores
     bias: int | None = None  # uid of the bias row
     activation: str = "none"
+    scales: tuple[int, ...] = ()  # uids of the per-tensor scales, in the order they multiply
 
 
 def _sole_reader(graph: Graph, flow: Dataflow, uid: int) -> int | None:
@@ -125,6 +135,12 @@ def _is_bias_row(graph: Graph, uid: int, n: int) -> bool:
     )
 
 
+def _is_scale(graph: Graph, uid: int) -> bool:
+    """A per-tensor scale: one value (every dim 1) the caller or the graph provides."""
+    t = graph.tensors[uid]
+    return not t.is_virtual and all(d == 1 for d in t.dims) and str(graph.dtype_of(t)) in SCALE_DTYPES
+
+
 def _plain_relu(op: Pointwise) -> bool:
     return op.relu_upper_clip is None and not op.relu_lower_clip and not op.relu_lower_clip_slope
 
@@ -135,9 +151,18 @@ def epilogue_chain(graph: Graph, flow: Dataflow, i: int) -> EpilogueChain | None
     if not isinstance(node.op, Matmul):
         return None
     n = graph.tensors[node.op.c].dims[-1]
-    nodes, writes, bias, activation = [i], [node.op.c], None, "none"
+    nodes, writes, bias, activation, scales = [i], [node.op.c], None, "none", []
     out = node.op.c
     j = _sole_reader(graph, flow, out)
+    while j is not None and len(scales) < MAX_SCALES and isinstance(graph.nodes[j].op, Pointwise):
+        op = graph.nodes[j].op
+        other = op.in_1 if op.in_0 == out else op.in_0
+        if op.mode != "mul" or op.in_0 == op.in_1 or not _is_scale(graph, other):
+            break
+        nodes, out = [*nodes, j], op.out_0
+        scales.append(other)
+        writes.append(out)
+        j = _sole_reader(graph, flow, out)
     if j is not None and isinstance(graph.nodes[j].op, Pointwise) and graph.nodes[j].op.mode == "add":
         op = graph.nodes[j].op
         other = op.in_1 if op.in_0 == out else op.in_0
@@ -152,7 +177,7 @@ def epilogue_chain(graph: Graph, flow: Dataflow, i: int) -> EpilogueChain | None
             writes.append(out)
     if len(nodes) == 1 or any(str(graph.compute_dtype_of(graph.nodes[k])) != "float32" for k in nodes):
         return None
-    return EpilogueChain(tuple(nodes), tuple(writes), bias, activation)
+    return EpilogueChain(tuple(nodes), tuple(writes), bias, activation, tuple(scales))
 
 
 class CuteMatmulPlan(NodePlan):
@@ -177,10 +202,13 @@ class CuteEpiloguePlan(RegionPlan):
 
     workspace_bytes = 0
 
-    def __init__(self, launch: Any, where: str, a: int, b: int, out: int, bias: int | None) -> None:
+    def __init__(
+        self, launch: Any, where: str, a: int, b: int, out: int, bias: int | None, scales: tuple[int, ...]
+    ) -> None:
         self._launch = launch
         self._where = where
         self._uids = (a, b, out, bias)
+        self._scales = scales
 
     @property
     def config(self) -> GemmConfig:
@@ -188,14 +216,17 @@ class CuteEpiloguePlan(RegionPlan):
 
     def execute(self, buffers: Mapping[int, Any], context: ExecutionContext) -> None:
         a, b, out, bias = self._uids
-        _launch(self._launch, self._where, buffers[a], buffers[b], buffers[out], buffers.get(bias), context)
+        scales = tuple(buffers[u] for u in self._scales)
+        _launch(self._launch, self._where, buffers[a], buffers[b], buffers[out], buffers.get(bias), context, scales)
 
 
-def _launch(launch: Any, where: str, a: Any, b: Any, c: Any, bias: Any, context: ExecutionContext) -> None:
+def _launch(
+    launch: Any, where: str, a: Any, b: Any, c: Any, bias: Any, context: ExecutionContext, scales: tuple[Any, ...] = ()
+) -> None:
     if (a.ptr | b.ptr | c.ptr) & 15:
         names = [p for p, x in (("a", a), ("b", b), ("c", c)) if x.ptr & 15]
         raise VariantPackError(f"{where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
-    launch(a.ptr, b.ptr, c.ptr, context.stream, 0 if bias is None else bias.ptr)
+    launch(a.ptr, b.ptr, c.ptr, context.stream, 0 if bias is None else bias.ptr, tuple(s.ptr for s in scales))
 
 
 class CuteMatmulBuilder(FusionBuilder):
@@ -213,10 +244,11 @@ class CuteMatmulBuilder(FusionBuilder):
     def serves(self, key: SignatureKey) -> bool:
         ins = dict(key.inputs)
         outs = dict(key.outputs)
+        a, b = str(ins.get("a")), str(ins.get("b"))
         return (
             key.op == "matmul"
-            and str(ins.get("a")) in AB_DTYPES
-            and str(ins.get("b")) == str(ins.get("a"))
+            and a in AB_DTYPES
+            and (b == a or (a in FP8_DTYPES and b in FP8_DTYPES))
             and str(outs.get("c")) in C_DTYPES
             and str(key.compute) == "float32"
         )
@@ -245,18 +277,23 @@ class CuteMatmulBuilder(FusionBuilder):
             if any(d not in C_DTYPES for d in dtypes):
                 raise NotSupported(f"{where}: epilogue tensors of dtypes {dtypes}")
             bias = None if chain.bias is None else str(graph.dtype_of(graph.tensors[chain.bias]))
+            ns = len(chain.scales)
             spec = attrs.evolve(
                 spec,
                 bias_dtype=bias,
                 activation=chain.activation,
                 round_x=dtypes[0] if len(dtypes) > 1 else "float32",
-                round_y=dtypes[1] if chain.bias is not None and len(dtypes) > 2 else "float32",
+                # A step's output that is the chain's last tensor needs no rounding of its own: the
+                # store rounds to it (and rounding twice to one dtype is rounding once).
+                round_y=dtypes[1 + ns] if chain.bias is not None and len(dtypes) > 2 + ns else "float32",
+                scale_dtypes=tuple(str(graph.dtype_of(graph.tensors[u])) for u in chain.scales),
+                round_s=tuple(dtypes[1 : 1 + ns]),
             )
         return spec, problem
 
     def _check_device(self, node: Node, device: Device | None) -> None:
         if device is not None and device.kind == "gpu":
-            capability, _ = device_properties(_device_id(device))
+            capability, _ = device_properties(device_id_of(device))
             if capability != (9, 0):
                 raise NotSupported(
                     f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}"
@@ -269,7 +306,7 @@ class CuteMatmulBuilder(FusionBuilder):
     def _launch(self, spec: GemmSpec, problem: GemmProblem, device: Device) -> Any:
         from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
 
-        _, sm_count = device_properties(_device_id(device))
+        _, sm_count = device_properties(device_id_of(device))
         config = config_override() or default_config(spec, problem, sm_count)
         return GemmLaunch(spec, config, problem, sm_count)
 
@@ -307,4 +344,4 @@ class CuteMatmulBuilder(FusionBuilder):
         spec, problem = self.plan(node, graph, chain)
         launch = self._launch(spec, problem, context.device)
         where = f"region {node.name}..{graph.nodes[chain.nodes[-1]].name}"
-        return CuteEpiloguePlan(launch, where, node.op.a, node.op.b, chain.writes[-1], chain.bias)
+        return CuteEpiloguePlan(launch, where, node.op.a, node.op.b, chain.writes[-1], chain.bias, chain.scales)

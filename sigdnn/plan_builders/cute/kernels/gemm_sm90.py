@@ -19,8 +19,15 @@ Two consumer schedules:
 Clusters of 2 CTAs along M (or N) share B (or A) tiles through TMA
 multicast, halving that operand's L2 traffic.
 
-The epilogue can add a bias per output column and apply relu or gelu
-(erf or tanh form) in float32 before the one rounding to the output dtype.
+The epilogue can multiply by per-tensor scales (fp8 descaling), add a bias
+per output column and apply relu or gelu (erf or tanh form) in float32
+before the one rounding to the output dtype.
+
+fp8 operands (e4m3 / e5m2, mixed) use 128-deep K tiles (128 bytes, like
+64 deep at 16 bits) and, unless the config asks for fast accumulation,
+promote: each K tile's wgmma products land in a fresh accumulator that is
+added to the float32 total, since Hopper's fp8 wgmma accumulates with fewer
+bits than float32 (about 13 mantissa bits by published measurements).
 
 Tails need no predication: TMA fills out-of-bounds loads with zeros (so a
 partial K tile adds nothing) and clips out-of-bounds stores.
@@ -51,6 +58,8 @@ DTYPES: dict[str, Any] = {
     "float16": cutlass.Float16,
     "bfloat16": cutlass.BFloat16,
     "float32": cutlass.Float32,
+    "fp8_e4m3": cutlass.Float8E4M3FN,
+    "fp8_e5m2": cutlass.Float8E5M2,
 }
 
 # Named barrier ids (0 is __syncthreads).
@@ -73,7 +82,10 @@ class HopperGemm:
         self.b_dtype = DTYPES[spec.b_dtype]
         self.c_dtype = DTYPES[spec.c_dtype]
         self.acc_dtype = cutlass.Float32
-        self.fused = spec.bias_dtype is not None or spec.activation != "none"
+        self.fused = spec.bias_dtype is not None or spec.activation != "none" or bool(spec.scale_dtypes)
+        self.promote = self.a_dtype.width == 8 and not config.fast_accum
+        # A 16-bit output has error to spare for a fast erf / exp (see _activation).
+        self.fast_math = self.c_dtype.width == 16
         self.pingpong = config.pingpong
         self.cluster_mn = (config.cluster_m, config.cluster_n)
         cluster_size = config.cluster_m * config.cluster_n
@@ -87,10 +99,13 @@ class HopperGemm:
         self.load_warp = self.num_mma_wg * 4  # first warp of the producer warpgroup
         # Threads that take part in one tile's epilogue.
         self.num_epi_threads = _THREADS_PER_WG * (1 if self.pingpong else self.num_mma_wg)
-        acc_regs = tile_m * tile_n // (math.prod(self.atom_layout_mnk) * _THREADS_PER_WG)
+        acc_regs = config.accumulator_registers(self.a_dtype.width == 8)
+        if acc_regs > 208:
+            raise ValueError(f"tile {tile_m}x{tile_n} needs {acc_regs} accumulator registers per thread")
         self.load_regs, self.mma_regs = (40, 232) if acc_regs < 208 else (24, 240)
 
-        self.tile_k = 64  # four k=16 wgmma instructions per stage
+        # Four wgmma instructions (k = 16 at 16 bits, 32 at 8 bits) per stage: 128-byte rows either way.
+        self.tile_k = 64 if self.a_dtype.width == 16 else 128
         self.tile_mnk = (tile_m, tile_n, self.tile_k)
         # Epilogue subtile: the accumulator is written out 32 columns at a time;
         # its M extent covers what one pass of the tiled MMA holds.
@@ -119,6 +134,8 @@ class HopperGemm:
         b_ptr: cute.Pointer,
         c_ptr: cute.Pointer,
         bias_ptr: cute.Pointer,
+        scale0_ptr: cute.Pointer,
+        scale1_ptr: cute.Pointer,
         m: Int32,
         n: Int32,
         k: Int32,
@@ -148,6 +165,8 @@ class HopperGemm:
         mB = cute.make_tensor(b_ptr, self._layout(spec.b_major == "k", n, k, b_batch, ldb, b_bstride))
         mC = cute.make_tensor(c_ptr, self._layout(spec.c_major == "n", m, n, batch, ldc, c_bstride))
         mBias = cute.make_tensor(bias_ptr, cute.make_layout(n))  # read only when spec.bias_dtype is set
+        # One value each, read only for the scales the spec names.
+        mScales = (cute.make_tensor(scale0_ptr, cute.make_layout(1)), cute.make_tensor(scale1_ptr, cute.make_layout(1)))
 
         a_layout = utils.LayoutEnum.from_tensor(mA)
         b_layout = utils.LayoutEnum.from_tensor(mB)
@@ -228,6 +247,8 @@ class HopperGemm:
             epi_smem,
             sched_params,
             mBias,
+            mScales[0],
+            mScales[1],
         ).launch(
             grid=grid,
             block=[self.threads_per_cta, 1, 1],
@@ -255,6 +276,8 @@ class HopperGemm:
         epi_smem: cute.ComposedLayout,
         sched_params: utils.PersistentTileSchedulerParams,
         mBias: cute.Tensor,
+        mScale0: cute.Tensor,
+        mScale1: cute.Tensor,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -374,7 +397,13 @@ class HopperGemm:
             tCrB = tiled_mma.make_fragment_B(tCsB)
             tCgC = thr_mma.partition_C(gC)
             acc = cute.make_rmem_tensor(tCgC.shape[:3], self.acc_dtype)
+            # fp8 promotion: one K tile's products, added to ``acc`` after each tile.
+            acc_tile = acc
+            if const_expr(self.promote):
+                acc_tile = cute.make_rmem_tensor(tCgC.shape[:3], self.acc_dtype)
             num_k_blocks = cute.size(tCrA, mode=[2])
+            # Per-tensor scales: one value each, read once.
+            scales = [m[0].to(cutlass.Float32) for m in (mScale0, mScale1)[: len(self.spec.scale_dtypes)]]
 
             # Epilogue: registers -> shared memory (stmatrix for 16-bit) -> TMA store.
             store_atom = sm90_utils.get_smem_store_op(self.c_layout, self.c_dtype, self.acc_dtype)
@@ -423,31 +452,64 @@ class HopperGemm:
                     self._pingpong_sync(wg_idx, _BAR_MMA_WG0)
                 release_state = read_state.clone()
                 acc.fill(0.0)
-                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                ab_pipeline.consumer_wait(read_state)
-                warpgroup.fence()
-                for kb in cutlass.range_constexpr(num_k_blocks):
-                    coord = (None, None, kb, read_state.index)
-                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                warpgroup.commit_group()
-                read_state.advance()
-                for _kt in cutlass.range(1, k_tile_cnt, unroll=1):
+                if const_expr(self.promote):
+                    # Each K tile into a fresh acc_tile, then acc += acc_tile in float32. The add needs
+                    # the tile's wgmma batch complete, so the batch before is waited for (and its stage
+                    # released) before the next is issued; the other consumer warpgroup's wgmma keeps
+                    # the tensor cores busy meanwhile.
+                    ab_pipeline.consumer_wait(read_state)
+                    warpgroup.fence()
+                    tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        coord = (None, None, kb, read_state.index)
+                        cute.gemm(tiled_mma, acc_tile, tCrA[coord], tCrB[coord], acc_tile)
+                        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                    warpgroup.commit_group()
+                    read_state.advance()
+                    for _kt in cutlass.range(1, k_tile_cnt, unroll=1):
+                        ab_pipeline.consumer_wait(read_state)
+                        warpgroup.wait_group(0)
+                        acc.store(acc.load() + acc_tile.load())
+                        ab_pipeline.consumer_release(release_state)
+                        release_state.advance()
+                        warpgroup.fence()
+                        tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+                        for kb in cutlass.range_constexpr(num_k_blocks):
+                            coord = (None, None, kb, read_state.index)
+                            cute.gemm(tiled_mma, acc_tile, tCrA[coord], tCrB[coord], acc_tile)
+                            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                        warpgroup.commit_group()
+                        read_state.advance()
+                    warpgroup.wait_group(0)
+                    acc.store(acc.load() + acc_tile.load())
+                    ab_pipeline.consumer_release(release_state)
+                else:
+                    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                     ab_pipeline.consumer_wait(read_state)
                     warpgroup.fence()
                     for kb in cutlass.range_constexpr(num_k_blocks):
                         coord = (None, None, kb, read_state.index)
                         cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
                     warpgroup.commit_group()
-                    # Keep one wgmma batch in flight; the one before it is done with its stage.
-                    warpgroup.wait_group(1)
-                    ab_pipeline.consumer_release(release_state)
-                    release_state.advance()
                     read_state.advance()
+                    for _kt in cutlass.range(1, k_tile_cnt, unroll=1):
+                        ab_pipeline.consumer_wait(read_state)
+                        warpgroup.fence()
+                        for kb in cutlass.range_constexpr(num_k_blocks):
+                            coord = (None, None, kb, read_state.index)
+                            cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                        warpgroup.commit_group()
+                        # Keep one wgmma batch in flight; the one before it is done with its stage.
+                        warpgroup.wait_group(1)
+                        ab_pipeline.consumer_release(release_state)
+                        release_state.advance()
+                        read_state.advance()
                 if const_expr(self.pingpong):
                     # The other warpgroup may start its mainloop while this one drains.
                     self._pingpong_arrive(1 - wg_idx, _BAR_MMA_WG0)
-                warpgroup.wait_group(0)
-                ab_pipeline.consumer_release(release_state)
+                if const_expr(not self.promote):
+                    warpgroup.wait_group(0)
+                    ab_pipeline.consumer_release(release_state)
 
                 # ---- epilogue ----
                 if const_expr(self.pingpong):
@@ -473,11 +535,13 @@ class HopperGemm:
                         n0 = tile[1] * self.tile_mnk[1] + epi_order.get_hier_coord(epi_idx)[1] * self.epi_tile[1]
                         for v in cutlass.range_constexpr(rD_size):
                             x = _round(self.spec.round_x, tRS_rD[v])
+                            for i in cutlass.range_constexpr(len(scales)):
+                                x = _round(self.spec.round_s[i], x * scales[i])
                             if const_expr(self.spec.bias_dtype is not None):
                                 # Columns past N are clipped by the store; read an in-range bias for them.
                                 col = cutlass.min(n0 + tRS_cD[v][1], n_total - 1)
                                 x = _round(self.spec.round_y, x + mBias[col].to(cutlass.Float32))
-                            tRS_rD[v] = _activation(self.spec.activation, x)
+                            tRS_rD[v] = _activation(self.spec.activation, self.fast_math, x)
                     tRS_rOut.store(tRS_rD.load().to(self.c_dtype))
                     buf = (epi_prev + epi_idx) % self.epi_stage
                     if is_store_warp:
@@ -513,6 +577,25 @@ class HopperGemm:
 
 _SQRT_HALF = 0.7071067811865476
 _GELU_TANH_C = 0.7978845608028654  # sqrt(2 / pi)
+_LOG2E = 1.4426950408889634
+# Numerical Recipes' erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2), z >= 0: fractional error below
+# 1.2e-7 for every z (Press et al., Numerical Recipes, 6.2); P's coefficients, constant term first.
+_ERFC_P = (
+    -1.26551223,
+    1.00002368,
+    0.37409196,
+    0.09678418,
+    -0.18628806,
+    0.27886807,
+    -1.13520398,
+    1.48851587,
+    -0.82215223,
+    0.17087277,
+)
+# ex2.approx and rcp.approx flush subnormal results to zero; computing 2^64 times the small factor and
+# scaling back with an ordinary multiply keeps results that are subnormal in float32 (and bfloat16).
+_LIFT = 64.0
+_DROP = 2.0**-64
 
 
 @cute.jit
@@ -525,15 +608,48 @@ def _round(dtype: cutlass.Constexpr, x: cutlass.Float32) -> cutlass.Float32:
 
 
 @cute.jit
-def _activation(kind: cutlass.Constexpr, x: cutlass.Float32) -> cutlass.Float32:
-    """The epilogue activation in float32, as OPS.md defines it (NaN stays NaN)."""
+def _activation(kind: cutlass.Constexpr, fast: cutlass.Constexpr, x: cutlass.Float32) -> cutlass.Float32:
+    """The epilogue activation in float32, as OPS.md defines it (NaN stays NaN).
+
+    ``fast`` (a 16-bit output): gelu through the hardware's approximate
+    exp2 and reciprocal, with relative error about 1e-5 -- a fiftieth of a
+    float16 half-ulp, a four-hundredth of a bfloat16 one -- instead of the
+    accurate erfc / exp and an IEEE division (dozens of instructions per
+    element, which the cooperative schedule does not hide behind the tensor
+    cores). A float32 output keeps the accurate functions.
+    """
     y = x
     if const_expr(kind == "relu"):
         # x <= 0 -> 0; NaN fails the comparison and passes through.
         y = cutlass.Float32(0.0) if x <= cutlass.Float32(0.0) else x
+    elif const_expr(kind == "gelu" and fast):
+        # 0.5 x erfc(z), z = -x / sqrt 2. erfc(|z|) = t e^(P(t) - z^2) with t = 1 / (1 + |z|/2);
+        # erfc(z) = 2 - erfc(|z|) for z < 0 (x > 0), where no precision is lost.
+        z = x * cutlass.Float32(-_SQRT_HALF)
+        az = cute.math.absf(z)
+        t = cute.arch.rcp_approx(cutlass.Float32(1.0) + cutlass.Float32(0.5) * az)
+        p = cutlass.Float32(_ERFC_P[-1])
+        for c in cutlass.range_constexpr(len(_ERFC_P) - 2, -1, -1):
+            p = p * t + cutlass.Float32(_ERFC_P[c])
+        e = (p - az * az) * cutlass.Float32(_LOG2E) + cutlass.Float32(_LIFT)
+        q = t * cute.math.exp2(e, fastmath=True)  # erfc(|z|) * 2^64
+        half_x = cutlass.Float32(0.5) * x
+        if z >= cutlass.Float32(0.0):
+            y = half_x * q * cutlass.Float32(_DROP)
+        else:
+            y = half_x * (cutlass.Float32(2.0) - q * cutlass.Float32(_DROP))
     elif const_expr(kind == "gelu"):
         # 0.5 x (1 + erf(x / sqrt 2)) written with erfc: no cancellation in the negative tail.
         y = cutlass.Float32(0.5) * x * cute.math.erfc(-x * cutlass.Float32(_SQRT_HALF))
+    elif const_expr(kind == "gelu_tanh" and fast):
+        # x sigmoid(2u) = x / (1 + e^(-2u)); for u < 0 as 2^-64 x / (2^-64 + 2^-64 e^(-2u)), so the
+        # reciprocal stays normal in the negative tail.
+        u = cutlass.Float32(_GELU_TANH_C) * (x + cutlass.Float32(0.044715) * x * x * x)
+        negative = u < cutlass.Float32(0.0)
+        lift = cutlass.Float32(_LIFT) if negative else cutlass.Float32(0.0)
+        drop = cutlass.Float32(_DROP) if negative else cutlass.Float32(1.0)
+        d = cute.math.exp2(u * cutlass.Float32(-2.0 * _LOG2E) - lift, fastmath=True)
+        y = x * cute.arch.rcp_approx(drop + d) * drop
     elif const_expr(kind == "gelu_tanh"):
         # 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
         u = cutlass.Float32(_GELU_TANH_C) * (x + cutlass.Float32(0.044715) * x * x * x)

@@ -71,8 +71,12 @@ def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
     ptrs = [
         make_ptr(dt[d], 0, cute.AddressSpace.gmem, assumed_align=16) for d in (spec.a_dtype, spec.b_dtype, spec.c_dtype)
     ]
-    bias = dt[spec.bias_dtype or spec.c_dtype]  # a pointer slot even without a bias: one signature
+    # A pointer slot for the bias and each scale even where there is none: one signature.
+    bias = dt[spec.bias_dtype or spec.c_dtype]
     ptrs.append(make_ptr(bias, 0, cute.AddressSpace.gmem, assumed_align=bias.width // 8))
+    for i in range(2):
+        scale = dt[spec.scale_dtypes[i] if i < len(spec.scale_dtypes) else "float32"]
+        ptrs.append(make_ptr(scale, 0, cute.AddressSpace.gmem, assumed_align=scale.width // 8))
     ints = [Int32(1)] * 4
     strides = [Int64(8)] * 3 + [Int64(0)] * 3
     return cute.compile(kernel, *ptrs, *ints, *strides, cuda.CUstream(0))
@@ -137,6 +141,7 @@ class GemmLaunch:
         self._b = _Cell(ctypes.c_void_p, 0)
         self._c = _Cell(ctypes.c_void_p, 0)
         self._bias = _Cell(ctypes.c_void_p, 0)
+        self._scales = (_Cell(ctypes.c_void_p, 0), _Cell(ctypes.c_void_p, 0))
         self._stream = _Cell(ctypes.c_void_p, 0)
         p = problem
         scalars = [_Cell(ctypes.c_int32, v) for v in (p.m, p.n, p.k, p.batch)]
@@ -144,7 +149,7 @@ class GemmLaunch:
             _Cell(ctypes.c_int64, v)
             for v in (p.lda, p.ldb, p.ldc, p.batch_stride_a, p.batch_stride_b, p.batch_stride_c)
         ]
-        self._cells = (self._a, self._b, self._c, self._bias, *scalars, self._stream)
+        self._cells = (self._a, self._b, self._c, self._bias, *self._scales, *scalars, self._stream)
         args, _ = self._executor.generate_execution_args(*self._cells)
         self._args = [ctypes.c_void_p(x) for x in args]
         self._packed = self._pack(self._args)
@@ -168,16 +173,22 @@ class GemmLaunch:
         if ex._has_cuda_result and ex.cuda_result.value != 0:
             raise RuntimeError(f"GEMM launch failed: CUDA error {ex.cuda_result.value}")
 
-    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, bias_ptr: int = 0) -> None:
-        """Enqueue C = act(A @ B + bias) on ``stream`` (raw CUstream); A, B, C 16-byte aligned."""
+    def __call__(
+        self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, bias_ptr: int = 0, scale_ptrs: tuple[int, ...] = ()
+    ) -> None:
+        """Enqueue C = act(scales * (A @ B) + bias) on ``stream`` (raw CUstream); A, B, C 16-byte aligned."""
         if (a_ptr | b_ptr | c_ptr) & 15:
             raise ValueError("TMA needs 16-byte aligned operand addresses")
         if self.spec.bias_dtype is not None and not bias_ptr:
             raise ValueError("this specialization adds a bias: give its address")
+        if len(scale_ptrs) != len(self.spec.scale_dtypes) or not all(scale_ptrs):
+            raise ValueError(f"this specialization reads {len(self.spec.scale_dtypes)} scales: give their addresses")
         with self._lock:  # the cells are shared: one launch at a time per plan
             self._a.value.value = a_ptr
             self._b.value.value = b_ptr
             self._c.value.value = c_ptr
             self._bias.value.value = bias_ptr
+            for cell, ptr in zip(self._scales, (*scale_ptrs, 0, 0), strict=False):
+                cell.value.value = ptr
             self._stream.value.value = stream
             self._run()

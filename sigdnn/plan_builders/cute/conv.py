@@ -1,0 +1,165 @@
+"""CuTe DSL conv fprop builder for Hopper: 2-D, NHWC, bfloat16 / float16 in, float32 accumulation, as a GEMM.
+
+    y[(n, p, q), k] = sum over (r, s, c) of A[(n, p, q), (r, s, c)] * w[k, (r, s, c)]
+
+with x, w and y packed channels-last (x NHWC, w KRSC, y NHWK in memory;
+the graph's dims stay [N, C, H, W] etc.). A is x itself when the filter is
+1x1 with unit stride and no padding; otherwise the im2col kernel writes it
+to the workspace (padding as zeros, any stride and dilation) and the Hopper
+GEMM (kernels/gemm_sm90.py) multiplies it by the filter, read K-major as it
+is stored, straight into y. A first version, correct before fast: an
+implicit GEMM that gathers A's tiles inside the GEMM would save the
+workspace pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.conv_fprop import ConvFprop
+from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmProblem, GemmSpec, default_config, plan_gemm
+from sigdnn.plan_builders.cute.matmul import config_override, device_id_of, device_properties, unavailable_reason
+from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import SignatureKey
+
+IN_DTYPES = ("float16", "bfloat16")
+_INT32_MAX = 2**31 - 1
+
+
+@attrs.frozen
+class ConvGemm:
+    """A conv fprop as a GEMM: its kernel view, and the im2col extents (None: A is x itself)."""
+
+    spec: GemmSpec
+    problem: GemmProblem
+    im2col: tuple[int, ...] | None  # n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w
+    dtype: str
+
+    @property
+    def workspace_bytes(self) -> int:
+        return 0 if self.im2col is None else self.problem.m * self.problem.k * ITEMSIZE[self.dtype]
+
+
+def _channels_last(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Packed [N, C, H, W] dims stored N, H, W, C (a dim of extent 1 may carry any stride)."""
+    _, c, h, w = dims
+    want = (h * w * c, 1, w * c, c)
+    return all(d == 1 or s == e for d, s, e in zip(dims, strides, want, strict=True))
+
+
+def conv_gemm(node: Node, graph: Graph) -> ConvGemm:
+    """The GEMM a conv fprop node becomes, or NotSupported saying why."""
+    op = node.op
+    where = f"node '{node.name}'"
+    if not isinstance(op, ConvFprop):
+        raise NotSupported(f"{where}: not a conv_fprop")
+    x, w, y = graph.tensors[op.x], graph.tensors[op.w], graph.tensors[op.y]
+    dtypes = [str(graph.dtype_of(t)) for t in (x, w, y)]
+    compute = str(graph.compute_dtype_of(node))
+    if compute != "float32":
+        raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")
+    if dtypes[0] not in IN_DTYPES or dtypes[1] != dtypes[0] or dtypes[2] not in C_DTYPES:
+        raise NotSupported(f"{where}: dtypes x {dtypes[0]}, w {dtypes[1]}, y {dtypes[2]}; supported: x and w both "
+                           f"float16 or bfloat16, y one of {', '.join(C_DTYPES)}")  # fmt: skip
+    if op.spatial_rank != 2:
+        raise NotSupported(f"{where}: {op.spatial_rank}-D convolution; supported: 2-D")
+    n, c, h, wd = x.dims
+    k, cg, r, s = w.dims
+    _, _, p, q = y.dims
+    if cg != c:
+        raise NotSupported(f"{where}: grouped convolution ({c // cg} groups); supported: 1 group")
+    for t in (x, w, y):
+        if not _channels_last(t.dims, t.strides):
+            raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
+    if c % 8:
+        raise NotSupported(f"{where}: {c} input channels; supported: multiples of 8 (16-byte rows)")
+    if max(x.size, w.size, y.size, n * p * q * r * s * c) > _INT32_MAX:
+        raise NotSupported(f"{where}: tensors or the im2col matrix past 2^31 - 1 elements")
+    m, kg = n * p * q, r * s * c
+    direct = (r, s) == (1, 1) and op.stride == (1, 1) and op.pre_padding == (0, 0) and (p, q) == (h, wd)
+    try:
+        spec, problem = plan_gemm(
+            ((m, kg), (kg, 1), dtypes[0]), ((kg, k), (1, kg), dtypes[1]), ((m, k), (k, 1), dtypes[2])
+        )
+    except ValueError as exc:
+        raise NotSupported(f"{where}: {exc}") from None
+    im2col = None
+    if not direct:
+        im2col = (n, h, wd, c, p, q, r, s, *op.pre_padding, *op.stride, *op.dilation)
+    return ConvGemm(spec, problem, im2col, dtypes[0])
+
+
+class CuteConvFpropPlan(NodePlan):
+    """im2col into the workspace (unless A is x itself), then the GEMM into y."""
+
+    def __init__(self, gemm: Any, im2col: Any, workspace_bytes: int, where: str) -> None:
+        self._gemm = gemm
+        self._im2col = im2col
+        self.workspace_bytes = workspace_bytes
+        self._where = where
+
+    @property
+    def config(self) -> Any:
+        return self._gemm.config
+
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+        x, w, y = buffers["x"], buffers["w"], buffers["y"]
+        if (x.ptr | w.ptr | y.ptr) & 15:
+            names = [p for p, t in (("x", x), ("w", w), ("y", y)) if t.ptr & 15]
+            raise VariantPackError(f"{self._where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
+        a = x.ptr
+        if self._im2col is not None:
+            a = context.workspace.ptr
+            self._im2col(x.ptr, a, context.stream)
+        self._gemm(a, w.ptr, y.ptr, context.stream)
+
+
+class CuteConvFpropBuilder(PlanBuilder):
+    """2-D NHWC conv fprop on sm_90: im2col + the TMA / wgmma GEMM."""
+
+    name = "cute.conv_fprop"
+    engine_id = IN_TREE[name]
+    library = "cute"
+    device = "gpu"
+    ops = ("conv_fprop",)
+
+    def available(self) -> str | None:
+        return unavailable_reason()
+
+    def serves(self, key: SignatureKey) -> bool:
+        ins, outs = dict(key.inputs), dict(key.outputs)
+        return (
+            key.op == "conv_fprop"
+            and key.trait("spatial_rank") == 2
+            and str(ins.get("x")) in IN_DTYPES
+            and str(ins.get("w")) == str(ins.get("x"))
+            and str(outs.get("y")) in C_DTYPES
+            and str(key.compute) == "float32"
+        )
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        conv_gemm(node, graph)
+        if device is not None and device.kind == "gpu":
+            capability, _ = device_properties(device_id_of(device))
+            if capability != (9, 0):
+                raise NotSupported(f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}")  # fmt: skip
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        from sigdnn.plan_builders.cute.kernels.im2col import Im2colLaunch
+        from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+
+        self.check(node, graph, context.device)
+        view = conv_gemm(node, graph)
+        _, sm_count = device_properties(device_id_of(context.device))
+        config = config_override() or default_config(view.spec, view.problem, sm_count)
+        gemm = GemmLaunch(view.spec, config, view.problem, sm_count)
+        im2col = None if view.im2col is None else Im2colLaunch(view.dtype, view.im2col)
+        return CuteConvFpropPlan(gemm, im2col, view.workspace_bytes, f"node '{node.name}'")

@@ -1,0 +1,144 @@
+"""im2col for NHWC convolution in CuTe DSL: the GEMM operand A of a conv fprop, written to the workspace.
+
+    A[(n, p, q), (r, s, c)] = x[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c]   (0 outside x)
+
+A is row-major with K = R * S * C contiguous, in the order the KRSC filter
+is stored, so the GEMM's B is the filter itself read K-major. Each thread
+moves eight consecutive channels of one (pixel, tap) pair: consecutive
+threads cover consecutive bytes of both x and A. A first, plain version:
+the conv makes one extra pass over memory that an implicit GEMM (gathering
+A's tiles in the GEMM's own producer) would not.
+
+Every extent is a launch argument, so one compiled specialization per
+dtype serves every conv shape.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32
+from cutlass.cute.runtime import make_ptr
+
+DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
+VECTOR = 8  # channels per thread: 16 bytes
+_THREADS = 256
+
+
+class Im2col:
+    """One compiled specialization: the element dtype."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = DTYPES[dtype]
+
+    @cute.jit
+    def __call__(
+        self,
+        x_ptr: cute.Pointer,
+        a_ptr: cute.Pointer,
+        n: Int32,
+        h: Int32,
+        w: Int32,
+        c: Int32,
+        p: Int32,
+        q: Int32,
+        r: Int32,
+        s: Int32,
+        pad_h: Int32,
+        pad_w: Int32,
+        stride_h: Int32,
+        stride_w: Int32,
+        dil_h: Int32,
+        dil_w: Int32,
+        stream: cuda.CUstream,
+    ):
+        c = cute.assume(c, divby=VECTOR)
+        mX = cute.make_tensor(x_ptr, cute.make_layout((c, w, h, n), stride=(1, c, w * c, h * w * c)))
+        kg = r * s * c
+        mA = cute.make_tensor(a_ptr, cute.make_layout((kg, q, p, n), stride=(1, kg, q * kg, p * q * kg)))
+        total = n * p * q * r * s * (c // VECTOR)
+        blocks = (total + (_THREADS - 1)) // _THREADS
+        self.kernel(mX, mA, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, total).launch(
+            grid=[blocks, 1, 1], block=[_THREADS, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mX: cute.Tensor,
+        mA: cute.Tensor,
+        h: Int32,
+        w: Int32,
+        c: Int32,
+        p: Int32,
+        q: Int32,
+        r: Int32,
+        s: Int32,
+        pad_h: Int32,
+        pad_w: Int32,
+        stride_h: Int32,
+        stride_w: Int32,
+        dil_h: Int32,
+        dil_w: Int32,
+        total: Int32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * _THREADS + tidx
+        if i < total:
+            vectors = c // VECTOR
+            v = i % vectors
+            t = i // vectors
+            tap = t % (r * s)
+            t = t // (r * s)
+            qq = t % q
+            t = t // q
+            pp = t % p
+            nn = t // p
+            rr = tap // s
+            ss = tap - rr * s
+            hi = pp * stride_h - pad_h + rr * dil_h
+            wi = qq * stride_w - pad_w + ss * dil_w
+            frag = cute.make_rmem_tensor((VECTOR,), self.dtype)
+            frag.fill(0.0)
+            # Taps that fall in the padding stay zero.
+            if hi >= 0 and hi < h and wi >= 0 and wi < w:
+                for e in cutlass.range_constexpr(VECTOR):
+                    frag[e] = mX[(v * VECTOR + e, wi, hi, nn)]
+            for e in cutlass.range_constexpr(VECTOR):
+                mA[(tap * c + v * VECTOR + e, qq, pp, nn)] = frag[e]
+
+
+_LOCK = threading.Lock()
+_COMPILED: dict[str, Any] = {}
+
+
+def compiled(dtype: str) -> Any:
+    """The compiled im2col of one dtype (compiled once per process: a second or two)."""
+    with _LOCK:
+        fn = _COMPILED.get(dtype)
+        if fn is None:
+            ptrs = [make_ptr(DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16) for _ in range(2)]
+            fn = cute.compile(Im2col(dtype), *ptrs, *[Int32(1)] * 14, cuda.CUstream(0))
+            _COMPILED[dtype] = fn
+        return fn
+
+
+class Im2colLaunch:
+    """One conv shape's im2col: the extents are fixed, the pointers and stream are not."""
+
+    def __init__(self, dtype: str, extents: tuple[int, ...]) -> None:
+        if len(extents) != 14:
+            raise ValueError("im2col takes n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w")
+        self._dtype = DTYPES[dtype]
+        self._fn = compiled(dtype)
+        self._scalars = [Int32(v) for v in extents]
+
+    def __call__(self, x_ptr: int, a_ptr: int, stream: int) -> None:
+        x = make_ptr(self._dtype, x_ptr, cute.AddressSpace.gmem, assumed_align=16)
+        a = make_ptr(self._dtype, a_ptr, cute.AddressSpace.gmem, assumed_align=16)
+        self._fn(x, a, *self._scalars, cuda.CUstream(stream))

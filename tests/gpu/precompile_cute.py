@@ -1,0 +1,175 @@
+"""Compile, without a GPU, every CuTe GEMM specialization the GPU tests and the benchmark load.
+
+Device minutes are scarce and a specialization costs 2-7 s to trace and
+compile; the compiled objects are valid for any sm_90 device with the same
+SM count, so they can be built here and carried to the device in the disk
+cache (``SIGDNN_CUTE_CACHE``). With nvidia-cutlass-dsl installed (Python 3.12):
+
+    CUTE_DSL_ARCH=sm_90a PYTHONPATH=$PWD python3.12 tests/gpu/precompile_cute.py CACHE_DIR [--jobs 2]
+
+The test modules are imported with the GPU checks answered as an H200's
+(sm_90, 132 SMs) so their case tables are read, not copied. Not a pytest
+module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import attrs
+
+from sigdnn.errors import NotSupported
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.ops.conv_fprop import ConvFprop
+from sigdnn.graph.ops.matmul import Matmul
+from sigdnn.plan_builders.cute import matmul as cute_matmul
+from sigdnn.plan_builders.cute.conv import conv_gemm
+from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, default_config, plan_gemm
+from sigdnn.registry.regions import Dataflow
+
+SM_COUNT = 132
+PINGPONG = ("pp64x256c2x1s4n", "pp64x256c1x1s1")  # measured against the default for fused epilogues
+HERE = Path(__file__).parent
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def graph_specs(g: Graph, config: str | None) -> list[tuple[GemmSpec, GemmConfig]]:
+    """What Executor("gpu", engine="cute.matmul") would compile for each matmul of ``g``."""
+    builder = cute_matmul.CuteMatmulBuilder()
+    flow = Dataflow(g, list(range(len(g.nodes))))
+    found = []
+    for i, node in enumerate(g.nodes):
+        if isinstance(node.op, ConvFprop):
+            view = conv_gemm(node, g)
+            found.append((view.spec, default_config(view.spec, view.problem, SM_COUNT)))
+            continue
+        if not isinstance(node.op, Matmul):
+            continue
+        chain = cute_matmul.epilogue_chain(g, flow, i)
+        try:
+            spec, problem = builder.plan(node, g, chain)
+        except NotSupported:
+            spec, problem = builder.plan(node, g)
+        found.append((spec, cute_matmul.parse_config(config) if config else default_config(spec, problem, SM_COUNT)))
+    return found
+
+
+def test_specs() -> list[tuple[GemmSpec, GemmConfig]]:
+    cute_matmul.unavailable_reason = lambda: None
+    cute_matmul.device_properties = lambda device_id: ((9, 0), SM_COUNT)
+    mm, fp8, tail = _load("test_cute_matmul"), _load("test_cute_fp8"), _load("test_cute_gelu_tail")
+    conv = _load("test_cute_conv")
+    found = []
+    for case in conv.CASES.values():
+        found += graph_specs(conv.conv_graph(*case), None)
+    for case in mm.SHAPES.values():
+        a_dims, b_dims, dt, out, a_st, b_st, c_st = case
+        g = mm.matmul_graph(a_dims, b_dims, dt, out, a_strides=a_st, b_strides=b_st, c_strides=c_st)
+        found += graph_specs(g, None)
+    for name in ("tails", "batched_f32_out", "c_col_major"):
+        a_dims, b_dims, dt, out, a_st, b_st, c_st = mm.SHAPES[name]
+        g = mm.matmul_graph(a_dims, b_dims, dt, out, a_strides=a_st, b_strides=b_st, c_strides=c_st)
+        for config in mm.CONFIGS:
+            found += graph_specs(g, config)
+    for case in mm.FUSED.values():
+        found += graph_specs(mm.fused_graph(*case), None)
+    for name in ("bias_gelu_bf16_mid", "relu_batched"):
+        for config in ("coop128x256c2x1s4n", "pp128x192c1x1s1", "coop128x128c1x2s4", "pp64x256c2x1s4n"):
+            found += graph_specs(mm.fused_graph(*mm.FUSED[name]), config)
+    for case in fp8.CASES.values():
+        found += graph_specs(fp8.fp8_graph(*case), None)
+    for name in ("descaled_bf16", "e5m2_x_e4m3_f32_plain"):
+        for config in fp8.CONFIGS:
+            found += graph_specs(fp8.fp8_graph(*fp8.CASES[name]), config)
+    for dtype in ("bfloat16", "float16", "float32"):
+        for act in ("gelu_fwd", "gelu_approx_tanh_fwd"):
+            found += graph_specs(tail.tail_graph(act, dtype), None)
+    return found
+
+
+def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
+    """benchmarks/gpu_cute.py's parts sizes, fused, fp8, fp8acc and host with their default / listed configs."""
+    fp8_configs = _benchmark_constant("FP8_CONFIGS")
+    found = []
+    size = 8192
+    for dt in ("bfloat16", "float16"):
+        spec, problem = plan_gemm(
+            ((size, size), (size, 1), dt), ((size, size), (size, 1), dt), ((size, size), (size, 1), dt)
+        )
+        found.append((spec, default_config(spec, problem, SM_COUNT)))
+        found += [(spec, cute_matmul.parse_config(label)) for label in PINGPONG]
+        for act in ("none", "relu", "gelu", "gelu_tanh"):
+            fused = attrs.evolve(spec, bias_dtype=dt, activation=act)
+            found.append((fused, default_config(fused, problem, SM_COUNT)))
+            if act != "relu":
+                found += [(fused, cute_matmul.parse_config(label)) for label in PINGPONG]
+    for pair in ("e4m3xe4m3", "e4m3xe5m2"):
+        a_name, b_name = pair.split("x")
+        spec, problem = plan_gemm(
+            ((size, size), (size, 1), f"fp8_{a_name}"), ((size, size), (1, size), f"fp8_{b_name}"),
+            ((size, size), (size, 1), "bfloat16"),
+        )  # fmt: skip
+        spec = attrs.evolve(spec, scale_dtypes=("float32", "float32"), round_s=("float32", "bfloat16"))
+        labels = fp8_configs if pair == "e4m3xe4m3" else fp8_configs[:1] + fp8_configs[3:4]
+        found += [(spec, cute_matmul.parse_config(label)) for label in labels]
+    for k in (64, 272, 4112, 8192):  # the fp8acc part: float32 out, promoted and fast
+        spec, _ = plan_gemm(((256, k), (k, 1), "fp8_e4m3"), ((k, 256), (1, k), "fp8_e4m3"),
+                            ((256, 256), (256, 1), "float32"))  # fmt: skip
+        found += [(spec, cute_matmul.parse_config(label)) for label in ("coop128x128c1x1s1", "coop128x128c1x1s1f")]
+    for c, hw, k, r, stride in _benchmark_constant("RESNET_CONVS").values():  # the conv part
+        g = Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
+        x, w = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, r, r), layout="NHWC")
+        g.conv_fprop(x, w, padding=(r // 2, r // 2), stride=(stride, stride), name="conv").set_output(True)
+        found += graph_specs(g, None)
+    spec, _ = plan_gemm(
+        ((128, 64), (64, 1), "bfloat16"), ((64, 128), (128, 1), "bfloat16"), ((128, 128), (128, 1), "bfloat16")
+    )
+    found.append((spec, cute_matmul.parse_config("coop128x128c1x1s1")))
+    return found
+
+
+def _benchmark_constant(name: str):
+    """A literal table of benchmarks/gpu_cute.py, read without importing it (it imports torch)."""
+    tree = ast.parse((HERE.parent.parent / "benchmarks" / "gpu_cute.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            return ast.literal_eval(node.value)
+    raise KeyError(name)
+
+
+def _compile(item: tuple[GemmSpec, GemmConfig]) -> tuple[str, float]:
+    from sigdnn.plan_builders.cute.kernels import launch
+
+    spec, config = item
+    t0 = time.perf_counter()
+    launch.compiled(spec, config, SM_COUNT)
+    return f"{spec.a_dtype}/{spec.b_dtype}->{spec.c_dtype} {spec.activation} {config.label}", time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cache", type=Path)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    os.environ["SIGDNN_CUTE_CACHE"] = str(args.cache)
+    items = list(dict.fromkeys(test_specs() + benchmark_specs()))
+    print(f"{len(items)} specializations", flush=True)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for label, seconds in pool.map(_compile, items):
+            print(f"{seconds:6.1f} s  {label}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""How the CuTe conv fprop builder maps a 2-D NHWC convolution onto im2col + GEMM (pure Python, no GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+import sigdnn
+from sigdnn.errors import NotSupported
+from sigdnn.plan_builders.cute.conv import CuteConvFpropBuilder, conv_gemm
+from sigdnn.signature_keys import key_for
+
+
+def conv_graph(
+    x_dims=(2, 16, 9, 11),
+    w_dims=(24, 16, 3, 3),
+    *,
+    dtype: str = "bfloat16",
+    out: str | None = None,
+    layout: str = "NHWC",
+    **conv,
+) -> sigdnn.Graph:
+    g = sigdnn.Graph("conv", io_dtype=dtype, compute_dtype="float32")
+    x = g.tensor("x", x_dims, layout=layout)
+    w = g.tensor("w", w_dims, layout=layout)
+    y = g.conv_fprop(x, w, name="conv", **conv).set_output(True).set_name("y")
+    if out:
+        y.set_data_type(out)
+    return g
+
+
+def test_a_padded_strided_dilated_conv_is_im2col_then_gemm() -> None:
+    g = conv_graph((3, 8, 13, 10), (16, 8, 3, 3), pre_padding=(1, 2), post_padding=(0, 1), stride=(2, 1),
+                   dilation=(2, 2), out="float32")  # fmt: skip
+    view = conv_gemm(g.node_by_name("conv"), g)
+    p, q = g.tensor_by_name("y").dims[2:]
+    assert (p, q) == ((13 + 1 + 0 - 2 * 2 - 1) // 2 + 1, (10 + 2 + 1 - 2 * 2 - 1) // 1 + 1)
+    assert view.im2col == (3, 13, 10, 8, p, q, 3, 3, 1, 2, 2, 1, 2, 2)
+    m, k = 3 * p * q, 3 * 3 * 8
+    assert (view.problem.m, view.problem.n, view.problem.k) == (m, 16, k)
+    assert (view.problem.lda, view.problem.ldb, view.problem.ldc) == (k, k, 16)
+    assert (view.spec.a_major, view.spec.b_major, view.spec.c_major, view.spec.c_dtype) == ("k", "k", "n", "float32")
+    assert view.workspace_bytes == m * k * 2
+
+
+def test_a_pointwise_conv_reads_x_directly() -> None:
+    g = conv_graph((2, 32, 7, 5), (40, 32, 1, 1), dtype="float16")
+    view = conv_gemm(g.node_by_name("conv"), g)
+    assert view.im2col is None and view.workspace_bytes == 0
+    assert (view.problem.m, view.problem.n, view.problem.k, view.problem.lda) == (70, 40, 32, 32)
+
+
+def test_a_strided_pointwise_conv_still_gathers() -> None:
+    g = conv_graph((2, 32, 8, 8), (40, 32, 1, 1), stride=(2, 2))
+    assert conv_gemm(g.node_by_name("conv"), g).im2col is not None
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"layout": "NCHW"}, "channels-last"),
+        ({"x_dims": (2, 16, 9, 11), "w_dims": (24, 8, 3, 3)}, "grouped"),
+        ({"x_dims": (2, 12, 9, 11), "w_dims": (24, 12, 3, 3)}, "multiples of 8"),
+        ({"x_dims": (2, 16, 5, 9, 11), "w_dims": (24, 16, 1, 3, 3), "layout": "NDHWC"}, "3-D"),
+        ({"dtype": "float32"}, "dtypes"),
+        ({"w_dims": (20, 16, 3, 3)}, "16 bytes"),  # y rows of 20 bfloat16 values: 40 bytes apart
+    ],
+)
+def test_what_the_builder_declines(kw: dict, match: str) -> None:
+    g = conv_graph(**kw)
+    with pytest.raises(NotSupported, match=match):
+        CuteConvFpropBuilder().check(g.node_by_name("conv"), g, None)
+
+
+def test_serves_2d_16_bit_keys_only() -> None:
+    builder = CuteConvFpropBuilder()
+    g = conv_graph()
+    assert builder.serves(key_for(g.node_by_name("conv"), g))
+    g = conv_graph(dtype="float32")
+    assert not builder.serves(key_for(g.node_by_name("conv"), g))
