@@ -42,6 +42,7 @@ IN_TREE: dict[str, int] = {
     "reference.concatenate": 1022,
     "cutile.pointwise": 2001,
     "cutile.fusion.pointwise": 2002,
+    "cutile.matmul": 2030,
     "cute.matmul": 3000,
 }
 

@@ -18,6 +18,18 @@ from sigdnn.plan_builders.cutile import codegen, emulator
 from sigdnn.plan_builders.cutile.codegen import KernelSpec, kernel_name
 
 
+def source_of(spec: Any) -> tuple[str, str]:
+    """(name, module text without the ``ct`` import) of a pointwise KernelSpec, or of a spec that writes its own."""
+    if isinstance(spec, KernelSpec):
+        return kernel_name(spec), codegen.generate(spec)
+    return spec.name, spec.source()
+
+
+def cache_key(spec: Any) -> Any:
+    """What one compiled kernel serves: a pointwise spec without its sizes, any other spec as it is."""
+    return spec.text_key() if isinstance(spec, KernelSpec) else spec
+
+
 class EmulatedGpu:
     """A Device.context that asks the cuTile builders for emulated kernels (buffers are NumPy arrays)."""
 
@@ -35,12 +47,12 @@ class EmulatedBackend:
 
     def kernel(self, spec: KernelSpec) -> Any:
         with self._lock:
-            key = spec.text_key()
+            key = cache_key(spec)
             found = self._kernels.get(key)
             if found is None:
-                name = kernel_name(spec)
+                name, text = source_of(spec)
                 namespace: dict[str, Any] = {"ct": emulator, "__name__": name}
-                exec(compile(codegen.generate(spec), f"<{name}>", "exec"), namespace)
+                exec(compile(text, f"<{name}>", "exec"), namespace)
                 namespace["fma"] = emulator.exact_fma
                 found = self._kernels[key] = namespace["kernel"]
                 self.compiled += 1
@@ -53,6 +65,16 @@ class EmulatedBackend:
         address = array.__array_interface__["data"][0] if isinstance(array, np.ndarray) else array.ptr
         raw = (ctypes.c_char * max(n * dtype.itemsize, 1)).from_address(address + offset * dtype.itemsize)
         return np.frombuffer(raw, dtype=dtype, count=n)
+
+    @staticmethod
+    def view(array: Any, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+        """A strided view (element strides) from the start of a NumPy array or a host-backed DeviceArray."""
+        dtype = array.dtype
+        address = array.__array_interface__["data"][0] if isinstance(array, np.ndarray) else array.ptr
+        span = sum((d - 1) * s for d, s in zip(shape, strides, strict=True)) + 1 if min(shape, default=1) else 0
+        raw = (ctypes.c_char * max(span * dtype.itemsize, 1)).from_address(address)
+        flat = np.frombuffer(raw, dtype=dtype, count=span)
+        return np.lib.stride_tricks.as_strided(flat, shape, tuple(s * dtype.itemsize for s in strides))
 
     @staticmethod
     def launch(stream: Any, grid: tuple[int, int, int], kernel: Any, args: tuple[Any, ...]) -> None:

@@ -36,6 +36,11 @@ int64 = np.dtype(np.int64)
 uint8 = np.dtype(np.uint8)
 uint32 = np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
+tfloat32 = "tfloat32"  # float32 storage rounded to TF32's 10-bit mantissa (``astype``)
+
+
+class PaddingMode:
+    ZERO = "zero"
 
 _BID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("bid", default=(0, 0, 0))
 
@@ -57,8 +62,9 @@ class Kernel:
         self.fn = fn
 
 
-def kernel(fn: Callable[..., None]) -> Kernel:
-    return Kernel(fn)
+def kernel(fn: Callable[..., None] | None = None, **hints: Any) -> Any:
+    """``@ct.kernel`` or ``@ct.kernel(num_ctas=..., occupancy=...)``: hints change nothing here."""
+    return Kernel(fn) if fn is not None else Kernel
 
 
 def function(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -105,7 +111,17 @@ def _to_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
         return x.astype(dtype)
 
 
-def astype(x: Any, dtype: np.dtype) -> np.ndarray:
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to nearest (ties away) at 10 mantissa bits, as the tensor cores read TF32."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def astype(x: Any, dtype: Any) -> np.ndarray:
+    if isinstance(dtype, str) and dtype == tfloat32:
+        return _tf32(x)
     return _to_dtype(x, dtype)
 
 
@@ -134,12 +150,14 @@ def _inside(array: np.ndarray, i: int, n: int, check_bounds: bool) -> None:
 def load(
     array: np.ndarray, index: Sequence[int], shape: Sequence[int], check_bounds: bool = True, **_: Any
 ) -> np.ndarray:
-    """The ``index``-th tile of ``shape`` (1-D), zero-padded past the end."""
-    (i,), (n,) = index, shape
-    _inside(array, i, n, check_bounds)
-    out = np.zeros(n, dtype=array.dtype)
-    part = array[i * n : (i + 1) * n]
-    out[: part.size] = part
+    """The ``index``-th tile of ``shape`` (any rank), zero-padded past the ends."""
+    if len(index) == 1:
+        _inside(array, index[0], shape[0], check_bounds)
+    if len(index) != array.ndim or len(shape) != array.ndim:
+        raise ValueError(f"tile index {tuple(index)} / shape {tuple(shape)} do not match an array of rank {array.ndim}")
+    out = np.zeros(tuple(shape), dtype=array.dtype)
+    part = array[tuple(slice(i * n, (i + 1) * n) for i, n in zip(index, shape, strict=True))]
+    out[tuple(slice(0, d) for d in part.shape)] = part
     return out
 
 
@@ -152,12 +170,35 @@ def gather(array: np.ndarray, offsets: Any, **_: Any) -> np.ndarray:
 
 
 def store(array: np.ndarray, index: Sequence[int], tile: Any, check_bounds: bool = True) -> None:
-    (i,) = index
+    """Store ``tile`` as the ``index``-th tile of its shape (any rank); what falls past the ends is dropped."""
     tile = np.asarray(tile)
-    n = tile.shape[0]
-    _inside(array, i, n, check_bounds)
-    part = array[i * n : (i + 1) * n]
-    part[...] = _to_dtype(tile[: part.size], array.dtype)
+    if len(index) == 1:
+        _inside(array, index[0], tile.shape[0], check_bounds)
+    if len(index) != array.ndim or tile.ndim != array.ndim:
+        raise ValueError(f"tile index {tuple(index)} / shape {tile.shape} do not match an array of rank {array.ndim}")
+    part = array[tuple(slice(i * n, (i + 1) * n) for i, n in zip(index, tile.shape, strict=True))]
+    part[...] = _to_dtype(tile[tuple(slice(0, d) for d in part.shape)], array.dtype)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def reshape(x: Any, shape: Sequence[int]) -> np.ndarray:
+    return np.reshape(np.asarray(x), tuple(shape))
+
+
+def transpose(x: Any) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(x).T)
+
+
+def mma(a: Any, b: Any, acc: Any) -> np.ndarray:
+    """a @ b + acc with the products and the sum exact, rounded once to acc's dtype (float32)."""
+    a, b, acc = np.asarray(a), np.asarray(b), np.asarray(acc)
+    if a.dtype != b.dtype or a.dtype.kind in "iub":
+        raise TypeError(f"mma operands {a.dtype} x {b.dtype}: expected one float dtype")
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64)) + acc.astype(np.float64)
+    return exact.astype(acc.dtype)
 
 
 def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:

@@ -3,7 +3,7 @@
 This package imports ``cuda.tile``, so it is only imported lazily (at build
 time, through ``backend.backend_for``), never at ``import sigdnn``.
 
-Each KernelSpec's text (``codegen.generate``) is written once to a file
+Each spec's text (``backend.source_of``: a pointwise or a matmul kernel) is written once to a file
 named by its hash in the kernel cache directory and imported from there
 (cuTile reads a kernel's source through ``inspect``, so it must live in a
 file). cuTile compiles a kernel on its first launch per specialization and
@@ -24,8 +24,7 @@ from typing import Any
 import cuda.tile as ct
 import numpy as np
 
-from sigdnn.plan_builders.cutile import codegen
-from sigdnn.plan_builders.cutile.codegen import KernelSpec, kernel_name
+from sigdnn.plan_builders.cutile.backend import cache_key, source_of
 from sigdnn.runtime.cuda import DeviceArray
 
 
@@ -57,24 +56,24 @@ def _write_once(path: Path, text: str) -> None:
 
 class CutileBackend:
     def __init__(self) -> None:
-        self._kernels: dict[KernelSpec, Any] = {}
+        self._kernels: dict[Any, Any] = {}
         self._lock = threading.Lock()
         self._dir: Path | None = None
 
-    def kernel(self, spec: KernelSpec) -> Any:
+    def kernel(self, spec: Any) -> Any:
         with self._lock:
-            key = spec.text_key()
+            key = cache_key(spec)
             found = self._kernels.get(key)
             if found is None:
                 found = self._kernels[key] = self._load(spec)
             return found
 
-    def _load(self, spec: KernelSpec) -> Any:
+    def _load(self, spec: Any) -> Any:
         if self._dir is None:
             self._dir = cache_dir()
-        name = kernel_name(spec)
+        name, text = source_of(spec)
         path = self._dir / f"{name}.py"
-        _write_once(path, "import cuda.tile as ct\n" + codegen.generate(spec))
+        _write_once(path, "import cuda.tile as ct\n" + text)
         module_spec = importlib.util.spec_from_file_location(f"sigdnn_cutile_{name}", path)
         assert module_spec is not None and module_spec.loader is not None
         module = importlib.util.module_from_spec(module_spec)
@@ -87,6 +86,11 @@ class CutileBackend:
         dtype = np.dtype(np.uint8) if as_bytes else array.dtype
         ptr = array.ptr + offset * dtype.itemsize
         return DeviceArray(ptr, (n,), (1,), dtype, owner=array.owner, device_id=array.device_id)
+
+    @staticmethod
+    def view(array: DeviceArray, shape: tuple[int, ...], strides: tuple[int, ...]) -> DeviceArray:
+        """A strided view (element strides) from the start of a device array."""
+        return DeviceArray(array.ptr, shape, strides, array.dtype, owner=array.owner, device_id=array.device_id)
 
     launch = staticmethod(ct.launch)
 
