@@ -42,6 +42,7 @@ tfloat32 = "tfloat32"  # float32 storage rounded to TF32's 10-bit mantissa (``as
 class PaddingMode:
     ZERO = "zero"
 
+
 _BID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("bid", default=(0, 0, 0))
 
 

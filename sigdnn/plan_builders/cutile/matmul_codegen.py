@@ -165,7 +165,9 @@ def generate(spec: MatmulSpec) -> str:
             name = f"e{j}"
             params.append(f"{name}_array")
             if step.kind == "bias":
-                body.append(f"{name} = ct.load({name}_array, index=(bn,), shape=({tn},), padding_mode=ct.PaddingMode.ZERO)")
+                body.append(
+                    f"{name} = ct.load({name}_array, index=(bn,), shape=({tn},), padding_mode=ct.PaddingMode.ZERO)"
+                )
                 body.append(f"{name} = ct.reshape({name}, (1, {tn}))")
             else:
                 body += _load(name, step.operand, "bm", "bn", (tm, tn), None)

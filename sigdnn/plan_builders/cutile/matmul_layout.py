@@ -97,7 +97,7 @@ def matrix_view(rows: int, cols: int, s_rows: int, s_cols: int, batch: int, s_ba
 
 def plan_views(a: Operand, b: Operand, c: Operand, extras: Sequence[Operand] = ()) -> GemmViews:
     """The kernel's views of ``c = a @ b`` (and of full-size epilogue inputs shaped like c), or ValueError."""
-    (a_dims, a_st), (b_dims, b_st), (c_dims, c_st) = a, b, c
+    (a_dims, a_st), (b_dims, b_st), (c_dims, _) = a, b, c
     if min(len(a_dims), len(b_dims), len(c_dims)) < 2:
         raise ValueError("matmul operands need rank >= 2")
     m, k = int(a_dims[-2]), int(a_dims[-1])
@@ -112,9 +112,7 @@ def plan_views(a: Operand, b: Operand, c: Operand, extras: Sequence[Operand] = (
     for dims, _ in extras:
         if tuple(dims[-2:]) != (m, n):
             raise ValueError(f"epilogue input dims {list(dims)} are not [..., {m}, {n}]")
-    batch, (bsa, bsb, bsc, *bse) = batch_strides(
-        tuple(c_dims[:-2]), [(dims[:-2], st[:-2]) for dims, st in everything]
-    )
+    batch, (bsa, bsb, bsc, *bse) = batch_strides(tuple(c_dims[:-2]), [(dims[:-2], st[:-2]) for dims, st in everything])
     if batch > 1 and bsc == 0:
         raise ValueError("the output repeats along the batch (stride 0)")
     sam, sak = int(a_st[-2]), int(a_st[-1])

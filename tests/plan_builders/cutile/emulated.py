@@ -71,9 +71,10 @@ class EmulatedGpuMemory(HostMemory):
 def make_available(monkeypatch: pytest.MonkeyPatch) -> None:
     """The cuTile builders report themselves available (their kernels will be emulated)."""
     monkeypatch.setattr(pointwise, "unavailable_reason", lambda: None)
-    from sigdnn.plan_builders.cutile import fusion
+    from sigdnn.plan_builders.cutile import fusion, matmul
 
     monkeypatch.setattr(fusion, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(matmul, "unavailable_reason", lambda: None)
 
 
 def emulated_executor(**kwargs) -> Executor:
