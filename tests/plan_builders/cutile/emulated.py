@@ -71,10 +71,9 @@ class EmulatedGpuMemory(HostMemory):
 def make_available(monkeypatch: pytest.MonkeyPatch) -> None:
     """The cuTile builders report themselves available (their kernels will be emulated)."""
     monkeypatch.setattr(pointwise, "unavailable_reason", lambda: None)
-    from sigdnn.plan_builders.cutile import fusion, matmul
+    from sigdnn.plan_builders.cutile import fusion
 
     monkeypatch.setattr(fusion, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(matmul, "unavailable_reason", lambda: None)
 
 
 def emulated_executor(**kwargs) -> Executor:

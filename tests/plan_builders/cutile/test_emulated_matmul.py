@@ -27,6 +27,7 @@ SMALL = MatmulConfig(16, 32, 16, 2)  # many blocks, and group rows that do not d
 @pytest.fixture(autouse=True)
 def _available(monkeypatch):
     make_available(monkeypatch)
+    monkeypatch.setattr(cutile_matmul, "unavailable_reason", lambda: None)
     monkeypatch.setattr(cutile_matmul, "CONFIGS", (SMALL,))
     monkeypatch.setattr(cutile_matmul, "FLOAT32_CONFIGS", (MatmulConfig(16, 16, 16, 3),))
 
