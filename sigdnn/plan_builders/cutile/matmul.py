@@ -39,7 +39,6 @@ from sigdnn.plan_builders.cutile.matmul_codegen import (
     Operand,
 )
 from sigdnn.plan_builders.cutile.matmul_layout import GemmViews, MatrixView, plan_views
-from sigdnn.plan_builders.cutile.pointwise import unavailable_reason
 from sigdnn.registry.contracts import BuildContext, FusionBuilder, NodePlan, RegionContext, RegionPlan
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.registry.regions import Dataflow, Region, make_region
@@ -61,6 +60,13 @@ CONFIGS = (
     MatmulConfig(64, 128, 64, 8),
 )
 FLOAT32_CONFIGS = (MatmulConfig(128, 128, 32, 8), MatmulConfig(64, 64, 32, 8))
+
+
+def unavailable_reason() -> str | None:
+    """Why cuTile cannot run here (no cuda.core, no GPU, no cuda.tile), else None."""
+    from sigdnn.runtime.cuda import dsl_unavailable_reason
+
+    return dsl_unavailable_reason("cuda.tile", "cuda.tile")
 
 
 def parse_config(label: str) -> MatmulConfig:
