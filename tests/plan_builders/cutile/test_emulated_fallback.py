@@ -6,8 +6,8 @@ import pytest
 from emulated import emulated_executor, make_available
 
 import sigdnn
-from sigdnn.plan_builders.cutile import matmul as cutile_matmul
 from sigdnn.errors import NoPlanError, UsageError
+from sigdnn.plan_builders.cutile import matmul as cutile_matmul
 
 
 @pytest.fixture(autouse=True)

@@ -14,8 +14,8 @@ import pytest
 from emulated import emulated_executor, make_available
 
 import sigdnn
-from sigdnn.plan_builders.cutile import matmul as cutile_matmul
 from sigdnn.plan_builders.cutile import codegen
+from sigdnn.plan_builders.cutile import matmul as cutile_matmul
 from sigdnn.validation import random_inputs
 
 
