@@ -11,7 +11,8 @@ Graph outputs are also compared end to end against a pure reference run.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -21,6 +22,7 @@ from sigdnn.executor import ExecutionPlan, Executor
 from sigdnn.executor.plan import Step
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
 from sigdnn.runtime.device import ExecutionContext
 from sigdnn.validation.compare import Comparison, compare
 from sigdnn.validation.inputs import random_inputs
@@ -169,6 +171,28 @@ def compare_steps(
             comparison = compare(name, seen[name], value, tolerance, terms.get(uid))
             checks.append(NodeCheck(step.name, step.builder.name, comparison))
     return tuple(checks)
+
+
+def check_step(
+    graph: Graph, nodes: Sequence[Node], writes: Sequence[int], seen: Mapping[str, np.ndarray]
+) -> str | None:
+    """None when a step's outputs in ``seen`` match the reference fed the step's inputs in ``seen``, else why not.
+
+    The quick validation a measured builder choice runs on each candidate
+    (``sigdnn.executor.autotune``), with ``validate``'s tolerances.
+    """
+    reference = Executor("reference", fusion=False).prepare(graph)
+    step = SimpleNamespace(nodes=tuple(nodes), writes=tuple(writes))
+    want, terms = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, seen)  # type: ignore[arg-type]
+    for uid, value in want.items():
+        name = graph.tensors[uid].name
+        comparison = compare(name, seen[name], value, step_tolerance(graph, list(nodes), uid), terms.get(uid))
+        if not comparison.passed:
+            return (
+                f"{name}: {comparison.mismatches + comparison.nan_inf_mismatches} of {comparison.size} elements "
+                f"outside {comparison.tolerance} (max abs error {comparison.max_abs_error:.3g})"
+            )
+    return None
 
 
 def validate(
