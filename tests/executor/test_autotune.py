@@ -1,0 +1,164 @@
+"""Measured builder choice on the CPU: fake plugin builders, an injected deterministic timer, a real cache file.
+
+The tuner must time every candidate builder and configuration, never pick
+one that fails the reference check however fast, remember the pick on disk
+so that another process (a subprocess here) starts with it without timing,
+and measure again when a library version or the device changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import autotune_plugins as plugins
+import numpy as np
+
+import sigdnn
+from sigdnn.executor.autotune import Candidate, Choice, Trial, Tuner, TuningCache, library_versions
+from sigdnn.validation import random_inputs
+
+HERE = Path(__file__).parent
+
+
+def tuner(tmp_path, **kw) -> Tuner:
+    kw.setdefault("timer", plugins.timer)
+    return Tuner(cache=TuningCache(tmp_path / "autotune.json"), device_name=lambda d: "test-cpu", **kw)
+
+
+def executor(t: Tuner, **kw) -> sigdnn.Executor:
+    return sigdnn.Executor("reference", registry=plugins.registry(), autotune=t, **kw)
+
+
+def test_picks_the_fastest_configuration_that_validates(tmp_path):
+    t = tuner(tmp_path)
+    ex = executor(t)
+    plan = ex.prepare(plugins.graph())
+    step = plan.steps[0]
+    assert (step.builder.name, step.builder.built) == ("plugin.tiles", ["small", "large", "large"])
+    assert step.choice.startswith("measured: plugin.tiles[large] 2000.0 us, 2.00x faster than plugin.tiles[small]")
+    assert "plugin.wrong: failed validation" in step.choice
+    assert "chosen by measured: plugin.tiles[large]" in plan.describe()
+    assert plan.as_dict()["steps"][0]["choice"] == step.choice
+    assert t.measured == 1
+    data = random_inputs(plugins.graph(), seed=1)
+    got = ex.execute(plan, data)["c"]
+    np.testing.assert_allclose(got, data["a"].astype(np.float64) @ data["b"], rtol=1e-6)
+    record = json.loads((tmp_path / "autotune.json").read_text())
+    (entry,) = record.values()
+    assert entry["label"] == "plugin.tiles[large]"
+    assert {tuple(x[:2]) for x in entry["trials"]} >= {("reference.matmul", 9e-3), ("plugin.slow", 5e-3)}
+
+
+def test_the_same_shape_is_measured_once_and_another_shape_again(tmp_path):
+    t = tuner(tmp_path)
+    executor(t).prepare(plugins.graph())
+    executor(t).prepare(plugins.graph())  # a fresh executor: the cache answers
+    assert t.measured == 1
+    plan = executor(t).prepare(plugins.graph(m=40))  # new dims: a new identity
+    assert t.measured == 2
+    assert plan.steps[0].choice.startswith("measured:")
+
+
+def test_without_autotune_a_cached_choice_is_used_and_else_the_heuristic(tmp_path):
+    cold = executor(tuner(tmp_path, measure=False)).prepare(plugins.graph())
+    assert cold.steps[0].builder.name == "reference.matmul"  # priority 0 everywhere: the lowest engine id
+    assert cold.steps[0].choice == "heuristic: reference.matmul"
+    executor(tuner(tmp_path)).prepare(plugins.graph())
+    warm = executor(tuner(tmp_path, measure=False, timer=plugins.refuse_to_time)).prepare(plugins.graph())
+    assert warm.steps[0].builder.name == "plugin.tiles" and warm.steps[0].builder.built[-1] == "large"
+    assert warm.steps[0].choice.startswith("cached: plugin.tiles[large] 2000.0 us")
+
+
+def test_a_new_library_version_or_device_measures_again(tmp_path):
+    executor(tuner(tmp_path)).prepare(plugins.graph())
+    bumped = tuner(tmp_path, versions=lambda builders: {**library_versions(builders), "plugin": "2.0"})
+    executor(bumped).prepare(plugins.graph())
+    assert bumped.measured == 1
+    elsewhere = Tuner(cache=TuningCache(tmp_path / "autotune.json"), timer=plugins.timer, device_name=lambda d: "H200")
+    executor(elsewhere).prepare(plugins.graph())
+    assert elsewhere.measured == 1
+    assert len(json.loads((tmp_path / "autotune.json").read_text())) == 3
+
+
+def test_when_every_candidate_fails_the_heuristic_order_stays(tmp_path):
+    t = tuner(tmp_path, check=lambda graph, nodes, writes, seen: "planted failure")
+    plan = executor(t).prepare(plugins.graph())
+    assert plan.steps[0].builder.name == "reference.matmul"
+    assert plan.steps[0].choice.startswith("heuristic: reference.matmul; not chosen: reference.matmul: failed")
+    assert not (tmp_path / "autotune.json").exists()
+
+
+def test_pinned_builder_tunes_only_its_own_configurations(tmp_path):
+    t = tuner(tmp_path)
+    plan = executor(t, pins={"mm": "plugin.slow"}).prepare(plugins.graph())
+    assert plan.steps[0].builder.name == "plugin.slow" and plan.steps[0].choice is None
+    plan = executor(t, pins={"mm": "plugin.tiles"}).prepare(plugins.graph())
+    assert plan.steps[0].choice.startswith("measured: plugin.tiles[large]")
+    assert plan.steps[0].choice.count("faster than plugin.tiles[small]") == 1
+
+
+def test_a_second_process_starts_with_the_choice_and_times_nothing(tmp_path):
+    env = {
+        **os.environ,
+        "SIGDNN_CACHE_DIR": str(tmp_path),
+        "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    script = textwrap.dedent(
+        """
+        import sys, sigdnn, autotune_plugins as plugins
+        from sigdnn.executor.autotune import Tuner
+        timer = plugins.timer if sys.argv[1] == "measure" else plugins.refuse_to_time
+        t = Tuner(timer=timer, measure=sys.argv[1] == "measure")
+        plan = sigdnn.Executor("reference", registry=plugins.registry(), autotune=t).prepare(plugins.graph())
+        print(plan.steps[0].builder.name, plan.steps[0].builder.built[-1], t.measured, plan.steps[0].choice)
+        """
+    )
+    runs = [subprocess.run([sys.executable, "-c", script, mode], env=env, capture_output=True, text=True, check=False)
+            for mode in ("measure", "reuse")]  # fmt: skip
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    first, second = (r.stdout.split(" ", 3) for r in runs)
+    assert first[:3] == ["plugin.tiles", "large", "1"] and first[3].startswith("measured:")
+    assert second[:3] == ["plugin.tiles", "large", "0"] and second[3].startswith("cached:")
+    assert (tmp_path / "autotune.json").exists()
+
+
+def test_cache_survives_a_damaged_file_and_merges_writers(tmp_path):
+    path = tmp_path / "autotune.json"
+    path.write_text("{not json")
+    one, two = TuningCache(path), TuningCache(path)
+    assert one.get("x") is None
+    one.put("x", {"label": "a"})
+    two.put("y", {"label": "b"})  # two had not seen x: it merges with the file, not its own memory
+    assert json.loads(path.read_text()) == {"x": {"label": "a"}, "y": {"label": "b"}}
+    path.write_text("[1, 2]")
+    assert TuningCache(path).get("x") is None
+    blocked = TuningCache(tmp_path / "file" / "autotune.json")
+    (tmp_path / "file").write_text("a file where a folder should be")
+    blocked.put("z", {"label": "c"})  # cannot be written: remembered in memory only
+    assert blocked.get("z") == {"label": "c"}
+
+
+def test_choice_summary_reads_well():
+    trials = (Trial("fast", 1e-6), Trial("slow", 3e-6), Trial("bad", None, "failed validation: off"))
+    assert Choice("fast", "measured", trials).summary() == (
+        "measured: fast 1.0 us, 3.00x faster than slow (3.0 us); not chosen: bad: failed validation: off"
+    )
+    assert Choice("slow", "cached", trials[1:2]).summary() == "cached: slow 3.0 us"
+    assert Choice("x", "heuristic").summary() == "heuristic: x"
+    assert Candidate(plugins.Slow(), "c1").label == "plugin.slow[c1]"
+
+
+def test_cache_path_follows_the_environment(monkeypatch, tmp_path):
+    from sigdnn.executor.autotune import cache_path
+
+    monkeypatch.setenv("SIGDNN_CACHE_DIR", str(tmp_path))
+    assert cache_path() == tmp_path / "autotune.json"
+    monkeypatch.delenv("SIGDNN_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_path() == tmp_path / "home" / ".cache" / "sigdnn" / "autotune.json"
