@@ -56,7 +56,10 @@ from sigdnn.signature_keys import SignatureKey
 # A library's distribution on the package index (its version joins the cache identity).
 DISTRIBUTIONS = {"reference": "numpy", "cutile": "cuda-tile", "cute": "nvidia-cutlass-dsl"}
 Timer = Callable[[str, Callable[[], None], Callable[[], None]], float]  # (label, run, synchronize) -> seconds
-Check = Callable[[Graph, Sequence[Node], Sequence[int], Mapping[str, np.ndarray]], str | None]
+# (graph, nodes, written uids, inputs by name) -> a judge of outputs by name: None when they pass, else why not
+Check = Callable[
+    [Graph, Sequence[Node], Sequence[int], Mapping[str, np.ndarray]], Callable[[Mapping[str, np.ndarray]], str | None]
+]
 
 
 def cache_path() -> Path:
@@ -188,12 +191,12 @@ def wall_timer(label: str, run: Callable[[], None], synchronize: Callable[[], No
 
 
 def reference_check(
-    graph: Graph, nodes: Sequence[Node], writes: Sequence[int], seen: Mapping[str, np.ndarray]
-) -> str | None:
-    """None when the step's outputs in ``seen`` match the reference recomputed from its inputs there, else why not."""
-    from sigdnn.validation.validate import check_step
+    graph: Graph, nodes: Sequence[Node], writes: Sequence[int], inputs: Mapping[str, np.ndarray]
+) -> Callable[[Mapping[str, np.ndarray]], str | None]:
+    """The reference's judge of a step's outputs on ``inputs`` (computed once, shared by every candidate)."""
+    from sigdnn.validation.validate import step_judge
 
-    return check_step(graph, nodes, writes, seen)
+    return step_judge(graph, nodes, writes, inputs)
 
 
 @attrs.frozen
@@ -299,6 +302,7 @@ class Tuner:
         for uid in shape.writes:
             t = graph.tensors[uid]
             buffers[uid] = session.new_output(t, graph.dtype_of(t))
+        judge = None
         trials = []
         for candidate in candidates:
             try:
@@ -311,8 +315,9 @@ class Tuner:
             run = _runner(plan, keyed, context)
             run()
             session.synchronize()
-            seen = {**host, **{graph.tensors[u].name: session.snapshot(buffers[u]) for u in shape.writes}}
-            problem = self.check(graph, shape.nodes, shape.writes, seen)
+            if judge is None:
+                judge = self.check(graph, shape.nodes, shape.writes, host)
+            problem = judge({graph.tensors[u].name: session.snapshot(buffers[u]) for u in shape.writes})
             if problem is not None:
                 trials.append(Trial(candidate.label, None, f"failed validation: {problem}"))
                 continue

@@ -11,7 +11,7 @@ Graph outputs are also compared end to end against a pure reference run.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -173,26 +173,31 @@ def compare_steps(
     return tuple(checks)
 
 
-def check_step(
-    graph: Graph, nodes: Sequence[Node], writes: Sequence[int], seen: Mapping[str, np.ndarray]
-) -> str | None:
-    """None when a step's outputs in ``seen`` match the reference fed the step's inputs in ``seen``, else why not.
+def step_judge(
+    graph: Graph, nodes: Sequence[Node], writes: Sequence[int], inputs: Mapping[str, np.ndarray]
+) -> Callable[[Mapping[str, np.ndarray]], str | None]:
+    """A judge of a step's outputs: None when they match the reference fed ``inputs`` (by name), else why not.
 
     The quick validation a measured builder choice runs on each candidate
-    (``sigdnn.executor.autotune``), with ``validate``'s tolerances.
+    (``sigdnn.executor.autotune``), with ``validate``'s tolerances; the
+    reference runs once, however many candidates are judged.
     """
     reference = Executor("reference", fusion=False).prepare(graph)
     step = SimpleNamespace(nodes=tuple(nodes), writes=tuple(writes))
-    want, terms = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, seen)  # type: ignore[arg-type]
-    for uid, value in want.items():
-        name = graph.tensors[uid].name
-        comparison = compare(name, seen[name], value, step_tolerance(graph, list(nodes), uid), terms.get(uid))
-        if not comparison.passed:
-            return (
-                f"{name}: {comparison.mismatches + comparison.nan_inf_mismatches} of {comparison.size} elements "
-                f"outside {comparison.tolerance} (max abs error {comparison.max_abs_error:.3g})"
-            )
-    return None
+    want, terms = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, inputs)  # type: ignore[arg-type]
+
+    def judge(outputs: Mapping[str, np.ndarray]) -> str | None:
+        for uid, value in want.items():
+            name = graph.tensors[uid].name
+            c = compare(name, outputs[name], value, step_tolerance(graph, list(nodes), uid), terms.get(uid))
+            if not c.passed:
+                return (
+                    f"{name}: {c.mismatches + c.nan_inf_mismatches} of {c.size} elements outside {c.tolerance} "
+                    f"(max abs error {c.max_abs_error:.3g})"
+                )
+        return None
+
+    return judge
 
 
 def validate(

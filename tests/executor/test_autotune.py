@@ -86,7 +86,7 @@ def test_a_new_library_version_or_device_measures_again(tmp_path):
 
 
 def test_when_every_candidate_fails_the_heuristic_order_stays(tmp_path):
-    t = tuner(tmp_path, check=lambda graph, nodes, writes, seen: "planted failure")
+    t = tuner(tmp_path, check=lambda graph, nodes, writes, inputs: lambda outputs: "planted failure")
     plan = executor(t).prepare(plugins.graph())
     assert plan.steps[0].builder.name == "reference.matmul"
     assert plan.steps[0].choice.startswith("heuristic: reference.matmul; not chosen: reference.matmul: failed")
