@@ -55,7 +55,6 @@ CONFIGS = (
     MatmulConfig(128, 128, 64, 8, occupancy=2),
     MatmulConfig(128, 256, 64, 8, num_ctas=2),
     MatmulConfig(256, 128, 64, 8, num_ctas=2),
-    MatmulConfig(256, 256, 64, 8, num_ctas=2),
     MatmulConfig(128, 128, 64, 8, latency=4),
     MatmulConfig(64, 128, 64, 8),
 )
