@@ -17,6 +17,7 @@ from pathlib import Path
 
 import autotune_plugins as plugins
 import numpy as np
+import pytest
 
 import sigdnn
 from sigdnn.executor.autotune import Candidate, Choice, Trial, Tuner, TuningCache, library_versions
@@ -35,11 +36,13 @@ def executor(t: Tuner, **kw) -> sigdnn.Executor:
 
 
 def test_picks_the_fastest_configuration_that_validates(tmp_path):
+    plugins.BINDS.clear()
     t = tuner(tmp_path)
     ex = executor(t)
     plan = ex.prepare(plugins.graph())
     step = plan.steps[0]
     assert (step.builder.name, step.builder.built) == ("plugin.tiles", ["small", "large", "large"])
+    assert len(plugins.BINDS) == 2 and step.plan not in plugins.BINDS  # the two timed plans ran through bind
     assert step.choice.startswith("measured: plugin.tiles[large] 2000.0 us, 2.00x faster than plugin.tiles[small]")
     assert "plugin.wrong: failed validation" in step.choice
     assert "chosen by measured: plugin.tiles[large]" in plan.describe()
@@ -162,3 +165,82 @@ def test_cache_path_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("SIGDNN_CACHE_DIR")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_path() == tmp_path / "home" / ".cache" / "sigdnn" / "autotune.json"
+
+
+def test_wall_timer_warms_up_then_takes_the_median_of_batches(monkeypatch):
+    from sigdnn.executor import autotune
+
+    clock = {"now": 0.0, "runs": 0, "syncs": 0}
+    costs = iter([2e-3, 1e-3] + [1e-3] * 10 + [5e-3] * 10 + [1e-3] * 10 + [3e-3] * 10 + [1e-3] * 10)
+
+    def run():
+        clock["runs"] += 1
+        clock["now"] += next(costs)
+
+    def synchronize():
+        clock["syncs"] += 1
+
+    monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["now"])
+    seconds = autotune.wall_timer("x", run, synchronize)
+    # one warm-up run, one timed run (1 ms: 10 per batch for 10 ms), five batches of 10: median of 1, 5, 1, 3, 1 ms
+    assert (clock["runs"], clock["syncs"]) == (52, 7)
+    assert seconds == pytest.approx(1e-3)
+
+
+def test_wall_timer_bounds_its_batches(monkeypatch):
+    from sigdnn.executor import autotune
+
+    for once, per_batch in ((1.0, 1), (1e-6, 50)):
+        clock = {"now": 0.0, "runs": 0}
+
+        def run(once=once, clock=clock):
+            clock["runs"] += 1
+            clock["now"] += once
+
+        monkeypatch.setattr(autotune.time, "perf_counter", lambda clock=clock: clock["now"])
+        assert autotune.wall_timer("x", run, lambda: None) == pytest.approx(once)
+        assert clock["runs"] == 2 + 5 * per_batch
+
+
+def test_device_name_asks_the_driver_for_a_gpu(monkeypatch):
+    import types
+
+    from sigdnn.executor.autotune import device_name
+    from sigdnn.runtime.device import Device
+
+    driver = types.SimpleNamespace(
+        cuDeviceGet=lambda ordinal: (0, f"dev{ordinal}"),
+        cuDeviceGetName=lambda size, dev: (0, f"NVIDIA H200 {dev} {size}".encode() + b"\0\0junk"),
+    )
+    monkeypatch.setitem(sys.modules, "cuda", types.ModuleType("cuda"))
+    monkeypatch.setitem(sys.modules, "cuda.bindings", types.SimpleNamespace(driver=driver))
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", driver)
+    gpu = Device("gpu", types.SimpleNamespace(device_id=3))
+    assert device_name(gpu) == "NVIDIA H200 dev3 64"
+    assert device_name(Device("gpu", None)) == "NVIDIA H200 dev0 64"
+    assert device_name(Device("cpu", None)).startswith("cpu:")
+
+
+def test_identity_covers_every_tensor_the_device_and_the_versions(tmp_path):
+    from sigdnn.executor.autotune import node_shape
+    from sigdnn.runtime.device import CPU
+    from sigdnn.signature_keys import key_for
+
+    def identity(g, **kw):
+        t = Tuner(cache=TuningCache(tmp_path / "a.json"), device_name=kw.get("name", lambda d: "x"),
+                  versions=kw.get("versions", lambda b: {"v": "1"}))  # fmt: skip
+        node = g.nodes[0]
+        return t.identity(g, node_shape(node, key_for(node, g)), CPU, [])
+
+    base = identity(plugins.graph())
+    assert base == identity(plugins.graph())
+    assert base != identity(plugins.graph(m=25))
+    assert base != identity(plugins.graph(), name=lambda d: "y")
+    assert base != identity(plugins.graph(), versions=lambda b: {"v": "2"})
+    strided = plugins.graph()
+    strided.tensor_by_name("c").set_stride((1, 24))
+    assert base != identity(strided)
+    other = sigdnn.Graph("mm", io_dtype="float32", compute_dtype="float32")
+    other.matmul(other.tensor("a", (24, 16)), other.tensor("b", (16, 8)).set_data_type("float16"),
+                 name="mm").set_output(True).set_name("c")  # fmt: skip
+    assert base != identity(other)
