@@ -337,13 +337,15 @@ def _runner(plan: StepPlan, buffers: Mapping[Any, Any], context: ExecutionContex
     return lambda: plan.execute(buffers, context)
 
 
-def node_candidates(builders: Sequence[PlanBuilder], node: Node, graph: Graph, device: Device) -> list[Candidate]:
-    """One candidate per configuration a builder offers for the node (its default alone when it offers none)."""
+def candidates_of(
+    builders: Sequence[PlanBuilder], nodes: Sequence[Node], graph: Graph, device: Device
+) -> list[Candidate]:
+    """One candidate per configuration a builder offers for the step (its default alone when it offers none)."""
     found = []
     for b in builders:
         configs = getattr(b, "configs", None)
-        labels = configs([node], graph, device) if configs is not None else []
-        found.extend(Candidate(b, c) for c in labels) if labels else found.append(Candidate(b))
+        labels = configs(nodes, graph, device) if configs is not None else []
+        found.extend([Candidate(b, c) for c in labels] or [Candidate(b)])
     return found
 
 
@@ -379,14 +381,7 @@ def order_claims(
     for group in groups.values():
         region = group[0][1]
         by_builder = {b.name: r for b, r in group}
-        nodes = region.node_list(graph)
-        candidates = []
-        for builder, _ in group:
-            configs = getattr(builder, "configs", None)
-            labels = configs(nodes, graph, device) if configs is not None else []
-            candidates.extend(Candidate(builder, c) for c in labels) if labels else candidates.append(
-                Candidate(builder)
-            )
+        candidates = candidates_of([b for b, _ in group], region.node_list(graph), graph, device)
         ranked, choice = tuner.choose(candidates, graph, region_shape(region, graph), device, memory,
                                       build_region(region, graph, device))  # fmt: skip
         ordered.extend((c.builder, by_builder[c.builder.name], c.config, choice if k == 0 else None)

@@ -14,7 +14,7 @@ import numpy as np
 
 from sigdnn.errors import ExecutionError, GraphError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
 from sigdnn.executor import autotune
-from sigdnn.executor.autotune import Tuner, build_node, node_candidates, node_shape, order_claims
+from sigdnn.executor.autotune import Tuner, build_node, candidates_of, node_shape, order_claims
 from sigdnn.executor.fallback import FALLBACKS, fallback_builder
 from sigdnn.executor.host import HostMemory
 from sigdnn.executor.host_arrays import to_torch
@@ -279,7 +279,7 @@ class Executor:
         self, builders: list[PlanBuilder], node: Node, graph: Graph, key: SignatureKey, device: Device
     ) -> tuple[PlanBuilder, str | None, autotune.Choice | None]:
         """The tuner's pick among the builders (and their configurations) that accept the node."""
-        candidates = node_candidates(builders, node, graph, device)
+        candidates = candidates_of(builders, [node], graph, device)
         ordered, choice = self.tuner.choose(
             candidates, graph, node_shape(node, key), device, self.memory, build_node(node, graph, key, device)
         )

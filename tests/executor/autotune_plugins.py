@@ -10,7 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 import sigdnn
-from sigdnn.registry.contracts import NodePlan, PlanBuilder
+from sigdnn.errors import NotSupported
+from sigdnn.graph.ops.matmul import Matmul
+from sigdnn.registry.contracts import FusionBuilder, NodePlan, PlanBuilder, RegionPlan
+from sigdnn.registry.regions import Dataflow, make_region
 from sigdnn.registry.registry import Registry
 
 BINDS: list = []  # bound plans, in order (the tuner runs a plan through its bind when it has one)
@@ -22,6 +25,9 @@ SPEEDS = {
     "plugin.tiles[small]": 4e-3,
     "plugin.tiles[large]": 2e-3,
     "plugin.wrong": 1e-3,
+    "fuse.slow[x]": 3e-3,
+    "fuse.slow[y]": 6e-3,
+    "fuse.fast": 2e-3,
 }
 
 
@@ -77,9 +83,59 @@ class Wrong(_Matmul):
     error = 0.5  # far outside any matmul tolerance
 
 
-def registry() -> Registry:
+class _ReluRegionPlan(RegionPlan):
+    def __init__(self, a: int, b: int, out: int) -> None:
+        self.uids = (a, b, out)
+
+    def execute(self, buffers, context) -> None:
+        a, b, out = (buffers[u] for u in self.uids)
+        out[...] = np.maximum(np.matmul(a.astype(np.float64), b.astype(np.float64)), 0).astype(out.dtype)
+
+
+class _Fuse(FusionBuilder):
+    """Claims matmul -> relu; runs it as one step."""
+
+    library = "plugin"
+    device = "cpu"
+
+    def claim(self, graph, order, device):
+        flow = Dataflow(graph, order)
+        found = []
+        for i in order:
+            if isinstance(graph.nodes[i].op, Matmul):
+                (j,) = flow.readers[graph.nodes[i].op.c]
+                found.append(make_region(flow, [i, j]))
+        return found
+
+    def build_region(self, region, graph, context):
+        mm, relu = region.node_list(graph)
+        return _ReluRegionPlan(mm.op.a, mm.op.b, relu.op.out_0)
+
+
+class FuseSlow(_Fuse):
+    name = "fuse.slow"
+    engine_id = 30010
+
+    def configs(self, nodes, graph, device):
+        return ["x", "y"]
+
+
+class FuseFast(_Fuse):
+    name = "fuse.fast"
+    engine_id = 30011
+
+
+class FuseDeclines(_Fuse):
+    name = "fuse.declines"
+    engine_id = 30012
+
+    def build_region(self, region, graph, context):
+        raise NotSupported("not this region")
+
+
+def registry(*fusion: type) -> Registry:
     r = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
-    for cls in (Slow, Tiles, Wrong):
+    for cls in (Slow, Tiles, Wrong, *fusion):
         r.register(cls)
     return r
 
@@ -94,7 +150,10 @@ def refuse_to_time(label, run, synchronize) -> float:
     raise AssertionError(f"timed {label}: the choice should have come from the cache")
 
 
-def graph(m: int = 24) -> sigdnn.Graph:
+def graph(m: int = 24, relu: bool = False) -> sigdnn.Graph:
     g = sigdnn.Graph("mm", io_dtype="float32", compute_dtype="float32")
-    g.matmul(g.tensor("a", (m, 16)), g.tensor("b", (16, 8)), name="mm").set_output(True).set_name("c")
+    c = g.matmul(g.tensor("a", (m, 16)), g.tensor("b", (16, 8)), name="mm")
+    if relu:
+        c = g.pointwise("relu_fwd", c, name="relu")
+    c.set_output(True).set_name("c")
     return g

@@ -21,6 +21,7 @@ import pytest
 
 import sigdnn
 from sigdnn.executor.autotune import Candidate, Choice, Trial, Tuner, TuningCache, library_versions
+from sigdnn.executor.host import HostMemory
 from sigdnn.validation import random_inputs
 
 HERE = Path(__file__).parent
@@ -53,7 +54,7 @@ def test_picks_the_fastest_configuration_that_validates(tmp_path):
     np.testing.assert_allclose(got, data["a"].astype(np.float64) @ data["b"], rtol=1e-6)
     record = json.loads((tmp_path / "autotune.json").read_text())
     (entry,) = record.values()
-    assert entry["label"] == "plugin.tiles[large]"
+    assert (entry["label"], entry["graph"], entry["nodes"]) == ("plugin.tiles[large]", "mm", ["mm"])
     assert {tuple(x[:2]) for x in entry["trials"]} >= {("reference.matmul", 9e-3), ("plugin.slow", 5e-3)}
 
 
@@ -93,6 +94,7 @@ def test_when_every_candidate_fails_the_heuristic_order_stays(tmp_path):
     plan = executor(t).prepare(plugins.graph())
     assert plan.steps[0].builder.name == "reference.matmul"
     assert plan.steps[0].choice.startswith("heuristic: reference.matmul; not chosen: reference.matmul: failed")
+    assert plan.steps[0].choice.count("failed validation: planted failure") == 5  # every candidate was tried
     assert not (tmp_path / "autotune.json").exists()
 
 
@@ -154,6 +156,9 @@ def test_choice_summary_reads_well():
     )
     assert Choice("slow", "cached", trials[1:2]).summary() == "cached: slow 3.0 us"
     assert Choice("x", "heuristic").summary() == "heuristic: x"
+    assert Choice("zero", "measured", (Trial("half", 0.5), Trial("zero", 0.0))).summary() == (
+        "measured: zero 0.0 us, infx faster than half (500000.0 us)"
+    )
     assert Candidate(plugins.Slow(), "c1").label == "plugin.slow[c1]"
 
 
@@ -244,3 +249,126 @@ def test_identity_covers_every_tensor_the_device_and_the_versions(tmp_path):
     other.matmul(other.tensor("a", (24, 16)), other.tensor("b", (16, 8)).set_data_type("float16"),
                  name="mm").set_output(True).set_name("c")  # fmt: skip
     assert base != identity(other)
+
+
+def test_regions_claimed_by_several_fusion_builders_are_measured(tmp_path):
+    t = tuner(tmp_path)
+    ex = sigdnn.Executor(
+        "reference", registry=plugins.registry(plugins.FuseDeclines, plugins.FuseSlow, plugins.FuseFast), autotune=t
+    )
+    plan = ex.prepare(plugins.graph(relu=True))
+    (step,) = plan.steps
+    assert step.region is not None and step.builder.name == "fuse.fast"
+    assert step.choice.startswith("measured: fuse.fast 2000.0 us, 1.50x faster than fuse.slow[x] (3000.0 us)")
+    assert "fuse.declines: declined: not this region" in step.choice
+    data = random_inputs(plugins.graph(relu=True), seed=2)
+    got = ex.execute(plan, data)["c"]
+    np.testing.assert_allclose(got, np.maximum(data["a"].astype(np.float64) @ data["b"], 0), rtol=1e-6)
+    again = sigdnn.Executor("reference", registry=plugins.registry(plugins.FuseSlow, plugins.FuseFast), autotune=t)
+    # Without the declining builder the record still names a candidate: it is used, nothing is timed again.
+    assert again.prepare(plugins.graph(relu=True)).steps[0].choice.startswith("cached: fuse.fast")
+    assert t.measured == 1
+
+
+def test_a_region_claimed_once_with_one_configuration_is_not_measured(tmp_path):
+    t = tuner(tmp_path)
+    plan = sigdnn.Executor("reference", registry=plugins.registry(plugins.FuseFast), autotune=t).prepare(
+        plugins.graph(relu=True)
+    )
+    assert plan.steps[0].builder.name == "fuse.fast" and plan.steps[0].choice is None and t.measured == 0
+
+
+def test_the_chosen_candidate_goes_first_and_the_rest_keep_their_order(tmp_path):
+    from sigdnn.executor.autotune import node_shape
+    from sigdnn.runtime.device import CPU
+    from sigdnn.signature_keys import key_for
+
+    g = plugins.graph()
+    node = g.nodes[0]
+    builders = plugins.registry().candidates(key_for(node, g), "cpu", node, g)
+    from sigdnn.executor.autotune import build_node, candidates_of
+
+    candidates = candidates_of(builders, [node], g, CPU)
+    speeds = {"reference.matmul": 5e-3, "plugin.slow": 0.0, "plugin.tiles[small]": 1e-3}
+    t = tuner(tmp_path, timer=lambda label, run, sync: speeds.get(label, 9e-3))
+    ordered, choice = t.choose(candidates, g, node_shape(node, key_for(node, g)), CPU, HostMemory(),
+                               build_node(node, g, key_for(node, g), CPU))  # fmt: skip
+    labels = [c.label for c in ordered]
+    assert labels == ["plugin.slow", "reference.matmul", "plugin.tiles[small]", "plugin.tiles[large]", "plugin.wrong"]
+    assert choice.summary().startswith("measured: plugin.slow 0.0 us, infx faster than plugin.tiles[small]")
+    ordered, choice = t.choose(candidates, g, node_shape(node, key_for(node, g)), CPU, HostMemory(), None)
+    assert [c.label for c in ordered] == labels and choice.source == "cached"
+
+
+def test_the_candidates_are_measured_on_seeded_inputs_synchronized_before_judging(tmp_path):
+    from sigdnn.executor.host import HostMemory as Host
+    from sigdnn.validation.inputs import random_array
+
+    events = []
+
+    class Memory(Host):
+        def synchronize(self):
+            events.append("sync")
+
+        def snapshot(self, array):
+            events.append("snapshot")
+            return super().snapshot(array)
+
+    seen = {}
+
+    def check(graph, nodes, writes, inputs):
+        seen.update(inputs)
+        return lambda outputs: None
+
+    t = tuner(tmp_path, check=check, seed=7)
+    ex = executor(t)
+    ex._memory = Memory()
+    ex.prepare(plugins.graph())
+    rng = np.random.default_rng(7)
+    g = plugins.graph()
+    for name in ("a", "b"):
+        t_ = g.tensor_by_name(name)
+        np.testing.assert_array_equal(seen[name], random_array(rng, t_.dims, g.dtype_of(t_)))
+    assert events[:2] == ["sync", "snapshot"]
+
+
+def test_library_versions_name_each_library_by_its_distribution(monkeypatch):
+    from sigdnn.executor import autotune
+
+    known = {"sigdnn": "0.2.0", "numpy": "1.0", "cuda-tile": "1.7.0", "nvidia-cutlass-dsl": "4.8.1"}
+
+    def version(name):
+        if name not in known:
+            raise autotune.metadata.PackageNotFoundError(name)
+        return known[name]
+
+    monkeypatch.setattr(autotune.metadata, "version", version)
+    autotune._version.cache_clear()
+    try:
+        builders = [type("B", (), {"library": lib})() for lib in ("cute", "reference", "cutile", "plugin")]
+        assert library_versions(builders) == {"cute": "4.8.1", "cutile": "1.7.0", "plugin": "unknown",
+                                              "reference": "1.0", "sigdnn": "0.2.0"}  # fmt: skip
+    finally:
+        autotune._version.cache_clear()
+
+
+def test_identity_is_the_hash_of_its_documented_fields(tmp_path):
+    import hashlib
+
+    from sigdnn.executor.autotune import node_shape
+    from sigdnn.runtime.device import CPU
+    from sigdnn.signature_keys import key_for
+
+    g = plugins.graph()
+    node = g.nodes[0]
+    shape = node_shape(node, key_for(node, g))
+    t = Tuner(cache=TuningCache(tmp_path / "a.json"), device_name=lambda d: "dev", versions=lambda b: {"x": "1"})
+    what = {"device": "dev", "pattern": repr(shape.pattern), "versions": {"x": "1"},
+            "tensors": [[[24, 16], [16, 1], "float32"], [[16, 8], [8, 1], "float32"], [[24, 8], [8, 1], "float32"]]}  # fmt: skip
+    assert t.identity(g, shape, CPU, []) == hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+def test_cache_folders_are_made_on_first_write(tmp_path):
+    path = tmp_path / "new" / "folder" / "autotune.json"
+    TuningCache(path).put("k", {"label": "a"})
+    assert json.loads(path.read_text()) == {"k": {"label": "a"}}
