@@ -108,6 +108,7 @@ class _Fuse(FusionBuilder):
         return found
 
     def build_region(self, region, graph, context):
+        assert context.keys == region.pattern[0]  # each node's key, in order
         mm, relu = region.node_list(graph)
         return _ReluRegionPlan(mm.op.a, mm.op.b, relu.op.out_0)
 
@@ -127,7 +128,7 @@ class FuseFast(_Fuse):
 
 class FuseDeclines(_Fuse):
     name = "fuse.declines"
-    engine_id = 30012
+    engine_id = 30009  # ranked first: the candidates after a decline must still be measured
 
     def build_region(self, region, graph, context):
         raise NotSupported("not this region")
