@@ -17,7 +17,10 @@ Then measures host microseconds per launch on a tiny
 problem for: the builder's plan (compiled handle, pre-marshalled cells),
 the compiled function called with fresh arguments, a one-node graph through
 Executor("gpu"), and torch.matmul. Also reports compile and disk-load time
-of one specialization.
+of one specialization. ``--parts autotune``: Executor(autotune=True) on a
+bf16 4096^3 matmul node and on a matmul + bias + gelu region (cuTile and
+CuTe both serve them): each candidate's time, the choice, and a second
+process that starts with the choice from the cache without timing.
 
     PYTHONPATH=. python benchmarks/gpu_cute.py --json $OUT/gemm.json
 
@@ -489,6 +492,67 @@ def bench_compile(sm_count: int) -> dict[str, float]:
     return {"compile_s": t_compile, "disk_load_s": t_load}
 
 
+AUTOTUNE_SECOND = """
+import sys, time, sigdnn
+from sigdnn.executor.autotune import Tuner
+def refuse(label, run, sync):
+    raise AssertionError("timed " + label)
+size = int(sys.argv[1])
+g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
+y = g.matmul(g.tensor("a", (size, size)), g.tensor("b", (size, size)), name="mm")
+if sys.argv[2] == "fused":
+    y = g.pointwise("gelu_fwd", g.pointwise("add", y, g.tensor("bias", (1, size))))
+y.set_output(True).set_name("y")
+t = Tuner(measure=False, timer=refuse)
+t0 = time.perf_counter()
+plan = sigdnn.Executor("gpu", autotune=t).prepare(g)
+print(f"second process: {plan.steps[0].builder.name}, steps timed {t.measured}, prepare {time.perf_counter() - t0:.2f} s; "
+      f"chosen by {plan.steps[0].choice}")
+"""
+
+
+def bench_autotune(sizes=(4096,)) -> list[dict]:
+    """Executor(autotune=True) on a bf16 matmul node and a matmul + bias + gelu region that cuTile and CuTe both
+    serve: every candidate's time, the choice, then a second process that must take it from the cache."""
+    import os
+    import subprocess
+    import sys
+
+    import sigdnn
+    from sigdnn.executor.autotune import Tuner, TuningCache
+
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        for size in sizes:
+            for kind in ("plain", "fused"):
+                g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
+                y = g.matmul(g.tensor("a", (size, size)), g.tensor("b", (size, size)), name="mm")
+                if kind == "fused":
+                    y = g.pointwise("gelu_fwd", g.pointwise("add", y, g.tensor("bias", (1, size))))
+                y.set_output(True).set_name("y")
+                tuner = Tuner(cache=TuningCache(Path(cache) / "autotune.json"))
+                t0 = time.perf_counter()
+                plan = sigdnn.Executor("gpu", autotune=tuner).prepare(g)
+                tuning_s = time.perf_counter() - t0
+                step = plan.steps[0]
+                (record,) = [r for r in json.loads((Path(cache) / "autotune.json").read_text()).values()
+                             if r["nodes"] == [n.name for n in step.nodes]]  # fmt: skip
+                print(
+                    f"autotune {kind} bf16 {size}^3 ({tuning_s:.1f} s): {step.builder.name}; {step.choice}", flush=True
+                )
+                for label, seconds, note in record["trials"]:
+                    tf = 2 * size**3 / seconds / 1e12 if seconds else 0.0
+                    print(f"    {label:<34} {seconds * 1e3 if seconds else float('nan'):8.3f} ms {tf:6.1f} TFLOP/s {note}",
+                          flush=True)  # fmt: skip
+                env = {**os.environ, "SIGDNN_CACHE_DIR": cache}
+                r = subprocess.run([sys.executable, "-c", AUTOTUNE_SECOND, str(size), kind], env=env, capture_output=True,
+                                   text=True, check=False)  # fmt: skip
+                print("    " + (r.stdout.strip() or r.stderr[-2000:]), flush=True)
+                rows.append({"size": size, "kind": kind, "chosen": record["label"], "trials": record["trials"],
+                             "tuning_s": tuning_s, "second_process": r.stdout.strip(), "rc": r.returncode})  # fmt: skip
+    return rows
+
+
 def print_rows(rows: list[dict]) -> None:
     for r in rows:
         err = "" if r["rel_err"] is None else f"  rel_err {r['rel_err']:.2e}"
@@ -512,7 +576,7 @@ def main() -> None:
         "--parts",
         nargs="+",
         default=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile"],
-        choices=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile"],
+        choices=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile", "autotune"],
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -547,6 +611,7 @@ def main() -> None:
         )
     from sigdnn.plan_builders.cute.kernels import launch as launch_mod
 
+    tuned = bench_autotune() if "autotune" in args.parts else []
     print(f"specializations this process compiled / loaded from disk: {launch_mod.STATS}")
     print("\nsummary (best config per dtype/size):")
     for dt in args.dtypes if rows else ():
@@ -566,6 +631,7 @@ def main() -> None:
                     "fp8_accumulation": fp8_acc,
                     "host_us": host,
                     "compile": comp,
+                    "autotune": tuned,
                 },
                 indent=2,
             )

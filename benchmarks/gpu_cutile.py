@@ -16,7 +16,11 @@ with torch's time for the same work measured beside it:
   wall clock per node around ``execute`` (bound path, then CUDA-graph
   replay), against torch eager's per-op time;
 * warm start: a second process running a graph whose kernel the first
-  compiled (the disk caches), first-execute time of each.
+  compiled (the disk caches), first-execute time of each;
+* matmul: the cuTile GEMM at 4096^3 and 8192^3 bfloat16, every configuration
+  it offers to autotune (bound launch on the executor's stream), against
+  torch.matmul; then matmul + bias + gelu as one fused region (default and
+  fastest config) against torch eager doing the three.
 """
 
 from __future__ import annotations
@@ -405,18 +409,88 @@ def bench_norms(sweep: bool = True) -> list[dict]:
     return rows
 
 
+def bench_matmul(sizes=(4096, 8192)) -> dict:
+    """cuTile matmul (every offered config, and the fused bias + gelu epilogue) against torch, bf16, M = N = K."""
+    from sigdnn.plan_builders.cutile.matmul import CONFIGS, CutileMatmulBuilder
+    from sigdnn.registry.contracts import BuildContext
+    from sigdnn.runtime.device import ExecutionContext
+    from sigdnn.signature_keys import key_for
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    result: dict = {"configs": [], "fused": []}
+    builder = CutileMatmulBuilder()
+    for size in sizes:
+        flops = 2 * size**3
+        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
+        want = torch.matmul(a.float(), b.float())
+        torch_ms = cuda_time(lambda a=a, b=b: torch.matmul(a, b), reps=9)
+        print(f"matmul bf16 {size}^3: torch {flops / torch_ms / 1e9:.1f} TFLOP/s", flush=True)
+        g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
+        g.matmul(g.tensor("a", (size, size)), g.tensor("b", (size, size)), name="mm").set_output(True).set_name("c")
+        ex = sigdnn.Executor("gpu", engine="cutile.matmul")
+        device, wrap = ex.device, ex.memory.context.wrap
+        buffers = {"a": wrap(a), "b": wrap(b), "c": wrap(c)}
+        context = ExecutionContext(device, ex.memory.context.stream_handle, None)
+        for config in CONFIGS:
+            t0 = time.perf_counter()
+            plan = builder.build(g.nodes[0], g, BuildContext(key_for(g.nodes[0], g), device, g, config.label))
+            launch = plan.bind(buffers, context)
+            launch()
+            torch.cuda.synchronize()
+            first_s = time.perf_counter() - t0
+            with on_stream(ex):
+                ms = cuda_time(launch, reps=9)
+            err = ((c.float() - want).abs().max() / want.abs().max()).item()
+            row = {"size": size, "config": config.label, "tflops": flops / ms / 1e9, "torch_tflops": flops / torch_ms / 1e9,
+                   "ratio": torch_ms / ms, "rel_err": err, "first_s": first_s}  # fmt: skip
+            result["configs"].append(row)
+            print(f"  cuTile {config.label:<18} {row['tflops']:6.1f} TFLOP/s = {row['ratio']:.3f}x torch "
+                  f"(max rel err {err:.1e}, first launch {first_s:.1f} s)", flush=True)  # fmt: skip
+        bias = torch.randn(1, size, device="cuda", dtype=torch.bfloat16)
+        gf = sigdnn.Graph("mbg", io_dtype="bfloat16", compute_dtype="float32")
+        y = gf.matmul(gf.tensor("a", (size, size)), gf.tensor("b", (size, size)), name="mm")
+        gf.pointwise("gelu_fwd", gf.pointwise("add", y, gf.tensor("bias", (1, size)))).set_output(True).set_name("y")
+        eager_ms = cuda_time(lambda a=a, b=b, bias=bias: torch.nn.functional.gelu(torch.matmul(a, b) + bias), reps=9)
+        best = max((r for r in result["configs"] if r["size"] == size), key=lambda r: r["tflops"])
+        for label in dict.fromkeys([CONFIGS[0].label, best["config"]]):
+            fx = sigdnn.Executor("gpu", engine="cutile.matmul")
+            fplan = fx.prepare(gf)
+            fstep = fplan.steps[0]
+            fbuilder, region = fstep.builder, fstep.region
+            from sigdnn.registry.contracts import RegionContext
+
+            rplan = fbuilder.build_region(region, gf, RegionContext(region.pattern[0], fx.device, gf, label))
+            uids = {gf.tensor_by_name(n).uid: t for n, t in (("a", a), ("b", b), ("bias", bias), ("y", c))}
+            fcontext = ExecutionContext(fx.device, fx.memory.context.stream_handle, None)  # timed on fx's stream
+            launch = rplan.bind({u: fx.memory.context.wrap(t) for u, t in uids.items()}, fcontext)
+            launch()
+            torch.cuda.synchronize()
+            with on_stream(fx):
+                ms = cuda_time(launch, reps=9)
+            ref = torch.nn.functional.gelu(torch.matmul(a, b).float() + bias.float())
+            err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
+            row = {"size": size, "config": label, "fused_ms": ms, "torch_eager_ms": eager_ms, "speedup": eager_ms / ms,
+                   "tflops": flops / ms / 1e9, "rel_err": err}  # fmt: skip
+            result["fused"].append(row)
+            print(f"  fused matmul+bias+gelu {label:<18} {row['tflops']:6.1f} TFLOP/s, {row['speedup']:.2f}x torch eager "
+                  f"({eager_ms:.3f} ms) (max rel err {err:.1e})", flush=True)  # fmt: skip
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--modes", help="comma-separated modes (default: all)")
     parser.add_argument(
-        "--skip", default="", help="comma-separated parts to skip: diag,warm,host,fusion,modes,tiles,norms"
+        "--skip", default="", help="comma-separated parts to skip: diag,warm,host,fusion,modes,tiles,norms,matmul"
     )
     parser.add_argument("--only", default="", help="comma-separated parts to run (default: all not skipped)")
     args = parser.parse_args()
     skip = set(args.skip.split(","))
     if args.only:
-        skip = {"diag", "warm", "host", "fusion", "modes", "tiles", "norms"} - set(args.only.split(","))
+        skip = {"diag", "warm", "host", "fusion", "modes", "tiles", "norms", "matmul"} - set(args.only.split(","))
     modes = args.modes.split(",") if args.modes else [m for m in MODES if m != "gen_index"]
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     if "diag" not in skip:
@@ -433,6 +507,8 @@ def main() -> None:
         result["tiles"] = bench_tiles()
     if "norms" not in skip:
         result["norms"] = bench_norms()
+    if "matmul" not in skip:
+        result["matmul"] = bench_matmul()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -131,10 +131,10 @@ def _skipped_subtrees(tree: ast.AST) -> set[int]:
                 skip_all(d)
         elif isinstance(node, ast.AnnAssign):
             skip_all(node.annotation)
-    for doc in _docstring_nodes(tree):
-        skip.add(doc)
+    docs = _docstring_nodes(tree)  # once: recomputing it per node made enumeration quadratic
+    skip.update(docs)
     for node in ast.walk(tree):
-        if id(node) in _docstring_nodes(tree):
+        if id(node) in docs:
             skip_all(node)
     return skip
 

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from sigdnn.errors import ExecutionError, GraphError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
+from sigdnn.executor import autotune
+from sigdnn.executor.autotune import Tuner, build_node, candidates_of, node_shape, order_claims
 from sigdnn.executor.fallback import FALLBACKS, fallback_builder
 from sigdnn.executor.host import HostMemory
 from sigdnn.executor.host_arrays import to_torch
@@ -49,6 +51,10 @@ class Executor:
     default such a node is a NoPlanError. ``cuda_graphs=True`` (GPU only)
     records a plan's launches into a CUDA graph and replays it when the
     caller's buffers are at addresses seen before (``gpu_memory.BoundPlan``).
+    ``autotune=True`` (or a configured ``autotune.Tuner``) times the candidate
+    builders and configurations of a step the first time its shape is seen
+    and keeps the fastest that validates, remembered on disk; without it a
+    remembered choice is still used (``sigdnn.executor.autotune``).
     """
 
     def __init__(
@@ -62,6 +68,7 @@ class Executor:
         fusion: bool = True,
         fallback: str | None = None,
         cuda_graphs: bool = False,
+        autotune: bool | Tuner = False,
         cache_size: int = 64,
     ) -> None:
         if backend not in BACKENDS:
@@ -77,6 +84,7 @@ class Executor:
         self.engine = engine
         self.pins = dict(pins or {})
         self.registry = registry or DEFAULT_REGISTRY
+        self.tuner = autotune if isinstance(autotune, Tuner) else Tuner(measure=bool(autotune))
         self.limits = limits
         self._cache: OrderedDict[str, ExecutionPlan] = OrderedDict()
         self._cache_size = cache_size
@@ -156,35 +164,36 @@ class Executor:
             return []
         steps: list[Step] = []
         taken: set[int] = set()
-        for builder in self.registry.fusion_builders(device.kind):
-            if self.engine is not None and self._find(self.engine).engine_id != builder.engine_id:
+        claims = [(builder, region) for builder in self.registry.fusion_builders(device.kind)
+                  if self.engine is None or self._find(self.engine).engine_id == builder.engine_id
+                  for region in builder.claim(graph, order, device)]  # fmt: skip
+        for builder, region, config, choice in order_claims(self.tuner, claims, graph, device, self.memory):
+            nodes = set(region.nodes)
+            if nodes & taken or any(self._pinned_elsewhere(graph.nodes[i], builder) for i in nodes):
                 continue
-            for region in builder.claim(graph, order, device):
-                nodes = set(region.nodes)
-                if nodes & taken or any(self._pinned_elsewhere(graph.nodes[i], builder) for i in nodes):
-                    continue
-                checked = make_region(flow, region.nodes, [keys[i] for i in region.nodes])
-                if checked != region:
-                    raise RegistryError(
-                        f"fusion builder {builder.name} claimed a region that is not what make_region gives"
-                    )
-                context = RegionContext(checked.pattern[0], device, graph)
-                plan = builder.build_region(checked, graph, context)
-                taken |= nodes
-                first, last = graph.nodes[checked.nodes[0]].name, graph.nodes[checked.nodes[-1]].name
-                steps.append(
-                    Step(
-                        f"region({first}..{last})",
-                        tuple(graph.nodes[i] for i in checked.nodes),
-                        checked.pattern[0],
-                        builder,
-                        plan,
-                        {uid: uid for uid in (*checked.entries, *checked.exits)},
-                        checked.entries,
-                        checked.exits,
-                        checked,
-                    )
+            checked = make_region(flow, region.nodes, [keys[i] for i in region.nodes])
+            if checked != region:
+                raise RegistryError(
+                    f"fusion builder {builder.name} claimed a region that is not what make_region gives"
                 )
+            context = RegionContext(checked.pattern[0], device, graph, config)
+            plan = builder.build_region(checked, graph, context)
+            taken |= nodes
+            first, last = graph.nodes[checked.nodes[0]].name, graph.nodes[checked.nodes[-1]].name
+            steps.append(
+                Step(
+                    f"region({first}..{last})",
+                    tuple(graph.nodes[i] for i in checked.nodes),
+                    checked.pattern[0],
+                    builder,
+                    plan,
+                    {uid: uid for uid in (*checked.entries, *checked.exits)},
+                    checked.entries,
+                    checked.exits,
+                    checked,
+                    choice=choice.summary() if choice else None,
+                )
+            )
         return steps
 
     def _pin(self, node: Node, key: SignatureKey) -> Engine | None:
@@ -199,17 +208,18 @@ class Executor:
         return pinned is not None and self._find(pinned, node).engine_id != builder.engine_id
 
     def _node_step(self, graph: Graph, node: Node, key: SignatureKey, device: Device) -> Step:
+        config, choice = None, None
         try:
-            builder, why = self._choose(node, graph, key, device)
+            builder, why, config, choice = self._choose(node, graph, key, device)
         except NoPlanError as e:
             if self.fallback is None or self._pin(node, key) is not None:  # pins never fall back
                 raise
             builder, why = fallback_builder(self.registry, node, graph, key, e), [str(e)]
         ports = node.op.ports()
-        plan = builder.build(node, graph, BuildContext(key, device, graph))
+        plan = builder.build(node, graph, BuildContext(key, device, graph, config))
         ins = tuple(dict.fromkeys(node.op.inputs().values()))
         return Step(node.name, (node,), (key,), builder, plan, ports, ins, tuple(node.op.outputs().values()),
-                    declines=tuple(why))  # fmt: skip
+                    declines=tuple(why), choice=choice.summary() if choice else None)  # fmt: skip
 
     def _load(self, source: GraphSource) -> tuple[Graph | None, bytes]:
         if isinstance(source, Graph):
@@ -223,8 +233,10 @@ class Executor:
             return None, read_graph_file(source)
         raise UsageError(f"prepare() takes bytes, a path or a Graph, not {type(source).__name__}")
 
-    def _choose(self, node: Node, graph: Graph, key: SignatureKey, device: Device) -> tuple[PlanBuilder, list[str]]:
-        """The first builder, best first, whose check accepts the node."""
+    def _choose(
+        self, node: Node, graph: Graph, key: SignatureKey, device: Device
+    ) -> tuple[PlanBuilder, list[str], str | None, autotune.Choice | None]:
+        """The builder (and configuration) to run: the tuner's pick among those whose check accepts the node."""
         pinned = self._pin(node, key)
         if pinned is not None:
             builder = self._find(pinned, node)
@@ -239,23 +251,39 @@ class Executor:
                 raise NoPlanError(
                     f"node '{node.name}' {key}: pinned builder {builder.name} (#{builder.engine_id}) declined: {e}"
                 ) from None
-            return builder, []
+            chosen, config, choice = self._tuned([builder], node, graph, key, device)
+            return chosen, [], config, choice
         candidates = self.registry.candidates(key, device.kind, node, graph)
         preferred = graph.preferred_engine_id
         candidates.sort(key=lambda b: b.engine_id != preferred)
         why: list[str] = []
+        accepted: list[PlanBuilder] = []
         for builder in candidates:
             try:
                 builder.check(node, graph, device)
             except NotSupported as e:
-                why.append(f"{builder.name} (#{builder.engine_id}): {e}")
+                if not accepted:  # a decline after the heuristic's first pick changes nothing
+                    why.append(f"{builder.name} (#{builder.engine_id}): {e}")
                 continue
-            return builder, why
+            accepted.append(builder)
+        if accepted:
+            chosen, config, choice = self._tuned(accepted, node, graph, key, device)
+            return chosen, why, config, choice
         for b in self.registry.builders():
             if b.device == device.kind and b.serves(key) and b.available() is not None:
                 why.append(f"{b.name} (#{b.engine_id}): unavailable: {b.available()}")
         detail = "; ".join(why) if why else f"no {self.backend} builder serves this key"
         raise NoPlanError(f"node '{node.name}' {key}: no plan: {detail}")
+
+    def _tuned(
+        self, builders: list[PlanBuilder], node: Node, graph: Graph, key: SignatureKey, device: Device
+    ) -> tuple[PlanBuilder, str | None, autotune.Choice | None]:
+        """The tuner's pick among the builders (and their configurations) that accept the node."""
+        candidates = candidates_of(builders, [node], graph, device)
+        ordered, choice = self.tuner.choose(
+            candidates, graph, node_shape(node, key), device, self.memory, build_node(node, graph, key, device)
+        )
+        return ordered[0].builder, ordered[0].config, choice
 
     def _find(self, engine: Engine, node: Node | None = None) -> PlanBuilder:
         try:

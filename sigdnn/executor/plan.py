@@ -34,6 +34,7 @@ class Step:
     writes: tuple[int, ...]  # uids written and visible outside the step
     region: Region | None = None
     declines: tuple[str, ...] = ()  # why better-ranked builders declined
+    choice: str | None = None  # how the builder was chosen among several (autotune.Choice.summary)
 
     @property
     def node(self) -> Node:
@@ -92,6 +93,7 @@ class ExecutionPlan:
                     "engine_id": s.builder.engine_id,
                     "region": s.region is not None,
                     "declines": list(s.declines),
+                    "choice": s.choice,
                 }
                 for s in self.steps
             ],
@@ -116,9 +118,11 @@ class ExecutionPlan:
             builder = f"{s.builder.name} (#{s.builder.engine_id})"
             if s.region is None:
                 lines.append(f"  {n:>4} {s.name:<28} {s.key!s:<44} -> {builder}")
-                continue
-            lines.append(f"  {n:>4} {s.name:<28} {'region of ' + str(len(s.nodes)) + ' nodes':<44} -> {builder}")
-            lines.extend(f"       - {node.name:<26} {key!s}" for node, key in zip(s.nodes, s.keys))
+            else:
+                lines.append(f"  {n:>4} {s.name:<28} {'region of ' + str(len(s.nodes)) + ' nodes':<44} -> {builder}")
+                lines.extend(f"       - {node.name:<26} {key!s}" for node, key in zip(s.nodes, s.keys))
+            if s.choice:
+                lines.append(f"       chosen by {s.choice}")
         m = self.memory
         lines.append(
             f"peak intermediate memory: {m.peak_bytes} bytes (without reuse: {m.total_bytes}); "

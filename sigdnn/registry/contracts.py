@@ -31,6 +31,7 @@ class BuildContext:
     key: SignatureKey
     device: Device
     graph: Graph
+    config: str | None = None  # a configuration label the builder offered (measured choice); None: its default
 
 
 @attrs.frozen
@@ -40,6 +41,7 @@ class RegionContext:
     keys: tuple[SignatureKey, ...]
     device: Device
     graph: Graph
+    config: str | None = None  # a configuration label the builder offered (measured choice); None: its default
 
 
 class StepPlan(ABC):

@@ -51,6 +51,7 @@ IN_TREE: dict[str, int] = {
     "cutile.batchnorm": 2016,
     "cutile.batchnorm_backward": 2017,
     "cutile.reduction": 2018,
+    "cutile.matmul": 2030,
     "cute.matmul": 3000,
     "cute.conv_fprop": 3001,
 }

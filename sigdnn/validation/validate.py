@@ -11,7 +11,8 @@ Graph outputs are also compared end to end against a pure reference run.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -21,6 +22,7 @@ from sigdnn.executor import ExecutionPlan, Executor
 from sigdnn.executor.plan import Step
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
 from sigdnn.registry.registry import Registry
 from sigdnn.runtime.device import ExecutionContext
 from sigdnn.validation.compare import Comparison, Errors, compare, errors, summarize
@@ -207,6 +209,33 @@ def compare_steps(
             comparison = summarize(name, str(value.dtype), allowed, found)
             checks.append(NodeCheck(step.name, step.builder.name, comparison, None if comparison.passed else found))
     return tuple(checks)
+
+
+def step_judge(
+    graph: Graph, nodes: Sequence[Node], writes: Sequence[int], inputs: Mapping[str, np.ndarray]
+) -> Callable[[Mapping[str, np.ndarray]], str | None]:
+    """A judge of a step's outputs: None when they match the reference fed ``inputs`` (by name), else why not.
+
+    The quick validation a measured builder choice runs on each candidate
+    (``sigdnn.executor.autotune``), with ``validate``'s tolerances; the
+    reference runs once, however many candidates are judged.
+    """
+    reference = Executor("reference", fusion=False, registry=REFERENCE_ONLY).prepare(graph)
+    step = SimpleNamespace(nodes=tuple(nodes), writes=tuple(writes))
+    want, terms = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, inputs)  # type: ignore[arg-type]
+
+    def judge(outputs: Mapping[str, np.ndarray]) -> str | None:
+        for uid, value in want.items():
+            name = graph.tensors[uid].name
+            c = compare(name, outputs[name], value, step_tolerance(graph, list(nodes), uid), terms.get(uid))
+            if not c.passed:
+                return (
+                    f"{name}: {c.mismatches + c.nan_inf_mismatches} of {c.size} elements outside {c.tolerance} "
+                    f"(max abs error {c.max_abs_error:.3g})"
+                )
+        return None
+
+    return judge
 
 
 def validate(

@@ -1,4 +1,4 @@
-"""Compile every kind of generated kernel for sm_90 without a GPU (cuda-tile and tileiras only).
+"""Compile every kind of generated kernel for sm_90 without a GPU (cuda-tile and tileiras only): pointwise, matmul.
 
 GPU time is scarce; cuTile's compiler is not. With the ``.gpu/tile`` payload
 unpacked somewhere (``tar xJf .gpu/tile/payload.tar.xz -C DIR``) and a Python
@@ -27,7 +27,10 @@ from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSign
 import sigdnn
 from sigdnn.errors import NotSupported
 from sigdnn.graph.ops.pointwise import MODES
-from sigdnn.plan_builders.cutile.codegen import AS_BYTES, KernelSpec, generate, kernel_name
+from sigdnn.plan_builders.cutile.backend import source_of
+from sigdnn.plan_builders.cutile.codegen import AS_BYTES, KernelSpec
+from sigdnn.plan_builders.cutile.matmul import CONFIGS, FLOAT32_CONFIGS
+from sigdnn.plan_builders.cutile.matmul_codegen import EpilogueStep, MatmulSpec, Operand
 from sigdnn.plan_builders.cutile.pointwise import node_spec
 from sigdnn.plan_builders.cutile.spec import kernel_spec
 from sigdnn.registry.regions import Dataflow, make_region
@@ -58,16 +61,32 @@ def signature(spec: KernelSpec) -> KernelSignature:
     return KernelSignature(args, CallingConvention.cutile_python_v1())
 
 
-def compile_spec(spec: KernelSpec, folder: str) -> int:
-    name = kernel_name(spec)
+def matmul_signature(spec: MatmulSpec) -> KernelSignature:
+    """Row-contiguous views (stride 1 last), 16-byte aligned, extents multiples of 16: a large GEMM's launch."""
+
+    def view(operand: Operand, ndim: int) -> ArrayConstraint:
+        return ArrayConstraint(CT[operand.dtype], ndim, index_dtype=ct.int32, stride_lower_bound_incl=0,
+                               alias_groups=(), may_alias_internally=False, base_addr_divisible_by=16,
+                               stride_constant=(None,) * (ndim - 1) + (1,), shape_divisible_by=16)  # fmt: skip
+
+    args = [view(o, 2 + o.batched) for o in (spec.a, spec.b, spec.c)]
+    for step in spec.epilogue:
+        if step.operand is not None:
+            args.append(view(step.operand, 1 if step.kind == "bias" else 2 + step.operand.batched))
+    return KernelSignature(args, CallingConvention.cutile_python_v1())
+
+
+def compile_spec(spec: KernelSpec | MatmulSpec, folder: str) -> int:
+    name, text = source_of(spec)
     path = f"{folder}/{name}.py"
     with open(path, "w") as f:
-        f.write("import cuda.tile as ct\n" + generate(spec))
+        f.write("import cuda.tile as ct\n" + text)
     module_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     out = io.BytesIO()
-    export_kernel(module.kernel, [signature(spec)], out, gpu_code="sm_90", output_format="cubin")
+    sig = matmul_signature(spec) if isinstance(spec, MatmulSpec) else signature(spec)
+    export_kernel(module.kernel, [sig], out, gpu_code="sm_90", output_format="cubin")
     return len(out.getvalue())
 
 
@@ -96,6 +115,17 @@ def specs() -> list[tuple[str, KernelSpec]]:
     g.pointwise("exp", y).set_output(True)
     region = make_region(Dataflow(g, list(range(len(g.nodes)))), range(len(g.nodes)))
     found.append(("region", kernel_spec(g, region.node_list(g), region.entries, region.exits)))
+    bf, f32 = Operand("bfloat16"), Operand("float32")
+    gelu = (EpilogueStep("bias", "add", "float32", (), bf), EpilogueStep("unary", "gelu_fwd", "bfloat16"),
+            EpilogueStep("residual", "add", "bfloat16", (), Operand("bfloat16", True, True)))  # fmt: skip
+    for config in (*CONFIGS, *FLOAT32_CONFIGS):
+        found.append((f"matmul {config.label}", MatmulSpec(bf, bf, bf, "bfloat16", "native", (), config)))
+    found.append(("matmul transposed batched", MatmulSpec(Operand("float16", True, True), Operand("float16", True),
+                                                          Operand("float32", True, True), "float32", "native")))  # fmt: skip
+    found.append(("matmul epilogue", MatmulSpec(Operand("bfloat16", False, True), bf, Operand("bfloat16", False, True),
+                                                "bfloat16", "native", gelu)))  # fmt: skip
+    found.append(("matmul tf32", MatmulSpec(f32, f32, f32, "float32", "tf32")))
+    found.append(("matmul float32", MatmulSpec(f32, f32, f32, "float32", "float32", (), FLOAT32_CONFIGS[0])))
     return found
 
 

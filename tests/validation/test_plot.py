@@ -130,5 +130,5 @@ def test_only_failing_checks_are_drawn(tmp_path) -> None:
     assert [p.rsplit("/", 1)[1] for p in paths] == ["run_step_t.png"]
     assert plot.pyplot().get_fignums() == []  # every figure closed: a long validation run does not pile them up
     (tmp_path / "q" / "run_step_t.png").mkdir(parents=True)  # a directory where the plot goes
-    with pytest.raises(sigdnn.SigdnnError, match="^--plot file "):
+    with pytest.raises(sigdnn.SigdnnError, match=r"^--plot file "):
         plot.plot_failures(ValidationReport("g", (bad,), ()), str(tmp_path / "q"), "run")

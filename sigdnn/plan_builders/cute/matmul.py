@@ -237,6 +237,7 @@ class CuteMatmulBuilder(FusionBuilder):
     library = "cute"
     device = "gpu"
     ops = ("matmul",)
+    priority = 2  # without a measured choice (executor/autotune.py) the GEMM closest to cuBLAS ranks first
 
     def available(self) -> str | None:
         return unavailable_reason()

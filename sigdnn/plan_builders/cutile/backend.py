@@ -14,9 +14,24 @@ from typing import Any
 
 import numpy as np
 
-from sigdnn.plan_builders.cutile import emulator
-from sigdnn.plan_builders.cutile.codegen import KernelSpec
-from sigdnn.plan_builders.cutile.source import name_and_text
+from sigdnn.plan_builders.cutile import codegen, emulator
+from sigdnn.plan_builders.cutile.codegen import KernelSpec, kernel_name
+
+
+def source_of(spec: Any) -> tuple[str, str]:
+    """(name, module text without the ``ct`` import) of a pointwise KernelSpec, or of a spec that writes its own.
+
+    A spec that writes its own text (a matmul spec, a row / channel / reduction ``KernelSource``) has a
+    ``name`` and a ``source()``; it is its own cache key, so equal specs share one compiled kernel.
+    """
+    if isinstance(spec, KernelSpec):
+        return kernel_name(spec), codegen.generate(spec)
+    return spec.name, spec.source()
+
+
+def cache_key(spec: Any) -> Any:
+    """What one compiled kernel serves: a pointwise spec without its sizes, any other spec as it is."""
+    return spec.text_key() if isinstance(spec, KernelSpec) else spec
 
 
 class EmulatedGpu:
@@ -36,10 +51,10 @@ class EmulatedBackend:
 
     def kernel(self, spec: KernelSpec) -> Any:
         with self._lock:
-            key = spec.text_key()
+            key = cache_key(spec)
             found = self._kernels.get(key)
             if found is None:
-                name, text = name_and_text(spec)
+                name, text = source_of(spec)
                 namespace: dict[str, Any] = {"ct": emulator, "__name__": name}
                 exec(compile(text, f"<{name}>", "exec"), namespace)
                 namespace["fma"] = emulator.exact_fma

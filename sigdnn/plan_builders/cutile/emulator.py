@@ -36,6 +36,8 @@ int64 = np.dtype(np.int64)
 uint8 = np.dtype(np.uint8)
 uint32 = np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
+tfloat32 = "tfloat32"  # float32 storage rounded to TF32's 10-bit mantissa (``astype``)
+
 
 _BID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("bid", default=(0, 0, 0))
 _GRID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("grid", default=(1, 1, 1))
@@ -58,8 +60,8 @@ class Kernel:
         self.fn = fn
 
 
-def kernel(fn: Callable[..., None] | None = None, **_: Any) -> Any:
-    """``@ct.kernel`` or ``@ct.kernel(occupancy=...)`` (hints the emulator has no use for)."""
+def kernel(fn: Callable[..., None] | None = None, **hints: Any) -> Any:
+    """``@ct.kernel`` or ``@ct.kernel(num_ctas=..., occupancy=...)``: hints change nothing here."""
     return Kernel(fn) if fn is not None else Kernel
 
 
@@ -115,7 +117,17 @@ def _to_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
         return x.astype(dtype)
 
 
-def astype(x: Any, dtype: np.dtype) -> np.ndarray:
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to nearest (ties away) at 10 mantissa bits, as the tensor cores read TF32."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def astype(x: Any, dtype: Any) -> np.ndarray:
+    if isinstance(dtype, str) and dtype == tfloat32:
+        return _tf32(x)
     return _to_dtype(x, dtype)
 
 
@@ -176,6 +188,8 @@ def load(
     for no padding reads a poison outside the array, as cuTile's is undetermined.
     """
     index, shape = tuple(int(i) for i in index), tuple(int(n) for n in shape)
+    if len(index) != array.ndim or len(shape) != array.ndim:
+        raise ValueError(f"tile index {index} / shape {shape} do not match an array of rank {array.ndim}")
     if len(shape) == 1:
         _inside(array, index[0], shape[0], check_bounds)
     elif not check_bounds and any((i + 1) * n > d for i, n, d in zip(index, shape, array.shape)):
@@ -214,6 +228,8 @@ def store(array: np.ndarray, index: Sequence[int], tile: Any, check_bounds: bool
     if tile.ndim == 0:
         tile = tile.reshape((1,) * array.ndim)
     index = tuple(int(i) for i in index)
+    if len(index) != array.ndim or tile.ndim != array.ndim:
+        raise ValueError(f"tile index {index} / shape {tile.shape} do not match an array of rank {array.ndim}")
     if tile.ndim == 1:
         _inside(array, index[0], tile.shape[0], check_bounds)
     elif not check_bounds and any((i + 1) * n > d for i, n, d in zip(index, tile.shape, array.shape)):
@@ -256,6 +272,19 @@ min = _reduce(
         x, axis=axis, keepdims=keepdims
     )
 )
+
+
+def transpose(x: Any) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(x).T)
+
+
+def mma(a: Any, b: Any, acc: Any) -> np.ndarray:
+    """a @ b + acc with the products and the sum exact, rounded once to acc's dtype (float32)."""
+    a, b, acc = np.asarray(a), np.asarray(b), np.asarray(acc)
+    if a.dtype != b.dtype or a.dtype.kind in "iub":
+        raise TypeError(f"mma operands {a.dtype} x {b.dtype}: expected one float dtype")
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64)) + acc.astype(np.float64)
+    return exact.astype(acc.dtype)
 
 
 def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:

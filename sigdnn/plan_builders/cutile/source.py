@@ -22,14 +22,5 @@ class KernelSource:
     def name(self) -> str:
         return f"{self.prefix}_{hashlib.sha1(self.text.encode()).hexdigest()[:16]}"
 
-    def text_key(self) -> KernelSource:
-        return self
-
-
-def name_and_text(spec: object) -> tuple[str, str]:
-    """(module name, text) of a KernelSource or of a pointwise KernelSpec."""
-    if isinstance(spec, KernelSource):
-        return spec.name, spec.text
-    from sigdnn.plan_builders.cutile import codegen
-
-    return codegen.kernel_name(spec), codegen.generate(spec)
+    def source(self) -> str:
+        return self.text

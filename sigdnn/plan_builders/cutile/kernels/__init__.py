@@ -3,7 +3,7 @@
 This package imports ``cuda.tile``, so it is only imported lazily (at build
 time, through ``backend.backend_for``), never at ``import sigdnn``.
 
-Each KernelSpec's text (``codegen.generate``) is written once to a file
+Each spec's text (``backend.source_of``: a pointwise or a matmul kernel) is written once to a file
 named by its hash in the kernel cache directory and imported from there
 (cuTile reads a kernel's source through ``inspect``, so it must live in a
 file). cuTile compiles a kernel on its first launch per specialization and
@@ -24,8 +24,7 @@ from typing import Any
 import cuda.tile as ct
 import numpy as np
 
-from sigdnn.plan_builders.cutile.codegen import KernelSpec
-from sigdnn.plan_builders.cutile.source import name_and_text
+from sigdnn.plan_builders.cutile.backend import cache_key, source_of
 from sigdnn.runtime.cuda import DeviceArray
 
 
@@ -57,22 +56,22 @@ def _write_once(path: Path, text: str) -> None:
 
 class CutileBackend:
     def __init__(self) -> None:
-        self._kernels: dict[KernelSpec, Any] = {}
+        self._kernels: dict[Any, Any] = {}
         self._lock = threading.Lock()
         self._dir: Path | None = None
 
-    def kernel(self, spec: KernelSpec) -> Any:
+    def kernel(self, spec: Any) -> Any:
         with self._lock:
-            key = spec.text_key()
+            key = cache_key(spec)
             found = self._kernels.get(key)
             if found is None:
                 found = self._kernels[key] = self._load(spec)
             return found
 
-    def _load(self, spec: KernelSpec) -> Any:
+    def _load(self, spec: Any) -> Any:
         if self._dir is None:
             self._dir = cache_dir()
-        name, text = name_and_text(spec)
+        name, text = source_of(spec)
         path = self._dir / f"{name}.py"
         _write_once(path, "import cuda.tile as ct\n" + text)
         module_spec = importlib.util.spec_from_file_location(f"sigdnn_cutile_{name}", path)

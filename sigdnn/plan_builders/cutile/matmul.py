@@ -1,0 +1,325 @@
+"""cuTile matmul builder: batched GEMM with a fused epilogue, one generated kernel per specialization.
+
+Serves matmul nodes with float16 / bfloat16 / float32 operands (one dtype for
+both) and float16 / bfloat16 / float32 outputs, any batch broadcast the
+reference allows and any operand strides (``matmul_layout``). float32
+operands run as TF32 when the node's compute dtype is 16-bit, else as exact
+float32 products (``matmul_codegen``).
+
+As a fusion builder it claims a matmul with the pointwise nodes that follow
+it in a chain: bias adds (a row over N), residual adds (a full [..., M, N]
+tensor), and activations (relu, gelu, gelu_approx_tanh, tanh, sigmoid,
+swish), each reading the previous node's virtual output and nothing else
+reading it; the epilogue runs them on the accumulator and stores only the
+chain's last tensor.
+
+Configurations (tile shape, grouped order, cuTile's hints) are exposed for
+measured choice (``configs``; ``BuildContext.config`` names one by label);
+without one the builder uses ``default_config``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sigdnn.errors import NotSupported
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.matmul import Matmul
+from sigdnn.graph.ops.pointwise import Pointwise
+from sigdnn.plan_builders.cutile.backend import backend_for
+from sigdnn.plan_builders.cutile.matmul_codegen import (
+    MMA_INPUTS,
+    OUTPUTS,
+    EpilogueStep,
+    MatmulConfig,
+    MatmulSpec,
+    Operand,
+)
+from sigdnn.plan_builders.cutile.matmul_layout import GemmViews, MatrixView, plan_views
+from sigdnn.registry.contracts import BuildContext, FusionBuilder, NodePlan, RegionContext, RegionPlan
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.registry.regions import Dataflow, Region, make_region
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import SignatureKey
+
+COMPUTE = ("float32", "float16", "bfloat16")
+ACTIVATIONS = ("relu_fwd", "gelu_fwd", "gelu_approx_tanh_fwd", "tanh_fwd", "sigmoid_fwd", "swish_fwd")
+MAX_EPILOGUE = 4  # pointwise nodes one kernel absorbs
+
+# Configurations offered for measured choice; the first is the default (benchmarks/results/gpu_matmul_autotune_*).
+CONFIGS = (
+    MatmulConfig(128, 128, 64, 8),
+    MatmulConfig(128, 128, 64, 8, occupancy=2),
+    MatmulConfig(128, 256, 64, 8, num_ctas=2),
+    MatmulConfig(256, 128, 64, 8, num_ctas=2),
+    MatmulConfig(128, 128, 64, 8, latency=4),
+    MatmulConfig(64, 128, 64, 8),
+)
+FLOAT32_CONFIGS = (MatmulConfig(128, 128, 32, 8), MatmulConfig(64, 64, 32, 8))
+
+
+def unavailable_reason() -> str | None:
+    """Why cuTile cannot run here (no cuda.core, no GPU, no cuda.tile), else None."""
+    from sigdnn.runtime.cuda import dsl_unavailable_reason
+
+    return dsl_unavailable_reason("cuda.tile", "cuda.tile")
+
+
+def parse_config(label: str) -> MatmulConfig:
+    """Inverse of ``MatmulConfig.label`` (e.g. ``128x256x64g8c2``)."""
+    import re
+
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)g(\d+)(?:c(\d+))?(?:o(\d+))?(?:l(\d+))?", label)
+    if m is None:
+        raise ValueError(f"bad cuTile matmul config label {label!r} (e.g. 128x128x64g8c2)")
+    tm, tn, tk, g, c, o, lat = (int(v) if v else None for v in m.groups())
+    assert tm and tn and tk and g
+    return MatmulConfig(tm, tn, tk, g, num_ctas=c, occupancy=o, latency=lat)
+
+
+def _dtype(graph: Graph, uid: int) -> str:
+    return str(graph.dtype_of(graph.tensors[uid]))
+
+
+def _operand(view: MatrixView, dtype: str) -> Operand:
+    return Operand(dtype, view.transposed, view.batched)
+
+
+class _Chain:
+    """A matmul node and the pointwise nodes its epilogue absorbs."""
+
+    def __init__(self, matmul: int) -> None:
+        self.nodes = [matmul]
+        self.steps: list[tuple[str, Pointwise, int | None]] = []  # (kind, op, uid of the other input)
+
+
+def _sole_reader(graph: Graph, flow: Dataflow, uid: int) -> int | None:
+    readers = flow.readers.get(uid, [])
+    return readers[0] if graph.tensors[uid].is_virtual and len(readers) == 1 else None
+
+
+def _step_kind(graph: Graph, op: Pointwise, value: int, out_dims: tuple[int, ...]) -> tuple[str, int | None] | None:
+    """How an epilogue absorbs a pointwise node reading ``value`` (None: it cannot)."""
+    if graph.tensors[op.out_0].dims != out_dims or _dtype(graph, op.out_0) not in OUTPUTS:
+        return None
+    if op.mode in ACTIVATIONS and op.in_0 == value:
+        return "unary", None
+    if op.mode != "add" or op.in_0 == op.in_1:
+        return None
+    other = op.in_1 if op.in_0 == value else op.in_0
+    t = graph.tensors[other]
+    if _dtype(graph, other) not in OUTPUTS:
+        return None
+    n = out_dims[-1]
+    if t.rank >= 1 and t.dims[-1] == n and all(d == 1 for d in t.dims[:-1]):
+        return "bias", other
+    if t.rank >= 2 and t.dims[-2:] == out_dims[-2:]:
+        return "residual", other
+    return None
+
+
+def epilogue_chain(graph: Graph, flow: Dataflow, i: int) -> _Chain | None:
+    """The longest chain of absorbable pointwise nodes after matmul node ``i`` (None: nothing to fuse)."""
+    node = graph.nodes[i]
+    if not isinstance(node.op, Matmul):
+        return None
+    chain = _Chain(i)
+    value = node.op.c
+    out_dims = graph.tensors[value].dims
+    while len(chain.steps) < MAX_EPILOGUE:
+        j = _sole_reader(graph, flow, value)
+        if j is None or not isinstance(graph.nodes[j].op, Pointwise):
+            break
+        op = graph.nodes[j].op
+        if str(graph.compute_dtype_of(graph.nodes[j])) not in COMPUTE:
+            break
+        kind = _step_kind(graph, op, value, out_dims)
+        if kind is None:
+            break
+        # Convex by construction: every chain tensor has one reader, the next node, so no path leaves the
+        # chain and comes back through a bias or residual.
+        chain.nodes.append(j)
+        chain.steps.append((kind[0], op, kind[1]))
+        value = op.out_0
+    return chain if chain.steps else None
+
+
+class CutileMatmulPlan(NodePlan, RegionPlan):
+    """One GEMM launch: ``buffers`` by port (a node) or by uid (a region), viewed as the kernel reads them."""
+
+    workspace_bytes = 0
+
+    def __init__(
+        self,
+        spec: MatmulSpec,
+        backend: Any,
+        grid: tuple[int, int, int],
+        keys: Sequence[Any],
+        views: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.kernel = backend.kernel(spec)
+        self.grid = grid
+        self._keys = tuple(keys)
+        self._views = tuple(views)
+
+    @property
+    def config(self) -> MatmulConfig:
+        return self.spec.config
+
+    def bind(self, buffers: Mapping[Any, Any], context: ExecutionContext) -> Callable[[], None]:
+        view = self.backend.view
+        args = tuple(
+            view(buffers[k], shape, strides, buffers[k].dtype) for k, (shape, strides) in zip(self._keys, self._views)
+        )
+        return functools.partial(self.backend.launch, context.stream, self.grid, self.kernel, args)
+
+    def execute(self, buffers: Mapping[Any, Any], context: ExecutionContext) -> None:
+        self.bind(buffers, context)()
+
+
+def default_config(spec_mma: str) -> MatmulConfig:
+    """The configuration without measurement: the first of the list for the operands' precision."""
+    return (FLOAT32_CONFIGS if spec_mma == "float32" else CONFIGS)[0]
+
+
+class CutileMatmulBuilder(FusionBuilder):
+    name = "cutile.matmul"
+    engine_id = IN_TREE[name]
+    library = "cutile"
+    device = "gpu"
+    ops = ("matmul",)
+    priority = 1  # its epilogue claims go before the pointwise fusion's (which would take the chain's tail)
+
+    def available(self) -> str | None:
+        return unavailable_reason()
+
+    def serves(self, key: SignatureKey) -> bool:
+        ins, outs = dict(key.inputs), dict(key.outputs)
+        return (
+            key.op == "matmul"
+            and str(ins.get("a")) in MMA_INPUTS
+            and str(ins.get("b")) == str(ins.get("a"))
+            and str(outs.get("c")) in OUTPUTS
+            and str(key.compute) in COMPUTE
+        )
+
+    # -- planning ---------------------------------------------------------------
+
+    def plan(self, node: Node, graph: Graph, chain: _Chain | None = None) -> tuple[MatmulSpec, GemmViews, list[int]]:
+        """(spec without config, views, uids in kernel argument order), or NotSupported saying why."""
+        op = node.op
+        where = f"node '{node.name}'"
+        if not isinstance(op, Matmul):
+            raise NotSupported(f"{where}: not a matmul")
+        a_dt, b_dt, c_dt = _dtype(graph, op.a), _dtype(graph, op.b), _dtype(graph, op.c)
+        compute = str(graph.compute_dtype_of(node))
+        if a_dt not in MMA_INPUTS or b_dt != a_dt:
+            raise NotSupported(f"{where}: operand dtypes {a_dt} x {b_dt}; supported: one of {', '.join(MMA_INPUTS)}")
+        if c_dt not in OUTPUTS:
+            raise NotSupported(f"{where}: output dtype {c_dt}; supported: {', '.join(OUTPUTS)}")
+        if compute not in COMPUTE:
+            raise NotSupported(f"{where}: compute dtype {compute}; supported: {', '.join(COMPUTE)}")
+        mma = "native" if a_dt != "float32" else ("float32" if compute == "float32" else "tf32")
+        steps = [] if chain is None else chain.steps
+        out = op.c if not steps else steps[-1][1].out_0
+        residuals = [uid for kind, _, uid in steps if kind == "residual"]
+        tensor = graph.tensors
+        try:
+            views = plan_views(
+                (tensor[op.a].dims, tensor[op.a].strides),
+                (tensor[op.b].dims, tensor[op.b].strides),
+                (tensor[out].dims, tensor[out].strides),
+                [(tensor[u].dims, tensor[u].strides) for u in residuals],
+            )
+        except ValueError as e:
+            raise NotSupported(f"{where}: {e}") from None
+        epilogue, extra = [], iter(views.extras)
+        uids = [op.a, op.b, out]
+        for kind, step, other in steps:
+            operand = None
+            if kind == "residual":
+                assert other is not None
+                operand = _operand(next(extra), _dtype(graph, other))
+            elif kind == "bias":
+                assert other is not None
+                operand = Operand(_dtype(graph, other))
+            if other is not None:
+                uids.append(other)
+            params = tuple(sorted(step.params().items()))
+            epilogue.append(EpilogueStep(kind, step.mode, _dtype(graph, step.out_0), params, operand))
+        spec = MatmulSpec(
+            _operand(views.a, a_dt),
+            _operand(views.b, b_dt),
+            _operand(views.c, _dtype(graph, out)),
+            c_dt,
+            mma,
+            tuple(epilogue),
+        )
+        return spec, views, uids
+
+    def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
+        """Labels of the configurations worth measuring for this node or region (the default first)."""
+        spec, _, _ = self.plan(nodes[0], graph)
+        return [c.label for c in (FLOAT32_CONFIGS if spec.mma == "float32" else CONFIGS)]
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        self.plan(node, graph)
+
+    def _plan(
+        self,
+        node: Node,
+        graph: Graph,
+        chain: _Chain | None,
+        device: Device,
+        config: str | None,
+        keys: Callable[[list[int]], list[Any]],
+    ) -> CutileMatmulPlan:
+        spec, views, uids = self.plan(node, graph, chain)
+        chosen = parse_config(config) if config else default_config(spec.mma)
+        spec = MatmulSpec(spec.a, spec.b, spec.c, spec.product_dtype, spec.mma, spec.epilogue, chosen)
+        grid = (-(-views.m // chosen.tile_m) * -(-views.n // chosen.tile_n), views.batch, 1)
+        shapes = [(v.shape, v.strides) for v in (views.a, views.b, views.c)]
+        extras = iter(views.extras)
+        for kind, _, other in chain.steps if chain else ():
+            if kind == "residual":
+                v = next(extras)
+                shapes.append((v.shape, v.strides))
+            elif kind == "bias":
+                t = graph.tensors[other]
+                shapes.append(((views.n,), (1 if views.n == 1 else t.strides[-1],)))
+        return CutileMatmulPlan(spec, backend_for(device.context), grid, keys(uids), shapes)
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        ports = {node.op.a: "a", node.op.b: "b", node.op.c: "c"}
+        return self._plan(node, graph, None, context.device, context.config, lambda uids: [ports[u] for u in uids])
+
+    # -- fusion -----------------------------------------------------------------
+
+    def claim(self, graph: Graph, order: list[int], device: Device) -> list[Region]:
+        if device.kind != "gpu":
+            return []
+        flow = Dataflow(graph, order)
+        regions = []
+        for i in order:
+            chain = epilogue_chain(graph, flow, i)
+            if chain is None:
+                continue
+            try:
+                self.plan(graph.nodes[i], graph, chain)
+            except NotSupported:
+                continue
+            regions.append(make_region(flow, chain.nodes))
+        return regions
+
+    def build_region(self, region: Region, graph: Graph, context: RegionContext) -> RegionPlan:
+        flow = Dataflow(graph, list(region.nodes))
+        chain = epilogue_chain(graph, flow, region.nodes[0])
+        if chain is None or tuple(chain.nodes) != region.nodes:
+            names = [graph.nodes[i].name for i in region.nodes]
+            raise NotSupported(f"region {names} is not a matmul epilogue chain")
+        return self._plan(graph.nodes[chain.nodes[0]], graph, chain, context.device, context.config, list)

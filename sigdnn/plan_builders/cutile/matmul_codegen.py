@@ -1,0 +1,195 @@
+"""The cuTile GEMM as generated source: one kernel per (dtypes, views, epilogue, tile configuration).
+
+A block computes one TM x TN tile of C: the K loop loads a TM x TK tile of
+A and a TK x TN tile of B (zero-padded past the edges, so M, N and K need
+not be multiples of the tile), multiplies them on the tensor cores with a
+float32 accumulator (``ct.mma``), and the epilogue runs on the accumulator
+in registers before the one store. Blocks walk the output in grouped
+("swizzled") order: ``group_m`` tile rows at a time, so the blocks running
+together share A and B tiles in L2. The batch is the grid's second axis.
+
+The epilogue computes what the absorbed pointwise nodes compute one by one,
+as the reference does: the product rounded to the matmul output's declared
+dtype, then each node (bias add, activation, residual add) in float32
+through the pointwise kernels' own formulas (``codegen.FLOAT_MODES`` and
+the float32 library), each result rounded to its declared dtype.
+
+Operand precision: float16 / bfloat16 tiles go to the MMA as they are;
+float32 tiles as TF32 when the node's compute dtype is 16-bit (its
+tolerance covers TF32's 10-bit mantissa), else as float32 (exact float32
+products, no tensor cores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import attrs
+
+from sigdnn.plan_builders.cutile import codegen
+from sigdnn.plan_builders.cutile.codegen import CT_DTYPES, FLOAT_MODES, NodeSpec
+
+MMA_INPUTS = ("float16", "bfloat16", "float32")
+OUTPUTS = ("float16", "bfloat16", "float32")
+
+
+@attrs.frozen
+class MatmulConfig:
+    """Tuning knobs: block tile, K step, grouped order, and cuTile's hints (None: the compiler decides)."""
+
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 64
+    group_m: int = 8
+    num_ctas: int | None = None
+    occupancy: int | None = None
+    latency: int | None = None  # ct.load's DRAM-traffic hint, 1..10
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("tile_m", "tile_n", "tile_k"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(f"{name}={value}: tiles are powers of two >= 16")
+        if self.group_m < 1:
+            raise ValueError("group_m must be >= 1")
+        if self.latency is not None and not 1 <= self.latency <= 10:
+            raise ValueError(f"latency={self.latency}: cuTile takes 1..10")
+
+    @property
+    def label(self) -> str:
+        """e.g. ``128x128x64g8``, with ``c2`` (num_ctas), ``o2`` (occupancy), ``l3`` (latency) when set."""
+        hints = "".join(f"{p}{v}" for p, v in (("c", self.num_ctas), ("o", self.occupancy), ("l", self.latency)) if v)
+        return f"{self.tile_m}x{self.tile_n}x{self.tile_k}g{self.group_m}{hints}"
+
+
+@attrs.frozen
+class Operand:
+    """How one array argument is laid out: storage dtype, view transposed, view batched."""
+
+    dtype: str
+    transposed: bool = False
+    batched: bool = False
+
+
+@attrs.frozen
+class EpilogueStep:
+    """One absorbed pointwise node: ``kind`` is "bias" (a row over N), "residual" (a full tile) or "unary"."""
+
+    kind: str
+    mode: str  # the pointwise mode ("add" for bias and residual)
+    dtype: str  # the declared dtype of the node's result
+    params: tuple[tuple[str, float], ...] = ()
+    operand: Operand | None = None  # the array a bias / residual step reads
+
+
+@attrs.frozen
+class MatmulSpec:
+    a: Operand
+    b: Operand
+    c: Operand  # the array stored: the last epilogue step's output (the matmul's own without an epilogue)
+    product_dtype: str  # the declared dtype of the matmul node's output (the first rounding)
+    mma: str  # "native" (f16 / bf16), "tf32" or "float32"
+    epilogue: tuple[EpilogueStep, ...] = ()
+    config: MatmulConfig = MatmulConfig()
+
+    @property
+    def name(self) -> str:
+        return "matmul_" + hashlib.sha1(repr(self).encode()).hexdigest()[:16]
+
+    def source(self) -> str:
+        return generate(self)
+
+
+def _rounded(expr: str, dtype: str) -> str:
+    """A float32 value rounded to ``dtype`` and read back as float32 (a no-op for float32)."""
+    if dtype == "float32":
+        return expr
+    return f"ct.astype(ct.astype({expr}, {CT_DTYPES[dtype]}), ct.float32)"
+
+
+def _load(name: str, operand: Operand, rows: str, cols: str, shape: tuple[int, int], latency: int | None) -> list[str]:
+    """Lines loading the (rows, cols) tile of ``shape`` of an operand as a 2-D float tile ``name``."""
+    index, tile = (cols, rows), shape[::-1]
+    if not operand.transposed:
+        index, tile = (rows, cols), shape
+    if operand.batched:
+        index, tile = ("z", *index), (1, *tile)
+    hint = f", latency={latency}" if latency else ""
+    lines = [
+        f"{name} = ct.load({name}_array, index=({', '.join(index)},), shape={tile}, "
+        f"padding_mode=ct.PaddingMode.ZERO{hint})"
+    ]
+    if operand.batched:
+        lines.append(f"{name} = ct.reshape({name}, {tile[1:]})")
+    if operand.transposed:
+        lines.append(f"{name} = ct.transpose({name})")
+    return lines
+
+
+def _extent(operand: Operand, axis: int) -> str:
+    """The array expression of the matrix's rows (axis 0) or cols (axis 1) extent."""
+    position = (1 - axis if operand.transposed else axis) + int(operand.batched)
+    return f"{{}}.shape[{position}]"
+
+
+def generate(spec: MatmulSpec) -> str:
+    """The module text (without the line that binds ``ct``) whose ``kernel`` computes ``spec``."""
+    cfg = spec.config
+    tm, tn, tk = cfg.tile_m, cfg.tile_n, cfg.tile_k
+    params = ["a_array", "b_array", "c_array"]
+    body = [
+        "bid = ct.bid(0)",
+        "z = ct.bid(1)",
+        f"M = {_extent(spec.c, 0).format('c_array')}",
+        f"N = {_extent(spec.c, 1).format('c_array')}",
+        f"K = {_extent(spec.a, 1).format('a_array')}",
+        f"width = {cfg.group_m} * ct.cdiv(N, {tn})",
+        f"first = (bid // width) * {cfg.group_m}",
+        f"rows = min(ct.cdiv(M, {tm}) - first, {cfg.group_m})",
+        "bm = first + bid % rows",
+        "bn = (bid % width) // rows",
+        f"acc = ct.full(({tm}, {tn}), 0, dtype=ct.float32)",
+        f"for kt in range(ct.cdiv(K, {tk})):",
+    ]
+    loop = _load("a", spec.a, "bm", "kt", (tm, tk), cfg.latency) + _load("b", spec.b, "kt", "bn", (tk, tn), cfg.latency)
+    if spec.mma == "tf32":
+        loop += ["a = ct.astype(a, ct.tfloat32)", "b = ct.astype(b, ct.tfloat32)"]
+    loop.append("acc = ct.mma(a, b, acc)")
+    body += [f"    {line}" for line in loop]
+    body.append(f"v = {_rounded('acc', spec.product_dtype)}")
+    for j, step in enumerate(spec.epilogue):
+        if step.kind == "unary":
+            expr, _ = FLOAT_MODES[step.mode](["v"], NodeSpec(step.mode, (0,), step.dtype, "float", step.params))
+        else:
+            assert step.operand is not None
+            name = f"e{j}"
+            params.append(f"{name}_array")
+            if step.kind == "bias":
+                body.append(
+                    f"{name} = ct.load({name}_array, index=(bn,), shape=({tn},), padding_mode=ct.PaddingMode.ZERO)"
+                )
+                body.append(f"{name} = ct.reshape({name}, (1, {tn}))")
+            else:
+                body += _load(name, step.operand, "bm", "bn", (tm, tn), None)
+            if step.operand.dtype != "float32":
+                body.append(f"{name} = ct.astype({name}, ct.float32)")
+            expr, _ = FLOAT_MODES[step.mode](["v", name], NodeSpec(step.mode, (0, 1), step.dtype, "float"))
+        body.append(f"v = {_rounded(expr, step.dtype)}")
+    body.append(f"v = ct.astype(v, {CT_DTYPES[spec.c.dtype]})")
+    if spec.c.transposed:
+        body.append("v = ct.transpose(v)")
+    index = "(bn, bm)" if spec.c.transposed else "(bm, bn)"
+    if spec.c.batched:
+        shape = (1, tn, tm) if spec.c.transposed else (1, tm, tn)
+        body.append(f"v = ct.reshape(v, {shape})")
+        index = f"(z, {index[1:-1]})"
+    body.append(f"ct.store(c_array, index={index}, tile=v)")
+    hints = {"num_ctas": cfg.num_ctas, "occupancy": cfg.occupancy}
+    decorator = ", ".join(f"{k}={v}" for k, v in hints.items() if v)
+    library = codegen.library() if any(s.kind == "unary" for s in spec.epilogue) else ""
+    header = f"# {spec.name}: generated by sigdnn.plan_builders.cutile.matmul_codegen from\n# {spec!r}\n"
+    lines = "\n".join(f"    {line}" for line in body)
+    return (
+        f"{header}{library}\n\n@ct.kernel{f'({decorator})' if decorator else ''}\n"
+        f"def kernel({', '.join(params)}):\n{lines}\n"
+    )

@@ -1,0 +1,216 @@
+"""The cuTile matmul builder on the CPU: its generated GEMM kernel run through the emulator.
+
+Shapes are awkward on purpose (M, N, K not multiples of the tile, so every
+edge tile is partial), with small tiles so that a problem spans many blocks
+of the grouped order; batches broadcast every way the layout folds or
+collapses them; operands are column-major, padded or batched with gaps.
+Results are judged by the float64 reference (``validate``), by torch in
+float64 where the answer is exact, and against the unfused nodes bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from emulated import emulated_executor, make_available
+
+import sigdnn
+from sigdnn.errors import NoPlanError, NotSupported
+from sigdnn.plan_builders.cutile import matmul as cutile_matmul
+from sigdnn.plan_builders.cutile.matmul import CutileMatmulBuilder, parse_config
+from sigdnn.plan_builders.cutile.matmul_codegen import MatmulConfig
+from sigdnn.validation import random_inputs
+
+SMALL = MatmulConfig(16, 32, 16, 2)  # many blocks, and group rows that do not divide the tile rows
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+    monkeypatch.setattr(cutile_matmul, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(cutile_matmul, "CONFIGS", (SMALL,))
+    monkeypatch.setattr(cutile_matmul, "FLOAT32_CONFIGS", (MatmulConfig(16, 16, 16, 3),))
+
+
+def matmul_graph(a_dims, b_dims, dtype="bfloat16", out=None, compute="float32", a_strides=None, b_strides=None,
+                 c_strides=None) -> sigdnn.Graph:  # fmt: skip
+    g = sigdnn.Graph("mm", io_dtype=dtype, compute_dtype=compute)
+    c = g.matmul(g.tensor("a", a_dims, a_strides), g.tensor("b", b_dims, b_strides), name="mm")
+    c.set_output(True).set_name("c")
+    if out:
+        c.set_data_type(out)
+    if c_strides:
+        c.set_stride(c_strides)
+    return g
+
+
+def validated(g: sigdnn.Graph, seed: int = 0) -> sigdnn.ExecutionPlan:
+    ex = emulated_executor(engine="cutile.matmul")
+    report = sigdnn.validate(g, seed=seed, executor=ex)
+    assert report.passed, report.table()
+    plan = ex.prepare(g)
+    assert all(s.builder.name == "cutile.matmul" for s in plan.steps if s.node.op.kind == "matmul")
+    return plan
+
+
+SHAPES = {
+    # name: (a dims, b dims, io dtype, out dtype, a strides, b strides, c strides)
+    "tails": ((70, 50), (50, 90), "bfloat16", None, None, None, None),
+    "f16_f32_out": ((33, 47), (47, 65), "float16", "float32", None, None, None),
+    "one_block": ((5, 7), (7, 3), "bfloat16", None, None, None, None),
+    "m_is_1": ((1, 40), (40, 70), "float16", None, None, None, None),
+    "k_is_1": ((20, 1), (1, 40), "bfloat16", "float32", None, None, None),
+    "batched": ((3, 20, 30), (3, 30, 40), "bfloat16", None, None, None, None),
+    "x_at_w_folds": ((2, 3, 17, 30), (30, 40), "bfloat16", None, None, None, None),
+    "shared_a": ((20, 30), (4, 30, 40), "float16", None, None, None, None),
+    "b_broadcast_batch": ((4, 20, 30), (1, 30, 40), "bfloat16", None, None, None, None),
+    "a_col_major": ((40, 30), (30, 50), "bfloat16", None, (1, 41), None, None),
+    "b_col_major": ((40, 30), (30, 50), "float16", None, None, (1, 30), None),
+    "c_col_major": ((40, 30), (30, 50), "bfloat16", "float32", None, None, (1, 40)),
+    "padded_rows": ((40, 30), (30, 50), "bfloat16", None, (37, 1), (53, 1), (51, 1)),
+    "no_contiguous_dim": ((20, 10), (10, 30), "bfloat16", None, (20, 2), None, None),
+    "batch_gaps": ((3, 20, 30), (3, 30, 40), "float16", None, (700, 30, 1), (1300, 1, 30), None),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_validates_against_the_reference(name):
+    a, b, dt, out, a_st, b_st, c_st = SHAPES[name]
+    validated(matmul_graph(a, b, dt, out, a_strides=a_st, b_strides=b_st, c_strides=c_st), seed=len(name))
+
+
+def test_matches_torch_float64_where_the_sum_is_exact():
+    """Small integers in bfloat16: every product and partial sum is exact in float32, so the result is too."""
+    torch = pytest.importorskip("torch")
+    g = matmul_graph((2, 37, 45), (45, 29), "bfloat16", "float32")
+    rng = np.random.default_rng(3)
+    a = rng.integers(-8, 9, (2, 37, 45)).astype(np.float64)
+    b = rng.integers(-8, 9, (45, 29)).astype(np.float64)
+    dt = g.dtype_of(g.tensor_by_name("a")).numpy
+    got = emulated_executor(engine="cutile.matmul").run(g, {"a": a.astype(dt), "b": b.astype(dt)})["c"]
+    want = (torch.from_numpy(a) @ torch.from_numpy(b)).numpy()
+    assert np.array_equal(got, want)
+
+
+def test_float32_is_exact_with_float32_compute_and_tf32_with_16_bit_compute():
+    g32 = matmul_graph((30, 40), (40, 20), "float32")
+    data = random_inputs(g32, seed=2)
+    want = data["a"].astype(np.float64) @ data["b"].astype(np.float64)
+    plan = validated(g32)
+    assert plan.steps[0].plan.spec.mma == "float32"
+    exact = emulated_executor(engine="cutile.matmul").run(g32, data)["c"]
+    assert np.max(np.abs(exact - want)) < 1e-5
+    g_tf32 = matmul_graph((30, 40), (40, 20), "float32", compute="bfloat16")
+    plan = validated(g_tf32)
+    assert plan.steps[0].plan.spec.mma == "tf32"
+    tf32 = emulated_executor(engine="cutile.matmul").run(g_tf32, data)["c"]
+    error = np.max(np.abs(tf32 - want))
+    assert 1e-4 < error < 40 * 2**-11  # TF32 keeps 10 mantissa bits: visibly less exact, within its bound
+
+
+@pytest.mark.parametrize(
+    "a, b, why",
+    [
+        (((2, 3, 20, 30), "bfloat16"), ((3, 30, 40), "bfloat16"), "do not collapse"),
+        (((20, 30), "fp8_e4m3"), ((30, 40), "fp8_e4m3"), "operand dtypes"),
+        (((20, 30), "int8"), ((30, 40), "int8"), "operand dtypes"),
+        (((20, 30), "bfloat16"), ((30, 40), "float16"), "operand dtypes"),
+    ],
+)
+def test_declines_with_the_reason(a, b, why):
+    g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
+    g.matmul(g.tensor("a", a[0]).set_data_type(a[1]), g.tensor("b", b[0]).set_data_type(b[1]), name="mm").set_output(
+        True
+    )
+    with pytest.raises(NotSupported, match=why):
+        CutileMatmulBuilder().check(g.nodes[0], g, None)
+    served = CutileMatmulBuilder().serves(sigdnn.signature_keys.key_for(g.nodes[0], g))
+    assert served == (why == "do not collapse")
+    with pytest.raises(NoPlanError, match=why if served else "no plan") as refused:
+        emulated_executor(engine="cutile.matmul").prepare(g)
+    if not served:  # no other GPU builder runs here (fp8 has CuTe's, unavailable without a GPU): none is offered
+        assert "cutile.matmul" not in str(refused.value)
+
+
+def test_declines_float64_compute():
+    g = matmul_graph((20, 30), (30, 40), "float32", compute="float64")
+    with pytest.raises(NotSupported, match="compute dtype float64"):
+        CutileMatmulBuilder().check(g.nodes[0], g, None)
+
+
+def epilogue_graph(steps, dtype="bfloat16", mid=None, a_dims=(2, 37, 45), b_dims=(45, 70)):
+    g = sigdnn.Graph("epi", io_dtype=dtype, intermediate_dtype=mid, compute_dtype="float32")
+    y = g.matmul(g.tensor("a", a_dims), g.tensor("b", b_dims), name="mm")
+    out_dims = (*a_dims[:-1], b_dims[-1])
+    for k, step in enumerate(steps):
+        if step == "bias":
+            y = g.pointwise("add", y, g.tensor(f"bias{k}", (1, out_dims[-1])), name=f"s{k}")
+        elif step == "residual":
+            y = g.pointwise("add", g.tensor(f"res{k}", out_dims), y, name=f"s{k}")
+        else:
+            y = g.pointwise(step, y, name=f"s{k}")
+    y.set_output(True).set_name("out")
+    return g
+
+
+EPILOGUES = {
+    "bias_gelu": (["bias", "gelu_fwd"], None),
+    "bias_gelu_bf16_mid": (["bias", "gelu_fwd"], "bfloat16"),
+    "relu": (["relu_fwd"], None),
+    "bias_relu_residual": (["bias", "relu_fwd", "residual"], "bfloat16"),
+    "residual_tanh_gelu_tanh": (["residual", "gelu_approx_tanh_fwd"], "float16"),
+    "swish_sigmoid": (["swish_fwd", "sigmoid_fwd"], None),
+}
+
+
+@pytest.mark.parametrize("name", list(EPILOGUES))
+def test_epilogue_is_one_region_equal_to_the_nodes_bit_for_bit(name):
+    steps, mid = EPILOGUES[name]
+    g = epilogue_graph(steps, mid=mid)
+    data = random_inputs(g, seed=7)
+    ex = emulated_executor(engine="cutile.matmul")
+    plan = ex.prepare(g)
+    assert len(plan.steps) == 1 and plan.steps[0].region is not None
+    assert plan.steps[0].builder.name == "cutile.matmul"
+    fused = ex.execute(plan, data)["out"]
+    unfused = emulated_executor(fusion=False, pins={"mm": "cutile.matmul"}).run(g, data)["out"]
+    assert np.array_equal(fused.view(np.uint8), unfused.view(np.uint8))
+    report = sigdnn.validate(g, data, executor=ex)
+    assert report.passed, report.table()
+
+
+def test_chain_stops_where_a_tensor_is_read_twice_or_broadcast_grows():
+    g = sigdnn.Graph("epi", io_dtype="bfloat16", compute_dtype="float32")
+    y = g.matmul(g.tensor("a", (20, 30)), g.tensor("b", (30, 40)), name="mm")
+    y = g.pointwise("add", y, g.tensor("bias", (1, 40)), name="bias")
+    r = g.pointwise("relu_fwd", y, name="relu")
+    g.pointwise("add", r, y, name="skip").set_output(True).set_name("out")  # y read twice: the chain ends at it
+    g.pointwise("add", g.matmul(g.tensor("a2", (20, 30)), g.tensor("b2", (30, 40)), name="mm2"),
+                g.tensor("big", (3, 20, 40)), name="grow").set_output(True).set_name("out2")  # fmt: skip
+    plan = emulated_executor(engine="cutile.matmul").prepare(g)
+    regions = {s.name: [n.name for n in s.nodes] for s in plan.steps if s.region is not None}
+    assert regions == {"region(mm..bias)": ["mm", "bias"]}
+    assert sigdnn.validate(g, seed=1, executor=emulated_executor(engine="cutile.matmul")).passed
+
+
+def test_every_config_and_hint_label_round_trips_and_validates(monkeypatch):
+    g = epilogue_graph(["bias", "gelu_fwd"], a_dims=(50, 33), b_dims=(33, 70))
+    for config in (MatmulConfig(16, 16, 16, 1), MatmulConfig(32, 16, 32, 3, num_ctas=2, occupancy=2, latency=4)):
+        assert parse_config(config.label) == config
+        monkeypatch.setattr(cutile_matmul, "CONFIGS", (config,))
+        plan = validated(g, seed=4)
+        assert plan.steps[0].plan.config == config
+    assert [parse_config(c).label for c in CutileMatmulBuilder().configs([g.nodes[0]], g)] == [config.label]
+    with pytest.raises(ValueError, match="bad cuTile matmul config"):
+        parse_config("128x128")
+
+
+def test_one_kernel_per_specialization():
+    g = sigdnn.Graph("two", io_dtype="bfloat16", compute_dtype="float32")
+    for k, (m, n) in enumerate(((20, 40), (70, 90))):
+        g.matmul(g.tensor(f"a{k}", (m, 30)), g.tensor(f"b{k}", (30, n)), name=f"mm{k}").set_output(True)
+    ex = emulated_executor(engine="cutile.matmul")
+    plan = ex.prepare(g)
+    backend = ex.memory.context.kernel_backend
+    assert backend.compiled == 1  # sizes are launch arguments, not part of the kernel
+    assert plan.steps[0].plan.kernel is plan.steps[1].plan.kernel
