@@ -19,6 +19,7 @@ from sigdnn.dtypes import DataType, rounder
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.plan_builders.reference.math.parallel import parallel_map
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.runtime.device import Device, ExecutionContext
 
@@ -64,9 +65,10 @@ def storer(dtype: DataType) -> Callable[[np.ndarray, np.ndarray], None]:
 class ReferencePlan(NodePlan):
     """Runs ``compute(inputs) -> {port: value}`` and stores each output.
 
-    An elementwise plan runs block by block: the float64 temporaries then
-    take a few L2-sized blocks instead of several copies of the tensor, which
-    is both faster and keeps a node's working memory bounded.
+    An elementwise plan runs block by block, the blocks shared out over the
+    cores: the float64 temporaries then take a few L2-sized blocks per core
+    instead of several copies of the tensor, which is both faster and keeps a
+    node's working memory bounded.
     """
 
     def __init__(
@@ -89,8 +91,9 @@ class ReferencePlan(NodePlan):
                 out = buffers[port]
                 if out.size > CHUNK_ELEMENTS:
                     ins = {p: np.broadcast_to(a, out.shape) for p, a in buffers.items() if p != port}
-                    for block in chunks(out.shape):
-                        self._run({p: a[block] for p, a in ins.items()}, {port: out[block]})
+                    parallel_map(
+                        lambda b: self._run({p: a[b] for p, a in ins.items()}, {port: out[b]}), chunks(out.shape)
+                    )
                     return
             self._run({p: a for p, a in buffers.items() if p not in self._out_dtypes}, buffers)
 
