@@ -14,6 +14,7 @@ import math
 import tracemalloc
 from fractions import Fraction
 
+import attrs
 import ml_dtypes
 import numpy as np
 import pytest
@@ -210,3 +211,43 @@ def test_memory_stays_near_the_larger_tensor(method: str) -> None:
         want = np.zeros(dst)
         want[0, 0, 1999:2001, 0] = np.sum(values) / 2
         np.testing.assert_array_equal(out, want)
+
+
+def test_declared_properties() -> None:
+    """What validation, the key and the limits read from the op: traits, layout, work, defaults."""
+    g = sigdnn.Graph("props", io_dtype="float32")
+    dy = g.tensor("dy", (2, 3, 8, 7), layout="NHWC")
+    dx = g.resample_backward(dy, "bilinear", (2, 3, 4, 5), name="rs_bwd")
+    node = g.nodes[0]
+    assert sigdnn.key_for(node, g).traits == (("mode", "bilinear"), ("spatial_rank", 2))
+    assert dx.strides == (60, 1, 15, 3)  # packed in dy's (channels-last) order
+    assert node.op.sums_absolute_terms  # non-negative weights: validation may bound by |dy|
+    assert attrs.fields(type(node.op)).coordinates.default == "half_pixel"  # docs/ops.md's default
+    work = max(dx.size, dy.size) * 2 * 2 + dx.size  # a pass per spatial dim over the larger tensor, and dx
+    g.tensor_by_name(dx.name).set_output(True)
+    sigdnn.Executor(limits=sigdnn.Limits(max_work=work)).prepare(g)
+    with pytest.raises(sigdnn.GraphError, match="work"):
+        sigdnn.Executor(limits=sigdnn.Limits(max_work=work - 1)).prepare(g)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.lists(st.integers(1, 9), min_size=2, max_size=2),
+    out=st.lists(st.integers(1, 23), min_size=2, max_size=2),
+    which=st.sampled_from(ALL),
+)
+def test_reduction_length_bounds_the_terms_each_dx_element_sums(size, out, which) -> None:
+    """The declared reduction length (validation's tolerance grows with it) is at least the number of
+    dy elements that reach one dx element, counted with the exact taps; and not wildly more."""
+    mode, coordinates = which
+    g = sigdnn.Graph("len", io_dtype="float32")
+    dx = g.resample_backward(g.tensor("dy", (1, 1, *out)), mode, (1, 1, *size), coordinates=coordinates)
+    tensors = {"dy": g.tensor_by_name("dy"), "dx": dx}
+    declared = g.nodes[0].op.reduction_length(tensors, "dx")
+    count: dict[tuple[int, ...], int] = {}
+    for o in itertools.product(*(range(e) for e in out)):
+        per_axis = [taps(size[a], out[a], o[a], mode, coordinates) for a in range(2)]
+        for combo in itertools.product(*per_axis):
+            index = tuple(i for i, _ in combo)
+            count[index] = count.get(index, 0) + 1
+    assert max(count.values()) <= declared <= 9 * max(count.values()) * (1 if mode == "nearest" else 9)
