@@ -10,9 +10,11 @@ function under it, where there is one.
 
 Every case's contenders run interleaved (sigdnn, math, torch f64, torch f32,
 onnx, repeated) and each reports its fastest run, so a busy machine slows
-all alike and the minimum is the run least disturbed. A contender whose
-warm-up run takes more than --slow seconds (onnx.reference's ConvTranspose
-takes about a minute a layer) is timed by that run alone.
+all alike and the minimum is the run least disturbed; the tiny-add chain, a
+few milliseconds a run, takes ten times the runs. A contender whose warm-up
+run takes more than --slow seconds is timed by that run alone.
+onnx.reference's ConvTranspose (conv dgrad) loops image by image in Python,
+minutes a layer: it runs on one image and its time counts eight times.
 
 Targets, as geometric means over the cases below (the tiny-add chain
 excepted): sigdnn / torch f64 <= 1; onnx.reference / sigdnn >= 2 where
@@ -65,6 +67,7 @@ class Case:
     name: str
     fns: dict[str, Fn]  # contender -> callable; a missing contender is "n/a"
     note: str = ""
+    runs: int = 1  # times --repeat: cheap cases take more runs to find an undisturbed one
 
 
 def _run_executor(graph: Any, values: dict[str, Any]) -> Fn:
@@ -334,7 +337,7 @@ def chain_case() -> Case:
         **{k: lambda v=v: eager(v) for k, v in t.items()},
         "onnx f32": _onnx(nodes, {"x": x, "b": bias}, ["y"]),
     }
-    return Case(f"chain of {CHAIN} tiny adds (time per node)", fns)
+    return Case(f"chain of {CHAIN} tiny adds (time per node)", fns, runs=10)
 
 
 def fastest(fns: dict[str, Fn], repeat: int, slow: float) -> dict[str, float]:
@@ -424,7 +427,7 @@ def main() -> None:
         for case in build():
             if args.only not in case.name:
                 continue
-            best = fastest(case.fns, args.repeat, args.slow)
+            best = fastest(case.fns, args.repeat * case.runs, args.slow)
             chain = case.name.startswith("chain")
             mine, f64, onnx_time = best["sigdnn"], best["torch f64"], best.get("onnx f32")
             if chain:
