@@ -10,7 +10,11 @@ function under it, where there is one.
 
 Every case's contenders run interleaved (sigdnn, math, torch f64, torch f32,
 onnx, repeated) and each reports its fastest run, so a busy machine slows
-all alike and the minimum is the run least disturbed; the tiny-add chain, a
+all alike and the minimum is the run least disturbed. Pinned to one core
+(--cores 1) the clock is the process's CPU time (user + system, every
+thread): on a machine shared with other work, a contender's time slices
+then do not count against it, where wall time would charge it for its
+neighbours' (--clock wall to override). The tiny-add chain, a
 few milliseconds a run, takes ten times the runs. A contender whose warm-up
 run takes more than --slow seconds is timed by that run alone.
 onnx.reference's ConvTranspose (conv dgrad) loops image by image in Python,
@@ -340,7 +344,7 @@ def chain_case() -> Case:
     return Case(f"chain of {CHAIN} tiny adds (time per node)", fns, runs=10)
 
 
-def fastest(fns: dict[str, Fn], repeat: int, slow: float) -> dict[str, float]:
+def fastest(fns: dict[str, Fn], repeat: int, slow: float, clock: Callable[[], float]) -> dict[str, float]:
     """Each contender's fastest of ``repeat`` interleaved runs after a warm-up run.
 
     The warm-up counts only for a contender slower than ``slow`` seconds:
@@ -349,17 +353,17 @@ def fastest(fns: dict[str, Fn], repeat: int, slow: float) -> dict[str, float]:
     scale = {name: getattr(fn, "times", 1) for name, fn in fns.items()}
     warm: dict[str, float] = {}
     for name, fn in fns.items():
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        warm[name] = (time.perf_counter() - t0) * scale[name]
+        warm[name] = (clock() - t0) * scale[name]
     best = {name: seconds for name, seconds in warm.items() if seconds > slow}
     for _ in range(repeat):
         for name, fn in fns.items():
             if warm[name] > slow:
                 continue
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            best[name] = min(best.get(name, math.inf), (time.perf_counter() - t0) * scale[name])
+            best[name] = min(best.get(name, math.inf), (clock() - t0) * scale[name])
     return best
 
 
@@ -394,12 +398,20 @@ def main() -> None:
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
     parser.add_argument("--cores", type=int, default=None, help="pin to this many cores first")
     parser.add_argument("--slow", type=float, default=10.0, help="time a contender once when a run takes this long")
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default=None,
+        help="cpu: the process's CPU time, user + system (the default with --cores 1); wall: elapsed time",
+    )
     args = parser.parse_args()
     _load(args.cores)
     import onnx
 
     cores = len(os.sched_getaffinity(0))
     torch.set_num_threads(cores)
+    use_cpu = args.clock == "cpu" or (args.clock is None and cores == 1)
+    clock = time.process_time if use_cpu else time.perf_counter
     print(f"date: {datetime.datetime.now().isoformat(timespec='minutes')}")
     print(
         f"machine: {platform.machine()} {cores} cores (nproc {os.cpu_count()}); python {platform.python_version()}, "
@@ -407,7 +419,8 @@ def main() -> None:
     )
     print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(
-        f"fastest of {args.repeat} interleaved runs after a warm-up; the warm-up alone for a contender slower than {args.slow}s"
+        f"fastest of {args.repeat} interleaved runs after a warm-up; the warm-up alone for a contender slower than "
+        f"{args.slow}s; clock: {'process CPU time (user + system)' if use_cpu else 'wall'}"
     )
     header = "| case | " + " | ".join(CONTENDERS) + " | sigdnn / torch f64 | onnx / sigdnn |"
     print(header)
@@ -427,7 +440,7 @@ def main() -> None:
         for case in build():
             if args.only not in case.name:
                 continue
-            best = fastest(case.fns, args.repeat * case.runs, args.slow)
+            best = fastest(case.fns, args.repeat * case.runs, args.slow, clock)
             chain = case.name.startswith("chain")
             mine, f64, onnx_time = best["sigdnn"], best["torch f64"], best.get("onnx f32")
             if chain:
