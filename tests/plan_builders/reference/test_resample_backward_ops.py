@@ -251,3 +251,19 @@ def test_reduction_length_bounds_the_terms_each_dx_element_sums(size, out, which
             index = tuple(i for i, _ in combo)
             count[index] = count.get(index, 0) + 1
     assert max(count.values()) <= declared <= 9 * max(count.values()) * (1 if mode == "nearest" else 9)
+
+
+def test_the_builder_is_floating_point_only() -> None:
+    """A registry key may carry an integer port: the builder declines it, and never computes in integers."""
+    from sigdnn.errors import NotSupported
+    from sigdnn.plan_builders.reference.resample import ReferenceResampleBackward
+    from sigdnn.runtime import Device
+
+    g = sigdnn.Graph("rb", io_dtype="float32", compute_dtype="int32")
+    g.resample_backward(g.tensor("dy", (1, 2, 6)), "nearest", (1, 2, 3), name="rb").set_output(True)
+    builder = ReferenceResampleBackward()
+    builder.check(g.nodes[0], g, Device())  # floats: accepted
+    assert builder.computes_in_integers(g.nodes[0], g) is False  # an int32 compute type is not int64 math
+    g.tensor_by_name("dy").set_data_type("int8")
+    with pytest.raises(NotSupported, match=r"node 'rb': port 'dy' \(tensor 'dy'\) is int8; resample_backward is"):
+        builder.check(g.nodes[0], g, Device())
