@@ -250,6 +250,7 @@ def test_reduction_length_bounds_the_terms_each_dx_element_sums(size, out, which
         for combo in itertools.product(*per_axis):
             index = tuple(i for i, _ in combo)
             count[index] = count.get(index, 0) + 1
+    assert isinstance(declared, int)
     assert max(count.values()) <= declared <= 9 * max(count.values()) * (1 if mode == "nearest" else 9)
 
 
