@@ -241,8 +241,39 @@ def from_wire(value: int) -> DataType | None:
     return _BY_WIRE[value]
 
 
+_F32_DROPPED = np.int64((1 << 29) - 1)  # float64 significand bits below float32's 24
+_F32_STICKY = np.int64(1 << 29)  # the last bit float32 keeps
+_ABS_BITS = np.int64((1 << 63) - 1)
+# |x| bit patterns of float32's normal range (all 24 bits kept, no overflow): [2^-126, 2^128)
+_F32_NORMAL_BITS = (np.float64(2.0**-126).view(np.int64), np.float64(2.0**128).view(np.int64))
+
+
 def _float64_to_float32_round_to_odd(x: np.ndarray) -> np.ndarray:
-    """Round float64 to float32 so that a later narrower rounding is exact."""
+    """Round float64 to float32 so that a later narrower rounding is exact.
+
+    In float32's normal range this is integer work on the float64 pattern:
+    clear the 29 bits float32 lacks and set the last kept bit when any was
+    set (round to odd), after which the cast is exact. Zeros, subnormals,
+    overflow, inf and NaN (all outside that range of patterns) take the
+    general path.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    flat = x.reshape(-1)  # 1-D, so a 0-d input stays an array through the masked writes below
+    bits = flat.view(np.int64)
+    dropped = bits & _F32_DROPPED
+    sticky = (dropped + _F32_DROPPED) & _F32_STICKY  # bit 29 set exactly when some dropped bit is
+    magnitude = bits & _ABS_BITS
+    general = (magnitude < _F32_NORMAL_BITS[0]) | (magnitude >= _F32_NORMAL_BITS[1])
+    bits = (bits ^ dropped) | sticky
+    bits[general] = 0  # (their cast could overflow; they are replaced below)
+    out = bits.view(np.float64).astype(np.float32)
+    if general.any():
+        out[general] = _float64_to_float32_round_to_odd_general(flat[general])
+    return out.reshape(x.shape)
+
+
+def _float64_to_float32_round_to_odd_general(x: np.ndarray) -> np.ndarray:
+    """Round float64 to float32 so that a later narrower rounding is exact (any value)."""
     with np.errstate(over="ignore", invalid="ignore"):
         nearest = x.astype(np.float32)
         overshoot = np.abs(nearest.astype(np.float64)) > np.abs(x)

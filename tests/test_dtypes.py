@@ -470,3 +470,14 @@ def test_graph_builder_takes_the_new_spellings() -> None:
     assert g.io_dtype is DataType.FLOAT16 and g.compute_dtype is DataType.FLOAT32
     with pytest.raises(GraphError, match="'float' is ambiguous"):
         Graph("g", io_dtype="float")
+
+
+@pytest.mark.parametrize("value", [1.0, 1.0 + 2.0**-30, 2.0**-140, 0.0, np.inf, np.nan])
+def test_round_to_takes_zero_dimensional_arrays(value: float) -> None:
+    """A graph scalar is a 0-d array: the fast and the general path of round-to-odd both keep its shape."""
+    from sigdnn.dtypes import as_data_type, round_to
+
+    got = round_to(np.asarray(value), as_data_type("bfloat16"))
+    assert got.shape == ()
+    want = np.asarray([value]).astype(ml_dtypes.bfloat16)[0]  # these values round the same by any route
+    assert (np.isnan(got) and np.isnan(want)) or got == want

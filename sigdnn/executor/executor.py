@@ -333,31 +333,26 @@ class Executor:
         if bound is not None and capture is None and on_step is None:
             result = bound(plan, self.cuda_graphs).run(variant_pack, to_host)
             return self._deliver_as(result, out)
-        graph, memory = plan.graph, self.memory.session()
-        outputs = [t.uid for t in graph.outputs]
-        pack = resolve_pack(graph, variant_pack, [t.uid for t in graph.inputs], outputs)
-        written = set(outputs)
+        graph, memory, tensors = plan.graph, self.memory.session(), plan.tensors
+        pack = resolve_pack(graph, variant_pack, tensors.inputs, tensors.outputs, tensors.names)
         buffers: dict[int, Any] = {}
         for uid, obj in pack.items():
-            t = graph.tensors[uid]
-            dtype = graph.dtype_of(t)
+            t, dtype = graph.tensors[uid], tensors.dtypes[uid]
             if t.value is not None:
                 buffers[uid] = memory.scalar(obj, t, dtype)
             else:
-                buffers[uid] = memory.accept(obj, t, dtype, writable=uid in written)
-        for uid, t in graph.tensors.items():
-            if uid not in buffers and not t.is_virtual:
-                dtype = graph.dtype_of(t)
+                buffers[uid] = memory.accept(obj, t, dtype, writable=uid in tensors.writable)
+        for uid, t, dtype in tensors.others:
+            if uid not in buffers:
                 if t.value is not None:
                     buffers[uid] = memory.scalar(t.scalar(), t, dtype)
                 elif t.data is not None:
                     buffers[uid] = memory.accept(t.constant(), t, dtype, writable=False)
                 else:
                     buffers[uid] = memory.new_output(t, dtype)
-        arena = memory.arena(plan.memory.peak_bytes)
-        for uid, offset, t, dtype in plan.arena_tensors:
-            buffers[uid] = memory.view(arena, offset, t, dtype)
-        context = ExecutionContext(self.device, memory.stream, memory.workspace(plan.workspace_bytes))
+        scratch = self._scratch(plan, memory)
+        buffers.update(scratch[0])
+        context = ExecutionContext(self.device, memory.stream, scratch[1])
         for index, step in enumerate(plan.steps):
             started = time.perf_counter() if on_step is not None else 0.0
             try:
@@ -372,9 +367,21 @@ class Executor:
             if capture is not None:
                 for uid in step.writes:
                     capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid])
-        result = {graph.tensors[u].name: memory.deliver(buffers[u], to_host) for u in outputs}
+        result = {name: memory.deliver(buffers[u], to_host) for name, u in zip(tensors.output_names, tensors.outputs)}
         memory.synchronize()
+        if getattr(memory, "keeps_scratch", False) and not plan.spare_scratch:
+            plan.spare_scratch.append(scratch)
         return self._deliver_as(result, out)
+
+    @staticmethod
+    def _scratch(plan: ExecutionPlan, memory: Any) -> tuple[dict[int, Any], Any]:
+        """A run's arena views (uid -> view) and workspace: the plan's kept set when no other run holds it."""
+        try:
+            return plan.spare_scratch.pop()
+        except IndexError:  # none kept yet, or another thread runs the plan now
+            arena = memory.arena(plan.memory.peak_bytes)
+            views = {uid: memory.view(arena, offset, t, dtype) for uid, offset, t, dtype in plan.arena_tensors}
+            return views, memory.workspace(plan.workspace_bytes)
 
     @staticmethod
     def _deliver_as(result: dict[str, Any], out: str) -> dict[str, Any]:

@@ -35,6 +35,9 @@ class HostMemory:
     """Buffers of the reference backend."""
 
     device: Device = CPU
+    keeps_scratch: bool = True
+    """A plan keeps its arena and workspace between runs (no allocation, no page faults, no views to remake);
+    outputs never live there, so a caller's results are never overwritten by the next run."""
 
     def session(self) -> HostMemory:
         """Per-run state; host buffers need none."""

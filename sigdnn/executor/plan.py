@@ -47,6 +47,30 @@ class Step:
 
 
 @attrs.frozen
+class PlanTensors:
+    """What execute() needs of the graph's tensors, worked out once per plan instead of on every call."""
+
+    inputs: tuple[int, ...]  # uids the caller must give
+    outputs: tuple[int, ...]  # uids of the graph's outputs, in graph order
+    output_names: tuple[str, ...]
+    writable: frozenset[int]  # the outputs, for membership tests
+    names: dict[str, int]  # tensor name -> uid, for the variant pack
+    dtypes: dict[int, DataType]  # every non-virtual tensor's dtype
+    others: tuple[tuple[int, Tensor, DataType], ...]  # non-virtual tensors the caller may leave out
+
+    @classmethod
+    def of(cls, graph: Graph) -> PlanTensors:
+        inputs = tuple(t.uid for t in graph.inputs)
+        outputs = tuple(t.uid for t in graph.outputs)
+        dtypes = {uid: graph.dtype_of(t) for uid, t in graph.tensors.items() if not t.is_virtual}
+        required = set(inputs)
+        others = tuple((uid, graph.tensors[uid], dtype) for uid, dtype in dtypes.items() if uid not in required)
+        names = {t.name: uid for uid, t in graph.tensors.items()}
+        output_names = tuple(graph.tensors[u].name for u in outputs)
+        return cls(inputs, outputs, output_names, frozenset(outputs), names, dtypes, others)
+
+
+@attrs.frozen
 class ExecutionPlan:
     graph: Graph
     backend: str
@@ -54,14 +78,22 @@ class ExecutionPlan:
     steps: tuple[Step, ...]
     memory: MemoryPlan
     arena_tensors: tuple[tuple[int, int, Tensor, DataType], ...] = ()  # (uid, offset, tensor, dtype), resolved once
+    tensors: PlanTensors = attrs.field(init=False, eq=False, repr=False)
+    workspace_bytes: int = attrs.field(init=False, eq=False, repr=False)
+    # arena views and workspace a finished host run left for the next (memory that keeps them: HostMemory)
+    spare_scratch: list[tuple[dict[int, Any], Any]] = attrs.field(init=False, factory=list, eq=False, repr=False)
+
+    @tensors.default
+    def _tensors(self) -> PlanTensors:
+        return PlanTensors.of(self.graph)
+
+    @workspace_bytes.default
+    def _workspace_bytes(self) -> int:
+        return max((s.plan.workspace_bytes for s in self.steps), default=0)
 
     @property
     def peak_intermediate_bytes(self) -> int:
         return self.memory.peak_bytes
-
-    @property
-    def workspace_bytes(self) -> int:
-        return max((s.plan.workspace_bytes for s in self.steps), default=0)
 
     @property
     def regions(self) -> tuple[Step, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import operator
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ def _scalar(graph: Graph, t: Tensor, buffer: Any) -> np.ndarray:
         raise VariantPackError(str(e)) from None
 
 
-def _suggestion(key: Any, graph: Graph, inputs: list[int], outputs: list[int]) -> str:
+def _suggestion(key: Any, graph: Graph, inputs: Sequence[int], outputs: Sequence[int]) -> str:
     """The names a pack may use, and the closest one when the key is a misspelt name."""
     valid = [graph.tensors[u].name for u in (*inputs, *outputs)]
     valid += [t.name for t in graph.tensors.values() if t.value is not None or t.data is not None]
@@ -42,13 +42,23 @@ def _suggestion(key: Any, graph: Graph, inputs: list[int], outputs: list[int]) -
     return f"{hint} (inputs and outputs: {', '.join(repr(n) for n in valid)})"
 
 
-def resolve_pack(graph: Graph, pack: Mapping[Any, Any], inputs: list[int], outputs: list[int]) -> dict[int, Any]:
-    """uid -> buffer (scalar overrides as 0-d values); VariantPackError for unknown, virtual, doubled or missing entries."""
+def resolve_pack(
+    graph: Graph,
+    pack: Mapping[Any, Any],
+    inputs: Sequence[int],
+    outputs: Sequence[int],
+    names: Mapping[str, int] | None = None,
+) -> dict[int, Any]:
+    """uid -> buffer (scalar overrides as 0-d values); VariantPackError for unknown, virtual, doubled or missing entries.
+
+    ``names`` (tensor name -> uid) may come precomputed from the plan.
+    """
     if not isinstance(pack, Mapping):
         raise VariantPackError(
             f"variant pack must be a mapping of tensor name or uid to buffer, got {type(pack).__name__}"
         )
-    names = {t.name: uid for uid, t in graph.tensors.items()}
+    if names is None:
+        names = {t.name: uid for uid, t in graph.tensors.items()}
     resolved: dict[int, Any] = {}
     try:
         entries = list(pack.items())

@@ -27,6 +27,7 @@ from sigdnn.graph.ops.pooling import Pooling
 from sigdnn.graph.ops.pooling_backward import PoolingBackward
 from sigdnn.graph.ops.reduction import Reduction
 from sigdnn.graph.ops.resample import Resample, scaled_size
+from sigdnn.graph.ops.resample_backward import ResampleBackward
 from sigdnn.graph.ops.reshape import Reshape
 from sigdnn.graph.ops.rmsnorm import Rmsnorm
 from sigdnn.graph.ops.rmsnorm_backward import RmsnormBackward
@@ -609,6 +610,29 @@ class Frontend:
             dims = (*x_dims[:2], *(scaled_size(d, c) for d, c in zip(x_dims[2:], factors)))
         attributes = {"mode": mode, "coordinates": coordinates, "dims": ints(dims, f"{where} dims"), "scales": factors}
         return self._single(self.add_node(Resample, {"x": x}, attributes, name=name, compute_dtype=compute_dtype))
+
+    def resample_backward(
+        self,
+        dy: Tensor,
+        mode: str,
+        dims: Sequence[int],
+        scales: Sequence[float] | None = None,
+        coordinates: str = "half_pixel",
+        *,
+        name: str | None = None,
+        compute_dtype: DTypeLike = None,
+    ) -> Tensor:
+        """Gradient of resample with the same mode, coordinates and scales: dy [N, C, *out] -> dx.
+
+        ``dims`` are dx's [N, C, *S] (x's dims; as cuDNN's set_dim on dx):
+        several input sizes resample to one output size. With ``scales``,
+        dy's spatial dims must be floor(S * scale).
+        """
+        where = f"node '{name or 'resample_backward'}'"
+        factors = tuple(real(c, f"{where} scales", finite=True) for c in scales) if scales is not None else ()
+        attributes = {"mode": mode, "coordinates": coordinates, "dims": ints(dims, f"{where} dims"), "scales": factors}
+        node = self.add_node(ResampleBackward, {"dy": dy}, attributes, name=name, compute_dtype=compute_dtype)
+        return self._single(node)
 
     def reshape(
         self, x: Tensor, dims: Sequence[int], *, name: str | None = None, compute_dtype: DTypeLike = None

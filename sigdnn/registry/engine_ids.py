@@ -40,6 +40,7 @@ IN_TREE: dict[str, int] = {
     "reference.transpose": 1020,
     "reference.slice": 1021,
     "reference.concatenate": 1022,
+    "reference.resample_backward": 1023,
     "cutile.pointwise": 2001,
     "cutile.fusion.pointwise": 2002,
     "cutile.softmax": 2010,

@@ -27,3 +27,4 @@ class NodeAttributes(object):
     SliceAttributes = 21
     ConcatenateAttributes = 22
     ResampleAttributes = 23
+    ResampleBackwardAttributes = 24

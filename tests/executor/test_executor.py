@@ -167,7 +167,7 @@ def test_preferred_engine_id_is_tried_first() -> None:
 
 
 def test_one_plan_runs_concurrently_from_several_threads() -> None:
-    """Plans are immutable and each run gets its own arena, so threads may share a plan."""
+    """Plans are immutable and no two runs use one arena at once (a run takes the kept one only when free)."""
     from concurrent.futures import ThreadPoolExecutor
 
     g = chain(8, n=50_000)

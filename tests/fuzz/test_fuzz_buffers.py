@@ -1,11 +1,13 @@
 """Mutation fuzzing: corrupted graph buffers raise only SigdnnError, quickly, in bounded memory.
 
-Each case mutates one of several valid buffers (bit flips, interesting byte /
-int16 / int32 / int64 values, truncation, extension, splices, deleted or
-duplicated chunks; up to three stacked; a quarter of the cases first change a
-field of the decoded graph and re-encode it), then runs it through
-``sigdnn.deserialize`` and, when it parses, through ``Executor.prepare`` and
-``execute`` with small random inputs of the declared dtypes. A mutated graph
+Each case mutates one of several valid buffers (the hand-made seed graphs
+below, and one graph per op holding its own ``sample`` node, so that a new
+op's attribute table is fuzzed without being listed here) by bit flips,
+interesting byte / int16 / int32 / int64 values, truncation, extension,
+splices, deleted or duplicated chunks (up to three stacked; a quarter of the
+cases first change a field of the decoded graph and re-encode it), then runs
+it through ``sigdnn.deserialize`` and, when it parses, through
+``Executor.prepare`` and ``execute`` with small random inputs of the declared dtypes. A mutated graph
 can legitimately declare big tensors, so every case runs under FUZZ_LIMITS:
 the limits, checked before allocation, are what keep it bounded.
 
@@ -46,6 +48,7 @@ from hypothesis import strategies as st
 import sigdnn
 import sigdnn.schemas.Graph as fb_graph
 from sigdnn import DataType, ExecutionError, Limits, SigdnnError
+from sigdnn.graph.ops import OP_CLASSES, Op
 from sigdnn.graph.wire_reader import Buffer, slots_of
 
 _GRAPH_SLOTS = slots_of(fb_graph)
@@ -172,6 +175,18 @@ def attention_block() -> sigdnn.Graph:
     return g
 
 
+def op_sample(op: type[Op]) -> Callable[[], sigdnn.Graph]:
+    """A seed of one op's own sample node: every op's attribute table gets fuzzed, a new op by existing."""
+
+    def make() -> sigdnn.Graph:
+        g = sigdnn.Graph(f"{op.kind}_sample", io_dtype="float32", compute_dtype="float32")
+        op.sample(g)
+        return g
+
+    make.__name__ = f"sample_{op.kind}"
+    return make
+
+
 SEED_GRAPHS: list[Callable[[], sigdnn.Graph]] = [
     conv_bias_relu,
     mlp,
@@ -182,6 +197,7 @@ SEED_GRAPHS: list[Callable[[], sigdnn.Graph]] = [
     fan_out_in,
     training_step,
     attention_block,
+    *(op_sample(op) for kind, op in sorted(OP_CLASSES.items()) if op.__module__.startswith("sigdnn.graph.ops.")),
 ]
 SEEDS: list[bytes] = [make().serialize() for make in SEED_GRAPHS]
 

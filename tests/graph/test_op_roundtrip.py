@@ -84,6 +84,9 @@ def pooling_resample(g: sigdnn.Graph) -> None:
     g.resample(x, "nearest", (2, 3, 4, 17), coordinates="asymmetric", name="rs_nearest")
     g.resample(x, "bilinear", scales=(1.5, 0.5), name="rs_scales")
     g.resample(x, "bilinear", (2, 3, 10, 10), coordinates="align_corners", name="rs_corners")
+    dy = g.tensor("dy", (2, 3, 13, 4))
+    g.resample_backward(dy, "nearest", (2, 3, 9, 8), coordinates="asymmetric", name="rs_bwd_nearest")
+    g.resample_backward(dy, "bilinear", (2, 3, 9, 8), scales=(1.5, 0.5), name="rs_bwd_scales")
 
 
 def data_movement(g: sigdnn.Graph) -> None:

@@ -188,6 +188,20 @@ VIOLATIONS: list[tuple[str, Call, str]] = [
     ("resample dims", single("resample", X4, "nearest", (2, 3, 8, 8)), r"must be y's \[N, C, out...\]"),
     ("resample corners", single("resample", X4, "nearest", X4, coordinates="align_corners"), "no align_corners"),
     ("resample scales", single("resample", X4, "bilinear", (2, 4, 9, 9), (2.0, 2.0)), "disagree with scales"),
+    ("resample_bwd dims", single("resample_backward", X4, "nearest", (2, 3, 8, 8)), r"must be dx's \[N, C, in...\]"),
+    ("resample_bwd rank", single("resample_backward", X4, "nearest", (2, 4, 8)), r"port 'dy''s N, C \[2, 4\]"),
+    ("resample_bwd zero", single("resample_backward", X4, "nearest", (2, 4, 0, 3)), r"must be dx's"),
+    ("resample_bwd dy rank", single("resample_backward", (2, 4), "nearest", (2, 4)), r"dy has rank 2 \(0 spatial"),
+    ("resample_bwd corners", single("resample_backward", X4, "nearest", X4, coordinates="align_corners"), "no align_"),
+    ("resample_bwd mode", single("resample_backward", X4, "cubic", X4), "unknown mode 'cubic'"),
+    ("resample_bwd coords", single("resample_backward", X4, "nearest", X4, coordinates="edge"), "unknown coordinates"),
+    (
+        "resample_bwd scales",
+        single("resample_backward", X4, "bilinear", (2, 4, 4, 4), (2.0, 2.0)),
+        r"port 'dy' \[2, 4, 6, 6\] disagree with scales \[2.0, 2.0\] \(spatial \[8, 8\]\)",
+    ),
+    ("resample_bwd scale count", single("resample_backward", X4, "bilinear", X4, (1.0,)), "must be 2 positive finite"),
+    ("resample_bwd scale sign", single("resample_backward", X4, "bilinear", X4, (1.0, -1.0)), "positive finite"),
     # data movement
     ("reshape count", single("reshape", (2, 5), (3, 4)), r"hold 12 elements, port 'x' \[2, 5\] holds 10"),
     ("reshape zero", single("reshape", (2, 5), (10, 0)), "must be one or more positive sizes"),
@@ -294,6 +308,16 @@ WIRE: list[tuple[str, Callable[[], bytes], str]] = [
         lambda: retouch(built(single("resample", X4, "bilinear", (2, 4, 12, 12), (2.0, 2.0))), scales=(1e308, 2.0)),
         "past 2",
     ),
+    (
+        "resample_backward",
+        lambda: retouch(built(single("resample_backward", X4, "nearest", (2, 4, 3, 3))), dims=(2, 5, 3, 3)),
+        "N, C",
+    ),
+    (
+        "resample_backward scales",
+        lambda: retouch(built(single("resample_backward", X4, "nearest", (2, 4, 3, 3), (2.0, 2.0))), scales=(2.0, 3.0)),
+        "disagree with scales",
+    ),
     ("required port absent", lambda: retouch(built(batchnorm()), bias=0), r"port 'bias' names uid 0.*dangling"),
 ]
 
@@ -375,8 +399,9 @@ def test_running_statistics_and_momentum_on_the_wire() -> None:
         sdpa(),
         single("pooling", X4, "max", (2, 2)),
         single("resample", X4, "nearest", X4),
+        single("resample_backward", X4, "nearest", X4),
     ],
-    ids=["conv_dgrad", "batchnorm", "layernorm", "softmax", "sdpa", "pooling", "resample"],
+    ids=["conv_dgrad", "batchnorm", "layernorm", "softmax", "sdpa", "pooling", "resample", "resample_backward"],
 )
 def test_floating_point_ops_refuse_integer_tensors(make: Call) -> None:
     """At the call and, for an output set to an integer dtype afterwards, on the wire."""

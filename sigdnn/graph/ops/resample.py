@@ -25,6 +25,7 @@ from sigdnn.graph.tensor import Tensor
 if TYPE_CHECKING:
     from sigdnn.graph.graph import Graph
     from sigdnn.graph.node import Node
+    from sigdnn.graph.ops.resample_backward import ResampleBackward
 
 MODES = ("nearest", "bilinear")
 COORDINATES = ("half_pixel", "align_corners", "asymmetric")
@@ -33,6 +34,34 @@ COORDINATES = ("half_pixel", "align_corners", "asymmetric")
 def scaled_size(size: int, scale: float) -> int:
     """torch's output size for a scale factor: floor(size * scale)."""
     return math.floor(size * scale)
+
+
+def check_sampling(where: str, op: Resample | ResampleBackward, port: str, given: Tensor, dims_are: str) -> None:
+    """The rule resample and its backward share: mode, coordinates, and the caller's dims (y's for
+    resample, dx's for the backward) against the port's tensor, whose N, C they keep; with scales,
+    the output's spatial dims are floor(input's * scale)."""
+    check_choice(where, "mode", op.mode, MODES)
+    check_choice(where, "coordinates", op.coordinates, COORDINATES)
+    if op.mode == "nearest" and op.coordinates == "align_corners":
+        raise GraphError(f"{where}: nearest has no align_corners convention (use half_pixel or asymmetric)")
+    s = spatial_rank(where, port, given)
+    dims = op.dims
+    if len(dims) != given.rank or tuple(dims[:2]) != given.dims[:2] or min(dims) < 1:
+        raise GraphError(
+            f"{where}: dims {list(dims)} must be {dims_are} with port '{port}''s N, C {list(given.dims[:2])}"
+        )
+    if op.scales:
+        sizes, out = (given.dims[2:], dims[2:]) if port == "x" else (dims[2:], given.dims[2:])
+        if len(op.scales) != s or any(not (0 < c < math.inf) for c in op.scales):
+            raise GraphError(f"{where}: scales {list(op.scales)} must be {s} positive finite numbers")
+        if any(d * c >= 2**62 for d, c in zip(sizes, op.scales)):
+            raise GraphError(f"{where}: scales {list(op.scales)} make spatial dims past 2**62")
+        want = [scaled_size(d, c) for d, c in zip(sizes, op.scales)]
+        if list(out) != want:
+            raise GraphError(
+                f"{where}: dims {list(dims)} and port '{port}' {list(given.dims)} disagree with scales "
+                f"{list(op.scales)} (spatial {want})"
+            )
 
 
 @attrs.frozen
@@ -74,27 +103,8 @@ class Resample(Op):
     def infer_dims(self, inputs: Mapping[str, Tensor]) -> dict[str, tuple[int, ...]]:
         x = inputs["x"]
         where = f"resample[{self.mode}](x='{x.name}')"
-        check_choice(where, "mode", self.mode, MODES)
-        check_choice(where, "coordinates", self.coordinates, COORDINATES)
-        if self.mode == "nearest" and self.coordinates == "align_corners":
-            raise GraphError(f"{where}: nearest has no align_corners convention (use half_pixel or asymmetric)")
-        s = spatial_rank(where, "x", x)
-        dims = self.dims
-        if len(dims) != x.rank or tuple(dims[:2]) != x.dims[:2] or min(dims) < 1:
-            raise GraphError(
-                f"{where}: dims {list(dims)} must be y's [N, C, out...] with port 'x''s N, C {list(x.dims[:2])}"
-            )
-        if self.scales:
-            if len(self.scales) != s or any(not (0 < c < math.inf) for c in self.scales):
-                raise GraphError(f"{where}: scales {list(self.scales)} must be {s} positive finite numbers")
-            if any(d * c >= 2**62 for d, c in zip(x.dims[2:], self.scales)):
-                raise GraphError(f"{where}: scales {list(self.scales)} make spatial dims past 2**62")
-            want = [scaled_size(d, c) for d, c in zip(x.dims[2:], self.scales)]
-            if list(dims[2:]) != want:
-                raise GraphError(
-                    f"{where}: dims {list(dims)} disagree with scales {list(self.scales)} (spatial {want})"
-                )
-        return {"y": dims}
+        check_sampling(where, self, "x", x, "y's [N, C, out...]")
+        return {"y": self.dims}
 
     def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
         require_float(f"resample '{outputs['y'].name}'", {**inputs, **outputs})

@@ -19,6 +19,7 @@ from sigdnn.dtypes import DataType, rounder
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.plan_builders.reference.math.parallel import parallel_map
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.runtime.device import Device, ExecutionContext
 
@@ -43,12 +44,31 @@ def chunks(shape: tuple[int, ...], target: int = CHUNK_ELEMENTS) -> list[tuple[A
     return [()]
 
 
+def storer(dtype: DataType) -> Callable[[np.ndarray, np.ndarray], None]:
+    """Writes computed values into an output of ``dtype``, rounding once.
+
+    float64 values bound for float64, float32 or float16 are cast straight
+    into the output (NumPy's cast is IEEE round-to-nearest-even, as
+    ``rounder``'s): no rounded temporary, one pass. Everything else goes
+    through ``rounder``.
+    """
+    rounded = rounder(dtype)
+    if dtype not in (DataType.FLOAT64, DataType.FLOAT32, DataType.FLOAT16):
+        return lambda out, value: np.copyto(out, rounded(value), casting="unsafe")
+
+    def store(out: np.ndarray, value: np.ndarray) -> None:
+        np.copyto(out, value if value.dtype == np.float64 else rounded(value), casting="unsafe")
+
+    return store
+
+
 class ReferencePlan(NodePlan):
     """Runs ``compute(inputs) -> {port: value}`` and stores each output.
 
-    An elementwise plan runs block by block: the float64 temporaries then
-    take a few L2-sized blocks instead of several copies of the tensor, which
-    is both faster and keeps a node's working memory bounded.
+    An elementwise plan runs block by block, the blocks shared out over the
+    cores: the float64 temporaries then take a few L2-sized blocks per core
+    instead of several copies of the tensor, which is both faster and keeps a
+    node's working memory bounded.
     """
 
     def __init__(
@@ -61,7 +81,7 @@ class ReferencePlan(NodePlan):
         self._compute = compute
         self._wide = np.dtype(np.int64 if integer else np.float64)
         self._out_dtypes = out_dtypes
-        self._round = {port: rounder(dtype) for port, dtype in out_dtypes.items()}
+        self._store = {port: storer(dtype) for port, dtype in out_dtypes.items()}
         self._elementwise = elementwise and len(out_dtypes) == 1
 
     def execute(self, buffers: Mapping[str, Any], context: ExecutionContext | None = None) -> None:
@@ -71,8 +91,9 @@ class ReferencePlan(NodePlan):
                 out = buffers[port]
                 if out.size > CHUNK_ELEMENTS:
                     ins = {p: np.broadcast_to(a, out.shape) for p, a in buffers.items() if p != port}
-                    for block in chunks(out.shape):
-                        self._run({p: a[block] for p, a in ins.items()}, {port: out[block]})
+                    parallel_map(
+                        lambda b: self._run({p: a[b] for p, a in ins.items()}, {port: out[b]}), chunks(out.shape)
+                    )
                     return
             self._run({p: a for p, a in buffers.items() if p not in self._out_dtypes}, buffers)
 
@@ -80,7 +101,7 @@ class ReferencePlan(NodePlan):
         """Widen, compute, round once and store (NumPy's floating-point warnings are off: the caller's errstate)."""
         wide = {p: a.astype(self._wide, copy=False) for p, a in inputs.items()}
         for port, value in self._compute(wide).items():
-            np.copyto(outputs[port], self._round[port](value), casting="unsafe")
+            self._store[port](outputs[port], value)
 
 
 class ReferenceBuilder(PlanBuilder):

