@@ -39,18 +39,18 @@ def test_region_matches_reference_and_the_unfused_kernels(dtype, layout):
 
 
 def test_fallback_runs_what_no_gpu_builder_takes():
-    g = sigdnn.Graph("attention_head", io_dtype="float32", compute_dtype="float32")
+    g = sigdnn.Graph("reshaped_head", io_dtype="float32", compute_dtype="float32")
     x = g.tensor("x", dims=(64, 96))
     b = g.tensor("b", dims=(1, 96))
-    s, _ = g.softmax(g.pointwise("add", x, b, name="bias"), axes=1, name="softmax")
+    s = g.reshape(g.pointwise("add", x, b, name="bias"), dims=(64, 96), name="reshape")  # no GPU builder: falls back
     y = g.pointwise("gelu_fwd", g.pointwise("mul", s, x, name="scale"), name="act")
     y.set_output(True).set_name("y")
-    with pytest.raises(sigdnn.errors.NoPlanError, match="softmax"):
+    with pytest.raises(sigdnn.errors.NoPlanError, match="reshape"):
         sigdnn.Executor("gpu").prepare(g)
     ex = sigdnn.Executor("gpu", fallback="reference")
     report = sigdnn.validate(g, seed=2, executor=ex)
     assert report.passed, report.table()
-    assert report.builders["softmax"] == "reference.softmax (fallback)"
+    assert report.builders["reshape"] == "reference.reshape (fallback)"
     assert report.builders["region(scale..act)"] == "cutile.fusion.pointwise"
     assert report.builders["bias"] == "cutile.pointwise"
 
