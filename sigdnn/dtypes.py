@@ -258,18 +258,16 @@ def _float64_to_float32_round_to_odd(x: np.ndarray) -> np.ndarray:
     general path.
     """
     x = np.asarray(x, dtype=np.float64)
-    flat = x.reshape(-1)  # 1-D, so a 0-d input stays an array through the masked writes below
-    bits = flat.view(np.int64)
+    bits = x.view(np.int64)
     dropped = bits & _F32_DROPPED
     sticky = (dropped + _F32_DROPPED) & _F32_STICKY  # bit 29 set exactly when some dropped bit is
     magnitude = bits & _ABS_BITS
     general = (magnitude < _F32_NORMAL_BITS[0]) | (magnitude >= _F32_NORMAL_BITS[1])
-    bits = (bits ^ dropped) | sticky
-    bits[general] = 0  # (their cast could overflow; they are replaced below)
-    out = bits.view(np.float64).astype(np.float32)
+    odd = np.where(general, 0, (bits ^ dropped) | sticky)  # (the general ones could overflow the cast)
+    out = np.asarray(odd).view(np.float64).astype(np.float32)
     if general.any():
-        out[general] = _float64_to_float32_round_to_odd_general(flat[general])
-    return out.reshape(x.shape)
+        out[general] = _float64_to_float32_round_to_odd_general(x[general])
+    return out
 
 
 def _float64_to_float32_round_to_odd_general(x: np.ndarray) -> np.ndarray:

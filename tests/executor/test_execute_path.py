@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
 import sigdnn
 from sigdnn.dtypes import DataType
-from sigdnn.executor.plan import PlanTensors
+from sigdnn.executor.plan import ExecutionPlan, PlanTensors
 
 
 def graph_with_every_kind() -> sigdnn.Graph:
@@ -87,3 +88,19 @@ def test_outputs_given_scalars_overridden_and_constants_replaced() -> None:
     np.testing.assert_array_equal(result["z"], np.full((3, 4), -3.0, np.float16))
     with pytest.raises(sigdnn.VariantPackError, match="read-only"):
         ex.execute(plan, {"x": x, "b": b, "y": np.broadcast_to(out, out.shape)})
+
+
+def test_workspace_is_the_largest_any_step_asks_for() -> None:
+    """One workspace serves every step in turn: the plan asks for the largest (none without steps)."""
+    plan = sigdnn.Executor().prepare(graph_with_every_kind())
+    asks = [300, 4096, 0, 17]
+    steps = tuple(attrs.evolve(s, plan=_Asks(n)) for s, n in zip(plan.steps, asks))
+    assert ExecutionPlan(plan.graph, plan.backend, plan.digest, steps, plan.memory).workspace_bytes == 4096
+    assert ExecutionPlan(plan.graph, plan.backend, plan.digest, (), plan.memory).workspace_bytes == 0
+
+
+@attrs.frozen
+class _Asks:
+    """A step plan that only asks for workspace."""
+
+    workspace_bytes: int
