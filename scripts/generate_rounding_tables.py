@@ -9,7 +9,8 @@ float64 locates it among the format's midpoints (all exact in float64), and
 where that float64 is a midpoint, the sign of the 60-digit residual decides.
 No rounding code of sigdnn is used, nor a float64 -> bfloat16 cast (ml_dtypes
 goes through float32: two roundings). Stored as uint16 bit patterns, one
-array per "<dtype>/<mode>", with np.savez_compressed (a few hundred KB).
+array per "<dtype>/<mode>", difference-coded (``np.cumsum(stored, dtype=np.uint16)``
+decodes), with np.savez_compressed (a few hundred KB).
 
 Conventions beyond the real value: a result outside the domain is NaN (any
 payload); one too large rounds to +-inf; a result that is exactly zero takes
@@ -147,7 +148,9 @@ def main() -> int:
         for mode in MODES:
             tables[f"{name}/{mode}"] = table(mode, name)
             print(f"{name} {mode}", flush=True)
-    np.savez_compressed(OUT, **tables)
+    # Stored as differences of consecutive entries (mod 2**16): outputs change little from one input
+    # pattern to the next, so the differences compress ~9x better (330 KB instead of 2.9 MB).
+    np.savez_compressed(OUT, **{key: np.diff(bits, prepend=np.uint16(0)) for key, bits in tables.items()})
     print(f"wrote {OUT.relative_to(ROOT)} ({OUT.stat().st_size} bytes)")
     return 0
 
