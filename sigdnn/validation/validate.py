@@ -21,6 +21,7 @@ from sigdnn.executor import ExecutionPlan, Executor
 from sigdnn.executor.plan import Step
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
+from sigdnn.graph.tensor import Tensor
 from sigdnn.runtime.device import ExecutionContext
 from sigdnn.validation.compare import Comparison, compare
 from sigdnn.validation.inputs import random_inputs
@@ -82,10 +83,14 @@ def _row(label: str, what: str, c: Comparison) -> list[str]:
 
 
 def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
-    """Host arrays of the inputs keyed by tensor name (keys may be uids), plus graph scalars and constants."""
+    """Host arrays of the inputs keyed by tensor name, plus graph scalars and constants.
+
+    The keys are those the executor accepted: names, uids or Tensor objects (matched by uid, as it does).
+    """
     values = {}
     for key, value in data.items():
-        name = key if isinstance(key, str) else graph.tensors[int(key)].name
+        uid = None if isinstance(key, str) else key.uid if isinstance(key, Tensor) else int(key)
+        name = key if uid is None else graph.tensors[uid].name
         values[name] = np.asarray(value)
     for t in graph.tensors.values():
         if t.value is not None and t.name not in values:

@@ -157,3 +157,11 @@ def test_fallback_builder_says_why_each_reference_builder_declined():
         fallback_builder(registry, node, g, key, NoPlanError("gpu said no"))
     with pytest.raises(NoPlanError, match=r"^gpu said no; no fallback either: no reference builder serves this key$"):
         fallback_builder(Registry(packages=(), entry_point_group=None), node, g, key, NoPlanError("gpu said no"))
+
+
+def test_validate_reads_device_results_back_to_the_host():
+    """validate() on device buffers: every step and output compared from host copies, and the fallback named."""
+    report = sigdnn.validate(mlp(), seed=3, executor=host_gpu_executor(fallback="reference"))
+    assert report.passed, report.table()
+    assert report.builders == {"mm": "reference.matmul (fallback)", "act": "cutile.pointwise"}
+    assert [c.size for c in report.outputs] == [128]
