@@ -160,3 +160,29 @@ def test_forward_math_modes_are_correctly_rounded(mode: str, dtype_name: str) ->
 )
 def test_the_rounding_interval_oracle_itself(r: float, true, ok: bool) -> None:
     assert correctly_rounded(r, true, np.dtype(np.float16)) == ok
+
+
+def reference64(mode: str, x: list[float], **params: float) -> np.ndarray:
+    g = sigdnn.Graph("m", io_dtype="float64", compute_dtype="float64")
+    g.pointwise(mode, g.tensor("x", (len(x),)), name="n", **params).set_output(True).set_name("y")
+    return sigdnn.Executor().run(g, {"x": np.array(x, np.float64)})["y"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "params", "x", "want"),
+    [
+        # f(x) = x minus less than half a float64 ulp of x: the float64 result is x itself.
+        ("gelu_fwd", {}, [10.0, 0.0, -0.0], [10.0, 0.0, -0.0]),  # 10 Phi(10) = 10 - 7.6e-23
+        ("gelu_approx_tanh_fwd", {}, [40.0, 0.0, -0.0], [40.0, 0.0, -0.0]),  # 40 sigma(4630)
+        ("swish_fwd", {}, [40.0, 0.0, -0.0], [40.0, 0.0, -0.0]),  # 40 sigma(40) = 40 - 1.7e-16
+        ("swish_fwd", {"swish_beta": 0.0}, [3.0, -5.0, -0.0], [1.5, -2.5, -0.0]),  # x sigma(0) = x / 2 exactly
+        # elu at zeros is alpha expm1(+-0) = alpha * (+-0): with alpha < 0 the zero's sign flips.
+        ("elu_fwd", {"elu_alpha": -0.5}, [-0.0, 0.0, 2.0], [0.0, -0.0, 2.0]),
+    ],
+)
+def test_exact_float64_results_and_signed_zeros(mode: str, params: dict, x: list, want: list) -> None:
+    """The sticky ulp that breaks x/2 ties (pointwise._off_the_half) moves only a float64 value equal to
+    x/2 for x != 0 whose true value is not x/2: exact results, zeros and their signs stay as they are."""
+    got = reference64(mode, x, **params)
+    assert got.tolist() == want
+    assert np.array_equal(np.signbit(got), np.signbit(np.array(want)))
