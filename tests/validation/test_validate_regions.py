@@ -70,3 +70,39 @@ def test_each_matmul_bound_reaches_the_fused_exit(lossy: str) -> None:
     assert check.node == "region(mm1..sum)"
     assert check.comparison.max_abs_error > 1  # float32 accumulation lost units...
     assert report.passed, report.table()  # ...within that matmul's K * eps * sum|terms| bound
+
+
+class OffsetSoftmax(sigdnn.registry.NodePlan):
+    """softmax, then ``offset`` added to every entry: an error the size of the largest entry's rounding."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def execute(self, buffers: Mapping[Any, Any], context: Any = None) -> None:
+        x = buffers["x"].astype(np.float64)
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        buffers["y"][...] = e / e.sum(axis=-1, keepdims=True) + self.offset
+
+
+class OffsetSoftmaxBuilder(sigdnn.registry.PlanBuilder):
+    name, engine_id, library, ops, priority = "plugin.offset_softmax", 31401, "plugin", ("softmax",), 10
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def build(self, node: Any, graph: Any, context: Any) -> sigdnn.registry.NodePlan:
+        return OffsetSoftmax(self.offset)
+
+
+@pytest.mark.parametrize(("offset", "passes"), [(1e-9, True), (1e-6, False)])
+def test_a_softmax_of_two_is_judged_normwise(offset: float, passes: bool) -> None:
+    """Over two entries, [1 - 4.5e-5, 4.5e-5]: an absolute error far below the larger entry's ulp passes though it
+    is 2e-5 of the smaller one (the reduction bound scales with max |y|); one of 1e-6 (8 ulps of 1) does not."""
+    g = sigdnn.Graph("sm", io_dtype="float32", compute_dtype="float32")
+    y, _ = g.softmax(g.tensor("x", (3, 2)), name="sm")
+    y.set_output(True).set_name("y")
+    x = np.array([[0.0, -10.0], [-10.0, 0.0], [3.0, -7.0]], np.float32)
+    registry = Registry(entry_point_group=None)
+    registry.register(OffsetSoftmaxBuilder(offset))
+    report = validate(g, {"x": x}, executor=sigdnn.Executor(registry=registry))
+    assert report.nodes[0].comparison.passed == passes, report.table()
