@@ -142,3 +142,12 @@ def test_the_workspace_is_the_largest_any_step_asks_for() -> None:
     assert plan.describe().endswith("workspace: 3000 bytes")
     x = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
     np.testing.assert_array_equal(ex.execute(plan, {"x": x})["y"], -np.exp(-x.astype(np.float64)).astype(np.float32))
+
+
+def test_a_plan_without_steps_asks_for_no_workspace() -> None:
+    """A graph whose output is its input has no node, so no step: no workspace either (not a 1-byte one)."""
+    g = sigdnn.Graph("passthrough", io_dtype="float32")
+    g.tensor("x", (3,)).set_output(True)
+    plan = sigdnn.Executor().prepare(g)
+    assert plan.steps == () and plan.workspace_bytes == 0
+    assert plan.as_dict()["memory"]["workspace_bytes"] == 0
