@@ -1,4 +1,10 @@
-"""validate() on a fused step holding two matmuls and their sum: the matmuls' sum|terms| bounds carry to the exit."""
+"""validate()'s accumulation bounds: where a GEMM's sum|terms| bound reaches, and where the normwise one applies.
+
+A float32 GEMM is off the float64 reference by its accumulation error, K *
+eps * sum|terms| at worst: every check downstream of it that compares
+values carrying that error (a fused step's exit, a graph output) needs the
+bound, or a correct kernel fails.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+from test_validate import Float32MatmulBuilder, SkewedTanhBuilder, device
 
 import sigdnn
 from sigdnn.registry import Dataflow, FusionBuilder, Region, RegionContext, RegionPlan, Registry, make_region
@@ -106,3 +113,66 @@ def test_a_softmax_of_two_is_judged_normwise(offset: float, passes: bool) -> Non
     registry.register(OffsetSoftmaxBuilder(offset))
     report = validate(g, {"x": x}, executor=sigdnn.Executor(registry=registry))
     assert report.nodes[0].comparison.passed == passes, report.table()
+
+
+def test_a_nan_row_does_not_widen_the_normwise_bound() -> None:
+    """NaN and inf entries do not count in the scale (max finite |y|, here 0.5): 8e-7 off on 0.5 fails,
+    as it must with a bound of 0.5 * (4 + 1 ulps of float32) + 4 sqrt(2) * 0.5 ulps, about 6.4e-7."""
+    g = sigdnn.Graph("sm", io_dtype="float32", compute_dtype="float32")
+    y, _ = g.softmax(g.tensor("x", (2, 2)), name="sm")
+    y.set_output(True).set_name("y")
+    x = np.array([[0.0, 0.0], [np.inf, 0.0]], np.float32)  # rows [0.5, 0.5] and [NaN, NaN]
+    registry = Registry(entry_point_group=None)
+    registry.register(OffsetSoftmaxBuilder(8e-7))
+    with np.errstate(invalid="ignore"):
+        report = validate(g, {"x": x}, executor=sigdnn.Executor(registry=registry))
+    comparison = report.nodes[0].comparison
+    assert comparison.nan_inf_mismatches == 0 and comparison.mismatches == 2, report.table()
+
+
+def test_every_output_must_pass() -> None:
+    """Each node within its tolerance, yet one of two outputs off end to end: tanh(3) one float32 ulp high
+    passes at its node, and 1 - tanh(3) = 0.00495 cancels, so that ulp is 1.2e-5 of it. The report fails."""
+    g = sigdnn.Graph("two_outputs", io_dtype="float32", compute_dtype="float32")
+    t = g.pointwise("tanh_fwd", g.tensor("x", (1,)), name="tanh")
+    t.set_output(True).set_name("t")
+    g.pointwise("sub", g.scalar("one", 1.0), t, name="gap").set_output(True).set_name("gap")
+    registry = Registry(entry_point_group=None)
+    registry.register(SkewedTanhBuilder(ulps=1))
+    report = validate(g, {"x": np.array([3.0], np.float32)}, executor=sigdnn.Executor(registry=registry))
+    assert [c.comparison.passed for c in report.nodes] == [True, True]
+    assert [(c.name, c.passed) for c in report.outputs] == [("t", True), ("gap", False)]
+    assert not report.passed
+
+
+@pytest.mark.parametrize("after", ["relu_fwd", "transpose", "slice", "concatenate"])
+def test_a_gemm_bound_reaches_outputs_in_later_steps(after: str) -> None:
+    """A float32 matmul (K = 4096) then, as its own step, an activation or a data movement: the output is off
+    by the matmul's accumulation error, and its end-to-end check must carry the matmul's bound to pass."""
+    g = sigdnn.Graph("mm_then", io_dtype="float32", compute_dtype="float32")
+    c = g.matmul(g.tensor("a", (16, 4096)), g.tensor("b", (4096, 16)), name="mm")
+    if after == "relu_fwd":
+        y = g.pointwise("relu_fwd", c, name="after")
+    elif after == "transpose":
+        y = g.transpose(c, (1, 0), name="after")
+    elif after == "slice":
+        y = g.slice(c, [slice(2, 16), slice(None, None, 2)], name="after")
+    else:
+        y = g.concatenate([g.tensor("z", (3, 16)), c], axis=0, name="after")
+    y.set_output(True).set_name("y")
+    report = validate(g, seed=4, executor=device(Float32MatmulBuilder()))
+    assert [c.node for c in report.nodes] == ["mm", "after"]
+    assert report.outputs[0].max_abs_error > 1e-5  # float32 accumulation really shows at the output
+    assert report.passed, report.table()
+
+
+def test_a_step_after_a_gemm_is_judged_without_the_gemm_bound() -> None:
+    """The step check feeds the device's own matmul result to the tanh: 8 float32 ulps off fail there,
+    though the end-to-end check, which carries the matmul's bound, lets them through."""
+    g = sigdnn.Graph("mm_tanh", io_dtype="float32", compute_dtype="float32")
+    c = g.matmul(g.tensor("a", (16, 256)), g.tensor("b", (256, 16)), name="mm")
+    g.pointwise("tanh_fwd", g.pointwise("mul", c, g.scalar("s", 0.01), name="scale"), name="tanh").set_output(True)
+    report = validate(g, seed=5, executor=device(Float32MatmulBuilder(), SkewedTanhBuilder(ulps=8)))
+    verdicts = {c.node: c.comparison.passed for c in report.nodes}
+    assert verdicts == {"mm": True, "scale": True, "tanh": False}
+    assert all(c.passed for c in report.outputs), report.table()
