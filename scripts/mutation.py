@@ -450,7 +450,7 @@ class Outcome:
     seconds: float
 
 
-def run_module(path: Path, tests: list[str], only: str | None = None) -> list[Outcome]:
+def run_module(path: Path, tests: list[str], only: list[str] | None = None) -> list[Outcome]:
     source = path.read_text()
     name = _module_name(path)
     all_mutants = mutants(source, str(path))
@@ -463,7 +463,7 @@ def run_module(path: Path, tests: list[str], only: str | None = None) -> list[Ou
     budget = 10 + 2 * clean
     outcomes = []
     for index, m in enumerate(all_mutants):
-        if only and only not in m.id:
+        if only and not any(text in m.id for text in only):
             continue
         reaching = set().union(*(lines.get(n, set()) for n in range(m.line, m.end_line + 1)))
         selected = every if m.module_level or AT_IMPORT in reaching else [t for t in every if t in reaching]
@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("modules", nargs="*", help="module files (default: every one in [tool.mutation.modules])")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
-    parser.add_argument("--only", help="run only mutants whose id contains this text")
+    parser.add_argument("--only", action="append", help="run only mutants whose id contains this text (repeatable)")
     parser.add_argument("--json", help="write every outcome here (JSON)")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
