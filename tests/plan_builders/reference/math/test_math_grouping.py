@@ -60,7 +60,7 @@ def test_stat_puts_each_statistic_on_its_kept_index(case) -> None:
 @settings(max_examples=150, deadline=None)
 @given(layouts(), st.data())
 def test_param_broadcasts_like_numpy(case, data) -> None:
-    x, reduced, red = case
+    x, reduced, _ = case
     g = Grouped(x, reduced)
     keep = data.draw(st.lists(st.booleans(), min_size=x.ndim, max_size=x.ndim))
     p_shape = tuple(d if k else 1 for d, k in zip(x.shape, keep))
