@@ -31,3 +31,11 @@ def test_boolean_inputs_are_counted() -> None:
     y.set_data_type("int32").set_output(True).set_name("y")
     x = np.array([[True, True, False], [True, True, True]])
     assert sigdnn.Executor().run(g, {"x": x})["y"].ravel().tolist() == [2, 3]
+
+
+def test_float_inputs_stay_float_with_an_integer_compute_type() -> None:
+    """An integer compute type does not truncate float inputs: 0.5 + 0.75 is 1.25, not 0 + 0."""
+    g = sigdnn.Graph("r", io_dtype="float32", compute_dtype="int32")
+    g.reduction(g.tensor("x", (2, 2)), "add", (2, 1), name="red").set_output(True).set_name("y")
+    x = np.array([[0.5, 0.75], [-1.5, 0.25]], np.float32)
+    assert sigdnn.Executor().run(g, {"x": x})["y"].ravel().tolist() == [1.25, -1.25]
