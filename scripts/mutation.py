@@ -17,7 +17,7 @@ docstrings left alone), and runs it like so:
   tests execute each line (and checks that they pass unmutated).
 - Each mutant runs in a forked child whose import system serves the mutated
   module's code, with pytest given only the tests that execute the mutated
-  lines (all the module's tests for code run at import time), stopping at the
+  lines (all the module's tests for code run at import time, by a decorator too), stopping at the
   first failure. A mutant no test reaches survives without a run; a child
   that runs past its time limit (an endless loop) counts as killed.
 
@@ -280,7 +280,10 @@ class _MutatedModule(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path, target=None):
         if fullname != self.name:
             return None
-        return importlib.util.spec_from_file_location(fullname, self.path, loader=self)
+        package = [str(Path(self.path).parent)] if Path(self.path).name == "__init__.py" else None
+        return importlib.util.spec_from_file_location(
+            fullname, self.path, loader=self, submodule_search_locations=package
+        )
 
     def create_module(self, spec):
         return None
@@ -296,6 +299,9 @@ def _quiet_hypothesis() -> None:
     phases = [Phase.explicit, Phase.generate]
     settings.register_profile("mutation", database=None, derandomize=True, deadline=None, phases=phases)
     settings.load_profile("mutation")
+
+
+AT_IMPORT = "<import>"  # what the tracer records for lines run while the tests are collected
 
 
 class _LineTracer:
@@ -319,6 +325,15 @@ class _LineTracer:
                 self.lines.setdefault(frame.f_lineno, set()).add(self._test)
             return self._local
         return None
+
+    def pytest_sessionstart(self, session) -> None:
+        """Trace collection too: a line that runs while the tests import (a decorator's body) reaches every test."""
+        self._test = AT_IMPORT
+        sys.settrace(self._global)
+
+    def pytest_collection_finish(self, session) -> None:
+        sys.settrace(None)
+        self._test = None
 
     def pytest_runtest_setup(self, item) -> None:
         import threading
@@ -423,7 +438,9 @@ def _baseline(module_file: Path, tests: list[str]) -> tuple[dict[int, set[str]],
 
 
 def _module_name(path: Path) -> str:
-    return ".".join(path.with_suffix("").relative_to(ROOT).parts)
+    """The dotted name Python imports ``path`` as: a package's ``__init__.py`` is the package itself."""
+    parts = path.with_suffix("").relative_to(ROOT).parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 @dataclass
@@ -433,7 +450,7 @@ class Outcome:
     seconds: float
 
 
-def run_module(path: Path, tests: list[str], only: str | None = None) -> list[Outcome]:
+def run_module(path: Path, tests: list[str], only: list[str] | None = None) -> list[Outcome]:
     source = path.read_text()
     name = _module_name(path)
     all_mutants = mutants(source, str(path))
@@ -446,10 +463,10 @@ def run_module(path: Path, tests: list[str], only: str | None = None) -> list[Ou
     budget = 10 + 2 * clean
     outcomes = []
     for index, m in enumerate(all_mutants):
-        if only and only not in m.id:
+        if only and not any(text in m.id for text in only):
             continue
         reaching = set().union(*(lines.get(n, set()) for n in range(m.line, m.end_line + 1)))
-        selected = every if m.module_level else [t for t in every if t in reaching]
+        selected = every if m.module_level or AT_IMPORT in reaching else [t for t in every if t in reaching]
         if not selected:
             outcomes.append(Outcome(m, "uncovered", 0.0))
             continue
@@ -485,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("modules", nargs="*", help="module files (default: every one in [tool.mutation.modules])")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
-    parser.add_argument("--only", help="run only mutants whose id contains this text")
+    parser.add_argument("--only", action="append", help="run only mutants whose id contains this text (repeatable)")
     parser.add_argument("--json", help="write every outcome here (JSON)")
     args = parser.parse_args(argv)
     os.chdir(ROOT)

@@ -38,7 +38,6 @@ class FallbackPlan(NodePlan):
 
     def __init__(self, inner: NodePlan, node: Node, graph: Graph) -> None:
         self.inner = inner
-        self.workspace_bytes = 0
         op = node.op
         self._inputs = tuple(op.inputs())
         self._outputs = {
@@ -58,8 +57,6 @@ class FallbackPlan(NodePlan):
 
 
 def _upload_into(gpu: Any, device: Any, host: np.ndarray, dims: tuple[int, ...], strides: Any, dtype: DataType) -> None:
-    if not host.size:
-        return
     span = device.as_strided((span_elements(dims, strides),), (1,))
     staged = gpu.to_host(span)
     strided_view(staged, 0, dims, tuple(strides), dtype)[...] = host

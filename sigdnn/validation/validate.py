@@ -23,6 +23,7 @@ from sigdnn.executor.plan import Step
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.graph.tensor import Tensor
 from sigdnn.registry.registry import Registry
 from sigdnn.runtime.device import ExecutionContext
 from sigdnn.validation.compare import Comparison, Errors, compare, errors, summarize
@@ -120,10 +121,14 @@ def _row(step: str, builder: str, c: Comparison) -> list[str]:
 
 
 def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
-    """Host arrays of the inputs keyed by tensor name (keys may be uids), plus graph scalars and constants."""
+    """Host arrays of the inputs keyed by tensor name, plus graph scalars and constants.
+
+    The keys are those the executor accepted: names, uids or Tensor objects (matched by uid, as it does).
+    """
     values = {}
     for key, value in data.items():
-        name = key if isinstance(key, str) else graph.tensors[int(key)].name
+        uid = None if isinstance(key, str) else key.uid if isinstance(key, Tensor) else int(key)
+        name = key if uid is None else graph.tensors[uid].name
         values[name] = np.asarray(value)
     for t in graph.tensors.values():
         if t.value is not None and t.name not in values:
@@ -134,17 +139,27 @@ def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
 
 
 def _run_reference(
-    graph: Graph, step: Step, plans: Mapping[str, Step], seen: Mapping[str, np.ndarray]
-) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray]]:
+    graph: Graph,
+    step: Step,
+    plans: Mapping[str, Step],
+    seen: Mapping[str, np.ndarray],
+    upstream: Mapping[int, np.ndarray],
+) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], dict[int, np.ndarray]]:
     """The reference's exit values for one device step, fed the entry tensors the device saw.
 
-    Returns (values, sums): ``sums`` holds sum(|terms|) per element for each
-    tensor downstream of a linear reduction (matmul, conv) inside the step,
-    carried through elementwise nodes unchanged, so a fused epilogue keeps
-    its GEMM's accumulation bound.
+    Returns (values, sums, through). ``sums`` holds sum(|terms|) per element
+    for each tensor downstream of a linear reduction (matmul, conv) inside
+    the step, carried through elementwise nodes and data movement, so a
+    fused epilogue keeps its GEMM's accumulation bound; the step's check
+    uses it. ``through`` does the same from the graph's inputs on, seeded
+    with ``upstream`` (the earlier steps' ``through``): the end-to-end check
+    of an output downstream of a GEMM in another step needs that GEMM's
+    bound, while the step check must not get it (it starts from the
+    device's own entries).
     """
     values: dict[int, np.ndarray] = {}
     sums: dict[int, np.ndarray] = {}
+    through = {uid: upstream[uid] for uid in step.reads if uid in upstream}
 
     def entry(uid: int) -> np.ndarray:
         if uid not in values:
@@ -164,22 +179,34 @@ def _run_reference(
         if op.sums_absolute_terms:
             absolute_outs = {p: np.empty_like(a) for p, a in outs.items()}
             reference.plan.execute({**{p: np.abs(a) for p, a in ins.items()}, **absolute_outs}, ExecutionContext())
-            sums.update({uid: absolute_outs[p].astype(np.float64) for p, uid in op.outputs().items()})
+            for p, uid in op.outputs().items():
+                sums[uid] = through[uid] = absolute_outs[p].astype(np.float64)
         elif op.elementwise():
-            carried = [sums[uid] for uid in op.inputs().values() if uid in sums]
-            if carried:
-                for port, uid in op.outputs().items():
-                    sums[uid] = np.broadcast_to(sum(carried[1:], carried[0]), outs[port].shape)
+            for table in (sums, through):
+                carried = [table[uid] for uid in op.inputs().values() if uid in table]
+                if carried:
+                    for port, uid in op.outputs().items():
+                        table[uid] = np.broadcast_to(sum(carried[1:], carried[0]), outs[port].shape)
+        elif op.moves_data:
+            # Each output element is one input element: the op itself moves the bounds with the values
+            # (the reference copies float64 into float64 as is; an input without a bound contributes 0).
+            for table in (sums, through):
+                carried = {p: table[uid] for p, uid in op.inputs().items() if uid in table}
+                if carried:
+                    moved = {p: np.empty(a.shape) for p, a in outs.items()}
+                    bounds = {p: carried.get(p, np.zeros(a.shape)) for p, a in ins.items()}
+                    reference.plan.execute({**bounds, **moved}, ExecutionContext())
+                    table.update({uid: moved[p] for p, uid in op.outputs().items()})
         else:
             # A non-linear reduction (a norm, softmax, attention): no |terms| run exists, so its
             # accumulation bound is normwise, scaled by the output's largest magnitude.
             tensors = {p: graph.tensors[u] for p, u in op.ports().items()}
             for port, uid in op.outputs().items():
-                if op.reduction_length(tensors, port) > 1 and outs[port].size:
+                if op.reduction_length(tensors, port) > 1:  # dims are >= 1: never empty
                     with np.errstate(invalid="ignore"):
                         scale = np.nanmax(np.abs(np.where(np.isfinite(outs[port]), outs[port], 0).astype(np.float64)))
-                    sums[uid] = np.full(outs[port].shape, scale)
-    return {uid: values[uid] for uid in step.writes}, sums
+                    sums[uid] = through[uid] = np.full(outs[port].shape, scale)
+    return {uid: values[uid] for uid in step.writes}, sums, through
 
 
 def compare_steps(
@@ -193,15 +220,16 @@ def compare_steps(
     """Each device step's exits against the reference recomputed from the step's own entries.
 
     A step is a node or a region; ``reference`` must plan node by node
-    (fusion off). ``sums`` receives sum(|terms|) per element of every
-    reduction's output. ``tolerance`` replaces the computed one (a campaign's override).
+    (fusion off). ``sums`` receives sum(|terms|) per element of every tensor
+    downstream of a reduction, carried from step to step (for the
+    end-to-end checks of the outputs). ``tolerance`` replaces the computed one (a campaign's override).
     """
     plans = {s.node.name: s for s in reference.steps}
     sums = {} if sums is None else sums
     checks = []
     for step in device.steps:
-        want, terms = _run_reference(graph, step, plans, seen)
-        sums.update(terms)
+        want, terms, through = _run_reference(graph, step, plans, seen, sums)
+        sums.update(through)
         for uid, value in want.items():
             name = graph.tensors[uid].name
             allowed = tolerance or step_tolerance(graph, list(step.nodes), uid)
@@ -221,8 +249,8 @@ def step_judge(
     reference runs once, however many candidates are judged.
     """
     reference = Executor("reference", fusion=False, registry=REFERENCE_ONLY).prepare(graph)
-    step = SimpleNamespace(nodes=tuple(nodes), writes=tuple(writes))
-    want, terms = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, inputs)  # type: ignore[arg-type]
+    step = SimpleNamespace(nodes=tuple(nodes), writes=tuple(writes), reads=())  # nothing upstream to carry
+    want, terms, _ = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, inputs, {})  # type: ignore[arg-type]
 
     def judge(outputs: Mapping[str, np.ndarray]) -> str | None:
         for uid, value in want.items():

@@ -118,3 +118,53 @@ def test_unknown_choices_are_usage_errors_that_still_read_as_value_errors() -> N
         sigdnn.Executor().prepare(3)
     with pytest.raises(UsageError, match="out='jax'"):
         sigdnn.Executor().run(scale_graph("float32"), {"x": np.ones((2, 3), np.float32)}, out="jax")
+
+
+def test_a_torch_tensor_off_the_host_is_refused_with_its_device() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.empty((2, 3), dtype=torch.float32, device="meta")
+    with pytest.raises(VariantPackError, match=r"tensor 'x' \(uid \d+\): torch tensor is on meta; .* host memory"):
+        sigdnn.Executor().run(scale_graph("float32"), {"x": x})
+
+
+class DeviceDlpack(HostDlpackOnly):
+    """A DLPack producer that says its memory is on a CUDA device (kDLCUDA = 2)."""
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)
+
+
+class BrokenDlpackDevice(HostDlpackOnly):
+    def __dlpack_device__(self) -> tuple[int, int]:
+        raise RuntimeError("no device")
+
+
+class BrokenDlpackExport(HostDlpackOnly):
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        raise RuntimeError("export failed")
+
+
+@pytest.mark.parametrize("producer", [DeviceDlpack, BrokenDlpackDevice])
+def test_a_dlpack_producer_not_on_the_host_is_a_device_buffer(producer: type) -> None:
+    """Device memory, or a producer that cannot say where its memory is: never read as host memory."""
+    x = producer(np.ones((2, 3), np.float32))
+    with pytest.raises(VariantPackError, match=rf"got a device buffer \({producer.__name__}\)"):
+        sigdnn.Executor().run(scale_graph("float32"), {"x": x})
+
+
+def test_a_host_dlpack_export_that_fails_is_the_callers_error() -> None:
+    x = BrokenDlpackExport(np.ones((2, 3), np.float32))
+    with pytest.raises(VariantPackError, match=r"its DLPack export could not be read: RuntimeError: export failed"):
+        sigdnn.Executor().run(scale_graph("float32"), {"x": x})
+
+
+class HasDataPtr:
+    """Not torch, though it has a data_ptr (as some foreign tensors do)."""
+
+    def data_ptr(self) -> int:
+        return 0
+
+
+def test_only_torch_objects_are_read_as_torch_tensors() -> None:
+    with pytest.raises(VariantPackError, match=r"expected a NumPy array, got HasDataPtr"):
+        sigdnn.Executor().run(scale_graph("float32"), {"x": HasDataPtr()})

@@ -28,6 +28,7 @@ class Concatenate(Op):
     table: ClassVar[str] = "ConcatenateAttributes"
     input_ports: ClassVar[tuple[str, ...]] = ("x",)
     output_ports: ClassVar[tuple[str, ...]] = ("y",)
+    moves_data: ClassVar[bool] = True
     wire_fields: ClassVar[tuple[tuple[str, str], ...]] = (("x", "uid[]"), ("y", "uid"), ("axis", "i64"))
 
     x: tuple[int, ...]

@@ -28,6 +28,7 @@ class Reshape(Op):
     table: ClassVar[str] = "ReshapeAttributes"
     input_ports: ClassVar[tuple[str, ...]] = ("x",)
     output_ports: ClassVar[tuple[str, ...]] = ("y",)
+    moves_data: ClassVar[bool] = True
     wire_fields: ClassVar[tuple[tuple[str, str], ...]] = (("x", "uid"), ("y", "uid"), ("dims", "i64[]"))
 
     x: int

@@ -30,6 +30,7 @@ class Slice(Op):
     table: ClassVar[str] = "SliceAttributes"
     input_ports: ClassVar[tuple[str, ...]] = ("x",)
     output_ports: ClassVar[tuple[str, ...]] = ("y",)
+    moves_data: ClassVar[bool] = True
     wire_fields: ClassVar[tuple[tuple[str, str], ...]] = (
         ("x", "uid"),
         ("y", "uid"),

@@ -22,6 +22,7 @@ class Transpose(Op):
     table: ClassVar[str] = "TransposeAttributes"
     input_ports: ClassVar[tuple[str, ...]] = ("x",)
     output_ports: ClassVar[tuple[str, ...]] = ("y",)
+    moves_data: ClassVar[bool] = True
     wire_fields: ClassVar[tuple[tuple[str, str], ...]] = (("x", "uid"), ("y", "uid"), ("permutation", "i64[]"))
 
     x: int

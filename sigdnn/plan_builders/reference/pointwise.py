@@ -97,9 +97,26 @@ def _int_pow(a: Array, b: Array) -> Array:
     return np.where(b < 0, unit, np.power(a, np.maximum(b, 0)))
 
 
+def _off_the_half(x: Array, y: Array, toward: float) -> Array:
+    """y, except where it is exactly x/2 (x != 0): there one float64 ulp toward ``toward``.
+
+    gelu, its tanh form and swish are x/2 + e(x) with e of one sign for all
+    x != 0, but for tiny x below float64's resolution: the float64 value is
+    x/2 exactly. At an odd subnormal x of the output format x/2 is a tie, and
+    rounding it to even lands on the wrong side half the time. One float64 ulp
+    toward the true value is a sticky bit (as in round-to-odd): it keeps the
+    side without crossing a rounding boundary of any format narrower than
+    float64.
+    """
+    return np.where((y == 0.5 * x) & (x != 0), np.nextafter(y, toward), y)
+
+
 def _gelu_fwd(x: Array) -> Array:
-    """0.5 x (1 + erf(x/sqrt2)) written with erfc: 1 + erf is 0 in float64 for x < ~-8.3."""
-    return 0.5 * x * erfc(-x / _SQRT_2)
+    """0.5 x (1 + erf(x/sqrt2)) written with erfc: 1 + erf is 0 in float64 for x < ~-8.3.
+
+    gelu(x) - x/2 = x erf(x/sqrt2) / 2 > 0 for x != 0.
+    """
+    return _off_the_half(x, 0.5 * x * erfc(-x / _SQRT_2), math.inf)
 
 
 def _gelu_bwd(dy: Array, x: Array) -> Array:
@@ -111,8 +128,11 @@ def _gelu_tanh_u(x: Array) -> Array:
 
 
 def _gelu_tanh_fwd(x: Array) -> Array:
-    """0.5 x (1 + tanh u) = x sigma(2u): 1 + tanh u is 0 in float64 for x < ~-6."""
-    return x * sigmoid(2 * _gelu_tanh_u(x))
+    """0.5 x (1 + tanh u) = x sigma(2u): 1 + tanh u is 0 in float64 for x < ~-6.
+
+    x sigma(2u) - x/2 = x tanh(u) / 2 > 0 for x != 0 (u has x's sign).
+    """
+    return _off_the_half(x, x * sigmoid(2 * _gelu_tanh_u(x)), math.inf)
 
 
 def _gelu_tanh_bwd(dy: Array, x: Array) -> Array:
@@ -124,6 +144,12 @@ def _gelu_tanh_bwd(dy: Array, x: Array) -> Array:
 
 def _beta(value: float | None) -> float:
     return 1.0 if value is None else value
+
+
+def _swish_fwd(x: Array, beta: float) -> Array:
+    """x sigma(beta x); minus x/2 that is x (sigma(beta x) - 1/2), of beta's sign for x != 0 (0 when beta is)."""
+    y = x * sigmoid(beta * x)
+    return y if beta == 0 else _off_the_half(x, y, math.copysign(math.inf, beta))
 
 
 def _swish_bwd(dy: Array, x: Array, beta: float) -> Array:
@@ -170,7 +196,8 @@ FLOAT_MODES: dict[str, Callable[..., Array]] = {
     "tanh_bwd": lambda dy, x, p: dy * (4.0 * sigmoid_slope(2.0 * x)),
     "sigmoid_fwd": lambda x, p: sigmoid(x),
     "sigmoid_bwd": lambda dy, x, p: dy * sigmoid_slope(x),
-    "elu_fwd": lambda x, p: np.where(x > 0, x, _beta(p.elu_alpha) * np.expm1(np.minimum(x, 0))),
+    # np.where, not np.minimum(x, 0), which gives +0 for x = -0: elu(-0) is alpha * expm1(-0) = -0.
+    "elu_fwd": lambda x, p: np.where(x > 0, x, _beta(p.elu_alpha) * np.expm1(np.where(x > 0, 0.0, x))),
     "elu_bwd": lambda dy, x, p: dy * np.where(x > 0, 1.0, _beta(p.elu_alpha) * np.exp(np.minimum(x, 0))),
     "gelu_fwd": lambda x, p: _gelu_fwd(x),
     "gelu_bwd": lambda dy, x, p: _gelu_bwd(dy, x),
@@ -178,7 +205,7 @@ FLOAT_MODES: dict[str, Callable[..., Array]] = {
     "gelu_approx_tanh_bwd": lambda dy, x, p: _gelu_tanh_bwd(dy, x),
     "softplus_fwd": lambda x, p: np.logaddexp(0.0, _beta(p.softplus_beta) * x) / _beta(p.softplus_beta),
     "softplus_bwd": lambda dy, x, p: dy * sigmoid(_beta(p.softplus_beta) * x),
-    "swish_fwd": lambda x, p: x * sigmoid(_beta(p.swish_beta) * x),
+    "swish_fwd": lambda x, p: _swish_fwd(x, _beta(p.swish_beta)),
     "swish_bwd": lambda dy, x, p: _swish_bwd(dy, x, _beta(p.swish_beta)),
     "binary_select": lambda a, b, mask, p: np.where(mask != 0, a, b),
 }

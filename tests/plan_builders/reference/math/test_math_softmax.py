@@ -103,6 +103,27 @@ def test_hand_worked() -> None:
     assert_within(logy, np.array([[-math.log(4.0), math.log(0.75)]]), 2.0, 4)
 
 
+@pytest.mark.parametrize("axes", [(0,), (0, 2)])
+def test_tied_maxima_over_outer_axes(axes: tuple[int, ...]) -> None:
+    """Rows of several equal maxima, reduced over outer axes (the path that sums blocks' partial sums):
+    column [1, 1, 0] gives log-softmax [-log(2 + 1/e)] * 2 + [-1 - log(2 + 1/e)], hand-worked, and stats
+    1 + log(2 + 1/e)."""
+    x = np.array([[1.0, 3.0], [1.0, 3.0], [0.0, 3.0]])[:, :, None] * np.ones((1, 1, 1 if axes == (0,) else 2))
+    if axes == (0, 2):
+        x[2, :, 1] = x[2, :, 0]
+    logy, stats = softmax(x, axes, log=True)
+    y, _ = softmax(x, axes)
+    c = math.log(2 + math.exp(-1))
+    per_column = np.array([[-c, -math.log(3.0)], [-c, -math.log(3.0)], [-1 - c, -math.log(3.0)]])
+    want = per_column[:, :, None] * np.ones_like(x[:1, :1, :])
+    if axes == (0, 2):  # two copies of each entry along axis 2: each probability halves
+        want = want - math.log(2.0)
+    assert_within(logy, want, np.abs(want) + 1, 4, "log y")
+    assert_within(y, np.exp(want), np.exp(want), 4, "y")
+    lse = np.array([1 + c, 3 + math.log(3.0)]) + (math.log(2.0) if axes == (0, 2) else 0.0)
+    assert_within(stats.ravel(), lse, np.abs(lse), 4, "stats")
+
+
 def test_large_values_neither_overflow_nor_lose_the_small_log() -> None:
     """[1000, 1000] -> [1/2, 1/2] (exp(1000) overflows); log-softmax of [-1000, 0] is
     [-1000, -log1p(e^-1000)] = [-1000, -0.0]: x - max is exact, so no digit of -1000 is lost."""
