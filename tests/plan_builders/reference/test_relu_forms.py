@@ -23,7 +23,7 @@ def definition(x: float, lo: float, hi: float, slope: float) -> float:
 
 
 @pytest.mark.parametrize("slope", [0.0, 0.5, 1.0])
-@pytest.mark.parametrize("lo", [0.0, -0.0, 0.5, -1.0, -math.inf])
+@pytest.mark.parametrize("lo", [0.0, -0.0, 0.5, -1.0, -math.inf, math.nan])
 @pytest.mark.parametrize("hi", [math.inf, 4.0])
 def test_relu_fwd_is_the_definition(lo: float, hi: float, slope: float) -> None:
     g = sigdnn.Graph("relu", io_dtype="float64")
