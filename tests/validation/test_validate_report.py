@@ -129,3 +129,40 @@ def test_to_json_carries_the_verdict_and_every_comparison() -> None:
     ]
     assert data["nodes"][1]["max_abs_error"] == 1 and data["outputs"][0]["name"] == "y"
     assert report.builders == {"scale": "reference.pointwise", "shift": "plugin.wrong_shift"}
+
+
+def test_got_receives_the_device_outputs() -> None:
+    got: dict[str, np.ndarray] = {}
+    validate(affine(), {"x": X}, executor=wrong_device(), got=got)
+    assert list(got) == ["y"]
+    np.testing.assert_array_equal(got["y"], X * 3 + np.array([[1.0, -2.0, 0.5]], np.float32) + 1)
+
+
+def test_failures_are_the_failing_checks_and_keep_their_errors() -> None:
+    report = validate(affine(), {"x": X}, executor=wrong_device())
+    assert [c.node for c in report.failures] == ["shift"]
+    (failing,) = report.failures
+    assert failing.errors is not None and failing.errors.abs_error.tolist() == [[1.0] * 3] * 2
+    assert report.nodes[0].errors is None  # a passing check keeps nothing
+
+
+def test_checks_compare_by_their_verdicts_not_their_error_arrays() -> None:
+    """Two runs of the same inputs give equal reports: the kept arrays are left out of equality and repr."""
+    one = validate(affine(), {"x": X}, executor=wrong_device())
+    two = validate(affine(), {"x": X}, executor=wrong_device())
+    assert one.nodes[1].errors is not two.nodes[1].errors
+    assert one.nodes == two.nodes
+    assert "errors=" not in repr(one.nodes[1]) and "Errors(" not in repr(one.nodes[1])
+
+
+def test_the_plain_table_right_aligns_numbers_and_left_aligns_text() -> None:
+    lines = validate(affine(), {"x": X}, executor=wrong_device()).table().split("\n")[1:]
+    header = lines[0]
+    for name, justify in validate_module.COLUMNS:
+        start = header.index(name)
+        end = start + len(name)
+        for line in lines[1:]:
+            if justify == "right":  # every number ends where its header ends
+                assert line[end - 1] != " " and (end == len(line) or line[end] == " "), (name, line)
+            elif line[start:end].strip():  # text starts where its header starts
+                assert line[start] != " " and (start == 0 or line[start - 1] == " "), (name, line)
