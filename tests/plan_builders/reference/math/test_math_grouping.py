@@ -88,3 +88,16 @@ def test_a_scalar_is_one_group_of_one() -> None:
     g = Grouped(np.array(7.0), ())
     assert g.dims == (1, 1, 1) and g.count == 1 and g.perm == () and g.inverse == ()
     assert g.restore(g.view).shape == () and float(g.restore(g.view)) == 7.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(layouts())
+def test_memory_order_in_at_most_reduced_kept_reduced_runs_is_a_view(case) -> None:
+    """The documented promise, for every layout: when x's memory order (outermost first) reads the
+    reduced and kept axes in runs reduced | kept | reduced at most, (A, K, B) is a view of x, not a copy."""
+    x, reduced, red = case
+    real = [a for a in range(x.ndim) if x.shape[a] != 1]
+    by_memory = sorted(real, key=lambda a: -x.strides[a])
+    runs = [flag for i, flag in enumerate(a in red for a in by_memory) if i == 0 or flag != (by_memory[i - 1] in red)]
+    if runs in ([], [True], [False], [True, False], [False, True], [True, False, True]):
+        assert np.shares_memory(Grouped(x, reduced).view, x), (x.shape, x.strides, reduced)
