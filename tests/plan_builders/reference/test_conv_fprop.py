@@ -355,3 +355,16 @@ def test_integer_compute_dtype_does_not_truncate(compute: str) -> None:
     got = EXECUTOR.run(g, {"x": x.astype(np.float16), "w": w.astype(np.float16)})["y"]
     want = exact_round(brute_conv(x, w, c.pre, c.post, c.stride, c.dilation), "float16")
     np.testing.assert_array_equal(got, want)
+
+
+def test_the_math_refuses_output_dims_that_are_not_the_convolutions() -> None:
+    """The builder's own consistency check (check_graph infers y's dims, so only a direct caller can trip it)."""
+    from sigdnn.plan_builders.reference.conv_fprop import conv_fprop
+
+    g = sigdnn.Graph("c", io_dtype="float64")
+    g.conv_fprop(g.tensor("x", (1, 2, 5, 5)), g.tensor("w", (3, 2, 3, 3)), name="conv").set_output(True)
+    op = g.node_by_name("conv").op
+    x, w = np.ones((1, 2, 5, 5)), np.ones((3, 2, 3, 3))
+    assert conv_fprop(x, w, op, (1, 3, 3, 3)).shape == (1, 3, 3, 3)
+    with pytest.raises(ValueError, match=r"y's dims \[1, 3, 5, 5\] are not the convolution's \[1, 3, 3, 3\]"):
+        conv_fprop(x, w, op, (1, 3, 5, 5))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,3 +89,39 @@ def test_a_scalar_is_one_group_of_one() -> None:
     g = Grouped(np.array(7.0), ())
     assert g.dims == (1, 1, 1) and g.count == 1 and g.perm == () and g.inverse == ()
     assert g.restore(g.view).shape == () and float(g.restore(g.view)) == 7.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(layouts())
+def test_memory_order_in_at_most_reduced_kept_reduced_runs_is_a_view(case) -> None:
+    """The documented promise, for every layout: when x's memory order (outermost first) reads the
+    reduced and kept axes in runs reduced | kept | reduced at most, (A, K, B) is a view of x, not a copy."""
+    x, reduced, red = case
+    real = [a for a in range(x.ndim) if x.shape[a] != 1]
+    by_memory = sorted(real, key=lambda a: -x.strides[a])
+    runs = [flag for i, flag in enumerate(a in red for a in by_memory) if i == 0 or flag != (by_memory[i - 1] in red)]
+    if runs in ([], [True], [False], [True, False], [False, True], [True, False, True]):
+        assert np.shares_memory(Grouped(x, reduced).view, x), (x.shape, x.strides, reduced)
+
+
+def in_memory_order(shape: tuple[int, ...], order: tuple[int, ...]) -> np.ndarray:
+    """An array of logical ``shape`` whose memory order (outermost first) is ``order``."""
+    return np.arange(int(np.prod(shape))).reshape([shape[a] for a in order]).transpose(np.argsort(order))
+
+
+@pytest.mark.parametrize(
+    ("order", "reduced"),
+    [
+        ((1, 0, 2), ()),  # kept only, memory order not logical
+        ((1, 0, 2), (1, 0)),  # reduced only
+        ((2, 1, 0), (2,)),  # reduced | kept, kept axes swapped
+        ((1, 0, 2), (2,)),  # kept | reduced, kept axes swapped
+        ((2, 1, 0), (1, 0)),  # kept | reduced, reduced axes swapped
+        ((0, 2, 1, 3), (0, 3)),  # reduced | kept | reduced, kept axes swapped
+    ],
+)
+def test_each_run_pattern_is_a_view_in_any_axis_order(order: tuple[int, ...], reduced: tuple[int, ...]) -> None:
+    x = in_memory_order((2, 3, 4, 5)[: len(order)], order)
+    g = Grouped(x, reduced)
+    assert np.shares_memory(g.view, x)
+    np.testing.assert_array_equal(g.restore(g.view), x)
