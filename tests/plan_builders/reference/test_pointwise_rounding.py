@@ -23,7 +23,8 @@ mpmath = pytest.importorskip("mpmath")
 mp = mpmath.mp
 # 60 digits, not 40: gelu / swish at a float32 subnormal x are x/2 (1 + O(x)), with x ~ 1e-45, and that
 # O(x) decides which way the tie at x/2 rounds (tests/.../test_exhaustive_rounding.py: float16 / bfloat16).
-mp.dps = 60
+DIGITS = 60  # set again in each test: other test modules change mpmath's global precision
+mp.dps = DIGITS
 
 UINT = {np.dtype(np.float16): np.uint16, np.dtype(ml_dtypes.bfloat16): np.uint16, np.dtype(np.float32): np.uint32}
 GELU_C = mpmath.mpf("0.044715")  # the constant as written in the definition, exactly
@@ -127,6 +128,7 @@ CASES = [(mode, dtype) for mode in EXACT for dtype in DTYPES]
 
 @pytest.mark.parametrize(("mode", "dtype_name"), CASES)
 def test_forward_math_modes_are_correctly_rounded(mode: str, dtype_name: str) -> None:
+    mp.dps = DIGITS
     dtype = np.dtype(DTYPES[dtype_name])
     x = sample(dtype)
     got = reference(mode, x, dtype_name)
