@@ -128,7 +128,9 @@ def test_a_killed_worker_and_a_stopped_driver_resume_to_the_same_results(site: P
         run_campaign(spec, on_row=stop_after_25)
     results = tmp_path / "campaign-results" / "results.jsonl"
     first = read_rows(results)
-    assert [r["case"] for r in first] == [c.case_id for c in cases[:25]]
+    # Two actors run cases side by side: rows arrive in completion order, not case order.
+    assert len(first) == len({r["case"] for r in first}) == 25
+    assert {r["case"] for r in first} <= {c.case_id for c in cases}
     with open(results, "a") as f:
         f.write('{"case": "torn')  # a write the kill cut short
 
@@ -143,7 +145,8 @@ def test_a_killed_worker_and_a_stopped_driver_resume_to_the_same_results(site: P
     rows = [{r["case"]: r for r in lines}[c.case_id] for c in cases]  # rows arrive in completion order
     assert len(lines) == len(rows) == 72
     assert len({r["run"] for r in lines[25:]}) == 1 and lines[25]["run"] != first[0]["run"]
-    assert rows[crash_at]["worker"] != rows[25]["worker"]  # the crashed case ran again on the restarted worker
+    crashed = {r["case"]: r for r in lines[25:]}[cases[crash_at].case_id]  # it ran in the resumed run
+    assert crashed["worker"] not in {r["worker"] for r in first}  # ... on a worker restarted after the crash
     assert not resumed.errors
 
     # The same results as an undisturbed run: each case judged here, in this process.
