@@ -105,6 +105,7 @@ def summarize(name: str, dtype: str, tolerance: Tolerance, e: Errors) -> Compari
     bad = e.mismatched
     with np.errstate(invalid="ignore", over="ignore"):
         rel_err = np.where(e.finite, e.abs_error / np.maximum(np.abs(e.want), np.finfo(np.float64).tiny), 0.0)
+        ulps = e.abs_error / e.ulp  # a float64 error over a float64 subnormal spacing can overflow to inf
     worst = None
     if e.got.size:
         # A wrong NaN/Inf first, then the largest mismatch, then (all passed) the largest error.
@@ -117,7 +118,7 @@ def summarize(name: str, dtype: str, tolerance: Tolerance, e: Errors) -> Compari
         tolerance=tolerance,
         max_abs_error=float(e.abs_error.max(initial=0.0)),
         max_rel_error=float(rel_err.max(initial=0.0)),
-        max_ulp_error=float((e.abs_error / e.ulp).max(initial=0.0)),
+        max_ulp_error=float(ulps.max(initial=0.0)),
         mismatches=int(np.count_nonzero(bad)),
         size=int(e.got.size),
         worst_index=tuple(int(i) for i in worst) if worst is not None else None,
