@@ -24,6 +24,7 @@ from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.signature_keys import key_for
 from sigdnn.validation import random_inputs, validate
 from sigdnn.validation.compare import Comparison
+from sigdnn.validation.validate import REFERENCE_ONLY
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 
@@ -40,17 +41,14 @@ class ReferenceResult:
 def compute_reference(graph: bytes, seed: int, limits: Limits = DEFAULT_LIMITS) -> ReferenceResult:
     """Random inputs from ``seed`` and the reference's outputs, node by node on the CPU.
 
-    Refuses a plan where a plugin outranks the reference builder: its
-    result would not be the ground truth.
+    Planned with sigdnn's reference builders alone (validation's truth side):
+    a plugin registered beside them never stands in for the ground truth.
     """
     started = time.perf_counter()
     g = deserialize(graph, limits=limits)
     inputs = random_inputs(g, seed)
-    reference = Executor("reference", fusion=False, limits=limits)
+    reference = Executor("reference", fusion=False, limits=limits, registry=REFERENCE_ONLY)
     plan = reference.prepare(g)
-    impostors = [f"{s.name}: {s.builder.name}" for s in plan.steps if s.builder.library != "reference"]
-    if impostors:
-        raise SigdnnError(f"graph '{g.name}': the reference plan runs non-reference builders ({', '.join(impostors)})")
     outputs = {k: np.asarray(v) for k, v in reference.execute(plan, inputs).items()}
     return ReferenceResult(inputs, outputs, time.perf_counter() - started)
 
