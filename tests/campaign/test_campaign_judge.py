@@ -46,7 +46,7 @@ def test_the_reference_result_is_the_seeded_inputs_and_the_reference_outputs() -
         np.testing.assert_array_equal(result.inputs[name], value)
     exact = (want_inputs["in_0"].astype(np.float64) + want_inputs["in_1"].astype(np.float64)).astype(np.float16)
     np.testing.assert_array_equal(result.outputs["out"], exact)
-    assert result.outputs["out"].dtype == np.float16 and result.seconds > 0
+    assert result.outputs["out"].dtype == np.float16 and 0 < result.seconds < 3600  # a duration, not a clock reading
 
 
 class Outranking(PlanBuilder):
@@ -93,7 +93,7 @@ def test_a_failing_case_row_names_the_worst_element(plugin: None) -> None:
     assert row["max_rel_error"] > 0 and row["max_ulp_error"] > 100
     assert row["key"] == "Pointwise[add](f16,f16->f16; f32)" and row["family"] == "pointwise[add]"
     assert row["dtypes"] == ["float16"] and row["shapes"] == {"in_0": [2, 10], "in_1": [2, 10], "out": [2, 10]}
-    assert row["seconds"] > 0 and worst["tolerance"].startswith("atol")
+    assert 0 < row["seconds"] < 3600 and worst["tolerance"].startswith("atol")
 
 
 def test_a_passing_case_has_zero_errors_and_an_engine_that_declines_is_an_error_row(plugin: None) -> None:
@@ -104,6 +104,7 @@ def test_a_passing_case_has_zero_errors_and_an_engine_that_declines_is_an_error_
     assert judge(small, compute_reference(small.graph, small.seed))["verdict"] == PASS
     (declined,) = cases("[[4]]", dtypes='["int32"]')
     row = judge(declined, compute_reference(declined.graph, declined.seed))
+    assert 0 < row["seconds"] < 3600  # an error row still says how long the case took
     assert row["verdict"] == "error" and row["error"].startswith("NoPlanError") and "port in_0 is int32" in row["error"]
     assert "max_abs_error" not in row
 
