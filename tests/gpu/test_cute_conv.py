@@ -9,26 +9,14 @@ without nvidia-cutlass-dsl, or on a device other than sm_90.
 from __future__ import annotations
 
 import pytest
+from cute_skip import skip_unless_sm90
 
 import sigdnn
-from sigdnn.plan_builders.cute.matmul import device_properties, unavailable_reason
 
 pytestmark = pytest.mark.gpu
 
 
-def _skip_reason() -> str | None:
-    reason = unavailable_reason()
-    if reason is not None:
-        return reason
-    capability, _ = device_properties(0)
-    if capability != (9, 0):
-        return f"the CuTe conv needs sm_90, this GPU is sm_{capability[0]}{capability[1]}"
-    return None
-
-
-_REASON = _skip_reason()
-if _REASON is not None:
-    pytest.skip(_REASON, allow_module_level=True)
+skip_unless_sm90("the CuTe conv")
 
 CASES = {
     # name: (x dims, w dims, io dtype, out dtype, conv arguments)

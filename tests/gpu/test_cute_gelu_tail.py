@@ -13,29 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cute_skip import skip_unless_sm90
 
 import sigdnn
 from sigdnn.dtypes import DataType, round_to
-from sigdnn.plan_builders.cute.matmul import device_properties, unavailable_reason
 from sigdnn.validation import compare
 from sigdnn.validation.tolerances import step_tolerance
 
 pytestmark = pytest.mark.gpu
 
 
-def _skip_reason() -> str | None:
-    reason = unavailable_reason()
-    if reason is not None:
-        return reason
-    capability, _ = device_properties(0)
-    if capability != (9, 0):
-        return f"the CuTe GEMM needs sm_90, this GPU is sm_{capability[0]}{capability[1]}"
-    return None
-
-
-_REASON = _skip_reason()
-if _REASON is not None:
-    pytest.skip(_REASON, allow_module_level=True)
+skip_unless_sm90("the CuTe GEMM")
 
 M, K, N = 136, 64, 520  # every row of C holds N grid values; M off the 128 tile
 
