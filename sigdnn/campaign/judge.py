@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import ml_dtypes
 import numpy as np
 
 from sigdnn.campaign.cases import Case, describe
@@ -23,7 +22,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.signature_keys import key_for
 from sigdnn.validation import random_inputs, validate
-from sigdnn.validation.compare import Comparison
+from sigdnn.validation.compare import Comparison, ulp_of
 from sigdnn.validation.validate import REFERENCE_ONLY
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
@@ -122,12 +121,8 @@ def _family(key: Any) -> str:
 
 
 def ulp(values: np.ndarray, dtype: DataType) -> np.ndarray:
-    """The spacing of ``dtype`` at each value (its smallest subnormal at zero and below)."""
-    info = ml_dtypes.finfo(dtype.numpy)
-    magnitude = np.abs(values.astype(np.float64))
-    with np.errstate(divide="ignore"):
-        exponent = np.floor(np.log2(np.maximum(magnitude, float(info.smallest_normal))))
-    return np.maximum(np.exp2(exponent - info.nmant), float(info.smallest_subnormal))
+    """The spacing of ``dtype`` at each value (its smallest subnormal at zero and below): validation's rule."""
+    return ulp_of(values.astype(np.float64), dtype.numpy)
 
 
 def max_ulps(g: Graph, got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> float:
