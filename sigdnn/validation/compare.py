@@ -70,8 +70,18 @@ def ulp_of(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.ldexp(1.0, binade - int(info.nmant))
 
 
-def errors(got: np.ndarray, want: np.ndarray, tolerance: Tolerance, terms: np.ndarray | None = None) -> Errors:
-    """The per-element errors and bounds of ``got`` against ``want`` (``want`` in the output dtype)."""
+def errors(
+    got: np.ndarray,
+    want: np.ndarray,
+    tolerance: Tolerance,
+    terms: np.ndarray | None = None,
+    carried: np.ndarray | None = None,
+) -> Errors:
+    """The per-element errors and bounds of ``got`` against ``want`` (``want`` in the output dtype).
+
+    ``carried``: the absolute error a region's inner nodes bring to each element (when the tolerance has
+    ``inner`` terms); without it ``inner * |want|`` stands in.
+    """
     dtype = np.asarray(want).dtype
     with np.errstate(invalid="ignore", over="ignore"):
         g = np.asarray(got).astype(np.float64)
@@ -85,19 +95,29 @@ def errors(got: np.ndarray, want: np.ndarray, tolerance: Tolerance, terms: np.nd
             bound = tolerance.atol + tolerance.rtol * np.abs(w)
             if terms is not None and tolerance.reduction:
                 bound = bound + tolerance.reduction * np.asarray(terms, dtype=np.float64)
+            if tolerance.inner:
+                inner = tolerance.inner * np.abs(w) if carried is None else np.asarray(carried, dtype=np.float64)
+                bound = bound + inner
         ulp = ulp_of(np.where(finite, w, 0.0), dtype)
     return Errors(g, w, finite, special & ~same_special, abs_err, bound, ulp)
 
 
 def compare(
-    name: str, got: np.ndarray, want: np.ndarray, tolerance: Tolerance, terms: np.ndarray | None = None
+    name: str,
+    got: np.ndarray,
+    want: np.ndarray,
+    tolerance: Tolerance,
+    terms: np.ndarray | None = None,
+    carried: np.ndarray | None = None,
 ) -> Comparison:
     """NaN/Inf must match position for position; integers exactly; floats within tolerance.
 
     ``terms`` is sum(|terms|) per element for a reduction (the reference run
     on absolute inputs); the tolerance's reduction factor scales it.
+    ``carried`` as for ``errors``.
     """
-    return summarize(name, str(np.asarray(want).dtype), tolerance, errors(got, want, tolerance, terms))
+    found = errors(got, want, tolerance, terms, carried)
+    return summarize(name, str(np.asarray(want).dtype), tolerance, found)
 
 
 def summarize(name: str, dtype: str, tolerance: Tolerance, e: Errors) -> Comparison:

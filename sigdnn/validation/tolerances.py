@@ -6,7 +6,13 @@ device's compute-dtype error: a few ulps of the compute dtype for pointwise
 math, and for a reduction of length K a probabilistic accumulation bound
 (Higham & Mary) of ~sqrt(K) ulps of the compute dtype times sum(|terms|),
 as hipDNN's dynamic tolerances grow with the reduction length. A fused
-region's exits add the error terms of the region's other nodes.
+region's exits add the error terms of the region's other nodes: validate
+carries each inner node's error at the inner node's own magnitude through
+the region to the exit (where the region cancels, that is far more than
+the same rtol times the exit's small value); without those carried errors
+their summed rtol times |exit| stands in. A dot product over fp8 operands
+(matmul, conv) also allows the fp8 tensor-core accumulator's share of
+sum(|terms|) (``FP8_ACCUMULATOR_EPS``).
 
 End to end (reported beside it), errors compound along the chain, so the
 output tolerance adds a term per node; it is loose by nature, which is why
@@ -26,6 +32,15 @@ from sigdnn.graph.node import Node
 
 POINTWISE_COMPUTE_ULPS = 4  # f32 transcendentals on GPUs are within a few ulps
 REDUCTION_ULPS_PER_SQRT_K = 4
+# Hopper's fp8 tensor-core instructions add the products of their K slice with about 14 significant bits, not
+# float32's 24, however often partial sums are promoted to float32 (the DeepSeek-V3 report, 3.3.2; on the H200
+# cuBLAS and sigdnn's CuTe GEMM reached 2**-13.2 * sum|a b| at K = 64: benchmarks/results/gpu_cute_2026-12-01.md).
+# A dot product over fp8 operands may therefore be off by this share of sum|terms| besides the float32 bound. It
+# does not grow with K: an accumulation never promoted to float32 ("fast accumulation") can exceed it at large K
+# (3.75e-4 * sum|a b| at K = 8192 on the H200).
+FP8_ACCUMULATOR_EPS = 2.0**-13
+FP8_ACCUMULATOR_ULPS = 2
+FP8 = (DataType.FP8_E4M3, DataType.FP8_E5M2)
 
 
 def epsilon(dtype: DataType) -> float:
@@ -38,18 +53,21 @@ def tiniest(dtype: DataType) -> float:
 
 @attrs.frozen
 class Tolerance:
-    """|got - want| <= atol + rtol * |want| (+ ``reduction`` * sum of |terms| for reductions)."""
+    """|got - want| <= atol + rtol * |want| (+ ``reduction`` * sum of |terms| for reductions)
+    (+ the error carried from a region's inner nodes, whose summed rtol is ``inner``)."""
 
     atol: float
     rtol: float
     exact: bool = False
     reduction: float = 0.0
+    inner: float = 0.0
 
     def __str__(self) -> str:
         if self.exact:
             return "exact"
         extra = f" + {self.reduction:.3g}*sum|terms|" if self.reduction else ""
-        return f"atol {self.atol:.3g} rtol {self.rtol:.3g}{extra}"
+        region = f" + inner nodes' error (rtol {self.inner:.3g})" if self.inner else ""
+        return f"atol {self.atol:.3g} rtol {self.rtol:.3g}{extra}{region}"
 
 
 def reduction_length(graph: Graph, node: Node, uid: int) -> int:
@@ -68,11 +86,21 @@ def node_tolerance(graph: Graph, node: Node, uid: int) -> Tolerance:
     k = reduction_length(graph, node, uid)
     rtol = epsilon(out) + POINTWISE_COMPUTE_ULPS * epsilon(compute)
     reduction = REDUCTION_ULPS_PER_SQRT_K * math.sqrt(k) * epsilon(compute) if k > 1 else 0.0
+    if (
+        k > 1
+        and node.op.dot_products
+        and any(graph.dtype_of(graph.tensors[u]) in FP8 for u in node.op.inputs().values())
+    ):
+        reduction += FP8_ACCUMULATOR_ULPS * FP8_ACCUMULATOR_EPS
     return Tolerance(2 * tiniest(out), rtol, reduction=reduction)
 
 
 def step_tolerance(graph: Graph, nodes: list[Node], uid: int) -> Tolerance:
-    """A step's exit: the producing node's tolerance plus the others' error terms (a region's chain)."""
+    """A step's exit: the producing node's tolerance plus the others' error terms (a region's chain).
+
+    The others' rtol goes in ``inner``: validate replaces ``inner * |want|`` by
+    those nodes' errors carried element by element to the exit.
+    """
     producer = next(n for n in nodes if uid in n.op.outputs().values())
     own = node_tolerance(graph, producer, uid)
     if own.exact or len(nodes) == 1:
@@ -81,8 +109,9 @@ def step_tolerance(graph: Graph, nodes: list[Node], uid: int) -> Tolerance:
     floats = [t for t in others if not t.exact]
     return Tolerance(
         own.atol,
-        own.rtol + sum(t.rtol for t in floats),
+        own.rtol,
         reduction=own.reduction + sum(t.reduction for t in floats),
+        inner=sum(t.rtol for t in floats),
     )
 
 

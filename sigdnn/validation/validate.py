@@ -28,7 +28,7 @@ from sigdnn.registry.registry import Registry
 from sigdnn.runtime.device import ExecutionContext
 from sigdnn.validation.compare import Comparison, Errors, compare, errors, summarize
 from sigdnn.validation.inputs import random_inputs
-from sigdnn.validation.tolerances import Tolerance, output_tolerance, step_tolerance
+from sigdnn.validation.tolerances import Tolerance, node_tolerance, output_tolerance, step_tolerance
 
 # The truth side of every validation: sigdnn's own reference builders only. A CPU plugin registered in the
 # default registry (an entry point, say) must never be validated against itself.
@@ -138,27 +138,105 @@ def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
     return values
 
 
+@attrs.frozen
+class StepReference:
+    """The reference's side of one device step's check.
+
+    ``values``: the exits' reference values. ``sums``: sum(|terms|) per
+    element for each tensor downstream of a linear reduction (matmul, conv)
+    inside the step, carried through elementwise nodes and data movement,
+    so a fused epilogue keeps its GEMM's accumulation bound. ``through``:
+    the same from the graph's inputs on, seeded with the earlier steps'
+    (the end-to-end check of an output downstream of a GEMM in another step
+    needs that GEMM's bound, while the step check must not get it: it starts
+    from the device's own entries). ``carried``: in a fused step, the error
+    the step's other nodes bring to each exit element (see ``_carry_errors``).
+    """
+
+    values: dict[int, np.ndarray]
+    sums: dict[int, np.ndarray]
+    through: dict[int, np.ndarray]
+    carried: dict[int, np.ndarray]
+
+
+def _as_wide(a: np.ndarray) -> np.ndarray:
+    """Floating arrays in float64 (their values exactly), others as they are."""
+    return a.astype(np.float64) if np.issubdtype(a.dtype, np.inexact) or a.dtype.kind == "V" else a
+
+
+def _carry_errors(
+    graph: Graph,
+    node: Node,
+    plan: Any,
+    ins: Mapping[str, np.ndarray],
+    outs: Mapping[str, np.ndarray],
+    errs: dict[int, np.ndarray],
+    carried: dict[int, np.ndarray],
+) -> None:
+    """The error bound of each float output of ``node`` inside a fused step, at its own magnitude.
+
+    ``carried[uid]`` is what the inputs' bounds (``errs``, from the step's
+    earlier nodes; the step's entries come from the device and carry none)
+    do to the output: the reference plan run again with each carrying input
+    moved by its bound either way, the larger change kept, summed over the
+    inputs (first order, exact in the bound for elementwise ops: a tiny exit
+    after cancellation keeps the inner nodes' errors at their own size).
+    Data movement moves the bounds; a linear reduction takes them through
+    its |terms| run. ``errs[uid]`` adds the node's own atol + rtol * |value|.
+    """
+    op = node.op
+    bounds = {p: errs[uid] for p, uid in op.inputs().items() if uid in errs}
+    floats = {p: uid for p, uid in op.outputs().items() if graph.dtype_of(graph.tensors[uid]).is_float}
+    if not floats:
+        return
+    if not bounds:
+        arrived = {p: np.zeros(outs[p].shape) for p in floats}
+    else:
+
+        def run(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            results = {p: np.empty(a.shape) if p in floats else np.empty_like(a) for p, a in outs.items()}
+            plan.execute({**inputs, **results}, ExecutionContext())
+            return {p: results[p] for p in floats}
+
+        wide = {p: _as_wide(a) for p, a in ins.items()}
+        if op.moves_data:
+            arrived = run({p: bounds.get(p, np.zeros(a.shape)) for p, a in ins.items()})
+        elif op.sums_absolute_terms:
+            absolute = {p: np.abs(a) for p, a in wide.items()}
+            arrived = {p: np.zeros(outs[p].shape) for p in floats}
+            for p, bound in bounds.items():
+                for q, value in run({**absolute, p: bound}).items():
+                    arrived[q] = arrived[q] + value
+        else:
+            base = run(wide)
+            arrived = {p: np.zeros(outs[p].shape) for p in floats}
+            for p, bound in bounds.items():
+                moved = [run({**wide, p: wide[p] + sign * bound}) for sign in (1.0, -1.0)]
+                for q in floats:
+                    with np.errstate(invalid="ignore"):
+                        change = np.fmax(np.abs(moved[0][q] - base[q]), np.abs(moved[1][q] - base[q]))
+                    arrived[q] = arrived[q] + np.where(np.isfinite(change), change, 0.0)
+    for p, uid in floats.items():
+        own = node_tolerance(graph, node, uid)
+        carried[uid] = arrived[p]
+        with np.errstate(invalid="ignore", over="ignore"):
+            magnitude = np.abs(np.where(np.isfinite(outs[p]), outs[p], 0).astype(np.float64))
+        errs[uid] = arrived[p] + own.atol + own.rtol * magnitude
+
+
 def _run_reference(
     graph: Graph,
     step: Step,
     plans: Mapping[str, Step],
     seen: Mapping[str, np.ndarray],
     upstream: Mapping[int, np.ndarray],
-) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], dict[int, np.ndarray]]:
-    """The reference's exit values for one device step, fed the entry tensors the device saw.
-
-    Returns (values, sums, through). ``sums`` holds sum(|terms|) per element
-    for each tensor downstream of a linear reduction (matmul, conv) inside
-    the step, carried through elementwise nodes and data movement, so a
-    fused epilogue keeps its GEMM's accumulation bound; the step's check
-    uses it. ``through`` does the same from the graph's inputs on, seeded
-    with ``upstream`` (the earlier steps' ``through``): the end-to-end check
-    of an output downstream of a GEMM in another step needs that GEMM's
-    bound, while the step check must not get it (it starts from the
-    device's own entries).
-    """
+) -> StepReference:
+    """The reference's exit values for one device step, fed the entry tensors the device saw, and their bounds."""
     values: dict[int, np.ndarray] = {}
     sums: dict[int, np.ndarray] = {}
+    errs: dict[int, np.ndarray] = {}
+    arrivals: dict[int, np.ndarray] = {}
+    fused = len(step.nodes) > 1
     through = {uid: upstream[uid] for uid in step.reads if uid in upstream}
 
     def entry(uid: int) -> np.ndarray:
@@ -176,6 +254,8 @@ def _run_reference(
         reference.plan.execute({**ins, **outs}, ExecutionContext())
         for port, uid in op.outputs().items():
             values[uid] = outs[port]
+        if fused:
+            _carry_errors(graph, node, reference.plan, ins, outs, errs, arrivals)
         if op.sums_absolute_terms:
             absolute_outs = {p: np.empty_like(a) for p, a in outs.items()}
             reference.plan.execute({**{p: np.abs(a) for p, a in ins.items()}, **absolute_outs}, ExecutionContext())
@@ -206,7 +286,8 @@ def _run_reference(
                     with np.errstate(invalid="ignore"):
                         scale = np.nanmax(np.abs(np.where(np.isfinite(outs[port]), outs[port], 0).astype(np.float64)))
                     sums[uid] = through[uid] = np.full(outs[port].shape, scale)
-    return {uid: values[uid] for uid in step.writes}, sums, through
+    exits = {uid: values[uid] for uid in step.writes}
+    return StepReference(exits, sums, through, {uid: arrivals[uid] for uid in step.writes if uid in arrivals})
 
 
 def compare_steps(
@@ -228,12 +309,12 @@ def compare_steps(
     sums = {} if sums is None else sums
     checks = []
     for step in device.steps:
-        want, terms, through = _run_reference(graph, step, plans, seen, sums)
-        sums.update(through)
-        for uid, value in want.items():
+        truth = _run_reference(graph, step, plans, seen, sums)
+        sums.update(truth.through)
+        for uid, value in truth.values.items():
             name = graph.tensors[uid].name
             allowed = tolerance or step_tolerance(graph, list(step.nodes), uid)
-            found = errors(seen[name], value, allowed, terms.get(uid))
+            found = errors(seen[name], value, allowed, truth.sums.get(uid), truth.carried.get(uid))
             comparison = summarize(name, str(value.dtype), allowed, found)
             checks.append(NodeCheck(step.name, step.builder.name, comparison, None if comparison.passed else found))
     return tuple(checks)
@@ -250,12 +331,13 @@ def step_judge(
     """
     reference = Executor("reference", fusion=False, registry=REFERENCE_ONLY).prepare(graph)
     step = SimpleNamespace(nodes=tuple(nodes), writes=tuple(writes), reads=())  # nothing upstream to carry
-    want, terms, _ = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, inputs, {})  # type: ignore[arg-type]
+    truth = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, inputs, {})  # type: ignore[arg-type]
 
     def judge(outputs: Mapping[str, np.ndarray]) -> str | None:
-        for uid, value in want.items():
+        for uid, value in truth.values.items():
             name = graph.tensors[uid].name
-            c = compare(name, outputs[name], value, step_tolerance(graph, list(nodes), uid), terms.get(uid))
+            allowed = step_tolerance(graph, list(nodes), uid)
+            c = compare(name, outputs[name], value, allowed, truth.sums.get(uid), truth.carried.get(uid))
             if not c.passed:
                 return (
                     f"{name}: {c.mismatches + c.nan_inf_mismatches} of {c.size} elements outside {c.tolerance} "

@@ -3,7 +3,8 @@
 node:   atol = 2 * smallest subnormal(out), rtol = eps(out) + 4 eps(compute),
         reduction = 4 sqrt(K) eps(compute) when K > 1 terms are accumulated (else 0);
         integer outputs are exact.
-step:   the producer's tolerance plus the rtol and reduction terms of the other float nodes of the region.
+step:   the producer's tolerance plus the reduction terms of the other float nodes of the region; their rtol
+        summed as ``inner`` (validate carries their errors to the exit instead, when it can).
 output: rtol = sum of every float node's rtol + eps(out), reduction = their sum,
         atol = rtol sqrt(max K) / 100 + 2 * smallest subnormal(out).
 """
@@ -141,11 +142,11 @@ def test_step_tolerance_of_a_region_adds_the_other_nodes_terms() -> None:
     e32, e16 = 2.0**-23, 2.0**-10
     assert step_tolerance(g, [exp], y) == node_tolerance(g, exp, y)
     got = step_tolerance(g, [mm, bias, exp], y)
-    rtol = (e32 + 4 * e32) + (e32 + 4 * e16) + (e32 + 4 * e32)
-    assert got == Tolerance(2 * 2.0**-149, rtol, reduction=4 * 4 * e32)
+    inner = (e32 + 4 * e32) + (e32 + 4 * e16)
+    assert got == Tolerance(2 * 2.0**-149, e32 + 4 * e32, reduction=4 * 4 * e32, inner=inner)
     bias_out = bias.op.outputs()["out_0"]
     assert step_tolerance(g, [mm, bias], bias_out) == Tolerance(
-        2 * 2.0**-149, (e32 + 4 * e16) + (e32 + 4 * e32), reduction=4 * 4 * e32
+        2 * 2.0**-149, e32 + 4 * e16, reduction=4 * 4 * e32, inner=e32 + 4 * e32
     )
 
 
@@ -188,6 +189,7 @@ def test_tolerance_text() -> None:
     assert str(Tolerance(0.0, 0.0, exact=True)) == "exact"
     assert str(Tolerance(1e-5, 0.001)) == "atol 1e-05 rtol 0.001"
     assert str(Tolerance(2.5e-7, 1.25e-3, reduction=0.5)) == "atol 2.5e-07 rtol 0.00125 + 0.5*sum|terms|"
+    assert str(Tolerance(1e-5, 0.001, inner=0.002)) == "atol 1e-05 rtol 0.001 + inner nodes' error (rtol 0.002)"
 
 
 def test_an_exact_exit_of_a_region_stays_exact() -> None:

@@ -184,6 +184,10 @@ class Op:
     sums_absolute_terms: ClassVar[bool] = False
     """True when running the op on |inputs| gives sum|terms| per output (linear ops: matmul, conv)."""
 
+    dot_products: ClassVar[bool] = False
+    """True when each output element sums products of two inputs' elements (matmul, conv): the ops tensor cores
+    run, whose fp8 forms accumulate with fewer bits than float32 (validation's fp8 rule)."""
+
     moves_data: ClassVar[bool] = False
     """True when each output element is a copy of one input element (reshape, transpose, slice, concatenate):
     validation moves a per-element error bound with the values by running the op on the bounds."""

@@ -61,6 +61,7 @@ class ConvDgrad(Op):
     dims: tuple[int, ...] = ()  # dx's dims when the caller gives them; () = inferred
 
     sums_absolute_terms: ClassVar[bool] = True
+    dot_products: ClassVar[bool] = True
 
     def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
         return (("spatial_rank", len(self.stride)),)

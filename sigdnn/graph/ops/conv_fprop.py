@@ -55,6 +55,7 @@ class ConvFprop(Op):
     dilation: tuple[int, ...]
 
     sums_absolute_terms: ClassVar[bool] = True
+    dot_products: ClassVar[bool] = True
 
     @property
     def spatial_rank(self) -> int:

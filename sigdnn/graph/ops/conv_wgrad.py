@@ -60,6 +60,7 @@ class ConvWgrad(Op):
     dims: tuple[int, ...] = ()  # dw's dims when the caller gives them; () = inferred
 
     sums_absolute_terms: ClassVar[bool] = True
+    dot_products: ClassVar[bool] = True
 
     def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
         return (("spatial_rank", len(self.stride)),)

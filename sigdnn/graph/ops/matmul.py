@@ -46,6 +46,7 @@ class Matmul(Op):
         return {"c": (*batch, m, n)}
 
     sums_absolute_terms: ClassVar[bool] = True
+    dot_products: ClassVar[bool] = True
 
     def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
         return tensors["a"].dims[-1]
