@@ -215,3 +215,13 @@ def test_an_inf_against_a_finite_value_is_a_special_mismatch_and_specials_count_
     assert (c.max_abs_error, c.max_rel_error) == (0.0, 0.0)  # the finite pair is exact; specials add nothing
     same = compare("f", np.array([np.nan, np.inf, 3.0]), np.array([np.nan, np.inf, 3.0]), TOL)
     assert same.passed and (same.max_abs_error, same.max_rel_error) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(("off", "passes"), [(0.999, True), (1.001, False)])
+def test_without_carried_errors_the_inner_rtol_scales_the_value(off: float, passes: bool) -> None:
+    """A region exit checked without the errors carried to it (a direct compare): inner * |want| stands in."""
+    tolerance = Tolerance(0.0, 1e-3, inner=2e-3)
+    want = np.array([4.0])
+    got = want + off * (1e-3 + 2e-3) * 4.0
+    assert compare("y", got, want, tolerance).passed == passes
+    assert compare("y", got, want, tolerance, carried=np.array([0.0])).passed == (off < 1 / 3)

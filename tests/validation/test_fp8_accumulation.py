@@ -120,3 +120,16 @@ def test_without_the_rule_the_fp8_accumulator_fails(monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize(("k", "slice_"), [(64, 1), (4096, 77)])
 def test_a_dropped_instruction_fails(k: int, slice_: int) -> None:
     assert not check(k, seed=k, skip_slice=slice_)
+
+
+def test_two_terms_are_an_accumulation() -> None:
+    g = graph(2)
+    assert node_tolerance(g, g.nodes[0], g.outputs[0].uid).reduction == 4 * math.sqrt(2) * EPS32 + 2 * 2.0**-13
+
+
+def test_one_fp8_operand_is_enough() -> None:
+    """An fp8 A times a bfloat16 B still runs on the fp8 path's accumulator."""
+    g = sigdnn.Graph("mixed", io_dtype="float32", compute_dtype="float32")
+    a, b = g.tensor("a", (4, 64), dtype="fp8_e4m3"), g.tensor("b", (64, 4), dtype="bfloat16")
+    g.matmul(a, b, name="mm").set_output(True)
+    assert node_tolerance(g, g.nodes[0], g.outputs[0].uid).reduction == 4 * 8 * EPS32 + 2 * 2.0**-13
