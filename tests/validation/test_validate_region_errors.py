@@ -173,3 +173,96 @@ def test_a_flat_stretch_carries_almost_nothing() -> None:
 
     report = run(g, {"a": np.float32([3.0]), "b": np.float32([4.0])}, kernel)
     assert not report.nodes[0].comparison.passed, report.table()
+
+
+EPS16 = 2.0**-10
+ATOL16 = 2 * 2.0**-24
+RTOL16 = EPS16 + 4 * EPS32
+
+
+def off_by(g: sigdnn.Graph, data: dict[str, np.ndarray], exit_value: float, off: float) -> bool:
+    """Does a device whose one-element exit is ``exit_value + off`` (all else exact) pass?"""
+    (out,) = g.outputs
+
+    def kernel(b: dict[str, np.ndarray]) -> None:
+        b[out.name][...] = exit_value + off
+
+    return run(g, data, kernel).nodes[0].comparison.passed
+
+
+def near_zero(tail: str) -> tuple[sigdnn.Graph, dict[str, np.ndarray], float]:
+    """m = a * b + c = 15 + c, just off zero; the exit is ``tail``(m): its bound is the error m carries, E."""
+    g = sigdnn.Graph("kink", io_dtype="float32", compute_dtype="float32")
+    m = g.pointwise("add", g.pointwise("mul", g.tensor("a", (1,)), g.tensor("b", (1,))), g.tensor("c", (1,)))
+    if tail == "min":
+        g.pointwise("min", m, g.scalar("zero", 0.0)).set_output(True)
+    else:
+        g.pointwise(tail, m).set_output(True)
+    step = 2.0**-20  # float32's spacing at 15
+    c = -15.0 - step if tail == "relu_fwd" else -15.0 + step
+    error = (ATOL32 + RTOL32 * 15.0) + ATOL32 + RTOL32 * step  # the product's bound, then the add's own
+    data = {"a": np.float32([3.0]), "b": np.float32([5.0]), "c": np.float32([c])}
+    return g, data, error
+
+
+@pytest.mark.parametrize(("share", "passes"), [(0.99, True), (1.01, False)])
+def test_relu_across_its_kink_carries_the_side_that_moves(share: float, passes: bool) -> None:
+    """m = -2**-20 < 0 < m + E: relu(m + E) - relu(m) = E + m is the carried error; relu(m - E) moves nothing."""
+    g, data, error = near_zero("relu_fwd")
+    bound = ATOL32 + (error - 2.0**-20)
+    assert off_by(g, data, 0.0, share * bound) == passes
+
+
+@pytest.mark.parametrize(("share", "passes"), [(0.99, True), (1.01, False)])
+def test_min_across_zero_carries_the_lower_side(share: float, passes: bool) -> None:
+    """m = 2**-20 > 0 > m - E: min(m - E, 0) - min(m, 0) = m - E; min(m + E, 0) moves nothing."""
+    g, data, error = near_zero("min")
+    bound = ATOL32 + (error - 2.0**-20)
+    assert off_by(g, data, 0.0, -share * bound) == passes
+
+
+@pytest.mark.parametrize(("share", "passes"), [(0.99, True), (1.01, False)])
+def test_a_side_that_leaves_the_domain_is_dropped(share: float, passes: bool) -> None:
+    """sqrt(m - E) is NaN (m - E < 0): only sqrt(m + E) - sqrt(m) is carried, on top of sqrt's own bound."""
+    g, data, error = near_zero("sqrt")
+    m = 2.0**-20
+    want = float(np.float32(math.sqrt(m)))
+    bound = ATOL32 + RTOL32 * want + (math.sqrt(m + error) - math.sqrt(m))
+    assert off_by(g, data, want, share * bound) == passes
+
+
+@pytest.mark.parametrize(("share", "passes"), [(0.99, True), (1.01, False)])
+def test_bounds_are_moved_in_float64_not_in_the_inner_dtype(share: float, passes: bool) -> None:
+    """float16 throughout: t = 3 * 5, u = 2 t, exit u - 30 = 0. u's moved values (30 +- 2 E_t) are taken in
+    float64: float16 (spacing 2**-6 at 30) would round 2 E_t = 0.0293 to 0.03125, 7% over the bound."""
+    g = sigdnn.Graph("f16", io_dtype="float16", compute_dtype="float32", intermediate_dtype="float16")
+    t = g.pointwise("mul", g.tensor("a", (1,)), g.tensor("b", (1,)))
+    u = g.pointwise("mul", t, g.scalar("two", 2.0))
+    g.pointwise("add", u, g.tensor("c", (1,))).set_output(True)
+    bound = ATOL16 + 2 * (ATOL16 + RTOL16 * 15) + ATOL16 + RTOL16 * 30
+    data = {"a": np.float16([3.0]), "b": np.float16([5.0]), "c": np.float16([-30.0])}
+    assert off_by(g, data, 0.0, share * bound) == passes
+
+
+@pytest.mark.parametrize(("share", "passes"), [(0.99, True), (1.01, False)])
+def test_a_matmul_in_a_region_takes_the_bounds_through_its_terms(share: float, passes: bool) -> None:
+    """t = 2 a = [2, 4] (inner), c = t @ [3, -4] = -10 (exit): t's bound moves as E_t @ |b| = 3 E_t0 + 4 E_t1,
+    beside the matmul's own rtol * |c| and its accumulation bound 4 sqrt(2) eps * (|t| @ |b|)."""
+    g = sigdnn.Graph("scaled_mm", io_dtype="float32", compute_dtype="float32")
+    t = g.pointwise("mul", g.tensor("a", (1, 2)), g.scalar("two", 2.0))
+    g.matmul(t, g.tensor("b", (2, 1))).set_output(True)
+    inner = 3 * (ATOL32 + RTOL32 * 2) + 4 * (ATOL32 + RTOL32 * 4)
+    bound = ATOL32 + RTOL32 * 10 + 4 * math.sqrt(2) * EPS32 * 22 + inner
+    data = {"a": np.float32([[1.0, 2.0]]), "b": np.float32([[3.0], [-4.0]])}
+    assert off_by(g, data, -10.0, share * bound) == passes
+
+
+@pytest.mark.parametrize(("subnormals", "passes"), [(15, True), (17, False)])
+def test_zero_inner_values_still_carry_their_atol(subnormals: int, passes: bool) -> None:
+    """t = 2 a = [0, 0]: t carries only its atol (2**-148 each, a GPU flushing subnormals is that far off),
+    which reaches c = t @ [3, -4] = 0 as 7 atol; with c's own atol the bound is 16 float32 subnormals."""
+    g = sigdnn.Graph("zero_mm", io_dtype="float32", compute_dtype="float32")
+    t = g.pointwise("mul", g.tensor("a", (1, 2)), g.scalar("two", 2.0))
+    g.matmul(t, g.tensor("b", (2, 1))).set_output(True)
+    data = {"a": np.float32([[0.0, 0.0]]), "b": np.float32([[3.0], [-4.0]])}
+    assert off_by(g, data, 0.0, subnormals * 2.0**-149) == passes
