@@ -10,36 +10,52 @@ the elementwise pass alone.
 
 from __future__ import annotations
 
+import attrs
+
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders.cutile import channelgen, views
 from sigdnn.plan_builders.cutile.opbase import SPLIT_BLOCKS, CutileOpBuilder, cdiv, pow2
+from sigdnn.plan_builders.cutile.rowgen import KernelHints
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.registry.engine_ids import IN_TREE
 
-TILE = 8192  # elements of one (TA, TK, TB) tile (best of 8192..32768 with float64 partial sums)
+
+@attrs.frozen
+class ChannelConfig:
+    """How one batchnorm direction is cut: elements of a (TA, TK, TB) tile, the partial sums' lanes, cuTile hints."""
+
+    tile: int
+    lanes: str = "float64"  # dtype of each lane's partial sums (``channelgen.partials``)
+    hints: KernelHints = attrs.field(factory=KernelHints)  # of the partial-sum and elementwise passes
+
+
+# Measured on the H200 (benchmarks/gpu_cutile.py): float64 lanes lost beyond 8192 elements (registers).
+TRAINING = ChannelConfig(8192)  # training forward (statistics) and inference
+BACKWARD = ChannelConfig(8192)  # gradients: float64 lanes (dbias = sum dy cancels)
 FINAL_TILE = 1024  # channels per finalize block
 
 
-def tiles(a: int, c: int, b: int) -> tuple[int, int, int]:
-    """(TA, TK, TB): as much of the contiguous B as fits (up to 2048), then channels, then A."""
+def tiles(a: int, c: int, b: int, tile: int) -> tuple[int, int, int]:
+    """(TA, TK, TB): as much of the contiguous B as fits (up to 2048), then channels, then A, ``tile`` in all."""
     tb = min(pow2(b), 2048)
     tk = min(pow2(c), max(1, 4096 // tb))
-    return min(pow2(a), max(1, TILE // (tb * tk))), tk, tb
+    return min(pow2(a), max(1, tile // (tb * tk))), tk, tb
 
 
 class _Layout:
     """The node's x as (A, C, B) with its tiles, and views of its tensors."""
 
-    def __init__(self, node: Node, graph: Graph, x_port: str, like: tuple[str, ...]) -> None:
+    def __init__(self, node: Node, graph: Graph, x_port: str, like: tuple[str, ...], config: ChannelConfig) -> None:
         ports = node.op.ports()
         self.ports = ports
         self.graph = graph
         x = graph.tensors[ports[x_port]]
         self.a, self.c, self.b = views.channels(x)
         views.same_layout(x, [graph.tensors[ports[p]] for p in like if p in ports])
-        self.tile = tiles(self.a, self.c, self.b)
+        self.config = config
+        self.tile = tiles(self.a, self.c, self.b, config.tile)
         self.shape = (cdiv(self.a, self.tile[0]), cdiv(self.c, self.tile[1]), cdiv(self.b, self.tile[2]))
         self.count = self.a * self.b
 
@@ -51,7 +67,7 @@ class _Layout:
 
     def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
         at, kt, bt = self.shape
-        text = channelgen.apply(self.tile, self.shape, grads, wide)
+        text = channelgen.apply(self.tile, self.shape, grads, wide, self.config.hints)
         return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
@@ -60,7 +76,7 @@ class _Layout:
         per = cdiv(at, splits)
         splits = cdiv(at, per)
         sums = [work.take((splits, self.c), "float64") for _ in range(2)]
-        text = channelgen.partials(self.tile, self.a, self.b, per, grads)
+        text = channelgen.partials(self.tile, self.a, self.b, per, grads, self.config.lanes, self.config.hints)
         return Launch(KernelSource("batchnorm_partials", text), (kt, splits), (*args, *sums)), sums
 
     def finalize_tiles(self, splits: int) -> tuple[int, int]:
@@ -74,7 +90,7 @@ class CutileBatchnormInferenceBuilder(CutileOpBuilder):
     ops = ("batchnorm_inference",)
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
-        lay = _Layout(node, graph, "x", ("y",))
+        lay = _Layout(node, graph, "x", ("y",), TRAINING)
         args = [lay.x("x"), *(lay.vector(p) for p in ("mean", "inv_variance", "scale", "bias")), lay.x("y")]
         return [lay.apply(args, grads=False, wide=True)], 0
 
@@ -86,7 +102,7 @@ class CutileBatchnormBuilder(CutileOpBuilder):
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
-        lay = _Layout(node, graph, "x", ("y",))
+        lay = _Layout(node, graph, "x", ("y",), TRAINING)
         if op.momentum is not None and lay.count < 2:
             raise ValueError(f"{lay.count} element per channel: its unbiased running variance is undefined")
         work = Workspace()
@@ -111,7 +127,7 @@ class CutileBatchnormBackwardBuilder(CutileOpBuilder):
     ops = ("batchnorm_backward",)
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
-        lay = _Layout(node, graph, "x", ("dy", "dx"))
+        lay = _Layout(node, graph, "x", ("dy", "dx"), BACKWARD)
         work = Workspace()
         stats = [lay.vector("mean"), lay.vector("inv_variance")]
         first, sums = lay.partials([lay.x("dy"), lay.x("x"), *stats], work, grads=True)

@@ -18,7 +18,7 @@ x is an (A, C, B) array (``views.channels``) walked in (TA, TK, TB) tiles.
 
 from __future__ import annotations
 
-from sigdnn.plan_builders.cutile.rowgen import ZERO, _lit, _module
+from sigdnn.plan_builders.cutile.rowgen import ZERO, KernelHints, _lit, _module
 
 
 def _tile(array: str, t: tuple[int, int, int], index: str, dtype: str = "ct.float32") -> str:
@@ -42,13 +42,29 @@ def _masks(t: tuple[int, int, int], a: int, b: int, a0: str, b0: str) -> list[st
     return [f"mask = {' * '.join(parts)}"] if parts else []
 
 
-def partials(t: tuple[int, int, int], a: int, b: int, per: int, grads: bool) -> str:
-    """Partial sums over A-tiles [split * per, (split + 1) * per) and all of B, per channel."""
+def partials(
+    t: tuple[int, int, int],
+    a: int,
+    b: int,
+    per: int,
+    grads: bool,
+    lanes: str = "float64",
+    hints: KernelHints | None = None,
+) -> str:
+    """Partial sums over A-tiles [split * per, (split + 1) * per) and all of B, per channel.
+
+    Each lane (element of the tile) adds its ``per * B / TB`` values in
+    ``lanes``; the lanes are added in float64. float32 lanes halve the
+    registers of the accumulators (a lane's few float32 roundings stay
+    far below the float64 sum's), float64 lanes keep sums of values that
+    cancel (dy's) exact enough for the gradients.
+    """
     ta, tk, tb = t
     bt = -(-b // tb)
     at = -(-a // ta)
+    acc = f"ct.{lanes}"
     params = ["dy", "x", "mean", "inv", "p0", "p1"] if grads else ["x", "p0", "p1"]
-    body = ["kt = ct.bid(0)", "sp = ct.bid(1)", f"s0 = ct.full({t}, 0.0, dtype=ct.float64)", "s1 = s0"]
+    body = ["kt = ct.bid(0)", "sp = ct.bid(1)", f"s0 = ct.full({t}, 0.0, dtype={acc})", "s1 = s0"]
     if grads:
         body += [f"mu = {_vec('mean', tk, 'kt')}", f"r = {_vec('inv', tk, 'kt')}"]
     else:
@@ -62,8 +78,8 @@ def partials(t: tuple[int, int, int], a: int, b: int, per: int, grads: bool) -> 
     inner = []
     if grads:
         inner += [
-            f"dyt = {_tile('dy', t, '(at, kt, bt)', 'ct.float64')}",
-            f"xh = ct.astype(({_tile('x', t, '(at, kt, bt)')} - mu) * r, ct.float64)",
+            f"dyt = {_tile('dy', t, '(at, kt, bt)', acc)}",
+            f"xh = ct.astype(({_tile('x', t, '(at, kt, bt)')} - mu) * r, {acc})",
             "s0 = s0 + dyt",
             "s1 = s1 + dyt * xh",
         ]
@@ -72,11 +88,12 @@ def partials(t: tuple[int, int, int], a: int, b: int, per: int, grads: bool) -> 
         inner += [*masks, f"d = {_tile('x', t, '(at, kt, bt)')} - p"]
         if masks:
             inner.append("d = d * mask")
-        inner += ["d = ct.astype(d, ct.float64)", "s0 = s0 + d", "s1 = s1 + d * d"]
+        inner += [f"d = ct.astype(d, {acc})", "s0 = s0 + d", "s1 = s1 + d * d"]
     body += [f"            {line}" for line in inner]
     for k in range(2):
-        body.append(f"ct.store(p{k}, index=(sp, kt), tile=ct.reshape(ct.sum(s{k}, axis=(0, 2)), (1, {tk})))")
-    return _module(params, body)
+        total = f"ct.sum(ct.astype(s{k}, ct.float64), axis=(0, 2))"
+        body.append(f"ct.store(p{k}, index=(sp, kt), tile=ct.reshape({total}, (1, {tk})))")
+    return _module(params, body, hints)
 
 
 def _column_sums(ts: int, tk: int) -> list[str]:
@@ -135,7 +152,13 @@ def finalize_grads(tk: int, ts: int, count: int) -> str:
     return _module(params, body)
 
 
-def apply(t: tuple[int, int, int], shape: tuple[int, int, int], grads: bool, wide: bool = False) -> str:
+def apply(
+    t: tuple[int, int, int],
+    shape: tuple[int, int, int],
+    grads: bool,
+    wide: bool = False,
+    hints: KernelHints | None = None,
+) -> str:
     """The elementwise pass over every tile, last tile first; in float64 when ``wide``.
 
     Inference is judged as an elementwise op (a few float32 ulps of y),
@@ -166,4 +189,4 @@ def apply(t: tuple[int, int, int], shape: tuple[int, int, int], grads: bool, wid
             f"out = ({_tile('x', t, 'index', f)} - mu) * a + {_vec('b', tk, 'ki', f)}",
             "ct.store(y, index=index, tile=ct.astype(out, y.dtype))",
         ]
-    return _module(params, body)
+    return _module(params, body, hints)
