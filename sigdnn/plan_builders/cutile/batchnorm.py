@@ -76,7 +76,7 @@ class _Layout:
         per = cdiv(at, splits)
         splits = cdiv(at, per)
         sums = [work.take((splits, self.c), "float64") for _ in range(2)]
-        text = channelgen.partials(self.tile, self.a, self.b, per, grads, self.config.lanes, self.config.hints)
+        text = channelgen.partials(self.tile, self.a, self.b, per, splits, grads, self.config.lanes, self.config.hints)
         return Launch(KernelSource("batchnorm_partials", text), (kt, splits), (*args, *sums)), sums
 
     def finalize_tiles(self, splits: int) -> tuple[int, int]:

@@ -2,8 +2,10 @@
 
 x is an (A, C, B) array (``views.channels``) walked in (TA, TK, TB) tiles.
 
-* ``partials``: grid (C tiles, splits); each block sums its range of A
-  (all of B) per channel into per-lane accumulators and stores one row of
+* ``partials``: grid (C tiles, splits); block ``sp`` sums A-tiles sp,
+  sp + splits, sp + 2 splits, ... (all of B) per channel (so the blocks
+  walk A together, band after band, and the last band read is the top of
+  A) into per-lane accumulators and stores one row of
   an (S, C) partial matrix per sum. Statistics sum d = x - p and d^2 with p
   the channel's first element (a shift that keeps sum(d^2) - sum(d)^2 / M
   from cancelling when |mean| >> std); gradients sum dy and dy * x_hat.
@@ -11,9 +13,9 @@ x is an (A, C, B) array (``views.channels``) walked in (TA, TK, TB) tiles.
   node's per-channel outputs and the float32 coefficients the last pass
   reads (from the workspace).
 * ``apply``: y = (x - mean) * (inv * scale) + bias, or dx = inv * scale *
-  (dy - dbias / M - x_hat * dscale / M); one block per tile, in reverse
-  order of the partial pass, so the tiles read last there (still in L2)
-  are read first here.
+  (dy - dbias / M - x_hat * dscale / M); one block per tile, from the top
+  of A down, so the bands the partial pass read last (still in L2) are
+  read first here.
 """
 
 from __future__ import annotations
@@ -47,11 +49,12 @@ def partials(
     a: int,
     b: int,
     per: int,
+    splits: int,
     grads: bool,
     lanes: str = "float64",
     hints: KernelHints | None = None,
 ) -> str:
-    """Partial sums over A-tiles [split * per, (split + 1) * per) and all of B, per channel.
+    """Partial sums over A-tiles sp + i * splits (i < per) and all of B, per channel.
 
     Each lane (element of the tile) adds its ``per * B / TB`` values in
     ``lanes``; the lanes are added in float64. float32 lanes halve the
@@ -71,7 +74,7 @@ def partials(
         body.append(f"p = {_tile('x', (1, tk, 1), '(0, kt, 0)')}")
     body += [
         f"for i in range({per}):",
-        f"    at = sp * {per} + i",
+        f"    at = i * {splits} + sp",
         f"    if at < {at}:",
         f"        for bt in range({bt}):",
     ]
