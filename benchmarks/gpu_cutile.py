@@ -284,18 +284,19 @@ def diagnostics() -> dict:
 
 
 def bench_tiles(tiles=(1024, 2048, 4096), modes=("identity", "add", "gelu_fwd")) -> list[dict]:
+    """Each mode with every kernel's tile forced to each size (light and heavy modes alike)."""
     from sigdnn.plan_builders.cutile import codegen
 
     rows = []
-    default = codegen.DEFAULT_TILE
+    default = codegen.DEFAULT_TILE, codegen.HEAVY_TILE
     try:
         for tile in tiles:
-            codegen.DEFAULT_TILE = tile
+            codegen.DEFAULT_TILE = codegen.HEAVY_TILE = tile
             for row in bench_modes(list(modes), quiet=True):
                 rows.append({**row, "tile": tile})
                 print(f"tile {tile:5d} {row['mode']:22s} {row['tb_s']:.2f} TB/s", flush=True)
     finally:
-        codegen.DEFAULT_TILE = default
+        codegen.DEFAULT_TILE, codegen.HEAVY_TILE = default
     return rows
 
 
@@ -423,15 +424,22 @@ def norm_variants() -> dict[str, dict[str, object]]:
     def row(tile: int, occupancy: int | None = None, warps: int | None = None) -> RowConfig:
         return RowConfig(tile, KernelHints(occupancy, warps))
 
+    # Round 1 (cuTile's own register choice against occupancy / worker-warp hints), then round 2 around the
+    # winners (configurations the offline compile showed without spills).
     forward = {"32768": row(32768), "32768w8": row(32768, None, 8), "4096o4": row(4096, 4), "8192o4": row(8192, 4),
                "4096o8": row(4096, 8), "4096o2w8": row(4096, 2, 8), "4096o4w8": row(4096, 4, 8),
-               "8192o2w8": row(8192, 2, 8)}  # fmt: skip
+               "8192o2w8": row(8192, 2, 8), "8192o3": row(8192, 3), "8192o5": row(8192, 5), "8192o6": row(8192, 6),
+               "16384o2": row(16384, 2), "16384o3": row(16384, 3)}  # fmt: skip
     backward = {"8192": row(8192), "8192w8": row(8192, None, 8), "4096w8": row(4096, None, 8),
-                "4096o2w8": row(4096, 2, 8)}  # fmt: skip
+                "4096o2w8": row(4096, 2, 8), "4096o3w8": row(4096, 3, 8), "4096o2": row(4096, 2),
+                "8192o1w8": row(8192, 1, 8)}  # fmt: skip
     channels = {"8192f64": ChannelConfig(8192), "8192f32": ChannelConfig(8192, "float32"),
                 "4096f32": ChannelConfig(4096, "float32"), "16384f32": ChannelConfig(16384, "float32"),
                 "8192f32o4": ChannelConfig(8192, "float32", KernelHints(4)),
-                "4096f32o4": ChannelConfig(4096, "float32", KernelHints(4))}  # fmt: skip
+                "4096f32o4": ChannelConfig(4096, "float32", KernelHints(4)),
+                "2048f32o4": ChannelConfig(2048, "float32", KernelHints(4)),
+                "2048f32o8": ChannelConfig(2048, "float32", KernelHints(8)),
+                "4096f32o3": ChannelConfig(4096, "float32", KernelHints(3))}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 
@@ -474,7 +482,7 @@ def bench_norms(variants: str = "") -> list[dict]:
 def bench_matmul(sizes=(4096, 8192), configs: str = "", fused: str = "") -> dict:
     """cuTile matmul (every offered config, or those labelled in ``configs``) and the fused bias + gelu epilogue
     (default config, the fastest measured and those in ``fused``) against torch, bf16, M = N = K."""
-    from sigdnn.plan_builders.cutile.matmul import CONFIGS, CutileMatmulBuilder, default_config
+    from sigdnn.plan_builders.cutile.matmul import CONFIGS, CutileMatmulBuilder
     from sigdnn.registry.contracts import BuildContext
     from sigdnn.runtime.device import ExecutionContext
     from sigdnn.signature_keys import key_for
@@ -520,7 +528,7 @@ def bench_matmul(sizes=(4096, 8192), configs: str = "", fused: str = "") -> dict
         eager_ms = cuda_time(lambda a=a, b=b, bias=bias: torch.nn.functional.gelu(torch.matmul(a, b) + bias), reps=9)
         best = max((r for r in result["configs"] if r["size"] == size), key=lambda r: r["tflops"])
         extra = fused.split(",") if fused else []
-        for label in dict.fromkeys([default_config("native", True).label, best["config"], *extra]):
+        for label in dict.fromkeys([CONFIGS[0].label, best["config"], *extra]):
             fx = sigdnn.Executor("gpu", engine="cutile.matmul")
             fplan = fx.prepare(gf)
             fstep = fplan.steps[0]
@@ -557,6 +565,19 @@ def compile_first(argv: list[str], jobs: int) -> None:
     print(f"compiled in {jobs} processes in {time.perf_counter() - t0:.0f} s (exit codes {codes})", flush=True)
 
 
+def without_json(argv: list[str]) -> list[str]:
+    """The command line without its ``--json PATH`` (compile-only copies write nothing)."""
+    out, drop = [], False
+    for a in argv:
+        if drop:
+            drop = False
+        elif a == "--json":
+            drop = True
+        elif not a.startswith("--json="):
+            out.append(a)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
@@ -580,7 +601,7 @@ def main() -> None:
         Shard.index, Shard.count = map(int, args.compile_shard.split("/"))
         skip |= {"diag", "warm", "host", "fusion", "matmul"}
     elif args.compile_jobs:
-        compile_first([a for a in argv if not a.startswith("--json")], args.compile_jobs)
+        compile_first(without_json(argv), args.compile_jobs)
     modes = args.modes.split(",") if args.modes else [m for m in MODES if m != "gen_index"]
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "argv": argv}
     if "diag" not in skip:

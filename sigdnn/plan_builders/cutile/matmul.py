@@ -59,7 +59,6 @@ CONFIGS = (
     MatmulConfig(64, 128, 64, 8),
 )
 FLOAT32_CONFIGS = (MatmulConfig(128, 128, 32, 8), MatmulConfig(64, 64, 32, 8))
-EPILOGUE_CONFIG = CONFIGS[0]  # default of a 16-bit matmul with a fused epilogue
 
 
 def unavailable_reason() -> str | None:
@@ -183,12 +182,9 @@ class CutileMatmulPlan(NodePlan, RegionPlan):
         self.bind(buffers, context)()
 
 
-def default_config(spec_mma: str, epilogue: bool = False) -> MatmulConfig:
-    """The configuration without measurement: the first of the list for the operands' precision, or
-    EPILOGUE_CONFIG for a 16-bit product with a fused epilogue."""
-    if spec_mma == "float32":
-        return FLOAT32_CONFIGS[0]
-    return EPILOGUE_CONFIG if epilogue else CONFIGS[0]
+def default_config(spec_mma: str) -> MatmulConfig:
+    """The configuration without measurement: the first of the list for the operands' precision."""
+    return (FLOAT32_CONFIGS if spec_mma == "float32" else CONFIGS)[0]
 
 
 class CutileMatmulBuilder(FusionBuilder):
@@ -269,8 +265,7 @@ class CutileMatmulBuilder(FusionBuilder):
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
         """Labels of the configurations worth measuring for this node or region (the default first)."""
         spec, _, _ = self.plan(nodes[0], graph)
-        first = default_config(spec.mma, epilogue=len(nodes) > 1)
-        return [c.label for c in dict.fromkeys((first, *(FLOAT32_CONFIGS if spec.mma == "float32" else CONFIGS)))]
+        return [c.label for c in (FLOAT32_CONFIGS if spec.mma == "float32" else CONFIGS)]
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         self.plan(node, graph)
@@ -285,7 +280,7 @@ class CutileMatmulBuilder(FusionBuilder):
         keys: Callable[[list[int]], list[Any]],
     ) -> CutileMatmulPlan:
         spec, views, uids = self.plan(node, graph, chain)
-        chosen = parse_config(config) if config else default_config(spec.mma, bool(spec.epilogue))
+        chosen = parse_config(config) if config else default_config(spec.mma)
         spec = MatmulSpec(spec.a, spec.b, spec.c, spec.product_dtype, spec.mma, spec.epilogue, chosen)
         grid = (-(-views.m // chosen.tile_m) * -(-views.n // chosen.tile_n), views.batch, 1)
         shapes = [(v.shape, v.strides) for v in (views.a, views.b, views.c)]
