@@ -421,8 +421,8 @@ def norm_variants() -> dict[str, dict[str, object]]:
     from sigdnn.plan_builders.cutile.opbase import RowConfig
     from sigdnn.plan_builders.cutile.rowgen import KernelHints
 
-    def row(tile: int, occupancy: int | None = None, warps: int | None = None) -> RowConfig:
-        return RowConfig(tile, KernelHints(occupancy, warps))
+    def row(tile: int, occupancy: int | None = None, warps: int | None = None, prefetch: bool = False) -> RowConfig:
+        return RowConfig(tile, KernelHints(occupancy, warps), prefetch)
 
     # Round 1 (cuTile's own register choice against occupancy / worker-warp hints), then round 2 around the
     # winners (configurations the offline compile showed without spills).
@@ -432,7 +432,8 @@ def norm_variants() -> dict[str, dict[str, object]]:
                "16384o2": row(16384, 2), "16384o3": row(16384, 3)}  # fmt: skip
     backward = {"8192": row(8192), "8192w8": row(8192, None, 8), "4096w8": row(4096, None, 8),
                 "4096o2w8": row(4096, 2, 8), "4096o3w8": row(4096, 3, 8), "4096o2": row(4096, 2),
-                "8192o1w8": row(8192, 1, 8)}  # fmt: skip
+                "8192o1w8": row(8192, 1, 8), "4096o2w8p": row(4096, 2, 8, True), "4096o2p": row(4096, 2, None, True),
+                "8192o1w8p": row(8192, 1, 8, True), "4096o3w8p": row(4096, 3, 8, True)}  # fmt: skip
     channels = {"8192f64": ChannelConfig(8192), "8192f32": ChannelConfig(8192, "float32"),
                 "4096f32": ChannelConfig(4096, "float32"), "16384f32": ChannelConfig(16384, "float32"),
                 "8192f32o4": ChannelConfig(8192, "float32", KernelHints(4)),
@@ -451,7 +452,7 @@ def _set_config(direction: str, config: object) -> None:
     from sigdnn.plan_builders.cutile import batchnorm, opbase
 
     if direction == "forward":
-        opbase.ROW_FORWARD = config
+        opbase.ROW_FORWARD = opbase.SOFTMAX_FORWARD = config
     elif direction == "backward":
         opbase.ROW_BACKWARD = config
     else:
@@ -465,7 +466,7 @@ def bench_norms(variants: str = "") -> list[dict]:
     rows = [bench_norm(k, "default") for kinds in NORM_KINDS.values() for k in kinds]
     if not variants:
         return [r for r in rows if r]
-    saved = (opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING)
+    saved = (opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD)
     try:
         for direction, configs in norm_variants().items():
             for label, config in configs.items():
@@ -474,8 +475,9 @@ def bench_norms(variants: str = "") -> list[dict]:
                 _set_config(direction, config)
                 rows += [bench_norm(k, label) for k in NORM_KINDS[direction]]
             _set_config(direction, saved[list(NORM_KINDS).index(direction)])
+            opbase.SOFTMAX_FORWARD = saved[3]
     finally:
-        opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING = saved
+        opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD = saved
     return [r for r in rows if r]
 
 

@@ -58,11 +58,15 @@ class _Layout:
         self.a, self.c, self.b = views.channels(x)
         views.same_layout(x, [graph.tensors[ports[p]] for p in like if p in ports])
         self.config = config
-        self.tile = tiles(self.a, self.c, self.b, config.tile)
-        self.shape = (cdiv(self.a, self.tile[0]), cdiv(self.c, self.tile[1]), cdiv(self.b, self.tile[2]))
+        tile = tiles(self.a, self.c, self.b, config.tile)
+        self.shape = (cdiv(self.a, tile[0]), cdiv(self.c, tile[1]), cdiv(self.b, tile[2]))
+        self.flat = self.b == 1  # channels innermost: (A, C) views and tiles (see channelgen)
+        self.tile = tile[:2] if self.flat else tile
         self.count = self.a * self.b
 
     def x(self, port: str) -> Arg:
+        if self.flat:
+            return Arg(port, (self.a, self.c), (self.c, 1))
         return Arg(port, (self.a, self.c, self.b), (self.c * self.b, self.b, 1))
 
     def vector(self, port: str) -> Arg:
@@ -118,7 +122,7 @@ class CutileBatchnormBuilder(CutileOpBuilder):
             args += [
                 lay.vector(p) for p in ("in_running_mean", "in_running_var", "next_running_mean", "next_running_var")
             ]
-        text = channelgen.finalize_stats(tk, ts, lay.count, op.epsilon, op.momentum)
+        text = channelgen.finalize_stats(tk, ts, lay.count, op.epsilon, op.momentum, lay.flat)
         final = Launch(KernelSource("batchnorm_finalize", text), (cdiv(lay.c, tk),), tuple(args))
         last = lay.apply([lay.x("x"), mean, inv, lay.vector("scale"), lay.vector("bias"), lay.x("y")], grads=False)
         return [first, final, last], work.nbytes

@@ -30,7 +30,7 @@ class CutileSoftmaxBuilder(CutileOpBuilder):
             raise ValueError("the softmax axes are empty")
         if m == 0:
             return [], 0
-        config = opbase.ROW_FORWARD
+        config = opbase.SOFTMAX_FORWARD
         tm, tn = row_tiles(m, n, config)
         args = [Arg("x", (m, n), (n, 1)), Arg("y", (m, n), (n, 1))]
         if op.stats is not None:

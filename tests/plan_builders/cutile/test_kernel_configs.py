@@ -25,7 +25,13 @@ CASES = {c[0]: c for c in all_cases()}
 ROW_CASES = ["softmax-float32-33x64", "logsoftmax-bfloat16-5x37", "layernorm-train-float32-33x64",
              "rmsnorm-infer-bias-bfloat16-3x1x256", "layernorm-bwd-float32-33x64", "rmsnorm-bwd-dbias-bfloat16-33x64",
              "layernorm-train-float16-2x9000", "layernorm-bwd-float32-2x9000"]  # fmt: skip
-ROW_CONFIGS = [RowConfig(64), RowConfig(128, KernelHints(occupancy=4)), RowConfig(1024, KernelHints(2, 8))]
+ROW_CONFIGS = [
+    RowConfig(64),
+    RowConfig(128, KernelHints(occupancy=4)),
+    RowConfig(1024, KernelHints(2, 8)),
+    RowConfig(64, prefetch=True),
+    RowConfig(1024, KernelHints(2, 8), prefetch=True),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -45,8 +51,8 @@ def _validate(name: str) -> None:
 )
 @pytest.mark.parametrize("name", ROW_CASES)
 def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, config, name):
-    monkeypatch.setattr(opbase, "ROW_FORWARD", config)
-    monkeypatch.setattr(opbase, "ROW_BACKWARD", config)
+    for direction in ("ROW_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD"):
+        monkeypatch.setattr(opbase, direction, config)
     _validate(name)
 
 
@@ -84,6 +90,14 @@ def test_hints_are_written_into_the_kernel_decorator():
     text = rowgen.norm_forward(64, 2, 64, 1e-5, True, False, (), KernelHints(occupancy=4, num_worker_warps=8))
     assert text.startswith("@ct.kernel(occupancy=4, num_worker_warps=8)\ndef kernel(")
     assert rowgen.norm_forward(64, 2, 64, 1e-5, True, False, ()).startswith("@ct.kernel\ndef kernel(")
+
+
+def test_prefetching_blocks_load_the_next_tile_before_computing_this_one():
+    text = rowgen.norm_backward(64, 2, 64, True, True, prefetch=True)
+    loop = text[text.index("for t in range(bid, tiles, blocks):") :]
+    assert loop.index("xq = ct.load(x, index=(nt, 0)") < loop.index("ct.sum(")
+    assert "nt = min(t + blocks, tiles - 1)" in loop
+    assert "nt =" not in rowgen.norm_backward(64, 2, 64, True, True)
 
 
 def test_forward_row_tiles_follow_the_configuration():
