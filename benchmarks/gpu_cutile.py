@@ -17,10 +17,18 @@ with torch's time for the same work measured beside it:
   replay), against torch eager's per-op time;
 * warm start: a second process running a graph whose kernel the first
   compiled (the disk caches), first-execute time of each;
+* tiles: pointwise modes with every kernel's tile forced to each size;
+* norms: softmax, layernorm, rmsnorm (forward, backward) and batchnorm
+  training at the defaults, then the configurations ``--variants`` names
+  (``norm_variants``: tiles, cuTile hints, batchnorm lanes) side by side,
+  each against torch;
 * matmul: the cuTile GEMM at 4096^3 and 8192^3 bfloat16, every configuration
   it offers to autotune (bound launch on the executor's stream), against
   torch.matmul; then matmul + bias + gelu as one fused region (default and
   fastest config) against torch eager doing the three.
+
+``--compile-jobs N`` first compiles every kernel of the run in N processes
+(cuTile's disk cache keeps them), so the timed run does not wait on tileiras.
 """
 
 from __future__ import annotations
@@ -421,8 +429,8 @@ def norm_variants() -> dict[str, dict[str, object]]:
     from sigdnn.plan_builders.cutile.opbase import RowConfig
     from sigdnn.plan_builders.cutile.rowgen import KernelHints
 
-    def row(tile: int, occupancy: int | None = None, warps: int | None = None, prefetch: bool = False) -> RowConfig:
-        return RowConfig(tile, KernelHints(occupancy, warps), prefetch)
+    def row(tile: int, occupancy: int | None = None, warps: int | None = None) -> RowConfig:
+        return RowConfig(tile, KernelHints(occupancy, warps))
 
     # Round 1 (cuTile's own register choice against occupancy / worker-warp hints), then round 2 around the
     # winners (configurations the offline compile showed without spills).
@@ -432,15 +440,16 @@ def norm_variants() -> dict[str, dict[str, object]]:
                "16384o2": row(16384, 2), "16384o3": row(16384, 3)}  # fmt: skip
     backward = {"8192": row(8192), "8192w8": row(8192, None, 8), "4096w8": row(4096, None, 8),
                 "4096o2w8": row(4096, 2, 8), "4096o3w8": row(4096, 3, 8), "4096o2": row(4096, 2),
-                "8192o1w8": row(8192, 1, 8), "4096o2w8p": row(4096, 2, 8, True), "4096o2p": row(4096, 2, None, True),
-                "8192o1w8p": row(8192, 1, 8, True), "4096o3w8p": row(4096, 3, 8, True)}  # fmt: skip
+                "8192o1w8": row(8192, 1, 8)}  # fmt: skip
     channels = {"8192f64": ChannelConfig(8192), "8192f32": ChannelConfig(8192, "float32"),
                 "4096f32": ChannelConfig(4096, "float32"), "16384f32": ChannelConfig(16384, "float32"),
                 "8192f32o4": ChannelConfig(8192, "float32", KernelHints(4)),
                 "4096f32o4": ChannelConfig(4096, "float32", KernelHints(4)),
                 "2048f32o4": ChannelConfig(2048, "float32", KernelHints(4)),
                 "2048f32o8": ChannelConfig(2048, "float32", KernelHints(8)),
-                "4096f32o3": ChannelConfig(4096, "float32", KernelHints(3))}  # fmt: skip
+                "4096f32o3": ChannelConfig(4096, "float32", KernelHints(3)),
+                "4096f32o4k32": ChannelConfig(4096, "float32", KernelHints(4), final_tile=32),
+                "4096f32o4k64": ChannelConfig(4096, "float32", KernelHints(4), final_tile=64)}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

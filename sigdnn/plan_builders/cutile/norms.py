@@ -76,9 +76,7 @@ def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]
     prefix = "layernorm_backward" if center else "rmsnorm_backward"
     launches = [
         Launch(
-            KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias, config.hints, config.prefetch)),
-            (blocks,),
-            tuple(args),
+            KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias, config.hints)), (blocks,), tuple(args)
         )
     ]
     tc = min(pow2(n), COLUMN_TILE)

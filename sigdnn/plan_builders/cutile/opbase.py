@@ -35,17 +35,16 @@ class RowConfig:
 
     tile: int
     hints: KernelHints = attrs.field(factory=KernelHints)
-    prefetch: bool = False  # persistent backward blocks load their next row tile before computing this one
 
 
 # Tile sizes (elements) and hints, measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md,
 # 16384 x 4096 bf16): forward rows two at a time with registers for 4 blocks per SM (5 for softmax) ran
 # softmax 2.5x, layernorm 1.5x and rmsnorm 1.4x faster than cuTile's own choice (255 registers, 8 rows);
-# backward rows one at a time in 8 worker warps, 2 blocks per SM, each loading its next row while it
-# computes this one.
+# backward rows one at a time in 8 worker warps, 2 blocks per SM, 1.2x (loading the next row before
+# computing this one lost 5-10% there).
 ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4))  # layernorm, rmsnorm
 SOFTMAX_FORWARD = RowConfig(8192, KernelHints(occupancy=5))
-ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8), prefetch=True)
+ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8))
 ROW_MAX = 8192  # longest row held in one tile; longer rows are walked in chunks
 SMS = 132  # H200 SMs
 PERSISTENT_PER_SM = (

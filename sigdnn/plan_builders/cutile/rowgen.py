@@ -18,8 +18,6 @@ partial-sum matrix in the workspace; ``column_sums`` adds those rows.
 
 from __future__ import annotations
 
-import functools
-
 import attrs
 
 ZERO = "padding_mode=ct.PaddingMode.ZERO"
@@ -205,17 +203,12 @@ def softmax_forward(n: int, tm: int, tn: int, log: bool, stats: bool, hints: Ker
     return _module(params, body, hints)
 
 
-def norm_backward(
-    n: int, tm: int, tn: int, center: bool, dbias: bool, hints: KernelHints | None = None, prefetch: bool = False
-) -> str:
+def norm_backward(n: int, tm: int, tn: int, center: bool, dbias: bool, hints: KernelHints | None = None) -> str:
     """dx of layernorm (center) or rmsnorm, and per-block partial dscale (and dbias) rows in ``pds`` / ``pdb``.
 
     With g = dy * scale and x_hat = (x - mean) * inv (mean 0 for rmsnorm):
     dx = inv * (g - mean(g) - x_hat * mean(g * x_hat)), without mean(g) for
     rmsnorm; dscale = sum over rows of dy * x_hat, dbias = sum of dy.
-    ``prefetch`` (rows that fit one tile): a block issues the loads of its
-    next row tile before the arithmetic of this one (the last tile loads
-    itself again), so a block's memory traffic overlaps its reductions.
     """
     params = ["dy", "x", "s", *(["mean"] if center else []), "inv", "dx", "pds", *(["pdb"] if dbias else [])]
     body = [
@@ -225,31 +218,13 @@ def norm_backward(
     ]
     whole = tn >= n
 
-    def x_hat(c: str, masked: bool, x: str | None = None, dy: str | None = None, s: str | None = None) -> list[str]:
-        x = x or _load_rows("x", tm, tn, c, "t")
-        lines = [f"xh = ({x}{' - mu' if center else ''}) * r"]
+    def x_hat(c: str, masked: bool) -> list[str]:
+        lines = [f"xh = ({_load_rows('x', tm, tn, c, 't')}{' - mu' if center else ''}) * r"]
         if masked and center:
             lines.append(f"xh = xh * {_mask(tn, c, n)}")
-        return [*lines, f"dyt = {dy or _load_rows('dy', tm, tn, c, 't')}", f"g = dyt * {s or _load_vector('s', tn, c)}"]
+        return [*lines, f"dyt = {_load_rows('dy', tm, tn, c, 't')}", f"g = dyt * {_load_vector('s', tn, c)}"]
 
     stats = ([f"mu = {_load_stat('mean', tm, 't')}"] if center else []) + [f"r = {_load_stat('inv', tm, 't')}"]
-    if prefetch and tn >= n:
-        # q: the loads in flight (raw dtypes, converted where used); c: the tile being computed.
-        ports = [
-            ("x", "xq", "row"),
-            ("dy", "dq", "row"),
-            *([("mean", "mq", "stat")] if center else []),
-            ("inv", "rq", "stat"),
-        ]
-        loads = {q: (f"ct.load({a}, index=({{row}}, 0), shape=({tm}, {tn}), {ZERO})" if kind == "row"
-                     else f"ct.load({a}, index=({{row}},), shape=({tm},), {ZERO})") for a, q, kind in ports}  # fmt: skip
-        body += [f"{q} = {load.format(row='bid')}" for q, load in loads.items()]
-        turn = ["nt = min(t + blocks, tiles - 1)"]
-        turn += [f"{q[0]}c = {q}" for q in loads] + [f"{q} = {load.format(row='nt')}" for q, load in loads.items()]
-        stats = [*turn, *([f"mu = ct.reshape(ct.astype(mc, ct.float32), ({tm}, 1))"] if center else [])]
-        stats.append(f"r = ct.reshape(ct.astype(rc, ct.float32), ({tm}, 1))")
-        body.append(f"sv = {_load_vector('s', tn, '0')}")  # the scale row, loaded once per block
-        x_hat = functools.partial(x_hat, x="ct.astype(xc, ct.float32)", dy="ct.astype(dc, ct.float32)", s="sv")
     dx = "(g - c1 - xh * c2) * r" if center else "(g - xh * c2) * r"
     if whole:
         body.append(f"ads = ct.full((1, {tn}), 0.0, dtype=ct.float32)")
