@@ -17,10 +17,18 @@ with torch's time for the same work measured beside it:
   replay), against torch eager's per-op time;
 * warm start: a second process running a graph whose kernel the first
   compiled (the disk caches), first-execute time of each;
+* tiles: pointwise modes with every kernel's tile forced to each size;
+* norms: softmax, layernorm, rmsnorm (forward, backward) and batchnorm
+  training at the defaults, then the configurations ``--variants`` names
+  (``norm_variants``: tiles, cuTile hints, batchnorm lanes) side by side,
+  each against torch;
 * matmul: the cuTile GEMM at 4096^3 and 8192^3 bfloat16, every configuration
   it offers to autotune (bound launch on the executor's stream), against
   torch.matmul; then matmul + bias + gelu as one fused region (default and
   fastest config) against torch eager doing the three.
+
+``--compile-jobs N`` first compiles every kernel of the run in N processes
+(cuTile's disk cache keeps them), so the timed run does not wait on tileiras.
 """
 
 from __future__ import annotations
@@ -43,6 +51,29 @@ from sigdnn.graph.ops.pointwise import MODES
 
 N = 1 << 27  # 256 MiB of bfloat16
 POSITIVE = {"sqrt", "rsqrt", "log", "pow"}
+
+
+class Shard:
+    """``--compile-shard i/n``: this process only compiles (first execute, no timing) every n-th measurement from i.
+
+    The parent starts n such processes first (``--compile-jobs n``): cuTile compiles each kernel on its first
+    launch and keeps the cubin in its disk cache, so the timed run then finds every variant compiled.
+    """
+
+    index, count, seen = 0, 0, 0
+
+    @classmethod
+    def skip(cls) -> bool:
+        """Whether this process leaves the next measurement out (compile-only processes: all but their share)."""
+        if not cls.count:
+            return False
+        mine = cls.seen % cls.count == cls.index
+        cls.seen += 1
+        return not mine
+
+    @classmethod
+    def compile_only(cls) -> bool:
+        return cls.count > 0
 
 
 def on_stream(executor):
@@ -90,11 +121,13 @@ def torch_op(mode: str):
 def bench_modes(modes: list[str], quiet: bool = False) -> list[dict]:
     rows = []
     x = torch.empty(N, device="cuda", dtype=torch.bfloat16).uniform_(-2, 2)
-    copy_ms = cuda_time(lambda: x.clone())
+    copy_ms = cuda_time(lambda: x.clone(), reps=3 if Shard.compile_only() else 20)
     copy_tbs = 2 * N * 2 / copy_ms / 1e9
-    if not quiet:
+    if not quiet and not Shard.compile_only():
         print(f"torch copy: {copy_tbs:.2f} TB/s", flush=True)
     for mode in modes:
+        if Shard.skip():
+            continue
         arity = MODES[mode].arity
         g = sigdnn.Graph(mode, io_dtype="bfloat16", compute_dtype="float32")
         ins = [g.tensor(f"x{k}", dims=(N,)) for k in range(arity)]
@@ -110,6 +143,8 @@ def bench_modes(modes: list[str], quiet: bool = False) -> list[dict]:
         t0 = time.perf_counter()
         ex.execute(plan, pack, to_host=False)
         first_s = time.perf_counter() - t0
+        if Shard.compile_only():
+            continue
         execute_ms = cuda_time(lambda ex=ex, plan=plan, pack=pack: ex.execute(plan, pack, to_host=False))
         # The kernel as the GPU sees it: its bound launch enqueued 10 times back to back (as torch's ops are
         # timed); execute() adds its host work and a synchronize, which leave the GPU idle in between.
@@ -256,19 +291,20 @@ def diagnostics() -> dict:
     return {"constraints": repr(constraints)}
 
 
-def bench_tiles(tiles=(512, 1024, 2048, 4096), modes=("identity", "add", "gelu_fwd")) -> list[dict]:
+def bench_tiles(tiles=(1024, 2048, 4096), modes=("identity", "add", "gelu_fwd")) -> list[dict]:
+    """Each mode with every kernel's tile forced to each size (light and heavy modes alike)."""
     from sigdnn.plan_builders.cutile import codegen
 
     rows = []
-    default = codegen.DEFAULT_TILE
+    default = codegen.DEFAULT_TILE, codegen.HEAVY_TILE
     try:
         for tile in tiles:
-            codegen.DEFAULT_TILE = tile
+            codegen.DEFAULT_TILE = codegen.HEAVY_TILE = tile
             for row in bench_modes(list(modes), quiet=True):
                 rows.append({**row, "tile": tile})
-                print(f"tile {tile:5d} {row['mode']:10s} {row['tb_s']:.2f} TB/s", flush=True)
+                print(f"tile {tile:5d} {row['mode']:22s} {row['tb_s']:.2f} TB/s", flush=True)
     finally:
-        codegen.DEFAULT_TILE = default
+        codegen.DEFAULT_TILE, codegen.HEAVY_TILE = default
     return rows
 
 
@@ -353,7 +389,9 @@ def _norm_inputs(g: sigdnn.Graph, kind: str) -> dict:
     return data
 
 
-def bench_norm(kind: str, label: str = "") -> dict:
+def bench_norm(kind: str, label: str = "") -> dict | None:
+    if Shard.skip():
+        return None
     g = _norm_graph(kind)
     data = _norm_inputs(g, kind)
     ex = sigdnn.Executor("gpu")
@@ -370,6 +408,8 @@ def bench_norm(kind: str, label: str = "") -> dict:
     t0 = time.perf_counter()
     ex.execute(plan, pack, to_host=False)
     first_s = time.perf_counter() - t0
+    if Shard.compile_only():
+        return None
     (launch,) = ex.memory.bound(plan, False)._launches
     with on_stream(ex):
         ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
@@ -383,34 +423,76 @@ def bench_norm(kind: str, label: str = "") -> dict:
     return row
 
 
-def bench_norms(sweep: bool = True) -> list[dict]:
-    """Each op at the default tiles, then (``sweep``) the tile / block counts the defaults were chosen from."""
+def norm_variants() -> dict[str, dict[str, object]]:
+    """Configurations compared side by side: label -> config, per direction (forward / backward rows, batchnorm)."""
+    from sigdnn.plan_builders.cutile.batchnorm import ChannelConfig
+    from sigdnn.plan_builders.cutile.opbase import RowConfig
+    from sigdnn.plan_builders.cutile.rowgen import KernelHints
+
+    def row(tile: int, occupancy: int | None = None, warps: int | None = None) -> RowConfig:
+        return RowConfig(tile, KernelHints(occupancy, warps))
+
+    # Round 1 (cuTile's own register choice against occupancy / worker-warp hints), then round 2 around the
+    # winners (configurations the offline compile showed without spills).
+    forward = {"32768": row(32768), "32768w8": row(32768, None, 8), "4096o4": row(4096, 4), "8192o4": row(8192, 4),
+               "4096o8": row(4096, 8), "4096o2w8": row(4096, 2, 8), "4096o4w8": row(4096, 4, 8),
+               "8192o2w8": row(8192, 2, 8), "8192o3": row(8192, 3), "8192o5": row(8192, 5), "8192o6": row(8192, 6),
+               "16384o2": row(16384, 2), "16384o3": row(16384, 3)}  # fmt: skip
+    backward = {"8192": row(8192), "8192w8": row(8192, None, 8), "4096w8": row(4096, None, 8),
+                "4096o2w8": row(4096, 2, 8), "4096o3w8": row(4096, 3, 8), "4096o2": row(4096, 2),
+                "8192o1w8": row(8192, 1, 8)}  # fmt: skip
+    channels = {"8192f64": ChannelConfig(8192), "8192f32": ChannelConfig(8192, "float32"),
+                "4096f32": ChannelConfig(4096, "float32"), "16384f32": ChannelConfig(16384, "float32"),
+                "8192f32o4": ChannelConfig(8192, "float32", KernelHints(4)),
+                "4096f32o4": ChannelConfig(4096, "float32", KernelHints(4)),
+                "2048f32o4": ChannelConfig(2048, "float32", KernelHints(4)),
+                "2048f32o8": ChannelConfig(2048, "float32", KernelHints(8)),
+                "4096f32o3": ChannelConfig(4096, "float32", KernelHints(3)),
+                "4096f32o4k32": ChannelConfig(4096, "float32", KernelHints(4), final_tile=32),
+                "4096f32o4k64": ChannelConfig(4096, "float32", KernelHints(4), final_tile=64)}  # fmt: skip
+    return {"forward": forward, "backward": backward, "batchnorm": channels}
+
+
+NORM_KINDS = {"forward": ("softmax", "layernorm", "rmsnorm"), "backward": ("layernorm_backward", "rmsnorm_backward"),
+              "batchnorm": ("batchnorm",)}  # fmt: skip
+
+
+def _set_config(direction: str, config: object) -> None:
     from sigdnn.plan_builders.cutile import batchnorm, opbase
 
-    kinds = ["softmax", "layernorm", "rmsnorm", "layernorm_backward", "rmsnorm_backward", "batchnorm"]
-    rows = [bench_norm(k, "default") for k in kinds]
-    if not sweep:
-        return rows
-    saved = (opbase.ROW_TILE, opbase.ROW_TILE_BACKWARD, batchnorm.TILE)
+    if direction == "forward":
+        opbase.ROW_FORWARD = opbase.SOFTMAX_FORWARD = config
+    elif direction == "backward":
+        opbase.ROW_BACKWARD = config
+    else:
+        batchnorm.TRAINING = config
+
+
+def bench_norms(variants: str = "") -> list[dict]:
+    """Each op at the default configuration, then (``variants``: comma-separated labels, or "all") the others."""
+    from sigdnn.plan_builders.cutile import batchnorm, opbase
+
+    rows = [bench_norm(k, "default") for kinds in NORM_KINDS.values() for k in kinds]
+    if not variants:
+        return [r for r in rows if r]
+    saved = (opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD)
     try:
-        for tile in (8192, 16384):
-            opbase.ROW_TILE = tile
-            rows += [bench_norm(k, f"ROW_TILE={tile}") for k in ("softmax", "layernorm", "rmsnorm")]
-        opbase.ROW_TILE = saved[0]
-        for tile in (4096, 16384):
-            opbase.ROW_TILE_BACKWARD = tile
-            rows += [bench_norm(k, f"ROW_TILE_BACKWARD={tile}") for k in ("layernorm_backward", "rmsnorm_backward")]
-        opbase.ROW_TILE_BACKWARD = saved[1]
-        for tile in (4096, 16384):
-            batchnorm.TILE = tile
-            rows.append(bench_norm("batchnorm", f"TILE={tile}"))
+        for direction, configs in norm_variants().items():
+            for label, config in configs.items():
+                if variants != "all" and label not in variants.split(","):
+                    continue
+                _set_config(direction, config)
+                rows += [bench_norm(k, label) for k in NORM_KINDS[direction]]
+            _set_config(direction, saved[list(NORM_KINDS).index(direction)])
+            opbase.SOFTMAX_FORWARD = saved[3]
     finally:
-        opbase.ROW_TILE, opbase.ROW_TILE_BACKWARD, batchnorm.TILE = saved
-    return rows
+        opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD = saved
+    return [r for r in rows if r]
 
 
-def bench_matmul(sizes=(4096, 8192)) -> dict:
-    """cuTile matmul (every offered config, and the fused bias + gelu epilogue) against torch, bf16, M = N = K."""
+def bench_matmul(sizes=(4096, 8192), configs: str = "", fused: str = "") -> dict:
+    """cuTile matmul (every offered config, or those labelled in ``configs``) and the fused bias + gelu epilogue
+    (default config, the fastest measured and those in ``fused``) against torch, bf16, M = N = K."""
     from sigdnn.plan_builders.cutile.matmul import CONFIGS, CutileMatmulBuilder
     from sigdnn.registry.contracts import BuildContext
     from sigdnn.runtime.device import ExecutionContext
@@ -434,6 +516,8 @@ def bench_matmul(sizes=(4096, 8192)) -> dict:
         buffers = {"a": wrap(a), "b": wrap(b), "c": wrap(c)}
         context = ExecutionContext(device, ex.memory.context.stream_handle, None)
         for config in CONFIGS:
+            if configs and config.label not in configs.split(","):
+                continue
             t0 = time.perf_counter()
             plan = builder.build(g.nodes[0], g, BuildContext(key_for(g.nodes[0], g), device, g, config.label))
             launch = plan.bind(buffers, context)
@@ -454,7 +538,8 @@ def bench_matmul(sizes=(4096, 8192)) -> dict:
         gf.pointwise("gelu_fwd", gf.pointwise("add", y, gf.tensor("bias", (1, size)))).set_output(True).set_name("y")
         eager_ms = cuda_time(lambda a=a, b=b, bias=bias: torch.nn.functional.gelu(torch.matmul(a, b) + bias), reps=9)
         best = max((r for r in result["configs"] if r["size"] == size), key=lambda r: r["tflops"])
-        for label in dict.fromkeys([CONFIGS[0].label, best["config"]]):
+        extra = fused.split(",") if fused else []
+        for label in dict.fromkeys([CONFIGS[0].label, best["config"], *extra]):
             fx = sigdnn.Executor("gpu", engine="cutile.matmul")
             fplan = fx.prepare(gf)
             fstep = fplan.steps[0]
@@ -479,20 +564,57 @@ def bench_matmul(sizes=(4096, 8192)) -> dict:
     return result
 
 
+PARTS = ("diag", "warm", "host", "fusion", "modes", "tiles", "norms", "matmul")
+
+
+def compile_first(argv: list[str], jobs: int) -> None:
+    """Run ``jobs`` compile-only copies of this command (each a share of the measurements), and wait for them."""
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, __file__, *argv, "--compile-shard", f"{i}/{jobs}"],
+                              stdout=subprocess.DEVNULL) for i in range(jobs)]  # fmt: skip
+    codes = [p.wait() for p in procs]
+    print(f"compiled in {jobs} processes in {time.perf_counter() - t0:.0f} s (exit codes {codes})", flush=True)
+
+
+def without_json(argv: list[str]) -> list[str]:
+    """The command line without its ``--json PATH`` (compile-only copies write nothing)."""
+    out, drop = [], False
+    for a in argv:
+        if drop:
+            drop = False
+        elif a == "--json":
+            drop = True
+        elif not a.startswith("--json="):
+            out.append(a)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--modes", help="comma-separated modes (default: all)")
-    parser.add_argument(
-        "--skip", default="", help="comma-separated parts to skip: diag,warm,host,fusion,modes,tiles,norms,matmul"
-    )
+    parser.add_argument("--skip", default="", help=f"comma-separated parts to skip: {','.join(PARTS)}")
     parser.add_argument("--only", default="", help="comma-separated parts to run (default: all not skipped)")
+    parser.add_argument("--variants", default="", help="norms: configuration labels beside the defaults, or 'all'")
+    parser.add_argument("--tile-modes", default="identity,add,gelu_fwd", help="tiles: the modes swept")
+    parser.add_argument("--tiles", default="1024,2048,4096", help="tiles: the pointwise tile sizes swept")
+    parser.add_argument("--mm-sizes", default="4096,8192")
+    parser.add_argument("--mm-configs", default="", help="matmul: config labels measured (default: all offered)")
+    parser.add_argument("--mm-fused", default="", help="matmul: config labels also measured as the fused region")
+    parser.add_argument("--compile-jobs", type=int, default=0, help="compile the kernels in this many processes first")
+    parser.add_argument("--compile-shard", default="", help=argparse.SUPPRESS)
+    argv = sys.argv[1:]
     args = parser.parse_args()
     skip = set(args.skip.split(","))
     if args.only:
-        skip = {"diag", "warm", "host", "fusion", "modes", "tiles", "norms", "matmul"} - set(args.only.split(","))
+        skip = set(PARTS) - set(args.only.split(","))
+    if args.compile_shard:
+        Shard.index, Shard.count = map(int, args.compile_shard.split("/"))
+        skip |= {"diag", "warm", "host", "fusion", "matmul"}
+    elif args.compile_jobs:
+        compile_first(without_json(argv), args.compile_jobs)
     modes = args.modes.split(",") if args.modes else [m for m in MODES if m != "gen_index"]
-    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "argv": argv}
     if "diag" not in skip:
         result["diagnostics"] = diagnostics()
     if "warm" not in skip:
@@ -504,12 +626,13 @@ def main() -> None:
     if "modes" not in skip:
         result["modes"] = bench_modes(modes)
     if "tiles" not in skip:
-        result["tiles"] = bench_tiles()
+        result["tiles"] = bench_tiles(tuple(map(int, args.tiles.split(","))), tuple(args.tile_modes.split(",")))
     if "norms" not in skip:
-        result["norms"] = bench_norms()
+        result["norms"] = bench_norms(args.variants)
     if "matmul" not in skip:
-        result["matmul"] = bench_matmul()
-    if args.json:
+        sizes = tuple(map(int, args.mm_sizes.split(",")))
+        result["matmul"] = bench_matmul(sizes, args.mm_configs, args.mm_fused)
+    if args.json and not args.compile_shard:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.gpu
 
 FLOAT_MODES = [m for m in MODES if m != "gen_index"]
 POSITIVE_ONLY = {"sqrt", "rsqrt", "log", "pow"}
-N = 100003  # 98 blocks of 1024 and a partial one
+N = 100003  # whole tiles (1024 or, for heavy modes, 2048 elements) and a partial one
 
 
 def single(mode: str, io_dtype: str, dims=(N,), compute: str = "float32", **params) -> sigdnn.Graph:
@@ -151,7 +151,7 @@ LAYOUTS = [
     ((1000,), None, (1,), None),  # scalar-like
     ((6, 1025), None, (1025,), None),  # rank-padded row
     ((65, 33), None, (65, 33), (1, 65)),  # transposed
-    ((3, 1024), None, (1, 1024), None),  # whole tiles only
+    ((4, 1024), None, (1, 1024), None),  # whole tiles only (of 1024 and of 2048)
 ]
 
 

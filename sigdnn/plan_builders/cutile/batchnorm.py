@@ -10,40 +10,63 @@ the elementwise pass alone.
 
 from __future__ import annotations
 
+import attrs
+
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders.cutile import channelgen, views
 from sigdnn.plan_builders.cutile.opbase import SPLIT_BLOCKS, CutileOpBuilder, cdiv, pow2
+from sigdnn.plan_builders.cutile.rowgen import KernelHints
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.registry.engine_ids import IN_TREE
 
-TILE = 8192  # elements of one (TA, TK, TB) tile (best of 8192..32768 with float64 partial sums)
-FINAL_TILE = 1024  # channels per finalize block
+
+@attrs.frozen
+class ChannelConfig:
+    """How one batchnorm direction is cut: elements of a (TA, TK, TB) tile, the partial sums' lanes, cuTile hints."""
+
+    tile: int
+    lanes: str = "float64"  # dtype of each lane's partial sums (``channelgen.partials``)
+    hints: KernelHints = attrs.field(factory=KernelHints)  # of the partial-sum and elementwise passes
+    final_tile: int = 1024  # channels per finalize block (C <= this: one block adds every partial row)
 
 
-def tiles(a: int, c: int, b: int) -> tuple[int, int, int]:
-    """(TA, TK, TB): as much of the contiguous B as fits (up to 2048), then channels, then A."""
+# Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
+# statistics in float32 lanes over 4096-element tiles with registers for 4 blocks per SM ran 1.47x faster
+# than float64 lanes over 8192 elements (1.69 against 1.15 TB/s); float64 lanes lost beyond 8192 (registers).
+TRAINING = ChannelConfig(4096, "float32", KernelHints(occupancy=4))  # training forward (statistics)
+INFERENCE = ChannelConfig(8192)  # the elementwise pass alone
+BACKWARD = ChannelConfig(8192)  # gradients: float64 lanes (dbias = sum dy cancels)
+
+
+def tiles(a: int, c: int, b: int, tile: int) -> tuple[int, int, int]:
+    """(TA, TK, TB): as much of the contiguous B as fits (up to 2048), then channels, then A, ``tile`` in all."""
     tb = min(pow2(b), 2048)
     tk = min(pow2(c), max(1, 4096 // tb))
-    return min(pow2(a), max(1, TILE // (tb * tk))), tk, tb
+    return min(pow2(a), max(1, tile // (tb * tk))), tk, tb
 
 
 class _Layout:
     """The node's x as (A, C, B) with its tiles, and views of its tensors."""
 
-    def __init__(self, node: Node, graph: Graph, x_port: str, like: tuple[str, ...]) -> None:
+    def __init__(self, node: Node, graph: Graph, x_port: str, like: tuple[str, ...], config: ChannelConfig) -> None:
         ports = node.op.ports()
         self.ports = ports
         self.graph = graph
         x = graph.tensors[ports[x_port]]
         self.a, self.c, self.b = views.channels(x)
         views.same_layout(x, [graph.tensors[ports[p]] for p in like if p in ports])
-        self.tile = tiles(self.a, self.c, self.b)
-        self.shape = (cdiv(self.a, self.tile[0]), cdiv(self.c, self.tile[1]), cdiv(self.b, self.tile[2]))
+        self.config = config
+        tile = tiles(self.a, self.c, self.b, config.tile)
+        self.shape = (cdiv(self.a, tile[0]), cdiv(self.c, tile[1]), cdiv(self.b, tile[2]))
+        self.flat = self.b == 1  # channels innermost: (A, C) views and tiles (see channelgen)
+        self.tile = tile[:2] if self.flat else tile
         self.count = self.a * self.b
 
     def x(self, port: str) -> Arg:
+        if self.flat:
+            return Arg(port, (self.a, self.c), (self.c, 1))
         return Arg(port, (self.a, self.c, self.b), (self.c * self.b, self.b, 1))
 
     def vector(self, port: str) -> Arg:
@@ -51,7 +74,7 @@ class _Layout:
 
     def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
         at, kt, bt = self.shape
-        text = channelgen.apply(self.tile, self.shape, grads, wide)
+        text = channelgen.apply(self.tile, self.shape, grads, wide, self.config.hints)
         return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
@@ -60,11 +83,11 @@ class _Layout:
         per = cdiv(at, splits)
         splits = cdiv(at, per)
         sums = [work.take((splits, self.c), "float64") for _ in range(2)]
-        text = channelgen.partials(self.tile, self.a, self.b, per, grads)
+        text = channelgen.partials(self.tile, self.a, self.b, per, splits, grads, self.config.lanes, self.config.hints)
         return Launch(KernelSource("batchnorm_partials", text), (kt, splits), (*args, *sums)), sums
 
     def finalize_tiles(self, splits: int) -> tuple[int, int]:
-        tk = min(pow2(self.c), FINAL_TILE)
+        tk = min(pow2(self.c), self.config.final_tile)
         return tk, min(pow2(splits), max(1, 4096 // tk))
 
 
@@ -74,7 +97,7 @@ class CutileBatchnormInferenceBuilder(CutileOpBuilder):
     ops = ("batchnorm_inference",)
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
-        lay = _Layout(node, graph, "x", ("y",))
+        lay = _Layout(node, graph, "x", ("y",), INFERENCE)
         args = [lay.x("x"), *(lay.vector(p) for p in ("mean", "inv_variance", "scale", "bias")), lay.x("y")]
         return [lay.apply(args, grads=False, wide=True)], 0
 
@@ -86,7 +109,7 @@ class CutileBatchnormBuilder(CutileOpBuilder):
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
-        lay = _Layout(node, graph, "x", ("y",))
+        lay = _Layout(node, graph, "x", ("y",), TRAINING)
         if op.momentum is not None and lay.count < 2:
             raise ValueError(f"{lay.count} element per channel: its unbiased running variance is undefined")
         work = Workspace()
@@ -99,7 +122,7 @@ class CutileBatchnormBuilder(CutileOpBuilder):
             args += [
                 lay.vector(p) for p in ("in_running_mean", "in_running_var", "next_running_mean", "next_running_var")
             ]
-        text = channelgen.finalize_stats(tk, ts, lay.count, op.epsilon, op.momentum)
+        text = channelgen.finalize_stats(tk, ts, lay.count, op.epsilon, op.momentum, lay.flat)
         final = Launch(KernelSource("batchnorm_finalize", text), (cdiv(lay.c, tk),), tuple(args))
         last = lay.apply([lay.x("x"), mean, inv, lay.vector("scale"), lay.vector("bias"), lay.x("y")], grads=False)
         return [first, final, last], work.nbytes
@@ -111,7 +134,7 @@ class CutileBatchnormBackwardBuilder(CutileOpBuilder):
     ops = ("batchnorm_backward",)
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
-        lay = _Layout(node, graph, "x", ("dy", "dx"))
+        lay = _Layout(node, graph, "x", ("dy", "dx"), BACKWARD)
         work = Workspace()
         stats = [lay.vector("mean"), lay.vector("inv_variance")]
         first, sums = lay.partials([lay.x("dy"), lay.x("x"), *stats], work, grads=True)

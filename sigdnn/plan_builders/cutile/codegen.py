@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -34,6 +34,14 @@ from sigdnn.plan_builders.cutile.layout import IterSpace
 
 FLT_MAX = float(np.finfo(np.float32).max)
 DEFAULT_TILE = 1024  # elements per block (benchmarks/results/gpu_pointwise_2026-11-30.md)
+# Modes evaluated by a transcendental or many-term formula: their kernels are arithmetic-bound at 1024
+# elements per block, and twice the elements per block (more independent work per thread) brought
+# rsqrt, log, sin, cos, tan, erf, the gelus, softplus and swish_bwd 5-20% closer to the copy roofline
+# on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md).
+HEAVY_TILE = 2048
+HEAVY_MODES = frozenset({"rsqrt", "exp", "log", "sin", "cos", "tan", "erf", "pow", "tanh_fwd", "tanh_bwd", "sigmoid_fwd",
+                         "sigmoid_bwd", "elu_fwd", "elu_bwd", "gelu_fwd", "gelu_bwd", "gelu_approx_tanh_fwd",
+                         "gelu_approx_tanh_bwd", "softplus_fwd", "softplus_bwd", "swish_fwd", "swish_bwd"})  # fmt: skip
 
 # Declared dtype -> (the kernel's dtype name, how the array is passed: its own dtype or as uint8).
 CT_DTYPES = {
@@ -94,6 +102,12 @@ class KernelSpec:
     def value_dtype(self, value: int) -> str:
         n = len(self.inputs)
         return self.inputs[value] if value < n else self.nodes[value - n].dtype
+
+
+def default_tile(nodes: Sequence[NodeSpec]) -> int:
+    """Elements per block of a kernel computing ``nodes``: HEAVY_TILE when a float node's formula is heavy."""
+    heavy = any(n.mode in HEAVY_MODES and n.compute == "float" for n in nodes)
+    return HEAVY_TILE if heavy else DEFAULT_TILE
 
 
 def _lit(v: float) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.shapes import normalized_axes
-from sigdnn.plan_builders.cutile import rowgen, views
-from sigdnn.plan_builders.cutile.opbase import PERSISTENT_BLOCKS, CutileOpBuilder, cdiv, pow2, row_tiles
+from sigdnn.plan_builders.cutile import opbase, rowgen, views
+from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv, pow2, row_tiles
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.registry.engine_ids import IN_TREE
@@ -44,7 +44,8 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     m, n, axes, batch = _rows(node, graph, "x")
     if m == 0:
         return [], 0
-    tm, tn = row_tiles(m, n)
+    config = opbase.ROW_FORWARD
+    tm, tn = row_tiles(m, n, config)
     bias = getattr(op, "bias", None) is not None
     stats = tuple(p for p in ("mean", "inv_variance") if getattr(op, p, None) is not None)
     args = [Arg("x", (m, n), (n, 1)), _vector(node, graph, "scale", "x", axes, 1, n)]
@@ -53,7 +54,7 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     args.append(Arg("y", (m, n), (n, 1)))
     args += [_vector(node, graph, p, "x", batch, n, m) for p in stats]
     names = tuple("mean" if p == "mean" else "inv" for p in stats)
-    text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names)
+    text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names, config.hints)
     prefix = "layernorm" if center else "rmsnorm"
     return [Launch(KernelSource(prefix, text), (cdiv(m, tm),), tuple(args))], 0
 
@@ -61,8 +62,9 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
 def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     op = node.op
     m, n, axes, batch = _rows(node, graph, "x")
-    tm, tn = row_tiles(m, n, backward=True)
-    blocks = max(1, min(cdiv(m, tm), PERSISTENT_BLOCKS))
+    config = opbase.ROW_BACKWARD
+    tm, tn = row_tiles(m, n, config)
+    blocks = max(1, min(cdiv(m, tm), opbase.persistent_blocks(config)))
     width = cdiv(n, tn) * tn
     dbias = getattr(op, "dbias", None) is not None
     work = Workspace()
@@ -72,7 +74,11 @@ def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]
         args.append(_vector(node, graph, "mean", "x", batch, n, m))
     args += [_vector(node, graph, "inv_variance", "x", batch, n, m), Arg("dx", (m, n), (n, 1)), *partials]
     prefix = "layernorm_backward" if center else "rmsnorm_backward"
-    launches = [Launch(KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias)), (blocks,), tuple(args))]
+    launches = [
+        Launch(
+            KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias, config.hints)), (blocks,), tuple(args)
+        )
+    ]
     tc = min(pow2(n), COLUMN_TILE)
     tg = min(pow2(blocks), max(1, 4096 // tc))
     outs = [_vector(node, graph, p, "x", axes, 1, n) for p in ("dscale", "dbias")[: len(partials)]]

@@ -12,12 +12,15 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import ClassVar
 
+import attrs
+
 from sigdnn.dtypes import DataType
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders.cutile import pointwise
 from sigdnn.plan_builders.cutile.backend import backend_for
+from sigdnn.plan_builders.cutile.rowgen import KernelHints
 from sigdnn.plan_builders.cutile.steps import Launch, LaunchesPlan
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.runtime.device import Device
@@ -25,12 +28,34 @@ from sigdnn.signature_keys import SignatureKey
 
 IO_DTYPES = frozenset({DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16})
 
-# Tile sizes (elements); benchmarks/gpu_cutile.py measured them on the H200.
-ROW_TILE = 32768  # elements of one (TM, TN) forward row tile (best of 4096..32768 on 16384x4096 bf16)
-ROW_TILE_BACKWARD = 8192  # backward row tiles (16384 lost 5-30% there)
+
+@attrs.frozen
+class RowConfig:
+    """How the row kernels of one direction are cut: elements of one (TM, TN) tile, and cuTile's hints."""
+
+    tile: int
+    hints: KernelHints = attrs.field(factory=KernelHints)
+
+
+# Tile sizes (elements) and hints, measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md,
+# 16384 x 4096 bf16): forward rows two at a time with registers for 4 blocks per SM (5 for softmax) ran
+# softmax 2.5x, layernorm 1.5x and rmsnorm 1.4x faster than cuTile's own choice (255 registers, 8 rows);
+# backward rows one at a time in 8 worker warps, 2 blocks per SM, 1.2x (loading the next row before
+# computing this one lost 5-10% there).
+ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4))  # layernorm, rmsnorm
+SOFTMAX_FORWARD = RowConfig(8192, KernelHints(occupancy=5))
+ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8))
 ROW_MAX = 8192  # longest row held in one tile; longer rows are walked in chunks
-PERSISTENT_BLOCKS = 264  # blocks of the backward kernels (2 per H200 SM); each stores one partial-sum row
+SMS = 132  # H200 SMs
+PERSISTENT_PER_SM = (
+    2  # blocks per SM of the backward kernels (each stores one partial-sum row) without an occupancy hint
+)
 SPLIT_BLOCKS = 528  # blocks a split reduction aims at (4 per H200 SM)
+
+
+def persistent_blocks(config: RowConfig) -> int:
+    """Blocks of a persistent row kernel: as many as cuTile keeps resident (its occupancy hint) on every SM."""
+    return SMS * (config.hints.occupancy or PERSISTENT_PER_SM)
 
 
 def pow2(n: int) -> int:
@@ -42,10 +67,10 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def row_tiles(m: int, n: int, backward: bool = False) -> tuple[int, int]:
-    """(TM, TN) for M rows of N: the whole row in one tile when it fits, rows stacked up to ROW_TILE elements."""
+def row_tiles(m: int, n: int, config: RowConfig) -> tuple[int, int]:
+    """(TM, TN) for M rows of N: the whole row in one tile when it fits, rows stacked up to ``config.tile`` elements."""
     tn = min(pow2(n), ROW_MAX)
-    return min(pow2(m), max(1, (ROW_TILE_BACKWARD if backward else ROW_TILE) // tn)), tn
+    return min(pow2(m), max(1, config.tile // tn)), tn
 
 
 class CutileOpBuilder(PlanBuilder):

@@ -18,6 +18,8 @@ partial-sum matrix in the workspace; ``column_sums`` adds those rows.
 
 from __future__ import annotations
 
+import attrs
+
 ZERO = "padding_mode=ct.PaddingMode.ZERO"
 FLT_MAX = "3.4028234663852886e38"
 
@@ -26,9 +28,28 @@ def _lit(v: float) -> str:
     return repr(float(v))
 
 
-def _module(params: list[str], body: list[str]) -> str:
+@attrs.frozen
+class KernelHints:
+    """What ``@ct.kernel(...)`` tells cuTile's compiler (None: its own choice).
+
+    A block is 4 worker warps unless ``num_worker_warps`` says 8; cuTile
+    sizes registers for ``occupancy`` blocks per SM. Left to itself it gave a
+    row kernel all 255 registers (one or two blocks per SM: the load, the
+    reduction and the store of one block never overlapped another's).
+    """
+
+    occupancy: int | None = None
+    num_worker_warps: int | None = None
+
+    def decorator(self) -> str:
+        pairs = (("occupancy", self.occupancy), ("num_worker_warps", self.num_worker_warps))
+        args = ", ".join(f"{k}={v}" for k, v in pairs if v is not None)
+        return f"@ct.kernel({args})" if args else "@ct.kernel"
+
+
+def _module(params: list[str], body: list[str], hints: KernelHints | None = None) -> str:
     lines = "\n".join(f"    {line}" if line else "" for line in body)
-    return f"@ct.kernel\ndef kernel({', '.join(params)}):\n{lines}\n"
+    return f"{(hints or KernelHints()).decorator()}\ndef kernel({', '.join(params)}):\n{lines}\n"
 
 
 def _load_rows(array: str, tm: int, tn: int, chunk: str, row: str = "bid", padding: str = ZERO) -> str:
@@ -75,7 +96,16 @@ def _loop(n: int, tn: int, body: callable) -> list[str]:
     return lines
 
 
-def norm_forward(n: int, tm: int, tn: int, eps: float, center: bool, bias: bool, stats: tuple[str, ...]) -> str:
+def norm_forward(
+    n: int,
+    tm: int,
+    tn: int,
+    eps: float,
+    center: bool,
+    bias: bool,
+    stats: tuple[str, ...],
+    hints: KernelHints | None = None,
+) -> str:
     """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv")."""
     params = ["x", "s", *(["b"] if bias else []), "y", *stats]
     body = ["bid = ct.bid(0)"]
@@ -122,10 +152,10 @@ def norm_forward(n: int, tm: int, tn: int, eps: float, center: bool, bias: bool,
         body.append(_store_stat("mean", tm, "mu"))
     if "inv" in stats:
         body.append(_store_stat("inv", tm, "r"))
-    return _module(params, body)
+    return _module(params, body, hints)
 
 
-def softmax_forward(n: int, tm: int, tn: int, log: bool, stats: bool) -> str:
+def softmax_forward(n: int, tm: int, tn: int, log: bool, stats: bool, hints: KernelHints | None = None) -> str:
     """Softmax (or log-softmax) of each row; ``stats`` = max + log(sum(exp(x - max)))."""
     params = ["x", "y", *(["st"] if stats else [])]
     pad = "padding_mode=ct.PaddingMode.NEG_INF"
@@ -170,10 +200,10 @@ def softmax_forward(n: int, tm: int, tn: int, log: bool, stats: bool) -> str:
         body += _loop(n, tn, write)
     if stats:
         body.append(_store_stat("st", tm, "sh + ct.log(total)"))
-    return _module(params, body)
+    return _module(params, body, hints)
 
 
-def norm_backward(n: int, tm: int, tn: int, center: bool, dbias: bool) -> str:
+def norm_backward(n: int, tm: int, tn: int, center: bool, dbias: bool, hints: KernelHints | None = None) -> str:
     """dx of layernorm (center) or rmsnorm, and per-block partial dscale (and dbias) rows in ``pds`` / ``pdb``.
 
     With g = dy * scale and x_hat = (x - mean) * inv (mean 0 for rmsnorm):
@@ -214,7 +244,7 @@ def norm_backward(n: int, tm: int, tn: int, center: bool, dbias: bool) -> str:
         body.append("ct.store(pds, index=(bid, 0), tile=ads)")
         if dbias:
             body.append("ct.store(pdb, index=(bid, 0), tile=adb)")
-        return _module(params, body)
+        return _module(params, body, hints)
 
     # Chunked rows: the block's partial-sum row starts at 0 and is added to chunk by chunk.
     zero = f"ct.full((1, {tn}), 0.0, dtype=ct.float32)"
@@ -241,7 +271,7 @@ def norm_backward(n: int, tm: int, tn: int, center: bool, dbias: bool) -> str:
     loop += _loop(n, tn, write)
     body.append("for t in range(bid, tiles, blocks):")
     body += [f"    {line}" for line in loop]
-    return _module(params, body)
+    return _module(params, body, hints)
 
 
 def column_sums(tg: int, tc: int, outputs: int) -> str:

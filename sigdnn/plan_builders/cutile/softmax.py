@@ -9,7 +9,7 @@ from __future__ import annotations
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.softmax import Softmax
-from sigdnn.plan_builders.cutile import rowgen, views
+from sigdnn.plan_builders.cutile import opbase, rowgen, views
 from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv, row_tiles
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch
@@ -30,10 +30,11 @@ class CutileSoftmaxBuilder(CutileOpBuilder):
             raise ValueError("the softmax axes are empty")
         if m == 0:
             return [], 0
-        tm, tn = row_tiles(m, n)
+        config = opbase.SOFTMAX_FORWARD
+        tm, tn = row_tiles(m, n, config)
         args = [Arg("x", (m, n), (n, 1)), Arg("y", (m, n), (n, 1))]
         if op.stats is not None:
             batch = [a for a in range(x.rank) if a not in op.axes]
             args.append(Arg("stats", (m,), (views.vector_stride(graph.tensors[op.stats], x, batch, n),)))
-        text = rowgen.softmax_forward(n, tm, tn, op.log, op.stats is not None)
+        text = rowgen.softmax_forward(n, tm, tn, op.log, op.stats is not None, config.hints)
         return [Launch(KernelSource("softmax", text), (cdiv(m, tm),), tuple(args))], 0

@@ -91,5 +91,5 @@ def kernel_spec(
         tuple(str(graph.dtype_of(t)) for t in tensors),
         tuple(specs),
         tuple(value[u] for u in exits),
-        tile or codegen.DEFAULT_TILE,
+        tile or codegen.default_tile(specs),
     )

@@ -1,0 +1,113 @@
+"""The measured knobs of the cuTile kernels (tiles, cuTile hints, lane dtypes) keep every result right.
+
+The defaults are chosen by timing on the H200 (benchmarks/gpu_cutile.py);
+these tests run the alternatives the benchmark compares through the
+emulator against the reference, so a faster configuration can never be a
+wrong one, and check that hints reach the kernel text.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from emulated import emulated_executor, make_available
+from norm_cases import all_cases
+
+import sigdnn
+from sigdnn.plan_builders.cutile import batchnorm, codegen, opbase, rowgen
+from sigdnn.plan_builders.cutile.batchnorm import ChannelConfig
+from sigdnn.plan_builders.cutile.opbase import RowConfig
+from sigdnn.plan_builders.cutile.pointwise import node_spec
+from sigdnn.plan_builders.cutile.rowgen import KernelHints
+
+CASES = {c[0]: c for c in all_cases()}
+ROW_CASES = ["softmax-float32-33x64", "logsoftmax-bfloat16-5x37", "layernorm-train-float32-33x64",
+             "rmsnorm-infer-bias-bfloat16-3x1x256", "layernorm-bwd-float32-33x64", "rmsnorm-bwd-dbias-bfloat16-33x64",
+             "layernorm-train-float16-2x9000", "layernorm-bwd-float32-2x9000"]  # fmt: skip
+ROW_CONFIGS = [RowConfig(64), RowConfig(128, KernelHints(occupancy=4)), RowConfig(1024, KernelHints(2, 8))]
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+
+
+def _validate(name: str) -> None:
+    _, builder, make = CASES[name]
+    report = sigdnn.validate(make(), seed=len(name), executor=emulated_executor())
+    assert set(report.builders.values()) == {builder}, report.builders
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize(
+    "config", ROW_CONFIGS, ids=lambda c: f"{c.tile}-{c.hints.occupancy}-{c.hints.num_worker_warps}"
+)
+@pytest.mark.parametrize("name", ROW_CASES)
+def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, config, name):
+    for direction in ("ROW_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD"):
+        monkeypatch.setattr(opbase, direction, config)
+    _validate(name)
+
+
+@pytest.mark.parametrize("lanes", ["float32", "float64"])
+@pytest.mark.parametrize(("name", "io"), [("train-NHWC", "float32"), ("bwd-NCHW", "bfloat16")])
+def test_batchnorm_partial_sums_in_bands_of_tiles_match_the_reference(monkeypatch, lanes, name, io):
+    """Small tiles and few split blocks: each block sums several A-tiles a band apart, the last band partial;
+    the finalize takes 2 channels per block."""
+    config = ChannelConfig(64, lanes, KernelHints(occupancy=4), final_tile=2)
+    monkeypatch.setattr(batchnorm, "TRAINING", config)
+    monkeypatch.setattr(batchnorm, "BACKWARD", config)
+    monkeypatch.setattr(batchnorm, "SPLIT_BLOCKS", 4)
+    layout, dims = ("NHWC", (5, 4, 8, 5)) if "NHWC" in name else ("NCHW", (13, 2, 4, 4))
+    g = sigdnn.Graph("bn", io_dtype=io, compute_dtype="float32")
+    x = g.tensor("x", dims=dims, layout=layout)
+    c = (1, dims[1], 1, 1)
+    if "bwd" in name:
+        stats = [g.tensor(n, dims=c, dtype="float32") for n in ("mean", "inv_variance")]
+        outs = g.batchnorm_backward(g.tensor("dy", dims=dims, layout=layout), x, g.tensor("scale", dims=c), *stats)
+    else:
+        running = [g.tensor(n, dims=c, dtype="float32") for n in ("rm", "rv")]
+        outs = g.batchnorm(x, g.tensor("scale", dims=c), g.tensor("bias", dims=c), *running, 1e-5, 0.1)
+    for t in outs:
+        if t is not None:
+            t.set_output(True)
+    launches, _ = batchnorm.CutileBatchnormBackwardBuilder().launches(g.nodes[0], g) if "bwd" in name else (
+        batchnorm.CutileBatchnormBuilder().launches(g.nodes[0], g))  # fmt: skip
+    text = launches[0].source.text
+    per_block = int(re.search(r"for i in range\((\d+)\)", text).group(1))
+    assert per_block > 1 and launches[0].grid[1] == 4 and f"ct.{lanes}" in text
+    assert launches[1].grid == (dims[1] // 2,)
+    report = sigdnn.validate(g, seed=3, executor=emulated_executor())
+    assert report.passed, report.table()
+
+
+def test_hints_are_written_into_the_kernel_decorator():
+    text = rowgen.norm_forward(64, 2, 64, 1e-5, True, False, (), KernelHints(occupancy=4, num_worker_warps=8))
+    assert text.startswith("@ct.kernel(occupancy=4, num_worker_warps=8)\ndef kernel(")
+    assert rowgen.norm_forward(64, 2, 64, 1e-5, True, False, ()).startswith("@ct.kernel\ndef kernel(")
+
+
+def test_forward_row_tiles_follow_the_configuration():
+    assert opbase.row_tiles(16384, 4096, RowConfig(8192)) == (2, 4096)
+    assert opbase.row_tiles(3, 4096, RowConfig(32768)) == (4, 4096)  # rows rounded up to a power of two
+    assert opbase.row_tiles(10, 20000, RowConfig(4096)) == (1, opbase.ROW_MAX)  # a row longer than a tile
+    assert opbase.persistent_blocks(RowConfig(4096, KernelHints(occupancy=3))) == 3 * opbase.SMS
+
+
+@pytest.mark.parametrize(("mode", "tile"), [("add", codegen.DEFAULT_TILE), ("gelu_fwd", codegen.HEAVY_TILE),
+                                            ("sin", codegen.HEAVY_TILE), ("relu_fwd", codegen.DEFAULT_TILE)])  # fmt: skip
+def test_heavy_modes_take_the_heavy_tile(mode, tile):
+    g = sigdnn.Graph(mode, io_dtype="bfloat16", compute_dtype="float32")
+    ins = [g.tensor(f"x{k}", dims=(5000,)) for k in range(2 if mode == "add" else 1)]
+    g.pointwise(mode, *ins).set_output(True)
+    assert node_spec(g.nodes[0], g)[0].tile == tile
+
+
+def test_a_fused_region_with_one_heavy_node_takes_the_heavy_tile():
+    g = sigdnn.Graph("region", io_dtype="bfloat16", intermediate_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", dims=(8, 4096))
+    g.pointwise("add", g.pointwise("gelu_fwd", g.pointwise("mul", x, x)), x).set_output(True).set_name("y")
+    plan = emulated_executor().prepare(g)
+    (step,) = plan.steps
+    assert step.plan.launch.spec.tile == codegen.HEAVY_TILE, plan.describe()
