@@ -48,7 +48,7 @@ class ConvGemm:
         return 0 if self.im2col is None else self.problem.m * self.problem.k * ITEMSIZE[self.dtype]
 
 
-def _channels_last(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+def channels_last(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Packed [N, C, H, W] dims stored N, H, W, C (a dim of extent 1 may carry any stride)."""
     _, c, h, w = dims
     want = (h * w * c, 1, w * c, c)
@@ -77,7 +77,7 @@ def conv_gemm(node: Node, graph: Graph) -> ConvGemm:
     if cg != c:
         raise NotSupported(f"{where}: grouped convolution ({c // cg} groups); supported: 1 group")
     for t in (x, w, y):
-        if not _channels_last(t.dims, t.strides):
+        if not channels_last(t.dims, t.strides):
             raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
     if c % 8:
         raise NotSupported(f"{where}: {c} input channels; supported: multiples of 8 (16-byte rows)")
