@@ -56,6 +56,8 @@ IN_TREE: dict[str, int] = {
     "cute.matmul": 3000,
     "cute.conv_fprop": 3001,
     "cute.conv_fprop_implicit": 3002,
+    "cute.conv_dgrad": 3003,
+    "cute.conv_wgrad": 3004,
 }
 
 

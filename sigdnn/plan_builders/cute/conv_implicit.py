@@ -114,6 +114,32 @@ def epilogue_chain(graph: Graph, flow: Dataflow, i: int) -> ConvChain | None:
     return ConvChain(tuple(nodes), tuple(writes), bias, activation)
 
 
+def check_geometry(where: str, geometry: tuple[int, ...], out_dtype: str, *sizes: int) -> None:
+    """NotSupported unless the kernel's TMA loads and stores can express this conv (see conv_sm90.py)."""
+    n, h, wd, c, k, r, s, p, q, pad_h, pad_w, post_h, post_w, sh, sw, dh, dw = geometry
+    if c % 8:
+        raise NotSupported(f"{where}: {c} input channels; supported: multiples of 8 (16-byte rows for the TMA)")
+    align = 16 // ITEMSIZE[out_dtype]
+    if k % align:
+        raise NotSupported(f"{where}: {k} output channels; a {out_dtype} output needs a multiple of {align} "
+                           "(16-byte rows)")  # fmt: skip
+    if max(*sizes, n * p * q) > _INT32_MAX:
+        raise NotSupported(f"{where}: tensors past 2^31 - 1 elements")
+    if max(sh, sw) > _MAX_STRIDE:
+        raise NotSupported(f"{where}: stride {(sh, sw)}; the TMA's im2col mode takes strides up to {_MAX_STRIDE}")
+    # The output extents the TMA walks: the box from -pad to (extent - 1 + post_pad - (taps - 1) * dilation).
+    for corner in (-pad_h, -pad_w, post_h - (r - 1) * dh, post_w - (s - 1) * dw):
+        if not _CORNER[0] <= corner <= _CORNER[1]:
+            raise NotSupported(f"{where}: padding {(pad_h, pad_w)} / {(post_h, post_w)} with filter {r}x{s} and "
+                               f"dilation {(dh, dw)} puts an im2col box corner at {corner}, outside "
+                               f"[{_CORNER[0]}, {_CORNER[1]}]")  # fmt: skip
+    if max((r - 1) * dh, (s - 1) * dw) > _MAX_OFFSET:
+        raise NotSupported(f"{where}: filter taps reach past the TMA's 16-bit im2col offsets")
+    want = ((h + pad_h + post_h - (r - 1) * dh - 1) // sh + 1, (wd + pad_w + post_w - (s - 1) * dw - 1) // sw + 1)
+    if (p, q) != want:
+        raise NotSupported(f"{where}: output spatial dims {(p, q)}, the TMA's im2col walk gives {want}")
+
+
 def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> ImplicitConv:
     """The kernel's view of a conv fprop (writing the chain's last tensor when fused), or NotSupported."""
     op = node.op
@@ -139,29 +165,8 @@ def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> Impli
     for t in (x, w, y):
         if not channels_last(t.dims, t.strides):
             raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
-    if c % 8:
-        raise NotSupported(f"{where}: {c} input channels; supported: multiples of 8 (16-byte rows for the TMA)")
-    align = 16 // ITEMSIZE[dtypes[2]]
-    if k % align:
-        raise NotSupported(f"{where}: {k} output channels; a {dtypes[2]} y needs a multiple of {align} (16-byte rows)")
-    if max(x.size, w.size, y.size, n * p * q) > _INT32_MAX:
-        raise NotSupported(f"{where}: tensors past 2^31 - 1 elements")
-    (pad_h, pad_w), (post_h, post_w) = op.pre_padding, op.post_padding
-    (sh, sw), (dh, dw) = op.stride, op.dilation
-    if max(sh, sw) > _MAX_STRIDE:
-        raise NotSupported(f"{where}: stride {op.stride}; the TMA's im2col mode takes strides up to {_MAX_STRIDE}")
-    # The output extents the TMA walks: the box from -pad to (extent - 1 + post_pad - (taps - 1) * dilation).
-    upper = (post_h - (r - 1) * dh, post_w - (s - 1) * dw)
-    for corner in (-pad_h, -pad_w, *upper):
-        if not _CORNER[0] <= corner <= _CORNER[1]:
-            raise NotSupported(f"{where}: padding {op.pre_padding} / {op.post_padding} with filter {r}x{s} and "
-                               f"dilation {op.dilation} puts an im2col box corner at {corner}, outside "
-                               f"[{_CORNER[0]}, {_CORNER[1]}]")  # fmt: skip
-    if max((r - 1) * dh, (s - 1) * dw) > _MAX_OFFSET:
-        raise NotSupported(f"{where}: filter taps reach past the TMA's 16-bit im2col offsets")
-    want = ((h + pad_h + post_h - (r - 1) * dh - 1) // sh + 1, (wd + pad_w + post_w - (s - 1) * dw - 1) // sw + 1)
-    if (p, q) != want:
-        raise NotSupported(f"{where}: output spatial dims {(p, q)}, the TMA's im2col walk gives {want}")
+    geometry = (n, h, wd, c, k, r, s, p, q, *op.pre_padding, *op.post_padding, *op.stride, *op.dilation)
+    check_geometry(where, geometry, dtypes[2], x.size, w.size, y.size)
     spec = GemmSpec(dtypes[0], dtypes[1], dtypes[2], "k", "k", "n", False, False)
     if chain is not None:
         outs = [str(graph.dtype_of(graph.tensors[u])) for u in chain.writes]
@@ -175,7 +180,6 @@ def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> Impli
             # The chain's last tensor needs no rounding of its own: the store rounds to it.
             round_y=outs[1] if chain.bias is not None and len(outs) > 2 else "float32",
         )
-    geometry = (n, h, wd, c, k, r, s, p, q, pad_h, pad_w, post_h, post_w, sh, sw, dh, dw)
     return ImplicitConv(spec, geometry)
 
 
