@@ -429,9 +429,7 @@ RESNET50_LAYERS = {
     "conv4_1x1_expand": (256, 14, 1024, 1, 1),
     "conv5_1x1_reduce": (2048, 7, 512, 1, 1),
 }
-CONV_CONFIGS = ["coop128x64c1x1s1", "coop128x128c1x1s1", "coop128x256c1x1s1", "coop256x64c1x1s1",
-                "coop256x128c1x1s1", "pp64x128c1x1s1", "pp128x64c1x1s1", "pp128x128c1x1s1", "coop128x128c2x1s4",
-                "coop128x128c1x2s1"]  # fmt: skip
+CONV_CONFIGS = ["coop128x128c1x1s1", "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1"]
 
 
 def conv_layer_graph(c: int, hw: int, k: int, r: int, stride: int, fused: bool):

@@ -55,9 +55,9 @@ CASES = {
         {"padding": (4, 3), "dilation": (4, 3)},
     ),
 }
-# Tile configs the benchmark measures (cooperative / pingpong, A multicast through the im2col TMA, B multicast).
-CONFIGS = ["coop128x64c1x1s1", "coop128x256c1x1s1", "coop256x128c1x1s1", "pp64x128c1x1s1", "pp128x128c1x1s1",
-           "coop128x128c2x1s4", "coop128x128c1x2s1"]  # fmt: skip
+# Tile configs: cooperative / pingpong, A multicast through the im2col TMA, B multicast.
+CONFIGS = ["coop128x64c1x1s1", "coop256x64c1x1s1", "coop128x256c1x1s1", "coop256x128c1x1s1", "pp64x128c1x1s1",
+           "pp128x128c1x1s1", "coop128x128c2x1s4", "coop128x128c1x2s1"]  # fmt: skip
 FUSED = {
     # name: (x dims, w dims, io dtype, intermediate dtype, bias, activation)
     "bias_relu": ((2, 24, 11, 9), (40, 24, 3, 3), "bfloat16", "bfloat16", True, "relu_fwd"),

@@ -108,20 +108,21 @@ def test_what_the_chain_takes(kw: dict, names: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("m", "k", "tile_n"),
+    ("m", "k", "label"),
     [
-        (64 * 56 * 56, 64, 64),
-        (64 * 28 * 28, 128, 128),
-        (64 * 14 * 14, 256, 64),  # 98 tiles of 128x256, 196 of 128x128: under two waves
-        (64 * 7 * 7, 512, 64),
-        (64 * 56 * 56, 256, 256),
+        (64 * 56 * 56, 64, "coop256x64c1x1s1"),
+        (64 * 28 * 28, 128, "coop256x128c1x1s1"),
+        (64 * 14 * 14, 256, "coop128x256c1x1s1"),  # 98 tiles: most SMs busy
+        (64 * 7 * 7, 512, "pp128x128c1x1s1"),  # 50 tiles of 128x256 would idle 82 SMs
+        (64 * 56 * 56, 256, "coop128x256c1x1s1"),
+        (198, 24, "pp128x128c1x1s1"),
     ],
 )
-def test_default_config_keeps_the_sms_busy(m: int, k: int, tile_n: int) -> None:
+def test_default_config(m: int, k: int, label: str) -> None:
     g = conv_graph((1, 64, 8, 8), (k, 64, 1, 1))
     view = plan_conv(g.node_by_name("conv"), g)
     view = type(view)(view.spec, (m, 1, 1, 64, k, 1, 1, 1, 1, *view.geometry[9:]))
-    assert default_conv_config(view, 132).tile_n == tile_n
+    assert default_conv_config(view, 132).label == label
 
 
 def test_serves_2d_16_bit_keys_only() -> None:

@@ -186,16 +186,18 @@ def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> Impli
 def default_conv_config(view: ImplicitConv, sm_count: int = 132) -> GemmConfig:
     """The tile config without tuning (a stated heuristic, measured in benchmarks/results/gpu_cute_conv_*).
 
-    Tiles as wide as the output channels allow (64, 128, or 256 when K is
-    large), 128 pixels tall; halve the width while that leaves fewer tiles
-    than two waves of SMs, since a conv layer of a CNN is often too small
-    to fill the GPU with large tiles.
+    Cooperative tiles as wide as the output channels allow -- 256x64 for
+    K <= 64, 256x128 for K <= 128, else 128x256 -- since narrower or shorter
+    tiles ran the ResNet-50 layers 10-50 % slower on the H200 (2026-12-01,
+    batch 64). When those tiles would leave more than half the SMs idle (a
+    late-stage layer: M = N*P*Q of a few thousand), pingpong 128x128 tiles
+    instead: twice the tiles, and each SM alternates two of them.
     """
     m, k = view.m, view.k_out
-    tile_n = 256 if k >= 256 and k % 256 == 0 else 128 if k > 64 else 64
-    while tile_n > 64 and math.ceil(m / 128) * math.ceil(k / tile_n) < 2 * sm_count:
-        tile_n //= 2
-    return GemmConfig(tile_m=128, tile_n=tile_n)
+    tile_m, tile_n = (256, 64) if k <= 64 else (256, 128) if k <= 128 else (128, 256)
+    if math.ceil(m / tile_m) * math.ceil(k / tile_n) < sm_count // 2:
+        return GemmConfig(tile_m=128, tile_n=128, pingpong=True)
+    return GemmConfig(tile_m=tile_m, tile_n=tile_n)
 
 
 class CuteConvPlan(NodePlan):
