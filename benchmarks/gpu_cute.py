@@ -429,7 +429,8 @@ RESNET50_LAYERS = {
     "conv4_1x1_expand": (256, 14, 1024, 1, 1),
     "conv5_1x1_reduce": (2048, 7, 512, 1, 1),
 }
-CONV_CONFIGS = ["coop128x128c1x1s1", "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1"]
+CONV_CONFIGS = ["coop128x128c1x1s1", "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1",
+                "coop128x128c2x1s1", "coop128x256c2x1s1"]  # fmt: skip
 
 
 def conv_layer_graph(c: int, hw: int, k: int, r: int, stride: int, fused: bool):
