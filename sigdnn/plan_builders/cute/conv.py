@@ -7,9 +7,10 @@ the graph's dims stay [N, C, H, W] etc.). A is x itself when the filter is
 1x1 with unit stride and no padding; otherwise the im2col kernel writes it
 to the workspace (padding as zeros, any stride and dilation) and the Hopper
 GEMM (kernels/gemm_sm90.py) multiplies it by the filter, read K-major as it
-is stored, straight into y. A first version, correct before fast: an
-implicit GEMM that gathers A's tiles inside the GEMM would save the
-workspace pass.
+is stored, straight into y. The first version, correct before fast:
+``cute.conv_fprop_implicit`` (conv_implicit.py) gathers A's tiles inside
+the GEMM instead and ranks above this builder, which stays for what the
+TMA's im2col mode cannot express.
 """
 
 from __future__ import annotations
