@@ -143,14 +143,14 @@ def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
     return found
 
 
-def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpec, GemmConfig]]:
+def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     """What the implicit-GEMM conv builders (fprop, fused where it claims; dgrad) would compile for ``g``."""
     flow = Dataflow(g, list(range(len(g.nodes))))
     found = []
     for i, node in enumerate(g.nodes):
         if isinstance(node.op, ConvWgrad):  # a GEMM, after im2col
             wgrad = conv_wgrad.plan_wgrad(node, g, SM_COUNT)
-            found.append(("gemm", wgrad.spec, cute_matmul.parse_config(config or "coop128x128c1x1s1")))
+            found.append(("gemm", wgrad.spec, cute_matmul.parse_config(config or "coop128x128c1x1s1"), 2))
             continue
         if isinstance(node.op, ConvDgrad):
             view = conv_dgrad.plan_dgrad(node, g)
@@ -159,11 +159,11 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
         else:
             continue
         chosen = cute_matmul.parse_config(config) if config else conv_implicit.default_conv_config(view, SM_COUNT)
-        found.append(("conv", view.spec, chosen))
+        found.append(("conv", view.spec, chosen, view.rank))
     return found
 
 
-def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig]]:
+def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     conv = _load("test_cute_conv_implicit")
     found = []
     for case in conv.CASES.values():
@@ -182,7 +182,7 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig]]:
     return found
 
 
-def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig]]:
+def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     """The convi part of benchmarks/gpu_cute.py: every layer, default and listed configs, plain and fused."""
     found = []
     for c, hw, k, r, stride in _benchmark_constant("RESNET50_LAYERS").values():
@@ -219,15 +219,18 @@ def _benchmark_constant(name: str):
     raise KeyError(name)
 
 
-def _compile(item: tuple[str, GemmSpec, GemmConfig]) -> tuple[str, float]:
-    kind, spec, config = item
+def _compile(item: tuple[str, GemmSpec, GemmConfig, int]) -> tuple[str, float]:
+    kind, spec, config, rank = item
     if kind == "conv":
         from sigdnn.plan_builders.cute.kernels import conv_launch as module
     else:
         from sigdnn.plan_builders.cute.kernels import launch as module
     t0 = time.perf_counter()
-    module.compiled(spec, config, SM_COUNT)
-    label = f"{kind} {spec.a_dtype}/{spec.b_dtype}->{spec.c_dtype} {spec.activation} {config.label}"
+    if kind == "conv":
+        module.compiled(spec, config, SM_COUNT, rank)
+    else:
+        module.compiled(spec, config, SM_COUNT)
+    label = f"{kind}{rank if kind == 'conv' else ''} {spec.a_dtype}/{spec.b_dtype}->{spec.c_dtype} {spec.activation} {config.label}"
     return label, time.perf_counter() - t0
 
 
@@ -238,7 +241,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["gemm", "conv"], help="compile one kind of kernel only")
     args = parser.parse_args()
     os.environ["SIGDNN_CUTE_CACHE"] = str(args.cache)
-    gemms = [("gemm", spec, config) for spec, config in test_specs() + benchmark_specs()]
+    gemms = [("gemm", spec, config, 2) for spec, config in test_specs() + benchmark_specs()]
     convs = conv_implicit_test_specs() + conv_implicit_benchmark_specs()
     items = list(dict.fromkeys([i for i in gemms + convs if args.only in (None, i[0])]))
     print(f"{len(items)} specializations", flush=True)

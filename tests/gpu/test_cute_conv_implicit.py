@@ -1,6 +1,6 @@
 """The CuTe implicit-GEMM conv fprop (TMA im2col + Hopper GEMM) on a GPU, judged by sigdnn.validate.
 
-Against the float64 reference: spatial sizes off every tile, channel counts
+Against the float64 reference, 2-D and 3-D: spatial sizes off every tile, channel counts
 off the 64-deep K tile (C = 8, 24, 40, 72) and off the N tile, padding
 (asymmetric too), stride 2 and 3, dilation, 1x1 / 5x1 / 7x7 filters, 16- and
 32-bit outputs; every tile config the benchmark measures; fused bias /
@@ -55,6 +55,18 @@ CASES = {
         {"padding": (4, 3), "dilation": (4, 3)},
     ),
 }
+CASES_3D = {
+    # 3-D (NDHWC): the im2col box of a rank-5 tensor, the K loop over (channel block, s, r, t)
+    "3d_3x3x3_pad1": ((2, 16, 5, 7, 6), (24, 16, 3, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1, 1)}),
+    "3d_strided_dilated_f32": (
+        (1, 24, 9, 8, 10),
+        (40, 24, 3, 2, 3),
+        "float16",
+        "float32",
+        {"pre_padding": (1, 0, 2), "post_padding": (2, 1, 0), "stride": (2, 1, 2), "dilation": (1, 2, 2)},
+    ),
+    "3d_pointwise": ((2, 64, 3, 5, 4), (72, 64, 1, 1, 1), "bfloat16", "bfloat16", {}),
+}
 # Tile configs: cooperative / pingpong, A multicast through the im2col TMA, B multicast.
 CONFIGS = ["coop128x64c1x1s1", "coop256x64c1x1s1", "coop128x256c1x1s1", "coop256x128c1x1s1", "pp64x128c1x1s1",
            "pp128x128c1x1s1", "coop128x128c2x1s4", "coop128x128c1x2s1"]  # fmt: skip
@@ -65,24 +77,28 @@ FUSED = {
     "bias_only": ((2, 16, 9, 9), (32, 16, 3, 3), "bfloat16", None, True, None),
     "relu_only": ((2, 16, 9, 9), (32, 16, 1, 1), "float16", "float16", False, "relu_fwd"),
     "bias_gelu": ((2, 32, 8, 8), (48, 32, 3, 3), "bfloat16", "bfloat16", True, "gelu_fwd"),
+    "3d_bias_relu": ((2, 16, 4, 6, 5), (32, 16, 3, 3, 3), "bfloat16", "bfloat16", True, "relu_fwd"),
 }
 
 
 def conv_graph(x_dims, w_dims, dtype: str, out: str, conv: dict) -> sigdnn.Graph:
     g = sigdnn.Graph("conv", io_dtype=dtype, compute_dtype="float32")
-    x = g.tensor("x", x_dims, layout="NHWC")
-    w = g.tensor("w", w_dims, layout="NHWC")
+    layout = "NHWC" if len(x_dims) == 4 else "NDHWC"
+    x = g.tensor("x", x_dims, layout=layout)
+    w = g.tensor("w", w_dims, layout=layout)
     g.conv_fprop(x, w, name="conv", **conv).set_output(True).set_name("y").set_data_type(out)
     return g
 
 
 def fused_graph(x_dims, w_dims, dtype: str, mid: str | None, bias: bool, act: str | None) -> sigdnn.Graph:
     g = sigdnn.Graph("fused", io_dtype=dtype, intermediate_dtype=mid, compute_dtype="float32")
-    x = g.tensor("x", x_dims, layout="NHWC")
-    w = g.tensor("w", w_dims, layout="NHWC")
-    y = g.conv_fprop(x, w, name="conv", padding=(w_dims[2] // 2, w_dims[3] // 2))
+    layout = "NHWC" if len(x_dims) == 4 else "NDHWC"
+    x = g.tensor("x", x_dims, layout=layout)
+    w = g.tensor("w", w_dims, layout=layout)
+    y = g.conv_fprop(x, w, name="conv", padding=tuple(t // 2 for t in w_dims[2:]))
     if bias:
-        y = g.pointwise("add", y, g.tensor("bias", (1, w_dims[0], 1, 1), layout="NHWC"), name="bias")
+        bias_dims = (1, w_dims[0]) + (1,) * (len(x_dims) - 2)
+        y = g.pointwise("add", y, g.tensor("bias", bias_dims, layout=layout), name="bias")
     if act:
         y = g.pointwise(act, y, name="act")
     y.set_output(True).set_name("out")
@@ -95,9 +111,9 @@ def validate(g: sigdnn.Graph, seed: int) -> sigdnn.ValidationReport:
     return report
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", list(CASES) + list(CASES_3D))
 def test_conv_fprop_validates_against_the_reference(name: str) -> None:
-    report = validate(conv_graph(*CASES[name]), 13)
+    report = validate(conv_graph(*{**CASES, **CASES_3D}[name]), 13)
     assert report.builders == {"conv": ENGINE}
     assert report.passed, report.table()
 

@@ -61,7 +61,11 @@ def test_geometry_is_what_the_kernel_is_launched_with() -> None:
         ({"layout": "NCHW"}, "channels-last"),
         ({"x_dims": (2, 16, 9, 11), "w_dims": (24, 8, 3, 3)}, "grouped"),
         ({"x_dims": (2, 12, 9, 11), "w_dims": (24, 12, 3, 3)}, "multiples of 8"),
-        ({"x_dims": (2, 16, 5, 9, 11), "w_dims": (24, 16, 1, 3, 3), "layout": "NDHWC"}, "3-D"),
+        ({"x_dims": (2, 16, 11), "w_dims": (24, 16, 3), "layout": "NWC"}, "1-D"),
+        (
+            {"x_dims": (1, 16, 40, 8, 8), "w_dims": (24, 16, 3, 3, 3), "padding": (17, 1, 1), "layout": "NDHWC"},
+            "corner",
+        ),
         ({"dtype": "float32"}, "dtypes"),
         ({"w_dims": (20, 16, 3, 3)}, "multiple of 8"),  # y rows of 20 bfloat16 values: 40 bytes apart
         ({"x_dims": (1, 16, 40, 40), "stride": (9, 1)}, "strides up to 8"),
@@ -131,3 +135,18 @@ def test_serves_2d_16_bit_keys_only() -> None:
     assert builder.serves(key_for(g.node_by_name("conv"), g))
     g = conv_graph(dtype="float32")
     assert not builder.serves(key_for(g.node_by_name("conv"), g))
+
+
+def test_a_3d_conv_is_read_as_the_rank_5_im2col_walk() -> None:
+    g = conv_graph((2, 16, 5, 7, 6), (24, 16, 3, 2, 3), layout="NDHWC", pre_padding=(1, 0, 2),
+                   post_padding=(0, 1, 0), stride=(2, 1, 1), dilation=(1, 2, 1))  # fmt: skip
+    view = plan_conv(g.node_by_name("conv"), g)
+    z, p, q = g.tensor_by_name("y").dims[2:]
+    assert (z, p, q) == ((5 + 1 - 2 - 1) // 2 + 1, 7 + 0 + 1 - 2, 6 + 2 - 2)
+    assert view.geometry == (2, 5, 7, 6, 16, 24, 3, 2, 3, z, p, q, 1, 0, 2, 0, 1, 0, 2, 1, 1, 1, 2, 1)
+    assert view.rank == 3 and view.m == 2 * z * p * q and view.k_out == 24
+
+
+def test_3d_corners_have_the_rank_5_range() -> None:
+    g = conv_graph((1, 16, 40, 8, 8), (24, 16, 3, 3, 3), layout="NDHWC", padding=(16, 1, 1))
+    plan_conv(g.node_by_name("conv"), g)  # -16 is the lowest corner a rank-5 im2col box takes

@@ -1,6 +1,6 @@
 """CuTe DSL conv fprop as an implicit GEMM on Hopper: no im2col pass, A gathered by the TMA in im2col mode.
 
-2-D, NHWC, bfloat16 / float16 in, float32 accumulation, 16- or 32-bit out,
+2-D and 3-D, NHWC / NDHWC, bfloat16 / float16 in, float32 accumulation, 16- or 32-bit out,
 one group, any padding (asymmetric too), stride up to 8 and dilation (see
 kernels/conv_sm90.py for the kernel). As a fusion builder it also claims
 ``conv_fprop -> add(bias) -> activation`` chains (each step optional; relu,
@@ -26,7 +26,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.ops.pointwise import Pointwise
-from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
+from sigdnn.plan_builders.cute.conv import IN_DTYPES
 from sigdnn.plan_builders.cute.gemm_layout import ACTIVATIONS, BIAS_DTYPES, C_DTYPES, ITEMSIZE, GemmConfig, GemmSpec
 from sigdnn.plan_builders.cute.matmul import (
     _plain_relu,
@@ -43,7 +43,8 @@ from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.signature_keys import SignatureKey
 
 _INT32_MAX = 2**31 - 1
-_CORNER = (-128, 127)  # TMA im2col box corners of a rank-4 tensor (cuTensorMapEncodeIm2col)
+# TMA im2col box corners by conv rank: a rank-4 tensor takes [-128, 127], rank 5 [-16, 15] (cuTensorMapEncodeIm2col)
+_CORNERS = {2: (-128, 127), 3: (-16, 15)}
 _MAX_STRIDE = 8  # the im2col traversal stride (the conv stride) is at most 8
 _MAX_OFFSET = 2**16 - 1  # a load's filter-tap offset is a 16-bit value
 
@@ -60,27 +61,48 @@ class ConvChain:
 
 @attrs.frozen
 class ImplicitConv:
-    """A conv fprop in the kernel's terms: its spec (dtypes, epilogue) and the 17 launch scalars."""
+    """A conv fprop in the kernel's terms: its spec (dtypes, epilogue) and the launch scalars.
+
+    ``geometry`` is, for spatial dims ``sp`` (H, W in 2-D; D, H, W in 3-D):
+    n, *input extents, c, k, *filter taps, *output extents, *pre padding,
+    *post padding, *stride, *dilation -- 17 scalars in 2-D, 24 in 3-D.
+    """
 
     spec: GemmSpec
-    geometry: tuple[int, ...]  # n, h, w, c, k, r, s, p, q, pad_h, pad_w, pad_h_hi, pad_w_hi, sh, sw, dh, dw
+    geometry: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return (len(self.geometry) - 3) // 7
 
     @property
     def m(self) -> int:
-        n, *_, p, q = self.geometry[:9]
-        return n * p * q
+        return self.geometry[0] * math.prod(unpack(self.geometry)["out"])
 
     @property
     def k_out(self) -> int:
-        return self.geometry[4]
+        return self.geometry[2 + self.rank]
+
+
+def unpack(geometry: tuple[int, ...]) -> dict[str, Any]:
+    """The named parts of a geometry tuple (see ImplicitConv)."""
+    rank = (len(geometry) - 3) // 7
+    if len(geometry) != 3 + 7 * rank or rank not in (2, 3):
+        raise ValueError(f"a conv geometry has 17 (2-D) or 24 (3-D) scalars, got {len(geometry)}")
+    parts = {"n": geometry[0], "c": geometry[1 + rank], "k": geometry[2 + rank]}
+    parts["in"] = geometry[1 : 1 + rank]
+    rest = geometry[3 + rank :]
+    for i, name in enumerate(("taps", "out", "pre", "post", "stride", "dilation")):
+        parts[name] = tuple(rest[i * rank : (i + 1) * rank])
+    return parts
 
 
 def _is_channel_bias(graph: Graph, uid: int, k: int) -> bool:
-    """One value per output channel: dims (1, K, 1, 1), contiguous along K."""
+    """One value per output channel: dims (1, K, 1, 1) (or 1, K, 1, 1, 1), contiguous along K."""
     t = graph.tensors[uid]
     return (
         t.value is None
-        and t.rank == 4
+        and t.rank in (4, 5)
         and t.dims[1] == k
         and all(d == 1 for i, d in enumerate(t.dims) if i != 1)
         and (k == 1 or t.strides[1] == 1)
@@ -116,28 +138,42 @@ def epilogue_chain(graph: Graph, flow: Dataflow, i: int) -> ConvChain | None:
 
 def check_geometry(where: str, geometry: tuple[int, ...], out_dtype: str, *sizes: int) -> None:
     """NotSupported unless the kernel's TMA loads and stores can express this conv (see conv_sm90.py)."""
-    n, h, wd, c, k, r, s, p, q, pad_h, pad_w, post_h, post_w, sh, sw, dh, dw = geometry
+    g = unpack(geometry)
+    c, k, rank = g["c"], g["k"], len(g["in"])
     if c % 8:
         raise NotSupported(f"{where}: {c} input channels; supported: multiples of 8 (16-byte rows for the TMA)")
     align = 16 // ITEMSIZE[out_dtype]
     if k % align:
         raise NotSupported(f"{where}: {k} output channels; a {out_dtype} output needs a multiple of {align} "
                            "(16-byte rows)")  # fmt: skip
-    if max(*sizes, n * p * q) > _INT32_MAX:
+    if max(*sizes, g["n"] * math.prod(g["out"])) > _INT32_MAX:
         raise NotSupported(f"{where}: tensors past 2^31 - 1 elements")
-    if max(sh, sw) > _MAX_STRIDE:
-        raise NotSupported(f"{where}: stride {(sh, sw)}; the TMA's im2col mode takes strides up to {_MAX_STRIDE}")
+    if max(g["stride"]) > _MAX_STRIDE:
+        raise NotSupported(f"{where}: stride {g['stride']}; the TMA's im2col mode takes strides up to {_MAX_STRIDE}")
     # The output extents the TMA walks: the box from -pad to (extent - 1 + post_pad - (taps - 1) * dilation).
-    for corner in (-pad_h, -pad_w, post_h - (r - 1) * dh, post_w - (s - 1) * dw):
-        if not _CORNER[0] <= corner <= _CORNER[1]:
-            raise NotSupported(f"{where}: padding {(pad_h, pad_w)} / {(post_h, post_w)} with filter {r}x{s} and "
-                               f"dilation {(dh, dw)} puts an im2col box corner at {corner}, outside "
-                               f"[{_CORNER[0]}, {_CORNER[1]}]")  # fmt: skip
-    if max((r - 1) * dh, (s - 1) * dw) > _MAX_OFFSET:
+    reach = [(t - 1) * d for t, d in zip(g["taps"], g["dilation"], strict=True)]
+    low, high = _CORNERS[rank]
+    for corner in (*(-x for x in g["pre"]), *(x - r for x, r in zip(g["post"], reach, strict=True))):
+        if not low <= corner <= high:
+            raise NotSupported(f"{where}: padding {g['pre']} / {g['post']} with filter {g['taps']} and dilation "
+                               f"{g['dilation']} puts an im2col box corner at {corner}, outside [{low}, {high}] "
+                               f"(the TMA's range for a {rank}-D convolution)")  # fmt: skip
+    if max(reach) > _MAX_OFFSET:
         raise NotSupported(f"{where}: filter taps reach past the TMA's 16-bit im2col offsets")
-    want = ((h + pad_h + post_h - (r - 1) * dh - 1) // sh + 1, (wd + pad_w + post_w - (s - 1) * dw - 1) // sw + 1)
-    if (p, q) != want:
-        raise NotSupported(f"{where}: output spatial dims {(p, q)}, the TMA's im2col walk gives {want}")
+    want = tuple(
+        (x + a + b - r - 1) // st + 1
+        for x, a, b, r, st in zip(g["in"], g["pre"], g["post"], reach, g["stride"], strict=True)
+    )
+    if g["out"] != want:
+        raise NotSupported(f"{where}: output spatial dims {g['out']}, the TMA's im2col walk gives {want}")
+
+
+def channels_last_nd(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Packed [N, C, spatial...] dims stored N, spatial..., C (a dim of extent 1 may carry any stride)."""
+    c, spatial = dims[1], dims[2:]
+    want = [c * math.prod(spatial), 1]
+    want += [c * math.prod(spatial[i + 1 :]) for i in range(len(spatial))]
+    return all(d == 1 or s == e for d, s, e in zip(dims, strides, want, strict=True))
 
 
 def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> ImplicitConv:
@@ -155,17 +191,17 @@ def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> Impli
     if dtypes[0] not in IN_DTYPES or dtypes[1] != dtypes[0] or dtypes[2] not in C_DTYPES:
         raise NotSupported(f"{where}: dtypes x {dtypes[0]}, w {dtypes[1]}, y {dtypes[2]}; supported: x and w both "
                            f"float16 or bfloat16, y one of {', '.join(C_DTYPES)}")  # fmt: skip
-    if op.spatial_rank != 2:
-        raise NotSupported(f"{where}: {op.spatial_rank}-D convolution; supported: 2-D")
-    n, c, h, wd = x.dims
-    k, cg, r, s = w.dims
-    _, _, p, q = y.dims
+    if op.spatial_rank not in (2, 3):
+        raise NotSupported(f"{where}: {op.spatial_rank}-D convolution; supported: 2-D and 3-D")
+    n, c, *spatial = x.dims
+    k, cg, *taps = w.dims
     if cg != c:
         raise NotSupported(f"{where}: grouped convolution ({c // cg} groups); supported: 1 group")
     for t in (x, w, y):
-        if not channels_last(t.dims, t.strides):
-            raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
-    geometry = (n, h, wd, c, k, r, s, p, q, *op.pre_padding, *op.post_padding, *op.stride, *op.dilation)
+        if not channels_last_nd(t.dims, t.strides):
+            raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC / NDHWC); "
+                               f"strides {t.strides}")  # fmt: skip
+    geometry = (n, *spatial, c, k, *taps, *y.dims[2:], *op.pre_padding, *op.post_padding, *op.stride, *op.dilation)
     check_geometry(where, geometry, dtypes[2], x.size, w.size, y.size)
     spec = GemmSpec(dtypes[0], dtypes[1], dtypes[2], "k", "k", "n", False, False)
     if chain is not None:
@@ -244,7 +280,7 @@ def _run(launch: Any, where: str, x: Any, w: Any, y: Any, bias: Any, context: Ex
 
 
 class CuteConvImplicitBuilder(FusionBuilder):
-    """2-D NHWC conv fprop on sm_90 as an implicit GEMM (TMA im2col + wgmma), with a fused epilogue."""
+    """2-D / 3-D channels-last conv fprop on sm_90 as an implicit GEMM (TMA im2col + wgmma), fused epilogue."""
 
     name = "cute.conv_fprop_implicit"
     engine_id = IN_TREE[name]
@@ -260,7 +296,7 @@ class CuteConvImplicitBuilder(FusionBuilder):
         ins, outs = dict(key.inputs), dict(key.outputs)
         return (
             key.op == "conv_fprop"
-            and key.trait("spatial_rank") == 2
+            and key.trait("spatial_rank") in (2, 3)
             and str(ins.get("x")) in IN_DTYPES
             and str(ins.get("w")) == str(ins.get("x"))
             and str(outs.get("y")) in C_DTYPES

@@ -26,7 +26,8 @@ from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
 from sigdnn.plan_builders.cute.kernels import conv_sm90, gemm_sm90
 from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, _store, cache_dir
 
-SCALARS = 17  # n, h, w, c, k, r, s, p, q, pad_h, pad_w, pad_h_hi, pad_w_hi, stride_h, stride_w, dil_h, dil_w
+SCALARS = {2: 17, 3: 24}  # geometry scalars by spatial rank (see conv_implicit.ImplicitConv)
+KERNELS = {2: conv_sm90.HopperConvFprop, 3: conv_sm90.HopperConvFprop3d}
 
 _LOCK = threading.Lock()
 _COMPILED: dict[tuple[Any, ...], Any] = {}
@@ -35,28 +36,28 @@ _DIGEST = hashlib.sha256(
 ).hexdigest()[:16]
 
 
-def _key_name(spec: GemmSpec, config: GemmConfig, sm_count: int) -> str:
-    return "convf_" + hashlib.sha256(repr((spec, config, sm_count, _DIGEST)).encode()).hexdigest()[:24]
+def _key_name(spec: GemmSpec, config: GemmConfig, sm_count: int, rank: int) -> str:
+    return "convf_" + hashlib.sha256(repr((spec, config, sm_count, rank, _DIGEST)).encode()).hexdigest()[:24]
 
 
-def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
-    kernel = conv_sm90.HopperConvFprop(spec, config, sm_count)
+def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int, rank: int) -> Any:
+    kernel = KERNELS[rank](spec, config, sm_count)
     dt = gemm_sm90.DTYPES
     ptrs = [make_ptr(dt[d], 0, cute.AddressSpace.gmem, assumed_align=16) for d in (spec.a_dtype, spec.b_dtype)]
     ptrs.append(make_ptr(dt[spec.c_dtype], 0, cute.AddressSpace.gmem, assumed_align=16))
     bias = dt[spec.bias_dtype or spec.c_dtype]
     ptrs.append(make_ptr(bias, 0, cute.AddressSpace.gmem, assumed_align=bias.width // 8))
-    return cute.compile(kernel, *ptrs, *[Int32(1)] * SCALARS, cuda.CUstream(0))
+    return cute.compile(kernel, *ptrs, *[Int32(1)] * SCALARS[rank], cuda.CUstream(0))
 
 
-def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
+def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int, rank: int = 2) -> Any:
     """The compiled conv of a specialization: from this process, the disk cache, or a fresh compile."""
-    key = (spec, config, sm_count)
+    key = (spec, config, sm_count, rank)
     with _LOCK:
         fn = _COMPILED.get(key)
         if fn is not None:
             return fn
-        name = _key_name(spec, config, sm_count)
+        name = _key_name(spec, config, sm_count, rank)
         root = cache_dir()
         path = root / f"{name}.o" if root else None
         if path is not None and path.exists():
@@ -66,7 +67,7 @@ def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
             except Exception:  # a stale or truncated file: compile again and overwrite it
                 fn = None
         if fn is None:
-            fn = _compile(spec, config, sm_count)
+            fn = _compile(spec, config, sm_count, rank)
             STATS["compiled"] += 1
             if root is not None:
                 _store(fn, root, name)
@@ -75,13 +76,14 @@ def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
 
 
 class ConvLaunch(GemmLaunch):
-    """One conv's launch: the 17 geometry scalars are fixed, x / w / y / bias pointers and the stream are not."""
+    """One conv's launch: the geometry scalars are fixed, x / w / y / bias pointers and the stream are not."""
 
     def __init__(self, spec: GemmSpec, config: GemmConfig, geometry: tuple[int, ...], sm_count: int) -> None:
-        if len(geometry) != SCALARS:
-            raise ValueError(f"a conv launch takes {SCALARS} geometry scalars, got {len(geometry)}")
+        rank = next((r for r, count in SCALARS.items() if count == len(geometry)), None)
+        if rank is None:
+            raise ValueError(f"a conv launch takes 17 (2-D) or 24 (3-D) geometry scalars, got {len(geometry)}")
         self.spec, self.config, self.geometry = spec, config, geometry
-        self._executor = compiled(spec, config, sm_count).to()
+        self._executor = compiled(spec, config, sm_count, rank).to()
         self._a, self._b, self._c, self._bias = (_Cell(ctypes.c_void_p, 0) for _ in range(4))
         self._scales = ()
         self._stream = _Cell(ctypes.c_void_p, 0)
