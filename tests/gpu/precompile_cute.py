@@ -166,7 +166,7 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
 def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     conv = _load("test_cute_conv_implicit")
     found = []
-    for case in conv.CASES.values():
+    for case in [*conv.CASES.values(), *conv.CASES_3D.values()]:
         found += conv_implicit_specs(conv.conv_graph(*case), None)
     for name in ("stride2_channel_tails", "strided_dilated_asymmetric_f32"):
         for config in conv.CONFIGS:
