@@ -16,7 +16,8 @@ through the cute.conv_fprop builder against torch's conv2d (cuDNN); the
 convi part does the same for the implicit-GEMM builder
 (cute.conv_fprop_implicit) on a wider ResNet-50 layer set, per tile config,
 through the launch handle and the Executor, and fused with bias + relu;
-the dgrad and wgrad parts time cute.conv_dgrad / cute.conv_wgrad against
+the conv3d part times 3x3x3 NDHWC layers against torch's conv3d; the dgrad
+and wgrad parts time cute.conv_dgrad / cute.conv_wgrad against
 cuDNN's backward data / backward filter.
 Then measures host microseconds per launch on a tiny
 problem for: the builder's plan (compiled handle, pre-marshalled cells),
@@ -533,6 +534,64 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
         print_rows([r_ for r_ in rows if r_["size"] == name])
 
 
+CONV3D_LAYERS = {
+    # name: (batch, C, D, H = W, K), 3x3x3 filter, padding 1, stride 1: video-network-sized layers
+    "conv3d_64": (8, 64, 16, 28, 64),
+    "conv3d_128": (8, 128, 8, 14, 128),
+    "conv3d_256": (8, 256, 4, 14, 256),
+}
+
+
+def bench_conv3d(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """bf16 NDHWC 3x3x3 conv fprop: the implicit-GEMM launch against torch conv3d (cuDNN, channels_last_3d)."""
+    import sigdnn
+    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, plan_conv
+    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+
+    torch.backends.cudnn.benchmark = True
+    stream = torch.cuda.current_stream().cuda_stream
+    for name, (n, c, d, hw, k) in CONV3D_LAYERS.items():
+        gen = torch.Generator(device="cuda").manual_seed(c + d + hw)
+        x = torch.randn(n, c, d, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+        x = x.to(memory_format=torch.channels_last_3d)
+        w = (torch.randn(k, c, 3, 3, 3, device="cuda", generator=gen) / (c * 27) ** 0.5).to(torch.bfloat16)
+        w = w.to(memory_format=torch.channels_last_3d)
+        g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
+        xt, wt = g.tensor("x", x.shape, layout="NDHWC"), g.tensor("w", w.shape, layout="NDHWC")
+        g.conv_fprop(xt, wt, padding=(1, 1, 1), name="conv").set_output(True).set_name("y")
+        view = plan_conv(g.node_by_name("conv"), g)
+        y = torch.empty(g.tensor_by_name("y").dims, device="cuda", dtype=torch.bfloat16)
+        y = y.to(memory_format=torch.channels_last_3d)
+        config = default_conv_config(view, sm_count)
+        launch = ConvLaunch(view.spec, config, view.geometry, sm_count)
+        ptrs = (x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+        impls = {
+            "torch conv3d (cuDNN)": lambda x=x, w=w: torch.nn.functional.conv3d(x, w, padding=1),
+            f"cute {config.label} (default)": lambda la=launch, p=ptrs: la(*p),
+        }
+        want = torch.nn.functional.conv3d(x.float(), w.float(), padding=1)
+        y.fill_(float("nan"))
+        impls[f"cute {config.label} (default)"]()
+        torch.cuda.synchronize()
+        err = float((y.float() - want).norm() / want.norm())
+        flops = 2.0 * want.numel() * c * 27
+        iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
+        for fn in impls.values():
+            fn()
+        torch.cuda.synchronize()
+        samples: dict[str, list[float]] = {n_: [] for n_ in impls}
+        for _ in range(args.repeats):
+            for n_, fn in impls.items():
+                samples[n_].append(time_ms(fn, iters))
+        t_torch = statistics.median(samples["torch conv3d (cuDNN)"])
+        for n_, ts in samples.items():
+            t = statistics.median(ts)
+            rows.append({"dtype": "bf16", "size": name, "impl": n_, "ms": t, "spread": (max(ts) - min(ts)) / t,
+                         "tflops": flops / t / 1e9, "ratio": t_torch / t,
+                         "rel_err": err if n_.startswith("cute") else None})  # fmt: skip
+        print_rows([r_ for r_ in rows if r_["size"] == name])
+
+
 def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
     """bf16 NHWC conv dgrad (cute.conv_dgrad: filter flip + implicit GEMM over dy) against cuDNN's, batch 64.
 
@@ -828,7 +887,20 @@ def main() -> None:
         "--parts",
         nargs="+",
         default=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile"],
-        choices=["sizes", "fused", "fp8", "fp8acc", "conv", "convi", "dgrad", "wgrad", "host", "compile", "autotune"],
+        choices=[
+            "sizes",
+            "fused",
+            "fp8",
+            "fp8acc",
+            "conv",
+            "convi",
+            "conv3d",
+            "dgrad",
+            "wgrad",
+            "host",
+            "compile",
+            "autotune",
+        ],
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -854,6 +926,8 @@ def main() -> None:
         bench_conv(args, conv_rows)
     if "convi" in args.parts:
         bench_conv_implicit(args, sm_count, conv_rows)
+    if "conv3d" in args.parts:
+        bench_conv3d(args, sm_count, conv_rows)
     if "dgrad" in args.parts:
         bench_dgrad(args, conv_rows)
     if "wgrad" in args.parts:

@@ -207,6 +207,11 @@ def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int
                 else:
                     g.conv_wgrad(x, dy, padding=(r // 2, r // 2), dims=(k, c, r, r))
                 found += conv_implicit_specs(g, None)
+    for n, c, d, hw, k in _benchmark_constant("CONV3D_LAYERS").values():  # the conv3d part
+        g = Graph("conv3d", io_dtype="bfloat16", compute_dtype="float32")
+        x, w = g.tensor("x", (n, c, d, hw, hw), layout="NDHWC"), g.tensor("w", (k, c, 3, 3, 3), layout="NDHWC")
+        g.conv_fprop(x, w, padding=(1, 1, 1), name="conv").set_output(True)
+        found += conv_implicit_specs(g, None)
     return found
 
 
