@@ -23,40 +23,47 @@ from cutlass.base_dsl.export import ExternalBinaryModule
 from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
-from sigdnn.plan_builders.cute.kernels import conv_sm90, gemm_sm90
+from sigdnn.plan_builders.cute.kernels import conv_sm90, conv_wgrad_sm90, gemm_sm90
 from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, _store, cache_dir
 
 SCALARS = 17  # n, h, w, c, k, r, s, p, q, pad_h, pad_w, pad_h_hi, pad_w_hi, stride_h, stride_w, dil_h, dil_w
+# kernel kind -> (kernel class, launch scalars: the geometry and, for the wgrad, chunk and splits)
+KINDS = {"fprop": (conv_sm90.HopperConvFprop, SCALARS), "wgrad": (conv_wgrad_sm90.HopperConvWgrad, SCALARS + 2)}
 
 _LOCK = threading.Lock()
 _COMPILED: dict[tuple[Any, ...], Any] = {}
 _DIGEST = hashlib.sha256(
-    b"\0".join([cutlass.__version__.encode()] + [Path(m.__file__).read_bytes() for m in (gemm_sm90, conv_sm90)])
+    b"\0".join(
+        [cutlass.__version__.encode()]
+        + [Path(m.__file__).read_bytes() for m in (gemm_sm90, conv_sm90, conv_wgrad_sm90)]
+    )
 ).hexdigest()[:16]
 
 
-def _key_name(spec: GemmSpec, config: GemmConfig, sm_count: int) -> str:
-    return "convf_" + hashlib.sha256(repr((spec, config, sm_count, _DIGEST)).encode()).hexdigest()[:24]
+def _key_name(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: str) -> str:
+    prefix = "convf_" if kind == "fprop" else f"conv{kind[0]}_"
+    return prefix + hashlib.sha256(repr((spec, config, sm_count, _DIGEST)).encode()).hexdigest()[:24]
 
 
-def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
-    kernel = conv_sm90.HopperConvFprop(spec, config, sm_count)
+def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: str) -> Any:
+    kernel_class, scalars = KINDS[kind]
+    kernel = kernel_class(spec, config, sm_count)
     dt = gemm_sm90.DTYPES
     ptrs = [make_ptr(dt[d], 0, cute.AddressSpace.gmem, assumed_align=16) for d in (spec.a_dtype, spec.b_dtype)]
     ptrs.append(make_ptr(dt[spec.c_dtype], 0, cute.AddressSpace.gmem, assumed_align=16))
     bias = dt[spec.bias_dtype or spec.c_dtype]
     ptrs.append(make_ptr(bias, 0, cute.AddressSpace.gmem, assumed_align=bias.width // 8))
-    return cute.compile(kernel, *ptrs, *[Int32(1)] * SCALARS, cuda.CUstream(0))
+    return cute.compile(kernel, *ptrs, *[Int32(1)] * scalars, cuda.CUstream(0))
 
 
-def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
-    """The compiled conv of a specialization: from this process, the disk cache, or a fresh compile."""
-    key = (spec, config, sm_count)
+def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: str = "fprop") -> Any:
+    """The compiled conv kernel of a specialization: from this process, the disk cache, or a fresh compile."""
+    key = (spec, config, sm_count, kind)
     with _LOCK:
         fn = _COMPILED.get(key)
         if fn is not None:
             return fn
-        name = _key_name(spec, config, sm_count)
+        name = _key_name(spec, config, sm_count, kind)
         root = cache_dir()
         path = root / f"{name}.o" if root else None
         if path is not None and path.exists():
@@ -66,7 +73,7 @@ def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
             except Exception:  # a stale or truncated file: compile again and overwrite it
                 fn = None
         if fn is None:
-            fn = _compile(spec, config, sm_count)
+            fn = _compile(spec, config, sm_count, kind)
             STATS["compiled"] += 1
             if root is not None:
                 _store(fn, root, name)
@@ -75,13 +82,20 @@ def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
 
 
 class ConvLaunch(GemmLaunch):
-    """One conv's launch: the 17 geometry scalars are fixed, x / w / y / bias pointers and the stream are not."""
+    """One conv's launch: the scalars are fixed, the three operand pointers, the bias and the stream are not.
 
-    def __init__(self, spec: GemmSpec, config: GemmConfig, geometry: tuple[int, ...], sm_count: int) -> None:
-        if len(geometry) != SCALARS:
-            raise ValueError(f"a conv launch takes {SCALARS} geometry scalars, got {len(geometry)}")
+    ``kind`` "fprop": (x, w, y) and the 17 geometry scalars; "wgrad": (dy, x, dw or the float32 partials)
+    and the geometry followed by the reduction's slice length and slice count.
+    """
+
+    def __init__(
+        self, spec: GemmSpec, config: GemmConfig, geometry: tuple[int, ...], sm_count: int, kind: str = "fprop"
+    ) -> None:
+        scalars = KINDS[kind][1]
+        if len(geometry) != scalars:
+            raise ValueError(f"a conv {kind} launch takes {scalars} scalars, got {len(geometry)}")
         self.spec, self.config, self.geometry = spec, config, geometry
-        self._executor = compiled(spec, config, sm_count).to()
+        self._executor = compiled(spec, config, sm_count, kind).to()
         self._a, self._b, self._c, self._bias = (_Cell(ctypes.c_void_p, 0) for _ in range(4))
         self._scales = ()
         self._stream = _Cell(ctypes.c_void_p, 0)
