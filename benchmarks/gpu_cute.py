@@ -663,11 +663,12 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
 
 
 def bench_wgrad(args: argparse.Namespace, rows: list[dict]) -> None:
-    """bf16 NHWC conv wgrad (cute.conv_wgrad: im2col + split-K GEMM + reduction) against cuDNN's, batch 64.
+    """bf16 NHWC conv wgrad against cuDNN's, batch 64: the implicit GEMM and im2col + GEMM builders.
 
     The unit-stride ResNet-50 layers of RESNET50_LAYERS: torch's
     ``torch.nn.grad.conv2d_weight`` (cuDNN backward filter, channels-last)
-    against ``Executor.execute`` of a one-node wgrad graph.
+    against ``Executor.execute`` of a one-node wgrad graph with
+    cute.conv_wgrad_implicit and with cute.conv_wgrad.
     """
     import sigdnn
 
@@ -685,23 +686,24 @@ def bench_wgrad(args: argparse.Namespace, rows: list[dict]) -> None:
         g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
         tx, tdy = g.tensor("x", x.shape, layout="NHWC"), g.tensor("dy", dy.shape, layout="NHWC")
         g.conv_wgrad(tx, tdy, padding=(pad, pad), dims=(k, c, r, r), name="wgrad").set_output(True).set_name("dw")
-        ex = sigdnn.Executor("gpu", engine="cute.conv_wgrad")
-        plan = ex.prepare(g)
-        step = plan.steps[0].plan
 
         def wgrad_torch(x=x, dy=dy, pad=pad, shape=(k, c, r, r)):
             return torch.nn.grad.conv2d_weight(x, shape, dy, padding=pad)
 
-        label = f"cute wgrad {step.config.label} x{step._view.splits} via Executor"
-        impls = {
-            "torch conv2d_weight (cuDNN)": wgrad_torch,
-            label: lambda ex=ex, plan=plan, p={"x": x, "dy": dy, "dw": dw}: ex.execute(plan, p, to_host=False),
-        }
+        impls = {"torch conv2d_weight (cuDNN)": wgrad_torch}
+        for engine in ("cute.conv_wgrad_implicit", "cute.conv_wgrad"):
+            ex = sigdnn.Executor("gpu", engine=engine)
+            plan = ex.prepare(g)
+            label = f"{engine} {plan.steps[0].plan.config.label} via Executor"
+            impls[label] = lambda ex=ex, plan=plan, p={"x": x, "dy": dy, "dw": dw}: ex.execute(plan, p, to_host=False)
         want = torch.nn.grad.conv2d_weight(x.float(), (k, c, r, r), dy.float(), padding=pad)
-        dw.fill_(float("nan"))
-        impls[label]()
-        torch.cuda.synchronize()
-        errors = {label: float((dw.float() - want).norm() / want.norm())}
+        errors = {}
+        for n, fn in impls.items():
+            if n.startswith("cute"):
+                dw.fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+                errors[n] = float((dw.float() - want).norm() / want.norm())
         flops = 2.0 * dy.numel() * c * r * r
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 200e12)))
         for fn in impls.values():

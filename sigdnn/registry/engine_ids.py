@@ -58,6 +58,7 @@ IN_TREE: dict[str, int] = {
     "cute.conv_fprop_implicit": 3002,
     "cute.conv_dgrad": 3003,
     "cute.conv_wgrad": 3004,
+    "cute.conv_wgrad_implicit": 3005,
 }
 
 

@@ -148,9 +148,14 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
     flow = Dataflow(g, list(range(len(g.nodes))))
     found = []
     for i, node in enumerate(g.nodes):
-        if isinstance(node.op, ConvWgrad):  # a GEMM, after im2col
+        if isinstance(node.op, ConvWgrad):  # a GEMM after im2col, and the implicit GEMM where it applies
             wgrad = conv_wgrad.plan_wgrad(node, g, SM_COUNT)
             found.append(("gemm", wgrad.spec, cute_matmul.parse_config(config or "coop128x128c1x1s1"), 2))
+            try:
+                implicit = conv_wgrad.plan_wgrad_implicit(node, g, SM_COUNT)
+                found.append(("wgrad", implicit.spec, implicit.config, 2))
+            except NotSupported:
+                pass
             continue
         if isinstance(node.op, ConvDgrad):
             view = conv_dgrad.plan_dgrad(node, g)
@@ -177,7 +182,7 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     for case in dgrad.CASES.values():
         found += conv_implicit_specs(dgrad.dgrad_graph(*case), None)
     wgrad = _load("test_cute_conv_wgrad")
-    for case in wgrad.CASES.values():
+    for case in [*wgrad.CASES.values(), *wgrad.IMPLICIT_CASES.values()]:
         found += conv_implicit_specs(wgrad.wgrad_graph(*case), None)
     return found
 
@@ -226,16 +231,16 @@ def _benchmark_constant(name: str):
 
 def _compile(item: tuple[str, GemmSpec, GemmConfig, int]) -> tuple[str, float]:
     kind, spec, config, rank = item
-    if kind == "conv":
-        from sigdnn.plan_builders.cute.kernels import conv_launch as module
-    else:
-        from sigdnn.plan_builders.cute.kernels import launch as module
     t0 = time.perf_counter()
-    if kind == "conv":
-        module.compiled(spec, config, SM_COUNT, rank)
+    if kind == "gemm":
+        from sigdnn.plan_builders.cute.kernels import launch
+
+        launch.compiled(spec, config, SM_COUNT)
     else:
-        module.compiled(spec, config, SM_COUNT)
-    label = f"{kind}{rank if kind == 'conv' else ''} {spec.a_dtype}/{spec.b_dtype}->{spec.c_dtype} {spec.activation} {config.label}"
+        from sigdnn.plan_builders.cute.kernels import conv_launch
+
+        conv_launch.compiled(spec, config, SM_COUNT, "fprop" if kind == "conv" else kind, rank)
+    label = f"{kind}{rank if kind != 'gemm' else ''} {spec.a_dtype}/{spec.b_dtype}->{spec.c_dtype} {spec.activation} {config.label}"
     return label, time.perf_counter() - t0
 
 
@@ -243,7 +248,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cache", type=Path)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--only", choices=["gemm", "conv"], help="compile one kind of kernel only")
+    parser.add_argument("--only", choices=["gemm", "conv", "wgrad"], help="compile one kind of kernel only")
     args = parser.parse_args()
     os.environ["SIGDNN_CUTE_CACHE"] = str(args.cache)
     gemms = [("gemm", spec, config, 2) for spec, config in test_specs() + benchmark_specs()]

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.gpu
 skip_unless_sm90("the CuTe conv wgrad")
 
 ENGINE = "cute.conv_wgrad"
+IMPLICIT = "cute.conv_wgrad_implicit"
 CASES = {
     # name: (x dims, dw dims, io dtype, dw dtype, conv arguments)
     "3x3_pad1_shallow": ((2, 16, 9, 11), (24, 16, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
@@ -31,6 +32,27 @@ CASES = {
     ),
     "pointwise_in_place_split": ((8, 32, 16, 16), (40, 32, 1, 1), "float16", "float16", {}),
     "stride2_tails": ((2, 72, 31, 29), (136, 72, 3, 3), "bfloat16", "float32", {"padding": (1, 1), "stride": (2, 2)}),
+}
+
+# The implicit wgrad (B through the TMA's im2col mode) takes C in multiples of 64.
+IMPLICIT_CASES = {
+    "3x3_pad1_split": ((4, 64, 16, 16), (32, 64, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
+    "3x3_unsplit_f32": ((1, 64, 9, 11), (136, 64, 3, 3), "float16", "float32", {"padding": (1, 1)}),
+    "strided_dilated_asymmetric": (
+        (3, 128, 13, 10),
+        (72, 128, 3, 3),
+        "bfloat16",
+        "float32",
+        {"pre_padding": (1, 2), "post_padding": (0, 1), "stride": (2, 1), "dilation": (2, 2)},
+    ),
+    "pointwise_split": ((8, 64, 16, 16), (40, 64, 1, 1), "float16", "float16", {}),
+    "5x3_stride2_tails": (
+        (2, 192, 21, 19),
+        (200, 192, 5, 3),
+        "bfloat16",
+        "bfloat16",
+        {"padding": (2, 1), "stride": (2, 2)},
+    ),
 }
 
 
@@ -50,4 +72,13 @@ def test_conv_wgrad_validates_against_the_reference(name: str) -> None:
     report = sigdnn.validate(g, seed=29, executor=sigdnn.Executor("gpu", engine=ENGINE))
     print(report.table())
     assert report.builders == {"wgrad": ENGINE}
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("name", list(IMPLICIT_CASES))
+def test_implicit_conv_wgrad_validates_against_the_reference(name: str) -> None:
+    g = wgrad_graph(*IMPLICIT_CASES[name])
+    report = sigdnn.validate(g, seed=31, executor=sigdnn.Executor("gpu", engine=IMPLICIT))
+    print(report.table())
+    assert report.builders == {"wgrad": IMPLICIT}
     assert report.passed, report.table()

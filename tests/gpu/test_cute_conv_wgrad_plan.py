@@ -6,7 +6,13 @@ import pytest
 
 import sigdnn
 from sigdnn.errors import NotSupported
-from sigdnn.plan_builders.cute.conv_wgrad import CuteConvWgradBuilder, plan_wgrad, split_count
+from sigdnn.plan_builders.cute.conv_wgrad import (
+    CuteConvWgradBuilder,
+    CuteConvWgradImplicitBuilder,
+    plan_wgrad,
+    plan_wgrad_implicit,
+    split_count,
+)
 
 
 def wgrad_graph(x_dims=(2, 16, 9, 11), dw_dims=(24, 16, 3, 3), *, dtype="bfloat16", layout="NHWC", **conv):
@@ -70,3 +76,20 @@ def test_what_the_builder_declines(kw: dict, match: str) -> None:
         g = wgrad_graph(**kw)
     with pytest.raises(NotSupported, match=match):
         CuteConvWgradBuilder().check(g.node_by_name("wgrad"), g, None)
+
+
+def test_the_implicit_wgrad_splits_the_pixels_and_reads_dy_m_major() -> None:
+    g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))
+    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132)
+    npq = 64 * 56 * 56
+    assert view.config.label == "pp64x64c1x1s1" and view.splits == split_count(npq, 9, 132)
+    assert view.chunk * view.splits == npq and view.chunk % 8 == 0
+    assert (view.spec.a_major, view.spec.b_major, view.spec.c_dtype) == ("m", "n", "float32")
+    assert view.geometry == (64, 56, 56, 64, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1, 1)
+    assert view.workspace_bytes == view.splits * 64 * 576 * 4
+
+
+def test_the_implicit_wgrad_declines_channels_off_its_tile() -> None:
+    g = wgrad_graph()  # 16 input channels
+    with pytest.raises(NotSupported, match="multiple of 64"):
+        CuteConvWgradImplicitBuilder().check(g.node_by_name("wgrad"), g, None)

@@ -10,8 +10,9 @@ kernels/splitk_reduce.py adds and rounds once into dw. dy^T is dy read
 M-major and A is read N-major: no transpose is materialized.
 
 A first, correct version: the im2col pass writes R*S times x's size and the
-GEMM reads it back; an implicit GEMM (A's tiles gathered by the TMA in
-im2col mode, as the fprop does) would save that pass.
+GEMM reads it back. ``cute.conv_wgrad_implicit`` (below) saves that pass
+when C is a multiple of 64: B's tiles come through the TMA's im2col mode
+(kernels/conv_wgrad_sm90.py); it ranks first where it applies.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_wgrad import ConvWgrad
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
+from sigdnn.plan_builders.cute.conv_implicit import check_geometry
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmConfig, GemmProblem, GemmSpec, plan_gemm
 from sigdnn.plan_builders.cute.matmul import config_override, device_id_of, device_properties, unavailable_reason
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
@@ -37,6 +39,7 @@ from sigdnn.signature_keys import SignatureKey
 _INT32_MAX = 2**31 - 1
 _MIN_SLICE = 512  # reduction depth per split: below this the partials cost more than the parallelism gains
 _ALIGN = 256  # workspace regions start on 256-byte boundaries
+TILE_N = 64  # the implicit wgrad's N tile (kernels/conv_wgrad_sm90.py)
 
 
 @attrs.frozen
@@ -196,3 +199,98 @@ class CuteConvWgradBuilder(PlanBuilder):
         im2col = None if view.im2col is None else Im2colLaunch(view.dtype, view.im2col)
         reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, view.k * view.rsc, view.splits)
         return CuteConvWgradPlan(view, im2col, gemm, reduce, f"node '{node.name}'")
+
+
+@attrs.frozen
+class ImplicitWgrad:
+    """A conv wgrad as the implicit-GEMM wgrad kernel's launch: spec, geometry, slice length and count."""
+
+    spec: GemmSpec
+    config: GemmConfig
+    geometry: tuple[int, ...]  # as conv_implicit.ImplicitConv's (x, dw's K, the fprop's output extents)
+    chunk: int
+    splits: int
+    out_dtype: str
+    k: int
+    rsc: int
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.splits * self.k * self.rsc * 4 if self.splits > 1 else 0
+
+
+def plan_wgrad_implicit(
+    node: Node, graph: Graph, sm_count: int = 132, config: GemmConfig | None = None
+) -> ImplicitWgrad:
+    """The implicit-GEMM view of a wgrad node (B through the TMA's im2col mode), or NotSupported saying why."""
+    plan_wgrad(node, graph, sm_count)  # dtypes, rank, groups, layouts, channel alignment
+    op = node.op
+    where = f"node '{node.name}'"
+    x, dy, dw = graph.tensors[op.x], graph.tensors[op.dy], graph.tensors[op.dw]
+    n, c, h, wd = x.dims
+    k, _, r, s = dw.dims
+    _, _, p, q = dy.dims
+    if c % TILE_N:
+        raise NotSupported(f"{where}: {c} input channels; the implicit wgrad needs a multiple of {TILE_N} (its N "
+                           "tile is one 64-channel block of one filter tap)")  # fmt: skip
+    dtype, out = str(graph.dtype_of(x)), str(graph.dtype_of(dw))
+    geometry = (n, h, wd, c, k, r, s, p, q, *op.pre_padding, *op.post_padding, *op.stride, *op.dilation)
+    check_geometry(where, geometry, dtype, x.size, dy.size, dw.size)
+    if config is None:
+        config = GemmConfig(tile_m=128, tile_n=TILE_N) if k >= 128 else GemmConfig(64, TILE_N, pingpong=True)
+    if config.tile_n != TILE_N:
+        raise NotSupported(f"{where}: tile config {config.label}; the implicit wgrad's N tile is {TILE_N}")
+    npq, rsc = n * p * q, r * s * c
+    splits = split_count(npq, math.ceil(k / config.tile_m) * (rsc // TILE_N), sm_count)
+    c_dtype = out if splits == 1 else "float32"
+    spec = GemmSpec(dtype, dtype, c_dtype, "m", "n", "n", True, True)
+    return ImplicitWgrad(spec, config, geometry, npq // splits, splits, out, k, rsc)
+
+
+class CuteConvWgradImplicitPlan(NodePlan):
+    """The implicit-GEMM wgrad into dw (one slice) or into float32 partials, then the reduction."""
+
+    def __init__(self, view: ImplicitWgrad, conv: Any, reduce: Any, where: str) -> None:
+        self._conv = conv
+        self._reduce = reduce
+        self.workspace_bytes = view.workspace_bytes
+        self._where = where
+
+    @property
+    def config(self) -> GemmConfig:
+        return self._conv.config
+
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+        x, dy, dw = buffers["x"], buffers["dy"], buffers["dw"]
+        if (x.ptr | dy.ptr | dw.ptr) & 15:
+            names = [p for p, t in (("x", x), ("dy", dy), ("dw", dw)) if t.ptr & 15]
+            raise VariantPackError(f"{self._where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
+        if self._reduce is None:
+            self._conv(dy.ptr, x.ptr, dw.ptr, context.stream)
+            return
+        parts = context.workspace.ptr
+        self._conv(dy.ptr, x.ptr, parts, context.stream)
+        self._reduce(parts, dw.ptr, context.stream)
+
+
+class CuteConvWgradImplicitBuilder(CuteConvWgradBuilder):
+    """2-D NHWC conv wgrad on sm_90 as an implicit GEMM: B's tiles through the TMA's im2col mode, split-K."""
+
+    name = "cute.conv_wgrad_implicit"
+    engine_id = IN_TREE[name]
+    priority = 1  # above cute.conv_wgrad: no im2col pass
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        plan_wgrad_implicit(node, graph)
+        super().check(node, graph, device)
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+        from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
+
+        self.check(node, graph, context.device)
+        _, sm_count = device_properties(device_id_of(context.device))
+        view = plan_wgrad_implicit(node, graph, sm_count, config_override())
+        conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
+        reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, view.k * view.rsc, view.splits)
+        return CuteConvWgradImplicitPlan(view, conv, reduce, f"node '{node.name}'")

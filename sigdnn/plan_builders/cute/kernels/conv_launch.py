@@ -23,41 +23,51 @@ from cutlass.base_dsl.export import ExternalBinaryModule
 from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
-from sigdnn.plan_builders.cute.kernels import conv_sm90, gemm_sm90
+from sigdnn.plan_builders.cute.kernels import conv_sm90, conv_wgrad_sm90, gemm_sm90
 from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, _store, cache_dir
 
-SCALARS = {2: 17, 3: 24}  # geometry scalars by spatial rank (see conv_implicit.ImplicitConv)
-KERNELS = {2: conv_sm90.HopperConvFprop, 3: conv_sm90.HopperConvFprop3d}
+# (kind, spatial rank) -> (kernel class, launch scalars: the geometry (conv_implicit.ImplicitConv's) and, for
+# the wgrad, the reduction's slice length and slice count)
+KINDS = {
+    ("fprop", 2): (conv_sm90.HopperConvFprop, 17),
+    ("fprop", 3): (conv_sm90.HopperConvFprop3d, 24),
+    ("wgrad", 2): (conv_wgrad_sm90.HopperConvWgrad, 19),
+}
 
 _LOCK = threading.Lock()
 _COMPILED: dict[tuple[Any, ...], Any] = {}
 _DIGEST = hashlib.sha256(
-    b"\0".join([cutlass.__version__.encode()] + [Path(m.__file__).read_bytes() for m in (gemm_sm90, conv_sm90)])
+    b"\0".join(
+        [cutlass.__version__.encode()]
+        + [Path(m.__file__).read_bytes() for m in (gemm_sm90, conv_sm90, conv_wgrad_sm90)]
+    )
 ).hexdigest()[:16]
 
 
-def _key_name(spec: GemmSpec, config: GemmConfig, sm_count: int, rank: int) -> str:
-    return "convf_" + hashlib.sha256(repr((spec, config, sm_count, rank, _DIGEST)).encode()).hexdigest()[:24]
+def _key_name(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: tuple[str, int]) -> str:
+    text = repr((spec, config, sm_count, kind, _DIGEST))
+    return f"conv{kind[0][0]}_" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int, rank: int) -> Any:
-    kernel = KERNELS[rank](spec, config, sm_count)
+def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: tuple[str, int]) -> Any:
+    kernel_class, scalars = KINDS[kind]
+    kernel = kernel_class(spec, config, sm_count)
     dt = gemm_sm90.DTYPES
     ptrs = [make_ptr(dt[d], 0, cute.AddressSpace.gmem, assumed_align=16) for d in (spec.a_dtype, spec.b_dtype)]
     ptrs.append(make_ptr(dt[spec.c_dtype], 0, cute.AddressSpace.gmem, assumed_align=16))
     bias = dt[spec.bias_dtype or spec.c_dtype]
     ptrs.append(make_ptr(bias, 0, cute.AddressSpace.gmem, assumed_align=bias.width // 8))
-    return cute.compile(kernel, *ptrs, *[Int32(1)] * SCALARS[rank], cuda.CUstream(0))
+    return cute.compile(kernel, *ptrs, *[Int32(1)] * scalars, cuda.CUstream(0))
 
 
-def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int, rank: int = 2) -> Any:
-    """The compiled conv of a specialization: from this process, the disk cache, or a fresh compile."""
-    key = (spec, config, sm_count, rank)
+def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: str = "fprop", rank: int = 2) -> Any:
+    """The compiled conv kernel of a specialization: from this process, the disk cache, or a fresh compile."""
+    key = (spec, config, sm_count, kind, rank)
     with _LOCK:
         fn = _COMPILED.get(key)
         if fn is not None:
             return fn
-        name = _key_name(spec, config, sm_count, rank)
+        name = _key_name(spec, config, sm_count, (kind, rank))
         root = cache_dir()
         path = root / f"{name}.o" if root else None
         if path is not None and path.exists():
@@ -67,7 +77,7 @@ def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int, rank: int = 2) -
             except Exception:  # a stale or truncated file: compile again and overwrite it
                 fn = None
         if fn is None:
-            fn = _compile(spec, config, sm_count, rank)
+            fn = _compile(spec, config, sm_count, (kind, rank))
             STATS["compiled"] += 1
             if root is not None:
                 _store(fn, root, name)
@@ -76,14 +86,20 @@ def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int, rank: int = 2) -
 
 
 class ConvLaunch(GemmLaunch):
-    """One conv's launch: the geometry scalars are fixed, x / w / y / bias pointers and the stream are not."""
+    """One conv's launch: the scalars are fixed, the three operand pointers, the bias and the stream are not.
 
-    def __init__(self, spec: GemmSpec, config: GemmConfig, geometry: tuple[int, ...], sm_count: int) -> None:
-        rank = next((r for r, count in SCALARS.items() if count == len(geometry)), None)
+    ``kind`` "fprop": (x, w, y) and the 17 (2-D) or 24 (3-D) geometry scalars; "wgrad" (2-D): (dy, x, dw or
+    the float32 partials) and the geometry followed by the reduction's slice length and slice count.
+    """
+
+    def __init__(
+        self, spec: GemmSpec, config: GemmConfig, geometry: tuple[int, ...], sm_count: int, kind: str = "fprop"
+    ) -> None:
+        rank = next((r for (k, r), (_, count) in KINDS.items() if k == kind and count == len(geometry)), None)
         if rank is None:
-            raise ValueError(f"a conv launch takes 17 (2-D) or 24 (3-D) geometry scalars, got {len(geometry)}")
+            raise ValueError(f"no conv {kind} kernel takes {len(geometry)} launch scalars")
         self.spec, self.config, self.geometry = spec, config, geometry
-        self._executor = compiled(spec, config, sm_count, rank).to()
+        self._executor = compiled(spec, config, sm_count, kind, rank).to()
         self._a, self._b, self._c, self._bias = (_Cell(ctypes.c_void_p, 0) for _ in range(4))
         self._scales = ()
         self._stream = _Cell(ctypes.c_void_p, 0)
