@@ -12,7 +12,13 @@ and reports each one's error against a float32 product of the same inputs;
 the fp8acc part measures how far fp8 tensor-core GEMMs (CuTe's and
 cuBLAS's) land from the float64 product in units of sigdnn's matmul
 tolerance. The conv part times bf16 NHWC conv fprop on ResNet-50 layers
-through the cute.conv_fprop builder against torch's conv2d (cuDNN).
+through the cute.conv_fprop builder against torch's conv2d (cuDNN); the
+convi part does the same for the implicit-GEMM builder
+(cute.conv_fprop_implicit) on a wider ResNet-50 layer set, per tile config,
+through the launch handle and the Executor, and fused with bias + relu;
+the conv3d part times 3x3x3 NDHWC layers against torch's conv3d; the dgrad
+and wgrad parts time cute.conv_dgrad / cute.conv_wgrad against
+cuDNN's backward data / backward filter.
 Then measures host microseconds per launch on a tiny
 problem for: the builder's plan (compiled handle, pre-marshalled cells),
 the compiled function called with fresh arguments, a one-node graph through
@@ -410,6 +416,312 @@ def bench_conv(args: argparse.Namespace, rows: list[dict]) -> None:
         print_rows([r_ for r_ in rows if r_["size"] == name])
 
 
+RESNET50_LAYERS = {
+    # name: (C, H = W, K, R = S, stride), batch 64, padding R // 2: the 3x3 layers of each stage (the
+    # stride-2 ones as torchvision places them), and the 1x1 reduce / expand layers around them
+    "conv2_3x3": (64, 56, 64, 3, 1),
+    "conv3_3x3": (128, 28, 128, 3, 1),
+    "conv4_3x3": (256, 14, 256, 3, 1),
+    "conv5_3x3": (512, 7, 512, 3, 1),
+    "conv3_3x3_s2": (128, 56, 128, 3, 2),
+    "conv4_3x3_s2": (256, 28, 256, 3, 2),
+    "conv2_1x1_expand": (64, 56, 256, 1, 1),
+    "conv2_1x1_reduce": (256, 56, 64, 1, 1),
+    "conv4_1x1_expand": (256, 14, 1024, 1, 1),
+    "conv5_1x1_reduce": (2048, 7, 512, 1, 1),
+}
+CONV_CONFIGS = ["coop128x128c1x1s1", "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1",
+                "coop128x128c2x1s1", "coop128x256c2x1s1"]  # fmt: skip
+
+
+def conv_layer_graph(c: int, hw: int, k: int, r: int, stride: int, fused: bool):
+    """A bf16 NHWC ResNet layer at batch 64 (and with fused: + bias + relu, bf16 intermediates)."""
+    import sigdnn
+
+    g = sigdnn.Graph("layer", io_dtype="bfloat16", intermediate_dtype="bfloat16", compute_dtype="float32")
+    x, w = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, r, r), layout="NHWC")
+    y = g.conv_fprop(x, w, padding=(r // 2, r // 2), stride=(stride, stride), name="conv")
+    if fused:
+        y = g.pointwise("add", y, g.tensor("bias", (1, k, 1, 1), layout="NHWC"), name="bias")
+        y = g.pointwise("relu_fwd", y, name="act")
+    y.set_output(True).set_name("y")
+    return g
+
+
+def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """bf16 NHWC conv fprop, implicit GEMM (cute.conv_fprop_implicit) against torch conv2d (cuDNN), batch 64.
+
+    Each ResNet-50 layer: torch's channels-last conv2d (cudnn.benchmark on);
+    the builder's launch with its default config and with every config of
+    ``--conv-configs`` (the compiled handle: what a plan's execute costs);
+    the default through ``Executor.execute`` (host cost included); and the
+    fused conv + bias + relu launch against torch eager conv2d(bias) + relu.
+    """
+    import sigdnn
+    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, epilogue_chain, plan_conv
+    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+    from sigdnn.plan_builders.cute.matmul import parse_config
+    from sigdnn.registry.regions import Dataflow
+
+    torch.backends.cudnn.benchmark = True
+    stream = torch.cuda.current_stream().cuda_stream
+    for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
+        pad = r // 2
+        gen = torch.Generator(device="cuda").manual_seed(c + hw + k)
+        x = torch.randn(64, c, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+        x = x.to(memory_format=torch.channels_last)
+        w = (torch.randn(k, c, r, r, device="cuda", generator=gen) / (c * r * r) ** 0.5).to(torch.bfloat16)
+        w = w.to(memory_format=torch.channels_last)
+        bias = torch.randn(k, device="cuda", generator=gen).to(torch.bfloat16)
+        g = conv_layer_graph(c, hw, k, r, stride, fused=False)
+        view = plan_conv(g.node_by_name("conv"), g)
+        gf = conv_layer_graph(c, hw, k, r, stride, fused=True)
+        chain = epilogue_chain(gf, Dataflow(gf, list(range(len(gf.nodes)))), 0)
+        fview = plan_conv(gf.node_by_name("conv"), gf, chain)
+        y = torch.empty(g.tensor_by_name("y").dims, device="cuda", dtype=torch.bfloat16)
+        y = y.to(memory_format=torch.channels_last)
+        ptrs = (x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+        default = default_conv_config(view, sm_count)
+        launches = {f"cute {default.label} (default)": ConvLaunch(view.spec, default, view.geometry, sm_count)}
+        for label in args.conv_configs:
+            if label != default.label:
+                launches[f"cute {label}"] = ConvLaunch(view.spec, parse_config(label), view.geometry, sm_count)
+        fused = ConvLaunch(fview.spec, default_conv_config(fview, sm_count), fview.geometry, sm_count)
+        ex = sigdnn.Executor("gpu", engine="cute.conv_fprop_implicit")
+        plan = ex.prepare(g)
+        pack = {"x": x, "w": w, "y": y}
+
+        def conv_torch(x=x, w=w, pad=pad, stride=stride):
+            return torch.nn.functional.conv2d(x, w, padding=pad, stride=stride)
+
+        def fused_torch(x=x, w=w, bias=bias, pad=pad, stride=stride):
+            return torch.relu(torch.nn.functional.conv2d(x, w, bias, padding=pad, stride=stride))
+
+        impls = {"torch conv2d (cuDNN)": conv_torch}
+        impls.update({n: (lambda la=la, ptrs=ptrs: la(*ptrs)) for n, la in launches.items()})
+        impls["cute default via Executor.execute"] = lambda ex=ex, plan=plan, pack=pack: ex.execute(
+            plan, pack, to_host=False
+        )
+        impls["torch conv2d(bias) + relu"] = fused_torch
+        impls["cute fused bias + relu"] = lambda fused=fused, ptrs=ptrs, bias=bias: fused(
+            *ptrs, bias_ptr=bias.data_ptr()
+        )
+        want = torch.nn.functional.conv2d(x.float(), w.float(), padding=pad, stride=stride)
+        want_fused = torch.relu(want + bias.float().view(1, k, 1, 1))
+        errors = {}
+        for n, fn in impls.items():
+            if n.startswith("cute"):
+                y.fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+                ref = want_fused if "fused" in n else want
+                errors[n] = float((y.float() - ref).norm() / ref.norm())  # NaN if an element was not written
+        flops = 2.0 * want.numel() * c * r * r
+        iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
+        for fn in impls.values():
+            fn()
+        torch.cuda.synchronize()
+        samples: dict[str, list[float]] = {n: [] for n in impls}
+        for _ in range(args.repeats):
+            for n, fn in impls.items():
+                samples[n].append(time_ms(fn, iters))
+        base = {n: statistics.median(samples[n]) for n in ("torch conv2d (cuDNN)", "torch conv2d(bias) + relu")}
+        for n, ts in samples.items():
+            t = statistics.median(ts)
+            t_ref = base["torch conv2d(bias) + relu"] if "bias" in n else base["torch conv2d (cuDNN)"]
+            rows.append({"dtype": "bf16", "size": name, "impl": n, "ms": t, "spread": (max(ts) - min(ts)) / t,
+                         "tflops": flops / t / 1e9, "ratio": t_ref / t, "rel_err": errors.get(n)})  # fmt: skip
+        print_rows([r_ for r_ in rows if r_["size"] == name])
+
+
+CONV3D_LAYERS = {
+    # name: (batch, C, D, H = W, K), 3x3x3 filter, padding 1, stride 1: video-network-sized layers
+    "conv3d_64": (8, 64, 16, 28, 64),
+    "conv3d_128": (8, 128, 8, 14, 128),
+    "conv3d_256": (8, 256, 4, 14, 256),
+}
+
+
+def bench_conv3d(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """bf16 NDHWC 3x3x3 conv fprop: the implicit-GEMM launch against torch conv3d (cuDNN, channels_last_3d)."""
+    import sigdnn
+    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, plan_conv
+    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+
+    torch.backends.cudnn.benchmark = True
+    stream = torch.cuda.current_stream().cuda_stream
+    for name, (n, c, d, hw, k) in CONV3D_LAYERS.items():
+        gen = torch.Generator(device="cuda").manual_seed(c + d + hw)
+        x = torch.randn(n, c, d, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+        x = x.to(memory_format=torch.channels_last_3d)
+        w = (torch.randn(k, c, 3, 3, 3, device="cuda", generator=gen) / (c * 27) ** 0.5).to(torch.bfloat16)
+        w = w.to(memory_format=torch.channels_last_3d)
+        g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
+        xt, wt = g.tensor("x", x.shape, layout="NDHWC"), g.tensor("w", w.shape, layout="NDHWC")
+        g.conv_fprop(xt, wt, padding=(1, 1, 1), name="conv").set_output(True).set_name("y")
+        view = plan_conv(g.node_by_name("conv"), g)
+        y = torch.empty(g.tensor_by_name("y").dims, device="cuda", dtype=torch.bfloat16)
+        y = y.to(memory_format=torch.channels_last_3d)
+        config = default_conv_config(view, sm_count)
+        launch = ConvLaunch(view.spec, config, view.geometry, sm_count)
+        ptrs = (x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+        impls = {
+            "torch conv3d (cuDNN)": lambda x=x, w=w: torch.nn.functional.conv3d(x, w, padding=1),
+            f"cute {config.label} (default)": lambda la=launch, p=ptrs: la(*p),
+        }
+        want = torch.nn.functional.conv3d(x.float(), w.float(), padding=1)
+        y.fill_(float("nan"))
+        impls[f"cute {config.label} (default)"]()
+        torch.cuda.synchronize()
+        err = float((y.float() - want).norm() / want.norm())
+        flops = 2.0 * want.numel() * c * 27
+        iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
+        for fn in impls.values():
+            fn()
+        torch.cuda.synchronize()
+        samples: dict[str, list[float]] = {n_: [] for n_ in impls}
+        for _ in range(args.repeats):
+            for n_, fn in impls.items():
+                samples[n_].append(time_ms(fn, iters))
+        t_torch = statistics.median(samples["torch conv3d (cuDNN)"])
+        for n_, ts in samples.items():
+            t = statistics.median(ts)
+            rows.append({"dtype": "bf16", "size": name, "impl": n_, "ms": t, "spread": (max(ts) - min(ts)) / t,
+                         "tflops": flops / t / 1e9, "ratio": t_torch / t,
+                         "rel_err": err if n_.startswith("cute") else None})  # fmt: skip
+        print_rows([r_ for r_ in rows if r_["size"] == name])
+
+
+def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
+    """bf16 NHWC conv dgrad (cute.conv_dgrad: filter flip + implicit GEMM over dy) against cuDNN's, batch 64.
+
+    The unit-stride ResNet-50 layers of RESNET50_LAYERS. torch's
+    ``torch.nn.grad.conv2d_input`` (cuDNN backward data, channels-last); the
+    plan's two launches (flip into a workspace, then the conv) through their
+    handles; and the same through ``Executor.execute``.
+    """
+    import sigdnn
+
+    torch.backends.cudnn.benchmark = True
+    stream = torch.cuda.current_stream().cuda_stream
+    for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
+        if stride != 1:
+            continue
+        pad = r // 2
+        gen = torch.Generator(device="cuda").manual_seed(c + hw + k + 1)
+        dy = torch.randn(64, k, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+        dy = dy.to(memory_format=torch.channels_last)
+        w = (torch.randn(k, c, r, r, device="cuda", generator=gen) / (k * r * r) ** 0.5).to(torch.bfloat16)
+        w = w.to(memory_format=torch.channels_last)
+        dx = torch.empty(64, c, hw, hw, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
+        tdy, tw = g.tensor("dy", dy.shape, layout="NHWC"), g.tensor("w", w.shape, layout="NHWC")
+        g.conv_dgrad(tdy, tw, padding=(pad, pad), name="dgrad").set_output(True).set_name("dx")
+        ex = sigdnn.Executor("gpu", engine="cute.conv_dgrad")
+        plan = ex.prepare(g)
+        step = plan.steps[0].plan
+        work = torch.empty(step.workspace_bytes, device="cuda", dtype=torch.uint8)
+
+        def launches(step=step, work=work, dy=dy, w=w, dx=dx):
+            step._flip(w.data_ptr(), work.data_ptr(), stream)
+            step._conv(dy.data_ptr(), work.data_ptr(), dx.data_ptr(), stream)
+
+        def dgrad_torch(dy=dy, w=w, pad=pad, c=c, hw=hw):
+            return torch.nn.grad.conv2d_input((64, c, hw, hw), w, dy, padding=pad)
+
+        impls = {
+            "torch conv2d_input (cuDNN)": dgrad_torch,
+            f"cute flip + conv {step.config.label}": launches,
+            "cute via Executor.execute": lambda ex=ex, plan=plan, p={"dy": dy, "w": w, "dx": dx}: ex.execute(
+                plan, p, to_host=False
+            ),
+        }
+        want = torch.nn.grad.conv2d_input((64, c, hw, hw), w.float(), dy.float(), padding=pad)
+        errors = {}
+        for n, fn in impls.items():
+            if n.startswith("cute"):
+                dx.fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+                errors[n] = float((dx.float() - want).norm() / want.norm())
+        flops = 2.0 * dx.numel() * k * r * r
+        iters = max(3, int(args.sample_ms * 1e-3 / (flops / 300e12)))
+        for fn in impls.values():
+            fn()
+        torch.cuda.synchronize()
+        samples: dict[str, list[float]] = {n: [] for n in impls}
+        for _ in range(args.repeats):
+            for n, fn in impls.items():
+                samples[n].append(time_ms(fn, iters))
+        t_torch = statistics.median(samples["torch conv2d_input (cuDNN)"])
+        for n, ts in samples.items():
+            t = statistics.median(ts)
+            rows.append({"dtype": "bf16", "size": f"dgrad {name}", "impl": n, "ms": t,
+                         "spread": (max(ts) - min(ts)) / t, "tflops": flops / t / 1e9, "ratio": t_torch / t,
+                         "rel_err": errors.get(n)})  # fmt: skip
+        print_rows([r_ for r_ in rows if r_["size"] == f"dgrad {name}"])
+
+
+def bench_wgrad(args: argparse.Namespace, rows: list[dict]) -> None:
+    """bf16 NHWC conv wgrad against cuDNN's, batch 64: the implicit GEMM and im2col + GEMM builders.
+
+    The unit-stride ResNet-50 layers of RESNET50_LAYERS: torch's
+    ``torch.nn.grad.conv2d_weight`` (cuDNN backward filter, channels-last)
+    against ``Executor.execute`` of a one-node wgrad graph with
+    cute.conv_wgrad_implicit and with cute.conv_wgrad.
+    """
+    import sigdnn
+
+    torch.backends.cudnn.benchmark = True
+    for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
+        if stride != 1:
+            continue
+        pad = r // 2
+        gen = torch.Generator(device="cuda").manual_seed(c + hw + k + 2)
+        x = torch.randn(64, c, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+        x = x.to(memory_format=torch.channels_last)
+        dy = (torch.randn(64, k, hw, hw, device="cuda", generator=gen) / 64).to(torch.bfloat16)
+        dy = dy.to(memory_format=torch.channels_last)
+        dw = torch.empty(k, c, r, r, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
+        tx, tdy = g.tensor("x", x.shape, layout="NHWC"), g.tensor("dy", dy.shape, layout="NHWC")
+        g.conv_wgrad(tx, tdy, padding=(pad, pad), dims=(k, c, r, r), name="wgrad").set_output(True).set_name("dw")
+
+        def wgrad_torch(x=x, dy=dy, pad=pad, shape=(k, c, r, r)):
+            return torch.nn.grad.conv2d_weight(x, shape, dy, padding=pad)
+
+        impls = {"torch conv2d_weight (cuDNN)": wgrad_torch}
+        for engine in ("cute.conv_wgrad_implicit", "cute.conv_wgrad"):
+            ex = sigdnn.Executor("gpu", engine=engine)
+            plan = ex.prepare(g)
+            label = f"{engine} {plan.steps[0].plan.config.label} via Executor"
+            impls[label] = lambda ex=ex, plan=plan, p={"x": x, "dy": dy, "dw": dw}: ex.execute(plan, p, to_host=False)
+        want = torch.nn.grad.conv2d_weight(x.float(), (k, c, r, r), dy.float(), padding=pad)
+        errors = {}
+        for n, fn in impls.items():
+            if n.startswith("cute"):
+                dw.fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+                errors[n] = float((dw.float() - want).norm() / want.norm())
+        flops = 2.0 * dy.numel() * c * r * r
+        iters = max(3, int(args.sample_ms * 1e-3 / (flops / 200e12)))
+        for fn in impls.values():
+            fn()
+        torch.cuda.synchronize()
+        samples: dict[str, list[float]] = {n: [] for n in impls}
+        for _ in range(args.repeats):
+            for n, fn in impls.items():
+                samples[n].append(time_ms(fn, iters))
+        t_torch = statistics.median(samples["torch conv2d_weight (cuDNN)"])
+        for n, ts in samples.items():
+            t = statistics.median(ts)
+            rows.append({"dtype": "bf16", "size": f"wgrad {name}", "impl": n, "ms": t,
+                         "spread": (max(ts) - min(ts)) / t, "tflops": flops / t / 1e9, "ratio": t_torch / t,
+                         "rel_err": errors.get(n)})  # fmt: skip
+        print_rows([r_ for r_ in rows if r_["size"] == f"wgrad {name}"])
+
+
 def bench_host(sm_count: int) -> dict[str, float]:
     """Host cost of one launch of a tiny GEMM along each call path."""
     import sigdnn
@@ -572,11 +884,25 @@ def main() -> None:
     parser.add_argument("--fp8-acc-depths", type=int, nargs="+", default=[64, 272, 4112, 8192])
     parser.add_argument("--fused-configs", nargs="*", default=[])
     parser.add_argument("--fused-acts", nargs="+", default=["gelu"], choices=list(ACTIVATION_REFS))
+    parser.add_argument("--conv-configs", nargs="*", default=CONV_CONFIGS)
     parser.add_argument(
         "--parts",
         nargs="+",
         default=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile"],
-        choices=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile", "autotune"],
+        choices=[
+            "sizes",
+            "fused",
+            "fp8",
+            "fp8acc",
+            "conv",
+            "convi",
+            "conv3d",
+            "dgrad",
+            "wgrad",
+            "host",
+            "compile",
+            "autotune",
+        ],
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -600,6 +926,14 @@ def main() -> None:
     conv_rows: list[dict] = []
     if "conv" in args.parts:
         bench_conv(args, conv_rows)
+    if "convi" in args.parts:
+        bench_conv_implicit(args, sm_count, conv_rows)
+    if "conv3d" in args.parts:
+        bench_conv3d(args, sm_count, conv_rows)
+    if "dgrad" in args.parts:
+        bench_dgrad(args, conv_rows)
+    if "wgrad" in args.parts:
+        bench_wgrad(args, conv_rows)
     if "host" in args.parts:
         host = bench_host(sm_count)
         for k, v in host.items():
@@ -632,6 +966,7 @@ def main() -> None:
                     "host_us": host,
                     "compile": comp,
                     "autotune": tuned,
+                    "conv": conv_rows,
                 },
                 indent=2,
             )

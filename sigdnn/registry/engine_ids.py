@@ -55,6 +55,10 @@ IN_TREE: dict[str, int] = {
     "cutile.matmul": 2030,
     "cute.matmul": 3000,
     "cute.conv_fprop": 3001,
+    "cute.conv_fprop_implicit": 3002,
+    "cute.conv_dgrad": 3003,
+    "cute.conv_wgrad": 3004,
+    "cute.conv_wgrad_implicit": 3005,
 }
 
 

@@ -26,8 +26,11 @@ import attrs
 
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
+from sigdnn.graph.ops.conv_dgrad import ConvDgrad
 from sigdnn.graph.ops.conv_fprop import ConvFprop
+from sigdnn.graph.ops.conv_wgrad import ConvWgrad
 from sigdnn.graph.ops.matmul import Matmul
+from sigdnn.plan_builders.cute import conv_dgrad, conv_implicit, conv_wgrad
 from sigdnn.plan_builders.cute import matmul as cute_matmul
 from sigdnn.plan_builders.cute.conv import conv_gemm
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, default_config, plan_gemm
@@ -140,6 +143,83 @@ def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
     return found
 
 
+def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpec, GemmConfig, int]]:
+    """What the implicit-GEMM conv builders (fprop, fused where it claims; dgrad) would compile for ``g``."""
+    flow = Dataflow(g, list(range(len(g.nodes))))
+    found = []
+    for i, node in enumerate(g.nodes):
+        if isinstance(node.op, ConvWgrad):  # a GEMM after im2col, and the implicit GEMM where it applies
+            wgrad = conv_wgrad.plan_wgrad(node, g, SM_COUNT)
+            found.append(("gemm", wgrad.spec, cute_matmul.parse_config(config or "coop128x128c1x1s1"), 2))
+            try:
+                implicit = conv_wgrad.plan_wgrad_implicit(node, g, SM_COUNT)
+                found.append(("wgrad", implicit.spec, implicit.config, 2))
+            except NotSupported:
+                pass
+            continue
+        if isinstance(node.op, ConvDgrad):
+            view = conv_dgrad.plan_dgrad(node, g)
+        elif isinstance(node.op, ConvFprop):
+            view = conv_implicit.plan_conv(node, g, conv_implicit.epilogue_chain(g, flow, i))
+        else:
+            continue
+        chosen = cute_matmul.parse_config(config) if config else conv_implicit.default_conv_config(view, SM_COUNT)
+        found.append(("conv", view.spec, chosen, view.rank))
+    return found
+
+
+def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
+    conv = _load("test_cute_conv_implicit")
+    found = []
+    for case in [*conv.CASES.values(), *conv.CASES_3D.values()]:
+        found += conv_implicit_specs(conv.conv_graph(*case), None)
+    for name in ("stride2_channel_tails", "strided_dilated_asymmetric_f32"):
+        for config in conv.CONFIGS:
+            found += conv_implicit_specs(conv.conv_graph(*conv.CASES[name]), config)
+    for case in conv.FUSED.values():
+        found += conv_implicit_specs(conv.fused_graph(*case), None)
+    dgrad = _load("test_cute_conv_dgrad")
+    for case in dgrad.CASES.values():
+        found += conv_implicit_specs(dgrad.dgrad_graph(*case), None)
+    wgrad = _load("test_cute_conv_wgrad")
+    for case in [*wgrad.CASES.values(), *wgrad.IMPLICIT_CASES.values()]:
+        found += conv_implicit_specs(wgrad.wgrad_graph(*case), None)
+    return found
+
+
+def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
+    """The convi part of benchmarks/gpu_cute.py: every layer, default and listed configs, plain and fused."""
+    found = []
+    for c, hw, k, r, stride in _benchmark_constant("RESNET50_LAYERS").values():
+        for fused in (False, True):
+            g = Graph("layer", io_dtype="bfloat16", intermediate_dtype="bfloat16", compute_dtype="float32")
+            x, w = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, r, r), layout="NHWC")
+            y = g.conv_fprop(x, w, padding=(r // 2, r // 2), stride=(stride, stride), name="conv")
+            if fused:
+                y = g.pointwise("add", y, g.tensor("bias", (1, k, 1, 1), layout="NHWC"), name="bias")
+                y = g.pointwise("relu_fwd", y, name="act")
+            y.set_output(True)
+            found += conv_implicit_specs(g, None)
+            if not fused:
+                for label in _benchmark_constant("CONV_CONFIGS"):
+                    found += conv_implicit_specs(g, label)
+        if stride == 1:  # the dgrad and wgrad parts
+            for op in ("dgrad", "wgrad"):
+                g = Graph(op, io_dtype="bfloat16", compute_dtype="float32")
+                x, dy = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("dy", (64, k, hw, hw), layout="NHWC")
+                if op == "dgrad":
+                    g.conv_dgrad(dy, g.tensor("w", (k, c, r, r), layout="NHWC"), padding=(r // 2, r // 2))
+                else:
+                    g.conv_wgrad(x, dy, padding=(r // 2, r // 2), dims=(k, c, r, r))
+                found += conv_implicit_specs(g, None)
+    for n, c, d, hw, k in _benchmark_constant("CONV3D_LAYERS").values():  # the conv3d part
+        g = Graph("conv3d", io_dtype="bfloat16", compute_dtype="float32")
+        x, w = g.tensor("x", (n, c, d, hw, hw), layout="NDHWC"), g.tensor("w", (k, c, 3, 3, 3), layout="NDHWC")
+        g.conv_fprop(x, w, padding=(1, 1, 1), name="conv").set_output(True)
+        found += conv_implicit_specs(g, None)
+    return found
+
+
 def _benchmark_constant(name: str):
     """A literal table of benchmarks/gpu_cute.py, read without importing it (it imports torch)."""
     tree = ast.parse((HERE.parent.parent / "benchmarks" / "gpu_cute.py").read_text())
@@ -149,22 +229,31 @@ def _benchmark_constant(name: str):
     raise KeyError(name)
 
 
-def _compile(item: tuple[GemmSpec, GemmConfig]) -> tuple[str, float]:
-    from sigdnn.plan_builders.cute.kernels import launch
-
-    spec, config = item
+def _compile(item: tuple[str, GemmSpec, GemmConfig, int]) -> tuple[str, float]:
+    kind, spec, config, rank = item
     t0 = time.perf_counter()
-    launch.compiled(spec, config, SM_COUNT)
-    return f"{spec.a_dtype}/{spec.b_dtype}->{spec.c_dtype} {spec.activation} {config.label}", time.perf_counter() - t0
+    if kind == "gemm":
+        from sigdnn.plan_builders.cute.kernels import launch
+
+        launch.compiled(spec, config, SM_COUNT)
+    else:
+        from sigdnn.plan_builders.cute.kernels import conv_launch
+
+        conv_launch.compiled(spec, config, SM_COUNT, "fprop" if kind == "conv" else kind, rank)
+    label = f"{kind}{rank if kind != 'gemm' else ''} {spec.a_dtype}/{spec.b_dtype}->{spec.c_dtype} {spec.activation} {config.label}"
+    return label, time.perf_counter() - t0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cache", type=Path)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", choices=["gemm", "conv", "wgrad"], help="compile one kind of kernel only")
     args = parser.parse_args()
     os.environ["SIGDNN_CUTE_CACHE"] = str(args.cache)
-    items = list(dict.fromkeys(test_specs() + benchmark_specs()))
+    gemms = [("gemm", spec, config, 2) for spec, config in test_specs() + benchmark_specs()]
+    convs = conv_implicit_test_specs() + conv_implicit_benchmark_specs()
+    items = list(dict.fromkeys([i for i in gemms + convs if args.only in (None, i[0])]))
     print(f"{len(items)} specializations", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:
         for label, seconds in pool.map(_compile, items):

@@ -7,9 +7,10 @@ the graph's dims stay [N, C, H, W] etc.). A is x itself when the filter is
 1x1 with unit stride and no padding; otherwise the im2col kernel writes it
 to the workspace (padding as zeros, any stride and dilation) and the Hopper
 GEMM (kernels/gemm_sm90.py) multiplies it by the filter, read K-major as it
-is stored, straight into y. A first version, correct before fast: an
-implicit GEMM that gathers A's tiles inside the GEMM would save the
-workspace pass.
+is stored, straight into y. The first version, correct before fast:
+``cute.conv_fprop_implicit`` (conv_implicit.py) gathers A's tiles inside
+the GEMM instead and ranks above this builder, which stays for what the
+TMA's im2col mode cannot express.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class ConvGemm:
         return 0 if self.im2col is None else self.problem.m * self.problem.k * ITEMSIZE[self.dtype]
 
 
-def _channels_last(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+def channels_last(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Packed [N, C, H, W] dims stored N, H, W, C (a dim of extent 1 may carry any stride)."""
     _, c, h, w = dims
     want = (h * w * c, 1, w * c, c)
@@ -77,7 +78,7 @@ def conv_gemm(node: Node, graph: Graph) -> ConvGemm:
     if cg != c:
         raise NotSupported(f"{where}: grouped convolution ({c // cg} groups); supported: 1 group")
     for t in (x, w, y):
-        if not _channels_last(t.dims, t.strides):
+        if not channels_last(t.dims, t.strides):
             raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
     if c % 8:
         raise NotSupported(f"{where}: {c} input channels; supported: multiples of 8 (16-byte rows)")

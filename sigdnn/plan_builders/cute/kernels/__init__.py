@@ -3,5 +3,10 @@
 - :mod:`.gemm_sm90`: the Hopper GEMM (TMA + wgmma, warp-specialized, persistent);
 - :mod:`.launch`: compile once per specialization (in process and on disk) and
   launch through the compiled handle;
-- :mod:`.im2col`: the conv fprop's A operand, gathered from NHWC x into the workspace.
+- :mod:`.im2col`: the conv's im2col matrix, gathered from NHWC x into the workspace
+  (the im2col fprop, engine 3001, and the wgrad's B);
+- :mod:`.conv_sm90`: conv fprop as an implicit GEMM (TMA im2col loads into the Hopper GEMM);
+- :mod:`.conv_launch`: its compile cache and launch, as :mod:`.launch` for the GEMM;
+- :mod:`.filter_flip`: the flipped, transposed filter the dgrad runs its fprop with;
+- :mod:`.splitk_reduce`: the sum of split-K partial products (the wgrad's).
 """

@@ -171,20 +171,7 @@ class HopperGemm:
         a_layout = utils.LayoutEnum.from_tensor(mA)
         b_layout = utils.LayoutEnum.from_tensor(mB)
         c_layout = utils.LayoutEnum.from_tensor(mC)
-        self.c_layout = c_layout
-
-        tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            self.a_dtype,
-            self.b_dtype,
-            a_layout.sm90_mma_major_mode(),
-            b_layout.sm90_mma_major_mode(),
-            self.acc_dtype,
-            self.atom_layout_mnk,
-            tiler_mn=(64, self.tile_mnk[1]),
-        )
-        a_smem = sm90_utils.make_smem_layout_a(a_layout, self.tile_mnk, self.a_dtype, self.ab_stage)
-        b_smem = sm90_utils.make_smem_layout_b(b_layout, self.tile_mnk, self.b_dtype, self.ab_stage)
-        epi_smem = sm90_utils.make_smem_layout_epi(self.c_dtype, c_layout, self.epi_tile, self.epi_stage)
+        tiled_mma, a_smem, b_smem, epi_smem = self.mma_and_smem(a_layout, b_layout, c_layout)
 
         cm, cn = self.cluster_mn
         # A is shared by the CTAs of a cluster row (same M tile), B by a cluster column.
@@ -202,6 +189,48 @@ class HopperGemm:
             (self.tile_mnk[1], self.tile_mnk[2]),
             num_multicast=cm,
         )
+        self.launch_kernel(
+            (tma_a, gA, tma_b, gB), mC, tiled_mma, (a_smem, b_smem, epi_smem), (m, n, batch), mBias, mScales, stream
+        )
+
+    def mma_and_smem(self, a_layout: Any, b_layout: Any, c_layout: Any) -> tuple[Any, Any, Any, Any]:
+        """The tiled wgmma and the staged shared-memory layouts of A, B and the epilogue (trace time)."""
+        self.c_layout = c_layout
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            self.a_dtype,
+            self.b_dtype,
+            a_layout.sm90_mma_major_mode(),
+            b_layout.sm90_mma_major_mode(),
+            self.acc_dtype,
+            self.atom_layout_mnk,
+            tiler_mn=(64, self.tile_mnk[1]),
+        )
+        a_smem = sm90_utils.make_smem_layout_a(a_layout, self.tile_mnk, self.a_dtype, self.ab_stage)
+        b_smem = sm90_utils.make_smem_layout_b(b_layout, self.tile_mnk, self.b_dtype, self.ab_stage)
+        epi_smem = sm90_utils.make_smem_layout_epi(self.c_dtype, c_layout, self.epi_tile, self.epi_stage)
+        return tiled_mma, a_smem, b_smem, epi_smem
+
+    def launch_kernel(
+        self,
+        loads: tuple[Any, Any, Any, Any],
+        mC: cute.Tensor,
+        tiled_mma: Any,
+        smem_layouts: tuple[Any, Any, Any],
+        extents_mnl: tuple[Any, Any, Any],
+        mBias: cute.Tensor,
+        mScales: tuple[cute.Tensor, cute.Tensor],
+        stream: cuda.CUstream,
+    ) -> None:
+        """The output's TMA store, the tile scheduler, shared storage and the launch (trace time).
+
+        ``loads`` are A's and B's TMA atoms and TMA tensors, (M, K, L) and
+        (N, K, L) in the kernel's view; their K mode may be hierarchical (the
+        conv's (C, S, R)) as long as ``tiler_a`` / ``tiler_b`` tile it.
+        """
+        tma_a, gA, tma_b, gB = loads
+        a_smem, b_smem, epi_smem = smem_layouts
+        m, n, batch = extents_mnl
+        cm, cn = self.cluster_mn
         tma_c, gC = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileS2GOp(),
             mC,
@@ -224,14 +253,14 @@ class HopperGemm:
         )
         self.tx_bytes = tx_bytes
 
-        @cute.struct
-        class SharedStorage:
-            ab_barriers: cute.struct.MemRange[Int64, self.ab_stage * 2]
-            sA: cute.struct.Align[cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem)], 1024]
-            sB: cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem)], 1024]
-            sC: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(epi_smem)], 1024]
-
-        self.shared_storage = SharedStorage
+        # Built with evaluated annotations: this module's annotations are strings (PEP 563).
+        fields = {
+            "ab_barriers": cute.struct.MemRange[Int64, self.ab_stage * 2],
+            "sA": cute.struct.Align[cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem)], 1024],
+            "sB": cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem)], 1024],
+            "sC": cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(epi_smem)], 1024],
+        }
+        self.shared_storage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
         self.kernel(
             tma_a,
@@ -256,6 +285,14 @@ class HopperGemm:
             min_blocks_per_mp=1,
             stream=stream,
         )
+
+    def tiler_a(self) -> Any:
+        """How A's TMA tensor is cut into (M, K) tiles."""
+        return cute.slice_(self.tile_mnk, (None, 0, None))
+
+    def tiler_b(self) -> Any:
+        """How B's TMA tensor is cut into (N, K) tiles."""
+        return cute.slice_(self.tile_mnk, (0, None, None))
 
     # ------------------------------------------------------------------
     # Device side
@@ -318,8 +355,8 @@ class HopperGemm:
         sC = storage.sC.get_tensor(epi_smem.outer, swizzle=epi_smem.inner)
 
         # (bM, bK, RestM, RestK, RestL) and friends
-        gA = cute.local_tile(mA_mkl, cute.slice_(self.tile_mnk, (None, 0, None)), (None, None, None))
-        gB = cute.local_tile(mB_nkl, cute.slice_(self.tile_mnk, (0, None, None)), (None, None, None))
+        gA = cute.local_tile(mA_mkl, self.tiler_a(), (None, None, None))
+        gB = cute.local_tile(mB_nkl, self.tiler_b(), (None, None, None))
         gC = cute.local_tile(mC_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None))
         k_tile_cnt = cute.size(gA, mode=[3])
 

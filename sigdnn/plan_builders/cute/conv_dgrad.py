@@ -1,0 +1,137 @@
+"""CuTe DSL conv dgrad on Hopper: the implicit-GEMM conv fprop run over dy with the flipped filter.
+
+With every stride 1,
+
+    dx[n, h, w, c] = sum over (k, r, s) of dy[n, h + ph - r*dh, w + pw - s*dw, k] * w[k, r, s, c]
+                   = sum over (r', s', k) of dy[n, h - ph' + r'*dh, w - pw' + s'*dw, k] * w'[c, r', s', k]
+
+with w'[c, r', s', k] = w[k, R-1-r', S-1-s', c] and padding ph' = (R-1)*dh - ph
+(each side its own): a conv fprop of dy (K channels in, C out). A small
+kernel writes w' into the workspace (kernels/filter_flip.py), then the
+implicit-GEMM fprop (kernels/conv_sm90.py) runs with dy as its input. A
+stride above 1 would need dy with zeros inserted between its pixels (or
+one GEMM per stride phase): declined, with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.conv_dgrad import ConvDgrad
+from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
+from sigdnn.plan_builders.cute.conv_implicit import ImplicitConv, check_geometry, default_conv_config
+from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmSpec
+from sigdnn.plan_builders.cute.matmul import config_override, device_id_of, device_properties, unavailable_reason
+from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import SignatureKey
+
+
+def plan_dgrad(node: Node, graph: Graph) -> ImplicitConv:
+    """The conv fprop (over dy, with the flipped filter) a dgrad node runs as, or NotSupported saying why."""
+    op = node.op
+    where = f"node '{node.name}'"
+    if not isinstance(op, ConvDgrad):
+        raise NotSupported(f"{where}: not a conv_dgrad")
+    dy, w, dx = graph.tensors[op.dy], graph.tensors[op.w], graph.tensors[op.dx]
+    dtypes = [str(graph.dtype_of(t)) for t in (dy, w, dx)]
+    compute = str(graph.compute_dtype_of(node))
+    if compute != "float32":
+        raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")
+    if dtypes[0] not in IN_DTYPES or dtypes[1] != dtypes[0] or dtypes[2] not in C_DTYPES:
+        raise NotSupported(f"{where}: dtypes dy {dtypes[0]}, w {dtypes[1]}, dx {dtypes[2]}; supported: dy and w "
+                           f"both float16 or bfloat16, dx one of {', '.join(C_DTYPES)}")  # fmt: skip
+    if len(op.stride) != 2:
+        raise NotSupported(f"{where}: {len(op.stride)}-D convolution; supported: 2-D")
+    n, c, h, wd = dx.dims
+    k, cg, r, s = w.dims
+    _, _, p, q = dy.dims
+    if cg != c:
+        raise NotSupported(f"{where}: grouped convolution ({c // cg} groups); supported: 1 group")
+    if op.stride != (1, 1):
+        raise NotSupported(f"{where}: stride {op.stride}; supported: 1 (a strided dgrad reads dy with zeros "
+                           "between its pixels, which this kernel does not generate)")  # fmt: skip
+    for t in (dy, w, dx):
+        if not channels_last(t.dims, t.strides):
+            raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
+    (ph, pw), (qh, qw), (dh, dw) = op.pre_padding, op.post_padding, op.dilation
+    pads = ((r - 1) * dh - ph, (s - 1) * dw - pw, (r - 1) * dh - qh, (s - 1) * dw - qw)
+    if min(pads) < 0:
+        raise NotSupported(f"{where}: padding {op.pre_padding} / {op.post_padding} beyond the filter's reach "
+                           f"({r}x{s}, dilation {op.dilation}): dx pixels no window covers")  # fmt: skip
+    # The fprop's view: input dy (N, P, Q, K channels), filter w' (C out, R, S, K), output dx (N, H, W, C).
+    geometry = (n, p, q, k, c, r, s, h, wd, *pads, 1, 1, dh, dw)
+    check_geometry(where, geometry, dtypes[2], dy.size, w.size, dx.size)
+    return ImplicitConv(GemmSpec(dtypes[0], dtypes[1], dtypes[2], "k", "k", "n", False, False), geometry)
+
+
+class CuteConvDgradPlan(NodePlan):
+    """Flip the filter into the workspace, then the implicit-GEMM fprop over dy into dx."""
+
+    def __init__(self, flip: Any, conv: Any, workspace_bytes: int, where: str) -> None:
+        self._flip = flip
+        self._conv = conv
+        self.workspace_bytes = workspace_bytes
+        self._where = where
+
+    @property
+    def config(self) -> Any:
+        return self._conv.config
+
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+        dy, w, dx = buffers["dy"], buffers["w"], buffers["dx"]
+        if (dy.ptr | w.ptr | dx.ptr) & 15:
+            names = [p for p, t in (("dy", dy), ("w", w), ("dx", dx)) if t.ptr & 15]
+            raise VariantPackError(f"{self._where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
+        flipped = context.workspace.ptr
+        self._flip(w.ptr, flipped, context.stream)
+        self._conv(dy.ptr, flipped, dx.ptr, context.stream)
+
+
+class CuteConvDgradBuilder(PlanBuilder):
+    """2-D NHWC conv dgrad (stride 1) on sm_90: filter flip + the implicit-GEMM conv fprop."""
+
+    name = "cute.conv_dgrad"
+    engine_id = IN_TREE[name]
+    library = "cute"
+    device = "gpu"
+    ops = ("conv_dgrad",)
+
+    def available(self) -> str | None:
+        return unavailable_reason()
+
+    def serves(self, key: SignatureKey) -> bool:
+        ins, outs = dict(key.inputs), dict(key.outputs)
+        return (
+            key.op == "conv_dgrad"
+            and key.trait("spatial_rank") == 2
+            and str(ins.get("dy")) in IN_DTYPES
+            and str(ins.get("w")) == str(ins.get("dy"))
+            and str(outs.get("dx")) in C_DTYPES
+            and str(key.compute) == "float32"
+        )
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        plan_dgrad(node, graph)
+        if device is not None and device.kind == "gpu":
+            capability, _ = device_properties(device_id_of(device))
+            if capability != (9, 0):
+                raise NotSupported(f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}")  # fmt: skip
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+        from sigdnn.plan_builders.cute.kernels.filter_flip import FilterFlipLaunch
+
+        self.check(node, graph, context.device)
+        view = plan_dgrad(node, graph)
+        _, sm_count = device_properties(device_id_of(context.device))
+        config = config_override() or default_conv_config(view, sm_count)
+        conv = ConvLaunch(view.spec, config, view.geometry, sm_count)
+        k, c, r, s = graph.tensors[node.op.w].dims[:4]
+        flip = FilterFlipLaunch(view.spec.a_dtype, (k, r, s, c))
+        return CuteConvDgradPlan(flip, conv, k * c * r * s * ITEMSIZE[view.spec.a_dtype], f"node '{node.name}'")

@@ -1,0 +1,355 @@
+"""CuTe DSL conv fprop as an implicit GEMM on Hopper: no im2col pass, A gathered by the TMA in im2col mode.
+
+2-D and 3-D, NHWC / NDHWC, bfloat16 / float16 in, float32 accumulation, 16- or 32-bit out,
+one group, any padding (asymmetric too), stride up to 8 and dilation (see
+kernels/conv_sm90.py for the kernel). As a fusion builder it also claims
+``conv_fprop -> add(bias) -> activation`` chains (each step optional; relu,
+gelu, gelu_approx_tanh) whose intermediates are virtual and read by the next
+step alone, with the bias one value per output channel: the GEMM epilogue
+adds it and applies the activation in float32, and only the chain's last
+tensor is written.
+
+It ranks above ``cute.conv_fprop`` (im2col into a workspace, then the GEMM),
+which stays for what the TMA's im2col mode cannot express.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.conv_fprop import ConvFprop
+from sigdnn.graph.ops.pointwise import Pointwise
+from sigdnn.plan_builders.cute.conv import IN_DTYPES
+from sigdnn.plan_builders.cute.gemm_layout import ACTIVATIONS, BIAS_DTYPES, C_DTYPES, ITEMSIZE, GemmConfig, GemmSpec
+from sigdnn.plan_builders.cute.matmul import (
+    _plain_relu,
+    _sole_reader,
+    config_override,
+    device_id_of,
+    device_properties,
+    unavailable_reason,
+)
+from sigdnn.registry.contracts import BuildContext, FusionBuilder, NodePlan, RegionContext, RegionPlan
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.registry.regions import Dataflow, Region, make_region
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import SignatureKey
+
+_INT32_MAX = 2**31 - 1
+# TMA im2col box corners by conv rank: a rank-4 tensor takes [-128, 127], rank 5 [-16, 15] (cuTensorMapEncodeIm2col)
+_CORNERS = {2: (-128, 127), 3: (-16, 15)}
+_MAX_STRIDE = 8  # the im2col traversal stride (the conv stride) is at most 8
+_MAX_OFFSET = 2**16 - 1  # a load's filter-tap offset is a 16-bit value
+
+
+@attrs.frozen
+class ConvChain:
+    """A conv node and the pointwise nodes its epilogue absorbs (node indices, uids)."""
+
+    nodes: tuple[int, ...]  # conv first
+    writes: tuple[int, ...]  # the uid each node writes; the last is what the kernel stores
+    bias: int | None = None
+    activation: str = "none"
+
+
+@attrs.frozen
+class ImplicitConv:
+    """A conv fprop in the kernel's terms: its spec (dtypes, epilogue) and the launch scalars.
+
+    ``geometry`` is, for spatial dims ``sp`` (H, W in 2-D; D, H, W in 3-D):
+    n, *input extents, c, k, *filter taps, *output extents, *pre padding,
+    *post padding, *stride, *dilation -- 17 scalars in 2-D, 24 in 3-D.
+    """
+
+    spec: GemmSpec
+    geometry: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return (len(self.geometry) - 3) // 7
+
+    @property
+    def m(self) -> int:
+        return self.geometry[0] * math.prod(unpack(self.geometry)["out"])
+
+    @property
+    def k_out(self) -> int:
+        return self.geometry[2 + self.rank]
+
+
+def unpack(geometry: tuple[int, ...]) -> dict[str, Any]:
+    """The named parts of a geometry tuple (see ImplicitConv)."""
+    rank = (len(geometry) - 3) // 7
+    if len(geometry) != 3 + 7 * rank or rank not in (2, 3):
+        raise ValueError(f"a conv geometry has 17 (2-D) or 24 (3-D) scalars, got {len(geometry)}")
+    parts = {"n": geometry[0], "c": geometry[1 + rank], "k": geometry[2 + rank]}
+    parts["in"] = geometry[1 : 1 + rank]
+    rest = geometry[3 + rank :]
+    for i, name in enumerate(("taps", "out", "pre", "post", "stride", "dilation")):
+        parts[name] = tuple(rest[i * rank : (i + 1) * rank])
+    return parts
+
+
+def _is_channel_bias(graph: Graph, uid: int, k: int) -> bool:
+    """One value per output channel: dims (1, K, 1, 1) (or 1, K, 1, 1, 1), contiguous along K."""
+    t = graph.tensors[uid]
+    return (
+        t.value is None
+        and t.rank in (4, 5)
+        and t.dims[1] == k
+        and all(d == 1 for i, d in enumerate(t.dims) if i != 1)
+        and (k == 1 or t.strides[1] == 1)
+        and str(graph.dtype_of(t)) in BIAS_DTYPES
+    )
+
+
+def epilogue_chain(graph: Graph, flow: Dataflow, i: int) -> ConvChain | None:
+    """The longest conv -> [add bias] -> [activation] chain starting at node ``i`` (None: nothing to fuse)."""
+    node = graph.nodes[i]
+    if not isinstance(node.op, ConvFprop):
+        return None
+    k = graph.tensors[node.op.y].dims[1]
+    nodes, writes, bias, activation = [i], [node.op.y], None, "none"
+    out = node.op.y
+    j = _sole_reader(graph, flow, out)
+    if j is not None and isinstance(graph.nodes[j].op, Pointwise) and graph.nodes[j].op.mode == "add":
+        op = graph.nodes[j].op
+        other = op.in_1 if op.in_0 == out else op.in_0
+        if op.in_0 != op.in_1 and _is_channel_bias(graph, other, k):
+            nodes, out, bias = [*nodes, j], op.out_0, other
+            writes.append(out)
+            j = _sole_reader(graph, flow, out)
+    if j is not None and isinstance(graph.nodes[j].op, Pointwise):
+        op = graph.nodes[j].op
+        if op.mode in ACTIVATIONS and (op.mode != "relu_fwd" or _plain_relu(op)):
+            nodes, out, activation = [*nodes, j], op.out_0, ACTIVATIONS[op.mode]
+            writes.append(out)
+    if len(nodes) == 1 or any(str(graph.compute_dtype_of(graph.nodes[n])) != "float32" for n in nodes):
+        return None
+    return ConvChain(tuple(nodes), tuple(writes), bias, activation)
+
+
+def check_geometry(where: str, geometry: tuple[int, ...], out_dtype: str, *sizes: int) -> None:
+    """NotSupported unless the kernel's TMA loads and stores can express this conv (see conv_sm90.py)."""
+    g = unpack(geometry)
+    c, k, rank = g["c"], g["k"], len(g["in"])
+    if c % 8:
+        raise NotSupported(f"{where}: {c} input channels; supported: multiples of 8 (16-byte rows for the TMA)")
+    align = 16 // ITEMSIZE[out_dtype]
+    if k % align:
+        raise NotSupported(f"{where}: {k} output channels; a {out_dtype} output needs a multiple of {align} "
+                           "(16-byte rows)")  # fmt: skip
+    if max(*sizes, g["n"] * math.prod(g["out"])) > _INT32_MAX:
+        raise NotSupported(f"{where}: tensors past 2^31 - 1 elements")
+    if max(g["stride"]) > _MAX_STRIDE:
+        raise NotSupported(f"{where}: stride {g['stride']}; the TMA's im2col mode takes strides up to {_MAX_STRIDE}")
+    # The output extents the TMA walks: the box from -pad to (extent - 1 + post_pad - (taps - 1) * dilation).
+    reach = [(t - 1) * d for t, d in zip(g["taps"], g["dilation"], strict=True)]
+    low, high = _CORNERS[rank]
+    for corner in (*(-x for x in g["pre"]), *(x - r for x, r in zip(g["post"], reach, strict=True))):
+        if not low <= corner <= high:
+            raise NotSupported(f"{where}: padding {g['pre']} / {g['post']} with filter {g['taps']} and dilation "
+                               f"{g['dilation']} puts an im2col box corner at {corner}, outside [{low}, {high}] "
+                               f"(the TMA's range for a {rank}-D convolution)")  # fmt: skip
+    if max(reach) > _MAX_OFFSET:
+        raise NotSupported(f"{where}: filter taps reach past the TMA's 16-bit im2col offsets")
+    want = tuple(
+        (x + a + b - r - 1) // st + 1
+        for x, a, b, r, st in zip(g["in"], g["pre"], g["post"], reach, g["stride"], strict=True)
+    )
+    if g["out"] != want:
+        raise NotSupported(f"{where}: output spatial dims {g['out']}, the TMA's im2col walk gives {want}")
+
+
+def channels_last_nd(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Packed [N, C, spatial...] dims stored N, spatial..., C (a dim of extent 1 may carry any stride)."""
+    c, spatial = dims[1], dims[2:]
+    want = [c * math.prod(spatial), 1]
+    want += [c * math.prod(spatial[i + 1 :]) for i in range(len(spatial))]
+    return all(d == 1 or s == e for d, s, e in zip(dims, strides, want, strict=True))
+
+
+def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> ImplicitConv:
+    """The kernel's view of a conv fprop (writing the chain's last tensor when fused), or NotSupported."""
+    op = node.op
+    where = f"node '{node.name}'"
+    if not isinstance(op, ConvFprop):
+        raise NotSupported(f"{where}: not a conv_fprop")
+    x, w = graph.tensors[op.x], graph.tensors[op.w]
+    y = graph.tensors[op.y if chain is None else chain.writes[-1]]
+    dtypes = [str(graph.dtype_of(t)) for t in (x, w, y)]
+    compute = str(graph.compute_dtype_of(node))
+    if compute != "float32":
+        raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")
+    if dtypes[0] not in IN_DTYPES or dtypes[1] != dtypes[0] or dtypes[2] not in C_DTYPES:
+        raise NotSupported(f"{where}: dtypes x {dtypes[0]}, w {dtypes[1]}, y {dtypes[2]}; supported: x and w both "
+                           f"float16 or bfloat16, y one of {', '.join(C_DTYPES)}")  # fmt: skip
+    if op.spatial_rank not in (2, 3):
+        raise NotSupported(f"{where}: {op.spatial_rank}-D convolution; supported: 2-D and 3-D")
+    n, c, *spatial = x.dims
+    k, cg, *taps = w.dims
+    if cg != c:
+        raise NotSupported(f"{where}: grouped convolution ({c // cg} groups); supported: 1 group")
+    for t in (x, w, y):
+        if not channels_last_nd(t.dims, t.strides):
+            raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC / NDHWC); "
+                               f"strides {t.strides}")  # fmt: skip
+    geometry = (n, *spatial, c, k, *taps, *y.dims[2:], *op.pre_padding, *op.post_padding, *op.stride, *op.dilation)
+    check_geometry(where, geometry, dtypes[2], x.size, w.size, y.size)
+    spec = GemmSpec(dtypes[0], dtypes[1], dtypes[2], "k", "k", "n", False, False)
+    if chain is not None:
+        outs = [str(graph.dtype_of(graph.tensors[u])) for u in chain.writes]
+        if any(d not in C_DTYPES for d in outs):
+            raise NotSupported(f"{where}: epilogue tensors of dtypes {outs}")
+        spec = attrs.evolve(
+            spec,
+            bias_dtype=None if chain.bias is None else str(graph.dtype_of(graph.tensors[chain.bias])),
+            activation=chain.activation,
+            round_x=outs[0] if len(outs) > 1 else "float32",
+            # The chain's last tensor needs no rounding of its own: the store rounds to it.
+            round_y=outs[1] if chain.bias is not None and len(outs) > 2 else "float32",
+        )
+    return ImplicitConv(spec, geometry)
+
+
+def default_conv_config(view: ImplicitConv, sm_count: int = 132) -> GemmConfig:
+    """The tile config without tuning (a stated heuristic, measured in benchmarks/results/gpu_cute_conv_*).
+
+    Cooperative tiles as wide as the output channels allow -- 256x64 for
+    K <= 64, 256x128 for K <= 128, else 128x256 -- since narrower or shorter
+    tiles ran the ResNet-50 layers 10-50 % slower on the H200 (2026-12-01,
+    batch 64). When those tiles would leave more than half the SMs idle (a
+    late-stage layer: M = N*P*Q of a few thousand), pingpong 128x128 tiles
+    instead: twice the tiles, and each SM alternates two of them.
+    """
+    m, k = view.m, view.k_out
+    tile_m, tile_n = (256, 64) if k <= 64 else (256, 128) if k <= 128 else (128, 256)
+    if math.ceil(m / tile_m) * math.ceil(k / tile_n) < sm_count // 2:
+        return GemmConfig(tile_m=128, tile_n=128, pingpong=True)
+    return GemmConfig(tile_m=tile_m, tile_n=tile_n)
+
+
+class CuteConvPlan(NodePlan):
+    """One conv node: the specialization and every launch scalar fixed at build."""
+
+    workspace_bytes = 0
+
+    def __init__(self, launch: Any, where: str) -> None:
+        self._launch = launch
+        self._where = where
+
+    @property
+    def config(self) -> GemmConfig:
+        return self._launch.config
+
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+        _run(self._launch, self._where, buffers["x"], buffers["w"], buffers["y"], None, context)
+
+
+class CuteConvEpiloguePlan(RegionPlan):
+    """A conv + bias + activation region as one launch; buffers keyed by uid."""
+
+    workspace_bytes = 0
+
+    def __init__(self, launch: Any, where: str, x: int, w: int, out: int, bias: int | None) -> None:
+        self._launch = launch
+        self._where = where
+        self._uids = (x, w, out, bias)
+
+    @property
+    def config(self) -> GemmConfig:
+        return self._launch.config
+
+    def execute(self, buffers: Mapping[int, Any], context: ExecutionContext) -> None:
+        x, w, out, bias = self._uids
+        _run(self._launch, self._where, buffers[x], buffers[w], buffers[out], buffers.get(bias), context)
+
+
+def _run(launch: Any, where: str, x: Any, w: Any, y: Any, bias: Any, context: ExecutionContext) -> None:
+    if (x.ptr | w.ptr | y.ptr) & 15:
+        names = [p for p, t in (("x", x), ("w", w), ("y", y)) if t.ptr & 15]
+        raise VariantPackError(f"{where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
+    launch(x.ptr, w.ptr, y.ptr, context.stream, 0 if bias is None else bias.ptr)
+
+
+class CuteConvImplicitBuilder(FusionBuilder):
+    """2-D / 3-D channels-last conv fprop on sm_90 as an implicit GEMM (TMA im2col + wgmma), fused epilogue."""
+
+    name = "cute.conv_fprop_implicit"
+    engine_id = IN_TREE[name]
+    library = "cute"
+    device = "gpu"
+    ops = ("conv_fprop",)
+    priority = 1  # above cute.conv_fprop: no workspace pass
+
+    def available(self) -> str | None:
+        return unavailable_reason()
+
+    def serves(self, key: SignatureKey) -> bool:
+        ins, outs = dict(key.inputs), dict(key.outputs)
+        return (
+            key.op == "conv_fprop"
+            and key.trait("spatial_rank") in (2, 3)
+            and str(ins.get("x")) in IN_DTYPES
+            and str(ins.get("w")) == str(ins.get("x"))
+            and str(outs.get("y")) in C_DTYPES
+            and str(key.compute) == "float32"
+        )
+
+    def _check_device(self, node: Node, device: Device | None) -> None:
+        if device is not None and device.kind == "gpu":
+            capability, _ = device_properties(device_id_of(device))
+            if capability != (9, 0):
+                raise NotSupported(f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}")  # fmt: skip
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        plan_conv(node, graph)
+        self._check_device(node, device)
+
+    def _launch(self, view: ImplicitConv, device: Device) -> Any:
+        from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+
+        _, sm_count = device_properties(device_id_of(device))
+        config = config_override() or default_conv_config(view, sm_count)
+        return ConvLaunch(view.spec, config, view.geometry, sm_count)
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        self.check(node, graph, context.device)
+        return CuteConvPlan(self._launch(plan_conv(node, graph), context.device), f"node '{node.name}'")
+
+    # -- fusion ---------------------------------------------------------------
+
+    def claim(self, graph: Graph, order: list[int], device: Device) -> list[Region]:
+        if device.kind != "gpu" or self.available() is not None:
+            return []
+        flow = Dataflow(graph, order)
+        regions = []
+        for i in order:
+            chain = epilogue_chain(graph, flow, i)
+            if chain is None:
+                continue
+            try:
+                plan_conv(graph.nodes[i], graph, chain)
+                self._check_device(graph.nodes[i], device)
+            except NotSupported:
+                continue
+            regions.append(make_region(flow, chain.nodes))
+        return regions
+
+    def build_region(self, region: Region, graph: Graph, context: RegionContext) -> RegionPlan:
+        flow = Dataflow(graph, list(region.nodes))
+        chain = epilogue_chain(graph, flow, region.nodes[0])
+        if chain is None or chain.nodes != region.nodes:
+            names = [graph.nodes[i].name for i in region.nodes]
+            raise NotSupported(f"region {names} is not a conv epilogue chain")
+        node = graph.nodes[chain.nodes[0]]
+        launch = self._launch(plan_conv(node, graph, chain), context.device)
+        where = f"region {node.name}..{graph.nodes[chain.nodes[-1]].name}"
+        return CuteConvEpiloguePlan(launch, where, node.op.x, node.op.w, chain.writes[-1], chain.bias)

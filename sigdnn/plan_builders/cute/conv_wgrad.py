@@ -1,0 +1,296 @@
+"""CuTe DSL conv wgrad on Hopper: dw = dy^T x im2col(x), a split-K GEMM.
+
+    dw[k, (r, s, c)] = sum over (n, p, q) of dy[(n, p, q), k] * A[(n, p, q), (r, s, c)]
+
+A is the conv fprop's im2col matrix of x (kernels/im2col.py writes it to the
+workspace; a 1x1 unit-stride unpadded conv reads x in place). The GEMM's
+output (K x RSC) is small next to its depth (N*P*Q), so the depth is cut
+into equal slices run as one batched GEMM writing float32 partials, which
+kernels/splitk_reduce.py adds and rounds once into dw. dy^T is dy read
+M-major and A is read N-major: no transpose is materialized.
+
+A first, correct version: the im2col pass writes R*S times x's size and the
+GEMM reads it back. ``cute.conv_wgrad_implicit`` (below) saves that pass
+when C is a multiple of 64: B's tiles come through the TMA's im2col mode
+(kernels/conv_wgrad_sm90.py); it ranks first where it applies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.conv_wgrad import ConvWgrad
+from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
+from sigdnn.plan_builders.cute.conv_implicit import check_geometry
+from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmConfig, GemmProblem, GemmSpec, plan_gemm
+from sigdnn.plan_builders.cute.matmul import config_override, device_id_of, device_properties, unavailable_reason
+from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import SignatureKey
+
+_INT32_MAX = 2**31 - 1
+_MIN_SLICE = 512  # reduction depth per split: below this the partials cost more than the parallelism gains
+_ALIGN = 256  # workspace regions start on 256-byte boundaries
+TILE_N = 64  # the implicit wgrad's N tile (kernels/conv_wgrad_sm90.py)
+
+
+@attrs.frozen
+class WgradGemm:
+    """A conv wgrad as (im2col,) a batched split-K GEMM (and a reduction)."""
+
+    spec: GemmSpec
+    problem: GemmProblem
+    im2col: tuple[int, ...] | None  # the im2col kernel's 14 extents; None: B is x itself
+    splits: int
+    dtype: str  # x's and dy's
+    out_dtype: str
+    npq: int
+    k: int
+    rsc: int
+
+    @property
+    def im2col_bytes(self) -> int:
+        return 0 if self.im2col is None else -(-self.npq * self.rsc * ITEMSIZE[self.dtype] // _ALIGN) * _ALIGN
+
+    @property
+    def workspace_bytes(self) -> int:
+        parts = self.splits * self.k * self.rsc * 4 if self.splits > 1 else 0
+        return self.im2col_bytes + parts
+
+
+def split_count(npq: int, tiles: int, sm_count: int) -> int:
+    """Slices of the reduction: enough tiles for two waves, each slice at least _MIN_SLICE deep, slices equal
+    (a divisor of npq: a batched GEMM's slices all have one extent) and 16-byte aligned (multiples of 8)."""
+    target = max(1, min(math.ceil(2 * sm_count / tiles), npq // _MIN_SLICE))
+    for d in range(target, 1, -1):
+        if npq % d == 0 and (npq // d) % 8 == 0:
+            return d
+    return 1
+
+
+def plan_wgrad(node: Node, graph: Graph, sm_count: int = 132, config: GemmConfig | None = None) -> WgradGemm:
+    """The GEMM view of a wgrad node, or NotSupported saying why."""
+    op = node.op
+    where = f"node '{node.name}'"
+    if not isinstance(op, ConvWgrad):
+        raise NotSupported(f"{where}: not a conv_wgrad")
+    x, dy, dw = graph.tensors[op.x], graph.tensors[op.dy], graph.tensors[op.dw]
+    dtypes = [str(graph.dtype_of(t)) for t in (x, dy, dw)]
+    compute = str(graph.compute_dtype_of(node))
+    if compute != "float32":
+        raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")
+    if dtypes[0] not in IN_DTYPES or dtypes[1] != dtypes[0] or dtypes[2] not in C_DTYPES:
+        raise NotSupported(f"{where}: dtypes x {dtypes[0]}, dy {dtypes[1]}, dw {dtypes[2]}; supported: x and dy "
+                           f"both float16 or bfloat16, dw one of {', '.join(C_DTYPES)}")  # fmt: skip
+    if len(op.stride) != 2:
+        raise NotSupported(f"{where}: {len(op.stride)}-D convolution; supported: 2-D")
+    n, c, h, wd = x.dims
+    k, cg, r, s = dw.dims
+    _, _, p, q = dy.dims
+    if cg != c:
+        raise NotSupported(f"{where}: grouped convolution ({c // cg} groups); supported: 1 group")
+    for t in (x, dy, dw):
+        if not channels_last(t.dims, t.strides):
+            raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
+    if c % 8 or k % 8:
+        raise NotSupported(f"{where}: {c} input / {k} output channels; supported: multiples of 8 (16-byte rows)")
+    npq, rsc = n * p * q, r * s * c
+    if max(x.size, dy.size, dw.size, npq * rsc) > _INT32_MAX:
+        raise NotSupported(f"{where}: tensors or the im2col matrix past 2^31 - 1 elements")
+    direct = (r, s) == (1, 1) and op.stride == (1, 1) and op.pre_padding == (0, 0) and (p, q) == (h, wd)
+    config = config or GemmConfig(tile_m=128, tile_n=128)
+    tiles = math.ceil(k / config.tile_m) * math.ceil(rsc / config.tile_n)
+    splits = split_count(npq, tiles, sm_count)
+    chunk = npq // splits
+    out = dtypes[2] if splits == 1 else "float32"
+    try:
+        spec, problem = plan_gemm(
+            ((splits, k, chunk), (chunk * k, 1, k), dtypes[1]),
+            ((splits, chunk, rsc), (chunk * rsc, rsc, 1), dtypes[0]),
+            ((splits, k, rsc), (k * rsc, rsc, 1), out),
+        )
+    except ValueError as exc:
+        raise NotSupported(f"{where}: {exc}") from None
+    im2col = None if direct else (n, h, wd, c, p, q, r, s, *op.pre_padding, *op.stride, *op.dilation)
+    return WgradGemm(spec, problem, im2col, splits, dtypes[0], dtypes[2], npq, k, rsc)
+
+
+class CuteConvWgradPlan(NodePlan):
+    """im2col into the workspace (unless B is x), the split-K GEMM, then the reduction into dw."""
+
+    def __init__(self, view: WgradGemm, im2col: Any, gemm: Any, reduce: Any, where: str) -> None:
+        self._view = view
+        self._im2col = im2col
+        self._gemm = gemm
+        self._reduce = reduce
+        self.workspace_bytes = view.workspace_bytes
+        self._where = where
+
+    @property
+    def config(self) -> GemmConfig:
+        return self._gemm.config
+
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+        x, dy, dw = buffers["x"], buffers["dy"], buffers["dw"]
+        if (x.ptr | dy.ptr | dw.ptr) & 15:
+            names = [p for p, t in (("x", x), ("dy", dy), ("dw", dw)) if t.ptr & 15]
+            raise VariantPackError(f"{self._where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
+        work = context.workspace.ptr if self.workspace_bytes else 0
+        b = x.ptr
+        if self._im2col is not None:
+            b = work
+            self._im2col(x.ptr, b, context.stream)
+        if self._reduce is None:
+            self._gemm(dy.ptr, b, dw.ptr, context.stream)
+            return
+        parts = work + self._view.im2col_bytes
+        self._gemm(dy.ptr, b, parts, context.stream)
+        self._reduce(parts, dw.ptr, context.stream)
+
+
+class CuteConvWgradBuilder(PlanBuilder):
+    """2-D NHWC conv wgrad on sm_90: im2col + split-K Hopper GEMM + reduction."""
+
+    name = "cute.conv_wgrad"
+    engine_id = IN_TREE[name]
+    library = "cute"
+    device = "gpu"
+    ops = ("conv_wgrad",)
+
+    def available(self) -> str | None:
+        return unavailable_reason()
+
+    def serves(self, key: SignatureKey) -> bool:
+        ins, outs = dict(key.inputs), dict(key.outputs)
+        return (
+            key.op == "conv_wgrad"
+            and key.trait("spatial_rank") == 2
+            and str(ins.get("x")) in IN_DTYPES
+            and str(ins.get("dy")) == str(ins.get("x"))
+            and str(outs.get("dw")) in C_DTYPES
+            and str(key.compute) == "float32"
+        )
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        plan_wgrad(node, graph)
+        if device is not None and device.kind == "gpu":
+            capability, _ = device_properties(device_id_of(device))
+            if capability != (9, 0):
+                raise NotSupported(f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}")  # fmt: skip
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        from sigdnn.plan_builders.cute.kernels.im2col import Im2colLaunch
+        from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
+        from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
+
+        self.check(node, graph, context.device)
+        _, sm_count = device_properties(device_id_of(context.device))
+        view = plan_wgrad(node, graph, sm_count, config_override())
+        config = config_override() or GemmConfig(tile_m=128, tile_n=128)
+        gemm = GemmLaunch(view.spec, config, view.problem, sm_count)
+        im2col = None if view.im2col is None else Im2colLaunch(view.dtype, view.im2col)
+        reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, view.k * view.rsc, view.splits)
+        return CuteConvWgradPlan(view, im2col, gemm, reduce, f"node '{node.name}'")
+
+
+@attrs.frozen
+class ImplicitWgrad:
+    """A conv wgrad as the implicit-GEMM wgrad kernel's launch: spec, geometry, slice length and count."""
+
+    spec: GemmSpec
+    config: GemmConfig
+    geometry: tuple[int, ...]  # as conv_implicit.ImplicitConv's (x, dw's K, the fprop's output extents)
+    chunk: int
+    splits: int
+    out_dtype: str
+    k: int
+    rsc: int
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.splits * self.k * self.rsc * 4 if self.splits > 1 else 0
+
+
+def plan_wgrad_implicit(
+    node: Node, graph: Graph, sm_count: int = 132, config: GemmConfig | None = None
+) -> ImplicitWgrad:
+    """The implicit-GEMM view of a wgrad node (B through the TMA's im2col mode), or NotSupported saying why."""
+    plan_wgrad(node, graph, sm_count)  # dtypes, rank, groups, layouts, channel alignment
+    op = node.op
+    where = f"node '{node.name}'"
+    x, dy, dw = graph.tensors[op.x], graph.tensors[op.dy], graph.tensors[op.dw]
+    n, c, h, wd = x.dims
+    k, _, r, s = dw.dims
+    _, _, p, q = dy.dims
+    if c % TILE_N:
+        raise NotSupported(f"{where}: {c} input channels; the implicit wgrad needs a multiple of {TILE_N} (its N "
+                           "tile is one 64-channel block of one filter tap)")  # fmt: skip
+    dtype, out = str(graph.dtype_of(x)), str(graph.dtype_of(dw))
+    geometry = (n, h, wd, c, k, r, s, p, q, *op.pre_padding, *op.post_padding, *op.stride, *op.dilation)
+    check_geometry(where, geometry, dtype, x.size, dy.size, dw.size)
+    if config is None:
+        config = GemmConfig(tile_m=128, tile_n=TILE_N) if k >= 128 else GemmConfig(64, TILE_N, pingpong=True)
+    if config.tile_n != TILE_N:
+        raise NotSupported(f"{where}: tile config {config.label}; the implicit wgrad's N tile is {TILE_N}")
+    npq, rsc = n * p * q, r * s * c
+    splits = split_count(npq, math.ceil(k / config.tile_m) * (rsc // TILE_N), sm_count)
+    c_dtype = out if splits == 1 else "float32"
+    spec = GemmSpec(dtype, dtype, c_dtype, "m", "n", "n", True, True)
+    return ImplicitWgrad(spec, config, geometry, npq // splits, splits, out, k, rsc)
+
+
+class CuteConvWgradImplicitPlan(NodePlan):
+    """The implicit-GEMM wgrad into dw (one slice) or into float32 partials, then the reduction."""
+
+    def __init__(self, view: ImplicitWgrad, conv: Any, reduce: Any, where: str) -> None:
+        self._conv = conv
+        self._reduce = reduce
+        self.workspace_bytes = view.workspace_bytes
+        self._where = where
+
+    @property
+    def config(self) -> GemmConfig:
+        return self._conv.config
+
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+        x, dy, dw = buffers["x"], buffers["dy"], buffers["dw"]
+        if (x.ptr | dy.ptr | dw.ptr) & 15:
+            names = [p for p, t in (("x", x), ("dy", dy), ("dw", dw)) if t.ptr & 15]
+            raise VariantPackError(f"{self._where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
+        if self._reduce is None:
+            self._conv(dy.ptr, x.ptr, dw.ptr, context.stream)
+            return
+        parts = context.workspace.ptr
+        self._conv(dy.ptr, x.ptr, parts, context.stream)
+        self._reduce(parts, dw.ptr, context.stream)
+
+
+class CuteConvWgradImplicitBuilder(CuteConvWgradBuilder):
+    """2-D NHWC conv wgrad on sm_90 as an implicit GEMM: B's tiles through the TMA's im2col mode, split-K."""
+
+    name = "cute.conv_wgrad_implicit"
+    engine_id = IN_TREE[name]
+    priority = 1  # above cute.conv_wgrad: no im2col pass
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        plan_wgrad_implicit(node, graph)
+        super().check(node, graph, device)
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+        from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
+
+        self.check(node, graph, context.device)
+        _, sm_count = device_properties(device_id_of(context.device))
+        view = plan_wgrad_implicit(node, graph, sm_count, config_override())
+        conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
+        reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, view.k * view.rsc, view.splits)
+        return CuteConvWgradImplicitPlan(view, conv, reduce, f"node '{node.name}'")

@@ -1,0 +1,111 @@
+"""The implicit-GEMM conv's compile cache and launch: as kernels/launch.py does for the GEMM.
+
+Compiled once per specialization (GemmSpec for dtypes and epilogue, tile
+config, SM count) in process and in the same on-disk cache
+(``SIGDNN_CUTE_CACHE``), keyed with the sources of both kernel modules. A
+launch rewrites the pointer and stream cells of a pre-marshalled argument
+array; the conv's extents, padding, stride and dilation are fixed at build.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+from pathlib import Path
+from typing import Any
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32
+from cutlass.base_dsl.export import ExternalBinaryModule
+from cutlass.cute.runtime import make_ptr
+
+from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
+from sigdnn.plan_builders.cute.kernels import conv_sm90, conv_wgrad_sm90, gemm_sm90
+from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, _store, cache_dir
+
+# (kind, spatial rank) -> (kernel class, launch scalars: the geometry (conv_implicit.ImplicitConv's) and, for
+# the wgrad, the reduction's slice length and slice count)
+KINDS = {
+    ("fprop", 2): (conv_sm90.HopperConvFprop, 17),
+    ("fprop", 3): (conv_sm90.HopperConvFprop3d, 24),
+    ("wgrad", 2): (conv_wgrad_sm90.HopperConvWgrad, 19),
+}
+
+_LOCK = threading.Lock()
+_COMPILED: dict[tuple[Any, ...], Any] = {}
+_DIGEST = hashlib.sha256(
+    b"\0".join(
+        [cutlass.__version__.encode()]
+        + [Path(m.__file__).read_bytes() for m in (gemm_sm90, conv_sm90, conv_wgrad_sm90)]
+    )
+).hexdigest()[:16]
+
+
+def _key_name(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: tuple[str, int]) -> str:
+    text = repr((spec, config, sm_count, kind, _DIGEST))
+    return f"conv{kind[0][0]}_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: tuple[str, int]) -> Any:
+    kernel_class, scalars = KINDS[kind]
+    kernel = kernel_class(spec, config, sm_count)
+    dt = gemm_sm90.DTYPES
+    ptrs = [make_ptr(dt[d], 0, cute.AddressSpace.gmem, assumed_align=16) for d in (spec.a_dtype, spec.b_dtype)]
+    ptrs.append(make_ptr(dt[spec.c_dtype], 0, cute.AddressSpace.gmem, assumed_align=16))
+    bias = dt[spec.bias_dtype or spec.c_dtype]
+    ptrs.append(make_ptr(bias, 0, cute.AddressSpace.gmem, assumed_align=bias.width // 8))
+    return cute.compile(kernel, *ptrs, *[Int32(1)] * scalars, cuda.CUstream(0))
+
+
+def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: str = "fprop", rank: int = 2) -> Any:
+    """The compiled conv kernel of a specialization: from this process, the disk cache, or a fresh compile."""
+    key = (spec, config, sm_count, kind, rank)
+    with _LOCK:
+        fn = _COMPILED.get(key)
+        if fn is not None:
+            return fn
+        name = _key_name(spec, config, sm_count, (kind, rank))
+        root = cache_dir()
+        path = root / f"{name}.o" if root else None
+        if path is not None and path.exists():
+            try:
+                fn = getattr(ExternalBinaryModule(str(path)), name)
+                STATS["loaded"] += 1
+            except Exception:  # a stale or truncated file: compile again and overwrite it
+                fn = None
+        if fn is None:
+            fn = _compile(spec, config, sm_count, (kind, rank))
+            STATS["compiled"] += 1
+            if root is not None:
+                _store(fn, root, name)
+        _COMPILED[key] = fn
+        return fn
+
+
+class ConvLaunch(GemmLaunch):
+    """One conv's launch: the scalars are fixed, the three operand pointers, the bias and the stream are not.
+
+    ``kind`` "fprop": (x, w, y) and the 17 (2-D) or 24 (3-D) geometry scalars; "wgrad" (2-D): (dy, x, dw or
+    the float32 partials) and the geometry followed by the reduction's slice length and slice count.
+    """
+
+    def __init__(
+        self, spec: GemmSpec, config: GemmConfig, geometry: tuple[int, ...], sm_count: int, kind: str = "fprop"
+    ) -> None:
+        rank = next((r for (k, r), (_, count) in KINDS.items() if k == kind and count == len(geometry)), None)
+        if rank is None:
+            raise ValueError(f"no conv {kind} kernel takes {len(geometry)} launch scalars")
+        self.spec, self.config, self.geometry = spec, config, geometry
+        self._executor = compiled(spec, config, sm_count, kind, rank).to()
+        self._a, self._b, self._c, self._bias = (_Cell(ctypes.c_void_p, 0) for _ in range(4))
+        self._scales = ()
+        self._stream = _Cell(ctypes.c_void_p, 0)
+        scalars = [_Cell(ctypes.c_int32, v) for v in geometry]
+        self._cells = (self._a, self._b, self._c, self._bias, *scalars, self._stream)
+        args, _ = self._executor.generate_execution_args(*self._cells)
+        self._args = [ctypes.c_void_p(x) for x in args]
+        self._packed = self._pack(self._args)
+        self._lock = threading.Lock()

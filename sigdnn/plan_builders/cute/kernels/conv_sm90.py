@@ -1,0 +1,199 @@
+"""Hopper (sm_90a) conv fprop as an implicit GEMM in CuTe DSL: TMA im2col loads feeding the Hopper GEMM.
+
+    y[(n, p, q), k] = sum over (r, s, c) of x[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] * w[k, r, s, c]
+
+The GEMM's A operand is never written out: its producer warp loads each
+(pixels x channels) tile of A straight from NHWC x with the TMA unit in
+im2col mode. The descriptor holds the bounding box of the filter's
+footprint (padding as zero fill, the conv stride as the traversal stride,
+the dilation as the step between filter taps); each load names one filter
+tap (s, r) and a block of 64 channels, and the TMA gathers those channels
+of the 128 (or 256) output pixels the tile covers -- across image rows and
+images -- into swizzled shared memory that wgmma reads as it reads a plain
+GEMM's A. The K loop walks (channel block, s, r), and B (the KRSC filter,
+viewed as (K, (C, S, R))) is tiled the same way, so the two K orders agree.
+Channel blocks past C read zeros on both sides; output pixels past N*P*Q
+are clipped by the store.
+
+Everything else -- warp specialization, the persistent tile scheduler,
+clusters, the fused bias / relu epilogue, the TMA store into NHWK y (a
+row-major (N*P*Q) x K matrix) -- is the Hopper GEMM's (gemm_sm90.py).
+
+Extents, padding, stride and dilation are launch arguments: one compiled
+specialization per (dtypes, epilogue, tile config, spatial rank) serves
+every 2-D (or 3-D) conv. A 3-D conv is the same with x viewed as
+((W, H, D, N), C) and the K loop walking (channel block, s, r, t).
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass.cute as cute
+import cutlass.utils as utils
+from cutlass import Int32
+from cutlass.cute.nvgpu import cpasync
+
+from sigdnn.plan_builders.cute.kernels.gemm_sm90 import HopperGemm
+
+CHANNEL_ALIGN = 8  # 16-byte rows of x and w: TMA strides must be multiples of 16 bytes
+
+
+class HopperConvFprop(HopperGemm):
+    """One compiled 2-D conv fprop specialization: the GEMM's spec (dtypes, epilogue) and tile config."""
+
+    def tiler_a(self):
+        # The K mode of the im2col tensor is (C, S, R): tile the channels, walk the taps.
+        return (self.tile_mnk[0], (self.tile_mnk[2],))
+
+    def tiler_b(self):
+        return (self.tile_mnk[1], (self.tile_mnk[2],))
+
+    @cute.jit
+    def __call__(
+        self,
+        x_ptr: cute.Pointer,
+        w_ptr: cute.Pointer,
+        y_ptr: cute.Pointer,
+        bias_ptr: cute.Pointer,
+        n: Int32,
+        h: Int32,
+        w: Int32,
+        c: Int32,
+        k: Int32,
+        r: Int32,
+        s: Int32,
+        p: Int32,
+        q: Int32,
+        pad_h: Int32,
+        pad_w: Int32,
+        pad_h_hi: Int32,
+        pad_w_hi: Int32,
+        stride_h: Int32,
+        stride_w: Int32,
+        dil_h: Int32,
+        dil_w: Int32,
+        stream: cuda.CUstream,
+    ):
+        c = cute.assume(c, divby=CHANNEL_ALIGN)
+        k = cute.assume(k, divby=128 // self.c_dtype.width)
+        # x as ((W, H, N), C): the im2col atom's (pixels, channels) view.
+        mX = cute.make_tensor(x_ptr, cute.make_layout(((w, h, n), c), stride=((c, w * c, h * w * c), 1)))
+        # w (KRSC) as (K, (C, S, R)): the K order the im2col loads walk.
+        mW = cute.make_tensor(w_ptr, cute.make_layout((k, (c, s, r)), stride=(r * s * c, (1, c, s * c))))
+        m = n * p * q
+        mY = cute.make_tensor(y_ptr, cute.make_layout((m, k, 1), stride=(k, 1, m * k)))
+        mBias = cute.make_tensor(bias_ptr, cute.make_layout(k))  # read only when spec.bias_dtype is set
+        mScales = (mBias, mBias)  # no scales in a conv epilogue: never read
+
+        row_major = utils.LayoutEnum.ROW_MAJOR  # A, B and y are all contiguous along their inner GEMM dim
+        tiled_mma, a_smem, b_smem, epi_smem = self.mma_and_smem(row_major, row_major, row_major)
+
+        cm, cn = self.cluster_mn
+        tma_a, gA = cpasync.make_im2col_tma_atom(
+            cpasync.CopyBulkTensorIm2ColG2SOp() if cn == 1 else cpasync.CopyBulkTensorIm2ColG2SMulticastOp(),
+            mX,
+            cute.slice_(a_smem, (None, None, 0)),
+            self.tiler_a(),
+            lower_corner_whd=(-pad_w, -pad_h),
+            upper_corner_whd=(pad_w_hi - (s - 1) * dil_w, pad_h_hi - (r - 1) * dil_h),
+            lower_padding_whd=(pad_w, pad_h),
+            upper_padding_whd=(pad_w_hi, pad_h_hi),
+            stride_whd=(stride_w, stride_h),
+            lower_srt=(0, 0),
+            stride_srt=(dil_w, dil_h),
+            num_multicast=cn,
+        )
+        tma_b, gB = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp() if cm == 1 else cpasync.CopyBulkTensorTileG2SMulticastOp(),
+            mW,
+            cute.slice_(b_smem, (None, None, 0)),
+            self.tiler_b(),
+            num_multicast=cm,
+        )
+        # The kernel indexes (M, K, L): one batch entry.
+        gA = cute.make_tensor(gA.iterator, cute.append(gA.layout, cute.make_layout(1)))
+        gB = cute.make_tensor(gB.iterator, cute.append(gB.layout, cute.make_layout(1)))
+        self.launch_kernel(
+            (tma_a, gA, tma_b, gB), mY, tiled_mma, (a_smem, b_smem, epi_smem), (m, k, 1), mBias, mScales, stream
+        )
+
+
+class HopperConvFprop3d(HopperConvFprop):
+    """The 3-D conv fprop: x NDHWC viewed as ((W, H, D, N), C), the filter KTRSC as (K, (C, S, R, T))."""
+
+    @cute.jit
+    def __call__(
+        self,
+        x_ptr: cute.Pointer,
+        w_ptr: cute.Pointer,
+        y_ptr: cute.Pointer,
+        bias_ptr: cute.Pointer,
+        n: Int32,
+        d: Int32,
+        h: Int32,
+        w: Int32,
+        c: Int32,
+        k: Int32,
+        t: Int32,
+        r: Int32,
+        s: Int32,
+        z: Int32,
+        p: Int32,
+        q: Int32,
+        pad_d: Int32,
+        pad_h: Int32,
+        pad_w: Int32,
+        pad_d_hi: Int32,
+        pad_h_hi: Int32,
+        pad_w_hi: Int32,
+        stride_d: Int32,
+        stride_h: Int32,
+        stride_w: Int32,
+        dil_d: Int32,
+        dil_h: Int32,
+        dil_w: Int32,
+        stream: cuda.CUstream,
+    ):
+        c = cute.assume(c, divby=CHANNEL_ALIGN)
+        k = cute.assume(k, divby=128 // self.c_dtype.width)
+        mX = cute.make_tensor(
+            x_ptr, cute.make_layout(((w, h, d, n), c), stride=((c, w * c, h * w * c, d * h * w * c), 1))
+        )
+        mW = cute.make_tensor(
+            w_ptr, cute.make_layout((k, (c, s, r, t)), stride=(t * r * s * c, (1, c, s * c, r * s * c)))
+        )
+        m = n * z * p * q
+        mY = cute.make_tensor(y_ptr, cute.make_layout((m, k, 1), stride=(k, 1, m * k)))
+        mBias = cute.make_tensor(bias_ptr, cute.make_layout(k))
+        mScales = (mBias, mBias)
+
+        row_major = utils.LayoutEnum.ROW_MAJOR
+        tiled_mma, a_smem, b_smem, epi_smem = self.mma_and_smem(row_major, row_major, row_major)
+
+        cm, cn = self.cluster_mn
+        tma_a, gA = cpasync.make_im2col_tma_atom(
+            cpasync.CopyBulkTensorIm2ColG2SOp() if cn == 1 else cpasync.CopyBulkTensorIm2ColG2SMulticastOp(),
+            mX,
+            cute.slice_(a_smem, (None, None, 0)),
+            self.tiler_a(),
+            lower_corner_whd=(-pad_w, -pad_h, -pad_d),
+            upper_corner_whd=(pad_w_hi - (s - 1) * dil_w, pad_h_hi - (r - 1) * dil_h, pad_d_hi - (t - 1) * dil_d),
+            lower_padding_whd=(pad_w, pad_h, pad_d),
+            upper_padding_whd=(pad_w_hi, pad_h_hi, pad_d_hi),
+            stride_whd=(stride_w, stride_h, stride_d),
+            lower_srt=(0, 0, 0),
+            stride_srt=(dil_w, dil_h, dil_d),
+            num_multicast=cn,
+        )
+        tma_b, gB = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp() if cm == 1 else cpasync.CopyBulkTensorTileG2SMulticastOp(),
+            mW,
+            cute.slice_(b_smem, (None, None, 0)),
+            self.tiler_b(),
+            num_multicast=cm,
+        )
+        gA = cute.make_tensor(gA.iterator, cute.append(gA.layout, cute.make_layout(1)))
+        gB = cute.make_tensor(gB.iterator, cute.append(gB.layout, cute.make_layout(1)))
+        self.launch_kernel(
+            (tma_a, gA, tma_b, gB), mY, tiled_mma, (a_smem, b_smem, epi_smem), (m, k, 1), mBias, mScales, stream
+        )

@@ -1,0 +1,82 @@
+"""The flipped, transposed filter a conv dgrad runs as a conv fprop over dy, written to the workspace.
+
+    w_flip[c, r, s, k] = w[k, R-1-r, S-1-s, c]     (both packed channels-last: KRSC in, CRSK out)
+
+One thread per output element, consecutive threads along k: the writes are
+contiguous, the reads stride by C (the filter is small next to the dgrad's
+GEMM, whose A is all of dy). Every extent is a launch argument, so one
+compiled function per dtype serves every filter.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32
+from cutlass.cute.runtime import make_ptr
+
+DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
+_THREADS = 256
+
+
+class FilterFlip:
+    """One compiled specialization: the element dtype."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = DTYPES[dtype]
+
+    @cute.jit
+    def __call__(self, w_ptr: cute.Pointer, out_ptr: cute.Pointer, k: Int32, r: Int32, s: Int32, c: Int32,
+                 stream: cuda.CUstream):  # fmt: skip
+        mW = cute.make_tensor(w_ptr, cute.make_layout((c, s, r, k), stride=(1, c, s * c, r * s * c)))
+        mOut = cute.make_tensor(out_ptr, cute.make_layout((k, s, r, c), stride=(1, k, s * k, r * s * k)))
+        total = k * r * s * c
+        blocks = (total + (_THREADS - 1)) // _THREADS
+        self.kernel(mW, mOut, k, r, s, total).launch(grid=[blocks, 1, 1], block=[_THREADS, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mW: cute.Tensor, mOut: cute.Tensor, k: Int32, r: Int32, s: Int32, total: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * _THREADS + tidx
+        if i < total:
+            kk = i % k
+            t = i // k
+            ss = t % s
+            t = t // s
+            rr = t % r
+            cc = t // r
+            mOut[(kk, ss, rr, cc)] = mW[(cc, s - 1 - ss, r - 1 - rr, kk)]
+
+
+_LOCK = threading.Lock()
+_COMPILED: dict[str, Any] = {}
+
+
+def compiled(dtype: str) -> Any:
+    """The compiled flip of one dtype (compiled once per process: about a second)."""
+    with _LOCK:
+        fn = _COMPILED.get(dtype)
+        if fn is None:
+            ptrs = [make_ptr(DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16) for _ in range(2)]
+            fn = cute.compile(FilterFlip(dtype), *ptrs, *[Int32(1)] * 4, cuda.CUstream(0))
+            _COMPILED[dtype] = fn
+        return fn
+
+
+class FilterFlipLaunch:
+    """One filter's flip: the extents are fixed, the pointers and stream are not."""
+
+    def __init__(self, dtype: str, krsc: tuple[int, int, int, int]) -> None:
+        self._dtype = DTYPES[dtype]
+        self._fn = compiled(dtype)
+        self._scalars = [Int32(v) for v in krsc]
+
+    def __call__(self, w_ptr: int, out_ptr: int, stream: int) -> None:
+        w = make_ptr(self._dtype, w_ptr, cute.AddressSpace.gmem, assumed_align=16)
+        out = make_ptr(self._dtype, out_ptr, cute.AddressSpace.gmem, assumed_align=16)
+        self._fn(w, out, *self._scalars, cuda.CUstream(stream))

@@ -1,0 +1,154 @@
+"""The CuTe implicit-GEMM conv fprop (TMA im2col + Hopper GEMM) on a GPU, judged by sigdnn.validate.
+
+Against the float64 reference, 2-D and 3-D: spatial sizes off every tile, channel counts
+off the 64-deep K tile (C = 8, 24, 40, 72) and off the N tile, padding
+(asymmetric too), stride 2 and 3, dilation, 1x1 / 5x1 / 7x7 filters, 16- and
+32-bit outputs; every tile config the benchmark measures; fused bias /
+activation epilogues as one region. A planted bug (the window shifted by one
+pixel) must fail validation. Skips without a GPU, without
+nvidia-cutlass-dsl, or on a device other than sm_90.
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from cute_skip import skip_unless_sm90
+
+import sigdnn
+from sigdnn.plan_builders.cute import conv_implicit
+
+pytestmark = pytest.mark.gpu
+
+skip_unless_sm90("the CuTe implicit-GEMM conv")
+
+ENGINE = "cute.conv_fprop_implicit"
+CASES = {
+    # name: (x dims, w dims, io dtype, out dtype, conv arguments)
+    "3x3_pad1": ((2, 16, 9, 11), (24, 16, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
+    "strided_dilated_asymmetric_f32": (
+        (3, 8, 13, 10),
+        (16, 8, 3, 3),
+        "bfloat16",
+        "float32",
+        {"pre_padding": (1, 2), "post_padding": (0, 1), "stride": (2, 1), "dilation": (2, 2)},
+    ),
+    "pointwise": ((2, 32, 7, 5), (40, 32, 1, 1), "float16", "float16", {}),
+    "5x1_stride_1x3": ((1, 24, 17, 19), (8, 24, 5, 1), "float16", "float32", {"stride": (1, 3)}),
+    "resnet_like_3x3": ((4, 64, 28, 28), (64, 64, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
+    "stride2_channel_tails": (
+        (3, 72, 15, 13),
+        (136, 72, 3, 3),
+        "bfloat16",
+        "bfloat16",
+        {"padding": (1, 1), "stride": (2, 2)},
+    ),
+    "pointwise_stride2": ((2, 64, 9, 9), (48, 64, 1, 1), "bfloat16", "bfloat16", {"stride": (2, 2)}),
+    "7x7_stem_like": ((2, 8, 23, 21), (32, 8, 7, 7), "float16", "float16", {"padding": (3, 3), "stride": (2, 2)}),
+    "deep_k": ((2, 256, 7, 7), (264, 256, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
+    "valid_no_padding": ((2, 40, 10, 12), (56, 40, 3, 3), "float16", "float32", {}),
+    "wide_dilation": (
+        (1, 16, 20, 19),
+        (16, 16, 3, 3),
+        "bfloat16",
+        "bfloat16",
+        {"padding": (4, 3), "dilation": (4, 3)},
+    ),
+}
+CASES_3D = {
+    # 3-D (NDHWC): the im2col box of a rank-5 tensor, the K loop over (channel block, s, r, t)
+    "3d_3x3x3_pad1": ((2, 16, 5, 7, 6), (24, 16, 3, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1, 1)}),
+    "3d_strided_dilated_f32": (
+        (1, 24, 9, 8, 10),
+        (40, 24, 3, 2, 3),
+        "float16",
+        "float32",
+        {"pre_padding": (1, 0, 2), "post_padding": (2, 1, 0), "stride": (2, 1, 2), "dilation": (1, 2, 2)},
+    ),
+    "3d_pointwise": ((2, 64, 3, 5, 4), (72, 64, 1, 1, 1), "bfloat16", "bfloat16", {}),
+}
+# Tile configs: cooperative / pingpong, A multicast through the im2col TMA, B multicast.
+CONFIGS = ["coop128x64c1x1s1", "coop256x64c1x1s1", "coop128x256c1x1s1", "coop256x128c1x1s1", "pp64x128c1x1s1",
+           "pp128x128c1x1s1", "coop128x128c2x1s4", "coop128x128c1x2s1"]  # fmt: skip
+FUSED = {
+    # name: (x dims, w dims, io dtype, intermediate dtype, bias, activation)
+    "bias_relu": ((2, 24, 11, 9), (40, 24, 3, 3), "bfloat16", "bfloat16", True, "relu_fwd"),
+    "bias_relu_f32_mid": ((3, 64, 14, 14), (72, 64, 3, 3), "float16", None, True, "relu_fwd"),
+    "bias_only": ((2, 16, 9, 9), (32, 16, 3, 3), "bfloat16", None, True, None),
+    "relu_only": ((2, 16, 9, 9), (32, 16, 1, 1), "float16", "float16", False, "relu_fwd"),
+    "bias_gelu": ((2, 32, 8, 8), (48, 32, 3, 3), "bfloat16", "bfloat16", True, "gelu_fwd"),
+    "3d_bias_relu": ((2, 16, 4, 6, 5), (32, 16, 3, 3, 3), "bfloat16", "bfloat16", True, "relu_fwd"),
+}
+
+
+def conv_graph(x_dims, w_dims, dtype: str, out: str, conv: dict) -> sigdnn.Graph:
+    g = sigdnn.Graph("conv", io_dtype=dtype, compute_dtype="float32")
+    layout = "NHWC" if len(x_dims) == 4 else "NDHWC"
+    x = g.tensor("x", x_dims, layout=layout)
+    w = g.tensor("w", w_dims, layout=layout)
+    g.conv_fprop(x, w, name="conv", **conv).set_output(True).set_name("y").set_data_type(out)
+    return g
+
+
+def fused_graph(x_dims, w_dims, dtype: str, mid: str | None, bias: bool, act: str | None) -> sigdnn.Graph:
+    g = sigdnn.Graph("fused", io_dtype=dtype, intermediate_dtype=mid, compute_dtype="float32")
+    layout = "NHWC" if len(x_dims) == 4 else "NDHWC"
+    x = g.tensor("x", x_dims, layout=layout)
+    w = g.tensor("w", w_dims, layout=layout)
+    y = g.conv_fprop(x, w, name="conv", padding=tuple(t // 2 for t in w_dims[2:]))
+    if bias:
+        bias_dims = (1, w_dims[0]) + (1,) * (len(x_dims) - 2)
+        y = g.pointwise("add", y, g.tensor("bias", bias_dims, layout=layout), name="bias")
+    if act:
+        y = g.pointwise(act, y, name="act")
+    y.set_output(True).set_name("out")
+    return g
+
+
+def validate(g: sigdnn.Graph, seed: int) -> sigdnn.ValidationReport:
+    report = sigdnn.validate(g, seed=seed, executor=sigdnn.Executor("gpu", engine=ENGINE))
+    print(report.table())
+    return report
+
+
+@pytest.mark.parametrize("name", list(CASES) + list(CASES_3D))
+def test_conv_fprop_validates_against_the_reference(name: str) -> None:
+    report = validate(conv_graph(*{**CASES, **CASES_3D}[name]), 13)
+    assert report.builders == {"conv": ENGINE}
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("name", ["stride2_channel_tails", "strided_dilated_asymmetric_f32"])
+def test_every_config_validates(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
+    g = conv_graph(*CASES[name])
+    plan = sigdnn.Executor("gpu", engine=ENGINE).prepare(g)
+    assert plan.steps[0].plan.config.label == config
+    assert validate(g, 17).passed
+
+
+@pytest.mark.parametrize("name", list(FUSED))
+def test_fused_epilogue_validates(name: str) -> None:
+    report = validate(fused_graph(*FUSED[name]), 5)
+    last = "act" if FUSED[name][5] else "bias"
+    assert report.builders == {f"region(conv..{last})": ENGINE}
+    assert report.passed, report.table()
+
+
+def test_a_window_shifted_by_one_pixel_fails_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug: one more pixel of left padding and one less of right keeps every extent but moves
+    every window; the validation this file relies on must see it."""
+    real = conv_implicit.plan_conv
+
+    def shifted(node, graph, chain=None):
+        view = real(node, graph, chain)
+        g = list(view.geometry)
+        g[10] += 1  # pad_w
+        g[12] -= 1  # pad_w_hi
+        return attrs.evolve(view, geometry=tuple(g))
+
+    monkeypatch.setattr(conv_implicit, "plan_conv", shifted)
+    report = validate(conv_graph(*CASES["3x3_pad1"]), 13)
+    assert report.builders == {"conv": ENGINE}
+    assert not report.passed

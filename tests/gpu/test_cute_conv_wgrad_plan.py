@@ -1,0 +1,95 @@
+"""How the CuTe wgrad builder reads a conv wgrad as a split-K GEMM (pure Python, no GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+import sigdnn
+from sigdnn.errors import NotSupported
+from sigdnn.plan_builders.cute.conv_wgrad import (
+    CuteConvWgradBuilder,
+    CuteConvWgradImplicitBuilder,
+    plan_wgrad,
+    plan_wgrad_implicit,
+    split_count,
+)
+
+
+def wgrad_graph(x_dims=(2, 16, 9, 11), dw_dims=(24, 16, 3, 3), *, dtype="bfloat16", layout="NHWC", **conv):
+    conv = {"padding": (1, 1), **conv}
+    probe = sigdnn.Graph("probe", io_dtype=dtype, compute_dtype="float32")
+    y = probe.conv_fprop(probe.tensor("x", x_dims, layout=layout), probe.tensor("w", dw_dims, layout=layout), **conv)
+    g = sigdnn.Graph("wgrad", io_dtype=dtype, compute_dtype="float32")
+    x, dy = g.tensor("x", x_dims, layout=layout), g.tensor("dy", y.dims, layout=layout)
+    g.conv_wgrad(x, dy, dims=dw_dims, name="wgrad", **conv).set_output(True).set_name("dw")
+    return g
+
+
+def test_a_deep_reduction_is_split_into_equal_aligned_slices() -> None:
+    g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 132)
+    npq = 64 * 56 * 56
+    assert view.splits > 1 and npq % view.splits == 0 and (npq // view.splits) % 8 == 0
+    p = view.problem
+    assert (p.m, p.n, p.k, p.batch) == (64, 576, npq // view.splits, view.splits)
+    assert (view.spec.a_major, view.spec.b_major, view.spec.c_dtype) == ("m", "n", "float32")
+    assert view.workspace_bytes == npq * 576 * 2 + view.splits * 64 * 576 * 4  # im2col, then the partials
+
+
+def test_a_shallow_reduction_writes_dw_directly() -> None:
+    g = wgrad_graph()
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 132)
+    assert view.splits == 1 and view.spec.c_dtype == "bfloat16" and view.problem.k == 2 * 9 * 11
+
+
+def test_a_pointwise_unit_stride_wgrad_reads_x_in_place() -> None:
+    g = wgrad_graph((2, 32, 7, 5), (40, 32, 1, 1), padding=(0, 0))
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 132)
+    assert view.im2col is None and view.workspace_bytes == 0
+
+
+@pytest.mark.parametrize(
+    ("npq", "tiles", "want"),
+    [(200704, 3, 64), (200704, 5, 49), (4096, 2, 8), (1000, 1, 1), (3136, 72, 4), (24 * 1024, 1000, 1)],
+)
+def test_split_count(npq: int, tiles: int, want: int) -> None:
+    assert split_count(npq, tiles, 132) == want
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"layout": "NCHW"}, "channels-last"),
+        ({"x_dims": (2, 16, 9, 11), "dw_dims": (24, 8, 3, 3)}, "grouped"),
+        ({"x_dims": (2, 12, 9, 11), "dw_dims": (24, 12, 3, 3)}, "multiples of 8"),
+        ({"dw_dims": (20, 16, 3, 3)}, "multiples of 8"),
+        ({"dtype": "float32"}, "dtypes"),
+    ],
+)
+def test_what_the_builder_declines(kw: dict, match: str) -> None:
+    if "dw_dims" in kw and kw["dw_dims"][1] != (kw.get("x_dims") or (2, 16))[1]:
+        g = sigdnn.Graph("wgrad", io_dtype="bfloat16", compute_dtype="float32")
+        x = g.tensor("x", kw["x_dims"], layout="NHWC")
+        dy = g.tensor("dy", (2, 24, 9, 11), layout="NHWC")
+        g.conv_wgrad(x, dy, dims=kw["dw_dims"], padding=(1, 1), name="wgrad").set_output(True)
+    else:
+        g = wgrad_graph(**kw)
+    with pytest.raises(NotSupported, match=match):
+        CuteConvWgradBuilder().check(g.node_by_name("wgrad"), g, None)
+
+
+def test_the_implicit_wgrad_splits_the_pixels_and_reads_dy_m_major() -> None:
+    g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))
+    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132)
+    npq = 64 * 56 * 56
+    assert view.config.label == "pp64x64c1x1s1" and view.splits == split_count(npq, 9, 132)
+    assert view.chunk * view.splits == npq and view.chunk % 8 == 0
+    assert (view.spec.a_major, view.spec.b_major, view.spec.c_dtype) == ("m", "n", "float32")
+    assert view.geometry == (64, 56, 56, 64, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1, 1)
+    assert view.workspace_bytes == view.splits * 64 * 576 * 4
+
+
+def test_the_implicit_wgrad_declines_channels_off_its_tile() -> None:
+    g = wgrad_graph()  # 16 input channels
+    with pytest.raises(NotSupported, match="multiple of 64"):
+        CuteConvWgradImplicitBuilder().check(g.node_by_name("wgrad"), g, None)
