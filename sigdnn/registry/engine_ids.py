@@ -55,6 +55,7 @@ IN_TREE: dict[str, int] = {
     "cutile.matmul": 2030,
     "cute.matmul": 3000,
     "cute.conv_fprop": 3001,
+    "cute.sdpa": 3010,
 }
 
 

@@ -1,4 +1,4 @@
-"""Compile, without a GPU, every CuTe GEMM specialization the GPU tests and the benchmark load.
+"""Compile, without a GPU, every CuTe GEMM and SDPA specialization the GPU tests and benchmarks load.
 
 Device minutes are scarce and a specialization costs 2-7 s to trace and
 compile; the compiled objects are valid for any sm_90 device with the same
@@ -31,6 +31,10 @@ from sigdnn.graph.ops.matmul import Matmul
 from sigdnn.plan_builders.cute import matmul as cute_matmul
 from sigdnn.plan_builders.cute.conv import conv_gemm
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, default_config, plan_gemm
+from sigdnn.plan_builders.cute.sdpa_layout import FmhaConfig, FmhaSpec
+from sigdnn.plan_builders.cute.sdpa_layout import check_config as check_sdpa_config
+from sigdnn.plan_builders.cute.sdpa_layout import default_config as sdpa_default_config
+from sigdnn.plan_builders.cute.sdpa_layout import parse_config as parse_sdpa_config
 from sigdnn.registry.regions import Dataflow
 
 SM_COUNT = 132
@@ -140,20 +144,57 @@ def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
     return found
 
 
-def _benchmark_constant(name: str):
-    """A literal table of benchmarks/gpu_cute.py, read without importing it (it imports torch)."""
-    tree = ast.parse((HERE.parent.parent / "benchmarks" / "gpu_cute.py").read_text())
+def _benchmark_constant(name: str, script: str = "gpu_cute.py"):
+    """A literal table of a benchmark script, read without importing it (it imports torch)."""
+    tree = ast.parse((HERE.parent.parent / "benchmarks" / script).read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
             return ast.literal_eval(node.value)
     raise KeyError(name)
 
 
-def _compile(item: tuple[GemmSpec, GemmConfig]) -> tuple[str, float]:
-    from sigdnn.plan_builders.cute.kernels import launch
+def sdpa_specs() -> list[tuple[FmhaSpec, FmhaConfig]]:
+    """What test_cute_sdpa.py's graphs and benchmarks/gpu_cute_sdpa.py's shapes and configs compile."""
+    from sigdnn.plan_builders.cute import sdpa as cute_sdpa
 
+    for module in (cute_sdpa, cute_matmul):  # cute_skip reads the GEMM module's answers
+        module.unavailable_reason = lambda: None
+        module.device_properties = lambda device_id: ((9, 0), SM_COUNT)
+    tests = _load("test_cute_sdpa")
+    builder = cute_sdpa.CuteSdpaBuilder()
+    found = []
+    graphs = [tests.sdpa_graph(*case) for case in tests.CASES.values()]
+    graphs.append(tests.sdpa_graph("bfloat16", 1, 2, 2, 150, 300, 64, False, True, scale=1.0))
+    for g in graphs:
+        spec, _ = builder.plan(g.node_by_name("sdpa"), g)
+        found.append((spec, sdpa_default_config(spec)))
+    configs = _benchmark_constant("CONFIGS", "gpu_cute_sdpa.py")
+    for _, _, _, _, d, causal in _benchmark_constant("SHAPES", "gpu_cute_sdpa.py"):
+        for label in configs:
+            config = parse_sdpa_config(label)
+            for stats in (False, True) if label == configs[0] else (False,):
+                spec = FmhaSpec("bfloat16", d, causal, stats)
+                try:
+                    check_sdpa_config(spec, config)
+                except ValueError:
+                    continue
+                found.append((spec, config))
+    host = FmhaSpec("bfloat16", 128, False, False)  # the benchmark's host-cost part
+    found.append((host, sdpa_default_config(host)))
+    return found
+
+
+def _compile(item: tuple[GemmSpec, GemmConfig] | tuple[FmhaSpec, FmhaConfig]) -> tuple[str, float]:
     spec, config = item
     t0 = time.perf_counter()
+    if isinstance(spec, FmhaSpec):
+        from sigdnn.plan_builders.cute.kernels import fmha_launch
+
+        fmha_launch.compiled(spec, config)
+        label = f"sdpa {spec.dtype} d{spec.head_dim} causal={spec.causal} stats={spec.stats} {config.label}"
+        return label, time.perf_counter() - t0
+    from sigdnn.plan_builders.cute.kernels import launch
+
     launch.compiled(spec, config, SM_COUNT)
     return f"{spec.a_dtype}/{spec.b_dtype}->{spec.c_dtype} {spec.activation} {config.label}", time.perf_counter() - t0
 
@@ -162,9 +203,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cache", type=Path)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", choices=("gemm", "sdpa"), default=None, help="compile one family only")
     args = parser.parse_args()
     os.environ["SIGDNN_CUTE_CACHE"] = str(args.cache)
-    items = list(dict.fromkeys(test_specs() + benchmark_specs()))
+    gemm = test_specs() + benchmark_specs() if args.only != "sdpa" else []
+    items = list(dict.fromkeys(gemm + (sdpa_specs() if args.only != "gemm" else [])))
     print(f"{len(items)} specializations", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:
         for label, seconds in pool.map(_compile, items):

@@ -1,0 +1,121 @@
+"""The CuTe DSL flash-attention forward on a Hopper GPU, judged against the float64 reference.
+
+Sequence lengths are awkward on purpose (not multiples of the 128-row or
+128-key tiles, a single row, more queries than keys under the causal
+mask), with grouped- and multi-query heads, BSHD strides and both head
+dims. One run per shape pre-fills o and stats with NaN, so an element the
+kernel never wrote cannot pass; a planted wrong scale must fail. Skips
+(with the reason) without a GPU, without nvidia-cutlass-dsl, or on a
+device other than sm_90.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cute_skip import skip_unless_sm90
+
+import sigdnn
+from sigdnn.plan_builders.cute import sdpa as cute_sdpa
+from sigdnn.validation import random_inputs
+
+pytestmark = pytest.mark.gpu
+
+skip_unless_sm90("the CuTe SDPA")
+
+
+def _bshd(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of [B, H, S, D] dims stored B, S, H, D."""
+    _, h, s, d = dims
+    return (s * h * d, d, h * d, 1)
+
+
+def sdpa_graph(
+    dtype: str,
+    b: int,
+    hq: int,
+    hkv: int,
+    sq: int,
+    skv: int,
+    d: int,
+    causal: bool,
+    stats: bool,
+    bshd: bool = False,
+    scale: float | None = None,
+) -> sigdnn.Graph:
+    g = sigdnn.Graph("attn", io_dtype=dtype, compute_dtype="float32")
+    dims = {"q": (b, hq, sq, d), "k": (b, hkv, skv, d), "v": (b, hkv, skv, d)}
+    ts = [g.tensor(n, dm, _bshd(dm) if bshd else None) for n, dm in dims.items()]
+    o, st = g.sdpa(*ts, scale if scale is not None else d**-0.5, None, causal, stats, name="sdpa")
+    o.set_output(True).set_name("o")
+    if bshd:
+        o.set_stride(_bshd(o.dims))
+    if st is not None:
+        st.set_output(True).set_name("stats")
+    return g
+
+
+CASES = {
+    # name: (dtype, B, Hq, Hkv, Sq, Skv, D, causal, stats, bshd)
+    "tails_d128": ("bfloat16", 2, 3, 3, 200, 333, 128, False, True, False),
+    "causal_gqa_d64": ("float16", 1, 8, 2, 300, 300, 64, True, True, False),
+    "causal_more_queries_mqa": ("bfloat16", 1, 4, 1, 130, 77, 128, True, True, False),
+    "causal_fewer_queries": ("bfloat16", 2, 2, 2, 17, 260, 64, True, True, False),
+    "bshd_gqa_no_stats": ("bfloat16", 2, 4, 2, 129, 257, 64, False, False, True),
+    "single_row": ("float16", 1, 2, 1, 1, 1, 128, True, True, False),
+    "long_causal": ("bfloat16", 1, 2, 1, 1000, 1000, 128, True, True, False),
+    "long_fp16_d128": ("float16", 1, 2, 2, 640, 1100, 128, False, True, False),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_validates_against_the_reference(name: str) -> None:
+    g = sdpa_graph(*CASES[name])
+    report = sigdnn.validate(g, seed=7, executor=sigdnn.Executor("gpu", engine="cute.sdpa"))
+    print(report.table())
+    assert report.builders == {"sdpa": "cute.sdpa"}
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("name", ["tails_d128", "causal_gqa_d64", "bshd_gqa_no_stats"])
+def test_writes_every_output_element(name: str) -> None:
+    """o and stats pre-filled with NaN (in the graph's layout) come back finite everywhere."""
+    torch = pytest.importorskip("torch")
+    g = sdpa_graph(*CASES[name])
+    executor = sigdnn.Executor("gpu", engine="cute.sdpa")
+    plan = executor.prepare(g)
+    outs = {}
+    for t in g.outputs:
+        span = sum((e - 1) * s for e, s in zip(t.dims, t.strides, strict=True)) + 1
+        storage = torch.full((span,), float("nan"), dtype=getattr(torch, str(g.dtype_of(t))), device="cuda")
+        outs[t.name] = torch.as_strided(storage, t.dims, t.strides)
+    executor.execute(plan, {**random_inputs(g, seed=3), **outs}, to_host=False)
+    torch.cuda.synchronize()
+    for out_name, x in outs.items():
+        assert bool(torch.isfinite(x).all()), f"{out_name}: {int((~torch.isfinite(x)).sum())} elements not written"
+
+
+def test_a_planted_wrong_scale_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison is sharp enough to see attn_scale off by 2 %."""
+    real = cute_sdpa.plan_sdpa
+
+    def off_by_two_percent(*args):
+        *head, scale, causal = args
+        return real(*head, scale * 1.02, causal)
+
+    monkeypatch.setattr(cute_sdpa, "plan_sdpa", off_by_two_percent)
+    g = sdpa_graph(*CASES["tails_d128"])
+    report = sigdnn.validate(g, seed=7, executor=sigdnn.Executor("gpu", engine="cute.sdpa"))
+    assert report.builders == {"sdpa": "cute.sdpa"}
+    assert not report.passed, report.table()
+
+
+def test_large_scores_stay_finite() -> None:
+    """Scores around +-300 (scale 1, large q and k): the running max keeps exp2 in range."""
+    g = sdpa_graph("bfloat16", 1, 2, 2, 150, 300, 64, False, True, scale=1.0)
+    inputs = random_inputs(g, seed=11)
+    inputs = {n: (x * 4).astype(x.dtype) for n, x in inputs.items()}
+    report = sigdnn.validate(g, inputs, executor=sigdnn.Executor("gpu", engine="cute.sdpa"))
+    assert report.passed, report.table()
+    got = sigdnn.Executor("gpu", engine="cute.sdpa").run(g, inputs)
+    assert np.isfinite(np.asarray(got["o"], dtype=np.float64)).all()
