@@ -77,6 +77,21 @@ def test_validates_against_the_reference(name: str) -> None:
     assert report.passed, report.table()
 
 
+CONFIGS = ["m128n128s2p", "m128n128s3p", "m128n176s2p"]  # the default is m128n128s2
+CONFIG_CASES = ["tails_d128", "causal_gqa_d64", "long_causal"]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("name", CONFIG_CASES)
+def test_every_config_validates(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIGDNN_CUTE_SDPA", config)
+    g = sdpa_graph(*CASES[name])
+    executor = sigdnn.Executor("gpu", engine="cute.sdpa")
+    assert executor.prepare(g).steps[0].plan.config.label == config
+    report = sigdnn.validate(g, seed=9, executor=executor)
+    assert report.passed, report.table()
+
+
 @pytest.mark.parametrize("name", ["tails_d128", "causal_gqa_d64", "bshd_gqa_no_stats"])
 def test_writes_every_output_element(name: str) -> None:
     """o and stats pre-filled with NaN (in the graph's layout) come back finite everywhere."""

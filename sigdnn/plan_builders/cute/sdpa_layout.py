@@ -45,10 +45,13 @@ class FmhaConfig:
     tile_m: int = 128
     tile_n: int = 128
     stages: int = 2
+    # The two consumer warpgroups take turns issuing their wgmma (named barriers), so one's softmax
+    # runs while the other's products are on the tensor cores.
+    pingpong: bool = False
 
     @property
     def label(self) -> str:
-        return f"m{self.tile_m}n{self.tile_n}s{self.stages}"
+        return f"m{self.tile_m}n{self.tile_n}s{self.stages}" + ("p" if self.pingpong else "")
 
 
 @attrs.frozen
@@ -82,10 +85,11 @@ def parse_config(label: str) -> FmhaConfig:
     """Inverse of ``FmhaConfig.label``, e.g. ``m128n128s2``."""
     import re
 
-    m = re.fullmatch(r"m(\d+)n(\d+)s(\d+)", label)
+    m = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(p?)", label)
     if m is None:
-        raise ValueError(f"bad SDPA config label {label!r} (e.g. m128n128s2)")
-    return FmhaConfig(*(int(g) for g in m.groups()))
+        raise ValueError(f"bad SDPA config label {label!r} (e.g. m128n128s2, m128n128s2p)")
+    tm, tn, stages, pingpong = m.groups()
+    return FmhaConfig(int(tm), int(tn), int(stages), bool(pingpong))
 
 
 def default_config(spec: FmhaSpec) -> FmhaConfig:

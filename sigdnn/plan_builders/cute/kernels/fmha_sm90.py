@@ -10,7 +10,8 @@ and O += P V (wgmma, P from registers), with the softmax kept online: a
 running row max m and row sum l, O rescaled by exp2(m_old - m_new) when the
 max grows. The steps overlap inside a warpgroup: S of tile j is issued
 together with P V of tile j - 1, so the tensor cores work on one while the
-softmax of the other runs.
+softmax of the other runs. With ``pingpong`` the two warpgroups also take
+turns issuing (named barriers), as FlashAttention-3 schedules them.
 
 Key tiles go from the last to the first, so the tiles that need masking
 (the causal diagonal, the ragged end of the keys) come first; the others
@@ -44,6 +45,7 @@ DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat
 _THREADS_PER_WG = 128
 _NUM_MMA_WG = 2
 _LN2 = math.log(2.0)
+_BAR_WG0 = 1  # pingpong: named barrier of consumer warpgroup 0's turn (+1: warpgroup 1's); 0 is __syncthreads
 
 
 def _acc_mn(acc: cute.Tensor) -> cute.Tensor:
@@ -405,9 +407,14 @@ class HopperFmha:
             v_state = k_state.clone()
             k_state.advance()
 
+            if const_expr(self.config.pingpong):  # noqa: SIM102
+                if wg_idx == 1:
+                    cute.arch.barrier_arrive(barrier_id=_BAR_WG0, number_of_threads=2 * _THREADS_PER_WG)
             for i in cutlass.range(n_blocks - 1, unroll=1):
                 n = n_blocks - 2 - i
                 k_pipe.consumer_wait(k_state)
+                if const_expr(self.config.pingpong):
+                    cute.arch.barrier(barrier_id=_BAR_WG0 + wg_idx, number_of_threads=2 * _THREADS_PER_WG)
                 warpgroup.fence()
                 tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, False)
                 for kb in cutlass.range_constexpr(k_blocks):
@@ -416,6 +423,8 @@ class HopperFmha:
                 warpgroup.commit_group()
                 v_pipe.consumer_wait(v_state)
                 self._gemm_pv(tiled_mma_pv, acc_o, tOrP, tOrV, v_state.index)
+                if const_expr(self.config.pingpong):
+                    cute.arch.barrier_arrive(barrier_id=_BAR_WG0 + 1 - wg_idx, number_of_threads=2 * _THREADS_PER_WG)
                 warpgroup.wait_group(1)  # S is in
                 k_pipe.consumer_release(k_state)
                 if (n + 1) * tn > mask_from:
@@ -430,6 +439,9 @@ class HopperFmha:
                 v_state.advance()
                 k_state.advance()
 
+            if const_expr(self.config.pingpong):  # noqa: SIM102
+                if wg_idx == 0:  # take warpgroup 1's last turn signal: every arrive is matched
+                    cute.arch.barrier(barrier_id=_BAR_WG0, number_of_threads=2 * _THREADS_PER_WG)
             v_pipe.consumer_wait(v_state)
             self._gemm_pv(tiled_mma_pv, acc_o, tOrP, tOrV, v_state.index)
             warpgroup.wait_group(0)
