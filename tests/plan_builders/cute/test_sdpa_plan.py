@@ -95,6 +95,8 @@ def test_serves_keys_without_bias_only() -> None:
 def test_config_labels_and_limits() -> None:
     assert parse_config("m128n176s2") == FmhaConfig(128, 176, 2)
     assert parse_config(FmhaConfig(128, 128, 3).label) == FmhaConfig(128, 128, 3)
+    assert parse_config("m128n128s2p") == FmhaConfig(128, 128, 2, pingpong=True)
+    assert FmhaConfig(128, 176, 2, pingpong=True).label == "m128n176s2p"
     with pytest.raises(ValueError, match="bad SDPA config"):
         parse_config("128x128")
     spec = FmhaSpec("bfloat16", 128, False, False)
