@@ -36,7 +36,7 @@ SHAPES = [
     ("s4096 d64", 4, 32, 4096, 64, False),
     ("s4096 d64 causal", 4, 32, 4096, 64, True),
 ]
-CONFIGS = ["m128n128s2", "m128n128s2p", "m128n128s3p", "m128n176s2p"]
+CONFIGS = ["m128n128s2", "m128n128s2x", "m128n128s2p", "m128n128s2px", "m128n128s3px"]
 
 
 def time_ms(fn: Callable[[], None], iters: int) -> float:
@@ -59,7 +59,7 @@ def cute_launch(q, k, v, o, stats, causal: bool, config: str):
     spec, problem = plan_sdpa(view(q), view(k), view(v), view(o), st, q.shape[-1] ** -0.5, causal)
     cfg = parse_config(config)
     check_config(spec, cfg)
-    return FmhaLaunch(spec, cfg, problem)
+    return FmhaLaunch(spec, cfg, problem, torch.cuda.get_device_properties(0).multi_processor_count)
 
 
 def bench(args: argparse.Namespace) -> list[dict]:

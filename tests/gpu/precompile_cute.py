@@ -185,7 +185,7 @@ def sdpa_specs() -> list[tuple[FmhaSpec, FmhaConfig]]:
                 found.append((spec, config))
     host = FmhaSpec("bfloat16", 128, False, False)  # the benchmark's host-cost part
     found.append((host, sdpa_default_config(host)))
-    return found
+    return [(spec, config.kernel) for spec, config in found]  # persistence does not change the kernel
 
 
 def _compile(item: tuple[GemmSpec, GemmConfig] | tuple[FmhaSpec, FmhaConfig]) -> tuple[str, float]:

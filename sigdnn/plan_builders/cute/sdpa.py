@@ -124,4 +124,5 @@ class CuteSdpaBuilder(PlanBuilder):
             check_config(spec, config)
         except ValueError as exc:
             raise NotSupported(f"node '{node.name}': {exc}") from None
-        return CuteSdpaPlan(FmhaLaunch(spec, config, problem), f"node '{node.name}'")
+        _, sm_count = device_properties(device_id_of(context.device))
+        return CuteSdpaPlan(FmhaLaunch(spec, config, problem, sm_count), f"node '{node.name}'")

@@ -48,10 +48,20 @@ class FmhaConfig:
     # The two consumer warpgroups take turns issuing their wgmma (named barriers), so one's softmax
     # runs while the other's products are on the tensor cores.
     pingpong: bool = False
+    # One CTA per SM walking the work tiles (instead of one CTA per tile): the producer loads the next
+    # tile's Q and first K / V while the consumers finish the current one. Chosen at launch: the
+    # compiled kernel is the same.
+    persistent: bool = False
 
     @property
     def label(self) -> str:
-        return f"m{self.tile_m}n{self.tile_n}s{self.stages}" + ("p" if self.pingpong else "")
+        flags = ("p" if self.pingpong else "") + ("x" if self.persistent else "")
+        return f"m{self.tile_m}n{self.tile_n}s{self.stages}{flags}"
+
+    @property
+    def kernel(self) -> FmhaConfig:
+        """What the compiled kernel depends on (persistence only sizes the grid)."""
+        return attrs.evolve(self, persistent=False)
 
 
 @attrs.frozen
@@ -70,6 +80,11 @@ class FmhaProblem:
     stats_strides: tuple[int, int, int]  # (0, 0, 0) when there is no stats output
     attn_scale: float
 
+    def ctas(self, config: FmhaConfig, sm_count: int) -> int:
+        """CTAs to launch: one per work tile (query block of one head), or one per SM when persistent."""
+        tiles = -(-self.sq // config.tile_m) * self.heads * self.batch
+        return min(tiles, sm_count) if config.persistent else tiles
+
     @property
     def groups(self) -> int:
         """Query heads per kv head."""
@@ -85,11 +100,11 @@ def parse_config(label: str) -> FmhaConfig:
     """Inverse of ``FmhaConfig.label``, e.g. ``m128n128s2``."""
     import re
 
-    m = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(p?)", label)
+    m = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(p?)(x?)", label)
     if m is None:
-        raise ValueError(f"bad SDPA config label {label!r} (e.g. m128n128s2, m128n128s2p)")
-    tm, tn, stages, pingpong = m.groups()
-    return FmhaConfig(int(tm), int(tn), int(stages), bool(pingpong))
+        raise ValueError(f"bad SDPA config label {label!r} (e.g. m128n128s2, m128n128s2px)")
+    tm, tn, stages, pingpong, persistent = m.groups()
+    return FmhaConfig(int(tm), int(tn), int(stages), bool(pingpong), bool(persistent))
 
 
 def default_config(spec: FmhaSpec) -> FmhaConfig:

@@ -97,6 +97,8 @@ def test_config_labels_and_limits() -> None:
     assert parse_config(FmhaConfig(128, 128, 3).label) == FmhaConfig(128, 128, 3)
     assert parse_config("m128n128s2p") == FmhaConfig(128, 128, 2, pingpong=True)
     assert FmhaConfig(128, 176, 2, pingpong=True).label == "m128n176s2p"
+    assert parse_config("m128n128s2px") == FmhaConfig(128, 128, 2, pingpong=True, persistent=True)
+    assert parse_config("m128n128s3x").kernel == FmhaConfig(128, 128, 3)  # persistence is a launch choice
     with pytest.raises(ValueError, match="bad SDPA config"):
         parse_config("128x128")
     spec = FmhaSpec("bfloat16", 128, False, False)
@@ -105,3 +107,11 @@ def test_config_labels_and_limits() -> None:
         check_config(spec, FmhaConfig(128, 176, 3))
     with pytest.raises(ValueError, match="tile_m"):
         check_config(spec, FmhaConfig(64, 128, 2))
+
+
+def test_one_cta_per_tile_or_per_sm() -> None:
+    _, problem = plan(attention(q_dims=(2, 8, 300, 128), kv_dims=(2, 2, 70, 128)))
+    tiles = 3 * 8 * 2  # ceil(300 / 128) query blocks of each of 16 (batch, head) pairs
+    assert problem.ctas(FmhaConfig(), 132) == tiles
+    assert problem.ctas(FmhaConfig(persistent=True), 132) == tiles
+    assert problem.ctas(FmhaConfig(persistent=True), 20) == 20

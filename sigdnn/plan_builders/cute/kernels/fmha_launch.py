@@ -45,11 +45,12 @@ def _compile(spec: FmhaSpec, config: FmhaConfig) -> Any:
     ptrs.append(make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=4))
     ints = [Int32(1)] * 5
     strides = [Int64(8)] * 15
-    return cute.compile(kernel, *ptrs, *ints, *strides, Float32(1.0), cuda.CUstream(0))
+    return cute.compile(kernel, *ptrs, *ints, *strides, Float32(1.0), Int32(1), cuda.CUstream(0))
 
 
 def compiled(spec: FmhaSpec, config: FmhaConfig) -> Any:
     """The compiled function of a specialization: from this process, the disk cache, or a fresh compile."""
+    config = config.kernel
     key = (spec, config)
     with _LOCK:
         fn = _COMPILED.get(key)
@@ -76,7 +77,7 @@ def compiled(spec: FmhaSpec, config: FmhaConfig) -> Any:
 class FmhaLaunch:
     """One problem's launch: extents, strides and scale fixed; pointers and stream not."""
 
-    def __init__(self, spec: FmhaSpec, config: FmhaConfig, problem: FmhaProblem) -> None:
+    def __init__(self, spec: FmhaSpec, config: FmhaConfig, problem: FmhaProblem, sm_count: int) -> None:
         self.spec, self.config, self.problem = spec, config, problem
         self._executor = compiled(spec, config).to()
         self._ptrs = tuple(_Cell(ctypes.c_void_p, 0) for _ in range(5))  # q, k, v, o, stats
@@ -88,7 +89,8 @@ class FmhaLaunch:
         ]
         scale = _Cell(ctypes.c_float, 0)
         scale.value.value = p.scale_log2
-        cells = (*self._ptrs, *ints, *strides, scale, self._stream)
+        ctas = _Cell(ctypes.c_int32, p.ctas(config, sm_count))
+        cells = (*self._ptrs, *ints, *strides, scale, ctas, self._stream)
         args, _ = self._executor.generate_execution_args(*cells)
         self._cells = cells
         self._args = [ctypes.c_void_p(x) for x in args]

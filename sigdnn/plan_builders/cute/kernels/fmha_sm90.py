@@ -27,6 +27,7 @@ problem size and layout with the head dim contiguous.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import cuda.bindings.driver as cuda
@@ -70,6 +71,19 @@ def _acc_as_a(acc: cute.Tensor) -> cute.Tensor:
         stride=((d[0][0], d[0][1], d[0][2][0]), d[1], (d[0][2][1], d[2])),
     )
     return cute.make_tensor(acc.iterator, layout)
+
+
+def _row(t: cute.Tensor, r: int, cols: int) -> list[Any]:
+    """The values of row ``r`` of a (rows, columns) register view (read at trace time)."""
+    return [t[r, c] for c in range(cols)]
+
+
+def _tree(op: Any, values: list[Any]) -> Any:
+    """Reduce pairwise: a dependency chain of log2(n) steps instead of n (max and sum of a score row)."""
+    while len(values) > 1:
+        pairs = [op(values[i], values[i + 1]) for i in range(0, len(values) - 1, 2)]
+        values = pairs + values[len(pairs) * 2 :]
+    return values[0]
 
 
 class HopperFmha:
@@ -117,6 +131,7 @@ class HopperFmha:
         l_hs: Int64,
         l_ss: Int64,
         scale_log2: Float32,
+        ctas: Int32,
         stream: cuda.CUstream,
     ):
         align = 128 // self.dtype.width
@@ -205,7 +220,6 @@ class HopperFmha:
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(v_smem)], 1024]
 
         self.shared_storage = SharedStorage
-        m_blocks = cute.ceil_div(sq, tm)
         self.kernel(
             tma_q,
             gQ,
@@ -220,12 +234,14 @@ class HopperFmha:
             q_smem,
             k_smem,
             v_smem,
+            heads,
+            batch,
             groups,
             sq,
             skv,
             scale_log2,
         ).launch(
-            grid=(m_blocks, heads, batch),
+            grid=(ctas, 1, 1),
             block=[self.threads, 1, 1],
             min_blocks_per_mp=1,
             stream=stream,
@@ -250,6 +266,8 @@ class HopperFmha:
         q_smem: cute.ComposedLayout,
         k_smem: cute.ComposedLayout,
         v_smem: cute.ComposedLayout,
+        heads: Int32,
+        batch: Int32,
         groups: Int32,
         sq: Int32,
         skv: Int32,
@@ -257,13 +275,12 @@ class HopperFmha:
     ):
         tm, tn = self.tile_m, self.tile_n
         tidx, _, _ = cute.arch.thread_idx()
-        bidx, head, b = cute.arch.block_idx()
+        first_tile, _, _ = cute.arch.block_idx()
+        tile_step, _, _ = cute.arch.grid_dim()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg_idx = cute.arch.make_warp_uniform(tidx // _THREADS_PER_WG)
-        m_blocks = cute.arch.grid_dim()[0]
-        # Causal: the longest CTAs (the last query rows) launch first.
-        m_block = m_blocks - 1 - bidx if const_expr(self.spec.causal) else bidx
-        kv_head = head // groups
+        m_blocks = cute.ceil_div(sq, tm)
+        num_tiles = m_blocks * heads * batch
 
         if warp_idx == self.load_warp:
             cpasync.prefetch_descriptor(tma_q)
@@ -305,53 +322,56 @@ class HopperFmha:
         sK = storage.sK.get_tensor(k_smem.outer, swizzle=k_smem.inner)
         sVt = storage.sV.get_tensor(v_smem.outer, swizzle=v_smem.inner)
 
-        # Key tiles this CTA visits: all of them, or (causal) those up to its last row.
-        n_blocks = cute.ceil_div(skv, tn)
-        if const_expr(self.spec.causal):
-            n_blocks = cutlass.min(n_blocks, cute.ceil_div((m_block + 1) * tm, tn))
-
         if wg_idx == _NUM_MMA_WG:
             # ---------------- producer warp ----------------
             cute.arch.setmaxregister_decrease(self.load_regs)
             if warp_idx == self.load_warp:
-                gQ = cute.local_tile(mQ[None, None, head, b], (tm, self.d), (None, 0))  # (tm, d, RestM)
-                gK = cute.local_tile(mK[None, None, kv_head, b], (tn, self.d), (None, 0))  # (tn, d, RestN)
-                gV = cute.local_tile(mVt[None, None, kv_head, b], (self.d, tn), (0, None))  # (d, tn, RestN)
-                tQsQ, tQgQ = cpasync.tma_partition(
-                    tma_q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
-                )
-                tKsK, tKgK = cpasync.tma_partition(
-                    tma_k, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2)
-                )
-                tVsV, tVgV = cpasync.tma_partition(
-                    tma_v, 0, cute.make_layout(1), cute.group_modes(sVt, 0, 2), cute.group_modes(gV, 0, 2)
-                )
                 q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-                q_pipe.producer_acquire(q_state)
-                cute.copy(
-                    tma_q, tQgQ[(None, m_block)], tQsQ[(None, 0)], tma_bar_ptr=q_pipe.producer_get_barrier(q_state)
-                )
-                q_pipe.producer_commit(q_state)
                 state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-                for i in cutlass.range(n_blocks, unroll=1):
-                    n = n_blocks - 1 - i
-                    k_pipe.producer_acquire(state)
-                    cute.copy(
-                        tma_k,
-                        tKgK[(None, n)],
-                        tKsK[(None, state.index)],
-                        tma_bar_ptr=k_pipe.producer_get_barrier(state),
+                for tile in cutlass.range(first_tile, num_tiles, tile_step, unroll=1):
+                    m_block, head, b, n_blocks = self._tile_coords(tile, m_blocks, heads, skv)
+                    kv_head = head // groups
+                    gQ = cute.local_tile(mQ[None, None, head, b], (tm, self.d), (None, 0))  # (tm, d, RestM)
+                    gK = cute.local_tile(mK[None, None, kv_head, b], (tn, self.d), (None, 0))  # (tn, d, RestN)
+                    gV = cute.local_tile(mVt[None, None, kv_head, b], (self.d, tn), (0, None))  # (d, tn, RestN)
+                    tQsQ, tQgQ = cpasync.tma_partition(
+                        tma_q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
                     )
-                    k_pipe.producer_commit(state)
-                    v_pipe.producer_acquire(state)
-                    cute.copy(
-                        tma_v,
-                        tVgV[(None, n)],
-                        tVsV[(None, state.index)],
-                        tma_bar_ptr=v_pipe.producer_get_barrier(state),
+                    tKsK, tKgK = cpasync.tma_partition(
+                        tma_k, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2)
                     )
-                    v_pipe.producer_commit(state)
-                    state.advance()
+                    tVsV, tVgV = cpasync.tma_partition(
+                        tma_v, 0, cute.make_layout(1), cute.group_modes(sVt, 0, 2), cute.group_modes(gV, 0, 2)
+                    )
+                    # The previous tile's Q stays until the consumers' last S of that tile.
+                    q_pipe.producer_acquire(q_state)
+                    cute.copy(
+                        tma_q,
+                        tQgQ[(None, m_block)],
+                        tQsQ[(None, 0)],
+                        tma_bar_ptr=q_pipe.producer_get_barrier(q_state),
+                    )
+                    q_pipe.producer_commit(q_state)
+                    q_state.advance()
+                    for i in cutlass.range(n_blocks, unroll=1):
+                        n = n_blocks - 1 - i
+                        k_pipe.producer_acquire(state)
+                        cute.copy(
+                            tma_k,
+                            tKgK[(None, n)],
+                            tKsK[(None, state.index)],
+                            tma_bar_ptr=k_pipe.producer_get_barrier(state),
+                        )
+                        k_pipe.producer_commit(state)
+                        v_pipe.producer_acquire(state)
+                        cute.copy(
+                            tma_v,
+                            tVgV[(None, n)],
+                            tVsV[(None, state.index)],
+                            tma_bar_ptr=v_pipe.producer_get_barrier(state),
+                        )
+                        v_pipe.producer_commit(state)
+                        state.advance()
         else:
             # ---------------- consumer warpgroups ----------------
             cute.arch.setmaxregister_increase(self.mma_regs)
@@ -372,97 +392,136 @@ class HopperFmha:
             row_max = cute.make_rmem_tensor(rows, Float32)
             row_sum = cute.make_rmem_tensor(rows, Float32)
             factor = cute.make_rmem_tensor(rows, Float32)
-            row_max.fill(-math.inf)
-            row_sum.fill(0.0)
-            acc_o.fill(0.0)
-            # Set here, not in the loop: an MMA field set inside a loop body cannot be read after it.
+            # Set here, not in a loop: an MMA field set inside a loop body cannot be read after it.
             tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
             p_view = _acc_as_a(acc_s)
             k_blocks = cute.size(tSrQ, mode=[2])
-            row0 = m_block * tm
-            # A key tile reaching past this column needs the mask: the end of the keys, or (causal)
-            # the first row's own key.
-            mask_from = skv
-            if const_expr(self.spec.causal):
-                mask_from = cutlass.min(skv, row0 + 1)
-
+            o_cmn = _acc_mn(tOcO)
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-            q_pipe.consumer_wait(q_state)
             k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            for tile in cutlass.range(first_tile, num_tiles, tile_step, unroll=1):
+                m_block, head, b, n_blocks = self._tile_coords(tile, m_blocks, heads, skv)
+                row0 = m_block * tm
+                # A key tile reaching past this column needs the mask: the end of the keys, or
+                # (causal) the first row's own key.
+                mask_from = skv
+                if const_expr(self.spec.causal):
+                    mask_from = cutlass.min(skv, row0 + 1)
+                row_max.fill(-math.inf)
+                row_sum.fill(0.0)
+                acc_o.fill(0.0)
+                q_pipe.consumer_wait(q_state)
 
-            # First (last in key order) tile: S, softmax; its P V is issued with the next S.
-            n = n_blocks - 1
-            k_pipe.consumer_wait(k_state)
-            warpgroup.fence()
-            tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, False)
-            for kb in cutlass.range_constexpr(k_blocks):
-                cute.gemm(tiled_mma_qk, acc_s, tSrQ[None, None, kb, 0], tSrK[None, None, kb, k_state.index], acc_s)
-                tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, True)
-            warpgroup.commit_group()
-            warpgroup.wait_group(0)
-            k_pipe.consumer_release(k_state)
-            self._mask(acc_s, tScS, n, row0, skv)
-            self._softmax(s_mn, row_max, row_sum, factor, scale_log2)
-            tOrP.store(p_view.load().to(self.dtype))
-            v_state = k_state.clone()
-            k_state.advance()
-
-            if const_expr(self.config.pingpong):  # noqa: SIM102
-                if wg_idx == 1:
-                    cute.arch.barrier_arrive(barrier_id=_BAR_WG0, number_of_threads=2 * _THREADS_PER_WG)
-            for i in cutlass.range(n_blocks - 1, unroll=1):
-                n = n_blocks - 2 - i
+                # First (last in key order) tile: S, softmax; its P V is issued with the next S.
+                n = n_blocks - 1
                 k_pipe.consumer_wait(k_state)
-                if const_expr(self.config.pingpong):
-                    cute.arch.barrier(barrier_id=_BAR_WG0 + wg_idx, number_of_threads=2 * _THREADS_PER_WG)
                 warpgroup.fence()
                 tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, False)
                 for kb in cutlass.range_constexpr(k_blocks):
                     cute.gemm(tiled_mma_qk, acc_s, tSrQ[None, None, kb, 0], tSrK[None, None, kb, k_state.index], acc_s)
                     tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, True)
                 warpgroup.commit_group()
-                v_pipe.consumer_wait(v_state)
-                self._gemm_pv(tiled_mma_pv, acc_o, tOrP, tOrV, v_state.index)
-                if const_expr(self.config.pingpong):
-                    cute.arch.barrier_arrive(barrier_id=_BAR_WG0 + 1 - wg_idx, number_of_threads=2 * _THREADS_PER_WG)
-                warpgroup.wait_group(1)  # S is in
+                warpgroup.wait_group(0)
                 k_pipe.consumer_release(k_state)
-                if (n + 1) * tn > mask_from:
-                    self._mask(acc_s, tScS, n, row0, skv)
+                self._mask(acc_s, tScS, n, row0, skv)
                 self._softmax(s_mn, row_max, row_sum, factor, scale_log2)
-                warpgroup.wait_group(0)  # P V is in: O may be rescaled and P rewritten
-                v_pipe.consumer_release(v_state)
-                for r in cutlass.range_constexpr(rows):
-                    for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
-                        o_mn[r, c] = o_mn[r, c] * factor[r]
                 tOrP.store(p_view.load().to(self.dtype))
-                v_state.advance()
+                v_state = k_state.clone()
                 k_state.advance()
 
-            if const_expr(self.config.pingpong):  # noqa: SIM102
-                if wg_idx == 0:  # take warpgroup 1's last turn signal: every arrive is matched
-                    cute.arch.barrier(barrier_id=_BAR_WG0, number_of_threads=2 * _THREADS_PER_WG)
-            v_pipe.consumer_wait(v_state)
-            self._gemm_pv(tiled_mma_pv, acc_o, tOrP, tOrV, v_state.index)
-            warpgroup.wait_group(0)
-            v_pipe.consumer_release(v_state)
+                if const_expr(self.config.pingpong):  # noqa: SIM102
+                    if wg_idx == 1:
+                        cute.arch.barrier_arrive(barrier_id=_BAR_WG0, number_of_threads=2 * _THREADS_PER_WG)
+                for i in cutlass.range(n_blocks - 1, unroll=1):
+                    n = n_blocks - 2 - i
+                    k_pipe.consumer_wait(k_state)
+                    if const_expr(self.config.pingpong):
+                        cute.arch.barrier(barrier_id=_BAR_WG0 + wg_idx, number_of_threads=2 * _THREADS_PER_WG)
+                    warpgroup.fence()
+                    tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, False)
+                    for kb in cutlass.range_constexpr(k_blocks):
+                        cute.gemm(
+                            tiled_mma_qk, acc_s, tSrQ[None, None, kb, 0], tSrK[None, None, kb, k_state.index], acc_s
+                        )
+                        tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, True)
+                    warpgroup.commit_group()
+                    v_pipe.consumer_wait(v_state)
+                    self._gemm_pv(tiled_mma_pv, acc_o, tOrP, tOrV, v_state.index)
+                    if const_expr(self.config.pingpong):
+                        cute.arch.barrier_arrive(
+                            barrier_id=_BAR_WG0 + 1 - wg_idx, number_of_threads=2 * _THREADS_PER_WG
+                        )
+                    warpgroup.wait_group(1)  # S is in
+                    k_pipe.consumer_release(k_state)
+                    if (n + 1) * tn > mask_from:
+                        self._mask(acc_s, tScS, n, row0, skv)
+                    self._softmax(s_mn, row_max, row_sum, factor, scale_log2)
+                    warpgroup.wait_group(0)  # P V is in: O may be rescaled and P rewritten
+                    v_pipe.consumer_release(v_state)
+                    for r in cutlass.range_constexpr(rows):
+                        for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+                            o_mn[r, c] = o_mn[r, c] * factor[r]
+                    tOrP.store(p_view.load().to(self.dtype))
+                    v_state.advance()
+                    k_state.advance()
 
-            # ---- epilogue: O / l, stats = (m * scale_log2 + log2 l) * ln 2 ----
-            o_cmn = _acc_mn(tOcO)
-            for r in cutlass.range_constexpr(rows):
-                total = row_sum[r]
-                total = total + cute.arch.shuffle_sync_bfly(total, offset=2)
-                total = total + cute.arch.shuffle_sync_bfly(total, offset=1)
-                inv = cutlass.Float32(1.0) / total
-                grow = row0 + o_cmn[r, 0][0]
-                if grow < sq:
-                    for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
-                        mO[grow, o_cmn[r, c][1], head, b] = (o_mn[r, c] * inv).to(self.dtype)
-                    # A compile-time test cannot share an `if` with a run-time one in the DSL.
-                    if const_expr(self.spec.stats):  # noqa: SIM102
-                        if tidx % 4 == 0:
-                            lse = (row_max[r] * scale_log2 + cute.math.log2(total)) * Float32(_LN2)
-                            mLse[grow, head, b] = lse
+                if const_expr(self.config.pingpong):  # noqa: SIM102
+                    if wg_idx == 0:  # take warpgroup 1's last turn signal: every arrive is matched
+                        cute.arch.barrier(barrier_id=_BAR_WG0, number_of_threads=2 * _THREADS_PER_WG)
+                # Every S of this tile is in: the producer may load the next tile's Q. (After warpgroup
+                # 0's last turn-taking wait: warpgroup 1 cannot arrive for the next tile before it.)
+                q_pipe.consumer_release(q_state)
+                q_state.advance()
+                v_pipe.consumer_wait(v_state)
+                self._gemm_pv(tiled_mma_pv, acc_o, tOrP, tOrV, v_state.index)
+                warpgroup.wait_group(0)
+                v_pipe.consumer_release(v_state)
+                self._epilogue(acc_o, o_mn, o_cmn, row_max, row_sum, mO, mLse, row0, head, b, sq, scale_log2, tidx)
+
+    @cute.jit
+    def _tile_coords(self, tile: Int32, m_blocks: Int32, heads: Int32, skv: Int32):
+        """(query block, head, batch, key tiles to visit) of a work tile; query blocks of one head are
+        neighbours (they share K and V in L2); causal: the longest (last) query block of each head first."""
+        m_idx = tile % m_blocks
+        bh = tile // m_blocks
+        m_block = m_idx
+        n_blocks = cute.ceil_div(skv, self.tile_n)
+        if const_expr(self.spec.causal):
+            m_block = m_blocks - 1 - m_idx
+            n_blocks = cutlass.min(n_blocks, cute.ceil_div((m_block + 1) * self.tile_m, self.tile_n))
+        return m_block, bh % heads, bh // heads, n_blocks
+
+    @cute.jit
+    def _epilogue(
+        self,
+        acc_o: cute.Tensor,
+        o_mn: cute.Tensor,
+        o_cmn: cute.Tensor,
+        row_max: cute.Tensor,
+        row_sum: cute.Tensor,
+        mO: cute.Tensor,
+        mLse: cute.Tensor,
+        row0: Int32,
+        head: Int32,
+        b: Int32,
+        sq: Int32,
+        scale_log2: Float32,
+        tidx: Int32,
+    ):
+        """O / l to global memory (rows past sq skipped); stats = (m * scale_log2 + log2 l) * ln 2."""
+        for r in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
+            total = row_sum[r]
+            total = total + cute.arch.shuffle_sync_bfly(total, offset=2)
+            total = total + cute.arch.shuffle_sync_bfly(total, offset=1)
+            inv = cutlass.Float32(1.0) / total
+            grow = row0 + o_cmn[r, 0][0]
+            if grow < sq:
+                for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+                    mO[grow, o_cmn[r, c][1], head, b] = (o_mn[r, c] * inv).to(self.dtype)
+                # A compile-time test cannot share an `if` with a run-time one in the DSL.
+                if const_expr(self.spec.stats):  # noqa: SIM102
+                    if tidx % 4 == 0:
+                        mLse[grow, head, b] = (row_max[r] * scale_log2 + cute.math.log2(total)) * Float32(_LN2)
 
     @cute.jit
     def _gemm_pv(self, tiled_mma: cute.TiledMma, acc: cute.Tensor, tOrP: cute.Tensor, tOrV: cute.Tensor, stage: Int32):
@@ -498,9 +557,7 @@ class HopperFmha:
         exp2(-inf - base) = 0 instead of NaN."""
         cols = cute.size(s_mn, mode=[1])
         for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            mx = s_mn[r, 0]
-            for c in cutlass.range_constexpr(1, cols):
-                mx = cute.arch.fmax(mx, s_mn[r, c])
+            mx = _tree(cute.arch.fmax, _row(s_mn, r, cols))
             mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, offset=2))
             mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, offset=1))
             new_max = cute.arch.fmax(mx, row_max[r])
@@ -508,9 +565,6 @@ class HopperFmha:
             f = cute.math.exp2(row_max[r] * scale_log2 - base, fastmath=True)
             factor[r] = f
             row_max[r] = new_max
-            total = Float32(0.0)
             for c in cutlass.range_constexpr(cols):
-                p = cute.math.exp2(s_mn[r, c] * scale_log2 - base, fastmath=True)
-                s_mn[r, c] = p
-                total = total + p
-            row_sum[r] = row_sum[r] * f + total
+                s_mn[r, c] = cute.math.exp2(s_mn[r, c] * scale_log2 - base, fastmath=True)
+            row_sum[r] = row_sum[r] * f + _tree(operator.add, _row(s_mn, r, cols))
