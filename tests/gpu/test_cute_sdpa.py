@@ -96,6 +96,8 @@ CASES = {
     "single_row": ("float16", 1, 2, 1, 1, 1, 128, True, True, False),
     "long_causal": ("bfloat16", 1, 2, 1, 1000, 1000, 128, True, True, False),
     "long_fp16_d128": ("float16", 1, 2, 2, 640, 1100, 128, False, True, False),
+    # 9 query blocks x 32 heads = 288 tiles: more than the 132 SMs, so a persistent CTA walks several
+    "many_tiles": ("bfloat16", 2, 16, 4, 1100, 200, 64, False, True, False),
 }
 
 
@@ -118,7 +120,7 @@ def test_the_default_tolerance_misses_only_the_rounding_of_p(name: str) -> None:
 
 
 CONFIGS = ["m128n128s2x", "m128n128s2px", "m128n128s3px", "m128n176s2p"]  # the default is m128n128s2
-CONFIG_CASES = ["tails_d128", "causal_gqa_d64", "long_causal"]
+CONFIG_CASES = ["tails_d128", "causal_gqa_d64", "long_causal", "many_tiles"]
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -9,7 +9,7 @@ import pytest
 import sigdnn
 from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cute.sdpa import CuteSdpaBuilder
-from sigdnn.plan_builders.cute.sdpa_layout import FmhaConfig, FmhaSpec, check_config, parse_config
+from sigdnn.plan_builders.cute.sdpa_layout import FmhaConfig, FmhaSpec, check_config, default_config, parse_config
 from sigdnn.signature_keys import key_for
 
 
@@ -115,3 +115,10 @@ def test_one_cta_per_tile_or_per_sm() -> None:
     assert problem.ctas(FmhaConfig(), 132) == tiles
     assert problem.ctas(FmhaConfig(persistent=True), 132) == tiles
     assert problem.ctas(FmhaConfig(persistent=True), 20) == 20
+
+
+def test_default_configs_follow_the_measurements() -> None:
+    assert default_config(FmhaSpec("bfloat16", 128, False, True)).label == "m128n128s2x"
+    assert default_config(FmhaSpec("bfloat16", 128, True, True)).label == "m128n128s2"
+    assert default_config(FmhaSpec("float16", 64, False, False)).label == "m128n128s2px"
+    assert default_config(FmhaSpec("float16", 64, True, False)).label == "m128n128s2"
