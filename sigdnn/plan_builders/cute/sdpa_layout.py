@@ -25,6 +25,7 @@ IO_DTYPES = ("float16", "bfloat16")
 HEAD_DIMS = (64, 128)
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 _INT32_MAX = 2**31 - 1
+_TMA_MAX_STRIDE_BYTES = 2**40
 _LOG2E = 1.4426950408889634
 
 
@@ -168,9 +169,8 @@ def plan_sdpa(
             raise ValueError(f"{name}'s head dim is not contiguous (strides {list(strides)})")
         if name != "o" and any(s % (16 // ITEMSIZE[dtype]) for s, e in zip(strides[:3], dims[:3]) if e > 1):
             raise ValueError(f"{name} strides {list(strides)}: TMA needs multiples of 16 bytes")
-        span = sum((e - 1) * s for e, s in zip(dims, strides))
-        if span > _INT32_MAX * 64:
-            raise ValueError(f"{name} spans {span} elements")
+        if name != "o" and any(s * ITEMSIZE[dtype] >= _TMA_MAX_STRIDE_BYTES for s in strides[:3]):
+            raise ValueError(f"{name} strides {list(strides)}: TMA takes strides below 2^40 bytes")
     if max(sq, skv) > _INT32_MAX // 2:
         raise ValueError(f"sequence lengths {sq}, {skv} exceed the kernel's 32-bit indexing")
     stats_strides = (0, 0, 0)

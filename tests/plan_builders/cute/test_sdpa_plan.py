@@ -78,6 +78,7 @@ def test_a_unit_dim_gets_a_tma_friendly_stride() -> None:
         (lambda: attention(q_dims=(1, 2, 10, 64), kv_dims=(1, 2, 10, 64), q_strides=(1300, 650, 65, 1)), "16 bytes"),
         (lambda: attention(q_dims=(1, 2, 10, 64), kv_dims=(1, 2, 10, 64), q_strides=(1280, 1, 128, 2)), "contiguous"),
         (lambda: attention(compute="float16"), "compute dtype"),
+        (lambda: attention(q_dims=(2, 1, 4, 64), kv_dims=(2, 1, 4, 64), q_strides=(2**40, 256, 64, 1)), "2\\^40"),
     ],
 )
 def test_declines_with_the_reason(graph, reason: str) -> None:
