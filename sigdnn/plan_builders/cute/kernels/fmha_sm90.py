@@ -2,8 +2,12 @@
 
     o[b, h, i] = sum_j softmax_j(attn_scale * q[b, h, i] . k[b, h // G, j]) v[b, h // G, j]
 
-One CTA owns 128 query rows of one (batch, head): a producer warp loads
-the Q tile once and streams K and V tiles of ``tile_n`` keys through a ring
+A work tile is 128 query rows of one (batch, head). A CTA takes tile after
+tile, ``grid`` apart: one tile each when the grid covers them all, or
+(persistent) one CTA per SM walking many, its producer loading the next
+tile's Q and first K / V while the consumers finish the current one. A
+producer warp loads the Q tile and streams K and V tiles of ``tile_n``
+keys through a ring
 of shared-memory stages by TMA; two consumer warpgroups (64 query rows
 each) run, per key tile, S = Q K^T (wgmma, both operands in shared memory)
 and O += P V (wgmma, P from registers), with the softmax kept online: a
@@ -15,7 +19,7 @@ turns issuing (named barriers), as FlashAttention-3 schedules them.
 
 Key tiles go from the last to the first, so the tiles that need masking
 (the causal diagonal, the ragged end of the keys) come first; the others
-run without a mask. Causal CTAs launch longest-first. Rows past the end of
+run without a mask. Causal tiles go longest-first within each head. Rows past the end of
 the queries read TMA's zero fill and are never stored; keys past the end
 are masked to -inf.
 
