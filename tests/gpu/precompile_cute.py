@@ -1,4 +1,4 @@
-"""Compile, without a GPU, every CuTe GEMM specialization the GPU tests and the benchmark load.
+"""Compile, without a GPU, every CuTe GEMM and SDPA specialization the GPU tests and benchmarks load.
 
 Device minutes are scarce and a specialization costs 2-7 s to trace and
 compile; the compiled objects are valid for any sm_90 device with the same
@@ -21,6 +21,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -34,6 +35,10 @@ from sigdnn.plan_builders.cute import conv_dgrad, conv_implicit, conv_wgrad
 from sigdnn.plan_builders.cute import matmul as cute_matmul
 from sigdnn.plan_builders.cute.conv import conv_gemm
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, default_config, plan_gemm
+from sigdnn.plan_builders.cute.sdpa_layout import FmhaConfig, FmhaSpec
+from sigdnn.plan_builders.cute.sdpa_layout import check_config as check_sdpa_config
+from sigdnn.plan_builders.cute.sdpa_layout import default_config as sdpa_default_config
+from sigdnn.plan_builders.cute.sdpa_layout import parse_config as parse_sdpa_config
 from sigdnn.registry.regions import Dataflow
 
 SM_COUNT = 132
@@ -220,18 +225,59 @@ def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int
     return found
 
 
-def _benchmark_constant(name: str):
-    """A literal table of benchmarks/gpu_cute.py, read without importing it (it imports torch)."""
-    tree = ast.parse((HERE.parent.parent / "benchmarks" / "gpu_cute.py").read_text())
+def _benchmark_constant(name: str, script: str = "gpu_cute.py"):
+    """A literal table of a benchmark script, read without importing it (it imports torch)."""
+    tree = ast.parse((HERE.parent.parent / "benchmarks" / script).read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
             return ast.literal_eval(node.value)
     raise KeyError(name)
 
 
-def _compile(item: tuple[str, GemmSpec, GemmConfig, int]) -> tuple[str, float]:
+def sdpa_specs() -> list[tuple[FmhaSpec, FmhaConfig]]:
+    """What test_cute_sdpa.py's graphs and benchmarks/gpu_cute_sdpa.py's shapes and configs compile."""
+    from sigdnn.plan_builders.cute import sdpa as cute_sdpa
+
+    for module in (cute_sdpa, cute_matmul):  # cute_skip reads the GEMM module's answers
+        module.unavailable_reason = lambda: None
+        module.device_properties = lambda device_id: ((9, 0), SM_COUNT)
+    tests = _load("test_cute_sdpa")
+    builder = cute_sdpa.CuteSdpaBuilder()
+    found = []
+    graphs = [tests.sdpa_graph(*case) for case in tests.CASES.values()]
+    graphs.append(tests.sdpa_graph("bfloat16", 1, 2, 2, 150, 300, 64, False, True, scale=1.0))
+    for g in graphs:
+        spec, _ = builder.plan(g.node_by_name("sdpa"), g)
+        found.append((spec, sdpa_default_config(spec)))
+    for name in tests.CONFIG_CASES:
+        g = tests.sdpa_graph(*tests.CASES[name])
+        spec, _ = builder.plan(g.node_by_name("sdpa"), g)
+        found += [(spec, parse_sdpa_config(label)) for label in tests.CONFIGS]
+    configs = _benchmark_constant("CONFIGS", "gpu_cute_sdpa.py")
+    for _, _, _, _, d, causal in _benchmark_constant("SHAPES", "gpu_cute_sdpa.py"):
+        for label in configs:
+            config = parse_sdpa_config(label)
+            for stats in (False, True) if label == configs[0] else (False,):
+                spec = FmhaSpec("bfloat16", d, causal, stats)
+                try:
+                    check_sdpa_config(spec, config)
+                except ValueError:
+                    continue
+                found.append((spec, config))
+    host = FmhaSpec("bfloat16", 128, False, False)  # the benchmark's host-cost part
+    found.append((host, sdpa_default_config(host)))
+    return [(spec, config.kernel) for spec, config in found]  # persistence does not change the kernel
+
+
+def _compile(item: tuple[str, Any, Any, int]) -> tuple[str, float]:
     kind, spec, config, rank = item
     t0 = time.perf_counter()
+    if kind == "sdpa":
+        from sigdnn.plan_builders.cute.kernels import fmha_launch
+
+        fmha_launch.compiled(spec, config)
+        label = f"sdpa {spec.dtype} d{spec.head_dim} causal={spec.causal} stats={spec.stats} {config.label}"
+        return label, time.perf_counter() - t0
     if kind == "gemm":
         from sigdnn.plan_builders.cute.kernels import launch
 
@@ -248,12 +294,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cache", type=Path)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--only", choices=["gemm", "conv", "wgrad"], help="compile one kind of kernel only")
+    parser.add_argument("--only", choices=["gemm", "conv", "wgrad", "sdpa"], help="compile one kind of kernel only")
     args = parser.parse_args()
     os.environ["SIGDNN_CUTE_CACHE"] = str(args.cache)
     gemms = [("gemm", spec, config, 2) for spec, config in test_specs() + benchmark_specs()]
     convs = conv_implicit_test_specs() + conv_implicit_benchmark_specs()
-    items = list(dict.fromkeys([i for i in gemms + convs if args.only in (None, i[0])]))
+    sdpas = [("sdpa", spec, config, 0) for spec, config in sdpa_specs()] if args.only in (None, "sdpa") else []
+    items = list(dict.fromkeys([i for i in gemms + convs + sdpas if args.only in (None, i[0])]))
     print(f"{len(items)} specializations", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:
         for label, seconds in pool.map(_compile, items):
