@@ -12,7 +12,9 @@ the region to the exit (where the region cancels, that is far more than
 the same rtol times the exit's small value); without those carried errors
 their summed rtol times |exit| stands in. A dot product over fp8 operands
 (matmul, conv) also allows the fp8 tensor-core accumulator's share of
-sum(|terms|) (``FP8_ACCUMULATOR_EPS``).
+sum(|terms|) (``FP8_ACCUMULATOR_EPS``). An output averaging an input with
+probability weights (attention's o) allows half an ulp of that input's
+dtype per weight, which a device may round them to (flash attention does).
 
 End to end (reported beside it), errors compound along the chain, so the
 output tolerance adds a term per node; it is loose by nature, which is why
@@ -92,6 +94,10 @@ def node_tolerance(graph: Graph, node: Node, uid: int) -> Tolerance:
         and any(graph.dtype_of(graph.tensors[u]) in FP8 for u in node.op.inputs().values())
     ):
         reduction += FP8_ACCUMULATOR_ULPS * FP8_ACCUMULATOR_EPS
+    port = next(p for p, u in node.op.outputs().items() if u == uid)
+    averaged = node.op.probability_weighted.get(port)
+    if averaged is not None:
+        reduction += epsilon(graph.dtype_of(graph.tensors[node.op.inputs()[averaged]])) / 2
     return Tolerance(2 * tiniest(out), rtol, reduction=reduction)
 
 

@@ -279,12 +279,15 @@ def _run_reference(
                     table.update({uid: moved[p] for p, uid in op.outputs().items()})
         else:
             # A non-linear reduction (a norm, softmax, attention): no |terms| run exists, so its
-            # accumulation bound is normwise, scaled by the output's largest magnitude.
+            # accumulation bound is normwise, scaled by the output's largest magnitude (an average over
+            # probability weights: the averaged input's, which bounds sum|terms|).
             tensors = {p: graph.tensors[u] for p, u in op.ports().items()}
             for port, uid in op.outputs().items():
                 if op.reduction_length(tensors, port) > 1:  # dims are >= 1: never empty
+                    averaged = op.probability_weighted.get(port)
+                    basis = outs[port] if averaged is None else ins[averaged]
                     with np.errstate(invalid="ignore"):
-                        scale = np.nanmax(np.abs(np.where(np.isfinite(outs[port]), outs[port], 0).astype(np.float64)))
+                        scale = np.nanmax(np.abs(np.where(np.isfinite(basis), basis, 0).astype(np.float64)))
                     sums[uid] = through[uid] = np.full(outs[port].shape, scale)
     exits = {uid: values[uid] for uid in step.writes}
     return StepReference(exits, sums, through, {uid: arrivals[uid] for uid in step.writes if uid in arrivals})

@@ -188,6 +188,12 @@ class Op:
     """True when each output element sums products of two inputs' elements (matmul, conv): the ops tensor cores
     run, whose fp8 forms accumulate with fewer bits than float32 (validation's fp8 rule)."""
 
+    probability_weighted: ClassVar[Mapping[str, str]] = {}
+    """Output port -> the input port it averages with probability weights (attention: o = softmax(q k^T) v).
+    An element's sum|terms| is then at most max|input|, and a device may round the weights to the input's dtype
+    before the product, as flash attention and cuDNN do (the tensor cores take 16-bit operands): validation
+    allows half an ulp of that dtype per weight, i.e. eps / 2 * max|input|."""
+
     moves_data: ClassVar[bool] = False
     """True when each output element is a copy of one input element (reshape, transpose, slice, concatenate):
     validation moves a per-element error bound with the values by running the op on the bounds."""

@@ -88,6 +88,8 @@ class Sdpa(Op):
     use_causal_mask: bool = False
     generate_stats: bool = False
 
+    probability_weighted: ClassVar[Mapping[str, str]] = {"o": "v"}
+
     def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
         """Scores sum D products; each output row then sums over Skv keys."""
         return max(tensors["q"].dims[3], tensors["k"].dims[2])
