@@ -79,8 +79,9 @@ def errors(
 ) -> Errors:
     """The per-element errors and bounds of ``got`` against ``want`` (``want`` in the output dtype).
 
-    ``carried``: the absolute error a region's inner nodes bring to each element (when the tolerance has
-    ``inner`` terms); without it ``inner * |want|`` stands in.
+    ``carried``: the absolute error earlier nodes bring to each element (a region's inner nodes for a
+    step's exit; every node before it for a graph output), added to the bound; without it a tolerance's
+    ``inner * |want|`` stands in.
     """
     dtype = np.asarray(want).dtype
     with np.errstate(invalid="ignore", over="ignore"):
@@ -95,9 +96,10 @@ def errors(
             bound = tolerance.atol + tolerance.rtol * np.abs(w)
             if terms is not None and tolerance.reduction:
                 bound = bound + tolerance.reduction * np.asarray(terms, dtype=np.float64)
-            if tolerance.inner:
-                inner = tolerance.inner * np.abs(w) if carried is None else np.asarray(carried, dtype=np.float64)
-                bound = bound + inner
+            if carried is not None:
+                bound = bound + np.asarray(carried, dtype=np.float64)
+            elif tolerance.inner:
+                bound = bound + tolerance.inner * np.abs(w)
         ulp = ulp_of(np.where(finite, w, 0.0), dtype)
     return Errors(g, w, finite, special & ~same_special, abs_err, bound, ulp)
 

@@ -151,12 +151,16 @@ class StepReference:
     needs that GEMM's bound, while the step check must not get it: it starts
     from the device's own entries). ``carried``: in a fused step, the error
     the step's other nodes bring to each exit element (see ``_carry_errors``).
+    ``errors_through``: every node's error carried the same way from the
+    graph's inputs on (seeded with the earlier steps'), for the end-to-end
+    checks: an output that cancels keeps the errors of the values before it.
     """
 
     values: dict[int, np.ndarray]
     sums: dict[int, np.ndarray]
     through: dict[int, np.ndarray]
     carried: dict[int, np.ndarray]
+    errors_through: dict[int, np.ndarray]
 
 
 def _as_wide(a: np.ndarray) -> np.ndarray:
@@ -230,12 +234,14 @@ def _run_reference(
     plans: Mapping[str, Step],
     seen: Mapping[str, np.ndarray],
     upstream: Mapping[int, np.ndarray],
+    upstream_errors: Mapping[int, np.ndarray],
 ) -> StepReference:
     """The reference's exit values for one device step, fed the entry tensors the device saw, and their bounds."""
     values: dict[int, np.ndarray] = {}
     sums: dict[int, np.ndarray] = {}
     errs: dict[int, np.ndarray] = {}
     arrivals: dict[int, np.ndarray] = {}
+    errors_through = {uid: upstream_errors[uid] for uid in step.reads if uid in upstream_errors}
     fused = len(step.nodes) > 1
     through = {uid: upstream[uid] for uid in step.reads if uid in upstream}
 
@@ -256,6 +262,7 @@ def _run_reference(
             values[uid] = outs[port]
         if fused:
             _carry_errors(graph, node, reference.plan, ins, outs, errs, arrivals)
+        _carry_errors(graph, node, reference.plan, ins, outs, errors_through, {})
         if op.sums_absolute_terms:
             absolute_outs = {p: np.empty_like(a) for p, a in outs.items()}
             reference.plan.execute({**{p: np.abs(a) for p, a in ins.items()}, **absolute_outs}, ExecutionContext())
@@ -290,7 +297,8 @@ def _run_reference(
                         scale = np.nanmax(np.abs(np.where(np.isfinite(basis), basis, 0).astype(np.float64)))
                     sums[uid] = through[uid] = np.full(outs[port].shape, scale)
     exits = {uid: values[uid] for uid in step.writes}
-    return StepReference(exits, sums, through, {uid: arrivals[uid] for uid in step.writes if uid in arrivals})
+    carried = {uid: arrivals[uid] for uid in step.writes if uid in arrivals}
+    return StepReference(exits, sums, through, carried, errors_through)
 
 
 def compare_steps(
@@ -300,20 +308,24 @@ def compare_steps(
     seen: Mapping[str, np.ndarray],
     sums: dict[int, np.ndarray] | None = None,
     tolerance: Tolerance | None = None,
+    carried: dict[int, np.ndarray] | None = None,
 ) -> tuple[NodeCheck, ...]:
     """Each device step's exits against the reference recomputed from the step's own entries.
 
     A step is a node or a region; ``reference`` must plan node by node
     (fusion off). ``sums`` receives sum(|terms|) per element of every tensor
     downstream of a reduction, carried from step to step (for the
-    end-to-end checks of the outputs). ``tolerance`` replaces the computed one (a campaign's override).
+    end-to-end checks of the outputs); ``carried`` likewise receives each
+    tensor's error carried from the graph's inputs. ``tolerance`` replaces the computed one (a campaign's override).
     """
     plans = {s.node.name: s for s in reference.steps}
     sums = {} if sums is None else sums
+    carried = {} if carried is None else carried
     checks = []
     for step in device.steps:
-        truth = _run_reference(graph, step, plans, seen, sums)
+        truth = _run_reference(graph, step, plans, seen, sums, carried)
         sums.update(truth.through)
+        carried.update(truth.errors_through)
         for uid, value in truth.values.items():
             name = graph.tensors[uid].name
             allowed = tolerance or step_tolerance(graph, list(step.nodes), uid)
@@ -334,7 +346,7 @@ def step_judge(
     """
     reference = Executor("reference", fusion=False, registry=REFERENCE_ONLY).prepare(graph)
     step = SimpleNamespace(nodes=tuple(nodes), writes=tuple(writes), reads=())  # nothing upstream to carry
-    truth = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, inputs, {})  # type: ignore[arg-type]
+    truth = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, inputs, {}, {})  # type: ignore[arg-type]
 
     def judge(outputs: Mapping[str, np.ndarray]) -> str | None:
         for uid, value in truth.values.items():
@@ -382,9 +394,17 @@ def validate(
         got.update(outs)
     seen = {**_by_name(g, data), **captured}
     sums: dict[int, np.ndarray] = {}
-    nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance)
+    carried: dict[int, np.ndarray] = {}
+    nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance, carried)
     outputs = tuple(
-        compare(t.name, outs[t.name], want[t.name], tolerance or output_tolerance(g, t.uid), sums.get(t.uid))
+        compare(
+            t.name,
+            outs[t.name],
+            want[t.name],
+            tolerance or output_tolerance(g, t.uid),
+            sums.get(t.uid),
+            carried.get(t.uid),
+        )
         for t in g.outputs
     )
     return ValidationReport(g.name, nodes, outputs)
