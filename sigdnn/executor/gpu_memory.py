@@ -71,6 +71,16 @@ class GpuMemory:
             return found
 
 
+def _torch_stream(objs: Any) -> int | None:
+    """torch's current stream (raw handle) on the device of the first torch CUDA tensor among ``objs``."""
+    for obj in objs:
+        if type(obj).__module__.startswith("torch") and getattr(obj, "is_cuda", False):
+            import torch
+
+            return int(torch.cuda.current_stream(obj.device).cuda_stream)
+    return None
+
+
 def _strided(context: Any, tensor: Tensor, dtype: DataType) -> Any:
     nbytes = span_elements(tensor.dims, tensor.strides) * dtype.itemsize
     return context.view(context.allocate(nbytes), 0, tensor.dims, tensor.strides, dtype.numpy)
@@ -212,9 +222,20 @@ class BoundPlan:
         return found
 
     def run(self, variant_pack: Mapping[Any, Any], to_host: bool) -> dict[str, Any]:
+        """Enqueue the plan on the caller's buffers.
+
+        With torch tensors, the run is ordered on the device after the work
+        torch's current stream holds, and when every output stays on the
+        device it returns without waiting: torch's stream waits for ours, as
+        one torch op would for the one before. Otherwise it returns after
+        the device finished.
+        """
         graph = self.plan.graph
         pack = resolve_pack(graph, variant_pack, self._inputs, self._outputs)
+        torch_stream = _torch_stream(pack.values())
         with self._lock:
+            if torch_stream is not None:
+                self.context.wait_for(torch_stream)
             copy_back: dict[int, np.ndarray] = {}
             fresh = False
             for uid in self._io:
@@ -256,7 +277,10 @@ class BoundPlan:
                     result[graph.tensors[uid].name] = host
                 else:
                     result[graph.tensors[uid].name] = self.context.to_host(device) if to_host else device
-            self.context.synchronize()
+            if torch_stream is not None and not (to_host or copy_back or fresh):
+                self.context.release_to(torch_stream)
+            else:
+                self.context.synchronize()
             return result
 
     def _launch(self, addresses: tuple[int, ...], replayable: bool) -> None:

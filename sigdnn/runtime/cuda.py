@@ -273,6 +273,7 @@ class GpuContext:
         self.device_id = int(device_id)
         self.stream = self.device.create_stream()
         self.stream_handle = raw_stream(self.stream)
+        self._order_event: Any = None  # one event, recorded anew for each cross-stream ordering
 
     # -- memory -------------------------------------------------------------
 
@@ -430,7 +431,7 @@ class GpuContext:
         stream = cai.get("stream")
         if stream not in (None, 0) and cai.get("version", 0) >= 3:
             # The producer asks consumers to order after its stream: make ours wait.
-            self._wait_for_foreign_stream(int(stream))
+            self.wait_for(int(stream))
         return DeviceArray(cai["data"][0], shape, strides, dtype, owner=obj, device_id=self.device_id)
 
     def _wrap_dlpack(self, obj: Any) -> DeviceArray:
@@ -454,20 +455,22 @@ class GpuContext:
             device_id=view.device_id,
         )
 
-    def _wait_for_foreign_stream(self, foreign: int) -> None:
+    def wait_for(self, foreign: int) -> None:
+        """Our stream waits (on the device, not the host) for what is enqueued on ``foreign`` so far."""
+        self._order(foreign, self.stream_handle)
+
+    def release_to(self, foreign: int) -> None:
+        """``foreign`` waits (on the device) for what is enqueued on our stream so far: no host wait."""
+        self._order(self.stream_handle, foreign)
+
+    def _order(self, first: int, then: int) -> None:
         driver = _driver()
-        event = _check(
-            driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING),
-            "cuEventCreate",
-        )
-        try:
-            _check(driver.cuEventRecord(event, driver.CUstream(foreign)), "cuEventRecord")
-            _check(
-                driver.cuStreamWaitEvent(driver.CUstream(self.stream_handle), event, 0),
-                "cuStreamWaitEvent",
-            )
-        finally:
-            driver.cuEventDestroy(event)
+        if self._order_event is None:
+            flags = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
+            self._order_event = _check(driver.cuEventCreate(flags), "cuEventCreate")
+        # A wait takes the event as last recorded, so re-recording one event is safe.
+        _check(driver.cuEventRecord(self._order_event, driver.CUstream(first)), "cuEventRecord")
+        _check(driver.cuStreamWaitEvent(driver.CUstream(then), self._order_event, 0), "cuStreamWaitEvent")
 
 
 # ---------------------------------------------------------------------------

@@ -62,3 +62,34 @@ def test_gpu_takes_torch_device_tensors_and_numpy_outputs() -> None:
     for name, arr in (("out", got_out), ("skip_out", host_out)):
         diff = np.abs(arr.astype(np.float64) - want[name].astype(np.float64))
         assert np.all(diff <= 2.0**-7 * np.maximum(np.abs(want[name].astype(np.float64)), 2.0**-126)), name
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_torch_tensors_are_ordered_on_torch_s_stream(cuda_graphs: bool) -> None:
+    """No synchronize anywhere: on a torch side stream, a spin of ~20 ms, then x's values copied in, the run,
+    and the outputs read back. Correct outputs need the run to wait for x (sigdnn's stream waits for torch's)
+    and the read to wait for the run (torch's stream waits for sigdnn's), three times over (the third a replay
+    when CUDA graphs are on)."""
+    _skip_without_gpu()
+    torch = pytest.importorskip("torch")
+    g = block("float32", dims=(4, 33, 1000))
+    inputs = sigdnn.validation.random_inputs(g, seed=6)
+    want = sigdnn.Executor().run(g, inputs)
+    ex = sigdnn.Executor("gpu", cuda_graphs=cuda_graphs)
+    plan = ex.prepare(g)
+    sources = {k: torch.from_numpy(v).cuda() for k, v in inputs.items()}
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        dev = {k: torch.zeros(v.shape, device="cuda") for k, v in inputs.items()}
+        outs = {k: torch.empty(want[k].shape, device="cuda") for k in ("out", "skip_out")}
+        for _ in range(3):
+            for t in (*dev.values(), *outs.values()):
+                t.fill_(float("nan"))
+            torch.cuda._sleep(30_000_000)
+            for k, t in dev.items():
+                t.copy_(sources[k])  # device to device: enqueued behind the spin, no host wait
+            ex.execute(plan, {**dev, **outs}, to_host=False)
+            got = {k: t.cpu().numpy() for k, t in outs.items()}  # .cpu() waits for the side stream only
+            for k, arr in got.items():
+                np.testing.assert_allclose(arr, want[k], rtol=2e-6, atol=1e-30, err_msg=k)
