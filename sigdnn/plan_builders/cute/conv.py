@@ -25,7 +25,13 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmProblem, GemmSpec, default_config, plan_gemm
-from sigdnn.plan_builders.cute.matmul import config_override, device_id_of, device_properties, unavailable_reason
+from sigdnn.plan_builders.cute.matmul import (
+    config_override,
+    device_id_of,
+    device_properties,
+    require_hopper,
+    unavailable_reason,
+)
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import Device, ExecutionContext
@@ -148,10 +154,7 @@ class CuteConvFpropBuilder(PlanBuilder):
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         conv_gemm(node, graph)
-        if device is not None and device.kind == "gpu":
-            capability, _ = device_properties(device_id_of(device))
-            if capability != (9, 0):
-                raise NotSupported(f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}")  # fmt: skip
+        require_hopper(node, device)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         from sigdnn.plan_builders.cute.kernels.im2col import Im2colLaunch

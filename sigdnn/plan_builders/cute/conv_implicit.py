@@ -34,6 +34,7 @@ from sigdnn.plan_builders.cute.matmul import (
     config_override,
     device_id_of,
     device_properties,
+    require_hopper,
     unavailable_reason,
 )
 from sigdnn.registry.contracts import BuildContext, FusionBuilder, NodePlan, RegionContext, RegionPlan
@@ -304,10 +305,7 @@ class CuteConvImplicitBuilder(FusionBuilder):
         )
 
     def _check_device(self, node: Node, device: Device | None) -> None:
-        if device is not None and device.kind == "gpu":
-            capability, _ = device_properties(device_id_of(device))
-            if capability != (9, 0):
-                raise NotSupported(f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}")  # fmt: skip
+        require_hopper(node, device)
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         plan_conv(node, graph)

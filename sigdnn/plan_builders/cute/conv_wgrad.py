@@ -30,7 +30,13 @@ from sigdnn.graph.ops.conv_wgrad import ConvWgrad
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
 from sigdnn.plan_builders.cute.conv_implicit import check_geometry
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmConfig, GemmProblem, GemmSpec, plan_gemm
-from sigdnn.plan_builders.cute.matmul import config_override, device_id_of, device_properties, unavailable_reason
+from sigdnn.plan_builders.cute.matmul import (
+    config_override,
+    device_id_of,
+    device_properties,
+    require_hopper,
+    unavailable_reason,
+)
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import Device, ExecutionContext
@@ -181,10 +187,7 @@ class CuteConvWgradBuilder(PlanBuilder):
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         plan_wgrad(node, graph)
-        if device is not None and device.kind == "gpu":
-            capability, _ = device_properties(device_id_of(device))
-            if capability != (9, 0):
-                raise NotSupported(f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}")  # fmt: skip
+        require_hopper(node, device)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         from sigdnn.plan_builders.cute.kernels.im2col import Im2colLaunch

@@ -79,6 +79,16 @@ def device_properties(device_id: int) -> tuple[tuple[int, int], int]:
     return (values[0], values[1]), values[2]
 
 
+def require_hopper(node: Node, device: Device | None) -> None:
+    """NotSupported unless ``device`` (when a GPU is given) is sm_90: the kernels use Hopper's TMA and wgmma."""
+    if device is not None and device.kind == "gpu":
+        capability, _ = device_properties(device_id_of(device))
+        if capability != (9, 0):
+            raise NotSupported(
+                f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}"
+            )
+
+
 def device_id_of(device: Device | None) -> int:
     """The CUDA device ordinal a sigdnn Device runs on (0 when it does not say)."""
     context = getattr(device, "context", None)
@@ -292,17 +302,9 @@ class CuteMatmulBuilder(FusionBuilder):
             )
         return spec, problem
 
-    def _check_device(self, node: Node, device: Device | None) -> None:
-        if device is not None and device.kind == "gpu":
-            capability, _ = device_properties(device_id_of(device))
-            if capability != (9, 0):
-                raise NotSupported(
-                    f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}"
-                )
-
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         self.plan(node, graph)
-        self._check_device(node, device)
+        require_hopper(node, device)
 
     def _launch(self, spec: GemmSpec, problem: GemmProblem, device: Device) -> Any:
         from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch

@@ -19,7 +19,7 @@ from sigdnn.errors import NotSupported, VariantPackError
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.sdpa import Sdpa
-from sigdnn.plan_builders.cute.matmul import device_id_of, device_properties, unavailable_reason
+from sigdnn.plan_builders.cute.matmul import device_id_of, device_properties, require_hopper, unavailable_reason
 from sigdnn.plan_builders.cute.sdpa_layout import (
     IO_DTYPES,
     FmhaConfig,
@@ -107,12 +107,7 @@ class CuteSdpaBuilder(PlanBuilder):
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         self.plan(node, graph)
-        if device is not None and device.kind == "gpu":
-            capability, _ = device_properties(device_id_of(device))
-            if capability != (9, 0):
-                raise NotSupported(
-                    f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}"
-                )
+        require_hopper(node, device)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         from sigdnn.plan_builders.cute.kernels.fmha_launch import FmhaLaunch
