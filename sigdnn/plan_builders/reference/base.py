@@ -143,6 +143,11 @@ class ReferenceBuilder(PlanBuilder):
     """make_compute returns a NarrowCompute: inputs in their own dtypes, outputs written through Sinks
     (float compute only: the narrow math widens to float64, so only a FloatReferenceBuilder sets it)."""
 
+    def narrow_for(self, node: Node, graph: Graph) -> bool:
+        """Whether make_compute returns a NarrowCompute for this node (``reads_narrow`` unless a builder
+        decides node by node)."""
+        return self.reads_narrow
+
     @abstractmethod
     def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> Compute | NarrowCompute:
         """The node's math: float64 (or int64) inputs by port -> values by output port
@@ -159,7 +164,7 @@ class ReferenceBuilder(PlanBuilder):
             integer,
             outs,
             self.runs_in_blocks and node.op.elementwise(),
-            self.reads_narrow,
+            self.narrow_for(node, graph),
         )
 
 
