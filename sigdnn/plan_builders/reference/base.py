@@ -102,9 +102,11 @@ class ReferencePlan(NodePlan):
         out_dtypes: dict[str, DataType],
         elementwise: bool = False,
         narrow: bool = False,
+        keeps: tuple[np.dtype, ...] = NARROW_READ,
     ) -> None:
         self._compute = compute
         self._narrow = narrow
+        self._keeps = keeps
         self._wide = np.dtype(np.int64 if integer else np.float64)
         self._out_dtypes = out_dtypes
         self._store = {port: storer(dtype) for port, dtype in out_dtypes.items()}
@@ -128,8 +130,8 @@ class ReferencePlan(NodePlan):
                 self._run(inputs, buffers)
 
     def _run_narrow(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
-        """Inputs as they are (widened only when NumPy cannot mix their dtype with float64), Sinks for the outputs."""
-        ins = {p: a if a.dtype in NARROW_READ else a.astype(self._wide) for p, a in inputs.items()}
+        """Inputs as they are (widened unless their dtype is one the math keeps), Sinks for the outputs."""
+        ins = {p: a if a.dtype in self._keeps else a.astype(self._wide) for p, a in inputs.items()}
         sinks = {p: Sink(outputs[p], self._store[p]) for p in self._out_dtypes if p in outputs}
         for port, value in self._compute(ins, sinks).items():  # type: ignore[call-arg]
             self._store[port](outputs[port], value)
@@ -152,6 +154,8 @@ class ReferenceBuilder(PlanBuilder):
     reads_narrow: ClassVar[bool] = False
     """make_compute returns a NarrowCompute: inputs in their own dtypes, outputs written through Sinks
     (float compute only: the narrow math widens to float64, so only a FloatReferenceBuilder sets it)."""
+    narrow_keeps: ClassVar[tuple[np.dtype, ...]] = NARROW_READ
+    """Input dtypes a NarrowCompute gets as they are (others arrive widened)."""
 
     def narrow_for(self, node: Node, graph: Graph) -> bool:
         """Whether make_compute returns a NarrowCompute for this node (``reads_narrow`` unless a builder
@@ -175,6 +179,7 @@ class ReferenceBuilder(PlanBuilder):
             outs,
             self.runs_in_blocks and node.op.elementwise(),
             self.narrow_for(node, graph),
+            self.narrow_keeps,
         )
 
 

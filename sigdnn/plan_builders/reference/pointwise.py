@@ -21,7 +21,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.pointwise import Pointwise
 from sigdnn.plan_builders.reference import special
-from sigdnn.plan_builders.reference.base import Compute, NarrowCompute, ReferenceBuilder, chunks
+from sigdnn.plan_builders.reference.base import Compute, NarrowCompute, ReferenceBuilder, chunks, storer
 from sigdnn.plan_builders.reference.math.parallel import parallel_map
 from sigdnn.plan_builders.reference.math.sink import Sink
 from sigdnn.registry.contracts import BuildContext
@@ -233,51 +233,54 @@ def gen_index(x: Array, p: Pointwise) -> Array:
     return np.broadcast_to(np.arange(x.shape[p.axis]).reshape(shape), x.shape)
 
 
-# float16 only: its widening and rounding are bit operations that keep NaN payloads (float32's hardware
-# widening quiets a signalling NaN), and they are what costs (float64 has neither).
-_SELECT_DTYPES = (DataType.FLOAT16,)
+# Input dtypes narrow enough to tabulate: every bit pattern, as the unsigned integer that indexes it.
+_TABLE_INDEX = {
+    DataType.FLOAT16: np.uint16,
+    DataType.BFLOAT16: np.uint16,
+    DataType.FP8_E4M3: np.uint8,
+    DataType.FP8_E5M2: np.uint8,
+}
 
 
-def select_floor(node: Node, graph: Graph) -> np.ndarray | None:
-    """The clip ``lo`` in x's dtype when relu_fwd is max(x, lo) with a result that is always x or lo and
-    both exactly in the output's dtype (x's own, lo representable): then widening, taking the max in
-    float64 and rounding once gives x's own bits or lo's, and the max taken on x as it is gives the
-    same bits without the two conversions. None otherwise."""
+def tabulated_input(node: Node, graph: Graph) -> DataType | None:
+    """The input dtype when the node is a unary float pointwise op on a float type of at most 16 bits:
+    then its result is a function of 2^16 (or 2^8) input patterns, and a table of the rounded results
+    replaces per-element work. None otherwise."""
     op: Pointwise = node.op
-    if op.mode != "relu_fwd" or graph.compute_dtype_of(node).is_integer:
+    if len(op.inputs()) != 1 or op.mode == "gen_index" or graph.compute_dtype_of(node).is_integer:
         return None
-    lo, hi, slope = _relu_params(op)
-    x_dtype = graph.dtype_of(graph.tensors[op.in_0])
-    y_dtype = graph.dtype_of(graph.tensors[op.out_0])
-    if slope != 0 or hi != math.inf or not _max_is_select(lo) or x_dtype != y_dtype or x_dtype not in _SELECT_DTYPES:
-        return None
-    narrow = np.array(lo, dtype=x_dtype.numpy)
-    return narrow if float(narrow) == lo else None
+    dtype = graph.dtype_of(graph.tensors[op.in_0])
+    return dtype if dtype in _TABLE_INDEX else None
 
 
-_NEG_INF_HALF = np.int16(-1024)  # float16 -inf's bits as int16; the negative NaNs lie above it, -1023..-1
+def _tabulated(fn: Callable[..., Array], op: Pointwise, x_dtype: DataType, y_dtype: DataType) -> NarrowCompute:
+    """A unary op through a table of its results on every input pattern, each computed exactly as the
+    float64 path computes it (widened, evaluated in float64, rounded once by the same store): a lookup
+    gives the same bits at the cost of a gather. Outputs smaller than the table take the float64 path
+    directly; the table is built on the first large one."""
+    index = _TABLE_INDEX[x_dtype]
+    store = storer(y_dtype)
+    tables: list[Array] = []
 
-
-def _select_max(floor: np.ndarray) -> NarrowCompute:
-    """relu_fwd as max(x, lo) on x's own dtype, written straight into the output, in blocks over the cores.
-
-    With lo = +0 the max is a mask on the bits: an int16 above -inf's keeps x
-    (sign clear, or a negative NaN), any other (-0, negative, -inf) becomes
-    +0's all-zero bits; a multiply by the mask does it at integer speed.
-    Otherwise NumPy's float16 max, floor first: it returns its first operand
-    on ties, so max(lo, x) is lo where x == lo, as OPS.md's "x <= lo -> lo"
-    says, and a NaN x still comes back.
-    """
-    positive_zero = float(floor) == 0 and not np.signbit(floor)
+    def table() -> Array:
+        if not tables:
+            patterns = np.arange(np.iinfo(index).max + 1, dtype=index).view(x_dtype.numpy)
+            values = np.empty(patterns.shape, y_dtype.numpy)
+            with np.errstate(all="ignore"):
+                store(values, fn(patterns.astype(np.float64), op))
+            tables.append(values)
+        return tables[0]
 
     def compute(ins: dict[str, Array], sinks: dict[str, Sink]) -> dict[str, Array]:
         out = sinks["out_0"].array
         x = np.broadcast_to(ins["in_0"], out.shape)
-        if positive_zero:
-            xi, oi = x.view(np.int16), out.view(np.int16)
-            parallel_map(lambda b: np.multiply(xi[b], xi[b] > _NEG_INF_HALF, out=oi[b]), chunks(out.shape))
-        else:
-            parallel_map(lambda b: np.maximum(floor, x[b], out=out[b]), chunks(out.shape))
+        if out.size < np.iinfo(index).max + 1:
+            store(out, fn(x.astype(np.float64), op))
+            return {}
+        # gathered as unsigned integers of the output's size: np.take on ml_dtypes' types loses values
+        word = np.dtype(f"u{out.itemsize}")
+        values, bits, dest = table().view(word), x.view(index), out.view(word)
+        parallel_map(lambda b: np.take(values, bits[b], out=dest[b], mode="clip"), chunks(out.shape))
         return {}
 
     return compute
@@ -291,14 +294,16 @@ class ReferencePointwise(ReferenceBuilder):
     def computes_in_integers(self, node: Node, graph: Graph) -> bool:
         return graph.compute_dtype_of(node).is_integer and node.op.mode in INTEGER_EXACT
 
+    narrow_keeps: ClassVar[tuple[np.dtype, ...]] = tuple(dtype.numpy for dtype in _TABLE_INDEX)  # read as bits
+
     def narrow_for(self, node: Node, graph: Graph) -> bool:
-        return select_floor(node, graph) is not None
+        return tabulated_input(node, graph) is not None
 
     def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> Compute | NarrowCompute:
         op: Pointwise = node.op
-        floor = select_floor(node, graph)
-        if floor is not None:
-            return _select_max(floor)
+        x_dtype = tabulated_input(node, graph)
+        if x_dtype is not None:
+            return _tabulated(FLOAT_MODES[op.mode], op, x_dtype, graph.dtype_of(graph.tensors[op.out_0]))
         ports = list(op.inputs())
         if op.mode == "gen_index":
             return lambda ins: {"out_0": gen_index(ins["in_0"], op)}
