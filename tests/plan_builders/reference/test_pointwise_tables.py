@@ -69,7 +69,7 @@ def test_relu_with_its_parameters_through_the_table_is_the_definition(lo: float,
     """relu_fwd's parameters reach the tabulated evaluation: every float16 against OPS.md's definition
     (x <= lo -> lo + slope (x - lo); else x), rounded once."""
     x = every_pattern("float16", 2)
-    got, g = run_unary("relu_fwd", x, "float16", relu_lower_clip=lo, relu_lower_clip_slope=slope)
+    got, _ = run_unary("relu_fwd", x, "float16", relu_lower_clip=lo, relu_lower_clip_slope=slope)
     wide = x.astype(np.float64)
     with np.errstate(all="ignore"):
         want = np.where(wide <= lo, lo + slope * (wide - lo) if slope else lo, wide).astype(np.float16)
