@@ -78,7 +78,9 @@ def test_norms(dtype: type, channels_last: bool) -> None:
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("channels_last", [False, True])
-@pytest.mark.parametrize(("kernel", "stride", "pad", "groups"), [(1, 1, 0, 1), (3, 1, 1, 1), (3, 2, 1, 2), (1, 2, 0, 1)])
+@pytest.mark.parametrize(
+    ("kernel", "stride", "pad", "groups"), [(1, 1, 0, 1), (3, 1, 1, 1), (3, 2, 1, 2), (1, 2, 0, 1)]
+)
 def test_convolutions(dtype: type, channels_last: bool, kernel: int, stride: int, pad: int, groups: int) -> None:
     n, c, k, h = 3, 8, 12, 20
     x = _x((n, c, h, h), dtype, channels_last)
