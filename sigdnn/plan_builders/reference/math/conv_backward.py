@@ -46,6 +46,9 @@ from sigdnn.plan_builders.reference.math.windows import (
 )
 
 
+_MIN_CHANNEL_RUN = 16  # fewer channels per group than this: the scatter accumulates channels first
+
+
 def _check_out(size: Sequence[int], out: Sequence[int], args: Sequence[Sequence[int]], kernel: Sequence[int]) -> None:
     pre, post, stride, dilation = args
     want = [out_size(*a) for a in zip(size, pre, post, kernel, stride, dilation)]
@@ -112,7 +115,9 @@ def _dgrad_by_scatter(
     last = channels_last(dy)
     wt = weight_matrix(w, groups, last).transpose(0, 2, 1)  # (G, K/G, taps*C/G) or (G, C/G*taps, K/G)
     padded = [s + a + b for s, a, b in zip(size, pre_padding, post_padding)]
-    dxp = empty_like_layout((n, c, *padded), last)
+    # The accumulator's layout changes no sum (each element takes its taps in the same order), only the
+    # adds' inner loops: channels last, they run over a group's C/G channels, too short a run when few.
+    dxp = empty_like_layout((n, c, *padded), last and cg >= _MIN_CHANNEL_RUN)
     dxp[...] = 0.0
     view = windows(dxp, groups, kernel, stride, dilation, out, writeable=True)
     row_bytes = c * len(taps) * 8
