@@ -45,7 +45,6 @@ from sigdnn.plan_builders.reference.math.windows import (
     windows,
 )
 
-
 _MIN_CHANNEL_RUN = 16  # fewer channels per group than this: the scatter accumulates channels first
 
 
