@@ -220,7 +220,7 @@ def _dgrad_by_phases(
         if sink is None:
             dx[where] = conv_forward(dy[tuple(crop)], sub, *geometry)
         else:
-            conv_forward(dy[tuple(crop)], sub, *geometry, Sink(dx[where], sink.store))
+            conv_forward(dy[tuple(crop)], sub, *geometry, Sink(dx[where], sink.store, sink.casts))
     return None if sink is not None else dx
 
 

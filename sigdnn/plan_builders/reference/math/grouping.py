@@ -131,6 +131,16 @@ class Result:
             assert self._sink is not None
             self._sink.store(self._direct[blk], values)
 
+    def done_by(self, blk: Any, ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> None:
+        """The block's last step, a = ufunc(a, b), and its rounding into the sink in one pass where the
+        sink's store is NumPy's cast: the ufunc computes in float64 and its output cast rounds each
+        value once, as the store would."""
+        if self._direct is not None and self._sink is not None and self._sink.casts:
+            ufunc(a, b, out=self._direct[blk], casting="unsafe")
+            return
+        ufunc(a, b, out=a)
+        self.done(blk, a)
+
     def finish(self) -> np.ndarray | None:
         """The float64 result in x's logical shape without a sink; None once the sink holds it."""
         if self._full is None:

@@ -106,8 +106,9 @@ def _forward(
         else:
             np.einsum("...,...,...->...", d, inv[None, :, None], _part(s3, blk), out=d)  # one pass, not two
         if b3 is not None:
-            d += _part(b3, blk)
-        result.done(blk, d)
+            result.done_by(blk, np.add, d, _part(b3, blk))
+        else:
+            result.done(blk, d)
 
     if complete:
 

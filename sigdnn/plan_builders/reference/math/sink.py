@@ -10,7 +10,7 @@ ops that copy and its cast pass cost more than the arithmetic.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,9 +23,9 @@ class Sink(NamedTuple):
     array: np.ndarray
     store: Callable[[np.ndarray, np.ndarray], None]
     """store(dst, values): values (float64) rounded once into dst, a view of ``array``."""
-
-    def write(self, index: Any, values: np.ndarray) -> None:
-        self.store(self.array[index], values)
+    casts: bool = False
+    """store is NumPy's own cast (float64, float32 and float16 arrays): a ufunc on float64 operands may
+    then write into ``array`` itself, its output cast being that same single rounding (one pass fewer)."""
 
 
 def wide(a: np.ndarray) -> np.ndarray:

@@ -53,7 +53,8 @@ def _log_sum(m: np.ndarray, sums: np.ndarray) -> np.ndarray:
 
 
 def _rows(x2: np.ndarray, y2: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Softmax of each row of x2 (k, B) into y2; returns the rows' max, sum of exps and log-sum.
+    """Each row of x2 (k, B) into y2 as x - max (log) or exp(x - max), all but the last step (- log_sum,
+    / total: the caller's, fused with the rounding); returns the rows' max, sum of exps and log-sum.
 
     One maximum per row is found with argmax; its exp (exactly 1 for a finite
     max) is left out of the sum for log1p, then put back: five passes over
@@ -70,10 +71,6 @@ def _rows(x2: np.ndarray, y2: np.ndarray, log: bool) -> tuple[np.ndarray, np.nda
     e[rows, top] = one
     total = rest + one
     log_sum = np.where(np.isfinite(m), np.log1p(rest), np.log(total))
-    if log:
-        y2 -= log_sum[:, None]
-    else:
-        y2 /= total[:, None]
     return m, total, log_sum
 
 
@@ -100,17 +97,21 @@ def softmax(
         np.subtract(xb, _shift(m[ks])[None, :, None], out=out)
         return np.exp(out, out=out)
 
-    def finish(blk: Block, xb: np.ndarray, out: np.ndarray, exps_in_out: bool) -> None:
-        """y of a block once its sums are known (out holds exp(x - shift) already when exps_in_out)."""
+    def last_step(blk: Block, out: np.ndarray) -> None:
+        """out holds x - shift (log) or exp(x - shift): - log_sum or / total, rounded into y."""
         ks = blk[1]
         if log:
-            np.subtract(xb, _shift(m[ks])[None, :, None], out=out)
-            out -= log_sum[ks][None, :, None]
+            result.done_by(blk, np.subtract, out, log_sum[ks][None, :, None])
         else:
-            if not exps_in_out:
-                exp_shifted(xb, ks, out)
-            out /= total[ks][None, :, None]
-        result.done(blk, out)
+            result.done_by(blk, np.divide, out, total[ks][None, :, None])
+
+    def finish(blk: Block, xb: np.ndarray, out: np.ndarray, exps_in_out: bool) -> None:
+        """y of a block once its sums are known (out holds exp(x - shift) already when exps_in_out)."""
+        if log:
+            np.subtract(xb, _shift(m[blk[1]])[None, :, None], out=out)
+        elif not exps_in_out:
+            exp_shifted(xb, blk[1], out)
+        last_step(blk, out)
 
     if complete and g.dims[0] == 1:
 
@@ -118,7 +119,7 @@ def softmax(
             ks = blk[1]
             out = result.block(blk)
             m[ks], total[ks], log_sum[ks] = _rows(wide(x3[0, ks]), out[0], log)
-            result.done(blk, out)
+            last_step(blk, out)
 
         parallel_map(rows_block, blocks)
     elif complete:
