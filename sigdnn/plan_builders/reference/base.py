@@ -158,7 +158,8 @@ class ReferenceBuilder(PlanBuilder):
 
     reads_narrow: ClassVar[bool] = False
     """make_compute returns a NarrowCompute: inputs in their own dtypes, outputs written through Sinks
-    (float compute only: the narrow math widens to float64, so only a FloatReferenceBuilder sets it)."""
+    (float compute only: the narrow math widens to float64, so only a builder that never computes in
+    integers sets it)."""
     narrow_keeps: ClassVar[tuple[np.dtype, ...]] = NARROW_READ
     """Input dtypes a NarrowCompute gets as they are (others arrive widened)."""
 
