@@ -103,3 +103,23 @@ def test_convolutions(dtype: type, channels_last: bool, kernel: int, stride: int
 
     want = math.conv_wgrad(x.astype(np.float64), dy.astype(np.float64), *geometry, w.shape)
     _same(math.conv_wgrad(x, dy, *geometry, w.shape), want)
+
+
+@pytest.mark.parametrize("x_last", [False, True])
+def test_a_sink_in_another_layout_takes_the_whole_float64_result(x_last: bool) -> None:
+    """y laid out unlike x does not regroup as a view of x's blocks: the math computes the float64 result
+    whole and stores it once (same bits)."""
+    shape = (3, 16, 9, 70)
+    x = _x(shape, np.float32, x_last)
+    want_y, want_stats = math.softmax(x.astype(np.float64), (1,))
+    sink = _sink(shape, np.float32, channels_last=not x_last, casts=True)
+    got_y, got_stats = math.softmax(x, (1,), False, sink)
+    assert got_y is None
+    _same(sink.array, want_y.astype(np.float32))
+    _same(got_stats, want_stats)
+    s = _x((1, 16, 1, 1), np.float32, seed=1)
+    want = math.batchnorm_train(x.astype(np.float64), s, s, 1e-5)
+    sink = _sink(shape, np.float32, channels_last=not x_last)
+    got = math.batchnorm_train(x, s, s, 1e-5, y=sink)
+    _same(sink.array, want[0].astype(np.float32))
+    _same(got[2], want[2])
