@@ -125,6 +125,11 @@ class Result:
         assert self._direct is not None
         return np.empty(self._direct[blk].shape)
 
+    def scratch(self, blk: Any, xb: np.ndarray, fresh: bool) -> np.ndarray:
+        """Like ``block``, but xb itself when it is a fresh widened copy of the input's block (``fresh``)
+        that the caller reads no more once it starts writing: one block of float64 in cache, not two."""
+        return xb if fresh and self._full is None else self.block(blk)
+
     def done(self, blk: Any, values: np.ndarray) -> None:
         """Block ``blk`` holds its final float64 values: round them into the sink when writing directly."""
         if self._direct is not None:

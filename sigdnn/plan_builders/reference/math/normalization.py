@@ -90,6 +90,7 @@ def _forward(
     s3 = g.param(scale)
     b3 = g.param(bias) if bias is not None else None
     result = Result(g, y)
+    fresh = x3.dtype != np.float64  # wide() copies each block: the copy can take the block's result
     mean = np.zeros(k)
     var = np.empty(k)
     complete, blocks = _plan(g)
@@ -116,7 +117,7 @@ def _forward(
             xb = wide(x3[blk])
             if center:
                 mean[blk[1]] = _sum_ab(xb) / m
-            d = centred(blk, xb, result.block(blk))
+            d = centred(blk, xb, result.scratch(blk, xb, fresh))
             var[blk[1]] = _dot_ab(d, d) / m
             finish(blk, d)
 
@@ -131,7 +132,12 @@ def _forward(
             return _dot_ab(d, d)
 
         var[:] = np.sum(parallel_map(square, blocks), axis=0) / m
-        parallel_map(lambda blk: finish(blk, centred(blk, wide(x3[blk]), result.block(blk))), blocks)
+
+        def centred_block(blk: Block) -> np.ndarray:
+            xb = wide(x3[blk])
+            return centred(blk, xb, result.scratch(blk, xb, fresh))
+
+        parallel_map(lambda blk: finish(blk, centred_block(blk)), blocks)
     inv = 1.0 / np.sqrt(var + epsilon)
     return result.finish(), g, (mean if center else None), inv, var
 

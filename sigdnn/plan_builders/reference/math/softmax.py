@@ -88,6 +88,7 @@ def softmax(
     x3 = g.view
     k = g.dims[1]
     result = Result(g, y)
+    fresh = x3.dtype != np.float64  # wide() copies each block
     complete, blocks = _plan(g)
     m = np.empty(k)
     total = np.empty(k)
@@ -117,8 +118,9 @@ def softmax(
 
         def rows_block(blk: Block) -> None:
             ks = blk[1]
-            out = result.block(blk)
-            m[ks], total[ks], log_sum[ks] = _rows(wide(x3[0, ks]), out[0], log)
+            x2 = wide(x3[blk])  # (1, k, B)
+            out = result.scratch(blk, x2, fresh)  # _rows reads x2 no more once it writes y
+            m[ks], total[ks], log_sum[ks] = _rows(x2[0], out[0], log)
             last_step(blk, out)
 
         parallel_map(rows_block, blocks)
