@@ -19,7 +19,8 @@ from sigdnn.graph.ops.layernorm import Layernorm
 from sigdnn.graph.ops.rmsnorm import Rmsnorm
 from sigdnn.graph.ops.rmsnorm_backward import RmsnormBackward
 from sigdnn.plan_builders.reference import math
-from sigdnn.plan_builders.reference.base import FloatReferenceBuilder
+from sigdnn.plan_builders.reference.base import FloatReferenceBuilder, NarrowCompute
+from sigdnn.plan_builders.reference.math.sink import Sink
 from sigdnn.registry.contracts import BuildContext
 from sigdnn.registry.engine_ids import IN_TREE
 
@@ -50,11 +51,12 @@ class ReferenceBatchnorm(FloatReferenceBuilder):
     name: ClassVar[str] = "reference.batchnorm"
     engine_id: ClassVar[int] = IN_TREE[name]
     ops: ClassVar[tuple[str, ...]] = ("batchnorm",)
+    reads_narrow: ClassVar[bool] = True  # y is rounded into its output block by block
 
-    def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> Compute:
+    def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> NarrowCompute:
         op: Batchnorm = node.op
 
-        def compute(ins: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        def compute(ins: dict[str, np.ndarray], sinks: dict[str, Sink]) -> dict[str, np.ndarray]:
             values = math.batchnorm_train(
                 ins["x"],
                 ins["scale"],
@@ -63,6 +65,7 @@ class ReferenceBatchnorm(FloatReferenceBuilder):
                 ins.get("in_running_mean"),
                 ins.get("in_running_var"),
                 op.momentum,
+                sinks["y"],
             )
             return present(node, dict(zip(op.output_ports, values)))
 
@@ -86,13 +89,14 @@ class ReferenceLayernorm(FloatReferenceBuilder):
     name: ClassVar[str] = "reference.layernorm"
     engine_id: ClassVar[int] = IN_TREE[name]
     ops: ClassVar[tuple[str, ...]] = ("layernorm",)
+    reads_narrow: ClassVar[bool] = True  # y is rounded into its output block by block
 
-    def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> Compute:
+    def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> NarrowCompute:
         op: Layernorm = node.op
         training = op.phase == "training"
 
-        def compute(ins: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            values = math.layernorm(ins["x"], ins["scale"], ins["bias"], op.epsilon, training)
+        def compute(ins: dict[str, np.ndarray], sinks: dict[str, Sink]) -> dict[str, np.ndarray]:
+            values = math.layernorm(ins["x"], ins["scale"], ins["bias"], op.epsilon, training, sinks["y"])
             return present(node, dict(zip(op.output_ports, values)))
 
         return compute
@@ -115,13 +119,14 @@ class ReferenceRmsnorm(FloatReferenceBuilder):
     name: ClassVar[str] = "reference.rmsnorm"
     engine_id: ClassVar[int] = IN_TREE[name]
     ops: ClassVar[tuple[str, ...]] = ("rmsnorm",)
+    reads_narrow: ClassVar[bool] = True  # y is rounded into its output block by block
 
-    def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> Compute:
+    def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> NarrowCompute:
         op: Rmsnorm = node.op
         training = op.phase == "training"
 
-        def compute(ins: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            values = math.rmsnorm(ins["x"], ins["scale"], ins.get("bias"), op.epsilon, training)
+        def compute(ins: dict[str, np.ndarray], sinks: dict[str, Sink]) -> dict[str, np.ndarray]:
+            values = math.rmsnorm(ins["x"], ins["scale"], ins.get("bias"), op.epsilon, training, sinks["y"])
             return present(node, dict(zip(op.output_ports, values)))
 
         return compute

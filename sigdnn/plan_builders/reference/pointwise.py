@@ -16,11 +16,14 @@ from typing import ClassVar
 
 import numpy as np
 
+from sigdnn.dtypes import DataType
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.pointwise import Pointwise
 from sigdnn.plan_builders.reference import special
-from sigdnn.plan_builders.reference.base import ReferenceBuilder
+from sigdnn.plan_builders.reference.base import Compute, NarrowCompute, ReferenceBuilder, chunks, storer
+from sigdnn.plan_builders.reference.math.parallel import parallel_map
+from sigdnn.plan_builders.reference.math.sink import Sink
 from sigdnn.registry.contracts import BuildContext
 from sigdnn.registry.engine_ids import IN_TREE
 
@@ -230,6 +233,59 @@ def gen_index(x: Array, p: Pointwise) -> Array:
     return np.broadcast_to(np.arange(x.shape[p.axis]).reshape(shape), x.shape)
 
 
+# Input dtypes narrow enough to tabulate: every bit pattern, as the unsigned integer that indexes it.
+_TABLE_INDEX = {
+    DataType.FLOAT16: np.uint16,
+    DataType.BFLOAT16: np.uint16,
+    DataType.FP8_E4M3: np.uint8,
+    DataType.FP8_E5M2: np.uint8,
+}
+
+
+def tabulated_input(node: Node, graph: Graph) -> DataType | None:
+    """The input dtype when the node is a unary float pointwise op on a float type of at most 16 bits:
+    then its result is a function of 2^16 (or 2^8) input patterns, and a table of the rounded results
+    replaces per-element work. None otherwise."""
+    op: Pointwise = node.op
+    if len(op.inputs()) != 1 or op.mode == "gen_index" or graph.compute_dtype_of(node).is_integer:
+        return None
+    dtype = graph.dtype_of(graph.tensors[op.in_0])
+    return dtype if dtype in _TABLE_INDEX else None
+
+
+def _tabulated(fn: Callable[..., Array], op: Pointwise, x_dtype: DataType, y_dtype: DataType) -> NarrowCompute:
+    """A unary op through a table of its results on every input pattern, each computed exactly as the
+    float64 path computes it (widened, evaluated in float64, rounded once by the same store): a lookup
+    gives the same bits at the cost of a gather. Outputs smaller than the table take the float64 path
+    directly; the table is built on the first large one."""
+    index = _TABLE_INDEX[x_dtype]
+    store = storer(y_dtype)
+    tables: list[Array] = []
+
+    def table() -> Array:
+        if not tables:
+            patterns = np.arange(np.iinfo(index).max + 1, dtype=index).view(x_dtype.numpy)
+            values = np.empty(patterns.shape, y_dtype.numpy)
+            with np.errstate(all="ignore"):
+                store(values, fn(patterns.astype(np.float64), op))
+            tables.append(values)
+        return tables[0]
+
+    def compute(ins: dict[str, Array], sinks: dict[str, Sink]) -> dict[str, Array]:
+        out = sinks["out_0"].array
+        x = np.broadcast_to(ins["in_0"], out.shape)
+        if out.size < np.iinfo(index).max + 1:
+            store(out, fn(x.astype(np.float64), op))
+            return {}
+        # gathered as unsigned integers of the output's size: np.take on ml_dtypes' types loses values
+        word = np.dtype(f"u{out.itemsize}")
+        values, bits, dest = table().view(word), x.view(index), out.view(word)
+        parallel_map(lambda b: np.take(values, bits[b], out=dest[b], mode="clip"), chunks(out.shape))
+        return {}
+
+    return compute
+
+
 class ReferencePointwise(ReferenceBuilder):
     name: ClassVar[str] = "reference.pointwise"
     engine_id: ClassVar[int] = IN_TREE[name]
@@ -238,10 +294,16 @@ class ReferencePointwise(ReferenceBuilder):
     def computes_in_integers(self, node: Node, graph: Graph) -> bool:
         return graph.compute_dtype_of(node).is_integer and node.op.mode in INTEGER_EXACT
 
-    def make_compute(
-        self, node: Node, graph: Graph, context: BuildContext
-    ) -> Callable[[dict[str, Array]], dict[str, Array]]:
+    narrow_keeps: ClassVar[tuple[np.dtype, ...]] = tuple(dtype.numpy for dtype in _TABLE_INDEX)  # read as bits
+
+    def narrow_for(self, node: Node, graph: Graph) -> bool:
+        return tabulated_input(node, graph) is not None
+
+    def make_compute(self, node: Node, graph: Graph, context: BuildContext) -> Compute | NarrowCompute:
         op: Pointwise = node.op
+        x_dtype = tabulated_input(node, graph)
+        if x_dtype is not None:
+            return _tabulated(FLOAT_MODES[op.mode], op, x_dtype, graph.dtype_of(graph.tensors[op.out_0]))
         ports = list(op.inputs())
         if op.mode == "gen_index":
             return lambda ins: {"out_0": gen_index(ins["in_0"], op)}

@@ -88,3 +88,114 @@ def test_the_reference_conv_declines_integer_tensors() -> None:
     g.tensor_by_name("w").set_data_type("int8")
     with pytest.raises(NotSupported, match=r"node 'conv': port 'w' \(tensor 'w'\) is int8"):
         builder.check(g.nodes[0], g, Device())
+
+
+# -- narrow plans: no float64 copy of a whole input or output -------------------------------------------
+
+
+def _steady_peak(g: sigdnn.Graph, pack: dict[str, np.ndarray]) -> tuple[int, dict[str, np.ndarray]]:
+    """Peak traced bytes of a second run into preallocated outputs (the first run's allocations, the plan's
+    scratch and the table of a tabulated op, are not the node's working memory), and its results."""
+    ex = sigdnn.Executor()
+    plan = ex.prepare(g)
+    outs = ex.execute(plan, pack)
+    pack = {**pack, **{name: np.empty_like(a) for name, a in outs.items()}}
+    ex.execute(plan, pack)
+    return traced_peak(lambda: ex.execute(plan, pack)), pack
+
+
+def _rows_f32(rows: int, cols: int) -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((rows, cols)).astype(np.float32)
+
+
+def test_softmax_and_layernorm_keep_float64_to_blocks() -> None:
+    """2048 x 1024 float32 (8 MiB): one float64 copy of x or y is 16 MiB (staging both: 32 MiB); a block is
+    1 MiB (2^17 elements), a few per core in flight."""
+    x = _rows_f32(2048, 1024)
+    full64 = x.size * 8
+    g = sigdnn.Graph("sm", io_dtype="float32")
+    g.softmax(g.tensor("x", x.shape))[0].set_output(True).set_name("y")
+    peak, got = _steady_peak(g, {"x": x})
+    assert peak < full64 / 2, (peak, full64)
+    wide = x.astype(np.float64)
+    e = np.exp(wide - wide.max(axis=1, keepdims=True))
+    np.testing.assert_array_equal(got["y"], (e / e.sum(axis=1, keepdims=True)).astype(np.float32))
+
+    g = sigdnn.Graph("ln", io_dtype="float32")
+    s, b = np.full((1, 1024), 1.5, np.float32), np.full((1, 1024), 0.25, np.float32)
+    y = g.layernorm("inference", g.tensor("x", x.shape), g.tensor("s", s.shape), g.tensor("b", b.shape))[0]
+    y.set_output(True).set_name("y")
+    peak, got = _steady_peak(g, {"x": x, "s": s, "b": b})
+    assert peak < full64 / 2, (peak, full64)
+    torch = pytest.importorskip("torch")
+    want = torch.nn.functional.layer_norm(torch.from_numpy(wide), (1024,), None, None, 1e-5).numpy() * 1.5 + 0.25
+    np.testing.assert_allclose(got["y"], want, rtol=2**-23, atol=2**-24)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_batchnorm_writes_y_by_blocks(layout: str) -> None:
+    x = np.random.default_rng(2).standard_normal((8, 64, 64, 64)).astype(np.float32)  # 8 MiB f32, 16 MiB f64
+    g = sigdnn.Graph("bn", io_dtype="float32")
+    ps = [g.tensor(n, (1, 64, 1, 1)) for n in ("s", "b")]
+    y = g.batchnorm(g.tensor("x", x.shape, layout=layout), *ps, epsilon=1e-5)[0]
+    y.set_output(True).set_name("y")
+    if layout == "NHWC":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    pack = {"x": x, "s": np.ones((1, 64, 1, 1), np.float32), "b": np.zeros((1, 64, 1, 1), np.float32)}
+    peak, got = _steady_peak(g, pack)
+    assert peak < x.size * 8 / 2, (peak, x.size * 8)
+    torch = pytest.importorskip("torch")
+    want = torch.nn.functional.batch_norm(torch.from_numpy(x.astype(np.float64)), None, None, training=True).numpy()
+    np.testing.assert_allclose(got["y"], want, rtol=2**-23, atol=2**-24)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_conv_fprop_and_dgrad_round_y_by_chunks(layout: str, kernel: int) -> None:
+    """x and dx [8, 32, 48, 48] float32 (2.25 MiB; 4.5 MiB in float64): neither is ever staged in float64.
+
+    A 3x3 conv still makes its padded float64 copy of the input (the widening happens there) and one
+    im2col chunk of up to CHUNK_BYTES; staging x and y in float64 would add 9 MiB to that."""
+    from sigdnn.plan_builders.reference.math import windows
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 32, 48, 48)).astype(np.float32)
+    w = rng.standard_normal((32, 32, kernel, kernel)).astype(np.float32)
+    if layout == "NHWC":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        w = np.ascontiguousarray(w.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    full64 = x.size * 8
+    pad = kernel // 2
+    bound = full64 / 2 + (8 * 32 * 50 * 50 * 8 + windows.CHUNK_BYTES if kernel == 3 else 0)
+    g = sigdnn.Graph("f", io_dtype="float32")
+    y = g.conv_fprop(g.tensor("x", x.shape, layout=layout), g.tensor("w", w.shape, layout=layout), padding=[pad] * 2)
+    y.set_output(True).set_name("y")
+    peak, got = _steady_peak(g, {"x": x, "w": w})
+    assert peak < bound, (peak, bound)
+    torch = pytest.importorskip("torch")
+    xt, wt = torch.from_numpy(x.astype(np.float64)), torch.from_numpy(w.astype(np.float64))
+    want = torch.nn.functional.conv2d(xt, wt, padding=pad).numpy().astype(np.float32)
+    np.testing.assert_allclose(got["y"], want, rtol=2**-23, atol=1e-6)
+
+    g = sigdnn.Graph("d", io_dtype="float32")
+    dx = g.conv_dgrad(
+        g.tensor("dy", x.shape, layout=layout), g.tensor("w", w.shape, layout=layout), padding=[pad] * 2, dims=x.shape
+    )
+    dx.set_output(True).set_name("dx")
+    peak, got = _steady_peak(g, {"dy": x, "w": w})
+    assert peak < bound, (peak, bound)
+    want = torch.nn.grad.conv2d_input(x.shape, wt, xt, padding=pad).numpy().astype(np.float32)
+    np.testing.assert_allclose(got["dx"], want, rtol=2**-23, atol=1e-6)
+
+
+def test_a_tabulated_unary_op_allocates_no_float64_blocks() -> None:
+    """The float64 path holds several float64 blocks per core (gelu's erfc temporaries: 6.6 MB here);
+    the lookup holds each block's indices (512 KiB of intp) and nothing else of that size."""
+    x = np.random.default_rng(4).standard_normal(1 << 20).astype(np.float16)  # 2 MiB; a float64 block is 512 KiB
+    g = sigdnn.Graph("gelu", io_dtype="float16")
+    g.pointwise("gelu_fwd", g.tensor("x", x.shape)).set_output(True).set_name("y")
+    peak, got = _steady_peak(g, {"x": x})
+    assert peak < 3 * base.CHUNK_ELEMENTS * 8, peak  # one block's indices per core
+    torch = pytest.importorskip("torch")
+    want = torch.nn.functional.gelu(torch.from_numpy(x.astype(np.float64))).numpy().astype(np.float16)
+    np.testing.assert_allclose(got["y"].astype(np.float64), want.astype(np.float64), rtol=2**-10, atol=2**-24)

@@ -33,3 +33,7 @@ def test_relu_fwd_is_the_definition(lo: float, hi: float, slope: float) -> None:
     want = np.array([definition(x, lo, hi, slope) for x in X])
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # -0.0 vs +0.0 too
+
+
+def _float16_patterns() -> np.ndarray:
+    return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)

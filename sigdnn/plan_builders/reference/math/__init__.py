@@ -3,8 +3,12 @@
 Logical dims are cuDNN's (N, C, spatial...), whatever the memory layout:
 inputs may be any strided views, and results are arrays of the logical
 shape (possibly views in a layout chosen for speed). Nothing here knows
-about graphs, dtypes other than float64 / int64, or rounding: the op modules
-and reference builders do that. What each op computes: ../shared/OPS.md.
+about graphs or dtypes' rounding rules: the op modules and reference
+builders do that. Every computation is float64 (int64); the functions that
+take a Sink (sink.py) also read float16 / float32 inputs, widening each block
+exactly where they read it, and hand each finished block of their main
+result to the Sink's store (the caller's one rounding) instead of returning
+it. What each op computes: ../shared/OPS.md.
 """
 
 from __future__ import annotations

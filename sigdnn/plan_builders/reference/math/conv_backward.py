@@ -32,6 +32,7 @@ import numpy as np
 
 from sigdnn.plan_builders.reference.math.conv_forward import conv_forward
 from sigdnn.plan_builders.reference.math.parallel import ieee
+from sigdnn.plan_builders.reference.math.sink import Sink, wide
 from sigdnn.plan_builders.reference.math.windows import (
     channels_last,
     chunk_bytes,
@@ -43,6 +44,8 @@ from sigdnn.plan_builders.reference.math.windows import (
     weight_matrix,
     windows,
 )
+
+_MIN_CHANNEL_RUN = 16  # fewer channels per group than this: the scatter accumulates channels first
 
 
 def _check_out(size: Sequence[int], out: Sequence[int], args: Sequence[Sequence[int]], kernel: Sequence[int]) -> None:
@@ -71,15 +74,26 @@ def conv_dgrad(
     stride: Sequence[int],
     dilation: Sequence[int],
     x_dims: Sequence[int],
-) -> np.ndarray:
-    """dx (x_dims = N, C, *S) for float64 dy (N, K, *out) and w (K, C/G, *R); G = C // w.shape[1]."""
+    dx: Sink | None = None,
+) -> np.ndarray | None:
+    """dx (x_dims = N, C, *S) for dy (N, K, *out) and w (K, C/G, *R); G = C // w.shape[1].
+
+    dy may be float16 / float32 (widened where conv_forward or a GEMM reads
+    it). With a Sink, dx is rounded into it (phase by phase, or once from the
+    scatter's float64 accumulator) and None comes back.
+    """
+    w = wide(w)
     c, *size = x_dims[1:]
     k, cg, *kernel = w.shape
     _check_out(size, dy.shape[2:], (pre_padding, post_padding, stride, dilation), kernel)
     groups = c // cg
     if math.prod(kernel) == 1 or k <= c:
-        return _dgrad_by_phases(dy, w, pre_padding, stride, dilation, x_dims, groups)
-    return _dgrad_by_scatter(dy, w, pre_padding, post_padding, stride, dilation, x_dims, groups)
+        return _dgrad_by_phases(dy, w, pre_padding, stride, dilation, x_dims, groups, dx)
+    result = _dgrad_by_scatter(dy, w, pre_padding, post_padding, stride, dilation, x_dims, groups)
+    if dx is None:
+        return result
+    dx.store(dx.array, result)
+    return None
 
 
 def _dgrad_by_scatter(
@@ -100,7 +114,9 @@ def _dgrad_by_scatter(
     last = channels_last(dy)
     wt = weight_matrix(w, groups, last).transpose(0, 2, 1)  # (G, K/G, taps*C/G) or (G, C/G*taps, K/G)
     padded = [s + a + b for s, a, b in zip(size, pre_padding, post_padding)]
-    dxp = empty_like_layout((n, c, *padded), last)
+    # The accumulator's layout changes no sum (each element takes its taps in the same order), only the
+    # adds' inner loops: channels last, they run over a group's C/G channels, too short a run when few.
+    dxp = empty_like_layout((n, c, *padded), last and cg >= _MIN_CHANNEL_RUN)
     dxp[...] = 0.0
     view = windows(dxp, groups, kernel, stride, dilation, out, writeable=True)
     row_bytes = c * len(taps) * 8
@@ -171,12 +187,14 @@ def _dgrad_by_phases(
     dilation: Sequence[int],
     x_dims: Sequence[int],
     groups: int,
-) -> np.ndarray:
-    """dx as prod(stride) stride-1 forward convs of dy, one per residue class, written strided into dx."""
+    sink: Sink | None,
+) -> np.ndarray | None:
+    """dx as prod(stride) stride-1 forward convs of dy, one per residue class, written strided into dx
+    (into the sink's array, each class rounded there by its conv, when there is a sink)."""
     k, cg, *kernel = w.shape
     spatial = len(kernel)
     swapped = w.reshape(groups, k // groups, cg, *kernel).swapaxes(1, 2).reshape(groups * cg, k // groups, *kernel)
-    dx = empty_like_layout(x_dims, channels_last(dy))
+    dx = empty_like_layout(x_dims, channels_last(dy)) if sink is None else sink.array
     per_axis = [
         [_Phase.of(rho, x_len, p, r, st, d) for rho in range(st)]
         for x_len, p, r, st, d in zip(x_dims[2:], pre, kernel, stride, dilation)
@@ -198,8 +216,12 @@ def _dgrad_by_phases(
             dx[where] = 0.0  # every tap of this class reads padding only
             continue
         sub = swapped[(slice(None), slice(None), *(ph.taps() for ph in phases))]
-        dx[where] = conv_forward(dy[tuple(crop)], sub, before, after, (1,) * spatial, tuple(ph.gap for ph in phases))
-    return dx
+        geometry = (before, after, (1,) * spatial, tuple(ph.gap for ph in phases))
+        if sink is None:
+            dx[where] = conv_forward(dy[tuple(crop)], sub, *geometry)
+        else:
+            conv_forward(dy[tuple(crop)], sub, *geometry, Sink(dx[where], sink.store, sink.casts))
+    return None if sink is not None else dx
 
 
 @ieee
@@ -212,7 +234,11 @@ def conv_wgrad(
     dilation: Sequence[int],
     w_dims: Sequence[int],
 ) -> np.ndarray:
-    """dw (w_dims = K, C/G, *R) for float64 x (N, C, *S) and dy (N, K, *out); G = C // w_dims[1]."""
+    """dw (w_dims = K, C/G, *R) for x (N, C, *S) and dy (N, K, *out); G = C // w_dims[1].
+
+    x and dy may be float16 / float32: x widens in its padding / im2col copy,
+    dy where a chunk's GEMM reads it.
+    """
     n, c, *size = x.shape
     k, cg, *kernel = w_dims
     out = list(dy.shape[2:])

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sigdnn.plan_builders.reference.math.parallel import ieee
+from sigdnn.plan_builders.reference.math.sink import Sink, wide
 from sigdnn.plan_builders.reference.math.windows import (
     channels_last,
     chunk_bytes,
@@ -41,9 +42,17 @@ def conv_forward(
     post_padding: Sequence[int],
     stride: Sequence[int],
     dilation: Sequence[int],
-) -> np.ndarray:
-    """y (N, K, *out) for float64 x (N, C, *S) and w (K, C/G, *R); G = C // w.shape[1]."""
+    y: Sink | None = None,
+) -> np.ndarray | None:
+    """y (N, K, *out) for x (N, C, *S) and w (K, C/G, *R); G = C // w.shape[1].
+
+    x may be float16 / float32: it is widened exactly where it is copied
+    anyway (padding, im2col columns), or an image at a time for a 1x1 GEMM
+    on x itself. With a Sink, each chunk of y is rounded straight into it
+    and the result comes back None (no float64 copy of y).
+    """
     n, c, *size = x.shape
+    w = wide(w)
     k, cg, *kernel = w.shape
     groups = c // cg
     out = [out_size(*a) for a in zip(size, pre_padding, post_padding, kernel, stride, dilation)]
@@ -52,52 +61,114 @@ def conv_forward(
     pointwise = (
         math.prod(kernel) == 1 and all(s == 1 for s in stride) and not any(pre_padding) and not any(post_padding)
     )
-    if pointwise:
-        y = _pointwise_in_place(x, wm, groups, last)
-        if y is not None:
-            return y
-    positions = n * math.prod(out)
-    if last:
-        y = np.empty((n, *out, k))
-        ymat = y.reshape(positions, groups, k // groups)
-    else:
-        y = np.empty((k, n, *out))
-        ymat = y.reshape(groups, k // groups, positions)
+    result = _Output(y, (n, k, *out), last)
+    if pointwise and _pointwise_in_place(x, wm, groups, last, result):
+        return result.finish()
     view = windows(pad(x, pre_padding, post_padding, last=last), groups, kernel, stride, dilation, out)
     row_bytes = c * math.prod(kernel) * 8
     target = chunk_bytes(row_bytes)
     scratch = np.empty(max(target, row_bytes * math.prod(out[1:])) // 8)
-    done = 0
     for batch, rows in row_chunks(n, out, row_bytes, target):
         cols = columns(view[batch, :, :, rows], last, scratch)
-        span = slice(done, done + (cols.shape[1] if last else cols.shape[2]))
+        ymat = result.chunk(batch, rows, groups)
         if last and groups == 1:
-            np.matmul(cols[0], wm[0], out=ymat[span, 0])
+            np.matmul(cols[0], wm[0], out=ymat[:, 0])
         elif last:
-            ymat[span] = np.matmul(cols, wm).transpose(1, 0, 2)
+            ymat[...] = np.matmul(cols, wm).transpose(1, 0, 2)
         else:
-            np.matmul(wm, cols, out=ymat[:, :, span])
-        done = span.stop
-    return np.moveaxis(y, -1, 1) if last else np.moveaxis(y, 0, 1)
+            np.matmul(wm, cols, out=ymat)
+        result.done(batch, rows)
+    return result.finish()
 
 
-def _pointwise_in_place(x: np.ndarray, wm: np.ndarray, groups: int, last: bool) -> np.ndarray | None:
-    """A 1x1, stride-1, unpadded conv as a GEMM on x itself; None when x's strides need a copy."""
-    n, c, *size = x.shape
+class _Output:
+    """Where conv_forward's GEMMs write y, a chunk (batch slice, out[0] slice) at a time.
+
+    Without a sink: one float64 y stored (n, *out, K) for channels-last x,
+    (K, n, *out) otherwise, each chunk's GEMM writing its slice in place. With
+    a sink: each chunk's GEMM writes a float64 chunk temporary, rounded into
+    the sink's array as soon as it is done.
+    """
+
+    def __init__(self, sink: Sink | None, dims: tuple[int, ...], last: bool) -> None:
+        self._sink = sink
+        self._dims = dims
+        self._last = last
+        self._pending: np.ndarray | None = None
+        n, k, *out = dims
+        if sink is not None:
+            self._full = None
+        elif last:
+            self._full = np.empty((n, *out, k))
+        else:
+            self._full = np.empty((k, n, *out))
+
+    def _stored(self, block: np.ndarray) -> np.ndarray:
+        """A block in stored order ((n, *out, K) or (K, n, *out)) as logical (n, K, *out)."""
+        return np.moveaxis(block, -1, 1) if self._last else np.moveaxis(block, 0, 1)
+
+    def chunk(self, batch: slice, rows: slice, groups: int) -> np.ndarray:
+        """The GEMM destination of a chunk: (positions, G, K/G) channels-last, else (G, K/G, positions)."""
+        n, k, *out = self._dims
+        if self._full is not None:
+            block = self._full[batch, rows] if self._last else self._full[:, batch, rows]
+        else:
+            nb = len(range(n)[batch])
+            rb = len(range(out[0])[rows]) if out else 1
+            shape = (nb, rb, *out[1:], k) if self._last else (k, nb, rb, *out[1:])
+            block = self._pending = np.empty(shape)
+        if self._last:
+            return block.reshape(-1, groups, k // groups)
+        return block.reshape(groups, k // groups, -1)
+
+    def done(self, batch: slice, rows: slice) -> None:
+        """The chunk's GEMM has run: round it into the sink (nothing to do for the float64 y)."""
+        if self._sink is not None and self._pending is not None:
+            self._sink.store(self._sink.array[batch, :, rows], self._stored(self._pending))
+            self._pending = None
+
+    def image(self, i: int) -> np.ndarray:
+        """Image i's GEMM destination for a 1x1 conv: (*out, K) channels-last, else (K, *out)."""
+        k, out = self._dims[1], self._dims[2:]
+        if self._full is not None:
+            return self._full[i] if self._last else self._full[:, i]
+        self._pending = np.empty((*out, k) if self._last else (k, *out))
+        return self._pending
+
+    def image_done(self, i: int) -> None:
+        if self._sink is not None and self._pending is not None:
+            block = np.moveaxis(self._pending, -1, 0) if self._last else self._pending
+            self._sink.store(self._sink.array[i], block)
+            self._pending = None
+
+    def finish(self) -> np.ndarray | None:
+        """y (N, K, *out) in float64 without a sink; None once the sink holds it."""
+        return None if self._full is None else self._stored(self._full)
+
+
+def _pointwise_in_place(x: np.ndarray, wm: np.ndarray, groups: int, last: bool, y: _Output) -> bool:
+    """A 1x1, stride-1, unpadded conv as one GEMM per image on x itself (widened an image at a time when
+    narrow); False when x's strides need a copy (the im2col path then runs)."""
+    n, c = x.shape[:2]
     k = wm.shape[2] * groups if last else wm.shape[1] * groups
     cg = c // groups
     if last:
-        rows = merge_axes(np.moveaxis(x, 1, -1), 0, x.ndim - 1)  # (N*P, C)
+        rows = merge_axes(np.moveaxis(x, 1, -1), 1, x.ndim - 1)  # (N, P, C)
         if rows is None:
-            return None
-        y = np.empty((rows.shape[0], groups, k // groups))
-        if groups == 1:
-            np.matmul(rows, wm[0], out=y[:, 0])
-        else:
-            y[:] = np.matmul(rows.reshape(-1, groups, cg).transpose(1, 0, 2), wm).transpose(1, 0, 2)
-        return np.moveaxis(y.reshape(n, *size, k), -1, 1)
+            return False
+        for i in range(n):
+            dest = y.image(i).reshape(-1, groups, k // groups)
+            image = wide(rows[i])
+            if groups == 1:
+                np.matmul(image, wm[0], out=dest[:, 0])
+            else:
+                dest[...] = np.matmul(image.reshape(-1, groups, cg).transpose(1, 0, 2), wm).transpose(1, 0, 2)
+            y.image_done(i)
+        return True
     planes = merge_axes(x, 2, x.ndim)  # (N, C, P)
     if planes is None or planes.shape[2] < 64:  # tiny planes: the chunked path folds the batch
-        return None
-    y = np.matmul(wm, planes.reshape(n, groups, cg, -1))  # (N, G, K/G, P)
-    return y.reshape(n, k, *size)
+        return False
+    for i in range(n):
+        np.matmul(wm, wide(planes[i]).reshape(groups, cg, -1), out=y.image(i).reshape(groups, k // groups, -1))
+        y.image_done(i)
+    return True

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+
+from sigdnn.plan_builders.reference.math.sink import Sink
 
 
 class Grouped:
@@ -90,3 +93,65 @@ class Grouped:
                 target += self.transposed[lo:hi]
                 dims3.append(math.prod(self.transposed[lo:hi]))
         return np.broadcast_to(p, target).reshape(dims3)
+
+    def regroup(self, a: np.ndarray) -> np.ndarray | None:
+        """An array of x's logical shape seen through x's (A, K, B) grouping, as a view; None when a's
+        strides make that a copy (a result written through it would be lost)."""
+        try:
+            return a.transpose(self.perm).reshape(self.dims, copy=False)
+        except ValueError:
+            return None
+
+
+class Result:
+    """Where a grouped computation puts its (A, K, B) result, block by block.
+
+    Given a Sink whose array regroups as a view, each block is computed in a
+    float64 block temporary and rounded straight into the sink (no float64
+    copy of the whole result); otherwise blocks are computed in place in one
+    float64 array, which ``finish`` stores into the sink or returns.
+    """
+
+    def __init__(self, g: Grouped, sink: Sink | None) -> None:
+        self._g = g
+        self._sink = sink
+        self._direct = g.regroup(sink.array) if sink is not None else None
+        self._full = np.empty(g.dims) if self._direct is None else None
+
+    def block(self, blk: Any) -> np.ndarray:
+        """A float64 array to compute block ``blk`` in (the full result's block, or a new block temporary)."""
+        if self._full is not None:
+            return self._full[blk]
+        assert self._direct is not None
+        return np.empty(self._direct[blk].shape)
+
+    def scratch(self, blk: Any, xb: np.ndarray, fresh: bool) -> np.ndarray:
+        """Like ``block``, but xb itself when it is a fresh widened copy of the input's block (``fresh``)
+        that the caller reads no more once it starts writing: one block of float64 in cache, not two."""
+        return xb if fresh and self._full is None else self.block(blk)
+
+    def done(self, blk: Any, values: np.ndarray) -> None:
+        """Block ``blk`` holds its final float64 values: round them into the sink when writing directly."""
+        if self._direct is not None:
+            assert self._sink is not None
+            self._sink.store(self._direct[blk], values)
+
+    def done_by(self, blk: Any, ufunc: np.ufunc, a: np.ndarray, b: np.ndarray) -> None:
+        """The block's last step, a = ufunc(a, b), and its rounding into the sink in one pass where the
+        sink's store is NumPy's cast: the ufunc computes in float64 and its output cast rounds each
+        value once, as the store would."""
+        if self._direct is not None and self._sink is not None and self._sink.casts:
+            ufunc(a, b, out=self._direct[blk], casting="unsafe")
+            return
+        ufunc(a, b, out=a)
+        self.done(blk, a)
+
+    def finish(self) -> np.ndarray | None:
+        """The float64 result in x's logical shape without a sink; None once the sink holds it."""
+        if self._full is None:
+            return None
+        y = self._g.restore(self._full)
+        if self._sink is None:
+            return y
+        self._sink.store(self._sink.array, y)
+        return None

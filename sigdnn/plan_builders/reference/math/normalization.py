@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sigdnn.plan_builders.reference.math.grouping import Grouped
+from sigdnn.plan_builders.reference.math.grouping import Grouped, Result
 from sigdnn.plan_builders.reference.math.parallel import ieee, parallel_map
+from sigdnn.plan_builders.reference.math.sink import Sink, wide
 
 # Elements per block: large enough that NumPy's per-call overhead (~10 calls a block) is noise,
 # small enough that a block's float64 temporaries stay in L2.
@@ -79,21 +80,24 @@ def _forward(
     bias: np.ndarray | None,
     epsilon: float,
     center: bool,
-) -> tuple[np.ndarray, Grouped, np.ndarray | None, np.ndarray, np.ndarray]:
-    """y, the grouping, and per K: mean (None uncentred), inverse std, variance (mean square uncentred)."""
+    y: Sink | None = None,
+) -> tuple[np.ndarray | None, Grouped, np.ndarray | None, np.ndarray, np.ndarray]:
+    """y (None when written into the sink), the grouping, and per K: mean (None uncentred), inverse std,
+    variance (mean square uncentred). x may be float16 / float32: blocks are widened where read."""
     g = Grouped(x, reduced)
     x3 = g.view
     k, m = g.dims[1], g.count
     s3 = g.param(scale)
     b3 = g.param(bias) if bias is not None else None
-    y3 = np.empty(g.dims)
+    result = Result(g, y)
+    fresh = x3.dtype != np.float64  # wide() copies each block: the copy can take the block's result
     mean = np.zeros(k)
     var = np.empty(k)
     complete, blocks = _plan(g)
     per_k_scale = s3.shape[0] == 1 and s3.shape[2] == 1
 
-    def centred(blk: Block, out: np.ndarray) -> np.ndarray:
-        return np.subtract(x3[blk], _col(mean, blk), out=out)
+    def centred(blk: Block, xb: np.ndarray, out: np.ndarray) -> np.ndarray:
+        return np.subtract(xb, _col(mean, blk), out=out)
 
     def finish(blk: Block, d: np.ndarray) -> None:
         """d (x - mean) of the block -> y in place: d * inv * scale + bias."""
@@ -103,30 +107,39 @@ def _forward(
         else:
             np.einsum("...,...,...->...", d, inv[None, :, None], _part(s3, blk), out=d)  # one pass, not two
         if b3 is not None:
-            d += _part(b3, blk)
+            result.done_by(blk, np.add, d, _part(b3, blk))
+        else:
+            result.done(blk, d)
 
     if complete:
 
         def block(blk: Block) -> None:
+            xb = wide(x3[blk])
             if center:
-                mean[blk[1]] = _sum_ab(x3[blk]) / m
-            d = centred(blk, y3[blk])
+                mean[blk[1]] = _sum_ab(xb) / m
+            d = centred(blk, xb, result.scratch(blk, xb, fresh))
             var[blk[1]] = _dot_ab(d, d) / m
             finish(blk, d)
 
         parallel_map(block, blocks)
     else:
         if center:
-            mean[:] = np.sum(parallel_map(lambda blk: _sum_ab(x3[blk]), blocks), axis=0) / m
+            mean[:] = np.sum(parallel_map(lambda blk: _sum_ab(wide(x3[blk])), blocks), axis=0) / m
 
         def square(blk: Block) -> np.ndarray:
-            d = centred(blk, np.empty(x3[blk].shape))
+            xb = wide(x3[blk])
+            d = centred(blk, xb, np.empty(xb.shape))
             return _dot_ab(d, d)
 
         var[:] = np.sum(parallel_map(square, blocks), axis=0) / m
-        parallel_map(lambda blk: finish(blk, centred(blk, y3[blk])), blocks)
+
+        def centred_block(blk: Block) -> np.ndarray:
+            xb = wide(x3[blk])
+            return centred(blk, xb, result.scratch(blk, xb, fresh))
+
+        parallel_map(lambda blk: finish(blk, centred_block(blk)), blocks)
     inv = 1.0 / np.sqrt(var + epsilon)
-    return g.restore(y3), g, (mean if center else None), inv, var
+    return result.finish(), g, (mean if center else None), inv, var
 
 
 def _backward(
@@ -268,23 +281,25 @@ def batchnorm_train(
     running_mean: np.ndarray | None = None,
     running_var: np.ndarray | None = None,
     momentum: float | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """(y, mean, inv_variance, next_running_mean, next_running_var) of x (N, C, *S).
+    y: Sink | None = None,
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(y, mean, inv_variance, next_running_mean, next_running_var) of x (N, C, *S); y None when
+    written into the Sink ``y``.
 
     Statistics are per channel over N and S, shaped (1, C, 1, ...). The
     running variance takes the unbiased variance var * M / (M - 1), as cuDNN
     and PyTorch keep it (NaN when M = 1: one sample has no unbiased variance).
     The running outputs are None unless running_mean, running_var and momentum are given.
     """
-    y, g, mean, inv, var = _forward(x, _channel_axes(x), scale, bias, epsilon, center=True)
+    out, g, mean, inv, var = _forward(x, _channel_axes(x), scale, bias, epsilon, center=True, y=y)
     assert mean is not None
     next_mean = next_var = None
     if running_mean is not None and running_var is not None and momentum is not None:
         m = g.count
         unbiased = var * m / (m - 1) if m > 1 else np.full_like(var, np.nan)
-        next_mean = (1.0 - momentum) * np.asarray(running_mean) + momentum * g.stat(mean)
-        next_var = (1.0 - momentum) * np.asarray(running_var) + momentum * g.stat(unbiased)
-    return y, g.stat(mean), g.stat(inv), next_mean, next_var
+        next_mean = (1.0 - momentum) * np.asarray(running_mean, np.float64) + momentum * g.stat(mean)
+        next_var = (1.0 - momentum) * np.asarray(running_var, np.float64) + momentum * g.stat(unbiased)
+    return out, g.stat(mean), g.stat(inv), next_mean, next_var
 
 
 @ieee
@@ -321,15 +336,16 @@ def batchnorm_backward(
 
 @ieee
 def layernorm(
-    x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: float, training: bool
-) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """(y, mean, inv_variance) over the normalized axes (see normalized_axes); stats None unless training."""
+    x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: float, training: bool, y: Sink | None = None
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """(y, mean, inv_variance) over the normalized axes (see normalized_axes); stats None unless training;
+    y None when written into the Sink ``y``."""
     axes = normalized_axes(x.shape, np.shape(scale))
-    y, g, mean, inv, _ = _forward(x, axes, scale, bias, epsilon, center=True)
+    out, g, mean, inv, _ = _forward(x, axes, scale, bias, epsilon, center=True, y=y)
     assert mean is not None
     if not training:
-        return y, None, None
-    return y, g.stat(mean), g.stat(inv)
+        return out, None, None
+    return out, g.stat(mean), g.stat(inv)
 
 
 @ieee
@@ -345,12 +361,18 @@ def layernorm_backward(
 
 @ieee
 def rmsnorm(
-    x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, epsilon: float, training: bool
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """(y, inv_variance): inv_variance = 1/sqrt(mean(x^2) + eps) over the normalized axes; y = x*inv*scale (+bias)."""
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray | None,
+    epsilon: float,
+    training: bool,
+    y: Sink | None = None,
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(y, inv_variance): inv_variance = 1/sqrt(mean(x^2) + eps) over the normalized axes; y = x*inv*scale (+bias);
+    y None when written into the Sink ``y``."""
     axes = normalized_axes(x.shape, np.shape(scale))
-    y, g, _, inv, _ = _forward(x, axes, scale, bias, epsilon, center=False)
-    return y, (g.stat(inv) if training else None)
+    out, g, _, inv, _ = _forward(x, axes, scale, bias, epsilon, center=False, y=y)
+    return out, (g.stat(inv) if training else None)
 
 
 @ieee

@@ -17,9 +17,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sigdnn.plan_builders.reference.math.grouping import Grouped
+from sigdnn.plan_builders.reference.math.grouping import Grouped, Result
 from sigdnn.plan_builders.reference.math.normalization import Block, _plan, _sum_ab
 from sigdnn.plan_builders.reference.math.parallel import ieee, parallel_map
+from sigdnn.plan_builders.reference.math.sink import Sink, wide
 
 
 def _max_ab(a: np.ndarray) -> np.ndarray:
@@ -52,7 +53,8 @@ def _log_sum(m: np.ndarray, sums: np.ndarray) -> np.ndarray:
 
 
 def _rows(x2: np.ndarray, y2: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Softmax of each row of x2 (k, B) into y2; returns the rows' max, sum of exps and log-sum.
+    """Each row of x2 (k, B) into y2 as x - max (log) or exp(x - max), all but the last step (- log_sum,
+    / total: the caller's, fused with the rounding); returns the rows' max, sum of exps and log-sum.
 
     One maximum per row is found with argmax; its exp (exactly 1 for a finite
     max) is left out of the sum for log1p, then put back: five passes over
@@ -69,63 +71,80 @@ def _rows(x2: np.ndarray, y2: np.ndarray, log: bool) -> tuple[np.ndarray, np.nda
     e[rows, top] = one
     total = rest + one
     log_sum = np.where(np.isfinite(m), np.log1p(rest), np.log(total))
-    if log:
-        y2 -= log_sum[:, None]
-    else:
-        y2 /= total[:, None]
     return m, total, log_sum
 
 
 @ieee
-def softmax(x: np.ndarray, axes: Sequence[int], log: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(y, stats): softmax (log-softmax if ``log``) of float64 x over ``axes``; stats keepdims."""
+def softmax(
+    x: np.ndarray, axes: Sequence[int], log: bool = False, y: Sink | None = None
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """(y, stats): softmax (log-softmax if ``log``) of x over ``axes``; stats keepdims.
+
+    x may be float16 / float32: each block is widened exactly to float64 where
+    it is read. With a Sink, y goes block by block into it (rounded once)
+    and comes back None.
+    """
     g = Grouped(x, tuple(axes))
     x3 = g.view
     k = g.dims[1]
-    y3 = np.empty(g.dims)
+    result = Result(g, y)
+    fresh = x3.dtype != np.float64  # wide() copies each block
     complete, blocks = _plan(g)
     m = np.empty(k)
     total = np.empty(k)
     log_sum = np.empty(k)
 
-    def exp_shifted(blk: Block, out: np.ndarray) -> np.ndarray:
-        np.subtract(x3[blk], _shift(m[blk[1]])[None, :, None], out=out)
+    def exp_shifted(xb: np.ndarray, ks: slice, out: np.ndarray) -> np.ndarray:
+        np.subtract(xb, _shift(m[ks])[None, :, None], out=out)
         return np.exp(out, out=out)
 
-    def finish(blk: Block, exps_in_y: bool) -> None:
-        """y of a block once its sums are known (y3 holds exp(x - shift) already when exps_in_y)."""
+    def last_step(blk: Block, out: np.ndarray) -> None:
+        """out holds x - shift (log) or exp(x - shift): - log_sum or / total, rounded into y."""
         ks = blk[1]
-        out = y3[blk]
         if log:
-            np.subtract(x3[blk], _shift(m[ks])[None, :, None], out=out)
-            out -= log_sum[ks][None, :, None]
-            return
-        if not exps_in_y:
-            exp_shifted(blk, out)
-        out /= total[ks][None, :, None]
+            result.done_by(blk, np.subtract, out, log_sum[ks][None, :, None])
+        else:
+            result.done_by(blk, np.divide, out, total[ks][None, :, None])
+
+    def finish(blk: Block, xb: np.ndarray, out: np.ndarray, exps_in_out: bool) -> None:
+        """y of a block once its sums are known (out holds exp(x - shift) already when exps_in_out)."""
+        if log:
+            np.subtract(xb, _shift(m[blk[1]])[None, :, None], out=out)
+        elif not exps_in_out:
+            exp_shifted(xb, blk[1], out)
+        last_step(blk, out)
 
     if complete and g.dims[0] == 1:
 
         def rows_block(blk: Block) -> None:
             ks = blk[1]
-            m[ks], total[ks], log_sum[ks] = _rows(x3[0, ks], y3[0, ks], log)
+            x2 = wide(x3[blk])  # (1, k, B)
+            out = result.scratch(blk, x2, fresh)  # _rows reads x2 no more once it writes y
+            m[ks], total[ks], log_sum[ks] = _rows(x2[0], out[0], log)
+            last_step(blk, out)
 
         parallel_map(rows_block, blocks)
     elif complete:
 
         def block(blk: Block) -> None:
             ks = blk[1]
-            m[ks] = _max_ab(x3[blk])
-            sums = _sums(x3[blk], m[ks], exp_shifted(blk, y3[blk]))
+            xb = wide(x3[blk])
+            m[ks] = _max_ab(xb)
+            out = result.block(blk)
+            sums = _sums(xb, m[ks], exp_shifted(xb, ks, out))
             total[ks], log_sum[ks] = sums[0], _log_sum(m[ks], sums)
-            finish(blk, exps_in_y=True)
+            finish(blk, xb, out, exps_in_out=True)
 
         parallel_map(block, blocks)
     else:
-        m[:] = np.max(parallel_map(lambda blk: _max_ab(x3[blk]), blocks), axis=0)
-        parts = parallel_map(lambda blk: _sums(x3[blk], m, exp_shifted(blk, np.empty(x3[blk].shape))), blocks)
-        sums = np.sum(parts, axis=0)
-        total[:], log_sum[:] = sums[0], _log_sum(m, sums)
-        parallel_map(lambda blk: finish(blk, exps_in_y=False), blocks)
+        m[:] = np.max(parallel_map(lambda blk: _max_ab(wide(x3[blk])), blocks), axis=0)
+
+        def sums(blk: Block) -> np.ndarray:
+            xb = wide(x3[blk])
+            return _sums(xb, m, exp_shifted(xb, slice(None), np.empty(xb.shape)))
+
+        summed = np.sum(parallel_map(sums, blocks), axis=0)
+        total[:], log_sum[:] = summed[0], _log_sum(m, summed)
+        parallel_map(lambda blk: finish(blk, wide(x3[blk]), result.block(blk), exps_in_out=False), blocks)
     stats = np.where(m == np.inf, np.inf, m + log_sum)  # torch.logsumexp: +inf where an entry is +inf
-    return g.restore(y3), g.stat(stats)
+    return result.finish(), g.stat(stats)
