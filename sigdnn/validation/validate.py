@@ -163,11 +163,6 @@ class StepReference:
     errors_through: dict[int, np.ndarray]
 
 
-def _as_wide(a: np.ndarray) -> np.ndarray:
-    """Floating arrays in float64 (their values exactly), others as they are."""
-    return a.astype(np.float64) if np.issubdtype(a.dtype, np.inexact) or a.dtype.kind == "V" else a
-
-
 def _carry_errors(
     graph: Graph,
     node: Node,
@@ -202,20 +197,20 @@ def _carry_errors(
             plan.execute({**inputs, **results}, ExecutionContext())
             return {p: results[p] for p in floats}
 
-        wide = {p: _as_wide(a) for p, a in ins.items()}
         if op.moves_data:
             arrived = run({p: bounds.get(p, np.zeros(a.shape)) for p, a in ins.items()})
         elif op.sums_absolute_terms:
-            absolute = {p: np.abs(a) for p, a in wide.items()}
+            absolute = {p: np.abs(a) for p, a in ins.items()}
             arrived = {p: np.zeros(outs[p].shape) for p in floats}
             for p, bound in bounds.items():
                 for q, value in run({**absolute, p: bound}).items():
                     arrived[q] = arrived[q] + value
         else:
-            base = run(wide)
+            base = run(ins)
             arrived = {p: np.zeros(outs[p].shape) for p in floats}
             for p, bound in bounds.items():
-                moved = [run({**wide, p: wide[p] + sign * bound}) for sign in (1.0, -1.0)]
+                # A float64 bound promotes the moved input to float64: the move is exact.
+                moved = [run({**ins, p: ins[p] + sign * bound}) for sign in (1.0, -1.0)]
                 for q in floats:
                     with np.errstate(invalid="ignore"):
                         change = np.fmax(np.abs(moved[0][q] - base[q]), np.abs(moved[1][q] - base[q]))

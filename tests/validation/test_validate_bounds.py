@@ -187,3 +187,18 @@ def test_a_step_after_a_gemm_is_judged_without_the_gemm_bound() -> None:
     verdicts = {c.node: c.comparison.passed for c in report.nodes}
     assert verdicts == {"mm": True, "scale": True, "tanh": False}
     assert all(c.passed for c in report.outputs), report.table()
+
+
+def test_a_one_term_softmax_gets_no_normwise_bound_end_to_end() -> None:
+    """softmax over an axis of one (y = 1 exactly) beside a matmul with K = 64: y's end-to-end bound is the
+    chain's rtol (11 float32 ulps over the graph) plus y's own carried error, about 2e-6; the matmul's
+    accumulation factor (4 * 8 eps = 3.8e-6) must not be scaled by max|y| into it, so 3e-6 off fails."""
+    g = sigdnn.Graph("apart", io_dtype="float32", compute_dtype="float32")
+    y, _ = g.softmax(g.tensor("x", (3, 1)), name="sm")
+    y.set_output(True).set_name("y")
+    g.matmul(g.tensor("a", (2, 64)), g.tensor("b", (64, 2)), name="mm").set_output(True).set_name("c")
+    registry = Registry(entry_point_group=None)
+    registry.register(OffsetSoftmaxBuilder(3e-6))
+    report = validate(g, seed=2, executor=sigdnn.Executor(registry=registry))
+    verdicts = {c.name: c.passed for c in report.outputs}
+    assert verdicts == {"y": False, "c": True}, report.table()
