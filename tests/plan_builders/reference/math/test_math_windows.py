@@ -12,6 +12,7 @@ import itertools
 
 import numpy as np
 import pytest
+from numpy.lib.stride_tricks import as_strided
 
 from sigdnn.plan_builders.reference.math import windows as win
 
@@ -51,6 +52,15 @@ def test_channels_last_reads_the_strides() -> None:
     assert not win.channels_last(nhwc((2, 1, 4, 5)))  # one channel: nothing to be last
     assert not win.channels_last(np.zeros((2, 3)))
     assert win.channels_last(np.zeros((2, 3, 1, 1))) is True and win.channels_last(np.zeros((2, 3))) is False
+    assert win.channels_last(nhwc((2, 2, 4, 5)))  # two channels
+    one_channel_of_two = np.moveaxis(np.zeros((2, 4, 5, 2))[..., :1], -1, 1)  # C stride 8 < every spatial one
+    assert not win.channels_last(one_channel_of_two)  # yet one channel is a trivial axis: not channels last
+    nhcw = np.zeros((2, 4, 3, 5)).transpose(0, 2, 1, 3)  # C between H (outer) and W (inner)
+    assert not win.channels_last(nhcw)
+    nwch = np.zeros((2, 5, 3, 4)).transpose(0, 2, 3, 1)  # the first spatial axis innermost
+    assert not win.channels_last(nwch)
+    unit_first = as_strided(np.zeros(60), shape=(2, 3, 1, 5), strides=(240, 8, 8, 24))  # a size-1 axis's stride
+    assert win.channels_last(unit_first)  # never counts
 
 
 @pytest.mark.parametrize("last", [False, True])
@@ -126,6 +136,9 @@ def test_row_chunks_hand_worked() -> None:
     assert chunks(1, [3, 3], 2, 5) == [((0, 1), (0, 1)), ((0, 1), (1, 2)), ((0, 1), (2, 3))]  # a row over it
     assert chunks(2, [3], 4, 1) == [((0, 1), (0, 1)), ((0, 1), (1, 2)), ((0, 1), (2, 3)), ((1, 2), (0, 1)),
                                     ((1, 2), (1, 2)), ((1, 2), (2, 3))]  # fmt: skip
+    # one position of one byte: a sample (and a line) of exactly 1 byte
+    assert chunks(4, [1], 1, 2) == [((0, 2), None), ((2, 4), None)]
+    assert chunks(1, [5], 1, 2) == [((0, 1), (0, 2)), ((0, 1), (2, 4)), ((0, 1), (4, 5))]
 
 
 def test_merge_axes_gives_the_elements_in_order() -> None:
@@ -136,6 +149,7 @@ def test_merge_axes_gives_the_elements_in_order() -> None:
     np.testing.assert_array_equal(win.merge_axes(strided, 1, 3), strided.reshape(2, 6))
     ones = a[:, :1, :1]
     np.testing.assert_array_equal(win.merge_axes(ones, 1, 3), ones.reshape(2, 1))
+    assert not win.merge_axes(a, 1, 3).flags.writeable  # a view the callers only read: never written through
 
 
 @pytest.mark.parametrize("last", [False, True])
