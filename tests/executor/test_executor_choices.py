@@ -17,6 +17,8 @@ import pytest
 
 import sigdnn
 from sigdnn.errors import ExecutionError, NoPlanError, NotSupported, RegistryError, UsageError, VariantPackError
+from sigdnn.executor import executor as executor_module
+from sigdnn.executor.host import HostMemory
 from sigdnn.registry import Dataflow, FusionBuilder, NodePlan, PlanBuilder, Region, RegionPlan, Registry, make_region
 
 
@@ -319,3 +321,78 @@ def test_a_sigdnn_error_from_a_step_propagates_unwrapped() -> None:
     with pytest.raises(VariantPackError) as e:
         sigdnn.Executor(registry=registry(Raising())).run(identity_graph(), {"x": X})
     assert str(e.value) == "the plan's own words" and not isinstance(e.value, ExecutionError)
+
+
+def test_gpu_settings_are_accepted_for_the_gpu_backend() -> None:
+    ex = sigdnn.Executor("gpu", cuda_graphs=True, fallback="reference")  # the GPU is needed only to run
+    assert ex.cuda_graphs and ex.fallback == "reference"
+
+
+def test_a_released_buffer_is_a_usage_error() -> None:
+    view = memoryview(identity_graph().serialize())
+    view.release()
+    with pytest.raises(UsageError, match="could not read the buffer"):
+        sigdnn.Executor().prepare(view)
+
+
+class LoggedMemory:
+    """Host buffers that log the calls which order a run (the GPU memory's contract, seen on the CPU).
+
+    It does not say ``keeps_scratch``: a memory that does not is given a fresh arena each run.
+    """
+
+    def __init__(self, log: list[str]) -> None:
+        self.host, self.log = HostMemory(), log
+        self.device = self.host.device
+        self.stream = None
+
+    def session(self) -> LoggedMemory:
+        return self
+
+    def arena(self, nbytes: int) -> Any:
+        self.log.append("arena")
+        return self.host.arena(nbytes)
+
+    def synchronize(self) -> None:
+        self.log.append("synchronize")
+
+    def deliver(self, array: Any, to_host: bool) -> Any:
+        self.log.append("deliver")
+        return array
+
+    def __getattr__(self, name: str) -> Any:  # accept, view, workspace, new_output, scalar, snapshot
+        if name == "keeps_scratch":
+            raise AttributeError(name)
+        return getattr(self.host, name)
+
+
+class KeepingMemory(LoggedMemory):
+    keeps_scratch = True
+
+
+def logged(memory: type[LoggedMemory], monkeypatch: pytest.MonkeyPatch) -> tuple[sigdnn.Executor, list[str]]:
+    log: list[str] = []
+    monkeypatch.setattr(executor_module, "HostMemory", lambda: memory(log))
+    return sigdnn.Executor(), log
+
+
+def test_the_device_is_synchronized_before_each_step_time_and_before_returning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ex, log = logged(LoggedMemory, monkeypatch)
+    plan = ex.prepare(five_chain())
+    log.clear()
+    ex.execute(plan, {"x": X}, on_step=lambda i, step, seconds: log.append(f"on_step {i}"))
+    steps = [entry for entry in log if entry.startswith("on_step") or entry == "synchronize"]
+    assert steps == [x for i in range(5) for x in ("synchronize", f"on_step {i}")] + ["synchronize"]
+    assert log[-2:] == ["deliver", "synchronize"]  # outputs handed out, then the device drained
+
+
+def test_scratch_is_kept_between_runs_only_by_a_memory_that_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    for memory, arenas, kept in [(LoggedMemory, 3, 0), (KeepingMemory, 1, 1)]:
+        ex, log = logged(memory, monkeypatch)
+        g = five_chain()
+        plan = ex.prepare(g)
+        for _ in range(3):
+            ex.execute(plan, {"x": X})
+        assert log.count("arena") == arenas and len(plan.spare_scratch) == kept, memory.__name__
