@@ -11,7 +11,7 @@ import pytest
 
 import sigdnn
 from sigdnn.campaign.cases import Case, graph_digest
-from sigdnn.campaign.judge import FAIL, compute_reference, judge, max_ulps
+from sigdnn.campaign.judge import FAIL, compute_reference, judge, max_ulps, shape_facts
 from sigdnn.dtypes import round_to
 from sigdnn.registry import DEFAULT_REGISTRY, NodePlan, PlanBuilder
 
@@ -95,3 +95,13 @@ def test_an_output_with_no_finite_pair_does_not_end_the_ulp_count() -> None:
     want = {"first": np.array([np.inf, np.nan]), "second": np.array([1.0, 2.0])}
     got = {"first": np.array([np.inf, 1.0]), "second": np.array([1.0, 2.0 + 3 * 2**-9])}
     assert max_ulps(g, got, want) == 3.0
+
+
+def test_a_graphs_keys_are_listed_once_each_in_node_order() -> None:
+    g = sigdnn.Graph("three", io_dtype="float16")
+    x = g.tensor("x", dims=(2,))
+    for name, mode in [("first", "exp"), ("second", "neg"), ("third", "neg")]:
+        g.pointwise(mode, x).set_output(True).set_name(name)
+    facts = shape_facts(g)
+    assert facts["key"] == "Pointwise[exp](f16->f16; f32); Pointwise[neg](f16->f16; f32)"
+    assert facts["family"] == "pointwise[exp]+pointwise[neg]"
