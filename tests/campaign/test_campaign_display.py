@@ -11,7 +11,7 @@ import re
 import pytest
 from rich.console import Console
 
-from sigdnn.campaign.summary import Group, progress_display, summary_table
+from sigdnn.campaign.summary import Group, Throughput, progress_display, summary_table
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -66,3 +66,11 @@ def test_the_progress_bar_stays_off_when_disabled_or_not_a_terminal(
         with progress_display(2, lambda: 0) as advance:
             advance()
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_slow_campaign_still_has_an_eta() -> None:
+    now = [0.0]
+    meter = Throughput(10, clock=lambda: now[0])
+    meter.advance()
+    now[0] = 4.0  # a quarter of a case per second
+    assert (meter.rate, meter.eta, meter.text()) == (0.25, 36.0, "0.2 cases/s, ETA 36 s")

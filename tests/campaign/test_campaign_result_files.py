@@ -37,7 +37,7 @@ def test_the_log_makes_missing_folders_and_closes(tmp_path: Path) -> None:
 def test_reading_stops_at_the_first_line_that_is_not_a_row(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     good = '{"case": "a", "verdict": "pass"}\n'
-    for bad in ["[1, 2]\n", '{"verdict": "pass"}\n', '"text"\n', 'not json\n']:
+    for bad in ["[1, 2]\n", '{"verdict": "pass"}\n', '"text"\n', "not json\n"]:
         path.write_text(good + bad + '{"case": "d", "verdict": "pass"}\n')
         assert list(finished(path)) == ["a"]
         assert path.read_text() == good
