@@ -7,6 +7,8 @@ in either layout; a stride or any padding must keep a 1x1 kernel off it.
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from math_oracles import import_torch, in_layout
@@ -43,3 +45,28 @@ def test_one_by_one_convolutions_match_torch(xd, wd, pre, post, stride, layout: 
     dilation = (1,) * len(pre)
     got = conv_forward(in_layout(x, layout), w, pre, post, stride, dilation)
     np.testing.assert_array_equal(got, torch_conv(x, w, pre, post, stride))
+
+
+def traced_peak(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    ("xd", "layout"),
+    [((1, 8, 8, 8), "contiguous"), ((1, 8, 8, 512), "contiguous"), ((2, 8, 8, 8), "channels_last")],
+)
+def test_a_one_by_one_convolution_of_mergeable_planes_allocates_only_its_output(xd, layout: str) -> None:
+    """The in-place GEMM's claim, held at its strength: no columns, no scratch chunk (several MiB), only y.
+
+    64 positions a plane is the smallest that the channels-first path multiplies in place.
+    """
+    x = in_layout(np.random.default_rng(0).standard_normal(xd), layout)
+    w = np.random.default_rng(1).standard_normal((16, 8, 1, 1))
+    y_bytes = xd[0] * 16 * xd[2] * xd[3] * 8
+    peak = traced_peak(lambda: conv_forward(x, w, (0, 0), (0, 0), (1, 1), (1, 1)))
+    assert peak < y_bytes + (64 << 10), (peak, y_bytes)
