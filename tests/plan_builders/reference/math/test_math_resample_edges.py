@@ -11,7 +11,7 @@ from sigdnn.plan_builders.reference.math import resample, resample_backward
 torch = import_torch()
 
 
-@pytest.mark.parametrize("out", [(9, 7), (1, 7), (3, 1)])
+@pytest.mark.parametrize("out", [(9, 7), (1, 7), (3, 1), (2, 2)])
 def test_align_corners_with_scales_matches_torch(out: tuple[int, int]) -> None:
     """align_corners places outputs by the sizes alone (torch ignores the scale there too); one output is at 0."""
     rng = np.random.default_rng(sum(out))
