@@ -22,6 +22,8 @@ def test_seed_lists_start_at_zero_and_refuse_any_negative(tmp_path: Path) -> Non
 def test_a_generator_defaults_to_float32_packed(tmp_path: Path) -> None:
     (generator,) = parse_spec(GENERATE, tmp_path).generators
     assert generator.dtypes == ("float32",) and generator.layouts == ("packed",)
+    (empty,) = parse_spec(GENERATE + "dtypes = []\nlayouts = []\n", tmp_path).generators
+    assert empty.dtypes == ("float32",) and empty.layouts == ("packed",)  # an empty list is the default too
 
 
 def test_double_star_globs_reach_nested_folders(tmp_path: Path) -> None:
