@@ -39,9 +39,7 @@ def integer_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     pieces_b = [((ub >> np.uint64(limb * j)) & mask).astype(np.float64) for j in range(count)]
     total: np.ndarray | None = None
     for i in range(count):
-        for j in range(count - i):
-            if limb * (i + j) >= 64:
-                continue
+        for j in range(count - i):  # i + j < count: each shift limb * (i + j) is below 64
             part = np.matmul(pieces_a[i], pieces_b[j]).astype(np.uint64) << np.uint64(limb * (i + j))
             total = part if total is None else total + part
     assert total is not None

@@ -68,3 +68,20 @@ def test_dtype_change_rounds_once() -> None:
     got = run(g, {"a": values, "b": floats})
     np.testing.assert_array_equal(got["h"].ravel(), np.array([2048, 2052, -65504, np.inf], dtype=np.float16))
     np.testing.assert_array_equal(got["i"], np.array([1, -2, 3, 0], dtype=np.int32))  # truncation toward zero
+
+
+def test_float_to_float_and_wide_integers_round_once() -> None:
+    """float32 -> float16 keeps fractions; an int64 past 2**53 rounds to float32 from its exact value.
+
+    2**60 + 2**36 + 1 lies just above the midpoint of float32's neighbours 2**60 and 2**60 + 2**37:
+    it rounds up. Through float64 first it would become the midpoint itself (float64's spacing there is
+    2**8) and then round to even, down to 2**60.
+    """
+    g = sigdnn.Graph("move", io_dtype="float32")
+    a = g.tensor("a", (2,))
+    b = g.tensor("b", (2,), dtype="int64")
+    outputs(g, {"h": g.reshape(a, (2,)).set_data_type("float16"), "f": g.reshape(b, (2,)).set_data_type("float32")})
+    wide = np.array([2**60 + 2**36 + 1, -(2**60 + 2**36 + 1)], dtype=np.int64)
+    got = run(g, {"a": np.array([1.5, -2.25], np.float32), "b": wide})
+    np.testing.assert_array_equal(got["h"], np.array([1.5, -2.25], np.float16))
+    np.testing.assert_array_equal(got["f"], np.array([2**60 + 2**37, -(2**60 + 2**37)], np.float32))
