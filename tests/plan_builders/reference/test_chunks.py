@@ -54,3 +54,28 @@ def test_large_three_input_select_with_strided_output() -> None:
     sigdnn.Executor().run(g, {"a": xa, "b": xb, "m": xm, "y": y})
     np.testing.assert_array_equal(y, np.where(xm, xa, xb))
     assert np.isnan(padded[:, :, 70_001:]).all()
+
+
+# -- narrow plans: inputs read in their own dtype, outputs rounded block by block into the caller's array --
+
+
+def _bfloat16_nearest_even(v: np.ndarray) -> np.ndarray:
+    """float64 -> bfloat16 rounded once, to nearest even, in exact float64 arithmetic (normal range): the
+    8-bit significand m * 2^8 rounded by rint is exactly representable, so nothing rounds twice."""
+    import ml_dtypes
+
+    m, e = np.frexp(v)
+    return np.ldexp(np.rint(m * 256.0), e - 8).astype(ml_dtypes.bfloat16)
+
+
+def test_a_narrow_plan_rounds_bfloat16_outputs_once() -> None:
+    """float32 x, bfloat16 y: softmax's float64 values rounded once to bfloat16 (a ufunc writing into the
+    bfloat16 output, ml_dtypes' cast, goes through float32 and misses ~2^-16 of them)."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(5).standard_normal((256, 1024)).astype(np.float32)
+    g = sigdnn.Graph("sm", io_dtype="float32")
+    g.softmax(g.tensor("x", x.shape))[0].set_output(True).set_name("y").set_data_type("bfloat16")
+    y = sigdnn.Executor().run(g, {"x": x})["y"]
+    want = torch.softmax(torch.from_numpy(x.astype(np.float64)), dim=1).numpy()
+    assert np.any(want.astype(np.float32).astype(y.dtype) != _bfloat16_nearest_even(want))  # rounding twice shows
+    np.testing.assert_array_equal(y.view(np.uint16), _bfloat16_nearest_even(want).view(np.uint16))
