@@ -109,6 +109,10 @@ CASES = [
     conv((1, 4, 3, 4), (6, 2, 1, 2), post=1, stride=3),  # stride > kernel: inputs no window reaches
     conv((2, 3, 7, 7), (5, 3, 1, 1), stride=2),  # strided 1x1
     conv((3, 5, 4, 3), (7, 5, 1, 1)),  # pointwise
+    # 1x1 with one axis strided or padded (on one side): not a GEMM on x itself (64+ positions, as one would be)
+    conv((1, 2, 8, 9), (3, 2, 1, 1), stride=(1, 2)),
+    conv((1, 2, 8, 9), (3, 2, 1, 1), pre=(1, 0), post=(0, 0)),
+    conv((1, 2, 8, 9), (3, 2, 1, 1), pre=(0, 0), post=(0, 1)),
     conv((2, 4, 6), (6, 2, 1), pre=2, post=1),  # padding beyond the kernel: outputs that see only padding
     conv((1, 2, 5, 4), (2, 2, 2, 3), pre=(3, 0), post=(0, 3), dilation=(1, 2)),
     conv((1, 3, 11, 11), (4, 3, 7, 7), pre=3, stride=2),  # a small stem
