@@ -115,7 +115,7 @@ class _Output:
             block = self._full[batch, rows] if self._last else self._full[:, batch, rows]
         else:
             nb = len(range(n)[batch])
-            rb = len(range(out[0])[rows]) if out else 1
+            rb = len(range(out[0])[rows])  # convs have 1 to 3 spatial axes
             shape = (nb, rb, *out[1:], k) if self._last else (k, nb, rb, *out[1:])
             block = self._pending = np.empty(shape)
         if self._last:
