@@ -418,11 +418,15 @@ def test_parallel_map_keeps_order_and_nests_inline(monkeypatch: pytest.MonkeyPat
         parallel_map(lambda v: np.float64(1.0) / v, [np.float64(1.0), np.float64(0.0)])
 
 
-def test_layernorm_hand_worked_with_a_scale_along_two_normalized_elements() -> None:
-    """x = [1, 3], epsilon 0: mean 2, var 1, inv 1, so y = [-1, 1] * [2, 5] + [0.5, -0.5] = [-1.5, 4.5]
-    (the scale varies along the normalized axis, each element takes its own)."""
-    y, mean, inv = layernorm(np.array([[1.0, 3.0]]), np.array([[2.0, 5.0]]), np.array([[0.5, -0.5]]), 0.0, True)
-    assert y.tolist() == [[-1.5, 4.5]] and (mean.item(), inv.item()) == (2.0, 1.0)
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_layernorm_hand_worked_with_a_scale_along_two_normalized_elements(order: str) -> None:
+    """Rows [1, 3], [0, 2], [4, 6], epsilon 0: d = [-1, 1], var 1, inv 1, so every row's y is
+    [-1, 1] * [2, 5] + [0.5, -0.5] = [-1.5, 4.5]: the scale varies along the normalized axis, each element
+    takes its own, also when that axis is the outer one in memory (order F)."""
+    x = np.array([[1.0, 3.0], [0.0, 2.0], [4.0, 6.0]], order=order)
+    y, mean, inv = layernorm(x, np.array([[2.0, 5.0]]), np.array([[0.5, -0.5]]), 0.0, True)
+    assert y.tolist() == [[-1.5, 4.5]] * 3
+    assert mean.ravel().tolist() == [2.0, 1.0, 5.0] and inv.ravel().tolist() == [1.0] * 3
 
 
 @pytest.mark.parametrize("given", [(True, False, True), (False, True, True), (True, True, False)])
