@@ -1,4 +1,5 @@
-"""Block-wise elementwise execution: every element written once, same result as whole-tensor math."""
+"""Block-wise execution of the reference: every element written once, same result as whole-tensor math; only
+elementwise nodes are split by output block, and narrow plans round each block once into the outputs."""
 
 from __future__ import annotations
 
@@ -54,3 +55,57 @@ def test_large_three_input_select_with_strided_output() -> None:
     sigdnn.Executor().run(g, {"a": xa, "b": xb, "m": xm, "y": y})
     np.testing.assert_array_equal(y, np.where(xm, xa, xb))
     assert np.isnan(padded[:, :, 70_001:]).all()
+
+
+def test_large_nodes_that_are_not_elementwise_run_whole() -> None:
+    """Outputs past one block (2^16 elements) of nodes whose outputs read more than the same-index inputs:
+    cut into output blocks, gen_index along axis 0 would count from 0 in every block and a matmul would
+    pair blocks of a and b that do not belong together. Integer-valued inputs make the float64 sums exact."""
+    g = sigdnn.Graph("big", io_dtype="float32")
+    idx = g.pointwise("gen_index", g.tensor("x", dims=(400, 300)), axis=0, name="idx")
+    idx.set_output(True).set_name("i").set_data_type("int32")
+    g.matmul(g.tensor("a", dims=(256, 64)), g.tensor("b", dims=(64, 512)), name="mm").set_output(True).set_name("c")
+    rng = np.random.default_rng(6)
+    a, b = (rng.integers(-8, 9, size=d).astype(np.float32) for d in ((256, 64), (64, 512)))
+    got = sigdnn.Executor().run(g, {"x": np.zeros((400, 300), np.float32), "a": a, "b": b})
+    np.testing.assert_array_equal(got["i"], np.broadcast_to(np.arange(400, dtype=np.int32)[:, None], (400, 300)))
+    np.testing.assert_array_equal(got["c"], (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32))
+
+
+# -- narrow plans: inputs read in their own dtype, outputs rounded block by block into the caller's array --
+
+
+def _bfloat16_nearest_even(v: np.ndarray) -> np.ndarray:
+    """float64 -> bfloat16 rounded once, to nearest even, in exact float64 arithmetic (normal range): the
+    8-bit significand m * 2^8 rounded by rint is exactly representable, so nothing rounds twice."""
+    import ml_dtypes
+
+    m, e = np.frexp(v)
+    return np.ldexp(np.rint(m * 256.0), e - 8).astype(ml_dtypes.bfloat16)
+
+
+def test_a_narrow_plan_rounds_bfloat16_outputs_once() -> None:
+    """float32 x, bfloat16 y: softmax's float64 values rounded once to bfloat16 (a ufunc writing into the
+    bfloat16 output, ml_dtypes' cast, goes through float32 and misses ~2^-16 of them)."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(5).standard_normal((256, 1024)).astype(np.float32)
+    g = sigdnn.Graph("sm", io_dtype="float32")
+    g.softmax(g.tensor("x", x.shape))[0].set_output(True).set_name("y").set_data_type("bfloat16")
+    y = sigdnn.Executor().run(g, {"x": x})["y"]
+    want = torch.softmax(torch.from_numpy(x.astype(np.float64)), dim=1).numpy()
+    assert np.any(want.astype(np.float32).astype(y.dtype) != _bfloat16_nearest_even(want))  # rounding twice shows
+    np.testing.assert_array_equal(y.view(np.uint16), _bfloat16_nearest_even(want).view(np.uint16))
+
+
+def test_a_narrow_plan_stores_the_values_its_math_returns() -> None:
+    """Softmax writes y through its Sink and returns stats (logsumexp, keepdims) for the plan to store."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(7).standard_normal((64, 100)).astype(np.float32)
+    g = sigdnn.Graph("sm", io_dtype="float32")
+    y, stats = g.softmax(g.tensor("x", x.shape), generate_stats=True)
+    y.set_output(True).set_name("y")
+    stats.set_output(True).set_name("stats")
+    got = sigdnn.Executor().run(g, {"x": x})
+    wide = torch.from_numpy(x.astype(np.float64))
+    np.testing.assert_array_equal(got["y"], torch.softmax(wide, dim=1).numpy().astype(np.float32))
+    np.testing.assert_array_equal(got["stats"], torch.logsumexp(wide, dim=1, keepdim=True).numpy().astype(np.float32))

@@ -199,3 +199,39 @@ def test_a_tabulated_unary_op_allocates_no_float64_blocks() -> None:
     torch = pytest.importorskip("torch")
     want = torch.nn.functional.gelu(torch.from_numpy(x.astype(np.float64))).numpy().astype(np.float16)
     np.testing.assert_allclose(got["y"].astype(np.float64), want.astype(np.float64), rtol=2**-10, atol=2**-24)
+
+
+def _round_into(out: np.ndarray, values: np.ndarray) -> None:
+    np.copyto(out, values, casting="unsafe")
+
+
+@pytest.mark.parametrize(("kernel", "layout"), [(1, "NCHW"), (1, "NHWC"), (3, "NCHW"), (3, "NHWC")])
+def test_a_conv_into_a_sink_holds_one_float64_piece_of_y_at_a_time(
+    kernel: int, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """conv_forward with a Sink rounds each float64 piece of y (an image for a 1x1 conv, a chunk of
+    positions otherwise) into the output and lets it go before the next. Pieces here are 0.45-0.6 MiB;
+    everything else traced is x's widened image (1x1) or the im2col scratch (3x3, unpadded), so a second
+    live piece of y breaks the bound."""
+    from sigdnn.plan_builders.reference.math import windows
+    from sigdnn.plan_builders.reference.math.conv_forward import conv_forward
+    from sigdnn.plan_builders.reference.math.sink import Sink
+
+    monkeypatch.setattr(windows, "CHUNK_BYTES", 1 << 16)  # 3x3: chunks of 2048 positions, one image each
+    rng = np.random.default_rng(8)
+    c, k, size = (32, 32, 48) if kernel == 1 else (4, 36, 42)
+    x = rng.standard_normal((4, c, size, size)).astype(np.float32)
+    w = rng.standard_normal((k, c, kernel, kernel)).astype(np.float32)
+    if layout == "NHWC":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    out = size - kernel + 1
+    y = Sink(np.empty((4, k, out, out), np.float32), _round_into)
+    geometry = ((0, 0), (0, 0), (1, 1), (1, 1))
+    conv_forward(x, w, *geometry, y)  # warm
+    piece = k * out * out * 8  # one image of y in float64 (a chunk is one image here too)
+    other = c * size * size * 8 if kernel == 1 else windows.chunk_bytes(c * kernel * kernel * 8)
+    peak = traced_peak(lambda: conv_forward(x, w, *geometry, y))
+    assert peak < other + 1.5 * piece, (peak, other, piece)
+    torch = pytest.importorskip("torch")
+    want = torch.nn.functional.conv2d(torch.from_numpy(x.astype(np.float64)), torch.from_numpy(w.astype(np.float64)))
+    np.testing.assert_allclose(y.array, want.numpy().astype(np.float32), rtol=2**-23, atol=1e-6)

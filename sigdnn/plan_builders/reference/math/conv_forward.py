@@ -78,6 +78,7 @@ def conv_forward(
         else:
             np.matmul(wm, cols, out=ymat)
         result.done(batch, rows)
+        del ymat  # else this chunk's float64 block stays alive while the next one is allocated
     return result.finish()
 
 
@@ -114,7 +115,7 @@ class _Output:
             block = self._full[batch, rows] if self._last else self._full[:, batch, rows]
         else:
             nb = len(range(n)[batch])
-            rb = len(range(out[0])[rows]) if out else 1
+            rb = len(range(out[0])[rows])  # convs have 1 to 3 spatial axes
             shape = (nb, rb, *out[1:], k) if self._last else (k, nb, rb, *out[1:])
             block = self._pending = np.empty(shape)
         if self._last:
@@ -164,6 +165,7 @@ def _pointwise_in_place(x: np.ndarray, wm: np.ndarray, groups: int, last: bool, 
             else:
                 dest[...] = np.matmul(image.reshape(-1, groups, cg).transpose(1, 0, 2), wm).transpose(1, 0, 2)
             y.image_done(i)
+            del dest, image  # else both stay alive while the next image's are allocated
         return True
     planes = merge_axes(x, 2, x.ndim)  # (N, C, P)
     if planes is None or planes.shape[2] < 64:  # tiny planes: the chunked path folds the batch

@@ -109,6 +109,10 @@ CASES = [
     conv((1, 4, 3, 4), (6, 2, 1, 2), post=1, stride=3),  # stride > kernel: inputs no window reaches
     conv((2, 3, 7, 7), (5, 3, 1, 1), stride=2),  # strided 1x1
     conv((3, 5, 4, 3), (7, 5, 1, 1)),  # pointwise
+    # 1x1 with one axis strided or padded (on one side): not a GEMM on x itself (64+ positions, as one would be)
+    conv((1, 2, 8, 9), (3, 2, 1, 1), stride=(1, 2)),
+    conv((1, 2, 8, 9), (3, 2, 1, 1), pre=(1, 0), post=(0, 0)),
+    conv((1, 2, 8, 9), (3, 2, 1, 1), pre=(0, 0), post=(0, 1)),
     conv((2, 4, 6), (6, 2, 1), pre=2, post=1),  # padding beyond the kernel: outputs that see only padding
     conv((1, 2, 5, 4), (2, 2, 2, 3), pre=(3, 0), post=(0, 3), dilation=(1, 2)),
     conv((1, 3, 11, 11), (4, 3, 7, 7), pre=3, stride=2),  # a small stem
@@ -285,3 +289,30 @@ def test_generated_exact_sums(c: Conv, layouts: tuple[str, str, str], seed: int)
     got = run_all(c, in_layout(x, layouts[0], seed), in_layout(w, layouts[1], seed), in_layout(dy, layouts[2], seed))
     for name, g, t in zip(("y", "dx", "dw"), got, want):
         np.testing.assert_array_equal(g, t, err_msg=f"{name} {c} {layouts}")
+
+
+@pytest.mark.parametrize(
+    "c",
+    [
+        # stride 2, dilation 3 along H: the odd rows' one tap reads dy before its start, the even rows' is
+        # past its end only for W's odd class; W has a class with no rows at all (x_len 2 < stride 3)
+        conv((1, 2, 2, 2), (2, 2, 2, 1), pre=(0, 0), post=(2, 0), stride=(2, 3), dilation=(3, 1)),
+        conv((1, 2, 2, 4), (2, 2, 2, 1), pre=(0, 0), post=(2, 0), stride=(2, 2), dilation=(3, 1)),
+        conv((1, 2, 4, 2), (2, 2, 1, 2), pre=(0, 0), post=(0, 2), stride=(2, 2), dilation=(1, 3)),
+    ],
+    ids=str,
+)
+def test_dgrad_classes_that_only_read_padding_are_written_as_zeros(c: Conv) -> None:
+    """dx rows (residue classes of the stride) whose taps all land on dy's padding get 0, every one of
+    them: dx goes into a NaN-filled Sink, so an element left unwritten shows."""
+    from sigdnn.plan_builders.reference.math.sink import Sink
+
+    rng = np.random.default_rng(12)
+    x, w, dy = integers(rng, c.x), integers(rng, c.w), integers(rng, c.y)
+    _, want, _ = torch_conv(c, x, w, dy)
+    loops = brute(c, x, w, dy)[1]
+    sink = Sink(np.full(c.x, np.nan), lambda out, v: np.copyto(out, v), True)
+    assert conv_dgrad(dy, w, *c.args, c.x, sink) is None
+    np.testing.assert_array_equal(sink.array, want)
+    np.testing.assert_array_equal(sink.array, loops)
+    assert np.any(want == 0)

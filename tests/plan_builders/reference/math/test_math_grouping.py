@@ -125,3 +125,18 @@ def test_each_run_pattern_is_a_view_in_any_axis_order(order: tuple[int, ...], re
     g = Grouped(x, reduced)
     assert np.shares_memory(g.view, x)
     np.testing.assert_array_equal(g.restore(g.view), x)
+
+
+def test_regroup_is_a_view_when_the_strides_allow_and_none_otherwise() -> None:
+    """An output laid out like x regroups as a view of itself (results written through it land in the
+    output); one laid out otherwise cannot, and regroup says so instead of handing back a copy."""
+    x = np.arange(3 * 4 * 5, dtype=np.float64).reshape(3, 4, 5)
+    g = Grouped(x, (2,))  # (A, K, B) = (1, 12, 5)
+    like_x = np.zeros((3, 4, 5), np.float32)
+    view = g.regroup(like_x)
+    assert view is not None and np.shares_memory(view, like_x)
+    assert view.shape == g.dims and not view.any()
+    view[...] = g.view
+    np.testing.assert_array_equal(like_x, x)
+    swapped = np.zeros((4, 3, 5), np.float32).transpose(1, 0, 2)  # logical (3, 4, 5): the kept axes do not merge
+    assert g.regroup(swapped) is None

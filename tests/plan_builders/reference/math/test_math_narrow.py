@@ -123,3 +123,24 @@ def test_a_sink_in_another_layout_takes_the_whole_float64_result(x_last: bool) -
     got = math.batchnorm_train(x, s, s, 1e-5, y=sink)
     _same(sink.array, want[0].astype(np.float32))
     _same(got[2], want[2])
+
+
+def _store_toward_zero(out: np.ndarray, values: np.ndarray) -> None:
+    """float64 -> float32 rounded toward zero: a store NumPy's own cast cannot stand in for."""
+    v = values.astype(np.float32)
+    over = np.abs(v.astype(np.float64)) > np.abs(values)
+    v[over] = np.nextafter(v[over], np.float32(0))
+    np.copyto(out, v)
+
+
+def test_a_sink_uses_its_store_unless_it_says_the_store_is_numpys_cast() -> None:
+    """Sink(array, store) without ``casts``: every value goes through store (a ufunc writing into the array
+    would round to nearest instead), so the result is the float64 softmax rounded toward zero, bit for bit."""
+    x = _x((64, 50), np.float32)
+    want, _ = math.softmax(x.astype(np.float64), (1,))
+    toward_zero = np.empty(want.shape, np.float32)
+    _store_toward_zero(toward_zero, want)
+    assert np.any(toward_zero != want.astype(np.float32))  # the two roundings differ on this input
+    sink = Sink(np.full(want.shape, np.nan, np.float32), _store_toward_zero)
+    assert math.softmax(x, (1,), False, sink)[0] is None
+    _same(sink.array, toward_zero)

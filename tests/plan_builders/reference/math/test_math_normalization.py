@@ -416,3 +416,23 @@ def test_parallel_map_keeps_order_and_nests_inline(monkeypatch: pytest.MonkeyPat
     assert inner == [[(i, j) for j in range(3)] for i in range(7)]
     with np.errstate(divide="raise"), pytest.raises(FloatingPointError):  # the caller's error state reaches the workers
         parallel_map(lambda v: np.float64(1.0) / v, [np.float64(1.0), np.float64(0.0)])
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_layernorm_hand_worked_with_a_scale_along_two_normalized_elements(order: str) -> None:
+    """Rows [1, 3], [0, 2], [4, 6], epsilon 0: d = [-1, 1], var 1, inv 1, so every row's y is
+    [-1, 1] * [2, 5] + [0.5, -0.5] = [-1.5, 4.5]: the scale varies along the normalized axis, each element
+    takes its own, also when that axis is the outer one in memory (order F)."""
+    x = np.array([[1.0, 3.0], [0.0, 2.0], [4.0, 6.0]], order=order)
+    y, mean, inv = layernorm(x, np.array([[2.0, 5.0]]), np.array([[0.5, -0.5]]), 0.0, True)
+    assert y.tolist() == [[-1.5, 4.5]] * 3
+    assert mean.ravel().tolist() == [2.0, 1.0, 5.0] and inv.ravel().tolist() == [1.0] * 3
+
+
+@pytest.mark.parametrize("given", [(True, False, True), (False, True, True), (True, True, False)])
+def test_batchnorm_running_stats_need_all_three_inputs(given: tuple[bool, bool, bool]) -> None:
+    """The running outputs are None unless running mean, running variance and momentum are all given."""
+    x = np.array([0.0, 2.0]).reshape(2, 1)
+    rm, rv, momentum = (v if on else None for v, on in zip((np.full((1, 1), 4.0), np.full((1, 1), 6.0), 0.25), given))
+    y, _, _, next_mean, next_var = batchnorm_train(x, np.ones((1, 1)), np.zeros((1, 1)), 0.0, rm, rv, momentum)
+    assert y.ravel().tolist() == [-1.0, 1.0] and next_mean is None and next_var is None

@@ -186,3 +186,18 @@ def test_generated(shape, data, layout: str, seed: int) -> None:
     assert_within(y, t_y, sy, k, "softmax")
     assert_within(logy, t_log, slog, k, "log-softmax")
     assert_within(stats, t_lse, sst, k, "stats")
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_a_float64_input_is_read_not_overwritten_when_y_goes_to_a_sink(log: bool) -> None:
+    """The row path computes a narrow input's block in its widened copy; a float64 x is not a copy (the
+    caller's array), so y must not be computed there. Here y is rounded to float32 into the Sink."""
+    from sigdnn.plan_builders.reference.math.sink import Sink
+
+    x = np.random.default_rng(11).standard_normal((64, 100)) * 4
+    before = x.copy()
+    sink = Sink(np.full(x.shape, np.nan, np.float32), lambda out, v: np.copyto(out, v, casting="unsafe"), True)
+    assert softmax(x, (1,), log, sink)[0] is None
+    np.testing.assert_array_equal(x, before)
+    want = (torch.log_softmax if log else torch.softmax)(torch.tensor(before), 1).numpy()
+    np.testing.assert_array_equal(sink.array, want.astype(np.float32))
