@@ -71,14 +71,29 @@ class GpuMemory:
             return found
 
 
+def _is_torch(obj: Any) -> bool:
+    return type(obj).__module__.startswith("torch")
+
+
 def _torch_stream(objs: Any) -> int | None:
-    """torch's current stream (raw handle) on the device of the first torch CUDA tensor among ``objs``."""
+    """torch's current stream (raw handle) on the device of the first torch CUDA tensor among ``objs``.
+
+    Read through ``torch._C._cuda_getCurrentRawStream`` (as Triton does):
+    ``torch.cuda.current_stream`` builds a Stream object, several times the cost.
+    """
     for obj in objs:
-        if type(obj).__module__.startswith("torch") and getattr(obj, "is_cuda", False):
+        if _is_torch(obj) and getattr(obj, "is_cuda", False):
             import torch
 
-            return int(torch.cuda.current_stream(obj.device).cuda_stream)
+            return int(torch._C._cuda_getCurrentRawStream(obj.get_device()))
     return None
+
+
+def _torch_identity(obj: Any) -> tuple[Any, ...] | None:
+    """What a torch tensor's device view is made of (None for other objects): equal identities, equal views."""
+    if not _is_torch(obj):
+        return None
+    return (obj.data_ptr(), obj.is_cuda, obj.dtype, obj.shape, obj.stride())
 
 
 def _strided(context: Any, tensor: Tensor, dtype: DataType) -> Any:
@@ -190,9 +205,15 @@ class BoundPlan:
         nbytes = plan.workspace_bytes
         workspace = context.view(context.allocate(nbytes), 0, (nbytes,), None, np.uint8) if nbytes else None
         self.execution = ExecutionContext(memory.device, context.stream_handle, workspace)
-        self._inputs = [t.uid for t in graph.inputs]
-        self._outputs = [t.uid for t in graph.outputs]
+        self._tensors = plan.tensors
+        self._inputs = plan.tensors.inputs
+        self._outputs = plan.tensors.outputs
         self._io = [uid for uid, t in graph.tensors.items() if not t.is_virtual]
+        inputs = set(self._inputs)
+        self._io_specs = [
+            (uid, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]), uid in inputs) for uid in self._io
+        ]
+        self._wrapped: dict[int, tuple[tuple[Any, ...], Any]] = {}  # uid -> (torch identity, its DeviceArray)
         self._staging: dict[int, Any] = {}  # uid -> device buffer for host arrays and graph scalars (fixed address)
         self._scalar_values: dict[int, bytes] = {}  # uid -> the value the staged scalar holds
         self._steps = list(plan.steps)
@@ -231,16 +252,14 @@ class BoundPlan:
         the device finished.
         """
         graph = self.plan.graph
-        pack = resolve_pack(graph, variant_pack, self._inputs, self._outputs)
+        pack = resolve_pack(graph, variant_pack, self._inputs, self._outputs, self._tensors.names)
         torch_stream = _torch_stream(pack.values())
         with self._lock:
             if torch_stream is not None:
                 self.context.wait_for(torch_stream)
             copy_back: dict[int, np.ndarray] = {}
             fresh = False
-            for uid in self._io:
-                t = graph.tensors[uid]
-                dtype = graph.dtype_of(t)
+            for uid, t, dtype, is_input in self._io_specs:
                 obj = pack.get(uid)
                 if t.value is not None:
                     value = np.asarray(t.scalar() if obj is None else obj, dtype=dtype.numpy)
@@ -252,7 +271,7 @@ class BoundPlan:
                     self.buffers[uid] = _strided(self.context, t, dtype)
                     fresh = True
                 elif isinstance(obj, np.ndarray):
-                    writable = uid in copy_back or uid not in self._inputs
+                    writable = not is_input
                     _check_host(obj, t, dtype, writable)
                     staged = self.buffers[uid] = self._staged(uid)
                     if writable:
@@ -260,7 +279,7 @@ class BoundPlan:
                     else:
                         _upload(self.context, obj, staged, t, dtype)
                 else:
-                    self.buffers[uid] = _wrap_device(self.context, obj, t, dtype)
+                    self.buffers[uid] = self._device_view(uid, obj, t, dtype)
             addresses = tuple(self.buffers[u].ptr for u in self._io)
             if addresses != self._addresses:
                 for i, step in enumerate(self._steps):
@@ -282,6 +301,22 @@ class BoundPlan:
             else:
                 self.context.synchronize()
             return result
+
+    def _device_view(self, uid: int, obj: Any, tensor: Tensor, dtype: DataType) -> Any:
+        """The caller's device buffer as a checked view; a torch tensor whose identity is unchanged reuses the last.
+
+        The reused view keeps the tensor it was made from alive: the same
+        memory, so the caller's new tensor is served by it exactly.
+        """
+        identity = _torch_identity(obj)
+        if identity is not None:
+            last = self._wrapped.get(uid)
+            if last is not None and last[0] == identity:
+                return last[1]
+        device = _wrap_device(self.context, obj, tensor, dtype)
+        if identity is not None:
+            self._wrapped[uid] = (identity, device)
+        return device
 
     def _launch(self, addresses: tuple[int, ...], replayable: bool) -> None:
         """Enqueue every step: from a CUDA graph recorded for these addresses, else launch by launch."""

@@ -15,15 +15,17 @@ TMA's im2col mode cannot express.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
+from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmProblem, GemmSpec, default_config, plan_gemm
 from sigdnn.plan_builders.cute.matmul import (
     config_override,
@@ -104,7 +106,7 @@ def conv_gemm(node: Node, graph: Graph) -> ConvGemm:
     return ConvGemm(spec, problem, im2col, dtypes[0])
 
 
-class CuteConvFpropPlan(NodePlan):
+class CuteConvFpropPlan(BindsLaunches, NodePlan):
     """im2col into the workspace (unless A is x itself), then the GEMM into y."""
 
     def __init__(self, gemm: Any, im2col: Any, workspace_bytes: int, where: str) -> None:
@@ -117,16 +119,16 @@ class CuteConvFpropPlan(NodePlan):
     def config(self) -> Any:
         return self._gemm.config
 
-    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
         x, w, y = buffers["x"], buffers["w"], buffers["y"]
-        if (x.ptr | w.ptr | y.ptr) & 15:
-            names = [p for p, t in (("x", x), ("w", w), ("y", y)) if t.ptr & 15]
-            raise VariantPackError(f"{self._where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
-        a = x.ptr
-        if self._im2col is not None:
-            a = context.workspace.ptr
-            self._im2col(x.ptr, a, context.stream)
-        self._gemm(a, w.ptr, y.ptr, context.stream)
+        check_aligned(self._where, x=x, w=w, y=y)
+        if self._im2col is None:
+            return functools.partial(self._gemm, x.ptr, w.ptr, y.ptr, context.stream)
+        a = context.workspace.ptr
+        return in_order(
+            functools.partial(self._im2col, x.ptr, a, context.stream),
+            functools.partial(self._gemm, a, w.ptr, y.ptr, context.stream),
+        )
 
 
 class CuteConvFpropBuilder(PlanBuilder):

@@ -15,13 +15,15 @@ one GEMM per stride phase): declined, with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_dgrad import ConvDgrad
+from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
 from sigdnn.plan_builders.cute.conv_implicit import ImplicitConv, check_geometry, default_conv_config
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmSpec
@@ -76,7 +78,7 @@ def plan_dgrad(node: Node, graph: Graph) -> ImplicitConv:
     return ImplicitConv(GemmSpec(dtypes[0], dtypes[1], dtypes[2], "k", "k", "n", False, False), geometry)
 
 
-class CuteConvDgradPlan(NodePlan):
+class CuteConvDgradPlan(BindsLaunches, NodePlan):
     """Flip the filter into the workspace, then the implicit-GEMM fprop over dy into dx."""
 
     def __init__(self, flip: Any, conv: Any, workspace_bytes: int, where: str) -> None:
@@ -89,14 +91,14 @@ class CuteConvDgradPlan(NodePlan):
     def config(self) -> Any:
         return self._conv.config
 
-    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
         dy, w, dx = buffers["dy"], buffers["w"], buffers["dx"]
-        if (dy.ptr | w.ptr | dx.ptr) & 15:
-            names = [p for p, t in (("dy", dy), ("w", w), ("dx", dx)) if t.ptr & 15]
-            raise VariantPackError(f"{self._where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
+        check_aligned(self._where, dy=dy, w=w, dx=dx)
         flipped = context.workspace.ptr
-        self._flip(w.ptr, flipped, context.stream)
-        self._conv(dy.ptr, flipped, dx.ptr, context.stream)
+        return in_order(
+            functools.partial(self._flip, w.ptr, flipped, context.stream),
+            functools.partial(self._conv, dy.ptr, flipped, dx.ptr, context.stream),
+        )
 
 
 class CuteConvDgradBuilder(PlanBuilder):

@@ -15,17 +15,19 @@ which stays for what the TMA's im2col mode cannot express.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.ops.pointwise import Pointwise
+from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
 from sigdnn.plan_builders.cute.conv import IN_DTYPES
 from sigdnn.plan_builders.cute.gemm_layout import ACTIVATIONS, BIAS_DTYPES, C_DTYPES, ITEMSIZE, GemmConfig, GemmSpec
 from sigdnn.plan_builders.cute.matmul import (
@@ -237,7 +239,7 @@ def default_conv_config(view: ImplicitConv, sm_count: int = 132) -> GemmConfig:
     return GemmConfig(tile_m=tile_m, tile_n=tile_n)
 
 
-class CuteConvPlan(NodePlan):
+class CuteConvPlan(BindsLaunches, NodePlan):
     """One conv node: the specialization and every launch scalar fixed at build."""
 
     workspace_bytes = 0
@@ -250,11 +252,11 @@ class CuteConvPlan(NodePlan):
     def config(self) -> GemmConfig:
         return self._launch.config
 
-    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
-        _run(self._launch, self._where, buffers["x"], buffers["w"], buffers["y"], None, context)
+    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
+        return _bound(self._launch, self._where, buffers["x"], buffers["w"], buffers["y"], None, context)
 
 
-class CuteConvEpiloguePlan(RegionPlan):
+class CuteConvEpiloguePlan(BindsLaunches, RegionPlan):
     """A conv + bias + activation region as one launch; buffers keyed by uid."""
 
     workspace_bytes = 0
@@ -268,16 +270,14 @@ class CuteConvEpiloguePlan(RegionPlan):
     def config(self) -> GemmConfig:
         return self._launch.config
 
-    def execute(self, buffers: Mapping[int, Any], context: ExecutionContext) -> None:
+    def bind(self, buffers: Mapping[int, Any], context: ExecutionContext) -> Callable[[], None]:
         x, w, out, bias = self._uids
-        _run(self._launch, self._where, buffers[x], buffers[w], buffers[out], buffers.get(bias), context)
+        return _bound(self._launch, self._where, buffers[x], buffers[w], buffers[out], buffers.get(bias), context)
 
 
-def _run(launch: Any, where: str, x: Any, w: Any, y: Any, bias: Any, context: ExecutionContext) -> None:
-    if (x.ptr | w.ptr | y.ptr) & 15:
-        names = [p for p, t in (("x", x), ("w", w), ("y", y)) if t.ptr & 15]
-        raise VariantPackError(f"{where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
-    launch(x.ptr, w.ptr, y.ptr, context.stream, 0 if bias is None else bias.ptr)
+def _bound(launch: Any, where: str, x: Any, w: Any, y: Any, bias: Any, context: ExecutionContext) -> Callable[[], None]:
+    check_aligned(where, x=x, w=w, y=y)
+    return functools.partial(launch, x.ptr, w.ptr, y.ptr, context.stream, 0 if bias is None else bias.ptr)
 
 
 class CuteConvImplicitBuilder(FusionBuilder):

@@ -17,16 +17,18 @@ when C is a multiple of 64: B's tiles come through the TMA's im2col mode
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_wgrad import ConvWgrad
+from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
 from sigdnn.plan_builders.cute.conv_implicit import check_geometry
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmConfig, GemmProblem, GemmSpec, plan_gemm
@@ -129,7 +131,7 @@ def plan_wgrad(node: Node, graph: Graph, sm_count: int = 132, config: GemmConfig
     return WgradGemm(spec, problem, im2col, splits, dtypes[0], dtypes[2], npq, k, rsc)
 
 
-class CuteConvWgradPlan(NodePlan):
+class CuteConvWgradPlan(BindsLaunches, NodePlan):
     """im2col into the workspace (unless B is x), the split-K GEMM, then the reduction into dw."""
 
     def __init__(self, view: WgradGemm, im2col: Any, gemm: Any, reduce: Any, where: str) -> None:
@@ -144,22 +146,23 @@ class CuteConvWgradPlan(NodePlan):
     def config(self) -> GemmConfig:
         return self._gemm.config
 
-    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
         x, dy, dw = buffers["x"], buffers["dy"], buffers["dw"]
-        if (x.ptr | dy.ptr | dw.ptr) & 15:
-            names = [p for p, t in (("x", x), ("dy", dy), ("dw", dw)) if t.ptr & 15]
-            raise VariantPackError(f"{self._where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
+        check_aligned(self._where, x=x, dy=dy, dw=dw)
+        stream = context.stream
         work = context.workspace.ptr if self.workspace_bytes else 0
+        launches = []
         b = x.ptr
         if self._im2col is not None:
             b = work
-            self._im2col(x.ptr, b, context.stream)
+            launches.append(functools.partial(self._im2col, x.ptr, b, stream))
         if self._reduce is None:
-            self._gemm(dy.ptr, b, dw.ptr, context.stream)
-            return
-        parts = work + self._view.im2col_bytes
-        self._gemm(dy.ptr, b, parts, context.stream)
-        self._reduce(parts, dw.ptr, context.stream)
+            launches.append(functools.partial(self._gemm, dy.ptr, b, dw.ptr, stream))
+        else:
+            parts = work + self._view.im2col_bytes
+            launches.append(functools.partial(self._gemm, dy.ptr, b, parts, stream))
+            launches.append(functools.partial(self._reduce, parts, dw.ptr, stream))
+        return in_order(*launches)
 
 
 class CuteConvWgradBuilder(PlanBuilder):
@@ -250,7 +253,7 @@ def plan_wgrad_implicit(
     return ImplicitWgrad(spec, config, geometry, npq // splits, splits, out, k, rsc)
 
 
-class CuteConvWgradImplicitPlan(NodePlan):
+class CuteConvWgradImplicitPlan(BindsLaunches, NodePlan):
     """The implicit-GEMM wgrad into dw (one slice) or into float32 partials, then the reduction."""
 
     def __init__(self, view: ImplicitWgrad, conv: Any, reduce: Any, where: str) -> None:
@@ -263,17 +266,16 @@ class CuteConvWgradImplicitPlan(NodePlan):
     def config(self) -> GemmConfig:
         return self._conv.config
 
-    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
         x, dy, dw = buffers["x"], buffers["dy"], buffers["dw"]
-        if (x.ptr | dy.ptr | dw.ptr) & 15:
-            names = [p for p, t in (("x", x), ("dy", dy), ("dw", dw)) if t.ptr & 15]
-            raise VariantPackError(f"{self._where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
+        check_aligned(self._where, x=x, dy=dy, dw=dw)
         if self._reduce is None:
-            self._conv(dy.ptr, x.ptr, dw.ptr, context.stream)
-            return
+            return functools.partial(self._conv, dy.ptr, x.ptr, dw.ptr, context.stream)
         parts = context.workspace.ptr
-        self._conv(dy.ptr, x.ptr, parts, context.stream)
-        self._reduce(parts, dw.ptr, context.stream)
+        return in_order(
+            functools.partial(self._conv, dy.ptr, x.ptr, parts, context.stream),
+            functools.partial(self._reduce, parts, dw.ptr, context.stream),
+        )
 
 
 class CuteConvWgradImplicitBuilder(CuteConvWgradBuilder):

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.matmul import Matmul
 from sigdnn.graph.ops.pointwise import Pointwise
+from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
 from sigdnn.plan_builders.cute.gemm_layout import (
     AB_DTYPES,
     ACTIVATIONS,
@@ -190,7 +191,7 @@ def epilogue_chain(graph: Graph, flow: Dataflow, i: int) -> EpilogueChain | None
     return EpilogueChain(tuple(nodes), tuple(writes), bias, activation, tuple(scales))
 
 
-class CuteMatmulPlan(NodePlan):
+class CuteMatmulPlan(BindsLaunches, NodePlan):
     """Runs one matmul node: the specialization and every scalar are fixed at build."""
 
     workspace_bytes = 0
@@ -203,11 +204,11 @@ class CuteMatmulPlan(NodePlan):
     def config(self) -> GemmConfig:
         return self._launch.config
 
-    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
-        _launch(self._launch, self._where, buffers["a"], buffers["b"], buffers["c"], None, context)
+    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
+        return _bound(self._launch, self._where, buffers["a"], buffers["b"], buffers["c"], None, context)
 
 
-class CuteEpiloguePlan(RegionPlan):
+class CuteEpiloguePlan(BindsLaunches, RegionPlan):
     """Runs a matmul + bias + activation region as one GEMM launch; buffers keyed by uid."""
 
     workspace_bytes = 0
@@ -224,19 +225,20 @@ class CuteEpiloguePlan(RegionPlan):
     def config(self) -> GemmConfig:
         return self._launch.config
 
-    def execute(self, buffers: Mapping[int, Any], context: ExecutionContext) -> None:
+    def bind(self, buffers: Mapping[int, Any], context: ExecutionContext) -> Callable[[], None]:
         a, b, out, bias = self._uids
         scales = tuple(buffers[u] for u in self._scales)
-        _launch(self._launch, self._where, buffers[a], buffers[b], buffers[out], buffers.get(bias), context, scales)
+        return _bound(
+            self._launch, self._where, buffers[a], buffers[b], buffers[out], buffers.get(bias), context, scales
+        )
 
 
-def _launch(
+def _bound(
     launch: Any, where: str, a: Any, b: Any, c: Any, bias: Any, context: ExecutionContext, scales: tuple[Any, ...] = ()
-) -> None:
-    if (a.ptr | b.ptr | c.ptr) & 15:
-        names = [p for p, x in (("a", a), ("b", b), ("c", c)) if x.ptr & 15]
-        raise VariantPackError(f"{where}: {', '.join(names)} not 16-byte aligned (TMA needs it)")
-    launch(a.ptr, b.ptr, c.ptr, context.stream, 0 if bias is None else bias.ptr, tuple(s.ptr for s in scales))
+) -> Callable[[], None]:
+    check_aligned(where, a=a, b=b, c=c)
+    bias_ptr = 0 if bias is None else bias.ptr
+    return functools.partial(launch, a.ptr, b.ptr, c.ptr, context.stream, bias_ptr, tuple(s.ptr for s in scales))
 
 
 class CuteMatmulBuilder(FusionBuilder):

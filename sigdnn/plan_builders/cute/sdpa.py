@@ -11,14 +11,16 @@ imported on first build, never when this module loads.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.sdpa import Sdpa
+from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
 from sigdnn.plan_builders.cute.matmul import device_id_of, device_properties, require_hopper, unavailable_reason
 from sigdnn.plan_builders.cute.sdpa_layout import (
     IO_DTYPES,
@@ -42,7 +44,7 @@ def config_override() -> FmhaConfig | None:
     return parse_config(raw) if raw else None
 
 
-class CuteSdpaPlan(NodePlan):
+class CuteSdpaPlan(BindsLaunches, NodePlan):
     """Runs one sdpa node: the specialization and every scalar are fixed at build."""
 
     workspace_bytes = 0
@@ -55,13 +57,12 @@ class CuteSdpaPlan(NodePlan):
     def config(self) -> FmhaConfig:
         return self._launch.config
 
-    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
         q, k, v, o = (buffers[p] for p in ("q", "k", "v", "o"))
         stats = buffers.get("stats")
-        misaligned = [p for p, x in (("q", q), ("k", k), ("v", v)) if x.ptr & 15]
-        if misaligned:
-            raise VariantPackError(f"{self._where}: {', '.join(misaligned)} not 16-byte aligned (TMA needs it)")
-        self._launch(q.ptr, k.ptr, v.ptr, o.ptr, 0 if stats is None else stats.ptr, context.stream)
+        check_aligned(self._where, q=q, k=k, v=v)
+        stats_ptr = 0 if stats is None else stats.ptr
+        return functools.partial(self._launch, q.ptr, k.ptr, v.ptr, o.ptr, stats_ptr, context.stream)
 
 
 class CuteSdpaBuilder(PlanBuilder):

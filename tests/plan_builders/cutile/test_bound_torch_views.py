@@ -1,0 +1,146 @@
+"""A bound plan reuses the view of a caller's torch tensor while the tensor's identity holds, and only then.
+
+Wrapping a torch tensor (a DeviceArray per tensor per call) was half the
+host time of an execute on a conv region. The fake tensors below present
+host memory as CUDA tensors the way torch does (data_ptr, dtype, shape,
+stride, is_cuda), so the reuse rule runs here: the same address, dtype,
+shape and strides give the same view; any of them changed gives a new view,
+checked again and rebound, with the right results.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from emulated import host_gpu_executor, make_available
+
+import sigdnn
+from sigdnn.errors import VariantPackError
+from sigdnn.executor import gpu_memory
+from sigdnn.runtime.cuda import GpuContext
+
+
+class FakeDtype:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FakeDtype) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+class FakeCudaTensor:
+    """Host memory dressed as a torch CUDA tensor (strides in elements, as torch gives them)."""
+
+    def __init__(self, array: np.ndarray, shape=None, strides=None) -> None:
+        self.array = array
+        self.shape = tuple(array.shape if shape is None else shape)
+        self._strides = tuple(s // array.itemsize for s in array.strides) if strides is None else tuple(strides)
+        self.dtype = FakeDtype(array.dtype.name)
+        self.is_cuda = True
+
+    def data_ptr(self) -> int:
+        return self.array.ctypes.data
+
+    def stride(self) -> tuple[int, ...]:
+        return self._strides
+
+    def get_device(self) -> int:
+        return 0
+
+    @property
+    def device(self):
+        return type("device", (), {"index": 0})()
+
+
+FakeCudaTensor.__module__ = "torch.fake"  # what the executor reads to tell a torch tensor
+
+
+@pytest.fixture
+def wraps(monkeypatch):
+    make_available(monkeypatch)
+    monkeypatch.setattr(gpu_memory, "_torch_stream", lambda objs: None)  # no torch stream to order after here
+    calls = []
+    original = GpuContext._wrap_torch
+
+    def counted(self, t):
+        calls.append(t)
+        return original(self, t)
+
+    monkeypatch.setattr(GpuContext, "_wrap_torch", counted)
+    return calls
+
+
+def scaled_sum() -> sigdnn.Graph:
+    g = sigdnn.Graph("g", io_dtype="float32", compute_dtype="float32")
+    x = g.tensor("x", dims=(4, 6))
+    b = g.tensor("b", dims=(4, 6))
+    g.pointwise("mul", g.pointwise("add", x, b), g.scalar("s", 2.0)).set_output(True).set_name("y")
+    return g
+
+
+def run(ex, plan, x, b, y):
+    ex.execute(plan, {"x": FakeCudaTensor(x), "b": FakeCudaTensor(b), "y": FakeCudaTensor(y)}, to_host=False)
+    return y
+
+
+def test_same_tensors_are_wrapped_once(wraps):
+    ex = host_gpu_executor()
+    plan = ex.prepare(scaled_sum())
+    x, b, y = np.arange(24.0, dtype=np.float32).reshape(4, 6), np.ones((4, 6), np.float32), np.zeros((4, 6), np.float32)
+    run(ex, plan, x, b, y)
+    assert len(wraps) == 3
+    x += 1  # new contents at the same address: the view stays right
+    for _ in range(3):
+        np.testing.assert_array_equal(run(ex, plan, x, b, y), (x + 1) * 2)
+    assert len(wraps) == 3
+
+
+def test_new_tensor_objects_over_the_same_memory_reuse_the_views(wraps):
+    ex = host_gpu_executor()
+    plan = ex.prepare(scaled_sum())
+    x, b, y = (np.full((4, 6), v, np.float32) for v in (1.0, 2.0, 0.0))
+    run(ex, plan, x, b, y)
+    run(ex, plan, x, b, y)  # run() makes new FakeCudaTensor objects each time
+    assert len(wraps) == 3
+    np.testing.assert_array_equal(y, np.full((4, 6), 6.0, np.float32))
+
+
+def test_a_tensor_at_another_address_is_wrapped_and_bound_again(wraps):
+    ex = host_gpu_executor()
+    plan = ex.prepare(scaled_sum())
+    x, b, y = (np.full((4, 6), v, np.float32) for v in (1.0, 2.0, 0.0))
+    run(ex, plan, x, b, y)
+    x2 = np.full((4, 6), 5.0, np.float32)
+    y2 = np.zeros((4, 6), np.float32)
+    run(ex, plan, x2, b, y2)
+    assert len(wraps) == 5  # x and y moved, b did not
+    np.testing.assert_array_equal(y2, np.full((4, 6), 14.0, np.float32))
+    np.testing.assert_array_equal(y, np.full((4, 6), 6.0, np.float32))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"dtype": np.int32},  # same address, dims and strides, another dtype
+        {"shape": (6, 4)},  # same address, same element count, other dims
+        {"strides": (1, 4)},  # same address and dims, transposed strides
+    ],
+)
+def test_a_changed_dtype_shape_or_stride_at_the_same_address_is_checked_again(wraps, change):
+    ex = host_gpu_executor()
+    plan = ex.prepare(scaled_sum())
+    x, b, y = (np.full((4, 6), v, np.float32) for v in (1.0, 2.0, 0.0))
+    run(ex, plan, x, b, y)
+    if "dtype" in change:
+        odd = FakeCudaTensor(x.view(change["dtype"]))
+    else:
+        odd = FakeCudaTensor(x, shape=change.get("shape"), strides=change.get("strides"))
+    assert odd.data_ptr() == x.ctypes.data
+    with pytest.raises(VariantPackError, match="tensor 'x'"):
+        ex.execute(plan, {"x": odd, "b": FakeCudaTensor(b), "y": FakeCudaTensor(y)}, to_host=False)
