@@ -779,6 +779,24 @@ def bench_host(sm_count: int) -> dict[str, float]:
     gplan = ex.prepare(g)
     pack = {"a": a, "b": b, "c": c}
     out["Executor('gpu').execute, 1-node graph"] = host_us(lambda: ex.execute(gplan, pack, to_host=False), 2000)
+    graphed = sigdnn.Executor("gpu", engine="cute.matmul", cuda_graphs=True)
+    graphed_plan = graphed.prepare(g)
+    out["Executor('gpu', cuda_graphs=True).execute, 1-node graph"] = host_us(
+        lambda: graphed.execute(graphed_plan, pack, to_host=False), 2000
+    )
+    bias = torch.randn(1, 128, device="cuda", dtype=torch.bfloat16)
+    region = sigdnn.Graph("mm_bias_gelu", io_dtype="bfloat16", compute_dtype="float32")
+    y = region.matmul(region.tensor("a", (128, 64)), region.tensor("b", (64, 128)), name="mm")
+    y = region.pointwise("add", y, region.tensor("bias", (1, 128)), name="bias")
+    region.pointwise("gelu_fwd", y, name="act").set_output(True).set_name("c")
+    region_pack = {**pack, "bias": bias}
+    for graphs in (False, True):
+        rex = sigdnn.Executor("gpu", engine="cute.matmul", cuda_graphs=graphs)
+        rplan = rex.prepare(region)
+        out[f"Executor('gpu', cuda_graphs={graphs}).execute, matmul+bias+gelu region"] = host_us(
+            lambda rex=rex, rplan=rplan: rex.execute(rplan, region_pack, to_host=False), 2000
+        )
+    out["torch eager matmul, add, gelu"] = host_us(lambda: torch.nn.functional.gelu(torch.matmul(a, b) + bias), n)
     return out
 
 
