@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -94,6 +94,17 @@ def device_id_of(device: Device | None) -> int:
     """The CUDA device ordinal a sigdnn Device runs on (0 when it does not say)."""
     context = getattr(device, "context", None)
     return int(getattr(context, "device_id", 0) or 0)
+
+
+# Configurations autotune measures besides the default (``CuteMatmulBuilder.configs``): on the H200
+# (benchmarks/results/gpu_cute_2026-12-01.md) these won somewhere: large 16-bit GEMMs in 2x1 clusters of
+# 128x256, gelu epilogues on pingpong 64x256, fp8 in 128x128 tiles clustered either way; 128x128 without
+# clusters where a problem has fewer tiles than SMs.
+ALTERNATIVES = {
+    "16-bit": ("coop128x256c2x1s4n", "pp64x256c2x1s4n", "coop128x128c1x1s1"),
+    "fp8": ("coop128x128c1x2s4", "coop128x128c2x1s4", "coop128x128c1x1s1"),
+}
+MAX_ACCUMULATOR_REGISTERS = 208  # per consumer thread; past it the kernel spills (GemmConfig)
 
 
 def config_override() -> GemmConfig | None:
@@ -308,17 +319,40 @@ class CuteMatmulBuilder(FusionBuilder):
         self.plan(node, graph)
         require_hopper(node, device)
 
-    def _launch(self, spec: GemmSpec, problem: GemmProblem, device: Device) -> Any:
+    def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
+        """Labels worth measuring for this node or epilogue region: the default first, then ALTERNATIVES'."""
+        chain = None
+        if len(nodes) > 1:
+            order = [graph.nodes.index(n) for n in nodes]
+            chain = epilogue_chain(graph, Dataflow(graph, order), order[0])
+        spec, problem = self.plan(nodes[0], graph, chain)
+        sm_count = device_properties(device_id_of(device))[1] if device is not None and device.kind == "gpu" else 132
+        labels = [default_config(spec, problem, sm_count).label]
+        for label in ALTERNATIVES["fp8" if spec.fp8 else "16-bit"]:
+            config = parse_config(label)
+            if label not in labels and config.accumulator_registers(spec.fp8) <= MAX_ACCUMULATOR_REGISTERS:
+                labels.append(label)
+        return labels
+
+    def _launch(self, spec: GemmSpec, problem: GemmProblem, device: Device, label: str | None, where: str) -> Any:
+        """The compiled launch of the configuration ``label`` names (from ``configs``), else the default."""
+        config = None
+        if label:
+            try:
+                config = parse_config(label)
+            except ValueError as exc:
+                raise NotSupported(f"{where}: {exc}") from None
         from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
 
         _, sm_count = device_properties(device_id_of(device))
-        config = config_override() or default_config(spec, problem, sm_count)
+        config = config or config_override() or default_config(spec, problem, sm_count)
         return GemmLaunch(spec, config, problem, sm_count)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         self.check(node, graph, context.device)
         spec, problem = self.plan(node, graph)
-        return CuteMatmulPlan(self._launch(spec, problem, context.device), f"node '{node.name}'")
+        where = f"node '{node.name}'"
+        return CuteMatmulPlan(self._launch(spec, problem, context.device, context.config, where), where)
 
     # -- fusion ---------------------------------------------------------------
 
@@ -347,6 +381,6 @@ class CuteMatmulBuilder(FusionBuilder):
             raise NotSupported(f"region {names} is not a GEMM epilogue chain")
         node = graph.nodes[chain.nodes[0]]
         spec, problem = self.plan(node, graph, chain)
-        launch = self._launch(spec, problem, context.device)
         where = f"region {node.name}..{graph.nodes[chain.nodes[-1]].name}"
+        launch = self._launch(spec, problem, context.device, context.config, where)
         return CuteEpiloguePlan(launch, where, node.op.a, node.op.b, chain.writes[-1], chain.bias, chain.scales)
