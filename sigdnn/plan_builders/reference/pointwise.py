@@ -257,7 +257,8 @@ def _tabulated(fn: Callable[..., Array], op: Pointwise, x_dtype: DataType, y_dty
     """A unary op through a table of its results on every input pattern, each computed exactly as the
     float64 path computes it (widened, evaluated in float64, rounded once by the same store): a lookup
     gives the same bits at the cost of a gather. Outputs smaller than the table take the float64 path
-    directly; the table is built on the first large one."""
+    directly, as do inputs given in another dtype (validation's carried-error runs move an input by its
+    bound in float64); the table is built on the first large one."""
     index = _TABLE_INDEX[x_dtype]
     store = storer(y_dtype)
     tables: list[Array] = []
@@ -274,7 +275,7 @@ def _tabulated(fn: Callable[..., Array], op: Pointwise, x_dtype: DataType, y_dty
     def compute(ins: dict[str, Array], sinks: dict[str, Sink]) -> dict[str, Array]:
         out = sinks["out_0"].array
         x = np.broadcast_to(ins["in_0"], out.shape)
-        if out.size < np.iinfo(index).max + 1:
+        if out.size < np.iinfo(index).max + 1 or x.dtype != x_dtype.numpy:
             store(out, fn(x.astype(np.float64), op))
             return {}
         # gathered as unsigned integers of the output's size: np.take on ml_dtypes' types loses values
