@@ -212,7 +212,7 @@ def _carry_errors(
                 # A float64 bound promotes the moved input to float64: the move is exact.
                 moved = [run({**ins, p: ins[p] + sign * bound}) for sign in (1.0, -1.0)]
                 for q in floats:
-                    with np.errstate(invalid="ignore"):
+                    with np.errstate(invalid="ignore", over="ignore"):  # an unbounded change counts as none
                         change = np.fmax(np.abs(moved[0][q] - base[q]), np.abs(moved[1][q] - base[q]))
                     arrived[q] = arrived[q] + np.where(np.isfinite(change), change, 0.0)
     for p, uid in floats.items():
