@@ -764,9 +764,11 @@ def bench_host(sm_count: int) -> dict[str, float]:
                Int64(0), Int64(0), Int64(0))  # fmt: skip
     cu_stream = cuda.CUstream(stream)
     ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), c.data_ptr())  # the last: the unused bias slot
+    unused_scales = (c.data_ptr(), c.data_ptr())  # the two scale slots, float32, unread without scales
 
     def fresh_args() -> None:
-        pointers = (make_ptr(cutlass.BFloat16, x, AddressSpace.gmem, assumed_align=16) for x in ptrs)
+        pointers = [make_ptr(cutlass.BFloat16, x, AddressSpace.gmem, assumed_align=16) for x in ptrs]
+        pointers += [make_ptr(cutlass.Float32, x, AddressSpace.gmem, assumed_align=4) for x in unused_scales]
         fn(*pointers, *scalars, cu_stream)
 
     out["compiled function, make_ptr args per call"] = host_us(fresh_args, n)

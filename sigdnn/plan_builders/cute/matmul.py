@@ -367,7 +367,7 @@ class CuteMatmulBuilder(FusionBuilder):
                 continue
             try:
                 self.plan(graph.nodes[i], graph, chain)
-                self._check_device(graph.nodes[i], device)
+                require_hopper(graph.nodes[i], device)
             except NotSupported:
                 continue
             regions.append(make_region(flow, chain.nodes))
