@@ -320,14 +320,15 @@ class CuteMatmulBuilder(FusionBuilder):
         require_hopper(node, device)
 
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
-        """Labels worth measuring for this node or epilogue region: the default first, then ALTERNATIVES'."""
+        """Labels worth measuring for this node or epilogue region: the default (or the environment's
+        override) first, then ALTERNATIVES'. The executor builds the first when nothing was measured."""
         chain = None
         if len(nodes) > 1:
             order = [graph.nodes.index(n) for n in nodes]
             chain = epilogue_chain(graph, Dataflow(graph, order), order[0])
         spec, problem = self.plan(nodes[0], graph, chain)
         sm_count = device_properties(device_id_of(device))[1] if device is not None and device.kind == "gpu" else 132
-        labels = [default_config(spec, problem, sm_count).label]
+        labels = [(config_override() or default_config(spec, problem, sm_count)).label]
         for label in ALTERNATIVES["fp8" if spec.fp8 else "16-bit"]:
             config = parse_config(label)
             if label not in labels and config.accumulator_registers(spec.fp8) <= MAX_ACCUMULATOR_REGISTERS:

@@ -63,3 +63,8 @@ def test_an_unknown_label_is_declined_before_the_device_is_asked():
     context = BuildContext(key_for(node, g), None, g, "coop999x1")
     with pytest.raises(NotSupported, match="node 'mm': bad GEMM config label 'coop999x1'"):
         CuteMatmulBuilder()._launch(*CuteMatmulBuilder().plan(node, g), context.device, context.config, "node 'mm'")
+
+
+def test_the_environment_override_comes_first(monkeypatch):
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", "pp128x192c1x1s1")
+    assert configs(matmul(4096, 4096, 4096))[0] == "pp128x192c1x1s1"
