@@ -29,7 +29,8 @@ class ChannelConfig:
     tile: int
     lanes: str = "float64"  # dtype of each lane's partial sums (``channelgen.partials``)
     hints: KernelHints = attrs.field(factory=KernelHints)  # of the partial-sum and elementwise passes
-    final_tile: int = 1024  # channels per finalize block (C <= this: one block adds every partial row)
+    final_tile: int = 8  # channels per finalize block (many blocks: one adding every partial row ran long)
+    final_elems: int = 1024  # elements of the finalize's (rows, channels) tile of float64 partial sums
 
 
 # Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
@@ -88,7 +89,7 @@ class _Layout:
 
     def finalize_tiles(self, splits: int) -> tuple[int, int]:
         tk = min(pow2(self.c), self.config.final_tile)
-        return tk, min(pow2(splits), max(1, 4096 // tk))
+        return tk, min(pow2(splits), max(1, self.config.final_elems // tk))
 
 
 class CutileBatchnormInferenceBuilder(CutileOpBuilder):
