@@ -296,15 +296,15 @@ def bench_tiles(tiles=(1024, 2048, 4096), modes=("identity", "add", "gelu_fwd"))
     from sigdnn.plan_builders.cutile import codegen
 
     rows = []
-    default = codegen.DEFAULT_TILE, codegen.HEAVY_TILE
+    default = codegen.DEFAULT_TILE, codegen.HEAVY_TILE, codegen.WIDE_TILE
     try:
         for tile in tiles:
-            codegen.DEFAULT_TILE = codegen.HEAVY_TILE = tile
+            codegen.DEFAULT_TILE = codegen.HEAVY_TILE = codegen.WIDE_TILE = tile
             for row in bench_modes(list(modes), quiet=True):
                 rows.append({**row, "tile": tile})
                 print(f"tile {tile:5d} {row['mode']:22s} {row['tb_s']:.2f} TB/s", flush=True)
     finally:
-        codegen.DEFAULT_TILE, codegen.HEAVY_TILE = default
+        codegen.DEFAULT_TILE, codegen.HEAVY_TILE, codegen.WIDE_TILE = default
     return rows
 
 
@@ -473,7 +473,9 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 "4096f32o4k64": ChannelConfig(4096, "float32", KernelHints(4), final_tile=64, final_elems=4096),
                 "4096f32o4k8e4096": ChannelConfig(4096, "float32", KernelHints(4), final_tile=8, final_elems=4096),
                 "4096f32o4k16": ChannelConfig(4096, "float32", KernelHints(4), final_tile=16),
-                "4096f32o4k4": ChannelConfig(4096, "float32", KernelHints(4), final_tile=4)}  # fmt: skip
+                "4096f32o4k4": ChannelConfig(4096, "float32", KernelHints(4), final_tile=4),
+                "4096f32o3w8": ChannelConfig(4096, "float32", KernelHints(3, 8)),
+                "8192f32o2w8": ChannelConfig(8192, "float32", KernelHints(2, 8))}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

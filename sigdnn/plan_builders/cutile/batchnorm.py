@@ -36,6 +36,8 @@ class ChannelConfig:
 # Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
 # statistics in float32 lanes over 4096-element tiles with registers for 4 blocks per SM ran 1.47x faster
 # than float64 lanes over 8192 elements (1.69 against 1.15 TB/s); float64 lanes lost beyond 8192 (registers).
+# The finalize in blocks of 8 channels (32 blocks, not one adding all 523 x 256 partial rows): 1.69 -> 1.99 TB/s
+# (gpu_cutile_speed_2026-12-01b.md).
 TRAINING = ChannelConfig(4096, "float32", KernelHints(occupancy=4))  # training forward (statistics)
 INFERENCE = ChannelConfig(8192)  # the elementwise pass alone
 BACKWARD = ChannelConfig(8192)  # gradients: float64 lanes (dbias = sum dy cancels)

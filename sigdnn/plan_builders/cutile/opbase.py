@@ -48,10 +48,12 @@ class RowConfig:
 # 16384 x 4096 bf16): forward rows two at a time with registers for 4 blocks per SM (5 for softmax) ran
 # softmax 2.5x, layernorm 1.5x and rmsnorm 1.4x faster than cuTile's own choice (255 registers, 8 rows);
 # backward rows one at a time in 8 worker warps, 2 blocks per SM, 1.2x (loading the next row before
-# computing this one lost 5-10% there).
+# computing this one lost 5-10% there). Then (gpu_cutile_speed_2026-12-01b.md): softmax one row per block with
+# registers for 6 blocks (its 2-row tile at 5 spilled: 3.04 -> 3.42 TB/s with loads through TMA); the
+# backward's column sums over 32-column blocks (128 blocks, not 4: 32 -> 7 us of layernorm's 201).
 ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4))  # layernorm, rmsnorm
-SOFTMAX_FORWARD = RowConfig(8192, KernelHints(occupancy=4))
-ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8), columns=64)
+SOFTMAX_FORWARD = RowConfig(4096, KernelHints(occupancy=6))
+ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8), columns=32)
 ROW_MAX = 8192  # longest row held in one tile; longer rows are walked in chunks
 SMS = 132  # H200 SMs
 PERSISTENT_PER_SM = (

@@ -225,7 +225,13 @@ ADD_PAIRS = "lambda a1, a2, b1, b2: (a1 + b1, a2 + b2)"
 
 
 def norm_backward(
-    n: int, tm: int, tn: int, center: bool, dbias: bool, hints: KernelHints | None = None, paired: bool = True
+    n: int,
+    tm: int,
+    tn: int,
+    center: bool,
+    dbias: bool,
+    hints: KernelHints | None = None,
+    paired: bool = True,
 ) -> str:
     """dx of layernorm (center) or rmsnorm, and per-block partial dscale (and dbias) rows in ``pds`` / ``pdb``.
 
@@ -248,6 +254,11 @@ def norm_backward(
             lines.append(f"xh = xh * {_mask(tn, c, n)}")
         return [*lines, f"dyt = {_load_rows('dy', tm, tn, c, 't')}", f"g = dyt * {_load_vector('s', tn, c)}"]
 
+    def col(value: str) -> str:
+        """The tile's rows of ``value`` summed: (1, TN). One row is its own sum: cuTile's sum over an axis of
+        length 1 still went through shared memory, with 12 barriers per row of layernorm backward."""
+        return f"({value})" if tm == 1 else f"ct.sum({value}, axis=0, keepdims=True)"
+
     stats = ([f"mu = {_load_stat('mean', tm, 't')}"] if center else []) + [f"r = {_load_stat('inv', tm, 't')}"]
     dx = "(g - c1 - xh * c2) * r" if center else "(g - xh * c2) * r"
     if whole:
@@ -261,10 +272,10 @@ def norm_backward(
             loop.append(f"c2 = ct.sum(g * xh, axis=1, keepdims=True) / {_lit(n)}")
         loop += [
             f"ct.store(dx, index=(t, 0), tile=ct.astype({dx}, dx.dtype))",
-            "ads = ads + ct.sum(dyt * xh, axis=0, keepdims=True)",
+            f"ads = ads + {col('dyt * xh')}",
         ]
         if dbias:
-            loop.append("adb = adb + ct.sum(dyt, axis=0, keepdims=True)")
+            loop.append(f"adb = adb + {col('dyt')}")
         body.append("for t in range(bid, tiles, blocks):")
         body += [f"    {line}" for line in loop]
         body.append("ct.store(pds, index=(bid, 0), tile=ads)")
@@ -289,10 +300,10 @@ def norm_backward(
     def write(c: str, m: bool) -> list[str]:
         lines = [*x_hat(c, m), f"ct.store(dx, index=(t, {c}), tile=ct.astype({dx}, dx.dtype))"]
         lines.append(f"ct.store(pds, index=(bid, {c}), tile=ct.load(pds, index=(bid, {c}), shape=(1, {tn})) + "
-                     "ct.sum(dyt * xh, axis=0, keepdims=True))")  # fmt: skip
+                     f"{col('dyt * xh')})")  # fmt: skip
         if dbias:
             lines.append(f"ct.store(pdb, index=(bid, {c}), tile=ct.load(pdb, index=(bid, {c}), shape=(1, {tn})) + "
-                         "ct.sum(dyt, axis=0, keepdims=True))")  # fmt: skip
+                         f"{col('dyt')})")  # fmt: skip
         return lines
 
     loop += _loop(n, tn, write)
