@@ -475,10 +475,7 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 "4096f32o4k16": ChannelConfig(4096, "float32", KernelHints(4), final_tile=16),
                 "4096f32o4k4": ChannelConfig(4096, "float32", KernelHints(4), final_tile=4),
                 "4096f32o3w8": ChannelConfig(4096, "float32", KernelHints(3, 8)),
-                "8192f32o2w8": ChannelConfig(8192, "float32", KernelHints(2, 8)),
-                "4096f32o4p528": ChannelConfig(4096, "float32", KernelHints(4), apply_blocks=528),
-                "4096f32o4p1056": ChannelConfig(4096, "float32", KernelHints(4), apply_blocks=1056),
-                "4096f32o4p2112": ChannelConfig(4096, "float32", KernelHints(4), apply_blocks=2112)}  # fmt: skip
+                "8192f32o2w8": ChannelConfig(8192, "float32", KernelHints(2, 8))}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

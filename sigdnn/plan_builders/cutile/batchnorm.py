@@ -31,7 +31,6 @@ class ChannelConfig:
     hints: KernelHints = attrs.field(factory=KernelHints)  # of the partial-sum and elementwise passes
     final_tile: int = 8  # channels per finalize block (many blocks: one adding every partial row ran long)
     final_elems: int = 1024  # elements of the finalize's (rows, channels) tile of float64 partial sums
-    apply_blocks: int = 0  # blocks of a persistent elementwise pass (0: one block per tile)
 
 
 # Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
@@ -78,10 +77,8 @@ class _Layout:
 
     def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
         at, kt, bt = self.shape
-        total, blocks = at * kt * bt, self.config.apply_blocks
-        persistent = 0 < blocks < total
-        text = channelgen.apply(self.tile, self.shape, grads, wide, self.config.hints, persistent)
-        return Launch(KernelSource("batchnorm_apply", text), (blocks if persistent else total,), tuple(args))
+        text = channelgen.apply(self.tile, self.shape, grads, wide, self.config.hints)
+        return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
         at, kt, _ = self.shape

@@ -175,46 +175,34 @@ def apply(
     grads: bool,
     wide: bool = False,
     hints: KernelHints | None = None,
-    persistent: bool = False,
 ) -> str:
     """The elementwise pass over every tile, last tile first; in float64 when ``wide``.
 
     Inference is judged as an elementwise op (a few float32 ulps of y),
     which float32 cannot keep where (x - mean) * inv * scale cancels
     against bias; float64 can, and the pass stays memory-bound.
-    ``persistent``: a grid of fewer blocks, block b taking tiles b, b + blocks,
-    ... (from the last down, all blocks together); when every channel fits one
-    tile the per-channel vectors are loaded once per block, not once per tile.
     """
     at, kt, bt = shape
-    total = at * kt * bt
     params = ["dy", "x", "mean", "inv", "s", "c1", "c2", "dx"] if grads else ["x", "mean", "inv", "s", "b", "y"]
     f = "ct.float64" if wide else "ct.float32"
-    vectors = [f"a = {_vec('inv', t, 'ki', f)} * {_vec('s', t, 'ki', f)}", f"mu = {_vec('mean', t, 'ki', f)}"]
-    if grads:
-        vectors += [f"r = {_vec('inv', t, 'ki')}", f"g1 = {_vec('c1', t, 'ki')}", f"g2 = {_vec('c2', t, 'ki')}"]
-        work = [
-            f"xh = ({_tile('x', t, 'index')} - mu) * r",
-            f"out = a * ({_tile('dy', t, 'index')} - g1 - xh * g2)",
-            "ct.store(dx, index=index, tile=ct.astype(out, dx.dtype))",
-        ]
-    else:
-        vectors.append(f"bv = {_vec('b', t, 'ki', f)}")
-        work = [
-            f"out = ({_tile('x', t, 'index', f)} - mu) * a + bv",
-            "ct.store(y, index=index, tile=ct.astype(out, y.dtype))",
-        ]
-    where = [
+    body = [
+        f"tile = {at * kt * bt - 1} - ct.bid(0)",
         f"ai = tile // {kt * bt}",
         f"ki = (tile // {bt}) % {kt}",
         f"bi = tile % {bt}",
         f"index = {_at(t, 'ai', 'ki', 'bi')}",
+        f"a = {_vec('inv', t, 'ki', f)} * {_vec('s', t, 'ki', f)}",
+        f"mu = {_vec('mean', t, 'ki', f)}",
     ]
-    if not persistent:
-        body = [f"tile = {total - 1} - ct.bid(0)", *where, *vectors, *work]
-        return _module(params, body, hints)
-    hoisted = kt == 1  # every tile has channel tile 0: the vectors do not change from tile to tile
-    body = ["ki = 0", *vectors] if hoisted else []
-    loop = [f"tile = {total - 1} - i", *where, *([] if hoisted else vectors), *work]
-    body += ["for i in range(ct.bid(0), " + str(total) + ", ct.num_blocks(0)):", *(f"    {line}" for line in loop)]
+    if grads:
+        body += [
+            f"xh = ({_tile('x', t, 'index')} - mu) * {_vec('inv', t, 'ki')}",
+            f"out = a * ({_tile('dy', t, 'index')} - {_vec('c1', t, 'ki')} - xh * {_vec('c2', t, 'ki')})",
+            "ct.store(dx, index=index, tile=ct.astype(out, dx.dtype))",
+        ]
+    else:
+        body += [
+            f"out = ({_tile('x', t, 'index', f)} - mu) * a + {_vec('b', t, 'ki', f)}",
+            "ct.store(y, index=index, tile=ct.astype(out, y.dtype))",
+        ]
     return _module(params, body, hints)

@@ -54,13 +54,12 @@ def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, con
     _validate(name)
 
 
-@pytest.mark.parametrize("apply_blocks", [0, 3])
 @pytest.mark.parametrize("lanes", ["float32", "float64"])
 @pytest.mark.parametrize(("name", "io"), [("train-NHWC", "float32"), ("bwd-NCHW", "bfloat16")])
-def test_batchnorm_partial_sums_in_bands_of_tiles_match_the_reference(monkeypatch, lanes, name, io, apply_blocks):
+def test_batchnorm_partial_sums_in_bands_of_tiles_match_the_reference(monkeypatch, lanes, name, io):
     """Small tiles and few split blocks: each block sums several A-tiles a band apart, the last band partial;
-    the finalize takes 2 channels per block; the elementwise pass one block per tile or 3 walking them all."""
-    config = ChannelConfig(64, lanes, KernelHints(occupancy=4), final_tile=2, apply_blocks=apply_blocks)
+    the finalize takes 2 channels per block."""
+    config = ChannelConfig(64, lanes, KernelHints(occupancy=4), final_tile=2)
     monkeypatch.setattr(batchnorm, "TRAINING", config)
     monkeypatch.setattr(batchnorm, "BACKWARD", config)
     monkeypatch.setattr(batchnorm, "SPLIT_BLOCKS", 4)
@@ -83,35 +82,7 @@ def test_batchnorm_partial_sums_in_bands_of_tiles_match_the_reference(monkeypatc
     per_block = int(re.search(r"for i in range\((\d+)\)", text).group(1))
     assert per_block > 1 and launches[0].grid[1] == 4 and f"ct.{lanes}" in text
     assert launches[1].grid == (dims[1] // 2,)
-    assert (launches[2].grid == (3,)) == (apply_blocks == 3) and ("for i in range(" in launches[2].source.text) == (
-        apply_blocks == 3
-    )
     report = sigdnn.validate(g, seed=3, executor=emulated_executor())
-    assert report.passed, report.table()
-
-
-@pytest.mark.parametrize("bwd", [False, True])
-def test_persistent_batchnorm_pass_over_several_channel_tiles_matches_the_reference(monkeypatch, bwd):
-    """NCHW with 4096-element planes: 2 channels per tile, so a persistent block reloads its vectors per tile."""
-    config = ChannelConfig(64, "float64", apply_blocks=3)
-    monkeypatch.setattr(batchnorm, "TRAINING", config)
-    monkeypatch.setattr(batchnorm, "BACKWARD", config)
-    dims, c = (2, 4, 64, 64), (1, 4, 1, 1)
-    g = sigdnn.Graph("bn", io_dtype="float32", compute_dtype="float32")
-    x = g.tensor("x", dims=dims)
-    if bwd:
-        stats = [g.tensor(n, dims=c) for n in ("mean", "inv_variance")]
-        outs = g.batchnorm_backward(g.tensor("dy", dims=dims), x, g.tensor("scale", dims=c), *stats)
-        builder = batchnorm.CutileBatchnormBackwardBuilder()
-    else:
-        outs = g.batchnorm(x, g.tensor("scale", dims=c), g.tensor("bias", dims=c), None, None, 1e-5, None)
-        builder = batchnorm.CutileBatchnormBuilder()
-    for t in outs:
-        if t is not None:
-            t.set_output(True)
-    last = builder.launches(g.nodes[0], g)[0][2]
-    assert last.grid == (3,) and "for i in range(ct.bid(0), 8, ct.num_blocks(0)):" in last.source.text
-    report = sigdnn.validate(g, seed=5, executor=emulated_executor())
     assert report.passed, report.table()
 
 
