@@ -296,15 +296,15 @@ def bench_tiles(tiles=(1024, 2048, 4096), modes=("identity", "add", "gelu_fwd"))
     from sigdnn.plan_builders.cutile import codegen
 
     rows = []
-    default = codegen.DEFAULT_TILE, codegen.HEAVY_TILE
+    default = codegen.DEFAULT_TILE, codegen.HEAVY_TILE, codegen.WIDE_TILE
     try:
         for tile in tiles:
-            codegen.DEFAULT_TILE = codegen.HEAVY_TILE = tile
+            codegen.DEFAULT_TILE = codegen.HEAVY_TILE = codegen.WIDE_TILE = tile
             for row in bench_modes(list(modes), quiet=True):
                 rows.append({**row, "tile": tile})
                 print(f"tile {tile:5d} {row['mode']:22s} {row['tb_s']:.2f} TB/s", flush=True)
     finally:
-        codegen.DEFAULT_TILE, codegen.HEAVY_TILE = default
+        codegen.DEFAULT_TILE, codegen.HEAVY_TILE, codegen.WIDE_TILE = default
     return rows
 
 
@@ -413,14 +413,32 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
     (launch,) = ex.memory.bound(plan, False)._launches
     with on_stream(ex):
         ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
+    parts = _kernel_times(ex, launch)
     torch_fn = _norm_torch(kind, data)
     tms = cuda_time(lambda: [torch_fn() for _ in range(10)]) / 10
     nbytes = _norm_bytes(kind)
     row = {"op": kind, "config": label, "ms": ms, "tb_s": nbytes / ms / 1e9, "torch_ms": tms,
-           "torch_tb_s": nbytes / tms / 1e9, "first_s": first_s}  # fmt: skip
+           "torch_tb_s": nbytes / tms / 1e9, "first_s": first_s, "kernel_us": [t * 1e3 for t in parts]}  # fmt: skip
+    split = " [" + " + ".join(f"{t * 1e3:.1f}" for t in parts) + " us]" if len(parts) > 1 else ""
     print(f"{kind:20s} {label:18s} {row['tb_s']:5.2f} TB/s ({ms * 1e3:7.1f} us)  torch {row['torch_tb_s']:5.2f} TB/s "
-          f"({tms * 1e3:7.1f} us)  x{tms / ms:4.2f}  (first {first_s:.1f}s)", flush=True)  # fmt: skip
+          f"({tms * 1e3:7.1f} us)  x{tms / ms:4.2f}  (first {first_s:.1f}s){split}", flush=True)  # fmt: skip
     return row
+
+
+def _kernel_times(ex, launch) -> list[float]:
+    """Median ms of each kernel of a step alone (10 back to back): which of a node's launches holds its time."""
+    from sigdnn.plan_builders.cutile.kernels import CUTILE
+
+    calls = []
+    CUTILE.launch = lambda *args: calls.append(args)  # record the step's launches instead of enqueuing them
+    try:
+        launch()
+    finally:
+        del CUTILE.launch
+    if len(calls) < 2:
+        return []
+    with on_stream(ex):
+        return [cuda_time(lambda c=c: [CUTILE.launch(*c) for _ in range(10)]) / 10 for c in calls]
 
 
 def norm_variants() -> dict[str, dict[str, object]]:
@@ -429,18 +447,20 @@ def norm_variants() -> dict[str, dict[str, object]]:
     from sigdnn.plan_builders.cutile.opbase import RowConfig
     from sigdnn.plan_builders.cutile.rowgen import KernelHints
 
-    def row(tile: int, occupancy: int | None = None, warps: int | None = None) -> RowConfig:
-        return RowConfig(tile, KernelHints(occupancy, warps))
+    def row(tile: int, occupancy: int | None = None, warps: int | None = None, columns: int = 1024) -> RowConfig:
+        return RowConfig(tile, KernelHints(occupancy, warps), columns)
 
     # Round 1 (cuTile's own register choice against occupancy / worker-warp hints), then round 2 around the
     # winners (configurations the offline compile showed without spills).
     forward = {"32768": row(32768), "32768w8": row(32768, None, 8), "4096o4": row(4096, 4), "8192o4": row(8192, 4),
                "4096o8": row(4096, 8), "4096o2w8": row(4096, 2, 8), "4096o4w8": row(4096, 4, 8),
                "8192o2w8": row(8192, 2, 8), "8192o3": row(8192, 3), "8192o5": row(8192, 5), "8192o6": row(8192, 6),
-               "16384o2": row(16384, 2), "16384o3": row(16384, 3)}  # fmt: skip
+               "16384o2": row(16384, 2), "16384o3": row(16384, 3), "4096o5": row(4096, 5), "4096o6": row(4096, 6)}  # fmt: skip
     backward = {"8192": row(8192), "8192w8": row(8192, None, 8), "4096w8": row(4096, None, 8),
                 "4096o2w8": row(4096, 2, 8), "4096o3w8": row(4096, 3, 8), "4096o2": row(4096, 2),
-                "8192o1w8": row(8192, 1, 8)}  # fmt: skip
+                "8192o1w8": row(8192, 1, 8), "4096o2w8c32": row(4096, 2, 8, 32), "4096o2w8c64": row(4096, 2, 8, 64),
+                "4096o2w8c128": row(4096, 2, 8, 128), "4096o2w8c256": row(4096, 2, 8, 256),
+                "4096o2w8c64u": RowConfig(4096, KernelHints(2, 8), 64, paired=False)}  # fmt: skip
     channels = {"8192f64": ChannelConfig(8192), "8192f32": ChannelConfig(8192, "float32"),
                 "4096f32": ChannelConfig(4096, "float32"), "16384f32": ChannelConfig(16384, "float32"),
                 "8192f32o4": ChannelConfig(8192, "float32", KernelHints(4)),
@@ -448,8 +468,14 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 "2048f32o4": ChannelConfig(2048, "float32", KernelHints(4)),
                 "2048f32o8": ChannelConfig(2048, "float32", KernelHints(8)),
                 "4096f32o3": ChannelConfig(4096, "float32", KernelHints(3)),
-                "4096f32o4k32": ChannelConfig(4096, "float32", KernelHints(4), final_tile=32),
-                "4096f32o4k64": ChannelConfig(4096, "float32", KernelHints(4), final_tile=64)}  # fmt: skip
+                "4096f32o4k1024": ChannelConfig(4096, "float32", KernelHints(4), 1024, 4096),  # one finalize block
+                "4096f32o4k32": ChannelConfig(4096, "float32", KernelHints(4), final_tile=32, final_elems=4096),
+                "4096f32o4k64": ChannelConfig(4096, "float32", KernelHints(4), final_tile=64, final_elems=4096),
+                "4096f32o4k8e4096": ChannelConfig(4096, "float32", KernelHints(4), final_tile=8, final_elems=4096),
+                "4096f32o4k16": ChannelConfig(4096, "float32", KernelHints(4), final_tile=16),
+                "4096f32o4k4": ChannelConfig(4096, "float32", KernelHints(4), final_tile=4),
+                "4096f32o3w8": ChannelConfig(4096, "float32", KernelHints(3, 8)),
+                "8192f32o2w8": ChannelConfig(8192, "float32", KernelHints(2, 8))}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

@@ -29,12 +29,15 @@ class ChannelConfig:
     tile: int
     lanes: str = "float64"  # dtype of each lane's partial sums (``channelgen.partials``)
     hints: KernelHints = attrs.field(factory=KernelHints)  # of the partial-sum and elementwise passes
-    final_tile: int = 1024  # channels per finalize block (C <= this: one block adds every partial row)
+    final_tile: int = 8  # channels per finalize block (many blocks: one adding every partial row ran long)
+    final_elems: int = 1024  # elements of the finalize's (rows, channels) tile of float64 partial sums
 
 
 # Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
 # statistics in float32 lanes over 4096-element tiles with registers for 4 blocks per SM ran 1.47x faster
 # than float64 lanes over 8192 elements (1.69 against 1.15 TB/s); float64 lanes lost beyond 8192 (registers).
+# The finalize in blocks of 8 channels (32 blocks, not one adding all 523 x 256 partial rows): 1.69 -> 1.99 TB/s
+# (gpu_cutile_speed_2026-12-01b.md).
 TRAINING = ChannelConfig(4096, "float32", KernelHints(occupancy=4))  # training forward (statistics)
 INFERENCE = ChannelConfig(8192)  # the elementwise pass alone
 BACKWARD = ChannelConfig(8192)  # gradients: float64 lanes (dbias = sum dy cancels)
@@ -88,7 +91,7 @@ class _Layout:
 
     def finalize_tiles(self, splits: int) -> tuple[int, int]:
         tk = min(pow2(self.c), self.config.final_tile)
-        return tk, min(pow2(splits), max(1, 4096 // tk))
+        return tk, min(pow2(splits), max(1, self.config.final_elems // tk))
 
 
 class CutileBatchnormInferenceBuilder(CutileOpBuilder):

@@ -42,6 +42,11 @@ HEAVY_TILE = 2048
 HEAVY_MODES = frozenset({"rsqrt", "exp", "log", "sin", "cos", "tan", "erf", "pow", "tanh_fwd", "tanh_bwd", "sigmoid_fwd",
                          "sigmoid_bwd", "elu_fwd", "elu_bwd", "gelu_fwd", "gelu_bwd", "gelu_approx_tanh_fwd",
                          "gelu_approx_tanh_bwd", "softplus_fwd", "softplus_bwd", "swish_fwd", "swish_bwd"})  # fmt: skip
+# Single-node kernels of these modes computing the fast tier (16- or 8-bit results) ran 3-10% faster at 4096
+# elements per block than at 2048 on the H200 (gelu_bwd, pow and the light modes lost there;
+# benchmarks/results/gpu_cutile_speed_2026-12-01b.md).
+WIDE_TILE = 4096
+WIDE_MODES = frozenset({"log", "cos", "erf", "gelu_fwd", "gelu_approx_tanh_bwd", "softplus_fwd"})
 
 # Declared dtype -> (the kernel's dtype name, how the array is passed: its own dtype or as uint8).
 CT_DTYPES = {
@@ -105,7 +110,10 @@ class KernelSpec:
 
 
 def default_tile(nodes: Sequence[NodeSpec]) -> int:
-    """Elements per block of a kernel computing ``nodes``: HEAVY_TILE when a float node's formula is heavy."""
+    """Elements per block of a kernel computing ``nodes``: HEAVY_TILE when a float node's formula is heavy,
+    WIDE_TILE for one node of a WIDE_MODES mode in the fast tier (a fused region keeps HEAVY_TILE: not measured)."""
+    if len(nodes) == 1 and nodes[0].mode in WIDE_MODES and nodes[0].compute == "float" and _fast(nodes[0]):
+        return WIDE_TILE
     heavy = any(n.mode in HEAVY_MODES and n.compute == "float" for n in nodes)
     return HEAVY_TILE if heavy else DEFAULT_TILE
 

@@ -274,6 +274,30 @@ min = _reduce(
 )
 
 
+def reduce(x: Any, axis: int, func: Callable[..., Any], identity: Any, *, keepdims: bool = False) -> Any:
+    """cuTile's custom reduction of a tile or a tuple of tiles: ``func`` combines two groups, pairwise along ``axis``."""
+    single = not isinstance(x, tuple)
+    tiles = [np.asarray(t) for t in ((x,) if single else x)]
+    shape = np.broadcast_shapes(*(t.shape for t in tiles))
+    parts = [np.broadcast_to(t, shape) for t in tiles]
+    ids = (identity,) if single else tuple(identity)
+    with _errstate():
+        while parts[0].shape[axis] > 1:
+            n = parts[0].shape[axis]
+            if n % 2:  # pad with the identity to an even length
+                pad = [np.full((*shape[:axis], 1, *shape[axis + 1 :]), v, dtype=p.dtype) for p, v in zip(parts, ids)]
+                parts = [np.concatenate([p, q], axis=axis) for p, q in zip(parts, pad, strict=True)]
+                n += 1
+            half = [np.take(p, range(n // 2), axis=axis) for p in parts]
+            rest = [np.take(p, range(n // 2, n), axis=axis) for p in parts]
+            out = func(*half, *rest)
+            parts = [np.asarray(o).astype(p.dtype) for o, p in zip((out,) if single else out, parts, strict=True)]
+            shape = parts[0].shape
+    if not keepdims:
+        parts = [np.squeeze(p, axis=axis) for p in parts]
+    return parts[0] if single else tuple(parts)
+
+
 def transpose(x: Any) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x).T)
 

@@ -18,8 +18,6 @@ from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.registry.engine_ids import IN_TREE
 
-COLUMN_TILE = 1024  # columns per block of the partial-sum reduction
-
 
 def _rows(node: Node, graph: Graph, x_port: str) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
     """(M, N, normalized axes, batch axes) of the node's x, with every row-shaped port checked against it."""
@@ -76,10 +74,12 @@ def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]
     prefix = "layernorm_backward" if center else "rmsnorm_backward"
     launches = [
         Launch(
-            KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias, config.hints)), (blocks,), tuple(args)
+            KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias, config.hints, config.paired)),
+            (blocks,),
+            tuple(args),
         )
     ]
-    tc = min(pow2(n), COLUMN_TILE)
+    tc = min(pow2(n), config.columns)
     tg = min(pow2(blocks), max(1, 4096 // tc))
     outs = [_vector(node, graph, p, "x", axes, 1, n) for p in ("dscale", "dbias")[: len(partials)]]
     sums = tuple(a for pair in zip(partials, outs, strict=True) for a in pair)

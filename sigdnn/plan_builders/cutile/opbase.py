@@ -31,20 +31,29 @@ IO_DTYPES = frozenset({DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16})
 
 @attrs.frozen
 class RowConfig:
-    """How the row kernels of one direction are cut: elements of one (TM, TN) tile, and cuTile's hints."""
+    """How the row kernels of one direction are cut: elements of one (TM, TN) tile, and cuTile's hints.
+
+    ``columns``: columns per block of the backward's partial-sum reduction (``rowgen.column_sums``); few
+    wide blocks leave that launch reading megabytes on a handful of SMs. ``paired``: layernorm backward's
+    two row means as one reduction (``rowgen.norm_backward``).
+    """
 
     tile: int
     hints: KernelHints = attrs.field(factory=KernelHints)
+    columns: int = 1024
+    paired: bool = True
 
 
 # Tile sizes (elements) and hints, measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md,
 # 16384 x 4096 bf16): forward rows two at a time with registers for 4 blocks per SM (5 for softmax) ran
 # softmax 2.5x, layernorm 1.5x and rmsnorm 1.4x faster than cuTile's own choice (255 registers, 8 rows);
 # backward rows one at a time in 8 worker warps, 2 blocks per SM, 1.2x (loading the next row before
-# computing this one lost 5-10% there).
+# computing this one lost 5-10% there). Then (gpu_cutile_speed_2026-12-01b.md): softmax one row per block with
+# registers for 6 blocks (its 2-row tile at 5 spilled: 3.04 -> 3.42 TB/s with loads through TMA); the
+# backward's column sums over 32-column blocks (128 blocks, not 4: 32 -> 7 us of layernorm's 201).
 ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4))  # layernorm, rmsnorm
-SOFTMAX_FORWARD = RowConfig(8192, KernelHints(occupancy=5))
-ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8))
+SOFTMAX_FORWARD = RowConfig(4096, KernelHints(occupancy=6))
+ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8), columns=32)
 ROW_MAX = 8192  # longest row held in one tile; longer rows are walked in chunks
 SMS = 132  # H200 SMs
 PERSISTENT_PER_SM = (

@@ -158,7 +158,9 @@ def norm_forward(
 def softmax_forward(n: int, tm: int, tn: int, log: bool, stats: bool, hints: KernelHints | None = None) -> str:
     """Softmax (or log-softmax) of each row; ``stats`` = max + log(sum(exp(x - max)))."""
     params = ["x", "y", *(["st"] if stats else [])]
-    pad = "padding_mode=ct.PaddingMode.NEG_INF"
+    # Columns past N must read -inf (they take no part in max and sum); when no chunk holds such a column,
+    # rows past M read zeros instead (never stored), which lets cuTile load through TMA (no -inf fill there).
+    pad = ZERO if n % tn == 0 else "padding_mode=ct.PaddingMode.NEG_INF"
     body = ["bid = ct.bid(0)"]
     if tn >= n:
         body += [
@@ -203,12 +205,40 @@ def softmax_forward(n: int, tm: int, tn: int, log: bool, stats: bool, hints: Ker
     return _module(params, body, hints)
 
 
-def norm_backward(n: int, tm: int, tn: int, center: bool, dbias: bool, hints: KernelHints | None = None) -> str:
+def _row_means(first: str, second: str, n: int, paired: bool) -> list[str]:
+    """Lines setting c1 = mean(first) and c2 = mean(second) over each row (axis 1 of (TM, TN) tiles).
+
+    ``paired``: both sums in one reduction of the pair (one pass of shuffles and one shared-memory
+    round trip where two ``ct.sum`` take two).
+    """
+    if not paired:
+        return [f"c2 = ct.sum({second}, axis=1, keepdims=True) / {_lit(n)}",
+                f"c1 = ct.sum({first}, axis=1, keepdims=True) / {_lit(n)}"]  # fmt: skip
+    return [
+        f"c1, c2 = ct.reduce(({first}, {second}), axis=1, func={ADD_PAIRS}, identity=(0.0, 0.0), keepdims=True)",
+        f"c1 = c1 / {_lit(n)}",
+        f"c2 = c2 / {_lit(n)}",
+    ]
+
+
+ADD_PAIRS = "lambda a1, a2, b1, b2: (a1 + b1, a2 + b2)"
+
+
+def norm_backward(
+    n: int,
+    tm: int,
+    tn: int,
+    center: bool,
+    dbias: bool,
+    hints: KernelHints | None = None,
+    paired: bool = True,
+) -> str:
     """dx of layernorm (center) or rmsnorm, and per-block partial dscale (and dbias) rows in ``pds`` / ``pdb``.
 
     With g = dy * scale and x_hat = (x - mean) * inv (mean 0 for rmsnorm):
     dx = inv * (g - mean(g) - x_hat * mean(g * x_hat)), without mean(g) for
     rmsnorm; dscale = sum over rows of dy * x_hat, dbias = sum of dy.
+    Layernorm's two row means are one reduction of the pair unless ``paired`` is False.
     """
     params = ["dy", "x", "s", *(["mean"] if center else []), "inv", "dx", "pds", *(["pdb"] if dbias else [])]
     body = [
@@ -224,21 +254,28 @@ def norm_backward(n: int, tm: int, tn: int, center: bool, dbias: bool, hints: Ke
             lines.append(f"xh = xh * {_mask(tn, c, n)}")
         return [*lines, f"dyt = {_load_rows('dy', tm, tn, c, 't')}", f"g = dyt * {_load_vector('s', tn, c)}"]
 
+    def col(value: str) -> str:
+        """The tile's rows of ``value`` summed: (1, TN). One row is its own sum: cuTile's sum over an axis of
+        length 1 still went through shared memory, with 12 barriers per row of layernorm backward."""
+        return f"({value})" if tm == 1 else f"ct.sum({value}, axis=0, keepdims=True)"
+
     stats = ([f"mu = {_load_stat('mean', tm, 't')}"] if center else []) + [f"r = {_load_stat('inv', tm, 't')}"]
     dx = "(g - c1 - xh * c2) * r" if center else "(g - xh * c2) * r"
     if whole:
         body.append(f"ads = ct.full((1, {tn}), 0.0, dtype=ct.float32)")
         if dbias:
             body.append(f"adb = ct.full((1, {tn}), 0.0, dtype=ct.float32)")
-        loop = [*stats, *x_hat("0", tn != n), f"c2 = ct.sum(g * xh, axis=1, keepdims=True) / {_lit(n)}"]
+        loop = [*stats, *x_hat("0", tn != n)]
         if center:
-            loop.append(f"c1 = ct.sum(g, axis=1, keepdims=True) / {_lit(n)}")
+            loop += _row_means("g", "g * xh", n, paired)
+        else:
+            loop.append(f"c2 = ct.sum(g * xh, axis=1, keepdims=True) / {_lit(n)}")
         loop += [
             f"ct.store(dx, index=(t, 0), tile=ct.astype({dx}, dx.dtype))",
-            "ads = ads + ct.sum(dyt * xh, axis=0, keepdims=True)",
+            f"ads = ads + {col('dyt * xh')}",
         ]
         if dbias:
-            loop.append("adb = adb + ct.sum(dyt, axis=0, keepdims=True)")
+            loop.append(f"adb = adb + {col('dyt')}")
         body.append("for t in range(bid, tiles, blocks):")
         body += [f"    {line}" for line in loop]
         body.append("ct.store(pds, index=(bid, 0), tile=ads)")
@@ -255,17 +292,18 @@ def norm_backward(n: int, tm: int, tn: int, center: bool, dbias: bool, hints: Ke
         body.append(f"    ct.store(pdb, index=(bid, c), tile={zero})")
     loop = [*stats, f"a1 = ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)", "a2 = a1"]
     loop += _loop(n, tn, lambda c, m: [*x_hat(c, m), "a1 = a1 + g", "a2 = a2 + g * xh"])
-    loop.append(f"c2 = ct.sum(a2, axis=1, keepdims=True) / {_lit(n)}")
     if center:
-        loop.append(f"c1 = ct.sum(a1, axis=1, keepdims=True) / {_lit(n)}")
+        loop += _row_means("a1", "a2", n, paired)
+    else:
+        loop.append(f"c2 = ct.sum(a2, axis=1, keepdims=True) / {_lit(n)}")
 
     def write(c: str, m: bool) -> list[str]:
         lines = [*x_hat(c, m), f"ct.store(dx, index=(t, {c}), tile=ct.astype({dx}, dx.dtype))"]
         lines.append(f"ct.store(pds, index=(bid, {c}), tile=ct.load(pds, index=(bid, {c}), shape=(1, {tn})) + "
-                     "ct.sum(dyt * xh, axis=0, keepdims=True))")  # fmt: skip
+                     f"{col('dyt * xh')})")  # fmt: skip
         if dbias:
             lines.append(f"ct.store(pdb, index=(bid, {c}), tile=ct.load(pdb, index=(bid, {c}), shape=(1, {tn})) + "
-                         "ct.sum(dyt, axis=0, keepdims=True))")  # fmt: skip
+                         f"{col('dyt')})")  # fmt: skip
         return lines
 
     loop += _loop(n, tn, write)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 from emulated import emulated_executor, make_available
 from norm_cases import all_cases
@@ -25,7 +26,8 @@ CASES = {c[0]: c for c in all_cases()}
 ROW_CASES = ["softmax-float32-33x64", "logsoftmax-bfloat16-5x37", "layernorm-train-float32-33x64",
              "rmsnorm-infer-bias-bfloat16-3x1x256", "layernorm-bwd-float32-33x64", "rmsnorm-bwd-dbias-bfloat16-33x64",
              "layernorm-train-float16-2x9000", "layernorm-bwd-float32-2x9000"]  # fmt: skip
-ROW_CONFIGS = [RowConfig(64), RowConfig(128, KernelHints(occupancy=4)), RowConfig(1024, KernelHints(2, 8))]
+ROW_CONFIGS = [RowConfig(64), RowConfig(128, KernelHints(occupancy=4)), RowConfig(1024, KernelHints(2, 8)),
+               RowConfig(1024, KernelHints(2, 8), columns=16, paired=False)]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +43,9 @@ def _validate(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "config", ROW_CONFIGS, ids=lambda c: f"{c.tile}-{c.hints.occupancy}-{c.hints.num_worker_warps}"
+    "config",
+    ROW_CONFIGS,
+    ids=lambda c: f"{c.tile}-{c.hints.occupancy}-{c.hints.num_worker_warps}-{c.columns}-{'p' if c.paired else 'u'}",
 )
 @pytest.mark.parametrize("name", ROW_CASES)
 def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, config, name):
@@ -82,6 +86,29 @@ def test_batchnorm_partial_sums_in_bands_of_tiles_match_the_reference(monkeypatc
     assert report.passed, report.table()
 
 
+def test_emulated_reduction_of_a_pair_sums_each_member_over_an_odd_axis():
+    """The emulator's ct.reduce (layernorm backward's paired row means): pairwise with identity padding."""
+    from sigdnn.plan_builders.cutile import emulator
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 37)).astype(np.float32), rng.standard_normal((3, 37)).astype(np.float32)
+    s1, s2 = emulator.reduce((a, b), axis=1, func=eval(rowgen.ADD_PAIRS), identity=(0.0, 0.0), keepdims=True)
+    assert s1.shape == s2.shape == (3, 1) and s1.dtype == np.float32
+    np.testing.assert_allclose(s1[:, 0], a.sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(s2[:, 0], b.sum(axis=1), rtol=1e-5)
+    assert emulator.reduce(a, axis=0, func=lambda u, v: u + v, identity=0.0).shape == (37,)
+
+
+def test_backward_row_sums_skip_the_reduction_over_one_row():
+    """A one-row tile is its own column sum (cuTile's sum over a length-1 axis cost shared memory and barriers)."""
+    one = rowgen.norm_backward(4096, 1, 4096, True, True)
+    two = rowgen.norm_backward(4096, 2, 4096, True, True)
+    assert "axis=0" not in one and "ads = ads + (dyt * xh)" in one
+    assert "ct.sum(dyt * xh, axis=0, keepdims=True)" in two
+    assert "ct.reduce((g, g * xh), axis=1" in one
+    assert "ct.reduce" not in rowgen.norm_backward(4096, 1, 4096, True, True, paired=False)
+
+
 def test_hints_are_written_into_the_kernel_decorator():
     text = rowgen.norm_forward(64, 2, 64, 1e-5, True, False, (), KernelHints(occupancy=4, num_worker_warps=8))
     assert text.startswith("@ct.kernel(occupancy=4, num_worker_warps=8)\ndef kernel(")
@@ -95,10 +122,14 @@ def test_forward_row_tiles_follow_the_configuration():
     assert opbase.persistent_blocks(RowConfig(4096, KernelHints(occupancy=3))) == 3 * opbase.SMS
 
 
-@pytest.mark.parametrize(("mode", "tile"), [("add", codegen.DEFAULT_TILE), ("gelu_fwd", codegen.HEAVY_TILE),
-                                            ("sin", codegen.HEAVY_TILE), ("relu_fwd", codegen.DEFAULT_TILE)])  # fmt: skip
-def test_heavy_modes_take_the_heavy_tile(mode, tile):
-    g = sigdnn.Graph(mode, io_dtype="bfloat16", compute_dtype="float32")
+@pytest.mark.parametrize(("mode", "io", "tile"), [("add", "bfloat16", codegen.DEFAULT_TILE),
+                                                  ("gelu_fwd", "bfloat16", codegen.WIDE_TILE),
+                                                  ("gelu_fwd", "float32", codegen.HEAVY_TILE),
+                                                  ("sin", "bfloat16", codegen.HEAVY_TILE),
+                                                  ("relu_fwd", "bfloat16", codegen.DEFAULT_TILE)])  # fmt: skip
+def test_heavy_modes_take_the_heavy_tile(mode, io, tile):
+    """Wide tiles only for the measured modes' fast tier (16-bit results), heavy tiles for the other heavy ones."""
+    g = sigdnn.Graph(mode, io_dtype=io, compute_dtype="float32")
     ins = [g.tensor(f"x{k}", dims=(5000,)) for k in range(2 if mode == "add" else 1)]
     g.pointwise(mode, *ins).set_output(True)
     assert node_spec(g.nodes[0], g)[0].tile == tile
