@@ -142,6 +142,7 @@ class GpuRun:
         self.context = context
         self.stream = context.stream_handle  # what step plans enqueue on: a raw CUstream
         self._copy_back: dict[int, np.ndarray] = {}
+        self._ordered = False  # whether our stream already waits for torch's
 
     def arena(self, nbytes: int) -> Any:
         return self.context.allocate(nbytes)
@@ -163,6 +164,11 @@ class GpuRun:
             if writable:
                 self._copy_back[id(device)] = obj
             return device
+        if not self._ordered:  # a torch tensor: our stream waits (on the device) for what torch enqueued so far
+            torch_stream = _torch_stream((obj,))
+            if torch_stream is not None:
+                self.context.wait_for(torch_stream)
+                self._ordered = True
         return _wrap_device(self.context, obj, tensor, dtype)
 
     def new_output(self, tensor: Tensor, dtype: DataType) -> Any:

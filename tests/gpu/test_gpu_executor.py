@@ -93,3 +93,28 @@ def test_torch_tensors_are_ordered_on_torch_s_stream(cuda_graphs: bool) -> None:
             got = {k: t.cpu().numpy() for k, t in outs.items()}  # .cpu() waits for the side stream only
             for k, arr in got.items():
                 np.testing.assert_allclose(arr, want[k], rtol=2e-6, atol=1e-30, err_msg=k)
+
+
+def test_the_capturing_path_waits_for_torch_s_stream() -> None:
+    """Validation's path (a capture per step) on torch tensors filled behind a ~20 ms spin on torch's stream:
+    without the wait the steps would read the inputs' NaN fill."""
+    _skip_without_gpu()
+    torch = pytest.importorskip("torch")
+    g = block("float32", dims=(4, 33, 1000))
+    inputs = sigdnn.validation.random_inputs(g, seed=7)
+    want = sigdnn.Executor().run(g, inputs)
+    ex = sigdnn.Executor("gpu", fusion=False)
+    plan = ex.prepare(g)
+    sources = {k: torch.from_numpy(v).cuda() for k, v in inputs.items()}
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        dev = {k: torch.full(v.shape, float("nan"), device="cuda") for k, v in inputs.items()}
+        torch.cuda._sleep(30_000_000)
+        for k, t in dev.items():
+            t.copy_(sources[k])
+        captured: dict = {}
+        got = ex.execute(plan, dev, capture=captured)
+    for k in ("out", "skip_out"):
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-6, atol=1e-30, err_msg=k)
+    assert captured and not any(np.isnan(a).any() for a in captured.values())
