@@ -107,7 +107,9 @@ CASES = {
     "causal_more_queries_mqa": ("bfloat16", 1, 4, 1, 130, 77, 128, True, False),
     "causal_fewer_queries": ("bfloat16", 2, 2, 2, 17, 260, 64, True, False),
     "bshd_gqa": ("bfloat16", 2, 4, 2, 129, 257, 64, False, True),
-    "single_row": ("float16", 1, 2, 1, 1, 1, 128, True, False),
+    # One query row (dq of a causal single row, or of a single key, is zero by cancellation: the float32
+    # difference dP - D of a correct kernel is then all there is, which a normwise bound cannot judge).
+    "single_row": ("float16", 1, 2, 1, 1, 7, 128, False, False),
     "long_causal_f16_d128": ("float16", 1, 2, 1, 1000, 1000, 128, True, False),
     "long_bf16_d64": ("bfloat16", 1, 2, 2, 640, 1100, 64, False, False),
 }

@@ -42,7 +42,9 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32, Int64, const_expr
-from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import vector
+from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 
 from sigdnn.plan_builders.cute.sdpa_backward_layout import TILE_M, TILE_N, BwdSpec
 
@@ -54,6 +56,7 @@ _MMA_THREADS = _NUM_MMA_WG * _THREADS_PER_WG
 _LOG2E = math.log2(math.e)
 _BAR_PDS = 1  # named barrier: P and dS of a step are in shared memory (0 is __syncthreads)
 _ROW_CHUNK = 8  # elements of a row one thread of the row kernels handles
+_VEC = 4  # float32 values per vector reduction into the dq accumulator
 
 
 def _acc_mn(acc: cute.Tensor) -> cute.Tensor:
@@ -64,6 +67,21 @@ def _acc_mn(acc: cute.Tensor) -> cute.Tensor:
         stride=((d[0][1], d[1]), (d[0][0], d[0][2], d[2])),
     )
     return cute.make_tensor(acc.iterator, layout)
+
+
+def _dq_mma(dtype: Any, d: int) -> cute.TiledMma:
+    """dQ = dS K: 64 query rows, each warpgroup half the head dim (dS K-major, K MN-major)."""
+    K, MN = warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN
+    return sm90_utils.make_trivial_tiled_mma(
+        dtype, dtype, K, MN, Float32, (1, _NUM_MMA_WG, 1), tiler_mn=(TILE_M, d // _NUM_MMA_WG)
+    )
+
+
+def _dq_offset(t: Any, i: int) -> Any:
+    """Where value ``i`` of consumer thread ``t``'s dQ fragment sits in its tile of the accumulator: groups of
+    four values, each group's threads side by side (one 16-byte reduction per group, a warp's 512 bytes
+    contiguous)."""
+    return (i // _VEC) * (_MMA_THREADS * _VEC) + t * _VEC + i % _VEC
 
 
 def _transpose(t: cute.Tensor) -> cute.Tensor:
@@ -149,8 +167,10 @@ class HopperFmhaBwd:
         mdK = cute.make_tensor(dk_ptr, cute.make_layout((skv, d, kv_heads, batch), stride=(dk_ss, 1, dk_hs, dk_bs)))
         mdV = cute.make_tensor(dv_ptr, cute.make_layout((skv, d, kv_heads, batch), stride=(dv_ss, 1, dv_hs, dv_bs)))
         rows = sq_pad * heads
+        # One tm x d tile of float32 per (query block, head, batch), its values in fragment order (_dq_offset).
         mdQacc = cute.make_tensor(
-            dqacc_ptr, cute.make_layout((sq_pad, d, heads, batch), stride=(d, 1, sq_pad * d, rows * d))
+            dqacc_ptr,
+            cute.make_layout((tm * d, sq_pad // tm, heads, batch), stride=(1, tm * d, sq_pad * d, rows * d)),
         )
         mLse = cute.make_tensor(lse_ptr, cute.make_layout((sq_pad, heads, batch), stride=(1, sq_pad, rows)))
         mDsum = cute.make_tensor(dsum_ptr, cute.make_layout((sq_pad, heads, batch), stride=(1, sq_pad, rows)))
@@ -164,10 +184,7 @@ class HopperFmhaBwd:
         tiled_mma_dkv = sm90_utils.make_trivial_tiled_mma(
             self.dtype, self.dtype, MN, MN, Float32, (_NUM_MMA_WG, 1, 1), tiler_mn=(tn // _NUM_MMA_WG, d)
         )
-        # dQ = dS K: 64 query rows, each warpgroup half the head dim.
-        tiled_mma_dq = sm90_utils.make_trivial_tiled_mma(
-            self.dtype, self.dtype, K, MN, Float32, (1, _NUM_MMA_WG, 1), tiler_mn=(tm, d // _NUM_MMA_WG)
-        )
+        tiled_mma_dq = _dq_mma(self.dtype, d)
         row_major = utils.LayoutEnum.ROW_MAJOR
         q_smem = sm90_utils.make_smem_layout_a(row_major, (tm, tn, d), self.dtype, self.stages)
         kv_smem = sm90_utils.make_smem_layout_b(row_major, (tm, tn, d), self.dtype, 1)
@@ -386,10 +403,15 @@ class HopperFmhaBwd:
             acc_dv.fill(0.0)
             acc_dk.fill(0.0)
             thr_sdp = tiled_mma_sdp.get_slice(tidx)
-            thr_dq = tiled_mma_dq.get_slice(tidx)
             tScS = thr_sdp.partition_C(cute.make_identity_tensor((tm, tn)))
-            tSsP = thr_sdp.partition_C(sP)
-            tSsdS = thr_sdp.partition_C(sdS)
+            # P and dS to shared memory by stmatrix, in the layout of the S accumulator.
+            store_pds = cute.make_tiled_copy_C(
+                cute.make_copy_atom(warp.StMatrix8x8x16bOp(False, 4), self.dtype), tiled_mma_sdp
+            ).get_slice(tidx)
+            tPsP = store_pds.partition_D(sP)
+            tPsdS = store_pds.partition_D(sdS)
+            r_p = cute.make_rmem_tensor_like(acc_s, self.dtype)
+            r_ds = cute.make_rmem_tensor_like(acc_dp, self.dtype)
             s_mn = _acc_mn(acc_s)
             dp_mn = _acc_mn(acc_dp)
             c_mn = _acc_mn(tScS)
@@ -443,17 +465,15 @@ class HopperFmhaBwd:
                 for r in cutlass.range_constexpr(rows):
                     for c in cutlass.range_constexpr(cols):
                         s_mn[r, c] = cute.math.exp2(s_mn[r, c] * scale_log2 - lse[r], fastmath=True)
-                tSsP_now = tSsP[None, None, None, stage]
-                for i in cutlass.range_constexpr(cute.size(acc_s)):
-                    tSsP_now[i] = acc_s[i].to(self.dtype)
+                r_p.store(acc_s.load().to(self.dtype))
+                cute.copy(store_pds, store_pds.retile(r_p), tPsP[None, None, None, stage])
                 # (3) dS = P * (dP - D), to shared memory.
                 warpgroup.wait_group(0)
                 for r in cutlass.range_constexpr(rows):
                     for c in cutlass.range_constexpr(cols):
                         dp_mn[r, c] = s_mn[r, c] * (dp_mn[r, c] - dsum[r])
-                tSsdS_now = tSsdS[None, None, None, stage]
-                for i in cutlass.range_constexpr(cute.size(acc_dp)):
-                    tSsdS_now[i] = acc_dp[i].to(self.dtype)
+                r_ds.store(acc_dp.load().to(self.dtype))
+                cute.copy(store_pds, store_pds.retile(r_ds), tPsdS[None, None, None, stage])
                 cute.arch.fence_proxy("async.shared", space="cta")
                 cute.arch.barrier(barrier_id=_BAR_PDS, number_of_threads=_MMA_THREADS)
                 # (4) dQ = dS K first (its atomics overlap the rest), then dV += P^T dO, dK += dS^T Q.
@@ -474,12 +494,13 @@ class HopperFmhaBwd:
                     )
                 warpgroup.commit_group()
                 warpgroup.wait_group(2)
-                gdQ = cute.local_tile(mdQacc[None, None, head, b], (tm, d), (m_block, 0))
-                tQgdQ = thr_dq.partition_C(gdQ)
-                for i in cutlass.range_constexpr(cute.size(acc_dq)):
+                gdQ = mdQacc[None, m_block, head, b]
+                vec4 = ir.VectorType.get([_VEC], Float32.mlir_type)
+                for g in cutlass.range_constexpr(cute.size(acc_dq) // _VEC):
+                    values = [acc_dq[g * _VEC + e].ir_value() for e in range(_VEC)]
                     cute.arch.red(
-                        tQgdQ.iterator + cute.crd2idx(i, tQgdQ.layout),
-                        acc_dq[i],
+                        gdQ.iterator + _dq_offset(tidx, g * _VEC),
+                        vector.from_elements(vec4, values),
                         op="add",
                         dtype=Float32,
                         sem="relaxed",
@@ -609,13 +630,12 @@ class BwdPreprocess:
 
 
 class BwdConvert:
-    """dq = attn_scale * accumulator, rounded to dq's dtype, in dq's strides."""
+    """dq = attn_scale * accumulator, rounded to dq's dtype, in dq's strides: one CTA per accumulator tile,
+    each thread reading back the fragment its namesake in the main kernel added (see _dq_offset)."""
 
     def __init__(self, spec: BwdSpec) -> None:
         self.dtype = DTYPES[spec.dtype]
         self.d = spec.head_dim
-        self.per_row = self.d // _ROW_CHUNK
-        self.rows_per_cta = _THREADS_PER_WG // self.per_row
 
     @cute.jit
     def __call__(
@@ -632,23 +652,24 @@ class BwdConvert:
         scale: Float32,
         stream: cuda.CUstream,
     ):
-        d = self.d
+        d, tm = self.d, TILE_M
         mdQ = cute.make_tensor(dq_ptr, cute.make_layout((sq, d, heads, batch), stride=(dq_ss, 1, dq_hs, dq_bs)))
-        total = sq_pad * heads * batch
-        mAcc = cute.make_tensor(dqacc_ptr, cute.make_layout((d, total), stride=(1, d)))
-        self.kernel(mAcc, mdQ, heads, sq, sq_pad, scale).launch(
-            grid=[total // self.rows_per_cta, 1, 1], block=[_THREADS_PER_WG, 1, 1], stream=stream
+        mAcc = cute.make_tensor(
+            dqacc_ptr,
+            cute.make_layout((tm * d, sq_pad // tm, heads, batch), stride=(1, tm * d, sq_pad * d, sq_pad * heads * d)),
+        )
+        tiled_mma_dq = _dq_mma(self.dtype, d)
+        self.kernel(mAcc, mdQ, tiled_mma_dq, sq, scale).launch(
+            grid=[sq_pad // tm, heads, batch], block=[_MMA_THREADS, 1, 1], stream=stream
         )
 
     @cute.kernel
-    def kernel(self, mAcc: cute.Tensor, mdQ: cute.Tensor, heads: Int32, sq: Int32, sq_pad: Int32, scale: Float32):
+    def kernel(self, mAcc: cute.Tensor, mdQ: cute.Tensor, tiled_mma_dq: cute.TiledMma, sq: Int32, scale: Float32):
         tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
-        row = bidx * self.rows_per_cta + tidx // self.per_row
-        col0 = (tidx % self.per_row) * _ROW_CHUNK
-        i = row % sq_pad
-        h = (row // sq_pad) % heads
-        b = row // (sq_pad * heads)
-        if i < sq:
-            for e in cutlass.range_constexpr(_ROW_CHUNK):
-                mdQ[i, col0 + e, h, b] = (mAcc[col0 + e, row] * scale).to(self.dtype)
+        m_block, h, b = cute.arch.block_idx()
+        coords = tiled_mma_dq.get_slice(tidx).partition_C(cute.make_identity_tensor((TILE_M, self.d)))
+        tile = mAcc[None, m_block, h, b]
+        for i in cutlass.range_constexpr(cute.size(coords)):
+            row = m_block * TILE_M + coords[i][0]
+            if row < sq:
+                mdQ[row, coords[i][1], h, b] = (tile[_dq_offset(tidx, i)] * scale).to(self.dtype)
