@@ -7,9 +7,11 @@ builder's compiled handles) and the backward of
 ``torch.nn.functional.scaled_dot_product_attention`` under the cuDNN and
 the flash backends (``torch.autograd.grad`` of the forward's output, graph
 retained, so only the backward is timed), with CUDA events (median of
-repeats of back-to-back launches after a warm-up). The CuTe dq, dk, dv are
-compared with cuDNN's first (max |diff| over max |cuDNN's|). TFLOP/s counts
-the five products of the backward, 10 B H S^2 D (halved when causal).
+repeats of back-to-back launches after a warm-up), and each of the CuTe
+backward's three kernels alone. The CuTe dq, dk, dv are compared with
+cuDNN's first (max |diff| over max |cuDNN's|), and both with the backward of
+float32 math attention where it fits (``--f32-limit``). TFLOP/s counts the
+five products of the backward, 10 B H S^2 D (halved when causal).
 
     PYTHONPATH=. python benchmarks/gpu_cute_sdpa_backward.py --json $OUT/sdpa_bwd.json
 
@@ -69,8 +71,9 @@ def cute_forward(q, k, v, o, stats, causal: bool) -> None:
     )
 
 
-def cute_backward(tensors: dict[str, torch.Tensor], causal: bool) -> tuple[Callable[[], None], torch.Tensor]:
-    from sigdnn.plan_builders.cute.kernels.fmha_bwd_launch import FmhaBwdLaunch
+def cute_backward(tensors: dict[str, torch.Tensor], causal: bool) -> dict[str, Callable[[], None]]:
+    """The whole backward ("cute"), and each of its three kernels alone."""
+    from sigdnn.plan_builders.cute.kernels.fmha_bwd_launch import KERNELS, FmhaBwdLaunch
 
     d = tensors["q"].shape[-1]
     spec, problem = plan_sdpa_backward({n: view(t) for n, t in tensors.items()}, d**-0.5, causal)
@@ -78,7 +81,25 @@ def cute_backward(tensors: dict[str, torch.Tensor], causal: bool) -> tuple[Calla
     workspace = torch.empty(problem.workspace_bytes, dtype=torch.uint8, device="cuda")
     ptrs = {n: t.data_ptr() for n, t in tensors.items()}
     stream = torch.cuda.current_stream().cuda_stream
-    return (lambda: launch(ptrs, workspace.data_ptr(), stream)), workspace
+    runs = {"cute": lambda: launch(ptrs, workspace.data_ptr(), stream)}
+    for kernel in KERNELS:
+        runs[f"  cute {kernel}"] = lambda kernel=kernel: launch.run(kernel, ptrs, workspace.data_ptr(), stream)
+    return runs
+
+
+def float32_errors(q, k, v, d_o, causal: bool, grads: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+    """max |g - g32| / max |g32| of each implementation's dq, dk, dv (the worst of the three) against the
+    backward of torch's float32 math attention on the same (bf16-valued) inputs."""
+    q32, k32, v32 = (t.float().requires_grad_(True) for t in (q, k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        out = torch.nn.functional.scaled_dot_product_attention(q32, k32, v32, is_causal=causal)
+    truth = torch.autograd.grad(out, (q32, k32, v32), d_o.float())
+    errors = {}
+    for name, got in grads.items():
+        errors[name] = max(((g.float() - t).abs().max() / t.abs().max()).item() for g, t in zip(got, truth))
+    del q32, k32, v32, out, truth
+    torch.cuda.empty_cache()
+    return errors
 
 
 def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d: int, causal: bool) -> list[dict]:
@@ -90,7 +111,7 @@ def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d:
     cute_forward(q, k, v, o, stats, causal)
     grads = {n: torch.full_like(q, float("nan")) for n in ("dq", "dk", "dv")}
     tensors = {"q": q, "k": k, "v": v, "o": o, "d_o": d_o, "stats": stats, **grads}
-    run_cute, _workspace = cute_backward(tensors, causal)
+    cute_runs = cute_backward(tensors, causal)
     flops = 10 * b * h * s * s * d / (2 if causal else 1)
 
     def torch_backward(backend):
@@ -107,11 +128,17 @@ def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d:
     impls: dict[str, Callable[[], object]] = {
         "torch cudnn": torch_backward(SDPBackend.CUDNN_ATTENTION),
         "torch flash": torch_backward(SDPBackend.FLASH_ATTENTION),
-        "cute": run_cute,
+        **cute_runs,
     }
     want = impls["torch cudnn"]()
-    run_cute()
+    cute_runs["cute"]()
     torch.cuda.synchronize()
+    if b * h * s * s <= args.f32_limit:
+        f32 = float32_errors(
+            q, k, v, d_o, causal, {"torch cudnn": want, "cute": [grads[n] for n in ("dq", "dk", "dv")]}
+        )
+        for name, err in f32.items():
+            print(f"{label} {name}: max |g - float32 math| / max |float32 math| = {err:.3e}", flush=True)
     errors = []
     for name, ref in zip(("dq", "dk", "dv"), want, strict=True):
         err = ((grads[name].float() - ref.float()).abs().max() / ref.float().abs().max()).item()
@@ -130,8 +157,12 @@ def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d:
     rows = []
     for n, ts in samples.items():
         ms = statistics.median(ts)
-        row = {"shape": label, "impl": n, "ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1)}
-        row["vs_cudnn"] = round(base / ms, 3)
+        row = {"shape": label, "impl": n.strip(), "ms": round(ms, 4)}
+        if n.startswith(" "):  # one kernel of the CuTe backward: its share of the time only
+            rows.append(row)
+            print(f"{label:20s} {n:12s} {ms:8.3f} ms", flush=True)
+            continue
+        row |= {"tflops": round(flops / ms / 1e9, 1), "vs_cudnn": round(base / ms, 3)}
         if n == "cute":
             row["max_rel_err_vs_cudnn"] = max(errors)
         rows.append(row)
@@ -150,6 +181,9 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5, help="launches per sample at seq 4096 (scaled by 1/s^2)")
     parser.add_argument("--only", default="", help="run the shapes whose label contains this")
     parser.add_argument("--json", default="")
+    parser.add_argument(
+        "--f32-limit", type=float, default=2**30, help="largest B H S^2 checked against float32 math attention"
+    )
     args = parser.parse_args()
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "cudnn", torch.backends.cudnn.version())
     rows = []

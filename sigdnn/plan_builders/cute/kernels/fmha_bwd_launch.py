@@ -159,10 +159,19 @@ class FmhaBwdLaunch:
         t = tensors
         if (t["q"] | t["k"] | t["v"] | t["d_o"] | workspace) & 15:
             raise ValueError("TMA needs 16-byte aligned q, k, v, d_o and workspace")
+        with self._lock:
+            for kernel in KERNELS:
+                self.run(kernel, tensors, workspace, stream)
+
+    def run(self, kernel: str, tensors: dict[str, int], workspace: int, stream: int) -> None:
+        """Enqueue one of the three kernels (``KERNELS``) alone: what a benchmark times part by part."""
+        t = tensors
         p = self.problem
         lse = workspace + p.rows * p.head_dim * 4
         dsum = lse + p.rows * 4
-        with self._lock:
+        if kernel == "pre":
             self._pre((t["o"], t["d_o"], t["stats"], workspace, lse, dsum), stream)
+        elif kernel == "main":
             self._main((t["q"], t["k"], t["v"], t["d_o"], t["dk"], t["dv"], workspace, lse, dsum), stream)
+        else:
             self._convert((workspace, t["dq"]), stream)
