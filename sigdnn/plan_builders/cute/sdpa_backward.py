@@ -41,9 +41,9 @@ class CuteSdpaBackwardPlan(NodePlan):
 
     def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
         ptrs = {p: buffers[p].ptr for p in PORTS}
-        misaligned = [p for p in ("q", "k", "v", "d_o") if ptrs[p] & 15]
+        misaligned = [p for p in ("q", "k", "v", "o", "d_o") if ptrs[p] & 15]
         if misaligned:
-            raise VariantPackError(f"{self._where}: {', '.join(misaligned)} not 16-byte aligned (TMA needs it)")
+            raise VariantPackError(f"{self._where}: {', '.join(misaligned)} not 16-byte aligned (the kernels need it)")
         self._launch(ptrs, context.workspace.ptr, context.stream)
 
 

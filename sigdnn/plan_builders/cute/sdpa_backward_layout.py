@@ -4,10 +4,10 @@ Three kernels run per node (kernels/fmha_bwd_sm90.py): a preprocess (per
 query row: D = rowsum(d_o * o), the stats in base 2, and the float32 dq
 accumulator zeroed), the main kernel (one CTA per block of keys of one kv
 head: dk and dv in registers, dq added into the accumulator), and the
-conversion of dq to its dtype. q, k, v and d_o travel by TMA, which wants
-every stride but the head dim's a multiple of 16 bytes; o, stats and the
-three gradients are read or written from registers and take any strides
-with the head dim contiguous.
+conversion of dq to its dtype. q, k, v and d_o travel by TMA and o is read
+in 16-byte pieces, so each wants every stride but the head dim's a multiple
+of 16 bytes; stats and the three gradients are read or written element by
+element and take any strides with the head dim contiguous.
 
 Declined with the reason: an additive bias, a head dim other than 64 or
 128 (or v's differing from q's), a non-positive attn_scale, io dtypes other
@@ -133,7 +133,7 @@ def plan_sdpa_backward(
         raise ValueError(f"empty problem: q {list(tensors['q'][0])}, k {list(tensors['k'][0])}")
     for name in io:
         dims, strides, _ = tensors[name]
-        _check_strides(name, dims, strides, dtype, tma=name in ("q", "k", "v", "d_o"))
+        _check_strides(name, dims, strides, dtype, tma=name in ("q", "k", "v", "o", "d_o"))
     if max(sq, skv) > _INT32_MAX // 2 or b * hq * (sq + TILE_M) * d > _INT32_MAX:
         raise ValueError(f"q {list(tensors['q'][0])}: beyond the kernels' 32-bit indexing")
     strides = {name: bhs_strides(*tensors[name][:2]) for name in (*io, "stats")}

@@ -61,10 +61,14 @@ def test_grouped_query_heads_and_the_launch_scalars() -> None:
     assert problem.workspace_bytes == 2 * 8 * 128 * (128 + 2) * 4
 
 
-def test_o_takes_any_strides_with_the_head_dim_contiguous() -> None:
-    """o is read from registers by the preprocess kernel, not by TMA: an odd row stride is fine."""
-    _, problem = plan(backward(q_dims=(1, 2, 10, 64), kv_dims=(1, 2, 10, 64), o_strides=(1300, 650, 65, 1)))
-    assert problem.o_strides == (8, 650, 65)  # batch of 1: its stride is never stepped along
+def test_the_gradients_take_any_strides_with_the_head_dim_contiguous() -> None:
+    """dq, dk and dv are written element by element: odd row strides are fine."""
+    g = backward(q_dims=(1, 2, 10, 64), kv_dims=(1, 2, 10, 64))
+    op = g.node_by_name("sdpa_backward").op
+    for uid in (op.dq, op.dk, op.dv):
+        g.tensors[uid].set_stride((1300, 650, 65, 1))
+    _, problem = plan(g)
+    assert problem.dq_strides == problem.dk_strides == problem.dv_strides == (8, 650, 65)  # batch 1: never stepped
 
 
 @pytest.mark.parametrize(
@@ -78,6 +82,7 @@ def test_o_takes_any_strides_with_the_head_dim_contiguous() -> None:
         (lambda: backward(grad_dtype="float32"), "share q's dtype"),
         (lambda: backward(stats_dtype="bfloat16"), "stats is bfloat16"),
         (lambda: backward(q_dims=(1, 2, 10, 64), kv_dims=(1, 2, 10, 64), q_strides=(1300, 650, 65, 1)), "16 bytes"),
+        (lambda: backward(q_dims=(1, 2, 10, 64), kv_dims=(1, 2, 10, 64), o_strides=(1300, 650, 65, 1)), "o strides"),
         (lambda: backward(q_dims=(1, 2, 10, 64), kv_dims=(1, 2, 10, 64), q_strides=(1280, 1, 128, 2)), "contiguous"),
         (lambda: backward(compute="float16"), "compute dtype"),
         (lambda: backward(q_dims=(2, 1, 4, 64), kv_dims=(2, 1, 4, 64), q_strides=(2**40, 256, 64, 1)), "2\\^40"),

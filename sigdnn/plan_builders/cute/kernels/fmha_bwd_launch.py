@@ -155,10 +155,10 @@ class FmhaBwdLaunch:
         self._lock = threading.Lock()
 
     def __call__(self, tensors: dict[str, int], workspace: int, stream: int) -> None:
-        """Enqueue the backward on ``stream`` (raw CUstream); q, k, v, d_o and the workspace 16-byte aligned."""
+        """Enqueue the backward on ``stream`` (raw CUstream); q, k, v, o, d_o and the workspace 16-byte aligned."""
         t = tensors
-        if (t["q"] | t["k"] | t["v"] | t["d_o"] | workspace) & 15:
-            raise ValueError("TMA needs 16-byte aligned q, k, v, d_o and workspace")
+        if (t["q"] | t["k"] | t["v"] | t["o"] | t["d_o"] | workspace) & 15:
+            raise ValueError("the kernels need 16-byte aligned q, k, v, o, d_o and workspace")
         with self._lock:
             for kernel in KERNELS:
                 self.run(kernel, tensors, workspace, stream)

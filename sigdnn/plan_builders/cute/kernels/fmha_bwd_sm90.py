@@ -592,8 +592,14 @@ class BwdPreprocess:
         stream: cuda.CUstream,
     ):
         d = self.d
-        mO = cute.make_tensor(o_ptr, cute.make_layout((sq, d, heads, batch), stride=(o_ss, 1, o_hs, o_bs)))
-        mdO = cute.make_tensor(do_ptr, cute.make_layout((sq, d, heads, batch), stride=(do_ss, 1, do_hs, do_bs)))
+        align = 128 // self.dtype.width  # rows 16-byte aligned (the builder checks): 16-byte loads
+
+        def rows_of(ptr, bs, hs, ss):
+            strides = (cute.assume(ss, divby=align), 1, cute.assume(hs, divby=align), cute.assume(bs, divby=align))
+            return cute.make_tensor(ptr, cute.make_layout((sq, d, heads, batch), stride=strides))
+
+        mO = rows_of(o_ptr, o_bs, o_hs, o_ss)
+        mdO = rows_of(do_ptr, do_bs, do_hs, do_ss)
         mSt = cute.make_tensor(stats_ptr, cute.make_layout((sq, heads, batch), stride=(st_ss, st_hs, st_bs)))
         total = sq_pad * heads * batch
         mAcc = cute.make_tensor(dqacc_ptr, cute.make_layout((d, total), stride=(1, d)))
@@ -619,18 +625,23 @@ class BwdPreprocess:
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         row = bidx * self.rows_per_cta + tidx // self.per_row
-        col0 = (tidx % self.per_row) * _ROW_CHUNK
         i = row % sq_pad
         h = (row // sq_pad) % heads
         b = row // (sq_pad * heads)
+        chunk = tidx % self.per_row
         acc = Float32(0.0)
         if i < sq:
+            r_o = cute.make_rmem_tensor(_ROW_CHUNK, self.dtype)
+            r_do = cute.make_rmem_tensor(_ROW_CHUNK, self.dtype)
+            cute.autovec_copy(cute.local_tile(mO[i, None, h, b], (_ROW_CHUNK,), (chunk,)), r_o)
+            cute.autovec_copy(cute.local_tile(mdO[i, None, h, b], (_ROW_CHUNK,), (chunk,)), r_do)
             for e in cutlass.range_constexpr(_ROW_CHUNK):
-                acc = acc + mO[i, col0 + e, h, b].to(Float32) * mdO[i, col0 + e, h, b].to(Float32)
+                acc = acc + r_o[e].to(Float32) * r_do[e].to(Float32)
         for k in cutlass.range_constexpr(self.per_row.bit_length() - 1):  # the lanes of one row are neighbours
             acc = acc + cute.arch.shuffle_sync_bfly(acc, offset=self.per_row >> (k + 1))
-        for e in cutlass.range_constexpr(_ROW_CHUNK):
-            mAcc[col0 + e, row] = Float32(0.0)
+        zeros = cute.make_rmem_tensor(_ROW_CHUNK, Float32)
+        zeros.fill(0.0)
+        cute.autovec_copy(zeros, cute.local_tile(mAcc[None, row], (_ROW_CHUNK,), (chunk,)))
         if tidx % self.per_row == 0:
             lse2 = Float32(math.inf)
             if i < sq:
@@ -642,12 +653,16 @@ class BwdPreprocess:
 
 
 class BwdConvert:
-    """dq = attn_scale * accumulator, rounded to dq's dtype, in dq's strides: one CTA per accumulator tile,
-    each thread reading back the fragment its namesake in the main kernel added (see _dq_offset)."""
+    """dq = attn_scale * accumulator, rounded to dq's dtype, in dq's strides: one CTA per accumulator tile.
+
+    Each thread reads back (16-byte loads) the fragment its namesake in the main kernel added (see
+    _dq_offset) and puts it in place in a shared-memory tile; the tile then goes out row by row, a
+    warp's stores on consecutive elements."""
 
     def __init__(self, spec: BwdSpec) -> None:
         self.dtype = DTYPES[spec.dtype]
         self.d = spec.head_dim
+        self.pitch = self.d + 8  # a row of the staging tile, padded: the fragment's rows land on other banks
 
     @cute.jit
     def __call__(
@@ -666,11 +681,18 @@ class BwdConvert:
     ):
         d, tm = self.d, TILE_M
         mdQ = cute.make_tensor(dq_ptr, cute.make_layout((sq, d, heads, batch), stride=(dq_ss, 1, dq_hs, dq_bs)))
+        tile_elems = cute.assume(sq_pad * d, divby=tm * d)  # whole tiles per head: 16-byte aligned fragments
         mAcc = cute.make_tensor(
             dqacc_ptr,
-            cute.make_layout((tm * d, sq_pad // tm, heads, batch), stride=(1, tm * d, sq_pad * d, sq_pad * heads * d)),
+            cute.make_layout((tm * d, sq_pad // tm, heads, batch), stride=(1, tm * d, tile_elems, tile_elems * heads)),
         )
         tiled_mma_dq = _dq_mma(self.dtype, d)
+
+        @cute.struct
+        class SharedStorage:
+            tile: cute.struct.Align[cute.struct.MemRange[self.dtype, tm * self.pitch], 16]
+
+        self.shared_storage = SharedStorage
         self.kernel(mAcc, mdQ, tiled_mma_dq, sq, scale).launch(
             grid=[sq_pad // tm, heads, batch], block=[_MMA_THREADS, 1, 1], stream=stream
         )
@@ -679,9 +701,25 @@ class BwdConvert:
     def kernel(self, mAcc: cute.Tensor, mdQ: cute.Tensor, tiled_mma_dq: cute.TiledMma, sq: Int32, scale: Float32):
         tidx, _, _ = cute.arch.thread_idx()
         m_block, h, b = cute.arch.block_idx()
+        storage = utils.SmemAllocator().allocate(self.shared_storage)
+        sT = storage.tile.get_tensor(cute.make_layout((TILE_M, self.d), stride=(self.pitch, 1)))
         coords = tiled_mma_dq.get_slice(tidx).partition_C(cute.make_identity_tensor((TILE_M, self.d)))
+        values = cute.size(coords)
+        # This thread's fragment: value i at _dq_offset(tidx, i), i.e. (i % 4, i // 4) of this view.
         tile = mAcc[None, m_block, h, b]
-        for i in cutlass.range_constexpr(cute.size(coords)):
-            row = m_block * TILE_M + coords[i][0]
+        frags = cute.make_tensor(
+            tile.iterator,
+            cute.make_layout((_VEC, values // _VEC, _MMA_THREADS), stride=(1, _MMA_THREADS * _VEC, _VEC)),
+        )
+        frag = frags[None, None, tidx]
+        r_acc = cute.make_rmem_tensor((_VEC, values // _VEC), Float32)
+        cute.autovec_copy(frag, r_acc)
+        for i in cutlass.range_constexpr(values):
+            sT[coords[i][0], coords[i][1]] = (r_acc[i] * scale).to(self.dtype)
+        cute.arch.sync_threads()
+        for k in cutlass.range_constexpr(TILE_M * self.d // _MMA_THREADS):
+            r = k * (_MMA_THREADS // self.d) + tidx // self.d
+            c = tidx % self.d
+            row = m_block * TILE_M + r
             if row < sq:
-                mdQ[row, coords[i][1], h, b] = (tile[_dq_offset(tidx, i)] * scale).to(self.dtype)
+                mdQ[row, c, h, b] = sT[r, c]
