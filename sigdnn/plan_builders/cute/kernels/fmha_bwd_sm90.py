@@ -18,17 +18,15 @@ FlashAttention-2/3 split it:
   d_o (every query head of the group, the causally visible rows only)
   through two shared-memory stages by TMA. Two consumer warpgroups each own
   64 keys. Per tile: S = Q K^T and dP = d_o V^T (wgmma, both operands in
-  shared memory); P = exp2(S * scale log2(e) - stats2) in registers, stored
-  (16-bit, stmatrix, two stages) for the products that read it transposed;
-  dV += P^T d_o is issued at once (a warpgroup's keys are the P columns it
-  wrote) and runs while dS = P * (dP - D) is computed and stored; then,
-  once both warpgroups' dS are in, dQ = dS K (64 x head-dim / 2 per
-  warpgroup) and dK += dS^T Q. dV and dK stay in registers for the whole
-  CTA; dQ is added into the float32 accumulator by 16-byte vector
-  reductions, in fragment order (a warp's 512 bytes contiguous), while dK
-  runs.
-* ``BwdConvert``: dq = attn_scale * accumulator (read back in fragment
-  order), rounded to dq's dtype.
+  shared memory); P = exp2(S * scale log2(e) - stats2) and dS = P * (dP - D)
+  in registers, stored (16-bit, stmatrix, two stages) for the products that
+  read them transposed or whole; then dQ = dS K (64 x head-dim / 2 per
+  warpgroup), dV += P^T d_o and dK += dS^T Q. dV and dK stay in registers
+  for the whole CTA; dQ is added into the float32 accumulator by 16-byte
+  vector reductions, in fragment order (a warp's 512 bytes contiguous),
+  while dV and dK run. (Issuing dV as soon as a warpgroup's own P is stored,
+  to overlap it with dS, measured 1-4 % slower on the H200.)
+* ``BwdConvert``: dq = attn_scale * accumulator, rounded to dq's dtype.
 
 The host entries take raw pointers, extents and strides, so one compiled
 specialization (dtype, head dim, causal) serves every problem size and
@@ -60,7 +58,6 @@ _NUM_MMA_WG = 2
 _MMA_THREADS = _NUM_MMA_WG * _THREADS_PER_WG
 _LOG2E = math.log2(math.e)
 _BAR_PDS = 1  # named barrier: P and dS of a step are in shared memory (0 is __syncthreads)
-_BAR_P = 2  # named barriers (one per consumer warpgroup): its P columns are in shared memory
 _ROW_CHUNK = 8  # elements of a row one thread of the row kernels handles
 _VEC = 4  # float32 values per vector reduction into the dq accumulator
 
@@ -473,18 +470,8 @@ class HopperFmhaBwd:
                         s_mn[r, c] = cute.math.exp2(s_mn[r, c] * scale_log2 - lse[r], fastmath=True)
                 r_p.store(acc_s.load().to(self.dtype))
                 cute.copy(store_pds, store_pds.retile(r_p), tPsP[None, None, None, stage])
-                # (3) dV += P^T dO: this warpgroup's keys are the P columns it wrote, so only its own threads
-                # wait for each other; the product runs while dS is computed.
-                cute.arch.fence_proxy("async.shared", space="cta")
-                cute.arch.barrier(barrier_id=_BAR_P + wg_idx, number_of_threads=_THREADS_PER_WG)
-                warpgroup.fence()
-                for kb in cutlass.range_constexpr(k_blocks_kv):
-                    cute.gemm(
-                        tiled_mma_dkv, acc_dv, tVrPt[None, None, kb, stage], tVrdOt[None, None, kb, stage], acc_dv
-                    )
-                warpgroup.commit_group()
-                # (4) dS = P * (dP - D), to shared memory.
-                warpgroup.wait_group(1)  # dP is in (dV may still run)
+                # (3) dS = P * (dP - D), to shared memory.
+                warpgroup.wait_group(0)
                 for r in cutlass.range_constexpr(rows):
                     for c in cutlass.range_constexpr(cols):
                         dp_mn[r, c] = s_mn[r, c] * (dp_mn[r, c] - dsum[r])
@@ -492,8 +479,7 @@ class HopperFmhaBwd:
                 cute.copy(store_pds, store_pds.retile(r_ds), tPsdS[None, None, None, stage])
                 cute.arch.fence_proxy("async.shared", space="cta")
                 cute.arch.barrier(barrier_id=_BAR_PDS, number_of_threads=_MMA_THREADS)
-                # (5) dQ = dS K (every key: both warpgroups' dS), then dK += dS^T Q; dQ's reductions
-                # overlap dK.
+                # (4) dQ = dS K first (its atomics overlap the rest), then dV += P^T dO, dK += dS^T Q.
                 warpgroup.fence()
                 tiled_mma_dq.set(warpgroup.Field.ACCUMULATE, False)
                 for kb in cutlass.range_constexpr(k_blocks_dq):
@@ -502,10 +488,15 @@ class HopperFmhaBwd:
                 warpgroup.commit_group()
                 for kb in cutlass.range_constexpr(k_blocks_kv):
                     cute.gemm(
+                        tiled_mma_dkv, acc_dv, tVrPt[None, None, kb, stage], tVrdOt[None, None, kb, stage], acc_dv
+                    )
+                warpgroup.commit_group()
+                for kb in cutlass.range_constexpr(k_blocks_kv):
+                    cute.gemm(
                         tiled_mma_dkv, acc_dk, tKrdSt[None, None, kb, stage], tKrQt[None, None, kb, stage], acc_dk
                     )
                 warpgroup.commit_group()
-                warpgroup.wait_group(1)  # dV and dQ are in
+                warpgroup.wait_group(2)
                 gdQ = mdQacc[None, m_block, head, b]
                 vec4 = ir.VectorType.get([_VEC], Float32.mlir_type)
                 for g in cutlass.range_constexpr(cute.size(acc_dq) // _VEC):
