@@ -22,18 +22,13 @@ from collections.abc import Sequence
 
 import attrs
 
-from sigdnn.plan_builders.cute.sdpa_layout import (
-    _INT32_MAX,
-    _LOG2E,
-    _TMA_MAX_STRIDE_BYTES,
-    HEAD_DIMS,
-    IO_DTYPES,
-    ITEMSIZE,
-)
-from sigdnn.plan_builders.cute.sdpa_layout import _bhs_strides as bhs_strides
+from sigdnn.plan_builders.cute.sdpa_layout import HEAD_DIMS, IO_DTYPES, ITEMSIZE, bhs_strides
 
 TILE_M = 64  # query rows per step of the main kernel
 TILE_N = 128  # keys per CTA of the main kernel
+_INT32_MAX = 2**31 - 1
+_TMA_MAX_STRIDE_BYTES = 2**40
+_LOG2E = 1.4426950408889634
 
 View = tuple[Sequence[int], Sequence[int], str]
 

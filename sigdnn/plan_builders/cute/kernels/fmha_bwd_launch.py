@@ -22,6 +22,7 @@ from cutlass import Float32, Int32, Int64
 from cutlass.base_dsl.export import ExternalBinaryModule
 from cutlass.cute.runtime import make_ptr
 
+from sigdnn.plan_builders.cute import sdpa_backward_layout
 from sigdnn.plan_builders.cute.kernels import fmha_bwd_sm90
 from sigdnn.plan_builders.cute.kernels.launch import _Cell, _store, cache_dir
 from sigdnn.plan_builders.cute.sdpa_backward_layout import BwdProblem, BwdSpec
@@ -30,8 +31,10 @@ KERNELS = ("pre", "main", "convert")
 _LOCK = threading.Lock()
 _COMPILED: dict[tuple[BwdSpec, str], Any] = {}
 STATS = {"compiled": 0, "loaded": 0}
+# The kernels' source and the tile sizes they take from the layout module.
+_SOURCES = (fmha_bwd_sm90.__file__, sdpa_backward_layout.__file__)
 _DIGEST = hashlib.sha256(
-    b"\0".join([cutlass.__version__.encode(), Path(fmha_bwd_sm90.__file__).read_bytes()])
+    b"\0".join([cutlass.__version__.encode(), *(Path(f).read_bytes() for f in _SOURCES)])
 ).hexdigest()[:16]
 
 
