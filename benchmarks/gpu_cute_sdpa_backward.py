@@ -15,8 +15,10 @@ five products of the backward, 10 B H S^2 D (halved when causal).
 
     PYTHONPATH=. python benchmarks/gpu_cute_sdpa_backward.py --json $OUT/sdpa_bwd.json
 
-Needs torch with CUDA and nvidia-cutlass-dsl on an sm_90 GPU. Record
-results under benchmarks/results/gpu_cute_sdpa_backward_<date>.md.
+Needs torch with CUDA and nvidia-cutlass-dsl on an sm_90 GPU; the kernels it
+loads are precompiled by ``tests/gpu/precompile_cute.py CACHE --only sdpa_bwd``
+and ``--only sdpa`` (the forward). Record results under
+benchmarks/results/gpu_cute_sdpa_backward_<date>.md.
 """
 
 from __future__ import annotations
