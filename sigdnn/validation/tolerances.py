@@ -14,7 +14,9 @@ their summed rtol times |exit| stands in. A dot product over fp8 operands
 (matmul, conv) also allows the fp8 tensor-core accumulator's share of
 sum(|terms|) (``FP8_ACCUMULATOR_EPS``). An output averaging an input with
 probability weights (attention's o) allows half an ulp of that input's
-dtype per weight, which a device may round them to (flash attention does).
+dtype per weight, which a device may round them to (flash attention does);
+an output whose products a device may take from intermediates rounded to
+an input's dtype (attention's gradients) allows half an ulp of it normwise.
 
 End to end (reported beside it), errors compound along the chain, so the
 output tolerance adds a term per node; it is loose by nature, which is why
@@ -98,6 +100,9 @@ def node_tolerance(graph: Graph, node: Node, uid: int) -> Tolerance:
     averaged = node.op.probability_weighted.get(port)
     if averaged is not None:
         reduction += epsilon(graph.dtype_of(graph.tensors[node.op.inputs()[averaged]])) / 2
+    rounded = node.op.rounded_operands.get(port)
+    if rounded is not None:
+        reduction += epsilon(graph.dtype_of(graph.tensors[node.op.inputs()[rounded]])) / 2
     return Tolerance(2 * tiniest(out), rtol, reduction=reduction)
 
 

@@ -1,4 +1,4 @@
-"""Compile, without a GPU, every CuTe GEMM and SDPA specialization the GPU tests and benchmarks load.
+"""Compile, without a GPU, every CuTe GEMM and SDPA (forward and backward) specialization the GPU tests and benchmarks load.
 
 Device minutes are scarce and a specialization costs 2-7 s to trace and
 compile; the compiled objects are valid for any sm_90 device with the same
@@ -35,6 +35,7 @@ from sigdnn.plan_builders.cute import conv_dgrad, conv_implicit, conv_wgrad
 from sigdnn.plan_builders.cute import matmul as cute_matmul
 from sigdnn.plan_builders.cute.conv import conv_gemm
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, default_config, plan_gemm
+from sigdnn.plan_builders.cute.sdpa_backward_layout import BwdSpec
 from sigdnn.plan_builders.cute.sdpa_layout import FmhaConfig, FmhaSpec
 from sigdnn.plan_builders.cute.sdpa_layout import check_config as check_sdpa_config
 from sigdnn.plan_builders.cute.sdpa_layout import default_config as sdpa_default_config
@@ -269,9 +270,27 @@ def sdpa_specs() -> list[tuple[FmhaSpec, FmhaConfig]]:
     return [(spec, config.kernel) for spec, config in found]  # persistence does not change the kernel
 
 
+def sdpa_backward_specs() -> list[tuple[BwdSpec, str]]:
+    """Every specialization of the backward (dtype, head dim, causal: the tests use them all), each kernel."""
+    from sigdnn.plan_builders.cute.kernels.fmha_bwd_launch import KERNELS
+
+    return [
+        (BwdSpec(dtype, d, causal), kernel)
+        for dtype in ("bfloat16", "float16")
+        for d in (64, 128)
+        for causal in (False, True)
+        for kernel in KERNELS
+    ]
+
+
 def _compile(item: tuple[str, Any, Any, int]) -> tuple[str, float]:
     kind, spec, config, rank = item
     t0 = time.perf_counter()
+    if kind == "sdpa_bwd":
+        from sigdnn.plan_builders.cute.kernels import fmha_bwd_launch
+
+        fmha_bwd_launch.compiled(spec, config)
+        return f"sdpa_backward {config} {spec.dtype} d{spec.head_dim} causal={spec.causal}", time.perf_counter() - t0
     if kind == "sdpa":
         from sigdnn.plan_builders.cute.kernels import fmha_launch
 
@@ -294,12 +313,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cache", type=Path)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--only", choices=["gemm", "conv", "wgrad", "sdpa"], help="compile one kind of kernel only")
+    kinds = ["gemm", "conv", "wgrad", "sdpa", "sdpa_bwd"]
+    parser.add_argument("--only", choices=kinds, help="compile one kind of kernel only")
     args = parser.parse_args()
     os.environ["SIGDNN_CUTE_CACHE"] = str(args.cache)
-    gemms = [("gemm", spec, config, 2) for spec, config in test_specs() + benchmark_specs()]
-    convs = conv_implicit_test_specs() + conv_implicit_benchmark_specs()
+    gemm_like = args.only in (None, "gemm", "conv", "wgrad")  # read only when asked for: they import the tests
+    gemms = [("gemm", spec, config, 2) for spec, config in test_specs() + benchmark_specs()] if gemm_like else []
+    convs = conv_implicit_test_specs() + conv_implicit_benchmark_specs() if gemm_like else []
     sdpas = [("sdpa", spec, config, 0) for spec, config in sdpa_specs()] if args.only in (None, "sdpa") else []
+    sdpas += [("sdpa_bwd", spec, kernel, 0) for spec, kernel in sdpa_backward_specs()]
     items = list(dict.fromkeys([i for i in gemms + convs + sdpas if args.only in (None, i[0])]))
     print(f"{len(items)} specializations", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:

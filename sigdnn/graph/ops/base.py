@@ -194,6 +194,12 @@ class Op:
     before the product, as flash attention and cuDNN do (the tensor cores take 16-bit operands): validation
     allows half an ulp of that dtype per weight, i.e. eps / 2 * max|input|."""
 
+    rounded_operands: ClassVar[Mapping[str, str]] = {}
+    """Output port -> the input port to whose dtype a device may round the intermediate operands of the output's
+    products (attention's backward: p before dv = p^T d_o, ds before dq = ds k and dk = ds^T q, as flash attention
+    and cuDNN do for the tensor cores). Each term may then be off by half an ulp of that dtype; taken normwise like
+    the output's accumulation bound, validation allows eps / 2 * max|output|."""
+
     moves_data: ClassVar[bool] = False
     """True when each output element is a copy of one input element (reshape, transpose, slice, concatenate):
     validation moves a per-element error bound with the values by running the op on the bounds."""

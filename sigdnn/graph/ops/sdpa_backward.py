@@ -43,6 +43,8 @@ class SdpaBackward(Op):
         ("use_causal_mask", "bool"),
     )
     key_attributes: ClassVar[tuple[str, ...]] = ("use_causal_mask",)
+    # p (for dv) and ds (for dq and dk) go to the tensor cores in q's dtype on flash-attention kernels.
+    rounded_operands: ClassVar[Mapping[str, str]] = {"dq": "q", "dk": "q", "dv": "q"}
 
     q: int
     k: int

@@ -131,7 +131,7 @@ def check_config(spec: FmhaSpec, config: FmhaConfig) -> None:
 _UNIT_STRIDE = 8  # for a dim of extent 1: never stepped along, and 16 bytes apart as a TMA descriptor wants
 
 
-def _bhs_strides(dims: Sequence[int], strides: Sequence[int]) -> tuple[int, int, int]:
+def bhs_strides(dims: Sequence[int], strides: Sequence[int]) -> tuple[int, int, int]:
     """(batch, head, sequence) strides of a [B, H, S, D] tensor; a dim of extent 1 may carry any stride."""
     return tuple(_UNIT_STRIDE if dims[i] == 1 else int(strides[i]) for i in range(3))  # type: ignore[return-value]
 
@@ -177,7 +177,7 @@ def plan_sdpa(
     if stats is not None:
         if stats[2] != "float32":
             raise ValueError(f"stats is {stats[2]}; supported: float32")
-        stats_strides = _bhs_strides(stats[0], stats[1])
+        stats_strides = bhs_strides(stats[0], stats[1])
     spec = FmhaSpec(dtype, d, causal, stats is not None)
     problem = FmhaProblem(
         b,
@@ -185,10 +185,10 @@ def plan_sdpa(
         hkv,
         sq,
         skv,
-        _bhs_strides(q[0], q[1]),
-        _bhs_strides(k[0], k[1]),
-        _bhs_strides(v[0], v[1]),
-        _bhs_strides(o[0], o[1]),
+        bhs_strides(q[0], q[1]),
+        bhs_strides(k[0], k[1]),
+        bhs_strides(v[0], v[1]),
+        bhs_strides(o[0], o[1]),
         stats_strides,
         float(attn_scale),
     )

@@ -1,0 +1,101 @@
+"""CuTe DSL sdpa_backward builder for Hopper: flash-attention backward, bfloat16 / float16, head dim 64 or 128.
+
+Causal or not, grouped-query / multi-query heads (dk and dv summed over
+the query heads sharing each kv head), any attn_scale > 0; p is recomputed
+from the forward's stats (the natural-log logsumexp of each score row, as
+the op defines it). ``check`` decides from the graph alone
+(sdpa_backward_layout.plan_sdpa_backward) and the device's compute
+capability; ``build`` compiles (or loads) the three kernels and fixes every
+launch scalar, so ``execute`` hands over only the pointers, the workspace
+(the float32 dq accumulator and two floats per query row) and the stream.
+The DSL is imported on first build, never when this module loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.sdpa_backward import SdpaBackward
+from sigdnn.plan_builders.cute.matmul import require_hopper, unavailable_reason
+from sigdnn.plan_builders.cute.sdpa_backward_layout import BwdProblem, BwdSpec, plan_sdpa_backward
+from sigdnn.plan_builders.cute.sdpa_layout import IO_DTYPES
+from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import SignatureKey
+
+PORTS = ("q", "k", "v", "o", "d_o", "stats", "dq", "dk", "dv")
+
+
+class CuteSdpaBackwardPlan(NodePlan):
+    """Runs one sdpa_backward node: the specializations and every scalar are fixed at build."""
+
+    def __init__(self, launch: Any, problem: BwdProblem, where: str) -> None:
+        self._launch = launch
+        self._where = where
+        self.workspace_bytes = problem.workspace_bytes
+
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+        ptrs = {p: buffers[p].ptr for p in PORTS}
+        misaligned = [p for p in ("q", "k", "v", "o", "d_o") if ptrs[p] & 15]
+        if misaligned:
+            raise VariantPackError(f"{self._where}: {', '.join(misaligned)} not 16-byte aligned (the kernels need it)")
+        self._launch(ptrs, context.workspace.ptr, context.stream)
+
+
+class CuteSdpaBackwardBuilder(PlanBuilder):
+    """Flash-attention backward on sm_90 through TMA + wgmma (see kernels/fmha_bwd_sm90.py)."""
+
+    name = "cute.sdpa_backward"
+    engine_id = IN_TREE[name]
+    library = "cute"
+    device = "gpu"
+    ops = ("sdpa_backward",)
+    priority = 2  # ahead of the reference; the only GPU sdpa_backward builder
+
+    def available(self) -> str | None:
+        return unavailable_reason()
+
+    def serves(self, key: SignatureKey) -> bool:
+        ins = dict(key.inputs)
+        return (
+            key.op == "sdpa_backward"
+            and str(ins.get("q")) in IO_DTYPES
+            and "bias" not in ins
+            and str(key.compute) == "float32"
+        )
+
+    def plan(self, node: Node, graph: Graph) -> tuple[BwdSpec, BwdProblem]:
+        """The kernel view of the node, or NotSupported saying why."""
+        op = node.op
+        where = f"node '{node.name}'"
+        if not isinstance(op, SdpaBackward):
+            raise NotSupported(f"{where}: not an sdpa_backward")
+        if op.bias is not None:
+            raise NotSupported(f"{where}: additive bias (port 'bias') is not supported by the CuTe kernel")
+        compute = str(graph.compute_dtype_of(node))
+        if compute != "float32":
+            raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")
+        tensors = {}
+        for port in PORTS:
+            t = graph.tensors[getattr(op, port)]
+            tensors[port] = (t.dims, t.strides, str(graph.dtype_of(t)))
+        try:
+            return plan_sdpa_backward(tensors, op.attn_scale, op.use_causal_mask)
+        except ValueError as exc:
+            raise NotSupported(f"{where}: {exc}") from None
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        self.plan(node, graph)
+        require_hopper(node, device)
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        from sigdnn.plan_builders.cute.kernels.fmha_bwd_launch import FmhaBwdLaunch
+
+        self.check(node, graph, context.device)
+        spec, problem = self.plan(node, graph)
+        return CuteSdpaBackwardPlan(FmhaBwdLaunch(spec, problem), problem, f"node '{node.name}'")
