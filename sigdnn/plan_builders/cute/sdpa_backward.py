@@ -6,20 +6,22 @@ from the forward's stats (the natural-log logsumexp of each score row, as
 the op defines it). ``check`` decides from the graph alone
 (sdpa_backward_layout.plan_sdpa_backward) and the device's compute
 capability; ``build`` compiles (or loads) the three kernels and fixes every
-launch scalar, so ``execute`` hands over only the pointers, the workspace
+launch scalar, so a bound launch hands over only the pointers, the workspace
 (the float32 dq accumulator and two floats per query row) and the stream.
 The DSL is imported on first build, never when this module loads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.sdpa_backward import SdpaBackward
+from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
 from sigdnn.plan_builders.cute.matmul import require_hopper, unavailable_reason
 from sigdnn.plan_builders.cute.sdpa_backward_layout import BwdProblem, BwdSpec, plan_sdpa_backward
 from sigdnn.plan_builders.cute.sdpa_layout import IO_DTYPES
@@ -31,7 +33,7 @@ from sigdnn.signature_keys import SignatureKey
 PORTS = ("q", "k", "v", "o", "d_o", "stats", "dq", "dk", "dv")
 
 
-class CuteSdpaBackwardPlan(NodePlan):
+class CuteSdpaBackwardPlan(BindsLaunches, NodePlan):
     """Runs one sdpa_backward node: the specializations and every scalar are fixed at build."""
 
     def __init__(self, launch: Any, problem: BwdProblem, where: str) -> None:
@@ -39,12 +41,10 @@ class CuteSdpaBackwardPlan(NodePlan):
         self._where = where
         self.workspace_bytes = problem.workspace_bytes
 
-    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
+        check_aligned(self._where, **{p: buffers[p] for p in ("q", "k", "v", "o", "d_o")})
         ptrs = {p: buffers[p].ptr for p in PORTS}
-        misaligned = [p for p in ("q", "k", "v", "o", "d_o") if ptrs[p] & 15]
-        if misaligned:
-            raise VariantPackError(f"{self._where}: {', '.join(misaligned)} not 16-byte aligned (the kernels need it)")
-        self._launch(ptrs, context.workspace.ptr, context.stream)
+        return functools.partial(self._launch, ptrs, context.workspace.ptr, context.stream)
 
 
 class CuteSdpaBackwardBuilder(PlanBuilder):

@@ -187,3 +187,18 @@ def test_sdpa_refuses_misaligned_value():
         CuteSdpaPlan(Recorder("fmha", []), "s").bind(
             {"q": buf(16), "k": buf(32), "v": buf(50), "o": buf(64)}, context()
         )
+
+
+def test_sdpa_backward_binds_every_port_and_the_workspace():
+    from sigdnn.plan_builders.cute.sdpa_backward import PORTS, CuteSdpaBackwardPlan
+
+    log: list = []
+    plan = CuteSdpaBackwardPlan(Recorder("bwd", log), types.SimpleNamespace(workspace_bytes=4096), "sb")
+    buffers = {p: buf(16 * (i + 1)) for i, p in enumerate(PORTS)}
+    launch = plan.bind(buffers, context(workspace=True))
+    assert log == []
+    launch()
+    assert log == [("bwd", {p: 16 * (i + 1) for i, p in enumerate(PORTS)}, WORKSPACE, STREAM)]
+    buffers["d_o"] = buf(24)
+    with pytest.raises(VariantPackError, match="sb: d_o not 16-byte aligned"):
+        plan.bind(buffers, context(workspace=True))
