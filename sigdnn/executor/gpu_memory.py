@@ -252,7 +252,7 @@ class BoundPlan:
                     self.buffers[uid] = _strided(self.context, t, dtype)
                     fresh = True
                 elif isinstance(obj, np.ndarray):
-                    writable = uid in copy_back or uid not in self._inputs
+                    writable = uid not in self._inputs
                     _check_host(obj, t, dtype, writable)
                     staged = self.buffers[uid] = self._staged(uid)
                     if writable:

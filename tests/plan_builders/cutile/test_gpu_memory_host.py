@@ -11,8 +11,9 @@ replays or launches directly (tests/gpu/test_gpu_executor.py runs the real one).
 
 from __future__ import annotations
 
+import weakref
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -21,14 +22,65 @@ from emulated import HostGpuContext, host_gpu_executor, make_available
 import sigdnn
 from sigdnn.errors import VariantPackError
 from sigdnn.executor import gpu_memory
-from sigdnn.executor.gpu_memory import BOUND_PLANS, GRAPHS_PER_PLAN, GpuMemory
+from sigdnn.executor.gpu_memory import GpuMemory
 from sigdnn.plan_builders.cutile import matmul as cutile_matmul
+from sigdnn.registry import NodePlan, PlanBuilder, Registry
 from sigdnn.runtime import cuda
+
+# What the module promises (stated here, not read from it): bindings kept per executor, recordings per plan.
+BOUND_PLANS = 64
+GRAPHS_PER_PLAN = 4
 
 
 @pytest.fixture(autouse=True)
 def _available(monkeypatch):
     make_available(monkeypatch)
+
+
+class CountingContext(HostGpuContext):
+    """Counts host-to-device copies and synchronizations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.uploads = 0
+        self.syncs = 0
+
+    def _copy_h2d(self, dst_ptr: int, host: np.ndarray) -> None:
+        self.uploads += 1
+        super()._copy_h2d(dst_ptr, host)
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+
+
+class Block:
+    """A device allocation: its address and size (weakly referenceable, unlike SimpleNamespace)."""
+
+    def __init__(self, buf: np.ndarray) -> None:
+        self.handle, self.size = buf.ctypes.data, buf.nbytes
+
+
+class PoolingContext(CountingContext):
+    """Hands a freed block of a size to the next allocation of that size, as caching allocators do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._free: dict[int, list[np.ndarray]] = {}
+
+    def allocate(self, nbytes: int) -> Any:
+        self.allocations += 1
+        n = max(int(nbytes), 1)
+        pool = self._free.setdefault(n, [])
+        buf = pool.pop() if pool else np.zeros(n, np.uint8)
+        block = Block(buf)
+        weakref.finalize(block, pool.append, buf)  # back to the pool when no view holds the block
+        return block
+
+
+def executor_on(context: HostGpuContext, **kwargs: Any) -> sigdnn.Executor:
+    ex = sigdnn.Executor("gpu", **kwargs)
+    ex._memory = GpuMemory(context=context)
+    return ex
 
 
 def small() -> sigdnn.Graph:
@@ -87,6 +139,7 @@ def test_bindings_are_kept_per_plan_and_the_least_recently_used_dropped(monkeypa
 def test_the_default_context_is_the_gpu_one(monkeypatch):
     monkeypatch.setattr(cuda, "GpuContext", lambda device_id: SimpleNamespace(device_id=device_id))
     assert GpuMemory(3).context.device_id == 3
+    assert GpuMemory().context.device_id == 0
 
 
 # -- CUDA graphs (recording replaced by a launch list) --------------------------------------------
@@ -164,18 +217,35 @@ def test_recordings_per_plan_are_capped_least_recently_used_dropped(recorder):
 
 
 def test_a_plan_with_a_step_that_cannot_bind_is_never_recorded(recorder, monkeypatch):
+    """matmul falls back to the reference (no bind: it synchronizes), relu is a cuTile step: not recordable."""
     g = sigdnn.Graph("mm", io_dtype="float32", compute_dtype="float32")
     x, w = g.tensor("x", dims=(2, 3)), g.tensor("w", dims=(3, 2))
-    g.matmul(x, w, name="mm").set_output(True).set_name("y")
+    g.pointwise("relu_fwd", g.matmul(x, w, name="mm")).set_output(True).set_name("y")
     monkeypatch.setattr(cutile_matmul, "unavailable_reason", lambda: "left out of this test")
-    ex = host_gpu_executor(cuda_graphs=True, fallback="reference")
+    ex = host_gpu_executor(cuda_graphs=True, fallback="reference", fusion=False)
     plan = ex.prepare(g)
-    assert not hasattr(plan.steps[0].plan, "bind")  # the reference fallback synchronizes: not recordable
-    xs, ws = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((3, 2), np.float32)
+    assert [hasattr(s.plan, "bind") for s in plan.steps] == [False, True]
+    xs, ws = np.arange(-3, 3, dtype=np.float32).reshape(2, 3), np.ones((3, 2), np.float32)
     y = np.empty((2, 2), np.float32)
     for _ in range(3):
         ex.execute(plan, {"x": xs, "w": ws, "y": y})
-        assert np.array_equal(y, xs @ ws)
+        assert np.array_equal(y, np.maximum(xs @ ws, 0))
+    assert recorder.made == []
+
+
+def test_runs_with_a_fresh_output_are_never_recorded_even_at_addresses_seen_before(recorder):
+    ctx = PoolingContext()
+    ex = executor_on(ctx, cuda_graphs=True)
+    plan = ex.prepare(small())
+    data = ints(15)
+    dev = {"x": ctx.to_device(data["x"]), "b": ctx.to_device(data["b"])}
+    ptrs = []
+    for _ in range(4):
+        out = ex.execute(plan, dev, to_host=False)["y"]
+        ptrs.append(out.ptr)
+        assert np.array_equal(ctx.to_host(out), want(data))
+        del out
+    assert len(set(ptrs)) < len(ptrs)  # the pool handed out an address again
     assert recorder.made == []
 
 
@@ -290,3 +360,98 @@ def test_the_generic_path_workspace_is_none_without_scratch(recorder):
     assert run.workspace(0) is None
     ws = run.workspace(40)
     assert ws.shape == (40,) and ws.dtype == np.uint8
+
+
+def test_a_run_ends_synchronized_on_both_paths(recorder):
+    ctx = CountingContext()
+    ex = executor_on(ctx, fusion=False)
+    plan = ex.prepare(small())
+    data = ints(13)
+    assert np.array_equal(ex.execute(plan, data)["y"], want(data)) and ctx.syncs == 1  # bound path
+    dev = {
+        "x": ctx.to_device(data["x"]),
+        "b": ctx.to_device(data["b"]),
+        "y": ctx.to_device(np.zeros((4, 6), np.float32)),
+    }
+    ex.execute(plan, dev, to_host=False)  # no torch stream to hand over to: the run waits for the device
+    assert ctx.syncs == 2 and np.array_equal(ctx.to_host(dev["y"]), want(data))
+    ex.execute(plan, data, capture={})  # generic path
+    assert ctx.syncs == 3
+    ex.execute(plan, data, on_step=lambda *a: None)  # and after each step
+    assert ctx.syncs == 4 + len(plan.steps)
+
+
+def test_a_scalar_is_uploaded_again_only_when_its_value_changes(recorder):
+    ctx = CountingContext()
+    ex = executor_on(ctx)
+    plan = ex.prepare(small())
+    data = ints(14)
+    dev = {
+        "x": ctx.to_device(data["x"]),
+        "b": ctx.to_device(data["b"]),
+        "y": ctx.to_device(np.zeros((4, 6), np.float32)),
+    }
+    before = ctx.uploads
+    for s, uploads in ((None, 1), (None, 1), (0.5, 1), (2.0, 2), (2.0, 2), (None, 3)):
+        ex.execute(plan, dev if s is None else {**dev, "s": s}, to_host=False)
+        assert ctx.uploads - before == uploads, s
+        assert np.array_equal(ctx.to_host(dev["y"]), want(data, 0.5 if s is None else s))
+
+
+def test_a_stride_of_a_dim_of_two_must_match(recorder):
+    g = sigdnn.Graph("two", io_dtype="float32", compute_dtype="float32")
+    g.pointwise("relu_fwd", g.tensor("x", dims=(2, 3))).set_output(True).set_name("y")
+    ex = host_gpu_executor()
+    ctx = ex.memory.context
+    plan = ex.prepare(g)
+    x = ctx.view(ctx.allocate(2 * 4 * 4), 0, (2, 3), (4, 1), np.float32)
+    with pytest.raises(VariantPackError, match=r"device strides \[4, 1\] differ from the graph's \[3, 1\]"):
+        ex.execute(plan, {"x": x})
+
+
+def test_a_host_torch_tensor_is_refused_as_a_device_buffer(recorder):
+    torch = pytest.importorskip("torch")
+    ex = host_gpu_executor()
+    plan = ex.prepare(small())
+    data = ints(16)
+    with pytest.raises(VariantPackError, match=r"'x' .*: the torch tensor is not on a CUDA device"):
+        ex.execute(plan, {**data, "x": torch.from_numpy(data["x"])})
+
+
+class ScratchPlan(NodePlan):
+    """neg through the host, checking the workspace it asked for."""
+
+    workspace_bytes = 100
+
+    def execute(self, buffers: Any, context: Any) -> None:
+        ws, ctx = context.workspace, context.device.context
+        assert ws.nbytes == 100 and ws.dtype == np.uint8
+        ctx.copy_into(ws, np.arange(100, dtype=np.uint8))  # the whole slice is writable memory
+        ctx.copy_into(buffers["out_0"], -ctx.to_host(buffers["in_0"]))
+
+
+class ScratchNeg(PlanBuilder):
+    name: ClassVar[str] = "plugin.scratch_neg_gpu"
+    engine_id: ClassVar[int] = 31201
+    library: ClassVar[str] = "plugin"
+    ops: ClassVar[tuple[str, ...]] = ("pointwise",)
+    device: ClassVar[str] = "gpu"
+
+    def serves(self, key: Any) -> bool:
+        return key.trait("mode") == "neg"
+
+    def build(self, node: Any, graph: Any, context: Any) -> NodePlan:
+        return ScratchPlan()
+
+
+def test_the_bound_workspace_is_the_plan_s_size(recorder):
+    registry = Registry(packages=(), entry_point_group=None)  # this builder alone
+    registry.register(ScratchNeg())
+    g = sigdnn.Graph("neg", io_dtype="float32")
+    g.pointwise("neg", g.tensor("x", (4,))).set_output(True).set_name("y")
+    ex = executor_on(HostGpuContext(), registry=registry)
+    plan = ex.prepare(g)
+    assert plan.workspace_bytes == 100
+    x = np.array([1.0, -2.0, 0.5, 0.0], np.float32)
+    for kw in ({}, {"capture": {}}):  # bound and generic paths
+        assert np.array_equal(ex.execute(plan, {"x": x}, **kw)["y"], -x)
