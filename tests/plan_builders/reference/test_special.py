@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import tracemalloc
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
@@ -210,6 +211,25 @@ def test_result_does_not_depend_on_neighbours(fn: Callable[[np.ndarray], np.ndar
     assert np.array_equal([fn(x[i : i + 1])[0] for i in picks], got[picks], equal_nan=True)
 
 
+def test_memory_beyond_the_output_is_a_few_blocks() -> None:
+    """Work arrays of one block (~1.2 MiB) whatever the size, and the elements left to the other formula
+    redone whenever a block's worth has gathered: 2^20 elements, 40% of them small, spread over every
+    block, take the output and at most 2.5 MiB more (a work array per element would be 64 MiB; the
+    left-over indices held to the end, 6 MiB)."""
+    rng = np.random.default_rng(6)
+    n = 1 << 20
+    x = np.where(rng.random(n) < 0.4, rng.uniform(-0.5, 0.5, n), rng.uniform(1, 30, n) * rng.choice([-1, 1], n))
+    special.erf(x[:100])
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        out = special.erf(x)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak - out.nbytes <= 2.5 * 2**20, peak - out.nbytes
+
+
 def test_table_invariants() -> None:
     """What the exactness argument in special.py relies on."""
     for c0 in special._C0:
@@ -227,7 +247,7 @@ def test_each_interval_fit_is_within_its_target() -> None:
     24 Chebyshev points, relative error within 2^-59, scripts/fit_erf.py's target (the fits reach 2^-60.1 at
     worst). The end-to-end tests see a table error only once it grows to ulps of the result; this sees one
     of 1/64 ulp, so a coefficient slip is caught before it costs accuracy anywhere."""
-    edges = [special._A_MIN] + [special._A_LO * 2 ** (k // 8) * (1 + (k % 8) / 8) for k in range(8 * 7 + 8)]
+    edges = [0.0] + [special._A_LO * 2 ** (k // 8) * (1 + (k % 8) / 8) for k in range(8 * 7 + 8)]  # J = 0: [0, 1/8)
     edges = edges[: len(special._M) + 1]
     assert edges[-1] == 28.0
     with mp.workdps(30):
@@ -240,6 +260,30 @@ def test_each_interval_fit_is_within_its_target() -> None:
                 f = mp.erfc(a) * mp.exp(a * a)
                 error = abs(c0 + mp.polyval(coefficients, (a - m) / (a + k)) - f) / f
                 assert error < mp.mpf(2) ** -59, (j, float(a), float(mp.log(error, 2)))
+
+
+def test_erfc_of_tiny_x_is_correctly_rounded() -> None:
+    """|x| < 2^-20: erfc(x) = 1 - (x + x (1/8 + R(x^2))). The sum is under 1.2e-6 with a relative error of a
+    few 2^-53, so 2^-70 or less absolute: only the last subtraction's rounding counts, and the result is
+    within 0.5 + 2^-17 ulp of erfc (correctly rounded but for near-ties), tighter than the 2 ulp elsewhere."""
+    rng = np.random.default_rng(8)
+    xs = rng.choice([-1.0, 1.0], 1500) * np.exp2(rng.uniform(-60, -20, 1500))
+    worst = max(abs(ulps(g, exact(x)[1])) for x, g in zip(xs.tolist(), special.erfc(xs).tolist()))
+    assert worst <= 0.5 + 2**-17, worst
+
+
+def test_deep_subnormal_erfc_is_correctly_rounded() -> None:
+    """The tail pass works scaled by 2^128, so only its last multiplication rounds into the subnormals. Before
+    it the value is within 2 ulp (2^-51 relative); below 2^-1040 that is under 2^-17 subnormal ulps, so the
+    result is within 0.5 + 2^-17 of them: correctly rounded but for near-ties (x from ~26.8 on)."""
+    xs = np.random.default_rng(9).uniform(26.8, 27.3, 1000)
+    checked = 0
+    for x, g in zip(xs.tolist(), special.erfc(xs).tolist()):
+        c = exact(x)[1]
+        if c < mp.mpf(2) ** -1040:
+            checked += 1
+            assert abs(ulps(g, c)) <= 0.5 + 2**-17, (x, g)
+    assert checked > 500
 
 
 # The mpmath comparisons come last: they are the slowest tests here, and the mutation tool stops at the
