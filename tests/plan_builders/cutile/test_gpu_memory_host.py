@@ -94,7 +94,7 @@ def small() -> sigdnn.Graph:
 
 
 def want(data: dict[str, np.ndarray], s: float = 0.5) -> np.ndarray:
-    """Exact in float32 for the small integers random_inputs does not give: computed the graph's way."""
+    """y for ints() inputs: small integers, so float32 computes it exactly."""
     return np.maximum((data["x"] + data["b"]) * np.float32(s), 0)
 
 
@@ -127,7 +127,7 @@ def test_bindings_are_kept_per_plan_and_the_least_recently_used_dropped(monkeypa
     other = SimpleNamespace(digest="plan 0")  # the same digest from another plan object: bound anew
     assert memory.bound(other, True).plan is other
     held = [memory.bound(p, False) for p in plans[:BOUND_PLANS]]
-    assert [memory.bound(p, False) for p in plans[:BOUND_PLANS]] == held  # all 64 still held
+    assert all(memory.bound(p, False) is h for p, h in zip(plans, held))  # all 64 still held
     count = len(made)
     memory.bound(plans[0], False)  # most recent now: plans[1] is the least recently used
     memory.bound(plans[BOUND_PLANS], False)
@@ -252,7 +252,7 @@ def test_runs_with_a_fresh_output_are_never_recorded_even_at_addresses_seen_befo
 # -- BoundPlan.run: scalars, host and device buffers ---------------------------------------------
 
 
-def test_scalars_are_staged_and_overridden(recorder):
+def test_scalars_are_staged_and_overridden():
     g = small()
     ex = host_gpu_executor()
     plan = ex.prepare(g)
@@ -263,7 +263,7 @@ def test_scalars_are_staged_and_overridden(recorder):
     assert np.array_equal(ex.execute(plan, data)["y"], want(data))  # back to the graph's value
 
 
-def test_device_outputs_stay_on_the_device_unless_asked(recorder):
+def test_device_outputs_stay_on_the_device_unless_asked():
     g = small()
     ex = host_gpu_executor()
     plan = ex.prepare(g)
@@ -282,7 +282,7 @@ def test_device_outputs_stay_on_the_device_unless_asked(recorder):
     assert again.ptr != fresh.ptr and np.array_equal(ctx.to_host(fresh), want(data))  # a new buffer each run
 
 
-def test_an_input_array_is_never_written(recorder):
+def test_an_input_array_is_never_written():
     g = small()
     ex = host_gpu_executor()
     plan = ex.prepare(g)
@@ -309,7 +309,7 @@ def bad_packs(ctx: Any, data: dict[str, np.ndarray]) -> list[tuple[dict[str, Any
 
 
 @pytest.mark.parametrize("path", ["bound", "generic"])
-def test_buffers_that_do_not_match_are_refused(recorder, path):
+def test_buffers_that_do_not_match_are_refused(path):
     g = small()
     ex = host_gpu_executor()
     plan = ex.prepare(g)
@@ -321,7 +321,7 @@ def test_buffers_that_do_not_match_are_refused(recorder, path):
             ex.execute(plan, pack, **kw)
 
 
-def test_a_stride_of_a_unit_dim_is_free(recorder):
+def test_a_stride_of_a_unit_dim_is_free():
     g = small()
     ex = host_gpu_executor()
     plan = ex.prepare(g)
@@ -336,7 +336,7 @@ def test_a_stride_of_a_unit_dim_is_free(recorder):
 # -- GpuRun: the generic path (on_step, capture) ------------------------------------------------
 
 
-def test_the_generic_path_copies_in_and_out_and_delivers_as_asked(recorder):
+def test_the_generic_path_copies_in_and_out_and_delivers_as_asked():
     g = small()
     ex = host_gpu_executor(fusion=False)
     plan = ex.prepare(g)
@@ -355,14 +355,14 @@ def test_the_generic_path_copies_in_and_out_and_delivers_as_asked(recorder):
     assert isinstance(host, np.ndarray) and np.array_equal(host, want(data))
 
 
-def test_the_generic_path_workspace_is_none_without_scratch(recorder):
+def test_the_generic_path_workspace_is_none_without_scratch():
     run = GpuMemory(context=HostGpuContext()).session()
     assert run.workspace(0) is None
     ws = run.workspace(40)
     assert ws.shape == (40,) and ws.dtype == np.uint8
 
 
-def test_a_run_ends_synchronized_on_both_paths(recorder):
+def test_a_run_ends_synchronized_on_both_paths():
     ctx = CountingContext()
     ex = executor_on(ctx, fusion=False)
     plan = ex.prepare(small())
@@ -381,7 +381,7 @@ def test_a_run_ends_synchronized_on_both_paths(recorder):
     assert ctx.syncs == 4 + len(plan.steps)
 
 
-def test_a_scalar_is_uploaded_again_only_when_its_value_changes(recorder):
+def test_a_scalar_is_uploaded_again_only_when_its_value_changes():
     ctx = CountingContext()
     ex = executor_on(ctx)
     plan = ex.prepare(small())
@@ -398,7 +398,7 @@ def test_a_scalar_is_uploaded_again_only_when_its_value_changes(recorder):
         assert np.array_equal(ctx.to_host(dev["y"]), want(data, 0.5 if s is None else s))
 
 
-def test_a_stride_of_a_dim_of_two_must_match(recorder):
+def test_a_stride_of_a_dim_of_two_must_match():
     g = sigdnn.Graph("two", io_dtype="float32", compute_dtype="float32")
     g.pointwise("relu_fwd", g.tensor("x", dims=(2, 3))).set_output(True).set_name("y")
     ex = host_gpu_executor()
@@ -409,7 +409,7 @@ def test_a_stride_of_a_dim_of_two_must_match(recorder):
         ex.execute(plan, {"x": x})
 
 
-def test_a_host_torch_tensor_is_refused_as_a_device_buffer(recorder):
+def test_a_host_torch_tensor_is_refused_as_a_device_buffer():
     torch = pytest.importorskip("torch")
     ex = host_gpu_executor()
     plan = ex.prepare(small())
@@ -444,7 +444,7 @@ class ScratchNeg(PlanBuilder):
         return ScratchPlan()
 
 
-def test_the_bound_workspace_is_the_plan_s_size(recorder):
+def test_the_bound_workspace_is_the_plan_s_size():
     registry = Registry(packages=(), entry_point_group=None)  # this builder alone
     registry.register(ScratchNeg())
     g = sigdnn.Graph("neg", io_dtype="float32")
