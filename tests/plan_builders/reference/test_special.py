@@ -199,10 +199,18 @@ def test_result_does_not_depend_on_neighbours(fn: Callable[[np.ndarray], np.ndar
     mostly_small = sign * np.where(
         u < 0.55, np.exp2(rng.uniform(-60, -21, n)), np.where(u < 0.7, rng.uniform(1, 26, n), rng.uniform(26, 30, n))
     )
+    # Large for both, some past 26: the tail is redone from a majority pass too.
+    wide = rng.uniform(-30, 30, block)
+    # The switches themselves, among small-majority and large-majority neighbours alike.
+    switches = np.array([2.0**-20, 0.125, 27 / 32, 6.0, 26.0, 27.3, 28.0])
+    switches = np.concatenate([switches, -switches])
+    mostly_small[:: n // switches.size][: switches.size] = switches
+    wide[:: block // switches.size][: switches.size] = switches
     x = np.concatenate(
         [
             mostly_small,
             rng.uniform(-6, 6, 8 * block),  # > one block of small (|x| < 27/32) elements for erf
+            wide,
             np.exp2(rng.uniform(-1074, -5, 2 * block)),
             [np.nan, np.inf, -np.inf, -0.0, 0.0],
         ]
@@ -210,7 +218,7 @@ def test_result_does_not_depend_on_neighbours(fn: Callable[[np.ndarray], np.ndar
     got = fn(x)
     perm = rng.permutation(x.size)
     assert np.array_equal(fn(x[perm]), got[perm], equal_nan=True)
-    picks = rng.integers(0, x.size, 300)
+    picks = np.concatenate([rng.integers(0, x.size, 300), np.flatnonzero(np.isin(x, switches))])
     assert np.array_equal([fn(x[i : i + 1])[0] for i in picks], got[picks], equal_nan=True)
 
 
