@@ -19,7 +19,8 @@ docstrings left alone), and runs it like so:
   module's code, with pytest given only the tests that execute the mutated
   lines (all the module's tests for code run at import time, by a decorator too), stopping at the
   first failure. A mutant no test reaches survives without a run; a child
-  that runs past its time limit (an endless loop) counts as killed.
+  that runs past its time limit (an endless loop) or dies of a signal (a
+  crash: NumPy aborting on a heap the mutant corrupted) counts as killed.
 
 A mutant's id is its scope, the change and an occurrence number, so it
 survives edits elsewhere in the file. ``[tool.mutation.equivalent]`` lists
@@ -446,8 +447,29 @@ def _module_name(path: Path) -> str:
 @dataclass
 class Outcome:
     mutant: Mutant
-    status: str  # killed, timeout, survived, uncovered
+    status: str  # killed, timeout, crashed, survived, uncovered, error
     seconds: float
+
+
+KILLS = ("killed", "timeout", "crashed")
+MARKS = {"killed": ".", "timeout": "T", "crashed": "C", "survived": "S", "error": "E"}
+
+
+def _verdict(status: int) -> str:
+    """A mutant's outcome from its child's exit status (``_in_child``).
+
+    pytest exits 1 when a test failed, 2 when collection failed (the mutated module does not import).
+    -9 is the time limit. Any other signal is a crash (an abort, a segfault): the mutant broke the
+    process the tests run in, which a CI run reports as failing too, so it is detected, as a timeout
+    is (PIT counts its run and memory errors as kills likewise); the baseline and the unmutated run
+    passed in the same harness, so the mutant caused it. pytest's exits 3-5 (internal error, usage
+    error, no tests) mean the harness went wrong: not a kill.
+    """
+    if status == -9:
+        return "timeout"
+    if status < 0:
+        return "crashed"
+    return {0: "survived", 1: "killed", 2: "killed"}.get(status, "error")
 
 
 def run_module(path: Path, tests: list[str], only: list[str] | None = None) -> list[Outcome]:
@@ -476,12 +498,9 @@ def run_module(path: Path, tests: list[str], only: list[str] | None = None) -> l
             return _run_pytest(selected)
 
         status, seconds = _in_child(run, budget)
-        # pytest exits 1 when a test failed, 2 when collection failed (the mutated module does not
-        # import); 3-5 (internal error, usage error, no tests) mean the harness went wrong: not a kill.
-        verdict = {-9: "timeout", 0: "survived", 1: "killed", 2: "killed"}.get(status, "error")
+        verdict = _verdict(status)
         outcomes.append(Outcome(m, verdict, seconds))
-        mark = {"killed": ".", "timeout": "T", "survived": "S", "error": "E"}[verdict]
-        print(mark, end="", flush=True)
+        print(MARKS[verdict], end="", flush=True)
     print()
     return outcomes
 
@@ -526,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         known = equivalent.get(module, {})
         survivors = [o for o in outcomes if o.status in ("survived", "uncovered", "error")]
         equiv = [o for o in survivors if o.mutant.id in known]
-        killed = sum(o.status in ("killed", "timeout") for o in outcomes)
+        killed = sum(o.status in KILLS for o in outcomes)
         counted = len(outcomes) - len(equiv)
         score = killed / counted if counted else 1.0
         stale = sorted(set(known) - {o.mutant.id for o in outcomes}) if not args.only else []

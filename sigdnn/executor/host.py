@@ -23,7 +23,7 @@ def strided_view(
 
 def _layout_hint(shape: tuple[int, ...], tensor: Tensor) -> str:
     """Arrays take logical dims (N, C, spatial...) whatever the layout: say so when the shape is a permutation."""
-    if sorted(shape) == sorted(tensor.dims) and len(shape) == len(tensor.dims):
+    if sorted(shape) == sorted(tensor.dims):  # a permutation (equal sorted lists have equal lengths)
         return (
             "; arrays take the logical dims (N, C, spatial...) whatever the memory layout: for a channels-last "
             "array pass a view in logical order, e.g. a.transpose(0, 3, 1, 2)"

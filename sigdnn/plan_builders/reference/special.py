@@ -277,7 +277,7 @@ def _erfc_rough(a: Array, out: Array, w: _Work) -> None:
     np.multiply(p, y, out=out)
 
 
-def _small_rest(x: Array, a: Array, out: Array, w: _Work, scale: float) -> Array:
+def _small_rest(x: Array, a: Array, out: Array, w: _Work, scale: float) -> None:
     """out = scale (erf(x) - x) = scale (x/8 + x R(x^2)) for a = |x| < _ERF_SMALL, as erf(x) = x (9/8 + R(x^2)).
 
     The 1/8 is kept apart from R so that R(0) ~ 0.0034 rounds at ~2^-62, not
@@ -297,7 +297,6 @@ def _small_rest(x: Array, a: Array, out: Array, w: _Work, scale: float) -> Array
     np.multiply(r, xs, out=r)
     np.multiply(xs, 0.125, out=out)
     np.add(out, r, out=out)
-    return out
 
 
 def _erf_small(x: Array, a: Array, out: Array, w: _Work) -> bool:
