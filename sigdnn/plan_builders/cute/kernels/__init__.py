@@ -1,8 +1,10 @@
 """CuTe DSL kernels: these modules import ``cutlass`` at the top, so import them lazily.
 
 - :mod:`.gemm_sm90`: the Hopper GEMM (TMA + wgmma, warp-specialized, persistent);
-- :mod:`.launch`: compile once per specialization (in process and on disk) and
-  launch through the compiled handle;
+- :mod:`.compile_cache`: compiled specializations in process and on disk, one cache per
+  kernel family (imports the DSL only to load a stored object);
+- :mod:`.launch`: compile once per specialization and launch the GEMM through the
+  compiled handle;
 - :mod:`.im2col`: the conv's im2col matrix, gathered from NHWC x into the workspace
   (the im2col fprop, engine 3001, and the wgrad's B);
 - :mod:`.conv_sm90`: conv fprop as an implicit GEMM (TMA im2col loads into the Hopper GEMM);

@@ -19,12 +19,12 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
-from cutlass.base_dsl.export import ExternalBinaryModule
 from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
 from sigdnn.plan_builders.cute.kernels import conv_sm90, conv_wgrad_sm90, gemm_sm90
-from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, _store, cache_dir
+from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
+from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell
 
 # (kind, spatial rank) -> (kernel class, launch scalars: the geometry (conv_implicit.ImplicitConv's) and, for
 # the wgrad, the reduction's slice length and slice count)
@@ -34,8 +34,7 @@ KINDS = {
     ("wgrad", 2): (conv_wgrad_sm90.HopperConvWgrad, 19),
 }
 
-_LOCK = threading.Lock()
-_COMPILED: dict[tuple[Any, ...], Any] = {}
+_CACHE = CompileCache(stats=STATS)  # counted with the GEMM's
 _DIGEST = hashlib.sha256(
     b"\0".join(
         [cutlass.__version__.encode()]
@@ -63,26 +62,9 @@ def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: tuple[str,
 def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: str = "fprop", rank: int = 2) -> Any:
     """The compiled conv kernel of a specialization: from this process, the disk cache, or a fresh compile."""
     key = (spec, config, sm_count, kind, rank)
-    with _LOCK:
-        fn = _COMPILED.get(key)
-        if fn is not None:
-            return fn
-        name = _key_name(spec, config, sm_count, (kind, rank))
-        root = cache_dir()
-        path = root / f"{name}.o" if root else None
-        if path is not None and path.exists():
-            try:
-                fn = getattr(ExternalBinaryModule(str(path)), name)
-                STATS["loaded"] += 1
-            except Exception:  # a stale or truncated file: compile again and overwrite it
-                fn = None
-        if fn is None:
-            fn = _compile(spec, config, sm_count, (kind, rank))
-            STATS["compiled"] += 1
-            if root is not None:
-                _store(fn, root, name)
-        _COMPILED[key] = fn
-        return fn
+    return _CACHE.get(
+        key, _key_name(spec, config, sm_count, (kind, rank)), lambda: _compile(spec, config, sm_count, (kind, rank))
+    )
 
 
 class ConvLaunch(GemmLaunch):

@@ -19,18 +19,17 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
-from cutlass.base_dsl.export import ExternalBinaryModule
 from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute import sdpa_backward_layout
 from sigdnn.plan_builders.cute.kernels import fmha_bwd_sm90
-from sigdnn.plan_builders.cute.kernels.launch import _Cell, _store, cache_dir
+from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
+from sigdnn.plan_builders.cute.kernels.launch import _Cell
 from sigdnn.plan_builders.cute.sdpa_backward_layout import BwdProblem, BwdSpec
 
 KERNELS = ("pre", "main", "convert")
-_LOCK = threading.Lock()
-_COMPILED: dict[tuple[BwdSpec, str], Any] = {}
-STATS = {"compiled": 0, "loaded": 0}
+_CACHE = CompileCache()
+STATS = _CACHE.stats
 # The kernels' source and the tile sizes they take from the layout module.
 _SOURCES = (fmha_bwd_sm90.__file__, sdpa_backward_layout.__file__)
 _DIGEST = hashlib.sha256(
@@ -65,26 +64,7 @@ def _compile(spec: BwdSpec, kernel: str) -> Any:
 def compiled(spec: BwdSpec, kernel: str) -> Any:
     """One kernel of a specialization: from this process, the disk cache, or a fresh compile."""
     key = (spec, kernel)
-    with _LOCK:
-        fn = _COMPILED.get(key)
-        if fn is not None:
-            return fn
-        name = _key_name(spec, kernel)
-        root = cache_dir()
-        path = root / f"{name}.o" if root else None
-        if path is not None and path.exists():
-            try:
-                fn = getattr(ExternalBinaryModule(str(path)), name)
-                STATS["loaded"] += 1
-            except Exception:  # a stale or truncated file: compile again and overwrite it
-                fn = None
-        if fn is None:
-            fn = _compile(spec, kernel)
-            STATS["compiled"] += 1
-            if root is not None:
-                _store(fn, root, name)
-        _COMPILED[key] = fn
-        return fn
+    return _CACHE.get(key, _key_name(spec, kernel), lambda: _compile(spec, kernel))
 
 
 class _Launch:

@@ -19,16 +19,15 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
-from cutlass.base_dsl.export import ExternalBinaryModule
 from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.kernels import fmha_sm90
-from sigdnn.plan_builders.cute.kernels.launch import _Cell, _store, cache_dir
+from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
+from sigdnn.plan_builders.cute.kernels.launch import _Cell
 from sigdnn.plan_builders.cute.sdpa_layout import FmhaConfig, FmhaProblem, FmhaSpec
 
-_LOCK = threading.Lock()
-_COMPILED: dict[tuple[Any, ...], Any] = {}
-STATS = {"compiled": 0, "loaded": 0}
+_CACHE = CompileCache()
+STATS = _CACHE.stats
 _DIGEST = hashlib.sha256(b"\0".join([cutlass.__version__.encode(), Path(fmha_sm90.__file__).read_bytes()])).hexdigest()[
     :16
 ]
@@ -52,26 +51,7 @@ def compiled(spec: FmhaSpec, config: FmhaConfig) -> Any:
     """The compiled function of a specialization: from this process, the disk cache, or a fresh compile."""
     config = config.kernel
     key = (spec, config)
-    with _LOCK:
-        fn = _COMPILED.get(key)
-        if fn is not None:
-            return fn
-        name = _key_name(spec, config)
-        root = cache_dir()
-        path = root / f"{name}.o" if root else None
-        if path is not None and path.exists():
-            try:
-                fn = getattr(ExternalBinaryModule(str(path)), name)
-                STATS["loaded"] += 1
-            except Exception:  # a stale or truncated file: compile again and overwrite it
-                fn = None
-        if fn is None:
-            fn = _compile(spec, config)
-            STATS["compiled"] += 1
-            if root is not None:
-                _store(fn, root, name)
-        _COMPILED[key] = fn
-        return fn
+    return _CACHE.get(key, _key_name(spec, config), lambda: _compile(spec, config))
 
 
 class FmhaLaunch:

@@ -2,7 +2,8 @@
 
 Compiling a GEMM specialization traces the Python kernel and runs the MLIR
 and ptxas pipeline (about a second or two). Each specialization is compiled
-once per process (``compiled``), and its host shim and cubin are written to
+once per process (``compiled``, through ``compile_cache.CompileCache``, which
+every CuTe kernel family shares), and its host shim and cubin are written to
 an on-disk cache through the DSL's own ahead-of-time export
 (``JitCompiledFunction.export_to_c`` / ``ExternalBinaryModule``), so a later
 process loads it in milliseconds without tracing again. The cache key holds
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -31,23 +31,14 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Int64
-from cutlass.base_dsl.export import ExternalBinaryModule
 from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmProblem, GemmSpec
 from sigdnn.plan_builders.cute.kernels import gemm_sm90
+from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 
-_LOCK = threading.Lock()
-_COMPILED: dict[tuple[Any, ...], Any] = {}
-STATS = {"compiled": 0, "loaded": 0}  # how each specialization arrived in this process
-
-
-def cache_dir() -> Path | None:
-    """Where compiled specializations are kept between processes (None: disk cache off)."""
-    raw = os.environ.get("SIGDNN_CUTE_CACHE", "")
-    if raw == "0":
-        return None
-    return Path(raw) if raw else Path.home() / ".cache" / "sigdnn" / "cute"
+_CACHE = CompileCache()
+STATS = _CACHE.stats  # how each specialization arrived in this process (GEMMs and the convs' GEMMs)
 
 
 def _sources_digest() -> str:
@@ -85,38 +76,7 @@ def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
 def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int) -> Any:
     """The compiled function of a specialization: from this process, the disk cache, or a fresh compile."""
     key = (spec, config, sm_count)
-    with _LOCK:
-        fn = _COMPILED.get(key)
-        if fn is not None:
-            return fn
-        name = _key_name(spec, config, sm_count)
-        root = cache_dir()
-        path = root / f"{name}.o" if root else None
-        if path is not None and path.exists():
-            try:
-                fn = getattr(ExternalBinaryModule(str(path)), name)
-                STATS["loaded"] += 1
-            except Exception:  # a stale or truncated file: compile again and overwrite it
-                fn = None
-        if fn is None:
-            fn = _compile(spec, config, sm_count)
-            STATS["compiled"] += 1
-            if root is not None:
-                _store(fn, root, name)
-        _COMPILED[key] = fn
-        return fn
-
-
-def _store(fn: Any, root: Path, name: str) -> None:
-    """Export next to a temporary name, then rename: readers never see half a file."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = f"{name}.{os.getpid()}.{threading.get_ident()}"
-        fn.export_to_c(str(root), tmp, name)
-        os.replace(root / f"{tmp}.o", root / f"{name}.o")
-        (root / f"{tmp}.h").unlink(missing_ok=True)
-    except OSError:
-        pass  # an unwritable cache only costs the next process a compile
+    return _CACHE.get(key, _key_name(spec, config, sm_count), lambda: _compile(spec, config, sm_count))
 
 
 class _Cell:
