@@ -91,7 +91,7 @@ def _torch_stream(objs: Any) -> int | None:
 
 def _torch_identity(obj: Any) -> tuple[Any, ...] | None:
     """What a torch tensor's device view is made of (None for other objects): equal identities, equal views."""
-    if not _is_torch(obj):
+    if not type(obj).__module__.startswith("torch"):  # _is_torch inline: once per tensor per execute
         return None
     return (obj.data_ptr(), obj.is_cuda, obj.dtype, obj.shape, obj.stride())
 
@@ -214,6 +214,7 @@ class BoundPlan:
         self._tensors = plan.tensors
         self._inputs = plan.tensors.inputs
         self._outputs = plan.tensors.outputs
+        self._output_names = list(zip(plan.tensors.outputs, plan.tensors.output_names, strict=True))
         self._io = [uid for uid, t in graph.tensors.items() if not t.is_virtual]
         inputs = set(self._inputs)
         self._io_specs = [
@@ -294,14 +295,14 @@ class BoundPlan:
                 self._addresses = addresses
             self._launch(addresses, replayable=not fresh)
             result: dict[str, Any] = {}
-            for uid in self._outputs:
+            for uid, name in self._output_names:
                 device = self.buffers[uid]
                 host = copy_back.get(uid)
                 if host is not None:
                     host[...] = self.context.to_host(device)
-                    result[graph.tensors[uid].name] = host
+                    result[name] = host
                 else:
-                    result[graph.tensors[uid].name] = self.context.to_host(device) if to_host else device
+                    result[name] = self.context.to_host(device) if to_host else device
             if torch_stream is not None and not (to_host or copy_back or fresh):
                 self.context.release_to(torch_stream)
             else:
