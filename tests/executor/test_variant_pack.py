@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import types
 from typing import Any
 
 import numpy as np
@@ -63,6 +65,12 @@ def refused(ex: sigdnn.Executor, plan: ExecutionPlan, pack: dict[Any, Any], *nee
 def test_valid_pack_by_name(ex: sigdnn.Executor, plan: ExecutionPlan) -> None:
     pack = inputs()
     np.testing.assert_array_equal(ex.execute(plan, pack)["y"], expected(**pack))
+
+
+def test_any_mapping_is_a_pack(ex: sigdnn.Executor, plan: ExecutionPlan) -> None:
+    pack = inputs()
+    for mapping in (types.MappingProxyType(pack), collections.OrderedDict(pack), collections.ChainMap(pack)):
+        np.testing.assert_array_equal(ex.execute(plan, mapping)["y"], expected(**pack))
 
 
 def test_valid_pack_by_uid_and_mixed(ex: sigdnn.Executor, plan: ExecutionPlan) -> None:
