@@ -93,3 +93,33 @@ def test_an_unwritable_directory_only_costs_a_compile(tmp_path, monkeypatch):
     blocker.write_text("not a directory")
     monkeypatch.setenv("SIGDNN_CUTE_CACHE", str(blocker / "cache"))
     assert CompileCache().get("k", "gemm_abc", lambda: Compiled("fresh")).tag == "fresh"
+
+
+def test_the_cache_directory_is_made_with_its_parents(tmp_path, monkeypatch):
+    root = tmp_path / "a" / "b"
+    monkeypatch.setenv("SIGDNN_CUTE_CACHE", str(root))
+    CompileCache().get("k", "gemm_abc", lambda: Compiled("fresh"))
+    assert (root / "gemm_abc.o").read_text() == "gemm_abc:fresh"
+
+
+def test_load_asks_the_dsl_for_the_named_function(tmp_path, monkeypatch):
+    """``_load`` goes through the DSL's ExternalBinaryModule (a stand-in module here: no DSL on CI)."""
+    import sys
+    import types
+
+    opened = []
+
+    class ExternalBinaryModule:
+        def __init__(self, path: str) -> None:
+            opened.append(path)
+
+        def __getattr__(self, name: str):
+            return f"function {name}"
+
+    export = types.ModuleType("cutlass.base_dsl.export")
+    export.ExternalBinaryModule = ExternalBinaryModule
+    monkeypatch.setitem(sys.modules, "cutlass", types.ModuleType("cutlass"))
+    monkeypatch.setitem(sys.modules, "cutlass.base_dsl", types.ModuleType("cutlass.base_dsl"))
+    monkeypatch.setitem(sys.modules, "cutlass.base_dsl.export", export)
+    assert compile_cache._load(tmp_path / "gemm_x.o", "gemm_x") == "function gemm_x"
+    assert opened == [str(tmp_path / "gemm_x.o")]

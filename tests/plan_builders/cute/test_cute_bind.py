@@ -13,6 +13,7 @@ import types
 import pytest
 
 from sigdnn.errors import VariantPackError
+from sigdnn.plan_builders.cute.bound import BindsLaunches
 from sigdnn.plan_builders.cute.conv import CuteConvFpropPlan
 from sigdnn.plan_builders.cute.conv_dgrad import CuteConvDgradPlan
 from sigdnn.plan_builders.cute.conv_implicit import CuteConvEpiloguePlan, CuteConvPlan
@@ -202,3 +203,11 @@ def test_sdpa_backward_binds_every_port_and_the_workspace():
     buffers["d_o"] = buf(24)
     with pytest.raises(VariantPackError, match="sb: d_o not 16-byte aligned"):
         plan.bind(buffers, context(workspace=True))
+
+
+def test_a_plan_must_define_bind():
+    class Unbound(BindsLaunches):
+        pass
+
+    with pytest.raises(NotImplementedError):
+        Unbound().execute({}, context())
