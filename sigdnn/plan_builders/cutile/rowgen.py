@@ -7,7 +7,8 @@ TN (two passes for the statistics, one to write). Sizes, tile shapes and
 epsilon are written into the text: one kernel per such combination.
 
 Numerics: float32 throughout; variance two-pass (sum((x - mean)^2)), never
-E[x^2] - mean^2; softmax shifts by the row max (0 for a row of -inf, whose
+E[x^2] - mean^2 (layernorm forward may take one reduction of values shifted
+by the row's first element instead: ``VARIANCES``); softmax shifts by the row max (0 for a row of -inf, whose
 result is 0/0 as the reference's). Columns past N are masked out of every
 sum; rows past M are computed on zeros and never stored.
 
@@ -96,6 +97,67 @@ def _loop(n: int, tn: int, body: callable) -> list[str]:
     return lines
 
 
+VARIANCES = ("two_pass", "chan", "shifted_sums")
+"""How layernorm forward gets a row's mean and variance (``norm_forward``).
+
+two_pass: the mean's reduction, then sum((x - mean)^2)'s, which waits on it. The others take one reduction
+of values shifted by the row's first element x0 (exact beside x0 where the row sits far from zero):
+chan: per-lane (count, mean, M2) combined by Chan's update (``CHAN``), as exact as two_pass or more;
+shifted_sums: sum(x - x0) and sum((x - x0)^2), the cheapest, var = E[(x - x0)^2] - (mean - x0)^2, which
+loses ~ (mean - x0)^2 / var ulps (a first element far out in a long row).
+"""
+
+# Chan et al.'s pairwise update of two (count, mean, M2) groups; a group of count 0 whose mean is 0 (a masked
+# lane) leaves the other group's mean and M2 exactly as they are.
+CHAN = ("lambda na, ma, qa, nb, mb, qb: (na + nb, ma + (mb - ma) * (nb / ct.maximum(na + nb, 1.0)), "
+        "qa + qb + (mb - ma) * (mb - ma) * (na * (nb / ct.maximum(na + nb, 1.0))))")  # fmt: skip
+
+
+def _one_pass_stats(n: int, tm: int, tn: int, variance: str) -> list[str]:
+    """Lines setting k0 (each row's first element), m (mean - k0) and var from one reduction over the row."""
+    whole = tn >= n
+    full = f"ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)"
+    lines = [f"k0 = {_load_rows('x', tm, 1, '0')}"]
+
+    def shifted(c: str, m: bool) -> list[str]:
+        load = "xt" if whole else _load_rows("x", tm, tn, c)
+        return [f"xs = ({load} - k0) * {_mask(tn, c, n)}" if m else f"xs = {load} - k0"]
+
+    if whole:
+        lines += shifted("0", tn != n)
+        if variance == "chan":
+            ones = f"ct.full(({tm}, {tn}), 1.0, dtype=ct.float32)"
+            count = f"ct.broadcast_to({_mask(tn, '0', n)}, ({tm}, {tn}))" if tn != n else ones
+            lines.append(f"_, m, q = ct.reduce(({count}, xs, {full}), axis=1, func={CHAN}, "
+                         "identity=(0.0, 0.0, 0.0), keepdims=True)")  # fmt: skip
+        else:
+            lines.append(f"s1, s2 = ct.reduce((xs, xs * xs), axis=1, func={ADD_PAIRS}, identity=(0.0, 0.0), "
+                         "keepdims=True)")  # fmt: skip
+    elif variance == "chan":
+        # Per lane: Welford's running (count, mean, M2) over the chunks, then one combining reduction.
+        lines += [f"cnt = {full}", "lm = cnt", "lq = cnt"]
+
+        def welford(c: str, m: bool) -> list[str]:
+            """One value more in every lane (a lane past the row's end takes none: dl = 0 leaves it as it is)."""
+            load = _load_rows("x", tm, tn, c)
+            if m:
+                step = [f"k = {_mask(tn, c, n)}", f"xs = {load} - k0", "cnt = cnt + k", "dl = (xs - lm) * k"]
+            else:
+                step = [f"xs = {load} - k0", "cnt = cnt + 1.0", "dl = xs - lm"]
+            return [*step, "lm = lm + dl / ct.maximum(cnt, 1.0)", "lq = lq + dl * (xs - lm)"]
+
+        lines += _loop(n, tn, welford)
+        lines.append(f"_, m, q = ct.reduce((cnt, lm, lq), axis=1, func={CHAN}, identity=(0.0, 0.0, 0.0), "
+                     "keepdims=True)")  # fmt: skip
+    else:
+        lines += [f"a1 = {full}", "a2 = a1"]
+        lines += _loop(n, tn, lambda c, m: [*shifted(c, m), "a1 = a1 + xs", "a2 = a2 + xs * xs"])
+        lines.append(f"s1, s2 = ct.reduce((a1, a2), axis=1, func={ADD_PAIRS}, identity=(0.0, 0.0), keepdims=True)")
+    if variance == "chan":
+        return [*lines, f"var = q / {_lit(n)}"]
+    return [*lines, f"m = s1 / {_lit(n)}", f"var = ct.maximum(s2 / {_lit(n)} - m * m, 0.0)"]
+
+
 def norm_forward(
     n: int,
     tm: int,
@@ -105,14 +167,25 @@ def norm_forward(
     bias: bool,
     stats: tuple[str, ...],
     hints: KernelHints | None = None,
+    variance: str = "two_pass",
 ) -> str:
-    """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv")."""
+    """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv").
+
+    ``variance`` (layernorm): one of ``VARIANCES``.
+    """
+    if variance not in VARIANCES:
+        raise ValueError(f"variance {variance!r}: expected one of {VARIANCES}")
     params = ["x", "s", *(["b"] if bias else []), "y", *stats]
     body = ["bid = ct.bid(0)"]
     whole = tn >= n
     masked = tn != n
+    one_pass = center and variance != "two_pass"
     if whole:
         body.append(f"xt = {_load_rows('x', tm, tn, '0')}")
+    if one_pass:
+        body += _one_pass_stats(n, tm, tn, variance)
+        body.append("mu = k0 + m")
+    elif whole:
         if center:
             body.append(f"mu = ct.sum(xt, axis=1, keepdims=True) / {_lit(n)}")
             body.append("d = xt - mu")
@@ -139,9 +212,11 @@ def norm_forward(
             body += _loop(n, tn, lambda c, m: [f"xt = {_load_rows('x', tm, tn, c)}", "acc = acc + xt * xt"])
         body.append(f"var = ct.sum(acc, axis=1, keepdims=True) / {_lit(n)}")
     body.append(f"r = 1.0 / ct.sqrt(var + {_lit(eps)})")
+    # x - mean: one-pass kernels subtract x0 first (exact where x sits near it), then the shifted mean.
+    centered = " - k0 - m" if one_pass else " - mu" if center else ""
 
     def write(c: str, reuse: bool) -> list[str]:
-        lines = [] if reuse else [f"d = {_load_rows('x', tm, tn, c)}" + (" - mu" if center else "")]
+        lines = [] if reuse and not one_pass else [f"d = {'xt' if reuse else _load_rows('x', tm, tn, c)}{centered}"]
         out = f"d * r * {_load_vector('s', tn, c)}"
         if bias:
             out += f" + {_load_vector('b', tn, c)}"
