@@ -97,14 +97,15 @@ def _loop(n: int, tn: int, body: callable) -> list[str]:
     return lines
 
 
-VARIANCES = ("two_pass", "chan", "shifted_sums")
+VARIANCES = ("two_pass", "chan")
 """How layernorm forward gets a row's mean and variance (``norm_forward``).
 
-two_pass: the mean's reduction, then sum((x - mean)^2)'s, which waits on it. The others take one reduction
-of values shifted by the row's first element x0 (exact beside x0 where the row sits far from zero):
-chan: per-lane (count, mean, M2) combined by Chan's update (``CHAN``), as exact as two_pass or more;
-shifted_sums: sum(x - x0) and sum((x - x0)^2), the cheapest, var = E[(x - x0)^2] - (mean - x0)^2, which
-loses ~ (mean - x0)^2 / var ulps (a first element far out in a long row).
+two_pass: the mean's reduction, then sum((x - mean)^2)'s, which waits on it. chan: one reduction of
+per-lane (count, mean, M2) triples combined by Chan's update (``CHAN``), over values shifted by the row's
+first element x0 (exact where the row sits far from zero: the partial means are then of x - x0, not of x).
+The cheaper one reduction of sum(x - x0) and sum((x - x0)^2) loses ~ (mean - x0)^2 / var ulps and failed
+the reference's layernorm tolerance on a row whose first element is far from the rest
+(benchmarks/results/gpu_cutile_lnfwd_offline_2026-12-01.md).
 """
 
 # Chan et al.'s pairwise update of two (count, mean, M2) groups; a group of count 0 whose mean is 0 (a masked
@@ -113,27 +114,18 @@ CHAN = ("lambda na, ma, qa, nb, mb, qb: (na + nb, ma + (mb - ma) * (nb / ct.maxi
         "qa + qb + (mb - ma) * (mb - ma) * (na * (nb / ct.maximum(na + nb, 1.0))))")  # fmt: skip
 
 
-def _one_pass_stats(n: int, tm: int, tn: int, variance: str) -> list[str]:
-    """Lines setting k0 (each row's first element), m (mean - k0) and var from one reduction over the row."""
-    whole = tn >= n
+def _one_pass_stats(n: int, tm: int, tn: int) -> list[str]:
+    """Lines setting k0 (each row's first element), m (mean - k0) and var from one Chan reduction over the row."""
     full = f"ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)"
     lines = [f"k0 = {_load_rows('x', tm, 1, '0')}"]
-
-    def shifted(c: str, m: bool) -> list[str]:
-        load = "xt" if whole else _load_rows("x", tm, tn, c)
-        return [f"xs = ({load} - k0) * {_mask(tn, c, n)}" if m else f"xs = {load} - k0"]
-
-    if whole:
-        lines += shifted("0", tn != n)
-        if variance == "chan":
-            ones = f"ct.full(({tm}, {tn}), 1.0, dtype=ct.float32)"
-            count = f"ct.broadcast_to({_mask(tn, '0', n)}, ({tm}, {tn}))" if tn != n else ones
-            lines.append(f"_, m, q = ct.reduce(({count}, xs, {full}), axis=1, func={CHAN}, "
-                         "identity=(0.0, 0.0, 0.0), keepdims=True)")  # fmt: skip
+    if tn >= n:
+        if tn != n:
+            mask = _mask(tn, "0", n)
+            lines += [f"xs = (xt - k0) * {mask}", f"count = ct.broadcast_to({mask}, ({tm}, {tn}))"]
         else:
-            lines.append(f"s1, s2 = ct.reduce((xs, xs * xs), axis=1, func={ADD_PAIRS}, identity=(0.0, 0.0), "
-                         "keepdims=True)")  # fmt: skip
-    elif variance == "chan":
+            lines += ["xs = xt - k0", f"count = ct.full(({tm}, {tn}), 1.0, dtype=ct.float32)"]
+        triples = f"(count, xs, {full})"
+    else:
         # Per lane: Welford's running (count, mean, M2) over the chunks, then one combining reduction.
         lines += [f"cnt = {full}", "lm = cnt", "lq = cnt"]
 
@@ -147,15 +139,9 @@ def _one_pass_stats(n: int, tm: int, tn: int, variance: str) -> list[str]:
             return [*step, "lm = lm + dl / ct.maximum(cnt, 1.0)", "lq = lq + dl * (xs - lm)"]
 
         lines += _loop(n, tn, welford)
-        lines.append(f"_, m, q = ct.reduce((cnt, lm, lq), axis=1, func={CHAN}, identity=(0.0, 0.0, 0.0), "
-                     "keepdims=True)")  # fmt: skip
-    else:
-        lines += [f"a1 = {full}", "a2 = a1"]
-        lines += _loop(n, tn, lambda c, m: [*shifted(c, m), "a1 = a1 + xs", "a2 = a2 + xs * xs"])
-        lines.append(f"s1, s2 = ct.reduce((a1, a2), axis=1, func={ADD_PAIRS}, identity=(0.0, 0.0), keepdims=True)")
-    if variance == "chan":
-        return [*lines, f"var = q / {_lit(n)}"]
-    return [*lines, f"m = s1 / {_lit(n)}", f"var = ct.maximum(s2 / {_lit(n)} - m * m, 0.0)"]
+        triples = "(cnt, lm, lq)"
+    lines.append(f"_, m, q = ct.reduce({triples}, axis=1, func={CHAN}, identity=(0.0, 0.0, 0.0), keepdims=True)")
+    return [*lines, f"var = q / {_lit(n)}"]
 
 
 def norm_forward(
@@ -183,7 +169,7 @@ def norm_forward(
     if whole:
         body.append(f"xt = {_load_rows('x', tm, tn, '0')}")
     if one_pass:
-        body += _one_pass_stats(n, tm, tn, variance)
+        body += _one_pass_stats(n, tm, tn)
         body.append("mu = k0 + m")
     elif whole:
         if center:

@@ -1,14 +1,14 @@
 """Layernorm forward with mean and variance from one reduction (``RowConfig.variance``), through the emulator.
 
-The one-pass kernels shift each row by its first element and then combine
-per-lane (count, mean, M2) triples with Chan's update (``rowgen.CHAN``), or
-add the shifted values and their squares, instead of reducing the mean and
-then the squared deviations. They must stay within the reference's
-layernorm tolerances where the shortcut E[x^2] - mean^2 cancels: rows of
-1e4 plus small noise, rows whose first element is far from the rest,
-constant rows, rows not a multiple of the tile and rows walked in chunks.
-The same kernel with its shift planted to 0 (E[x^2] - mean^2) must fail on
-those rows, or they prove nothing.
+The one-pass kernel shifts each row by its first element and combines
+per-lane (count, mean, M2) triples with Chan's update (``rowgen.CHAN``)
+instead of reducing the mean and then the squared deviations. It must stay
+within the reference's layernorm tolerances where shortcuts cancel: rows
+far from zero beside their spread, a row whose first element is far from
+the rest, constant rows, rows not a multiple of the tile and rows walked in
+chunks. Two shortcuts planted into the same kernel must fail on those rows,
+or they prove nothing: E[x^2] - mean^2, and the cheaper one-pass sums of
+x - x0 and (x - x0)^2.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from emulated import emulated_executor, make_available
 from norm_cases import layernorm
 
 import sigdnn
-from sigdnn.plan_builders.cutile import norms, opbase, rowgen
+from sigdnn.plan_builders.cutile import emulator, norms, opbase, rowgen
 from sigdnn.plan_builders.cutile.opbase import RowConfig
 from sigdnn.plan_builders.cutile.rowgen import KernelHints
 from sigdnn.registry import Registry
 
 # The benchmark's candidates (2 rows of 4096 a block at 16384 x 4096) and one row a block.
-CONFIGS = {f"{tile}-{v}": RowConfig(tile, KernelHints(occupancy=4), variance=v)
-           for tile in (8192, 64) for v in ("chan", "shifted_sums")}  # fmt: skip
+CONFIGS = {"8192o4chan": RowConfig(8192, KernelHints(occupancy=4), variance="chan"),
+           "64chan": RowConfig(64, variance="chan")}  # fmt: skip
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
@@ -42,16 +42,16 @@ def _available(monkeypatch):
 def awkward_rows(rows: int, n: int, dtype: str, seed: int = 0) -> np.ndarray:
     """Rows far from zero relative to their spread, with the cases a shortcut gets wrong mixed in.
 
-    Row 0 is constant; row 1 is all but its first element zero (the first element is no estimate of the
-    mean); row 2 starts six deviations out; the rest are an offset plus noise small beside it: 1e4 and a
-    few ulps of it in 16 bits, 1e3 and std 1 in float32 (where 1e4 and std 1 already fail the two-pass
-    default's y, one ulp of its float32 mean being 1e-3 of a deviation).
+    Row 0 is constant; row 1 is noise around 0 but for a first element of 1e4 (no estimate of the mean);
+    row 2 starts six deviations out; the rest are an offset plus noise small beside it: 1e4 and a few ulps
+    of it in 16 bits, 1e3 and std 1 in float32 (where 1e4 and std 1 already fail the two-pass default's y
+    at 1000 columns, one ulp of its float32 mean being 1e-3 of a deviation).
     """
     rng = np.random.default_rng(seed)
     offset, spread = (1e3, 1.0) if dtype == "float32" else (1e4, 200.0)
     x = offset + spread * rng.standard_normal((rows, n))
     x[0] = 3.7
-    x[1] = 0.0
+    x[1] = rng.standard_normal(n)
     x[1, 0] = 1e4
     x[2, 0] = offset + 6 * spread
     return x.astype(DTYPES[dtype])
@@ -82,57 +82,73 @@ def test_one_pass_layernorm_matches_the_reference_on_awkward_rows(monkeypatch, c
     assert report.passed, report.table()
 
 
-def test_the_default_stays_two_pass():
-    g = layernorm((4, 4096), "bfloat16", "training")
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dims", [(6, 1000), (3, 9000)], ids=lambda d: "x".join(map(str, d)))
+def test_the_default_stays_two_pass_and_passes_the_same_rows(dtype, dims):
+    """The rows ask no more of the one-pass kernel than the default meets."""
+    g = layernorm(dims, dtype, "training")
     text = one_pass_text(g)
-    assert opbase.ROW_FORWARD.variance == "two_pass" and "ct.reduce(" not in text and text.count("ct.sum(") == 2
+    assert opbase.ROW_FORWARD.variance == "two_pass" and "ct.reduce(" not in text and "k0 = " not in text
+    report = sigdnn.validate(g, inputs(g, awkward_rows(*dims, dtype)), executor=emulated_executor())
+    assert report.passed, report.table()
 
 
 def test_chan_combination_of_unequal_groups_is_exact_where_squares_cancel():
-    """The combine alone, on groups of counts 3 and 5 (the emulator's pairwise tree only meets equal counts)."""
-    chan = eval(rowgen.CHAN, {"ct": __import__("sigdnn.plan_builders.cutile.emulator", fromlist=["ct"])})
+    """The combine alone, on groups of counts 3 and 5 of shifted values (the emulator's tree only meets equal
+    counts; the GPU's may not)."""
+    chan = eval(rowgen.CHAN, {"ct": emulator})
     x = (1e4 + np.random.default_rng(2).standard_normal(8)).astype(np.float32)
-    a, b = x[:3].astype(np.float64), x[3:].astype(np.float64)
+    shifted = (x - x[0]).astype(np.float64)  # exact in float32
+    a, b = shifted[:3], shifted[3:]
     group = [
         np.float32(v) for v in (3, a.mean(), ((a - a.mean()) ** 2).sum(), 5, b.mean(), ((b - b.mean()) ** 2).sum())
     ]
     n, mean, m2 = chan(*group)
     exact = x.astype(np.float64)
-    assert n == 8 and abs(mean - exact.mean()) <= 1e-3
-    assert m2 == pytest.approx(((exact - exact.mean()) ** 2).sum(), rel=1e-5)
-    empty = chan(np.float32(0), np.float32(0), np.float32(0), *group[3:])  # a masked lane changes nothing
-    assert empty == tuple(group[3:])
+    assert n == 8 and x[0] + mean == pytest.approx(exact.mean(), abs=1e-3)
+    assert m2 == pytest.approx(((exact - exact.mean()) ** 2).sum(), rel=1e-6)
+    assert chan(np.float32(0), np.float32(0), np.float32(0), *group[3:]) == tuple(group[3:])  # a masked lane
+    assert chan(*group[3:], np.float32(0), np.float32(0), np.float32(0)) == tuple(group[3:])
 
 
-class NaiveLayernorm(norms.CutileLayernormBuilder):
-    """The planted bug: a one-pass kernel shifted by 0 instead of each row's first element (E[x^2] - mean^2)."""
-
-    name = "planted.naive_layernorm"
-    engine_id = 30011
-    library = "planted"
-
-    def launches(self, node, graph):
-        launches, nbytes = super().launches(node, graph)
-        return [
-            attrs.evolve(la, source=attrs.evolve(la.source, text=unshifted(la.source.text))) for la in launches
-        ], nbytes
-
-
-def unshifted(text: str) -> str:
-    planted, count = re.subn(r"k0 = ct\.astype\(ct\.load\(x, index=\(bid, 0\), shape=\((\d+), 1\).*\n",
-                             r"k0 = ct.full((\1, 1), 0.0, dtype=ct.float32)\n", text)  # fmt: skip
-    assert count == 1, "nothing planted"
+def _planted(text: str, what: str) -> str:
+    """The Chan reduction swapped for var = E[xs^2] - E[xs]^2, xs = x (shift 0) or x - x0."""
+    n = re.search(r"var = q / (\S+)", text).group(1)
+    sums = (f"m = ct.sum(xs, axis=1, keepdims=True) / {n}\n"
+            f"    var = ct.sum(xs * xs, axis=1, keepdims=True) / {n} - m * m\n")  # fmt: skip
+    planted, count = re.subn(r"_, m, q = ct\.reduce\(.*\n", sums, text)
+    planted, dropped = re.subn(r" *var = q / .*\n", "", planted)
+    assert count == dropped == 1, "nothing planted"
+    if what == "E[x^2] - mean^2":
+        planted, count = re.subn(r"k0 = ct\.astype\(ct\.load\(x, index=\(bid, 0\), shape=\((\d+), 1\).*\n",
+                                 r"k0 = ct.full((\1, 1), 0.0, dtype=ct.float32)\n", planted)  # fmt: skip
+        assert count == 1, "no shift planted"
     return planted
 
 
+@pytest.mark.parametrize("what", ["E[x^2] - mean^2", "shifted sums"])
 @pytest.mark.parametrize("dims", [(6, 1000), (4, 4096)], ids=lambda d: "x".join(map(str, d)))
-def test_a_naive_sum_of_squares_fails_on_the_offset_rows(monkeypatch, dims):
-    monkeypatch.setattr(opbase, "ROW_FORWARD", CONFIGS["8192-shifted_sums"])
+def test_one_pass_shortcuts_fail_on_the_awkward_rows(monkeypatch, what, dims):
+    monkeypatch.setattr(opbase, "ROW_FORWARD", CONFIGS["8192o4chan"])
+
+    class Planted(norms.CutileLayernormBuilder):
+        name, engine_id, library = "planted.layernorm", 30011, "planted"
+
+        def launches(self, node, graph):
+            launches, nbytes = super().launches(node, graph)
+            return [attrs.evolve(la, source=attrs.evolve(la.source, text=_planted(la.source.text, what)))
+                    for la in launches], nbytes  # fmt: skip
+
     g = layernorm(dims, "float32", "training")
     data = inputs(g, awkward_rows(*dims, "float32"))
     registry = Registry()
-    registry.register(NaiveLayernorm())
-    planted = sigdnn.validate(g, data, executor=emulated_executor(registry=registry, engine="planted.naive_layernorm"))
-    assert set(planted.builders.values()) == {"planted.naive_layernorm"}
-    assert not planted.passed, "E[x^2] - mean^2 went unnoticed on rows of 1e3 + noise"
+    registry.register(Planted())
+    planted = sigdnn.validate(g, data, executor=emulated_executor(registry=registry, engine="planted.layernorm"))
+    assert set(planted.builders.values()) == {"planted.layernorm"}
+    assert not planted.passed, f"{what} went unnoticed"
     assert sigdnn.validate(g, data, executor=emulated_executor(registry=registry, engine="cutile.layernorm")).passed
+
+
+def test_an_unknown_variance_is_refused():
+    with pytest.raises(ValueError, match="variance 'welford'"):
+        rowgen.norm_forward(64, 1, 64, 1e-5, True, True, (), variance="welford")
