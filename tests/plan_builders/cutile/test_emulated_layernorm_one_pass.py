@@ -16,11 +16,10 @@ from __future__ import annotations
 import re
 
 import attrs
-import ml_dtypes
 import numpy as np
 import pytest
 from emulated import emulated_executor, make_available
-from norm_cases import layernorm
+from norm_cases import awkward_rows, layernorm, layernorm_inputs
 
 import sigdnn
 from sigdnn.plan_builders.cutile import emulator, norms, opbase, rowgen
@@ -31,37 +30,12 @@ from sigdnn.registry import Registry
 # The benchmark's candidates (2 rows of 4096 a block at 16384 x 4096) and one row a block.
 CONFIGS = {"8192o4chan": RowConfig(8192, KernelHints(occupancy=4), variance="chan"),
            "64chan": RowConfig(64, variance="chan")}  # fmt: skip
-DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @pytest.fixture(autouse=True)
 def _available(monkeypatch):
     make_available(monkeypatch)
-
-
-def awkward_rows(rows: int, n: int, dtype: str, seed: int = 0) -> np.ndarray:
-    """Rows far from zero relative to their spread, with the cases a shortcut gets wrong mixed in.
-
-    Row 0 is constant; row 1 is noise around 0 but for a first element of 1e4 (no estimate of the mean);
-    row 2 starts six deviations out; the rest are an offset plus noise small beside it: 1e4 and a few ulps
-    of it in 16 bits, 1e3 and std 1 in float32 (where 1e4 and std 1 already fail the two-pass default's y
-    at 1000 columns, one ulp of its float32 mean being 1e-3 of a deviation).
-    """
-    rng = np.random.default_rng(seed)
-    offset, spread = (1e3, 1.0) if dtype == "float32" else (1e4, 200.0)
-    x = offset + spread * rng.standard_normal((rows, n))
-    x[0] = 3.7
-    x[1] = rng.standard_normal(n)
-    x[1, 0] = 1e4
-    x[2, 0] = offset + 6 * spread
-    return x.astype(DTYPES[dtype])
-
-
-def inputs(g: sigdnn.Graph, x: np.ndarray, seed: int = 1) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    n = x.shape[-1]
-    return {"x": x, "scale": (1 + 0.1 * rng.standard_normal((1, n))).astype(x.dtype),
-            "bias": (0.1 * rng.standard_normal((1, n))).astype(x.dtype)}  # fmt: skip
 
 
 def one_pass_text(g: sigdnn.Graph) -> str:
@@ -70,26 +44,26 @@ def one_pass_text(g: sigdnn.Graph) -> str:
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dims", [(6, 1000), (4, 4096), (3, 37), (3, 9000)], ids=lambda d: "x".join(map(str, d)))
 def test_one_pass_layernorm_matches_the_reference_on_awkward_rows(monkeypatch, config, dtype, dims):
     monkeypatch.setattr(opbase, "ROW_FORWARD", CONFIGS[config])
     g = layernorm(dims, dtype, "training")
     text = one_pass_text(g)
     assert text.count("ct.reduce((") == 1 and "ct.sum(" not in text and "k0 = " in text, "not a one-pass kernel"
-    report = sigdnn.validate(g, inputs(g, awkward_rows(*dims, dtype)), executor=emulated_executor())
+    report = sigdnn.validate(g, layernorm_inputs(g, awkward_rows(*dims, dtype)), executor=emulated_executor())
     assert set(report.builders.values()) == {"cutile.layernorm"}, report.builders
     assert report.passed, report.table()
 
 
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dims", [(6, 1000), (3, 9000)], ids=lambda d: "x".join(map(str, d)))
 def test_the_default_stays_two_pass_and_passes_the_same_rows(dtype, dims):
     """The rows ask no more of the one-pass kernel than the default meets."""
     g = layernorm(dims, dtype, "training")
     text = one_pass_text(g)
     assert opbase.ROW_FORWARD.variance == "two_pass" and "ct.reduce(" not in text and "k0 = " not in text
-    report = sigdnn.validate(g, inputs(g, awkward_rows(*dims, dtype)), executor=emulated_executor())
+    report = sigdnn.validate(g, layernorm_inputs(g, awkward_rows(*dims, dtype)), executor=emulated_executor())
     assert report.passed, report.table()
 
 
@@ -140,7 +114,7 @@ def test_one_pass_shortcuts_fail_on_the_awkward_rows(monkeypatch, what, dims):
                     for la in launches], nbytes  # fmt: skip
 
     g = layernorm(dims, "float32", "training")
-    data = inputs(g, awkward_rows(*dims, "float32"))
+    data = layernorm_inputs(g, awkward_rows(*dims, "float32"))
     registry = Registry()
     registry.register(Planted())
     planted = sigdnn.validate(g, data, executor=emulated_executor(registry=registry, engine="planted.layernorm"))
