@@ -104,7 +104,7 @@ def compile_one(label: str, text: str, views: list[tuple[tuple[int, ...], tuple[
         with open(stem + ".sass", "w") as f:
             f.write(sass)
         ops = collections.Counter(
-            m.split(".")[0] for m in re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass)
+            m.split(".")[0] for m in re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass)
         )
         line += " " + " ".join(f"{k}={ops[k]}" for k in COUNTED if ops[k]) + f" total={sum(ops.values())}"
     return line

@@ -109,9 +109,13 @@ the reference's layernorm tolerance on a row whose first element is far from the
 """
 
 # Chan et al.'s pairwise update of two (count, mean, M2) groups; a group of count 0 whose mean is 0 (a masked
-# lane) leaves the other group's mean and M2 exactly as they are.
-CHAN = ("lambda na, ma, qa, nb, mb, qb: (na + nb, ma + (mb - ma) * (nb / ct.maximum(na + nb, 1.0)), "
-        "qa + qb + (mb - ma) * (mb - ma) * (na * (nb / ct.maximum(na + nb, 1.0))))")  # fmt: skip
+# lane) leaves the other group's mean and M2 exactly as they are. The weight nb / n takes an approximate
+# reciprocal (MUFU.RCP, ~1 ulp): it scales the mean's correction and one term of M2, where an ulp of the
+# weight is an ulp of a correction; the IEEE division cost a per-lane slow path and spilled masked rows
+# (benchmarks/results/gpu_cutile_lnfwd_offline_2026-12-01.md).
+_WEIGHT = "nb * ct.truediv(1.0, ct.maximum(na + nb, 1.0), rounding_mode=ct.RoundingMode.APPROX)"
+CHAN = (f"lambda na, ma, qa, nb, mb, qb: (na + nb, ma + (mb - ma) * ({_WEIGHT}), "
+        f"qa + qb + (mb - ma) * (mb - ma) * (na * ({_WEIGHT})))")  # fmt: skip
 
 
 def _one_pass_stats(n: int, tm: int, tn: int) -> list[str]:
@@ -136,7 +140,8 @@ def _one_pass_stats(n: int, tm: int, tn: int) -> list[str]:
                 step = [f"k = {_mask(tn, c, n)}", f"xs = {load} - k0", "cnt = cnt + k", "dl = (xs - lm) * k"]
             else:
                 step = [f"xs = {load} - k0", "cnt = cnt + 1.0", "dl = xs - lm"]
-            return [*step, "lm = lm + dl / ct.maximum(cnt, 1.0)", "lq = lq + dl * (xs - lm)"]
+            rcp = "ct.truediv(1.0, ct.maximum(cnt, 1.0), rounding_mode=ct.RoundingMode.APPROX)"
+            return [*step, f"lm = lm + dl * {rcp}", "lq = lq + dl * (xs - lm)"]
 
         lines += _loop(n, tn, welford)
         triples = "(cnt, lm, lq)"
