@@ -130,7 +130,9 @@ def main() -> int:
     parser.add_argument("variants", nargs="?", default="default", help="'default' and norm_variants labels")
     parser.add_argument("--out", required=True, help="folder for the sources, cubins and SASS")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--cols", type=int, default=gc.NORM_COLS, help="row width of the row ops (rows: 16384)")
     args = parser.parse_args()
+    gc.NORM_COLS = args.cols
     kinds = args.kinds.split(",")
     table = gc.norm_variants()
     saved = (opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD)

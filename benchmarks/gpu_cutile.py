@@ -619,12 +619,14 @@ def without_json(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
+    global NORM_COLS  # read by the norm graphs, torch's ops and the byte count
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--modes", help="comma-separated modes (default: all)")
     parser.add_argument("--skip", default="", help=f"comma-separated parts to skip: {','.join(PARTS)}")
     parser.add_argument("--only", default="", help="comma-separated parts to run (default: all not skipped)")
     parser.add_argument("--variants", default="", help="norms: configuration labels beside the defaults, or 'all'")
+    parser.add_argument("--norm-cols", type=int, default=NORM_COLS, help="norms: row width (rows stay 16384)")
     parser.add_argument("--tile-modes", default="identity,add,gelu_fwd", help="tiles: the modes swept")
     parser.add_argument("--tiles", default="1024,2048,4096", help="tiles: the pointwise tile sizes swept")
     parser.add_argument("--mm-sizes", default="4096,8192")
@@ -634,6 +636,7 @@ def main() -> None:
     parser.add_argument("--compile-shard", default="", help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     args = parser.parse_args()
+    NORM_COLS = args.norm_cols
     skip = set(args.skip.split(","))
     if args.only:
         skip = set(PARTS) - set(args.only.split(","))
