@@ -455,7 +455,10 @@ def norm_variants() -> dict[str, dict[str, object]]:
     forward = {"32768": row(32768), "32768w8": row(32768, None, 8), "4096o4": row(4096, 4), "8192o4": row(8192, 4),
                "4096o8": row(4096, 8), "4096o2w8": row(4096, 2, 8), "4096o4w8": row(4096, 4, 8),
                "8192o2w8": row(8192, 2, 8), "8192o3": row(8192, 3), "8192o5": row(8192, 5), "8192o6": row(8192, 6),
-               "16384o2": row(16384, 2), "16384o3": row(16384, 3), "4096o5": row(4096, 5), "4096o6": row(4096, 6)}  # fmt: skip
+               "16384o2": row(16384, 2), "16384o3": row(16384, 3), "4096o5": row(4096, 5), "4096o6": row(4096, 6),
+               # layernorm's mean and variance in one reduction (rowgen.VARIANCES); the other ops as 8192o4
+               "8192o4chan": RowConfig(8192, KernelHints(4), variance="chan"),
+               "4096o4chan": RowConfig(4096, KernelHints(4), variance="chan")}  # fmt: skip
     backward = {"8192": row(8192), "8192w8": row(8192, None, 8), "4096w8": row(4096, None, 8),
                 "4096o2w8": row(4096, 2, 8), "4096o3w8": row(4096, 3, 8), "4096o2": row(4096, 2),
                 "8192o1w8": row(8192, 1, 8), "4096o2w8c32": row(4096, 2, 8, 32), "4096o2w8c64": row(4096, 2, 8, 64),
@@ -616,12 +619,14 @@ def without_json(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
+    global NORM_COLS  # read by the norm graphs, torch's ops and the byte count
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--modes", help="comma-separated modes (default: all)")
     parser.add_argument("--skip", default="", help=f"comma-separated parts to skip: {','.join(PARTS)}")
     parser.add_argument("--only", default="", help="comma-separated parts to run (default: all not skipped)")
     parser.add_argument("--variants", default="", help="norms: configuration labels beside the defaults, or 'all'")
+    parser.add_argument("--norm-cols", type=int, default=NORM_COLS, help="norms: row width (rows stay 16384)")
     parser.add_argument("--tile-modes", default="identity,add,gelu_fwd", help="tiles: the modes swept")
     parser.add_argument("--tiles", default="1024,2048,4096", help="tiles: the pointwise tile sizes swept")
     parser.add_argument("--mm-sizes", default="4096,8192")
@@ -631,6 +636,7 @@ def main() -> None:
     parser.add_argument("--compile-shard", default="", help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     args = parser.parse_args()
+    NORM_COLS = args.norm_cols
     skip = set(args.skip.split(","))
     if args.only:
         skip = set(PARTS) - set(args.only.split(","))

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import ml_dtypes
+import numpy as np
+
 import sigdnn
 from sigdnn.graph.ops.reduction import MODES as REDUCTION_MODES
 
@@ -97,6 +100,34 @@ def reduction(dims, out, layout, io, mode) -> sigdnn.Graph:
     g = sigdnn.Graph("reduction", io_dtype=io, compute_dtype="float32")
     x = g.tensor("x", dims=dims, layout=layout) if layout else g.tensor("x", dims=dims)
     return _outputs(g, g.reduction(x, mode, out))
+
+
+_NUMPY = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+
+
+def awkward_rows(rows: int, n: int, dtype: str, seed: int = 0) -> np.ndarray:
+    """Rows far from zero relative to their spread, with the cases a shortcut gets wrong mixed in.
+
+    Row 0 is constant; row 1 is noise around 0 but for a first element of 1e4 (no estimate of the mean);
+    row 2 starts six deviations out; the rest are an offset plus noise small beside it: 1e4 and a few ulps
+    of it in 16 bits, 1e3 and std 1 in float32 (where 1e4 and std 1 already fail the two-pass default's y
+    at 1000 columns, one ulp of its float32 mean being 1e-3 of a deviation).
+    """
+    rng = np.random.default_rng(seed)
+    offset, spread = (1e3, 1.0) if dtype == "float32" else (1e4, 200.0)
+    x = offset + spread * rng.standard_normal((rows, n))
+    x[0] = 3.7
+    x[1] = rng.standard_normal(n)
+    x[1, 0] = 1e4
+    x[2, 0] = offset + 6 * spread
+    return x.astype(_NUMPY[dtype])
+
+
+def layernorm_inputs(g: sigdnn.Graph, x: np.ndarray, seed: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    n = x.shape[-1]
+    return {"x": x, "scale": (1 + 0.1 * rng.standard_normal((1, n))).astype(x.dtype),
+            "bias": (0.1 * rng.standard_normal((1, n))).astype(x.dtype)}  # fmt: skip
 
 
 def row_cases(io_dtypes=IO) -> list[Case]:

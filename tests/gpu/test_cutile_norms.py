@@ -12,10 +12,21 @@ from __future__ import annotations
 
 import attrs
 import pytest
-from norm_cases import ROWS, channel_cases, layernorm, layout_cases, reduction_cases, row_cases
+from norm_cases import (
+    ROWS,
+    awkward_rows,
+    channel_cases,
+    layernorm,
+    layernorm_inputs,
+    layout_cases,
+    reduction_cases,
+    row_cases,
+)
 
 import sigdnn
-from sigdnn.plan_builders.cutile import norms
+from sigdnn.plan_builders.cutile import norms, opbase
+from sigdnn.plan_builders.cutile.opbase import RowConfig
+from sigdnn.plan_builders.cutile.rowgen import KernelHints
 from sigdnn.registry import Registry
 from sigdnn.validation.inputs import random_inputs
 
@@ -79,4 +90,18 @@ def test_builder_matches_the_reference_on_the_gpu(case):
     name, builder, make = case
     report = sigdnn.validate(make(), seed=len(name))
     assert set(report.builders.values()) == {builder}, report.builders
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("variance", ["two_pass", "chan"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dims", [(6, 1000), (4, 4096), (3, 9000)], ids=lambda d: "x".join(map(str, d)))
+def test_layernorm_on_awkward_rows_at_both_variances_on_the_gpu(monkeypatch, variance, dtype, dims):
+    """The one-pass variant (benchmark label 8192o4chan) compiled by cuTile, on the rows the emulator passed:
+    offset, constant, a far first element, masked and chunked widths (its divisions and contractions are the
+    GPU's here)."""
+    monkeypatch.setattr(opbase, "ROW_FORWARD", RowConfig(8192, KernelHints(occupancy=4), variance=variance))
+    g = layernorm(dims, dtype, "training")
+    report = sigdnn.validate(g, layernorm_inputs(g, awkward_rows(*dims, dtype)))
+    assert set(report.builders.values()) == {"cutile.layernorm"}, report.builders
     assert report.passed, report.table()

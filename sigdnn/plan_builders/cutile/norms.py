@@ -52,7 +52,7 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     args.append(Arg("y", (m, n), (n, 1)))
     args += [_vector(node, graph, p, "x", batch, n, m) for p in stats]
     names = tuple("mean" if p == "mean" else "inv" for p in stats)
-    text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names, config.hints)
+    text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names, config.hints, config.variance)
     prefix = "layernorm" if center else "rmsnorm"
     return [Launch(KernelSource(prefix, text), (cdiv(m, tm),), tuple(args))], 0
 

@@ -35,13 +35,16 @@ class RowConfig:
 
     ``columns``: columns per block of the backward's partial-sum reduction (``rowgen.column_sums``); few
     wide blocks leave that launch reading megabytes on a handful of SMs. ``paired``: layernorm backward's
-    two row means as one reduction (``rowgen.norm_backward``).
+    two row means as one reduction (``rowgen.norm_backward``). ``variance``: how layernorm forward gets a row's
+    mean and variance (``rowgen.VARIANCES``): two dependent reductions, or one (not the default until timed
+    on the H200).
     """
 
     tile: int
     hints: KernelHints = attrs.field(factory=KernelHints)
     columns: int = 1024
     paired: bool = True
+    variance: str = "two_pass"
 
 
 # Tile sizes (elements) and hints, measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md,

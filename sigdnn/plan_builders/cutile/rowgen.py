@@ -7,7 +7,8 @@ TN (two passes for the statistics, one to write). Sizes, tile shapes and
 epsilon are written into the text: one kernel per such combination.
 
 Numerics: float32 throughout; variance two-pass (sum((x - mean)^2)), never
-E[x^2] - mean^2; softmax shifts by the row max (0 for a row of -inf, whose
+E[x^2] - mean^2 (layernorm forward may take one reduction of values shifted
+by the row's first element instead: ``VARIANCES``); softmax shifts by the row max (0 for a row of -inf, whose
 result is 0/0 as the reference's). Columns past N are masked out of every
 sum; rows past M are computed on zeros and never stored.
 
@@ -96,6 +97,58 @@ def _loop(n: int, tn: int, body: callable) -> list[str]:
     return lines
 
 
+VARIANCES = ("two_pass", "chan")
+"""How layernorm forward gets a row's mean and variance (``norm_forward``).
+
+two_pass: the mean's reduction, then sum((x - mean)^2)'s, which waits on it. chan: one reduction of
+per-lane (count, mean, M2) triples combined by Chan's update (``CHAN``), over values shifted by the row's
+first element x0 (exact where the row sits far from zero: the partial means are then of x - x0, not of x).
+The cheaper one reduction of sum(x - x0) and sum((x - x0)^2) loses ~ (mean - x0)^2 / var ulps and failed
+the reference's layernorm tolerance on a row whose first element is far from the rest
+(benchmarks/results/gpu_cutile_lnfwd_offline_2026-12-01.md).
+"""
+
+# Chan et al.'s pairwise update of two (count, mean, M2) groups; a group of count 0 whose mean is 0 (a masked
+# lane) leaves the other group's mean and M2 exactly as they are. The weight nb / n takes an approximate
+# reciprocal (MUFU.RCP, ~1 ulp): it scales the mean's correction and one term of M2, where an ulp of the
+# weight is an ulp of a correction; the IEEE division cost a per-lane slow path and spilled masked rows
+# (benchmarks/results/gpu_cutile_lnfwd_offline_2026-12-01.md).
+_WEIGHT = "nb * ct.truediv(1.0, ct.maximum(na + nb, 1.0), rounding_mode=ct.RoundingMode.APPROX)"
+CHAN = (f"lambda na, ma, qa, nb, mb, qb: (na + nb, ma + (mb - ma) * ({_WEIGHT}), "
+        f"qa + qb + (mb - ma) * (mb - ma) * (na * ({_WEIGHT})))")  # fmt: skip
+
+
+def _one_pass_stats(n: int, tm: int, tn: int) -> list[str]:
+    """Lines setting k0 (each row's first element), m (mean - k0) and var from one Chan reduction over the row."""
+    full = f"ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)"
+    lines = [f"k0 = {_load_rows('x', tm, 1, '0')}"]
+    if tn >= n:
+        if tn != n:
+            mask = _mask(tn, "0", n)
+            lines += [f"xs = (xt - k0) * {mask}", f"count = ct.broadcast_to({mask}, ({tm}, {tn}))"]
+        else:
+            lines += ["xs = xt - k0", f"count = ct.full(({tm}, {tn}), 1.0, dtype=ct.float32)"]
+        triples = f"(count, xs, {full})"
+    else:
+        # Per lane: Welford's running (count, mean, M2) over the chunks, then one combining reduction.
+        lines += [f"cnt = {full}", "lm = cnt", "lq = cnt"]
+
+        def welford(c: str, m: bool) -> list[str]:
+            """One value more in every lane (a lane past the row's end takes none: dl = 0 leaves it as it is)."""
+            load = _load_rows("x", tm, tn, c)
+            if m:
+                step = [f"k = {_mask(tn, c, n)}", f"xs = {load} - k0", "cnt = cnt + k", "dl = (xs - lm) * k"]
+            else:
+                step = [f"xs = {load} - k0", "cnt = cnt + 1.0", "dl = xs - lm"]
+            rcp = "ct.truediv(1.0, ct.maximum(cnt, 1.0), rounding_mode=ct.RoundingMode.APPROX)"
+            return [*step, f"lm = lm + dl * {rcp}", "lq = lq + dl * (xs - lm)"]
+
+        lines += _loop(n, tn, welford)
+        triples = "(cnt, lm, lq)"
+    lines.append(f"_, m, q = ct.reduce({triples}, axis=1, func={CHAN}, identity=(0.0, 0.0, 0.0), keepdims=True)")
+    return [*lines, f"var = q / {_lit(n)}"]
+
+
 def norm_forward(
     n: int,
     tm: int,
@@ -105,14 +158,25 @@ def norm_forward(
     bias: bool,
     stats: tuple[str, ...],
     hints: KernelHints | None = None,
+    variance: str = "two_pass",
 ) -> str:
-    """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv")."""
+    """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv").
+
+    ``variance`` (layernorm): one of ``VARIANCES``.
+    """
+    if variance not in VARIANCES:
+        raise ValueError(f"variance {variance!r}: expected one of {VARIANCES}")
     params = ["x", "s", *(["b"] if bias else []), "y", *stats]
     body = ["bid = ct.bid(0)"]
     whole = tn >= n
     masked = tn != n
+    one_pass = center and variance != "two_pass"
     if whole:
         body.append(f"xt = {_load_rows('x', tm, tn, '0')}")
+    if one_pass:
+        body += _one_pass_stats(n, tm, tn)
+        body.append("mu = k0 + m")
+    elif whole:
         if center:
             body.append(f"mu = ct.sum(xt, axis=1, keepdims=True) / {_lit(n)}")
             body.append("d = xt - mu")
@@ -139,9 +203,11 @@ def norm_forward(
             body += _loop(n, tn, lambda c, m: [f"xt = {_load_rows('x', tm, tn, c)}", "acc = acc + xt * xt"])
         body.append(f"var = ct.sum(acc, axis=1, keepdims=True) / {_lit(n)}")
     body.append(f"r = 1.0 / ct.sqrt(var + {_lit(eps)})")
+    # x - mean: one-pass kernels subtract x0 first (exact where x sits near it), then the shifted mean.
+    centered = " - k0 - m" if one_pass else " - mu" if center else ""
 
     def write(c: str, reuse: bool) -> list[str]:
-        lines = [] if reuse else [f"d = {_load_rows('x', tm, tn, c)}" + (" - mu" if center else "")]
+        lines = [] if reuse and not one_pass else [f"d = {'xt' if reuse else _load_rows('x', tm, tn, c)}{centered}"]
         out = f"d * r * {_load_vector('s', tn, c)}"
         if bias:
             out += f" + {_load_vector('b', tn, c)}"

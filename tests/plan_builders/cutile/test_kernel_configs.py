@@ -27,7 +27,8 @@ ROW_CASES = ["softmax-float32-33x64", "logsoftmax-bfloat16-5x37", "layernorm-tra
              "rmsnorm-infer-bias-bfloat16-3x1x256", "layernorm-bwd-float32-33x64", "rmsnorm-bwd-dbias-bfloat16-33x64",
              "layernorm-train-float16-2x9000", "layernorm-bwd-float32-2x9000"]  # fmt: skip
 ROW_CONFIGS = [RowConfig(64), RowConfig(128, KernelHints(occupancy=4)), RowConfig(1024, KernelHints(2, 8)),
-               RowConfig(1024, KernelHints(2, 8), columns=16, paired=False)]  # fmt: skip
+               RowConfig(1024, KernelHints(2, 8), columns=16, paired=False),
+               RowConfig(128, KernelHints(occupancy=4), variance="chan")]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +46,9 @@ def _validate(name: str) -> None:
 @pytest.mark.parametrize(
     "config",
     ROW_CONFIGS,
-    ids=lambda c: f"{c.tile}-{c.hints.occupancy}-{c.hints.num_worker_warps}-{c.columns}-{'p' if c.paired else 'u'}",
+    ids=lambda c: (
+        f"{c.tile}-{c.hints.occupancy}-{c.hints.num_worker_warps}-{c.columns}-{'p' if c.paired else 'u'}-{c.variance}"
+    ),
 )
 @pytest.mark.parametrize("name", ROW_CASES)
 def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, config, name):
