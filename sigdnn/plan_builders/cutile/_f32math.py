@@ -30,8 +30,8 @@ ERFC_K = 0.5
 PHI_K = 0.3
 WINDOW_LO = -2.0
 WINDOW_HI = -0.3
-FAST_ERF_SMALL = 0.5
 FAST_WINDOW = 0.1
+FAST_ERF_TINY = 0.015625
 ERF_R = (
     1.128379225730896,
     -0.37613046169281006,
@@ -143,28 +143,28 @@ FAST_GELU_TANH_H = (
     -0.017017941921949387,
 )
 FAST_PHI_P = (
-    0.11963246017694473,
-    0.12070616334676743,
-    0.10020393878221512,
-    0.1276404857635498,
-    -0.052031975239515305,
-    0.2046724259853363,
-    -0.15630005300045013,
-    0.03547651693224907,
+    0.12004794925451279,
+    0.1140267476439476,
+    0.1430707424879074,
+    -0.014906507916748524,
+    0.21431951224803925,
+    -0.07655510306358337,
 )
-FAST_ERF_R = (1.1283791065216064, -0.37611088156700134, 0.11248714476823807, -0.024463187903165817)
-FAST_ERFC_P = (
-    0.2827460467815399,
-    0.27254435420036316,
-    0.30603209137916565,
-    -0.023356519639492035,
-    0.4720558822154999,
-    -0.41439709067344666,
-    0.10438896715641022,
+FAST_ERF_Q = (
+    -1.6279125213623047,
+    -0.9182120561599731,
+    -0.14987632632255554,
+    0.031453363597393036,
+    -0.004092645365744829,
+    0.00024005162413232028,
 )
 # END GENERATED
 
 INV_SQRT_2PI = 0.3989422804014327
+TWO_OVER_SQRT_PI = 1.1283791670955126
+NEG_HALF_LOG2E = -0.7213475204444817  # exp(-y/2) = exp2(NEG_HALF_LOG2E y)
+INV_SQRT_2PI_64 = INV_SQRT_2PI * 2.0**-64
+FAST_PHI_P64 = tuple(c * 2.0**-64 for c in FAST_PHI_P)  # exact: a power of two
 # swish_bwd's root: 1 + z + e^z = 0 (e^z0 = -(1 + z0)), split in two floats.
 SWISH_Z0 = (-1.2784645557403564, 1.2979282537628478e-08)
 SWISH_C = 0.2784645427610739
@@ -457,36 +457,43 @@ def fast_rcp(x):
     return ct.truediv(1.0, x, rounding_mode=ct.RoundingMode.APPROX)
 
 
+def fast_rcp_normal(x):
+    """1/x for 1 <= x (or inf, NaN): no subnormal in or out, so the flushing MUFU.RCP alone (no rescaling)."""
+    return ct.truediv(1.0, x, rounding_mode=ct.RoundingMode.APPROX, flush_to_zero=True)
+
+
 def fast_sigmoid(x):
     e = fast_exp(-ct.abs(x))
-    r = fast_rcp(1.0 + e)
+    r = fast_rcp_normal(1.0 + e)
     return ct.where(x >= 0.0, r, e * r)
 
 
 def fast_slope(x):
     e = fast_exp(-ct.abs(x))
-    r = fast_rcp(1.0 + e)
+    r = fast_rcp_normal(1.0 + e)
     return e * (r * r)
 
 
-def fast_normal_cdf(x):
-    """Phi(x): exp(-x^2/2) t P(t) below 0, 1 minus that above (one table on [0, PHI_CLAMP])."""
-    a = ct.minimum(ct.abs(x), PHI_CLAMP)
-    t = fast_rcp(1.0 + PHI_K * a)
-    tail = fast_exp(-0.5 * (a * a)) * (t * horner(t, FAST_PHI_P))
-    tail = ct.where(ct.abs(x) >= PHI_CLAMP, 0.0, tail)
-    r = ct.where(x < 0.0, tail, 1.0 - tail)
-    return ct.where(ct.isnan(x), x, r)
+def fast_normal_parts(x):
+    """(Phi(x), exp(-x^2/2) 2^64): the tail exp(-a^2/2) t P(t) below 0, 1 minus it above; no clamp or NaN test.
+
+    exp2 takes its argument raised by 64 and the table (FAST_PHI_P64) carries the 2^-64, so the
+    flushing exp2 never sees a subnormal result and gelu's far tail still rounds into float32's
+    subnormals once, at the last product. Past PHI_CLAMP, the table's end, the tail underflows to
+    0; a NaN or infinite x passes through the arithmetic as the reference's does.
+    """
+    a = ct.abs(x)
+    t = fast_rcp_normal(1.0 + PHI_K * a)
+    e = ct.exp2(NEG_HALF_LOG2E * (a * a) + 64.0, flush_to_zero=True)
+    tail = e * (t * horner(t, FAST_PHI_P64))
+    return ct.where(x < 0.0, tail, 1.0 - tail), e
 
 
 def fast_erf(x):
-    small = x * horner(x * x, FAST_ERF_R)
-    a = ct.minimum(ct.abs(x), 4.0)
-    t = fast_rcp(1.0 + ERFC_K * a)
-    big = 1.0 - fast_exp(-(a * a)) * (t * horner(t, FAST_ERFC_P))
-    big = ct.where(x < 0.0, -big, big)
-    r = ct.where(ct.abs(x) < FAST_ERF_SMALL, small, big)
-    return ct.where(ct.isnan(x), x, r)
+    """sign(x) (1 - 2^(a Q(a))), a = min(|x|, 4); 2x/sqrt(pi) below FAST_ERF_TINY, where the difference cancels."""
+    a = ct.minimum(ct.abs(x), 4.0, propagate_nan=True)
+    big = 1.0 - ct.exp2(a * horner(a, FAST_ERF_Q), flush_to_zero=True)
+    return ct.where(ct.abs(x) < FAST_ERF_TINY, TWO_OVER_SQRT_PI * x, ct.where(x < 0.0, -big, big))
 
 
 def fast_near_root(x, x0, centre, coefs):
@@ -494,12 +501,14 @@ def fast_near_root(x, x0, centre, coefs):
 
 
 def fast_gelu_fwd(x):
-    return x * fast_normal_cdf(x)
+    m, _ = fast_normal_parts(x)
+    return x * m
 
 
 def fast_gelu_bwd(dy, x):
-    phi = INV_SQRT_2PI * fast_exp(-0.5 * (x * x))
-    direct = fast_normal_cdf(x) + x * phi
+    """dy (Phi(x) + x phi(x)), phi from the CDF's own exp2; near the root as (x - x0) H."""
+    m, e = fast_normal_parts(x)
+    direct = m + x * (INV_SQRT_2PI_64 * e)
     window = fast_near_root(x, GELU_X0, FAST_GELU_CENTRE, FAST_GELU_H)
     return dy * ct.where(ct.abs(x - FAST_GELU_CENTRE) <= FAST_WINDOW, window, direct)
 
@@ -516,7 +525,7 @@ def fast_gelu_tanh_bwd(dy, x):
     v = xc * (GELU_TANH_A[0] + GELU_TANH_B[0] * x2)
     dv = GELU_TANH_A[0] + 3.0 * GELU_TANH_B[0] * x2
     e = fast_exp(-ct.abs(v))
-    r = fast_rcp(1.0 + e)
+    r = fast_rcp_normal(1.0 + e)
     sig = ct.where(v >= 0.0, r, e * r)
     direct = sig + xc * dv * (e * (r * r)) + (x - x)
     window = fast_near_root(x, GELU_TANH_X0, FAST_GELU_TANH_CENTRE, FAST_GELU_TANH_H)
@@ -536,7 +545,7 @@ def fast_swish_bwd(dy, x, beta):
     """As swish_bwd: below 0 through N = w + C expm1(w), w = z - z0, with no split products."""
     z = beta * x
     e = fast_exp(-ct.abs(z))
-    r = fast_rcp(1.0 + e)
+    r = fast_rcp_normal(1.0 + e)
     pos = (1.0 + z * (e * r)) * r
     w = (z - SWISH_Z0[0]) - SWISH_Z0[1]
     neg = e * (w + SWISH_C * fast_expm1(w)) * (r * r)
