@@ -150,6 +150,14 @@ FAST_PHI_P = (
     0.21431951224803925,
     -0.07655510306358337,
 )
+FAST_LOG1P = (
+    0.9999903440475464,
+    -0.49930283427238464,
+    0.3247593343257904,
+    -0.20883530378341675,
+    0.09986765682697296,
+    -0.02333696372807026,
+)
 FAST_ERF_Q = (
     -1.6279125213623047,
     -0.9182120561599731,
@@ -572,10 +580,12 @@ def fast_elu_bwd(dy, x, alpha):
     return dy * ct.where(x > 0.0, 1.0, alpha * fast_exp(ct.minimum(x, 0.0, propagate_nan=True)))
 
 
-def fast_softplus_fwd(x, beta):
-    """(max(z, 0) + log1p(e^-|z|))/beta; log1p(t) as t (1 - t/2 + t^2/3) below 1e-2, where log(1 + t) would lose t."""
+def fast_softplus_fwd(x, beta, inv_beta):
+    """max(z, 0)/beta + log1p(t)/beta, z = beta x, t = e^-|z|, log1p(t) = t L(t) on [0, 1]: no log, no division.
+
+    max(z, 0)/beta is x or 0 exactly, also where beta x overflows. A NaN z gives a NaN t; z = -inf gives
+    t = 0: no special cases.
+    """
     z = beta * x
     t = fast_exp(-ct.abs(z))
-    small = t * (1.0 - t * (0.5 - t * (1.0 / 3.0)))
-    r = ct.maximum(z, 0.0) + ct.where(t < 1e-2, small, ct.log(1.0 + t))
-    return ct.where(ct.isnan(z), z, r) / beta
+    return ct.where(z > 0.0, x, 0.0) + (t * horner(t, FAST_LOG1P)) * inv_beta

@@ -204,7 +204,10 @@ def _swish(fn: str) -> Emit:
 
 
 def _softplus_fwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
-    return f"{'fast_' if _fast(n) else ''}softplus_fwd({a[0]}, {_lit(_param(n, 'softplus_beta', 1.0))})", "f"
+    beta = _param(n, "softplus_beta", 1.0)
+    if _fast(n) and beta != 0.0:  # the fast form multiplies by 1/beta (one more rounding) instead of dividing
+        return f"fast_softplus_fwd({a[0]}, {_lit(beta)}, {_lit(1.0 / beta)})", "f"
+    return f"softplus_fwd({a[0]}, {_lit(beta)})", "f"
 
 
 def _softplus_bwd(a: list[str], n: NodeSpec) -> tuple[str, str]:

@@ -104,7 +104,7 @@ MUFU_REL_ERROR = 2.0**-21  # PTX: ex2.approx within 2 ulps, rcp.approx within 1;
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 @pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("mode", ["erf", "gelu_fwd", "gelu_bwd"])
+@pytest.mark.parametrize("mode", ["erf", "gelu_fwd", "gelu_bwd", "softplus_fwd"])
 def test_fast_tier_on_every_16_bit_input(mode, io_dtype, sign, monkeypatch):
     """Every bit pattern of the input (x of gelu_bwd, dy = 1), with every approximate exp2 / exp / reciprocal
     off by MUFU_REL_ERROR in one direction: the short fast-tier formulas keep the reference's tolerance."""
@@ -123,6 +123,14 @@ def test_fast_tier_on_every_16_bit_input(mode, io_dtype, sign, monkeypatch):
     g = single(mode, io_dtype, dims=(65536,))
     x = np.arange(65536, dtype=np.uint16).view(g.dtype_of(g.inputs[0]).numpy)
     check(g, {"x0": x} if mode != "gelu_bwd" else {"x0": np.ones_like(x), "x1": x})
+
+
+@pytest.mark.parametrize("beta", [0.3, 2.5, -1.5])
+@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
+def test_fast_softplus_beta_on_every_16_bit_input(io_dtype, beta):
+    """The fast softplus multiplies by 1/beta: every input, beta's of either sign."""
+    g = single("softplus_fwd", io_dtype, dims=(65536,), softplus_beta=beta)
+    check(g, {"x0": np.arange(65536, dtype=np.uint16).view(g.dtype_of(g.inputs[0]).numpy)})
 
 
 @pytest.mark.parametrize("n", [1, 1023, 1024, 1025, 3 * 1024])
