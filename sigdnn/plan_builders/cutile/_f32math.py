@@ -158,6 +158,14 @@ FAST_LOG1P = (
     0.09986765682697296,
     -0.02333696372807026,
 )
+FAST_LOG_P = (
+    1.0000035762786865,
+    -0.49989354610443115,
+    0.3326736390590668,
+    -0.25438591837882996,
+    0.21949340403079987,
+    -0.1397392600774765,
+)
 FAST_ERF_Q = (
     -1.6279125213623047,
     -0.9182120561599731,
@@ -171,6 +179,10 @@ FAST_ERF_Q = (
 INV_SQRT_2PI = 0.3989422804014327
 TWO_OVER_SQRT_PI = 1.1283791670955126
 NEG_HALF_LOG2E = -0.7213475204444817  # exp(-y/2) = exp2(NEG_HALF_LOG2E y)
+LN2 = 0.6931471805599453
+FLT_MIN = 1.1754943508222875e-38
+NEG_INF = float("-inf")
+NAN = float("nan")
 INV_SQRT_2PI_64 = INV_SQRT_2PI * 2.0**-64
 FAST_PHI_P64 = tuple(c * 2.0**-64 for c in FAST_PHI_P)  # exact: a power of two
 # swish_bwd's root: 1 + z + e^z = 0 (e^z0 = -(1 + z0)), split in two floats.
@@ -468,6 +480,20 @@ def fast_rcp(x):
 def fast_rcp_normal(x):
     """1/x for 1 <= x (or inf, NaN): no subnormal in or out, so the flushing MUFU.RCP alone (no rescaling)."""
     return ct.truediv(1.0, x, rounding_mode=ct.RoundingMode.APPROX, flush_to_zero=True)
+
+
+def fast_log(x):
+    """log x = e ln 2 + log1p(f), x = (1 + f) 2^e with 1 + f in [sqrt(1/2), sqrt 2) read from x's bits, log1p(f) =
+    f P(f) with a 6-term table (cuTile's log spends ~5 more FFMA on float32's last bits). Subnormal x scaled by
+    2^23 first; 0, negatives, inf and NaN chosen at the end."""
+    sub = x < FLT_MIN
+    bits = ct.bitcast(ct.where(sub, x * 8388608.0, x), ct.int32)
+    k = (bits - 0x3F3504F3) & -8388608  # (e + 127 - 127) << 23 of the exponent that puts 1 + f in range
+    f = ct.bitcast(bits - k, ct.float32) - 1.0
+    e = ct.astype(k, ct.float32) * 1.1920928955078125e-07 + ct.where(sub, -23.0, 0.0)
+    r = e * LN2 + f * horner(f, FAST_LOG_P)
+    r = ct.where(x > FLT_MAX, x, r)  # +inf; a NaN x compares false everywhere below
+    return ct.where(x > 0.0, r, ct.where(x == 0.0, NEG_INF, NAN))
 
 
 def fast_sigmoid(x):

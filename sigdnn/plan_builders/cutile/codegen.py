@@ -252,7 +252,7 @@ FLOAT_MODES: dict[str, Emit] = {
     "rsqrt": lambda a, n: (f"1.0 / ct.sqrt({a[0]})", "f"),  # ct.rsqrt is the approximate MUFU.RSQ
     "reciprocal": lambda a, n: (f"{'fast_rcp' if _fast(n) else '1.0 / '}({a[0]})", "f"),
     "exp": _call("ct.exp", "fast_exp"),
-    "log": _call("ct.log"),
+    "log": _call("ct.log", "fast_log"),
     "sin": _call("ct.sin"),
     "cos": _call("ct.cos"),
     "tan": _call("ct.tan"),

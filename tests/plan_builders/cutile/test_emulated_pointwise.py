@@ -104,7 +104,7 @@ MUFU_REL_ERROR = 2.0**-21  # PTX: ex2.approx within 2 ulps, rcp.approx within 1;
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 @pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("mode", ["erf", "gelu_fwd", "gelu_bwd", "softplus_fwd"])
+@pytest.mark.parametrize("mode", ["erf", "gelu_fwd", "gelu_bwd", "softplus_fwd", "log"])
 def test_fast_tier_on_every_16_bit_input(mode, io_dtype, sign, monkeypatch):
     """Every bit pattern of the input (x of gelu_bwd, dy = 1), with every approximate exp2 / exp / reciprocal
     off by MUFU_REL_ERROR in one direction: the short fast-tier formulas keep the reference's tolerance."""
