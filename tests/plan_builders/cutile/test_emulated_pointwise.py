@@ -103,11 +103,11 @@ MUFU_REL_ERROR = 2.0**-21  # PTX: ex2.approx within 2 ulps, rcp.approx within 1;
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"])
 @pytest.mark.parametrize("mode", ["erf", "gelu_fwd", "gelu_bwd", "softplus_fwd", "log"])
-def test_fast_tier_on_every_16_bit_input(mode, io_dtype, sign, monkeypatch):
-    """Every bit pattern of the input (x of gelu_bwd, dy = 1), with every approximate exp2 / exp / reciprocal
-    off by MUFU_REL_ERROR in one direction: the short fast-tier formulas keep the reference's tolerance."""
+def test_fast_tier_on_every_narrow_input(mode, io_dtype, sign, monkeypatch):
+    """Every bit pattern of a 16- or 8-bit input (x of gelu_bwd, dy = 1), with every approximate exp2 / exp /
+    reciprocal off by MUFU_REL_ERROR in one direction: the short fast-tier formulas keep the reference's tolerance."""
     off = np.float32(1.0 + sign * MUFU_REL_ERROR)
 
     def skewed(fn):
@@ -120,8 +120,10 @@ def test_fast_tier_on_every_16_bit_input(mode, io_dtype, sign, monkeypatch):
 
     for name in ("exp2", "exp", "truediv"):
         monkeypatch.setattr(emulator, name, skewed(getattr(emulator, name)))
-    g = single(mode, io_dtype, dims=(65536,))
-    x = np.arange(65536, dtype=np.uint16).view(g.dtype_of(g.inputs[0]).numpy)
+    bits = np.uint16 if io_dtype in ("float16", "bfloat16") else np.uint8
+    n = int(np.iinfo(bits).max) + 1
+    g = single(mode, io_dtype, dims=(n,))
+    x = np.arange(n, dtype=bits).view(g.dtype_of(g.inputs[0]).numpy)
     check(g, {"x0": x} if mode != "gelu_bwd" else {"x0": np.ones_like(x), "x1": x})
 
 
