@@ -166,6 +166,16 @@ FAST_LOG_P = (
     0.21949340403079987,
     -0.1397392600774765,
 )
+FAST_LOG2_P = (
+    1.4426950216293335,
+    -0.7213529944419861,
+    0.4809139668941498,
+    -0.3602200448513031,
+    0.2873537540435791,
+    -0.24939709901809692,
+    0.23222510516643524,
+    -0.1418575495481491,
+)
 FAST_ERF_Q = (
     -1.6279125213623047,
     -0.9182120561599731,
@@ -485,18 +495,39 @@ def fast_rcp_normal(x):
     return ct.truediv(1.0, x, rounding_mode=ct.RoundingMode.APPROX, flush_to_zero=True)
 
 
-def fast_log(x):
-    """log x = e ln 2 + log1p(f), x = (1 + f) 2^e with 1 + f in [sqrt(1/2), sqrt 2) read from x's bits, log1p(f) =
-    f P(f) with a 6-term table (cuTile's log spends ~5 more FFMA on float32's last bits). Subnormal x scaled by
-    2^23 first; 0, negatives, inf and NaN chosen at the end."""
+def reduced_log_parts(x):
+    """(e, f) with x = (1 + f) 2^e, 1 + f in [sqrt(1/2), sqrt 2), for finite x > 0 (from the bits; subnormal x
+    scaled by 2^23 first). Other x give finite garbage: the callers choose their results there."""
     sub = x < FLT_MIN
     bits = ct.bitcast(ct.where(sub, x * 8388608.0, x), ct.int32)
-    k = (bits - 0x3F3504F3) & -8388608  # (e + 127 - 127) << 23 of the exponent that puts 1 + f in range
+    k = (bits - 0x3F3504F3) & -8388608  # e << 23 for the e that puts 1 + f in range
     f = ct.bitcast(bits - k, ct.float32) - 1.0
-    e = ct.astype(k, ct.float32) * 1.1920928955078125e-07 + ct.where(sub, -23.0, 0.0)
+    return ct.astype(k, ct.float32) * 1.1920928955078125e-07 + ct.where(sub, -23.0, 0.0), f
+
+
+def fast_log(x):
+    """log x = e ln 2 + log1p(f) (reduced_log_parts), log1p(f) = f P(f) with a 6-term table (cuTile's log spends
+    ~5 more FFMA on float32's last bits); 0, negatives, inf and NaN chosen at the end."""
+    e, f = reduced_log_parts(x)
     r = e * LN2 + f * horner(f, FAST_LOG_P)
     r = ct.where(x > FLT_MAX, x, r)  # +inf; a NaN x compares false everywhere below
     return ct.where(x > 0.0, r, ct.where(x == 0.0, NEG_INF, NAN))
+
+
+def fast_pow(x, y):
+    """x^y = sign 2^(y log2|x|), log2 by reduced_log_parts and an 8-term table (2e-7 relative: |y log2|x|| up to
+    150 keeps the result within 3e-5). IEEE pow's special cases as NumPy's: x^0 = 1^y = 1, (-1)^+-inf = 1,
+    a negative finite x to a non-integer power is NaN, odd integer powers keep x's sign (also -0's)."""
+    a = ct.abs(x)
+    e, f = reduced_log_parts(a)
+    lg = ct.where(a > FLT_MAX, a, e + f * horner(f, FAST_LOG2_P))  # inf; NaN below
+    lg = ct.where(a > 0.0, lg, ct.where(a == 0.0, NEG_INF, a))
+    r = ct.exp2(ct.where(lg == 0.0, 0.0, y * lg))  # |x| = 1: 1 also for y = +-inf
+    whole = ct.floor(y) == y  # +-inf count as even integers
+    odd = whole & (ct.floor(0.5 * y) * 2.0 != y)
+    r = ct.where(odd & (ct.bitcast(x, ct.int32) < 0), -r, r)
+    r = ct.where((x < 0.0) & (x >= -FLT_MAX) & ~whole, NAN, r)
+    return ct.where((y == 0.0) | (x == 1.0), 1.0, r)
 
 
 def fast_sigmoid(x):

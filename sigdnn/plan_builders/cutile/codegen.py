@@ -234,7 +234,7 @@ FLOAT_MODES: dict[str, Emit] = {
     "max": lambda a, n: (f"ct.maximum({a[0]}, {a[1]}, propagate_nan=True)", "f"),
     "min": lambda a, n: (f"ct.minimum({a[0]}, {a[1]}, propagate_nan=True)", "f"),
     "mod": _call("fmod"),
-    "pow": _call("ct.pow"),
+    "pow": _call("ct.pow", "fast_pow"),
     "cmp_eq": lambda a, n: (f"{a[0]} == {a[1]}", "b"),
     "cmp_neq": lambda a, n: (f"{a[0]} != {a[1]}", "b"),
     "cmp_gt": lambda a, n: (f"{a[0]} > {a[1]}", "b"),

@@ -127,6 +127,33 @@ def test_fast_tier_on_every_narrow_input(mode, io_dtype, sign, monkeypatch):
     check(g, {"x0": x} if mode != "gelu_bwd" else {"x0": np.ones_like(x), "x1": x})
 
 
+POW_EXPONENTS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 0.5, -0.5, 7.0, -7.0, 1.5,
+                 10.0, -10.0, 100.0, -100.0]  # fmt: skip
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"])
+def test_fast_pow_on_every_base(io_dtype, sign, monkeypatch):
+    """Every base against IEEE pow's special exponents and a sample (every pair for fp8), exp2 skewed as above;
+    benchmarks/results/gpu_cutile_pointwise_offline_2026-12-01.md records a 2020-exponent run."""
+    off = np.float32(1.0 + sign * MUFU_REL_ERROR)
+    exact = emulator.exp2
+    monkeypatch.setattr(emulator, "exp2", lambda x, **kw: (exact(x, **kw) * off).astype(np.float32))
+    probe = single("pow", io_dtype, dims=(1,))
+    dtype = probe.dtype_of(probe.inputs[0]).numpy
+    bits = np.uint16 if io_dtype in ("float16", "bfloat16") else np.uint8
+    every = np.arange(int(np.iinfo(bits).max) + 1, dtype=bits).view(dtype)
+    if bits is np.uint8:
+        y = every.astype(np.float64)
+    else:
+        rng = np.random.default_rng(11)
+        y = np.concatenate([POW_EXPONENTS, every[rng.choice(every.size, 16)].astype(np.float64),
+                            rng.uniform(-160.0, 160.0, 12)])  # fmt: skip
+    y = round_to(y, probe.dtype_of(probe.inputs[1]))
+    g = single("pow", io_dtype, dims=(every.size * y.size,))
+    check(g, {"x0": np.tile(every, y.size), "x1": np.repeat(y, every.size)})
+
+
 @pytest.mark.parametrize("beta", [0.3, 2.5, -1.5])
 @pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
 def test_fast_softplus_beta_on_every_16_bit_input(io_dtype, beta):
