@@ -204,7 +204,10 @@ def _swish(fn: str) -> Emit:
 
 
 def _softplus_fwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
-    return f"{'fast_' if _fast(n) else ''}softplus_fwd({a[0]}, {_lit(_param(n, 'softplus_beta', 1.0))})", "f"
+    beta = _param(n, "softplus_beta", 1.0)
+    if _fast(n) and beta != 0.0:  # the fast form multiplies by 1/beta (one more rounding) instead of dividing
+        return f"fast_softplus_fwd({a[0]}, {_lit(beta)}, {_lit(1.0 / beta)})", "f"
+    return f"softplus_fwd({a[0]}, {_lit(beta)})", "f"
 
 
 def _softplus_bwd(a: list[str], n: NodeSpec) -> tuple[str, str]:
@@ -231,7 +234,7 @@ FLOAT_MODES: dict[str, Emit] = {
     "max": lambda a, n: (f"ct.maximum({a[0]}, {a[1]}, propagate_nan=True)", "f"),
     "min": lambda a, n: (f"ct.minimum({a[0]}, {a[1]}, propagate_nan=True)", "f"),
     "mod": _call("fmod"),
-    "pow": _call("ct.pow"),
+    "pow": _call("ct.pow", "fast_pow"),
     "cmp_eq": lambda a, n: (f"{a[0]} == {a[1]}", "b"),
     "cmp_neq": lambda a, n: (f"{a[0]} != {a[1]}", "b"),
     "cmp_gt": lambda a, n: (f"{a[0]} > {a[1]}", "b"),
@@ -249,7 +252,7 @@ FLOAT_MODES: dict[str, Emit] = {
     "rsqrt": lambda a, n: (f"1.0 / ct.sqrt({a[0]})", "f"),  # ct.rsqrt is the approximate MUFU.RSQ
     "reciprocal": lambda a, n: (f"{'fast_rcp' if _fast(n) else '1.0 / '}({a[0]})", "f"),
     "exp": _call("ct.exp", "fast_exp"),
-    "log": _call("ct.log"),
+    "log": _call("ct.log", "fast_log"),
     "sin": _call("ct.sin"),
     "cos": _call("ct.cos"),
     "tan": _call("ct.tan"),

@@ -325,6 +325,18 @@ def _rounded(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], n
 
 
 exp = _unary(_rounded(np.exp))
+
+
+def exp2(x: Any, *, flush_to_zero: bool = False) -> np.ndarray:
+    """2^x within an ulp (MUFU.EX2's 2 ulps are the accuracy check's to model); ``flush_to_zero`` flushes
+    subnormal results to 0 as ex2.approx.ftz does (subnormal inputs are too close to 0 to matter)."""
+    with _errstate():
+        r = _rounded(np.exp2)(np.asarray(x))
+    if flush_to_zero and r.dtype == np.float32:
+        r = np.where(np.abs(r) < np.finfo(np.float32).tiny, np.float32(0.0), r)
+    return r
+
+
 log = _unary(_rounded(np.log))
 sin = _unary(_rounded(np.sin))
 cos = _unary(_rounded(np.cos))

@@ -20,6 +20,7 @@ import sigdnn
 from sigdnn.dtypes import round_to
 from sigdnn.errors import NoPlanError
 from sigdnn.graph.ops.pointwise import MODES
+from sigdnn.plan_builders.cutile import emulator
 
 FLOAT_MODES = [m for m in MODES if m != "gen_index"]
 POSITIVE_ONLY = {"sqrt", "rsqrt", "log", "pow"}  # NaN on negatives is right, but leaves little to compare
@@ -96,6 +97,69 @@ def test_fast_formulas_near_the_roots(io_dtype):
         g = single(mode, io_dtype)
         x = round_to(np.linspace(centre - 0.02, centre + 0.02, N), g.dtype_of(g.inputs[1]))
         check(g, {"x0": round_to(np.full(N, 1.5), g.dtype_of(g.inputs[0])), "x1": x})
+
+
+MUFU_REL_ERROR = 2.0**-21  # PTX: ex2.approx within 2 ulps, rcp.approx within 1; twice the larger
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("mode", ["erf", "gelu_fwd", "gelu_bwd", "softplus_fwd", "log"])
+def test_fast_tier_on_every_narrow_input(mode, io_dtype, sign, monkeypatch):
+    """Every bit pattern of a 16- or 8-bit input (x of gelu_bwd, dy = 1), with every approximate exp2 / exp /
+    reciprocal off by MUFU_REL_ERROR in one direction: the short fast-tier formulas keep the reference's tolerance."""
+    off = np.float32(1.0 + sign * MUFU_REL_ERROR)
+
+    def skewed(fn):
+        def apply(*args, **kw):
+            r = fn(*args, **kw)
+            approx = fn is emulator.exp2 or kw.get("rounding_mode") == emulator.RoundingMode.APPROX
+            return (r * off).astype(r.dtype) if approx and r.dtype == np.float32 else r
+
+        return apply
+
+    for name in ("exp2", "exp", "truediv"):
+        monkeypatch.setattr(emulator, name, skewed(getattr(emulator, name)))
+    bits = np.uint16 if io_dtype in ("float16", "bfloat16") else np.uint8
+    n = int(np.iinfo(bits).max) + 1
+    g = single(mode, io_dtype, dims=(n,))
+    x = np.arange(n, dtype=bits).view(g.dtype_of(g.inputs[0]).numpy)
+    check(g, {"x0": x} if mode != "gelu_bwd" else {"x0": np.ones_like(x), "x1": x})
+
+
+POW_EXPONENTS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 0.5, -0.5, 7.0, -7.0, 1.5,
+                 10.0, -10.0, 100.0, -100.0]  # fmt: skip
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"])
+def test_fast_pow_on_every_base(io_dtype, sign, monkeypatch):
+    """Every base against IEEE pow's special exponents and a sample (every pair for fp8), exp2 skewed as above;
+    benchmarks/results/gpu_cutile_pointwise_offline_2026-12-01.md records a 2020-exponent run."""
+    off = np.float32(1.0 + sign * MUFU_REL_ERROR)
+    exact = emulator.exp2
+    monkeypatch.setattr(emulator, "exp2", lambda x, **kw: (exact(x, **kw) * off).astype(np.float32))
+    probe = single("pow", io_dtype, dims=(1,))
+    dtype = probe.dtype_of(probe.inputs[0]).numpy
+    bits = np.uint16 if io_dtype in ("float16", "bfloat16") else np.uint8
+    every = np.arange(int(np.iinfo(bits).max) + 1, dtype=bits).view(dtype)
+    if bits is np.uint8:
+        y = every.astype(np.float64)
+    else:
+        rng = np.random.default_rng(11)
+        y = np.concatenate([POW_EXPONENTS, every[rng.choice(every.size, 16)].astype(np.float64),
+                            rng.uniform(-160.0, 160.0, 12)])  # fmt: skip
+    y = round_to(y, probe.dtype_of(probe.inputs[1]))
+    g = single("pow", io_dtype, dims=(every.size * y.size,))
+    check(g, {"x0": np.tile(every, y.size), "x1": np.repeat(y, every.size)})
+
+
+@pytest.mark.parametrize("beta", [0.3, 2.5, -1.5])
+@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
+def test_fast_softplus_beta_on_every_16_bit_input(io_dtype, beta):
+    """The fast softplus multiplies by 1/beta: every input, beta's of either sign."""
+    g = single("softplus_fwd", io_dtype, dims=(65536,), softplus_beta=beta)
+    check(g, {"x0": np.arange(65536, dtype=np.uint16).view(g.dtype_of(g.inputs[0]).numpy)})
 
 
 @pytest.mark.parametrize("n", [1, 1023, 1024, 1025, 3 * 1024])
