@@ -151,9 +151,14 @@ def main() -> int:
     finally:
         opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD = saved
     os.makedirs(args.out, exist_ok=True)
+    return compile_all(todo, args.jobs, args.out)
+
+
+def compile_all(todo: list[tuple[str, str, object]], jobs: int, out: str) -> int:
+    """Compile every (label, kernel text, views) in parallel and print each report; 1 if any failed."""
     failures = 0
-    with cf.ProcessPoolExecutor(args.jobs) as pool:
-        futures = {pool.submit(compile_one, label, text, views, args.out): label for label, text, views in todo}
+    with cf.ProcessPoolExecutor(jobs) as pool:
+        futures = {pool.submit(compile_one, label, text, views, out): label for label, text, views in todo}
         for future in cf.as_completed(futures):
             try:
                 print(future.result(), flush=True)

@@ -15,7 +15,6 @@ checkout's kernels (old against new). Not run on the device.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import os
 import sys
 
@@ -53,19 +52,7 @@ def main() -> int:
     for mode in args.modes.split(","):
         text, views, tile = launch_of(mode, args.dtype)
         todo[f"{args.label}{mode}[{args.dtype},tile{tile}]"] = (text, views)
-    failures = 0
-    with cf.ProcessPoolExecutor(args.jobs) as pool:
-        futures = {
-            pool.submit(offline.compile_one, label, text, views, args.out): label
-            for label, (text, views) in todo.items()
-        }
-        for future in cf.as_completed(futures):
-            try:
-                print(future.result(), flush=True)
-            except Exception as e:  # report every kernel, then exit non-zero
-                failures += 1
-                print(f"FAIL {futures[future]}: {type(e).__name__}: {str(e)[:3000]}", flush=True)
-    return 1 if failures else 0
+    return offline.compile_all([(label, text, views) for label, (text, views) in todo.items()], args.jobs, args.out)
 
 
 if __name__ == "__main__":
