@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -33,9 +33,12 @@ from sigdnn.plan_builders.cute.gemm_layout import ACTIVATIONS, BIAS_DTYPES, C_DT
 from sigdnn.plan_builders.cute.matmul import (
     _plain_relu,
     _sole_reader,
+    chain_nodes,
     config_override,
     device_id_of,
     device_properties,
+    named_config,
+    planning_sm_count,
     require_hopper,
     unavailable_reason,
 )
@@ -222,6 +225,13 @@ def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> Impli
     return ImplicitConv(spec, geometry)
 
 
+# Configurations autotune measures besides the default (``CuteConvImplicitBuilder.configs``): the wide
+# cooperative tiles and pingpong 128x128, each the default for some ResNet-50 layer shape on the H200
+# (benchmarks/results/gpu_cute_conv_2026-12-01.md). Clustered tiles, 128x64 and pingpong 64-row tiles ran
+# 0.12-0.67x the default there and are not offered.
+CONV_ALTERNATIVES = ("coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1")
+
+
 def default_conv_config(view: ImplicitConv, sm_count: int = 132) -> GemmConfig:
     """The tile config without tuning (a stated heuristic, measured in benchmarks/results/gpu_cute_conv_*).
 
@@ -311,16 +321,28 @@ class CuteConvImplicitBuilder(FusionBuilder):
         plan_conv(node, graph)
         self._check_device(node, device)
 
-    def _launch(self, view: ImplicitConv, device: Device) -> Any:
+    def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
+        """Labels worth measuring for this conv or conv epilogue region: the default (or the environment's
+        override) first, then CONV_ALTERNATIVES. The executor builds the first when nothing was measured."""
+        region = chain_nodes(nodes, graph)
+        chain = None if region is None else epilogue_chain(graph, region[1], region[0][0])
+        view = plan_conv(nodes[0], graph, chain)
+        labels = [(config_override() or default_conv_config(view, planning_sm_count(device))).label]
+        return labels + [label for label in CONV_ALTERNATIVES if label not in labels]
+
+    def _launch(self, view: ImplicitConv, device: Device, label: str | None, where: str) -> Any:
+        """The compiled launch of the configuration ``label`` names (from ``configs``), else the default."""
+        config = named_config(label, where)
         from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
 
         _, sm_count = device_properties(device_id_of(device))
-        config = config_override() or default_conv_config(view, sm_count)
+        config = config or config_override() or default_conv_config(view, sm_count)
         return ConvLaunch(view.spec, config, view.geometry, sm_count)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         self.check(node, graph, context.device)
-        return CuteConvPlan(self._launch(plan_conv(node, graph), context.device), f"node '{node.name}'")
+        where = f"node '{node.name}'"
+        return CuteConvPlan(self._launch(plan_conv(node, graph), context.device, context.config, where), where)
 
     # -- fusion ---------------------------------------------------------------
 
@@ -348,6 +370,6 @@ class CuteConvImplicitBuilder(FusionBuilder):
             names = [graph.nodes[i].name for i in region.nodes]
             raise NotSupported(f"region {names} is not a conv epilogue chain")
         node = graph.nodes[chain.nodes[0]]
-        launch = self._launch(plan_conv(node, graph, chain), context.device)
         where = f"region {node.name}..{graph.nodes[chain.nodes[-1]].name}"
+        launch = self._launch(plan_conv(node, graph, chain), context.device, context.config, where)
         return CuteConvEpiloguePlan(launch, where, node.op.x, node.op.w, chain.writes[-1], chain.bias)

@@ -113,6 +113,32 @@ def config_override() -> GemmConfig | None:
     return parse_config(raw) if raw else None
 
 
+def planning_sm_count(device: Device | None) -> int:
+    """The SM count configurations are chosen for: the GPU's, or an H200's when listing them without one."""
+    if device is not None and device.kind == "gpu":
+        return device_properties(device_id_of(device))[1]
+    return 132
+
+
+def named_config(label: str | None, where: str) -> GemmConfig | None:
+    """The configuration autotune chose by label (None when none was chosen); NotSupported naming ``where``
+    for a label that does not parse."""
+    if not label:
+        return None
+    try:
+        return parse_config(label)
+    except ValueError as exc:
+        raise NotSupported(f"{where}: {exc}") from None
+
+
+def chain_nodes(nodes: Sequence[Node], graph: Graph) -> tuple[list[int], Dataflow] | None:
+    """A region's node indices and dataflow (None for a single node), for a builder's ``configs``."""
+    if len(nodes) < 2:
+        return None
+    order = [graph.nodes.index(n) for n in nodes]
+    return order, Dataflow(graph, order)
+
+
 def parse_config(label: str) -> GemmConfig:
     """Inverse of ``GemmConfig.label``: e.g. ``coop128x256c2x1s1`` (then ``n``: rasterize along N;
     ``f``: fp8 fast accumulation)."""
@@ -322,13 +348,10 @@ class CuteMatmulBuilder(FusionBuilder):
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
         """Labels worth measuring for this node or epilogue region: the default (or the environment's
         override) first, then ALTERNATIVES'. The executor builds the first when nothing was measured."""
-        chain = None
-        if len(nodes) > 1:
-            order = [graph.nodes.index(n) for n in nodes]
-            chain = epilogue_chain(graph, Dataflow(graph, order), order[0])
+        region = chain_nodes(nodes, graph)
+        chain = None if region is None else epilogue_chain(graph, region[1], region[0][0])
         spec, problem = self.plan(nodes[0], graph, chain)
-        sm_count = device_properties(device_id_of(device))[1] if device is not None and device.kind == "gpu" else 132
-        labels = [(config_override() or default_config(spec, problem, sm_count)).label]
+        labels = [(config_override() or default_config(spec, problem, planning_sm_count(device))).label]
         for label in ALTERNATIVES["fp8" if spec.fp8 else "16-bit"]:
             config = parse_config(label)
             if label not in labels and config.accumulator_registers(spec.fp8) <= MAX_ACCUMULATOR_REGISTERS:
@@ -337,12 +360,7 @@ class CuteMatmulBuilder(FusionBuilder):
 
     def _launch(self, spec: GemmSpec, problem: GemmProblem, device: Device, label: str | None, where: str) -> Any:
         """The compiled launch of the configuration ``label`` names (from ``configs``), else the default."""
-        config = None
-        if label:
-            try:
-                config = parse_config(label)
-            except ValueError as exc:
-                raise NotSupported(f"{where}: {exc}") from None
+        config = named_config(label, where)
         from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
 
         _, sm_count = device_properties(device_id_of(device))

@@ -1,4 +1,4 @@
-"""Which GEMM configurations the CuTe matmul builder offers autotune (pure Python, no GPU)."""
+"""Which configurations the CuTe GEMM and implicit-conv builders offer autotune (pure Python, no GPU)."""
 
 from __future__ import annotations
 
@@ -68,3 +68,45 @@ def test_an_unknown_label_is_declined_before_the_device_is_asked():
 def test_the_environment_override_comes_first(monkeypatch):
     monkeypatch.setenv("SIGDNN_CUTE_GEMM", "pp128x192c1x1s1")
     assert configs(matmul(4096, 4096, 4096))[0] == "pp128x192c1x1s1"
+
+
+def conv(k: int, hw: int, c: int = 64, epilogue: bool = False) -> sigdnn.Graph:
+    g = sigdnn.Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
+    x, w = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, 3, 3), layout="NHWC")
+    y = g.conv_fprop(x, w, name="conv", padding=(1, 1))
+    if epilogue:
+        y = g.pointwise("add", y, g.tensor("bias", (1, k, 1, 1), layout="NHWC"), name="bias")
+        y = g.pointwise("relu_fwd", y, name="act")
+    y.set_output(True)
+    return g
+
+
+def conv_configs(g: sigdnn.Graph) -> list[str]:
+    from sigdnn.plan_builders.cute.conv_implicit import CuteConvImplicitBuilder
+
+    return CuteConvImplicitBuilder().configs(g.nodes, g)
+
+
+def test_conv_offers_its_heuristic_default_first_then_the_wide_tiles():
+    assert conv_configs(conv(64, 56)) == [
+        "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1"
+    ]  # fmt: skip
+    assert conv_configs(conv(256, 14))[0] == "coop128x256c1x1s1"
+
+
+def test_a_late_stage_conv_region_starts_with_pingpong_tiles():
+    labels = conv_configs(conv(512, 7, c=512, epilogue=True))
+    assert labels[0] == "pp128x128c1x1s1" and len(labels) == len(set(labels)) == 4
+
+
+def test_conv_keeps_the_environment_override_first(monkeypatch):
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", "coop128x128c1x1s1")
+    assert conv_configs(conv(64, 56))[0] == "coop128x128c1x1s1"
+
+
+def test_a_conv_label_that_does_not_parse_is_declined_naming_the_node():
+    from sigdnn.plan_builders.cute.conv_implicit import CuteConvImplicitBuilder, plan_conv
+
+    g = conv(64, 56)
+    with pytest.raises(NotSupported, match="node 'conv': bad GEMM config label"):
+        CuteConvImplicitBuilder()._launch(plan_conv(g.nodes[0], g), None, "tile9", "node 'conv'")
