@@ -91,7 +91,7 @@ def _torch_stream(objs: Any) -> int | None:
 
 def _torch_identity(obj: Any) -> tuple[Any, ...] | None:
     """What a torch tensor's device view is made of (None for other objects): equal identities, equal views."""
-    if not type(obj).__module__.startswith("torch"):  # _is_torch inline: once per tensor per execute
+    if not _is_torch(obj):
         return None
     return (obj.data_ptr(), obj.is_cuda, obj.dtype, obj.shape, obj.stride())
 
@@ -211,7 +211,7 @@ class BoundPlan:
         nbytes = plan.workspace_bytes
         workspace = context.view(context.allocate(nbytes), 0, (nbytes,), None, np.uint8) if nbytes else None
         self.execution = ExecutionContext(memory.device, context.stream_handle, workspace)
-        self._tensors = plan.tensors
+        self._names = plan.tensors.names
         self._inputs = plan.tensors.inputs
         self._outputs = plan.tensors.outputs
         self._output_names = list(zip(plan.tensors.outputs, plan.tensors.output_names, strict=True))
@@ -259,7 +259,7 @@ class BoundPlan:
         the device finished.
         """
         graph = self.plan.graph
-        pack = resolve_pack(graph, variant_pack, self._inputs, self._outputs, self._tensors.names)
+        pack = resolve_pack(graph, variant_pack, self._inputs, self._outputs, self._names)
         torch_stream = _torch_stream(pack.values())
         with self._lock:
             if torch_stream is not None:

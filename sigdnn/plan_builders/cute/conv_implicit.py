@@ -33,12 +33,12 @@ from sigdnn.plan_builders.cute.gemm_layout import ACTIVATIONS, BIAS_DTYPES, C_DT
 from sigdnn.plan_builders.cute.matmul import (
     _plain_relu,
     _sole_reader,
-    chain_nodes,
     config_override,
     device_id_of,
     device_properties,
     named_config,
     planning_sm_count,
+    region_chain,
     require_hopper,
     unavailable_reason,
 )
@@ -324,9 +324,7 @@ class CuteConvImplicitBuilder(FusionBuilder):
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
         """Labels worth measuring for this conv or conv epilogue region: the default (or the environment's
         override) first, then CONV_ALTERNATIVES. The executor builds the first when nothing was measured."""
-        region = chain_nodes(nodes, graph)
-        chain = None if region is None else epilogue_chain(graph, region[1], region[0][0])
-        view = plan_conv(nodes[0], graph, chain)
+        view = plan_conv(nodes[0], graph, region_chain(nodes, graph, epilogue_chain))
         labels = [(config_override() or default_conv_config(view, planning_sm_count(device))).label]
         return labels + [label for label in CONV_ALTERNATIVES if label not in labels]
 

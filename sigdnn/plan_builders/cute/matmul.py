@@ -131,12 +131,12 @@ def named_config(label: str | None, where: str) -> GemmConfig | None:
         raise NotSupported(f"{where}: {exc}") from None
 
 
-def chain_nodes(nodes: Sequence[Node], graph: Graph) -> tuple[list[int], Dataflow] | None:
-    """A region's node indices and dataflow (None for a single node), for a builder's ``configs``."""
+def region_chain(nodes: Sequence[Node], graph: Graph, find: Callable[[Graph, Dataflow, int], Any]) -> Any:
+    """The epilogue chain ``find`` reads from a region's nodes (None for a single node), for ``configs``."""
     if len(nodes) < 2:
         return None
     order = [graph.nodes.index(n) for n in nodes]
-    return order, Dataflow(graph, order)
+    return find(graph, Dataflow(graph, order), order[0])
 
 
 def parse_config(label: str) -> GemmConfig:
@@ -348,9 +348,7 @@ class CuteMatmulBuilder(FusionBuilder):
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
         """Labels worth measuring for this node or epilogue region: the default (or the environment's
         override) first, then ALTERNATIVES'. The executor builds the first when nothing was measured."""
-        region = chain_nodes(nodes, graph)
-        chain = None if region is None else epilogue_chain(graph, region[1], region[0][0])
-        spec, problem = self.plan(nodes[0], graph, chain)
+        spec, problem = self.plan(nodes[0], graph, region_chain(nodes, graph, epilogue_chain))
         labels = [(config_override() or default_config(spec, problem, planning_sm_count(device))).label]
         for label in ALTERNATIVES["fp8" if spec.fp8 else "16-bit"]:
             config = parse_config(label)
