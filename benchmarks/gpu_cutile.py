@@ -458,7 +458,10 @@ def norm_variants() -> dict[str, dict[str, object]]:
                "16384o2": row(16384, 2), "16384o3": row(16384, 3), "4096o5": row(4096, 5), "4096o6": row(4096, 6),
                # layernorm's mean and variance in one reduction (rowgen.VARIANCES); the other ops as 8192o4
                "8192o4chan": RowConfig(8192, KernelHints(4), variance="chan"),
-               "4096o4chan": RowConfig(4096, KernelHints(4), variance="chan")}  # fmt: skip
+               "4096o4chan": RowConfig(4096, KernelHints(4), variance="chan"),
+               **{f"{t}o{o}{'w8' if w else ''}chan": RowConfig(t, KernelHints(o, w), variance="chan")
+                  for t, o, w in ((8192, 5, None), (8192, 6, None), (16384, 2, None), (16384, 3, None),
+                                  (4096, 6, None), (4096, 8, None), (8192, 2, 8), (8192, 3, 8), (16384, 2, 8))}}  # fmt: skip
     backward = {"8192": row(8192), "8192w8": row(8192, None, 8), "4096w8": row(4096, None, 8),
                 "4096o2w8": row(4096, 2, 8), "4096o3w8": row(4096, 3, 8), "4096o2": row(4096, 2),
                 "8192o1w8": row(8192, 1, 8), "4096o2w8c32": row(4096, 2, 8, 32), "4096o2w8c64": row(4096, 2, 8, 64),
