@@ -43,7 +43,7 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     if m == 0:
         return [], 0
     config = opbase.ROW_FORWARD
-    tm, tn = row_tiles(m, n, config)
+    tm, tn, k = row_tiles(m, n, config)
     bias = getattr(op, "bias", None) is not None
     stats = tuple(p for p in ("mean", "inv_variance") if getattr(op, p, None) is not None)
     args = [Arg("x", (m, n), (n, 1)), _vector(node, graph, "scale", "x", axes, 1, n)]
@@ -52,7 +52,8 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     args.append(Arg("y", (m, n), (n, 1)))
     args += [_vector(node, graph, p, "x", batch, n, m) for p in stats]
     names = tuple("mean" if p == "mean" else "inv" for p in stats)
-    text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names, config.hints, config.variance)
+    hints = opbase.row_hints(config, tm, tn, k)
+    text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names, hints, config.variance, k)
     prefix = "layernorm" if center else "rmsnorm"
     return [Launch(KernelSource(prefix, text), (cdiv(m, tm),), tuple(args))], 0
 
@@ -61,8 +62,9 @@ def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]
     op = node.op
     m, n, axes, batch = _rows(node, graph, "x")
     config = opbase.ROW_BACKWARD
-    tm, tn = row_tiles(m, n, config)
-    blocks = max(1, min(cdiv(m, tm), opbase.persistent_blocks(config)))
+    tm, tn, k = row_tiles(m, n, config)
+    hints = opbase.row_hints(config, tm, tn, k)
+    blocks = max(1, min(cdiv(m, tm), opbase.persistent_blocks(hints)))
     width = cdiv(n, tn) * tn
     dbias = getattr(op, "dbias", None) is not None
     work = Workspace()
@@ -74,7 +76,7 @@ def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]
     prefix = "layernorm_backward" if center else "rmsnorm_backward"
     launches = [
         Launch(
-            KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias, config.hints, config.paired)),
+            KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias, hints, config.paired, k)),
             (blocks,),
             tuple(args),
         )

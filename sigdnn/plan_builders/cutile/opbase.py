@@ -57,7 +57,9 @@ class RowConfig:
 ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4))  # layernorm, rmsnorm
 SOFTMAX_FORWARD = RowConfig(4096, KernelHints(occupancy=6))
 ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8), columns=32)
-ROW_MAX = 8192  # longest row held in one tile; longer rows are walked in chunks
+ROW_MAX = 8192  # longest row held in registers; longer rows are walked in chunks
+ROW_CHUNKS = 8  # most column tiles one row is held in
+ROW_CHUNK_MIN = 256  # narrowest of them
 SMS = 132  # H200 SMs
 PERSISTENT_PER_SM = (
     2  # blocks per SM of the backward kernels (each stores one partial-sum row) without an occupancy hint
@@ -65,9 +67,9 @@ PERSISTENT_PER_SM = (
 SPLIT_BLOCKS = 528  # blocks a split reduction aims at (4 per H200 SM)
 
 
-def persistent_blocks(config: RowConfig) -> int:
+def persistent_blocks(hints: KernelHints) -> int:
     """Blocks of a persistent row kernel: as many as cuTile keeps resident (its occupancy hint) on every SM."""
-    return SMS * (config.hints.occupancy or PERSISTENT_PER_SM)
+    return SMS * (hints.occupancy or PERSISTENT_PER_SM)
 
 
 def pow2(n: int) -> int:
@@ -79,10 +81,47 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def row_tiles(m: int, n: int, config: RowConfig) -> tuple[int, int]:
-    """(TM, TN) for M rows of N: the whole row in one tile when it fits, rows stacked up to ``config.tile`` elements."""
-    tn = min(pow2(n), ROW_MAX)
-    return min(pow2(m), max(1, config.tile // tn)), tn
+def row_split(n: int) -> tuple[int, int]:
+    """(TN, K): a row of N up to ``ROW_MAX`` held as K column tiles of TN, the padded width K * TN least.
+
+    Tiles are powers of two, so one tile of pow2(N) pads a row of 5120 to 8192 (60 % more lanes and
+    registers: softmax, layernorm and rmsnorm fell below torch there on the H200); five tiles of 1024
+    pad nothing. Ties go to fewer, wider tiles; tiles stay at least ``ROW_CHUNK_MIN`` wide (or the
+    whole row) and at most ``ROW_CHUNKS`` of them. Longer rows: one ``ROW_MAX`` tile, walked.
+    """
+    if n > ROW_MAX:
+        return ROW_MAX, 1
+    best = (pow2(n), 1)
+    narrowest = max(min(ROW_CHUNK_MIN, best[0]), pow2(cdiv(n, ROW_CHUNKS)))
+    tn = best[0] // 2
+    while tn >= narrowest:
+        k = cdiv(n, tn)
+        if k * tn < best[0] * best[1]:
+            best = (tn, k)
+        tn //= 2
+    return best
+
+
+def row_hints(config: RowConfig, tm: int, tn: int, k: int) -> KernelHints:
+    """The config's hints, its occupancy lowered in proportion when a block holds more than ``config.tile``
+    elements (a row wider than the tile), so each thread keeps the registers the hints were measured with.
+
+    Compiled for sm_90 at rows of 5120: softmax at the default occupancy 6 spilled, at 4 it did not;
+    layernorm backward spilled at 2 and not at 1.
+    """
+    held = tm * tn * k
+    occupancy = config.hints.occupancy
+    if occupancy is None or held <= config.tile:
+        return config.hints
+    return attrs.evolve(config.hints, occupancy=max(1, occupancy * config.tile // held))
+
+
+def row_tiles(m: int, n: int, config: RowConfig) -> tuple[int, int, int]:
+    """(TM, TN, K) for M rows of N: each row as K tiles of TN (``row_split``), rows stacked up to ``config.tile``
+    elements; K * TN < N means the row is walked in TN chunks."""
+    tn, k = row_split(n)
+    fit = max(1, config.tile // (tn * k))
+    return min(pow2(m), 1 << (fit.bit_length() - 1)), tn, k  # tiles are powers of two: rows too
 
 
 class CutileOpBuilder(PlanBuilder):

@@ -1,10 +1,11 @@
 """Row kernels as cuTile source: softmax, layernorm and rmsnorm forward and backward over (M, N) rows.
 
 x is M rows of N contiguous elements (``views.rows``). A block takes TM
-rows; when a row fits one tile (TN >= N) it is loaded once and every
-statistic is computed from registers, else the row is walked in chunks of
-TN (two passes for the statistics, one to write). Sizes, tile shapes and
-epsilon are written into the text: one kernel per such combination.
+rows; when a row fits K column tiles of TN (K * TN >= N, ``opbase.row_split``)
+it is loaded once, into K tiles, and every statistic is computed from
+registers, else the row is walked in chunks of TN (two passes for the
+statistics, one to write). Sizes, tile shapes and epsilon are written into
+the text: one kernel per such combination.
 
 Numerics: float32 throughout; variance two-pass (sum((x - mean)^2)), never
 E[x^2] - mean^2 (layernorm forward may take one reduction of values shifted
@@ -97,6 +98,23 @@ def _loop(n: int, tn: int, body: callable) -> list[str]:
     return lines
 
 
+def _held(n: int, tn: int, k: int) -> list[tuple[str, bool]]:
+    """(index expression, masked) of the K column tiles a held row is loaded in: only the last may run past N."""
+    return [(str(i), (i + 1) * tn > n) for i in range(k)]
+
+
+def _sum_of(terms: list[str]) -> str:
+    return " + ".join(terms)
+
+
+def _max_of(terms: list[str]) -> str:
+    """The lane-wise maximum of (TM, TN) tiles, NaN kept."""
+    out = terms[0]
+    for term in terms[1:]:
+        out = f"ct.maximum({out}, {term}, propagate_nan=True)"
+    return out
+
+
 VARIANCES = ("two_pass", "chan")
 """How layernorm forward gets a row's mean and variance (``norm_forward``).
 
@@ -118,32 +136,36 @@ CHAN = (f"lambda na, ma, qa, nb, mb, qb: (na + nb, ma + (mb - ma) * ({_WEIGHT}),
         f"qa + qb + (mb - ma) * (mb - ma) * (na * ({_WEIGHT})))")  # fmt: skip
 
 
-def _one_pass_stats(n: int, tm: int, tn: int) -> list[str]:
-    """Lines setting k0 (each row's first element), m (mean - k0) and var from one Chan reduction over the row."""
+def _one_pass_stats(n: int, tm: int, tn: int, k: int) -> list[str]:
+    """Lines setting k0 (each row's first element), m (mean - k0) and var from one Chan reduction over the row
+    (held in tiles x0 ... x{K-1} when K * TN >= N, else walked)."""
     full = f"ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)"
     lines = [f"k0 = {_load_rows('x', tm, 1, '0')}"]
     if tn >= n:
         if tn != n:
             mask = _mask(tn, "0", n)
-            lines += [f"xs = (xt - k0) * {mask}", f"count = ct.broadcast_to({mask}, ({tm}, {tn}))"]
+            lines += [f"xs = (x0 - k0) * {mask}", f"count = ct.broadcast_to({mask}, ({tm}, {tn}))"]
         else:
-            lines += ["xs = xt - k0", f"count = ct.full(({tm}, {tn}), 1.0, dtype=ct.float32)"]
+            lines += ["xs = x0 - k0", f"count = ct.full(({tm}, {tn}), 1.0, dtype=ct.float32)"]
         triples = f"(count, xs, {full})"
     else:
-        # Per lane: Welford's running (count, mean, M2) over the chunks, then one combining reduction.
+        # Per lane: Welford's running (count, mean, M2) over the tiles or chunks, then one combining reduction.
         lines += [f"cnt = {full}", "lm = cnt", "lq = cnt"]
 
-        def welford(c: str, m: bool) -> list[str]:
+        def welford(tile: str, c: str, m: bool) -> list[str]:
             """One value more in every lane (a lane past the row's end takes none: dl = 0 leaves it as it is)."""
-            load = _load_rows("x", tm, tn, c)
             if m:
-                step = [f"k = {_mask(tn, c, n)}", f"xs = {load} - k0", "cnt = cnt + k", "dl = (xs - lm) * k"]
+                step = [f"k = {_mask(tn, c, n)}", f"xs = {tile} - k0", "cnt = cnt + k", "dl = (xs - lm) * k"]
             else:
-                step = [f"xs = {load} - k0", "cnt = cnt + 1.0", "dl = xs - lm"]
+                step = [f"xs = {tile} - k0", "cnt = cnt + 1.0", "dl = xs - lm"]
             rcp = "ct.truediv(1.0, ct.maximum(cnt, 1.0), rounding_mode=ct.RoundingMode.APPROX)"
             return [*step, f"lm = lm + dl * {rcp}", "lq = lq + dl * (xs - lm)"]
 
-        lines += _loop(n, tn, welford)
+        if tn * k >= n:
+            for i, (c, m) in enumerate(_held(n, tn, k)):
+                lines += welford(f"x{i}", c, m)
+        else:
+            lines += _loop(n, tn, lambda c, m: welford(_load_rows("x", tm, tn, c), c, m))
         triples = "(cnt, lm, lq)"
     lines.append(f"_, m, q = ct.reduce({triples}, axis=1, func={CHAN}, identity=(0.0, 0.0, 0.0), keepdims=True)")
     return [*lines, f"var = q / {_lit(n)}"]
@@ -159,32 +181,32 @@ def norm_forward(
     stats: tuple[str, ...],
     hints: KernelHints | None = None,
     variance: str = "two_pass",
+    k: int = 1,
 ) -> str:
     """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv").
 
-    ``variance`` (layernorm): one of ``VARIANCES``.
+    ``variance`` (layernorm): one of ``VARIANCES``. ``k``: column tiles a row is held in.
     """
     if variance not in VARIANCES:
         raise ValueError(f"variance {variance!r}: expected one of {VARIANCES}")
     params = ["x", "s", *(["b"] if bias else []), "y", *stats]
     body = ["bid = ct.bid(0)"]
-    whole = tn >= n
-    masked = tn != n
+    held = _held(n, tn, k) if tn * k >= n else []
     one_pass = center and variance != "two_pass"
-    if whole:
-        body.append(f"xt = {_load_rows('x', tm, tn, '0')}")
+    body += [f"x{i} = {_load_rows('x', tm, tn, c)}" for i, (c, _) in enumerate(held)]
     if one_pass:
-        body += _one_pass_stats(n, tm, tn)
+        body += _one_pass_stats(n, tm, tn, k)
         body.append("mu = k0 + m")
-    elif whole:
+    elif held:
         if center:
-            body.append(f"mu = ct.sum(xt, axis=1, keepdims=True) / {_lit(n)}")
-            body.append("d = xt - mu")
-            if masked:
-                body.append(f"d = d * {_mask(tn, '0', n)}")
+            body.append(f"mu = ct.sum({_sum_of([f'x{i}' for i in range(k)])}, axis=1, keepdims=True) / {_lit(n)}")
+            for i, (c, masked) in enumerate(held):
+                body.append(f"d{i} = x{i} - mu")
+                if masked:
+                    body.append(f"d{i} = d{i} * {_mask(tn, c, n)}")
         else:
-            body.append("d = xt")
-        body.append(f"var = ct.sum(d * d, axis=1, keepdims=True) / {_lit(n)}")
+            body += [f"d{i} = x{i}" for i in range(k)]
+        body.append(f"var = ct.sum({_sum_of([f'd{i} * d{i}' for i in range(k)])}, axis=1, keepdims=True) / {_lit(n)}")
     else:
         body.append(f"acc = ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)")
         if center:
@@ -206,14 +228,17 @@ def norm_forward(
     # x - mean: one-pass kernels subtract x0 first (exact where x sits near it), then the shifted mean.
     centered = " - k0 - m" if one_pass else " - mu" if center else ""
 
-    def write(c: str, reuse: bool) -> list[str]:
-        lines = [] if reuse and not one_pass else [f"d = {'xt' if reuse else _load_rows('x', tm, tn, c)}{centered}"]
-        out = f"d * r * {_load_vector('s', tn, c)}"
+    def write(c: str, d: str) -> list[str]:
+        out = f"{d} * r * {_load_vector('s', tn, c)}"
         if bias:
             out += f" + {_load_vector('b', tn, c)}"
-        return [*lines, f"ct.store(y, index=(bid, {c}), tile=ct.astype({out}, y.dtype))"]
+        return [f"ct.store(y, index=(bid, {c}), tile=ct.astype({out}, y.dtype))"]
 
-    body += write("0", True) if whole else _loop(n, tn, lambda c, m: write(c, False))
+    if held:
+        for i, (c, _) in enumerate(held):
+            body += write(c, f"(x{i} - k0 - m)" if one_pass else f"d{i}")
+    else:
+        body += _loop(n, tn, lambda c, m: [f"d = {_load_rows('x', tm, tn, c)}{centered}", *write(c, "d")])
     if "mean" in stats:
         body.append(_store_stat("mean", tm, "mu"))
     if "inv" in stats:
@@ -221,24 +246,28 @@ def norm_forward(
     return _module(params, body, hints)
 
 
-def softmax_forward(n: int, tm: int, tn: int, log: bool, stats: bool, hints: KernelHints | None = None) -> str:
-    """Softmax (or log-softmax) of each row; ``stats`` = max + log(sum(exp(x - max)))."""
+def softmax_forward(
+    n: int, tm: int, tn: int, log: bool, stats: bool, hints: KernelHints | None = None, k: int = 1
+) -> str:
+    """Softmax (or log-softmax) of each row; ``stats`` = max + log(sum(exp(x - max))); ``k`` column tiles held."""
     params = ["x", "y", *(["st"] if stats else [])]
     # Columns past N must read -inf (they take no part in max and sum); when no chunk holds such a column,
     # rows past M read zeros instead (never stored), which lets cuTile load through TMA (no -inf fill there).
     pad = ZERO if n % tn == 0 else "padding_mode=ct.PaddingMode.NEG_INF"
     body = ["bid = ct.bid(0)"]
-    if tn >= n:
+    if tn * k >= n:
+        held = _held(n, tn, k)
+        body += [f"x{i} = {_load_rows('x', tm, tn, c, padding=pad)}" for i, (c, _) in enumerate(held)]
         body += [
-            f"xt = {_load_rows('x', tm, tn, '0', padding=pad)}",
-            "mx = ct.max(xt, axis=1, keepdims=True)",
+            f"mx = ct.max({_max_of([f'x{i}' for i in range(k)])}, axis=1, keepdims=True)",
             f"sh = ct.where(mx < -{FLT_MAX}, 0.0, mx)",
-            "z = xt - sh",
-            "e = ct.exp(z)",
-            "total = ct.sum(e, axis=1, keepdims=True)",
         ]
-        out = "z - ct.log(total)" if log else "e * (1.0 / total)"
-        body.append(f"ct.store(y, index=(bid, 0), tile=ct.astype({out}, y.dtype))")
+        for i in range(k):
+            body += [f"z{i} = x{i} - sh", f"e{i} = ct.exp(z{i})"]
+        body.append(f"total = ct.sum({_sum_of([f'e{i}' for i in range(k)])}, axis=1, keepdims=True)")
+        for i, (c, _) in enumerate(held):
+            out = f"z{i} - ct.log(total)" if log else f"e{i} * (1.0 / total)"
+            body.append(f"ct.store(y, index=(bid, {c}), tile=ct.astype({out}, y.dtype))")
     else:
         # Per lane: running max m and sum s of exp(x - m); lanes combine at the end.
         body += [
@@ -298,6 +327,7 @@ def norm_backward(
     dbias: bool,
     hints: KernelHints | None = None,
     paired: bool = True,
+    k: int = 1,
 ) -> str:
     """dx of layernorm (center) or rmsnorm, and per-block partial dscale (and dbias) rows in ``pds`` / ``pdb``.
 
@@ -305,6 +335,7 @@ def norm_backward(
     dx = inv * (g - mean(g) - x_hat * mean(g * x_hat)), without mean(g) for
     rmsnorm; dscale = sum over rows of dy * x_hat, dbias = sum of dy.
     Layernorm's two row means are one reduction of the pair unless ``paired`` is False.
+    ``k``: column tiles a row is held in.
     """
     params = ["dy", "x", "s", *(["mean"] if center else []), "inv", "dx", "pds", *(["pdb"] if dbias else [])]
     body = [
@@ -312,13 +343,15 @@ def norm_backward(
         "tiles = ct.cdiv(x.shape[0], " + str(tm) + ")",
         "blocks = ct.num_blocks(0)",
     ]
-    whole = tn >= n
+    held = _held(n, tn, k) if tn * k >= n else []
 
-    def x_hat(c: str, masked: bool) -> list[str]:
-        lines = [f"xh = ({_load_rows('x', tm, tn, c, 't')}{' - mu' if center else ''}) * r"]
+    def x_hat(c: str, masked: bool, i: str = "") -> list[str]:
+        """Lines setting xh{i}, dyt{i} and g{i} of column tile ``c``."""
+        lines = [f"xh{i} = ({_load_rows('x', tm, tn, c, 't')}{' - mu' if center else ''}) * r"]
         if masked and center:
-            lines.append(f"xh = xh * {_mask(tn, c, n)}")
-        return [*lines, f"dyt = {_load_rows('dy', tm, tn, c, 't')}", f"g = dyt * {_load_vector('s', tn, c)}"]
+            lines.append(f"xh{i} = xh{i} * {_mask(tn, c, n)}")
+        dyt = f"dyt{i} = {_load_rows('dy', tm, tn, c, 't')}"
+        return [*lines, dyt, f"g{i} = dyt{i} * {_load_vector('s', tn, c)}"]
 
     def col(value: str) -> str:
         """The tile's rows of ``value`` summed: (1, TN). One row is its own sum: cuTile's sum over an axis of
@@ -326,27 +359,33 @@ def norm_backward(
         return f"({value})" if tm == 1 else f"ct.sum({value}, axis=0, keepdims=True)"
 
     stats = ([f"mu = {_load_stat('mean', tm, 't')}"] if center else []) + [f"r = {_load_stat('inv', tm, 't')}"]
-    dx = "(g - c1 - xh * c2) * r" if center else "(g - xh * c2) * r"
-    if whole:
-        body.append(f"ads = ct.full((1, {tn}), 0.0, dtype=ct.float32)")
-        if dbias:
-            body.append(f"adb = ct.full((1, {tn}), 0.0, dtype=ct.float32)")
-        loop = [*stats, *x_hat("0", tn != n)]
+
+    def dx(i: str = "") -> str:
+        return f"(g{i} - c1 - xh{i} * c2) * r" if center else f"(g{i} - xh{i} * c2) * r"
+
+    if held:
+        zero = f"ct.full((1, {tn}), 0.0, dtype=ct.float32)"
+        sums = [("pds", "ads"), *([("pdb", "adb")] if dbias else [])]  # (partial-sum row, its accumulators)
+        body += [f"{a}{i} = {zero}" for i in range(k) for _, a in sums]
+        loop = list(stats)
+        for i, (c, masked) in enumerate(held):
+            loop += x_hat(c, masked, str(i))
+        g, gxh = _sum_of([f"g{i}" for i in range(k)]), _sum_of([f"g{i} * xh{i}" for i in range(k)])
         if center:
-            loop += _row_means("g", "g * xh", n, paired)
+            loop += _row_means(g, gxh, n, paired)
         else:
-            loop.append(f"c2 = ct.sum(g * xh, axis=1, keepdims=True) / {_lit(n)}")
-        loop += [
-            f"ct.store(dx, index=(t, 0), tile=ct.astype({dx}, dx.dtype))",
-            f"ads = ads + {col('dyt * xh')}",
-        ]
-        if dbias:
-            loop.append(f"adb = adb + {col('dyt')}")
+            loop.append(f"c2 = ct.sum({gxh}, axis=1, keepdims=True) / {_lit(n)}")
+        for i, (c, _) in enumerate(held):
+            loop += [
+                f"ct.store(dx, index=(t, {c}), tile=ct.astype({dx(str(i))}, dx.dtype))",
+                f"ads{i} = ads{i} + {col(f'dyt{i} * xh{i}')}",
+            ]
+            if dbias:
+                loop.append(f"adb{i} = adb{i} + {col(f'dyt{i}')}")
         body.append("for t in range(bid, tiles, blocks):")
         body += [f"    {line}" for line in loop]
-        body.append("ct.store(pds, index=(bid, 0), tile=ads)")
-        if dbias:
-            body.append("ct.store(pdb, index=(bid, 0), tile=adb)")
+        for i, (c, _) in enumerate(held):
+            body += [f"ct.store({part}, index=(bid, {c}), tile={a}{i})" for part, a in sums]
         return _module(params, body, hints)
 
     # Chunked rows: the block's partial-sum row starts at 0 and is added to chunk by chunk.
@@ -364,7 +403,7 @@ def norm_backward(
         loop.append(f"c2 = ct.sum(a2, axis=1, keepdims=True) / {_lit(n)}")
 
     def write(c: str, m: bool) -> list[str]:
-        lines = [*x_hat(c, m), f"ct.store(dx, index=(t, {c}), tile=ct.astype({dx}, dx.dtype))"]
+        lines = [*x_hat(c, m), f"ct.store(dx, index=(t, {c}), tile=ct.astype({dx()}, dx.dtype))"]
         lines.append(f"ct.store(pds, index=(bid, {c}), tile=ct.load(pds, index=(bid, {c}), shape=(1, {tn})) + "
                      f"{col('dyt * xh')})")  # fmt: skip
         if dbias:

@@ -31,10 +31,11 @@ class CutileSoftmaxBuilder(CutileOpBuilder):
         if m == 0:
             return [], 0
         config = opbase.SOFTMAX_FORWARD
-        tm, tn = row_tiles(m, n, config)
+        tm, tn, k = row_tiles(m, n, config)
         args = [Arg("x", (m, n), (n, 1)), Arg("y", (m, n), (n, 1))]
         if op.stats is not None:
             batch = [a for a in range(x.rank) if a not in op.axes]
             args.append(Arg("stats", (m,), (views.vector_stride(graph.tensors[op.stats], x, batch, n),)))
-        text = rowgen.softmax_forward(n, tm, tn, op.log, op.stats is not None, config.hints)
+        hints = opbase.row_hints(config, tm, tn, k)
+        text = rowgen.softmax_forward(n, tm, tn, op.log, op.stats is not None, hints, k)
         return [Launch(KernelSource("softmax", text), (cdiv(m, tm),), tuple(args))], 0

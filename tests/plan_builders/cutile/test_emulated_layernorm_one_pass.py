@@ -46,7 +46,9 @@ def one_pass_text(g: sigdnn.Graph) -> str:
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("dims", [(6, 1000), (4, 4096), (3, 37), (3, 9000)], ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize(
+    "dims", [(6, 1000), (4, 4096), (3, 37), (3, 9000), (3, 1100), (4, 5120)], ids=lambda d: "x".join(map(str, d))
+)  # 1100 and 5120: held in five column tiles (the last of 1100's masked)
 def test_one_pass_layernorm_matches_the_reference_on_awkward_rows(monkeypatch, config, dtype, dims):
     monkeypatch.setattr(opbase, "ROW_FORWARD", CONFIGS[config])
     g = layernorm(dims, dtype, "training")
@@ -58,7 +60,7 @@ def test_one_pass_layernorm_matches_the_reference_on_awkward_rows(monkeypatch, c
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("dims", [(6, 1000), (3, 9000)], ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("dims", [(6, 1000), (3, 9000), (3, 1100)], ids=lambda d: "x".join(map(str, d)))
 def test_the_default_stays_two_pass_and_passes_the_same_rows(dtype, dims):
     """The rows ask no more of the one-pass kernel than the default meets."""
     g = layernorm(dims, dtype, "training")
@@ -116,7 +118,7 @@ def _planted(text: str, what: str) -> str:
 
 
 @pytest.mark.parametrize("what", ["E[x^2] - mean^2", "shifted sums"])
-@pytest.mark.parametrize("dims", [(6, 1000), (4, 4096)], ids=lambda d: "x".join(map(str, d)))
+@pytest.mark.parametrize("dims", [(6, 1000), (4, 4096), (3, 1100)], ids=lambda d: "x".join(map(str, d)))
 def test_one_pass_shortcuts_fail_on_the_awkward_rows(monkeypatch, what, dims):
     monkeypatch.setattr(opbase, "ROW_FORWARD", CONFIGS["8192o4chan"])
 

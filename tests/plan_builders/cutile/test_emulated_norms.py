@@ -82,7 +82,7 @@ class PlantedLayernorm(norms.CutileLayernormBuilder):
 PLANTS = {
     "wrong epsilon": lambda text: text.replace("+ 1e-05)", "+ 0.001)"),
     "bfloat16 accumulation": lambda text: text.replace(
-        "ct.sum(d * d, axis=1, keepdims=True)", "ct.sum(ct.astype(d * d, ct.bfloat16), axis=1, keepdims=True)"
+        "ct.sum(d0 * d0, axis=1, keepdims=True)", "ct.sum(ct.astype(d0 * d0, ct.bfloat16), axis=1, keepdims=True)"
     ),
 }
 

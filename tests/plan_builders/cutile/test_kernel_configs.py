@@ -25,7 +25,8 @@ from sigdnn.plan_builders.cutile.rowgen import KernelHints
 CASES = {c[0]: c for c in all_cases()}
 ROW_CASES = ["softmax-float32-33x64", "logsoftmax-bfloat16-5x37", "layernorm-train-float32-33x64",
              "rmsnorm-infer-bias-bfloat16-3x1x256", "layernorm-bwd-float32-33x64", "rmsnorm-bwd-dbias-bfloat16-33x64",
-             "layernorm-train-float16-2x9000", "layernorm-bwd-float32-2x9000"]  # fmt: skip
+             "layernorm-train-float16-2x9000", "layernorm-bwd-float32-2x9000", "layernorm-train-float32-3x1100",
+             "softmax-bfloat16-3x1100", "layernorm-bwd-float16-4x5120", "rmsnorm-bwd-dbias-float32-3x1100"]  # fmt: skip
 ROW_CONFIGS = [RowConfig(64), RowConfig(128, KernelHints(occupancy=4)), RowConfig(1024, KernelHints(2, 8)),
                RowConfig(1024, KernelHints(2, 8), columns=16, paired=False),
                RowConfig(128, KernelHints(occupancy=4), variance="chan")]  # fmt: skip
@@ -106,9 +107,9 @@ def test_backward_row_sums_skip_the_reduction_over_one_row():
     """A one-row tile is its own column sum (cuTile's sum over a length-1 axis cost shared memory and barriers)."""
     one = rowgen.norm_backward(4096, 1, 4096, True, True)
     two = rowgen.norm_backward(4096, 2, 4096, True, True)
-    assert "axis=0" not in one and "ads = ads + (dyt * xh)" in one
-    assert "ct.sum(dyt * xh, axis=0, keepdims=True)" in two
-    assert "ct.reduce((g, g * xh), axis=1" in one
+    assert "axis=0" not in one and "ads0 = ads0 + (dyt0 * xh0)" in one
+    assert "ct.sum(dyt0 * xh0, axis=0, keepdims=True)" in two
+    assert "ct.reduce((g0, g0 * xh0), axis=1" in one
     assert "ct.reduce" not in rowgen.norm_backward(4096, 1, 4096, True, True, paired=False)
 
 
@@ -119,10 +120,43 @@ def test_hints_are_written_into_the_kernel_decorator():
 
 
 def test_forward_row_tiles_follow_the_configuration():
-    assert opbase.row_tiles(16384, 4096, RowConfig(8192)) == (2, 4096)
-    assert opbase.row_tiles(3, 4096, RowConfig(32768)) == (4, 4096)  # rows rounded up to a power of two
-    assert opbase.row_tiles(10, 20000, RowConfig(4096)) == (1, opbase.ROW_MAX)  # a row longer than a tile
-    assert opbase.persistent_blocks(RowConfig(4096, KernelHints(occupancy=3))) == 3 * opbase.SMS
+    assert opbase.row_tiles(16384, 4096, RowConfig(8192)) == (2, 4096, 1)
+    assert opbase.row_tiles(3, 4096, RowConfig(32768)) == (4, 4096, 1)  # rows rounded up to a power of two
+    assert opbase.row_tiles(10, 20000, RowConfig(4096)) == (1, opbase.ROW_MAX, 1)  # a row longer than a tile: walked
+    assert opbase.row_tiles(16384, 5120, RowConfig(8192)) == (1, 1024, 5)  # held in five tiles, none padded
+    assert opbase.row_tiles(16384, 2560, RowConfig(8192)) == (2, 512, 5)  # two rows of 2560 within 8192
+    assert opbase.persistent_blocks(KernelHints(occupancy=3)) == 3 * opbase.SMS
+    assert opbase.persistent_blocks(KernelHints()) == opbase.PERSISTENT_PER_SM * opbase.SMS
+
+
+def test_a_block_holding_more_than_the_tile_keeps_its_registers_per_element():
+    softmax, backward = RowConfig(4096, KernelHints(6)), RowConfig(4096, KernelHints(2, 8))
+    assert opbase.row_hints(softmax, 1, 4096, 1) == KernelHints(6)  # the measured shape: unchanged
+    assert opbase.row_hints(softmax, 1, 1024, 5) == KernelHints(4)  # 5120 elements: 6 * 4096 // 5120
+    assert opbase.row_hints(backward, 1, 1024, 5) == KernelHints(1, 8)
+    assert opbase.row_hints(RowConfig(64, KernelHints(2)), 1, 8192, 1) == KernelHints(1)  # never below one
+    assert opbase.row_hints(RowConfig(64), 1, 8192, 1) == KernelHints()  # cuTile's own choice stays its own
+
+
+@pytest.mark.parametrize(
+    ("n", "split"),
+    [(1, (1, 1)), (37, (64, 1)), (256, (256, 1)), (768, (256, 3)), (1000, (1024, 1)), (1100, (256, 5)),
+     (1536, (512, 3)), (3072, (1024, 3)), (4096, (4096, 1)), (4608, (1024, 5)), (5120, (1024, 5)),
+     (7168, (1024, 7)), (8000, (8192, 1)), (8192, (8192, 1)), (9000, (opbase.ROW_MAX, 1))],
+)  # fmt: skip
+def test_a_row_is_held_in_the_fewest_tiles_of_least_padded_width(n, split):
+    """Least padding first (1100: 5 x 256 = 1280, not 2048), then fewer tiles (1536: 3 x 512, not 6 x 256);
+    at most ROW_CHUNKS tiles (4608: 5 x 1024, since 9 x 512 is too many), none narrower than ROW_CHUNK_MIN."""
+    assert opbase.row_split(n) == split
+
+
+def test_held_rows_keep_every_tile_in_registers():
+    """Five tiles of 1024, each loaded once and stored once; no chunk loop, no second load of x."""
+    for text in (rowgen.norm_forward(5120, 1, 1024, 1e-5, True, True, (), k=5),
+                 rowgen.softmax_forward(5120, 1, 1024, False, False, k=5)):  # fmt: skip
+        assert text.count("ct.load(x,") == 5 and text.count("ct.store(y,") == 5 and "for c in" not in text
+    back = rowgen.norm_backward(5120, 1, 1024, True, True, k=5)
+    assert back.count("ct.load(x,") == 5 and back.count("ct.store(dx,") == 5 and back.count("ct.store(pds,") == 5
 
 
 @pytest.mark.parametrize(("mode", "io", "tile"), [("add", "bfloat16", codegen.DEFAULT_TILE),
