@@ -35,9 +35,8 @@ class RowConfig:
 
     ``columns``: columns per block of the backward's partial-sum reduction (``rowgen.column_sums``); few
     wide blocks leave that launch reading megabytes on a handful of SMs. ``paired``: layernorm backward's
-    two row means as one reduction (``rowgen.norm_backward``). ``variance``: how layernorm forward gets a row's
-    mean and variance (``rowgen.VARIANCES``): two dependent reductions, or one (not the default until timed
-    on the H200).
+    two row means as one reduction (``rowgen.norm_backward``). ``variance``: how layernorm forward gets the
+    mean and variance of a row held in one tile (``rowgen.VARIANCES``): two dependent reductions, or one.
     """
 
     tile: int
@@ -53,8 +52,9 @@ class RowConfig:
 # backward rows one at a time in 8 worker warps, 2 blocks per SM, 1.2x (loading the next row before
 # computing this one lost 5-10% there). Then (gpu_cutile_speed_2026-12-01b.md): softmax one row per block with
 # registers for 6 blocks (its 2-row tile at 5 spilled: 3.04 -> 3.42 TB/s with loads through TMA); the
-# backward's column sums over 32-column blocks (128 blocks, not 4: 32 -> 7 us of layernorm's 201).
-ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4))  # layernorm, rmsnorm
+# backward's column sums over 32-column blocks (128 blocks, not 4: 32 -> 7 us of layernorm's 201). Then
+# (gpu_merged_2026-12-01c.md): layernorm's one-pass mean and variance, 3.26 -> 3.39 TB/s.
+ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4), variance="chan")  # layernorm, rmsnorm
 SOFTMAX_FORWARD = RowConfig(4096, KernelHints(occupancy=6))
 ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8), columns=32)
 ROW_MAX = 8192  # longest row held in registers; longer rows are walked in chunks

@@ -118,9 +118,12 @@ def _max_of(terms: list[str]) -> str:
 VARIANCES = ("two_pass", "chan")
 """How layernorm forward gets a row's mean and variance (``norm_forward``).
 
-two_pass: the mean's reduction, then sum((x - mean)^2)'s, which waits on it. chan: one reduction of
-per-lane (count, mean, M2) triples combined by Chan's update (``CHAN``), over values shifted by the row's
-first element x0 (exact where the row sits far from zero: the partial means are then of x - x0, not of x).
+two_pass: the mean's reduction, then sum((x - mean)^2)'s, which waits on it. chan (rows held in one tile):
+one reduction of per-lane (count, mean, M2) triples combined by Chan's update (``CHAN``), over values shifted
+by the row's first element x0 (exact where the row sits far from zero: the partial means are then of x - x0,
+not of x). On the H200 (bf16, 16384 rows) chan ran 4 % faster at 4096 columns; over rows held in several
+tiles a per-lane Welford pass before it ran 9-11 % slower than two_pass (3072 and 5120 columns), so it was
+dropped there (benchmarks/results/gpu_merged_2026-12-01c.md).
 The cheaper one reduction of sum(x - x0) and sum((x - x0)^2) loses ~ (mean - x0)^2 / var ulps and failed
 the reference's layernorm tolerance on a row whose first element is far from the rest
 (benchmarks/results/gpu_cutile_lnfwd_offline_2026-12-01.md).
@@ -136,38 +139,19 @@ CHAN = (f"lambda na, ma, qa, nb, mb, qb: (na + nb, ma + (mb - ma) * ({_WEIGHT}),
         f"qa + qb + (mb - ma) * (mb - ma) * (na * ({_WEIGHT})))")  # fmt: skip
 
 
-def _one_pass_stats(n: int, tm: int, tn: int, k: int) -> list[str]:
-    """Lines setting k0 (each row's first element), m (mean - k0) and var from one Chan reduction over the row
-    (held in tiles x0 ... x{K-1} when K * TN >= N, else walked)."""
+def _one_pass_stats(n: int, tm: int, tn: int) -> list[str]:
+    """Lines setting k0 (each row's first element), m (mean - k0) and var from one Chan reduction over a row
+    held in the one tile x0."""
     full = f"ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)"
     lines = [f"k0 = {_load_rows('x', tm, 1, '0')}"]
-    if tn >= n:
-        if tn != n:
-            mask = _mask(tn, "0", n)
-            lines += [f"xs = (x0 - k0) * {mask}", f"count = ct.broadcast_to({mask}, ({tm}, {tn}))"]
-        else:
-            lines += ["xs = x0 - k0", f"count = ct.full(({tm}, {tn}), 1.0, dtype=ct.float32)"]
-        triples = f"(count, xs, {full})"
+    if tn != n:
+        mask = _mask(tn, "0", n)
+        lines += [f"xs = (x0 - k0) * {mask}", f"count = ct.broadcast_to({mask}, ({tm}, {tn}))"]
     else:
-        # Per lane: Welford's running (count, mean, M2) over the tiles or chunks, then one combining reduction.
-        lines += [f"cnt = {full}", "lm = cnt", "lq = cnt"]
-
-        def welford(tile: str, c: str, m: bool) -> list[str]:
-            """One value more in every lane (a lane past the row's end takes none: dl = 0 leaves it as it is)."""
-            if m:
-                step = [f"k = {_mask(tn, c, n)}", f"xs = {tile} - k0", "cnt = cnt + k", "dl = (xs - lm) * k"]
-            else:
-                step = [f"xs = {tile} - k0", "cnt = cnt + 1.0", "dl = xs - lm"]
-            rcp = "ct.truediv(1.0, ct.maximum(cnt, 1.0), rounding_mode=ct.RoundingMode.APPROX)"
-            return [*step, f"lm = lm + dl * {rcp}", "lq = lq + dl * (xs - lm)"]
-
-        if tn * k >= n:
-            for i, (c, m) in enumerate(_held(n, tn, k)):
-                lines += welford(f"x{i}", c, m)
-        else:
-            lines += _loop(n, tn, lambda c, m: welford(_load_rows("x", tm, tn, c), c, m))
-        triples = "(cnt, lm, lq)"
-    lines.append(f"_, m, q = ct.reduce({triples}, axis=1, func={CHAN}, identity=(0.0, 0.0, 0.0), keepdims=True)")
+        lines += ["xs = x0 - k0", f"count = ct.full(({tm}, {tn}), 1.0, dtype=ct.float32)"]
+    lines.append(
+        f"_, m, q = ct.reduce((count, xs, {full}), axis=1, func={CHAN}, identity=(0.0, 0.0, 0.0), keepdims=True)"
+    )
     return [*lines, f"var = q / {_lit(n)}"]
 
 
@@ -185,17 +169,18 @@ def norm_forward(
 ) -> str:
     """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv").
 
-    ``variance`` (layernorm): one of ``VARIANCES``. ``k``: column tiles a row is held in.
+    ``variance`` (layernorm): one of ``VARIANCES``, for rows held in one tile; rows held in several (``k``
+    column tiles) or walked take two_pass.
     """
     if variance not in VARIANCES:
         raise ValueError(f"variance {variance!r}: expected one of {VARIANCES}")
     params = ["x", "s", *(["b"] if bias else []), "y", *stats]
     body = ["bid = ct.bid(0)"]
     held = _held(n, tn, k) if tn * k >= n else []
-    one_pass = center and variance != "two_pass"
+    one_pass = center and variance != "two_pass" and tn >= n
     body += [f"x{i} = {_load_rows('x', tm, tn, c)}" for i, (c, _) in enumerate(held)]
     if one_pass:
-        body += _one_pass_stats(n, tm, tn, k)
+        body += _one_pass_stats(n, tm, tn)
         body.append("mu = k0 + m")
     elif held:
         if center:
