@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import numpy as np
 
 from sigdnn.dtypes import DataType
@@ -211,6 +212,7 @@ class BoundPlan:
         nbytes = plan.workspace_bytes
         workspace = context.view(context.allocate(nbytes), 0, (nbytes,), None, np.uint8) if nbytes else None
         self.execution = ExecutionContext(memory.device, context.stream_handle, workspace)
+        self._owner = context.stream_handle  # the stream that last enqueued work on this binding's memory
         self._names = plan.tensors.names
         self._inputs = plan.tensors.inputs
         self._outputs = plan.tensors.outputs
@@ -242,6 +244,24 @@ class BoundPlan:
             return bind(buffers, self.execution)
         return functools.partial(step.plan.execute, buffers, self.execution)
 
+    def _move(self, stream: int) -> None:
+        """Make ``stream`` wait (on the device) for what the binding's memory last had enqueued, elsewhere."""
+        owner, ours = self._owner, self.context.stream_handle
+        if stream == owner:
+            return
+        if stream == ours:
+            self.context.wait_for(owner)
+        elif owner == ours:
+            self.context.release_to(stream)
+        else:
+            self.context.order(owner, stream)
+        self._owner = stream
+
+    def _bind_all(self, stream: int) -> None:
+        """Every step's launch enqueued on ``stream`` (the caller's buffers as last accepted)."""
+        self.execution = attrs.evolve(self.execution, stream=stream)
+        self._launches = [self._bind(step) for step in self._steps]
+
     def _staged(self, uid: int) -> Any:
         found = self._staging.get(uid)
         if found is None:
@@ -252,18 +272,19 @@ class BoundPlan:
     def run(self, variant_pack: Mapping[Any, Any], to_host: bool) -> dict[str, Any]:
         """Enqueue the plan on the caller's buffers.
 
-        With torch tensors, the run is ordered on the device after the work
-        torch's current stream holds, and when every output stays on the
-        device it returns without waiting: torch's stream waits for ours, as
-        one torch op would for the one before. Otherwise it returns after
-        the device finished.
+        With torch tensors the steps are enqueued on torch's current stream,
+        after the work it holds, as one more torch op would be, and when
+        every output stays on the device the run returns without waiting.
+        Otherwise (and for callers without torch tensors, on the executor's
+        stream) it returns after the device finished. Work the binding
+        enqueues on another stream (copies in, fresh outputs, copies out)
+        is ordered against the stream its memory was last used on.
         """
         graph = self.plan.graph
         pack = resolve_pack(graph, variant_pack, self._inputs, self._outputs, self._names)
         torch_stream = _torch_stream(pack.values())
+        ours = self.context.stream_handle
         with self._lock:
-            if torch_stream is not None:
-                self.context.wait_for(torch_stream)
             copy_back: dict[int, np.ndarray] = {}
             fresh = False
             for uid, t, dtype, is_input in self._io_specs:
@@ -272,9 +293,11 @@ class BoundPlan:
                     value = np.asarray(t.scalar() if obj is None else obj, dtype=dtype.numpy)
                     staged = self.buffers[uid] = self._staged(uid)
                     if self._scalar_values.get(uid) != value.tobytes():
+                        self._move(ours)
                         _upload(self.context, np.full(t.dims, value, dtype=dtype.numpy), staged, t, dtype)
                         self._scalar_values[uid] = value.tobytes()
                 elif obj is None:  # an output the caller did not give: a fresh buffer per run
+                    self._move(ours)
                     self.buffers[uid] = _strided(self.context, t, dtype)
                     fresh = True
                 elif isinstance(obj, np.ndarray):
@@ -284,16 +307,25 @@ class BoundPlan:
                     if writable:
                         copy_back[uid] = obj
                     else:
+                        self._move(ours)
                         _upload(self.context, obj, staged, t, dtype)
                 else:
                     self.buffers[uid] = self._device_view(uid, obj, t, dtype)
+            stream = ours if torch_stream is None else torch_stream
             addresses = tuple(self.buffers[u].ptr for u in self._io)
-            if addresses != self._addresses:
+            if stream != self.execution.stream:
+                self._bind_all(stream)
+                self._addresses = addresses
+            elif addresses != self._addresses:
                 for i, step in enumerate(self._steps):
                     if self._touches_io[i]:
                         self._launches[i] = self._bind(step)
                 self._addresses = addresses
+            self._move(stream)
             self._launch(addresses, replayable=not fresh)
+            if torch_stream is not None and not (to_host or copy_back or fresh):
+                return {name: self.buffers[uid] for uid, name in self._output_names}
+            self._move(ours)
             result: dict[str, Any] = {}
             for uid, name in self._output_names:
                 device = self.buffers[uid]
@@ -303,10 +335,7 @@ class BoundPlan:
                     result[name] = host
                 else:
                     result[name] = self.context.to_host(device) if to_host else device
-            if torch_stream is not None and not (to_host or copy_back or fresh):
-                self.context.release_to(torch_stream)
-            else:
-                self.context.synchronize()
+            self.context.synchronize()
             return result
 
     def _device_view(self, uid: int, obj: Any, tensor: Tensor, dtype: DataType) -> Any:
@@ -326,21 +355,32 @@ class BoundPlan:
         return device
 
     def _launch(self, addresses: tuple[int, ...], replayable: bool) -> None:
-        """Enqueue every step: from a CUDA graph recorded for these addresses, else launch by launch."""
+        """Enqueue every step: from a CUDA graph recorded for these addresses, else launch by launch.
+
+        A recording is captured on the executor's stream (torch's may be the
+        legacy default stream, which cannot capture) and replayed on the
+        stream the run enqueues on.
+        """
+        stream = self.execution.stream
         if self.cuda_graphs and self._bindable and replayable:
             graph = self._graphs.get(addresses)
             if graph is not None:
                 self._graphs.move_to_end(addresses)
-                graph.replay()
+                graph.replay(stream)
                 return
             if addresses in self._seen:  # second run on these buffers: kernels are compiled, record
                 from sigdnn.runtime.cuda import CudaGraph
 
+                ours = self.context.stream_handle
+                if stream != ours:
+                    self._bind_all(ours)
                 graph = CudaGraph.record(self.context, self._launches)
+                if stream != ours:
+                    self._bind_all(stream)
                 self._graphs[addresses] = graph
                 while len(self._graphs) > GRAPHS_PER_PLAN:
                     self._graphs.popitem(last=False)
-                graph.replay()
+                graph.replay(stream)
                 return
             self._seen.add(addresses)
         for launch in self._launches:

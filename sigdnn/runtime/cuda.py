@@ -457,13 +457,14 @@ class GpuContext:
 
     def wait_for(self, foreign: int) -> None:
         """Our stream waits (on the device, not the host) for what is enqueued on ``foreign`` so far."""
-        self._order(foreign, self.stream_handle)
+        self.order(foreign, self.stream_handle)
 
     def release_to(self, foreign: int) -> None:
         """``foreign`` waits (on the device) for what is enqueued on our stream so far: no host wait."""
-        self._order(self.stream_handle, foreign)
+        self.order(self.stream_handle, foreign)
 
-    def _order(self, first: int, then: int) -> None:
+    def order(self, first: int, then: int) -> None:
+        """``then`` waits (on the device) for what is enqueued on ``first`` so far."""
         driver = _driver()
         if self._order_event is None:
             flags = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
@@ -508,9 +509,11 @@ class CudaGraph:
             exec_graph = _check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
         return cls(context, graph, exec_graph)
 
-    def replay(self) -> None:
+    def replay(self, stream: int | None = None) -> None:
+        """Enqueue the recording on ``stream`` (a raw CUstream; the context's by default)."""
         driver = _driver()
-        _check(driver.cuGraphLaunch(self._exec, driver.CUstream(self._context.stream_handle)), "cuGraphLaunch")
+        handle = self._context.stream_handle if stream is None else stream
+        _check(driver.cuGraphLaunch(self._exec, driver.CUstream(handle)), "cuGraphLaunch")
 
     def __del__(self) -> None:
         try:

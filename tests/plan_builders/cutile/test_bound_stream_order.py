@@ -1,12 +1,14 @@
-"""Stream order with torch tensors, on the CPU: which waits the executor enqueues, and when it waits on the host.
+"""Stream order with torch tensors, on the CPU: where the executor enqueues, which waits it adds, when it waits.
 
 torch's current stream is stubbed (a raw handle torch would give) and the
-context records its calls, so the order rules run without a device: before
-any step our stream waits for torch's; after a run whose outputs stay on
-the device torch's stream waits for ours (no host wait); a host output, a
-copy back or a fresh output makes the run end with a host synchronize
-instead. tests/gpu/test_gpu_executor.py checks the same on the H200 with a
-spinning torch stream.
+context records its ordering calls and the stream of every launch, so the
+rules run without a device: with torch tensors the steps go on torch's
+stream (ordered after torch's work and before torch's next op as one more
+op would be); the binding's memory is handed between streams with one
+device-side wait only when the stream that uses it changes; a host output,
+a copy back or a fresh output ends the run with a host synchronize instead.
+tests/gpu/test_gpu_executor.py checks the same on the H200 with a spinning
+torch stream.
 """
 
 from __future__ import annotations
@@ -22,18 +24,32 @@ from sigdnn.executor import Executor
 from sigdnn.executor.gpu_memory import GpuMemory, _torch_stream
 
 TORCH_STREAM = 0x7A11
+OURS = 0x0C7A
 
 
 class RecordingContext(HostGpuContext):
     def __init__(self) -> None:
         super().__init__()
+        self.stream_handle = OURS
         self.calls: list[tuple] = []
+        emulated = self.kernel_backend
+
+        class Backend(type(emulated)):
+            @staticmethod
+            def launch(stream, grid, kernel, args):
+                self.calls.append(("launch", stream))
+                emulated.launch(stream, grid, kernel, args)
+
+        self.kernel_backend = Backend()
 
     def wait_for(self, foreign: int) -> None:
         self.calls.append(("wait_for", foreign))
 
     def release_to(self, foreign: int) -> None:
         self.calls.append(("release_to", foreign))
+
+    def order(self, first: int, then: int) -> None:
+        self.calls.append(("order", first, then))
 
     def synchronize(self) -> None:
         self.calls.append(("synchronize",))
@@ -73,13 +89,31 @@ def test_torch_stream_is_read_from_the_first_torch_cuda_tensor(context):
     assert _torch_stream([not_a_tensor]) is None
 
 
-def test_bound_run_on_device_outputs_orders_both_ways_without_a_host_wait(context):
+def test_bound_run_on_device_outputs_enqueues_on_torch_s_stream_without_a_wait(context):
     ex = executor(context)
     plan = ex.prepare(graph())
     y = fake(0.0)
     ex.execute(plan, {"x": fake(-2.0), "b": fake(1.5), "y": y}, to_host=False)
-    assert context.calls == [("wait_for", TORCH_STREAM), ("release_to", TORCH_STREAM)]
+    # the binding's memory was new on our stream: torch's waits for that once, then every launch is torch's
+    assert context.calls[0] == ("release_to", TORCH_STREAM)
+    assert context.calls[1:] and all(c == ("launch", TORCH_STREAM) for c in context.calls[1:])
     np.testing.assert_array_equal(y.array, np.zeros((3, 5), np.float32))
+    context.calls.clear()
+    ex.execute(plan, {"x": fake(2.0), "b": fake(1.5), "y": y}, to_host=False)
+    assert context.calls and all(c == ("launch", TORCH_STREAM) for c in context.calls)  # no ordering call at all
+    np.testing.assert_array_equal(y.array, np.full((3, 5), 3.5, np.float32))
+
+
+def test_a_change_of_torch_stream_waits_for_the_last_one(context, monkeypatch):
+    ex = executor(context)
+    plan = ex.prepare(graph())
+    pack = {"x": fake(1.0), "b": fake(1.0), "y": fake(0.0)}
+    ex.execute(plan, pack, to_host=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: TORCH_STREAM + 1, raising=False)
+    context.calls.clear()
+    ex.execute(plan, pack, to_host=False)
+    assert context.calls[0] == ("order", TORCH_STREAM, TORCH_STREAM + 1)
+    assert all(c == ("launch", TORCH_STREAM + 1) for c in context.calls[1:])
 
 
 @pytest.mark.parametrize("case", ["to_host", "fresh output", "host output"])
@@ -92,9 +126,11 @@ def test_bound_run_that_hands_results_to_the_host_synchronizes_instead(context, 
     elif case == "to_host":
         pack["y"] = fake(0.0)
     got = ex.execute(plan, pack, to_host=case == "to_host")
-    assert context.calls[0] == ("wait_for", TORCH_STREAM)
-    assert ("release_to", TORCH_STREAM) not in context.calls
-    assert context.calls[-1] == ("synchronize",)
+    launches = [i for i, c in enumerate(context.calls) if c[0] == "launch"]
+    assert launches and all(context.calls[i] == ("launch", TORCH_STREAM) for i in launches)
+    # before the launches torch's stream waits for our stream's work; after them ours waits for torch's, then the host
+    assert ("release_to", TORCH_STREAM) in context.calls[: launches[0]]
+    assert context.calls[launches[-1] + 1 :] == [("wait_for", TORCH_STREAM), ("synchronize",)]
     y = got["y"] if isinstance(got["y"], np.ndarray) else context.to_host(got["y"])  # a fresh device output
     np.testing.assert_array_equal(y, np.full((3, 5), 3.5, np.float32))
 
@@ -103,7 +139,17 @@ def test_numpy_callers_never_touch_torch_s_stream(context):
     ex = executor(context)
     plan = ex.prepare(graph())
     ex.execute(plan, {"x": np.ones((3, 5), np.float32), "b": np.ones((3, 5), np.float32)})
-    assert all(call[0] == "synchronize" for call in context.calls)
+    assert context.calls and all(c in (("launch", OURS), ("synchronize",)) for c in context.calls)
+
+
+def test_a_numpy_run_after_a_torch_run_waits_for_torch_s_stream_first(context):
+    ex = executor(context)
+    plan = ex.prepare(graph())
+    ex.execute(plan, {"x": fake(1.0), "b": fake(1.0), "y": fake(0.0)}, to_host=False)
+    context.calls.clear()
+    ex.execute(plan, {"x": np.ones((3, 5), np.float32), "b": np.ones((3, 5), np.float32)})
+    assert context.calls[0] == ("wait_for", TORCH_STREAM)  # before the first upload into the binding's staging
+    assert [c for c in context.calls if c[0] == "launch"] and ("launch", TORCH_STREAM) not in context.calls
 
 
 def test_capturing_path_waits_for_torch_once_before_its_first_step(context):
@@ -115,3 +161,37 @@ def test_capturing_path_waits_for_torch_once_before_its_first_step(context):
     assert waits == [("wait_for", TORCH_STREAM)] and context.calls[0] == waits[0]
     np.testing.assert_array_equal(np.asarray(got["y"]), np.zeros((3, 5), np.float32))
     assert len(captured) == 2
+
+
+def test_cuda_graphs_are_captured_on_our_stream_and_replayed_on_torch_s(context, monkeypatch):
+    """torch's current stream may be the legacy default stream, which cannot capture: record on ours."""
+    from sigdnn.runtime import cuda
+
+    made = []
+
+    class Recording:
+        def __init__(self, launches):
+            self.launches, self.streams = list(launches), []
+
+        @classmethod
+        def record(cls, ctx, launches):
+            made.append(cls(launches))
+            return made[-1]
+
+        def replay(self, stream=None):
+            self.streams.append(stream)
+
+    monkeypatch.setattr(cuda, "CudaGraph", Recording)
+    ex = executor(context, cuda_graphs=True)
+    plan = ex.prepare(graph())
+    pack = {"x": fake(1.0), "b": fake(1.0), "y": fake(0.0)}
+    for _ in range(3):
+        ex.execute(plan, pack, to_host=False)
+    assert len(made) == 1 and made[0].streams == [TORCH_STREAM, TORCH_STREAM]
+    context.calls.clear()
+    for launch in made[0].launches:  # what was captured enqueues on our stream
+        launch()
+    assert context.calls and all(c == ("launch", OURS) for c in context.calls)
+    context.calls.clear()
+    ex.execute(plan, {"x": fake(1.0), "b": fake(1.0), "y": fake(0.0)}, to_host=False)  # new tensors: launched
+    assert context.calls and all(c == ("launch", TORCH_STREAM) for c in context.calls)

@@ -153,14 +153,16 @@ class Recorder:
     def __init__(self, launches: list[Any]) -> None:
         self.launches = launches
         self.replays = 0
+        self.streams: list[int | None] = []  # where each replay was enqueued
 
     @classmethod
     def record(cls, context: Any, launches: list[Any]) -> Recorder:
         cls.made.append(cls(list(launches)))
         return cls.made[-1]
 
-    def replay(self) -> None:
+    def replay(self, stream: int | None = None) -> None:
         self.replays += 1
+        self.streams.append(stream)
         for launch in self.launches:
             launch()
 
