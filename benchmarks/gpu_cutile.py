@@ -478,7 +478,11 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 "4096f32o4k16": ChannelConfig(4096, "float32", KernelHints(4), final_tile=16),
                 "4096f32o4k4": ChannelConfig(4096, "float32", KernelHints(4), final_tile=4),
                 "4096f32o3w8": ChannelConfig(4096, "float32", KernelHints(3, 8)),
-                "8192f32o2w8": ChannelConfig(8192, "float32", KernelHints(2, 8))}  # fmt: skip
+                "8192f32o2w8": ChannelConfig(8192, "float32", KernelHints(2, 8)),
+                # round 3: the partial pass's loop pipelined (tile 2048: 10 stages), the elementwise pass's own tile
+                **{f"{t}f32o{o}a{a}": ChannelConfig(t, "float32", KernelHints(o), apply_tile=a)
+                   for t, o, a in ((2048, 4, 1024), (2048, 4, 2048), (2048, 4, 4096), (4096, 4, 1024),
+                                   (1024, 4, 1024), (2048, 2, 1024), (2048, 3, 1024))}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 
