@@ -481,8 +481,8 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 "8192f32o2w8": ChannelConfig(8192, "float32", KernelHints(2, 8)),
                 # round 3: the partial pass's loop pipelined (tile 2048: 10 stages), the elementwise pass's own tile
                 **{f"{t}f32o{o}a{a}": ChannelConfig(t, "float32", KernelHints(o), apply_tile=a)
-                   for t, o, a in ((2048, 4, 1024), (2048, 4, 2048), (2048, 4, 4096), (4096, 4, 1024),
-                                   (1024, 4, 1024), (2048, 2, 1024), (2048, 3, 1024))},
+                   for t, o, a in ((2048, 4, 1024), (2048, 4, 2048), (2048, 4, 4096), (2048, 4, 8192), (4096, 4, 1024),
+                                   (4096, 4, 4096), (1024, 4, 1024), (2048, 2, 1024), (2048, 3, 1024))},
                 # the elementwise pass in 8 warps: one 16-byte load a thread at 2048 elements, vectors in smaller loads
                 "2048f32o4a2048w8": ChannelConfig(2048, "float32", KernelHints(4), apply_tile=2048,
                                                   apply_hints=KernelHints(num_worker_warps=8))}  # fmt: skip

@@ -88,7 +88,9 @@ class _Layout:
     def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
         at, kt, bt = self.apply_shape
         hints = self.config.apply_hints or self.config.hints
-        text = channelgen.apply(self.apply_tile, self.apply_shape, grads, wide, hints)
+        ta, tk, tb = (*self.apply_tile, 1)[:3]
+        exact = self.a % ta == 0 and self.c % tk == 0 and self.b % tb == 0
+        text = channelgen.apply(self.apply_tile, self.apply_shape, grads, wide, hints, exact)
         return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
