@@ -40,10 +40,10 @@ class ChannelConfig:
 # than float64 lanes over 8192 elements (1.69 against 1.15 TB/s); float64 lanes lost beyond 8192 (registers).
 # The finalize in blocks of 8 channels (32 blocks, not one adding all 523 x 256 partial rows): 1.69 -> 1.99 TB/s
 # (gpu_cutile_speed_2026-12-01b.md).
-# Round 3 (offline compile, tilebn_2026-12-01c.md): the partial pass's loop without a guard is pipelined, 10 TMA
-# stages of a 2048-element tile (4096 spilled and got 2); the elementwise pass at 1024 elements is one 16-byte
-# load a thread, issued before the per-channel vectors' loads and barriers (at 4096: four loads, one at a time).
-TRAINING = ChannelConfig(2048, "float32", KernelHints(occupancy=4), apply_tile=1024)  # training forward
+# Round 3 (tilebn_2026-12-01c.md): the partial pass's loop without a guard is pipelined (7 TMA stages of a
+# 2048-element tile; 4096 spilled and got 2): 37.6 -> 35.0 us. The elementwise pass's own tile: 2048 ran 60.8 us
+# where 4096 ran 64 and 1024 75, all with bounds-checked loads one at a time; unchecked (exact tiles) below.
+TRAINING = ChannelConfig(2048, "float32", KernelHints(occupancy=4), apply_tile=4096)  # training forward
 INFERENCE = ChannelConfig(8192)  # the elementwise pass alone
 BACKWARD = ChannelConfig(8192)  # gradients: float64 lanes (dbias = sum dy cancels)
 
