@@ -111,11 +111,11 @@ def test_fused_epilogue_validates(steps, mid, config, monkeypatch):
     if config:
         monkeypatch.setattr(cutile_matmul, "CONFIGS", (cutile_matmul.parse_config(config),))
     monkeypatch.setattr(cutile_matmul, "resident_blocks", lambda device, config: 2)  # the persistent default's
-    g = epilogue_graph(steps, mid=mid)  # 2 blocks each walk 2 of a batch's 2 x 2 tiles of 128 x 256
+    g = epilogue_graph(steps, mid=mid)  # 2 blocks each walk 4 of the 4 x 2 tiles of 128 x 256 (the batch folds)
     ex = sigdnn.Executor("gpu", engine="cutile.matmul")
     plan = ex.prepare(g)
     assert len(plan.steps) == 1 and plan.steps[0].builder.name == "cutile.matmul"
-    assert plan.steps[0].plan.grid[0] == (6 if config else 2)
+    assert plan.steps[0].plan.grid[0] == (12 if config else 2)  # 128 x 128: 4 x 3 tiles, one a block
     report = sigdnn.validate(g, seed=9, executor=ex)
     print(report.table())
     assert report.passed, report.table()

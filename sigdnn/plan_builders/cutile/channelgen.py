@@ -76,9 +76,9 @@ def partials(
     stay far below the float64 sum's), float64 lanes keep sums of values
     that cancel (dy's) exact enough for the gradients. The loop runs the
     block's own trip count, not a guarded maximum: cuTile pipelines a loop
-    body without a branch (TMA loads into ~40 KB of stages, 10 of a 2048-
-    element tile), where ``if at < AT`` left it one stage, each load waiting
-    for the previous tile's sums.
+    body without a branch (TMA loads into 7 stages of a 2048-element tile),
+    where ``if at < AT`` left it one stage, each load waiting for the
+    previous tile's sums (on the H200 it bought 37.6 -> 35.0 us only).
     """
     ta, tk, tb = t[0], t[1], t[2] if len(t) == 3 else 1
     bt = -(-b // tb)
