@@ -481,7 +481,14 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 "4096f32o4k16": ChannelConfig(4096, "float32", KernelHints(4), final_tile=16),
                 "4096f32o4k4": ChannelConfig(4096, "float32", KernelHints(4), final_tile=4),
                 "4096f32o3w8": ChannelConfig(4096, "float32", KernelHints(3, 8)),
-                "8192f32o2w8": ChannelConfig(8192, "float32", KernelHints(2, 8))}  # fmt: skip
+                "8192f32o2w8": ChannelConfig(8192, "float32", KernelHints(2, 8)),
+                # round 3: the partial pass's loop pipelined (tile 2048: 10 stages), the elementwise pass's own tile
+                **{f"{t}f32o{o}a{a}": ChannelConfig(t, "float32", KernelHints(o), apply_tile=a)
+                   for t, o, a in ((2048, 4, 1024), (2048, 4, 2048), (2048, 4, 4096), (2048, 4, 8192), (4096, 4, 1024),
+                                   (4096, 4, 4096), (1024, 4, 1024), (2048, 2, 1024), (2048, 3, 1024))},
+                # the elementwise pass in 8 warps: one 16-byte load a thread at 2048 elements, vectors in smaller loads
+                "2048f32o4a2048w8": ChannelConfig(2048, "float32", KernelHints(4), apply_tile=2048,
+                                                  apply_hints=KernelHints(num_worker_warps=8))}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 
@@ -500,11 +507,13 @@ def _set_config(direction: str, config: object) -> None:
         batchnorm.TRAINING = config
 
 
-def bench_norms(variants: str = "") -> list[dict]:
-    """Each op at the default configuration, then (``variants``: comma-separated labels, or "all") the others."""
+def bench_norms(variants: str = "", kinds: str = "") -> list[dict]:
+    """Each op (``kinds``: comma-separated, default all) at the default configuration, then (``variants``:
+    comma-separated labels, or "all") the others."""
     from sigdnn.plan_builders.cutile import batchnorm, opbase
 
-    rows = [bench_norm(k, "default") for kinds in NORM_KINDS.values() for k in kinds]
+    wanted = set(kinds.split(",")) if kinds else {k for ks in NORM_KINDS.values() for k in ks}
+    rows = [bench_norm(k, "default") for ks in NORM_KINDS.values() for k in ks if k in wanted]
     if not variants:
         return [r for r in rows if r]
     saved = (opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD)
@@ -514,7 +523,7 @@ def bench_norms(variants: str = "") -> list[dict]:
                 if variants != "all" and label not in variants.split(","):
                     continue
                 _set_config(direction, config)
-                rows += [bench_norm(k, label) for k in NORM_KINDS[direction]]
+                rows += [bench_norm(k, label) for k in NORM_KINDS[direction] if k in wanted]
             _set_config(direction, saved[list(NORM_KINDS).index(direction)])
             opbase.SOFTMAX_FORWARD = saved[3]
     finally:
@@ -630,6 +639,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated parts to run (default: all not skipped)")
     parser.add_argument("--variants", default="", help="norms: configuration labels beside the defaults, or 'all'")
     parser.add_argument("--norm-cols", type=int, default=NORM_COLS, help="norms: row width (rows stay 16384)")
+    parser.add_argument("--norm-kinds", default="", help="norms: comma-separated ops of NORM_KINDS (default: all)")
     parser.add_argument("--tile-modes", default="identity,add,gelu_fwd", help="tiles: the modes swept")
     parser.add_argument("--tiles", default="1024,2048,4096", help="tiles: the pointwise tile sizes swept")
     parser.add_argument("--mm-sizes", default="4096,8192")
@@ -663,7 +673,7 @@ def main() -> None:
     if "tiles" not in skip:
         result["tiles"] = bench_tiles(tuple(map(int, args.tiles.split(","))), tuple(args.tile_modes.split(",")))
     if "norms" not in skip:
-        result["norms"] = bench_norms(args.variants)
+        result["norms"] = bench_norms(args.variants, args.norm_kinds)
     if "matmul" not in skip:
         sizes = tuple(map(int, args.mm_sizes.split(",")))
         result["matmul"] = bench_matmul(sizes, args.mm_configs, args.mm_fused)

@@ -62,10 +62,13 @@ def test_validates_against_the_reference(name):
 
 
 @pytest.mark.parametrize("name", ["tails", "batched_f16_f32_out", "c_col_major"])
-@pytest.mark.parametrize("config", [cutile_matmul.CONFIGS[0].label, "256x128x64g8c2"])
+@pytest.mark.parametrize(
+    "config", [cutile_matmul.CONFIGS[0].label, "128x128x64g8", "256x128x64g8c2", "256x256x64g8c2w8p", "128x128x64g8p"]
+)
 def test_writes_every_element(name, config, monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(cutile_matmul, "CONFIGS", (cutile_matmul.parse_config(config),))
+    monkeypatch.setattr(cutile_matmul, "resident_blocks", lambda device, config: 2)  # persistent: 2 blocks walk all
     g = matmul_graph(*SHAPES[name])
     inputs = random_inputs(g, seed=5)
     out_t = g.tensor_by_name("c")
@@ -103,11 +106,16 @@ def epilogue_graph(steps, dtype="bfloat16", mid=None, a_dims=(2, 200, 136), b_di
     [(["bias", "gelu_fwd"], None), (["bias", "gelu_fwd"], "bfloat16"), (["bias", "relu_fwd", "residual"], "bfloat16"),
      (["residual", "gelu_approx_tanh_fwd"], "float16")],
 )  # fmt: skip
-def test_fused_epilogue_validates(steps, mid):
-    g = epilogue_graph(steps, mid=mid)
+@pytest.mark.parametrize("config", [None, "128x128x64g8"])
+def test_fused_epilogue_validates(steps, mid, config, monkeypatch):
+    if config:
+        monkeypatch.setattr(cutile_matmul, "CONFIGS", (cutile_matmul.parse_config(config),))
+    monkeypatch.setattr(cutile_matmul, "resident_blocks", lambda device, config: 2)  # the persistent default's
+    g = epilogue_graph(steps, mid=mid)  # 2 blocks each walk 4 of the 4 x 2 tiles of 128 x 256 (the batch folds)
     ex = sigdnn.Executor("gpu", engine="cutile.matmul")
     plan = ex.prepare(g)
     assert len(plan.steps) == 1 and plan.steps[0].builder.name == "cutile.matmul"
+    assert plan.steps[0].plan.grid[0] == (12 if config else 2)  # 128 x 128: 4 x 3 tiles, one a block
     report = sigdnn.validate(g, seed=9, executor=ex)
     print(report.table())
     assert report.passed, report.table()

@@ -37,6 +37,8 @@ def cache_key(spec: Any) -> Any:
 class EmulatedGpu:
     """A Device.context that asks the cuTile builders for emulated kernels (buffers are NumPy arrays)."""
 
+    sm_count = 3  # few: a persistent kernel's blocks each walk several tiles of a small test problem
+
     def __init__(self) -> None:
         self.kernel_backend = EmulatedBackend()
 

@@ -31,6 +31,8 @@ class ChannelConfig:
     hints: KernelHints = attrs.field(factory=KernelHints)  # of the partial-sum and elementwise passes
     final_tile: int = 8  # channels per finalize block (many blocks: one adding every partial row ran long)
     final_elems: int = 1024  # elements of the finalize's (rows, channels) tile of float64 partial sums
+    apply_tile: int | None = None  # elements of the elementwise pass's tile (None: ``tile``)
+    apply_hints: KernelHints | None = None  # of the elementwise pass (None: ``hints``)
 
 
 # Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
@@ -38,7 +40,10 @@ class ChannelConfig:
 # than float64 lanes over 8192 elements (1.69 against 1.15 TB/s); float64 lanes lost beyond 8192 (registers).
 # The finalize in blocks of 8 channels (32 blocks, not one adding all 523 x 256 partial rows): 1.69 -> 1.99 TB/s
 # (gpu_cutile_speed_2026-12-01b.md).
-TRAINING = ChannelConfig(4096, "float32", KernelHints(occupancy=4))  # training forward (statistics)
+# Round 3 (tilebn_2026-12-01c.md): the partial pass's loop without a guard is pipelined (7 TMA stages of a
+# 2048-element tile; 4096 spilled and got 2): 37.6 -> 35.0 us. The elementwise pass at 4096 elements with unchecked
+# loads and stores (exact tiles): 64.2 -> 54.7 us (2048: 53.4, 8192: 55.5, 1024: 62.3). 1.99 -> 2.23 TB/s.
+TRAINING = ChannelConfig(2048, "float32", KernelHints(occupancy=4), apply_tile=4096)  # training forward
 INFERENCE = ChannelConfig(8192)  # the elementwise pass alone
 BACKWARD = ChannelConfig(8192)  # gradients: float64 lanes (dbias = sum dy cancels)
 
@@ -61,11 +66,16 @@ class _Layout:
         self.a, self.c, self.b = views.channels(x)
         views.same_layout(x, [graph.tensors[ports[p]] for p in like if p in ports])
         self.config = config
-        tile = tiles(self.a, self.c, self.b, config.tile)
-        self.shape = (cdiv(self.a, tile[0]), cdiv(self.c, tile[1]), cdiv(self.b, tile[2]))
         self.flat = self.b == 1  # channels innermost: (A, C) views and tiles (see channelgen)
-        self.tile = tile[:2] if self.flat else tile
+        self.tile, self.shape = self._cut(config.tile)
+        self.apply_tile, self.apply_shape = self._cut(config.apply_tile or config.tile)
         self.count = self.a * self.b
+
+    def _cut(self, elements: int) -> tuple[tuple[int, ...], tuple[int, int, int]]:
+        """The (TA, TK, TB) tile of about ``elements`` ((TA, TK) when flat) and the grid of tiles over x."""
+        tile = tiles(self.a, self.c, self.b, elements)
+        shape = (cdiv(self.a, tile[0]), cdiv(self.c, tile[1]), cdiv(self.b, tile[2]))
+        return (tile[:2] if self.flat else tile), shape
 
     def x(self, port: str) -> Arg:
         if self.flat:
@@ -76,8 +86,11 @@ class _Layout:
         return Arg(port, (self.c,), (views.channel_stride(self.graph.tensors[self.ports[port]]),))
 
     def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
-        at, kt, bt = self.shape
-        text = channelgen.apply(self.tile, self.shape, grads, wide, self.config.hints)
+        at, kt, bt = self.apply_shape
+        hints = self.config.apply_hints or self.config.hints
+        ta, tk, tb = (*self.apply_tile, 1)[:3]
+        exact = self.a % ta == 0 and self.c % tk == 0 and self.b % tb == 0
+        text = channelgen.apply(self.apply_tile, self.apply_shape, grads, wide, hints, exact)
         return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
@@ -86,7 +99,7 @@ class _Layout:
         per = cdiv(at, splits)
         splits = cdiv(at, per)
         sums = [work.take((splits, self.c), "float64") for _ in range(2)]
-        text = channelgen.partials(self.tile, self.a, self.b, per, splits, grads, self.config.lanes, self.config.hints)
+        text = channelgen.partials(self.tile, self.a, self.b, splits, grads, self.config.lanes, self.config.hints)
         return Launch(KernelSource("batchnorm_partials", text), (kt, splits), (*args, *sums)), sums
 
     def finalize_tiles(self, splits: int) -> tuple[int, int]:

@@ -49,14 +49,21 @@ COMPUTE = ("float32", "float16", "bfloat16")
 ACTIVATIONS = ("relu_fwd", "gelu_fwd", "gelu_approx_tanh_fwd", "tanh_fwd", "sigmoid_fwd", "swish_fwd")
 MAX_EPILOGUE = 4  # pointwise nodes one kernel absorbs
 
-# Configurations offered for measured choice; the first is the default (benchmarks/results/gpu_matmul_autotune_*).
+# Configurations offered for measured choice; the first is the default (benchmarks/results/gpu_matmul_autotune_*,
+# tilebn_2026-12-01c.md). The default: two consumer warpgroups (m64 x 256 MMAs each, as cuBLAS's large tiles; 168
+# registers, no spill offline), persistent so the next tile's loads overlap this one's epilogue: 755-765 TFLOP/s at
+# 8192^3 bf16 where 128x128x64g8 ran 734-737, 753-754 against 704 with a bias + gelu epilogue. Its 2-CTA cluster
+# ran 778 alone but 754 fused.
 CONFIGS = (
+    MatmulConfig(128, 256, 64, 8, warps=8, persistent=True),
     MatmulConfig(128, 128, 64, 8),
     MatmulConfig(128, 128, 64, 8, occupancy=2),
     MatmulConfig(128, 256, 64, 8, num_ctas=2),
     MatmulConfig(256, 128, 64, 8, num_ctas=2),
     MatmulConfig(128, 128, 64, 8, latency=4),
     MatmulConfig(64, 128, 64, 8),
+    MatmulConfig(256, 256, 64, 8, num_ctas=2, warps=8, persistent=True),  # 2-CTA clusters of the default's tiles
+    MatmulConfig(128, 128, 64, 8, persistent=True),
 )
 FLOAT32_CONFIGS = (MatmulConfig(128, 128, 32, 8), MatmulConfig(64, 64, 32, 8))
 
@@ -72,12 +79,12 @@ def parse_config(label: str) -> MatmulConfig:
     """Inverse of ``MatmulConfig.label`` (e.g. ``128x256x64g8c2``)."""
     import re
 
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)g(\d+)(?:c(\d+))?(?:o(\d+))?(?:l(\d+))?", label)
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)g(\d+)(?:c(\d+))?(?:o(\d+))?(?:l(\d+))?(?:w(\d+))?(p?)", label)
     if m is None:
         raise ValueError(f"bad cuTile matmul config label {label!r} (e.g. 128x128x64g8c2)")
-    tm, tn, tk, g, c, o, lat = (int(v) if v else None for v in m.groups())
+    tm, tn, tk, g, c, o, lat, w = (int(v) if v else None for v in m.groups()[:-1])
     assert tm and tn and tk and g
-    return MatmulConfig(tm, tn, tk, g, num_ctas=c, occupancy=o, latency=lat)
+    return MatmulConfig(tm, tn, tk, g, num_ctas=c, occupancy=o, latency=lat, warps=w, persistent=bool(m.group(9)))
 
 
 def _dtype(graph: Graph, uid: int) -> str:
@@ -182,6 +189,14 @@ class CutileMatmulPlan(NodePlan, RegionPlan):
         self.bind(buffers, context)()
 
 
+def resident_blocks(device: Device, config: MatmulConfig) -> int:
+    """Blocks of ``config`` the device runs at once (a persistent grid's size): SMs x occupancy / CTAs a block."""
+    from sigdnn.plan_builders.cute.matmul import planning_sm_count
+
+    sms = getattr(device.context, "sm_count", None) or planning_sm_count(device)
+    return max(1, sms * (config.occupancy or 1) // (config.num_ctas or 1))
+
+
 def default_config(spec_mma: str) -> MatmulConfig:
     """The configuration without measurement: the first of the list for the operands' precision."""
     return (FLOAT32_CONFIGS if spec_mma == "float32" else CONFIGS)[0]
@@ -282,7 +297,8 @@ class CutileMatmulBuilder(FusionBuilder):
         spec, views, uids = self.plan(node, graph, chain)
         chosen = parse_config(config) if config else default_config(spec.mma)
         spec = MatmulSpec(spec.a, spec.b, spec.c, spec.product_dtype, spec.mma, spec.epilogue, chosen)
-        grid = (-(-views.m // chosen.tile_m) * -(-views.n // chosen.tile_n), views.batch, 1)
+        tiles = -(-views.m // chosen.tile_m) * -(-views.n // chosen.tile_n)
+        grid = (min(tiles, resident_blocks(device, chosen)) if chosen.persistent else tiles, views.batch, 1)
         shapes = [(v.shape, v.strides) for v in (views.a, views.b, views.c)]
         extras = iter(views.extras)
         for kind, _, other in chain.steps if chain else ():

@@ -195,7 +195,11 @@ def test_chain_stops_where_a_tensor_is_read_twice_or_broadcast_grows():
 
 def test_every_config_and_hint_label_round_trips_and_validates(monkeypatch):
     g = epilogue_graph(["bias", "gelu_fwd"], a_dims=(50, 33), b_dims=(33, 70))
-    for config in (MatmulConfig(16, 16, 16, 1), MatmulConfig(32, 16, 32, 3, num_ctas=2, occupancy=2, latency=4)):
+    for config in (
+        MatmulConfig(16, 16, 16, 1),
+        MatmulConfig(32, 16, 32, 3, num_ctas=2, occupancy=2, latency=4),
+        MatmulConfig(16, 32, 16, 2, warps=8, persistent=True),
+    ):
         assert parse_config(config.label) == config
         monkeypatch.setattr(cutile_matmul, "CONFIGS", (config,))
         plan = validated(g, seed=4)
@@ -203,6 +207,19 @@ def test_every_config_and_hint_label_round_trips_and_validates(monkeypatch):
     assert [parse_config(c).label for c in CutileMatmulBuilder().configs([g.nodes[0]], g)] == [config.label]
     with pytest.raises(ValueError, match="bad cuTile matmul config"):
         parse_config("128x128")
+
+
+@pytest.mark.parametrize("name", ["tails", "batched", "c_col_major", "one_block"])
+def test_persistent_blocks_walk_every_tile(name, monkeypatch):
+    """3 resident blocks (the emulated GPU's count) over up to 24 tiles a batch: each block walks several."""
+    config = MatmulConfig(16, 32, 16, 2, persistent=True)
+    monkeypatch.setattr(cutile_matmul, "CONFIGS", (config,))
+    a_dims, b_dims = SHAPES[name][:2]
+    tiles = -(-a_dims[-2] // 16) * -(-b_dims[-1] // 32)
+    plan = validated(matmul_graph(*SHAPES[name]), seed=6)
+    step = plan.steps[0].plan
+    assert step.config == config and step.grid[0] == min(3, tiles)
+    assert "for bid in range(ct.bid(0), " in step.spec.source()
 
 
 def test_one_kernel_per_specialization():

@@ -61,9 +61,9 @@ def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, con
 @pytest.mark.parametrize("lanes", ["float32", "float64"])
 @pytest.mark.parametrize(("name", "io"), [("train-NHWC", "float32"), ("bwd-NCHW", "bfloat16")])
 def test_batchnorm_partial_sums_in_bands_of_tiles_match_the_reference(monkeypatch, lanes, name, io):
-    """Small tiles and few split blocks: each block sums several A-tiles a band apart, the last band partial;
-    the finalize takes 2 channels per block."""
-    config = ChannelConfig(64, lanes, KernelHints(occupancy=4), final_tile=2)
+    """Small tiles and few split blocks: each block sums several A-tiles a band apart (its own trip count: the
+    last band partial); the finalize takes 2 channels per block; the elementwise pass its own smaller tile."""
+    config = ChannelConfig(64, lanes, KernelHints(occupancy=4), final_tile=2, apply_tile=16, apply_hints=KernelHints())
     monkeypatch.setattr(batchnorm, "TRAINING", config)
     monkeypatch.setattr(batchnorm, "BACKWARD", config)
     monkeypatch.setattr(batchnorm, "SPLIT_BLOCKS", 4)
@@ -83,9 +83,10 @@ def test_batchnorm_partial_sums_in_bands_of_tiles_match_the_reference(monkeypatc
     launches, _ = batchnorm.CutileBatchnormBackwardBuilder().launches(g.nodes[0], g) if "bwd" in name else (
         batchnorm.CutileBatchnormBuilder().launches(g.nodes[0], g))  # fmt: skip
     text = launches[0].source.text
-    per_block = int(re.search(r"for i in range\((\d+)\)", text).group(1))
-    assert per_block > 1 and launches[0].grid[1] == 4 and f"ct.{lanes}" in text
+    tiles, splits = map(int, re.search(r"for i in range\(\((\d+) - sp \+ \d+\) // (\d+)\)", text).groups())
+    assert tiles > splits == launches[0].grid[1] == 4 and tiles % splits and f"ct.{lanes}" in text
     assert launches[1].grid == (dims[1] // 2,)
+    assert launches[2].grid[0] > launches[0].grid[0] * tiles and "@ct.kernel\n" in launches[2].source.text
     report = sigdnn.validate(g, seed=3, executor=emulated_executor())
     assert report.passed, report.table()
 
