@@ -666,17 +666,51 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
         print_rows([r_ for r_ in rows if r_["size"] == f"dgrad {name}"])
 
 
-def bench_wgrad(args: argparse.Namespace, rows: list[dict]) -> None:
-    """bf16 NHWC conv wgrad against cuDNN's, batch 64: the implicit GEMM and im2col + GEMM builders.
+def wgrad_sweep(k: int, rsc: int, npq: int, sm_count: int) -> list[tuple[str, int]]:
+    """(tile config, slice count) pairs the wgrad part times for one layer: the model's four best configs at
+    their best slice count, the best two at the neighbouring counts too, and the first implicit wgrad's
+    choice (pingpong 64x64 below K 128, else cooperative 128x64, slices from conv_wgrad.split_count)."""
+    from sigdnn.plan_builders.cute.conv_wgrad import (
+        best_splits,
+        modelled_us,
+        split_choices,
+        split_count,
+        wgrad_tile_configs,
+    )
+
+    def cost(c):
+        return modelled_us(k, rsc, npq, c, best_splits(k, rsc, npq, c, sm_count), sm_count)
+
+    ranked = sorted(wgrad_tile_configs(k, rsc), key=cost)[:4]
+    choices = split_choices(npq)
+    found = []
+    for i, c in enumerate(ranked):
+        best = best_splits(k, rsc, npq, c, sm_count)
+        at = choices.index(best)
+        near = choices[max(0, at - 1) : at + 2] if i < 2 else [best]
+        found += [(c.label, d) for d in near]
+    first = "pp64x64c1x1s1" if k < 128 else "coop128x64c1x1s1"
+    found.append((first, split_count(npq, -(-k // (64 if k < 128 else 128)) * (rsc // 64), sm_count)))
+    return list(dict.fromkeys(found))
+
+
+def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """bf16 NHWC conv wgrad against cuDNN's, batch 64: the implicit GEMM per tile config and slice count.
 
     The unit-stride ResNet-50 layers of RESNET50_LAYERS: torch's
     ``torch.nn.grad.conv2d_weight`` (cuDNN backward filter, channels-last)
-    against ``Executor.execute`` of a one-node wgrad graph with
-    cute.conv_wgrad_implicit and with cute.conv_wgrad.
+    against the implicit wgrad's launches (the conv into dw or float32
+    partials, then the reduction) through their handles for every pair of
+    ``wgrad_sweep``, the default through ``Executor.execute`` (host cost
+    included) and the im2col + GEMM builder through the Executor.
     """
     import sigdnn
+    from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
+    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+    from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
 
     torch.backends.cudnn.benchmark = True
+    stream = torch.cuda.current_stream().cuda_stream
     for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
         if stride != 1:
             continue
@@ -690,11 +724,28 @@ def bench_wgrad(args: argparse.Namespace, rows: list[dict]) -> None:
         g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
         tx, tdy = g.tensor("x", x.shape, layout="NHWC"), g.tensor("dy", dy.shape, layout="NHWC")
         g.conv_wgrad(tx, tdy, padding=(pad, pad), dims=(k, c, r, r), name="wgrad").set_output(True).set_name("dw")
+        node = g.node_by_name("wgrad")
 
         def wgrad_torch(x=x, dy=dy, pad=pad, shape=(k, c, r, r)):
             return torch.nn.grad.conv2d_weight(x, shape, dy, padding=pad)
 
         impls = {"torch conv2d_weight (cuDNN)": wgrad_torch}
+        default = plan_wgrad_implicit(node, g, sm_count)
+        for label, splits in wgrad_sweep(k, r * r * c, 64 * hw * hw, sm_count):
+            view = plan_wgrad_implicit(node, g, sm_count, parse_config(label), splits)
+            conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
+            if splits == 1:
+                fn = functools.partial(conv, dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
+            else:
+                reduce = SplitKReduceLaunch("bfloat16", k * view.rsc, splits)
+                parts = torch.empty(view.workspace_bytes, device="cuda", dtype=torch.uint8)
+
+                def fn(conv=conv, reduce=reduce, parts=parts, dy=dy, x=x, dw=dw):
+                    conv(dy.data_ptr(), x.data_ptr(), parts.data_ptr(), stream)
+                    reduce(parts.data_ptr(), dw.data_ptr(), stream)
+
+            mark = " (default)" if (view.config, splits) == (default.config, default.splits) else ""
+            impls[f"cute implicit {label} x{splits}{mark}"] = fn
         for engine in ("cute.conv_wgrad_implicit", "cute.conv_wgrad"):
             ex = sigdnn.Executor("gpu", engine=engine)
             plan = ex.prepare(g)
@@ -957,7 +1008,7 @@ def main() -> None:
     if "dgrad" in args.parts:
         bench_dgrad(args, conv_rows)
     if "wgrad" in args.parts:
-        bench_wgrad(args, conv_rows)
+        bench_wgrad(args, sm_count, conv_rows)
     if "host" in args.parts:
         host = bench_host(sm_count)
         for k, v in host.items():

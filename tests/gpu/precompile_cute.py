@@ -158,7 +158,8 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
             wgrad = conv_wgrad.plan_wgrad(node, g, SM_COUNT)
             found.append(("gemm", wgrad.spec, cute_matmul.parse_config(config or "coop128x128c1x1s1"), 2))
             try:
-                implicit = conv_wgrad.plan_wgrad_implicit(node, g, SM_COUNT)
+                chosen = cute_matmul.parse_config(config) if config else None
+                implicit = conv_wgrad.plan_wgrad_implicit(node, g, SM_COUNT, chosen)
                 found.append(("wgrad", implicit.spec, implicit.config, 2))
             except NotSupported:
                 pass
@@ -190,6 +191,9 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     wgrad = _load("test_cute_conv_wgrad")
     for case in [*wgrad.CASES.values(), *wgrad.IMPLICIT_CASES.values()]:
         found += conv_implicit_specs(wgrad.wgrad_graph(*case), None)
+    for case, configs in wgrad.CONFIG_CASES.values():
+        for config in configs:
+            found += conv_implicit_specs(wgrad.wgrad_graph(*case), config)
     return found
 
 
@@ -217,6 +221,10 @@ def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int
                     g.conv_dgrad(dy, g.tensor("w", (k, c, r, r), layout="NHWC"), padding=(r // 2, r // 2))
                 else:
                     g.conv_wgrad(x, dy, padding=(r // 2, r // 2), dims=(k, c, r, r))
+                    for tiles in conv_wgrad.wgrad_tile_configs(k, r * r * c):  # every tile, split or not
+                        for out in ("float32", "bfloat16"):
+                            spec = GemmSpec("bfloat16", "bfloat16", out, "m", "n", "n", True, True)
+                            found.append(("wgrad", spec, tiles, 2))
                 found += conv_implicit_specs(g, None)
     for n, c, d, hw, k in _benchmark_constant("CONV3D_LAYERS").values():  # the conv3d part
         g = Graph("conv3d", io_dtype="bfloat16", compute_dtype="float32")
