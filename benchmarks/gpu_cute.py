@@ -599,28 +599,28 @@ def bench_conv3d(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> N
 def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
     """bf16 NHWC conv dgrad (cute.conv_dgrad: filter flip + implicit GEMM over dy) against cuDNN's, batch 64.
 
-    The unit-stride ResNet-50 layers of RESNET50_LAYERS. torch's
+    The ResNet-50 layers of RESNET50_LAYERS. torch's
     ``torch.nn.grad.conv2d_input`` (cuDNN backward data, channels-last); the
-    plan's two launches (flip into a workspace, then the conv) through their
-    handles; and the same through ``Executor.execute``.
+    plan's launches (flip into a workspace, for a strided layer dy with zeros
+    inserted after it, then the conv) through their handles; and the same
+    through ``Executor.execute``.
     """
     import sigdnn
 
     torch.backends.cudnn.benchmark = True
     stream = torch.cuda.current_stream().cuda_stream
     for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
-        if stride != 1:
-            continue
-        pad = r // 2
+        pad, out = r // 2, -(-hw // stride)
         gen = torch.Generator(device="cuda").manual_seed(c + hw + k + 1)
-        dy = torch.randn(64, k, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+        dy = torch.randn(64, k, out, out, device="cuda", generator=gen).to(torch.bfloat16)
         dy = dy.to(memory_format=torch.channels_last)
         w = (torch.randn(k, c, r, r, device="cuda", generator=gen) / (k * r * r) ** 0.5).to(torch.bfloat16)
         w = w.to(memory_format=torch.channels_last)
         dx = torch.empty(64, c, hw, hw, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
         g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
         tdy, tw = g.tensor("dy", dy.shape, layout="NHWC"), g.tensor("w", w.shape, layout="NHWC")
-        g.conv_dgrad(tdy, tw, padding=(pad, pad), name="dgrad").set_output(True).set_name("dx")
+        dx_t = g.conv_dgrad(tdy, tw, padding=(pad, pad), stride=(stride, stride), dims=(64, c, hw, hw), name="dgrad")
+        dx_t.set_output(True).set_name("dx")
         ex = sigdnn.Executor("gpu", engine="cute.conv_dgrad")
         plan = ex.prepare(g)
         step = plan.steps[0].plan
@@ -628,19 +628,24 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
 
         def launches(step=step, work=work, dy=dy, w=w, dx=dx):
             step._flip(w.data_ptr(), work.data_ptr(), stream)
-            step._conv(dy.data_ptr(), work.data_ptr(), dx.data_ptr(), stream)
+            source = dy.data_ptr()
+            if step._insert is not None:
+                source = work.data_ptr() + step._dy_offset
+                step._insert(dy.data_ptr(), source, stream)
+            step._conv(source, work.data_ptr(), dx.data_ptr(), stream)
 
-        def dgrad_torch(dy=dy, w=w, pad=pad, c=c, hw=hw):
-            return torch.nn.grad.conv2d_input((64, c, hw, hw), w, dy, padding=pad)
+        def dgrad_torch(dy=dy, w=w, pad=pad, c=c, hw=hw, stride=stride):
+            return torch.nn.grad.conv2d_input((64, c, hw, hw), w, dy, padding=pad, stride=stride)
 
+        steps = "flip + zero insertion + conv" if stride > 1 else "flip + conv"
         impls = {
             "torch conv2d_input (cuDNN)": dgrad_torch,
-            f"cute flip + conv {step.config.label}": launches,
+            f"cute {steps} {step.config.label}": launches,
             "cute via Executor.execute": lambda ex=ex, plan=plan, p={"dy": dy, "w": w, "dx": dx}: ex.execute(
                 plan, p, to_host=False
             ),
         }
-        want = torch.nn.grad.conv2d_input((64, c, hw, hw), w.float(), dy.float(), padding=pad)
+        want = torch.nn.grad.conv2d_input((64, c, hw, hw), w.float(), dy.float(), padding=pad, stride=stride)
         errors = {}
         for n, fn in impls.items():
             if n.startswith("cute"):
@@ -648,7 +653,7 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
                 fn()
                 torch.cuda.synchronize()
                 errors[n] = float((dx.float() - want).norm() / want.norm())
-        flops = 2.0 * dx.numel() * k * r * r
+        flops = 2.0 * dy.numel() * c * r * r  # the strided products only (none with inserted zeros)
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 300e12)))
         for fn in impls.values():
             fn()
