@@ -13,6 +13,7 @@ from cute_skip import skip_unless_sm90
 
 import sigdnn
 from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
+from sigdnn.plan_builders.cute.matmul import parse_config
 
 pytestmark = pytest.mark.gpu
 
@@ -122,9 +123,11 @@ def test_every_implicit_tile_config_validates(name: str, config: str, monkeypatc
     assert report.passed, report.table()
 
 
-def test_the_split_reduction_is_exercised() -> None:
-    g = wgrad_graph(*CONFIG_CASES["1x1_c256_k64_split"][0])
-    assert plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132).splits > 1
+@pytest.mark.parametrize("name", ["3x3_c128_k72", "1x1_c256_k64_split"])
+def test_the_split_reduction_is_exercised(name: str) -> None:
+    g = wgrad_graph(*CONFIG_CASES[name][0])
+    for config in CONFIG_CASES[name][1]:
+        assert plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132, parse_config(config)).splits > 1
 
 
 def test_sub_tiles_loaded_in_the_wrong_order_fail_validation(monkeypatch: pytest.MonkeyPatch) -> None:

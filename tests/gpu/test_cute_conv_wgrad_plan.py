@@ -10,11 +10,12 @@ from sigdnn.plan_builders.cute.conv_wgrad import (
     ALTERNATIVES,
     CuteConvWgradBuilder,
     CuteConvWgradImplicitBuilder,
+    WgradShape,
     best_splits,
-    default_wgrad_config,
     modelled_us,
     plan_wgrad,
     plan_wgrad_implicit,
+    ranked_configs,
     split_choices,
     split_count,
     wgrad_tile_configs,
@@ -89,8 +90,9 @@ def test_the_implicit_wgrad_splits_the_pixels_and_reads_dy_m_major() -> None:
     g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))
     view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132)
     npq = 64 * 56 * 56
-    assert view.config == default_wgrad_config(64, 576, npq, 132)
-    assert view.splits == best_splits(64, 576, npq, view.config, 132) > 1
+    assert view.shape == WgradShape(64, 576, npq, 2 * 64 * 64 * 56 * 56 * 2)
+    assert view.config == ranked_configs(view.shape, 132)[0]
+    assert view.splits == best_splits(view.shape, view.config, 132) > 1
     assert view.chunk * view.splits == npq and view.chunk % 8 == 0
     assert (view.spec.a_major, view.spec.b_major, view.spec.c_dtype) == ("m", "n", "float32")
     assert view.geometry == (64, 56, 56, 64, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1, 1)
@@ -121,11 +123,14 @@ def test_split_choices_are_equal_aligned_slices() -> None:
 
 def test_the_model_splits_few_tiles_and_keeps_many_whole() -> None:
     few, many = parse_config("pp64x192c1x1s1"), parse_config("coop128x192c1x1s1")
-    assert best_splits(64, 576, 200704, few, 132) >= 32  # 3 tiles: the reduction fills the SMs
-    assert best_splits(512, 4608, 3136, many, 132) <= 2  # 96 tiles already
+    assert best_splits(WgradShape(64, 576, 200704), few, 132) >= 32  # 3 tiles: the reduction fills the SMs
+    assert best_splits(WgradShape(512, 4608, 3136), many, 132) <= 2  # 96 tiles already
     # 36 tiles: 2 slices fill one wave; 4 need a second, each SM then running two half-deep tiles.
     c = parse_config("coop128x128c1x1s1")
-    assert modelled_us(256, 2304, 12544, c, 2, 132) < modelled_us(256, 2304, 12544, c, 4, 132)
+    shape = WgradShape(256, 2304, 12544)
+    assert modelled_us(shape, c, 2, 132) < modelled_us(shape, c, 4, 132)
+    # No tiling streams x and dy from HBM faster than once.
+    assert modelled_us(WgradShape(64, 256, 200704, 10**9), parse_config("pp64x64c1x1s1"), 1, 132) > 300
 
 
 def test_the_implicit_wgrad_offers_its_default_then_alternatives() -> None:

@@ -210,6 +210,16 @@ class CuteConvWgradBuilder(PlanBuilder):
 
 
 @attrs.frozen
+class WgradShape:
+    """What the model sees of a wgrad: dw's K x RSC, the reduction's depth N*P*Q, and x's and dy's bytes."""
+
+    k: int
+    rsc: int
+    npq: int
+    io_bytes: int = 0
+
+
+@attrs.frozen
 class ImplicitWgrad:
     """A conv wgrad as the implicit-GEMM wgrad kernel's launch: spec, geometry, slice length and count."""
 
@@ -219,19 +229,21 @@ class ImplicitWgrad:
     chunk: int
     splits: int
     out_dtype: str
-    k: int
-    rsc: int
+    shape: WgradShape
 
     @property
     def workspace_bytes(self) -> int:
-        return self.splits * self.k * self.rsc * 4 if self.splits > 1 else 0
+        return self.splits * self.shape.k * self.shape.rsc * 4 if self.splits > 1 else 0
 
 
-# The H200 figures the implicit wgrad's tile and split choice is modelled with (per SM of 132; calibrated
-# against benchmarks/results/convbwd_2026-12-01c.md): the rate wgmma sustains, the L2 -> SM load bandwidth
-# the fprop's best tiles drew, and the HBM bandwidth the split-K reduction streams at.
-_SM_FLOPS = 5.3e12
-_SM_LOAD_BYTES = 57e9
+# The H200 figures the implicit wgrad's tile and split choice is modelled with, per SM (of 132), fitted to the
+# 63 tile / slice pairs timed in benchmarks/results/convbwd_2026-12-01c.md: the rate wgmma sustains on these
+# tiles; the rate the TMA's im2col mode delivers B's rows (a pixel's 64 channels of one tap; each K step of a
+# tile N columns wide is N such rows) -- the bound on every tile under 256 rows, whatever its width; the
+# bandwidth the float32 partials leave at; and the HBM bandwidth the split-K reduction streams at.
+_SM_FLOPS = 4.8e12
+_SM_IM2COL_ROWS = 165e6
+_SM_STORE_BYTES = 57e9
 _HBM_BYTES = 3.0e12
 _LAUNCH_US = 3.0  # a second kernel (the reduction) on the stream
 ALTERNATIVES = 3  # tile configs autotune measures besides the default
@@ -256,18 +268,19 @@ def wgrad_tile_configs(k: int, rsc: int) -> list[GemmConfig]:
     return found
 
 
-def modelled_us(k: int, rsc: int, npq: int, config: GemmConfig, splits: int, sm_count: int) -> float:
+def modelled_us(shape: WgradShape, config: GemmConfig, splits: int, sm_count: int) -> float:
     """Microseconds the model gives a wgrad tiling: waves of tiles, each its slice's K steps (as slow as the
-    tensor cores or as the tile's loads, whichever binds) and its float32 partials' store; then the
-    reduction reading every slice's partials. A ranking, not a prediction to the microsecond."""
-    tm, tn = config.tile_m, config.tile_n
+    tensor cores or as B's im2col rows, whichever binds) and its float32 partials' store, but no faster
+    than x and dy stream from HBM once; then the reduction reading every slice's partials. A ranking
+    (within ~15 % of the H200's times on the ResNet-50 layers' 3x3 convs), not a prediction."""
+    k, rsc, tm, tn = shape.k, shape.rsc, config.tile_m, config.tile_n
     tiles = math.ceil(k / tm) * math.ceil(rsc / tn) * splits
     waves = math.ceil(tiles / sm_count)
-    steps = math.ceil(npq / splits / 64)
-    step_us = max(2 * tm * tn * 64 / _SM_FLOPS, (tm + tn) * 64 * 2 / _SM_LOAD_BYTES) * 1e6
-    store_us = tm * tn * 4 / _SM_LOAD_BYTES * 1e6
+    steps = math.ceil(shape.npq / splits / 64)
+    step_us = max(2 * tm * tn * 64 / _SM_FLOPS, tn / _SM_IM2COL_ROWS) * 1e6
+    store_us = tm * tn * 4 / _SM_STORE_BYTES * 1e6
     reduce_us = 0.0 if splits == 1 else _LAUNCH_US + (splits * 4 + 2) * k * rsc / _HBM_BYTES * 1e6
-    return waves * (steps * step_us + store_us) + reduce_us
+    return max(waves * (steps * step_us + store_us), shape.io_bytes / _HBM_BYTES * 1e6) + reduce_us
 
 
 def split_choices(npq: int) -> list[int]:
@@ -276,16 +289,16 @@ def split_choices(npq: int) -> list[int]:
     return [d for d in range(1, npq // _MIN_SLICE + 1) if npq % d == 0 and (npq // d) % 8 == 0] or [1]
 
 
-def best_splits(k: int, rsc: int, npq: int, config: GemmConfig, sm_count: int) -> int:
+def best_splits(shape: WgradShape, config: GemmConfig, sm_count: int) -> int:
     """The slice count the model ranks fastest for this tile config (fewer slices on a tie)."""
-    return min(split_choices(npq), key=lambda d: (modelled_us(k, rsc, npq, config, d, sm_count), d))
+    return min(split_choices(shape.npq), key=lambda d: (modelled_us(shape, config, d, sm_count), d))
 
 
-def default_wgrad_config(k: int, rsc: int, npq: int, sm_count: int = 132) -> GemmConfig:
-    """The tile config the model ranks fastest, each with its best slice count."""
-    return min(
-        wgrad_tile_configs(k, rsc),
-        key=lambda c: modelled_us(k, rsc, npq, c, best_splits(k, rsc, npq, c, sm_count), sm_count),
+def ranked_configs(shape: WgradShape, sm_count: int = 132) -> list[GemmConfig]:
+    """The tile configs the model ranks, fastest first, each with its best slice count."""
+    return sorted(
+        wgrad_tile_configs(shape.k, shape.rsc),
+        key=lambda c: modelled_us(shape, c, best_splits(shape, c, sm_count), sm_count),
     )
 
 
@@ -294,7 +307,7 @@ def plan_wgrad_implicit(
 ) -> ImplicitWgrad:
     """The implicit-GEMM view of a wgrad node (B through the TMA's im2col mode), or NotSupported saying why.
 
-    ``config`` and ``splits`` default to the model's choice (``default_wgrad_config``, ``best_splits``)."""
+    ``config`` and ``splits`` default to the model's choice (``ranked_configs``, ``best_splits``)."""
     plan_wgrad(node, graph, sm_count)  # dtypes, rank, groups, layouts, channel alignment
     op = node.op
     where = f"node '{node.name}'"
@@ -309,16 +322,17 @@ def plan_wgrad_implicit(
     geometry = (n, h, wd, c, k, r, s, p, q, *op.pre_padding, *op.post_padding, *op.stride, *op.dilation)
     check_geometry(where, geometry, dtype, x.size, dy.size, dw.size)
     npq, rsc = n * p * q, r * s * c
-    config = config or default_wgrad_config(k, rsc, npq, sm_count)
+    shape = WgradShape(k, rsc, npq, (x.size + dy.size) * ITEMSIZE[dtype])
+    config = config or ranked_configs(shape, sm_count)[0]
     if config not in wgrad_tile_configs(k, rsc):
         raise NotSupported(f"{where}: tile config {config.label}; the implicit wgrad takes "
                            f"{', '.join(c.label for c in wgrad_tile_configs(k, rsc))} for dw {k} x {rsc}")  # fmt: skip
-    splits = splits or best_splits(k, rsc, npq, config, sm_count)
+    splits = splits or best_splits(shape, config, sm_count)
     if splits not in split_choices(npq):
         raise NotSupported(f"{where}: {splits} slices of {npq} output pixels; supported: {split_choices(npq)}")
     c_dtype = out if splits == 1 else "float32"
     spec = GemmSpec(dtype, dtype, c_dtype, "m", "n", "n", True, True)
-    return ImplicitWgrad(spec, config, geometry, npq // splits, splits, out, k, rsc)
+    return ImplicitWgrad(spec, config, geometry, npq // splits, splits, out, shape)
 
 
 class CuteConvWgradImplicitPlan(BindsLaunches, NodePlan):
@@ -361,14 +375,9 @@ class CuteConvWgradImplicitBuilder(CuteConvWgradBuilder):
         """Labels worth measuring: the default (or the environment's override) first, then the next
         ALTERNATIVES the model ranks best, each run with its own best slice count."""
         view = plan_wgrad_implicit(nodes[0], graph, planning_sm_count(device), config_override())
-        k, rsc, npq = view.k, view.rsc, view.chunk * view.splits
-        sm_count = planning_sm_count(device)
-        ranked = sorted(
-            wgrad_tile_configs(k, rsc),
-            key=lambda c: modelled_us(k, rsc, npq, c, best_splits(k, rsc, npq, c, sm_count), sm_count),
-        )
         labels = [view.config.label]
-        return labels + [c.label for c in ranked if c.label not in labels][:ALTERNATIVES]
+        ranked = [c.label for c in ranked_configs(view.shape, planning_sm_count(device))]
+        return labels + [label for label in ranked if label not in labels][:ALTERNATIVES]
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
@@ -380,5 +389,6 @@ class CuteConvWgradImplicitBuilder(CuteConvWgradBuilder):
         config = named_config(context.config, where) or config_override()
         view = plan_wgrad_implicit(node, graph, sm_count, config)
         conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
-        reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, view.k * view.rsc, view.splits)
+        total = view.shape.k * view.shape.rsc
+        reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, total, view.splits)
         return CuteConvWgradImplicitPlan(view, conv, reduce, where)
