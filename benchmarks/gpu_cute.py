@@ -743,7 +743,7 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
             if splits == 1:
                 fn = functools.partial(conv, dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
             else:
-                reduce = SplitKReduceLaunch("bfloat16", k * view.rsc, splits)
+                reduce = SplitKReduceLaunch("bfloat16", k * view.shape.rsc, splits)
                 parts = torch.empty(view.workspace_bytes, device="cuda", dtype=torch.uint8)
 
                 def fn(conv=conv, reduce=reduce, parts=parts, dy=dy, x=x, dw=dw):
