@@ -20,6 +20,7 @@ from sigdnn.plan_builders.cute.conv_wgrad import (
     split_count,
     wgrad_tile_configs,
 )
+from sigdnn.plan_builders.cute.gemm_layout import GemmSpec
 from sigdnn.plan_builders.cute.matmul import parse_config
 
 
@@ -117,6 +118,7 @@ def test_wide_n_tiles_are_whole_sub_tiles_that_never_straddle_dw() -> None:
 
 def test_split_choices_are_equal_aligned_slices() -> None:
     assert split_choices(4096) == [1, 2, 4, 8]  # slices of 512 or more
+    assert split_choices(1536) == [1, 2, 3]
     assert split_choices(1036) == [1]  # no aligned slicing: one slice (dw written directly)
     assert all(200704 % d == 0 and (200704 // d) % 8 == 0 and 200704 // d >= 512 for d in split_choices(200704))
 
@@ -143,6 +145,16 @@ def test_the_implicit_wgrad_offers_its_default_then_alternatives() -> None:
         assert plan_wgrad_implicit(node, g, 132, parse_config(label)).config.label == label
 
 
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [({"layout": "NCHW"}, "channels-last"), ({"stride": (9, 9), "padding": (0, 0)}, "strides up to 8")],
+)
+def test_the_implicit_wgrad_declines_what_its_loads_cannot_express(kw: dict, match: str) -> None:
+    g = wgrad_graph((2, 64, 40, 40), (64, 64, 3, 3), **kw)
+    with pytest.raises(NotSupported, match=match):
+        plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132)
+
+
 def test_the_implicit_wgrad_declines_tiles_and_slices_it_cannot_run() -> None:
     g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))
     node = g.node_by_name("wgrad")
@@ -150,3 +162,37 @@ def test_the_implicit_wgrad_declines_tiles_and_slices_it_cannot_run() -> None:
         plan_wgrad_implicit(node, g, 132, parse_config("coop128x128c1x1s1"))  # 9 blocks: no 128-wide tiles
     with pytest.raises(NotSupported, match="3 slices"):
         plan_wgrad_implicit(node, g, 132, None, 3)
+
+
+@pytest.mark.parametrize(
+    ("shape", "label", "splits", "want"),
+    [
+        # One wave of 126 tiles, 28 K steps each bound by wgmma (2*256*128*64 / 4.8e12 s = 0.874 us), the
+        # float32 tile's store (131072 B / 57 GB/s = 2.30 us) and 1 us; the reduction: 6 us + 30 * 589824 B
+        # / 3 TB/s = 11.90 us.
+        (WgradShape(256, 2304, 12544), "coop256x128c1x1s1", 7, 39.66452210526316),
+        # 224 steps bound by B's 64 im2col rows (0.388 us), 0.287 us store, 1 us; 6.713 us of reduction.
+        (WgradShape(64, 576, 200704), "pp64x64c1x1s1", 14, 94.88499108133972),
+        # 144 tiles: two waves of 49 steps (0.437 us, wgmma), 1.150 us store, 1 us each; no reduction.
+        (WgradShape(512, 4608, 3136), "coop256x64c1x1s1", 1, 47.11636210526316),
+        # Reading 128 MB from HBM (42.67 us) outlasts the tiles; then 6.71 us of reduction.
+        (WgradShape(64, 256, 200704, 128 * 10**6), "pp64x64c1x1s1", 32, 49.37664),
+    ],
+)
+def test_the_model_by_hand(shape: WgradShape, label: str, splits: int, want: float) -> None:
+    assert modelled_us(shape, parse_config(label), splits, 132) == pytest.approx(want, rel=1e-12)
+
+
+def test_shallow_k_still_gets_a_tile_and_one_slice_writes_dw() -> None:
+    assert [c.label for c in wgrad_tile_configs(16, 64)] == ["pp64x64c1x1s1"]
+    g = wgrad_graph((2, 64, 9, 11), (16, 64, 3, 3))
+    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132)
+    assert view.splits == 1 and view.chunk == 2 * 9 * 11 and view.workspace_bytes == 0
+    assert view.spec == GemmSpec("bfloat16", "bfloat16", "bfloat16", "m", "n", "n", True, True)
+
+
+def test_a_split_view_has_whole_aligned_slices() -> None:
+    g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))
+    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132, None, 28)
+    assert isinstance(view.chunk, int) and view.chunk == 7168
+    assert view.spec == GemmSpec("bfloat16", "bfloat16", "float32", "m", "n", "n", True, True)
