@@ -599,28 +599,28 @@ def bench_conv3d(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> N
 def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
     """bf16 NHWC conv dgrad (cute.conv_dgrad: filter flip + implicit GEMM over dy) against cuDNN's, batch 64.
 
-    The unit-stride ResNet-50 layers of RESNET50_LAYERS. torch's
+    The ResNet-50 layers of RESNET50_LAYERS. torch's
     ``torch.nn.grad.conv2d_input`` (cuDNN backward data, channels-last); the
-    plan's two launches (flip into a workspace, then the conv) through their
-    handles; and the same through ``Executor.execute``.
+    plan's launches (flip into a workspace, for a strided layer dy with zeros
+    inserted after it, then the conv) through their handles; and the same
+    through ``Executor.execute``.
     """
     import sigdnn
 
     torch.backends.cudnn.benchmark = True
     stream = torch.cuda.current_stream().cuda_stream
     for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
-        if stride != 1:
-            continue
-        pad = r // 2
+        pad, out = r // 2, -(-hw // stride)
         gen = torch.Generator(device="cuda").manual_seed(c + hw + k + 1)
-        dy = torch.randn(64, k, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+        dy = torch.randn(64, k, out, out, device="cuda", generator=gen).to(torch.bfloat16)
         dy = dy.to(memory_format=torch.channels_last)
         w = (torch.randn(k, c, r, r, device="cuda", generator=gen) / (k * r * r) ** 0.5).to(torch.bfloat16)
         w = w.to(memory_format=torch.channels_last)
         dx = torch.empty(64, c, hw, hw, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
         g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
         tdy, tw = g.tensor("dy", dy.shape, layout="NHWC"), g.tensor("w", w.shape, layout="NHWC")
-        g.conv_dgrad(tdy, tw, padding=(pad, pad), name="dgrad").set_output(True).set_name("dx")
+        dx_t = g.conv_dgrad(tdy, tw, padding=(pad, pad), stride=(stride, stride), dims=(64, c, hw, hw), name="dgrad")
+        dx_t.set_output(True).set_name("dx")
         ex = sigdnn.Executor("gpu", engine="cute.conv_dgrad")
         plan = ex.prepare(g)
         step = plan.steps[0].plan
@@ -628,19 +628,24 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
 
         def launches(step=step, work=work, dy=dy, w=w, dx=dx):
             step._flip(w.data_ptr(), work.data_ptr(), stream)
-            step._conv(dy.data_ptr(), work.data_ptr(), dx.data_ptr(), stream)
+            source = dy.data_ptr()
+            if step._insert is not None:
+                source = work.data_ptr() + step._dy_offset
+                step._insert(dy.data_ptr(), source, stream)
+            step._conv(source, work.data_ptr(), dx.data_ptr(), stream)
 
-        def dgrad_torch(dy=dy, w=w, pad=pad, c=c, hw=hw):
-            return torch.nn.grad.conv2d_input((64, c, hw, hw), w, dy, padding=pad)
+        def dgrad_torch(dy=dy, w=w, pad=pad, c=c, hw=hw, stride=stride):
+            return torch.nn.grad.conv2d_input((64, c, hw, hw), w, dy, padding=pad, stride=stride)
 
+        steps = "flip + zero insertion + conv" if stride > 1 else "flip + conv"
         impls = {
             "torch conv2d_input (cuDNN)": dgrad_torch,
-            f"cute flip + conv {step.config.label}": launches,
+            f"cute {steps} {step.config.label}": launches,
             "cute via Executor.execute": lambda ex=ex, plan=plan, p={"dy": dy, "w": w, "dx": dx}: ex.execute(
                 plan, p, to_host=False
             ),
         }
-        want = torch.nn.grad.conv2d_input((64, c, hw, hw), w.float(), dy.float(), padding=pad)
+        want = torch.nn.grad.conv2d_input((64, c, hw, hw), w.float(), dy.float(), padding=pad, stride=stride)
         errors = {}
         for n, fn in impls.items():
             if n.startswith("cute"):
@@ -648,7 +653,7 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
                 fn()
                 torch.cuda.synchronize()
                 errors[n] = float((dx.float() - want).norm() / want.norm())
-        flops = 2.0 * dx.numel() * k * r * r
+        flops = 2.0 * dy.numel() * c * r * r  # the strided products only (none with inserted zeros)
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 300e12)))
         for fn in impls.values():
             fn()
@@ -666,17 +671,52 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
         print_rows([r_ for r_ in rows if r_["size"] == f"dgrad {name}"])
 
 
-def bench_wgrad(args: argparse.Namespace, rows: list[dict]) -> None:
-    """bf16 NHWC conv wgrad against cuDNN's, batch 64: the implicit GEMM and im2col + GEMM builders.
+def wgrad_sweep(shape, sm_count: int) -> list[tuple[str, int]]:
+    """(tile config, slice count) pairs the wgrad part times for one layer (a conv_wgrad.WgradShape): the
+    model's four best configs at their best slice count, the best two at the neighbouring counts too, and
+    LAST_SWEEP_BEST's pair."""
+    from sigdnn.plan_builders.cute.conv_wgrad import best_splits, ranked_configs, split_choices
+
+    choices = split_choices(shape.npq)
+    found = []
+    for i, c in enumerate(ranked_configs(shape, sm_count)[:4]):
+        best = best_splits(shape, c, sm_count)
+        at = choices.index(best)
+        found += [(c.label, d) for d in (choices[max(0, at - 1) : at + 2] if i < 2 else [best])]
+    found += [pair for (k, rsc), pair in LAST_SWEEP_BEST.items() if (k, rsc) == (shape.k, shape.rsc)]
+    return list(dict.fromkeys(found))
+
+
+# The fastest pair of the first sweep (2026-12-01c call 1) per layer, (K, RSC): timed again next to the model's.
+LAST_SWEEP_BEST = {
+    (64, 576): ("pp64x64c1x1s1", 14),
+    (128, 1152): ("coop128x64c1x1s1", 7),
+    (256, 2304): ("coop256x128c1x1s1", 7),
+    (512, 4608): ("coop256x128c1x1s1", 1),
+    (256, 64): ("coop128x64c1x1s1", 64),
+    (64, 256): ("pp64x64c1x1s1", 32),
+    (1024, 256): ("coop256x128c1x1s1", 16),
+    (512, 2048): ("coop128x64c1x1s1", 1),
+}
+
+
+def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
+    """bf16 NHWC conv wgrad against cuDNN's, batch 64: the implicit GEMM per tile config and slice count.
 
     The unit-stride ResNet-50 layers of RESNET50_LAYERS: torch's
     ``torch.nn.grad.conv2d_weight`` (cuDNN backward filter, channels-last)
-    against ``Executor.execute`` of a one-node wgrad graph with
-    cute.conv_wgrad_implicit and with cute.conv_wgrad.
+    against the implicit wgrad's launches (the conv into dw or float32
+    partials, then the reduction) through their handles for every pair of
+    ``wgrad_sweep``, the default through ``Executor.execute`` (host cost
+    included) and the im2col + GEMM builder through the Executor.
     """
     import sigdnn
+    from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
+    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+    from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
 
     torch.backends.cudnn.benchmark = True
+    stream = torch.cuda.current_stream().cuda_stream
     for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
         if stride != 1:
             continue
@@ -690,11 +730,28 @@ def bench_wgrad(args: argparse.Namespace, rows: list[dict]) -> None:
         g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
         tx, tdy = g.tensor("x", x.shape, layout="NHWC"), g.tensor("dy", dy.shape, layout="NHWC")
         g.conv_wgrad(tx, tdy, padding=(pad, pad), dims=(k, c, r, r), name="wgrad").set_output(True).set_name("dw")
+        node = g.node_by_name("wgrad")
 
         def wgrad_torch(x=x, dy=dy, pad=pad, shape=(k, c, r, r)):
             return torch.nn.grad.conv2d_weight(x, shape, dy, padding=pad)
 
         impls = {"torch conv2d_weight (cuDNN)": wgrad_torch}
+        default = plan_wgrad_implicit(node, g, sm_count)
+        for label, splits in wgrad_sweep(default.shape, sm_count):
+            view = plan_wgrad_implicit(node, g, sm_count, parse_config(label), splits)
+            conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
+            if splits == 1:
+                fn = functools.partial(conv, dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
+            else:
+                reduce = SplitKReduceLaunch("bfloat16", k * view.shape.rsc, splits)
+                parts = torch.empty(view.workspace_bytes, device="cuda", dtype=torch.uint8)
+
+                def fn(conv=conv, reduce=reduce, parts=parts, dy=dy, x=x, dw=dw):
+                    conv(dy.data_ptr(), x.data_ptr(), parts.data_ptr(), stream)
+                    reduce(parts.data_ptr(), dw.data_ptr(), stream)
+
+            mark = " (default)" if (view.config, splits) == (default.config, default.splits) else ""
+            impls[f"cute implicit {label} x{splits}{mark}"] = fn
         for engine in ("cute.conv_wgrad_implicit", "cute.conv_wgrad"):
             ex = sigdnn.Executor("gpu", engine=engine)
             plan = ex.prepare(g)
@@ -957,7 +1014,7 @@ def main() -> None:
     if "dgrad" in args.parts:
         bench_dgrad(args, conv_rows)
     if "wgrad" in args.parts:
-        bench_wgrad(args, conv_rows)
+        bench_wgrad(args, sm_count, conv_rows)
     if "host" in args.parts:
         host = bench_host(sm_count)
         for k, v in host.items():

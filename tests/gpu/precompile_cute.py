@@ -158,7 +158,8 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
             wgrad = conv_wgrad.plan_wgrad(node, g, SM_COUNT)
             found.append(("gemm", wgrad.spec, cute_matmul.parse_config(config or "coop128x128c1x1s1"), 2))
             try:
-                implicit = conv_wgrad.plan_wgrad_implicit(node, g, SM_COUNT)
+                chosen = cute_matmul.parse_config(config) if config else None
+                implicit = conv_wgrad.plan_wgrad_implicit(node, g, SM_COUNT, chosen)
                 found.append(("wgrad", implicit.spec, implicit.config, 2))
             except NotSupported:
                 pass
@@ -190,6 +191,9 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     wgrad = _load("test_cute_conv_wgrad")
     for case in [*wgrad.CASES.values(), *wgrad.IMPLICIT_CASES.values()]:
         found += conv_implicit_specs(wgrad.wgrad_graph(*case), None)
+    for case, configs in wgrad.CONFIG_CASES.values():
+        for config in configs:
+            found += conv_implicit_specs(wgrad.wgrad_graph(*case), config)
     return found
 
 
@@ -209,15 +213,20 @@ def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int
             if not fused:
                 for label in _benchmark_constant("CONV_CONFIGS"):
                     found += conv_implicit_specs(g, label)
-        if stride == 1:  # the dgrad and wgrad parts
-            for op in ("dgrad", "wgrad"):
-                g = Graph(op, io_dtype="bfloat16", compute_dtype="float32")
-                x, dy = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("dy", (64, k, hw, hw), layout="NHWC")
-                if op == "dgrad":
-                    g.conv_dgrad(dy, g.tensor("w", (k, c, r, r), layout="NHWC"), padding=(r // 2, r // 2))
-                else:
-                    g.conv_wgrad(x, dy, padding=(r // 2, r // 2), dims=(k, c, r, r))
-                found += conv_implicit_specs(g, None)
+        for op in ("dgrad", "wgrad") if stride == 1 else ("dgrad",):  # the dgrad and wgrad parts
+            g = Graph(op, io_dtype="bfloat16", compute_dtype="float32")
+            p = -(-hw // stride)
+            x, dy = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("dy", (64, k, p, p), layout="NHWC")
+            if op == "dgrad":
+                w = g.tensor("w", (k, c, r, r), layout="NHWC")
+                g.conv_dgrad(dy, w, padding=(r // 2, r // 2), stride=(stride, stride), dims=(64, c, hw, hw))
+            else:
+                g.conv_wgrad(x, dy, padding=(r // 2, r // 2), dims=(k, c, r, r))
+                for tiles in conv_wgrad.wgrad_tile_configs(k, r * r * c):  # every tile, split or not
+                    for out in ("float32", "bfloat16"):
+                        spec = GemmSpec("bfloat16", "bfloat16", out, "m", "n", "n", True, True)
+                        found.append(("wgrad", spec, tiles, 2))
+            found += conv_implicit_specs(g, None)
     for n, c, d, hw, k in _benchmark_constant("CONV3D_LAYERS").values():  # the conv3d part
         g = Graph("conv3d", io_dtype="bfloat16", compute_dtype="float32")
         x, w = g.tensor("x", (n, c, d, hw, hw), layout="NDHWC"), g.tensor("w", (k, c, 3, 3, 3), layout="NDHWC")

@@ -12,6 +12,8 @@ import pytest
 from cute_skip import skip_unless_sm90
 
 import sigdnn
+from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
+from sigdnn.plan_builders.cute.matmul import parse_config
 
 pytestmark = pytest.mark.gpu
 
@@ -56,6 +58,31 @@ IMPLICIT_CASES = {
 }
 
 
+# Wide N tiles (t 64-column sub-tiles, each its own TMA load of one channel block of one tap) and the
+# other M tiles, forced per case: K off the M tile, N*P*Q off the 64-deep K step, odd spatial sizes.
+CONFIG_CASES = {
+    # name: (case as above, tile configs)
+    "3x3_c128_k72": (
+        ((8, 128, 15, 13), (72, 128, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
+        ("pp64x128c1x1s1", "pp64x192c1x1s1", "coop128x128c1x1s1", "coop128x192c1x1s1"),
+    ),
+    "2x2_dilated_asymmetric_k136": (
+        (
+            (2, 64, 17, 15),
+            (136, 64, 2, 2),
+            "bfloat16",
+            "float32",
+            {"pre_padding": (1, 0), "post_padding": (0, 1), "stride": (2, 1), "dilation": (2, 1)},
+        ),
+        ("pp64x256c1x1s1", "coop128x256c1x1s1", "coop256x128c1x1s1"),
+    ),
+    "1x1_c256_k64_split": (
+        ((16, 256, 10, 8), (64, 256, 1, 1), "float16", "float16", {}),
+        ("pp64x256c1x1s1", "pp64x128c1x1s1"),
+    ),
+}
+
+
 def wgrad_graph(x_dims, dw_dims, dtype: str, out: str, conv: dict) -> sigdnn.Graph:
     g = sigdnn.Graph("wgrad", io_dtype=dtype, compute_dtype="float32")
     x = g.tensor("x", x_dims, layout="NHWC")
@@ -82,3 +109,47 @@ def test_implicit_conv_wgrad_validates_against_the_reference(name: str) -> None:
     print(report.table())
     assert report.builders == {"wgrad": IMPLICIT}
     assert report.passed, report.table()
+
+
+@pytest.mark.parametrize(
+    ("name", "config"), [(name, config) for name, (_, configs) in CONFIG_CASES.items() for config in configs]
+)
+def test_every_implicit_tile_config_validates(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
+    g = wgrad_graph(*CONFIG_CASES[name][0])
+    plan = sigdnn.Executor("gpu", engine=IMPLICIT).prepare(g)
+    assert plan.steps[0].plan.config.label == config
+    report = sigdnn.validate(g, seed=37, executor=sigdnn.Executor("gpu", engine=IMPLICIT))
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("name", ["3x3_c128_k72", "1x1_c256_k64_split"])
+def test_the_split_reduction_is_exercised(name: str) -> None:
+    g = wgrad_graph(*CONFIG_CASES[name][0])
+    for config in CONFIG_CASES[name][1]:
+        assert plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132, parse_config(config)).splits > 1
+
+
+def test_sub_tiles_loaded_in_the_wrong_order_fail_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug: each wide N tile's 64-column sub-tiles loaded in reverse order (every load in range,
+    every extent unchanged) must fail; compiled afresh, past both compile caches."""
+    import cutlass.cute as cute
+
+    from sigdnn.plan_builders.cute.kernels import conv_launch, conv_wgrad_sm90
+    from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
+
+    def reversed_copy(self, tma_b, tBgB, tBsB, tile_nkl, stage, barrier, mask):
+        n_tile, kt, b_l = tile_nkl
+        t = self.sub_tiles
+        for j in range(t):
+            cute.copy(tma_b, tBgB[(None, n_tile * t + (t - 1 - j), kt, b_l)], tBsB[(None, stage * t + j)],
+                      tma_bar_ptr=barrier)  # fmt: skip
+
+    monkeypatch.setattr(conv_wgrad_sm90.HopperConvWgrad, "copy_b", reversed_copy)
+    monkeypatch.setattr(conv_launch, "_CACHE", CompileCache())
+    monkeypatch.setenv("SIGDNN_CUTE_CACHE", "0")
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", "pp64x256c1x1s1")
+    g = wgrad_graph(*CONFIG_CASES["2x2_dilated_asymmetric_k136"][0])
+    report = sigdnn.validate(g, seed=37, executor=sigdnn.Executor("gpu", engine=IMPLICIT))
+    assert report.builders == {"wgrad": IMPLICIT}
+    assert not report.passed

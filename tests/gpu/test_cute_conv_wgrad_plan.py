@@ -7,12 +7,21 @@ import pytest
 import sigdnn
 from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cute.conv_wgrad import (
+    ALTERNATIVES,
     CuteConvWgradBuilder,
     CuteConvWgradImplicitBuilder,
+    WgradShape,
+    best_splits,
+    modelled_us,
     plan_wgrad,
     plan_wgrad_implicit,
+    ranked_configs,
+    split_choices,
     split_count,
+    wgrad_tile_configs,
 )
+from sigdnn.plan_builders.cute.gemm_layout import GemmSpec
+from sigdnn.plan_builders.cute.matmul import parse_config
 
 
 def wgrad_graph(x_dims=(2, 16, 9, 11), dw_dims=(24, 16, 3, 3), *, dtype="bfloat16", layout="NHWC", **conv):
@@ -82,7 +91,9 @@ def test_the_implicit_wgrad_splits_the_pixels_and_reads_dy_m_major() -> None:
     g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))
     view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132)
     npq = 64 * 56 * 56
-    assert view.config.label == "pp64x64c1x1s1" and view.splits == split_count(npq, 9, 132)
+    assert view.shape == WgradShape(64, 576, npq, 2 * 64 * 64 * 56 * 56 * 2)
+    assert view.config == ranked_configs(view.shape, 132)[0]
+    assert view.splits == best_splits(view.shape, view.config, 132) > 1
     assert view.chunk * view.splits == npq and view.chunk % 8 == 0
     assert (view.spec.a_major, view.spec.b_major, view.spec.c_dtype) == ("m", "n", "float32")
     assert view.geometry == (64, 56, 56, 64, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1, 1)
@@ -93,3 +104,95 @@ def test_the_implicit_wgrad_declines_channels_off_its_tile() -> None:
     g = wgrad_graph()  # 16 input channels
     with pytest.raises(NotSupported, match="multiple of 64"):
         CuteConvWgradImplicitBuilder().check(g.node_by_name("wgrad"), g, None)
+
+
+def test_wide_n_tiles_are_whole_sub_tiles_that_never_straddle_dw() -> None:
+    labels = [c.label for c in wgrad_tile_configs(64, 576)]  # 9 channel-block taps, K 64
+    assert labels == ["pp64x64c1x1s1", "pp64x192c1x1s1"]
+    labels = [c.label for c in wgrad_tile_configs(256, 1024)]  # 16 blocks: every width; 256 rows within 208 regs
+    assert "coop256x256c1x1s1" not in labels
+    assert {"pp64x256c1x1s1", "coop128x256c1x1s1", "coop256x128c1x1s1", "coop256x64c1x1s1"} <= set(labels)
+    assert all(1024 // 64 % (c.tile_n // 64) == 0 for c in wgrad_tile_configs(256, 1024))
+    assert all(c.tile_m < 256 for c in wgrad_tile_configs(128, 1152))  # 256 rows: half past K = 128
+
+
+def test_split_choices_are_equal_aligned_slices() -> None:
+    assert split_choices(4096) == [1, 2, 4, 8]  # slices of 512 or more
+    assert split_choices(1536) == [1, 2, 3]
+    assert split_choices(1036) == [1]  # no aligned slicing: one slice (dw written directly)
+    assert all(200704 % d == 0 and (200704 // d) % 8 == 0 and 200704 // d >= 512 for d in split_choices(200704))
+
+
+def test_the_model_splits_few_tiles_and_keeps_many_whole() -> None:
+    few, many = parse_config("pp64x192c1x1s1"), parse_config("coop128x192c1x1s1")
+    assert best_splits(WgradShape(64, 576, 200704), few, 132) >= 32  # 3 tiles: the reduction fills the SMs
+    assert best_splits(WgradShape(512, 4608, 3136), many, 132) <= 2  # 96 tiles already
+    # 36 tiles: 2 slices fill one wave; 4 need a second, each SM then running two half-deep tiles.
+    c = parse_config("coop128x128c1x1s1")
+    shape = WgradShape(256, 2304, 12544)
+    assert modelled_us(shape, c, 2, 132) < modelled_us(shape, c, 4, 132)
+    # No tiling streams x and dy from HBM faster than once.
+    assert modelled_us(WgradShape(64, 256, 200704, 10**9), parse_config("pp64x64c1x1s1"), 1, 132) > 300
+
+
+def test_the_implicit_wgrad_offers_its_default_then_alternatives() -> None:
+    g = wgrad_graph((64, 128, 28, 28), (128, 128, 3, 3))
+    node = g.node_by_name("wgrad")
+    labels = CuteConvWgradImplicitBuilder().configs([node], g, None)
+    assert labels[0] == plan_wgrad_implicit(node, g, 132).config.label
+    assert len(labels) == 1 + ALTERNATIVES == len(set(labels))
+    for label in labels:
+        assert plan_wgrad_implicit(node, g, 132, parse_config(label)).config.label == label
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [({"layout": "NCHW"}, "channels-last"), ({"stride": (9, 9), "padding": (0, 0)}, "strides up to 8")],
+)
+def test_the_implicit_wgrad_declines_what_its_loads_cannot_express(kw: dict, match: str) -> None:
+    g = wgrad_graph((2, 64, 40, 40), (64, 64, 3, 3), **kw)
+    with pytest.raises(NotSupported, match=match):
+        plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132)
+
+
+def test_the_implicit_wgrad_declines_tiles_and_slices_it_cannot_run() -> None:
+    g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))
+    node = g.node_by_name("wgrad")
+    with pytest.raises(NotSupported, match="tile config coop128x128"):
+        plan_wgrad_implicit(node, g, 132, parse_config("coop128x128c1x1s1"))  # 9 blocks: no 128-wide tiles
+    with pytest.raises(NotSupported, match="3 slices"):
+        plan_wgrad_implicit(node, g, 132, None, 3)
+
+
+@pytest.mark.parametrize(
+    ("shape", "label", "splits", "want"),
+    [
+        # One wave of 126 tiles, 28 K steps each bound by wgmma (2*256*128*64 / 4.8e12 s = 0.874 us), the
+        # float32 tile's store (131072 B / 57 GB/s = 2.30 us) and 1 us; the reduction: 6 us + 30 * 589824 B
+        # / 3 TB/s = 11.90 us.
+        (WgradShape(256, 2304, 12544), "coop256x128c1x1s1", 7, 39.66452210526316),
+        # 224 steps bound by B's 64 im2col rows (0.388 us), 0.287 us store, 1 us; 6.713 us of reduction.
+        (WgradShape(64, 576, 200704), "pp64x64c1x1s1", 14, 94.88499108133972),
+        # 144 tiles: two waves of 49 steps (0.437 us, wgmma), 1.150 us store, 1 us each; no reduction.
+        (WgradShape(512, 4608, 3136), "coop256x64c1x1s1", 1, 47.11636210526316),
+        # Reading 128 MB from HBM (42.67 us) outlasts the tiles; then 6.71 us of reduction.
+        (WgradShape(64, 256, 200704, 128 * 10**6), "pp64x64c1x1s1", 32, 49.37664),
+    ],
+)
+def test_the_model_by_hand(shape: WgradShape, label: str, splits: int, want: float) -> None:
+    assert modelled_us(shape, parse_config(label), splits, 132) == pytest.approx(want, rel=1e-12)
+
+
+def test_shallow_k_still_gets_a_tile_and_one_slice_writes_dw() -> None:
+    assert [c.label for c in wgrad_tile_configs(16, 64)] == ["pp64x64c1x1s1"]
+    g = wgrad_graph((2, 64, 9, 11), (16, 64, 3, 3))
+    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132)
+    assert view.splits == 1 and view.chunk == 2 * 9 * 11 and view.workspace_bytes == 0
+    assert view.spec == GemmSpec("bfloat16", "bfloat16", "bfloat16", "m", "n", "n", True, True)
+
+
+def test_a_split_view_has_whole_aligned_slices() -> None:
+    g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))
+    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132, None, 28)
+    assert isinstance(view.chunk, int) and view.chunk == 7168
+    assert view.spec == GemmSpec("bfloat16", "bfloat16", "float32", "m", "n", "n", True, True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -36,6 +36,8 @@ from sigdnn.plan_builders.cute.matmul import (
     config_override,
     device_id_of,
     device_properties,
+    named_config,
+    planning_sm_count,
     require_hopper,
     unavailable_reason,
 )
@@ -208,6 +210,16 @@ class CuteConvWgradBuilder(PlanBuilder):
 
 
 @attrs.frozen
+class WgradShape:
+    """What the model sees of a wgrad: dw's K x RSC, the reduction's depth N*P*Q, and x's and dy's bytes."""
+
+    k: int
+    rsc: int
+    npq: int
+    io_bytes: int = 0
+
+
+@attrs.frozen
 class ImplicitWgrad:
     """A conv wgrad as the implicit-GEMM wgrad kernel's launch: spec, geometry, slice length and count."""
 
@@ -217,18 +229,87 @@ class ImplicitWgrad:
     chunk: int
     splits: int
     out_dtype: str
-    k: int
-    rsc: int
+    shape: WgradShape
 
     @property
     def workspace_bytes(self) -> int:
-        return self.splits * self.k * self.rsc * 4 if self.splits > 1 else 0
+        return self.splits * self.shape.k * self.shape.rsc * 4 if self.splits > 1 else 0
+
+
+# The H200 figures the implicit wgrad's tile and split choice is modelled with, per SM (of 132), fitted to the
+# 120 tile / slice pairs timed in benchmarks/results/convbwd_2026-12-01c.md (calls 1 and 2): the rate wgmma sustains on these
+# tiles; the rate the TMA's im2col mode delivers B's rows (a pixel's 64 channels of one tap; each K step of a
+# tile N columns wide is N such rows) -- the bound on every tile under 256 rows, whatever its width; the
+# bandwidth the float32 partials leave at; and the HBM bandwidth the split-K reduction streams at.
+_SM_FLOPS = 4.8e12
+_SM_IM2COL_ROWS = 165e6
+_SM_STORE_BYTES = 57e9
+_HBM_BYTES = 3.0e12
+_LAUNCH_US = 6.0  # a second kernel (the reduction) on the stream
+_TILE_US = 1.0  # a tile's pipeline fill and epilogue hand-over
+ALTERNATIVES = 3  # tile configs autotune measures besides the default
+MAX_SUB_TILES = 4  # B's N tile: up to four 64-column (channel block, tap) sub-tiles (256 columns)
+
+
+def wgrad_tile_configs(k: int, rsc: int) -> list[GemmConfig]:
+    """Tile configs the implicit wgrad can run for dw of K x RSC: N tiles of t 64-column sub-tiles with t
+    dividing RSC / 64 (a tile never straddles dw's last column), M tiles of 64 (pingpong, each warpgroup its
+    own tile), 128 or 256 (cooperative) rows within the accumulator register budget."""
+    found = []
+    for t in range(1, MAX_SUB_TILES + 1):
+        if (rsc // TILE_N) % t:
+            continue
+        for tile_m, pingpong in ((64, True), (128, False), (256, False)):
+            if tile_m > 64 and tile_m // 2 >= k:
+                continue  # half the rows or more past K: a shorter tile does the same work
+            try:
+                found.append(GemmConfig(tile_m, TILE_N * t, pingpong))
+            except ValueError:
+                continue  # past the accumulator registers
+    return found
+
+
+def modelled_us(shape: WgradShape, config: GemmConfig, splits: int, sm_count: int) -> float:
+    """Microseconds the model gives a wgrad tiling: waves of tiles, each its slice's K steps (as slow as the
+    tensor cores or as B's im2col rows, whichever binds) and its float32 partials' store, but no faster
+    than x and dy stream from HBM once; then the reduction reading every slice's partials. A ranking (it
+    reads the measured times at a median 1.1x, and picks the fastest measured pair on 7 of the 8 ResNet-50
+    layers), not a prediction."""
+    k, rsc, tm, tn = shape.k, shape.rsc, config.tile_m, config.tile_n
+    tiles = math.ceil(k / tm) * math.ceil(rsc / tn) * splits
+    waves = math.ceil(tiles / sm_count)
+    steps = math.ceil(shape.npq / splits / 64)
+    step_us = max(2 * tm * tn * 64 / _SM_FLOPS, tn / _SM_IM2COL_ROWS) * 1e6
+    store_us = tm * tn * 4 / _SM_STORE_BYTES * 1e6
+    reduce_us = 0.0 if splits == 1 else _LAUNCH_US + (splits * 4 + 2) * k * rsc / _HBM_BYTES * 1e6
+    return max(waves * (steps * step_us + store_us + _TILE_US), shape.io_bytes / _HBM_BYTES * 1e6) + reduce_us
+
+
+def split_choices(npq: int) -> list[int]:
+    """Slice counts a batched launch can take: equal slices (a divisor of N*P*Q), each a multiple of 8
+    pixels (16-byte aligned dy slices) and at least _MIN_SLICE deep."""
+    return [d for d in range(1, npq // _MIN_SLICE + 1) if npq % d == 0 and (npq // d) % 8 == 0] or [1]
+
+
+def best_splits(shape: WgradShape, config: GemmConfig, sm_count: int) -> int:
+    """The slice count the model ranks fastest for this tile config (fewer slices on a tie)."""
+    return min(split_choices(shape.npq), key=lambda d: (modelled_us(shape, config, d, sm_count), d))
+
+
+def ranked_configs(shape: WgradShape, sm_count: int = 132) -> list[GemmConfig]:
+    """The tile configs the model ranks, fastest first, each with its best slice count."""
+    return sorted(
+        wgrad_tile_configs(shape.k, shape.rsc),
+        key=lambda c: modelled_us(shape, c, best_splits(shape, c, sm_count), sm_count),
+    )
 
 
 def plan_wgrad_implicit(
-    node: Node, graph: Graph, sm_count: int = 132, config: GemmConfig | None = None
+    node: Node, graph: Graph, sm_count: int = 132, config: GemmConfig | None = None, splits: int | None = None
 ) -> ImplicitWgrad:
-    """The implicit-GEMM view of a wgrad node (B through the TMA's im2col mode), or NotSupported saying why."""
+    """The implicit-GEMM view of a wgrad node (B through the TMA's im2col mode), or NotSupported saying why.
+
+    ``config`` and ``splits`` default to the model's choice (``ranked_configs``, ``best_splits``)."""
     plan_wgrad(node, graph, sm_count)  # dtypes, rank, groups, layouts, channel alignment
     op = node.op
     where = f"node '{node.name}'"
@@ -238,19 +319,22 @@ def plan_wgrad_implicit(
     _, _, p, q = dy.dims
     if c % TILE_N:
         raise NotSupported(f"{where}: {c} input channels; the implicit wgrad needs a multiple of {TILE_N} (its N "
-                           "tile is one 64-channel block of one filter tap)")  # fmt: skip
+                           "tiles are 64-channel blocks of filter taps)")  # fmt: skip
     dtype, out = str(graph.dtype_of(x)), str(graph.dtype_of(dw))
     geometry = (n, h, wd, c, k, r, s, p, q, *op.pre_padding, *op.post_padding, *op.stride, *op.dilation)
     check_geometry(where, geometry, dtype, x.size, dy.size, dw.size)
-    if config is None:
-        config = GemmConfig(tile_m=128, tile_n=TILE_N) if k >= 128 else GemmConfig(64, TILE_N, pingpong=True)
-    if config.tile_n != TILE_N:
-        raise NotSupported(f"{where}: tile config {config.label}; the implicit wgrad's N tile is {TILE_N}")
     npq, rsc = n * p * q, r * s * c
-    splits = split_count(npq, math.ceil(k / config.tile_m) * (rsc // TILE_N), sm_count)
+    shape = WgradShape(k, rsc, npq, (x.size + dy.size) * ITEMSIZE[dtype])
+    config = config or ranked_configs(shape, sm_count)[0]
+    if config not in wgrad_tile_configs(k, rsc):
+        raise NotSupported(f"{where}: tile config {config.label}; the implicit wgrad takes "
+                           f"{', '.join(c.label for c in wgrad_tile_configs(k, rsc))} for dw {k} x {rsc}")  # fmt: skip
+    splits = splits or best_splits(shape, config, sm_count)
+    if splits not in split_choices(npq):
+        raise NotSupported(f"{where}: {splits} slices of {npq} output pixels; supported: {split_choices(npq)}")
     c_dtype = out if splits == 1 else "float32"
     spec = GemmSpec(dtype, dtype, c_dtype, "m", "n", "n", True, True)
-    return ImplicitWgrad(spec, config, geometry, npq // splits, splits, out, k, rsc)
+    return ImplicitWgrad(spec, config, geometry, npq // splits, splits, out, shape)
 
 
 class CuteConvWgradImplicitPlan(BindsLaunches, NodePlan):
@@ -289,13 +373,24 @@ class CuteConvWgradImplicitBuilder(CuteConvWgradBuilder):
         plan_wgrad_implicit(node, graph)
         super().check(node, graph, device)
 
+    def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
+        """Labels worth measuring: the default (or the environment's override) first, then the next
+        ALTERNATIVES the model ranks best, each run with its own best slice count."""
+        view = plan_wgrad_implicit(nodes[0], graph, planning_sm_count(device), config_override())
+        labels = [view.config.label]
+        ranked = [c.label for c in ranked_configs(view.shape, planning_sm_count(device))]
+        return labels + [label for label in ranked if label not in labels][:ALTERNATIVES]
+
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
         from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
 
         self.check(node, graph, context.device)
+        where = f"node '{node.name}'"
         _, sm_count = device_properties(device_id_of(context.device))
-        view = plan_wgrad_implicit(node, graph, sm_count, config_override())
+        config = named_config(context.config, where) or config_override()
+        view = plan_wgrad_implicit(node, graph, sm_count, config)
         conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
-        reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, view.k * view.rsc, view.splits)
-        return CuteConvWgradImplicitPlan(view, conv, reduce, f"node '{node.name}'")
+        total = view.shape.k * view.shape.rsc
+        reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, total, view.splits)
+        return CuteConvWgradImplicitPlan(view, conv, reduce, where)

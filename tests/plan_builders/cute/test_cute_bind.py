@@ -118,12 +118,26 @@ def test_direct_conv_gemm_reads_x_itself():
 
 def test_dgrad_flips_the_filter_into_the_workspace_first():
     log: list = []
-    plan = CuteConvDgradPlan(Recorder("flip", log), Recorder("conv", log), 4096, "d")
+    plan = CuteConvDgradPlan(Recorder("flip", log), None, Recorder("conv", log), (4096, 0), "d")
+    assert plan.workspace_bytes == 4096
     launch = plan.bind({"dy": buf(16), "w": buf(32), "dx": buf(48)}, context(workspace=True))
     launch()
     assert log == [("flip", 32, WORKSPACE, STREAM), ("conv", 16, WORKSPACE, 48, STREAM)]
     with pytest.raises(VariantPackError, match="d: dx not 16-byte aligned"):
         plan.bind({"dy": buf(16), "w": buf(32), "dx": buf(40)}, context(workspace=True))
+
+
+def test_strided_dgrad_inserts_zeros_into_dy_past_the_flipped_filter():
+    log: list = []
+    plan = CuteConvDgradPlan(Recorder("flip", log), Recorder("insert", log), Recorder("conv", log), (1024, 3072), "d")
+    assert plan.workspace_bytes == 4096
+    plan.bind({"dy": buf(16), "w": buf(32), "dx": buf(48)}, context(workspace=True))()
+    spread = WORKSPACE + 1024
+    assert log == [
+        ("flip", 32, WORKSPACE, STREAM),
+        ("insert", 16, spread, STREAM),
+        ("conv", spread, WORKSPACE, 48, STREAM),
+    ]
 
 
 def wgrad_view(im2col: bool, splits: int):

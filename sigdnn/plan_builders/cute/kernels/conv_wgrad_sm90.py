@@ -8,7 +8,11 @@ over the output pixels (n, p, q). A is dy read M-major (its rows of K
 channels are the GEMM's columns). B's tiles are the fprop's im2col boxes
 turned on their side: one TMA load per (64-channel block, filter tap) and
 64 output pixels writes, for each pixel, 64 channels contiguous -- which
-is a 64 x 64 N-major B tile in shared memory. The reduction is cut into
+is a 64 x 64 N-major B tile in shared memory. A wider N tile (128, 192 or
+256) is that many 64-column sub-tiles side by side -- the N-major swizzled
+layout keeps each 64-wide block contiguous -- each filled by its own TMA
+load of the next (channel block, tap) in (C, S, R) order, so one dy tile
+(A) feeds up to four taps' worth of products. The reduction is cut into
 ``splits`` equal slices of ``chunk`` pixels, run as the GEMM's batch: each
 writes float32 partials that kernels/splitk_reduce.py adds (one slice
 writes dw directly).
@@ -19,6 +23,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass.cute as cute
 import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Int32
 from cutlass.cute.nvgpu import cpasync
 
@@ -28,11 +33,34 @@ TILE_N = 64  # B's N tile: one 64-channel block of one filter tap (128-byte rows
 
 
 class HopperConvWgrad(HopperGemm):
-    """One compiled 2-D conv wgrad specialization: the GEMM's spec (dtypes) and tile config (N tile 64)."""
+    """One compiled 2-D conv wgrad specialization: the GEMM's spec (dtypes) and tile config (N tile 64 * t)."""
+
+    def __init__(self, spec, config, sm_count: int) -> None:
+        super().__init__(spec, config, sm_count)
+        if config.tile_n % TILE_N or config.cluster_m * config.cluster_n != 1:
+            raise ValueError(f"wgrad tile config {config.label}: N tile a multiple of {TILE_N}, no cluster")
+        self.sub_tiles = config.tile_n // TILE_N
 
     def tiler_b(self):
-        # B's N mode is (C, S, R): tile the channels, walk the taps.
-        return ((self.tile_mnk[1],), self.tile_mnk[2])
+        # B's N mode is (C, S, R): tile the channels, walk the taps; one tile per 64-column sub-tile.
+        return ((TILE_N,), self.tile_mnk[2])
+
+    def sub_tile_smem(self, stages: int):
+        """B's shared memory as 64-column sub-tiles, ``sub_tiles`` per pipeline stage (trace time): the same
+        bytes and swizzle as the N-major (tile_n, 64) stages, whose 64-wide N blocks are contiguous."""
+        tile = (self.tile_mnk[0], TILE_N, self.tile_mnk[2])
+        return sm90_utils.make_smem_layout_b(utils.LayoutEnum.COL_MAJOR, tile, self.b_dtype, stages)
+
+    def partition_b(self, tma_b, cluster_coord, cluster_layout_mnk, sB, gB):
+        sB_sub = cute.make_tensor(sB.iterator, self.sub_tile_smem(self.ab_stage * self.sub_tiles).outer)
+        return cpasync.tma_partition(tma_b, 0, cute.make_layout(1), cute.group_modes(sB_sub, 0, 2),
+                                     cute.group_modes(gB, 0, 2))  # fmt: skip
+
+    def copy_b(self, tma_b, tBgB, tBsB, tile_nkl, stage, barrier, mask) -> None:
+        n_tile, kt, b_l = tile_nkl
+        for j in range(self.sub_tiles):  # a plain method: unrolled at trace time
+            cute.copy(tma_b, tBgB[(None, n_tile * self.sub_tiles + j, kt, b_l)],
+                      tBsB[(None, stage * self.sub_tiles + j)], tma_bar_ptr=barrier)  # fmt: skip
 
     @cute.jit
     def __call__(
@@ -85,13 +113,13 @@ class HopperConvWgrad(HopperGemm):
         )
         # The im2col atom is made over x's (pixels, channels) modes, so its shared-memory layout is given
         # (K, N) -- pixels, then channels -- the same bytes as B's N-major (N, K) tile.
-        b0 = cute.slice_(b_smem, (None, None, 0))
+        b0 = cute.slice_(self.sub_tile_smem(1), (None, None, 0))
         b0_kn = cute.make_composed_layout(b0.inner, 0, cute.select(b0.outer, mode=[1, 0]))
         tma_b, gB_pc = cpasync.make_im2col_tma_atom(
             cpasync.CopyBulkTensorIm2ColG2SOp(),
             mX,
             b0_kn,
-            (self.tile_mnk[2], (self.tile_mnk[1],)),
+            (self.tile_mnk[2], (TILE_N,)),
             lower_corner_whd=(-pad_w, -pad_h),
             upper_corner_whd=(pad_w_hi - (s - 1) * dil_w, pad_h_hi - (r - 1) * dil_h),
             lower_padding_whd=(pad_w, pad_h),

@@ -297,6 +297,21 @@ class HopperGemm:
     # ------------------------------------------------------------------
     # Device side
 
+    def partition_b(self, tma_b: Any, cluster_coord: Any, cluster_layout_mnk: Any, sB: Any, gB: Any) -> Any:
+        """B's TMA partitions (shared-memory stages, global tiles) for the producer warp (trace time)."""
+        return cpasync.tma_partition(
+            tma_b,
+            cluster_coord[0],
+            cute.make_layout(cute.slice_(cluster_layout_mnk, (None, 0, 0)).shape),
+            cute.group_modes(sB, 0, 2),
+            cute.group_modes(gB, 0, 2),
+        )
+
+    def copy_b(self, tma_b: Any, tBgB: Any, tBsB: Any, tile_nkl: Any, stage: Any, barrier: Any, mask: Any) -> None:
+        """Issue the TMA load(s) of B's (N tile, K tile, batch) tile into one pipeline stage (trace time)."""
+        n_tile, kt, b_l = tile_nkl
+        cute.copy(tma_b, tBgB[(None, n_tile, kt, b_l)], tBsB[(None, stage)], tma_bar_ptr=barrier, mcast_mask=mask)
+
     @cute.kernel
     def kernel(
         self,
@@ -376,13 +391,7 @@ class HopperGemm:
                     cute.group_modes(sA, 0, 2),
                     cute.group_modes(gA, 0, 2),
                 )
-                tBsB, tBgB = cpasync.tma_partition(
-                    tma_b,
-                    cluster_coord[0],
-                    cute.make_layout(cute.slice_(cluster_layout_mnk, (None, 0, 0)).shape),
-                    cute.group_modes(sB, 0, 2),
-                    cute.group_modes(gB, 0, 2),
-                )
+                tBsB, tBgB = self.partition_b(tma_b, cluster_coord, cluster_layout_mnk, sB, gB)
                 scheduler = utils.StaticPersistentTileScheduler.create(
                     sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
                 )
@@ -393,7 +402,6 @@ class HopperGemm:
                     a_l = tile[2] if const_expr(self.spec.a_batched) else 0
                     b_l = tile[2] if const_expr(self.spec.b_batched) else 0
                     tAgA_k = tAgA[(None, tile[0], None, a_l)]
-                    tBgB_k = tBgB[(None, tile[1], None, b_l)]
                     for kt in cutlass.range(k_tile_cnt, unroll=1):
                         ab_pipeline.producer_acquire(state)
                         barrier = ab_pipeline.producer_get_barrier(state)
@@ -404,13 +412,7 @@ class HopperGemm:
                             tma_bar_ptr=barrier,
                             mcast_mask=a_mcast_mask,
                         )
-                        cute.copy(
-                            tma_b,
-                            tBgB_k[(None, kt)],
-                            tBsB[(None, state.index)],
-                            tma_bar_ptr=barrier,
-                            mcast_mask=b_mcast_mask,
-                        )
+                        self.copy_b(tma_b, tBgB, tBsB, (tile[1], kt, b_l), state.index, barrier, b_mcast_mask)
                         ab_pipeline.producer_commit(state)
                         state.advance()
                     scheduler.advance_to_next_work()
