@@ -81,6 +81,8 @@ CASES = {
     "long_fp16_d128": ("float16", 1, 2, 2, 640, 1100, 128, False, True, False),
     # 9 query blocks x 32 heads = 288 tiles: more than the 132 SMs, so a persistent CTA walks several
     "many_tiles": ("bfloat16", 2, 16, 4, 1100, 200, 64, False, True, False),
+    # 9 query blocks (odd: the middle one pairs with itself) x 32 heads: 160 balanced units > 132 SMs
+    "many_units_causal": ("bfloat16", 2, 16, 4, 1100, 1100, 64, True, True, False),
 }
 
 
@@ -92,12 +94,17 @@ def test_matches_the_reference(name: str) -> None:
     assert judge(g, random_inputs(g, seed=7), executor) == []
 
 
-CONFIGS = ["m128n128s2x", "m128n128s2px", "m128n128s3px", "m128n176s2p"]  # the default is m128n128s2
+CONFIGS = ["m128n128s2", "m128n128s2x", "m128n128s3px", "m128n176s2p"]  # the default is m128n128s2px(b)
 CONFIG_CASES = ["tails_d128", "causal_gqa_d64", "long_causal", "many_tiles"]
+# Balanced pairs of query blocks (causal only): odd block counts (3, 1, 9), Sq > Skv, many units.
+CAUSAL_CONFIGS = ["m128n128s2pb", "m128n128s3pbx"]
+CAUSAL_CONFIG_CASES = ["causal_gqa_d64", "causal_fewer_queries", "causal_more_queries_mqa", "many_units_causal"]
+CONFIG_PAIRS = [(n, c) for n in CONFIG_CASES for c in CONFIGS] + [
+    (n, c) for n in CAUSAL_CONFIG_CASES for c in CAUSAL_CONFIGS
+]
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("name", CONFIG_CASES)
+@pytest.mark.parametrize(("name", "config"), CONFIG_PAIRS)
 def test_every_config_validates(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIGDNN_CUTE_SDPA", config)
     g = sdpa_graph(*CASES[name])
