@@ -127,7 +127,8 @@ def test_one_cta_per_tile_or_per_sm() -> None:
 
 
 def test_default_configs_follow_the_measurements() -> None:
-    assert default_config(FmhaSpec("bfloat16", 128, False, True)).label == "m128n128s2px"
-    assert default_config(FmhaSpec("bfloat16", 128, True, True)).label == "m128n128s2pbx"
-    assert default_config(FmhaSpec("float16", 64, False, False)).label == "m128n128s2px"
+    assert default_config(FmhaSpec("bfloat16", 128, False, True)).label == "m128n128s2x"
+    assert default_config(FmhaSpec("bfloat16", 128, True, False)).label == "m128n128s2pbx"
+    assert default_config(FmhaSpec("bfloat16", 128, True, True)).label == "m128n128s2"
+    assert default_config(FmhaSpec("float16", 64, False, False)).label == "m128n128s2x"
     assert default_config(FmhaSpec("float16", 64, True, False)).label == "m128n128s2pbx"

@@ -472,12 +472,17 @@ class HopperFmha:
                     # attn_scale > 0) and is uniform across the warpgroup, as wgmma.wait_group needs.
                     if scale_log2 > Float32(0.0):
                         warpgroup.wait_group(0)  # P V is in: O may be rescaled and P rewritten
-                        # Only where some row max of the warp grew (ever rarer along the keys).
-                        grew = factor[0] != Float32(1.0)
-                        for r in cutlass.range_constexpr(1, rows):
-                            grew = grew | (factor[r] != Float32(1.0))
-                        if cute.arch.vote_any_sync(grew):
+                        if const_expr(self.spec.stats):
+                            # The vote's branch below tips ptxas into serializing the wgmma (C7511,
+                            # register resources) of the causal head-dim-128 kernel with stats.
                             self._rescale(o_mn, factor)
+                        else:
+                            # Only where some row max of the warp grew (ever rarer along the keys).
+                            grew = factor[0] != Float32(1.0)
+                            for r in cutlass.range_constexpr(1, rows):
+                                grew = grew | (factor[r] != Float32(1.0))
+                            if cute.arch.vote_any_sync(grew):
+                                self._rescale(o_mn, factor)
                         tOrP.store(p_view.load().to(self.dtype))
                     v_pipe.consumer_release(v_state)
                     v_state.advance()
