@@ -96,7 +96,8 @@ def test_matches_the_reference(name: str) -> None:
     assert judge(g, random_inputs(g, seed=7), executor) == []
 
 
-CONFIGS = ["m128n128s2", "m128n128s2x", "m128n128s3px", "m128n176s2p"]  # the default is m128n128s2px(b)
+# defaults: m128n128s2x; causal m128n128s2pbx, with stats m128n128s2
+CONFIGS = ["m128n128s2", "m128n128s2x", "m128n128s3px", "m128n176s2p"]
 CONFIG_CASES = ["tails_d128", "causal_gqa_d64", "long_causal", "many_tiles"]
 # Balanced pairs of query blocks (causal only): odd block counts (3, 1, 9), Sq > Skv, many units.
 CAUSAL_CONFIGS = ["m128n128s2pb", "m128n128s3pbx"]
