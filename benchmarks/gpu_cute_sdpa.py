@@ -36,7 +36,20 @@ SHAPES = [
     ("s4096 d64", 4, 32, 4096, 64, False),
     ("s4096 d64 causal", 4, 32, 4096, 64, True),
 ]
-CONFIGS = ["m128n128s2", "m128n128s2x", "m128n128s2p", "m128n128s2px", "m128n128s3px"]
+# b (balanced causal pairs) is skipped without the mask; m128n128s2b (no turn-taking) is left out:
+# ptxas serializes its wgmma (C7511, register resources).
+CONFIGS = [
+    "m128n128s2",
+    "m128n128s2x",
+    "m128n128s2p",
+    "m128n128s2px",
+    "m128n128s3px",
+    "m128n176s2p",
+    "m128n176s2px",
+    "m128n128s2pb",
+    "m128n128s2pbx",
+    "m128n128s3pbx",
+]
 
 
 def time_ms(fn: Callable[[], None], iters: int) -> float:

@@ -259,10 +259,10 @@ def sdpa_specs() -> list[tuple[FmhaSpec, FmhaConfig]]:
     for g in graphs:
         spec, _ = builder.plan(g.node_by_name("sdpa"), g)
         found.append((spec, sdpa_default_config(spec)))
-    for name in tests.CONFIG_CASES:
+    for name, label in tests.CONFIG_PAIRS:
         g = tests.sdpa_graph(*tests.CASES[name])
         spec, _ = builder.plan(g.node_by_name("sdpa"), g)
-        found += [(spec, parse_sdpa_config(label)) for label in tests.CONFIGS]
+        found.append((spec, parse_sdpa_config(label)))
     configs = _benchmark_constant("CONFIGS", "gpu_cute_sdpa.py")
     for _, _, _, _, d, causal in _benchmark_constant("SHAPES", "gpu_cute_sdpa.py"):
         for label in configs:

@@ -81,6 +81,10 @@ CASES = {
     "long_fp16_d128": ("float16", 1, 2, 2, 640, 1100, 128, False, True, False),
     # 9 query blocks x 32 heads = 288 tiles: more than the 132 SMs, so a persistent CTA walks several
     "many_tiles": ("bfloat16", 2, 16, 4, 1100, 200, 64, False, True, False),
+    # causal without stats: the balanced persistent default; 5 query blocks (odd), BSHD
+    "causal_no_stats": ("bfloat16", 2, 4, 2, 600, 600, 128, True, False, True),
+    # 9 query blocks (odd: the middle one pairs with itself) x 32 heads: 160 balanced units > 132 SMs
+    "many_units_causal": ("bfloat16", 2, 16, 4, 1100, 1100, 64, True, True, False),
 }
 
 
@@ -92,12 +96,18 @@ def test_matches_the_reference(name: str) -> None:
     assert judge(g, random_inputs(g, seed=7), executor) == []
 
 
-CONFIGS = ["m128n128s2x", "m128n128s2px", "m128n128s3px", "m128n176s2p"]  # the default is m128n128s2
+# defaults: m128n128s2x; causal m128n128s2pbx, with stats m128n128s2
+CONFIGS = ["m128n128s2", "m128n128s2x", "m128n128s3px", "m128n176s2p"]
 CONFIG_CASES = ["tails_d128", "causal_gqa_d64", "long_causal", "many_tiles"]
+# Balanced pairs of query blocks (causal only): odd block counts (3, 1, 9), Sq > Skv, many units.
+CAUSAL_CONFIGS = ["m128n128s2pb", "m128n128s3pbx"]
+CAUSAL_CONFIG_CASES = ["causal_gqa_d64", "causal_fewer_queries", "causal_more_queries_mqa", "many_units_causal"]
+CONFIG_PAIRS = [(n, c) for n in CONFIG_CASES for c in CONFIGS] + [
+    (n, c) for n in CAUSAL_CONFIG_CASES for c in CAUSAL_CONFIGS
+]
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("name", CONFIG_CASES)
+@pytest.mark.parametrize(("name", "config"), CONFIG_PAIRS)
 def test_every_config_validates(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIGDNN_CUTE_SDPA", config)
     g = sdpa_graph(*CASES[name])
@@ -106,7 +116,7 @@ def test_every_config_validates(name: str, config: str, monkeypatch: pytest.Monk
     assert judge(g, random_inputs(g, seed=9), executor) == []
 
 
-@pytest.mark.parametrize("name", ["tails_d128", "causal_gqa_d64", "bshd_gqa_no_stats"])
+@pytest.mark.parametrize("name", ["tails_d128", "causal_gqa_d64", "bshd_gqa_no_stats", "causal_no_stats"])
 def test_writes_every_output_element(name: str) -> None:
     """o and stats pre-filled with NaN (in the graph's layout) come back finite everywhere."""
     torch = pytest.importorskip("torch")

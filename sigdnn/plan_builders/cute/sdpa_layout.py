@@ -53,10 +53,13 @@ class FmhaConfig:
     # tile's Q and first K / V while the consumers finish the current one. Chosen at launch: the
     # compiled kernel is the same.
     persistent: bool = False
+    # Causal: a work unit is a pair of query blocks of one head, the longest and the shortest, so
+    # every unit costs the same (m_blocks + 1 key tiles) and a static walk over units stays balanced.
+    balanced: bool = False
 
     @property
     def label(self) -> str:
-        flags = ("p" if self.pingpong else "") + ("x" if self.persistent else "")
+        flags = "".join(f for f, on in (("p", self.pingpong), ("b", self.balanced), ("x", self.persistent)) if on)
         return f"m{self.tile_m}n{self.tile_n}s{self.stages}{flags}"
 
     @property
@@ -82,9 +85,11 @@ class FmhaProblem:
     attn_scale: float
 
     def ctas(self, config: FmhaConfig, sm_count: int) -> int:
-        """CTAs to launch: one per work tile (query block of one head), or one per SM when persistent."""
-        tiles = -(-self.sq // config.tile_m) * self.heads * self.batch
-        return min(tiles, sm_count) if config.persistent else tiles
+        """CTAs to launch: one per work unit (a query block of one head, or a balanced pair of them), or
+        one per SM when persistent."""
+        m_blocks = -(-self.sq // config.tile_m)
+        units = (-(-m_blocks // 2) if config.balanced else m_blocks) * self.heads * self.batch
+        return min(units, sm_count) if config.persistent else units
 
     @property
     def groups(self) -> int:
@@ -101,19 +106,32 @@ def parse_config(label: str) -> FmhaConfig:
     """Inverse of ``FmhaConfig.label``, e.g. ``m128n128s2``."""
     import re
 
-    m = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(p?)(x?)", label)
+    m = re.fullmatch(r"m(\d+)n(\d+)s(\d+)(p?)(b?)(x?)", label)
     if m is None:
-        raise ValueError(f"bad SDPA config label {label!r} (e.g. m128n128s2, m128n128s2px)")
-    tm, tn, stages, pingpong, persistent = m.groups()
-    return FmhaConfig(int(tm), int(tn), int(stages), bool(pingpong), bool(persistent))
+        raise ValueError(f"bad SDPA config label {label!r} (e.g. m128n128s2, m128n128s2pbx)")
+    tm, tn, stages, pingpong, balanced, persistent = m.groups()
+    return FmhaConfig(
+        int(tm),
+        int(tn),
+        int(stages),
+        pingpong=bool(pingpong),
+        persistent=bool(persistent),
+        balanced=bool(balanced),
+    )
 
 
 def default_config(spec: FmhaSpec) -> FmhaConfig:
-    """128 x 128 tiles, two K/V stages (160 KiB of shared memory at head dim 128), from the H200 runs of
-    benchmarks/results/gpu_cute_sdpa_2026-12-01.md: persistent CTAs without the causal mask (equal
-    tiles: 0.82 -> 0.89 of cuDNN; with the mask the static tile walk left SMs idle, 0.62 at 16384),
-    warpgroup turn-taking at head dim 64 without the mask only (it cost 7-9 % at head dim 128)."""
-    return FmhaConfig(128, 128, 2, pingpong=spec.head_dim == 64 and not spec.causal, persistent=not spec.causal)
+    """128 x 128 tiles, two K/V stages (160 KiB of shared memory at head dim 128), from the H200 run of
+    benchmarks/results/sdpafwd_2026-12-01c.md. Without the mask: persistent CTAs (0.99 / 1.06 of cuDNN
+    at d128 S = 4096 / 16384, 0.95 at d64; turn-taking measured within 2 % either way). Causal:
+    balanced pairs of query blocks, turn-taking, persistent (1.07 / 1.16 at d128, 0.97 at d64; the
+    static walk over unpaired tiles of unequal length was 0.78 at 16384). Causal with stats: one CTA
+    per tile, longest first; the balanced kernel with stats has its wgmma serialized by ptxas (C7511)."""
+    if not spec.causal:
+        return FmhaConfig(128, 128, 2, persistent=True)
+    if spec.stats:
+        return FmhaConfig(128, 128, 2)
+    return FmhaConfig(128, 128, 2, pingpong=True, persistent=True, balanced=True)
 
 
 def check_config(spec: FmhaSpec, config: FmhaConfig) -> None:
@@ -124,6 +142,8 @@ def check_config(spec: FmhaSpec, config: FmhaConfig) -> None:
         raise ValueError(f"tile_n {config.tile_n}: a multiple of 16 up to 256")
     itemsize = ITEMSIZE[spec.dtype]
     smem = (config.tile_m + 2 * config.stages * config.tile_n) * spec.head_dim * itemsize + 1024
+    if config.balanced and not spec.causal:
+        raise ValueError("balanced pairs of query blocks serve the causal mask only (other tiles are equal)")
     if config.stages < 2 or smem > 232448:
         raise ValueError(f"{config.stages} stages of {config.tile_n} keys need {smem} bytes of shared memory")
 

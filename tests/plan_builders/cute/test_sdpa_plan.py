@@ -100,6 +100,8 @@ def test_config_labels_and_limits() -> None:
     assert FmhaConfig(128, 176, 2, pingpong=True).label == "m128n176s2p"
     assert parse_config("m128n128s2px") == FmhaConfig(128, 128, 2, pingpong=True, persistent=True)
     assert parse_config("m128n128s3x").kernel == FmhaConfig(128, 128, 3)  # persistence is a launch choice
+    assert parse_config("m128n128s2pbx") == FmhaConfig(128, 128, 2, pingpong=True, persistent=True, balanced=True)
+    assert FmhaConfig(128, 128, 2, balanced=True).label == "m128n128s2b"
     with pytest.raises(ValueError, match="bad SDPA config"):
         parse_config("128x128")
     spec = FmhaSpec("bfloat16", 128, False, False)
@@ -108,6 +110,9 @@ def test_config_labels_and_limits() -> None:
         check_config(spec, FmhaConfig(128, 176, 3))
     with pytest.raises(ValueError, match="tile_m"):
         check_config(spec, FmhaConfig(64, 128, 2))
+    with pytest.raises(ValueError, match="causal mask only"):
+        check_config(spec, FmhaConfig(balanced=True))
+    check_config(FmhaSpec("bfloat16", 128, True, False), FmhaConfig(balanced=True))
 
 
 def test_one_cta_per_tile_or_per_sm() -> None:
@@ -116,10 +121,14 @@ def test_one_cta_per_tile_or_per_sm() -> None:
     assert problem.ctas(FmhaConfig(), 132) == tiles
     assert problem.ctas(FmhaConfig(persistent=True), 132) == tiles
     assert problem.ctas(FmhaConfig(persistent=True), 20) == 20
+    # balanced (causal) units pair query blocks p and m_blocks - 1 - p; the odd middle one is alone
+    assert problem.ctas(FmhaConfig(balanced=True), 132) == 2 * 8 * 2
+    assert problem.ctas(FmhaConfig(balanced=True, persistent=True), 20) == 20
 
 
 def test_default_configs_follow_the_measurements() -> None:
     assert default_config(FmhaSpec("bfloat16", 128, False, True)).label == "m128n128s2x"
+    assert default_config(FmhaSpec("bfloat16", 128, True, False)).label == "m128n128s2pbx"
     assert default_config(FmhaSpec("bfloat16", 128, True, True)).label == "m128n128s2"
-    assert default_config(FmhaSpec("float16", 64, False, False)).label == "m128n128s2px"
-    assert default_config(FmhaSpec("float16", 64, True, False)).label == "m128n128s2"
+    assert default_config(FmhaSpec("float16", 64, False, False)).label == "m128n128s2x"
+    assert default_config(FmhaSpec("float16", 64, True, False)).label == "m128n128s2pbx"

@@ -2,26 +2,29 @@
 
     o[b, h, i] = sum_j softmax_j(attn_scale * q[b, h, i] . k[b, h // G, j]) v[b, h // G, j]
 
-A work tile is 128 query rows of one (batch, head). A CTA takes tile after
-tile, ``grid`` apart: one tile each when the grid covers them all, or
-(persistent) one CTA per SM walking many, its producer loading the next
-tile's Q and first K / V while the consumers finish the current one. A
-producer warp loads the Q tile and streams K and V tiles of ``tile_n``
-keys through a ring
-of shared-memory stages by TMA; two consumer warpgroups (64 query rows
-each) run, per key tile, S = Q K^T (wgmma, both operands in shared memory)
-and O += P V (wgmma, P from registers), with the softmax kept online: a
-running row max m and row sum l, O rescaled by exp2(m_old - m_new) when the
-max grows. The steps overlap inside a warpgroup: S of tile j is issued
-together with P V of tile j - 1, so the tensor cores work on one while the
-softmax of the other runs. With ``pingpong`` the two warpgroups also take
-turns issuing (named barriers), as FlashAttention-3 schedules them.
+A work tile is 128 query rows of one (batch, head); a work unit is one
+tile, or (``balanced``, causal) the pair of query blocks m_blocks - 1 - p
+and p of one head, which together visit m_blocks + 1 key tiles whatever p
+is. A CTA takes unit after unit, ``grid`` apart: one unit each when the
+grid covers them all, or (persistent) one CTA per SM walking many, its
+producer loading the next tile's Q and first K / V while the consumers
+finish the current one. A producer warp loads the Q tile and streams K and
+V tiles of ``tile_n`` keys through a ring of shared-memory stages by TMA;
+two consumer warpgroups (64 query rows each) run, per key tile, S = Q K^T
+(wgmma, both operands in shared memory) and O += P V (wgmma, P from
+registers), with the softmax kept online: a running row max m and row sum
+l, O rescaled by exp2(m_old - m_new) when the max grows. The steps overlap
+inside a warpgroup: S of tile j is issued together with P V of tile j - 1,
+so the tensor cores work on that P V while the softmax of S_j runs (the
+wait for P V is kept behind a branch so that ptxas cannot hoist it above
+the softmax). With ``pingpong`` the two warpgroups also take turns issuing
+(named barriers), as FlashAttention-3 schedules them.
 
 Key tiles go from the last to the first, so the tiles that need masking
 (the causal diagonal, the ragged end of the keys) come first; the others
-run without a mask. Causal tiles go longest-first within each head. Rows past the end of
-the queries read TMA's zero fill and are never stored; keys past the end
-are masked to -inf.
+run without a mask. Causal tiles go longest-first within each head. Rows
+past the end of the queries read TMA's zero fill and are never stored;
+keys past the end are masked to -inf.
 
 The host entry takes raw pointers, extents and strides, so one compiled
 specialization (dtype, head dim, causal, stats, tiles) serves every
@@ -102,6 +105,8 @@ class HopperFmha:
         self.threads = (_NUM_MMA_WG + 1) * _THREADS_PER_WG
         self.load_warp = _NUM_MMA_WG * 4  # first warp of the producer warpgroup
         self.load_regs, self.mma_regs = 24, 240
+        self.balanced = config.balanced and spec.causal
+        self.per_unit = 2 if self.balanced else 1  # work tiles per unit
 
     # ------------------------------------------------------------------
     # Host side
@@ -184,14 +189,20 @@ class HopperFmha:
         tm, tn = self.tile_m, self.tile_n
         row_major = utils.LayoutEnum.ROW_MAJOR  # K-major operand
         col_major = utils.LayoutEnum.COL_MAJOR  # MN-major operand
-        tiled_mma_qk = sm90_utils.make_trivial_tiled_mma(
-            self.dtype,
-            self.dtype,
-            warpgroup.OperandMajorMode.K,
-            warpgroup.OperandMajorMode.K,
-            Float32,
-            (_NUM_MMA_WG, 1, 1),
-            tiler_mn=(64, tn),
+        # Two copies of the S product: the first k-step overwrites S, the others accumulate. Their
+        # ACCUMULATE fields are set once, outside every loop and branch (a field set inside one is a
+        # value of that region and cannot be read after it).
+        tiled_mma_qk, tiled_mma_qk0 = (
+            sm90_utils.make_trivial_tiled_mma(
+                self.dtype,
+                self.dtype,
+                warpgroup.OperandMajorMode.K,
+                warpgroup.OperandMajorMode.K,
+                Float32,
+                (_NUM_MMA_WG, 1, 1),
+                tiler_mn=(64, tn),
+            )
+            for _ in range(2)
         )
         tiled_mma_pv = sm90_utils.make_trivial_tiled_mma(
             self.dtype,
@@ -234,6 +245,7 @@ class HopperFmha:
             mO,
             mLse,
             tiled_mma_qk,
+            tiled_mma_qk0,
             tiled_mma_pv,
             q_smem,
             k_smem,
@@ -266,6 +278,7 @@ class HopperFmha:
         mO: cute.Tensor,
         mLse: cute.Tensor,
         tiled_mma_qk: cute.TiledMma,
+        tiled_mma_qk0: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
         q_smem: cute.ComposedLayout,
         k_smem: cute.ComposedLayout,
@@ -279,12 +292,15 @@ class HopperFmha:
     ):
         tm, tn = self.tile_m, self.tile_n
         tidx, _, _ = cute.arch.thread_idx()
-        first_tile, _, _ = cute.arch.block_idx()
-        tile_step, _, _ = cute.arch.grid_dim()
+        first_unit, _, _ = cute.arch.block_idx()
+        unit_step, _, _ = cute.arch.grid_dim()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg_idx = cute.arch.make_warp_uniform(tidx // _THREADS_PER_WG)
         m_blocks = cute.ceil_div(sq, tm)
-        num_tiles = m_blocks * heads * batch
+        units = m_blocks * heads * batch
+        if const_expr(self.balanced):
+            units = (m_blocks + 1) // 2 * heads * batch
+        my_tiles = (units - first_unit + unit_step - 1) // unit_step * self.per_unit
 
         if warp_idx == self.load_warp:
             cpasync.prefetch_descriptor(tma_q)
@@ -332,8 +348,8 @@ class HopperFmha:
             if warp_idx == self.load_warp:
                 q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
                 state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-                for tile in cutlass.range(first_tile, num_tiles, tile_step, unroll=1):
-                    m_block, head, b, n_blocks = self._tile_coords(tile, m_blocks, heads, skv)
+                for k in cutlass.range(my_tiles, unroll=1):
+                    m_block, head, b, n_blocks = self._work(first_unit, unit_step, k, m_blocks, heads, skv)
                     kv_head = head // groups
                     gQ = cute.local_tile(mQ[None, None, head, b], (tm, self.d), (None, 0))  # (tm, d, RestM)
                     gK = cute.local_tile(mK[None, None, kv_head, b], (tn, self.d), (None, 0))  # (tn, d, RestN)
@@ -398,13 +414,15 @@ class HopperFmha:
             factor = cute.make_rmem_tensor(rows, Float32)
             # Set here, not in a loop: an MMA field set inside a loop body cannot be read after it.
             tiled_mma_pv.set(warpgroup.Field.ACCUMULATE, True)
+            tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, True)
+            tiled_mma_qk0.set(warpgroup.Field.ACCUMULATE, False)
+            qk = (tiled_mma_qk0, tiled_mma_qk)
             p_view = _acc_as_a(acc_s)
-            k_blocks = cute.size(tSrQ, mode=[2])
             o_cmn = _acc_mn(tOcO)
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             k_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-            for tile in cutlass.range(first_tile, num_tiles, tile_step, unroll=1):
-                m_block, head, b, n_blocks = self._tile_coords(tile, m_blocks, heads, skv)
+            for k in cutlass.range(my_tiles, unroll=1):
+                m_block, head, b, n_blocks = self._work(first_unit, unit_step, k, m_blocks, heads, skv)
                 row0 = m_block * tm
                 # A key tile reaching past this column needs the mask: the end of the keys, or
                 # (causal) the first row's own key.
@@ -419,12 +437,7 @@ class HopperFmha:
                 # First (last in key order) tile: S, softmax; its P V is issued with the next S.
                 n = n_blocks - 1
                 k_pipe.consumer_wait(k_state)
-                warpgroup.fence()
-                tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, False)
-                for kb in cutlass.range_constexpr(k_blocks):
-                    cute.gemm(tiled_mma_qk, acc_s, tSrQ[None, None, kb, 0], tSrK[None, None, kb, k_state.index], acc_s)
-                    tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, True)
-                warpgroup.commit_group()
+                self._issue_s(qk, acc_s, tSrQ, tSrK, k_state.index)
                 warpgroup.wait_group(0)
                 k_pipe.consumer_release(k_state)
                 self._mask(acc_s, tScS, n, row0, skv)
@@ -441,14 +454,7 @@ class HopperFmha:
                     k_pipe.consumer_wait(k_state)
                     if const_expr(self.config.pingpong):
                         cute.arch.barrier(barrier_id=_BAR_WG0 + wg_idx, number_of_threads=2 * _THREADS_PER_WG)
-                    warpgroup.fence()
-                    tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, False)
-                    for kb in cutlass.range_constexpr(k_blocks):
-                        cute.gemm(
-                            tiled_mma_qk, acc_s, tSrQ[None, None, kb, 0], tSrK[None, None, kb, k_state.index], acc_s
-                        )
-                        tiled_mma_qk.set(warpgroup.Field.ACCUMULATE, True)
-                    warpgroup.commit_group()
+                    self._issue_s(qk, acc_s, tSrQ, tSrK, k_state.index)
                     v_pipe.consumer_wait(v_state)
                     self._gemm_pv(tiled_mma_pv, acc_o, tOrP, tOrV, v_state.index)
                     if const_expr(self.config.pingpong):
@@ -460,20 +466,28 @@ class HopperFmha:
                     if (n + 1) * tn > mask_from:
                         self._mask(acc_s, tScS, n, row0, skv)
                     self._softmax(s_mn, row_max, row_sum, factor, scale_log2)
-                    warpgroup.wait_group(0)  # P V is in: O may be rescaled and P rewritten
+                    # The wait for P V sits behind a branch: in the softmax's block, ptxas moves it to
+                    # the top (to start the O rescale and the P conversion early), and the softmax
+                    # then no longer overlaps P V. The condition always holds (plan_sdpa takes
+                    # attn_scale > 0) and is uniform across the warpgroup, as wgmma.wait_group needs.
+                    if scale_log2 > Float32(0.0):
+                        warpgroup.wait_group(0)  # P V is in: O may be rescaled and P rewritten
+                        if const_expr(self.spec.stats):
+                            # The vote's branch below tips ptxas into serializing the wgmma (C7511,
+                            # register resources) of the causal head-dim-128 kernel with stats.
+                            self._rescale(o_mn, factor)
+                        else:
+                            # Only where some row max of the warp grew (ever rarer along the keys).
+                            grew = factor[0] != Float32(1.0)
+                            for r in cutlass.range_constexpr(1, rows):
+                                grew = grew | (factor[r] != Float32(1.0))
+                            if cute.arch.vote_any_sync(grew):
+                                self._rescale(o_mn, factor)
+                        tOrP.store(p_view.load().to(self.dtype))
                     v_pipe.consumer_release(v_state)
-                    for r in cutlass.range_constexpr(rows):
-                        for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
-                            o_mn[r, c] = o_mn[r, c] * factor[r]
-                    tOrP.store(p_view.load().to(self.dtype))
                     v_state.advance()
                     k_state.advance()
-
-                if const_expr(self.config.pingpong):  # noqa: SIM102
-                    if wg_idx == 0:  # take warpgroup 1's last turn signal: every arrive is matched
-                        cute.arch.barrier(barrier_id=_BAR_WG0, number_of_threads=2 * _THREADS_PER_WG)
-                # Every S of this tile is in: the producer may load the next tile's Q. (After warpgroup
-                # 0's last turn-taking wait: warpgroup 1 cannot arrive for the next tile before it.)
+                self._pingpong_end(wg_idx)
                 q_pipe.consumer_release(q_state)
                 q_state.advance()
                 v_pipe.consumer_wait(v_state)
@@ -483,15 +497,52 @@ class HopperFmha:
                 self._epilogue(acc_o, o_mn, o_cmn, row_max, row_sum, mO, mLse, row0, head, b, sq, scale_log2, tidx)
 
     @cute.jit
-    def _tile_coords(self, tile: Int32, m_blocks: Int32, heads: Int32, skv: Int32):
-        """(query block, head, batch, key tiles to visit) of a work tile; query blocks of one head are
-        neighbours (they share K and V in L2); causal: the longest (last) query block of each head first."""
-        m_idx = tile % m_blocks
-        bh = tile // m_blocks
-        m_block = m_idx
+    def _pingpong_end(self, wg_idx: Int32):
+        """Warpgroup 0 takes warpgroup 1's last turn signal of the tile, so every arrive is matched (and
+        warpgroup 1 cannot arrive for the next tile before it)."""
+        if const_expr(self.config.pingpong):  # noqa: SIM102
+            if wg_idx == 0:
+                cute.arch.barrier(barrier_id=_BAR_WG0, number_of_threads=2 * _THREADS_PER_WG)
+
+    @cute.jit
+    def _issue_s(self, qk: tuple, acc_s: cute.Tensor, tSrQ: cute.Tensor, tSrK: cute.Tensor, stage: Int32):
+        """Issue S = Q K^T for the K tile in ``stage`` (not waited for); ``qk``: the overwriting and the
+        accumulating MMA."""
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+            cute.gemm(qk[min(kb, 1)], acc_s, tSrQ[None, None, kb, 0], tSrK[None, None, kb, stage], acc_s)
+        warpgroup.commit_group()
+
+    @cute.jit
+    def _rescale(self, o_mn: cute.Tensor, factor: cute.Tensor):
+        """O *= exp2((m_old - m_new) * scale_log2), row by row."""
+        for r in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
+            for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+                o_mn[r, c] = o_mn[r, c] * factor[r]
+
+    @cute.jit
+    def _work(self, first: Int32, step: Int32, k: Int32, m_blocks: Int32, heads: Int32, skv: Int32):
+        """(query block, head, batch, key tiles to visit) of this CTA's k-th work tile.
+
+        A CTA takes units ``first``, ``first + step``, ...; query blocks of one head are neighbours
+        (they share K and V in L2). Causal: the longest (last) query block of each head first, or
+        (balanced) a unit is the pair of query blocks m_blocks - 1 - p and p, the longer first. With
+        an odd count the middle block pairs with itself: computed twice, the same values stored twice
+        (one extra tile in m_blocks + 1, and no branch around the main loop, which makes ptxas
+        serialize the wgmma)."""
+        unit = first + (k // self.per_unit) * step
+        if const_expr(self.balanced):
+            pairs = (m_blocks + 1) // 2
+            p = unit % pairs
+            bh = unit // pairs
+            m_block = m_blocks - 1 - p if k % 2 == 0 else p
+        else:
+            m_block = unit % m_blocks
+            bh = unit // m_blocks
+            if const_expr(self.spec.causal):
+                m_block = m_blocks - 1 - m_block
         n_blocks = cute.ceil_div(skv, self.tile_n)
         if const_expr(self.spec.causal):
-            m_block = m_blocks - 1 - m_idx
             n_blocks = cutlass.min(n_blocks, cute.ceil_div((m_block + 1) * self.tile_m, self.tile_n))
         return m_block, bh % heads, bh // heads, n_blocks
 
