@@ -53,6 +53,7 @@ _INT32_MAX = 2**31 - 1
 _CORNERS = {2: (-128, 127), 3: (-16, 15)}
 _MAX_STRIDE = 8  # the im2col traversal stride (the conv stride) is at most 8
 _MAX_OFFSET = 2**16 - 1  # a load's filter-tap offset is a 16-bit value
+K_TILE = 64  # channels per K step of the 16-bit kernel (kernels/gemm_sm90.py's tile_k)
 
 
 @attrs.frozen
@@ -101,6 +102,45 @@ def unpack(geometry: tuple[int, ...]) -> dict[str, Any]:
     for i, name in enumerate(("taps", "out", "pre", "post", "stride", "dilation")):
         parts[name] = tuple(rest[i * rank : (i + 1) * rank])
     return parts
+
+
+@attrs.frozen
+class SplitK:
+    """How a split-K launch cuts the work (kernels/gemm_sm90.py): launch scalars and workspace sizes.
+
+    The first ``whole`` tiles run unsplit; each later tile's K loop is cut
+    into ``splits`` ranges, all but the last of which park a float32
+    partial tile (``slots`` of ``tile_elems`` floats), with one int32
+    counter per split tile.
+    """
+
+    splits: int
+    whole: int
+    slots: int
+    counters: int
+    tile_elems: int
+
+    @property
+    def partial_bytes(self) -> int:
+        return self.slots * self.tile_elems * 4
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Partials, then the counters (which must start at zero; the kernel leaves them at zero)."""
+        return self.partial_bytes + 4 * self.counters
+
+
+def split_k_plan(geometry: tuple[int, ...], config: GemmConfig, sm_count: int) -> SplitK:
+    """The split of a conv fprop under ``config`` (split_k > 1): at most one range per K tile, and with
+    ``split_tail`` only the tiles past the last full wave of ``sm_count`` are split."""
+    g = unpack(geometry)
+    m = g["n"] * math.prod(g["out"])
+    tiles = math.ceil(m / config.tile_m) * math.ceil(g["k"] / config.tile_n)
+    k_tiles = math.ceil(g["c"] / K_TILE) * math.prod(g["taps"])
+    splits = min(config.split_k, k_tiles)
+    whole = tiles // sm_count * sm_count if config.split_tail else 0
+    split_tiles = tiles - whole if splits > 1 else 0
+    return SplitK(splits, whole, split_tiles * (splits - 1), split_tiles, config.tile_m * config.tile_n)
 
 
 def _is_channel_bias(graph: Graph, uid: int, k: int) -> bool:

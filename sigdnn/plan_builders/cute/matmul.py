@@ -141,15 +141,25 @@ def region_chain(nodes: Sequence[Node], graph: Graph, find: Callable[[Graph, Dat
 
 def parse_config(label: str) -> GemmConfig:
     """Inverse of ``GemmConfig.label``: e.g. ``coop128x256c2x1s1`` (then ``n``: rasterize along N;
-    ``f``: fp8 fast accumulation)."""
+    ``f``: fp8 fast accumulation; ``k4``: split-K, every tile's K loop in 4 ranges; ``t4``: split only the
+    tiles past the last full wave)."""
     import re
 
-    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)(n?)(f?)", label)
+    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)(n?)(f?)(?:([kt])(\d+))?", label)
     if m is None:
         raise ValueError(f"bad GEMM config label {label!r} (e.g. coop128x256c2x1s1)")
-    kind, tm, tn, cm, cn, sw, raster_n, fast = m.groups()
+    kind, tm, tn, cm, cn, sw, raster_n, fast, split, splits = m.groups()
     return GemmConfig(
-        int(tm), int(tn), kind == "pp", int(cm), int(cn), int(sw), raster_along_m=not raster_n, fast_accum=bool(fast)
+        int(tm),
+        int(tn),
+        kind == "pp",
+        int(cm),
+        int(cn),
+        int(sw),
+        raster_along_m=not raster_n,
+        fast_accum=bool(fast),
+        split_k=int(splits or 1),
+        split_tail=split == "t",
     )
 
 
@@ -363,6 +373,8 @@ class CuteMatmulBuilder(FusionBuilder):
 
         _, sm_count = device_properties(device_id_of(device))
         config = config or config_override() or default_config(spec, problem, sm_count)
+        if config.split_k > 1:
+            raise NotSupported(f"{where}: config {config.label}: split-K is the conv fprop's")
         return GemmLaunch(spec, config, problem, sm_count)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:

@@ -32,6 +32,22 @@ bits than float32 (about 13 mantissa bits by published measurements).
 Tails need no predication: TMA fills out-of-bounds loads with zeros (so a
 partial K tile adds nothing) and clips out-of-bounds stores.
 
+Split-K (``config.split_k > 1``; the conv fprop uses it, for layers whose
+output tiles leave SMs idle): the scheduler hands out work units instead of
+tiles. A tile is split into ``splits`` near-equal ranges of its K loop
+(launch scalars, so one specialization serves every count); the first
+``whole`` tiles (the full waves, when only the tail is split) run unsplit.
+Every split but the last writes its float32 accumulator to its own slot of a
+workspace -- each thread its registers, 16 bytes at a time, interleaved so
+a warp writes 512 contiguous bytes -- and bumps the tile's counter (release).
+The last split waits for the counter to reach ``splits - 1`` (acquire), sets
+it back to zero for the next launch, adds the slots in split order (the sum
+is deterministic) and runs the epilogue: bias and activation once, on the
+full sum. Units are numbered split-major, so a tile's last split comes after
+its others and, with every CTA resident (one per SM, at most one per SM's
+worth of units in flight), waiting cannot deadlock: a unit waits only on
+units of lower number, which are done or running.
+
 The host entry takes raw pointers, extents and strides (not tensors), so a
 compiled specialization serves every problem size with the same dtypes,
 operand majors and batch-broadcast pattern, and a launch marshals only
@@ -87,6 +103,7 @@ class HopperGemm:
         # A 16-bit output has error to spare for a fast erf / exp (see _activation).
         self.fast_math = self.c_dtype.width == 16
         self.pingpong = config.pingpong
+        self.split = config.split_k > 1
         self.cluster_mn = (config.cluster_m, config.cluster_n)
         cluster_size = config.cluster_m * config.cluster_n
         self.max_active_clusters = sm_count // cluster_size
@@ -220,12 +237,16 @@ class HopperGemm:
         mBias: cute.Tensor,
         mScales: tuple[cute.Tensor, cute.Tensor],
         stream: cuda.CUstream,
+        split: tuple[Any, Any, cute.Tensor, cute.Tensor] | None = None,
     ) -> None:
         """The output's TMA store, the tile scheduler, shared storage and the launch (trace time).
 
         ``loads`` are A's and B's TMA atoms and TMA tensors, (M, K, L) and
         (N, K, L) in the kernel's view; their K mode may be hierarchical (the
         conv's (C, S, R)) as long as ``tiler_a`` / ``tiler_b`` tile it.
+        ``split`` (split-K kernels, one batch entry): the split count, the
+        number of leading tiles left whole, the float32 partials workspace
+        and the int32 tile counters (zero before the first launch).
         """
         tma_a, gA, tma_b, gB = loads
         a_smem, b_smem, epi_smem = smem_layouts
@@ -243,6 +264,11 @@ class HopperGemm:
             cute.ceil_div(n, self.tile_mnk[1]),
             batch,
         )
+        splits, whole, mWork, mFlags = (1, 0, mBias, mBias) if split is None else split  # never read unsplit
+        if const_expr(self.split):
+            # One unit per whole tile, then each split tile's ranges: the scheduler walks units.
+            tiles = tiles_mnl[0] * tiles_mnl[1]
+            tiles_mnl = (whole + (tiles - whole) * splits, 1, 1)
         sched_params = utils.PersistentTileSchedulerParams(
             tiles_mnl, (cm, cn, 1), self.config.swizzle, self.config.raster_along_m
         )
@@ -278,6 +304,10 @@ class HopperGemm:
             mBias,
             mScales[0],
             mScales[1],
+            mWork,
+            mFlags,
+            splits,
+            whole,
         ).launch(
             grid=grid,
             block=[self.threads_per_cta, 1, 1],
@@ -315,6 +345,10 @@ class HopperGemm:
         mBias: cute.Tensor,
         mScale0: cute.Tensor,
         mScale1: cute.Tensor,
+        mWork: cute.Tensor,
+        mFlags: cute.Tensor,
+        splits: Int32,
+        whole: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -359,6 +393,8 @@ class HopperGemm:
         gB = cute.local_tile(mB_nkl, self.tiler_b(), (None, None, None))
         gC = cute.local_tile(mC_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None))
         k_tile_cnt = cute.size(gA, mode=[3])
+        tiles_m = cute.size(gC, mode=[2])
+        tiles_total = tiles_m * cute.size(gC, mode=[3])
 
         if cluster_size > 1:
             cute.arch.cluster_wait()
@@ -389,12 +425,14 @@ class HopperGemm:
                 work = scheduler.initial_work_tile_info()
                 state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
                 while work.is_valid_tile:
-                    tile = work.tile_idx
+                    tile, k_begin, k_count, _, _, _ = self._work_unit(
+                        work.tile_idx, tiles_m, tiles_total, k_tile_cnt, splits, whole
+                    )
                     a_l = tile[2] if const_expr(self.spec.a_batched) else 0
                     b_l = tile[2] if const_expr(self.spec.b_batched) else 0
                     tAgA_k = tAgA[(None, tile[0], None, a_l)]
                     tBgB_k = tBgB[(None, tile[1], None, b_l)]
-                    for kt in cutlass.range(k_tile_cnt, unroll=1):
+                    for kt in cutlass.range(k_begin, k_begin + k_count, unroll=1):
                         ab_pipeline.producer_acquire(state)
                         barrier = ab_pipeline.producer_get_barrier(state)
                         cute.copy(
@@ -482,8 +520,11 @@ class HopperGemm:
                     scheduler.advance_to_next_work()
                     work = scheduler.get_current_work()
 
+            epi_tiles = Int32(0)  # epilogues this CTA ran (split-K: not every unit runs one)
             while work.is_valid_tile:
-                tile = work.tile_idx
+                tile, _, k_count, split_idx, split_count, slot = self._work_unit(
+                    work.tile_idx, tiles_m, tiles_total, k_tile_cnt, splits, whole
+                )
                 # ---- mainloop ----
                 if const_expr(self.pingpong):
                     self._pingpong_sync(wg_idx, _BAR_MMA_WG0)
@@ -503,7 +544,7 @@ class HopperGemm:
                         tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                     warpgroup.commit_group()
                     read_state.advance()
-                    for _kt in cutlass.range(1, k_tile_cnt, unroll=1):
+                    for _kt in cutlass.range(1, k_count, unroll=1):
                         ab_pipeline.consumer_wait(read_state)
                         warpgroup.wait_group(0)
                         acc.store(acc.load() + acc_tile.load())
@@ -529,7 +570,7 @@ class HopperGemm:
                         cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
                     warpgroup.commit_group()
                     read_state.advance()
-                    for _kt in cutlass.range(1, k_tile_cnt, unroll=1):
+                    for _kt in cutlass.range(1, k_count, unroll=1):
                         ab_pipeline.consumer_wait(read_state)
                         warpgroup.fence()
                         for kb in cutlass.range_constexpr(num_k_blocks):
@@ -548,55 +589,62 @@ class HopperGemm:
                     warpgroup.wait_group(0)
                     ab_pipeline.consumer_release(release_state)
 
-                # ---- epilogue ----
-                if const_expr(self.pingpong):
-                    self._pingpong_sync(wg_idx, _BAR_EPI_WG0)
-                c_l = tile[2]
-                gC_tile = gC[(None, None, tile[0], tile[1], c_l)]
-                gC_epi = cute.zipped_divide(gC_tile, self.epi_tile)
-                bSG_sC, bSG_gC = cpasync.tma_partition(
-                    tma_c,
-                    0,
-                    cute.make_layout(1),
-                    cute.group_modes(sC, 0, 2),
-                    gC_epi,
-                )
-                epi_grid = gC_epi.shape[1]
-                epi_order = cute.make_ordered_layout(epi_grid, order=(1, 0))
-                epi_count = cute.size(epi_grid)
-                epi_prev = scheduler.num_tiles_executed * epi_count
-                for epi_idx in cutlass.range_constexpr(epi_count):
-                    for v in cutlass.range_constexpr(rD_size):
-                        tRS_rD[v] = tRS_rAcc[epi_idx * rD_size + v]
-                    if const_expr(self.fused):
-                        n0 = tile[1] * self.tile_mnk[1] + epi_order.get_hier_coord(epi_idx)[1] * self.epi_tile[1]
+                run_epilogue = True
+                if const_expr(self.split):
+                    run_epilogue = self._split_fixup(
+                        acc, mWork, mFlags, split_idx, split_count, slot, mma_tidx, epi_barrier
+                    )
+                if run_epilogue:
+                    # ---- epilogue ----
+                    if const_expr(self.pingpong):
+                        self._pingpong_sync(wg_idx, _BAR_EPI_WG0)
+                    c_l = tile[2]
+                    gC_tile = gC[(None, None, tile[0], tile[1], c_l)]
+                    gC_epi = cute.zipped_divide(gC_tile, self.epi_tile)
+                    bSG_sC, bSG_gC = cpasync.tma_partition(
+                        tma_c,
+                        0,
+                        cute.make_layout(1),
+                        cute.group_modes(sC, 0, 2),
+                        gC_epi,
+                    )
+                    epi_grid = gC_epi.shape[1]
+                    epi_order = cute.make_ordered_layout(epi_grid, order=(1, 0))
+                    epi_count = cute.size(epi_grid)
+                    epi_prev = (epi_tiles if const_expr(self.split) else scheduler.num_tiles_executed) * epi_count
+                    for epi_idx in cutlass.range_constexpr(epi_count):
                         for v in cutlass.range_constexpr(rD_size):
-                            x = _round(self.spec.round_x, tRS_rD[v])
-                            for i in cutlass.range_constexpr(len(scales)):
-                                x = _round(self.spec.round_s[i], x * scales[i])
-                            if const_expr(self.spec.bias_dtype is not None):
-                                # Columns past N are clipped by the store; read an in-range bias for them.
-                                col = cutlass.min(n0 + tRS_cD[v][1], n_total - 1)
-                                x = _round(self.spec.round_y, x + mBias[col].to(cutlass.Float32))
-                            tRS_rD[v] = _activation(self.spec.activation, self.fast_math, x)
-                    tRS_rOut.store(tRS_rD.load().to(self.c_dtype))
-                    buf = (epi_prev + epi_idx) % self.epi_stage
-                    if is_store_warp:
-                        # The buffer about to be written must have left for global memory.
-                        store_pipeline.producer_acquire()
-                    epi_barrier.arrive_and_wait()
-                    cute.copy(tiled_copy_r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
-                    cute.arch.fence_view_async_shared()
-                    epi_barrier.arrive_and_wait()
-                    if is_store_warp:
-                        cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(epi_idx))])
-                        store_pipeline.producer_commit()
-                if const_expr(self.pingpong):
-                    # Both warpgroups stage through the same buffers: drain before handing over.
-                    if is_store_warp:
-                        store_pipeline.producer_tail()
-                    self._pingpong_arrive(1 - wg_idx, _BAR_EPI_WG0)
-                    read_state.advance(k_tile_cnt)
+                            tRS_rD[v] = tRS_rAcc[epi_idx * rD_size + v]
+                        if const_expr(self.fused):
+                            n0 = tile[1] * self.tile_mnk[1] + epi_order.get_hier_coord(epi_idx)[1] * self.epi_tile[1]
+                            for v in cutlass.range_constexpr(rD_size):
+                                x = _round(self.spec.round_x, tRS_rD[v])
+                                for i in cutlass.range_constexpr(len(scales)):
+                                    x = _round(self.spec.round_s[i], x * scales[i])
+                                if const_expr(self.spec.bias_dtype is not None):
+                                    # Columns past N are clipped by the store; read an in-range bias for them.
+                                    col = cutlass.min(n0 + tRS_cD[v][1], n_total - 1)
+                                    x = _round(self.spec.round_y, x + mBias[col].to(cutlass.Float32))
+                                tRS_rD[v] = _activation(self.spec.activation, self.fast_math, x)
+                        tRS_rOut.store(tRS_rD.load().to(self.c_dtype))
+                        buf = (epi_prev + epi_idx) % self.epi_stage
+                        if is_store_warp:
+                            # The buffer about to be written must have left for global memory.
+                            store_pipeline.producer_acquire()
+                        epi_barrier.arrive_and_wait()
+                        cute.copy(tiled_copy_r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
+                        cute.arch.fence_view_async_shared()
+                        epi_barrier.arrive_and_wait()
+                        if is_store_warp:
+                            cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(epi_idx))])
+                            store_pipeline.producer_commit()
+                    if const_expr(self.pingpong):
+                        # Both warpgroups stage through the same buffers: drain before handing over.
+                        if is_store_warp:
+                            store_pipeline.producer_tail()
+                        self._pingpong_arrive(1 - wg_idx, _BAR_EPI_WG0)
+                        read_state.advance(k_tile_cnt)
+                    epi_tiles += 1
                 scheduler.advance_to_next_work(advance_count=tile_step)
                 work = scheduler.get_current_work()
 
@@ -604,6 +652,92 @@ class HopperGemm:
             if const_expr(not self.pingpong):  # noqa: SIM102
                 if is_store_warp:
                     store_pipeline.producer_tail()
+
+    @cute.jit
+    def _work_unit(self, idx: Any, tiles_m: Int32, tiles_total: Int32, k_tiles: Int32, splits: Int32, whole: Int32):
+        """The scheduler's unit ``idx`` as (tile (m, n, l), first K tile, K tile count, split index, split
+        count, the tile's workspace slot); without split-K, ``idx`` is the tile and the K loop whole."""
+        if const_expr(not self.split):
+            return idx, 0, k_tiles, 0, 1, 0
+        u = idx[0]
+        tile = u
+        split_idx = Int32(0)
+        split_count = Int32(1)
+        if u >= whole:
+            # Split-major: unit whole + s * rest + t is split s of tile whole + t.
+            rest = tiles_total - whole
+            tile = whole + (u - whole) % rest
+            split_idx = (u - whole) // rest
+            split_count = splits
+        k_begin = split_idx * k_tiles // split_count
+        k_end = (split_idx + 1) * k_tiles // split_count
+        return (tile % tiles_m, tile // tiles_m, 0), k_begin, k_end - k_begin, split_idx, split_count, tile - whole
+
+    @cute.jit
+    def _split_fixup(
+        self,
+        acc: cute.Tensor,
+        mWork: cute.Tensor,
+        mFlags: cute.Tensor,
+        split_idx: Int32,
+        split_count: Int32,
+        slot: Int32,
+        mma_tidx: Int32,
+        epi_barrier: Any,
+    ) -> cutlass.Boolean:
+        """Split-K after a unit's mainloop: park a partial accumulator, or (the tile's last split) wait for
+        the others and add theirs. True when this unit holds the full sum and runs the epilogue."""
+        last = cutlass.Boolean(True)
+        if split_count > 1:
+            flag = mFlags.iterator + slot
+            if split_idx < split_count - 1:
+                self._partial(acc, mWork, slot * (split_count - 1) + split_idx, mma_tidx, True)
+                # Every consumer thread's stores, then one release of the tile's counter (CUTLASS's
+                # generic barrier: bar.sync, fence.acq_rel.gpu, relaxed red.add).
+                epi_barrier.arrive_and_wait()
+                if mma_tidx == 0:
+                    cute.arch.fence_acq_rel_gpu()
+                    cute.arch.red(flag, Int32(1), op="add", dtype=Int32, sem="relaxed", scope="gpu")
+                last = cutlass.Boolean(False)
+            else:
+                if mma_tidx == 0:
+                    seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+                    while seen < split_count - 1:
+                        seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+                    cute.arch.store(flag, Int32(0))  # every other split has arrived: ready for the next launch
+                epi_barrier.arrive_and_wait()
+                for j in cutlass.range(split_count - 1, unroll=1):
+                    self._partial(acc, mWork, slot * (split_count - 1) + j, mma_tidx, False)
+        return last
+
+    @cute.jit
+    def _partial(self, acc: cute.Tensor, mWork: cute.Tensor, index: Int32, mma_tidx: Int32, store: cutlass.Constexpr):
+        """Store ``acc`` into the workspace's partial tile ``index``, or add that tile to ``acc``.
+
+        Each consumer thread's registers go out as 16-byte vectors, vector v
+        of thread t at (v * threads + t) * 4 floats: a warp's store covers
+        512 contiguous bytes. The loads bypass L1 (another SM wrote them).
+        """
+        nv = cute.size(acc) // 4
+        threads = self.num_epi_threads
+        tile_elems = self.tile_mnk[0] * self.tile_mnk[1]
+        offset = cute.assume(index * tile_elems + mma_tidx * 4, divby=4)
+        gmem = cute.make_tensor(mWork.iterator + offset, cute.make_layout((4, nv), stride=(1, 4 * threads)))
+        regs = cute.make_tensor(acc.iterator, cute.make_layout((4, nv), stride=(1, 4)))
+        if const_expr(store):
+            atom = cute.make_copy_atom(
+                cute.nvgpu.CopyR2GOp(), cutlass.Float32, num_bits_per_copy=128,
+                store_cache_mode=cute.nvgpu.StoreCacheMode.GLOBAL,
+            )  # fmt: skip
+            cute.copy(atom, regs, gmem)
+        else:
+            atom = cute.make_copy_atom(
+                cute.nvgpu.CopyG2ROp(), cutlass.Float32, num_bits_per_copy=128,
+                load_cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL,
+            )  # fmt: skip
+            part = cute.make_rmem_tensor((4, nv), cutlass.Float32)
+            cute.copy(atom, gmem, part)
+            regs.store(regs.load() + part.load())
 
     def _pingpong_sync(self, wg: Any, base: int) -> None:
         cute.arch.barrier(barrier_id=base + wg, number_of_threads=2 * _THREADS_PER_WG)
