@@ -140,7 +140,10 @@ def split_k_plan(geometry: tuple[int, ...], config: GemmConfig, sm_count: int) -
     splits = min(config.split_k, k_tiles)
     whole = tiles // sm_count * sm_count if config.split_tail else 0
     split_tiles = tiles - whole if splits > 1 else 0
-    return SplitK(splits, whole, split_tiles * (splits - 1), split_tiles, config.tile_m * config.tile_n)
+    plan = SplitK(splits, whole, split_tiles * (splits - 1), split_tiles, config.tile_m * config.tile_n)
+    if plan.slots * plan.tile_elems > _INT32_MAX:
+        raise ValueError(f"{config.label}: {plan.slots} partial tiles, past the kernel's 32-bit workspace offsets")
+    return plan
 
 
 def _is_channel_bias(graph: Graph, uid: int, k: int) -> bool:
@@ -375,6 +378,11 @@ class CuteConvImplicitBuilder(FusionBuilder):
 
         _, sm_count = device_properties(device_id_of(device))
         config = config or config_override() or default_conv_config(view, sm_count)
+        if config.split_k > 1:
+            try:
+                split_k_plan(view.geometry, config, sm_count)
+            except ValueError as exc:
+                raise NotSupported(f"{where}: {exc}") from None
         return ConvLaunch(view.spec, config, view.geometry, sm_count)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:

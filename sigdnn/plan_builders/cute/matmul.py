@@ -368,13 +368,13 @@ class CuteMatmulBuilder(FusionBuilder):
 
     def _launch(self, spec: GemmSpec, problem: GemmProblem, device: Device, label: str | None, where: str) -> Any:
         """The compiled launch of the configuration ``label`` names (from ``configs``), else the default."""
-        config = named_config(label, where)
+        config = named_config(label, where) or config_override()
+        if config is not None and config.split_k > 1:
+            raise NotSupported(f"{where}: config {config.label}: split-K is the conv fprop's")
         from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
 
         _, sm_count = device_properties(device_id_of(device))
-        config = config or config_override() or default_config(spec, problem, sm_count)
-        if config.split_k > 1:
-            raise NotSupported(f"{where}: config {config.label}: split-K is the conv fprop's")
+        config = config or default_config(spec, problem, sm_count)
         return GemmLaunch(spec, config, problem, sm_count)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:

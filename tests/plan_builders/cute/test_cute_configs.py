@@ -110,3 +110,69 @@ def test_a_conv_label_that_does_not_parse_is_declined_naming_the_node():
     g = conv(64, 56)
     with pytest.raises(NotSupported, match="node 'conv': bad GEMM config label"):
         CuteConvImplicitBuilder()._launch(plan_conv(g.nodes[0], g), None, "tile9", "node 'conv'")
+
+
+def test_split_labels_round_trip_and_share_one_kernel():
+    for label in ("coop128x256c1x1s1k2", "coop256x128c1x1s1t3", "coop128x64c1x1s1k16"):
+        config = parse_config(label)
+        assert config.label == label and config.split_k > 1
+        assert config.kernel == parse_config(label[: label.rindex("s1") + 2] + "k2")
+    assert parse_config("coop128x256c1x1s1").kernel == parse_config("coop128x256c1x1s1")
+
+
+@pytest.mark.parametrize(
+    "label", ["pp128x128c1x1s1k2", "coop128x256c2x1s1k2", "coop128x256c1x1s4k2", "coop128x256c1x1s1k17"]
+)
+def test_split_k_needs_an_unclustered_cooperative_kernel(label):
+    with pytest.raises(ValueError):
+        parse_config(label)
+
+
+def conv_view(n: int, hw: int, c: int, k: int, r: int = 3, stride: int = 1):
+    from sigdnn.plan_builders.cute.conv_implicit import plan_conv
+
+    g = sigdnn.Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
+    x, w = g.tensor("x", (n, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, r, r), layout="NHWC")
+    g.conv_fprop(x, w, name="conv", padding=(r // 2, r // 2), stride=(stride, stride)).set_output(True)
+    return plan_conv(g.nodes[0], g)
+
+
+def test_split_k_plan_of_conv5():
+    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+
+    view = conv_view(64, 7, 512, 512)  # 25 x 2 tiles of 128x256, 8 channel blocks x 9 taps = 72 K tiles
+    plan = split_k_plan(view.geometry, parse_config("coop128x256c1x1s1k5"), 132)
+    assert (plan.splits, plan.whole, plan.slots, plan.counters) == (5, 0, 200, 50)
+    assert plan.workspace_bytes == 200 * 128 * 256 * 4 + 50 * 4
+
+
+def test_split_tail_leaves_the_full_waves_whole():
+    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+
+    view = conv_view(64, 56, 128, 128, stride=2)  # 196 tiles of 256x128, 2 x 9 = 18 K tiles
+    plan = split_k_plan(view.geometry, parse_config("coop256x128c1x1s1t2"), 132)
+    assert (plan.splits, plan.whole, plan.slots, plan.counters) == (2, 132, 64, 64)
+    every = split_k_plan(view.geometry, parse_config("coop256x128c1x1s1k2"), 132)
+    assert (every.whole, every.slots) == (0, 196)
+
+
+def test_split_count_is_capped_at_the_k_tiles():
+    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+
+    view = conv_view(2, 9, 16, 24)  # one channel block x 9 taps; 162 pixels: 2 tiles
+    plan = split_k_plan(view.geometry, parse_config("coop128x64c1x1s1k16"), 132)
+    assert (plan.splits, plan.slots) == (9, 16)
+
+
+def test_a_split_too_large_for_the_kernels_offsets_is_declined():
+    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+
+    view = conv_view(256, 112, 64, 256)  # 25088 tiles of 128x256, split 16 ways
+    with pytest.raises(ValueError, match="32-bit workspace offsets"):
+        split_k_plan(view.geometry, parse_config("coop128x256c1x1s1k16"), 132)
+
+
+def test_matmul_declines_split_k():
+    g = matmul(256, 256, 256)
+    with pytest.raises(NotSupported, match="split-K is the conv fprop's"):
+        CuteMatmulBuilder()._launch(*CuteMatmulBuilder().plan(g.nodes[0], g), None, "coop128x128c1x1s1k2", "mm")
