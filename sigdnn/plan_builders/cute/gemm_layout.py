@@ -116,7 +116,9 @@ class GemmConfig:
         raster = "" if self.raster_along_m else "n"
         fast = "f" if self.fast_accum else ""
         split = "" if self.split_k == 1 else f"{'t' if self.split_tail else 'k'}{self.split_k}"
-        return f"{kind}{self.tile_m}x{self.tile_n}c{self.cluster_m}x{self.cluster_n}s{self.swizzle}{raster}{fast}{split}"
+        return (
+            f"{kind}{self.tile_m}x{self.tile_n}c{self.cluster_m}x{self.cluster_n}s{self.swizzle}{raster}{fast}{split}"
+        )
 
     @property
     def kernel(self) -> GemmConfig:
