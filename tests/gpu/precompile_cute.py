@@ -184,7 +184,7 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
             found += conv_implicit_specs(conv.conv_graph(*conv.CASES[name]), config)
     for case in conv.FUSED.values():
         found += conv_implicit_specs(conv.fused_graph(*case), None)
-    for config, name in conv.SPLIT_CASES.items():
+    for config, name in conv.SPLIT_CASES:
         found += conv_implicit_specs(conv.conv_graph(*conv.case(name)), config)
     for name in conv.SPLIT_FUSED:
         found += conv_implicit_specs(conv.fused_graph(*conv.FUSED[name]), conv.SPLIT_FUSED_CONFIG)

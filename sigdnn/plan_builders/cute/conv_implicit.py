@@ -106,16 +106,19 @@ def unpack(geometry: tuple[int, ...]) -> dict[str, Any]:
 
 @attrs.frozen
 class SplitK:
-    """How a split-K launch cuts the work (kernels/gemm_sm90.py): launch scalars and workspace sizes.
+    """How a split-K or stream-K launch cuts the work (kernels/gemm_sm90.py): launch scalars and workspace.
 
-    The first ``whole`` tiles run unsplit; each later tile's K loop is cut
-    into ``splits`` ranges, all but the last of which park a float32
-    partial tile (``slots`` of ``tile_elems`` floats), with one int32
-    counter per split tile.
+    The first ``whole`` tiles run unsplit. Split-K: each later tile's K loop
+    is cut into ``splits`` ranges, all but the last of which park a float32
+    partial tile. Stream-K (``sk_segments`` > 0, the most tiles one SM's
+    range touches): the later tiles' K iterations are cut into one range per
+    SM, and each range that starts inside a tile parks that part. ``slots``
+    partial tiles of ``tile_elems`` floats, one int32 counter per split tile.
     """
 
     splits: int
     whole: int
+    sk_segments: int
     slots: int
     counters: int
     tile_elems: int
@@ -131,16 +134,28 @@ class SplitK:
 
 
 def split_k_plan(geometry: tuple[int, ...], config: GemmConfig, sm_count: int) -> SplitK:
-    """The split of a conv fprop under ``config`` (split_k > 1): at most one range per K tile, and with
-    ``split_tail`` only the tiles past the last full wave of ``sm_count`` are split."""
+    """The split of a conv fprop under a split config: split-K has at most one range per K tile and, with
+    ``split_tail``, splits only the tiles past the last full wave of ``sm_count``; stream-K leaves all but
+    the last full wave whole (as CUTLASS's data-parallel + stream-K hybrid) and spreads the rest over
+    ``sm_count`` ranges. ValueError past the kernel's 32-bit index arithmetic."""
     g = unpack(geometry)
     m = g["n"] * math.prod(g["out"])
     tiles = math.ceil(m / config.tile_m) * math.ceil(g["k"] / config.tile_n)
     k_tiles = math.ceil(g["c"] / K_TILE) * math.prod(g["taps"])
-    splits = min(config.split_k, k_tiles)
-    whole = tiles // sm_count * sm_count if config.split_tail else 0
-    split_tiles = tiles - whole if splits > 1 else 0
-    plan = SplitK(splits, whole, split_tiles * (splits - 1), split_tiles, config.tile_m * config.tile_n)
+    elems = config.tile_m * config.tile_n
+    if config.stream_k:
+        whole = max(0, tiles // sm_count - 1) * sm_count
+        total = (tiles - whole) * k_tiles
+        longest = -(-total // sm_count)
+        segments = (longest + k_tiles - 2) // k_tiles + 1
+        plan = SplitK(0, whole, segments, sm_count, tiles - whole, elems)
+        if total * sm_count > _INT32_MAX:
+            raise ValueError(f"{config.label}: {total} stream-K iterations, past the kernel's 32-bit arithmetic")
+    else:
+        splits = min(config.split_k, k_tiles)
+        whole = tiles // sm_count * sm_count if config.split_tail else 0
+        split_tiles = tiles - whole if splits > 1 else 0
+        plan = SplitK(splits, whole, 0, split_tiles * (splits - 1), split_tiles, elems)
     if plan.slots * plan.tile_elems > _INT32_MAX:
         raise ValueError(f"{config.label}: {plan.slots} partial tiles, past the kernel's 32-bit workspace offsets")
     return plan
@@ -378,7 +393,7 @@ class CuteConvImplicitBuilder(FusionBuilder):
 
         _, sm_count = device_properties(device_id_of(device))
         config = config or config_override() or default_conv_config(view, sm_count)
-        if config.split_k > 1:
+        if config.split:
             try:
                 split_k_plan(view.geometry, config, sm_count)
             except ValueError as exc:

@@ -88,6 +88,10 @@ class GemmConfig:
     # wave are split (the whole waves run unsplit), else every tile is.
     split_k: int = 1
     split_tail: bool = False
+    # Stream-K (conv fprop only): the tiles past all but the last full wave are cut into one contiguous
+    # range of K iterations per SM, crossing tile boundaries; a tile's parts are added by the CTA that
+    # holds its first K tile.
+    stream_k: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.pingpong:
@@ -101,10 +105,12 @@ class GemmConfig:
             raise ValueError("swizzle must be >= 1")
         if not 1 <= self.split_k <= MAX_SPLIT_K:
             raise ValueError(f"split_k {self.split_k}: 1 to {MAX_SPLIT_K}")
-        if self.split_k > 1 and (self.pingpong or (self.cluster_m, self.cluster_n) != (1, 1) or self.swizzle != 1):
+        if self.split and (self.pingpong or (self.cluster_m, self.cluster_n) != (1, 1) or self.swizzle != 1):
             raise ValueError("split-K needs the cooperative schedule, no cluster and swizzle 1")
         if self.split_tail and self.split_k == 1:
             raise ValueError("split_tail without split_k")
+        if self.stream_k and self.split_k > 1:
+            raise ValueError("stream-K sets its own split")
         # Accumulator registers per consumer thread; past ~208 the kernel spills.
         acc_regs = self.tile_m * self.tile_n // (128 if self.pingpong else 256)
         if acc_regs > 208:
@@ -116,15 +122,21 @@ class GemmConfig:
         raster = "" if self.raster_along_m else "n"
         fast = "f" if self.fast_accum else ""
         split = "" if self.split_k == 1 else f"{'t' if self.split_tail else 'k'}{self.split_k}"
+        split += "x" if self.stream_k else ""
         return (
             f"{kind}{self.tile_m}x{self.tile_n}c{self.cluster_m}x{self.cluster_n}s{self.swizzle}{raster}{fast}{split}"
         )
 
     @property
+    def split(self) -> bool:
+        """Whether the K loop of a tile may be cut across CTAs (split-K or stream-K)."""
+        return self.split_k > 1 or self.stream_k
+
+    @property
     def kernel(self) -> GemmConfig:
         """What the compiled kernel depends on: the split count and policy are launch scalars, so every
-        split-K config of one tile shares one specialization."""
-        return attrs.evolve(self, split_k=min(self.split_k, 2), split_tail=False)
+        split-K and stream-K config of one tile shares one specialization."""
+        return attrs.evolve(self, split_k=2 if self.split else 1, split_tail=False, stream_k=False)
 
     def accumulator_registers(self, fp8: bool) -> int:
         """Float32 accumulator registers per consumer thread (twice the tile's share when fp8 promotes)."""

@@ -142,13 +142,13 @@ def region_chain(nodes: Sequence[Node], graph: Graph, find: Callable[[Graph, Dat
 def parse_config(label: str) -> GemmConfig:
     """Inverse of ``GemmConfig.label``: e.g. ``coop128x256c2x1s1`` (then ``n``: rasterize along N;
     ``f``: fp8 fast accumulation; ``k4``: split-K, every tile's K loop in 4 ranges; ``t4``: split only the
-    tiles past the last full wave)."""
+    tiles past the last full wave; ``x``: stream-K)."""
     import re
 
-    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)(n?)(f?)(?:([kt])(\d+))?", label)
+    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)(n?)(f?)(?:([kt])(\d+))?(x?)", label)
     if m is None:
         raise ValueError(f"bad GEMM config label {label!r} (e.g. coop128x256c2x1s1)")
-    kind, tm, tn, cm, cn, sw, raster_n, fast, split, splits = m.groups()
+    kind, tm, tn, cm, cn, sw, raster_n, fast, split, splits, stream_k = m.groups()
     return GemmConfig(
         int(tm),
         int(tn),
@@ -160,6 +160,7 @@ def parse_config(label: str) -> GemmConfig:
         fast_accum=bool(fast),
         split_k=int(splits or 1),
         split_tail=split == "t",
+        stream_k=bool(stream_k),
     )
 
 
@@ -369,7 +370,7 @@ class CuteMatmulBuilder(FusionBuilder):
     def _launch(self, spec: GemmSpec, problem: GemmProblem, device: Device, label: str | None, where: str) -> Any:
         """The compiled launch of the configuration ``label`` names (from ``configs``), else the default."""
         config = named_config(label, where) or config_override()
-        if config is not None and config.split_k > 1:
+        if config is not None and config.split:
             raise NotSupported(f"{where}: config {config.label}: split-K is the conv fprop's")
         from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
 

@@ -142,7 +142,7 @@ def test_split_k_plan_of_conv5():
 
     view = conv_view(64, 7, 512, 512)  # 25 x 2 tiles of 128x256, 8 channel blocks x 9 taps = 72 K tiles
     plan = split_k_plan(view.geometry, parse_config("coop128x256c1x1s1k5"), 132)
-    assert (plan.splits, plan.whole, plan.slots, plan.counters) == (5, 0, 200, 50)
+    assert (plan.splits, plan.whole, plan.sk_segments, plan.slots, plan.counters) == (5, 0, 0, 200, 50)
     assert plan.workspace_bytes == 200 * 128 * 256 * 4 + 50 * 4
 
 
@@ -176,3 +176,25 @@ def test_matmul_declines_split_k():
     g = matmul(256, 256, 256)
     with pytest.raises(NotSupported, match="split-K is the conv fprop's"):
         CuteMatmulBuilder()._launch(*CuteMatmulBuilder().plan(g.nodes[0], g), None, "coop128x128c1x1s1k2", "mm")
+
+
+def test_stream_k_plan_of_conv5_spreads_every_tile_over_the_sms():
+    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+
+    view = conv_view(64, 7, 512, 512)  # 50 tiles x 72 K tiles = 3600 iterations: ranges of 27 or 28
+    plan = split_k_plan(view.geometry, parse_config("coop128x256c1x1s1x"), 132)
+    assert (plan.splits, plan.whole, plan.sk_segments, plan.slots, plan.counters) == (0, 0, 2, 132, 50)
+
+
+def test_stream_k_leaves_all_but_the_last_full_wave_whole():
+    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+
+    view = conv_view(64, 56, 64, 64)  # 784 tiles of 256x64, 9 K tiles: 528 whole, 256 x 9 over 132
+    plan = split_k_plan(view.geometry, parse_config("coop256x64c1x1s1x"), 132)
+    assert (plan.whole, plan.sk_segments, plan.slots, plan.counters) == (528, 3, 132, 256)
+    assert parse_config("coop256x64c1x1s1x").kernel == parse_config("coop256x64c1x1s1k2").kernel
+
+
+def test_stream_k_takes_no_split_count():
+    with pytest.raises(ValueError, match="stream-K sets its own split"):
+        parse_config("coop128x256c1x1s1k2x")

@@ -35,7 +35,8 @@ from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell
 
 # (kind, spatial rank) -> (kernel class, launch scalars: the geometry (conv_implicit.ImplicitConv's) and, for
 # the wgrad, the reduction's slice length and slice count). An fprop also takes the split-K workspace and
-# counter pointers after the bias and the split count and whole-tile count after the geometry.
+# counter pointers after the bias and the split count, whole-tile count and stream-K segments per CTA after
+# the geometry.
 KINDS = {
     ("fprop", 2): (conv_sm90.HopperConvFprop, 17),
     ("fprop", 3): (conv_sm90.HopperConvFprop3d, 24),
@@ -67,7 +68,7 @@ def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: tuple[str,
     if kind[0] == "fprop":
         ptrs.append(make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=16))
         ptrs.append(make_ptr(cutlass.Int32, 0, cute.AddressSpace.gmem, assumed_align=4))
-        scalars += 2
+        scalars += 3
     return cute.compile(kernel, *ptrs, *[Int32(1)] * scalars, cuda.CUstream(0))
 
 
@@ -104,14 +105,14 @@ class ConvLaunch(GemmLaunch):
         extra: list[_Cell] = []
         if kind == "fprop":
             work = flags = 0
-            splits, whole = 1, 0
-            if config.split_k > 1:
+            split_scalars = (1, 0, 0)
+            if config.split:
                 self.split = split_k_plan(geometry, config, sm_count)
                 work = self._allocate_workspace(self.split.workspace_bytes)
                 flags = work + self.split.partial_bytes
-                splits, whole = self.split.splits, self.split.whole
+                split_scalars = (self.split.splits, self.split.whole, self.split.sk_segments)
             extra = [_Cell(ctypes.c_void_p, work), _Cell(ctypes.c_void_p, flags)]
-            scalars += [_Cell(ctypes.c_int32, splits), _Cell(ctypes.c_int32, whole)]
+            scalars += [_Cell(ctypes.c_int32, v) for v in split_scalars]
         self._cells = (self._a, self._b, self._c, self._bias, *extra, *scalars, self._stream)
         args, _ = self._executor.generate_execution_args(*self._cells)
         self._args = [ctypes.c_void_p(x) for x in args]

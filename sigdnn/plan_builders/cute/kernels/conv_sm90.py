@@ -21,8 +21,9 @@ row-major (N*P*Q) x K matrix) -- is the Hopper GEMM's (gemm_sm90.py).
 
 Extents, padding, stride and dilation are launch arguments: one compiled
 specialization per (dtypes, epilogue, tile config, spatial rank) serves
-every 2-D (or 3-D) conv. So are split-K's split count and whole-tile count
-(with its workspace and tile counters, read by split-K configs only). A 3-D conv is the same with x viewed as
+every 2-D (or 3-D) conv. So are split-K's split count, whole-tile count and
+stream-K segments (with its workspace and tile counters, read by split-K
+configs only). A 3-D conv is the same with x viewed as
 ((W, H, D, N), C) and the K loop walking (channel block, s, r, t).
 """
 
@@ -49,12 +50,14 @@ class HopperConvFprop(HopperGemm):
     def tiler_b(self):
         return (self.tile_mnk[1], (self.tile_mnk[2],))
 
-    def split_args(self, splits: Int32, whole: Int32, work_ptr: cute.Pointer, flags_ptr: cute.Pointer):
+    def split_args(
+        self, splits: Int32, whole: Int32, sk_segments: Int32, work_ptr: cute.Pointer, flags_ptr: cute.Pointer
+    ):
         """launch_kernel's split-K arguments (None for an unsplit kernel, which reads neither pointer)."""
         if not self.split:
             return None
         layout = cute.make_layout(1)  # addressed through the iterators alone
-        return splits, whole, cute.make_tensor(work_ptr, layout), cute.make_tensor(flags_ptr, layout)
+        return splits, whole, sk_segments, cute.make_tensor(work_ptr, layout), cute.make_tensor(flags_ptr, layout)
 
     @cute.jit
     def __call__(
@@ -84,6 +87,7 @@ class HopperConvFprop(HopperGemm):
         dil_w: Int32,
         splits: Int32,
         whole: Int32,
+        sk_segments: Int32,
         stream: cuda.CUstream,
     ):
         c = cute.assume(c, divby=CHANNEL_ALIGN)
@@ -134,7 +138,7 @@ class HopperConvFprop(HopperGemm):
             mBias,
             mScales,
             stream,
-            self.split_args(splits, whole, work_ptr, flags_ptr),
+            self.split_args(splits, whole, sk_segments, work_ptr, flags_ptr),
         )
 
 
@@ -176,6 +180,7 @@ class HopperConvFprop3d(HopperConvFprop):
         dil_w: Int32,
         splits: Int32,
         whole: Int32,
+        sk_segments: Int32,
         stream: cuda.CUstream,
     ):
         c = cute.assume(c, divby=CHANNEL_ALIGN)
@@ -227,5 +232,5 @@ class HopperConvFprop3d(HopperConvFprop):
             mBias,
             mScales,
             stream,
-            self.split_args(splits, whole, work_ptr, flags_ptr),
+            self.split_args(splits, whole, sk_segments, work_ptr, flags_ptr),
         )
