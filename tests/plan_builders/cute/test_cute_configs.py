@@ -87,16 +87,37 @@ def conv_configs(g: sigdnn.Graph) -> list[str]:
     return CuteConvImplicitBuilder().configs(g.nodes, g)
 
 
-def test_conv_offers_its_heuristic_default_first_then_the_wide_tiles():
+def test_conv_offers_its_heuristic_default_first_then_the_wide_tiles_then_their_splits():
     assert conv_configs(conv(64, 56)) == [
-        "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1"
+        "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1",
+        "coop256x64c1x1s1k2", "coop256x64c1x1s1t2", "coop256x64c1x1s1x",
     ]  # fmt: skip
-    assert conv_configs(conv(256, 14))[0] == "coop128x256c1x1s1"
+    assert conv_configs(conv(256, 14))[:2] == ["coop128x256c1x1s1", "coop256x64c1x1s1"]
+    assert conv_configs(conv(256, 14))[-2:] == ["coop128x256c1x1s1k2", "coop128x256c1x1s1x"]  # 98 tiles: no tail
 
 
-def test_a_late_stage_conv_region_starts_with_pingpong_tiles():
-    labels = conv_configs(conv(512, 7, c=512, epilogue=True))
-    assert labels[0] == "pp128x128c1x1s1" and len(labels) == len(set(labels)) == 4
+def test_a_late_stage_conv_region_starts_with_split_k():
+    labels = conv_configs(conv(512, 7, c=512, epilogue=True))  # 50 tiles of 128x256 for 132 SMs, 72 K steps
+    assert labels[0] == "coop128x256c1x1s1k2" and len(labels) == len(set(labels)) == 6
+
+
+@pytest.mark.parametrize(
+    ("n", "hw", "c", "k", "r", "stride", "label"),
+    [
+        (64, 56, 64, 64, 3, 1, "coop256x64c1x1s1"),  # 784 tiles: a last wave of 124
+        (64, 28, 128, 128, 3, 1, "coop256x128c1x1s1t2"),  # 196 tiles: 64 in the last wave
+        (64, 56, 128, 128, 3, 2, "coop256x128c1x1s1"),  # the same with stride 2: not split
+        (64, 14, 256, 256, 3, 1, "coop128x256c1x1s1"),  # 98 tiles
+        (64, 7, 512, 512, 3, 1, "coop128x256c1x1s1k2"),  # 50 tiles, 72 K steps
+        (64, 7, 2048, 512, 1, 1, "coop128x256c1x1s1k2"),  # 50 tiles, 32 K steps
+        (64, 7, 256, 512, 1, 1, "pp128x128c1x1s1"),  # 50 tiles, 4 K steps
+        (64, 14, 256, 1024, 1, 1, "coop128x256c1x1s1"),  # 392 tiles: a last wave of 128
+    ],
+)
+def test_default_conv_config_of_resnet_layers(n, hw, c, k, r, stride, label):
+    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
+
+    assert default_conv_config(conv_view(n, hw, c, k, r, stride), 132).label == label
 
 
 def test_conv_keeps_the_environment_override_first(monkeypatch):

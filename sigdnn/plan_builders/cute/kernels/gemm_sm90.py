@@ -696,12 +696,14 @@ class HopperGemm:
                 # unit whole + j * G + v is the j-th tile its range touches (empty past its end). A range
                 # that starts inside a tile parks that part (its first segment) in slot v; the CTA holding
                 # a tile's first K tile adds the parts of the CTAs after it and stores the tile.
-                ctas = self.max_active_clusters
+                # With fewer iterations than SMs, only the first ``total`` CTAs get one (every range non-empty:
+                # an owner counts the CTAs after it as parts).
                 total = rest * k_tiles
-                v = (u - whole) % ctas
-                j = (u - whole) // ctas
-                a = v * total // ctas
-                b = (v + 1) * total // ctas
+                ctas = cutlass.min(total, self.max_active_clusters)
+                v = (u - whole) % self.max_active_clusters
+                j = (u - whole) // self.max_active_clusters
+                a = cutlass.min(v, ctas) * total // ctas
+                b = cutlass.min(v + 1, ctas) * total // ctas
                 t = a // k_tiles + j
                 if j == 0:
                     k_begin = a - t * k_tiles
