@@ -193,10 +193,32 @@ def test_a_split_too_large_for_the_kernels_offsets_is_declined():
         split_k_plan(view.geometry, parse_config("coop128x256c1x1s1k16"), 132)
 
 
-def test_matmul_declines_split_k():
+def test_matmul_declines_split_k_named_or_from_the_environment(monkeypatch):
     g = matmul(256, 256, 256)
+    builder = CuteMatmulBuilder()
     with pytest.raises(NotSupported, match="split-K is the conv fprop's"):
-        CuteMatmulBuilder()._launch(*CuteMatmulBuilder().plan(g.nodes[0], g), None, "coop128x128c1x1s1k2", "mm")
+        builder._launch(*builder.plan(g.nodes[0], g), None, "coop128x128c1x1s1k2", "mm")
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", "coop128x128c1x1s1x")
+    with pytest.raises(NotSupported, match="split-K is the conv fprop's"):
+        builder._launch(*builder.plan(g.nodes[0], g), None, None, "mm")
+
+
+def test_matmul_lets_unsplit_configs_through_to_the_launch():
+    g = matmul(256, 256, 256)
+    builder = CuteMatmulBuilder()
+    try:
+        builder._launch(*builder.plan(g.nodes[0], g), None, "coop128x128c1x1s1", "mm")
+    except NotSupported as exc:
+        pytest.fail(f"declined an unsplit config: {exc}")
+    except (ImportError, RuntimeError):
+        pass  # past the check: no GPU or no CUDA bindings on this machine
+
+
+def test_a_tail_split_needs_a_split_count():
+    from sigdnn.plan_builders.cute.gemm_layout import GemmConfig
+
+    with pytest.raises(ValueError, match="split_tail without split_k"):
+        GemmConfig(split_tail=True)
 
 
 def test_stream_k_plan_of_conv5_spreads_every_tile_over_the_sms():
@@ -219,3 +241,91 @@ def test_stream_k_leaves_all_but_the_last_full_wave_whole():
 def test_stream_k_takes_no_split_count():
     with pytest.raises(ValueError, match="stream-K sets its own split"):
         parse_config("coop128x256c1x1s1k2x")
+
+
+def view_of(m: int, k: int, c: int = 64, taps: int = 3, stride: tuple[int, int] = (1, 1)):
+    """An ImplicitConv of M = m output pixels in one row (N = 1), k output channels, c input channels."""
+    from sigdnn.plan_builders.cute.conv_implicit import ImplicitConv
+    from sigdnn.plan_builders.cute.gemm_layout import GemmSpec
+
+    spec = GemmSpec("bfloat16", "bfloat16", "bfloat16", "k", "k", "n", False, False)
+    w = (m - 1) * stride[1] + taps
+    h = stride[0] + taps - 1 if stride[0] > 1 else taps
+    p = (h - taps) // stride[0] + 1
+    assert p == 1
+    return ImplicitConv(spec, (1, h, w, c, k, taps, taps, p, m, 0, 0, 0, 0, *stride, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("tiles", "c", "sm", "label"),
+    [
+        (65, 64, 132, "coop256x64c1x1s1k2"),  # fewer than half the SMs' worth, 9 K steps
+        (66, 64, 132, "coop256x64c1x1s1"),  # exactly half: not split
+        (64, 64, 131, "coop256x64c1x1s1k2"),
+        (65, 64, 131, "coop256x64c1x1s1"),  # 65 is not below 131 // 2
+        (132, 64, 132, "coop256x64c1x1s1"),  # one full wave
+        (133, 64, 132, "coop256x64c1x1s1t2"),  # a last wave of one tile
+        (198, 64, 132, "coop256x64c1x1s1t2"),  # a last wave of 66: half full
+        (199, 64, 132, "coop256x64c1x1s1"),
+        (264, 64, 132, "coop256x64c1x1s1"),  # two full waves
+    ],
+)
+def test_default_split_boundaries(tiles, c, sm, label):
+    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
+
+    assert default_conv_config(view_of(256 * tiles, 64, c), sm).label == label
+
+
+def test_default_split_needs_eight_k_steps_and_unit_stride():
+    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
+
+    assert view_of(256 * 10, 64, c=512, taps=1).k_tiles == 8
+    assert default_conv_config(view_of(256 * 10, 64, c=512, taps=1)).label == "coop256x64c1x1s1k2"
+    assert default_conv_config(view_of(256 * 10, 64, c=448, taps=1)).label == "pp128x128c1x1s1"  # 7 K steps
+    assert default_conv_config(view_of(256 * 133, 64)).label == "coop256x64c1x1s1t2"  # the H200's 132 by default
+    assert default_conv_config(view_of(256 * 133, 64, stride=(1, 2))).label == "coop256x64c1x1s1"
+    assert default_conv_config(view_of(256 * 133, 64, stride=(2, 1))).label == "coop256x64c1x1s1"
+
+
+@pytest.mark.parametrize(("k", "tile"), [(64, "256x64"), (65, "256x128"), (128, "256x128"), (129, "128x256")])
+def test_the_wide_tile_follows_the_output_channels(k, tile):
+    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
+
+    assert default_conv_config(view_of(256 * 264, k)).label == f"coop{tile}c1x1s1"  # whole waves: no split
+
+
+def test_split_alternatives_need_two_k_steps_and_offer_the_tail_split_past_one_wave():
+    from sigdnn.plan_builders.cute.conv_implicit import split_alternatives
+
+    assert split_alternatives(view_of(256 * 10, 64, c=64, taps=1)) == []
+    assert split_alternatives(view_of(256 * 10, 64, c=128, taps=1)) == ["coop256x64c1x1s1k2", "coop256x64c1x1s1x"]
+    assert split_alternatives(view_of(256 * 132, 64)) == ["coop256x64c1x1s1k2", "coop256x64c1x1s1x"]
+    assert split_alternatives(view_of(256 * 133, 64)) == [
+        "coop256x64c1x1s1k2", "coop256x64c1x1s1t2", "coop256x64c1x1s1x"
+    ]  # fmt: skip
+
+
+def test_split_of_one_k_step_is_no_split():
+    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+
+    plan = split_k_plan(view_of(256 * 10, 64, taps=1).geometry, parse_config("coop256x64c1x1s1k2"), 132)
+    assert (plan.splits, plan.slots, plan.counters, plan.workspace_bytes) == (1, 0, 0, 0)
+
+
+def test_stream_k_segments_count_every_tile_a_range_touches():
+    import attrs
+
+    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+
+    # 150 tiles x 9 K steps = 1350 iterations: ranges of up to 11, which can touch 3 tiles (1 + 9 + 1)
+    plan = split_k_plan(view_of(256 * 150, 64).geometry, parse_config("coop256x64c1x1s1x"), 132)
+    assert (plan.whole, plan.sk_segments, plan.slots, plan.counters) == (0, 3, 132, 150)
+    assert all(type(v) is int for v in attrs.astuple(plan))
+
+
+def test_stream_k_past_the_kernels_arithmetic_is_declined():
+    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+
+    view = view_of(128 * 100, 8, c=2**24, taps=7)  # 100 tiles x 1.8M K steps
+    with pytest.raises(ValueError, match="stream-K iterations, past the kernel's 32-bit arithmetic"):
+        split_k_plan(view.geometry, parse_config("coop128x64c1x1s1x"), 132)
