@@ -95,6 +95,8 @@ class ConvLaunch(GemmLaunch):
         rank = next((r for (k, r), (_, count) in KINDS.items() if k == kind and count == len(geometry)), None)
         if rank is None:
             raise ValueError(f"no conv {kind} kernel takes {len(geometry)} launch scalars")
+        if config.split and kind != "fprop":
+            raise ValueError(f"config {config.label}: split-K is the fprop's (the {kind} splits its own way)")
         self.spec, self.config, self.geometry = spec, config, geometry
         self._executor = compiled(spec, config, sm_count, kind, rank).to()
         self._a, self._b, self._c, self._bias = (_Cell(ctypes.c_void_p, 0) for _ in range(4))
