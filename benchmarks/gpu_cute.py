@@ -434,8 +434,13 @@ RESNET50_LAYERS = {
     "conv4_1x1_expand": (256, 14, 1024, 1, 1),
     "conv5_1x1_reduce": (2048, 7, 512, 1, 1),
 }
+# The split labels (k: every tile's K loop in that many ranges; t: only the tiles past the last full wave; x:
+# stream-K) share one compiled kernel per tile: the split is a launch scalar.
 CONV_CONFIGS = ["coop128x128c1x1s1", "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1",
-                "coop128x128c2x1s1", "coop128x256c2x1s1"]  # fmt: skip
+                "coop128x128c2x1s1", "coop128x256c2x1s1",
+                "coop128x256c1x1s1k2", "coop128x256c1x1s1k4", "coop128x256c1x1s1t2", "coop128x256c1x1s1x",
+                "coop256x128c1x1s1k2", "coop256x128c1x1s1t2", "coop256x128c1x1s1x", "coop128x128c1x1s1x",
+                "coop256x64c1x1s1x"]  # fmt: skip
 
 
 def conv_layer_graph(c: int, hw: int, k: int, r: int, stride: int, fused: bool):

@@ -185,6 +185,11 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
             found += conv_implicit_specs(conv.conv_graph(*conv.CASES[name]), config)
     for case in conv.FUSED.values():
         found += conv_implicit_specs(conv.fused_graph(*case), None)
+    for config, name in conv.SPLIT_CASES:
+        found += conv_implicit_specs(conv.conv_graph(*conv.case(name)), config)
+    for name in conv.SPLIT_FUSED:
+        found += conv_implicit_specs(conv.fused_graph(*conv.FUSED[name]), conv.SPLIT_FUSED_CONFIG)
+    found += conv_implicit_specs(conv.conv_graph(*conv.CASES["3x3_pad1"]), conv.SPLIT_FUSED_CONFIG)  # planted bug
     dgrad = _load("test_cute_conv_dgrad")
     for case in dgrad.CASES.values():
         found += conv_implicit_specs(dgrad.dgrad_graph(*case), None)

@@ -4,14 +4,20 @@ Against the float64 reference, 2-D and 3-D: spatial sizes off every tile, channe
 off the 64-deep K tile (C = 8, 24, 40, 72) and off the N tile, padding
 (asymmetric too), stride 2 and 3, dilation, 1x1 / 5x1 / 7x7 filters, 16- and
 32-bit outputs; every tile config the benchmark measures; fused bias /
-activation epilogues as one region. A planted bug (the window shifted by one
-pixel) must fail validation. Skips without a GPU, without
-nvidia-cutlass-dsl, or on a device other than sm_90.
+activation epilogues as one region; split-K configs (the K loop of a tile
+cut across CTAs, float32 partials added by the last split) on channel and
+output-channel tails, several units per CTA, capped split counts, split tails
+only, fused bias + activation applied once to the full sum, and repeated
+launches of one plan on new inputs (the tile counters must be back at zero).
+A planted bug (the window shifted by one pixel) must fail validation, with
+and without split-K. Skips without a GPU, without nvidia-cutlass-dsl, or on a
+device other than sm_90.
 """
 
 from __future__ import annotations
 
 import attrs
+import numpy as np
 import pytest
 from cute_skip import skip_unless_sm90
 
@@ -70,6 +76,26 @@ CASES_3D = {
 # Tile configs: cooperative / pingpong, A multicast through the im2col TMA, B multicast.
 CONFIGS = ["coop128x64c1x1s1", "coop256x64c1x1s1", "coop128x256c1x1s1", "coop256x128c1x1s1", "pp64x128c1x1s1",
            "pp128x128c1x1s1", "coop128x128c2x1s4", "coop128x128c1x2s1"]  # fmt: skip
+SPLIT_CASES = [
+    # (config label, case). Split-K (k, t) and stream-K (x) over 9 to 72 K tiles; with 128x64 tiles, 114 to
+    # 324 output tiles: several units per CTA, and waits across waves of units.
+    ("coop128x256c1x1s1k2", "deep_k"),  # 36 K tiles, output channels 264: a second, 8-wide N tile
+    ("coop256x128c1x1s1k3", "stride2_channel_tails"),  # C = 72 (a 64 + 8 K tail per tap), K = 136
+    ("coop128x64c1x1s1k4", "split_many_units"),  # 456 units on 132 CTAs; C = 40, K = 72
+    ("coop128x64c1x1s1t3", "split_tail"),  # 132 whole tiles, then 30 tiles in 3
+    ("coop128x128c1x1s1k16", "strided_dilated_asymmetric_f32"),  # 9 K tiles: 9 splits; float32 out
+    ("coop128x64c1x1s1x", "split_many_units"),  # 1026 K iterations over 132 ranges of 7 or 8
+    ("coop128x64c1x1s1x", "stream_k_hybrid"),  # 132 whole tiles, then 192 tiles over 132 ranges
+    ("coop256x128c1x1s1x", "stride2_channel_tails"),  # 36 iterations over 132 ranges: most empty, 18 parts
+]
+CASES_SPLIT = {
+    "split_many_units": ((8, 40, 30, 30), (72, 40, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
+    "split_tail": ((8, 40, 36, 36), (72, 40, 3, 3), "float16", "float16", {"padding": (1, 1)}),
+    "stream_k_hybrid": ((16, 40, 36, 36), (72, 40, 3, 3), "bfloat16", "float32", {"padding": (1, 1)}),
+}
+SPLIT_FUSED_CONFIG = "coop128x64c1x1s1k3"  # also the planted bug's split config
+SPLIT_FUSED = ("bias_relu", "bias_gelu", "bias_relu_f32_mid")
+STREAM_K_CONFIG = "coop128x64c1x1s1x"
 FUSED = {
     # name: (x dims, w dims, io dtype, intermediate dtype, bias, activation)
     "bias_relu": ((2, 24, 11, 9), (40, 24, 3, 3), "bfloat16", "bfloat16", True, "relu_fwd"),
@@ -79,6 +105,10 @@ FUSED = {
     "bias_gelu": ((2, 32, 8, 8), (48, 32, 3, 3), "bfloat16", "bfloat16", True, "gelu_fwd"),
     "3d_bias_relu": ((2, 16, 4, 6, 5), (32, 16, 3, 3, 3), "bfloat16", "bfloat16", True, "relu_fwd"),
 }
+
+
+def case(name: str) -> tuple:
+    return {**CASES, **CASES_3D, **CASES_SPLIT}[name]
 
 
 def conv_graph(x_dims, w_dims, dtype: str, out: str, conv: dict) -> sigdnn.Graph:
@@ -136,9 +166,48 @@ def test_fused_epilogue_validates(name: str) -> None:
     assert report.passed, report.table()
 
 
-def test_a_window_shifted_by_one_pixel_fails_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("config", "name"), SPLIT_CASES)
+def test_split_k_validates(config: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
+    g = conv_graph(*case(name))
+    plan = sigdnn.Executor("gpu", engine=ENGINE).prepare(g)
+    launch = plan.steps[0].plan._launch
+    assert launch.config.label == config and launch.split is not None and launch.split.slots > 0
+    report = validate(g, 19)
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("config", [SPLIT_FUSED_CONFIG, STREAM_K_CONFIG])
+@pytest.mark.parametrize("name", SPLIT_FUSED)
+def test_split_k_applies_the_fused_epilogue_once(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bias and activation on the full sum only: per part, the bias would count several times and relu
+    would clip partial sums."""
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
+    report = validate(fused_graph(*FUSED[name]), 23)
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("config", ["coop128x64c1x1s1k4", STREAM_K_CONFIG])
+def test_split_k_relaunches_on_new_inputs_match_a_fresh_plan(config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One plan launched again and again: its counters must be back at zero after each launch (or a last
+    split would add partials before they are written), and the split sums are deterministic."""
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
+    g = conv_graph(*case("split_many_units"))
+    ex = sigdnn.Executor("gpu", engine=ENGINE)
+    plan = ex.prepare(g)
+    for seed in (1, 2, 3):
+        data = sigdnn.validation.random_inputs(g, seed=seed)
+        got = ex.execute(plan, data)["y"]
+        want = sigdnn.Executor("gpu", engine=ENGINE).run(g, data)["y"]
+        assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), seed
+
+
+@pytest.mark.parametrize("config", [None, SPLIT_FUSED_CONFIG])
+def test_a_window_shifted_by_one_pixel_fails_validation(config: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """A planted bug: one more pixel of left padding and one less of right keeps every extent but moves
-    every window; the validation this file relies on must see it."""
+    every window; the validation this file relies on must see it, split-K or not."""
+    if config:
+        monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
     real = conv_implicit.plan_conv
 
     def shifted(node, graph, chain=None):

@@ -11,6 +11,12 @@ tensor is written.
 
 It ranks above ``cute.conv_fprop`` (im2col into a workspace, then the GEMM),
 which stays for what the TMA's im2col mode cannot express.
+
+Layers with too few output tiles for the SMs (late stages: M = N*P*Q of a
+few thousand, a deep K loop) split each tile's K loop across CTAs inside the
+kernel, or only the tiles of a last, mostly empty wave; stream-K is offered
+to autotune (config labels ``k2``, ``t2``, ``x``; ``split_k_plan``). The
+float32 partials and the tile counters live in a workspace the launch owns.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ _INT32_MAX = 2**31 - 1
 _CORNERS = {2: (-128, 127), 3: (-16, 15)}
 _MAX_STRIDE = 8  # the im2col traversal stride (the conv stride) is at most 8
 _MAX_OFFSET = 2**16 - 1  # a load's filter-tap offset is a 16-bit value
+K_TILE = 64  # channels per K step of the 16-bit kernel (kernels/gemm_sm90.py's tile_k)
 
 
 @attrs.frozen
@@ -89,6 +96,12 @@ class ImplicitConv:
     def k_out(self) -> int:
         return self.geometry[2 + self.rank]
 
+    @property
+    def k_tiles(self) -> int:
+        """K steps of the GEMM: 64-channel blocks times filter taps."""
+        g = unpack(self.geometry)
+        return math.ceil(g["c"] / K_TILE) * math.prod(g["taps"])
+
 
 def unpack(geometry: tuple[int, ...]) -> dict[str, Any]:
     """The named parts of a geometry tuple (see ImplicitConv)."""
@@ -101,6 +114,63 @@ def unpack(geometry: tuple[int, ...]) -> dict[str, Any]:
     for i, name in enumerate(("taps", "out", "pre", "post", "stride", "dilation")):
         parts[name] = tuple(rest[i * rank : (i + 1) * rank])
     return parts
+
+
+@attrs.frozen
+class SplitK:
+    """How a split-K or stream-K launch cuts the work (kernels/gemm_sm90.py): launch scalars and workspace.
+
+    The first ``whole`` tiles run unsplit. Split-K: each later tile's K loop
+    is cut into ``splits`` ranges, all but the last of which park a float32
+    partial tile. Stream-K (``sk_segments`` > 0, the most tiles one SM's
+    range touches): the later tiles' K iterations are cut into one range per
+    SM, and each range that starts inside a tile parks that part. ``slots``
+    partial tiles of ``tile_elems`` floats, one int32 counter per split tile.
+    """
+
+    splits: int
+    whole: int
+    sk_segments: int
+    slots: int
+    counters: int
+    tile_elems: int
+
+    @property
+    def partial_bytes(self) -> int:
+        return self.slots * self.tile_elems * 4
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Partials, then the counters (which must start at zero; the kernel leaves them at zero)."""
+        return self.partial_bytes + 4 * self.counters
+
+
+def split_k_plan(geometry: tuple[int, ...], config: GemmConfig, sm_count: int) -> SplitK:
+    """The split of a conv fprop under a split config: split-K has at most one range per K tile and, with
+    ``split_tail``, splits only the tiles past the last full wave of ``sm_count``; stream-K leaves all but
+    the last full wave whole (as CUTLASS's data-parallel + stream-K hybrid) and spreads the rest over
+    ``sm_count`` ranges. ValueError past the kernel's 32-bit index arithmetic."""
+    g = unpack(geometry)
+    m = g["n"] * math.prod(g["out"])
+    tiles = math.ceil(m / config.tile_m) * math.ceil(g["k"] / config.tile_n)
+    k_tiles = math.ceil(g["c"] / K_TILE) * math.prod(g["taps"])
+    elems = config.tile_m * config.tile_n
+    if config.stream_k:
+        whole = max(0, tiles // sm_count - 1) * sm_count
+        total = (tiles - whole) * k_tiles
+        longest = -(-total // min(total, sm_count))
+        segments = (longest + k_tiles - 2) // k_tiles + 1
+        plan = SplitK(0, whole, segments, sm_count, tiles - whole, elems)
+        if total * sm_count > _INT32_MAX:
+            raise ValueError(f"{config.label}: {total} stream-K iterations, past the kernel's 32-bit arithmetic")
+    else:
+        splits = min(config.split_k, k_tiles)
+        whole = tiles // sm_count * sm_count if config.split_tail else 0
+        split_tiles = tiles - whole if splits > 1 else 0
+        plan = SplitK(splits, whole, 0, split_tiles * (splits - 1), split_tiles, elems)
+    if plan.slots * plan.tile_elems > _INT32_MAX:
+        raise ValueError(f"{config.label}: {plan.slots} partial tiles, past the kernel's 32-bit workspace offsets")
+    return plan
 
 
 def _is_channel_bias(graph: Graph, uid: int, k: int) -> bool:
@@ -227,26 +297,62 @@ def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> Impli
 
 # Configurations autotune measures besides the default (``CuteConvImplicitBuilder.configs``): the wide
 # cooperative tiles and pingpong 128x128, each the default for some ResNet-50 layer shape on the H200
-# (benchmarks/results/gpu_cute_conv_2026-12-01.md). Clustered tiles, 128x64 and pingpong 64-row tiles ran
-# 0.12-0.67x the default there and are not offered.
+# (benchmarks/results/gpu_cute_conv_2026-12-01.md), then the wide tile's split-K / stream-K variants
+# (``split_alternatives``). Clustered tiles, 128x64 and pingpong 64-row tiles ran 0.12-0.67x the default
+# there and are not offered.
 CONV_ALTERNATIVES = ("coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1")
+SPLIT_MIN_K_TILES = 8  # split a tile's K loop only when each half keeps a pipeline's worth of K steps
+
+
+def _wide_tile(view: ImplicitConv) -> tuple[int, int]:
+    k = view.k_out
+    return (256, 64) if k <= 64 else (256, 128) if k <= 128 else (128, 256)
+
+
+def _tiles(view: ImplicitConv, tile: tuple[int, int]) -> int:
+    return math.ceil(view.m / tile[0]) * math.ceil(view.k_out / tile[1])
 
 
 def default_conv_config(view: ImplicitConv, sm_count: int = 132) -> GemmConfig:
-    """The tile config without tuning (a stated heuristic, measured in benchmarks/results/gpu_cute_conv_*).
+    """The tile config without tuning (a stated heuristic, measured in benchmarks/results/gpu_cute_conv_* and
+    convfwd_2026-12-01c.md).
 
     Cooperative tiles as wide as the output channels allow -- 256x64 for
     K <= 64, 256x128 for K <= 128, else 128x256 -- since narrower or shorter
     tiles ran the ResNet-50 layers 10-50 % slower on the H200 (2026-12-01,
     batch 64). When those tiles would leave more than half the SMs idle (a
-    late-stage layer: M = N*P*Q of a few thousand), pingpong 128x128 tiles
-    instead: twice the tiles, and each SM alternates two of them.
+    late-stage layer: M = N*P*Q of a few thousand) and the K loop is at
+    least SPLIT_MIN_K_TILES deep, the same tiles with the K loop split in two
+    (twice the CTAs; conv5_3x3 1.37x, conv5_1x1_reduce 1.10x faster than
+    pingpong 128x128); a shallow K loop takes pingpong 128x128 tiles instead.
+    A unit-stride conv whose last wave of tiles is at most half full splits
+    that wave's tiles in two (conv3_3x3: 1.07x); strided ones ran slower so
+    (conv3_3x3_s2: 0.96x), their input being 4x their output.
     """
-    m, k = view.m, view.k_out
-    tile_m, tile_n = (256, 64) if k <= 64 else (256, 128) if k <= 128 else (128, 256)
-    if math.ceil(m / tile_m) * math.ceil(k / tile_n) < sm_count // 2:
+    tile_m, tile_n = _wide_tile(view)
+    tiles = _tiles(view, (tile_m, tile_n))
+    deep = view.k_tiles >= SPLIT_MIN_K_TILES
+    if tiles < sm_count // 2:
+        if deep:
+            return GemmConfig(tile_m=tile_m, tile_n=tile_n, split_k=2)
         return GemmConfig(tile_m=128, tile_n=128, pingpong=True)
+    unit_stride = all(st == 1 for st in unpack(view.geometry)["stride"])
+    if deep and unit_stride and tiles > sm_count and 0 < tiles % sm_count <= sm_count // 2:
+        return GemmConfig(tile_m=tile_m, tile_n=tile_n, split_k=2, split_tail=True)
     return GemmConfig(tile_m=tile_m, tile_n=tile_n)
+
+
+def split_alternatives(view: ImplicitConv, sm_count: int = 132) -> list[str]:
+    """The wide tile split in two, its last wave split in two, and stream-K: what autotune may find faster
+    where the default does not split (conv4_3x3 ran stream-K 1.04x faster; see default_conv_config)."""
+    if view.k_tiles < 2:
+        return []
+    tile = _wide_tile(view)
+    base = GemmConfig(tile_m=tile[0], tile_n=tile[1])
+    found = [attrs.evolve(base, split_k=2), attrs.evolve(base, stream_k=True)]
+    if _tiles(view, tile) > sm_count:
+        found.insert(1, attrs.evolve(base, split_k=2, split_tail=True))
+    return [config.label for config in found]
 
 
 class CuteConvPlan(BindsLaunches, NodePlan):
@@ -323,10 +429,13 @@ class CuteConvImplicitBuilder(FusionBuilder):
 
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
         """Labels worth measuring for this conv or conv epilogue region: the default (or the environment's
-        override) first, then CONV_ALTERNATIVES. The executor builds the first when nothing was measured."""
+        override) first, then CONV_ALTERNATIVES and the split alternatives. The executor builds the first when
+        nothing was measured."""
         view = plan_conv(nodes[0], graph, region_chain(nodes, graph, epilogue_chain))
-        labels = [(config_override() or default_conv_config(view, planning_sm_count(device))).label]
-        return labels + [label for label in CONV_ALTERNATIVES if label not in labels]
+        sm_count = planning_sm_count(device)
+        labels = [(config_override() or default_conv_config(view, sm_count)).label]
+        offered = [*CONV_ALTERNATIVES, *split_alternatives(view, sm_count)]
+        return labels + [label for label in offered if label not in labels]
 
     def _launch(self, view: ImplicitConv, device: Device, label: str | None, where: str) -> Any:
         """The compiled launch of the configuration ``label`` names (from ``configs``), else the default."""
@@ -335,6 +444,11 @@ class CuteConvImplicitBuilder(FusionBuilder):
 
         _, sm_count = device_properties(device_id_of(device))
         config = config or config_override() or default_conv_config(view, sm_count)
+        if config.split:
+            try:
+                split_k_plan(view.geometry, config, sm_count)
+            except ValueError as exc:
+                raise NotSupported(f"{where}: {exc}") from None
         return ConvLaunch(view.spec, config, view.geometry, sm_count)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:

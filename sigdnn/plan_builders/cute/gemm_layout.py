@@ -31,6 +31,7 @@ C_DTYPES = ("float16", "bfloat16", "float32")
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1}
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
 SCALE_DTYPES = ("float16", "bfloat16", "float32")
+MAX_SPLIT_K = 16  # K ranges per tile in the kernel's split-K
 MAX_SCALES = 2  # per-tensor scale multiplies the epilogue applies (cuDNN's fp8 graphs: A's and B's descale)
 # sigdnn pointwise mode -> the kernel's epilogue activation
 ACTIVATIONS = {"relu_fwd": "relu", "gelu_fwd": "gelu", "gelu_approx_tanh_fwd": "gelu_tanh"}
@@ -81,6 +82,16 @@ class GemmConfig:
     # that is then added to the float32 total, because Hopper's fp8 wgmma keeps fewer accumulator bits
     # than float32 (CUTLASS's default promotion interval). Ignored for 16-bit operands.
     fast_accum: bool = False
+    # Split-K inside the kernel (conv fprop only): a tile's K loop is cut into ``split_k`` near-equal ranges
+    # run by different CTAs; all but the last write float32 partial tiles to a workspace and the last adds
+    # them before the epilogue (kernels/gemm_sm90.py). ``split_tail``: only the tiles past the last full
+    # wave are split (the whole waves run unsplit), else every tile is.
+    split_k: int = 1
+    split_tail: bool = False
+    # Stream-K (conv fprop only): the tiles past all but the last full wave are cut into one contiguous
+    # range of K iterations per SM, crossing tile boundaries; a tile's parts are added by the CTA that
+    # holds its first K tile.
+    stream_k: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.pingpong:
@@ -92,6 +103,14 @@ class GemmConfig:
             raise ValueError(f"cluster {self.cluster_m}x{self.cluster_n}: one of 1x1, 2x1, 1x2")
         if self.swizzle < 1:
             raise ValueError("swizzle must be >= 1")
+        if not 1 <= self.split_k <= MAX_SPLIT_K:
+            raise ValueError(f"split_k {self.split_k}: 1 to {MAX_SPLIT_K}")
+        if self.split and (self.pingpong or (self.cluster_m, self.cluster_n) != (1, 1) or self.swizzle != 1):
+            raise ValueError("split-K needs the cooperative schedule, no cluster and swizzle 1")
+        if self.split_tail and self.split_k == 1:
+            raise ValueError("split_tail without split_k")
+        if self.stream_k and self.split_k > 1:
+            raise ValueError("stream-K sets its own split")
         # Accumulator registers per consumer thread; past ~208 the kernel spills.
         acc_regs = self.tile_m * self.tile_n // (128 if self.pingpong else 256)
         if acc_regs > 208:
@@ -102,7 +121,22 @@ class GemmConfig:
         kind = "pp" if self.pingpong else "coop"
         raster = "" if self.raster_along_m else "n"
         fast = "f" if self.fast_accum else ""
-        return f"{kind}{self.tile_m}x{self.tile_n}c{self.cluster_m}x{self.cluster_n}s{self.swizzle}{raster}{fast}"
+        split = "" if self.split_k == 1 else f"{'t' if self.split_tail else 'k'}{self.split_k}"
+        split += "x" if self.stream_k else ""
+        return (
+            f"{kind}{self.tile_m}x{self.tile_n}c{self.cluster_m}x{self.cluster_n}s{self.swizzle}{raster}{fast}{split}"
+        )
+
+    @property
+    def split(self) -> bool:
+        """Whether the K loop of a tile may be cut across CTAs (split-K or stream-K)."""
+        return self.split_k > 1 or self.stream_k
+
+    @property
+    def kernel(self) -> GemmConfig:
+        """What the compiled kernel depends on: the split count and policy are launch scalars, so every
+        split-K and stream-K config of one tile shares one specialization."""
+        return attrs.evolve(self, split_k=2 if self.split else 1, split_tail=False, stream_k=False)
 
     def accumulator_registers(self, fp8: bool) -> int:
         """Float32 accumulator registers per consumer thread (twice the tile's share when fp8 promotes)."""

@@ -141,15 +141,26 @@ def region_chain(nodes: Sequence[Node], graph: Graph, find: Callable[[Graph, Dat
 
 def parse_config(label: str) -> GemmConfig:
     """Inverse of ``GemmConfig.label``: e.g. ``coop128x256c2x1s1`` (then ``n``: rasterize along N;
-    ``f``: fp8 fast accumulation)."""
+    ``f``: fp8 fast accumulation; ``k4``: split-K, every tile's K loop in 4 ranges; ``t4``: split only the
+    tiles past the last full wave; ``x``: stream-K)."""
     import re
 
-    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)(n?)(f?)", label)
+    m = re.fullmatch(r"(coop|pp)(\d+)x(\d+)c(\d)x(\d)s(\d+)(n?)(f?)(?:([kt])(\d+))?(x?)", label)
     if m is None:
         raise ValueError(f"bad GEMM config label {label!r} (e.g. coop128x256c2x1s1)")
-    kind, tm, tn, cm, cn, sw, raster_n, fast = m.groups()
+    kind, tm, tn, cm, cn, sw, raster_n, fast, split, splits, stream_k = m.groups()
     return GemmConfig(
-        int(tm), int(tn), kind == "pp", int(cm), int(cn), int(sw), raster_along_m=not raster_n, fast_accum=bool(fast)
+        int(tm),
+        int(tn),
+        kind == "pp",
+        int(cm),
+        int(cn),
+        int(sw),
+        raster_along_m=not raster_n,
+        fast_accum=bool(fast),
+        split_k=int(splits or 1),
+        split_tail=split == "t",
+        stream_k=bool(stream_k),
     )
 
 
@@ -358,11 +369,13 @@ class CuteMatmulBuilder(FusionBuilder):
 
     def _launch(self, spec: GemmSpec, problem: GemmProblem, device: Device, label: str | None, where: str) -> Any:
         """The compiled launch of the configuration ``label`` names (from ``configs``), else the default."""
-        config = named_config(label, where)
+        config = named_config(label, where) or config_override()
+        if config is not None and config.split:
+            raise NotSupported(f"{where}: config {config.label}: split-K is the conv fprop's")
         from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
 
         _, sm_count = device_properties(device_id_of(device))
-        config = config or config_override() or default_config(spec, problem, sm_count)
+        config = config or default_config(spec, problem, sm_count)
         return GemmLaunch(spec, config, problem, sm_count)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:

@@ -5,6 +5,11 @@ config, SM count) in process and in the same on-disk cache
 (``SIGDNN_CUTE_CACHE``), keyed with the sources of both kernel modules. A
 launch rewrites the pointer and stream cells of a pre-marshalled argument
 array; the conv's extents, padding, stride and dilation are fixed at build.
+
+A split-K fprop launch owns its workspace (float32 partial tiles and the
+tile counters, zeroed once when allocated: the kernel leaves the counters at
+zero), so it stays a single launch with nothing to clear per call; one
+launch of it may be in flight at a time, like any plan's.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +27,16 @@ import cutlass.cute as cute
 from cutlass import Int32
 from cutlass.cute.runtime import make_ptr
 
+from sigdnn.plan_builders.cute.conv_implicit import SplitK, split_k_plan
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
 from sigdnn.plan_builders.cute.kernels import conv_sm90, conv_wgrad_sm90, gemm_sm90
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell
 
 # (kind, spatial rank) -> (kernel class, launch scalars: the geometry (conv_implicit.ImplicitConv's) and, for
-# the wgrad, the reduction's slice length and slice count)
+# the wgrad, the reduction's slice length and slice count). An fprop also takes the split-K workspace and
+# counter pointers after the bias and the split count, whole-tile count and stream-K segments per CTA after
+# the geometry.
 KINDS = {
     ("fprop", 2): (conv_sm90.HopperConvFprop, 17),
     ("fprop", 3): (conv_sm90.HopperConvFprop3d, 24),
@@ -56,11 +65,16 @@ def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: tuple[str,
     ptrs.append(make_ptr(dt[spec.c_dtype], 0, cute.AddressSpace.gmem, assumed_align=16))
     bias = dt[spec.bias_dtype or spec.c_dtype]
     ptrs.append(make_ptr(bias, 0, cute.AddressSpace.gmem, assumed_align=bias.width // 8))
+    if kind[0] == "fprop":
+        ptrs.append(make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=16))
+        ptrs.append(make_ptr(cutlass.Int32, 0, cute.AddressSpace.gmem, assumed_align=4))
+        scalars += 3
     return cute.compile(kernel, *ptrs, *[Int32(1)] * scalars, cuda.CUstream(0))
 
 
 def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: str = "fprop", rank: int = 2) -> Any:
     """The compiled conv kernel of a specialization: from this process, the disk cache, or a fresh compile."""
+    config = config.kernel
     key = (spec, config, sm_count, kind, rank)
     return _CACHE.get(
         key, _key_name(spec, config, sm_count, (kind, rank)), lambda: _compile(spec, config, sm_count, (kind, rank))
@@ -72,6 +86,7 @@ class ConvLaunch(GemmLaunch):
 
     ``kind`` "fprop": (x, w, y) and the 17 (2-D) or 24 (3-D) geometry scalars; "wgrad" (2-D): (dy, x, dw or
     the float32 partials) and the geometry followed by the reduction's slice length and slice count.
+    A split-K fprop config allocates its workspace here (``split`` says how large; conv_implicit.SplitK).
     """
 
     def __init__(
@@ -80,14 +95,41 @@ class ConvLaunch(GemmLaunch):
         rank = next((r for (k, r), (_, count) in KINDS.items() if k == kind and count == len(geometry)), None)
         if rank is None:
             raise ValueError(f"no conv {kind} kernel takes {len(geometry)} launch scalars")
+        if config.split and kind != "fprop":
+            raise ValueError(f"config {config.label}: split-K is the fprop's (the {kind} splits its own way)")
         self.spec, self.config, self.geometry = spec, config, geometry
         self._executor = compiled(spec, config, sm_count, kind, rank).to()
         self._a, self._b, self._c, self._bias = (_Cell(ctypes.c_void_p, 0) for _ in range(4))
         self._scales = ()
         self._stream = _Cell(ctypes.c_void_p, 0)
         scalars = [_Cell(ctypes.c_int32, v) for v in geometry]
-        self._cells = (self._a, self._b, self._c, self._bias, *scalars, self._stream)
+        self.split: SplitK | None = None
+        extra: list[_Cell] = []
+        if kind == "fprop":
+            work = flags = 0
+            split_scalars = (1, 0, 0)
+            if config.split:
+                self.split = split_k_plan(geometry, config, sm_count)
+                work = self._allocate_workspace(self.split.workspace_bytes)
+                flags = work + self.split.partial_bytes
+                split_scalars = (self.split.splits, self.split.whole, self.split.sk_segments)
+            extra = [_Cell(ctypes.c_void_p, work), _Cell(ctypes.c_void_p, flags)]
+            scalars += [_Cell(ctypes.c_int32, v) for v in split_scalars]
+        self._cells = (self._a, self._b, self._c, self._bias, *extra, *scalars, self._stream)
         args, _ = self._executor.generate_execution_args(*self._cells)
         self._args = [ctypes.c_void_p(x) for x in args]
         self._packed = self._pack(self._args)
         self._lock = threading.Lock()
+
+    def _allocate_workspace(self, nbytes: int) -> int:
+        """Device memory for the split-K partials and counters, zeroed, freed with this launch."""
+        if nbytes == 0:
+            return 0
+        err, ptr = cuda.cuMemAlloc(nbytes)
+        if err != cuda.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"split-K workspace of {nbytes} bytes: cuMemAlloc failed ({err})")
+        weakref.finalize(self, cuda.cuMemFree, ptr)
+        for result in (cuda.cuMemsetD8(ptr, 0, nbytes), cuda.cuCtxSynchronize()):
+            if result[0] != cuda.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"split-K workspace: zeroing failed ({result[0]})")
+        return int(ptr)

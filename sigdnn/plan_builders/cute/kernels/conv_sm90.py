@@ -21,7 +21,9 @@ row-major (N*P*Q) x K matrix) -- is the Hopper GEMM's (gemm_sm90.py).
 
 Extents, padding, stride and dilation are launch arguments: one compiled
 specialization per (dtypes, epilogue, tile config, spatial rank) serves
-every 2-D (or 3-D) conv. A 3-D conv is the same with x viewed as
+every 2-D (or 3-D) conv. So are split-K's split count, whole-tile count and
+stream-K segments (with its workspace and tile counters, read by split-K
+configs only). A 3-D conv is the same with x viewed as
 ((W, H, D, N), C) and the K loop walking (channel block, s, r, t).
 """
 
@@ -48,6 +50,15 @@ class HopperConvFprop(HopperGemm):
     def tiler_b(self):
         return (self.tile_mnk[1], (self.tile_mnk[2],))
 
+    def split_args(
+        self, splits: Int32, whole: Int32, sk_segments: Int32, work_ptr: cute.Pointer, flags_ptr: cute.Pointer
+    ):
+        """launch_kernel's split-K arguments (None for an unsplit kernel, which reads neither pointer)."""
+        if not self.split:
+            return None
+        layout = cute.make_layout(1)  # addressed through the iterators alone
+        return splits, whole, sk_segments, cute.make_tensor(work_ptr, layout), cute.make_tensor(flags_ptr, layout)
+
     @cute.jit
     def __call__(
         self,
@@ -55,6 +66,8 @@ class HopperConvFprop(HopperGemm):
         w_ptr: cute.Pointer,
         y_ptr: cute.Pointer,
         bias_ptr: cute.Pointer,
+        work_ptr: cute.Pointer,
+        flags_ptr: cute.Pointer,
         n: Int32,
         h: Int32,
         w: Int32,
@@ -72,6 +85,9 @@ class HopperConvFprop(HopperGemm):
         stride_w: Int32,
         dil_h: Int32,
         dil_w: Int32,
+        splits: Int32,
+        whole: Int32,
+        sk_segments: Int32,
         stream: cuda.CUstream,
     ):
         c = cute.assume(c, divby=CHANNEL_ALIGN)
@@ -114,7 +130,15 @@ class HopperConvFprop(HopperGemm):
         gA = cute.make_tensor(gA.iterator, cute.append(gA.layout, cute.make_layout(1)))
         gB = cute.make_tensor(gB.iterator, cute.append(gB.layout, cute.make_layout(1)))
         self.launch_kernel(
-            (tma_a, gA, tma_b, gB), mY, tiled_mma, (a_smem, b_smem, epi_smem), (m, k, 1), mBias, mScales, stream
+            (tma_a, gA, tma_b, gB),
+            mY,
+            tiled_mma,
+            (a_smem, b_smem, epi_smem),
+            (m, k, 1),
+            mBias,
+            mScales,
+            stream,
+            self.split_args(splits, whole, sk_segments, work_ptr, flags_ptr),
         )
 
 
@@ -128,6 +152,8 @@ class HopperConvFprop3d(HopperConvFprop):
         w_ptr: cute.Pointer,
         y_ptr: cute.Pointer,
         bias_ptr: cute.Pointer,
+        work_ptr: cute.Pointer,
+        flags_ptr: cute.Pointer,
         n: Int32,
         d: Int32,
         h: Int32,
@@ -152,6 +178,9 @@ class HopperConvFprop3d(HopperConvFprop):
         dil_d: Int32,
         dil_h: Int32,
         dil_w: Int32,
+        splits: Int32,
+        whole: Int32,
+        sk_segments: Int32,
         stream: cuda.CUstream,
     ):
         c = cute.assume(c, divby=CHANNEL_ALIGN)
@@ -195,5 +224,13 @@ class HopperConvFprop3d(HopperConvFprop):
         gA = cute.make_tensor(gA.iterator, cute.append(gA.layout, cute.make_layout(1)))
         gB = cute.make_tensor(gB.iterator, cute.append(gB.layout, cute.make_layout(1)))
         self.launch_kernel(
-            (tma_a, gA, tma_b, gB), mY, tiled_mma, (a_smem, b_smem, epi_smem), (m, k, 1), mBias, mScales, stream
+            (tma_a, gA, tma_b, gB),
+            mY,
+            tiled_mma,
+            (a_smem, b_smem, epi_smem),
+            (m, k, 1),
+            mBias,
+            mScales,
+            stream,
+            self.split_args(splits, whole, sk_segments, work_ptr, flags_ptr),
         )

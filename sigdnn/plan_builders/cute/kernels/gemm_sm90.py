@@ -32,10 +32,29 @@ bits than float32 (about 13 mantissa bits by published measurements).
 Tails need no predication: TMA fills out-of-bounds loads with zeros (so a
 partial K tile adds nothing) and clips out-of-bounds stores.
 
-The host entry takes raw pointers, extents and strides (not tensors), so a
-compiled specialization serves every problem size with the same dtypes,
-operand majors and batch-broadcast pattern, and a launch marshals only
-scalars.
+Split-K and stream-K (``config.split``; the conv fprop uses them, for layers
+whose output tiles leave SMs idle or fill a last wave partly): the scheduler
+hands out work units instead of tiles; the split is launch scalars, so one
+specialization serves every split. The first ``whole`` tiles run unsplit.
+Split-K cuts each later tile's K loop into ``splits`` near-equal ranges,
+numbered split-major (a tile's last split after its others); every split but
+the last parks its float32 accumulator in its own workspace slot and bumps
+the tile's counter (release), and the last waits for the counter (acquire),
+adds the slots and runs the epilogue. Stream-K cuts the later tiles' K
+iterations into one contiguous range per SM, crossing tile boundaries (unit
+whole + j * SMs + v: the j-th tile CTA v's range touches, empty past its
+end); a range that starts inside a tile parks that part (its first unit,
+which never waits), and the CTA holding a tile's first K tile -- its range's
+last unit -- waits for the parts of the CTAs after it and adds them.
+
+Partials go out as 16-byte vectors, interleaved so a warp writes 512
+contiguous bytes, and come back through L2 (ld.global.cg). The waiting CTA
+resets the counter to zero for the next launch and adds the parts in slot
+order (the sum is deterministic), then applies bias and activation once, on
+the full sum. No deadlock: every CTA is resident (one per SM) and takes its
+units in order; a split-K unit waits only on units of lower number, and a
+stream-K owner only on parts parked by other CTAs' first stream-K units,
+which never wait.
 """
 
 from __future__ import annotations
@@ -87,6 +106,7 @@ class HopperGemm:
         # A 16-bit output has error to spare for a fast erf / exp (see _activation).
         self.fast_math = self.c_dtype.width == 16
         self.pingpong = config.pingpong
+        self.split = config.split
         self.cluster_mn = (config.cluster_m, config.cluster_n)
         cluster_size = config.cluster_m * config.cluster_n
         self.max_active_clusters = sm_count // cluster_size
@@ -220,12 +240,17 @@ class HopperGemm:
         mBias: cute.Tensor,
         mScales: tuple[cute.Tensor, cute.Tensor],
         stream: cuda.CUstream,
+        split: tuple[Any, Any, Any, cute.Tensor, cute.Tensor] | None = None,
     ) -> None:
         """The output's TMA store, the tile scheduler, shared storage and the launch (trace time).
 
         ``loads`` are A's and B's TMA atoms and TMA tensors, (M, K, L) and
         (N, K, L) in the kernel's view; their K mode may be hierarchical (the
         conv's (C, S, R)) as long as ``tiler_a`` / ``tiler_b`` tile it.
+        ``split`` (split-K kernels, one batch entry): the split count, the
+        number of leading tiles left whole, the stream-K segments per CTA (0:
+        no stream-K), the float32 partials workspace and the int32 tile
+        counters (zero before the first launch).
         """
         tma_a, gA, tma_b, gB = loads
         a_smem, b_smem, epi_smem = smem_layouts
@@ -243,6 +268,13 @@ class HopperGemm:
             cute.ceil_div(n, self.tile_mnk[1]),
             batch,
         )
+        splits, whole, sk_segments, mWork, mFlags = (1, 0, 0, mBias, mBias) if split is None else split
+        if const_expr(self.split):
+            # One unit per whole tile, then each split tile's ranges (splits = 0 with stream-K), or each CTA's
+            # stream-K segments (one range per SM; sk_segments: the most tiles one range touches, 0 without
+            # stream-K): the scheduler walks units.
+            tiles = tiles_mnl[0] * tiles_mnl[1]
+            tiles_mnl = (whole + (tiles - whole) * splits + sk_segments * self.max_active_clusters, 1, 1)
         sched_params = utils.PersistentTileSchedulerParams(
             tiles_mnl, (cm, cn, 1), self.config.swizzle, self.config.raster_along_m
         )
@@ -278,6 +310,11 @@ class HopperGemm:
             mBias,
             mScales[0],
             mScales[1],
+            mWork,
+            mFlags,
+            splits,
+            whole,
+            sk_segments,
         ).launch(
             grid=grid,
             block=[self.threads_per_cta, 1, 1],
@@ -330,6 +367,11 @@ class HopperGemm:
         mBias: cute.Tensor,
         mScale0: cute.Tensor,
         mScale1: cute.Tensor,
+        mWork: cute.Tensor,
+        mFlags: cute.Tensor,
+        splits: Int32,
+        whole: Int32,
+        sk_segments: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -374,6 +416,8 @@ class HopperGemm:
         gB = cute.local_tile(mB_nkl, self.tiler_b(), (None, None, None))
         gC = cute.local_tile(mC_mnl, cute.slice_(self.tile_mnk, (None, None, 0)), (None, None, None))
         k_tile_cnt = cute.size(gA, mode=[3])
+        tiles_m = cute.size(gC, mode=[2])
+        tiles_total = tiles_m * cute.size(gC, mode=[3])
 
         if cluster_size > 1:
             cute.arch.cluster_wait()
@@ -398,11 +442,13 @@ class HopperGemm:
                 work = scheduler.initial_work_tile_info()
                 state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.ab_stage)
                 while work.is_valid_tile:
-                    tile = work.tile_idx
+                    tile, k_begin, k_count, _, _, _, _ = self._work_unit(
+                        work.tile_idx, tiles_m, tiles_total, k_tile_cnt, splits, whole, sk_segments
+                    )
                     a_l = tile[2] if const_expr(self.spec.a_batched) else 0
                     b_l = tile[2] if const_expr(self.spec.b_batched) else 0
                     tAgA_k = tAgA[(None, tile[0], None, a_l)]
-                    for kt in cutlass.range(k_tile_cnt, unroll=1):
+                    for kt in cutlass.range(k_begin, k_begin + k_count, unroll=1):
                         ab_pipeline.producer_acquire(state)
                         barrier = ab_pipeline.producer_get_barrier(state)
                         cute.copy(
@@ -484,33 +530,25 @@ class HopperGemm:
                     scheduler.advance_to_next_work()
                     work = scheduler.get_current_work()
 
+            epi_tiles = Int32(0)  # epilogues this CTA ran (split-K: not every unit runs one)
             while work.is_valid_tile:
-                tile = work.tile_idx
-                # ---- mainloop ----
-                if const_expr(self.pingpong):
-                    self._pingpong_sync(wg_idx, _BAR_MMA_WG0)
-                release_state = read_state.clone()
-                acc.fill(0.0)
-                if const_expr(self.promote):
-                    # Each K tile into a fresh acc_tile, then acc += acc_tile in float32. The add needs
-                    # the tile's wgmma batch complete, so the batch before is waited for (and its stage
-                    # released) before the next is issued; the other consumer warpgroup's wgmma keeps
-                    # the tensor cores busy meanwhile.
-                    ab_pipeline.consumer_wait(read_state)
-                    warpgroup.fence()
-                    tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        coord = (None, None, kb, read_state.index)
-                        cute.gemm(tiled_mma, acc_tile, tCrA[coord], tCrB[coord], acc_tile)
-                        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                    warpgroup.commit_group()
-                    read_state.advance()
-                    for _kt in cutlass.range(1, k_tile_cnt, unroll=1):
+                tile, _, k_count, store_slot, wait_count, first_slot, flag = self._work_unit(
+                    work.tile_idx, tiles_m, tiles_total, k_tile_cnt, splits, whole, sk_segments
+                )
+                # Stream-K leaves some units empty; every other unit has K tiles.
+                has_work = k_count > 0 if const_expr(self.split) else True
+                if has_work:
+                    # ---- mainloop ----
+                    if const_expr(self.pingpong):
+                        self._pingpong_sync(wg_idx, _BAR_MMA_WG0)
+                    release_state = read_state.clone()
+                    acc.fill(0.0)
+                    if const_expr(self.promote):
+                        # Each K tile into a fresh acc_tile, then acc += acc_tile in float32. The add needs
+                        # the tile's wgmma batch complete, so the batch before is waited for (and its stage
+                        # released) before the next is issued; the other consumer warpgroup's wgmma keeps
+                        # the tensor cores busy meanwhile.
                         ab_pipeline.consumer_wait(read_state)
-                        warpgroup.wait_group(0)
-                        acc.store(acc.load() + acc_tile.load())
-                        ab_pipeline.consumer_release(release_state)
-                        release_state.advance()
                         warpgroup.fence()
                         tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
                         for kb in cutlass.range_constexpr(num_k_blocks):
@@ -519,86 +557,109 @@ class HopperGemm:
                             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                         warpgroup.commit_group()
                         read_state.advance()
-                    warpgroup.wait_group(0)
-                    acc.store(acc.load() + acc_tile.load())
-                    ab_pipeline.consumer_release(release_state)
-                else:
-                    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                    ab_pipeline.consumer_wait(read_state)
-                    warpgroup.fence()
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        coord = (None, None, kb, read_state.index)
-                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                    warpgroup.commit_group()
-                    read_state.advance()
-                    for _kt in cutlass.range(1, k_tile_cnt, unroll=1):
+                        for _kt in cutlass.range(1, k_count, unroll=1):
+                            ab_pipeline.consumer_wait(read_state)
+                            warpgroup.wait_group(0)
+                            acc.store(acc.load() + acc_tile.load())
+                            ab_pipeline.consumer_release(release_state)
+                            release_state.advance()
+                            warpgroup.fence()
+                            tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+                            for kb in cutlass.range_constexpr(num_k_blocks):
+                                coord = (None, None, kb, read_state.index)
+                                cute.gemm(tiled_mma, acc_tile, tCrA[coord], tCrB[coord], acc_tile)
+                                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                            warpgroup.commit_group()
+                            read_state.advance()
+                        warpgroup.wait_group(0)
+                        acc.store(acc.load() + acc_tile.load())
+                        ab_pipeline.consumer_release(release_state)
+                    else:
+                        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                         ab_pipeline.consumer_wait(read_state)
                         warpgroup.fence()
                         for kb in cutlass.range_constexpr(num_k_blocks):
                             coord = (None, None, kb, read_state.index)
                             cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
                         warpgroup.commit_group()
-                        # Keep one wgmma batch in flight; the one before it is done with its stage.
-                        warpgroup.wait_group(1)
-                        ab_pipeline.consumer_release(release_state)
-                        release_state.advance()
                         read_state.advance()
-                if const_expr(self.pingpong):
-                    # The other warpgroup may start its mainloop while this one drains.
-                    self._pingpong_arrive(1 - wg_idx, _BAR_MMA_WG0)
-                if const_expr(not self.promote):
-                    warpgroup.wait_group(0)
-                    ab_pipeline.consumer_release(release_state)
+                        for _kt in cutlass.range(1, k_count, unroll=1):
+                            ab_pipeline.consumer_wait(read_state)
+                            warpgroup.fence()
+                            for kb in cutlass.range_constexpr(num_k_blocks):
+                                coord = (None, None, kb, read_state.index)
+                                cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                            warpgroup.commit_group()
+                            # Keep one wgmma batch in flight; the one before it is done with its stage.
+                            warpgroup.wait_group(1)
+                            ab_pipeline.consumer_release(release_state)
+                            release_state.advance()
+                            read_state.advance()
+                    if const_expr(self.pingpong):
+                        # The other warpgroup may start its mainloop while this one drains.
+                        self._pingpong_arrive(1 - wg_idx, _BAR_MMA_WG0)
+                    if const_expr(not self.promote):
+                        warpgroup.wait_group(0)
+                        ab_pipeline.consumer_release(release_state)
 
-                # ---- epilogue ----
-                if const_expr(self.pingpong):
-                    self._pingpong_sync(wg_idx, _BAR_EPI_WG0)
-                c_l = tile[2]
-                gC_tile = gC[(None, None, tile[0], tile[1], c_l)]
-                gC_epi = cute.zipped_divide(gC_tile, self.epi_tile)
-                bSG_sC, bSG_gC = cpasync.tma_partition(
-                    tma_c,
-                    0,
-                    cute.make_layout(1),
-                    cute.group_modes(sC, 0, 2),
-                    gC_epi,
-                )
-                epi_grid = gC_epi.shape[1]
-                epi_order = cute.make_ordered_layout(epi_grid, order=(1, 0))
-                epi_count = cute.size(epi_grid)
-                epi_prev = scheduler.num_tiles_executed * epi_count
-                for epi_idx in cutlass.range_constexpr(epi_count):
-                    for v in cutlass.range_constexpr(rD_size):
-                        tRS_rD[v] = tRS_rAcc[epi_idx * rD_size + v]
-                    if const_expr(self.fused):
-                        n0 = tile[1] * self.tile_mnk[1] + epi_order.get_hier_coord(epi_idx)[1] * self.epi_tile[1]
-                        for v in cutlass.range_constexpr(rD_size):
-                            x = _round(self.spec.round_x, tRS_rD[v])
-                            for i in cutlass.range_constexpr(len(scales)):
-                                x = _round(self.spec.round_s[i], x * scales[i])
-                            if const_expr(self.spec.bias_dtype is not None):
-                                # Columns past N are clipped by the store; read an in-range bias for them.
-                                col = cutlass.min(n0 + tRS_cD[v][1], n_total - 1)
-                                x = _round(self.spec.round_y, x + mBias[col].to(cutlass.Float32))
-                            tRS_rD[v] = _activation(self.spec.activation, self.fast_math, x)
-                    tRS_rOut.store(tRS_rD.load().to(self.c_dtype))
-                    buf = (epi_prev + epi_idx) % self.epi_stage
-                    if is_store_warp:
-                        # The buffer about to be written must have left for global memory.
-                        store_pipeline.producer_acquire()
-                    epi_barrier.arrive_and_wait()
-                    cute.copy(tiled_copy_r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
-                    cute.arch.fence_view_async_shared()
-                    epi_barrier.arrive_and_wait()
-                    if is_store_warp:
-                        cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(epi_idx))])
-                        store_pipeline.producer_commit()
-                if const_expr(self.pingpong):
-                    # Both warpgroups stage through the same buffers: drain before handing over.
-                    if is_store_warp:
-                        store_pipeline.producer_tail()
-                    self._pingpong_arrive(1 - wg_idx, _BAR_EPI_WG0)
-                    read_state.advance(k_tile_cnt)
+                    run_epilogue = True
+                    if const_expr(self.split):
+                        run_epilogue = self._split_fixup(
+                            acc, mWork, mFlags, (store_slot, wait_count, first_slot, flag), mma_tidx, epi_barrier
+                        )
+                    if run_epilogue:
+                        # ---- epilogue ----
+                        if const_expr(self.pingpong):
+                            self._pingpong_sync(wg_idx, _BAR_EPI_WG0)
+                        c_l = tile[2]
+                        gC_tile = gC[(None, None, tile[0], tile[1], c_l)]
+                        gC_epi = cute.zipped_divide(gC_tile, self.epi_tile)
+                        bSG_sC, bSG_gC = cpasync.tma_partition(
+                            tma_c,
+                            0,
+                            cute.make_layout(1),
+                            cute.group_modes(sC, 0, 2),
+                            gC_epi,
+                        )
+                        epi_grid = gC_epi.shape[1]
+                        epi_order = cute.make_ordered_layout(epi_grid, order=(1, 0))
+                        epi_count = cute.size(epi_grid)
+                        epi_prev = (epi_tiles if const_expr(self.split) else scheduler.num_tiles_executed) * epi_count
+                        for epi_idx in cutlass.range_constexpr(epi_count):
+                            for v in cutlass.range_constexpr(rD_size):
+                                tRS_rD[v] = tRS_rAcc[epi_idx * rD_size + v]
+                            if const_expr(self.fused):
+                                n0 = (
+                                    tile[1] * self.tile_mnk[1] + epi_order.get_hier_coord(epi_idx)[1] * self.epi_tile[1]
+                                )
+                                for v in cutlass.range_constexpr(rD_size):
+                                    x = _round(self.spec.round_x, tRS_rD[v])
+                                    for i in cutlass.range_constexpr(len(scales)):
+                                        x = _round(self.spec.round_s[i], x * scales[i])
+                                    if const_expr(self.spec.bias_dtype is not None):
+                                        # Columns past N are clipped by the store; read an in-range bias for them.
+                                        col = cutlass.min(n0 + tRS_cD[v][1], n_total - 1)
+                                        x = _round(self.spec.round_y, x + mBias[col].to(cutlass.Float32))
+                                    tRS_rD[v] = _activation(self.spec.activation, self.fast_math, x)
+                            tRS_rOut.store(tRS_rD.load().to(self.c_dtype))
+                            buf = (epi_prev + epi_idx) % self.epi_stage
+                            if is_store_warp:
+                                # The buffer about to be written must have left for global memory.
+                                store_pipeline.producer_acquire()
+                            epi_barrier.arrive_and_wait()
+                            cute.copy(tiled_copy_r2s, tRS_rOut, tRS_sC[(None, None, None, buf)])
+                            cute.arch.fence_view_async_shared()
+                            epi_barrier.arrive_and_wait()
+                            if is_store_warp:
+                                cute.copy(tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_order.get_hier_coord(epi_idx))])
+                                store_pipeline.producer_commit()
+                        if const_expr(self.pingpong):
+                            # Both warpgroups stage through the same buffers: drain before handing over.
+                            if is_store_warp:
+                                store_pipeline.producer_tail()
+                            self._pingpong_arrive(1 - wg_idx, _BAR_EPI_WG0)
+                            read_state.advance(k_tile_cnt)
+                        epi_tiles += 1
                 scheduler.advance_to_next_work(advance_count=tile_step)
                 work = scheduler.get_current_work()
 
@@ -606,6 +667,137 @@ class HopperGemm:
             if const_expr(not self.pingpong):  # noqa: SIM102
                 if is_store_warp:
                     store_pipeline.producer_tail()
+
+    @cute.jit
+    def _work_unit(
+        self,
+        idx: Any,
+        tiles_m: Int32,
+        tiles_total: Int32,
+        k_tiles: Int32,
+        splits: Int32,
+        whole: Int32,
+        sk_segments: Int32,
+    ):
+        """The scheduler's unit ``idx`` as (tile (m, n, l), first K tile, K tile count, then split-K's
+        bookkeeping: the partial slot this unit stores (-1: none), how many partials it waits for and adds
+        (0: none), the first of them, and the tile's counter). Without split-K, ``idx`` is the tile."""
+        if const_expr(not self.split):
+            return idx, 0, k_tiles, -1, 0, 0, 0
+        u = idx[0]
+        tile = u
+        k_begin = Int32(0)
+        k_count = k_tiles
+        store_slot = Int32(-1)
+        wait_count = Int32(0)
+        first_slot = Int32(0)
+        if u >= whole:
+            rest = tiles_total - whole
+            if sk_segments > 0:
+                # Stream-K: CTA v owns iterations [a, b) of the split tiles' rest * k_tiles, a = v * total // G;
+                # unit whole + j * G + v is the j-th tile its range touches (empty past its end). A range
+                # that starts inside a tile parks that part (its first segment) in slot v; the CTA holding
+                # a tile's first K tile adds the parts of the CTAs after it and stores the tile.
+                # With fewer iterations than SMs, only the first ``total`` CTAs get one (every range non-empty:
+                # an owner counts the CTAs after it as parts).
+                total = rest * k_tiles
+                ctas = cutlass.min(total, self.max_active_clusters)
+                v = (u - whole) % self.max_active_clusters
+                j = (u - whole) // self.max_active_clusters
+                a = cutlass.min(v, ctas) * total // ctas
+                b = cutlass.min(v + 1, ctas) * total // ctas
+                t = a // k_tiles + j
+                if j == 0:
+                    k_begin = a - t * k_tiles
+                k_end = cutlass.min(b - t * k_tiles, k_tiles)
+                k_count = cutlass.max(k_end - k_begin, 0)
+                tile = whole + t
+                if k_count > 0:
+                    if k_begin > 0:
+                        store_slot = v
+                    elif k_end < k_tiles:
+                        # The CTAs covering [t * k_tiles + k_end, (t + 1) * k_tiles): slots first..last.
+                        first_slot = ((t * k_tiles + k_end + 1) * ctas + total - 1) // total - 1
+                        last = (((t + 1) * k_tiles) * ctas + total - 1) // total - 1
+                        wait_count = last - first_slot + 1
+            else:
+                # Split-major: unit whole + s * rest + t is split s of tile whole + t; the last split adds
+                # the others' partials (slots t * (splits - 1) + s).
+                tile = whole + (u - whole) % rest
+                split_idx = (u - whole) // rest
+                k_begin = split_idx * k_tiles // splits
+                k_count = (split_idx + 1) * k_tiles // splits - k_begin
+                first_slot = (tile - whole) * (splits - 1)
+                if split_idx < splits - 1:
+                    store_slot = first_slot + split_idx
+                else:
+                    wait_count = splits - 1
+        return (tile % tiles_m, tile // tiles_m, 0), k_begin, k_count, store_slot, wait_count, first_slot, tile - whole
+
+    @cute.jit
+    def _split_fixup(
+        self,
+        acc: cute.Tensor,
+        mWork: cute.Tensor,
+        mFlags: cute.Tensor,
+        roles: tuple[Int32, Int32, Int32, Int32],
+        mma_tidx: Int32,
+        epi_barrier: Any,
+    ) -> cutlass.Boolean:
+        """Split-K after a unit's mainloop: park a partial accumulator, or wait for the tile's other parts
+        and add them in slot order (a deterministic sum). True when this unit holds the tile's full sum
+        and runs the epilogue. ``roles``: _work_unit's store slot, wait count, first slot and counter."""
+        store_slot, wait_count, first_slot, tile = roles
+        full = cutlass.Boolean(True)
+        flag = mFlags.iterator + tile
+        if store_slot >= 0:
+            self._partial(acc, mWork, store_slot, mma_tidx, True)
+            # Every consumer thread's stores, then one release of the tile's counter (CUTLASS's generic
+            # barrier: bar.sync, fence.acq_rel.gpu, relaxed red.add).
+            epi_barrier.arrive_and_wait()
+            if mma_tidx == 0:
+                cute.arch.fence_acq_rel_gpu()
+                cute.arch.red(flag, Int32(1), op="add", dtype=Int32, sem="relaxed", scope="gpu")
+            full = cutlass.Boolean(False)
+        elif wait_count > 0:
+            if mma_tidx == 0:
+                seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+                while seen < wait_count:
+                    seen = cute.arch.load(flag, Int32, sem="acquire", scope="gpu")
+                cute.arch.store(flag, Int32(0))  # every part has arrived: ready for the next launch
+            epi_barrier.arrive_and_wait()
+            for j in cutlass.range(wait_count, unroll=1):
+                self._partial(acc, mWork, first_slot + j, mma_tidx, False)
+        return full
+
+    @cute.jit
+    def _partial(self, acc: cute.Tensor, mWork: cute.Tensor, index: Int32, mma_tidx: Int32, store: cutlass.Constexpr):
+        """Store ``acc`` into the workspace's partial tile ``index``, or add that tile to ``acc``.
+
+        Each consumer thread's registers go out as 16-byte vectors, vector v
+        of thread t at (v * threads + t) * 4 floats: a warp's store covers
+        512 contiguous bytes. The loads bypass L1 (another SM wrote them).
+        """
+        nv = cute.size(acc) // 4
+        threads = self.num_epi_threads
+        tile_elems = self.tile_mnk[0] * self.tile_mnk[1]
+        offset = cute.assume(index * tile_elems + mma_tidx * 4, divby=4)
+        gmem = cute.make_tensor(mWork.iterator + offset, cute.make_layout((4, nv), stride=(1, 4 * threads)))
+        regs = cute.make_tensor(acc.iterator, cute.make_layout((4, nv), stride=(1, 4)))
+        if const_expr(store):
+            atom = cute.make_copy_atom(
+                cute.nvgpu.CopyR2GOp(), cutlass.Float32, num_bits_per_copy=128,
+                store_cache_mode=cute.nvgpu.StoreCacheMode.GLOBAL,
+            )  # fmt: skip
+            cute.copy(atom, regs, gmem)
+        else:
+            atom = cute.make_copy_atom(
+                cute.nvgpu.CopyG2ROp(), cutlass.Float32, num_bits_per_copy=128,
+                load_cache_mode=cute.nvgpu.LoadCacheMode.GLOBAL,
+            )  # fmt: skip
+            part = cute.make_rmem_tensor((4, nv), cutlass.Float32)
+            cute.copy(atom, gmem, part)
+            regs.store(regs.load() + part.load())
 
     def _pingpong_sync(self, wg: Any, base: int) -> None:
         cute.arch.barrier(barrier_id=base + wg, number_of_threads=2 * _THREADS_PER_WG)

@@ -95,6 +95,8 @@ class GemmLaunch:
     """One problem's launch: the extents and strides are fixed, pointers and stream are not."""
 
     def __init__(self, spec: GemmSpec, config: GemmConfig, problem: GemmProblem, sm_count: int) -> None:
+        if config.split:
+            raise ValueError(f"config {config.label}: split-K is the conv fprop's (kernels/conv_launch.py)")
         self.spec, self.config, self.problem = spec, config, problem
         self._executor = compiled(spec, config, sm_count).to()
         self._a = _Cell(ctypes.c_void_p, 0)
