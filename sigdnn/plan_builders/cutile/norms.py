@@ -53,7 +53,7 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     args += [_vector(node, graph, p, "x", batch, n, m) for p in stats]
     names = tuple("mean" if p == "mean" else "inv" for p in stats)
     hints = opbase.row_hints(config, tm, tn, k)
-    text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names, hints, config.variance, k)
+    text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names, hints, config.variance, k=k)
     prefix = "layernorm" if center else "rmsnorm"
     return [Launch(KernelSource(prefix, text), (cdiv(m, tm),), tuple(args))], 0
 
@@ -76,7 +76,7 @@ def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]
     prefix = "layernorm_backward" if center else "rmsnorm_backward"
     launches = [
         Launch(
-            KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias, hints, config.paired, k)),
+            KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias, hints, config.paired, k=k)),
             (blocks,),
             tuple(args),
         )

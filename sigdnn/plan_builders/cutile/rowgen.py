@@ -115,19 +115,18 @@ def _max_of(terms: list[str]) -> str:
     return out
 
 
+# How layernorm forward gets a row's mean and variance (``norm_forward``).
+#
+# two_pass: the mean's reduction, then sum((x - mean)^2)'s, which waits on it. chan (rows held in one tile):
+# one reduction of per-lane (count, mean, M2) triples combined by Chan's update (``CHAN``), over values shifted
+# by the row's first element x0 (exact where the row sits far from zero: the partial means are then of x - x0,
+# not of x). On the H200 (bf16, 16384 rows) chan ran 4 % faster at 4096 columns; over rows held in several
+# tiles a per-lane Welford pass before it ran 9-11 % slower than two_pass (3072 and 5120 columns), so it was
+# dropped there (benchmarks/results/gpu_merged_2026-12-01c.md).
+# The cheaper one reduction of sum(x - x0) and sum((x - x0)^2) loses ~ (mean - x0)^2 / var ulps and failed
+# the reference's layernorm tolerance on a row whose first element is far from the rest
+# (benchmarks/results/gpu_cutile_lnfwd_offline_2026-12-01.md).
 VARIANCES = ("two_pass", "chan")
-"""How layernorm forward gets a row's mean and variance (``norm_forward``).
-
-two_pass: the mean's reduction, then sum((x - mean)^2)'s, which waits on it. chan (rows held in one tile):
-one reduction of per-lane (count, mean, M2) triples combined by Chan's update (``CHAN``), over values shifted
-by the row's first element x0 (exact where the row sits far from zero: the partial means are then of x - x0,
-not of x). On the H200 (bf16, 16384 rows) chan ran 4 % faster at 4096 columns; over rows held in several
-tiles a per-lane Welford pass before it ran 9-11 % slower than two_pass (3072 and 5120 columns), so it was
-dropped there (benchmarks/results/gpu_merged_2026-12-01c.md).
-The cheaper one reduction of sum(x - x0) and sum((x - x0)^2) loses ~ (mean - x0)^2 / var ulps and failed
-the reference's layernorm tolerance on a row whose first element is far from the rest
-(benchmarks/results/gpu_cutile_lnfwd_offline_2026-12-01.md).
-"""
 
 # Chan et al.'s pairwise update of two (count, mean, M2) groups; a group of count 0 whose mean is 0 (a masked
 # lane) leaves the other group's mean and M2 exactly as they are. The weight nb / n takes an approximate
@@ -165,7 +164,8 @@ def norm_forward(
     stats: tuple[str, ...],
     hints: KernelHints | None = None,
     variance: str = "two_pass",
-    k: int = 1,
+    *,
+    k: int,
 ) -> str:
     """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv").
 
@@ -210,8 +210,6 @@ def norm_forward(
             body += _loop(n, tn, lambda c, m: [f"xt = {_load_rows('x', tm, tn, c)}", "acc = acc + xt * xt"])
         body.append(f"var = ct.sum(acc, axis=1, keepdims=True) / {_lit(n)}")
     body.append(f"r = 1.0 / ct.sqrt(var + {_lit(eps)})")
-    # x - mean: one-pass kernels subtract x0 first (exact where x sits near it), then the shifted mean.
-    centered = " - k0 - m" if one_pass else " - mu" if center else ""
 
     def write(c: str, d: str) -> list[str]:
         out = f"{d} * r * {_load_vector('s', tn, c)}"
@@ -219,10 +217,11 @@ def norm_forward(
             out += f" + {_load_vector('b', tn, c)}"
         return [f"ct.store(y, index=(bid, {c}), tile=ct.astype({out}, y.dtype))"]
 
-    if held:
+    if held:  # x - mean: one-pass kernels subtract x0 first (exact where x sits near it), then the shifted mean
         for i, (c, _) in enumerate(held):
             body += write(c, f"(x{i} - k0 - m)" if one_pass else f"d{i}")
     else:
+        centered = " - mu" if center else ""
         body += _loop(n, tn, lambda c, m: [f"d = {_load_rows('x', tm, tn, c)}{centered}", *write(c, "d")])
     if "mean" in stats:
         body.append(_store_stat("mean", tm, "mu"))
@@ -232,7 +231,7 @@ def norm_forward(
 
 
 def softmax_forward(
-    n: int, tm: int, tn: int, log: bool, stats: bool, hints: KernelHints | None = None, k: int = 1
+    n: int, tm: int, tn: int, log: bool, stats: bool, hints: KernelHints | None = None, *, k: int
 ) -> str:
     """Softmax (or log-softmax) of each row; ``stats`` = max + log(sum(exp(x - max))); ``k`` column tiles held."""
     params = ["x", "y", *(["st"] if stats else [])]
@@ -312,7 +311,8 @@ def norm_backward(
     dbias: bool,
     hints: KernelHints | None = None,
     paired: bool = True,
-    k: int = 1,
+    *,
+    k: int,
 ) -> str:
     """dx of layernorm (center) or rmsnorm, and per-block partial dscale (and dbias) rows in ``pds`` / ``pdb``.
 
@@ -330,13 +330,14 @@ def norm_backward(
     ]
     held = _held(n, tn, k) if tn * k >= n else []
 
-    def x_hat(c: str, masked: bool, i: str = "") -> list[str]:
-        """Lines setting xh{i}, dyt{i} and g{i} of column tile ``c``."""
-        lines = [f"xh{i} = ({_load_rows('x', tm, tn, c, 't')}{' - mu' if center else ''}) * r"]
-        if masked and center:
-            lines.append(f"xh{i} = xh{i} * {_mask(tn, c, n)}")
-        dyt = f"dyt{i} = {_load_rows('dy', tm, tn, c, 't')}"
-        return [*lines, dyt, f"g{i} = dyt{i} * {_load_vector('s', tn, c)}"]
+    def x_hat(c: str, i: str = "") -> list[str]:
+        """Lines setting xh{i}, dyt{i} and g{i} of column tile ``c``. Columns past N need no mask: dy and scale
+        read 0 there, so g and dy * xh are 0 whatever xh is."""
+        return [
+            f"xh{i} = ({_load_rows('x', tm, tn, c, 't')}{' - mu' if center else ''}) * r",
+            f"dyt{i} = {_load_rows('dy', tm, tn, c, 't')}",
+            f"g{i} = dyt{i} * {_load_vector('s', tn, c)}",
+        ]
 
     def col(value: str) -> str:
         """The tile's rows of ``value`` summed: (1, TN). One row is its own sum: cuTile's sum over an axis of
@@ -353,8 +354,8 @@ def norm_backward(
         sums = [("pds", "ads"), *([("pdb", "adb")] if dbias else [])]  # (partial-sum row, its accumulators)
         body += [f"{a}{i} = {zero}" for i in range(k) for _, a in sums]
         loop = list(stats)
-        for i, (c, masked) in enumerate(held):
-            loop += x_hat(c, masked, str(i))
+        for i, (c, _) in enumerate(held):
+            loop += x_hat(c, str(i))
         g, gxh = _sum_of([f"g{i}" for i in range(k)]), _sum_of([f"g{i} * xh{i}" for i in range(k)])
         if center:
             loop += _row_means(g, gxh, n, paired)
@@ -381,14 +382,14 @@ def norm_backward(
     if dbias:
         body.append(f"    ct.store(pdb, index=(bid, c), tile={zero})")
     loop = [*stats, f"a1 = ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)", "a2 = a1"]
-    loop += _loop(n, tn, lambda c, m: [*x_hat(c, m), "a1 = a1 + g", "a2 = a2 + g * xh"])
+    loop += _loop(n, tn, lambda c, _: [*x_hat(c), "a1 = a1 + g", "a2 = a2 + g * xh"])
     if center:
         loop += _row_means("a1", "a2", n, paired)
     else:
         loop.append(f"c2 = ct.sum(a2, axis=1, keepdims=True) / {_lit(n)}")
 
-    def write(c: str, m: bool) -> list[str]:
-        lines = [*x_hat(c, m), f"ct.store(dx, index=(t, {c}), tile=ct.astype({dx()}, dx.dtype))"]
+    def write(c: str, _: bool) -> list[str]:
+        lines = [*x_hat(c), f"ct.store(dx, index=(t, {c}), tile=ct.astype({dx()}, dx.dtype))"]
         lines.append(f"ct.store(pds, index=(bid, {c}), tile=ct.load(pds, index=(bid, {c}), shape=(1, {tn})) + "
                      f"{col('dyt * xh')})")  # fmt: skip
         if dbias:

@@ -18,7 +18,7 @@ from norm_cases import all_cases
 
 import sigdnn
 from sigdnn.errors import NoPlanError, NotSupported
-from sigdnn.plan_builders.cutile import norms
+from sigdnn.plan_builders.cutile import norms, opbase
 from sigdnn.plan_builders.cutile.reduction import CutileReductionBuilder
 from sigdnn.registry import Registry
 from sigdnn.validation.inputs import random_inputs
@@ -112,3 +112,29 @@ def rowgen_graph() -> sigdnn.Graph:
 
 def _executor(registry, engine):
     return emulated_executor(registry=registry, engine=engine)
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_of_a_row_held_in_tiles_shifts_by_the_max_of_every_tile(log):
+    """Row j of 5120 (five tiles of 1024) peaks at 200 in tile j: a max that missed that tile overflows exp."""
+    from norm_cases import softmax
+
+    g = softmax((5, 5120), "float32", log, True)
+    x = np.random.default_rng(3).standard_normal((5, 5120)).astype(np.float32)
+    for j in range(5):
+        x[j, 1024 * j + 17] = 200.0
+    report = sigdnn.validate(g, {"x": x}, executor=emulated_executor())
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("n", [1025, 16384])
+def test_softmax_pads_only_what_lies_past_the_row_with_minus_infinity(n):
+    """1025: five tiles of 256, the last holding one column (the other 255 read -inf); 16384: two whole walked
+    chunks of 8192, nothing past the row (a zero read as a column would add exp(-max) to every sum)."""
+    from norm_cases import softmax
+
+    assert opbase.row_split(n) == {1025: (256, 5), 16384: (opbase.ROW_MAX, 1)}[n]
+    g = softmax((3, n), "float32", False, False)
+    x = (np.random.default_rng(4).standard_normal((3, n)) - 30.0).astype(np.float32)  # sums far below exp(0) = 1
+    report = sigdnn.validate(g, {"x": x}, executor=emulated_executor())
+    assert report.passed, report.table()

@@ -106,18 +106,18 @@ def test_emulated_reduction_of_a_pair_sums_each_member_over_an_odd_axis():
 
 def test_backward_row_sums_skip_the_reduction_over_one_row():
     """A one-row tile is its own column sum (cuTile's sum over a length-1 axis cost shared memory and barriers)."""
-    one = rowgen.norm_backward(4096, 1, 4096, True, True)
-    two = rowgen.norm_backward(4096, 2, 4096, True, True)
+    one = rowgen.norm_backward(4096, 1, 4096, True, True, k=1)
+    two = rowgen.norm_backward(4096, 2, 4096, True, True, k=1)
     assert "axis=0" not in one and "ads0 = ads0 + (dyt0 * xh0)" in one
     assert "ct.sum(dyt0 * xh0, axis=0, keepdims=True)" in two
     assert "ct.reduce((g0, g0 * xh0), axis=1" in one
-    assert "ct.reduce" not in rowgen.norm_backward(4096, 1, 4096, True, True, paired=False)
+    assert "ct.reduce" not in rowgen.norm_backward(4096, 1, 4096, True, True, paired=False, k=1)
 
 
 def test_hints_are_written_into_the_kernel_decorator():
-    text = rowgen.norm_forward(64, 2, 64, 1e-5, True, False, (), KernelHints(occupancy=4, num_worker_warps=8))
+    text = rowgen.norm_forward(64, 2, 64, 1e-5, True, False, (), KernelHints(occupancy=4, num_worker_warps=8), k=1)
     assert text.startswith("@ct.kernel(occupancy=4, num_worker_warps=8)\ndef kernel(")
-    assert rowgen.norm_forward(64, 2, 64, 1e-5, True, False, ()).startswith("@ct.kernel\ndef kernel(")
+    assert rowgen.norm_forward(64, 2, 64, 1e-5, True, False, (), k=1).startswith("@ct.kernel\ndef kernel(")
 
 
 def test_forward_row_tiles_follow_the_configuration():
