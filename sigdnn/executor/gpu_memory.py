@@ -315,12 +315,11 @@ class BoundPlan:
             addresses = tuple(self.buffers[u].ptr for u in self._io)
             if stream != self.execution.stream:
                 self._bind_all(stream)
-                self._addresses = addresses
             elif addresses != self._addresses:
                 for i, step in enumerate(self._steps):
                     if self._touches_io[i]:
                         self._launches[i] = self._bind(step)
-                self._addresses = addresses
+            self._addresses = addresses
             self._move(stream)
             self._launch(addresses, replayable=not fresh)
             if torch_stream is not None and not (to_host or copy_back or fresh):
@@ -359,7 +358,8 @@ class BoundPlan:
 
         A recording is captured on the executor's stream (torch's may be the
         legacy default stream, which cannot capture) and replayed on the
-        stream the run enqueues on.
+        stream the run enqueues on; the launches stay bound to the executor's
+        stream until a run launches on another one (``run`` rebinds them).
         """
         stream = self.execution.stream
         if self.cuda_graphs and self._bindable and replayable:
@@ -371,12 +371,9 @@ class BoundPlan:
             if addresses in self._seen:  # second run on these buffers: kernels are compiled, record
                 from sigdnn.runtime.cuda import CudaGraph
 
-                ours = self.context.stream_handle
-                if stream != ours:
-                    self._bind_all(ours)
+                if stream != self.context.stream_handle:
+                    self._bind_all(self.context.stream_handle)
                 graph = CudaGraph.record(self.context, self._launches)
-                if stream != ours:
-                    self._bind_all(stream)
                 self._graphs[addresses] = graph
                 while len(self._graphs) > GRAPHS_PER_PLAN:
                     self._graphs.popitem(last=False)

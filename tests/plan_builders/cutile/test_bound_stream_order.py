@@ -54,12 +54,25 @@ class RecordingContext(HostGpuContext):
     def synchronize(self) -> None:
         self.calls.append(("synchronize",))
 
+    def _copy_h2d(self, dst_ptr: int, host: np.ndarray) -> None:
+        self.calls.append(("upload",))
+        super()._copy_h2d(dst_ptr, host)
+
+    def allocate(self, nbytes: int):
+        self.calls.append(("allocate",))
+        return super().allocate(nbytes)
+
 
 @pytest.fixture
 def context(monkeypatch):
     make_available(monkeypatch)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: TORCH_STREAM, raising=False)
     return RecordingContext()
+
+
+def streams(calls: list[tuple]) -> list[tuple]:
+    """The calls that order streams, launch or wait on the host (uploads and allocations left out)."""
+    return [c for c in calls if c[0] not in ("upload", "allocate")]
 
 
 def executor(context: RecordingContext, **kw) -> Executor:
@@ -93,14 +106,15 @@ def test_bound_run_on_device_outputs_enqueues_on_torch_s_stream_without_a_wait(c
     ex = executor(context)
     plan = ex.prepare(graph())
     y = fake(0.0)
-    ex.execute(plan, {"x": fake(-2.0), "b": fake(1.5), "y": y}, to_host=False)
+    got = ex.execute(plan, {"x": fake(-2.0), "b": fake(1.5), "y": y}, to_host=False)
+    assert got["y"].ptr == y.data_ptr()  # the caller's tensor, as a device view
     # the binding's memory was new on our stream: torch's waits for that once, then every launch is torch's
-    assert context.calls[0] == ("release_to", TORCH_STREAM)
-    assert context.calls[1:] and all(c == ("launch", TORCH_STREAM) for c in context.calls[1:])
+    launches = [("launch", TORCH_STREAM)] * (len(streams(context.calls)) - 1)
+    assert streams(context.calls) == [("release_to", TORCH_STREAM), *launches] and launches
     np.testing.assert_array_equal(y.array, np.zeros((3, 5), np.float32))
     context.calls.clear()
     ex.execute(plan, {"x": fake(2.0), "b": fake(1.5), "y": y}, to_host=False)
-    assert context.calls and all(c == ("launch", TORCH_STREAM) for c in context.calls)  # no ordering call at all
+    assert context.calls == launches  # no ordering call, no allocation, no upload
     np.testing.assert_array_equal(y.array, np.full((3, 5), 3.5, np.float32))
 
 
@@ -139,7 +153,7 @@ def test_numpy_callers_never_touch_torch_s_stream(context):
     ex = executor(context)
     plan = ex.prepare(graph())
     ex.execute(plan, {"x": np.ones((3, 5), np.float32), "b": np.ones((3, 5), np.float32)})
-    assert context.calls and all(c in (("launch", OURS), ("synchronize",)) for c in context.calls)
+    assert streams(context.calls) and all(c in (("launch", OURS), ("synchronize",)) for c in streams(context.calls))
 
 
 def test_a_numpy_run_after_a_torch_run_waits_for_torch_s_stream_first(context):
@@ -148,8 +162,33 @@ def test_a_numpy_run_after_a_torch_run_waits_for_torch_s_stream_first(context):
     ex.execute(plan, {"x": fake(1.0), "b": fake(1.0), "y": fake(0.0)}, to_host=False)
     context.calls.clear()
     ex.execute(plan, {"x": np.ones((3, 5), np.float32), "b": np.ones((3, 5), np.float32)})
-    assert context.calls[0] == ("wait_for", TORCH_STREAM)  # before the first upload into the binding's staging
+    # the staging buffers are allocated (nothing enqueued), then ours waits for torch's before the first upload
+    assert context.calls.index(("wait_for", TORCH_STREAM)) < context.calls.index(("upload",))
     assert [c for c in context.calls if c[0] == "launch"] and ("launch", TORCH_STREAM) not in context.calls
+
+
+def test_a_fresh_output_after_a_torch_run_is_allocated_after_torch_s_stream(context):
+    """A fresh output comes from our stream's ordered allocator: ours first waits for the binding's last use."""
+    ex = executor(context)
+    plan = ex.prepare(graph())
+    ex.execute(plan, {"x": fake(1.0), "b": fake(1.0), "y": fake(0.0)}, to_host=False)
+    context.calls.clear()
+    ex.execute(plan, {"x": fake(1.0), "b": fake(1.0)}, to_host=False)
+    assert context.calls[:2] == [("wait_for", TORCH_STREAM), ("allocate",)]
+
+
+def test_a_changed_scalar_after_a_torch_run_is_uploaded_after_torch_s_stream(context):
+    g = sigdnn.Graph("g", io_dtype="float32", compute_dtype="float32")
+    x = g.tensor("x", dims=(3, 5))
+    g.pointwise("mul", x, g.scalar("s", 0.5)).set_output(True).set_name("y")
+    ex = executor(context)
+    plan = ex.prepare(g)
+    y = fake(0.0)
+    ex.execute(plan, {"x": fake(4.0), "y": y}, to_host=False)
+    context.calls.clear()
+    ex.execute(plan, {"x": fake(4.0), "s": np.float32(0.25), "y": y}, to_host=False)
+    assert context.calls[:2] == [("wait_for", TORCH_STREAM), ("upload",)]
+    np.testing.assert_array_equal(y.array, np.full((3, 5), 1.0, np.float32))
 
 
 def test_capturing_path_waits_for_torch_once_before_its_first_step(context):
