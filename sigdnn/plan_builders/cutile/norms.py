@@ -52,7 +52,7 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     args.append(Arg("y", (m, n), (n, 1)))
     args += [_vector(node, graph, p, "x", batch, n, m) for p in stats]
     names = tuple("mean" if p == "mean" else "inv" for p in stats)
-    hints = opbase.row_hints(config, tm, tn, k)
+    hints = opbase.row_hints(config, n, tm, tn, k)
     text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names, hints, config.variance, k=k)
     prefix = "layernorm" if center else "rmsnorm"
     return [Launch(KernelSource(prefix, text), (cdiv(m, tm),), tuple(args))], 0
@@ -63,7 +63,7 @@ def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]
     m, n, axes, batch = _rows(node, graph, "x")
     config = opbase.ROW_BACKWARD
     tm, tn, k = row_tiles(m, n, config)
-    hints = opbase.row_hints(config, tm, tn, k)
+    hints = opbase.row_hints(config, n, tm, tn, k)
     blocks = max(1, min(cdiv(m, tm), opbase.persistent_blocks(hints)))
     width = cdiv(n, tn) * tn
     dbias = getattr(op, "dbias", None) is not None

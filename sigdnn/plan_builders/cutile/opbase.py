@@ -102,16 +102,18 @@ def row_split(n: int) -> tuple[int, int]:
     return best
 
 
-def row_hints(config: RowConfig, tm: int, tn: int, k: int) -> KernelHints:
-    """The config's hints, its occupancy lowered in proportion when a block holds more than ``config.tile``
-    elements (a row wider than the tile), so each thread keeps the registers the hints were measured with.
+def row_hints(config: RowConfig, n: int, tm: int, tn: int, k: int) -> KernelHints:
+    """The config's hints, its occupancy lowered in proportion when a block holds rows of N in more than
+    ``config.tile`` elements, so each thread keeps the registers the hints were measured with.
 
     Compiled for sm_90 at rows of 5120: softmax at the default occupancy 6 spilled, at 4 it did not;
-    layernorm backward spilled at 2 and not at 1.
+    layernorm backward spilled at 2 and not at 1. Walked rows (N > ROW_MAX) keep the config's hints:
+    at 32768 the lowered occupancy cut softmax's spills (640 -> 120 bytes of stack) but made layernorm
+    backward spill (0 -> 200), and neither was timed.
     """
     held = tm * tn * k
     occupancy = config.hints.occupancy
-    if occupancy is None or held <= config.tile:
+    if occupancy is None or held <= config.tile or held < n:
         return config.hints
     return attrs.evolve(config.hints, occupancy=max(1, occupancy * config.tile // held))
 

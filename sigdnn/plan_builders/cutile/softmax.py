@@ -36,6 +36,6 @@ class CutileSoftmaxBuilder(CutileOpBuilder):
         if op.stats is not None:
             batch = [a for a in range(x.rank) if a not in op.axes]
             args.append(Arg("stats", (m,), (views.vector_stride(graph.tensors[op.stats], x, batch, n),)))
-        hints = opbase.row_hints(config, tm, tn, k)
+        hints = opbase.row_hints(config, n, tm, tn, k)
         text = rowgen.softmax_forward(n, tm, tn, op.log, op.stats is not None, hints, k=k)
         return [Launch(KernelSource("softmax", text), (cdiv(m, tm),), tuple(args))], 0

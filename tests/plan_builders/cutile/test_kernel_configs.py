@@ -132,11 +132,13 @@ def test_forward_row_tiles_follow_the_configuration():
 
 def test_a_block_holding_more_than_the_tile_keeps_its_registers_per_element():
     softmax, backward = RowConfig(4096, KernelHints(6)), RowConfig(4096, KernelHints(2, 8))
-    assert opbase.row_hints(softmax, 1, 4096, 1) == KernelHints(6)  # the measured shape: unchanged
-    assert opbase.row_hints(softmax, 1, 1024, 5) == KernelHints(4)  # 5120 elements: 6 * 4096 // 5120
-    assert opbase.row_hints(backward, 1, 1024, 5) == KernelHints(1, 8)
-    assert opbase.row_hints(RowConfig(64, KernelHints(2)), 1, 8192, 1) == KernelHints(1)  # never below one
-    assert opbase.row_hints(RowConfig(64), 1, 8192, 1) == KernelHints()  # cuTile's own choice stays its own
+    assert opbase.row_hints(softmax, 4096, 1, 4096, 1) == KernelHints(6)  # the measured shape: unchanged
+    assert opbase.row_hints(softmax, 5120, 1, 1024, 5) == KernelHints(4)  # 5120 elements: 6 * 4096 // 5120
+    assert opbase.row_hints(backward, 5120, 1, 1024, 5) == KernelHints(1, 8)
+    assert opbase.row_hints(RowConfig(64, KernelHints(2)), 8000, 1, 8192, 1) == KernelHints(1)  # never below one
+    assert opbase.row_hints(RowConfig(64), 8000, 1, 8192, 1) == KernelHints()  # cuTile's own choice stays its own
+    assert opbase.row_hints(softmax, 8193, 1, 8192, 1) == KernelHints(6)  # a walked row: the config's own
+    assert opbase.row_hints(softmax, 8192, 1, 8192, 1) == KernelHints(3)  # the widest held row
 
 
 @pytest.mark.parametrize(
