@@ -20,10 +20,10 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.sdpa import Sdpa
+from sigdnn.plan_builders.cute.attention import CuteAttentionBuilder
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
-from sigdnn.plan_builders.cute.matmul import device_id_of, device_properties, require_hopper, unavailable_reason
+from sigdnn.plan_builders.cute.matmul import device_id_of, device_properties
 from sigdnn.plan_builders.cute.sdpa_layout import (
-    IO_DTYPES,
     FmhaConfig,
     FmhaProblem,
     FmhaSpec,
@@ -32,10 +32,9 @@ from sigdnn.plan_builders.cute.sdpa_layout import (
     parse_config,
     plan_sdpa,
 )
-from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.registry.contracts import BuildContext, NodePlan
 from sigdnn.registry.engine_ids import IN_TREE
-from sigdnn.runtime.device import Device, ExecutionContext
-from sigdnn.signature_keys import SignatureKey
+from sigdnn.runtime.device import ExecutionContext
 
 
 def config_override() -> FmhaConfig | None:
@@ -65,36 +64,18 @@ class CuteSdpaPlan(BindsLaunches, NodePlan):
         return functools.partial(self._launch, q.ptr, k.ptr, v.ptr, o.ptr, stats_ptr, context.stream)
 
 
-class CuteSdpaBuilder(PlanBuilder):
+class CuteSdpaBuilder(CuteAttentionBuilder):
     """Flash-attention forward on sm_90 through TMA + wgmma (see kernels/fmha_sm90.py)."""
 
     name = "cute.sdpa"
     engine_id = IN_TREE[name]
-    library = "cute"
-    device = "gpu"
     ops = ("sdpa",)
-    priority = 2  # ahead of the reference; the only GPU sdpa builder
-
-    def available(self) -> str | None:
-        return unavailable_reason()
-
-    def serves(self, key: SignatureKey) -> bool:
-        ins = dict(key.inputs)
-        return (
-            key.op == "sdpa" and str(ins.get("q")) in IO_DTYPES and "bias" not in ins and str(key.compute) == "float32"
-        )
+    op_type = Sdpa
 
     def plan(self, node: Node, graph: Graph) -> tuple[FmhaSpec, FmhaProblem]:
         """The kernel view of the node, or NotSupported saying why."""
-        op = node.op
+        op = self.supported_op(node, graph)
         where = f"node '{node.name}'"
-        if not isinstance(op, Sdpa):
-            raise NotSupported(f"{where}: not an sdpa")
-        if op.bias is not None:
-            raise NotSupported(f"{where}: additive bias (port 'bias') is not supported by the CuTe kernel")
-        compute = str(graph.compute_dtype_of(node))
-        if compute != "float32":
-            raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")
 
         def view(uid: int) -> tuple[tuple[int, ...], tuple[int, ...], str]:
             t = graph.tensors[uid]
@@ -105,10 +86,6 @@ class CuteSdpaBuilder(PlanBuilder):
             return plan_sdpa(view(op.q), view(op.k), view(op.v), view(op.o), stats, op.attn_scale, op.use_causal_mask)
         except ValueError as exc:
             raise NotSupported(f"{where}: {exc}") from None
-
-    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
-        self.plan(node, graph)
-        require_hopper(node, device)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         from sigdnn.plan_builders.cute.kernels.fmha_launch import FmhaLaunch

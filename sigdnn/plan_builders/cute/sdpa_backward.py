@@ -21,14 +21,12 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.sdpa_backward import SdpaBackward
+from sigdnn.plan_builders.cute.attention import CuteAttentionBuilder
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
-from sigdnn.plan_builders.cute.matmul import require_hopper, unavailable_reason
 from sigdnn.plan_builders.cute.sdpa_backward_layout import BwdProblem, BwdSpec, plan_sdpa_backward
-from sigdnn.plan_builders.cute.sdpa_layout import IO_DTYPES
-from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.registry.contracts import BuildContext, NodePlan
 from sigdnn.registry.engine_ids import IN_TREE
-from sigdnn.runtime.device import Device, ExecutionContext
-from sigdnn.signature_keys import SignatureKey
+from sigdnn.runtime.device import ExecutionContext
 
 PORTS = ("q", "k", "v", "o", "d_o", "stats", "dq", "dk", "dv")
 
@@ -47,39 +45,18 @@ class CuteSdpaBackwardPlan(BindsLaunches, NodePlan):
         return functools.partial(self._launch, ptrs, context.workspace.ptr, context.stream)
 
 
-class CuteSdpaBackwardBuilder(PlanBuilder):
+class CuteSdpaBackwardBuilder(CuteAttentionBuilder):
     """Flash-attention backward on sm_90 through TMA + wgmma (see kernels/fmha_bwd_sm90.py)."""
 
     name = "cute.sdpa_backward"
     engine_id = IN_TREE[name]
-    library = "cute"
-    device = "gpu"
     ops = ("sdpa_backward",)
-    priority = 2  # ahead of the reference; the only GPU sdpa_backward builder
-
-    def available(self) -> str | None:
-        return unavailable_reason()
-
-    def serves(self, key: SignatureKey) -> bool:
-        ins = dict(key.inputs)
-        return (
-            key.op == "sdpa_backward"
-            and str(ins.get("q")) in IO_DTYPES
-            and "bias" not in ins
-            and str(key.compute) == "float32"
-        )
+    op_type = SdpaBackward
 
     def plan(self, node: Node, graph: Graph) -> tuple[BwdSpec, BwdProblem]:
         """The kernel view of the node, or NotSupported saying why."""
-        op = node.op
+        op = self.supported_op(node, graph)
         where = f"node '{node.name}'"
-        if not isinstance(op, SdpaBackward):
-            raise NotSupported(f"{where}: not an sdpa_backward")
-        if op.bias is not None:
-            raise NotSupported(f"{where}: additive bias (port 'bias') is not supported by the CuTe kernel")
-        compute = str(graph.compute_dtype_of(node))
-        if compute != "float32":
-            raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")
         tensors = {}
         for port in PORTS:
             t = graph.tensors[getattr(op, port)]
@@ -88,10 +65,6 @@ class CuteSdpaBackwardBuilder(PlanBuilder):
             return plan_sdpa_backward(tensors, op.attn_scale, op.use_causal_mask)
         except ValueError as exc:
             raise NotSupported(f"{where}: {exc}") from None
-
-    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
-        self.plan(node, graph)
-        require_hopper(node, device)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         from sigdnn.plan_builders.cute.kernels.fmha_bwd_launch import FmhaBwdLaunch

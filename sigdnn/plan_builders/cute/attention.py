@@ -1,0 +1,58 @@
+"""What the CuTe attention builders (sdpa forward and backward) share: the keys they serve, the node checks
+made before their kernel views, and ``check`` as that view plus the device's compute capability."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+from sigdnn.errors import NotSupported
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.plan_builders.cute.matmul import require_hopper, unavailable_reason
+from sigdnn.plan_builders.cute.sdpa_layout import IO_DTYPES
+from sigdnn.registry.contracts import PlanBuilder
+from sigdnn.runtime.device import Device
+from sigdnn.signature_keys import SignatureKey
+
+
+class CuteAttentionBuilder(PlanBuilder):
+    """An sdpa-family builder on sm_90: 16-bit q, no additive bias, float32 compute; ``plan`` gives the view."""
+
+    library = "cute"
+    device = "gpu"
+    priority = 2  # ahead of the reference; the only GPU builders of these ops
+    op_type: ClassVar[type]
+
+    def available(self) -> str | None:
+        return unavailable_reason()
+
+    def serves(self, key: SignatureKey) -> bool:
+        ins = dict(key.inputs)
+        return (
+            key.op in self.ops
+            and str(ins.get("q")) in IO_DTYPES
+            and "bias" not in ins
+            and str(key.compute) == "float32"
+        )
+
+    def supported_op(self, node: Node, graph: Graph) -> Any:
+        """The node's op, or NotSupported naming what no CuTe attention kernel takes (bias, compute dtype)."""
+        op = node.op
+        where = f"node '{node.name}'"
+        if not isinstance(op, self.op_type):
+            raise NotSupported(f"{where}: not an {self.ops[0]}")
+        if op.bias is not None:
+            raise NotSupported(f"{where}: additive bias (port 'bias') is not supported by the CuTe kernel")
+        compute = str(graph.compute_dtype_of(node))
+        if compute != "float32":
+            raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")
+        return op
+
+    @abstractmethod
+    def plan(self, node: Node, graph: Graph) -> tuple[Any, Any]:
+        """(kernel spec, problem) of the node, or NotSupported saying why."""
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        self.plan(node, graph)
+        require_hopper(node, device)
