@@ -123,3 +123,13 @@ def test_load_asks_the_dsl_for_the_named_function(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "cutlass.base_dsl.export", export)
     assert compile_cache._load(tmp_path / "gemm_x.o", "gemm_x") == "function gemm_x"
     assert opened == [str(tmp_path / "gemm_x.o")]
+
+
+def test_a_nameless_function_stays_in_this_process(disk):
+    root, loads = disk
+    cache = CompileCache()
+    compiles = []
+    make = lambda: compiles.append(1) or Compiled("fresh")  # noqa: E731
+    first = cache.get("bfloat16", None, make)
+    assert cache.get("bfloat16", None, make) is first and len(compiles) == 1
+    assert list(root.iterdir()) == [] and loads == [] and cache.stats == {"compiled": 1, "loaded": 0}

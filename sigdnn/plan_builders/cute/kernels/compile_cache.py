@@ -51,13 +51,14 @@ class CompileCache:
         self._compiled: dict[Hashable, Any] = {}
         self.stats = {"compiled": 0, "loaded": 0} if stats is None else stats
 
-    def get(self, key: Hashable, name: str, compile_fn: Callable[[], Any]) -> Any:
-        """The function ``name`` (unique per specialization, sources included) for ``key``."""
+    def get(self, key: Hashable, name: str | None, compile_fn: Callable[[], Any]) -> Any:
+        """The function ``name`` (unique per specialization, sources included) for ``key``; a ``name`` of None
+        keeps it in this process only (the small conv helper kernels, compiled in about a second)."""
         with self._lock:
             fn = self._compiled.get(key)
             if fn is not None:
                 return fn
-            root = cache_dir()
+            root = cache_dir() if name is not None else None
             path = root / f"{name}.o" if root else None
             if path is not None and path.exists():
                 try:

@@ -10,7 +10,6 @@ compiled function per dtype serves every filter.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import cuda.bindings.driver as cuda
@@ -18,6 +17,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 from cutlass.cute.runtime import make_ptr
+
+from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 
 DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 _THREADS = 256
@@ -53,19 +54,17 @@ class FilterFlip:
             mOut[(kk, ss, rr, cc)] = mW[(cc, s - 1 - ss, r - 1 - rr, kk)]
 
 
-_LOCK = threading.Lock()
-_COMPILED: dict[str, Any] = {}
+_CACHE = CompileCache()
 
 
 def compiled(dtype: str) -> Any:
     """The compiled flip of one dtype (compiled once per process: about a second)."""
-    with _LOCK:
-        fn = _COMPILED.get(dtype)
-        if fn is None:
-            ptrs = [make_ptr(DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16) for _ in range(2)]
-            fn = cute.compile(FilterFlip(dtype), *ptrs, *[Int32(1)] * 4, cuda.CUstream(0))
-            _COMPILED[dtype] = fn
-        return fn
+
+    def compile_fn() -> Any:
+        ptrs = [make_ptr(DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16) for _ in range(2)]
+        return cute.compile(FilterFlip(dtype), *ptrs, *[Int32(1)] * 4, cuda.CUstream(0))
+
+    return _CACHE.get(dtype, None, compile_fn)
 
 
 class FilterFlipLaunch:

@@ -15,7 +15,6 @@ dtype serves every conv shape.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import cuda.bindings.driver as cuda
@@ -23,6 +22,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 from cutlass.cute.runtime import make_ptr
+
+from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 
 DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 VECTOR = 8  # channels per thread: 16 bytes
@@ -113,19 +114,17 @@ class Im2col:
                 mA[(tap * c + v * VECTOR + e, qq, pp, nn)] = frag[e]
 
 
-_LOCK = threading.Lock()
-_COMPILED: dict[str, Any] = {}
+_CACHE = CompileCache()
 
 
 def compiled(dtype: str) -> Any:
     """The compiled im2col of one dtype (compiled once per process: a second or two)."""
-    with _LOCK:
-        fn = _COMPILED.get(dtype)
-        if fn is None:
-            ptrs = [make_ptr(DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16) for _ in range(2)]
-            fn = cute.compile(Im2col(dtype), *ptrs, *[Int32(1)] * 14, cuda.CUstream(0))
-            _COMPILED[dtype] = fn
-        return fn
+
+    def compile_fn() -> Any:
+        ptrs = [make_ptr(DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16) for _ in range(2)]
+        return cute.compile(Im2col(dtype), *ptrs, *[Int32(1)] * 14, cuda.CUstream(0))
+
+    return _CACHE.get(dtype, None, compile_fn)
 
 
 class Im2colLaunch:

@@ -8,7 +8,6 @@ element, consecutive threads on consecutive elements of every slice.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import cuda.bindings.driver as cuda
@@ -16,6 +15,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 from cutlass.cute.runtime import make_ptr
+
+from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 
 DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16, "float32": cutlass.Float32}
 _THREADS = 256
@@ -47,20 +48,18 @@ class SplitKReduce:
             mOut[i] = acc.to(self.dtype)
 
 
-_LOCK = threading.Lock()
-_COMPILED: dict[str, Any] = {}
+_CACHE = CompileCache()
 
 
 def compiled(dtype: str) -> Any:
     """The compiled reduction into one output dtype (compiled once per process: about a second)."""
-    with _LOCK:
-        fn = _COMPILED.get(dtype)
-        if fn is None:
-            parts = make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=16)
-            out = make_ptr(DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16)
-            fn = cute.compile(SplitKReduce(dtype), parts, out, Int32(1), Int32(1), cuda.CUstream(0))
-            _COMPILED[dtype] = fn
-        return fn
+
+    def compile_fn() -> Any:
+        parts = make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=16)
+        out = make_ptr(DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16)
+        return cute.compile(SplitKReduce(dtype), parts, out, Int32(1), Int32(1), cuda.CUstream(0))
+
+    return _CACHE.get(dtype, None, compile_fn)
 
 
 class SplitKReduceLaunch:
