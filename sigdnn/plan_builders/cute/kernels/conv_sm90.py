@@ -59,6 +59,29 @@ class HopperConvFprop(HopperGemm):
         layout = cute.make_layout(1)  # addressed through the iterators alone
         return splits, whole, sk_segments, cute.make_tensor(work_ptr, layout), cute.make_tensor(flags_ptr, layout)
 
+    def launch_conv(self, load_a, mW, y_ptr, bias_ptr, mk, tiled_mma, smem_layouts, stream, split) -> None:
+        """What the 2-D and 3-D fprop share after A's im2col load (trace time): B's TMA over the filter, y as
+        (M, K, 1), the bias, one batch mode on both loads, and the launch."""
+        tma_a, gA = load_a
+        m, k = mk
+        cm, _ = self.cluster_mn
+        mY = cute.make_tensor(y_ptr, cute.make_layout((m, k, 1), stride=(k, 1, m * k)))
+        mBias = cute.make_tensor(bias_ptr, cute.make_layout(k))  # read only when spec.bias_dtype is set
+        tma_b, gB = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp() if cm == 1 else cpasync.CopyBulkTensorTileG2SMulticastOp(),
+            mW,
+            cute.slice_(smem_layouts[1], (None, None, 0)),
+            self.tiler_b(),
+            num_multicast=cm,
+        )
+        # The kernel indexes (M, K, L): one batch entry.
+        gA = cute.make_tensor(gA.iterator, cute.append(gA.layout, cute.make_layout(1)))
+        gB = cute.make_tensor(gB.iterator, cute.append(gB.layout, cute.make_layout(1)))
+        mScales = (mBias, mBias)  # no scales in a conv epilogue: never read
+        self.launch_kernel(
+            (tma_a, gA, tma_b, gB), mY, tiled_mma, smem_layouts, (m, k, 1), mBias, mScales, stream, split
+        )
+
     @cute.jit
     def __call__(
         self,
@@ -96,15 +119,11 @@ class HopperConvFprop(HopperGemm):
         mX = cute.make_tensor(x_ptr, cute.make_layout(((w, h, n), c), stride=((c, w * c, h * w * c), 1)))
         # w (KRSC) as (K, (C, S, R)): the K order the im2col loads walk.
         mW = cute.make_tensor(w_ptr, cute.make_layout((k, (c, s, r)), stride=(r * s * c, (1, c, s * c))))
-        m = n * p * q
-        mY = cute.make_tensor(y_ptr, cute.make_layout((m, k, 1), stride=(k, 1, m * k)))
-        mBias = cute.make_tensor(bias_ptr, cute.make_layout(k))  # read only when spec.bias_dtype is set
-        mScales = (mBias, mBias)  # no scales in a conv epilogue: never read
 
         row_major = utils.LayoutEnum.ROW_MAJOR  # A, B and y are all contiguous along their inner GEMM dim
         tiled_mma, a_smem, b_smem, epi_smem = self.mma_and_smem(row_major, row_major, row_major)
 
-        cm, cn = self.cluster_mn
+        _, cn = self.cluster_mn
         tma_a, gA = cpasync.make_im2col_tma_atom(
             cpasync.CopyBulkTensorIm2ColG2SOp() if cn == 1 else cpasync.CopyBulkTensorIm2ColG2SMulticastOp(),
             mX,
@@ -119,24 +138,14 @@ class HopperConvFprop(HopperGemm):
             stride_srt=(dil_w, dil_h),
             num_multicast=cn,
         )
-        tma_b, gB = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp() if cm == 1 else cpasync.CopyBulkTensorTileG2SMulticastOp(),
+        self.launch_conv(
+            (tma_a, gA),
             mW,
-            cute.slice_(b_smem, (None, None, 0)),
-            self.tiler_b(),
-            num_multicast=cm,
-        )
-        # The kernel indexes (M, K, L): one batch entry.
-        gA = cute.make_tensor(gA.iterator, cute.append(gA.layout, cute.make_layout(1)))
-        gB = cute.make_tensor(gB.iterator, cute.append(gB.layout, cute.make_layout(1)))
-        self.launch_kernel(
-            (tma_a, gA, tma_b, gB),
-            mY,
+            y_ptr,
+            bias_ptr,
+            (n * p * q, k),
             tiled_mma,
             (a_smem, b_smem, epi_smem),
-            (m, k, 1),
-            mBias,
-            mScales,
             stream,
             self.split_args(splits, whole, sk_segments, work_ptr, flags_ptr),
         )
@@ -191,15 +200,11 @@ class HopperConvFprop3d(HopperConvFprop):
         mW = cute.make_tensor(
             w_ptr, cute.make_layout((k, (c, s, r, t)), stride=(t * r * s * c, (1, c, s * c, r * s * c)))
         )
-        m = n * z * p * q
-        mY = cute.make_tensor(y_ptr, cute.make_layout((m, k, 1), stride=(k, 1, m * k)))
-        mBias = cute.make_tensor(bias_ptr, cute.make_layout(k))
-        mScales = (mBias, mBias)
 
         row_major = utils.LayoutEnum.ROW_MAJOR
         tiled_mma, a_smem, b_smem, epi_smem = self.mma_and_smem(row_major, row_major, row_major)
 
-        cm, cn = self.cluster_mn
+        _, cn = self.cluster_mn
         tma_a, gA = cpasync.make_im2col_tma_atom(
             cpasync.CopyBulkTensorIm2ColG2SOp() if cn == 1 else cpasync.CopyBulkTensorIm2ColG2SMulticastOp(),
             mX,
@@ -214,23 +219,14 @@ class HopperConvFprop3d(HopperConvFprop):
             stride_srt=(dil_w, dil_h, dil_d),
             num_multicast=cn,
         )
-        tma_b, gB = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp() if cm == 1 else cpasync.CopyBulkTensorTileG2SMulticastOp(),
+        self.launch_conv(
+            (tma_a, gA),
             mW,
-            cute.slice_(b_smem, (None, None, 0)),
-            self.tiler_b(),
-            num_multicast=cm,
-        )
-        gA = cute.make_tensor(gA.iterator, cute.append(gA.layout, cute.make_layout(1)))
-        gB = cute.make_tensor(gB.iterator, cute.append(gB.layout, cute.make_layout(1)))
-        self.launch_kernel(
-            (tma_a, gA, tma_b, gB),
-            mY,
+            y_ptr,
+            bias_ptr,
+            (n * z * p * q, k),
             tiled_mma,
             (a_smem, b_smem, epi_smem),
-            (m, k, 1),
-            mBias,
-            mScales,
             stream,
             self.split_args(splits, whole, sk_segments, work_ptr, flags_ptr),
         )
