@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from cuda_timing import interleaved_samples
 
 import sigdnn
 
@@ -39,16 +40,6 @@ RESNET_CONVS = {
     "conv5_3x3": (512, 7, 512, 3, 1),
     "conv2_1x1": (64, 56, 256, 1, 1),
 }
-
-
-def time_ms(fn: Callable[[], Any], iters: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def fe_graph(build: Callable[[Any, Any], dict[Any, torch.Tensor]]) -> Callable[[], None]:
@@ -82,14 +73,7 @@ def sigdnn_call(g: sigdnn.Graph, pack: dict[str, torch.Tensor], **options: Any) 
 
 def measure(impls: dict[str, Callable[[], Any]], flops: float, args: argparse.Namespace) -> dict[str, float]:
     iters = max(3, int(args.sample_ms * 1e-3 / (flops / 500e12)))
-    for fn in impls.values():
-        for _ in range(2):
-            fn()
-    torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(args.repeats):
-        for name, fn in impls.items():
-            samples[name].append(time_ms(fn, iters))
+    samples = interleaved_samples(impls, iters, args.repeats, warmup=2)
     return {name: statistics.median(ts) for name, ts in samples.items()}
 
 

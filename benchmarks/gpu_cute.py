@@ -46,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from cuda_timing import interleaved_samples
 
 from sigdnn.plan_builders.cute.gemm_layout import plan_gemm
 from sigdnn.plan_builders.cute.matmul import device_properties, parse_config
@@ -73,17 +74,6 @@ CONFIGS = [
     "coop128x192c2x1s4",
     "pp128x192c2x1s4",
 ]
-
-
-def time_ms(fn: Callable[[], None], iters: int) -> float:
-    """Per-call milliseconds of ``iters`` back-to-back calls (one sample)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def host_us(fn: Callable[[], None], n: int) -> float:
@@ -139,14 +129,7 @@ def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                 rel = float((c.float() - ref).norm() / ref.norm())
                 errors[config] = rel if bool(torch.isfinite(c).all()) else float("nan")
                 impls[config] = lambda launch=launch, a=a, b=b, c=c: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)  # fmt: skip
-            for fn in impls.values():
-                for _ in range(3):
-                    fn()
-            torch.cuda.synchronize()
-            samples: dict[str, list[float]] = {name: [] for name in impls}
-            for _ in range(args.repeats):
-                for name, fn in impls.items():
-                    samples[name].append(time_ms(fn, iters))
+            samples = interleaved_samples(impls, iters, args.repeats, warmup=3)
             t_torch = statistics.median(samples["torch.matmul"])
             for name, ts in samples.items():
                 t = statistics.median(ts)
@@ -204,14 +187,7 @@ def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                     name = f"cute bias+{act} {label}"
                     errors[name] = float((c.float() - ref).norm() / ref.norm()) if ok else float("nan")
                     impls[name] = lambda launch=launch, ptrs=ptrs: launch(*ptrs)
-            for fn in impls.values():
-                for _ in range(3):
-                    fn()
-            torch.cuda.synchronize()
-            samples: dict[str, list[float]] = {name: [] for name in impls}
-            for _ in range(args.repeats):
-                for name, fn in impls.items():
-                    samples[name].append(time_ms(fn, iters))
+            samples = interleaved_samples(impls, iters, args.repeats, warmup=3)
             t_eager = statistics.median(samples["torch eager matmul+add+gelu"])
             for name, ts in samples.items():
                 t = statistics.median(ts)
@@ -287,14 +263,7 @@ def bench_fp8(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None
                 ok = bool(torch.isfinite(c).all())
                 errors[f"cute {label}"] = float((c.float() - ref).norm() / ref.norm()) if ok else float("nan")
                 impls[f"cute {label}"] = lambda launch=launch, ptrs=ptrs: launch(*ptrs)
-            for fn in impls.values():
-                for _ in range(3):
-                    fn()
-            torch.cuda.synchronize()
-            samples: dict[str, list[float]] = {name: [] for name in impls}
-            for _ in range(args.repeats):
-                for name, fn in impls.items():
-                    samples[name].append(time_ms(fn, iters))
+            samples = interleaved_samples(impls, iters, args.repeats, warmup=3)
             t_torch = statistics.median(samples["torch._scaled_mm"])
             for name, ts in samples.items():
                 t = statistics.median(ts)
@@ -404,13 +373,7 @@ def bench_conv(args: argparse.Namespace, rows: list[dict]) -> None:
         rel = float((y.float() - ref).norm() / ref.norm())
         flops = 2.0 * y.numel() * c * r * r
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
-        for fn in impls.values():
-            fn()
-        torch.cuda.synchronize()
-        samples: dict[str, list[float]] = {n: [] for n in impls}
-        for _ in range(args.repeats):
-            for n, fn in impls.items():
-                samples[n].append(time_ms(fn, iters))
+        samples = interleaved_samples(impls, iters, args.repeats)
         t_torch = statistics.median(samples["torch conv2d (cuDNN)"])
         for n, ts in samples.items():
             t = statistics.median(ts)
@@ -527,13 +490,7 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
                 errors[n] = float((y.float() - ref).norm() / ref.norm())  # NaN if an element was not written
         flops = 2.0 * want.numel() * c * r * r
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
-        for fn in impls.values():
-            fn()
-        torch.cuda.synchronize()
-        samples: dict[str, list[float]] = {n: [] for n in impls}
-        for _ in range(args.repeats):
-            for n, fn in impls.items():
-                samples[n].append(time_ms(fn, iters))
+        samples = interleaved_samples(impls, iters, args.repeats)
         base = {n: statistics.median(samples[n]) for n in ("torch conv2d (cuDNN)", "torch conv2d(bias) + relu")}
         for n, ts in samples.items():
             t = statistics.median(ts)
@@ -585,13 +542,7 @@ def bench_conv3d(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> N
         err = float((y.float() - want).norm() / want.norm())
         flops = 2.0 * want.numel() * c * 27
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
-        for fn in impls.values():
-            fn()
-        torch.cuda.synchronize()
-        samples: dict[str, list[float]] = {n_: [] for n_ in impls}
-        for _ in range(args.repeats):
-            for n_, fn in impls.items():
-                samples[n_].append(time_ms(fn, iters))
+        samples = interleaved_samples(impls, iters, args.repeats)
         t_torch = statistics.median(samples["torch conv3d (cuDNN)"])
         for n_, ts in samples.items():
             t = statistics.median(ts)
@@ -660,13 +611,7 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
                 errors[n] = float((dx.float() - want).norm() / want.norm())
         flops = 2.0 * dy.numel() * c * r * r  # the strided products only (none with inserted zeros)
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 300e12)))
-        for fn in impls.values():
-            fn()
-        torch.cuda.synchronize()
-        samples: dict[str, list[float]] = {n: [] for n in impls}
-        for _ in range(args.repeats):
-            for n, fn in impls.items():
-                samples[n].append(time_ms(fn, iters))
+        samples = interleaved_samples(impls, iters, args.repeats)
         t_torch = statistics.median(samples["torch conv2d_input (cuDNN)"])
         for n, ts in samples.items():
             t = statistics.median(ts)
@@ -772,13 +717,7 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                 errors[n] = float((dw.float() - want).norm() / want.norm())
         flops = 2.0 * dy.numel() * c * r * r
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 200e12)))
-        for fn in impls.values():
-            fn()
-        torch.cuda.synchronize()
-        samples: dict[str, list[float]] = {n: [] for n in impls}
-        for _ in range(args.repeats):
-            for n, fn in impls.items():
-                samples[n].append(time_ms(fn, iters))
+        samples = interleaved_samples(impls, iters, args.repeats)
         t_torch = statistics.median(samples["torch conv2d_weight (cuDNN)"])
         for n, ts in samples.items():
             t = statistics.median(ts)

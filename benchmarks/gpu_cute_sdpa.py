@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from cuda_timing import interleaved_samples
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sigdnn.plan_builders.cute.sdpa_layout import check_config, parse_config, plan_sdpa
@@ -50,16 +51,6 @@ CONFIGS = [
     "m128n128s2pbx",
     "m128n128s3pbx",
 ]
-
-
-def time_ms(fn: Callable[[], None], iters: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def cute_launch(q, k, v, o, stats, causal: bool, config: str):
@@ -126,15 +117,8 @@ def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d:
             err = (o.float() - want.float()).abs().max().item()
             errors[name] = err
             print(f"{label} {name}: max |cute - cudnn| = {err:.3e}", flush=True)
-    for fn in impls.values():
-        fn()
-        fn()
-    torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {n: [] for n in impls}
     iters = max(2, int(args.iters * 4096 * 4096 / (s * s)))
-    for _ in range(args.repeats):
-        for n, fn in impls.items():
-            samples[n].append(time_ms(fn, iters))
+    samples = interleaved_samples(impls, iters, args.repeats, warmup=2)
     base = statistics.median(samples["torch cudnn"])
     for n, ts in samples.items():
         ms = statistics.median(ts)

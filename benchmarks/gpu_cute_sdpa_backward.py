@@ -29,6 +29,7 @@ import statistics
 from collections.abc import Callable
 
 import torch
+from cuda_timing import interleaved_samples
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sigdnn.plan_builders.cute.sdpa_backward_layout import plan_sdpa_backward
@@ -41,16 +42,6 @@ SHAPES = [
     ("s16384 d128", 1, 16, 16384, 128, False),
     ("s16384 d128 causal", 1, 16, 16384, 128, True),
 ]
-
-
-def time_ms(fn: Callable[[], None], iters: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def view(t: torch.Tensor) -> tuple:
@@ -146,15 +137,8 @@ def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d:
         err = ((grads[name].float() - ref.float()).abs().max() / ref.float().abs().max()).item()
         errors.append(err)
         print(f"{label} {name}: max |cute - cudnn| / max |cudnn| = {err:.3e}", flush=True)
-    for fn in impls.values():
-        fn()
-        fn()
-    torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {n: [] for n in impls}
     iters = max(2, int(args.iters * 4096 * 4096 / (s * s)))
-    for _ in range(args.repeats):
-        for n, fn in impls.items():
-            samples[n].append(time_ms(fn, iters))
+    samples = interleaved_samples(impls, iters, args.repeats, warmup=2)
     base = statistics.median(samples["torch cudnn"])
     rows = []
     for n, ts in samples.items():
