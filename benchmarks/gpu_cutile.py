@@ -34,6 +34,7 @@ with torch's time for the same work measured beside it:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -76,9 +77,14 @@ class Shard:
         return cls.count > 0
 
 
-def on_stream(executor):
-    """torch's stream wrapping the executor's own: events recorded there time what its launches enqueue."""
-    return torch.cuda.stream(torch.cuda.ExternalStream(executor.memory.context.stream_handle))
+def on_stream(executor, plan=None):
+    """The stream launches enqueue on, as torch's current one: events recorded there time them.
+
+    A plan's bound launches enqueue where its last execute ran them (torch's
+    stream for torch tensors); launches bound by hand, on the executor's own.
+    """
+    stream = executor.memory.bound(plan, False).execution.stream if plan else executor.memory.context.stream_handle
+    return torch.cuda.stream(torch.cuda.ExternalStream(stream)) if stream else contextlib.nullcontext()
 
 
 def cuda_time(fn, reps: int = 20, warmup: int = 3) -> float:
@@ -149,7 +155,7 @@ def bench_modes(modes: list[str], quiet: bool = False) -> list[dict]:
         # The kernel as the GPU sees it: its bound launch enqueued 10 times back to back (as torch's ops are
         # timed); execute() adds its host work and a synchronize, which leave the GPU idle in between.
         (launch,) = ex.memory.bound(plan, False)._launches
-        with on_stream(ex):
+        with on_stream(ex, plan):
             ms = cuda_time(lambda launch=launch: [launch() for _ in range(10)]) / 10
         tbs = (arity + 1) * N * 2 / ms / 1e9
         op = None if quiet else torch_op(mode)
@@ -185,14 +191,14 @@ def bench_fusion() -> dict:
     pack = {"x": xt, "b": bt, "y": out}
     ex.execute(plan, pack, to_host=False)
     (launch,) = ex.memory.bound(plan, False)._launches
-    with on_stream(ex):
+    with on_stream(ex, plan):
         fused = cuda_time(lambda: [launch() for _ in range(10)]) / 10
     eager = cuda_time(lambda: [torch.add(torch.nn.functional.gelu(xt + bt) * 0.75, xt) for _ in range(10)]) / 10
     unfused_ex = sigdnn.Executor("gpu", fusion=False)
     unfused_plan = unfused_ex.prepare(g)
     unfused_ex.execute(unfused_plan, pack, to_host=False)
     launches = unfused_ex.memory.bound(unfused_plan, False)._launches
-    with on_stream(unfused_ex):
+    with on_stream(unfused_ex, unfused_plan):
         unfused = cuda_time(lambda: [f() for _ in range(10) for f in launches]) / 10
     result = {"fused_ms": fused, "torch_eager_ms": eager, "sigdnn_unfused_ms": unfused, "speedup": eager / fused,
               "fused_tb_s": 2 * N * 2 / fused / 1e9}  # fmt: skip
@@ -411,9 +417,9 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
     if Shard.compile_only():
         return None
     (launch,) = ex.memory.bound(plan, False)._launches
-    with on_stream(ex):
+    with on_stream(ex, plan):
         ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
-    parts = _kernel_times(ex, launch)
+    parts = _kernel_times(ex, plan, launch)
     torch_fn = _norm_torch(kind, data)
     tms = cuda_time(lambda: [torch_fn() for _ in range(10)]) / 10
     nbytes = _norm_bytes(kind)
@@ -425,7 +431,7 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
     return row
 
 
-def _kernel_times(ex, launch) -> list[float]:
+def _kernel_times(ex, plan, launch) -> list[float]:
     """Median ms of each kernel of a step alone (10 back to back): which of a node's launches holds its time."""
     from sigdnn.plan_builders.cutile.kernels import CUTILE
 
@@ -437,7 +443,7 @@ def _kernel_times(ex, launch) -> list[float]:
         del CUTILE.launch
     if len(calls) < 2:
         return []
-    with on_stream(ex):
+    with on_stream(ex, plan):
         return [cuda_time(lambda c=c: [CUTILE.launch(*c) for _ in range(10)]) / 10 for c in calls]
 
 
