@@ -467,12 +467,18 @@ def norm_variants() -> dict[str, dict[str, object]]:
                "4096o4chan": RowConfig(4096, KernelHints(4), variance="chan"),
                **{f"{t}o{o}{'w8' if w else ''}chan": RowConfig(t, KernelHints(o, w), variance="chan")
                   for t, o, w in ((8192, 5, None), (8192, 6, None), (16384, 2, None), (16384, 3, None),
-                                  (4096, 6, None), (4096, 8, None), (8192, 2, 8), (8192, 3, 8), (16384, 2, 8))}}  # fmt: skip
+                                  (4096, 6, None), (4096, 8, None), (8192, 2, 8), (8192, 3, 8), (16384, 2, 8))},
+               # rows past ROW_MAX walked in chunks of k (--norm-cols 32768)
+               **{f"{t}o{o}{'chan' if c else ''}k{k}": RowConfig(t, KernelHints(o), variance="chan" if c else "two_pass",
+                                                              walk=k)
+                  for t, o, c, k in ((4096, 6, False, 4096), (4096, 6, False, 2048), (8192, 4, True, 4096),
+                                     (8192, 4, True, 2048), (8192, 4, False, 4096))}}  # fmt: skip
     backward = {"8192": row(8192), "8192w8": row(8192, None, 8), "4096w8": row(4096, None, 8),
                 "4096o2w8": row(4096, 2, 8), "4096o3w8": row(4096, 3, 8), "4096o2": row(4096, 2),
                 "8192o1w8": row(8192, 1, 8), "4096o2w8c32": row(4096, 2, 8, 32), "4096o2w8c64": row(4096, 2, 8, 64),
                 "4096o2w8c128": row(4096, 2, 8, 128), "4096o2w8c256": row(4096, 2, 8, 256),
-                "4096o2w8c64u": RowConfig(4096, KernelHints(2, 8), 64, paired=False)}  # fmt: skip
+                "4096o2w8c64u": RowConfig(4096, KernelHints(2, 8), 64, paired=False),
+                **{f"4096o2w8c32k{k}": RowConfig(4096, KernelHints(2, 8), 32, walk=k) for k in (4096, 2048)}}  # fmt: skip
     channels = {"8192f64": ChannelConfig(8192), "8192f32": ChannelConfig(8192, "float32"),
                 "4096f32": ChannelConfig(4096, "float32"), "16384f32": ChannelConfig(16384, "float32"),
                 "8192f32o4": ChannelConfig(8192, "float32", KernelHints(4)),
@@ -494,7 +500,17 @@ def norm_variants() -> dict[str, dict[str, object]]:
                                    (4096, 4, 4096), (1024, 4, 1024), (2048, 2, 1024), (2048, 3, 1024))},
                 # the elementwise pass in 8 warps: one 16-byte load a thread at 2048 elements, vectors in smaller loads
                 "2048f32o4a2048w8": ChannelConfig(2048, "float32", KernelHints(4), apply_tile=2048,
-                                                  apply_hints=KernelHints(num_worker_warps=8))}  # fmt: skip
+                                                  apply_hints=KernelHints(num_worker_warps=8)),
+                # round 4: the partial pass's loads without TMA (nt) or with a DRAM latency hint (lN); ncu found
+                # it latency-bound at 3.15 TB/s (stalls on the loaded tiles, 35% achieved occupancy of 50%)
+                **{f"{t}f32o{o}a4096{tag}": ChannelConfig(t, "float32", KernelHints(o), apply_tile=4096, tma=tma,
+                                                          latency=lat)
+                   for t, o in ((2048, 4), (4096, 4), (2048, 6), (1024, 8))
+                   for tag, tma, lat in (("nt", False, None), ("l10", True, 10), ("ntl10", False, 10))},
+                # the finalize (5.2 us under ncu in 32 blocks of 255 registers): more blocks, fewer steps
+                **{f"2048f32o4a4096{tag}k{k}e{e}": ChannelConfig(2048, "float32", KernelHints(4), apply_tile=4096,
+                                                                 tma=tag != "nt", final_tile=k, final_elems=e)
+                   for tag in ("", "nt") for k, e in ((4, 2048), (2, 1024), (8, 4096))}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

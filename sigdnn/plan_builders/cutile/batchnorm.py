@@ -33,6 +33,8 @@ class ChannelConfig:
     final_elems: int = 1024  # elements of the finalize's (rows, channels) tile of float64 partial sums
     apply_tile: int | None = None  # elements of the elementwise pass's tile (None: ``tile``)
     apply_hints: KernelHints | None = None  # of the elementwise pass (None: ``hints``)
+    tma: bool = True  # whether the partial pass may load x (and dy) through TMA
+    latency: int | None = None  # the partial pass's DRAM latency hint for those loads (1 to 10; None: cuTile's)
 
 
 # Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
@@ -77,6 +79,11 @@ class _Layout:
         shape = (cdiv(self.a, tile[0]), cdiv(self.c, tile[1]), cdiv(self.b, tile[2]))
         return (tile[:2] if self.flat else tile), shape
 
+    def _divides(self, tile: tuple[int, ...]) -> bool:
+        """Whether tiles of this shape cover x exactly (their loads and stores need no bounds checks)."""
+        ta, tk, tb = (*tile, 1)[:3]
+        return self.a % ta == 0 and self.c % tk == 0 and self.b % tb == 0
+
     def x(self, port: str) -> Arg:
         if self.flat:
             return Arg(port, (self.a, self.c), (self.c, 1))
@@ -88,9 +95,7 @@ class _Layout:
     def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
         at, kt, bt = self.apply_shape
         hints = self.config.apply_hints or self.config.hints
-        ta, tk, tb = (*self.apply_tile, 1)[:3]
-        exact = self.a % ta == 0 and self.c % tk == 0 and self.b % tb == 0
-        text = channelgen.apply(self.apply_tile, self.apply_shape, grads, wide, hints, exact)
+        text = channelgen.apply(self.apply_tile, self.apply_shape, grads, wide, hints, self._divides(self.apply_tile))
         return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
@@ -99,7 +104,9 @@ class _Layout:
         per = cdiv(at, splits)
         splits = cdiv(at, per)
         sums = [work.take((splits, self.c), "float64") for _ in range(2)]
-        text = channelgen.partials(self.tile, self.a, self.b, splits, grads, self.config.lanes, self.config.hints)
+        options = channelgen.load_options(self.config.tma, self.config.latency)
+        config, exact = self.config, self._divides(self.tile)
+        text = channelgen.partials(self.tile, self.a, self.b, splits, grads, config.lanes, config.hints, options, exact)
         return Launch(KernelSource("batchnorm_partials", text), (kt, splits), (*args, *sums)), sums
 
     def finalize_tiles(self, splits: int) -> tuple[int, int]:

@@ -33,10 +33,18 @@ def _at(t: Tile, a: str, k: str, b: str) -> str:
     return f"({a}, {k}, {b})" if len(t) == 3 else f"({a}, {k})"
 
 
-def _tile(array: str, t: Tile, index: str, dtype: str = "ct.float32", exact: bool = False) -> str:
-    """A tile of ``array`` as ``dtype``; ``exact``: every tile lies inside the array (no bounds check)."""
+def _tile(array: str, t: Tile, index: str, dtype: str = "ct.float32", exact: bool = False, options: str = "") -> str:
+    """A tile of ``array`` as ``dtype``; ``exact``: every tile lies inside the array (no bounds check).
+
+    ``options``: more ``ct.load`` keywords (``load_options``).
+    """
     unchecked = "check_bounds=False" if exact else ZERO
-    return f"ct.astype(ct.load({array}, index={index}, shape={t}, {unchecked}), {dtype})"
+    return f"ct.astype(ct.load({array}, index={index}, shape={t}, {unchecked}{options}), {dtype})"
+
+
+def load_options(tma: bool = True, latency: int | None = None) -> str:
+    """``ct.load`` keywords of the partial pass's big loads: TMA off, a DRAM latency hint (1 to 10)."""
+    return ("" if tma else ", allow_tma=False") + ("" if latency is None else f", latency={latency}")
 
 
 def _vec(array: str, t: Tile, index: str, dtype: str = "ct.float32") -> str:
@@ -65,8 +73,10 @@ def partials(
     b: int,
     splits: int,
     grads: bool,
-    lanes: str = "float64",
-    hints: KernelHints | None = None,
+    lanes: str,
+    hints: KernelHints | None,
+    options: str,
+    exact: bool,
 ) -> str:
     """Partial sums over A-tiles sp, sp + splits, ... and all of B, per channel.
 
@@ -79,6 +89,8 @@ def partials(
     body without a branch (TMA loads into 7 stages of a 2048-element tile),
     where ``if at < AT`` left it one stage, each load waiting for the
     previous tile's sums (on the H200 it bought 37.6 -> 35.0 us only).
+    ``options`` go to the loads of x and dy (``load_options``); ``exact``
+    (the tiles divide x): those loads without bounds checks.
     """
     ta, tk, tb = t[0], t[1], t[2] if len(t) == 3 else 1
     bt = -(-b // tb)
@@ -99,14 +111,14 @@ def partials(
     inner = []
     if grads:
         inner += [
-            f"dyt = {_tile('dy', t, here, acc)}",
-            f"xh = ct.astype(({_tile('x', t, here)} - mu) * r, {acc})",
+            f"dyt = {_tile('dy', t, here, acc, exact, options)}",
+            f"xh = ct.astype(({_tile('x', t, here, exact=exact, options=options)} - mu) * r, {acc})",
             "s0 = s0 + dyt",
             "s1 = s1 + dyt * xh",
         ]
     else:
         masks = _masks(t, a, b, f"at * {ta}", f"bt * {tb}")
-        inner += [*masks, f"d = {_tile('x', t, here)} - p"]
+        inner += [*masks, f"d = {_tile('x', t, here, exact=exact, options=options)} - p"]
         if masks:
             inner.append("d = d * mask")
         inner += [f"d = ct.astype(d, {acc})", "s0 = s0 + d", "s1 = s1 + d * d"]
@@ -130,7 +142,7 @@ def _column_sums(ts: int, tk: int) -> list[str]:
     ]
 
 
-def finalize_stats(tk: int, ts: int, count: int, eps: float, momentum: float | None, flat: bool = False) -> str:
+def finalize_stats(tk: int, ts: int, count: int, eps: float, momentum: float | None, flat: bool) -> str:
     """mean, inv_variance (and running statistics) of ``count`` elements per channel; ws rows: mean, inv."""
     running = momentum is not None
     params = ["x", "p0", "p1", "mean", "inv", "wmean", "winv"]
@@ -177,9 +189,9 @@ def apply(
     t: Tile,
     shape: tuple[int, int, int],
     grads: bool,
-    wide: bool = False,
-    hints: KernelHints | None = None,
-    exact: bool = False,
+    wide: bool,
+    hints: KernelHints | None,
+    exact: bool,
 ) -> str:
     """The elementwise pass over every tile, last tile first; in float64 when ``wide``.
 

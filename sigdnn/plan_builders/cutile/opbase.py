@@ -37,6 +37,7 @@ class RowConfig:
     wide blocks leave that launch reading megabytes on a handful of SMs. ``paired``: layernorm backward's
     two row means as one reduction (``rowgen.norm_backward``). ``variance``: how layernorm forward gets the
     mean and variance of a row held in one tile (``rowgen.VARIANCES``): two dependent reductions, or one.
+    ``walk``: the chunk a row longer than ``ROW_MAX`` is walked in (None: ``ROW_MAX``).
     """
 
     tile: int
@@ -44,6 +45,7 @@ class RowConfig:
     columns: int = 1024
     paired: bool = True
     variance: str = "two_pass"
+    walk: int | None = None
 
 
 # Tile sizes (elements) and hints, measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md,
@@ -55,7 +57,7 @@ class RowConfig:
 # backward's column sums over 32-column blocks (128 blocks, not 4: 32 -> 7 us of layernorm's 201). Then
 # (gpu_merged_2026-12-01c.md): layernorm's one-pass mean and variance, 3.26 -> 3.39 TB/s.
 ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4), variance="chan")  # layernorm, rmsnorm
-SOFTMAX_FORWARD = RowConfig(4096, KernelHints(occupancy=6))
+SOFTMAX_FORWARD = RowConfig(4096, KernelHints(occupancy=6), walk=4096)
 ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8), columns=32)
 ROW_MAX = 8192  # longest row held in registers; longer rows are walked in chunks
 ROW_CHUNKS = 8  # most column tiles one row is held in
@@ -122,6 +124,8 @@ def row_tiles(m: int, n: int, config: RowConfig) -> tuple[int, int, int]:
     """(TM, TN, K) for M rows of N: each row as K tiles of TN (``row_split``), rows stacked up to ``config.tile``
     elements; K * TN < N means the row is walked in TN chunks."""
     tn, k = row_split(n)
+    if n > ROW_MAX and config.walk:
+        tn = config.walk
     fit = max(1, config.tile // (tn * k))
     return min(pow2(m), 1 << (fit.bit_length() - 1)), tn, k  # tiles are powers of two: rows too
 

@@ -253,25 +253,22 @@ def softmax_forward(
             out = f"z{i} - ct.log(total)" if log else f"e{i} * (1.0 / total)"
             body.append(f"ct.store(y, index=(bid, {c}), tile=ct.astype({out}, y.dtype))")
     else:
-        # Per lane: running max m and sum s of exp(x - m); lanes combine at the end.
+        # Per row: running max sh and sum total of exp(x - sh), updated chunk by chunk (one exp an element; a
+        # lane-wise running pair took two and twice the registers, and spilled at 32768 columns).
         body += [
-            f"m = ct.full(({tm}, {tn}), -{FLT_MAX}, dtype=ct.float32)",
-            f"s = ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)",
+            f"sh = ct.full(({tm}, 1), -{FLT_MAX}, dtype=ct.float32)",
+            f"total = ct.full(({tm}, 1), 0.0, dtype=ct.float32)",
         ]
         body += _loop(
             n,
             tn,
             lambda c, _: [
                 f"xt = {_load_rows('x', tm, tn, c, padding=pad)}",
-                "m2 = ct.maximum(m, xt)",
-                "s = s * ct.exp(m - m2) + ct.exp(xt - m2)",
-                "m = m2",
+                "m2 = ct.maximum(sh, ct.max(xt, axis=1, keepdims=True))",
+                "total = total * ct.exp(sh - m2) + ct.sum(ct.exp(xt - m2), axis=1, keepdims=True)",
+                "sh = m2",
             ],
         )
-        body += [
-            "sh = ct.max(m, axis=1, keepdims=True)",
-            "total = ct.sum(s * ct.exp(m - sh), axis=1, keepdims=True)",
-        ]
 
         def write(c: str, _: bool) -> list[str]:
             z = f"({_load_rows('x', tm, tn, c, padding=pad)} - sh)"

@@ -129,12 +129,30 @@ def test_softmax_of_a_row_held_in_tiles_shifts_by_the_max_of_every_tile(log):
 
 @pytest.mark.parametrize("n", [1025, 16384])
 def test_softmax_pads_only_what_lies_past_the_row_with_minus_infinity(n):
-    """1025: five tiles of 256, the last holding one column (the other 255 read -inf); 16384: two whole walked
-    chunks of 8192, nothing past the row (a zero read as a column would add exp(-max) to every sum)."""
+    """1025: five tiles of 256, the last holding one column (the other 255 read -inf); 16384: four whole walked
+    chunks of 4096, nothing past the row (a zero read as a column would add exp(-max) to every sum)."""
     from norm_cases import softmax
 
-    assert opbase.row_split(n) == {1025: (256, 5), 16384: (opbase.ROW_MAX, 1)}[n]
+    want = {1025: (2, 256, 5), 16384: (1, 4096, 1)}[n]
+    assert opbase.row_tiles(3, n, opbase.SOFTMAX_FORWARD) == want
     g = softmax((3, n), "float32", False, False)
     x = (np.random.default_rng(4).standard_normal((3, n)) - 30.0).astype(np.float32)  # sums far below exp(0) = 1
+    report = sigdnn.validate(g, {"x": x}, executor=emulated_executor())
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("spike", [0, 1, 3])
+def test_walked_softmax_rescales_the_running_sum_when_a_later_chunk_holds_the_max(log, spike):
+    """A row of 16384 walked in four chunks with its max (200) in chunk ``spike``: every chunk before it was
+    summed against a smaller running max, and its sum must be scaled down by exp(old - new) (the stats too).
+    Row 2 lies near -500, where exp(x) itself underflows."""
+    from norm_cases import softmax
+
+    g = softmax((3, 16384), "float32", log, True)
+    x = np.random.default_rng(5).standard_normal((3, 16384)).astype(np.float32)
+    x[:, 4096 * spike + 5] = 200.0
+    x[1, 100] = 150.0  # a second, smaller peak: the running max grows twice in row 1 when spike > 0
+    x[2] -= 500.0  # every exp(x) underflows: only a running max that starts below the row keeps the sums
     report = sigdnn.validate(g, {"x": x}, executor=emulated_executor())
     assert report.passed, report.table()

@@ -126,6 +126,9 @@ def test_forward_row_tiles_follow_the_configuration():
     assert opbase.row_tiles(10, 20000, RowConfig(4096)) == (1, opbase.ROW_MAX, 1)  # a row longer than a tile: walked
     assert opbase.row_tiles(16384, 5120, RowConfig(8192)) == (1, 1024, 5)  # held in five tiles, none padded
     assert opbase.row_tiles(16384, 2560, RowConfig(8192)) == (2, 512, 5)  # two rows of 2560 within 8192
+    walking = RowConfig(4096, walk=2048)
+    assert opbase.row_tiles(10, 20000, walking) == (2, 2048, 1)  # walked in the config's chunks, two rows a block
+    assert opbase.row_tiles(10, opbase.ROW_MAX, walking) == (1, opbase.ROW_MAX, 1)  # the longest held row: held
     assert opbase.persistent_blocks(KernelHints(occupancy=3)) == 3 * opbase.SMS
     assert opbase.persistent_blocks(KernelHints()) == opbase.PERSISTENT_PER_SM * opbase.SMS
 
@@ -182,3 +185,14 @@ def test_a_fused_region_with_one_heavy_node_takes_the_heavy_tile():
     plan = emulated_executor().prepare(g)
     (step,) = plan.steps
     assert step.plan.launch.spec.tile == codegen.HEAVY_TILE, plan.describe()
+
+
+def test_batchnorm_partial_loads_take_the_configured_options():
+    """TMA off and a latency hint reach the partial pass's loads of x (the emulator ignores both)."""
+    from sigdnn.plan_builders.cutile import channelgen
+
+    assert channelgen.load_options() == ""
+    assert channelgen.load_options(tma=False, latency=10) == ", allow_tma=False, latency=10"
+    assert channelgen.load_options(latency=3) == ", latency=3"
+    text = channelgen.partials((8, 256), 64, 1, 4, False, "float32", None, channelgen.load_options(False), True)
+    assert "shape=(8, 256), check_bounds=False, allow_tma=False)" in text
