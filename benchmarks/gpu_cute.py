@@ -557,11 +557,17 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
 
     The ResNet-50 layers of RESNET50_LAYERS. torch's
     ``torch.nn.grad.conv2d_input`` (cuDNN backward data, channels-last); the
-    plan's launches (flip into a workspace, for a strided layer dy with zeros
-    inserted after it, then the conv) through their handles; and the same
-    through ``Executor.execute``.
+    plan's launches (flip into a workspace, then the conv; strided: the
+    sub-filter gather, one conv per stride phase, the interleave into dx)
+    bound once to the tensors and the workspace, as the executor binds them;
+    and the same through ``Executor.execute``. A strided layer also times its phase convs alone and its
+    interleave alone (dx's bytes read from the workspace and written again: what the workspace route costs).
     """
+    import numpy as np
+
     import sigdnn
+    from sigdnn.runtime.cuda import BFLOAT16, DeviceArray
+    from sigdnn.runtime.device import ExecutionContext
 
     torch.backends.cudnn.benchmark = True
     stream = torch.cuda.current_stream().cuda_stream
@@ -580,20 +586,17 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
         ex = sigdnn.Executor("gpu", engine="cute.conv_dgrad")
         plan = ex.prepare(g)
         step = plan.steps[0].plan
-        work = torch.empty(step.workspace_bytes, device="cuda", dtype=torch.uint8)
-
-        def launches(step=step, work=work, dy=dy, w=w, dx=dx):
-            step._flip(w.data_ptr(), work.data_ptr(), stream)
-            source = dy.data_ptr()
-            if step._insert is not None:
-                source = work.data_ptr() + step._dy_offset
-                step._insert(dy.data_ptr(), source, stream)
-            step._conv(source, work.data_ptr(), dx.data_ptr(), stream)
+        work = torch.empty(max(1, step.workspace_bytes), device="cuda", dtype=torch.uint8)
+        arrays = {
+            port: DeviceArray(t.data_ptr(), t.shape, None, BFLOAT16) for port, t in (("dy", dy), ("w", w), ("dx", dx))
+        }
+        context = ExecutionContext(stream=stream, workspace=DeviceArray(work.data_ptr(), work.shape, None, np.uint8))
+        launches = step.bind(arrays, context)
 
         def dgrad_torch(dy=dy, w=w, pad=pad, c=c, hw=hw, stride=stride):
             return torch.nn.grad.conv2d_input((64, c, hw, hw), w, dy, padding=pad, stride=stride)
 
-        steps = "flip + zero insertion + conv" if stride > 1 else "flip + conv"
+        steps = f"gather + {len(step._convs)} phase convs + interleave" if stride > 1 else "flip + conv"
         impls = {
             "torch conv2d_input (cuDNN)": dgrad_torch,
             f"cute {steps} {step.config.label}": launches,
@@ -601,6 +604,15 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
                 plan, p, to_host=False
             ),
         }
+        if stride > 1:  # parts of the strided plan, after a full run has left the workspace filled
+            ws = work.data_ptr()
+
+            def phase_convs(step=step, ws=ws, dy=dy) -> None:
+                for conv, f_off, y_off in step._convs:
+                    conv(dy.data_ptr(), ws + f_off, ws + y_off, stream)
+
+            impls["part: phase convs alone"] = phase_convs
+            impls["part: interleave alone"] = functools.partial(step._interleave, ws, dx.data_ptr(), stream)
         want = torch.nn.grad.conv2d_input((64, c, hw, hw), w.float(), dy.float(), padding=pad, stride=stride)
         errors = {}
         for n, fn in impls.items():

@@ -165,13 +165,15 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
                 pass
             continue
         if isinstance(node.op, ConvDgrad):
-            view = conv_dgrad.plan_dgrad(node, g)
+            plan = conv_dgrad.plan_dgrad(node, g)
+            views = [plan] if isinstance(plan, conv_implicit.ImplicitConv) else plan.views  # strided: its phases
         elif isinstance(node.op, ConvFprop):
-            view = conv_implicit.plan_conv(node, g, conv_implicit.epilogue_chain(g, flow, i))
+            views = [conv_implicit.plan_conv(node, g, conv_implicit.epilogue_chain(g, flow, i))]
         else:
             continue
-        chosen = cute_matmul.parse_config(config) if config else conv_implicit.default_conv_config(view, SM_COUNT)
-        found.append(("conv", view.spec, chosen, view.rank))
+        for view in views:
+            chosen = cute_matmul.parse_config(config) if config else conv_implicit.default_conv_config(view, SM_COUNT)
+            found.append(("conv", view.spec, chosen, view.rank))
     return found
 
 

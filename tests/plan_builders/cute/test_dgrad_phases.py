@@ -26,7 +26,7 @@ def out_size(size: int, pre: int, post: int, kernel: int, stride: int, dilation:
 
 def brute_dgrad(dy: np.ndarray, w: np.ndarray, dx_hw, pre, stride, dilation) -> np.ndarray:
     """dx (N, H, W, C) from dy (N, P, Q, K) and w (K, R, S, C) by the forward rule, scattered loop by loop."""
-    n, p, q, k = dy.shape
+    n, p, q, _ = dy.shape
     _, r, s, c = w.shape
     dx = np.zeros((n, *dx_hw, c))
     for o_h, o_w, rr, ss in itertools.product(range(p), range(q), range(r), range(s)):
@@ -82,7 +82,9 @@ def phased_dgrad(dy: np.ndarray, w: np.ndarray, dx_hw, pre, stride, dilation) ->
         base, hp, wp = table[h % stride[0], x % stride[1]]
         i, j = h // stride[0], x // stride[1]
         assert i < hp and j < wp
-        dx[nn, h, x] = 0.0 if base < 0 else work[base + ((nn * hp + i) * wp + j) * c : base + ((nn * hp + i) * wp + j + 1) * c]
+        dx[nn, h, x] = (
+            0.0 if base < 0 else work[base + ((nn * hp + i) * wp + j) * c : base + ((nn * hp + i) * wp + j + 1) * c]
+        )
     return dx
 
 
