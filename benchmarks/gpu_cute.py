@@ -397,6 +397,9 @@ RESNET50_LAYERS = {
     "conv4_1x1_expand": (256, 14, 1024, 1, 1),
     "conv5_1x1_reduce": (2048, 7, 512, 1, 1),
 }
+# The dgrad part's layers besides RESNET50_LAYERS (same fields): stage 3's stride-2 1x1 shortcut, three of
+# whose four stride phases no tap reaches.
+DGRAD_SHORTCUTS = {"conv3_1x1_s2_shortcut": (256, 56, 512, 1, 2)}
 # The split labels (k: every tile's K loop in that many ranges; t: only the tiles past the last full wave; x:
 # stream-K) share one compiled kernel per tile: the split is a launch scalar.
 CONV_CONFIGS = ["coop128x128c1x1s1", "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1",
@@ -571,7 +574,9 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
 
     torch.backends.cudnn.benchmark = True
     stream = torch.cuda.current_stream().cuda_stream
-    for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
+    for name, (c, hw, k, r, stride) in {**RESNET50_LAYERS, **DGRAD_SHORTCUTS}.items():
+        if args.layers and name not in args.layers:
+            continue
         pad, out = r // 2, -(-hw // stride)
         gen = torch.Generator(device="cuda").manual_seed(c + hw + k + 1)
         dy = torch.randn(64, k, out, out, device="cuda", generator=gen).to(torch.bfloat16)
@@ -941,6 +946,7 @@ def main() -> None:
             "autotune",
         ],
     )
+    parser.add_argument("--layers", nargs="*", default=[], help="the dgrad part: only these layers (default all)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False

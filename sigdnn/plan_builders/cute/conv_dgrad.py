@@ -236,7 +236,7 @@ class CuteConvDgradBuilder(PlanBuilder):
         out_dtype = str(graph.dtype_of(graph.tensors[node.op.dx]))
         span = layout.workspace_bytes
         gather = None  # no phase runs: dx is all zeros
-        if layout.gather_rows:
+        if layout.gather:
             gather = PhaseGatherLaunch(in_dtype, layout.gather, k, r * s, c, span // ITEMSIZE[in_dtype])
         n, _, h, wd = graph.tensors[node.op.dx].dims
         interleave = PhaseInterleaveLaunch(out_dtype, layout.interleave, (n, h, wd, c), node.op.stride,

@@ -63,19 +63,20 @@ def axis_phase(phase: int, size: int, dy_size: int, kernel: int, pad: int, strid
     taps = (None,) * before + tuple(reversed(real)) + (None,) * after
     pre = before * gap - lo
     post = out - dy_size + hi + after * gap
-    return AxisPhase(phase, out, taps, pre, post, gap if len(taps) > 1 else 1)
+    return AxisPhase(phase, out, taps, pre, post, gap)
 
 
 @attrs.frozen
 class Phase:
-    """dx[n, sh*i + h.phase, sw*j + w.phase, c]: runs as a stride-1 conv when both axes have taps."""
+    """dx[n, sh*i + h.phase, sw*j + w.phase, c]: runs as a stride-1 conv when both axes have taps (an axis
+    phase of no outputs has none)."""
 
     h: AxisPhase
     w: AxisPhase
 
     @property
     def runs(self) -> bool:
-        return self.h.reached and self.w.reached and self.h.out > 0 and self.w.out > 0
+        return self.h.reached and self.w.reached
 
 
 def stride_phases(
@@ -113,10 +114,6 @@ class PhaseLayout:
     workspace_bytes: int
     gather: tuple[int, ...]
     interleave: tuple[int, ...]
-
-    @property
-    def gather_rows(self) -> int:
-        return len(self.gather) // 3
 
 
 def phase_layout(

@@ -179,7 +179,7 @@ def test_layout_aligns_regions_and_counts_bytes() -> None:
     offsets = [o for o in layout.filters + layout.outputs if o is not None]
     assert offsets == sorted(offsets) and offsets[0] == 0
     assert all(o % ALIGN == 0 for o in offsets)
-    assert layout.gather_rows == 9  # every tap once: no zero taps here
+    assert len(layout.gather) == 9 * 3  # every tap once: no zero taps here
     last = phases[-1]
     assert layout.workspace_bytes == layout.outputs[-1] + -(-3 * last.h.out * last.w.out * 24 * 4 // ALIGN) * ALIGN
     assert layout.interleave[-3:] == (layout.outputs[-1] // 4, 3, 4)
