@@ -626,7 +626,7 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
                 fn()
                 torch.cuda.synchronize()
                 errors[n] = float((dx.float() - want).norm() / want.norm())
-        flops = 2.0 * dy.numel() * c * r * r  # the strided products only (none with inserted zeros)
+        flops = 2.0 * dy.numel() * c * r * r  # the strided products only (the "part:" rows count them too)
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 300e12)))
         samples = interleaved_samples(impls, iters, args.repeats)
         t_torch = statistics.median(samples["torch conv2d_input (cuDNN)"])
