@@ -39,7 +39,7 @@ from sigdnn.graph.ops.conv_dgrad import ConvDgrad
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
 from sigdnn.plan_builders.cute.conv_implicit import ImplicitConv, check_geometry, default_conv_config
-from sigdnn.plan_builders.cute.dgrad_phases import Phase, PhaseLayout, phase_layout, stride_phases
+from sigdnn.plan_builders.cute.dgrad_phases import ALIGN, Phase, PhaseLayout, phase_layout, stride_phases
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmSpec
 from sigdnn.plan_builders.cute.matmul import (
     config_override,
@@ -53,7 +53,6 @@ from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.signature_keys import SignatureKey
 
-_ALIGN = 256  # workspace regions start on 256-byte boundaries
 _INT32_MAX = 2**31 - 1
 
 
@@ -112,7 +111,7 @@ def plan_dgrad(node: Node, graph: Graph) -> ImplicitConv | PhasedDgrad:
 def _plan_phases(
     where: str, spec: GemmSpec, extents: tuple[int, ...], op: ConvDgrad, sizes: tuple[int, ...]
 ) -> PhasedDgrad:
-    """The stride phases of a strided dgrad, each running one's fprop view checked as the kernel needs it."""
+    """A strided dgrad's stride phases, each running phase's fprop view checked as the kernel needs it."""
     n, c, h, wd, k, r, s, p, q = extents
     phases = stride_phases((h, wd), (p, q), (r, s), op.pre_padding, op.stride, op.dilation)
     layout = phase_layout(phases, n, c, k, s, ITEMSIZE[spec.a_dtype], ITEMSIZE[spec.c_dtype])
@@ -227,7 +226,7 @@ class CuteConvDgradBuilder(PlanBuilder):
             from sigdnn.plan_builders.cute.kernels.filter_flip import FilterFlipLaunch
 
             flip = FilterFlipLaunch(plan.spec.a_dtype, (k, r, s, c))
-            filter_bytes = -(-k * c * r * s * ITEMSIZE[plan.spec.a_dtype] // _ALIGN) * _ALIGN
+            filter_bytes = -(-k * c * r * s * ITEMSIZE[plan.spec.a_dtype] // ALIGN) * ALIGN
             return CuteConvDgradPlan(flip, launch(plan), filter_bytes, where)
         from sigdnn.plan_builders.cute.kernels.phase_dgrad import PhaseGatherLaunch, PhaseInterleaveLaunch
 
