@@ -397,6 +397,9 @@ RESNET50_LAYERS = {
     "conv4_1x1_expand": (256, 14, 1024, 1, 1),
     "conv5_1x1_reduce": (2048, 7, 512, 1, 1),
 }
+# The dgrad part's layers besides RESNET50_LAYERS (same fields): stage 3's stride-2 1x1 shortcut, three of
+# whose four stride phases no tap reaches.
+DGRAD_SHORTCUTS = {"conv3_1x1_s2_shortcut": (256, 56, 512, 1, 2)}
 # The split labels (k: every tile's K loop in that many ranges; t: only the tiles past the last full wave; x:
 # stream-K) share one compiled kernel per tile: the split is a launch scalar.
 CONV_CONFIGS = ["coop128x128c1x1s1", "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1",
@@ -557,15 +560,23 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
 
     The ResNet-50 layers of RESNET50_LAYERS. torch's
     ``torch.nn.grad.conv2d_input`` (cuDNN backward data, channels-last); the
-    plan's launches (flip into a workspace, for a strided layer dy with zeros
-    inserted after it, then the conv) through their handles; and the same
-    through ``Executor.execute``.
+    plan's launches (flip into a workspace, then the conv; strided: the
+    sub-filter gather, one conv per stride phase, the interleave into dx)
+    bound once to the tensors and the workspace, as the executor binds them;
+    and the same through ``Executor.execute``. A strided layer also times its phase convs alone and its
+    interleave alone (dx's bytes read from the workspace and written again: what the workspace route costs).
     """
+    import numpy as np
+
     import sigdnn
+    from sigdnn.runtime.cuda import BFLOAT16, DeviceArray
+    from sigdnn.runtime.device import ExecutionContext
 
     torch.backends.cudnn.benchmark = True
     stream = torch.cuda.current_stream().cuda_stream
-    for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
+    for name, (c, hw, k, r, stride) in {**RESNET50_LAYERS, **DGRAD_SHORTCUTS}.items():
+        if args.layers and name not in args.layers:
+            continue
         pad, out = r // 2, -(-hw // stride)
         gen = torch.Generator(device="cuda").manual_seed(c + hw + k + 1)
         dy = torch.randn(64, k, out, out, device="cuda", generator=gen).to(torch.bfloat16)
@@ -580,20 +591,17 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
         ex = sigdnn.Executor("gpu", engine="cute.conv_dgrad")
         plan = ex.prepare(g)
         step = plan.steps[0].plan
-        work = torch.empty(step.workspace_bytes, device="cuda", dtype=torch.uint8)
-
-        def launches(step=step, work=work, dy=dy, w=w, dx=dx):
-            step._flip(w.data_ptr(), work.data_ptr(), stream)
-            source = dy.data_ptr()
-            if step._insert is not None:
-                source = work.data_ptr() + step._dy_offset
-                step._insert(dy.data_ptr(), source, stream)
-            step._conv(source, work.data_ptr(), dx.data_ptr(), stream)
+        work = torch.empty(max(1, step.workspace_bytes), device="cuda", dtype=torch.uint8)
+        arrays = {
+            port: DeviceArray(t.data_ptr(), t.shape, None, BFLOAT16) for port, t in (("dy", dy), ("w", w), ("dx", dx))
+        }
+        context = ExecutionContext(stream=stream, workspace=DeviceArray(work.data_ptr(), work.shape, None, np.uint8))
+        launches = step.bind(arrays, context)
 
         def dgrad_torch(dy=dy, w=w, pad=pad, c=c, hw=hw, stride=stride):
             return torch.nn.grad.conv2d_input((64, c, hw, hw), w, dy, padding=pad, stride=stride)
 
-        steps = "flip + zero insertion + conv" if stride > 1 else "flip + conv"
+        steps = f"gather + {len(step._convs)} phase convs + interleave" if stride > 1 else "flip + conv"
         impls = {
             "torch conv2d_input (cuDNN)": dgrad_torch,
             f"cute {steps} {step.config.label}": launches,
@@ -601,6 +609,15 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
                 plan, p, to_host=False
             ),
         }
+        if stride > 1:  # parts of the strided plan, after a full run has left the workspace filled
+            ws = work.data_ptr()
+
+            def phase_convs(step=step, ws=ws, dy=dy) -> None:
+                for conv, f_off, y_off in step._convs:
+                    conv(dy.data_ptr(), ws + f_off, ws + y_off, stream)
+
+            impls["part: phase convs alone"] = phase_convs
+            impls["part: interleave alone"] = functools.partial(step._interleave, ws, dx.data_ptr(), stream)
         want = torch.nn.grad.conv2d_input((64, c, hw, hw), w.float(), dy.float(), padding=pad, stride=stride)
         errors = {}
         for n, fn in impls.items():
@@ -609,7 +626,7 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
                 fn()
                 torch.cuda.synchronize()
                 errors[n] = float((dx.float() - want).norm() / want.norm())
-        flops = 2.0 * dy.numel() * c * r * r  # the strided products only (none with inserted zeros)
+        flops = 2.0 * dy.numel() * c * r * r  # the strided products only (the "part:" rows count them too)
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 300e12)))
         samples = interleaved_samples(impls, iters, args.repeats)
         t_torch = statistics.median(samples["torch conv2d_input (cuDNN)"])
@@ -929,6 +946,7 @@ def main() -> None:
             "autotune",
         ],
     )
+    parser.add_argument("--layers", nargs="*", default=[], help="the dgrad part: only these layers (default all)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -165,13 +165,15 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
                 pass
             continue
         if isinstance(node.op, ConvDgrad):
-            view = conv_dgrad.plan_dgrad(node, g)
+            plan = conv_dgrad.plan_dgrad(node, g)
+            views = [plan] if isinstance(plan, conv_implicit.ImplicitConv) else plan.views  # strided: its phases
         elif isinstance(node.op, ConvFprop):
-            view = conv_implicit.plan_conv(node, g, conv_implicit.epilogue_chain(g, flow, i))
+            views = [conv_implicit.plan_conv(node, g, conv_implicit.epilogue_chain(g, flow, i))]
         else:
             continue
-        chosen = cute_matmul.parse_config(config) if config else conv_implicit.default_conv_config(view, SM_COUNT)
-        found.append(("conv", view.spec, chosen, view.rank))
+        for view in views:
+            chosen = cute_matmul.parse_config(config) if config else conv_implicit.default_conv_config(view, SM_COUNT)
+            found.append(("conv", view.spec, chosen, view.rank))
     return found
 
 
@@ -202,6 +204,19 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     return found
 
 
+def _backward_graph(op: str, c: int, hw: int, k: int, r: int, stride: int) -> Graph:
+    """A benchmark layer's dgrad or wgrad node at batch 64, padding R // 2."""
+    g = Graph(op, io_dtype="bfloat16", compute_dtype="float32")
+    p = -(-hw // stride)
+    x, dy = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("dy", (64, k, p, p), layout="NHWC")
+    if op == "dgrad":
+        w = g.tensor("w", (k, c, r, r), layout="NHWC")
+        g.conv_dgrad(dy, w, padding=(r // 2, r // 2), stride=(stride, stride), dims=(64, c, hw, hw))
+    else:
+        g.conv_wgrad(x, dy, padding=(r // 2, r // 2), dims=(k, c, r, r))
+    return g
+
+
 def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     """The convi part of benchmarks/gpu_cute.py: every layer, default and listed configs, plain and fused."""
     found = []
@@ -218,20 +233,15 @@ def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int
             if not fused:
                 for label in _benchmark_constant("CONV_CONFIGS"):
                     found += conv_implicit_specs(g, label)
-        for op in ("dgrad", "wgrad") if stride == 1 else ("dgrad",):  # the dgrad and wgrad parts
-            g = Graph(op, io_dtype="bfloat16", compute_dtype="float32")
-            p = -(-hw // stride)
-            x, dy = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("dy", (64, k, p, p), layout="NHWC")
-            if op == "dgrad":
-                w = g.tensor("w", (k, c, r, r), layout="NHWC")
-                g.conv_dgrad(dy, w, padding=(r // 2, r // 2), stride=(stride, stride), dims=(64, c, hw, hw))
-            else:
-                g.conv_wgrad(x, dy, padding=(r // 2, r // 2), dims=(k, c, r, r))
-                for tiles in conv_wgrad.wgrad_tile_configs(k, r * r * c):  # every tile, split or not
-                    for out in ("float32", "bfloat16"):
-                        spec = GemmSpec("bfloat16", "bfloat16", out, "m", "n", "n", True, True)
-                        found.append(("wgrad", spec, tiles, 2))
-            found += conv_implicit_specs(g, None)
+        found += conv_implicit_specs(_backward_graph("dgrad", c, hw, k, r, stride), None)  # the dgrad part
+        if stride == 1:  # the wgrad part
+            found += conv_implicit_specs(_backward_graph("wgrad", c, hw, k, r, stride), None)
+            for tiles in conv_wgrad.wgrad_tile_configs(k, r * r * c):  # every tile, split or not
+                for out in ("float32", "bfloat16"):
+                    spec = GemmSpec("bfloat16", "bfloat16", out, "m", "n", "n", True, True)
+                    found.append(("wgrad", spec, tiles, 2))
+    for c, hw, k, r, stride in _benchmark_constant("DGRAD_SHORTCUTS").values():
+        found += conv_implicit_specs(_backward_graph("dgrad", c, hw, k, r, stride), None)
     for n, c, d, hw, k in _benchmark_constant("CONV3D_LAYERS").values():  # the conv3d part
         g = Graph("conv3d", io_dtype="bfloat16", compute_dtype="float32")
         x, w = g.tensor("x", (n, c, d, hw, hw), layout="NDHWC"), g.tensor("w", (k, c, 3, 3, 3), layout="NDHWC")

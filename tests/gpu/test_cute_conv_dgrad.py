@@ -1,10 +1,14 @@
 """The CuTe conv dgrad (filter flip + implicit-GEMM fprop over dy) on a GPU, judged by sigdnn.validate.
 
 Padding (asymmetric too, and none), dilation, 1x1 / 3x3 / 5x3 filters,
-channel counts off the tiles, 16- and 32-bit outputs; strides 2 and 3 (dy
-with zeros inserted), odd extents whose last rows no window reaches, and a
-planted bug (the window shifted a pixel) that must fail. Skips without a
-GPU, nvidia-cutlass-dsl or sm_90.
+channel counts off the tiles, 16- and 32-bit outputs; strides 2, 3 and 4
+(by stride phases: a sub-filter gather, one fprop per phase, the
+interleave), odd extents whose last rows no window reaches, phases no tap
+reaches (1x1 stride 2 and 3, R below the stride), phases padded with zero
+taps (an even filter, dilation sharing the stride), ResNet-50's stride-2
+layers at batch 2, and planted bugs (a window shifted a pixel, two phases'
+outputs swapped) that must fail. Skips without a GPU, nvidia-cutlass-dsl or
+sm_90.
 """
 
 from __future__ import annotations
@@ -49,6 +53,26 @@ CASES = {
     ),
     "1x1_stride2_shortcut": ((2, 128, 7, 7), (128, 64, 1, 1), "bfloat16", "bfloat16",
                              {"stride": (2, 2), "dims": (2, 64, 14, 14)}),
+    "1x1_stride3_odd": ((2, 16, 4, 3), (16, 24, 1, 1), "float16", "float32", {"stride": (3, 3), "dims": (2, 24, 11, 8)}),
+    "2x1_below_stride3": ((2, 24, 3, 4), (24, 16, 2, 1), "bfloat16", "bfloat16",
+                          {"stride": (3, 3), "dims": (2, 16, 9, 10)}),
+    "2x2_pad1_zero_taps": ((3, 16, 5, 5), (16, 32, 2, 2), "bfloat16", "float32",
+                           {"padding": (1, 1), "stride": (2, 2), "dims": (3, 32, 8, 8)}),
+    "dilation_sharing_stride": ((2, 32, 6, 6), (32, 16, 3, 3), "float16", "float16",
+                                {"padding": (2, 2), "stride": (2, 2), "dilation": (2, 2), "dims": (2, 16, 12, 11)}),
+    "5x5_stride3": ((2, 40, 4, 4), (40, 24, 5, 5), "bfloat16", "bfloat16",
+                    {"padding": (2, 2), "stride": (3, 3), "dims": (2, 24, 10, 11)}),
+    "4x4_stride4_patchify": ((2, 64, 5, 6), (64, 32, 4, 4), "bfloat16", "bfloat16",
+                             {"stride": (4, 4), "dims": (2, 32, 20, 24)}),
+    # ResNet-50's stride-2 layers (torchvision: the 3x3 of the first block of stages 3-5, and its shortcut).
+    "resnet_conv3_3x3_s2": ((2, 128, 28, 28), (128, 128, 3, 3), "bfloat16", "bfloat16",
+                            {"padding": (1, 1), "stride": (2, 2), "dims": (2, 128, 56, 56)}),
+    "resnet_conv4_3x3_s2": ((2, 256, 14, 14), (256, 256, 3, 3), "bfloat16", "bfloat16",
+                            {"padding": (1, 1), "stride": (2, 2), "dims": (2, 256, 28, 28)}),
+    "resnet_conv5_3x3_s2": ((2, 512, 7, 7), (512, 512, 3, 3), "bfloat16", "float32",
+                            {"padding": (1, 1), "stride": (2, 2), "dims": (2, 512, 14, 14)}),
+    "resnet_conv3_shortcut_s2": ((2, 512, 28, 28), (512, 256, 1, 1), "bfloat16", "bfloat16",
+                                 {"stride": (2, 2), "dims": (2, 256, 56, 56)}),
 }  # fmt: skip
 
 
@@ -70,18 +94,42 @@ def test_conv_dgrad_validates_against_the_reference(name: str) -> None:
 
 
 def test_a_window_shifted_by_one_pixel_fails_validation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A planted bug: one more pixel of padding before dy's zero-inserted rows and one less after keeps
+    """A planted bug: one more pixel of padding before dy's rows and one less after, in every phase, keeps
     every extent but moves every window; the validation this file relies on must see it."""
     real = conv_dgrad.plan_dgrad
 
     def shifted(node, graph):
-        view = real(node, graph)
-        g = list(view.geometry)
-        g[9] += 1  # pad_h
-        g[11] -= 1  # pad_h_hi
-        return attrs.evolve(view, geometry=tuple(g))
+        plan = real(node, graph)
+        moved = []
+        for view in plan.convs:
+            if view is not None:
+                g = list(view.geometry)
+                g[9] += 1  # pad_h
+                g[11] -= 1  # pad_h_hi
+                view = attrs.evolve(view, geometry=tuple(g))
+            moved.append(view)
+        return attrs.evolve(plan, convs=tuple(moved))
 
     monkeypatch.setattr(conv_dgrad, "plan_dgrad", shifted)
+    report = sigdnn.validate(
+        dgrad_graph(*CASES["stride2_pad1"]), seed=23, executor=sigdnn.Executor("gpu", engine=ENGINE)
+    )
+    assert report.builders == {"dgrad": ENGINE}
+    assert not report.passed
+
+
+def test_two_phases_interleaved_from_each_others_outputs_fail_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug: the interleave reads phase (0, 1)'s output for phase (1, 0) and the reverse (both 9 x 11,
+    every read in range); the validation must see it."""
+    real = conv_dgrad.phase_layout
+
+    def swapped(*args, **kw):
+        layout = real(*args, **kw)
+        table = list(layout.interleave)
+        table[3], table[6] = table[6], table[3]
+        return attrs.evolve(layout, interleave=tuple(table))
+
+    monkeypatch.setattr(conv_dgrad, "phase_layout", swapped)
     report = sigdnn.validate(
         dgrad_graph(*CASES["stride2_pad1"]), seed=23, executor=sigdnn.Executor("gpu", engine=ENGINE)
     )

@@ -15,7 +15,7 @@ import pytest
 from sigdnn.errors import VariantPackError
 from sigdnn.plan_builders.cute.bound import BindsLaunches
 from sigdnn.plan_builders.cute.conv import CuteConvFpropPlan
-from sigdnn.plan_builders.cute.conv_dgrad import CuteConvDgradPlan
+from sigdnn.plan_builders.cute.conv_dgrad import CuteConvDgradPhasePlan, CuteConvDgradPlan
 from sigdnn.plan_builders.cute.conv_implicit import CuteConvEpiloguePlan, CuteConvPlan
 from sigdnn.plan_builders.cute.conv_wgrad import CuteConvWgradImplicitPlan, CuteConvWgradPlan
 from sigdnn.plan_builders.cute.matmul import CuteEpiloguePlan, CuteMatmulPlan
@@ -118,7 +118,7 @@ def test_direct_conv_gemm_reads_x_itself():
 
 def test_dgrad_flips_the_filter_into_the_workspace_first():
     log: list = []
-    plan = CuteConvDgradPlan(Recorder("flip", log), None, Recorder("conv", log), (4096, 0), "d")
+    plan = CuteConvDgradPlan(Recorder("flip", log), Recorder("conv", log), 4096, "d")
     assert plan.workspace_bytes == 4096
     launch = plan.bind({"dy": buf(16), "w": buf(32), "dx": buf(48)}, context(workspace=True))
     launch()
@@ -127,17 +127,28 @@ def test_dgrad_flips_the_filter_into_the_workspace_first():
         plan.bind({"dy": buf(16), "w": buf(32), "dx": buf(40)}, context(workspace=True))
 
 
-def test_strided_dgrad_inserts_zeros_into_dy_past_the_flipped_filter():
+def test_strided_dgrad_gathers_then_runs_each_phase_into_the_workspace_then_interleaves():
     log: list = []
-    plan = CuteConvDgradPlan(Recorder("flip", log), Recorder("insert", log), Recorder("conv", log), (1024, 3072), "d")
-    assert plan.workspace_bytes == 4096
+    convs = [(Recorder("phase0", log), 0, 1024), (Recorder("phase3", log), 512, 3072)]
+    plan = CuteConvDgradPhasePlan(Recorder("gather", log), convs, Recorder("interleave", log), 8192, "d")
+    assert plan.workspace_bytes == 8192
     plan.bind({"dy": buf(16), "w": buf(32), "dx": buf(48)}, context(workspace=True))()
-    spread = WORKSPACE + 1024
     assert log == [
-        ("flip", 32, WORKSPACE, STREAM),
-        ("insert", 16, spread, STREAM),
-        ("conv", spread, WORKSPACE, 48, STREAM),
+        ("gather", 32, WORKSPACE, STREAM),
+        ("phase0", 16, WORKSPACE, WORKSPACE + 1024, STREAM),
+        ("phase3", 16, WORKSPACE + 512, WORKSPACE + 3072, STREAM),
+        ("interleave", WORKSPACE, 48, STREAM),
     ]
+    with pytest.raises(VariantPackError, match="d: w not 16-byte aligned"):
+        plan.bind({"dy": buf(16), "w": buf(40), "dx": buf(48)}, context(workspace=True))
+
+
+def test_a_strided_dgrad_no_tap_reaches_only_interleaves_zeros():
+    log: list = []
+    plan = CuteConvDgradPhasePlan(None, [], Recorder("interleave", log), 256, "d")
+    assert plan.config is None
+    plan.bind({"dy": buf(16), "w": buf(32), "dx": buf(48)}, context(workspace=True))()
+    assert log == [("interleave", WORKSPACE, 48, STREAM)]
 
 
 def wgrad_view(im2col: bool, splits: int):

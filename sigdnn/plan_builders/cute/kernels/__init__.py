@@ -10,5 +10,6 @@
 - :mod:`.conv_sm90`: conv fprop as an implicit GEMM (TMA im2col loads into the Hopper GEMM);
 - :mod:`.conv_launch`: its compile cache and launch, as :mod:`.launch` for the GEMM;
 - :mod:`.filter_flip`: the flipped, transposed filter the dgrad runs its fprop with;
+- :mod:`.phase_dgrad`: a strided dgrad's sub-filter gather and the interleave of its phases into dx;
 - :mod:`.splitk_reduce`: the sum of split-K partial products (the wgrad's).
 """
