@@ -39,7 +39,7 @@ import cuda.tile as ct  # noqa: E402
 import gpu_cutile as gc  # noqa: E402
 from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, export_kernel  # noqa: E402
 
-from sigdnn.plan_builders.cutile import batchnorm, norms, opbase, softmax  # noqa: E402
+from sigdnn.plan_builders.cutile import batchnorm, norms, softmax  # noqa: E402
 
 CT = {"float32": ct.float32, "float16": ct.float16, "bfloat16": ct.bfloat16, "float64": ct.float64}
 BUILDERS = {"softmax": softmax.CutileSoftmaxBuilder, "layernorm": norms.CutileLayernormBuilder,
@@ -135,7 +135,7 @@ def main() -> int:
     gc.NORM_COLS = args.cols
     kinds = args.kinds.split(",")
     table = gc.norm_variants()
-    saved = (opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD)
+    saved = gc.saved_configs()
     todo = []
     try:
         for label in args.variants.split(","):
@@ -147,9 +147,9 @@ def main() -> int:
                 for kind in gc.NORM_KINDS[direction]:
                     if kind in kinds:
                         todo += [(f"{kind}[{label}]#{i}", *la) for i, la in enumerate(launches_of(kind))]
-                opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD = saved
+                gc.restore_configs(saved)
     finally:
-        opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD = saved
+        gc.restore_configs(saved)
     os.makedirs(args.out, exist_ok=True)
     return compile_all(todo, args.jobs, args.out)
 

@@ -522,7 +522,7 @@ def _set_config(direction: str, config: object) -> None:
     from sigdnn.plan_builders.cutile import batchnorm, opbase
 
     if direction == "forward":
-        opbase.ROW_FORWARD = opbase.SOFTMAX_FORWARD = config
+        opbase.ROW_FORWARD = opbase.SOFTMAX_FORWARD = opbase.RMSNORM_FORWARD = config
     elif direction == "backward":
         opbase.ROW_BACKWARD = config
     else:
@@ -532,13 +532,12 @@ def _set_config(direction: str, config: object) -> None:
 def bench_norms(variants: str = "", kinds: str = "") -> list[dict]:
     """Each op (``kinds``: comma-separated, default all) at the default configuration, then (``variants``:
     comma-separated labels, or "all") the others."""
-    from sigdnn.plan_builders.cutile import batchnorm, opbase
 
     wanted = set(kinds.split(",")) if kinds else {k for ks in NORM_KINDS.values() for k in ks}
     rows = [bench_norm(k, "default") for ks in NORM_KINDS.values() for k in ks if k in wanted]
     if not variants:
         return [r for r in rows if r]
-    saved = (opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD)
+    saved = saved_configs()
     try:
         for direction, configs in norm_variants().items():
             for label, config in configs.items():
@@ -546,11 +545,28 @@ def bench_norms(variants: str = "", kinds: str = "") -> list[dict]:
                     continue
                 _set_config(direction, config)
                 rows += [bench_norm(k, label) for k in NORM_KINDS[direction] if k in wanted]
-            _set_config(direction, saved[list(NORM_KINDS).index(direction)])
-            opbase.SOFTMAX_FORWARD = saved[3]
+            restore_configs(saved)
     finally:
-        opbase.ROW_FORWARD, opbase.ROW_BACKWARD, batchnorm.TRAINING, opbase.SOFTMAX_FORWARD = saved
+        restore_configs(saved)
     return [r for r in rows if r]
+
+
+CONFIG_NAMES = ("ROW_FORWARD", "RMSNORM_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD")  # opbase's, then batchnorm's
+
+
+def saved_configs() -> tuple[object, ...]:
+    """The row and batchnorm defaults, for ``restore_configs`` after variants replaced them."""
+    from sigdnn.plan_builders.cutile import batchnorm, opbase
+
+    return (*(getattr(opbase, name) for name in CONFIG_NAMES), batchnorm.TRAINING)
+
+
+def restore_configs(saved: tuple[object, ...]) -> None:
+    from sigdnn.plan_builders.cutile import batchnorm, opbase
+
+    for name, config in zip(CONFIG_NAMES, saved, strict=False):
+        setattr(opbase, name, config)
+    batchnorm.TRAINING = saved[-1]
 
 
 def bench_matmul(sizes=(4096, 8192), configs: str = "", fused: str = "") -> dict:

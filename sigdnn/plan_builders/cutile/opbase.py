@@ -57,10 +57,12 @@ class RowConfig:
 # backward's column sums over 32-column blocks (128 blocks, not 4: 32 -> 7 us of layernorm's 201). Then
 # (gpu_merged_2026-12-01c.md): layernorm's one-pass mean and variance, 3.26 -> 3.39 TB/s.
 # Rows past ROW_MAX (gpu_merged_2026-12-01d.md, 16384 x 32768 bf16): softmax with one running max and sum per
-# row in 4096-column chunks 0.77 -> 2.46 TB/s (torch 2.32); layernorm forward in 2048-column chunks 1.19 -> 1.38
-# (torch 2.38); the backward in 2048-column chunks, two rows a block, 0.47 -> 1.17 (layernorm) and 0.58 -> 1.43
-# (rmsnorm; torch 1.48 both).
-ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=2048)  # layernorm, rmsnorm
+# row in 4096-column chunks 0.77 -> 2.46 TB/s (torch 2.32); layernorm forward merging each 4096-column chunk's
+# mean and M2 (one read for the statistics) 1.19 -> 2.71 (torch 2.35); rmsnorm forward 2.67 in 2048-column
+# chunks, 2.39 in 4096 (torch 2.53); the backward in 2048-column chunks, two rows a block, 0.47 -> 1.17
+# (layernorm) and 0.58 -> 1.43 (rmsnorm; torch 1.48 both).
+ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=4096)  # layernorm
+RMSNORM_FORWARD = attrs.evolve(ROW_FORWARD, walk=2048)
 SOFTMAX_FORWARD = RowConfig(4096, KernelHints(occupancy=6), walk=4096)
 ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8), columns=32, walk=2048)
 ROW_MAX = 8192  # longest row held in registers; longer rows are walked in chunks

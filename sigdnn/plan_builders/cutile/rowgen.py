@@ -154,6 +154,33 @@ def _one_pass_stats(n: int, tm: int, tn: int) -> list[str]:
     return [*lines, f"var = q / {_lit(n)}"]
 
 
+def _walked_chan_stats(n: int, tm: int, tn: int) -> list[str]:
+    """Lines setting mu and var of rows walked in chunks of TN, reading each chunk once.
+
+    Each chunk's mean and M2 (two passes over the chunk in registers: its sum, then the sum of its squared
+    deviations) are merged into the row's running count, mean and M2 by Chan's update, so the statistics
+    take one read of the row where two_pass takes two. The counts are exact in float32 (rows < 2^24).
+    """
+    zero = f"ct.full(({tm}, 1), 0.0, dtype=ct.float32)"
+    lines = [f"cnt = {zero}", f"mu = {zero}", f"q = {zero}"]
+
+    def chunk(c: str, masked: bool) -> list[str]:
+        nb = _lit(n % tn if masked else tn)
+        body = [f"xt = {_load_rows('x', tm, tn, c)}", f"cm = ct.sum(xt, axis=1, keepdims=True) / {nb}", "d = xt - cm"]
+        if masked:  # the zeros read past the row add nothing to the sum, but would to the squares
+            body.append(f"d = d * {_mask(tn, c, n)}")
+        return [
+            *body,
+            f"w = {nb} / (cnt + {nb})",
+            "delta = cm - mu",
+            "mu = mu + delta * w",
+            "q = q + ct.sum(d * d, axis=1, keepdims=True) + delta * delta * (cnt * w)",
+            f"cnt = cnt + {nb}",
+        ]
+
+    return [*lines, *_loop(n, tn, chunk), f"var = q / {_lit(n)}"]
+
+
 def norm_forward(
     n: int,
     tm: int,
@@ -169,8 +196,9 @@ def norm_forward(
 ) -> str:
     """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv").
 
-    ``variance`` (layernorm): one of ``VARIANCES``, for rows held in one tile; rows held in several (``k``
-    column tiles) or walked take two_pass.
+    ``variance`` (layernorm): one of ``VARIANCES``, for rows held in one tile or walked (chan: each chunk's
+    mean and M2 merged into the row's, ``_walked_chan_stats``); rows held in several (``k`` column tiles)
+    take two_pass.
     """
     if variance not in VARIANCES:
         raise ValueError(f"variance {variance!r}: expected one of {VARIANCES}")
@@ -192,6 +220,8 @@ def norm_forward(
         else:
             body += [f"d{i} = x{i}" for i in range(k)]
         body.append(f"var = ct.sum({_sum_of([f'd{i} * d{i}' for i in range(k)])}, axis=1, keepdims=True) / {_lit(n)}")
+    elif center and variance == "chan":
+        body += _walked_chan_stats(n, tm, tn)
     else:
         body.append(f"acc = ct.full(({tm}, {tn}), 0.0, dtype=ct.float32)")
         if center:

@@ -6,8 +6,8 @@ instead of reducing the mean and then the squared deviations. It must stay
 within the reference's layernorm tolerances where shortcuts cancel: rows
 far from zero beside their spread, a row whose first element is far from
 the rest, constant rows and rows not a multiple of the tile (rows held in
-several tiles or walked in chunks take the two-pass kernel, and must pass
-the same rows). Two shortcuts planted into the same kernel must fail on those rows,
+several tiles take the two-pass kernel, and must pass the same rows; rows
+walked in chunks merge each chunk's mean and M2 by the same update). Two shortcuts planted into the same kernel must fail on those rows,
 or they prove nothing: E[x^2] - mean^2, and the cheaper one-pass sums of
 x - x0 and (x - x0)^2.
 """
@@ -29,9 +29,11 @@ from sigdnn.plan_builders.cutile.opbase import RowConfig
 from sigdnn.plan_builders.cutile.rowgen import KernelHints
 from sigdnn.registry import Registry
 
-# The benchmark's candidates (2 rows of 4096 a block at 16384 x 4096) and one row a block.
+# The benchmark's candidates (2 rows of 4096 a block at 16384 x 4096), one row a block, and the default's walk
+# (rows past ROW_MAX in chunks of 2048: 9000 is four whole chunks and a masked one).
 CONFIGS = {"8192o4chan": RowConfig(8192, KernelHints(occupancy=4), variance="chan"),
-           "64chan": RowConfig(64, variance="chan")}  # fmt: skip
+           "64chan": RowConfig(64, variance="chan"),
+           "8192o4chank2048": RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=2048)}  # fmt: skip
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -56,6 +58,8 @@ def test_one_pass_layernorm_matches_the_reference_on_awkward_rows(monkeypatch, c
     text = one_pass_text(g)
     if opbase.row_split(dims[1]) == (opbase.pow2(dims[1]), 1):  # held in one tile
         assert text.count("ct.reduce((") == 1 and "ct.sum(" not in text and "k0 = " in text, "not a one-pass kernel"
+    elif dims[1] > opbase.ROW_MAX:  # walked: one read of the row for the statistics, one to write (loop + tail)
+        assert text.count("ct.load(x,") == 4 and "delta * delta" in text, "walked statistics in more than one read"
     else:
         assert "ct.reduce(" not in text and "k0 = " not in text, "one pass over a row held in several tiles"
     report = sigdnn.validate(g, layernorm_inputs(g, awkward_rows(*dims, dtype)), executor=emulated_executor())

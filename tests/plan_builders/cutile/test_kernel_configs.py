@@ -53,7 +53,7 @@ def _validate(name: str) -> None:
 )
 @pytest.mark.parametrize("name", ROW_CASES)
 def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, config, name):
-    for direction in ("ROW_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD"):
+    for direction in ("ROW_FORWARD", "RMSNORM_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD"):
         monkeypatch.setattr(opbase, direction, config)
     _validate(name)
 
