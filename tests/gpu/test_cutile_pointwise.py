@@ -94,6 +94,20 @@ def test_gelu_derivatives_near_their_root():
 
 
 SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 0.5, -3.0, 8.0, -8.0, 1e-30, 100.0, -100.0]
+POW_SPECIALS = [(0.0, 2.0), (-0.0, -3.0), (-2.0, 3.0), (-2.0, 0.5), (np.inf, 2.0), (np.nan, 1.0), (1.0, np.inf),
+                (1.0, np.nan), (2.0, -np.inf), (-1.0, np.inf), (0.5, np.inf)]  # fmt: skip
+
+
+@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
+def test_fast_pow_tiles_with_one_special_element(io_dtype):
+    """16-bit pow: a tile of ordinary bases and exponents takes the short formula, one with a special element
+    (one in most tiles here, at varying lanes) IEEE pow's cases; both kinds in one launch."""
+    g = single("pow", io_dtype)
+    data = inputs(g, "pow", seed=7, lo=0.25, hi=2.0)
+    x, y = data["x0"].copy(), data["x1"].copy()
+    for j, k in enumerate(range(5, N, 4099)):
+        x[k], y[k] = POW_SPECIALS[j % len(POW_SPECIALS)]
+    check(g, {"x0": x, "x1": y})
 
 
 @pytest.mark.parametrize("mode", FLOAT_MODES)

@@ -495,14 +495,19 @@ def fast_rcp_normal(x):
     return ct.truediv(1.0, x, rounding_mode=ct.RoundingMode.APPROX, flush_to_zero=True)
 
 
-def reduced_log_parts(x):
-    """(e, f) with x = (1 + f) 2^e, 1 + f in [sqrt(1/2), sqrt 2), for finite x > 0 (from the bits; subnormal x
-    scaled by 2^23 first). Other x give finite garbage: the callers choose their results there."""
-    sub = x < FLT_MIN
-    bits = ct.bitcast(ct.where(sub, x * 8388608.0, x), ct.int32)
+def normal_log_parts(x):
+    """(e, f) with x = (1 + f) 2^e, 1 + f in [sqrt(1/2), sqrt 2), for a normal finite x > 0, from its bits."""
+    bits = ct.bitcast(x, ct.int32)
     k = (bits - 0x3F3504F3) & -8388608  # e << 23 for the e that puts 1 + f in range
-    f = ct.bitcast(bits - k, ct.float32) - 1.0
-    return ct.astype(k, ct.float32) * 1.1920928955078125e-07 + ct.where(sub, -23.0, 0.0), f
+    return ct.astype(k, ct.float32) * 1.1920928955078125e-07, ct.bitcast(bits - k, ct.float32) - 1.0
+
+
+def reduced_log_parts(x):
+    """normal_log_parts for any finite x > 0 (subnormal x scaled by 2^23 first). Other x give finite garbage:
+    the callers choose their results there."""
+    sub = x < FLT_MIN
+    e, f = normal_log_parts(ct.where(sub, x * 8388608.0, x))
+    return e + ct.where(sub, -23.0, 0.0), f
 
 
 def fast_log(x):
@@ -515,6 +520,19 @@ def fast_log(x):
 
 
 def fast_pow(x, y):
+    """x^y; a tile whose bases are all normal, finite and positive and whose exponents are all finite (the
+    usual tile) takes 2^(y log2 x) alone, any other tile fast_pow_any. The test is one branch per block
+    (a minimum and a sum over the tile), so a single odd element sends its whole tile the long way, and
+    an ordinary tile skips its ~20 instructions an element of special cases (x = 1 and y = 0 give 2^0 = 1)."""
+    if (ct.min(x, axis=0) >= FLT_MIN) & (ct.sum(x * 0.0 + y * 0.0, axis=0) == 0.0):
+        e, f = normal_log_parts(x)
+        r = ct.exp2(y * (e + f * horner(f, FAST_LOG2_P)))
+    else:
+        r = fast_pow_any(x, y)
+    return r
+
+
+def fast_pow_any(x, y):
     """x^y = sign 2^(y log2|x|), log2 by reduced_log_parts and an 8-term table (2e-7 relative: |y log2|x|| up to
     150 keeps the result within 3e-5). IEEE pow's special cases as NumPy's: x^0 = 1^y = 1, (-1)^+-inf = 1,
     a negative finite x to a non-integer power is NaN, odd integer powers keep x's sign (also -0's)."""

@@ -493,7 +493,7 @@ def generate(spec: KernelSpec) -> str:
             if condition is not None:
                 src.emit(condition)
             for k, dtype in flat.items():
-                load = f"ct.load(x{k}{suffix}, index=({index},), shape=({tile},){checked})"
+                load = f"ct.load(x{k}{suffix}, index=({index},), shape=({tile},){checked}, allow_tma=False)"
                 src.emit(f"{indent}v{k} = {_reinterpret(load, dtype)}")
         for k in flat:
             src.full[k] = True
@@ -527,7 +527,7 @@ def generate(spec: KernelSpec) -> str:
         if condition is not None:
             src.emit(condition)
         for k in stores:
-            src.emit(f"{indent}ct.store(y{k}{suffix}, index=({index},), tile=r{k}{checked})")
+            src.emit(f"{indent}ct.store(y{k}{suffix}, index=({index},), tile=r{k}{checked}, allow_tma=False)")
     params = []
     for k, access in enumerate(space.inputs):
         params += _split_params(f"x{k}", main, tail) if access.kind == "flat" else [f"x{k}"]

@@ -154,6 +154,46 @@ def test_fast_pow_on_every_base(io_dtype, sign, monkeypatch):
     check(g, {"x0": np.tile(every, y.size), "x1": np.repeat(y, every.size)})
 
 
+def _ordinary_pow_inputs(io_dtype: str) -> tuple[sigdnn.Graph, np.ndarray, np.ndarray]:
+    """Every normal, finite, positive base against finite exponents: tiles that all take fast_pow's short way."""
+    probe = single("pow", io_dtype, dims=(1,))
+    dtype = probe.dtype_of(probe.inputs[0]).numpy
+    bits = np.uint16 if io_dtype in ("float16", "bfloat16") else np.uint8
+    every = np.arange(int(np.iinfo(bits).max) + 1, dtype=bits).view(dtype)
+    wide = every.astype(np.float64)
+    bases = every[np.isfinite(wide) & (wide >= np.finfo(np.float32).tiny)]
+    rng = np.random.default_rng(12)
+    y = round_to(np.concatenate([[0.0, -0.0, 1.0, -1.0, 2.0, 0.5, -7.0], rng.uniform(-160.0, 160.0, 9)]),
+                 probe.dtype_of(probe.inputs[1]))  # fmt: skip
+    g = single("pow", io_dtype, dims=(bases.size * y.size,))
+    return g, np.tile(bases, y.size), np.repeat(y, bases.size)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("io_dtype", ["float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"])
+def test_fast_pow_on_ordinary_tiles(io_dtype, sign, monkeypatch):
+    """Tiles of ordinary bases and exponents only (the usual tile: one branch, no special cases), exp2 skewed."""
+    off = np.float32(1.0 + sign * MUFU_REL_ERROR)
+    exact = emulator.exp2
+    monkeypatch.setattr(emulator, "exp2", lambda x, **kw: (exact(x, **kw) * off).astype(np.float32))
+    g, x, y = _ordinary_pow_inputs(io_dtype)
+    check(g, {"x0": x, "x1": y})
+
+
+@pytest.mark.parametrize(
+    ("base", "exponent"),
+    [(0.0, 2.0), (-0.0, -3.0), (-2.0, 3.0), (-2.0, 0.5), (np.inf, 2.0), (np.nan, 1.0), (1e-40, 0.5),
+     (1.0, np.inf), (1.0, np.nan), (2.0, -np.inf), (0.5, np.inf), (-1.0, np.inf)],
+)  # fmt: skip
+def test_fast_pow_sends_a_tile_with_one_odd_element_the_long_way(base, exponent):
+    """One special element among ordinary ones: its whole tile must take fast_pow_any (IEEE pow's cases)."""
+    g, x, y = _ordinary_pow_inputs("bfloat16")
+    x, y = x.copy(), y.copy()
+    for k in range(5, x.size, 4099):  # one element in most tiles, at varying lanes
+        x[k], y[k] = base, exponent
+    check(g, {"x0": x, "x1": y})
+
+
 @pytest.mark.parametrize("beta", [0.3, 2.5, -1.5])
 @pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
 def test_fast_softplus_beta_on_every_16_bit_input(io_dtype, beta):
