@@ -98,6 +98,25 @@ POW_SPECIALS = [(0.0, 2.0), (-0.0, -3.0), (-2.0, 3.0), (-2.0, 0.5), (np.inf, 2.0
                 (1.0, np.nan), (2.0, -np.inf), (-1.0, np.inf), (0.5, np.inf)]  # fmt: skip
 
 
+def test_fmod_is_exact_on_near_multiples():
+    """float32 mod where a lies within an ulp or two of k b (k up to 2^20): the one-quotient way must equal C's
+    fmod bit for bit (it relies on the FMA being contracted), and tiles with huge quotients, b zero, subnormal
+    or infinite, or NaNs (one in every 1031 elements) take cuTile's mod."""
+    rng = np.random.default_rng(31)
+    n = N
+    b = (rng.uniform(1.0, 2.0, n) * 2.0 ** rng.integers(-30, 30, n) * rng.choice([-1.0, 1.0], n)).astype(np.float32)
+    k = rng.integers(0, 2**20, n).astype(np.float64) * rng.choice([1.0, -1.0], n)
+    a = (k * b.astype(np.float64)).astype(np.float32)
+    a = np.nextafter(a, a + rng.choice([-1.0, 0.0, 1.0], n).astype(np.float32) * np.abs(a) + 1.0)
+    odd = [(3e30, 1e-3), (1.0, 0.0), (np.inf, 2.0), (2.0, np.inf), (np.nan, 2.0), (5.0, 1e-40)]
+    for j, i in enumerate(range(5, n, 1031 * 7)):
+        a[i], b[i] = odd[j % len(odd)]
+    g = single("mod", "float32", dims=(n,))
+    ex = sigdnn.Executor("gpu")
+    got = ex.execute(ex.prepare(g), {"x0": a, "x1": b})["y"]
+    np.testing.assert_array_equal(got, np.fmod(a, b))
+
+
 @pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
 def test_fast_pow_tiles_with_one_special_element(io_dtype):
     """16-bit pow: a tile of ordinary bases and exponents takes the short formula, one with a special element

@@ -468,8 +468,25 @@ def tanh_bwd(dy, x):
 
 
 def fmod(a, b):
-    """C fmod: |a| mod |b| (Python's mod equals C's for non-negative operands, and is exact), sign of a."""
-    r = ct.mod(ct.abs(a), ct.abs(b))
+    """C fmod, exact; a tile whose |a / b| are all below 2^21 and whose |b| are all normal and finite (the usual
+    tile) by one quotient, others by cuTile's mod.
+
+    q = floor(|a| * rcp|b|) is then within one of the true quotient q* (relative error ~2^-21), and
+    |a| - q |b| (one FMA) is exactly fmod when q = q*, exactly fmod - |b| when q = q* + 1 (Sterbenz where q*
+    is 0; else both are multiples of ulp(b) within 24 bits), and at least |b| when q = q* - 1: its sign and
+    size set the corrected q, and a second FMA with it is exact. The test is one branch per block; a NaN or
+    infinite a or b, or b zero or subnormal, fails it through q or |b|.
+    """
+    x = ct.abs(a)
+    y = ct.abs(b)
+    q = ct.floor(x * ct.truediv(1.0, y, rounding_mode=ct.RoundingMode.APPROX, flush_to_zero=True))
+    usual = (q < 2097152.0) & (y >= FLT_MIN) & (y <= FLT_MAX)
+    if ct.min(ct.where(usual, 1.0, 0.0), axis=0) > 0.5:
+        r = fma(-q, y, x)
+        q = q + ct.where(r >= y, 1.0, ct.where(r < 0.0, -1.0, 0.0))
+        r = fma(-q, y, x)
+    else:
+        r = ct.mod(x, y)  # Python's mod equals C's for non-negative operands, and is exact
     return ct.where(a < 0.0, -r, r)
 
 

@@ -194,6 +194,66 @@ def test_fast_pow_sends_a_tile_with_one_odd_element_the_long_way(base, exponent)
     check(g, {"x0": x, "x1": y})
 
 
+def _fmod_near_multiples(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 (a, b) with a within an ulp or two of k b (k up to 2^20, any sign, b over 60 binades): the
+    quotients where an approximate quotient lands one off either way, and a few a < b."""
+    rng = np.random.default_rng(seed)
+    b = (rng.uniform(1.0, 2.0, n) * 2.0 ** rng.integers(-30, 30, n) * rng.choice([-1.0, 1.0], n)).astype(np.float32)
+    k = rng.integers(0, 2**20, n).astype(np.float64) * rng.choice([1.0, -1.0], n)
+    a = (k * b.astype(np.float64)).astype(np.float32)
+    a = np.nextafter(a, a + rng.choice([-1.0, 0.0, 1.0], n).astype(np.float32) * np.abs(a) + 1.0)
+    a[::17] = (b[::17] * rng.uniform(0.0, 1.0, b[::17].size)).astype(np.float32)  # a < b: the quotient 0 or 1
+    return a, b
+
+
+def _emulated_y(g: sigdnn.Graph, data: dict[str, np.ndarray]) -> np.ndarray:
+    ex = emulated_executor()
+    return ex.execute(ex.prepare(g), data)["y"]
+
+
+def test_fmod_is_exact_on_usual_tiles():
+    """float32 mod of near-multiples, every tile usual (one quotient and one correction): equal to C's fmod, bit
+    for bit (the reference's tolerance would hide a last-bit slip)."""
+    a, b = _fmod_near_multiples(3 * 1024, seed=21)
+    g = single("mod", "float32", dims=a.shape)
+    got = _emulated_y(g, {"x0": a, "x1": b})
+    np.testing.assert_array_equal(got, np.fmod(a, b))  # == : exact, -0 and 0 alike
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [(3e30, 1e-3), (1.0, 0.0), (np.inf, 2.0), (2.0, np.inf), (np.nan, 2.0), (2.0, np.nan), (5.0, 1e-40), (-0.0, 3.0)],
+)  # fmt: skip
+def test_fmod_sends_a_tile_with_one_odd_element_the_long_way(a, b):
+    """A huge quotient, b zero, subnormal or infinite, a infinite, NaNs: that element's tile takes cuTile's mod."""
+    x, y = _fmod_near_multiples(3 * 1024, seed=22)
+    x[5::1031], y[5::1031] = a, b
+    g = single("mod", "float32", dims=x.shape)
+    got = _emulated_y(g, {"x0": x, "x1": y})
+    want = np.fmod(x, y)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), f"{np.flatnonzero(~same)[:5]}: got {got[~same][:5]}, want {want[~same][:5]}"
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("quotient", [2.0**21, 2.0**22.5, 2.0**23.9])
+def test_fmod_with_quotients_past_2_21_takes_the_long_way(monkeypatch, sign, quotient):
+    """Past 2^21 an approximate reciprocal (here skewed by 2^-21) puts floor(|a| rcp|b|) more than one from the
+    quotient: such a tile must take cuTile's mod, exact."""
+    off = np.float32(1.0 + sign * MUFU_REL_ERROR)
+    exact = emulator.truediv
+
+    def skewed(x, y, **kw):
+        r = exact(x, y, **kw)
+        return (r * off).astype(r.dtype) if kw.get("rounding_mode") == emulator.RoundingMode.APPROX else r
+
+    monkeypatch.setattr(emulator, "truediv", skewed)
+    a, b = _fmod_near_multiples(3 * 1024, seed=23)
+    a[7::1021] = (b[7::1021].astype(np.float64) * (quotient + 0.5)).astype(np.float32)
+    g = single("mod", "float32", dims=a.shape)
+    np.testing.assert_array_equal(_emulated_y(g, {"x0": a, "x1": b}), np.fmod(a, b))
+
+
 @pytest.mark.parametrize("beta", [0.3, 2.5, -1.5])
 @pytest.mark.parametrize("io_dtype", ["float16", "bfloat16"])
 def test_fast_softplus_beta_on_every_16_bit_input(io_dtype, beta):
