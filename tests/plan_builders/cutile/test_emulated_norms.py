@@ -156,3 +156,30 @@ def test_walked_softmax_rescales_the_running_sum_when_a_later_chunk_holds_the_ma
     x[2] -= 500.0  # every exp(x) underflows: only a running max that starts below the row keeps the sums
     report = sigdnn.validate(g, {"x": x}, executor=emulated_executor())
     assert report.passed, report.table()
+
+
+@pytest.mark.parametrize(("make", "port"), [("train", "y"), ("infer", "y"), ("bwd", "dx"), ("bwd", "dy")])
+def test_batchnorm_declines_a_tensor_laid_out_unlike_x(make, port):
+    """The elementwise pass reads and writes y (dy, dx) tile for tile as x: NCHW under an NHWC x is declined."""
+    import attrs
+    from norm_cases import batchnorm, batchnorm_backward, batchnorm_inference
+
+    dims = (2, 4, 3, 3)
+    g = {"train": lambda: batchnorm(dims, "NHWC", "float32", False),
+         "infer": lambda: batchnorm_inference(dims, "NHWC", "float32"),
+         "bwd": lambda: batchnorm_backward(dims, "NHWC", "float32")}[make]()  # fmt: skip
+    t = g.tensors[g.nodes[0].op.ports()[port]]
+    g.tensors[t.uid] = attrs.evolve(t, strides=(36, 9, 3, 1))
+    with pytest.raises(sigdnn.SigdnnError, match=f"'{t.name}' is laid out differently"):
+        emulated_executor().prepare(g)
+
+
+@pytest.mark.parametrize(("n", "running"), [(2, True), (1, False)])
+def test_batchnorm_training_at_the_fewest_elements_a_channel(n, running):
+    """Two elements a channel are enough for the unbiased running variance; one is enough without it."""
+    from norm_cases import batchnorm
+
+    g = batchnorm((n, 3, 1, 1), "NCHW", "float32", running)
+    data = {t.name: np.random.default_rng(n).uniform(0.5, 2.0, t.dims).astype(np.float32) for t in g.inputs}
+    report = sigdnn.validate(g, data, executor=emulated_executor())
+    assert report.passed, report.table()
