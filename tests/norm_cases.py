@@ -22,7 +22,8 @@ ROWS = [(5, 37), (3, 1, 256), (33, 64), (2, 9000), (3, 1100), (4, 5120)]  # odd 
 # The last two: tiles that divide x exactly (the elementwise pass's loads and stores skip their bounds checks).
 CHANNELS = [((2, 3, 5, 7), "NCHW"), ((3, 40, 4, 5), "NHWC"), ((2, 5, 50, 50), "NCHW"), ((4, 1, 3, 3), "NHWC"),
             ((4, 16, 8, 8), "NHWC"), ((2, 4, 16, 16), "NCHW"), ((3, 4, 5, 5), "NCHW"),
-            ((4, 40, 4, 4), "NHWC"), ((2, 4, 5, 5), "NCHW")]  # fmt: skip  # the last two: only C, only B overhangs
+            ((4, 40, 4, 4), "NHWC"), ((2, 4, 5, 5), "NCHW"), ((2, 3, 32, 64), "NCHW"),
+            ((1, 2, 3, 683), "NCHW")]  # fmt: skip  # the last four: only C or only B overhangs its tile (by 1 last)
 REDUCTIONS = [((3, 5, 7), (3, 1, 7), None), ((4, 6, 5, 3), (4, 1, 1, 3), "NHWC"), ((3000,), (1,), None),
               ((2, 9000), (2, 1), None), ((6, 4, 5), (1, 4, 1), None)]  # fmt: skip
 

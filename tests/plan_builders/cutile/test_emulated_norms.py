@@ -183,3 +183,11 @@ def test_batchnorm_training_at_the_fewest_elements_a_channel(n, running):
     data = {t.name: np.random.default_rng(n).uniform(0.5, 2.0, t.dims).astype(np.float32) for t in g.inputs}
     report = sigdnn.validate(g, data, executor=emulated_executor())
     assert report.passed, report.table()
+
+
+def test_batchnorm_running_variance_of_one_element_a_channel_is_declined():
+    """The unbiased running variance divides by count - 1: one element a channel is declined, saying so."""
+    from norm_cases import batchnorm
+
+    with pytest.raises(sigdnn.SigdnnError, match="1 element per channel"):
+        emulated_executor().prepare(batchnorm((1, 3, 1, 1), "NCHW", "float32", True))

@@ -196,3 +196,25 @@ def test_batchnorm_partial_loads_take_the_configured_options():
     assert channelgen.load_options(latency=3) == ", latency=3"
     text = channelgen.partials((8, 256), 64, 1, 4, False, "float32", None, channelgen.load_options(False), True)
     assert "shape=(8, 256), check_bounds=False, allow_tma=False)" in text
+
+
+def _pow2(n: object) -> bool:
+    return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+
+
+@pytest.mark.parametrize("config", ["TRAINING", "INFERENCE", "BACKWARD"])
+@pytest.mark.parametrize(
+    ("dims", "layout"),
+    [((64, 256, 56, 56), "NHWC"), ((2, 3, 32, 64), "NCHW"), ((1, 2, 3, 683), "NCHW"), ((8, 1000, 1, 1), "NCHW"),
+     ((3, 40, 4, 5), "NHWC"), ((2, 5, 50, 50), "NCHW"), ((4, 1, 3, 3), "NHWC"), ((16384, 1, 1, 1), "NCHW"),
+     ((2, 5000, 1, 1), "NCHW")],
+)  # fmt: skip  # one channel, one channel of many rows, more channels than one tile holds
+def test_batchnorm_tiles_are_powers_of_two(config, dims, layout):
+    """cuTile tiles are powers of two: every pass's tile and the finalize's (channels, rows), for each config."""
+    from norm_cases import batchnorm as graph
+
+    g = graph(dims, layout, "float32", False)
+    lay = batchnorm._Layout(g.nodes[0], g, "x", ("y",), getattr(batchnorm, config))
+    assert all(_pow2(n) for n in (*lay.tile, *lay.apply_tile)), (lay.tile, lay.apply_tile)
+    for splits in (1, 3, 523, 2048):
+        assert all(_pow2(n) for n in lay.finalize_tiles(splits)), lay.finalize_tiles(splits)
