@@ -551,22 +551,17 @@ def bench_norms(variants: str = "", kinds: str = "") -> list[dict]:
     return [r for r in rows if r]
 
 
-CONFIG_NAMES = ("ROW_FORWARD", "RMSNORM_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD")  # opbase's, then batchnorm's
-
-
-def saved_configs() -> tuple[object, ...]:
-    """The row and batchnorm defaults, for ``restore_configs`` after variants replaced them."""
+def saved_configs() -> dict[tuple[object, str], object]:
+    """The row and batchnorm defaults by (module, name), for ``restore_configs`` after variants replaced them."""
     from sigdnn.plan_builders.cutile import batchnorm, opbase
 
-    return (*(getattr(opbase, name) for name in CONFIG_NAMES), batchnorm.TRAINING)
+    names = [(opbase, n) for n in ("ROW_FORWARD", "RMSNORM_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD")]
+    return {(module, name): getattr(module, name) for module, name in [*names, (batchnorm, "TRAINING")]}
 
 
-def restore_configs(saved: tuple[object, ...]) -> None:
-    from sigdnn.plan_builders.cutile import batchnorm, opbase
-
-    for name, config in zip(CONFIG_NAMES, saved, strict=False):
-        setattr(opbase, name, config)
-    batchnorm.TRAINING = saved[-1]
+def restore_configs(saved: dict[tuple[object, str], object]) -> None:
+    for (module, name), config in saved.items():
+        setattr(module, name, config)
 
 
 def bench_matmul(sizes=(4096, 8192), configs: str = "", fused: str = "") -> dict:
