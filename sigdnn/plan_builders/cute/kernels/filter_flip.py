@@ -13,14 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import cuda.bindings.driver as cuda
-import cutlass
 import cutlass.cute as cute
 from cutlass import Int32
 from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
+from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
 
-DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 _THREADS = 256
 
 

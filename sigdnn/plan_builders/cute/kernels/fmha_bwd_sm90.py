@@ -49,9 +49,8 @@ from cutlass._mlir import ir
 from cutlass._mlir.dialects import vector
 from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 
+from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
 from sigdnn.plan_builders.cute.sdpa_backward_layout import TILE_M, TILE_N, BwdSpec
-
-DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 
 _THREADS_PER_WG = 128
 _NUM_MMA_WG = 2

@@ -46,9 +46,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float32, Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
+from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
 from sigdnn.plan_builders.cute.sdpa_layout import FmhaConfig, FmhaSpec
-
-DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 
 _THREADS_PER_WG = 128
 _NUM_MMA_WG = 2

@@ -72,14 +72,7 @@ from cutlass import Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
-
-DTYPES: dict[str, Any] = {
-    "float16": cutlass.Float16,
-    "bfloat16": cutlass.BFloat16,
-    "float32": cutlass.Float32,
-    "fp8_e4m3": cutlass.Float8E4M3FN,
-    "fp8_e5m2": cutlass.Float8E5M2,
-}
+from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
 
 # Named barrier ids (0 is __syncthreads).
 _BAR_EPI = 1

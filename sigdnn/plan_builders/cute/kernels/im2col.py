@@ -24,8 +24,8 @@ from cutlass import Int32
 from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
+from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
 
-DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16}
 VECTOR = 8  # channels per thread: 16 bytes
 _THREADS = 256
 

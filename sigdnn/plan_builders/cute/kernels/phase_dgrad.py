@@ -35,8 +35,8 @@ from cutlass import Int32
 from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
+from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
 
-DTYPES: dict[str, Any] = {"float16": cutlass.Float16, "bfloat16": cutlass.BFloat16, "float32": cutlass.Float32}
 _THREADS = 256
 
 
