@@ -428,7 +428,17 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
     split = " [" + " + ".join(f"{t * 1e3:.1f}" for t in parts) + " us]" if len(parts) > 1 else ""
     print(f"{kind:20s} {label:18s} {row['tb_s']:5.2f} TB/s ({ms * 1e3:7.1f} us)  torch {row['torch_tb_s']:5.2f} TB/s "
           f"({tms * 1e3:7.1f} us)  x{tms / ms:4.2f}  (first {first_s:.1f}s){split}", flush=True)  # fmt: skip
+    if kind == "batchnorm" and label == "default":
+        row["read_alone_us"] = _read_alone_us(data["x"])
     return row
+
+
+def _read_alone_us(x: torch.Tensor) -> float:
+    """torch summing all of x: what reading x once costs (the partial pass's floor; torch's sum over N, H and W
+    alone read at 0.84 TB/s, gpu_cutile_2026-12-01e.md)."""
+    us = cuda_time(lambda: [torch.sum(x, dtype=torch.float32) for _ in range(10)]) / 10 * 1e3
+    print(f"{'':20s} reading x alone (torch sum of x): {x.numel() * 2 / us / 1e6:.2f} TB/s ({us:.1f} us)")
+    return us
 
 
 def _kernel_times(ex, plan, launch) -> list[float]:
@@ -510,7 +520,18 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 # the finalize (5.2 us under ncu in 32 blocks of 255 registers): more blocks, fewer steps
                 **{f"2048f32o4a4096{tag}k{k}e{e}": ChannelConfig(2048, "float32", KernelHints(4), apply_tile=4096,
                                                                  tma=tag != "nt", final_tile=k, final_elems=e)
-                   for tag in ("", "nt") for k, e in ((4, 2048), (2, 1024), (8, 4096))}}  # fmt: skip
+                   for tag in ("", "nt") for k, e in ((4, 2048), (2, 1024), (8, 4096))},
+                # round 5: the partial pass in more or fewer blocks (bN), more blocks a SM, 8 worker warps, tiles of
+                # 128 channels (cN, both passes)
+                **{f"{t}f32o{o}a4096b{b}": ChannelConfig(t, "float32", KernelHints(o), apply_tile=4096, blocks=b,
+                                                         apply_hints=KernelHints(4))
+                   for t, o, b in ((2048, 4, 1056), (2048, 4, 264), (2048, 8, 1056), (1024, 8, 1056), (1024, 4, 528),
+                                   (2048, 4, 132), (2048, 4, 396), (2048, 2, 264), (4096, 2, 264), (4096, 2, 132),
+                                   (1024, 4, 264), (2048, 2, 132))},
+                "2048f32o4w8a4096": ChannelConfig(2048, "float32", KernelHints(4, 8), apply_tile=4096,
+                                                  apply_hints=KernelHints(4)),
+                **{f"{t}f32o4a4096c128": ChannelConfig(t, "float32", KernelHints(4), apply_tile=4096, channels=128)
+                   for t in (2048, 4096)}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 
@@ -692,6 +713,8 @@ def main() -> None:
     elif args.compile_jobs:
         compile_first(without_json(argv), args.compile_jobs)
     modes = args.modes.split(",") if args.modes else [m for m in MODES if m != "gen_index"]
+    if unknown := [m for m in modes if m not in MODES]:
+        parser.error(f"--modes: no pointwise mode {', '.join(unknown)} (torch's copy is always measured)")
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "argv": argv}
     if "diag" not in skip:
         result["diagnostics"] = diagnostics()

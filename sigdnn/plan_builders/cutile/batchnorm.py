@@ -35,6 +35,8 @@ class ChannelConfig:
     apply_hints: KernelHints | None = None  # of the elementwise pass (None: ``hints``)
     tma: bool = True  # whether the partial pass may load x (and dy) through TMA
     latency: int | None = None  # the partial pass's DRAM latency hint for those loads (1 to 10; None: cuTile's)
+    blocks: int | None = None  # blocks the partial pass aims at (None: SPLIT_BLOCKS)
+    channels: int | None = None  # most channels in one tile (None: as many as fit)
 
 
 # Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
@@ -45,15 +47,21 @@ class ChannelConfig:
 # Round 3 (tilebn_2026-12-01c.md): the partial pass's loop without a guard is pipelined (7 TMA stages of a
 # 2048-element tile; 4096 spilled and got 2): 37.6 -> 35.0 us. The elementwise pass at 4096 elements with unchecked
 # loads and stores (exact tiles): 64.2 -> 54.7 us (2048: 53.4, 8192: 55.5, 1024: 62.3). 1.99 -> 2.23 TB/s.
-TRAINING = ChannelConfig(2048, "float32", KernelHints(occupancy=4), apply_tile=4096)  # training forward
+# Round 5 (gpu_cutile_2026-12-01e.md): the partial pass in 264 blocks (2 a SM) of 4096-element tiles with
+# registers for 2 blocks: 34.6 -> 30.3 us, faster than torch's own sum of x (32.4 us), so reading x runs at
+# the device's read rate; 2.23 -> 2.36 TB/s. Twice the blocks lost (40.3 us), one a SM no better (29.8 us).
+TRAINING = ChannelConfig(
+    4096, "float32", KernelHints(occupancy=2), apply_tile=4096, apply_hints=KernelHints(occupancy=4), blocks=264
+)  # training forward
 INFERENCE = ChannelConfig(8192)  # the elementwise pass alone
 BACKWARD = ChannelConfig(8192)  # gradients: float64 lanes (dbias = sum dy cancels)
 
 
-def tiles(a: int, c: int, b: int, tile: int) -> tuple[int, int, int]:
-    """(TA, TK, TB): as much of the contiguous B as fits (up to 2048), then channels, then A, ``tile`` in all."""
+def tiles(a: int, c: int, b: int, tile: int, channels: int = 4096) -> tuple[int, int, int]:
+    """(TA, TK, TB): as much of the contiguous B as fits (up to 2048), then channels (up to ``channels``), then A,
+    ``tile`` in all."""
     tb = min(pow2(b), 2048)
-    tk = min(pow2(c), max(1, 4096 // tb))
+    tk = min(pow2(c), max(1, 4096 // tb), channels)
     return min(pow2(a), max(1, tile // (tb * tk))), tk, tb
 
 
@@ -75,7 +83,7 @@ class _Layout:
 
     def _cut(self, elements: int) -> tuple[tuple[int, ...], tuple[int, int, int]]:
         """The (TA, TK, TB) tile of about ``elements`` ((TA, TK) when flat) and the grid of tiles over x."""
-        tile = tiles(self.a, self.c, self.b, elements)
+        tile = tiles(self.a, self.c, self.b, elements, self.config.channels or 4096)
         shape = (cdiv(self.a, tile[0]), cdiv(self.c, tile[1]), cdiv(self.b, tile[2]))
         return (tile[:2] if self.flat else tile), shape
 
@@ -100,7 +108,7 @@ class _Layout:
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
         at, kt, _ = self.shape
-        splits = max(1, min(at, SPLIT_BLOCKS // kt))
+        splits = max(1, min(at, (self.config.blocks or SPLIT_BLOCKS) // kt))
         per = cdiv(at, splits)
         splits = cdiv(at, per)
         sums = [work.take((splits, self.c), "float64") for _ in range(2)]

@@ -91,6 +91,26 @@ def test_batchnorm_partial_sums_in_bands_of_tiles_match_the_reference(monkeypatc
     assert report.passed, report.table()
 
 
+def test_batchnorm_block_and_channel_caps_cut_the_passes_as_asked(monkeypatch):
+    """``blocks``: the partial pass's split count; ``channels``: at most that many channels a tile (NHWC, 12
+    channels in tiles of 4: three channel tiles in both passes), still matching the reference."""
+    config = ChannelConfig(32, "float32", KernelHints(occupancy=4), final_tile=2, apply_tile=16, blocks=9, channels=4)
+    monkeypatch.setattr(batchnorm, "TRAINING", config)
+    g = sigdnn.Graph("bn", io_dtype="float32", compute_dtype="float32")
+    dims, c = (3, 12, 5, 4), (1, 12, 1, 1)
+    x = g.tensor("x", dims=dims, layout="NHWC")
+    running = [g.tensor(n, dims=c, dtype="float32") for n in ("rm", "rv")]
+    for t in g.batchnorm(x, g.tensor("scale", dims=c), g.tensor("bias", dims=c), *running, 1e-5, 0.1):
+        if t is not None:
+            t.set_output(True)
+    launches, _ = batchnorm.CutileBatchnormBuilder().launches(g.nodes[0], g)
+    # 60 rows in tiles of 8 x 4 channels: 8 row tiles, 3 channel tiles; 9 // 3 = 3 splits of the row tiles
+    assert launches[0].grid == (3, 3) and "shape=(8, 4)" in launches[0].source.text
+    assert launches[2].grid == (15 * 3,) and "shape=(4, 4)" in launches[2].source.text
+    report = sigdnn.validate(g, seed=5, executor=emulated_executor())
+    assert report.passed, report.table()
+
+
 def test_emulated_reduction_of_a_pair_sums_each_member_over_an_odd_axis():
     """The emulator's ct.reduce (layernorm backward's paired row means): pairwise with identity padding."""
     from sigdnn.plan_builders.cutile import emulator
@@ -169,11 +189,12 @@ def test_held_rows_keep_every_tile_in_registers():
                                                   ("gelu_fwd", "bfloat16", codegen.WIDE_TILE),
                                                   ("gelu_fwd", "float32", codegen.HEAVY_TILE),
                                                   ("sin", "bfloat16", codegen.HEAVY_TILE),
+                                                  ("mod", "bfloat16", codegen.HEAVY_TILE),
                                                   ("relu_fwd", "bfloat16", codegen.DEFAULT_TILE)])  # fmt: skip
 def test_heavy_modes_take_the_heavy_tile(mode, io, tile):
     """Wide tiles only for the measured modes' fast tier (16-bit results), heavy tiles for the other heavy ones."""
     g = sigdnn.Graph(mode, io_dtype=io, compute_dtype="float32")
-    ins = [g.tensor(f"x{k}", dims=(5000,)) for k in range(2 if mode == "add" else 1)]
+    ins = [g.tensor(f"x{k}", dims=(5000,)) for k in range(2 if mode in ("add", "mod") else 1)]
     g.pointwise(mode, *ins).set_output(True)
     assert node_spec(g.nodes[0], g)[0].tile == tile
 
