@@ -406,7 +406,12 @@ CONV_CONFIGS = ["coop128x128c1x1s1", "coop256x64c1x1s1", "coop256x128c1x1s1", "c
                 "coop128x128c2x1s1", "coop128x256c2x1s1",
                 "coop128x256c1x1s1k2", "coop128x256c1x1s1k4", "coop128x256c1x1s1t2", "coop128x256c1x1s1x",
                 "coop256x128c1x1s1k2", "coop256x128c1x1s1t2", "coop256x128c1x1s1x", "coop128x128c1x1s1x",
-                "coop256x64c1x1s1x"]  # fmt: skip
+                "coop256x64c1x1s1x",
+                # clusters of 4 and 8 multicasting A along N or B along M (cuDNN's choices under ncu:
+                # conv5_3x3 128x64 in 8s, conv3_3x3 64x128 in 4s, conv3_3x3_s2 256x128 in 4s, conv4_3x3 in 2s)
+                "pp128x64c1x8s1", "coop128x64c1x8s1", "pp128x64c1x4s1", "coop128x128c1x4s1", "coop128x128c1x2s1",
+                "coop256x128c2x1s1", "coop256x128c4x1s1", "coop256x128c1x2s1", "pp64x128c4x1s1",
+                "coop128x128c2x2s1"]  # fmt: skip
 
 
 def conv_layer_graph(c: int, hw: int, k: int, r: int, stride: int, fused: bool):
@@ -441,6 +446,8 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
     torch.backends.cudnn.benchmark = True
     stream = torch.cuda.current_stream().cuda_stream
     for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
+        if args.layers and name not in args.layers:
+            continue
         pad = r // 2
         gen = torch.Generator(device="cuda").manual_seed(c + hw + k)
         x = torch.randn(64, c, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
@@ -946,7 +953,9 @@ def main() -> None:
             "autotune",
         ],
     )
-    parser.add_argument("--layers", nargs="*", default=[], help="the dgrad part: only these layers (default all)")
+    parser.add_argument(
+        "--layers", nargs="*", default=[], help="the convi and dgrad parts: only these layers (default all)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False

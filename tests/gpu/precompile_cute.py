@@ -183,8 +183,11 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     for case in [*conv.CASES.values(), *conv.CASES_3D.values()]:
         found += conv_implicit_specs(conv.conv_graph(*case), None)
     for name in ("stride2_channel_tails", "strided_dilated_asymmetric_f32"):
-        for config in conv.CONFIGS:
+        for config in conv.CONFIGS + conv.CLUSTER_CONFIGS:
             found += conv_implicit_specs(conv.conv_graph(*conv.CASES[name]), config)
+    for name in ("resnet_like_3x3", "deep_k", "split_many_units"):
+        for config in conv.CLUSTER_CONFIGS:
+            found += conv_implicit_specs(conv.conv_graph(*conv.case(name)), config)
     for case in conv.FUSED.values():
         found += conv_implicit_specs(conv.fused_graph(*case), None)
     for config, name in conv.SPLIT_CASES:

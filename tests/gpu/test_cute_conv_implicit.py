@@ -76,6 +76,11 @@ CASES_3D = {
 # Tile configs: cooperative / pingpong, A multicast through the im2col TMA, B multicast.
 CONFIGS = ["coop128x64c1x1s1", "coop256x64c1x1s1", "coop128x256c1x1s1", "coop256x128c1x1s1", "pp64x128c1x1s1",
            "pp128x128c1x1s1", "coop128x128c2x1s4", "coop128x128c1x2s1"]  # fmt: skip
+# Clusters of 4 and 8: one A tile multicast to 8 CTAs along N (cuDNN's conv5_3x3 shape), B to 4 along M, both
+# ways in a 2x2 cluster. On the small cases most of a cluster's CTAs hold tiles past M or N: they still take
+# part in every multicast and store nothing.
+CLUSTER_CONFIGS = ["pp128x64c1x8s1", "coop128x64c1x8s1", "coop128x128c1x4s1", "coop256x128c4x1s1",
+                   "coop128x128c2x2s1", "pp64x128c4x1s1"]  # fmt: skip
 SPLIT_CASES = [
     # (config label, case). Split-K (k, t) and stream-K (x) over 9 to 72 K tiles; with 128x64 tiles, 114 to
     # 324 output tiles: several units per CTA, and waits across waves of units.
@@ -148,7 +153,7 @@ def test_conv_fprop_validates_against_the_reference(name: str) -> None:
     assert report.passed, report.table()
 
 
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", CONFIGS + CLUSTER_CONFIGS)
 @pytest.mark.parametrize("name", ["stride2_channel_tails", "strided_dilated_asymmetric_f32"])
 def test_every_config_validates(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
@@ -156,6 +161,18 @@ def test_every_config_validates(name: str, config: str, monkeypatch: pytest.Monk
     plan = sigdnn.Executor("gpu", engine=ENGINE).prepare(g)
     assert plan.steps[0].plan.config.label == config
     assert validate(g, 17).passed
+
+
+@pytest.mark.parametrize("config", CLUSTER_CONFIGS)
+@pytest.mark.parametrize("name", ["resnet_like_3x3", "deep_k", "split_many_units"])
+def test_cluster_configs_validate_over_many_tiles(name: str, config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Persistent clusters walking several tiles each (3136 x 64, 98 x 264, 7200 x 72 outputs), so a stage's
+    multicast release reaches CTAs already on their next tile."""
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
+    g = conv_graph(*case(name))
+    plan = sigdnn.Executor("gpu", engine=ENGINE).prepare(g)
+    assert plan.steps[0].plan.config.label == config
+    assert validate(g, 19).passed
 
 
 @pytest.mark.parametrize("name", list(FUSED))

@@ -32,6 +32,9 @@ ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2"
 BIAS_DTYPES = ("float16", "bfloat16", "float32")
 SCALE_DTYPES = ("float16", "bfloat16", "float32")
 MAX_SPLIT_K = 16  # K ranges per tile in the kernel's split-K
+# CTAs of a cluster: 8 is the portable limit; cuDNN ran conv5_3x3 as 128x64 tiles in clusters of 8 along N
+# on the H200, multicasting each A tile to all eight (ncu, benchmarks/results/gpu_conv_clusters_2026-12-01.md).
+MAX_CLUSTER = 8
 MAX_SCALES = 2  # per-tensor scale multiplies the epilogue applies (cuDNN's fp8 graphs: A's and B's descale)
 # sigdnn pointwise mode -> the kernel's epilogue activation
 ACTIVATIONS = {"relu_fwd": "relu", "gelu_fwd": "gelu", "gelu_approx_tanh_fwd": "gelu_tanh"}
@@ -99,8 +102,9 @@ class GemmConfig:
                 raise ValueError(f"pingpong tile {self.tile_m}x{self.tile_n}: M in (64, 128), N a multiple of 16")
         elif self.tile_m not in (128, 256) or self.tile_n % 16 or not 16 <= self.tile_n <= 256:
             raise ValueError(f"cooperative tile {self.tile_m}x{self.tile_n}: M in (128, 256), N a multiple of 16")
-        if (self.cluster_m, self.cluster_n) not in ((1, 1), (2, 1), (1, 2)):
-            raise ValueError(f"cluster {self.cluster_m}x{self.cluster_n}: one of 1x1, 2x1, 1x2")
+        cluster = self.cluster_m * self.cluster_n
+        if {self.cluster_m, self.cluster_n} - {1, 2, 4, 8} or cluster > MAX_CLUSTER:
+            raise ValueError(f"cluster {self.cluster_m}x{self.cluster_n}: powers of two, {MAX_CLUSTER} CTAs at most")
         if self.swizzle < 1:
             raise ValueError("swizzle must be >= 1")
         if not 1 <= self.split_k <= MAX_SPLIT_K:

@@ -1,0 +1,64 @@
+"""Conv fprop kernels to profile under Nsight Compute: cuDNN's and the CuTe implicit GEMM's, side by side.
+
+Each layer's torch conv2d (cuDNN, channels-last, ``cudnn.benchmark``) and
+each CuTe launch (the default config and those of ``--configs``) run a few
+times to warm up, then once inside an NVTX range ``prof`` (around one named after
+the layer and kernel), so Nsight Compute profiles only those launches:
+
+    ncu --nvtx --nvtx-include "prof/" --section SpeedOfLight ... \\
+        python3 benchmarks/profile_conv.py --layers conv5_3x3 conv3_3x3_s2
+
+Needs torch with CUDA and nvidia-cutlass-dsl on an sm_90 GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from gpu_cute import RESNET50_LAYERS, conv_layer_graph
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", nargs="+", default=["conv5_3x3", "conv3_3x3", "conv3_3x3_s2"])
+    parser.add_argument("--configs", nargs="*", default=[], help="CuTe config labels besides each default")
+    args = parser.parse_args()
+
+    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, plan_conv
+    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+    from sigdnn.plan_builders.cute.matmul import parse_config
+
+    torch.backends.cudnn.benchmark = True
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    stream = torch.cuda.current_stream().cuda_stream
+    for name in args.layers:
+        c, hw, k, r, stride = RESNET50_LAYERS[name]
+        x = torch.randn(64, c, hw, hw, device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
+        w = (torch.randn(k, c, r, r, device="cuda") / (c * r * r) ** 0.5).to(torch.bfloat16)
+        w = w.to(memory_format=torch.channels_last)
+        g = conv_layer_graph(c, hw, k, r, stride, fused=False)
+        view = plan_conv(g.node_by_name("conv"), g)
+        y = torch.empty(g.tensor_by_name("y").dims, device="cuda", dtype=torch.bfloat16)
+        y = y.to(memory_format=torch.channels_last)
+        default = default_conv_config(view, sm_count)
+        labels = [default.label, *(c_ for c_ in args.configs if c_ != default.label)]
+        kernels = {"cudnn": lambda x=x, w=w, r=r, s=stride: torch.nn.functional.conv2d(x, w, padding=r // 2, stride=s)}
+        for label in labels:
+            launch = ConvLaunch(view.spec, parse_config(label), view.geometry, sm_count)
+            kernels[label] = lambda la=launch, x=x, w=w, y=y: la(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+        for tag, run in kernels.items():
+            for _ in range(5):
+                run()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push("prof")
+            torch.cuda.nvtx.range_push(f"{name}:{tag}")
+            run()
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.synchronize()
+            print(f"{name}: profiled {tag}")
+
+
+if __name__ == "__main__":
+    main()
