@@ -300,8 +300,18 @@ def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> Impli
 # (benchmarks/results/gpu_cute_conv_2026-12-01.md), then the wide tile's split-K / stream-K variants
 # (``split_alternatives``). Clustered tiles, 128x64 and pingpong 64-row tiles ran 0.12-0.67x the default
 # there and are not offered.
-CONV_ALTERNATIVES = ("coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1")
+CONV_ALTERNATIVES = (
+    "coop256x64c1x1s1",
+    "coop256x128c1x1s1",
+    "coop128x256c1x1s1",
+    "coop128x128c1x1s1",
+    "pp128x128c1x1s1",
+)
 SPLIT_MIN_K_TILES = 8  # split a tile's K loop only when each half keeps a pipeline's worth of K steps
+SQUARE_TILE = (128, 128)
+# A 128x128 tile's time per output element over a wide tile's: 1.15-1.33 on the H200's ResNet-50 layers
+# (conv3_3x3, conv4_3x3, conv5_3x3 in the same run, gpu_cute_2026-12-01e.md); 1.25 picks every measured winner.
+SQUARE_COST = 1.25
 
 
 def _wide_tile(view: ImplicitConv) -> tuple[int, int]:
@@ -313,23 +323,39 @@ def _tiles(view: ImplicitConv, tile: tuple[int, int]) -> int:
     return math.ceil(view.m / tile[0]) * math.ceil(view.k_out / tile[1])
 
 
+def _chosen_tile(view: ImplicitConv, sm_count: int) -> tuple[int, int]:
+    """The wide tile, or 128x128 where its waves of tiles cost less: each wave costs its tile's area, a
+    128x128 one SQUARE_COST times more per element (fewer products per operand byte)."""
+    wide = _wide_tile(view)
+    if view.k_out < 128:
+        return wide
+
+    def cost(tile: tuple[int, int], factor: float) -> float:
+        return math.ceil(_tiles(view, tile) / sm_count) * tile[0] * tile[1] * factor
+
+    return SQUARE_TILE if cost(SQUARE_TILE, SQUARE_COST) < cost(wide, 1.0) else wide
+
+
 def default_conv_config(view: ImplicitConv, sm_count: int = 132) -> GemmConfig:
-    """The tile config without tuning (a stated heuristic, measured in benchmarks/results/gpu_cute_conv_* and
-    convfwd_2026-12-01c.md).
+    """The tile config without tuning (a stated heuristic, measured in benchmarks/results/gpu_cute_conv_*,
+    convfwd_2026-12-01c.md and gpu_cute_2026-12-01e.md).
 
     Cooperative tiles as wide as the output channels allow -- 256x64 for
-    K <= 64, 256x128 for K <= 128, else 128x256 -- since narrower or shorter
-    tiles ran the ResNet-50 layers 10-50 % slower on the H200 (2026-12-01,
-    batch 64). When those tiles would leave more than half the SMs idle (a
-    late-stage layer: M = N*P*Q of a few thousand) and the K loop is at
-    least SPLIT_MIN_K_TILES deep, the same tiles with the K loop split in two
-    (twice the CTAs; conv5_3x3 1.37x, conv5_1x1_reduce 1.10x faster than
-    pingpong 128x128); a shallow K loop takes pingpong 128x128 tiles instead.
-    A unit-stride conv whose last wave of tiles is at most half full splits
-    that wave's tiles in two (conv3_3x3: 1.07x); strided ones ran slower so
-    (conv3_3x3_s2: 0.96x), their input being 4x their output.
+    K <= 64, 256x128 for K <= 128, else 128x256 -- unless 128x128 tiles
+    fill the SMs' waves better (_chosen_tile): on the H200 at batch 64,
+    conv3_3x3 1.28x cuDNN in three waves of 128x128 against 1.08x in two
+    of 256x128, conv5_3x3 and conv5_1x1_reduce one wave of 100 tiles
+    instead of 50 (0.92x and 1.00x against 0.90x and 0.79x split in two),
+    while conv4_3x3's one wave of 98 wide tiles beat two of 128x128 (1.10x
+    against 0.92x). When the tiles would still leave more than half the SMs
+    idle and the K loop is at least SPLIT_MIN_K_TILES deep, the same tiles
+    with the K loop split in two (twice the CTAs); a shallow K loop takes
+    pingpong 128x128 tiles instead. A unit-stride conv whose last wave of
+    tiles is at most half full splits that wave's tiles in two (conv3_3x3
+    in 256x128 tiles: 1.07x); strided ones ran slower so (0.96x), their
+    input being 4x their output.
     """
-    tile_m, tile_n = _wide_tile(view)
+    tile_m, tile_n = _chosen_tile(view, sm_count)
     tiles = _tiles(view, (tile_m, tile_n))
     deep = view.k_tiles >= SPLIT_MIN_K_TILES
     if tiles < sm_count // 2:

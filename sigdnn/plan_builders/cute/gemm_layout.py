@@ -33,8 +33,18 @@ BIAS_DTYPES = ("float16", "bfloat16", "float32")
 SCALE_DTYPES = ("float16", "bfloat16", "float32")
 MAX_SPLIT_K = 16  # K ranges per tile in the kernel's split-K
 # CTAs of a cluster: 8 is the portable limit; cuDNN ran conv5_3x3 as 128x64 tiles in clusters of 8 along N
-# on the H200, multicasting each A tile to all eight (ncu, benchmarks/results/gpu_conv_clusters_2026-12-01.md).
+# on the H200, multicasting each A tile to all eight (ncu, benchmarks/results/gpu_cute_2026-12-01e.md).
 MAX_CLUSTER = 8
+# Clusters of one kernel (one CTA a SM) resident at once on a 132-SM H100 / H200, by CTAs a cluster: fewer
+# than 132 // size, since a cluster stays inside one GPC (cutlass.utils.HardwareInfo on the H200, same file).
+RESIDENT_CLUSTERS_132 = {4: 30, 8: 15}
+
+
+def resident_clusters(sm_count: int, size: int) -> int:
+    """How many clusters of ``size`` CTAs a persistent grid launches: all of them run at once."""
+    return RESIDENT_CLUSTERS_132.get(size, sm_count // size) if sm_count == 132 else sm_count // size
+
+
 MAX_SCALES = 2  # per-tensor scale multiplies the epilogue applies (cuDNN's fp8 graphs: A's and B's descale)
 # sigdnn pointwise mode -> the kernel's epilogue activation
 ACTIVATIONS = {"relu_fwd": "relu", "gelu_fwd": "gelu", "gelu_approx_tanh_fwd": "gelu_tanh"}

@@ -89,28 +89,31 @@ def conv_configs(g: sigdnn.Graph) -> list[str]:
 
 def test_conv_offers_its_heuristic_default_first_then_the_wide_tiles_then_their_splits():
     assert conv_configs(conv(64, 56)) == [
-        "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1",
+        "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "coop128x128c1x1s1", "pp128x128c1x1s1",
         "coop256x64c1x1s1k2", "coop256x64c1x1s1t2", "coop256x64c1x1s1x",
     ]  # fmt: skip
     assert conv_configs(conv(256, 14))[:2] == ["coop128x256c1x1s1", "coop256x64c1x1s1"]
     assert conv_configs(conv(256, 14))[-2:] == ["coop128x256c1x1s1k2", "coop128x256c1x1s1x"]  # 98 tiles: no tail
 
 
-def test_a_late_stage_conv_region_starts_with_split_k():
-    labels = conv_configs(conv(512, 7, c=512, epilogue=True))  # 50 tiles of 128x256 for 132 SMs, 72 K steps
-    assert labels[0] == "coop128x256c1x1s1k2" and len(labels) == len(set(labels)) == 6
+def test_a_late_stage_conv_region_starts_with_square_tiles():
+    labels = conv_configs(conv(512, 7, c=512, epilogue=True))  # 100 tiles of 128x128, not 50 of 128x256
+    assert labels[0] == "coop128x128c1x1s1" and len(labels) == len(set(labels)) == 7
+    assert labels[-2:] == ["coop128x256c1x1s1k2", "coop128x256c1x1s1x"]
 
 
 @pytest.mark.parametrize(
     ("n", "hw", "c", "k", "r", "stride", "label"),
     [
         (64, 56, 64, 64, 3, 1, "coop256x64c1x1s1"),  # 784 tiles: a last wave of 124
-        (64, 28, 128, 128, 3, 1, "coop256x128c1x1s1t2"),  # 196 tiles: 64 in the last wave
-        (64, 56, 128, 128, 3, 2, "coop256x128c1x1s1"),  # the same with stride 2: not split
-        (64, 14, 256, 256, 3, 1, "coop128x256c1x1s1"),  # 98 tiles
-        (64, 7, 512, 512, 3, 1, "coop128x256c1x1s1k2"),  # 50 tiles, 72 K steps
-        (64, 7, 2048, 512, 1, 1, "coop128x256c1x1s1k2"),  # 50 tiles, 32 K steps
-        (64, 7, 256, 512, 1, 1, "pp128x128c1x1s1"),  # 50 tiles, 4 K steps
+        (64, 28, 128, 128, 3, 1, "coop128x128c1x1s1"),  # 392 tiles in 3 waves, not 196 of 256x128 in 2
+        (64, 56, 128, 128, 3, 2, "coop128x128c1x1s1"),  # the same GEMM with stride 2
+        (64, 14, 256, 256, 3, 1, "coop128x256c1x1s1"),  # 98 tiles in one wave, not 196 of 128x128 in 2
+        (64, 7, 512, 512, 3, 1, "coop128x128c1x1s1"),  # 100 tiles of 128x128 in one wave, not 50 wide ones
+        (64, 7, 2048, 512, 1, 1, "coop128x128c1x1s1"),
+        (64, 7, 256, 512, 1, 1, "coop128x128c1x1s1"),  # 100 tiles, 4 K steps
+        (64, 7, 512, 256, 3, 1, "coop128x128c1x1s1k2"),  # 50 tiles of 128x128, 72 K steps: split in two
+        (64, 7, 256, 256, 1, 1, "pp128x128c1x1s1"),  # 50 tiles, 4 K steps: too shallow to split
         (64, 14, 256, 1024, 1, 1, "coop128x256c1x1s1"),  # 392 tiles: a last wave of 128
     ],
 )
@@ -147,6 +150,26 @@ def test_split_labels_round_trip_and_share_one_kernel():
 def test_split_k_needs_an_unclustered_cooperative_kernel(label):
     with pytest.raises(ValueError):
         parse_config(label)
+
+
+@pytest.mark.parametrize("label", ["pp128x64c1x8s1", "coop256x128c4x1s1", "coop128x128c2x2s1", "coop128x128c2x4s1"])
+def test_clusters_of_powers_of_two_up_to_eight_parse(label):
+    config = parse_config(label)
+    assert config.label == label and config.cluster_m * config.cluster_n <= 8
+
+
+@pytest.mark.parametrize("label", ["coop128x128c3x1s1", "coop128x128c1x6s1", "coop128x128c4x4s1", "pp128x64c1x16s1"])
+def test_clusters_past_eight_or_not_powers_of_two_are_refused(label):
+    with pytest.raises(ValueError):
+        parse_config(label)
+
+
+def test_a_persistent_grid_holds_only_the_clusters_that_fit_at_once():
+    """On a 132-SM part a cluster stays inside one GPC: 30 of 4 and 15 of 8 resident, not 33 and 16."""
+    from sigdnn.plan_builders.cute.gemm_layout import resident_clusters
+
+    assert [resident_clusters(132, size) for size in (1, 2, 4, 8)] == [132, 66, 30, 15]
+    assert [resident_clusters(114, size) for size in (1, 2, 4, 8)] == [114, 57, 28, 14]
 
 
 def conv_view(n: int, hw: int, c: int, k: int, r: int = 3, stride: int = 1):
@@ -274,6 +297,22 @@ def test_default_split_boundaries(tiles, c, sm, label):
     from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
 
     assert default_conv_config(view_of(256 * tiles, 64, c), sm).label == label
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "label"),
+    [
+        (256 * 132, 128, "coop256x128c1x1s1"),  # one wave of 256x128 against two of 128x128
+        (256 * 196, 128, "coop128x128c1x1s1"),  # two waves (4 units of area) against three (3 x 1.25)
+        (256 * 170, 128, "coop128x128c1x1s1"),  # 170 wide tiles (2 waves), 340 square ones (3 waves)
+        (128 * 132 * 2, 256, "coop128x256c1x1s1"),  # 264 wide tiles in 2 waves, 528 square in 4
+        (256 * 196, 64, "coop256x64c1x1s1t2"),  # 64 output channels: no square tile (its last wave split)
+    ],
+)
+def test_square_tiles_where_their_waves_cost_less(m, k, label):
+    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
+
+    assert default_conv_config(view_of(m, k), 132).label == label
 
 
 def test_default_split_needs_eight_k_steps_and_unit_stride():

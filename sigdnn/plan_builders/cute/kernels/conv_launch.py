@@ -28,7 +28,7 @@ from cutlass import Int32
 from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.conv_implicit import SplitK, split_k_plan
-from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
+from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, resident_clusters
 from sigdnn.plan_builders.cute.kernels import conv_sm90, conv_wgrad_sm90, gemm_sm90
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell
@@ -53,7 +53,8 @@ _DIGEST = hashlib.sha256(
 
 
 def _key_name(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: tuple[str, int]) -> str:
-    text = repr((spec, config, sm_count, kind, _DIGEST))
+    clusters = resident_clusters(sm_count, config.cluster_m * config.cluster_n)  # compiled in, as the GEMM's
+    text = repr((spec, config, sm_count, kind, clusters, _DIGEST))
     return f"conv{kind[0][0]}_" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

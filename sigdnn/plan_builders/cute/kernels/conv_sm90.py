@@ -32,7 +32,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass.cute as cute
 import cutlass.utils as utils
-from cutlass import Int32
+from cutlass import Int32, const_expr
 from cutlass.cute.nvgpu import cpasync
 
 from sigdnn.plan_builders.cute.kernels.gemm_sm90 import HopperGemm
@@ -49,6 +49,43 @@ class HopperConvFprop(HopperGemm):
 
     def tiler_b(self):
         return (self.tile_mnk[1], (self.tile_mnk[2],))
+
+    # K tiles as (channel block, s, r[, t]) counters: indexing the hierarchical K mode with a flat tile number
+    # cost the producer a chain of integer divisions per K tile (not hoisted: they sit in the elected thread's
+    # branch), which capped small tiles at one K tile per ~0.5 us (gpu_cute_2026-12-01e.md).
+
+    @cute.jit
+    def k_counters(self, gA, k_begin):
+        extents = gA.shape[3]  # (channel blocks, S, R[, T])
+        k0 = k_begin % extents[0]
+        rest = k_begin // extents[0]
+        k1 = rest % extents[1]
+        rest = rest // extents[1]
+        k2 = rest
+        k3 = Int32(0)
+        if const_expr(len(extents) == 4):
+            k2 = rest % extents[2]
+            k3 = rest // extents[2]
+        return k0, k1, k2, k3
+
+    def k_coord(self, gA, k0, k1, k2, k3):
+        return (k0, k1, k2, k3) if len(gA.shape[3]) == 4 else (k0, k1, k2)
+
+    @cute.jit
+    def k_advance(self, gA, k0, k1, k2, k3):
+        extents = gA.shape[3]
+        k0 = k0 + 1
+        wrap0 = k0 == extents[0]
+        k0 = Int32(0) if wrap0 else k0
+        k1 = k1 + 1 if wrap0 else k1
+        wrap1 = k1 == extents[1]
+        k1 = Int32(0) if wrap1 else k1
+        k2 = k2 + 1 if wrap1 else k2
+        if const_expr(len(extents) == 4):
+            wrap2 = k2 == extents[2]
+            k2 = Int32(0) if wrap2 else k2
+            k3 = k3 + 1 if wrap2 else k3
+        return k0, k1, k2, k3
 
     def split_args(
         self, splits: Int32, whole: Int32, sk_segments: Int32, work_ptr: cute.Pointer, flags_ptr: cute.Pointer

@@ -33,7 +33,7 @@ import cutlass.cute as cute
 from cutlass import Int32, Int64
 from cutlass.cute.runtime import make_ptr
 
-from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmProblem, GemmSpec
+from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmProblem, GemmSpec, resident_clusters
 from sigdnn.plan_builders.cute.kernels import gemm_sm90
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 
@@ -52,7 +52,9 @@ _DIGEST = _sources_digest()
 
 
 def _key_name(spec: GemmSpec, config: GemmConfig, sm_count: int) -> str:
-    text = repr((spec, config, sm_count, _DIGEST))
+    # The persistent grid's cluster count is compiled in (gemm_layout.resident_clusters).
+    clusters = resident_clusters(sm_count, config.cluster_m * config.cluster_n)
+    text = repr((spec, config, sm_count, clusters, _DIGEST))
     return "gemm_" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
