@@ -168,8 +168,47 @@ def test_a_persistent_grid_holds_only_the_clusters_that_fit_at_once():
     """On a 132-SM part a cluster stays inside one GPC: 30 of 4 and 15 of 8 resident, not 33 and 16."""
     from sigdnn.plan_builders.cute.gemm_layout import resident_clusters
 
-    assert [resident_clusters(132, size) for size in (1, 2, 4, 8)] == [132, 66, 30, 15]
+    assert [resident_clusters(132, size) for size in (1, 2, 4, 8, 16)] == [132, 66, 30, 15, 8]
     assert [resident_clusters(114, size) for size in (1, 2, 4, 8)] == [114, 57, 28, 14]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"tile_m": 256, "tile_n": 64, "pingpong": True},  # pingpong rows: 64 or 128
+        {"tile_m": 64, "tile_n": 128},  # cooperative rows: 128 or 256
+        {"tile_m": 128, "tile_n": 24},  # N a multiple of 16
+        {"tile_m": 64, "tile_n": 24, "pingpong": True},
+        {"tile_m": 128, "tile_n": 0},
+        {"tile_m": 128, "tile_n": 272},  # N at most 256
+        {"tile_m": 64, "tile_n": 272, "pingpong": True},
+        {"tile_m": 128, "tile_n": 0, "pingpong": True},
+        {"tile_m": 256, "tile_n": 256},  # 256 accumulator registers a thread
+        {"tile_m": 128, "tile_n": 224, "pingpong": True},  # 224
+        {"swizzle": 0},
+    ],
+)
+def test_tiles_the_kernel_cannot_hold_are_refused(fields):
+    from sigdnn.plan_builders.cute.gemm_layout import GemmConfig
+
+    with pytest.raises(ValueError):
+        GemmConfig(**fields)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"tile_m": 128, "tile_n": 16},
+        {"tile_m": 64, "tile_n": 16, "pingpong": True},
+        {"tile_m": 256, "tile_n": 208},  # 208 accumulator registers: the most that fit
+        {"tile_m": 128, "tile_n": 208, "pingpong": True},
+        {"tile_m": 64, "tile_n": 256, "pingpong": True},
+    ],
+)
+def test_tiles_at_the_limits_are_accepted(fields):
+    from sigdnn.plan_builders.cute.gemm_layout import GemmConfig
+
+    assert GemmConfig(**fields).tile_n == fields["tile_n"]
 
 
 def conv_view(n: int, hw: int, c: int, k: int, r: int = 3, stride: int = 1):
