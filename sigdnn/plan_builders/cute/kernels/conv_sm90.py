@@ -54,6 +54,18 @@ class HopperConvFprop(HopperGemm):
     # cost the producer a chain of integer divisions per K tile (not hoisted: they sit in the elected thread's
     # branch), which capped small tiles at one K tile per ~0.5 us (gpu_cute_2026-12-01e.md).
 
+    def a_tile(self, tAgA, m_tile, a_l):
+        # The tile's first pixel as TMA coordinates (w, h[, d], n) once, here, ahead of the K loop: sliced
+        # by the M tile, the im2col coordinates divided the tile's pixel index by W and H in every K step's
+        # load (in the elected thread's branch, where the compiler cannot hoist a division). The pixel and
+        # K modes of the coordinate map add, and the m = 0 slice's pixel part is 0 at each box's origin.
+        # With A multicast a CTA's box starts at its slice of the tile: the sliced form keeps that right.
+        if self.cluster_mn[1] > 1:
+            return super().a_tile(tAgA, m_tile, a_l)
+        coords = cute.make_tensor(tAgA.iterator, tAgA.layout.inner)  # (pixels, K) -> TMA coordinates
+        first = cute.domain_offset((m_tile * self.tile_mnk[0], 0), coords).iterator
+        return cute.make_tensor(first, tAgA[(None, 0, None, a_l)].layout)
+
     @cute.jit
     def k_counters(self, gA, k_begin):
         extents = gA.shape[3]  # (channel blocks, S, R[, T])

@@ -440,7 +440,7 @@ class HopperGemm:
                     )
                     a_l = tile[2] if const_expr(self.spec.a_batched) else 0
                     b_l = tile[2] if const_expr(self.spec.b_batched) else 0
-                    tAgA_k = tAgA[(None, tile[0], None, a_l)]
+                    tAgA_k = self.a_tile(tAgA, tile[0], a_l)
                     k0, k1, k2, k3 = self.k_counters(gA, k_begin)
                     for _kt in cutlass.range(k_count, unroll=1):
                         ab_pipeline.producer_acquire(state)
@@ -667,6 +667,10 @@ class HopperGemm:
             if const_expr(not self.pingpong):  # noqa: SIM102
                 if is_store_warp:
                     store_pipeline.producer_tail()
+
+    def a_tile(self, tAgA: cute.Tensor, m_tile: Int32, a_l: Any) -> cute.Tensor:
+        """A's TMA tensor at M tile ``m_tile``, indexed by K tile next (trace time)."""
+        return tAgA[(None, m_tile, None, a_l)]
 
     # The producer's K tile, kept as counters (k0, k1, k2, k3) that step without a division: a GEMM's K mode
     # is flat (k0 alone); the conv fprop's is (channel block, s, r[, t]) (kernels/conv_sm90.py).
