@@ -133,17 +133,14 @@ def test_the_split_reduction_is_exercised(name: str) -> None:
 def test_sub_tiles_loaded_in_the_wrong_order_fail_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     """A planted bug: each wide N tile's 64-column sub-tiles loaded in reverse order (every load in range,
     every extent unchanged) must fail; compiled afresh, past both compile caches."""
-    import cutlass.cute as cute
-
     from sigdnn.plan_builders.cute.kernels import conv_launch, conv_wgrad_sm90
     from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 
-    def reversed_copy(self, tma_b, tBgB, tBsB, tile_nkl, stage, barrier, mask):
-        n_tile, kt, b_l = tile_nkl
-        t = self.sub_tiles
-        for j in range(t):
-            cute.copy(tma_b, tBgB[(None, n_tile * t + (t - 1 - j), kt, b_l)], tBsB[(None, stage * t + j)],
-                      tma_bar_ptr=barrier)  # fmt: skip
+    loads = conv_wgrad_sm90.HopperConvWgrad.copy_b
+
+    def reversed_copy(self, tma_b, tBgB, tBsB, b_tile, k, counters, b_l, stage, barrier, mask):
+        subs, *rest = b_tile  # each sub-tile's (channel, s, r), then the K step's pixel increments
+        loads(self, tma_b, tBgB, tBsB, (subs[::-1], *rest), k, counters, b_l, stage, barrier, mask)
 
     monkeypatch.setattr(conv_wgrad_sm90.HopperConvWgrad, "copy_b", reversed_copy)
     monkeypatch.setattr(conv_launch, "_CACHE", CompileCache())

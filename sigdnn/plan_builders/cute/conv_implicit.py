@@ -309,8 +309,9 @@ CONV_ALTERNATIVES = (
 )
 SPLIT_MIN_K_TILES = 8  # split a tile's K loop only when each half keeps a pipeline's worth of K steps
 SQUARE_TILE = (128, 128)
-# A 128x128 tile's time per output element over a wide tile's: 1.15-1.33 on the H200's ResNet-50 layers
-# (conv3_3x3, conv4_3x3, conv5_3x3 in the same run, gpu_cute_2026-12-01e.md); 1.25 picks every measured winner.
+# A 128x128 tile's time per output element over a wide tile's on the H200's ResNet-50 layers: 1.15-1.33 with the
+# K counters, 1.04-1.10 once the producer had no division left (gpu_cute_2026-12-01e.md); 1.25 picks each
+# layer's faster tile in both runs but conv4_1x1_expand's in the second (128x128 3 % faster there).
 SQUARE_COST = 1.25
 
 

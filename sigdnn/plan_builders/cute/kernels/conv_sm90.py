@@ -67,7 +67,7 @@ class HopperConvFprop(HopperGemm):
         return cute.make_tensor(first, tAgA[(None, 0, None, a_l)].layout)
 
     @cute.jit
-    def k_counters(self, gA, k_begin):
+    def k_counters(self, gA, tBgB, k_begin, b_l):
         extents = gA.shape[3]  # (channel blocks, S, R[, T])
         k0 = k_begin % extents[0]
         rest = k_begin // extents[0]
@@ -84,7 +84,7 @@ class HopperConvFprop(HopperGemm):
         return (k0, k1, k2, k3) if len(gA.shape[3]) == 4 else (k0, k1, k2)
 
     @cute.jit
-    def k_advance(self, gA, k0, k1, k2, k3):
+    def k_advance(self, gA, b_tile, k0, k1, k2, k3):
         extents = gA.shape[3]
         k0 = k0 + 1
         wrap0 = k0 == extents[0]

@@ -56,11 +56,53 @@ class HopperConvWgrad(HopperGemm):
         return cpasync.tma_partition(tma_b, 0, cute.make_layout(1), cute.group_modes(sB_sub, 0, 2),
                                      cute.group_modes(gB, 0, 2))  # fmt: skip
 
-    def copy_b(self, tma_b, tBgB, tBsB, tile_nkl, stage, barrier, mask) -> None:
-        n_tile, kt, b_l = tile_nkl
+    # The producer's B coordinates without a division per K step: indexed by flat numbers, B's im2col boxes
+    # divided the N tile's number by (C / 64) and S, and the pixel tile's first pixel by Q and P, in every
+    # load (in the elected thread's branch, where the compiler cannot hoist a division). Now each N sub-tile's
+    # (channel, s, r) is made once per tile, and the K step's first pixel (q, p, n) is kept as counters that
+    # step one K tile of pixels with carries (k1, k2, k3; k0 stays A's flat K tile).
+
+    def b_tile(self, tBgB, n_tile, b_l):
+        """Each 64-column sub-tile's (channel, s, r), and a K step's pixels as (q, p, n) increments (trace
+        time: the divisions run once per tile)."""
+        blocks, taps_s, _ = tBgB.layout.outer.shape[1]  # (C / 64, S, R)
+        q_extent, p_extent, _ = tBgB.layout.inner.shape[0]
+        subs = []
+        for j in range(self.sub_tiles):
+            n = n_tile * self.sub_tiles + j
+            subs.append(((n % blocks) * TILE_N, (n // blocks) % taps_s, n // (blocks * taps_s)))
+        step = self.tile_mnk[2]  # pixels a K step: whole rows, whole images and the rest
+        rows = step // q_extent
+        return subs, (step % q_extent, rows % p_extent, rows // p_extent), q_extent, p_extent
+
+    def k_counters(self, gA, tBgB, k_begin, b_l):
+        """K tile ``k_begin`` of slice ``b_l`` and its first pixel as (q, p, n)."""
+        pixel = cute.crd2idx((0, 0, k_begin, b_l), tBgB.layout.outer)[0]  # 64 k_begin + chunk b_l
+        q_extent, p_extent, _ = tBgB.layout.inner.shape[0]
+        return k_begin, pixel % q_extent, (pixel // q_extent) % p_extent, pixel // (q_extent * p_extent)
+
+    @cute.jit
+    def k_advance(self, gA, b_tile, k0, k1, k2, k3):
+        q_extent, p_extent = b_tile[2], b_tile[3]
+        dq, dp, dn = b_tile[1]
+        q = k1 + dq
+        p = k2 + dp
+        n = k3 + dn
+        wrap_q = q >= q_extent
+        q = q - q_extent if wrap_q else q
+        p = p + 1 if wrap_q else p
+        wrap_p = p >= p_extent
+        p = p - p_extent if wrap_p else p
+        n = n + 1 if wrap_p else n
+        return k0 + 1, q, p, n
+
+    def copy_b(self, tma_b, tBgB, tBsB, b_tile, k, counters, b_l, stage, barrier, mask) -> None:
+        coords = cute.make_tensor(tBgB.iterator, tBgB.layout.inner)  # (pixels, (C, S, R)) -> TMA coordinates
+        box = tBgB[(None, 0, 0, 0)].layout  # one box at pixel 0, N 0: its origin adds nothing
         for j in range(self.sub_tiles):  # a plain method: unrolled at trace time
-            cute.copy(tma_b, tBgB[(None, n_tile * self.sub_tiles + j, kt, b_l)],
-                      tBsB[(None, stage * self.sub_tiles + j)], tma_bar_ptr=barrier)  # fmt: skip
+            first = cute.domain_offset((counters[1:], b_tile[0][j]), coords).iterator
+            cute.copy(tma_b, cute.make_tensor(first, box), tBsB[(None, stage * self.sub_tiles + j)],
+                      tma_bar_ptr=barrier)  # fmt: skip
 
     @cute.jit
     def __call__(

@@ -337,10 +337,15 @@ class HopperGemm:
             cute.group_modes(gB, 0, 2),
         )
 
-    def copy_b(self, tma_b: Any, tBgB: Any, tBsB: Any, tile_nkl: Any, stage: Any, barrier: Any, mask: Any) -> None:
-        """Issue the TMA load(s) of B's (N tile, K tile, batch) tile into one pipeline stage (trace time)."""
-        n_tile, kt, b_l = tile_nkl
-        cute.copy(tma_b, tBgB[(None, n_tile, kt, b_l)], tBsB[(None, stage)], tma_bar_ptr=barrier, mcast_mask=mask)
+    def b_tile(self, tBgB: Any, n_tile: Int32, b_l: Any) -> Any:
+        """What ``copy_b`` needs of B's N tile, made once per tile ahead of the K loop (trace time)."""
+        return n_tile
+
+    def copy_b(self, tma_b: Any, tBgB: Any, tBsB: Any, b_tile: Any, k: Any, counters: Any, b_l: Any, stage: Any,
+               barrier: Any, mask: Any) -> None:  # fmt: skip
+        """Issue the TMA load(s) of B's tile (``b_tile``, K coordinate ``k``, batch) into one pipeline stage
+        (trace time); ``counters`` are the producer's K counters (see k_counters)."""
+        cute.copy(tma_b, tBgB[(None, b_tile, k, b_l)], tBsB[(None, stage)], tma_bar_ptr=barrier, mcast_mask=mask)
 
     @cute.kernel
     def kernel(
@@ -441,7 +446,8 @@ class HopperGemm:
                     a_l = tile[2] if const_expr(self.spec.a_batched) else 0
                     b_l = tile[2] if const_expr(self.spec.b_batched) else 0
                     tAgA_k = self.a_tile(tAgA, tile[0], a_l)
-                    k0, k1, k2, k3 = self.k_counters(gA, k_begin)
+                    b_tile = self.b_tile(tBgB, tile[1], b_l)
+                    k0, k1, k2, k3 = self.k_counters(gA, tBgB, k_begin, b_l)
                     for _kt in cutlass.range(k_count, unroll=1):
                         ab_pipeline.producer_acquire(state)
                         barrier = ab_pipeline.producer_get_barrier(state)
@@ -453,10 +459,12 @@ class HopperGemm:
                             tma_bar_ptr=barrier,
                             mcast_mask=a_mcast_mask,
                         )
-                        self.copy_b(tma_b, tBgB, tBsB, (tile[1], k, b_l), state.index, barrier, b_mcast_mask)
+                        self.copy_b(
+                            tma_b, tBgB, tBsB, b_tile, k, (k0, k1, k2, k3), b_l, state.index, barrier, b_mcast_mask
+                        )
                         ab_pipeline.producer_commit(state)
                         state.advance()
-                        k0, k1, k2, k3 = self.k_advance(gA, k0, k1, k2, k3)
+                        k0, k1, k2, k3 = self.k_advance(gA, b_tile, k0, k1, k2, k3)
                     scheduler.advance_to_next_work()
                     work = scheduler.get_current_work()
                 ab_pipeline.producer_tail(state)
@@ -675,16 +683,16 @@ class HopperGemm:
     # The producer's K tile, kept as counters (k0, k1, k2, k3) that step without a division: a GEMM's K mode
     # is flat (k0 alone); the conv fprop's is (channel block, s, r[, t]) (kernels/conv_sm90.py).
 
-    def k_counters(self, gA: cute.Tensor, k_begin: Int32) -> tuple[Int32, Int32, Int32, Int32]:
-        """The counters of K tile ``k_begin`` (trace time)."""
+    def k_counters(self, gA: cute.Tensor, tBgB: Any, k_begin: Int32, b_l: Any) -> tuple[Int32, Int32, Int32, Int32]:
+        """The counters of K tile ``k_begin`` of batch entry ``b_l`` (trace time)."""
         return k_begin, Int32(0), Int32(0), Int32(0)
 
     def k_coord(self, gA: cute.Tensor, k0: Int32, k1: Int32, k2: Int32, k3: Int32) -> Any:
         """The K-mode coordinate of A's and B's tiles the counters name (trace time)."""
         return k0
 
-    def k_advance(self, gA: cute.Tensor, k0: Int32, k1: Int32, k2: Int32, k3: Int32) -> tuple[Int32, ...]:
-        """The counters of the next K tile (trace time)."""
+    def k_advance(self, gA: cute.Tensor, b_tile: Any, k0: Int32, k1: Int32, k2: Int32, k3: Int32) -> tuple[Int32, ...]:
+        """The counters of the next K tile (trace time; ``b_tile`` from b_tile)."""
         return k0 + 1, k1, k2, k3
 
     @cute.jit
