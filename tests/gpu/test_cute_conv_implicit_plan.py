@@ -115,9 +115,9 @@ def test_what_the_chain_takes(kw: dict, names: list[str]) -> None:
     ("m", "k", "label"),
     [
         (64 * 56 * 56, 64, "coop256x64c1x1s1"),
-        (64 * 28 * 28, 128, "coop256x128c1x1s1"),
+        (64 * 28 * 28, 128, "coop128x128c1x1s1"),  # 3 waves of 128x128 cost less than 2 of 256x128
         (64 * 14 * 14, 256, "coop128x256c1x1s1"),  # 98 tiles: most SMs busy
-        (64 * 7 * 7, 512, "pp128x128c1x1s1"),  # 50 tiles of 128x256 would idle 82 SMs
+        (64 * 7 * 7, 512, "coop128x128c1x1s1"),  # 100 tiles of 128x128, where 50 of 128x256 would idle 82 SMs
         (64 * 56 * 56, 256, "coop128x256c1x1s1"),
         (198, 24, "pp128x128c1x1s1"),
     ],

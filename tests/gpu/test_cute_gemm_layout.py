@@ -133,7 +133,7 @@ def test_config_labels_round_trip_and_reject_bad_tiles() -> None:
     with pytest.raises(ValueError):
         GemmConfig(128, 100)
     with pytest.raises(ValueError):
-        GemmConfig(128, 128, cluster_m=2, cluster_n=2)
+        GemmConfig(128, 128, cluster_m=4, cluster_n=4)  # 16 CTAs: past the portable 8
     with pytest.raises(ValueError):
         parse_config("coop128")
 
