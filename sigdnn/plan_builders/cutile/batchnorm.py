@@ -57,11 +57,13 @@ INFERENCE = ChannelConfig(8192)  # the elementwise pass alone
 BACKWARD = ChannelConfig(8192)  # gradients: float64 lanes (dbias = sum dy cancels)
 
 
-def tiles(a: int, c: int, b: int, tile: int, channels: int = 4096) -> tuple[int, int, int]:
-    """(TA, TK, TB): as much of the contiguous B as fits (up to 2048), then channels (up to ``channels``), then A,
-    ``tile`` in all."""
+def tiles(a: int, c: int, b: int, tile: int, channels: int | None = None) -> tuple[int, int, int]:
+    """(TA, TK, TB): as much of the contiguous B as fits (up to 2048), then channels (up to ``channels`` when
+    given), then A, ``tile`` in all."""
     tb = min(pow2(b), 2048)
-    tk = min(pow2(c), max(1, 4096 // tb), channels)
+    tk = min(pow2(c), max(1, 4096 // tb))
+    if channels is not None:
+        tk = min(tk, channels)
     return min(pow2(a), max(1, tile // (tb * tk))), tk, tb
 
 
@@ -83,7 +85,7 @@ class _Layout:
 
     def _cut(self, elements: int) -> tuple[tuple[int, ...], tuple[int, int, int]]:
         """The (TA, TK, TB) tile of about ``elements`` ((TA, TK) when flat) and the grid of tiles over x."""
-        tile = tiles(self.a, self.c, self.b, elements, self.config.channels or 4096)
+        tile = tiles(self.a, self.c, self.b, elements, self.config.channels)
         shape = (cdiv(self.a, tile[0]), cdiv(self.c, tile[1]), cdiv(self.b, tile[2]))
         return (tile[:2] if self.flat else tile), shape
 
