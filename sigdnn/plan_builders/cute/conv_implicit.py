@@ -354,7 +354,8 @@ def default_conv_config(view: ImplicitConv, sm_count: int = 132) -> GemmConfig:
     pingpong 128x128 tiles instead. A unit-stride conv whose last wave of
     tiles is at most half full splits that wave's tiles in two (conv3_3x3
     in 256x128 tiles: 1.07x); strided ones ran slower so (0.96x), their
-    input being 4x their output.
+    input being 4x their output. A fused epilogue on 256x64 tiles runs
+    pingpong 128x64 tiles instead.
     """
     tile_m, tile_n = _chosen_tile(view, sm_count)
     tiles = _tiles(view, (tile_m, tile_n))
@@ -366,6 +367,12 @@ def default_conv_config(view: ImplicitConv, sm_count: int = 132) -> GemmConfig:
     unit_stride = all(st == 1 for st in unpack(view.geometry)["stride"])
     if deep and unit_stride and tiles > sm_count and 0 < tiles % sm_count <= sm_count // 2:
         return GemmConfig(tile_m=tile_m, tile_n=tile_n, split_k=2, split_tail=True)
+    fused = view.spec.bias_dtype is not None or view.spec.activation != "none"
+    if fused and (tile_m, tile_n) == (256, 64):
+        # One consumer warpgroup's epilogue overlaps the other's mainloop: conv2_3x3 + bias + relu (9 K steps
+        # a tile) 1.007x cuDNN-frontend's fused graph in pingpong 128x64 tiles against 0.984x cooperative
+        # 256x64 in the same run (gpu_cute_2026-12-01e.md); the plain conv stays cooperative (2 % faster).
+        return GemmConfig(tile_m=128, tile_n=64, pingpong=True)
     return GemmConfig(tile_m=tile_m, tile_n=tile_n)
 
 

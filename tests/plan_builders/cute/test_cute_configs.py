@@ -102,6 +102,28 @@ def test_a_late_stage_conv_region_starts_with_square_tiles():
     assert labels[-2:] == ["coop128x256c1x1s1k2", "coop128x256c1x1s1x"]
 
 
+def test_a_fused_epilogue_on_narrow_tiles_runs_pingpong():
+    """conv2_3x3 + bias + relu: pingpong 128x64 tiles, where the plain conv keeps cooperative 256x64; a wider
+    fused conv keeps its cooperative tile."""
+    assert conv_configs(conv(64, 56, epilogue=True))[0] == "pp128x64c1x1s1"
+    assert conv_configs(conv(64, 56))[0] == "coop256x64c1x1s1"
+    assert conv_configs(conv(128, 28, c=128, epilogue=True))[0] == "coop128x128c1x1s1"
+    assert conv_configs(conv(256, 14, c=256, epilogue=True))[0] == "coop128x256c1x1s1"
+
+
+@pytest.mark.parametrize("part", ["bias", "act"])
+def test_a_bias_or_an_activation_alone_is_a_fused_epilogue(part):
+    g = sigdnn.Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
+    x, w = g.tensor("x", (64, 64, 56, 56), layout="NHWC"), g.tensor("w", (64, 64, 3, 3), layout="NHWC")
+    y = g.conv_fprop(x, w, name="conv", padding=(1, 1))
+    if part == "bias":
+        y = g.pointwise("add", y, g.tensor("bias", (1, 64, 1, 1), layout="NHWC"), name="bias")
+    else:
+        y = g.pointwise("relu_fwd", y, name="act")
+    y.set_output(True)
+    assert conv_configs(g)[0] == "pp128x64c1x1s1"
+
+
 @pytest.mark.parametrize(
     ("n", "hw", "c", "k", "r", "stride", "label"),
     [
