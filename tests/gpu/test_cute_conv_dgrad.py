@@ -93,6 +93,15 @@ def test_conv_dgrad_validates_against_the_reference(name: str) -> None:
     assert report.passed, report.table()
 
 
+def assert_planted_bug_caught() -> None:
+    """The stride-2 case, still planned by the dgrad builder, fails validation (a planted bug is in place)."""
+    report = sigdnn.validate(
+        dgrad_graph(*CASES["stride2_pad1"]), seed=23, executor=sigdnn.Executor("gpu", engine=ENGINE)
+    )
+    assert report.builders == {"dgrad": ENGINE}
+    assert not report.passed
+
+
 def test_a_window_shifted_by_one_pixel_fails_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     """A planted bug: one more pixel of padding before dy's rows and one less after, in every phase, keeps
     every extent but moves every window; the validation this file relies on must see it."""
@@ -111,11 +120,7 @@ def test_a_window_shifted_by_one_pixel_fails_validation(monkeypatch: pytest.Monk
         return attrs.evolve(plan, convs=tuple(moved))
 
     monkeypatch.setattr(conv_dgrad, "plan_dgrad", shifted)
-    report = sigdnn.validate(
-        dgrad_graph(*CASES["stride2_pad1"]), seed=23, executor=sigdnn.Executor("gpu", engine=ENGINE)
-    )
-    assert report.builders == {"dgrad": ENGINE}
-    assert not report.passed
+    assert_planted_bug_caught()
 
 
 def test_two_phases_interleaved_from_each_others_outputs_fail_validation(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,8 +135,4 @@ def test_two_phases_interleaved_from_each_others_outputs_fail_validation(monkeyp
         return attrs.evolve(layout, interleave=tuple(table))
 
     monkeypatch.setattr(conv_dgrad, "phase_layout", swapped)
-    report = sigdnn.validate(
-        dgrad_graph(*CASES["stride2_pad1"]), seed=23, executor=sigdnn.Executor("gpu", engine=ENGINE)
-    )
-    assert report.builders == {"dgrad": ENGINE}
-    assert not report.passed
+    assert_planted_bug_caught()

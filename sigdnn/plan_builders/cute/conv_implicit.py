@@ -296,10 +296,10 @@ def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> Impli
 
 
 # Configurations autotune measures besides the default (``CuteConvImplicitBuilder.configs``): the wide
-# cooperative tiles and pingpong 128x128, each the default for some ResNet-50 layer shape on the H200
-# (benchmarks/results/gpu_cute_conv_2026-12-01.md), then the wide tile's split-K / stream-K variants
-# (``split_alternatives``). Clustered tiles, 128x64 and pingpong 64-row tiles ran 0.12-0.67x the default
-# there and are not offered.
+# cooperative tiles, cooperative and pingpong 128x128, each the default for some ResNet-50 layer shape on the
+# H200 (benchmarks/results/gpu_cute_conv_2026-12-01.md, gpu_cute_2026-12-01e.md), then the wide tile's split-K /
+# stream-K variants (``split_alternatives``). Clustered tiles, 128x64 and pingpong 64-row tiles ran 0.12-0.67x
+# the default there and are not offered (pingpong 128x64 is the fused default's own choice on 256x64 tiles).
 CONV_ALTERNATIVES = (
     "coop256x64c1x1s1",
     "coop256x128c1x1s1",
