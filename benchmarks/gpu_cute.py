@@ -648,7 +648,7 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
 def wgrad_sweep(shape, sm_count: int) -> list[tuple[str, int]]:
     """(tile config, slice count) pairs the wgrad part times for one layer (a conv_wgrad.WgradShape): the
     model's four best configs at their best slice count, the best two at the neighbouring counts too, and
-    LAST_SWEEP_BEST's pair."""
+    PREVIOUS_DEFAULTS' pair."""
     from sigdnn.plan_builders.cute.conv_wgrad import best_splits, ranked_configs, split_choices
 
     choices = split_choices(shape.npq)
@@ -657,19 +657,36 @@ def wgrad_sweep(shape, sm_count: int) -> list[tuple[str, int]]:
         best = best_splits(shape, c, sm_count)
         at = choices.index(best)
         found += [(c.label, d) for d in (choices[max(0, at - 1) : at + 2] if i < 2 else [best])]
-    found += [pair for (k, rsc), pair in LAST_SWEEP_BEST.items() if (k, rsc) == (shape.k, shape.rsc)]
+    found += [pair for (k, rsc), pair in PREVIOUS_DEFAULTS.items() if (k, rsc) == (shape.k, shape.rsc)]
     return list(dict.fromkeys(found))
 
 
-# The fastest pair of the first sweep (2026-12-01c call 1) per layer, (K, RSC): timed again next to the model's.
-LAST_SWEEP_BEST = {
+def wgrad_grid(shape, sm_count: int) -> list[tuple[str, int]]:
+    """Every tile config at one slice, the model's best count for it, the counts a quarter below and above,
+    and the most slices that fit one wave: the data the model's figures are fitted to."""
+    import math
+
+    from sigdnn.plan_builders.cute.conv_wgrad import best_splits, split_choices, wgrad_tile_configs
+
+    choices = split_choices(shape.npq)
+    found = []
+    for c in wgrad_tile_configs(shape.k, shape.rsc):
+        tiles = math.ceil(shape.k / c.tile_m) * math.ceil(shape.rsc / c.tile_n)
+        best = best_splits(shape, c, sm_count)
+        wanted = [1, best, round(best * 0.75), round(best * 1.25), sm_count // tiles]
+        found += [(c.label, min(choices, key=lambda d, w=w: abs(d - w))) for w in wanted]
+    return list(dict.fromkeys(found))
+
+
+# The defaults before slices could be uneven (2026-12-01e call 10) per layer, (K, RSC): timed next to the model's.
+PREVIOUS_DEFAULTS = {
     (64, 576): ("pp64x64c1x1s1", 14),
     (128, 1152): ("coop128x64c1x1s1", 7),
     (256, 2304): ("coop256x128c1x1s1", 7),
     (512, 4608): ("coop256x128c1x1s1", 1),
-    (256, 64): ("coop128x64c1x1s1", 64),
+    (256, 64): ("pp64x64c1x1s1", 32),
     (64, 256): ("pp64x64c1x1s1", 32),
-    (1024, 256): ("coop256x128c1x1s1", 16),
+    (1024, 256): ("coop256x64c1x1s1", 8),
     (512, 2048): ("coop128x64c1x1s1", 1),
 }
 
@@ -692,7 +709,7 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
     torch.backends.cudnn.benchmark = True
     stream = torch.cuda.current_stream().cuda_stream
     for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
-        if stride != 1:
+        if stride != 1 or (args.layers and name not in args.layers):
             continue
         pad = r // 2
         gen = torch.Generator(device="cuda").manual_seed(c + hw + k + 2)
@@ -711,7 +728,10 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
 
         impls = {"torch conv2d_weight (cuDNN)": wgrad_torch}
         default = plan_wgrad_implicit(node, g, sm_count)
-        for label, splits in wgrad_sweep(default.shape, sm_count):
+        extra = [(label, int(splits)) for label, splits in (pair.split(":") for pair in args.wgrad_pairs)]
+        if args.wgrad_grid:
+            extra += wgrad_grid(default.shape, sm_count)
+        for label, splits in dict.fromkeys([*wgrad_sweep(default.shape, sm_count), *extra]):
             view = plan_wgrad_implicit(node, g, sm_count, parse_config(label), splits)
             conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
             if splits == 1:
@@ -954,8 +974,12 @@ def main() -> None:
         ],
     )
     parser.add_argument(
-        "--layers", nargs="*", default=[], help="the convi and dgrad parts: only these layers (default all)"
+        "--layers", nargs="*", default=[], help="the convi, dgrad and wgrad parts: only these layers (default all)"
     )
+    parser.add_argument(
+        "--wgrad-pairs", nargs="*", default=[], help="the wgrad part: LABEL:SLICES pairs timed besides the sweep's"
+    )
+    parser.add_argument("--wgrad-grid", action="store_true", help="the wgrad part: every tile config (wgrad_grid)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False

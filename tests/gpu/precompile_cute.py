@@ -204,6 +204,8 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     for case, configs in wgrad.CONFIG_CASES.values():
         for config in configs:
             found += conv_implicit_specs(wgrad.wgrad_graph(*case), config)
+    for case, config, _ in wgrad.UNEVEN_CASES.values():
+        found += conv_implicit_specs(wgrad.wgrad_graph(*case), config)
     return found
 
 

@@ -12,6 +12,7 @@ import pytest
 from cute_skip import skip_unless_sm90
 
 import sigdnn
+from sigdnn.plan_builders.cute import conv_wgrad
 from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
 from sigdnn.plan_builders.cute.matmul import parse_config
 
@@ -77,8 +78,22 @@ CONFIG_CASES = {
         ("pp64x256c1x1s1", "coop128x256c1x1s1", "coop256x128c1x1s1"),
     ),
     "1x1_c256_k64_split": (
-        ((16, 256, 10, 8), (64, 256, 1, 1), "float16", "float16", {}),
+        ((16, 256, 10, 20), (64, 256, 1, 1), "float16", "float16", {}),  # 3200 pixels: 7 slices, uneven
         ("pp64x256c1x1s1", "pp64x128c1x1s1"),
+    ),
+}
+
+
+# Slices that do not divide N*P*Q (2346 pixels: 37 K steps, the last one partial): the last slice runs past the
+# pixels (zeros through the TMA), K off the M tile. name: (case, tile config, slice count).
+_UNEVEN = ((6, 64, 23, 17), (48, 64, 3, 3), "bfloat16", "float32", {"padding": (1, 1)})
+UNEVEN_CASES = {
+    "pp64x192_3_slices": (_UNEVEN, "pp64x192c1x1s1", 3),  # 13 + 13 + 11 steps, 2 past the end
+    "pp64x64_5_slices": (_UNEVEN, "pp64x64c1x1s1", 5),  # 8 + 8 + 8 + 8 + 5, 3 past the end
+    "coop128x128_2_slices_k136": (
+        ((3, 128, 29, 27), (136, 128, 3, 3), "float16", "float16", {"padding": (1, 1), "stride": (1, 1)}),
+        "coop128x128c1x1s1",
+        2,  # 2349 pixels: 19 + 18 steps
     ),
 }
 
@@ -128,6 +143,19 @@ def test_the_split_reduction_is_exercised(name: str) -> None:
     g = wgrad_graph(*CONFIG_CASES[name][0])
     for config in CONFIG_CASES[name][1]:
         assert plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132, parse_config(config)).splits > 1
+
+
+@pytest.mark.parametrize("name", list(UNEVEN_CASES))
+def test_uneven_slices_validate(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    case, config, splits = UNEVEN_CASES[name]
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", config)
+    monkeypatch.setattr(conv_wgrad, "best_splits", lambda shape, tiles, sm_count: splits)
+    g = wgrad_graph(*case)
+    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132, parse_config(config))
+    assert view.splits == splits and view.chunk * splits > view.shape.npq  # the last slice runs past the end
+    report = sigdnn.validate(g, seed=41, executor=sigdnn.Executor("gpu", engine=IMPLICIT))
+    assert report.builders == {"wgrad": IMPLICIT}
+    assert report.passed, report.table()
 
 
 def test_sub_tiles_loaded_in_the_wrong_order_fail_validation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ from sigdnn.plan_builders.cute.conv_wgrad import (
     plan_wgrad,
     plan_wgrad_implicit,
     ranked_configs,
+    slice_steps,
     split_choices,
     split_count,
     wgrad_tile_configs,
@@ -94,7 +95,8 @@ def test_the_implicit_wgrad_splits_the_pixels_and_reads_dy_m_major() -> None:
     assert view.shape == WgradShape(64, 576, npq, 2 * 64 * 64 * 56 * 56 * 2)
     assert view.config == ranked_configs(view.shape, 132)[0]
     assert view.splits == best_splits(view.shape, view.config, 132) > 1
-    assert view.chunk * view.splits == npq and view.chunk % 8 == 0
+    # Whole 64-pixel K steps a slice; the slices cover N*P*Q, the last one without running empty.
+    assert view.chunk % 64 == 0 and view.chunk * (view.splits - 1) < npq <= view.chunk * view.splits
     assert (view.spec.a_major, view.spec.b_major, view.spec.c_dtype) == ("m", "n", "float32")
     assert view.geometry == (64, 56, 56, 64, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1, 1)
     assert view.workspace_bytes == view.splits * 64 * 576 * 4
@@ -116,16 +118,30 @@ def test_wide_n_tiles_are_whole_sub_tiles_that_never_straddle_dw() -> None:
     assert all(c.tile_m < 256 for c in wgrad_tile_configs(128, 1152))  # 256 rows: half past K = 128
 
 
-def test_split_choices_are_equal_aligned_slices() -> None:
-    assert split_choices(4096) == [1, 2, 4, 8]  # slices of 512 or more
+def test_split_choices_cover_the_pixels_in_whole_k_steps() -> None:
+    assert split_choices(4096) == [1, 2, 3, 4, 5, 6, 7, 8]  # 64 K steps: slices of 8 steps (512 pixels) or more
     assert split_choices(1536) == [1, 2, 3]
-    assert split_choices(1036) == [1]  # no aligned slicing: one slice (dw written directly)
-    assert all(200704 % d == 0 and (200704 // d) % 8 == 0 and 200704 // d >= 512 for d in split_choices(200704))
+    assert split_choices(1036) == [1, 2]  # 17 K steps, the last one partial: 9 + 8
+    # 2346 pixels = 37 K steps (the last partial): 19 + 18, 13 + 13 + 11, 10 + 10 + 10 + 7, 8 + 8 + 8 + 8 + 5.
+    assert split_choices(2346) == [1, 2, 3, 4, 5]
+    assert [slice_steps(2346, d) for d in (1, 2, 3, 4, 5)] == [37, 19, 13, 10, 8]
+
+
+@pytest.mark.parametrize("npq", [200704, 50176, 3136, 2346, 1036, 777])
+def test_split_choices_are_exactly_the_slicings_without_an_empty_or_short_slice(npq: int) -> None:
+    """Brute force: S slices of ceil(T / S) steps (T = npq / 64 rounded up), each covering its pixels in turn."""
+    steps = -(-npq // 64)
+    for d in range(1, npq // 64 + 2):
+        per = slice_steps(npq, d)
+        lengths = [min(per, steps - i * per) for i in range(d)]  # K steps of each slice in turn
+        assert sum(max(n, 0) for n in lengths) == steps
+        allowed = d == 1 or (min(lengths) > 0 and per * 64 >= 512)
+        assert (d in split_choices(npq)) == allowed, d
 
 
 def test_the_model_splits_few_tiles_and_keeps_many_whole() -> None:
     few, many = parse_config("pp64x192c1x1s1"), parse_config("coop128x192c1x1s1")
-    assert best_splits(WgradShape(64, 576, 200704), few, 132) >= 32  # 3 tiles: the reduction fills the SMs
+    assert 120 <= 3 * best_splits(WgradShape(64, 576, 200704), few, 132) <= 132  # 3 tiles: slices fill the SMs
     assert best_splits(WgradShape(512, 4608, 3136), many, 132) <= 2  # 96 tiles already
     # 36 tiles: 2 slices fill one wave; 4 need a second, each SM then running two half-deep tiles.
     c = parse_config("coop128x128c1x1s1")
@@ -160,23 +176,28 @@ def test_the_implicit_wgrad_declines_tiles_and_slices_it_cannot_run() -> None:
     node = g.node_by_name("wgrad")
     with pytest.raises(NotSupported, match="tile config coop128x128"):
         plan_wgrad_implicit(node, g, 132, parse_config("coop128x128c1x1s1"))  # 9 blocks: no 128-wide tiles
-    with pytest.raises(NotSupported, match="3 slices"):
-        plan_wgrad_implicit(node, g, 132, None, 3)
+    with pytest.raises(NotSupported, match="300 slices"):
+        plan_wgrad_implicit(node, g, 132, None, 300)  # 11 K steps each cover N*P*Q in 286 slices
 
 
 @pytest.mark.parametrize(
     ("shape", "label", "splits", "want"),
     [
-        # One wave of 126 tiles, 28 K steps each bound by wgmma (2*256*128*64 / 4.8e12 s = 0.874 us), the
-        # float32 tile's store (131072 B / 57 GB/s = 2.30 us) and 1 us; the reduction: 6 us + 30 * 589824 B
-        # / 3 TB/s = 11.90 us.
-        (WgradShape(256, 2304, 12544), "coop256x128c1x1s1", 7, 39.66452210526316),
-        # 224 steps bound by B's 64 im2col rows (0.388 us), 0.287 us store, 1 us; 6.713 us of reduction.
-        (WgradShape(64, 576, 200704), "pp64x64c1x1s1", 14, 94.88499108133972),
-        # 144 tiles: two waves of 49 steps (0.437 us, wgmma), 1.150 us store, 1 us each; no reduction.
-        (WgradShape(512, 4608, 3136), "coop256x64c1x1s1", 1, 47.11636210526316),
-        # Reading 128 MB from HBM (42.67 us) outlasts the tiles; then 6.71 us of reduction.
-        (WgradShape(64, 256, 200704, 128 * 10**6), "pp64x64c1x1s1", 32, 49.37664),
+        # One wave of 126 tiles, 28 K steps each bound by wgmma (2*256*128*64 / 6.6e12 s = 0.63550 us; the L2
+        # feeding 126 tiles of 384 rows: 126 * 384 * 128 B / 13 TB/s = 0.47640 us), then the float32 tile's
+        # store (131072 B / 64 GB/s = 2.048 us): 19.842 us; the reduction: 4 us + 30 * 589824 B / 3.45 TB/s.
+        (WgradShape(256, 2304, 12544), "coop256x128c1x1s1", 7, 28.970921317523057),
+        # 224 steps bound by the L2 (126 tiles of 128 rows: 0.15880 us; pingpong wgmma 0.10486 us), 0.256 us
+        # store; 4 us + 58 * 147456 B / 3.45 TB/s of reduction.
+        (WgradShape(64, 576, 200704), "pp64x64c1x1s1", 14, 40.44666691638796),
+        # 144 tiles: a wave of 132 (49 steps of 0.41590 us, L2-bound) and one of 12 (49 steps bound by wgmma,
+        # 0.31775 us), 1.024 us store each; one slice: no reduction.
+        (WgradShape(512, 4608, 3136), "coop256x64c1x1s1", 1, 37.99694023310023),
+        # Reading 128 MB from HBM (37.101 us) outlasts the tiles (16.07 us); then 4.617 us of reduction.
+        (WgradShape(64, 256, 200704, 128 * 10**6), "pp64x64c1x1s1", 32, 41.71881739130435),
+        # Uneven slices: 43 of 73 K steps (the last one 70), 129 tiles bound by the L2 (0.32516 us; wgmma
+        # 0.31457 us).
+        (WgradShape(64, 576, 200704), "pp64x192c1x1s1", 43, 30.363862903010038),
     ],
 )
 def test_the_model_by_hand(shape: WgradShape, label: str, splits: int, want: float) -> None:
@@ -187,7 +208,7 @@ def test_shallow_k_still_gets_a_tile_and_one_slice_writes_dw() -> None:
     assert [c.label for c in wgrad_tile_configs(16, 64)] == ["pp64x64c1x1s1"]
     g = wgrad_graph((2, 64, 9, 11), (16, 64, 3, 3))
     view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132)
-    assert view.splits == 1 and view.chunk == 2 * 9 * 11 and view.workspace_bytes == 0
+    assert view.splits == 1 and view.chunk == 256 and view.workspace_bytes == 0  # 198 pixels: 4 K steps
     assert view.spec == GemmSpec("bfloat16", "bfloat16", "bfloat16", "m", "n", "n", True, True)
 
 

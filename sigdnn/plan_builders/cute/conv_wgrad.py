@@ -50,6 +50,7 @@ _INT32_MAX = 2**31 - 1
 _MIN_SLICE = 512  # reduction depth per split: below this the partials cost more than the parallelism gains
 _ALIGN = 256  # workspace regions start on 256-byte boundaries
 TILE_N = 64  # the implicit wgrad's N tile (kernels/conv_wgrad_sm90.py)
+TILE_K = 64  # and its K step: 64 output pixels (16-bit operands)
 
 
 @attrs.frozen
@@ -226,7 +227,7 @@ class ImplicitWgrad:
     spec: GemmSpec
     config: GemmConfig
     geometry: tuple[int, ...]  # as conv_implicit.ImplicitConv's (x, dw's K, the fprop's output extents)
-    chunk: int
+    chunk: int  # pixels a slice: whole K steps (the last slice's may run past N*P*Q)
     splits: int
     out_dtype: str
     shape: WgradShape
@@ -236,17 +237,23 @@ class ImplicitWgrad:
         return self.splits * self.shape.k * self.shape.rsc * 4 if self.splits > 1 else 0
 
 
-# The H200 figures the implicit wgrad's tile and split choice is modelled with, per SM (of 132), fitted to the
-# 120 tile / slice pairs timed in benchmarks/results/convbwd_2026-12-01c.md (calls 1 and 2): the rate wgmma sustains on these
-# tiles; the rate the TMA's im2col mode delivers B's rows (a pixel's 64 channels of one tap; each K step of a
-# tile N columns wide is N such rows) -- the bound on every tile under 256 rows, whatever its width; the
-# bandwidth the float32 partials leave at; and the HBM bandwidth the split-K reduction streams at.
-_SM_FLOPS = 4.8e12
-_SM_IM2COL_ROWS = 165e6
-_SM_STORE_BYTES = 57e9
-_HBM_BYTES = 3.0e12
-_LAUNCH_US = 6.0  # a second kernel (the reduction) on the stream
-_TILE_US = 1.0  # a tile's pipeline fill and epilogue hand-over
+# The H200 figures the implicit wgrad's tile and split choice is modelled with, per SM (of 132) unless said: the
+# rate wgmma sustains with one consumer warpgroup at a time (pingpong) and with two (cooperative); the time the
+# TMA takes per 128-byte row it writes into shared memory (A's tile_m and B's tile_n rows a K step); the L2
+# bandwidth all SMs' tile loads share; the bandwidth the float32 partials leave at; the HBM bandwidth x and dy
+# stream at once, and the split-K reduction at. First read off single runs (call 1 of
+# benchmarks/results/gpu_cute_2026-12-01f.md: a pingpong 64x192 K step in 0.41 us on 84 or 96 SMs, Nsight
+# Compute's L2 81% busy under 126 pingpong 64x64 tiles), then the pingpong rate, the L2 bandwidth and the
+# reduction's launch set where the choice they make loses least against the fastest of 198 timed tile / slice
+# pairs over the eight ResNet-50 layers (call 4): 1.09x the fastest on average, the fastest itself on four.
+_PINGPONG_FLOPS = 5.0e12
+_COOPERATIVE_FLOPS = 6.6e12
+_ROW_S = 0.64e-9
+_L2_BYTES = 13e12  # the whole device
+_SM_STORE_BYTES = 64e9
+_HBM_BYTES = 3.45e12
+_ROW_BYTES = 128  # one pixel's 64 16-bit channels (A's rows are 64 pixels of one channel: as long)
+_LAUNCH_US = 4.0  # a second kernel (the reduction) on the stream
 ALTERNATIVES = 3  # tile configs autotune measures besides the default
 MAX_SUB_TILES = 4  # B's N tile: up to four 64-column (channel block, tap) sub-tiles (256 columns)
 
@@ -269,26 +276,40 @@ def wgrad_tile_configs(k: int, rsc: int) -> list[GemmConfig]:
     return found
 
 
-def modelled_us(shape: WgradShape, config: GemmConfig, splits: int, sm_count: int) -> float:
-    """Microseconds the model gives a wgrad tiling: waves of tiles, each its slice's K steps (as slow as the
-    tensor cores or as B's im2col rows, whichever binds) and its float32 partials' store, but no faster
-    than x and dy stream from HBM once; then the reduction reading every slice's partials. A ranking (it
-    reads the measured times at a median 1.1x, and picks the fastest measured pair on 7 of the 8 ResNet-50
-    layers), not a prediction."""
-    k, rsc, tm, tn = shape.k, shape.rsc, config.tile_m, config.tile_n
-    tiles = math.ceil(k / tm) * math.ceil(rsc / tn) * splits
-    waves = math.ceil(tiles / sm_count)
-    steps = math.ceil(shape.npq / splits / 64)
-    step_us = max(2 * tm * tn * 64 / _SM_FLOPS, tn / _SM_IM2COL_ROWS) * 1e6
-    store_us = tm * tn * 4 / _SM_STORE_BYTES * 1e6
-    reduce_us = 0.0 if splits == 1 else _LAUNCH_US + (splits * 4 + 2) * k * rsc / _HBM_BYTES * 1e6
-    return max(waves * (steps * step_us + store_us + _TILE_US), shape.io_bytes / _HBM_BYTES * 1e6) + reduce_us
+def slice_steps(npq: int, splits: int) -> int:
+    """K steps (of TILE_K pixels) in each of ``splits`` slices of the N*P*Q-deep reduction, the last one
+    possibly shorter (its steps past the end load zeros)."""
+    steps = -(-npq // TILE_K)
+    return -(-steps // splits)
 
 
 def split_choices(npq: int) -> list[int]:
-    """Slice counts a batched launch can take: equal slices (a divisor of N*P*Q), each a multiple of 8
-    pixels (16-byte aligned dy slices) and at least _MIN_SLICE deep."""
-    return [d for d in range(1, npq // _MIN_SLICE + 1) if npq % d == 0 and (npq // d) % 8 == 0] or [1]
+    """Slice counts a launch can take: each slice ceil(T / S) K steps of the T = ceil(N*P*Q / 64), none empty
+    (S slices of that many steps are needed to cover T), each at least _MIN_SLICE pixels deep (one slice any)."""
+    steps = -(-npq // TILE_K)
+    found = [d for d in range(2, steps + 1) if -(-steps // slice_steps(npq, d)) == d]
+    return [1, *(d for d in found if slice_steps(npq, d) * TILE_K >= _MIN_SLICE)]
+
+
+def modelled_us(shape: WgradShape, config: GemmConfig, splits: int, sm_count: int) -> float:
+    """Microseconds the model gives a wgrad tiling: waves of tiles, each its slice's K steps (as slow as the
+    tensor cores, the TMA writing the step's rows, or the L2 feeding every running tile, whichever binds)
+    and its float32 partials' store, but no faster than x and dy stream from HBM once; then the reduction
+    reading every slice's partials. A ranking (it reads call 4's 198 times at a median 0.99x, but 0.6-1.6x
+    over the middle 80%), not a prediction."""
+    k, rsc, tm, tn = shape.k, shape.rsc, config.tile_m, config.tile_n
+    tiles = math.ceil(k / tm) * math.ceil(rsc / tn) * splits
+    steps = slice_steps(shape.npq, splits)
+    flops = _PINGPONG_FLOPS if config.pingpong else _COOPERATIVE_FLOPS
+    step_us = max(2 * tm * tn * TILE_K / flops, (tm + tn) * _ROW_S) * 1e6
+    store_us = tm * tn * 4 / _SM_STORE_BYTES * 1e6
+    total = 0.0
+    for wave in range(0, tiles, sm_count):
+        running = min(tiles - wave, sm_count)
+        l2_us = running * (tm + tn) * _ROW_BYTES / _L2_BYTES * 1e6
+        total += steps * max(step_us, l2_us) + store_us
+    reduce_us = 0.0 if splits == 1 else _LAUNCH_US + (splits * 4 + 2) * k * rsc / _HBM_BYTES * 1e6
+    return max(total, shape.io_bytes / _HBM_BYTES * 1e6) + reduce_us
 
 
 def best_splits(shape: WgradShape, config: GemmConfig, sm_count: int) -> int:
@@ -334,7 +355,7 @@ def plan_wgrad_implicit(
         raise NotSupported(f"{where}: {splits} slices of {npq} output pixels; supported: {split_choices(npq)}")
     c_dtype = out if splits == 1 else "float32"
     spec = GemmSpec(dtype, dtype, c_dtype, "m", "n", "n", True, True)
-    return ImplicitWgrad(spec, config, geometry, npq // splits, splits, out, shape)
+    return ImplicitWgrad(spec, config, geometry, slice_steps(npq, splits) * TILE_K, splits, out, shape)
 
 
 class CuteConvWgradImplicitPlan(BindsLaunches, NodePlan):

@@ -13,9 +13,13 @@ is a 64 x 64 N-major B tile in shared memory. A wider N tile (128, 192 or
 layout keeps each 64-wide block contiguous -- each filled by its own TMA
 load of the next (channel block, tap) in (C, S, R) order, so one dy tile
 (A) feeds up to four taps' worth of products. The reduction is cut into
-``splits`` equal slices of ``chunk`` pixels, run as the GEMM's batch: each
-writes float32 partials that kernels/splitk_reduce.py adds (one slice
-writes dw directly).
+``splits`` slices of ``chunk`` pixels (a multiple of the 64-pixel K tile),
+run as the GEMM's batch: each writes float32 partials that
+kernels/splitk_reduce.py adds (one slice writes dw directly). The slices
+need not divide N*P*Q: A's TMA tensor is dy's whole (K, N*P*Q) and a slice
+only offsets its pixel coordinate, so the last slice's steps past the end
+load zeros (the TMA fills what lies out of bounds) and add nothing. Any
+slice count fills the SMs, not just N*P*Q's divisors.
 """
 
 from __future__ import annotations
@@ -134,10 +138,10 @@ class HopperConvWgrad(HopperGemm):
     ):
         c = cute.assume(c, divby=TILE_N)
         k = cute.assume(k, divby=8)
-        chunk = cute.assume(chunk, divby=8)
+        chunk = cute.assume(chunk, divby=self.tile_mnk[2])
         rsc = r * s * c
-        # A = dy^T, (K, chunk, splits), K contiguous: M-major.
-        mA = cute.make_tensor(dy_ptr, cute.make_layout((k, chunk, splits), stride=(1, k, chunk * k)))
+        # A = dy^T, (K, N*P*Q), K contiguous: M-major; sliced below through its TMA coordinates.
+        mA = cute.make_tensor(dy_ptr, cute.make_layout((k, n * p * q), stride=(1, k)))
         mX = cute.make_tensor(x_ptr, cute.make_layout(((w, h, n), c), stride=((c, w * c, h * w * c), 1)))
         mC = cute.make_tensor(c_ptr, cute.make_layout((k, rsc, splits), stride=(rsc, 1, k * rsc)))
         mBias = cute.make_tensor(bias_ptr, cute.make_layout(rsc))  # no epilogue bias: never read
@@ -147,12 +151,16 @@ class HopperConvWgrad(HopperGemm):
         # A M-major, B N-major (both "column-major" in the enum's (rows, cols) terms), C row-major.
         tiled_mma, a_smem, b_smem, epi_smem = self.mma_and_smem(m_major, m_major, row_major)
 
-        tma_a, gA = cpasync.make_tiled_tma_atom(
+        tma_a, gA_kp = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(),
             mA,
             cute.slice_(a_smem, (None, None, 0)),
             (self.tile_mnk[0], self.tile_mnk[2]),
         )
+        # (K, pixels) -> (K, chunk, splits): slice l's pixel j at coordinate l * chunk + j, past N*P*Q in the
+        # last slice's tail (zeros).
+        gA = cute.logical_divide(gA_kp, (None, chunk))
+        gA = cute.make_tensor(gA.iterator, cute.flatten(gA.layout))
         # The im2col atom is made over x's (pixels, channels) modes, so its shared-memory layout is given
         # (K, N) -- pixels, then channels -- the same bytes as B's N-major (N, K) tile.
         b0 = cute.slice_(self.sub_tile_smem(1), (None, None, 0))
