@@ -430,7 +430,48 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
           f"({tms * 1e3:7.1f} us)  x{tms / ms:4.2f}  (first {first_s:.1f}s){split}", flush=True)  # fmt: skip
     if kind == "batchnorm" and label == "default":
         row["read_alone_us"] = _read_alone_us(data["x"])
+        if BN_L2_WINDOWS:
+            row["l2_windows"] = _l2_windows(ex, plan, launch, data["x"], nbytes)
     return row
+
+
+BN_L2_WINDOWS: list[int] = []  # --bn-l2-windows: MB of x's tail kept in L2 as persisting lines, per timing
+
+
+def _l2_windows(ex, plan, launch, x: torch.Tensor, nbytes: int) -> dict[int, float]:
+    """The batchnorm timed with the last W MB of x in an L2 access-policy window (persisting hits, streaming
+    misses) on the plan's stream: the statistics pass reads x's tail last and the elementwise pass reads it
+    first, so what stays in L2 is not read from DRAM twice. An experiment: sigdnn sets no window itself."""
+    from cuda.bindings import runtime as rt
+
+    def check(result) -> None:
+        if result[0] != rt.cudaError_t.cudaSuccess:
+            raise RuntimeError(f"CUDA runtime: {result[0]}")
+
+    stream = rt.cudaStream_t(ex.memory.bound(plan, False).execution.stream)
+    attr = rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow
+    _, most = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxPersistingL2CacheSize, 0)
+    check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, most))
+    print(f"{'':20s} L2 set-aside for persisting lines: {most / 2**20:.1f} MiB")
+    found = {}
+    end = x.data_ptr() + x.numel() * x.element_size()
+    for mb in BN_L2_WINDOWS:
+        window = rt.cudaStreamAttrValue()
+        window.accessPolicyWindow.base_ptr = end - mb * 2**20
+        window.accessPolicyWindow.num_bytes = mb * 2**20
+        window.accessPolicyWindow.hitRatio = 1.0
+        window.accessPolicyWindow.hitProp = rt.cudaAccessProperty.cudaAccessPropertyPersisting
+        window.accessPolicyWindow.missProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
+        check(rt.cudaStreamSetAttribute(stream, attr, window))
+        with on_stream(ex, plan):
+            ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
+        window.accessPolicyWindow.num_bytes = 0
+        check(rt.cudaStreamSetAttribute(stream, attr, window))
+        check(rt.cudaCtxResetPersistingL2Cache())
+        found[mb] = nbytes / ms / 1e9
+        print(f"{'':20s} L2 window of x's last {mb:3d} MiB: {found[mb]:5.2f} TB/s ({ms * 1e3:6.1f} us)", flush=True)
+    check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, 0))
+    return found
 
 
 def _read_alone_us(x: torch.Tensor) -> float:
@@ -694,6 +735,7 @@ def main() -> None:
     parser.add_argument("--variants", default="", help="norms: configuration labels beside the defaults, or 'all'")
     parser.add_argument("--norm-cols", type=int, default=NORM_COLS, help="norms: row width (rows stay 16384)")
     parser.add_argument("--norm-kinds", default="", help="norms: comma-separated ops of NORM_KINDS (default: all)")
+    parser.add_argument("--bn-l2-windows", default="", help="norms: MiB of x kept in L2 for batchnorm, comma-separated")
     parser.add_argument("--tile-modes", default="identity,add,gelu_fwd", help="tiles: the modes swept")
     parser.add_argument("--tiles", default="1024,2048,4096", help="tiles: the pointwise tile sizes swept")
     parser.add_argument("--mm-sizes", default="4096,8192")
@@ -729,6 +771,7 @@ def main() -> None:
     if "tiles" not in skip:
         result["tiles"] = bench_tiles(tuple(map(int, args.tiles.split(","))), tuple(args.tile_modes.split(",")))
     if "norms" not in skip:
+        BN_L2_WINDOWS[:] = [int(mb) for mb in args.bn_l2_windows.split(",") if mb]
         result["norms"] = bench_norms(args.variants, args.norm_kinds)
     if "matmul" not in skip:
         sizes = tuple(map(int, args.mm_sizes.split(",")))

@@ -64,7 +64,7 @@ IMPLICIT_CASES = {
 CONFIG_CASES = {
     # name: (case as above, tile configs)
     "3x3_c128_k72": (
-        ((8, 128, 15, 13), (72, 128, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
+        ((16, 128, 15, 13), (72, 128, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),  # 3120 pixels: split
         ("pp64x128c1x1s1", "pp64x192c1x1s1", "coop128x128c1x1s1", "coop128x192c1x1s1"),
     ),
     "2x2_dilated_asymmetric_k136": (

@@ -147,8 +147,11 @@ def test_the_model_splits_few_tiles_and_keeps_many_whole() -> None:
     c = parse_config("coop128x128c1x1s1")
     shape = WgradShape(256, 2304, 12544)
     assert modelled_us(shape, c, 2, 132) < modelled_us(shape, c, 4, 132)
-    # No tiling streams x and dy from HBM faster than once.
-    assert modelled_us(WgradShape(64, 256, 200704, 10**9), parse_config("pp64x64c1x1s1"), 1, 132) > 300
+    # No tiling streams x and dy from HBM faster than once, and fewer SMs draw less of it.
+    tiles = parse_config("pp64x64c1x1s1")
+    assert modelled_us(WgradShape(64, 256, 200704, 10**9), tiles, 1, 132) > 1e9 / 3.8e12 * 1e6
+    streamed = WgradShape(64, 256, 200704, 10**9)
+    assert modelled_us(streamed, tiles, 8, 132) - modelled_us(streamed, tiles, 32, 132) > 1e9 / 3.8e12 * 1e6 * 0.1
 
 
 def test_the_implicit_wgrad_offers_its_default_then_alternatives() -> None:
@@ -193,8 +196,9 @@ def test_the_implicit_wgrad_declines_tiles_and_slices_it_cannot_run() -> None:
         # 144 tiles: a wave of 132 (49 steps of 0.41590 us, L2-bound) and one of 12 (49 steps bound by wgmma,
         # 0.31775 us), 1.024 us store each; one slice: no reduction.
         (WgradShape(512, 4608, 3136), "coop256x64c1x1s1", 1, 37.99694023310023),
-        # Reading 128 MB from HBM (37.101 us) outlasts the tiles (16.07 us); then 4.617 us of reduction.
-        (WgradShape(64, 256, 200704, 128 * 10**6), "pp64x64c1x1s1", 32, 41.71881739130435),
+        # Streaming 128 MB from HBM into 128 SMs (3.8 TB/s * (1 - e^(-128/24)) = 3.7817 TB/s: 33.848 us) outlasts
+        # the tiles (16.07 us); then 4 us + 130 * 16384 B / 3.45 TB/s of reduction.
+        (WgradShape(64, 256, 200704, 128 * 10**6), "pp64x64c1x1s1", 32, 38.464993283979055),
         # Uneven slices: 43 of 73 K steps (the last one 70), 129 tiles bound by the L2 (0.32516 us; wgmma
         # 0.31457 us).
         (WgradShape(64, 576, 200704), "pp64x192c1x1s1", 43, 30.363862903010038),

@@ -240,18 +240,23 @@ class ImplicitWgrad:
 # The H200 figures the implicit wgrad's tile and split choice is modelled with, per SM (of 132) unless said: the
 # rate wgmma sustains with one consumer warpgroup at a time (pingpong) and with two (cooperative); the time the
 # TMA takes per 128-byte row it writes into shared memory (A's tile_m and B's tile_n rows a K step); the L2
-# bandwidth all SMs' tile loads share; the bandwidth the float32 partials leave at; the HBM bandwidth x and dy
-# stream at once, and the split-K reduction at. First read off single runs (call 1 of
-# benchmarks/results/gpu_cute_2026-12-01f.md: a pingpong 64x192 K step in 0.41 us on 84 or 96 SMs, Nsight
-# Compute's L2 81% busy under 126 pingpong 64x64 tiles), then the pingpong rate, the L2 bandwidth and the
-# reduction's launch set where the choice they make loses least against the fastest of 198 timed tile / slice
-# pairs over the eight ResNet-50 layers (call 4): 1.09x the fastest on average, the fastest itself on four.
+# bandwidth all SMs' tile loads share; the bandwidth the float32 partials leave at; the HBM bandwidth the split-K
+# reduction streams at, and the one x and dy stream at into the SMs running tiles. First read off single runs
+# (benchmarks/results/gpu_cute_2026-12-01f.md, call 1: a pingpong 64x192 K step in 0.41 us on 84 or 96 SMs,
+# Nsight Compute's L2 81% busy under 126 pingpong 64x64 tiles), then the pingpong rate, the L2 bandwidth, the
+# reduction's launch and the streaming curve set where the choice they make loses least against the fastest of
+# 198 timed tile / slice pairs over the eight ResNet-50 layers (call 4): 1.066x the fastest on average, the
+# fastest itself on four.
 _PINGPONG_FLOPS = 5.0e12
 _COOPERATIVE_FLOPS = 6.6e12
 _ROW_S = 0.64e-9
 _L2_BYTES = 13e12  # the whole device
 _SM_STORE_BYTES = 64e9
 _HBM_BYTES = 3.45e12
+# x and dy stream into n SMs at 3.8 TB/s * (1 - exp(-n / 24)): conv2_1x1's pingpong 64x64 slices drew 2.95 TB/s
+# on 36 SMs, 3.44 on 48, 3.75 on 128.
+_STREAM_BYTES = 3.8e12
+_STREAM_SMS = 24
 _ROW_BYTES = 128  # one pixel's 64 16-bit channels (A's rows are 64 pixels of one channel: as long)
 _LAUNCH_US = 4.0  # a second kernel (the reduction) on the stream
 ALTERNATIVES = 3  # tile configs autotune measures besides the default
@@ -294,7 +299,8 @@ def split_choices(npq: int) -> list[int]:
 def modelled_us(shape: WgradShape, config: GemmConfig, splits: int, sm_count: int) -> float:
     """Microseconds the model gives a wgrad tiling: waves of tiles, each its slice's K steps (as slow as the
     tensor cores, the TMA writing the step's rows, or the L2 feeding every running tile, whichever binds)
-    and its float32 partials' store, but no faster than x and dy stream from HBM once; then the reduction
+    and its float32 partials' store, but no faster than x and dy stream from HBM once (into as many SMs as
+    run tiles); then the reduction
     reading every slice's partials. A ranking (it reads call 4's 198 times at a median 0.99x, but 0.6-1.6x
     over the middle 80%), not a prediction."""
     k, rsc, tm, tn = shape.k, shape.rsc, config.tile_m, config.tile_n
@@ -309,7 +315,8 @@ def modelled_us(shape: WgradShape, config: GemmConfig, splits: int, sm_count: in
         l2_us = running * (tm + tn) * _ROW_BYTES / _L2_BYTES * 1e6
         total += steps * max(step_us, l2_us) + store_us
     reduce_us = 0.0 if splits == 1 else _LAUNCH_US + (splits * 4 + 2) * k * rsc / _HBM_BYTES * 1e6
-    return max(total, shape.io_bytes / _HBM_BYTES * 1e6) + reduce_us
+    stream_bytes = _STREAM_BYTES * -math.expm1(-min(tiles, sm_count) / _STREAM_SMS)
+    return max(total, shape.io_bytes / stream_bytes * 1e6) + reduce_us
 
 
 def best_splits(shape: WgradShape, config: GemmConfig, sm_count: int) -> int:
