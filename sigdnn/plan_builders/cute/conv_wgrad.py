@@ -237,19 +237,18 @@ class ImplicitWgrad:
         return self.splits * self.shape.k * self.shape.rsc * 4 if self.splits > 1 else 0
 
 
-# The H200 figures the implicit wgrad's tile and split choice is modelled with, per SM (of 132) unless said: the
-# rate wgmma sustains with one consumer warpgroup at a time (pingpong) and with two (cooperative); the time the
-# TMA takes per 128-byte row it writes into shared memory (A's tile_m and B's tile_n rows a K step); the L2
-# bandwidth all SMs' tile loads share; the bandwidth the float32 partials leave at; the HBM bandwidth the split-K
-# reduction streams at, and the one x and dy stream at into the SMs running tiles. First read off single runs
-# (benchmarks/results/gpu_cute_2026-12-01f.md, call 1: a pingpong 64x192 K step in 0.41 us on 84 or 96 SMs,
-# Nsight Compute's L2 81% busy under 126 pingpong 64x64 tiles), then the pingpong rate, the L2 bandwidth, the
-# reduction's launch and the streaming curve set where the choice they make loses least against the fastest of
-# 198 timed tile / slice pairs over the eight ResNet-50 layers (call 4): 1.066x the fastest on average, the
-# fastest itself on four.
+# The H200 figures the implicit wgrad's tile and split choice is modelled with: the rate wgmma sustains per SM
+# with one consumer warpgroup at a time (pingpong) and with two (cooperative); the L2 bandwidth all SMs' tile
+# loads share (A's tile_m and B's tile_n 128-byte rows a K step); the bandwidth per SM the float32 partials leave
+# at; the HBM bandwidth the split-K reduction streams at, and the one x and dy stream at into the SMs running
+# tiles. First read off single runs (benchmarks/results/gpu_cute_2026-12-01f.md, call 1: a pingpong 64x192 K step
+# in 0.41 us on 84 or 96 SMs, Nsight Compute's L2 81% busy under 126 pingpong 64x64 tiles), then the pingpong
+# rate, the L2 bandwidth, the reduction's launch and the streaming curve set where the choice they make loses
+# least against the fastest of 198 timed tile / slice pairs over the eight ResNet-50 layers (call 4): 1.066x the
+# fastest on average, the fastest itself on four. (A per-row TMA cost, fitted at first, never bound a tile these
+# rates allow: it went.)
 _PINGPONG_FLOPS = 5.0e12
 _COOPERATIVE_FLOPS = 6.6e12
-_ROW_S = 0.64e-9
 _L2_BYTES = 13e12  # the whole device
 _SM_STORE_BYTES = 64e9
 _HBM_BYTES = 3.45e12
@@ -298,16 +297,15 @@ def split_choices(npq: int) -> list[int]:
 
 def modelled_us(shape: WgradShape, config: GemmConfig, splits: int, sm_count: int) -> float:
     """Microseconds the model gives a wgrad tiling: waves of tiles, each its slice's K steps (as slow as the
-    tensor cores, the TMA writing the step's rows, or the L2 feeding every running tile, whichever binds)
-    and its float32 partials' store, but no faster than x and dy stream from HBM once (into as many SMs as
-    run tiles); then the reduction
-    reading every slice's partials. A ranking (it reads call 4's 198 times at a median 0.99x, but 0.6-1.6x
-    over the middle 80%), not a prediction."""
+    tensor cores or the L2 feeding every running tile, whichever binds) and its float32 partials' store, but
+    no faster than x and dy stream from HBM once (into as many SMs as run tiles); then the reduction reading
+    every slice's partials. A ranking (it reads call 4's 198 times at a median 0.99x, but 0.6-1.6x over the
+    middle 80%), not a prediction."""
     k, rsc, tm, tn = shape.k, shape.rsc, config.tile_m, config.tile_n
     tiles = math.ceil(k / tm) * math.ceil(rsc / tn) * splits
     steps = slice_steps(shape.npq, splits)
     flops = _PINGPONG_FLOPS if config.pingpong else _COOPERATIVE_FLOPS
-    step_us = max(2 * tm * tn * TILE_K / flops, (tm + tn) * _ROW_S) * 1e6
+    step_us = 2 * tm * tn * TILE_K / flops * 1e6
     store_us = tm * tn * 4 / _SM_STORE_BYTES * 1e6
     total = 0.0
     for wave in range(0, tiles, sm_count):
