@@ -21,7 +21,7 @@ from sigdnn.plan_builders.cute.conv_wgrad import (
     split_count,
     wgrad_tile_configs,
 )
-from sigdnn.plan_builders.cute.gemm_layout import GemmSpec
+from sigdnn.plan_builders.cute.gemm_layout import GemmProblem, GemmSpec
 from sigdnn.plan_builders.cute.matmul import parse_config
 
 
@@ -235,8 +235,73 @@ def test_tensors_of_2_31_elements_are_declined_and_just_below_taken() -> None:
     assert plan_wgrad(below.node_by_name("wgrad"), below, 132).splits >= 1
 
 
+def test_an_im2col_matrix_past_2_31_elements_is_declined_though_every_tensor_fits() -> None:
+    g = wgrad_graph((256, 512, 56, 56), (512, 512, 3, 3))  # x and dy 411M elements, im2col 802816 x 4608 = 3.7G
+    with pytest.raises(NotSupported, match="im2col matrix past 2"):
+        plan_wgrad(g.node_by_name("wgrad"), g, 132)
+
+
 def test_the_implicit_plan_assumes_the_h200s_132_sms_unless_told() -> None:
     g = wgrad_graph((256, 64, 56, 56), (64, 64, 1, 1), padding=(0, 0))  # one 64 x 64 tile a slice
     node = g.node_by_name("wgrad")
     assert plan_wgrad_implicit(node, g) == plan_wgrad_implicit(node, g, 132)
     assert plan_wgrad_implicit(node, g, 132).splits == 131 != plan_wgrad_implicit(node, g, 133).splits
+
+
+def mixed_graph(x_dtype: str, dy_dtype: str, dw_dtype: str) -> sigdnn.Graph:
+    g = sigdnn.Graph("wgrad", io_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", (2, 16, 9, 11), layout="NHWC", dtype=x_dtype)
+    dy = g.tensor("dy", (2, 24, 9, 11), layout="NHWC", dtype=dy_dtype)
+    g.conv_wgrad(x, dy, dims=(24, 16, 3, 3), padding=(1, 1), name="wgrad").set_output(True).set_data_type(dw_dtype)
+    return g
+
+
+@pytest.mark.parametrize(
+    "dtypes",
+    [("bfloat16", "float16", "bfloat16"), ("float32", "float32", "float32"), ("bfloat16", "bfloat16", "int32")],
+)
+def test_dtypes_off_the_kernels_are_declined(dtypes: tuple[str, str, str]) -> None:
+    g = mixed_graph(*dtypes)
+    with pytest.raises(NotSupported, match="dtypes x"):
+        plan_wgrad(g.node_by_name("wgrad"), g, 132)
+    g = mixed_graph("float16", "float16", "float32")  # both inputs 16-bit and alike, dw wider: taken
+    assert plan_wgrad(g.node_by_name("wgrad"), g, 132).out_dtype == "float32"
+
+
+def test_the_im2col_gemm_by_hand() -> None:
+    """conv2_3x3 (64 x 576 out of 200704 pixels): 5 tiles of 128x128, so 2 * 132 / 5 -> 53 slices wanted, 49
+    the largest divisor of 200704 = 2^12 * 7^2 at most 53 with slices of 8k pixels: 4096 each."""
+    g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 132)
+    assert view.splits == 49
+    assert view.problem == GemmProblem(64, 576, 4096, 49, 64, 576, 576, 4096 * 64, 4096 * 576, 64 * 576)
+
+
+def test_split_count_takes_two_slices_when_two_fill_the_waves() -> None:
+    assert split_count(1536, 132, 132) == 2  # 132 tiles: two slices for two waves
+    assert split_count(1536, 133, 132) == 2
+    assert split_count(1536, 264, 132) == 1
+
+
+def test_workspace_holds_the_im2col_matrix_rounded_to_256_bytes_then_the_partials() -> None:
+    g = wgrad_graph()  # 198 x 144 bf16: 57024 bytes, 57088 rounded
+    assert plan_wgrad(g.node_by_name("wgrad"), g, 132).workspace_bytes == 57088
+    g = wgrad_graph((4, 8, 32, 32), (16, 8, 3, 3))  # one tile, one SM: two slices of the 4096 pixels
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 1)
+    assert view.splits == 2 and view.workspace_bytes == 4096 * 72 * 2 + 2 * 16 * 72 * 4
+    implicit = wgrad_graph((4, 64, 32, 32), (16, 64, 3, 3))
+    view = plan_wgrad_implicit(implicit.node_by_name("wgrad"), implicit, 132, None, 2)
+    assert view.workspace_bytes == 2 * 16 * 576 * 4
+
+
+def test_the_im2col_plan_assumes_the_h200s_132_sms_unless_told() -> None:
+    g = wgrad_graph((133, 64, 32, 32), (64, 64, 1, 1), padding=(0, 0))  # one tile; 136192 = 2^10 * 7 * 19 pixels
+    node = g.node_by_name("wgrad")
+    assert plan_wgrad(node, g).splits == plan_wgrad(node, g, 132).splits == 224
+    assert plan_wgrad(node, g, 133).splits == 266
+
+
+def test_the_builders_register_as_cute_gpu_conv_wgrad_builders() -> None:
+    for builder in (CuteConvWgradBuilder, CuteConvWgradImplicitBuilder):
+        assert (builder.library, builder.device, builder.ops) == ("cute", "gpu", ("conv_wgrad",))
+    assert CuteConvWgradImplicitBuilder.priority > CuteConvWgradBuilder.priority  # no im2col pass: first
