@@ -19,6 +19,7 @@ from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
+from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch, int32_cells
 
 _THREADS = 256
 
@@ -70,11 +71,7 @@ class FilterFlipLaunch:
     """One filter's flip: the extents are fixed, the pointers and stream are not."""
 
     def __init__(self, dtype: str, krsc: tuple[int, int, int, int]) -> None:
-        self._dtype = DTYPES[dtype]
-        self._fn = compiled(dtype)
-        self._scalars = [Int32(v) for v in krsc]
+        self._launch = PackedLaunch(compiled(dtype), 2, int32_cells(*krsc), "filter flip")
 
     def __call__(self, w_ptr: int, out_ptr: int, stream: int) -> None:
-        w = make_ptr(self._dtype, w_ptr, cute.AddressSpace.gmem, assumed_align=16)
-        out = make_ptr(self._dtype, out_ptr, cute.AddressSpace.gmem, assumed_align=16)
-        self._fn(w, out, *self._scalars, cuda.CUstream(stream))
+        self._launch((w_ptr, out_ptr), stream)

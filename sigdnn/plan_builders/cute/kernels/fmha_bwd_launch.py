@@ -24,7 +24,7 @@ from cutlass.cute.runtime import make_ptr
 from sigdnn.plan_builders.cute import sdpa_backward_layout
 from sigdnn.plan_builders.cute.kernels import fmha_bwd_sm90
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
-from sigdnn.plan_builders.cute.kernels.launch import _Cell
+from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch, _Cell, int32_cells
 from sigdnn.plan_builders.cute.sdpa_backward_layout import BwdProblem, BwdSpec
 
 KERNELS = ("pre", "main", "convert")
@@ -67,41 +67,6 @@ def compiled(spec: BwdSpec, kernel: str) -> Any:
     return _CACHE.get(key, _key_name(spec, kernel), lambda: _compile(spec, kernel))
 
 
-class _Launch:
-    """One kernel's launch: pointer cells and the stream rewritten per call, every other argument fixed."""
-
-    def __init__(self, fn: Any, pointers: int, scalars: list[_Cell]) -> None:
-        self._executor = fn.to()
-        self.ptrs = tuple(_Cell(ctypes.c_void_p, 0) for _ in range(pointers))
-        self.stream = _Cell(ctypes.c_void_p, 0)
-        cells = (*self.ptrs, *scalars, self.stream)
-        args, _ = self._executor.generate_execution_args(*cells)
-        self._cells = cells
-        self._args = [ctypes.c_void_p(x) for x in args]
-        ex = self._executor
-        pack = getattr(ex, "_get_invoke_packed_args", None)
-        self._packed = None
-        if pack is not None and hasattr(ex, "capi_func") and hasattr(ex, "_has_cuda_result"):
-            shared = pack(self._args)
-            self._packed = (ctypes.c_void_p * len(shared))(*shared)
-
-    def __call__(self, ptrs: tuple[int, ...], stream: int) -> None:
-        for cell, ptr in zip(self.ptrs, ptrs, strict=True):
-            cell.value.value = ptr
-        self.stream.value.value = stream
-        ex = self._executor
-        if self._packed is None:
-            ex.run_compiled_program(self._args)
-            return
-        ex.capi_func(self._packed)
-        if ex._has_cuda_result and ex.cuda_result.value != 0:
-            raise RuntimeError(f"SDPA backward launch failed: CUDA error {ex.cuda_result.value}")
-
-
-def _ints(*values: int) -> list[_Cell]:
-    return [_Cell(ctypes.c_int32, v) for v in values]
-
-
 def _longs(*values: int) -> list[_Cell]:
     return [_Cell(ctypes.c_int64, v) for v in values]
 
@@ -118,22 +83,25 @@ class FmhaBwdLaunch:
     def __init__(self, spec: BwdSpec, problem: BwdProblem) -> None:
         self.spec, self.problem = spec, problem
         p = problem
-        self._pre = _Launch(
+        self._pre = PackedLaunch(
             compiled(spec, "pre"),
             6,
-            _ints(p.batch, p.heads, p.sq, p.sq_pad) + _longs(*p.o_strides, *p.do_strides, *p.stats_strides),
+            int32_cells(p.batch, p.heads, p.sq, p.sq_pad) + _longs(*p.o_strides, *p.do_strides, *p.stats_strides),
+            "SDPA backward",
         )
-        self._main = _Launch(
+        self._main = PackedLaunch(
             compiled(spec, "main"),
             9,
-            _ints(p.batch, p.heads, p.groups, p.sq, p.skv, p.sq_pad)
+            int32_cells(p.batch, p.heads, p.groups, p.sq, p.skv, p.sq_pad)
             + _longs(*p.q_strides, *p.k_strides, *p.v_strides, *p.do_strides, *p.dk_strides, *p.dv_strides)
             + [_float(p.scale_log2), _float(p.attn_scale)],
+            "SDPA backward",
         )
-        self._convert = _Launch(
+        self._convert = PackedLaunch(
             compiled(spec, "convert"),
             2,
-            _ints(p.batch, p.heads, p.sq, p.sq_pad) + _longs(*p.dq_strides) + [_float(p.attn_scale)],
+            int32_cells(p.batch, p.heads, p.sq, p.sq_pad) + _longs(*p.dq_strides) + [_float(p.attn_scale)],
+            "SDPA backward",
         )
         self._lock = threading.Lock()
 

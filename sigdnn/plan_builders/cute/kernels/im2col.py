@@ -25,6 +25,7 @@ from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
+from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch, int32_cells
 
 VECTOR = 8  # channels per thread: 16 bytes
 _THREADS = 256
@@ -133,11 +134,7 @@ class Im2colLaunch:
     def __init__(self, dtype: str, extents: tuple[int, ...]) -> None:
         if len(extents) != 14:
             raise ValueError("im2col takes n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w")
-        self._dtype = DTYPES[dtype]
-        self._fn = compiled(dtype)
-        self._scalars = [Int32(v) for v in extents]
+        self._launch = PackedLaunch(compiled(dtype), 2, int32_cells(*extents), "im2col")
 
     def __call__(self, x_ptr: int, a_ptr: int, stream: int) -> None:
-        x = make_ptr(self._dtype, x_ptr, cute.AddressSpace.gmem, assumed_align=16)
-        a = make_ptr(self._dtype, a_ptr, cute.AddressSpace.gmem, assumed_align=16)
-        self._fn(x, a, *self._scalars, cuda.CUstream(stream))
+        self._launch((x_ptr, a_ptr), stream)

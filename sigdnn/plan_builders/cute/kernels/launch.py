@@ -93,6 +93,45 @@ class _Cell:
         return [ctypes.addressof(self.value)]
 
 
+class PackedLaunch:
+    """One kernel's launch through its compiled handle: pointer cells and the stream rewritten per call, every
+    other argument fixed when made (the GEMM's path below, for the small kernels: a call through the compiled
+    function itself, which wraps each argument anew, cost the split-K reduction about 26 us of host time a
+    launch on the H200, more than the kernel)."""
+
+    def __init__(self, fn: Any, pointers: int, scalars: list[_Cell], what: str) -> None:
+        self._executor = fn.to()
+        self._what = what
+        self.ptrs = tuple(_Cell(ctypes.c_void_p, 0) for _ in range(pointers))
+        self.stream = _Cell(ctypes.c_void_p, 0)
+        cells = (*self.ptrs, *scalars, self.stream)
+        args, _ = self._executor.generate_execution_args(*cells)
+        self._cells = cells
+        self._args = [ctypes.c_void_p(x) for x in args]
+        ex = self._executor
+        pack = getattr(ex, "_get_invoke_packed_args", None)
+        self._packed = None
+        if pack is not None and hasattr(ex, "capi_func") and hasattr(ex, "_has_cuda_result"):
+            shared = pack(self._args)  # the executor's per-thread buffer: copy it
+            self._packed = (ctypes.c_void_p * len(shared))(*shared)
+
+    def __call__(self, ptrs: tuple[int, ...], stream: int) -> None:
+        for cell, ptr in zip(self.ptrs, ptrs, strict=True):
+            cell.value.value = ptr
+        self.stream.value.value = stream
+        ex = self._executor
+        if self._packed is None:
+            ex.run_compiled_program(self._args)
+            return
+        ex.capi_func(self._packed)
+        if ex._has_cuda_result and ex.cuda_result.value != 0:
+            raise RuntimeError(f"{self._what} launch failed: CUDA error {ex.cuda_result.value}")
+
+
+def int32_cells(*values: int) -> list[_Cell]:
+    return [_Cell(ctypes.c_int32, v) for v in values]
+
+
 class GemmLaunch:
     """One problem's launch: the extents and strides are fixed, pointers and stream are not."""
 

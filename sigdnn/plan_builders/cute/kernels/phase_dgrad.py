@@ -36,6 +36,7 @@ from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
+from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch, int32_cells
 
 _THREADS = 256
 
@@ -153,21 +154,19 @@ class _Table:
         (err,) = cuda.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes)
         if err != cuda.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"phase table: cuMemcpyHtoD failed ({err})")
-        self.ptr = _ptr(cutlass.Int32, int(ptr), 4)
+        self.address = int(ptr)
 
 
 class PhaseGatherLaunch:
     """One dgrad's sub-filter gather: the table (dgrad_phases.PhaseLayout.gather) and extents are fixed."""
 
     def __init__(self, dtype: str, table: Sequence[int], k: int, taps: int, c: int, span: int) -> None:
-        self._dtype = DTYPES[dtype]
-        self._fn = compiled("gather", dtype)
         self._table = _Table(self, table)
-        self._scalars = [Int32(v) for v in (len(table) // 3, k, taps, c, span)]
+        scalars = int32_cells(len(table) // 3, k, taps, c, span)
+        self._launch = PackedLaunch(compiled("gather", dtype), 3, scalars, "phase gather")
 
     def __call__(self, w_ptr: int, out_ptr: int, stream: int) -> None:
-        w, out = _ptr(self._dtype, w_ptr), _ptr(self._dtype, out_ptr)
-        self._fn(w, self._table.ptr, out, *self._scalars, cuda.CUstream(stream))
+        self._launch((w_ptr, self._table.address, out_ptr), stream)
 
 
 class PhaseInterleaveLaunch:
@@ -175,11 +174,9 @@ class PhaseInterleaveLaunch:
 
     def __init__(self, dtype: str, table: Sequence[int], nhwc: tuple[int, int, int, int], stride: tuple[int, int],
                  span: int) -> None:  # fmt: skip
-        self._dtype = DTYPES[dtype]
-        self._fn = compiled("interleave", dtype)
         self._table = _Table(self, table)
-        self._scalars = [Int32(v) for v in (*nhwc, *stride, span)]
+        scalars = int32_cells(*nhwc, *stride, span)
+        self._launch = PackedLaunch(compiled("interleave", dtype), 3, scalars, "phase interleave")
 
     def __call__(self, work_ptr: int, dx_ptr: int, stream: int) -> None:
-        work, dx = _ptr(self._dtype, work_ptr), _ptr(self._dtype, dx_ptr)
-        self._fn(work, self._table.ptr, dx, *self._scalars, cuda.CUstream(stream))
+        self._launch((work_ptr, self._table.address, dx_ptr), stream)

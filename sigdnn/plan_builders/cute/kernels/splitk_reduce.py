@@ -28,6 +28,7 @@ from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
+from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch, int32_cells
 
 _THREADS = 256
 _VEC = 4  # outputs a vector (16 bytes of float32 partials)
@@ -102,11 +103,9 @@ class SplitKReduceLaunch:
     def __init__(self, dtype: str, total: int, splits: int) -> None:
         if total % _VEC:
             raise ValueError(f"{total} outputs: the reduction takes a multiple of {_VEC}")
-        self._dtype = DTYPES[dtype]
-        self._fn = compiled(dtype, lanes_for(splits))
-        self._scalars = [Int32(total), Int32(splits)]
+        self._launch = PackedLaunch(
+            compiled(dtype, lanes_for(splits)), 2, int32_cells(total, splits), "split-K reduction"
+        )
 
     def __call__(self, parts_ptr: int, out_ptr: int, stream: int) -> None:
-        parts = make_ptr(cutlass.Float32, parts_ptr, cute.AddressSpace.gmem, assumed_align=16)
-        out = make_ptr(self._dtype, out_ptr, cute.AddressSpace.gmem, assumed_align=16)
-        self._fn(parts, out, *self._scalars, cuda.CUstream(stream))
+        self._launch((parts_ptr, out_ptr), stream)
