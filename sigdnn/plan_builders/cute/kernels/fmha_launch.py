@@ -23,7 +23,7 @@ from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.kernels import fmha_sm90
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
-from sigdnn.plan_builders.cute.kernels.launch import _Cell
+from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch, _Cell
 from sigdnn.plan_builders.cute.sdpa_layout import FmhaConfig, FmhaProblem, FmhaSpec
 
 _CACHE = CompileCache()
@@ -59,9 +59,6 @@ class FmhaLaunch:
 
     def __init__(self, spec: FmhaSpec, config: FmhaConfig, problem: FmhaProblem, sm_count: int) -> None:
         self.spec, self.config, self.problem = spec, config, problem
-        self._executor = compiled(spec, config).to()
-        self._ptrs = tuple(_Cell(ctypes.c_void_p, 0) for _ in range(5))  # q, k, v, o, stats
-        self._stream = _Cell(ctypes.c_void_p, 0)
         p = problem
         ints = [_Cell(ctypes.c_int32, x) for x in (p.batch, p.heads, p.groups, p.sq, p.skv)]
         strides = [
@@ -70,16 +67,8 @@ class FmhaLaunch:
         scale = _Cell(ctypes.c_float, 0)
         scale.value.value = p.scale_log2
         ctas = _Cell(ctypes.c_int32, p.ctas(config, sm_count))
-        cells = (*self._ptrs, *ints, *strides, scale, ctas, self._stream)
-        args, _ = self._executor.generate_execution_args(*cells)
-        self._cells = cells
-        self._args = [ctypes.c_void_p(x) for x in args]
-        ex = self._executor
-        pack = getattr(ex, "_get_invoke_packed_args", None)
-        self._packed = None
-        if pack is not None and hasattr(ex, "capi_func") and hasattr(ex, "_has_cuda_result"):
-            shared = pack(self._args)
-            self._packed = (ctypes.c_void_p * len(shared))(*shared)
+        # q, k, v, o, stats
+        self._launch = PackedLaunch(compiled(spec, config), 5, [*ints, *strides, scale, ctas], "SDPA")
         self._lock = threading.Lock()
 
     def __call__(self, q: int, k: int, v: int, o: int, stats: int, stream: int) -> None:
@@ -89,13 +78,4 @@ class FmhaLaunch:
         if self.spec.stats and not stats:
             raise ValueError("this specialization writes stats: give its address")
         with self._lock:
-            for cell, ptr in zip(self._ptrs, (q, k, v, o, stats), strict=True):
-                cell.value.value = ptr
-            self._stream.value.value = stream
-            ex = self._executor
-            if self._packed is None:
-                ex.run_compiled_program(self._args)
-                return
-            ex.capi_func(self._packed)
-            if ex._has_cuda_result and ex.cuda_result.value != 0:
-                raise RuntimeError(f"SDPA launch failed: CUDA error {ex.cuda_result.value}")
+            self._launch((q, k, v, o, stats), stream)

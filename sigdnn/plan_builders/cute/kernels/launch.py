@@ -93,39 +93,46 @@ class _Cell:
         return [ctypes.addressof(self.value)]
 
 
+def packed_args(executor: Any, args: list[Any]) -> Any:
+    """A private copy of the executor's packed argument array (None where this DSL has none)."""
+    pack = getattr(executor, "_get_invoke_packed_args", None)
+    if pack is None or not hasattr(executor, "capi_func") or not hasattr(executor, "_has_cuda_result"):
+        return None
+    shared = pack(args)  # the executor's per-thread buffer: copy it
+    return (ctypes.c_void_p * len(shared))(*shared)
+
+
+def invoke(executor: Any, packed: Any, args: list[Any], what: str) -> None:
+    """Call the compiled host entry with the packed array (or, without one, the DSL's own path)."""
+    if packed is None:
+        executor.run_compiled_program(args)
+        return
+    executor.capi_func(packed)
+    if executor._has_cuda_result and executor.cuda_result.value != 0:
+        raise RuntimeError(f"{what} launch failed: CUDA error {executor.cuda_result.value}")
+
+
 class PackedLaunch:
     """One kernel's launch through its compiled handle: pointer cells and the stream rewritten per call, every
-    other argument fixed when made (the GEMM's path below, for the small kernels: a call through the compiled
-    function itself, which wraps each argument anew, cost the split-K reduction about 26 us of host time a
-    launch on the H200, more than the kernel)."""
+    other argument fixed when made (for the small kernels, a call through the compiled function itself, which
+    wraps each argument anew, cost the split-K reduction about 26 us of host time a launch on the H200, more
+    than the kernel)."""
 
     def __init__(self, fn: Any, pointers: int, scalars: list[_Cell], what: str) -> None:
         self._executor = fn.to()
         self._what = what
         self.ptrs = tuple(_Cell(ctypes.c_void_p, 0) for _ in range(pointers))
         self.stream = _Cell(ctypes.c_void_p, 0)
-        cells = (*self.ptrs, *scalars, self.stream)
-        args, _ = self._executor.generate_execution_args(*cells)
-        self._cells = cells
+        self._cells = (*self.ptrs, *scalars, self.stream)
+        args, _ = self._executor.generate_execution_args(*self._cells)
         self._args = [ctypes.c_void_p(x) for x in args]
-        ex = self._executor
-        pack = getattr(ex, "_get_invoke_packed_args", None)
-        self._packed = None
-        if pack is not None and hasattr(ex, "capi_func") and hasattr(ex, "_has_cuda_result"):
-            shared = pack(self._args)  # the executor's per-thread buffer: copy it
-            self._packed = (ctypes.c_void_p * len(shared))(*shared)
+        self._packed = packed_args(self._executor, self._args)
 
     def __call__(self, ptrs: tuple[int, ...], stream: int) -> None:
         for cell, ptr in zip(self.ptrs, ptrs, strict=True):
             cell.value.value = ptr
         self.stream.value.value = stream
-        ex = self._executor
-        if self._packed is None:
-            ex.run_compiled_program(self._args)
-            return
-        ex.capi_func(self._packed)
-        if ex._has_cuda_result and ex.cuda_result.value != 0:
-            raise RuntimeError(f"{self._what} launch failed: CUDA error {ex.cuda_result.value}")
+        invoke(self._executor, self._packed, self._args, self._what)
 
 
 def int32_cells(*values: int) -> list[_Cell]:
@@ -159,22 +166,10 @@ class GemmLaunch:
         self._lock = threading.Lock()
 
     def _pack(self, args: list[Any]) -> Any:
-        """A private copy of the executor's packed argument array (None where this DSL has none)."""
-        ex = self._executor
-        pack = getattr(ex, "_get_invoke_packed_args", None)
-        if pack is None or not hasattr(ex, "capi_func") or not hasattr(ex, "_has_cuda_result"):
-            return None
-        shared = pack(args)  # the executor's per-thread buffer: copy it
-        return (ctypes.c_void_p * len(shared))(*shared)
+        return packed_args(self._executor, args)
 
     def _run(self) -> None:
-        ex = self._executor
-        if self._packed is None:
-            ex.run_compiled_program(self._args)
-            return
-        ex.capi_func(self._packed)
-        if ex._has_cuda_result and ex.cuda_result.value != 0:
-            raise RuntimeError(f"GEMM launch failed: CUDA error {ex.cuda_result.value}")
+        invoke(self._executor, self._packed, self._args, "GEMM")
 
     def __call__(
         self, a_ptr: int, b_ptr: int, c_ptr: int, stream: int, bias_ptr: int = 0, scale_ptrs: tuple[int, ...] = ()
