@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -664,8 +665,6 @@ def wgrad_sweep(shape, sm_count: int) -> list[tuple[str, int]]:
 def wgrad_grid(shape, sm_count: int) -> list[tuple[str, int]]:
     """Every tile config at one slice, the model's best count for it, the counts a quarter below and above,
     and the most slices that fit one wave: the data the model's figures are fitted to."""
-    import math
-
     from sigdnn.plan_builders.cute.conv_wgrad import best_splits, split_choices, wgrad_tile_configs
 
     choices = split_choices(shape.npq)
@@ -691,6 +690,45 @@ PREVIOUS_DEFAULTS = {
 }
 
 
+def wgrad_layer(name: str, gen: torch.Generator | None = None):
+    """A unit-stride RESNET50_LAYERS layer's wgrad at batch 64: x and dy (bf16 NHWC, dy / 64), an empty dw,
+    the graph and its node."""
+    import sigdnn
+
+    c, hw, k, r, _ = RESNET50_LAYERS[name]
+    x = torch.randn(64, c, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    dy = (torch.randn(64, k, hw, hw, device="cuda", generator=gen) / 64).to(torch.bfloat16)
+    dy = dy.to(memory_format=torch.channels_last)
+    dw = torch.empty(k, c, r, r, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
+    tx, tdy = g.tensor("x", x.shape, layout="NHWC"), g.tensor("dy", dy.shape, layout="NHWC")
+    g.conv_wgrad(tx, tdy, padding=(r // 2, r // 2), dims=(k, c, r, r), name="wgrad").set_output(True).set_name("dw")
+    return x, dy, dw, g, g.node_by_name("wgrad")
+
+
+def wgrad_launch(g, label: str, splits: int, tensors: tuple, sm_count: int, stream: int):
+    """The implicit wgrad of ``g``'s node in one tile config and slice count, launched through its handles:
+    the conv into dw (one slice) or into float32 partials, then the reduction. Returns (view, launch)."""
+    from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
+    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+    from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
+
+    x, dy, dw = tensors
+    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, sm_count, parse_config(label), splits)
+    conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
+    if view.splits == 1:
+        return view, functools.partial(conv, dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
+    reduce = SplitKReduceLaunch("bfloat16", view.shape.k * view.shape.rsc, view.splits)
+    parts = torch.empty(view.workspace_bytes, device="cuda", dtype=torch.uint8)
+
+    def launch() -> None:
+        conv(dy.data_ptr(), x.data_ptr(), parts.data_ptr(), stream)
+        reduce(parts.data_ptr(), dw.data_ptr(), stream)
+
+    return view, launch
+
+
 def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
     """bf16 NHWC conv wgrad against cuDNN's, batch 64: the implicit GEMM per tile config and slice count.
 
@@ -703,8 +741,6 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
     """
     import sigdnn
     from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
-    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
-    from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
 
     torch.backends.cudnn.benchmark = True
     stream = torch.cuda.current_stream().cuda_stream
@@ -713,15 +749,7 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
             continue
         pad = r // 2
         gen = torch.Generator(device="cuda").manual_seed(c + hw + k + 2)
-        x = torch.randn(64, c, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
-        x = x.to(memory_format=torch.channels_last)
-        dy = (torch.randn(64, k, hw, hw, device="cuda", generator=gen) / 64).to(torch.bfloat16)
-        dy = dy.to(memory_format=torch.channels_last)
-        dw = torch.empty(k, c, r, r, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-        g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
-        tx, tdy = g.tensor("x", x.shape, layout="NHWC"), g.tensor("dy", dy.shape, layout="NHWC")
-        g.conv_wgrad(tx, tdy, padding=(pad, pad), dims=(k, c, r, r), name="wgrad").set_output(True).set_name("dw")
-        node = g.node_by_name("wgrad")
+        x, dy, dw, g, node = wgrad_layer(name, gen)
 
         def wgrad_torch(x=x, dy=dy, pad=pad, shape=(k, c, r, r)):
             return torch.nn.grad.conv2d_weight(x, shape, dy, padding=pad)
@@ -732,18 +760,7 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
         if args.wgrad_grid:
             extra += wgrad_grid(default.shape, sm_count)
         for label, splits in dict.fromkeys([*wgrad_sweep(default.shape, sm_count), *extra]):
-            view = plan_wgrad_implicit(node, g, sm_count, parse_config(label), splits)
-            conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
-            if splits == 1:
-                fn = functools.partial(conv, dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
-            else:
-                reduce = SplitKReduceLaunch("bfloat16", k * view.shape.rsc, splits)
-                parts = torch.empty(view.workspace_bytes, device="cuda", dtype=torch.uint8)
-
-                def fn(conv=conv, reduce=reduce, parts=parts, dy=dy, x=x, dw=dw):
-                    conv(dy.data_ptr(), x.data_ptr(), parts.data_ptr(), stream)
-                    reduce(parts.data_ptr(), dw.data_ptr(), stream)
-
+            view, fn = wgrad_launch(g, label, splits, (x, dy, dw), sm_count, stream)
             mark = " (default)" if (view.config, splits) == (default.config, default.splits) else ""
             impls[f"cute implicit {label} x{splits}{mark}"] = fn
         for engine in ("cute.conv_wgrad_implicit", "cute.conv_wgrad"):

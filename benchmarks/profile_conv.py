@@ -19,7 +19,7 @@ import argparse
 from collections.abc import Callable
 
 import torch
-from gpu_cute import RESNET50_LAYERS, conv_layer_graph
+from gpu_cute import RESNET50_LAYERS, conv_layer_graph, wgrad_launch, wgrad_layer
 
 
 def main() -> None:
@@ -72,41 +72,19 @@ def fprop_kernels(name: str, configs: list[str]) -> dict[str, Callable[[], objec
 def wgrad_kernels(name: str, pairs: list[str]) -> dict[str, Callable[[], object]]:
     """cuDNN's conv2d_weight and the CuTe implicit wgrad's launches (the default tile and slices, then each
     LABEL:SLICES of ``pairs``): the conv into dw or float32 partials, then the reduction."""
-    import sigdnn
     from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
-    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
-    from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
-    from sigdnn.plan_builders.cute.matmul import parse_config
 
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     stream = torch.cuda.current_stream().cuda_stream
-    c, hw, k, r, stride = RESNET50_LAYERS[name]
+    c, _, k, r, stride = RESNET50_LAYERS[name]
     if stride != 1:
         raise SystemExit(f"{name}: the implicit wgrad profiles unit-stride layers")
-    x = torch.randn(64, c, hw, hw, device="cuda").to(torch.bfloat16).to(memory_format=torch.channels_last)
-    dy = (torch.randn(64, k, hw, hw, device="cuda") / 64).to(torch.bfloat16).to(memory_format=torch.channels_last)
-    dw = torch.empty(k, c, r, r, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-    g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
-    tx, tdy = g.tensor("x", x.shape, layout="NHWC"), g.tensor("dy", dy.shape, layout="NHWC")
-    g.conv_wgrad(tx, tdy, padding=(r // 2, r // 2), dims=(k, c, r, r), name="wgrad").set_output(True)
-    node = g.node_by_name("wgrad")
+    x, dy, dw, g, node = wgrad_layer(name)
     default = plan_wgrad_implicit(node, g, sm_count)
     kernels = {"cudnn": lambda: torch.nn.grad.conv2d_weight(x, (k, c, r, r), dy, padding=r // 2)}
     for pair in [f"{default.config.label}:{default.splits}", *pairs]:
         label, splits = pair.split(":")
-        view = plan_wgrad_implicit(node, g, sm_count, parse_config(label), int(splits))
-        conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
-        if view.splits == 1:
-            kernels[pair] = lambda conv=conv: conv(dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
-            continue
-        reduce = SplitKReduceLaunch("bfloat16", k * view.shape.rsc, view.splits)
-        parts = torch.empty(view.workspace_bytes, device="cuda", dtype=torch.uint8)
-
-        def run(conv=conv, reduce=reduce, parts=parts) -> None:
-            conv(dy.data_ptr(), x.data_ptr(), parts.data_ptr(), stream)
-            reduce(parts.data_ptr(), dw.data_ptr(), stream)
-
-        kernels[pair] = run
+        kernels[pair] = wgrad_launch(g, label, int(splits), (x, dy, dw), sm_count, stream)[1]
     return kernels
 
 

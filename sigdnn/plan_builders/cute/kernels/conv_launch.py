@@ -31,7 +31,7 @@ from sigdnn.plan_builders.cute.conv_implicit import SplitK, split_k_plan
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, resident_clusters
 from sigdnn.plan_builders.cute.kernels import conv_sm90, conv_wgrad_sm90, gemm_sm90
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
-from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell
+from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, packed_args
 
 # (kind, spatial rank) -> (kernel class, launch scalars: the geometry (conv_implicit.ImplicitConv's) and, for
 # the wgrad, the reduction's slice length and slice count). An fprop also takes the split-K workspace and
@@ -119,7 +119,7 @@ class ConvLaunch(GemmLaunch):
         self._cells = (self._a, self._b, self._c, self._bias, *extra, *scalars, self._stream)
         args, _ = self._executor.generate_execution_args(*self._cells)
         self._args = [ctypes.c_void_p(x) for x in args]
-        self._packed = self._pack(self._args)
+        self._packed = packed_args(self._executor, self._args)
         self._lock = threading.Lock()
 
     def _allocate_workspace(self, nbytes: int) -> int:

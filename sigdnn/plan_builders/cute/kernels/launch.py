@@ -162,11 +162,8 @@ class GemmLaunch:
         self._cells = (self._a, self._b, self._c, self._bias, *self._scales, *scalars, self._stream)
         args, _ = self._executor.generate_execution_args(*self._cells)
         self._args = [ctypes.c_void_p(x) for x in args]
-        self._packed = self._pack(self._args)
+        self._packed = packed_args(self._executor, self._args)
         self._lock = threading.Lock()
-
-    def _pack(self, args: list[Any]) -> Any:
-        return packed_args(self._executor, args)
 
     def _run(self) -> None:
         invoke(self._executor, self._packed, self._args, "GEMM")
