@@ -711,14 +711,21 @@ def wgrad_launch(g, label: str, splits: int, tensors: tuple, sm_count: int, stre
     """The implicit wgrad of ``g``'s node in one tile config and slice count, launched through its handles:
     the conv into dw (one slice) or into float32 partials, then the reduction. Returns (view, launch)."""
     from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
+
+    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, sm_count, parse_config(label), splits)
+    return view, view_launch(view, tensors, sm_count, stream)
+
+
+def view_launch(view, tensors: tuple, sm_count: int, stream: int):
+    """An implicit or row wgrad view's launches through their handles: the conv into dw (one slice) or into
+    float32 partials, then the reduction."""
     from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
     from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
 
     x, dy, dw = tensors
-    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, sm_count, parse_config(label), splits)
-    conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
+    conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, view.kind)
     if view.splits == 1:
-        return view, functools.partial(conv, dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
+        return functools.partial(conv, dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
     reduce = SplitKReduceLaunch("bfloat16", view.shape.k * view.shape.rsc, view.splits)
     parts = torch.empty(view.workspace_bytes, device="cuda", dtype=torch.uint8)
 
@@ -726,7 +733,7 @@ def wgrad_launch(g, label: str, splits: int, tensors: tuple, sm_count: int, stre
         conv(dy.data_ptr(), x.data_ptr(), parts.data_ptr(), stream)
         reduce(parts.data_ptr(), dw.data_ptr(), stream)
 
-    return view, launch
+    return launch
 
 
 def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
@@ -740,7 +747,8 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
     included) and the im2col + GEMM builder through the Executor.
     """
     import sigdnn
-    from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
+    from sigdnn.errors import NotSupported
+    from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit, plan_wgrad_rows
 
     torch.backends.cudnn.benchmark = True
     stream = torch.cuda.current_stream().cuda_stream
@@ -763,7 +771,18 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
             view, fn = wgrad_launch(g, label, splits, (x, dy, dw), sm_count, stream)
             mark = " (default)" if (view.config, splits) == (default.config, default.splits) else ""
             impls[f"cute implicit {label} x{splits}{mark}"] = fn
-        for engine in ("cute.conv_wgrad_implicit", "cute.conv_wgrad"):
+        engines = ["cute.conv_wgrad_implicit", "cute.conv_wgrad"]
+        try:
+            row_view = plan_wgrad_rows(node, g, sm_count)
+        except NotSupported:
+            row_view = None
+        if row_view is not None:
+            engines.insert(0, "cute.conv_wgrad_rows")
+            for splits in dict.fromkeys([row_view.splits, *args.row_slices]):
+                view = plan_wgrad_rows(node, g, sm_count, splits)
+                mark = " (default)" if splits == row_view.splits else ""
+                impls[f"cute rows x{splits}{mark}"] = view_launch(view, (x, dy, dw), sm_count, stream)
+        for engine in engines:
             ex = sigdnn.Executor("gpu", engine=engine)
             plan = ex.prepare(g)
             label = f"{engine} {plan.steps[0].plan.config.label} via Executor"
@@ -995,6 +1014,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--wgrad-pairs", nargs="*", default=[], help="the wgrad part: LABEL:SLICES pairs timed besides the sweep's"
+    )
+    parser.add_argument(
+        "--row-slices",
+        type=int,
+        nargs="*",
+        default=[],
+        help="the wgrad part: slice counts the row wgrad also runs (3x3 layers on 64 channels)",
     )
     parser.add_argument("--wgrad-grid", action="store_true", help="the wgrad part: every tile config (wgrad_grid)")
     parser.add_argument("--json", type=Path)

@@ -163,6 +163,12 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
                 found.append(("wgrad", implicit.spec, implicit.config, 2))
             except NotSupported:
                 pass
+            try:
+                for splits in (None, 1):  # the row wgrad's default, and unsplit (dw directly)
+                    rows = conv_wgrad.plan_wgrad_rows(node, g, SM_COUNT, splits)
+                    found.append(("wgrad_rows", rows.spec, rows.config, 2))
+            except NotSupported:
+                pass
             continue
         if isinstance(node.op, ConvDgrad):
             plan = conv_dgrad.plan_dgrad(node, g)
@@ -206,6 +212,8 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
             found += conv_implicit_specs(wgrad.wgrad_graph(*case), config)
     for case, config, _ in wgrad.UNEVEN_CASES.values():
         found += conv_implicit_specs(wgrad.wgrad_graph(*case), config)
+    for case in wgrad.ROWS_CASES.values():
+        found += conv_implicit_specs(wgrad.wgrad_graph(*case), None)
     return found
 
 
@@ -342,11 +350,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cache", type=Path)
     parser.add_argument("--jobs", type=int, default=2)
-    kinds = ["gemm", "conv", "wgrad", "sdpa", "sdpa_bwd"]
+    kinds = ["gemm", "conv", "wgrad", "wgrad_rows", "sdpa", "sdpa_bwd"]
     parser.add_argument("--only", choices=kinds, help="compile one kind of kernel only")
     args = parser.parse_args()
     os.environ["SIGDNN_CUTE_CACHE"] = str(args.cache)
-    gemm_like = args.only in (None, "gemm", "conv", "wgrad")  # read only when asked for: they import the tests
+    gemm_like = args.only in (
+        None,
+        "gemm",
+        "conv",
+        "wgrad",
+        "wgrad_rows",
+    )  # read only when asked for: they import the tests
     gemms = [("gemm", spec, config, 2) for spec, config in test_specs() + benchmark_specs()] if gemm_like else []
     convs = conv_implicit_test_specs() + conv_implicit_benchmark_specs() if gemm_like else []
     sdpas = [("sdpa", spec, config, 0) for spec, config in sdpa_specs()] if args.only in (None, "sdpa") else []

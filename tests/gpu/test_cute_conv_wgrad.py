@@ -97,6 +97,18 @@ UNEVEN_CASES = {
     ),
 }
 
+# The row wgrad (3x3, 64 channels, padding 1, unit stride; x read a row at a time, the taps from shared memory).
+ROWS = "cute.conv_wgrad_rows"
+ROWS_CASES = {
+    # 112 rows in 38 slices of 3 (the last one row, two past the end), ResNet-50 conv2's width
+    "resnet_width_split": ((2, 64, 56, 56), (64, 64, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
+    # K off the 64-row M tile (three M tiles), an odd width, float32 dw
+    "k136_odd_width_f32": ((3, 64, 13, 37), (136, 64, 3, 3), "float16", "float32", {"padding": (1, 1)}),
+    "full_width_64": ((1, 64, 7, 64), (72, 64, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
+    "one_column": ((2, 64, 5, 1), (16, 64, 3, 3), "bfloat16", "float32", {"padding": (1, 1)}),
+}
+ROWS_SLICES = (1, 2, 7)  # slice counts forced on resnet_width_split (1: dw written directly, no reduction)
+
 
 def wgrad_graph(x_dims, dw_dims, dtype: str, out: str, conv: dict) -> sigdnn.Graph:
     g = sigdnn.Graph("wgrad", io_dtype=dtype, compute_dtype="float32")
@@ -177,4 +189,46 @@ def test_sub_tiles_loaded_in_the_wrong_order_fail_validation(monkeypatch: pytest
     g = wgrad_graph(*CONFIG_CASES["2x2_dilated_asymmetric_k136"][0])
     report = sigdnn.validate(g, seed=37, executor=sigdnn.Executor("gpu", engine=IMPLICIT))
     assert report.builders == {"wgrad": IMPLICIT}
+    assert not report.passed
+
+
+@pytest.mark.parametrize("name", list(ROWS_CASES))
+def test_row_wgrad_validates_against_the_reference(name: str) -> None:
+    g = wgrad_graph(*ROWS_CASES[name])
+    report = sigdnn.validate(g, seed=43, executor=sigdnn.Executor("gpu", engine=ROWS))
+    print(report.table())
+    assert report.builders == {"wgrad": ROWS}
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("splits", ROWS_SLICES)
+def test_row_wgrad_slice_counts_validate(splits: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = conv_wgrad.plan_wgrad_rows
+    monkeypatch.setattr(
+        conv_wgrad, "plan_wgrad_rows", lambda node, graph, sm_count=132: plan(node, graph, sm_count, splits)
+    )
+    g = wgrad_graph(*ROWS_CASES["resnet_width_split"])
+    report = sigdnn.validate(g, seed=47, executor=sigdnn.Executor("gpu", engine=ROWS))
+    assert report.builders == {"wgrad": ROWS}
+    assert report.passed, report.table()
+
+
+def test_row_wgrad_reading_the_wrong_row_fails_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug: x's row one below the filter row's (every load in range or zero-filled) must fail;
+    compiled afresh, past both compile caches."""
+    from sigdnn.plan_builders.cute.kernels import conv_launch, conv_wgrad_rows_sm90
+    from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
+
+    loads = conv_wgrad_rows_sm90.HopperConvWgradRows.copy_b
+
+    def shifted_copy(self, tma_b, tBgB, tBsB, b_tile, k, counters, b_l, stage, barrier, mask):
+        counters = (counters[0], counters[1] + 1, *counters[2:])
+        loads(self, tma_b, tBgB, tBsB, b_tile, k, counters, b_l, stage, barrier, mask)
+
+    monkeypatch.setattr(conv_wgrad_rows_sm90.HopperConvWgradRows, "copy_b", shifted_copy)
+    monkeypatch.setattr(conv_launch, "_CACHE", CompileCache())
+    monkeypatch.setenv("SIGDNN_CUTE_CACHE", "0")
+    g = wgrad_graph(*ROWS_CASES["k136_odd_width_f32"])
+    report = sigdnn.validate(g, seed=43, executor=sigdnn.Executor("gpu", engine=ROWS))
+    assert report.builders == {"wgrad": ROWS}
     assert not report.passed

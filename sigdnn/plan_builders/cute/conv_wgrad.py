@@ -231,6 +231,7 @@ class ImplicitWgrad:
     splits: int
     out_dtype: str
     shape: WgradShape
+    kind: str = "wgrad"  # the conv kernel (conv_launch.KINDS): "wgrad_rows" reads x a row at a time
 
     @property
     def workspace_bytes(self) -> int:
@@ -420,3 +421,74 @@ class CuteConvWgradImplicitBuilder(CuteConvWgradBuilder):
         total = view.shape.k * view.shape.rsc
         reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, total, view.splits)
         return CuteConvWgradImplicitPlan(view, conv, reduce, where)
+
+
+ROWS_CONFIG = GemmConfig(64, 3 * TILE_N, True)  # the row wgrad's one tile: the three taps of a filter row
+ROWS_MAX_Q = 64  # a K step is one output row: Q pixels of the 64-deep step
+
+
+def rows_reason(geometry: tuple[int, ...]) -> str | None:
+    """Why the row wgrad (kernels/conv_wgrad_rows_sm90.py) cannot run this conv, or None when it can."""
+    c, _, r, s, _, q, *rest = geometry[3:]
+    if c != TILE_N or (r, s) != (3, 3):
+        return f"{c} input channels, a {r}x{s} filter; the row wgrad takes 64 channels, 3x3"
+    if tuple(rest) != (1, 1, 1, 1, 1, 1, 1, 1):
+        return "padding, stride or dilation other than 1; the row wgrad takes padding 1, unit stride and dilation"
+    if q > ROWS_MAX_Q:
+        return f"{q} output columns; the row wgrad takes up to {ROWS_MAX_Q} (one row a 64-pixel K step)"
+    return None
+
+
+def row_slices(rows: int) -> list[int]:
+    """Slice counts for ``rows`` output rows: each ceil(rows / S) rows, none empty."""
+    return [d for d in range(1, rows + 1) if -(-rows // -(-rows // d)) == d]
+
+
+def plan_wgrad_rows(node: Node, graph: Graph, sm_count: int = 132, splits: int | None = None) -> ImplicitWgrad:
+    """The row wgrad's view of a node (one slice count), or NotSupported saying why.
+
+    ``splits`` defaults to one wave of tiles: as many slices as the SMs hold
+    the filter's row tiles for (the measured choice, benchmarks/results)."""
+    base = plan_wgrad_implicit(node, graph, sm_count, ROWS_CONFIG, 1)
+    reason = rows_reason(base.geometry)
+    if reason is not None:
+        raise NotSupported(f"node '{node.name}': {reason}")
+    n, p = base.geometry[0], base.geometry[7]
+    rows = n * p
+    tiles = math.ceil(base.shape.k / ROWS_CONFIG.tile_m) * (base.shape.rsc // ROWS_CONFIG.tile_n)
+    choices = row_slices(rows)
+    if splits is None:
+        splits = max(d for d in choices if d * tiles <= max(sm_count, tiles))
+    if splits not in choices:
+        raise NotSupported(f"node '{node.name}': {splits} slices of {rows} rows; supported: {choices}")
+    c_dtype = base.out_dtype if splits == 1 else "float32"
+    spec = attrs.evolve(base.spec, c_dtype=c_dtype)
+    chunk = -(-rows // splits) * TILE_K
+    return attrs.evolve(base, spec=spec, chunk=chunk, splits=splits, kind="wgrad_rows")
+
+
+class CuteConvWgradRowsBuilder(CuteConvWgradImplicitBuilder):
+    """3x3 NHWC conv wgrad on 64 channels, sm_90: x read one row a K step, the three taps from shared memory."""
+
+    name = "cute.conv_wgrad_rows"
+    engine_id = IN_TREE[name]
+    priority = 2  # above cute.conv_wgrad_implicit: a third of its L2 traffic where both apply
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        plan_wgrad_rows(node, graph)
+        CuteConvWgradBuilder.check(self, node, graph, device)
+
+    def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
+        return [ROWS_CONFIG.label]
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+        from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
+
+        self.check(node, graph, context.device)
+        _, sm_count = device_properties(device_id_of(context.device))
+        view = plan_wgrad_rows(node, graph, sm_count)
+        conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, view.kind)
+        total = view.shape.k * view.shape.rsc
+        reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, total, view.splits)
+        return CuteConvWgradImplicitPlan(view, conv, reduce, f"node '{node.name}'")

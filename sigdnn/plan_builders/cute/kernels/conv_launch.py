@@ -29,7 +29,7 @@ from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.conv_implicit import SplitK, split_k_plan
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, resident_clusters
-from sigdnn.plan_builders.cute.kernels import conv_sm90, conv_wgrad_sm90, gemm_sm90
+from sigdnn.plan_builders.cute.kernels import conv_sm90, conv_wgrad_rows_sm90, conv_wgrad_sm90, gemm_sm90
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, packed_args
 
@@ -41,13 +41,14 @@ KINDS = {
     ("fprop", 2): (conv_sm90.HopperConvFprop, 17),
     ("fprop", 3): (conv_sm90.HopperConvFprop3d, 24),
     ("wgrad", 2): (conv_wgrad_sm90.HopperConvWgrad, 19),
+    ("wgrad_rows", 2): (conv_wgrad_rows_sm90.HopperConvWgradRows, 19),
 }
 
 _CACHE = CompileCache(stats=STATS)  # counted with the GEMM's
 _DIGEST = hashlib.sha256(
     b"\0".join(
         [cutlass.__version__.encode()]
-        + [Path(m.__file__).read_bytes() for m in (gemm_sm90, conv_sm90, conv_wgrad_sm90)]
+        + [Path(m.__file__).read_bytes() for m in (gemm_sm90, conv_sm90, conv_wgrad_sm90, conv_wgrad_rows_sm90)]
     )
 ).hexdigest()[:16]
 

@@ -127,7 +127,8 @@ class HopperGemm:
         self.epi_stage = 4 if self.c_dtype.width == 16 else 2
         epi_bytes = math.prod(self.epi_tile) * self.c_dtype.width // 8 * self.epi_stage
         ab_bytes = (tile_m * self.a_dtype.width + tile_n * self.b_dtype.width) * self.tile_k // 8
-        self.ab_stage = (_SMEM_CAPACITY - _BARRIER_BYTES - epi_bytes) // ab_bytes
+        self.stage_budget = _SMEM_CAPACITY - _BARRIER_BYTES - epi_bytes  # shared memory for A and B stages
+        self.ab_stage = self.stage_budget // ab_bytes
         if self.ab_stage < 2:
             raise ValueError(f"tile {tile_m}x{tile_n} leaves {self.ab_stage} pipeline stages")
 
@@ -480,10 +481,7 @@ class HopperGemm:
                 # wgmma partitions per warpgroup: slice at the warpgroup's first thread.
                 thr_mma = tiled_mma.get_slice(wg_idx * _THREADS_PER_WG)
                 is_store_warp = warp_idx == 0
-            tCsA = thr_mma.partition_A(sA)
-            tCsB = thr_mma.partition_B(sB)
-            tCrA = tiled_mma.make_fragment_A(tCsA)
-            tCrB = tiled_mma.make_fragment_B(tCsB)
+            tCrA, tCrB = self.mma_fragments(tiled_mma, thr_mma, sA, sB)
             tCgC = thr_mma.partition_C(gC)
             acc = cute.make_rmem_tensor(tCgC.shape[:3], self.acc_dtype)
             # fp8 promotion: one K tile's products, added to ``acc`` after each tile.
@@ -560,7 +558,7 @@ class HopperGemm:
                         tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
                         for kb in cutlass.range_constexpr(num_k_blocks):
                             coord = (None, None, kb, read_state.index)
-                            cute.gemm(tiled_mma, acc_tile, tCrA[coord], tCrB[coord], acc_tile)
+                            self.mma(tiled_mma, acc_tile, tCrA, tCrB, coord)
                             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                         warpgroup.commit_group()
                         read_state.advance()
@@ -574,7 +572,7 @@ class HopperGemm:
                             tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
                             for kb in cutlass.range_constexpr(num_k_blocks):
                                 coord = (None, None, kb, read_state.index)
-                                cute.gemm(tiled_mma, acc_tile, tCrA[coord], tCrB[coord], acc_tile)
+                                self.mma(tiled_mma, acc_tile, tCrA, tCrB, coord)
                                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                             warpgroup.commit_group()
                             read_state.advance()
@@ -587,7 +585,7 @@ class HopperGemm:
                         warpgroup.fence()
                         for kb in cutlass.range_constexpr(num_k_blocks):
                             coord = (None, None, kb, read_state.index)
-                            cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                            self.mma(tiled_mma, acc, tCrA, tCrB, coord)
                         warpgroup.commit_group()
                         read_state.advance()
                         for _kt in cutlass.range(1, k_count, unroll=1):
@@ -595,7 +593,7 @@ class HopperGemm:
                             warpgroup.fence()
                             for kb in cutlass.range_constexpr(num_k_blocks):
                                 coord = (None, None, kb, read_state.index)
-                                cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                                self.mma(tiled_mma, acc, tCrA, tCrB, coord)
                             warpgroup.commit_group()
                             # Keep one wgmma batch in flight; the one before it is done with its stage.
                             warpgroup.wait_group(1)
@@ -675,6 +673,14 @@ class HopperGemm:
             if const_expr(not self.pingpong):  # noqa: SIM102
                 if is_store_warp:
                     store_pipeline.producer_tail()
+
+    def mma_fragments(self, tiled_mma: Any, thr_mma: Any, sA: cute.Tensor, sB: cute.Tensor) -> tuple[Any, Any]:
+        """This thread's wgmma operands over every stage of A and B: shared-memory descriptors (trace time)."""
+        return tiled_mma.make_fragment_A(thr_mma.partition_A(sA)), tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+
+    def mma(self, tiled_mma: Any, acc: cute.Tensor, tCrA: Any, tCrB: Any, coord: Any) -> None:
+        """acc += one K block of A times B (``coord``: (None, None, K block, stage)), issued (trace time)."""
+        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
 
     def a_tile(self, tAgA: cute.Tensor, m_tile: Int32, a_l: Any) -> cute.Tensor:
         """A's TMA tensor at M tile ``m_tile``, indexed by K tile next (trace time)."""
