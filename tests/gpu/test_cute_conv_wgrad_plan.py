@@ -10,12 +10,16 @@ from sigdnn.plan_builders.cute.conv_wgrad import (
     ALTERNATIVES,
     CuteConvWgradBuilder,
     CuteConvWgradImplicitBuilder,
+    CuteConvWgradRowsBuilder,
     WgradShape,
     best_splits,
     modelled_us,
     plan_wgrad,
     plan_wgrad_implicit,
+    plan_wgrad_rows,
     ranked_configs,
+    row_slices,
+    rows_reason,
     slice_steps,
     split_choices,
     split_count,
@@ -302,6 +306,68 @@ def test_the_im2col_plan_assumes_the_h200s_132_sms_unless_told() -> None:
 
 
 def test_the_builders_register_as_cute_gpu_conv_wgrad_builders() -> None:
-    for builder in (CuteConvWgradBuilder, CuteConvWgradImplicitBuilder):
+    for builder in (CuteConvWgradBuilder, CuteConvWgradImplicitBuilder, CuteConvWgradRowsBuilder):
         assert (builder.library, builder.device, builder.ops) == ("cute", "gpu", ("conv_wgrad",))
     assert CuteConvWgradImplicitBuilder.priority > CuteConvWgradBuilder.priority  # no im2col pass: first
+    assert CuteConvWgradRowsBuilder.priority > CuteConvWgradImplicitBuilder.priority  # a third of the L2 traffic
+    assert CuteConvWgradRowsBuilder.engine_id == 3006
+
+
+def test_the_row_wgrad_fills_one_wave_with_row_slices_by_hand() -> None:
+    g = wgrad_graph((64, 64, 56, 56), (64, 64, 3, 3))  # ResNet-50 conv2_3x3: 3584 rows, 3 tiles a slice
+    view = plan_wgrad_rows(g.node_by_name("wgrad"), g, 132)
+    assert (view.kind, view.config.label, view.splits, view.chunk) == ("wgrad_rows", "pp64x192c1x1s1", 44, 82 * 64)
+    assert view.spec.c_dtype == "float32" and view.out_dtype == "bfloat16"
+    assert view.workspace_bytes == 44 * 64 * 576 * 4
+    assert plan_wgrad_rows(g.node_by_name("wgrad"), g, 66).splits == 22  # the SMs, not a constant
+    one = plan_wgrad_rows(g.node_by_name("wgrad"), g, 132, 1)
+    assert (one.splits, one.chunk, one.spec.c_dtype, one.workspace_bytes) == (1, 3584 * 64, "bfloat16", 0)
+
+
+def test_the_row_wgrad_slices_never_leave_one_empty() -> None:
+    assert row_slices(7) == [1, 2, 3, 4, 7]  # 5 slices of 2 rows cover 7 in 4; 6 likewise
+    assert row_slices(1) == [1]
+    for rows in (112, 3584, 37):
+        for d in row_slices(rows):
+            per = -(-rows // d)
+            assert (d - 1) * per < rows <= d * per
+    g = wgrad_graph((2, 64, 56, 56), (64, 64, 3, 3))  # 112 rows: 38 slices of 3 (44 would leave one empty)
+    assert plan_wgrad_rows(g.node_by_name("wgrad"), g, 132).splits == 38
+    with pytest.raises(NotSupported, match="5 slices of 7 rows"):
+        g = wgrad_graph((1, 64, 7, 9), (64, 64, 3, 3))
+        plan_wgrad_rows(g.node_by_name("wgrad"), g, 132, 5)
+
+
+def test_k_off_the_tile_takes_fewer_slices_for_its_m_tiles() -> None:
+    g = wgrad_graph((64, 64, 56, 56), (136, 64, 3, 3))  # 3 M tiles x 3 filter rows: 9 tiles a slice
+    assert plan_wgrad_rows(g.node_by_name("wgrad"), g, 132).splits == 14
+
+
+@pytest.mark.parametrize(
+    ("x_dims", "dw_dims", "conv", "match"),
+    [
+        ((2, 128, 8, 8), (64, 128, 3, 3), {}, "128 input channels"),
+        ((2, 64, 8, 8), (64, 64, 1, 1), {"padding": (0, 0)}, "a 1x1 filter"),
+        ((2, 64, 8, 8), (64, 64, 3, 3), {"stride": (2, 2)}, "unit stride"),
+        ((2, 64, 8, 8), (64, 64, 3, 3), {"dilation": (1, 2)}, "unit stride and dilation"),
+        ((2, 64, 8, 8), (64, 64, 3, 3), {"padding": None, "pre_padding": (1, 1), "post_padding": (1, 0)}, "'wgrad': padding, stride or"),
+        ((2, 64, 8, 65), (64, 64, 3, 3), {}, "65 output columns"),
+    ],
+)
+def test_the_row_wgrad_declines_what_one_row_a_step_cannot_hold(x_dims, dw_dims, conv, match) -> None:
+    g = wgrad_graph(x_dims, dw_dims, **conv)
+    with pytest.raises(NotSupported, match=match):
+        plan_wgrad_rows(g.node_by_name("wgrad"), g, 132)
+
+
+def test_the_row_builder_declines_what_its_plan_declines() -> None:
+    g = wgrad_graph((2, 64, 8, 8), (64, 64, 1, 1), padding=(0, 0))
+    with pytest.raises(NotSupported, match="a 1x1 filter"):
+        CuteConvWgradRowsBuilder().check(g.node_by_name("wgrad"), g, None)
+
+
+def test_the_row_wgrad_takes_64_columns_and_one() -> None:
+    for width in (64, 1):
+        g = wgrad_graph((1, 64, 3, width), (8, 64, 3, 3))
+        assert plan_wgrad_rows(g.node_by_name("wgrad"), g, 132).splits == 3  # 3 rows, one a slice
+    assert rows_reason((1, 3, 64, 64, 8, 3, 3, 3, 64, 1, 1, 1, 1, 1, 1, 1, 1)) is None

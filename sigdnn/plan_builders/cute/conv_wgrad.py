@@ -449,13 +449,13 @@ def plan_wgrad_rows(node: Node, graph: Graph, sm_count: int = 132, splits: int |
 
     ``splits`` defaults to one wave of tiles: as many slices as the SMs hold
     the filter's row tiles for (the measured choice, benchmarks/results)."""
-    base = plan_wgrad_implicit(node, graph, sm_count, ROWS_CONFIG, 1)
+    base = plan_wgrad_implicit(node, graph, sm_count, splits=1)  # dtypes, layouts, sizes
     reason = rows_reason(base.geometry)
     if reason is not None:
         raise NotSupported(f"node '{node.name}': {reason}")
     n, p = base.geometry[0], base.geometry[7]
     rows = n * p
-    tiles = math.ceil(base.shape.k / ROWS_CONFIG.tile_m) * (base.shape.rsc // ROWS_CONFIG.tile_n)
+    tiles = math.ceil(base.shape.k / ROWS_CONFIG.tile_m) * 3  # an N tile a filter row
     choices = row_slices(rows)
     if splits is None:
         splits = max(d for d in choices if d * tiles <= max(sm_count, tiles))
@@ -464,7 +464,7 @@ def plan_wgrad_rows(node: Node, graph: Graph, sm_count: int = 132, splits: int |
     c_dtype = base.out_dtype if splits == 1 else "float32"
     spec = attrs.evolve(base.spec, c_dtype=c_dtype)
     chunk = -(-rows // splits) * TILE_K
-    return attrs.evolve(base, spec=spec, chunk=chunk, splits=splits, kind="wgrad_rows")
+    return attrs.evolve(base, spec=spec, config=ROWS_CONFIG, chunk=chunk, splits=splits, kind="wgrad_rows")
 
 
 class CuteConvWgradRowsBuilder(CuteConvWgradImplicitBuilder):
