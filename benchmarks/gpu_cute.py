@@ -440,7 +440,6 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
     """
     import sigdnn
     from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, epilogue_chain, plan_conv
-    from sigdnn.plan_builders.cute.conv_rows import ROWS_CONFIG, rows_reason
     from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
     from sigdnn.plan_builders.cute.matmul import parse_config
     from sigdnn.registry.regions import Dataflow
@@ -490,18 +489,6 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
         impls["cute fused bias + relu"] = lambda fused=fused, ptrs=ptrs, bias=bias: fused(
             *ptrs, bias_ptr=bias.data_ptr()
         )
-        if rows_reason(view) is None:  # the row conv (cute.conv_fprop_rows) where it applies
-            row = ConvLaunch(view.spec, ROWS_CONFIG, view.geometry, sm_count, "fprop_rows")
-            frow = ConvLaunch(fview.spec, ROWS_CONFIG, fview.geometry, sm_count, "fprop_rows")
-            impls["cute rows"] = lambda row=row, ptrs=ptrs: row(*ptrs)
-            impls["cute rows fused bias + relu"] = lambda frow=frow, ptrs=ptrs, bias=bias: frow(
-                *ptrs, bias_ptr=bias.data_ptr()
-            )
-            rex = sigdnn.Executor("gpu", engine="cute.conv_fprop_rows")
-            rplan = rex.prepare(g)
-            impls["cute rows via Executor.execute"] = lambda ex=rex, plan=rplan, pack=pack: ex.execute(
-                plan, pack, to_host=False
-            )
         want = torch.nn.functional.conv2d(x.float(), w.float(), padding=pad, stride=stride)
         want_fused = torch.relu(want + bias.float().view(1, k, 1, 1))
         errors = {}

@@ -105,7 +105,7 @@ class HopperConvWgradRows(HopperConvWgrad):
         )
         return self.tap_mma.make_fragment_A(thr.partition_A(sA)), taps
 
-    def mma(self, tiled_mma, acc, tCrA, tCrB, coord, k_tile) -> None:
+    def mma(self, tiled_mma, acc, tCrA, tCrB, coord) -> None:
         # The m64n192 accumulator holds each 64-column third as 32 consecutive registers a thread.
         third = cute.make_layout(((2, 2, 8), 1, 1), stride=((1, 2, 4), 0, 0))
         self.tap_mma.set(warpgroup.Field.ACCUMULATE, True)

@@ -235,7 +235,6 @@ class HopperGemm:
         mScales: tuple[cute.Tensor, cute.Tensor],
         stream: cuda.CUstream,
         split: tuple[Any, Any, Any, cute.Tensor, cute.Tensor] | None = None,
-        store: tuple[Any, Any] | None = None,
     ) -> None:
         """The output's TMA store, the tile scheduler, shared storage and the launch (trace time).
 
@@ -245,14 +244,13 @@ class HopperGemm:
         ``split`` (split-K kernels, one batch entry): the split count, the
         number of leading tiles left whole, the stream-K segments per CTA (0:
         no stream-K), the float32 partials workspace and the int32 tile
-        counters (zero before the first launch). ``store``: the output's TMA
-        atom and (M, N, L) TMA tensor when made by the caller (else from mC).
+        counters (zero before the first launch).
         """
         tma_a, gA, tma_b, gB = loads
         a_smem, b_smem, epi_smem = smem_layouts
         m, n, batch = extents_mnl
         cm, cn = self.cluster_mn
-        tma_c, gC = store or cpasync.make_tiled_tma_atom(
+        tma_c, gC = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileS2GOp(),
             mC,
             cute.slice_(epi_smem, (None, None, 0)),
@@ -276,7 +274,10 @@ class HopperGemm:
         )
         grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched_params, self.max_active_clusters)
 
-        self.tx_bytes = self.stage_tx_bytes(a_smem, b_smem)
+        tx_bytes = cute.size_in_bytes(self.a_dtype, cute.slice_(a_smem, (None, None, 0))) + cute.size_in_bytes(
+            self.b_dtype, cute.slice_(b_smem, (None, None, 0))
+        )
+        self.tx_bytes = tx_bytes
 
         # Built with evaluated annotations: this module's annotations are strings (PEP 563).
         fields = {
@@ -284,7 +285,6 @@ class HopperGemm:
             "sA": cute.struct.Align[cute.struct.MemRange[self.a_dtype, cute.cosize(a_smem)], 1024],
             "sB": cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(b_smem)], 1024],
             "sC": cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(epi_smem)], 1024],
-            **self.extra_fields(),
         }
         self.shared_storage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
 
@@ -403,7 +403,6 @@ class HopperGemm:
             tx_count=self.tx_bytes,
             cta_layout_vmnk=cute.make_layout((1, *cluster_layout_mnk.shape)),
         )
-        self.init_resident(storage, warp_idx)
         if cluster_size > 1:
             cute.arch.cluster_arrive_relaxed()
 
@@ -436,7 +435,6 @@ class HopperGemm:
                     cute.group_modes(gA, 0, 2),
                 )
                 tBsB, tBgB = self.partition_b(tma_b, cluster_coord, cluster_layout_mnk, sB, gB)
-                self.load_resident(tma_b, tBgB, tBsB, storage)
                 scheduler = utils.StaticPersistentTileScheduler.create(
                     sched_params, cute.arch.block_idx(), cute.arch.grid_dim()
                 )
@@ -483,7 +481,6 @@ class HopperGemm:
                 # wgmma partitions per warpgroup: slice at the warpgroup's first thread.
                 thr_mma = tiled_mma.get_slice(wg_idx * _THREADS_PER_WG)
                 is_store_warp = warp_idx == 0
-            self.wait_resident(storage)
             tCrA, tCrB = self.mma_fragments(tiled_mma, thr_mma, sA, sB)
             tCgC = thr_mma.partition_C(gC)
             acc = cute.make_rmem_tensor(tCgC.shape[:3], self.acc_dtype)
@@ -491,7 +488,7 @@ class HopperGemm:
             acc_tile = acc
             if const_expr(self.promote):
                 acc_tile = cute.make_rmem_tensor(tCgC.shape[:3], self.acc_dtype)
-            num_k_blocks = cute.size(tCrA[0] if isinstance(tCrA, tuple) else tCrA, mode=[2])
+            num_k_blocks = cute.size(tCrA, mode=[2])
             # Per-tensor scales: one value each, read once.
             scales = [m[0].to(cutlass.Float32) for m in (mScale0, mScale1)[: len(self.spec.scale_dtypes)]]
 
@@ -561,7 +558,7 @@ class HopperGemm:
                         tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
                         for kb in cutlass.range_constexpr(num_k_blocks):
                             coord = (None, None, kb, read_state.index)
-                            self.mma(tiled_mma, acc_tile, tCrA, tCrB, coord, 0)
+                            self.mma(tiled_mma, acc_tile, tCrA, tCrB, coord)
                             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                         warpgroup.commit_group()
                         read_state.advance()
@@ -575,7 +572,7 @@ class HopperGemm:
                             tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
                             for kb in cutlass.range_constexpr(num_k_blocks):
                                 coord = (None, None, kb, read_state.index)
-                                self.mma(tiled_mma, acc_tile, tCrA, tCrB, coord, _kt)
+                                self.mma(tiled_mma, acc_tile, tCrA, tCrB, coord)
                                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                             warpgroup.commit_group()
                             read_state.advance()
@@ -588,7 +585,7 @@ class HopperGemm:
                         warpgroup.fence()
                         for kb in cutlass.range_constexpr(num_k_blocks):
                             coord = (None, None, kb, read_state.index)
-                            self.mma(tiled_mma, acc, tCrA, tCrB, coord, 0)
+                            self.mma(tiled_mma, acc, tCrA, tCrB, coord)
                         warpgroup.commit_group()
                         read_state.advance()
                         for _kt in cutlass.range(1, k_count, unroll=1):
@@ -596,7 +593,7 @@ class HopperGemm:
                             warpgroup.fence()
                             for kb in cutlass.range_constexpr(num_k_blocks):
                                 coord = (None, None, kb, read_state.index)
-                                self.mma(tiled_mma, acc, tCrA, tCrB, coord, _kt)
+                                self.mma(tiled_mma, acc, tCrA, tCrB, coord)
                             warpgroup.commit_group()
                             # Keep one wgmma batch in flight; the one before it is done with its stage.
                             warpgroup.wait_group(1)
@@ -681,31 +678,9 @@ class HopperGemm:
         """This thread's wgmma operands over every stage of A and B: shared-memory descriptors (trace time)."""
         return tiled_mma.make_fragment_A(thr_mma.partition_A(sA)), tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
 
-    def mma(self, tiled_mma: Any, acc: cute.Tensor, tCrA: Any, tCrB: Any, coord: Any, k_tile: Any) -> None:
-        """acc += one K block of A times B (``coord``: (None, None, K block, stage); ``k_tile``: the tile's
-        K tile it belongs to, counted from the unit's first), issued (trace time)."""
+    def mma(self, tiled_mma: Any, acc: cute.Tensor, tCrA: Any, tCrB: Any, coord: Any) -> None:
+        """acc += one K block of A times B (``coord``: (None, None, K block, stage)), issued (trace time)."""
         cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-
-    def stage_tx_bytes(self, a_smem: Any, b_smem: Any) -> int:
-        """Bytes the TMA writes into one pipeline stage (trace time)."""
-        a_bytes = cute.size_in_bytes(self.a_dtype, cute.slice_(a_smem, (None, None, 0)))
-        return a_bytes + cute.size_in_bytes(self.b_dtype, cute.slice_(b_smem, (None, None, 0)))
-
-    # Operands that stay in shared memory for the whole launch (a subclass's; none here): their storage,
-    # the barrier set up with the pipeline's, the producer's one load, and the consumers' one wait.
-
-    def extra_fields(self) -> dict[str, Any]:
-        """Shared-storage fields beyond the stages (trace time)."""
-        return {}
-
-    def init_resident(self, storage: Any, warp_idx: Any) -> None:
-        """Set up what ``load_resident`` signals on, before the CTA's first barrier (trace time)."""
-
-    def load_resident(self, tma_b: Any, tBgB: Any, tBsB: Any, storage: Any) -> None:
-        """The producer warp's one-off loads, ahead of its first stage (trace time)."""
-
-    def wait_resident(self, storage: Any) -> None:
-        """The consumers' wait for ``load_resident``'s data, ahead of their first tile (trace time)."""
 
     def a_tile(self, tAgA: cute.Tensor, m_tile: Int32, a_l: Any) -> cute.Tensor:
         """A's TMA tensor at M tile ``m_tile``, indexed by K tile next (trace time)."""
