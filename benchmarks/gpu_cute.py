@@ -440,6 +440,7 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
     """
     import sigdnn
     from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, epilogue_chain, plan_conv
+    from sigdnn.plan_builders.cute.conv_transposed import TRANSPOSED_CONFIG, transposed_reason, transposed_view
     from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
     from sigdnn.plan_builders.cute.matmul import parse_config
     from sigdnn.registry.regions import Dataflow
@@ -489,6 +490,19 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
         impls["cute fused bias + relu"] = lambda fused=fused, ptrs=ptrs, bias=bias: fused(
             *ptrs, bias_ptr=bias.data_ptr()
         )
+        if transposed_reason(view) is None:  # the transposed conv (cute.conv_fprop_transposed) where it applies
+            tview, tfview = transposed_view(view), transposed_view(fview)
+            plain = ConvLaunch(tview.spec, TRANSPOSED_CONFIG, tview.geometry, sm_count, "fprop_t")
+            tfused = ConvLaunch(tfview.spec, TRANSPOSED_CONFIG, tfview.geometry, sm_count, "fprop_t")
+            impls["cute transposed"] = lambda la=plain, ptrs=ptrs: la(*ptrs)
+            impls["cute transposed fused bias + relu"] = lambda la=tfused, ptrs=ptrs, bias=bias: la(
+                *ptrs, bias_ptr=bias.data_ptr()
+            )
+            tex = sigdnn.Executor("gpu", engine="cute.conv_fprop_transposed")
+            tplan = tex.prepare(g)
+            impls["cute transposed via Executor.execute"] = lambda ex=tex, plan=tplan, pack=pack: ex.execute(
+                plan, pack, to_host=False
+            )
         want = torch.nn.functional.conv2d(x.float(), w.float(), padding=pad, stride=stride)
         want_fused = torch.relu(want + bias.float().view(1, k, 1, 1))
         errors = {}

@@ -60,6 +60,7 @@ IN_TREE: dict[str, int] = {
     "cute.conv_wgrad": 3004,
     "cute.conv_wgrad_implicit": 3005,
     "cute.conv_wgrad_rows": 3006,
+    "cute.conv_fprop_transposed": 3007,
     "cute.sdpa": 3010,
     "cute.sdpa_backward": 3011,
 }

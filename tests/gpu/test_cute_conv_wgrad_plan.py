@@ -350,7 +350,12 @@ def test_k_off_the_tile_takes_fewer_slices_for_its_m_tiles() -> None:
         ((2, 64, 8, 8), (64, 64, 1, 1), {"padding": (0, 0)}, "a 1x1 filter"),
         ((2, 64, 8, 8), (64, 64, 3, 3), {"stride": (2, 2)}, "unit stride"),
         ((2, 64, 8, 8), (64, 64, 3, 3), {"dilation": (1, 2)}, "unit stride and dilation"),
-        ((2, 64, 8, 8), (64, 64, 3, 3), {"padding": None, "pre_padding": (1, 1), "post_padding": (1, 0)}, "'wgrad': padding, stride or"),
+        (
+            (2, 64, 8, 8),
+            (64, 64, 3, 3),
+            {"padding": None, "pre_padding": (1, 1), "post_padding": (1, 0)},
+            "'wgrad': padding, stride or",
+        ),
         ((2, 64, 8, 65), (64, 64, 3, 3), {}, "65 output columns"),
     ],
 )

@@ -454,18 +454,22 @@ class CuteConvImplicitBuilder(FusionBuilder):
             and str(key.compute) == "float32"
         )
 
+    def plan(self, node: Node, graph: Graph, chain: ConvChain | None = None) -> ImplicitConv:
+        """This builder's view of a conv (writing the chain's last tensor when fused), or NotSupported."""
+        return plan_conv(node, graph, chain)
+
     def _check_device(self, node: Node, device: Device | None) -> None:
         require_hopper(node, device)
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
-        plan_conv(node, graph)
+        self.plan(node, graph)
         self._check_device(node, device)
 
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
         """Labels worth measuring for this conv or conv epilogue region: the default (or the environment's
         override) first, then CONV_ALTERNATIVES and the split alternatives. The executor builds the first when
         nothing was measured."""
-        view = plan_conv(nodes[0], graph, region_chain(nodes, graph, epilogue_chain))
+        view = self.plan(nodes[0], graph, region_chain(nodes, graph, epilogue_chain))
         sm_count = planning_sm_count(device)
         labels = [(config_override() or default_conv_config(view, sm_count)).label]
         offered = [*CONV_ALTERNATIVES, *split_alternatives(view, sm_count)]
@@ -488,7 +492,7 @@ class CuteConvImplicitBuilder(FusionBuilder):
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         self.check(node, graph, context.device)
         where = f"node '{node.name}'"
-        return CuteConvPlan(self._launch(plan_conv(node, graph), context.device, context.config, where), where)
+        return CuteConvPlan(self._launch(self.plan(node, graph), context.device, context.config, where), where)
 
     # -- fusion ---------------------------------------------------------------
 
@@ -502,7 +506,7 @@ class CuteConvImplicitBuilder(FusionBuilder):
             if chain is None:
                 continue
             try:
-                plan_conv(graph.nodes[i], graph, chain)
+                self.plan(graph.nodes[i], graph, chain)
                 self._check_device(graph.nodes[i], device)
             except NotSupported:
                 continue
@@ -517,5 +521,5 @@ class CuteConvImplicitBuilder(FusionBuilder):
             raise NotSupported(f"region {names} is not a conv epilogue chain")
         node = graph.nodes[chain.nodes[0]]
         where = f"region {node.name}..{graph.nodes[chain.nodes[-1]].name}"
-        launch = self._launch(plan_conv(node, graph, chain), context.device, context.config, where)
+        launch = self._launch(self.plan(node, graph, chain), context.device, context.config, where)
         return CuteConvEpiloguePlan(launch, where, node.op.x, node.op.w, chain.writes[-1], chain.bias)

@@ -29,7 +29,13 @@ from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.conv_implicit import SplitK, split_k_plan
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, resident_clusters
-from sigdnn.plan_builders.cute.kernels import conv_sm90, conv_wgrad_rows_sm90, conv_wgrad_sm90, gemm_sm90
+from sigdnn.plan_builders.cute.kernels import (
+    conv_sm90,
+    conv_transposed_sm90,
+    conv_wgrad_rows_sm90,
+    conv_wgrad_sm90,
+    gemm_sm90,
+)
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, packed_args
 
@@ -42,13 +48,18 @@ KINDS = {
     ("fprop", 3): (conv_sm90.HopperConvFprop3d, 24),
     ("wgrad", 2): (conv_wgrad_sm90.HopperConvWgrad, 19),
     ("wgrad_rows", 2): (conv_wgrad_rows_sm90.HopperConvWgradRows, 19),
+    ("fprop_t", 2): (conv_transposed_sm90.HopperConvFpropTransposed, 17),
 }
+FPROPS = ("fprop", "fprop_t")  # kinds that take the split-K workspace, counters and scalars
 
 _CACHE = CompileCache(stats=STATS)  # counted with the GEMM's
 _DIGEST = hashlib.sha256(
     b"\0".join(
         [cutlass.__version__.encode()]
-        + [Path(m.__file__).read_bytes() for m in (gemm_sm90, conv_sm90, conv_wgrad_sm90, conv_wgrad_rows_sm90)]
+        + [
+            Path(m.__file__).read_bytes()
+            for m in (gemm_sm90, conv_sm90, conv_wgrad_sm90, conv_wgrad_rows_sm90, conv_transposed_sm90)
+        ]
     )
 ).hexdigest()[:16]
 
@@ -67,7 +78,7 @@ def _compile(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: tuple[str,
     ptrs.append(make_ptr(dt[spec.c_dtype], 0, cute.AddressSpace.gmem, assumed_align=16))
     bias = dt[spec.bias_dtype or spec.c_dtype]
     ptrs.append(make_ptr(bias, 0, cute.AddressSpace.gmem, assumed_align=bias.width // 8))
-    if kind[0] == "fprop":
+    if kind[0] in FPROPS:
         ptrs.append(make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=16))
         ptrs.append(make_ptr(cutlass.Int32, 0, cute.AddressSpace.gmem, assumed_align=4))
         scalars += 3
@@ -97,7 +108,7 @@ class ConvLaunch(GemmLaunch):
         rank = next((r for (k, r), (_, count) in KINDS.items() if k == kind and count == len(geometry)), None)
         if rank is None:
             raise ValueError(f"no conv {kind} kernel takes {len(geometry)} launch scalars")
-        if config.split and kind != "fprop":
+        if config.split and kind not in FPROPS:
             raise ValueError(f"config {config.label}: split-K is the fprop's (the {kind} splits its own way)")
         self.spec, self.config, self.geometry = spec, config, geometry
         self._executor = compiled(spec, config, sm_count, kind, rank).to()
@@ -107,7 +118,7 @@ class ConvLaunch(GemmLaunch):
         scalars = [_Cell(ctypes.c_int32, v) for v in geometry]
         self.split: SplitK | None = None
         extra: list[_Cell] = []
-        if kind == "fprop":
+        if kind in FPROPS:
             work = flags = 0
             split_scalars = (1, 0, 0)
             if config.split:
