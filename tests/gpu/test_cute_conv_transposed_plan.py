@@ -1,0 +1,53 @@
+"""How the transposed conv builder reads a conv (pure Python, no GPU): which convs it takes, its GEMM view."""
+
+from __future__ import annotations
+
+import pytest
+from test_cute_conv_implicit_plan import chain_graph, conv_graph
+
+from sigdnn.errors import NotSupported
+from sigdnn.plan_builders.cute.conv_implicit import CuteConvImplicitBuilder, epilogue_chain, plan_conv
+from sigdnn.plan_builders.cute.conv_transposed import (
+    MAX_K,
+    TRANSPOSED_CONFIG,
+    CuteConvTransposedBuilder,
+    transposed_reason,
+    transposed_view,
+)
+from sigdnn.registry.regions import Dataflow
+
+
+def test_the_view_is_the_implicit_one_read_column_major_with_the_bias_by_row() -> None:
+    g = chain_graph()  # K = 24
+    chain = epilogue_chain(g, Dataflow(g, list(range(len(g.nodes)))), 0)
+    plain = plan_conv(g.node_by_name("conv"), g, chain)
+    view = CuteConvTransposedBuilder().plan(g.node_by_name("conv"), g, chain)
+    assert view.geometry == plain.geometry
+    assert (view.spec.c_major, view.spec.bias_per) == ("m", "m")
+    assert (plain.spec.c_major, plain.spec.bias_per) == ("n", "n")
+    assert view.spec.bias_dtype == plain.spec.bias_dtype and view.spec.activation == plain.spec.activation
+    assert transposed_view(plain) == view
+
+
+@pytest.mark.parametrize(("k", "taken"), [(8, True), (MAX_K, True), (MAX_K + 8, False), (128, False)])
+def test_it_takes_up_to_64_output_channels(k: int, taken: bool) -> None:
+    g = conv_graph((2, 32, 9, 11), (k, 32, 3, 3), padding=(1, 1))
+    view = plan_conv(g.node_by_name("conv"), g)
+    assert (transposed_reason(view) is None) == taken
+    if not taken:
+        with pytest.raises(NotSupported, match=f"{k} output channels; the transposed conv takes up to 64"):
+            CuteConvTransposedBuilder().check(g.node_by_name("conv"), g, None)
+
+
+def test_it_declines_3d() -> None:
+    g = conv_graph((2, 16, 4, 6, 5), (32, 16, 3, 3, 3), layout="NDHWC", padding=(1, 1, 1))
+    with pytest.raises(NotSupported, match="3-D convolution; the transposed conv takes 2-D"):
+        CuteConvTransposedBuilder().plan(g.node_by_name("conv"), g)
+
+
+def test_it_ranks_above_the_implicit_builder_with_one_pingpong_config() -> None:
+    builder = CuteConvTransposedBuilder()
+    assert builder.priority > CuteConvImplicitBuilder.priority and builder.engine_id == 3007
+    assert (TRANSPOSED_CONFIG.tile_m, TRANSPOSED_CONFIG.tile_n, TRANSPOSED_CONFIG.pingpong) == (64, 256, True)
+    g = conv_graph((2, 64, 9, 11), (64, 64, 3, 3), padding=(1, 1))
+    assert builder.configs([g.node_by_name("conv")], g) == ["pp64x256c1x1s1"]
