@@ -440,7 +440,13 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
     """
     import sigdnn
     from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, epilogue_chain, plan_conv
-    from sigdnn.plan_builders.cute.conv_transposed import TRANSPOSED_CONFIG, transposed_reason, transposed_view
+    from sigdnn.plan_builders.cute.conv_transposed import (
+        ROWS_CONFIG,
+        TRANSPOSED_CONFIG,
+        rows_reason,
+        transposed_reason,
+        transposed_view,
+    )
     from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
     from sigdnn.plan_builders.cute.matmul import parse_config
     from sigdnn.registry.regions import Dataflow
@@ -501,6 +507,19 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
             tex = sigdnn.Executor("gpu", engine="cute.conv_fprop_transposed")
             tplan = tex.prepare(g)
             impls["cute transposed via Executor.execute"] = lambda ex=tex, plan=tplan, pack=pack: ex.execute(
+                plan, pack, to_host=False
+            )
+        if rows_reason(view) is None:  # the row conv (cute.conv_fprop_rows) where it applies
+            tview, tfview = transposed_view(view), transposed_view(fview)
+            plain = ConvLaunch(tview.spec, ROWS_CONFIG, tview.geometry, sm_count, "fprop_rows")
+            rfused = ConvLaunch(tfview.spec, ROWS_CONFIG, tfview.geometry, sm_count, "fprop_rows")
+            impls["cute rows"] = lambda la=plain, ptrs=ptrs: la(*ptrs)
+            impls["cute rows fused bias + relu"] = lambda la=rfused, ptrs=ptrs, bias=bias: la(
+                *ptrs, bias_ptr=bias.data_ptr()
+            )
+            rex = sigdnn.Executor("gpu", engine="cute.conv_fprop_rows")
+            rplan = rex.prepare(g)
+            impls["cute rows via Executor.execute"] = lambda ex=rex, plan=rplan, pack=pack: ex.execute(
                 plan, pack, to_host=False
             )
         want = torch.nn.functional.conv2d(x.float(), w.float(), padding=pad, stride=stride)

@@ -61,6 +61,7 @@ IN_TREE: dict[str, int] = {
     "cute.conv_wgrad_implicit": 3005,
     "cute.conv_wgrad_rows": 3006,
     "cute.conv_fprop_transposed": 3007,
+    "cute.conv_fprop_rows": 3008,
     "cute.sdpa": 3010,
     "cute.sdpa_backward": 3011,
 }

@@ -181,6 +181,8 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
             if isinstance(node.op, ConvFprop) and conv_transposed.transposed_reason(view) is None:
                 transposed = conv_transposed.transposed_view(view)
                 found.append(("fprop_t", transposed.spec, conv_transposed.TRANSPOSED_CONFIG, 2))
+                if conv_transposed.rows_reason(view) is None:
+                    found.append(("fprop_rows", transposed.spec, conv_transposed.ROWS_CONFIG, 2))
             chosen = cute_matmul.parse_config(config) if config else conv_implicit.default_conv_config(view, SM_COUNT)
             found.append(("conv", view.spec, chosen, view.rank))
     return found
@@ -220,8 +222,10 @@ def conv_implicit_test_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
     transposed = _load("test_cute_conv_transposed")
     for case in transposed.CASES.values():
         found += conv_implicit_specs(conv.conv_graph(*case), None)
-    for case in transposed.FUSED.values():
+    for case in [*transposed.FUSED.values(), *transposed.ROWS_FUSED.values()]:
         found += conv_implicit_specs(conv.fused_graph(*case), None)
+    for case in transposed.ROWS_CASES.values():
+        found += conv_implicit_specs(conv.conv_graph(*case), None)
     return found
 
 
@@ -358,12 +362,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cache", type=Path)
     parser.add_argument("--jobs", type=int, default=2)
-    kinds = ["gemm", "conv", "fprop_t", "wgrad", "wgrad_rows", "sdpa", "sdpa_bwd"]
+    kinds = ["gemm", "conv", "fprop_t", "fprop_rows", "wgrad", "wgrad_rows", "sdpa", "sdpa_bwd"]
     parser.add_argument("--only", choices=kinds, help="compile one kind of kernel only")
     args = parser.parse_args()
     os.environ["SIGDNN_CUTE_CACHE"] = str(args.cache)
     # Read only when asked for: they import the tests.
-    gemm_like = args.only in (None, "gemm", "conv", "fprop_t", "wgrad", "wgrad_rows")
+    gemm_like = args.only in (None, "gemm", "conv", "fprop_t", "fprop_rows", "wgrad", "wgrad_rows")
     gemms = [("gemm", spec, config, 2) for spec, config in test_specs() + benchmark_specs()] if gemm_like else []
     convs = conv_implicit_test_specs() + conv_implicit_benchmark_specs() if gemm_like else []
     sdpas = [("sdpa", spec, config, 0) for spec, config in sdpa_specs()] if args.only in (None, "sdpa") else []

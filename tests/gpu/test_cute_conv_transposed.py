@@ -4,9 +4,13 @@ Judged by sigdnn.validate against the float64 reference: ResNet-50's conv2_3x3
 and conv2_1x1_reduce shapes at batch 2, output channels below the 64-row M
 tile, pixels off the 256-wide N tile, stride, dilation and asymmetric
 padding, 16- and 32-bit outputs, and fused bias / activation epilogues as
-one region (the bias by row). A planted bug (the bias read by column, as the
-untransposed GEMM's) must fail validation. Skips without a GPU,
-nvidia-cutlass-dsl or sm_90.
+one region (the bias by row). The row conv (four output rows a tile, each
+filter row's taps as shifted views of one load of x's rows): ResNet-50's
+conv2 width, widths off the 64-pixel slot (37, 1) and at its limit (62),
+several tiles an image, output channels below the tile. Planted bugs (the
+bias read by column, as the untransposed GEMM's; the row conv's taps
+rotated) must fail validation. Skips without a GPU, nvidia-cutlass-dsl or
+sm_90.
 """
 
 from __future__ import annotations
@@ -45,8 +49,22 @@ FUSED = {
 }
 
 
-def validate(g: sigdnn.Graph, seed: int) -> sigdnn.ValidationReport:
-    report = sigdnn.validate(g, seed=seed, executor=sigdnn.Executor("gpu", engine=ENGINE))
+ROWS = "cute.conv_fprop_rows"
+PAD1 = {"padding": (1, 1)}
+ROWS_CASES = {
+    "conv2_3x3": ((2, 64, 56, 56), (64, 64, 3, 3), "bfloat16", "bfloat16", PAD1),
+    "k40_width37_f32": ((3, 64, 8, 37), (40, 64, 3, 3), "float16", "float32", PAD1),
+    "width62": ((1, 64, 4, 62), (64, 64, 3, 3), "bfloat16", "bfloat16", PAD1),
+    "width1_k8": ((2, 64, 12, 1), (8, 64, 3, 3), "bfloat16", "float32", PAD1),
+}
+ROWS_FUSED = {
+    "bias_relu": ((2, 64, 12, 30), (64, 64, 3, 3), "bfloat16", "bfloat16", True, "relu_fwd"),
+    "bias_gelu_f32_mid_k48": ((1, 64, 8, 50), (48, 64, 3, 3), "float16", None, True, "gelu_fwd"),
+}
+
+
+def validate(g: sigdnn.Graph, seed: int, engine: str = ENGINE) -> sigdnn.ValidationReport:
+    report = sigdnn.validate(g, seed=seed, executor=sigdnn.Executor("gpu", engine=engine))
     print(report.table())
     return report
 
@@ -67,9 +85,44 @@ def test_transposed_conv_fused_epilogue_validates(name: str) -> None:
     assert report.passed, report.table()
 
 
-def test_the_default_gpu_executor_takes_the_transposed_conv_for_64_channels() -> None:
+@pytest.mark.parametrize("name", list(ROWS_CASES))
+def test_row_conv_validates_against_the_reference(name: str) -> None:
+    report = validate(conv_graph(*ROWS_CASES[name]), 71, ROWS)
+    assert report.builders == {"conv": ROWS}
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("name", list(ROWS_FUSED))
+def test_row_conv_fused_epilogue_validates(name: str) -> None:
+    report = validate(fused_graph(*ROWS_FUSED[name]), 73, ROWS)
+    assert report.builders == {"region(conv..act)": ROWS}
+    assert report.passed, report.table()
+
+
+def test_the_default_gpu_executor_ranks_rows_then_transposed_for_64_channels() -> None:
     plan = sigdnn.Executor("gpu").prepare(conv_graph(*CASES["conv2_3x3"]))
+    assert plan.steps[0].builder.name == ROWS
+    plan = sigdnn.Executor("gpu").prepare(conv_graph(*CASES["conv2_1x1_reduce"]))
     assert plan.steps[0].builder.name == ENGINE
+
+
+def test_row_conv_taps_rotated_fail_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted bug: each filter row's taps s multiplied by the x view of tap s + 1 (mod 3; every
+    descriptor in the buffer) must fail; compiled afresh, past both compile caches."""
+    from sigdnn.plan_builders.cute.kernels import conv_launch, conv_rows_sm90
+    from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
+
+    issue = conv_rows_sm90.HopperConvFpropRows.mma
+
+    def rotated(self, tiled_mma, acc, tCrA, tCrB, coord):
+        issue(self, tiled_mma, acc, tCrA, (*tCrB[1:], tCrB[0]), coord)
+
+    monkeypatch.setattr(conv_rows_sm90.HopperConvFpropRows, "mma", rotated)
+    monkeypatch.setattr(conv_launch, "_CACHE", CompileCache())
+    monkeypatch.setenv("SIGDNN_CUTE_CACHE", "0")
+    report = validate(conv_graph(*ROWS_CASES["k40_width37_f32"]), 71, ROWS)
+    assert report.builders == {"conv": ROWS}
+    assert not report.passed
 
 
 def test_a_bias_read_by_column_fails_validation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""CuTe DSL conv fprop for few output channels as the transposed implicit GEMM (kernels/conv_transposed_sm90.py).
+"""CuTe DSL conv fprop for few output channels as the transposed GEMM: im2col tiles, or whole output rows.
 
 The implicit-GEMM fprop (conv_implicit.py) with the GEMM's operands swapped:
 y^T = W x im2col(x)^T, the output channels as M (one 64-row tile) and the
@@ -6,7 +6,12 @@ pixels as N (256 a tile), so each wgmma is m64n256k16 instead of the
 m64n64k16 that K <= 64 output channels leave the plain form, whose
 shared-memory reads bound it. Everything else -- dtypes, layouts, padding,
 stride, dilation, the bias / activation regions it claims -- is the implicit
-builder's; the bias runs along the GEMM's rows.
+builder's; the bias runs along the GEMM's rows (kernels/conv_transposed_sm90.py).
+
+``cute.conv_fprop_rows`` (kernels/conv_rows_sm90.py) narrows it to 3x3 convs
+on 64 channels with rows of at most 62 pixels (ResNet-50's conv2_3x3): a tile
+is four output rows, and each filter row's three taps read one load of x's
+rows at three offsets, so x comes through L2 three times, not nine.
 """
 
 from __future__ import annotations
@@ -65,3 +70,47 @@ class CuteConvTransposedBuilder(CuteConvImplicitBuilder):
 
         _, sm_count = device_properties(device_id_of(device))
         return ConvLaunch(view.spec, TRANSPOSED_CONFIG, view.geometry, sm_count, "fprop_t")
+
+
+ROWS_CONFIG = GemmConfig(64, 256, True)  # four output rows of 64 pixel slots by 64 output channels
+ROWS = 4  # output rows a tile (kernels/conv_rows_sm90.py)
+MAX_ROW_Q = 62  # pixel slots 62 and 63 of a row take the next row's pixels: only past Q may they
+
+
+def rows_reason(view: ImplicitConv) -> str | None:
+    """Why the row conv cannot run this conv, or None when it can."""
+    reason = transposed_reason(view)
+    if reason is not None:
+        return reason
+    c, _, r, s, p, q, *rest = view.geometry[3:]
+    if c != 64 or (r, s) != (3, 3):
+        return f"{c} input channels, a {r}x{s} filter; the row conv takes 64, 3x3"
+    if tuple(rest) != (1, 1, 1, 1, 1, 1, 1, 1):
+        return "padding, stride or dilation other than 1; the row conv takes padding 1, unit stride and dilation"
+    if q > MAX_ROW_Q or p % ROWS:
+        return f"{p} x {q} output pixels; the row conv takes rows of up to {MAX_ROW_Q}, a multiple of {ROWS} of them"
+    return None
+
+
+class CuteConvRowsBuilder(CuteConvTransposedBuilder):
+    """2-D NHWC 3x3 conv fprop on 64 channels, sm_90: the transposed GEMM over four output rows a tile."""
+
+    name = "cute.conv_fprop_rows"
+    engine_id = IN_TREE[name]
+    priority = 3  # above cute.conv_fprop_transposed where both apply
+
+    def plan(self, node: Node, graph: Graph, chain: ConvChain | None = None) -> ImplicitConv:
+        view = plan_conv(node, graph, chain)
+        reason = rows_reason(view)
+        if reason is not None:
+            raise NotSupported(f"node '{node.name}': {reason}")
+        return transposed_view(view)
+
+    def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
+        return [ROWS_CONFIG.label]
+
+    def _launch(self, view: ImplicitConv, device: Device, label: str | None, where: str) -> Any:
+        from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+
+        _, sm_count = device_properties(device_id_of(device))
+        return ConvLaunch(view.spec, ROWS_CONFIG, view.geometry, sm_count, "fprop_rows")

@@ -30,6 +30,7 @@ from cutlass.cute.runtime import make_ptr
 from sigdnn.plan_builders.cute.conv_implicit import SplitK, split_k_plan
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, resident_clusters
 from sigdnn.plan_builders.cute.kernels import (
+    conv_rows_sm90,
     conv_sm90,
     conv_transposed_sm90,
     conv_wgrad_rows_sm90,
@@ -49,8 +50,9 @@ KINDS = {
     ("wgrad", 2): (conv_wgrad_sm90.HopperConvWgrad, 19),
     ("wgrad_rows", 2): (conv_wgrad_rows_sm90.HopperConvWgradRows, 19),
     ("fprop_t", 2): (conv_transposed_sm90.HopperConvFpropTransposed, 17),
+    ("fprop_rows", 2): (conv_rows_sm90.HopperConvFpropRows, 17),
 }
-FPROPS = ("fprop", "fprop_t")  # kinds that take the split-K workspace, counters and scalars
+FPROPS = ("fprop", "fprop_t", "fprop_rows")  # kinds that take the split-K workspace, counters and scalars
 
 _CACHE = CompileCache(stats=STATS)  # counted with the GEMM's
 _DIGEST = hashlib.sha256(
@@ -58,7 +60,7 @@ _DIGEST = hashlib.sha256(
         [cutlass.__version__.encode()]
         + [
             Path(m.__file__).read_bytes()
-            for m in (gemm_sm90, conv_sm90, conv_wgrad_sm90, conv_wgrad_rows_sm90, conv_transposed_sm90)
+            for m in (gemm_sm90, conv_sm90, conv_wgrad_sm90, conv_wgrad_rows_sm90, conv_transposed_sm90, conv_rows_sm90)
         ]
     )
 ).hexdigest()[:16]

@@ -235,6 +235,7 @@ class HopperGemm:
         mScales: tuple[cute.Tensor, cute.Tensor],
         stream: cuda.CUstream,
         split: tuple[Any, Any, Any, cute.Tensor, cute.Tensor] | None = None,
+        store: tuple[Any, Any] | None = None,
     ) -> None:
         """The output's TMA store, the tile scheduler, shared storage and the launch (trace time).
 
@@ -244,13 +245,14 @@ class HopperGemm:
         ``split`` (split-K kernels, one batch entry): the split count, the
         number of leading tiles left whole, the stream-K segments per CTA (0:
         no stream-K), the float32 partials workspace and the int32 tile
-        counters (zero before the first launch).
+        counters (zero before the first launch). ``store``: the output's TMA
+        atom and (M, N, L) TMA tensor when the caller makes them (else from mC).
         """
         tma_a, gA, tma_b, gB = loads
         a_smem, b_smem, epi_smem = smem_layouts
         m, n, batch = extents_mnl
         cm, cn = self.cluster_mn
-        tma_c, gC = cpasync.make_tiled_tma_atom(
+        tma_c, gC = store or cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileS2GOp(),
             mC,
             cute.slice_(epi_smem, (None, None, 0)),
