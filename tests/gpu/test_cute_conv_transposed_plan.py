@@ -1,4 +1,4 @@
-"""How the transposed conv builder reads a conv (pure Python, no GPU): which convs it takes, its GEMM view."""
+"""How the transposed and row conv builders read a conv (pure Python, no GPU): which convs they take, their view."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cute.conv_implicit import CuteConvImplicitBuilder, epilogue_chain, plan_conv
 from sigdnn.plan_builders.cute.conv_transposed import (
     MAX_K,
+    ROWS_CONFIG,
     TRANSPOSED_CONFIG,
+    CuteConvRowsBuilder,
     CuteConvTransposedBuilder,
+    rows_reason,
     transposed_reason,
     transposed_view,
 )
@@ -51,3 +54,47 @@ def test_it_ranks_above_the_implicit_builder_with_one_pingpong_config() -> None:
     assert (TRANSPOSED_CONFIG.tile_m, TRANSPOSED_CONFIG.tile_n, TRANSPOSED_CONFIG.pingpong) == (64, 256, True)
     g = conv_graph((2, 64, 9, 11), (64, 64, 3, 3), padding=(1, 1))
     assert builder.configs([g.node_by_name("conv")], g) == ["pp64x256c1x1s1"]
+
+
+def test_the_row_conv_takes_resnet_conv2_3x3_and_its_limits() -> None:
+    for x_dims, w_dims in [
+        ((64, 64, 56, 56), (64, 64, 3, 3)),
+        ((1, 64, 4, 62), (8, 64, 3, 3)),
+        ((2, 64, 8, 1), (64, 64, 3, 3)),
+    ]:
+        g = conv_graph(x_dims, w_dims, padding=(1, 1))
+        view = CuteConvRowsBuilder().plan(g.node_by_name("conv"), g)
+        assert view == transposed_view(plan_conv(g.node_by_name("conv"), g))
+
+
+@pytest.mark.parametrize(
+    ("x_dims", "w_dims", "conv", "match"),
+    [
+        ((2, 64, 8, 8), (72, 64, 3, 3), {"padding": (1, 1)}, "72 output channels"),  # the transposed conv's own
+        ((2, 128, 8, 8), (64, 128, 3, 3), {"padding": (1, 1)}, "128 input channels, a 3x3 filter"),
+        ((2, 64, 8, 8), (64, 64, 1, 1), {}, "64 input channels, a 1x1 filter"),
+        ((2, 64, 8, 8), (64, 64, 3, 3), {"padding": (1, 1), "stride": (2, 2)}, "unit stride"),
+        ((2, 64, 8, 8), (64, 64, 3, 3), {"padding": (1, 1), "dilation": (1, 2)}, "unit stride and dilation"),
+        ((2, 64, 8, 8), (64, 64, 3, 3), {"pre_padding": (1, 1), "post_padding": (0, 1)}, "padding 1"),
+        ((2, 64, 8, 63), (64, 64, 3, 3), {"padding": (1, 1)}, "8 x 63 output pixels"),
+        (
+            (2, 64, 6, 8),
+            (64, 64, 3, 3),
+            {"padding": (1, 1)},
+            "6 x 8 output pixels; the row conv takes rows of up to 62, a multiple of 4",
+        ),
+    ],
+)
+def test_the_row_conv_declines_what_four_rows_of_62_pixels_cannot_hold(x_dims, w_dims, conv, match) -> None:
+    g = conv_graph(x_dims, w_dims, **conv)
+    with pytest.raises(NotSupported, match=match):
+        CuteConvRowsBuilder().check(g.node_by_name("conv"), g, None)
+    assert rows_reason(plan_conv(g.node_by_name("conv"), g)) is not None
+
+
+def test_the_row_conv_ranks_first_with_its_one_config() -> None:
+    builder = CuteConvRowsBuilder()
+    assert builder.priority > CuteConvTransposedBuilder.priority and builder.engine_id == 3008
+    assert ROWS_CONFIG.label == "pp64x256c1x1s1"
+    g = conv_graph((2, 64, 8, 9), (64, 64, 3, 3), padding=(1, 1))
+    assert builder.configs([g.node_by_name("conv")], g) == [ROWS_CONFIG.label]
