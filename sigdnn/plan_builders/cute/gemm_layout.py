@@ -68,12 +68,12 @@ class GemmSpec:
     # the declared dtypes of the chain's intermediate tensors (a no-op for float32), so the fused result
     # rounds exactly where the node-by-node reference does.
     bias_dtype: str | None = None  # None: no bias
-    bias_per: str = "n"  # "n": bias[n], one per output column; "m": bias[m], one per row (a transposed conv)
     activation: str = "none"  # "none" or a value of ACTIVATIONS
     round_x: str = "float32"  # dtype of the matmul's own output tensor
     round_y: str = "float32"  # dtype of the bias add's output tensor
     scale_dtypes: tuple[str, ...] = ()  # dtype of each per-tensor scale (one value read from memory)
     round_s: tuple[str, ...] = ()  # dtype of each scale multiply's output tensor
+    bias_per: str = "n"  # "n": bias[n], one per output column; "m": bias[m], one per row (a transposed conv)
 
     @property
     def fp8(self) -> bool:
