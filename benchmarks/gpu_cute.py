@@ -429,6 +429,25 @@ def conv_layer_graph(c: int, hw: int, k: int, r: int, stride: int, fused: bool):
     return g
 
 
+def variant_impls(variant, view, fview, sm_count: int, ptrs: tuple, bias: torch.Tensor, g, pack: dict) -> dict:
+    """A transposed-GEMM conv builder's kernel on the layer, fused with bias + relu, and through its Executor."""
+    import sigdnn
+    from sigdnn.plan_builders.cute.conv_transposed import transposed_view
+    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
+
+    label = variant.name.removeprefix("cute.conv_fprop_")
+    tview, tfview = transposed_view(view), transposed_view(fview)
+    plain = ConvLaunch(tview.spec, variant.config, tview.geometry, sm_count, variant.kind)
+    fused = ConvLaunch(tfview.spec, variant.config, tfview.geometry, sm_count, variant.kind)
+    ex = sigdnn.Executor("gpu", engine=variant.name)
+    plan = ex.prepare(g)
+    return {
+        f"cute {label}": lambda: plain(*ptrs),
+        f"cute {label} fused bias + relu": lambda: fused(*ptrs, bias_ptr=bias.data_ptr()),
+        f"cute {label} via Executor.execute": lambda: ex.execute(plan, pack, to_host=False),
+    }
+
+
 def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
     """bf16 NHWC conv fprop, implicit GEMM (cute.conv_fprop_implicit) against torch conv2d (cuDNN), batch 64.
 
@@ -440,13 +459,7 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
     """
     import sigdnn
     from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, epilogue_chain, plan_conv
-    from sigdnn.plan_builders.cute.conv_transposed import (
-        ROWS_CONFIG,
-        TRANSPOSED_CONFIG,
-        rows_reason,
-        transposed_reason,
-        transposed_view,
-    )
+    from sigdnn.plan_builders.cute.conv_transposed import CuteConvRowsBuilder, CuteConvTransposedBuilder
     from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
     from sigdnn.plan_builders.cute.matmul import parse_config
     from sigdnn.registry.regions import Dataflow
@@ -496,32 +509,9 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
         impls["cute fused bias + relu"] = lambda fused=fused, ptrs=ptrs, bias=bias: fused(
             *ptrs, bias_ptr=bias.data_ptr()
         )
-        if transposed_reason(view) is None:  # the transposed conv (cute.conv_fprop_transposed) where it applies
-            tview, tfview = transposed_view(view), transposed_view(fview)
-            plain = ConvLaunch(tview.spec, TRANSPOSED_CONFIG, tview.geometry, sm_count, "fprop_t")
-            tfused = ConvLaunch(tfview.spec, TRANSPOSED_CONFIG, tfview.geometry, sm_count, "fprop_t")
-            impls["cute transposed"] = lambda la=plain, ptrs=ptrs: la(*ptrs)
-            impls["cute transposed fused bias + relu"] = lambda la=tfused, ptrs=ptrs, bias=bias: la(
-                *ptrs, bias_ptr=bias.data_ptr()
-            )
-            tex = sigdnn.Executor("gpu", engine="cute.conv_fprop_transposed")
-            tplan = tex.prepare(g)
-            impls["cute transposed via Executor.execute"] = lambda ex=tex, plan=tplan, pack=pack: ex.execute(
-                plan, pack, to_host=False
-            )
-        if rows_reason(view) is None:  # the row conv (cute.conv_fprop_rows) where it applies
-            tview, tfview = transposed_view(view), transposed_view(fview)
-            plain = ConvLaunch(tview.spec, ROWS_CONFIG, tview.geometry, sm_count, "fprop_rows")
-            rfused = ConvLaunch(tfview.spec, ROWS_CONFIG, tfview.geometry, sm_count, "fprop_rows")
-            impls["cute rows"] = lambda la=plain, ptrs=ptrs: la(*ptrs)
-            impls["cute rows fused bias + relu"] = lambda la=rfused, ptrs=ptrs, bias=bias: la(
-                *ptrs, bias_ptr=bias.data_ptr()
-            )
-            rex = sigdnn.Executor("gpu", engine="cute.conv_fprop_rows")
-            rplan = rex.prepare(g)
-            impls["cute rows via Executor.execute"] = lambda ex=rex, plan=rplan, pack=pack: ex.execute(
-                plan, pack, to_host=False
-            )
+        for variant in (CuteConvTransposedBuilder, CuteConvRowsBuilder):  # where each applies
+            if variant.reason(view) is None:
+                impls.update(variant_impls(variant, view, fview, sm_count, ptrs, bias, g, pack))
         want = torch.nn.functional.conv2d(x.float(), w.float(), padding=pad, stride=stride)
         want_fused = torch.relu(want + bias.float().view(1, k, 1, 1))
         errors = {}

@@ -54,22 +54,29 @@ class CuteConvTransposedBuilder(CuteConvImplicitBuilder):
     name = "cute.conv_fprop_transposed"
     engine_id = IN_TREE[name]
     priority = 2  # above cute.conv_fprop_implicit where both apply
+    kind = "fprop_t"  # the conv kernel (kernels/conv_launch.KINDS) and its one tile config
+    config = TRANSPOSED_CONFIG
+
+    @staticmethod
+    def reason(view: ImplicitConv) -> str | None:
+        """Why this builder's kernel cannot run the conv, or None when it can."""
+        return transposed_reason(view)
 
     def plan(self, node: Node, graph: Graph, chain: ConvChain | None = None) -> ImplicitConv:
         view = plan_conv(node, graph, chain)
-        reason = transposed_reason(view)
+        reason = self.reason(view)
         if reason is not None:
             raise NotSupported(f"node '{node.name}': {reason}")
         return transposed_view(view)
 
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
-        return [TRANSPOSED_CONFIG.label]
+        return [self.config.label]
 
     def _launch(self, view: ImplicitConv, device: Device, label: str | None, where: str) -> Any:
         from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
 
         _, sm_count = device_properties(device_id_of(device))
-        return ConvLaunch(view.spec, TRANSPOSED_CONFIG, view.geometry, sm_count, "fprop_t")
+        return ConvLaunch(view.spec, self.config, view.geometry, sm_count, self.kind)
 
 
 ROWS_CONFIG = GemmConfig(64, 256, True)  # four output rows of 64 pixel slots by 64 output channels
@@ -98,19 +105,9 @@ class CuteConvRowsBuilder(CuteConvTransposedBuilder):
     name = "cute.conv_fprop_rows"
     engine_id = IN_TREE[name]
     priority = 3  # above cute.conv_fprop_transposed where both apply
+    kind = "fprop_rows"
+    config = ROWS_CONFIG
 
-    def plan(self, node: Node, graph: Graph, chain: ConvChain | None = None) -> ImplicitConv:
-        view = plan_conv(node, graph, chain)
-        reason = rows_reason(view)
-        if reason is not None:
-            raise NotSupported(f"node '{node.name}': {reason}")
-        return transposed_view(view)
-
-    def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
-        return [ROWS_CONFIG.label]
-
-    def _launch(self, view: ImplicitConv, device: Device, label: str | None, where: str) -> Any:
-        from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
-
-        _, sm_count = device_properties(device_id_of(device))
-        return ConvLaunch(view.spec, ROWS_CONFIG, view.geometry, sm_count, "fprop_rows")
+    @staticmethod
+    def reason(view: ImplicitConv) -> str | None:
+        return rows_reason(view)
