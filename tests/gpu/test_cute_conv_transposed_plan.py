@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from test_cute_conv_implicit_plan import chain_graph, conv_graph
 
@@ -75,7 +78,7 @@ def test_the_row_conv_takes_resnet_conv2_3x3_and_its_limits() -> None:
         ((2, 64, 8, 8), (64, 64, 1, 1), {}, "64 input channels, a 1x1 filter"),
         ((2, 64, 8, 8), (64, 64, 3, 3), {"padding": (1, 1), "stride": (2, 2)}, "unit stride"),
         ((2, 64, 8, 8), (64, 64, 3, 3), {"padding": (1, 1), "dilation": (1, 2)}, "unit stride and dilation"),
-        ((2, 64, 8, 8), (64, 64, 3, 3), {"pre_padding": (1, 1), "post_padding": (0, 1)}, "padding 1"),
+        ((2, 64, 8, 8), (64, 64, 3, 3), {"pre_padding": (1, 1), "post_padding": (0, 1)}, "'conv': padding, stride or"),
         ((2, 64, 8, 63), (64, 64, 3, 3), {"padding": (1, 1)}, "8 x 63 output pixels"),
         (
             (2, 64, 6, 8),
@@ -98,3 +101,15 @@ def test_the_row_conv_ranks_first_with_its_one_config() -> None:
     assert ROWS_CONFIG.label == "pp64x256c1x1s1"
     g = conv_graph((2, 64, 8, 9), (64, 64, 3, 3), padding=(1, 1))
     assert builder.configs([g.node_by_name("conv")], g) == [ROWS_CONFIG.label]
+
+
+def test_each_builder_names_a_kernel_the_launch_table_has() -> None:
+    """The builders' kinds are keys of kernels/conv_launch.KINDS (read from its source: importing it needs the DSL)."""
+    import sigdnn.plan_builders.cute.kernels as kernels
+
+    tree = ast.parse((Path(kernels.__file__).parent / "conv_launch.py").read_text())
+    table = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "KINDS")
+    kinds = {ast.literal_eval(key) for key in table.keys}
+    for builder in (CuteConvTransposedBuilder, CuteConvRowsBuilder):
+        assert (builder.kind, 2) in kinds
+    assert CuteConvTransposedBuilder.kind != CuteConvRowsBuilder.kind
