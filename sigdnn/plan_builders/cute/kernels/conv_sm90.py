@@ -29,6 +29,8 @@ configs only). A 3-D conv is the same with x viewed as
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import cuda.bindings.driver as cuda
 import cutlass.cute as cute
 import cutlass.utils as utils
@@ -38,6 +40,47 @@ from cutlass.cute.nvgpu import cpasync
 from sigdnn.plan_builders.cute.kernels.gemm_sm90 import HopperGemm
 
 CHANNEL_ALIGN = 8  # 16-byte rows of x and w: TMA strides must be multiples of 16 bytes
+
+
+class ConvGeometry(NamedTuple):
+    """A 2-D conv's launch scalars: x, the filter and the output's extents, padding, stride, dilation."""
+
+    n: Any
+    h: Any
+    w: Any
+    c: Any
+    k: Any
+    r: Any
+    s: Any
+    p: Any
+    q: Any
+    pad_h: Any
+    pad_w: Any
+    pad_h_hi: Any
+    pad_w_hi: Any
+    stride_h: Any
+    stride_w: Any
+    dil_h: Any
+    dil_w: Any
+
+
+def im2col_atom(op, x: cute.Tensor, smem: cute.ComposedLayout, tiler, g: ConvGeometry, multicast: int = 1):
+    """The TMA im2col atom of a 2-D conv's windows over x ((W, H, N), C) (trace time): the padding as zero
+    fill, the conv stride as the traversal stride, the dilation as the step between filter taps."""
+    return cpasync.make_im2col_tma_atom(
+        op,
+        x,
+        smem,
+        tiler,
+        lower_corner_whd=(-g.pad_w, -g.pad_h),
+        upper_corner_whd=(g.pad_w_hi - (g.s - 1) * g.dil_w, g.pad_h_hi - (g.r - 1) * g.dil_h),
+        lower_padding_whd=(g.pad_w, g.pad_h),
+        upper_padding_whd=(g.pad_w_hi, g.pad_h_hi),
+        stride_whd=(g.stride_w, g.stride_h),
+        lower_srt=(0, 0),
+        stride_srt=(g.dil_w, g.dil_h),
+        num_multicast=multicast,
+    )
 
 
 class HopperConvFprop(HopperGemm):
@@ -162,6 +205,18 @@ class HopperConvFprop(HopperGemm):
         sk_segments: Int32,
         stream: cuda.CUstream,
     ):
+        self.trace(
+            (x_ptr, w_ptr, y_ptr, bias_ptr),
+            ConvGeometry(n, h, w, c, k, r, s, p, q, pad_h, pad_w, pad_h_hi, pad_w_hi, stride_h, stride_w, dil_h, dil_w),
+            (splits, whole, sk_segments, work_ptr, flags_ptr),
+            stream,
+        )
+
+    def trace(self, ptrs: tuple, g: ConvGeometry, split: tuple, stream: cuda.CUstream) -> None:
+        """The launch (trace time): ``ptrs`` x, w, y and the bias; ``split`` split_args's arguments. Variant
+        kernels of the same launch scalars override this, not the signature."""
+        x_ptr, w_ptr, y_ptr, bias_ptr = ptrs
+        n, h, w, c, k, r, s, p, q, *_ = g  # the window: im2col_atom reads it from g
         c = cute.assume(c, divby=CHANNEL_ALIGN)
         k = cute.assume(k, divby=128 // self.c_dtype.width)
         # x as ((W, H, N), C): the im2col atom's (pixels, channels) view.
@@ -173,19 +228,13 @@ class HopperConvFprop(HopperGemm):
         tiled_mma, a_smem, b_smem, epi_smem = self.mma_and_smem(row_major, row_major, row_major)
 
         _, cn = self.cluster_mn
-        tma_a, gA = cpasync.make_im2col_tma_atom(
+        tma_a, gA = im2col_atom(
             cpasync.CopyBulkTensorIm2ColG2SOp() if cn == 1 else cpasync.CopyBulkTensorIm2ColG2SMulticastOp(),
             mX,
             cute.slice_(a_smem, (None, None, 0)),
             self.tiler_a(),
-            lower_corner_whd=(-pad_w, -pad_h),
-            upper_corner_whd=(pad_w_hi - (s - 1) * dil_w, pad_h_hi - (r - 1) * dil_h),
-            lower_padding_whd=(pad_w, pad_h),
-            upper_padding_whd=(pad_w_hi, pad_h_hi),
-            stride_whd=(stride_w, stride_h),
-            lower_srt=(0, 0),
-            stride_srt=(dil_w, dil_h),
-            num_multicast=cn,
+            g,
+            cn,
         )
         self.launch_conv(
             (tma_a, gA),
@@ -196,7 +245,7 @@ class HopperConvFprop(HopperGemm):
             tiled_mma,
             (a_smem, b_smem, epi_smem),
             stream,
-            self.split_args(splits, whole, sk_segments, work_ptr, flags_ptr),
+            self.split_args(*split),
         )
 
 

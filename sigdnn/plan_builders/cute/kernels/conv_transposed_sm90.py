@@ -18,13 +18,11 @@ bias is per output row (``GemmSpec.bias_per`` "m").
 
 from __future__ import annotations
 
-import cuda.bindings.driver as cuda
 import cutlass.cute as cute
 import cutlass.utils as utils
-from cutlass import Int32
 from cutlass.cute.nvgpu import cpasync
 
-from sigdnn.plan_builders.cute.kernels.conv_sm90 import CHANNEL_ALIGN, HopperConvFprop
+from sigdnn.plan_builders.cute.kernels.conv_sm90 import CHANNEL_ALIGN, HopperConvFprop, im2col_atom
 from sigdnn.plan_builders.cute.kernels.gemm_sm90 import HopperGemm
 
 
@@ -48,37 +46,10 @@ class HopperConvFpropTransposed(HopperConvFprop):
     def copy_b(self, tma_b, tBgB, tBsB, b_tile, k, counters, b_l, stage, barrier, mask) -> None:
         cute.copy(tma_b, b_tile[(None, k)], tBsB[(None, stage)], tma_bar_ptr=barrier)
 
-    @cute.jit
-    def __call__(
-        self,
-        x_ptr: cute.Pointer,
-        w_ptr: cute.Pointer,
-        y_ptr: cute.Pointer,
-        bias_ptr: cute.Pointer,
-        work_ptr: cute.Pointer,
-        flags_ptr: cute.Pointer,
-        n: Int32,
-        h: Int32,
-        w: Int32,
-        c: Int32,
-        k: Int32,
-        r: Int32,
-        s: Int32,
-        p: Int32,
-        q: Int32,
-        pad_h: Int32,
-        pad_w: Int32,
-        pad_h_hi: Int32,
-        pad_w_hi: Int32,
-        stride_h: Int32,
-        stride_w: Int32,
-        dil_h: Int32,
-        dil_w: Int32,
-        splits: Int32,
-        whole: Int32,
-        sk_segments: Int32,
-        stream: cuda.CUstream,
-    ):
+    def trace(self, ptrs, g, split, stream) -> None:
+        """The launch (trace time): the fprop's scalars (HopperConvFprop.trace); no split-K."""
+        x_ptr, w_ptr, y_ptr, bias_ptr = ptrs
+        n, h, w, c, k, r, s, p, q, *_ = g  # the window: im2col_atom reads it from g
         c = cute.assume(c, divby=CHANNEL_ALIGN)
         k = cute.assume(k, divby=128 // self.c_dtype.width)
         m = n * p * q
@@ -94,18 +65,8 @@ class HopperConvFpropTransposed(HopperConvFprop):
         tma_a, gA = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), mW, cute.slice_(a_smem, (None, None, 0)), self.tiler_a()
         )
-        tma_b, gB = cpasync.make_im2col_tma_atom(
-            cpasync.CopyBulkTensorIm2ColG2SOp(),
-            mX,
-            cute.slice_(b_smem, (None, None, 0)),
-            self.tiler_b(),
-            lower_corner_whd=(-pad_w, -pad_h),
-            upper_corner_whd=(pad_w_hi - (s - 1) * dil_w, pad_h_hi - (r - 1) * dil_h),
-            lower_padding_whd=(pad_w, pad_h),
-            upper_padding_whd=(pad_w_hi, pad_h_hi),
-            stride_whd=(stride_w, stride_h),
-            lower_srt=(0, 0),
-            stride_srt=(dil_w, dil_h),
+        tma_b, gB = im2col_atom(
+            cpasync.CopyBulkTensorIm2ColG2SOp(), mX, cute.slice_(b_smem, (None, None, 0)), self.tiler_b(), g
         )
         gA = cute.make_tensor(gA.iterator, cute.append(gA.layout, cute.make_layout(1)))
         gB = cute.make_tensor(gB.iterator, cute.append(gB.layout, cute.make_layout(1)))

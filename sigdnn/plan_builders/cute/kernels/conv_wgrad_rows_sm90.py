@@ -25,7 +25,6 @@ The reduction over rows is cut into ``splits`` slices of ``chunk`` / 64 rows
 
 from __future__ import annotations
 
-import cuda.bindings.driver as cuda
 import cutlass.cute as cute
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
@@ -113,34 +112,10 @@ class HopperConvWgradRows(HopperConvWgrad):
             part = cute.make_tensor(acc.iterator + _ACC_PER_TAP * s, third)
             cute.gemm(self.tap_mma, part, tCrA[coord], tCrB[s][coord], part)
 
-    @cute.jit
-    def __call__(
-        self,
-        dy_ptr: cute.Pointer,
-        x_ptr: cute.Pointer,
-        c_ptr: cute.Pointer,
-        bias_ptr: cute.Pointer,
-        n: Int32,
-        h: Int32,
-        w: Int32,
-        c: Int32,
-        k: Int32,
-        r: Int32,
-        s: Int32,
-        p: Int32,
-        q: Int32,
-        pad_h: Int32,
-        pad_w: Int32,
-        pad_h_hi: Int32,
-        pad_w_hi: Int32,
-        stride_h: Int32,
-        stride_w: Int32,
-        dil_h: Int32,
-        dil_w: Int32,
-        chunk: Int32,
-        splits: Int32,
-        stream: cuda.CUstream,
-    ):
+    def trace(self, ptrs, g, chunk, splits, stream) -> None:
+        """The launch (trace time): the wgrad's scalars (HopperConvWgrad.trace)."""
+        dy_ptr, x_ptr, c_ptr, bias_ptr = ptrs
+        n, h, w, c, k, r, s, p, q, pad_h, pad_w, *_ = g
         k = cute.assume(k, divby=8)
         chunk = cute.assume(chunk, divby=self.tile_mnk[2])
         rsc = r * s * c

@@ -31,6 +31,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Int32
 from cutlass.cute.nvgpu import cpasync
 
+from sigdnn.plan_builders.cute.kernels.conv_sm90 import ConvGeometry, im2col_atom
 from sigdnn.plan_builders.cute.kernels.gemm_sm90 import HopperGemm
 
 TILE_N = 64  # B's N tile: one 64-channel block of one filter tap (128-byte rows for the swizzle)
@@ -136,6 +137,19 @@ class HopperConvWgrad(HopperGemm):
         splits: Int32,
         stream: cuda.CUstream,
     ):
+        self.trace(
+            (dy_ptr, x_ptr, c_ptr, bias_ptr),
+            ConvGeometry(n, h, w, c, k, r, s, p, q, pad_h, pad_w, pad_h_hi, pad_w_hi, stride_h, stride_w, dil_h, dil_w),
+            chunk,
+            splits,
+            stream,
+        )
+
+    def trace(self, ptrs: tuple, g: ConvGeometry, chunk: Int32, splits: Int32, stream: cuda.CUstream) -> None:
+        """The launch (trace time): ``ptrs`` dy, x, dw (or the partials) and the bias; ``chunk`` and ``splits``
+        the slices. Variant kernels of the same launch scalars override this, not the signature."""
+        dy_ptr, x_ptr, c_ptr, bias_ptr = ptrs
+        n, h, w, c, k, r, s, p, q, *_ = g  # the window: im2col_atom reads it from g
         c = cute.assume(c, divby=TILE_N)
         k = cute.assume(k, divby=8)
         chunk = cute.assume(chunk, divby=self.tile_mnk[2])
@@ -165,19 +179,7 @@ class HopperConvWgrad(HopperGemm):
         # (K, N) -- pixels, then channels -- the same bytes as B's N-major (N, K) tile.
         b0 = cute.slice_(self.sub_tile_smem(1), (None, None, 0))
         b0_kn = cute.make_composed_layout(b0.inner, 0, cute.select(b0.outer, mode=[1, 0]))
-        tma_b, gB_pc = cpasync.make_im2col_tma_atom(
-            cpasync.CopyBulkTensorIm2ColG2SOp(),
-            mX,
-            b0_kn,
-            (self.tile_mnk[2], (TILE_N,)),
-            lower_corner_whd=(-pad_w, -pad_h),
-            upper_corner_whd=(pad_w_hi - (s - 1) * dil_w, pad_h_hi - (r - 1) * dil_h),
-            lower_padding_whd=(pad_w, pad_h),
-            upper_padding_whd=(pad_w_hi, pad_h_hi),
-            stride_whd=(stride_w, stride_h),
-            lower_srt=(0, 0),
-            stride_srt=(dil_w, dil_h),
-        )
+        tma_b, gB_pc = im2col_atom(cpasync.CopyBulkTensorIm2ColG2SOp(), mX, b0_kn, (self.tile_mnk[2], (TILE_N,)), g)
         # (pixels, (C, S, R)) -> ((C, S, R), pixels) -> ((C, S, R), chunk, splits): the kernel's (N, K, L).
         gB = cute.make_tensor(gB_pc.iterator, cute.select(gB_pc.layout, mode=[1, 0]))
         gB = cute.logical_divide(gB, (None, chunk))
