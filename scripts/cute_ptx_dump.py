@@ -1,4 +1,4 @@
-"""Dump the PTX of a fixed set of CuTe conv specializations, to prove a kernel refactor changes no device code.
+"""Dump the PTX of a fixed set of CuTe GEMM and conv specializations, to show a kernel refactor changes no device code.
 
 Compiles on the CPU (nvidia-cutlass-dsl, Python 3.12, no GPU): each case in a
 process of its own, since the DSL reads its dump directory from the
@@ -18,11 +18,27 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# case: (spec fields beyond the bf16 fprop's, tile config label, kernel kind, spatial rank)
+# case: (spec fields beyond the bf16 operands, tile config label, kernel kind ("gemm" or conv_launch's), rank)
 FPROP = {"a_major": "k", "b_major": "k", "c_major": "n", "a_batched": False, "b_batched": False}
 FUSED = {"bias_dtype": "bfloat16", "activation": "relu", "round_x": "bfloat16"}
 WGRAD = {"a_major": "m", "b_major": "n", "c_major": "n", "a_batched": True, "b_batched": True}
+GEMM = {"a_major": "k", "b_major": "n", "c_major": "n", "a_batched": False, "b_batched": False}
 CASES = {
+    "gemm": (GEMM, "coop128x256c2x1s4n", "gemm", 0),
+    "gemm_bias_gelu": ({**GEMM, "bias_dtype": "bfloat16", "activation": "gelu"}, "pp64x256c2x1s4n", "gemm", 0),
+    "gemm_fp8_scaled": (
+        {
+            **GEMM,
+            "a_dtype": "fp8_e4m3",
+            "b_dtype": "fp8_e4m3",
+            "b_major": "k",
+            "scale_dtypes": ("float32", "float32"),
+            "round_s": ("float32", "float32"),
+        },
+        "coop128x128c2x1s4n",
+        "gemm",
+        0,
+    ),
     "fprop_plain": (FPROP, "coop256x64c1x1s1", "fprop", 2),
     "fprop_fused": ({**FPROP, **FUSED}, "pp128x64c1x1s1", "fprop", 2),
     "fprop_split": (FPROP, "coop128x64c1x1s1k3", "fprop", 2),
@@ -41,12 +57,15 @@ CASES = {
 def compile_case(name: str) -> None:
     """In this process: compile ``name`` (its PTX goes to $CUTE_DSL_DUMP_DIR)."""
     from sigdnn.plan_builders.cute.gemm_layout import GemmSpec
-    from sigdnn.plan_builders.cute.kernels import conv_launch
+    from sigdnn.plan_builders.cute.kernels import conv_launch, launch
     from sigdnn.plan_builders.cute.matmul import parse_config
 
     fields, label, kind, rank = CASES[name]
     spec = GemmSpec(**{"a_dtype": "bfloat16", "b_dtype": "bfloat16", "c_dtype": "bfloat16", **fields})
-    conv_launch._compile(spec, parse_config(label).kernel, 132, (kind, rank))
+    if kind == "gemm":
+        launch._compile(spec, parse_config(label).kernel, 132)
+    else:
+        conv_launch._compile(spec, parse_config(label).kernel, 132, (kind, rank))
 
 
 def dump(out: Path, name: str) -> str:

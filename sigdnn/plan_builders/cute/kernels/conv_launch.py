@@ -2,7 +2,7 @@
 
 Compiled once per specialization (GemmSpec for dtypes and epilogue, tile
 config, SM count) in process and in the same on-disk cache
-(``SIGDNN_CUTE_CACHE``), keyed with the sources of both kernel modules. A
+(``SIGDNN_CUTE_CACHE``), keyed with the sources of every conv kernel module. A
 launch rewrites the pointer and stream cells of a pre-marshalled argument
 array; the conv's extents, padding, stride and dilation are fixed at build.
 
@@ -41,9 +41,10 @@ from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, packed_args
 
 # (kind, spatial rank) -> (kernel class, launch scalars: the geometry (conv_implicit.ImplicitConv's) and, for
-# the wgrad, the reduction's slice length and slice count). An fprop also takes the split-K workspace and
-# counter pointers after the bias and the split count, whole-tile count and stream-K segments per CTA after
-# the geometry.
+# the wgrad kinds, the reduction's slice length and slice count). The fprop kinds also take the split-K
+# workspace and counter pointers after the bias and the split count, whole-tile count and stream-K segments
+# per CTA after the geometry (the transposed and row kernels read none of them). "_t": the transposed GEMM
+# (conv_transposed.py); "_rows": the kernels that read x a row at a time.
 KINDS = {
     ("fprop", 2): (conv_sm90.HopperConvFprop, 17),
     ("fprop", 3): (conv_sm90.HopperConvFprop3d, 24),
@@ -99,8 +100,9 @@ def compiled(spec: GemmSpec, config: GemmConfig, sm_count: int, kind: str = "fpr
 class ConvLaunch(GemmLaunch):
     """One conv's launch: the scalars are fixed, the three operand pointers, the bias and the stream are not.
 
-    ``kind`` "fprop": (x, w, y) and the 17 (2-D) or 24 (3-D) geometry scalars; "wgrad" (2-D): (dy, x, dw or
-    the float32 partials) and the geometry followed by the reduction's slice length and slice count.
+    ``kind`` one of FPROPS: (x, w, y) and the 17 (2-D) or 24 (3-D) geometry scalars; "wgrad" or
+    "wgrad_rows" (2-D): (dy, x, dw or the float32 partials) and the geometry followed by the reduction's
+    slice length and slice count.
     A split-K fprop config allocates its workspace here (``split`` says how large; conv_implicit.SplitK).
     """
 
