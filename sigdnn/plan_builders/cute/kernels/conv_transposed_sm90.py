@@ -5,9 +5,11 @@
 With K <= 64 output channels the implicit GEMM of kernels/conv_sm90.py runs
 N = 64 wide: every wgmma is m64n64k16, which reads 4 KB of shared memory for
 as many products as the tensor cores finish in the time the shared-memory
-port delivers those 4 KB -- and the TMA writes the same bytes into it. The
-port, not the tensor cores, set conv2_3x3's speed (about half the wgmma
-rate). Transposed, the output channels are the GEMM's M (one 64-row
+port delivers those 4 KB -- and the TMA writes the same bytes into it. With
+the L2 (the im2col boxes read each x pixel once per tap) it held conv2_3x3
+at about half the wgmma rate: this kernel alone ran it 4-7 % faster, the row
+kernel (kernels/conv_rows_sm90.py), which also reads x once per filter row,
+26 %. Transposed, the output channels are the GEMM's M (one 64-row
 warpgroup tile) and the pixels its N: m64n256k16 reads 10 KB for four times
 the products. A is the filter (K, (C, S, R)) through a tiled TMA, B the
 im2col boxes of x (the fprop's A loads, in B's place: each tile's first
