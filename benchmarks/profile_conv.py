@@ -2,7 +2,8 @@
 
 Each layer's torch conv (cuDNN, channels-last, ``cudnn.benchmark``: conv2d,
 or with ``--wgrad`` ``torch.nn.grad.conv2d_weight``) and each CuTe launch
-(the default config and those of ``--configs``, for wgrad LABEL:SLICES pairs)
+(the default config and those of ``--configs``, for wgrad LABEL:SLICES pairs; for an fprop also the
+transposed and row kernels where they apply, plain and fused with bias + relu)
 run a few times to warm up, then once inside an NVTX range ``prof`` (around
 one named after the layer and kernel), so Nsight Compute profiles only those
 launches:
@@ -19,7 +20,7 @@ import argparse
 from collections.abc import Callable
 
 import torch
-from gpu_cute import RESNET50_LAYERS, conv_layer_graph, wgrad_launch, wgrad_layer
+from gpu_cute import RESNET50_LAYERS, conv_layer_graph, variant_impls, wgrad_launch, wgrad_layer
 
 
 def main() -> None:
@@ -45,10 +46,13 @@ def main() -> None:
 
 
 def fprop_kernels(name: str, configs: list[str]) -> dict[str, Callable[[], object]]:
-    """cuDNN's conv2d and the CuTe implicit GEMM's launches (default config, then ``configs``)."""
-    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, plan_conv
+    """cuDNN's conv2d and the CuTe implicit GEMM's launches (default config, then ``configs``), then the
+    transposed and row kernels' (plain and fused with bias + relu) where they apply."""
+    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, epilogue_chain, plan_conv
+    from sigdnn.plan_builders.cute.conv_transposed import CuteConvRowsBuilder, CuteConvTransposedBuilder
     from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
     from sigdnn.plan_builders.cute.matmul import parse_config
+    from sigdnn.registry.regions import Dataflow
 
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     stream = torch.cuda.current_stream().cuda_stream
@@ -66,6 +70,14 @@ def fprop_kernels(name: str, configs: list[str]) -> dict[str, Callable[[], objec
     for label in labels:
         launch = ConvLaunch(view.spec, parse_config(label), view.geometry, sm_count)
         kernels[label] = lambda la=launch: la(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+    gf = conv_layer_graph(c, hw, k, r, stride, fused=True)
+    fview = plan_conv(gf.node_by_name("conv"), gf, epilogue_chain(gf, Dataflow(gf, list(range(len(gf.nodes)))), 0))
+    bias = torch.randn(k, device="cuda").to(torch.bfloat16)
+    ptrs = (x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+    for variant in (CuteConvTransposedBuilder, CuteConvRowsBuilder):
+        if variant.reason(view) is None:
+            found = variant_impls(variant, view, fview, sm_count, ptrs, bias, g, {"x": x, "w": w, "y": y})
+            kernels.update({tag: run for tag, run in found.items() if "Executor" not in tag})
     return kernels
 
 
