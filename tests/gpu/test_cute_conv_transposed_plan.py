@@ -74,7 +74,12 @@ def test_the_row_conv_takes_resnet_conv2_3x3_and_its_limits() -> None:
     ("x_dims", "w_dims", "conv", "match"),
     [
         ((2, 64, 8, 8), (72, 64, 3, 3), {"padding": (1, 1)}, "72 output channels"),  # the transposed conv's own
-        ((2, 128, 8, 8), (64, 128, 3, 3), {"padding": (1, 1)}, "128 input channels, a 3x3 filter"),
+        (
+            (2, 128, 8, 8),
+            (64, 128, 3, 3),
+            {"padding": (1, 1)},
+            "128 input channels, a 3x3 filter; the row conv takes 64 channels",
+        ),
         ((2, 64, 8, 8), (64, 64, 1, 1), {}, "64 input channels, a 1x1 filter"),
         ((2, 64, 8, 8), (64, 64, 3, 3), {"padding": (1, 1), "stride": (2, 2)}, "unit stride"),
         ((2, 64, 8, 8), (64, 64, 3, 3), {"padding": (1, 1), "dilation": (1, 2)}, "unit stride and dilation"),

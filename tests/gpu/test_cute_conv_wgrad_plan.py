@@ -346,7 +346,7 @@ def test_k_off_the_tile_takes_fewer_slices_for_its_m_tiles() -> None:
 @pytest.mark.parametrize(
     ("x_dims", "dw_dims", "conv", "match"),
     [
-        ((2, 128, 8, 8), (64, 128, 3, 3), {}, "128 input channels"),
+        ((2, 128, 8, 8), (64, 128, 3, 3), {}, "128 input channels, a 3x3 filter; the row wgrad takes 64 channels"),
         ((2, 64, 8, 8), (64, 64, 1, 1), {"padding": (0, 0)}, "a 1x1 filter"),
         ((2, 64, 8, 8), (64, 64, 3, 3), {"stride": (2, 2)}, "unit stride"),
         ((2, 64, 8, 8), (64, 64, 3, 3), {"dilation": (1, 2)}, "unit stride and dilation"),
@@ -363,6 +363,30 @@ def test_the_row_wgrad_declines_what_one_row_a_step_cannot_hold(x_dims, dw_dims,
     g = wgrad_graph(x_dims, dw_dims, **conv)
     with pytest.raises(NotSupported, match=match):
         plan_wgrad_rows(g.node_by_name("wgrad"), g, 132)
+
+
+def test_the_implicit_builder_builds_autotunes_choice_else_the_models() -> None:
+    g = wgrad_graph((2, 64, 56, 56), (64, 64, 3, 3))
+    node = g.node_by_name("wgrad")
+    builder = CuteConvWgradImplicitBuilder()
+    assert builder.view(node, g, 132, None, "w") == plan_wgrad_implicit(node, g, 132)
+    chosen = builder.view(node, g, 132, "pp64x64c1x1s1", "w")
+    assert chosen == plan_wgrad_implicit(node, g, 132, parse_config("pp64x64c1x1s1"))
+    assert chosen.config.label == "pp64x64c1x1s1" and chosen.kind == "wgrad"
+
+
+def test_the_implicit_builder_takes_the_environments_config_without_a_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIGDNN_CUTE_GEMM", "pp64x192c1x1s1")
+    g = wgrad_graph((2, 64, 56, 56), (64, 64, 3, 3))
+    view = CuteConvWgradImplicitBuilder().view(g.node_by_name("wgrad"), g, 132, None, "w")
+    assert view.config.label == "pp64x192c1x1s1"
+    assert plan_wgrad_implicit(g.node_by_name("wgrad"), g, 132).config.label != "pp64x192c1x1s1"  # not the model's
+
+
+def test_the_row_builder_builds_the_row_plan() -> None:
+    g = wgrad_graph((2, 64, 56, 56), (64, 64, 3, 3))
+    node = g.node_by_name("wgrad")
+    assert CuteConvWgradRowsBuilder().view(node, g, 132, None, "w") == plan_wgrad_rows(node, g, 132)
 
 
 def test_the_row_builder_declines_what_its_plan_declines() -> None:

@@ -116,6 +116,18 @@ def unpack(geometry: tuple[int, ...]) -> dict[str, Any]:
     return parts
 
 
+def row_kernel_reason(geometry: tuple[int, ...], kernel: str) -> str | None:
+    """Why a row kernel (x read a row at a time, a filter row's taps as shifted views of it: 3x3 on 64
+    channels, padding 1, unit stride and dilation) cannot run a 2-D conv of this geometry, or None."""
+    parts = unpack(geometry)
+    if parts["c"] != 64 or parts["taps"] != (3, 3):
+        r, s = parts["taps"]
+        return f"{parts['c']} input channels, a {r}x{s} filter; the {kernel} takes 64 channels, 3x3"
+    if any(v != 1 for name in ("pre", "post", "stride", "dilation") for v in parts[name]):
+        return f"padding, stride or dilation other than 1; the {kernel} takes padding 1, unit stride and dilation"
+    return None
+
+
 @attrs.frozen
 class SplitK:
     """How a split-K or stream-K launch cuts the work (kernels/gemm_sm90.py): launch scalars and workspace.

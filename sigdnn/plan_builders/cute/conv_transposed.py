@@ -24,7 +24,13 @@ import attrs
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.plan_builders.cute.conv_implicit import ConvChain, CuteConvImplicitBuilder, ImplicitConv, plan_conv
+from sigdnn.plan_builders.cute.conv_implicit import (
+    ConvChain,
+    CuteConvImplicitBuilder,
+    ImplicitConv,
+    plan_conv,
+    row_kernel_reason,
+)
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig
 from sigdnn.plan_builders.cute.matmul import device_id_of, device_properties
 from sigdnn.registry.engine_ids import IN_TREE
@@ -90,11 +96,10 @@ def rows_reason(view: ImplicitConv) -> str | None:
     reason = transposed_reason(view)
     if reason is not None:
         return reason
-    c, _, r, s, p, q, *rest = view.geometry[3:]
-    if c != 64 or (r, s) != (3, 3):
-        return f"{c} input channels, a {r}x{s} filter; the row conv takes 64, 3x3"
-    if tuple(rest) != (1, 1, 1, 1, 1, 1, 1, 1):
-        return "padding, stride or dilation other than 1; the row conv takes padding 1, unit stride and dilation"
+    reason = row_kernel_reason(view.geometry, "row conv")
+    if reason is not None:
+        return reason
+    p, q = view.geometry[7:9]
     if q > MAX_ROW_Q or p % ROWS:
         return f"{p} x {q} output pixels; the row conv takes rows of up to {MAX_ROW_Q}, a multiple of {ROWS} of them"
     return None

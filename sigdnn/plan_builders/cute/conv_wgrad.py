@@ -30,7 +30,7 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_wgrad import ConvWgrad
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
-from sigdnn.plan_builders.cute.conv_implicit import check_geometry
+from sigdnn.plan_builders.cute.conv_implicit import check_geometry, row_kernel_reason
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmConfig, GemmProblem, GemmSpec, plan_gemm
 from sigdnn.plan_builders.cute.matmul import (
     config_override,
@@ -408,6 +408,11 @@ class CuteConvWgradImplicitBuilder(CuteConvWgradBuilder):
         ranked = [c.label for c in ranked_configs(view.shape, planning_sm_count(device))]
         return labels + [label for label in ranked if label not in labels][:ALTERNATIVES]
 
+    def view(self, node: Node, graph: Graph, sm_count: int, label: str | None, where: str) -> ImplicitWgrad:
+        """The launch this builder makes of the node: the configuration ``label`` names (autotune's choice),
+        else the environment's override, else the model's."""
+        return plan_wgrad_implicit(node, graph, sm_count, named_config(label, where) or config_override())
+
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
         from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
@@ -415,9 +420,8 @@ class CuteConvWgradImplicitBuilder(CuteConvWgradBuilder):
         self.check(node, graph, context.device)
         where = f"node '{node.name}'"
         _, sm_count = device_properties(device_id_of(context.device))
-        config = named_config(context.config, where) or config_override()
-        view = plan_wgrad_implicit(node, graph, sm_count, config)
-        conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, "wgrad")
+        view = self.view(node, graph, sm_count, context.config, where)
+        conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, view.kind)
         total = view.shape.k * view.shape.rsc
         reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, total, view.splits)
         return CuteConvWgradImplicitPlan(view, conv, reduce, where)
@@ -429,11 +433,10 @@ ROWS_MAX_Q = 64  # a K step is one output row: Q pixels of the 64-deep step
 
 def rows_reason(geometry: tuple[int, ...]) -> str | None:
     """Why the row wgrad (kernels/conv_wgrad_rows_sm90.py) cannot run this conv, or None when it can."""
-    c, _, r, s, _, q, *rest = geometry[3:]
-    if c != TILE_N or (r, s) != (3, 3):
-        return f"{c} input channels, a {r}x{s} filter; the row wgrad takes 64 channels, 3x3"
-    if tuple(rest) != (1, 1, 1, 1, 1, 1, 1, 1):
-        return "padding, stride or dilation other than 1; the row wgrad takes padding 1, unit stride and dilation"
+    reason = row_kernel_reason(geometry, "row wgrad")
+    if reason is not None:
+        return reason
+    q = geometry[8]
     if q > ROWS_MAX_Q:
         return f"{q} output columns; the row wgrad takes up to {ROWS_MAX_Q} (one row a 64-pixel K step)"
     return None
@@ -481,14 +484,5 @@ class CuteConvWgradRowsBuilder(CuteConvWgradImplicitBuilder):
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
         return [ROWS_CONFIG.label]
 
-    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
-        from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
-        from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
-
-        self.check(node, graph, context.device)
-        _, sm_count = device_properties(device_id_of(context.device))
-        view = plan_wgrad_rows(node, graph, sm_count)
-        conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, view.kind)
-        total = view.shape.k * view.shape.rsc
-        reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, total, view.splits)
-        return CuteConvWgradImplicitPlan(view, conv, reduce, f"node '{node.name}'")
+    def view(self, node: Node, graph: Graph, sm_count: int, label: str | None, where: str) -> ImplicitWgrad:
+        return plan_wgrad_rows(node, graph, sm_count)
