@@ -415,12 +415,12 @@ CONV_CONFIGS = ["coop128x128c1x1s1", "coop256x64c1x1s1", "coop256x128c1x1s1", "c
                 "coop128x128c2x2s1"]  # fmt: skip
 
 
-def conv_layer_graph(c: int, hw: int, k: int, r: int, stride: int, fused: bool):
-    """A bf16 NHWC ResNet layer at batch 64 (and with fused: + bias + relu, bf16 intermediates)."""
+def conv_layer_graph(c: int, hw: int, k: int, r: int, stride: int, fused: bool, batch: int = 64):
+    """A bf16 NHWC ResNet layer (and with fused: + bias + relu, bf16 intermediates)."""
     import sigdnn
 
     g = sigdnn.Graph("layer", io_dtype="bfloat16", intermediate_dtype="bfloat16", compute_dtype="float32")
-    x, w = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, r, r), layout="NHWC")
+    x, w = g.tensor("x", (batch, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, r, r), layout="NHWC")
     y = g.conv_fprop(x, w, padding=(r // 2, r // 2), stride=(stride, stride), name="conv")
     if fused:
         y = g.pointwise("add", y, g.tensor("bias", (1, k, 1, 1), layout="NHWC"), name="bias")
@@ -449,13 +449,15 @@ def variant_impls(variant, view, fview, sm_count: int, ptrs: tuple, bias: torch.
 
 
 def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
-    """bf16 NHWC conv fprop, implicit GEMM (cute.conv_fprop_implicit) against torch conv2d (cuDNN), batch 64.
+    """bf16 NHWC conv fprop, implicit GEMM (cute.conv_fprop_implicit) against torch conv2d (cuDNN).
 
-    Each ResNet-50 layer: torch's channels-last conv2d (cudnn.benchmark on);
+    Each ResNet-50 layer at ``--batch`` (64 by default; other batches label
+    the layer ``name_nB``): torch's channels-last conv2d (cudnn.benchmark on);
     the builder's launch with its default config and with every config of
     ``--conv-configs`` (the compiled handle: what a plan's execute costs);
-    the default through ``Executor.execute`` (host cost included); and the
-    fused conv + bias + relu launch against torch eager conv2d(bias) + relu.
+    the default through ``Executor.execute`` (host cost included); the
+    builder the registry ranks first, through its Executor; and the fused
+    conv + bias + relu launch against torch eager conv2d(bias) + relu.
     """
     import sigdnn
     from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, epilogue_chain, plan_conv
@@ -470,15 +472,16 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
         if args.layers and name not in args.layers:
             continue
         pad = r // 2
+        size = name if args.batch == 64 else f"{name}_n{args.batch}"
         gen = torch.Generator(device="cuda").manual_seed(c + hw + k)
-        x = torch.randn(64, c, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
+        x = torch.randn(args.batch, c, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
         x = x.to(memory_format=torch.channels_last)
         w = (torch.randn(k, c, r, r, device="cuda", generator=gen) / (c * r * r) ** 0.5).to(torch.bfloat16)
         w = w.to(memory_format=torch.channels_last)
         bias = torch.randn(k, device="cuda", generator=gen).to(torch.bfloat16)
-        g = conv_layer_graph(c, hw, k, r, stride, fused=False)
+        g = conv_layer_graph(c, hw, k, r, stride, fused=False, batch=args.batch)
         view = plan_conv(g.node_by_name("conv"), g)
-        gf = conv_layer_graph(c, hw, k, r, stride, fused=True)
+        gf = conv_layer_graph(c, hw, k, r, stride, fused=True, batch=args.batch)
         chain = epilogue_chain(gf, Dataflow(gf, list(range(len(gf.nodes)))), 0)
         fview = plan_conv(gf.node_by_name("conv"), gf, chain)
         y = torch.empty(g.tensor_by_name("y").dims, device="cuda", dtype=torch.bfloat16)
@@ -505,6 +508,11 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
         impls["cute default via Executor.execute"] = lambda ex=ex, plan=plan, pack=pack: ex.execute(
             plan, pack, to_host=False
         )
+        ranked = sigdnn.Executor("gpu")  # the registry's own choice among the builders that take the conv
+        ranked_plan = ranked.prepare(g)
+        impls[f"cute ranked ({ranked_plan.steps[0].builder.name}) via Executor.execute"] = (
+            lambda ex=ranked, plan=ranked_plan, pack=pack: ex.execute(plan, pack, to_host=False)
+        )
         impls["torch conv2d(bias) + relu"] = fused_torch
         impls["cute fused bias + relu"] = lambda fused=fused, ptrs=ptrs, bias=bias: fused(
             *ptrs, bias_ptr=bias.data_ptr()
@@ -529,9 +537,9 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
         for n, ts in samples.items():
             t = statistics.median(ts)
             t_ref = base["torch conv2d(bias) + relu"] if "bias" in n else base["torch conv2d (cuDNN)"]
-            rows.append({"dtype": "bf16", "size": name, "impl": n, "ms": t, "spread": (max(ts) - min(ts)) / t,
+            rows.append({"dtype": "bf16", "size": size, "impl": n, "ms": t, "spread": (max(ts) - min(ts)) / t,
                          "tflops": flops / t / 1e9, "ratio": t_ref / t, "rel_err": errors.get(n)})  # fmt: skip
-        print_rows([r_ for r_ in rows if r_["size"] == name])
+        print_rows([r_ for r_ in rows if r_["size"] == size])
 
 
 CONV3D_LAYERS = {
@@ -1046,6 +1054,7 @@ def main() -> None:
         help="the wgrad part: slice counts the row wgrad also runs (3x3 layers on 64 channels)",
     )
     parser.add_argument("--wgrad-grid", action="store_true", help="the wgrad part: every tile config (wgrad_grid)")
+    parser.add_argument("--batch", type=int, default=64, help="the convi part: the layers' batch")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False

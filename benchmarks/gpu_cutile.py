@@ -420,12 +420,16 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
     with on_stream(ex, plan):
         ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
     parts = _kernel_times(ex, plan, launch)
+    graph_ms = _graph_ms(g, pack) if kind == "batchnorm" else None
     torch_fn = _norm_torch(kind, data)
     tms = cuda_time(lambda: [torch_fn() for _ in range(10)]) / 10
     nbytes = _norm_bytes(kind)
     row = {"op": kind, "config": label, "ms": ms, "tb_s": nbytes / ms / 1e9, "torch_ms": tms,
            "torch_tb_s": nbytes / tms / 1e9, "first_s": first_s, "kernel_us": [t * 1e3 for t in parts]}  # fmt: skip
     split = " [" + " + ".join(f"{t * 1e3:.1f}" for t in parts) + " us]" if len(parts) > 1 else ""
+    if graph_ms is not None:
+        row["graph_ms"], row["graph_tb_s"] = graph_ms, nbytes / graph_ms / 1e9
+        split = f"  cuda graphs {row['graph_tb_s']:5.2f} TB/s ({graph_ms * 1e3:5.1f} us)" + split
     print(f"{kind:20s} {label:18s} {row['tb_s']:5.2f} TB/s ({ms * 1e3:7.1f} us)  torch {row['torch_tb_s']:5.2f} TB/s "
           f"({tms * 1e3:7.1f} us)  x{tms / ms:4.2f}  (first {first_s:.1f}s){split}", flush=True)  # fmt: skip
     if kind == "batchnorm" and label == "default":
@@ -433,6 +437,15 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
         if BN_L2_WINDOWS:
             row["l2_windows"] = _l2_windows(ex, plan, launch, data["x"], nbytes)
     return row
+
+
+def _graph_ms(g: sigdnn.Graph, pack: dict) -> float:
+    """Milliseconds of one execute with CUDA-graph replay (``Executor(cuda_graphs=True)``), 10 back to back: the
+    plan's kernels without the host cost of launching them one by one."""
+    ex = sigdnn.Executor("gpu", cuda_graphs=True)
+    plan = ex.prepare(g)
+    ex.execute(plan, pack, to_host=False)  # records
+    return cuda_time(lambda: [ex.execute(plan, pack, to_host=False) for _ in range(10)]) / 10
 
 
 BN_L2_WINDOWS: list[int] = []  # --bn-l2-windows: MB of x's tail kept in L2 as persisting lines, per timing
@@ -500,6 +513,9 @@ def _kernel_times(ex, plan, launch) -> list[float]:
 
 def norm_variants() -> dict[str, dict[str, object]]:
     """Configurations compared side by side: label -> config, per direction (forward / backward rows, batchnorm)."""
+    import attrs
+
+    from sigdnn.plan_builders.cutile import batchnorm
     from sigdnn.plan_builders.cutile.batchnorm import ChannelConfig
     from sigdnn.plan_builders.cutile.opbase import RowConfig
     from sigdnn.plan_builders.cutile.rowgen import KernelHints
@@ -572,7 +588,12 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 "2048f32o4w8a4096": ChannelConfig(2048, "float32", KernelHints(4, 8), apply_tile=4096,
                                                   apply_hints=KernelHints(4)),
                 **{f"{t}f32o4a4096c128": ChannelConfig(t, "float32", KernelHints(4), apply_tile=4096, channels=128)
-                   for t in (2048, 4096)}}  # fmt: skip
+                   for t in (2048, 4096)},
+                # the default walked in channel groups of at most m MiB of x (64x256x56x56 bf16, 98 MiB: g52 two
+                # groups, g26 four, g13 eight)
+                **{f"g{m}": attrs.evolve(batchnorm.TRAINING, group_bytes=m << 20) for m in (13, 26, 52)},
+                **{f"g{m}b{b}": attrs.evolve(batchnorm.TRAINING, group_bytes=m << 20, blocks=b)
+                   for m in (13, 26) for b in (132, 528)}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 
