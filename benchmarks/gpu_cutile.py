@@ -513,9 +513,6 @@ def _kernel_times(ex, plan, launch) -> list[float]:
 
 def norm_variants() -> dict[str, dict[str, object]]:
     """Configurations compared side by side: label -> config, per direction (forward / backward rows, batchnorm)."""
-    import attrs
-
-    from sigdnn.plan_builders.cutile import batchnorm
     from sigdnn.plan_builders.cutile.batchnorm import ChannelConfig
     from sigdnn.plan_builders.cutile.opbase import RowConfig
     from sigdnn.plan_builders.cutile.rowgen import KernelHints
@@ -588,12 +585,7 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 "2048f32o4w8a4096": ChannelConfig(2048, "float32", KernelHints(4, 8), apply_tile=4096,
                                                   apply_hints=KernelHints(4)),
                 **{f"{t}f32o4a4096c128": ChannelConfig(t, "float32", KernelHints(4), apply_tile=4096, channels=128)
-                   for t in (2048, 4096)},
-                # the default walked in channel groups of at most m MiB of x (64x256x56x56 bf16, 98 MiB: g52 two
-                # groups, g26 four, g13 eight)
-                **{f"g{m}": attrs.evolve(batchnorm.TRAINING, group_bytes=m << 20) for m in (13, 26, 52)},
-                **{f"g{m}b{b}": attrs.evolve(batchnorm.TRAINING, group_bytes=m << 20, blocks=b)
-                   for m in (13, 26) for b in (132, 528)}}  # fmt: skip
+                   for t in (2048, 4096)}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

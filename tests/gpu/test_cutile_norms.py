@@ -109,28 +109,3 @@ def test_layernorm_on_awkward_rows_at_both_variances_on_the_gpu(monkeypatch, var
     report = sigdnn.validate(g, layernorm_inputs(g, awkward_rows(*dims, dtype)))
     assert set(report.builders.values()) == {"cutile.layernorm"}, report.builders
     assert report.passed, report.table()
-
-
-GROUPED = [
-    # (dims, layout, io dtype, group budget in bytes, groups)
-    ((3, 128, 9, 11), "NHWC", "bfloat16", 19008, 4),  # 76032 bytes of x; 32 channels = 64-byte runs
-    ((4, 48, 7, 5), "NHWC", "float32", 14000, 2),  # 26880 bytes; 24 channels = 96-byte runs
-    ((2, 30, 17, 13), "NCHW", "bfloat16", 9000, 3),  # 26520 bytes
-]
-
-
-@pytest.mark.parametrize(("dims", "layout", "io", "budget", "groups"), GROUPED, ids=lambda v: str(v))
-@pytest.mark.parametrize("direction", ["TRAINING", "BACKWARD"])
-def test_batchnorm_in_channel_groups_on_the_gpu(monkeypatch, direction, dims, layout, io, budget, groups):
-    """Channel groups (``ChannelConfig.group_bytes``) compiled by cuTile: offset views of x, y and the
-    per-channel tensors, one compiled kernel a launch shared by every group."""
-    from norm_cases import batchnorm, batchnorm_backward
-
-    from sigdnn.plan_builders.cutile import batchnorm as bn
-
-    monkeypatch.setattr(bn, direction, attrs.evolve(getattr(bn, direction), group_bytes=budget))
-    g = batchnorm(dims, layout, io, True) if direction == "TRAINING" else batchnorm_backward(dims, layout, io)
-    steps = sigdnn.Executor("gpu").prepare(g).steps
-    assert sum(len(s.plan.launches) for s in steps) == 3 * groups
-    report = sigdnn.validate(g, seed=groups)
-    assert report.passed, report.table()

@@ -6,14 +6,6 @@ three launches (``channelgen``): partial sums split over A, a finalize per
 channel that writes the node's per-channel outputs and float32
 coefficients into the workspace, and the elementwise pass. Inference is
 the elementwise pass alone.
-
-Channel groups (``ChannelConfig.group_bytes``): an x larger than L2 is
-walked a group of channels at a time, the three launches per group, so the
-elementwise pass reads the group's x from L2, where its statistics pass
-left it, and x comes from DRAM once instead of twice. Every group's views
-have the same shape and strides (only their offsets differ), so the
-groups share one compiled kernel per launch and, running in stream order,
-one workspace.
 """
 
 from __future__ import annotations
@@ -45,7 +37,6 @@ class ChannelConfig:
     latency: int | None = None  # the partial pass's DRAM latency hint for those loads (1 to 10; None: cuTile's)
     blocks: int | None = None  # blocks the partial pass aims at (None: SPLIT_BLOCKS)
     channels: int | None = None  # most channels in one tile (None: as many as fit)
-    group_bytes: int | None = None  # most bytes of x a channel group covers (None: x in one group)
 
 
 # Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
@@ -66,30 +57,6 @@ INFERENCE = ChannelConfig(8192)  # the elementwise pass alone
 BACKWARD = ChannelConfig(8192)  # gradients: float64 lanes (dbias = sum dy cancels)
 
 
-MIN_GROUP_RUN = 64  # bytes of a channel group's contiguous run a pixel when channels are innermost (two sectors)
-
-
-def channel_groups(a: int, c: int, b: int, itemsize: int, group_bytes: int | None) -> int:
-    """How many groups of channels x is walked in: the fewest (dividing C) whose slice of x fits ``group_bytes``.
-
-    One when x fits already, when no budget is given, or when no group fits
-    without a pixel's run of channels shrinking below ``MIN_GROUP_RUN``
-    (channels innermost): more launches whose x no longer stays in L2 would
-    only cost time.
-    """
-    nbytes = a * c * b * itemsize
-    if group_bytes is None or nbytes <= group_bytes:
-        return 1
-    for groups in range(2, c + 1):
-        if c % groups:
-            continue
-        if b == 1 and c // groups * itemsize < MIN_GROUP_RUN:
-            return 1
-        if nbytes // groups <= group_bytes:
-            return groups
-    return 1
-
-
 def tiles(a: int, c: int, b: int, tile: int, channels: int | None = None) -> tuple[int, int, int]:
     """(TA, TK, TB): as much of the contiguous B as fits (up to 2048), then channels (up to ``channels`` when
     given), then A, ``tile`` in all."""
@@ -101,21 +68,15 @@ def tiles(a: int, c: int, b: int, tile: int, channels: int | None = None) -> tup
 
 
 class _Layout:
-    """The node's x as (A, C, B) in channel groups of C / groups, their tiles, and a group's views of its tensors.
-
-    ``c`` is a group's channels (what every kernel sees), ``channels`` all of x's.
-    """
+    """The node's x as (A, C, B) with its tiles, and views of its tensors."""
 
     def __init__(self, node: Node, graph: Graph, x_port: str, like: tuple[str, ...], config: ChannelConfig) -> None:
         ports = node.op.ports()
         self.ports = ports
         self.graph = graph
         x = graph.tensors[ports[x_port]]
-        self.a, self.channels, self.b = views.channels(x)
+        self.a, self.c, self.b = views.channels(x)
         views.same_layout(x, [graph.tensors[ports[p]] for p in like if p in ports])
-        itemsize = graph.dtype_of(x).itemsize
-        self.groups = channel_groups(self.a, self.channels, self.b, itemsize, config.group_bytes)
-        self.c = self.channels // self.groups
         self.config = config
         self.flat = self.b == 1  # channels innermost: (A, C) views and tiles (see channelgen)
         self.tile, self.shape = self._cut(config.tile)
@@ -133,16 +94,13 @@ class _Layout:
         ta, tk, tb = (*tile, 1)[:3]
         return self.a % ta == 0 and self.c % tk == 0 and self.b % tb == 0
 
-    def x(self, port: str, group: int) -> Arg:
-        """Channel group ``group`` of an x-shaped tensor."""
+    def x(self, port: str) -> Arg:
         if self.flat:
-            return Arg(port, (self.a, self.c), (self.channels, 1), group * self.c)
-        return Arg(port, (self.a, self.c, self.b), (self.channels * self.b, self.b, 1), group * self.c * self.b)
+            return Arg(port, (self.a, self.c), (self.c, 1))
+        return Arg(port, (self.a, self.c, self.b), (self.c * self.b, self.b, 1))
 
-    def vector(self, port: str, group: int) -> Arg:
-        """Channel group ``group`` of a per-channel tensor."""
-        stride = views.channel_stride(self.graph.tensors[self.ports[port]])
-        return Arg(port, (self.c,), (stride,), group * self.c * stride)
+    def vector(self, port: str) -> Arg:
+        return Arg(port, (self.c,), (views.channel_stride(self.graph.tensors[self.ports[port]]),))
 
     def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
         at, kt, bt = self.apply_shape
@@ -173,7 +131,7 @@ class CutileBatchnormInferenceBuilder(CutileOpBuilder):
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         lay = _Layout(node, graph, "x", ("y",), INFERENCE)
-        args = [lay.x("x", 0), *(lay.vector(p, 0) for p in ("mean", "inv_variance", "scale", "bias")), lay.x("y", 0)]
+        args = [lay.x("x"), *(lay.vector(p) for p in ("mean", "inv_variance", "scale", "bias")), lay.x("y")]
         return [lay.apply(args, grads=False, wide=True)], 0
 
 
@@ -187,21 +145,20 @@ class CutileBatchnormBuilder(CutileOpBuilder):
         lay = _Layout(node, graph, "x", ("y",), TRAINING)
         if op.momentum is not None and lay.count < 2:
             raise ValueError(f"{lay.count} element per channel: its unbiased running variance is undefined")
-        running = ("in_running_mean", "in_running_var", "next_running_mean", "next_running_var")
-        launches = []
-        for g in range(lay.groups):
-            work = Workspace()  # every group the same slices: the groups run in stream order
-            first, sums = lay.partials([lay.x("x", g)], work, grads=False)
-            tk, ts = lay.finalize_tiles(sums[0].shape[0])
-            mean, inv = work.take((lay.c,)), work.take((lay.c,))
-            args = [lay.x("x", g), *sums, lay.vector("mean", g), lay.vector("inv_variance", g), mean, inv]
-            if op.momentum is not None:
-                args += [lay.vector(p, g) for p in running]
-            text = channelgen.finalize_stats(tk, ts, lay.count, op.epsilon, op.momentum, lay.flat)
-            final = Launch(KernelSource("batchnorm_finalize", text), (cdiv(lay.c, tk),), tuple(args))
-            ends = [lay.vector("scale", g), lay.vector("bias", g), lay.x("y", g)]
-            launches += [first, final, lay.apply([lay.x("x", g), mean, inv, *ends], grads=False)]
-        return launches, work.nbytes
+        work = Workspace()
+        first, sums = lay.partials([lay.x("x")], work, grads=False)
+        splits = sums[0].shape[0]
+        tk, ts = lay.finalize_tiles(splits)
+        mean, inv = work.take((lay.c,)), work.take((lay.c,))
+        args = [lay.x("x"), *sums, lay.vector("mean"), lay.vector("inv_variance"), mean, inv]
+        if op.momentum is not None:
+            args += [
+                lay.vector(p) for p in ("in_running_mean", "in_running_var", "next_running_mean", "next_running_var")
+            ]
+        text = channelgen.finalize_stats(tk, ts, lay.count, op.epsilon, op.momentum, lay.flat)
+        final = Launch(KernelSource("batchnorm_finalize", text), (cdiv(lay.c, tk),), tuple(args))
+        last = lay.apply([lay.x("x"), mean, inv, lay.vector("scale"), lay.vector("bias"), lay.x("y")], grads=False)
+        return [first, final, last], work.nbytes
 
 
 class CutileBatchnormBackwardBuilder(CutileOpBuilder):
@@ -211,16 +168,13 @@ class CutileBatchnormBackwardBuilder(CutileOpBuilder):
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         lay = _Layout(node, graph, "x", ("dy", "dx"), BACKWARD)
-        launches = []
-        for g in range(lay.groups):
-            work = Workspace()  # every group the same slices: the groups run in stream order
-            stats = [lay.vector("mean", g), lay.vector("inv_variance", g)]
-            first, sums = lay.partials([lay.x("dy", g), lay.x("x", g), *stats], work, grads=True)
-            tk, ts = lay.finalize_tiles(sums[0].shape[0])
-            c1, c2 = work.take((lay.c,)), work.take((lay.c,))
-            text = channelgen.finalize_grads(tk, ts, lay.count)
-            args = (*sums, lay.vector("dscale", g), lay.vector("dbias", g), c1, c2)
-            final = Launch(KernelSource("batchnorm_finalize_grads", text), (cdiv(lay.c, tk),), args)
-            ends = [lay.vector("scale", g), c1, c2, lay.x("dx", g)]
-            launches += [first, final, lay.apply([lay.x("dy", g), lay.x("x", g), *stats, *ends], grads=True)]
-        return launches, work.nbytes
+        work = Workspace()
+        stats = [lay.vector("mean"), lay.vector("inv_variance")]
+        first, sums = lay.partials([lay.x("dy"), lay.x("x"), *stats], work, grads=True)
+        tk, ts = lay.finalize_tiles(sums[0].shape[0])
+        c1, c2 = work.take((lay.c,)), work.take((lay.c,))
+        text = channelgen.finalize_grads(tk, ts, lay.count)
+        args = (*sums, lay.vector("dscale"), lay.vector("dbias"), c1, c2)
+        final = Launch(KernelSource("batchnorm_finalize_grads", text), (cdiv(lay.c, tk),), args)
+        last = lay.apply([lay.x("dy"), lay.x("x"), *stats, lay.vector("scale"), c1, c2, lay.x("dx")], grads=True)
+        return [first, final, last], work.nbytes
