@@ -384,6 +384,8 @@ def bench_conv(args: argparse.Namespace, rows: list[dict]) -> None:
         print_rows([r_ for r_ in rows if r_["size"] == name])
 
 
+LAUNCH_FLOOR_S = 10e-6  # the convi part's least time a launch counts for when it sizes a sample
+
 RESNET50_LAYERS = {
     # name: (C, H = W, K, R = S, stride), batch 64, padding R // 2: the 3x3 layers of each stage (the
     # stride-2 ones as torchvision places them), and the 1x1 reduce / expand layers around them
@@ -531,7 +533,9 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
                 ref = want_fused if "fused" in n else want
                 errors[n] = float((y.float() - ref).norm() / ref.norm())  # NaN if an element was not written
         flops = 2.0 * want.numel() * c * r * r
-        iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
+        # launches a sample: its GPU time at 400 TFLOP/s, each launch at least LAUNCH_FLOOR_S (small batches are
+        # host-bound, and a sample of tens of thousands of 3-us launches would take seconds of host time)
+        iters = max(3, int(args.sample_ms * 1e-3 / max(flops / 400e12, LAUNCH_FLOOR_S)))
         samples = interleaved_samples(impls, iters, args.repeats)
         base = {n: statistics.median(samples[n]) for n in ("torch conv2d (cuDNN)", "torch conv2d(bias) + relu")}
         for n, ts in samples.items():

@@ -125,6 +125,8 @@ class HopperGemm:
         epi_m = math.gcd(128 if not self.pingpong else 64, tile_m)
         self.epi_tile = (epi_m, math.gcd(32, tile_n))
         self.epi_stage = 4 if self.c_dtype.width == 16 else 2
+        # A bias by row over subtiles as tall as the tile: every subtile's the same, loaded once a tile.
+        self.bias_per_tile = spec.bias_per == "m" and self.epi_tile[0] == tile_m
         epi_bytes = math.prod(self.epi_tile) * self.c_dtype.width // 8 * self.epi_stage
         ab_bytes = (tile_m * self.a_dtype.width + tile_n * self.b_dtype.width) * self.tile_k // 8
         self.stage_budget = _SMEM_CAPACITY - _BARRIER_BYTES - epi_bytes  # shared memory for A and B stages
@@ -639,7 +641,7 @@ class HopperGemm:
                                 tRS_rD[v] = tRS_rAcc[epi_idx * rD_size + v]
                             if const_expr(self.spec.bias_dtype is not None):
                                 bias_cur.store(bias_next.load())
-                                if const_expr(epi_idx + 1 < epi_count):
+                                if const_expr(epi_idx + 1 < epi_count and not self.bias_per_tile):
                                     self._load_bias(bias_next, mBias, tile, epi_order, epi_idx + 1, tRS_cD, extents)
                             if const_expr(self.fused):
                                 for v in cutlass.range_constexpr(rD_size):
