@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 
 from sigdnn.graph.layout import packed_strides
-from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmProblem, GemmSpec, default_config, plan_gemm
+from sigdnn.plan_builders.cute.gemm_layout import (
+    GemmConfig,
+    GemmProblem,
+    GemmSpec,
+    bias_once_a_tile,
+    default_config,
+    plan_gemm,
+)
 from sigdnn.plan_builders.cute.matmul import parse_config
 
 
@@ -157,3 +164,16 @@ def test_gelu_epilogues_default_to_pingpong_on_large_problems() -> None:
         assert not default_config(gelu, small).pingpong
     for act in ("none", "relu"):
         assert default_config(GemmSpec(*attrs.astuple(plain)[:8], "bfloat16", act), big).label == "coop128x256c2x1s4n"
+
+
+@pytest.mark.parametrize(
+    ("bias_per", "epi_rows", "tile_m", "once"),
+    [
+        ("m", 64, 64, True),  # the transposed and row convs: 64 x 32 subtiles of a 64 x 256 tile, one bias row set
+        ("m", 64, 128, False),  # two row blocks of subtiles: each its own bias rows
+        ("n", 64, 64, False),  # a bias by column changes from subtile to subtile along N
+        ("n", 128, 128, False),
+    ],
+)
+def test_the_bias_is_loaded_once_a_tile_only_when_every_subtile_adds_the_same(bias_per, epi_rows, tile_m, once):
+    assert bias_once_a_tile(bias_per, epi_rows, tile_m) is once

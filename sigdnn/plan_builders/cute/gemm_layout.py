@@ -179,6 +179,12 @@ class GemmProblem:
         return 2 * self.m * self.n * self.k * self.batch
 
 
+def bias_once_a_tile(bias_per: str, epi_rows: int, tile_m: int) -> bool:
+    """Whether the epilogue loads its bias once a tile rather than once a subtile: a bias by row ("m") when
+    every subtile spans the tile's rows, so all of them add the same bias values."""
+    return bias_per == "m" and epi_rows == tile_m
+
+
 def _round_up(x: int, to: int) -> int:
     return -(-x // to) * to
 

@@ -71,7 +71,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Int32, Int64, const_expr
 from cutlass.cute.nvgpu import cpasync, warp, warpgroup
 
-from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, resident_clusters
+from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, bias_once_a_tile, resident_clusters
 from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
 
 # Named barrier ids (0 is __syncthreads).
@@ -125,8 +125,7 @@ class HopperGemm:
         epi_m = math.gcd(128 if not self.pingpong else 64, tile_m)
         self.epi_tile = (epi_m, math.gcd(32, tile_n))
         self.epi_stage = 4 if self.c_dtype.width == 16 else 2
-        # A bias by row over subtiles as tall as the tile: every subtile's the same, loaded once a tile.
-        self.bias_per_tile = spec.bias_per == "m" and self.epi_tile[0] == tile_m
+        self.bias_per_tile = bias_once_a_tile(spec.bias_per, epi_m, tile_m)
         epi_bytes = math.prod(self.epi_tile) * self.c_dtype.width // 8 * self.epi_stage
         ab_bytes = (tile_m * self.a_dtype.width + tile_n * self.b_dtype.width) * self.tile_k // 8
         self.stage_budget = _SMEM_CAPACITY - _BARRIER_BYTES - epi_bytes  # shared memory for A and B stages
