@@ -120,6 +120,38 @@ def test_shared_a_is_passed_unbatched() -> None:
             ((2, 8, 8), (0, 8, 1), "float16"),
             "repeats",
         ),
+        # rank: a alone, then c alone, below 2
+        (((32,), (1,), "float16"), ((32, 64), (64, 1), "float16"), ((1, 64), (64, 1), "float16"), "rank >= 2"),
+        (((2, 32), (32, 1), "float16"), ((32, 64), (64, 1), "float16"), ((64,), (1,), "float16"), "rank >= 2"),
+        # inconsistent dims: B's K alone, then C's N alone
+        (
+            ((8, 32), (32, 1), "float16"),
+            ((40, 64), (64, 1), "float16"),
+            ((8, 64), (64, 1), "float16"),
+            r"dims \[8, 32\] @ \[40, 64\] -> \[8, 64\] are inconsistent",
+        ),
+        (((8, 32), (32, 1), "float16"), ((32, 64), (64, 1), "float16"), ((8, 56), (56, 1), "float16"), "inconsistent"),
+        (((8, 32), (32, -1), "float16"), ((32, 64), (64, 1), "float16"), ((8, 64), (64, 1), "float16"), "negative"),
+        # fp8 with A M-major: wgmma reads 8-bit operands K-major only
+        (
+            ((32, 64), (1, 32), "fp8_e4m3"),
+            ((64, 32), (1, 64), "fp8_e4m3"),
+            ((32, 32), (32, 1), "bfloat16"),
+            r"contiguous along K .*: a \(M x K\) not;",
+        ),
+        # fp8 with K = 1 stored M-major: its rows along K cannot be K-major
+        (
+            ((16, 1), (1, 16), "fp8_e4m3"),
+            ((1, 16), (16, 1), "fp8_e4m3"),
+            ((16, 16), (16, 1), "bfloat16"),
+            r"rows along K are not 16-byte aligned \(lda 16, ldb 16\)",
+        ),
+        (
+            ((2**31, 16), (16, 1), "float16"),
+            ((16, 16), (16, 1), "float16"),
+            ((2**31, 16), (16, 1), "float16"),
+            r"extents past 2\^31 - 1",
+        ),
     ],
 )
 def test_declines_with_a_reason(a, b, c, reason) -> None:
@@ -177,3 +209,32 @@ def test_gelu_epilogues_default_to_pingpong_on_large_problems() -> None:
 )
 def test_the_bias_is_loaded_once_a_tile_only_when_every_subtile_adds_the_same(bias_per, epi_rows, tile_m, once):
     assert bias_once_a_tile(bias_per, epi_rows, tile_m) is once
+
+
+def test_extents_up_to_int32_max_are_planned() -> None:
+    big = 2**31 - 1
+    _, p = plan_gemm(((big, 16), (16, 1), "float16"), ((16, 16), (16, 1), "float16"), ((big, 16), (16, 1), "float16"))
+    assert p.m == big
+
+
+def test_a_dim_of_one_gets_a_tma_aligned_leading_stride() -> None:
+    """M = 1: A's leading stride is never stepped, so it is K rounded up to 16 bytes (20 -> 24 halves)."""
+    spec, p = plan_gemm(((1, 20), (20, 1), "float16"), ((20, 8), (8, 1), "float16"), ((1, 8), (8, 1), "float16"))
+    assert (spec.a_major, p.lda) == ("k", 24)
+
+
+def test_two_batch_dims_that_step_as_one_collapse() -> None:
+    spec, p = plan_gemm(((2, 3, 4, 8), (96, 32, 8, 1), "float16"), ((2, 3, 8, 8), (192, 64, 8, 1), "float16"),
+                        ((2, 3, 4, 8), (96, 32, 8, 1), "float16"))  # fmt: skip
+    assert (p.batch, p.batch_stride_a, p.batch_stride_b, p.batch_stride_c) == (6, 32, 64, 32)
+    assert spec.a_batched and spec.b_batched
+
+
+def test_default_config_takes_large_tiles_from_a_full_wave_on() -> None:
+    """132 tiles of 128 x 256 (a batch of 2 counted) fill the 132 SMs: the large config; 131 do not."""
+    spec = GemmSpec("bfloat16", "bfloat16", "bfloat16", "k", "n", "n", True, True)
+    full = GemmProblem(128 * 66, 256, 4096, 2, 4096, 4096, 256, 0, 0, 0)
+    short = GemmProblem(128 * 131, 256, 4096, 1, 4096, 4096, 256, 0, 0, 0)
+    assert default_config(spec, full).label == "coop128x256c2x1s4n"
+    assert default_config(spec, full, sm_count=133).tile_n == 128
+    assert default_config(spec, short).tile_n == 128
