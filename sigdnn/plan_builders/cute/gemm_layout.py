@@ -174,10 +174,6 @@ class GemmProblem:
     batch_stride_b: int
     batch_stride_c: int
 
-    @property
-    def flops(self) -> int:
-        return 2 * self.m * self.n * self.k * self.batch
-
 
 def bias_once_a_tile(bias_per: str, epi_rows: int, tile_m: int) -> bool:
     """Whether the epilogue loads its bias once a tile rather than once a subtile: a bias by row ("m") when
