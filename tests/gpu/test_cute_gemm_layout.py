@@ -146,6 +146,27 @@ def test_shared_a_is_passed_unbatched() -> None:
             ((16, 16), (16, 1), "bfloat16"),
             r"rows along K are not 16-byte aligned \(lda 16, ldb 16\)",
         ),
+        # fp8, K = 1: A K-major, B not (either one is enough to decline)
+        (
+            ((16, 1), (16, 1), "fp8_e4m3"),
+            ((1, 16), (16, 1), "fp8_e4m3"),
+            ((16, 16), (16, 1), "bfloat16"),
+            r"rows along K are not 16-byte aligned \(lda 16, ldb 16\)",
+        ),
+        # rows of A at stride 0: a leading stride must be positive
+        (((8, 16), (0, 1), "float16"), ((16, 8), (8, 1), "float16"), ((8, 8), (8, 1), "float16"), "positive multiple"),
+        (
+            ((3, 8, 16), (128, 16, 1), "float16"),
+            ((16, 8), (8, 1), "float16"),
+            ((2, 8, 8), (64, 8, 1), "float16"),
+            r"batch dims \[3\] do not broadcast to \[2\]",
+        ),
+        (
+            ((2, 8, 16), (132, 16, 1), "float16"),
+            ((2, 16, 8), (128, 8, 1), "float16"),
+            ((2, 8, 8), (64, 8, 1), "float16"),
+            r"a's batch stride 132 is not a multiple of 8 elements",
+        ),
         (
             ((2**31, 16), (16, 1), "float16"),
             ((16, 16), (16, 1), "float16"),
