@@ -21,7 +21,7 @@ with torch's time for the same work measured beside it:
 * norms: softmax, layernorm, rmsnorm (forward, backward) and batchnorm
   training at the defaults, then the configurations ``--variants`` names
   (``norm_variants``: tiles, cuTile hints, batchnorm lanes) side by side,
-  each against torch;
+  each against torch; batchnorm also through CUDA-graph replay;
 * matmul: the cuTile GEMM at 4096^3 and 8192^3 bfloat16, every configuration
   it offers to autotune (bound launch on the executor's stream), against
   torch.matmul; then matmul + bias + gelu as one fused region (default and
