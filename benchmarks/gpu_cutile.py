@@ -45,6 +45,7 @@ import tempfile
 import textwrap
 import time
 
+import attrs
 import torch
 
 import sigdnn
@@ -432,6 +433,8 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
         split = f"  cuda graphs {row['graph_tb_s']:5.2f} TB/s ({graph_ms * 1e3:5.1f} us)" + split
     print(f"{kind:20s} {label:18s} {row['tb_s']:5.2f} TB/s ({ms * 1e3:7.1f} us)  torch {row['torch_tb_s']:5.2f} TB/s "
           f"({tms * 1e3:7.1f} us)  x{tms / ms:4.2f}  (first {first_s:.1f}s){split}", flush=True)  # fmt: skip
+    if kind == "batchnorm":
+        row["l2_reuse_us"] = _l2_reuse_us(ex, plan, launch)
     if kind == "batchnorm" and label == "default":
         row["read_alone_us"] = _read_alone_us(data["x"])
         if BN_L2_WINDOWS:
@@ -495,24 +498,59 @@ def _read_alone_us(x: torch.Tensor) -> float:
     return us
 
 
-def _kernel_times(ex, plan, launch) -> list[float]:
-    """Median ms of each kernel of a step alone (10 back to back): which of a node's launches holds its time."""
+def _recorded_calls(launch) -> list[tuple]:
+    """The arguments of each ``CUTILE.launch`` one run of a bound step makes, recorded instead of enqueued."""
     from sigdnn.plan_builders.cutile.kernels import CUTILE
 
     calls = []
-    CUTILE.launch = lambda *args: calls.append(args)  # record the step's launches instead of enqueuing them
+    CUTILE.launch = lambda *args: calls.append(args)
     try:
         launch()
     finally:
         del CUTILE.launch
+    return calls
+
+
+def _kernel_times(ex, plan, launch) -> list[float]:
+    """Median ms of each kernel of a step alone (10 back to back): which of a node's launches holds its time."""
+    from sigdnn.plan_builders.cutile.kernels import CUTILE
+
+    calls = _recorded_calls(launch)
     if len(calls) < 2:
         return []
     with on_stream(ex, plan):
         return [cuda_time(lambda c=c: [CUTILE.launch(*c) for _ in range(10)]) / 10 for c in calls]
 
 
+def _l2_reuse_us(ex, plan, launch) -> float:
+    """Microseconds the elementwise pass saves by finding in L2 the x the statistics pass read last: the
+    node's kernels in sequence with 256 MiB written between the last two (evicting x), less that write
+    timed alone, less the plain sequence."""
+    from sigdnn.plan_builders.cutile.kernels import CUTILE
+
+    calls = _recorded_calls(launch)
+    junk = torch.empty(1 << 27, dtype=torch.float16, device="cuda")
+    with on_stream(ex, plan):
+        plain = cuda_time(lambda: [CUTILE.launch(*c) for _ in range(10) for c in calls]) / 10
+
+        def evicting() -> None:
+            for _ in range(10):
+                for c in calls[:-1]:
+                    CUTILE.launch(*c)
+                junk.zero_()
+                CUTILE.launch(*calls[-1])
+
+        evicted = cuda_time(evicting) / 10
+        flush = cuda_time(lambda: [junk.zero_() for _ in range(10)]) / 10
+    saved = (evicted - flush - plain) * 1e3
+    print(f"{'':20s} L2 reuse between the passes: {saved:.1f} us saved ({plain * 1e3:.1f} us in sequence, "
+          f"{(evicted - flush) * 1e3:.1f} with x evicted between the passes)", flush=True)  # fmt: skip
+    return saved
+
+
 def norm_variants() -> dict[str, dict[str, object]]:
     """Configurations compared side by side: label -> config, per direction (forward / backward rows, batchnorm)."""
+    from sigdnn.plan_builders.cutile import batchnorm, opbase
     from sigdnn.plan_builders.cutile.batchnorm import ChannelConfig
     from sigdnn.plan_builders.cutile.opbase import RowConfig
     from sigdnn.plan_builders.cutile.rowgen import KernelHints
@@ -536,7 +574,11 @@ def norm_variants() -> dict[str, dict[str, object]]:
                **{f"{t}o{o}{'chan' if c else ''}k{k}": RowConfig(t, KernelHints(o), variance="chan" if c else "two_pass",
                                                               walk=k)
                   for t, o, c, k in ((4096, 6, False, 4096), (4096, 6, False, 2048), (8192, 4, True, 4096),
-                                     (8192, 4, True, 2048), (8192, 4, False, 4096))}}  # fmt: skip
+                                     (8192, 4, True, 2048), (8192, 4, False, 4096))},
+               # persistent blocks walking the row tiles (the forward defaults otherwise)
+               **{f"fwdb{b}{'' if o is None else f'o{o}'}": attrs.evolve(
+                   opbase.ROW_FORWARD, blocks=b, hints=opbase.ROW_FORWARD.hints if o is None else KernelHints(o))
+                  for b, o in ((264, None), (528, None), (1056, None), (264, 2), (396, 3), (132, 1))}}  # fmt: skip
     backward = {"8192": row(8192), "8192w8": row(8192, None, 8), "4096w8": row(4096, None, 8),
                 "4096o2w8": row(4096, 2, 8), "4096o3w8": row(4096, 3, 8), "4096o2": row(4096, 2),
                 "8192o1w8": row(8192, 1, 8), "4096o2w8c32": row(4096, 2, 8, 32), "4096o2w8c64": row(4096, 2, 8, 64),
@@ -585,7 +627,11 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 "2048f32o4w8a4096": ChannelConfig(2048, "float32", KernelHints(4, 8), apply_tile=4096,
                                                   apply_hints=KernelHints(4)),
                 **{f"{t}f32o4a4096c128": ChannelConfig(t, "float32", KernelHints(4), apply_tile=4096, channels=128)
-                   for t in (2048, 4096)}}  # fmt: skip
+                   for t in (2048, 4096)},
+                # round 7: the elementwise pass in persistent blocks (vectors loaded once, loads pipelined)
+                **{f"ap{b}{'' if o is None else f'o{o}'}": attrs.evolve(batchnorm.TRAINING, apply_blocks=b,
+                                                                         apply_hints=KernelHints(o or 4))
+                   for b, o in ((264, None), (528, None), (1056, None), (264, 2), (396, 3), (132, 1))}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

@@ -53,9 +53,12 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     args += [_vector(node, graph, p, "x", batch, n, m) for p in stats]
     names = tuple("mean" if p == "mean" else "inv" for p in stats)
     hints = opbase.row_hints(config, n, tm, tn, k)
-    text = rowgen.norm_forward(n, tm, tn, op.epsilon, center, bias, names, hints, config.variance, k=k)
+    tiles = cdiv(m, tm)
+    text = rowgen.norm_forward(
+        n, tm, tn, op.epsilon, center, bias, names, hints, config.variance, k=k, tiles=tiles, blocks=config.blocks
+    )
     prefix = "layernorm" if center else "rmsnorm"
-    return [Launch(KernelSource(prefix, text), (cdiv(m, tm),), tuple(args))], 0
+    return [Launch(KernelSource(prefix, text), (rowgen.grid_of(tiles, config.blocks),), tuple(args))], 0
 
 
 def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:

@@ -37,7 +37,9 @@ class RowConfig:
     wide blocks leave that launch reading megabytes on a handful of SMs. ``paired``: layernorm backward's
     two row means as one reduction (``rowgen.norm_backward``). ``variance``: how layernorm forward gets the
     mean and variance of a row held in one tile (``rowgen.VARIANCES``): two dependent reductions, or one.
-    ``walk``: the chunk a row longer than ``ROW_MAX`` is walked in (None: ``ROW_MAX``).
+    ``walk``: the chunk a row longer than ``ROW_MAX`` is walked in (None: ``ROW_MAX``). ``blocks``
+    (forward kernels): that many persistent blocks walk the row tiles (``rowgen.walked_by``; None: one
+    tile a block).
     """
 
     tile: int
@@ -46,6 +48,7 @@ class RowConfig:
     paired: bool = True
     variance: str = "two_pass"
     walk: int | None = None
+    blocks: int | None = None
 
 
 # Tile sizes (elements) and hints, measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md,

@@ -54,6 +54,23 @@ def _module(params: list[str], body: list[str], hints: KernelHints | None = None
     return f"{(hints or KernelHints()).decorator()}\ndef kernel({', '.join(params)}):\n{lines}\n"
 
 
+def walked_by(body: list[str], tiles: int, blocks: int | None, prologue: tuple[str, ...] = ()) -> list[str]:
+    """The lines of a kernel whose ``body`` computes tile ``bid``: one tile a block, or with ``blocks`` (fewer
+    than ``tiles``) that many persistent blocks, each walking tiles bid, bid + blocks, ...
+
+    A block of one tile waits on its own loads; in a loop cuTile can pipeline the next tile's loads under
+    this one's arithmetic. ``prologue``: lines the blocks run once before their first tile.
+    """
+    if blocks is None or blocks >= tiles:
+        return [*prologue, "bid = ct.bid(0)", *body]
+    return [*prologue, f"for bid in range(ct.bid(0), {tiles}, {blocks}):", *(f"    {line}" for line in body)]
+
+
+def grid_of(tiles: int, blocks: int | None) -> int:
+    """Blocks launched for ``walked_by``'s kernel."""
+    return tiles if blocks is None else min(tiles, blocks)
+
+
 def _load_rows(array: str, tm: int, tn: int, chunk: str, row: str = "bid", padding: str = ZERO) -> str:
     return f"ct.astype(ct.load({array}, index=({row}, {chunk}), shape=({tm}, {tn}), {padding}), ct.float32)"
 
@@ -193,17 +210,19 @@ def norm_forward(
     variance: str = "two_pass",
     *,
     k: int,
+    tiles: int = 1,
+    blocks: int | None = None,
 ) -> str:
     """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv").
 
     ``variance`` (layernorm): one of ``VARIANCES``, for rows held in one tile or walked (chan: each chunk's
     mean and M2 merged into the row's, ``_walked_chan_stats``); rows held in several (``k`` column tiles)
-    take two_pass.
+    take two_pass. ``tiles`` row tiles in all, ``blocks``: see ``walked_by``.
     """
     if variance not in VARIANCES:
         raise ValueError(f"variance {variance!r}: expected one of {VARIANCES}")
     params = ["x", "s", *(["b"] if bias else []), "y", *stats]
-    body = ["bid = ct.bid(0)"]
+    body = []
     held = _held(n, tn, k) if tn * k >= n else []
     one_pass = center and variance != "two_pass" and tn >= n
     body += [f"x{i} = {_load_rows('x', tm, tn, c)}" for i, (c, _) in enumerate(held)]
@@ -257,18 +276,28 @@ def norm_forward(
         body.append(_store_stat("mean", tm, "mu"))
     if "inv" in stats:
         body.append(_store_stat("inv", tm, "r"))
-    return _module(params, body, hints)
+    return _module(params, walked_by(body, tiles, blocks), hints)
 
 
 def softmax_forward(
-    n: int, tm: int, tn: int, log: bool, stats: bool, hints: KernelHints | None = None, *, k: int
+    n: int,
+    tm: int,
+    tn: int,
+    log: bool,
+    stats: bool,
+    hints: KernelHints | None = None,
+    *,
+    k: int,
+    tiles: int = 1,
+    blocks: int | None = None,
 ) -> str:
-    """Softmax (or log-softmax) of each row; ``stats`` = max + log(sum(exp(x - max))); ``k`` column tiles held."""
+    """Softmax (or log-softmax) of each row; ``stats`` = max + log(sum(exp(x - max))); ``k`` column tiles held;
+    ``tiles`` row tiles in all, ``blocks``: see ``walked_by``."""
     params = ["x", "y", *(["st"] if stats else [])]
     # Columns past N must read -inf (they take no part in max and sum); when no chunk holds such a column,
     # rows past M read zeros instead (never stored), which lets cuTile load through TMA (no -inf fill there).
     pad = ZERO if n % tn == 0 else "padding_mode=ct.PaddingMode.NEG_INF"
-    body = ["bid = ct.bid(0)"]
+    body = []
     if tn * k >= n:
         held = _held(n, tn, k)
         body += [f"x{i} = {_load_rows('x', tm, tn, c, padding=pad)}" for i, (c, _) in enumerate(held)]
@@ -308,7 +337,7 @@ def softmax_forward(
         body += _loop(n, tn, write)
     if stats:
         body.append(_store_stat("st", tm, "sh + ct.log(total)"))
-    return _module(params, body, hints)
+    return _module(params, walked_by(body, tiles, blocks), hints)
 
 
 def _row_means(first: str, second: str, n: int, paired: bool) -> list[str]:

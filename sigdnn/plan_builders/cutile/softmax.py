@@ -37,5 +37,6 @@ class CutileSoftmaxBuilder(CutileOpBuilder):
             batch = [a for a in range(x.rank) if a not in op.axes]
             args.append(Arg("stats", (m,), (views.vector_stride(graph.tensors[op.stats], x, batch, n),)))
         hints = opbase.row_hints(config, n, tm, tn, k)
-        text = rowgen.softmax_forward(n, tm, tn, op.log, op.stats is not None, hints, k=k)
-        return [Launch(KernelSource("softmax", text), (cdiv(m, tm),), tuple(args))], 0
+        tiles, blocks = cdiv(m, tm), config.blocks
+        text = rowgen.softmax_forward(n, tm, tn, op.log, op.stats is not None, hints, k=k, tiles=tiles, blocks=blocks)
+        return [Launch(KernelSource("softmax", text), (rowgen.grid_of(tiles, blocks),), tuple(args))], 0

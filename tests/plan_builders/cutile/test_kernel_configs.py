@@ -29,7 +29,9 @@ ROW_CASES = ["softmax-float32-33x64", "logsoftmax-bfloat16-5x37", "layernorm-tra
              "softmax-bfloat16-3x1100", "layernorm-bwd-float16-4x5120", "rmsnorm-bwd-dbias-float32-3x1100"]  # fmt: skip
 ROW_CONFIGS = [RowConfig(64), RowConfig(128, KernelHints(occupancy=4)), RowConfig(1024, KernelHints(2, 8)),
                RowConfig(1024, KernelHints(2, 8), columns=16, paired=False),
-               RowConfig(128, KernelHints(occupancy=4), variance="chan")]  # fmt: skip
+               RowConfig(128, KernelHints(occupancy=4), variance="chan"),
+               RowConfig(128, KernelHints(occupancy=4), variance="chan", blocks=3),
+               RowConfig(64, blocks=2)]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +51,7 @@ def _validate(name: str) -> None:
     ROW_CONFIGS,
     ids=lambda c: (
         f"{c.tile}-{c.hints.occupancy}-{c.hints.num_worker_warps}-{c.columns}-{'p' if c.paired else 'u'}-{c.variance}"
+        f"-b{c.blocks}"
     ),
 )
 @pytest.mark.parametrize("name", ROW_CASES)
@@ -109,6 +112,50 @@ def test_batchnorm_block_and_channel_caps_cut_the_passes_as_asked(monkeypatch):
     assert launches[2].grid == (15 * 3,) and "shape=(4, 4)" in launches[2].source.text
     report = sigdnn.validate(g, seed=5, executor=emulated_executor())
     assert report.passed, report.table()
+
+
+@pytest.mark.parametrize(("name", "channels", "hoisted"), [("train-NHWC", None, True), ("bwd-NCHW", 1, False)])
+def test_batchnorm_elementwise_pass_in_persistent_blocks_matches_the_reference(monkeypatch, name, channels, hoisted):
+    """``apply_blocks``: 5 blocks walk every tile (more than 5 of them, so each walks several and the last
+    ones fewer); the per-channel vectors are loaded once before the walk only when a tile holds every channel."""
+    config = ChannelConfig(64, "float32", final_tile=2, apply_tile=16, apply_blocks=5, channels=channels)
+    monkeypatch.setattr(batchnorm, "TRAINING", config)
+    monkeypatch.setattr(batchnorm, "BACKWARD", config)
+    layout, dims = ("NHWC", (5, 4, 8, 5)) if "NHWC" in name else ("NCHW", (13, 2, 4, 4))
+    g = sigdnn.Graph("bn", io_dtype="float32", compute_dtype="float32")
+    x = g.tensor("x", dims=dims, layout=layout)
+    c = (1, dims[1], 1, 1)
+    if "bwd" in name:
+        stats = [g.tensor(n, dims=c, dtype="float32") for n in ("mean", "inv_variance")]
+        outs = g.batchnorm_backward(g.tensor("dy", dims=dims, layout=layout), x, g.tensor("scale", dims=c), *stats)
+        builder = batchnorm.CutileBatchnormBackwardBuilder()
+    else:
+        outs = g.batchnorm(x, g.tensor("scale", dims=c), g.tensor("bias", dims=c), None, None, 1e-5, None)
+        builder = batchnorm.CutileBatchnormBuilder()
+    for t in outs:
+        if t is not None:
+            t.set_output(True)
+    launches, _ = builder.launches(g.nodes[0], g)
+    text = launches[2].source.text
+    walk = re.search(r"for bid in range\(ct.bid\(0\), (\d+), 5\):", text)
+    assert walk and int(walk.group(1)) > 5 and launches[2].grid == (5,)
+    assert (text.index("ct.load(mean") < walk.start()) == hoisted
+    report = sigdnn.validate(g, seed=7, executor=emulated_executor())
+    assert report.passed, report.table()
+
+
+def test_row_kernels_in_persistent_blocks_walk_every_row_tile():
+    """``blocks``: the forward kernels' grid is min(tiles, blocks) and each block walks tiles a grid apart; with
+    as many blocks as tiles (or more) the kernel is the one-tile-a-block kernel."""
+    walked = rowgen.norm_forward(64, 2, 64, 1e-5, True, True, ("mean",), k=1, tiles=17, blocks=4)
+    assert "    for bid in range(ct.bid(0), 17, 4):\n        x0 = " in walked and "bid = ct.bid(0)" not in walked
+    assert "\n        ct.store(mean, index=(bid,)" in walked  # every line of the tile's body inside the walk
+    assert rowgen.norm_forward(64, 2, 64, 1e-5, True, True, ("mean",), k=1, tiles=4, blocks=4) == rowgen.norm_forward(
+        64, 2, 64, 1e-5, True, True, ("mean",), k=1
+    )
+    soft = rowgen.softmax_forward(64, 2, 64, False, True, k=1, tiles=9, blocks=2)
+    assert "for bid in range(ct.bid(0), 9, 2):" in soft
+    assert [rowgen.grid_of(17, b) for b in (None, 4, 17, 40)] == [17, 4, 17, 17]
 
 
 def test_emulated_reduction_of_a_pair_sums_each_member_over_an_odd_axis():
