@@ -104,7 +104,9 @@ def test_layernorm_on_awkward_rows_at_both_variances_on_the_gpu(monkeypatch, var
     """The one-pass variant (benchmark label 8192o4chan) compiled by cuTile, on the rows the emulator passed:
     offset, constant, a far first element, masked and chunked widths (its divisions and contractions are the
     GPU's here)."""
-    monkeypatch.setattr(opbase, "ROW_FORWARD", RowConfig(8192, KernelHints(occupancy=4), variance=variance))
+    monkeypatch.setattr(
+        opbase, "LAYERNORM_FORWARD", ((None, RowConfig(8192, KernelHints(occupancy=4), variance=variance)),)
+    )
     g = layernorm(dims, dtype, "training")
     report = sigdnn.validate(g, layernorm_inputs(g, awkward_rows(*dims, dtype)))
     assert set(report.builders.values()) == {"cutile.layernorm"}, report.builders

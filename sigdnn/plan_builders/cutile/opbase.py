@@ -39,7 +39,7 @@ class RowConfig:
     mean and variance of a row held in one tile (``rowgen.VARIANCES``): two dependent reductions, or one.
     ``walk``: the chunk a row longer than ``ROW_MAX`` is walked in (None: ``ROW_MAX``). ``blocks``
     (forward kernels): that many persistent blocks walk the row tiles (``rowgen.walked_by``; None: one
-    tile a block).
+    tile a block). ``rows``: most rows in one tile (None: as many as ``tile`` holds).
     """
 
     tile: int
@@ -49,7 +49,13 @@ class RowConfig:
     variance: str = "two_pass"
     walk: int | None = None
     blocks: int | None = None
+    rows: int | None = None
 
+
+ROW_MAX = 8192  # longest row held in registers; longer rows are walked in chunks
+ROW_CHUNKS = 8  # most column tiles one row is held in
+ROW_CHUNK_MIN = 256  # narrowest of them
+SMS = 132  # H200 SMs
 
 # Tile sizes (elements) and hints, measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md,
 # 16384 x 4096 bf16): forward rows two at a time with registers for 4 blocks per SM (5 for softmax) ran
@@ -64,14 +70,19 @@ class RowConfig:
 # mean and M2 (one read for the statistics) 1.19 -> 2.71 (torch 2.35); rmsnorm forward 2.67 in 2048-column
 # chunks, 2.39 in 4096 (torch 2.53); the backward in 2048-column chunks, two rows a block, 0.47 -> 1.17
 # (layernorm) and 0.58 -> 1.43 (rmsnorm; torch 1.48 both).
-ROW_FORWARD = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=4096)  # layernorm
-RMSNORM_FORWARD = attrs.evolve(ROW_FORWARD, walk=2048)
+# Layernorm forward by row width (gpu_cutile_2026-12-02.md, 16384 rows bf16): rows held in registers walked by
+# persistent blocks, two a SM, whose loop cuTile pipelines (the next tile's loads under this one's arithmetic):
+# up to 4096 columns four rows a tile, 3.38 -> 3.64 TB/s at 4096 and 2.64 -> 3.28 at 3072; wider rows one a
+# tile, 2.71 -> 3.27 at 5120 and 3.00 -> 3.39 at 6144. Two rows a tile lost at 5120 and 6144, eight at 2048.
+# Walked rows keep one tile a block (persistent blocks ran them at 1.56 against 2.72 TB/s at 32768 columns).
+LAYERNORM_FORWARD: tuple[tuple[int | None, RowConfig], ...] = (  # (widest row, config), narrowest band first
+    (4096, RowConfig(16384, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS, rows=4)),
+    (ROW_MAX, RowConfig(8192, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS, rows=1)),
+    (None, RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=4096)),
+)
+RMSNORM_FORWARD = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=2048)
 SOFTMAX_FORWARD = RowConfig(4096, KernelHints(occupancy=6), walk=4096)
 ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8), columns=32, walk=2048)
-ROW_MAX = 8192  # longest row held in registers; longer rows are walked in chunks
-ROW_CHUNKS = 8  # most column tiles one row is held in
-ROW_CHUNK_MIN = 256  # narrowest of them
-SMS = 132  # H200 SMs
 PERSISTENT_PER_SM = (
     2  # blocks per SM of the backward kernels (each stores one partial-sum row) without an occupancy hint
 )
@@ -129,13 +140,18 @@ def row_hints(config: RowConfig, n: int, tm: int, tn: int, k: int) -> KernelHint
     return attrs.evolve(config.hints, occupancy=max(1, occupancy * config.tile // held))
 
 
+def layernorm_forward(n: int) -> RowConfig:
+    """The config of layernorm forward over rows of N: that of the narrowest ``LAYERNORM_FORWARD`` band holding N."""
+    return next(config for widest, config in LAYERNORM_FORWARD if widest is None or n <= widest)
+
+
 def row_tiles(m: int, n: int, config: RowConfig) -> tuple[int, int, int]:
     """(TM, TN, K) for M rows of N: each row as K tiles of TN (``row_split``), rows stacked up to ``config.tile``
-    elements; K * TN < N means the row is walked in TN chunks."""
+    elements (and ``config.rows``); K * TN < N means the row is walked in TN chunks."""
     tn, k = row_split(n)
     if n > ROW_MAX and config.walk:
         tn = config.walk
-    fit = max(1, config.tile // (tn * k))
+    fit = max(1, min(config.tile // (tn * k), config.rows or config.tile))
     return min(pow2(m), 1 << (fit.bit_length() - 1)), tn, k  # tiles are powers of two: rows too
 
 

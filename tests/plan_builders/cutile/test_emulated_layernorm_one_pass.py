@@ -53,7 +53,7 @@ def one_pass_text(g: sigdnn.Graph) -> str:
     "dims", [(6, 1000), (4, 4096), (3, 37), (3, 9000), (3, 1100), (4, 5120)], ids=lambda d: "x".join(map(str, d))
 )  # 1100 and 5120: held in five column tiles (the last of 1100's masked)
 def test_one_pass_layernorm_matches_the_reference_on_awkward_rows(monkeypatch, config, dtype, dims):
-    monkeypatch.setattr(opbase, "ROW_FORWARD", CONFIGS[config])
+    monkeypatch.setattr(opbase, "LAYERNORM_FORWARD", ((None, CONFIGS[config]),))
     g = layernorm(dims, dtype, "training")
     text = one_pass_text(g)
     if opbase.row_split(dims[1]) == (opbase.pow2(dims[1]), 1):  # held in one tile
@@ -71,7 +71,11 @@ def test_one_pass_layernorm_matches_the_reference_on_awkward_rows(monkeypatch, c
 @pytest.mark.parametrize("dims", [(6, 1000), (3, 9000), (3, 1100)], ids=lambda d: "x".join(map(str, d)))
 def test_the_two_pass_kernel_passes_the_same_rows(monkeypatch, dtype, dims):
     """The rows ask no more of the one-pass kernel than the two-pass one meets."""
-    monkeypatch.setattr(opbase, "ROW_FORWARD", attrs.evolve(opbase.ROW_FORWARD, variance="two_pass"))
+    monkeypatch.setattr(
+        opbase,
+        "LAYERNORM_FORWARD",
+        tuple((w, attrs.evolve(c, variance="two_pass")) for w, c in opbase.LAYERNORM_FORWARD),
+    )
     g = layernorm(dims, dtype, "training")
     text = one_pass_text(g)
     assert "ct.reduce(" not in text and "k0 = " not in text
@@ -129,7 +133,7 @@ def _planted(text: str, what: str) -> str:
 @pytest.mark.parametrize("what", ["E[x^2] - mean^2", "shifted sums"])
 @pytest.mark.parametrize("dims", [(6, 1000), (4, 4096)], ids=lambda d: "x".join(map(str, d)))
 def test_one_pass_shortcuts_fail_on_the_awkward_rows(monkeypatch, what, dims):
-    monkeypatch.setattr(opbase, "ROW_FORWARD", CONFIGS["8192o4chan"])
+    monkeypatch.setattr(opbase, "LAYERNORM_FORWARD", ((None, CONFIGS["8192o4chan"]),))
 
     class Planted(norms.CutileLayernormBuilder):
         name, engine_id, library = "planted.layernorm", 30011, "planted"

@@ -16,7 +16,7 @@ from emulated import emulated_executor, make_available
 from norm_cases import all_cases
 
 import sigdnn
-from sigdnn.plan_builders.cutile import batchnorm, codegen, opbase, rowgen
+from sigdnn.plan_builders.cutile import batchnorm, codegen, norms, opbase, rowgen
 from sigdnn.plan_builders.cutile.batchnorm import ChannelConfig
 from sigdnn.plan_builders.cutile.opbase import RowConfig
 from sigdnn.plan_builders.cutile.pointwise import node_spec
@@ -56,8 +56,9 @@ def _validate(name: str) -> None:
 )
 @pytest.mark.parametrize("name", ROW_CASES)
 def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, config, name):
-    for direction in ("ROW_FORWARD", "RMSNORM_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD"):
+    for direction in ("RMSNORM_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD"):
         monkeypatch.setattr(opbase, direction, config)
+    monkeypatch.setattr(opbase, "LAYERNORM_FORWARD", ((None, config),))
     _validate(name)
 
 
@@ -197,6 +198,34 @@ def test_forward_row_tiles_follow_the_configuration():
     assert opbase.row_tiles(10, 20000, walking) == (2, 2048, 1)  # walked in the config's chunks, two rows a block
     assert opbase.row_tiles(10, opbase.ROW_MAX, walking) == (1, opbase.ROW_MAX, 1)  # the longest held row: held
     assert opbase.persistent_blocks(KernelHints(occupancy=3)) == 3 * opbase.SMS
+    capped = RowConfig(16384, rows=4)
+    assert opbase.row_tiles(16384, 2048, capped) == (4, 2048, 1)  # 8 rows fit, 4 taken
+    assert opbase.row_tiles(16384, 4096, capped) == (4, 4096, 1)
+    assert opbase.row_tiles(3, 2048, capped) == (4, 2048, 1)  # the cap is no floor: rows still a power of two
+    assert opbase.row_tiles(16384, 5120, capped) == (2, 1024, 5)  # 16384 // 5120 = 3 rows fit: 2
+
+
+@pytest.mark.parametrize(("n", "band"), [(1, 0), (4096, 0), (4097, 1), (opbase.ROW_MAX, 1), (opbase.ROW_MAX + 1, 2)])
+def test_layernorm_forward_takes_the_narrowest_band_holding_its_rows(n, band):
+    assert opbase.layernorm_forward(n) is opbase.LAYERNORM_FORWARD[band][1]
+
+
+def test_layernorm_forward_bands_cut_rows_as_measured():
+    """Four rows a tile up to 4096 columns, one beyond, both in two persistent blocks a SM; walked rows one tile a
+    block (the widths of gpu_cutile_2026-12-02.md)."""
+    tiles = {
+        n: opbase.row_tiles(16384, n, opbase.layernorm_forward(n))[0] for n in (1024, 2048, 3072, 4096, 5120, 6144)
+    }
+    assert tiles == {1024: 4, 2048: 4, 3072: 4, 4096: 4, 5120: 1, 6144: 1}
+    assert {opbase.layernorm_forward(n).blocks for n in (2048, 6144)} == {2 * opbase.SMS}
+    assert opbase.layernorm_forward(32768).blocks is None
+    g = sigdnn.Graph("ln", io_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", dims=(16384, 4096))
+    for t in g.layernorm("training", x, g.tensor("scale", dims=(1, 4096)), g.tensor("bias", dims=(1, 4096))):
+        if t is not None:
+            t.set_output(True)
+    (launch,), _ = norms.CutileLayernormBuilder().launches(g.nodes[0], g)
+    assert launch.grid == (2 * opbase.SMS,) and "for bid in range(ct.bid(0), 4096, 264):" in launch.source.text
     assert opbase.persistent_blocks(KernelHints()) == opbase.PERSISTENT_PER_SM * opbase.SMS
 
 
