@@ -639,7 +639,14 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 # round 7: the elementwise pass in persistent blocks (vectors loaded once, loads pipelined)
                 **{f"ap{b}{'' if o is None else f'o{o}'}": attrs.evolve(batchnorm.TRAINING, apply_blocks=b,
                                                                          apply_hints=KernelHints(o or 4))
-                   for b, o in ((264, None), (528, None), (1056, None), (264, 2), (396, 3), (132, 1))}}  # fmt: skip
+                   for b, o in ((264, None), (528, None), (1056, None), (264, 2), (396, 3), (132, 1))},
+                # larger elementwise tiles in persistent blocks (what layernorm forward gained from), and larger
+                # partial-pass tiles
+                **{f"apt{t}b{b}o{o}": attrs.evolve(batchnorm.TRAINING, apply_tile=t, apply_blocks=b,
+                                                   apply_hints=KernelHints(o))
+                   for t, b, o in ((8192, 264, 2), (16384, 264, 2), (8192, 528, 4), (16384, 132, 1))},
+                **{f"pt{t}o{o}b{b}": attrs.evolve(batchnorm.TRAINING, tile=t, hints=KernelHints(o), blocks=b)
+                   for t, o, b in ((8192, 2, 264), (8192, 1, 132), (16384, 1, 132))}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

@@ -72,13 +72,16 @@ SMS = 132  # H200 SMs
 # (layernorm) and 0.58 -> 1.43 (rmsnorm; torch 1.48 both).
 # Layernorm forward by row width (gpu_cutile_2026-12-02.md, 16384 rows bf16): rows held in registers walked by
 # persistent blocks, two a SM, whose loop cuTile pipelines (the next tile's loads under this one's arithmetic):
-# up to 4096 columns four rows a tile, 3.38 -> 3.64 TB/s at 4096 and 2.64 -> 3.28 at 3072; wider rows one a
-# tile, 2.71 -> 3.27 at 5120 and 3.00 -> 3.39 at 6144. Two rows a tile lost at 5120 and 6144, eight at 2048.
-# Walked rows keep one tile a block (persistent blocks ran them at 1.56 against 2.72 TB/s at 32768 columns).
+# from 1025 to 4096 columns four rows a tile (3.41 -> 3.66 TB/s at 4096, 2.68 -> 3.31 at 3072, 3.11 -> 3.28 at
+# 2048), wider rows one a tile (2.74 -> 3.35 at 5120, 3.08 -> 3.49 at 6144, 3.36 -> 3.74 at 8192). Two rows a
+# tile lost at 5120 and 6144, eight at 2048. Rows of 1024 lost that way (2.03 -> 1.71) and rows walked past
+# ROW_MAX too (2.72 -> 1.56 at 32768): both keep one tile a block.
+ONE_TILE_A_BLOCK = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=4096)
 LAYERNORM_FORWARD: tuple[tuple[int | None, RowConfig], ...] = (  # (widest row, config), narrowest band first
+    (1024, ONE_TILE_A_BLOCK),
     (4096, RowConfig(16384, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS, rows=4)),
     (ROW_MAX, RowConfig(8192, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS, rows=1)),
-    (None, RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=4096)),
+    (None, ONE_TILE_A_BLOCK),
 )
 RMSNORM_FORWARD = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=2048)
 SOFTMAX_FORWARD = RowConfig(4096, KernelHints(occupancy=6), walk=4096)

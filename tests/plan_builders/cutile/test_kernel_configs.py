@@ -205,20 +205,22 @@ def test_forward_row_tiles_follow_the_configuration():
     assert opbase.row_tiles(16384, 5120, capped) == (2, 1024, 5)  # 16384 // 5120 = 3 rows fit: 2
 
 
-@pytest.mark.parametrize(("n", "band"), [(1, 0), (4096, 0), (4097, 1), (opbase.ROW_MAX, 1), (opbase.ROW_MAX + 1, 2)])
+@pytest.mark.parametrize(
+    ("n", "band"),
+    [(1, 0), (1024, 0), (1025, 1), (4096, 1), (4097, 2), (opbase.ROW_MAX, 2), (opbase.ROW_MAX + 1, 3)],
+)
 def test_layernorm_forward_takes_the_narrowest_band_holding_its_rows(n, band):
     assert opbase.layernorm_forward(n) is opbase.LAYERNORM_FORWARD[band][1]
 
 
 def test_layernorm_forward_bands_cut_rows_as_measured():
-    """Four rows a tile up to 4096 columns, one beyond, both in two persistent blocks a SM; walked rows one tile a
-    block (the widths of gpu_cutile_2026-12-02.md)."""
-    tiles = {
-        n: opbase.row_tiles(16384, n, opbase.layernorm_forward(n))[0] for n in (1024, 2048, 3072, 4096, 5120, 6144)
-    }
-    assert tiles == {1024: 4, 2048: 4, 3072: 4, 4096: 4, 5120: 1, 6144: 1}
-    assert {opbase.layernorm_forward(n).blocks for n in (2048, 6144)} == {2 * opbase.SMS}
-    assert opbase.layernorm_forward(32768).blocks is None
+    """Four rows a tile from 1025 to 4096 columns, one beyond, both in two persistent blocks a SM; rows of 1024 or
+    fewer and walked rows one tile a block (the widths of gpu_cutile_2026-12-02.md)."""
+    widths = (768, 1024, 2048, 3072, 4096, 5120, 6144, 8192)
+    tiles = {n: opbase.row_tiles(16384, n, opbase.layernorm_forward(n))[0] for n in widths}
+    assert tiles == {768: 8, 1024: 8, 2048: 4, 3072: 4, 4096: 4, 5120: 1, 6144: 1, 8192: 1}
+    assert {opbase.layernorm_forward(n).blocks for n in (2048, 6144, 8192)} == {2 * opbase.SMS}
+    assert {opbase.layernorm_forward(n).blocks for n in (1024, 32768)} == {None}
     g = sigdnn.Graph("ln", io_dtype="bfloat16", compute_dtype="float32")
     x = g.tensor("x", dims=(16384, 4096))
     for t in g.layernorm("training", x, g.tensor("scale", dims=(1, 4096)), g.tensor("bias", dims=(1, 4096))):
