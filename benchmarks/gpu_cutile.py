@@ -439,6 +439,8 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
         row["read_alone_us"] = _read_alone_us(data["x"])
         if BN_L2_WINDOWS:
             row["l2_windows"] = _l2_windows(ex, plan, launch, data["x"], nbytes)
+        if BN_Y_STREAMING:
+            row["y_streaming_tb_s"] = _y_streaming(ex, plan, launch, outs[g.outputs[0].name], nbytes)
     return row
 
 
@@ -488,6 +490,39 @@ def _l2_windows(ex, plan, launch, x: torch.Tensor, nbytes: int) -> dict[int, flo
         print(f"{'':20s} L2 window of x's last {mb:3d} MiB: {found[mb]:5.2f} TB/s ({ms * 1e3:6.1f} us)", flush=True)
     check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, 0))
     return found
+
+
+BN_Y_STREAMING = False  # --bn-y-streaming
+
+
+def _y_streaming(ex, plan, launch, y: torch.Tensor, nbytes: int) -> float:
+    """The batchnorm timed with y's lines marked evict-first (an access-policy window over y, hits and misses
+    streaming, no persisting set-aside) on the plan's stream: the elementwise pass's writes of y then stop
+    evicting the x the statistics pass left in L2. An experiment: sigdnn sets no window itself."""
+    from cuda.bindings import runtime as rt
+
+    stream = rt.cudaStream_t(ex.memory.bound(plan, False).execution.stream)
+    attr = rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow
+    _, most = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxAccessPolicyWindowSize, 0)
+    window = rt.cudaStreamAttrValue()
+    window.accessPolicyWindow.base_ptr = y.data_ptr()
+    covered = window.accessPolicyWindow.num_bytes = min(most, y.numel() * y.element_size())
+    window.accessPolicyWindow.hitRatio = 1.0
+    window.accessPolicyWindow.hitProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
+    window.accessPolicyWindow.missProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
+    assert rt.cudaStreamSetAttribute(stream, attr, window)[0] == rt.cudaError_t.cudaSuccess
+    try:
+        with on_stream(ex, plan):
+            ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
+    finally:
+        window.accessPolicyWindow.num_bytes = 0
+        rt.cudaStreamSetAttribute(stream, attr, window)
+    tb_s = nbytes / ms / 1e9
+    print(
+        f"{'':20s} y's lines streaming ({covered / 2**20:.0f} MiB window): {tb_s:5.2f} TB/s ({ms * 1e3:6.1f} us)",
+        flush=True,
+    )
+    return tb_s
 
 
 def _read_alone_us(x: torch.Tensor) -> float:
@@ -801,7 +836,7 @@ def without_json(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    global NORM_COLS  # read by the norm graphs, torch's ops and the byte count
+    global NORM_COLS, BN_Y_STREAMING  # NORM_COLS: read by the norm graphs, torch's ops and the byte count
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--modes", help="comma-separated modes (default: all)")
@@ -811,6 +846,7 @@ def main() -> None:
     parser.add_argument("--norm-cols", type=int, default=NORM_COLS, help="norms: row width (rows stay 16384)")
     parser.add_argument("--norm-kinds", default="", help="norms: comma-separated ops of NORM_KINDS (default: all)")
     parser.add_argument("--bn-l2-windows", default="", help="norms: MiB of x kept in L2 for batchnorm, comma-separated")
+    parser.add_argument("--bn-y-streaming", action="store_true", help="norms: batchnorm with y's lines evict-first")
     parser.add_argument("--tile-modes", default="identity,add,gelu_fwd", help="tiles: the modes swept")
     parser.add_argument("--tiles", default="1024,2048,4096", help="tiles: the pointwise tile sizes swept")
     parser.add_argument("--mm-sizes", default="4096,8192")
@@ -847,6 +883,7 @@ def main() -> None:
         result["tiles"] = bench_tiles(tuple(map(int, args.tiles.split(","))), tuple(args.tile_modes.split(",")))
     if "norms" not in skip:
         BN_L2_WINDOWS[:] = [int(mb) for mb in args.bn_l2_windows.split(",") if mb]
+        BN_Y_STREAMING = args.bn_y_streaming
         result["norms"] = bench_norms(args.variants, args.norm_kinds)
     if "matmul" not in skip:
         sizes = tuple(map(int, args.mm_sizes.split(",")))

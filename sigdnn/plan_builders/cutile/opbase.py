@@ -70,7 +70,7 @@ SMS = 132  # H200 SMs
 # mean and M2 (one read for the statistics) 1.19 -> 2.71 (torch 2.35); rmsnorm forward 2.67 in 2048-column
 # chunks, 2.39 in 4096 (torch 2.53); the backward in 2048-column chunks, two rows a block, 0.47 -> 1.17
 # (layernorm) and 0.58 -> 1.43 (rmsnorm; torch 1.48 both).
-# Layernorm forward by row width (gpu_cutile_2026-12-02.md, 16384 rows bf16): rows held in registers walked by
+# Layernorm forward by row width (gpu_cutile_2026-12-01h.md, 16384 rows bf16): rows held in registers walked by
 # persistent blocks, two a SM, whose loop cuTile pipelines (the next tile's loads under this one's arithmetic):
 # from 1025 to 4096 columns four rows a tile (3.41 -> 3.66 TB/s at 4096, 2.68 -> 3.31 at 3072, 3.11 -> 3.28 at
 # 2048), wider rows one a tile (2.74 -> 3.35 at 5120, 3.08 -> 3.49 at 6144, 3.36 -> 3.74 at 8192). Two rows a

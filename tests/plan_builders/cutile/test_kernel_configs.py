@@ -215,7 +215,7 @@ def test_layernorm_forward_takes_the_narrowest_band_holding_its_rows(n, band):
 
 def test_layernorm_forward_bands_cut_rows_as_measured():
     """Four rows a tile from 1025 to 4096 columns, one beyond, both in two persistent blocks a SM; rows of 1024 or
-    fewer and walked rows one tile a block (the widths of gpu_cutile_2026-12-02.md)."""
+    fewer and walked rows one tile a block (the widths of gpu_cutile_2026-12-01h.md)."""
     widths = (768, 1024, 2048, 3072, 4096, 5120, 6144, 8192)
     tiles = {n: opbase.row_tiles(16384, n, opbase.layernorm_forward(n))[0] for n in widths}
     assert tiles == {768: 8, 1024: 8, 2048: 4, 3072: 4, 4096: 4, 5120: 1, 6144: 1, 8192: 1}
