@@ -681,7 +681,11 @@ def norm_variants() -> dict[str, dict[str, object]]:
                                                    apply_hints=KernelHints(o))
                    for t, b, o in ((8192, 264, 2), (16384, 264, 2), (8192, 528, 4), (16384, 132, 1))},
                 **{f"pt{t}o{o}b{b}": attrs.evolve(batchnorm.TRAINING, tile=t, hints=KernelHints(o), blocks=b)
-                   for t, o, b in ((8192, 2, 264), (8192, 1, 132), (16384, 1, 132))}}  # fmt: skip
+                   for t, o, b in ((8192, 2, 264), (8192, 1, 132), (16384, 1, 132))},
+                # the elementwise pass's tiles loaded and stored without TMA (as the pointwise kernels' are)
+                **{f"apnt{t}o{o}": attrs.evolve(batchnorm.TRAINING, apply_tile=t, apply_hints=KernelHints(o),
+                                                apply_tma=False)
+                   for t, o in ((4096, 4), (2048, 4), (8192, 4), (2048, 8), (4096, 2))}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

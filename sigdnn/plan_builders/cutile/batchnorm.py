@@ -38,6 +38,7 @@ class ChannelConfig:
     blocks: int | None = None  # blocks the partial pass aims at (None: SPLIT_BLOCKS)
     channels: int | None = None  # most channels in one tile (None: as many as fit)
     apply_blocks: int | None = None  # persistent blocks of the elementwise pass (None: one tile a block)
+    apply_tma: bool = True  # whether the elementwise pass may load and store its tiles through TMA
 
 
 # Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
@@ -107,7 +108,9 @@ class _Layout:
         at, kt, bt = self.apply_shape
         hints = self.config.apply_hints or self.config.hints
         blocks, exact = self.config.apply_blocks, self._divides(self.apply_tile)
-        text = channelgen.apply(self.apply_tile, self.apply_shape, grads, wide, hints, exact, blocks)
+        text = channelgen.apply(
+            self.apply_tile, self.apply_shape, grads, wide, hints, exact, blocks, self.config.apply_tma
+        )
         return Launch(KernelSource("batchnorm_apply", text), (grid_of(at * kt * bt, blocks),), tuple(args))
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:

@@ -193,6 +193,7 @@ def apply(
     hints: KernelHints | None,
     exact: bool,
     blocks: int | None = None,
+    tma: bool = True,
 ) -> str:
     """The elementwise pass over every tile, last tile first; in float64 when ``wide``.
 
@@ -204,7 +205,8 @@ def apply(
     thread's 16-byte loads in their own branches, one load in flight at a
     time (four a thread at 4096 elements), without them it issues all of
     them back to back. ``blocks``: persistent blocks walking the tiles (``rowgen.walked_by``), which load
-    the per-channel vectors once when every tile holds all channels.
+    the per-channel vectors once when every tile holds all channels. ``tma``: whether x, dy and the output
+    may move through TMA (the pointwise kernels' flat tiles run at the copy roofline without it).
     """
     at, kt, bt = shape
     params = ["dy", "x", "mean", "inv", "s", "c1", "c2", "dx"] if grads else ["x", "mean", "inv", "s", "b", "y"]
@@ -222,18 +224,19 @@ def apply(
     vectors = [f"a = {_vec('inv', t, channel, f)} * {_vec('s', t, channel, f)}", f"mu = {_vec('mean', t, channel, f)}"]
     prologue = tuple(vectors) if hoisted else ()
     vectors = [] if hoisted else vectors
-    unchecked = ", check_bounds=False" if exact else ""
+    unchecked = (", check_bounds=False" if exact else "") + ("" if tma else ", allow_tma=False")
+    options = "" if tma else ", allow_tma=False"
     if grads:
         body += [
             *vectors,
-            f"xh = ({_tile('x', t, 'index', exact=exact)} - mu) * {_vec('inv', t, channel)}",
-            f"dyt = {_tile('dy', t, 'index', exact=exact)}",
+            f"xh = ({_tile('x', t, 'index', exact=exact, options=options)} - mu) * {_vec('inv', t, channel)}",
+            f"dyt = {_tile('dy', t, 'index', exact=exact, options=options)}",
             f"out = a * (dyt - {_vec('c1', t, channel)} - xh * {_vec('c2', t, channel)})",
             f"ct.store(dx, index=index, tile=ct.astype(out, dx.dtype){unchecked})",
         ]
     else:
         body += [
-            f"xt = {_tile('x', t, 'index', f, exact)}",
+            f"xt = {_tile('x', t, 'index', f, exact, options)}",
             *vectors,
             f"out = (xt - mu) * a + {_vec('b', t, channel, f)}",
             f"ct.store(y, index=index, tile=ct.astype(out, y.dtype){unchecked})",

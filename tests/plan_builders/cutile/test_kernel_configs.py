@@ -115,11 +115,17 @@ def test_batchnorm_block_and_channel_caps_cut_the_passes_as_asked(monkeypatch):
     assert report.passed, report.table()
 
 
-@pytest.mark.parametrize(("name", "channels", "hoisted"), [("train-NHWC", None, True), ("bwd-NCHW", 1, False)])
-def test_batchnorm_elementwise_pass_in_persistent_blocks_matches_the_reference(monkeypatch, name, channels, hoisted):
+@pytest.mark.parametrize(
+    ("name", "channels", "hoisted", "tma"),
+    [("train-NHWC", None, True, True), ("bwd-NCHW", 1, False, True), ("train-NHWC", None, True, False)],
+)
+def test_batchnorm_elementwise_pass_in_persistent_blocks_matches_the_reference(
+    monkeypatch, name, channels, hoisted, tma
+):
     """``apply_blocks``: 5 blocks walk every tile (more than 5 of them, so each walks several and the last
-    ones fewer); the per-channel vectors are loaded once before the walk only when a tile holds every channel."""
-    config = ChannelConfig(64, "float32", final_tile=2, apply_tile=16, apply_blocks=5, channels=channels)
+    ones fewer); the per-channel vectors are loaded once before the walk only when a tile holds every channel.
+    ``apply_tma``: off, every load and store of a tile says so."""
+    config = ChannelConfig(64, "float32", final_tile=2, apply_tile=16, apply_blocks=5, channels=channels, apply_tma=tma)
     monkeypatch.setattr(batchnorm, "TRAINING", config)
     monkeypatch.setattr(batchnorm, "BACKWARD", config)
     layout, dims = ("NHWC", (5, 4, 8, 5)) if "NHWC" in name else ("NCHW", (13, 2, 4, 4))
@@ -141,6 +147,8 @@ def test_batchnorm_elementwise_pass_in_persistent_blocks_matches_the_reference(m
     walk = re.search(r"for bid in range\(ct.bid\(0\), (\d+), 5\):", text)
     assert walk and int(walk.group(1)) > 5 and launches[2].grid == (5,)
     assert (text.index("ct.load(mean") < walk.start()) == hoisted
+    tiles = [line for line in text.splitlines() if "ct.load(x," in line or "ct.store(" in line]
+    assert len(tiles) == 2 and all(("allow_tma=False" in line) != tma for line in tiles)
     report = sigdnn.validate(g, seed=7, executor=emulated_executor())
     assert report.passed, report.table()
 
