@@ -671,21 +671,10 @@ def norm_variants() -> dict[str, dict[str, object]]:
                                                   apply_hints=KernelHints(4)),
                 **{f"{t}f32o4a4096c128": ChannelConfig(t, "float32", KernelHints(4), apply_tile=4096, channels=128)
                    for t in (2048, 4096)},
-                # round 7: the elementwise pass in persistent blocks (vectors loaded once, loads pipelined)
-                **{f"ap{b}{'' if o is None else f'o{o}'}": attrs.evolve(batchnorm.TRAINING, apply_blocks=b,
-                                                                         apply_hints=KernelHints(o or 4))
-                   for b, o in ((264, None), (528, None), (1056, None), (264, 2), (396, 3), (132, 1))},
-                # larger elementwise tiles in persistent blocks (what layernorm forward gained from), and larger
-                # partial-pass tiles
-                **{f"apt{t}b{b}o{o}": attrs.evolve(batchnorm.TRAINING, apply_tile=t, apply_blocks=b,
-                                                   apply_hints=KernelHints(o))
-                   for t, b, o in ((8192, 264, 2), (16384, 264, 2), (8192, 528, 4), (16384, 132, 1))},
+                # round 7: larger partial-pass tiles (the elementwise pass in persistent blocks, larger or without
+                # TMA, measured no faster and was removed: benchmarks/results/gpu_cutile_2026-12-01h.md)
                 **{f"pt{t}o{o}b{b}": attrs.evolve(batchnorm.TRAINING, tile=t, hints=KernelHints(o), blocks=b)
-                   for t, o, b in ((8192, 2, 264), (8192, 1, 132), (16384, 1, 132))},
-                # the elementwise pass's tiles loaded and stored without TMA (as the pointwise kernels' are)
-                **{f"apnt{t}o{o}": attrs.evolve(batchnorm.TRAINING, apply_tile=t, apply_hints=KernelHints(o),
-                                                apply_tma=False)
-                   for t, o in ((4096, 4), (2048, 4), (8192, 4), (2048, 8), (4096, 2))}}  # fmt: skip
+                   for t, o, b in ((8192, 2, 264), (8192, 1, 132), (16384, 1, 132))}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

@@ -16,7 +16,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders.cutile import channelgen, views
 from sigdnn.plan_builders.cutile.opbase import SPLIT_BLOCKS, CutileOpBuilder, cdiv, pow2
-from sigdnn.plan_builders.cutile.rowgen import KernelHints, grid_of
+from sigdnn.plan_builders.cutile.rowgen import KernelHints
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.registry.engine_ids import IN_TREE
@@ -37,8 +37,6 @@ class ChannelConfig:
     latency: int | None = None  # the partial pass's DRAM latency hint for those loads (1 to 10; None: cuTile's)
     blocks: int | None = None  # blocks the partial pass aims at (None: SPLIT_BLOCKS)
     channels: int | None = None  # most channels in one tile (None: as many as fit)
-    apply_blocks: int | None = None  # persistent blocks of the elementwise pass (None: one tile a block)
-    apply_tma: bool = True  # whether the elementwise pass may load and store its tiles through TMA
 
 
 # Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
@@ -107,11 +105,8 @@ class _Layout:
     def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
         at, kt, bt = self.apply_shape
         hints = self.config.apply_hints or self.config.hints
-        blocks, exact = self.config.apply_blocks, self._divides(self.apply_tile)
-        text = channelgen.apply(
-            self.apply_tile, self.apply_shape, grads, wide, hints, exact, blocks, self.config.apply_tma
-        )
-        return Launch(KernelSource("batchnorm_apply", text), (grid_of(at * kt * bt, blocks),), tuple(args))
+        text = channelgen.apply(self.apply_tile, self.apply_shape, grads, wide, hints, self._divides(self.apply_tile))
+        return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
         at, kt, _ = self.shape

@@ -23,7 +23,7 @@ only, so a trailing dimension of 1 made every access a 2-byte one.
 
 from __future__ import annotations
 
-from sigdnn.plan_builders.cutile.rowgen import ZERO, KernelHints, _lit, _module, grid_of, walked_by
+from sigdnn.plan_builders.cutile.rowgen import ZERO, KernelHints, _lit, _module
 
 Tile = tuple[int, ...]  # (TA, TK, TB), or (TA, TK) for an (A, C) array
 
@@ -192,8 +192,6 @@ def apply(
     wide: bool,
     hints: KernelHints | None,
     exact: bool,
-    blocks: int | None = None,
-    tma: bool = True,
 ) -> str:
     """The elementwise pass over every tile, last tile first; in float64 when ``wide``.
 
@@ -204,41 +202,33 @@ def apply(
     loads and stores without bounds checks; with them cuTile wrapped each
     thread's 16-byte loads in their own branches, one load in flight at a
     time (four a thread at 4096 elements), without them it issues all of
-    them back to back. ``blocks``: persistent blocks walking the tiles (``rowgen.walked_by``), which load
-    the per-channel vectors once when every tile holds all channels. ``tma``: whether x, dy and the output
-    may move through TMA (the pointwise kernels' flat tiles run at the copy roofline without it).
+    them back to back.
     """
     at, kt, bt = shape
     params = ["dy", "x", "mean", "inv", "s", "c1", "c2", "dx"] if grads else ["x", "mean", "inv", "s", "b", "y"]
     f = "ct.float64" if wide else "ct.float32"
-    tiles = at * kt * bt
-    hoisted = kt == 1 and grid_of(tiles, blocks) < tiles
-    channel = "0" if hoisted else "ki"
     body = [
-        f"tile = {tiles - 1} - bid",
+        f"tile = {at * kt * bt - 1} - ct.bid(0)",
         f"ai = tile // {kt * bt}",
         f"ki = (tile // {bt}) % {kt}",
         f"bi = tile % {bt}",
         f"index = {_at(t, 'ai', 'ki', 'bi')}",
     ]
-    vectors = [f"a = {_vec('inv', t, channel, f)} * {_vec('s', t, channel, f)}", f"mu = {_vec('mean', t, channel, f)}"]
-    prologue = tuple(vectors) if hoisted else ()
-    vectors = [] if hoisted else vectors
-    unchecked = (", check_bounds=False" if exact else "") + ("" if tma else ", allow_tma=False")
-    options = "" if tma else ", allow_tma=False"
+    vectors = [f"a = {_vec('inv', t, 'ki', f)} * {_vec('s', t, 'ki', f)}", f"mu = {_vec('mean', t, 'ki', f)}"]
+    unchecked = ", check_bounds=False" if exact else ""
     if grads:
         body += [
             *vectors,
-            f"xh = ({_tile('x', t, 'index', exact=exact, options=options)} - mu) * {_vec('inv', t, channel)}",
-            f"dyt = {_tile('dy', t, 'index', exact=exact, options=options)}",
-            f"out = a * (dyt - {_vec('c1', t, channel)} - xh * {_vec('c2', t, channel)})",
+            f"xh = ({_tile('x', t, 'index', exact=exact)} - mu) * {_vec('inv', t, 'ki')}",
+            f"dyt = {_tile('dy', t, 'index', exact=exact)}",
+            f"out = a * (dyt - {_vec('c1', t, 'ki')} - xh * {_vec('c2', t, 'ki')})",
             f"ct.store(dx, index=index, tile=ct.astype(out, dx.dtype){unchecked})",
         ]
     else:
         body += [
-            f"xt = {_tile('x', t, 'index', f, exact, options)}",
+            f"xt = {_tile('x', t, 'index', f, exact)}",
             *vectors,
-            f"out = (xt - mu) * a + {_vec('b', t, channel, f)}",
+            f"out = (xt - mu) * a + {_vec('b', t, 'ki', f)}",
             f"ct.store(y, index=index, tile=ct.astype(out, y.dtype){unchecked})",
         ]
-    return _module(params, walked_by(body, tiles, blocks, prologue), hints)
+    return _module(params, body, hints)

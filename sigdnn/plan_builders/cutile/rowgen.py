@@ -54,16 +54,16 @@ def _module(params: list[str], body: list[str], hints: KernelHints | None = None
     return f"{(hints or KernelHints()).decorator()}\ndef kernel({', '.join(params)}):\n{lines}\n"
 
 
-def walked_by(body: list[str], tiles: int, blocks: int | None, prologue: tuple[str, ...] = ()) -> list[str]:
+def walked_by(body: list[str], tiles: int, blocks: int | None) -> list[str]:
     """The lines of a kernel whose ``body`` computes tile ``bid``: one tile a block, or with ``blocks`` (fewer
     than ``tiles``) that many persistent blocks, each walking tiles bid, bid + blocks, ...
 
     A block of one tile waits on its own loads; in a loop cuTile can pipeline the next tile's loads under
-    this one's arithmetic. ``prologue``: lines the blocks run once before their first tile.
+    this one's arithmetic.
     """
     if blocks is None or blocks >= tiles:
-        return [*prologue, "bid = ct.bid(0)", *body]
-    return [*prologue, f"for bid in range(ct.bid(0), {tiles}, {blocks}):", *(f"    {line}" for line in body)]
+        return ["bid = ct.bid(0)", *body]
+    return [f"for bid in range(ct.bid(0), {tiles}, {blocks}):", *(f"    {line}" for line in body)]
 
 
 def grid_of(tiles: int, blocks: int | None) -> int:
@@ -210,7 +210,7 @@ def norm_forward(
     variance: str = "two_pass",
     *,
     k: int,
-    tiles: int = 1,
+    tiles: int,
     blocks: int | None = None,
 ) -> str:
     """layernorm (center) or rmsnorm: y = (x - mean) * inv * scale (+ bias); ``stats`` among ("mean", "inv").
@@ -288,7 +288,7 @@ def softmax_forward(
     hints: KernelHints | None = None,
     *,
     k: int,
-    tiles: int = 1,
+    tiles: int,
     blocks: int | None = None,
 ) -> str:
     """Softmax (or log-softmax) of each row; ``stats`` = max + log(sum(exp(x - max))); ``k`` column tiles held;

@@ -155,4 +155,4 @@ def test_one_pass_shortcuts_fail_on_the_awkward_rows(monkeypatch, what, dims):
 
 def test_an_unknown_variance_is_refused():
     with pytest.raises(ValueError, match="variance 'welford'"):
-        rowgen.norm_forward(64, 1, 64, 1e-5, True, True, (), variance="welford", k=1)
+        rowgen.norm_forward(64, 1, 64, 1e-5, True, True, (), variance="welford", k=1, tiles=1)

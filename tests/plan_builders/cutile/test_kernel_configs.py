@@ -115,44 +115,6 @@ def test_batchnorm_block_and_channel_caps_cut_the_passes_as_asked(monkeypatch):
     assert report.passed, report.table()
 
 
-@pytest.mark.parametrize(
-    ("name", "channels", "hoisted", "tma"),
-    [("train-NHWC", None, True, True), ("bwd-NCHW", 1, False, True), ("train-NHWC", None, True, False)],
-)
-def test_batchnorm_elementwise_pass_in_persistent_blocks_matches_the_reference(
-    monkeypatch, name, channels, hoisted, tma
-):
-    """``apply_blocks``: 5 blocks walk every tile (more than 5 of them, so each walks several and the last
-    ones fewer); the per-channel vectors are loaded once before the walk only when a tile holds every channel.
-    ``apply_tma``: off, every load and store of a tile says so."""
-    config = ChannelConfig(64, "float32", final_tile=2, apply_tile=16, apply_blocks=5, channels=channels, apply_tma=tma)
-    monkeypatch.setattr(batchnorm, "TRAINING", config)
-    monkeypatch.setattr(batchnorm, "BACKWARD", config)
-    layout, dims = ("NHWC", (5, 4, 8, 5)) if "NHWC" in name else ("NCHW", (13, 2, 4, 4))
-    g = sigdnn.Graph("bn", io_dtype="float32", compute_dtype="float32")
-    x = g.tensor("x", dims=dims, layout=layout)
-    c = (1, dims[1], 1, 1)
-    if "bwd" in name:
-        stats = [g.tensor(n, dims=c, dtype="float32") for n in ("mean", "inv_variance")]
-        outs = g.batchnorm_backward(g.tensor("dy", dims=dims, layout=layout), x, g.tensor("scale", dims=c), *stats)
-        builder = batchnorm.CutileBatchnormBackwardBuilder()
-    else:
-        outs = g.batchnorm(x, g.tensor("scale", dims=c), g.tensor("bias", dims=c), None, None, 1e-5, None)
-        builder = batchnorm.CutileBatchnormBuilder()
-    for t in outs:
-        if t is not None:
-            t.set_output(True)
-    launches, _ = builder.launches(g.nodes[0], g)
-    text = launches[2].source.text
-    walk = re.search(r"for bid in range\(ct.bid\(0\), (\d+), 5\):", text)
-    assert walk and int(walk.group(1)) > 5 and launches[2].grid == (5,)
-    assert (text.index("ct.load(mean") < walk.start()) == hoisted
-    tiles = [line for line in text.splitlines() if "ct.load(x," in line or "ct.store(" in line]
-    assert len(tiles) == 2 and all(("allow_tma=False" in line) != tma for line in tiles)
-    report = sigdnn.validate(g, seed=7, executor=emulated_executor())
-    assert report.passed, report.table()
-
-
 def test_row_kernels_in_persistent_blocks_walk_every_row_tile():
     """``blocks``: the forward kernels' grid is min(tiles, blocks) and each block walks tiles a grid apart; with
     as many blocks as tiles (or more) the kernel is the one-tile-a-block kernel."""
@@ -160,7 +122,7 @@ def test_row_kernels_in_persistent_blocks_walk_every_row_tile():
     assert "    for bid in range(ct.bid(0), 17, 4):\n        x0 = " in walked and "bid = ct.bid(0)" not in walked
     assert "\n        ct.store(mean, index=(bid,)" in walked  # every line of the tile's body inside the walk
     assert rowgen.norm_forward(64, 2, 64, 1e-5, True, True, ("mean",), k=1, tiles=4, blocks=4) == rowgen.norm_forward(
-        64, 2, 64, 1e-5, True, True, ("mean",), k=1
+        64, 2, 64, 1e-5, True, True, ("mean",), k=1, tiles=4
     )
     soft = rowgen.softmax_forward(64, 2, 64, False, True, k=1, tiles=9, blocks=2)
     assert "for bid in range(ct.bid(0), 9, 2):" in soft
@@ -191,9 +153,11 @@ def test_backward_row_sums_skip_the_reduction_over_one_row():
 
 
 def test_hints_are_written_into_the_kernel_decorator():
-    text = rowgen.norm_forward(64, 2, 64, 1e-5, True, False, (), KernelHints(occupancy=4, num_worker_warps=8), k=1)
+    text = rowgen.norm_forward(
+        64, 2, 64, 1e-5, True, False, (), KernelHints(occupancy=4, num_worker_warps=8), k=1, tiles=1
+    )
     assert text.startswith("@ct.kernel(occupancy=4, num_worker_warps=8)\ndef kernel(")
-    assert rowgen.norm_forward(64, 2, 64, 1e-5, True, False, (), k=1).startswith("@ct.kernel\ndef kernel(")
+    assert rowgen.norm_forward(64, 2, 64, 1e-5, True, False, (), k=1, tiles=1).startswith("@ct.kernel\ndef kernel(")
 
 
 def test_forward_row_tiles_follow_the_configuration():
@@ -264,8 +228,8 @@ def test_a_row_is_held_in_the_fewest_tiles_of_least_padded_width(n, split):
 
 def test_held_rows_keep_every_tile_in_registers():
     """Five tiles of 1024, each loaded once and stored once; no chunk loop, no second load of x."""
-    for text in (rowgen.norm_forward(5120, 1, 1024, 1e-5, True, True, (), k=5),
-                 rowgen.softmax_forward(5120, 1, 1024, False, False, k=5)):  # fmt: skip
+    for text in (rowgen.norm_forward(5120, 1, 1024, 1e-5, True, True, (), k=5, tiles=1),
+                 rowgen.softmax_forward(5120, 1, 1024, False, False, k=5, tiles=1)):  # fmt: skip
         assert text.count("ct.load(x,") == 5 and text.count("ct.store(y,") == 5 and "for c in" not in text
     back = rowgen.norm_backward(5120, 1, 1024, True, True, k=5)
     assert back.count("ct.load(x,") == 5 and back.count("ct.store(dx,") == 5 and back.count("ct.store(pds,") == 5
