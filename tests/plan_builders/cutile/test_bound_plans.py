@@ -103,3 +103,51 @@ def test_fused_plan_on_the_bound_path_matches_validation():
     assert np.array_equal(ex.execute(plan, data)["y"], reference(g, data)["y"])
     report = sigdnn.validate(g, data, executor=ex)  # the generic path (captures) on the same memory
     assert report.passed, report.table()
+
+
+@pytest.fixture
+def resolutions(monkeypatch):
+    from sigdnn.executor import gpu_memory
+
+    calls = []
+    original = gpu_memory.resolve_pack
+
+    def counted(*args, **kwargs):
+        calls.append(tuple(args[1]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(gpu_memory, "resolve_pack", counted)
+    return calls
+
+
+def test_a_pack_keyed_as_before_skips_resolution_and_any_other_pack_is_checked(resolutions):
+    g = chain(3)
+    ex = host_gpu_executor()
+    plan = ex.prepare(g)
+    data = random_inputs(g, seed=6)
+    for seed in (6, 7, 8):
+        data = random_inputs(g, seed=seed)
+        got = ex.execute(plan, {"x": data["x"], "b": data["b"]})["y"]
+        assert np.array_equal(got, reference(g, data)["y"]), seed
+    assert resolutions == [("x", "b")]  # resolved once, then matched by its keys
+    swapped = random_inputs(g, seed=9)
+    got = ex.execute(plan, {"b": swapped["b"], "x": swapped["x"]})["y"]  # other order: resolved, values follow keys
+    assert np.array_equal(got, reference(g, swapped)["y"]) and resolutions[-1] == ("b", "x")
+    with pytest.raises(sigdnn.VariantPackError, match="missing input"):
+        ex.execute(plan, {"x": data["x"]})
+    with pytest.raises(sigdnn.VariantPackError, match="extra entry 'z'"):
+        ex.execute(plan, {"x": data["x"], "b": data["b"], "z": data["b"]})
+    seen = len(resolutions)
+    got = ex.execute(plan, {"b": data["b"], "x": data["x"]})["y"]  # the keys last resolved: matched again
+    assert len(resolutions) == seen and np.array_equal(got, reference(g, data)["y"])
+
+
+def test_a_pack_with_a_scalar_override_is_resolved_every_time(resolutions):
+    g = chain(3)
+    ex = host_gpu_executor()
+    plan = ex.prepare(g)
+    data = random_inputs(g, seed=10)
+    for s in (0.5, -2.0):
+        got = ex.execute(plan, {"x": data["x"], "b": data["b"], "s": s})["y"]
+        assert np.array_equal(got, reference(g, {**data, "s": s})["y"]), s
+    assert len(resolutions) == 2

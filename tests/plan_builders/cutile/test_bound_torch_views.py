@@ -144,3 +144,12 @@ def test_a_changed_dtype_shape_or_stride_at_the_same_address_is_checked_again(wr
     assert odd.data_ptr() == x.ctypes.data
     with pytest.raises(VariantPackError, match="tensor 'x'"):
         ex.execute(plan, {"x": odd, "b": FakeCudaTensor(b), "y": FakeCudaTensor(y)}, to_host=False)
+
+
+def test_torch_objects_are_told_by_their_type_module_and_the_type_is_remembered(monkeypatch):
+    monkeypatch.setattr(gpu_memory, "_TORCH_TYPES", set())
+    fake = FakeCudaTensor(np.zeros(3, np.float32))
+    assert not gpu_memory._is_torch(np.zeros(3)) and not gpu_memory._is_torch("torch")
+    assert gpu_memory._is_torch(fake) and gpu_memory._TORCH_TYPES == {FakeCudaTensor}
+    assert gpu_memory._is_torch(fake) and not gpu_memory._is_torch(np.zeros(3))
+    assert gpu_memory._TORCH_TYPES == {FakeCudaTensor}
