@@ -14,6 +14,7 @@ import pytest
 from cute_skip import skip_unless_sm90
 
 import sigdnn
+import sigdnn.validation
 
 pytestmark = pytest.mark.gpu
 skip_unless_sm90("the CuTe DSL builders")

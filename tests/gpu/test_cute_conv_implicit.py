@@ -22,6 +22,7 @@ import pytest
 from cute_skip import skip_unless_sm90
 
 import sigdnn
+import sigdnn.validation
 from sigdnn.plan_builders.cute import conv_implicit
 
 pytestmark = pytest.mark.gpu

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import sigdnn
+import sigdnn.validation
 from sigdnn.runtime.cuda import gpu_unavailable_reason
 
 pytestmark = pytest.mark.gpu
