@@ -619,6 +619,9 @@ def norm_variants() -> dict[str, dict[str, object]]:
                    stop23, blocks=b, hints=stop23.hints if o is None else KernelHints(o))
                   for b, o in ((264, None), (528, None), (1056, None), (264, 2), (396, 3), (132, 1), (264, 3),
                                (528, 3), (792, 3))},
+               # softmax's own config (4096 elements, occupancy 6) in persistent blocks
+               **{f"smt{t}b{b}o{o}": RowConfig(t, KernelHints(o), walk=4096, blocks=b)
+                  for t, b, o in ((4096, 792, 6), (4096, 528, 4), (4096, 396, 3), (8192, 396, 3), (2048, 792, 6))},
                **{f"fwt{t}b{b}o{o}": attrs.evolve(stop23, tile=t, blocks=b, hints=KernelHints(o))
                   for t, b, o in ((4096, 792, 6), (4096, 528, 4), (16384, 264, 2), (8192, None, 3), (16384, 132, 1),
                                   (16384, 396, 3), (32768, 132, 1), (8192, 264, 2), (16384, 528, 4), (32768, 264, 2))}}  # fmt: skip
