@@ -80,7 +80,7 @@ ONE_TILE_A_BLOCK = RowConfig(8192, KernelHints(occupancy=4), variance="chan", wa
 LAYERNORM_FORWARD: tuple[tuple[int | None, RowConfig], ...] = (  # (widest row, config), narrowest band first
     (1024, ONE_TILE_A_BLOCK),
     (4096, RowConfig(16384, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS, rows=4)),
-    (ROW_MAX, RowConfig(8192, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS, rows=1)),
+    (ROW_MAX, RowConfig(8192, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS)),  # one row: 8192 elements
     (None, ONE_TILE_A_BLOCK),
 )
 RMSNORM_FORWARD = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=2048)

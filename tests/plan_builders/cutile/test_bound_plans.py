@@ -151,3 +151,18 @@ def test_a_pack_with_a_scalar_override_is_resolved_every_time(resolutions):
         got = ex.execute(plan, {"x": data["x"], "b": data["b"], "s": s})["y"]
         assert np.array_equal(got, reference(g, {**data, "s": s})["y"]), s
     assert len(resolutions) == 2
+
+
+def test_only_packs_keyed_by_names_are_matched_by_their_keys(resolutions):
+    """A uid key is resolved every time: 2.0 equals 2 (and True equals 1) as a key, yet is no uid."""
+    g = chain(3)
+    ex = host_gpu_executor()
+    plan = ex.prepare(g)
+    data = random_inputs(g, seed=11)
+    uid = next(u for u, t in g.tensors.items() if t.name == "b")
+    for _ in range(2):
+        got = ex.execute(plan, {"x": data["x"], uid: data["b"]})["y"]
+        assert np.array_equal(got, reference(g, data)["y"])
+    assert len(resolutions) == 2
+    with pytest.raises(sigdnn.VariantPackError, match="neither a tensor name, a uid nor a Tensor"):
+        ex.execute(plan, {"x": data["x"], float(uid): data["b"]})

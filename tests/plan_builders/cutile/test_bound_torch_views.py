@@ -150,6 +150,6 @@ def test_torch_objects_are_told_by_their_type_module_and_the_type_is_remembered(
     monkeypatch.setattr(gpu_memory, "_TORCH_TYPES", set())
     fake = FakeCudaTensor(np.zeros(3, np.float32))
     assert not gpu_memory._is_torch(np.zeros(3)) and not gpu_memory._is_torch("torch")
-    assert gpu_memory._is_torch(fake) and gpu_memory._TORCH_TYPES == {FakeCudaTensor}
+    assert gpu_memory._is_torch(fake) and {FakeCudaTensor} == gpu_memory._TORCH_TYPES
     assert gpu_memory._is_torch(fake) and not gpu_memory._is_torch(np.zeros(3))
-    assert gpu_memory._TORCH_TYPES == {FakeCudaTensor}
+    assert {FakeCudaTensor} == gpu_memory._TORCH_TYPES
