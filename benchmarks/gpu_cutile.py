@@ -619,7 +619,7 @@ def norm_variants() -> dict[str, dict[str, object]]:
                    stop23, blocks=b, hints=stop23.hints if o is None else KernelHints(o))
                   for b, o in ((264, None), (528, None), (1056, None), (264, 2), (396, 3), (132, 1), (264, 3),
                                (528, 3), (792, 3))},
-               # softmax's own config (4096 elements, occupancy 6) in persistent blocks
+               # softmax's stop-23 config (4096 elements, occupancy 6) in persistent blocks
                **{f"smt{t}b{b}o{o}": RowConfig(t, KernelHints(o), walk=4096, blocks=b)
                   for t, b, o in ((4096, 792, 6), (4096, 528, 4), (4096, 396, 3), (8192, 396, 3), (2048, 792, 6))},
                **{f"fwt{t}b{b}o{o}": attrs.evolve(stop23, tile=t, blocks=b, hints=KernelHints(o))
@@ -689,8 +689,8 @@ def _set_config(direction: str, config: object) -> None:
     from sigdnn.plan_builders.cutile import batchnorm, opbase
 
     if direction == "forward":
-        opbase.SOFTMAX_FORWARD = opbase.RMSNORM_FORWARD = config
-        opbase.LAYERNORM_FORWARD = ((None, config),)
+        opbase.RMSNORM_FORWARD = config
+        opbase.LAYERNORM_FORWARD = opbase.SOFTMAX_FORWARD = ((None, config),)
     elif direction == "backward":
         opbase.ROW_BACKWARD = config
     else:

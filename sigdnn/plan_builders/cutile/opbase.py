@@ -76,15 +76,25 @@ SMS = 132  # H200 SMs
 # 2048), wider rows one a tile (2.74 -> 3.35 at 5120, 3.08 -> 3.49 at 6144, 3.36 -> 3.74 at 8192). Two rows a
 # tile lost at 5120 and 6144, eight at 2048. Rows of 1024 lost that way (2.03 -> 1.71) and rows walked past
 # ROW_MAX too (2.72 -> 1.56 at 32768): both keep one tile a block.
+Bands = tuple[tuple[int | None, RowConfig], ...]  # (widest row, config), narrowest band first; None: any row
 ONE_TILE_A_BLOCK = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=4096)
-LAYERNORM_FORWARD: tuple[tuple[int | None, RowConfig], ...] = (  # (widest row, config), narrowest band first
+LAYERNORM_FORWARD: Bands = (
     (1024, ONE_TILE_A_BLOCK),
     (4096, RowConfig(16384, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS, rows=4)),
     (ROW_MAX, RowConfig(8192, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS)),  # one row: 8192 elements
     (None, ONE_TILE_A_BLOCK),
 )
 RMSNORM_FORWARD = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=2048)
-SOFTMAX_FORWARD = RowConfig(4096, KernelHints(occupancy=6), walk=4096)
+# Softmax (gpu_cutile_2026-12-01h.md, 16384 rows bf16): rows of 4096-8192 columns, one a 4096-element tile, in 528
+# persistent blocks (occupancy 4): 3.45 -> 3.64 TB/s at 4096, 3.07 -> 3.68 at 8192, 2.85 -> 2.86 at 5120; at 2048
+# (two rows a tile) that lost (3.11 -> 2.60), so narrower rows, and walked ones (not measured), keep one tile a
+# block.
+SOFTMAX_ONE_TILE_A_BLOCK = RowConfig(4096, KernelHints(occupancy=6), walk=4096)
+SOFTMAX_FORWARD: Bands = (
+    (4095, SOFTMAX_ONE_TILE_A_BLOCK),
+    (ROW_MAX, RowConfig(4096, KernelHints(occupancy=4), walk=4096, blocks=4 * SMS)),
+    (None, SOFTMAX_ONE_TILE_A_BLOCK),
+)
 ROW_BACKWARD = RowConfig(4096, KernelHints(occupancy=2, num_worker_warps=8), columns=32, walk=2048)
 PERSISTENT_PER_SM = (
     2  # blocks per SM of the backward kernels (each stores one partial-sum row) without an occupancy hint
@@ -143,9 +153,9 @@ def row_hints(config: RowConfig, n: int, tm: int, tn: int, k: int) -> KernelHint
     return attrs.evolve(config.hints, occupancy=max(1, occupancy * config.tile // held))
 
 
-def layernorm_forward(n: int) -> RowConfig:
-    """The config of layernorm forward over rows of N: that of the narrowest ``LAYERNORM_FORWARD`` band holding N."""
-    return next(config for widest, config in LAYERNORM_FORWARD if widest is None or n <= widest)
+def for_width(bands: Bands, n: int) -> RowConfig:
+    """The config for rows of N: that of the narrowest band holding N."""
+    return next(config for widest, config in bands if widest is None or n <= widest)
 
 
 def row_tiles(m: int, n: int, config: RowConfig) -> tuple[int, int, int]:

@@ -30,7 +30,7 @@ class CutileSoftmaxBuilder(CutileOpBuilder):
             raise ValueError("the softmax axes are empty")
         if m == 0:
             return [], 0
-        config = opbase.SOFTMAX_FORWARD
+        config = opbase.for_width(opbase.SOFTMAX_FORWARD, n)
         tm, tn, k = row_tiles(m, n, config)
         args = [Arg("x", (m, n), (n, 1)), Arg("y", (m, n), (n, 1))]
         if op.stats is not None:

@@ -16,7 +16,7 @@ from emulated import emulated_executor, make_available
 from norm_cases import all_cases
 
 import sigdnn
-from sigdnn.plan_builders.cutile import batchnorm, codegen, norms, opbase, rowgen
+from sigdnn.plan_builders.cutile import batchnorm, codegen, norms, opbase, rowgen, softmax
 from sigdnn.plan_builders.cutile.batchnorm import ChannelConfig
 from sigdnn.plan_builders.cutile.opbase import RowConfig
 from sigdnn.plan_builders.cutile.pointwise import node_spec
@@ -56,9 +56,10 @@ def _validate(name: str) -> None:
 )
 @pytest.mark.parametrize("name", ROW_CASES)
 def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, config, name):
-    for direction in ("RMSNORM_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD"):
+    for direction in ("RMSNORM_FORWARD", "ROW_BACKWARD"):
         monkeypatch.setattr(opbase, direction, config)
-    monkeypatch.setattr(opbase, "LAYERNORM_FORWARD", ((None, config),))
+    for bands in ("LAYERNORM_FORWARD", "SOFTMAX_FORWARD"):
+        monkeypatch.setattr(opbase, bands, ((None, config),))
     _validate(name)
 
 
@@ -182,17 +183,34 @@ def test_forward_row_tiles_follow_the_configuration():
     [(1, 0), (1024, 0), (1025, 1), (4096, 1), (4097, 2), (opbase.ROW_MAX, 2), (opbase.ROW_MAX + 1, 3)],
 )
 def test_layernorm_forward_takes_the_narrowest_band_holding_its_rows(n, band):
-    assert opbase.layernorm_forward(n) is opbase.LAYERNORM_FORWARD[band][1]
+    assert opbase.for_width(opbase.LAYERNORM_FORWARD, n) is opbase.LAYERNORM_FORWARD[band][1]
+
+
+@pytest.mark.parametrize(("n", "band"), [(1, 0), (4095, 0), (4096, 1), (opbase.ROW_MAX, 1), (opbase.ROW_MAX + 1, 2)])
+def test_softmax_takes_the_narrowest_band_holding_its_rows(n, band):
+    assert opbase.for_width(opbase.SOFTMAX_FORWARD, n) is opbase.SOFTMAX_FORWARD[band][1]
+
+
+def test_softmax_walks_rows_of_4096_columns_or_more_in_persistent_blocks():
+    """One row a 4096-element tile, 528 blocks, from 4096 to ROW_MAX columns; narrower and walked rows one tile a
+    block (gpu_cutile_2026-12-01h.md), and a grid of fewer row tiles than blocks launches one block a tile."""
+    blocks = {n: opbase.for_width(opbase.SOFTMAX_FORWARD, n).blocks for n in (2048, 4096, 8192, 16384)}
+    assert blocks == {2048: None, 4096: 4 * opbase.SMS, 8192: 4 * opbase.SMS, 16384: None}
+    for rows, grid in ((16384, 4 * opbase.SMS), (100, 100)):
+        g = sigdnn.Graph("sm", io_dtype="bfloat16", compute_dtype="float32")
+        g.softmax(g.tensor("x", dims=(rows, 4096)))[0].set_output(True)
+        (launch,), _ = softmax.CutileSoftmaxBuilder().launches(g.nodes[0], g)
+        assert launch.grid == (grid,) and ("for bid in range(ct.bid(0)" in launch.source.text) == (grid < rows)
 
 
 def test_layernorm_forward_bands_cut_rows_as_measured():
     """Four rows a tile from 1025 to 4096 columns, one beyond, both in two persistent blocks a SM; rows of 1024 or
     fewer and walked rows one tile a block (the widths of gpu_cutile_2026-12-01h.md)."""
     widths = (768, 1024, 2048, 3072, 4096, 5120, 6144, 8192)
-    tiles = {n: opbase.row_tiles(16384, n, opbase.layernorm_forward(n))[0] for n in widths}
+    tiles = {n: opbase.row_tiles(16384, n, opbase.for_width(opbase.LAYERNORM_FORWARD, n))[0] for n in widths}
     assert tiles == {768: 8, 1024: 8, 2048: 4, 3072: 4, 4096: 4, 5120: 1, 6144: 1, 8192: 1}
-    assert {opbase.layernorm_forward(n).blocks for n in (2048, 6144, 8192)} == {2 * opbase.SMS}
-    assert {opbase.layernorm_forward(n).blocks for n in (1024, 32768)} == {None}
+    assert {opbase.for_width(opbase.LAYERNORM_FORWARD, n).blocks for n in (2048, 6144, 8192)} == {2 * opbase.SMS}
+    assert {opbase.for_width(opbase.LAYERNORM_FORWARD, n).blocks for n in (1024, 32768)} == {None}
     g = sigdnn.Graph("ln", io_dtype="bfloat16", compute_dtype="float32")
     x = g.tensor("x", dims=(16384, 4096))
     for t in g.layernorm("training", x, g.tensor("scale", dims=(1, 4096)), g.tensor("bias", dims=(1, 4096))):
