@@ -456,39 +456,53 @@ def _graph_ms(g: sigdnn.Graph, pack: dict) -> float:
 BN_L2_WINDOWS: list[int] = []  # --bn-l2-windows: MB of x's tail kept in L2 as persisting lines, per timing
 
 
+def _cuda_check(result) -> None:
+    from cuda.bindings import runtime as rt
+
+    if result[0] != rt.cudaError_t.cudaSuccess:
+        raise RuntimeError(f"CUDA runtime: {result[0]}")
+
+
+def _windowed_ms(ex, plan, launch, base: int, num_bytes: int, hit_prop) -> float:
+    """Milliseconds of the bound step with an L2 access-policy window over [base, base + num_bytes) on the plan's
+    stream (hits ``hit_prop``, misses streaming), cleared afterwards."""
+    from cuda.bindings import runtime as rt
+
+    stream = rt.cudaStream_t(ex.memory.bound(plan, False).execution.stream)
+    attr = rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow
+    window = rt.cudaStreamAttrValue()
+    window.accessPolicyWindow.base_ptr = base
+    window.accessPolicyWindow.num_bytes = num_bytes
+    window.accessPolicyWindow.hitRatio = 1.0
+    window.accessPolicyWindow.hitProp = hit_prop
+    window.accessPolicyWindow.missProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
+    _cuda_check(rt.cudaStreamSetAttribute(stream, attr, window))
+    try:
+        with on_stream(ex, plan):
+            return cuda_time(lambda: [launch() for _ in range(10)]) / 10
+    finally:
+        window.accessPolicyWindow.num_bytes = 0
+        _cuda_check(rt.cudaStreamSetAttribute(stream, attr, window))
+
+
 def _l2_windows(ex, plan, launch, x: torch.Tensor, nbytes: int) -> dict[int, float]:
     """The batchnorm timed with the last W MB of x in an L2 access-policy window (persisting hits, streaming
     misses) on the plan's stream: the statistics pass reads x's tail last and the elementwise pass reads it
     first, so what stays in L2 is not read from DRAM twice. An experiment: sigdnn sets no window itself."""
     from cuda.bindings import runtime as rt
 
-    def check(result) -> None:
-        if result[0] != rt.cudaError_t.cudaSuccess:
-            raise RuntimeError(f"CUDA runtime: {result[0]}")
-
-    stream = rt.cudaStream_t(ex.memory.bound(plan, False).execution.stream)
-    attr = rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow
     _, most = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxPersistingL2CacheSize, 0)
-    check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, most))
+    _cuda_check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, most))
     print(f"{'':20s} L2 set-aside for persisting lines: {most / 2**20:.1f} MiB")
     found = {}
     end = x.data_ptr() + x.numel() * x.element_size()
+    persisting = rt.cudaAccessProperty.cudaAccessPropertyPersisting
     for mb in BN_L2_WINDOWS:
-        window = rt.cudaStreamAttrValue()
-        window.accessPolicyWindow.base_ptr = end - mb * 2**20
-        window.accessPolicyWindow.num_bytes = mb * 2**20
-        window.accessPolicyWindow.hitRatio = 1.0
-        window.accessPolicyWindow.hitProp = rt.cudaAccessProperty.cudaAccessPropertyPersisting
-        window.accessPolicyWindow.missProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
-        check(rt.cudaStreamSetAttribute(stream, attr, window))
-        with on_stream(ex, plan):
-            ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
-        window.accessPolicyWindow.num_bytes = 0
-        check(rt.cudaStreamSetAttribute(stream, attr, window))
-        check(rt.cudaCtxResetPersistingL2Cache())
+        ms = _windowed_ms(ex, plan, launch, end - mb * 2**20, mb * 2**20, persisting)
+        _cuda_check(rt.cudaCtxResetPersistingL2Cache())
         found[mb] = nbytes / ms / 1e9
         print(f"{'':20s} L2 window of x's last {mb:3d} MiB: {found[mb]:5.2f} TB/s ({ms * 1e3:6.1f} us)", flush=True)
-    check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, 0))
+    _cuda_check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, 0))
     return found
 
 
@@ -501,22 +515,10 @@ def _y_streaming(ex, plan, launch, y: torch.Tensor, nbytes: int) -> float:
     evicting the x the statistics pass left in L2. An experiment: sigdnn sets no window itself."""
     from cuda.bindings import runtime as rt
 
-    stream = rt.cudaStream_t(ex.memory.bound(plan, False).execution.stream)
-    attr = rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow
     _, most = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxAccessPolicyWindowSize, 0)
-    window = rt.cudaStreamAttrValue()
-    window.accessPolicyWindow.base_ptr = y.data_ptr()
-    covered = window.accessPolicyWindow.num_bytes = min(most, y.numel() * y.element_size())
-    window.accessPolicyWindow.hitRatio = 1.0
-    window.accessPolicyWindow.hitProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
-    window.accessPolicyWindow.missProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
-    assert rt.cudaStreamSetAttribute(stream, attr, window)[0] == rt.cudaError_t.cudaSuccess
-    try:
-        with on_stream(ex, plan):
-            ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
-    finally:
-        window.accessPolicyWindow.num_bytes = 0
-        rt.cudaStreamSetAttribute(stream, attr, window)
+    covered = min(most, y.numel() * y.element_size())
+    streaming = rt.cudaAccessProperty.cudaAccessPropertyStreaming
+    ms = _windowed_ms(ex, plan, launch, y.data_ptr(), covered, streaming)
     tb_s = nbytes / ms / 1e9
     print(
         f"{'':20s} y's lines streaming ({covered / 2**20:.0f} MiB window): {tb_s:5.2f} TB/s ({ms * 1e3:6.1f} us)",
@@ -587,7 +589,7 @@ def _l2_reuse_us(ex, plan, launch) -> float:
 
 def norm_variants() -> dict[str, dict[str, object]]:
     """Configurations compared side by side: label -> config, per direction (forward / backward rows, batchnorm)."""
-    from sigdnn.plan_builders.cutile import batchnorm
+    from sigdnn.plan_builders.cutile import batchnorm, opbase
     from sigdnn.plan_builders.cutile.batchnorm import ChannelConfig
     from sigdnn.plan_builders.cutile.opbase import RowConfig
     from sigdnn.plan_builders.cutile.rowgen import KernelHints
@@ -595,7 +597,7 @@ def norm_variants() -> dict[str, dict[str, object]]:
     def row(tile: int, occupancy: int | None = None, warps: int | None = None, columns: int = 1024) -> RowConfig:
         return RowConfig(tile, KernelHints(occupancy, warps), columns)
 
-    stop23 = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=4096)
+    stop23 = opbase.ONE_TILE_A_BLOCK  # layernorm's one config before its width bands (softmax's stayed)
     # Round 1 (cuTile's own register choice against occupancy / worker-warp hints), then round 2 around the
     # winners (configurations the offline compile showed without spills).
     forward = {"32768": row(32768), "32768w8": row(32768, None, 8), "4096o4": row(4096, 4), "8192o4": row(8192, 4),
