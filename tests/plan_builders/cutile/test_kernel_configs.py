@@ -171,6 +171,7 @@ def test_forward_row_tiles_follow_the_configuration():
     assert opbase.row_tiles(10, 20000, walking) == (2, 2048, 1)  # walked in the config's chunks, two rows a block
     assert opbase.row_tiles(10, opbase.ROW_MAX, walking) == (1, opbase.ROW_MAX, 1)  # the longest held row: held
     assert opbase.persistent_blocks(KernelHints(occupancy=3)) == 3 * opbase.SMS
+    assert opbase.persistent_blocks(KernelHints()) == opbase.PERSISTENT_PER_SM * opbase.SMS
     capped = RowConfig(16384, rows=4)
     assert opbase.row_tiles(16384, 2048, capped) == (4, 2048, 1)  # 8 rows fit, 4 taken
     assert opbase.row_tiles(16384, 4096, capped) == (4, 4096, 1)
@@ -218,7 +219,6 @@ def test_layernorm_forward_bands_cut_rows_as_measured():
             t.set_output(True)
     (launch,), _ = norms.CutileLayernormBuilder().launches(g.nodes[0], g)
     assert launch.grid == (2 * opbase.SMS,) and "for bid in range(ct.bid(0), 4096, 264):" in launch.source.text
-    assert opbase.persistent_blocks(KernelHints()) == opbase.PERSISTENT_PER_SM * opbase.SMS
 
 
 def test_a_block_holding_more_than_the_tile_keeps_its_registers_per_element():
