@@ -691,8 +691,7 @@ def _set_config(direction: str, config: object) -> None:
     from sigdnn.plan_builders.cutile import batchnorm, opbase
 
     if direction == "forward":
-        opbase.RMSNORM_FORWARD = config
-        opbase.LAYERNORM_FORWARD = opbase.SOFTMAX_FORWARD = ((None, config),)
+        opbase.LAYERNORM_FORWARD = opbase.RMSNORM_FORWARD = opbase.SOFTMAX_FORWARD = ((None, config),)
     elif direction == "backward":
         opbase.ROW_BACKWARD = config
     else:

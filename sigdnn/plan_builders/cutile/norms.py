@@ -42,7 +42,7 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     m, n, axes, batch = _rows(node, graph, "x")
     if m == 0:
         return [], 0
-    config = opbase.for_width(opbase.LAYERNORM_FORWARD, n) if center else opbase.RMSNORM_FORWARD
+    config = opbase.for_width(opbase.LAYERNORM_FORWARD if center else opbase.RMSNORM_FORWARD, n)
     tm, tn, k = row_tiles(m, n, config)
     bias = getattr(op, "bias", None) is not None
     stats = tuple(p for p in ("mean", "inv_variance") if getattr(op, p, None) is not None)

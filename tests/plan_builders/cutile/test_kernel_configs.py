@@ -56,9 +56,8 @@ def _validate(name: str) -> None:
 )
 @pytest.mark.parametrize("name", ROW_CASES)
 def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, config, name):
-    for direction in ("RMSNORM_FORWARD", "ROW_BACKWARD"):
-        monkeypatch.setattr(opbase, direction, config)
-    for bands in ("LAYERNORM_FORWARD", "SOFTMAX_FORWARD"):
+    monkeypatch.setattr(opbase, "ROW_BACKWARD", config)
+    for bands in ("LAYERNORM_FORWARD", "RMSNORM_FORWARD", "SOFTMAX_FORWARD"):
         monkeypatch.setattr(opbase, bands, ((None, config),))
     _validate(name)
 
@@ -190,6 +189,25 @@ def test_layernorm_forward_takes_the_narrowest_band_holding_its_rows(n, band):
 @pytest.mark.parametrize(("n", "band"), [(1, 0), (4095, 0), (4096, 1), (opbase.ROW_MAX, 1), (opbase.ROW_MAX + 1, 2)])
 def test_softmax_takes_the_narrowest_band_holding_its_rows(n, band):
     assert opbase.for_width(opbase.SOFTMAX_FORWARD, n) is opbase.SOFTMAX_FORWARD[band][1]
+
+
+@pytest.mark.parametrize(("n", "band"), [(1, 0), (4096, 0), (4097, 1), (6144, 1), (6145, 2), (opbase.ROW_MAX + 1, 2)])
+def test_rmsnorm_forward_takes_the_narrowest_band_holding_its_rows(n, band):
+    assert opbase.for_width(opbase.RMSNORM_FORWARD, n) is opbase.RMSNORM_FORWARD[band][1]
+
+
+def test_rmsnorm_forward_walks_only_rows_of_4097_to_6144_columns_in_persistent_blocks():
+    """One row a tile in two blocks a SM where that won (5120; 6144 even), one tile a block at 4096 and 8192 where
+    it lost (gpu_cutile_2026-12-02.md), and the builder's grid and kernel text follow the band."""
+    blocks = {n: opbase.for_width(opbase.RMSNORM_FORWARD, n).blocks for n in (4096, 5120, 6144, 8192, 16384)}
+    assert blocks == {4096: None, 5120: 2 * opbase.SMS, 6144: 2 * opbase.SMS, 8192: None, 16384: None}
+    assert opbase.row_tiles(16384, 5120, opbase.for_width(opbase.RMSNORM_FORWARD, 5120))[0] == 1
+    for n, grid in ((5120, 2 * opbase.SMS), (8192, 16384)):
+        g = sigdnn.Graph("rms", io_dtype="bfloat16", compute_dtype="float32")
+        y = g.rmsnorm("training", g.tensor("x", dims=(16384, n)), g.tensor("scale", dims=(1, n)), epsilon=1e-5)[0]
+        y.set_output(True)
+        (launch,), _ = norms.CutileRmsnormBuilder().launches(g.nodes[0], g)
+        assert launch.grid == (grid,) and ("for bid in range(ct.bid(0)" in launch.source.text) == (n == 5120)
 
 
 def test_softmax_walks_rows_of_4096_columns_or_more_in_persistent_blocks():
