@@ -679,7 +679,10 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 # round 7: larger partial-pass tiles (the elementwise pass in persistent blocks, larger or without
                 # TMA, measured no faster and was removed: benchmarks/results/gpu_cutile_2026-12-01h.md)
                 **{f"pt{t}o{o}b{b}": attrs.evolve(batchnorm.TRAINING, tile=t, hints=KernelHints(o), blocks=b)
-                   for t, o, b in ((8192, 2, 264), (8192, 1, 132), (16384, 1, 132))}}  # fmt: skip
+                   for t, o, b in ((8192, 2, 264), (8192, 1, 132), (16384, 1, 132))},
+                # round 8: the partial pass in 8 worker warps (more loads in flight a block)
+                **{f"pt{t}o{o}w8b{b}": attrs.evolve(batchnorm.TRAINING, tile=t, hints=KernelHints(o, 8), blocks=b)
+                   for t, o, b in ((4096, 2, 264), (8192, 2, 264), (2048, 2, 264), (8192, 1, 132), (16384, 1, 132))}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 
