@@ -26,10 +26,6 @@ class CutileSoftmaxBuilder(CutileOpBuilder):
         x, y = graph.tensors[op.x], graph.tensors[op.y]
         m, n = views.rows(x, op.axes)
         views.same_layout(x, [y])
-        if n == 0:
-            raise ValueError("the softmax axes are empty")
-        if m == 0:
-            return [], 0
         config = opbase.for_width(opbase.SOFTMAX_FORWARD, n)
         tm, tn, k = row_tiles(m, n, config)
         args = [Arg("x", (m, n), (n, 1)), Arg("y", (m, n), (n, 1))]

@@ -191,3 +191,45 @@ def test_batchnorm_running_variance_of_one_element_a_channel_is_declined():
 
     with pytest.raises(sigdnn.SigdnnError, match="1 element per channel"):
         emulated_executor().prepare(batchnorm((1, 3, 1, 1), "NCHW", "float32", True))
+
+
+@pytest.mark.parametrize(
+    ("make", "port"),
+    [("layernorm", "y"), ("rmsnorm", "y"), ("layernorm_backward", "dy"), ("rmsnorm_backward", "dx"), ("softmax", "y")],
+)
+def test_row_norms_decline_a_tensor_laid_out_unlike_x(make, port):
+    """Rows of y (dy, dx) are read and written tile for tile as x's: a transposed one is declined, named."""
+    import attrs
+    import norm_cases
+
+    g = {"layernorm": lambda: norm_cases.layernorm((4, 8), "float32", "training"),
+         "rmsnorm": lambda: norm_cases.rmsnorm((4, 8), "float32", "training", False),
+         "layernorm_backward": lambda: norm_cases.layernorm_backward((4, 8), "float32"),
+         "rmsnorm_backward": lambda: norm_cases.rmsnorm_backward((4, 8), "float32", False),
+         "softmax": lambda: norm_cases.softmax((4, 8), "float32", False, False)}[make]()  # fmt: skip
+    t = g.tensors[g.nodes[0].op.ports()[port]]
+    g.tensors[t.uid] = attrs.evolve(t, strides=(1, 4))
+    with pytest.raises(sigdnn.SigdnnError, match=f"'{t.name}' is laid out differently"):
+        emulated_executor().prepare(g)
+
+
+@pytest.mark.parametrize("make", ["layernorm", "layernorm_backward", "rmsnorm_backward", "softmax"])
+def test_row_statistics_every_other_element_are_read_and_written_at_their_stride(make):
+    """A statistic per row (mean, inv_variance, softmax's stats) strided over the batch axes (every other float of a (2, 3)
+    grid): its stride follows the rows' batch axes, not the normalized one."""
+    import attrs
+    import norm_cases
+
+    g = {"layernorm": lambda: norm_cases.layernorm((2, 3, 8), "float32", "training"),
+         "layernorm_backward": lambda: norm_cases.layernorm_backward((2, 3, 8), "float32"),
+         "rmsnorm_backward": lambda: norm_cases.rmsnorm_backward((2, 3, 8), "float32", False),
+         "softmax": lambda: norm_cases.softmax((2, 3, 8), "float32", False, True)}[make]()  # fmt: skip
+    ports = g.nodes[0].op.ports()
+    for port in ("mean", "inv_variance", "stats"):
+        if port in ports:
+            t = g.tensors[ports[port]]
+            g.tensors[t.uid] = attrs.evolve(t, strides=(6, 2, 1))
+    rng = np.random.default_rng(3)
+    data = {t.name: rng.uniform(0.5, 2.0, t.dims).astype(np.float32) for t in g.inputs}
+    report = sigdnn.validate(g, data, executor=emulated_executor())
+    assert report.passed, report.table()

@@ -325,3 +325,25 @@ def test_batchnorm_tiles_are_powers_of_two(config, dims, layout):
     assert all(_pow2(n) for n in (*lay.tile, *lay.apply_tile)), (lay.tile, lay.apply_tile)
     for splits in (1, 3, 523, 2048):
         assert all(_pow2(n) for n in lay.finalize_tiles(splits)), lay.finalize_tiles(splits)
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_row_backward_kernels_have_integer_tile_shapes_on_a_large_input(center):
+    """cuTile takes only integer tile shapes (the emulator takes floats too): on 16384 x 4096 the column sums'
+    tile is 128 partial rows of 32 columns."""
+    g = sigdnn.Graph("bwd", io_dtype="bfloat16", compute_dtype="float32")
+    dims, stats = (16384, 4096), (16384, 1)
+    dy, x, s = g.tensor("dy", dims=dims), g.tensor("x", dims=dims), g.tensor("scale", dims=(1, 4096))
+    inv = g.tensor("inv", dims=stats, dtype="float32")
+    if center:
+        outs = g.layernorm_backward(dy, x, s, g.tensor("mean", dims=stats, dtype="float32"), inv)
+    else:
+        outs = g.rmsnorm_backward(dy, x, s, inv)
+    for t in outs:
+        if t is not None:
+            t.set_output(True)
+    builder = norms.CutileLayernormBackwardBuilder() if center else norms.CutileRmsnormBackwardBuilder()
+    launches, _ = builder.launches(g.nodes[0], g)
+    shapes = [s for la in launches for s in re.findall(r"shape=\(([^)]*)\)", la.source.text)]
+    assert shapes and all(re.fullmatch(r"\d+(, \d+)*,?", s) for s in shapes), shapes
+    assert "shape=(128, 32)" in launches[-1].source.text
