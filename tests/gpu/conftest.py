@@ -1,8 +1,28 @@
-"""cuTile GPU tests (test_cutile_*.py): skipped, with the reason, where cuda.core, a GPU or cuda.tile is missing."""
+"""cuTile GPU tests (test_cutile_*.py): skipped, with the reason, where cuda.core, a GPU or cuda.tile is missing.
+
+``SIGDNN_TEST_WALK_BLOCKS=B`` runs every forward row kernel (layernorm, rmsnorm, softmax) in B persistent blocks
+at every row width, so the tests' small shapes, fewer row tiles than a band's blocks, run the walked kernels
+(``rowgen.walked_by``) too:
+
+    SIGDNN_TEST_WALK_BLOCKS=3 python -m pytest -m gpu tests/gpu/test_cutile_norms.py
+"""
 
 from __future__ import annotations
 
+import os
+
+import attrs
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    blocks = os.environ.get("SIGDNN_TEST_WALK_BLOCKS")
+    if blocks:
+        from sigdnn.plan_builders.cutile import opbase
+
+        for name in ("LAYERNORM_FORWARD", "RMSNORM_FORWARD", "SOFTMAX_FORWARD"):
+            bands = getattr(opbase, name)
+            setattr(opbase, name, tuple((w, attrs.evolve(c, blocks=int(blocks))) for w, c in bands))
 
 
 def gpu_skip_reason() -> str | None:
