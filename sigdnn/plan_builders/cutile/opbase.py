@@ -86,7 +86,8 @@ LAYERNORM_FORWARD: Bands = (
 )
 # Rmsnorm (gpu_cutile_2026-12-02.md, 16384 rows bf16): layernorm's one-row band, 264 persistent blocks at occupancy
 # 2, against the config below it: 3.10 -> 3.38 TB/s at 5120 columns, 3.52 -> 3.53 at 6144, 3.88 -> 3.66 at 8192
-# (lost); four rows a tile lost at 2048 and 4096 (gpu_cutile_2026-12-01h.md). So only 4097-6144 columns walk.
+# (lost); four rows a tile lost at 2048 and 4096 (gpu_cutile_2026-12-01h.md). So only rows of 4097-6144 columns
+# run in persistent blocks.
 RMSNORM_ONE_TILE_A_BLOCK = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=2048)
 RMSNORM_FORWARD: Bands = (
     (4096, RMSNORM_ONE_TILE_A_BLOCK),
