@@ -78,22 +78,19 @@ SMS = 132  # H200 SMs
 # ROW_MAX too (2.72 -> 1.56 at 32768): both keep one tile a block.
 Bands = tuple[tuple[int | None, RowConfig], ...]  # (widest row, config), narrowest band first; None: any row
 ONE_TILE_A_BLOCK = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=4096)
+ONE_ROW_A_TILE = RowConfig(8192, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS)  # rows of 4097-8192
 LAYERNORM_FORWARD: Bands = (
     (1024, ONE_TILE_A_BLOCK),
     (4096, RowConfig(16384, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS, rows=4)),
-    (ROW_MAX, RowConfig(8192, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS)),  # one row: 8192 elements
+    (ROW_MAX, ONE_ROW_A_TILE),
     (None, ONE_TILE_A_BLOCK),
 )
 # Rmsnorm (gpu_cutile_2026-12-02.md, 16384 rows bf16): layernorm's one-row band, 264 persistent blocks at occupancy
 # 2, against the config below it: 3.10 -> 3.38 TB/s at 5120 columns, 3.52 -> 3.53 at 6144, 3.88 -> 3.66 at 8192
 # (lost); four rows a tile lost at 2048 and 4096 (gpu_cutile_2026-12-01h.md). So only rows of 4097-6144 columns
 # run in persistent blocks.
-RMSNORM_ONE_TILE_A_BLOCK = RowConfig(8192, KernelHints(occupancy=4), variance="chan", walk=2048)
-RMSNORM_FORWARD: Bands = (
-    (4096, RMSNORM_ONE_TILE_A_BLOCK),
-    (6144, RowConfig(8192, KernelHints(occupancy=2), variance="chan", blocks=2 * SMS)),  # one row a tile
-    (None, RMSNORM_ONE_TILE_A_BLOCK),
-)
+RMSNORM_ONE_TILE_A_BLOCK = attrs.evolve(ONE_TILE_A_BLOCK, walk=2048)
+RMSNORM_FORWARD: Bands = ((4096, RMSNORM_ONE_TILE_A_BLOCK), (6144, ONE_ROW_A_TILE), (None, RMSNORM_ONE_TILE_A_BLOCK))
 # Softmax (gpu_cutile_2026-12-01h.md, 16384 rows bf16): rows of 4096-8192 columns, one a 4096-element tile, in 528
 # persistent blocks (occupancy 4): 3.45 -> 3.64 TB/s at 4096, 3.07 -> 3.68 at 8192, 2.85 -> 2.86 at 5120; at 2048
 # (two rows a tile) that lost (3.11 -> 2.60), so narrower rows, and walked ones (not measured), keep one tile a
