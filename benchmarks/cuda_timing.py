@@ -1,8 +1,9 @@
-"""CUDA-event timing shared by the GPU benchmarks: per-call milliseconds, and interleaved samples of several
+"""CUDA-event timing shared by the GPU benchmarks: per-call milliseconds, their median over samples, and interleaved samples of several
 implementations (every round times each in turn, so clock and thermal drift reach all of them alike)."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,13 @@ def time_ms(fn: Callable[[], Any], iters: int) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / iters
+
+
+def median_ms(fn: Callable[[], Any], iters: int = 10, repeats: int = 20) -> float:
+    """Median over ``repeats`` samples of ``time_ms`` (``iters`` back-to-back calls each), after one call."""
+    fn()
+    torch.cuda.synchronize()
+    return statistics.median(time_ms(fn, iters) for _ in range(repeats))
 
 
 def interleaved_samples(

@@ -30,7 +30,6 @@ import importlib.util
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -142,7 +141,7 @@ def measure(label: str) -> dict:
     """Run variant ``label``: its outputs against torch in float64, then its time (10 launches back to back)."""
     import cuda.tile as ct
     import torch
-    from cuda_timing import time_ms
+    from cuda_timing import median_ms
 
     v = parse(label)
     folder = tempfile.mkdtemp()
@@ -169,8 +168,7 @@ def measure(label: str) -> dict:
     xd = x.double()
     mu, r = xd.mean(0), 1 / torch.sqrt(xd.var(0, unbiased=False) + EPS)
     want = (xd - mu) * (r * scale.double()) + bias.double()
-    run()
-    ms = statistics.median(time_ms(run, 10) for _ in range(20))
+    ms = median_ms(run)
     return {"label": label, "us": ms * 1e3, "tb_s": 4 * x.numel() / ms / 1e9,
             "y_error": ((y.double() - want).abs() / (want.abs() + 1e-2)).max().item(),  # bf16: 2^-8 = 0.0039
             "mean_error": ((mean.double() - mu).abs() / mu.abs()).max().item(),

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 
 import cupy as cp
 import torch
 import triton
 import triton.language as tl
-from cuda_timing import time_ms
+from cuda_timing import median_ms
 
 READ = r"""
 extern "C" __global__ void read_all(const uint4* __restrict__ x, unsigned long long n, unsigned* out) {
@@ -62,12 +61,6 @@ def _sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     values = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
     tl.store(out_ptr + tl.program_id(0), tl.sum(values.to(tl.float32)))
-
-
-def median_ms(fn, reps: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    return statistics.median(time_ms(fn, 10) for _ in range(reps))
 
 
 def cuda_c(x: torch.Tensor, sms: int) -> dict[str, float]:
