@@ -1,5 +1,6 @@
-"""CUDA-event timing shared by the GPU benchmarks: per-call milliseconds, their median over samples, and interleaved samples of several
-implementations (every round times each in turn, so clock and thermal drift reach all of them alike)."""
+"""CUDA-event timing shared by the GPU benchmarks: per-call milliseconds, their median over samples, and
+interleaved samples of several implementations (every round times each in turn, so clock and thermal drift reach
+all of them alike)."""
 
 from __future__ import annotations
 
