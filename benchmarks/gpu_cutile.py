@@ -682,7 +682,11 @@ def norm_variants() -> dict[str, dict[str, object]]:
                    for t, o, b in ((8192, 2, 264), (8192, 1, 132), (16384, 1, 132))},
                 # round 8: the partial pass in 8 worker warps (more loads in flight a block)
                 **{f"pt{t}o{o}w8b{b}": attrs.evolve(batchnorm.TRAINING, tile=t, hints=KernelHints(o, 8), blocks=b)
-                   for t, o, b in ((4096, 2, 264), (8192, 2, 264), (2048, 2, 264), (8192, 1, 132), (16384, 1, 132))}}  # fmt: skip
+                   for t, o, b in ((4096, 2, 264), (8192, 2, 264), (2048, 2, 264), (8192, 1, 132), (16384, 1, 132))},
+                # round 9: one partial-pass block a SM with more TMA stages (the latency hint: 5 stages by default, 10
+                # at 6, 27 at 10; cutile_bn_stats_pass.py's blocks132stages10 ran 1-2 us faster)
+                **{f"pt4096o1b132{'' if lat is None else f'l{lat}'}": attrs.evolve(
+                    batchnorm.TRAINING, hints=KernelHints(1), blocks=132, latency=lat) for lat in (None, 4, 6, 8, 10)}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 

@@ -48,10 +48,19 @@ class ChannelConfig:
 # 2048-element tile; 4096 spilled and got 2): 37.6 -> 35.0 us. The elementwise pass at 4096 elements with unchecked
 # loads and stores (exact tiles): 64.2 -> 54.7 us (2048: 53.4, 8192: 55.5, 1024: 62.3). 1.99 -> 2.23 TB/s.
 # Round 5 (gpu_cutile_2026-12-01e.md): the partial pass in 264 blocks (2 a SM) of 4096-element tiles with
-# registers for 2 blocks: 34.6 -> 30.3 us, faster than torch's own sum of x (32.4 us), so reading x runs at
-# the device's read rate; 2.23 -> 2.36 TB/s. Twice the blocks lost (40.3 us), one a SM no better (29.8 us).
+# registers for 2 blocks: 34.6 -> 30.3 us, faster than torch's own sum of x (32.4 us) though not at the device's
+# read rate (a CUDA C kernel reads x in 24.8 us, gpu_cutile_2026-12-02b.md); 2.23 -> 2.36 TB/s. Twice the blocks
+# lost (40.3 us), one a SM no better (29.8 us).
+# Round 9 (gpu_cutile_2026-12-02b.md): one block a SM with 10 TMA stages of x (the latency hint 6; 5 by default):
+# 87.6-87.8 -> 86.3-86.4 us in two calls, 2.34-2.35 -> 2.38 TB/s (hints 4, 8 and 10, or none, no faster).
 TRAINING = ChannelConfig(
-    4096, "float32", KernelHints(occupancy=2), apply_tile=4096, apply_hints=KernelHints(occupancy=4), blocks=264
+    4096,
+    "float32",
+    KernelHints(occupancy=1),
+    apply_tile=4096,
+    apply_hints=KernelHints(occupancy=4),
+    latency=6,
+    blocks=132,
 )  # training forward
 INFERENCE = ChannelConfig(8192)  # the elementwise pass alone
 BACKWARD = ChannelConfig(8192)  # gradients: float64 lanes (dbias = sum dy cancels)
