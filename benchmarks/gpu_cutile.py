@@ -686,7 +686,11 @@ def norm_variants() -> dict[str, dict[str, object]]:
                 # round 9: one partial-pass block a SM with more TMA stages (the latency hint: 5 stages by default, 10
                 # at 6, 27 at 10; cutile_bn_stats_pass.py's blocks132stages10 ran 1-2 us faster)
                 **{f"pt4096o1b132{'' if lat is None else f'l{lat}'}": attrs.evolve(
-                    batchnorm.TRAINING, hints=KernelHints(1), blocks=132, latency=lat) for lat in (None, 4, 6, 8, 10)}}  # fmt: skip
+                    batchnorm.TRAINING, hints=KernelHints(1), blocks=132, latency=lat) for lat in (None, 4, 6, 8, 10)},
+                # round 10: the finalize adding the 132 partial rows in one step (k channels a block, e elements): none
+                # faster (gpu_cutile_2026-12-02b.md)
+                **{f"fin{k}e{e}": attrs.evolve(batchnorm.TRAINING, final_tile=k, final_elems=e)
+                   for k, e in ((8, 2048), (4, 1024), (2, 512), (16, 4096))}}  # fmt: skip
     return {"forward": forward, "backward": backward, "batchnorm": channels}
 
 
