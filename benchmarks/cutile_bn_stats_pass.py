@@ -1,13 +1,15 @@
 """Batchnorm training forward's statistics pass and finalize in cuTile: variants against sigdnn's own kernels.
 
 sigdnn's cuTile batchnorm (NHWC 64x256x56x56 bf16) runs three launches: a
-persistent partial-sum pass reading x through TMA (262 blocks, 2 a SM;
-30-31 us, 3.3-3.4 TB/s), a finalize (about 5 us) and the elementwise pass
-(about 54 us alone). #7 asks 2.5 TB/s (82.2 us) where the node runs 88 us.
-A CUDA C read kernel reads the same x at 4.15 TB/s (``read_roofline.py``),
-so this asks whether another cuTile statistics pass, or a finalize folded
-into it, gets closer. Each variant (``LABELS``) replaces the node's first
-one or two launches; the elementwise pass stays sigdnn's:
+persistent partial-sum pass reading x through TMA, a finalize (about 5 us in
+sequence) and the elementwise pass (about 54 us alone). When this was
+written the partial pass ran in 262 blocks, 2 a SM, with cuTile's 5 TMA
+stages (30-31 us, 3.3-3.4 TB/s; ``Variant``'s defaults), and #7 asks 2.5
+TB/s (82.2 us) where the node ran 88 us. A CUDA C read kernel reads the same
+x at 4.15 TB/s (``read_roofline.py``), so this asks whether another cuTile
+statistics pass, or a finalize folded into it, gets closer. Each variant
+(``LABELS``) replaces the node's first one or two launches; the elementwise
+pass stays sigdnn's:
 
 * persistent TMA geometry: more pipeline stages (cuTile's ``latency`` hint
   sets them: 5 by default, 10-12 at 6-10), 132 or 198 blocks, each block
@@ -21,6 +23,9 @@ one or two launches; the elementwise pass stays sigdnn's:
 * the finalize folded into the statistics pass: float64 atomics into a
   (2, C) accumulator, a ticket counter, and the last block to arrive
   finalizes and zeroes both (``+memset``: zeroed before every run instead).
+
+The fastest here, ``blocks132stages10``, became sigdnn's default
+(gpu_cutile_2026-12-02b.md), so later runs compare against it.
 
 Per variant: its per-channel outputs and y against sigdnn's own (relative
 error, largest |y| difference), then the median of 15 samples of 10 runs
