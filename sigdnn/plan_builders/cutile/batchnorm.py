@@ -51,7 +51,7 @@ class ChannelConfig:
 # registers for 2 blocks: 34.6 -> 30.3 us, faster than torch's own sum of x (32.4 us) though not at the device's
 # read rate (a CUDA C kernel reads x in 24.8 us, gpu_cutile_2026-12-02b.md); 2.23 -> 2.36 TB/s. Twice the blocks
 # lost (40.3 us), one a SM no better (29.8 us).
-# Round 9 (gpu_cutile_2026-12-02b.md): one block a SM with 10 TMA stages of x (the latency hint 6; 5 by default):
+# Round 9 (gpu_cutile_2026-12-02b.md): one block a SM with 10 TMA stages of x (latency hint 6; 5 stages without):
 # 87.6-87.8 -> 86.3-86.4 us in two calls, 2.34-2.35 -> 2.38 TB/s (hints 4, 8 and 10, or none, no faster).
 TRAINING = ChannelConfig(
     4096,
