@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
 
 import attrs
 import gpu_cutile as gc
 import torch
-from cuda_timing import time_ms
+from cuda_timing import interleaved_samples
 
 import sigdnn
 from sigdnn.plan_builders.cutile.kernels import CUTILE
@@ -198,10 +199,9 @@ class Node:
         data = gc._norm_inputs(g, "batchnorm")
         self.ex = ex = sigdnn.Executor("gpu")
         self.plan = ex.prepare(g)
-        dtypes = {"FLOAT32": torch.float32, "BFLOAT16": torch.bfloat16}
-        outs = {t.name: torch.empty(t.dims, device="cuda", dtype=dtypes[g.dtype_of(t).name]) for t in g.outputs[1:]}
-        self.y = torch.empty(64, 56, 56, C, device="cuda", dtype=torch.bfloat16).permute(0, 3, 1, 2)
-        ex.execute(self.plan, {**data, **outs, g.outputs[0].name: self.y}, to_host=False)
+        outs = gc._norm_outputs(g, "batchnorm")
+        self.y = outs[g.outputs[0].name]
+        ex.execute(self.plan, {**data, **outs}, to_host=False)
         torch.cuda.synchronize()
         (launch,) = ex.memory.bound(self.plan, False)._launches
         self.calls = gc._recorded_calls(launch)
@@ -254,19 +254,14 @@ def variant_runs(node: Node, v: Variant) -> tuple[list[tuple], list[tuple], torc
     return [first], [first, final, node.calls[2]], None
 
 
-def timed(table: dict[str, object], title: str, nbytes: int) -> None:
+def timed(table: dict[str, Callable[[], None]], title: str, nbytes: int) -> None:
     """Median microseconds of 15 interleaved samples of 10 runs each, and the rate over ``nbytes``."""
-    for fn in table.values():
-        fn()
-    torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {name: [] for name in table}
-    for _ in range(15):
-        for name, fn in table.items():
-            samples[name].append(time_ms(fn, 10) * 1e3)
+    samples = interleaved_samples(table, iters=10, repeats=15)
     print(f"== {title}: median us (min-max), TB/s", flush=True)
-    for name, s in samples.items():
-        us = statistics.median(s)
-        print(f"  {name:22s} {us:7.1f} ({min(s):.1f}-{max(s):.1f})  {nbytes / us / 1e6:.2f}", flush=True)
+    for name, ms in samples.items():
+        times = [t * 1e3 for t in ms]
+        us = statistics.median(times)
+        print(f"  {name:22s} {us:7.1f} ({min(times):.1f}-{max(times):.1f})  {nbytes / us / 1e6:.2f}", flush=True)
 
 
 def main() -> None:
