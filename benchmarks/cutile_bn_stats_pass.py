@@ -147,6 +147,19 @@ def stats_source(v: Variant) -> str:
         last = ["a0 = ct.atomic_xchg(acc, c, 0.0)", f"a1 = ct.atomic_xchg(acc, c + {C}, 0.0)"]
         last += ["ct.atomic_xchg(ticket, 0, 0)", *_finalize_lines("a0", "a1", str(C), "0")]
         return _kernel(f"x, {FINAL_PARAMS}, acc, ticket", body + [f"    {line}" for line in last], v)
+    if v.sums == "ticket":  # float64 rows as sigdnn's, then the last block to arrive adds them and finalizes
+        body += [*total, *(f"ct.store(p{k}, index=(sp, 0), tile=ct.reshape(t{k}, (1, {C})))" for k in range(2))]
+        body.append(f"if ct.atomic_add(ticket, 0, 1) == {v.blocks - 1}:")
+        rows = v.final_tile
+        last = [
+            f"a0 = ct.full(({rows}, {C}), 0.0, dtype=ct.float64)",
+            "a1 = a0",
+            f"for i in range({-(-v.blocks // rows)}):",
+        ]
+        last += [f"    a{k} = a{k} + ct.load(p{k}, index=(i, 0), shape=({rows}, {C}), {ZERO})" for k in range(2)]
+        last += ["s0 = ct.sum(a0, axis=0)", "s1 = ct.sum(a1, axis=0)", "ct.atomic_xchg(ticket, 0, 0)"]
+        last += _finalize_lines("s0", "s1", str(C), "0")
+        return _kernel(f"x, {FINAL_PARAMS}, p0, p1, ticket", body + [f"    {line}" for line in last], v)
     if v.sums == "rows32":
         stores = [f"ct.store(p{k}, index=(sp, 0), tile=ct.reshape(ct.sum(s{k}, axis=0), (1, {C})))" for k in range(2)]
     elif v.sums == "columns":
@@ -175,6 +188,9 @@ LABELS = {
     # persistent, TMA (sigdnn's loop): stages, blocks, order
     "stages10": Variant(latency=6), "stages12": Variant(latency=10), "blocks132": Variant(occupancy=1, splits=132),
     "blocks132stages10": Variant(occupancy=1, splits=132, latency=6), "blocks198stages12": Variant(splits=198, latency=10),
+    "blocks132stages8": Variant(occupancy=1, splits=132, latency=5),
+    "blocks132stages12": Variant(occupancy=1, splits=132, latency=7),
+    "rows32w8blocks132stages10": Variant(rows=32, occupancy=1, warps=8, splits=132, latency=6),
     "chunks": Variant(order="chunks"), "rows8o4blocks528": Variant(rows=8, occupancy=4, splits=528, latency=10),
     # persistent, register prefetch (no TMA)
     "noTMA": Variant(tma=False), "prefetch1": Variant(prefetch=1), "prefetch2": Variant(prefetch=2),
@@ -187,6 +203,9 @@ LABELS = {
     # partials as (C, S), the finalize reading rows
     "columns8": Variant(sums="columns"), "columns4": Variant(sums="columns", final_tile=4),
     # the finalize folded into the statistics pass
+    "ticket8": Variant(occupancy=1, splits=132, latency=6, sums="ticket"),
+    "ticket2": Variant(occupancy=1, splits=132, latency=6, sums="ticket", final_tile=2),
+    "ticket16": Variant(occupancy=1, splits=132, latency=6, sums="ticket", final_tile=16),
     "atomics": Variant(sums="atomics"), "atomicsPrefetch1": Variant(prefetch=1, sums="atomics"),
 }  # fmt: skip
 
@@ -232,6 +251,11 @@ def variant_runs(node: Node, v: Variant) -> tuple[list[tuple], list[tuple], torc
     stream, _, _, args = node.calls[0]
     kernel = CUTILE.kernel(KernelSource("bn_stats", stats_source(v)))
     grid = (v.blocks,) if not v.splits else (1, v.blocks)
+    if v.sums == "ticket":
+        p = [torch.zeros((v.blocks, C), device="cuda", dtype=torch.float64) for _ in range(2)]
+        ticket = torch.zeros(1, device="cuda", dtype=torch.int32)
+        first = (stream, grid, kernel, (args[0], *node.final_args[3:], *p, ticket))
+        return [first], [first, node.calls[2]], None
     if v.sums == "atomics":
         state = torch.zeros(2 * C + 2, device="cuda", dtype=torch.float64)  # acc, then the ticket's 8 bytes
         first = (

@@ -1,0 +1,167 @@
+"""Batchnorm training forward with CuTe DSL kernels in place of cuTile's: each pass, or the node in one launch.
+
+cuTile's batchnorm (NHWC 64x256x56x56 bf16) reads x at 3.5 TB/s in its
+statistics pass (a CUDA C kernel reads it at 4.15) and writes y at torch's
+copy rate; #7 asks 2.5 TB/s for the node (82.2 us), cuTile's reaches 2.38.
+The kernels (``cute_bn_kernels.py``) are plain 16-byte loads, several in
+flight a thread. Against cuTile's node, in one run:
+
+* ``STATS``: the CuTe partial-sum pass, then cuTile's finalize and
+  elementwise pass; ``APPLY``: cuTile's first two launches, then the CuTe
+  elementwise pass; every pairing of the two;
+* ``ONE_PASS``: the whole node in one cooperative launch (x kept in shared
+  memory where it fits, a grid barrier), run twice to check that its
+  accumulator and counters come back to zero; ``TRACED``: the same with
+  each block's phase ends recorded (globaltimer).
+
+Each variant's outputs are compared with cuTile's node, then the kernels
+alone and the node are timed interleaved (median of 15 samples of 10
+runs). On the H200 (CuTe DSL and cuTile both installed):
+
+    python3 benchmarks/cute_bn_train.py [--stats LABELS] [--apply LABELS] [--one-pass LABELS]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import attrs
+import torch
+from cute_bn_kernels import (
+    ApplyLaunch,
+    ChannelGeometry,
+    OnePassSpec,
+    StatsLaunch,
+    compiled_one_pass,
+)
+from cutile_bn_stats_pass import NODE_BYTES, ROWS, X_BYTES, C, Node, timed
+
+from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch, int32_cells
+from sigdnn.plan_builders.cutile.kernels import CUTILE
+
+STATS = {
+    f"s{b}t{t}u{u}": ChannelGeometry("bfloat16", C, b, t, u)
+    for b, t, u in ((528, 256, 4), (528, 256, 8), (264, 256, 8), (132, 1024, 4), (396, 256, 8), (264, 512, 4))
+}
+APPLY = {
+    f"a{b}t{t}u{u}": ChannelGeometry("bfloat16", C, b, t, u)
+    for b, t, u in ((528, 256, 4), (528, 256, 8), (1056, 256, 4), (264, 512, 8), (792, 256, 4), (1056, 256, 2))
+}
+
+ONE_PASS = {
+    f"one{b}t{t}u{u}c{k}": OnePassSpec(
+        "bfloat16", C, "bfloat16", "float32", True, 1e-5, 0.1, b, threads=t, unroll=u, cache_bytes=k * 1024, fold=f
+    )
+    for b, t, u, k, f in ((132, 512, 8, 200, 4), (132, 512, 16, 200, 4), (132, 1024, 8, 200, 8), (132, 512, 8, 8, 4))
+}
+TRACED = {f"trace{name[3:]}": attrs.evolve(spec, trace=True) for name, spec in ONE_PASS.items()}
+PHASES = {1: "statistics read", 5: "sums added", 2: "barrier passed", 3: "uncached y", 4: "cached y"}
+
+
+def _ptr(a) -> int:
+    return a.data_ptr() if isinstance(a, torch.Tensor) else a.__cuda_array_interface__["data"][0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stats", default=",".join(STATS))
+    parser.add_argument("--apply", default=",".join(APPLY))
+    parser.add_argument("--one-pass", default=",".join([*ONE_PASS, *TRACED]))
+    args = parser.parse_args()
+    node = Node()
+    stream = node.calls[0][0]
+    handle = int(getattr(stream, "handle", stream))
+    x = node.calls[0][3][0]
+    final = node.calls[1]
+    _, wmean, winv, scale, bias, _ = node.calls[2][3]
+    apply_ptrs = tuple(_ptr(a) for a in (x, wmean, winv, scale, bias, node.y))
+
+    def cute_stats(name: str):
+        g = STATS[name]
+        p = [torch.zeros((g.blocks, C), device="cuda", dtype=torch.float64) for _ in range(2)]
+        launch = StatsLaunch(g, ROWS)
+        ptrs = (_ptr(x), _ptr(p[0]), _ptr(p[1]))
+        fin = (final[0], final[1], final[2], (x, *p, *node.final_args[3:]))
+        return (lambda: launch(ptrs, handle)), (lambda: CUTILE.launch(*fin))
+
+    def cute_apply(name: str):
+        launch = ApplyLaunch(APPLY[name], "bfloat16", ROWS)
+        return lambda: launch(apply_ptrs, handle)
+
+    cutile = [lambda c=c: CUTILE.launch(*c) for c in node.calls]
+    alone, whole = {"cutile": cutile[0]}, {"cutile": lambda: [f() for f in cutile]}
+    applied = {"cutile": cutile[2]}
+
+    def check(name: str, steps) -> None:
+        for t in (*node.written, node.y):
+            t.zero_()
+        for f in steps:
+            f()
+        torch.cuda.synchronize()
+        rel = [((got.double() - w.double()).abs() / w.double().abs().clamp_min(1e-30)).max().item()
+               for got, w in zip(node.vectors, node.want, strict=True)]  # fmt: skip
+        dy = (node.y.float() - node.want_y.float()).abs().max().item()
+        print(f"{name}: vectors' largest relative difference {max(rel):.1e}, largest |y| difference {dy}", flush=True)
+        whole[name] = lambda: [f() for f in steps]
+
+    with node.stream():
+        for name in filter(None, args.stats.split(",")):
+            try:
+                stats, fin = cute_stats(name)
+                check(name, [stats, fin, cutile[2]])
+                alone[name] = stats
+            except Exception as e:  # report every variant
+                print(f"{name}: FAILED {type(e).__name__}: {str(e)[:400]}", flush=True)
+        for name in filter(None, args.apply.split(",")):
+            try:
+                applied[name] = cute_apply(name)
+                check(name, [cutile[0], cutile[1], applied[name]])
+            except Exception as e:  # report every variant
+                print(f"{name}: FAILED {type(e).__name__}: {str(e)[:400]}", flush=True)
+        for s in filter(None, args.stats.split(",")):
+            for a in filter(None, args.apply.split(",")):
+                if s in alone and a in whole:
+                    stats, fin = cute_stats(s)
+                    check(f"{s}+{a}", [stats, fin, cute_apply(a)])
+        stats_out = [torch.zeros(C, device="cuda", dtype=torch.float32) for _ in range(4)]  # mean, inv, nrm, nrv
+        rm, rv = node.vectors[4], node.vectors[5]
+        for name in filter(None, args.one_pass.split(",")):
+            try:
+                spec = {**ONE_PASS, **TRACED}[name]
+                state = torch.zeros(2 * C + 2, device="cuda", dtype=torch.float64)
+                count = state[2 * C :].view(torch.int32)
+                launch = PackedLaunch(compiled_one_pass(spec), 13, int32_cells(ROWS), name)
+                trace = torch.zeros((spec.blocks, 8), device="cuda", dtype=torch.int64)
+                ptrs = (_ptr(x), _ptr(node.y), _ptr(scale), _ptr(bias), *(_ptr(t) for t in stats_out[:2]),
+                        _ptr(rm), _ptr(rv), *(_ptr(t) for t in stats_out[2:]), _ptr(state), _ptr(count), _ptr(trace))  # fmt: skip
+                one = lambda launch=launch, ptrs=ptrs: launch(ptrs, handle)  # noqa: E731
+                for run in range(2):
+                    node.y.zero_()
+                    one()
+                    torch.cuda.synchronize()
+                    got = dict(zip(("mean", "inv", "nrm", "nrv"), stats_out, strict=True))
+                    want = dict(zip(("mean", "inv", "nrm", "nrv"), (node.want[i] for i in (0, 1, 6, 7)), strict=True))
+                    rel = {k: ((got[k].double() - want[k].double()).abs() / want[k].double().abs().clamp_min(1e-30))
+                           .max().item() for k in got}  # fmt: skip
+                    dy = (node.y.float() - node.want_y.float()).abs().max().item()
+                    left = state[: 2 * C].abs().max().item(), count.tolist()
+                    print(f"{name} run {run}: relative differences {rel}, largest |y| difference {dy}, "
+                          f"state left {left}", flush=True)  # fmt: skip
+                if spec.trace:
+                    t = trace.cpu().double()
+                    start = t[:, 0].min()
+                    print(f"{name}: us from the first block's start, per phase end (min / median / max over blocks):")
+                    for k, phase in PHASES.items():
+                        e = (t[:, k] - start) / 1e3
+                        print(f"  {phase:22s} {e.min():7.1f} {e.median():7.1f} {e.max():7.1f}", flush=True)
+                    continue
+                whole[name] = one
+            except Exception as e:  # report every variant
+                print(f"{name}: FAILED {type(e).__name__}: {str(e)[:600]}", flush=True)
+        timed(alone, "statistics kernel alone (rate: x read)", X_BYTES)
+        timed(applied, "elementwise kernel alone (rate: x read + y written)", NODE_BYTES)
+        timed(whole, "node in sequence (rate: x read + y written)", NODE_BYTES)
+
+
+if __name__ == "__main__":
+    main()
