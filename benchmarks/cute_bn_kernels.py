@@ -69,11 +69,17 @@ def _vector(m: cute.Tensor, row: Int32, lane: Int32, vec: int) -> cute.Tensor:
 
 
 class ChannelStats:
-    """Partial sums of d = x - x[0] and d^2 per channel, one float64 row per block."""
+    """Partial sums of d = x - x[0] and d^2 per channel, one float64 row per block.
 
-    def __init__(self, g: ChannelGeometry) -> None:
+    ``atomics``: the block's sums are added by float64 atomics into p0 as a (2, C) accumulator instead (p1 unused);
+    ``trigger``: dependents of a programmatic launch may start once this block has read its rows.
+    """
+
+    def __init__(self, g: ChannelGeometry, atomics: bool = False, trigger: bool = False) -> None:
         self.g = g
         self.dtype = DTYPES[g.dtype]
+        self.atomics = atomics
+        self.trigger = trigger
 
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, p0_ptr: cute.Pointer, p1_ptr: cute.Pointer, m: Int32,
@@ -122,6 +128,8 @@ class ChannelStats:
                     d = xs[u].load().to(Float32) - p
                     acc0.store(acc0.load() + d)
                     acc1.store(acc1.load() + d * d)
+        if cutlass.const_expr(self.trigger):
+            cute.arch.griddepcontrol_launch_dependents()
         for j in cutlass.range_constexpr(vec):
             s0[r, lane * vec + j] = acc0[j]
             s1[r, lane * vec + j] = acc1[j]
@@ -131,8 +139,12 @@ class ChannelStats:
             for k in cutlass.range_constexpr(rows):
                 t0 = t0 + Float64(s0[k, c])
                 t1 = t1 + Float64(s1[k, c])
-            mP0[bidx, c] = t0
-            mP1[bidx, c] = t1
+            if cutlass.const_expr(self.atomics):
+                cute.arch.red(mP0.iterator + c, t0, op="add", dtype=Float64, sem="relaxed", scope="gpu")
+                cute.arch.red(mP0.iterator + g.channels + c, t1, op="add", dtype=Float64, sem="relaxed", scope="gpu")
+            else:
+                mP0[bidx, c] = t0
+                mP1[bidx, c] = t1
 
 
 class ChannelApply:
@@ -189,6 +201,118 @@ class ChannelApply:
                     cute.autovec_copy(_vector(mX, row, lane, vec), xs[u])
                     ys.store(((xs[u].load().to(Float32) - mean) * a + b).to(self.dtype))
                     cute.autovec_copy(ys, _vector(mY, row, lane, vec))
+
+
+@attrs.frozen
+class DerivedSpec:
+    """An elementwise pass that derives the coefficients from ``ChannelStats``'s (2, C) float64 accumulator."""
+
+    geometry: ChannelGeometry  # ``blocks`` unused: one chunk of ``unroll * rows`` rows a block, last first
+    param_dtype: str
+    stat_dtype: str
+    running: bool
+    epsilon: float
+    momentum: float
+    pdl: bool = False  # launched as a programmatic dependent of the statistics pass
+
+
+class ChannelApplyDerived:
+    """y = (x - mean) * (inv * scale) + bias, each block deriving its coefficients from the sums; block 0 writes
+    the per-channel outputs, and the last block to finish puts the accumulator and its ticket back to zero."""
+
+    def __init__(self, spec: DerivedSpec) -> None:
+        self.s = spec
+        self.g = spec.geometry
+        self.dtype = DTYPES[self.g.dtype]
+        self.param = DTYPES[spec.param_dtype]
+        self.stat = DTYPES[spec.stat_dtype]
+
+    @cute.jit
+    def __call__(self, x_ptr: cute.Pointer, y_ptr: cute.Pointer, scale_ptr: cute.Pointer, bias_ptr: cute.Pointer,
+                 mean_ptr: cute.Pointer, inv_ptr: cute.Pointer, rm_ptr: cute.Pointer, rv_ptr: cute.Pointer,
+                 nrm_ptr: cute.Pointer, nrv_ptr: cute.Pointer, acc_ptr: cute.Pointer, count_ptr: cute.Pointer,
+                 m: Int32, stream: cuda.CUstream):  # fmt: skip
+        c, g = self.g.channels, self.g
+        rows = cute.make_layout((m, c), stride=(c, 1))
+        vec = cute.make_layout(c)
+        tensors = [cute.make_tensor(p, rows) for p in (x_ptr, y_ptr)]
+        tensors += [cute.make_tensor(p, vec) for p in (scale_ptr, bias_ptr, mean_ptr, inv_ptr, rm_ptr, rv_ptr)]
+        tensors += [cute.make_tensor(p, vec) for p in (nrm_ptr, nrv_ptr)]
+        tensors += [
+            cute.make_tensor(acc_ptr, cute.make_layout(2 * c)),
+            cute.make_tensor(count_ptr, cute.make_layout(1)),
+        ]
+        chunk = g.unroll * g.rows
+        grid = (m + chunk - 1) // chunk
+        self.kernel(*tensors, m).launch(
+            grid=[grid, 1, 1], block=[g.block_threads, 1, 1], use_pdl=self.s.pdl, stream=stream
+        )
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mY: cute.Tensor, mScale: cute.Tensor, mBias: cute.Tensor, mMean: cute.Tensor,
+               mInv: cute.Tensor, mRm: cute.Tensor, mRv: cute.Tensor, mNrm: cute.Tensor, mNrv: cute.Tensor,
+               mAcc: cute.Tensor, mCount: cute.Tensor, m: Int32):  # fmt: skip
+        s, g = self.s, self.g
+        vec, lanes, rows, unroll, c = g.vec, g.lanes, g.rows, g.unroll, g.channels
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        lane, r = tidx % lanes, tidx // lanes
+        smem = utils.SmemAllocator()
+        sLast = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
+        chunk = unroll * rows
+        base = (gdim - 1 - bidx) * chunk + r  # last chunk first
+        xs = [cute.make_rmem_tensor(vec, self.dtype) for _ in range(unroll)]
+        shift = cute.make_rmem_tensor(vec, self.dtype)
+        scale = cute.make_rmem_tensor(vec, self.param)
+        bias = cute.make_rmem_tensor(vec, self.param)
+        cute.autovec_copy(_vector(mX, 0, lane, vec), shift)
+        cute.autovec_copy(cute.local_tile(mScale, (vec,), (lane,)), scale)
+        cute.autovec_copy(cute.local_tile(mBias, (vec,), (lane,)), bias)
+        for u in cutlass.range_constexpr(unroll):  # x does not depend on the statistics: load it first
+            if base + u * rows < m:
+                cute.autovec_copy(_vector(mX, base + u * rows, lane, vec), xs[u])
+        if cutlass.const_expr(s.pdl):
+            cute.arch.griddepcontrol_wait()
+        per = Float64(1.0) / Float64(m)
+        mean = cute.make_rmem_tensor(vec, Float32)
+        a = cute.make_rmem_tensor(vec, Float32)
+        sums = [cute.make_rmem_tensor(vec, Float64) for _ in range(2)]
+        for k in cutlass.range_constexpr(2):  # plain vector loads: the statistics grid has finished
+            cute.autovec_copy(cute.local_tile(mAcc, (vec,), (k * lanes + lane,)), sums[k])
+        for j in cutlass.range_constexpr(vec):
+            ch = lane * vec + j
+            s0, s1 = sums[0][j], sums[1][j]
+            mu = Float64(shift[j]) + s0 * per
+            var = cutlass.max((s1 - s0 * (s0 * per)) * per, Float64(0.0))
+            mean[j] = Float32(mu)
+            a[j] = cute.math.rsqrt(Float32(var + s.epsilon)) * Float32(scale[j])
+            if bidx == 0 and r == 0:
+                inv = Float64(1.0) / cute.math.sqrt(var + s.epsilon)
+                mMean[ch] = self.stat(mu)
+                mInv[ch] = self.stat(inv)
+                if cutlass.const_expr(s.running):
+                    keep = 1.0 - s.momentum
+                    mNrm[ch] = self.stat(keep * Float64(mRm[ch]) + s.momentum * mu)
+                    unbiased = var * (Float64(m) / (Float64(m) - 1.0))
+                    mNrv[ch] = self.stat(keep * Float64(mRv[ch]) + s.momentum * unbiased)
+        mv, av, bv = mean.load(), a.load(), bias.load().to(Float32)
+        ys = cute.make_rmem_tensor(vec, self.dtype)
+        for u in cutlass.range_constexpr(unroll):
+            if base + u * rows < m:
+                ys.store(((xs[u].load().to(Float32) - mv) * av + bv).to(self.dtype))
+                cute.autovec_copy(ys, _vector(mY, base + u * rows, lane, vec))
+        cute.arch.sync_threads()  # every thread has read the sums: the last block out may clear them
+        if tidx == 0:
+            sLast[0] = Int32(0)
+            if cute.arch.atomic_add(mCount.iterator, Int32(1), sem="relaxed", scope="gpu") == gdim - 1:
+                sLast[0] = Int32(1)
+        cute.arch.sync_threads()
+        if sLast[0] == 1:
+            for ch in cutlass.range(tidx, 2 * c, g.block_threads):
+                mAcc[ch] = Float64(0.0)
+            if tidx == 0:
+                mCount[0] = Int32(0)
 
 
 @attrs.frozen
@@ -474,6 +598,28 @@ def compiled_apply(g: ChannelGeometry, param_dtype: str) -> Any:
         return cute.compile(ChannelApply(g, param_dtype), *ptrs, Int32(1), cuda.CUstream(0))
 
     return _CACHE.get(("apply", g, param_dtype), None, compile_fn)
+
+
+def compiled_stats_atomics(g: ChannelGeometry, trigger: bool) -> Any:
+    """The statistics pass adding into a (2, C) accumulator (once per process)."""
+
+    def compile_fn() -> Any:
+        return cute.compile(ChannelStats(g, True, trigger), _ptr(DTYPES[g.dtype]), _ptr(Float64), _ptr(Float64),
+                            Int32(1), cuda.CUstream(0))  # fmt: skip
+
+    return _CACHE.get(("stats_atomics", g, trigger), None, compile_fn)
+
+
+def compiled_derived(spec: DerivedSpec) -> Any:
+    """The elementwise pass deriving its coefficients (once per process)."""
+
+    def compile_fn() -> Any:
+        g = spec.geometry
+        dt, pt, st = DTYPES[g.dtype], DTYPES[spec.param_dtype], DTYPES[spec.stat_dtype]
+        ptrs = (_ptr(dt), _ptr(dt), _ptr(pt), _ptr(pt), *(_ptr(st) for _ in range(6)), _ptr(Float64), _ptr(Int32))
+        return cute.compile(ChannelApplyDerived(spec), *ptrs, Int32(1), cuda.CUstream(0))
+
+    return _CACHE.get(("derived", spec), None, compile_fn)
 
 
 def compiled_one_pass(spec: OnePassSpec) -> Any:

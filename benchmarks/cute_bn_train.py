@@ -30,9 +30,12 @@ import torch
 from cute_bn_kernels import (
     ApplyLaunch,
     ChannelGeometry,
+    DerivedSpec,
     OnePassSpec,
     StatsLaunch,
+    compiled_derived,
     compiled_one_pass,
+    compiled_stats_atomics,
 )
 from cutile_bn_stats_pass import NODE_BYTES, ROWS, X_BYTES, C, Node, timed
 
@@ -62,11 +65,66 @@ def _ptr(a) -> int:
     return a.data_ptr() if isinstance(a, torch.Tensor) else a.__cuda_array_interface__["data"][0]
 
 
+TWO_LAUNCH = {
+    f"two{t}u{u}{'pdl' if pdl else ''}": DerivedSpec(
+        ChannelGeometry("bfloat16", C, 1, t, u), "bfloat16", "float32", True, 1e-5, 0.1, pdl
+    )
+    for t, u in ((512, 4), (512, 8), (256, 8), (256, 4))
+    for pdl in (False, True)
+}
+
+
+def stateful_check(name: str, node: Node, run, stats_out: list[torch.Tensor], state: torch.Tensor) -> None:
+    """Run twice: the per-channel outputs and y against cuTile's node, and the accumulator and counters left."""
+    for k in range(2):
+        node.y.zero_()
+        run()
+        torch.cuda.synchronize()
+        got = dict(zip(("mean", "inv", "nrm", "nrv"), stats_out, strict=True))
+        want = dict(zip(("mean", "inv", "nrm", "nrv"), (node.want[i] for i in (0, 1, 6, 7)), strict=True))
+        rel = {key: ((got[key].double() - want[key].double()).abs() / want[key].double().abs().clamp_min(1e-30))
+               .max().item() for key in got}  # fmt: skip
+        dy = (node.y.float() - node.want_y.float()).abs().max().item()
+        left = state[: 2 * C].abs().max().item(), state[2 * C :].view(torch.int32).tolist()
+        print(f"{name} run {k}: relative differences {rel}, largest |y| difference {dy}, state left {left}", flush=True)
+
+
+def two_launches(node: Node, names: list[str], ptrs: dict[str, int], stats_out: list[torch.Tensor]) -> None:
+    """The CuTe partial pass adding into a (2, C) accumulator, then an elementwise pass deriving the coefficients
+    (a programmatic dependent launch with ``pdl``), on a side stream against cuTile's node re-pointed there."""
+    side = torch.cuda.Stream()
+    handle = side.cuda_stream
+    table = {"cutile": lambda: [CUTILE.launch(handle, *c[1:]) for c in node.calls]}
+    g = STATS["s264t512u4"]
+    for name in names:
+        try:
+            spec = TWO_LAUNCH[name]
+            state = torch.zeros(2 * C + 2, device="cuda", dtype=torch.float64)
+            stats = PackedLaunch(compiled_stats_atomics(g, spec.pdl), 3, int32_cells(ROWS), f"{name} statistics")
+            apply = PackedLaunch(compiled_derived(spec), 12, int32_cells(ROWS), f"{name} elementwise")
+            acc, count = state.data_ptr(), state.data_ptr() + 16 * C
+            order = ("x", "y", "scale", "bias", "mean", "inv", "rm", "rv", "nrm", "nrv")
+            apply_ptrs = (*(ptrs[k] for k in order), acc, count)
+
+            def run(stats=stats, apply=apply, acc=acc, apply_ptrs=apply_ptrs) -> None:
+                stats((ptrs["x"], acc, acc), handle)
+                apply(apply_ptrs, handle)
+
+            with torch.cuda.stream(side):
+                stateful_check(name, node, run, stats_out, state)
+            table[name] = run
+        except Exception as e:  # report every variant
+            print(f"{name}: FAILED {type(e).__name__}: {str(e)[:600]}", flush=True)
+    with torch.cuda.stream(side):
+        timed(table, "two launches on a side stream (rate: x read + y written)", NODE_BYTES)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stats", default=",".join(STATS))
     parser.add_argument("--apply", default=",".join(APPLY))
     parser.add_argument("--one-pass", default=",".join([*ONE_PASS, *TRACED]))
+    parser.add_argument("--two-launch", default=",".join(TWO_LAUNCH))
     args = parser.parse_args()
     node = Node()
     stream = node.calls[0][0]
@@ -135,18 +193,7 @@ def main() -> None:
                 ptrs = (_ptr(x), _ptr(node.y), _ptr(scale), _ptr(bias), *(_ptr(t) for t in stats_out[:2]),
                         _ptr(rm), _ptr(rv), *(_ptr(t) for t in stats_out[2:]), _ptr(state), _ptr(count), _ptr(trace))  # fmt: skip
                 one = lambda launch=launch, ptrs=ptrs: launch(ptrs, handle)  # noqa: E731
-                for run in range(2):
-                    node.y.zero_()
-                    one()
-                    torch.cuda.synchronize()
-                    got = dict(zip(("mean", "inv", "nrm", "nrv"), stats_out, strict=True))
-                    want = dict(zip(("mean", "inv", "nrm", "nrv"), (node.want[i] for i in (0, 1, 6, 7)), strict=True))
-                    rel = {k: ((got[k].double() - want[k].double()).abs() / want[k].double().abs().clamp_min(1e-30))
-                           .max().item() for k in got}  # fmt: skip
-                    dy = (node.y.float() - node.want_y.float()).abs().max().item()
-                    left = state[: 2 * C].abs().max().item(), count.tolist()
-                    print(f"{name} run {run}: relative differences {rel}, largest |y| difference {dy}, "
-                          f"state left {left}", flush=True)  # fmt: skip
+                stateful_check(name, node, one, stats_out, state)
                 if spec.trace:
                     t = trace.cpu().double()
                     start = t[:, 0].min()
@@ -158,6 +205,9 @@ def main() -> None:
                 whole[name] = one
             except Exception as e:  # report every variant
                 print(f"{name}: FAILED {type(e).__name__}: {str(e)[:600]}", flush=True)
+        out = dict(zip(("mean", "inv", "nrm", "nrv"), (_ptr(t) for t in stats_out), strict=True))
+        io = {"x": _ptr(x), "y": _ptr(node.y), "scale": _ptr(scale), "bias": _ptr(bias), "rm": _ptr(rm), "rv": _ptr(rv)}
+        two_launches(node, list(filter(None, args.two_launch.split(","))), {**io, **out}, stats_out)
         timed(alone, "statistics kernel alone (rate: x read)", X_BYTES)
         timed(applied, "elementwise kernel alone (rate: x read + y written)", NODE_BYTES)
         timed(whole, "node in sequence (rate: x read + y written)", NODE_BYTES)
