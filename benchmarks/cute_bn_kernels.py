@@ -68,6 +68,24 @@ def _vector(m: cute.Tensor, row: Int32, lane: Int32, vec: int) -> cute.Tensor:
     return cute.local_tile(m[row, None], (vec,), (lane,))
 
 
+def _shifted_sums(mX: cute.Tensor, lane: Int32, vec: int, dtype: Any) -> tuple:
+    """This thread's shift (x's first row at its channels, as loaded and as float32) and two zeroed sums."""
+    shift = cute.make_rmem_tensor(vec, dtype)
+    cute.autovec_copy(_vector(mX, 0, lane, vec), shift)
+    acc0 = cute.make_rmem_tensor(vec, Float32)
+    acc1 = cute.make_rmem_tensor(vec, Float32)
+    acc0.fill(0.0)
+    acc1.fill(0.0)
+    return shift, shift.load().to(Float32), acc0, acc1
+
+
+def _add(acc0: cute.Tensor, acc1: cute.Tensor, xv: cute.Tensor, p: Any) -> None:
+    """acc0 += d, acc1 += d^2 for d = x - p."""
+    d = xv.load().to(Float32) - p
+    acc0.store(acc0.load() + d)
+    acc1.store(acc1.load() + d * d)
+
+
 class ChannelStats:
     """Partial sums of d = x - x[0] and d^2 per channel, one float64 row per block.
 
@@ -102,13 +120,7 @@ class ChannelStats:
         s0 = smem.allocate_tensor(Float32, sums, 16)
         s1 = smem.allocate_tensor(Float32, sums, 16)
 
-        shift = cute.make_rmem_tensor(vec, self.dtype)
-        cute.autovec_copy(_vector(mX, 0, lane, vec), shift)
-        p = shift.load().to(Float32)
-        acc0 = cute.make_rmem_tensor(vec, Float32)
-        acc1 = cute.make_rmem_tensor(vec, Float32)
-        acc0.fill(0.0)
-        acc1.fill(0.0)
+        _, p, acc0, acc1 = _shifted_sums(mX, lane, vec, self.dtype)
         chunk = g.unroll * rows
         full = m // chunk
         xs = [cute.make_rmem_tensor(vec, self.dtype) for _ in range(g.unroll)]
@@ -117,17 +129,13 @@ class ChannelStats:
             for u in cutlass.range_constexpr(g.unroll):  # every load first: unroll of them in flight
                 cute.autovec_copy(_vector(mX, base + u * rows, lane, vec), xs[u])
             for u in cutlass.range_constexpr(g.unroll):
-                d = xs[u].load().to(Float32) - p
-                acc0.store(acc0.load() + d)
-                acc1.store(acc1.load() + d * d)
+                _add(acc0, acc1, xs[u], p)
         if bidx == full % blocks:  # the rows after the last whole chunk
             for u in cutlass.range_constexpr(g.unroll):
                 row = full * chunk + u * rows + r
                 if row < m:
                     cute.autovec_copy(_vector(mX, row, lane, vec), xs[u])
-                    d = xs[u].load().to(Float32) - p
-                    acc0.store(acc0.load() + d)
-                    acc1.store(acc1.load() + d * d)
+                    _add(acc0, acc1, xs[u], p)
         if cutlass.const_expr(self.trigger):
             cute.arch.griddepcontrol_launch_dependents()
         for j in cutlass.range_constexpr(vec):
@@ -216,11 +224,18 @@ class DerivedSpec:
     pdl: bool = False  # launched as a programmatic dependent of the statistics pass
 
 
-class ChannelApplyDerived:
-    """y = (x - mean) * (inv * scale) + bias, each block deriving its coefficients from the sums; block 0 writes
-    the per-channel outputs, and the last block to finish puts the accumulator and its ticket back to zero."""
+def _node_tensors(c: int, m: Int32, ptrs: tuple, acc_ptr: cute.Pointer, count_ptr: cute.Pointer, counters: int):
+    """x, y (M, C); scale, bias, mean, inv_variance, running mean and variance in and out (C,); the (2, C)
+    accumulator and ``counters`` int32 counters."""
+    rows, vec = cute.make_layout((m, c), stride=(c, 1)), cute.make_layout(c)
+    tensors = [cute.make_tensor(p, rows if i < 2 else vec) for i, p in enumerate(ptrs)]
+    return [*tensors, cute.make_tensor(acc_ptr, cute.make_layout(2 * c)), cute.make_tensor(count_ptr, counters)]
 
-    def __init__(self, spec: DerivedSpec) -> None:
+
+class _NodeKernel:
+    """A kernel that writes the node's per-channel outputs (``_outputs``) from a DerivedSpec or OnePassSpec."""
+
+    def __init__(self, spec: Any) -> None:
         self.s = spec
         self.g = spec.geometry
         self.dtype = DTYPES[self.g.dtype]
@@ -228,20 +243,29 @@ class ChannelApplyDerived:
         self.stat = DTYPES[spec.stat_dtype]
 
     @cute.jit
+    def _outputs(self, mMean: cute.Tensor, mInv: cute.Tensor, mRm: cute.Tensor, mRv: cute.Tensor, mNrm: cute.Tensor,
+                 mNrv: cute.Tensor, ch: Int32, mu: Float64, var: Float64, inv: Float64, count: Float64):  # fmt: skip
+        s = self.s
+        mMean[ch] = self.stat(mu)
+        mInv[ch] = self.stat(inv)
+        if cutlass.const_expr(s.running):
+            keep = 1.0 - s.momentum
+            mNrm[ch] = self.stat(keep * Float64(mRm[ch]) + s.momentum * mu)
+            mNrv[ch] = self.stat(keep * Float64(mRv[ch]) + s.momentum * var * (count / (count - 1.0)))
+
+
+class ChannelApplyDerived(_NodeKernel):
+    """y = (x - mean) * (inv * scale) + bias, each block deriving its coefficients from the sums; block 0 writes
+    the per-channel outputs, and the last block to finish puts the accumulator and its ticket back to zero."""
+
+    @cute.jit
     def __call__(self, x_ptr: cute.Pointer, y_ptr: cute.Pointer, scale_ptr: cute.Pointer, bias_ptr: cute.Pointer,
                  mean_ptr: cute.Pointer, inv_ptr: cute.Pointer, rm_ptr: cute.Pointer, rv_ptr: cute.Pointer,
                  nrm_ptr: cute.Pointer, nrv_ptr: cute.Pointer, acc_ptr: cute.Pointer, count_ptr: cute.Pointer,
                  m: Int32, stream: cuda.CUstream):  # fmt: skip
-        c, g = self.g.channels, self.g
-        rows = cute.make_layout((m, c), stride=(c, 1))
-        vec = cute.make_layout(c)
-        tensors = [cute.make_tensor(p, rows) for p in (x_ptr, y_ptr)]
-        tensors += [cute.make_tensor(p, vec) for p in (scale_ptr, bias_ptr, mean_ptr, inv_ptr, rm_ptr, rv_ptr)]
-        tensors += [cute.make_tensor(p, vec) for p in (nrm_ptr, nrv_ptr)]
-        tensors += [
-            cute.make_tensor(acc_ptr, cute.make_layout(2 * c)),
-            cute.make_tensor(count_ptr, cute.make_layout(1)),
-        ]
+        g = self.g
+        ptrs = (x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, rm_ptr, rv_ptr, nrm_ptr, nrv_ptr)
+        tensors = _node_tensors(g.channels, m, ptrs, acc_ptr, count_ptr, 1)
         chunk = g.unroll * g.rows
         grid = (m + chunk - 1) // chunk
         self.kernel(*tensors, m).launch(
@@ -289,13 +313,7 @@ class ChannelApplyDerived:
             a[j] = cute.math.rsqrt(Float32(var + s.epsilon)) * Float32(scale[j])
             if bidx == 0 and r == 0:
                 inv = Float64(1.0) / cute.math.sqrt(var + s.epsilon)
-                mMean[ch] = self.stat(mu)
-                mInv[ch] = self.stat(inv)
-                if cutlass.const_expr(s.running):
-                    keep = 1.0 - s.momentum
-                    mNrm[ch] = self.stat(keep * Float64(mRm[ch]) + s.momentum * mu)
-                    unbiased = var * (Float64(m) / (Float64(m) - 1.0))
-                    mNrv[ch] = self.stat(keep * Float64(mRv[ch]) + s.momentum * unbiased)
+                self._outputs(mMean, mInv, mRm, mRv, mNrm, mNrv, ch, mu, var, inv, Float64(m))
         mv, av, bv = mean.load(), a.load(), bias.load().to(Float32)
         ys = cute.make_rmem_tensor(vec, self.dtype)
         for u in cutlass.range_constexpr(unroll):
@@ -348,7 +366,7 @@ class OnePassSpec:
         return self.cache_bytes // (self.chunk_rows * self.channels * (16 // self.geometry.vec))
 
 
-class OnePass:
+class OnePass(_NodeKernel):
     """Statistics, a grid-wide barrier, the per-channel outputs, y: x read from DRAM once where it fits on chip.
 
     Every block keeps its share of x's first ``cache_chunks * blocks`` chunks
@@ -366,28 +384,13 @@ class OnePass:
     bits between runs. ``trace`` records each block's phase ends.
     """
 
-    def __init__(self, spec: OnePassSpec) -> None:
-        self.s = spec
-        self.g = spec.geometry
-        self.dtype = DTYPES[spec.dtype]
-        self.param = DTYPES[spec.param_dtype]
-        self.stat = DTYPES[spec.stat_dtype]
-
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, y_ptr: cute.Pointer, scale_ptr: cute.Pointer, bias_ptr: cute.Pointer,
                  mean_ptr: cute.Pointer, inv_ptr: cute.Pointer, rm_ptr: cute.Pointer, rv_ptr: cute.Pointer,
                  nrm_ptr: cute.Pointer, nrv_ptr: cute.Pointer, acc_ptr: cute.Pointer, count_ptr: cute.Pointer,
                  trace_ptr: cute.Pointer, m: Int32, stream: cuda.CUstream):  # fmt: skip
-        c = self.s.channels
-        rows = cute.make_layout((m, c), stride=(c, 1))
-        vec = cute.make_layout(c)
-        tensors = [cute.make_tensor(p, rows) for p in (x_ptr, y_ptr)]
-        tensors += [cute.make_tensor(p, vec) for p in (scale_ptr, bias_ptr, mean_ptr, inv_ptr, rm_ptr, rv_ptr)]
-        tensors += [cute.make_tensor(p, vec) for p in (nrm_ptr, nrv_ptr)]
-        tensors += [
-            cute.make_tensor(acc_ptr, cute.make_layout(2 * c)),
-            cute.make_tensor(count_ptr, cute.make_layout(4)),
-        ]
+        ptrs = (x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, rm_ptr, rv_ptr, nrm_ptr, nrv_ptr)
+        tensors = _node_tensors(self.s.channels, m, ptrs, acc_ptr, count_ptr, 4)
         tensors.append(cute.make_tensor(trace_ptr, cute.make_layout((self.s.blocks, 8), stride=(8, 1))))
         self.kernel(*tensors, m).launch(
             grid=[self.s.blocks, 1, 1], block=[self.g.block_threads, 1, 1], cooperative=True, stream=stream
@@ -420,13 +423,7 @@ class OnePass:
         whole = m // chunk  # whole chunks of ``chunk`` rows; the first ``kept`` * blocks are kept on chip
         shared = cutlass.min(whole, kept * blocks)
         cached = (shared + blocks - 1 - bidx) // blocks  # block b keeps chunks b, b + blocks, ...
-        shift = cute.make_rmem_tensor(vec, self.dtype)
-        cute.autovec_copy(_vector(mX, 0, lane, vec), shift)
-        p = shift.load().to(Float32)
-        acc0 = cute.make_rmem_tensor(vec, Float32)
-        acc1 = cute.make_rmem_tensor(vec, Float32)
-        acc0.fill(0.0)
-        acc1.fill(0.0)
+        shift, p, acc0, acc1 = _shifted_sums(mX, lane, vec, self.dtype)
         xs = [cute.make_rmem_tensor(vec, self.dtype) for _ in range(unroll)]
 
         # 1. statistics: this block's kept chunks, then chunks from a queue (blocks run at different rates), the
@@ -436,9 +433,7 @@ class OnePass:
             for u in cutlass.range_constexpr(unroll):  # every load first: unroll of them in flight
                 cute.autovec_copy(_vector(mX, base + u * rows, lane, vec), xs[u])
             for u in cutlass.range_constexpr(unroll):
-                d = xs[u].load().to(Float32) - p
-                acc0.store(acc0.load() + d)
-                acc1.store(acc1.load() + d * d)
+                _add(acc0, acc1, xs[u], p)
                 cute.autovec_copy(xs[u], _vector(sX, i * chunk + u * rows + r, lane, vec))
         if tidx == 0:
             sNext[0] = shared + cute.arch.atomic_add(mCount.iterator + 1, Int32(1), sem="relaxed", scope="gpu")
@@ -452,9 +447,7 @@ class OnePass:
             if tidx == 0:
                 sNext[0] = shared + cute.arch.atomic_add(mCount.iterator + 1, Int32(1), sem="relaxed", scope="gpu")
             for u in cutlass.range_constexpr(unroll):
-                d = xs[u].load().to(Float32) - p
-                acc0.store(acc0.load() + d)
-                acc1.store(acc1.load() + d * d)
+                _add(acc0, acc1, xs[u], p)
             cute.arch.sync_threads()
             k = sNext[0]
         tail = whole * chunk
@@ -462,9 +455,7 @@ class OnePass:
             for u in cutlass.range_constexpr(unroll):
                 if tail + u * rows + r < m:
                     cute.autovec_copy(_vector(mX, tail + u * rows + r, lane, vec), xs[u])
-                    d = xs[u].load().to(Float32) - p
-                    acc0.store(acc0.load() + d)
-                    acc1.store(acc1.load() + d * d)
+                    _add(acc0, acc1, xs[u], p)
         self._mark(mTrace, tidx, bidx, 1)
 
         # 2. the block's sums (folded through shared memory) into the accumulator, then the barrier
@@ -517,13 +508,7 @@ class OnePass:
             a[j] = Float32(inv) * Float32(scale[j])
             b[j] = Float32(bias[j])
             if bidx == 0 and r == 0:
-                mMean[ch] = self.stat(mu)
-                mInv[ch] = self.stat(inv)
-                if cutlass.const_expr(s.running):
-                    keep = 1.0 - s.momentum
-                    mNrm[ch] = self.stat(keep * Float64(mRm[ch]) + s.momentum * mu)
-                    unbiased = var * (count / (count - 1.0))
-                    mNrv[ch] = self.stat(keep * Float64(mRv[ch]) + s.momentum * unbiased)
+                self._outputs(mMean, mInv, mRm, mRv, mNrm, mNrv, ch, mu, var, inv, count)
         # 4. y: the rows after the last chunk, chunks from a second queue last first (L2 saw them last), the kept
         mv, av, bv = mean.load(), a.load(), b.load()
         ys = cute.make_rmem_tensor(vec, self.dtype)
