@@ -32,7 +32,6 @@ from cutlass.cute.runtime import make_ptr
 
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
-from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch, int32_cells
 
 THREADS = 256  # a block's threads, unless one row of C needs more lanes
 
@@ -564,6 +563,13 @@ def _ptr(dtype: Any) -> Any:
     return make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=16)
 
 
+def _node_ptrs(spec: DerivedSpec | OnePassSpec) -> tuple:
+    """Placeholder pointers of ``NODE_PORTS``' order (x, y, scale, bias, four statistics), the accumulator, the
+    counters: what the node kernels compile against."""
+    dt, pt, st = DTYPES[spec.geometry.dtype], DTYPES[spec.param_dtype], DTYPES[spec.stat_dtype]
+    return (_ptr(dt), _ptr(dt), _ptr(pt), _ptr(pt), *(_ptr(st) for _ in range(6)), _ptr(Float64), _ptr(Int32))
+
+
 def compiled_stats(g: ChannelGeometry) -> Any:
     """The compiled statistics pass of one geometry (once per process)."""
 
@@ -599,10 +605,7 @@ def compiled_derived(spec: DerivedSpec) -> Any:
     """The elementwise pass deriving its coefficients (once per process)."""
 
     def compile_fn() -> Any:
-        g = spec.geometry
-        dt, pt, st = DTYPES[g.dtype], DTYPES[spec.param_dtype], DTYPES[spec.stat_dtype]
-        ptrs = (_ptr(dt), _ptr(dt), _ptr(pt), _ptr(pt), *(_ptr(st) for _ in range(6)), _ptr(Float64), _ptr(Int32))
-        return cute.compile(ChannelApplyDerived(spec), *ptrs, Int32(1), cuda.CUstream(0))
+        return cute.compile(ChannelApplyDerived(spec), *_node_ptrs(spec), Int32(1), cuda.CUstream(0))
 
     return _CACHE.get(("derived", spec), None, compile_fn)
 
@@ -611,29 +614,7 @@ def compiled_one_pass(spec: OnePassSpec) -> Any:
     """The compiled one-launch training forward of one spec (once per process)."""
 
     def compile_fn() -> Any:
-        dt, pt, st = DTYPES[spec.dtype], DTYPES[spec.param_dtype], DTYPES[spec.stat_dtype]
-        ptrs = (_ptr(dt), _ptr(dt), _ptr(pt), _ptr(pt), *(_ptr(st) for _ in range(6)), _ptr(Float64), _ptr(Int32))
-        ptrs = (*ptrs, make_ptr(cutlass.Int64, 0, cute.AddressSpace.gmem, assumed_align=8))
-        return cute.compile(OnePass(spec), *ptrs, Int32(1), cuda.CUstream(0))
+        trace = make_ptr(cutlass.Int64, 0, cute.AddressSpace.gmem, assumed_align=8)
+        return cute.compile(OnePass(spec), *_node_ptrs(spec), trace, Int32(1), cuda.CUstream(0))
 
     return _CACHE.get(("one_pass", spec), None, compile_fn)
-
-
-class StatsLaunch:
-    """One x's statistics pass: M fixed; x, p0, p1 and the stream per call."""
-
-    def __init__(self, g: ChannelGeometry, m: int) -> None:
-        self._launch = PackedLaunch(compiled_stats(g), 3, int32_cells(m), "batchnorm statistics")
-
-    def __call__(self, ptrs: tuple[int, int, int], stream: int) -> None:
-        self._launch(ptrs, stream)
-
-
-class ApplyLaunch:
-    """One x's elementwise pass: M fixed; x, mean, inv, scale, bias, y and the stream per call."""
-
-    def __init__(self, g: ChannelGeometry, param_dtype: str, m: int) -> None:
-        self._launch = PackedLaunch(compiled_apply(g, param_dtype), 6, int32_cells(m), "batchnorm elementwise")
-
-    def __call__(self, ptrs: tuple[int, ...], stream: int) -> None:
-        self._launch(ptrs, stream)

@@ -28,19 +28,18 @@ import argparse
 import attrs
 import torch
 from cute_bn_kernels import (
-    ApplyLaunch,
     ChannelGeometry,
     DerivedSpec,
     OnePassSpec,
-    StatsLaunch,
+    compiled_apply,
     compiled_derived,
     compiled_one_pass,
+    compiled_stats,
     compiled_stats_atomics,
 )
-from cutile_bn_stats_pass import NODE_BYTES, ROWS, X_BYTES, C, Node, timed
+from cutile_bn_stats_pass import NODE_BYTES, ROWS, X_BYTES, C, Node, launcher, timed
 
 from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch, int32_cells
-from sigdnn.plan_builders.cutile.kernels import CUTILE
 
 STATS = {
     f"s{b}t{t}u{u}": ChannelGeometry("bfloat16", C, b, t, u)
@@ -61,8 +60,12 @@ TRACED = {f"trace{name[3:]}": attrs.evolve(spec, trace=True) for name, spec in O
 PHASES = {1: "statistics read", 5: "sums added", 2: "barrier passed", 3: "uncached y", 4: "cached y"}
 
 
+NODE_PORTS = ("x", "y", "scale", "bias", "mean", "inv", "rm", "rv", "nrm", "nrv")  # the CuTe node kernels' pointers
+
+
 def _ptr(a) -> int:
-    return a.data_ptr() if isinstance(a, torch.Tensor) else a.__cuda_array_interface__["data"][0]
+    """A torch tensor's or a DeviceArray's address."""
+    return a.data_ptr() if isinstance(a, torch.Tensor) else a.ptr
 
 
 TWO_LAUNCH = {
@@ -94,7 +97,7 @@ def two_launches(node: Node, names: list[str], ptrs: dict[str, int], stats_out: 
     (a programmatic dependent launch with ``pdl``), on a side stream against cuTile's node re-pointed there."""
     side = torch.cuda.Stream()
     handle = side.cuda_stream
-    table = {"cutile": lambda: [CUTILE.launch(handle, *c[1:]) for c in node.calls]}
+    table = {"cutile": launcher([(handle, *c[1:]) for c in node.calls])}
     g = STATS["s264t512u4"]
     for name in names:
         try:
@@ -103,8 +106,7 @@ def two_launches(node: Node, names: list[str], ptrs: dict[str, int], stats_out: 
             stats = PackedLaunch(compiled_stats_atomics(g, spec.pdl), 3, int32_cells(ROWS), f"{name} statistics")
             apply = PackedLaunch(compiled_derived(spec), 12, int32_cells(ROWS), f"{name} elementwise")
             acc, count = state.data_ptr(), state.data_ptr() + 16 * C
-            order = ("x", "y", "scale", "bias", "mean", "inv", "rm", "rv", "nrm", "nrv")
-            apply_ptrs = (*(ptrs[k] for k in order), acc, count)
+            apply_ptrs = (*(ptrs[k] for k in NODE_PORTS), acc, count)
 
             def run(stats=stats, apply=apply, acc=acc, apply_ptrs=apply_ptrs) -> None:
                 stats((ptrs["x"], acc, acc), handle)
@@ -133,34 +135,32 @@ def main() -> None:
     final = node.calls[1]
     _, wmean, winv, scale, bias, _ = node.calls[2][3]
     apply_ptrs = tuple(_ptr(a) for a in (x, wmean, winv, scale, bias, node.y))
+    stats_out = [torch.zeros(C, device="cuda", dtype=torch.float32) for _ in range(4)]  # mean, inv, nrm, nrv
+    rm, rv = node.vectors[4], node.vectors[5]
+    ptrs = dict(zip(NODE_PORTS, map(_ptr, (x, node.y, scale, bias, stats_out[0], stats_out[1], rm, rv,
+                                           stats_out[2], stats_out[3])), strict=True))  # fmt: skip
 
     def cute_stats(name: str):
         g = STATS[name]
         p = [torch.zeros((g.blocks, C), device="cuda", dtype=torch.float64) for _ in range(2)]
-        launch = StatsLaunch(g, ROWS)
-        ptrs = (_ptr(x), _ptr(p[0]), _ptr(p[1]))
+        launch = PackedLaunch(compiled_stats(g), 3, int32_cells(ROWS), name)
         fin = (final[0], final[1], final[2], (x, *p, *node.final_args[3:]))
-        return (lambda: launch(ptrs, handle)), (lambda: CUTILE.launch(*fin))
+        return (lambda: launch((ptrs["x"], _ptr(p[0]), _ptr(p[1])), handle)), launcher([fin])
 
     def cute_apply(name: str):
-        launch = ApplyLaunch(APPLY[name], "bfloat16", ROWS)
+        launch = PackedLaunch(compiled_apply(APPLY[name], "bfloat16"), 6, int32_cells(ROWS), name)
         return lambda: launch(apply_ptrs, handle)
 
-    cutile = [lambda c=c: CUTILE.launch(*c) for c in node.calls]
-    alone, whole = {"cutile": cutile[0]}, {"cutile": lambda: [f() for f in cutile]}
-    applied = {"cutile": cutile[2]}
+    cutile = [launcher([c]) for c in node.calls]
+    alone, whole, applied = {"cutile": cutile[0]}, {"cutile": launcher(node.calls)}, {"cutile": cutile[2]}
 
     def check(name: str, steps) -> None:
-        for t in (*node.written, node.y):
-            t.zero_()
-        for f in steps:
-            f()
-        torch.cuda.synchronize()
-        rel = [((got.double() - w.double()).abs() / w.double().abs().clamp_min(1e-30)).max().item()
-               for got, w in zip(node.vectors, node.want, strict=True)]  # fmt: skip
-        dy = (node.y.float() - node.want_y.float()).abs().max().item()
-        print(f"{name}: vectors' largest relative difference {max(rel):.1e}, largest |y| difference {dy}", flush=True)
-        whole[name] = lambda: [f() for f in steps]
+        def run() -> None:
+            for step in steps:
+                step()
+
+        print(f"{name}: {node.check(run)}", flush=True)
+        whole[name] = run
 
     with node.stream():
         for name in filter(None, args.stats.split(",")):
@@ -181,18 +181,14 @@ def main() -> None:
                 if s in alone and a in whole:
                     stats, fin = cute_stats(s)
                     check(f"{s}+{a}", [stats, fin, cute_apply(a)])
-        stats_out = [torch.zeros(C, device="cuda", dtype=torch.float32) for _ in range(4)]  # mean, inv, nrm, nrv
-        rm, rv = node.vectors[4], node.vectors[5]
         for name in filter(None, args.one_pass.split(",")):
             try:
                 spec = {**ONE_PASS, **TRACED}[name]
                 state = torch.zeros(2 * C + 2, device="cuda", dtype=torch.float64)
-                count = state[2 * C :].view(torch.int32)
                 launch = PackedLaunch(compiled_one_pass(spec), 13, int32_cells(ROWS), name)
                 trace = torch.zeros((spec.blocks, 8), device="cuda", dtype=torch.int64)
-                ptrs = (_ptr(x), _ptr(node.y), _ptr(scale), _ptr(bias), *(_ptr(t) for t in stats_out[:2]),
-                        _ptr(rm), _ptr(rv), *(_ptr(t) for t in stats_out[2:]), _ptr(state), _ptr(count), _ptr(trace))  # fmt: skip
-                one = lambda launch=launch, ptrs=ptrs: launch(ptrs, handle)  # noqa: E731
+                cells = (*(ptrs[k] for k in NODE_PORTS), _ptr(state), _ptr(state) + 16 * C, _ptr(trace))
+                one = lambda launch=launch, cells=cells: launch(cells, handle)  # noqa: E731
                 stateful_check(name, node, one, stats_out, state)
                 if spec.trace:
                     t = trace.cpu().double()
@@ -205,9 +201,7 @@ def main() -> None:
                 whole[name] = one
             except Exception as e:  # report every variant
                 print(f"{name}: FAILED {type(e).__name__}: {str(e)[:600]}", flush=True)
-        out = dict(zip(("mean", "inv", "nrm", "nrv"), (_ptr(t) for t in stats_out), strict=True))
-        io = {"x": _ptr(x), "y": _ptr(node.y), "scale": _ptr(scale), "bias": _ptr(bias), "rm": _ptr(rm), "rv": _ptr(rv)}
-        two_launches(node, list(filter(None, args.two_launch.split(","))), {**io, **out}, stats_out)
+        two_launches(node, list(filter(None, args.two_launch.split(","))), ptrs, stats_out)
         timed(alone, "statistics kernel alone (rate: x read)", X_BYTES)
         timed(applied, "elementwise kernel alone (rate: x read + y written)", NODE_BYTES)
         timed(whole, "node in sequence (rate: x read + y written)", NODE_BYTES)

@@ -27,7 +27,7 @@ import argparse
 
 import attrs
 import torch
-from cutile_bn_stats_pass import NODE_BYTES, ROWS, C, Node, timed
+from cutile_bn_stats_pass import NODE_BYTES, ROWS, C, Node, launcher, timed
 
 from sigdnn.plan_builders.cutile import channelgen
 from sigdnn.plan_builders.cutile.kernels import CUTILE
@@ -87,20 +87,14 @@ LABELS = {
 }
 
 
-class _Int16:
-    """A bfloat16 device array's interface as int16, which torch reads (then views as bfloat16)."""
-
-    def __init__(self, array) -> None:
-        self.__cuda_array_interface__ = {**array.__cuda_array_interface__, "typestr": "<i2"}
-
-
 def vector_args(node: Node, v: Variant) -> tuple:
-    """The variant's arguments after x: sigdnn's vectors, or ones precomputed from the finalize's float32 output."""
+    """The variant's arguments: sigdnn's, or vectors precomputed from the finalize's float32 output and the node's
+    scale and bias."""
     x, mean, inv, scale, bias, y = node.calls[2][3]
     if v.vectors == "sigdnn":
         return (x, mean, inv, scale, bias, y)
     f32 = [torch.as_tensor(t, device="cuda").float() for t in (mean, inv)]
-    s, b = (torch.as_tensor(_Int16(t), device="cuda").view(torch.bfloat16).float() for t in (scale, bias))
+    s, b = (node.data[name].reshape(-1).float() for name in ("scale", "bias"))
     a = f32[1] * s
     if v.vectors == "coef":
         return (x, f32[0], a, b, y)
@@ -120,12 +114,12 @@ def main() -> None:
             try:
                 kernel = CUTILE.kernel(KernelSource("bn_apply", source(v)))
                 runs = [*node.calls[:2], (stream, (ROWS // v.rows,), kernel, vector_args(node, v))]
-                print(f"{label}: {node.check(runs)}", flush=True)
+                print(f"{label}: {node.check(launcher(runs))}", flush=True)
             except Exception as e:  # report every variant
                 print(f"{label}: FAILED {type(e).__name__}: {str(e)[:500]}", flush=True)
                 continue
-            table[label] = lambda runs=runs: [CUTILE.launch(*c) for c in runs]
-        table["sigdnn"] = lambda: [CUTILE.launch(*c) for c in node.calls]
+            table[label] = launcher(runs)
+        table["sigdnn"] = launcher(node.calls)
         timed(table, "node in sequence (rate: x read + y written)", NODE_BYTES)
 
 

@@ -7,8 +7,11 @@ places as fast as x's are read, so about half of the x left in L2 is
 evicted before the pass reaches it. A CUDA access-policy window (a stream
 attribute, set on the host around a launch; the kernels are unchanged)
 can mark y's lines streaming (evicted first) or keep x's tail persisting in
-a set-aside part of the L2. Each variant runs sigdnn's three launches with
-windows set before a launch and cleared after it:
+a set-aside part of the L2. ``gpu_cutile.py --bn-y-streaming`` and
+``--bn-l2-windows`` hold one window over all three launches
+(gpu_cutile_2026-12-01f.md, 01h.md); here each variant runs sigdnn's three
+launches with its own windows (``gpu_cutile.access_window``) set before a
+launch and cleared after it:
 
 * ``y-streaming``: y streaming during the elementwise pass;
 * ``x-head+y``: the head of x (all but its last ``keep`` MB) streaming
@@ -22,7 +25,7 @@ Each variant's y is checked against sigdnn's, then the node is timed
 interleaved with sigdnn's (median of 15 samples of 10 runs), and once more
 as CUDA graphs captured with the windows. On the H200:
 
-    python3 benchmarks/cutile_bn_l2_window.py [LABEL,...]
+    python3 benchmarks/cutile_bn_l2_window.py [--keep MB,MB]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+import gpu_cutile as gc
 import torch
 from cutile_bn_stats_pass import NODE_BYTES, X_BYTES, Node, timed
 
@@ -38,50 +42,13 @@ from sigdnn.plan_builders.cutile.kernels import CUTILE
 MB = 1 << 20
 
 
-def _driver():
-    from cuda.bindings import driver
-
-    return driver
-
-
-def _check(result: tuple) -> tuple:
-    err = result[0]
-    if int(err) != 0:
-        raise RuntimeError(f"CUDA driver error {err}")
-    return result[1:]
-
-
-def _policy_id():
-    cu = _driver()
-    ids = cu.CUstreamAttrID
-    return (
-        getattr(ids, "CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW", None) or ids.CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW
-    )
-
-
-def window(stream: int, base: int = 0, nbytes: int = 0, hit: str = "NORMAL", miss: str = "NORMAL") -> None:
-    """Set the stream's access-policy window (``nbytes`` 0 clears it)."""
-    cu = _driver()
-    value = cu.CUstreamAttrValue()
-    w = value.accessPolicyWindow
-    w.base_ptr, w.num_bytes, w.hitRatio = base, nbytes, 1.0 if nbytes else 0.0
-    w.hitProp = getattr(cu.CUaccessProperty, f"CU_ACCESS_PROPERTY_{hit}")
-    w.missProp = getattr(cu.CUaccessProperty, f"CU_ACCESS_PROPERTY_{miss}")
-    _check(cu.cuStreamSetAttribute(cu.CUstream(stream), _policy_id(), value))
-
-
 def device_facts() -> str:
-    cu = _driver()
-    attrs = cu.CUdevice_attribute
-    dev = _check(cu.cuCtxGetDevice())[0]
-    names = ("L2_CACHE_SIZE", "MAX_PERSISTING_L2_CACHE_SIZE", "MAX_ACCESS_POLICY_WINDOW_SIZE")
-    got = {n: _check(cu.cuDeviceGetAttribute(getattr(attrs, f"CU_DEVICE_ATTRIBUTE_{n}"), dev))[0] for n in names}
+    """The L2's size, the most it can set aside for persisting lines, the widest access-policy window."""
+    from cuda.bindings import runtime as rt
+
+    names = ("L2CacheSize", "MaxPersistingL2CacheSize", "MaxAccessPolicyWindowSize")
+    got = {n: rt.cudaDeviceGetAttribute(getattr(rt.cudaDeviceAttr, f"cudaDevAttr{n}"), 0)[1] for n in names}
     return ", ".join(f"{n} {v / MB:.1f} MiB" for n, v in got.items())
-
-
-def set_aside(nbytes: int) -> None:
-    cu = _driver()
-    _check(cu.cuCtxSetLimit(cu.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE, nbytes))
 
 
 class Runs:
@@ -90,11 +57,12 @@ class Runs:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.stream, _, _, args = node.calls[0]
-        self.x_ptr = args[0].__cuda_array_interface__["data"][0]
+        self.x_ptr = args[0].ptr
         self.y_ptr = node.y.data_ptr()
 
     def sequence(self, windows: tuple, stream: int | None = None) -> Callable[[], None]:
-        """Launch partial, finalize, elementwise; ``windows[i]`` (kwargs of ``window`` or None) around launch i."""
+        """Launch partial, finalize, elementwise; ``windows[i]`` (kwargs of ``access_window`` or None) around
+        launch i."""
         on = self.stream if stream is None else stream
         handle = int(getattr(on, "handle", on))
         calls = [(on, *call[1:]) for call in self.node.calls]
@@ -102,23 +70,23 @@ class Runs:
         def run() -> None:
             for call, w in zip(calls, windows, strict=True):
                 if w:
-                    window(handle, **w)
+                    gc.access_window(handle, **w)
                 CUTILE.launch(*call)
                 if w:
-                    window(handle)
+                    gc.access_window(handle)
 
         return run
 
     def variants(self, keep_mb: int) -> dict[str, tuple]:
         x, keep = self.x_ptr, keep_mb * MB
-        y = {"base": self.y_ptr, "nbytes": X_BYTES, "hit": "STREAMING", "miss": "STREAMING"}
-        head = {"base": x, "nbytes": X_BYTES - keep, "hit": "STREAMING", "miss": "STREAMING"}
-        tail = {"base": x + X_BYTES - keep, "nbytes": keep, "hit": "PERSISTING", "miss": "STREAMING"}
+        y = {"base": self.y_ptr, "num_bytes": X_BYTES, "hit": "Streaming", "miss": "Streaming"}
+        head = {"base": x, "num_bytes": X_BYTES - keep, "hit": "Streaming", "miss": "Streaming"}
+        tail = {"base": x + X_BYTES - keep, "num_bytes": keep, "hit": "Persisting", "miss": "Streaming"}
         return {
             "y-streaming": (None, None, y),
             f"x-head{keep_mb}+y": (head, None, y),
             f"x-persisting{keep_mb}": (tail, None, y),
-            "normal": (None, None, {**y, "hit": "NORMAL", "miss": "NORMAL"}),
+            "normal": (None, None, {**y, "hit": "Normal", "miss": "Normal"}),
         }
 
 
@@ -171,7 +139,7 @@ def main() -> None:
             except Exception as e:  # report every variant
                 print(f"graph {name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
         timed(checked(node, graphs), "node as a CUDA graph", NODE_BYTES)
-        set_aside(max(int(k) for k in args.keep.split(",")) * MB)
+        gc.persisting_set_aside(max(int(k) for k in args.keep.split(",")) * MB)
         table = {n: runs.sequence(ways[n]) for n in ("sigdnn", "y-streaming", *persisting)}
         timed(checked(node, table), "with a persisting L2 set aside", NODE_BYTES)
 

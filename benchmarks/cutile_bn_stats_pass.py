@@ -210,12 +210,24 @@ LABELS = {
 }  # fmt: skip
 
 
+def launcher(calls: list[tuple], zero: torch.Tensor | None = None) -> Callable[[], None]:
+    """A run of recorded ``CUTILE.launch`` calls (``zero`` zeroed first)."""
+
+    def run() -> None:
+        if zero is not None:
+            zero.zero_()
+        for c in calls:
+            CUTILE.launch(*c)
+
+    return run
+
+
 class Node:
     """sigdnn's batchnorm node on the benchmark's tensors, bound; its three launches as recorded."""
 
     def __init__(self) -> None:
         g = gc._norm_graph("batchnorm")
-        data = gc._norm_inputs(g, "batchnorm")
+        self.data = data = gc._norm_inputs(g, "batchnorm")
         self.ex = ex = sigdnn.Executor("gpu")
         self.plan = ex.prepare(g)
         outs = gc._norm_outputs(g, "batchnorm")
@@ -233,12 +245,11 @@ class Node:
     def stream(self):
         return gc.on_stream(self.ex, self.plan)
 
-    def check(self, runs: list[tuple]) -> str:
-        """The variant's per-channel outputs and y against sigdnn's, after one run of ``runs``."""
+    def check(self, run: Callable[[], None]) -> str:
+        """A variant's per-channel outputs and y against sigdnn's, after one ``run`` of it."""
         for t in (*self.written, self.y):
             t.zero_()
-        for c in runs:
-            CUTILE.launch(*c)
+        run()
         torch.cuda.synchronize()
         rel = [((got.double() - w.double()).abs() / w.double().abs().clamp_min(1e-30)).max().item()
                for got, w in zip(self.vectors, self.want, strict=True)]  # fmt: skip
@@ -293,29 +304,19 @@ def main() -> None:
     parser.add_argument("labels", nargs="?", default=",".join(LABELS), help="comma-separated LABELS")
     args = parser.parse_args()
     node = Node()
-
-    def launches(runs: list[tuple], zero: torch.Tensor | None = None):
-        def run() -> None:
-            if zero is not None:
-                zero.zero_()
-            for c in runs:
-                CUTILE.launch(*c)
-
-        return run
-
-    alone, whole = {"sigdnn": launches(node.calls[:1])}, {"sigdnn": launches(node.calls)}
-    whole["sigdnn, no finalize"] = launches([node.calls[0], node.calls[2]])
+    alone, whole = {"sigdnn": launcher(node.calls[:1])}, {"sigdnn": launcher(node.calls)}
+    whole["sigdnn, no finalize"] = launcher([node.calls[0], node.calls[2]])
     with node.stream():
         for label in args.labels.split(","):
             try:
                 first, runs, state = variant_runs(node, LABELS[label])
-                print(f"{label}: {node.check(runs)}", flush=True)
+                print(f"{label}: {node.check(launcher(runs))}", flush=True)
             except Exception as e:  # report every variant
                 print(f"{label}: FAILED {type(e).__name__}: {str(e)[:500]}", flush=True)
                 continue
-            alone[label], whole[label] = launches(first), launches(runs)
+            alone[label], whole[label] = launcher(first), launcher(runs)
             if state is not None:
-                whole[f"{label}+memset"] = launches(runs, state)
+                whole[f"{label}+memset"] = launcher(runs, state)
         timed(alone, "statistics kernel alone (rate: x read)", X_BYTES)
         timed(whole, "node in sequence (rate: x read + y written)", NODE_BYTES)
 

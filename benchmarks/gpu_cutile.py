@@ -469,26 +469,42 @@ def _cuda_check(result) -> None:
         raise RuntimeError(f"CUDA runtime: {result[0]}")
 
 
-def _windowed_ms(ex, plan, launch, base: int, num_bytes: int, hit_prop) -> float:
-    """Milliseconds of the bound step with an L2 access-policy window over [base, base + num_bytes) on the plan's
-    stream (hits ``hit_prop``, misses streaming), cleared afterwards."""
+def access_window(stream: int, base: int = 0, num_bytes: int = 0, hit: str = "Normal", miss: str = "Streaming") -> None:
+    """Set the stream's L2 access-policy window over [base, base + num_bytes): hits ``hit``, misses ``miss``
+    (cudaAccessProperty names: Normal, Streaming, Persisting); ``num_bytes`` 0 clears it. Later launches on the
+    stream carry it."""
     from cuda.bindings import runtime as rt
 
-    stream = rt.cudaStream_t(ex.memory.bound(plan, False).execution.stream)
-    attr = rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow
     window = rt.cudaStreamAttrValue()
     window.accessPolicyWindow.base_ptr = base
     window.accessPolicyWindow.num_bytes = num_bytes
-    window.accessPolicyWindow.hitRatio = 1.0
-    window.accessPolicyWindow.hitProp = hit_prop
-    window.accessPolicyWindow.missProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
-    _cuda_check(rt.cudaStreamSetAttribute(stream, attr, window))
+    window.accessPolicyWindow.hitRatio = 1.0 if num_bytes else 0.0
+    window.accessPolicyWindow.hitProp = getattr(rt.cudaAccessProperty, f"cudaAccessProperty{hit}")
+    window.accessPolicyWindow.missProp = getattr(rt.cudaAccessProperty, f"cudaAccessProperty{miss}")
+    attr = rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow
+    _cuda_check(rt.cudaStreamSetAttribute(rt.cudaStream_t(stream), attr, window))
+
+
+def persisting_set_aside(nbytes: int | None = None) -> int:
+    """Set aside ``nbytes`` of L2 for persisting lines (None: the device's most); the bytes set aside."""
+    from cuda.bindings import runtime as rt
+
+    if nbytes is None:
+        _, nbytes = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxPersistingL2CacheSize, 0)
+    _cuda_check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, nbytes))
+    return nbytes
+
+
+def _windowed_ms(ex, plan, launch, base: int, num_bytes: int, hit: str) -> float:
+    """Milliseconds of the bound step with an L2 access-policy window over [base, base + num_bytes) on the plan's
+    stream (hits ``hit``, misses streaming), cleared afterwards."""
+    stream = ex.memory.bound(plan, False).execution.stream
+    access_window(stream, base, num_bytes, hit)
     try:
         with on_stream(ex, plan):
             return cuda_time(lambda: [launch() for _ in range(10)]) / 10
     finally:
-        window.accessPolicyWindow.num_bytes = 0
-        _cuda_check(rt.cudaStreamSetAttribute(stream, attr, window))
+        access_window(stream)
 
 
 def _l2_windows(ex, plan, launch, x: torch.Tensor, nbytes: int) -> dict[int, float]:
@@ -497,18 +513,16 @@ def _l2_windows(ex, plan, launch, x: torch.Tensor, nbytes: int) -> dict[int, flo
     first, so what stays in L2 is not read from DRAM twice. An experiment: sigdnn sets no window itself."""
     from cuda.bindings import runtime as rt
 
-    _, most = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxPersistingL2CacheSize, 0)
-    _cuda_check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, most))
+    most = persisting_set_aside()
     print(f"{'':20s} L2 set-aside for persisting lines: {most / 2**20:.1f} MiB")
     found = {}
     end = x.data_ptr() + x.numel() * x.element_size()
-    persisting = rt.cudaAccessProperty.cudaAccessPropertyPersisting
     for mb in BN_L2_WINDOWS:
-        ms = _windowed_ms(ex, plan, launch, end - mb * 2**20, mb * 2**20, persisting)
+        ms = _windowed_ms(ex, plan, launch, end - mb * 2**20, mb * 2**20, "Persisting")
         _cuda_check(rt.cudaCtxResetPersistingL2Cache())
         found[mb] = nbytes / ms / 1e9
         print(f"{'':20s} L2 window of x's last {mb:3d} MiB: {found[mb]:5.2f} TB/s ({ms * 1e3:6.1f} us)", flush=True)
-    _cuda_check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, 0))
+    persisting_set_aside(0)
     return found
 
 
@@ -523,8 +537,7 @@ def _y_streaming(ex, plan, launch, y: torch.Tensor, nbytes: int) -> float:
 
     _, most = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxAccessPolicyWindowSize, 0)
     covered = min(most, y.numel() * y.element_size())
-    streaming = rt.cudaAccessProperty.cudaAccessPropertyStreaming
-    ms = _windowed_ms(ex, plan, launch, y.data_ptr(), covered, streaming)
+    ms = _windowed_ms(ex, plan, launch, y.data_ptr(), covered, "Streaming")
     tb_s = nbytes / ms / 1e9
     print(
         f"{'':20s} y's lines streaming ({covered / 2**20:.0f} MiB window): {tb_s:5.2f} TB/s ({ms * 1e3:6.1f} us)",
