@@ -20,15 +20,15 @@ import statistics
 import torch
 from cuda_timing import interleaved_samples
 
+from sigdnn.plan_builders.cute.batchnorm import BatchnormSpec
 from sigdnn.plan_builders.cute.kernels.batchnorm_launch import BatchnormLaunch
-from sigdnn.plan_builders.cute.kernels.batchnorm_sm90 import BatchnormSpec
 
 N, C, H, W = 64, 256, 56, 56
 ROWS = N * H * W
 EPS, MOMENTUM = 1e-5, 0.1
 LABELS = {
     f"t{t}r{r}u{u}": dict(threads=t, registers=r, step=u)
-    for t, r, u in ((512, 12, 4), (512, 12, 2), (512, 8, 3), (512, 0, 4), (512, 6, 4), (256, 24, 4))
+    for t, r, u in ((512, 8, 4), (512, 12, 2), (512, 12, 4), (512, 0, 4), (512, 10, 3), (512, 16, 2), (512, 10, 4))
 }
 
 

@@ -409,13 +409,17 @@ def _norm_outputs(g: sigdnn.Graph, kind: str) -> dict:
     return outs
 
 
-def bench_norm(kind: str, label: str = "") -> dict | None:
+def bench_norm(kind: str, label: str = "", engine: str | None = None) -> dict | None:
+    """One op through the GPU executor (``engine``: that builder only; None: the registry's choice) against
+    torch; the cuTile steps also kernel by kernel."""
     if Shard.skip():
         return None
     g = _norm_graph(kind)
     data = _norm_inputs(g, kind)
-    ex = sigdnn.Executor("gpu")
+    ex = sigdnn.Executor("gpu", engine=engine)
     plan = ex.prepare(g)
+    builder = plan.steps[0].builder.name
+    cutile_step = builder.startswith("cutile.")
     outs = _norm_outputs(g, kind)
     pack = {**data, **outs}
     t0 = time.perf_counter()
@@ -426,22 +430,22 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
     (launch,) = ex.memory.bound(plan, False)._launches
     with on_stream(ex, plan):
         ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
-    parts = _kernel_times(ex, plan, launch)
-    graph_ms = _graph_ms(g, pack) if kind == "batchnorm" else None
+    parts = _kernel_times(ex, plan, launch) if cutile_step else []
+    graph_ms = _graph_ms(g, pack, engine) if kind == "batchnorm" else None
     torch_fn = _norm_torch(kind, data)
     tms = cuda_time(lambda: [torch_fn() for _ in range(10)]) / 10
     nbytes = _norm_bytes(kind)
-    row = {"op": kind, "config": label, "ms": ms, "tb_s": nbytes / ms / 1e9, "torch_ms": tms,
+    row = {"op": kind, "config": label, "builder": builder, "ms": ms, "tb_s": nbytes / ms / 1e9, "torch_ms": tms,
            "torch_tb_s": nbytes / tms / 1e9, "first_s": first_s, "kernel_us": [t * 1e3 for t in parts]}  # fmt: skip
     split = " [" + " + ".join(f"{t * 1e3:.1f}" for t in parts) + " us]" if len(parts) > 1 else ""
     if graph_ms is not None:
         row["graph_ms"], row["graph_tb_s"] = graph_ms, nbytes / graph_ms / 1e9
         split = f"  cuda graphs {row['graph_tb_s']:5.2f} TB/s ({graph_ms * 1e3:5.1f} us)" + split
     print(f"{kind:20s} {label:18s} {row['tb_s']:5.2f} TB/s ({ms * 1e3:7.1f} us)  torch {row['torch_tb_s']:5.2f} TB/s "
-          f"({tms * 1e3:7.1f} us)  x{tms / ms:4.2f}  (first {first_s:.1f}s){split}", flush=True)  # fmt: skip
-    if kind == "batchnorm":
+          f"({tms * 1e3:7.1f} us)  x{tms / ms:4.2f}  (first {first_s:.1f}s) [{builder}]{split}", flush=True)  # fmt: skip
+    if kind == "batchnorm" and cutile_step:
         row["l2_reuse_us"] = _l2_reuse_us(ex, plan, launch)
-    if kind == "batchnorm" and label == "default":
+    if kind == "batchnorm" and cutile_step and label in ("default", "cutile"):
         row["read_alone_us"] = _read_alone_us(data["x"])
         if BN_L2_WINDOWS:
             row["l2_windows"] = _l2_windows(ex, plan, launch, data["x"], nbytes)
@@ -450,10 +454,10 @@ def bench_norm(kind: str, label: str = "") -> dict | None:
     return row
 
 
-def _graph_ms(g: sigdnn.Graph, pack: dict) -> float:
+def _graph_ms(g: sigdnn.Graph, pack: dict, engine: str | None = None) -> float:
     """Milliseconds of one execute with CUDA-graph replay (``Executor(cuda_graphs=True)``), 10 back to back: the
     plan's kernels without the host cost of launching them one by one."""
-    ex = sigdnn.Executor("gpu", cuda_graphs=True)
+    ex = sigdnn.Executor("gpu", cuda_graphs=True, engine=engine)
     plan = ex.prepare(g)
     ex.execute(plan, pack, to_host=False)  # records
     return cuda_time(lambda: [ex.execute(plan, pack, to_host=False) for _ in range(10)]) / 10
@@ -734,6 +738,8 @@ def bench_norms(variants: str = "", kinds: str = "") -> list[dict]:
 
     wanted = set(kinds.split(",")) if kinds else {k for ks in NORM_KINDS.values() for k in ks}
     rows = [bench_norm(k, "default") for ks in NORM_KINDS.values() for k in ks if k in wanted]
+    if "batchnorm" in wanted and any(r and r["op"] == "batchnorm" and r["builder"] != "cutile.batchnorm" for r in rows):
+        rows.append(bench_norm("batchnorm", "cutile", engine="cutile.batchnorm"))  # the cuTile engine beside it
     if not variants:
         return [r for r in rows if r]
     saved = saved_configs()

@@ -64,6 +64,7 @@ IN_TREE: dict[str, int] = {
     "cute.conv_fprop_rows": 3008,
     "cute.sdpa": 3010,
     "cute.sdpa_backward": 3011,
+    "cute.batchnorm": 3012,
 }
 
 

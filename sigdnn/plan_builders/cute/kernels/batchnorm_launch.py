@@ -21,8 +21,9 @@ import cutlass.cute as cute
 from cutlass import Float64, Int32
 from cutlass.cute.runtime import make_ptr
 
+from sigdnn.plan_builders.cute.batchnorm import BatchnormSpec
 from sigdnn.plan_builders.cute.kernels import batchnorm_sm90
-from sigdnn.plan_builders.cute.kernels.batchnorm_sm90 import BatchnormSpec, BatchnormTrainSm90
+from sigdnn.plan_builders.cute.kernels.batchnorm_sm90 import BatchnormTrainSm90
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
 from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch

@@ -36,75 +36,17 @@ Measured in CUDA C first: 74.5 us against sigdnn's cuTile 87.2 in one run
 
 from __future__ import annotations
 
-import attrs
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils as utils
 from cutlass import Float32, Float64, Int32
 from cutlass._mlir import ir
+from cutlass._mlir.dialects import vector
 from cutlass.cute.nvgpu import cpasync
 
+from sigdnn.plan_builders.cute.batchnorm import BatchnormSpec
 from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
-
-SHARED_BYTES = 227 * 1024  # an sm_90 block's largest shared memory
-
-
-@attrs.frozen
-class BatchnormSpec:
-    """One batchnorm training forward over (rows, channels) channels-last x; everything the kernel compiles in."""
-
-    dtype: str  # x and y
-    channels: int
-    rows: int  # every element but the channel: N * spatial
-    param_dtype: str  # scale and bias
-    stat_dtype: str  # mean, inv_variance and the running statistics
-    running: bool  # whether the running statistics are updated
-    epsilon: float
-    momentum: float  # 0.0 without running statistics
-    blocks: int  # one a SM
-    threads: int = 512
-    registers: int = 12  # groups a block keeps in registers, at most
-    step: int = 4  # streamed groups a thread has in flight
-    slots: int = 8  # accumulator copies
-
-    @property
-    def vec(self) -> int:
-        """Elements in a thread's 16-byte vector."""
-        return 16 // (DTYPES[self.dtype].width // 8)
-
-    @property
-    def lanes(self) -> int:
-        """Threads covering one row's channels."""
-        return self.channels // self.vec
-
-    @property
-    def group_rows(self) -> int:
-        return self.threads // self.lanes
-
-    @property
-    def groups(self) -> int:
-        """Whole groups of ``group_rows`` rows; the rows after them are the tail."""
-        return self.rows // self.group_rows
-
-    @property
-    def scratch_bytes(self) -> int:
-        """Shared memory for the block's sums (group_rows x channels floats), then the coefficients."""
-        return self.group_rows * self.channels * 4
-
-    @property
-    def kept_registers(self) -> int:
-        return min(self.registers, self.groups // self.blocks)
-
-    @property
-    def kept_shared(self) -> int:
-        room = (SHARED_BYTES - self.scratch_bytes - 64) // (self.threads * 16)
-        return max(0, min(room, (self.groups - self.blocks * self.kept_registers) // self.blocks))
-
-    @property
-    def accumulator_elements(self) -> int:
-        """Two accumulators (this launch's and the next one's) of ``slots`` (2, channels) float64 copies."""
-        return 2 * self.slots * 2 * self.channels
 
 
 class BatchnormTrainSm90:
@@ -139,6 +81,23 @@ class BatchnormTrainSm90:
         else:
             value = cute.arch.load(ptr, vt, level1_eviction_priority="evict_no_allocate")
         return cute.TensorSSA(value, (self.s.vec,), self.dtype)
+
+    def _opaque(self, v: cute.TensorSSA) -> cute.TensorSSA:
+        """``v`` through a register move the compiler cannot see into: a register-kept vector is converted to
+        float32 in both passes, and without this the compiler keeps the converted (twice as wide) copy live
+        between them, which spilled."""
+        words_t = ir.VectorType.get([4], Int32.mlir_type)
+        words = vector.bitcast(words_t, v)
+        moved = [
+            cute.arch.inline_ptx(
+                "mov.b32 {$w0}, {$r0};",
+                write_only_types=[Int32],
+                read_only_args=[Int32(vector.extract(words, [], [k]))],
+            ).ir_value()
+            for k in range(4)
+        ]
+        vt = ir.VectorType.get([self.s.vec], self.dtype.mlir_type)
+        return cute.TensorSSA(vector.bitcast(vt, vector.from_elements(words_t, moved)), (self.s.vec,), self.dtype)
 
     def _add(self, acc0: cute.Tensor, acc1: cute.Tensor, v: cute.TensorSSA, p: cute.TensorSSA) -> None:
         """acc0 += d, acc1 += d^2 for d = v - p."""
@@ -214,7 +173,7 @@ class BatchnormTrainSm90:
             if bidx == nb - 1 and r < tail:
                 self._add(acc0, acc1, self._load(xs + s.groups * span, False), p)
         for i in cutlass.range_constexpr(nrc):
-            self._add(acc0, acc1, kept[i], p)
+            self._add(acc0, acc1, self._opaque(kept[i]), p)
         cute.arch.cp_async_wait_group(0)  # this thread's copies landed: it reads back only its own
         for i in cutlass.range(nsc, unroll=1):
             self._add(acc0, acc1, cute.local_tile(sX[i * gr + r, None], (vec,), (lane,)).load(), p)
