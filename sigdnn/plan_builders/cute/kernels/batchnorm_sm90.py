@@ -133,6 +133,7 @@ class BatchnormTrainSm90:
         sParity = smem.allocate_tensor(Int32, cute.make_layout(1), 4)
         if tidx == 0:
             sParity[0] = (cute.arch.load(mBar.iterator, Int32, sem="relaxed", scope="gpu") >> 31) & 1
+        cute.arch.sync_threads()  # every thread reads the parity thread 0 wrote (shared memory starts as garbage)
 
         # 1. statistics: kept groups (shared memory by cp.async, registers), then the streamed ones
         atom = cute.make_copy_atom(
