@@ -34,7 +34,6 @@ from sigdnn.signature_keys import SignatureKey
 IO_DTYPES = {"bfloat16": 2, "float16": 2, "float32": 4}  # x and y, with their bytes an element
 VECTOR_DTYPES = ("bfloat16", "float16", "float32")  # the per-channel tensors
 MAX_LANES = 256  # 16-byte vectors a row: half the kernel's 512 threads (its sums need two rows of shared memory)
-INT32_MAX = 2**31 - 1
 STATS = ("mean", "inv_variance", "in_running_mean", "in_running_var", "next_running_mean", "next_running_var")
 
 
@@ -113,11 +112,7 @@ def plan_batchnorm(node: Node, graph: Graph) -> dict[str, Any]:
     outer, channels, inner = views.channels(x)
     if inner != 1:
         raise ValueError(f"x's channels are not innermost in memory (strides {list(x.strides)}); NHWC only")
-    views.same_layout(x, [y])
-    if outer < 1 or channels < 1:
-        raise ValueError("x has no elements")
-    if outer * channels > INT32_MAX:
-        raise ValueError(f"{outer * channels} elements; the kernel indexes with 32 bits")
+    views.same_layout(x, [y])  # views also refuses past 2^31 - 1 elements, the kernel's 32-bit indices
     vec = 16 // IO_DTYPES[dtype]
     lanes = channels // vec
     if channels % vec or lanes & (lanes - 1) or lanes > MAX_LANES:
@@ -159,10 +154,6 @@ class CuteBatchnormPlan(BindsLaunches, NodePlan):
     def __init__(self, launch: Any, where: str) -> None:
         self._launch = launch
         self._where = where
-
-    @property
-    def spec(self) -> Any:
-        return self._launch.spec
 
     def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
         x, y = buffers["x"], buffers["y"]

@@ -3,12 +3,23 @@ spec cuts x among registers, shared memory and the stream."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 import sigdnn
-from sigdnn.errors import NotSupported
-from sigdnn.plan_builders.cute.batchnorm import SHARED_BYTES, BatchnormSpec, CuteBatchnormBuilder, plan_batchnorm
+from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.plan_builders.cute import matmul
+from sigdnn.plan_builders.cute.batchnorm import (
+    SHARED_BYTES,
+    BatchnormSpec,
+    CuteBatchnormBuilder,
+    CuteBatchnormPlan,
+    plan_batchnorm,
+)
 from sigdnn.registry import Registry
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import key_for
 
 
 def batchnorm(
@@ -110,3 +121,122 @@ def test_kept_groups_never_outnumber_x() -> None:
     for rows in (1, 2111, 132 * 16 * 11, 132 * 16 * 40, 132 * 16 * 1000):
         s = spec(rows)
         assert s.blocks * (s.kept_registers + s.kept_shared) <= s.groups
+
+
+@pytest.mark.parametrize(
+    ("dims", "layout", "io"),
+    [((4, 8, 5, 7), "NHWC", "bfloat16"), ((2, 2048, 3, 1), "NHWC", "bfloat16"), ((4, 64, 3, 3), "NHWC", "float16")],
+    ids=["one_vector", "256_vectors", "float16"],
+)
+def test_takes_every_power_of_two_of_vectors_up_to_256(dims, layout, io) -> None:
+    g = batchnorm(dims, layout, io)
+    assert plan_batchnorm(g.nodes[0], g)["channels"] == dims[1]
+
+
+def test_two_elements_a_channel_are_enough_for_running_statistics() -> None:
+    g = batchnorm((2, 64, 1, 1))
+    assert plan_batchnorm(g.nodes[0], g)["rows"] == 2
+
+
+@pytest.mark.parametrize(
+    ("graph", "reason"),
+    [
+        (lambda: batchnorm((1, 8, 1 << 14, 1 << 14)), "2147483648 elements"),  # 2^31: one past int32
+        (lambda: batchnorm((4, 1, 5, 7)), "1 channels"),
+        (lambda: batchnorm(scale_dtype="float64"), "one dtype each"),
+    ],
+)
+def test_declines_past_the_kernels_arithmetic_and_dtypes(graph, reason: str) -> None:
+    assert reason in declined(graph())
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_every_accepted_row_width_fills_whole_rows_of_a_block(dtype: str) -> None:
+    vec = 16 // {"bfloat16": 2, "float32": 4}[dtype]
+    for lanes in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        s = spec(1000, channels=lanes * vec, dtype=dtype)
+        assert s.lanes == lanes and s.group_rows * lanes == s.threads and s.group_rows >= 2
+
+
+def test_plan_batchnorm_refuses_other_ops() -> None:
+    g = sigdnn.Graph("ln", io_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", dims=(4, 64))
+    g.layernorm("training", x, g.tensor("s", dims=(1, 64)), g.tensor("b", dims=(1, 64)))[0].set_output(True)
+    with pytest.raises(ValueError, match="layernorm is not a batchnorm training forward"):
+        plan_batchnorm(g.nodes[0], g)
+
+
+def test_sizes_are_whole_numbers() -> None:
+    s = spec(1000, channels=128, dtype="float32")
+    assert (s.vec, s.lanes, s.group_rows) == (4, 32, 16)
+    assert all(type(v) is int for v in (s.vec, s.lanes, s.group_rows, s.groups, s.kept_shared))
+    assert s.accumulator_elements == 2 * 8 * 2 * 128
+
+
+def test_serves_batchnorm_keys_of_its_io_dtypes() -> None:
+    builder = CuteBatchnormBuilder()
+    ok, f64 = batchnorm(), batchnorm(io="float64")
+    assert builder.serves(key_for(ok.nodes[0], ok))
+    assert not builder.serves(key_for(f64.nodes[0], f64))
+    other = sigdnn.Graph("ln", io_dtype="bfloat16", compute_dtype="float32")
+    x = other.tensor("x", dims=(4, 64))
+    other.layernorm("training", x, other.tensor("s", dims=(1, 64)), other.tensor("b", dims=(1, 64)))[0].set_output(True)
+    assert not builder.serves(key_for(other.nodes[0], other))
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __call__(self, *args) -> None:
+        self.calls.append(args)
+
+
+def buf(ptr: int) -> types.SimpleNamespace:
+    return types.SimpleNamespace(ptr=ptr)
+
+
+PORTS = {"x": 0x1000, "y": 0x2000, "scale": 0x3002, "bias": 0x4002, "mean": 0x5004, "inv_variance": 0x6004}
+RUNNING = {"in_running_mean": 0x7004, "in_running_var": 0x8004, "next_running_mean": 0x9004, "next_running_var": 0xA004}
+
+
+@pytest.mark.parametrize("running", [True, False])
+def test_binds_the_node_pointers_in_the_kernels_order(running: bool) -> None:
+    launch = Recorder()
+    plan = CuteBatchnormPlan(launch, "node 'bn'")
+    ports = {**PORTS, **(RUNNING if running else {})}
+    bound = plan.bind({p: buf(v) for p, v in ports.items()}, ExecutionContext(stream=0x5EED))
+    assert launch.calls == []
+    bound()
+    running_ptrs = list(RUNNING.values()) if running else [0, 0, 0, 0]
+    assert launch.calls == [(*PORTS.values(), *running_ptrs, 0x5EED)]
+
+
+def test_a_plan_keeps_its_state_out_of_the_shared_workspace() -> None:
+    assert CuteBatchnormPlan(Recorder(), "node 'bn'").workspace_bytes == 0
+
+
+def test_y_in_another_dtype_than_x_is_declined() -> None:
+    g = batchnorm()
+    g.tensors[g.nodes[0].op.y].set_data_type("float32")
+    assert "y is float32 and x bfloat16" in declined(g)
+
+
+def test_declines_a_gpu_other_than_sm90(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(matmul, "device_properties", lambda device_id: ((8, 0), 108))
+    g = batchnorm()
+    with pytest.raises(NotSupported, match="needs sm_90"):
+        CuteBatchnormBuilder().check(g.nodes[0], g, Device("gpu"))
+
+
+def test_the_registry_offers_it_first_for_gpu_batchnorm_keys() -> None:
+    g = batchnorm()
+    registry = Registry()
+    names = [b.name for b in registry.ranker(registry.serving(key_for(g.nodes[0], g), "gpu"), g.nodes[0], g)]
+    assert names.index("cute.batchnorm") < names.index("cutile.batchnorm")
+
+
+def test_refuses_a_misaligned_x_when_binding() -> None:
+    plan = CuteBatchnormPlan(Recorder(), "node 'bn'")
+    with pytest.raises(VariantPackError, match="node 'bn': x not 16-byte aligned"):
+        plan.bind({**{p: buf(v) for p, v in PORTS.items()}, "x": buf(0x1008)}, ExecutionContext(stream=1))
