@@ -27,9 +27,10 @@ N, C, H, W = 64, 256, 56, 56
 ROWS = N * H * W
 EPS, MOMENTUM = 1e-5, 0.1
 LABELS = {
-    f"t{t}r{r}u{u}": dict(threads=t, registers=r, step=u)
-    for t, r, u in ((512, 8, 4), (512, 12, 2), (512, 12, 4), (512, 0, 4), (512, 10, 3), (512, 16, 2), (512, 10, 4))
-}
+    f"t{t}r{r}u{u}{'p' if p else ''}": dict(threads=t, registers=r, step=u, policy=p)
+    for t, r, u in ((512, 10, 4), (512, 8, 4), (512, 0, 4), (512, 12, 2))
+    for p in (False, True)
+}  # p: L2 hints through an explicit evict-first policy and non-coherent loads (BatchnormSpec.policy)
 
 
 def reference(x: torch.Tensor, scale, bias, rm, rv) -> tuple[torch.Tensor, ...]:

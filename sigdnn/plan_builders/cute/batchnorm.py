@@ -54,9 +54,10 @@ class BatchnormSpec:
     momentum: float  # 0.0 without running statistics
     blocks: int  # one a SM
     threads: int = 512
-    registers: int = 10  # groups a block keeps in registers, at most (12 spilled at 512 threads)
+    registers: int = 8  # groups a block keeps in registers, at most (12 spilled at 512 threads)
     step: int = 4  # streamed groups a thread has in flight
     slots: int = 8  # accumulator copies
+    policy: bool = True  # L2 hints as an explicit evict-first policy with non-coherent loads (else .cs operators)
 
     @property
     def vec(self) -> int:

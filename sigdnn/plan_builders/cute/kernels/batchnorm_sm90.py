@@ -40,7 +40,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils as utils
-from cutlass import Float32, Float64, Int32
+from cutlass import Float32, Float64, Int32, Int64
 from cutlass._mlir import ir
 from cutlass._mlir.dialects import vector
 from cutlass.cute.nvgpu import cpasync
@@ -73,8 +73,31 @@ class BatchnormTrainSm90:
         tensors.append(cute.make_tensor(bar_ptr, cute.make_layout(1)))
         self.kernel(*tensors).launch(grid=[s.blocks, 1, 1], block=[s.threads, 1, 1], cooperative=True, stream=stream)
 
-    def _load(self, ptr: cute.Pointer, streaming: bool) -> cute.TensorSSA:
-        """One 16-byte vector: evict-first in L2 (``streaming``: read once) or not allocated in L1."""
+    def _words(self, v: cute.TensorSSA) -> list:
+        """A 16-byte vector as its four 32-bit words."""
+        words = vector.bitcast(ir.VectorType.get([4], Int32.mlir_type), v)
+        return [Int32(vector.extract(words, [], [k])) for k in range(4)]
+
+    def _from_words(self, words: list) -> cute.TensorSSA:
+        words_t = ir.VectorType.get([4], Int32.mlir_type)
+        packed = vector.from_elements(words_t, [Int32(w).ir_value() for w in words])
+        vt = ir.VectorType.get([self.s.vec], self.dtype.mlir_type)
+        return cute.TensorSSA(vector.bitcast(vt, packed), (self.s.vec,), self.dtype)
+
+    def _evict_first(self) -> Int64:
+        """An L2 cache policy: lines touched under it are the first evicted."""
+        return cute.arch.inline_ptx("createpolicy.fractional.L2::evict_first.b64 {$w0}, 1.0;", write_only_types=[Int64])
+
+    def _load(self, ptr: cute.Pointer, streaming: bool, policy: Int64 | None) -> cute.TensorSSA:
+        """One 16-byte vector, not allocated in L1; ``streaming`` (read once): evict-first in L2, through
+        ``policy`` when the spec asks for one, else the ``.cs`` operator."""
+        if cutlass.const_expr(self.s.policy):
+            hint, args = (".L2::cache_hint", ", {$r1}") if streaming else ("", "")
+            text = f"ld.global.nc.L1::no_allocate{hint}.v4.u32 {{{{$w0}}, {{$w1}}, {{$w2}}, {{$w3}}}}, [{{$r0}}]{args};"
+            words = cute.arch.inline_ptx(
+                text, write_only_types=[Int32] * 4, read_only_args=[ptr, policy] if streaming else [ptr]
+            )
+            return self._from_words(list(words))
         vt = ir.VectorType.get([self.s.vec], self.dtype.mlir_type)
         if cutlass.const_expr(streaming):
             value = cute.arch.load(ptr, vt, cop="cs")
@@ -86,18 +109,11 @@ class BatchnormTrainSm90:
         """``v`` through a register move the compiler cannot see into: a register-kept vector is converted to
         float32 in both passes, and without this the compiler keeps the converted (twice as wide) copy live
         between them, which spilled."""
-        words_t = ir.VectorType.get([4], Int32.mlir_type)
-        words = vector.bitcast(words_t, v)
         moved = [
-            cute.arch.inline_ptx(
-                "mov.b32 {$w0}, {$r0};",
-                write_only_types=[Int32],
-                read_only_args=[Int32(vector.extract(words, [], [k]))],
-            ).ir_value()
-            for k in range(4)
+            cute.arch.inline_ptx("mov.b32 {$w0}, {$r0};", write_only_types=[Int32], read_only_args=[w])
+            for w in self._words(v)
         ]
-        vt = ir.VectorType.get([self.s.vec], self.dtype.mlir_type)
-        return cute.TensorSSA(vector.bitcast(vt, vector.from_elements(words_t, moved)), (self.s.vec,), self.dtype)
+        return self._from_words(moved)
 
     def _add(self, acc0: cute.Tensor, acc1: cute.Tensor, v: cute.TensorSSA, p: cute.TensorSSA) -> None:
         """acc0 += d, acc1 += d^2 for d = v - p."""
@@ -105,11 +121,15 @@ class BatchnormTrainSm90:
         acc0.store(acc0.load() + d)
         acc1.store(acc1.load() + d * d)
 
-    def _put(self, ptr: cute.Pointer, v: cute.TensorSSA, coef: tuple) -> None:
-        """y's vector at ``ptr`` from x's: (x - mean) * a + b, stored evict-first."""
+    def _put(self, ptr: cute.Pointer, v: cute.TensorSSA, coef: tuple, policy: Int64 | None) -> None:
+        """y's vector at ``ptr`` from x's: (x - mean) * a + b, stored evict-first (``policy`` or ``.cs``)."""
         mean, a, b = coef
         y = ((v.to(Float32) - mean) * a + b).to(self.dtype)
-        cute.arch.store(ptr, y.ir_value(), cop="cs")
+        if cutlass.const_expr(self.s.policy):
+            text = "st.global.L2::cache_hint.v4.u32 [{$r0}], {{$r1}, {$r2}, {$r3}, {$r4}}, {$r5};"
+            cute.arch.inline_ptx(text, read_only_args=[ptr, *self._words(y), policy])
+        else:
+            cute.arch.store(ptr, y.ir_value(), cop="cs")
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mY: cute.Tensor, mScale: cute.Tensor, mBias: cute.Tensor, mMean: cute.Tensor,
@@ -145,8 +165,9 @@ class BatchnormTrainSm90:
             dst = cute.local_tile(sX[i * gr + r, None], (vec,), (lane,))
             cute.copy(atom, src, dst)
         cute.arch.cp_async_commit_group()
-        kept = [self._load(xs + (bidx * nrc + i) * span, True) for i in range(nrc)]
-        p = self._load(mX.iterator + col, False).to(Float32)
+        policy = self._evict_first() if cutlass.const_expr(s.policy) else None
+        kept = [self._load(xs + (bidx * nrc + i) * span, True, policy) for i in range(nrc)]
+        p = self._load(mX.iterator + col, False, policy).to(Float32)
         acc0 = cute.make_rmem_tensor(vec, Float32)
         acc1 = cute.make_rmem_tensor(vec, Float32)
         acc0.fill(0.0)
@@ -158,21 +179,21 @@ class BatchnormTrainSm90:
         w = [cute.make_rmem_tensor(vec, self.dtype) for _ in range(step)]
         if steps > 0:
             for u in cutlass.range_constexpr(step):
-                v[u].store(self._load(xs + (lo + u) * span, False))
+                v[u].store(self._load(xs + (lo + u) * span, False, policy))
         for t in cutlass.range(steps, unroll=1):
             nxt = lo + (t + cutlass.min(steps - 1 - t, 1)) * step  # the next step, or this one again at the end
             for u in cutlass.range_constexpr(step):
-                w[u].store(self._load(xs + (nxt + u) * span, False))
+                w[u].store(self._load(xs + (nxt + u) * span, False, policy))
             for u in cutlass.range_constexpr(step):
                 self._add(acc0, acc1, v[u].load(), p)
             for u in cutlass.range_constexpr(step):
                 v[u].store(w[u].load())
         for g in cutlass.range(lo + steps * step, hi, unroll=1):
-            self._add(acc0, acc1, self._load(xs + g * span, False), p)
+            self._add(acc0, acc1, self._load(xs + g * span, False, policy), p)
         tail = s.rows - s.groups * gr
         if cutlass.const_expr(tail > 0):  # noqa: SIM102 (a compile-time test cannot join a run-time one)
             if bidx == nb - 1 and r < tail:
-                self._add(acc0, acc1, self._load(xs + s.groups * span, False), p)
+                self._add(acc0, acc1, self._load(xs + s.groups * span, False, policy), p)
         for i in cutlass.range_constexpr(nrc):
             self._add(acc0, acc1, self._opaque(kept[i]), p)
         cute.arch.cp_async_wait_group(0)  # this thread's copies landed: it reads back only its own
@@ -241,25 +262,25 @@ class BatchnormTrainSm90:
         # 4. y: the tail and the streamed groups, last read first, then the kept groups
         if cutlass.const_expr(tail > 0):  # noqa: SIM102 (a compile-time test cannot join a run-time one)
             if bidx == nb - 1 and r < tail:
-                self._put(ys + s.groups * span, self._load(xs + s.groups * span, False), coef)
+                self._put(ys + s.groups * span, self._load(xs + s.groups * span, False, policy), coef, policy)
         top = lo + steps * step
         for k in cutlass.range(hi - top, unroll=1):
             g = hi - 1 - k
-            self._put(ys + g * span, self._load(xs + g * span, False), coef)
+            self._put(ys + g * span, self._load(xs + g * span, False, policy), coef, policy)
         if steps > 0:
             for u in cutlass.range_constexpr(step):
-                v[u].store(self._load(xs + (top - step + u) * span, False))
+                v[u].store(self._load(xs + (top - step + u) * span, False, policy))
         for t in cutlass.range(steps, unroll=1):
             g0 = top - (t + 1) * step
             nxt = g0 - cutlass.min(steps - 1 - t, 1) * step
             for u in cutlass.range_constexpr(step):
-                w[u].store(self._load(xs + (nxt + u) * span, False))
+                w[u].store(self._load(xs + (nxt + u) * span, False, policy))
             for u in cutlass.range_constexpr(step):
-                self._put(ys + (g0 + u) * span, v[u].load(), coef)
+                self._put(ys + (g0 + u) * span, v[u].load(), coef, policy)
             for u in cutlass.range_constexpr(step):
                 v[u].store(w[u].load())
         for i in cutlass.range_constexpr(nrc):
-            self._put(ys + (bidx * nrc + i) * span, kept[i], coef)
+            self._put(ys + (bidx * nrc + i) * span, kept[i], coef, policy)
         for i in cutlass.range(nsc, unroll=1):
             kept_row = cute.local_tile(sX[i * gr + r, None], (vec,), (lane,)).load()
-            self._put(ys + (nb * nrc + bidx * nsc + i) * span, kept_row, coef)
+            self._put(ys + (nb * nrc + bidx * nsc + i) * span, kept_row, coef, policy)
