@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from sigdnn.plan_builders.cute.kernels import batchnorm_sm90
 from sigdnn.plan_builders.cute.kernels.batchnorm_sm90 import BatchnormTrainSm90
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.cutlass_dtypes import DTYPES
-from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch
+from sigdnn.plan_builders.cute.kernels.launch import PackedLaunch, zeroed_memory
 
 _CACHE = CompileCache()
 STATS = _CACHE.stats
@@ -51,18 +50,6 @@ def compiled(spec: BatchnormSpec) -> Any:
     return _CACHE.get(spec, name, lambda: _compile(spec))
 
 
-def _zeroed(nbytes: int, owner: object) -> int:
-    """Device memory of ``nbytes``, zeroed, freed with ``owner``."""
-    err, ptr = cuda.cuMemAlloc(nbytes)
-    if err != cuda.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"batchnorm state of {nbytes} bytes: cuMemAlloc failed ({err})")
-    weakref.finalize(owner, cuda.cuMemFree, ptr)
-    for result in (cuda.cuMemsetD8(ptr, 0, nbytes), cuda.cuCtxSynchronize()):
-        if result[0] != cuda.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"batchnorm state: zeroing failed ({result[0]})")
-    return int(ptr)
-
-
 class BatchnormLaunch:
     """One node's launch: the spec compiled in, the state owned; the node's pointers and the stream per call."""
 
@@ -70,7 +57,7 @@ class BatchnormLaunch:
         self.spec = spec
         self._launch = PackedLaunch(compiled(spec), POINTERS, [], "batchnorm")
         accumulators = 8 * spec.accumulator_elements
-        self._state = _zeroed(accumulators + 16, self)
+        self._state = zeroed_memory(accumulators + 16, self, "batchnorm state")
         self._counter = self._state + accumulators
         self._lock = threading.Lock()
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import threading
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from sigdnn.plan_builders.cute.kernels import (
     gemm_sm90,
 )
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
-from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, packed_args
+from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, packed_args, zeroed_memory
 
 # (kind, spatial rank) -> (kernel class, launch scalars: the geometry (conv_implicit.ImplicitConv's) and, for
 # the wgrad kinds, the reduction's slice length and slice count). The fprop kinds also take the split-K
@@ -127,7 +126,7 @@ class ConvLaunch(GemmLaunch):
             split_scalars = (1, 0, 0)
             if config.split:
                 self.split = split_k_plan(geometry, config, sm_count)
-                work = self._allocate_workspace(self.split.workspace_bytes)
+                work = zeroed_memory(self.split.workspace_bytes, self, "split-K workspace")
                 flags = work + self.split.partial_bytes
                 split_scalars = (self.split.splits, self.split.whole, self.split.sk_segments)
             extra = [_Cell(ctypes.c_void_p, work), _Cell(ctypes.c_void_p, flags)]
@@ -137,16 +136,3 @@ class ConvLaunch(GemmLaunch):
         self._args = [ctypes.c_void_p(x) for x in args]
         self._packed = packed_args(self._executor, self._args)
         self._lock = threading.Lock()
-
-    def _allocate_workspace(self, nbytes: int) -> int:
-        """Device memory for the split-K partials and counters, zeroed, freed with this launch."""
-        if nbytes == 0:
-            return 0
-        err, ptr = cuda.cuMemAlloc(nbytes)
-        if err != cuda.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"split-K workspace of {nbytes} bytes: cuMemAlloc failed ({err})")
-        weakref.finalize(self, cuda.cuMemFree, ptr)
-        for result in (cuda.cuMemsetD8(ptr, 0, nbytes), cuda.cuCtxSynchronize()):
-            if result[0] != cuda.CUresult.CUDA_SUCCESS:
-                raise RuntimeError(f"split-K workspace: zeroing failed ({result[0]})")
-        return int(ptr)

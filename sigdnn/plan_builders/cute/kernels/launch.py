@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,21 @@ class PackedLaunch:
             cell.value.value = ptr
         self.stream.value.value = stream
         invoke(self._executor, self._packed, self._args, self._what)
+
+
+def zeroed_memory(nbytes: int, owner: object, what: str) -> int:
+    """Device memory of ``nbytes`` (0: none), zeroed once and freed with ``owner``: state a kernel leaves ready for
+    its next launch (the split-K counters, the batchnorm accumulators and barrier)."""
+    if nbytes == 0:
+        return 0
+    err, ptr = cuda.cuMemAlloc(nbytes)
+    if err != cuda.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what} of {nbytes} bytes: cuMemAlloc failed ({err})")
+    weakref.finalize(owner, cuda.cuMemFree, ptr)
+    for result in (cuda.cuMemsetD8(ptr, 0, nbytes), cuda.cuCtxSynchronize()):
+        if result[0] != cuda.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"{what}: zeroing failed ({result[0]})")
+    return int(ptr)
 
 
 def int32_cells(*values: int) -> list[_Cell]:
