@@ -10,8 +10,8 @@ rows, a thread one 16-byte vector of a row (``lanes`` threads cover a row's
 channels):
 
 1. statistics: the block's first ``kept_registers`` groups are loaded into
-   registers and its next ``kept_shared`` groups into shared memory (cp.async),
-   both marked evict-first in L2 (they are never read from memory again);
+   registers, evict-first in L2 (never read from memory again), and its next
+   ``kept_shared`` groups into shared memory (cp.async, bypassing L1);
    its share of the other groups streams through ``step`` at a time (the
    next step's loads issued before this one is added); each thread adds
    d = x - x[0] and d^2 per channel in float32;
@@ -29,9 +29,12 @@ channels):
    latest), then the kept ones from registers and shared memory; y stored
    evict-first.
 
+"Evict-first" is an explicit L2 policy (inline PTX ``createpolicy``) with
+non-coherent loads of x where ``spec.policy``, else the ``.cs`` operators.
 The launch owns the accumulators and the counter (zeroed once, left ready).
-Measured in CUDA C first: 74.5 us against sigdnn's cuTile 87.2 in one run
-(benchmarks/bn_one_launch_cuda_c.py).
+On the H200 (benchmarks/results/gpu_cutile_2026-12-02d.md): 78.4-78.7 us
+(2.61 TB/s) against cuTile's three launches' 86.5; the same design in CUDA C
+74.5 us (benchmarks/bn_one_launch_cuda_c.py).
 """
 
 from __future__ import annotations
