@@ -12,9 +12,12 @@ the driver's ``cuLaunchKernelEx``):
   read kernel of ``read_roofline.py``), summing d = x - x[0] and d^2 in
   float32; the block's rows meet in shared memory and one float64 row per
   block goes to a partial matrix;
-* ``finalize``: ``CF`` channels a block add the partial rows and write the
-  node's per-channel outputs and the float32 mean and inv_variance the last
-  pass reads;
+* ``finalize``: ``CF`` channels a block (512 threads, every load issued
+  before any is added) add the partial rows and write the node's per-channel
+  outputs and the float32 mean and inv_variance the last pass reads; ``f0``:
+  no finalize, the statistics pass adds into one (2, C) accumulator by
+  float64 atomics and each elementwise block derives its coefficients (a
+  ticket puts the accumulator back to zero);
 * ``apply``: y = (x - mean) * (inv * scale) + bias, chunks of x last first
   (the statistics pass read them last), one chunk a block or ``GA`` blocks a
   SM walking chunks a grid apart;
@@ -22,18 +25,21 @@ the driver's ``cuLaunchKernelEx``):
   launches (1: each triggers its dependent when its work is done; 2: at its
   start, so the elementwise pass's blocks load their first x while the
   statistics finish, then wait for the finalize);
+* ``p``: the statistics pass loads its next step before adding this one;
 * ``y``: y stored with an L2 evict-first policy; ``x``: the elementwise
   pass loads x evict-first; ``k``: the statistics pass loads the last K MiB
   of x evict-last and the rest evict-first.
 
-A label composes them: ``s256u4b4/f8/a256u4g0/pdl2/y1/x1/k24`` (stats 256
+``--trace`` also records each kernel's first block start and last block
+end (globaltimer) within the node. A label composes the fields:
+``s256u4b4/f8/a256u4g0/p1/pdl2/y1/x1/k24`` (stats 256
 threads, 4 loads, 4 blocks a SM; finalize 8 channels a block; apply 256
 threads, 4 loads, one chunk a block; ...). Each variant's per-channel outputs
 and y are checked against sigdnn's node (``cutile_bn_stats_pass.Node``) and
 against float64 torch, then timed interleaved with sigdnn's node and torch's
 copy of x (median of 15 samples of 10 runs). On the H200 (cuTile and CuPy):
 
-    python3 benchmarks/bn_train_cuda_c.py [LABEL,...]
+    python3 benchmarks/bn_train_cuda_c.py [--trace] [LABEL,...]
 """
 
 from __future__ import annotations
