@@ -35,9 +35,12 @@ IO_DTYPES = {"bfloat16": 2, "float16": 2, "float32": 4}  # x and y, with their b
 VECTOR_DTYPES = ("bfloat16", "float16", "float32")  # the per-channel tensors
 MAX_LANES = 256  # 16-byte vectors a row: half the kernel's 512 threads (its sums need two rows of shared memory)
 STATS = ("mean", "inv_variance", "in_running_mean", "in_running_var", "next_running_mean", "next_running_var")
-
-
 SHARED_BYTES = 227 * 1024  # an sm_90 block's largest shared memory
+
+
+def vector_elements(dtype: str) -> int:
+    """Elements of an io dtype in a thread's 16-byte vector."""
+    return 16 // IO_DTYPES[dtype]
 
 
 @attrs.frozen
@@ -61,8 +64,7 @@ class BatchnormSpec:
 
     @property
     def vec(self) -> int:
-        """Elements in a thread's 16-byte vector."""
-        return 16 // IO_DTYPES[self.dtype]
+        return vector_elements(self.dtype)
 
     @property
     def lanes(self) -> int:
@@ -114,7 +116,7 @@ def plan_batchnorm(node: Node, graph: Graph) -> dict[str, Any]:
     if inner != 1:
         raise ValueError(f"x's channels are not innermost in memory (strides {list(x.strides)}); NHWC only")
     views.same_layout(x, [y])  # views also refuses past 2^31 - 1 elements, the kernel's 32-bit indices
-    vec = 16 // IO_DTYPES[dtype]
+    vec = vector_elements(dtype)
     lanes = channels // vec
     if channels % vec or lanes & (lanes - 1) or lanes > MAX_LANES:
         raise ValueError(
@@ -180,17 +182,22 @@ class CuteBatchnormBuilder(PlanBuilder):
     def serves(self, key: SignatureKey) -> bool:
         return key.op == "batchnorm" and str(dict(key.inputs).get("x")) in IO_DTYPES
 
-    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+    def _view(self, node: Node, graph: Graph, device: Device | None) -> dict[str, Any]:
+        """``plan_batchnorm``'s view, or NotSupported saying why the kernel cannot run the node on ``device``."""
         try:
-            plan_batchnorm(node, graph)
+            view = plan_batchnorm(node, graph)
         except ValueError as e:
             raise NotSupported(f"node '{node.name}': {e}") from None
         require_hopper(node, device)
+        return view
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        self._view(node, graph, device)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         from sigdnn.plan_builders.cute.kernels.batchnorm_launch import BatchnormLaunch
 
-        self.check(node, graph, context.device)
+        view = self._view(node, graph, context.device)
         _, sm_count = device_properties(device_id_of(context.device))
-        spec = BatchnormSpec(**plan_batchnorm(node, graph), blocks=sm_count)
+        spec = BatchnormSpec(**view, blocks=sm_count)
         return CuteBatchnormPlan(BatchnormLaunch(spec), f"node '{node.name}'")

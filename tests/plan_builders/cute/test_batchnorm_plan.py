@@ -3,12 +3,14 @@ spec cuts x among registers, shared memory and the stream."""
 
 from __future__ import annotations
 
+import sys
 import types
 
 import pytest
 
 import sigdnn
 from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.plan_builders.cute import batchnorm as cute_batchnorm
 from sigdnn.plan_builders.cute import matmul
 from sigdnn.plan_builders.cute.batchnorm import (
     SHARED_BYTES,
@@ -18,6 +20,7 @@ from sigdnn.plan_builders.cute.batchnorm import (
     plan_batchnorm,
 )
 from sigdnn.registry import Registry
+from sigdnn.registry.contracts import BuildContext
 from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.signature_keys import key_for
 
@@ -227,6 +230,19 @@ def test_declines_a_gpu_other_than_sm90(monkeypatch: pytest.MonkeyPatch) -> None
     g = batchnorm()
     with pytest.raises(NotSupported, match="needs sm_90"):
         CuteBatchnormBuilder().check(g.nodes[0], g, Device("gpu"))
+
+
+def test_build_compiles_the_view_for_every_sm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch (replaced here: it needs the DSL) gets the node's view with one block a SM."""
+    monkeypatch.setattr(matmul, "device_properties", lambda device_id: ((9, 0), 132))
+    monkeypatch.setattr(cute_batchnorm, "device_properties", matmul.device_properties)
+    fake = types.ModuleType("batchnorm_launch")
+    fake.BatchnormLaunch = lambda spec: spec
+    monkeypatch.setitem(sys.modules, "sigdnn.plan_builders.cute.kernels.batchnorm_launch", fake)
+    g = batchnorm()
+    context = BuildContext(key_for(g.nodes[0], g), Device("gpu"), g)
+    plan = CuteBatchnormBuilder().build(g.nodes[0], g, context)
+    assert plan._launch == BatchnormSpec(**plan_batchnorm(g.nodes[0], g), blocks=132)
 
 
 def test_the_registry_offers_it_first_for_gpu_batchnorm_keys() -> None:
