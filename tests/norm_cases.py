@@ -86,7 +86,7 @@ def batchnorm_inference(dims, layout, io) -> sigdnn.Graph:
 def batchnorm(dims, layout, io, running) -> sigdnn.Graph:
     g = sigdnn.Graph("batchnorm", io_dtype=io, compute_dtype="float32")
     x = g.tensor("x", dims=dims, layout=layout)
-    cd = (1, dims[1], 1, 1)
+    cd = (1, dims[1], *(1,) * (len(dims) - 2))
     s, b = g.tensor("scale", dims=cd), g.tensor("bias", dims=cd)
     if running:
         rm, rv = g.tensor("rm", dims=cd, dtype="float32"), g.tensor("rv", dims=cd, dtype="float32")

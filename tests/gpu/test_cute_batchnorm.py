@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 from cute_skip import skip_unless_sm90
+from norm_cases import batchnorm as batchnorm_graph
 
 import sigdnn
 from sigdnn.plan_builders.cute import batchnorm as cute_batchnorm
@@ -22,18 +23,6 @@ from sigdnn.validation import random_inputs
 pytestmark = pytest.mark.gpu
 
 skip_unless_sm90("the CuTe batchnorm")
-
-
-def batchnorm_graph(dims: tuple[int, ...], layout: str, io: str, running: bool) -> sigdnn.Graph:
-    g = sigdnn.Graph("bn", io_dtype=io, compute_dtype="float32")
-    x = g.tensor("x", dims=dims, layout=layout)
-    cd = (1, dims[1], *(1,) * (len(dims) - 2))
-    s, b = g.tensor("scale", dims=cd), g.tensor("bias", dims=cd)
-    rm, rv = (g.tensor(n, dims=cd, dtype="float32") for n in ("rm", "rv")) if running else (None, None)
-    for t in g.batchnorm(x, s, b, rm, rv, 1e-5, 0.1 if running else None):
-        if t is not None:
-            t.set_output(True)
-    return g
 
 
 CASES = {
