@@ -52,6 +52,7 @@ from collections.abc import Callable
 import attrs
 import cupy as cp
 import torch
+from bn_reference import bf16_ulps, float64_batchnorm
 from cuda.bindings import driver as cu
 from cutile_bn_stats_pass import EPS, MOMENTUM, NODE_BYTES, ROWS, X_BYTES, C, Node, launcher, timed
 
@@ -532,16 +533,10 @@ def traced(node: Node, v: Variant, sms: int, label: str) -> None:
 
 def torch_check(node: Node) -> str:
     """The node's outputs (as last written) against float64 torch: mean and inv relative, y in bf16 ulps."""
-    x = node.data["x"].permute(0, 2, 3, 1).reshape(ROWS, C).double()
-    mu = x.mean(0)
-    var = ((x - mu) ** 2).mean(0)
-    inv = 1.0 / torch.sqrt(var + EPS)
-    scale, bias = (node.data[k].flatten().double() for k in ("scale", "bias"))
-    want = (x - mu) * inv * scale + bias
-    got = node.y.permute(0, 2, 3, 1).reshape(ROWS, C).double()
-    # bf16 ulps of y, or of the bias where y cancels against it (float32 keeps no more there)
-    ulp = torch.ldexp(torch.ones_like(want), torch.frexp(torch.maximum(want.abs(), bias.abs())).exponent - 8)
-    worst = ((got - want).abs() / ulp).max().item()
+    x = node.data["x"].permute(0, 2, 3, 1).reshape(ROWS, C)
+    scale, bias = (node.data[k].flatten() for k in ("scale", "bias"))
+    mu, _, inv, want = float64_batchnorm(x, scale, bias, EPS)
+    worst = bf16_ulps(node.y.permute(0, 2, 3, 1).reshape(ROWS, C), want, bias)
     rel = max(((node.vectors[0].double() - mu).abs() / mu.abs().clamp_min(1e-3)).max().item(),
               ((node.vectors[1].double() - inv).abs() / inv).max().item())  # fmt: skip
     return f"against float64 torch: mean / inv relative {rel:.1e}, y within {worst:.2f} bf16 ulps"

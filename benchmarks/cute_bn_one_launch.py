@@ -18,6 +18,7 @@ import argparse
 import statistics
 
 import torch
+from bn_reference import bf16_ulps, float64_batchnorm
 from cuda_timing import interleaved_samples
 
 from sigdnn.plan_builders.cute.batchnorm import BatchnormSpec
@@ -35,11 +36,7 @@ LABELS = {
 
 def reference(x: torch.Tensor, scale, bias, rm, rv) -> tuple[torch.Tensor, ...]:
     """float64 batchnorm of (rows, C) x: mean, inv_variance, next running mean and variance, y."""
-    xd = x.double()
-    mu = xd.mean(0)
-    var = ((xd - mu) ** 2).mean(0)
-    inv = 1.0 / torch.sqrt(var + EPS)
-    y = (xd - mu) * inv * scale.double() + bias.double()
+    mu, var, inv, y = float64_batchnorm(x, scale, bias, EPS)
     nrm = (1 - MOMENTUM) * rm.double() + MOMENTUM * mu
     nrv = (1 - MOMENTUM) * rv.double() + MOMENTUM * var * ROWS / (ROWS - 1)
     return mu, inv, nrm, nrv, y
@@ -47,11 +44,7 @@ def reference(x: torch.Tensor, scale, bias, rm, rv) -> tuple[torch.Tensor, ...]:
 
 def check(got: list[torch.Tensor], want: tuple[torch.Tensor, ...], bias: torch.Tensor) -> str:
     rel = [((g.double() - w).abs() / w.abs().clamp_min(1e-3)).max().item() for g, w in zip(got[:4], want[:4])]
-    ulp = torch.ldexp(
-        torch.ones_like(want[4]), torch.frexp(torch.maximum(want[4].abs(), bias.double().abs())).exponent - 8
-    )
-    worst = ((got[4].double() - want[4]).abs() / ulp).max().item()
-    return f"mean / inv / running relative {max(rel):.1e}, y within {worst:.2f} bf16 ulps"
+    return f"mean / inv / running relative {max(rel):.1e}, y within {bf16_ulps(got[4], want[4], bias):.2f} bf16 ulps"
 
 
 def main() -> None:
