@@ -1,6 +1,6 @@
 """Mutation testing for sigdnn's core modules: every mutant, each run against only the tests that reach it.
 
-    python scripts/mutation.py                          # every module in [tool.mutation] of pyproject.toml
+    python scripts/mutation.py                          # every module in mutation.toml
     python scripts/mutation.py sigdnn/dtypes.py         # one module
     python scripts/mutation.py sigdnn/dtypes.py --list  # the mutants, without running them
     python scripts/mutation.py --report docs/mutation.md  # also write the scores and the survivors
@@ -23,7 +23,7 @@ docstrings left alone), and runs it like so:
   crash: NumPy aborting on a heap the mutant corrupted) counts as killed.
 
 A mutant's id is its scope, the change and an occurrence number, so it
-survives edits elsewhere in the file. ``[tool.mutation.equivalent]`` lists
+survives edits elsewhere in the file. ``[equivalent] of mutation.toml`` lists
 the survivors that cannot change behaviour, each with the reason; the score
 is killed / (mutants - equivalent).
 """
@@ -506,7 +506,7 @@ def run_module(path: Path, tests: list[str], only: list[str] | None = None) -> l
 
 
 def _config() -> dict:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutation"]
+    return tomllib.loads((ROOT / "mutation.toml").read_text())
 
 
 def _preload() -> None:
@@ -519,7 +519,7 @@ def _preload() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("modules", nargs="*", help="module files (default: every one in [tool.mutation.modules])")
+    parser.add_argument("modules", nargs="*", help="module files (default: every one in [modules] of mutation.toml)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--only", action="append", help="run only mutants whose id contains this text (repeatable)")
     parser.add_argument("--json", help="write every outcome here (JSON)")
