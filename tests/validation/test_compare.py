@@ -201,7 +201,7 @@ def test_report_json(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "g.sdg"
     path.write_bytes(integer_graph().serialize())
     monkeypatch.setattr(sigdnn, "validate", lambda g, seed, executor: validate(g, INPUTS, executor=off_by_one()))
-    monkeypatch.setattr(cli, "_check_backend", lambda backend: None)
+    monkeypatch.setattr("sigdnn.cli.validate.check_backend", lambda backend: None)
     out = tmp_path / "report.json"
     assert cli.main(["validate", str(path), "--backend", "reference", "--json", str(out)]) == 1
     written = json.loads(out.read_text())

@@ -1,0 +1,49 @@
+"""The files a command reads: graph files and input tensor files, each capped by --max-file-bytes."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+from sigdnn.errors import UsageError
+from sigdnn.io import (
+    DEFAULT_MAX_GRAPH_FILE_BYTES,
+    DEFAULT_MAX_TENSOR_FILE_BYTES,
+    Expected,
+    read_graph_file,
+    read_tensor_file,
+)
+from sigdnn.io.files import shown
+
+
+def file_cap(args: argparse.Namespace, default: int) -> int:
+    """--max-file-bytes, or ``default`` when it was not given."""
+    return default if args.max_file_bytes is None else args.max_file_bytes
+
+
+def read_graph(args: argparse.Namespace, path: str) -> bytes:
+    """The bytes of a graph file (any format :mod:`sigdnn.io` detects), converted to sigdnn's."""
+    return read_graph_file(path, max_bytes=file_cap(args, DEFAULT_MAX_GRAPH_FILE_BYTES))
+
+
+def expected(graph: Any) -> dict[str, Expected]:
+    """What an inputs file may hold: the graph's inputs and its pass-by-value scalars (overrides)."""
+    wanted = [*graph.inputs, *(t for t in graph.tensors.values() if t.value is not None)]
+    return {t.name: Expected(tuple(t.dims), graph.dtype_of(t)) for t in wanted}
+
+
+def read_inputs(args: argparse.Namespace, graph: Any, update: Any) -> dict[str, np.ndarray]:
+    """The tensors of every --inputs file by name; a name in two files is an error."""
+    expect = expected(graph)
+    given: dict[str, np.ndarray] = {}
+    for path in args.inputs or ():
+        update(f"reading {path}")
+        for name, array in read_tensor_file(
+            path, expect=expect, max_bytes=file_cap(args, DEFAULT_MAX_TENSOR_FILE_BYTES)
+        ).items():
+            if name in given:
+                raise UsageError(f"--inputs: tensor {name!r} is in more than one file (again in {shown(path)})")
+            given[name] = array
+    return given

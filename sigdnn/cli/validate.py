@@ -1,0 +1,102 @@
+"""``sigdnn validate GRAPH...``: run graphs on a backend and on the reference; compare step by step."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+import sigdnn
+from sigdnn.cli import options
+from sigdnn.cli.backend import check_backend
+from sigdnn.cli.files import read_graph
+from sigdnn.cli.options import EXIT_FAILED, graph_options, limits
+from sigdnn.cli.screen import Screen
+from sigdnn.errors import UsageError
+from sigdnn.io import write_file
+from sigdnn.io.files import shown
+
+
+def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
+    validate = commands.add_parser(
+        "validate",
+        help="run graphs on a backend and on the reference; compare step by step",
+        description="Validate graphs: the backend's result of every step against the reference's, on random inputs.",
+    )
+    validate.add_argument("graphs", nargs="+", metavar="GRAPH", help="one or more graph files (.sdg)")
+    validate.add_argument("--seed", type=options.seed, default=0, help="first seed of the random inputs (default: 0)")
+    validate.add_argument(
+        "--seeds", type=options.count, default=1, metavar="N", help="run seeds SEED..SEED+N-1 (default: 1)"
+    )
+    validate.add_argument("--json", metavar="FILE", help="also write every report as JSON to FILE ('-': stdout)")
+    validate.add_argument(
+        "--engine", type=options.engine, metavar="ID|NAME", help="pin every node to one builder (id or name)"
+    )
+    validate.add_argument(
+        "--fallback",
+        action="store_true",
+        help="with --backend gpu: run nodes no GPU builder takes on the reference (named in the table)",
+    )
+    validate.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="write an error-distribution plot (PNG) of every failing step to DIR (needs sigdnn[plot])",
+    )
+    graph_options(validate, backend_default="gpu")
+    validate.set_defaults(func=cmd_validate)
+
+
+def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
+    check_backend(args.backend)
+    if args.fallback and args.backend != "gpu":
+        raise UsageError("--fallback needs --backend gpu (the reference runs every node itself)")
+    seeds = range(args.seed, args.seed + args.seeds)
+    fallback = "reference" if args.fallback else None
+    if args.plot:
+        from sigdnn.validation.plot import plot_failures, pyplot
+
+        pyplot()  # without matplotlib, say so before validating anything
+    runs: list[tuple[str, int, Any]] = []
+    plots: list[str] = []
+    with screen.progress(total=len(args.graphs) * len(seeds)) as update:
+        for path in args.graphs:
+            args.graph = path  # named by any error from here on
+            update(f"reading {path}")
+            graph = sigdnn.deserialize(read_graph(args, path), limits=limits(args))
+            device = sigdnn.Executor(args.backend, engine=args.engine, fallback=fallback, limits=limits(args))
+            for seed in seeds:
+                update(f"validating {path} (seed {seed})")
+                report = sigdnn.validate(graph, seed=seed, executor=device)
+                runs.append((path, seed, report))
+                if args.plot:
+                    plots += plot_failures(report, args.plot, f"{os.path.basename(path)}_seed{seed}")
+                update(f"validated {path} (seed {seed})", advance=1)
+    if args.json == "-":
+        screen.json(_validation_json(runs))
+    else:
+        from sigdnn.validation.validate import COLUMNS
+
+        for path, seed, report in runs:
+            verdict = "PASS" if report.passed else "FAIL"
+            screen.table(f"{path} (seed {seed}): graph '{report.graph}' {verdict}", COLUMNS, report.rows())
+        if len(runs) > 1:
+            screen.table(
+                "summary",
+                [("graph file", "left"), ("seed", "right"), ("verdict", "left")],
+                [[path, str(seed), "PASS" if report.passed else "FAIL"] for path, seed, report in runs],
+            )
+        if args.json:
+            text = json.dumps(_validation_json(runs), indent=2)
+            write_file(args.json, lambda f: f.write(text.encode()), what="--json file")
+            screen.line(f"wrote the reports to {shown(args.json)}")
+        for plot in plots:
+            screen.line(f"wrote {shown(plot)}")
+    return 0 if all(report.passed for _, _, report in runs) else EXIT_FAILED
+
+
+def _validation_json(runs: list[tuple[str, int, Any]]) -> dict[str, Any]:
+    return {
+        "passed": all(report.passed for _, _, report in runs),
+        "runs": [{"file": path, "seed": seed, **json.loads(report.to_json())} for path, seed, report in runs],
+    }
