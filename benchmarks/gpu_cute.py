@@ -1,37 +1,27 @@
-"""CuTe DSL GEMM against torch.matmul (cuBLAS) on one GPU: same run, same stream, same buffers.
+"""CuTe DSL GEMM, convolution and measured builder choice against torch (cuBLAS / cuDNN) on one GPU.
 
-For each dtype and size (M = N = K), times torch.matmul and every kernel
-configuration with CUDA events (median of repeats of back-to-back launches
-after a warm-up), checks each configuration's result against a float32
-cuBLAS product of the same inputs (TF32 off), and reports TFLOP/s and the
-ratio to torch. The fused part times act(A @ B + bias) (gelu) as one launch
-against torch eager doing matmul, add and gelu, and against addmm + gelu.
-The fp8 part times descaled fp8 GEMMs (C = sa * sb * (A @ B), bfloat16 out)
-against ``torch._scaled_mm`` (cuBLASLt) with and without fast accumulation,
-and reports each one's error against a float32 product of the same inputs;
-the fp8acc part measures how far fp8 tensor-core GEMMs (CuTe's and
-cuBLAS's) land from the float64 product in units of sigdnn's matmul
-tolerance. The conv part times bf16 NHWC conv fprop on ResNet-50 layers
-through the cute.conv_fprop builder against torch's conv2d (cuDNN); the
-convi part does the same for the implicit-GEMM builder
-(cute.conv_fprop_implicit) on a wider ResNet-50 layer set, per tile config,
-through the launch handle and the Executor, and fused with bias + relu;
-the conv3d part times 3x3x3 NDHWC layers against torch's conv3d; the dgrad
-and wgrad parts time cute.conv_dgrad / cute.conv_wgrad against
-cuDNN's backward data / backward filter.
-Then measures host microseconds per launch on a tiny
-problem for: the builder's plan (compiled handle, pre-marshalled cells),
-the compiled function called with fresh arguments, a one-node graph through
-Executor("gpu"), and torch.matmul. Also reports compile and disk-load time
-of one specialization. ``--parts autotune``: Executor(autotune=True) on a
-bf16 4096^3 matmul node and on a matmul + bias + gelu region (cuTile and
-CuTe both serve them): each candidate's time, the choice, and a second
-process that starts with the choice from the cache without timing.
+Same run, same stream, same buffers; CUDA events around back-to-back
+launches (median of repeats, implementations interleaved). Parts (``--parts``):
 
-    PYTHONPATH=. python benchmarks/gpu_cute.py --json $OUT/gemm.json
+* sizes: bf16 / f16 GEMMs (M = N = K) per kernel configuration against
+  torch.matmul, each checked against a float32 cuBLAS product (TF32 off);
+* fused: act(A @ B + bias) as one launch against torch eager and addmm + act;
+* fp8: descaled fp8 GEMMs (bf16 out) against ``torch._scaled_mm``, with and
+  without fast accumulation, and their error against a float32 product;
+* fp8acc: how far fp8 tensor-core GEMMs (CuTe's and cuBLAS's) land from
+  the float64 product, in units of sigdnn's matmul tolerance;
+* convi / dgrad / wgrad: bf16 NHWC conv fprop (implicit GEMM, per tile
+  config, through the launch handle and ``Executor.execute``, and fused
+  with bias + relu), dgrad and wgrad on ResNet-50 layers at batch 64
+  against cuDNN's forward, backward data and backward filter;
+* autotune: ``Executor(autotune=True)`` on a bf16 4096^3 matmul and a
+  matmul + bias + gelu region (cuTile and CuTe both serve them): each
+  candidate's time, the choice, and a second process that reuses it.
 
-Needs torch with CUDA and nvidia-cutlass-dsl on an sm_90 GPU. Record
-results under benchmarks/results/gpu_cute_<date>.md.
+    PYTHONPATH=. python benchmarks/gpu_cute.py --parts sizes fused --json $OUT/gemm.json
+
+Needs torch with CUDA and nvidia-cutlass-dsl on an sm_90 GPU. Results:
+benchmarks/results/gpu_cute.md.
 """
 
 from __future__ import annotations
@@ -39,7 +29,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import statistics
 import tempfile
 import time
@@ -75,24 +64,6 @@ CONFIGS = [
     "coop128x192c2x1s4",
     "pp128x192c2x1s4",
 ]
-
-
-def host_us(fn: Callable[[], None], n: int) -> float:
-    """Host microseconds per call: bursts of 100 calls, each timed from an idle device without the
-    synchronize that follows it, so the queue never fills and a tiny kernel's device time does not hide
-    the host's (before 2026-12-01 the waits were counted too: those figures are device-bound)."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    bursts = max(1, n // 100)
-    spent = 0.0
-    for _ in range(bursts):
-        t0 = time.perf_counter()
-        for _ in range(100):
-            fn()
-        spent += time.perf_counter() - t0
-        torch.cuda.synchronize()
-    return spent / (bursts * 100) * 1e6
 
 
 def gemm_launch(config: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, sm_count: int):
@@ -327,63 +298,6 @@ def bench_fp8_accumulation(args: argparse.Namespace, sm_count: int) -> list[dict
     return found
 
 
-RESNET_CONVS = {
-    # name: (C, H = W, K, R = S, stride), batch 64, padding R // 2
-    "conv2_3x3": (64, 56, 64, 3, 1),
-    "conv3_3x3": (128, 28, 128, 3, 1),
-    "conv4_3x3": (256, 14, 256, 3, 1),
-    "conv5_3x3": (512, 7, 512, 3, 1),
-    "conv2_1x1": (64, 56, 256, 1, 1),
-}
-
-
-def bench_conv(args: argparse.Namespace, rows: list[dict]) -> None:
-    """bf16 NHWC conv fprop through Executor("gpu", engine="cute.conv_fprop") against torch's (cuDNN) conv2d.
-
-    ResNet-50 3x3 layers and one 1x1 at batch 64; the sigdnn side includes
-    the executor's host cost (tens of microseconds, small next to these
-    convolutions) and, for the 3x3 layers, the im2col pass into the workspace.
-    """
-    import sigdnn
-
-    torch.backends.cudnn.benchmark = True
-    for name, (c, hw, k, r, stride) in RESNET_CONVS.items():
-        pad = r // 2
-        gen = torch.Generator(device="cuda").manual_seed(c + hw)
-        x = torch.randn(64, c, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
-        x = x.to(memory_format=torch.channels_last)
-        w = (torch.randn(k, c, r, r, device="cuda", generator=gen) / (c * r * r) ** 0.5).to(torch.bfloat16)
-        w = w.to(memory_format=torch.channels_last)
-        g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
-        xt, wt = g.tensor("x", x.shape, layout="NHWC"), g.tensor("w", w.shape, layout="NHWC")
-        yt = g.conv_fprop(xt, wt, padding=(pad, pad), stride=(stride, stride), name="conv").set_output(True)
-        yt.set_name("y")
-        y = torch.empty(yt.dims, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-        ex = sigdnn.Executor("gpu", engine="cute.conv_fprop")
-        plan = ex.prepare(g)
-        pack = {"x": x, "w": w, "y": y}
-        impls = {
-            "torch conv2d (cuDNN)": lambda x=x, w=w, pad=pad, stride=stride: torch.nn.functional.conv2d(
-                x, w, padding=pad, stride=stride
-            ),
-            "cute im2col + gemm": lambda ex=ex, plan=plan, pack=pack: ex.execute(plan, pack, to_host=False),
-        }
-        ref = torch.nn.functional.conv2d(x.float(), w.float(), padding=pad, stride=stride)
-        impls["cute im2col + gemm"]()
-        torch.cuda.synchronize()
-        rel = float((y.float() - ref).norm() / ref.norm())
-        flops = 2.0 * y.numel() * c * r * r
-        iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
-        samples = interleaved_samples(impls, iters, args.repeats)
-        t_torch = statistics.median(samples["torch conv2d (cuDNN)"])
-        for n, ts in samples.items():
-            t = statistics.median(ts)
-            err = rel if n.startswith("cute") else None
-            rows.append({"dtype": "bf16", "size": name, "impl": n, "ms": t, "spread": (max(ts) - min(ts)) / t,
-                         "tflops": flops / t / 1e9, "ratio": t_torch / t, "rel_err": err})  # fmt: skip
-        print_rows([r_ for r_ in rows if r_["size"] == name])
-
-
 LAUNCH_FLOOR_S = 10e-6  # the convi part's least time a launch counts for when it sizes a sample
 
 RESNET50_LAYERS = {
@@ -546,58 +460,6 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
         print_rows([r_ for r_ in rows if r_["size"] == size])
 
 
-CONV3D_LAYERS = {
-    # name: (batch, C, D, H = W, K), 3x3x3 filter, padding 1, stride 1: video-network-sized layers
-    "conv3d_64": (8, 64, 16, 28, 64),
-    "conv3d_128": (8, 128, 8, 14, 128),
-    "conv3d_256": (8, 256, 4, 14, 256),
-}
-
-
-def bench_conv3d(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
-    """bf16 NDHWC 3x3x3 conv fprop: the implicit-GEMM launch against torch conv3d (cuDNN, channels_last_3d)."""
-    import sigdnn
-    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, plan_conv
-    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
-
-    torch.backends.cudnn.benchmark = True
-    stream = torch.cuda.current_stream().cuda_stream
-    for name, (n, c, d, hw, k) in CONV3D_LAYERS.items():
-        gen = torch.Generator(device="cuda").manual_seed(c + d + hw)
-        x = torch.randn(n, c, d, hw, hw, device="cuda", generator=gen).to(torch.bfloat16)
-        x = x.to(memory_format=torch.channels_last_3d)
-        w = (torch.randn(k, c, 3, 3, 3, device="cuda", generator=gen) / (c * 27) ** 0.5).to(torch.bfloat16)
-        w = w.to(memory_format=torch.channels_last_3d)
-        g = sigdnn.Graph(name, io_dtype="bfloat16", compute_dtype="float32")
-        xt, wt = g.tensor("x", x.shape, layout="NDHWC"), g.tensor("w", w.shape, layout="NDHWC")
-        g.conv_fprop(xt, wt, padding=(1, 1, 1), name="conv").set_output(True).set_name("y")
-        view = plan_conv(g.node_by_name("conv"), g)
-        y = torch.empty(g.tensor_by_name("y").dims, device="cuda", dtype=torch.bfloat16)
-        y = y.to(memory_format=torch.channels_last_3d)
-        config = default_conv_config(view, sm_count)
-        launch = ConvLaunch(view.spec, config, view.geometry, sm_count)
-        ptrs = (x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
-        impls = {
-            "torch conv3d (cuDNN)": lambda x=x, w=w: torch.nn.functional.conv3d(x, w, padding=1),
-            f"cute {config.label} (default)": lambda la=launch, p=ptrs: la(*p),
-        }
-        want = torch.nn.functional.conv3d(x.float(), w.float(), padding=1)
-        y.fill_(float("nan"))
-        impls[f"cute {config.label} (default)"]()
-        torch.cuda.synchronize()
-        err = float((y.float() - want).norm() / want.norm())
-        flops = 2.0 * want.numel() * c * 27
-        iters = max(3, int(args.sample_ms * 1e-3 / (flops / 400e12)))
-        samples = interleaved_samples(impls, iters, args.repeats)
-        t_torch = statistics.median(samples["torch conv3d (cuDNN)"])
-        for n_, ts in samples.items():
-            t = statistics.median(ts)
-            rows.append({"dtype": "bf16", "size": name, "impl": n_, "ms": t, "spread": (max(ts) - min(ts)) / t,
-                         "tflops": flops / t / 1e9, "ratio": t_torch / t,
-                         "rel_err": err if n_.startswith("cute") else None})  # fmt: skip
-        print_rows([r_ for r_ in rows if r_["size"] == name])
-
-
 def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
     """bf16 NHWC conv dgrad (cute.conv_dgrad: filter flip + implicit GEMM over dy) against cuDNN's, batch 64.
 
@@ -683,8 +545,7 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
 
 def wgrad_sweep(shape, sm_count: int) -> list[tuple[str, int]]:
     """(tile config, slice count) pairs the wgrad part times for one layer (a conv_wgrad.WgradShape): the
-    model's four best configs at their best slice count, the best two at the neighbouring counts too, and
-    PREVIOUS_DEFAULTS' pair."""
+    model's four best configs at their best slice count, the best two at the neighbouring counts too."""
     from sigdnn.plan_builders.cute.conv_wgrad import best_splits, ranked_configs, split_choices
 
     choices = split_choices(shape.npq)
@@ -693,36 +554,7 @@ def wgrad_sweep(shape, sm_count: int) -> list[tuple[str, int]]:
         best = best_splits(shape, c, sm_count)
         at = choices.index(best)
         found += [(c.label, d) for d in (choices[max(0, at - 1) : at + 2] if i < 2 else [best])]
-    found += [pair for (k, rsc), pair in PREVIOUS_DEFAULTS.items() if (k, rsc) == (shape.k, shape.rsc)]
     return list(dict.fromkeys(found))
-
-
-def wgrad_grid(shape, sm_count: int) -> list[tuple[str, int]]:
-    """Every tile config at one slice, the model's best count for it, the counts a quarter below and above,
-    and the most slices that fit one wave: the data the model's figures are fitted to."""
-    from sigdnn.plan_builders.cute.conv_wgrad import best_splits, split_choices, wgrad_tile_configs
-
-    choices = split_choices(shape.npq)
-    found = []
-    for c in wgrad_tile_configs(shape.k, shape.rsc):
-        tiles = math.ceil(shape.k / c.tile_m) * math.ceil(shape.rsc / c.tile_n)
-        best = best_splits(shape, c, sm_count)
-        wanted = [1, best, round(best * 0.75), round(best * 1.25), sm_count // tiles]
-        found += [(c.label, min(choices, key=lambda d, w=w: abs(d - w))) for w in wanted]
-    return list(dict.fromkeys(found))
-
-
-# The defaults before slices could be uneven (2026-12-01e call 10) per layer, (K, RSC): timed next to the model's.
-PREVIOUS_DEFAULTS = {
-    (64, 576): ("pp64x64c1x1s1", 14),
-    (128, 1152): ("coop128x64c1x1s1", 7),
-    (256, 2304): ("coop256x128c1x1s1", 7),
-    (512, 4608): ("coop256x128c1x1s1", 1),
-    (256, 64): ("pp64x64c1x1s1", 32),
-    (64, 256): ("pp64x64c1x1s1", 32),
-    (1024, 256): ("coop256x64c1x1s1", 8),
-    (512, 2048): ("coop128x64c1x1s1", 1),
-}
 
 
 def wgrad_layer(name: str, gen: torch.Generator | None = None):
@@ -800,8 +632,6 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
         impls = {"torch conv2d_weight (cuDNN)": wgrad_torch}
         default = plan_wgrad_implicit(node, g, sm_count)
         extra = [(label, int(splits)) for label, splits in (pair.split(":") for pair in args.wgrad_pairs)]
-        if args.wgrad_grid:
-            extra += wgrad_grid(default.shape, sm_count)
         for label, splits in dict.fromkeys([*wgrad_sweep(default.shape, sm_count), *extra]):
             view, fn = wgrad_launch(g, label, splits, (x, dy, dw), sm_count, stream)
             mark = " (default)" if (view.config, splits) == (default.config, default.splits) else ""
@@ -840,108 +670,6 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                          "spread": (max(ts) - min(ts)) / t, "tflops": flops / t / 1e9, "ratio": t_torch / t,
                          "rel_err": errors.get(n)})  # fmt: skip
         print_rows([r_ for r_ in rows if r_["size"] == f"wgrad {name}"])
-
-
-def bench_host(sm_count: int) -> dict[str, float]:
-    """Host cost of one launch of a tiny GEMM along each call path."""
-    import sigdnn
-    from sigdnn.plan_builders.cute.kernels import launch as launch_mod
-    from sigdnn.plan_builders.cute.matmul import CuteMatmulPlan
-    from sigdnn.runtime.cuda import BFLOAT16, DeviceArray
-    from sigdnn.runtime.device import ExecutionContext
-
-    a = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(128, 128, device="cuda", dtype=torch.bfloat16)
-    stream = torch.cuda.current_stream().cuda_stream
-    launch, spec, problem = gemm_launch("coop128x128c1x1s1", a, b, c, sm_count)
-    plan = CuteMatmulPlan(launch, "bench")
-    bufs = {
-        "a": DeviceArray(a.data_ptr(), a.shape, a.stride(), BFLOAT16),
-        "b": DeviceArray(b.data_ptr(), b.shape, b.stride(), BFLOAT16),
-        "c": DeviceArray(c.data_ptr(), c.shape, c.stride(), BFLOAT16),
-    }
-    ctx = ExecutionContext(stream=stream)
-    out = {}
-    n = 5000
-    out["plan.execute (compiled handle, cells)"] = host_us(lambda: plan.execute(bufs, ctx), n)
-    out["GemmLaunch.__call__"] = host_us(lambda: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream), n)
-    launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)  # leaves the cells pointing at a, b, c
-    executor, exe_args = launch._executor, launch._args
-    out["run_compiled_program (DSL packs the args per call)"] = host_us(
-        lambda: executor.run_compiled_program(exe_args), n
-    )
-
-    fn = launch_mod.compiled(spec, launch.config, sm_count)
-    import cuda.bindings.driver as cuda
-    import cutlass
-    from cutlass import Int32, Int64
-    from cutlass.cute import AddressSpace
-    from cutlass.cute.runtime import make_ptr
-
-    p = problem
-    scalars = (Int32(p.m), Int32(p.n), Int32(p.k), Int32(p.batch), Int64(p.lda), Int64(p.ldb), Int64(p.ldc),
-               Int64(0), Int64(0), Int64(0))  # fmt: skip
-    cu_stream = cuda.CUstream(stream)
-    ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), c.data_ptr())  # the last: the unused bias slot
-    unused_scales = (c.data_ptr(), c.data_ptr())  # the two scale slots, float32, unread without scales
-
-    def fresh_args() -> None:
-        pointers = [make_ptr(cutlass.BFloat16, x, AddressSpace.gmem, assumed_align=16) for x in ptrs]
-        pointers += [make_ptr(cutlass.Float32, x, AddressSpace.gmem, assumed_align=4) for x in unused_scales]
-        fn(*pointers, *scalars, cu_stream)
-
-    out["compiled function, make_ptr args per call"] = host_us(fresh_args, n)
-    out["torch.matmul(out=)"] = host_us(lambda: torch.matmul(a, b, out=c), n)
-
-    g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
-    ta, tb = g.tensor("a", (128, 64)), g.tensor("b", (64, 128))
-    g.matmul(ta, tb, name="mm").set_output(True).set_name("c")
-    ex = sigdnn.Executor("gpu", engine="cute.matmul")
-    gplan = ex.prepare(g)
-    pack = {"a": a, "b": b, "c": c}
-    out["Executor('gpu').execute, 1-node graph"] = host_us(lambda: ex.execute(gplan, pack, to_host=False), 2000)
-    graphed = sigdnn.Executor("gpu", engine="cute.matmul", cuda_graphs=True)
-    graphed_plan = graphed.prepare(g)
-    out["Executor('gpu', cuda_graphs=True).execute, 1-node graph"] = host_us(
-        lambda: graphed.execute(graphed_plan, pack, to_host=False), 2000
-    )
-    bias = torch.randn(1, 128, device="cuda", dtype=torch.bfloat16)
-    region = sigdnn.Graph("mm_bias_gelu", io_dtype="bfloat16", compute_dtype="float32")
-    y = region.matmul(region.tensor("a", (128, 64)), region.tensor("b", (64, 128)), name="mm")
-    y = region.pointwise("add", y, region.tensor("bias", (1, 128)), name="bias")
-    region.pointwise("gelu_fwd", y, name="act").set_output(True).set_name("c")
-    region_pack = {**pack, "bias": bias}
-    for graphs in (False, True):
-        rex = sigdnn.Executor("gpu", engine="cute.matmul", cuda_graphs=graphs)
-        rplan = rex.prepare(region)
-        out[f"Executor('gpu', cuda_graphs={graphs}).execute, matmul+bias+gelu region"] = host_us(
-            lambda rex=rex, rplan=rplan: rex.execute(rplan, region_pack, to_host=False), 2000
-        )
-    out["torch eager matmul, add, gelu"] = host_us(lambda: torch.nn.functional.gelu(torch.matmul(a, b) + bias), n)
-    return out
-
-
-def bench_compile(sm_count: int) -> dict[str, float]:
-    """Seconds to compile one new specialization, and to load it from the disk cache in a fresh cache map."""
-    import os
-
-    from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec
-    from sigdnn.plan_builders.cute.kernels import launch as launch_mod
-
-    spec = GemmSpec("float16", "float16", "float32", "m", "k", "m", True, True)
-    config = GemmConfig(128, 160, pingpong=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["SIGDNN_CUTE_CACHE"] = tmp
-        t0 = time.perf_counter()
-        launch_mod.compiled(spec, config, sm_count)
-        t_compile = time.perf_counter() - t0
-        launch_mod._COMPILED.clear()
-        t0 = time.perf_counter()
-        launch_mod.compiled(spec, config, sm_count)
-        t_load = time.perf_counter() - t0
-        del os.environ["SIGDNN_CUTE_CACHE"]
-    return {"compile_s": t_compile, "disk_load_s": t_load}
 
 
 AUTOTUNE_SECOND = """
@@ -1028,21 +756,8 @@ def main() -> None:
     parser.add_argument(
         "--parts",
         nargs="+",
-        default=["sizes", "fused", "fp8", "fp8acc", "conv", "host", "compile"],
-        choices=[
-            "sizes",
-            "fused",
-            "fp8",
-            "fp8acc",
-            "conv",
-            "convi",
-            "conv3d",
-            "dgrad",
-            "wgrad",
-            "host",
-            "compile",
-            "autotune",
-        ],
+        default=["sizes", "fused", "fp8", "fp8acc"],
+        choices=["sizes", "fused", "fp8", "fp8acc", "convi", "dgrad", "wgrad", "autotune"],
     )
     parser.add_argument(
         "--layers", nargs="*", default=[], help="the convi, dgrad and wgrad parts: only these layers (default all)"
@@ -1057,7 +772,6 @@ def main() -> None:
         default=[],
         help="the wgrad part: slice counts the row wgrad also runs (3x3 layers on 64 channels)",
     )
-    parser.add_argument("--wgrad-grid", action="store_true", help="the wgrad part: every tile config (wgrad_grid)")
     parser.add_argument("--batch", type=int, default=64, help="the convi part: the layers' batch")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -1069,8 +783,6 @@ def main() -> None:
     rows: list[dict] = []
     fused_rows: list[dict] = []
     fp8_rows: list[dict] = []
-    host: dict[str, float] = {}
-    comp: dict[str, float] = {}
     if "sizes" in args.parts:
         bench_sizes(args, sm_count, rows)
     if "fused" in args.parts:
@@ -1079,25 +791,12 @@ def main() -> None:
         bench_fp8(args, sm_count, fp8_rows)
     fp8_acc = bench_fp8_accumulation(args, sm_count) if "fp8acc" in args.parts else []
     conv_rows: list[dict] = []
-    if "conv" in args.parts:
-        bench_conv(args, conv_rows)
     if "convi" in args.parts:
         bench_conv_implicit(args, sm_count, conv_rows)
-    if "conv3d" in args.parts:
-        bench_conv3d(args, sm_count, conv_rows)
     if "dgrad" in args.parts:
         bench_dgrad(args, conv_rows)
     if "wgrad" in args.parts:
         bench_wgrad(args, sm_count, conv_rows)
-    if "host" in args.parts:
-        host = bench_host(sm_count)
-        for k, v in host.items():
-            print(f"host per launch: {k:<42} {v:7.2f} us", flush=True)
-    if "compile" in args.parts:
-        comp = bench_compile(sm_count)
-        print(
-            f"compile one specialization: {comp['compile_s']:.2f} s; load it from disk: {comp['disk_load_s'] * 1e3:.1f} ms"
-        )
     from sigdnn.plan_builders.cute.kernels import launch as launch_mod
 
     tuned = bench_autotune() if "autotune" in args.parts else []
@@ -1118,8 +817,6 @@ def main() -> None:
                     "fused": fused_rows,
                     "fp8": fp8_rows,
                     "fp8_accumulation": fp8_acc,
-                    "host_us": host,
-                    "compile": comp,
                     "autotune": tuned,
                     "conv": conv_rows,
                 },

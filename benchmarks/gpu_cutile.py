@@ -17,11 +17,10 @@ with torch's time for the same work measured beside it:
   replay), against torch eager's per-op time;
 * warm start: a second process running a graph whose kernel the first
   compiled (the disk caches), first-execute time of each;
-* tiles: pointwise modes with every kernel's tile forced to each size;
 * norms: softmax, layernorm, rmsnorm (forward, backward) and batchnorm
-  training at the defaults, then the configurations ``--variants`` names
-  (``norm_variants``: tiles, cuTile hints, batchnorm lanes) side by side,
-  each against torch; batchnorm also through CUDA-graph replay;
+  training at the defaults, each against torch; batchnorm also through
+  CUDA-graph replay, and through the cuTile engine when the registry ranks
+  another (``cute.batchnorm``) first;
 * matmul: the cuTile GEMM at 4096^3 and 8192^3 bfloat16, every configuration
   it offers to autotune (bound launch on the executor's stream), against
   torch.matmul; then matmul + bias + gelu as one fused region (default and
@@ -45,7 +44,6 @@ import tempfile
 import textwrap
 import time
 
-import attrs
 import torch
 
 import sigdnn
@@ -282,39 +280,6 @@ def bench_warm_start() -> dict:
     return {"cold_s": times[0], "warm_s": times[1]}
 
 
-def diagnostics() -> dict:
-    """What cuTile's launch assumes about the arrays of a whole-tile kernel (alignment, divisibility, strides)."""
-    from cuda.tile._cext import CallingConvention, get_parameter_constraints_from_pyargs
-
-    g = sigdnn.Graph("diag", io_dtype="bfloat16", compute_dtype="float32")
-    g.pointwise("add", g.tensor("a", dims=(N,)), g.tensor("b", dims=(N,))).set_output(True).set_name("y")
-    ex = sigdnn.Executor("gpu")
-    plan = ex.prepare(g)
-    t = [torch.empty(N, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
-    launch = plan.steps[0].plan.launch
-    args = launch.args([ex.memory.context.wrap(t[0]), ex.memory.context.wrap(t[1])], [ex.memory.context.wrap(t[2])])
-    constraints = get_parameter_constraints_from_pyargs(launch.kernel, args, CallingConvention.cutile_python_v1())
-    print(f"launch constraints of a whole-tile bf16 add: {constraints}", flush=True)
-    return {"constraints": repr(constraints)}
-
-
-def bench_tiles(tiles=(1024, 2048, 4096), modes=("identity", "add", "gelu_fwd")) -> list[dict]:
-    """Each mode with every kernel's tile forced to each size (light and heavy modes alike)."""
-    from sigdnn.plan_builders.cutile import codegen
-
-    rows = []
-    default = codegen.DEFAULT_TILE, codegen.HEAVY_TILE, codegen.WIDE_TILE
-    try:
-        for tile in tiles:
-            codegen.DEFAULT_TILE = codegen.HEAVY_TILE = codegen.WIDE_TILE = tile
-            for row in bench_modes(list(modes), quiet=True):
-                rows.append({**row, "tile": tile})
-                print(f"tile {tile:5d} {row['mode']:22s} {row['tb_s']:.2f} TB/s", flush=True)
-    finally:
-        codegen.DEFAULT_TILE, codegen.HEAVY_TILE, codegen.WIDE_TILE = default
-    return rows
-
-
 # --- normalizations, softmax, batchnorm (row and channel kernels) -------------------------------------------------
 
 NORM_ROWS, NORM_COLS = 16384, 4096
@@ -410,8 +375,7 @@ def _norm_outputs(g: sigdnn.Graph, kind: str) -> dict:
 
 
 def bench_norm(kind: str, label: str = "", engine: str | None = None) -> dict | None:
-    """One op through the GPU executor (``engine``: that builder only; None: the registry's choice) against
-    torch; the cuTile steps also kernel by kernel."""
+    """One op through the GPU executor (``engine``: that builder only; None: the registry's choice) against torch."""
     if Shard.skip():
         return None
     g = _norm_graph(kind)
@@ -419,7 +383,6 @@ def bench_norm(kind: str, label: str = "", engine: str | None = None) -> dict | 
     ex = sigdnn.Executor("gpu", engine=engine)
     plan = ex.prepare(g)
     builder = plan.steps[0].builder.name
-    cutile_step = builder.startswith("cutile.")
     outs = _norm_outputs(g, kind)
     pack = {**data, **outs}
     t0 = time.perf_counter()
@@ -430,27 +393,18 @@ def bench_norm(kind: str, label: str = "", engine: str | None = None) -> dict | 
     (launch,) = ex.memory.bound(plan, False)._launches
     with on_stream(ex, plan):
         ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
-    parts = _kernel_times(ex, plan, launch) if cutile_step else []
     graph_ms = _graph_ms(g, pack, engine) if kind == "batchnorm" else None
     torch_fn = _norm_torch(kind, data)
     tms = cuda_time(lambda: [torch_fn() for _ in range(10)]) / 10
     nbytes = _norm_bytes(kind)
     row = {"op": kind, "config": label, "builder": builder, "ms": ms, "tb_s": nbytes / ms / 1e9, "torch_ms": tms,
-           "torch_tb_s": nbytes / tms / 1e9, "first_s": first_s, "kernel_us": [t * 1e3 for t in parts]}  # fmt: skip
-    split = " [" + " + ".join(f"{t * 1e3:.1f}" for t in parts) + " us]" if len(parts) > 1 else ""
+           "torch_tb_s": nbytes / tms / 1e9, "first_s": first_s}  # fmt: skip
+    split = ""
     if graph_ms is not None:
         row["graph_ms"], row["graph_tb_s"] = graph_ms, nbytes / graph_ms / 1e9
-        split = f"  cuda graphs {row['graph_tb_s']:5.2f} TB/s ({graph_ms * 1e3:5.1f} us)" + split
+        split = f"  cuda graphs {row['graph_tb_s']:5.2f} TB/s ({graph_ms * 1e3:5.1f} us)"
     print(f"{kind:20s} {label:18s} {row['tb_s']:5.2f} TB/s ({ms * 1e3:7.1f} us)  torch {row['torch_tb_s']:5.2f} TB/s "
           f"({tms * 1e3:7.1f} us)  x{tms / ms:4.2f}  (first {first_s:.1f}s) [{builder}]{split}", flush=True)  # fmt: skip
-    if kind == "batchnorm" and cutile_step:
-        row["l2_reuse_us"] = _l2_reuse_us(ex, plan, launch)
-    if kind == "batchnorm" and cutile_step and label in ("default", "cutile"):
-        row["read_alone_us"] = _read_alone_us(data["x"])
-        if BN_L2_WINDOWS:
-            row["l2_windows"] = _l2_windows(ex, plan, launch, data["x"], nbytes)
-        if BN_Y_STREAMING:
-            row["y_streaming_tb_s"] = _y_streaming(ex, plan, launch, outs[g.outputs[0].name], nbytes)
     return row
 
 
@@ -463,310 +417,18 @@ def _graph_ms(g: sigdnn.Graph, pack: dict, engine: str | None = None) -> float:
     return cuda_time(lambda: [ex.execute(plan, pack, to_host=False) for _ in range(10)]) / 10
 
 
-BN_L2_WINDOWS: list[int] = []  # --bn-l2-windows: MB of x's tail kept in L2 as persisting lines, per timing
-
-
-def _cuda_check(result) -> None:
-    from cuda.bindings import runtime as rt
-
-    if result[0] != rt.cudaError_t.cudaSuccess:
-        raise RuntimeError(f"CUDA runtime: {result[0]}")
-
-
-def access_window(stream: int, base: int = 0, num_bytes: int = 0, hit: str = "Normal", miss: str = "Streaming") -> None:
-    """Set the stream's L2 access-policy window over [base, base + num_bytes): hits ``hit``, misses ``miss``
-    (cudaAccessProperty names: Normal, Streaming, Persisting); ``num_bytes`` 0 clears it. Later launches on the
-    stream carry it."""
-    from cuda.bindings import runtime as rt
-
-    window = rt.cudaStreamAttrValue()
-    window.accessPolicyWindow.base_ptr = base
-    window.accessPolicyWindow.num_bytes = num_bytes
-    window.accessPolicyWindow.hitRatio = 1.0 if num_bytes else 0.0
-    window.accessPolicyWindow.hitProp = getattr(rt.cudaAccessProperty, f"cudaAccessProperty{hit}")
-    window.accessPolicyWindow.missProp = getattr(rt.cudaAccessProperty, f"cudaAccessProperty{miss}")
-    attr = rt.cudaStreamAttrID.cudaLaunchAttributeAccessPolicyWindow
-    _cuda_check(rt.cudaStreamSetAttribute(rt.cudaStream_t(stream), attr, window))
-
-
-def persisting_set_aside(nbytes: int | None = None) -> int:
-    """Set aside ``nbytes`` of L2 for persisting lines (None: the device's most); the bytes set aside."""
-    from cuda.bindings import runtime as rt
-
-    if nbytes is None:
-        _, nbytes = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxPersistingL2CacheSize, 0)
-    _cuda_check(rt.cudaDeviceSetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize, nbytes))
-    return nbytes
-
-
-def _windowed_ms(ex, plan, launch, base: int, num_bytes: int, hit: str) -> float:
-    """Milliseconds of the bound step with an L2 access-policy window over [base, base + num_bytes) on the plan's
-    stream (hits ``hit``, misses streaming), cleared afterwards."""
-    stream = ex.memory.bound(plan, False).execution.stream
-    access_window(stream, base, num_bytes, hit)
-    try:
-        with on_stream(ex, plan):
-            return cuda_time(lambda: [launch() for _ in range(10)]) / 10
-    finally:
-        access_window(stream)
-
-
-def _l2_windows(ex, plan, launch, x: torch.Tensor, nbytes: int) -> dict[int, float]:
-    """The batchnorm timed with the last W MB of x in an L2 access-policy window (persisting hits, streaming
-    misses) on the plan's stream: the statistics pass reads x's tail last and the elementwise pass reads it
-    first, so what stays in L2 is not read from DRAM twice. An experiment: sigdnn sets no window itself."""
-    from cuda.bindings import runtime as rt
-
-    most = persisting_set_aside()
-    print(f"{'':20s} L2 set-aside for persisting lines: {most / 2**20:.1f} MiB")
-    found = {}
-    end = x.data_ptr() + x.numel() * x.element_size()
-    for mb in BN_L2_WINDOWS:
-        ms = _windowed_ms(ex, plan, launch, end - mb * 2**20, mb * 2**20, "Persisting")
-        _cuda_check(rt.cudaCtxResetPersistingL2Cache())
-        found[mb] = nbytes / ms / 1e9
-        print(f"{'':20s} L2 window of x's last {mb:3d} MiB: {found[mb]:5.2f} TB/s ({ms * 1e3:6.1f} us)", flush=True)
-    persisting_set_aside(0)
-    return found
-
-
-BN_Y_STREAMING = False  # --bn-y-streaming
-
-
-def _y_streaming(ex, plan, launch, y: torch.Tensor, nbytes: int) -> float:
-    """The batchnorm timed with y's lines marked evict-first (an access-policy window over y, hits and misses
-    streaming, no persisting set-aside) on the plan's stream: the elementwise pass's writes of y then stop
-    evicting the x the statistics pass left in L2. An experiment: sigdnn sets no window itself."""
-    from cuda.bindings import runtime as rt
-
-    _, most = rt.cudaDeviceGetAttribute(rt.cudaDeviceAttr.cudaDevAttrMaxAccessPolicyWindowSize, 0)
-    covered = min(most, y.numel() * y.element_size())
-    ms = _windowed_ms(ex, plan, launch, y.data_ptr(), covered, "Streaming")
-    tb_s = nbytes / ms / 1e9
-    print(
-        f"{'':20s} y's lines streaming ({covered / 2**20:.0f} MiB window): {tb_s:5.2f} TB/s ({ms * 1e3:6.1f} us)",
-        flush=True,
-    )
-    return tb_s
-
-
-def _read_alone_us(x: torch.Tensor) -> float:
-    """torch summing all of x: what reading x once costs (the partial pass's floor; torch's sum over N, H and W
-    alone read at 0.84 TB/s, gpu_cutile_2026-12-01e.md)."""
-    us = cuda_time(lambda: [torch.sum(x, dtype=torch.float32) for _ in range(10)]) / 10 * 1e3
-    print(f"{'':20s} reading x alone (torch sum of x): {x.numel() * 2 / us / 1e6:.2f} TB/s ({us:.1f} us)")
-    return us
-
-
-def _recorded_calls(launch) -> list[tuple]:
-    """The arguments of each ``CUTILE.launch`` one run of a bound step makes, recorded instead of enqueued."""
-    from sigdnn.plan_builders.cutile.kernels import CUTILE
-
-    calls = []
-    CUTILE.launch = lambda *args: calls.append(args)
-    try:
-        launch()
-    finally:
-        del CUTILE.launch
-    return calls
-
-
-def _kernel_times(ex, plan, launch) -> list[float]:
-    """Median ms of each kernel of a step alone (10 back to back): which of a node's launches holds its time."""
-    from sigdnn.plan_builders.cutile.kernels import CUTILE
-
-    calls = _recorded_calls(launch)
-    if len(calls) < 2:
-        return []
-    with on_stream(ex, plan):
-        return [cuda_time(lambda c=c: [CUTILE.launch(*c) for _ in range(10)]) / 10 for c in calls]
-
-
-def _l2_reuse_us(ex, plan, launch) -> float:
-    """Microseconds the elementwise pass saves by finding in L2 the x the statistics pass read last: the
-    node's kernels in sequence with 256 MiB written between the last two (evicting x), less that write
-    timed alone, less the plain sequence."""
-    from sigdnn.plan_builders.cutile.kernels import CUTILE
-
-    calls = _recorded_calls(launch)
-    junk = torch.empty(1 << 27, dtype=torch.float16, device="cuda")
-    with on_stream(ex, plan):
-        plain = cuda_time(lambda: [CUTILE.launch(*c) for _ in range(10) for c in calls]) / 10
-        unfinished = cuda_time(lambda: [CUTILE.launch(*c) for _ in range(10) for c in (calls[0], calls[-1])]) / 10
-        print(f"{'':20s} without the finalize (stale statistics, timing only): {unfinished * 1e3:.1f} us", flush=True)
-
-        def evicting() -> None:
-            for _ in range(10):
-                for c in calls[:-1]:
-                    CUTILE.launch(*c)
-                junk.zero_()
-                CUTILE.launch(*calls[-1])
-
-        evicted = cuda_time(evicting) / 10
-        flush = cuda_time(lambda: [junk.zero_() for _ in range(10)]) / 10
-    saved = (evicted - flush - plain) * 1e3
-    print(f"{'':20s} L2 reuse between the passes: {saved:.1f} us saved ({plain * 1e3:.1f} us in sequence, "
-          f"{(evicted - flush) * 1e3:.1f} with x evicted between the passes)", flush=True)  # fmt: skip
-    return saved
-
-
-def norm_variants() -> dict[str, dict[str, object]]:
-    """Configurations compared side by side: label -> config, per direction (forward / backward rows, batchnorm)."""
-    from sigdnn.plan_builders.cutile import batchnorm, opbase
-    from sigdnn.plan_builders.cutile.batchnorm import ChannelConfig
-    from sigdnn.plan_builders.cutile.opbase import RowConfig
-    from sigdnn.plan_builders.cutile.rowgen import KernelHints
-
-    def row(tile: int, occupancy: int | None = None, warps: int | None = None, columns: int = 1024) -> RowConfig:
-        return RowConfig(tile, KernelHints(occupancy, warps), columns)
-
-    stop23 = opbase.ONE_TILE_A_BLOCK  # layernorm's one config before its width bands (softmax's stayed)
-    # Round 1 (cuTile's own register choice against occupancy / worker-warp hints), then round 2 around the
-    # winners (configurations the offline compile showed without spills).
-    forward = {"32768": row(32768), "32768w8": row(32768, None, 8), "4096o4": row(4096, 4), "8192o4": row(8192, 4),
-               "4096o8": row(4096, 8), "4096o2w8": row(4096, 2, 8), "4096o4w8": row(4096, 4, 8),
-               "8192o2w8": row(8192, 2, 8), "8192o3": row(8192, 3), "8192o5": row(8192, 5), "8192o6": row(8192, 6),
-               "16384o2": row(16384, 2), "16384o3": row(16384, 3), "4096o5": row(4096, 5), "4096o6": row(4096, 6),
-               # layernorm's mean and variance in one reduction (rowgen.VARIANCES); the other ops as 8192o4
-               "8192o4chan": RowConfig(8192, KernelHints(4), variance="chan"),
-               "4096o4chan": RowConfig(4096, KernelHints(4), variance="chan"),
-               **{f"{t}o{o}{'w8' if w else ''}chan": RowConfig(t, KernelHints(o, w), variance="chan")
-                  for t, o, w in ((8192, 5, None), (8192, 6, None), (16384, 2, None), (16384, 3, None),
-                                  (4096, 6, None), (4096, 8, None), (8192, 2, 8), (8192, 3, 8), (16384, 2, 8))},
-               # rows past ROW_MAX walked in chunks of k (--norm-cols 32768)
-               **{f"{t}o{o}{'chan' if c else ''}k{k}": RowConfig(t, KernelHints(o), variance="chan" if c else "two_pass",
-                                                              walk=k)
-                  for t, o, c, k in ((4096, 6, False, 4096), (4096, 6, False, 2048), (8192, 4, True, 4096),
-                                     (8192, 4, True, 2048), (8192, 4, False, 4096))},
-               # persistent blocks walking the row tiles (the forward defaults otherwise)
-               "stop23": stop23,  # the one forward config before layernorm's width bands
-               **{f"fwdb{b}{'' if o is None else f'o{o}'}": attrs.evolve(
-                   stop23, blocks=b, hints=stop23.hints if o is None else KernelHints(o))
-                  for b, o in ((264, None), (528, None), (1056, None), (264, 2), (396, 3), (132, 1), (264, 3),
-                               (528, 3), (792, 3))},
-               # softmax's stop-23 config (4096 elements, occupancy 6) in persistent blocks
-               **{f"smt{t}b{b}o{o}": RowConfig(t, KernelHints(o), walk=4096, blocks=b)
-                  for t, b, o in ((4096, 792, 6), (4096, 528, 4), (4096, 396, 3), (8192, 396, 3), (2048, 792, 6))},
-               **{f"fwt{t}b{b}o{o}": attrs.evolve(stop23, tile=t, blocks=b, hints=KernelHints(o))
-                  for t, b, o in ((4096, 792, 6), (4096, 528, 4), (16384, 264, 2), (8192, None, 3), (16384, 132, 1),
-                                  (16384, 396, 3), (32768, 132, 1), (8192, 264, 2), (16384, 528, 4), (32768, 264, 2))}}  # fmt: skip
-    backward = {"8192": row(8192), "8192w8": row(8192, None, 8), "4096w8": row(4096, None, 8),
-                "4096o2w8": row(4096, 2, 8), "4096o3w8": row(4096, 3, 8), "4096o2": row(4096, 2),
-                "8192o1w8": row(8192, 1, 8), "4096o2w8c32": row(4096, 2, 8, 32), "4096o2w8c64": row(4096, 2, 8, 64),
-                "4096o2w8c128": row(4096, 2, 8, 128), "4096o2w8c256": row(4096, 2, 8, 256),
-                "4096o2w8c64u": RowConfig(4096, KernelHints(2, 8), 64, paired=False),
-                **{f"4096o2w8c32k{k}": RowConfig(4096, KernelHints(2, 8), 32, walk=k) for k in (4096, 2048)}}  # fmt: skip
-    channels = {"8192f64": ChannelConfig(8192), "8192f32": ChannelConfig(8192, "float32"),
-                "4096f32": ChannelConfig(4096, "float32"), "16384f32": ChannelConfig(16384, "float32"),
-                "8192f32o4": ChannelConfig(8192, "float32", KernelHints(4)),
-                "4096f32o4": ChannelConfig(4096, "float32", KernelHints(4)),
-                "2048f32o4": ChannelConfig(2048, "float32", KernelHints(4)),
-                "2048f32o8": ChannelConfig(2048, "float32", KernelHints(8)),
-                "4096f32o3": ChannelConfig(4096, "float32", KernelHints(3)),
-                "4096f32o4k1024": ChannelConfig(4096, "float32", KernelHints(4), 1024, 4096),  # one finalize block
-                "4096f32o4k32": ChannelConfig(4096, "float32", KernelHints(4), final_tile=32, final_elems=4096),
-                "4096f32o4k64": ChannelConfig(4096, "float32", KernelHints(4), final_tile=64, final_elems=4096),
-                "4096f32o4k8e4096": ChannelConfig(4096, "float32", KernelHints(4), final_tile=8, final_elems=4096),
-                "4096f32o4k16": ChannelConfig(4096, "float32", KernelHints(4), final_tile=16),
-                "4096f32o4k4": ChannelConfig(4096, "float32", KernelHints(4), final_tile=4),
-                "4096f32o3w8": ChannelConfig(4096, "float32", KernelHints(3, 8)),
-                "8192f32o2w8": ChannelConfig(8192, "float32", KernelHints(2, 8)),
-                # round 3: the partial pass's loop pipelined (tile 2048: 10 stages), the elementwise pass's own tile
-                **{f"{t}f32o{o}a{a}": ChannelConfig(t, "float32", KernelHints(o), apply_tile=a)
-                   for t, o, a in ((2048, 4, 1024), (2048, 4, 2048), (2048, 4, 4096), (2048, 4, 8192), (4096, 4, 1024),
-                                   (4096, 4, 4096), (1024, 4, 1024), (2048, 2, 1024), (2048, 3, 1024))},
-                # the elementwise pass in 8 warps: one 16-byte load a thread at 2048 elements, vectors in smaller loads
-                "2048f32o4a2048w8": ChannelConfig(2048, "float32", KernelHints(4), apply_tile=2048,
-                                                  apply_hints=KernelHints(num_worker_warps=8)),
-                # round 4: the partial pass's loads without TMA (nt) or with a DRAM latency hint (lN); ncu found
-                # it latency-bound at 3.15 TB/s (stalls on the loaded tiles, 35% achieved occupancy of 50%)
-                **{f"{t}f32o{o}a4096{tag}": ChannelConfig(t, "float32", KernelHints(o), apply_tile=4096, tma=tma,
-                                                          latency=lat)
-                   for t, o in ((2048, 4), (4096, 4), (2048, 6), (1024, 8))
-                   for tag, tma, lat in (("nt", False, None), ("l10", True, 10), ("ntl10", False, 10))},
-                # the finalize (5.2 us under ncu in 32 blocks of 255 registers): more blocks, fewer steps
-                **{f"2048f32o4a4096{tag}k{k}e{e}": ChannelConfig(2048, "float32", KernelHints(4), apply_tile=4096,
-                                                                 tma=tag != "nt", final_tile=k, final_elems=e)
-                   for tag in ("", "nt") for k, e in ((4, 2048), (2, 1024), (8, 4096))},
-                # round 5: the partial pass in more or fewer blocks (bN), more blocks a SM, 8 worker warps, tiles of
-                # 128 channels (cN, both passes)
-                **{f"{t}f32o{o}a4096b{b}": ChannelConfig(t, "float32", KernelHints(o), apply_tile=4096, blocks=b,
-                                                         apply_hints=KernelHints(4))
-                   for t, o, b in ((2048, 4, 1056), (2048, 4, 264), (2048, 8, 1056), (1024, 8, 1056), (1024, 4, 528),
-                                   (2048, 4, 132), (2048, 4, 396), (2048, 2, 264), (4096, 2, 264), (4096, 2, 132),
-                                   (1024, 4, 264), (2048, 2, 132))},
-                "2048f32o4w8a4096": ChannelConfig(2048, "float32", KernelHints(4, 8), apply_tile=4096,
-                                                  apply_hints=KernelHints(4)),
-                **{f"{t}f32o4a4096c128": ChannelConfig(t, "float32", KernelHints(4), apply_tile=4096, channels=128)
-                   for t in (2048, 4096)},
-                # round 7: larger partial-pass tiles (the elementwise pass in persistent blocks, larger or without
-                # TMA, measured no faster and was removed: benchmarks/results/gpu_cutile_2026-12-01h.md)
-                **{f"pt{t}o{o}b{b}": attrs.evolve(batchnorm.TRAINING, tile=t, hints=KernelHints(o), blocks=b)
-                   for t, o, b in ((8192, 2, 264), (8192, 1, 132), (16384, 1, 132))},
-                # round 8: the partial pass in 8 worker warps (more loads in flight a block)
-                **{f"pt{t}o{o}w8b{b}": attrs.evolve(batchnorm.TRAINING, tile=t, hints=KernelHints(o, 8), blocks=b)
-                   for t, o, b in ((4096, 2, 264), (8192, 2, 264), (2048, 2, 264), (8192, 1, 132), (16384, 1, 132))},
-                # round 9: one partial-pass block a SM with more TMA stages (the latency hint: 5 stages by default, 10
-                # at 6, 27 at 10; cutile_bn_stats_pass.py's blocks132stages10 ran 1-2 us faster)
-                **{f"pt4096o1b132{'' if lat is None else f'l{lat}'}": attrs.evolve(
-                    batchnorm.TRAINING, hints=KernelHints(1), blocks=132, latency=lat) for lat in (None, 4, 6, 8, 10)},
-                # round 10: the finalize adding the 132 partial rows in one step (k channels a block, e elements): none
-                # faster (gpu_cutile_2026-12-02b.md)
-                **{f"fin{k}e{e}": attrs.evolve(batchnorm.TRAINING, final_tile=k, final_elems=e)
-                   for k, e in ((8, 2048), (4, 1024), (2, 512), (16, 4096))}}  # fmt: skip
-    return {"forward": forward, "backward": backward, "batchnorm": channels}
-
-
 NORM_KINDS = {"forward": ("softmax", "layernorm", "rmsnorm"), "backward": ("layernorm_backward", "rmsnorm_backward"),
               "batchnorm": ("batchnorm",)}  # fmt: skip
 
 
-def _set_config(direction: str, config: object) -> None:
-    from sigdnn.plan_builders.cutile import batchnorm, opbase
-
-    if direction == "forward":
-        opbase.LAYERNORM_FORWARD = opbase.RMSNORM_FORWARD = opbase.SOFTMAX_FORWARD = ((None, config),)
-    elif direction == "backward":
-        opbase.ROW_BACKWARD = config
-    else:
-        batchnorm.TRAINING = config
-
-
-def bench_norms(variants: str = "", kinds: str = "") -> list[dict]:
-    """Each op (``kinds``: comma-separated, default all) at the default configuration, then (``variants``:
-    comma-separated labels, or "all") the others."""
-
+def bench_norms(kinds: str = "") -> list[dict]:
+    """Each op (``kinds``: comma-separated, default all) at the default configuration; batchnorm also through
+    the cuTile engine when the registry ranks another first."""
     wanted = set(kinds.split(",")) if kinds else {k for ks in NORM_KINDS.values() for k in ks}
     rows = [bench_norm(k, "default") for ks in NORM_KINDS.values() for k in ks if k in wanted]
     if "batchnorm" in wanted and any(r and r["op"] == "batchnorm" and r["builder"] != "cutile.batchnorm" for r in rows):
-        rows.append(bench_norm("batchnorm", "cutile", engine="cutile.batchnorm"))  # the cuTile engine beside it
-    if not variants:
-        return [r for r in rows if r]
-    saved = saved_configs()
-    try:
-        for direction, configs in norm_variants().items():
-            for label, config in configs.items():
-                if variants != "all" and label not in variants.split(","):
-                    continue
-                _set_config(direction, config)
-                rows += [bench_norm(k, label) for k in NORM_KINDS[direction] if k in wanted]
-            restore_configs(saved)
-    finally:
-        restore_configs(saved)
+        rows.append(bench_norm("batchnorm", "cutile", engine="cutile.batchnorm"))
     return [r for r in rows if r]
-
-
-def saved_configs() -> dict[tuple[object, str], object]:
-    """The row and batchnorm defaults by (module, name), for ``restore_configs`` after variants replaced them."""
-    from sigdnn.plan_builders.cutile import batchnorm, opbase
-
-    names = [(opbase, n) for n in ("LAYERNORM_FORWARD", "RMSNORM_FORWARD", "SOFTMAX_FORWARD", "ROW_BACKWARD")]
-    return {(module, name): getattr(module, name) for module, name in [*names, (batchnorm, "TRAINING")]}
-
-
-def restore_configs(saved: dict[tuple[object, str], object]) -> None:
-    for (module, name), config in saved.items():
-        setattr(module, name, config)
 
 
 def bench_matmul(sizes=(4096, 8192), configs: str = "", fused: str = "") -> dict:
@@ -843,7 +505,7 @@ def bench_matmul(sizes=(4096, 8192), configs: str = "", fused: str = "") -> dict
     return result
 
 
-PARTS = ("diag", "warm", "host", "fusion", "modes", "tiles", "norms", "matmul")
+PARTS = ("warm", "host", "fusion", "modes", "norms", "matmul")
 
 
 def compile_first(argv: list[str], jobs: int) -> None:
@@ -869,19 +531,14 @@ def without_json(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    global NORM_COLS, BN_Y_STREAMING  # NORM_COLS: read by the norm graphs, torch's ops and the byte count
+    global NORM_COLS  # NORM_COLS: read by the norm graphs, torch's ops and the byte count
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--modes", help="comma-separated modes (default: all)")
     parser.add_argument("--skip", default="", help=f"comma-separated parts to skip: {','.join(PARTS)}")
     parser.add_argument("--only", default="", help="comma-separated parts to run (default: all not skipped)")
-    parser.add_argument("--variants", default="", help="norms: configuration labels beside the defaults, or 'all'")
     parser.add_argument("--norm-cols", type=int, default=NORM_COLS, help="norms: row width (rows stay 16384)")
     parser.add_argument("--norm-kinds", default="", help="norms: comma-separated ops of NORM_KINDS (default: all)")
-    parser.add_argument("--bn-l2-windows", default="", help="norms: MiB of x kept in L2 for batchnorm, comma-separated")
-    parser.add_argument("--bn-y-streaming", action="store_true", help="norms: batchnorm with y's lines evict-first")
-    parser.add_argument("--tile-modes", default="identity,add,gelu_fwd", help="tiles: the modes swept")
-    parser.add_argument("--tiles", default="1024,2048,4096", help="tiles: the pointwise tile sizes swept")
     parser.add_argument("--mm-sizes", default="4096,8192")
     parser.add_argument("--mm-configs", default="", help="matmul: config labels measured (default: all offered)")
     parser.add_argument("--mm-fused", default="", help="matmul: config labels also measured as the fused region")
@@ -895,15 +552,13 @@ def main() -> None:
         skip = set(PARTS) - set(args.only.split(","))
     if args.compile_shard:
         Shard.index, Shard.count = map(int, args.compile_shard.split("/"))
-        skip |= {"diag", "warm", "host", "fusion", "matmul"}
+        skip |= {"warm", "host", "fusion", "matmul"}
     elif args.compile_jobs:
         compile_first(without_json(argv), args.compile_jobs)
     modes = args.modes.split(",") if args.modes else [m for m in MODES if m != "gen_index"]
     if unknown := [m for m in modes if m not in MODES]:
         parser.error(f"--modes: no pointwise mode {', '.join(unknown)} (torch's copy is always measured)")
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "argv": argv}
-    if "diag" not in skip:
-        result["diagnostics"] = diagnostics()
     if "warm" not in skip:
         result["warm_start"] = bench_warm_start()
     if "host" not in skip:
@@ -912,12 +567,8 @@ def main() -> None:
         result["fusion"] = bench_fusion()
     if "modes" not in skip:
         result["modes"] = bench_modes(modes)
-    if "tiles" not in skip:
-        result["tiles"] = bench_tiles(tuple(map(int, args.tiles.split(","))), tuple(args.tile_modes.split(",")))
     if "norms" not in skip:
-        BN_L2_WINDOWS[:] = [int(mb) for mb in args.bn_l2_windows.split(",") if mb]
-        BN_Y_STREAMING = args.bn_y_streaming
-        result["norms"] = bench_norms(args.variants, args.norm_kinds)
+        result["norms"] = bench_norms(args.norm_kinds)
     if "matmul" not in skip:
         sizes = tuple(map(int, args.mm_sizes.split(",")))
         result["matmul"] = bench_matmul(sizes, args.mm_configs, args.mm_fused)

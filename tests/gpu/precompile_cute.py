@@ -109,7 +109,7 @@ def test_specs() -> list[tuple[GemmSpec, GemmConfig]]:
 
 
 def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
-    """benchmarks/gpu_cute.py's parts sizes, fused, fp8, fp8acc and host with their default / listed configs."""
+    """benchmarks/gpu_cute.py's parts sizes, fused, fp8 and fp8acc with their default / listed configs."""
     fp8_configs = _benchmark_constant("FP8_CONFIGS")
     found = []
     size = 8192
@@ -137,15 +137,6 @@ def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
         spec, _ = plan_gemm(((256, k), (k, 1), "fp8_e4m3"), ((k, 256), (1, k), "fp8_e4m3"),
                             ((256, 256), (256, 1), "float32"))  # fmt: skip
         found += [(spec, cute_matmul.parse_config(label)) for label in ("coop128x128c1x1s1", "coop128x128c1x1s1f")]
-    for c, hw, k, r, stride in _benchmark_constant("RESNET_CONVS").values():  # the conv part
-        g = Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
-        x, w = g.tensor("x", (64, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, r, r), layout="NHWC")
-        g.conv_fprop(x, w, padding=(r // 2, r // 2), stride=(stride, stride), name="conv").set_output(True)
-        found += graph_specs(g, None)
-    spec, _ = plan_gemm(
-        ((128, 64), (64, 1), "bfloat16"), ((64, 128), (128, 1), "bfloat16"), ((128, 128), (128, 1), "bfloat16")
-    )
-    found.append((spec, cute_matmul.parse_config("coop128x128c1x1s1")))
     return found
 
 
@@ -267,11 +258,6 @@ def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int
                     found.append(("wgrad", spec, tiles, 2))
     for c, hw, k, r, stride in _benchmark_constant("DGRAD_SHORTCUTS").values():
         found += conv_implicit_specs(_backward_graph("dgrad", c, hw, k, r, stride), None)
-    for n, c, d, hw, k in _benchmark_constant("CONV3D_LAYERS").values():  # the conv3d part
-        g = Graph("conv3d", io_dtype="bfloat16", compute_dtype="float32")
-        x, w = g.tensor("x", (n, c, d, hw, hw), layout="NDHWC"), g.tensor("w", (k, c, 3, 3, 3), layout="NDHWC")
-        g.conv_fprop(x, w, padding=(1, 1, 1), name="conv").set_output(True)
-        found += conv_implicit_specs(g, None)
     return found
 
 

@@ -309,7 +309,7 @@ def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> Impli
 
 # Configurations autotune measures besides the default (``CuteConvImplicitBuilder.configs``): the wide
 # cooperative tiles, cooperative and pingpong 128x128, each the default for some ResNet-50 layer shape on the
-# H200 (benchmarks/results/gpu_cute_conv_2026-12-01.md, gpu_cute_2026-12-01e.md), then the wide tile's split-K /
+# H200 (benchmarks/gpu_cute.py --parts convi), then the wide tile's split-K /
 # stream-K variants (``split_alternatives``). Clustered tiles, 128x64 and pingpong 64-row tiles ran 0.12-0.67x
 # the default there and are not offered (pingpong 128x64 is the fused default's own choice on 256x64 tiles).
 CONV_ALTERNATIVES = (
@@ -322,7 +322,7 @@ CONV_ALTERNATIVES = (
 SPLIT_MIN_K_TILES = 8  # split a tile's K loop only when each half keeps a pipeline's worth of K steps
 SQUARE_TILE = (128, 128)
 # A 128x128 tile's time per output element over a wide tile's on the H200's ResNet-50 layers: 1.15-1.33 with the
-# K counters, 1.04-1.10 once the producer had no division left (gpu_cute_2026-12-01e.md); 1.25 picks each
+# K counters, 1.04-1.10 once the producer had no division left; 1.25 picks each
 # layer's faster tile in both runs but conv4_1x1_expand's in the second (128x128 3 % faster there).
 SQUARE_COST = 1.25
 
@@ -350,8 +350,8 @@ def _chosen_tile(view: ImplicitConv, sm_count: int) -> tuple[int, int]:
 
 
 def default_conv_config(view: ImplicitConv, sm_count: int = 132) -> GemmConfig:
-    """The tile config without tuning (a stated heuristic, measured in benchmarks/results/gpu_cute_conv_*,
-    convfwd_2026-12-01c.md and gpu_cute_2026-12-01e.md).
+    """The tile config without tuning (a stated heuristic, measured by
+    benchmarks/gpu_cute.py --parts convi).
 
     Cooperative tiles as wide as the output channels allow -- 256x64 for
     K <= 64, 256x128 for K <= 128, else 128x256 -- unless 128x128 tiles
@@ -383,7 +383,7 @@ def default_conv_config(view: ImplicitConv, sm_count: int = 132) -> GemmConfig:
     if fused and (tile_m, tile_n) == (256, 64):
         # One consumer warpgroup's epilogue overlaps the other's mainloop: conv2_3x3 + bias + relu (9 K steps
         # a tile) 1.007x cuDNN-frontend's fused graph in pingpong 128x64 tiles against 0.984x cooperative
-        # 256x64 in the same run (gpu_cute_2026-12-01e.md); the plain conv stays cooperative (2 % faster).
+        # 256x64 in the same run; the plain conv stays cooperative (2 % faster).
         return GemmConfig(tile_m=128, tile_n=64, pingpong=True)
     return GemmConfig(tile_m=tile_m, tile_n=tile_n)
 

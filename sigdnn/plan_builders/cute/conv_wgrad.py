@@ -242,7 +242,7 @@ class ImplicitWgrad:
 # with one consumer warpgroup at a time (pingpong) and with two (cooperative); the L2 bandwidth all SMs' tile
 # loads share (A's tile_m and B's tile_n 128-byte rows a K step); the bandwidth per SM the float32 partials leave
 # at; the HBM bandwidth the split-K reduction streams at, and the one x and dy stream at into the SMs running
-# tiles. First read off single runs (benchmarks/results/gpu_cute_2026-12-01f.md, call 1: a pingpong 64x192 K step
+# tiles. First read off single runs (a pingpong 64x192 K step
 # in 0.41 us on 84 or 96 SMs, Nsight Compute's L2 81% busy under 126 pingpong 64x64 tiles), then the pingpong
 # rate, the L2 bandwidth, the reduction's launch and the streaming curve set where the choice they make loses
 # least against the fastest of 198 timed tile / slice pairs over the eight ResNet-50 layers (call 4): 1.066x the
@@ -451,7 +451,7 @@ def plan_wgrad_rows(node: Node, graph: Graph, sm_count: int = 132, splits: int |
     """The row wgrad's view of a node (one slice count), or NotSupported saying why.
 
     ``splits`` defaults to one wave of tiles: as many slices as the SMs hold
-    the filter's row tiles for (the measured choice, benchmarks/results)."""
+    the filter's row tiles for (the measured choice, benchmarks/README.md)."""
     base = plan_wgrad_implicit(node, graph, sm_count, splits=1)  # dtypes, layouts, sizes
     reason = rows_reason(base.geometry)
     if reason is not None:

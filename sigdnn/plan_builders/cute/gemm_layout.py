@@ -33,7 +33,7 @@ BIAS_DTYPES = ("float16", "bfloat16", "float32")
 SCALE_DTYPES = ("float16", "bfloat16", "float32")
 MAX_SPLIT_K = 16  # K ranges per tile in the kernel's split-K
 # CTAs of a cluster: 8 is the portable limit; cuDNN ran conv5_3x3 as 128x64 tiles in clusters of 8 along N
-# on the H200, multicasting each A tile to all eight (ncu, benchmarks/results/gpu_cute_2026-12-01e.md).
+# on the H200, multicasting each A tile to all eight (Nsight Compute).
 MAX_CLUSTER = 8
 # Clusters of one kernel (one CTA a SM) resident at once on a 132-SM H100 / H200, by CTAs a cluster: fewer
 # than 132 // size, since a cluster stays inside one GPC (cutlass.utils.HardwareInfo on the H200, same file).
@@ -327,7 +327,7 @@ def plan_gemm(
 
 
 def default_config(spec: GemmSpec, problem: GemmProblem, sm_count: int = 132) -> GemmConfig:
-    """The configuration used without tuning (stated heuristic, measured in benchmarks/results/gpu_cute_*).
+    """The configuration used without tuning (stated heuristic, measured by benchmarks/gpu_cute.py).
 
     Large problems: 128x256 cooperative tiles in 2x1 clusters, grouped 4
     clusters wide and rasterized along N (on the H200, 2026-11-30: 1.02-1.03x

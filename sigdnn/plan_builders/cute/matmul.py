@@ -97,7 +97,7 @@ def device_id_of(device: Device | None) -> int:
 
 
 # Configurations autotune measures besides the default (``CuteMatmulBuilder.configs``): on the H200
-# (benchmarks/results/gpu_cute_2026-12-01.md) these won somewhere: large 16-bit GEMMs in 2x1 clusters of
+# (benchmarks/gpu_cute.py) these won somewhere: large 16-bit GEMMs in 2x1 clusters of
 # 128x256, gelu epilogues on pingpong 64x256, fp8 in 128x128 tiles clustered either way; 128x128 without
 # clusters where a problem has fewer tiles than SMs.
 ALTERNATIVES = {

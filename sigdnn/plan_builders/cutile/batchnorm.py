@@ -39,19 +39,18 @@ class ChannelConfig:
     channels: int | None = None  # most channels in one tile (None: as many as fit)
 
 
-# Measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md, NHWC 64x256x56x56 bf16): training
+# Measured on the H200 (NHWC 64x256x56x56 bf16; the rest in docs/experiments.md): training
 # statistics in float32 lanes over 4096-element tiles with registers for 4 blocks per SM ran 1.47x faster
 # than float64 lanes over 8192 elements (1.69 against 1.15 TB/s); float64 lanes lost beyond 8192 (registers).
-# The finalize in blocks of 8 channels (32 blocks, not one adding all 523 x 256 partial rows): 1.69 -> 1.99 TB/s
-# (gpu_cutile_speed_2026-12-01b.md).
-# Round 3 (tilebn_2026-12-01c.md): the partial pass's loop without a guard is pipelined (7 TMA stages of a
+# The finalize in blocks of 8 channels (32 blocks, not one adding all 523 x 256 partial rows): 1.69 -> 1.99 TB/s.
+# Round 3: the partial pass's loop without a guard is pipelined (7 TMA stages of a
 # 2048-element tile; 4096 spilled and got 2): 37.6 -> 35.0 us. The elementwise pass at 4096 elements with unchecked
 # loads and stores (exact tiles): 64.2 -> 54.7 us (2048: 53.4, 8192: 55.5, 1024: 62.3). 1.99 -> 2.23 TB/s.
-# Round 5 (gpu_cutile_2026-12-01e.md): the partial pass in 264 blocks (2 a SM) of 4096-element tiles with
+# Round 5: the partial pass in 264 blocks (2 a SM) of 4096-element tiles with
 # registers for 2 blocks: 34.6 -> 30.3 us, faster than torch's own sum of x (32.4 us) though not at the device's
-# read rate (a CUDA C kernel reads x in 24.8 us, gpu_cutile_2026-12-02b.md); 2.23 -> 2.36 TB/s. Twice the blocks
+# read rate (a CUDA C kernel reads x in 24.8 us); 2.23 -> 2.36 TB/s. Twice the blocks
 # lost (40.3 us), one a SM no better (29.8 us).
-# Round 9 (gpu_cutile_2026-12-02b.md): one block a SM with 10 TMA stages of x (latency hint 6; 5 stages without):
+# Round 9: one block a SM with 10 TMA stages of x (latency hint 6; 5 stages without):
 # 87.6-87.8 -> 86.3-86.4 us in two calls, 2.34-2.35 -> 2.38 TB/s (hints 4, 8 and 10, or none, no faster).
 TRAINING = ChannelConfig(
     4096,

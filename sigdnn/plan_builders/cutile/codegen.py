@@ -33,19 +33,17 @@ import numpy as np
 from sigdnn.plan_builders.cutile.layout import IterSpace
 
 FLT_MAX = float(np.finfo(np.float32).max)
-DEFAULT_TILE = 1024  # elements per block (benchmarks/results/gpu_pointwise_2026-11-30.md)
+DEFAULT_TILE = 1024  # elements per block (the tile sweep: docs/experiments.md)
 # Modes evaluated by a transcendental or many-term formula: their kernels are arithmetic-bound at 1024
 # elements per block, and twice the elements per block (more independent work per thread) brought
 # rsqrt, log, sin, cos, tan, erf, the gelus, softplus and swish_bwd 5-20% closer to the copy roofline
-# on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md); fmod's exact short way 3.69 -> 3.92 TB/s
-# (gpu_cutile_2026-12-01e.md).
+# on the H200; fmod's exact short way 3.69 -> 3.92 TB/s.
 HEAVY_TILE = 2048
 HEAVY_MODES = frozenset({"rsqrt", "exp", "log", "sin", "cos", "tan", "erf", "pow", "mod", "tanh_fwd", "tanh_bwd", "sigmoid_fwd",
                          "sigmoid_bwd", "elu_fwd", "elu_bwd", "gelu_fwd", "gelu_bwd", "gelu_approx_tanh_fwd",
                          "gelu_approx_tanh_bwd", "softplus_fwd", "softplus_bwd", "swish_fwd", "swish_bwd"})  # fmt: skip
 # Single-node kernels of these modes computing the fast tier (16- or 8-bit results) ran 3-10% faster at 4096
-# elements per block than at 2048 on the H200 (gelu_bwd, pow and the light modes lost there;
-# benchmarks/results/gpu_cutile_speed_2026-12-01b.md).
+# elements per block than at 2048 on the H200 (gelu_bwd, pow and the light modes lost there).
 WIDE_TILE = 4096
 WIDE_MODES = frozenset({"log", "cos", "erf", "gelu_fwd", "gelu_approx_tanh_bwd", "softplus_fwd"})
 

@@ -57,20 +57,20 @@ ROW_CHUNKS = 8  # most column tiles one row is held in
 ROW_CHUNK_MIN = 256  # narrowest of them
 SMS = 132  # H200 SMs
 
-# Tile sizes (elements) and hints, measured on the H200 (benchmarks/results/gpu_cutile_speed_2026-12-01.md,
-# 16384 x 4096 bf16): forward rows two at a time with registers for 4 blocks per SM (5 for softmax) ran
+# Tile sizes (elements) and hints, measured on the H200 (16384 x 4096 bf16; the
+# sweeps: docs/experiments.md): forward rows two at a time with registers for 4 blocks per SM (5 for softmax) ran
 # softmax 2.5x, layernorm 1.5x and rmsnorm 1.4x faster than cuTile's own choice (255 registers, 8 rows);
 # backward rows one at a time in 8 worker warps, 2 blocks per SM, 1.2x (loading the next row before
-# computing this one lost 5-10% there). Then (gpu_cutile_speed_2026-12-01b.md): softmax one row per block with
+# computing this one lost 5-10% there). Then softmax one row per block with
 # registers for 6 blocks (its 2-row tile at 5 spilled: 3.04 -> 3.42 TB/s with loads through TMA); the
 # backward's column sums over 32-column blocks (128 blocks, not 4: 32 -> 7 us of layernorm's 201). Then
-# (gpu_merged_2026-12-01c.md): layernorm's one-pass mean and variance, 3.26 -> 3.39 TB/s.
-# Rows past ROW_MAX (gpu_merged_2026-12-01d.md, 16384 x 32768 bf16): softmax with one running max and sum per
+# layernorm's one-pass mean and variance, 3.26 -> 3.39 TB/s.
+# Rows past ROW_MAX (16384 x 32768 bf16): softmax with one running max and sum per
 # row in 4096-column chunks 0.77 -> 2.46 TB/s (torch 2.32); layernorm forward merging each 4096-column chunk's
 # mean and M2 (one read for the statistics) 1.19 -> 2.71 (torch 2.35); rmsnorm forward 2.67 in 2048-column
 # chunks, 2.39 in 4096 (torch 2.53); the backward in 2048-column chunks, two rows a block, 0.47 -> 1.17
 # (layernorm) and 0.58 -> 1.43 (rmsnorm; torch 1.48 both).
-# Layernorm forward by row width (gpu_cutile_2026-12-01h.md, 16384 rows bf16): rows held in registers walked by
+# Layernorm forward by row width (16384 rows bf16): rows held in registers walked by
 # persistent blocks, two a SM, whose loop cuTile pipelines (the next tile's loads under this one's arithmetic):
 # from 1025 to 4096 columns four rows a tile (3.41 -> 3.66 TB/s at 4096, 2.68 -> 3.31 at 3072, 3.11 -> 3.28 at
 # 2048), wider rows one a tile (2.74 -> 3.35 at 5120, 3.08 -> 3.49 at 6144, 3.36 -> 3.74 at 8192). Two rows a
@@ -85,13 +85,13 @@ LAYERNORM_FORWARD: Bands = (
     (ROW_MAX, ONE_ROW_A_TILE),
     (None, ONE_TILE_A_BLOCK),
 )
-# Rmsnorm (gpu_cutile_2026-12-02.md, 16384 rows bf16): layernorm's one-row band, 264 persistent blocks at occupancy
+# Rmsnorm (16384 rows bf16): layernorm's one-row band, 264 persistent blocks at occupancy
 # 2, against the config below it: 3.10 -> 3.38 TB/s at 5120 columns, 3.52 -> 3.53 at 6144, 3.88 -> 3.66 at 8192
-# (lost); four rows a tile lost at 2048 and 4096 (gpu_cutile_2026-12-01h.md). So only rows of 4097-6144 columns
+# (lost); four rows a tile lost at 2048 and 4096. So only rows of 4097-6144 columns
 # run in persistent blocks.
 RMSNORM_ONE_TILE_A_BLOCK = attrs.evolve(ONE_TILE_A_BLOCK, walk=2048)
 RMSNORM_FORWARD: Bands = ((4096, RMSNORM_ONE_TILE_A_BLOCK), (6144, ONE_ROW_A_TILE), (None, RMSNORM_ONE_TILE_A_BLOCK))
-# Softmax (gpu_cutile_2026-12-01h.md, 16384 rows bf16): rows of 4096-8192 columns, one a 4096-element tile, in 528
+# Softmax (16384 rows bf16): rows of 4096-8192 columns, one a 4096-element tile, in 528
 # persistent blocks (occupancy 4): 3.45 -> 3.64 TB/s at 4096, 3.07 -> 3.68 at 8192, 2.85 -> 2.86 at 5120; at 2048
 # (two rows a tile) that lost (3.11 -> 2.60), so narrower rows, and walked ones (not measured), keep one tile a
 # block.

@@ -139,17 +139,15 @@ def _max_of(terms: list[str]) -> str:
 # by the row's first element x0 (exact where the row sits far from zero: the partial means are then of x - x0,
 # not of x). On the H200 (bf16, 16384 rows) chan ran 4 % faster at 4096 columns; over rows held in several
 # tiles a per-lane Welford pass before it ran 9-11 % slower than two_pass (3072 and 5120 columns), so it was
-# dropped there (benchmarks/results/gpu_merged_2026-12-01c.md).
+# dropped there.
 # The cheaper one reduction of sum(x - x0) and sum((x - x0)^2) loses ~ (mean - x0)^2 / var ulps and failed
-# the reference's layernorm tolerance on a row whose first element is far from the rest
-# (benchmarks/results/gpu_cutile_lnfwd_offline_2026-12-01.md).
+# the reference's layernorm tolerance on a row whose first element is far from the rest.
 VARIANCES = ("two_pass", "chan")
 
 # Chan et al.'s pairwise update of two (count, mean, M2) groups; a group of count 0 whose mean is 0 (a masked
 # lane) leaves the other group's mean and M2 exactly as they are. The weight nb / n takes an approximate
 # reciprocal (MUFU.RCP, ~1 ulp): it scales the mean's correction and one term of M2, where an ulp of the
-# weight is an ulp of a correction; the IEEE division cost a per-lane slow path and spilled masked rows
-# (benchmarks/results/gpu_cutile_lnfwd_offline_2026-12-01.md).
+# weight is an ulp of a correction; the IEEE division cost a per-lane slow path and spilled masked rows.
 _WEIGHT = "nb * ct.truediv(1.0, ct.maximum(na + nb, 1.0), rounding_mode=ct.RoundingMode.APPROX)"
 CHAN = (f"lambda na, ma, qa, nb, mb, qb: (na + nb, ma + (mb - ma) * ({_WEIGHT}), "
         f"qa + qb + (mb - ma) * (mb - ma) * (na * ({_WEIGHT})))")  # fmt: skip

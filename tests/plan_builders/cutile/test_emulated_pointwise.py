@@ -135,7 +135,7 @@ POW_EXPONENTS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 3.0, 
 @pytest.mark.parametrize("io_dtype", ["float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"])
 def test_fast_pow_on_every_base(io_dtype, sign, monkeypatch):
     """Every base against IEEE pow's special exponents and a sample (every pair for fp8), exp2 skewed as above;
-    benchmarks/results/gpu_cutile_pointwise_offline_2026-12-01.md records a 2020-exponent run."""
+    docs/experiments.md records a 2020-exponent run."""
     off = np.float32(1.0 + sign * MUFU_REL_ERROR)
     exact = emulator.exp2
     monkeypatch.setattr(emulator, "exp2", lambda x, **kw: (exact(x, **kw) * off).astype(np.float32))

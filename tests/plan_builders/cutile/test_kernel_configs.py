@@ -198,7 +198,7 @@ def test_rmsnorm_forward_takes_the_narrowest_band_holding_its_rows(n, band):
 
 def test_rmsnorm_forward_walks_only_rows_of_4097_to_6144_columns_in_persistent_blocks():
     """One row a tile in two blocks a SM where that won (5120; 6144 even), one tile a block at 4096 and 8192 where
-    it lost (gpu_cutile_2026-12-02.md), and the builder's grid and kernel text follow the band."""
+    it lost (docs/experiments.md), and the builder's grid and kernel text follow the band."""
     blocks = {n: opbase.for_width(opbase.RMSNORM_FORWARD, n).blocks for n in (4096, 5120, 6144, 8192, 16384)}
     assert blocks == {4096: None, 5120: 2 * opbase.SMS, 6144: 2 * opbase.SMS, 8192: None, 16384: None}
     assert opbase.row_tiles(16384, 5120, opbase.for_width(opbase.RMSNORM_FORWARD, 5120))[0] == 1
@@ -212,7 +212,7 @@ def test_rmsnorm_forward_walks_only_rows_of_4097_to_6144_columns_in_persistent_b
 
 def test_softmax_walks_rows_of_4096_columns_or_more_in_persistent_blocks():
     """One row a 4096-element tile, 528 blocks, from 4096 to ROW_MAX columns; narrower and walked rows one tile a
-    block (gpu_cutile_2026-12-01h.md), and a grid of fewer row tiles than blocks launches one block a tile."""
+    block (docs/experiments.md), and a grid of fewer row tiles than blocks launches one block a tile."""
     blocks = {n: opbase.for_width(opbase.SOFTMAX_FORWARD, n).blocks for n in (2048, 4096, 8192, 16384)}
     assert blocks == {2048: None, 4096: 4 * opbase.SMS, 8192: 4 * opbase.SMS, 16384: None}
     for rows, grid in ((16384, 4 * opbase.SMS), (100, 100)):
@@ -224,7 +224,7 @@ def test_softmax_walks_rows_of_4096_columns_or_more_in_persistent_blocks():
 
 def test_layernorm_forward_bands_cut_rows_as_measured():
     """Four rows a tile from 1025 to 4096 columns, one beyond, both in two persistent blocks a SM; rows of 1024 or
-    fewer and walked rows one tile a block (the widths of gpu_cutile_2026-12-01h.md)."""
+    fewer and walked rows one tile a block (the widths measured: docs/experiments.md)."""
     widths = (768, 1024, 2048, 3072, 4096, 5120, 6144, 8192)
     tiles = {n: opbase.row_tiles(16384, n, opbase.for_width(opbase.LAYERNORM_FORWARD, n))[0] for n in widths}
     assert tiles == {768: 8, 1024: 8, 2048: 4, 3072: 4, 4096: 4, 5120: 1, 6144: 1, 8192: 1}

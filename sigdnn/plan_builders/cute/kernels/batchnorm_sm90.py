@@ -4,7 +4,7 @@ the chip can keep it.
 Two passes over x (statistics, then y) read it twice and wait out a
 finalize between them; on the H200 no form of them came under 85 us for
 NHWC 64x256x56x56 bf16, a hand-written CUDA C one included
-(benchmarks/bn_train_cuda_c.py). Here each of ``blocks`` blocks (one a SM,
+(docs/experiments.md). Here each of ``blocks`` blocks (one a SM,
 all resident: a cooperative launch) owns whole groups of ``group_rows``
 rows, a thread one 16-byte vector of a row (``lanes`` threads cover a row's
 channels):
@@ -32,9 +32,9 @@ channels):
 "Evict-first" is an explicit L2 policy (inline PTX ``createpolicy``) with
 non-coherent loads of x where ``spec.policy``, else the ``.cs`` operators.
 The launch owns the accumulators and the counter (zeroed once, left ready).
-On the H200 (benchmarks/results/gpu_cutile_2026-12-02d.md): 78.4-78.7 us
+On the H200: 78.4-78.7 us
 (2.61 TB/s) against cuTile's three launches' 86.5; the same design in CUDA C
-74.5 us (benchmarks/bn_one_launch_cuda_c.py).
+74.5 us (docs/experiments.md).
 """
 
 from __future__ import annotations

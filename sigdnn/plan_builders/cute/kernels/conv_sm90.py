@@ -95,7 +95,7 @@ class HopperConvFprop(HopperGemm):
 
     # K tiles as (channel block, s, r[, t]) counters: indexing the hierarchical K mode with a flat tile number
     # cost the producer a chain of integer divisions per K tile (not hoisted: they sit in the elected thread's
-    # branch), which capped small tiles at one K tile per ~0.5 us (gpu_cute_2026-12-01e.md).
+    # branch), which capped small tiles at one K tile per ~0.5 us.
 
     def a_tile(self, tAgA, m_tile, a_l):
         # The tile's first pixel as TMA coordinates (w, h[, d], n) once, here, ahead of the K loop: sliced

@@ -8,8 +8,7 @@ adding every ``lanes``-th slice with 16-byte loads, then their sums meet by
 shuffles (a fixed order: the result does not vary between runs). The
 partials were just written and sit in L2: latency, not bandwidth, bounds
 this kernel, so each lane gets about two slices (``lanes_for``), enough
-loads in flight without a thread per slice. On the H200 (Nsight Compute,
-benchmarks/results/gpu_cute_2026-12-01f.md) one lane a vector adding all
+loads in flight without a thread per slice. On the H200 (Nsight Compute) one lane a vector adding all
 slices took 4.6-5.7 us for 14-28 slices of 64 x 576 outputs, four lanes
 8.1 us for 43, sixteen 5.3 us (cold L2, as Nsight Compute runs it); sixteen
 lanes for 7 slices of 256 x 2304 outputs cost conv4_3x3's wgrad 7 us more
