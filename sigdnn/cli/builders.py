@@ -15,12 +15,20 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
         description="List the registered plan builders.",
     )
     builders.add_argument("--json", action="store_true", help="print the list as JSON")
+    builders.add_argument(
+        "--matrix",
+        action="store_true",
+        help="print the support matrix instead: which library serves each op in each dtype (markdown; "
+        "with --json, the rows)",
+    )
     builders.set_defaults(func=cmd_builders)
 
 
 def cmd_builders(args: argparse.Namespace, screen: Screen) -> int:
     from sigdnn.registry import DEFAULT_REGISTRY
 
+    if args.matrix:
+        return _matrix(args, screen)
     rows = []
     for b in DEFAULT_REGISTRY.builders():
         reason = b.available()
@@ -54,3 +62,14 @@ def cmd_builders(args: argparse.Namespace, screen: Screen) -> int:
 
 def _state(row: dict[str, Any]) -> str:
     return "available" if row["available"] else f"unavailable: {row['reason']}"
+
+
+def _matrix(args: argparse.Namespace, screen: Screen) -> int:
+    from sigdnn.registry.support_matrix import markdown_table, support_rows
+
+    if args.json:
+        screen.json([{"op": op, "dtypes": {d: None if c is None else list(c) for d, c in cells.items()}}
+                     for op, cells in support_rows()])  # fmt: skip
+    else:
+        screen.line(markdown_table().rstrip("\n"))
+    return 0
