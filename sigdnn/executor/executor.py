@@ -22,6 +22,7 @@ from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
 from sigdnn.executor.plan import ExecutionPlan, Step
 from sigdnn.executor.schedule import memory_aware_order
 from sigdnn.executor.variant_pack import resolve_pack
+from sigdnn.executor.views import NO_VIEWS, VIEW, ViewPlan, plan_views
 from sigdnn.graph.checks import check_graph
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
@@ -45,7 +46,10 @@ class Executor:
 
     ``engine`` pins every node its builder serves; ``pins`` pins nodes by name.
     Pinning is strict: a pinned builder that declines is an error, never a
-    silent fallback. ``fusion=False`` plans every node as its own step.
+    silent fallback. ``fusion=False`` plans every node as its own step with
+    its own memory: no regions, and no views (``sigdnn.executor.views``: a
+    reshape, transpose, slice or concatenate whose declared strides let its
+    output alias its input runs no step).
     ``fallback="reference"`` (GPU only) runs a node no GPU builder takes on
     the reference, with copies around it (``sigdnn.executor.fallback``); by
     default such a node is a NoPlanError. ``cuda_graphs=True`` (GPU only)
@@ -136,17 +140,23 @@ class Executor:
         device = self.device
         keys = {i: key_for(graph.nodes[i], graph) for i in order}
         flow = Dataflow(graph, order)
-        steps = [*self._region_steps(graph, order, flow, keys, device)]
+        views = NO_VIEWS
+        if self.fusion:  # a pinned node runs its builder
+            views = plan_views(graph, order, lambda i: self._pin(graph.nodes[i], keys[i]) is None)
+        steps = [*self._region_steps(graph, order, flow, keys, device, views.nodes)]
         claimed = {i for step in steps for i in step.region.nodes}
         for i in order:
-            if i not in claimed:
+            if i in views.nodes:
+                steps.append(self._view_step(graph.nodes[i], keys[i]))
+            elif i not in claimed:
                 steps.append(self._node_step(graph, graph.nodes[i], keys[i], device))
         position = {graph.nodes[i]: p for p, i in enumerate(order)}
         rank = [min(position[n] for n in s.nodes) for s in steps]
-        sizes = {uid: tensor_bytes(graph, uid) for uid, t in graph.tensors.items() if t.is_virtual}
+        sizes = {uid: tensor_bytes(graph, uid) for uid, t in graph.tensors.items()
+                 if t.is_virtual and uid not in views.parents}  # fmt: skip
         run_order = memory_aware_order([s.reads for s in steps], [s.writes for s in steps], rank, sizes)
         ordered = tuple(steps[u] for u in run_order)
-        memory = plan_memory(graph, [(s.reads, s.writes) for s in ordered])
+        memory = plan_memory(graph, [(s.reads, s.writes) for s in ordered], views.parents)
         arena = tuple((uid, offset, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
                       for uid, offset in memory.offsets.items())  # fmt: skip
         plan = ExecutionPlan(graph, self.backend, digest, ordered, memory, arena)
@@ -157,13 +167,19 @@ class Executor:
         return plan
 
     def _region_steps(
-        self, graph: Graph, order: list[int], flow: Dataflow, keys: dict[int, SignatureKey], device: Device
+        self,
+        graph: Graph,
+        order: list[int],
+        flow: Dataflow,
+        keys: dict[int, SignatureKey],
+        device: Device,
+        views: frozenset[int],
     ) -> list[Step]:
-        """Offer the graph to the fusion builders, best first; commit the claims that fit."""
+        """Offer the graph to the fusion builders, best first; commit the claims that fit (and hold no view)."""
         if not self.fusion:
             return []
         steps: list[Step] = []
-        taken: set[int] = set()
+        taken: set[int] = set(views)
         claims = [(builder, region) for builder in self.registry.fusion_builders(device.kind)
                   if self.engine is None or self._find(self.engine).engine_id == builder.engine_id
                   for region in builder.claim(graph, order, device)]  # fmt: skip
@@ -220,6 +236,13 @@ class Executor:
         ins = tuple(dict.fromkeys(node.op.inputs().values()))
         return Step(node.name, (node,), (key,), builder, plan, ports, ins, tuple(node.op.outputs().values()),
                     declines=tuple(why), choice=choice.summary() if choice else None)  # fmt: skip
+
+    @staticmethod
+    def _view_step(node: Node, key: SignatureKey) -> Step:
+        ins = tuple(dict.fromkeys(node.op.inputs().values()))
+        return Step(
+            node.name, (node,), (key,), VIEW, ViewPlan(), node.op.ports(), ins, tuple(node.op.outputs().values())
+        )
 
     def _load(self, source: GraphSource) -> tuple[Graph | None, bytes]:
         if isinstance(source, Graph):

@@ -235,7 +235,7 @@ class BoundPlan:
         self._pack_keys: tuple[tuple[str, ...], tuple[int, ...]] | None = None  # (names, their uids): ``_resolve``
         self._staging: dict[int, Any] = {}  # uid -> device buffer for host arrays and graph scalars (fixed address)
         self._scalar_values: dict[int, bytes] = {}  # uid -> the value the staged scalar holds
-        self._steps = list(plan.steps)
+        self._steps = [s for s in plan.steps if getattr(s.plan, "launches", None) != 0]  # views launch nothing
         io = set(self._io)
         self._touches_io = [any(u in io for u in s.bindings.values()) for s in self._steps]
         self._launches: list[Callable[[], None]] = [None] * len(self._steps)  # type: ignore[list-item]

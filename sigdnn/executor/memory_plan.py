@@ -5,12 +5,17 @@ reads it (a step is a node or a region; tensors inside a region are never
 allocated). Offsets are assigned best-fit as the steps are walked, so a
 buffer is reused as soon as its last reader has run; the arena's size is
 the plan's peak intermediate memory.
+
+A view (``sigdnn.executor.views``) owns no memory: it is its root's (the
+tensor it aliases, through any chain of views) at a byte offset, and the
+root stays allocated from the first step that writes any tensor of its group
+to the last step that reads one.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -26,10 +31,11 @@ def _align(n: int) -> int:
 
 @attrs.frozen
 class MemoryPlan:
-    offsets: dict[int, int]  # virtual tensor uid -> byte offset in the arena
-    sizes: dict[int, int]  # uid -> bytes its strided span needs
+    offsets: dict[int, int]  # virtual tensor uid -> byte offset in the arena (a view's: inside its root's bytes)
+    sizes: dict[int, int]  # uid of a tensor that owns memory -> bytes its strided span needs
     peak_bytes: int  # arena size
-    total_bytes: int  # what allocating every intermediate separately would take
+    total_bytes: int  # what allocating every intermediate that owns memory separately would take
+    roots: dict[int, int] = attrs.field(factory=dict)  # view uid -> uid of the tensor whose memory it is
 
 
 def tensor_bytes(graph: Graph, uid: int) -> int:
@@ -93,31 +99,50 @@ class _FreeList:
             self._add(offset, size)
 
 
-def plan_memory(graph: Graph, steps: Sequence[tuple[Iterable[int], Iterable[int]]]) -> MemoryPlan:
+def _resolve(aliases: Mapping[int, tuple[int, int]], uid: int) -> tuple[int, int]:
+    """(root, byte offset in the root) of a tensor, following its chain of views."""
+    offset = 0
+    while uid in aliases:
+        uid, step = aliases[uid]
+        offset += step
+    return uid, offset
+
+
+def plan_memory(
+    graph: Graph,
+    steps: Sequence[tuple[Iterable[int], Iterable[int]]],
+    aliases: Mapping[int, tuple[int, int]] | None = None,
+) -> MemoryPlan:
     """Arena offsets for every virtual tensor a step writes, along the steps' order.
 
     ``steps`` gives each step's (reads, writes) — the tensors crossing its
     boundary. A tensor lives from the step that writes it to the last step
     that reads it; tensors internal to a region never appear, so they take
-    no memory.
+    no memory. ``aliases`` maps a view's uid to (the uid it is part of, byte
+    offset): its root is allocated instead, for the whole group's lifetime.
     """
+    aliases = aliases or {}
     virtual = {uid for uid, t in graph.tensors.items() if t.is_virtual}
+    roots = {uid: _resolve(aliases, uid) for uid in aliases}
     last_use: dict[int, int] = {}
     for step, (reads, writes) in enumerate(steps):
         for uid in (*reads, *writes):
             if uid in virtual:
-                last_use[uid] = step
+                last_use[roots.get(uid, (uid, 0))[0]] = step
     offsets: dict[int, int] = {}
     sizes: dict[int, int] = {}
     arena = _FreeList()
     expiry: dict[int, list[int]] = {}
     for step, (_reads, writes) in enumerate(steps):
         for uid in writes:
-            if uid not in virtual:
+            root = roots.get(uid, (uid, 0))[0]
+            if uid not in virtual or root in sizes:
                 continue
-            size = _align(max(tensor_bytes(graph, uid), 1))
-            offsets[uid], sizes[uid] = arena.allocate(size), size
-            expiry.setdefault(last_use[uid], []).append(uid)
+            size = _align(max(tensor_bytes(graph, root), 1))
+            offsets[root], sizes[root] = arena.allocate(size), size
+            expiry.setdefault(last_use[root], []).append(root)
         for uid in expiry.pop(step, ()):
             arena.release(offsets[uid], sizes[uid])
-    return MemoryPlan(offsets, sizes, arena.peak, sum(sizes.values()))
+    for uid, (root, offset) in roots.items():
+        offsets[uid] = offsets[root] + offset
+    return MemoryPlan(offsets, sizes, arena.peak, sum(sizes.values()), {uid: r for uid, (r, _) in roots.items()})

@@ -148,6 +148,8 @@ class ExecutionPlan:
         lines.append("execution order:")
         for n, s in enumerate(self.steps):
             builder = f"{s.builder.name} (#{s.builder.engine_id})"
+            if getattr(s.plan, "launches", None) == 0:
+                builder = f"{s.builder.name} (0 launches: {', '.join(self._aliased(s))})"
             if s.region is None:
                 lines.append(f"  {n:>4} {s.name:<28} {s.key!s:<44} -> {builder}")
             else:
@@ -158,6 +160,12 @@ class ExecutionPlan:
         m = self.memory
         lines.append(
             f"peak intermediate memory: {m.peak_bytes} bytes (without reuse: {m.total_bytes}); "
-            f"workspace: {self.workspace_bytes} bytes"
+            f"workspace: {self.workspace_bytes} bytes; {len(m.roots)} views"
         )
         return "\n".join(lines)
+
+    def _aliased(self, step: Step) -> list[str]:
+        """What a view step aliases: its pieces for a concatenate, else its output ('a in b': a's bytes are in b's)."""
+        g, roots = self.graph, self.memory.roots
+        aliased = step.reads if step.node.op.kind == "concatenate" else step.writes
+        return [f"{g.tensors[u].name} in {g.tensors[roots[u]].name}" for u in aliased if u in roots]
