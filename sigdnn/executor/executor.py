@@ -35,14 +35,16 @@ from sigdnn.registry.registry import DEFAULT_REGISTRY, Registry
 from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.signature_keys import SignatureKey, key_for
 
-BACKENDS = ("reference", "gpu")
+BACKENDS = ("reference", "gpu", "gpu-reference")
+GPU_REFERENCE_LIBRARY = "gpu_reference"  # the builders only the "gpu-reference" backend runs
 OUTPUT_KINDS = ("numpy", "torch")
 Engine = int | str
 GraphSource = bytes | bytearray | memoryview | str | os.PathLike | Graph
 
 
 class Executor:
-    """Runs graphs on one backend: "reference" (NumPy on the CPU) or "gpu" (the GPU builders).
+    """Runs graphs on one backend: "reference" (NumPy on the CPU), "gpu" (the GPU builders) or
+    "gpu-reference" (the GPU reference's float64 builders alone: sigdnn.plan_builders.gpu_reference).
 
     ``engine`` pins every node its builder serves; ``pins`` pins nodes by name.
     Pinning is strict: a pinned builder that declines is an error, never a
@@ -108,7 +110,7 @@ class Executor:
 
                 reason = gpu_unavailable_reason()
                 if reason is not None:
-                    raise ExecutionError(f"the gpu backend cannot run here: {reason}")
+                    raise ExecutionError(f"the {self.backend} backend cannot run here: {reason}")
                 self._memory = GpuMemory()
         return self._memory
 
@@ -181,7 +183,8 @@ class Executor:
         steps: list[Step] = []
         taken: set[int] = set(views)
         claims = [(builder, region) for builder in self.registry.fusion_builders(device.kind)
-                  if self.engine is None or self._find(self.engine).engine_id == builder.engine_id
+                  if self._admits(builder)
+                  and (self.engine is None or self._find(self.engine).engine_id == builder.engine_id)
                   for region in builder.claim(graph, order, device)]  # fmt: skip
         for builder, region, config, choice in order_claims(self.tuner, claims, graph, device, self.memory):
             nodes = set(region.nodes)
@@ -276,7 +279,7 @@ class Executor:
                 ) from None
             chosen, config, choice = self._tuned([builder], node, graph, key, device)
             return chosen, [], config, choice
-        candidates = self.registry.candidates(key, device.kind, node, graph)
+        candidates = [b for b in self.registry.candidates(key, device.kind, node, graph) if self._admits(b)]
         preferred = graph.preferred_engine_id
         candidates.sort(key=lambda b: b.engine_id != preferred)
         why: list[str] = []
@@ -293,7 +296,7 @@ class Executor:
             chosen, config, choice = self._tuned(accepted, node, graph, key, device)
             return chosen, why, config, choice
         for b in self.registry.builders():
-            if b.device == device.kind and b.serves(key) and b.available() is not None:
+            if b.device == device.kind and self._admits(b) and b.serves(key) and b.available() is not None:
                 why.append(f"{b.name} (#{b.engine_id}): unavailable: {b.available()}")
         detail = "; ".join(why) if why else f"no {self.backend} builder serves this key"
         raise NoPlanError(f"node '{node.name}' {key}: no plan: {detail}")
@@ -314,9 +317,16 @@ class Executor:
         except RegistryError as e:
             raise NoPlanError(f"node '{node.name}': {e}" if node is not None else str(e)) from None
 
+    def _admits(self, builder: PlanBuilder) -> bool:
+        """The gpu-reference backend runs only the GPU reference's builders; no other backend runs them
+        (they are validation's truth, never a fast builder's stand-in)."""
+        return (builder.library == GPU_REFERENCE_LIBRARY) == (self.backend == "gpu-reference")
+
     def _unfit(self, builder: PlanBuilder, key: SignatureKey, device: Device) -> str | None:
         if builder.device != device.kind:
             return f"runs on {builder.device}, this executor on {device.kind}"
+        if not self._admits(builder):
+            return f"is not one the {self.backend} backend runs"
         if not builder.serves(key):
             return "does not serve this key"
         reason = builder.available()

@@ -13,6 +13,7 @@ RANGES: dict[str, range] = {
     "reference": range(1000, 2000),
     "cutile": range(2000, 3000),
     "cute": range(3000, 4000),
+    "gpu_reference": range(4000, 5000),
 }
 OUT_OF_TREE_START = 30000
 
@@ -65,6 +66,30 @@ IN_TREE: dict[str, int] = {
     "cute.sdpa": 3010,
     "cute.sdpa_backward": 3011,
     "cute.batchnorm": 3012,
+    "gpu_reference.pointwise": 4000,
+    "gpu_reference.matmul": 4001,
+    "gpu_reference.conv_fprop": 4002,
+    "gpu_reference.conv_dgrad": 4003,
+    "gpu_reference.conv_wgrad": 4004,
+    "gpu_reference.batchnorm_inference": 4005,
+    "gpu_reference.batchnorm": 4006,
+    "gpu_reference.batchnorm_backward": 4007,
+    "gpu_reference.layernorm": 4008,
+    "gpu_reference.layernorm_backward": 4009,
+    "gpu_reference.rmsnorm": 4010,
+    "gpu_reference.rmsnorm_backward": 4011,
+    "gpu_reference.softmax": 4012,
+    "gpu_reference.reduction": 4013,
+    "gpu_reference.sdpa": 4014,
+    "gpu_reference.sdpa_backward": 4015,
+    "gpu_reference.pooling": 4016,
+    "gpu_reference.pooling_backward": 4017,
+    "gpu_reference.resample": 4018,
+    "gpu_reference.reshape": 4019,
+    "gpu_reference.transpose": 4020,
+    "gpu_reference.slice": 4021,
+    "gpu_reference.concatenate": 4022,
+    "gpu_reference.resample_backward": 4023,
 }
 
 

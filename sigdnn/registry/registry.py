@@ -31,6 +31,7 @@ IN_TREE_PACKAGES = (
     "sigdnn.plan_builders.reference",
     "sigdnn.plan_builders.cutile",
     "sigdnn.plan_builders.cute",
+    "sigdnn.plan_builders.gpu_reference",
 )
 ENTRY_POINT_GROUP = "sigdnn.plan_builders"
 B = TypeVar("B")

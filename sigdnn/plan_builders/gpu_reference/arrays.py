@@ -1,0 +1,267 @@
+"""Flat float64 (or int64) arrays on the device, with the NumPy-like operations the op formulas need.
+
+Every operation is one launch of a tiles.py kernel: ``take`` (a gather by a
+host-made index map: broadcasting, transposes, windows, padding), the
+elementwise modes (operators and the functions below), ``matmul`` (batched
+float64 GEMM) and reductions over the last axis. Arrays are always packed
+row-major; a "bool" array holds 0.0 / 1.0 in the working dtype. Nothing here
+is fast: each op is a full pass over float64 memory, which keeps every
+formula a plain, checkable sequence of whole-array steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sigdnn.plan_builders.gpu_reference.backend import GEMM_TILE, ROW_TILE, TILE, Gpu
+
+Operand = "Array | float | int"
+
+
+def row_major_index(shape: tuple[int, ...]) -> np.ndarray:
+    """Flat indices 0..n-1 laid out in ``shape`` (the index map of a packed array)."""
+    return np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+
+
+class Array:
+    """A packed array of ``shape`` in ``dtype`` (float64 or int64) held in a flat device buffer."""
+
+    def __init__(self, gpu: Gpu, data: Any, shape: Sequence[int], dtype: Any) -> None:
+        self.gpu = gpu
+        self.data = data
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+
+    # -- construction ----------------------------------------------------------
+    @classmethod
+    def empty(cls, gpu: Gpu, shape: Sequence[int], dtype: Any = np.float64) -> Array:
+        return cls(gpu, gpu.empty(math.prod(shape), dtype), shape, dtype)
+
+    @classmethod
+    def from_host(cls, gpu: Gpu, host: np.ndarray, dtype: Any = np.float64) -> Array:
+        """An upload of a small host array (per-row constants, weights of a resample)."""
+        host = np.asarray(host, dtype)
+        return cls(gpu, gpu.upload(host), host.shape, dtype)
+
+    @classmethod
+    def full(cls, gpu: Gpu, shape: Sequence[int], value: float, dtype: Any = np.float64) -> Array:
+        out = cls.empty(gpu, shape, dtype)
+        out._elementwise_into("COPY", (value,))
+        return out
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def like(self, shape: Sequence[int] | None = None) -> Array:
+        return Array.empty(self.gpu, self.shape if shape is None else shape, self.dtype)
+
+    def host(self) -> np.ndarray:
+        """A host copy (tests and debugging; plans never need one)."""
+        return self.gpu.download(self.data, self.size).reshape(self.shape)
+
+    # -- data movement ---------------------------------------------------------
+    def reshape(self, *shape: int) -> Array:
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        if -1 in shape:
+            known = math.prod(d for d in shape if d != -1)
+            shape = tuple(self.size // max(known, 1) if d == -1 else d for d in shape)
+        if math.prod(shape) != self.size:
+            raise ValueError(f"cannot reshape {self.shape} to {shape}")
+        return Array(self.gpu, self.data, shape, self.dtype)
+
+    def take(self, index: np.ndarray, pad: float = 0.0) -> Array:
+        """out[...] = flat self[index[...]], ``pad`` where index < 0: one gather, out takes index's shape."""
+        index = np.asarray(index, np.int64)
+        out = Array.empty(self.gpu, index.shape, self.dtype)
+        gather(self.gpu, self.data, index, out.data, pad, "DECODE_RAW")
+        return out
+
+    def astype(self, dtype: Any) -> Array:
+        """The values converted to ``dtype`` (int64 -> float64 rounds to nearest; float -> int64 truncates)."""
+        out = Array.empty(self.gpu, self.shape, dtype)
+        gather(self.gpu, self.data, row_major_index(self.shape), out.data, 0.0, "DECODE_CAST")
+        return out
+
+    def transpose(self, *axes: int) -> Array:
+        axes = tuple(axes[0]) if len(axes) == 1 and isinstance(axes[0], tuple) else axes
+        return self.take(row_major_index(self.shape).transpose(axes))
+
+    def broadcast_to(self, shape: Sequence[int]) -> Array:
+        shape = tuple(shape)
+        if shape == self.shape:
+            return self
+        return self.take(np.broadcast_to(row_major_index(self.shape), shape))
+
+    # -- elementwise -----------------------------------------------------------
+    def _elementwise_into(self, mode: str, operands: tuple[Any, ...]) -> None:
+        """self = mode(operands): arrays of self's shape (broadcast first) or Python scalars."""
+        arrays, scalars, is_scalar = [], [], []
+        for op in (*operands, 0, 0, 0)[:3]:
+            if isinstance(op, Array):
+                arrays.append(op.broadcast_to(self.shape).data)
+                scalars.append(0)
+                is_scalar.append(0)
+            else:
+                arrays.append(self.data)  # unread
+                scalars.append(op)
+                is_scalar.append(1)
+        self.gpu.launch(
+            "elementwise",
+            (math.ceil(self.size / TILE), 1, 1),
+            *arrays,
+            *(self._scalar(s) for s in scalars),
+            self.data,
+            TILE,
+            self.gpu.constant(mode),
+            *is_scalar,
+        )
+
+    def _scalar(self, value: Any) -> Any:
+        return int(value) if self.dtype.kind == "i" else float(value)
+
+    def apply(self, mode: str, *others: Any) -> Array:
+        """mode(self, *others) elementwise, broadcast to a common shape (a new array)."""
+        shapes = [self.shape, *(o.shape for o in others if isinstance(o, Array))]
+        out = Array.empty(self.gpu, np.broadcast_shapes(*shapes), self.dtype)
+        out._elementwise_into(mode, (self, *others))
+        return out
+
+    def __add__(self, o: Any) -> Array:
+        return self.apply("ADD", o)
+
+    def __radd__(self, o: Any) -> Array:
+        return self.apply("ADD", o)
+
+    def __sub__(self, o: Any) -> Array:
+        return self.apply("SUB", o)
+
+    def __rsub__(self, o: Any) -> Array:
+        return self.apply("NEG").apply("ADD", o)
+
+    def __mul__(self, o: Any) -> Array:
+        return self.apply("MUL", o)
+
+    def __rmul__(self, o: Any) -> Array:
+        return self.apply("MUL", o)
+
+    def __truediv__(self, o: Any) -> Array:
+        return self.apply("DIV", o)
+
+    def __rtruediv__(self, o: Any) -> Array:
+        return Array.full(self.gpu, self.shape, o, self.dtype).apply("DIV", self)
+
+    def __neg__(self) -> Array:
+        return self.apply("NEG")
+
+    def __eq__(self, o: Any) -> Array:  # type: ignore[override]
+        return self.apply("EQ", o)
+
+    def __ne__(self, o: Any) -> Array:  # type: ignore[override]
+        return self.apply("NE", o)
+
+    def __gt__(self, o: Any) -> Array:
+        return self.apply("GT", o)
+
+    def __ge__(self, o: Any) -> Array:
+        return self.apply("GE", o)
+
+    def __lt__(self, o: Any) -> Array:
+        return self.apply("LT", o)
+
+    def __le__(self, o: Any) -> Array:
+        return self.apply("LE", o)
+
+    def __and__(self, o: Any) -> Array:
+        return self.apply("AND", o)
+
+    def __or__(self, o: Any) -> Array:
+        return self.apply("OR", o)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- reductions and products -------------------------------------------------
+    def reduce_last(self, mode: str) -> Array:
+        """SUM / MAX / MIN / PROD over the last axis (max / min give NaN for a row holding one)."""
+        rows, n = self.size // max(self.shape[-1], 1), self.shape[-1]
+        out = Array.empty(self.gpu, self.shape[:-1], self.dtype)
+        identity = _identity(mode, self.dtype)
+        self.gpu.launch(
+            "reduce_rows",
+            (rows, 1, 1),
+            self.gpu_view2d(rows, n),
+            out.data,
+            n,
+            identity,
+            ROW_TILE,
+            self.gpu.constant(f"R_{mode}"),
+        )
+        return out
+
+    def reduce(self, mode: str, axes: Sequence[int], keepdims: bool = True) -> Array:
+        """A reduction over ``axes`` (moved last, then one row per kept element)."""
+        axes = tuple(sorted(a % len(self.shape) for a in axes))
+        kept = tuple(a for a in range(len(self.shape)) if a not in axes)
+        moved = self.transpose(*kept, *axes) if axes != tuple(range(len(kept), len(self.shape))) else self
+        rows = moved.reshape(*(self.shape[a] for a in kept), math.prod(self.shape[a] for a in axes))
+        out = rows.reduce_last(mode)
+        if keepdims:
+            return out.reshape(tuple(1 if a in axes else d for a, d in enumerate(self.shape)))
+        return out
+
+    def gpu_view2d(self, rows: int, n: int) -> Any:
+        """The flat buffer as a (rows, n) array, what the 2-D and 3-D kernels index by tiles."""
+        return self.gpu.shaped(self.data, (rows, n))
+
+    def matmul(self, other: Array) -> Array:
+        """Batched float64 self @ other: (B, M, K) x (B, K, N) -> (B, M, N); 2-D operands are one batch."""
+        a, b = (x.reshape(1, *x.shape) if len(x.shape) == 2 else x for x in (self, other))
+        (batch, m, k), (batch_b, k_b, n) = a.shape, b.shape
+        if batch != batch_b or k != k_b:
+            raise ValueError(f"matmul of {a.shape} and {b.shape}")
+        out = Array.empty(self.gpu, (batch, m, n), np.float64)
+        tm, tn, tk = GEMM_TILE
+        self.gpu.launch(
+            "gemm",
+            (math.ceil(m / tm), math.ceil(n / tn), batch),
+            self.gpu.shaped(a.data, a.shape),
+            self.gpu.shaped(b.data, b.shape),
+            self.gpu.shaped(out.data, out.shape),
+            k,
+            tm,
+            tn,
+            tk,
+        )
+        return out if len(self.shape) == 3 else out.reshape(m, n)
+
+
+def _identity(mode: str, dtype: np.dtype) -> float | int:
+    if dtype.kind == "i":
+        info = np.iinfo(np.int64)
+        return {"SUM": 0, "PROD": 1, "MAX": int(info.min), "MIN": int(info.max)}[mode]
+    return {"SUM": 0.0, "PROD": 1.0, "MAX": -math.inf, "MIN": math.inf}[mode]
+
+
+def gather(gpu: Gpu, src: Any, index: np.ndarray, out: Any, pad: float, decode: str) -> None:
+    """out[i] = decode(src[index[i]]) (``pad`` where index < 0), the index map uploaded once."""
+    n = index.size
+    gpu.launch(
+        "gather", (math.ceil(n / TILE), 1, 1), src, gpu.upload(index), out, float(pad), TILE, gpu.constant(decode)
+    )
+
+
+def where(cond: Array, x: Any, y: Any) -> Array:
+    """x where cond is nonzero, else y (broadcast to a common shape)."""
+    return cond.apply("WHERE", x, y)
+
+
+def maximum(x: Array, y: Any) -> Array:
+    return x.apply("MAXIMUM", y)
+
+
+def minimum(x: Array, y: Any) -> Array:
+    return x.apply("MINIMUM", y)

@@ -1,0 +1,149 @@
+"""Where the GPU reference's kernels run: cuTile on a GPU, or the NumPy emulator in CPU tests.
+
+``kernels/tiles.py`` is the library's only device code. On a GPU it is
+imported as a module (cuTile reads kernel source through ``inspect``); under
+test its text runs with ``ct`` bound to ``plan_builders.cutile.emulator``,
+chosen when the device's context asks for emulated kernels (its
+``kernel_backend`` is the emulator's), as the cuTile builders' tests do.
+``Gpu`` is one device's memory and launches for one run of a plan: flat
+float64 / int64 scratch arrays, index maps uploaded from the host, and raw
+1-D views of the caller's (strided, any dtype) buffers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import math
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from sigdnn.errors import ExecutionError
+
+KERNEL_FILE = Path(__file__).parent / "kernels" / "tiles.py"
+IMPORT_LINE = "import cuda.tile as ct\n"
+TILE = 1024  # elements a block of the flat kernels handles
+ROW_TILE = 256  # lanes of a row reduction
+GEMM_TILE = (64, 64, 16)  # (rows, columns, depth) of a GEMM block's float64 tile
+BYTE_VIEWED = ("bool", "float8_e4m3fn", "float8_e5m2")  # dtypes a kernel reads as bytes
+
+_modules: dict[bool, ModuleType] = {}
+
+
+def cutile_unavailable_reason() -> str | None:
+    """None when cuTile and a GPU are present, else why the GPU reference cannot run."""
+    from sigdnn.runtime.cuda import dsl_unavailable_reason
+
+    return dsl_unavailable_reason("cuda.tile", "cuda-tile")
+
+
+def is_emulated(context: Any) -> bool:
+    """Whether a Device.context asks for emulated kernels (the CPU tests' host-memory GPU)."""
+    from sigdnn.plan_builders.cutile.backend import EmulatedBackend
+
+    return isinstance(getattr(context, "kernel_backend", None), EmulatedBackend)
+
+
+def kernel_module(emulated: bool) -> ModuleType:
+    """tiles.py compiled by cuTile, or its text run on the emulator (loaded once per process)."""
+    found = _modules.get(emulated)
+    if found is None:
+        text = KERNEL_FILE.read_text()
+        if emulated:
+            from sigdnn.plan_builders.cutile import emulator
+
+            found = ModuleType("sigdnn_gpu_reference_tiles_emulated")
+            found.__dict__["ct"] = emulator
+            exec(compile(text.replace(IMPORT_LINE, "", 1), str(KERNEL_FILE), "exec"), found.__dict__)
+        else:
+            spec = importlib.util.spec_from_file_location("sigdnn_gpu_reference_tiles", KERNEL_FILE)
+            assert spec is not None and spec.loader is not None
+            found = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(found)
+        _modules[emulated] = found
+    return found
+
+
+def kernel_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a kernel reads a buffer of ``dtype`` as: bool and fp8 as bytes (cuTile's arrays have neither)."""
+    return np.dtype(np.uint8) if np.dtype(dtype).name in BYTE_VIEWED else np.dtype(dtype)
+
+
+def span(dims: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """Elements from a tensor's first to its last, plus one (0 when it has none)."""
+    return sum((d - 1) * s for d, s in zip(dims, strides, strict=True)) + 1 if math.prod(dims) else 0
+
+
+class Gpu:
+    """One device's scratch memory, uploads and launches, for one execution of a plan."""
+
+    def __init__(self, context: Any, stream: Any) -> None:
+        self.context = context
+        self.stream = stream
+        self.emulated = is_emulated(context)
+        self.kernels = kernel_module(self.emulated)
+
+    def empty(self, n: int, dtype: Any) -> Any:
+        """A flat scratch array of ``n`` elements."""
+        if self.emulated:
+            return np.empty(n, dtype)
+        return self.context.empty((max(n, 1),), dtype)
+
+    def upload(self, host: np.ndarray) -> Any:
+        """A flat device copy of a host array (index maps, per-row constants)."""
+        host = np.ascontiguousarray(host).reshape(-1)
+        if self.emulated:
+            return host.copy()
+        return self.context.to_device(host if host.size else np.zeros(1, host.dtype))
+
+    def download(self, array: Any, n: int) -> np.ndarray:
+        """The first ``n`` elements of a flat array, on the host."""
+        if self.emulated:
+            return np.array(array[:n])
+        return self.context.to_host(array)[:n]
+
+    def raw(self, buffer: Any, dims: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+        """A caller's buffer as the flat array of its span, in the dtype a kernel reads (no copy)."""
+        dtype = np.dtype(buffer.dtype)
+        n = max(span(dims, strides), 1)
+        as_read = kernel_dtype(dtype)
+        if isinstance(buffer, np.ndarray):
+            address = buffer.__array_interface__["data"][0]
+            raw = (ctypes.c_char * (n * dtype.itemsize)).from_address(address)
+            return np.frombuffer(raw, dtype=as_read, count=n)
+        from sigdnn.runtime.cuda import DeviceArray
+
+        if not isinstance(buffer, DeviceArray):
+            raise ExecutionError(f"the GPU reference takes device arrays, not {type(buffer).__name__}")
+        return DeviceArray(buffer.ptr, (n,), (1,), as_read, owner=buffer.owner, device_id=buffer.device_id)
+
+    def shaped(self, flat: Any, shape: tuple[int, ...]) -> Any:
+        """A packed flat array seen with ``shape`` (what the tiled 2-D / 3-D kernels take)."""
+        if self.emulated:
+            return flat[: math.prod(shape)].reshape(shape)
+        from sigdnn.graph.layout import packed_strides
+        from sigdnn.runtime.cuda import DeviceArray
+
+        return DeviceArray(
+            flat.ptr, shape, packed_strides(shape), flat.dtype, owner=flat.owner, device_id=flat.device_id
+        )
+
+    def launch(self, name: str, grid: tuple[int, ...], *args: Any) -> None:
+        if math.prod(grid) == 0:
+            return
+        kernel = getattr(self.kernels, name)
+        if self.emulated:
+            from sigdnn.plan_builders.cutile import emulator
+
+            emulator.launch(self.stream, grid, kernel, args)
+        else:
+            import cuda.tile as ct
+
+            ct.launch(self.stream, grid, kernel, args)
+
+    def constant(self, name: str) -> int:
+        """A mode or encoding constant of tiles.py."""
+        return int(getattr(self.kernels, name))

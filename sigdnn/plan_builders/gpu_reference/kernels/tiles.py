@@ -1,0 +1,244 @@
+import cuda.tile as ct
+
+# The GPU reference's kernels: a handful of obvious float64 (or int64) tile programs over flat arrays.
+# Every op of the library is host code composing these: read (gather + widen), elementwise, GEMM,
+# row reduction, write (round once + scatter). This file is the whole of the library's device code;
+# the emulator runs the same text with ``ct`` bound to NumPy (gpu_reference.backend).
+
+# How `gather` turns a source element into the working dtype.
+DECODE_CAST = 0  # float / integer source: convert exactly (float64 holds every narrower float and int32)
+DECODE_E4M3 = 1  # fp8 bytes
+DECODE_E5M2 = 2
+DECODE_BOOL = 3  # bool bytes: nonzero is 1
+DECODE_RAW = 4  # same dtype: a copy of the bits
+
+# How `scatter` rounds a working value into the destination.
+ENCODE_CAST = 0  # float64 -> float64 / float32 / float16: one IEEE round-to-nearest-even cast; raw int64 copy
+ENCODE_BF16 = 1  # float64 -> float32 rounded to odd -> bfloat16 (round to nearest even): one exact rounding
+ENCODE_E4M3 = 2  # the same into fp8 bytes; past 464 NaN (e4m3fn has no inf)
+ENCODE_E5M2 = 3  # past 61440 +-inf
+ENCODE_INT = 4  # float64 -> integer: truncate, NaN / inf -> 0, clip to the type's range
+ENCODE_BOOL = 5  # nonzero -> 1 byte
+ENCODE_RAW = 6  # same dtype
+ENCODE_INT_WRAP = 7  # int64 -> narrower integer (two's complement wrap, as a C cast)
+
+# Elementwise modes.
+ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, FMOD, POW = 0, 1, 2, 3, 4, 5, 6, 7
+EQ, NE, GT, GE, LT, LE, AND, OR = 8, 9, 10, 11, 12, 13, 14, 15
+NOT, ABS, NEG, CEIL, FLOOR, SQRT, EXP, LOG = 16, 17, 18, 19, 20, 21, 22, 23
+SIN, COS, TAN, TANH, WHERE, FLOORDIV, PYMOD, NEXT_UP = 24, 25, 26, 27, 28, 29, 30, 31
+NEXT_DOWN, ISNAN, COPY = 32, 33, 34
+
+# Row reductions.
+R_SUM, R_MAX, R_MIN, R_PROD = 0, 1, 2, 3
+
+
+@ct.kernel
+def gather(src, index, out, pad, T: ct.Constant[int], DECODE: ct.Constant[int]):
+    """out[i] = decode(src[index[i]]), or ``pad`` where index[i] < 0."""
+    i = ct.load(index, (ct.bid(0),), (T,), padding_mode=ct.PaddingMode.ZERO)
+    inside = i >= 0
+    v = ct.gather(src, i, mask=inside, padding_value=0)
+    if DECODE == DECODE_E4M3:
+        v = ct.astype(ct.bitcast(v, ct.float8_e4m3fn), ct.float32)
+    if DECODE == DECODE_E5M2:
+        v = ct.astype(ct.bitcast(v, ct.float8_e5m2), ct.float32)
+    if DECODE == DECODE_BOOL:
+        v = v != 0
+    if DECODE != DECODE_RAW:
+        v = ct.astype(v, out.dtype)
+    ct.store(out, (ct.bid(0),), ct.where(inside, v, ct.astype(pad, out.dtype)))
+
+
+@ct.function
+def _f32_round_to_odd(x):
+    """float64 -> float32 truncated toward zero, the last bit set when inexact: a later narrower
+    round-to-nearest-even then rounds x exactly once (sigdnn.dtypes' rounding)."""
+    nearest = ct.astype(x, ct.float32)
+    back = ct.astype(nearest, ct.float64)
+    bits = ct.bitcast(nearest, ct.int32)
+    overshoot = ct.abs(back) > ct.abs(x)  # nearest rounded away from zero (or overflowed to inf)
+    bits = ct.where(overshoot, bits - 1, bits)  # one float32 step toward zero, either sign
+    truncated = ct.astype(ct.bitcast(bits, ct.float32), ct.float64)
+    inexact = (truncated != x) & ((x - x) == 0)  # finite x only: inf and NaN are exact
+    return ct.bitcast(ct.where(inexact, bits | 1, bits), ct.float32)
+
+
+@ct.kernel
+def scatter(value, index, out, n, T: ct.Constant[int], ENCODE: ct.Constant[int]):
+    """out[index[i]] = encode(value[i]) for i < n."""
+    b = ct.bid(0)
+    i = ct.load(index, (b,), (T,), padding_mode=ct.PaddingMode.ZERO)
+    v = ct.load(value, (b,), (T,), padding_mode=ct.PaddingMode.ZERO)
+    live = (b * T + ct.arange(T, dtype=ct.int64)) < n
+    if ENCODE == ENCODE_CAST or ENCODE == ENCODE_RAW or ENCODE == ENCODE_INT_WRAP:  # noqa: SIM109 (constant ==, folded by cuTile)
+        r = ct.astype(v, out.dtype)
+    if ENCODE == ENCODE_BF16:
+        r = ct.astype(_f32_round_to_odd(v), ct.bfloat16)
+    if ENCODE == ENCODE_E4M3:
+        f = _f32_round_to_odd(v)
+        f = ct.where(ct.abs(f) > 464.0, ct.astype(ct.full((T,), float("nan"), ct.float64), ct.float32), f)
+        r = ct.bitcast(ct.astype(f, ct.float8_e4m3fn), ct.uint8)
+    if ENCODE == ENCODE_E5M2:
+        f = _f32_round_to_odd(v)
+        inf = ct.astype(ct.full((T,), float("inf"), ct.float64), ct.float32)
+        f = ct.where(f >= 61440.0, inf, ct.where(f <= -61440.0, -inf, f))
+        r = ct.bitcast(ct.astype(f, ct.float8_e5m2), ct.uint8)
+    if ENCODE == ENCODE_INT:
+        t = ct.where((v - v) == 0, v, 0.0)  # NaN and inf store 0
+        t = ct.where(t >= 0, ct.floor(t), ct.ceil(t))
+        r = ct.astype(t, out.dtype)  # saturates to the type's range
+    if ENCODE == ENCODE_BOOL:
+        r = ct.astype(v != 0, ct.uint8)
+    ct.scatter(out, i, r, mask=live)
+
+
+@ct.kernel
+def elementwise(
+    a,
+    b,
+    c,
+    sa,
+    sb,
+    sc,
+    out,
+    T: ct.Constant[int],
+    MODE: ct.Constant[int],
+    KA: ct.Constant[int],
+    KB: ct.Constant[int],
+    KC: ct.Constant[int],
+):
+    """out = MODE(a, b, c) over flat tiles; an operand whose K* is 1 is the scalar s* instead of its array."""
+    blk = ct.bid(0)
+    x = ct.full((T,), sa, out.dtype) if KA else ct.load(a, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
+    y = ct.full((T,), sb, out.dtype) if KB else ct.load(b, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
+    z = ct.full((T,), sc, out.dtype) if KC else ct.load(c, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
+    one = ct.full((T,), 1, out.dtype)
+    zero = ct.full((T,), 0, out.dtype)
+    if MODE == ADD:
+        r = x + y
+    if MODE == SUB:
+        r = x - y
+    if MODE == MUL:
+        r = x * y
+    if MODE == DIV:
+        r = ct.truediv(x, y, rounding_mode=ct.RoundingMode.FULL)
+    if MODE == MAXIMUM:
+        r = ct.maximum(x, y, propagate_nan=True)
+    if MODE == MINIMUM:
+        r = ct.minimum(x, y, propagate_nan=True)
+    if MODE == FMOD:  # C fmod (the sign of x), exact: Python's % of magnitudes is fmod's magnitude
+        m = ct.abs(x) % ct.abs(y)
+        r = ct.where(x < 0, -m, m)
+    if MODE == POW:
+        r = ct.pow(x, y)
+    if MODE == EQ:
+        r = ct.where(x == y, one, zero)
+    if MODE == NE:
+        r = ct.where(x != y, one, zero)
+    if MODE == GT:
+        r = ct.where(x > y, one, zero)
+    if MODE == GE:
+        r = ct.where(x >= y, one, zero)
+    if MODE == LT:
+        r = ct.where(x < y, one, zero)
+    if MODE == LE:
+        r = ct.where(x <= y, one, zero)
+    if MODE == AND:
+        r = ct.where((x != 0) & (y != 0), one, zero)
+    if MODE == OR:
+        r = ct.where((x != 0) | (y != 0), one, zero)
+    if MODE == NOT:
+        r = ct.where(x == 0, one, zero)
+    if MODE == ABS:
+        r = ct.abs(x)
+    if MODE == NEG:
+        r = -x
+    if MODE == CEIL:
+        r = ct.ceil(x)
+    if MODE == FLOOR:
+        r = ct.floor(x)
+    if MODE == SQRT:
+        r = ct.sqrt(x)
+    if MODE == EXP:
+        r = ct.exp(x)
+    if MODE == LOG:
+        r = ct.log(x)
+    if MODE == SIN:
+        r = ct.sin(x)
+    if MODE == COS:
+        r = ct.cos(x)
+    if MODE == TAN:
+        r = ct.tan(x)
+    if MODE == TANH:
+        r = ct.tanh(x)
+    if MODE == WHERE:
+        r = ct.where(x != 0, y, z)
+    if MODE == FLOORDIV:
+        r = x // y
+    if MODE == PYMOD:
+        r = x % y
+    if MODE == NEXT_UP:  # one float64 ulp toward +inf (finite x)
+        bits = ct.bitcast(x, ct.int64)
+        up = ct.where(
+            x > 0, bits + 1, ct.where(x < 0, bits - 1, ct.bitcast(ct.full((T,), 5e-324, ct.float64), ct.int64))
+        )
+        r = ct.bitcast(up, ct.float64)
+    if MODE == NEXT_DOWN:
+        bits = ct.bitcast(x, ct.int64)
+        down = ct.where(
+            x > 0, bits - 1, ct.where(x < 0, bits + 1, ct.bitcast(ct.full((T,), -5e-324, ct.float64), ct.int64))
+        )
+        r = ct.bitcast(down, ct.float64)
+    if MODE == ISNAN:
+        r = ct.where(x != x, one, zero)
+    if MODE == COPY:
+        r = x
+    ct.store(out, (blk,), ct.astype(r, out.dtype))
+
+
+@ct.kernel
+def gemm(a, b, out, K, TM: ct.Constant[int], TN: ct.Constant[int], TK: ct.Constant[int]):
+    """out[p] = a[p] @ b[p] for each batch p, float64 tiles accumulated by ct.mma (exact FMA in float64)."""
+    i, j, p = ct.bid(0), ct.bid(1), ct.bid(2)
+    acc = ct.full((TM, TN), 0.0, ct.float64)
+    for k in range(ct.cdiv(K, TK)):
+        x = ct.reshape(ct.load(a, (p, i, k), (1, TM, TK), padding_mode=ct.PaddingMode.ZERO), (TM, TK))
+        y = ct.reshape(ct.load(b, (p, k, j), (1, TK, TN), padding_mode=ct.PaddingMode.ZERO), (TK, TN))
+        acc = ct.mma(x, y, acc)
+    ct.store(out, (p, i, j), ct.reshape(acc, (1, TM, TN)))
+
+
+@ct.kernel
+def reduce_rows(x, out, N, identity, T: ct.Constant[int], MODE: ct.Constant[int]):
+    """out[r] = MODE over x[r, :N] (x is rows x N): sum, max, min or product; a NaN in a max / min row gives NaN.
+
+    ``identity`` (0, -inf, inf, 1, or an integer type's extreme) fills the lanes past the row."""
+    r = ct.bid(0)
+    ident = ct.full((1, T), identity, x.dtype)
+    acc = ident
+    nans = ct.full((1, T), 0, ct.int32)
+    for j in range(ct.cdiv(N, T)):
+        v = ct.load(x, (r, j), (1, T), padding_mode=ct.PaddingMode.ZERO)
+        live = (j * T + ct.arange(T, dtype=ct.int64)) < N
+        v = ct.where(ct.reshape(live, (1, T)), v, ident)  # past the row: the identity
+        nans = nans + ct.astype(v != v, ct.int32)
+        if MODE == R_SUM:
+            acc = acc + v
+        if MODE == R_MAX:
+            acc = ct.maximum(acc, v)
+        if MODE == R_MIN:
+            acc = ct.minimum(acc, v)
+        if MODE == R_PROD:
+            acc = acc * v
+    if MODE == R_SUM:
+        total = ct.sum(acc, axis=1)
+    if MODE == R_MAX:
+        total = ct.max(acc, axis=1)
+    if MODE == R_MIN:
+        total = ct.min(acc, axis=1)
+    if MODE == R_PROD:
+        total = ct.prod(acc, axis=1)
+    if MODE == R_MAX or MODE == R_MIN:  # noqa: SIM109 (constant ==, folded by cuTile)
+        total = ct.where(ct.sum(nans, axis=1) > 0, ct.astype(ct.full((1,), float("nan"), ct.float64), x.dtype), total)
+    ct.store(out, (r,), total)

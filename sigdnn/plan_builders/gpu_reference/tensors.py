@@ -1,0 +1,85 @@
+"""Reading a node's tensors into float64 (int64) device arrays and writing results back, rounded once.
+
+A read gathers each logical element from the caller's buffer by its storage
+offset (any strides, any dtype) and widens it exactly; a write rounds each
+value once to the output's dtype (round-to-odd through float32 for bfloat16
+and fp8, as ``sigdnn.dtypes.round_to``) and scatters it to its offset. Both
+run on the device; the index maps are the only host-made data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sigdnn.dtypes import DataType
+from sigdnn.plan_builders.gpu_reference.arrays import Array, gather
+from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu
+
+DECODES = {"float8_e4m3fn": "DECODE_E4M3", "float8_e5m2": "DECODE_E5M2", "bool": "DECODE_BOOL"}
+FLOAT_ENCODES = {
+    DataType.FLOAT64: "ENCODE_CAST",
+    DataType.FLOAT32: "ENCODE_CAST",
+    DataType.FLOAT16: "ENCODE_CAST",
+    DataType.BFLOAT16: "ENCODE_BF16",
+    DataType.FP8_E4M3: "ENCODE_E4M3",
+    DataType.FP8_E5M2: "ENCODE_E5M2",
+    DataType.BOOL: "ENCODE_BOOL",
+}
+
+
+def element_strides(buffer: Any) -> tuple[int, ...]:
+    """A buffer's strides in elements (NumPy's are in bytes, DeviceArray's in elements)."""
+    if isinstance(buffer, np.ndarray):
+        return tuple(s // buffer.itemsize for s in buffer.strides)
+    return tuple(buffer.strides)
+
+
+def offsets(dims: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """Each logical element's storage offset, in logical row-major order."""
+    index = np.zeros(dims, np.int64)
+    for axis, (d, s) in enumerate(zip(dims, strides, strict=True)):
+        shape = [1] * len(dims)
+        shape[axis] = d
+        index = index + np.arange(d, dtype=np.int64).reshape(shape) * s
+    return index
+
+
+def read(gpu: Gpu, buffer: Any, wide: Any) -> Array:
+    """The buffer's logical elements as a packed ``wide`` (float64 or int64) array, each exact."""
+    dims, strides = tuple(buffer.shape), element_strides(buffer)
+    out = Array.empty(gpu, dims, wide)
+    decode = DECODES.get(np.dtype(buffer.dtype).name, "DECODE_CAST")
+    gather(gpu, gpu.raw(buffer, dims, strides), offsets(dims, strides), out.data, 0.0, decode)
+    return out
+
+
+def encoding(value_dtype: np.dtype, target: DataType) -> str:
+    """How a working value (float64 or int64) is rounded into ``target``."""
+    if value_dtype.kind == "i":
+        if target is DataType.INT64:
+            return "ENCODE_RAW"
+        if target.is_integer:
+            return "ENCODE_INT_WRAP"
+        return "ENCODE_BOOL"  # (write() turns integer values bound for floats into float64 first)
+    return FLOAT_ENCODES.get(target, "ENCODE_INT")
+
+
+def write(gpu: Gpu, value: Array, buffer: Any, target: DataType) -> None:
+    """Round ``value`` once to ``target`` and store it into the buffer's logical elements."""
+    dims, strides = tuple(buffer.shape), element_strides(buffer)
+    value = value.broadcast_to(dims)
+    if value.dtype.kind == "i" and target.is_float:
+        value = value.astype(np.float64)  # (integers past 2^53 round twice: docs/gpu_reference.md)
+    n = value.size
+    gpu.launch(
+        "scatter",
+        (-(-n // TILE), 1, 1),
+        value.data,
+        gpu.upload(offsets(dims, strides)),
+        gpu.raw(buffer, dims, strides),
+        n,
+        TILE,
+        gpu.constant(encoding(value.dtype, target)),
+    )
