@@ -25,6 +25,7 @@ from sigdnn.graph.ops.matmul import Matmul
 from sigdnn.graph.ops.pointwise import MODES, PARAMS, Pointwise
 from sigdnn.graph.ops.pooling import Pooling
 from sigdnn.graph.ops.pooling_backward import PoolingBackward
+from sigdnn.graph.ops.ragged import varlen_inputs
 from sigdnn.graph.ops.reduction import Reduction
 from sigdnn.graph.ops.resample import Resample, scaled_size
 from sigdnn.graph.ops.resample_backward import ResampleBackward
@@ -430,6 +431,9 @@ class Frontend:
         log: bool = False,
         generate_stats: bool = False,
         *,
+        seq_len_q: Maybe = None,
+        seq_len_kv: Maybe = None,
+        ragged_offsets: Mapping[str, Tensor] | None = None,
         name: str | None = None,
         compute_dtype: DTypeLike = None,
     ) -> tuple[Tensor, Maybe]:
@@ -489,6 +493,9 @@ class Frontend:
         use_causal_mask: bool = False,
         generate_stats: bool = False,
         *,
+        seq_len_q: Maybe = None,
+        seq_len_kv: Maybe = None,
+        ragged_offsets: Mapping[str, Tensor] | None = None,
         name: str | None = None,
         compute_dtype: DTypeLike = None,
     ) -> tuple[Tensor, Maybe]:
@@ -499,6 +506,9 @@ class Frontend:
         as cuDNN) plus ``bias`` (broadcast to [B, Hq, Sq, Skv]); the causal
         mask keeps key j for query i when j <= i. stats [B, Hq, Sq, 1] (each
         row's logsumexp, float32 unless set) only with ``generate_stats``.
+        ``seq_len_q`` / ``seq_len_kv`` ([B] int32 / int64) mask padding;
+        ``ragged_offsets`` ({"q" | "k" | "v" | "o": [B + 1] offsets}) pack
+        those tensors by token (docs/ops.md, "Variable-length attention").
         """
         where = f"node '{name or 'sdpa'}'"
         attributes = {
@@ -506,7 +516,7 @@ class Frontend:
             "use_causal_mask": bool(use_causal_mask),
             "generate_stats": bool(generate_stats),
         }
-        inputs = {"q": q, "k": k, "v": v, "bias": bias}
+        inputs = {"q": q, "k": k, "v": v, "bias": bias, **varlen_inputs(seq_len_q, seq_len_kv, ragged_offsets)}
         node = self.add_node(Sdpa, inputs, attributes, name=name, compute_dtype=compute_dtype)
         return self.outputs_of(node)  # type: ignore[return-value]
 
@@ -522,16 +532,23 @@ class Frontend:
         bias: Maybe = None,
         use_causal_mask: bool = False,
         *,
+        seq_len_q: Maybe = None,
+        seq_len_kv: Maybe = None,
+        ragged_offsets: Mapping[str, Tensor] | None = None,
         name: str | None = None,
         compute_dtype: DTypeLike = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Attention gradients from the forward's o and stats and the incoming d_o (cuDNN's dO) -> (dq, dk, dv)."""
+        """Attention gradients from the forward's o and stats and the incoming d_o (cuDNN's dO) -> (dq, dk, dv).
+
+        Variable lengths as ``sdpa``'s; dq, dk, dv and d_o follow q, k, v and o's ragged offsets.
+        """
         where = f"node '{name or 'sdpa_backward'}'"
         attributes = {
             "attn_scale": 1.0 if attn_scale is None else parameter_value(attn_scale, f"{where} attn_scale"),
             "use_causal_mask": bool(use_causal_mask),
         }
         inputs = {"q": q, "k": k, "v": v, "o": o, "d_o": d_o, "stats": stats, "bias": bias}
+        inputs.update(varlen_inputs(seq_len_q, seq_len_kv, ragged_offsets))
         node = self.add_node(SdpaBackward, inputs, attributes, name=name, compute_dtype=compute_dtype)
         return self.outputs_of(node)  # type: ignore[return-value]
 

@@ -30,7 +30,7 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.tensor import Tensor
 
-SCHEMA_VERSION = (1, 3)
+SCHEMA_VERSION = (1, 4)
 
 
 @attrs.define(eq=False)

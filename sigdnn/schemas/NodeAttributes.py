@@ -28,3 +28,7 @@ class NodeAttributes(object):
     ConcatenateAttributes = 22
     ResampleAttributes = 23
     ResampleBackwardAttributes = 24
+    GdnAttributes = 25
+    GdnBackwardAttributes = 26
+    KdaAttributes = 27
+    KdaBackwardAttributes = 28

@@ -91,8 +91,50 @@ class SdpaAttributes(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # SdpaAttributes
+    def SeqLenQ(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaAttributes
+    def SeqLenKv(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaAttributes
+    def QRaggedOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaAttributes
+    def KRaggedOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaAttributes
+    def VRaggedOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaAttributes
+    def ORaggedOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
 def SdpaAttributesStart(builder):
-    builder.StartObject(9)
+    builder.StartObject(15)
 
 def Start(builder):
     SdpaAttributesStart(builder)
@@ -150,6 +192,42 @@ def SdpaAttributesAddGenerateStats(builder, generateStats):
 
 def AddGenerateStats(builder, generateStats):
     SdpaAttributesAddGenerateStats(builder, generateStats)
+
+def SdpaAttributesAddSeqLenQ(builder, seqLenQ):
+    builder.PrependInt64Slot(9, seqLenQ, None)
+
+def AddSeqLenQ(builder, seqLenQ):
+    SdpaAttributesAddSeqLenQ(builder, seqLenQ)
+
+def SdpaAttributesAddSeqLenKv(builder, seqLenKv):
+    builder.PrependInt64Slot(10, seqLenKv, None)
+
+def AddSeqLenKv(builder, seqLenKv):
+    SdpaAttributesAddSeqLenKv(builder, seqLenKv)
+
+def SdpaAttributesAddQRaggedOffset(builder, qRaggedOffset):
+    builder.PrependInt64Slot(11, qRaggedOffset, None)
+
+def AddQRaggedOffset(builder, qRaggedOffset):
+    SdpaAttributesAddQRaggedOffset(builder, qRaggedOffset)
+
+def SdpaAttributesAddKRaggedOffset(builder, kRaggedOffset):
+    builder.PrependInt64Slot(12, kRaggedOffset, None)
+
+def AddKRaggedOffset(builder, kRaggedOffset):
+    SdpaAttributesAddKRaggedOffset(builder, kRaggedOffset)
+
+def SdpaAttributesAddVRaggedOffset(builder, vRaggedOffset):
+    builder.PrependInt64Slot(13, vRaggedOffset, None)
+
+def AddVRaggedOffset(builder, vRaggedOffset):
+    SdpaAttributesAddVRaggedOffset(builder, vRaggedOffset)
+
+def SdpaAttributesAddORaggedOffset(builder, oRaggedOffset):
+    builder.PrependInt64Slot(14, oRaggedOffset, None)
+
+def AddORaggedOffset(builder, oRaggedOffset):
+    SdpaAttributesAddORaggedOffset(builder, oRaggedOffset)
 
 def SdpaAttributesEnd(builder):
     return builder.EndObject()

@@ -112,8 +112,50 @@ class SdpaBackwardAttributes(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # SdpaBackwardAttributes
+    def SeqLenQ(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaBackwardAttributes
+    def SeqLenKv(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaBackwardAttributes
+    def QRaggedOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaBackwardAttributes
+    def KRaggedOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaBackwardAttributes
+    def VRaggedOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaBackwardAttributes
+    def ORaggedOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
 def SdpaBackwardAttributesStart(builder):
-    builder.StartObject(12)
+    builder.StartObject(18)
 
 def Start(builder):
     SdpaBackwardAttributesStart(builder)
@@ -189,6 +231,42 @@ def SdpaBackwardAttributesAddUseCausalMask(builder, useCausalMask):
 
 def AddUseCausalMask(builder, useCausalMask):
     SdpaBackwardAttributesAddUseCausalMask(builder, useCausalMask)
+
+def SdpaBackwardAttributesAddSeqLenQ(builder, seqLenQ):
+    builder.PrependInt64Slot(12, seqLenQ, None)
+
+def AddSeqLenQ(builder, seqLenQ):
+    SdpaBackwardAttributesAddSeqLenQ(builder, seqLenQ)
+
+def SdpaBackwardAttributesAddSeqLenKv(builder, seqLenKv):
+    builder.PrependInt64Slot(13, seqLenKv, None)
+
+def AddSeqLenKv(builder, seqLenKv):
+    SdpaBackwardAttributesAddSeqLenKv(builder, seqLenKv)
+
+def SdpaBackwardAttributesAddQRaggedOffset(builder, qRaggedOffset):
+    builder.PrependInt64Slot(14, qRaggedOffset, None)
+
+def AddQRaggedOffset(builder, qRaggedOffset):
+    SdpaBackwardAttributesAddQRaggedOffset(builder, qRaggedOffset)
+
+def SdpaBackwardAttributesAddKRaggedOffset(builder, kRaggedOffset):
+    builder.PrependInt64Slot(15, kRaggedOffset, None)
+
+def AddKRaggedOffset(builder, kRaggedOffset):
+    SdpaBackwardAttributesAddKRaggedOffset(builder, kRaggedOffset)
+
+def SdpaBackwardAttributesAddVRaggedOffset(builder, vRaggedOffset):
+    builder.PrependInt64Slot(16, vRaggedOffset, None)
+
+def AddVRaggedOffset(builder, vRaggedOffset):
+    SdpaBackwardAttributesAddVRaggedOffset(builder, vRaggedOffset)
+
+def SdpaBackwardAttributesAddORaggedOffset(builder, oRaggedOffset):
+    builder.PrependInt64Slot(17, oRaggedOffset, None)
+
+def AddORaggedOffset(builder, oRaggedOffset):
+    SdpaBackwardAttributesAddORaggedOffset(builder, oRaggedOffset)
 
 def SdpaBackwardAttributesEnd(builder):
     return builder.EndObject()

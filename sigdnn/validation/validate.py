@@ -29,6 +29,7 @@ from sigdnn.runtime.device import ExecutionContext
 from sigdnn.validation.compare import Comparison, Errors, compare, errors, summarize
 from sigdnn.validation.inputs import random_inputs
 from sigdnn.validation.tolerances import Tolerance, node_tolerance, output_tolerance, step_tolerance
+from sigdnn.validation.unspecified import specified, unspecified_positions
 
 # The truth side of every validation: sigdnn's own reference builders only. A CPU plugin registered in the
 # default registry (an entry point, say) must never be validated against itself.
@@ -317,6 +318,7 @@ def compare_steps(
     sums = {} if sums is None else sums
     carried = {} if carried is None else carried
     checks = []
+    free = unspecified_positions(graph, seen)
     for step in device.steps:
         truth = _run_reference(graph, step, plans, seen, sums, carried)
         sums.update(truth.through)
@@ -324,7 +326,8 @@ def compare_steps(
         for uid, value in truth.values.items():
             name = graph.tensors[uid].name
             allowed = tolerance or step_tolerance(graph, list(step.nodes), uid)
-            found = errors(seen[name], value, allowed, truth.sums.get(uid), truth.carried.get(uid))
+            got = specified(seen[name], value, free.get(name))
+            found = errors(got, value, allowed, truth.sums.get(uid), truth.carried.get(uid))
             comparison = summarize(name, str(value.dtype), allowed, found)
             checks.append(NodeCheck(step.name, step.builder.name, comparison, None if comparison.passed else found))
     return tuple(checks)
@@ -343,11 +346,14 @@ def step_judge(
     step = SimpleNamespace(nodes=tuple(nodes), writes=tuple(writes), reads=())  # nothing upstream to carry
     truth = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, inputs, {}, {})  # type: ignore[arg-type]
 
+    free = unspecified_positions(graph, inputs)
+
     def judge(outputs: Mapping[str, np.ndarray]) -> str | None:
         for uid, value in truth.values.items():
             name = graph.tensors[uid].name
             allowed = step_tolerance(graph, list(nodes), uid)
-            c = compare(name, outputs[name], value, allowed, truth.sums.get(uid), truth.carried.get(uid))
+            got = specified(outputs[name], value, free.get(name))
+            c = compare(name, got, value, allowed, truth.sums.get(uid), truth.carried.get(uid))
             if not c.passed:
                 return (
                     f"{name}: {c.mismatches + c.nan_inf_mismatches} of {c.size} elements outside {c.tolerance} "
@@ -391,10 +397,11 @@ def validate(
     sums: dict[int, np.ndarray] = {}
     carried: dict[int, np.ndarray] = {}
     nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance, carried)
+    free = unspecified_positions(g, seen)
     outputs = tuple(
         compare(
             t.name,
-            outs[t.name],
+            specified(outs[t.name], want[t.name], free.get(t.name)),
             want[t.name],
             tolerance or output_tolerance(g, t.uid),
             sums.get(t.uid),

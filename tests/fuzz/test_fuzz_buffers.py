@@ -175,6 +175,19 @@ def attention_block() -> sigdnn.Graph:
     return g
 
 
+def varlen_attention() -> sigdnn.Graph:
+    """sdpa forward and backward with padding masks and every ragged offset (THD q, k, v, o)."""
+    g = sigdnn.Graph("varlen", io_dtype="float32", intermediate_dtype="float32")
+    dims, strides = (2, 2, 3, 4), (24, 4, 8, 1)
+    q, k, v = (g.tensor(n, dims, strides=strides) for n in ("q", "k", "v"))
+    lengths = {"seq_len_q": g.tensor("lq", (2,), dtype="int32"), "seq_len_kv": g.tensor("lkv", (2,), dtype="int64")}
+    offsets = {p: g.tensor(f"{p}_off", (3, 1, 1, 1), dtype="int32") for p in "qkvo"}
+    o, stats = g.sdpa(q, k, v, 0.5, None, True, True, **lengths, ragged_offsets=offsets)
+    dq, _, _ = g.sdpa_backward(q, k, v, o, o, stats, 0.5, None, True, **lengths, ragged_offsets=offsets)
+    dq.set_output(True).set_name("dq")
+    return g
+
+
 def op_sample(op: type[Op]) -> Callable[[], sigdnn.Graph]:
     """A seed of one op's own sample node: every op's attribute table gets fuzzed, a new op by existing."""
 
@@ -197,6 +210,7 @@ SEED_GRAPHS: list[Callable[[], sigdnn.Graph]] = [
     fan_out_in,
     training_step,
     attention_block,
+    varlen_attention,
     *(op_sample(op) for kind, op in sorted(OP_CLASSES.items()) if op.__module__.startswith("sigdnn.graph.ops.")),
 ]
 SEEDS: list[bytes] = [make().serialize() for make in SEED_GRAPHS]
@@ -430,7 +444,8 @@ def deadline(seconds: float) -> Iterator[None]:
 
 
 def random_inputs(graph: sigdnn.Graph, rng: np.random.Generator) -> dict[int, np.ndarray]:
-    """Small random values in each input's dtype; sometimes caller-owned outputs too."""
+    """Small random values in each input's dtype, valid where an op constrains them; sometimes caller-owned
+    outputs too. (Hostile lengths and offsets, ExecutionErrors by design, have their own tests.)"""
     pack = {}
     for t in graph.inputs:
         dtype = graph.dtype_of(t).numpy
@@ -441,6 +456,14 @@ def random_inputs(graph: sigdnn.Graph, rng: np.random.Generator) -> dict[int, np
         else:
             a = rng.standard_normal(t.dims, dtype=np.float32) * 4
         pack[t.uid] = a.astype(dtype)
+    for node in graph.nodes:  # values an op constrains (sequence lengths, offsets) take the op's own draw
+        tensors = {
+            p: attrs.evolve(graph.tensors[u], dtype=graph.dtype_of(graph.tensors[u]))
+            for p, u in node.op.ports().items()
+        }
+        for port, value in node.op.random_inputs(tensors, rng).items():
+            if tensors[port].uid in pack:
+                pack[tensors[port].uid] = value
     if rng.random() < 0.3:
         for t in graph.outputs:
             pack[t.uid] = np.empty(t.dims, graph.dtype_of(t).numpy)

@@ -168,6 +168,21 @@ class Op:
         """Strides for a new output; None means packed row-major."""
         return None
 
+    def unspecified(self, values: Mapping[str, np.ndarray], tensors: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
+        """Output port -> bool mask (logical dims): elements the op leaves unspecified for these input values.
+
+        Validation does not compare them (attention's padding rows, a ragged buffer past its sequences).
+        ``values`` holds the node's input values by port, ``tensors`` every port's tensor.
+        """
+        return {}
+
+    def random_inputs(self, tensors: Mapping[str, Tensor], rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Input port -> values for ports whose meaning constrains them (lengths, offsets, gates).
+
+        Validation's random inputs take these; every other input is drawn generically.
+        """
+        return {}
+
     # -- keys and validation -------------------------------------------------
     def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
         """Structural traits the signature key carries: the declared key attributes, plus what subclasses add."""

@@ -7,18 +7,26 @@ when j <= i (top-left aligned). o is [B, Hq, Sq, Dv]; stats [B, Hq, Sq, 1]
 (float32 unless set, the logsumexp of each score row) is written exactly
 when ``generate_stats`` is set. attn_scale is an attribute value (cuDNN
 also takes a scalar tensor; the builder method reads its value).
+
+Variable lengths (ragged.py): optional ``seq_len_q`` / ``seq_len_kv``
+padding masks and ragged offsets for q, k, v and o. A query row past its
+sequence sees no key; o and stats there are unspecified (the reference
+writes 0 and -inf).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
+import numpy as np
 
 from sigdnn.dtypes import DataType
 from sigdnn.errors import GraphError
+from sigdnn.graph.limits import Limits
+from sigdnn.graph.ops import ragged
 from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.shapes import STATS_DTYPE, described, packed_in_order_of
 from sigdnn.graph.tensor import Tensor
@@ -59,11 +67,42 @@ def attention_dims(where: str, inputs: Mapping[str, Tensor], attn_scale: float) 
     return b, hq, sq, skv, v.dims[3]
 
 
+VARLEN_PORTS = (
+    "seq_len_q",
+    "seq_len_kv",
+    "q_ragged_offset",
+    "k_ragged_offset",
+    "v_ragged_offset",
+    "o_ragged_offset",
+)
+VARLEN_FIELDS = tuple((p, "uid?") for p in VARLEN_PORTS)
+RAGGED_LENGTHS = {"q": "seq_len_q", "o": "seq_len_q", "k": "seq_len_kv", "v": "seq_len_kv"}
+BLOCK_SCORES = 1 << 18  # the reference's float64 scores per block (math/sdpa.py): 2 MiB, stays in L2
+
+
+def block_scores(skv: int) -> int:
+    """The most float64 scores one reference block holds: the budget, or one row of keys where that is longer."""
+    return max(BLOCK_SCORES, skv)
+
+
+def varlen_traits(op: Any) -> tuple[tuple[str, Any], ...]:
+    padding = op.seq_len_q is not None or op.seq_len_kv is not None
+    raggeds = ragged.ragged_ports(op)
+    return (("padding", padding), ("ragged", raggeds))
+
+
+def varlen_copy_bytes(op: Any, inputs: Mapping[str, Tensor]) -> int:
+    """float64 copies the reference makes: padding zeroed or a ragged layout unpacked, per tensor."""
+    if op.seq_len_q is None and op.seq_len_kv is None:
+        return 0
+    return 8 * sum(inputs[p].size for p in ("q", "k", "v", "o", "d_o") if p in inputs) * 2
+
+
 @attrs.frozen
 class Sdpa(Op):
     kind: ClassVar[str] = "sdpa"
     table: ClassVar[str] = "SdpaAttributes"
-    input_ports: ClassVar[tuple[str, ...]] = ("q", "k", "v", "bias")
+    input_ports: ClassVar[tuple[str, ...]] = ("q", "k", "v", "bias", *VARLEN_PORTS)
     output_ports: ClassVar[tuple[str, ...]] = ("o", "stats")
     wire_fields: ClassVar[tuple[tuple[str, str], ...]] = (
         ("q", "uid"),
@@ -75,6 +114,7 @@ class Sdpa(Op):
         ("attn_scale", "f64"),
         ("use_causal_mask", "bool"),
         ("generate_stats", "bool"),
+        *VARLEN_FIELDS,
     )
     key_attributes: ClassVar[tuple[str, ...]] = ("use_causal_mask",)
 
@@ -87,6 +127,12 @@ class Sdpa(Op):
     stats: int | None = None
     use_causal_mask: bool = False
     generate_stats: bool = False
+    seq_len_q: int | None = None
+    seq_len_kv: int | None = None
+    q_ragged_offset: int | None = None
+    k_ragged_offset: int | None = None
+    v_ragged_offset: int | None = None
+    o_ragged_offset: int | None = None
 
     probability_weighted: ClassVar[Mapping[str, str]] = {"o": "v"}
 
@@ -108,7 +154,23 @@ class Sdpa(Op):
         return dims
 
     def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
-        require_float(f"sdpa '{outputs['o'].name}'", {**inputs, **outputs})
+        where = f"sdpa '{outputs['o'].name}'"
+        require_float(where, {p: t for p, t in {**inputs, **outputs}.items() if p not in VARLEN_PORTS})
+        ragged.check_varlen(where, inputs, {**inputs, **outputs}, RAGGED_LENGTHS)
+
+    def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
+        """Padding and ragged ports choose code paths: a kernel without them must not be picked."""
+        return (*super().key_traits(tensors), *varlen_traits(self))
+
+    def unspecified(self, values: Mapping[str, np.ndarray], tensors: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
+        return ragged.unspecified_outputs(values, tensors, {"o": ("o", "seq_len_q"), "stats": (None, "seq_len_q")})
+
+    def random_inputs(self, tensors: Mapping[str, Tensor], rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return ragged.random_varlen(tensors, rng, RAGGED_LENGTHS)
+
+    def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
+        """The reference's float64 score blocks (a score block, its exps, the product) and its unpacked copies."""
+        return 3 * 8 * block_scores(inputs["k"].dims[2]) + varlen_copy_bytes(self, inputs)
 
     def output_dtype(self, port: str, inputs: Mapping[str, Tensor]) -> DataType | None:
         return STATS_DTYPE if port == "stats" else None

@@ -3,17 +3,33 @@
 Shapes and attributes as sdpa's (sdpa.py); o and d_o are [B, Hq, Sq, Dv],
 stats [B, Hq, Sq, 1]. dk and dv sum over the query heads that share each
 kv head.
+
+Variable lengths as sdpa's: the padding masks, and ragged offsets for q,
+k, v and o that also place dq, dk, dv and d_o. Gradients at positions
+outside a sequence are unspecified (the reference writes 0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
+import numpy as np
 
+from sigdnn.errors import GraphError
+from sigdnn.graph.limits import Limits
+from sigdnn.graph.ops import ragged
 from sigdnn.graph.ops.base import Op, require_float
-from sigdnn.graph.ops.sdpa import attention_dims
+from sigdnn.graph.ops.sdpa import (
+    RAGGED_LENGTHS,
+    VARLEN_FIELDS,
+    VARLEN_PORTS,
+    attention_dims,
+    block_scores,
+    varlen_copy_bytes,
+    varlen_traits,
+)
 from sigdnn.graph.ops.shapes import packed_in_order_of, require_dims
 from sigdnn.graph.tensor import Tensor
 
@@ -22,11 +38,14 @@ if TYPE_CHECKING:
     from sigdnn.graph.node import Node
 
 
+GRADIENT_OF = {"dq": "q", "dk": "k", "dv": "v", "d_o": "o"}  # each placed by its forward tensor's ragged offsets
+
+
 @attrs.frozen
 class SdpaBackward(Op):
     kind: ClassVar[str] = "sdpa_backward"
     table: ClassVar[str] = "SdpaBackwardAttributes"
-    input_ports: ClassVar[tuple[str, ...]] = ("q", "k", "v", "o", "d_o", "stats", "bias")
+    input_ports: ClassVar[tuple[str, ...]] = ("q", "k", "v", "o", "d_o", "stats", "bias", *VARLEN_PORTS)
     output_ports: ClassVar[tuple[str, ...]] = ("dq", "dk", "dv")
     wire_fields: ClassVar[tuple[tuple[str, str], ...]] = (
         ("q", "uid"),
@@ -41,6 +60,7 @@ class SdpaBackward(Op):
         ("dv", "uid"),
         ("attn_scale", "f64"),
         ("use_causal_mask", "bool"),
+        *VARLEN_FIELDS,
     )
     key_attributes: ClassVar[tuple[str, ...]] = ("use_causal_mask",)
     # p (for dv) and ds (for dq and dk) go to the tensor cores in q's dtype on flash-attention kernels.
@@ -58,6 +78,12 @@ class SdpaBackward(Op):
     attn_scale: float
     bias: int | None = None
     use_causal_mask: bool = False
+    seq_len_q: int | None = None
+    seq_len_kv: int | None = None
+    q_ragged_offset: int | None = None
+    k_ragged_offset: int | None = None
+    v_ragged_offset: int | None = None
+    o_ragged_offset: int | None = None
 
     def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
         """dq sums over keys; dk and dv over the query rows of every head sharing them."""
@@ -82,7 +108,31 @@ class SdpaBackward(Op):
         return {"dq": q.dims, "dk": inputs["k"].dims, "dv": inputs["v"].dims}
 
     def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
-        require_float(f"sdpa_backward '{outputs['dq'].name}'", {**inputs, **outputs})
+        where = f"sdpa_backward '{outputs['dq'].name}'"
+        require_float(where, {p: t for p, t in {**inputs, **outputs}.items() if p not in VARLEN_PORTS})
+        placed = {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "o": inputs["o"]}
+        ragged.check_varlen(where, inputs, placed, RAGGED_LENGTHS)
+        for grad, port in GRADIENT_OF.items():
+            t = {**inputs, **outputs}[grad]
+            if getattr(self, port + ragged.OFFSET_SUFFIX) is not None and t.strides != inputs[port].strides:
+                raise GraphError(
+                    f"{where}: ragged port '{grad}' (tensor '{t.name}') has strides {list(t.strides)}; it shares "
+                    f"{port}'s ragged offsets, so it needs {port}'s strides {list(inputs[port].strides)}"
+                )
+
+    def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
+        return (*super().key_traits(tensors), *varlen_traits(self))
+
+    def unspecified(self, values: Mapping[str, np.ndarray], tensors: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
+        placement = {"dq": ("q", "seq_len_q"), "dk": ("k", "seq_len_kv"), "dv": ("v", "seq_len_kv")}
+        return ragged.unspecified_outputs(values, tensors, placement)
+
+    def random_inputs(self, tensors: Mapping[str, Tensor], rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return ragged.random_varlen(tensors, rng, RAGGED_LENGTHS)
+
+    def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
+        """The reference's float64 score blocks (p, dp / ds, the products) and its unpacked copies."""
+        return 4 * 8 * block_scores(inputs["k"].dims[2]) + varlen_copy_bytes(self, inputs)
 
     def default_output_strides(
         self, inputs: Mapping[str, Tensor], port: str, dims: tuple[int, ...]

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.graph.ops.sdpa import VARLEN_PORTS
 from sigdnn.plan_builders.cute.matmul import require_hopper, unavailable_reason
 from sigdnn.plan_builders.cute.sdpa_layout import IO_DTYPES
 from sigdnn.registry.contracts import PlanBuilder
@@ -33,6 +34,7 @@ class CuteAttentionBuilder(PlanBuilder):
             key.op in self.ops
             and str(ins.get("q")) in IO_DTYPES
             and "bias" not in ins
+            and not any(port in ins for port in VARLEN_PORTS)
             and str(key.compute) == "float32"
         )
 
@@ -44,6 +46,11 @@ class CuteAttentionBuilder(PlanBuilder):
             raise NotSupported(f"{where}: not an {self.ops[0]}")
         if op.bias is not None:
             raise NotSupported(f"{where}: additive bias (port 'bias') is not supported by the CuTe kernel")
+        varlen = [port for port in VARLEN_PORTS if getattr(op, port) is not None]
+        if varlen:
+            raise NotSupported(
+                f"{where}: variable-length attention (ports {varlen}) is not supported by the CuTe kernels yet"
+            )
         compute = str(graph.compute_dtype_of(node))
         if compute != "float32":
             raise NotSupported(f"{where}: compute dtype {compute}; supported: float32")

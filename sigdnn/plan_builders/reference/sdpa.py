@@ -1,25 +1,81 @@
-"""Reference scaled dot-product attention, forward and backward (math.sdpa)."""
+"""Reference scaled dot-product attention, forward and backward (math.sdpa), with variable lengths.
+
+Ragged tensors (graph/ops/ragged.py) are unpacked into the padded [B, H, S, E]
+form the math takes, and ragged outputs packed back: the math itself only
+sees padding masks.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
+from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops.sdpa import Sdpa
-from sigdnn.graph.ops.sdpa_backward import SdpaBackward
+from sigdnn.graph.ops import ragged
+from sigdnn.graph.ops.sdpa import VARLEN_PORTS, Sdpa
+from sigdnn.graph.ops.sdpa_backward import GRADIENT_OF, SdpaBackward
 from sigdnn.plan_builders.reference import math
 from sigdnn.plan_builders.reference.base import FloatReferenceBuilder
 from sigdnn.registry.contracts import BuildContext
 from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.runtime.device import Device
 
 Compute = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
-class ReferenceSdpa(FloatReferenceBuilder):
+class _Varlen:
+    """One run's sequence lengths and ragged placements for a node; unpacks inputs and packs outputs."""
+
+    def __init__(self, node: Node, graph: Graph, ins: Mapping[str, np.ndarray]) -> None:
+        op = node.op
+        where = f"node '{node.name}'"
+        q, k = (graph.tensors[getattr(op, p)] for p in ("q", "k"))
+        self.lengths: dict[str, np.ndarray | None] = {}
+        for port, bound in (("seq_len_q", q.dims[2]), ("seq_len_kv", k.dims[2])):
+            uid = getattr(op, port)
+            self.lengths[port] = (
+                None if uid is None else ragged.lengths_of(where, graph.tensors[uid].name, ins[port], bound)
+            )
+        self.places: dict[str, tuple[Any, np.ndarray, np.ndarray]] = {}
+        ports = op.ports()
+        for port in ragged.ragged_ports(op):
+            name = port + ragged.OFFSET_SUFFIX
+            length = self.lengths["seq_len_q" if port in ("q", "o") else "seq_len_kv"]
+            for placed in (port, *(g for g, p in GRADIENT_OF.items() if p == port and g in ports)):
+                t = graph.tensors[ports[placed]]
+                output = placed in op.outputs()
+                pos, inside = ragged.positions(
+                    where, graph.tensors[getattr(op, name)].name, t, ins[name], length, output
+                )
+                self.places[placed] = (t, pos, inside)
+
+    def unpack(self, ins: Mapping[str, np.ndarray], port: str) -> np.ndarray:
+        value = ins[port]
+        if port not in self.places:
+            return value
+        return ragged.unpack(value, *self.places[port])
+
+    def pack(self, port: str, value: np.ndarray) -> np.ndarray:
+        return value if port not in self.places else ragged.pack(value, *self.places[port])
+
+
+class _VarlenReference(FloatReferenceBuilder):
+    def check(self, node: Node, graph: Graph, device: Device) -> None:
+        """Floating point apart from the integer length and offset ports."""
+        for port, uid in node.op.ports().items():
+            dtype = graph.dtype_of(graph.tensors[uid])
+            if port not in VARLEN_PORTS and not dtype.is_float:
+                raise NotSupported(
+                    f"node '{node.name}': port '{port}' (tensor '{graph.tensors[uid].name}') is {dtype}; "
+                    f"{node.op.kind} is floating point only"
+                )
+
+
+class ReferenceSdpa(_VarlenReference):
     name: ClassVar[str] = "reference.sdpa"
     engine_id: ClassVar[int] = IN_TREE[name]
     ops: ClassVar[tuple[str, ...]] = ("sdpa",)
@@ -28,15 +84,19 @@ class ReferenceSdpa(FloatReferenceBuilder):
         op: Sdpa = node.op
 
         def compute(ins: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            run = _Varlen(node, graph, ins)
+            q, k, v = (run.unpack(ins, p) for p in ("q", "k", "v"))
             o, stats = math.sdpa(
-                ins["q"], ins["k"], ins["v"], op.attn_scale, ins.get("bias"), op.use_causal_mask, op.generate_stats
-            )
-            return {"o": o, "stats": stats} if stats is not None else {"o": o}
+                q, k, v, op.attn_scale, ins.get("bias"), op.use_causal_mask, op.generate_stats,
+                run.lengths["seq_len_q"], run.lengths["seq_len_kv"],
+            )  # fmt: skip
+            out = {"o": run.pack("o", o)}
+            return {**out, "stats": stats} if stats is not None else out
 
         return compute
 
 
-class ReferenceSdpaBackward(FloatReferenceBuilder):
+class ReferenceSdpaBackward(_VarlenReference):
     name: ClassVar[str] = "reference.sdpa_backward"
     engine_id: ClassVar[int] = IN_TREE[name]
     ops: ClassVar[tuple[str, ...]] = ("sdpa_backward",)
@@ -45,8 +105,12 @@ class ReferenceSdpaBackward(FloatReferenceBuilder):
         op: SdpaBackward = node.op
 
         def compute(ins: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            tensors = (ins[p] for p in ("q", "k", "v", "o", "d_o", "stats"))
-            dq, dk, dv = math.sdpa_backward(*tensors, op.attn_scale, ins.get("bias"), op.use_causal_mask)
-            return {"dq": dq, "dk": dk, "dv": dv}
+            run = _Varlen(node, graph, ins)
+            tensors = (run.unpack(ins, p) for p in ("q", "k", "v", "o", "d_o"))
+            dq, dk, dv = math.sdpa_backward(
+                *tensors, ins["stats"], op.attn_scale, ins.get("bias"), op.use_causal_mask,
+                run.lengths["seq_len_q"], run.lengths["seq_len_kv"],
+            )  # fmt: skip
+            return {"dq": run.pack("dq", dq), "dk": run.pack("dk", dk), "dv": run.pack("dv", dv)}
 
         return compute

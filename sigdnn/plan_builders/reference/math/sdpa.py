@@ -7,85 +7,147 @@ mask keeps key j for query i when j <= i (top-left aligned); o = softmax(s) v;
 stats = logsumexp of each row of s. A row whose every score is -inf gives
 o = 0 and stats = -inf (cuDNN's rule; softmax itself would give 0/0).
 
-The work goes in blocks of query rows of one kv head, all G query heads of
-it together: their rows stack into one GEMM against that head's k and v, and
-in the backward pass the sums over the G heads sharing dk and dv fold into
-the GEMMs' contraction. A causal block multiplies only by the keys its last
-row can see. s of a block stays cache- or at least memory-sized.
+Padding masks (``seq_len_q`` / ``seq_len_kv``, one length per batch) hide
+keys j >= seq_len_kv[b] and treat query rows i >= seq_len_q[b] as fully
+masked (o = 0, stats = -inf, no gradient); positions outside a sequence are
+read as 0, so whatever a caller's padding holds never reaches a result.
+
+The work goes in blocks of at most ``_BLOCK_SCORES`` scores (2 MiB of
+float64, which stays in L2 between the GEMMs) over (batch, kv head, query
+head of the group, query row): rows of one head first, then whole heads,
+whole kv heads, whole batches, so a block of short sequences covers many
+heads and batches in one batched GEMM (host cost follows the scores, not
+the number of heads), and a block of long ones is a few rows of one head.
+A block is never more than one row of Skv scores. A causal block multiplies
+only by the keys its last row can see.
 """
 
 from __future__ import annotations
 
-import functools
+import itertools
+from collections.abc import Iterator
 
 import attrs
 import numpy as np
 
-from sigdnn.plan_builders.reference.math.parallel import ieee, parallel_map, workers
-
-_BLOCK_SCORES = 1 << 18  # float64 scores per block (2 MiB): stays in L2 between the GEMMs
+from sigdnn.graph.ops.sdpa import BLOCK_SCORES as _BLOCK_SCORES
+from sigdnn.plan_builders.reference.math.parallel import ieee
 
 
 @attrs.frozen
 class _Block:
-    """Query rows ``rows`` of the G query heads that read kv head h of batch b."""
+    """Batches, kv heads, query heads within the group and query rows of one block."""
 
-    b: int
-    h: int
-    groups: int
+    batches: slice
+    heads: slice
+    groups: slice
     rows: slice
 
-    @property
-    def heads(self) -> slice:
-        return slice(self.h * self.groups, (self.h + 1) * self.groups)
+
+def _extent(budget: int, per_item: int, count: int) -> int:
+    """How many items of ``per_item`` scores fit the budget (at least 1, at most ``count``)."""
+    return min(count, max(1, budget // max(per_item, 1)))
 
 
-def _blocks(nb: int, hkv: int, groups: int, sq: int, skv: int) -> list[_Block]:
-    step = max(1, _BLOCK_SCORES // max(groups * skv, 1))
-    return [
-        _Block(b, h, groups, slice(i, min(sq, i + step)))
-        for b in range(nb)
-        for h in range(hkv)
-        for i in range(0, sq, step)
-    ]
+def _ranges(count: int, step: int) -> list[slice]:
+    return [slice(i, min(count, i + step)) for i in range(0, count, step)]
 
 
-def _row_parts(r: int) -> list[slice]:
-    """A block's rows, one run per core, for its elementwise work (BLAS threads the GEMMs itself)."""
-    n = min(workers(), r)
-    return [slice(r * i // n, r * (i + 1) // n) for i in range(n)]
+def _blocks(nb: int, hkv: int, groups: int, sq: int, skv: int) -> Iterator[_Block]:
+    """Blocks filling the score budget innermost axis first (rows, query heads, kv heads, batches)."""
+    rows = _extent(_BLOCK_SCORES, skv, sq)
+    per = rows * skv
+    g = _extent(_BLOCK_SCORES, per, groups) if rows == sq else 1
+    per *= g
+    h = _extent(_BLOCK_SCORES, per, hkv) if g == groups else 1
+    per *= h
+    b = _extent(_BLOCK_SCORES, per, nb) if h == hkv else 1
+    for bs, hs, gs, rs in itertools.product(_ranges(nb, b), _ranges(hkv, h), _ranges(groups, g), _ranges(sq, rows)):
+        yield _Block(bs, hs, gs, rs)
 
 
 @attrs.frozen
-class _Scores:
-    """q k^T of one block and what turns it into scores: (G, r, keys); keys stop at the block's
-    last row under a causal mask (no later key is visible to any of its rows)."""
+class _Masks:
+    """Which keys each query row sees: key j is visible to row i of batch b when j < limit[b, i]."""
 
-    s: np.ndarray
-    bias: np.ndarray | None
-    keys: int
-    blk: _Block
-    attn_scale: float
     causal: bool
+    seq_len_q: np.ndarray | None  # [B] int64
+    seq_len_kv: np.ndarray | None
+
+    def hidden(self, blk: _Block, keys: int) -> np.ndarray | None:
+        """Bool [nb, 1, 1, r, keys] (broadcast over heads): True where the score is masked; None: none is."""
+        rows = np.arange(blk.rows.start, blk.rows.stop)[None, :]
+        limit = np.full((1, rows.shape[1]), keys, dtype=np.int64)
+        if self.causal:
+            limit = np.minimum(limit, rows + 1)
+        if self.seq_len_kv is not None:
+            limit = np.minimum(limit, self.seq_len_kv[blk.batches, None])
+        if self.seq_len_q is not None:
+            limit = np.where(rows < self.seq_len_q[blk.batches, None], limit, 0)
+        if not self.causal and self.seq_len_q is None and self.seq_len_kv is None:
+            return None
+        return (np.arange(keys) >= limit[:, None, None, :, None]).astype(bool)
+
+    def keys(self, blk: _Block, skv: int) -> int:
+        """Keys the block multiplies by: under a causal mask none past its last row."""
+        return min(skv, blk.rows.stop) if self.causal else skv
+
+
+def _zero_outside(x: np.ndarray, seq_len: np.ndarray | None) -> np.ndarray:
+    """x [B, H, S, E] with rows s >= seq_len[b] set to 0 (a copy); x itself without lengths."""
+    if seq_len is None:
+        return x
+    inside = np.arange(x.shape[2])[None, :] < seq_len[:, None]
+    return np.where(inside[:, None, :, None], x, 0.0)
+
+
+def _lengths(seq_len: np.ndarray | None, nb: int, bound: int, name: str) -> np.ndarray | None:
+    if seq_len is None:
+        return None
+    lengths = np.asarray(seq_len, dtype=np.int64).reshape(-1)
+    if lengths.shape != (nb,) or np.any(lengths < 0) or np.any(lengths > bound):
+        raise ValueError(f"sdpa: {name} must hold {nb} lengths in [0, {bound}]")
+    return lengths
+
+
+@attrs.frozen
+class _Operands:
+    """q, bias as [B, Hkv, G, Sq, *] views; k, v with padding zeroed; the masks."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    bias: np.ndarray | None
+    masks: _Masks
+    groups: int
 
     @classmethod
-    def of(cls, q, k, bias, causal: bool, attn_scale: float, blk: _Block) -> _Scores:
-        keys = k.shape[2] if not causal else min(k.shape[2], blk.rows.stop)
-        s = np.matmul(q[blk.b, blk.heads, blk.rows], k[blk.b, blk.h, :keys].T)
-        part_bias = bias[blk.b, blk.heads, blk.rows, :keys] if bias is not None else None
-        return cls(s, part_bias, keys, blk, attn_scale, causal)
+    def of(cls, q, k, v, bias, causal, seq_len_q, seq_len_kv) -> _Operands:
+        groups = _check(q, k, v)
+        nb, hq, sq, d = q.shape
+        hkv, skv = k.shape[1], k.shape[2]
+        lq = _lengths(seq_len_q, nb, sq, "seq_len_q")
+        lkv = _lengths(seq_len_kv, nb, skv, "seq_len_kv")
+        q5 = _zero_outside(q, lq).reshape(nb, hkv, groups, sq, d)
+        if bias is not None:
+            bias = np.broadcast_to(bias, (nb, hq, sq, skv)).reshape(nb, hkv, groups, sq, skv)
+        return cls(q5, _zero_outside(k, lkv), _zero_outside(v, lkv), bias, _Masks(causal, lq, lkv), groups)
 
-    def finish(self, part: slice) -> np.ndarray:
-        """Rows ``part`` in place: * attn_scale, + bias, causal mask; returns them."""
-        sp = self.s[:, part]
-        sp *= self.attn_scale
+    def scores(self, blk: _Block, attn_scale: float) -> tuple[np.ndarray, int, np.ndarray | None]:
+        """(s [nb, nh, ng, r, keys] masked to -inf, keys, the mask) for one block."""
+        keys = self.masks.keys(blk, self.k.shape[2])
+        kb = self.k[blk.batches, blk.heads, None, :keys]
+        s = np.matmul(self.q[blk.batches, blk.heads, blk.groups, blk.rows], kb.swapaxes(-1, -2))
+        s *= attn_scale
         if self.bias is not None:
-            sp += self.bias[:, part]
-        if self.causal:
-            start = self.blk.rows.start
-            i = np.arange(start + part.start, start + part.stop)[:, None]
-            sp[:, np.arange(self.keys)[None, :] > i] = -np.inf  # broadcast over the G heads
-        return sp
+            s += self.bias[blk.batches, blk.heads, blk.groups, blk.rows, :keys]
+        hidden = self.masks.hidden(blk, keys)
+        if hidden is not None:
+            np.copyto(s, -np.inf, where=hidden)
+        return s, keys, hidden
+
+    def values(self, blk: _Block, keys: int) -> np.ndarray:
+        return self.v[blk.batches, blk.heads, None, :keys]
 
 
 def _check(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> int:
@@ -99,13 +161,9 @@ def _check(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> int:
     return hq // hkv
 
 
-def _softmax_rows(sc: _Scores, m: np.ndarray, total: np.ndarray, part: slice) -> None:
-    """Rows ``part``: scores -> exp(s - max) in place, their max and sum into m and total."""
-    sp = sc.finish(part)
-    m[:, part] = np.max(sp, axis=-1, keepdims=True, initial=-np.inf)
-    sp -= np.where(m[:, part] == -np.inf, 0.0, m[:, part])
-    np.exp(sp, out=sp)
-    total[:, part] = np.sum(sp, axis=-1, keepdims=True)
+def _grouped(x: np.ndarray, hkv: int, groups: int) -> np.ndarray:
+    """[B, Hq, S, E] as [B, Hkv, G, S, E] (a view)."""
+    return x.reshape(x.shape[0], hkv, groups, *x.shape[2:])
 
 
 @ieee
@@ -117,40 +175,28 @@ def sdpa(
     bias: np.ndarray | None = None,
     causal: bool = False,
     generate_stats: bool = False,
+    seq_len_q: np.ndarray | None = None,
+    seq_len_kv: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(o [B, Hq, Sq, Dv], stats [B, Hq, Sq, 1] or None)."""
-    groups = _check(q, k, v)
+    ops = _Operands.of(q, k, v, bias, causal, seq_len_q, seq_len_kv)
     nb, hq, sq, _ = q.shape
     hkv, skv, dv = k.shape[1], k.shape[2], v.shape[3]
-    if bias is not None:
-        bias = np.broadcast_to(bias, (nb, hq, sq, skv))
     o = np.empty((nb, hq, sq, dv))
     stats = np.empty((nb, hq, sq, 1))
-    for blk in _blocks(nb, hkv, groups, sq, skv):
-        sc = _Scores.of(q, k, bias, causal, attn_scale, blk)
-        m = np.empty((groups, sc.s.shape[1], 1))
-        total = np.empty_like(m)
-        parallel_map(functools.partial(_softmax_rows, sc, m, total), _row_parts(sc.s.shape[1]))
-        out = np.matmul(sc.s, v[blk.b, blk.h, : sc.keys])
+    o5, stats5 = _grouped(o, hkv, ops.groups), _grouped(stats, hkv, ops.groups)
+    for blk in _blocks(nb, hkv, ops.groups, sq, skv):
+        s, keys, _ = ops.scores(blk, attn_scale)
+        m = np.max(s, axis=-1, keepdims=True, initial=-np.inf)
+        s -= np.where(m == -np.inf, 0.0, m)
+        np.exp(s, out=s)
+        total = np.sum(s, axis=-1, keepdims=True)
+        out = np.matmul(s, ops.values(blk, keys))
         out /= total
-        o[blk.b, blk.heads, blk.rows] = np.where(total == 0, 0.0, out)  # every score -inf: o = 0
-        stats[blk.b, blk.heads, blk.rows] = np.where(m == np.inf, np.inf, m + np.log(total))
+        where = (blk.batches, blk.heads, blk.groups, blk.rows)
+        o5[where] = np.where(total == 0, 0.0, out)  # every score -inf: o = 0
+        stats5[where] = np.where(m == np.inf, np.inf, m + np.log(total))
     return o, (stats if generate_stats else None)
-
-
-def _probability_rows(sc: _Scores, lse: np.ndarray, part: slice) -> None:
-    """Rows ``part``: scores -> p = exp(s - lse) in place (0 in a fully masked row)."""
-    sp = sc.finish(part)
-    sp -= np.where(lse[:, part] == -np.inf, 0.0, lse[:, part])
-    np.exp(sp, out=sp)
-
-
-def _score_grad_rows(dp: np.ndarray, p: np.ndarray, delta: np.ndarray, attn_scale: float, part: slice) -> None:
-    """Rows ``part``: dp -> d(q k^T) = attn_scale * p * (dp - delta) in place."""
-    dsp = dp[:, part]
-    dsp -= delta[:, part]
-    dsp *= p[:, part]
-    dsp *= attn_scale
 
 
 @ieee
@@ -164,34 +210,51 @@ def sdpa_backward(
     attn_scale: float,
     bias: np.ndarray | None = None,
     causal: bool = False,
+    seq_len_q: np.ndarray | None = None,
+    seq_len_kv: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dq, dk, dv) from the forward's o and stats, as cuDNN (and FlashAttention) define it.
 
     p = exp(s - stats); dv = p^T do; dp = do v^T; ds = p * (dp - rowsum(do * o));
     dq = attn_scale * ds k; dk = attn_scale * ds^T q. dk and dv sum over the G
-    query heads that share each kv head. Rows with stats = -inf (fully masked)
-    have p = 0 and contribute nothing.
+    query heads that share each kv head. Masked scores have p = 0 whatever
+    stats holds there, so padding rows contribute nothing and get dq = 0;
+    padding keys get dk = dv = 0.
     """
-    groups = _check(q, k, v)
-    nb, hq, sq, d = q.shape
-    hkv, skv, dv_ = k.shape[1], k.shape[2], v.shape[3]
-    if bias is not None:
-        bias = np.broadcast_to(bias, (nb, hq, sq, skv))
-    stats = np.broadcast_to(stats, (nb, hq, sq, 1))
+    ops = _Operands.of(q, k, v, bias, causal, seq_len_q, seq_len_kv)
+    nb, hq, sq, _ = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    groups = ops.groups
+    do0 = _zero_outside(do, ops.masks.seq_len_q)
+    delta = np.sum(do0 * _zero_outside(o, ops.masks.seq_len_q), axis=-1, keepdims=True)  # rowsum(dO * O)
+    do5, delta5 = _grouped(do0, hkv, groups), _grouped(delta, hkv, groups)
+    lse5 = _grouped(np.broadcast_to(stats, (nb, hq, sq, 1)), hkv, groups)
     dq = np.empty(q.shape)
     dk = np.zeros(k.shape)
     dv = np.zeros(v.shape)
-    delta = np.sum(do * o, axis=-1, keepdims=True)  # rowsum(dO * O)
+    dq5 = _grouped(dq, hkv, groups)
     for blk in _blocks(nb, hkv, groups, sq, skv):
-        sc = _Scores.of(q, k, bias, causal, attn_scale, blk)
-        r, keys = sc.s.shape[1], sc.keys
-        parts = _row_parts(r)
-        parallel_map(functools.partial(_probability_rows, sc, stats[blk.b, blk.heads, blk.rows]), parts)
-        p = sc.s
-        do_rows = do[blk.b, blk.heads, blk.rows]
-        dv[blk.b, blk.h, :keys] += p.reshape(groups * r, keys).T @ do_rows.reshape(groups * r, dv_)
-        ds = np.matmul(do_rows, v[blk.b, blk.h, :keys].T)  # dp, then d(q k^T) in place
-        parallel_map(functools.partial(_score_grad_rows, ds, p, delta[blk.b, blk.heads, blk.rows], attn_scale), parts)
-        dq[blk.b, blk.heads, blk.rows] = np.matmul(ds, k[blk.b, blk.h, :keys])
-        dk[blk.b, blk.h, :keys] += ds.reshape(groups * r, keys).T @ q[blk.b, blk.heads, blk.rows].reshape(groups * r, d)
+        where = (blk.batches, blk.heads, blk.groups, blk.rows)
+        p, keys, hidden = ops.scores(blk, attn_scale)
+        lse = lse5[where]
+        p -= np.where(lse == -np.inf, 0.0, lse)
+        np.exp(p, out=p)
+        if hidden is not None:
+            np.copyto(p, 0.0, where=hidden)  # whatever stats holds in a padding row
+        nb_, nh, ng, r, _ = p.shape
+        do_rows = do5[where]
+        dv[blk.batches, blk.heads, :keys] += _contract(p, do_rows, (nb_, nh, ng * r))
+        ds = np.matmul(do_rows, ops.values(blk, keys).swapaxes(-1, -2))  # dp, then d(q k^T) in place
+        ds -= delta5[where]
+        ds *= p
+        ds *= attn_scale
+        dq5[where] = np.matmul(ds, ops.k[blk.batches, blk.heads, None, :keys])
+        dk[blk.batches, blk.heads, :keys] += _contract(ds, ops.q[where], (nb_, nh, ng * r))
     return dq, dk, dv
+
+
+def _contract(a: np.ndarray, b: np.ndarray, lead: tuple[int, int, int]) -> np.ndarray:
+    """sum over query heads and rows of a^T b: a [nb, nh, ng, r, keys], b [nb, nh, ng, r, e] -> [nb, nh, keys, e]."""
+    a2 = a.reshape(*lead, a.shape[-1])
+    b2 = b.reshape(*lead, b.shape[-1])
+    return np.matmul(a2.swapaxes(-1, -2), b2)

@@ -1,0 +1,203 @@
+"""Variable-length attention batches: padding masks and ragged (token-packed, "THD") tensors.
+
+``seq_len_q`` / ``seq_len_kv`` hold one length per batch entry (B elements,
+int32 or int64): query rows s >= seq_len_q[b] and keys s >= seq_len_kv[b]
+lie outside batch entry b's sequence. A ragged offset tensor (B + 1
+elements, int32 or int64, cuDNN's ``set_ragged_offset``) relocates each
+sequence of a [B, H, S, E] tensor: element (b, h, s, e) lives at
+offsets[b] + h * stride_h + s * stride_s + e * stride_e elements from the
+buffer's start, the declared batch stride unused; with BSHD strides and
+offsets the running sum of length * H * E this is the token-packed layout
+[total_tokens, H, E]. Only positions inside a sequence are addressed: what
+an output holds elsewhere (padding rows, the buffer past the last sequence)
+is unspecified, and validation does not compare it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from sigdnn.errors import ExecutionError, GraphError, UsageError
+from sigdnn.graph.layout import is_non_overlapping, span_elements
+from sigdnn.graph.ops.shapes import described
+from sigdnn.graph.tensor import Tensor
+
+LENGTH_PORTS = ("seq_len_q", "seq_len_kv")
+OFFSET_SUFFIX = "_ragged_offset"
+RAGGED_TENSORS = ("q", "k", "v", "o")
+
+
+def varlen_inputs(
+    seq_len_q: Tensor | None, seq_len_kv: Tensor | None, offsets: Mapping[str, Tensor] | None
+) -> dict[str, Tensor | None]:
+    """The attention ports of the builder's ``seq_len_q``, ``seq_len_kv`` and ``ragged_offsets`` arguments."""
+    offsets = dict(offsets or {})
+    unknown = sorted(set(offsets) - set(RAGGED_TENSORS))
+    if unknown:
+        raise UsageError(f"ragged_offsets takes the keys {list(RAGGED_TENSORS)}, not {unknown}")
+    found: dict[str, Tensor | None] = {"seq_len_q": seq_len_q, "seq_len_kv": seq_len_kv}
+    found.update({p + OFFSET_SUFFIX: offsets.get(p) for p in RAGGED_TENSORS})
+    return found
+
+
+def require_index(where: str, port: str, t: Tensor, size: int, what: str) -> None:
+    """An int32 / int64 tensor of ``size`` elements (any dims, as cuDNN's [B, 1, 1, 1])."""
+    if t.dtype is not None and t.dtype.name not in ("INT32", "INT64"):
+        raise GraphError(f"{where}: {described(port, t)} must be int32 or int64 ({what}), is {t.dtype}")
+    if t.size != size:
+        raise GraphError(f"{where}: {described(port, t)} has {t.size} elements, expected {size} ({what})")
+
+
+def check_varlen(
+    where: str, inputs: Mapping[str, Tensor], tensors: Mapping[str, Tensor], lengths: Mapping[str, str]
+) -> None:
+    """Padding lengths and ragged offsets of an attention node.
+
+    ``tensors``: the ported tensors a ragged offset may relocate (q, k, v, o);
+    ``lengths``: each of them -> the length port its sequences follow.
+    """
+    batch = inputs["q"].dims[0]
+    for port in LENGTH_PORTS:
+        if port in inputs:
+            require_index(where, port, inputs[port], batch, "one sequence length per batch entry")
+    for port, t in tensors.items():
+        offsets = inputs.get(port + OFFSET_SUFFIX)
+        if offsets is None:
+            continue
+        name = port + OFFSET_SUFFIX
+        require_index(where, name, offsets, batch + 1, "one element offset per batch entry, plus the total")
+        if lengths[port] not in inputs:
+            raise GraphError(f"{where}: {described(name, offsets)} needs {lengths[port]}: a ragged tensor's lengths")
+        if span_elements(t.dims, t.strides) != t.size or not is_non_overlapping(t.dims, t.strides):
+            raise GraphError(
+                f"{where}: ragged {described(port, t)} has strides {list(t.strides)}; a ragged tensor is packed "
+                "(no gaps, no overlap)"
+            )
+
+
+def ragged_ports(op: object) -> tuple[str, ...]:
+    """The tensors (q, k, v, o) that have a ragged offset on ``op``."""
+    return tuple(p for p in RAGGED_TENSORS if getattr(op, p + OFFSET_SUFFIX) is not None)
+
+
+def lengths_of(where: str, name: str, values: np.ndarray, bound: int) -> np.ndarray:
+    """Sequence lengths as int64 [B]; ExecutionError naming the tensor unless each is in [0, bound]."""
+    lengths = np.asarray(values).astype(np.int64).reshape(-1)
+    bad = np.flatnonzero((lengths < 0) | (lengths > bound))
+    if bad.size:
+        raise ExecutionError(
+            f"{where}: tensor '{name}' holds length {int(lengths[bad[0]])} at batch {int(bad[0])}; "
+            f"lengths lie in [0, {bound}]"
+        )
+    return lengths
+
+
+def positions(
+    where: str, name: str, t: Tensor, offsets: np.ndarray, lengths: np.ndarray, output: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(storage positions [B, H, S, E] int64, inside [B, 1, S, 1] bool) of a ragged tensor's elements.
+
+    ExecutionError naming the tensor when a sequence's elements fall outside the buffer, or when two
+    sequences of an output share an element (the result would depend on the order of writes).
+    """
+    off = np.asarray(offsets).astype(np.int64).reshape(-1)
+    _, sh, ss, se = t.strides
+    _, nh, ns, ne = t.dims
+    base = off[: t.dims[0], None, None, None]  # the last entry (the total) places nothing
+    inner = np.arange(nh)[None, :, None, None] * sh + np.arange(ns)[None, None, :, None] * ss + np.arange(ne) * se
+    pos = base + inner
+    inside = np.arange(ns)[None, None, :, None] < lengths[:, None, None, None]
+    span = t.size
+    used = pos[np.broadcast_to(inside, pos.shape)]
+    if used.size and (used.min() < 0 or used.max() >= span):
+        b = int(np.flatnonzero(np.any(((pos < 0) | (pos >= span)) & inside, axis=(1, 2, 3)))[0])
+        raise ExecutionError(
+            f"{where}: tensor '{name}' places sequence {b} (offset {int(off[b])}, length {int(lengths[b])}) "
+            f"outside tensor '{t.name}''s {span} elements"
+        )
+    if output and used.size and np.bincount(used, minlength=span).max() > 1:
+        raise ExecutionError(f"{where}: tensor '{name}' makes sequences of output '{t.name}' overlap")
+    return pos, inside
+
+
+def storage(values: np.ndarray, t: Tensor) -> np.ndarray:
+    """A packed tensor's elements in storage order (position p at index p)."""
+    flat = np.empty(t.size, dtype=values.dtype)
+    _strided(flat, t)[...] = values
+    return flat
+
+
+def _strided(flat: np.ndarray, t: Tensor) -> np.ndarray:
+    return np.lib.stride_tricks.as_strided(flat, t.dims, tuple(s * flat.itemsize for s in t.strides), writeable=True)
+
+
+def unpack(values: np.ndarray, t: Tensor, pos: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """The [B, H, S, E] tensor the ragged layout describes: each sequence's elements, 0 past its length."""
+    flat = storage(values, t)
+    return np.where(inside, flat[np.where(inside, pos, 0)], 0)
+
+
+def pack(padded: np.ndarray, t: Tensor, pos: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """The logical [B, H, S, E] array whose storage holds each sequence of ``padded`` at its place (0 elsewhere)."""
+    flat = np.zeros(t.size, dtype=padded.dtype)
+    mask = np.broadcast_to(inside, pos.shape)
+    flat[pos[mask]] = padded[mask]
+    return _strided(flat, t).copy()
+
+
+def unaddressed(t: Tensor, pos: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """Bool [B, H, S, E] in logical order: True at the elements no in-sequence position addresses."""
+    used = np.zeros(t.size, dtype=bool)
+    used[pos[np.broadcast_to(inside, pos.shape)]] = True
+    return ~_strided(used, t)
+
+
+def padding_rows(dims: tuple[int, ...], lengths: np.ndarray) -> np.ndarray:
+    """Bool [B, H, S, E] of a padded (not ragged) tensor: True in rows s >= lengths[b]."""
+    rows = np.arange(dims[2])[None, None, :, None] >= lengths[:, None, None, None]
+    return np.broadcast_to(rows, dims)
+
+
+def unspecified_outputs(
+    values: Mapping[str, np.ndarray], tensors: Mapping[str, Tensor], placement: Mapping[str, tuple[str | None, str]]
+) -> dict[str, np.ndarray]:
+    """Masks of the output elements outside every sequence (op.unspecified for attention).
+
+    ``placement``: output port -> (the tensor whose ragged offsets place it, or None; its length port).
+    """
+    masks = {}
+    for out, (placed_by, length_port) in placement.items():
+        if out not in tensors or length_port not in values:
+            continue
+        t = tensors[out]
+        lengths = np.clip(np.asarray(values[length_port]).astype(np.int64).reshape(-1), 0, t.dims[2])
+        offsets = values.get(f"{placed_by}{OFFSET_SUFFIX}")
+        if offsets is None:
+            masks[out] = padding_rows(t.dims, lengths)
+        else:
+            pos, inside = positions("validation", f"{placed_by}{OFFSET_SUFFIX}", t, offsets, lengths, False)
+            masks[out] = unaddressed(t, pos, inside)
+    return masks
+
+
+def random_varlen(
+    tensors: Mapping[str, Tensor], rng: np.random.Generator, lengths: Mapping[str, str]
+) -> dict[str, np.ndarray]:
+    """Random lengths in [1, S] and, for ragged tensors, sequences packed one after another (validation's draw)."""
+    drawn: dict[str, np.ndarray] = {}
+    bounds = {"seq_len_q": tensors["q"].dims[2], "seq_len_kv": tensors["k"].dims[2]}
+    for port, bound in bounds.items():
+        if port in tensors:
+            drawn[port] = rng.integers(1, bound + 1, size=tensors[port].size)
+    for port, length_port in lengths.items():
+        name = port + OFFSET_SUFFIX
+        if name not in tensors or length_port not in drawn or port not in tensors:
+            continue
+        t = tensors[port]
+        _, sh, ss, se = t.strides
+        token_major = ss >= max(sh, se)  # BSHD: sequences packed end to end; else each at its batch stride
+        step = drawn[length_port] * ss if token_major else np.full(t.dims[0], t.strides[0])
+        drawn[name] = np.concatenate([[0], np.cumsum(step)])
+    return {p: v.reshape(tensors[p].dims).astype(tensors[p].dtype.numpy) for p, v in drawn.items()}

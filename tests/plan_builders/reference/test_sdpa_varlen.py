@@ -1,0 +1,264 @@
+"""Variable-length sdpa on the reference: padding masks and ragged (THD) tensors against torch per sequence.
+
+The oracle runs torch's float64 attention on each sequence cut to its
+lengths (so nothing of the padding can reach it), with autograd for the
+backward; only the positions inside sequences are compared, as docs/ops.md
+states the rest is unspecified.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sigdnn
+from sigdnn.errors import ExecutionError, GraphError, UsageError
+
+torch = pytest.importorskip("torch")
+
+B, HQ, HKV, SQ, SKV, D, DV = 3, 4, 2, 5, 7, 4, 3
+
+
+def per_sequence(q, k, v, do, lq, lkv, scale, causal):
+    """torch float64 o, stats, dq, dk, dv per sequence ([H, len, E] arrays), masked rows dropped."""
+    found = []
+    for b in range(q.shape[0]):
+        qt = torch.tensor(q[b, :, : lq[b]], requires_grad=True)
+        kt = torch.tensor(k[b, :, : lkv[b]], requires_grad=True)
+        vt = torch.tensor(v[b, :, : lkv[b]], requires_grad=True)
+        ke = kt.repeat_interleave(HQ // HKV, 0)
+        ve = vt.repeat_interleave(HQ // HKV, 0)
+        s = scale * qt @ ke.transpose(-1, -2)
+        if causal:
+            s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+        stats = torch.logsumexp(s, -1, keepdim=True)
+        p = torch.nan_to_num(torch.softmax(s, -1))
+        o = p @ ve
+        o.backward(torch.tensor(do[b, :, : lq[b]]))
+        grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in (qt, kt, vt)]
+        found.append([o.detach().numpy(), stats.detach().numpy(), *(g.numpy() for g in grads)])
+    return found
+
+
+def bshd(dims):
+    _, h, s, e = dims
+    return (s * h * e, e, h * e, 1)
+
+
+def thd_view(packed: np.ndarray, dims) -> np.ndarray:
+    """The logical [B, H, S, E] array whose BSHD storage begins with ``packed`` ([tokens, H, E])."""
+    flat = np.zeros(int(np.prod(dims)))
+    flat[: packed.size] = packed.reshape(-1)
+    return np.lib.stride_tricks.as_strided(flat, dims, tuple(8 * s for s in bshd(dims))).copy()
+
+
+def thd_tokens(logical: np.ndarray, dims, tokens: int) -> np.ndarray:
+    flat = np.empty(int(np.prod(dims)))
+    np.lib.stride_tricks.as_strided(flat, dims, tuple(8 * s for s in bshd(dims)))[...] = logical
+    return flat[: tokens * dims[1] * dims[3]].reshape(tokens, dims[1], dims[3])
+
+
+def offsets(lengths, heads, e):
+    return np.concatenate([[0], np.cumsum(np.asarray(lengths) * heads * e)]).astype(np.int64)
+
+
+def build(ragged: bool, causal: bool, index_dtype: str = "int32"):
+    g = sigdnn.Graph("varlen", io_dtype="float64", compute_dtype="float64")
+    dq_, dk_, dv_, do_ = (B, HQ, SQ, D), (B, HKV, SKV, D), (B, HKV, SKV, DV), (B, HQ, SQ, DV)
+    q, k, v = (
+        g.tensor("q", dq_, strides=bshd(dq_)),
+        g.tensor("k", dk_, strides=bshd(dk_)),
+        g.tensor("v", dv_, strides=bshd(dv_)),
+    )
+    lq = g.tensor("lq", (B, 1, 1, 1), dtype=index_dtype)
+    lkv = g.tensor("lkv", (B, 1, 1, 1), dtype=index_dtype)
+    offs = {}
+    if ragged:
+        offs = {p: g.tensor(f"{p}_off", (B + 1, 1, 1, 1), dtype="int64") for p in ("q", "k", "v", "o")}
+    o, stats = g.sdpa(q, k, v, 0.45, None, causal, True, seq_len_q=lq, seq_len_kv=lkv, ragged_offsets=offs, name="fwd")
+    o.set_output(True).set_name("o")
+    stats.set_output(True).set_name("stats").set_data_type("float64")
+    o_in, do = g.tensor("o_in", do_, strides=bshd(do_)), g.tensor("do", do_, strides=bshd(do_))
+    st = g.tensor("st", (B, HQ, SQ, 1))
+    grads = g.sdpa_backward(
+        q, k, v, o_in, do, st, 0.45, None, causal, seq_len_q=lq, seq_len_kv=lkv, ragged_offsets=offs, name="bwd"
+    )
+    for t, n in zip(grads, ("dq", "dk", "dv")):
+        t.set_output(True).set_name(n)
+    return g
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("ragged", [False, True])
+def test_variable_lengths_match_torch_per_sequence(ragged: bool, causal: bool) -> None:
+    rng = np.random.default_rng(3 + ragged + 2 * causal)
+    lq, lkv = np.array([5, 1, 3]), np.array([7, 2, 0 if not causal else 4])
+    q, do = rng.standard_normal((B, HQ, SQ, D)), rng.standard_normal((B, HQ, SQ, DV))
+    k, v = rng.standard_normal((B, HKV, SKV, D)), rng.standard_normal((B, HKV, SKV, DV))
+    want = per_sequence(q, k, v, do, lq, lkv, 0.45, causal)
+    # forward once to get o and stats for the backward's inputs
+    inputs = {"lq": lq.reshape(B, 1, 1, 1).astype(np.int32), "lkv": lkv.reshape(B, 1, 1, 1).astype(np.int32)}
+    arrays = {"q": q, "k": k, "v": v, "do": do}
+    if ragged:
+        for name, (x, lens) in {"q": (q, lq), "k": (k, lkv), "v": (v, lkv), "do": (do, lq)}.items():
+            packed = np.concatenate([x[b, :, : lens[b]].transpose(1, 0, 2) for b in range(B)])
+            arrays[name] = thd_view(packed, x.shape)
+        for p, (heads, e, lens) in {
+            "q": (HQ, D, lq),
+            "k": (HKV, D, lkv),
+            "v": (HKV, DV, lkv),
+            "o": (HQ, DV, lq),
+        }.items():
+            inputs[f"{p}_off"] = offsets(lens, heads, e).reshape(B + 1, 1, 1, 1)
+    else:
+        for name, lens in (("q", lq), ("do", lq), ("k", lkv), ("v", lkv)):  # garbage in the padding never leaks
+            for b in range(B):
+                arrays[name][b, :, lens[b] :] = np.nan
+    g = build(ragged, causal)
+    ex = sigdnn.Executor("reference")
+    plan = ex.prepare(g)
+    stats_in = np.zeros((B, HQ, SQ, 1))
+    out = ex.execute(plan, {**inputs, **arrays, "o_in": np.zeros((B, HQ, SQ, DV)), "st": stats_in})
+    o_ref = np.zeros((B, HQ, SQ, DV))
+    for b in range(B):
+        o_ref[b, :, : lq[b]] = want[b][0]
+        stats_in[b, :, : lq[b]] = want[b][1]
+    o_in = (
+        thd_view(np.concatenate([o_ref[b, :, : lq[b]].transpose(1, 0, 2) for b in range(B)]), o_ref.shape)
+        if ragged
+        else o_ref
+    )
+    out = ex.execute(plan, {**inputs, **arrays, "o_in": o_in, "st": stats_in})
+    results = {"o": (out["o"], lq, 0), "stats": (out["stats"], lq, 1), "dq": (out["dq"], lq, 2)}
+    results.update({"dk": (out["dk"], lkv, 3), "dv": (out["dv"], lkv, 4)})
+    for name, (got, lens, i) in results.items():
+        if ragged and name != "stats":
+            tokens = thd_tokens(got, got.shape, int(lens.sum()))
+            starts = np.concatenate([[0], np.cumsum(lens)])
+            pieces = [tokens[starts[b] : starts[b + 1]].transpose(1, 0, 2) for b in range(B)]
+        else:
+            pieces = [got[b, :, : lens[b]] for b in range(B)]
+        for b in range(B):
+            np.testing.assert_allclose(pieces[b], want[b][i], rtol=1e-11, atol=1e-12, err_msg=f"{name} batch {b}")
+
+
+def test_outside_sequences_the_reference_writes_zero_and_minus_infinity() -> None:
+    g = build(False, False)
+    rng = np.random.default_rng(0)
+    lq, lkv = np.array([2, 5, 1]), np.array([3, 7, 1])
+    ins = {
+        "q": rng.standard_normal((B, HQ, SQ, D)), "k": rng.standard_normal((B, HKV, SKV, D)),
+        "v": rng.standard_normal((B, HKV, SKV, DV)), "do": rng.standard_normal((B, HQ, SQ, DV)),
+        "o_in": rng.standard_normal((B, HQ, SQ, DV)), "st": rng.standard_normal((B, HQ, SQ, 1)),
+        "lq": lq.reshape(B, 1, 1, 1).astype(np.int32), "lkv": lkv.reshape(B, 1, 1, 1).astype(np.int32),
+    }  # fmt: skip
+    out = sigdnn.Executor("reference").execute(sigdnn.Executor("reference").prepare(g), ins)
+    assert np.all(out["o"][0, :, 2:] == 0) and np.all(np.isneginf(out["stats"][2, :, 1:]))
+    assert np.all(out["dq"][0, :, 2:] == 0) and np.all(out["dk"][0, :, 3:] == 0) and np.all(out["dv"][2, :, 1:] == 0)
+    assert np.any(out["dq"][0, :, :2] != 0) and np.any(out["dk"][1] != 0)
+
+
+def inputs_for(g, **override):
+    rng = np.random.default_rng(1)
+    ins = {t.name: rng.standard_normal(t.dims) for t in g.inputs if g.dtype_of(t).is_float}
+    ins.update(lq=np.full((B, 1, 1, 1), 2, np.int32), lkv=np.full((B, 1, 1, 1), 3, np.int32))
+    for p in ("q", "k", "v", "o"):
+        if any(t.name == f"{p}_off" for t in g.inputs):
+            ins[f"{p}_off"] = np.arange(B + 1).reshape(B + 1, 1, 1, 1) * 3 * 16
+    ins.update(override)
+    return ins
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            {"lq": np.array([2, 6, 1], np.int32).reshape(B, 1, 1, 1)},
+            r"tensor 'lq' holds length 6 at batch 1; lengths lie in \[0, 5\]",
+        ),
+        ({"lkv": np.array([-1, 2, 1], np.int32).reshape(B, 1, 1, 1)}, r"tensor 'lkv' holds length -1 at batch 0"),
+        (
+            {
+                "k_off": np.array([0, 10, 20, 1 << 40]).reshape(B + 1, 1, 1, 1) * 0
+                + np.array([0, 0, 200, 0]).reshape(B + 1, 1, 1, 1)
+            },
+            r"tensor 'k_off' places sequence 2 .* outside tensor 'k'",
+        ),
+        ({"q_off": np.array([-8, 0, 0, 0]).reshape(B + 1, 1, 1, 1)}, r"tensor 'q_off' places sequence 0"),
+        (
+            {"o_off": np.array([0, 8, 0, 0]).reshape(B + 1, 1, 1, 1)},
+            r"tensor 'o_off' makes sequences of output 'o' overlap",
+        ),
+    ],
+)
+def test_hostile_lengths_and_offsets_are_execution_errors_naming_the_tensor(override, message) -> None:
+    g = build(True, False)
+    plan = sigdnn.Executor("reference").prepare(g)
+    with pytest.raises(ExecutionError, match=message):
+        sigdnn.Executor("reference").execute(plan, inputs_for(g, **override))
+
+
+def test_graph_rules_of_lengths_and_offsets() -> None:
+    def graph(index_dtype="int32", length_dims=(B,), offset_dims=(B + 1,), with_lengths=True, q_strides=None):
+        g = sigdnn.Graph("r", io_dtype="float32")
+        q = g.tensor("q", (B, HQ, SQ, D), strides=q_strides or bshd((B, HQ, SQ, D)))
+        k, v = g.tensor("k", (B, HKV, SKV, D)), g.tensor("v", (B, HKV, SKV, D))
+        lq = g.tensor("lq", length_dims, dtype=index_dtype) if with_lengths else None
+        off = g.tensor("q_off", offset_dims, dtype="int64")
+        g.sdpa(q, k, v, seq_len_q=lq, ragged_offsets={"q": off}, name="a")[0].set_output(True)
+        return g
+
+    sigdnn.Executor("reference").prepare(graph())
+    cases = [
+        (dict(index_dtype="float32"), r"port 'seq_len_q' \(tensor 'lq'\) must be int32 or int64"),
+        (dict(length_dims=(B + 1,)), r"'lq'\) has 4 elements, expected 3"),
+        (dict(offset_dims=(B,)), r"'q_off'\) has 3 elements, expected 4"),
+        (dict(with_lengths=False), r"'q_off'\) needs seq_len_q"),
+        (dict(q_strides=(2 * SQ * HQ * D, D, HQ * D, 1)), r"ragged port 'q' \(tensor 'q'\) has strides"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(GraphError, match=message):
+            sigdnn.Executor("reference").prepare(graph(**kwargs))
+    with pytest.raises(UsageError, match="ragged_offsets takes the keys"):
+        g = sigdnn.Graph("r", io_dtype="float32")
+        q = g.tensor("q", (B, HQ, SQ, D))
+        g.sdpa(q, q, q, ragged_offsets={"x": q})
+
+
+def test_a_ragged_gradient_needs_its_forward_tensors_strides() -> None:
+    g = sigdnn.Graph("r", io_dtype="float32")
+    q, o, do = (g.tensor(n, (B, HQ, SQ, D), strides=bshd((B, HQ, SQ, D))) for n in ("q", "o", "do"))
+    k, v = g.tensor("k", (B, HKV, SKV, D)), g.tensor("v", (B, HKV, SKV, D))
+    st = g.tensor("st", (B, HQ, SQ, 1))
+    lq = g.tensor("lq", (B,), dtype="int32")
+    dq, _, _ = g.sdpa_backward(
+        q, k, v, o, do, st, seq_len_q=lq, ragged_offsets={"q": g.tensor("qo", (B + 1,), dtype="int32")}
+    )
+    dq.set_stride((SQ * HQ * D, SQ * D, D, 1))
+    with pytest.raises(GraphError, match=r"ragged port 'dq' .* needs q's strides"):
+        sigdnn.Executor("reference").prepare(g)
+
+
+def test_new_wire_fields_round_trip_and_old_buffers_still_read() -> None:
+    g = build(True, True)
+    back = sigdnn.deserialize(g.serialize())
+    assert back == g
+    fwd = back.nodes[0].op
+    assert fwd.seq_len_q is not None and fwd.o_ragged_offset is not None
+    old = sigdnn.Graph("old", io_dtype="float32")
+    q = old.tensor("q", (1, 2, 3, 4))
+    old.sdpa(q, q, q)[0].set_output(True)
+    old.schema_version = (1, 3)
+    read = sigdnn.deserialize(old.serialize())
+    assert read.schema_version == (1, 3) and read.nodes[0].op.seq_len_q is None
+
+
+def test_keys_tell_padded_and_ragged_nodes_apart() -> None:
+    plain = sigdnn.Graph("p", io_dtype="float32")
+    q = plain.tensor("q", (B, HQ, SQ, D))
+    plain.sdpa(q, q, q, name="a")[0].set_output(True)
+    ragged = build(True, False)
+    keys = [sigdnn.Executor("reference").prepare(x).steps[0].key for x in (plain, ragged)]
+    traits = [dict(k.traits) for k in keys]
+    assert traits[0]["padding"] is False and traits[0]["ragged"] == ()
+    assert traits[1]["padding"] is True and traits[1]["ragged"] == ("q", "k", "v", "o")

@@ -1,0 +1,125 @@
+"""Validation of variable-length attention: unspecified padding is not compared, a wrong sequence is caught.
+
+The "device" is a CPU plugin outranking the reference: it runs the
+reference's plan and then either scribbles over what docs/ops.md leaves
+unspecified (must pass) or computes with a boundary ignored (must fail).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+import sigdnn
+from sigdnn.graph.ops import ragged
+from sigdnn.plan_builders.reference.sdpa import ReferenceSdpa, ReferenceSdpaBackward
+from sigdnn.registry import NodePlan, PlanBuilder, Registry
+from sigdnn.validation import validate
+from sigdnn.validation.inputs import random_inputs
+
+B, H, S, D = 3, 2, 9, 4
+
+
+def bshd(dims):
+    _, h, s, e = dims
+    return (s * h * e, e, h * e, 1)
+
+
+def graph(ragged_layout: bool, backward: bool = False) -> sigdnn.Graph:
+    g = sigdnn.Graph("varlen", io_dtype="float32", compute_dtype="float32")
+    dims = (B, H, S, D)
+    q, k, v = (g.tensor(n, dims, strides=bshd(dims)) for n in ("q", "k", "v"))
+    lq, lkv = g.tensor("lq", (B, 1, 1, 1), dtype="int32"), g.tensor("lkv", (B, 1, 1, 1), dtype="int32")
+    offs = {p: g.tensor(f"{p}_off", (B + 1, 1, 1, 1), dtype="int32") for p in "qkvo"} if ragged_layout else {}
+    if backward:
+        o, do = g.tensor("o", dims, strides=bshd(dims)), g.tensor("do", dims, strides=bshd(dims))
+        st = g.tensor("st", (B, H, S, 1))
+        outs = g.sdpa_backward(q, k, v, o, do, st, 0.5, seq_len_q=lq, seq_len_kv=lkv, ragged_offsets=offs, name="a")
+    else:
+        outs = g.sdpa(q, k, v, 0.5, None, False, True, seq_len_q=lq, seq_len_kv=lkv, ragged_offsets=offs, name="a")
+    for i, t in enumerate(outs):
+        t.set_output(True).set_name(f"out{i}")
+    return g
+
+
+class Scribbling(NodePlan):
+    """The reference's results, then garbage wherever the op leaves the output unspecified."""
+
+    def __init__(self, inner: NodePlan, node: Any, graph: Any) -> None:
+        self.inner, self.node, self.graph = inner, node, graph
+
+    def execute(self, buffers: Any, context: Any = None) -> None:
+        self.inner.execute(buffers, context)
+        tensors = {p: self.graph.tensors[u] for p, u in self.node.op.ports().items()}
+        values = {p: buffers[p] for p in self.node.op.inputs()}
+        for port, mask in self.node.op.unspecified(values, tensors).items():
+            buffers[port][mask] = np.nan
+
+
+class Scribbler(PlanBuilder):
+    name: ClassVar[str] = "plugin.scribbler"
+    engine_id: ClassVar[int] = 30700
+    library: ClassVar[str] = "plugin"
+    ops: ClassVar[tuple[str, ...]] = ("sdpa", "sdpa_backward")
+    priority: ClassVar[int] = 10
+
+    def build(self, node: Any, graph: Any, ctx: Any) -> NodePlan:
+        inner = (ReferenceSdpa if node.op.kind == "sdpa" else ReferenceSdpaBackward)().build(node, graph, ctx)
+        return Scribbling(inner, node, graph)
+
+
+class IgnoresKeyLengths(Scribbler):
+    """A sequence boundary ignored: the last sequence reads keys up to the padded length (in a ragged layout,
+    the buffer past its sequences)."""
+
+    name: ClassVar[str] = "plugin.ignores_lengths"
+    engine_id: ClassVar[int] = 30701
+
+    def build(self, node: Any, graph: Any, ctx: Any) -> NodePlan:
+        inner = super().build(node, graph, ctx)
+
+        class Wider(NodePlan):
+            def execute(self, buffers: Any, context: Any = None) -> None:
+                lkv = buffers["seq_len_kv"].copy()
+                buffers["seq_len_kv"].reshape(-1)[-1] = S
+                try:
+                    inner.execute(buffers, context)
+                finally:
+                    buffers["seq_len_kv"][...] = lkv
+
+        return Wider()
+
+
+def device(builder: PlanBuilder) -> sigdnn.Executor:
+    reg = Registry()
+    reg.register(builder)
+    return sigdnn.Executor("reference", registry=reg)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("ragged_layout", [False, True])
+def test_garbage_outside_sequences_passes_and_an_ignored_boundary_fails(ragged_layout: bool, backward: bool) -> None:
+    g = graph(ragged_layout, backward)
+    inputs = random_inputs(g, seed=4)
+    lengths = inputs["lkv"].reshape(-1)
+    assert np.all((lengths >= 1) & (lengths <= S)) and lengths[-1] < S
+    good = validate(g, inputs, executor=device(Scribbler()))
+    assert good.passed, good.table()
+    bad = validate(g, inputs, executor=device(IgnoresKeyLengths()))
+    assert not bad.passed
+
+
+def test_random_offsets_pack_the_sequences_end_to_end() -> None:
+    g = graph(True)
+    inputs = random_inputs(g, seed=1)
+    lq = inputs["lq"].reshape(-1)
+    np.testing.assert_array_equal(inputs["q_off"].reshape(-1), np.concatenate([[0], np.cumsum(lq * H * D)]))
+    assert inputs["q_off"].dtype == np.int32
+
+
+def test_unspecified_masks_of_a_padded_output() -> None:
+    lengths = np.array([0, 2, 9])
+    mask = ragged.padding_rows((B, H, S, D), lengths)
+    assert mask[0].all() and not mask[2].any() and mask[1, :, 2:].all() and not mask[1, :, :2].any()
