@@ -99,9 +99,14 @@ def test_a_plugin_library_gets_its_cells_and_only_those() -> None:
     assert "| softmax | - | - | - | - | - | - |  |  |  |  |  |" in table
 
 
-def test_cli_prints_the_matrix_and_its_rows(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = cli(capsys, "builders", "--matrix")
+def test_the_regenerate_hint_is_a_command_that_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    program, *args = REGENERATE.split(" (")[0].split()
+    assert program == "sigdnn"
+    code, out, _ = cli(capsys, *args)
     assert code == 0 and out == markdown_table()
+
+
+def test_cli_prints_the_matrix_and_its_rows(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = cli(capsys, "builders", "--matrix", "--json")
     rows = {r["op"]: r["dtypes"] for r in json.loads(out)}
     assert code == 0 and rows["matmul"]["fp8_e5m2"] == ["reference", "cute"] and rows["softmax"]["int8"] is None
