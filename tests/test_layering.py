@@ -41,6 +41,7 @@ LAYERS: dict[str, set[str]] = {
         "sigdnn.executor",
         "sigdnn.validation",
     },
+    "sigdnn.models": {"sigdnn.graph", "sigdnn.models"},
     "sigdnn.campaign": {
         "sigdnn.graph",
         "sigdnn.signature_keys",

@@ -1,0 +1,267 @@
+"""Whole models through sigdnn's GPU backend against torch in the same run (issue #30's model benchmark).
+
+    python benchmarks/models.py --dry-run     # no GPU needed: every model built at full size; steps, views,
+                                              # declared memory, and which nodes no GPU builder's check takes
+    python benchmarks/models.py               # on the GPU: each model timed through Executor("gpu") against
+                                              # torch eager and torch.compile (default mode, needs Triton)
+    python benchmarks/models.py --models resnet50 vit_b16 --iters 20 --no-compile
+    python benchmarks/models.py --onnx DIR    # torchvision exports through `sigdnn run` (skipped without torchvision)
+
+Per model on the GPU: time per execute (median of CUDA-event-timed runs, after warm-up) for sigdnn,
+torch eager and torch.compile of the same model on the same inputs (models_torch.py writes each
+model with torch's functional ops); sigdnn's steps, view steps, kernel launches (counted by torch's
+profiler over one execute) and steps that fell back (a strict Executor("gpu") is tried first; its
+NoPlanError is reported and the run continues with fallback="reference"); peak device memory: sigdnn's
+arena + workspace + outputs against torch's allocator peak over one call less what it held before;
+and `validate` on the GPU at the validation sizes (the same graph with a smaller batch and sequence: the
+float64 reference of a full-size model would take hours on the CPU; --no-validate skips it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import sigdnn
+from sigdnn.errors import NoPlanError, NotSupported
+from sigdnn.graph.limits import DEFAULT_LIMITS
+from sigdnn.models import llama_layer, resnet50, resnet50_training, vit
+from sigdnn.registry.registry import DEFAULT_REGISTRY
+from sigdnn.signature_keys import key_for
+
+LIMITS = attrs.evolve(DEFAULT_LIMITS, max_work=2**45)  # a full decoder layer's backward does ~2^41 operations
+
+
+@attrs.frozen
+class Model:
+    build: Callable[..., sigdnn.Graph]
+    full: dict[str, Any]  # the issue's sizes
+    small: dict[str, Any]  # validation sizes: the same graph, a smaller batch / sequence
+    torch_name: str  # the function of models_torch that computes it
+    heads: int = 0  # what that function needs to split heads
+
+
+MODELS = {
+    "resnet50": Model(resnet50, {"batch": 64}, {"batch": 2, "image": 64}, "resnet50"),
+    "resnet50_training": Model(resnet50_training, {"batch": 64}, {"batch": 2, "image": 64}, "resnet50_training"),
+    "llama_layer": Model(llama_layer, {"batch": 1, "seq": 4096}, {"batch": 1, "seq": 128}, "llama_layer", 32),
+    "llama_layer_backward": Model(
+        lambda **kw: llama_layer(backward=True, **kw),
+        {"batch": 1, "seq": 4096},
+        {"batch": 1, "seq": 128},
+        "llama_layer_backward",
+        32,
+    ),
+    "vit_b16": Model(vit, {"batch": 64}, {"batch": 2}, "vit", 12),
+}
+ONNX_MODELS = ("resnet50", "efficientnet_b0", "mobilenet_v3_small", "vit_b_16")
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+# -- the CPU part: graphs at full size ------------------------------------------------------------------
+def gpu_declines(graph: sigdnn.Graph, plan: sigdnn.ExecutionPlan) -> tuple[Counter, dict[str, str]]:
+    """Per op, the nodes no GPU builder's check accepts (run without a device: shape and dtype declines only;
+    a check that needs the GPU says so), and one reason per op."""
+    registry = DEFAULT_REGISTRY
+    counts: Counter = Counter()
+    reasons: dict[str, str] = {}
+    for step in plan.steps:
+        if step.builder.name == "view":
+            continue
+        node = step.node
+        why = []
+        for builder in registry.serving(key_for(node, graph), "gpu"):
+            try:
+                builder.check(node, graph, None)
+            except NotSupported as e:
+                why.append(f"{builder.name}: {e}")
+                continue
+            except Exception as e:  # a check that reads the device
+                why.append(f"{builder.name}: check needs the GPU ({type(e).__name__})")
+                continue
+            why = []
+            break
+        else:
+            counts[node.op.kind] += 1
+            reasons.setdefault(node.op.kind, "; ".join(why) or "no GPU builder serves this op")
+    return counts, reasons
+
+
+def dry_run(names: list[str]) -> None:
+    print(f"sigdnn {sigdnn.__version__}: model graphs at full size, planned on the reference (no GPU needed)\n")
+    for name in names:
+        model = MODELS[name]
+        started = time.perf_counter()
+        graph = model.build(**model.full)
+        built = time.perf_counter() - started
+        plan = sigdnn.Executor(limits=LIMITS).prepare(graph)
+        prepared = time.perf_counter() - started - built
+        views = [s for s in plan.steps if s.builder.name == "view"]
+        copies = Counter(s.node.op.kind for s in plan.steps if s.node.op.moves_data and s.builder.name != "view")
+        params = sum(t.size * graph.dtype_of(t).itemsize for t in graph.inputs)
+        outputs = sum(t.size * graph.dtype_of(t).itemsize for t in graph.outputs)
+        m = plan.memory
+        print(f"{name} {model.full}: {len(graph.nodes)} nodes, {len(plan.steps)} steps "
+              f"({len(views)} views, {len(plan.steps) - len(views)} run); built {built:.2f} s, prepared {prepared:.2f} s")  # fmt: skip
+        print(f"  data movement left as copies: {dict(copies) or 'none'}")
+        print(f"  inputs {mib(params)}, outputs {mib(outputs)}, intermediates: peak {mib(m.peak_bytes)} "
+              f"(without reuse {mib(m.total_bytes)}), workspace {mib(plan.workspace_bytes)}")  # fmt: skip
+        counts, reasons = gpu_declines(graph, plan)
+        print(f"  steps no GPU builder's check takes (would fall back): {sum(counts.values())} {dict(counts)}")
+        for op, why in reasons.items():
+            print(f"    {op}: {why[:300]}")
+        print()
+
+
+# -- the GPU part ------------------------------------------------------------------------------------------
+def cuda_time(torch: Any, run: Callable[[], Any], iters: int) -> float:
+    """Median milliseconds of one call, each timed by CUDA events on torch's stream."""
+    for _ in range(3):
+        run()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def kernel_launches(torch: Any, run: Callable[[], Any]) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+
+
+def torch_peak(torch: Any, run: Callable[[], Any]) -> int:
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    run()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def device_inputs(torch: Any, graph: sigdnn.Graph, grad: bool) -> dict[str, Any]:
+    from models_torch import parameter_like
+
+    return {t.name: parameter_like(torch, t, str(graph.dtype_of(t)), grad) for t in graph.inputs}
+
+
+def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool) -> None:
+    import models_torch
+    import torch
+
+    model = MODELS[name]
+    graph = model.build(**model.full)
+    inputs = device_inputs(torch, graph, grad=name in ("resnet50_training", "llama_layer_backward"))
+    try:
+        executor = sigdnn.Executor("gpu", limits=LIMITS)
+        plan = executor.prepare(graph)
+        strict = "strict: yes"
+    except NoPlanError as e:
+        strict = f"strict: NO ({str(e)[:200]})"
+        executor = sigdnn.Executor("gpu", fallback="reference", limits=LIMITS)
+        plan = executor.prepare(graph)
+    outputs = {t.name: torch.empty(t.dims, dtype=getattr(torch, str(graph.dtype_of(t))), device="cuda")
+               for t in graph.outputs}  # fmt: skip
+    pack = {**inputs, **outputs}
+
+    def ours() -> None:
+        executor.execute(plan, pack, to_host=False)
+
+    fallbacks = Counter(s.node.op.kind for s in plan.steps if s.builder.name.endswith("(fallback)"))
+    views = sum(s.builder.name == "view" for s in plan.steps)
+    sigdnn_ms = cuda_time(torch, ours, iters)
+    launches = kernel_launches(torch, ours)
+    ours_bytes = (
+        plan.memory.peak_bytes + plan.workspace_bytes + sum(o.numel() * o.element_size() for o in outputs.values())
+    )
+    function = getattr(models_torch, model.torch_name)
+
+    def eager(p: dict[str, Any]) -> dict[str, Any]:
+        return function(torch, p, heads=model.heads) if model.heads else function(torch, p)
+
+    eager_ms = cuda_time(torch, lambda: eager(inputs), iters)
+    eager_bytes = torch_peak(torch, lambda: eager(inputs))
+    line = (f"{name}: {len(plan.steps)} steps ({views} views), {launches} launches, fallbacks {dict(fallbacks)}, "
+            f"{strict}\n  sigdnn {sigdnn_ms:.3f} ms, torch eager {eager_ms:.3f} ms ({eager_ms / sigdnn_ms:.2f}x)")  # fmt: skip
+    if compile_too and importlib.util.find_spec("triton") is not None:
+        compiled = torch.compile(eager)
+        compiled_ms = cuda_time(torch, lambda: compiled(inputs), iters)
+        line += f", torch.compile {compiled_ms:.3f} ms ({compiled_ms / sigdnn_ms:.2f}x)"
+    elif compile_too:
+        line += ", torch.compile skipped: Triton is not installed"
+    print(line)
+    print(f"  peak device memory: sigdnn {mib(ours_bytes)}, torch eager {mib(eager_bytes)} (inputs excluded)")
+    if validate_scale:
+        from sigdnn.validation import validate
+
+        small = model.build(**model.small)
+        report = validate(small, backend="gpu", executor=sigdnn.Executor("gpu", fallback="reference"))
+        print(f"  validate --backend gpu at {model.small}: {'passed' if report.passed else 'FAILED'}")
+
+
+def onnx_runs(directory: Path) -> None:
+    """torchvision's models exported by torch.onnx.export, run through `sigdnn run --backend gpu`."""
+    if importlib.util.find_spec("torchvision") is None:
+        print("ONNX models: skipped: torchvision is not installed (pip install torchvision to export them)")
+        return
+    import torch
+    import torchvision
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ONNX_MODELS:
+        path = directory / f"{name}.onnx"
+        if not path.exists():
+            net = getattr(torchvision.models, name)().eval()
+            torch.onnx.export(net, torch.randn(1, 3, 224, 224), path, opset_version=17)
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "sigdnn", "run", str(path), "--backend", "gpu"],
+                              capture_output=True, text=True)  # fmt: skip
+        status = "ok" if done.returncode == 0 else f"failed: {done.stderr.strip().splitlines()[-1:]}"
+        print(f"{name}.onnx: sigdnn run --backend gpu {status} ({time.perf_counter() - started:.1f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dry-run", action="store_true", help="build and plan every model at full size on the CPU")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument("--iters", type=int, default=10, help="timed runs per measurement (median reported)")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--no-validate", action="store_true", help="skip validate at the validation sizes")
+    parser.add_argument("--onnx", type=Path, metavar="DIR", help="export torchvision models to DIR and run them")
+    args = parser.parse_args()
+    if args.dry_run:
+        dry_run(args.models)
+        return
+    if args.onnx:
+        onnx_runs(args.onnx)
+        return
+    for name in args.models:
+        gpu_run(name, args.iters, not args.no_compile, not args.no_validate)
+
+
+if __name__ == "__main__":
+    main()
