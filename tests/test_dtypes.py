@@ -8,7 +8,7 @@ goes through it. The oracle (tests/oracles.py ``round_fraction``) rounds a
 fp8 e4m3 ("fn": finite, NaN only) has no infinity. ml_dtypes, and so
 round_to, rounds it as if the next value after 448 were 480 and stores that
 as NaN: 464 (the midpoint) ties to even 448; anything above 464, and +-inf,
-becomes NaN. It does not saturate. OPS.md's "overflow -> inf" is for
+becomes NaN. It does not saturate. docs/ops.md's "overflow -> inf" is for
 float16 / bfloat16 (and e5m2, which has an infinity, behaves the same).
 """
 

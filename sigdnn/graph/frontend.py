@@ -175,7 +175,7 @@ class Frontend:
     ) -> Tensor:
         """One pointwise mode over up to three broadcast inputs (cuDNN's X, B, T).
 
-        Modes (OPS.md has each formula): arithmetic ``add sub mul div
+        Modes (docs/ops.md has each formula): arithmetic ``add sub mul div
         add_square max min mod pow``; comparisons ``cmp_eq cmp_neq cmp_gt
         cmp_ge cmp_lt cmp_le``; logical ``logical_and logical_or
         logical_not``; math ``abs neg ceil floor sqrt rsqrt reciprocal exp

@@ -39,7 +39,7 @@ def assert_roundtrip(g: sigdnn.Graph, *, check: bool = True) -> bytes:
 
 
 def conv_bias_relu() -> sigdnn.Graph:
-    """The DESIGN.md example, at a small size."""
+    """The README's conv + bias + relu example, at a small size."""
     g = sigdnn.Graph("conv_bias_relu", io_dtype="float16", compute_dtype="float32")
     x = g.tensor("x", dims=(2, 8, 6, 6), layout="NHWC")
     w = g.tensor("w", dims=(8, 8, 3, 3), layout="NHWC")

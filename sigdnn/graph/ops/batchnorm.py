@@ -1,4 +1,4 @@
-"""batchnorm (training): per-channel statistics over N and every spatial position (OPS.md).
+"""batchnorm (training): per-channel statistics over N and every spatial position (docs/ops.md).
 
 Ports as cuDNN's: x, scale, bias, and optionally in_running_mean with
 in_running_var -> y, mean, inv_variance, and next_running_mean /

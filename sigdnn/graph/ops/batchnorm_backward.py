@@ -1,4 +1,4 @@
-"""batchnorm_backward: dx, dscale, dbias from dy, x, scale and the saved mean / inv_variance (OPS.md).
+"""batchnorm_backward: dx, dscale, dbias from dy, x, scale and the saved mean / inv_variance (docs/ops.md).
 
 dy and x are [N, C, spatial...]; scale, mean, inv_variance, dscale and dbias
 are [1, C, 1, ...].

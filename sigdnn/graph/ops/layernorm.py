@@ -1,4 +1,4 @@
-"""layernorm: y = (x - mean) * inv_variance * scale + bias over the axes the scale spans (OPS.md).
+"""layernorm: y = (x - mean) * inv_variance * scale + bias over the axes the scale spans (docs/ops.md).
 
 The normalized axes are those where the scale's dim equals x's, as cuDNN
 gives them; the others are batch dims. scale and bias share dims. In the

@@ -2,7 +2,7 @@
 
 Ports follow cuDNN: inputs X, B, T are ``in_0``, ``in_1``, ``in_2``; the output
 is ``out_0``. Backward activations take (dy, x); binary_select takes
-(a, b, mask). OPS.md gives each mode's formula.
+(a, b, mask). docs/ops.md gives each mode's formula.
 """
 
 from __future__ import annotations

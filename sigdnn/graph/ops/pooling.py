@@ -1,4 +1,4 @@
-"""pooling: max or average over windows of x's spatial dims (cuDNN's resample pooling modes; OPS.md).
+"""pooling: max or average over windows of x's spatial dims (cuDNN's resample pooling modes; docs/ops.md).
 
 x is [N, C, spatial...] (1 to 3 spatial dims), y is [N, C, out...] with
 out = floor((S + pre + post - window) / stride) + 1 per dim. Padding never

@@ -1,4 +1,4 @@
-"""reduction: y = one of add, mul, min, max, amax, avg, norm1, norm2, mul_no_zeros over ``axes`` (OPS.md).
+"""reduction: y = one of add, mul, min, max, amax, avg, norm1, norm2, mul_no_zeros over ``axes`` (docs/ops.md).
 
 y has x's dims with a 1 at each reduced axis: cuDNN reads the reduced axes
 off the output's dims (the builder method takes them that way) and the wire

@@ -1,4 +1,4 @@
-"""rmsnorm: y = x * inv_variance * scale (+ bias), inv_variance = 1/sqrt(mean(x^2) + epsilon) (OPS.md).
+"""rmsnorm: y = x * inv_variance * scale (+ bias), inv_variance = 1/sqrt(mean(x^2) + epsilon) (docs/ops.md).
 
 Normalized axes come from the scale's dims as in layernorm; bias is
 optional and shares the scale's dims. The training phase also writes

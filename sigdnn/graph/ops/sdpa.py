@@ -1,4 +1,4 @@
-"""sdpa: scaled dot-product attention, o = softmax(attn_scale * q k^T (+ bias), causal) v (OPS.md).
+"""sdpa: scaled dot-product attention, o = softmax(attn_scale * q k^T (+ bias), causal) v (docs/ops.md).
 
 q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv] with Hq a multiple
 of Hkv (grouped-query heads share k and v; Hkv = 1 is multi-query); bias

@@ -2,7 +2,7 @@
 
 stats = max + log(sum exp(x - max)) (natural log) has x's dims with a 1 at
 each softmax axis, float32 unless set, and is written exactly when
-``generate_stats`` is set (OPS.md: the softmax axes are where the stats
+``generate_stats`` is set (docs/ops.md: the softmax axes are where the stats
 are 1; the last axis by default).
 """
 

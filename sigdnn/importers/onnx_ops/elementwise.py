@@ -1,4 +1,4 @@
-"""Elementwise ONNX ops and activations -> sigdnn pointwise modes (OPS.md has each mode's formula)."""
+"""Elementwise ONNX ops and activations -> sigdnn pointwise modes (docs/ops.md has each mode's formula)."""
 
 from __future__ import annotations
 

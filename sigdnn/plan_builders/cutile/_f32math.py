@@ -6,7 +6,7 @@ CPU tests, ``emulator``'s NumPy stand-in). Plain functions: cuTile inlines
 them into the kernel that calls them.
 
 Every function keeps float32 results within a few ulps of the float64
-reference where the textbook formula cancels (OPS.md's formulas as the
+reference where the textbook formula cancels (docs/ops.md's formulas as the
 reference evaluates them, sigdnn/plan_builders/reference/pointwise.py):
 sigmoid through exp(-|x|), slopes as e/(1+e)^2, expm1 and log1p without
 1 - 1, exp(-x^2) from an exact split of x^2, the normal CDF's tail as
@@ -347,7 +347,7 @@ def normal_cdf_parts(x):
 
 
 def gelu_fwd(x):
-    """x Phi(x) (OPS.md: 0.5 x (1 + erf(x / sqrt 2)))."""
+    """x Phi(x) (docs/ops.md: 0.5 x (1 + erf(x / sqrt 2)))."""
     m, s = normal_cdf_parts(x)
     return (x * m) * s
 

@@ -1,4 +1,4 @@
-"""cuTile pointwise builder: every mode of OPS.md, one generated kernel per node.
+"""cuTile pointwise builder: every mode of docs/ops.md, one generated kernel per node.
 
 A node is a KernelSpec of one node (``spec.kernel_spec``); the kernel is
 generated, compiled on first launch and cached per spec, so every node of

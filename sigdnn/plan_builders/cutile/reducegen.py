@@ -8,7 +8,7 @@ When there are few outputs the reduced range is split over blocks
 (grid (K tiles, splits)), each storing a float32 partial to the workspace,
 and the same kernel, built over the partials, combines and finishes them.
 
-Modes (OPS.md): a transform (x, |x|, x^2, or x with 0 read as 1), a
+Modes (docs/ops.md): a transform (x, |x|, x^2, or x with 0 read as 1), a
 combine (add, mul, max, min; max and min propagate NaN), a finish (none,
 divide by the count, square root).
 """

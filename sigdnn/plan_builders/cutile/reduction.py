@@ -1,4 +1,4 @@
-"""cuTile reduction: every mode of OPS.md over the axes where y's dim is 1, for any strides (``reducegen``).
+"""cuTile reduction: every mode of docs/ops.md over the axes where y's dim is 1, for any strides (``reducegen``).
 
 One launch when there are enough outputs to fill the GPU; otherwise the
 reduced range is split over blocks writing float32 partials to the

@@ -1,6 +1,6 @@
 """Reference pointwise: every cuDNN / hipDNN mode, in float64 (int64 for integer compute).
 
-Formulas follow OPS.md; backward modes take (dy, x) and return dy * f'(x).
+Formulas follow docs/ops.md; backward modes take (dy, x) and return dy * f'(x).
 Each is evaluated in a form where no step cancels (erfc for the gelu tails,
 sigma(x) sigma(-x) for sigmoid / tanh slopes), so the float64 value is good
 to a few float64 ulps everywhere and rounds to the output dtype within 1 ulp

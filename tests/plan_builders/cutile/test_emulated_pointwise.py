@@ -1,6 +1,6 @@
 """The cuTile pointwise kernels, run on the CPU through the emulator, against the reference.
 
-Every mode of OPS.md, in every io dtype a kernel takes, goes through
+Every mode of docs/ops.md, in every io dtype a kernel takes, goes through
 ``sigdnn.validate`` (node by node, the reference's tolerances) with the
 generated kernel text executed block by block by
 ``sigdnn.plan_builders.cutile.emulator``: the code generator's formulas,

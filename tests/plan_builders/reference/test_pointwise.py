@@ -57,14 +57,14 @@ def _relu_limits(p: Mapping[str, float]) -> tuple[float, float, float]:
 
 
 def relu_fwd(x: Tensor, p: Mapping[str, float]) -> Tensor:
-    """OPS.md: x <= L -> L + s(x - L); x >= U -> U; else x. s = 0 is plain relu (L, even at -inf)."""
+    """docs/ops.md: x <= L -> L + s(x - L); x >= U -> U; else x. s = 0 is plain relu (L, even at -inf)."""
     lo, hi, s = _relu_limits(p)
     below = torch.full_like(x, lo) if s == 0 else lo + s * (x - lo)
     return torch.where(x <= lo, below, torch.where(x >= hi, torch.full_like(x, hi), x))
 
 
 def relu_grad(x: Tensor, p: Mapping[str, float]) -> Tensor:
-    """OPS.md: s if x <= L; 0 if x >= U; else 1 (NaN falls to "else")."""
+    """docs/ops.md: s if x <= L; 0 if x >= U; else 1 (NaN falls to "else")."""
     lo, hi, s = _relu_limits(p)
     # Tensors, not Python scalars: torch.where of two scalars is float32, which would round s.
     one, zero, slope = (torch.full_like(x, v) for v in (1.0, 0.0, s))
@@ -127,7 +127,7 @@ def swish(x: Tensor, beta: float) -> Tensor:
 
 
 def _grad_mode(fprime: Callable[[Tensor, Mapping[str, float]], Tensor]) -> Callable[..., Tensor]:
-    """A backward mode: (dy, x) -> dy * f'(x), as OPS.md defines it."""
+    """A backward mode: (dy, x) -> dy * f'(x), as docs/ops.md defines it."""
     return lambda dy, x, p: dy * fprime(x, p)
 
 

@@ -66,7 +66,7 @@ def test_fp8_inputs_are_tabulated_too(dtype: str, mode: str) -> None:
 @pytest.mark.parametrize("lo", [0.0, -0.0, 0.5, -1.0, -math.inf, math.nan, 1e-30])
 @pytest.mark.parametrize("slope", [0.0, 0.25])
 def test_relu_with_its_parameters_through_the_table_is_the_definition(lo: float, slope: float) -> None:
-    """relu_fwd's parameters reach the tabulated evaluation: every float16 against OPS.md's definition
+    """relu_fwd's parameters reach the tabulated evaluation: every float16 against docs/ops.md's definition
     (x <= lo -> lo + slope (x - lo); else x), rounded once."""
     x = every_pattern("float16", 2)
     got, _ = run_unary("relu_fwd", x, "float16", relu_lower_clip=lo, relu_lower_clip_slope=slope)

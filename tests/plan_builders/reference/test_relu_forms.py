@@ -1,6 +1,6 @@
-"""relu_fwd's one-pass form (np.maximum) against OPS.md's definition, bit for bit, signed zeros included.
+"""relu_fwd's one-pass form (np.maximum) against docs/ops.md's definition, bit for bit, signed zeros included.
 
-OPS.md: x <= L -> L + s (x - L); x >= U -> U; else x. The oracle below is
+docs/ops.md: x <= L -> L + s (x - L); x >= U -> U; else x. The oracle below is
 that definition evaluated element by element in Python floats.
 """
 

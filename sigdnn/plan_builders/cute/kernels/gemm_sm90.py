@@ -901,7 +901,7 @@ def _round(dtype: cutlass.Constexpr, x: cutlass.Float32) -> cutlass.Float32:
 
 @cute.jit
 def _activation(kind: cutlass.Constexpr, fast: cutlass.Constexpr, x: cutlass.Float32) -> cutlass.Float32:
-    """The epilogue activation in float32, as OPS.md defines it (NaN stays NaN).
+    """The epilogue activation in float32, as docs/ops.md defines it (NaN stays NaN).
 
     ``fast`` (a 16-bit output): gelu through the hardware's approximate
     exp2 and reciprocal, with relative error about 1e-5 -- a fiftieth of a

@@ -8,7 +8,7 @@ builders do that. Every computation is float64 (int64); the functions that
 take a Sink (sink.py) also read float16 / float32 inputs, widening each block
 exactly where they read it, and hand each finished block of their main
 result to the Sink's store (the caller's one rounding) instead of returning
-it. What each op computes: ../shared/OPS.md.
+it. What each op computes: docs/ops.md.
 """
 
 from __future__ import annotations

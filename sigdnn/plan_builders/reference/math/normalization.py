@@ -1,4 +1,4 @@
-"""Batch, layer and RMS normalization, forward and backward, in float64 (OPS.md's definitions).
+"""Batch, layer and RMS normalization, forward and backward, in float64 (docs/ops.md's definitions).
 
 All three are one computation on x seen as (A, K, B) (grouping.py): one
 mean / inverse variance per K over the M = A*B elements of A and B.

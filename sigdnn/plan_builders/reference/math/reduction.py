@@ -3,7 +3,7 @@
 Reduced axes: those where out_dims is 1 and x's dim is not (a size-1 axis
 reduces to itself either way). Every other dim of out_dims must equal x's.
 
-Conventions (OPS.md), including empty reductions (a reduced dim of 0):
+Conventions (docs/ops.md), including empty reductions (a reduced dim of 0):
   add   sum                (empty: 0)
   mul   product            (empty: 1)
   min   minimum            (empty: +inf; int64: its largest value)
@@ -17,7 +17,7 @@ NaN propagates through min, max and amax (any NaN gives NaN), as torch.amin /
 amax do. norm2 scales by a power of two near max |x| first, which is exact,
 so sum x^2 neither overflows nor underflows where the norm itself does not.
 
-int64 (exact; wraps on overflow, which OPS.md leaves undefined): add, mul,
+int64 (exact; wraps on overflow, which docs/ops.md lets no caller rely on): add, mul,
 min, max, amax, norm1, mul_no_zeros. avg and norm2 have no exact integer
 result and are float only.
 """

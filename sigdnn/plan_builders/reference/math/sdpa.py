@@ -1,4 +1,4 @@
-"""Scaled dot-product attention, forward and backward, in float64 (OPS.md's sdpa).
+"""Scaled dot-product attention, forward and backward, in float64 (docs/ops.md's sdpa).
 
 q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv]; Hq = G * Hkv and
 query head h reads kv head h // G (grouped-query; G = Hq is multi-query).
