@@ -7,6 +7,7 @@ Arrays and dims are logical (N, C, spatial...) whatever the memory layout.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from sigdnn.graph.ops.rmsnorm import Rmsnorm
 from sigdnn.graph.ops.rmsnorm_backward import RmsnormBackward
 from sigdnn.graph.ops.sdpa import Sdpa
 from sigdnn.graph.ops.sdpa_backward import SdpaBackward
+from sigdnn.graph.ops.shapes import check_choice
 from sigdnn.graph.ops.slice import Slice
 from sigdnn.graph.ops.softmax import Softmax
 from sigdnn.graph.ops.transpose import Transpose
@@ -165,9 +167,9 @@ class Frontend:
     def pointwise(
         self,
         mode: str,
-        a: Tensor,
-        b: Tensor | None = None,
-        c: Tensor | None = None,
+        a: Tensor | float,
+        b: Tensor | float | None = None,
+        c: Tensor | float | None = None,
         *,
         name: str | None = None,
         compute_dtype: DTypeLike = None,
@@ -190,8 +192,8 @@ class Frontend:
         ``relu_lower_clip_slope`` (relu), ``elu_alpha``, ``softplus_beta``,
         ``swish_beta``, ``axis`` (gen_index).
         """
-        if mode not in MODES:
-            raise GraphError(f"unknown pointwise mode '{mode}'; known: {', '.join(MODES)}")
+        name = name or f"{mode}_{len(self.nodes)}"
+        check_choice(f"node '{name}'", "pointwise mode", mode, tuple(MODES))
         unknown = set(params) - set(PARAMS)
         if unknown:
             raise GraphError(f"pointwise[{mode}]: unknown parameter(s) {sorted(unknown)}; known: {', '.join(PARAMS)}")
@@ -201,15 +203,18 @@ class Frontend:
             if v is not None
         }
         given = [t for t in (a, b, c) if t is not None]
-        inputs = dict(zip(("in_0", "in_1", "in_2"), given))
-        node = self.add_node(
-            Pointwise,
-            inputs,
-            {"mode": mode, **typed},
-            name=name or f"{mode}_{len(self.nodes)}",
-            compute_dtype=compute_dtype,
-        )
+        inputs = {
+            port: self._operand(t, f"{name}_{port}", compute_dtype) for port, t in zip(("in_0", "in_1", "in_2"), given)
+        }
+        node = self.add_node(Pointwise, inputs, {"mode": mode, **typed}, name=name, compute_dtype=compute_dtype)
         return self._single(node)
+
+    def _operand(self, value: Tensor | float, name: str, compute_dtype: DTypeLike) -> Tensor:
+        """A pointwise input: a tensor as given, a plain number as a pass-by-value scalar of the compute dtype
+        (as cuDNN-frontend turns ``mul(x, 0.5)``'s number into one)."""
+        if isinstance(value, numbers.Number):
+            return self.scalar(name, value, compute_dtype)
+        return value
 
     def matmul(self, a: Tensor, b: Tensor, *, name: str | None = None, compute_dtype: DTypeLike = None) -> Tensor:
         """c = a @ b over the last two dims, batched over leading dims that broadcast."""

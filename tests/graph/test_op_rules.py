@@ -142,8 +142,8 @@ VIOLATIONS: list[tuple[str, Call, str]] = [
     ("ln scale dim", norm("layernorm", (2, 3, 8), (1, 2, 8), (1, 2, 8)), r"port 'scale' .* each dim must be x's"),
     (
         "ln scale rank",
-        norm("layernorm", (2, 3, 8), (1, 8), (1, 8)),
-        r"port 'scale' \(tensor 'scale_in'\) has dims \[1, 8\]",
+        norm("layernorm", (2, 3, 8), (1, 1, 2, 3, 8), (1, 1, 2, 3, 8)),
+        r"port 'scale' \(tensor 'scale_in'\) has dims \[1, 1, 2, 3, 8\]",
     ),
     ("ln bias dims", norm("layernorm", (2, 3, 8), (1, 1, 8), (1, 3, 8)), r"port 'bias' .* has dims \[1, 3, 8\]"),
     ("ln phase", norm("layernorm", (2, 8), (1, 8), (1, 8), phase="train"), "unknown phase 'train'"),

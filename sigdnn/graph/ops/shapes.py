@@ -7,6 +7,7 @@ agree on dims, and the float32 default of statistics outputs.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 
 from sigdnn.dtypes import DataType
@@ -52,13 +53,19 @@ def per_channel(where: str, x_port: str, x: Tensor, params: Mapping[str, Tensor]
 
 
 def normalized_axes(where: str, x_port: str, x: Tensor, scale_port: str, scale: Tensor) -> tuple[int, ...]:
-    """Axes layernorm / rmsnorm normalize: those where the scale's dim equals x's (the others are batch dims)."""
-    if scale.rank != x.rank or any(s not in (1, d) for s, d in zip(scale.dims, x.dims)):
+    """Axes layernorm / rmsnorm normalize: those where the scale's dim equals x's (the others are batch dims).
+
+    A scale of lower rank aligns with x's trailing dims (a [D] scale for x [..., D]), the rule matmul and
+    pointwise broadcasting follow; x's leading dims it does not reach are batch dims.
+    """
+    lead = x.rank - scale.rank
+    if lead < 0 or any(s not in (1, d) for s, d in zip(scale.dims, x.dims[lead:])):
         raise GraphError(
             f"{where}: {described(scale_port, scale)} has dims {list(scale.dims)}; for "
-            f"{described(x_port, x)} {list(x.dims)} each dim must be x's (normalized) or 1 (batch), at x's rank"
+            f"{described(x_port, x)} {list(x.dims)} each dim must be x's (normalized) or 1 (batch), "
+            "aligned with x's trailing dims"
         )
-    return tuple(i for i, (s, d) in enumerate(zip(scale.dims, x.dims)) if s == d)
+    return tuple(lead + i for i, (s, d) in enumerate(zip(scale.dims, x.dims[lead:])) if s == d)
 
 
 def batch_dims(x: Tensor, axes: Sequence[int]) -> tuple[int, ...]:
@@ -101,4 +108,6 @@ def packed_in_order_of(t: Tensor, dims: tuple[int, ...]) -> tuple[int, ...]:
 def check_choice(where: str, name: str, value: str, choices: Sequence[str]) -> None:
     """An enum attribute names one of its choices (the wire reader already refuses unknown values)."""
     if value not in choices:
-        raise GraphError(f"{where}: unknown {name} {value!r}; expected one of {', '.join(choices)}")
+        close = difflib.get_close_matches(str(value), list(choices), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise GraphError(f"{where}: unknown {name} {value!r}; {hint}expected one of {', '.join(choices)}")

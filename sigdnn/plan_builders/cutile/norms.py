@@ -9,6 +9,8 @@ workspace, then the column sums of those partials.
 
 from __future__ import annotations
 
+import attrs
+
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.shapes import normalized_axes
@@ -31,7 +33,10 @@ def _rows(node: Node, graph: Graph, x_port: str) -> tuple[int, int, tuple[int, .
 
 def _vector(node: Node, graph: Graph, port: str, x_port: str, axes: tuple[int, ...], unit: int, length: int) -> Arg:
     ports = node.op.ports()
-    stride = views.vector_stride(graph.tensors[ports[port]], graph.tensors[ports[x_port]], axes, unit)
+    t, x = graph.tensors[ports[port]], graph.tensors[ports[x_port]]
+    lead = x.rank - t.rank  # a scale of lower rank aligns with x's trailing dims (docs/ops.md, layernorm)
+    t = attrs.evolve(t, dims=(1,) * lead + t.dims, strides=(0,) * lead + t.strides)
+    stride = views.vector_stride(t, x, axes, unit)
     return Arg(port, (length,), (stride,))
 
 

@@ -233,3 +233,16 @@ def test_row_statistics_every_other_element_are_read_and_written_at_their_stride
     data = {t.name: rng.uniform(0.5, 2.0, t.dims).astype(np.float32) for t in g.inputs}
     report = sigdnn.validate(g, data, executor=emulated_executor())
     assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_a_scale_of_x_s_last_dim_alone_runs_in_the_row_kernel(kind):
+    """x [B, S, D] with scale and bias [D] (docs/ops.md's rank rule): the cuTile row kernel reads them as vectors."""
+    g = sigdnn.Graph(f"{kind}_vector_scale", io_dtype="float32", compute_dtype="float32")
+    x, s, b = g.tensor("x", dims=(3, 5, 40)), g.tensor("scale", dims=(40,)), g.tensor("bias", dims=(40,))
+    outs = getattr(g, kind)("training", x, s, b, epsilon=1e-5)
+    for t in outs:
+        t.set_output(True)
+    report = sigdnn.validate(g, seed=7, executor=emulated_executor())
+    assert set(report.builders.values()) == {f"cutile.{kind}"}, report.builders
+    assert report.passed, report.table()
