@@ -1,7 +1,7 @@
 """GPU reference convolution: fprop, dgrad and wgrad as im2col GEMMs in float64.
 
 y[n, k, o] = sum over c of k's group and taps r of x[n, c, o*stride + r*dilation - pre] w[k, c, r]
-(cross-correlation, OPS.md). Each pass gathers its operand's columns by a
+(cross-correlation, docs/ops.md). Each pass gathers its operand's columns by a
 host-made window map (``windows``), then one float64 GEMM per image and
 group:
 

@@ -1,6 +1,6 @@
 """GPU reference batch, layer and RMS normalization, forward and backward: two passes in float64.
 
-One computation for all three (OPS.md): a mean and an inverse standard
+One computation for all three (docs/ops.md): a mean and an inverse standard
 deviation per kept index over the reduced axes (batchnorm: every axis but
 the channel; layer / RMS norm: the axes where scale's dim, aligned to x's
 rank from the right, equals x's). The variance is two-pass, sum((x - mean)^2)

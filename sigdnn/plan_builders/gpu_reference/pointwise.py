@@ -1,6 +1,6 @@
 """GPU reference pointwise: every mode as whole-array float64 steps (int64 for integer compute).
 
-The formulas are the definitions of docs/ops.md / OPS.md in forms that do not
+The formulas are the definitions of docs/ops.md in forms that do not
 cancel (sigma(x) sigma(-x) for slopes, exp(-|x|) for sigmoid), so the
 float64 value is within a few float64 ulps and its single rounding to a
 float32 or narrower output almost never differs from the CPU reference's.
