@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sigdnn.errors import GraphError
 from sigdnn.graph.arguments import DTypeLike, integer, ints, real
+from sigdnn.graph.frontend_linear_attention import LinearAttentionFrontend
 from sigdnn.graph.ops.batchnorm import Batchnorm
 from sigdnn.graph.ops.batchnorm_backward import BatchnormBackward
 from sigdnn.graph.ops.batchnorm_inference import BatchnormInference
@@ -137,7 +138,7 @@ def axis_list(where: str, axes: Sequence[int], rank: int) -> tuple[int, ...]:
     return tuple(sorted(a + rank if a < 0 else a for a in values))
 
 
-class Frontend:
+class Frontend(LinearAttentionFrontend):
     """Mixed into Graph: one method per op, each a documented call into ``add_node``."""
 
     __slots__ = ()

@@ -76,6 +76,25 @@ def attention(g: sigdnn.Graph) -> None:
     g.sdpa_backward(q, k, v, o, g.tensor("d_o", o.dims), stats, 0.125, bias, True, name="sdpa_bwd")
 
 
+def varlen_attention(g: sigdnn.Graph) -> None:
+    """Padded and ragged sdpa, and the gated delta rule ops with and without their optional state ports."""
+    q = g.tensor("q", (2, 4, 5, 8), strides=(160, 8, 32, 1))
+    lq, lkv = g.tensor("lq", (2,), dtype="int32"), g.tensor("lkv", (2, 1, 1, 1), dtype="int64")
+    offsets = {p: g.tensor(f"{p}_off", (3,), dtype="int32") for p in ("q", "k", "v", "o")}
+    o, stats = g.sdpa(q, q, q, 0.5, None, True, True, seq_len_q=lq, seq_len_kv=lkv, ragged_offsets=offsets)
+    g.sdpa_backward(q, q, q, o, o, stats, 0.5, seq_len_kv=lkv, name="padded_bwd")
+    t, h, kd, vd = 6, 2, 4, 3
+    qk, v, beta = g.tensor("tq", (t, h, kd)), g.tensor("tv", (t, h, vd)), g.tensor("beta", (t, h))
+    cu, h0 = g.tensor("cu", (3,), dtype="int32"), g.tensor("h0", (2, h, kd, vd), dtype="float32")
+    gates = {"gdn": g.tensor("g", (t, h), dtype="float32"), "kda": g.tensor("gk", (t, h, kd), dtype="float32")}
+    for kind, gate in gates.items():
+        getattr(g, kind)(qk, qk, v, gate, beta, cu, h0, scale=0.25, use_qk_l2norm=True, output_final_state=True)
+        getattr(g, kind)(qk, qk, v, gate, beta, cu, name=f"{kind}_plain")
+        d_final = g.tensor(f"{kind}_df", (2, h, kd, vd))
+        getattr(g, f"{kind}_bwd")(qk, qk, v, gate, beta, cu, h0, v, d_final, use_qk_l2norm=True)
+        getattr(g, f"{kind}_bwd")(qk, qk, v, gate, beta, cu, None, v, scale=2.0, name=f"{kind}_bwd_plain")
+
+
 def pooling_resample(g: sigdnn.Graph) -> None:
     x = g.tensor("x", (2, 3, 9, 8), layout="NHWC")
     for mode in ("max", "average_count_include_pad", "average_count_exclude_pad"):
@@ -104,6 +123,7 @@ BUILDERS: dict[str, Callable[[sigdnn.Graph], None]] = {
     "norms": norms,
     "softmax_reduction": softmax_reduction,
     "attention": attention,
+    "varlen_attention": varlen_attention,
     "pooling_resample": pooling_resample,
     "data_movement": data_movement,
 }
