@@ -17,6 +17,7 @@ _EXPORTS = {
         (
             "ExecutionError",
             "GraphError",
+            "GraphFrozenError",
             "NoPlanError",
             "NotSupported",
             "RegistryError",
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from sigdnn.errors import (
         ExecutionError,
         GraphError,
+        GraphFrozenError,
         NoPlanError,
         NotSupported,
         RegistryError,
@@ -114,6 +116,7 @@ __all__ = [
     "FusionBuilder",
     "Graph",
     "GraphError",
+    "GraphFrozenError",
     "Limits",
     "NoPlanError",
     "Node",

@@ -19,6 +19,10 @@ class GraphError(SigdnnError):
     """The graph is well-formed bytes but breaks a graph rule."""
 
 
+class GraphFrozenError(GraphError):
+    """A planned graph (or one of its tensors or nodes) was asked to change; it is read-only once planned."""
+
+
 class NotSupported(NotImplementedError, SigdnnError):
     """A plan builder declines a node; the reason says why."""
 

@@ -46,6 +46,7 @@ import attrs
 import numpy as np
 
 from sigdnn.errors import NotSupported
+from sigdnn.executor.router import Router
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.registry.contracts import BuildContext, PlanBuilder, RegionContext, StepPlan
@@ -210,8 +211,8 @@ class StepShape:
     by_port: bool  # a node plan takes its buffers by port; a region plan by uid
 
 
-class Tuner:
-    """Orders a step's candidates: the cached or measured winner first, else the heuristic order."""
+class Tuner(Router):
+    """A router that orders a step's candidates: the cached or measured winner first, else the heuristic order."""
 
     def __init__(
         self,
@@ -367,7 +368,7 @@ def build_region(region: Region, graph: Graph, device: Device) -> Callable[[Cand
 
 
 def order_claims(
-    tuner: Tuner, claims: Sequence[tuple[Any, Region]], graph: Graph, device: Device, memory: Any
+    tuner: Router, claims: Sequence[tuple[Any, Region]], graph: Graph, device: Device, memory: Any
 ) -> list[tuple[Any, Region, str | None, Choice | None]]:
     """Fusion claims with, for every node set several builders (or configurations) claim, the chosen one first.
 

@@ -14,12 +14,13 @@ import numpy as np
 
 from sigdnn.errors import ExecutionError, GraphError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
 from sigdnn.executor import autotune
-from sigdnn.executor.autotune import Tuner, build_node, candidates_of, node_shape, order_claims
+from sigdnn.executor.autotune import Candidate, Tuner, build_node, candidates_of, node_shape, order_claims
 from sigdnn.executor.fallback import FALLBACKS, fallback_builder
 from sigdnn.executor.host import HostMemory
 from sigdnn.executor.host_arrays import to_torch
 from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
 from sigdnn.executor.plan import ExecutionPlan, Step
+from sigdnn.executor.router import Router, default_router
 from sigdnn.executor.schedule import memory_aware_order
 from sigdnn.executor.variant_pack import resolve_pack
 from sigdnn.executor.views import NO_VIEWS, VIEW, ViewPlan, plan_views
@@ -61,6 +62,8 @@ class Executor:
     builders and configurations of a step the first time its shape is seen
     and keeps the fastest that validates, remembered on disk; without it a
     remembered choice is still used (``sigdnn.executor.autotune``).
+    ``router`` replaces that policy (``sigdnn.executor.router``: a Tuner is
+    one router); without one the process default, if set, applies.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class Executor:
         fallback: str | None = None,
         cuda_graphs: bool = False,
         autotune: bool | Tuner = False,
+        router: Router | None = None,
         cache_size: int = 64,
     ) -> None:
         if backend not in BACKENDS:
@@ -90,7 +94,10 @@ class Executor:
         self.engine = engine
         self.pins = dict(pins or {})
         self.registry = registry or DEFAULT_REGISTRY
+        if router is not None and autotune is not False:
+            raise UsageError("give autotune= or router=, not both: a Tuner is a router")
         self.tuner = autotune if isinstance(autotune, Tuner) else Tuner(measure=bool(autotune))
+        self._router = router if router is not None else (self.tuner if autotune is not False else None)
         self.limits = limits
         self._cache: OrderedDict[str, ExecutionPlan] = OrderedDict()
         self._cache_size = cache_size
@@ -118,19 +125,28 @@ class Executor:
     def device(self) -> Device:
         return self.memory.device
 
+    @property
+    def router(self) -> Router:
+        """The ranking policy this executor plans with: its own, else the process default, else its tuner."""
+        return self._router or default_router() or self.tuner
+
     # -- prepare -------------------------------------------------------------
-    def prepare(self, source: GraphSource) -> ExecutionPlan:
+    def prepare(self, source: GraphSource, *, router: Router | None = None) -> ExecutionPlan:
         """Parse, check, claim regions, pick a builder per remaining node, order the steps, plan memory.
 
-        Cached by the graph's digest (and this executor's settings).
+        Cached by the graph's digest (and this executor's settings); a plan
+        made with a ``router`` of its own (this graph's policy) is not cached.
+        A Graph given here is frozen (``Graph.freeze``): preparing it again
+        finds the same plan, but changing it raises GraphFrozenError.
         """
         graph, data = self._load(source)
         digest = hashlib.blake2b(data, digest_size=16).hexdigest()
         with self._lock:
-            cached = self._cache.get(digest)
+            cached = self._cache.get(digest) if router is None else None
             if cached is not None:
                 self._cache.move_to_end(digest)
                 return cached
+        policy = router or self.router
         if graph is None:
             graph = deserialize(data, limits=self.limits, check=False)
         order = check_graph(graph, self.limits)
@@ -145,13 +161,13 @@ class Executor:
         views = NO_VIEWS
         if self.fusion:  # a pinned node runs its builder
             views = plan_views(graph, order, lambda i: self._pin(graph.nodes[i], keys[i]) is None)
-        steps = [*self._region_steps(graph, order, flow, keys, device, views.nodes)]
+        steps = [*self._region_steps(graph, order, flow, keys, device, views.nodes, policy)]
         claimed = {i for step in steps for i in step.region.nodes}
         for i in order:
             if i in views.nodes:
                 steps.append(self._view_step(graph.nodes[i], keys[i]))
             elif i not in claimed:
-                steps.append(self._node_step(graph, graph.nodes[i], keys[i], device))
+                steps.append(self._node_step(graph, graph.nodes[i], keys[i], device, policy))
         position = {graph.nodes[i]: p for p, i in enumerate(order)}
         rank = [min(position[n] for n in s.nodes) for s in steps]
         sizes = {uid: tensor_bytes(graph, uid) for uid, t in graph.tensors.items()
@@ -162,6 +178,8 @@ class Executor:
         arena = tuple((uid, offset, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
                       for uid, offset in memory.offsets.items())  # fmt: skip
         plan = ExecutionPlan(graph, self.backend, digest, ordered, memory, arena)
+        if router is not None:
+            return plan
         with self._lock:
             self._cache[digest] = plan
             while len(self._cache) > self._cache_size:
@@ -176,8 +194,13 @@ class Executor:
         keys: dict[int, SignatureKey],
         device: Device,
         views: frozenset[int],
+        router: Router,
     ) -> list[Step]:
-        """Offer the graph to the fusion builders, best first; commit the claims that fit (and hold no view)."""
+        """Offer the graph to the fusion builders, best first; commit the claims that fit (and hold no view).
+
+        A claim whose build declines (NotSupported) gives way to the next
+        claim of the same nodes, then to the nodes' own builders.
+        """
         if not self.fusion:
             return []
         steps: list[Step] = []
@@ -186,7 +209,11 @@ class Executor:
                   if self._admits(builder)
                   and (self.engine is None or self._find(self.engine).engine_id == builder.engine_id)
                   for region in builder.claim(graph, order, device)]  # fmt: skip
-        for builder, region, config, choice in order_claims(self.tuner, claims, graph, device, self.memory):
+        ordered = order_claims(router, claims, graph, device, self.memory)
+        alternatives: dict[frozenset[int], list[Candidate]] = {}
+        for builder, region, config, _ in ordered:
+            alternatives.setdefault(frozenset(region.nodes), []).append(Candidate(builder, config))
+        for builder, region, config, choice in ordered:
             nodes = set(region.nodes)
             if nodes & taken or any(self._pinned_elsewhere(graph.nodes[i], builder) for i in nodes):
                 continue
@@ -196,8 +223,12 @@ class Executor:
                     f"fusion builder {builder.name} claimed a region that is not what make_region gives"
                 )
             context = RegionContext(checked.pattern[0], device, graph, config)
-            plan = builder.build_region(checked, graph, context)
+            try:
+                plan = builder.build_region(checked, graph, context)
+            except NotSupported:
+                continue
             taken |= nodes
+            group = tuple(alternatives[frozenset(nodes)])
             first, last = graph.nodes[checked.nodes[0]].name, graph.nodes[checked.nodes[-1]].name
             steps.append(
                 Step(
@@ -211,6 +242,8 @@ class Executor:
                     checked.exits,
                     checked,
                     choice=choice.summary() if choice else None,
+                    candidates=group,
+                    chosen=group.index(Candidate(builder, config)),
                 )
             )
         return steps
@@ -226,19 +259,28 @@ class Executor:
         pinned = self.pins.get(node.name)
         return pinned is not None and self._find(pinned, node).engine_id != builder.engine_id
 
-    def _node_step(self, graph: Graph, node: Node, key: SignatureKey, device: Device) -> Step:
-        config, choice = None, None
+    def _node_step(self, graph: Graph, node: Node, key: SignatureKey, device: Device, router: Router) -> Step:
+        """The node's step: the first of its ranked candidates whose build does not decline."""
+        choice = None
         try:
-            builder, why, config, choice = self._choose(node, graph, key, device)
+            ranked, why, choice = self._choose(node, graph, key, device, router)
         except NoPlanError as e:
             if self.fallback is None or self._pin(node, key) is not None:  # pins never fall back
                 raise
-            builder, why = fallback_builder(self.registry, node, graph, key, e), [str(e)]
-        ports = node.op.ports()
-        plan = builder.build(node, graph, BuildContext(key, device, graph, config))
-        ins = tuple(dict.fromkeys(node.op.inputs().values()))
-        return Step(node.name, (node,), (key,), builder, plan, ports, ins, tuple(node.op.outputs().values()),
-                    declines=tuple(why), choice=choice.summary() if choice else None)  # fmt: skip
+            ranked, why = [Candidate(fallback_builder(self.registry, node, graph, key, e))], [str(e)]
+        for index, candidate in enumerate(ranked):
+            try:
+                plan = candidate.builder.build(node, graph, BuildContext(key, device, graph, candidate.config))
+            except NotSupported as e:
+                why.append(f"{candidate.label} (#{candidate.builder.engine_id}) declined to build: {e}")
+                continue
+            ins = tuple(dict.fromkeys(node.op.inputs().values()))
+            return Step(node.name, (node,), (key,), candidate.builder, plan, node.op.ports(), ins,
+                        tuple(node.op.outputs().values()), declines=tuple(why),
+                        choice=choice.summary() if choice else None, candidates=tuple(ranked),
+                        chosen=index)  # fmt: skip
+        pinned = " (pinned)" if self._pin(node, key) is not None else ""
+        raise NoPlanError(f"node '{node.name}' {key}: every candidate{pinned} declined: {'; '.join(why)}")
 
     @staticmethod
     def _view_step(node: Node, key: SignatureKey) -> Step:
@@ -249,7 +291,7 @@ class Executor:
 
     def _load(self, source: GraphSource) -> tuple[Graph | None, bytes]:
         if isinstance(source, Graph):
-            return source, source.serialize()
+            return source.freeze(), source.serialize()  # a planned graph is read-only: its plan stays its own
         if isinstance(source, (bytes, bytearray, memoryview)):
             try:
                 return None, bytes(source)
@@ -260,9 +302,9 @@ class Executor:
         raise UsageError(f"prepare() takes bytes, a path or a Graph, not {type(source).__name__}")
 
     def _choose(
-        self, node: Node, graph: Graph, key: SignatureKey, device: Device
-    ) -> tuple[PlanBuilder, list[str], str | None, autotune.Choice | None]:
-        """The builder (and configuration) to run: the tuner's pick among those whose check accepts the node."""
+        self, node: Node, graph: Graph, key: SignatureKey, device: Device, router: Router
+    ) -> tuple[list[Candidate], list[str], autotune.Choice | None]:
+        """The candidates (builders and configurations) whose check accepts the node, the router's pick first."""
         pinned = self._pin(node, key)
         if pinned is not None:
             builder = self._find(pinned, node)
@@ -277,9 +319,11 @@ class Executor:
                 raise NoPlanError(
                     f"node '{node.name}' {key}: pinned builder {builder.name} (#{builder.engine_id}) declined: {e}"
                 ) from None
-            chosen, config, choice = self._tuned([builder], node, graph, key, device)
-            return chosen, [], config, choice
-        candidates = [b for b in self.registry.candidates(key, device.kind, node, graph) if self._admits(b)]
+            ranked, choice = self._tuned([builder], node, graph, key, device, router)
+            return ranked, [], choice
+        candidates = [
+            b for b in self.registry.candidates(key, device.kind, node, graph, router.rank) if self._admits(b)
+        ]
         preferred = graph.preferred_engine_id
         candidates.sort(key=lambda b: b.engine_id != preferred)
         why: list[str] = []
@@ -293,8 +337,8 @@ class Executor:
                 continue
             accepted.append(builder)
         if accepted:
-            chosen, config, choice = self._tuned(accepted, node, graph, key, device)
-            return chosen, why, config, choice
+            ranked, choice = self._tuned(accepted, node, graph, key, device, router)
+            return ranked, why, choice
         for b in self.registry.builders():
             if b.device == device.kind and self._admits(b) and b.serves(key) and b.available() is not None:
                 why.append(f"{b.name} (#{b.engine_id}): unavailable: {b.available()}")
@@ -302,14 +346,13 @@ class Executor:
         raise NoPlanError(f"node '{node.name}' {key}: no plan: {detail}")
 
     def _tuned(
-        self, builders: list[PlanBuilder], node: Node, graph: Graph, key: SignatureKey, device: Device
-    ) -> tuple[PlanBuilder, str | None, autotune.Choice | None]:
-        """The tuner's pick among the builders (and their configurations) that accept the node."""
+        self, builders: list[PlanBuilder], node: Node, graph: Graph, key: SignatureKey, device: Device, router: Router
+    ) -> tuple[list[Candidate], autotune.Choice | None]:
+        """The builders' candidates (one per configuration), ordered by the router: its pick first."""
         candidates = candidates_of(builders, [node], graph, device)
-        ordered, choice = self.tuner.choose(
+        return router.choose(
             candidates, graph, node_shape(node, key), device, self.memory, build_node(node, graph, key, device)
         )
-        return ordered[0].builder, ordered[0].config, choice
 
     def _find(self, engine: Engine, node: Node | None = None) -> PlanBuilder:
         try:

@@ -35,6 +35,8 @@ class Step:
     region: Region | None = None
     declines: tuple[str, ...] = ()  # why better-ranked builders declined
     choice: str | None = None  # how the builder was chosen among several (autotune.Choice.summary)
+    candidates: tuple[Any, ...] = ()  # every autotune.Candidate that accepted the step, best first
+    chosen: int = 0  # which of them this step built (earlier ones declined to build)
 
     @property
     def node(self) -> Node:
@@ -94,6 +96,11 @@ class ExecutionPlan:
     @property
     def peak_intermediate_bytes(self) -> int:
         return self.memory.peak_bytes
+
+    @property
+    def candidates(self) -> tuple[tuple[Any, ...], ...]:
+        """Per step, every autotune.Candidate that accepted it, best first (``plan_list`` flattens them)."""
+        return tuple(s.candidates for s in self.steps)
 
     @property
     def regions(self) -> tuple[Step, ...]:

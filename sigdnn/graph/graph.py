@@ -25,6 +25,7 @@ from sigdnn.graph.arguments import (
     text,
 )
 from sigdnn.graph.frontend import Frontend
+from sigdnn.graph.frozen import FrozenDict, FrozenList, guard, refuse
 from sigdnn.graph.layout import layout_order, packed_strides
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.base import Op
@@ -33,7 +34,7 @@ from sigdnn.graph.tensor import Tensor
 SCHEMA_VERSION = (1, 4)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, on_setattr=[guard, attrs.setters.convert, attrs.setters.validate])
 class Graph(Frontend):
     """An operation graph: tensors by uid, nodes in insertion order."""
 
@@ -52,6 +53,32 @@ class Graph(Frontend):
     _top_uid: tuple[int, int] = attrs.field(default=(0, 0), init=False, repr=False)
     _node_names: set[str] = attrs.field(factory=set, init=False, repr=False)
     _tensor_names: set[str] = attrs.field(factory=set, init=False, repr=False)
+    _frozen: bool = attrs.field(default=False, init=False, repr=False)
+
+    # -- freezing ------------------------------------------------------------
+    def freeze(self) -> Graph:
+        """Make the graph read-only (what planning does): every later change raises GraphFrozenError.
+
+        Idempotent; returns the graph.
+        """
+        if not self._frozen:
+            for t in self.tensors.values():
+                object.__setattr__(t, "frozen", True)
+            for n in self.nodes:
+                object.__setattr__(n, "frozen", True)
+            object.__setattr__(self, "tensors", FrozenDict(self.tensors))
+            object.__setattr__(self, "nodes", FrozenList(self.nodes))
+            self._frozen = True
+        return self
+
+    @property
+    def frozen(self) -> bool:
+        """Whether the graph is planned (read-only)."""
+        return self._frozen
+
+    def _open(self, call: str) -> None:
+        if self._frozen:
+            refuse(f"graph '{self.name}'", f"{call}: it is planned; build a new graph (or deserialize a copy)")
 
     # -- lookups -------------------------------------------------------------
     def dtype_of(self, tensor: Tensor) -> DataType:
@@ -118,6 +145,7 @@ class Graph(Frontend):
         return [next(free) for _ in range(n)]
 
     def _add_tensor(self, tensor: Tensor) -> Tensor:
+        self._open(f"adding tensor '{tensor.name}'")
         if len(self._tensor_names) != len(self.tensors):
             self._tensor_names = {t.name for t in self.tensors.values()}
         if tensor.name in self._tensor_names:
@@ -230,6 +258,7 @@ class Graph(Frontend):
         ``attributes`` the op's other fields. Outputs are new virtual tensors
         named ``<node>::<port>``; the op decides which optional outputs exist.
         """
+        self._open(f"adding a {op_class.kind} node")
         name = text(name or f"{op_class.kind}_{len(self.nodes)}", "node name")
         if len(self._node_names) != len(self.nodes):
             self._node_names = {n.name for n in self.nodes}

@@ -10,9 +10,10 @@ import numpy as np
 
 from sigdnn.dtypes import DataType, as_data_type
 from sigdnn.graph.arguments import integer, ints, text
+from sigdnn.graph.frozen import guard
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, on_setattr=[guard, attrs.setters.convert, attrs.setters.validate])
 class Tensor:
     """One tensor of a graph.
 
@@ -29,6 +30,7 @@ class Tensor:
     is_virtual: bool = False
     value: bytes | None = None  # pass-by-value scalar, little-endian in dtype
     data: bytes | None = None  # constant: every element, logical row-major order, little-endian in dtype
+    frozen: bool = attrs.field(default=False, init=False, eq=False, repr=False)  # its graph is planned
 
     @property
     def is_constant(self) -> bool:

@@ -195,10 +195,17 @@ class Registry:
         self._load()
         return [b for b in self._by_op.get(key.op, ()) if b.device == device and b.serves(key)]
 
-    def candidates(self, key: SignatureKey, device: str, node: Node, graph: Graph) -> list[PlanBuilder]:
-        """Available builders for ``device`` that serve ``key``, best first."""
+    def candidates(
+        self,
+        key: SignatureKey,
+        device: str,
+        node: Node,
+        graph: Graph,
+        ranker: Callable[[list[PlanBuilder], Node, Graph], list[PlanBuilder]] | None = None,
+    ) -> list[PlanBuilder]:
+        """Available builders for ``device`` that serve ``key``, best first (by ``ranker``, else the registry's)."""
         found = [b for b in self.serving(key, device) if b.available() is None]
-        return self.ranker(found, node, graph)
+        return (ranker or self.ranker)(found, node, graph)
 
     def fusion_builders(self, device: str) -> list[FusionBuilder]:
         """Available fusion builders for ``device``, best first."""
