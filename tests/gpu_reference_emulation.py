@@ -60,6 +60,25 @@ def ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return np.where(nan_a & nan_b, 0, np.where(nan_a | nan_b, far, np.abs(a - b)))
 
 
+def agreement_ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """ulps() of the output dtype; float64 outputs are compared after both round to float32 (two float64
+    computations in different summation orders differ in their last bits: docs/gpu_reference.md)."""
+    if np.asarray(want).dtype == np.float64:
+        with np.errstate(all="ignore"):
+            return ulps(np.asarray(got).astype(np.float32), np.asarray(want).astype(np.float32))
+    return ulps(got, want)
+
+
+def worst_ulps(graph: sigdnn.Graph, inputs: dict[str, np.ndarray]) -> dict[str, tuple[int, int]]:
+    """Per output: (largest agreement_ulps, elements at exactly 1) between the GPU and CPU references."""
+    got, want = run_both(graph, inputs)
+    found = {}
+    for name in want:
+        u = agreement_ulps(got[name], want[name])
+        found[name] = (int(u.max(initial=0)), int((u == 1).sum()))
+    return found
+
+
 def run_both(graph: sigdnn.Graph, inputs: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(GPU reference's outputs, CPU reference's outputs) of one graph on the same inputs."""
     gpu = gpu_reference_executor()

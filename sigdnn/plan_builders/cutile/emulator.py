@@ -110,6 +110,8 @@ def _to_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
             info = np.iinfo(dtype)
             x = np.trunc(x.astype(np.float64))
             x = np.where(np.isnan(x), 0, np.clip(x, info.min, info.max))
+            if float(info.max) + 1 == float(info.max):  # 64-bit: the max rounds up to 2^63 as a float
+                return np.where(x >= float(info.max), info.max, x.astype(dtype)).astype(dtype)
         if dtype.kind == "b":
             return x != 0
         if dtype == bfloat16 or (dtype.itemsize == 1 and dtype.kind == "f"):

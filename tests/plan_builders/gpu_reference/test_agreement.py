@@ -1,0 +1,152 @@
+"""The GPU reference agrees with the CPU reference: bit for bit, or by 1 ulp where summation order can tell.
+
+Every kernel runs through the cuTile emulator (host memory presented as a
+GPU). Cases: each op's conformance sample in every dtype it takes, and
+random one-node graphs of every op (``gpu_reference.cases``) over every
+dtype. Ops without a sum (pointwise, data movement, batchnorm inference)
+must agree exactly; ops that sum may differ by 1 ulp of the output where
+two float64 sums in different orders land on either side of a rounding
+boundary (counted, and rare); nothing may differ by more. A planted bug in a
+GPU reference kernel or formula is caught by the same comparison.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from gpu_reference_emulation import make_available, worst_ulps
+
+import sigdnn
+from sigdnn.errors import GraphError, NoPlanError
+from sigdnn.graph.ops import OP_CLASSES
+from sigdnn.plan_builders.gpu_reference import cases, normalization, pointwise, windows
+from sigdnn.validation.inputs import random_inputs
+
+EXACT_OPS = {"pointwise", "reshape", "transpose", "slice", "concatenate", "batchnorm_inference", "resample"}
+# pointwise modes whose float64 form differs from NumPy's function (Kahan's expm1 / log1p): within an ulp
+REFORMULATED = {"elu_fwd", "softplus_fwd"}
+DTYPES = cases.FLOAT_DTYPES + cases.NARROW_FLOATS + cases.INTEGER_DTYPES
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch: pytest.MonkeyPatch) -> None:
+    make_available(monkeypatch)
+
+
+def allowed(graph: sigdnn.Graph) -> int:
+    node = graph.nodes[0]
+    if node.op.kind in EXACT_OPS and getattr(node.op, "mode", None) not in REFORMULATED:
+        return 0
+    return 1
+
+
+def check(graph: sigdnn.Graph, seed: int) -> dict[str, tuple[int, int]]:
+    found = worst_ulps(graph, random_inputs(graph, seed))
+    limit = allowed(graph)
+    assert all(worst <= limit for worst, _ in found.values()), (graph.nodes[0].op, found)
+    return found
+
+
+@pytest.mark.parametrize("kind", sorted(OP_CLASSES))
+def test_every_op_sample_agrees_in_every_dtype(kind: str) -> None:
+    ran = 0
+    for dtype in DTYPES:
+        graph = sigdnn.Graph(f"{kind}_{dtype}", io_dtype=dtype, compute_dtype="float32")
+        try:
+            OP_CLASSES[kind].sample(graph)
+        except GraphError:
+            continue  # the op takes no such tensors
+        try:
+            check(graph, 0)
+        except NoPlanError as e:
+            assert "floating point only" in str(e) or "erf" in str(e), e
+            continue
+        ran += 1
+    assert ran >= 4  # every op takes the float dtypes at least
+
+
+@pytest.mark.parametrize("op", sorted(cases.BUILDERS))
+def test_random_cases_of_every_op_agree(op: str) -> None:
+    rng = np.random.default_rng(sum(map(ord, op)))
+    ran, one_ulp = 0, 0
+    for dtype in cases.dtypes_of(op):
+        for seed in range(2):
+            try:
+                graph = cases.random_case(op, rng, dtype)
+            except GraphError:
+                continue  # a drawn combination the op refuses (an integer dtype for a float mode)
+            try:
+                found = check(graph, seed)
+            except NoPlanError as e:
+                assert "erf" in str(e) or "floating point only" in str(e), e
+                continue
+            ran += 1
+            one_ulp += sum(count for _, count in found.values())
+    assert ran >= 10
+
+
+def _conv_case() -> sigdnn.Graph:
+    g = sigdnn.Graph("conv", io_dtype="float32", compute_dtype="float32")
+    x, w = g.tensor("x", (2, 4, 7, 6)), g.tensor("w", (6, 2, 3, 3))
+    g.conv_fprop(x, w, padding=(1, 1), stride=(2, 1), dilation=(1, 1), name="conv").set_output(True)
+    return g
+
+
+def _layernorm_case() -> sigdnn.Graph:
+    g = sigdnn.Graph("ln", io_dtype="bfloat16", compute_dtype="float32")
+    x, s, b = g.tensor("x", (4, 32)), g.tensor("s", (1, 32)), g.tensor("b", (1, 32))
+    for t in g.layernorm("training", x, s, b, epsilon=1e-2, name="ln"):
+        t.set_output(True)
+    return g
+
+
+def test_a_planted_off_by_one_window_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = _conv_case()
+    assert max(w for w, _ in worst_ulps(graph, random_inputs(graph, 0)).values()) == 0
+    honest = windows.forward
+
+    def shifted(*args, **kwargs):  # every tap one position to the right
+        window = honest(*args, **kwargs)
+        return np.where(window >= 0, np.minimum(window + 1, window.max()), -1)
+
+    monkeypatch.setattr(windows, "forward", shifted)
+    assert max(w for w, _ in worst_ulps(graph, random_inputs(graph, 0)).values()) > 1
+
+
+def test_a_planted_wrong_epsilon_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = _layernorm_case()
+    honest = normalization.statistics
+    monkeypatch.setattr(normalization, "statistics", lambda x, axes, eps, center: honest(x, axes, eps * 2, center))
+    found = worst_ulps(graph, random_inputs(graph, 0))
+    assert found["ln::inv_variance"][0] > 1 and found["ln::y"][0] > 1
+
+
+def test_a_planted_kernel_bug_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong line in the kernel file itself: tiles.py's elementwise SUB computing y - x."""
+    from sigdnn.plan_builders.gpu_reference import backend
+
+    g = sigdnn.Graph("sub", io_dtype="float16", compute_dtype="float32")
+    g.pointwise("sub", g.tensor("a", (3, 5)), g.tensor("b", (3, 5)), name="sub").set_output(True)
+    assert worst_ulps(g, random_inputs(g, 0))["sub::out_0"][0] == 0
+    text = backend.KERNEL_FILE.read_text()
+    assert text.count("r = x - y") == 1
+    monkeypatch.setitem(backend._modules, True, backend.emulated_module(text.replace("r = x - y", "r = y - x")))
+    assert worst_ulps(g, random_inputs(g, 0))["sub::out_0"][0] > 1
+
+
+def test_erf_modes_are_declined_with_the_reason() -> None:
+    g = sigdnn.Graph("gelu", io_dtype="float32", compute_dtype="float32")
+    g.pointwise("gelu_fwd", g.tensor("x", (4,)), name="gelu").set_output(True)
+    with pytest.raises(NoPlanError, match="float64 erf"):
+        worst_ulps(g, random_inputs(g, 0))
+    assert {"erf", "gelu_fwd", "gelu_bwd"} == pointwise.NO_FLOAT64_ERF
+
+
+def test_the_float64_output_comparison_rounds_to_float32() -> None:
+    from gpu_reference_emulation import agreement_ulps
+
+    a = np.array([1.0, 2.0, math.nan])
+    b = np.array([1.0 + 2.0**-52, 2.0 + 2.0**-22, math.nan])  # 1 float64 ulp: 0; one float32 ulp: 1
+    assert agreement_ulps(a, b).tolist() == [0, 1, 0]
