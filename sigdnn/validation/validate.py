@@ -24,16 +24,12 @@ from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.tensor import Tensor
-from sigdnn.registry.registry import Registry
 from sigdnn.runtime.device import ExecutionContext
 from sigdnn.validation.compare import Comparison, Errors, compare, errors, summarize
 from sigdnn.validation.inputs import random_inputs
 from sigdnn.validation.tolerances import Tolerance, node_tolerance, output_tolerance, step_tolerance
+from sigdnn.validation.truth import REFERENCE_ONLY, run_context, truth_executor, truth_name
 from sigdnn.validation.unspecified import specified, unspecified_positions
-
-# The truth side of every validation: sigdnn's own reference builders only. A CPU plugin registered in the
-# default registry (an entry point, say) must never be validated against itself.
-REFERENCE_ONLY = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
 
 
 @attrs.frozen
@@ -64,6 +60,7 @@ class ValidationReport:
     graph: str
     nodes: tuple[NodeCheck, ...]
     outputs: tuple[Comparison, ...]
+    truth: str = "cpu"  # which reference judged: "cpu" or "gpu" (validation.truth)
 
     @property
     def builders(self) -> dict[str, str]:
@@ -87,17 +84,22 @@ class ValidationReport:
         header = [name for name, _ in COLUMNS]
         body = [header, *self.rows()]
         widths = [max(len(r[i]) for r in body) for i in range(len(header))]
-        lines = [f"validation of '{self.graph}': {'PASS' if self.passed else 'FAIL'}"]
+        lines = [f"validation of '{self.graph}' against the {self.truth.upper()} reference: {self.verdict}"]
         for r in body:
             cells = (v.rjust(w) if justify == "right" else v.ljust(w) for v, w, (_, justify) in zip(r, widths, COLUMNS))
             lines.append("  ".join(cells).rstrip())
         return "\n".join(lines)
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "FAIL"
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "graph": self.graph,
                 "passed": self.passed,
+                "truth": self.truth,
                 "nodes": [{"node": c.node, "builder": c.builder, **c.comparison.as_dict()} for c in self.nodes],
                 "outputs": [c.as_dict() for c in self.outputs],
             },
@@ -172,6 +174,7 @@ def _carry_errors(
     outs: Mapping[str, np.ndarray],
     errs: dict[int, np.ndarray],
     carried: dict[int, np.ndarray],
+    context: ExecutionContext,
 ) -> None:
     """The error bound of each float output of ``node`` inside a fused step, at its own magnitude.
 
@@ -195,7 +198,7 @@ def _carry_errors(
 
         def run(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             results = {p: np.empty(a.shape) if p in floats else np.empty_like(a) for p, a in outs.items()}
-            plan.execute({**inputs, **results}, ExecutionContext())
+            plan.execute({**inputs, **results}, context)
             return {p: results[p] for p in floats}
 
         if op.moves_data:
@@ -231,6 +234,7 @@ def _run_reference(
     seen: Mapping[str, np.ndarray],
     upstream: Mapping[int, np.ndarray],
     upstream_errors: Mapping[int, np.ndarray],
+    context: ExecutionContext,
 ) -> StepReference:
     """The reference's exit values for one device step, fed the entry tensors the device saw, and their bounds."""
     values: dict[int, np.ndarray] = {}
@@ -253,15 +257,15 @@ def _run_reference(
         ins = {port: entry(uid) for port, uid in op.inputs().items()}
         outs = {port: np.empty(graph.tensors[uid].dims, graph.dtype_of(graph.tensors[uid]).numpy)
                 for port, uid in op.outputs().items()}  # fmt: skip
-        reference.plan.execute({**ins, **outs}, ExecutionContext())
+        reference.plan.execute({**ins, **outs}, context)
         for port, uid in op.outputs().items():
             values[uid] = outs[port]
         if fused:
-            _carry_errors(graph, node, reference.plan, ins, outs, errs, arrivals)
-        _carry_errors(graph, node, reference.plan, ins, outs, errors_through, {})
+            _carry_errors(graph, node, reference.plan, ins, outs, errs, arrivals, context)
+        _carry_errors(graph, node, reference.plan, ins, outs, errors_through, {}, context)
         if op.sums_absolute_terms:
             absolute_outs = {p: np.empty_like(a) for p, a in outs.items()}
-            reference.plan.execute({**{p: np.abs(a) for p, a in ins.items()}, **absolute_outs}, ExecutionContext())
+            reference.plan.execute({**{p: np.abs(a) for p, a in ins.items()}, **absolute_outs}, context)
             for p, uid in op.outputs().items():
                 sums[uid] = through[uid] = absolute_outs[p].astype(np.float64)
         elif op.elementwise():
@@ -278,7 +282,7 @@ def _run_reference(
                 if carried:
                     moved = {p: np.empty(a.shape) for p, a in outs.items()}
                     bounds = {p: carried.get(p, np.zeros(a.shape)) for p, a in ins.items()}
-                    reference.plan.execute({**bounds, **moved}, ExecutionContext())
+                    reference.plan.execute({**bounds, **moved}, context)
                     table.update({uid: moved[p] for p, uid in op.outputs().items()})
         else:
             # A non-linear reduction (a norm, softmax, attention): no |terms| run exists, so its
@@ -305,6 +309,7 @@ def compare_steps(
     sums: dict[int, np.ndarray] | None = None,
     tolerance: Tolerance | None = None,
     carried: dict[int, np.ndarray] | None = None,
+    context: ExecutionContext | None = None,
 ) -> tuple[NodeCheck, ...]:
     """Each device step's exits against the reference recomputed from the step's own entries.
 
@@ -313,6 +318,7 @@ def compare_steps(
     downstream of a reduction, carried from step to step (for the
     end-to-end checks of the outputs); ``carried`` likewise receives each
     tensor's error carried from the graph's inputs. ``tolerance`` replaces the computed one (a campaign's override).
+    ``context``: what the reference's plans run with (the GPU reference's device; the CPU by default).
     """
     plans = {s.node.name: s for s in reference.steps}
     sums = {} if sums is None else sums
@@ -320,7 +326,7 @@ def compare_steps(
     checks = []
     free = unspecified_positions(graph, seen)
     for step in device.steps:
-        truth = _run_reference(graph, step, plans, seen, sums, carried)
+        truth = _run_reference(graph, step, plans, seen, sums, carried, context or ExecutionContext())
         sums.update(truth.through)
         carried.update(truth.errors_through)
         for uid, value in truth.values.items():
@@ -344,7 +350,8 @@ def step_judge(
     """
     reference = Executor("reference", fusion=False, registry=REFERENCE_ONLY).prepare(graph)
     step = SimpleNamespace(nodes=tuple(nodes), writes=tuple(writes), reads=())  # nothing upstream to carry
-    truth = _run_reference(graph, step, {s.node.name: s for s in reference.steps}, inputs, {}, {})  # type: ignore[arg-type]
+    plans = {s.node.name: s for s in reference.steps}
+    truth = _run_reference(graph, step, plans, inputs, {}, {}, ExecutionContext())  # type: ignore[arg-type]
 
     free = unspecified_positions(graph, inputs)
 
@@ -374,17 +381,20 @@ def validate(
     expected: Mapping[str, np.ndarray] | None = None,
     tolerance: Tolerance | None = None,
     got: dict[str, np.ndarray] | None = None,
+    truth: str | Executor | None = None,
 ) -> ValidationReport:
     """Run ``graph`` on ``backend`` (or ``executor``) and on the reference; compare node by node.
 
     ``expected``: the reference's outputs for these inputs, when already known
     (a campaign caches them by graph digest and seed, so several engines share
     one reference run). ``tolerance`` replaces every computed tolerance.
-    ``got`` receives the device's outputs (host arrays).
+    ``got`` receives the device's outputs (host arrays). ``truth``: "cpu" (the NumPy reference), "gpu"
+    (the GPU reference, float64 on the device) or None for "gpu" where it can run, else "cpu"
+    (``validation.truth``); the report names it. Tolerances are the same either way.
     """
     g = graph if isinstance(graph, Graph) else deserialize(graph)
     data: Mapping[Any, Any] = inputs if inputs is not None else random_inputs(g, seed)
-    reference = Executor("reference", fusion=False, registry=REFERENCE_ONLY)
+    reference = truth_executor(truth)
     reference_plan = reference.prepare(g)
     want = expected if expected is not None else reference.execute(reference_plan, data)
     device = executor or Executor(backend)
@@ -396,7 +406,7 @@ def validate(
     seen = {**_by_name(g, data), **captured}
     sums: dict[int, np.ndarray] = {}
     carried: dict[int, np.ndarray] = {}
-    nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance, carried)
+    nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance, carried, run_context(reference))
     free = unspecified_positions(g, seen)
     outputs = tuple(
         compare(
@@ -409,4 +419,4 @@ def validate(
         )
         for t in g.outputs
     )
-    return ValidationReport(g.name, nodes, outputs)
+    return ValidationReport(g.name, nodes, outputs, truth_name(reference))

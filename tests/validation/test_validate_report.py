@@ -12,6 +12,7 @@ import sigdnn
 from sigdnn.validation import validate
 
 validate_module = importlib.import_module("sigdnn.validation.validate")  # the package's `validate` is the function
+truth_module = importlib.import_module("sigdnn.validation.truth")
 
 
 def affine() -> sigdnn.Graph:
@@ -79,11 +80,12 @@ def test_validate_builds_the_reference_unfused_and_the_named_backend(monkeypatch
         return real("reference", **kwargs)
 
     monkeypatch.setattr(validate_module, "Executor", recording)
-    validate(affine(), {"x": X})
+    monkeypatch.setattr(truth_module, "Executor", recording)
+    validate(affine(), {"x": X}, truth="cpu")
     truth = {"fusion": False, "registry": validate_module.REFERENCE_ONLY}  # the reference builders alone
     assert made == [("reference", truth), ("gpu", {})]  # gpu is the default backend
     made.clear()
-    validate(affine(), {"x": X}, executor=real())
+    validate(affine(), {"x": X}, executor=real(), truth="cpu")
     assert made == [("reference", truth)]
 
 
@@ -101,7 +103,7 @@ def test_the_table_has_a_row_per_step_exit_and_per_output_and_says_where_it_fail
     report = validate(affine(), {"x": X}, executor=wrong_device())
     lines = [line.split("  ") for line in report.table().split("\n")]
     cells = [[c.strip() for c in line if c.strip()] for line in lines]
-    assert cells[0] == ["validation of 'affine': FAIL"]
+    assert cells[0] == ["validation of 'affine' against the CPU reference: FAIL"]
     assert cells[1] == [
         "step", "builder", "tensor", "max abs", "max rel", "max ulp", "mismatches", "worst element", "tolerance",
         "verdict",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import math
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -90,6 +91,23 @@ class Gpu:
         self.stream = stream
         self.emulated = is_emulated(context)
         self.kernels = kernel_module(self.emulated)
+
+    def on_device(
+        self, buffers: Mapping[str, Any], outputs: Iterable[str]
+    ) -> tuple[dict[str, Any], Callable[[], None]]:
+        """The buffers as device arrays, and what copies the outputs back: host arrays handed to a plan on a
+        real GPU (validation's runs of single nodes) are staged; device arrays (and the emulator's host
+        arrays) pass as they are."""
+        if self.emulated:
+            return dict(buffers), lambda: None
+        staged = {p: self.context.to_device(b) if isinstance(b, np.ndarray) else b for p, b in buffers.items()}
+        back = [(buffers[p], staged[p]) for p in outputs if p in buffers and isinstance(buffers[p], np.ndarray)]
+
+        def finish() -> None:
+            for host, device in back:
+                np.copyto(host, self.context.to_host(device))
+
+        return staged, finish
 
     def empty(self, n: int, dtype: Any) -> Any:
         """A flat scratch array of ``n`` elements."""

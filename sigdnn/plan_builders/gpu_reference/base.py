@@ -42,10 +42,12 @@ class GpuReferencePlan(NodePlan):
 
     def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
         gpu = Gpu(context.device.context, context.stream)
+        buffers, copy_back = gpu.on_device(buffers, self._outputs)
         ins = {p: read(gpu, buffers[p], self._wide) if p in buffers else None for p in self._inputs}
         for port, value in self._formula(ins).items():
             if port in buffers:
                 write(gpu, value, buffers[port], self._outputs[port])
+        copy_back()
         if not gpu.emulated:
             context.device.context.synchronize()
 

@@ -22,7 +22,7 @@ from sigdnn.graph.node import Node
 from sigdnn.plan_builders.gpu_reference.arrays import Array, gather
 from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu, kernel_dtype
 from sigdnn.plan_builders.gpu_reference.base import LIBRARY, unavailable_reason
-from sigdnn.plan_builders.gpu_reference.tensors import DECODES, element_strides, encoding, offsets
+from sigdnn.plan_builders.gpu_reference.tensors import DECODES, element_strides, offsets, scatter
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import ExecutionContext
@@ -38,6 +38,7 @@ class MovePlan(NodePlan):
 
     def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
         gpu = Gpu(context.device.context, context.stream)
+        buffers, copy_back = gpu.on_device(buffers, ("y",))
         y = buffers["y"]
         ins = {p: b for p, b in buffers.items() if p != "y"}
         sources = {p: offsets(tuple(b.shape), element_strides(b)) for p, b in ins.items()}
@@ -52,7 +53,8 @@ class MovePlan(NodePlan):
                 wide = np.int64 if np.dtype(x.dtype).kind in "biu" else np.float64
                 value = Array.empty(gpu, source.shape, wide)
                 gather(gpu, raw, source, value.data, 0.0, DECODES.get(np.dtype(x.dtype).name, "DECODE_CAST"))
-                _store(gpu, value, y, target, self._y_dtype)
+                scatter(gpu, value, gpu.raw(y, tuple(y.shape), element_strides(y)), target, self._y_dtype)
+        copy_back()
         if not gpu.emulated:
             context.device.context.synchronize()
 
@@ -60,19 +62,13 @@ class MovePlan(NodePlan):
 def _copy_bits(gpu: Gpu, raw: Any, source: np.ndarray, y: Any, target: np.ndarray) -> None:
     scratch = gpu.empty(source.size, kernel_dtype(np.dtype(y.dtype)))
     gather(gpu, raw, source, scratch, 0.0, "DECODE_RAW")
-    _scatter(gpu, scratch, y, target, "ENCODE_RAW")
+    _scatter_bits(gpu, scratch, y, target)
 
 
-def _store(gpu: Gpu, value: Array, y: Any, target: np.ndarray, dtype: DataType) -> None:
-    if value.dtype.kind == "i" and dtype.is_float:
-        value = value.astype(np.float64)
-    _scatter(gpu, value.data, y, target, encoding(value.dtype, dtype))
-
-
-def _scatter(gpu: Gpu, flat: Any, y: Any, target: np.ndarray, encode: str) -> None:
+def _scatter_bits(gpu: Gpu, flat: Any, y: Any, target: np.ndarray) -> None:
     n = target.size
     raw = gpu.raw(y, tuple(y.shape), element_strides(y))
-    gpu.launch("scatter", (-(-n // TILE), 1, 1), flat, gpu.upload(target), raw, n, TILE, gpu.constant(encode))
+    gpu.launch("scatter", (-(-n // TILE), 1, 1), flat, gpu.upload(target), raw, n, TILE, gpu.constant("ENCODE_RAW"))
 
 
 class MoveBuilder(PlanBuilder):

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from sigdnn.dtypes import DataType
-from sigdnn.plan_builders.gpu_reference.arrays import Array, gather
-from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu
+from sigdnn.dtypes import DataType, as_data_type
+from sigdnn.plan_builders.gpu_reference.arrays import Array, gather, row_major_index
+from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu, kernel_dtype
 
 DECODES = {"float8_e4m3fn": "DECODE_E4M3", "float8_e5m2": "DECODE_E5M2", "bool": "DECODE_BOOL"}
 FLOAT_ENCODES = {
@@ -67,9 +67,23 @@ def encoding(value_dtype: np.dtype, target: DataType) -> str:
 
 
 def write(gpu: Gpu, value: Array, buffer: Any, target: DataType) -> None:
-    """Round ``value`` once to ``target`` and store it into the buffer's logical elements."""
+    """Round ``value`` once to ``target`` and store it into the buffer's logical elements.
+
+    A buffer of another dtype than ``target`` (validation's float64 runs of a narrow node) gets the rounded
+    value in its own dtype, as the CPU reference's store gives it."""
     dims, strides = tuple(buffer.shape), element_strides(buffer)
     value = value.broadcast_to(dims)
+    if np.dtype(buffer.dtype) != target.numpy:
+        rounded = gpu.empty(value.size, kernel_dtype(target.numpy))
+        scatter(gpu, value, rounded, row_major_index(dims), target)
+        value = Array.empty(gpu, dims, np.float64)
+        gather(gpu, rounded, row_major_index(dims), value.data, 0.0, DECODES.get(target.numpy.name, "DECODE_CAST"))
+        target = as_data_type(np.dtype(buffer.dtype))
+    scatter(gpu, value, gpu.raw(buffer, dims, strides), offsets(dims, strides), target)
+
+
+def scatter(gpu: Gpu, value: Array, raw: Any, index: np.ndarray, target: DataType) -> None:
+    """raw[index[i]] = value[i] rounded once to ``target``."""
     if value.dtype.kind == "i" and target.is_float:
         value = value.astype(np.float64)  # (integers past 2^53 round twice: docs/gpu_reference.md)
     n = value.size
@@ -77,8 +91,8 @@ def write(gpu: Gpu, value: Array, buffer: Any, target: DataType) -> None:
         "scatter",
         (-(-n // TILE), 1, 1),
         value.data,
-        gpu.upload(offsets(dims, strides)),
-        gpu.raw(buffer, dims, strides),
+        gpu.upload(index),
+        raw,
         n,
         TILE,
         gpu.constant(encoding(value.dtype, target)),
