@@ -49,7 +49,16 @@ def check(graph: sigdnn.Graph, seed: int) -> dict[str, tuple[int, int]]:
     return found
 
 
-@pytest.mark.parametrize("kind", sorted(OP_CLASSES))
+# Ops added after the GPU reference was written, with no builder of it yet (the linear-attention family).
+NOT_YET = {"gdn", "gdn_bwd", "kda", "kda_bwd"}
+
+
+def test_every_op_but_the_named_ones_has_a_gpu_reference_builder() -> None:
+    served = {op for b in sigdnn.registry.DEFAULT_REGISTRY.builders() if b.library == "gpu_reference" for op in b.ops}
+    assert set(OP_CLASSES) - served == NOT_YET
+
+
+@pytest.mark.parametrize("kind", sorted(set(OP_CLASSES) - NOT_YET))
 def test_every_op_sample_agrees_in_every_dtype(kind: str) -> None:
     ran = 0
     for dtype in DTYPES:
