@@ -2,7 +2,7 @@
 
 A recipe knows how an op's inputs relate to the swept shape (pointwise: every
 input has it; reduction / softmax: x has it; matmul: the shape is
-[batch..., M, K, N]). The shrinker rebuilds a case from its recipe with a
+[batch..., M, K, N]; gdn / kda: [H, K, V, L_1, ..., L_n], sequences of those lengths). The shrinker rebuilds a case from its recipe with a
 smaller shape, so a recipe is a pure function of its arguments.
 """
 
@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+import numpy as np
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.ops.pointwise import MODES
@@ -93,6 +94,21 @@ def _matmul(r: GraphRecipe) -> Graph:
     return g
 
 
+def _delta_rule(r: GraphRecipe) -> Graph:
+    """shape = [H, K, V, L_1, ..., L_n]: n sequences of those lengths, packed; cu_seqlens a constant."""
+    g = _graph(r)
+    heads, kd, vd, *lengths = r.shape
+    tokens = sum(lengths)
+    q, k = _input(g, "q", r, (tokens, heads, kd)), _input(g, "k", r, (tokens, heads, kd))
+    v, beta = _input(g, "v", r, (tokens, heads, vd)), _input(g, "beta", r, (tokens, heads))
+    gate = _input(g, "g", r, (tokens, heads, kd) if r.op == "kda" else (tokens, heads), "float32")
+    cu = g.constant("cu_seqlens", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    o, final = getattr(g, r.op)(q, k, v, gate, beta, cu, output_final_state=True, **dict(r.attributes))
+    o.set_output(True).set_name("o")
+    final.set_output(True).set_name("final_state")
+    return g
+
+
 def _takes(mode: str | None, attribute: str) -> bool:
     """A pointwise parameter applies only to the modes that read it (so a sweep does not multiply the others)."""
     return attribute in MODES[mode].params
@@ -103,4 +119,6 @@ RECIPES: Mapping[str, Recipe] = {
     "reduction": Recipe(tuple(Reduction.enums["mode"]), _reduction),
     "softmax": Recipe((), _softmax),
     "matmul": Recipe((), _matmul),
+    "gdn": Recipe((), _delta_rule),
+    "kda": Recipe((), _delta_rule),
 }

@@ -58,6 +58,8 @@ IN_TREE: dict[str, int] = {
     "cutile.batchnorm_backward": 2017,
     "cutile.reduction": 2018,
     "cutile.matmul": 2030,
+    "cutile.gdn": 2040,
+    "cutile.kda": 2041,
     "cute.matmul": 3000,
     "cute.conv_fprop": 3001,
     "cute.conv_fprop_implicit": 3002,

@@ -1,0 +1,89 @@
+"""cuTile gdn and kda forward: the chunked gated delta rule (``delta_rule_kernel``), one launch a node.
+
+Takes packed token-major tensors (q, k, v, g, beta row-major [T, H, *],
+states row-major [N, H, K, V]), bf16 / f16 / f32 q, k, v, o; a float32 gate;
+int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
+kernel trusts cu_seqlens (as flash-linear-attention's does): a sequence
+outside [0, T] reads and writes nothing past the tensors (gathers and
+scatters are bounds-checked), but the result is not defined.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from sigdnn.dtypes import DataType
+from sigdnn.errors import NotSupported
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.layout import packed_strides
+from sigdnn.graph.node import Node
+from sigdnn.plan_builders.cutile.delta_rule_kernel import DeltaRuleShape, forward_source
+from sigdnn.plan_builders.cutile.opbase import IO_DTYPES, CutileOpBuilder
+from sigdnn.plan_builders.cutile.steps import Arg, Launch
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.signature_keys import SignatureKey
+
+INDEX_DTYPES = frozenset({DataType.INT32, DataType.INT64})
+STATE_DTYPES = frozenset({DataType.FLOAT32, DataType.BFLOAT16})
+WIDEST = 256  # K and V held as one tile each
+
+
+def dtype_allowed(port: str, dtype: DataType) -> bool:
+    if port == "cu_seqlens":
+        return dtype in INDEX_DTYPES
+    if port == "g":
+        return dtype is DataType.FLOAT32
+    if port in ("initial_state", "final_state"):
+        return dtype in STATE_DTYPES
+    return dtype in IO_DTYPES
+
+
+class _DeltaRuleForward(CutileOpBuilder):
+    def serves(self, key: SignatureKey) -> bool:
+        return key.op in self.ops and all(dtype_allowed(p, d) for p, d in (*key.inputs, *key.outputs))
+
+    def _plan(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        where = f"node '{node.name}'"
+        for port, uid in node.op.ports().items():
+            t = graph.tensors[uid]
+            dtype = graph.dtype_of(t)
+            if not dtype_allowed(port, dtype):
+                raise NotSupported(
+                    f"{where}: port '{port}' (tensor '{t.name}') is {dtype}; {self.name} does not take it"
+                )
+            if t.strides != packed_strides(t.dims):
+                raise NotSupported(f"{where}: port '{port}' (tensor '{t.name}') is not packed row-major")
+        try:
+            return self.launches(node, graph)
+        except ValueError as e:
+            raise NotSupported(f"{where}: {e}") from None
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        op = node.op
+        ports = op.ports()
+        _, heads, kd = graph.tensors[ports["q"]].dims
+        vd = graph.tensors[ports["v"]].dims[2]
+        if kd > WIDEST or vd > WIDEST:
+            raise ValueError(f"head dims K {kd}, V {vd}: at most {WIDEST}")
+        sequences = graph.tensors[ports["cu_seqlens"]].size - 1
+        shape = DeltaRuleShape(
+            heads, kd, vd, op.per_channel_gate, op.use_qk_l2norm,
+            kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, "final_state" in ports,
+        )  # fmt: skip
+        names = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "o", "final_state")
+        args = tuple(
+            Arg(p, (graph.tensors[ports[p]].size,), (1,)) if p in ports else Arg("o", (1,), (1,)) for p in names
+        )
+        return [Launch(forward_source(shape), (sequences, heads, 1), args)], 0
+
+
+class CutileGdnBuilder(_DeltaRuleForward):
+    name: ClassVar[str] = "cutile.gdn"
+    engine_id: ClassVar[int] = IN_TREE[name]
+    ops: ClassVar[tuple[str, ...]] = ("gdn",)
+
+
+class CutileKdaBuilder(_DeltaRuleForward):
+    name: ClassVar[str] = "cutile.kda"
+    engine_id: ClassVar[int] = IN_TREE[name]
+    ops: ClassVar[tuple[str, ...]] = ("kda",)

@@ -1,0 +1,43 @@
+"""Graphs of the gated delta rule forward shared by the emulated and the GPU tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import sigdnn
+from sigdnn.campaign.recipes import GraphRecipe
+from sigdnn.validation.inputs import random_inputs
+
+CHUNK_EDGES = (1, 63, 64, 65)  # lengths around the chunk of 64
+
+
+def delta_rule_graph(
+    kind: str,
+    lengths: tuple[int, ...],
+    heads: int = 2,
+    kd: int = 8,
+    vd: int = 8,
+    io: str = "bfloat16",
+    l2norm: bool = True,
+    state: str | None = "float32",
+    scale: float | None = None,
+) -> tuple[sigdnn.Graph, dict[str, np.ndarray]]:
+    """A gdn / kda node over sequences of ``lengths`` (cu_seqlens given as an input), and validation's inputs."""
+    tokens = sum(lengths)
+    g = sigdnn.Graph(f"{kind}_{len(lengths)}", io_dtype=io, compute_dtype="float32")
+    q, k, v = g.tensor("q", (tokens, heads, kd)), g.tensor("k", (tokens, heads, kd)), g.tensor("v", (tokens, heads, vd))
+    gate = g.tensor("g", (tokens, heads, kd) if kind == "kda" else (tokens, heads), dtype="float32")
+    beta, cu = g.tensor("beta", (tokens, heads)), g.tensor("cu", (len(lengths) + 1,), dtype="int32")
+    h0 = g.tensor("h0", (len(lengths), heads, kd, vd), dtype=state) if state else None
+    o, final = getattr(g, kind)(
+        q, k, v, gate, beta, cu, h0, scale=scale, use_qk_l2norm=l2norm, output_final_state=True, name="n"
+    )
+    o.set_output(True).set_name("o")
+    final.set_output(True).set_name("final").set_data_type(state or "float32")
+    inputs = random_inputs(g, seed=len(lengths) + sum(lengths))
+    inputs["cu"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return g, inputs
+
+
+def campaign_recipe(kind: str, lengths: tuple[int, ...], dtype: str = "bfloat16") -> GraphRecipe:
+    return GraphRecipe(kind, None, dtype, (2, 8, 8, *lengths), "packed", (("use_qk_l2norm", True),))

@@ -1,0 +1,96 @@
+"""cuTile gdn / kda forward (the chunked kernel) on the CPU through the emulator, against the float64 recurrence.
+
+Through ``sigdnn.validate`` with its tolerances: lengths around the chunk
+(1, 63, 64, 65), several sequences, empty ones, 1000s of tokens, every io
+dtype, float32 and bfloat16 states, with and without the l2 norm. Planted
+bugs in the kernel text (a chunk boundary off by one, a gate applied once
+too often, a sequence boundary ignored) must fail validation.
+"""
+
+from __future__ import annotations
+
+import pytest
+from delta_rule_cases import CHUNK_EDGES, campaign_recipe, delta_rule_graph
+from emulated import emulated_executor, make_available
+
+import sigdnn
+from sigdnn.errors import NotSupported
+from sigdnn.plan_builders.cutile import delta_rule, delta_rule_kernel
+from sigdnn.plan_builders.cutile.delta_rule import CutileGdnBuilder, CutileKdaBuilder
+from sigdnn.validation.inputs import random_inputs
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+
+
+def check(graph, inputs, builder: str) -> sigdnn.validation.ValidationReport:
+    report = sigdnn.validate(graph, inputs, executor=emulated_executor())
+    assert report.builders == {"n": builder}
+    return report
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+@pytest.mark.parametrize(
+    ("io", "state", "l2norm", "lengths"),
+    [
+        ("bfloat16", "float32", True, CHUNK_EDGES),
+        ("float16", None, True, (65, 0, 3)),
+        ("float32", "bfloat16", False, (128, 1)),
+        ("bfloat16", "bfloat16", True, (200,)),
+    ],
+)
+def test_the_chunked_kernel_matches_the_recurrence(kind, io, state, l2norm, lengths) -> None:
+    g, inputs = delta_rule_graph(kind, lengths, io=io, state=state, l2norm=l2norm, scale=None if l2norm else 0.5)
+    report = check(g, inputs, f"cutile.{kind}")
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_campaign_cases_with_thousands_of_tokens(kind) -> None:
+    """A campaign recipe's case: sequences of 1, 63, 64, 65 and 1500 tokens, cu_seqlens a constant of the graph."""
+    g = campaign_recipe(kind, (*CHUNK_EDGES, 1500)).build()
+    report = sigdnn.validate(g, random_inputs(g, seed=3), executor=emulated_executor())
+    assert report.builders == {g.nodes[0].name: f"cutile.{kind}"}
+    assert report.passed, report.table()
+
+
+PLANTED = {
+    "chunk boundary off by one": (
+        "last = ct.reshape(steps == C - 1, (C, 1))",
+        "last = ct.reshape(steps == C - 2, (C, 1))",
+    ),
+    "gate applied once too often": ("b = ct.mma(ones_below, gt, ct.full(", "b = gt + ct.mma(ones_below, gt, ct.full("),
+    "sequence boundary ignored": ("valid = rows < stop", "valid = rows < stop + 1"),
+}
+
+
+@pytest.mark.parametrize("bug", list(PLANTED))
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_planted_bugs_fail_validation(kind, bug, monkeypatch) -> None:
+    right, wrong = PLANTED[bug]
+
+    def planted(shape):
+        source = delta_rule_kernel.forward_source(shape)
+        assert right in source.text
+        return delta_rule_kernel.KernelSource(source.prefix, source.text.replace(right, wrong))
+
+    monkeypatch.setattr(delta_rule, "forward_source", planted)
+    g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130))
+    report = check(g, inputs, f"cutile.{kind}")
+    assert not report.passed, f"{bug} passed validation"
+
+
+def test_declines_name_the_port() -> None:
+    g, _ = delta_rule_graph("gdn", (5,), kd=300)
+    with pytest.raises(NotSupported, match="head dims K 300, V 8: at most 256"):
+        CutileGdnBuilder().check(g.nodes[0], g)
+    g, _ = delta_rule_graph("kda", (5,))
+    g.tensors[g.nodes[0].op.g].set_data_type("bfloat16")
+    with pytest.raises(NotSupported, match=r"port 'g' \(tensor 'g'\) is bfloat16"):
+        CutileKdaBuilder().check(g.nodes[0], g)
+    g, _ = delta_rule_graph("kda", (5,))
+    g.tensors[g.nodes[0].op.q].set_stride((1, 5, 10))
+    with pytest.raises(NotSupported, match=r"port 'q' \(tensor 'q'\) is not packed row-major"):
+        CutileKdaBuilder().check(g.nodes[0], g)
