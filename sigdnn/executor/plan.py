@@ -167,7 +167,7 @@ class ExecutionPlan:
         m = self.memory
         lines.append(
             f"peak intermediate memory: {m.peak_bytes} bytes (without reuse: {m.total_bytes}); "
-            f"workspace: {self.workspace_bytes} bytes; {len(m.roots)} views"
+            f"workspace: {self.workspace_bytes} bytes" + (f"; {len(m.roots)} views" if m.roots else "")
         )
         return "\n".join(lines)
 
