@@ -203,25 +203,35 @@ def load(
     return out
 
 
-def gather(array: np.ndarray, offsets: Any, mask: Any = None, padding_value: Any = 0, **_: Any) -> np.ndarray:
-    """Elements at ``offsets`` (1-D array); outside the array or where ``mask`` is false, ``padding_value``."""
-    offsets = np.asarray(offsets)
-    inside = (offsets >= 0) & (offsets < array.shape[0])
+def _indices(array: np.ndarray, indices: Any, mask: Any) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """cuTile's gather / scatter indices: one integer tile (or scalar) per array dim, broadcast to one shape
+    (a 1-D array takes a bare tile); returns them and where they fall inside the array and the mask."""
+    parts = indices if isinstance(indices, tuple) else (indices,)
+    if len(parts) != array.ndim:
+        raise ValueError(f"{len(parts)} index tiles for an array of rank {array.ndim}")
+    parts = np.broadcast_arrays(*(np.asarray(p) for p in parts))
+    inside = np.ones(parts[0].shape, bool)
+    for p, d in zip(parts, array.shape):
+        inside &= (p >= 0) & (p < d)
     if mask is not None:
-        inside &= np.broadcast_to(np.asarray(mask, bool), offsets.shape)
-    out = np.full(offsets.shape, padding_value, dtype=array.dtype)
-    out[inside] = array[offsets[inside]]
+        inside &= np.broadcast_to(np.asarray(mask, bool), inside.shape)
+    return tuple(parts), inside
+
+
+def gather(array: np.ndarray, indices: Any, mask: Any = None, padding_value: Any = 0, **_: Any) -> np.ndarray:
+    """Elements at ``indices`` (a tile for a 1-D array, else a tuple of tiles, one per dim, broadcast together);
+    outside the array or where ``mask`` is false, ``padding_value``."""
+    parts, inside = _indices(array, indices, mask)
+    out = np.full(inside.shape, padding_value, dtype=array.dtype)
+    out[inside] = array[tuple(p[inside] for p in parts)]
     return out
 
 
-def scatter(array: np.ndarray, offsets: Any, value: Any, mask: Any = None, **_: Any) -> None:
-    """Store ``value`` at ``offsets`` of a 1-D array where inside it and ``mask`` holds."""
-    offsets = np.asarray(offsets)
-    value = np.broadcast_to(np.asarray(value), offsets.shape)
-    inside = (offsets >= 0) & (offsets < array.shape[0])
-    if mask is not None:
-        inside &= np.broadcast_to(np.asarray(mask, bool), offsets.shape)
-    array[offsets[inside]] = _to_dtype(value[inside], array.dtype)
+def scatter(array: np.ndarray, indices: Any, value: Any, mask: Any = None, **_: Any) -> None:
+    """Store ``value`` at ``indices`` (as ``gather`` takes them) where inside the array and ``mask`` holds."""
+    parts, inside = _indices(array, indices, mask)
+    value = np.broadcast_to(np.asarray(value), inside.shape)
+    array[tuple(p[inside] for p in parts)] = _to_dtype(value[inside], array.dtype)
 
 
 def store(array: np.ndarray, index: Sequence[int], tile: Any, check_bounds: bool = True, **_: Any) -> None:

@@ -1,0 +1,47 @@
+"""The emulator's gather and scatter against cuTile's documented semantics, element by element.
+
+cuda.tile.gather(array, indices, mask=None, padding_value=0): ``indices`` is
+one integer tile (or scalar) per array dim, broadcast to a common shape (a
+bare tile for a 1-D array); an index outside the array, or a false mask,
+reads ``padding_value``. scatter stores where the indices fall inside (and
+the mask holds) and drops the rest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sigdnn.plan_builders.cutile import emulator as ct
+
+
+def test_gather_broadcasts_one_index_tile_per_dim_and_pads_outside() -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    rows = np.array([[-1], [0], [2], [3]])  # (4, 1)
+    cols = np.array([[0, 3, 4]])  # (1, 3)
+    got = ct.gather(a, (rows, cols), padding_value=-7.0)
+    want = [[-7, -7, -7], [0, 3, -7], [8, 11, -7], [-7, -7, -7]]
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == a.dtype and got.shape == (4, 3)
+
+
+def test_gather_takes_scalars_among_the_tiles_and_a_mask() -> None:
+    a = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    k = np.arange(4)
+    got = ct.gather(a, (1, 2, k), mask=k % 2 == 0)
+    np.testing.assert_array_equal(got, [20, 0, 22, 0])
+    np.testing.assert_array_equal(ct.gather(a[0, 0], k - 1), [0, 0, 1, 2])  # 1-D: a bare tile
+
+
+def test_scatter_stores_inside_and_drops_what_falls_outside_or_is_masked() -> None:
+    a = np.zeros((2, 3), dtype=np.float16)
+    rows, cols = np.array([0, 1, 2, 1]), np.array([0, 2, 0, -1])
+    ct.scatter(a, (rows, cols), np.array([1.5, 2.5, 3.5, 4.5]))
+    np.testing.assert_array_equal(a, [[1.5, 0, 0], [0, 0, 2.5]])
+    ct.scatter(a, (0, np.arange(3)), 9.0, mask=np.array([False, True, False]))
+    np.testing.assert_array_equal(a, [[1.5, 9, 0], [0, 0, 2.5]])
+
+
+def test_an_index_tuple_of_the_wrong_length_is_refused() -> None:
+    with pytest.raises(ValueError, match="2 index tiles for an array of rank 3"):
+        ct.gather(np.zeros((2, 2, 2)), (np.arange(2), np.arange(2)))
