@@ -99,26 +99,27 @@ def _value_struct(b: flatbuffers.Builder, dtype: str, raw: bytes) -> tuple[int, 
     return member, b.Offset()
 
 
-def tensor(b: flatbuffers.Builder, t: sigdnn.graph.Tensor, dtype: str) -> int:
+def tensor(b: flatbuffers.Builder, t: sigdnn.graph.Tensor, dtype: str, ragged: tuple[int, int] | None = None) -> int:
     name = b.CreateString(t.name)
     strides, dims = _longs(b, t.strides), _longs(b, t.dims)
     member = value = None
     if t.value is not None:
         member, value = _value_struct(b, dtype, t.value)
-    # TensorAttributes: uid 0, name 1, data_type 2, strides 3, dims 4, virtual 5, value_type 6, value 7
-    return _table(
-        b,
-        {
-            0: ("long", t.uid),
-            1: ("offset", name),
-            2: ("u8", HIP_DTYPES[dtype]),
-            3: ("offset", strides),
-            4: ("offset", dims),
-            5: ("bool", t.is_virtual),
-            6: ("u8", member),
-            7: ("offset", value),
-        },
-    )
+    # TensorAttributes: uid 0, name 1, data_type 2, strides 3, dims 4, virtual 5, value_type 6, value 7,
+    # ragged_offset_tensor_uid 9, ragged_offset_multiplier 11
+    fields = {
+        0: ("long", t.uid),
+        1: ("offset", name),
+        2: ("u8", HIP_DTYPES[dtype]),
+        3: ("offset", strides),
+        4: ("offset", dims),
+        5: ("bool", t.is_virtual),
+        6: ("u8", member),
+        7: ("offset", value),
+    }
+    if ragged is not None:
+        fields.update({9: ("long", ragged[0]), 11: ("long", ragged[1])})
+    return _table(b, fields)
 
 
 def attributes(b: flatbuffers.Builder, fields: dict[int, tuple[str, Any]]) -> int:
@@ -133,11 +134,16 @@ def attributes(b: flatbuffers.Builder, fields: dict[int, tuple[str, Any]]) -> in
 
 
 def graph_buffer(
-    graph: sigdnn.Graph, nodes: list[tuple[str, str | None, str, dict[int, tuple[str, Any]]]], name: str | None = None
+    graph: sigdnn.Graph,
+    nodes: list[tuple[str, str | None, str, dict[int, tuple[str, Any]]]],
+    name: str | None = None,
+    ragged: dict[int, tuple[int, int]] | None = None,
 ) -> bytes:
-    """hipDNN bytes for ``graph``'s tensors and the given nodes (name, compute dtype, member name, fields)."""
+    """hipDNN bytes for ``graph``'s tensors and the given nodes (name, compute dtype, member name, fields);
+    ``ragged``: tensor uid -> (its ragged offset tensor's uid, the multiplier)."""
     b = flatbuffers.Builder(1024)
-    tensors = [tensor(b, t, graph.dtype_of(t).value) for t in graph.tensors.values()]
+    ragged = ragged or {}
+    tensors = [tensor(b, t, graph.dtype_of(t).value, ragged.get(t.uid)) for t in graph.tensors.values()]
     node_offsets = []
     for node_name, compute, member, fields in nodes:
         attrs_off = attributes(b, fields)

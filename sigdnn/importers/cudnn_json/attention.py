@@ -1,4 +1,11 @@
-"""SDPA and SDPA_BWD nodes -> sigdnn sdpa / sdpa_backward."""
+"""SDPA and SDPA_BWD nodes -> sigdnn sdpa / sdpa_backward.
+
+Variable lengths: ``padding_mask`` with the SEQ_LEN_Q / SEQ_LEN_KV inputs,
+and the tensors' ``ragged_offset_uid`` for Q, K, V, O become sigdnn's
+padding and ragged offset ports (the max_total_seq_len hints size cuDNN's
+workspace and are read and dropped); a gradient must share its forward
+tensor's offsets, as sigdnn places dQ, dK, dV and dO by Q, K, V and O's.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +19,8 @@ def _attention(m: NodeMapping, q: int, k: int) -> tuple[float, bool]:
     if scale_value is not None and scale_tensor is not None:
         raise m.refuse("give the attention scale as a tensor or a value, not both")
     scale = scale_tensor if scale_tensor is not None else (1.0 if scale_value is None else scale_value)
-    for flag in ("alibi_mask", "padding_mask"):
-        if R.boolean(m.attr(flag), f"{m.where} {flag}"):
-            raise m.refuse(f"{flag} is not supported")
+    if R.boolean(m.attr("alibi_mask"), f"{m.where} alibi_mask"):
+        raise m.refuse("alibi_mask is not supported")
     if m.real("dropout_probability") not in (None, 0.0):
         raise m.refuse("dropout is not supported")
     left, right = m.attr("left_bound"), m.attr("right_bound")
@@ -27,10 +33,30 @@ def _attention(m: NodeMapping, q: int, k: int) -> tuple[float, bool]:
         raise m.refuse(f"unknown diagonal_alignment {align!r}")
     if right is not None and align == "BOTTOM_RIGHT" and m.tensor(q).dims[2] != m.tensor(k).dims[2]:
         raise m.refuse("a bottom-right causal mask with Sq != Skv is not supported (sigdnn's is top-left)")
-    for hint in ("max_total_seq_len_q", "max_total_seq_len_kv", "max_seq_len_kv"):
-        if m.attr(hint) is not None:
-            raise m.refuse(f"{hint} (ragged / paged attention) is not supported")
+    if m.attr("max_seq_len_kv") is not None:
+        raise m.refuse("max_seq_len_kv (paged attention) is not supported")
+    for hint in ("max_total_seq_len_q", "max_total_seq_len_kv"):
+        m.attr(hint)
     return float(scale), right is not None
+
+
+def _varlen(m: NodeMapping, placed: dict[str, int | None], gradients: dict[str, tuple[str, int | None]]) -> dict:
+    """sigdnn's padding and ragged offset ports of an attention node (``placed``: q, k, v, o -> uid)."""
+    padding = R.boolean(m.attr("padding_mask"), f"{m.where} padding_mask")
+    lq, lkv = m.input("SEQ_LEN_Q", False), m.input("SEQ_LEN_KV", False)
+    if padding and (lq is None or lkv is None):
+        raise m.refuse("padding_mask needs both SEQ_LEN_Q and SEQ_LEN_KV")
+    if not padding and (lq is not None or lkv is not None):
+        raise m.refuse("SEQ_LEN_Q / SEQ_LEN_KV are given without padding_mask")
+    ragged = m.importer.ragged
+    ports: dict[str, int | None] = {"seq_len_q": lq, "seq_len_kv": lkv}
+    for port, uid in placed.items():
+        ports[f"{port}_ragged_offset"] = ragged.get(uid) if uid is not None else None
+    for grad, (port, uid) in gradients.items():
+        if uid is not None and ragged.get(uid) != ports[f"{port}_ragged_offset"]:
+            raise m.refuse(f"{grad}'s ragged offsets differ from {port}'s (sigdnn places {grad} by {port}'s)")
+    m.importer.placed.update(u for u in (*placed.values(), *(u for _, u in gradients.values())) if u is not None)
+    return ports
 
 
 @maps("SDPA")
@@ -46,12 +72,14 @@ def _sdpa(m: NodeMapping) -> None:
     if m.attr("mma_core_mode") not in (None,):
         raise m.refuse("mma_core_mode (fp8 attention) is not supported")
     m.attr("implementation")
+    v, o = m.input("V"), m.output("O")
     m.add(
         "sdpa",
+        **_varlen(m, {"q": q, "k": k, "v": v, "o": o}, {}),
         q=q,
         k=k,
-        v=m.input("V"),
-        o=m.output("O"),
+        v=v,
+        o=o,
         bias=m.input("Bias", False),
         stats=stats,
         attn_scale=scale,
@@ -65,17 +93,21 @@ def _sdpa_backward(m: NodeMapping) -> None:
     q, k = m.input("Q"), m.input("K")
     scale, causal = _attention(m, q, k)  # type: ignore[arg-type]
     m.attr("is_deterministic_algorithm")  # the reference is deterministic whatever is asked
+    v, o, d_o = m.input("V"), m.input("O"), m.input("dO")
+    dq, dk, dv = m.output("dQ"), m.output("dK"), m.output("dV")
+    gradients = {"dQ": ("q", dq), "dK": ("k", dk), "dV": ("v", dv), "dO": ("o", d_o)}
     m.add(
         "sdpa_backward",
+        **_varlen(m, {"q": q, "k": k, "v": v, "o": o}, gradients),
         q=q,
         k=k,
-        v=m.input("V"),
-        o=m.input("O"),
-        d_o=m.input("dO"),
+        v=v,
+        o=o,
+        d_o=d_o,
         stats=m.input("Stats"),
-        dq=m.output("dQ"),
-        dk=m.output("dK"),
-        dv=m.output("dV"),
+        dq=dq,
+        dk=dk,
+        dv=dv,
         bias=m.input("Bias", False),
         attn_scale=scale,
         use_causal_mask=causal,

@@ -42,6 +42,8 @@ TENSOR_KEYS = {
     "uid",
     "name",
     "alignment",
+    "ragged_offset_uid",
+    "ragged_offset_name",
 }
 
 
@@ -70,6 +72,8 @@ class JsonImporter:
             data_type(context.get("compute_data_type"), "context compute_data_type"),
         )
         self.graph = graph
+        self.ragged: dict[int, int] = {}  # tensor uid -> its ragged offset tensor's uid
+        self.placed: set[int] = set()  # ragged tensors a node took the offsets of
         tensors = R.array(doc.get("tensors", []), "tensors")
         nodes = R.array(doc.get("nodes", []), "nodes")
         if len(tensors) > self.limits.max_tensors or len(nodes) > self.limits.max_nodes:
@@ -86,6 +90,13 @@ class JsonImporter:
             self.node(n, i)
         if self.unsupported:
             raise self.unsupported.error()
+        unplaced = sorted(set(self.ragged) - self.placed)
+        if unplaced:
+            t = graph.tensors[unplaced[0]]
+            raise GraphError(
+                f"tensor '{t.name}' (uid {t.uid}) has a ragged_offset_uid, but no node reading it takes ragged "
+                "offsets (sigdnn's SDPA and SDPA_BWD do)"
+            )
         return graph
 
     def tensor(self, t: Any, index: int) -> Tensor:
@@ -108,6 +119,8 @@ class JsonImporter:
         elif t.get("pass_by_value") is not None:
             raise GraphError(f"{where}: a pass_by_value on a tensor that is not pass-by-value")
         virtual = R.boolean(t.get("is_virtual"), f"{where} is_virtual")
+        if t.get("ragged_offset_uid") is not None:
+            self.ragged[uid] = R.int_(t.get("ragged_offset_uid"), f"{where} ragged_offset_uid")
         return Tensor(uid, name, dims, strides, dtype, virtual, value)
 
     def pass_by_value(self, v: Any, dtype: DataType | None, where: str) -> bytes:

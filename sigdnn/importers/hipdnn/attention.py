@@ -1,4 +1,11 @@
-"""hipDNN SdpaAttributes and SdpaBackwardAttributes -> sigdnn sdpa / sdpa_backward."""
+"""hipDNN SdpaAttributes and SdpaBackwardAttributes -> sigdnn sdpa / sdpa_backward.
+
+Variable lengths: ``padding_mask`` with ``seq_len_q`` / ``seq_len_kv``, and
+the ragged offsets hipDNN keeps on the tensors (``ragged_offset_tensor_uid``)
+become sigdnn's padding ports and q / k / v / o ragged offset ports; a
+gradient must share its forward tensor's offsets (sigdnn places dq, dk, dv
+and d_o by q, k, v and o's).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +33,26 @@ def _attention_options(m: NodeMapping, q: int, k: int) -> tuple[float, bool]:
     return scale, bool(causal or bottom_right or right == 0)
 
 
+def _varlen(
+    m: NodeMapping, placed: dict[str, int | None], gradients: dict[str, tuple[str, int | None]]
+) -> dict[str, int | None]:
+    """The padding and ragged ports of an attention node (``placed``: q, k, v, o -> uid)."""
+    lq, lkv, padding = m.get("seq_len_q", "seq_len_kv", "padding_mask")
+    if padding and (lq is None or lkv is None):
+        raise m.refuse("padding_mask needs both seq_len_q and seq_len_kv")
+    if not padding and (lq is not None or lkv is not None):
+        raise m.refuse("seq_len_q / seq_len_kv are set without padding_mask")
+    ragged = m.reader.ragged
+    ports: dict[str, int | None] = {"seq_len_q": lq, "seq_len_kv": lkv}
+    for port, uid in placed.items():
+        ports[f"{port}_ragged_offset"] = ragged.get(uid) if uid is not None else None
+    for grad, (port, uid) in gradients.items():
+        if uid is not None and ragged.get(uid) != ports[f"{port}_ragged_offset"]:
+            raise m.refuse(f"{grad}'s ragged offsets differ from {port}'s (sigdnn places {grad} by {port}'s)")
+    m.reader.placed.update(u for u in (*placed.values(), *(u for _, u in gradients.values())) if u is not None)
+    return ports
+
+
 @maps("SdpaAttributes")
 def _sdpa(m: NodeMapping) -> None:
     q, k, v, o, bias, stats, generate = m.get("q", "k", "v", "o", "attn_mask", "stats", "generate_stats")
@@ -34,8 +61,10 @@ def _sdpa(m: NodeMapping) -> None:
     if generate is not None and bool(generate) != (stats is not None):
         raise m.refuse("generate_stats disagrees with the presence of the stats tensor")
     scale, causal = _attention_options(m, q, k)
+    varlen = _varlen(m, {"q": q, "k": k, "v": v, "o": o}, {})
     m.add(
         "sdpa",
+        **varlen,
         q=q,
         k=k,
         v=v,
@@ -53,8 +82,11 @@ def _sdpa_backward(m: NodeMapping) -> None:
     names = ("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv", "attn_mask")
     q, k, v, o, d_o, stats, dq, dk, dv, bias = m.get(*names)
     scale, causal = _attention_options(m, q, k)
+    gradients = {"dq": ("q", dq), "dk": ("k", dk), "dv": ("v", dv), "do": ("o", d_o)}
+    varlen = _varlen(m, {"q": q, "k": k, "v": v, "o": o}, gradients)
     m.add(
         "sdpa_backward",
+        **varlen,
         q=q,
         k=k,
         v=v,

@@ -73,6 +73,8 @@ class HipdnnReader:
             raise SchemaError(f"buffer of {len(data)} bytes is too short for a hipDNN graph")
         self.buf, self.limits = Buffer(data), limits
         self.unsupported = UnsupportedOps("hipDNN graph", MAPPERS)
+        self.ragged: dict[int, int] = {}  # tensor uid -> its ragged offset tensor's uid
+        self.placed: set[int] = set()  # ragged tensors a node took the offsets of
 
     def dtype(self, value: int, where: str) -> DataType | None:
         if value in DATA_TYPES:
@@ -107,6 +109,13 @@ class HipdnnReader:
             self.node(pos, i)
         if self.unsupported:
             raise self.unsupported.error()
+        unplaced = sorted(set(self.ragged) - self.placed)
+        if unplaced:
+            t = graph.tensors[unplaced[0]]
+            raise GraphError(
+                f"hipDNN tensor '{t.name}' (uid {t.uid}) has ragged offsets, but no node reading it takes them "
+                "(sigdnn's sdpa and sdpa_backward do)"
+            )
         return graph
 
     def tensor(self, pos: int, index: int) -> Tensor:
@@ -114,8 +123,13 @@ class HipdnnReader:
         t = _read(self.buf, Table(self.buf, pos), "TensorAttributes", self.limits)
         where = f"hipDNN tensor '{t['name'] or ''}' (uid {t['uid']})"
         dtype = self.dtype(t["data_type"], where)
-        if t["ragged_offset_tensor_uid"] is not None or t["ragged_offset_multiplier"] not in (0, 1):
-            raise GraphError(f"{where}: ragged (packed) tensors are not supported")
+        if t["ragged_offset_multiplier"] not in (0, 1):
+            raise GraphError(
+                f"{where}: ragged_offset_multiplier {t['ragged_offset_multiplier']} is not supported "
+                "(sigdnn's ragged offsets count elements: multiplier 1)"
+            )
+        if t["ragged_offset_tensor_uid"] is not None:
+            self.ragged[t["uid"]] = t["ragged_offset_tensor_uid"]
         value = None
         if t["value_type"]:
             value = self.value(t["value_type"], t["value"], dtype, where)
