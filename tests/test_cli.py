@@ -330,7 +330,8 @@ def test_validate_several_graphs_and_seeds(tmp_path: Path, capsys: pytest.Captur
         (str(two), 1),
     ]
     assert all(r["passed"] and r["nodes"] for r in data["runs"])
-    assert out.count("graph 'small' PASS") == 2 and out.count("graph 'mul_bfloat16' PASS") == 2 and "summary" in out
+    assert out.count("graph 'small' against the CPU reference: PASS") == 2 and "summary" in out
+    assert out.count("graph 'mul_bfloat16' against the CPU reference: PASS") == 2
 
 
 def test_validate_json_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -399,3 +400,18 @@ def test_import_sigdnn_loads_neither_rich_nor_safetensors() -> None:
     code = "import sys, sigdnn; print(sorted(m for m in ('rich', 'safetensors', 'torch') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_validate_names_its_truth_and_a_gpu_truth_without_a_gpu_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one = add_graph(tmp_path / "one.sdg")
+    code, out, err = cli(capsys, "validate", one, "--backend", "reference", "--json", "-")
+    assert code == 0, err
+    assert json.loads(out)["runs"][0]["truth"] == "cpu"  # no GPU here: the default truth is the CPU reference
+    code, out, err = cli(capsys, "validate", one, "--backend", "reference", "--truth", "cpu")
+    assert code == 0 and "against the CPU reference: PASS" in out
+    code, out, err = cli(capsys, "validate", one, "--backend", "reference", "--truth", "gpu")
+    assert code == 2 and "the gpu-reference backend cannot run here" in err
+    code, out, err = cli(capsys, "validate", one, "--truth", "tpu")
+    assert code == 2 and "invalid choice: 'tpu'" in err

@@ -23,7 +23,7 @@ from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.signature_keys import key_for
 from sigdnn.validation import random_inputs, validate
 from sigdnn.validation.compare import Comparison, ulp_of
-from sigdnn.validation.validate import REFERENCE_ONLY
+from sigdnn.validation.truth import truth_executor
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 
@@ -37,16 +37,19 @@ class ReferenceResult:
     seconds: float
 
 
-def compute_reference(graph: bytes, seed: int, limits: Limits = DEFAULT_LIMITS) -> ReferenceResult:
-    """Random inputs from ``seed`` and the reference's outputs, node by node on the CPU.
+def compute_reference(
+    graph: bytes, seed: int, limits: Limits = DEFAULT_LIMITS, truth: str | None = None
+) -> ReferenceResult:
+    """Random inputs from ``seed`` and the reference's outputs, node by node.
 
     Planned with sigdnn's reference builders alone (validation's truth side):
     a plugin registered beside them never stands in for the ground truth.
+    ``truth``: the CPU or GPU reference (validation.truth; default: the GPU one where the worker has it).
     """
     started = time.perf_counter()
     g = deserialize(graph, limits=limits)
     inputs = random_inputs(g, seed)
-    reference = Executor("reference", fusion=False, limits=limits, registry=REFERENCE_ONLY)
+    reference = truth_executor(truth, limits=limits)
     plan = reference.prepare(g)
     outputs = {k: np.asarray(v) for k, v in reference.execute(plan, inputs).items()}
     return ReferenceResult(inputs, outputs, time.perf_counter() - started)
@@ -82,6 +85,7 @@ def judge(case: Case, reference: ReferenceResult, limits: Limits = DEFAULT_LIMIT
     worst = max(comparisons, key=_badness)
     row.update(
         verdict=PASS if report.passed else FAIL,
+        truth=report.truth,
         builders=sorted(set(report.builders.values())),
         device=executor.device.kind,
         max_ulp_error=max_ulps(g, got, reference.outputs),

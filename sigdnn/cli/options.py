@@ -69,8 +69,9 @@ def graph_options(parser: argparse.ArgumentParser, backend_default: str = "refer
     parser.add_argument(
         "--backend",
         default=backend_default,
-        choices=("reference", "gpu"),
-        help=f"where to run: the NumPy reference on the CPU or the GPU builders (default: {backend_default})",
+        choices=("reference", "gpu", "gpu-reference"),
+        help="where to run: the NumPy reference on the CPU, the GPU builders, or the GPU reference "
+        f"(float64 on the GPU) (default: {backend_default})",
     )
     parser.add_argument(
         "--max-bytes",

@@ -16,6 +16,7 @@ from sigdnn.cli.screen import Screen
 from sigdnn.errors import UsageError
 from sigdnn.io import write_file
 from sigdnn.io.files import shown
+from sigdnn.validation.truth import TRUTHS, truth_executor
 
 
 def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
@@ -43,6 +44,12 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="DIR",
         help="write an error-distribution plot (PNG) of every failing step to DIR (needs sigdnn[plot])",
     )
+    validate.add_argument(
+        "--truth",
+        choices=TRUTHS,
+        help="what judges: the GPU reference (float64 on the GPU) or the CPU reference "
+        "(default: gpu when the GPU reference can run here, else cpu; the report names it)",
+    )
     graph_options(validate, backend_default="gpu")
     validate.set_defaults(func=cmd_validate)
 
@@ -65,9 +72,10 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
             update(f"reading {path}")
             graph = sigdnn.deserialize(read_graph(args, path), limits=limits(args))
             device = sigdnn.Executor(args.backend, engine=args.engine, fallback=fallback, limits=limits(args))
+            truth = truth_executor(args.truth, limits=limits(args))
             for seed in seeds:
                 update(f"validating {path} (seed {seed})")
-                report = sigdnn.validate(graph, seed=seed, executor=device)
+                report = sigdnn.validate(graph, seed=seed, executor=device, truth=truth)
                 runs.append((path, seed, report))
                 if args.plot:
                     plots += plot_failures(report, args.plot, f"{os.path.basename(path)}_seed{seed}")
@@ -79,7 +87,8 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
 
         for path, seed, report in runs:
             verdict = "PASS" if report.passed else "FAIL"
-            screen.table(f"{path} (seed {seed}): graph '{report.graph}' {verdict}", COLUMNS, report.rows())
+            title = f"{path} (seed {seed}): graph '{report.graph}' against the {report.truth.upper()} reference"
+            screen.table(f"{title}: {verdict}", COLUMNS, report.rows())
         if len(runs) > 1:
             screen.table(
                 "summary",
