@@ -200,7 +200,7 @@ def test_report_json(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The command writes the same JSON (a CPU stand-in for the GPU backend) and exits 1 on FAIL.
     path = tmp_path / "g.sdg"
     path.write_bytes(integer_graph().serialize())
-    monkeypatch.setattr(sigdnn, "validate", lambda g, seed, executor: validate(g, INPUTS, executor=off_by_one()))
+    monkeypatch.setattr(sigdnn, "validate", lambda g, seed, executor, truth: validate(g, INPUTS, executor=off_by_one()))
     monkeypatch.setattr("sigdnn.cli.validate.check_backend", lambda backend: None)
     out = tmp_path / "report.json"
     assert cli.main(["validate", str(path), "--backend", "reference", "--json", str(out)]) == 1

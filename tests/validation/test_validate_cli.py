@@ -59,7 +59,7 @@ def test_the_table_names_the_failing_step_its_builder_ulps_and_worst_element(
 ) -> None:
     code, out, _ = cli(capsys, "validate", exp_graph(tmp_path / "g.sdg"), "--backend", "reference")
     assert code == 1
-    assert "graph 'exp_then_add' FAIL" in out
+    assert "graph 'exp_then_add' against the CPU reference: FAIL" in out
     header = next(line for line in out.splitlines() if "max ulp" in line)
     assert all(h in header for h in ("step", "builder", "tensor", "max rel", "mismatches", "worst element", "verdict"))
     row = next(line for line in out.splitlines() if line.lstrip().startswith("e "))
