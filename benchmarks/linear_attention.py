@@ -1,0 +1,208 @@
+"""Variable-length attention on one GPU: sigdnn's gdn / kda against flash-linear-attention, ragged sdpa against torch.
+
+Measures issue #35's claims, same run, same buffers:
+
+- ``gdn`` / ``kda``: sigdnn's forward (``Executor("gpu")``, the cuTile chunked
+  kernel) against flash-linear-attention's ``chunk_gated_delta_rule`` /
+  ``chunk_kda`` (fla 0.6, its chunked Triton kernels) at T = 4096-32768
+  tokens in 1-64 sequences of mixed lengths, heads 16 / 32, K = V = 128,
+  bf16 q / k / v, float32 gates, float32 states, l2-normalized q / k. Each
+  case also reports fla's backward time, and sigdnn's where a GPU builder
+  of gdn_bwd / kda_bwd exists (none yet: the row says so). sigdnn's output
+  is checked against fla's (max abs difference) before timing.
+- ``sdpa``: ragged (THD) sdpa forward, 64 sequences of 128-8192 tokens,
+  d 128, bf16: sigdnn (when a GPU builder takes the node; the CuTe kernels
+  decline it today and the row says so) against torch's varlen attention
+  where torch has it, and torch SDPA over the padded batch with its mask.
+
+CUDA events, median of interleaved samples (``cuda_timing``); ratios are
+the other side's time over sigdnn's (above 1: sigdnn faster).
+
+    PYTHONPATH=. python benchmarks/linear_attention.py --parts gdn kda sdpa --json $OUT/linear_attention.json
+
+Needs torch with CUDA, cuda-tile, and ``pip install flash-linear-attention==0.6.*`` (from its wheel). Record
+results under benchmarks/results/linear_attention.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+TOKENS = (4096, 16384, 32768)
+SEQUENCES = (1, 8, 64)
+HEADS = (16, 32)
+DIM = 128
+
+
+def lengths_of(tokens: int, sequences: int, seed: int = 0) -> list[int]:
+    """``sequences`` mixed lengths summing to ``tokens`` (random cut points, fixed seed; none empty)."""
+    rng = np.random.default_rng(seed + tokens + sequences)
+    cuts = np.sort(rng.choice(np.arange(1, tokens), size=sequences - 1, replace=False)) if sequences > 1 else []
+    return np.diff(np.concatenate([[0], cuts, [tokens]])).astype(int).tolist()
+
+
+def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: int, repeats: int) -> dict[str, Any]:
+    import torch
+    from cuda_timing import interleaved_samples
+
+    import sigdnn
+
+    fla_ops = __import__("fla.ops." + ("gated_delta_rule" if kind == "gdn" else "kda"), fromlist=["x"])
+    fla_chunk = fla_ops.chunk_gated_delta_rule if kind == "gdn" else fla_ops.chunk_kda
+    lengths = lengths_of(tokens, sequences)
+    cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def randn(*shape: int, dtype: Any = torch.bfloat16) -> Any:
+        return torch.randn(*shape, generator=gen, device="cuda", dtype=torch.float32).to(dtype)
+
+    q, k, v = randn(tokens, heads, DIM), randn(tokens, heads, DIM), randn(tokens, heads, DIM)
+    g_dims = (tokens, heads, DIM) if kind == "kda" else (tokens, heads)
+    g = -torch.rand(*g_dims, generator=gen, device="cuda") * 0.5
+    beta = torch.rand(tokens, heads, generator=gen, device="cuda").to(torch.bfloat16)
+    h0 = randn(sequences, heads, DIM, DIM, dtype=torch.float32) * 0.1
+
+    graph = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype="float32")
+    t = {n: graph.tensor(n, tuple(x.shape)) for n, x in (("q", q), ("k", k), ("v", v), ("beta", beta))}
+    gate = graph.tensor("g", g_dims, dtype="float32")
+    cut = graph.tensor("cu", (sequences + 1,), dtype="int32")
+    state = graph.tensor("h0", tuple(h0.shape), dtype="float32")
+    o, final = getattr(graph, kind)(
+        t["q"], t["k"], t["v"], gate, t["beta"], cut, state, use_qk_l2norm=True, output_final_state=True, name="n"
+    )
+    o.set_output(True).set_name("o")
+    final.set_output(True).set_name("final")
+    ex = sigdnn.Executor("gpu")
+    plan = ex.prepare(graph)
+    pack = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "cu": cu, "h0": h0}
+    ours = ex.execute(plan, pack, to_host=False, out="torch")
+
+    def fla_run(q: Any, k: Any, v: Any, g: Any, beta: Any, h0: Any) -> Any:
+        return fla_chunk(
+            q[None], k[None], v[None], g[None], beta[None], initial_state=h0, output_final_state=True,
+            cu_seqlens=cu.long(), use_qk_l2norm_in_kernel=True,
+        )  # fmt: skip
+
+    inputs = (q, k, v, g, beta, h0)
+    theirs, their_final = fla_run(*inputs)
+    row: dict[str, Any] = {
+        "kind": kind, "tokens": tokens, "sequences": sequences, "heads": heads, "builder": plan.steps[0].builder.name,
+        "max_abs_diff_o": float((ours["o"].float() - theirs[0].float()).abs().max()),
+        "max_abs_diff_final": float((ours["final"].float() - their_final.float()).abs().max()),
+    }  # fmt: skip
+    impls: dict[str, Callable[[], Any]] = {
+        "sigdnn": lambda: ex.execute(plan, pack, to_host=False),
+        "fla": lambda: fla_run(*inputs),
+    }
+    samples = interleaved_samples(impls, iters, repeats)
+    row.update({f"{name}_ms": statistics.median(s) for name, s in samples.items()})
+    row["ratio_forward"] = row["fla_ms"] / row["sigdnn_ms"]
+    row["fla_backward_ms"] = fla_backward_ms(fla_run, inputs, iters, repeats)
+    row["sigdnn_backward"] = "no GPU builder of " + kind + "_bwd yet"
+    return row
+
+
+def fla_backward_ms(run: Callable[..., Any], tensors: tuple[Any, ...], iters: int, repeats: int) -> float:
+    """fla's backward alone: one forward on leaves that need gradients, then its graph replayed backward."""
+    import torch
+    from cuda_timing import median_ms
+
+    leaves = [x.detach().requires_grad_(True) for x in tensors]
+    o, final = run(*leaves)
+    grad_o, grad_final = torch.randn_like(o), torch.randn_like(final)
+
+    def backward() -> None:
+        torch.autograd.backward((o, final), (grad_o, grad_final), retain_graph=True)
+
+    return median_ms(backward, iters, repeats)
+
+
+def sdpa_case(sequences: int, heads: int, iters: int, repeats: int) -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+    from cuda_timing import interleaved_samples
+
+    import sigdnn
+
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(128, 8193, size=sequences).tolist()
+    total, longest = sum(lengths), max(lengths)
+    q, k, v = (torch.randn(total, heads, DIM, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor([0, *np.cumsum(lengths)], device="cuda", dtype=torch.int32)
+    padded = [torch.zeros(sequences, heads, longest, DIM, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    for b, (start, n) in enumerate(zip(cu[:-1].tolist(), lengths)):
+        for p, x in zip(padded, (q, k, v)):
+            p[b, :, :n] = x[start : start + n].transpose(0, 1)
+    keep = torch.arange(longest, device="cuda")[None, :] < torch.tensor(lengths, device="cuda")[:, None]
+    mask = keep[:, None, None, :]
+    impls: dict[str, Callable[[], Any]] = {
+        "torch_padded": lambda: F.scaled_dot_product_attention(*padded, attn_mask=mask),
+    }
+    varlen = getattr(getattr(torch.nn.attention, "varlen", None), "varlen_attn", None)
+    if varlen is not None:
+        impls["torch_varlen"] = lambda: varlen(q, k, v, cu, cu, longest, longest)
+    row: dict[str, Any] = {"sequences": sequences, "heads": heads, "tokens": total}
+    graph = sigdnn.Graph("ragged", io_dtype="bfloat16", compute_dtype="float32")
+    dims, strides = (sequences, heads, longest, DIM), (longest * heads * DIM, DIM, heads * DIM, 1)
+    qt, kt, vt = (graph.tensor(n, dims, strides) for n in ("q", "k", "v"))
+    lens = graph.tensor("lens", (sequences,), dtype="int32")
+    offs = graph.tensor("offs", (sequences + 1,), dtype="int32")
+    ragged = {p: offs for p in ("q", "k", "v", "o")}
+    graph.sdpa(qt, kt, vt, DIM**-0.5, seq_len_q=lens, seq_len_kv=lens, ragged_offsets=ragged, name="n")[0].set_output(
+        True
+    ).set_name("o")
+    try:
+        ex = sigdnn.Executor("gpu")
+        plan = ex.prepare(graph)
+        flat = [torch.zeros(int(np.prod(dims)), device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+        for f, x in zip(flat, (q, k, v)):
+            f[: x.numel()] = x.reshape(-1)
+        views = [f.as_strided(dims, strides) for f in flat]
+        pack = {"q": views[0], "k": views[1], "v": views[2], "lens": torch.tensor(lengths, device="cuda", dtype=torch.int32),
+                "offs": cu * heads * DIM}  # fmt: skip
+        impls["sigdnn"] = lambda: ex.execute(plan, pack, to_host=False)
+    except sigdnn.SigdnnError as e:
+        row["sigdnn"] = f"not run: {e}"
+    samples = interleaved_samples(impls, iters, repeats)
+    row.update({f"{name}_ms": statistics.median(s) for name, s in samples.items()})
+    if "sigdnn_ms" in row:
+        for other in ("torch_varlen", "torch_padded"):
+            if f"{other}_ms" in row:
+                row[f"ratio_{other}"] = row[f"{other}_ms"] / row["sigdnn_ms"]
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", nargs="+", choices=("gdn", "kda", "sdpa"), default=["gdn", "kda", "sdpa"])
+    parser.add_argument("--tokens", nargs="+", type=int, default=list(TOKENS), help="total tokens per case")
+    parser.add_argument("--sequences", nargs="+", type=int, default=list(SEQUENCES), help="sequences per case")
+    parser.add_argument("--heads", nargs="+", type=int, default=list(HEADS))
+    parser.add_argument("--iters", type=int, default=5, help="back-to-back calls per timing sample")
+    parser.add_argument("--repeats", type=int, default=10, help="timing samples per implementation")
+    parser.add_argument("--json", help="write every row to this file")
+    args = parser.parse_args()
+    rows = []
+    for part in args.parts:
+        if part == "sdpa":
+            rows += [sdpa_case(64, h, args.iters, args.repeats) for h in args.heads]
+            continue
+        for tokens in args.tokens:
+            for sequences in args.sequences:
+                for heads in args.heads:
+                    rows.append(delta_rule_case(part, tokens, sequences, heads, args.iters, args.repeats))
+    for row in rows:
+        print(json.dumps(row))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
