@@ -2,11 +2,10 @@
 
 A prepared ExecutionPlan keeps, per step, every candidate (builder and
 configuration) that accepted it, best first, and which one it built. Entry
-``i`` of the list is the prepared plan with one step switched to one of its
-candidates; entries are ordered by that candidate's rank in its step, then
-by step, and an entry equal to an earlier one is dropped. So for a graph of
-one step the list is exactly that step's ranked candidates, and entry 0 is
-always every step's best-ranked candidate.
+0 runs every step's best-ranked candidate; each later entry switches one
+step to another of its candidates (the other steps keep their best),
+ordered by that candidate's rank in its step, then by step. So for a graph
+of one step the list is exactly that step's ranked candidates.
 
 ``realize`` builds an entry: a builder may still decline there (it raises
 NotSupported), which ``first_that_builds`` takes as the cue to go on to the
@@ -40,32 +39,23 @@ class PlanEntry:
 
 def prepared(plan: ExecutionPlan) -> tuple[Candidate, ...]:
     """The candidate each step of ``plan`` built."""
-    return tuple(_built(step) for step in plan.steps)
+    return tuple(candidates_of(step)[step.chosen] for step in plan.steps)
 
 
-def _built(step: Step) -> Candidate:
-    return step.candidates[step.chosen] if step.candidates else Candidate(step.builder)
+def candidates_of(step: Step) -> tuple[Candidate, ...]:
+    """A step's ranked candidates; a step that had no choice (a view, a fallback) has its builder's default alone."""
+    return step.candidates or (Candidate(step.builder),)
 
 
 def plan_list(plan: ExecutionPlan) -> tuple[PlanEntry, ...]:
     """Every whole-graph plan the steps' candidates allow one switch at a time, best first (see the module)."""
-    built = prepared(plan)
     ranked = sorted(
-        (
-            (rank, s, c)
-            for s, step in enumerate(plan.steps)
-            for rank, c in enumerate(step.candidates or built[s : s + 1])
-        ),
+        ((rank, s, c) for s, step in enumerate(plan.steps) for rank, c in enumerate(candidates_of(step))),
         key=lambda item: (item[0], item[1]),
     )
-    best = tuple(step.candidates[0] if step.candidates else built[s] for s, step in enumerate(plan.steps))
+    best = tuple(candidates_of(step)[0] for step in plan.steps)
     entries = [PlanEntry(best)] if plan.steps else []
-    seen = {best}
-    for _, s, candidate in ranked:
-        assignment = (*best[:s], candidate, *best[s + 1 :])
-        if assignment not in seen:
-            seen.add(assignment)
-            entries.append(PlanEntry(assignment))
+    entries += [PlanEntry((*best[:s], c, *best[s + 1 :])) for _, s, c in ranked if c != best[s]]
     return tuple(entries)
 
 
@@ -76,9 +66,10 @@ def realize(plan: ExecutionPlan, entry: PlanEntry, device: Device) -> ExecutionP
     """
     if len(entry.assignment) != len(plan.steps):
         raise UsageError(f"plan entry has {len(entry.assignment)} steps; the plan has {len(plan.steps)}")
-    built = prepared(plan)
     steps = []
-    for step, now, wanted in zip(plan.steps, built, entry.assignment):
+    for step, now, wanted in zip(plan.steps, prepared(plan), entry.assignment):
+        if wanted not in candidates_of(step):
+            raise UsageError(f"step '{step.name}' has no candidate {wanted.label}")
         steps.append(step if now == wanted else _rebuild(plan, step, wanted, device))
     return attrs.evolve(plan, steps=tuple(steps))
 
@@ -91,8 +82,8 @@ def _rebuild(plan: ExecutionPlan, step: Step, candidate: Candidate, device: Devi
     else:
         region_context = RegionContext(step.keys, device, graph, candidate.config)
         built = candidate.builder.build_region(step.region, graph, region_context)  # type: ignore[attr-defined]
-    index = step.candidates.index(candidate) if candidate in step.candidates else 0
-    return attrs.evolve(step, builder=candidate.builder, plan=built, chosen=index, choice=f"pinned: {candidate.label}")
+    chosen = candidates_of(step).index(candidate)
+    return attrs.evolve(step, builder=candidate.builder, plan=built, chosen=chosen, choice=f"pinned: {candidate.label}")
 
 
 def first_that_builds(

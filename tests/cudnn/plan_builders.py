@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from sigdnn.errors import NotSupported
+from sigdnn.executor.autotune import Candidate  # noqa: F401 (the tests build entries with it)
 from sigdnn.executor.executor import Executor
 from sigdnn.registry.contracts import NodePlan, PlanBuilder
 from sigdnn.registry.registry import Registry

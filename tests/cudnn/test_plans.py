@@ -181,3 +181,73 @@ def test_multi_step_list_switches_one_step_at_a_time():
     names = [e.name for e in plan_list(plan)]
     assert names[0] == "plan.first[a] + reference.pointwise"
     assert names[1:] == [f"{n} + reference.pointwise" for n in NAMES[1:]]
+
+
+def test_realize_records_which_candidate_each_step_runs_and_refuses_foreign_entries():
+    ex = plan_builders.executor()
+    plan = ex.prepare(sigdnn_matmul_graph())
+    entries = plan_list(plan)
+    assert realize(plan, entries[3], ex.device).steps[0].chosen == 3
+    assert realize(plan, entries[2], ex.device).steps[0].chosen == 2
+    assert realize(plan, entries[1], ex.device).steps[0] is plan.steps[0]
+    with pytest.raises(sigdnn.UsageError, match="steps"):
+        realize(plan, entries[0].__class__(entries[0].assignment * 2), ex.device)
+    stranger = entries[0].__class__((plan_builders.Candidate(plan_builders.Checker()),))
+    with pytest.raises(sigdnn.UsageError, match="no candidate"):
+        realize(plan, stranger, ex.device)
+
+
+def test_first_that_builds_names_every_decline_when_none_builds():
+    ex = plan_builders.executor()
+    plan = ex.prepare(sigdnn_matmul_graph())
+    entries = plan_list(plan)
+    with pytest.raises(sigdnn.NotSupported, match=r"plan 0 .*configuration a"):
+        first_that_builds(plan, entries[:1], 0, ex.device)
+    index, _, declines = first_that_builds(plan, entries, 2, ex.device)
+    assert (index, declines) == (2, [])
+
+
+def test_a_step_without_candidates_lists_its_builder_alone():
+    import attrs
+
+    ex = plan_builders.executor()
+    plan = ex.prepare(sigdnn_matmul_graph())
+    bare = attrs.evolve(plan, steps=(attrs.evolve(plan.steps[0], candidates=(), chosen=0),))
+    (entry,) = plan_list(bare)
+    assert entry.name == "plan.first"
+    assert realize(bare, entry, ex.device).steps[0] is bare.steps[0]
+
+
+def test_an_empty_plan_has_an_empty_list():
+    import attrs
+
+    plan = plan_builders.executor().prepare(sigdnn_matmul_graph())
+    assert plan_list(attrs.evolve(plan, steps=())) == ()
+
+
+def test_multi_step_entries_keep_the_other_steps_at_their_best():
+    g = sigdnn.Graph("two", io_dtype="float64", compute_dtype="float64")
+    a, b = g.tensor("a", (2, 3)), g.tensor("b", (3, 2))
+    c = g.matmul(a, b)
+    g.matmul(c, g.tensor("d", (2, 2))).set_output(True).set_name("y")
+    plan = plan_builders.executor().prepare(g)
+    names = [e.name for e in plan_list(plan)]
+    assert names == [
+        "plan.first[a] + plan.first[a]",
+        "plan.first[b] + plan.first[a]",
+        "plan.first[a] + plan.first[b]",
+        "plan.second + plan.first[a]",
+        "plan.first[a] + plan.second",
+        "reference.matmul + plan.first[a]",
+        "plan.first[a] + reference.matmul",
+    ]
+
+
+def test_set_default_router_returns_the_one_it_replaces():
+    first, second = Router(), Reversed()
+    outer = set_default_router(first)
+    try:
+        assert set_default_router(second) is first
+        assert default_router() is second
+    finally:
+        set_default_router(outer)

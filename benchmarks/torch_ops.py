@@ -1,0 +1,86 @@
+"""Host overhead of a cached sigdnn torch op against calling the executor directly (target: at most 1.5x).
+
+Both sides run the same prepared plan on the same small CPU torch tensors, so
+the kernel is identical and the difference is the torch op's own cost: the
+torch.library dispatch, the signature lookup of the cached graph and the
+allocation of its outputs (the direct call is handed preallocated outputs).
+Rows: layer_norm (8 x 64) and sdpa (1 x 2 x 16 x 16), float32, on the
+reference backend; the median per call over batches of back-to-back calls,
+the two sides interleaved batch by batch so a noisy moment hits both. Not
+measured on a GPU (this machine has none).
+
+Run: PYTHONPATH=. python benchmarks/torch_ops.py [--calls 400] [--batches 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+import sigdnn.torch as st
+from sigdnn.torch import graphs
+from sigdnn.torch.cache import _CACHE
+
+TARGET = 1.5
+
+
+def per_call(fn: Callable[[], object], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def compare(name: str, op: Callable[[], tuple], key_op: str, calls: int, batches: int) -> tuple[float, float]:
+    """Median seconds per call: the torch op, the executor given the same plan with preallocated outputs."""
+    outputs = op()  # builds and caches the graph
+    cached = next(c for k, c in _CACHE.items() if k[0] == key_op)
+    inputs = [t for t in cached_inputs[name]]
+    pack = dict(zip(cached.inputs, inputs)) | dict(zip((uid for uid, _, _ in cached.outputs), outputs))
+
+    def direct() -> None:
+        cached.executor.execute(cached.plan, pack, to_host=False)
+
+    ours, theirs = [], []
+    for _ in range(batches):
+        ours.append(per_call(op, calls))
+        theirs.append(per_call(direct, calls))
+    return statistics.median(ours), statistics.median(theirs)
+
+
+cached_inputs: dict[str, list[torch.Tensor]] = {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--batches", type=int, default=15)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    x, w, b = torch.randn(8, 64), torch.randn(64), torch.randn(64)
+    q, k, v = (torch.randn(1, 2, 16, 16) for _ in range(3))
+    cached_inputs["layer_norm"] = [x, w, b]
+    cached_inputs["sdpa"] = [q, k, v]
+    rows = {
+        "layer_norm 8x64 f32": ("layer_norm", lambda: torch.ops.sigdnn.layer_norm(x, w, b, 1e-5), "layer_norm"),
+        "sdpa 1x2x16x16 f32": ("sdpa", lambda: torch.ops.sigdnn.sdpa(q, k, v, 0.25, False), "sdpa"),
+    }
+    assert graphs and st  # the ops are registered by importing sigdnn.torch
+    print(f"machine: {platform.machine()}, torch {torch.__version__}; calls {args.calls} x batches {args.batches}")
+    print(f"{'op':<24}{'torch op':>12}{'executor':>12}{'ratio':>8}")
+    worst = 0.0
+    for label, (name, op, key) in rows.items():
+        ours, theirs = compare(name, op, key, args.calls, args.batches)
+        worst = max(worst, ours / theirs)
+        print(f"{label:<24}{ours * 1e6:>10.1f}us{theirs * 1e6:>10.1f}us{ours / theirs:>7.2f}x")
+    verdict = "met" if worst <= TARGET else "not met"
+    print(f"worst ratio {worst:.2f}x (target <= {TARGET}x: {verdict}); reference backend, not measured on a GPU")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Cached graphs: one prepared sigdnn plan per op and signature (shapes, strides, dtypes, device, attributes).
+
+A call looks its plan up by that signature, allocates the outputs as torch
+tensors and hands the executor a pack keyed by uid; a new signature builds
+its graph once. CPU tensors run on the reference, CUDA tensors on the GPU
+backend.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+
+from sigdnn.executor.executor import Executor
+from sigdnn.executor.plan import ExecutionPlan
+from sigdnn.graph.graph import Graph
+from sigdnn.torch.graphs import Spec
+
+_EXECUTORS: dict[str, Executor] = {}
+_lock = threading.Lock()
+
+
+def executor_for(device: torch.device) -> Executor:
+    """The executor for a device type: "reference" for the CPU, "gpu" for CUDA (one each per process)."""
+    backend = "gpu" if device.type == "cuda" else "reference"
+    found = _EXECUTORS.get(backend)
+    if found is None:
+        with _lock:
+            found = _EXECUTORS.setdefault(backend, Executor(backend))
+    return found
+
+
+class CachedGraph:
+    """A prepared plan and how to call it: the inputs' uids in argument order, the outputs' uids, dims, dtypes."""
+
+    def __init__(self, executor: Executor, plan: ExecutionPlan) -> None:
+        graph = plan.graph
+        self.executor = executor
+        self.plan = plan
+        self.inputs = tuple(t.uid for t in graph.inputs)
+        self.outputs = tuple(
+            (t.uid, t.dims, torch.empty((), dtype=_torch_dtype(graph.dtype_of(t))).dtype) for t in graph.outputs
+        )
+
+    def __call__(self, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        device = tensors[0].device
+        outs = tuple(torch.empty(dims, dtype=dtype, device=device) for _, dims, dtype in self.outputs)
+        pack: dict[int, Any] = dict(zip(self.inputs, tensors))
+        pack.update(zip((uid for uid, _, _ in self.outputs), outs))
+        self.executor.execute(self.plan, pack, to_host=False)
+        return outs
+
+
+_CACHE: dict[Hashable, CachedGraph] = {}
+
+
+def run(
+    op: str, build: Callable[..., Graph], tensors: Sequence[torch.Tensor], attributes: tuple
+) -> tuple[torch.Tensor, ...]:
+    """Run ``op`` on ``tensors``: its cached graph for this signature, built with ``build(*specs, *attributes)``."""
+    key = (op, attributes, tensors[0].device.type,
+           *((t.shape, t.stride(), t.dtype) for t in tensors))  # fmt: skip
+    cached = _CACHE.get(key)
+    if cached is None:
+        executor = executor_for(tensors[0].device)
+        graph = build(*(Spec.of(t) for t in tensors), *attributes)
+        cached = _CACHE.setdefault(key, CachedGraph(executor, executor.prepare(graph)))
+    return cached(tensors)
+
+
+def cache_size() -> int:
+    """How many graphs are cached (one per op and signature seen)."""
+    return len(_CACHE)
+
+
+def _torch_dtype(dtype: Any) -> torch.dtype:
+    return getattr(torch, {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}.get(dtype.value, dtype.value))

@@ -1,0 +1,104 @@
+"""The sigdnn graphs behind the torch ops, one builder per op, from the shapes, strides and dtypes of its tensors.
+
+Statistics (sdpa's logsumexp, layernorm's mean and inverse deviation) are
+kept in float64 when the inputs are float64 and in float32 otherwise, so a
+float64 model's backward is as exact as its forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from sigdnn.dtypes import DataType, as_data_type
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.tensor import Tensor
+
+
+@attrs.frozen
+class Spec:
+    """What a graph is built for about one torch tensor: dims, strides (elements) and dtype."""
+
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: DataType
+
+    @classmethod
+    def of(cls, t: object) -> Spec:
+        return cls(tuple(t.shape), tuple(t.stride()), as_data_type(t.dtype))  # type: ignore[attr-defined]
+
+
+def stats_dtype(dtype: DataType) -> DataType:
+    return DataType.FLOAT64 if dtype is DataType.FLOAT64 else DataType.FLOAT32
+
+
+def _graph(name: str, first: Spec) -> Graph:
+    compute = DataType.FLOAT64 if first.dtype is DataType.FLOAT64 else DataType.FLOAT32
+    return Graph(name, io_dtype=first.dtype, intermediate_dtype=compute, compute_dtype=compute)
+
+
+def _inputs(g: Graph, names: Sequence[str], specs: Sequence[Spec]) -> list[Tensor]:
+    return [g.tensor(n, s.dims, s.strides, dtype=s.dtype) for n, s in zip(names, specs)]
+
+
+def _outputs(*pairs: tuple[Tensor | None, str]) -> None:
+    for t, name in pairs:
+        assert t is not None
+        t.set_output(True).set_name(name)
+
+
+def sdpa(q: Spec, k: Spec, v: Spec, scale: float, causal: bool) -> Graph:
+    g = _graph("sdpa", q)
+    o, stats = g.sdpa(*_inputs(g, ("q", "k", "v"), (q, k, v)), scale, None, causal, True)
+    assert stats is not None
+    stats.set_data_type(stats_dtype(q.dtype))
+    _outputs((o, "o"), (stats, "stats"))
+    return g
+
+
+def sdpa_backward(q: Spec, k: Spec, v: Spec, o: Spec, d_o: Spec, stats: Spec, scale: float, causal: bool) -> Graph:
+    g = _graph("sdpa_backward", q)
+    ins = _inputs(g, ("q", "k", "v", "o", "d_o", "stats"), (q, k, v, o, d_o, stats))
+    dq, dk, dv = g.sdpa_backward(*ins, scale, None, causal)
+    _outputs((dq, "dq"), (dk, "dk"), (dv, "dv"))
+    return g
+
+
+def layer_norm(x: Spec, weight: Spec, bias: Spec, eps: float) -> Graph:
+    g = _graph("layer_norm", x)
+    y, mean, inv = g.layernorm("training", *_inputs(g, ("x", "weight", "bias"), (x, weight, bias)), eps)
+    for t in (mean, inv):
+        t.set_data_type(stats_dtype(x.dtype))  # type: ignore[union-attr]
+    _outputs((y, "y"), (mean, "mean"), (inv, "rstd"))
+    return g
+
+
+def layer_norm_backward(dy: Spec, x: Spec, weight: Spec, mean: Spec, rstd: Spec) -> Graph:
+    g = _graph("layer_norm_backward", x)
+    dx, dw, db = g.layernorm_backward(*_inputs(g, ("dy", "x", "weight", "mean", "rstd"), (dy, x, weight, mean, rstd)))
+    _outputs((dx, "dx"), (dw, "dweight"), (db, "dbias"))
+    return g
+
+
+def conv(x: Spec, w: Spec, stride: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...]) -> Graph:
+    g = _graph("conv", x)
+    y = g.conv_fprop(*_inputs(g, ("x", "w"), (x, w)), padding, stride, dilation)
+    _outputs((y, "y"))
+    return g
+
+
+def conv_dgrad(dy: Spec, w: Spec, x_dims: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
+               dilation: tuple[int, ...]) -> Graph:  # fmt: skip
+    g = _graph("conv_dgrad", dy)
+    dx = g.conv_dgrad(*_inputs(g, ("dy", "w"), (dy, w)), padding, stride, dilation, dims=x_dims)
+    _outputs((dx, "dx"))
+    return g
+
+
+def conv_wgrad(x: Spec, dy: Spec, w_dims: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
+               dilation: tuple[int, ...]) -> Graph:  # fmt: skip
+    g = _graph("conv_wgrad", x)
+    dw = g.conv_wgrad(*_inputs(g, ("x", "dy"), (x, dy)), padding, stride, dilation, dims=w_dims)
+    _outputs((dw, "dw"))
+    return g

@@ -1,0 +1,173 @@
+"""The torch.library custom ops (namespace ``sigdnn``): each runs its cached sigdnn graph; fakes give shapes to tracers.
+
+Autograd goes through the backward graphs: sdpa through sdpa_backward,
+layer_norm through layer_norm_backward, conv through conv_dgrad and
+conv_wgrad, each itself a custom op, so ``torch.compile(fullgraph=True)``
+traces forward and backward without a graph break.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from sigdnn.dtypes import DataType, as_data_type
+from sigdnn.torch import graphs
+from sigdnn.torch.cache import run
+
+Tensor = torch.Tensor
+
+
+def _stats_dtype(t: Tensor) -> torch.dtype:
+    return torch.float64 if as_data_type(t.dtype) is DataType.FLOAT64 else torch.float32
+
+
+# -- attention ---------------------------------------------------------------
+@torch.library.custom_op("sigdnn::sdpa", mutates_args=())
+def sdpa(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> tuple[Tensor, Tensor]:
+    """(o, stats): attention of q [B, Hq, Sq, D] over k, v [B, Hkv, Skv, D / Dv]; stats is each row's logsumexp."""
+    o, stats = run("sdpa", graphs.sdpa, (q, k, v), (float(scale), bool(causal)))
+    return o, stats
+
+
+@sdpa.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> tuple[Tensor, Tensor]:
+    rows = tuple(q.shape[:-1])
+    return q.new_empty((*rows, v.shape[-1])), q.new_empty((*rows, 1), dtype=_stats_dtype(q))
+
+
+@torch.library.custom_op("sigdnn::sdpa_backward", mutates_args=())
+def sdpa_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, d_o: Tensor, stats: Tensor, scale: float,
+                  causal: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    dq, dk, dv = run("sdpa_backward", graphs.sdpa_backward, (q, k, v, o, d_o, stats), (float(scale), bool(causal)))
+    return dq, dk, dv
+
+
+@sdpa_backward.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, o: Tensor, d_o: Tensor, stats: Tensor, scale: float,
+      causal: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _sdpa_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+    q, k, v, scale, causal = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.scale, ctx.causal = scale, causal
+
+
+def _sdpa_grad(ctx: Any, d_o: Tensor, d_stats: Tensor) -> tuple:
+    q, k, v, o, stats = ctx.saved_tensors
+    dq, dk, dv = sdpa_backward(q, k, v, o, d_o.contiguous(), stats, ctx.scale, ctx.causal)
+    return dq, dk, dv, None, None
+
+
+sdpa.register_autograd(_sdpa_grad, setup_context=_sdpa_context)
+
+
+# -- layer norm --------------------------------------------------------------
+@torch.library.custom_op("sigdnn::layer_norm", mutates_args=())
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, mean, rstd) over x's trailing dims that weight spans."""
+    y, mean, rstd = run("layer_norm", graphs.layer_norm, (x, weight, bias), (float(eps),))
+    return y, mean, rstd
+
+
+def _row_stats(x: Tensor, weight: Tensor) -> tuple[int, ...]:
+    return (*x.shape[: x.dim() - weight.dim()], *(1 for _ in range(weight.dim())))
+
+
+@layer_norm.register_fake
+def _(x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    rows = _row_stats(x, weight)
+    return x.new_empty(x.shape), x.new_empty(rows, dtype=_stats_dtype(x)), x.new_empty(rows, dtype=_stats_dtype(x))
+
+
+@torch.library.custom_op("sigdnn::layer_norm_backward", mutates_args=())
+def layer_norm_backward(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor,
+                        rstd: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    dx, dw, db = run("layer_norm_backward", graphs.layer_norm_backward, (dy, x, weight, mean, rstd), ())
+    return dx, dw, db
+
+
+@layer_norm_backward.register_fake
+def _(dy: Tensor, x: Tensor, weight: Tensor, mean: Tensor, rstd: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    return x.new_empty(x.shape), weight.new_empty(weight.shape), weight.new_empty(weight.shape)
+
+
+def _layer_norm_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+    x, weight, _, _ = inputs
+    ctx.save_for_backward(x, weight, output[1], output[2])
+
+
+def _layer_norm_grad(ctx: Any, dy: Tensor, d_mean: Tensor, d_rstd: Tensor) -> tuple:
+    x, weight, mean, rstd = ctx.saved_tensors
+    dx, dw, db = layer_norm_backward(dy.contiguous(), x, weight, mean, rstd)
+    return dx, dw, db, None
+
+
+layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_context)
+
+
+# -- convolution ---------------------------------------------------------------
+def _conv_dims(x: Tensor, w: Tensor, stride: list[int], padding: list[int], dilation: list[int]) -> tuple[int, ...]:
+    spatial = [
+        (s + 2 * p - d * (r - 1) - 1) // st + 1
+        for s, r, st, p, d in zip(x.shape[2:], w.shape[2:], stride, padding, dilation)
+    ]
+    return (x.shape[0], w.shape[0], *spatial)
+
+
+@torch.library.custom_op("sigdnn::conv", mutates_args=())
+def conv(x: Tensor, w: Tensor, stride: list[int], padding: list[int], dilation: list[int]) -> Tensor:
+    """Cross-correlation of x [N, C, *S] with w [K, C, *R] (no groups), as torch's convNd without bias."""
+    (y,) = run("conv", graphs.conv, (x, w), (tuple(stride), tuple(padding), tuple(dilation)))
+    return y
+
+
+@conv.register_fake
+def _(x: Tensor, w: Tensor, stride: list[int], padding: list[int], dilation: list[int]) -> Tensor:
+    return x.new_empty(_conv_dims(x, w, stride, padding, dilation))
+
+
+@torch.library.custom_op("sigdnn::conv_dgrad", mutates_args=())
+def conv_dgrad(dy: Tensor, w: Tensor, x_dims: list[int], stride: list[int], padding: list[int],
+               dilation: list[int]) -> Tensor:  # fmt: skip
+    attributes = (tuple(x_dims), tuple(stride), tuple(padding), tuple(dilation))
+    (dx,) = run("conv_dgrad", graphs.conv_dgrad, (dy, w), attributes)
+    return dx
+
+
+@conv_dgrad.register_fake
+def _(dy: Tensor, w: Tensor, x_dims: list[int], stride: list[int], padding: list[int], dilation: list[int]) -> Tensor:
+    return dy.new_empty(x_dims)
+
+
+@torch.library.custom_op("sigdnn::conv_wgrad", mutates_args=())
+def conv_wgrad(x: Tensor, dy: Tensor, w_dims: list[int], stride: list[int], padding: list[int],
+               dilation: list[int]) -> Tensor:  # fmt: skip
+    attributes = (tuple(w_dims), tuple(stride), tuple(padding), tuple(dilation))
+    (dw,) = run("conv_wgrad", graphs.conv_wgrad, (x, dy), attributes)
+    return dw
+
+
+@conv_wgrad.register_fake
+def _(x: Tensor, dy: Tensor, w_dims: list[int], stride: list[int], padding: list[int], dilation: list[int]) -> Tensor:
+    return x.new_empty(w_dims)
+
+
+def _conv_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+    x, w, stride, padding, dilation = inputs
+    ctx.save_for_backward(x, w)
+    ctx.attributes = (list(stride), list(padding), list(dilation))
+
+
+def _conv_grad(ctx: Any, dy: Tensor) -> tuple:
+    x, w = ctx.saved_tensors
+    dy = dy.contiguous()
+    dx = conv_dgrad(dy, w, list(x.shape), *ctx.attributes) if ctx.needs_input_grad[0] else None
+    dw = conv_wgrad(x, dy, list(w.shape), *ctx.attributes) if ctx.needs_input_grad[1] else None
+    return dx, dw, None, None, None
+
+
+conv.register_autograd(_conv_grad, setup_context=_conv_context)

@@ -1,0 +1,163 @@
+"""sigdnn's torch ops against torch's own in float64: forward, backward, the fake kernels, torch.compile."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import sigdnn.torch as st  # noqa: E402
+
+gen = torch.Generator().manual_seed(0)
+
+
+def rand(*dims: int, grad: bool = True) -> torch.Tensor:
+    return torch.randn(*dims, dtype=torch.float64, generator=gen).requires_grad_(grad)
+
+
+def twins(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    return [t.detach().clone().requires_grad_(True) for t in tensors]
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> None:
+    torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("heads", "causal", "scale"), [((3, 3), False, None), ((4, 2), True, 0.3), ((2, 1), True, None)]
+)
+def test_sdpa_forward_and_backward(heads, causal, scale):
+    q, k, v = rand(2, heads[0], 5, 4), rand(2, heads[1], 7, 4), rand(2, heads[1], 7, 3)
+    tq, tk, tv = twins(q, k, v)
+    o = st.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=True)
+    expect = F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal, scale=scale, enable_gqa=True)
+    close(o, expect)
+    grad = rand(*o.shape, grad=False)
+    o.backward(grad)
+    expect.backward(grad)
+    for mine, theirs in ((q, tq), (k, tk), (v, tv)):
+        close(mine.grad, theirs.grad)
+
+
+def test_layer_norm_forward_and_backward():
+    x, w, b = rand(3, 4, 6), rand(6), rand(6)
+    tx, tw, tb = twins(x, w, b)
+    y = st.layer_norm(x, (6,), w, b, eps=1e-5)
+    expect = F.layer_norm(tx, (6,), tw, tb, eps=1e-5)
+    close(y, expect)
+    grad = rand(3, 4, 6, grad=False)
+    y.backward(grad)
+    expect.backward(grad)
+    for mine, theirs in ((x, tx), (w, tw), (b, tb)):
+        close(mine.grad, theirs.grad)
+
+
+@pytest.mark.parametrize(
+    ("dims", "kernel", "stride", "padding", "dilation"),
+    [
+        ((2, 3, 9, 8), (4, 3, 3, 3), 1, 1, 1),
+        ((2, 3, 9, 9), (5, 3, 3, 2), 2, (1, 0), (1, 2)),
+        ((1, 2, 11), (3, 2, 4), 3, 2, 1),
+    ],
+)
+def test_conv_forward_dgrad_wgrad(dims, kernel, stride, padding, dilation):
+    x, w, bias = rand(*dims), rand(*kernel), rand(kernel[0])
+    tx, tw, tb = twins(x, w, bias)
+    y = st.conv(x, w, bias, stride=stride, padding=padding, dilation=dilation)
+    torch_conv = F.conv2d if len(dims) == 4 else F.conv1d
+    expect = torch_conv(tx, tw, tb, stride=stride, padding=padding, dilation=dilation)
+    close(y, expect)
+    grad = rand(*y.shape, grad=False)
+    y.backward(grad)
+    expect.backward(grad)
+    for mine, theirs in ((x, tx), (w, tw), (bias, tb)):
+        close(mine.grad, theirs.grad)
+
+
+def test_graphs_are_cached_per_signature():
+    x, w, b = rand(2, 5, grad=False), rand(5, grad=False), rand(5, grad=False)
+    st.layer_norm(x, (5,), w, b)
+    before = st.cache_size()
+    st.layer_norm(x * 2, (5,), w, b)  # same signature: no new graph
+    assert st.cache_size() == before
+    st.layer_norm(x.t().contiguous().t(), (5,), w, b)  # other strides: a graph of its own
+    assert st.cache_size() == before + 1
+    close(st.layer_norm(x.t().contiguous().t(), (5,), w, b), F.layer_norm(x, (5,), w, b))
+
+
+@pytest.mark.parametrize(
+    ("op", "args"),
+    [
+        ("sdpa", lambda: (rand(1, 2, 3, 4), rand(1, 2, 5, 4), rand(1, 2, 5, 4), 0.5, True)),
+        ("layer_norm", lambda: (rand(3, 4), rand(4), rand(4), 1e-5)),
+        ("conv", lambda: (rand(1, 2, 5, 5), rand(3, 2, 3, 3), [1, 1], [1, 1], [1, 1])),
+    ],
+)
+def test_opcheck(op, args):
+    """torch's own check of a custom op: schema, fake kernel against the real one, autograd registration."""
+    torch.library.opcheck(getattr(torch.ops.sigdnn, op).default, args())
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 4, 3, padding=1, dtype=torch.float64)
+        self.norm = torch.nn.LayerNorm(8, dtype=torch.float64)
+        self.proj = torch.nn.Linear(8, 8, dtype=torch.float64)
+
+    def forward(self, x: torch.Tensor, use_sigdnn: bool) -> torch.Tensor:
+        conv = st.conv if use_sigdnn else F.conv2d
+        norm = st.layer_norm if use_sigdnn else F.layer_norm
+        attend = st.scaled_dot_product_attention if use_sigdnn else F.scaled_dot_product_attention
+        h = conv(x, self.conv.weight, self.conv.bias, padding=1)  # [N, 4, 8, 8]: heads 4, sequence 8, dim 8
+        h = norm(h, (8,), self.norm.weight, self.norm.bias)
+        return attend(h, h, self.proj(h), is_causal=True)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compile_fullgraph_without_graph_breaks_and_gradients_match(backend):
+    torch._dynamo.reset()
+    model = Block()
+    x = rand(2, 2, 8, 8, grad=False)
+    explained = torch._dynamo.explain(model)(x, True)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(model, fullgraph=True, backend=backend)
+    ours = compiled(x, True)
+    ours.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    theirs = model(x, False)
+    theirs.sum().backward()
+    close(ours, theirs)
+    for mine, reference in zip(grads, (p.grad for p in model.parameters())):
+        close(mine, reference)
+
+
+def test_attention_switch_routes_a_torch_model_through_sigdnn():
+    layer = torch.nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64)  # training: the sdpa path
+    x = rand(2, 5, 8, grad=False)
+    expect, _ = layer(x, x, x, need_weights=False)
+    before = st.cache_size()
+    with st.attention():
+        got, _ = layer(x, x, x, need_weights=False)
+    assert F.scaled_dot_product_attention is not st.scaled_dot_product_attention
+    assert st.cache_size() == before + 1  # it ran on sigdnn
+    close(got, expect)
+
+
+def test_unsupported_arguments_name_themselves():
+    q = rand(1, 1, 2, 2, grad=False)
+    with pytest.raises(NotImplementedError, match="attn_mask"):
+        st.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(NotImplementedError, match="groups"):
+        st.conv(q, rand(2, 1, 1, 1, grad=False), groups=2)
+
+
+def test_import_sigdnn_does_not_import_torch():
+    code = "import sys, sigdnn, sigdnn.cudnn; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
