@@ -57,6 +57,8 @@ IN_TREE: dict[str, int] = {
     "cutile.batchnorm": 2016,
     "cutile.batchnorm_backward": 2017,
     "cutile.reduction": 2018,
+    "cutile.pooling": 2019,
+    "cutile.pooling_backward": 2020,
     "cutile.matmul": 2030,
     "cutile.gdn": 2040,
     "cutile.kda": 2041,

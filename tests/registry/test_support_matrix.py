@@ -50,7 +50,8 @@ def test_cells_the_builders_scope_states(rows) -> None:
     assert rows["batchnorm"]["bfloat16"] == ("reference", "cutile", "cute")  # cute.batchnorm: training forward
     assert rows["batchnorm_backward"]["bfloat16"] == ("reference", "cutile")
     assert rows["softmax"]["float64"] == ("reference",)  # cuTile reads and writes 32- and 16-bit floats
-    assert rows["pooling"]["float16"] == ("reference",)
+    assert rows["pooling"]["float16"] == ("reference", "cutile")  # cutile.pooling: 32- and 16-bit floats
+    assert rows["pooling"]["float64"] == ("reference",)
 
 
 def test_sdpa_counts_a_builder_that_takes_it_only_without_its_optional_bias(rows) -> None:

@@ -45,6 +45,7 @@ class Launch:
     source: KernelSource
     grid: tuple[int, ...]
     args: tuple[Arg, ...]
+    constants: tuple[int, ...] = ()  # passed after the views: a literal kernel's sizes (ct.Constant or scalars)
 
 
 class Workspace:
@@ -80,7 +81,11 @@ class LaunchesPlan(NodePlan):
             return _noop
         backend, stream = self.backend, context.stream
         calls = [
-            (kernel, launch.grid, tuple(a.view(backend, buffers, context.workspace) for a in launch.args))
+            (
+                kernel,
+                launch.grid,
+                (*(a.view(backend, buffers, context.workspace) for a in launch.args), *launch.constants),
+            )
             for kernel, launch in zip(self.kernels, self.launches, strict=True)
         ]
 

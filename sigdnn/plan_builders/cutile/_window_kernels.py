@@ -1,0 +1,153 @@
+"""Pooling kernels written against the cuTile API: forward, the max's argmax, and the backward by gathering.
+
+Never imported as a module: ``pooling.py`` hands the text below the marker
+line to the backend (cuda.tile, or in CPU tests ``emulator``'s NumPy stand-in,
+binds ``ct``) with one line naming the kernel to run. Every tensor arrives as
+a 5-D strided view over logical (N, C, D, H, W) (1-D and 2-D pooling see
+size-1 D and H), so one kernel serves NCHW and NHWC, 1 to 3 spatial dims and
+any strides: coordinates come from a flat index walked in the written
+tensor's memory order (``*_div``: the elements of the axes inside each axis),
+and N-D gathers read outside the input as 0 (which the max masks to -inf).
+Lanes past the last element get an N coordinate of n: out of bounds, so
+their scatter is dropped. Sizes are scalar arguments; only the mode and the
+tile are compile-time constants.
+
+Max follows torch's CPU rule (docs/ops.md): the forward propagates NaN; the
+backward sends dy to the window's first maximum in row-major tap order,
+scanning from its first real element and moving on a greater value or a
+NaN. The backward gathers, per dx element, from every output whose window
+covers it (no atomics, deterministic); the max's argmax is one int32 per
+output, written by ``pool_argmax`` before ``pool_backward`` reads it.
+"""
+
+from typing import Any
+
+ct: Any = None  # bound by the module the backend makes (cuda.tile or the CPU emulator)
+
+# ---- kernel module: everything below this line is the kernels' text ----
+
+INF_BITS = 0x7F800000
+MAX = 0
+AVERAGE_INCLUDE_PAD = 1
+AVERAGE_EXCLUDE_PAD = 2
+
+
+@ct.kernel
+def pool_forward(
+    x, y, count,
+    n_div, c_div, d_div, h_div, w_div,
+    n, c, od, oh, ow,
+    xd, xh, xw,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    MODE: ct.Constant[int],
+    TILE: ct.Constant[int],
+):  # fmt: skip
+    flat = ct.bid(0) * TILE + ct.arange(TILE, dtype=ct.int32)
+    i_n = ct.where(flat < count, (flat // n_div) % n, n)
+    i_c = (flat // c_div) % c
+    o_d = (flat // d_div) % od
+    o_h = (flat // h_div) % oh
+    o_w = (flat // w_div) % ow
+    neg_inf = -ct.bitcast(ct.full((TILE,), INF_BITS, dtype=ct.int32), ct.float32)
+    acc = neg_inf if MODE == MAX else ct.full((TILE,), 0.0, dtype=ct.float32)
+    for a in range(kd):
+        i_d = o_d * sd - pd + a
+        for b in range(kh):
+            i_h = o_h * sh - ph + b
+            for e in range(kw):
+                i_w = o_w * sw - pw + e
+                v = ct.astype(ct.gather(x, (i_n, i_c, i_d, i_h, i_w)), ct.float32)
+                if MODE == MAX:
+                    real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
+                    acc = ct.maximum(acc, ct.where(real, v, neg_inf), propagate_nan=True)
+                else:
+                    acc = acc + v
+    if MODE == AVERAGE_INCLUDE_PAD:
+        acc = acc / ct.astype(ct.full((TILE,), kd * kh * kw, dtype=ct.int32), ct.float32)
+    if MODE == AVERAGE_EXCLUDE_PAD:
+        real = (
+            (ct.minimum(o_d * sd - pd + kd, xd) - ct.maximum(o_d * sd - pd, 0))
+            * (ct.minimum(o_h * sh - ph + kh, xh) - ct.maximum(o_h * sh - ph, 0))
+            * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
+        )
+        acc = acc / ct.astype(ct.maximum(real, 1), ct.float32)
+    ct.scatter(y, (i_n, i_c, o_d, o_h, o_w), ct.astype(acc, y.dtype))
+
+
+@ct.kernel
+def pool_argmax(
+    x, argmax, count,
+    n_div, c_div, d_div, h_div, w_div,
+    n, c, od, oh, ow,
+    xd, xh, xw,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    TILE: ct.Constant[int],
+):  # fmt: skip
+    flat = ct.bid(0) * TILE + ct.arange(TILE, dtype=ct.int32)
+    i_n = ct.where(flat < count, (flat // n_div) % n, n)
+    i_c = (flat // c_div) % c
+    o_d = (flat // d_div) % od
+    o_h = (flat // h_div) % oh
+    o_w = (flat // w_div) % ow
+    best = ct.full((TILE,), 0.0, dtype=ct.float32)
+    best_tap = ct.full((TILE,), -1, dtype=ct.int32)
+    for a in range(kd):
+        i_d = o_d * sd - pd + a
+        for b in range(kh):
+            i_h = o_h * sh - ph + b
+            for e in range(kw):
+                i_w = o_w * sw - pw + e
+                v = ct.astype(ct.gather(x, (i_n, i_c, i_d, i_h, i_w)), ct.float32)
+                real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
+                take = real & ((best_tap < 0) | (v > best) | (v != v))
+                best = ct.where(take, v, best)
+                best_tap = ct.where(take, (a * kh + b) * kw + e, best_tap)
+    ct.scatter(argmax, (i_n, i_c, o_d, o_h, o_w), best_tap)
+
+
+@ct.kernel
+def pool_backward(
+    dy, argmax, dx, count,
+    n_div, c_div, d_div, h_div, w_div,
+    n, c, xd, xh, xw,
+    od, oh, ow,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    MODE: ct.Constant[int],
+    TILE: ct.Constant[int],
+):  # fmt: skip
+    flat = ct.bid(0) * TILE + ct.arange(TILE, dtype=ct.int32)
+    i_n = ct.where(flat < count, (flat // n_div) % n, n)
+    i_c = (flat // c_div) % c
+    i_d = (flat // d_div) % xd
+    i_h = (flat // h_div) % xh
+    i_w = (flat // w_div) % xw
+    acc = ct.full((TILE,), 0.0, dtype=ct.float32)
+    for a in range(kd):
+        t_d = i_d + pd - a
+        o_d = ct.where((t_d >= 0) & (t_d % sd == 0), t_d // sd, -1)
+        for b in range(kh):
+            t_h = i_h + ph - b
+            o_h = ct.where((t_h >= 0) & (t_h % sh == 0), t_h // sh, -1)
+            for e in range(kw):
+                t_w = i_w + pw - e
+                o_w = ct.where((t_w >= 0) & (t_w % sw == 0), t_w // sw, -1)
+                g = ct.astype(ct.gather(dy, (i_n, i_c, o_d, o_h, o_w)), ct.float32)
+                if MODE == MAX:
+                    won = ct.gather(argmax, (i_n, i_c, o_d, o_h, o_w), padding_value=-1) == (a * kh + b) * kw + e
+                    acc = acc + ct.where(won, g, 0.0)
+                elif MODE == AVERAGE_INCLUDE_PAD:
+                    acc = acc + g / ct.astype(ct.full((TILE,), kd * kh * kw, dtype=ct.int32), ct.float32)
+                else:
+                    real = (
+                        (ct.minimum(o_d * sd - pd + kd, xd) - ct.maximum(o_d * sd - pd, 0))
+                        * (ct.minimum(o_h * sh - ph + kh, xh) - ct.maximum(o_h * sh - ph, 0))
+                        * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
+                    )
+                    acc = acc + g / ct.astype(ct.maximum(real, 1), ct.float32)
+    ct.scatter(dx, (i_n, i_c, i_d, i_h, i_w), ct.astype(acc, dx.dtype))

@@ -1,0 +1,112 @@
+"""cuTile pooling and pooling_backward: every mode, 1 to 3 spatial dims, any layout (``_window_kernels``).
+
+Each tensor is handed to the kernel as a 5-D strided view over (N, C, D, H,
+W), so NCHW, NHWC and strided views run the same kernel; the flat index a
+block walks follows the written tensor's memory order, so neighbouring lanes
+write neighbouring elements. The backward gathers from the outputs whose
+windows cover each dx element (deterministic, no atomics); max pooling's
+backward first records each window's argmax (an int32 per output, in the
+workspace).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.layout import stride_order
+from sigdnn.graph.node import Node
+from sigdnn.graph.tensor import Tensor
+from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv
+from sigdnn.plan_builders.cutile.source import KernelSource
+from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
+from sigdnn.registry.engine_ids import IN_TREE
+
+TILE = 256  # outputs (or dx elements) one block computes
+MODES = {"max": 0, "average_count_include_pad": 1, "average_count_exclude_pad": 2}
+MARKER = "# ---- kernel module: everything below this line is the kernels' text ----"
+LARGEST = 2**31 - 1 - TILE  # int32 flat indices and coordinates
+
+
+def kernel_source(name: str) -> KernelSource:
+    """The literal kernels' text with ``kernel`` bound to the one named."""
+    text = resources.files("sigdnn.plan_builders.cutile").joinpath("_window_kernels.py").read_text()
+    return KernelSource(f"window_{name}", text.split(MARKER, 1)[1] + f"\nkernel = {name}\n")
+
+
+def as_5d(t: Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(dims, strides) of t over (N, C, D, H, W): missing spatial dims are size 1."""
+    missing = 5 - t.rank
+    return (*t.dims[:2], *(1,) * missing, *t.dims[2:]), (*t.strides[:2], *(1,) * missing, *t.strides[2:])
+
+
+def divisors(t: Tensor) -> tuple[int, ...]:
+    """Per (N, C, D, H, W) axis, the elements of the axes inside it in t's memory order."""
+    dims, strides = as_5d(t)
+    inner, out = 1, [1] * 5
+    for axis in reversed(stride_order(strides)):
+        out[axis] = inner
+        inner *= dims[axis]
+    return tuple(out)
+
+
+def geometry(op: object, spatial: int) -> tuple[int, ...]:
+    """Window, stride and pre-padding over (D, H, W): size-1 windows of stride 1 where x has no such dim."""
+    window = (*(1,) * (3 - spatial), *op.window)  # type: ignore[attr-defined]
+    stride = (*(1,) * (3 - spatial), *op.stride)  # type: ignore[attr-defined]
+    pre = (*(0,) * (3 - spatial), *op.pre_padding)  # type: ignore[attr-defined]
+    return (*window, *stride, *pre)
+
+
+def view(port: str, t: Tensor) -> Arg:
+    dims, strides = as_5d(t)
+    return Arg(port, dims, strides)
+
+
+def _fits(*tensors: Tensor) -> None:
+    for t in tensors:
+        if t.size > LARGEST or 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides)) > LARGEST:
+            raise ValueError(f"tensor '{t.name}' spans 2^31 elements or more (int32 indices)")
+        if min(t.strides) < 0:
+            raise ValueError(f"tensor '{t.name}' has negative strides {list(t.strides)}")
+
+
+class CutilePoolingBuilder(CutileOpBuilder):
+    name = "cutile.pooling"
+    engine_id = IN_TREE[name]
+    ops = ("pooling",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        op = node.op
+        x, y = graph.tensors[op.x], graph.tensors[op.y]
+        _fits(x, y)
+        dims = as_5d(y)[0]
+        constants = (y.size, *divisors(y), *dims, *as_5d(x)[0][2:], *geometry(op, x.rank - 2), MODES[op.mode], TILE)
+        source = kernel_source("pool_forward")
+        return [Launch(source, (cdiv(y.size, TILE), 1, 1), (view("x", x), view("y", y)), constants)], 0
+
+
+class CutilePoolingBackwardBuilder(CutileOpBuilder):
+    name = "cutile.pooling_backward"
+    engine_id = IN_TREE[name]
+    ops = ("pooling_backward",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        op = node.op
+        dy, x, dx = graph.tensors[op.dy], graph.tensors[op.x], graph.tensors[op.dx]
+        _fits(dy, x, dx)
+        y_dims, x_dims = as_5d(dy)[0], as_5d(x)[0]
+        window = geometry(op, x.rank - 2)
+        work = Workspace()
+        launches = []
+        argmax = view("dy", dy)  # the average modes never read it (their branch compiles without it)
+        if op.mode == "max":
+            argmax = work.take(y_dims, "int32")
+            constants = (dy.size, *divisors(dy), *y_dims, *x_dims[2:], *window, TILE)
+            grid = (cdiv(dy.size, TILE), 1, 1)
+            launches.append(Launch(kernel_source("pool_argmax"), grid, (view("x", x), argmax), constants))
+        constants = (dx.size, *divisors(dx), *x_dims, *y_dims[2:], *window, MODES[op.mode], TILE)
+        grid = (cdiv(dx.size, TILE), 1, 1)
+        args = (view("dy", dy), argmax, view("dx", dx))
+        launches.append(Launch(kernel_source("pool_backward"), grid, args, constants))
+        return launches, work.nbytes

@@ -1,0 +1,94 @@
+"""cuTile pooling and pooling_backward through the emulator, against the reference (``sigdnn.validate``).
+
+Every mode over 1 to 3 spatial dims, channels first and last, odd sizes,
+size-1 dims, padding, strides unlike the window, inputs laid out with gaps
+(strided views), ties and NaN / -inf for the max's first-maximum rule; the
+literal kernel text (``_window_kernels.py``) runs block by block in the
+emulator. tests/gpu/test_cutile_pooling.py runs the same cases compiled by
+cuTile. Planted bugs in the kernel text fail validation.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+from emulated import emulated_executor, make_available
+from pooling_cases import CASES, MODES, Case, backward, forward, with_ties
+
+import sigdnn
+from sigdnn.plan_builders.cutile import pooling
+from sigdnn.plan_builders.cutile.pooling import CutilePoolingBackwardBuilder, CutilePoolingBuilder
+from sigdnn.validation.inputs import random_inputs
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_pooling_matches_the_reference(case: Case, mode: str, direction: str) -> None:
+    graph = (forward if direction == "forward" else backward)(case, mode)
+    seed = len(case.name) + len(mode)
+    inputs = with_ties(graph, seed) if mode == "max" else random_inputs(graph, seed=seed)
+    report = sigdnn.validate(graph, inputs, executor=emulated_executor())
+    builder = "cutile.pooling" if direction == "forward" else "cutile.pooling_backward"
+    assert set(report.builders.values()) == {builder}, report.builders
+    assert report.passed, report.table()
+
+
+def test_max_backward_sends_ties_to_the_first_real_maximum_and_nan_to_the_last_nan() -> None:
+    """Hand-worked: one 1-D window of 4 over [pad, 2, 5, 5] and one over [nan, 1, nan, 1]."""
+    case = Case("hand", (1, 1, 7), "NCW", (4,), (4,), (1,))
+    g = backward(case, "max")
+    x = np.array([[[2, 5, 5, np.nan, 1, np.nan, 1]]], np.float32)
+    dy = np.array([[[10, 20]]], np.float32)
+    got = emulated_executor().run(g, {"x": x, "dy": dy})["pool_bwd::dx"]
+    np.testing.assert_array_equal(got, [[[0, 10, 0, 0, 0, 20, 0]]])
+
+
+class Planted(CutilePoolingBackwardBuilder):
+    name = "planted.pooling_backward"
+    engine_id = 30020
+    library = "planted"
+    plant = staticmethod(lambda text: text)
+
+    def launches(self, node, graph):  # type: ignore[no-untyped-def]
+        launches, nbytes = super().launches(node, graph)
+        return [
+            attrs.evolve(la, source=attrs.evolve(la.source, text=self.plant(la.source.text))) for la in launches
+        ], nbytes
+
+
+@pytest.mark.parametrize(
+    "mode, bug",
+    [
+        ("max", ("(v > best)", "(v >= best)")),  # the last maximum instead of the first
+        ("max", ("(t_w >= 0) &", "(t_w >= 1) &")),  # an output column's gradient never reaches the left edge
+        ("average_count_exclude_pad", ("ct.maximum(o_w * sw - pw, 0)", "(o_w * sw - pw)")),  # padding counted
+    ],
+    ids=["last_max", "left_edge", "count_padding"],
+)
+def test_a_planted_bug_fails_validation(mode: str, bug: tuple[str, str]) -> None:
+    old, new = bug
+    assert old in pooling.kernel_source("pool_argmax").text + pooling.kernel_source("pool_backward").text
+    registry = sigdnn.Registry(entry_point_group=None)
+    planted = Planted()
+    planted.plant = staticmethod(lambda text: text.replace(old, new))
+    registry.register(planted)
+    case = CASES[0]
+    graph = backward(case, mode)
+    inputs = with_ties(graph, 5) if mode == "max" else random_inputs(graph, seed=5)
+    executor = emulated_executor(registry=registry, engine="planted.pooling_backward")
+    report = sigdnn.validate(graph, inputs, executor=executor)
+    assert not report.passed
+
+
+def test_the_kernel_text_is_the_literal_file_below_its_marker() -> None:
+    source = pooling.kernel_source("pool_forward")
+    assert source.text.rstrip().endswith("kernel = pool_forward")
+    assert "def pool_forward(" in source.text and "ct: Any = None" not in source.text
+    assert CutilePoolingBuilder().ops == ("pooling",)
