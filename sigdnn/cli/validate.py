@@ -10,7 +10,7 @@ from typing import Any
 import sigdnn
 from sigdnn.cli import options
 from sigdnn.cli.backend import check_backend
-from sigdnn.cli.files import read_graph
+from sigdnn.cli.files import read_graph, read_inputs
 from sigdnn.cli.options import EXIT_FAILED, graph_options, limits
 from sigdnn.cli.screen import Screen
 from sigdnn.errors import UsageError
@@ -29,6 +29,13 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
     validate.add_argument("--seed", type=options.seed, default=0, help="first seed of the random inputs (default: 0)")
     validate.add_argument(
         "--seeds", type=options.count, default=1, metavar="N", help="run seeds SEED..SEED+N-1 (default: 1)"
+    )
+    validate.add_argument(
+        "--inputs",
+        action="append",
+        metavar="FILE",
+        help="the inputs by name (.safetensors, .npz, .npy; may be repeated), e.g. those a campaign saved with a "
+        "failing case; they must hold every input of the one GRAPH. Without --inputs every input is random",
     )
     validate.add_argument("--json", metavar="FILE", help="also write every report as JSON to FILE ('-': stdout)")
     validate.add_argument(
@@ -55,9 +62,11 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
-    check_backend(args.backend)
+    check_backend(args.backend, default_gpu=True)
     if args.fallback and args.backend != "gpu":
         raise UsageError("--fallback needs --backend gpu (the reference runs every node itself)")
+    if args.inputs and (len(args.graphs) > 1 or args.seeds > 1):
+        raise UsageError("--inputs gives one graph its inputs: give one GRAPH and no --seeds")
     seeds = range(args.seed, args.seed + args.seeds)
     fallback = "reference" if args.fallback else None
     if args.plot:
@@ -73,22 +82,25 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
             graph = sigdnn.deserialize(read_graph(args, path), limits=limits(args))
             device = sigdnn.Executor(args.backend, engine=args.engine, fallback=fallback, limits=limits(args))
             truth = truth_executor(args.truth, limits=limits(args))
+            given = given_inputs(args, graph, update) if args.inputs else None
             for seed in seeds:
                 update(f"validating {path} (seed {seed})")
-                report = sigdnn.validate(graph, seed=seed, executor=device, truth=truth)
-                runs.append((path, seed, report))
+                report = sigdnn.validate(graph, given, seed=seed, executor=device, truth=truth)
+                runs.append((path, None if given else seed, report))  # no seed drew inputs from files
                 if args.plot:
                     plots += plot_failures(report, args.plot, f"{os.path.basename(path)}_seed{seed}")
                 update(f"validated {path} (seed {seed})", advance=1)
     if args.json == "-":
         screen.json(_validation_json(runs))
     else:
-        from sigdnn.validation.validate import COLUMNS
+        from sigdnn.validation.table import plain
 
         for path, seed, report in runs:
             verdict = "PASS" if report.passed else "FAIL"
-            title = f"{path} (seed {seed}): graph '{report.graph}' against the {report.truth.upper()} reference"
-            screen.table(f"{title}: {verdict}", COLUMNS, report.rows())
+            title = (
+                f"{path} ({_source(args, seed)}): graph '{report.graph}' against the {report.truth.upper()} reference"
+            )
+            screen.line(plain(f"{title}: {verdict}", report.rows(), report.details()))
         if len(runs) > 1:
             screen.table(
                 "summary",
@@ -102,6 +114,22 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
         for plot in plots:
             screen.line(f"wrote {shown(plot)}")
     return 0 if all(report.passed for _, _, report in runs) else EXIT_FAILED
+
+
+def _source(args: argparse.Namespace, seed: int | None) -> str:
+    return f"seed {seed}" if seed is not None else f"inputs {', '.join(shown(p) for p in args.inputs)}"
+
+
+def given_inputs(args: argparse.Namespace, graph: Any, update: Any) -> dict[str, Any]:
+    """Every input of ``graph`` from the --inputs files (a validation on partly random inputs would not replay)."""
+    given = read_inputs(args, graph, update)
+    missing = [t.name for t in graph.inputs if t.name not in given]
+    if missing:
+        raise UsageError(
+            f"--inputs {', '.join(shown(p) for p in args.inputs)} lack input(s) {', '.join(map(repr, missing))} "
+            f"of graph '{graph.name}'"
+        )
+    return given
 
 
 def _validation_json(runs: list[tuple[str, int, Any]]) -> dict[str, Any]:

@@ -168,6 +168,7 @@ class Executor:
                 steps.append(self._view_step(graph.nodes[i], keys[i]))
             elif i not in claimed:
                 steps.append(self._node_step(graph, graph.nodes[i], keys[i], device, policy))
+        self._check_engine_used(graph, steps)
         position = {graph.nodes[i]: p for p, i in enumerate(order)}
         rank = [min(position[n] for n in s.nodes) for s in steps]
         sizes = {uid: tensor_bytes(graph, uid) for uid, t in graph.tensors.items()
@@ -254,6 +255,18 @@ class Executor:
         if pinned is None and self.engine is not None and self._find(self.engine, node).serves(key):
             pinned = self.engine
         return pinned
+
+    def _check_engine_used(self, graph: Graph, steps: list[Step]) -> None:
+        """An engine that runs no step served no node: a typo or the wrong graph, said rather than ignored."""
+        if self.engine is None or not steps:
+            return
+        builder = self._find(self.engine)
+        if all(step.builder.engine_id != builder.engine_id for step in steps):
+            ops = sorted({node.op.kind for node in graph.nodes})
+            raise UsageError(
+                f"engine {builder.name} (#{builder.engine_id}) serves no node of graph '{graph.name}' "
+                f"(its ops: {', '.join(ops)}); `sigdnn builders` lists each builder's ops"
+            )
 
     def _pinned_elsewhere(self, node: Node, builder: PlanBuilder) -> bool:
         pinned = self.pins.get(node.name)

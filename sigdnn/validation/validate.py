@@ -25,8 +25,10 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.tensor import Tensor
 from sigdnn.runtime.device import ExecutionContext
+from sigdnn.validation import table as table_format
 from sigdnn.validation.compare import Comparison, Errors, compare, errors, summarize
 from sigdnn.validation.inputs import random_inputs
+from sigdnn.validation.table import END_TO_END
 from sigdnn.validation.tolerances import Tolerance, node_tolerance, output_tolerance, step_tolerance
 from sigdnn.validation.truth import REFERENCE_ONLY, run_context, truth_executor, truth_name
 from sigdnn.validation.unspecified import specified, unspecified_positions
@@ -38,21 +40,6 @@ class NodeCheck:
     builder: str  # the device builder that ran it
     comparison: Comparison
     errors: Errors | None = attrs.field(default=None, eq=False, repr=False)  # kept when the check fails (plots)
-
-
-COLUMNS = (
-    ("step", "left"),
-    ("builder", "left"),
-    ("tensor", "left"),
-    ("max abs", "right"),
-    ("max rel", "right"),
-    ("max ulp", "right"),
-    ("mismatches", "right"),
-    ("worst element", "left"),
-    ("tolerance", "left"),
-    ("verdict", "left"),
-)
-END_TO_END = "(end to end)"
 
 
 @attrs.frozen
@@ -74,21 +61,22 @@ class ValidationReport:
     def failures(self) -> tuple[NodeCheck, ...]:
         return tuple(c for c in self.nodes if not c.comparison.passed)
 
+    def _checks(self) -> list[tuple[str, str, Comparison]]:
+        """(step, builder, comparison): each step tensor (same inputs as the device), then each output end to end."""
+        return [(c.node, c.builder, c.comparison) for c in self.nodes] + [(END_TO_END, "", c) for c in self.outputs]
+
     def rows(self) -> list[list[str]]:
-        """One row per step tensor (same inputs as the device), then one per graph output (end to end)."""
-        steps = [_row(c.node, c.builder, c.comparison) for c in self.nodes]
-        return steps + [_row(END_TO_END, "", c) for c in self.outputs]
+        """One row per step tensor, then one per graph output; columns as ``table_format.COLUMNS``."""
+        return [table_format.row(*check) for check in self._checks()]
+
+    def details(self) -> list[str]:
+        """A line (wrapped to table_format.WIDTH) per failing tensor: its worst element and the tolerance it broke."""
+        return table_format.failure_lines([(step, c) for step, _, c in self._checks()])
 
     def table(self) -> str:
-        """The rows as plain text (the CLI draws the same rows with rich)."""
-        header = [name for name, _ in COLUMNS]
-        body = [header, *self.rows()]
-        widths = [max(len(r[i]) for r in body) for i in range(len(header))]
-        lines = [f"validation of '{self.graph}' against the {self.truth.upper()} reference: {self.verdict}"]
-        for r in body:
-            cells = (v.rjust(w) if justify == "right" else v.ljust(w) for v, w, (_, justify) in zip(r, widths, COLUMNS))
-            lines.append("  ".join(cells).rstrip())
-        return "\n".join(lines)
+        """The rows as plain text, the failure lines after them (the CLI draws the same rows)."""
+        title = f"validation of '{self.graph}' against the {self.truth.upper()} reference: {self.verdict}"
+        return table_format.plain(title, self.rows(), self.details())
 
     @property
     def verdict(self) -> str:
@@ -105,22 +93,6 @@ class ValidationReport:
             },
             indent=2,
         )
-
-
-def _row(step: str, builder: str, c: Comparison) -> list[str]:
-    worst = "" if c.passed else f"worst at {c.worst_index}: got {c.worst_got!r}, want {c.worst_want!r}"
-    return [
-        step,
-        builder,
-        c.name,
-        f"{c.max_abs_error:.3g}",
-        f"{c.max_rel_error:.3g}",
-        f"{c.max_ulp_error:.3g}",
-        f"{c.mismatches + c.nan_inf_mismatches}/{c.size}",
-        worst,
-        str(c.tolerance),
-        "PASS" if c.passed else "FAIL",
-    ]
 
 
 def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:

@@ -200,8 +200,10 @@ def test_report_json(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The command writes the same JSON (a CPU stand-in for the GPU backend) and exits 1 on FAIL.
     path = tmp_path / "g.sdg"
     path.write_bytes(integer_graph().serialize())
-    monkeypatch.setattr(sigdnn, "validate", lambda g, seed, executor, truth: validate(g, INPUTS, executor=off_by_one()))
-    monkeypatch.setattr("sigdnn.cli.validate.check_backend", lambda backend: None)
+    monkeypatch.setattr(
+        sigdnn, "validate", lambda g, given, seed, executor, truth: validate(g, INPUTS, executor=off_by_one())
+    )
+    monkeypatch.setattr("sigdnn.cli.validate.check_backend", lambda backend, default_gpu=False: None)
     out = tmp_path / "report.json"
     assert cli.main(["validate", str(path), "--backend", "reference", "--json", str(out)]) == 1
     written = json.loads(out.read_text())

@@ -1,0 +1,99 @@
+"""CLI edges a new user hit (#32): an --engine that runs no node, validate with no GPU, validate --inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import add_graph, cli
+
+import sigdnn
+from sigdnn.errors import UsageError
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_an_engine_that_serves_no_node_of_the_graph_is_an_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    path = add_graph(tmp_path / "g.sdg")
+    code, out, err = cli(capsys, command, path, "--backend", "reference", "--engine", "reference.sdpa")
+    assert code == 2 and out == ""
+    assert "engine reference.sdpa (#" in err and "serves no node of graph 'small' (its ops: pointwise)" in err
+
+
+def test_an_engine_that_serves_a_node_runs_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "run", add_graph(tmp_path / "g.sdg"), "--engine", "reference.pointwise")
+    assert code == 0, err
+
+
+def test_the_executor_refuses_an_engine_no_step_runs() -> None:
+    g = sigdnn.Graph("mm", io_dtype="float32")
+    g.matmul(g.tensor("a", (2, 3)), g.tensor("b", (3, 4))).set_output(True)
+    with pytest.raises(UsageError, match=r"engine reference\.pointwise \(#\d+\) serves no node of graph 'mm'"):
+        sigdnn.Executor("reference", engine="reference.pointwise").prepare(g)
+    assert sigdnn.Executor("reference", engine="reference.matmul").prepare(g).steps
+
+
+def test_validate_with_no_gpu_packages_says_to_install_them_or_use_the_reference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    code, out, err = cli(capsys, "validate", add_graph(tmp_path / "g.sdg"))
+    assert code == 2 and out == ""
+    assert "sigdnn validate checks the GPU builders against the reference unless told otherwise" in err
+    assert "pip install 'sigdnn[gpu]'" in err and "--backend reference" in err
+
+
+def test_validate_with_the_packages_but_no_gpu_says_why_and_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())
+    monkeypatch.setattr("sigdnn.runtime.cuda.gpu_unavailable_reason", lambda: "no CUDA device is visible")
+    code, _, err = cli(capsys, "validate", add_graph(tmp_path / "g.sdg"))
+    assert code == 2
+    assert "--backend gpu cannot run here: no CUDA device is visible; validate the graph on the CPU" in err
+    assert "--backend reference" in err
+
+
+def test_validate_inputs_replays_the_saved_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The inputs reach the comparison: a NaN in them shows in the JSON's worst element, not a random value."""
+    path = add_graph(tmp_path / "g.sdg")
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.array([[0.5, -1.0, 2.0]], np.float32)
+    np.savez(tmp_path / "in.npz", a=a, b=b)
+    code, out, err = cli(capsys, "validate", path, "--backend", "reference", "--inputs", tmp_path / "in.npz")
+    assert code == 0, err
+    assert f"g.sdg (inputs '{tmp_path / 'in.npz'}'): graph 'small' PASS" in out
+    got: dict[str, np.ndarray] = {}
+    sigdnn.validate(sigdnn.deserialize(path.read_bytes()), {"a": a, "b": b}, backend="reference", got=got)
+    np.testing.assert_array_equal(got["c"], a + b)
+    code, out, _ = cli(
+        capsys, "validate", path, "--backend", "reference", "--inputs", tmp_path / "in.npz", "--json", "-"
+    )
+    assert code == 0 and '"seed": null' in out
+
+
+def test_validate_inputs_must_hold_every_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = add_graph(tmp_path / "g.sdg")
+    np.savez(tmp_path / "in.npz", a=np.zeros((2, 3), np.float32))
+    code, _, err = cli(capsys, "validate", path, "--backend", "reference", "--inputs", tmp_path / "in.npz")
+    assert code == 2 and "lack input(s) 'b' of graph 'small'" in err
+
+
+@pytest.mark.parametrize("extra", [["--seeds", "2"], ["SECOND"]])
+def test_validate_inputs_is_for_one_graph_and_one_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str]
+) -> None:
+    path = add_graph(tmp_path / "g.sdg")
+    np.savez(tmp_path / "in.npz", a=np.zeros((2, 3), np.float32), b=np.zeros((1, 3), np.float32))
+    extra = [str(path) if e == "SECOND" else e for e in extra]
+    code, _, err = cli(capsys, "validate", path, *extra, "--backend", "reference", "--inputs", tmp_path / "in.npz")
+    assert code == 2 and "--inputs gives one graph its inputs" in err
+
+
+def test_validate_inputs_of_the_wrong_shape_name_the_tensor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = add_graph(tmp_path / "g.sdg")
+    np.savez(tmp_path / "in.npz", a=np.zeros((3, 3), np.float32), b=np.zeros((1, 3), np.float32))
+    code, _, err = cli(capsys, "validate", path, "--backend", "reference", "--inputs", tmp_path / "in.npz")
+    assert code == 2 and "tensor 'a' (uid 1): shape [3, 3] does not match the graph's dims [2, 3]" in err
