@@ -64,7 +64,7 @@ def test_validate_inputs_replays_the_saved_inputs(tmp_path: Path, capsys: pytest
     np.savez(tmp_path / "in.npz", a=a, b=b)
     code, out, err = cli(capsys, "validate", path, "--backend", "reference", "--inputs", tmp_path / "in.npz")
     assert code == 0, err
-    assert f"g.sdg (inputs '{tmp_path / 'in.npz'}'): graph 'small' PASS" in out
+    assert f"g.sdg (inputs '{tmp_path / 'in.npz'}'): graph 'small' against the CPU reference: PASS" in out
     got: dict[str, np.ndarray] = {}
     sigdnn.validate(sigdnn.deserialize(path.read_bytes()), {"a": a, "b": b}, backend="reference", got=got)
     np.testing.assert_array_equal(got["c"], a + b)
