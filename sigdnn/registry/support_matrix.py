@@ -14,6 +14,8 @@ written for, and a builder's ``check`` may still decline a shape or layout.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 
 from sigdnn.dtypes import as_data_type
@@ -74,11 +76,12 @@ def _serving_libraries(builders: list[PlanBuilder], keys: list[SignatureKey]) ->
     return tuple(sorted(libraries, key=lambda lib: (order.index(lib) if lib in order else len(order), lib)))
 
 
-def support_rows(registry: Registry = DEFAULT_REGISTRY) -> list[Row]:
-    """One row per op (sorted): for each of DTYPES the libraries whose builders serve it, or None."""
+def support_rows(registry: Registry = DEFAULT_REGISTRY, kinds: Iterable[str] | None = None) -> list[Row]:
+    """One row per op (``kinds``, default every defined op; sorted): for each of DTYPES the libraries whose
+    builders serve it, or None."""
     builders = [b for b in registry.builders() if b.library not in NOT_IN_MATRIX]
     rows = []
-    for kind in sorted(OP_CLASSES):
+    for kind in sorted(OP_CLASSES if kinds is None else kinds):
         serving = [b for b in builders if kind in b.ops]
         cells: dict[str, tuple[str, ...] | None] = {}
         for dtype in DTYPES:
@@ -98,9 +101,9 @@ def _cell(libraries: tuple[str, ...] | None) -> str:
     return " ".join(LIBRARY_MARKS.get(lib, lib) for lib in libraries) or "-"
 
 
-def markdown_table(registry: Registry = DEFAULT_REGISTRY) -> str:
+def markdown_table(registry: Registry = DEFAULT_REGISTRY, kinds: Iterable[str] | None = None) -> str:
     """The matrix as a markdown table: R reference (CPU), T cuTile, C CuTe DSL; blank: the op takes no such dtype."""
     lines = [f"| op | {' | '.join(DTYPES)} |", "|---|" + "---|" * len(DTYPES)]
-    for kind, cells in support_rows(registry):
+    for kind, cells in support_rows(registry, kinds):
         lines.append(f"| {kind} | {' | '.join(_cell(cells[d]) for d in DTYPES)} |")
     return "\n".join(lines) + "\n"
