@@ -1,4 +1,4 @@
-"""Graphs of the gated delta rule forward shared by the emulated and the GPU tests."""
+"""Graphs of the gated delta rule (forward and backward) shared by the emulated and the GPU tests."""
 
 from __future__ import annotations
 
@@ -34,6 +34,35 @@ def delta_rule_graph(
     )
     o.set_output(True).set_name("o")
     final.set_output(True).set_name("final").set_data_type(state or "float32")
+    inputs = random_inputs(g, seed=len(lengths) + sum(lengths))
+    inputs["cu"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return g, inputs
+
+
+def delta_rule_backward_graph(
+    kind: str,
+    lengths: tuple[int, ...],
+    heads: int = 2,
+    kd: int = 8,
+    vd: int = 8,
+    io: str = "bfloat16",
+    l2norm: bool = True,
+    state: str | None = "float32",
+    d_final: bool = True,
+) -> tuple[sigdnn.Graph, dict[str, np.ndarray]]:
+    """A gdn_bwd / kda_bwd node over sequences of ``lengths``, and validation's inputs."""
+    tokens, n = sum(lengths), len(lengths)
+    g = sigdnn.Graph(f"{kind}_bwd_{n}", io_dtype=io, compute_dtype="float32")
+    q, k, v = g.tensor("q", (tokens, heads, kd)), g.tensor("k", (tokens, heads, kd)), g.tensor("v", (tokens, heads, vd))
+    gate = g.tensor("g", (tokens, heads, kd) if kind == "kda" else (tokens, heads), dtype="float32")
+    beta, cu = g.tensor("beta", (tokens, heads)), g.tensor("cu", (n + 1,), dtype="int32")
+    h0 = g.tensor("h0", (n, heads, kd, vd), dtype=state) if state else None
+    d_o = g.tensor("d_o", (tokens, heads, vd))
+    dht = g.tensor("dht", (n, heads, kd, vd), dtype=state or "float32") if d_final else None
+    grads = getattr(g, f"{kind}_bwd")(q, k, v, gate, beta, cu, h0, d_o, dht, use_qk_l2norm=l2norm, name="n")
+    for t, name in zip(grads, ("dq", "dk", "dv", "dg", "dbeta", "dh0")):
+        if t is not None:
+            t.set_output(True).set_name(name)
     inputs = random_inputs(g, seed=len(lengths) + sum(lengths))
     inputs["cu"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     return g, inputs

@@ -62,6 +62,8 @@ IN_TREE: dict[str, int] = {
     "cutile.matmul": 2030,
     "cutile.gdn": 2040,
     "cutile.kda": 2041,
+    "cutile.gdn_bwd": 2042,
+    "cutile.kda_bwd": 2043,
     "cute.matmul": 3000,
     "cute.conv_fprop": 3001,
     "cute.conv_fprop_implicit": 3002,

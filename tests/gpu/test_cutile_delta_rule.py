@@ -1,4 +1,4 @@
-"""cuTile gdn / kda forward on the GPU against the float64 recurrence, through sigdnn.validate.
+"""cuTile gdn / kda forward and backward on the GPU against the float64 recurrence, through sigdnn.validate.
 
 The emulated tests (tests/plan_builders/cutile/test_emulated_delta_rule.py)
 run the same kernel text on the CPU; here cuTile compiles it: lengths around
@@ -8,7 +8,7 @@ the chunk, mixed lengths at the benchmark's head dims, and the planted bugs.
 from __future__ import annotations
 
 import pytest
-from delta_rule_cases import CHUNK_EDGES, delta_rule_graph
+from delta_rule_cases import CHUNK_EDGES, delta_rule_backward_graph, delta_rule_graph
 
 import sigdnn
 
@@ -24,4 +24,13 @@ def test_the_chunked_kernel_on_the_gpu(kind, lengths, heads, dims) -> None:
     g, inputs = delta_rule_graph(kind, lengths, heads=heads, kd=dims, vd=dims)
     report = sigdnn.validate(g, inputs, backend="gpu")
     assert report.builders == {"n": f"cutile.{kind}"}
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+@pytest.mark.parametrize(("lengths", "heads", "dims"), [(CHUNK_EDGES, 2, 8), ((1000, 37, 3000, 64), 16, 128)])
+def test_the_chunked_backward_on_the_gpu(kind, lengths, heads, dims) -> None:
+    g, inputs = delta_rule_backward_graph(kind, lengths, heads=heads, kd=dims, vd=dims)
+    report = sigdnn.validate(g, inputs, backend="gpu")
+    assert report.builders == {"n": f"cutile.{kind}_bwd"}
     assert report.passed, report.table()

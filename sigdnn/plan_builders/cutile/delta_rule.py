@@ -1,8 +1,10 @@
-"""cuTile gdn and kda forward: the chunked gated delta rule (``delta_rule_kernel``), one launch a node.
+"""cuTile gdn, kda and their backward: the chunked gated delta rule (``delta_rule_kernel``), one launch a node.
 
 Takes packed token-major tensors (q, k, v, g, beta row-major [T, H, *],
 states row-major [N, H, K, V]), bf16 / f16 / f32 q, k, v, o; a float32 gate;
 int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
+backward keeps each chunk's start state in the step's workspace (float32,
+one slot per chunk of the batch) between its two passes. The
 kernel trusts cu_seqlens (as flash-linear-attention's does): a sequence
 outside [0, T] reads and writes nothing past the tensors (gathers and
 scatters are bounds-checked), but the result is not defined.
@@ -17,9 +19,9 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import packed_strides
 from sigdnn.graph.node import Node
-from sigdnn.plan_builders.cutile.delta_rule_kernel import DeltaRuleShape, forward_source
+from sigdnn.plan_builders.cutile.delta_rule_kernel import CHUNK, DeltaRuleShape, backward_source, forward_source
 from sigdnn.plan_builders.cutile.opbase import IO_DTYPES, CutileOpBuilder
-from sigdnn.plan_builders.cutile.steps import Arg, Launch
+from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.signature_keys import SignatureKey
 
@@ -31,9 +33,9 @@ WIDEST = 256  # K and V held as one tile each
 def dtype_allowed(port: str, dtype: DataType) -> bool:
     if port == "cu_seqlens":
         return dtype in INDEX_DTYPES
-    if port == "g":
+    if port in ("g", "dg"):
         return dtype is DataType.FLOAT32
-    if port in ("initial_state", "final_state"):
+    if port in ("initial_state", "final_state", "d_initial_state", "d_final_state"):
         return dtype in STATE_DTYPES
     return dtype in IO_DTYPES
 
@@ -58,32 +60,68 @@ class _DeltaRuleForward(CutileOpBuilder):
         except ValueError as e:
             raise NotSupported(f"{where}: {e}") from None
 
-    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+    def shape(self, node: Node, graph: Graph) -> tuple[DeltaRuleShape, int, int]:
+        """(the kernel's shape, T, N); ValueError for head dims past ``WIDEST``."""
         op = node.op
         ports = op.ports()
-        _, heads, kd = graph.tensors[ports["q"]].dims
+        tokens, heads, kd = graph.tensors[ports["q"]].dims
         vd = graph.tensors[ports["v"]].dims[2]
         if kd > WIDEST or vd > WIDEST:
             raise ValueError(f"head dims K {kd}, V {vd}: at most {WIDEST}")
-        sequences = graph.tensors[ports["cu_seqlens"]].size - 1
+        final = "final_state" in ports or "d_final_state" in ports
         shape = DeltaRuleShape(
             heads, kd, vd, op.per_channel_gate, op.use_qk_l2norm,
-            kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, "final_state" in ports,
+            kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, final,
         )  # fmt: skip
+        return shape, tokens, graph.tensors[ports["cu_seqlens"]].size - 1
+
+    @staticmethod
+    def args(node: Node, graph: Graph, names: tuple[str, ...], placeholder: str) -> list[Arg]:
+        """Flat views of the ports in kernel order; an absent optional port gets ``placeholder`` (never touched)."""
+        ports = node.op.ports()
+        return [
+            Arg(p, (graph.tensors[ports[p]].size,), (1,)) if p in ports else Arg(placeholder, (1,), (1,)) for p in names
+        ]
+
+
+class _DeltaRuleForwardBuilder(_DeltaRuleForward):
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        shape, _, sequences = self.shape(node, graph)
         names = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "o", "final_state")
-        args = tuple(
-            Arg(p, (graph.tensors[ports[p]].size,), (1,)) if p in ports else Arg("o", (1,), (1,)) for p in names
-        )
-        return [Launch(forward_source(shape), (sequences, heads, 1), args)], 0
+        args = tuple(self.args(node, graph, names, "o"))
+        return [Launch(forward_source(shape), (sequences, shape.heads, 1), args)], 0
 
 
-class CutileGdnBuilder(_DeltaRuleForward):
+class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        shape, tokens, sequences = self.shape(node, graph)
+        names = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "d_o", "d_final_state")
+        names += ("dq", "dk", "dv", "dg", "dbeta", "d_initial_state")
+        workspace = Workspace()
+        saved = workspace.take(((tokens // CHUNK + sequences + 1) * shape.heads * shape.kp * shape.vp,))
+        args = (*self.args(node, graph, names, "dq"), saved)
+        return [Launch(backward_source(shape), (sequences, shape.heads, 1), args)], workspace.nbytes
+
+
+class CutileGdnBuilder(_DeltaRuleForwardBuilder):
     name: ClassVar[str] = "cutile.gdn"
     engine_id: ClassVar[int] = IN_TREE[name]
     ops: ClassVar[tuple[str, ...]] = ("gdn",)
 
 
-class CutileKdaBuilder(_DeltaRuleForward):
+class CutileKdaBuilder(_DeltaRuleForwardBuilder):
     name: ClassVar[str] = "cutile.kda"
     engine_id: ClassVar[int] = IN_TREE[name]
     ops: ClassVar[tuple[str, ...]] = ("kda",)
+
+
+class CutileGdnBwdBuilder(_DeltaRuleBackwardBuilder):
+    name: ClassVar[str] = "cutile.gdn_bwd"
+    engine_id: ClassVar[int] = IN_TREE[name]
+    ops: ClassVar[tuple[str, ...]] = ("gdn_bwd",)
+
+
+class CutileKdaBwdBuilder(_DeltaRuleBackwardBuilder):
+    name: ClassVar[str] = "cutile.kda_bwd"
+    engine_id: ClassVar[int] = IN_TREE[name]
+    ops: ClassVar[tuple[str, ...]] = ("kda_bwd",)

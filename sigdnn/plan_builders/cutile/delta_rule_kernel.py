@@ -46,6 +46,11 @@ class DeltaRuleShape:
     chunk: int = CHUNK
 
     @property
+    def gate_width(self) -> int:
+        """Columns of the gate and its cumulative sums: K (padded) for kda, 1 for gdn."""
+        return self.kp if self.per_channel else 1
+
+    @property
     def kp(self) -> int:
         return 1 << max(0, self.kd - 1).bit_length()
 
@@ -60,46 +65,38 @@ def _pair_products(s: DeltaRuleShape) -> list[str]:
         return [
             "diff = ct.where(lower, b - ct.transpose(b), 0.0)",
             "decay = ct.where(lower, ct.exp(diff), 0.0)",
-            "kk = ct.mma(kt, ct.transpose(kt), zero_cc) * decay",
+            "kk = ct.where(strict, ct.mma(kt, ct.transpose(kt), zero_cc) * decay, 0.0)",
             "qk = ct.mma(qt, ct.transpose(kt), zero_cc) * decay",
         ]
     return [
         "kk = zero_cc",
         "qk = zero_cc",
         f"for ch in range({s.kd}):",
-        "    pick = ct.reshape(kcols == ch, (1, KP))",
-        "    kc = ct.sum(ct.where(pick, kt, 0.0), axis=1, keepdims=True)",
-        "    qc = ct.sum(ct.where(pick, qt, 0.0), axis=1, keepdims=True)",
-        "    bc = ct.sum(ct.where(pick, b, 0.0), axis=1, keepdims=True)",
-        "    decay = ct.where(lower, ct.exp(ct.where(lower, bc - ct.transpose(bc), 0.0)), 0.0)",
-        "    kk = kk + kc * ct.transpose(kc) * decay",
+        *("    " + line for line in _channel()),
+        "    kk = kk + ct.where(strict, kc * ct.transpose(kc) * decay, 0.0)",
         "    qk = qk + qc * ct.transpose(kc) * decay",
     ]
 
 
-def forward_source(s: DeltaRuleShape) -> KernelSource:
-    c, kp, vp = s.chunk, s.kp, s.vp
-    gw = kp if s.per_channel else 1  # the gate's columns
-    norm = [
-        f"qt = qt * ct.rsqrt(ct.sum(qt * qt, axis=1, keepdims=True) + {L2NORM_EPS!r})",
-        f"kt = kt * ct.rsqrt(ct.sum(kt * kt, axis=1, keepdims=True) + {L2NORM_EPS!r})",
+def _channel() -> list[str]:
+    """Key channel ``ch`` of k, q and b as columns, and its pair decays (lower, diagonal included)."""
+    return [
+        "pick = ct.reshape(kcols == ch, (1, KP))",
+        "kc = ct.sum(ct.where(pick, kt, 0.0), axis=1, keepdims=True)",
+        "qc = ct.sum(ct.where(pick, qt, 0.0), axis=1, keepdims=True)",
+        "bc = ct.sum(ct.where(pick, b, 0.0), axis=1, keepdims=True)",
+        "decay = ct.where(lower, ct.exp(ct.where(lower, bc - ct.transpose(bc), 0.0)), 0.0)",
     ]
-    gate = (
-        "gt = ct.astype(ct.gather(g, rows2 * (H * K) + head * K + kcols2, mask=valid2 & kin2), ct.float32)"
-        if s.per_channel
-        else "gt = ct.reshape(ct.astype(ct.gather(g, rows * H + head, mask=valid), ct.float32), (C, 1))"
-    )
-    load_state = (
-        "state = ct.astype(ct.gather(h0, state_at, mask=state_in), ct.float32)"
-        if s.initial_state
-        else "state = ct.full((KP, VP), 0.0, dtype=ct.float32)"
-    )
-    store_state = ["ct.scatter(ht, state_at, state, mask=state_in)"] if s.final_state else []
-    body = [
+
+
+def _setup(s: DeltaRuleShape) -> list[str]:
+    """The block's sequence (read from cu on the device), index tiles and masks."""
+    return [
         "n = ct.bid(0)",
         "head = ct.bid(1)",
         "start = ct.gather(cu, n)",
         "stop = ct.gather(cu, n + 1)",
+        "chunks = ct.cdiv(stop - start, C)",
         "steps = ct.arange(C, dtype=ct.int32)",
         "kcols = ct.arange(KP, dtype=ct.int32)",
         "vcols = ct.arange(VP, dtype=ct.int32)",
@@ -115,55 +112,221 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         "last = ct.reshape(steps == C - 1, (C, 1))",
         "state_at = ((n * H + head) * K + ct.reshape(kcols, (KP, 1))) * V + vcols2",
         "state_in = (ct.reshape(kcols, (KP, 1)) < K) & vin2",
-        load_state,
-        "for chunk in range(ct.cdiv(stop - start, C)):",
-        *(
-            "    " + line
-            for line in (
-                "rows = start + chunk * C + steps",
-                "valid = rows < stop",
-                "rows2 = ct.reshape(rows, (C, 1))",
-                "valid2 = ct.reshape(valid, (C, 1))",
-                "qt = ct.astype(ct.gather(q, rows2 * (H * K) + head * K + kcols2, mask=valid2 & kin2), ct.float32)",
-                "kt = ct.astype(ct.gather(k, rows2 * (H * K) + head * K + kcols2, mask=valid2 & kin2), ct.float32)",
-                "vt = ct.astype(ct.gather(v, rows2 * (H * V) + head * V + vcols2, mask=valid2 & vin2), ct.float32)",
-                gate,
-                "bt = ct.reshape(ct.astype(ct.gather(beta, rows * H + head, mask=valid), ct.float32), (C, 1))",
-                *(norm if s.l2norm else []),
-                f"qt = qt * {float(s.scale)!r}",
-                f"b = ct.mma(ones_below, gt, ct.full((C, {gw}), 0.0, dtype=ct.float32))",
-                "b_last = ct.sum(ct.where(last, b, 0.0), axis=0, keepdims=True)",
-                *_pair_products(s),
-                "m = ct.where(strict, kk, 0.0) * bt",
-                "inverse = eye - m",
-                "power = m",
-                f"for _ in range({(c - 1).bit_length() - 1}):",
-                "    power = ct.mma(power, power, zero_cc)",
-                "    inverse = ct.mma(inverse, eye + power, zero_cc)",
-                "u = ct.mma(inverse, bt * vt, ct.full((C, VP), 0.0, dtype=ct.float32))",
-                "w = ct.mma(inverse, bt * (kt * ct.exp(b)), ct.full((C, KP), 0.0, dtype=ct.float32))",
-                "u = u - ct.mma(w, state, ct.full((C, VP), 0.0, dtype=ct.float32))",
-                "out = ct.mma(qt * ct.exp(b), state, ct.mma(qk, u, ct.full((C, VP), 0.0, dtype=ct.float32)))",
-                "ct.scatter(o, rows2 * (H * V) + head * V + vcols2, out, mask=valid2 & vin2)",
-                "carried = kt * ct.exp(b_last - b)",
-                "state = state * ct.reshape(ct.exp(b_last), (" + ("KP" if s.per_channel else "1") + ", 1))"
-                " + ct.mma(ct.transpose(carried), u, ct.full((KP, VP), 0.0, dtype=ct.float32))",
-            )
-        ),
-        *store_state,
     ]
-    params = "q, k, v, g, beta, cu, h0, o, ht"
+
+
+def _load(s: DeltaRuleShape) -> list[str]:
+    """One chunk's rows (0 past the sequence), q and k normalized and scaled, b the cumulative log decay."""
+    gate = (
+        "gt = ct.astype(ct.gather(g, rows2 * (H * K) + head * K + kcols2, mask=valid2 & kin2), ct.float32)"
+        if s.per_channel
+        else "gt = ct.reshape(ct.astype(ct.gather(g, rows * H + head, mask=valid), ct.float32), (C, 1))"
+    )
+    norm = [
+        f"rq = ct.rsqrt(ct.sum(qr * qr, axis=1, keepdims=True) + {L2NORM_EPS!r})",
+        f"rk = ct.rsqrt(ct.sum(kr * kr, axis=1, keepdims=True) + {L2NORM_EPS!r})",
+        "qn = qr * rq",
+        "kt = kr * rk",
+    ]
+    return [
+        "rows = start + chunk * C + steps",
+        "valid = rows < stop",
+        "rows2 = ct.reshape(rows, (C, 1))",
+        "valid2 = ct.reshape(valid, (C, 1))",
+        "qk_at = rows2 * (H * K) + head * K + kcols2",
+        "v_at = rows2 * (H * V) + head * V + vcols2",
+        "qr = ct.astype(ct.gather(q, qk_at, mask=valid2 & kin2), ct.float32)",
+        "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
+        "vt = ct.astype(ct.gather(v, v_at, mask=valid2 & vin2), ct.float32)",
+        gate,
+        "bt = ct.reshape(ct.astype(ct.gather(beta, rows * H + head, mask=valid), ct.float32), (C, 1))",
+        *(norm if s.l2norm else ["qn = qr", "kt = kr"]),
+        f"qt = qn * {float(s.scale)!r}",
+        f"b = ct.mma(ones_below, gt, ct.full((C, {s.gate_width}), 0.0, dtype=ct.float32))",
+        "b_last = ct.sum(ct.where(last, b, 0.0), axis=0, keepdims=True)",
+    ]
+
+
+def _wy(s: DeltaRuleShape) -> list[str]:
+    """T = (I + diag(beta) KK)^-1 by the nilpotent series; kg; e = v - kg h; u = T beta e."""
+    return [
+        "m = kk * bt",
+        "inverse = eye - m",
+        "power = m",
+        f"for _ in range({(s.chunk - 1).bit_length() - 1}):",
+        "    power = ct.mma(power, power, zero_cc)",
+        "    inverse = ct.mma(inverse, eye + power, zero_cc)",
+        "kg = kt * ct.exp(b)",
+        "e = vt - ct.mma(kg, state, ct.full((C, VP), 0.0, dtype=ct.float32))",
+        "u = ct.mma(inverse, bt * e, ct.full((C, VP), 0.0, dtype=ct.float32))",
+        "carried = kt * ct.exp(b_last - b)",
+    ]
+
+
+def _carry(s: DeltaRuleShape) -> str:
+    """The state after the chunk."""
+    rows = "KP" if s.per_channel else "1"
+    return (
+        f"state = state * ct.reshape(ct.exp(b_last), ({rows}, 1))"
+        " + ct.mma(ct.transpose(carried), u, ct.full((KP, VP), 0.0, dtype=ct.float32))"
+    )
+
+
+def _module(s: DeltaRuleShape, prefix: str, params: str, body: list[str]) -> KernelSource:
     header = [
-        f"C = {c}",
+        f"C = {s.chunk}",
         f"H = {s.heads}",
         f"K = {s.kd}",
         f"V = {s.vd}",
-        f"KP = {kp}",
-        f"VP = {vp}",
+        f"KP = {s.kp}",
+        f"VP = {s.vp}",
         "",
         "",
         "@ct.kernel",
         f"def kernel({params}):",
     ]
-    text = "\n".join([*header, *("    " + line for line in body)]) + "\n"
-    return KernelSource("delta_rule_fwd", text)
+    return KernelSource(prefix, "\n".join([*header, *("    " + line for line in body)]) + "\n")
+
+
+def _initial(s: DeltaRuleShape) -> str:
+    if s.initial_state:
+        return "state = ct.astype(ct.gather(h0, state_at, mask=state_in), ct.float32)"
+    return "state = ct.full((KP, VP), 0.0, dtype=ct.float32)"
+
+
+def forward_source(s: DeltaRuleShape) -> KernelSource:
+    chunk = [
+        *_load(s),
+        *_pair_products(s),
+        *_wy(s),
+        "out = ct.mma(qt * ct.exp(b), state, ct.mma(qk, u, ct.full((C, VP), 0.0, dtype=ct.float32)))",
+        "ct.scatter(o, v_at, out, mask=valid2 & vin2)",
+        _carry(s),
+    ]
+    body = [
+        *_setup(s),
+        _initial(s),
+        "for chunk in range(chunks):",
+        *("    " + line for line in chunk),
+        *(["ct.scatter(ht, state_at, state, mask=state_in)"] if s.final_state else []),
+    ]
+    return _module(s, "delta_rule_fwd", "q, k, v, g, beta, cu, h0, o, ht", body)
+
+
+def _pair_gradients(s: DeltaRuleShape) -> list[str]:
+    """dq, dk, db from the gradients of KK (dkk, strictly lower) and QK (dqk, lower) through the pair decays."""
+    if not s.per_channel:
+        return [
+            "a = dkk * decay",
+            "a2 = dqk * decay",
+            "dkt = dkt + ct.mma(a, kt, zero_ck) + ct.mma(ct.transpose(a), kt, zero_ck) + ct.mma(ct.transpose(a2), qt, zero_ck)",
+            "dqt = dqt + ct.mma(a2, kt, zero_ck)",
+            "p = dkk * kk + dqk * qk",
+            "db = db + ct.sum(p, axis=1, keepdims=True) - ct.transpose(ct.sum(p, axis=0, keepdims=True))",
+        ]
+    return [
+        f"for ch in range({s.kd}):",
+        *("    " + line for line in _channel()),
+        "    a = dkk * decay",
+        "    a2 = dqk * decay",
+        "    dkc = ct.mma(a, kc, zero_c1) + ct.mma(ct.transpose(a), kc, zero_c1) + ct.mma(ct.transpose(a2), qc, zero_c1)",
+        "    dqc = ct.mma(a2, kc, zero_c1)",
+        "    p = a * (kc * ct.transpose(kc)) + a2 * (qc * ct.transpose(kc))",
+        "    dbc = ct.sum(p, axis=1, keepdims=True) - ct.transpose(ct.sum(p, axis=0, keepdims=True))",
+        "    dkt = dkt + ct.where(pick, dkc, 0.0)",
+        "    dqt = dqt + ct.where(pick, dqc, 0.0)",
+        "    db = db + ct.where(pick, dbc, 0.0)",
+    ]
+
+
+def _unnormalized(s: DeltaRuleShape) -> list[str]:
+    """dq, dk of the raw inputs from those of q~ = scale n(q) and k~ = n(k)."""
+    lines = [f"dqn = dqt * {float(s.scale)!r}"]
+    if not s.l2norm:
+        return [*lines, "dqr = dqn", "dkr = dkt"]
+    return [
+        *lines,
+        "dqr = (dqn - qn * ct.sum(qn * dqn, axis=1, keepdims=True)) * rq",
+        "dkr = (dkt - kt * ct.sum(kt * dkt, axis=1, keepdims=True)) * rk",
+    ]
+
+
+def backward_source(s: DeltaRuleShape) -> KernelSource:
+    """Two passes a (sequence, head): the chunks' start states forward into the workspace (slot
+    start // C + n, distinct for every chunk of the batch), then the chunks in reverse, each recomputing its
+    cumulative gate and WY matrix and carrying d(state) to the chunk before."""
+    gw = s.gate_width
+    slot = "(((start + chunk * C) // C + n) * H + head) * (KP * VP) + ct.reshape(kcols, (KP, 1)) * VP + vcols2"
+    forward = [*_load(s), *_pair_products(s), *_wy(s), f"ct.scatter(saved, {slot}, state)", _carry(s)]
+    if s.per_channel:
+        db_last = (
+            "db_last = ct.reshape(ct.sum(state * dstate, axis=1), (1, KP)) * ct.exp(b_last)"
+            " + ct.sum(carried * dkd, axis=0, keepdims=True)"
+        )
+        db = "db = kg * dkg + qg * dqg - carried * dkd"
+    else:
+        db_last = (
+            "db_last = ct.reshape(ct.sum(state * dstate), (1, 1)) * ct.exp(b_last)"
+            " + ct.reshape(ct.sum(carried * dkd), (1, 1))"
+        )
+        db = "db = ct.sum(kg * dkg + qg * dqg - carried * dkd, axis=1, keepdims=True)"
+    backward = [
+        "chunk = chunks - 1 - back",
+        *_load(s),
+        *_pair_products(s),
+        f"state = ct.gather(saved, {slot})",
+        *_wy(s),
+        "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)",
+        "qg = qt * ct.exp(b)",
+        "du = ct.mma(ct.transpose(qk), do, ct.mma(carried, dstate, zero_cv))",
+        "dqk = ct.where(lower, ct.mma(do, ct.transpose(u), zero_cc), 0.0)",
+        "dqg = ct.mma(do, ct.transpose(state), zero_ck)",
+        "dkd = ct.mma(u, ct.transpose(dstate), zero_ck)",
+        db_last,
+        "dy = ct.mma(ct.transpose(inverse), du, zero_cv)",
+        "dinv = ct.mma(du, ct.transpose(bt * e), zero_cc)",
+        "dm = ct.where(strict, -ct.mma(ct.mma(ct.transpose(inverse), dinv, zero_cc), ct.transpose(inverse), zero_cc), 0.0)",
+        "dbeta = ct.sum(dm * kk, axis=1, keepdims=True) + ct.sum(dy * e, axis=1, keepdims=True)",
+        "dkk = dm * bt",
+        "de = bt * dy",
+        "dkg = -ct.mma(de, ct.transpose(state), zero_ck)",
+        "dprev = dstate * ct.reshape(ct.exp(b_last), (" + ("KP" if s.per_channel else "1") + ", 1))",
+        "dprev = dprev + ct.mma(ct.transpose(qg), do, zero_kv) - ct.mma(ct.transpose(kg), de, zero_kv)",
+        "dkt = ct.exp(b) * dkg + ct.exp(b_last - b) * dkd",
+        "dqt = ct.exp(b) * dqg",
+        db,
+        *_pair_gradients(s),
+        "db = db + ct.where(last, db_last, 0.0)",
+        f"dg_t = ct.mma(ct.transpose(ones_below), db, ct.full((C, {gw}), 0.0, dtype=ct.float32))",
+        *_unnormalized(s),
+        "ct.scatter(dq, qk_at, dqr, mask=valid2 & kin2)",
+        "ct.scatter(dk, qk_at, dkr, mask=valid2 & kin2)",
+        "ct.scatter(dv, v_at, de, mask=valid2 & vin2)",
+        (
+            "ct.scatter(dg, qk_at, dg_t, mask=valid2 & kin2)"
+            if s.per_channel
+            else "ct.scatter(dg, rows2 * H + head, dg_t, mask=valid2)"
+        ),
+        "ct.scatter(dbeta_out, rows2 * H + head, dbeta, mask=valid2)",
+        "dstate = dprev",
+    ]
+    body = [
+        *_setup(s),
+        "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
+        "zero_cv = ct.full((C, VP), 0.0, dtype=ct.float32)",
+        "zero_kv = ct.full((KP, VP), 0.0, dtype=ct.float32)",
+        "zero_c1 = ct.full((C, 1), 0.0, dtype=ct.float32)",
+        _initial(s),
+        "for chunk in range(chunks):",
+        *("    " + line for line in forward),
+        (
+            "dstate = ct.astype(ct.gather(dht, state_at, mask=state_in), ct.float32)"
+            if s.final_state
+            else "dstate = zero_kv"
+        ),
+        "for back in range(chunks):",
+        *("    " + line for line in backward),
+        *(["ct.scatter(dh0, state_at, dstate, mask=state_in)"] if s.initial_state else []),
+    ]
+    params = "q, k, v, g, beta, cu, h0, d_o, dht, dq, dk, dv, dg, dbeta_out, dh0, saved"
+    return _module(s, "delta_rule_bwd", params, body)

@@ -1,4 +1,5 @@
-"""cuTile gdn / kda forward (the chunked kernel) on the CPU through the emulator, against the float64 recurrence.
+"""cuTile gdn / kda forward and backward (the chunked kernels) on the CPU through the emulator, against the float64
+recurrence and its exact reverse mode.
 
 Through ``sigdnn.validate`` with its tolerances: lengths around the chunk
 (1, 63, 64, 65), several sequences, empty ones, 1000s of tokens, every io
@@ -10,7 +11,7 @@ too often, a sequence boundary ignored) must fail validation.
 from __future__ import annotations
 
 import pytest
-from delta_rule_cases import CHUNK_EDGES, campaign_recipe, delta_rule_graph
+from delta_rule_cases import CHUNK_EDGES, campaign_recipe, delta_rule_backward_graph, delta_rule_graph
 from emulated import emulated_executor, make_available
 
 import sigdnn
@@ -26,7 +27,7 @@ def _available(monkeypatch):
 
 
 def check(graph, inputs, builder: str) -> sigdnn.validation.ValidationReport:
-    report = sigdnn.validate(graph, inputs, executor=emulated_executor())
+    report = sigdnn.validate(graph, inputs, executor=emulated_executor(), truth="cpu")
     assert report.builders == {"n": builder}
     return report
 
@@ -48,10 +49,29 @@ def test_the_chunked_kernel_matches_the_recurrence(kind, io, state, l2norm, leng
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
+@pytest.mark.parametrize(
+    ("io", "state", "d_final", "l2norm", "lengths"),
+    [
+        ("bfloat16", "float32", True, True, CHUNK_EDGES),
+        ("float32", None, False, False, (65, 0, 3)),
+        ("float16", "bfloat16", True, True, (130, 1)),
+        ("float32", "float32", False, True, (200,)),
+    ],
+)
+def test_the_chunked_backward_matches_reverse_mode_through_the_recurrence(
+    kind, io, state, d_final, l2norm, lengths
+) -> None:
+    g, inputs = delta_rule_backward_graph(kind, lengths, io=io, state=state, d_final=d_final, l2norm=l2norm)
+    report = check(g, inputs, f"cutile.{kind}_bwd")
+    assert report.passed, report.table()
+    assert ("dh0" in {c.name for c in report.outputs}) == (state is not None)
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_campaign_cases_with_thousands_of_tokens(kind) -> None:
     """A campaign recipe's case: sequences of 1, 63, 64, 65 and 1500 tokens, cu_seqlens a constant of the graph."""
     g = campaign_recipe(kind, (*CHUNK_EDGES, 1500)).build()
-    report = sigdnn.validate(g, random_inputs(g, seed=3), executor=emulated_executor())
+    report = sigdnn.validate(g, random_inputs(g, seed=3), executor=emulated_executor(), truth="cpu")
     assert report.builders == {g.nodes[0].name: f"cutile.{kind}"}
     assert report.passed, report.table()
 
@@ -76,10 +96,17 @@ def test_planted_bugs_fail_validation(kind, bug, monkeypatch) -> None:
         assert right in source.text
         return delta_rule_kernel.KernelSource(source.prefix, source.text.replace(right, wrong))
 
+    def planted_backward(shape):
+        source = delta_rule_kernel.backward_source(shape)
+        assert right in source.text
+        return delta_rule_kernel.KernelSource(source.prefix, source.text.replace(right, wrong))
+
     monkeypatch.setattr(delta_rule, "forward_source", planted)
+    monkeypatch.setattr(delta_rule, "backward_source", planted_backward)
     g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130))
-    report = check(g, inputs, f"cutile.{kind}")
-    assert not report.passed, f"{bug} passed validation"
+    assert not check(g, inputs, f"cutile.{kind}").passed, f"{bug} passed validation (forward)"
+    g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130))
+    assert not check(g, inputs, f"cutile.{kind}_bwd").passed, f"{bug} passed validation (backward)"
 
 
 def test_declines_name_the_port() -> None:
