@@ -19,9 +19,9 @@ import numpy as np
 from sigdnn.dtypes import DataType
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.plan_builders.gpu_reference import base
 from sigdnn.plan_builders.gpu_reference.arrays import Array, gather
 from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu, kernel_dtype
-from sigdnn.plan_builders.gpu_reference.base import LIBRARY, unavailable_reason
 from sigdnn.plan_builders.gpu_reference.tensors import DECODES, element_strides, offsets, scatter
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
@@ -72,11 +72,11 @@ def _scatter_bits(gpu: Gpu, flat: Any, y: Any, target: np.ndarray) -> None:
 
 
 class MoveBuilder(PlanBuilder):
-    library: ClassVar[str] = LIBRARY
+    library: ClassVar[str] = base.LIBRARY
     device: ClassVar[str] = "gpu"
 
     def available(self) -> str | None:
-        return unavailable_reason()
+        return base.unavailable_reason()  # (looked up at each call: tests replace it)
 
     @abstractmethod
     def placement(self, node: Node, graph: Graph) -> Placement:
