@@ -1,0 +1,172 @@
+"""The GPU reference on one H200: agreement with the CPU reference, its float64 rates, validation at model size.
+
+Claims it measures (issue #31), each a part (``--parts``):
+
+- ``agreement``: over >= 10,000 random one-node cases of every op and dtype (``gpu_reference.cases``, size
+  ``--size``), the GPU reference equals the CPU reference bit for bit, or differs by 1 ulp of the output
+  where float64 summation order or the GPU's float64 libm can tell; the table counts, per op, cases exact /
+  at 1 ulp (and the elements) / beyond 1 ulp (must be 0) / declined (the erf-based modes).
+- ``gemm``: the GPU reference's float64 GEMM at 4096^3 (a float64 matmul node), TFLOP/s against the H200's
+  67 TFLOP/s float64 tensor-core peak (target >= 50%).
+- ``conv``: its convolution (im2col + float64 GEMM) on ResNet-50 layers at batch 64, TFLOP/s (target: within
+  3x of the GEMM rate).
+- ``validate``: ``validate(truth="gpu")`` of a ResNet-50 training step (batch ``--batch``) and a Llama decoder
+  layer forward + backward (d 4096, seq ``--seq``) against the GPU backend, seconds (target <= 30 s each); with
+  ``--cpu-truth`` the same validation judged by the CPU reference (target: >= 50x slower).
+
+Never run yet: written in a session without a GPU (the kernels ran only on the CPU emulator).
+
+    PYTHONPATH=. python benchmarks/gpu_reference.py --parts agreement gemm conv validate --out gpu_reference.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+PARTS = ("agreement", "gemm", "conv", "validate")
+FP64_TENSOR_PEAK_TFLOPS = 67.0
+
+
+def agreement(cases_wanted: int, size: int, seed: int) -> list[str]:
+    """Random cases round-robin over the ops and dtypes: counts of exact / 1-ulp / beyond / declined, per op."""
+    import sigdnn
+    from sigdnn.errors import GraphError, NoPlanError
+    from sigdnn.plan_builders.gpu_reference import cases
+    from sigdnn.plan_builders.gpu_reference.agreement import agreement_ulps
+    from sigdnn.validation.inputs import random_inputs
+
+    gpu, cpu = sigdnn.Executor("gpu-reference"), sigdnn.Executor("reference")
+    rng = np.random.default_rng(seed)
+    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    draws = [(op, dtype) for op in sorted(cases.BUILDERS) for dtype in cases.dtypes_of(op)]
+    started, ran, i = time.perf_counter(), 0, 0
+    while ran < cases_wanted:
+        op, dtype = draws[i % len(draws)]
+        i += 1
+        try:
+            graph = cases.random_case(op, rng, dtype, size)
+        except GraphError:
+            continue
+        inputs = random_inputs(graph, i)
+        try:
+            got = gpu.execute(gpu.prepare(graph), inputs)
+        except NoPlanError:
+            counts[op]["declined"] += 1
+            continue
+        want = cpu.execute(cpu.prepare(graph), inputs)
+        worst, ones = 0, 0
+        for name in want:
+            u = agreement_ulps(np.asarray(got[name]), want[name])
+            worst, ones = max(worst, int(u.max(initial=0))), ones + int((u == 1).sum())
+        counts[op]["exact" if worst == 0 else "1 ulp" if worst == 1 else "beyond"] += 1
+        counts[op]["1-ulp elements"] += ones
+        ran += 1
+    lines = [f"{ran} cases in {time.perf_counter() - started:.0f} s (size {size}, seed {seed})", ""]
+    lines += ["| op | exact | at 1 ulp | 1-ulp elements | beyond 1 ulp | declined |", "|---|---|---|---|---|---|"]
+    for op, c in sorted(counts.items()):
+        lines.append(
+            f"| {op} | {c['exact']} | {c['1 ulp']} | {c['1-ulp elements']} | {c['beyond']} | {c['declined']} |"
+        )
+    total = sum((c for c in counts.values()), collections.Counter())
+    lines.append(f"| all | {total['exact']} | {total['1 ulp']} | {total['1-ulp elements']} | {total['beyond']} | "
+                 f"{total['declined']} |")  # fmt: skip
+    return lines
+
+
+def _device_inputs(graph: Any, seed: int) -> dict[str, Any]:
+    import torch
+
+    from sigdnn.validation.inputs import random_inputs
+
+    return {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in random_inputs(graph, seed).items()}
+
+
+def _timed(run: Callable[[], Any]) -> float:
+    from benchmarks.cuda_timing import median_ms
+
+    return median_ms(run, iters=1, repeats=5) / 1e3
+
+
+def gemm(n: int) -> list[str]:
+    import sigdnn
+
+    g = sigdnn.Graph("gemm", io_dtype="float64", compute_dtype="float64")
+    g.matmul(g.tensor("a", (n, n)), g.tensor("b", (n, n)), name="mm").set_output(True).set_name("c")
+    ex = sigdnn.Executor("gpu-reference")
+    plan, inputs = ex.prepare(g), _device_inputs(g, 0)
+    seconds = _timed(lambda: ex.execute(plan, inputs, to_host=False))
+    tflops = 2 * n**3 / seconds / 1e12
+    return [f"float64 GEMM {n}^3: {seconds * 1e3:.1f} ms, {tflops:.1f} TFLOP/s = "
+            f"{tflops / FP64_TENSOR_PEAK_TFLOPS:.0%} of the {FP64_TENSOR_PEAK_TFLOPS:.0f} TFLOP/s peak (target >= 50%)"]  # fmt: skip
+
+
+def conv(batch: int) -> list[str]:
+    import sigdnn
+    from benchmarks.gpu_cute import RESNET50_LAYERS
+
+    lines = ["| layer | ms | TFLOP/s |", "|---|---|---|"]
+    for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
+        g = sigdnn.Graph(name, io_dtype="float64", compute_dtype="float64")
+        x, w = g.tensor("x", (batch, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, r, r), layout="NHWC")
+        y = g.conv_fprop(x, w, padding=(r // 2, r // 2), stride=(stride, stride), dilation=(1, 1), name="conv")
+        y.set_output(True)
+        ex = sigdnn.Executor("gpu-reference")
+        plan, inputs = ex.prepare(g), _device_inputs(g, 0)
+        seconds = _timed(lambda ex=ex, plan=plan, inputs=inputs: ex.execute(plan, inputs, to_host=False))
+        flops = 2 * y.size * c * r * r
+        lines.append(f"| {name} | {seconds * 1e3:.1f} | {flops / seconds / 1e12:.1f} |")
+    return lines
+
+
+def validate_models(batch: int, seq: int, cpu_truth: bool) -> list[str]:
+    import sigdnn
+    from sigdnn.models import llama_layer, resnet50_training
+
+    lines = ["| graph | truth | seconds | verdict |", "|---|---|---|---|"]
+    for label, graph in ((f"ResNet-50 training step, batch {batch}", resnet50_training(batch)),
+                         (f"Llama layer fwd + bwd, d 4096, seq {seq}", llama_layer(seq=seq, backward=True))):  # fmt: skip
+        for truth in ("gpu", "cpu") if cpu_truth else ("gpu",):
+            started = time.perf_counter()
+            report = sigdnn.validate(graph, executor=sigdnn.Executor("gpu", fallback="reference"), truth=truth)
+            seconds = time.perf_counter() - started
+            lines.append(f"| {label} | {truth} | {seconds:.1f} | {'PASS' if report.passed else 'FAIL'} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--cases", type=int, default=10_000, help="agreement: cases to run (default 10,000)")
+    parser.add_argument("--size", type=int, default=8, help="agreement: extent scale of the random cases")
+    parser.add_argument("--seed", type=int, default=0, help="agreement: the case generator's seed")
+    parser.add_argument("--gemm-n", type=int, default=4096, help="gemm: M = N = K (default 4096)")
+    parser.add_argument("--batch", type=int, default=64, help="conv / validate: ResNet-50 batch (default 64)")
+    parser.add_argument("--seq", type=int, default=4096, help="validate: the Llama layer's sequence length")
+    parser.add_argument("--cpu-truth", action="store_true", help="validate: also judge by the CPU reference")
+    parser.add_argument("--out", help="also write the results (markdown) to this file")
+    args = parser.parse_args()
+    lines = [f"# GPU reference ({time.strftime('%Y-%m-%d')})", "", f"command: {' '.join(__import__('sys').argv)}"]
+    for part in args.parts:
+        lines += ["", f"## {part}", ""]
+        if part == "agreement":
+            lines += agreement(args.cases, args.size, args.seed)
+        elif part == "gemm":
+            lines += gemm(args.gemm_n)
+        elif part == "conv":
+            lines += conv(args.batch)
+        else:
+            lines += validate_models(args.batch, args.seq, args.cpu_truth)
+        print("\n".join(lines[-12:]), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
