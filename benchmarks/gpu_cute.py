@@ -543,20 +543,6 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
         print_rows([r_ for r_ in rows if r_["size"] == f"dgrad {name}"])
 
 
-def wgrad_sweep(shape, sm_count: int) -> list[tuple[str, int]]:
-    """(tile config, slice count) pairs the wgrad part times for one layer (a conv_wgrad.WgradShape): the
-    model's four best configs at their best slice count, the best two at the neighbouring counts too."""
-    from sigdnn.plan_builders.cute.conv_wgrad import best_splits, ranked_configs, split_choices
-
-    choices = split_choices(shape.npq)
-    found = []
-    for i, c in enumerate(ranked_configs(shape, sm_count)[:4]):
-        best = best_splits(shape, c, sm_count)
-        at = choices.index(best)
-        found += [(c.label, d) for d in (choices[max(0, at - 1) : at + 2] if i < 2 else [best])]
-    return list(dict.fromkeys(found))
-
-
 def wgrad_layer(name: str, gen: torch.Generator | None = None):
     """A unit-stride RESNET50_LAYERS layer's wgrad at batch 64: x and dy (bf16 NHWC, dy / 64), an empty dw,
     the graph and its node."""
@@ -574,51 +560,19 @@ def wgrad_layer(name: str, gen: torch.Generator | None = None):
     return x, dy, dw, g, g.node_by_name("wgrad")
 
 
-def wgrad_launch(g, label: str, splits: int, tensors: tuple, sm_count: int, stream: int):
-    """The implicit wgrad of ``g``'s node in one tile config and slice count, launched through its handles:
-    the conv into dw (one slice) or into float32 partials, then the reduction. Returns (view, launch)."""
-    from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit
-
-    view = plan_wgrad_implicit(g.node_by_name("wgrad"), g, sm_count, parse_config(label), splits)
-    return view, view_launch(view, tensors, sm_count, stream)
-
-
-def view_launch(view, tensors: tuple, sm_count: int, stream: int):
-    """An implicit or row wgrad view's launches through their handles: the conv into dw (one slice) or into
-    float32 partials, then the reduction."""
-    from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
-    from sigdnn.plan_builders.cute.kernels.splitk_reduce import SplitKReduceLaunch
-
-    x, dy, dw = tensors
-    conv = ConvLaunch(view.spec, view.config, (*view.geometry, view.chunk, view.splits), sm_count, view.kind)
-    if view.splits == 1:
-        return functools.partial(conv, dy.data_ptr(), x.data_ptr(), dw.data_ptr(), stream)
-    reduce = SplitKReduceLaunch("bfloat16", view.shape.k * view.shape.rsc, view.splits)
-    parts = torch.empty(view.workspace_bytes, device="cuda", dtype=torch.uint8)
-
-    def launch() -> None:
-        conv(dy.data_ptr(), x.data_ptr(), parts.data_ptr(), stream)
-        reduce(parts.data_ptr(), dw.data_ptr(), stream)
-
-    return launch
-
-
 def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
-    """bf16 NHWC conv wgrad against cuDNN's, batch 64: the implicit GEMM per tile config and slice count.
+    """bf16 NHWC conv wgrad against cuDNN's, batch 64, on the unit-stride layers of RESNET50_LAYERS.
 
-    The unit-stride ResNet-50 layers of RESNET50_LAYERS: torch's
-    ``torch.nn.grad.conv2d_weight`` (cuDNN backward filter, channels-last)
-    against the implicit wgrad's launches (the conv into dw or float32
-    partials, then the reduction) through their handles for every pair of
-    ``wgrad_sweep``, the default through ``Executor.execute`` (host cost
-    included) and the im2col + GEMM builder through the Executor.
+    torch's ``torch.nn.grad.conv2d_weight`` (cuDNN backward filter,
+    channels-last) against each CuTe wgrad builder that takes the layer
+    (the row wgrad, the implicit GEMM, im2col + GEMM) at its default through
+    ``Executor.execute`` (host cost included).
     """
     import sigdnn
     from sigdnn.errors import NotSupported
-    from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_implicit, plan_wgrad_rows
+    from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad_rows
 
     torch.backends.cudnn.benchmark = True
-    stream = torch.cuda.current_stream().cuda_stream
     for name, (c, hw, k, r, stride) in RESNET50_LAYERS.items():
         if stride != 1 or (args.layers and name not in args.layers):
             continue
@@ -630,23 +584,12 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
             return torch.nn.grad.conv2d_weight(x, shape, dy, padding=pad)
 
         impls = {"torch conv2d_weight (cuDNN)": wgrad_torch}
-        default = plan_wgrad_implicit(node, g, sm_count)
-        extra = [(label, int(splits)) for label, splits in (pair.split(":") for pair in args.wgrad_pairs)]
-        for label, splits in dict.fromkeys([*wgrad_sweep(default.shape, sm_count), *extra]):
-            view, fn = wgrad_launch(g, label, splits, (x, dy, dw), sm_count, stream)
-            mark = " (default)" if (view.config, splits) == (default.config, default.splits) else ""
-            impls[f"cute implicit {label} x{splits}{mark}"] = fn
         engines = ["cute.conv_wgrad_implicit", "cute.conv_wgrad"]
         try:
-            row_view = plan_wgrad_rows(node, g, sm_count)
-        except NotSupported:
-            row_view = None
-        if row_view is not None:
+            plan_wgrad_rows(node, g, sm_count)
             engines.insert(0, "cute.conv_wgrad_rows")
-            for splits in dict.fromkeys([row_view.splits, *args.row_slices]):
-                view = plan_wgrad_rows(node, g, sm_count, splits)
-                mark = " (default)" if splits == row_view.splits else ""
-                impls[f"cute rows x{splits}{mark}"] = view_launch(view, (x, dy, dw), sm_count, stream)
+        except NotSupported:
+            pass
         for engine in engines:
             ex = sigdnn.Executor("gpu", engine=engine)
             plan = ex.prepare(g)
@@ -761,16 +704,6 @@ def main() -> None:
     )
     parser.add_argument(
         "--layers", nargs="*", default=[], help="the convi, dgrad and wgrad parts: only these layers (default all)"
-    )
-    parser.add_argument(
-        "--wgrad-pairs", nargs="*", default=[], help="the wgrad part: LABEL:SLICES pairs timed besides the sweep's"
-    )
-    parser.add_argument(
-        "--row-slices",
-        type=int,
-        nargs="*",
-        default=[],
-        help="the wgrad part: slice counts the row wgrad also runs (3x3 layers on 64 channels)",
     )
     parser.add_argument("--batch", type=int, default=64, help="the convi part: the layers' batch")
     parser.add_argument("--json", type=Path)

@@ -15,8 +15,6 @@ with torch's time for the same work measured beside it:
 * host cost: a prepared 100-node chain of float32 adds on 4096 elements,
   wall clock per node around ``execute`` (bound path, then CUDA-graph
   replay), against torch eager's per-op time;
-* warm start: a second process running a graph whose kernel the first
-  compiled (the disk caches), first-execute time of each;
 * norms: softmax, layernorm, rmsnorm (forward, backward) and batchnorm
   training at the defaults, each against torch; batchnorm also through
   CUDA-graph replay, and through the cuTile engine when the registry ranks
@@ -36,12 +34,9 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 
 import torch
@@ -255,29 +250,6 @@ def bench_host(nodes: int = 100, elems: int = 4096, reps: int = 300) -> dict:
     for k, r in result.items():
         print(f"host cost {k:12s}: {r['us_per_node_wall']:.2f} us/node (wall)", flush=True)
     return result
-
-
-WARM = textwrap.dedent(
-    """
-    import time, numpy as np, sigdnn
-    t0 = time.perf_counter()
-    g = sigdnn.Graph("warm", io_dtype="float32", compute_dtype="float32")
-    g.pointwise("gelu_approx_tanh_bwd", g.tensor("dy", dims=(1000,)), g.tensor("x", dims=(1000,))).set_output(True)
-    ex = sigdnn.Executor("gpu")
-    ex.run(g, {"dy": np.ones(1000, np.float32), "x": np.ones(1000, np.float32)})
-    print(time.perf_counter() - t0)
-    """
-)
-
-
-def bench_warm_start() -> dict:
-    """Two processes sharing fresh, empty kernel caches: the first compiles, the second should find it all."""
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "SIGDNN_CACHE_DIR": cache, "CUDA_TILE_CACHE_DIR": os.path.join(cache, "cutile-python")}
-        times = [float(subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, check=True,
-                                      env=env).stdout) for _ in range(2)]  # fmt: skip
-    print(f"first execute in a new process: {times[0]:.2f} s cold, {times[1]:.2f} s warm", flush=True)
-    return {"cold_s": times[0], "warm_s": times[1]}
 
 
 # --- normalizations, softmax, batchnorm (row and channel kernels) -------------------------------------------------
@@ -505,7 +477,7 @@ def bench_matmul(sizes=(4096, 8192), configs: str = "", fused: str = "") -> dict
     return result
 
 
-PARTS = ("warm", "host", "fusion", "modes", "norms", "matmul")
+PARTS = ("host", "fusion", "modes", "norms", "matmul")
 
 
 def compile_first(argv: list[str], jobs: int) -> None:
@@ -552,15 +524,13 @@ def main() -> None:
         skip = set(PARTS) - set(args.only.split(","))
     if args.compile_shard:
         Shard.index, Shard.count = map(int, args.compile_shard.split("/"))
-        skip |= {"warm", "host", "fusion", "matmul"}
+        skip |= {"host", "fusion", "matmul"}
     elif args.compile_jobs:
         compile_first(without_json(argv), args.compile_jobs)
     modes = args.modes.split(",") if args.modes else [m for m in MODES if m != "gen_index"]
     if unknown := [m for m in modes if m not in MODES]:
         parser.error(f"--modes: no pointwise mode {', '.join(unknown)} (torch's copy is always measured)")
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "argv": argv}
-    if "warm" not in skip:
-        result["warm_start"] = bench_warm_start()
     if "host" not in skip:
         result["host"] = bench_host()
     if "fusion" not in skip:
