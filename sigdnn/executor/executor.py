@@ -23,7 +23,7 @@ from sigdnn.executor.plan import ExecutionPlan, Step
 from sigdnn.executor.router import Router, default_router
 from sigdnn.executor.schedule import memory_aware_order
 from sigdnn.executor.variant_pack import resolve_pack
-from sigdnn.executor.views import NO_VIEWS, VIEW, ViewPlan, plan_views
+from sigdnn.executor.views import NO_VIEWS, VIEW, plan_views
 from sigdnn.graph.checks import check_graph
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
@@ -165,7 +165,7 @@ class Executor:
         claimed = {i for step in steps for i in step.region.nodes}
         for i in order:
             if i in views.nodes:
-                steps.append(self._view_step(graph.nodes[i], keys[i]))
+                steps.append(self._view_step(graph, graph.nodes[i], keys[i], device))
             elif i not in claimed:
                 steps.append(self._node_step(graph, graph.nodes[i], keys[i], device, policy))
         self._check_engine_used(graph, steps)
@@ -296,11 +296,10 @@ class Executor:
         raise NoPlanError(f"node '{node.name}' {key}: every candidate{pinned} declined: {'; '.join(why)}")
 
     @staticmethod
-    def _view_step(node: Node, key: SignatureKey) -> Step:
+    def _view_step(graph: Graph, node: Node, key: SignatureKey, device: Device) -> Step:
+        plan = VIEW.build(node, graph, BuildContext(key, device, graph))
         ins = tuple(dict.fromkeys(node.op.inputs().values()))
-        return Step(
-            node.name, (node,), (key,), VIEW, ViewPlan(), node.op.ports(), ins, tuple(node.op.outputs().values())
-        )
+        return Step(node.name, (node,), (key,), VIEW, plan, node.op.ports(), ins, tuple(node.op.outputs().values()))
 
     def _load(self, source: GraphSource) -> tuple[Graph | None, bytes]:
         if isinstance(source, Graph):

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sigdnn
@@ -60,7 +60,7 @@ def new_dims(draw: st.DrawFn, size: int) -> tuple[int, ...]:
     return tuple(math.prod(f for f, a in zip(factors, axes) if a == k) for k in range(rank))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(strided_inputs(), st.data())
 def test_reshape_strides_read_the_elements_in_row_major_order_exactly_when_numpy_finds_a_view(inp, data) -> None:
     dims, strides = inp
@@ -77,7 +77,7 @@ def test_reshape_strides_read_the_elements_in_row_major_order_exactly_when_numpy
         np.testing.assert_array_equal(seen(flat, target, found[0], found[1]), x.reshape(target))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(strided_inputs(), st.data())
 def test_transpose_and_slice_strides_read_what_numpy_computes(inp, data) -> None:
     dims, strides = inp
