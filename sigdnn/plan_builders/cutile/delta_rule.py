@@ -5,9 +5,11 @@ states row-major [N, H, K, V]), bf16 / f16 / f32 q, k, v, o; a float32 gate;
 int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
 backward keeps each chunk's start state in the step's workspace (float32,
 one slot per chunk of the batch) between its two passes. The
-kernel trusts cu_seqlens (as flash-linear-attention's does): a sequence
-outside [0, T] reads and writes nothing past the tensors (gathers and
-scatters are bounds-checked), but the result is not defined.
+kernel does not check cu_seqlens (as flash-linear-attention's does not;
+the reference does): boundaries are clamped to [0, T] and a decreasing one
+gives an empty sequence, so hostile values cost at most T tokens a block and
+touch nothing past the tensors (gathers and scatters are bounds-checked),
+but the result is not defined.
 """
 
 from __future__ import annotations

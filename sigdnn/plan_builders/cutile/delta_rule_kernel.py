@@ -90,12 +90,15 @@ def _channel() -> list[str]:
 
 
 def _setup(s: DeltaRuleShape) -> list[str]:
-    """The block's sequence (read from cu on the device), index tiles and masks."""
+    """The block's sequence (read from cu on the device and clamped to [0, T], T from q's length, so hostile
+    boundaries cost at most T tokens a block; T is no constant of the text, so one kernel serves every T),
+    index tiles and masks."""
     return [
         "n = ct.bid(0)",
         "head = ct.bid(1)",
-        "start = ct.gather(cu, n)",
-        "stop = ct.gather(cu, n + 1)",
+        "tokens = q.shape[0] // (H * K)",
+        "start = ct.minimum(ct.maximum(ct.gather(cu, n), 0), tokens)",
+        "stop = ct.minimum(ct.maximum(ct.gather(cu, n + 1), start), tokens)",
         "chunks = ct.cdiv(stop - start, C)",
         "steps = ct.arange(C, dtype=ct.int32)",
         "kcols = ct.arange(KP, dtype=ct.int32)",

@@ -10,6 +10,9 @@ too often, a sequence boundary ignored) must fail validation.
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
 import pytest
 from delta_rule_cases import CHUNK_EDGES, campaign_recipe, delta_rule_backward_graph, delta_rule_graph
 from emulated import emulated_executor, make_available
@@ -121,3 +124,29 @@ def test_declines_name_the_port() -> None:
     g.tensors[g.nodes[0].op.q].set_stride((1, 5, 10))
     with pytest.raises(NotSupported, match=r"port 'q' \(tensor 'q'\) is not packed row-major"):
         CutileKdaBuilder().check(g.nodes[0], g)
+
+
+@pytest.mark.parametrize("values", [[0, 3, 2**30], [-(2**30), 1, 5], [0, 5, 2]])
+def test_hostile_boundaries_cost_at_most_the_tokens_and_stay_inside(values) -> None:
+    """The kernel does not check cu_seqlens (the reference does): it clamps them to [0, T], so it neither walks
+    2^30 tokens (2^24 chunks: minutes in the emulator) nor touches memory past the tensors."""
+    g, inputs = delta_rule_graph("gdn", (3, 2))
+    inputs["cu"] = np.array(values, np.int32)
+    ex = emulated_executor()
+    plan = ex.prepare(g)
+    assert plan.steps[0].builder.name == "cutile.gdn"
+    started = time.perf_counter()
+    out = ex.execute(plan, inputs)
+    assert time.perf_counter() - started < 10
+    assert out["o"].shape == (5, 2, 8)
+
+
+def test_one_kernel_serves_every_token_count() -> None:
+    """T is read from q's length on the device: batches of other lengths reuse the compiled text."""
+    shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, False, True, 0.5, True, True)
+    text = delta_rule_kernel.forward_source(shape).text
+    assert "tokens = q.shape[0] // (H * K)" in text
+    g1, _ = delta_rule_graph("gdn", (3, 2))
+    g2, _ = delta_rule_graph("gdn", (300, 7, 1))
+    sources = [CutileGdnBuilder().launches(g.nodes[0], g)[0][0].source for g in (g1, g2)]
+    assert sources[0] == sources[1]
