@@ -1,0 +1,90 @@
+"""The ragged (THD) layout helpers, element by element against hand-placed buffers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sigdnn.dtypes import DataType
+from sigdnn.errors import ExecutionError
+from sigdnn.graph.ops import ragged
+from sigdnn.graph.tensor import Tensor
+
+
+def tensor(dims, strides, dtype=DataType.FLOAT64) -> Tensor:
+    return Tensor(1, "x", tuple(dims), tuple(strides), dtype)
+
+
+BSHD = tensor((2, 2, 3, 2), (12, 2, 4, 1))  # B 2, H 2, S 3, E 2: a token is H * E = 4 elements
+
+
+def test_positions_place_each_sequence_at_its_offset() -> None:
+    pos, inside = ragged.positions("w", "off", BSHD, np.array([0, 8, 12]), np.array([2, 1]), True)
+    assert inside[:, 0, :, 0].tolist() == [[True, True, False], [True, False, False]]
+    # batch 1, head 1, token 0, element 1: 8 + 1 * 2 + 0 * 4 + 1
+    assert pos[1, 1, 0, 1] == 11
+    assert pos[0, 0, 1, 0] == 4
+
+
+def test_unpack_and_pack_are_inverse_on_the_sequences() -> None:
+    flat = np.arange(24, dtype=float)
+    logical = np.lib.stride_tricks.as_strided(flat, BSHD.dims, tuple(8 * s for s in BSHD.strides)).copy()
+    pos, inside = ragged.positions("w", "off", BSHD, np.array([0, 8, 12]), np.array([2, 1]), False)
+    padded = ragged.unpack(logical, BSHD, pos, inside)
+    assert padded[1, 1, 0].tolist() == [10.0, 11.0] and padded[1, :, 1:].sum() == 0 and padded[0, 0, 2].sum() == 0
+    packed = ragged.pack(padded, BSHD, pos, inside)
+    stored = ragged.storage(packed, BSHD)
+    assert stored[:12].tolist() == list(range(12)) and stored[12:].sum() == 0
+    free = ragged.unaddressed(BSHD, pos, inside)
+    assert ragged.storage(free, BSHD).tolist() == [False] * 12 + [True] * 12
+
+
+@pytest.mark.parametrize(
+    ("offsets", "lengths", "message"),
+    [
+        ([0, 22, 24], [2, 1], "places sequence 1 .* outside tensor 'x''s 24 elements"),
+        ([-1, 8, 12], [1, 1], "places sequence 0 \\(offset -1, length 1\\)"),
+        ([0, 4, 12], [2, 1], "makes sequences of output 'x' overlap"),
+    ],
+)
+def test_positions_refuse_with_the_offsets_name(offsets, lengths, message) -> None:
+    with pytest.raises(ExecutionError, match=f"node 'n': tensor 'off' {message}"):
+        ragged.positions("node 'n'", "off", BSHD, np.array(offsets), np.array(lengths), True)
+
+
+def test_an_empty_sequence_addresses_nothing_and_inputs_may_overlap() -> None:
+    _, inside = ragged.positions("w", "off", BSHD, np.array([0, 0, 0]), np.array([0, 3]), False)
+    assert not inside[0].any() and inside[1].all()
+    ragged.positions("w", "off", BSHD, np.array([0, 0, 12]), np.array([3, 3]), False)  # an input: shared is fine
+
+
+def test_lengths_outside_their_bound_name_the_batch() -> None:
+    assert ragged.lengths_of("w", "lq", np.array([[0], [3]], np.int32), 3).tolist() == [0, 3]
+    with pytest.raises(ExecutionError, match=r"tensor 'lq' holds length 4 at batch 1; lengths lie in \[0, 3\]"):
+        ragged.lengths_of("w", "lq", np.array([1, 4]), 3)
+
+
+def test_random_offsets_follow_the_layout() -> None:
+    rng = np.random.default_rng(0)
+    q = tensor((2, 2, 3, 2), (12, 2, 4, 1), DataType.FLOAT32)
+    bhsd = tensor((2, 2, 3, 2), (12, 6, 2, 1), DataType.FLOAT32)
+    index = {p: Tensor(9, p, (3,), (1,), DataType.INT32) for p in ("q_ragged_offset", "k_ragged_offset")}
+    lengths = {"seq_len_q": Tensor(8, "l", (2,), (1,), DataType.INT64)}
+    drawn = ragged.random_varlen({"q": q, "k": bhsd, **lengths, **index}, rng, {"q": "seq_len_q", "k": "seq_len_q"})
+    lq = drawn["seq_len_q"]
+    assert drawn["seq_len_q"].dtype == np.int64 and ((lq >= 1) & (lq <= 3)).all()
+    assert drawn["q_ragged_offset"].tolist() == [0, lq[0] * 4, (lq[0] + lq[1]) * 4]  # token-major: packed
+    assert drawn["k_ragged_offset"].tolist() == [0, 12, 24]  # head-major: each sequence at its batch stride
+    assert drawn["q_ragged_offset"].dtype == np.int32
+
+
+def test_unspecified_outputs_of_padded_and_ragged_tensors() -> None:
+    o = tensor((2, 2, 3, 2), (12, 2, 4, 1))
+    stats = tensor((2, 2, 3, 1), (6, 3, 1, 1))
+    values = {"seq_len_q": np.array([1, 3]), "o_ragged_offset": np.array([0, 4, 16])}
+    masks = ragged.unspecified_outputs(
+        values, {"o": o, "stats": stats}, {"o": ("o", "seq_len_q"), "stats": (None, "seq_len_q")}
+    )
+    assert masks["stats"][0, :, 1:].all() and not masks["stats"][0, :, 0].any() and not masks["stats"][1].any()
+    assert ragged.storage(masks["o"], o).tolist() == [False] * 16 + [True] * 8
+    assert ragged.unspecified_outputs({}, {"o": o}, {"o": ("o", "seq_len_q")}) == {}
