@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import attrs
 
 from sigdnn.campaign.recipes import RECIPES, GraphRecipe
-from sigdnn.campaign.spec import Generator, Spec, SpecError
+from sigdnn.campaign.spec import Generator, Spec, SpecError, check_case_count
 from sigdnn.errors import SigdnnError
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.validation.tolerances import Tolerance
@@ -95,8 +96,20 @@ def recipes_of(generator: Generator) -> Iterator[GraphRecipe]:
                 yield GraphRecipe(generator.op, mode, dtype, shape, layout, attributes, generator.compute_dtype)
 
 
+def count_cases(spec: Spec) -> int:
+    """How many cases the spec asks for at most, from its lists' lengths alone (nothing is built)."""
+    combinations = len(spec.files)
+    for generator in spec.generators:
+        recipe = RECIPES.get(generator.op)
+        modes = len(generator.modes) or (len(recipe.modes) if recipe is not None else 0) or 1
+        sweeps = math.prod(len(values) for _, values in generator.attributes)
+        combinations += modes * sweeps * len(generator.dtypes) * len(generator.shapes) * len(generator.layouts)
+    return combinations * len(spec.seeds) * len(spec.engines)
+
+
 def generate_cases(spec: Spec, limits: Limits = DEFAULT_LIMITS, max_file_bytes: int | None = None) -> CaseList:
-    """The spec's cases, each (graph, seed, engine) once, in spec order."""
+    """The spec's cases, each (graph, seed, engine) once, in spec order; counted and capped before any is built."""
+    check_case_count(count_cases(spec), "campaign spec")
     from sigdnn.graph.checks import check_graph
     from sigdnn.graph.deserialize import deserialize
     from sigdnn.io import DEFAULT_MAX_GRAPH_FILE_BYTES, read_graph_file

@@ -65,6 +65,12 @@ def run(args: argparse.Namespace, screen: Any) -> int:
         f"{len(result.failures)} failing, {len(result.errors)} errors; {result.references} reference runs; "
         f"results in {result.output}"
     )
+    if result.unreadable:
+        lines = ", ".join(map(str, result.unreadable[:10])) + (" ..." if len(result.unreadable) > 10 else "")
+        screen.line(
+            f"{result.output / 'results.jsonl'}: skipped {len(result.unreadable)} unreadable line(s) of earlier "
+            f"results (line {lines}); they stay in the file, and a case with no readable row runs again"
+        )
     if result.skipped:
         what, why = result.skipped[0]
         screen.line(f"skipped {len(result.skipped)} combination(s) no graph can be made of, e.g. {what}: {why}")

@@ -9,7 +9,9 @@
   times; a case that still cannot finish is an ``error`` row, nothing more.
 - Rows are appended to ``results.jsonl`` as they arrive; ``resume`` skips
   every case id already there, so a campaign killed at any point loses at
-  most the cases in flight.
+  most the cases in flight. A resume keeps every readable row, reports the
+  lines it could not read and never truncates the file; results that are a
+  symbolic link or have a second name are refused before any work.
 - Local runs start Ray's local cluster for the run (workers see the
   driver's ``sys.path``, so plugins importable here are importable there);
   an address joins a running cluster, whose machines must have sigdnn and
@@ -30,7 +32,16 @@ import attrs
 
 from sigdnn.campaign.cases import Case, CaseList, describe, generate_cases
 from sigdnn.campaign.judge import ERROR, FAIL
-from sigdnn.campaign.results import FAILURES, RESULTS, SHRUNK, ResultsLog, finished, write_failure
+from sigdnn.campaign.results import (
+    FAILURES,
+    RESULTS,
+    SHRUNK,
+    Earlier,
+    ResultsLog,
+    check_results_path,
+    finished,
+    write_failure,
+)
 from sigdnn.campaign.shrink import DEFAULT_BUDGET, pick_for_shrinking
 from sigdnn.campaign.spec import Spec
 from sigdnn.campaign.workers import CaseWorker
@@ -50,6 +61,7 @@ class CampaignResult:
     references: int  # reference tasks this run submitted
     skipped: tuple[tuple[str, str], ...]  # generated combinations no graph could be made of
     shrunk: tuple[dict[str, Any], ...]
+    unreadable: tuple[int, ...] = ()  # lines of the earlier results that were not rows (skipped, kept in the file)
 
     @property
     def failures(self) -> list[dict[str, Any]]:
@@ -75,12 +87,15 @@ def run_campaign(
 
     plan = generate_cases(spec, limits)
     results_path = spec.output / RESULTS
+    check_results_path(results_path)
+    check_results_path(spec.output / SHRUNK)
     if results_path.exists() and results_path.stat().st_size and not resume:
         raise UsageError(
             f"{results_path} already holds results: pass --resume to finish that campaign, "
             "or give another output folder"
         )
-    done = finished(results_path) if resume else {}
+    earlier = finished(results_path) if resume else Earlier({})
+    done = earlier.rows
     pending = [c for c in plan.cases if c.case_id not in done]
     if on_start is not None:
         on_start(len(pending))
@@ -96,7 +111,9 @@ def run_campaign(
         if owned:
             ray.shutdown()
     ordered = tuple(rows[c.case_id] for c in plan.cases if c.case_id in rows)
-    return CampaignResult(spec.output, ordered, len(pending), len(done), references, plan.skipped, shrunk)
+    return CampaignResult(
+        spec.output, ordered, len(pending), len(done), references, plan.skipped, shrunk, earlier.unreadable
+    )
 
 
 def local_runtime_env() -> dict[str, Any]:
@@ -206,7 +223,7 @@ def _shrink(
 ) -> tuple[dict[str, Any], ...]:
     """Shrink the cases ``pick_for_shrinking`` chooses (resumed: those not shrunk yet), on the actors."""
     path = spec.output / SHRUNK
-    earlier = finished(path)
+    earlier = finished(path).rows
     chosen = pick_for_shrinking(plan.cases, rows, spec.shrink)
     todo = [c for c in chosen if c.case_id not in earlier]
     calls = {

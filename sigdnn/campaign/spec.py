@@ -31,7 +31,7 @@ at once rather than after an hour of cases.
 
 from __future__ import annotations
 
-import glob
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -40,7 +40,7 @@ from typing import Any
 
 import attrs
 
-from sigdnn.errors import UsageError
+from sigdnn.campaign.spec_files import SpecError, graph_files
 from sigdnn.validation.tolerances import Tolerance
 
 BACKENDS = ("gpu", "reference")
@@ -48,13 +48,10 @@ DEFAULT_OUTPUT = "campaign-results"
 DEFAULT_RETRIES = 3
 DEFAULT_SHRINKS = 8
 MAX_DIM_VALUES = 4096  # one dim's range may list at most this many values
+MAX_CASES = 100_000  # cases one spec may ask for, counted before anything is expanded
 _RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*(?:([/*])\s*(\d+))?\s*$")
 _TOP_KEYS = {"name", "backend", "engines", "seeds", "output", "retries", "shrink", "tolerance", "generate", "graphs"}
 _GENERATOR_KEYS = {"op", "modes", "dtypes", "shapes", "layouts", "attributes", "compute_dtype"}
-
-
-class SpecError(UsageError):
-    """The campaign spec is not valid; the message names the key."""
 
 
 @attrs.frozen
@@ -167,19 +164,28 @@ def _range(text: str, where: str) -> list[int]:
 
 
 def expand_shape(template: Any, where: str) -> list[tuple[int, ...]]:
-    """Every shape a template gives: the cartesian product of its dims' values."""
+    """Every shape a template gives: the cartesian product of its dims' values (counted first, see MAX_CASES)."""
     if not isinstance(template, list) or not template:
         raise SpecError(f"{where}: a shape is a non-empty list of dims, got {template!r}")
-    shapes: list[tuple[int, ...]] = [()]
-    for i, dim in enumerate(template):
-        shapes = [(*s, v) for s in shapes for v in parse_dim(dim, f"{where}[{i}]")]
-    return shapes
+    dims = [parse_dim(dim, f"{where}[{i}]") for i, dim in enumerate(template)]
+    check_case_count(math.prod(map(len, dims)), where, "shapes")
+    return list(itertools.product(*dims))
+
+
+def check_case_count(count: int, where: str, what: str = "cases") -> None:
+    """SpecError naming the count when it is over MAX_CASES (called before anything that size is built)."""
+    if count > MAX_CASES:
+        raise SpecError(
+            f"{where}: asks for {count:,} {what}, over the limit of {MAX_CASES:,} cases a spec may run; "
+            "narrow the ranges or seeds, or split the campaign into several specs"
+        )
 
 
 def _seeds(value: Any, where: str) -> tuple[int, ...]:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
             raise SpecError(f"{where}: give a count >= 1 or a list of seeds, got {value}")
+        check_case_count(value, where, "seeds")
         return tuple(range(value))
     if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         if min(value) < 0:
@@ -237,22 +243,24 @@ def _generator(table: Mapping[str, Any], where: str) -> Generator:
         op=_text(table["op"], f"{where}: op"),
         modes=_texts(table.get("modes", []), f"{where}: modes"),
         dtypes=_texts(table.get("dtypes", ["float32"]), f"{where}: dtypes") or ("float32",),
-        shapes=tuple(dict.fromkeys(s for i, t in enumerate(shapes) for s in expand_shape(t, f"{where}: shapes[{i}]"))),
+        shapes=_shapes(shapes, where),
         layouts=_texts(table.get("layouts", ["packed"]), f"{where}: layouts") or ("packed",),
         attributes=sweeps,
         compute_dtype=None if compute is None else _text(compute, f"{where}: compute_dtype"),
     )
 
 
+def _shapes(templates: list[Any], where: str) -> tuple[tuple[int, ...], ...]:
+    shapes: dict[tuple[int, ...], None] = {}
+    for i, template in enumerate(templates):
+        shapes.update(dict.fromkeys(expand_shape(template, f"{where}: shapes[{i}]")))
+        check_case_count(len(shapes), f"{where}: shapes", "shapes")
+    return tuple(shapes)
+
+
 def _files(table: Mapping[str, Any], base: Path, where: str) -> list[Path]:
     _no_unknown(table, {"files"}, where)
-    found: list[Path] = []
-    for pattern in _texts(table.get("files", []), f"{where}: files"):
-        matches = sorted(glob.glob(str(base / pattern), recursive=True))
-        if not matches:
-            raise SpecError(f"{where}: files: {pattern!r} matches no file (relative to {base})")
-        found.extend(Path(m) for m in matches)
-    return found
+    return graph_files(_texts(table.get("files", []), f"{where}: files"), base, where)
 
 
 def _tables(data: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:

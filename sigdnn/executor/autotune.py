@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +48,7 @@ from sigdnn.errors import NotSupported
 from sigdnn.executor.router import Router
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.io.files import FileError, read_regular_file, write_file
 from sigdnn.registry.contracts import BuildContext, PlanBuilder, RegionContext, StepPlan
 from sigdnn.registry.regions import Region
 from sigdnn.runtime.device import Device, ExecutionContext
@@ -56,6 +56,7 @@ from sigdnn.signature_keys import SignatureKey
 
 # A library's distribution on the package index (its version joins the cache identity).
 DISTRIBUTIONS = {"reference": "numpy", "cutile": "cuda-tile", "cute": "nvidia-cutlass-dsl"}
+MAX_CACHE_BYTES = 64 << 20  # records are a few hundred bytes each: a bigger file is not ours
 Timer = Callable[[str, Callable[[], None], Callable[[], None]], float]  # (label, run, synchronize) -> seconds
 # (graph, nodes, written uids, inputs by name) -> a judge of outputs by name: None when they pass, else why not
 Check = Callable[
@@ -145,8 +146,8 @@ class TuningCache:
 
     def _read(self) -> dict[str, Any]:
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+            data = json.loads(bytes(read_regular_file(self.path, what="tuning cache", max_bytes=MAX_CACHE_BYTES)))
+        except (FileError, ValueError):  # missing, not a file, oversized or damaged: measure again
             return {}
         return data if isinstance(data, dict) else {}
 
@@ -162,13 +163,11 @@ class TuningCache:
         with self._lock:
             records = {**self._read(), identity: record}
             self._records = records
+            text = json.dumps(records, indent=1, sort_keys=True).encode()
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-                with os.fdopen(fd, "w") as f:
-                    json.dump(records, f, indent=1, sort_keys=True)
-                os.replace(tmp, self.path)
-            except OSError:
+                write_file(self.path, lambda f: f.write(text), what="tuning cache")
+            except (OSError, FileError):
                 pass
 
 

@@ -5,7 +5,7 @@ reading, no pickle, declared sizes checked before decompressing, and every
 failure a :class:`FileError` (a SigdnnError) naming the file and what to do.
 """
 
-from sigdnn.io.files import FileError, read_regular_file, write_file
+from sigdnn.io.files import FileError, read_regular_file, refuse_overwriting_inputs, same_file, write_file
 from sigdnn.io.graph_files import DEFAULT_MAX_GRAPH_FILE_BYTES, GRAPH_FORMATS, GraphFormat, read_graph_file
 from sigdnn.io.tensor_files import (
     DEFAULT_MAX_TENSOR_FILE_BYTES,
@@ -28,6 +28,8 @@ __all__ = [
     "read_graph_file",
     "read_regular_file",
     "read_tensor_file",
+    "refuse_overwriting_inputs",
+    "same_file",
     "tensor_file_format",
     "write_file",
     "write_tensor_file",

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import BinaryIO
 
 from sigdnn.errors import SigdnnError, UsageError
@@ -164,43 +165,102 @@ def read_all(f: BinaryIO, size: int, *, what: str, path: str, max_bytes: int) ->
 
 
 def write_file(path: PathArg, write: Callable[[BinaryIO], None], *, what: str) -> str:
-    """Create or replace the regular file at exactly ``path`` with what ``write`` writes; returns the path.
+    """Create or replace the regular file at ``path`` with what ``write`` writes, atomically; returns the path.
 
-    Refuses directories, FIFOs and devices; a failed write removes a file it created.
+    The bytes go to a new file in the target's directory, are fsynced, and
+    the new file is renamed over the target: a full disk, a killed process
+    or an exception half way leaves the old file as it was and no torn file
+    behind. A symbolic link is written through (the link stays, its target
+    is replaced). Directories, FIFOs and devices are refused.
     """
     path = check_path(path, what)
-    existed = True
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    old_mode = None
     try:
-        _check_writable(os.stat(path).st_mode, what, path)
+        st = os.stat(target)
+        _check_writable(st.st_mode, what, path)
+        old_mode = stat.S_IMODE(st.st_mode)
     except FileNotFoundError:
-        existed = False
+        pass
     except OSError as e:
         raise os_error(what, path, e, "cannot write") from None
-    parent = os.path.dirname(path) or "."
+    parent = os.path.dirname(target) or "."
     if not os.path.isdir(parent):
         raise FileError(f"cannot write {what} {shown(path)}: directory {shown(parent)} does not exist; create it first")
+    fd, temporary = _new_temporary(parent, os.path.basename(target), what, path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _FLAGS, 0o666)
-    except OSError as e:
-        raise FileError(
-            f"cannot write {what} {shown(path)}: {e.strerror or type(e).__name__}; choose a writable place"
-        ) from None
-    try:
-        _check_writable(os.fstat(fd).st_mode, what, path)
+        if old_mode is not None:
+            os.fchmod(fd, old_mode)
         with os.fdopen(fd, "wb") as f:
             fd = -1
             write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, target)
     except BaseException as e:
         if fd >= 0:
             os.close(fd)
-        if not existed:
-            _remove_quietly(path)
+        _remove_quietly(temporary)
         if isinstance(e, OSError):
             raise FileError(
                 f"cannot write {what} {shown(path)}: {e.strerror or e}; free space or choose another place"
             ) from None
         raise
+    _sync_directory(parent)
     return path
+
+
+def _new_temporary(parent: str, name: str, what: str, path: str) -> tuple[int, str]:
+    """A new, empty file beside the target (created exclusively, with the umask's permissions)."""
+    for _ in range(100):
+        temporary = os.path.join(parent, f".{name[:200]}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FLAGS, 0o666), temporary
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise FileError(
+                f"cannot write {what} {shown(path)}: {e.strerror or type(e).__name__}; choose a writable place"
+            ) from None
+    raise FileError(f"cannot write {what} {shown(path)}: no free temporary name in {shown(parent)}")
+
+
+def _sync_directory(parent: str) -> None:
+    """Make the rename durable; some file systems cannot open or sync a directory, which only costs durability."""
+    with contextlib.suppress(OSError):
+        fd = os.open(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def same_file(a: PathArg, b: PathArg) -> bool:
+    """Whether two paths name one file: through symbolic links, ``..`` and hard links (device and inode).
+
+    A path that does not exist yet names the same file as another only when
+    both resolve to one path.
+    """
+    try:
+        first, second = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
+        return os.path.realpath(a) == os.path.realpath(b)
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
+def refuse_overwriting_inputs(output: PathArg, output_what: str, reads: Iterable[tuple[PathArg, str]]) -> None:
+    """FileError when ``output`` is any file the command reads (``reads``: (path, what) pairs).
+
+    Called before any work, so a mistyped option never replaces a graph or its inputs.
+    """
+    out = check_path(output, output_what)
+    for path, what in reads:
+        if same_file(out, path):
+            same = "" if os.fspath(path) == out else f" ({shown(os.fsdecode(os.fspath(path)))})"
+            raise FileError(
+                f"{output_what} {shown(out)} is the {what}{same} this command reads; "
+                "writing it would replace it: choose another output file"
+            )
 
 
 def _check_writable(mode: int, what: str, path: str) -> None:

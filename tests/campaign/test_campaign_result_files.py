@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from sigdnn.campaign.judge import compute_reference
 from sigdnn.campaign.results import ResultsLog, finished, write_failure
 from sigdnn.campaign.spec import parse_spec
 from sigdnn.errors import SigdnnError
+from sigdnn.io import FileError
 
 
 def test_the_file_names_are_the_documented_ones() -> None:
@@ -31,16 +33,40 @@ def test_the_log_makes_missing_folders_and_closes(tmp_path: Path) -> None:
         inside.write({"case": "x", "verdict": "pass"})
     with pytest.raises(ValueError, match="closed file"):
         inside.write({"case": "y", "verdict": "pass"})
-    assert list(finished(tmp_path / "r.jsonl")) == ["x"]
+    assert list(finished(tmp_path / "r.jsonl").rows) == ["x"]
 
 
-def test_reading_stops_at_the_first_line_that_is_not_a_row(tmp_path: Path) -> None:
+def test_a_damaged_row_in_the_middle_is_skipped_and_every_row_after_it_kept(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     good = '{"case": "a", "verdict": "pass"}\n'
-    for bad in ["[1, 2]\n", '{"verdict": "pass"}\n', '"text"\n', "not json\n"]:
-        path.write_text(good + bad + '{"case": "d", "verdict": "pass"}\n')
-        assert list(finished(path)) == ["a"]
-        assert path.read_text() == good
+    for bad in ["[1, 2]\n", '{"verdict": "pass"}\n', '"text"\n', "not json\n", '{"case": 7}\n', "\xff\xfe\n"]:
+        text = good + bad + '{"case": "d", "verdict": "pass"}\n'
+        path.write_text(text)
+        earlier = finished(path)
+        assert list(earlier.rows) == ["a", "d"] and earlier.unreadable == (2,)
+        assert path.read_text() == text  # never truncated
+
+
+def test_results_through_a_symbolic_link_are_refused_and_the_target_untouched(tmp_path: Path) -> None:
+    precious = tmp_path / "precious.txt"
+    precious.write_text("not a row\nthe user's notes\n")
+    campaign = tmp_path / "campaign"
+    campaign.mkdir()
+    (campaign / "results.jsonl").symlink_to(precious)
+    with pytest.raises(FileError, match="is a symbolic link"):
+        finished(campaign / "results.jsonl")
+    with pytest.raises(FileError, match="is a symbolic link"):
+        ResultsLog(campaign / "results.jsonl")
+    assert precious.read_text() == "not a row\nthe user's notes\n"
+
+
+def test_results_with_a_second_name_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.jsonl").write_text('{"case": "a"}\n')
+    os.link(tmp_path / "elsewhere.jsonl", tmp_path / "results.jsonl")
+    with pytest.raises(FileError, match="has 2 names"):
+        finished(tmp_path / "results.jsonl")
+    with pytest.raises(FileError, match="has 2 names"):
+        ResultsLog(tmp_path / "results.jsonl")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Results files: rows flushed as written, torn lines dropped on resume, failing cases written replayable."""
+"""Results files: rows flushed as written, torn lines skipped (never cut) on resume, failing cases written replayable."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import sigdnn
 from sigdnn.campaign.cases import generate_cases
 from sigdnn.campaign.judge import compute_reference
-from sigdnn.campaign.results import ResultsLog, finished, reproduce_command, write_failure
+from sigdnn.campaign.results import Earlier, ResultsLog, finished, reproduce_command, write_failure
 from sigdnn.campaign.spec import parse_spec
 from sigdnn.io import read_tensor_file
 
@@ -19,25 +19,29 @@ def test_rows_are_readable_as_soon_as_written(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "results.jsonl"
     log = ResultsLog(path)
     log.write({"case": "a", "verdict": "pass", "max_abs_error": float("nan")})
-    assert finished(path)["a"]["verdict"] == "pass"  # flushed before close
+    assert finished(path).rows["a"]["verdict"] == "pass"  # flushed before close
     log.write({"case": "b", "verdict": "fail"})
     log.close()
-    assert list(finished(path)) == ["a", "b"]
+    assert list(finished(path).rows) == ["a", "b"]
     with ResultsLog(path) as again:  # appends
         again.write({"case": "a", "verdict": "fail"})
-    assert finished(path)["a"]["verdict"] == "fail" and len(path.read_text().splitlines()) == 3
+    assert finished(path).rows["a"]["verdict"] == "fail" and len(path.read_text().splitlines()) == 3
 
 
-def test_a_torn_last_line_is_dropped_and_cut_off_the_file(tmp_path: Path) -> None:
+def test_a_torn_last_line_is_skipped_kept_and_ended_so_new_rows_start_clean(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
-    assert finished(path) == {}
+    assert finished(path).rows == {} and not path.exists()
     good = '{"case": "a", "verdict": "pass"}\n{"case": "b", "verdict": "fail"}\n'
-    for torn in ['{"case": "c", "ver', '{"case": "c"}', "[1, 2]\n", '{"verdict": "pass"}\n']:
-        path.write_text(good + torn + '{"case": "d"}\n')
-        assert list(finished(path)) == ["a", "b"]
-        assert path.read_text() == good
+    path.write_text(good + '{"case": "c", "ver')
+    earlier = finished(path)
+    assert list(earlier.rows) == ["a", "b"] and earlier.unreadable == (3,)
+    assert path.read_text() == good + '{"case": "c", "ver\n'  # nothing cut off; the torn line ended
+    with ResultsLog(path) as log:
+        log.write({"case": "c", "verdict": "pass"})
+    assert list(finished(path).rows) == ["a", "b", "c"]
     path.write_text(good)
-    assert list(finished(path)) == ["a", "b"] and path.read_text() == good
+    assert finished(path) == Earlier({"a": {"case": "a", "verdict": "pass"}, "b": {"case": "b", "verdict": "fail"}})
+    assert path.read_text() == good
 
 
 def test_the_reproduce_command_pins_the_engine_and_quotes_paths(tmp_path: Path) -> None:

@@ -155,7 +155,14 @@ def _fifo(path: Path) -> Path:
 
 def test_write_file_read_only_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "out.safetensors"
-    refuse_open(monkeypatch, target, errno.EROFS)
+    real = os.open
+
+    def fake(p: object, *args: object, **kw: object) -> int:
+        if os.path.dirname(os.fspath(p)) == str(tmp_path):  # type: ignore[arg-type]
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(p))  # type: ignore[arg-type]
+        return real(p, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", fake)
     with pytest.raises(FileError, match="Read-only file system; choose a writable place"):
         write_file(target, lambda f: f.write(b"x"), what="--out file")
 
