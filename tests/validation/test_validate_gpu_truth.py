@@ -142,3 +142,26 @@ def test_a_truth_is_named_or_a_reference_executor() -> None:
         truth_module.truth_executor(sigdnn.Executor("gpu"))
     assert truth_module.truth_executor("gpu").backend == "gpu-reference"
     assert truth_module.truth_executor("cpu").registry is truth_module.REFERENCE_ONLY
+
+
+def test_the_truth_executors_plan_node_by_node_with_their_own_builders_alone() -> None:
+    for name, library in (("cpu", "reference"), ("gpu", "gpu_reference")):
+        executor = truth_module.truth_executor(name)
+        assert executor.fusion is False
+        assert {b.library for b in executor.registry.builders()} == {library}
+    assert len(truth_module.GPU_REFERENCE_ONLY.builders()) == 24
+    assert truth_module.GPU_REFERENCE_ONLY.load_failures == {}
+
+
+def test_a_truth_plan_runs_with_its_executors_device_and_stream() -> None:
+    from types import SimpleNamespace
+
+    from sigdnn.runtime.device import Device, ExecutionContext
+
+    assert truth_module.run_context(sigdnn.Executor("reference")) == ExecutionContext()
+    gpu = truth_module.truth_executor("gpu")
+    device = Device("gpu", SimpleNamespace(stream_handle=7))
+    gpu._memory = SimpleNamespace(device=device, context=device.context)
+    assert truth_module.run_context(gpu) == ExecutionContext(device, 7)
+    emulated = gpu_reference_executor()
+    assert truth_module.run_context(emulated).stream is None and truth_module.run_context(emulated).device.kind == "gpu"
