@@ -100,6 +100,10 @@ IN_TREE: dict[str, int] = {
     "gpu_reference.slice": 4021,
     "gpu_reference.concatenate": 4022,
     "gpu_reference.resample_backward": 4023,
+    "gpu_reference.gdn": 4024,
+    "gpu_reference.gdn_bwd": 4025,
+    "gpu_reference.kda": 4026,
+    "gpu_reference.kda_bwd": 4027,
 }
 
 

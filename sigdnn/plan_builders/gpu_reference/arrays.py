@@ -81,6 +81,20 @@ class Array:
         gather(self.gpu, self.data, index, out.data, pad, "DECODE_RAW")
         return out
 
+    @classmethod
+    def stack(cls, parts: Sequence[Array]) -> Array:
+        """Arrays of one shape stacked along a new first axis: one copy (a gather) into each part's place."""
+        first = parts[0]
+        out = cls.empty(first.gpu, (len(parts), *first.shape), first.dtype)
+        index = row_major_index(first.shape)
+        for i, part in enumerate(parts):
+            gather(first.gpu, part.data, index, first.gpu.part(out.data, i * first.size, first.size), 0.0, "DECODE_RAW")
+        return out
+
+    def row(self, i: int) -> Array:
+        """self[i] along the first axis."""
+        return self.take(row_major_index(self.shape)[i])
+
     def astype(self, dtype: Any) -> Array:
         """The values converted to ``dtype`` (int64 -> float64 rounds to nearest; float -> int64 truncates)."""
         out = Array.empty(self.gpu, self.shape, dtype)

@@ -154,6 +154,15 @@ class Gpu:
             flat.ptr, shape, packed_strides(shape), flat.dtype, owner=flat.owner, device_id=flat.device_id
         )
 
+    def part(self, flat: Any, offset: int, n: int) -> Any:
+        """Elements offset .. offset + n - 1 of a flat array, as a flat array (no copy)."""
+        if self.emulated:
+            return flat[offset : offset + n]
+        from sigdnn.runtime.cuda import DeviceArray
+
+        address = flat.ptr + offset * flat.itemsize
+        return DeviceArray(address, (n,), (1,), flat.dtype, owner=flat.owner, device_id=flat.device_id)
+
     def launch(self, name: str, grid: tuple[int, ...], *args: Any) -> None:
         if math.prod(grid) == 0:
             return

@@ -245,6 +245,35 @@ def _movement(kind: str) -> Builder:
     return build
 
 
+def _delta_rule(kind: str) -> Builder:
+    def build(g: Graph, rng: np.random.Generator, size: int) -> None:
+        tokens, heads, n = _extent(rng, 1, 6, size), int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        kd, vd = _extent(rng, 1, 4, size), _extent(rng, 1, 4, size)
+        per_channel = kind.startswith("kda")
+        ins = {
+            "q": g.tensor("q", (tokens, heads, kd)),
+            "k": g.tensor("k", (tokens, heads, kd)),
+            "v": g.tensor("v", (tokens, heads, vd)),
+            "g": g.tensor("g", (tokens, heads, kd) if per_channel else (tokens, heads), dtype="float32"),
+            "beta": g.tensor("beta", (tokens, heads)),
+            "cu_seqlens": g.tensor("cu_seqlens", (n + 1,), dtype=str(rng.choice(["int32", "int64"]))),
+        }
+        if rng.random() < 0.5:
+            ins["initial_state"] = g.tensor("h0", (n, heads, kd, vd), dtype="float32")
+        scale = float(rng.uniform(0.3, 1.0)) if rng.random() < 0.5 else None
+        l2norm = bool(rng.random() < 0.5)
+        if kind.endswith("_bwd"):
+            ins["d_o"] = g.tensor("d_o", (tokens, heads, vd))
+            if rng.random() < 0.5:
+                ins["d_final_state"] = g.tensor("d_final", (n, heads, kd, vd), dtype="float32")
+            _outputs(*getattr(g, kind)(**ins, scale=scale, use_qk_l2norm=l2norm, name=kind))
+        else:
+            final = bool(rng.random() < 0.5)
+            _outputs(*getattr(g, kind)(**ins, scale=scale, use_qk_l2norm=l2norm, output_final_state=final, name=kind))
+
+    return build
+
+
 BUILDERS: dict[str, Builder] = {
     "pointwise": _pointwise,
     "matmul": _matmul,
@@ -257,6 +286,7 @@ BUILDERS: dict[str, Builder] = {
     **{k: _pooling(k) for k in ("pooling", "pooling_backward")},
     **{k: _resample(k) for k in ("resample", "resample_backward")},
     **{k: _movement(k) for k in ("reshape", "transpose", "slice", "concatenate")},
+    **{k: _delta_rule(k) for k in ("gdn", "gdn_bwd", "kda", "kda_bwd")},
 }
 ANY_DTYPE = ("pointwise", "reduction", "reshape", "transpose", "slice", "concatenate", "matmul")
 
