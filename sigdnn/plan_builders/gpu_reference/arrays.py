@@ -57,9 +57,6 @@ class Array:
     def size(self) -> int:
         return math.prod(self.shape)
 
-    def like(self, shape: Sequence[int] | None = None) -> Array:
-        return Array.empty(self.gpu, self.shape if shape is None else shape, self.dtype)
-
     def host(self) -> np.ndarray:
         """A host copy (tests and debugging; plans never need one)."""
         return self.gpu.download(self.data, self.size).reshape(self.shape)
@@ -148,9 +145,6 @@ class Array:
     def __add__(self, o: Any) -> Array:
         return self.apply("ADD", o)
 
-    def __radd__(self, o: Any) -> Array:
-        return self.apply("ADD", o)
-
     def __sub__(self, o: Any) -> Array:
         return self.apply("SUB", o)
 
@@ -158,9 +152,6 @@ class Array:
         return self.apply("NEG").apply("ADD", o)
 
     def __mul__(self, o: Any) -> Array:
-        return self.apply("MUL", o)
-
-    def __rmul__(self, o: Any) -> Array:
         return self.apply("MUL", o)
 
     def __truediv__(self, o: Any) -> Array:
@@ -207,7 +198,7 @@ class Array:
         self.gpu.launch(
             "reduce_rows",
             (rows, 1, 1),
-            self.gpu_view2d(rows, n),
+            self.gpu.shaped(self.data, (rows, n)),
             out.data,
             n,
             identity,
@@ -226,10 +217,6 @@ class Array:
         if keepdims:
             return out.reshape(tuple(1 if a in axes else d for a, d in enumerate(self.shape)))
         return out
-
-    def gpu_view2d(self, rows: int, n: int) -> Any:
-        """The flat buffer as a (rows, n) array, what the 2-D and 3-D kernels index by tiles."""
-        return self.gpu.shaped(self.data, (rows, n))
 
     def matmul(self, other: Array) -> Array:
         """Batched float64 self @ other: (B, M, K) x (B, K, N) -> (B, M, N); 2-D operands are one batch."""

@@ -21,6 +21,7 @@ from gpu_reference_emulation import make_available, worst_ulps
 import sigdnn
 from sigdnn.errors import GraphError, NoPlanError
 from sigdnn.graph.ops import OP_CLASSES
+from sigdnn.graph.ops.pointwise import MODES
 from sigdnn.plan_builders.gpu_reference import cases, normalization, pointwise, windows
 from sigdnn.validation.inputs import random_inputs
 
@@ -90,6 +91,34 @@ def test_random_cases_of_every_op_agree(op: str) -> None:
             ran += 1
             one_ulp += sum(count for _, count in found.values())
     assert ran >= 10
+
+
+@pytest.mark.parametrize("mode", sorted(set(MODES) - pointwise.NO_FLOAT64_ERF))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32"])
+def test_every_pointwise_mode_agrees(mode: str, dtype: str) -> None:
+    """Each mode over values that reach its branches (signs, zeros, ties of floor / ceil, large magnitudes)."""
+    info = MODES[mode]
+    g = sigdnn.Graph(mode, io_dtype=dtype, compute_dtype="int32" if dtype == "int32" else "float32")
+    ports = [g.tensor(f"in_{i}", (4, 16)) for i in range(info.arity)]
+    params = {"axis": 1} if mode == "gen_index" else {}
+    try:
+        g.pointwise(mode, *ports, name="pw", **params).set_output(True)
+    except GraphError:
+        return  # a float-only mode over integers
+    values = np.concatenate([np.arange(-8, 8) * 0.75, [0.0, -0.0, 2.5, -2.5, 40.0, -40.0, 1e-3, -1e-3]])
+    rng = np.random.default_rng(len(mode))
+    inputs = {
+        f"in_{i}": rng.choice(values, (4, 16)).astype(
+            g.tensors[t.uid].dtype.numpy if dtype != "bfloat16" else np.float32
+        )
+        for i, t in enumerate(ports)
+    }
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        inputs = {k: v.astype(ml_dtypes.bfloat16) for k, v in inputs.items()}
+    found = worst_ulps(g, inputs)
+    assert found["pw::out_0"][0] <= (1 if mode in REFORMULATED else 0), found
 
 
 def _conv_case() -> sigdnn.Graph:
