@@ -250,8 +250,9 @@ def _identity(mode: str, dtype: np.dtype) -> float | int:
 def gather(gpu: Gpu, src: Any, index: np.ndarray, out: Any, pad: float, decode: str) -> None:
     """out[i] = decode(src[index[i]]) (``pad`` where index < 0), the index map uploaded once."""
     n = index.size
+    typed_pad = int(pad) if np.dtype(out.dtype).kind in "iu" else float(pad)  # a scalar of out's kind
     gpu.launch(
-        "gather", (math.ceil(n / TILE), 1, 1), src, gpu.upload(index), out, float(pad), TILE, gpu.constant(decode)
+        "gather", (math.ceil(n / TILE), 1, 1), src, gpu.upload(index), out, typed_pad, TILE, gpu.constant(decode)
     )
 
 

@@ -47,7 +47,7 @@ def gather(src, index, out, pad, T: ct.Constant[int], DECODE: ct.Constant[int]):
         v = v != 0
     if DECODE != DECODE_RAW:
         v = ct.astype(v, out.dtype)
-    ct.store(out, (ct.bid(0),), ct.where(inside, v, ct.astype(pad, out.dtype)))
+    ct.store(out, (ct.bid(0),), ct.where(inside, v, ct.full((T,), pad, out.dtype)))
 
 
 @ct.function
@@ -110,9 +110,18 @@ def elementwise(
 ):
     """out = MODE(a, b, c) over flat tiles; an operand whose K* is 1 is the scalar s* instead of its array."""
     blk = ct.bid(0)
-    x = ct.full((T,), sa, out.dtype) if KA else ct.load(a, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
-    y = ct.full((T,), sb, out.dtype) if KB else ct.load(b, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
-    z = ct.full((T,), sc, out.dtype) if KC else ct.load(c, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
+    if KA:  # noqa: SIM108 (statements: cuTile folds an if on a constant; a conditional expression it may not)
+        x = ct.full((T,), sa, out.dtype)
+    else:
+        x = ct.load(a, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
+    if KB:  # noqa: SIM108
+        y = ct.full((T,), sb, out.dtype)
+    else:
+        y = ct.load(b, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
+    if KC:  # noqa: SIM108
+        z = ct.full((T,), sc, out.dtype)
+    else:
+        z = ct.load(c, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
     one = ct.full((T,), 1, out.dtype)
     zero = ct.full((T,), 0, out.dtype)
     if MODE == ADD:
@@ -122,7 +131,7 @@ def elementwise(
     if MODE == MUL:
         r = x * y
     if MODE == DIV:
-        r = ct.truediv(x, y, rounding_mode=ct.RoundingMode.FULL)
+        r = x / y  # IEEE round to nearest (cuTile's default for division)
     if MODE == MAXIMUM:
         r = ct.maximum(x, y, propagate_nan=True)
     if MODE == MINIMUM:
