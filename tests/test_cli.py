@@ -242,7 +242,7 @@ def test_npz_of_ml_dtypes_arrays_is_accepted(tmp_path: Path, capsys: pytest.Capt
 def test_out_and_save_inputs_must_differ(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     graph = add_graph(tmp_path / "g.sdg")
     code, _, err = cli(capsys, "run", graph, "--out", tmp_path / "x", "--save-inputs", tmp_path / "x")
-    assert_one_line_error(code, err, "--out and --save-inputs both name")
+    assert_one_line_error(code, err, "--out file and --save-inputs file both name")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cutlass") is not None, reason="the GPU DSLs are installed here")
@@ -320,7 +320,7 @@ def test_tables_align_whatever_the_name_length(tmp_path: Path, capsys: pytest.Ca
 def test_validate_several_graphs_and_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     one, two = add_graph(tmp_path / "one.sdg"), typed_graph(tmp_path / "two.sdg", "bfloat16")
     report = tmp_path / "report.json"
-    code, out, err = cli(capsys, "validate", one, two, "--backend", "reference", "--seeds", "2", "--json", report)
+    code, out, err = cli(capsys, "validate", one, two, "--backend", "reference", "--seeds", "2", "--report", report)
     assert code == 0, err
     data = json.loads(report.read_text())
     assert data["passed"] and [(r["file"], r["seed"]) for r in data["runs"]] == [
@@ -335,7 +335,7 @@ def test_validate_several_graphs_and_seeds(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_validate_json_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = cli(capsys, "validate", add_graph(tmp_path / "g.sdg"), "--backend", "reference", "--json", "-")
+    code, out, _ = cli(capsys, "validate", add_graph(tmp_path / "g.sdg"), "--backend", "reference", "--json")
     assert code == 0 and json.loads(out)["runs"][0]["graph"] == "small"
 
 
@@ -406,7 +406,7 @@ def test_validate_names_its_truth_and_a_gpu_truth_without_a_gpu_is_a_clear_error
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     one = add_graph(tmp_path / "one.sdg")
-    code, out, err = cli(capsys, "validate", one, "--backend", "reference", "--json", "-")
+    code, out, err = cli(capsys, "validate", one, "--backend", "reference", "--json")
     assert code == 0, err
     assert json.loads(out)["runs"][0]["truth"] == "cpu"  # no GPU here: the default truth is the CPU reference
     code, out, err = cli(capsys, "validate", one, "--backend", "reference", "--truth", "cpu")

@@ -1,8 +1,10 @@
-"""The files a command reads: graph files and input tensor files, each capped by --max-file-bytes."""
+"""The files a command reads (graph files and input tensor files, each capped by --max-file-bytes) and the
+check that none of them is an output the command would write."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,8 @@ from sigdnn.io import (
     Expected,
     read_graph_file,
     read_tensor_file,
+    refuse_overwriting_inputs,
+    same_file,
 )
 from sigdnn.io.files import shown
 
@@ -47,3 +51,17 @@ def read_inputs(args: argparse.Namespace, graph: Any, update: Any) -> dict[str, 
                 raise UsageError(f"--inputs: tensor {name!r} is in more than one file (again in {shown(path)})")
             given[name] = array
     return given
+
+
+def check_outputs(outputs: Sequence[tuple[str | None, str]], reads: Sequence[tuple[str, str]]) -> None:
+    """Refuse, before any work, an output (path or None, option) that is a file the command reads or another output.
+
+    Compared as files (:func:`sigdnn.io.same_file`: through symbolic links, ``..``
+    and hard links), so no spelling of a graph or an inputs file gets overwritten.
+    """
+    given = [(path, what) for path, what in outputs if path is not None]
+    for i, (path, what) in enumerate(given):
+        refuse_overwriting_inputs(path, what, reads)
+        for other, other_what in given[:i]:
+            if same_file(path, other):
+                raise UsageError(f"{other_what} and {what} both name {shown(path)}; give two files")

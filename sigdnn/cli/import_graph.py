@@ -7,7 +7,7 @@ from typing import Any
 
 import sigdnn
 from sigdnn.cli import options
-from sigdnn.cli.files import read_graph
+from sigdnn.cli.files import check_outputs, read_graph
 from sigdnn.cli.screen import Screen
 from sigdnn.io import format_bytes, write_file
 from sigdnn.io.files import shown
@@ -29,6 +29,7 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
 
 def cmd_import(args: argparse.Namespace, screen: Screen) -> int:
     """Convert (sigdnn.io detects the format), check, and write the sigdnn bytes to exactly --output."""
+    check_outputs([(args.output, "--output file")], [(args.graph, "file to import")])
     data = read_graph(args, args.graph)
     graph = sigdnn.deserialize(data)
     write_file(args.output, lambda f: f.write(data), what="imported graph")

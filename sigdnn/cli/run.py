@@ -10,7 +10,7 @@ import numpy as np
 
 from sigdnn.cli import options
 from sigdnn.cli.backend import prepare
-from sigdnn.cli.files import read_inputs
+from sigdnn.cli.files import check_outputs, read_inputs
 from sigdnn.cli.options import graph_options
 from sigdnn.cli.screen import Screen, duration, number, right
 from sigdnn.errors import UsageError
@@ -68,8 +68,8 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
 def cmd_run(args: argparse.Namespace, screen: Screen) -> int:
     from sigdnn.validation.inputs import random_inputs
 
-    if args.out is not None and args.out == args.save_inputs:
-        raise UsageError(f"--out and --save-inputs both name {shown(args.out)}; give two files")
+    reads = [(args.graph, "graph file"), *((path, "--inputs file") for path in args.inputs or ())]
+    check_outputs([(args.out, "--out file"), (args.save_inputs, "--save-inputs file")], reads)
     with screen.progress() as update:
         executor, plan, prepare_s = prepare(args, update, engine=args.engine)
         graph = plan.graph

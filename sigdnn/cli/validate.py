@@ -10,7 +10,7 @@ from typing import Any
 import sigdnn
 from sigdnn.cli import options
 from sigdnn.cli.backend import check_backend
-from sigdnn.cli.files import read_graph, read_inputs
+from sigdnn.cli.files import check_outputs, read_graph, read_inputs
 from sigdnn.cli.options import EXIT_FAILED, graph_options, limits
 from sigdnn.cli.screen import Screen
 from sigdnn.errors import UsageError
@@ -37,7 +37,8 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
         help="the inputs by name (.safetensors, .npz, .npy; may be repeated), e.g. those a campaign saved with a "
         "failing case; they must hold every input of the one GRAPH. Without --inputs every input is random",
     )
-    validate.add_argument("--json", metavar="FILE", help="also write every report as JSON to FILE ('-': stdout)")
+    validate.add_argument("--json", action="store_true", help="print every report as JSON instead of tables")
+    validate.add_argument("--report", metavar="FILE", help="also write every report as JSON to FILE")
     validate.add_argument(
         "--engine", type=options.engine, metavar="ID|NAME", help="pin every node to one builder (id or name)"
     )
@@ -62,6 +63,8 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
+    reads = [*((path, "graph file") for path in args.graphs), *((path, "--inputs file") for path in args.inputs or ())]
+    check_outputs([(args.report, "--report file")], reads)
     check_backend(args.backend, default_gpu=True)
     if args.fallback and args.backend != "gpu":
         raise UsageError("--fallback needs --backend gpu (the reference runs every node itself)")
@@ -90,7 +93,10 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
                 if args.plot:
                     plots += plot_failures(report, args.plot, f"{os.path.basename(path)}_seed{seed}")
                 update(f"validated {path} (seed {seed})", advance=1)
-    if args.json == "-":
+    if args.report:
+        text = json.dumps(_validation_json(runs), indent=2)
+        write_file(args.report, lambda f: f.write(text.encode()), what="--report file")
+    if args.json:
         screen.json(_validation_json(runs))
     else:
         from sigdnn.validation.table import plain
@@ -107,10 +113,8 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
                 [("graph file", "left"), ("seed", "right"), ("verdict", "left")],
                 [[path, str(seed), "PASS" if report.passed else "FAIL"] for path, seed, report in runs],
             )
-        if args.json:
-            text = json.dumps(_validation_json(runs), indent=2)
-            write_file(args.json, lambda f: f.write(text.encode()), what="--json file")
-            screen.line(f"wrote the reports to {shown(args.json)}")
+        if args.report:
+            screen.line(f"wrote the reports to {shown(args.report)}")
         for plot in plots:
             screen.line(f"wrote {shown(plot)}")
     return 0 if all(report.passed for _, _, report in runs) else EXIT_FAILED

@@ -68,9 +68,7 @@ def test_validate_inputs_replays_the_saved_inputs(tmp_path: Path, capsys: pytest
     got: dict[str, np.ndarray] = {}
     sigdnn.validate(sigdnn.deserialize(path.read_bytes()), {"a": a, "b": b}, backend="reference", got=got)
     np.testing.assert_array_equal(got["c"], a + b)
-    code, out, _ = cli(
-        capsys, "validate", path, "--backend", "reference", "--inputs", tmp_path / "in.npz", "--json", "-"
-    )
+    code, out, _ = cli(capsys, "validate", path, "--backend", "reference", "--inputs", tmp_path / "in.npz", "--json")
     assert code == 0 and '"seed": null' in out
 
 

@@ -117,9 +117,9 @@ CASES: dict[str, tuple[Callable[[Path, Path], list[object]], tuple[str, ...]]] =
     "out is in a missing directory": (lambda d, g: ["run", g, "--out", d / "no" / "o.npz"], ("does not exist",)),
     "out is /dev/full": (lambda d, g: ["run", g, "--out", "/dev/full"], ("character device",)),
     "save-inputs is a directory": (lambda d, g: ["run", g, "--save-inputs", d], ("--save-inputs file",)),
-    "validate json is a directory": (
-        lambda d, g: ["validate", g, "--backend", "reference", "--json", d],
-        ("--json file", "is a directory"),
+    "validate report is a directory": (
+        lambda d, g: ["validate", g, "--backend", "reference", "--report", d],
+        ("--report file", "is a directory"),
     ),
     "seed -1": (lambda d, g: ["run", g, "--seed", "-1"], ("argument --seed: -1 is negative",)),
     "seeds 0": (lambda d, g: ["validate", g, "--seeds", "0"], ("argument --seeds",)),
@@ -163,7 +163,14 @@ def test_unreadable_graph_file(
 def test_out_in_a_read_only_place(
     tmp_path: Path, graph: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fail_open(monkeypatch, tmp_path / "o.safetensors", errno.EROFS)
+    real = os.open
+
+    def read_only(p: object, flags: int, *args: object, **kw: object) -> int:  # every file created there fails
+        if flags & os.O_CREAT and os.path.dirname(os.fspath(p)) == str(tmp_path):  # type: ignore[arg-type]
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(p))  # type: ignore[arg-type]
+        return real(p, flags, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", read_only)
     code, _, err = cli(capsys, "run", graph, "--out", tmp_path / "o.safetensors")
     assert_one_line_error(code, err, "Read-only file system", "choose a writable place")
 

@@ -205,7 +205,7 @@ def test_report_json(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     )
     monkeypatch.setattr("sigdnn.cli.validate.check_backend", lambda backend, default_gpu=False: None)
     out = tmp_path / "report.json"
-    assert cli.main(["validate", str(path), "--backend", "reference", "--json", str(out)]) == 1
+    assert cli.main(["validate", str(path), "--backend", "reference", "--report", str(out)]) == 1
     written = json.loads(out.read_text())
     assert written["passed"] is False
     assert written["runs"] == [{"file": str(path), "seed": 0, **data}]

@@ -130,7 +130,7 @@ def test_the_table_fits_120_columns_with_long_onnx_names_and_json_keeps_them_who
     row = next(line for line in table if "plugin.skewed_exp" in line)
     assert "/encoder/l…jection/Exp" in row and "150000/300000" in row  # cut in the middle, the numbers whole
     assert any(line.startswith(f"/encoder/layers.11/self_attention/out_projection/Exp {long}:") for line in table)
-    code, out, _ = cli(capsys, "validate", path, "--backend", "reference", "--json", "-")
+    code, out, _ = cli(capsys, "validate", path, "--backend", "reference", "--json")
     nodes = json.loads(out)["runs"][0]["nodes"]
     assert {n["node"] for n in nodes} >= {"/encoder/layers.11/self_attention/out_projection/Exp"}
     assert {n["name"] for n in nodes} >= {long} and all("tolerance" in n and "worst_index" in n for n in nodes)
