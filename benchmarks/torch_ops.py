@@ -5,9 +5,10 @@ the kernel is identical and the difference is the torch op's own cost: the
 torch.library dispatch, the signature lookup of the cached graph and the
 allocation of its outputs (the direct call is handed preallocated outputs).
 Rows: layer_norm (8 x 64) and sdpa (1 x 2 x 16 x 16), float32, on the
-reference backend; the median per call over batches of back-to-back calls,
-the two sides interleaved batch by batch so a noisy moment hits both. Not
-measured on a GPU (this machine has none).
+reference backend; the median CPU time per call (process time, so other
+sessions on a shared machine count less) over batches of back-to-back
+calls, the two sides interleaved batch by batch so a noisy moment hits
+both. Not measured on a GPU (this machine has none).
 
 Run: PYTHONPATH=. python benchmarks/torch_ops.py [--calls 400] [--batches 15]
 """
@@ -30,17 +31,17 @@ TARGET = 1.5
 
 
 def per_call(fn: Callable[[], object], calls: int) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - start) / calls
+    return (time.process_time() - start) / calls
 
 
 def compare(name: str, op: Callable[[], tuple], key_op: str, calls: int, batches: int) -> tuple[float, float]:
     """Median seconds per call: the torch op, the executor given the same plan with preallocated outputs."""
     outputs = op()  # builds and caches the graph
     cached = next(c for k, c in _CACHE.items() if k[0] == key_op)
-    inputs = [t for t in cached_inputs[name]]
+    inputs = cached_inputs[name]
     pack = dict(zip(cached.inputs, inputs)) | dict(zip((uid for uid, _, _ in cached.outputs), outputs))
 
     def direct() -> None:

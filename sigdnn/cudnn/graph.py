@@ -282,11 +282,11 @@ class pygraph(Ops):
 
     # -- wire -------------------------------------------------------------------
     def serialize(self) -> bytes:
-        """Not yet: sigdnn reads cuDNN-frontend JSON but does not write it (``graph.serialize()`` writes .sdg)."""
-        raise NotImplementedError(
-            "pygraph.serialize(): sigdnn cannot write cuDNN-frontend JSON yet; pygraph.graph.serialize() gives the "
-            "graph as sigdnn's .sdg bytes"
-        )
+        """The validated graph as cuDNN-frontend JSON bytes (what ``deserialize`` and ``sigdnn.load`` read)."""
+        from sigdnn.cudnn.serialize import to_json
+
+        self.validate()
+        return to_json(self.graph)
 
     def deserialize(self, *args: Any) -> None:
         """Read cuDNN-frontend JSON into this (empty) graph: deserialize(data) or deserialize(handle, data)."""

@@ -44,12 +44,15 @@ class CachedGraph:
         self.outputs = tuple(
             (t.uid, t.dims, torch.empty((), dtype=_torch_dtype(graph.dtype_of(t))).dtype) for t in graph.outputs
         )
+        self.uids = self.inputs + tuple(uid for uid, _, _ in self.outputs)
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         device = tensors[0].device
-        outs = tuple(torch.empty(dims, dtype=dtype, device=device) for _, dims, dtype in self.outputs)
-        pack: dict[int, Any] = dict(zip(self.inputs, tensors))
-        pack.update(zip((uid for uid, _, _ in self.outputs), outs))
+        if device.type == "cpu":
+            outs = tuple(torch.empty(dims, dtype=dtype) for _, dims, dtype in self.outputs)
+        else:
+            outs = tuple(torch.empty(dims, dtype=dtype, device=device) for _, dims, dtype in self.outputs)
+        pack: dict[int, Any] = dict(zip(self.uids, (*tensors, *outs)))
         self.executor.execute(self.plan, pack, to_host=False)
         return outs
 
@@ -61,8 +64,7 @@ def run(
     op: str, build: Callable[..., Graph], tensors: Sequence[torch.Tensor], attributes: tuple
 ) -> tuple[torch.Tensor, ...]:
     """Run ``op`` on ``tensors``: its cached graph for this signature, built with ``build(*specs, *attributes)``."""
-    key = (op, attributes, tensors[0].device.type,
-           *((t.shape, t.stride(), t.dtype) for t in tensors))  # fmt: skip
+    key = (op, attributes, tensors[0].device.type, *[(t.shape, t.stride(), t.dtype) for t in tensors])
     cached = _CACHE.get(key)
     if cached is None:
         executor = executor_for(tensors[0].device)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -118,7 +119,15 @@ class Block(torch.nn.Module):
         return attend(h, h, self.proj(h), is_causal=True)
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+INDUCTOR = pytest.param(
+    "inductor",
+    marks=pytest.mark.skipif(
+        not os.environ.get("SIGDNN_TEST_INDUCTOR"), reason="inductor compiles for minutes here: SIGDNN_TEST_INDUCTOR=1"
+    ),
+)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", INDUCTOR])
 def test_compile_fullgraph_without_graph_breaks_and_gradients_match(backend):
     torch._dynamo.reset()
     model = Block()
