@@ -60,6 +60,7 @@ IN_TREE: dict[str, int] = {
     "cutile.pooling": 2019,
     "cutile.pooling_backward": 2020,
     "cutile.movement": 2021,
+    "cutile.resample": 2022,
     "cutile.matmul": 2030,
     "cutile.gdn": 2040,
     "cutile.kda": 2041,

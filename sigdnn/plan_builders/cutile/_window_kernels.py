@@ -1,6 +1,7 @@
-"""Pooling kernels written against the cuTile API: forward, the max's argmax, and the backward by gathering.
+"""Window kernels written against the cuTile API: pooling forward, the max's argmax, pooling backward by
+gathering, and resample forward.
 
-Never imported as a module: ``pooling.py`` hands the text below the marker
+Never imported as a module: ``pooling.py`` and ``resample.py`` hand the text below the marker
 line to the backend (cuda.tile, or in CPU tests ``emulator``'s NumPy stand-in,
 binds ``ct``) with one line naming the kernel to run. Every tensor arrives as
 a 5-D strided view over logical (N, C, D, H, W) (1-D and 2-D pooling see
@@ -151,3 +152,57 @@ def pool_backward(
                     )
                     acc = acc + g / ct.astype(ct.maximum(real, 1), ct.float32)
     ct.scatter(dx, (i_n, i_c, i_d, i_h, i_w), ct.astype(acc, dx.dtype))
+
+
+NEAREST = 0
+LINEAR = 1
+
+
+def resample_source(o, scale, bias, den, size):
+    """(low, high, t) of output positions o along one axis: the input positions blended and the high one's
+    weight, in exact integer steps: the source position is (scale o + bias) / den, floored at 0
+    (``resample.positions`` gives scale, bias, den for each coordinate convention and mode)."""
+    num = ct.maximum(o * scale + bias, 0)
+    low = num // den
+    t = ct.astype(num - low * den, ct.float32) / ct.astype(ct.full(o.shape, den, dtype=ct.int32), ct.float32)
+    low = ct.minimum(low, size - 1)
+    return low, ct.minimum(low + 1, size - 1), t
+
+
+@ct.kernel
+def resample_forward(
+    x, y, count,
+    n_div, c_div, d_div, h_div, w_div,
+    n, c, od, oh, ow,
+    xd, xh, xw,
+    d_scale, d_bias, d_den,
+    h_scale, h_bias, h_den,
+    w_scale, w_bias, w_den,
+    MODE: ct.Constant[int],
+    TILE: ct.Constant[int],
+):  # fmt: skip
+    flat = ct.bid(0) * TILE + ct.arange(TILE, dtype=ct.int32)
+    i_n = ct.where(flat < count, (flat // n_div) % n, n)
+    i_c = (flat // c_div) % c
+    o_d = (flat // d_div) % od
+    o_h = (flat // h_div) % oh
+    o_w = (flat // w_div) % ow
+    d_lo, d_hi, d_t = resample_source(o_d, d_scale, d_bias, d_den, xd)
+    h_lo, h_hi, h_t = resample_source(o_h, h_scale, h_bias, h_den, xh)
+    w_lo, w_hi, w_t = resample_source(o_w, w_scale, w_bias, w_den, xw)
+    if MODE == NEAREST:
+        acc = ct.astype(ct.gather(x, (i_n, i_c, d_lo, h_lo, w_lo)), ct.float32)
+    else:
+        acc = ct.full((TILE,), 0.0, dtype=ct.float32)
+        for a in ct.static_iter(range(2)):
+            i_d = d_hi if a else d_lo
+            w_d = d_t if a else 1.0 - d_t
+            for b in ct.static_iter(range(2)):
+                i_h = h_hi if b else h_lo
+                w_h = h_t if b else 1.0 - h_t
+                for e in ct.static_iter(range(2)):
+                    i_w = w_hi if e else w_lo
+                    w_w = w_t if e else 1.0 - w_t
+                    v = ct.astype(ct.gather(x, (i_n, i_c, i_d, i_h, i_w)), ct.float32)
+                    acc = acc + w_d * w_h * w_w * v
+    ct.scatter(y, (i_n, i_c, o_d, o_h, o_w), ct.astype(acc, y.dtype))

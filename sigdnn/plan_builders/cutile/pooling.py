@@ -63,7 +63,7 @@ def view(port: str, t: Tensor) -> Arg:
     return Arg(port, dims, strides)
 
 
-def _fits(*tensors: Tensor) -> None:
+def fits(*tensors: Tensor) -> None:
     for t in tensors:
         if t.size > LARGEST or 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides)) > LARGEST:
             raise ValueError(f"tensor '{t.name}' spans 2^31 elements or more (int32 indices)")
@@ -79,7 +79,7 @@ class CutilePoolingBuilder(CutileOpBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         x, y = graph.tensors[op.x], graph.tensors[op.y]
-        _fits(x, y)
+        fits(x, y)
         dims = as_5d(y)[0]
         constants = (y.size, *divisors(y), *dims, *as_5d(x)[0][2:], *geometry(op, x.rank - 2), MODES[op.mode], TILE)
         source = kernel_source("pool_forward")
@@ -94,7 +94,7 @@ class CutilePoolingBackwardBuilder(CutileOpBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         dy, x, dx = graph.tensors[op.dy], graph.tensors[op.x], graph.tensors[op.dx]
-        _fits(dy, x, dx)
+        fits(dy, x, dx)
         y_dims, x_dims = as_5d(dy)[0], as_5d(x)[0]
         window = geometry(op, x.rank - 2)
         work = Workspace()

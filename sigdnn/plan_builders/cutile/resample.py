@@ -1,0 +1,53 @@
+"""cuTile resample forward: nearest and (bi/tri)linear, every coordinate convention, 1 to 3 spatial dims, any layout.
+
+The literal kernel (``_window_kernels.py``'s ``resample_forward``) takes each
+axis's source position as (scale * o + bias) / den in integers, so it finds
+exactly the samples and weights the reference does (docs/ops.md: positions
+computed in rational arithmetic when y's dims are given). Positions from
+float ``scales`` are declined: float32 would move a nearest sample across an
+integer boundary where the reference's float64 does not. resample_backward
+stays with the reference for now.
+"""
+
+from __future__ import annotations
+
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv
+from sigdnn.plan_builders.cutile.pooling import TILE, as_5d, divisors, fits, kernel_source, view
+from sigdnn.plan_builders.cutile.steps import Launch
+from sigdnn.registry.engine_ids import IN_TREE
+
+MODES = {"nearest": 0, "bilinear": 1}
+LARGEST = 2**31 - 1
+
+
+def positions(mode: str, coordinates: str, size: int, out: int) -> tuple[int, int, int]:
+    """(scale, bias, den) with source position (scale * o + bias) / den, before flooring at 0."""
+    if mode == "nearest":  # floor((o + 0.5) I / O) or floor(o I / O)
+        return (2 * size, size, 2 * out) if coordinates == "half_pixel" else (size, 0, out)
+    if coordinates == "half_pixel":  # (o + 0.5) I / O - 0.5
+        return 2 * size, size - out, 2 * out
+    if coordinates == "align_corners":  # o (I - 1) / (O - 1)
+        return size - 1, 0, max(out - 1, 1)
+    return size, 0, out
+
+
+class CutileResampleBuilder(CutileOpBuilder):
+    name = "cutile.resample"
+    engine_id = IN_TREE[name]
+    ops = ("resample",)
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        op = node.op
+        x, y = graph.tensors[op.x], graph.tensors[op.y]
+        if op.scales:
+            raise ValueError(f"scales {list(op.scales)}: positions from float scales are left to the reference")
+        fits(x, y)
+        x_dims, y_dims = as_5d(x)[0], as_5d(y)[0]
+        axes = [positions(op.mode, op.coordinates, i, o) for i, o in zip(x_dims[2:], y_dims[2:])]
+        if any(scale * (o - 1) + abs(bias) >= LARGEST for (scale, bias, _), o in zip(axes, y_dims[2:])):
+            raise ValueError("source positions would overflow int32")
+        constants = (y.size, *divisors(y), *y_dims, *x_dims[2:], *(v for a in axes for v in a), MODES[op.mode], TILE)
+        source = kernel_source("resample_forward")
+        return [Launch(source, (cdiv(y.size, TILE), 1, 1), (view("x", x), view("y", y)), constants)], 0

@@ -1,0 +1,67 @@
+"""cuTile resample forward through the emulator, against the reference (``sigdnn.validate``).
+
+The cases of tests/resample_cases.py (every mode and coordinate convention,
+1 to 3 spatial dims, both layouts, up- and downsampling, size-1 dims, a
+gapped input); the literal kernel text runs block by block in the emulator.
+A planted bug in the positions fails validation; float scales are declined.
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from emulated import emulated_executor, make_available
+from resample_cases import CASES, CONVENTIONS, graph
+
+import sigdnn
+from sigdnn.errors import NoPlanError
+from sigdnn.plan_builders.cutile import resample
+from sigdnn.plan_builders.cutile.resample import CutileResampleBuilder
+from sigdnn.validation.inputs import random_inputs
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+
+
+@pytest.mark.parametrize("mode, coordinates", CONVENTIONS, ids=["-".join(c) for c in CONVENTIONS])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_resample_matches_the_reference(case, mode: str, coordinates: str) -> None:
+    g = graph(case, mode, coordinates)
+    report = sigdnn.validate(g, random_inputs(g, seed=len(case.name)), executor=emulated_executor())
+    assert set(report.builders.values()) == {"cutile.resample"}, report.builders
+    assert report.passed, report.table()
+
+
+def test_positions_are_the_documented_fractions() -> None:
+    assert resample.positions("nearest", "half_pixel", 5, 9) == (10, 5, 18)  # (o + 0.5) * 5 / 9
+    assert resample.positions("bilinear", "half_pixel", 5, 9) == (10, -4, 18)  # (o + 0.5) * 5 / 9 - 0.5
+    assert resample.positions("bilinear", "align_corners", 5, 1) == (4, 0, 1)
+    assert resample.positions("bilinear", "asymmetric", 5, 9) == (5, 0, 9)
+
+
+def test_float_scales_are_declined_naming_the_node() -> None:
+    g = sigdnn.Graph("scaled", io_dtype="float32")
+    g.resample(g.tensor("x", (1, 2, 4, 4)), "nearest", scales=(2.0, 2.0), name="up").set_output(True)
+    with pytest.raises(NoPlanError, match=r"node 'up': scales \[2.0, 2.0\]: positions from float scales"):
+        emulated_executor().prepare(g)
+
+
+class Planted(CutileResampleBuilder):
+    name = "planted.resample"
+    engine_id = 30022
+    library = "planted"
+
+    def launches(self, node, graph):  # type: ignore[no-untyped-def]
+        launches, nbytes = super().launches(node, graph)
+        text = launches[0].source.text.replace("num = ct.maximum(o * scale + bias, 0)", "num = o * scale + bias")
+        return [attrs.evolve(launches[0], source=attrs.evolve(launches[0].source, text=text))], nbytes
+
+
+def test_a_planted_unclamped_position_fails_validation() -> None:
+    registry = sigdnn.Registry(entry_point_group=None)
+    registry.register(Planted())
+    g = graph(CASES[0], "bilinear", "half_pixel")  # upsampling: the first outputs sit before pixel 0
+    executor = emulated_executor(registry=registry, engine="planted.resample")
+    assert not sigdnn.validate(g, random_inputs(g, seed=2), executor=executor).passed
