@@ -129,6 +129,7 @@ def pool_backward(
     i_h = (flat // h_div) % xh
     i_w = (flat // w_div) % xw
     acc = ct.full((TILE,), 0.0, dtype=ct.float32)
+    none = ct.full((TILE,), -1, dtype=ct.int32)  # no tap: an argmax read outside dy (a tile of its dtype)
     for a in range(kd):
         t_d = i_d + pd - a
         o_d = ct.where((t_d >= 0) & (t_d % sd == 0), t_d // sd, -1)
@@ -140,7 +141,7 @@ def pool_backward(
                 o_w = ct.where((t_w >= 0) & (t_w % sw == 0), t_w // sw, -1)
                 g = ct.astype(ct.gather(dy, (i_n, i_c, o_d, o_h, o_w)), ct.float32)
                 if MODE == MAX:
-                    won = ct.gather(argmax, (i_n, i_c, o_d, o_h, o_w), padding_value=-1) == (a * kh + b) * kw + e
+                    won = ct.gather(argmax, (i_n, i_c, o_d, o_h, o_w), padding_value=none) == (a * kh + b) * kw + e
                     acc = acc + ct.where(won, g, 0.0)
                 elif MODE == AVERAGE_INCLUDE_PAD:
                     acc = acc + g / ct.astype(ct.full((TILE,), kd * kh * kw, dtype=ct.int32), ct.float32)
