@@ -52,7 +52,10 @@ def pool_forward(
     o_h = (flat // h_div) % oh
     o_w = (flat // w_div) % ow
     neg_inf = -ct.bitcast(ct.full((TILE,), INF_BITS, dtype=ct.int32), ct.float32)
-    acc = neg_inf if MODE == MAX else ct.full((TILE,), 0.0, dtype=ct.float32)
+    if MODE == MAX:  # noqa: SIM108 (statements: cuTile folds an if on a constant; a conditional expression it may not)
+        acc = neg_inf
+    else:
+        acc = ct.full((TILE,), 0.0, dtype=ct.float32)
     for a in range(kd):
         i_d = o_d * sd - pd + a
         for b in range(kh):
@@ -170,6 +173,13 @@ def resample_source(o, scale, bias, den, size):
     return low, ct.minimum(low + 1, size - 1), t
 
 
+def corner(high, low_index, high_index, t):
+    """(index, weight) of one end of a linear blend: the low end weighs 1 - t, the high end t."""
+    if high:
+        return high_index, t
+    return low_index, 1.0 - t
+
+
 @ct.kernel
 def resample_forward(
     x, y, count,
@@ -195,15 +205,12 @@ def resample_forward(
         acc = ct.astype(ct.gather(x, (i_n, i_c, d_lo, h_lo, w_lo)), ct.float32)
     else:
         acc = ct.full((TILE,), 0.0, dtype=ct.float32)
-        for a in ct.static_iter(range(2)):
-            i_d = d_hi if a else d_lo
-            w_d = d_t if a else 1.0 - d_t
+        for a in ct.static_iter(range(2)):  # the 8 corners, unrolled at compile time (a, b, e are constants)
+            i_d, w_d = corner(a, d_lo, d_hi, d_t)
             for b in ct.static_iter(range(2)):
-                i_h = h_hi if b else h_lo
-                w_h = h_t if b else 1.0 - h_t
+                i_h, w_h = corner(b, h_lo, h_hi, h_t)
                 for e in ct.static_iter(range(2)):
-                    i_w = w_hi if e else w_lo
-                    w_w = w_t if e else 1.0 - w_t
+                    i_w, w_w = corner(e, w_lo, w_hi, w_t)
                     v = ct.astype(ct.gather(x, (i_n, i_c, i_d, i_h, i_w)), ct.float32)
                     acc = acc + w_d * w_h * w_w * v
     ct.scatter(y, (i_n, i_c, o_d, o_h, o_w), ct.astype(acc, y.dtype))
