@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import sigdnn
 from sigdnn.errors import NoPlanError, NotSupported
+from sigdnn.executor.executor import GPU_REFERENCE_LIBRARY
 from sigdnn.graph.limits import DEFAULT_LIMITS
 from sigdnn.models import llama_layer, resnet50, resnet50_training, vit
 from sigdnn.registry.registry import DEFAULT_REGISTRY
@@ -86,7 +87,8 @@ def gpu_declines(graph: sigdnn.Graph, plan: sigdnn.ExecutionPlan) -> tuple[Count
             continue
         node = step.node
         why = []
-        for builder in registry.serving(key_for(node, graph), "gpu"):
+        gpu_builders = [b for b in registry.serving(key_for(node, graph), "gpu") if b.library != GPU_REFERENCE_LIBRARY]
+        for builder in gpu_builders:  # what Executor("gpu") chooses among (the GPU reference is its own backend)
             try:
                 builder.check(node, graph, None)
             except NotSupported as e:

@@ -4,8 +4,8 @@ The patch embedding is a conv with the patch as kernel and stride over an
 NHWC image; its output [N, C, h, w] in NHWC memory is already the token
 matrix, seen as [N, h * w, C] through a transpose and a reshape (views).
 The class token and the patches, each with its position embedding added,
-are written straight into their rows of the token tensor (the concatenate
-is a view). In each layer q, k and v are slices of one qkv projection seen
+are concatenated into the token tensor (a copy: see the note at the
+concatenate). In each layer q, k and v are slices of one qkv projection seen
 as heads through strides (views), and attention's output merges back the
 same way. The op set has no broadcast-to op, so the class token is given
 per image: ``cls_token`` [N, 1, C] (torch's ``cls_token.expand(N, -1, -1)``).
@@ -80,9 +80,10 @@ def vit(
         g.pointwise("add", g.tensor("cls_token", (batch, 1, dim)), cls_pos, name="cls.pos"),
         g.pointwise("add", patches, patch_pos, name="patches.pos"),
     ]
+    # The pieces keep packed strides, so the concatenate is a copy: cuTile's pointwise kernels write packed
+    # outputs only. Laid out as their rows of the tokens (p.set_stride(h.strides)), the adds would write
+    # straight into them and the concatenate would be a view.
     h = g.concatenate(pieces, 1, name="tokens")
-    for p in pieces:  # laid out as their rows of the tokens: the adds write straight into them
-        p.set_stride(h.strides)
     for layer in range(depth):
         name = f"blocks.{layer}"
         h = g.pointwise("add", h, _attention(g, _layernorm(g, h, f"{name}.ln1"), f"{name}.attn", heads),
