@@ -39,7 +39,6 @@ class Plans:
         self.built: dict[int, ExecutionPlan] = {}
         self.pinned: int | None = None
         self.selected: int | None = None
-        self.declines: list[str] = []
 
     def index(self, i: Any, call: str) -> int:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.entries):
@@ -70,22 +69,22 @@ class Plans:
             self.selected = self.pinned
             return
         if policy is build_plan_policy.ALL:
+            declines = []
             for i in range(len(self.entries)):
                 try:
                     self.build_at(i)
                 except cudnnGraphNotSupportedError as e:
-                    self.declines.append(str(e))
+                    declines.append(str(e))
             if not self.built:
-                raise cudnnGraphNotSupportedError(f"build_plans: no plan builds: {'; '.join(self.declines)}")
+                raise cudnnGraphNotSupportedError(f"build_plans: no plan builds: {'; '.join(declines)}")
             self.selected = min(self.built)
             return
         try:
-            index, plan, declines = first_that_builds(self.prepared, self.entries, 0, self.executor.device)
+            index, plan, _ = first_that_builds(self.prepared, self.entries, 0, self.executor.device)
         except NotSupported as e:
             raise cudnnGraphNotSupportedError(f"build_plans: {e}") from None
         except UsageError:
             raise cudnnGraphNotSupportedError("build_plans: the plan list is empty") from None
-        self.declines.extend(declines)
         self.built[index] = plan
         self.selected = index
 

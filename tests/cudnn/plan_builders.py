@@ -16,6 +16,7 @@ from sigdnn.registry.contracts import NodePlan, PlanBuilder
 from sigdnn.registry.registry import Registry
 
 OFFSETS = {"plan.first[b]": 1.0, "plan.second": 2.0}
+BUILDS: list[str] = []  # every build, by builder name and configuration, in order
 
 
 class _Plan(NodePlan):
@@ -34,6 +35,7 @@ class First(PlanBuilder):
         return ["a", "b"]
 
     def build(self, node, graph, context) -> NodePlan:
+        BUILDS.append(f"plan.first[{context.config}]")
         if context.config == "a":
             raise NotSupported("configuration a needs a wider tile than this node has")
         return _Plan(OFFSETS["plan.first[b]"], 64)
@@ -53,6 +55,7 @@ class Second(PlanBuilder):
     name, engine_id, library, ops, priority = "plan.second", 30103, "plan", ("matmul",), 3
 
     def build(self, node, graph, context) -> NodePlan:
+        BUILDS.append("plan.second")
         return _Plan(OFFSETS["plan.second"], 128)
 
 

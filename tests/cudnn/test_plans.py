@@ -251,3 +251,60 @@ def test_set_default_router_returns_the_one_it_replaces():
         assert default_router() is second
     finally:
         set_default_router(outer)
+
+
+def test_build_all_builds_every_plan_up_front_and_heuristics_only_the_first_that_builds():
+    g, _, _, _ = matmul_graph()
+    plan_builders.BUILDS.clear()
+    g.build_plans()
+    assert plan_builders.BUILDS == ["plan.first[a]"]  # first[b] was built by prepare already
+    g, _, _, _ = matmul_graph()
+    plan_builders.BUILDS.clear()
+    g.build_plans(cudnn.build_plan_policy.ALL)
+    assert plan_builders.BUILDS == ["plan.first[a]", "plan.second"]
+
+
+def test_plan_calls_name_themselves_when_misused():
+    g, pack, C, _ = matmul_graph()
+    with pytest.raises(sigdnn.UsageError, match="build_plans"):
+        run_built(g, pack, C)  # execute before anything was built
+    with pytest.raises(sigdnn.UsageError, match="get_workspace_size"):
+        g.get_workspace_size()
+    with pytest.raises(sigdnn.UsageError, match="select_plan"):
+        g.select_plan(9)
+    with pytest.raises(sigdnn.UsageError, match="build_plan_at_index"):
+        g.build_plan_at_index(-1)
+    with pytest.raises(sigdnn.UsageError, match="build_plan_at_index"):
+        g.build_plan_at_index(True)
+
+
+def only_declining_registry():
+    class OnlyA(plan_builders.First):
+        def configs(self, nodes, graph, device):
+            return ["a"]
+
+    registry = sigdnn.Registry(packages=(), entry_point_group=None)
+    registry.register(OnlyA)
+    return registry
+
+
+def test_when_no_plan_builds_both_policies_raise_naming_the_declines():
+    executor = sigdnn.Executor(registry=only_declining_registry())
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="every candidate declined"):
+        matmul_graph(executor=executor)  # prepare itself finds nothing that builds
+    for policy in (cudnn.build_plan_policy.HEURISTICS_CHOICE, cudnn.build_plan_policy.ALL):
+        g, _, _, _ = matmul_graph()
+        g.deselect_engines(["plan.first[b]", "plan.second", "reference.matmul"])
+        with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="configuration a"):
+            g.build_plans(policy)
+
+
+def test_an_empty_list_and_an_unserved_graph_are_not_supported():
+    g, _, _, _ = matmul_graph()
+    g.deselect_engines(NAMES)
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError):
+        g.check_support()
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="empty"):
+        g.build_plans()
+    with pytest.raises(cudnn.cudnnGraphNotSupportedError, match="create_execution_plans"):
+        matmul_graph(executor=sigdnn.Executor(registry=sigdnn.Registry(packages=(), entry_point_group=None)))

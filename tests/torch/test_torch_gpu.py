@@ -1,0 +1,58 @@
+"""sigdnn's torch ops on CUDA tensors (the GPU backend) against the same ops on the CPU reference, within
+validation's end-to-end tolerances of the cached graph. Marked ``gpu``; skipped where the GPU backend cannot run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import sigdnn.torch as st  # noqa: E402
+from sigdnn.torch.cache import _CACHE  # noqa: E402
+from sigdnn.validation import compare, output_tolerance  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def needs_gpu() -> None:
+    from sigdnn.runtime.cuda import gpu_unavailable_reason
+
+    reason = gpu_unavailable_reason()
+    if reason:
+        pytest.skip(f"no GPU backend here: {reason}")
+
+
+def judged(op: str, got: torch.Tensor, want: torch.Tensor, index: int) -> None:
+    graph = next(c.plan.graph for k, c in _CACHE.items() if k[0] == op and k[2] == "cuda")
+    uid = graph.outputs[index].uid
+    check = compare(op, got.float().cpu().numpy().astype(np.float64), want.float().numpy().astype(np.float64),
+                    output_tolerance(graph, uid))  # fmt: skip
+    assert check.passed, check
+
+
+def test_sdpa_and_its_backward_on_cuda():
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(2, 4, 256, 64, dtype=torch.bfloat16) for _ in range(4))
+    results = {}
+    for device in ("cpu", "cuda"):
+        leaves = [t.to(device).requires_grad_(True) for t in (q, k, v)]
+        o = st.scaled_dot_product_attention(*leaves, is_causal=True)
+        o.backward(do.to(device))
+        results[device] = [o.detach(), *(t.grad for t in leaves)]
+    judged("sdpa", results["cuda"][0], results["cpu"][0], 0)
+    for i, (got, want) in enumerate(zip(results["cuda"][1:], results["cpu"][1:])):
+        judged("sdpa_backward", got, want, i)
+
+
+def test_layer_norm_and_conv_on_cuda():
+    torch.manual_seed(0)
+    x, w, b = (
+        torch.randn(64, 1024, dtype=torch.bfloat16),
+        torch.randn(1024, dtype=torch.bfloat16),
+        torch.randn(1024, dtype=torch.bfloat16),
+    )
+    judged("layer_norm", st.layer_norm(x.cuda(), (1024,), w.cuda(), b.cuda()), st.layer_norm(x, (1024,), w, b), 0)
+    xi = torch.randn(8, 64, 14, 14, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    wi = torch.randn(64, 64, 3, 3, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    judged("conv", st.conv(xi.cuda(), wi.cuda(), padding=1), st.conv(xi, wi, padding=1), 0)
