@@ -44,11 +44,24 @@ CASES = (
 
 def graph(case: Case, mode: str, coordinates: str) -> sigdnn.Graph:
     g = sigdnn.Graph(f"resample_{case.name}", io_dtype=case.dtype, compute_dtype="float32")
-    x = g.tensor("x", case.dims, layout=case.layout)
-    if case.gap:  # every innermost run followed by 3 unused elements
-        inner = min(range(len(x.strides)), key=lambda a: x.strides[a])
-        x.set_stride(tuple(s if a == inner else s // x.dims[inner] * (x.dims[inner] + 3) for a, s in
-                           enumerate(x.strides)))  # fmt: skip
+    x = g.tensor("x", case.dims, x_layout(case))  # gapped: every innermost run followed by 3 unused elements
     y = g.resample(x, mode, dims=(*case.dims[:2], *case.out), coordinates=coordinates, name="resample")
     y.set_output(True)
     return g
+
+
+def backward_graph(case: Case, mode: str, coordinates: str) -> sigdnn.Graph:
+    """dy (y's dims, laid out like x) -> dx with x's dims and layout (gapped for the gapped case)."""
+    g = sigdnn.Graph(f"resample_bwd_{case.name}", io_dtype=case.dtype, compute_dtype="float32")
+    dy = g.tensor("dy", (*case.dims[:2], *case.out), layout=case.layout)
+    dx = g.resample_backward(dy, mode, case.dims, coordinates=coordinates, name="resample_bwd")
+    dx.set_stride(x_layout(case)).set_output(True)
+    return g
+
+
+def x_layout(case: Case) -> tuple[int, ...]:
+    x = sigdnn.Graph("layout").tensor("x", case.dims, layout=case.layout)
+    if not case.gap:
+        return x.strides
+    inner = min(range(len(x.strides)), key=lambda a: x.strides[a])
+    return tuple(s if a == inner else s // x.dims[inner] * (x.dims[inner] + 3) for a, s in enumerate(x.strides))

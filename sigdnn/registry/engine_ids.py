@@ -61,6 +61,7 @@ IN_TREE: dict[str, int] = {
     "cutile.pooling_backward": 2020,
     "cutile.movement": 2021,
     "cutile.resample": 2022,
+    "cutile.resample_backward": 2023,
     "cutile.matmul": 2030,
     "cutile.gdn": 2040,
     "cutile.kda": 2041,

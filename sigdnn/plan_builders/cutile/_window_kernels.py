@@ -1,5 +1,5 @@
 """Window kernels written against the cuTile API: pooling forward, the max's argmax, pooling backward by
-gathering, and resample forward.
+gathering, resample forward and backward (by gathering too).
 
 Never imported as a module: ``pooling.py`` and ``resample.py`` hand the text below the marker
 line to the backend (cuda.tile, or in CPU tests ``emulator``'s NumPy stand-in,
@@ -214,3 +214,55 @@ def resample_forward(
                     v = ct.astype(ct.gather(x, (i_n, i_c, i_d, i_h, i_w)), ct.float32)
                     acc = acc + w_d * w_h * w_w * v
     ct.scatter(y, (i_n, i_c, o_d, o_h, o_w), ct.astype(acc, y.dtype))
+
+
+def resample_weight(i, o, out, scale, bias, den, size, mode):
+    """How much output o (along one axis) takes from input i: its blend's weights where its ends are i."""
+    low, high, t = resample_source(o, scale, bias, den, size)
+    inside = o < out
+    if mode == NEAREST:
+        return ct.astype(inside & (low == i), ct.float32)
+    return ct.where(inside & (low == i), 1.0 - t, 0.0) + ct.where(inside & (high == i), t, 0.0)
+
+
+def first_output(i, scale, bias, den, mode):
+    """The first output whose source position's floor reaches i - 1 (linear) or i (nearest): none before it
+    takes from input i (positions never decrease along the axis)."""
+    reach = (i - mode) * den - bias
+    return ct.where(reach > 0, (reach + scale - 1) // scale, 0)
+
+
+@ct.kernel
+def resample_backward(
+    dy, dx, count,
+    n_div, c_div, d_div, h_div, w_div,
+    n, c, xd, xh, xw,
+    od, oh, ow,
+    d_scale, d_bias, d_den, d_step, d_span,
+    h_scale, h_bias, h_den, h_step, h_span,
+    w_scale, w_bias, w_den, w_step, w_span,
+    MODE: ct.Constant[int],
+    TILE: ct.Constant[int],
+):  # fmt: skip
+    flat = ct.bid(0) * TILE + ct.arange(TILE, dtype=ct.int32)
+    i_n = ct.where(flat < count, (flat // n_div) % n, n)
+    i_c = (flat // c_div) % c
+    i_d = (flat // d_div) % xd
+    i_h = (flat // h_div) % xh
+    i_w = (flat // w_div) % xw
+    d_first = first_output(i_d, d_step, d_bias, d_den, MODE)
+    h_first = first_output(i_h, h_step, h_bias, h_den, MODE)
+    w_first = first_output(i_w, w_step, w_bias, w_den, MODE)
+    acc = ct.full((TILE,), 0.0, dtype=ct.float32)
+    for a in range(d_span):
+        o_d = d_first + a
+        g_d = resample_weight(i_d, o_d, od, d_scale, d_bias, d_den, xd, MODE)
+        for b in range(h_span):
+            o_h = h_first + b
+            g_h = resample_weight(i_h, o_h, oh, h_scale, h_bias, h_den, xh, MODE)
+            for e in range(w_span):
+                o_w = w_first + e
+                g_w = resample_weight(i_w, o_w, ow, w_scale, w_bias, w_den, xw, MODE)
+                g = ct.astype(ct.gather(dy, (i_n, i_c, o_d, o_h, o_w)), ct.float32)
+                acc = acc + g_d * g_h * g_w * g
+    ct.scatter(dx, (i_n, i_c, i_d, i_h, i_w), ct.astype(acc, dx.dtype))

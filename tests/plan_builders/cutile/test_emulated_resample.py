@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 import pytest
 from emulated import emulated_executor, make_available
-from resample_cases import CASES, CONVENTIONS, graph
+from resample_cases import CASES, CONVENTIONS, backward_graph, graph
 
 import sigdnn
 from sigdnn.errors import NoPlanError
@@ -32,6 +32,23 @@ def test_resample_matches_the_reference(case, mode: str, coordinates: str) -> No
     report = sigdnn.validate(g, random_inputs(g, seed=len(case.name)), executor=emulated_executor())
     assert set(report.builders.values()) == {"cutile.resample"}, report.builders
     assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("mode, coordinates", CONVENTIONS, ids=["-".join(c) for c in CONVENTIONS])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_resample_backward_matches_the_reference(case, mode: str, coordinates: str) -> None:
+    g = backward_graph(case, mode, coordinates)
+    report = sigdnn.validate(g, random_inputs(g, seed=len(case.name)), executor=emulated_executor())
+    assert set(report.builders.values()) == {"cutile.resample_backward"}, report.builders
+    assert report.passed, report.table()
+
+
+def test_the_longest_run_of_outputs_sampling_one_input_is_counted_from_the_positions() -> None:
+    # 2 -> 7, linear half_pixel, positions (2o + 1) / 7 - 0.5 floored at 0: 0, 0, 0.21, 0.5, 0.79, 1.07, 1.36;
+    # input 0 is sampled by outputs 0-4, input 1 by 2-6 (its run starts where position 0 is passed: o = 2)
+    assert resample.span("bilinear", *resample.positions("bilinear", "half_pixel", 2, 7), 2, 7) == (4, 5)
+    # 7 -> 2, nearest asymmetric: outputs 0 and 1 take inputs 0 and 3: runs of one
+    assert resample.span("nearest", *resample.positions("nearest", "asymmetric", 7, 2), 7, 2) == (7, 1)
 
 
 def test_positions_are_the_documented_fractions() -> None:
@@ -64,4 +81,24 @@ def test_a_planted_unclamped_position_fails_validation() -> None:
     registry.register(Planted())
     g = graph(CASES[0], "bilinear", "half_pixel")  # upsampling: the first outputs sit before pixel 0
     executor = emulated_executor(registry=registry, engine="planted.resample")
+    assert not sigdnn.validate(g, random_inputs(g, seed=2), executor=executor).passed
+
+
+class PlantedBackward(resample.CutileResampleBackwardBuilder):
+    name = "planted.resample_backward"
+    engine_id = 30023
+    library = "planted"
+
+    def launches(self, node, graph):  # type: ignore[no-untyped-def]
+        launches, nbytes = super().launches(node, graph)
+        text = launches[0].source.text.replace("reach = (i - mode) * den - bias", "reach = i * den - bias")
+        return [attrs.evolve(launches[0], source=attrs.evolve(launches[0].source, text=text))], nbytes
+
+
+def test_a_planted_late_first_output_fails_validation() -> None:
+    """The run started where the floor reaches i, not i - 1: the outputs blending i in as their high end are lost."""
+    registry = sigdnn.Registry(entry_point_group=None)
+    registry.register(PlantedBackward())
+    g = backward_graph(CASES[0], "bilinear", "align_corners")
+    executor = emulated_executor(registry=registry, engine="planted.resample_backward")
     assert not sigdnn.validate(g, random_inputs(g, seed=2), executor=executor).passed
