@@ -22,6 +22,7 @@ import sigdnn
 from sigdnn.errors import GraphError, NoPlanError
 from sigdnn.graph.ops import OP_CLASSES
 from sigdnn.graph.ops.pointwise import MODES
+from sigdnn.graph.ops.reduction import Reduction
 from sigdnn.plan_builders.gpu_reference import cases, normalization, pointwise, windows
 from sigdnn.validation.inputs import random_inputs
 
@@ -122,6 +123,16 @@ def test_every_pointwise_mode_agrees(mode: str, dtype: str) -> None:
         inputs = {k: v.astype(ml_dtypes.bfloat16) for k, v in inputs.items()}
     found = worst_ulps(g, inputs)
     assert found["pw::out_0"][0] <= (1 if mode in REFORMULATED else 0), found
+
+
+@pytest.mark.parametrize("mode", Reduction.enums["mode"])
+def test_a_reduction_over_unit_axes_still_applies_its_mode(mode: str) -> None:
+    """y's dims equal x's where x has 1s: nothing is summed, but the norms still take |x| (found by the
+    agreement campaign: the GPU reference had returned x as it was)."""
+    g = sigdnn.Graph("red", io_dtype="float32", compute_dtype="float32")
+    g.reduction(g.tensor("x", (3, 1)), mode, axes=(1,), name="red").set_output(True)
+    inputs = {"x": np.array([[-2.0], [0.0], [1.5]], np.float32)}
+    assert worst_ulps(g, inputs)["red::y"][0] == 0
 
 
 def _conv_case() -> sigdnn.Graph:
