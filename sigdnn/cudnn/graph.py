@@ -114,9 +114,9 @@ class pygraph(Ops):
     ) -> tensor:
         """A graph input (or a pass-by-value scalar whose value comes with execute's variant pack)."""
         self._check_open("tensor()")
-        if ragged_offset is not None:
-            raise NotImplementedError("pygraph.tensor(ragged_offset=...): sigdnn has no ragged tensors")
         t = tensor(dim, stride, data_type, is_virtual, is_pass_by_value, name, uid)
+        if ragged_offset is not None:
+            t.set_ragged_offset(ragged_offset)
         if reordering_type is not None:
             t.set_reordering_type(reordering_type)
         return self._own(t)

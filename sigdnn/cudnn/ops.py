@@ -280,8 +280,7 @@ class Ops:
              score_max: Any = None, score_sum_exp: Any = None, sink_token: Any = None,
              unfuse_fma: bool = False) -> list[tensor | None]:  # fmt: skip
         """Scaled dot-product attention -> [o, stats]; stats only when generating them (training, not inference)."""
-        unsupported("sdpa", block_mask=block_mask, use_alibi_mask=use_alibi_mask, use_padding_mask=use_padding_mask,
-                    seq_len_q=seq_len_q, seq_len_kv=seq_len_kv,
+        unsupported("sdpa", block_mask=block_mask, use_alibi_mask=use_alibi_mask,
                     use_causal_mask_bottom_right=use_causal_mask_bottom_right,
                     sliding_window_length=sliding_window_length, diagonal_band_left_bound=diagonal_band_left_bound,
                     diagonal_band_right_bound=diagonal_band_right_bound, dropout=dropout, rng_dump=rng_dump,
@@ -291,13 +290,16 @@ class Ops:
                     unfuse_fma=unfuse_fma)  # fmt: skip
         _top_left("sdpa", diagonal_alignment)
         stats = _stats(is_inference, generate_stats)
+        lengths = _padding("sdpa", use_padding_mask, seq_len_q, seq_len_kv)
+        outs: list[Any] = []
 
         def build(g: Graph, r: Resolver) -> Sequence[Any]:
             scale = None if attn_scale is None else r.value(attn_scale, "attn_scale")
             return g.sdpa(r.t(q), r.t(k), r.t(v), scale, r.t(bias), bool(use_causal_mask), stats, name=r.name,
-                          compute_dtype=r.compute)  # fmt: skip
+                          compute_dtype=r.compute, **_varlen(r, lengths, q, k, v, outs[0]))  # fmt: skip
 
-        outs = self._record("sdpa", name, [q, k, v, bias, attn_scale], 2, build, compute_data_type)
+        ins = [q, k, v, bias, attn_scale, *lengths]
+        outs += self._record("sdpa", name, ins, 2, build, compute_data_type)
         return outs if stats else [outs[0], None]
 
     def sdpa_backward(self, q: tensor, k: tensor, v: tensor, o: tensor, dO: tensor, stats: tensor,
@@ -312,22 +314,22 @@ class Ops:
                       score_mod_bprop: Any = None, sink_token: Any = None,
                       dSink_token: Any = None) -> list[tensor | None]:  # fmt: skip
         """-> [dQ, dK, dV] from the forward's o and stats and dO. (sigdnn's backward is deterministic.)"""
-        unsupported("sdpa_backward", dBias=dBias, use_alibi_mask=use_alibi_mask, use_padding_mask=use_padding_mask,
-                    seq_len_q=seq_len_q, seq_len_kv=seq_len_kv, max_total_seq_len_q=max_total_seq_len_q,
-                    max_total_seq_len_kv=max_total_seq_len_kv,
+        unsupported("sdpa_backward", dBias=dBias, use_alibi_mask=use_alibi_mask,
                     use_causal_mask_bottom_right=use_causal_mask_bottom_right,
                     sliding_window_length=sliding_window_length, diagonal_band_left_bound=diagonal_band_left_bound,
                     diagonal_band_right_bound=diagonal_band_right_bound, dropout=dropout, rng_dump=rng_dump,
                     score_mod=score_mod, score_mod_bprop=score_mod_bprop, sink_token=sink_token,
                     dSink_token=dSink_token)  # fmt: skip
         _top_left("sdpa_backward", diagonal_alignment)
+        lengths = _padding("sdpa_backward", use_padding_mask, seq_len_q, seq_len_kv)  # max_total_seq_len_*: hints
 
         def build(g: Graph, r: Resolver) -> Sequence[Any]:
             scale = None if attn_scale is None else r.value(attn_scale, "attn_scale")
             return g.sdpa_backward(r.t(q), r.t(k), r.t(v), r.t(o), r.t(dO), r.t(stats), scale, r.t(bias),
-                                   bool(use_causal_mask), name=r.name, compute_dtype=r.compute)  # fmt: skip
+                                   bool(use_causal_mask), name=r.name, compute_dtype=r.compute,
+                                   **_varlen(r, lengths, q, k, v, o))  # fmt: skip
 
-        ins = [q, k, v, o, dO, stats, bias, attn_scale]
+        ins = [q, k, v, o, dO, stats, bias, attn_scale, *lengths]
         return self._record("sdpa_backward", name, ins, 3, build, compute_data_type)
 
 
@@ -339,6 +341,23 @@ def _cross_correlation(method: str, mode: Any) -> None:
 def _top_left(method: str, alignment: Any) -> None:
     if alignment is not None and getattr(alignment, "name", None) != "TOP_LEFT":
         raise NotImplementedError(f"pygraph.{method}(diagonal_alignment={alignment}): sigdnn's causal mask is top-left")
+
+
+def _padding(method: str, use_padding_mask: bool, seq_len_q: Any, seq_len_kv: Any) -> list[Any]:
+    """The padding mask's length tensors: both with use_padding_mask, neither without it."""
+    given = [t for t in (seq_len_q, seq_len_kv) if t is not None]
+    if use_padding_mask and len(given) != 2:
+        raise GraphError(f"pygraph.{method}: use_padding_mask needs both seq_len_q and seq_len_kv")
+    if given and not use_padding_mask:
+        raise GraphError(f"pygraph.{method}: seq_len_q / seq_len_kv are given without use_padding_mask=True")
+    return given
+
+
+def _varlen(r: Resolver, lengths: list[Any], q: Any, k: Any, v: Any, o: Any) -> dict[str, Any]:
+    """sigdnn's variable-length arguments: the padding lengths and the ragged offsets set on q, k, v, o."""
+    offsets = {port: r.t(t._ragged_offset) for port, t in zip("qkvo", (q, k, v, o)) if t._ragged_offset is not None}
+    seq_len_q, seq_len_kv = (r.t(t) for t in lengths) if lengths else (None, None)
+    return {"seq_len_q": seq_len_q, "seq_len_kv": seq_len_kv, "ragged_offsets": offsets or None}
 
 
 def _stats(is_inference: bool | None, generate_stats: bool | None) -> bool:

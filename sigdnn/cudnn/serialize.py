@@ -8,9 +8,11 @@ momentum as attributes; they are written as cuDNN writes them, as
 pass-by-value input tensors (double, so the value survives exactly), added
 after the graph's own uids. A float attribute is written as cuDNN writes
 floats (the hex of its float32 bits) when float32 holds it exactly, else as
-a JSON number (which sigdnn reads exactly). Ops cuDNN's JSON has no tag for
-(softmax, pooling backward, resample, the linear-attention ops) and the
-variable-length sdpa ports raise NotImplementedError naming the node.
+a JSON number (which sigdnn reads exactly). Variable-length attention is
+cuDNN's: ``padding_mask`` with the SEQ_LEN_Q / SEQ_LEN_KV inputs, and a
+``ragged_offset_uid`` on each ragged tensor (gradients share their forward
+tensor's). Ops cuDNN's JSON has no tag for (softmax, pooling backward,
+resample, the linear-attention ops) raise NotImplementedError naming the node.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Writer:
         self.tensors = [self.tensor(t) for t in sorted(graph.tensors.values(), key=lambda t: t.uid)]
         self.nodes: list[dict[str, Any]] = []
         self.top = max(graph.tensors, default=0)
+        self.ragged: dict[int, int] = {}  # tensor uid -> its ragged offset tensor's uid
 
     def tensor(self, t: Any) -> dict[str, Any]:
         dtype = self.graph.dtype_of(t)
@@ -191,27 +194,38 @@ def _rmsnorm_backward(w: Writer, n: Node, op: Any) -> Written:
     return "RMS_NORM_BPROP", inputs, {"DX": op.dx, "DSCALE": op.dscale, "DBIAS": op.dbias}, {}
 
 
-def _attention(n: Node, op: Any) -> dict[str, Any]:
-    varlen = [p for p in ("seq_len_q", "seq_len_kv", "q_ragged_offset", "k_ragged_offset", "v_ragged_offset",
-                          "o_ragged_offset") if getattr(op, p, None) is not None]  # fmt: skip
-    if varlen:
-        raise NotImplementedError(f"pygraph.serialize(): node '{n.name}' uses {varlen[0]}; not written to JSON yet")
+def _attention(w: Writer, op: Any, placed: dict[str, tuple[int | None, ...]]) -> dict[str, Any]:
+    """The attention attributes; records the ragged offsets of ``placed`` (q / k / v / o -> uids placed by it)."""
     out: dict[str, Any] = {"attn_scale_value": real(op.attn_scale)}
     if op.use_causal_mask:
         out.update({"right_bound": 0, "diagonal_alignment": "TOP_LEFT"})
+    if op.seq_len_q is not None:
+        out["padding_mask"] = True
+    for port, uids in placed.items():
+        offset = getattr(op, f"{port}_ragged_offset")
+        if offset is not None:
+            w.ragged.update({uid: offset for uid in uids if uid is not None})
     return out
+
+
+def _lengths(op: Any) -> dict[str, Any]:
+    return {"SEQ_LEN_Q": op.seq_len_q, "SEQ_LEN_KV": op.seq_len_kv}
 
 
 @writes("sdpa")
 def _sdpa(w: Writer, n: Node, op: Any) -> Written:
-    attributes = {**_attention(n, op), "generate_stats": op.generate_stats}
-    return "SDPA", {"Q": op.q, "K": op.k, "V": op.v, "Bias": op.bias}, {"O": op.o, "Stats": op.stats}, attributes
+    placed = {"q": (op.q,), "k": (op.k,), "v": (op.v,), "o": (op.o,)}
+    attributes = {**_attention(w, op, placed), "generate_stats": op.generate_stats}
+    inputs = {"Q": op.q, "K": op.k, "V": op.v, "Bias": op.bias, **_lengths(op)}
+    return "SDPA", inputs, {"O": op.o, "Stats": op.stats}, attributes
 
 
 @writes("sdpa_backward")
 def _sdpa_backward(w: Writer, n: Node, op: Any) -> Written:
-    inputs = {"Q": op.q, "K": op.k, "V": op.v, "O": op.o, "dO": op.d_o, "Stats": op.stats, "Bias": op.bias}
-    return "SDPA_BWD", inputs, {"dQ": op.dq, "dK": op.dk, "dV": op.dv}, _attention(n, op)
+    inputs = {"Q": op.q, "K": op.k, "V": op.v, "O": op.o, "dO": op.d_o, "Stats": op.stats, "Bias": op.bias,
+              **_lengths(op)}  # fmt: skip
+    placed = {"q": (op.q, op.dq), "k": (op.k, op.dk), "v": (op.v, op.dv), "o": (op.o, op.d_o)}
+    return "SDPA_BWD", inputs, {"dQ": op.dq, "dK": op.dk, "dV": op.dv}, _attention(w, op, placed)
 
 
 @writes("reshape")
@@ -240,6 +254,9 @@ def to_json(graph: Graph) -> bytes:
     writer = Writer(graph)
     for node in graph.nodes:
         writer.node(node)
+    for t in writer.tensors:
+        if t["uid"] in writer.ragged:
+            t["ragged_offset_uid"] = writer.ragged[t["uid"]]
 
     def name(dtype: DataType | None) -> str | None:
         return None if dtype is None else NAMES[dtype]

@@ -56,6 +56,7 @@ class tensor:
         self._uid = int(uid)
         self._value = value  # a pass-by-value tensor's value when known at build time (tensor_like of a CPU scalar)
         self._producer: Any = None  # the op record that writes it (None: a graph input)
+        self._ragged_offset: tensor | None = None  # cuDNN's ragged offsets: where each sequence starts (sdpa)
 
     # -- freezing ------------------------------------------------------------
     def __setattr__(self, attribute: str, value: Any) -> None:
@@ -139,8 +140,15 @@ class tensor:
             raise NotImplementedError(f"tensor.set_reordering_type({reordering}): sigdnn has no reordered layouts")
         return self
 
-    def set_ragged_offset(self, ragged_offset: Any) -> tensor:
-        raise NotImplementedError("tensor.set_ragged_offset(): sigdnn has no ragged tensors")
+    def set_ragged_offset(self, ragged_offset: tensor) -> tensor:
+        """Token-packed sequences: element (b, ...) starts at ragged_offset[b] (B + 1 elements; sdpa's q, k, v, o)."""
+        if not isinstance(ragged_offset, tensor):
+            raise UsageError(f"tensor '{self._name}' set_ragged_offset: expected a cudnn tensor, got {ragged_offset!r}")
+        self._ragged_offset = ragged_offset
+        return self
+
+    def get_ragged_offset(self) -> tensor | None:
+        return self._ragged_offset
 
     def set_alignment(self, alignment: int) -> tensor:
         raise NotImplementedError("tensor.set_alignment(): sigdnn takes no alignment hints")

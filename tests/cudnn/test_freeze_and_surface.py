@@ -154,14 +154,14 @@ def test_deserialize_cudnn_json_runs_by_uid(graph):
     "call",
     [
         lambda g, t: g.sdpa(t, t, t, dropout=(0.1, 1, 2)),
-        lambda g, t: g.sdpa(t, t, t, use_padding_mask=True),
+        lambda g, t: g.sdpa(t, t, t, use_alibi_mask=True),
         lambda g, t: g.sdpa_backward(t, t, t, t, t, t, sliding_window_length=4),
         lambda g, t: g.conv_fprop(t, t, convolution_mode=cudnn.convolution_mode.CONVOLUTION),
         lambda g, t: g.matmul(t, t, padding=1.0),
         lambda g, t: g.batchnorm(t, t, t, None, None, 1e-5, 0.1, peer_stats=[t]),
         lambda g, t: g.instancenorm(cudnn.norm_forward_phase.TRAINING, t, t, t, 1e-5),
         lambda g, t: g.populate_cuda_graph(None, {}, None, None),
-        lambda g, t: t.set_ragged_offset(t),
+        lambda g, t: t.set_alignment(16),
         lambda g, t: cudnn.pygraph(sm_count=8),
     ],
 )
