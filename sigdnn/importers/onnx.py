@@ -5,8 +5,9 @@ Needs the ``onnx`` extra (``pip install sigdnn[onnx]``). The model is read
 node by node in its (topological) order:
 
 - values known at import time (initializers, ``Constant`` nodes, and every
-  node whose inputs are all known, folded with ``onnx.reference``; ``Shape``
-  and ``Size`` of a sigdnn tensor are known from its dims) stay NumPy arrays;
+  node whose inputs are all known and whose output size is priced first,
+  folded with ``onnx.reference`` (see ``onnx_fold``); ``Shape`` and ``Size``
+  of a sigdnn tensor are known from its dims) stay NumPy arrays;
 - every other node is mapped onto sigdnn ops by the one handler for its op
   type in ``sigdnn.importers.onnx_ops`` (one module per group of ops);
 - a known value that a sigdnn op reads becomes a constant tensor of the
@@ -15,7 +16,8 @@ node by node in its (topological) order:
 An op type without a handler is collected, not raised at once: the model
 gets one GraphError listing every unsupported op type with its count and
 first node. An attribute a handler does not understand is a GraphError
-naming the node: nothing is ignored.
+naming the node: nothing is ignored. The model file and its external data
+are read by ``onnx_files`` (inside the model's folder only, sizes capped).
 """
 
 from __future__ import annotations
@@ -30,11 +32,16 @@ import numpy as np
 from sigdnn.dtypes import DataType, as_data_type
 from sigdnn.errors import GraphError, SchemaError, SigdnnError
 from sigdnn.graph.graph import Graph
+from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.tensor import Tensor
 from sigdnn.importers.common import FreshNames, UnsupportedOps, refuse_unknown
+from sigdnn.importers.onnx_files import read_model
+from sigdnn.importers.onnx_fold import MAX_FOLDED_ELEMENTS, Unpriced, price
+from sigdnn.io.files import PathArg
+from sigdnn.io.graph_files import DEFAULT_MAX_GRAPH_FILE_BYTES
+from sigdnn.io.units import format_bytes
 
 MIN_OPSET = 13
-MAX_FOLDED_ELEMENTS = 1 << 24  # values computed at import time (shape arithmetic) stay small
 Value = Tensor | np.ndarray  # a tensor of the graph, or a value known at import time
 Handler = Callable[["OnnxNode"], Sequence[Value | None]]
 HANDLERS: dict[str, Handler] = {}
@@ -186,8 +193,11 @@ class OnnxImporter:
         input_shapes: Mapping[str, Sequence[int]] | None,
         name: str | None,
         constants: Mapping[str, Any] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         onnx = _onnx()
+        self.limits = limits
+        self.computed_bytes = 0  # of values computed at import time, counted against limits
         _load_handlers()
         self.onnx = onnx
         self.model = model
@@ -320,33 +330,39 @@ class OnnxImporter:
         from onnx.reference import ReferenceEvaluator
 
         feeds = {n: self.values[n] for n in proto.input if n}
-        self._check_fold_size(node, [self.values[n] if n else None for n in proto.input])
+        reserved = self._priced(node, [self.values[n] if n else None for n in proto.input])
+        if reserved is None:
+            return None
         try:
-            return list(ReferenceEvaluator(proto).run(None, feeds))
+            outputs = list(ReferenceEvaluator(proto).run(None, feeds))
         except Exception as e:  # the node is bad; say which
             raise GraphError(f"{node.where}: computing it at import time failed: {type(e).__name__}: {e}") from None
+        self.spend(sum(np.asarray(v).nbytes for v in outputs) - reserved, node)
+        return outputs
 
-    @staticmethod
-    def _check_fold_size(node: OnnxNode, inputs: list[Any]) -> None:
-        """Ops whose output size their input values choose are bounded before they run (a hostile shape)."""
+    def _priced(self, node: OnnxNode, inputs: list[Any]) -> int | None:
+        """Bytes reserved (8 an element) for a fold's outputs; None when its size is unknown beforehand (not folded)."""
         try:
-            op = node.op_type
-            if op == "ConstantOfShape":
-                count = int(np.prod(inputs[0].astype(np.float64)))
-            elif op == "Expand":
-                dims = np.broadcast_shapes(inputs[0].shape, tuple(int(d) for d in inputs[1].reshape(-1)))
-                count = int(np.prod(np.array(dims, dtype=np.float64)))
-            elif op == "Tile":
-                count = inputs[0].size * int(np.prod(inputs[1].astype(np.float64)))
-            elif op == "Range":
-                start, limit, delta = (float(v.reshape(())) for v in inputs[:3])
-                count = int(abs((limit - start) / delta)) if delta else MAX_FOLDED_ELEMENTS + 1
-            else:
-                return
+            count = price(node.op_type, inputs, node.attr, self.opset or MIN_OPSET, node.proto)
+        except Unpriced:
+            if node.op_type in FOLD_ONLY:
+                raise node.refuse("its output size cannot be known before computing it at import time") from None
+            return None
         except (ValueError, TypeError, OverflowError, IndexError, AttributeError):
             raise node.refuse("its inputs do not describe a valid output shape") from None
-        if count > MAX_FOLDED_ELEMENTS or count < 0:
+        if count > MAX_FOLDED_ELEMENTS:
             raise node.refuse(f"computing it at import time would make {count} elements (limit {MAX_FOLDED_ELEMENTS})")
+        self.spend(count * 8, node)
+        return count * 8
+
+    def spend(self, nbytes: int, node: OnnxNode) -> None:
+        """Count bytes of values computed at import time against ``Limits.max_total_bytes`` (before making them)."""
+        self.computed_bytes += nbytes
+        if self.computed_bytes > self.limits.max_total_bytes:
+            raise node.refuse(
+                f"values computed at import time would take {format_bytes(self.computed_bytes)}, over the "
+                f"{format_bytes(self.limits.max_total_bytes)} limit (Limits.max_total_bytes; sigdnn: --max-bytes)"
+            )
 
     def _map(self, node: OnnxNode) -> list[Value | None]:
         handler = HANDLERS[node.op_type]
@@ -448,45 +464,34 @@ class OnnxImporter:
                 v.set_data_type(onnx_dtype(info.type.tensor_type.elem_type, where))
 
 
-def _model(model_or_path: Any) -> Any:
-    onnx = _onnx()
-    if isinstance(model_or_path, onnx.ModelProto):
-        return model_or_path
-    try:
-        if isinstance(model_or_path, (bytes, bytearray, memoryview)):
-            return onnx.load_from_string(bytes(model_or_path))
-        if isinstance(model_or_path, (str, os.PathLike)):
-            from sigdnn.io.files import check_path
-
-            return onnx.load(check_path(model_or_path, "ONNX model"))
-    except (OSError, ValueError) as e:
-        raise SchemaError(f"not a readable ONNX model: {type(e).__name__}: {e}") from None
-    except Exception as e:  # protobuf's DecodeError and friends
-        raise SchemaError(f"not a readable ONNX model: {type(e).__name__}: {e}") from None
-    raise SchemaError(f"expected an ONNX ModelProto, bytes or a path, got {type(model_or_path).__name__}")
-
-
 def load(
     model_or_path: Any,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     constants: Mapping[str, Any] | None = None,
     name: str | None = None,
+    base_dir: PathArg | None = None,
+    max_bytes: int = DEFAULT_MAX_GRAPH_FILE_BYTES,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Graph:
     """An ONNX model (ModelProto, serialized bytes or a path) as a checked sigdnn Graph.
 
     Initializers become constant tensors of the graph. ``input_shapes``
     fixes symbolic input dims (``{"x": (1, 3, 224, 224)}``); ``constants``
     freezes graph inputs to known values (a shape or axes given as an input,
-    which sigdnn ops need at import time).
+    which sigdnn ops need at import time). External data is read from the
+    model file's folder (``base_dir`` for a model given as bytes or a
+    ModelProto); the model and its external data together may be at most
+    ``max_bytes``. Values computed at import time count against ``limits``.
     """
     from sigdnn.graph.checks import check_graph
 
-    graph = OnnxImporter(_model(model_or_path), input_shapes, name, constants).run()
-    check_graph(graph)
+    graph = OnnxImporter(read_model(model_or_path, base_dir, max_bytes), input_shapes, name, constants, limits).run()
+    check_graph(graph, limits)
     return graph
 
 
-def to_sdg(data: bytes) -> bytes:
-    """ONNX model bytes -> sigdnn graph bytes (the GraphFormat hook of ``sigdnn.io``)."""
-    return load(data).serialize()
+def to_sdg(data: bytes, path: str | None = None, max_bytes: int = DEFAULT_MAX_GRAPH_FILE_BYTES) -> bytes:
+    """ONNX model bytes -> sigdnn graph bytes (the GraphFormat hook of ``sigdnn.io``; external data beside ``path``)."""
+    base_dir = None if path is None else os.path.dirname(os.path.abspath(path))
+    return load(data, base_dir=base_dir, max_bytes=max_bytes).serialize()

@@ -25,9 +25,12 @@ class GraphFormat:
     name: str
     detect: Callable[[bytes, str], bool]  # (content, path) -> is it this format
     to_sdg: Callable[[bytes], bytes]  # content -> sigdnn graph bytes; raises a SigdnnError when it cannot
+    # (content, path, byte cap) -> sigdnn graph bytes, for a format that reads files beside the graph file
+    # (ONNX external data): they resolve in the graph file's folder and count against the same cap.
+    to_sdg_at: Callable[[bytes, str, int], bytes] | None = None
 
 
-def _importer(module: str, check: str) -> GraphFormat:
+def _importer(module: str, check: str, beside: bool = False) -> GraphFormat:
     """A format whose detection (sigdnn.importers.detect, byte checks only) and reader load on first use."""
 
     def detect(data: bytes, path: str) -> bool:
@@ -38,12 +41,15 @@ def _importer(module: str, check: str) -> GraphFormat:
     def to_sdg(data: bytes) -> bytes:
         return importlib.import_module(f"sigdnn.importers.{module}").to_sdg(data)
 
-    return GraphFormat(module, detect, to_sdg)
+    def to_sdg_at(data: bytes, path: str, max_bytes: int) -> bytes:
+        return importlib.import_module(f"sigdnn.importers.{module}").to_sdg(data, path, max_bytes)
+
+    return GraphFormat(module, detect, to_sdg, to_sdg_at if beside else None)
 
 
 # Foreign formats sigdnn reads directly (sigdnn.importers): `sigdnn run model.onnx` works as it is.
 GRAPH_FORMATS: list[GraphFormat] = [
-    _importer("onnx", "is_onnx"),
+    _importer("onnx", "is_onnx", beside=True),
     _importer("cudnn_json", "is_cudnn_json"),
     _importer("hipdnn", "is_hipdnn"),
 ]
@@ -60,5 +66,5 @@ def read_graph_file(
     data = bytes(read_regular_file(path, what="graph file", max_bytes=max_bytes))
     for fmt in GRAPH_FORMATS if formats is None else formats:
         if fmt.detect(data, path):
-            return fmt.to_sdg(data)
+            return fmt.to_sdg(data) if fmt.to_sdg_at is None else fmt.to_sdg_at(data, path, max_bytes)
     return data

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from sigdnn.importers.onnx import OnnxNode, Value, onnx_op
+from sigdnn.importers.onnx_fold import MAX_FOLDED_ELEMENTS
 
 
 def per_channel(node: OnnxNode, v: Value, rank: int, what: str) -> Value:
@@ -66,6 +69,11 @@ def _normalized_param(node: OnnxNode, v: Value, x_dims: tuple[int, ...], axis: i
     if dims != full:
         if not isinstance(v, np.ndarray):
             raise node.refuse(f"{what} {list(dims)} must span the normalized dims {list(full)} exactly")
+        count = math.prod(full)
+        if count > MAX_FOLDED_ELEMENTS:
+            raise node.refuse(f"{what} {list(dims)} broadcast to {list(full)} would make {count} elements at import "
+                              f"time (limit {MAX_FOLDED_ELEMENTS})")  # fmt: skip
+        node.importer.spend(count * v.itemsize, node)
         try:
             v = np.ascontiguousarray(np.broadcast_to(v, full))
         except ValueError:

@@ -1,0 +1,188 @@
+"""ONNX import reads only what the user gave and prices what it computes (#32).
+
+External data resolved against the working directory (a model could copy
+any readable file into the .sdg); ``load(PATH)`` called ``onnx.load`` with no
+regular-file or size check (/dev/zero, a FIFO, an oversized file); folding
+ran any op through onnx.reference unpriced (a MaxPool over 4096^2 for hours,
+a broadcast Add or a LayerNormalization scale expanded to gigabytes).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import sigdnn
+from sigdnn.errors import SigdnnError
+from sigdnn.importers import onnx as onnx_importer
+from sigdnn.io import read_graph_file
+
+
+def _external_model(location: str, count: int = 4, offset: int | None = None) -> onnx.ModelProto:
+    """y = x + w, w (float32[count]) kept in external data at ``location``."""
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[count])
+    w.data_location = TensorProto.EXTERNAL
+    entries = {"location": location, "length": str(4 * count)}
+    if offset is not None:
+        entries["offset"] = str(offset)
+    for key, value in entries.items():
+        w.external_data.add(key=key, value=value)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "ext",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [count])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [count])],
+        initializer=[w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _weights(graph: sigdnn.Graph) -> np.ndarray:
+    (constant,) = [t for t in graph.tensors.values() if t.data is not None]
+    return np.frombuffer(constant.data, np.float32)
+
+
+def test_external_data_is_read_from_the_model_files_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "models").mkdir()
+    np.arange(4, dtype=np.float32).tofile(tmp_path / "models" / "w.bin")
+    (tmp_path / "w.bin").write_bytes(np.full(4, 7, np.float32).tobytes())  # the working directory's file
+    model = tmp_path / "models" / "m.onnx"
+    model.write_bytes(_external_model("w.bin").SerializeToString())
+    monkeypatch.chdir(tmp_path)
+    np.testing.assert_array_equal(_weights(onnx_importer.load(model)), np.arange(4, dtype=np.float32))
+    data = read_graph_file(model)  # the CLI's path: sigdnn.io hands the converter the file's folder
+    np.testing.assert_array_equal(_weights(sigdnn.deserialize(data)), np.arange(4, dtype=np.float32))
+
+
+def test_a_model_given_as_bytes_reads_no_external_data_without_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "w.bin").write_bytes(np.full(4, 7, np.float32).tobytes())
+    monkeypatch.chdir(tmp_path)
+    data = _external_model("w.bin").SerializeToString()
+    with pytest.raises(SigdnnError, match=r"tensor 'w' keeps its data in an external file.*pass base_dir="):
+        onnx_importer.load(data)
+    np.testing.assert_array_equal(_weights(onnx_importer.load(data, base_dir=tmp_path)), np.full(4, 7, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        ("/etc/hostname", "is absolute"),
+        ("../secret.bin", r"climbs out of the model's folder \('..'\)"),
+        ("sub/../../secret.bin", "climbs out"),
+        ("link.bin", "is a link to a file outside the model's folder"),
+        ("missing.bin", "No such file"),
+        ("dir", "is a directory"),
+    ],
+)
+def test_external_data_cannot_leave_the_models_folder(tmp_path: Path, location: str, message: str) -> None:
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 16)
+    folder = tmp_path / "m"
+    (folder / "dir").mkdir(parents=True)
+    (folder / "link.bin").symlink_to(tmp_path / "secret.bin")
+    (folder / "m.onnx").write_bytes(_external_model(location).SerializeToString())
+    with pytest.raises(SigdnnError, match=message):
+        onnx_importer.load(folder / "m.onnx")
+
+
+def test_external_data_is_size_checked_before_reading(tmp_path: Path) -> None:
+    with open(tmp_path / "huge.bin", "wb") as f:  # sparse: 3 GiB that would be read into memory
+        f.truncate(3 << 30)
+    (tmp_path / "m.onnx").write_bytes(_external_model("huge.bin", count=3 << 28).SerializeToString())
+    start = time.perf_counter()
+    with pytest.raises(SigdnnError, match="over what the file limit leaves"):
+        onnx_importer.load(tmp_path / "m.onnx")
+    assert time.perf_counter() - start < 2
+    (tmp_path / "m.onnx").write_bytes(_external_model("huge.bin", count=4, offset=(3 << 30) - 8).SerializeToString())
+    with pytest.raises(SigdnnError, match="external data asks for bytes"):
+        onnx_importer.load(tmp_path / "m.onnx")
+
+
+def test_a_model_path_goes_through_the_regular_file_checks(tmp_path: Path) -> None:
+    with pytest.raises(SigdnnError, match="character device"):
+        onnx_importer.load("/dev/zero")
+    with open(tmp_path / "big.onnx", "wb") as f:
+        f.truncate(300 << 20)
+    with pytest.raises(SigdnnError, match="over the 256 MiB limit"):
+        onnx_importer.load(tmp_path / "big.onnx")
+    os.mkfifo(tmp_path / "fifo.onnx")
+    raised: list[BaseException] = []
+
+    def load_fifo() -> None:
+        try:
+            onnx_importer.load(tmp_path / "fifo.onnx")
+        except BaseException as e:  # recorded for the assertion
+            raised.append(e)
+
+    reader = threading.Thread(target=load_fifo, daemon=True)
+    reader.start()
+    reader.join(10)
+    assert len(raised) == 1 and "FIFO" in str(raised[0])
+
+
+def _constant(name: str, array: np.ndarray) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, name))
+
+
+def _model(nodes: list[onnx.NodeProto], inputs: list, output: str, dims: list[int]) -> bytes:
+    graph = helper.make_graph(nodes, "fold", inputs, [helper.make_tensor_value_info(output, TensorProto.FLOAT, dims)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_maxpool_over_a_big_constant_is_not_folded_in_python(tmp_path: Path) -> None:
+    big = np.zeros((1, 1, 4096, 4096), np.float32)
+    nodes = [
+        helper.make_node("MaxPool", ["w"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["x", "p"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4096, 4096])
+    graph = helper.make_graph(
+        nodes, "pool", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4096, 4096])],
+        initializer=[numpy_helper.from_array(big, "w")],
+    )  # fmt: skip
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    start = time.perf_counter()
+    graph_out = onnx_importer.load(data)  # the pooling becomes a node of the graph, run (priced) by the executor
+    assert time.perf_counter() - start < 10
+    assert any(n.op.kind == "pooling" for n in graph_out.nodes)
+
+
+def test_a_broadcast_fold_past_the_element_limit_is_refused_before_computing() -> None:
+    nodes = [_constant("a", np.zeros((1 << 13, 1), np.float32)), _constant("b", np.zeros((1, 1 << 13), np.float32))]
+    nodes += [helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Add", ["x", "c"], ["y"])]
+    data = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 13, 1 << 13])], "y", [])
+    start = time.perf_counter()
+    with pytest.raises(SigdnnError, match="would make 67108864 elements"):
+        onnx_importer.load(data)
+    assert time.perf_counter() - start < 2
+
+
+def test_folded_values_count_against_the_limits() -> None:
+    nodes = [_constant("a", np.zeros((512, 1), np.float32)), _constant("b", np.zeros((1, 512), np.float32))]
+    nodes += [helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Add", ["x", "c"], ["y"])]
+    data = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [512, 512])], "y", [])
+    assert onnx_importer.load(data).nodes  # 2 MiB of folded values: fine by default
+    with pytest.raises(SigdnnError, match="values computed at import time would take 2 MiB, over the 1 MiB limit"):
+        onnx_importer.load(data, limits=sigdnn.Limits(max_total_bytes=1 << 20))
+
+
+def test_a_layernorm_scale_is_not_expanded_past_the_limits() -> None:
+    nodes = [
+        _constant("s", np.ones(1, np.float32)),
+        _constant("b", np.zeros(1, np.float32)),
+        helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=1),
+    ]
+    dims = [1, 1 << 15, 1 << 15]
+    data = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)], "y", dims)
+    start = time.perf_counter()
+    with pytest.raises(SigdnnError, match=r"scale \[1\] broadcast to \[32768, 32768\] would make 1073741824 elements"):
+        onnx_importer.load(data)
+    assert time.perf_counter() - start < 2
