@@ -43,6 +43,7 @@ def test_unpack_and_pack_are_inverse_on_the_sequences() -> None:
     ("offsets", "lengths", "message"),
     [
         ([0, 22, 24], [2, 1], "places sequence 1 .* outside tensor 'x''s 24 elements"),
+        ([0, 21, 24], [2, 1], "places sequence 1 \\(offset 21, length 1\\) outside"),  # its last element at 24
         ([-1, 8, 12], [1, 1], "places sequence 0 \\(offset -1, length 1\\)"),
         ([0, 4, 12], [2, 1], "makes sequences of output 'x' overlap"),
     ],
@@ -66,16 +67,24 @@ def test_lengths_outside_their_bound_name_the_batch() -> None:
 
 def test_random_offsets_follow_the_layout() -> None:
     rng = np.random.default_rng(0)
-    q = tensor((2, 2, 3, 2), (12, 2, 4, 1), DataType.FLOAT32)
-    bhsd = tensor((2, 2, 3, 2), (12, 6, 2, 1), DataType.FLOAT32)
-    index = {p: Tensor(9, p, (3,), (1,), DataType.INT32) for p in ("q_ragged_offset", "k_ragged_offset")}
-    lengths = {"seq_len_q": Tensor(8, "l", (2,), (1,), DataType.INT64)}
-    drawn = ragged.random_varlen({"q": q, "k": bhsd, **lengths, **index}, rng, {"q": "seq_len_q", "k": "seq_len_q"})
+    b = 64
+    q = tensor((b, 2, 3, 2), (12, 2, 4, 1), DataType.FLOAT32)
+    single_head = tensor((b, 1, 3, 2), (6, 2, 2, 1), DataType.FLOAT32)  # token stride = head stride
+    bhsd = tensor((b, 2, 3, 2), (12, 6, 2, 1), DataType.FLOAT32)
+    index = {
+        p: Tensor(9, p, (b + 1,), (1,), DataType.INT32)
+        for p in ("q_ragged_offset", "k_ragged_offset", "v_ragged_offset")
+    }
+    lengths = {"seq_len_q": Tensor(8, "l", (b,), (1,), DataType.INT64)}
+    tensors = {"q": q, "k": bhsd, "v": single_head, **lengths, **index}
+    drawn = ragged.random_varlen(tensors, rng, {"o": "seq_len_q", "q": "seq_len_q", "k": "seq_len_q", "v": "seq_len_q"})
     lq = drawn["seq_len_q"]
-    assert drawn["seq_len_q"].dtype == np.int64 and ((lq >= 1) & (lq <= 3)).all()
-    assert drawn["q_ragged_offset"].tolist() == [0, lq[0] * 4, (lq[0] + lq[1]) * 4]  # token-major: packed
-    assert drawn["k_ragged_offset"].tolist() == [0, 12, 24]  # head-major: each sequence at its batch stride
-    assert drawn["q_ragged_offset"].dtype == np.int32
+    assert drawn["seq_len_q"].dtype == np.int64 and set(lq.tolist()) == {1, 2, 3}  # every length in [1, S]
+    packed = np.concatenate([[0], np.cumsum(lq)])
+    assert drawn["q_ragged_offset"].tolist() == (packed * 4).tolist()  # token-major: packed end to end
+    assert drawn["v_ragged_offset"].tolist() == (packed * 2).tolist()
+    assert drawn["k_ragged_offset"].tolist() == (np.arange(b + 1) * 12).tolist()  # head-major: at the batch stride
+    assert drawn["q_ragged_offset"].dtype == np.int32 and "o_ragged_offset" not in drawn
 
 
 def test_unspecified_outputs_of_padded_and_ragged_tensors() -> None:

@@ -199,22 +199,32 @@ def test_hostile_lengths_and_offsets_are_execution_errors_naming_the_tensor(over
 
 
 def test_graph_rules_of_lengths_and_offsets() -> None:
-    def graph(index_dtype="int32", length_dims=(B,), offset_dims=(B + 1,), with_lengths=True, q_strides=None):
+    def graph(index_dtype="int32", length_dims=(B,), offset_dims=(B + 1,), with_lengths=True, k_strides=None):
         g = sigdnn.Graph("r", io_dtype="float32")
-        q = g.tensor("q", (B, HQ, SQ, D), strides=q_strides or bshd((B, HQ, SQ, D)))
-        k, v = g.tensor("k", (B, HKV, SKV, D)), g.tensor("v", (B, HKV, SKV, D))
-        lq = g.tensor("lq", length_dims, dtype=index_dtype) if with_lengths else None
-        off = g.tensor("q_off", offset_dims, dtype="int64")
-        g.sdpa(q, k, v, seq_len_q=lq, ragged_offsets={"q": off}, name="a")[0].set_output(True)
+        q = g.tensor("q", (B, HQ, SQ, D))
+        k, v = (
+            g.tensor("k", (B, HKV, SKV, D), strides=k_strides or bshd((B, HKV, SKV, D))),
+            g.tensor("v", (B, HKV, SKV, D)),
+        )
+        lq = g.tensor("lq", (B,), dtype="int32")
+        lkv = g.tensor("lkv", length_dims, dtype=index_dtype) if with_lengths else None
+        off = g.tensor("k_off", offset_dims, dtype="int64")
+        g.sdpa(q, k, v, seq_len_q=lq, seq_len_kv=lkv, ragged_offsets={"k": off}, name="a")[0].set_output(True)
         return g
 
     sigdnn.Executor("reference").prepare(graph())
     cases = [
-        (dict(index_dtype="float32"), r"port 'seq_len_q' \(tensor 'lq'\) must be int32 or int64"),
-        (dict(length_dims=(B + 1,)), r"'lq'\) has 4 elements, expected 3"),
-        (dict(offset_dims=(B,)), r"'q_off'\) has 3 elements, expected 4"),
-        (dict(with_lengths=False), r"'q_off'\) needs seq_len_q"),
-        (dict(q_strides=(2 * SQ * HQ * D, D, HQ * D, 1)), r"ragged port 'q' \(tensor 'q'\) has strides"),
+        (
+            dict(index_dtype="float32"),
+            r"port 'seq_len_kv' \(tensor 'lkv'\) must be int32 or int64 \(one sequence length",
+        ),
+        (dict(length_dims=(B + 1,)), r"'lkv'\) has 4 elements, expected 3 \(one sequence length per batch entry\)"),
+        (
+            dict(offset_dims=(B,)),
+            r"'k_off'\) has 3 elements, expected 4 \(one element offset per batch entry, plus the total\)",
+        ),
+        (dict(with_lengths=False), r"'k_off'\) needs seq_len_kv"),
+        (dict(k_strides=(2 * SKV * HKV * D, D, HKV * D, 1)), r"ragged port 'k' \(tensor 'k'\) has strides"),
     ]
     for kwargs, message in cases:
         with pytest.raises(GraphError, match=message):
