@@ -15,7 +15,6 @@ import enum
 import re
 from collections.abc import Callable
 
-import ml_dtypes
 import numpy as np
 
 from sigdnn.errors import GraphError, UsageError
@@ -43,11 +42,11 @@ class DataType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return _NUMPY[self]
+        return _numpy_of(self)
 
     @property
     def itemsize(self) -> int:
-        return _NUMPY[self].itemsize
+        return _numpy_of(self).itemsize
 
     @property
     def short(self) -> str:
@@ -65,13 +64,12 @@ class DataType(enum.Enum):
         return self.value
 
 
+# NumPy's own types here; ml_dtypes' join on first use (_load_ml_dtypes): importing it costs 0.3-1.5 s,
+# which a graph without bfloat16 or fp8 tensors should not pay.
 _NUMPY: dict[DataType, np.dtype] = {
     DataType.FLOAT32: np.dtype(np.float32),
     DataType.FLOAT16: np.dtype(np.float16),
-    DataType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
     DataType.FLOAT64: np.dtype(np.float64),
-    DataType.FP8_E4M3: np.dtype(ml_dtypes.float8_e4m3fn),
-    DataType.FP8_E5M2: np.dtype(ml_dtypes.float8_e5m2),
     DataType.INT8: np.dtype(np.int8),
     DataType.UINT8: np.dtype(np.uint8),
     DataType.INT32: np.dtype(np.int32),
@@ -104,6 +102,31 @@ _FLOATS = frozenset(
 _INTEGERS = frozenset({DataType.INT8, DataType.UINT8, DataType.INT32, DataType.INT64})
 _BY_WIRE = {dt.wire: dt for dt in DataType}
 _BY_NUMPY = {v: k for k, v in _NUMPY.items()}
+_ML_DTYPES = {DataType.BFLOAT16: "bfloat16", DataType.FP8_E4M3: "float8_e4m3fn", DataType.FP8_E5M2: "float8_e5m2"}
+
+
+def _load_ml_dtypes() -> None:
+    """Add ml_dtypes' bfloat16 and fp8 types to the NumPy maps (idempotent; entries are whole when published)."""
+    import ml_dtypes
+
+    for dtype, name in _ML_DTYPES.items():
+        found = np.dtype(getattr(ml_dtypes, name))
+        _BY_NUMPY[found] = dtype
+        _NUMPY[dtype] = found
+
+
+def is_ml_dtypes(dtype: np.dtype) -> bool:
+    """Whether a NumPy dtype is one of ml_dtypes' (their kinds vary: bfloat16 is "V", float8_e5m2 "f")."""
+    return dtype.type.__module__.startswith("ml_dtypes")
+
+
+def _numpy_of(dtype: DataType) -> np.dtype:
+    found = _NUMPY.get(dtype)
+    if found is None:
+        _load_ml_dtypes()
+        found = _NUMPY[dtype]
+    return found
+
 
 # Every spelling users type, lower case. cuDNN (HALF, DOUBLE, FP8_E4M3), NumPy
 # and ml_dtypes (float8_e4m3fn), torch and the usual short forms all map to one
@@ -206,6 +229,9 @@ def _from_numpy(dtype: np.dtype, value: object) -> DataType:
     if dtype.byteorder not in "=|":
         dtype = dtype.newbyteorder("=")
     found = _BY_NUMPY.get(dtype)
+    if found is None and is_ml_dtypes(dtype):  # the caller has imported ml_dtypes: add its types
+        _load_ml_dtypes()
+        found = _BY_NUMPY.get(dtype)
     if found is None:
         raise DataTypeError(
             f"{_show(value)} has no sigdnn data type{_close_match(dtype.name)}; sigdnn has {_choices()}"

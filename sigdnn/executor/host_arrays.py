@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+from sigdnn.dtypes import DataType, is_ml_dtypes
 from sigdnn.errors import VariantPackError
 
 _KDL_CPU = 1  # DLPack device type of host memory
-# torch dtype name -> (integer dtype of the same size, NumPy dtype it holds)
+# torch dtype name -> (integer dtype of the same size, the sigdnn dtype it holds; its NumPy type is ml_dtypes')
 _REINTERPRETED = {
-    "bfloat16": (np.int16, np.dtype(ml_dtypes.bfloat16)),
-    "float8_e4m3fn": (np.int8, np.dtype(ml_dtypes.float8_e4m3fn)),
-    "float8_e5m2": (np.int8, np.dtype(ml_dtypes.float8_e5m2)),
+    "bfloat16": (np.int16, DataType.BFLOAT16),
+    "float8_e4m3fn": (np.int8, DataType.FP8_E4M3),
+    "float8_e5m2": (np.int8, DataType.FP8_E5M2),
 }
 
 
@@ -38,7 +38,7 @@ def from_torch(tensor: Any, where: str) -> np.ndarray:
         import torch
 
         integer, dtype = _REINTERPRETED[name]
-        return tensor.view(getattr(torch, np.dtype(integer).name)).numpy().view(dtype)
+        return tensor.view(getattr(torch, np.dtype(integer).name)).numpy().view(dtype.numpy)
     return tensor.numpy()
 
 
@@ -47,7 +47,7 @@ def to_torch(array: np.ndarray) -> Any:
     import torch
 
     for name, (integer, dtype) in _REINTERPRETED.items():
-        if array.dtype == dtype:
+        if is_ml_dtypes(array.dtype) and array.dtype == dtype.numpy:
             return torch.from_numpy(array.view(integer)).view(getattr(torch, name))
     return torch.from_numpy(array)
 

@@ -27,10 +27,9 @@ from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 import attrs
-import ml_dtypes
 import numpy as np
 
-from sigdnn.dtypes import DataType, DataTypeError, as_data_type
+from sigdnn.dtypes import DataType, DataTypeError, as_data_type, is_ml_dtypes
 from sigdnn.io.files import FileError, PathArg, check_path, open_regular_file, read_all, shown, write_file
 from sigdnn.io.units import format_bytes
 
@@ -41,13 +40,14 @@ _MAX_NPY_HEADER = 10_000  # NumPy's default max_header_size
 _MAX_MEMBERS = 1 << 16
 
 # safetensors dtype codes <-> NumPy dtypes. Little-endian, as the format is.
-_SAFETENSORS_DTYPES: dict[str, np.dtype] = {
+# bfloat16 and fp8 by their sigdnn dtype: their NumPy types come from ml_dtypes, imported on first use.
+_SAFETENSORS_DTYPES: dict[str, np.dtype | DataType] = {
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "BF16": DataType.BFLOAT16,
+    "F8_E4M3": DataType.FP8_E4M3,
+    "F8_E5M2": DataType.FP8_E5M2,
     "I64": np.dtype("<i8"),
     "I32": np.dtype("<i4"),
     "I16": np.dtype("<i2"),
@@ -209,6 +209,8 @@ class _Reader:
         if not isinstance(info, dict):
             raise self.error("its header entry is not a JSON object; the file is damaged", str(name))
         dtype = _SAFETENSORS_DTYPES.get(info.get("dtype")) if isinstance(info.get("dtype"), str) else None
+        if isinstance(dtype, DataType):
+            dtype = dtype.numpy
         if dtype is None:
             raise self.error(
                 f"dtype {info.get('dtype')!r} is not one sigdnn reads ({', '.join(_SAFETENSORS_DTYPES)})", name
@@ -415,7 +417,7 @@ def write_tensor_file(path: PathArg, tensors: Mapping[str, Any], *, what: str = 
     kind = tensor_file_format(path)
     arrays = {str(name): _c_order(value) for name, value in tensors.items()}
     for name, array in arrays.items():
-        if array.dtype.newbyteorder("=") not in _STORABLE:
+        if not _storable(array.dtype):
             raise FileError(f"{what} {shown(path)}: tensor {name!r} has dtype {array.dtype}, which it cannot store")
     if kind == "npz":
         if DTYPE_MARKER in arrays:
@@ -434,7 +436,13 @@ def _c_order(value: Any) -> np.ndarray:
     return array if array.flags.c_contiguous else array.copy(order="C")
 
 
-_STORABLE = frozenset(dt.newbyteorder("=") for dt in _SAFETENSORS_DTYPES.values())
+def _storable(dtype: np.dtype) -> bool:
+    """Whether safetensors (and so sigdnn's npz) has a code for ``dtype``."""
+    if is_ml_dtypes(dtype):
+        return any(isinstance(d, DataType) and dtype == d.numpy for d in _SAFETENSORS_DTYPES.values())
+    return any(
+        isinstance(d, np.dtype) and dtype.newbyteorder("=") == d.newbyteorder("=") for d in _SAFETENSORS_DTYPES.values()
+    )
 
 
 def _safetensors_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
@@ -451,15 +459,12 @@ def _safetensors_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
 
 
 def _write_npz(f: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
-    raw = {name: str(as_data_type(a.dtype)) for name, a in arrays.items() if a.dtype in _RAW_BY_NUMPY}
+    raw = {name: str(as_data_type(a.dtype)) for name, a in arrays.items() if is_ml_dtypes(a.dtype)}
     with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, array in arrays.items():
-            stored = array.view(_RAW_BY_NUMPY[array.dtype]) if name in raw else array
+            stored = array.view(_RAW[as_data_type(array.dtype)]) if name in raw else array
             with archive.open(name + ".npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, stored, allow_pickle=False)
         if raw:
             with archive.open(DTYPE_MARKER + ".npy", "w") as member:
                 np.lib.format.write_array(member, np.array(json.dumps(raw)), allow_pickle=False)
-
-
-_RAW_BY_NUMPY = {dtype.numpy: stored for dtype, stored in _RAW.items()}

@@ -33,6 +33,7 @@ IN_TREE_PACKAGES = (
     "sigdnn.plan_builders.cute",
     "sigdnn.plan_builders.gpu_reference",
 )
+CPU_PACKAGES = frozenset({"sigdnn.plan_builders.reference"})  # the other in-tree packages hold GPU builders
 ENTRY_POINT_GROUP = "sigdnn.plan_builders"
 B = TypeVar("B")
 
@@ -45,6 +46,10 @@ def builders_in(module: ModuleType) -> list[PlanBuilder]:
         if concrete and cls.__module__ == module.__name__:
             found.append(cls())
     return found
+
+
+def _device_of(package: str) -> str:
+    return "cpu" if package in CPU_PACKAGES else "gpu"
 
 
 def _package_builders(package: str) -> list[PlanBuilder]:
@@ -86,7 +91,8 @@ class Registry:
         self._packages = tuple(packages)
         self._group = entry_point_group
         self._lock = threading.RLock()
-        self._loaded = False
+        self._loaded = False  # every source loaded
+        self._loaded_sources: set[str] = set()
         self._by_id: dict[int, PlanBuilder] = {}
         self._by_name: dict[str, PlanBuilder] = {}
         self._by_op: dict[str, list[PlanBuilder]] = {}
@@ -94,7 +100,9 @@ class Registry:
         self.load_failures: dict[str, str] = {}  # source -> reason
         self.ranker: Callable[[list[PlanBuilder], Node, Graph], list[PlanBuilder]] = rank
 
-    def _load(self) -> None:
+    def _load(self, device: str | None = None) -> None:
+        """Load the sources not loaded yet: all of them, or for ``device`` only its in-tree packages and the
+        entry points (a reference run then never imports the GPU builders' modules: start-up time)."""
         if self._loaded:
             return
         with self._lock:
@@ -102,12 +110,15 @@ class Registry:
                 return
             try:
                 for package in self._packages:
-                    self._add_source(package, lambda p=package: _package_builders(p))
-                if self._group:
+                    if package not in self._loaded_sources and device in (None, _device_of(package)):
+                        self._loaded_sources.add(package)
+                        self._add_source(package, lambda p=package: _package_builders(p))
+                if self._group and ENTRY_POINT_GROUP not in self._loaded_sources:
+                    self._loaded_sources.add(ENTRY_POINT_GROUP)
                     for ep in entry_points(group=self._group):
                         self._add_source(f"entry point {ep.name} ({ep.value})", lambda ep=ep: _as_builders(ep.load()))
             finally:
-                self._loaded = True
+                self._loaded = device is None or set(self._packages) <= self._loaded_sources
 
     def _add_source(self, source: str, load: Callable[[], list[PlanBuilder]]) -> None:
         """Add every builder of one source, or none of them: a broken source must not break sigdnn."""
@@ -192,7 +203,7 @@ class Registry:
 
     def serving(self, key: SignatureKey, device: str) -> list[PlanBuilder]:
         """Every builder for ``device`` written for ``key``, available or not."""
-        self._load()
+        self._load(device)
         return [b for b in self._by_op.get(key.op, ()) if b.device == device and b.serves(key)]
 
     def candidates(
@@ -209,7 +220,7 @@ class Registry:
 
     def fusion_builders(self, device: str) -> list[FusionBuilder]:
         """Available fusion builders for ``device``, best first."""
-        self._load()
+        self._load(device)
         found = [b for b in self._fusion if b.device == device and b.available() is None]
         return sorted(found, key=lambda b: (-b.priority, b.engine_id))
 

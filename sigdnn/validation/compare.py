@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-import ml_dtypes
 import numpy as np
 
-from sigdnn.validation.tolerances import Tolerance
+from sigdnn.validation.tolerances import Tolerance, finfo
 
 
 @attrs.frozen
@@ -63,7 +62,7 @@ def ulp_of(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """
     if dtype.kind not in "fV":
         return np.ones(values.shape)
-    info = ml_dtypes.finfo(dtype)
+    info = finfo(dtype)
     magnitude = np.abs(values)
     _, exponent = np.frexp(magnitude)  # |v| = m * 2**exponent, m in [0.5, 1); frexp(0) gives 0
     binade = np.maximum(np.where(magnitude == 0, info.minexp, exponent - 1), int(info.minexp))

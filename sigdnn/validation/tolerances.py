@@ -26,11 +26,12 @@ the verdict is taken step by step.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import attrs
-import ml_dtypes
+import numpy as np
 
-from sigdnn.dtypes import DataType
+from sigdnn.dtypes import DataType, is_ml_dtypes
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 
@@ -47,12 +48,21 @@ FP8_ACCUMULATOR_ULPS = 2
 FP8 = (DataType.FP8_E4M3, DataType.FP8_E5M2)
 
 
+def finfo(dtype: np.dtype) -> Any:
+    """np.finfo, or ml_dtypes.finfo for its own types (imported here: it costs 0.3-1.5 s, see sigdnn.dtypes)."""
+    if not is_ml_dtypes(dtype):
+        return np.finfo(dtype)
+    import ml_dtypes
+
+    return ml_dtypes.finfo(dtype)
+
+
 def epsilon(dtype: DataType) -> float:
-    return float(ml_dtypes.finfo(dtype.numpy).eps) if dtype.is_float else 0.0
+    return float(finfo(dtype.numpy).eps) if dtype.is_float else 0.0
 
 
 def tiniest(dtype: DataType) -> float:
-    return float(ml_dtypes.finfo(dtype.numpy).smallest_subnormal) if dtype.is_float else 0.0
+    return float(finfo(dtype.numpy).smallest_subnormal) if dtype.is_float else 0.0
 
 
 @attrs.frozen

@@ -20,19 +20,31 @@ import contextvars
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 float32 = np.dtype(np.float32)
 float16 = np.dtype(np.float16)
 float64 = np.dtype(np.float64)
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
-float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
-float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 int8 = np.dtype(np.int8)
 int16 = np.dtype(np.int16)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
+_ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")  # ct.bfloat16 ...: ml_dtypes' types, imported on use
+
+
+def __getattr__(name: str) -> np.dtype:
+    """ml_dtypes' types on first use: the registry imports this module, and ml_dtypes costs 0.3-1.5 s."""
+    if name in _ML_DTYPES:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _is_bfloat16(dtype: np.dtype) -> bool:
+    return dtype.type.__module__.startswith("ml_dtypes") and dtype.name == "bfloat16"
+
+
 uint8 = np.dtype(np.uint8)
 uint32 = np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
@@ -114,7 +126,7 @@ def _to_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
                 return np.where(x >= float(info.max), info.max, x.astype(dtype)).astype(dtype)
         if dtype.kind == "b":
             return x != 0
-        if dtype == bfloat16 or (dtype.itemsize == 1 and dtype.kind == "f"):
+        if _is_bfloat16(dtype) or (dtype.itemsize == 1 and dtype.kind == "f"):
             return x.astype(np.float32).astype(dtype)
         return x.astype(dtype)
 
@@ -172,7 +184,7 @@ _PAD = {"zero": 0.0, "neg_zero": -0.0, "nan": np.nan, "pos_inf": np.inf, "neg_in
 def _pad_value(dtype: np.dtype, padding_mode: str) -> Any:
     if padding_mode in _PAD:
         return _PAD[padding_mode]
-    return np.nan if dtype.kind == "f" or dtype == bfloat16 else 0
+    return np.nan if dtype.kind == "f" or _is_bfloat16(dtype) else 0
 
 
 def load(

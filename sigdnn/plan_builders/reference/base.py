@@ -163,6 +163,10 @@ class ReferenceBuilder(PlanBuilder):
     narrow_keeps: ClassVar[tuple[np.dtype, ...]] = NARROW_READ
     """Input dtypes a NarrowCompute gets as they are (others arrive widened)."""
 
+    def narrow_keeps_for(self, node: Node, graph: Graph) -> tuple[np.dtype, ...]:
+        """``narrow_keeps`` for this node (a builder whose kept dtypes depend on the node says so here)."""
+        return self.narrow_keeps
+
     def narrow_for(self, node: Node, graph: Graph) -> bool:
         """Whether make_compute returns a NarrowCompute for this node (``reads_narrow`` unless a builder
         decides node by node)."""
@@ -185,7 +189,7 @@ class ReferenceBuilder(PlanBuilder):
             outs,
             self.runs_in_blocks and node.op.elementwise(),
             self.narrow_for(node, graph),
-            self.narrow_keeps,
+            self.narrow_keeps_for(node, graph),
         )
 
 

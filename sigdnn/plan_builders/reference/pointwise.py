@@ -295,7 +295,11 @@ class ReferencePointwise(ReferenceBuilder):
     def computes_in_integers(self, node: Node, graph: Graph) -> bool:
         return graph.compute_dtype_of(node).is_integer and node.op.mode in INTEGER_EXACT
 
-    narrow_keeps: ClassVar[tuple[np.dtype, ...]] = tuple(dtype.numpy for dtype in _TABLE_INDEX)  # read as bits
+    def narrow_keeps_for(self, node: Node, graph: Graph) -> tuple[np.dtype, ...]:
+        """The dtype a table reads as bits; looked up per node, as bfloat16's and fp8's come from ml_dtypes (slow
+        to import)."""
+        x_dtype = tabulated_input(node, graph)
+        return self.narrow_keeps if x_dtype is None else (x_dtype.numpy,)
 
     def narrow_for(self, node: Node, graph: Graph) -> bool:
         return tabulated_input(node, graph) is not None
