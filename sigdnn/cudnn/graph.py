@@ -12,6 +12,7 @@ ranking policy.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -259,8 +260,9 @@ class pygraph(Ops):
         raise UsageError(f"pygraph '{self._name}': no tensor has uid {uid}")
 
     def key(self) -> int:
-        """A hash of the planned graph (its serialized bytes)."""
-        return hash(self.graph.serialize())
+        """A 63-bit key of the validated graph, the same in every process (from its serialized bytes)."""
+        digest = hashlib.blake2b(self.graph.serialize(), digest_size=8).digest()
+        return int.from_bytes(digest, "little") >> 1
 
     # -- execution -----------------------------------------------------------------
     def execute(self, variant_pack: Mapping[Any, Any], workspace: Any = None, handle: Handle | None = None) -> None:

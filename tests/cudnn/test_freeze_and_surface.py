@@ -180,3 +180,21 @@ def test_an_epsilon_tensor_without_a_value_is_refused_clearly(graph):
     y.set_output(True)
     with pytest.raises(NotImplementedError, match="epsilon"):
         graph.validate()
+
+
+def test_key_is_stable_and_tells_graphs_apart(handle):
+    def made(dims):
+        g = cudnn.pygraph(io_data_type=F64, compute_data_type=F64, handle=handle)
+        g.relu(g.tensor(name="x", dim=dims, stride=[dims[1], 1], data_type=F64)).set_output(True)
+        g.validate()
+        return g.key()
+
+    assert made([2, 3]) == made([2, 3]) != made([3, 3])
+    code = "import sigdnn.cudnn as c; g = c.pygraph(io_data_type=c.data_type.DOUBLE, handle=c.create_handle(device='cpu'));"
+    code += "g.relu(g.tensor(name='x', dim=[2, 3], stride=[3, 1])).set_output(True); g.validate(); print(g.key())"
+    import subprocess
+    import sys
+
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert here == there and 0 <= int(here) < 2**63  # two processes, two string-hash seeds, one key
