@@ -32,6 +32,7 @@ import attrs
 
 from sigdnn.campaign.cases import Case, CaseList, describe, generate_cases
 from sigdnn.campaign.judge import ERROR, FAIL
+from sigdnn.campaign.resources import check_local_gpus
 from sigdnn.campaign.results import (
     FAILURES,
     RESULTS,
@@ -126,6 +127,7 @@ def _connect(ray: Any, address: str, gpus: int | None, backend: str) -> bool:
     owned = False
     if not ray.is_initialized():
         if address == LOCAL:
+            check_local_gpus(backend, gpus)  # before Ray starts: it would offer GPUs the machine lacks
             ray.init(num_gpus=gpus, include_dashboard=False, log_to_driver=False, runtime_env=local_runtime_env())
         else:
             if gpus is not None:

@@ -5,7 +5,7 @@ name = "pointwise-nightly"
 backend = "gpu"                      # "gpu" (default) or "reference" (CPU plugin builders)
 engines = ["cutile.pointwise"]       # builders to pin, by name or id; omit: the backend's best builder
 seeds = 4                            # seeds 0..3, or a list [0, 7]
-output = "campaign-results"          # relative to the spec's folder
+output = "campaign-results/nightly"  # relative to the spec's folder (default: campaign-results/<spec file's stem>)
 retries = 3                          # re-runs of a case whose worker died
 shrink = 8                           # failing generated cases to shrink (one per op / dtype / engine group)
 
@@ -87,10 +87,12 @@ def load_spec(path: str | Path) -> Spec:
 
     path = Path(path)
     text = bytes(read_regular_file(path, what="campaign spec", max_bytes=1 << 20)).decode("utf-8", "replace")
-    return parse_spec(text, path.parent, where=str(path))
+    return parse_spec(text, path.parent, where=str(path), default_output=f"{DEFAULT_OUTPUT}/{path.stem}")
 
 
-def parse_spec(text: str, base: Path, where: str = "campaign spec") -> Spec:
+def parse_spec(text: str, base: Path, where: str = "campaign spec", default_output: str = DEFAULT_OUTPUT) -> Spec:
+    """A spec from TOML text; ``default_output`` (a file's: campaign-results/<its stem>, so two specs of one
+    folder keep apart) unless it names its own."""
     toml = _toml_module()
     try:
         data = toml.loads(text)
@@ -109,7 +111,7 @@ def parse_spec(text: str, base: Path, where: str = "campaign spec") -> Spec:
         backend=backend,
         engines=_engines(data.get("engines"), f"{where}: engines"),
         seeds=_seeds(data.get("seeds", 1), f"{where}: seeds"),
-        output=base / _text(data.get("output", DEFAULT_OUTPUT), f"{where}: output"),
+        output=base / _text(data.get("output", default_output), f"{where}: output"),
         retries=_natural(data.get("retries", DEFAULT_RETRIES), f"{where}: retries"),
         shrink=_natural(data.get("shrink", DEFAULT_SHRINKS), f"{where}: shrink"),
         tolerance=_tolerance(data.get("tolerance"), f"{where}: tolerance"),

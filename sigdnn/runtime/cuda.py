@@ -226,6 +226,13 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
+def visible_gpu_count() -> int:
+    """CUDA devices this process sees; 0 where the GPU backend cannot run. Never raises."""
+    if gpu_unavailable_reason() is not None:
+        return 0
+    return int(_check(_driver().cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
 @functools.cache
 def dsl_unavailable_reason(module: str, package: str) -> str | None:
     """Why builders written with the GPU DSL ``module`` cannot run here (no GPU, or ``package`` missing). Never raises."""

@@ -178,7 +178,16 @@ def test_graph_files_are_globbed_relative_to_the_spec(tmp_path: Path) -> None:
     path = tmp_path / "nightly.toml"
     path.write_text(MINIMAL)
     loaded = load_spec(path)
-    assert loaded.name == "nightly" and loaded.output == tmp_path / "campaign-results"
+    assert loaded.name == "nightly" and loaded.output == tmp_path / "campaign-results" / "nightly"
+
+
+def test_two_specs_of_one_folder_default_to_two_results_folders(tmp_path: Path) -> None:
+    for name in ("conv", "matmul"):
+        (tmp_path / f"{name}.toml").write_text(MINIMAL)
+    outputs = {load_spec(tmp_path / f"{name}.toml").output for name in ("conv", "matmul")}
+    assert outputs == {tmp_path / "campaign-results" / "conv", tmp_path / "campaign-results" / "matmul"}
+    (tmp_path / "named.toml").write_text('output = "here"\n' + MINIMAL)
+    assert load_spec(tmp_path / "named.toml").output == tmp_path / "here"
 
 
 def test_the_documented_campaign_spec_is_two_lines_that_parse() -> None:
