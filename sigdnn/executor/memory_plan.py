@@ -123,19 +123,20 @@ def plan_memory(
     """
     aliases = aliases or {}
     virtual = {uid for uid, t in graph.tensors.items() if t.is_virtual}
-    roots = {uid: _resolve(aliases, uid) for uid in aliases}
+    resolved = {uid: _resolve(aliases, uid) for uid in aliases}
+    root_of = {uid: root for uid, (root, _) in resolved.items()}
     last_use: dict[int, int] = {}
     for step, (reads, writes) in enumerate(steps):
         for uid in (*reads, *writes):
             if uid in virtual:
-                last_use[roots.get(uid, (uid, 0))[0]] = step
+                last_use[root_of.get(uid, uid)] = step
     offsets: dict[int, int] = {}
     sizes: dict[int, int] = {}
     arena = _FreeList()
     expiry: dict[int, list[int]] = {}
     for step, (_reads, writes) in enumerate(steps):
         for uid in writes:
-            root = roots.get(uid, (uid, 0))[0]
+            root = root_of.get(uid, uid)
             if uid not in virtual or root in sizes:
                 continue
             size = _align(max(tensor_bytes(graph, root), 1))
@@ -143,6 +144,6 @@ def plan_memory(
             expiry.setdefault(last_use[root], []).append(root)
         for uid in expiry.pop(step, ()):
             arena.release(offsets[uid], sizes[uid])
-    for uid, (root, offset) in roots.items():
+    for uid, (root, offset) in resolved.items():
         offsets[uid] = offsets[root] + offset
-    return MemoryPlan(offsets, sizes, arena.peak, sum(sizes.values()), {uid: r for uid, (r, _) in roots.items()})
+    return MemoryPlan(offsets, sizes, arena.peak, sum(sizes.values()), root_of)
