@@ -13,6 +13,7 @@ import attrs
 
 from sigdnn.dtypes import DataType, as_data_type
 from sigdnn.graph.graph import Graph
+from sigdnn.graph.layout import packed_strides
 from sigdnn.graph.tensor import Tensor
 
 
@@ -43,9 +44,10 @@ def _inputs(g: Graph, names: Sequence[str], specs: Sequence[Spec]) -> list[Tenso
 
 
 def _outputs(*pairs: tuple[Tensor | None, str]) -> None:
+    """Mark the outputs, row-major whatever the inputs' layout: what the ops allocate and their fakes describe."""
     for t, name in pairs:
         assert t is not None
-        t.set_output(True).set_name(name)
+        t.set_output(True).set_name(name).set_stride(packed_strides(t.dims))
 
 
 def sdpa(q: Spec, k: Spec, v: Spec, scale: float, causal: bool) -> Graph:

@@ -170,3 +170,13 @@ def test_import_sigdnn_does_not_import_torch():
     code = "import sys, sigdnn, sigdnn.cudnn; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_outputs_are_row_major_whatever_the_inputs_layout():
+    """q in BSHD storage (as multi-head attention's views give it): o comes back row-major, as the fake says."""
+    q, k, v = (torch.randn(2, 5, 3, 4, dtype=torch.float64, generator=gen).transpose(1, 2) for _ in range(3))
+    o, stats = torch.ops.sigdnn.sdpa(q, k, v, 0.5, False)
+    assert o.is_contiguous() and stats.is_contiguous()
+    close(o, F.scaled_dot_product_attention(q, k, v, scale=0.5))
+    fake = torch.library.opcheck(torch.ops.sigdnn.sdpa.default, (q, k, v, 0.5, False))
+    assert all(v == "SUCCESS" for v in fake.values())
