@@ -3,7 +3,7 @@
     python scripts/mutation.py                          # every module in mutation.toml
     python scripts/mutation.py sigdnn/dtypes.py         # one module
     python scripts/mutation.py sigdnn/dtypes.py --list  # the mutants, without running them
-    python scripts/mutation.py --report docs/mutation.md  # also write the scores and the survivors
+    python scripts/mutation.py sigdnn/dtypes.py --json out.json  # also write every outcome as JSON
 
 Why not mutmut: mutmut 3 mutates only inside functions (the mode tables of
 the reference are module-level lambdas), mutates every error message, and
