@@ -293,3 +293,13 @@ def test_sdpa_is_inference_gives_no_stats(graph):
     assert stats is None
     (o,) = run(graph, {Q: q, K: q, V: q}, [O_])
     close(o, F.scaled_dot_product_attention(q, q, q, scale=1.0))
+
+
+def test_relu_backward_with_its_parameters_and_leaky_relu_backward(graph):
+    x, dy = rand(4, 6), rand(4, 6)
+    X, DY = graph.tensor_like(x), graph.tensor_like(dy)
+    leaky = graph.leaky_relu_backward(loss=DY, input=X, negative_slope=0.2)
+    clipped = graph.relu_backward(loss=DY, input=X, upper_clip=0.5)
+    got_leaky, got_clipped = run(graph, {X: x, DY: dy}, [leaky, clipped])
+    close(got_leaky, torch.where(x > 0, dy, 0.2 * dy))
+    close(got_clipped, torch.where((x > 0) & (x < 0.5), dy, torch.zeros_like(dy)))
