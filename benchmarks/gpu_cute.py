@@ -258,8 +258,8 @@ def bench_fp8_accumulation(args: argparse.Namespace, sm_count: int) -> list[dict
     Hopper's fp8 wgmma sums each instruction's 32 products with fewer bits.
     """
     import sigdnn
+    from sigdnn.accuracy.tolerances import node_tolerance
     from sigdnn.plan_builders.cute.kernels.launch import GemmLaunch
-    from sigdnn.validation.tolerances import node_tolerance
 
     stream = torch.cuda.current_stream().cuda_stream
     found = []

@@ -31,7 +31,8 @@ _EXPORTS = {
     "FileError": "sigdnn.io",
     "ExecutionPlan": "sigdnn.executor",
     "Executor": "sigdnn.executor",
-    **dict.fromkeys(("Graph", "Limits", "Node", "Tensor", "deserialize", "load", "serialize"), "sigdnn.graph"),
+    **dict.fromkeys(("Graph", "Limits", "Node", "Tensor", "deserialize", "serialize"), "sigdnn.graph"),
+    "load": "sigdnn.importers",  # sigdnn.graph's load, with the foreign formats registered
     "Op": "sigdnn.graph.ops.base",
     **dict.fromkeys(
         (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.campaign.recipes import GraphRecipe
-from sigdnn.validation.inputs import random_inputs
 
 CHUNK_EDGES = (1, 63, 64, 65)  # lengths around the chunk of 64
 

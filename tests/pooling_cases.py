@@ -12,7 +12,7 @@ import attrs
 import numpy as np
 
 import sigdnn
-from sigdnn.validation.inputs import random_inputs
+from sigdnn.accuracy.inputs import random_inputs
 
 MODES = ("max", "average_count_include_pad", "average_count_exclude_pad")
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import attrs
 
+from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.campaign.recipes import RECIPES, GraphRecipe
 from sigdnn.campaign.spec import Generator, Spec, SpecError, check_case_count
 from sigdnn.errors import SigdnnError
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
-from sigdnn.validation.tolerances import Tolerance
 
 
 @attrs.frozen
@@ -113,6 +113,9 @@ def generate_cases(spec: Spec, limits: Limits = DEFAULT_LIMITS, max_file_bytes: 
     from sigdnn.graph.checks import check_graph
     from sigdnn.graph.deserialize import deserialize
     from sigdnn.io import DEFAULT_MAX_GRAPH_FILE_BYTES, read_graph_file
+
+    if spec.files:
+        import sigdnn.importers  # noqa: F401  (registers the foreign graph formats read_graph_file detects)
 
     graphs: list[tuple[bytes, str, GraphRecipe | None, str]] = []
     skipped: list[tuple[str, str]] = []

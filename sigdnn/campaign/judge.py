@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sigdnn.accuracy.compare import Comparison, ulp_of
 from sigdnn.campaign.cases import Case, describe
 from sigdnn.dtypes import DataType
 from sigdnn.errors import SigdnnError
@@ -22,7 +23,6 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.signature_keys import key_for
 from sigdnn.validation import random_inputs, validate
-from sigdnn.validation.compare import Comparison, ulp_of
 from sigdnn.validation.truth import truth_executor
 
 PASS, FAIL, ERROR = "pass", "fail", "error"

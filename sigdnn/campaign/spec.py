@@ -40,8 +40,8 @@ from typing import Any
 
 import attrs
 
+from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.campaign.spec_files import SpecError, graph_files
-from sigdnn.validation.tolerances import Tolerance
 
 BACKENDS = ("gpu", "reference")
 DEFAULT_OUTPUT = "campaign-results"

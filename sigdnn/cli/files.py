@@ -28,7 +28,9 @@ def file_cap(args: argparse.Namespace, default: int) -> int:
 
 
 def read_graph(args: argparse.Namespace, path: str) -> bytes:
-    """The bytes of a graph file (any format :mod:`sigdnn.io` detects), converted to sigdnn's."""
+    """The bytes of a graph file (sigdnn's, or a format the importers register), converted to sigdnn's."""
+    import sigdnn.importers  # noqa: F401  (registers the foreign graph formats read_graph_file detects)
+
     return read_graph_file(path, max_bytes=file_cap(args, DEFAULT_MAX_GRAPH_FILE_BYTES))
 
 

@@ -66,7 +66,7 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def cmd_run(args: argparse.Namespace, screen: Screen) -> int:
-    from sigdnn.validation.inputs import random_inputs
+    from sigdnn.accuracy.inputs import random_inputs
 
     reads = [(args.graph, "graph file"), *((path, "--inputs file") for path in args.inputs or ())]
     check_outputs([(args.out, "--out file"), (args.save_inputs, "--save-inputs file")], reads)

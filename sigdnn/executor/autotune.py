@@ -22,8 +22,8 @@ region by several fusion builders — ``Tuner`` decides which runs:
 
 Records live in one JSON file, ``$SIGDNN_CACHE_DIR/autotune.json`` (else
 ``~/.cache/sigdnn/autotune.json``), rewritten atomically and merged with what
-other processes wrote meanwhile. Validation sits above the executor; the
-tuner imports it only when it measures.
+other processes wrote meanwhile. The check and the random inputs come from
+``sigdnn.accuracy``, below the executor (validation, above it, uses the same).
 """
 
 from __future__ import annotations
@@ -194,9 +194,12 @@ def reference_check(
     graph: Graph, nodes: Sequence[Node], writes: Sequence[int], inputs: Mapping[str, np.ndarray]
 ) -> Callable[[Mapping[str, np.ndarray]], str | None]:
     """The reference's judge of a step's outputs on ``inputs`` (computed once, shared by every candidate)."""
-    from sigdnn.validation.validate import step_judge
+    from sigdnn.accuracy.step_reference import step_judge
+    from sigdnn.executor.executor import Executor
+    from sigdnn.registry.registry import REFERENCE_ONLY
 
-    return step_judge(graph, nodes, writes, inputs)
+    reference = Executor("reference", fusion=False, registry=REFERENCE_ONLY).prepare(graph)
+    return step_judge(graph, nodes, writes, inputs, {s.node.name: s for s in reference.steps})
 
 
 @attrs.frozen
@@ -285,7 +288,7 @@ class Tuner(Router):
         memory: Any,
         build: Callable[[Candidate], StepPlan],
     ) -> list[Trial]:
-        from sigdnn.validation.inputs import random_array
+        from sigdnn.accuracy.inputs import random_array
 
         session = memory.session()
         rng = np.random.default_rng(self.seed)

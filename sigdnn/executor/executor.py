@@ -310,6 +310,8 @@ class Executor:
             except ValueError as e:  # a released memoryview
                 raise UsageError(f"prepare() could not read the buffer: {e}") from None
         if isinstance(source, (str, os.PathLike)):
+            import sigdnn.importers  # noqa: F401  (registers the foreign graph formats read_graph_file detects)
+
             return None, read_graph_file(source)
         raise UsageError(f"prepare() takes bytes, a path or a Graph, not {type(source).__name__}")
 

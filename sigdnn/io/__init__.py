@@ -6,7 +6,13 @@ failure a :class:`FileError` (a SigdnnError) naming the file and what to do.
 """
 
 from sigdnn.io.files import FileError, read_regular_file, refuse_overwriting_inputs, same_file, write_file
-from sigdnn.io.graph_files import DEFAULT_MAX_GRAPH_FILE_BYTES, GRAPH_FORMATS, GraphFormat, read_graph_file
+from sigdnn.io.graph_files import (
+    DEFAULT_MAX_GRAPH_FILE_BYTES,
+    GRAPH_FORMATS,
+    GraphFormat,
+    read_graph_file,
+    register_format,
+)
 from sigdnn.io.tensor_files import (
     DEFAULT_MAX_TENSOR_FILE_BYTES,
     Expected,
@@ -29,6 +35,7 @@ __all__ = [
     "read_regular_file",
     "read_tensor_file",
     "refuse_overwriting_inputs",
+    "register_format",
     "same_file",
     "tensor_file_format",
     "write_file",

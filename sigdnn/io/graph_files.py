@@ -2,13 +2,12 @@
 
 sigdnn's own format (``.sdg``, FlatBuffers) needs no converter: bytes no
 converter claims are returned as read, and ``deserialize`` judges them.
-Other formats plug in by appending a :class:`GraphFormat` to
-``GRAPH_FORMATS``.
+Other formats plug in through :func:`register_format` (``sigdnn.importers``
+registers its three when imported).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -30,29 +29,16 @@ class GraphFormat:
     to_sdg_at: Callable[[bytes, str, int], bytes] | None = None
 
 
-def _importer(module: str, check: str, beside: bool = False) -> GraphFormat:
-    """A format whose detection (sigdnn.importers.detect, byte checks only) and reader load on first use."""
-
-    def detect(data: bytes, path: str) -> bool:
-        from sigdnn.importers import detect as detection
-
-        return getattr(detection, check)(data, path)
-
-    def to_sdg(data: bytes) -> bytes:
-        return importlib.import_module(f"sigdnn.importers.{module}").to_sdg(data)
-
-    def to_sdg_at(data: bytes, path: str, max_bytes: int) -> bytes:
-        return importlib.import_module(f"sigdnn.importers.{module}").to_sdg(data, path, max_bytes)
-
-    return GraphFormat(module, detect, to_sdg, to_sdg_at if beside else None)
+# Foreign formats read_graph_file converts, in the order they are tried. sigdnn.io knows none itself:
+# importing sigdnn.importers registers ONNX, cuDNN JSON and hipDNN (the CLI, sigdnn.load and
+# Executor.prepare(path) do), so `sigdnn run model.onnx` works as it is.
+GRAPH_FORMATS: list[GraphFormat] = []
 
 
-# Foreign formats sigdnn reads directly (sigdnn.importers): `sigdnn run model.onnx` works as it is.
-GRAPH_FORMATS: list[GraphFormat] = [
-    _importer("onnx", "is_onnx", beside=True),
-    _importer("cudnn_json", "is_cudnn_json"),
-    _importer("hipdnn", "is_hipdnn"),
-]
+def register_format(fmt: GraphFormat) -> None:
+    """Try ``fmt`` on every graph file read from now on (after the formats registered before it; once per name)."""
+    if all(known.name != fmt.name for known in GRAPH_FORMATS):
+        GRAPH_FORMATS.append(fmt)
 
 
 def read_graph_file(

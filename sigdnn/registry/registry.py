@@ -226,6 +226,9 @@ class Registry:
 
 
 DEFAULT_REGISTRY = Registry()
+# The truth side of validation and of autotune's check: sigdnn's own reference builders only. A CPU plugin
+# registered in the default registry (an entry point, say) must never be judged against itself.
+REFERENCE_ONLY = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
 
 
 def register(builder: B, *, replace: bool = False) -> B:

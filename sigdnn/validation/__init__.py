@@ -1,8 +1,8 @@
 """Validation: random inputs, tolerances, comparison, reports."""
 
-from sigdnn.validation.compare import Comparison, compare
-from sigdnn.validation.inputs import random_array, random_inputs
-from sigdnn.validation.tolerances import Tolerance, node_tolerance, output_tolerance
+from sigdnn.accuracy.compare import Comparison, compare
+from sigdnn.accuracy.inputs import random_array, random_inputs
+from sigdnn.accuracy.tolerances import Tolerance, node_tolerance, output_tolerance
 from sigdnn.validation.validate import NodeCheck, ValidationReport, compare_steps, validate
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
-from sigdnn.validation.compare import Comparison
+from sigdnn.accuracy.compare import Comparison
 
 WIDTH = 120
 END_TO_END = "(end to end)"

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from sigdnn.errors import UsageError
 from sigdnn.executor import Executor
-from sigdnn.registry.registry import Registry
+from sigdnn.registry.registry import REFERENCE_ONLY, Registry
 from sigdnn.runtime.device import ExecutionContext
 
 TRUTHS = ("gpu", "cpu")
-REFERENCE_ONLY = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
 GPU_REFERENCE_ONLY = Registry(packages=("sigdnn.plan_builders.gpu_reference",), entry_point_group=None)
 BACKEND_TRUTH = {"reference": "cpu", "gpu-reference": "gpu"}
 

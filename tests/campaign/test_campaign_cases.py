@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 import sigdnn
+from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.campaign.cases import case_id, describe, generate_cases, graph_digest, recipes_of
 from sigdnn.campaign.recipes import GraphRecipe
 from sigdnn.campaign.spec import SpecError, parse_spec
 from sigdnn.graph.ops.pointwise import MODES
-from sigdnn.validation.tolerances import Tolerance
 
 
 def spec_of(text: str, base: Path = Path("/tmp")) -> object:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.campaign.spec import MAX_DIM_VALUES, SpecError, expand_shape, load_spec, parse_dim, parse_spec
-from sigdnn.validation.tolerances import Tolerance
 
 MINIMAL = '[[generate]]\nop = "pointwise"\nshapes = [[4]]\n'
 

@@ -18,11 +18,11 @@ import pytest
 from minimal_op import Axpb, ReferenceAxpb
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import GraphError, SigdnnError
 from sigdnn.graph.ops import OP_CLASSES
 from sigdnn.graph.ops.base import Op
 from sigdnn.registry import DEFAULT_REGISTRY, Registry
-from sigdnn.validation.inputs import random_inputs
 
 _LOCAL = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
 _LOCAL.register(ReferenceAxpb)

@@ -301,8 +301,8 @@ def test_the_chosen_candidate_goes_first_and_the_rest_keep_their_order(tmp_path)
 
 
 def test_the_candidates_are_measured_on_seeded_inputs_synchronized_before_judging(tmp_path):
+    from sigdnn.accuracy.inputs import random_array
     from sigdnn.executor.host import HostMemory as Host
-    from sigdnn.validation.inputs import random_array
 
     events = []
 

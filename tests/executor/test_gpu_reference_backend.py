@@ -18,10 +18,10 @@ from cli_helpers import cli
 from gpu_reference_emulation import gpu_reference_executor, make_available, ulps
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import ExecutionError, NoPlanError
 from sigdnn.graph.ops import OP_CLASSES
 from sigdnn.registry import DEFAULT_REGISTRY
-from sigdnn.validation.inputs import random_inputs
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "plan_builders" / "cutile"))
 from emulated import emulated_executor

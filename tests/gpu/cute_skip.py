@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sigdnn.plan_builders.cute.matmul import device_properties, unavailable_reason
+from sigdnn.plan_builders.cute import unavailable_reason
+from sigdnn.plan_builders.gpu_properties import device_properties
 
 
 def skip_unless_sm90(what: str) -> None:

@@ -31,6 +31,7 @@ from sigdnn.graph.ops.conv_dgrad import ConvDgrad
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.ops.conv_wgrad import ConvWgrad
 from sigdnn.graph.ops.matmul import Matmul
+from sigdnn.plan_builders import cute, gpu_properties
 from sigdnn.plan_builders.cute import conv_dgrad, conv_implicit, conv_transposed, conv_wgrad
 from sigdnn.plan_builders.cute import matmul as cute_matmul
 from sigdnn.plan_builders.cute.conv import conv_gemm
@@ -77,7 +78,8 @@ def graph_specs(g: Graph, config: str | None) -> list[tuple[GemmSpec, GemmConfig
 
 def test_specs() -> list[tuple[GemmSpec, GemmConfig]]:
     cute_matmul.unavailable_reason = lambda: None
-    cute_matmul.device_properties = lambda device_id: ((9, 0), SM_COUNT)
+    for module in (cute_matmul, gpu_properties):  # the builder's own reads, and require_hopper's
+        module.device_properties = lambda device_id: ((9, 0), SM_COUNT)
     mm, fp8, tail = _load("test_cute_matmul"), _load("test_cute_fp8"), _load("test_cute_gelu_tail")
     conv = _load("test_cute_conv")
     found = []
@@ -274,8 +276,9 @@ def sdpa_specs() -> list[tuple[FmhaSpec, FmhaConfig]]:
     """What test_cute_sdpa.py's graphs and benchmarks/gpu_cute_sdpa.py's shapes and configs compile."""
     from sigdnn.plan_builders.cute import sdpa as cute_sdpa
 
-    for module in (cute_sdpa, cute_matmul):  # cute_skip reads the GEMM module's answers
+    for module in (cute_sdpa, cute_matmul, cute):  # the test modules loaded below skip on these answers (cute_skip)
         module.unavailable_reason = lambda: None
+    for module in (cute_sdpa, cute_matmul, gpu_properties):
         module.device_properties = lambda device_id: ((9, 0), SM_COUNT)
     tests = _load("test_cute_sdpa")
     builder = cute_sdpa.CuteSdpaBuilder()

@@ -30,9 +30,9 @@ import pytest
 from cute_skip import skip_unless_sm90
 
 import sigdnn
+from sigdnn.accuracy.tolerances import step_tolerance
 from sigdnn.dtypes import round_to
 from sigdnn.validation import compare, random_inputs
-from sigdnn.validation.tolerances import step_tolerance
 
 pytestmark = pytest.mark.gpu
 

@@ -16,9 +16,9 @@ import pytest
 from cute_skip import skip_unless_sm90
 
 import sigdnn
+from sigdnn.accuracy.tolerances import step_tolerance
 from sigdnn.dtypes import DataType, round_to
 from sigdnn.validation import compare
-from sigdnn.validation.tolerances import step_tolerance
 
 pytestmark = pytest.mark.gpu
 

@@ -21,9 +21,9 @@ import pytest
 from cute_skip import skip_unless_sm90
 
 import sigdnn
+from sigdnn.accuracy.tolerances import step_tolerance
 from sigdnn.plan_builders.cute.matmul import CuteMatmulBuilder
 from sigdnn.validation import compare, random_inputs
-from sigdnn.validation.tolerances import step_tolerance
 
 pytestmark = pytest.mark.gpu
 

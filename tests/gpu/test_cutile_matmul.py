@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.accuracy.tolerances import step_tolerance
 from sigdnn.executor.autotune import Tuner, TuningCache
 from sigdnn.plan_builders.cutile import matmul as cutile_matmul
 from sigdnn.validation import compare, random_inputs
-from sigdnn.validation.tolerances import step_tolerance
 
 pytestmark = pytest.mark.gpu
 
@@ -164,7 +164,7 @@ CHOICE = textwrap.dedent(
 
 
 def test_autotune_runs_the_faster_of_cutile_and_cute_and_a_second_process_reuses_it(tmp_path):
-    from sigdnn.plan_builders.cute.matmul import unavailable_reason
+    from sigdnn.plan_builders.cute import unavailable_reason
 
     if unavailable_reason() is not None:
         pytest.skip(f"needs the CuTe DSL too: {unavailable_reason()}")

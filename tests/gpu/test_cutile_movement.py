@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from movement_cases import movement_graphs
 
 import sigdnn
-from sigdnn.validation.inputs import random_inputs
+from sigdnn.accuracy.inputs import random_inputs
 
 pytestmark = pytest.mark.gpu
 

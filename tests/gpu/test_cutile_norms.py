@@ -26,11 +26,11 @@ from norm_cases import (
 )
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.plan_builders.cutile import norms, opbase
 from sigdnn.plan_builders.cutile.opbase import RowConfig
 from sigdnn.plan_builders.cutile.rowgen import KernelHints
 from sigdnn.registry import Registry
-from sigdnn.validation.inputs import random_inputs
 
 pytestmark = pytest.mark.gpu
 

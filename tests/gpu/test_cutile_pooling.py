@@ -13,8 +13,8 @@ import pytest
 from pooling_cases import CASES, MODES, backward, forward, with_ties
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.plan_builders.cutile.pooling import CutilePoolingBackwardBuilder
-from sigdnn.validation.inputs import random_inputs
 
 pytestmark = pytest.mark.gpu
 

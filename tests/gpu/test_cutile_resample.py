@@ -12,7 +12,7 @@ import pytest
 from resample_cases import CASES, CONVENTIONS, backward_graph, graph
 
 import sigdnn
-from sigdnn.validation.inputs import random_inputs
+from sigdnn.accuracy.inputs import random_inputs
 
 pytestmark = pytest.mark.gpu
 

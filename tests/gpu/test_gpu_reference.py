@@ -14,12 +14,12 @@ import pytest
 from gpu_reference_emulation import agreement_ulps, ulps
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.dtypes import DataType, round_to
 from sigdnn.errors import GraphError, NoPlanError
 from sigdnn.graph.ops import OP_CLASSES
 from sigdnn.plan_builders.gpu_reference import cases
 from sigdnn.plan_builders.gpu_reference.base import unavailable_reason
-from sigdnn.validation.inputs import random_inputs
 
 pytestmark = [
     pytest.mark.gpu,

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import GraphError
 from sigdnn.graph import Limits
 from sigdnn.graph.ops import linear_attention as la
-from sigdnn.validation.inputs import random_inputs
 
 T, H, K, V, N = 10, 2, 4, 3, 2
 

@@ -10,9 +10,9 @@ import pytest
 
 import sigdnn
 from sigdnn import cli
+from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.registry import NodePlan, PlanBuilder, Registry
 from sigdnn.validation import compare, validate
-from sigdnn.validation.tolerances import Tolerance
 
 TOL = Tolerance(atol=0.25, rtol=0.125)  # powers of two: every bound below is exact in float64
 

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.accuracy import tolerances
+from sigdnn.accuracy.tolerances import Tolerance, node_tolerance
 from sigdnn.dtypes import round_to
 from sigdnn.registry import NodePlan, PlanBuilder, Registry
-from sigdnn.validation import tolerances, validate
-from sigdnn.validation.tolerances import Tolerance, node_tolerance
+from sigdnn.validation import validate
 
 EPS32 = 2.0**-23
 SLICE = 32  # products one fp8 wgmma instruction sums

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_array, random_inputs
 from sigdnn.dtypes import DataType
-from sigdnn.validation.inputs import random_array, random_inputs
 
 N = 4096  # enough draws that every value of a small integer range appears (miss chance < 1e-200)
 

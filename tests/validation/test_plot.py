@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.accuracy.compare import errors, summarize
+from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.validation import plot
-from sigdnn.validation.compare import errors, summarize
-from sigdnn.validation.tolerances import Tolerance
 from sigdnn.validation.validate import NodeCheck, ValidationReport
 
 matplotlib = pytest.importorskip("matplotlib")

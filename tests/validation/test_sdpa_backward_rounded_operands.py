@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.accuracy.tolerances import node_tolerance
 from sigdnn.dtypes import DataType, round_to
 from sigdnn.graph.ops.sdpa_backward import SdpaBackward
 from sigdnn.plan_builders.reference.math.sdpa import sdpa as reference_sdpa
 from sigdnn.registry import NodePlan, PlanBuilder, Registry
 from sigdnn.validation import random_inputs, validate
-from sigdnn.validation.tolerances import node_tolerance
 
 EPS32 = 2.0**-23
 

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.accuracy.tolerances import node_tolerance
 from sigdnn.graph.ops.sdpa import Sdpa
 from sigdnn.registry import NodePlan, PlanBuilder, Registry
 from sigdnn.validation import validate
-from sigdnn.validation.tolerances import node_tolerance
 
 EPS32 = 2.0**-23
 BLOCK = 64  # keys per step of the online softmax

@@ -16,8 +16,7 @@ import math
 import pytest
 
 import sigdnn
-from sigdnn.dtypes import DataType
-from sigdnn.validation.tolerances import (
+from sigdnn.accuracy.tolerances import (
     Tolerance,
     epsilon,
     node_tolerance,
@@ -26,6 +25,7 @@ from sigdnn.validation.tolerances import (
     step_tolerance,
     tiniest,
 )
+from sigdnn.dtypes import DataType
 
 EPS = {
     DataType.FLOAT64: 2.0**-52,

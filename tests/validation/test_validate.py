@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.registry import NodePlan, PlanBuilder, Registry
 from sigdnn.validation import compare, node_tolerance, validate
-from sigdnn.validation.tolerances import Tolerance
 
 
 class SkewedTanh(NodePlan):

@@ -16,9 +16,9 @@ import pytest
 from test_validate import Float32MatmulBuilder, SkewedTanhBuilder, device
 
 import sigdnn
+from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.registry import Dataflow, FusionBuilder, Region, RegionContext, RegionPlan, Registry, make_region
 from sigdnn.validation import compare, validate
-from sigdnn.validation.tolerances import Tolerance
 from sigdnn.validation.validate import NodeCheck, ValidationReport
 
 K = 64

@@ -15,13 +15,13 @@ import pytest
 from gpu_reference_emulation import gpu_reference_executor, make_available
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import UsageError
 from sigdnn.graph.ops import OP_CLASSES
 from sigdnn.plan_builders.reference.conv_fprop import ReferenceConvFprop
 from sigdnn.plan_builders.reference.normalization import ReferenceLayernorm
 from sigdnn.registry import NodePlan, PlanBuilder, Registry
 from sigdnn.validation import truth as truth_module
-from sigdnn.validation.inputs import random_inputs
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.registry.registry import REFERENCE_ONLY
 from sigdnn.validation import validate
 
 validate_module = importlib.import_module("sigdnn.validation.validate")  # the package's `validate` is the function
@@ -82,7 +83,7 @@ def test_validate_builds_the_reference_unfused_and_the_named_backend(monkeypatch
     monkeypatch.setattr(validate_module, "Executor", recording)
     monkeypatch.setattr(truth_module, "Executor", recording)
     validate(affine(), {"x": X}, truth="cpu")
-    truth = {"fusion": False, "registry": validate_module.REFERENCE_ONLY}  # the reference builders alone
+    truth = {"fusion": False, "registry": REFERENCE_ONLY}  # the reference builders alone
     assert made == [("reference", truth), ("gpu", {})]  # gpu is the default backend
     made.clear()
     validate(affine(), {"x": X}, executor=real(), truth="cpu")

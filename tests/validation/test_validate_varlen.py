@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.graph.ops import ragged
 from sigdnn.plan_builders.reference.sdpa import ReferenceSdpa, ReferenceSdpaBackward
 from sigdnn.registry import NodePlan, PlanBuilder, Registry
 from sigdnn.validation import validate
-from sigdnn.validation.inputs import random_inputs
 
 B, H, S, D = 3, 2, 9, 4
 

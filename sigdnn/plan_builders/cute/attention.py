@@ -10,8 +10,9 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.sdpa import VARLEN_PORTS
-from sigdnn.plan_builders.cute.matmul import require_hopper, unavailable_reason
+from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.sdpa_layout import IO_DTYPES
+from sigdnn.plan_builders.gpu_properties import require_hopper
 from sigdnn.registry.contracts import PlanBuilder
 from sigdnn.runtime.device import Device
 from sigdnn.signature_keys import SignatureKey

@@ -23,9 +23,10 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.batchnorm import Batchnorm
+from sigdnn.plan_builders import tensor_views
+from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
-from sigdnn.plan_builders.cute.matmul import device_id_of, device_properties, require_hopper, unavailable_reason
-from sigdnn.plan_builders.cutile import views
+from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties, require_hopper
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import Device, ExecutionContext
@@ -112,10 +113,10 @@ def plan_batchnorm(node: Node, graph: Graph) -> dict[str, Any]:
         raise ValueError(f"x is {dtype}; the kernel takes {', '.join(IO_DTYPES)}")
     if str(graph.dtype_of(y)) != dtype:
         raise ValueError(f"y is {graph.dtype_of(y)} and x {dtype}; the kernel writes y in x's dtype")
-    outer, channels, inner = views.channels(x)
+    outer, channels, inner = tensor_views.channels(x)
     if inner != 1:
         raise ValueError(f"x's channels are not innermost in memory (strides {list(x.strides)}); NHWC only")
-    views.same_layout(x, [y])  # views also refuses past 2^31 - 1 elements, the kernel's 32-bit indices
+    tensor_views.same_layout(x, [y])  # views also refuses past 2^31 - 1 elements, the kernel's 32-bit indices
     vec = vector_elements(dtype)
     lanes = channels // vec
     if channels % vec or lanes & (lanes - 1) or lanes > MAX_LANES:
@@ -133,7 +134,7 @@ def plan_batchnorm(node: Node, graph: Graph) -> dict[str, Any]:
         )
     for u in (op.scale, op.bias, *stats):
         t = graph.tensors[u]
-        if views.channel_stride(t) != 1:
+        if tensor_views.channel_stride(t) != 1:
             raise ValueError(f"tensor '{t.name}' is not contiguous along its channels")
     if running and (len(stats) != len(STATS) or outer < 2):
         raise ValueError("running statistics need all four running ports and at least 2 elements a channel")

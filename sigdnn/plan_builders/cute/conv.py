@@ -25,15 +25,11 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
+from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmProblem, GemmSpec, default_config, plan_gemm
-from sigdnn.plan_builders.cute.matmul import (
-    config_override,
-    device_id_of,
-    device_properties,
-    require_hopper,
-    unavailable_reason,
-)
+from sigdnn.plan_builders.cute.matmul import config_override
+from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties, require_hopper
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import Device, ExecutionContext

@@ -36,18 +36,14 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_dgrad import ConvDgrad
+from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
 from sigdnn.plan_builders.cute.conv_implicit import ImplicitConv, check_geometry, default_conv_config
 from sigdnn.plan_builders.cute.dgrad_phases import ALIGN, Phase, PhaseLayout, phase_layout, stride_phases
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmSpec
-from sigdnn.plan_builders.cute.matmul import (
-    config_override,
-    device_id_of,
-    device_properties,
-    require_hopper,
-    unavailable_reason,
-)
+from sigdnn.plan_builders.cute.matmul import config_override
+from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties, require_hopper
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import Device, ExecutionContext

@@ -33,21 +33,12 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.ops.pointwise import Pointwise
+from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
 from sigdnn.plan_builders.cute.conv import IN_DTYPES
 from sigdnn.plan_builders.cute.gemm_layout import ACTIVATIONS, BIAS_DTYPES, C_DTYPES, ITEMSIZE, GemmConfig, GemmSpec
-from sigdnn.plan_builders.cute.matmul import (
-    _plain_relu,
-    _sole_reader,
-    config_override,
-    device_id_of,
-    device_properties,
-    named_config,
-    planning_sm_count,
-    region_chain,
-    require_hopper,
-    unavailable_reason,
-)
+from sigdnn.plan_builders.cute.matmul import _plain_relu, _sole_reader, config_override, named_config, region_chain
+from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties, planning_sm_count, require_hopper
 from sigdnn.registry.contracts import BuildContext, FusionBuilder, NodePlan, RegionContext, RegionPlan
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.registry.regions import Dataflow, Region, make_region

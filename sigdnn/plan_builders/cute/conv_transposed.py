@@ -32,7 +32,7 @@ from sigdnn.plan_builders.cute.conv_implicit import (
     row_kernel_reason,
 )
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig
-from sigdnn.plan_builders.cute.matmul import device_id_of, device_properties
+from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import Device
 

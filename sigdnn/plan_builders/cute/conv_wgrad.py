@@ -28,19 +28,13 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_wgrad import ConvWgrad
+from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
 from sigdnn.plan_builders.cute.conv_implicit import check_geometry, row_kernel_reason
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmConfig, GemmProblem, GemmSpec, plan_gemm
-from sigdnn.plan_builders.cute.matmul import (
-    config_override,
-    device_id_of,
-    device_properties,
-    named_config,
-    planning_sm_count,
-    require_hopper,
-    unavailable_reason,
-)
+from sigdnn.plan_builders.cute.matmul import config_override, named_config
+from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties, planning_sm_count, require_hopper
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import Device, ExecutionContext

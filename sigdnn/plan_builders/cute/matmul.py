@@ -29,6 +29,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.matmul import Matmul
 from sigdnn.graph.ops.pointwise import Pointwise
+from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
 from sigdnn.plan_builders.cute.gemm_layout import (
     AB_DTYPES,
@@ -44,57 +45,12 @@ from sigdnn.plan_builders.cute.gemm_layout import (
     default_config,
     plan_gemm,
 )
+from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties, planning_sm_count, require_hopper
 from sigdnn.registry.contracts import BuildContext, FusionBuilder, NodePlan, RegionContext, RegionPlan
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.registry.regions import Dataflow, Region, make_region
 from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.signature_keys import SignatureKey
-
-
-def unavailable_reason() -> str | None:
-    """Why the CuTe DSL GEMM cannot run here (no GPU, no DSL), else None."""
-    from sigdnn.runtime.cuda import dsl_unavailable_reason
-
-    return dsl_unavailable_reason("cutlass.cute", "nvidia-cutlass-dsl")
-
-
-@functools.cache
-def device_properties(device_id: int) -> tuple[tuple[int, int], int]:
-    """(compute capability, SM count) of a CUDA device, read through the driver."""
-    from cuda.bindings import driver
-
-    attr = driver.CUdevice_attribute
-    err, dev = driver.cuDeviceGet(device_id)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuDeviceGet({device_id}) failed: {err!r}")
-    values = []
-    for a in (
-        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-        attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-        attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-    ):
-        err, v = driver.cuDeviceGetAttribute(a, dev)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuDeviceGetAttribute({a.name}) failed: {err!r}")
-        values.append(int(v))
-    return (values[0], values[1]), values[2]
-
-
-def require_hopper(node: Node, device: Device | None) -> None:
-    """NotSupported unless ``device`` (when a GPU is given) is sm_90: the kernels use Hopper's TMA and wgmma."""
-    if device is not None and device.kind == "gpu":
-        capability, _ = device_properties(device_id_of(device))
-        if capability != (9, 0):
-            raise NotSupported(
-                f"node '{node.name}': needs sm_90 (Hopper), the device is sm_{capability[0]}{capability[1]}"
-            )
-
-
-def device_id_of(device: Device | None) -> int:
-    """The CUDA device ordinal a sigdnn Device runs on (0 when it does not say)."""
-    context = getattr(device, "context", None)
-    return int(getattr(context, "device_id", 0) or 0)
-
 
 # Configurations autotune measures besides the default (``CuteMatmulBuilder.configs``): on the H200
 # (benchmarks/gpu_cute.py) these won somewhere: large 16-bit GEMMs in 2x1 clusters of
@@ -111,13 +67,6 @@ def config_override() -> GemmConfig | None:
     """``SIGDNN_CUTE_GEMM=pp128x192c2x1s1`` style override of the default config (benchmarks, tuning)."""
     raw = os.environ.get("SIGDNN_CUTE_GEMM")
     return parse_config(raw) if raw else None
-
-
-def planning_sm_count(device: Device | None) -> int:
-    """The SM count configurations are chosen for: the GPU's, or an H200's when listing them without one."""
-    if device is not None and device.kind == "gpu":
-        return device_properties(device_id_of(device))[1]
-    return 132
 
 
 def named_config(label: str | None, where: str) -> GemmConfig | None:

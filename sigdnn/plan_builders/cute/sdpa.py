@@ -22,7 +22,6 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops.sdpa import Sdpa
 from sigdnn.plan_builders.cute.attention import CuteAttentionBuilder
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
-from sigdnn.plan_builders.cute.matmul import device_id_of, device_properties
 from sigdnn.plan_builders.cute.sdpa_layout import (
     FmhaConfig,
     FmhaProblem,
@@ -32,6 +31,7 @@ from sigdnn.plan_builders.cute.sdpa_layout import (
     parse_config,
     plan_sdpa,
 )
+from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties
 from sigdnn.registry.contracts import BuildContext, NodePlan
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import ExecutionContext

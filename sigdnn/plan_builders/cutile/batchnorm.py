@@ -1,6 +1,6 @@
 """cuTile batchnorm: inference, training (with running statistics) and backward, NCHW, NHWC or any packed order.
 
-x is (A, C, B) around its channel axis (``views.channels``); y, dy and dx
+x is (A, C, B) around its channel axis (``tensor_views.channels``); y, dy and dx
 laid out as x; per-channel tensors any stride. Training and backward are
 three launches (``channelgen``): partial sums split over A, a finalize per
 channel that writes the node's per-channel outputs and float32
@@ -14,7 +14,8 @@ import attrs
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.plan_builders.cutile import channelgen, views
+from sigdnn.plan_builders import tensor_views
+from sigdnn.plan_builders.cutile import channelgen
 from sigdnn.plan_builders.cutile.opbase import SPLIT_BLOCKS, CutileOpBuilder, cdiv, pow2
 from sigdnn.plan_builders.cutile.rowgen import KernelHints
 from sigdnn.plan_builders.cutile.source import KernelSource
@@ -83,8 +84,8 @@ class _Layout:
         self.ports = ports
         self.graph = graph
         x = graph.tensors[ports[x_port]]
-        self.a, self.c, self.b = views.channels(x)
-        views.same_layout(x, [graph.tensors[ports[p]] for p in like if p in ports])
+        self.a, self.c, self.b = tensor_views.channels(x)
+        tensor_views.same_layout(x, [graph.tensors[ports[p]] for p in like if p in ports])
         self.config = config
         self.flat = self.b == 1  # channels innermost: (A, C) views and tiles (see channelgen)
         self.tile, self.shape = self._cut(config.tile)
@@ -108,7 +109,7 @@ class _Layout:
         return Arg(port, (self.a, self.c, self.b), (self.c * self.b, self.b, 1))
 
     def vector(self, port: str) -> Arg:
-        return Arg(port, (self.c,), (views.channel_stride(self.graph.tensors[self.ports[port]]),))
+        return Arg(port, (self.c,), (tensor_views.channel_stride(self.graph.tensors[self.ports[port]]),))
 
     def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
         at, kt, bt = self.apply_shape

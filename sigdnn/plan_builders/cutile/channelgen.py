@@ -1,6 +1,6 @@
 """Per-channel kernels as cuTile source: batchnorm's partial sums, finalize and elementwise passes.
 
-x is an (A, C, B) array (``views.channels``) walked in (TA, TK, TB) tiles;
+x is an (A, C, B) array (``tensor_views.channels``) walked in (TA, TK, TB) tiles;
 when B is 1 (channels innermost, NHWC) it is an (A, C) array walked in
 (TA, TK) tiles instead: cuTile vectorizes along a tile's last dimension
 only, so a trailing dimension of 1 made every access a 2-byte one.

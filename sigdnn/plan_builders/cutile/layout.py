@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import attrs
 
-INT32_MAX = 2**31 - 1
+from sigdnn.plan_builders.tensor_views import INT32_MAX, packed_order
 
 
 @attrs.frozen
@@ -42,17 +42,6 @@ class IterSpace:
     @property
     def gathers(self) -> bool:
         return any(a.kind == "gather" for a in self.inputs)
-
-
-def packed_order(dims: Sequence[int], strides: Sequence[int]) -> list[int] | None:
-    """Dims of size > 1, outermost first, if the view is packed in some order; else None."""
-    axes = sorted((i for i, d in enumerate(dims) if d != 1), key=lambda i: -strides[i])
-    expected = 1
-    for i in reversed(axes):
-        if strides[i] != expected:
-            return None
-        expected *= dims[i]
-    return axes
 
 
 def plan_iteration(

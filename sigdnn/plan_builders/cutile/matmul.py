@@ -191,7 +191,7 @@ class CutileMatmulPlan(NodePlan, RegionPlan):
 
 def resident_blocks(device: Device, config: MatmulConfig) -> int:
     """Blocks of ``config`` the device runs at once (a persistent grid's size): SMs x occupancy / CTAs a block."""
-    from sigdnn.plan_builders.cute.matmul import planning_sm_count
+    from sigdnn.plan_builders.gpu_properties import planning_sm_count
 
     sms = getattr(device.context, "sm_count", None) or planning_sm_count(device)
     return max(1, sms * (config.occupancy or 1) // (config.num_ctas or 1))

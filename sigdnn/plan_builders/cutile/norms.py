@@ -14,7 +14,8 @@ import attrs
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.shapes import normalized_axes
-from sigdnn.plan_builders.cutile import opbase, rowgen, views
+from sigdnn.plan_builders import tensor_views
+from sigdnn.plan_builders.cutile import opbase, rowgen
 from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv, pow2, row_tiles
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
@@ -26,8 +27,8 @@ def _rows(node: Node, graph: Graph, x_port: str) -> tuple[int, int, tuple[int, .
     ports = node.op.ports()
     x, scale = graph.tensors[ports[x_port]], graph.tensors[ports["scale"]]
     axes = normalized_axes(f"node '{node.name}'", x_port, x, "scale", scale)
-    m, n = views.rows(x, axes)
-    views.same_layout(x, [graph.tensors[ports[p]] for p in ("y", "dy", "dx") if p in ports])
+    m, n = tensor_views.rows(x, axes)
+    tensor_views.same_layout(x, [graph.tensors[ports[p]] for p in ("y", "dy", "dx") if p in ports])
     return m, n, axes, tuple(a for a in range(x.rank) if a not in axes)
 
 
@@ -36,7 +37,7 @@ def _vector(node: Node, graph: Graph, port: str, x_port: str, axes: tuple[int, .
     t, x = graph.tensors[ports[port]], graph.tensors[ports[x_port]]
     lead = x.rank - t.rank  # a scale of lower rank aligns with x's trailing dims (docs/ops.md, layernorm)
     t = attrs.evolve(t, dims=(1,) * lead + t.dims, strides=(0,) * lead + t.strides)
-    stride = views.vector_stride(t, x, axes, unit)
+    stride = tensor_views.vector_stride(t, x, axes, unit)
     return Arg(port, (length,), (stride,))
 
 

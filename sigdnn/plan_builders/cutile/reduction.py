@@ -14,7 +14,8 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import packed_strides, span_elements
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.reduction import Reduction
-from sigdnn.plan_builders.cutile import reducegen, views
+from sigdnn.plan_builders import tensor_views
+from sigdnn.plan_builders.cutile import reducegen
 from sigdnn.plan_builders.cutile.opbase import SPLIT_BLOCKS, CutileOpBuilder, cdiv, pow2
 from sigdnn.plan_builders.cutile.reducegen import MODES, ReduceSpec
 from sigdnn.plan_builders.cutile.source import KernelSource
@@ -38,7 +39,7 @@ class CutileReductionBuilder(CutileOpBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op: Reduction = node.op
         x, y = graph.tensors[op.x], graph.tensors[op.y]
-        kd, kx, ky, rd, rx = views.reduction(x, y)
+        kd, kx, ky, rd, rx = tensor_views.reduction(x, y)
         kept, count = y.size, x.size // y.size
         transform, combine, finish = MODES[op.mode]
         tk, tr = tiles(kept, count)

@@ -1,6 +1,6 @@
 """Row kernels as cuTile source: softmax, layernorm and rmsnorm forward and backward over (M, N) rows.
 
-x is M rows of N contiguous elements (``views.rows``). A block takes TM
+x is M rows of N contiguous elements (``tensor_views.rows``). A block takes TM
 rows; when a row fits K column tiles of TN (K * TN >= N, ``opbase.row_split``)
 it is loaded once, into K tiles, and every statistic is computed from
 registers, else the row is walked in chunks of TN (two passes for the

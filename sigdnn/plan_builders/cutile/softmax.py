@@ -1,6 +1,6 @@
 """cuTile softmax / log-softmax with optional statistics: one row kernel (``rowgen.softmax_forward``).
 
-x must be rows with the softmax axes innermost in memory (``views.rows``),
+x must be rows with the softmax axes innermost in memory (``tensor_views.rows``),
 y laid out as x, the statistics one per row in row order.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.softmax import Softmax
-from sigdnn.plan_builders.cutile import opbase, rowgen, views
+from sigdnn.plan_builders import tensor_views
+from sigdnn.plan_builders.cutile import opbase, rowgen
 from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv, row_tiles
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch
@@ -24,14 +25,14 @@ class CutileSoftmaxBuilder(CutileOpBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op: Softmax = node.op
         x, y = graph.tensors[op.x], graph.tensors[op.y]
-        m, n = views.rows(x, op.axes)
-        views.same_layout(x, [y])
+        m, n = tensor_views.rows(x, op.axes)
+        tensor_views.same_layout(x, [y])
         config = opbase.for_width(opbase.SOFTMAX_FORWARD, n)
         tm, tn, k = row_tiles(m, n, config)
         args = [Arg("x", (m, n), (n, 1)), Arg("y", (m, n), (n, 1))]
         if op.stats is not None:
             batch = [a for a in range(x.rank) if a not in op.axes]
-            args.append(Arg("stats", (m,), (views.vector_stride(graph.tensors[op.stats], x, batch, n),)))
+            args.append(Arg("stats", (m,), (tensor_views.vector_stride(graph.tensors[op.stats], x, batch, n),)))
         hints = opbase.row_hints(config, n, tm, tn, k)
         tiles, blocks = cdiv(m, tm), config.blocks
         text = rowgen.softmax_forward(n, tm, tn, op.log, op.stats is not None, hints, k=k, tiles=tiles, blocks=blocks)

@@ -10,8 +10,8 @@ import pytest
 
 import sigdnn
 from sigdnn.errors import NotSupported, VariantPackError
+from sigdnn.plan_builders import gpu_properties
 from sigdnn.plan_builders.cute import batchnorm as cute_batchnorm
-from sigdnn.plan_builders.cute import matmul
 from sigdnn.plan_builders.cute.batchnorm import (
     SHARED_BYTES,
     BatchnormSpec,
@@ -226,7 +226,7 @@ def test_y_in_another_dtype_than_x_is_declined() -> None:
 
 
 def test_declines_a_gpu_other_than_sm90(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(matmul, "device_properties", lambda device_id: ((8, 0), 108))
+    monkeypatch.setattr(gpu_properties, "device_properties", lambda device_id: ((8, 0), 108))
     g = batchnorm()
     with pytest.raises(NotSupported, match="needs sm_90"):
         CuteBatchnormBuilder().check(g.nodes[0], g, Device("gpu"))
@@ -234,8 +234,8 @@ def test_declines_a_gpu_other_than_sm90(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_build_compiles_the_view_for_every_sm(monkeypatch: pytest.MonkeyPatch) -> None:
     """The launch (replaced here: it needs the DSL) gets the node's view with one block a SM."""
-    monkeypatch.setattr(matmul, "device_properties", lambda device_id: ((9, 0), 132))
-    monkeypatch.setattr(cute_batchnorm, "device_properties", matmul.device_properties)
+    monkeypatch.setattr(gpu_properties, "device_properties", lambda device_id: ((9, 0), 132))
+    monkeypatch.setattr(cute_batchnorm, "device_properties", gpu_properties.device_properties)
     fake = types.ModuleType("batchnorm_launch")
     fake.BatchnormLaunch = lambda spec: spec
     monkeypatch.setitem(sys.modules, "sigdnn.plan_builders.cute.kernels.batchnorm_launch", fake)

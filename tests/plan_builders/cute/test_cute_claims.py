@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import sigdnn
+from sigdnn.plan_builders import gpu_properties
 from sigdnn.plan_builders.cute import conv_implicit
 from sigdnn.plan_builders.cute import matmul as cute_matmul
 from sigdnn.plan_builders.cute.conv_implicit import CuteConvImplicitBuilder
@@ -17,7 +18,7 @@ def hopper(monkeypatch):
     """The DSL importable and device 0 an sm_90 part with 132 SMs (or ``capability`` when set)."""
     state = {"capability": (9, 0)}
     monkeypatch.setattr(cute_matmul, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(cute_matmul, "device_properties", lambda device_id: (state["capability"], 132))
+    monkeypatch.setattr(gpu_properties, "device_properties", lambda device_id: (state["capability"], 132))
     monkeypatch.setattr(conv_implicit, "unavailable_reason", lambda: None)
     return state
 

@@ -18,10 +18,10 @@ from delta_rule_cases import CHUNK_EDGES, campaign_recipe, delta_rule_backward_g
 from emulated import emulated_executor, make_available
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cutile import delta_rule, delta_rule_kernel
 from sigdnn.plan_builders.cutile.delta_rule import CutileGdnBuilder, CutileKdaBuilder
-from sigdnn.validation.inputs import random_inputs
 
 
 @pytest.fixture(autouse=True)

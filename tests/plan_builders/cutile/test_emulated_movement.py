@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from movement_cases import movement_graphs
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NoPlanError
 from sigdnn.graph.layout import packed_strides
 from sigdnn.plan_builders.cutile import movement
 from sigdnn.plan_builders.cutile.movement import CutileMovementBuilder
-from sigdnn.validation.inputs import random_inputs
 
 
 @pytest.fixture(autouse=True)

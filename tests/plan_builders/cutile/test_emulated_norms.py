@@ -17,11 +17,11 @@ from emulated import emulated_executor, make_available
 from norm_cases import all_cases
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NoPlanError, NotSupported
 from sigdnn.plan_builders.cutile import norms, opbase
 from sigdnn.plan_builders.cutile.reduction import CutileReductionBuilder
 from sigdnn.registry import Registry
-from sigdnn.validation.inputs import random_inputs
 
 CASES = all_cases()
 

@@ -17,9 +17,9 @@ from emulated import emulated_executor, make_available
 from pooling_cases import CASES, MODES, Case, backward, forward, with_ties
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.plan_builders.cutile import pooling
 from sigdnn.plan_builders.cutile.pooling import CutilePoolingBackwardBuilder, CutilePoolingBuilder
-from sigdnn.validation.inputs import random_inputs
 
 
 @pytest.fixture(autouse=True)

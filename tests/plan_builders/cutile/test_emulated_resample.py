@@ -14,10 +14,10 @@ from emulated import emulated_executor, make_available
 from resample_cases import CASES, CONVENTIONS, backward_graph, graph
 
 import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NoPlanError
 from sigdnn.plan_builders.cutile import resample
 from sigdnn.plan_builders.cutile.resample import CutileResampleBuilder
-from sigdnn.validation.inputs import random_inputs
 
 
 @pytest.fixture(autouse=True)

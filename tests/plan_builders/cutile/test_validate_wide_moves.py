@@ -2,7 +2,7 @@
 
 The reference evaluates a unary op on a 16-bit input through a table of its
 results on every bit pattern once an output has 65536 elements or more.
-Validation's carried-error runs (``validate._carry_errors``) feed the same
+Validation's carried-error runs (``step_reference._carry_errors``) feed the same
 plan inputs moved by their bounds, in float64, which no table indexes: the
 op must compute those from the values. Found on the H200: every float16 /
 bfloat16 fused region with a tanh over 132,000 elements failed to validate

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from sigdnn.validation.tolerances import Tolerance, finfo
+from sigdnn.accuracy.tolerances import Tolerance, finfo
 
 
 @attrs.frozen

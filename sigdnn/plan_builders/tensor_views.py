@@ -1,4 +1,4 @@
-"""How the row, channel and reduction kernels see a node's tensors, or why they cannot.
+"""How the row, channel and reduction kernels (cuTile's, CuTe's batchnorm) see a node's tensors, or why they cannot.
 
 * rows: x packed with the reduced axes innermost in memory is an (M, N)
   matrix of rows (softmax, layernorm, rmsnorm); per-row statistics and the
@@ -18,7 +18,19 @@ import math
 from collections.abc import Sequence
 
 from sigdnn.graph.tensor import Tensor
-from sigdnn.plan_builders.cutile.layout import INT32_MAX, packed_order
+
+INT32_MAX = 2**31 - 1  # the kernels index with 32-bit integers
+
+
+def packed_order(dims: Sequence[int], strides: Sequence[int]) -> list[int] | None:
+    """Dims of size > 1, outermost first, if the view is packed in some order; else None."""
+    axes = sorted((i for i, d in enumerate(dims) if d != 1), key=lambda i: -strides[i])
+    expected = 1
+    for i in reversed(axes):
+        if strides[i] != expected:
+            return None
+        expected *= dims[i]
+    return axes
 
 
 def _packed(t: Tensor) -> list[int]:
