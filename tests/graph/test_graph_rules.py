@@ -122,7 +122,7 @@ def test_dangling_uid_names_node_port_and_uid(port: str, node: Node) -> None:
 
 def test_dangling_uid_in_matmul_and_conv_ports() -> None:
     reject(ir([t(1, "a"), t(2, "c")], [Node("mm", Matmul(1, 42, 2))]), "'mm'", "'b'", "uid 42")
-    conv = ConvFprop(7, 1, 2, (0,), (0,), (1,), (1,))
+    conv = ConvFprop(x=7, w=1, y=2, pre_padding=(0,), post_padding=(0,), stride=(1,), dilation=(1,))
     reject(ir([t(1, "w", (1, 1, 1)), t(2, "y", (1, 1, 1))], [Node("cv", conv)]), "'cv'", "'x'", "uid 7")
 
 

@@ -405,7 +405,18 @@ def test_huge_conv_padding_is_graph_error_naming_the_node() -> None:
     w = g.tensor("w", dims=(1, 1, 1, 1))
     g.tensors[3] = sigdnn.Tensor(3, "y", (1, 1, 1, 1), (1, 1, 1, 1))
     g.nodes.append(
-        sigdnn.Node("padder", ConvFprop(x.uid, w.uid, 3, (2**31, 2**31), (2**31, 2**31), (2**33, 2**33), (1, 1)))
+        sigdnn.Node(
+            "padder",
+            ConvFprop(
+                x=x.uid,
+                w=w.uid,
+                y=3,
+                pre_padding=(2**31, 2**31),
+                post_padding=(2**31, 2**31),
+                stride=(2**33, 2**33),
+                dilation=(1, 1),
+            ),
+        )
     )
     data = g.serialize()
     with cheap():

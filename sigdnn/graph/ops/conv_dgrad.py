@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from sigdnn.errors import GraphError
 from sigdnn.graph.limits import Limits
-from sigdnn.graph.ops.base import Op, require_float
+from sigdnn.graph.ops.base import require_float
+from sigdnn.graph.ops.conv_window import WINDOW_WIRE_FIELDS, ConvWindowOp
 from sigdnn.graph.ops.shapes import packed_in_order_of
 from sigdnn.graph.ops.windows import (
-    check_conv_attributes,
     check_taps,
     padded_bytes,
     spatial_rank,
-    window_outputs,
 )
 from sigdnn.graph.tensor import Tensor
 
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 
 
 @attrs.frozen
-class ConvDgrad(Op):
+class ConvDgrad(ConvWindowOp):
     kind: ClassVar[str] = "conv_dgrad"
     table: ClassVar[str] = "ConvDgradAttributes"
     input_ports: ClassVar[tuple[str, ...]] = ("dy", "w")
@@ -44,27 +43,14 @@ class ConvDgrad(Op):
         ("dy", "uid"),
         ("w", "uid"),
         ("dx", "uid"),
-        ("pre_padding", "i64[]"),
-        ("post_padding", "i64[]"),
-        ("stride", "i64[]"),
-        ("dilation", "i64[]"),
+        *WINDOW_WIRE_FIELDS,
         ("dims", "i64[]"),
     )
 
     dy: int
     w: int
     dx: int
-    pre_padding: tuple[int, ...]
-    post_padding: tuple[int, ...]
-    stride: tuple[int, ...]
-    dilation: tuple[int, ...]
     dims: tuple[int, ...] = ()  # dx's dims when the caller gives them; () = inferred
-
-    sums_absolute_terms: ClassVar[bool] = True
-    dot_products: ClassVar[bool] = True
-
-    def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
-        return (("spatial_rank", len(self.stride)),)
 
     def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
         """A dx element gathers at most K/groups x taps products."""
@@ -82,7 +68,7 @@ class ConvDgrad(Op):
         s = spatial_rank(where, "dy", dy)
         if w.rank != dy.rank:
             raise GraphError(f"{where}: w has rank {w.rank}, dy has rank {dy.rank}; they must match")
-        check_conv_attributes(where, s, self.pre_padding, self.post_padding, self.stride, self.dilation)
+        self.check_window(where, s)
         n, k = dy.dims[:2]
         if w.dims[0] != k:
             raise GraphError(f"{where}: w's output channels {w.dims[0]} differ from dy's channels {k}")
@@ -98,9 +84,7 @@ class ConvDgrad(Op):
             raise GraphError(f"{where}: w's channel count {cg} does not divide dx's {c} (dims {list(dims)})")
         if k % (c // cg):
             raise GraphError(f"{where}: {c // cg} groups do not divide w's output channels {k}")
-        out = window_outputs(
-            where, dims[2:], w.dims[2:], self.pre_padding, self.post_padding, self.stride, self.dilation
-        )
+        out = self.forward_outputs(where, dims[2:], w.dims[2:])
         if out != dy.dims[2:]:
             raise GraphError(
                 f"{where}: dx dims {list(dims)} give a forward output of spatial dims {list(out)}, "

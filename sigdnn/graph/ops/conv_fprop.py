@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from sigdnn.errors import GraphError
 from sigdnn.graph.limits import Limits
-from sigdnn.graph.ops.base import Op, require_float
+from sigdnn.graph.ops.base import require_float
+from sigdnn.graph.ops.conv_window import WINDOW_WIRE_FIELDS, ConvWindowOp
 from sigdnn.graph.ops.shapes import packed_in_order_of
 from sigdnn.graph.ops.windows import (
-    check_conv_attributes,
     check_taps,
     padded_bytes,
     spatial_rank,
-    window_outputs,
 )
 from sigdnn.graph.tensor import Tensor
 
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
 
 
 @attrs.frozen
-class ConvFprop(Op):
+class ConvFprop(ConvWindowOp):
     kind: ClassVar[str] = "conv_fprop"
     table: ClassVar[str] = "ConvFpropAttributes"
     input_ports: ClassVar[tuple[str, ...]] = ("x", "w")
@@ -40,29 +39,12 @@ class ConvFprop(Op):
         ("x", "uid"),
         ("w", "uid"),
         ("y", "uid"),
-        ("pre_padding", "i64[]"),
-        ("post_padding", "i64[]"),
-        ("stride", "i64[]"),
-        ("dilation", "i64[]"),
+        *WINDOW_WIRE_FIELDS,
     )
 
     x: int
     w: int
     y: int
-    pre_padding: tuple[int, ...]
-    post_padding: tuple[int, ...]
-    stride: tuple[int, ...]
-    dilation: tuple[int, ...]
-
-    sums_absolute_terms: ClassVar[bool] = True
-    dot_products: ClassVar[bool] = True
-
-    @property
-    def spatial_rank(self) -> int:
-        return len(self.stride)
-
-    def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
-        return (("spatial_rank", self.spatial_rank),)
 
     def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
         return math.prod(tensors["w"].dims[1:])
@@ -87,7 +69,7 @@ class ConvFprop(Op):
         s = spatial_rank(where, "x", x)
         if w.rank != x.rank:
             raise GraphError(f"{where}: w has rank {w.rank}, x has rank {x.rank}; they must match")
-        check_conv_attributes(where, s, self.pre_padding, self.post_padding, self.stride, self.dilation)
+        self.check_window(where, s)
         n, c = x.dims[:2]
         k, cg = w.dims[:2]
         if c % cg:
@@ -95,9 +77,7 @@ class ConvFprop(Op):
         groups = c // cg
         if k % groups:
             raise GraphError(f"{where}: {groups} groups do not divide w's output channels {k}")
-        out = window_outputs(
-            where, x.dims[2:], w.dims[2:], self.pre_padding, self.post_padding, self.stride, self.dilation
-        )
+        out = self.forward_outputs(where, x.dims[2:], w.dims[2:])
         return {"y": (n, k, *out)}
 
     def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:

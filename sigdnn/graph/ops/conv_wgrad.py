@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
 from sigdnn.errors import GraphError
 from sigdnn.graph.limits import Limits
-from sigdnn.graph.ops.base import Op, require_float
+from sigdnn.graph.ops.base import require_float
+from sigdnn.graph.ops.conv_window import WINDOW_WIRE_FIELDS, ConvWindowOp
 from sigdnn.graph.ops.shapes import packed_in_order_of
 from sigdnn.graph.ops.windows import (
-    check_conv_attributes,
     check_taps,
     padded_bytes,
     spatial_rank,
-    window_outputs,
 )
 from sigdnn.graph.tensor import Tensor
 
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 
 
 @attrs.frozen
-class ConvWgrad(Op):
+class ConvWgrad(ConvWindowOp):
     kind: ClassVar[str] = "conv_wgrad"
     table: ClassVar[str] = "ConvWgradAttributes"
     input_ports: ClassVar[tuple[str, ...]] = ("x", "dy")
@@ -43,27 +42,14 @@ class ConvWgrad(Op):
         ("x", "uid"),
         ("dy", "uid"),
         ("dw", "uid"),
-        ("pre_padding", "i64[]"),
-        ("post_padding", "i64[]"),
-        ("stride", "i64[]"),
-        ("dilation", "i64[]"),
+        *WINDOW_WIRE_FIELDS,
         ("dims", "i64[]"),
     )
 
     x: int
     dy: int
     dw: int
-    pre_padding: tuple[int, ...]
-    post_padding: tuple[int, ...]
-    stride: tuple[int, ...]
-    dilation: tuple[int, ...]
     dims: tuple[int, ...] = ()  # dw's dims when the caller gives them; () = inferred
-
-    sums_absolute_terms: ClassVar[bool] = True
-    dot_products: ClassVar[bool] = True
-
-    def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
-        return (("spatial_rank", len(self.stride)),)
 
     def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
         """A dw element sums over the batch and every output position."""
@@ -80,7 +66,7 @@ class ConvWgrad(Op):
         s = spatial_rank(where, "x", x)
         if dy.rank != x.rank:
             raise GraphError(f"{where}: dy has rank {dy.rank}, x has rank {x.rank}; they must match")
-        check_conv_attributes(where, s, self.pre_padding, self.post_padding, self.stride, self.dilation)
+        self.check_window(where, s)
         if dy.dims[0] != x.dims[0]:
             raise GraphError(f"{where}: dy has batch {dy.dims[0]}, x has {x.dims[0]}; they must match")
         dims = self.dims or self._inferred(where, x, dy)
@@ -95,9 +81,7 @@ class ConvWgrad(Op):
             raise GraphError(f"{where}: dw's channel count {cg} does not divide x's {c} (dims {list(dims)})")
         if k % (c // cg):
             raise GraphError(f"{where}: {c // cg} groups do not divide dy's channels {k}")
-        out = window_outputs(
-            where, x.dims[2:], dims[2:], self.pre_padding, self.post_padding, self.stride, self.dilation
-        )
+        out = self.forward_outputs(where, x.dims[2:], dims[2:])
         if out != dy.dims[2:]:
             raise GraphError(
                 f"{where}: a kernel of dims {list(dims[2:])} gives a forward output of spatial dims {list(out)}, "
