@@ -69,6 +69,27 @@ def ulp_of(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.ldexp(1.0, binade - int(info.nmant))
 
 
+def integer_abs_error(got: np.ndarray, want: np.ndarray) -> np.ndarray | None:
+    """|got - want| computed exactly when both are integers (None otherwise), then given as float64.
+
+    Through float64 first, 2**60 + 1 and 2**60 are one value: an off-by-one
+    would pass near 2**60 and fail near 0. The difference of two 64-bit
+    integers always fits in uint64 (wrapping subtraction of the larger minus
+    the smaller), and any nonzero uint64 is a nonzero float64.
+    """
+    g, w = np.asarray(got), np.asarray(want)
+    if g.dtype.kind not in "iub" or w.dtype.kind not in "iub":
+        return None
+    common = np.result_type(g.dtype, w.dtype, np.int8)
+    if common.kind == "f":  # int64 against uint64: no 64-bit type holds both, Python integers do
+        return np.abs(g.astype(object) - w.astype(object)).astype(np.float64)
+    wide = np.int64 if common.kind == "i" else np.uint64
+    a, b = g.astype(wide), w.astype(wide)
+    ua, ub = a.view(np.uint64), b.view(np.uint64)
+    with np.errstate(over="ignore"):
+        return np.where(a >= b, ua - ub, ub - ua).astype(np.float64)
+
+
 def errors(
     got: np.ndarray,
     want: np.ndarray,
@@ -89,7 +110,8 @@ def errors(
         special = ~np.isfinite(g) | ~np.isfinite(w)
         same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w)))
         finite = ~special
-        abs_err = np.where(finite, np.abs(g - w), 0.0)
+        exact = integer_abs_error(got, want)
+        abs_err = np.where(finite, np.abs(g - w), 0.0) if exact is None else exact
         bound = None
         if not tolerance.exact:
             bound = tolerance.atol + tolerance.rtol * np.abs(w)
