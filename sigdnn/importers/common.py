@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from sigdnn.dtypes import DataType
-from sigdnn.errors import GraphError
+from sigdnn.errors import GraphError, UsageError
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops import OP_CLASSES
@@ -72,3 +75,34 @@ def add_op(graph: Graph, kind: str, name: str, compute_dtype: DataType | None, w
     node = Node(name, op, compute_dtype)
     graph.nodes.append(node)
     return node
+
+
+def input_shape_overrides(given: Any) -> dict[str, tuple[int, ...]]:
+    """``input_shapes`` checked: a mapping of input names to sequences of integer dims (2.5, "ab", None refused).
+
+    A dim is taken as an integer only if it is one (``operator.index``): a
+    float is never truncated and a bool is not a dim.
+    """
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise UsageError(
+            f"input_shapes: a mapping of input name to dims, e.g. {{'x': (1, 3, 224, 224)}}, got {given!r}"
+        )
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, dims in given.items():
+        where = f"input_shapes[{name!r}]"
+        if not isinstance(name, str):
+            raise UsageError(f"{where}: input names are strings")
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence | np.ndarray):
+            raise UsageError(f"{where}: a sequence of integer dims, e.g. (1, 3, 224, 224), got {dims!r}")
+        shape = []
+        for axis, d in enumerate(dims):
+            try:
+                if isinstance(d, (bool, np.bool_)):
+                    raise TypeError
+                shape.append(operator.index(d))
+            except TypeError:
+                raise UsageError(f"{where}: dim {axis} is {d!r}, not an integer") from None
+        shapes[name] = tuple(shape)
+    return shapes

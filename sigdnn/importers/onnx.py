@@ -34,7 +34,7 @@ from sigdnn.errors import GraphError, SchemaError, SigdnnError
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.tensor import Tensor
-from sigdnn.importers.common import FreshNames, UnsupportedOps, refuse_unknown
+from sigdnn.importers.common import FreshNames, UnsupportedOps, input_shape_overrides, refuse_unknown
 from sigdnn.importers.onnx_files import read_model
 from sigdnn.importers.onnx_fold import MAX_FOLDED_ELEMENTS, Unpriced, price
 from sigdnn.io.files import PathArg
@@ -214,7 +214,7 @@ class OnnxImporter:
         self.constants: dict[str, Tensor] = {}
         self.names = FreshNames()
         self.node_names = FreshNames()
-        self.input_shapes = dict(input_shapes or {})
+        self.input_shapes = input_shape_overrides(input_shapes)
         self.frozen = {k: np.asarray(v) for k, v in (constants or {}).items()}
         self.value_dtypes = self._inferred_dtypes()
         float_dtype = self._main_float_dtype()
@@ -294,7 +294,7 @@ class OnnxImporter:
                 raise GraphError(f"{where}: only tensor inputs are supported")
             dtype = onnx_dtype(tt.elem_type, where)
             if info.name in self.input_shapes:
-                dims = tuple(int(d) for d in self.input_shapes[info.name])
+                dims = self.input_shapes[info.name]
             else:
                 dims = []
                 for axis, d in enumerate(tt.shape.dim):
@@ -319,6 +319,8 @@ class OnnxImporter:
                 return [np.array(int(np.prod(dims)), dtype=np.int64)]
             start, end = node.attr("start", 0), node.attr("end", None)
             node.refuse_unknown_attributes()
+            if not all(isinstance(b, int) for b in (start, end) if b is not None):
+                raise node.refuse(f"start {start!r} and end {end!r} must be integers")
             return [dims[start:end]]
         known = [self.values.get(n) for n in proto.input if n]
         if any(not isinstance(v, np.ndarray) for v in known) or proto.domain not in ("", "ai.onnx"):
@@ -369,7 +371,7 @@ class OnnxImporter:
         start = len(self.graph.nodes)
         try:
             outputs = list(handler(node))
-        except (IndexError, KeyError, ValueError, TypeError, OverflowError) as e:
+        except (IndexError, KeyError, ValueError, TypeError, ArithmeticError) as e:
             if isinstance(e, SigdnnError):
                 raise
             # inputs or attributes of shapes the op cannot have (a hostile or broken model)

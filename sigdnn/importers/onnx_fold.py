@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 MAX_FOLDED_ELEMENTS = 1 << 24  # one value computed at import time
+MAX_RANK = 64  # NumPy's
 SMALL_FOLD = 1 << 16  # inputs plus outputs of a node priced by shape inference (its work is then small too)
 ELEMENTWISE = frozenset(
     [
@@ -111,7 +112,7 @@ def price(op: str, inputs: list[np.ndarray | None], attribute: Any, opset: int, 
     """
     present = [v for v in inputs if v is not None]
     if op in ELEMENTWISE:
-        return _count(np.broadcast_shapes(*(v.shape for v in present)) if present else ())
+        return _count(broadcast(*(v.shape for v in present)))
     if op in AT_MOST_INPUTS:
         return sum(v.size for v in present)
     if op == "Gather":
@@ -122,7 +123,7 @@ def price(op: str, inputs: list[np.ndarray | None], attribute: Any, opset: int, 
     if op == "ConstantOfShape":
         return _count(int(d) for d in inputs[0].reshape(-1))
     if op == "Expand":
-        return _count(np.broadcast_shapes(inputs[0].shape, tuple(int(d) for d in inputs[1].reshape(-1))))
+        return _count(broadcast(inputs[0].shape, tuple(int(d) for d in inputs[1].reshape(-1))))
     if op == "Tile":
         return inputs[0].size * _count(int(d) for d in inputs[1].reshape(-1))
     if op == "Range":
@@ -133,6 +134,23 @@ def price(op: str, inputs: list[np.ndarray | None], attribute: Any, opset: int, 
     if sum(v.size for v in present) > SMALL_FOLD:
         raise Unpriced
     return _inferred(proto, inputs, opset)
+
+
+def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy's broadcast of shapes, in Python integers; ValueError past NumPy's 64 dims or for dims that clash.
+
+    (np.broadcast_shapes stops at 32 arguments' worth of dims with a RuntimeError.)
+    """
+    rank = max((len(s) for s in shapes), default=0)
+    if rank > MAX_RANK:
+        raise ValueError(f"{rank} dims (NumPy holds at most {MAX_RANK})")
+    out = []
+    for axis in range(-rank, 0):
+        dims = {s[axis] for s in shapes if len(s) >= -axis} - {1}
+        if len(dims) > 1:
+            raise ValueError(f"dims {sorted(dims)} do not broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
 
 
 def _count(dims: Any) -> int:

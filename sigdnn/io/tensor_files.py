@@ -258,6 +258,13 @@ class _Reader:
             raise
         except Exception as e:  # NumPy's header parser raises ValueError, SyntaxError, EOFError, ...
             raise self.error(f"has a damaged .npy header ({type(e).__name__}: {_first_line(e)})", name) from None
+        if not _buildable(shape, dtype.itemsize):
+            shown_dims = ", ".join(map(str, shape[:8])) + (f", ... ({len(shape)} dims)" if len(shape) > 8 else "")
+            raise self.error(
+                f"its .npy header declares shape [{shown_dims}], which no array can have "
+                f"(at most {_MAX_RANK} dims, each 0 or more, under 2^63 bytes in all); the file is damaged",
+                name,
+            )
         if dtype.hasobject:
             raise self.error(
                 "holds Python objects (pickled data), which sigdnn never loads; save plain numeric arrays", name
@@ -368,6 +375,18 @@ class _Reader:
         if dtype not in _RAW or array.dtype != _RAW[dtype]:
             raise self.error(f"is marked {dtype} but holds {array.dtype}; the file is damaged", name)
         return array.view(dtype.numpy)
+
+
+_MAX_RANK = 64  # NumPy's limit on an array's dims
+
+
+def _buildable(shape: Any, itemsize: int) -> bool:
+    """Whether NumPy can make an array of ``shape``: a tuple of at most 64 integers >= 0 whose bytes fit in intp."""
+    if not isinstance(shape, tuple) or len(shape) > _MAX_RANK:
+        return False
+    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 63 for d in shape):
+        return False
+    return math.prod(d for d in shape if d) * max(itemsize, 1) < 1 << 63
 
 
 def _view(data: bytearray, dtype: np.dtype, shape: tuple[int, ...], offset: int, order: str = "C") -> np.ndarray:

@@ -15,6 +15,7 @@ import attrs
 from sigdnn.errors import GraphError
 from sigdnn.graph.layout import packed_like
 from sigdnn.graph.ops.base import Op, broadcast_dims
+from sigdnn.graph.ops.shapes import check_choice
 from sigdnn.graph.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ class Pointwise(Op):
 
     @property
     def info(self) -> ModeInfo:
+        check_choice("pointwise", "mode", self.mode, tuple(MODES))
         return MODES[self.mode]
 
     def params(self) -> dict[str, Any]:

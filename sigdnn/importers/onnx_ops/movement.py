@@ -106,7 +106,9 @@ def split(node: OnnxNode) -> list[Value]:
     if node.has(1):
         sizes = node.ints(1, "split")
     else:
-        parts = int(node.attr("num_outputs", count))
+        parts = node.attr("num_outputs", count)
+        if not isinstance(parts, int) or parts < 1:
+            raise node.refuse(f"num_outputs {parts!r} is not a count >= 1")
         chunk = -(-dims[axis] // parts)
         sizes = tuple(min(chunk, dims[axis] - i * chunk) for i in range(parts))
     if sum(sizes) != dims[axis] or len(sizes) != count or min(sizes) < 1:
