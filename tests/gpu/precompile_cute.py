@@ -32,7 +32,14 @@ from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.ops.conv_wgrad import ConvWgrad
 from sigdnn.graph.ops.matmul import Matmul
 from sigdnn.plan_builders import cute, gpu_properties
-from sigdnn.plan_builders.cute import conv_dgrad, conv_implicit, conv_transposed, conv_wgrad
+from sigdnn.plan_builders.cute import (
+    conv_dgrad,
+    conv_geometry,
+    conv_implicit,
+    conv_implicit_configs,
+    conv_transposed,
+    conv_wgrad,
+)
 from sigdnn.plan_builders.cute import matmul as cute_matmul
 from sigdnn.plan_builders.cute.conv import conv_gemm
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, default_config, plan_gemm
@@ -165,7 +172,7 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
             continue
         if isinstance(node.op, ConvDgrad):
             plan = conv_dgrad.plan_dgrad(node, g)
-            views = [plan] if isinstance(plan, conv_implicit.ImplicitConv) else plan.views  # strided: its phases
+            views = [plan] if isinstance(plan, conv_geometry.ImplicitConv) else plan.views  # strided: its phases
         elif isinstance(node.op, ConvFprop):
             views = [conv_implicit.plan_conv(node, g, conv_implicit.epilogue_chain(g, flow, i))]
         else:
@@ -176,7 +183,11 @@ def conv_implicit_specs(g: Graph, config: str | None) -> list[tuple[str, GemmSpe
                 found.append(("fprop_t", transposed.spec, conv_transposed.TRANSPOSED_CONFIG, 2))
                 if conv_transposed.rows_reason(view) is None:
                     found.append(("fprop_rows", transposed.spec, conv_transposed.ROWS_CONFIG, 2))
-            chosen = cute_matmul.parse_config(config) if config else conv_implicit.default_conv_config(view, SM_COUNT)
+            chosen = (
+                cute_matmul.parse_config(config)
+                if config
+                else conv_implicit_configs.default_conv_config(view, SM_COUNT)
+            )
             found.append(("conv", view.spec, chosen, view.rank))
     return found
 

@@ -6,12 +6,8 @@ import pytest
 
 import sigdnn
 from sigdnn.errors import NotSupported
-from sigdnn.plan_builders.cute.conv_implicit import (
-    CuteConvImplicitBuilder,
-    default_conv_config,
-    epilogue_chain,
-    plan_conv,
-)
+from sigdnn.plan_builders.cute.conv_implicit import CuteConvImplicitBuilder, epilogue_chain, plan_conv
+from sigdnn.plan_builders.cute.conv_implicit_configs import default_conv_config
 from sigdnn.registry.regions import Dataflow
 from sigdnn.signature_keys import key_for
 

@@ -39,7 +39,8 @@ from sigdnn.graph.ops.conv_dgrad import ConvDgrad
 from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
-from sigdnn.plan_builders.cute.conv_implicit import ImplicitConv, check_geometry, default_conv_config
+from sigdnn.plan_builders.cute.conv_geometry import ImplicitConv, check_geometry
+from sigdnn.plan_builders.cute.conv_implicit_configs import default_conv_config
 from sigdnn.plan_builders.cute.dgrad_phases import ALIGN, Phase, PhaseLayout, phase_layout, stride_phases
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmSpec
 from sigdnn.plan_builders.cute.matmul import config_override

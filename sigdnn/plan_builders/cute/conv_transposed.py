@@ -24,13 +24,8 @@ import attrs
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.plan_builders.cute.conv_implicit import (
-    ConvChain,
-    CuteConvImplicitBuilder,
-    ImplicitConv,
-    plan_conv,
-    row_kernel_reason,
-)
+from sigdnn.plan_builders.cute.conv_geometry import ImplicitConv, row_kernel_reason
+from sigdnn.plan_builders.cute.conv_implicit import ConvChain, CuteConvImplicitBuilder, plan_conv
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig
 from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties
 from sigdnn.registry.engine_ids import IN_TREE

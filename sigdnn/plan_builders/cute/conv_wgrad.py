@@ -31,7 +31,7 @@ from sigdnn.graph.ops.conv_wgrad import ConvWgrad
 from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
-from sigdnn.plan_builders.cute.conv_implicit import check_geometry, row_kernel_reason
+from sigdnn.plan_builders.cute.conv_geometry import check_geometry, row_kernel_reason
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmConfig, GemmProblem, GemmSpec, plan_gemm
 from sigdnn.plan_builders.cute.matmul import config_override, named_config
 from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties, planning_sm_count, require_hopper
@@ -220,7 +220,7 @@ class ImplicitWgrad:
 
     spec: GemmSpec
     config: GemmConfig
-    geometry: tuple[int, ...]  # as conv_implicit.ImplicitConv's (x, dw's K, the fprop's output extents)
+    geometry: tuple[int, ...]  # as conv_geometry.ImplicitConv's (x, dw's K, the fprop's output extents)
     chunk: int  # pixels a slice: whole K steps (the last slice's may run past N*P*Q)
     splits: int
     out_dtype: str

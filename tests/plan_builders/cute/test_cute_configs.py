@@ -140,7 +140,7 @@ def test_a_bias_or_an_activation_alone_is_a_fused_epilogue(part):
     ],
 )
 def test_default_conv_config_of_resnet_layers(n, hw, c, k, r, stride, label):
-    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
+    from sigdnn.plan_builders.cute.conv_implicit_configs import default_conv_config
 
     assert default_conv_config(conv_view(n, hw, c, k, r, stride), 132).label == label
 
@@ -243,7 +243,7 @@ def conv_view(n: int, hw: int, c: int, k: int, r: int = 3, stride: int = 1):
 
 
 def test_split_k_plan_of_conv5():
-    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+    from sigdnn.plan_builders.cute.conv_geometry import split_k_plan
 
     view = conv_view(64, 7, 512, 512)  # 25 x 2 tiles of 128x256, 8 channel blocks x 9 taps = 72 K tiles
     plan = split_k_plan(view.geometry, parse_config("coop128x256c1x1s1k5"), 132)
@@ -252,7 +252,7 @@ def test_split_k_plan_of_conv5():
 
 
 def test_split_tail_leaves_the_full_waves_whole():
-    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+    from sigdnn.plan_builders.cute.conv_geometry import split_k_plan
 
     view = conv_view(64, 56, 128, 128, stride=2)  # 196 tiles of 256x128, 2 x 9 = 18 K tiles
     plan = split_k_plan(view.geometry, parse_config("coop256x128c1x1s1t2"), 132)
@@ -262,7 +262,7 @@ def test_split_tail_leaves_the_full_waves_whole():
 
 
 def test_split_count_is_capped_at_the_k_tiles():
-    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+    from sigdnn.plan_builders.cute.conv_geometry import split_k_plan
 
     view = conv_view(2, 9, 16, 24)  # one channel block x 9 taps; 162 pixels: 2 tiles
     plan = split_k_plan(view.geometry, parse_config("coop128x64c1x1s1k16"), 132)
@@ -270,7 +270,7 @@ def test_split_count_is_capped_at_the_k_tiles():
 
 
 def test_a_split_too_large_for_the_kernels_offsets_is_declined():
-    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+    from sigdnn.plan_builders.cute.conv_geometry import split_k_plan
 
     view = conv_view(256, 112, 64, 256)  # 25088 tiles of 128x256, split 16 ways
     with pytest.raises(ValueError, match="32-bit workspace offsets"):
@@ -306,7 +306,7 @@ def test_a_tail_split_needs_a_split_count():
 
 
 def test_stream_k_plan_of_conv5_spreads_every_tile_over_the_sms():
-    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+    from sigdnn.plan_builders.cute.conv_geometry import split_k_plan
 
     view = conv_view(64, 7, 512, 512)  # 50 tiles x 72 K tiles = 3600 iterations: ranges of 27 or 28
     plan = split_k_plan(view.geometry, parse_config("coop128x256c1x1s1x"), 132)
@@ -314,7 +314,7 @@ def test_stream_k_plan_of_conv5_spreads_every_tile_over_the_sms():
 
 
 def test_stream_k_leaves_all_but_the_last_full_wave_whole():
-    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+    from sigdnn.plan_builders.cute.conv_geometry import split_k_plan
 
     view = conv_view(64, 56, 64, 64)  # 784 tiles of 256x64, 9 K tiles: 528 whole, 256 x 9 over 132
     plan = split_k_plan(view.geometry, parse_config("coop256x64c1x1s1x"), 132)
@@ -329,7 +329,7 @@ def test_stream_k_takes_no_split_count():
 
 def view_of(m: int, k: int, c: int = 64, taps: int = 3, stride: tuple[int, int] = (1, 1)):
     """An ImplicitConv of M = m output pixels in one row (N = 1), k output channels, c input channels."""
-    from sigdnn.plan_builders.cute.conv_implicit import ImplicitConv
+    from sigdnn.plan_builders.cute.conv_geometry import ImplicitConv
     from sigdnn.plan_builders.cute.gemm_layout import GemmSpec
 
     spec = GemmSpec("bfloat16", "bfloat16", "bfloat16", "k", "k", "n", False, False)
@@ -355,7 +355,7 @@ def view_of(m: int, k: int, c: int = 64, taps: int = 3, stride: tuple[int, int] 
     ],
 )
 def test_default_split_boundaries(tiles, c, sm, label):
-    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
+    from sigdnn.plan_builders.cute.conv_implicit_configs import default_conv_config
 
     assert default_conv_config(view_of(256 * tiles, 64, c), sm).label == label
 
@@ -371,13 +371,13 @@ def test_default_split_boundaries(tiles, c, sm, label):
     ],
 )
 def test_square_tiles_where_their_waves_cost_less(m, k, label):
-    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
+    from sigdnn.plan_builders.cute.conv_implicit_configs import default_conv_config
 
     assert default_conv_config(view_of(m, k), 132).label == label
 
 
 def test_default_split_needs_eight_k_steps_and_unit_stride():
-    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
+    from sigdnn.plan_builders.cute.conv_implicit_configs import default_conv_config
 
     assert view_of(256 * 10, 64, c=512, taps=1).k_tiles == 8
     assert default_conv_config(view_of(256 * 10, 64, c=512, taps=1)).label == "coop256x64c1x1s1k2"
@@ -389,13 +389,13 @@ def test_default_split_needs_eight_k_steps_and_unit_stride():
 
 @pytest.mark.parametrize(("k", "tile"), [(64, "256x64"), (65, "256x128"), (128, "256x128"), (129, "128x256")])
 def test_the_wide_tile_follows_the_output_channels(k, tile):
-    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config
+    from sigdnn.plan_builders.cute.conv_implicit_configs import default_conv_config
 
     assert default_conv_config(view_of(256 * 264, k)).label == f"coop{tile}c1x1s1"  # whole waves: no split
 
 
 def test_split_alternatives_need_two_k_steps_and_offer_the_tail_split_past_one_wave():
-    from sigdnn.plan_builders.cute.conv_implicit import split_alternatives
+    from sigdnn.plan_builders.cute.conv_implicit_configs import split_alternatives
 
     assert split_alternatives(view_of(256 * 10, 64, c=64, taps=1)) == []
     assert split_alternatives(view_of(256 * 10, 64, c=128, taps=1)) == ["coop256x64c1x1s1k2", "coop256x64c1x1s1x"]
@@ -406,7 +406,7 @@ def test_split_alternatives_need_two_k_steps_and_offer_the_tail_split_past_one_w
 
 
 def test_split_of_one_k_step_is_no_split():
-    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+    from sigdnn.plan_builders.cute.conv_geometry import split_k_plan
 
     plan = split_k_plan(view_of(256 * 10, 64, taps=1).geometry, parse_config("coop256x64c1x1s1k2"), 132)
     assert (plan.splits, plan.slots, plan.counters, plan.workspace_bytes) == (1, 0, 0, 0)
@@ -415,7 +415,7 @@ def test_split_of_one_k_step_is_no_split():
 def test_stream_k_segments_count_every_tile_a_range_touches():
     import attrs
 
-    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+    from sigdnn.plan_builders.cute.conv_geometry import split_k_plan
 
     # 150 tiles x 9 K steps = 1350 iterations: ranges of up to 11, which can touch 3 tiles (1 + 9 + 1)
     plan = split_k_plan(view_of(256 * 150, 64).geometry, parse_config("coop256x64c1x1s1x"), 132)
@@ -424,7 +424,7 @@ def test_stream_k_segments_count_every_tile_a_range_touches():
 
 
 def test_stream_k_past_the_kernels_arithmetic_is_declined():
-    from sigdnn.plan_builders.cute.conv_implicit import split_k_plan
+    from sigdnn.plan_builders.cute.conv_geometry import split_k_plan
 
     view = view_of(128 * 100, 8, c=2**24, taps=7)  # 100 tiles x 1.8M K steps
     with pytest.raises(ValueError, match="stream-K iterations, past the kernel's 32-bit arithmetic"):

@@ -20,7 +20,7 @@ import pytest
 
 import sigdnn
 from sigdnn.plan_builders.cute import conv_dgrad
-from sigdnn.plan_builders.cute.conv_implicit import unpack
+from sigdnn.plan_builders.cute.conv_geometry import unpack
 from sigdnn.plan_builders.reference.math.conv_backward import conv_dgrad as reference_dgrad
 from sigdnn.registry.contracts import BuildContext
 from sigdnn.runtime.device import ExecutionContext

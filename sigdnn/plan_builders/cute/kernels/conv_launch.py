@@ -26,7 +26,7 @@ import cutlass.cute as cute
 from cutlass import Int32
 from cutlass.cute.runtime import make_ptr
 
-from sigdnn.plan_builders.cute.conv_implicit import SplitK, split_k_plan
+from sigdnn.plan_builders.cute.conv_geometry import SplitK, split_k_plan
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, resident_clusters
 from sigdnn.plan_builders.cute.kernels import (
     conv_rows_sm90,
@@ -39,7 +39,7 @@ from sigdnn.plan_builders.cute.kernels import (
 from sigdnn.plan_builders.cute.kernels.compile_cache import CompileCache
 from sigdnn.plan_builders.cute.kernels.launch import STATS, GemmLaunch, _Cell, packed_args, zeroed_memory
 
-# (kind, spatial rank) -> (kernel class, launch scalars: the geometry (conv_implicit.ImplicitConv's) and, for
+# (kind, spatial rank) -> (kernel class, launch scalars: the geometry (conv_geometry.ImplicitConv's) and, for
 # the wgrad kinds, the reduction's slice length and slice count). The fprop kinds also take the split-K
 # workspace and counter pointers after the bias and the split count, whole-tile count and stream-K segments
 # per CTA after the geometry (the transposed and row kernels read none of them). "_t": the transposed GEMM
@@ -102,7 +102,7 @@ class ConvLaunch(GemmLaunch):
     ``kind`` one of FPROPS: (x, w, y) and the 17 (2-D) or 24 (3-D) geometry scalars; "wgrad" or
     "wgrad_rows" (2-D): (dy, x, dw or the float32 partials) and the geometry followed by the reduction's
     slice length and slice count.
-    A split-K fprop config allocates its workspace here (``split`` says how large; conv_implicit.SplitK).
+    A split-K fprop config allocates its workspace here (``split`` says how large; conv_geometry.SplitK).
     """
 
     def __init__(
