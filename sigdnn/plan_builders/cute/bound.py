@@ -44,3 +44,43 @@ class BindsLaunches:
 
     def execute(self, buffers: Mapping[Any, Any], context: ExecutionContext) -> None:
         self.bind(buffers, context)()
+
+
+class GemmLaunchPlan(BindsLaunches):
+    """One compiled GEMM launch (a matmul's or an implicit conv's) over three operands and an optional bias.
+
+    ``operands`` name the three buffers as the alignment check names them
+    (``a, b, c`` or ``x, w, y``) and say where each is: a port (a node plan)
+    or a uid (a region plan); ``bias`` likewise, or None. The launch takes
+    the three addresses, the stream, the bias address (0 without one) and
+    whatever ``extra_arguments`` adds; ``config`` is the launch's (what
+    ``describe`` and the benchmarks print).
+    """
+
+    workspace_bytes = 0
+
+    def __init__(self, launch: Any, where: str, operands: Mapping[str, Any], bias: Any = None) -> None:
+        self._launch = launch
+        self._where = where
+        self._operands = dict(operands)
+        self._bias = bias
+
+    @property
+    def config(self) -> Any:
+        return self._launch.config
+
+    def extra_arguments(self, buffers: Mapping[Any, Any]) -> tuple[Any, ...]:
+        """What the launch takes after the bias address (nothing, unless a subclass says)."""
+        return ()
+
+    def bind(self, buffers: Mapping[Any, Any], context: ExecutionContext) -> Callable[[], None]:
+        arrays = {name: buffers[key] for name, key in self._operands.items()}
+        check_aligned(self._where, **arrays)
+        bias = None if self._bias is None else buffers.get(self._bias)
+        return functools.partial(
+            self._launch,
+            *(array.ptr for array in arrays.values()),
+            context.stream,
+            0 if bias is None else bias.ptr,
+            *self.extra_arguments(buffers),
+        )

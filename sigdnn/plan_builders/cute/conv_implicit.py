@@ -24,8 +24,7 @@ tile configurations in ``conv_implicit_configs``.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -36,17 +35,17 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.ops.pointwise import Pointwise
 from sigdnn.plan_builders.cute import unavailable_reason
-from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
+from sigdnn.plan_builders.cute.bound import GemmLaunchPlan
 from sigdnn.plan_builders.cute.conv import IN_DTYPES
 from sigdnn.plan_builders.cute.conv_geometry import ImplicitConv, channels_last_nd, check_geometry, split_k_plan
 from sigdnn.plan_builders.cute.conv_implicit_configs import CONV_ALTERNATIVES, default_conv_config, split_alternatives
-from sigdnn.plan_builders.cute.gemm_layout import ACTIVATIONS, BIAS_DTYPES, C_DTYPES, GemmConfig, GemmSpec
+from sigdnn.plan_builders.cute.gemm_layout import ACTIVATIONS, BIAS_DTYPES, C_DTYPES, GemmSpec
 from sigdnn.plan_builders.cute.matmul import _plain_relu, _sole_reader, config_override, named_config, region_chain
 from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties, planning_sm_count, require_hopper
 from sigdnn.registry.contracts import BuildContext, FusionBuilder, NodePlan, RegionContext, RegionPlan
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.registry.regions import Dataflow, Region, make_region
-from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.runtime.device import Device
 from sigdnn.signature_keys import SignatureKey
 
 
@@ -142,45 +141,18 @@ def plan_conv(node: Node, graph: Graph, chain: ConvChain | None = None) -> Impli
     return ImplicitConv(spec, geometry)
 
 
-class CuteConvPlan(BindsLaunches, NodePlan):
+class CuteConvPlan(GemmLaunchPlan, NodePlan):
     """One conv node: the specialization and every launch scalar fixed at build."""
 
-    workspace_bytes = 0
-
     def __init__(self, launch: Any, where: str) -> None:
-        self._launch = launch
-        self._where = where
-
-    @property
-    def config(self) -> GemmConfig:
-        return self._launch.config
-
-    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
-        return _bound(self._launch, self._where, buffers["x"], buffers["w"], buffers["y"], None, context)
+        super().__init__(launch, where, {"x": "x", "w": "w", "y": "y"})
 
 
-class CuteConvEpiloguePlan(BindsLaunches, RegionPlan):
+class CuteConvEpiloguePlan(GemmLaunchPlan, RegionPlan):
     """A conv + bias + activation region as one launch; buffers keyed by uid."""
 
-    workspace_bytes = 0
-
     def __init__(self, launch: Any, where: str, x: int, w: int, out: int, bias: int | None) -> None:
-        self._launch = launch
-        self._where = where
-        self._uids = (x, w, out, bias)
-
-    @property
-    def config(self) -> GemmConfig:
-        return self._launch.config
-
-    def bind(self, buffers: Mapping[int, Any], context: ExecutionContext) -> Callable[[], None]:
-        x, w, out, bias = self._uids
-        return _bound(self._launch, self._where, buffers[x], buffers[w], buffers[out], buffers.get(bias), context)
-
-
-def _bound(launch: Any, where: str, x: Any, w: Any, y: Any, bias: Any, context: ExecutionContext) -> Callable[[], None]:
-    check_aligned(where, x=x, w=w, y=y)
-    return functools.partial(launch, x.ptr, w.ptr, y.ptr, context.stream, 0 if bias is None else bias.ptr)
+        super().__init__(launch, where, {"x": x, "w": w, "y": out}, bias)
 
 
 class CuteConvImplicitBuilder(FusionBuilder):

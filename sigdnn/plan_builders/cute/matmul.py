@@ -17,7 +17,6 @@ cuDNN-frontend graphs descale an fp8 matmul (docs/ops.md).
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -30,7 +29,7 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops.matmul import Matmul
 from sigdnn.graph.ops.pointwise import Pointwise
 from sigdnn.plan_builders.cute import unavailable_reason
-from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
+from sigdnn.plan_builders.cute.bound import GemmLaunchPlan
 from sigdnn.plan_builders.cute.gemm_layout import (
     AB_DTYPES,
     ACTIVATIONS,
@@ -49,7 +48,7 @@ from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties,
 from sigdnn.registry.contracts import BuildContext, FusionBuilder, NodePlan, RegionContext, RegionPlan
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.registry.regions import Dataflow, Region, make_region
-from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.runtime.device import Device
 from sigdnn.signature_keys import SignatureKey
 
 # Configurations autotune measures besides the default (``CuteMatmulBuilder.configs``): on the H200
@@ -188,54 +187,27 @@ def epilogue_chain(graph: Graph, flow: Dataflow, i: int) -> EpilogueChain | None
     return EpilogueChain(tuple(nodes), tuple(writes), bias, activation, tuple(scales))
 
 
-class CuteMatmulPlan(BindsLaunches, NodePlan):
+class CuteMatmulPlan(GemmLaunchPlan, NodePlan):
     """Runs one matmul node: the specialization and every scalar are fixed at build."""
 
-    workspace_bytes = 0
-
     def __init__(self, launch: Any, where: str) -> None:
-        self._launch = launch
-        self._where = where
+        super().__init__(launch, where, {"a": "a", "b": "b", "c": "c"})
 
-    @property
-    def config(self) -> GemmConfig:
-        return self._launch.config
-
-    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
-        return _bound(self._launch, self._where, buffers["a"], buffers["b"], buffers["c"], None, context)
+    def extra_arguments(self, buffers: Mapping[str, Any]) -> tuple[Any, ...]:
+        return ((),)  # no scales
 
 
-class CuteEpiloguePlan(BindsLaunches, RegionPlan):
+class CuteEpiloguePlan(GemmLaunchPlan, RegionPlan):
     """Runs a matmul + bias + activation region as one GEMM launch; buffers keyed by uid."""
-
-    workspace_bytes = 0
 
     def __init__(
         self, launch: Any, where: str, a: int, b: int, out: int, bias: int | None, scales: tuple[int, ...]
     ) -> None:
-        self._launch = launch
-        self._where = where
-        self._uids = (a, b, out, bias)
+        super().__init__(launch, where, {"a": a, "b": b, "c": out}, bias)
         self._scales = scales
 
-    @property
-    def config(self) -> GemmConfig:
-        return self._launch.config
-
-    def bind(self, buffers: Mapping[int, Any], context: ExecutionContext) -> Callable[[], None]:
-        a, b, out, bias = self._uids
-        scales = tuple(buffers[u] for u in self._scales)
-        return _bound(
-            self._launch, self._where, buffers[a], buffers[b], buffers[out], buffers.get(bias), context, scales
-        )
-
-
-def _bound(
-    launch: Any, where: str, a: Any, b: Any, c: Any, bias: Any, context: ExecutionContext, scales: tuple[Any, ...] = ()
-) -> Callable[[], None]:
-    check_aligned(where, a=a, b=b, c=c)
-    bias_ptr = 0 if bias is None else bias.ptr
-    return functools.partial(launch, a.ptr, b.ptr, c.ptr, context.stream, bias_ptr, tuple(s.ptr for s in scales))
+    def extra_arguments(self, buffers: Mapping[int, Any]) -> tuple[Any, ...]:
+        return (tuple(buffers[u].ptr for u in self._scales),)
 
 
 class CuteMatmulBuilder(FusionBuilder):
