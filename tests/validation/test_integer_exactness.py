@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import sigdnn
+from sigdnn.accuracy.compare import compare, integer_abs_error
+from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.registry.contracts import NodePlan, PlanBuilder
 from sigdnn.registry.registry import Registry
 from sigdnn.validation import validate
-from sigdnn.validation.compare import compare, integer_abs_error
-from sigdnn.validation.tolerances import Tolerance
 
 EXACT = Tolerance(0.0, 0.0, exact=True)
 INT64 = np.iinfo(np.int64)
