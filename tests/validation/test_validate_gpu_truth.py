@@ -115,6 +115,9 @@ def test_a_planted_bug_fails_with_either_truth(graph, planted) -> None:
     assert "against the GPU reference: FAIL" in by_gpu.table()
     failed = {c.node for c in by_cpu.failures}
     assert failed == {c.node for c in by_gpu.failures} and failed
+    # the same truth values and the same carried tolerances: every comparison comes out the same
+    assert [c.comparison for c in by_cpu.nodes] == [c.comparison for c in by_gpu.nodes]
+    assert by_cpu.outputs == by_gpu.outputs
 
 
 @pytest.mark.parametrize("graph", [conv_graph, layernorm_graph, matmul_graph])

@@ -130,6 +130,10 @@ class Gpu:
 
     def raw(self, buffer: Any, dims: tuple[int, ...], strides: tuple[int, ...]) -> Any:
         """A caller's buffer as the flat array of its span, in the dtype a kernel reads (no copy)."""
+        from sigdnn.runtime.cuda import DeviceArray
+
+        if not isinstance(buffer, (np.ndarray, DeviceArray)):
+            raise ExecutionError(f"the GPU reference takes device arrays, not {type(buffer).__name__}")
         dtype = np.dtype(buffer.dtype)
         n = max(span(dims, strides), 1)
         as_read = kernel_dtype(dtype)
@@ -137,10 +141,6 @@ class Gpu:
             address = buffer.__array_interface__["data"][0]
             raw = (ctypes.c_char * (n * dtype.itemsize)).from_address(address)
             return np.frombuffer(raw, dtype=as_read, count=n)
-        from sigdnn.runtime.cuda import DeviceArray
-
-        if not isinstance(buffer, DeviceArray):
-            raise ExecutionError(f"the GPU reference takes device arrays, not {type(buffer).__name__}")
         return DeviceArray(buffer.ptr, (n,), (1,), as_read, owner=buffer.owner, device_id=buffer.device_id)
 
     def shaped(self, flat: Any, shape: tuple[int, ...]) -> Any:

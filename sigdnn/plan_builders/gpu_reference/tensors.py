@@ -18,6 +18,7 @@ from sigdnn.plan_builders.gpu_reference.arrays import Array, gather, row_major_i
 from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu, kernel_dtype
 
 DECODES = {"float8_e4m3fn": "DECODE_E4M3", "float8_e5m2": "DECODE_E5M2", "bool": "DECODE_BOOL"}
+PLAIN_CASTS = (DataType.FLOAT64, DataType.FLOAT32, DataType.FLOAT16)  # float64 rounds to these by one cast
 FLOAT_ENCODES = {
     DataType.FLOAT64: "ENCODE_CAST",
     DataType.FLOAT32: "ENCODE_CAST",
@@ -69,15 +70,18 @@ def encoding(value_dtype: np.dtype, target: DataType) -> str:
 def write(gpu: Gpu, value: Array, buffer: Any, target: DataType) -> None:
     """Round ``value`` once to ``target`` and store it into the buffer's logical elements.
 
-    A buffer of another dtype than ``target`` (validation's float64 runs of a narrow node) gets the rounded
-    value in its own dtype, as the CPU reference's store gives it."""
+    A buffer of another dtype than ``target`` (validation's float64 runs of a narrow node) gets what the CPU
+    reference's store gives it: a float64 buffer the unrounded float64 value where ``target`` is float64,
+    float32 or float16 (a plain cast there), else the value rounded to ``target``, in the buffer's dtype."""
     dims, strides = tuple(buffer.shape), element_strides(buffer)
     value = value.broadcast_to(dims)
-    if np.dtype(buffer.dtype) != target.numpy:
+    into_float64 = np.dtype(buffer.dtype) == np.float64 and target in PLAIN_CASTS and value.dtype == np.float64
+    if np.dtype(buffer.dtype) != target.numpy and not into_float64:
         rounded = gpu.empty(value.size, kernel_dtype(target.numpy))
         scatter(gpu, value, rounded, row_major_index(dims), target)
         value = Array.empty(gpu, dims, np.float64)
         gather(gpu, rounded, row_major_index(dims), value.data, 0.0, DECODES.get(target.numpy.name, "DECODE_CAST"))
+    if np.dtype(buffer.dtype) != target.numpy:
         target = as_data_type(np.dtype(buffer.dtype))
     scatter(gpu, value, gpu.raw(buffer, dims, strides), offsets(dims, strides), target)
 

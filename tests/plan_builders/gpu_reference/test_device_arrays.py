@@ -1,0 +1,120 @@
+"""The GPU reference's device-memory path on the CPU: DeviceArrays over host memory, kernels emulated.
+
+On a GPU the plans get DeviceArrays, allocate scratch with the context,
+upload index maps, and stage host arrays handed to a single node (what
+validation does). Here the context is the cuTile tests' HostGpuContext
+(DeviceArrays pointing at NumPy buffers, without its emulated-kernel marker,
+so the library takes its GPU path) and each launch turns the DeviceArrays it
+passes into NumPy views for the emulator: everything but cuTile itself runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gpu_reference_emulation import ulps
+from sigdnn.validation.inputs import random_inputs
+
+import sigdnn
+from sigdnn.executor.gpu_memory import GpuMemory
+from sigdnn.plan_builders.cutile import emulator
+from sigdnn.plan_builders.cutile.backend import EmulatedBackend
+from sigdnn.plan_builders.gpu_reference import backend, base
+from sigdnn.runtime.cuda import DeviceArray
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import key_for
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "cutile"))
+from emulated import HostGpuContext
+
+
+class DeviceOnlyContext(HostGpuContext):
+    """Host memory presented as device memory, and no emulated-kernel marker: the library's GPU path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernel_backend = None
+        self.synchronized = 0
+
+    def synchronize(self) -> None:
+        self.synchronized += 1
+
+
+def as_numpy(arg: object) -> object:
+    if isinstance(arg, DeviceArray):
+        return EmulatedBackend.view(arg, arg.shape, arg.strides, arg.dtype)
+    return arg
+
+
+@pytest.fixture
+def device_path(monkeypatch: pytest.MonkeyPatch) -> DeviceOnlyContext:
+    monkeypatch.setattr(base, "unavailable_reason", lambda: None)
+    monkeypatch.setitem(backend._modules, False, backend.kernel_module(True))  # the same text, emulated
+    launches = []
+
+    def launch(self, name, grid, *args):
+        launches.append(name)
+        if 0 not in grid:
+            emulator.launch(self.stream, grid, getattr(self.kernels, name), [as_numpy(a) for a in args])
+
+    monkeypatch.setattr(backend.Gpu, "launch", launch)
+    context = DeviceOnlyContext()
+    context.launches = launches
+    return context
+
+
+def graph() -> sigdnn.Graph:
+    g = sigdnn.Graph("g", io_dtype="bfloat16", compute_dtype="float32")
+    x, w = g.tensor("x", (2, 3, 5, 4), layout="NHWC"), g.tensor("w", (4, 3, 3, 3))
+    y = g.conv_fprop(x, w, padding=(1, 1))
+    g.transpose(g.pointwise("relu_fwd", y), (0, 2, 3, 1)).set_output(True).set_name("z")
+    return g
+
+
+def test_a_graph_runs_on_device_arrays_and_matches_the_cpu_reference(device_path) -> None:
+    g = graph()
+    inputs = random_inputs(g, 2)
+    ex = sigdnn.Executor("gpu-reference")
+    ex._memory = GpuMemory(context=device_path)
+    got = ex.execute(ex.prepare(g), inputs)["z"]
+    cpu = sigdnn.Executor("reference")
+    want = cpu.execute(cpu.prepare(g), inputs)["z"]
+    assert int(ulps(got, want).max()) == 0
+    assert device_path.synchronized >= 3  # each node waits for its own launches
+    assert {"gather", "gemm", "scatter", "elementwise"} <= set(device_path.launches)
+
+
+def test_host_arrays_handed_to_a_node_are_staged_and_written_back(device_path) -> None:
+    """Validation's runs hand a node host arrays (outputs of another dtype too): staged in, copied back."""
+    g = graph()
+    node = g.nodes[0]
+    plan = base.GpuReferenceBuilder.build(
+        sigdnn.registry.DEFAULT_REGISTRY.find("gpu_reference.conv_fprop"),
+        node,
+        g,
+        sigdnn.registry.BuildContext(key_for(node, g), Device("gpu", device_path), g),
+    )
+    inputs = random_inputs(g, 0)
+    y = np.zeros(g.tensors[node.op.y].dims)  # float64, as validation's carried-error runs give it
+    plan.execute({"x": inputs["x"], "w": inputs["w"], "y": y}, ExecutionContext(Device("gpu", device_path), 0))
+    cpu = sigdnn.registry.DEFAULT_REGISTRY.find("reference.conv_fprop")
+    want = np.zeros_like(y)
+    cpu.build(node, g, sigdnn.registry.BuildContext(key_for(node, g), Device(), g)).execute(
+        {"x": inputs["x"], "w": inputs["w"], "y": want}, ExecutionContext()
+    )
+    assert np.array_equal(y, want) and np.abs(y).max() > 0
+
+
+def test_part_and_shaped_views_address_the_right_elements(device_path) -> None:
+    gpu = backend.Gpu(device_path, 0)
+    flat = gpu.upload(np.arange(12, dtype=np.float64))
+    assert isinstance(flat, DeviceArray) and not gpu.emulated
+    assert gpu.download(gpu.part(flat, 4, 3), 3).tolist() == [4.0, 5.0, 6.0]
+    grid = gpu.shaped(flat, (3, 4))
+    assert grid.shape == (3, 4) and grid.strides == (4, 1) and grid.ptr == flat.ptr
+    assert gpu.empty(0, np.float64).shape == (1,)  # an empty scratch still has an address
+    with pytest.raises(sigdnn.errors.ExecutionError, match="takes device arrays"):
+        gpu.raw(memoryview(b"12345678").cast("d"), (1,), (1,))
