@@ -35,12 +35,11 @@ FP64_TENSOR_PEAK_TFLOPS = 67.0
 
 def agreement(cases_wanted: int, size: int, seed: int) -> list[str]:
     """Random cases round-robin over the ops and dtypes: counts of exact / 1-ulp / beyond / declined, per op."""
-    from sigdnn.validation.inputs import random_inputs
-
     import sigdnn
     from sigdnn.errors import GraphError, NoPlanError
     from sigdnn.plan_builders.gpu_reference import cases
     from sigdnn.plan_builders.gpu_reference.agreement import agreement_ulps
+    from sigdnn.validation import random_inputs
 
     gpu, cpu = sigdnn.Executor("gpu-reference"), sigdnn.Executor("reference")
     rng = np.random.default_rng(seed)
@@ -82,7 +81,8 @@ def agreement(cases_wanted: int, size: int, seed: int) -> list[str]:
 
 def _device_inputs(graph: Any, seed: int) -> dict[str, Any]:
     import torch
-    from sigdnn.validation.inputs import random_inputs
+
+    from sigdnn.validation import random_inputs
 
     return {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in random_inputs(graph, seed).items()}
 

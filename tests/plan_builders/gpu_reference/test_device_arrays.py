@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gpu_reference_emulation import ulps
-from sigdnn.validation.inputs import random_inputs
 
 import sigdnn
 from sigdnn.executor.gpu_memory import GpuMemory
@@ -26,6 +25,7 @@ from sigdnn.plan_builders.gpu_reference import backend, base
 from sigdnn.runtime.cuda import DeviceArray
 from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.signature_keys import key_for
+from sigdnn.validation import random_inputs
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "cutile"))
 from emulated import HostGpuContext
