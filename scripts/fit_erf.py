@@ -1,4 +1,4 @@
-"""Fit the coefficient tables of sigdnn/plan_builders/reference/special.py (offline; needs mpmath).
+"""Fit the coefficient tables of sigdnn/plan_builders/reference/error_function.py (offline; needs mpmath).
 
 Run: python scripts/fit_erf.py > /tmp/tables.py (~40 s; the worst error of
 every fit goes to stderr), then replace the block between the ``BEGIN/END

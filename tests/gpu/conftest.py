@@ -2,7 +2,7 @@
 
 ``SIGDNN_TEST_WALK_BLOCKS=B`` runs every forward row kernel (layernorm, rmsnorm, softmax) in B persistent blocks
 at every row width, so the tests' small shapes, fewer row tiles than a band's blocks, run the walked kernels
-(``rowgen.walked_by``) too:
+(``row_kernel_source.walked_by``) too:
 
     SIGDNN_TEST_WALK_BLOCKS=3 python -m pytest -m gpu tests/gpu/test_cutile_norms.py
 """
@@ -18,11 +18,11 @@ import pytest
 def pytest_configure(config: pytest.Config) -> None:
     blocks = os.environ.get("SIGDNN_TEST_WALK_BLOCKS")
     if blocks:
-        from sigdnn.plan_builders.cutile import opbase
+        from sigdnn.plan_builders.cutile import tiling
 
         for name in ("LAYERNORM_FORWARD", "RMSNORM_FORWARD", "SOFTMAX_FORWARD"):
-            bands = getattr(opbase, name)
-            setattr(opbase, name, tuple((w, attrs.evolve(c, blocks=int(blocks))) for w, c in bands))
+            bands = getattr(tiling, name)
+            setattr(tiling, name, tuple((w, attrs.evolve(c, blocks=int(blocks))) for w, c in bands))
 
 
 def gpu_skip_reason() -> str | None:

@@ -27,9 +27,9 @@ from norm_cases import (
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
-from sigdnn.plan_builders.cutile import norms, opbase
-from sigdnn.plan_builders.cutile.opbase import RowConfig
-from sigdnn.plan_builders.cutile.rowgen import KernelHints
+from sigdnn.plan_builders.cutile import norms, tiling
+from sigdnn.plan_builders.cutile.row_kernel_source import KernelHints
+from sigdnn.plan_builders.cutile.tiling import RowConfig
 from sigdnn.registry import Registry
 
 pytestmark = pytest.mark.gpu
@@ -106,7 +106,7 @@ def test_layernorm_on_awkward_rows_at_both_variances_on_the_gpu(monkeypatch, var
     offset, constant, a far first element, masked and chunked widths (its divisions and contractions are the
     GPU's here)."""
     monkeypatch.setattr(
-        opbase, "LAYERNORM_FORWARD", ((None, RowConfig(8192, KernelHints(occupancy=4), variance=variance)),)
+        tiling, "LAYERNORM_FORWARD", ((None, RowConfig(8192, KernelHints(occupancy=4), variance=variance)),)
     )
     g = layernorm(dims, dtype, "training")
     report = sigdnn.validate(g, layernorm_inputs(g, awkward_rows(*dims, dtype)))

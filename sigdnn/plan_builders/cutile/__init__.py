@@ -7,8 +7,8 @@ source (``_f32math`` holds the float32 formulas), ``plans`` launch it, and a
 never at ``import sigdnn``) or, in CPU tests, through ``emulator``.
 ``pointwise`` builds single nodes, ``fusion`` claims regions.
 
-Row, channel and reduction ops are generated as text too (``rowgen``,
-``channelgen``, ``reducegen``; a ``source.KernelSource`` each) from the
+Row, channel and reduction ops are generated as text too (``row_kernel_source``,
+``channel_kernel_source``, ``reduction_kernel_source``; a ``source.KernelSource`` each) from the
 views ``views`` decides, and run as one or more launches (``steps``):
 ``softmax``, ``norms`` (layernorm / rmsnorm forward and backward),
 ``batchnorm`` (inference, training, backward), ``reduction``.

@@ -36,8 +36,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sigdnn.plan_builders.reference.error_function import erf, erfc
 from sigdnn.plan_builders.reference.pointwise import _gelu_bwd, _gelu_tanh_bwd
-from sigdnn.plan_builders.reference.special import erf, erfc
 
 ERF_SMALL = 0.875
 PHI_SMALL = 0.5

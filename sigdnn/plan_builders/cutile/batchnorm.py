@@ -2,7 +2,7 @@
 
 x is (A, C, B) around its channel axis (``tensor_views.channels``); y, dy and dx
 laid out as x; per-channel tensors any stride. Training and backward are
-three launches (``channelgen``): partial sums split over A, a finalize per
+three launches (``channel_kernel_source``): partial sums split over A, a finalize per
 channel that writes the node's per-channel outputs and float32
 coefficients into the workspace, and the elementwise pass. Inference is
 the elementwise pass alone.
@@ -15,11 +15,12 @@ import attrs
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders import tensor_views
-from sigdnn.plan_builders.cutile import channelgen
-from sigdnn.plan_builders.cutile.opbase import SPLIT_BLOCKS, CutileOpBuilder, cdiv, pow2
-from sigdnn.plan_builders.cutile.rowgen import KernelHints
+from sigdnn.plan_builders.cutile import channel_kernel_source
+from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
+from sigdnn.plan_builders.cutile.row_kernel_source import KernelHints
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
+from sigdnn.plan_builders.cutile.tiling import SPLIT_BLOCKS, cdiv, pow2
 from sigdnn.registry.engine_ids import IN_TREE
 
 
@@ -28,7 +29,7 @@ class ChannelConfig:
     """How one batchnorm direction is cut: elements of a (TA, TK, TB) tile, the partial sums' lanes, cuTile hints."""
 
     tile: int
-    lanes: str = "float64"  # dtype of each lane's partial sums (``channelgen.partials``)
+    lanes: str = "float64"  # dtype of each lane's partial sums (``channel_kernel_source.partials``)
     hints: KernelHints = attrs.field(factory=KernelHints)  # of the partial-sum and elementwise passes
     final_tile: int = 8  # channels per finalize block (many blocks: one adding every partial row ran long)
     final_elems: int = 1024  # elements of the finalize's (rows, channels) tile of float64 partial sums
@@ -87,7 +88,7 @@ class _Layout:
         self.a, self.c, self.b = tensor_views.channels(x)
         tensor_views.same_layout(x, [graph.tensors[ports[p]] for p in like if p in ports])
         self.config = config
-        self.flat = self.b == 1  # channels innermost: (A, C) views and tiles (see channelgen)
+        self.flat = self.b == 1  # channels innermost: (A, C) views and tiles (see channel_kernel_source)
         self.tile, self.shape = self._cut(config.tile)
         self.apply_tile, self.apply_shape = self._cut(config.apply_tile or config.tile)
         self.count = self.a * self.b
@@ -114,7 +115,9 @@ class _Layout:
     def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
         at, kt, bt = self.apply_shape
         hints = self.config.apply_hints or self.config.hints
-        text = channelgen.apply(self.apply_tile, self.apply_shape, grads, wide, hints, self._divides(self.apply_tile))
+        text = channel_kernel_source.apply(
+            self.apply_tile, self.apply_shape, grads, wide, hints, self._divides(self.apply_tile)
+        )
         return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
 
     def partials(self, args: list[Arg], work: Workspace, grads: bool) -> tuple[Launch, list[Arg]]:
@@ -123,9 +126,11 @@ class _Layout:
         per = cdiv(at, splits)
         splits = cdiv(at, per)
         sums = [work.take((splits, self.c), "float64") for _ in range(2)]
-        options = channelgen.load_options(self.config.tma, self.config.latency)
+        options = channel_kernel_source.load_options(self.config.tma, self.config.latency)
         config, exact = self.config, self._divides(self.tile)
-        text = channelgen.partials(self.tile, self.a, self.b, splits, grads, config.lanes, config.hints, options, exact)
+        text = channel_kernel_source.partials(
+            self.tile, self.a, self.b, splits, grads, config.lanes, config.hints, options, exact
+        )
         return Launch(KernelSource("batchnorm_partials", text), (kt, splits), (*args, *sums)), sums
 
     def finalize_tiles(self, splits: int) -> tuple[int, int]:
@@ -133,7 +138,7 @@ class _Layout:
         return tk, min(pow2(splits), max(1, self.config.final_elems // tk))
 
 
-class CutileBatchnormInferenceBuilder(CutileOpBuilder):
+class CutileBatchnormInferenceBuilder(CutileLaunchesBuilder):
     name = "cutile.batchnorm_inference"
     engine_id = IN_TREE[name]
     ops = ("batchnorm_inference",)
@@ -144,7 +149,7 @@ class CutileBatchnormInferenceBuilder(CutileOpBuilder):
         return [lay.apply(args, grads=False, wide=True)], 0
 
 
-class CutileBatchnormBuilder(CutileOpBuilder):
+class CutileBatchnormBuilder(CutileLaunchesBuilder):
     name = "cutile.batchnorm"
     engine_id = IN_TREE[name]
     ops = ("batchnorm",)
@@ -164,13 +169,13 @@ class CutileBatchnormBuilder(CutileOpBuilder):
             args += [
                 lay.vector(p) for p in ("in_running_mean", "in_running_var", "next_running_mean", "next_running_var")
             ]
-        text = channelgen.finalize_stats(tk, ts, lay.count, op.epsilon, op.momentum, lay.flat)
+        text = channel_kernel_source.finalize_stats(tk, ts, lay.count, op.epsilon, op.momentum, lay.flat)
         final = Launch(KernelSource("batchnorm_finalize", text), (cdiv(lay.c, tk),), tuple(args))
         last = lay.apply([lay.x("x"), mean, inv, lay.vector("scale"), lay.vector("bias"), lay.x("y")], grads=False)
         return [first, final, last], work.nbytes
 
 
-class CutileBatchnormBackwardBuilder(CutileOpBuilder):
+class CutileBatchnormBackwardBuilder(CutileLaunchesBuilder):
     name = "cutile.batchnorm_backward"
     engine_id = IN_TREE[name]
     ops = ("batchnorm_backward",)
@@ -182,7 +187,7 @@ class CutileBatchnormBackwardBuilder(CutileOpBuilder):
         first, sums = lay.partials([lay.x("dy"), lay.x("x"), *stats], work, grads=True)
         tk, ts = lay.finalize_tiles(sums[0].shape[0])
         c1, c2 = work.take((lay.c,)), work.take((lay.c,))
-        text = channelgen.finalize_grads(tk, ts, lay.count)
+        text = channel_kernel_source.finalize_grads(tk, ts, lay.count)
         args = (*sums, lay.vector("dscale"), lay.vector("dbias"), c1, c2)
         final = Launch(KernelSource("batchnorm_finalize_grads", text), (cdiv(lay.c, tk),), args)
         last = lay.apply([lay.x("dy"), lay.x("x"), *stats, lay.vector("scale"), c1, c2, lay.x("dx")], grads=True)

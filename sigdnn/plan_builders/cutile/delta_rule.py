@@ -22,7 +22,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import packed_strides
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders.cutile.delta_rule_kernel import CHUNK, DeltaRuleShape, backward_source, forward_source
-from sigdnn.plan_builders.cutile.opbase import IO_DTYPES, CutileOpBuilder
+from sigdnn.plan_builders.cutile.launches_builder import IO_DTYPES, CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.signature_keys import SignatureKey
@@ -42,7 +42,7 @@ def dtype_allowed(port: str, dtype: DataType) -> bool:
     return dtype in IO_DTYPES
 
 
-class _DeltaRuleForward(CutileOpBuilder):
+class _DeltaRuleForward(CutileLaunchesBuilder):
     def serves(self, key: SignatureKey) -> bool:
         return key.op in self.ops and all(dtype_allowed(p, d) for p, d in (*key.inputs, *key.outputs))
 

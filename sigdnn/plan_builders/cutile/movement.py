@@ -20,9 +20,10 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import stride_order
 from sigdnn.graph.node import Node
 from sigdnn.graph.tensor import Tensor
-from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv
+from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch
+from sigdnn.plan_builders.cutile.tiling import cdiv
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.signature_keys import SignatureKey
 
@@ -118,7 +119,7 @@ def _launches(node: Node, graph: Graph) -> list[Launch]:
     return launches
 
 
-class CutileMovementBuilder(CutileOpBuilder):
+class CutileMovementBuilder(CutileLaunchesBuilder):
     name = "cutile.movement"
     engine_id = IN_TREE[name]
     ops = ("reshape", "transpose", "slice", "concatenate")

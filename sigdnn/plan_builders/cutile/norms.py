@@ -1,4 +1,4 @@
-"""cuTile layernorm and rmsnorm, forward (training and inference) and backward, as row kernels (``rowgen``).
+"""cuTile layernorm and rmsnorm, forward (training and inference) and backward, as row kernels (``row_kernel_source``).
 
 x must be rows with the normalized axes innermost in memory; y, dy and dx
 laid out as x; scale, bias, dscale and dbias vectors in the order of a
@@ -15,10 +15,11 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.shapes import normalized_axes
 from sigdnn.plan_builders import tensor_views
-from sigdnn.plan_builders.cutile import opbase, rowgen
-from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv, pow2, row_tiles
+from sigdnn.plan_builders.cutile import row_kernel_source, tiling
+from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
+from sigdnn.plan_builders.cutile.tiling import cdiv, pow2, row_tiles
 from sigdnn.registry.engine_ids import IN_TREE
 
 
@@ -44,7 +45,7 @@ def _vector(node: Node, graph: Graph, port: str, x_port: str, axes: tuple[int, .
 def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     op = node.op
     m, n, axes, batch = _rows(node, graph, "x")
-    config = opbase.for_width(opbase.LAYERNORM_FORWARD if center else opbase.RMSNORM_FORWARD, n)
+    config = tiling.for_width(tiling.LAYERNORM_FORWARD if center else tiling.RMSNORM_FORWARD, n)
     tm, tn, k = row_tiles(m, n, config)
     bias = getattr(op, "bias", None) is not None
     stats = tuple(p for p in ("mean", "inv_variance") if getattr(op, p, None) is not None)
@@ -54,22 +55,22 @@ def forward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     args.append(Arg("y", (m, n), (n, 1)))
     args += [_vector(node, graph, p, "x", batch, n, m) for p in stats]
     names = tuple("mean" if p == "mean" else "inv" for p in stats)
-    hints = opbase.row_hints(config, n, tm, tn, k)
+    hints = tiling.row_hints(config, n, tm, tn, k)
     tiles = cdiv(m, tm)
-    text = rowgen.norm_forward(
+    text = row_kernel_source.norm_forward(
         n, tm, tn, op.epsilon, center, bias, names, hints, config.variance, k=k, tiles=tiles, blocks=config.blocks
     )
     prefix = "layernorm" if center else "rmsnorm"
-    return [Launch(KernelSource(prefix, text), (rowgen.grid_of(tiles, config.blocks),), tuple(args))], 0
+    return [Launch(KernelSource(prefix, text), (row_kernel_source.grid_of(tiles, config.blocks),), tuple(args))], 0
 
 
 def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]:
     op = node.op
     m, n, axes, batch = _rows(node, graph, "x")
-    config = opbase.ROW_BACKWARD
+    config = tiling.ROW_BACKWARD
     tm, tn, k = row_tiles(m, n, config)
-    hints = opbase.row_hints(config, n, tm, tn, k)
-    blocks = max(1, min(cdiv(m, tm), opbase.persistent_blocks(hints)))
+    hints = tiling.row_hints(config, n, tm, tn, k)
+    blocks = max(1, min(cdiv(m, tm), tiling.persistent_blocks(hints)))
     width = cdiv(n, tn) * tn
     dbias = getattr(op, "dbias", None) is not None
     work = Workspace()
@@ -81,7 +82,7 @@ def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]
     prefix = "layernorm_backward" if center else "rmsnorm_backward"
     launches = [
         Launch(
-            KernelSource(prefix, rowgen.norm_backward(n, tm, tn, center, dbias, hints, config.paired, k=k)),
+            KernelSource(prefix, row_kernel_source.norm_backward(n, tm, tn, center, dbias, hints, config.paired, k=k)),
             (blocks,),
             tuple(args),
         )
@@ -90,12 +91,12 @@ def backward(node: Node, graph: Graph, center: bool) -> tuple[list[Launch], int]
     tg = min(pow2(blocks), max(1, 4096 // tc))
     outs = [_vector(node, graph, p, "x", axes, 1, n) for p in ("dscale", "dbias")[: len(partials)]]
     sums = tuple(a for pair in zip(partials, outs, strict=True) for a in pair)
-    text = rowgen.column_sums(tg, tc, len(partials))
+    text = row_kernel_source.column_sums(tg, tc, len(partials))
     launches.append(Launch(KernelSource("column_sums", text), (cdiv(n, tc),), sums))
     return launches, work.nbytes
 
 
-class CutileLayernormBuilder(CutileOpBuilder):
+class CutileLayernormBuilder(CutileLaunchesBuilder):
     name = "cutile.layernorm"
     engine_id = IN_TREE[name]
     ops = ("layernorm",)
@@ -104,7 +105,7 @@ class CutileLayernormBuilder(CutileOpBuilder):
         return forward(node, graph, center=True)
 
 
-class CutileRmsnormBuilder(CutileOpBuilder):
+class CutileRmsnormBuilder(CutileLaunchesBuilder):
     name = "cutile.rmsnorm"
     engine_id = IN_TREE[name]
     ops = ("rmsnorm",)
@@ -113,7 +114,7 @@ class CutileRmsnormBuilder(CutileOpBuilder):
         return forward(node, graph, center=False)
 
 
-class CutileLayernormBackwardBuilder(CutileOpBuilder):
+class CutileLayernormBackwardBuilder(CutileLaunchesBuilder):
     name = "cutile.layernorm_backward"
     engine_id = IN_TREE[name]
     ops = ("layernorm_backward",)
@@ -122,7 +123,7 @@ class CutileLayernormBackwardBuilder(CutileOpBuilder):
         return backward(node, graph, center=True)
 
 
-class CutileRmsnormBackwardBuilder(CutileOpBuilder):
+class CutileRmsnormBackwardBuilder(CutileLaunchesBuilder):
     name = "cutile.rmsnorm_backward"
     engine_id = IN_TREE[name]
     ops = ("rmsnorm_backward",)

@@ -17,9 +17,10 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import stride_order
 from sigdnn.graph.node import Node
 from sigdnn.graph.tensor import Tensor
-from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv
+from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
+from sigdnn.plan_builders.cutile.tiling import cdiv
 from sigdnn.registry.engine_ids import IN_TREE
 
 TILE = 256  # outputs (or dx elements) one block computes
@@ -71,7 +72,7 @@ def fits(*tensors: Tensor) -> None:
             raise ValueError(f"tensor '{t.name}' has negative strides {list(t.strides)}")
 
 
-class CutilePoolingBuilder(CutileOpBuilder):
+class CutilePoolingBuilder(CutileLaunchesBuilder):
     name = "cutile.pooling"
     engine_id = IN_TREE[name]
     ops = ("pooling",)
@@ -86,7 +87,7 @@ class CutilePoolingBuilder(CutileOpBuilder):
         return [Launch(source, (cdiv(y.size, TILE), 1, 1), (view("x", x), view("y", y)), constants)], 0
 
 
-class CutilePoolingBackwardBuilder(CutileOpBuilder):
+class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
     name = "cutile.pooling_backward"
     engine_id = IN_TREE[name]
     ops = ("pooling_backward",)

@@ -1,4 +1,4 @@
-"""cuTile reduction: every mode of docs/ops.md over the axes where y's dim is 1, for any strides (``reducegen``).
+"""cuTile reduction: every mode of docs/ops.md over the axes where y's dim is 1, for any strides (``reduction_kernel_source``).
 
 One launch when there are enough outputs to fill the GPU; otherwise the
 reduced range is split over blocks writing float32 partials to the
@@ -15,11 +15,12 @@ from sigdnn.graph.layout import packed_strides, span_elements
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.reduction import Reduction
 from sigdnn.plan_builders import tensor_views
-from sigdnn.plan_builders.cutile import reducegen
-from sigdnn.plan_builders.cutile.opbase import SPLIT_BLOCKS, CutileOpBuilder, cdiv, pow2
-from sigdnn.plan_builders.cutile.reducegen import MODES, ReduceSpec
+from sigdnn.plan_builders.cutile import reduction_kernel_source
+from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
+from sigdnn.plan_builders.cutile.reduction_kernel_source import MODES, ReduceSpec
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
+from sigdnn.plan_builders.cutile.tiling import SPLIT_BLOCKS, cdiv, pow2
 from sigdnn.registry.engine_ids import IN_TREE
 
 TILE = 4096  # elements of one (TK, TR) gathered tile
@@ -31,7 +32,7 @@ def tiles(kept: int, count: int) -> tuple[int, int]:
     return min(pow2(kept), max(1, TILE // tr)), tr
 
 
-class CutileReductionBuilder(CutileOpBuilder):
+class CutileReductionBuilder(CutileLaunchesBuilder):
     name = "cutile.reduction"
     engine_id = IN_TREE[name]
     ops = ("reduction",)
@@ -53,7 +54,9 @@ class CutileReductionBuilder(CutileOpBuilder):
             spec = ReduceSpec(
                 kd, kx, ky, rd, rx, count, (tk, tr), per, transform, combine, finish, partial=False, total=count
             )
-            return [Launch(KernelSource("reduction", reducegen.generate(spec)), (k_tiles, 1), (x_arg, y_arg))], 0
+            return [
+                Launch(KernelSource("reduction", reduction_kernel_source.generate(spec)), (k_tiles, 1), (x_arg, y_arg))
+            ], 0
         work = Workspace()
         width = k_tiles * tk
         partials = work.take((splits, width))
@@ -66,6 +69,12 @@ class CutileReductionBuilder(CutileOpBuilder):
         second = ReduceSpec(kd, flat, ky, (splits,), (width,), splits, (tk2, tr2), cdiv(splits, tr2), "x", combine,
                             finish, partial=False, total=count)  # fmt: skip
         return [
-            Launch(KernelSource("reduction", reducegen.generate(first)), (k_tiles, splits), (x_arg, partials)),
-            Launch(KernelSource("reduction", reducegen.generate(second)), (cdiv(kept, tk2), 1), (flat_partials, y_arg)),
+            Launch(
+                KernelSource("reduction", reduction_kernel_source.generate(first)), (k_tiles, splits), (x_arg, partials)
+            ),
+            Launch(
+                KernelSource("reduction", reduction_kernel_source.generate(second)),
+                (cdiv(kept, tk2), 1),
+                (flat_partials, y_arg),
+            ),
         ], work.nbytes

@@ -20,9 +20,10 @@ import numpy as np
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.plan_builders.cutile.opbase import CutileOpBuilder, cdiv
+from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.pooling import TILE, as_5d, divisors, fits, kernel_source, view
 from sigdnn.plan_builders.cutile.steps import Launch
+from sigdnn.plan_builders.cutile.tiling import cdiv
 from sigdnn.registry.engine_ids import IN_TREE
 
 MODES = {"nearest": 0, "bilinear": 1}
@@ -40,7 +41,7 @@ def positions(mode: str, coordinates: str, size: int, out: int) -> tuple[int, in
     return size, 0, out
 
 
-class CutileResampleBuilder(CutileOpBuilder):
+class CutileResampleBuilder(CutileLaunchesBuilder):
     name = "cutile.resample"
     engine_id = IN_TREE[name]
     ops = ("resample",)
@@ -85,7 +86,7 @@ def span(mode: str, scale: int, bias: int, den: int, size: int, out: int) -> tup
     return step, longest
 
 
-class CutileResampleBackwardBuilder(CutileOpBuilder):
+class CutileResampleBackwardBuilder(CutileLaunchesBuilder):
     name = "cutile.resample_backward"
     engine_id = IN_TREE[name]
     ops = ("resample_backward",)

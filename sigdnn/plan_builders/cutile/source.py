@@ -1,7 +1,7 @@
 """Kernel text that is not a pointwise KernelSpec: a named module source a backend compiles once.
 
-The row, channel and reduction kernels (``rowgen``, ``channelgen``,
-``reducegen``) are generated as text with their constants (tile shapes,
+The row, channel and reduction kernels (``row_kernel_source``, ``channel_kernel_source``,
+``reduction_kernel_source``) are generated as text with their constants (tile shapes,
 sizes, epsilon) written in; a ``KernelSource`` carries that text. Backends
 cache kernels by it, so equal text means one compiled kernel.
 """

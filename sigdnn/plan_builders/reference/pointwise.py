@@ -20,7 +20,7 @@ from sigdnn.dtypes import DataType
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.pointwise import Pointwise
-from sigdnn.plan_builders.reference import special
+from sigdnn.plan_builders.reference import error_function
 from sigdnn.plan_builders.reference.base import Compute, NarrowCompute, ReferenceBuilder, chunks, storer
 from sigdnn.plan_builders.reference.math.parallel import parallel_map
 from sigdnn.plan_builders.reference.math.sink import Sink
@@ -35,13 +35,13 @@ _GELU_C = 0.044715
 
 
 def erf(x: Array) -> Array:
-    """erf elementwise (NumPy has none): vectorized, within ~1 float64 ulp (see special.py)."""
-    return special.erf(x)
+    """erf elementwise (NumPy has none): vectorized, within ~1 float64 ulp (see error_function.py)."""
+    return error_function.erf(x)
 
 
 def erfc(x: Array) -> Array:
     """1 - erf(x) without the cancellation for large x (the gelu tails), within ~2 float64 ulp."""
-    return special.erfc(x)
+    return error_function.erfc(x)
 
 
 def sigmoid(x: Array) -> Array:

@@ -1,7 +1,7 @@
 """Layernorm forward with mean and variance from one reduction (``RowConfig.variance``), through the emulator.
 
 The one-pass kernel shifts each row by its first element and combines
-per-lane (count, mean, M2) triples with Chan's update (``rowgen.CHAN``)
+per-lane (count, mean, M2) triples with Chan's update (``row_kernel_source.CHAN``)
 instead of reducing the mean and then the squared deviations. It must stay
 within the reference's layernorm tolerances where shortcuts cancel: rows
 far from zero beside their spread, a row whose first element is far from
@@ -24,9 +24,9 @@ from emulated import emulated_executor, make_available
 from norm_cases import awkward_rows, layernorm, layernorm_inputs
 
 import sigdnn
-from sigdnn.plan_builders.cutile import emulator, norms, opbase, rowgen
-from sigdnn.plan_builders.cutile.opbase import RowConfig
-from sigdnn.plan_builders.cutile.rowgen import KernelHints
+from sigdnn.plan_builders.cutile import emulator, norms, row_kernel_source, tiling
+from sigdnn.plan_builders.cutile.row_kernel_source import KernelHints
+from sigdnn.plan_builders.cutile.tiling import RowConfig
 from sigdnn.registry import Registry
 
 # The benchmark's candidates (2 rows of 4096 a block at 16384 x 4096), one row a block, and the default's walk
@@ -53,12 +53,12 @@ def one_pass_text(g: sigdnn.Graph) -> str:
     "dims", [(6, 1000), (4, 4096), (3, 37), (3, 9000), (3, 1100), (4, 5120)], ids=lambda d: "x".join(map(str, d))
 )  # 1100 and 5120: held in five column tiles (the last of 1100's masked)
 def test_one_pass_layernorm_matches_the_reference_on_awkward_rows(monkeypatch, config, dtype, dims):
-    monkeypatch.setattr(opbase, "LAYERNORM_FORWARD", ((None, CONFIGS[config]),))
+    monkeypatch.setattr(tiling, "LAYERNORM_FORWARD", ((None, CONFIGS[config]),))
     g = layernorm(dims, dtype, "training")
     text = one_pass_text(g)
-    if opbase.row_split(dims[1]) == (opbase.pow2(dims[1]), 1):  # held in one tile
+    if tiling.row_split(dims[1]) == (tiling.pow2(dims[1]), 1):  # held in one tile
         assert text.count("ct.reduce((") == 1 and "ct.sum(" not in text and "k0 = " in text, "not a one-pass kernel"
-    elif dims[1] > opbase.ROW_MAX:  # walked: one read of the row for the statistics, one to write (loop + tail)
+    elif dims[1] > tiling.ROW_MAX:  # walked: one read of the row for the statistics, one to write (loop + tail)
         assert text.count("ct.load(x,") == 4 and "delta * delta" in text, "walked statistics in more than one read"
     else:
         assert "ct.reduce(" not in text and "k0 = " not in text, "one pass over a row held in several tiles"
@@ -72,9 +72,9 @@ def test_one_pass_layernorm_matches_the_reference_on_awkward_rows(monkeypatch, c
 def test_the_two_pass_kernel_passes_the_same_rows(monkeypatch, dtype, dims):
     """The rows ask no more of the one-pass kernel than the two-pass one meets."""
     monkeypatch.setattr(
-        opbase,
+        tiling,
         "LAYERNORM_FORWARD",
-        tuple((w, attrs.evolve(c, variance="two_pass")) for w, c in opbase.LAYERNORM_FORWARD),
+        tuple((w, attrs.evolve(c, variance="two_pass")) for w, c in tiling.LAYERNORM_FORWARD),
     )
     g = layernorm(dims, dtype, "training")
     text = one_pass_text(g)
@@ -99,7 +99,7 @@ def _off_by_ulps(ulps: int) -> SimpleNamespace:
 def test_chan_combination_of_unequal_groups_is_exact_where_squares_cancel(ulps):
     """The combine alone, on groups of counts 3 and 5 of shifted values (the emulator's tree only meets equal
     counts; the GPU's may not), with its reciprocal exact or 2 ulps off either way."""
-    chan = eval(rowgen.CHAN, {"ct": _off_by_ulps(ulps)})
+    chan = eval(row_kernel_source.CHAN, {"ct": _off_by_ulps(ulps)})
     x = (1e4 + np.random.default_rng(2).standard_normal(8)).astype(np.float32)
     shifted = (x - x[0]).astype(np.float64)  # exact in float32
     a, b = shifted[:3], shifted[3:]
@@ -133,7 +133,7 @@ def _planted(text: str, what: str) -> str:
 @pytest.mark.parametrize("what", ["E[x^2] - mean^2", "shifted sums"])
 @pytest.mark.parametrize("dims", [(6, 1000), (4, 4096)], ids=lambda d: "x".join(map(str, d)))
 def test_one_pass_shortcuts_fail_on_the_awkward_rows(monkeypatch, what, dims):
-    monkeypatch.setattr(opbase, "LAYERNORM_FORWARD", ((None, CONFIGS["8192o4chan"]),))
+    monkeypatch.setattr(tiling, "LAYERNORM_FORWARD", ((None, CONFIGS["8192o4chan"]),))
 
     class Planted(norms.CutileLayernormBuilder):
         name, engine_id, library = "planted.layernorm", 30011, "planted"
@@ -155,4 +155,4 @@ def test_one_pass_shortcuts_fail_on_the_awkward_rows(monkeypatch, what, dims):
 
 def test_an_unknown_variance_is_refused():
     with pytest.raises(ValueError, match="variance 'welford'"):
-        rowgen.norm_forward(64, 1, 64, 1e-5, True, True, (), variance="welford", k=1, tiles=1)
+        row_kernel_source.norm_forward(64, 1, 64, 1e-5, True, True, (), variance="welford", k=1, tiles=1)

@@ -19,7 +19,7 @@ from norm_cases import all_cases
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NoPlanError, NotSupported
-from sigdnn.plan_builders.cutile import norms, opbase
+from sigdnn.plan_builders.cutile import norms, tiling
 from sigdnn.plan_builders.cutile.reduction import CutileReductionBuilder
 from sigdnn.registry import Registry
 
@@ -91,7 +91,7 @@ PLANTS = {
 
 @pytest.mark.parametrize("what", list(PLANTS))
 def test_validation_catches_a_planted_layernorm_bug(what):
-    g = rowgen_graph()
+    g = row_kernel_graph()
     data = random_inputs(g, seed=5)
     registry = Registry()
     assert sigdnn.validate(g, data, executor=_executor(registry, "cutile.layernorm")).passed
@@ -104,7 +104,7 @@ def test_validation_catches_a_planted_layernorm_bug(what):
     assert not report.passed, f"{what} went unnoticed"
 
 
-def rowgen_graph() -> sigdnn.Graph:
+def row_kernel_graph() -> sigdnn.Graph:
     from norm_cases import layernorm
 
     return layernorm((16, 768), "float32", "training", epsilon=1e-5)  # held in 3 tiles: the two-pass kernel
@@ -134,7 +134,7 @@ def test_softmax_pads_only_what_lies_past_the_row_with_minus_infinity(n):
     from norm_cases import softmax
 
     want = {1025: (2, 256, 5), 16384: (1, 4096, 1)}[n]
-    assert opbase.row_tiles(3, n, opbase.for_width(opbase.SOFTMAX_FORWARD, n)) == want
+    assert tiling.row_tiles(3, n, tiling.for_width(tiling.SOFTMAX_FORWARD, n)) == want
     g = softmax((3, n), "float32", False, False)
     x = (np.random.default_rng(4).standard_normal((3, n)) - 30.0).astype(np.float32)  # sums far below exp(0) = 1
     report = sigdnn.validate(g, {"x": x}, executor=emulated_executor())

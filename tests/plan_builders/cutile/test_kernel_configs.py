@@ -16,11 +16,11 @@ from emulated import emulated_executor, make_available
 from norm_cases import all_cases
 
 import sigdnn
-from sigdnn.plan_builders.cutile import batchnorm, codegen, norms, opbase, rowgen, softmax
+from sigdnn.plan_builders.cutile import batchnorm, codegen, norms, row_kernel_source, softmax, tiling
 from sigdnn.plan_builders.cutile.batchnorm import ChannelConfig
-from sigdnn.plan_builders.cutile.opbase import RowConfig
 from sigdnn.plan_builders.cutile.pointwise import node_spec
-from sigdnn.plan_builders.cutile.rowgen import KernelHints
+from sigdnn.plan_builders.cutile.row_kernel_source import KernelHints
+from sigdnn.plan_builders.cutile.tiling import RowConfig
 
 CASES = {c[0]: c for c in all_cases()}
 ROW_CASES = ["softmax-float32-33x64", "logsoftmax-bfloat16-5x37", "layernorm-train-float32-33x64",
@@ -56,9 +56,9 @@ def _validate(name: str) -> None:
 )
 @pytest.mark.parametrize("name", ROW_CASES)
 def test_row_kernels_match_the_reference_at_every_tile_and_hint(monkeypatch, config, name):
-    monkeypatch.setattr(opbase, "ROW_BACKWARD", config)
+    monkeypatch.setattr(tiling, "ROW_BACKWARD", config)
     for bands in ("LAYERNORM_FORWARD", "RMSNORM_FORWARD", "SOFTMAX_FORWARD"):
-        monkeypatch.setattr(opbase, bands, ((None, config),))
+        monkeypatch.setattr(tiling, bands, ((None, config),))
     _validate(name)
 
 
@@ -118,15 +118,15 @@ def test_batchnorm_block_and_channel_caps_cut_the_passes_as_asked(monkeypatch):
 def test_row_kernels_in_persistent_blocks_walk_every_row_tile():
     """``blocks``: the forward kernels' grid is min(tiles, blocks) and each block walks tiles a grid apart; with
     as many blocks as tiles (or more) the kernel is the one-tile-a-block kernel."""
-    walked = rowgen.norm_forward(64, 2, 64, 1e-5, True, True, ("mean",), k=1, tiles=17, blocks=4)
+    walked = row_kernel_source.norm_forward(64, 2, 64, 1e-5, True, True, ("mean",), k=1, tiles=17, blocks=4)
     assert "    for bid in range(ct.bid(0), 17, 4):\n        x0 = " in walked and "bid = ct.bid(0)" not in walked
     assert "\n        ct.store(mean, index=(bid,)" in walked  # every line of the tile's body inside the walk
-    assert rowgen.norm_forward(64, 2, 64, 1e-5, True, True, ("mean",), k=1, tiles=4, blocks=4) == rowgen.norm_forward(
-        64, 2, 64, 1e-5, True, True, ("mean",), k=1, tiles=4
-    )
-    soft = rowgen.softmax_forward(64, 2, 64, False, True, k=1, tiles=9, blocks=2)
+    assert row_kernel_source.norm_forward(
+        64, 2, 64, 1e-5, True, True, ("mean",), k=1, tiles=4, blocks=4
+    ) == row_kernel_source.norm_forward(64, 2, 64, 1e-5, True, True, ("mean",), k=1, tiles=4)
+    soft = row_kernel_source.softmax_forward(64, 2, 64, False, True, k=1, tiles=9, blocks=2)
     assert "for bid in range(ct.bid(0), 9, 2):" in soft
-    assert [rowgen.grid_of(17, b) for b in (None, 4, 17, 40)] == [17, 4, 17, 17]
+    assert [row_kernel_source.grid_of(17, b) for b in (None, 4, 17, 40)] == [17, 4, 17, 17]
 
 
 def test_emulated_reduction_of_a_pair_sums_each_member_over_an_odd_axis():
@@ -135,7 +135,7 @@ def test_emulated_reduction_of_a_pair_sums_each_member_over_an_odd_axis():
 
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((3, 37)).astype(np.float32), rng.standard_normal((3, 37)).astype(np.float32)
-    s1, s2 = emulator.reduce((a, b), axis=1, func=eval(rowgen.ADD_PAIRS), identity=(0.0, 0.0), keepdims=True)
+    s1, s2 = emulator.reduce((a, b), axis=1, func=eval(row_kernel_source.ADD_PAIRS), identity=(0.0, 0.0), keepdims=True)
     assert s1.shape == s2.shape == (3, 1) and s1.dtype == np.float32
     np.testing.assert_allclose(s1[:, 0], a.sum(axis=1), rtol=1e-5)
     np.testing.assert_allclose(s2[:, 0], b.sum(axis=1), rtol=1e-5)
@@ -144,65 +144,67 @@ def test_emulated_reduction_of_a_pair_sums_each_member_over_an_odd_axis():
 
 def test_backward_row_sums_skip_the_reduction_over_one_row():
     """A one-row tile is its own column sum (cuTile's sum over a length-1 axis cost shared memory and barriers)."""
-    one = rowgen.norm_backward(4096, 1, 4096, True, True, k=1)
-    two = rowgen.norm_backward(4096, 2, 4096, True, True, k=1)
+    one = row_kernel_source.norm_backward(4096, 1, 4096, True, True, k=1)
+    two = row_kernel_source.norm_backward(4096, 2, 4096, True, True, k=1)
     assert "axis=0" not in one and "ads0 = ads0 + (dyt0 * xh0)" in one
     assert "ct.sum(dyt0 * xh0, axis=0, keepdims=True)" in two
     assert "ct.reduce((g0, g0 * xh0), axis=1" in one
-    assert "ct.reduce" not in rowgen.norm_backward(4096, 1, 4096, True, True, paired=False, k=1)
+    assert "ct.reduce" not in row_kernel_source.norm_backward(4096, 1, 4096, True, True, paired=False, k=1)
 
 
 def test_hints_are_written_into_the_kernel_decorator():
-    text = rowgen.norm_forward(
+    text = row_kernel_source.norm_forward(
         64, 2, 64, 1e-5, True, False, (), KernelHints(occupancy=4, num_worker_warps=8), k=1, tiles=1
     )
     assert text.startswith("@ct.kernel(occupancy=4, num_worker_warps=8)\ndef kernel(")
-    assert rowgen.norm_forward(64, 2, 64, 1e-5, True, False, (), k=1, tiles=1).startswith("@ct.kernel\ndef kernel(")
+    assert row_kernel_source.norm_forward(64, 2, 64, 1e-5, True, False, (), k=1, tiles=1).startswith(
+        "@ct.kernel\ndef kernel("
+    )
 
 
 def test_forward_row_tiles_follow_the_configuration():
-    assert opbase.row_tiles(16384, 4096, RowConfig(8192)) == (2, 4096, 1)
-    assert opbase.row_tiles(3, 4096, RowConfig(32768)) == (4, 4096, 1)  # rows rounded up to a power of two
-    assert opbase.row_tiles(10, 20000, RowConfig(4096)) == (1, opbase.ROW_MAX, 1)  # a row longer than a tile: walked
-    assert opbase.row_tiles(16384, 5120, RowConfig(8192)) == (1, 1024, 5)  # held in five tiles, none padded
-    assert opbase.row_tiles(16384, 2560, RowConfig(8192)) == (2, 512, 5)  # two rows of 2560 within 8192
+    assert tiling.row_tiles(16384, 4096, RowConfig(8192)) == (2, 4096, 1)
+    assert tiling.row_tiles(3, 4096, RowConfig(32768)) == (4, 4096, 1)  # rows rounded up to a power of two
+    assert tiling.row_tiles(10, 20000, RowConfig(4096)) == (1, tiling.ROW_MAX, 1)  # a row longer than a tile: walked
+    assert tiling.row_tiles(16384, 5120, RowConfig(8192)) == (1, 1024, 5)  # held in five tiles, none padded
+    assert tiling.row_tiles(16384, 2560, RowConfig(8192)) == (2, 512, 5)  # two rows of 2560 within 8192
     walking = RowConfig(4096, walk=2048)
-    assert opbase.row_tiles(10, 20000, walking) == (2, 2048, 1)  # walked in the config's chunks, two rows a block
-    assert opbase.row_tiles(10, opbase.ROW_MAX, walking) == (1, opbase.ROW_MAX, 1)  # the longest held row: held
-    assert opbase.persistent_blocks(KernelHints(occupancy=3)) == 3 * opbase.SMS
-    assert opbase.persistent_blocks(KernelHints()) == opbase.PERSISTENT_PER_SM * opbase.SMS
+    assert tiling.row_tiles(10, 20000, walking) == (2, 2048, 1)  # walked in the config's chunks, two rows a block
+    assert tiling.row_tiles(10, tiling.ROW_MAX, walking) == (1, tiling.ROW_MAX, 1)  # the longest held row: held
+    assert tiling.persistent_blocks(KernelHints(occupancy=3)) == 3 * tiling.SMS
+    assert tiling.persistent_blocks(KernelHints()) == tiling.PERSISTENT_PER_SM * tiling.SMS
     capped = RowConfig(16384, rows=4)
-    assert opbase.row_tiles(16384, 2048, capped) == (4, 2048, 1)  # 8 rows fit, 4 taken
-    assert opbase.row_tiles(16384, 4096, capped) == (4, 4096, 1)
-    assert opbase.row_tiles(3, 2048, capped) == (4, 2048, 1)  # the cap is no floor: rows still a power of two
-    assert opbase.row_tiles(16384, 5120, capped) == (2, 1024, 5)  # 16384 // 5120 = 3 rows fit: 2
+    assert tiling.row_tiles(16384, 2048, capped) == (4, 2048, 1)  # 8 rows fit, 4 taken
+    assert tiling.row_tiles(16384, 4096, capped) == (4, 4096, 1)
+    assert tiling.row_tiles(3, 2048, capped) == (4, 2048, 1)  # the cap is no floor: rows still a power of two
+    assert tiling.row_tiles(16384, 5120, capped) == (2, 1024, 5)  # 16384 // 5120 = 3 rows fit: 2
 
 
 @pytest.mark.parametrize(
     ("n", "band"),
-    [(1, 0), (1024, 0), (1025, 1), (4096, 1), (4097, 2), (opbase.ROW_MAX, 2), (opbase.ROW_MAX + 1, 3)],
+    [(1, 0), (1024, 0), (1025, 1), (4096, 1), (4097, 2), (tiling.ROW_MAX, 2), (tiling.ROW_MAX + 1, 3)],
 )
 def test_layernorm_forward_takes_the_narrowest_band_holding_its_rows(n, band):
-    assert opbase.for_width(opbase.LAYERNORM_FORWARD, n) is opbase.LAYERNORM_FORWARD[band][1]
+    assert tiling.for_width(tiling.LAYERNORM_FORWARD, n) is tiling.LAYERNORM_FORWARD[band][1]
 
 
-@pytest.mark.parametrize(("n", "band"), [(1, 0), (4095, 0), (4096, 1), (opbase.ROW_MAX, 1), (opbase.ROW_MAX + 1, 2)])
+@pytest.mark.parametrize(("n", "band"), [(1, 0), (4095, 0), (4096, 1), (tiling.ROW_MAX, 1), (tiling.ROW_MAX + 1, 2)])
 def test_softmax_takes_the_narrowest_band_holding_its_rows(n, band):
-    assert opbase.for_width(opbase.SOFTMAX_FORWARD, n) is opbase.SOFTMAX_FORWARD[band][1]
+    assert tiling.for_width(tiling.SOFTMAX_FORWARD, n) is tiling.SOFTMAX_FORWARD[band][1]
 
 
-@pytest.mark.parametrize(("n", "band"), [(1, 0), (4096, 0), (4097, 1), (6144, 1), (6145, 2), (opbase.ROW_MAX + 1, 2)])
+@pytest.mark.parametrize(("n", "band"), [(1, 0), (4096, 0), (4097, 1), (6144, 1), (6145, 2), (tiling.ROW_MAX + 1, 2)])
 def test_rmsnorm_forward_takes_the_narrowest_band_holding_its_rows(n, band):
-    assert opbase.for_width(opbase.RMSNORM_FORWARD, n) is opbase.RMSNORM_FORWARD[band][1]
+    assert tiling.for_width(tiling.RMSNORM_FORWARD, n) is tiling.RMSNORM_FORWARD[band][1]
 
 
 def test_rmsnorm_forward_walks_only_rows_of_4097_to_6144_columns_in_persistent_blocks():
     """One row a tile in two blocks a SM where that won (5120; 6144 even), one tile a block at 4096 and 8192 where
     it lost (docs/experiments.md), and the builder's grid and kernel text follow the band."""
-    blocks = {n: opbase.for_width(opbase.RMSNORM_FORWARD, n).blocks for n in (4096, 5120, 6144, 8192, 16384)}
-    assert blocks == {4096: None, 5120: 2 * opbase.SMS, 6144: 2 * opbase.SMS, 8192: None, 16384: None}
-    assert opbase.row_tiles(16384, 5120, opbase.for_width(opbase.RMSNORM_FORWARD, 5120))[0] == 1
-    for n, grid in ((5120, 2 * opbase.SMS), (8192, 16384)):
+    blocks = {n: tiling.for_width(tiling.RMSNORM_FORWARD, n).blocks for n in (4096, 5120, 6144, 8192, 16384)}
+    assert blocks == {4096: None, 5120: 2 * tiling.SMS, 6144: 2 * tiling.SMS, 8192: None, 16384: None}
+    assert tiling.row_tiles(16384, 5120, tiling.for_width(tiling.RMSNORM_FORWARD, 5120))[0] == 1
+    for n, grid in ((5120, 2 * tiling.SMS), (8192, 16384)):
         g = sigdnn.Graph("rms", io_dtype="bfloat16", compute_dtype="float32")
         y = g.rmsnorm("training", g.tensor("x", dims=(16384, n)), g.tensor("scale", dims=(1, n)), epsilon=1e-5)[0]
         y.set_output(True)
@@ -213,9 +215,9 @@ def test_rmsnorm_forward_walks_only_rows_of_4097_to_6144_columns_in_persistent_b
 def test_softmax_walks_rows_of_4096_columns_or_more_in_persistent_blocks():
     """One row a 4096-element tile, 528 blocks, from 4096 to ROW_MAX columns; narrower and walked rows one tile a
     block (docs/experiments.md), and a grid of fewer row tiles than blocks launches one block a tile."""
-    blocks = {n: opbase.for_width(opbase.SOFTMAX_FORWARD, n).blocks for n in (2048, 4096, 8192, 16384)}
-    assert blocks == {2048: None, 4096: 4 * opbase.SMS, 8192: 4 * opbase.SMS, 16384: None}
-    for rows, grid in ((16384, 4 * opbase.SMS), (100, 100)):
+    blocks = {n: tiling.for_width(tiling.SOFTMAX_FORWARD, n).blocks for n in (2048, 4096, 8192, 16384)}
+    assert blocks == {2048: None, 4096: 4 * tiling.SMS, 8192: 4 * tiling.SMS, 16384: None}
+    for rows, grid in ((16384, 4 * tiling.SMS), (100, 100)):
         g = sigdnn.Graph("sm", io_dtype="bfloat16", compute_dtype="float32")
         g.softmax(g.tensor("x", dims=(rows, 4096)))[0].set_output(True)
         (launch,), _ = softmax.CutileSoftmaxBuilder().launches(g.nodes[0], g)
@@ -226,48 +228,48 @@ def test_layernorm_forward_bands_cut_rows_as_measured():
     """Four rows a tile from 1025 to 4096 columns, one beyond, both in two persistent blocks a SM; rows of 1024 or
     fewer and walked rows one tile a block (the widths measured: docs/experiments.md)."""
     widths = (768, 1024, 2048, 3072, 4096, 5120, 6144, 8192)
-    tiles = {n: opbase.row_tiles(16384, n, opbase.for_width(opbase.LAYERNORM_FORWARD, n))[0] for n in widths}
+    tiles = {n: tiling.row_tiles(16384, n, tiling.for_width(tiling.LAYERNORM_FORWARD, n))[0] for n in widths}
     assert tiles == {768: 8, 1024: 8, 2048: 4, 3072: 4, 4096: 4, 5120: 1, 6144: 1, 8192: 1}
-    assert {opbase.for_width(opbase.LAYERNORM_FORWARD, n).blocks for n in (2048, 6144, 8192)} == {2 * opbase.SMS}
-    assert {opbase.for_width(opbase.LAYERNORM_FORWARD, n).blocks for n in (1024, 32768)} == {None}
+    assert {tiling.for_width(tiling.LAYERNORM_FORWARD, n).blocks for n in (2048, 6144, 8192)} == {2 * tiling.SMS}
+    assert {tiling.for_width(tiling.LAYERNORM_FORWARD, n).blocks for n in (1024, 32768)} == {None}
     g = sigdnn.Graph("ln", io_dtype="bfloat16", compute_dtype="float32")
     x = g.tensor("x", dims=(16384, 4096))
     for t in g.layernorm("training", x, g.tensor("scale", dims=(1, 4096)), g.tensor("bias", dims=(1, 4096))):
         if t is not None:
             t.set_output(True)
     (launch,), _ = norms.CutileLayernormBuilder().launches(g.nodes[0], g)
-    assert launch.grid == (2 * opbase.SMS,) and "for bid in range(ct.bid(0), 4096, 264):" in launch.source.text
+    assert launch.grid == (2 * tiling.SMS,) and "for bid in range(ct.bid(0), 4096, 264):" in launch.source.text
 
 
 def test_a_block_holding_more_than_the_tile_keeps_its_registers_per_element():
     softmax, backward = RowConfig(4096, KernelHints(6)), RowConfig(4096, KernelHints(2, 8))
-    assert opbase.row_hints(softmax, 4096, 1, 4096, 1) == KernelHints(6)  # the measured shape: unchanged
-    assert opbase.row_hints(softmax, 5120, 1, 1024, 5) == KernelHints(4)  # 5120 elements: 6 * 4096 // 5120
-    assert opbase.row_hints(backward, 5120, 1, 1024, 5) == KernelHints(1, 8)
-    assert opbase.row_hints(RowConfig(64, KernelHints(2)), 8000, 1, 8192, 1) == KernelHints(1)  # never below one
-    assert opbase.row_hints(RowConfig(64), 8000, 1, 8192, 1) == KernelHints()  # cuTile's own choice stays its own
-    assert opbase.row_hints(softmax, 8193, 1, 8192, 1) == KernelHints(6)  # a walked row: the config's own
-    assert opbase.row_hints(softmax, 8192, 1, 8192, 1) == KernelHints(3)  # the widest held row
+    assert tiling.row_hints(softmax, 4096, 1, 4096, 1) == KernelHints(6)  # the measured shape: unchanged
+    assert tiling.row_hints(softmax, 5120, 1, 1024, 5) == KernelHints(4)  # 5120 elements: 6 * 4096 // 5120
+    assert tiling.row_hints(backward, 5120, 1, 1024, 5) == KernelHints(1, 8)
+    assert tiling.row_hints(RowConfig(64, KernelHints(2)), 8000, 1, 8192, 1) == KernelHints(1)  # never below one
+    assert tiling.row_hints(RowConfig(64), 8000, 1, 8192, 1) == KernelHints()  # cuTile's own choice stays its own
+    assert tiling.row_hints(softmax, 8193, 1, 8192, 1) == KernelHints(6)  # a walked row: the config's own
+    assert tiling.row_hints(softmax, 8192, 1, 8192, 1) == KernelHints(3)  # the widest held row
 
 
 @pytest.mark.parametrize(
     ("n", "split"),
     [(1, (1, 1)), (37, (64, 1)), (256, (256, 1)), (768, (256, 3)), (1000, (1024, 1)), (1100, (256, 5)),
      (1536, (512, 3)), (3072, (1024, 3)), (4096, (4096, 1)), (4608, (1024, 5)), (5120, (1024, 5)),
-     (7168, (1024, 7)), (8000, (8192, 1)), (8192, (8192, 1)), (9000, (opbase.ROW_MAX, 1))],
+     (7168, (1024, 7)), (8000, (8192, 1)), (8192, (8192, 1)), (9000, (tiling.ROW_MAX, 1))],
 )  # fmt: skip
 def test_a_row_is_held_in_the_fewest_tiles_of_least_padded_width(n, split):
     """Least padding first (1100: 5 x 256 = 1280, not 2048), then fewer tiles (1536: 3 x 512, not 6 x 256);
     at most ROW_CHUNKS tiles (4608: 5 x 1024, since 9 x 512 is too many), none narrower than ROW_CHUNK_MIN."""
-    assert opbase.row_split(n) == split
+    assert tiling.row_split(n) == split
 
 
 def test_held_rows_keep_every_tile_in_registers():
     """Five tiles of 1024, each loaded once and stored once; no chunk loop, no second load of x."""
-    for text in (rowgen.norm_forward(5120, 1, 1024, 1e-5, True, True, (), k=5, tiles=1),
-                 rowgen.softmax_forward(5120, 1, 1024, False, False, k=5, tiles=1)):  # fmt: skip
+    for text in (row_kernel_source.norm_forward(5120, 1, 1024, 1e-5, True, True, (), k=5, tiles=1),
+                 row_kernel_source.softmax_forward(5120, 1, 1024, False, False, k=5, tiles=1)):  # fmt: skip
         assert text.count("ct.load(x,") == 5 and text.count("ct.store(y,") == 5 and "for c in" not in text
-    back = rowgen.norm_backward(5120, 1, 1024, True, True, k=5)
+    back = row_kernel_source.norm_backward(5120, 1, 1024, True, True, k=5)
     assert back.count("ct.load(x,") == 5 and back.count("ct.store(dx,") == 5 and back.count("ct.store(pds,") == 5
 
 
@@ -296,12 +298,14 @@ def test_a_fused_region_with_one_heavy_node_takes_the_heavy_tile():
 
 def test_batchnorm_partial_loads_take_the_configured_options():
     """TMA off and a latency hint reach the partial pass's loads of x (the emulator ignores both)."""
-    from sigdnn.plan_builders.cutile import channelgen
+    from sigdnn.plan_builders.cutile import channel_kernel_source
 
-    assert channelgen.load_options() == ""
-    assert channelgen.load_options(tma=False, latency=10) == ", allow_tma=False, latency=10"
-    assert channelgen.load_options(latency=3) == ", latency=3"
-    text = channelgen.partials((8, 256), 64, 1, 4, False, "float32", None, channelgen.load_options(False), True)
+    assert channel_kernel_source.load_options() == ""
+    assert channel_kernel_source.load_options(tma=False, latency=10) == ", allow_tma=False, latency=10"
+    assert channel_kernel_source.load_options(latency=3) == ", latency=3"
+    text = channel_kernel_source.partials(
+        (8, 256), 64, 1, 4, False, "float32", None, channel_kernel_source.load_options(False), True
+    )
     assert "shape=(8, 256), check_bounds=False, allow_tma=False)" in text
 
 

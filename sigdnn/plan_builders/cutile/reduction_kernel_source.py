@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import attrs
 
-from sigdnn.plan_builders.cutile.rowgen import _lit, _module
+from sigdnn.plan_builders.cutile.row_kernel_source import _lit, _module
 
 # mode -> (transform, combine, finish)
 MODES = {

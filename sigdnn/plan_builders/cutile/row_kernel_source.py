@@ -1,7 +1,7 @@
 """Row kernels as cuTile source: softmax, layernorm and rmsnorm forward and backward over (M, N) rows.
 
 x is M rows of N contiguous elements (``tensor_views.rows``). A block takes TM
-rows; when a row fits K column tiles of TN (K * TN >= N, ``opbase.row_split``)
+rows; when a row fits K column tiles of TN (K * TN >= N, ``tiling.row_split``)
 it is loaded once, into K tiles, and every statistic is computed from
 registers, else the row is walked in chunks of TN (two passes for the
 statistics, one to write). Sizes, tile shapes and epsilon are written into

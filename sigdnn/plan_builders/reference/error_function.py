@@ -5,7 +5,7 @@ slowest reference op. These run a fixed sequence of whole-array NumPy passes
 over 16K-element blocks, 4-5x faster on [-6, 6] (6-8x where most inputs are
 tiny), and stay within 2 float64 ulp of the exact values: over 2 million
 points the worst errors are ~1.05 ulp for erf and ~1.6 ulp for erfc, where
-glibc's are ~1.1 and ~3.2 (tests/plan_builders/reference/test_special.py,
+glibc's are ~1.1 and ~3.2 (tests/plan_builders/reference/test_error_function.py,
 mpmath as the oracle).
 
 Scheme. The coefficients are fitted to the definitions by scripts/fit_erf.py

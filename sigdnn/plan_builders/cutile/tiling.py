@@ -1,44 +1,23 @@
-"""What the cuTile row, channel and reduction builders share: availability, dtypes, declines, tile sizes.
-
-A builder subclass supplies ``launches(node, graph)``: the kernels its plan
-runs, with their grids and argument views, and the workspace they share. It
-raises ValueError (or NotSupported) for what it does not handle; ``check``
-and ``build`` both go through it, so a node is declined exactly when it
-could not be built, with the reason naming the node.
-"""
+"""Tile sizes of the cuTile row, channel and reduction kernels: measured row configs by op and width, and the
+tile arithmetic (powers of two, ceiling division, persistent and split block counts) their builders share."""
 
 from __future__ import annotations
 
-from abc import abstractmethod
-from typing import ClassVar
-
 import attrs
 
-from sigdnn.dtypes import DataType
-from sigdnn.errors import NotSupported
-from sigdnn.graph.graph import Graph
-from sigdnn.graph.node import Node
-from sigdnn.plan_builders.cutile import pointwise
-from sigdnn.plan_builders.cutile.backend import backend_for
-from sigdnn.plan_builders.cutile.rowgen import KernelHints
-from sigdnn.plan_builders.cutile.steps import Launch, LaunchesPlan
-from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
-from sigdnn.runtime.device import Device
-from sigdnn.signature_keys import SignatureKey
-
-IO_DTYPES = frozenset({DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16})
+from sigdnn.plan_builders.cutile.row_kernel_source import KernelHints
 
 
 @attrs.frozen
 class RowConfig:
     """How the row kernels of one direction are cut: elements of one (TM, TN) tile, and cuTile's hints.
 
-    ``columns``: columns per block of the backward's partial-sum reduction (``rowgen.column_sums``); few
+    ``columns``: columns per block of the backward's partial-sum reduction (``row_kernel_source.column_sums``); few
     wide blocks leave that launch reading megabytes on a handful of SMs. ``paired``: layernorm backward's
-    two row means as one reduction (``rowgen.norm_backward``). ``variance``: how layernorm forward gets the
-    mean and variance of a row held in one tile (``rowgen.VARIANCES``): two dependent reductions, or one.
+    two row means as one reduction (``row_kernel_source.norm_backward``). ``variance``: how layernorm forward gets the
+    mean and variance of a row held in one tile (``row_kernel_source.VARIANCES``): two dependent reductions, or one.
     ``walk``: the chunk a row longer than ``ROW_MAX`` is walked in (None: ``ROW_MAX``). ``blocks``
-    (forward kernels): that many persistent blocks walk the row tiles (``rowgen.walked_by``; None: one
+    (forward kernels): that many persistent blocks walk the row tiles (``row_kernel_source.walked_by``; None: one
     tile a block). ``rows``: most rows in one tile (None: as many as ``tile`` holds).
     """
 
@@ -172,45 +151,3 @@ def row_tiles(m: int, n: int, config: RowConfig) -> tuple[int, int, int]:
         tn = config.walk
     fit = max(1, min(config.tile // (tn * k), config.rows or config.tile))
     return min(pow2(m), 1 << (fit.bit_length() - 1)), tn, k  # tiles are powers of two: rows too
-
-
-class CutileOpBuilder(PlanBuilder):
-    """A cuTile builder of one op family whose plan is a list of launches (``steps.LaunchesPlan``)."""
-
-    library: ClassVar[str] = "cutile"
-    device: ClassVar[str] = "gpu"
-
-    def available(self) -> str | None:
-        return pointwise.unavailable_reason()
-
-    def serves(self, key: SignatureKey) -> bool:
-        return key.op in self.ops and all(d in IO_DTYPES for _, d in (*key.inputs, *key.outputs))
-
-    @abstractmethod
-    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
-        """The node's kernels in launch order and the workspace bytes they share; ValueError says why not."""
-
-    def _plan(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
-        where = f"node '{node.name}'"
-        for port, uid in node.op.ports().items():
-            t = graph.tensors[uid]
-            dtype = graph.dtype_of(t)
-            if dtype not in IO_DTYPES:
-                raise NotSupported(f"{where}: port '{port}' (tensor '{t.name}') is {dtype}; "
-                                   f"{self.name} reads and writes float32, float16 or bfloat16")  # fmt: skip
-        compute = graph.compute_dtype_of(node)
-        if compute not in IO_DTYPES:
-            raise NotSupported(f"{where}: compute dtype {compute}; {self.name} computes in float32")
-        try:
-            return self.launches(node, graph)
-        except ValueError as e:
-            raise NotSupported(f"{where}: {e}") from None
-
-    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
-        if node.op.kind not in self.ops:
-            raise NotSupported(f"node '{node.name}': {self.name} does not run {node.op.kind}")
-        self._plan(node, graph)
-
-    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
-        launches, workspace = self._plan(node, graph)
-        return LaunchesPlan(launches, backend_for(context.device.context), workspace)

@@ -23,7 +23,7 @@ only, so a trailing dimension of 1 made every access a 2-byte one.
 
 from __future__ import annotations
 
-from sigdnn.plan_builders.cutile.rowgen import ZERO, KernelHints, _lit, _module
+from sigdnn.plan_builders.cutile.row_kernel_source import ZERO, KernelHints, _lit, _module
 
 Tile = tuple[int, ...]  # (TA, TK, TB), or (TA, TK) for an (A, C) array
 

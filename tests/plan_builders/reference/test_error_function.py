@@ -1,4 +1,4 @@
-"""special.erf / special.erfc against mpmath at 50 digits, and against libm.
+"""error_function.erf / error_function.erfc against mpmath at 50 digits, and against libm.
 
 The requirement: within 2 float64 ulp of the exact value for erf everywhere
 and for erfc where the result is normal; subnormal erfc results within 2
@@ -25,17 +25,23 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import pytest
 
-from sigdnn.plan_builders.reference import special
+from sigdnn.plan_builders.reference import error_function
 
 mp = pytest.importorskip("mpmath")
 
 BOUND_ULPS = 2.0
 TINY = 2.0**-1074
 SMALLEST_NORMAL = 2.0**-1022
-# Eighth-octave interval edges of special.py's table, and the switches between formulas.
+# Eighth-octave interval edges of error_function.py's table, and the switches between formulas.
 EDGES = np.array(
     [0.125 * 2 ** (k // 8) * (1 + (k % 8) / 8) for k in range(8 * 8)]
-    + [special._ERFC_SMALL, special._ERF_SMALL, special._ERF_ONE, special._A_NORMAL, special._A_ZERO]
+    + [
+        error_function._ERFC_SMALL,
+        error_function._ERF_SMALL,
+        error_function._ERF_ONE,
+        error_function._A_NORMAL,
+        error_function._A_ZERO,
+    ]
 )
 
 
@@ -88,7 +94,7 @@ def ulps(got: float, want: mp.mpf) -> float:
 
 def errors(xs: np.ndarray) -> np.ndarray:
     """Rows (erf error, erfc error, erfc result subnormal, libm erf error, libm erfc error) in ulps."""
-    got_erf, got_erfc = special.erf(xs), special.erfc(xs)
+    got_erf, got_erfc = error_function.erf(xs), error_function.erfc(xs)
     rows = np.empty((xs.size, 5))
     for i, x in enumerate(xs.tolist()):
         e, c = exact(x)
@@ -138,7 +144,7 @@ def test_against_libm(name: str) -> None:
             rng.choice([-1.0, 1.0], n // 4) * np.exp2(rng.uniform(-1074, 5, n // 4)),
         ]
     )
-    ours = getattr(special, name)(xs)
+    ours = getattr(error_function, name)(xs)
     libm = np.frompyfunc(getattr(math, name), 1, 1)(xs).astype(np.float64)
     # In ulps of libm's value (2^-1074 for subnormals): loose, but catches any slip anywhere.
     diff = np.abs(ours - libm) / np.spacing(np.abs(libm))
@@ -148,27 +154,27 @@ def test_against_libm(name: str) -> None:
 
 def test_special_values() -> None:
     x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, TINY, -TINY, 1e-310, 6.0, 1e300, -1e300])
-    erf = special.erf(x)
+    erf = error_function.erf(x)
     assert np.array_equal(np.signbit(erf[:2]), [False, True]) and np.all(erf[:2] == 0)
     assert erf[2] == 1 and erf[3] == -1 and np.isnan(erf[4])
     assert erf[5] == TINY and erf[6] == -TINY  # 2/sqrt(pi) * 2^-1074 rounds to 2^-1074
     assert erf[7] == float(exact(1e-310)[0])
     assert erf[8] == 1 and erf[9] == 1 and erf[10] == -1
-    erfc = special.erfc(x)
+    erfc = error_function.erfc(x)
     assert erfc[0] == 1 and erfc[1] == 1 and erfc[2] == 0 and erfc[3] == 2 and np.isnan(erfc[4])
     assert erfc[5] == 1 and erfc[6] == 1 and erfc[7] == 1 and erfc[9] == 0 and erfc[10] == 2
-    tail = special.erfc(np.array([26.5, 26.6, 27.2, 27.3, 28.0, 40.0]))
+    tail = error_function.erfc(np.array([26.5, 26.6, 27.2, 27.3, 28.0, 40.0]))
     assert 0 < tail[2] < tail[1] < SMALLEST_NORMAL < tail[0] and tail[3] == 0 and tail[4] == 0 and tail[5] == 0
-    assert special.erfc(np.array([-27.0]))[0] == 2
+    assert error_function.erfc(np.array([-27.0]))[0] == 2
 
 
 def test_erf_is_odd() -> None:
     x = sample(2_000, seed=4)
     xs = np.concatenate(list(x.values()))
-    assert np.array_equal(special.erf(-xs), -special.erf(xs))
+    assert np.array_equal(error_function.erf(-xs), -error_function.erf(xs))
 
 
-@pytest.mark.parametrize("fn", [special.erf, special.erfc])
+@pytest.mark.parametrize("fn", [error_function.erf, error_function.erfc])
 def test_shapes_and_dtypes(fn: Callable[[np.ndarray], np.ndarray]) -> None:
     grid = np.linspace(-7, 7, 60).reshape(6, 10)
     flat = fn(grid.ravel())
@@ -184,13 +190,13 @@ def test_shapes_and_dtypes(fn: Callable[[np.ndarray], np.ndarray]) -> None:
     assert np.array_equal(fn([[-1, 0, 2]]), fn(np.array([[-1.0, 0.0, 2.0]])))
 
 
-@pytest.mark.parametrize("fn", [special.erf, special.erfc])
+@pytest.mark.parametrize("fn", [error_function.erf, error_function.erfc])
 def test_result_does_not_depend_on_neighbours(fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Blocks run whichever formula most of their elements need and the rest are redone gathered
     from many blocks (the subnormal erfc tail likewise, also from inside such a redo): an
     element's value must not depend on which of those paths it took."""
     rng = np.random.default_rng(5)
-    block = special._BLOCK
+    block = error_function._BLOCK
     n = 5 * block
     sign = rng.choice([-1.0, 1.0], n)
     # Small for both functions (|x| < 2^-20) and > one block left over, large and tail mixed: the
@@ -230,11 +236,11 @@ def test_memory_beyond_the_output_is_a_few_blocks() -> None:
     rng = np.random.default_rng(6)
     n = 1 << 20
     x = np.where(rng.random(n) < 0.4, rng.uniform(-0.5, 0.5, n), rng.uniform(1, 30, n) * rng.choice([-1, 1], n))
-    special.erf(x[:100])
+    error_function.erf(x[:100])
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        out = special.erf(x)
+        out = error_function.erf(x)
         peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
@@ -242,14 +248,14 @@ def test_memory_beyond_the_output_is_a_few_blocks() -> None:
 
 
 def test_table_invariants() -> None:
-    """What the exactness argument in special.py relies on."""
-    for c0 in special._C0:
+    """What the exactness argument in error_function.py relies on."""
+    for c0 in error_function._C0:
         m, _ = math.frexp(c0)
         assert (m * 2**26).is_integer(), c0  # 26 significant bits: Eh*C0 and El*C0 exact
-    assert (special._TAIL_SHIFT * 2**43).is_integer()  # p - SHIFT exact for p in [512, 1024)
-    for j, m in enumerate(special._M[1:], start=1):
-        per = 2**special._OCTAVE_BITS
-        base = special._A_LO * 2 ** ((j - 1) // per)
+    assert (error_function._TAIL_SHIFT * 2**43).is_integer()  # p - SHIFT exact for p in [512, 1024)
+    for j, m in enumerate(error_function._M[1:], start=1):
+        per = 2**error_function._OCTAVE_BITS
+        base = error_function._A_LO * 2 ** ((j - 1) // per)
         assert m == base * (1 + ((j - 1) % per + 0.5) / per)  # J's midpoint: a - M exact within J
 
 
@@ -258,14 +264,16 @@ def test_each_interval_fit_is_within_its_target() -> None:
     24 Chebyshev points, relative error within 2^-59, scripts/fit_erf.py's target (the fits reach 2^-60.1 at
     worst). The end-to-end tests see a table error only once it grows to ulps of the result; this sees one
     of 1/64 ulp, so a coefficient slip is caught before it costs accuracy anywhere."""
-    edges = [0.0] + [special._A_LO * 2 ** (k // 8) * (1 + (k % 8) / 8) for k in range(8 * 7 + 8)]  # J = 0: [0, 1/8)
-    edges = edges[: len(special._M) + 1]
+    edges = [0.0] + [
+        error_function._A_LO * 2 ** (k // 8) * (1 + (k % 8) / 8) for k in range(8 * 7 + 8)
+    ]  # J = 0: [0, 1/8)
+    edges = edges[: len(error_function._M) + 1]
     assert edges[-1] == 28.0
     with mp.workdps(30):
         for j, (lo, hi) in enumerate(itertools.pairwise(edges)):
             lo, hi = mp.mpf(lo), mp.mpf(hi)
-            m, k, c0 = mp.mpf(special._M[j]), mp.mpf(special._K[j]), mp.mpf(special._C0[j])
-            coefficients = [mp.mpf(c) for c in reversed(special._P[j])]
+            m, k, c0 = mp.mpf(error_function._M[j]), mp.mpf(error_function._K[j]), mp.mpf(error_function._C0[j])
+            coefficients = [mp.mpf(c) for c in reversed(error_function._P[j])]
             points = [lo, hi] + [(lo + hi) / 2 + (hi - lo) / 2 * mp.cos(mp.pi * (i + 0.5) / 24) for i in range(24)]
             for a in points:
                 f = mp.erfc(a) * mp.exp(a * a)
@@ -279,7 +287,7 @@ def test_erfc_of_tiny_x_is_correctly_rounded() -> None:
     within 0.5 + 2^-17 ulp of erfc (correctly rounded but for near-ties), tighter than the 2 ulp elsewhere."""
     rng = np.random.default_rng(8)
     xs = rng.choice([-1.0, 1.0], 1500) * np.exp2(rng.uniform(-60, -20, 1500))
-    worst = max(abs(ulps(g, exact(x)[1])) for x, g in zip(xs.tolist(), special.erfc(xs).tolist()))
+    worst = max(abs(ulps(g, exact(x)[1])) for x, g in zip(xs.tolist(), error_function.erfc(xs).tolist()))
     assert worst <= 0.5 + 2**-17, worst
 
 
@@ -289,7 +297,7 @@ def test_deep_subnormal_erfc_is_correctly_rounded() -> None:
     result is within 0.5 + 2^-17 of them: correctly rounded but for near-ties (x from ~26.8 on)."""
     xs = np.random.default_rng(9).uniform(26.8, 27.3, 1000)
     checked = 0
-    for x, g in zip(xs.tolist(), special.erfc(xs).tolist()):
+    for x, g in zip(xs.tolist(), error_function.erfc(xs).tolist()):
         c = exact(x)[1]
         if c < mp.mpf(2) ** -1040:
             checked += 1
