@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from sigdnn.errors import UsageError
+from sigdnn.errors import GraphError, UsageError
 from sigdnn.io import (
     DEFAULT_MAX_GRAPH_FILE_BYTES,
     DEFAULT_MAX_TENSOR_FILE_BYTES,
@@ -28,10 +28,21 @@ def file_cap(args: argparse.Namespace, default: int) -> int:
 
 
 def read_graph(args: argparse.Namespace, path: str) -> bytes:
-    """The bytes of a graph file (sigdnn's, or a format the importers register), converted to sigdnn's."""
+    """The bytes of a graph file (sigdnn's, or a format the importers register), converted to sigdnn's;
+    --input-shape fixes an ONNX model's symbolic input dims."""
     import sigdnn.importers  # noqa: F401  (registers the foreign graph formats read_graph_file detects)
 
-    return read_graph_file(path, max_bytes=file_cap(args, DEFAULT_MAX_GRAPH_FILE_BYTES))
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, dims in getattr(args, "input_shapes", None) or ():
+        if name in shapes:
+            raise UsageError(f"--input-shape names {name!r} twice")
+        shapes[name] = dims
+    try:
+        return read_graph_file(path, max_bytes=file_cap(args, DEFAULT_MAX_GRAPH_FILE_BYTES), input_shapes=shapes)
+    except (UsageError, GraphError) as e:
+        if shapes and ("input shapes" in str(e) or "input_shapes" in str(e)):
+            raise type(e)(f"--input-shape: {e}") from None
+        raise
 
 
 def expected(graph: Any) -> dict[str, Expected]:

@@ -24,6 +24,7 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
     imported.add_argument(
         "--max-file-bytes", type=options.size, metavar="SIZE", help="refuse larger files (default: 256 MiB)"
     )
+    options.input_shape_option(imported)
     imported.set_defaults(func=cmd_import)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 import sigdnn
 from sigdnn.io import DEFAULT_MAX_GRAPH_FILE_BYTES, DEFAULT_MAX_TENSOR_FILE_BYTES, format_bytes, parse_bytes
@@ -57,6 +58,35 @@ def engine(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
 
+MAX_DIM = 1 << 62  # a dim sigdnn can hold; the graph's limits refuse far less
+
+
+def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """NAME=D0,D1,...: the dims of one graph input (each a whole number >= 1; 2.5 is refused, not truncated)."""
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=D0,D1,... (e.g. x=1,3,224,224)")
+    values = []
+    for dim in dims.split(","):
+        dim = dim.strip()
+        if not re.fullmatch(r"[0-9]+", dim) or not 1 <= int(dim) <= MAX_DIM:
+            raise argparse.ArgumentTypeError(f"{text!r}: dim {dim!r} is not a whole number from 1 to 2^62")
+        values.append(int(dim))
+    return name, tuple(values)
+
+
+def input_shape_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--input-shape",
+        type=input_shape,
+        action="append",
+        dest="input_shapes",
+        metavar="NAME=D0,D1,...",
+        help="the dims of an ONNX model's input whose dims are symbolic (a batch size, a sequence length); "
+        "may be repeated",
+    )
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit 2) that point at --help."""
 
@@ -65,7 +95,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def graph_options(parser: argparse.ArgumentParser, backend_default: str = "reference") -> None:
-    """--backend, --max-bytes and --max-file-bytes, for the commands that read and run graphs."""
+    """--backend, --max-bytes, --max-file-bytes and --input-shape, for the commands that read and run graphs."""
+    input_shape_option(parser)
     parser.add_argument(
         "--backend",
         default=backend_default,

@@ -25,21 +25,22 @@ from sigdnn.io.graph_files import GraphFormat, register_format
 __all__ = ["load"]
 
 
-def _lazy(module: str, check: str, beside: bool = False) -> GraphFormat:
+def _lazy(module: str, check: str, beside: bool = False, shapes: bool = False) -> GraphFormat:
     """A format whose detection (byte checks only) runs on every file and whose importer loads on first use;
-    ``beside``: it reads files next to the graph file (ONNX external data), resolved in its folder."""
+    ``beside``: it reads files next to the graph file (ONNX external data), resolved in its folder;
+    ``shapes``: its to_sdg takes input_shapes= (symbolic input dims, fixed by --input-shape)."""
 
     def to_sdg(data: bytes) -> bytes:
         return importlib.import_module(f"sigdnn.importers.{module}").to_sdg(data)
 
-    def to_sdg_at(data: bytes, path: str, max_bytes: int) -> bytes:
-        return importlib.import_module(f"sigdnn.importers.{module}").to_sdg(data, path, max_bytes)
+    def to_sdg_at(data: bytes, path: str, max_bytes: int, **options: object) -> bytes:
+        return importlib.import_module(f"sigdnn.importers.{module}").to_sdg(data, path, max_bytes, **options)
 
-    return GraphFormat(module, getattr(detect, check), to_sdg, to_sdg_at if beside else None)
+    return GraphFormat(module, getattr(detect, check), to_sdg, to_sdg_at if beside else None, shapes)
 
 
 for _format in (
-    _lazy("onnx", "is_onnx", beside=True),
+    _lazy("onnx", "is_onnx", beside=True, shapes=True),
     _lazy("cudnn_json", "is_cudnn_json"),
     _lazy("hipdnn", "is_hipdnn"),
 ):

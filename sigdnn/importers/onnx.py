@@ -212,6 +212,7 @@ class OnnxImporter:
             self._check_old_opset()
         self.values: dict[str, Value] = {}
         self.constants: dict[str, Tensor] = {}
+        self.initializer_of: dict[int, tuple[np.ndarray, str]] = {}  # id -> (the array, kept alive; its name)
         self.names = FreshNames()
         self.node_names = FreshNames()
         self.input_shapes = input_shape_overrides(input_shapes)
@@ -266,6 +267,7 @@ class OnnxImporter:
         """A known value as a constant tensor of the graph (one per value name)."""
         if isinstance(v, Tensor):
             return v
+        name = self.initializer_of.get(id(v), (None, name))[1]  # an initializer keeps its ONNX name (overridable)
         if name not in self.constants:
             self.constants[name] = self.graph.constant(self.names(name, "constant"), np.asarray(v))
         return self.constants[name]
@@ -278,10 +280,16 @@ class OnnxImporter:
                 self.values[t.name] = onnx.numpy_helper.to_array(t)
             except Exception as e:  # external data missing, bad raw_data size, ...
                 raise SchemaError(f"ONNX initializer '{t.name}': {type(e).__name__}: {e}") from None
+            # by identity: the very array a node uses unchanged becomes the constant named after it
+            self.initializer_of[id(self.values[t.name])] = (self.values[t.name], t.name)
         inputs = {info.name for info in self.model.graph.input}
         unknown = sorted(set(self.frozen) - inputs)
         if unknown:
             raise GraphError(f"ONNX model: constants {unknown} name no graph input")
+        unknown = sorted(set(self.input_shapes) - (inputs - initializers))
+        if unknown:
+            known = ", ".join(sorted(inputs - initializers)) or "none"
+            raise GraphError(f"ONNX model: input_shapes {unknown} name no graph input (its inputs: {known})")
         for info in self.model.graph.input:
             if info.name in self.frozen:
                 self.values[info.name] = self.frozen[info.name]
@@ -302,7 +310,7 @@ class OnnxImporter:
                         label = d.dim_param or "unknown"
                         raise GraphError(
                             f"{where}: dim {axis} is symbolic ({label!r}); give its shape with "
-                            f"input_shapes={{'{info.name}': (...)}}"
+                            f"input_shapes={{'{info.name}': (...)}} (command line: --input-shape {info.name}=D0,D1,...)"
                         )
                     dims.append(d.dim_value)
                 dims = tuple(dims) or (1,)
@@ -493,7 +501,12 @@ def load(
     return graph
 
 
-def to_sdg(data: bytes, path: str | None = None, max_bytes: int = DEFAULT_MAX_GRAPH_FILE_BYTES) -> bytes:
+def to_sdg(
+    data: bytes,
+    path: str | None = None,
+    max_bytes: int = DEFAULT_MAX_GRAPH_FILE_BYTES,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> bytes:
     """ONNX model bytes -> sigdnn graph bytes (the GraphFormat hook of ``sigdnn.io``; external data beside ``path``)."""
     base_dir = None if path is None else os.path.dirname(os.path.abspath(path))
-    return load(data, base_dir=base_dir, max_bytes=max_bytes).serialize()
+    return load(data, base_dir=base_dir, max_bytes=max_bytes, input_shapes=input_shapes).serialize()

@@ -8,11 +8,12 @@ registers its three when imported).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from sigdnn.io.files import PathArg, check_path, read_regular_file
+from sigdnn.errors import UsageError
+from sigdnn.io.files import PathArg, check_path, read_regular_file, shown
 
 DEFAULT_MAX_GRAPH_FILE_BYTES = 256 << 20  # far above any real graph; a 10,000-node graph is ~2 MiB
 
@@ -26,7 +27,9 @@ class GraphFormat:
     to_sdg: Callable[[bytes], bytes]  # content -> sigdnn graph bytes; raises a SigdnnError when it cannot
     # (content, path, byte cap) -> sigdnn graph bytes, for a format that reads files beside the graph file
     # (ONNX external data): they resolve in the graph file's folder and count against the same cap.
-    to_sdg_at: Callable[[bytes, str, int], bytes] | None = None
+    to_sdg_at: Callable[..., bytes] | None = None
+    # whether to_sdg_at takes input_shapes= (fixed dims for the graph's symbolic input dims: ONNX)
+    takes_input_shapes: bool = False
 
 
 # Foreign formats read_graph_file converts, in the order they are tried. sigdnn.io knows none itself:
@@ -46,11 +49,25 @@ def read_graph_file(
     *,
     max_bytes: int = DEFAULT_MAX_GRAPH_FILE_BYTES,
     formats: Sequence[GraphFormat] | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> bytes:
-    """A graph file's content as sigdnn graph bytes (regular files only, at most ``max_bytes``)."""
+    """A graph file's content as sigdnn graph bytes (regular files only, at most ``max_bytes``).
+
+    ``input_shapes`` fixes the symbolic dims of a model's inputs (``{"x": (1, 3, 224, 224)}``), for the formats
+    that have them (ONNX); a graph of fixed dims given them is a UsageError.
+    """
     path = check_path(path, "graph file")
     data = bytes(read_regular_file(path, what="graph file", max_bytes=max_bytes))
     for fmt in GRAPH_FORMATS if formats is None else formats:
         if fmt.detect(data, path):
-            return fmt.to_sdg(data) if fmt.to_sdg_at is None else fmt.to_sdg_at(data, path, max_bytes)
-    return data
+            if input_shapes and not fmt.takes_input_shapes:
+                break
+            if fmt.to_sdg_at is None:
+                return fmt.to_sdg(data)
+            return fmt.to_sdg_at(data, path, max_bytes, **({"input_shapes": input_shapes} if input_shapes else {}))
+    else:
+        if not input_shapes:
+            return data
+    raise UsageError(
+        f"input shapes fix an ONNX model's symbolic dims; graph file {shown(path)} is no ONNX model, its dims are fixed"
+    )

@@ -84,3 +84,50 @@ def export(model: nn.Module, x: torch.Tensor, *, fold_constants: bool = True, op
             do_constant_folding=fold_constants,
         )
     return buffer.getvalue()
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV3's block (Howard et al., 2019; torchvision's layout): expand, depthwise, squeeze-excite, project."""
+
+    def __init__(self, cin: int, mid: int, cout: int, stride: int, hard: bool) -> None:
+        super().__init__()
+        act = nn.Hardswish if hard else nn.ReLU
+        self.expand = nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), act())
+        self.depthwise = nn.Sequential(
+            nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False), nn.BatchNorm2d(mid), act()
+        )
+        squeeze = max(8, mid // 4)
+        self.se = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Conv2d(mid, squeeze, 1), nn.ReLU(), nn.Conv2d(squeeze, mid, 1), nn.Hardsigmoid()
+        )
+        self.project = nn.Sequential(nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.depthwise(self.expand(x))
+        y = self.project(y * self.se(y))
+        return x + y if self.residual else y
+
+
+def mobilenet_v3_small_like(seed: int = 0, classes: int = 100) -> nn.Module:
+    """mobilenet_v3_small's stem, four of its blocks and its head (Hardswish, Hardsigmoid in squeeze-excite)."""
+    torch.manual_seed(seed)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1, bias=False),
+        nn.BatchNorm2d(16),
+        nn.Hardswish(),
+        InvertedResidual(16, 16, 16, 2, hard=False),
+        InvertedResidual(16, 72, 24, 2, hard=False),
+        InvertedResidual(24, 96, 40, 2, hard=True),
+        InvertedResidual(40, 240, 40, 1, hard=True),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(40, 128),
+        nn.Hardswish(),
+        nn.Linear(128, classes),
+    )
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 1.5)
+    return model.eval()

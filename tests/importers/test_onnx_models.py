@@ -10,7 +10,7 @@ pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 
-from onnx_models import encoder, export, resnet18  # noqa: E402
+from onnx_models import encoder, export, mobilenet_v3_small_like, resnet18  # noqa: E402
 
 import sigdnn  # noqa: E402
 from sigdnn.importers import onnx as onnx_import  # noqa: E402
@@ -74,3 +74,62 @@ def test_weights_travel_inside_the_sdg(tmp_path) -> None:
     ours = sigdnn.Executor().run(path, {"x": x})["y"]
     theirs = ort.InferenceSession(data).run(None, {"x": x})[0]
     assert np.abs(ours - theirs).max() <= accumulation_bound(graph, float(np.abs(theirs).max()))
+
+
+def test_a_mobilenet_v3_small_like_model_with_hardswish_and_hardsigmoid_matches_onnxruntime() -> None:
+    """Exported as torch exports mobilenet_v3_small: HardSwish and HardSigmoid nodes, refused before #32."""
+    x = np.random.default_rng(4).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    data = export(mobilenet_v3_small_like(), torch.from_numpy(x), opset=17)
+    exported = {n.op_type for n in __import__("onnx").load_from_string(data).graph.node}
+    assert {"HardSwish", "HardSigmoid"} <= exported
+    ours, theirs, graph = run_both(data, x)
+    assert ours.shape == theirs.shape == (2, 100)
+    assert np.abs(ours - theirs).max() <= accumulation_bound(graph, float(np.abs(theirs).max()))
+
+
+@pytest.mark.parametrize(
+    ("op", "alpha", "beta"), [("HardSigmoid", 0.2, 0.5), ("HardSigmoid", 0.7, -0.1), ("HardSwish", None, None)]
+)
+def test_hard_activations_agree_with_onnxruntime_to_float32_rounding(op: str, alpha, beta) -> None:
+    """Each side rounds alpha x and + beta in float32 (ours: float64 rounded once per node; onnxruntime may fuse)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    attributes = {} if alpha is None else {"alpha": alpha, "beta": beta}
+    node = helper.make_node(op, ["x"], ["y"], **attributes)
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 200])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 200])
+    model = helper.make_model(
+        helper.make_graph([node], "hard", [x_info], [y_info]), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    data = model.SerializeToString()
+    x = np.linspace(-8, 8, 600, dtype=np.float32).reshape(3, 200)
+    x[0, :4] = [-0.0, 0.0, 2.5, -2.5]  # the clip's corners for the default alpha and beta
+    ours = sigdnn.Executor().run(onnx_import.load(data), {"x": x})["y"]
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ours, theirs, rtol=2 * EPS32, atol=0)
+    assert onnx.checker.check_model(model) is None
+
+
+def test_initializers_keep_their_onnx_names_and_a_weight_is_overridden_by_it() -> None:
+    """The graph's constants are named as the model's initializers; a variant pack entry of that name replaces the
+    weight, and the run agrees with onnxruntime on the model with that initializer replaced."""
+    import onnx
+    from onnx import numpy_helper
+
+    x = np.random.default_rng(5).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    data = export(mobilenet_v3_small_like(), torch.from_numpy(x), opset=17)
+    model = onnx.load_from_string(data)
+    graph = onnx_import.load(data)
+    constants = {t.name for t in graph.tensors.values() if t.is_constant}
+    conv_weights = [n.input[1] for n in model.graph.node if n.op_type == "Conv"]
+    assert conv_weights and set(conv_weights) <= constants  # e.g. 'onnx::Conv_123' as torch names them
+    name = conv_weights[-1]  # the last block's projection: nothing after it but the head
+    (init,) = [t for t in model.graph.initializer if t.name == name]
+    replaced = np.random.default_rng(6).standard_normal(numpy_helper.to_array(init).shape).astype(np.float32)
+    ours = sigdnn.Executor().run(graph.serialize(), {"x": x, name: replaced})["y"]
+    init.CopyFrom(numpy_helper.from_array(replaced, name))
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    default = sigdnn.Executor().run(graph.serialize(), {"x": x})["y"]
+    assert np.abs(ours - theirs).max() <= accumulation_bound(graph, float(np.abs(theirs).max()))
+    assert np.abs(default - theirs).max() > 10 * accumulation_bound(graph, float(np.abs(theirs).max()))

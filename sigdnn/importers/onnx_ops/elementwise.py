@@ -148,3 +148,27 @@ def cast(node: OnnxNode) -> list[Value]:
 @onnx_op("CastLike")
 def cast_like(node: OnnxNode) -> list[Value]:
     return _cast(node, as_data_type(node.dtype(1).numpy))
+
+
+def _hard_sigmoid(node: OnnxNode, x: Value, alpha: float, beta: float) -> Tensor:
+    """max(0, min(1, alpha x + beta)): a multiply and an add, then relu_fwd clipped to [0, 1]."""
+    dtype = node.dtype(0).numpy
+    scaled = node.pointwise("mul", x, np.array(alpha, dtype=dtype), what="hard_sigmoid_scale")
+    shifted = node.pointwise("add", scaled, np.array(beta, dtype=dtype), what="hard_sigmoid_shift")
+    return node.pointwise("relu_fwd", shifted, what="hard_sigmoid", relu_lower_clip=0.0, relu_upper_clip=1.0)
+
+
+@onnx_op("HardSigmoid")
+def hard_sigmoid(node: OnnxNode) -> list[Value]:
+    if not node.dtype(0).is_float:
+        raise node.refuse("HardSigmoid of integers is not an ONNX op")
+    return [_hard_sigmoid(node, node.value(0), float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5)))]
+
+
+@onnx_op("HardSwish")
+def hard_swish(node: OnnxNode) -> list[Value]:
+    """x * HardSigmoid(x) with alpha 1/6 and beta 1/2 (ONNX's definition)."""
+    if not node.dtype(0).is_float:
+        raise node.refuse("HardSwish of integers is not an ONNX op")
+    x = node.value(0)
+    return [node.pointwise("mul", x, _hard_sigmoid(node, x, 1 / 6, 0.5), what="hard_swish")]
