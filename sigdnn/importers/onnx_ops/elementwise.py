@@ -113,19 +113,6 @@ def clip(node: OnnxNode) -> list[Value]:
     return [node.pointwise("relu_fwd", node.value(0), relu_lower_clip=lo, relu_upper_clip=hi)]
 
 
-@onnx_op("HardSigmoid", "HardSwish")
-def hard_sigmoid(node: OnnxNode) -> list[Value]:
-    """HardSigmoid: max(0, min(1, alpha * x + beta)), a mul, an add and a relu_fwd clipped to [0, 1];
-    HardSwish: x * HardSigmoid(x) with alpha 1/6 and beta 1/2 (mobilenet_v3's activations)."""
-    swish = node.op_type == "HardSwish"
-    alpha, beta = (1 / 6, 0.5) if swish else (float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5)))
-    x, dtype = node.value(0), node.dtype(0).numpy
-    scaled = node.pointwise("mul", x, np.array(alpha, dtype=dtype), what="alpha")
-    shifted = node.pointwise("add", scaled, np.array(beta, dtype=dtype), what="beta")
-    gate = node.pointwise("relu_fwd", shifted, what="clip", relu_lower_clip=0.0, relu_upper_clip=1.0)
-    return [node.pointwise("mul", x, gate, what="swish") if swish else gate]
-
-
 @onnx_op("Identity", "Dropout")
 def identity(node: OnnxNode) -> list[Value]:
     """The value itself (Dropout at inference: no mask output, ratio ignored only when training_mode is off)."""
