@@ -131,3 +131,31 @@ def mobilenet_v3_small_like(seed: int = 0, classes: int = 100) -> nn.Module:
             m.running_mean.uniform_(-0.2, 0.2)
             m.running_var.uniform_(0.5, 1.5)
     return model.eval()
+
+
+class CausalSelfAttention(nn.Module):
+    """One causal attention block as decoders write it: the mask is torch.triu of -inf above the diagonal, which
+    torch.onnx.export writes as ConstantOfShape -> Trilu when the sequence length is dynamic."""
+
+    def __init__(self, d_model: int = 16, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.qkv, self.out, self.scale = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model), d_model**0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        q, k, v = self.qkv(x).chunk(3, -1)
+        mask = torch.triu(torch.full((length, length), float("-inf")), diagonal=1)
+        return self.out(torch.softmax(q @ k.transpose(-1, -2) / self.scale + mask, -1) @ v)
+
+
+def export_dynamic(model: nn.Module, x: torch.Tensor, axes: dict[int, str], opset: int = 17) -> bytes:
+    """ONNX bytes of ``model`` with the dims ``axes`` of its input symbolic (as exported models usually have)."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model.eval(), (x,), buffer, dynamo=False, opset_version=opset, input_names=["x"], output_names=["y"],
+            dynamic_axes={"x": axes},
+        )  # fmt: skip
+    return buffer.getvalue()

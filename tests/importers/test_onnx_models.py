@@ -10,7 +10,14 @@ pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 torch = pytest.importorskip("torch")
 
-from onnx_models import encoder, export, mobilenet_v3_small_like, resnet18  # noqa: E402
+from onnx_models import (  # noqa: E402
+    CausalSelfAttention,
+    encoder,
+    export,
+    export_dynamic,
+    mobilenet_v3_small_like,
+    resnet18,
+)
 
 import sigdnn  # noqa: E402
 from sigdnn.importers import onnx as onnx_import  # noqa: E402
@@ -133,3 +140,38 @@ def test_initializers_keep_their_onnx_names_and_a_weight_is_overridden_by_it() -
     default = sigdnn.Executor().run(graph.serialize(), {"x": x})["y"]
     assert np.abs(ours - theirs).max() <= accumulation_bound(graph, float(np.abs(theirs).max()))
     assert np.abs(default - theirs).max() > 10 * accumulation_bound(graph, float(np.abs(theirs).max()))
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [-3, -1, 0, 2, 9])
+def test_trilu_of_a_runtime_tensor_matches_onnxruntime(upper: int, k: int) -> None:
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)
+    graph = helper.make_graph(
+        [node],
+        "trilu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 7])],
+        [helper.make_tensor("k", TensorProto.INT64, [], [k])],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    x = np.random.default_rng(7).standard_normal((2, 5, 7)).astype(np.float32)
+    imported = onnx_import.load(data)
+    assert "binary_select" in {getattr(n.op, "mode", None) for n in imported.nodes}  # lowered, not folded
+    ours = sigdnn.Executor().run(imported, {"x": x})["y"]
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_a_causal_block_exported_with_a_dynamic_sequence_matches_onnxruntime() -> None:
+    """torch writes the causal mask as ConstantOfShape -> Trilu; imported with --input-shape's dims fixed."""
+    import onnx
+
+    x = np.random.default_rng(8).standard_normal((2, 9, 16)).astype(np.float32)
+    data = export_dynamic(CausalSelfAttention(), torch.from_numpy(x), {0: "batch", 1: "sequence"})
+    assert "Trilu" in {n.op_type for n in onnx.load_from_string(data).graph.node}
+    graph = onnx_import.load(data, input_shapes={"x": (2, 9, 16)})
+    ours = sigdnn.Executor().run(graph.serialize(), {"x": x})["y"]
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.abs(ours - theirs).max() <= accumulation_bound(graph, float(np.abs(theirs).max()))

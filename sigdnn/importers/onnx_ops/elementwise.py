@@ -172,3 +172,26 @@ def hard_swish(node: OnnxNode) -> list[Value]:
         raise node.refuse("HardSwish of integers is not an ONNX op")
     x = node.value(0)
     return [node.pointwise("mul", x, _hard_sigmoid(node, x, 1 / 6, 0.5), what="hard_swish")]
+
+
+@onnx_op("Trilu")
+def trilu(node: OnnxNode) -> list[Value]:
+    """The upper (j - i >= k) or lower (j - i <= k) triangle of the last two dims, zero elsewhere: column and row
+    indices by gen_index, their difference compared with k, and a binary_select of x or 0."""
+    x = node.value(0)
+    dims = node.dims(0)
+    if len(dims) < 2:
+        raise node.refuse(f"input of rank {len(dims)}; Trilu needs rank >= 2")
+    k = int(node.const(1, "k").reshape(())) if node.has(1) else 0
+    upper = node.attr("upper", 1)
+    if upper not in (0, 1):
+        raise node.refuse(f"upper={upper!r} is neither 0 nor 1")
+    rows = node.pointwise("gen_index", x, what="trilu_row", axis=len(dims) - 2).set_data_type(DataType.INT32)
+    cols = node.pointwise("gen_index", x, what="trilu_col", axis=len(dims) - 1).set_data_type(DataType.INT32)
+    offset = node.pointwise("sub", cols, rows, what="trilu_offset").set_data_type(DataType.INT32)
+    bound = np.array(k, dtype=np.int32)
+    keep = node.pointwise("cmp_ge" if upper else "cmp_le", offset, bound, what="trilu_keep").set_data_type(
+        DataType.BOOL
+    )
+    zero = np.zeros((1,) * len(dims), dtype=node.dtype(0).numpy)
+    return [node.pointwise("binary_select", x, zero, keep, what="trilu")]
