@@ -109,3 +109,49 @@ def test_a_spec_at_the_cap_still_runs(tmp_path: Path) -> None:
     spec = parse_spec(f"seeds = {MAX_CASES}\n" + GENERATE, tmp_path)
     assert count_cases(spec) == MAX_CASES
     assert os.fspath(spec.output)  # parsed: nothing refused
+
+
+def test_the_walk_limit_is_exact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(9):
+        (tmp_path / f"f{i}.sdg").write_bytes(b"")
+    monkeypatch.setattr(spec_files, "MAX_GLOB_ENTRIES", 9)
+    assert len(graphs('"*.sdg"', tmp_path)) == 9  # nine entries visited: at the limit
+    monkeypatch.setattr(spec_files, "MAX_GLOB_ENTRIES", 8)
+    with pytest.raises(SpecError, match="visits more than 8 folder entries"):
+        graphs('"*.sdg"', tmp_path)
+
+
+def test_the_number_of_graph_files_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(3):
+        (tmp_path / f"g{i}.sdg").write_bytes(b"")
+    monkeypatch.setattr(spec_files, "MAX_GRAPH_FILES", 3)
+    assert len(graphs('"*.sdg"', tmp_path)) == 3
+    monkeypatch.setattr(spec_files, "MAX_GRAPH_FILES", 2)
+    with pytest.raises(SpecError, match="more than 2 graph files; split the spec"):
+        graphs('"*.sdg"', tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [('"\\\\server\\\\g.sdg"', "is an absolute path"), ('"."', "names no file"), ('"./"', "names no file")],
+)
+def test_odd_patterns(tmp_path: Path, pattern: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        graphs(pattern, tmp_path)
+
+
+def test_literal_parts_and_double_star_at_the_end(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "secret.sdg").write_bytes(b"")
+    spec_dir = tmp_path / "spec"
+    (spec_dir / "m" / "sub").mkdir(parents=True)
+    (spec_dir / "m" / "a.sdg").write_bytes(b"")
+    (spec_dir / "m" / "sub" / "b.onnx").write_bytes(b"")
+    (spec_dir / "escape").symlink_to(outside, target_is_directory=True)
+    for pattern in ('"escape/secret.sdg"', '"m"', '"m/sub"', '"escape/*.sdg"'):
+        with pytest.raises(SpecError, match="matches no file"):  # a linked folder is not entered; a folder is no file
+            graphs(pattern, spec_dir)
+    assert graphs('"m/**"', spec_dir) == (spec_dir / "m/a.sdg", spec_dir / "m/sub/b.onnx")
+    assert graphs('"m/*"', spec_dir) == (spec_dir / "m/a.sdg",)  # a folder matched by * is not a file
+    assert graphs('"m/sub/b.onnx"', spec_dir) == (spec_dir / "m/sub/b.onnx",)

@@ -186,3 +186,85 @@ def test_a_layernorm_scale_is_not_expanded_past_the_limits() -> None:
     with pytest.raises(SigdnnError, match=r"scale \[1\] broadcast to \[32768, 32768\] would make 1073741824 elements"):
         onnx_importer.load(data)
     assert time.perf_counter() - start < 2
+
+
+def _with_entries(entries: dict[str, str], count: int = 4) -> onnx.ModelProto:
+    model = _external_model("w.bin", count)
+    (w,) = model.graph.initializer
+    del w.external_data[:]
+    for key, value in entries.items():
+        w.external_data.add(key=key, value=value)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ({"location": "w.bin", "colour": "red"}, r"unknown external_data key\(s\) \['colour'\]"),
+        ({"location": ""}, "external data without a usable location"),
+        ({"location": "w\0.bin"}, "external data without a usable location"),
+        ({"offset": "4"}, "external data without a usable location"),
+        ({"location": "w.bin", "offset": "-1"}, "offset '-1' is not an integer >= 0"),
+        ({"location": "w.bin", "length": "1e3"}, "length '1e3' is not an integer >= 0"),
+        ({"location": "w.bin", "length": "9" * 20}, "is not an integer >= 0"),
+        ({"location": "w.bin", "offset": "33"}, "external data asks for bytes 33..33"),
+    ],
+)
+def test_external_data_entries_are_checked(tmp_path: Path, entries: dict[str, str], message: str) -> None:
+    np.arange(8, dtype=np.float32).tofile(tmp_path / "w.bin")  # 32 bytes
+    with pytest.raises(SigdnnError, match=message):
+        onnx_importer.load(_with_entries(entries).SerializeToString(), base_dir=tmp_path)
+
+
+def test_external_data_offset_and_length_default_to_the_rest_of_the_file(tmp_path: Path) -> None:
+    np.arange(8, dtype=np.float32).tofile(tmp_path / "w.bin")
+    got = onnx_importer.load(
+        _with_entries({"location": "w.bin", "offset": "16"}).SerializeToString(), base_dir=tmp_path
+    )
+    np.testing.assert_array_equal(_weights(got), np.arange(4, 8, dtype=np.float32))
+    model = _with_entries({"location": "w.bin", "length": "16", "checksum": "x"})
+    np.testing.assert_array_equal(
+        _weights(onnx_importer.load(model, base_dir=tmp_path)), np.arange(4, dtype=np.float32)
+    )
+
+
+def test_the_byte_cap_counts_the_model_and_its_external_data_together(tmp_path: Path) -> None:
+    np.arange(4, dtype=np.float32).tofile(tmp_path / "w.bin")
+    data = _external_model("w.bin").SerializeToString()
+    exact = len(data) + 16
+    assert onnx_importer.load(data, base_dir=tmp_path, max_bytes=exact).nodes
+    with pytest.raises(SigdnnError, match=r"external data of 16 bytes is over what the file limit leaves \(15 bytes\)"):
+        onnx_importer.load(data, base_dir=tmp_path, max_bytes=exact - 1)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    with pytest.raises(SigdnnError, match="over the"):
+        onnx_importer.load(path, max_bytes=len(data) - 1)
+
+
+def test_external_tensors_in_node_attributes_and_subgraphs_are_found(tmp_path: Path) -> None:
+    value = TensorProto(name="v", data_type=TensorProto.FLOAT, dims=[4])
+    value.data_location = TensorProto.EXTERNAL
+    value.external_data.add(key="location", value="w.bin")
+    constant = helper.make_node("Constant", [], ["c"], value=value)
+    branch = helper.make_graph([constant], "then", [], [helper.make_tensor_value_info("c", TensorProto.FLOAT, [4])])
+    for node in (constant, helper.make_node("If", ["cond"], ["c"], then_branch=branch, else_branch=branch)):
+        graph = helper.make_graph(
+            [node, helper.make_node("Add", ["x", "c"], ["y"])],
+            "attr",
+            [helper.make_tensor_value_info(n, t, d) for n, t, d in (("x", 1, [4]), ("cond", 9, []))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        )
+        data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+        with pytest.raises(SigdnnError, match="tensor 'v' keeps its data in an external file"):
+            onnx_importer.load(data)
+
+
+def test_models_in_other_forms() -> None:
+    model = onnx.load_from_string(_model([helper.make_node("Relu", ["x"], ["y"])], [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], "y", [2]))  # fmt: skip
+    assert onnx_importer.load(model).nodes  # a ModelProto as it is
+    assert onnx_importer.load(memoryview(model.SerializeToString())).nodes
+    with pytest.raises(SigdnnError, match="expected an ONNX ModelProto, bytes or a path, got int"):
+        onnx_importer.load(3)
+    with pytest.raises(SigdnnError, match="not a readable ONNX model"):
+        onnx_importer.load(b"\xff\xff\xff")
