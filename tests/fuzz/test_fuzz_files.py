@@ -57,12 +57,14 @@ def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
 
 # -- tensor files ---------------------------------------------------------------------------------
 def tensor_seeds(folder: Path) -> list[tuple[str, bytes]]:
+    from sigdnn.dtypes import as_data_type
     from sigdnn.io import write_tensor_file
 
     arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, -2], np.int64)}
     seeds = []
     for name in ("t.npz", "t.safetensors"):
-        write_tensor_file(folder / name, {**arrays, "h": np.ones(3, dtype="bfloat16")}, what="seed")
+        bf16 = np.ones(3, dtype=as_data_type("bfloat16").numpy)
+        write_tensor_file(folder / name, {**arrays, "h": bf16}, what="seed")
         seeds.append((name, (folder / name).read_bytes()))
     buffer = io.BytesIO()
     np.save(buffer, arrays["a"])
