@@ -138,3 +138,48 @@ def test_tuning_cache_write_is_atomic_and_its_read_never_blocks(tmp_path: Path) 
     reader.start()
     reader.join(10)
     assert got == [None]
+
+
+def test_a_long_file_name_still_gets_a_temporary_beside_it(tmp_path: Path) -> None:
+    target = tmp_path / ("n" * 250)
+    write_file(target, lambda f: f.write(b"x"), what="file")
+    assert target.read_bytes() == b"x" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_taken_temporary_names_are_skipped_and_exhaustion_is_a_file_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import secrets
+
+    names = iter(["taken", "taken", "free"])
+    monkeypatch.setattr(secrets, "token_hex", lambda n: next(names))
+    (tmp_path / ".out.taken.tmp").write_bytes(b"someone else's")
+    write_file(tmp_path / "out", lambda f: f.write(b"x"), what="file")
+    assert (tmp_path / "out").read_bytes() == b"x"
+    assert (tmp_path / ".out.taken.tmp").read_bytes() == b"someone else's"
+    monkeypatch.setattr(secrets, "token_hex", lambda n: "taken")
+    with pytest.raises(FileError, match="no free temporary name"):
+        write_file(tmp_path / "out", lambda f: f.write(b"y"), what="file")
+    assert (tmp_path / "out").read_bytes() == b"x"
+
+
+def test_the_same_spelling_is_named_once(tmp_path: Path) -> None:
+    graph = tmp_path / "g.sdg"
+    graph.write_bytes(b"g")
+    with pytest.raises(FileError, match=r"^--out file '.*g.sdg' is the graph file this command reads; writing it"):
+        refuse_overwriting_inputs(str(graph), "--out file", [(str(graph), "graph file")])
+
+
+def test_a_rename_that_fails_keeps_the_old_file_and_removes_the_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "out"
+    target.write_bytes(b"old")
+
+    def refuse(*args: object) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(FileError, match=r"cannot write file '.*out': Invalid cross-device link"):
+        write_file(target, lambda f: f.write(b"new"), what="file")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["out"]
