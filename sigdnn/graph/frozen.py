@@ -19,9 +19,7 @@ def refuse(what: str, change: str) -> NoReturn:
 
 def guard(instance: Any, attribute: Any, value: Any) -> Any:
     """attrs on_setattr hook of Graph, Tensor and Node: a planned one refuses every public attribute write."""
-    if (getattr(instance, "frozen", False) or getattr(instance, "_frozen", False)) and not attribute.name.startswith(
-        "_"
-    ):
+    if attribute.name[0] != "_" and getattr(instance, "frozen", False):  # Graph's is a property of its _frozen
         refuse(f"{type(instance).__name__.lower()} '{getattr(instance, 'name', '?')}'", f"set {attribute.name}")
     return value
 
