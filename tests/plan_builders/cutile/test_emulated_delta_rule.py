@@ -21,7 +21,7 @@ import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cutile import delta_rule, delta_rule_kernel
-from sigdnn.plan_builders.cutile.delta_rule import CutileGdnBuilder, CutileKdaBuilder
+from sigdnn.plan_builders.cutile.delta_rule import CutileGdnBuilder, CutileKdaBuilder, CutileKdaBwdBuilder
 
 
 @pytest.fixture(autouse=True)
@@ -150,3 +150,24 @@ def test_one_kernel_serves_every_token_count() -> None:
     g2, _ = delta_rule_graph("gdn", (300, 7, 1))
     sources = [CutileGdnBuilder().launches(g.nodes[0], g)[0][0].source for g in (g1, g2)]
     assert sources[0] == sources[1]
+
+
+@pytest.mark.parametrize(
+    ("port", "dtype", "allowed"),
+    [
+        ("cu_seqlens", "int32", True), ("cu_seqlens", "int64", True), ("cu_seqlens", "float32", False),
+        ("g", "float32", True), ("g", "bfloat16", False), ("dg", "float32", True), ("dg", "float16", False),
+        ("initial_state", "bfloat16", True), ("d_final_state", "float32", True), ("final_state", "float16", False),
+        ("d_initial_state", "float16", False), ("q", "float16", True), ("v", "float64", False),
+    ],
+)  # fmt: skip
+def test_the_dtypes_each_port_takes(port, dtype, allowed) -> None:
+    assert delta_rule.dtype_allowed(port, sigdnn.dtypes.as_data_type(dtype)) is allowed
+
+
+def test_the_backward_workspace_holds_a_state_slot_per_chunk() -> None:
+    """Slots floor(start / 64) + n for every chunk of every sequence: T // 64 + N + 1 of them, per head."""
+    g, _ = delta_rule_backward_graph("kda", (64, 65, 1), heads=2, kd=8, vd=4)
+    launches, workspace = CutileKdaBwdBuilder().launches(g.nodes[0], g)
+    assert workspace >= (130 // 64 + 3 + 1) * 2 * 8 * 4 * 4
+    assert launches[0].grid == (3, 2, 1) and launches[0].args[-1].shape == ((130 // 64 + 3 + 1) * 2 * 8 * 4,)
