@@ -302,8 +302,11 @@ class Executor:
         return Step(node.name, (node,), (key,), VIEW, plan, node.op.ports(), ins, tuple(node.op.outputs().values()))
 
     def _load(self, source: GraphSource) -> tuple[Graph | None, bytes]:
+        """(the Graph, or None when it is still to be read from the bytes; the bytes the plan cache keys on)."""
         if isinstance(source, Graph):
-            return source.freeze(), source.serialize()  # a planned graph is read-only: its plan stays its own
+            from sigdnn.graph.serialize import fingerprint  # its weights hashed, not copied (a cache key)
+
+            return source.freeze(), fingerprint(source)  # a planned graph is read-only: its plan stays its own
         if isinstance(source, (bytes, bytearray, memoryview)):
             try:
                 return None, bytes(source)

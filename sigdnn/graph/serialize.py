@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
+
 import flatbuffers
 import numpy as np
 
@@ -18,12 +21,12 @@ def _vector(builder: flatbuffers.Builder, values: tuple[int, ...]) -> int:
     return builder.CreateNumpyVector(np.asarray(values, dtype="<i8"))
 
 
-def _tensor(builder: flatbuffers.Builder, graph: Graph, t: Tensor) -> int:
+def _tensor(builder: flatbuffers.Builder, graph: Graph, t: Tensor, data_of: dict[int, bytes]) -> int:
     name = builder.CreateString(t.name)
     dims = _vector(builder, t.dims)
     strides = _vector(builder, t.strides)
     value = builder.CreateByteVector(t.value) if t.value is not None else None
-    data = builder.CreateByteVector(t.data) if t.data is not None else None
+    data = builder.CreateByteVector(data_of[t.uid]) if t.data is not None else None
     dtype = graph.dtype_of(t)
     fb_tensor.Start(builder)
     fb_tensor.AddUid(builder, t.uid)
@@ -47,11 +50,15 @@ def _offsets(builder: flatbuffers.Builder, offsets: list[int]) -> int:
     return builder.EndVector()
 
 
-def serialize(graph: Graph) -> bytes:
-    """Write ``graph`` as a sigdnn FlatBuffers buffer (identifier SDG1)."""
-    constant_bytes = sum(len(t.data) + 8 for t in graph.tensors.values() if t.data is not None)
+def serialize(graph: Graph, constant: Callable[[bytes], bytes] | None = None) -> bytes:
+    """Write ``graph`` as a sigdnn FlatBuffers buffer (identifier SDG1); ``constant``: what to write for a
+    constant tensor's data (the data itself unless a fingerprint is wanted)."""
+    data_of = {
+        t.uid: t.data if constant is None else constant(t.data) for t in graph.tensors.values() if t.data is not None
+    }
+    constant_bytes = sum(len(b) + 8 for b in data_of.values())
     builder = flatbuffers.Builder(1024 + 160 * len(graph.tensors) + 96 * len(graph.nodes) + constant_bytes)
-    tensors = [_tensor(builder, graph, t) for t in graph.tensors.values()]
+    tensors = [_tensor(builder, graph, t, data_of) for t in graph.tensors.values()]
     nodes = []
     for n in graph.nodes:
         name = builder.CreateString(n.name)
@@ -83,3 +90,17 @@ def serialize(graph: Graph) -> bytes:
         fb_graph.AddPreferredEngineId(builder, graph.preferred_engine_id)
     builder.Finish(fb_graph.End(builder), FILE_IDENTIFIER)
     return bytes(builder.Output())
+
+
+_DIGEST_ABOVE = 64  # bytes: longer constants are stood for by a 32-byte digest, which no valid tensor of theirs holds
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=32).digest() if len(data) > _DIGEST_ABOVE else data
+
+
+def fingerprint(graph: Graph) -> bytes:
+    """Bytes that tell graphs apart as ``serialize``'s do, each constant longer than 64 bytes written as its digest:
+    a plan-cache key for a Graph that costs one hash of its weights, not their copy into a FlatBuffer (ViT-B/16's
+    330 MB: most of prepare). A digest's 32 bytes can stand for no real constant of those dims, which hold more."""
+    return serialize(graph, _digest)

@@ -16,10 +16,12 @@ from sigdnn.runtime import cuda
 @pytest.fixture
 def machine(monkeypatch: pytest.MonkeyPatch):
     """A stand-in machine: set ``gpus`` (0: no usable GPU) and ``dsl`` (whether a GPU DSL imports)."""
-    state = {"gpus": 1, "dsl": True}
+    state: dict = {"gpus": 1, "dsl": {"cuda.tile", "cutlass"}}
     monkeypatch.setattr(cuda, "gpu_unavailable_reason", lambda: None if state["gpus"] else "no CUDA device is visible")
     monkeypatch.setattr(cuda, "visible_gpu_count", lambda: state["gpus"])
-    monkeypatch.setattr(cuda, "dsl_unavailable_reason", lambda module, package: None if state["dsl"] else "missing")
+    monkeypatch.setattr(
+        cuda, "dsl_unavailable_reason", lambda module, package: None if module in state["dsl"] else "missing"
+    )
     return state
 
 
@@ -35,9 +37,15 @@ def test_no_gpu_says_what_to_do(machine) -> None:
 
 
 def test_no_gpu_builders_says_what_to_install(machine) -> None:
-    machine["dsl"] = False
+    machine["dsl"] = set()
     with pytest.raises(UsageError, match=r"cuda-tile or nvidia-cutlass-dsl missing\): pip install 'sigdnn\[gpu\]'"):
         check_local_gpus("gpu", 1)
+
+
+@pytest.mark.parametrize("present", ["cuda.tile", "cutlass"])
+def test_one_gpu_dsl_is_enough(machine, present: str) -> None:
+    machine["dsl"] = {present}
+    check_local_gpus("gpu", 1)
 
 
 @pytest.mark.parametrize(("asked", "present", "ok"), [(None, 1, True), (2, 2, True), (1, 2, True), (3, 2, False)])

@@ -159,3 +159,33 @@ def export_dynamic(model: nn.Module, x: torch.Tensor, axes: dict[int, str], opse
             dynamic_axes={"x": axes},
         )  # fmt: skip
     return buffer.getvalue()
+
+
+class VisionTransformer(nn.Module):
+    """ViT-B/16's layout (Dosovitskiy et al., 2020; torchvision's vit_b_16): 16x16 patches by a strided conv, a class
+    token, learned positions, pre-norm encoder layers (attention + gelu MLP), a layernorm and a linear head."""
+
+    def __init__(self, d: int, layers: int, heads: int, ff: int, image: int = 224, patch: int = 16) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, d, patch, patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, d) * 0.02)
+        self.pos = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, d) * 0.02)
+        layer = nn.TransformerEncoderLayer(d, heads, ff, 0.0, "gelu", batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.embed(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), tokens], 1) + self.pos
+        return self.head(self.norm(self.encoder(tokens))[:, 0])
+
+
+def vit_b_16_like(seed: int = 0, d: int = 768, layers: int = 12, heads: int = 12, ff: int = 3072) -> nn.Module:
+    """A ViT of vit_b_16's sizes (86 M weights) with every layer's weights drawn apart (TransformerEncoder copies one
+    layer, and the exporter would store identical copies once)."""
+    torch.manual_seed(seed)
+    model = VisionTransformer(d, layers, heads, ff)
+    with torch.no_grad():
+        for p in model.encoder.parameters():
+            p.copy_(torch.randn_like(p) * (0.02 if p.dim() > 1 else 0.1))
+    return model.eval()
