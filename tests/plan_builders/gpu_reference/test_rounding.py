@@ -115,3 +115,24 @@ def test_strided_reads_and_writes_reach_the_logical_elements() -> None:
     write(g, value * 2.0, target[:, ::2], DataType.FLOAT16)
     assert np.array_equal(target[:, ::2], (source * 2).astype(np.float16))
     assert (target[:, 1::2] == -1).all()  # the elements between were not written
+
+
+@pytest.mark.parametrize("target", [DataType.BFLOAT16, DataType.FP8_E4M3, DataType.INT8, DataType.FLOAT32])
+def test_a_float64_buffer_gets_what_the_cpu_reference_stores_into_it(target: DataType) -> None:
+    """Validation hands a narrow node float64 output buffers: the value rounded to the node's dtype (bfloat16,
+    fp8, integers), or, where one cast rounds (float32 / float16 / float64), the float64 value itself."""
+    values = np.array([1 + 2.0**-8 + 2.0**-30, -3.3, 500.0, 0.1, np.nan], np.float64)
+    g = gpu()
+    out = np.zeros(values.shape, np.float64)
+    write(g, Array.from_host(g, values), out, target)
+    with np.errstate(all="ignore"):
+        want = values if target is DataType.FLOAT32 else round_to(values, target).astype(np.float64)
+    assert np.array_equal(out, want, equal_nan=True)
+
+
+def test_integer_results_bound_for_a_float_output_round_from_their_exact_value() -> None:
+    g = gpu()
+    out = np.zeros(4, ml_dtypes.bfloat16)
+    values = np.array([3, -7, 257, 1 << 40], np.int64)
+    write(g, Array.from_host(g, values, np.int64), out, DataType.BFLOAT16)
+    assert np.array_equal(out, round_to(values, DataType.BFLOAT16))
