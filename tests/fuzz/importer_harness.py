@@ -21,17 +21,16 @@ import atheris
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "importers")]
 
-from test_fuzz_files import onnx_seeds as onnx_file_seeds  # noqa: E402
-from test_fuzz_importers import hipdnn_seeds, json_seeds, onnx_seeds  # noqa: E402
-
-from sigdnn import SigdnnError  # noqa: E402
-from sigdnn.importers import cudnn_json, hipdnn  # noqa: E402
-from sigdnn.importers import onnx as onnx_import  # noqa: E402
-
 FOLDER = Path(tempfile.mkdtemp(prefix="sigdnn-onnx-ext-"))
 
 
 def _formats() -> dict[str, tuple[Callable[[bytes], object], list[bytes]]]:
+    from test_fuzz_files import onnx_seeds as onnx_file_seeds
+    from test_fuzz_importers import hipdnn_seeds, json_seeds, onnx_seeds
+
+    from sigdnn.importers import cudnn_json, hipdnn
+    from sigdnn.importers import onnx as onnx_import
+
     return {
         "hipdnn": (hipdnn.load, hipdnn_seeds()),
         "cudnn_json": (cudnn_json.load, json_seeds()),
@@ -44,24 +43,26 @@ def _formats() -> dict[str, tuple[Callable[[bytes], object], list[bytes]]]:
 
 def main() -> None:
     fmt = sys.argv.pop(1)
-    load, seeds = _formats()[fmt]
+    with atheris.instrument_imports(include=["sigdnn"]):  # sigdnn only: instrumenting all of NumPy and onnx
+        from sigdnn import SigdnnError  # took longer than the run itself on a busy machine
 
-    def one_input(data: bytes) -> None:
-        try:
-            load(data)
-        except SigdnnError as e:
-            if not str(e):
-                raise AssertionError(f"{type(e).__name__} without a message") from e
+        load, seeds = _formats()[fmt]
 
+        def one_input(data: bytes) -> None:
+            try:
+                load(data)
+            except SigdnnError as e:
+                if not str(e):
+                    raise AssertionError(f"{type(e).__name__} without a message") from e
+
+        for seed in seeds:
+            one_input(seed)  # the lazily imported layers load here, inside the instrumentation
     corpus = [a for a in sys.argv[1:] if not a.startswith("-")]
     if not corpus:
         corpus = [tempfile.mkdtemp(prefix=f"sigdnn-{fmt}-corpus-")]
         sys.argv.append(corpus[0])
     for i, seed in enumerate(seeds):
         (Path(corpus[0]) / f"seed-{i}").write_bytes(seed)
-    for seed in seeds:
-        one_input(seed)  # every lazily imported layer is loaded before instrumentation
-    atheris.instrument_all()
     atheris.Setup(sys.argv, one_input)
     atheris.Fuzz()
 
