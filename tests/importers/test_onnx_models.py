@@ -175,3 +175,46 @@ def test_a_causal_block_exported_with_a_dynamic_sequence_matches_onnxruntime() -
     ours = sigdnn.Executor().run(graph.serialize(), {"x": x})["y"]
     theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert np.abs(ours - theirs).max() <= accumulation_bound(graph, float(np.abs(theirs).max()))
+
+
+def _attention_model(mask: np.ndarray, shape: list[int]) -> bytes:
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"])],
+        "attention",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(mask, "mask")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]).SerializeToString()
+
+
+S = 6
+CAUSAL_MASKS = {
+    "float -inf above the diagonal (torch.triu)": np.triu(np.full((S, S), -np.inf, np.float32), 1),
+    "bool lower triangle": np.tril(np.ones((S, S), bool)),
+    "per batch, the same": np.broadcast_to(np.triu(np.full((S, S), -np.inf, np.float32), 1), (2, 1, S, S)).copy(),
+}
+OTHER_MASKS = {
+    "one diagonal further": np.triu(np.full((S, S), -np.inf, np.float32), 2),
+    "bottom-right aligned bool": np.tril(np.ones((S, S), bool))[::-1, ::-1].copy(),
+    "a finite penalty": np.triu(np.full((S, S), -1e4, np.float32), 1),
+}
+
+
+@pytest.mark.parametrize(("name", "causal"), [(n, True) for n in CAUSAL_MASKS] + [(n, False) for n in OTHER_MASKS])
+def test_a_causal_mask_feeding_attention_becomes_use_causal_mask(name: str, causal: bool) -> None:
+    """The exporter's mask (torch.triu of -inf, or its boolean form) is sdpa's use_causal_mask, no bias read; any
+    other mask stays a bias. Both agree with onnxruntime."""
+    mask = (CAUSAL_MASKS | OTHER_MASKS)[name]
+    shape = [2, 3, S, 8]
+    data = _attention_model(mask, shape)
+    graph = onnx_import.load(data)
+    (sdpa,) = [n for n in graph.nodes if n.kind == "sdpa"]
+    assert sdpa.op.use_causal_mask is causal and (sdpa.op.bias is None) is causal
+    rng = np.random.default_rng(9)
+    inputs = {n: rng.standard_normal(shape).astype(np.float32) for n in "qkv"}
+    ours = sigdnn.Executor().run(graph, inputs)["y"]
+    theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    assert np.abs(ours - theirs).max() <= 64 * EPS32 * float(np.abs(theirs).max())

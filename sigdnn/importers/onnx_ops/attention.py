@@ -33,6 +33,21 @@ def _bias(node: OnnxNode, mask: Value, dtype: np.dtype) -> Value:
     return node.pointwise("binary_select", zero, minus_inf, mask, what="mask_bias")
 
 
+def _is_causal(mask: Value, q_len: int, kv_len: int) -> bool:
+    """Whether a mask known at import time is the top-left causal mask (query i sees key j exactly when j <= i) for
+    every batch entry and head: True / 0 where j <= i, False / -inf above, as exporters write torch.triu's mask."""
+    if not isinstance(mask, np.ndarray) or mask.ndim < 2 or mask.shape[-2:] != (q_len, kv_len):
+        return False
+    rows = mask.reshape(-1, q_len, kv_len)
+    if any(not np.array_equal(rows[0], r) for r in rows[1:]):
+        return False
+    visible = np.tril(np.ones((q_len, kv_len), dtype=bool))
+    if mask.dtype == np.bool_:
+        return bool(np.array_equal(rows[0], visible))
+    bias = rows[0].astype(np.float64)
+    return bool(np.all(bias[visible] == 0) and np.all(bias[~visible] == -np.inf))
+
+
 @onnx_op("Attention")
 def attention(node: OnnxNode) -> list[Value]:
     if node.has(4) or node.has(5):
@@ -52,12 +67,12 @@ def attention(node: OnnxNode) -> list[Value]:
     v = _heads(node, node.tensor(2), node.attr("kv_num_heads"), "v")
     scale = node.attr("scale", None)
     scale = 1.0 / math.sqrt(q.dims[3]) if scale is None else float(scale)
-    bias = None
-    if node.has(3):
+    bias, causal = None, bool(node.attr("is_causal", 0))
+    if node.has(3) and _is_causal(node.value(3), q.dims[2], k.dims[2]):
+        causal = True  # the exporter's causal mask: sdpa's own, no [Sq, Skv] bias to read
+    elif node.has(3):
         bias = node.materialize(_bias(node, node.value(3), node.dtype(0).numpy), "mask")
-    o, _ = node.graph.sdpa(
-        q, k, v, attn_scale=scale, bias=bias, use_causal_mask=bool(node.attr("is_causal", 0)), name=node.fresh("sdpa")
-    )
+    o, _ = node.graph.sdpa(q, k, v, attn_scale=scale, bias=bias, use_causal_mask=causal, name=node.fresh("sdpa"))
     if q3:
         b, h, s, dv = o.dims
         o = node.reshape(node.transpose(o, (0, 2, 1, 3), "o_bshd"), (b, s, h * dv), "o_merge")
