@@ -111,13 +111,14 @@ def test_size_one_axes_never_decide_whether_strides_address_the_same_elements() 
 @pytest.mark.parametrize("kind", ["transpose", "slice", "reshape"])
 def test_view_layout_declares_the_view_strides_on_the_output(kind: str) -> None:
     g = sigdnn.Graph("g", io_dtype="float32")
-    x = g.tensor("x", (2, 3, 4))
+    x = g.tensor("x", (2, 3, 4), (16, 4, 1))  # samples 16 elements apart: no output's packed strides match
     if kind == "transpose":
-        y, want = g.transpose(x, (2, 0, 1)), (1, 12, 4)
+        y, want = g.transpose(x, (2, 0, 1)), (1, 16, 4)
     elif kind == "slice":
-        y, want = g.slice(x, [slice(None), slice(1, 3), slice(0, 4, 2)]), (12, 4, 2)
+        y, want = g.slice(x, [slice(None), slice(1, 3), slice(0, 4, 2)]), (16, 4, 2)
     else:
-        y, want = g.reshape(x, (6, 4)), (4, 1)
+        y, want = g.reshape(x, (2, 3, 2, 2)), (16, 4, 2, 1)
+    assert y.strides != want
     assert view_layout(g, y) is y and y.strides == want
 
 
