@@ -118,3 +118,24 @@ def test_part_and_shaped_views_address_the_right_elements(device_path) -> None:
     assert gpu.empty(0, np.float64).shape == (1,)  # an empty scratch still has an address
     with pytest.raises(sigdnn.errors.ExecutionError, match="takes device arrays"):
         gpu.raw(memoryview(b"12345678").cast("d"), (1,), (1,))
+
+
+def test_the_cutile_path_loads_the_kernel_file_and_launches_through_ct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With cuda.tile stood in by the emulator module: kernel_module(False) imports kernels/tiles.py as a module
+    (as cuTile needs, to read its source) and Gpu.launch goes through ct.launch."""
+    import types
+
+    package = types.ModuleType("cuda")
+    package.tile = emulator
+    monkeypatch.setitem(sys.modules, "cuda", package)
+    monkeypatch.setitem(sys.modules, "cuda.tile", emulator)
+    monkeypatch.delitem(backend._modules, False, raising=False)
+    module = backend.kernel_module(False)
+    assert module.__file__ == str(backend.KERNEL_FILE) and module.ct is emulator
+    assert backend.kernel_module(False) is module  # loaded once
+    gpu = backend.Gpu(DeviceOnlyContext(), 0)
+    values, out = np.array([1.5, -2.0, 3.0]), np.zeros(3)
+    gpu.launch("elementwise", (1, 1, 1), values, values, values, 0.0, 2.0, 0.0, out, 4, module.MUL, 0, 1, 1)
+    assert out.tolist() == [3.0, -4.0, 6.0]
+    gpu.launch("elementwise", (0, 1, 1), values, values, values, 0.0, 0.0, 0.0, out, 4, module.ADD, 0, 0, 1)
+    assert out.tolist() == [3.0, -4.0, 6.0]  # an empty grid launches nothing
