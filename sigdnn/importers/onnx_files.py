@@ -36,9 +36,23 @@ def read_model(model_or_path: Any, base_dir: PathArg | None, max_bytes: int) -> 
         base_dir = folder if base_dir is None else base_dir
     else:
         raise SchemaError(f"expected an ONNX ModelProto, bytes or a path, got {type(model_or_path).__name__}")
+    check_text(model, "ONNX model")
     folder = None if base_dir is None else check_path(base_dir, "ONNX base_dir")
     load_external_data(model, folder, max_bytes - size)
     return model
+
+
+def check_text(message: Any, where: str) -> None:
+    """SchemaError for a text field that is not UTF-8 (protobuf hands such a proto2 string over as bytes)."""
+    for field, value in message.ListFields():
+        values = value if field.is_repeated else (value,)
+        if field.type == field.TYPE_MESSAGE:
+            for sub in values:
+                check_text(sub, where)
+        elif field.type == field.TYPE_STRING:
+            bad = next((v for v in values if isinstance(v, bytes)), None)
+            if bad is not None:
+                raise SchemaError(f"{where}: {message.DESCRIPTOR.name}.{field.name} {bad[:60]!r} is not UTF-8 text")
 
 
 def _parse(onnx: Any, data: bytes) -> Any:

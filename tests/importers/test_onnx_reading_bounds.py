@@ -268,3 +268,13 @@ def test_models_in_other_forms() -> None:
         onnx_importer.load(3)
     with pytest.raises(SigdnnError, match="not a readable ONNX model"):
         onnx_importer.load(b"\xff\xff\xff")
+
+
+def test_text_that_is_not_utf8_is_a_schema_error() -> None:
+    """Found by the atheris run: an op type of invalid UTF-8 came back from protobuf as bytes, and sorting the
+    unsupported ops' names (str beside bytes) raised TypeError."""
+    data = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Fancy", ["r"], ["y"])],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], "y", [2])  # fmt: skip
+    for good, bad in ((b"Fancy", b"Fanc\xff"), (b"Relu", b"Rel\xff"), (b"fold", b"fol\xff")):
+        with pytest.raises(SigdnnError, match=r"is not UTF-8 text"):
+            onnx_importer.load(data.replace(good, bad, 1))
