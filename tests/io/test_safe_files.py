@@ -195,6 +195,17 @@ def test_graph_file_size_cap(tmp_path: Path) -> None:
         read_graph_file(tmp_path / "g.sdg", max_bytes=100)
 
 
+def test_a_graph_file_past_the_default_256_mib_is_refused_by_its_size_naming_it_a_graph_file(tmp_path: Path) -> None:
+    """The default cap (the CLI's help says 256 MiB) is checked on the file's size, before a byte is read."""
+    big = tmp_path / "big.sdg"
+    with big.open("wb") as f:
+        f.truncate((256 << 20) + 1)  # sparse: nothing is written or read
+    with pytest.raises(FileError, match=r"graph file .* over the 256 MiB limit"):
+        read_graph_file(big)
+    with pytest.raises(FileError, match="graph file"):
+        read_graph_file(tmp_path / "missing.sdg")
+
+
 def test_file_error_is_a_sigdnn_error() -> None:
     assert issubclass(FileError, SigdnnError)
 

@@ -236,3 +236,16 @@ def test_a_plan_must_define_bind():
 
     with pytest.raises(NotImplementedError):
         Unbound().execute({}, context())
+
+
+def test_gemm_plans_ask_no_workspace_and_report_their_launch_config():
+    """The executor sizes the shared workspace from workspace_bytes; describe() prints the launch's config."""
+    launch = Recorder("gemm", [])
+    launch.config = "coop128x128c1x1s1"
+    plans = (
+        CuteMatmulPlan(launch, "n"),
+        CuteEpiloguePlan(launch, "r", a=1, b=2, out=3, bias=None, scales=()),
+        CuteConvPlan(launch, "c"),
+        CuteConvEpiloguePlan(launch, "r", x=1, w=2, out=3, bias=None),
+    )
+    assert [(p.workspace_bytes, p.config) for p in plans] == [(0, "coop128x128c1x1s1")] * 4
