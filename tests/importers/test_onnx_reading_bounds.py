@@ -278,3 +278,10 @@ def test_text_that_is_not_utf8_is_a_schema_error() -> None:
     for good, bad in ((b"Fancy", b"Fanc\xff"), (b"Relu", b"Rel\xff"), (b"fold", b"fol\xff")):
         with pytest.raises(SigdnnError, match=r"is not UTF-8 text"):
             onnx_importer.load(data.replace(good, bad, 1))
+
+
+def test_an_external_data_location_that_is_not_utf8_is_a_schema_error(tmp_path: Path) -> None:
+    """Found by the mutation fuzzer (case 14325): such a location reached the path checks as bytes (TypeError)."""
+    data = _external_model("w.bin").SerializeToString().replace(b"w.bin", b"w\xffbin", 1)
+    with pytest.raises(SigdnnError, match=r"StringStringEntryProto.value b'w\\xffbin' is not UTF-8 text"):
+        onnx_importer.load(data, base_dir=tmp_path)
