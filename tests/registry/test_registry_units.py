@@ -237,3 +237,41 @@ def test_the_module_level_register_refuses_a_taken_id_by_default() -> None:
         assert isinstance(DEFAULT_REGISTRY.find(31200), fresh)
     finally:
         DEFAULT_REGISTRY.unregister(31200)
+
+
+def _pointwise_key() -> Any:
+    g = sigdnn.Graph("k", io_dtype="float32")
+    g.pointwise("relu_fwd", g.tensor("x", (2,))).set_output(True)
+    return key_for(g.nodes[0], g)
+
+
+@pytest.mark.parametrize("lookup", ["serving", "fusion_builders"])
+def test_a_device_s_lookups_load_only_that_device_s_in_tree_packages(lookup: str) -> None:
+    """A reference run imports no GPU builder module (#32: start-up time); the GPU's packages load when asked for,
+    and any lookup of every builder loads them all."""
+    reg = Registry(packages=("sigdnn.plan_builders.reference", "no_such_gpu_builders"), entry_point_group=None)
+    call = (lambda device: reg.serving(_pointwise_key(), device)) if lookup == "serving" else reg.fusion_builders
+    call("cpu")
+    assert reg.load_failures == {} and not reg._loaded
+    assert [b.name for b in reg.serving(_pointwise_key(), "cpu")] == ["reference.pointwise"]
+    call("gpu")
+    assert list(reg.load_failures) == ["no_such_gpu_builders"] and reg._loaded
+    call("gpu")  # loaded once
+    assert list(reg.load_failures) == ["no_such_gpu_builders"]
+
+
+def test_finding_a_builder_by_name_loads_every_package() -> None:
+    reg = Registry(packages=("sigdnn.plan_builders.reference", "no_such_gpu_builders"), entry_point_group=None)
+    reg.serving(_pointwise_key(), "cpu")
+    assert reg.find("reference.pointwise").name == "reference.pointwise"
+    assert list(reg.load_failures) == ["no_such_gpu_builders"] and reg._loaded
+
+
+def test_entry_points_load_once_with_the_first_device_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: calls.append(group) or [])
+    reg = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group="some.group")
+    reg.serving(_pointwise_key(), "cpu")
+    reg.serving(_pointwise_key(), "gpu")
+    reg.builders()
+    assert calls == ["some.group"]
