@@ -39,7 +39,8 @@ import torch
 from cuda_timing import interleaved_samples
 
 from sigdnn.plan_builders.cute.gemm_layout import plan_gemm
-from sigdnn.plan_builders.cute.matmul import device_properties, parse_config
+from sigdnn.plan_builders.cute.matmul import parse_config
+from sigdnn.plan_builders.gpu_properties import device_properties
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 NAMES = {"bf16": "bfloat16", "f16": "float16"}
@@ -376,7 +377,8 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
     conv + bias + relu launch against torch eager conv2d(bias) + relu.
     """
     import sigdnn
-    from sigdnn.plan_builders.cute.conv_implicit import default_conv_config, epilogue_chain, plan_conv
+    from sigdnn.plan_builders.cute.conv_implicit import epilogue_chain, plan_conv
+    from sigdnn.plan_builders.cute.conv_implicit_configs import default_conv_config
     from sigdnn.plan_builders.cute.conv_transposed import CuteConvRowsBuilder, CuteConvTransposedBuilder
     from sigdnn.plan_builders.cute.kernels.conv_launch import ConvLaunch
     from sigdnn.plan_builders.cute.matmul import parse_config

@@ -2,9 +2,9 @@
 
 Run: python scripts/fit_erf.py > /tmp/tables.py (~40 s; the worst error of
 every fit goes to stderr), then replace the block between the ``BEGIN/END
-GENERATED`` markers in special.py with the output. Everything is fitted to the
+GENERATED`` markers in error_function.py with the output. Everything is fitted to the
 definitions (mpmath's erf/erfc at 60 digits); no published coefficients are
-used. The scheme (special.py's docstring says why):
+used. The scheme (error_function.py's docstring says why):
 
 * |x| < 27/32: erf(x) = x + (x/8 + x R(x^2)), R(u) = erf(sqrt u)/sqrt u - 9/8
   fitted on u in [0, (27/32)^2]. The 1/8 is split off so that R(0) ~ 0.0034
