@@ -476,8 +476,8 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
     import numpy as np
 
     import sigdnn
-    from sigdnn.runtime.cuda import BFLOAT16, DeviceArray
     from sigdnn.runtime.device import ExecutionContext
+    from sigdnn.runtime.device_array import BFLOAT16, DeviceArray
 
     torch.backends.cudnn.benchmark = True
     stream = torch.cuda.current_stream().cuda_stream

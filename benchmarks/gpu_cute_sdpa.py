@@ -142,8 +142,8 @@ def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d:
 def bench_host() -> float:
     """Host microseconds per launch of a tiny attention through the builder's plan."""
     import sigdnn
-    from sigdnn.runtime.cuda import BFLOAT16, DeviceArray
     from sigdnn.runtime.device import ExecutionContext
+    from sigdnn.runtime.device_array import BFLOAT16, DeviceArray
 
     g = sigdnn.Graph("attn", io_dtype="bfloat16", compute_dtype="float32")
     q, k, v = (g.tensor(n, (1, 1, 128, 128)) for n in "qkv")

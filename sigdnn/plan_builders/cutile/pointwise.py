@@ -14,8 +14,9 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders.cutile.backend import backend_for
-from sigdnn.plan_builders.cutile.codegen import CT_DTYPES, FLOAT_MODES, INTEGER_MODES, KernelSpec
+from sigdnn.plan_builders.cutile.codegen import CT_DTYPES, KernelSpec
 from sigdnn.plan_builders.cutile.plans import CutileNodePlan, KernelLaunch
+from sigdnn.plan_builders.cutile.pointwise_expressions import FLOAT_MODES, INTEGER_MODES
 from sigdnn.plan_builders.cutile.spec import kernel_spec
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE

@@ -15,8 +15,9 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.pointwise import Pointwise
 from sigdnn.plan_builders.cutile import codegen
-from sigdnn.plan_builders.cutile.codegen import CT_DTYPES, KernelSpec, NodeSpec, supports
+from sigdnn.plan_builders.cutile.codegen import CT_DTYPES, KernelSpec
 from sigdnn.plan_builders.cutile.layout import axis_walk, plan_iteration
+from sigdnn.plan_builders.cutile.pointwise_expressions import NodeSpec, supports
 
 FLOAT_COMPUTE = frozenset({DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16})
 EXACT_IN_FLOAT32 = frozenset({DataType.INT8, DataType.UINT8, DataType.BOOL})  # integer io a float kernel reads exactly

@@ -130,7 +130,7 @@ class Gpu:
 
     def raw(self, buffer: Any, dims: tuple[int, ...], strides: tuple[int, ...]) -> Any:
         """A caller's buffer as the flat array of its span, in the dtype a kernel reads (no copy)."""
-        from sigdnn.runtime.cuda import DeviceArray
+        from sigdnn.runtime.device_array import DeviceArray
 
         if not isinstance(buffer, (np.ndarray, DeviceArray)):
             raise ExecutionError(f"the GPU reference takes device arrays, not {type(buffer).__name__}")
@@ -148,7 +148,7 @@ class Gpu:
         if self.emulated:
             return flat[: math.prod(shape)].reshape(shape)
         from sigdnn.graph.layout import packed_strides
-        from sigdnn.runtime.cuda import DeviceArray
+        from sigdnn.runtime.device_array import DeviceArray
 
         return DeviceArray(
             flat.ptr, shape, packed_strides(shape), flat.dtype, owner=flat.owner, device_id=flat.device_id
@@ -158,7 +158,7 @@ class Gpu:
         """Elements offset .. offset + n - 1 of a flat array, as a flat array (no copy)."""
         if self.emulated:
             return flat[offset : offset + n]
-        from sigdnn.runtime.cuda import DeviceArray
+        from sigdnn.runtime.device_array import DeviceArray
 
         address = flat.ptr + offset * flat.itemsize
         return DeviceArray(address, (n,), (1,), flat.dtype, owner=flat.owner, device_id=flat.device_id)

@@ -24,8 +24,9 @@ from sigdnn.graph.layout import span_elements
 from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile import pointwise
 from sigdnn.plan_builders.cutile.backend import EmulatedBackend, EmulatedGpu
-from sigdnn.runtime.cuda import DeviceArray, GpuContext
+from sigdnn.runtime.cuda import GpuContext
 from sigdnn.runtime.device import Device
+from sigdnn.runtime.device_array import DeviceArray
 
 
 class EmulatedGpuMemory(HostMemory):

@@ -26,6 +26,7 @@ from sigdnn.executor.gpu_memory import GpuMemory
 from sigdnn.plan_builders.cutile import matmul as cutile_matmul
 from sigdnn.registry import NodePlan, PlanBuilder, Registry
 from sigdnn.runtime import cuda
+from sigdnn.runtime.device_array import DeviceArray
 
 # What the module promises (stated here, not read from it): bindings kept per executor, recordings per plan.
 BOUND_PLANS = 64
@@ -278,7 +279,7 @@ def test_device_outputs_stay_on_the_device_unless_asked():
     host = ex.execute(plan, {"x": x, "b": data["b"], "y": y_dev})["y"]
     assert isinstance(host, np.ndarray) and np.array_equal(host, want(data))
     fresh = ex.execute(plan, {"x": x, "b": data["b"]}, to_host=False)["y"]
-    assert isinstance(fresh, cuda.DeviceArray) and fresh.ptr != y_dev.ptr
+    assert isinstance(fresh, DeviceArray) and fresh.ptr != y_dev.ptr
     assert np.array_equal(ctx.to_host(fresh), want(data))
     again = ex.execute(plan, {"x": x, "b": data["b"]}, to_host=False)["y"]
     assert again.ptr != fresh.ptr and np.array_equal(ctx.to_host(fresh), want(data))  # a new buffer each run
@@ -350,7 +351,7 @@ def test_the_generic_path_copies_in_and_out_and_delivers_as_asked():
     assert got is y and np.array_equal(y, want(data)) and steps == list(range(len(plan.steps)))
     capture: dict[str, Any] = {}
     got = ex.execute(plan, {**data, "s": 2.0}, capture=capture, to_host=False)["y"]
-    assert isinstance(got, cuda.DeviceArray) and np.array_equal(ctx.to_host(got), want(data, 2.0))
+    assert isinstance(got, DeviceArray) and np.array_equal(ctx.to_host(got), want(data, 2.0))
     assert np.array_equal(capture["y"], want(data, 2.0)) and isinstance(capture["y"], np.ndarray)
     assert len(capture) == len(plan.steps)  # every step's output, as a host copy
     host = ex.execute(plan, {**data, "x": ctx.to_device(data["x"])}, capture={})["y"]

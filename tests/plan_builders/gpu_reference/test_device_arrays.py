@@ -22,8 +22,8 @@ from sigdnn.executor.gpu_memory import GpuMemory
 from sigdnn.plan_builders.cutile import emulator
 from sigdnn.plan_builders.cutile.backend import EmulatedBackend
 from sigdnn.plan_builders.gpu_reference import backend, base
-from sigdnn.runtime.cuda import DeviceArray
 from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.runtime.device_array import DeviceArray
 from sigdnn.signature_keys import key_for
 from sigdnn.validation import random_inputs
 

@@ -25,7 +25,7 @@ import cuda.tile as ct
 import numpy as np
 
 from sigdnn.plan_builders.cutile.backend import cache_key, source_of
-from sigdnn.runtime.cuda import DeviceArray
+from sigdnn.runtime.device_array import DeviceArray
 
 
 def cache_dir() -> Path:
