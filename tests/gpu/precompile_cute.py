@@ -118,7 +118,7 @@ def test_specs() -> list[tuple[GemmSpec, GemmConfig]]:
 
 
 def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
-    """benchmarks/gpu_cute.py's parts sizes, fused, fp8 and fp8acc with their default / listed configs."""
+    """benchmarks/gpu_cute.py's parts sizes, fused and fp8 with their default / listed configs."""
     fp8_configs = _benchmark_constant("FP8_CONFIGS")
     found = []
     size = 8192
@@ -142,10 +142,6 @@ def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
         spec = attrs.evolve(spec, scale_dtypes=("float32", "float32"), round_s=("float32", "bfloat16"))
         labels = fp8_configs if pair == "e4m3xe4m3" else fp8_configs[:1] + fp8_configs[3:4]
         found += [(spec, cute_matmul.parse_config(label)) for label in labels]
-    for k in (64, 272, 4112, 8192):  # the fp8acc part: float32 out, promoted and fast
-        spec, _ = plan_gemm(((256, k), (k, 1), "fp8_e4m3"), ((k, 256), (1, k), "fp8_e4m3"),
-                            ((256, 256), (256, 1), "float32"))  # fmt: skip
-        found += [(spec, cute_matmul.parse_config(label)) for label in ("coop128x128c1x1s1", "coop128x128c1x1s1f")]
     return found
 
 

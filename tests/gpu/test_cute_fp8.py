@@ -9,7 +9,7 @@ deep K with a float32 output.
 
 The operands hold small integers (-4 ... 4, exact in both fp8 formats).
 Hopper's fp8 wgmma sums each instruction's products with fewer bits than
-float32 (benchmarks/results/gpu_cute.md, fp8 accumulation: on values spread over
+float32 (docs/experiments.md, fp8 tensor-core accumulation: on values spread over
 [-2, 2) it, and cuBLAS's fp8 GEMM alike, miss the float32-compute
 tolerance), but on integers every partial sum here is exact, so the GEMM is
 held to the reference's exact product and any wrong element, tile, scale
