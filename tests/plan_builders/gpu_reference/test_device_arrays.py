@@ -139,3 +139,24 @@ def test_the_cutile_path_loads_the_kernel_file_and_launches_through_ct(monkeypat
     assert out.tolist() == [3.0, -4.0, 6.0]
     gpu.launch("elementwise", (0, 1, 1), values, values, values, 0.0, 0.0, 0.0, out, 4, module.ADD, 0, 0, 1)
     assert out.tolist() == [3.0, -4.0, 6.0]  # an empty grid launches nothing
+
+
+def test_tile_shapes_are_powers_of_two_and_bool_is_read_as_bytes() -> None:
+    """What cuTile requires and the emulator does not check: power-of-two tile extents, no bool arrays."""
+    for extent in (backend.TILE, backend.ROW_TILE, *backend.GEMM_TILE):
+        assert extent & (extent - 1) == 0
+    for name in ("bool", "float8_e4m3fn", "float8_e5m2"):
+        assert backend.kernel_dtype(name) == np.uint8
+    assert backend.kernel_dtype("bfloat16") != np.uint8
+
+
+def test_a_span_covers_a_tensors_elements() -> None:
+    assert backend.span((2, 3), (3, 1)) == 6
+    assert backend.span((2, 3), (1, 2)) == 6  # transposed
+    assert backend.span((4,), (3,)) == 10
+    assert backend.span((0, 3), (3, 1)) == 0
+
+
+def test_without_cuda_tile_the_reason_names_it() -> None:
+    reason = backend.cutile_unavailable_reason()
+    assert reason is not None and "cuda" in reason
