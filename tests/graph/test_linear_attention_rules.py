@@ -80,7 +80,7 @@ def test_the_declared_work_follows_tokens_heads_and_the_state(backward: bool) ->
     """Per token and head a [K, V] state's worth of operations (x8 forward, x40 backward) and a fixed
     per-token cost, the reference's Python step."""
     work = declared(graph(backward=backward), "work")
-    assert work == T * (H * K * V * (40 if backward else 8) + la.PER_TOKEN_WORK)
+    assert work == T * (H * K * V * (40 if backward else 8) + 4096)
     assert declared(graph(backward=backward, dims={"q": (2 * T, H, K), "k": (2 * T, H, K), "v": (2 * T, H, V),
                                                      "beta": (2 * T, H), "g": (2 * T, H), "d_o": (2 * T, H, V)}),
                     "work") == 2 * work  # fmt: skip
@@ -93,7 +93,7 @@ def test_the_declared_scratch_counts_the_reference_states(backward: bool) -> Non
     op = g.nodes[0].op
     inputs = {p: g.tensors[u] for p, u in op.inputs().items()}
     state = 8 * H * K * V
-    want = la.STATE_COPIES * N * state if not backward else (la.checkpoints(T) + la.STATE_COPIES + N) * state
+    want = 6 * N * state if not backward else (la.checkpoints(T) + 6 + N) * state
     assert op.scratch_bytes(inputs, Limits()) == want
     assert la.checkpoints(1) == 3 and la.checkpoints(10) == 3 + 4 + 1 and la.checkpoints(4096) == 129
 
@@ -115,8 +115,16 @@ def test_validation_draws_valid_boundaries_decays_and_rates(kind: str, l2norm: b
     assert cuts.min() == 0 and cuts.max() == T  # cut points anywhere in [0, T]: empty sequences too
 
 
-def test_sequence_boundaries_and_scale_rules() -> None:
+def test_sequence_boundaries_and_dtype_rules() -> None:
     with pytest.raises(GraphError, match=r"'cu'\) has dims \[1\]; it is \[N \+ 1\]"):
         sigdnn.Executor("reference").prepare(graph(dims={"cu": (1,)}, state=None))
+    g = graph(state=None)
+    g.tensors[g.nodes[0].op.cu_seqlens].set_data_type("float32")
+    with pytest.raises(GraphError, match=r"'cu'\) must be int32 or int64 \(sequence boundaries\)"):
+        sigdnn.Executor("reference").prepare(g)
+    g = graph(state=None)
+    g.tensors[g.nodes[0].op.beta].set_data_type("int32")
+    with pytest.raises(GraphError, match=r"port 'beta' \(tensor 'beta'\) must be floating point"):
+        sigdnn.Executor("reference").prepare(g)
     cu = la.boundaries("w", "cu", np.array([0, 0, 4, 10]), 10)
     assert cu.dtype == np.int64 and cu.tolist() == [0, 0, 4, 10]
