@@ -75,11 +75,15 @@ def test_random_offsets_follow_the_layout() -> None:
         p: Tensor(9, p, (b + 1,), (1,), DataType.INT32)
         for p in ("q_ragged_offset", "k_ragged_offset", "v_ragged_offset")
     }
-    lengths = {"seq_len_q": Tensor(8, "l", (b,), (1,), DataType.INT64)}
+    lengths = {
+        "seq_len_q": Tensor(8, "l", (b,), (1,), DataType.INT64),
+        "seq_len_kv": Tensor(7, "m", (b,), (1,), DataType.INT32),
+    }
     tensors = {"q": q, "k": bhsd, "v": single_head, **lengths, **index}
     drawn = ragged.random_varlen(tensors, rng, {"o": "seq_len_q", "q": "seq_len_q", "k": "seq_len_q", "v": "seq_len_q"})
     lq = drawn["seq_len_q"]
     assert drawn["seq_len_q"].dtype == np.int64 and set(lq.tolist()) == {1, 2, 3}  # every length in [1, S]
+    assert drawn["seq_len_kv"].dtype == np.int32 and set(drawn["seq_len_kv"].tolist()) == {1, 2, 3}  # k's S
     packed = np.concatenate([[0], np.cumsum(lq)])
     assert drawn["q_ragged_offset"].tolist() == (packed * 4).tolist()  # token-major: packed end to end
     assert drawn["v_ragged_offset"].tolist() == (packed * 2).tolist()
@@ -97,3 +101,7 @@ def test_unspecified_outputs_of_padded_and_ragged_tensors() -> None:
     assert masks["stats"][0, :, 1:].all() and not masks["stats"][0, :, 0].any() and not masks["stats"][1].any()
     assert ragged.storage(masks["o"], o).tolist() == [False] * 16 + [True] * 8
     assert ragged.unspecified_outputs({}, {"o": o}, {"o": ("o", "seq_len_q")}) == {}
+    later = ragged.unspecified_outputs(
+        values, {"stats": stats}, {"o": ("o", "seq_len_q"), "stats": (None, "seq_len_q")}
+    )
+    assert list(later) == ["stats"]  # an output the node lacks does not end the walk

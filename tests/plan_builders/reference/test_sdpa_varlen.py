@@ -213,6 +213,10 @@ def test_graph_rules_of_lengths_and_offsets() -> None:
         return g
 
     sigdnn.Executor("reference").prepare(graph())
+    g = graph()
+    g.tensors[g.nodes[0].op.seq_len_q].set_data_type("float16")
+    with pytest.raises(GraphError, match=r"port 'seq_len_q' \(tensor 'lq'\) must be int32 or int64"):
+        sigdnn.Executor("reference").prepare(g)
     cases = [
         (
             dict(index_dtype="float32"),
