@@ -1,17 +1,32 @@
-"""CuTe DSL flash-attention forward against torch's cuDNN SDPA on one GPU: same run, same buffers.
+"""CuTe DSL flash attention against torch's cuDNN SDPA on one GPU: same run, same buffers.
 
-For each sequence length, head dim and mask, times the cute.sdpa kernel
-(the builder's compiled handle, every tile configuration listed) and
-``torch.nn.functional.scaled_dot_product_attention`` under the cuDNN and
-the flash backends, with CUDA events (median of repeats of back-to-back
-launches after a warm-up), checks the CuTe output against cuDNN's, and
-reports TFLOP/s (4 B H Sq Skv D multiply-adds x 2 / 2 when causal) and the
-ratio to cuDNN. Also the host microseconds of one launch through the plan.
+Forward (default): for each sequence length, head dim and mask, times the
+cute.sdpa kernel (the builder's compiled handle, every tile configuration
+listed) and torch's scaled_dot_product_attention under the cuDNN and the
+flash backends, checks the CuTe output against cuDNN's, and reports TFLOP/s
+(4 B H Sq Skv D multiply-adds x 2 / 2 when causal) and the ratio to cuDNN.
+Also the host microseconds of one launch through the plan.
+
+``--backward``: for each shape (bf16, head dim 128, causal and not), the
+forward's o and logsumexp come from the CuTe forward; then times the
+cute.sdpa_backward launch (preprocess, main kernel, dq conversion: the
+builder's compiled handles), each of its three kernels alone, and the
+backward of both torch backends (``torch.autograd.grad`` of the forward's
+output, graph retained, so only the backward is timed). The CuTe dq, dk, dv
+are compared with cuDNN's (max |diff| over max |cuDNN's|), and both with the
+backward of float32 math attention where it fits (``--f32-limit``). TFLOP/s
+counts the five products of the backward, 10 B H S^2 D (halved when causal).
+
+CUDA events around back-to-back launches (median of repeats after a warm-up,
+implementations interleaved).
 
     PYTHONPATH=. python benchmarks/gpu_cute_sdpa.py --json $OUT/sdpa.json
+    PYTHONPATH=. python benchmarks/gpu_cute_sdpa.py --backward --json $OUT/sdpa_bwd.json
 
-Needs torch with CUDA and nvidia-cutlass-dsl on an sm_90 GPU. Record
-results under benchmarks/results/gpu_cute_sdpa_<date>.md.
+Needs torch with CUDA and nvidia-cutlass-dsl on an sm_90 GPU; the kernels it
+loads are precompiled by ``tests/gpu/precompile_cute.py CACHE --only sdpa``
+(and ``--only sdpa_bwd``). Results: benchmarks/results/gpu_cute_sdpa.md and
+gpu_cute_sdpa_backward.md.
 """
 
 from __future__ import annotations
@@ -26,9 +41,10 @@ import torch
 from cuda_timing import interleaved_samples
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sigdnn.plan_builders.cute.sdpa_layout import check_config, parse_config, plan_sdpa
+from sigdnn.plan_builders.cute.sdpa_backward_layout import plan_sdpa_backward
+from sigdnn.plan_builders.cute.sdpa_layout import check_config, default_config, parse_config, plan_sdpa
 
-# (label, batch, heads, seq, head dim, causal)
+# (label, batch, heads, seq, head dim, causal): batch x heads x seq^2 large enough to be compute bound
 SHAPES = [
     ("s4096 d128", 4, 16, 4096, 128, False),
     ("s4096 d128 causal", 4, 16, 4096, 128, True),
@@ -37,6 +53,7 @@ SHAPES = [
     ("s4096 d64", 4, 32, 4096, 64, False),
     ("s4096 d64 causal", 4, 32, 4096, 64, True),
 ]
+BACKWARD_SHAPES = SHAPES[:4]  # head dim 128
 # b (balanced causal pairs) is skipped without the mask; m128n128s2b (no turn-taking) is left out:
 # ptxas serializes its wgmma (C7511, register resources).
 CONFIGS = [
@@ -53,36 +70,59 @@ CONFIGS = [
 ]
 
 
-def cute_launch(q, k, v, o, stats, causal: bool, config: str):
+def view(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), t.stride(), str(t.dtype).removeprefix("torch.")
+
+
+def cute_forward(q, k, v, o, stats, causal: bool, config: str | None, with_stats: bool = True) -> Callable[[], None]:
+    """One launch of the CuTe forward writing o (and, ``with_stats``, stats: the natural-log logsumexp)."""
     from sigdnn.plan_builders.cute.kernels.fmha_launch import FmhaLaunch
 
-    def view(t):
-        return tuple(t.shape), t.stride(), str(t.dtype).removeprefix("torch.")
-
-    st = None if stats is None else view(stats)
+    st = view(stats) if with_stats else None
     spec, problem = plan_sdpa(view(q), view(k), view(v), view(o), st, q.shape[-1] ** -0.5, causal)
-    cfg = parse_config(config)
+    cfg = default_config(spec) if config is None else parse_config(config)
     check_config(spec, cfg)
-    return FmhaLaunch(spec, cfg, problem, torch.cuda.get_device_properties(0).multi_processor_count)
-
-
-def bench(args: argparse.Namespace) -> list[dict]:
-    rows: list[dict] = []
-    for shape in SHAPES:
-        if not args.only or args.only in shape[0]:
-            rows += bench_shape(args, *shape)
-    return rows
-
-
-def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d: int, causal: bool) -> list[dict]:
-    """Every implementation timed in turn, ``repeats`` rounds: clock drift spreads over all of them."""
+    launch = FmhaLaunch(spec, cfg, problem, torch.cuda.get_device_properties(0).multi_processor_count)
     stream = torch.cuda.current_stream().cuda_stream
-    rows = []
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    return lambda: launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), stats.data_ptr(), stream)
+
+
+def cute_backward(tensors: dict[str, torch.Tensor], causal: bool) -> dict[str, Callable[[], None]]:
+    """The whole backward ("cute"), and each of its three kernels alone."""
+    from sigdnn.plan_builders.cute.kernels.fmha_bwd_launch import KERNELS, FmhaBwdLaunch
+
+    d = tensors["q"].shape[-1]
+    spec, problem = plan_sdpa_backward({n: view(t) for n, t in tensors.items()}, d**-0.5, causal)
+    launch = FmhaBwdLaunch(spec, problem)
+    workspace = torch.empty(problem.workspace_bytes, dtype=torch.uint8, device="cuda")
+    ptrs = {n: t.data_ptr() for n, t in tensors.items()}
+    stream = torch.cuda.current_stream().cuda_stream
+    runs = {"cute": lambda: launch(ptrs, workspace.data_ptr(), stream)}
+    for kernel in KERNELS:
+        runs[f"  cute {kernel}"] = lambda kernel=kernel: launch.run(kernel, ptrs, workspace.data_ptr(), stream)
+    return runs
+
+
+def float32_errors(q, k, v, d_o, causal: bool, grads: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+    """max |g - g32| / max |g32| of each implementation's dq, dk, dv (the worst of the three) against the
+    backward of torch's float32 math attention on the same (bf16-valued) inputs."""
+    q32, k32, v32 = (t.float().requires_grad_(True) for t in (q, k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        out = torch.nn.functional.scaled_dot_product_attention(q32, k32, v32, is_causal=causal)
+    truth = torch.autograd.grad(out, (q32, k32, v32), d_o.float())
+    errors = {}
+    for name, got in grads.items():
+        errors[name] = max(((g.float() - t).abs().max() / t.abs().max()).item() for g, t in zip(got, truth))
+    del q32, k32, v32, out, truth
+    torch.cuda.empty_cache()
+    return errors
+
+
+def forward_impls(label: str, q, k, v, causal: bool) -> tuple[dict[str, Callable[[], object]], dict[str, float]]:
+    """torch's two backends and every CuTe config; each CuTe row's max |o - cuDNN's o| (timed but marked
+    WRONG when far off)."""
     o = torch.empty_like(q)
-    stats = torch.empty(b, h, s, 1, device="cuda", dtype=torch.float32)
-    flops = 4 * b * h * s * s * d / (2 if causal else 1)
+    stats = torch.empty(*q.shape[:3], 1, device="cuda", dtype=torch.float32)
 
     def torch_sdpa(backend):
         def run():
@@ -91,49 +131,103 @@ def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d:
 
         return run
 
-    impls: dict[str, Callable[[], None]] = {
+    impls: dict[str, Callable[[], object]] = {
         "torch cudnn": torch_sdpa(SDPBackend.CUDNN_ATTENTION),
         "torch flash": torch_sdpa(SDPBackend.FLASH_ATTENTION),
     }
-    errors: dict[str, float] = {}  # max |o - cuDNN's o|: a row far off is timed but marked WRONG
+    errors: dict[str, float] = {}
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
     for config in CONFIGS:
-        for with_stats in (False, True):
-            if with_stats and config != CONFIGS[0]:
-                continue
+        for with_stats in (False, True) if config == CONFIGS[0] else (False,):
             try:
-                launch = cute_launch(q, k, v, o, stats if with_stats else None, causal, config)
+                run = cute_forward(q, k, v, o, stats, causal, config, with_stats)
             except ValueError as exc:
                 print(f"{label} {config}: skipped ({exc})")
                 continue
             name = f"cute {config}" + (" +stats" if with_stats else "")
-            impls[name] = lambda launch=launch: launch(
-                q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), stats.data_ptr(), stream
-            )
+            impls[name] = run
             o.fill_(float("nan"))
-            impls[name]()
+            run()
             torch.cuda.synchronize()
-            err = (o.float() - want.float()).abs().max().item()
-            errors[name] = err
-            print(f"{label} {name}: max |cute - cudnn| = {err:.3e}", flush=True)
+            errors[name] = (o.float() - want.float()).abs().max().item()
+            print(f"{label} {name}: max |cute - cudnn| = {errors[name]:.3e}", flush=True)
+    return impls, errors
+
+
+def backward_impls(
+    label: str, q, k, v, causal: bool, check_f32: bool
+) -> tuple[dict[str, Callable[[], object]], dict[str, float]]:
+    """torch's two backends' backward and the CuTe backward (whole and per kernel); the CuTe row's worst
+    max |g - cuDNN's g| / max |cuDNN's g| over dq, dk, dv."""
+    d_o = torch.randn_like(q)
+    o = torch.empty_like(q)
+    stats = torch.empty(*q.shape[:3], 1, device="cuda", dtype=torch.float32)
+    cute_forward(q, k, v, o, stats, causal, None)()
+    grads = {n: torch.full_like(q, float("nan")) for n in ("dq", "dk", "dv")}
+    cute_runs = cute_backward({"q": q, "k": k, "v": v, "o": o, "d_o": d_o, "stats": stats, **grads}, causal)
+
+    def torch_backward(backend):
+        qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+        with sdpa_kernel(backend):
+            out = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)
+
+        def run():
+            with sdpa_kernel(backend):
+                return torch.autograd.grad(out, (qq, kk, vv), d_o, retain_graph=True)
+
+        return run
+
+    impls: dict[str, Callable[[], object]] = {
+        "torch cudnn": torch_backward(SDPBackend.CUDNN_ATTENTION),
+        "torch flash": torch_backward(SDPBackend.FLASH_ATTENTION),
+        **cute_runs,
+    }
+    want = impls["torch cudnn"]()
+    cute_runs["cute"]()
+    torch.cuda.synchronize()
+    if check_f32:
+        f32 = float32_errors(
+            q, k, v, d_o, causal, {"torch cudnn": want, "cute": [grads[n] for n in ("dq", "dk", "dv")]}
+        )
+        for name, err in f32.items():
+            print(f"{label} {name}: max |g - float32 math| / max |float32 math| = {err:.3e}", flush=True)
+    errors = []
+    for name, ref in zip(("dq", "dk", "dv"), want, strict=True):
+        errors.append(((grads[name].float() - ref.float()).abs().max() / ref.float().abs().max()).item())
+        print(f"{label} {name}: max |cute - cudnn| / max |cudnn| = {errors[-1]:.3e}", flush=True)
+    return impls, {"cute": max(errors)}
+
+
+def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d: int, causal: bool) -> list[dict]:
+    """Every implementation timed in turn, ``repeats`` rounds: clock drift spreads over all of them."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if args.backward:
+        impls, errors = backward_impls(label, q, k, v, causal, b * h * s * s <= args.f32_limit)
+        flops, err_key, wrong_above = 10 * b * h * s * s * d, "max_rel_err_vs_cudnn", 0.02
+    else:
+        impls, errors = forward_impls(label, q, k, v, causal)
+        flops, err_key, wrong_above = 4 * b * h * s * s * d, "max_err_vs_cudnn", 0.05
+    flops /= 2 if causal else 1
     iters = max(2, int(args.iters * 4096 * 4096 / (s * s)))
     samples = interleaved_samples(impls, iters, args.repeats, warmup=2)
     base = statistics.median(samples["torch cudnn"])
+    rows = []
     for n, ts in samples.items():
         ms = statistics.median(ts)
-        row = {
-            "shape": label,
-            "impl": n,
-            "ms": round(ms, 4),
-            "tflops": round(flops / ms / 1e9, 1),
-            "vs_cudnn": round(base / ms, 3),
-            "max_err_vs_cudnn": errors.get(n),
-        }
+        row = {"shape": label, "impl": n.strip(), "ms": round(ms, 4)}
+        if n.startswith(" "):  # one kernel of the CuTe backward: its share of the time only
+            rows.append(row)
+            print(f"{label:22s} {n:26s} {ms:8.3f} ms", flush=True)
+            continue
+        row |= {"tflops": round(flops / ms / 1e9, 1), "vs_cudnn": round(base / ms, 3)}
+        if n in errors:
+            row[err_key] = errors[n]
         rows.append(row)
         print(
             f"{label:22s} {n:26s} {ms:8.3f} ms {row['tflops']:7.1f} TFLOP/s  x{row['vs_cudnn']:.3f}"
-            + ("" if errors.get(n, 0.0) <= 0.05 else "  WRONG"),
+            + ("" if errors.get(n, 0.0) <= wrong_above else "  WRONG"),
             flush=True,
         )
     return rows
@@ -168,18 +262,30 @@ def bench_host() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backward", action="store_true", help="time the backward (default: the forward)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=10, help="launches per sample at seq 4096 (scaled by 1/s^2)")
+    parser.add_argument(
+        "--iters", type=int, help="launches per sample at seq 4096, scaled by 1/s^2 (default 10; 5 backward)"
+    )
     parser.add_argument("--only", default="", help="run the shapes whose label contains this")
     parser.add_argument("--json", default="")
+    parser.add_argument(
+        "--f32-limit", type=float, default=2**30, help="backward: largest B H S^2 checked against float32 math"
+    )
     args = parser.parse_args()
+    args.iters = args.iters or (5 if args.backward else 10)
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "cudnn", torch.backends.cudnn.version())
-    rows = bench(args)
-    host = bench_host()
-    print(f"host: plan.execute of a tiny sdpa {host:.2f} us per launch")
+    rows = []
+    for shape in BACKWARD_SHAPES if args.backward else SHAPES:
+        if not args.only or args.only in shape[0]:
+            rows += bench_shape(args, *shape)
+    result: dict[str, object] = {"rows": rows}
+    if not args.backward:
+        result["host_us"] = bench_host()
+        print(f"host: plan.execute of a tiny sdpa {result['host_us']:.2f} us per launch")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "host_us": host}, f, indent=1)
+            json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":
