@@ -23,9 +23,6 @@ with torch's time for the same work measured beside it:
   it offers to autotune (bound launch on the executor's stream), against
   torch.matmul; then matmul + bias + gelu as one fused region (default and
   fastest config) against torch eager doing the three.
-
-``--compile-jobs N`` first compiles every kernel of the run in N processes
-(cuTile's disk cache keeps them), so the timed run does not wait on tileiras.
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ import contextlib
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 
@@ -46,29 +42,6 @@ from sigdnn.graph.ops.pointwise import MODES
 
 N = 1 << 27  # 256 MiB of bfloat16
 POSITIVE = {"sqrt", "rsqrt", "log", "pow"}
-
-
-class Shard:
-    """``--compile-shard i/n``: this process only compiles (first execute, no timing) every n-th measurement from i.
-
-    The parent starts n such processes first (``--compile-jobs n``): cuTile compiles each kernel on its first
-    launch and keeps the cubin in its disk cache, so the timed run then finds every variant compiled.
-    """
-
-    index, count, seen = 0, 0, 0
-
-    @classmethod
-    def skip(cls) -> bool:
-        """Whether this process leaves the next measurement out (compile-only processes: all but their share)."""
-        if not cls.count:
-            return False
-        mine = cls.seen % cls.count == cls.index
-        cls.seen += 1
-        return not mine
-
-    @classmethod
-    def compile_only(cls) -> bool:
-        return cls.count > 0
 
 
 def on_stream(executor, plan=None):
@@ -118,16 +91,13 @@ def torch_op(mode: str):
     return table.get(mode)
 
 
-def bench_modes(modes: list[str], quiet: bool = False) -> list[dict]:
+def bench_modes(modes: list[str]) -> list[dict]:
     rows = []
     x = torch.empty(N, device="cuda", dtype=torch.bfloat16).uniform_(-2, 2)
-    copy_ms = cuda_time(lambda: x.clone(), reps=3 if Shard.compile_only() else 20)
+    copy_ms = cuda_time(lambda: x.clone())
     copy_tbs = 2 * N * 2 / copy_ms / 1e9
-    if not quiet and not Shard.compile_only():
-        print(f"torch copy: {copy_tbs:.2f} TB/s", flush=True)
+    print(f"torch copy: {copy_tbs:.2f} TB/s", flush=True)
     for mode in modes:
-        if Shard.skip():
-            continue
         arity = MODES[mode].arity
         g = sigdnn.Graph(mode, io_dtype="bfloat16", compute_dtype="float32")
         ins = [g.tensor(f"x{k}", dims=(N,)) for k in range(arity)]
@@ -143,8 +113,6 @@ def bench_modes(modes: list[str], quiet: bool = False) -> list[dict]:
         t0 = time.perf_counter()
         ex.execute(plan, pack, to_host=False)
         first_s = time.perf_counter() - t0
-        if Shard.compile_only():
-            continue
         execute_ms = cuda_time(lambda ex=ex, plan=plan, pack=pack: ex.execute(plan, pack, to_host=False))
         # The kernel as the GPU sees it: its bound launch enqueued 10 times back to back (as torch's ops are
         # timed); execute() adds its host work and a synchronize, which leave the GPU idle in between.
@@ -152,7 +120,7 @@ def bench_modes(modes: list[str], quiet: bool = False) -> list[dict]:
         with on_stream(ex, plan):
             ms = cuda_time(lambda launch=launch: [launch() for _ in range(10)]) / 10
         tbs = (arity + 1) * N * 2 / ms / 1e9
-        op = None if quiet else torch_op(mode)
+        op = torch_op(mode)
         torch_tbs = None
         if op is not None:
             tms = cuda_time(lambda op=op, tensors=tensors: [op(*tensors) for _ in range(10)]) / 10
@@ -160,11 +128,9 @@ def bench_modes(modes: list[str], quiet: bool = False) -> list[dict]:
         rows.append({"mode": mode, "tb_s": tbs, "execute_tb_s": (arity + 1) * N * 2 / execute_ms / 1e9,
                      "torch_tb_s": torch_tbs, "copy_tb_s": copy_tbs, "first_s": first_s})  # fmt: skip
         vs = f"{torch_tbs:6.2f}" if torch_tbs else "   n/a"
-        if not quiet:
-            print(
-                f"{mode:22s} {tbs:6.2f} TB/s  torch {vs}  of copy {tbs / copy_tbs:5.0%}  (first {first_s:.1f}s)",
-                flush=True,
-            )
+        print(
+            f"{mode:22s} {tbs:6.2f} TB/s  torch {vs}  of copy {tbs / copy_tbs:5.0%}  (first {first_s:.1f}s)", flush=True
+        )
     return rows
 
 
@@ -346,10 +312,8 @@ def _norm_outputs(g: sigdnn.Graph, kind: str) -> dict:
     return outs
 
 
-def bench_norm(kind: str, label: str = "", engine: str | None = None) -> dict | None:
+def bench_norm(kind: str, label: str = "", engine: str | None = None) -> dict:
     """One op through the GPU executor (``engine``: that builder only; None: the registry's choice) against torch."""
-    if Shard.skip():
-        return None
     g = _norm_graph(kind)
     data = _norm_inputs(g, kind)
     ex = sigdnn.Executor("gpu", engine=engine)
@@ -360,8 +324,6 @@ def bench_norm(kind: str, label: str = "", engine: str | None = None) -> dict | 
     t0 = time.perf_counter()
     ex.execute(plan, pack, to_host=False)
     first_s = time.perf_counter() - t0
-    if Shard.compile_only():
-        return None
     (launch,) = ex.memory.bound(plan, False)._launches
     with on_stream(ex, plan):
         ms = cuda_time(lambda: [launch() for _ in range(10)]) / 10
@@ -398,9 +360,9 @@ def bench_norms(kinds: str = "") -> list[dict]:
     the cuTile engine when the registry ranks another first."""
     wanted = set(kinds.split(",")) if kinds else {k for ks in NORM_KINDS.values() for k in ks}
     rows = [bench_norm(k, "default") for ks in NORM_KINDS.values() for k in ks if k in wanted]
-    if "batchnorm" in wanted and any(r and r["op"] == "batchnorm" and r["builder"] != "cutile.batchnorm" for r in rows):
+    if "batchnorm" in wanted and any(r["op"] == "batchnorm" and r["builder"] != "cutile.batchnorm" for r in rows):
         rows.append(bench_norm("batchnorm", "cutile", engine="cutile.batchnorm"))
-    return [r for r in rows if r]
+    return rows
 
 
 def bench_matmul(sizes=(4096, 8192), configs: str = "", fused: str = "") -> dict:
@@ -480,28 +442,6 @@ def bench_matmul(sizes=(4096, 8192), configs: str = "", fused: str = "") -> dict
 PARTS = ("host", "fusion", "modes", "norms", "matmul")
 
 
-def compile_first(argv: list[str], jobs: int) -> None:
-    """Run ``jobs`` compile-only copies of this command (each a share of the measurements), and wait for them."""
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, __file__, *argv, "--compile-shard", f"{i}/{jobs}"],
-                              stdout=subprocess.DEVNULL) for i in range(jobs)]  # fmt: skip
-    codes = [p.wait() for p in procs]
-    print(f"compiled in {jobs} processes in {time.perf_counter() - t0:.0f} s (exit codes {codes})", flush=True)
-
-
-def without_json(argv: list[str]) -> list[str]:
-    """The command line without its ``--json PATH`` (compile-only copies write nothing)."""
-    out, drop = [], False
-    for a in argv:
-        if drop:
-            drop = False
-        elif a == "--json":
-            drop = True
-        elif not a.startswith("--json="):
-            out.append(a)
-    return out
-
-
 def main() -> None:
     global NORM_COLS  # NORM_COLS: read by the norm graphs, torch's ops and the byte count
     parser = argparse.ArgumentParser()
@@ -514,19 +454,12 @@ def main() -> None:
     parser.add_argument("--mm-sizes", default="4096,8192")
     parser.add_argument("--mm-configs", default="", help="matmul: config labels measured (default: all offered)")
     parser.add_argument("--mm-fused", default="", help="matmul: config labels also measured as the fused region")
-    parser.add_argument("--compile-jobs", type=int, default=0, help="compile the kernels in this many processes first")
-    parser.add_argument("--compile-shard", default="", help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     args = parser.parse_args()
     NORM_COLS = args.norm_cols
     skip = set(args.skip.split(","))
     if args.only:
         skip = set(PARTS) - set(args.only.split(","))
-    if args.compile_shard:
-        Shard.index, Shard.count = map(int, args.compile_shard.split("/"))
-        skip |= {"host", "fusion", "matmul"}
-    elif args.compile_jobs:
-        compile_first(without_json(argv), args.compile_jobs)
     modes = args.modes.split(",") if args.modes else [m for m in MODES if m != "gen_index"]
     if unknown := [m for m in modes if m not in MODES]:
         parser.error(f"--modes: no pointwise mode {', '.join(unknown)} (torch's copy is always measured)")
@@ -542,7 +475,7 @@ def main() -> None:
     if "matmul" not in skip:
         sizes = tuple(map(int, args.mm_sizes.split(",")))
         result["matmul"] = bench_matmul(sizes, args.mm_configs, args.mm_fused)
-    if args.json and not args.compile_shard:
+    if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
 
