@@ -265,18 +265,6 @@ RESNET50_LAYERS = {
 # The dgrad part's layers besides RESNET50_LAYERS (same fields): stage 3's stride-2 1x1 shortcut, three of
 # whose four stride phases no tap reaches.
 DGRAD_SHORTCUTS = {"conv3_1x1_s2_shortcut": (256, 56, 512, 1, 2)}
-# The split labels (k: every tile's K loop in that many ranges; t: only the tiles past the last full wave; x:
-# stream-K) share one compiled kernel per tile: the split is a launch scalar.
-CONV_CONFIGS = ["coop128x128c1x1s1", "coop256x64c1x1s1", "coop256x128c1x1s1", "coop128x256c1x1s1", "pp128x128c1x1s1",
-                "coop128x128c2x1s1", "coop128x256c2x1s1",
-                "coop128x256c1x1s1k2", "coop128x256c1x1s1k4", "coop128x256c1x1s1t2", "coop128x256c1x1s1x",
-                "coop256x128c1x1s1k2", "coop256x128c1x1s1t2", "coop256x128c1x1s1x", "coop128x128c1x1s1x",
-                "coop256x64c1x1s1x",
-                # clusters of 4 and 8 multicasting A along N or B along M (cuDNN's choices under ncu:
-                # conv5_3x3 128x64 in 8s, conv3_3x3 64x128 in 4s, conv3_3x3_s2 256x128 in 4s, conv4_3x3 in 2s)
-                "pp128x64c1x8s1", "coop128x64c1x8s1", "pp128x64c1x4s1", "coop128x128c1x4s1", "coop128x128c1x2s1",
-                "coop256x128c2x1s1", "coop256x128c4x1s1", "coop256x128c1x2s1", "pp64x128c4x1s1",
-                "coop128x128c2x2s1"]  # fmt: skip
 
 
 def conv_layer_graph(c: int, hw: int, k: int, r: int, stride: int, fused: bool, batch: int = 64):
@@ -417,8 +405,7 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
     plan's launches (flip into a workspace, then the conv; strided: the
     sub-filter gather, one conv per stride phase, the interleave into dx)
     bound once to the tensors and the workspace, as the executor binds them;
-    and the same through ``Executor.execute``. A strided layer also times its phase convs alone and its
-    interleave alone (dx's bytes read from the workspace and written again: what the workspace route costs).
+    and the same through ``Executor.execute``.
     """
     import numpy as np
 
@@ -463,15 +450,6 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
                 plan, p, to_host=False
             ),
         }
-        if stride > 1:  # parts of the strided plan, after a full run has left the workspace filled
-            ws = work.data_ptr()
-
-            def phase_convs(step=step, ws=ws, dy=dy) -> None:
-                for conv, f_off, y_off in step._convs:
-                    conv(dy.data_ptr(), ws + f_off, ws + y_off, stream)
-
-            impls["part: phase convs alone"] = phase_convs
-            impls["part: interleave alone"] = functools.partial(step._interleave, ws, dx.data_ptr(), stream)
         want = torch.nn.grad.conv2d_input((64, c, hw, hw), w.float(), dy.float(), padding=pad, stride=stride)
         errors = {}
         for n, fn in impls.items():
@@ -480,7 +458,7 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
                 fn()
                 torch.cuda.synchronize()
                 errors[n] = float((dx.float() - want).norm() / want.norm())
-        flops = 2.0 * dy.numel() * c * r * r  # the strided products only (the "part:" rows count them too)
+        flops = 2.0 * dy.numel() * c * r * r  # the strided products only
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 300e12)))
         samples = interleaved_samples(impls, iters, args.repeats)
         t_torch = statistics.median(samples["torch conv2d_input (cuDNN)"])
@@ -643,7 +621,9 @@ def main() -> None:
     parser.add_argument("--fp8-pairs", nargs="+", default=["e4m3xe4m3", "e4m3xe5m2"])
     parser.add_argument("--fused-configs", nargs="*", default=[])
     parser.add_argument("--fused-acts", nargs="+", default=["gelu"], choices=list(ACTIVATION_REFS))
-    parser.add_argument("--conv-configs", nargs="*", default=CONV_CONFIGS)
+    parser.add_argument(
+        "--conv-configs", nargs="*", default=[], help="the convi part: configs timed beside the default"
+    )
     parser.add_argument(
         "--parts",
         nargs="+",

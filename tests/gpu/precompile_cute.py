@@ -243,7 +243,7 @@ def _backward_graph(op: str, c: int, hw: int, k: int, r: int, stride: int) -> Gr
 
 
 def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int]]:
-    """The convi part of benchmarks/gpu_cute.py: every layer, default and listed configs, plain and fused."""
+    """The convi part of benchmarks/gpu_cute.py: every layer at its default config, plain and fused."""
     found = []
     for c, hw, k, r, stride in _benchmark_constant("RESNET50_LAYERS").values():
         for fused in (False, True):
@@ -255,9 +255,6 @@ def conv_implicit_benchmark_specs() -> list[tuple[str, GemmSpec, GemmConfig, int
                 y = g.pointwise("relu_fwd", y, name="act")
             y.set_output(True)
             found += conv_implicit_specs(g, None)
-            if not fused:
-                for label in _benchmark_constant("CONV_CONFIGS"):
-                    found += conv_implicit_specs(g, label)
         found += conv_implicit_specs(_backward_graph("dgrad", c, hw, k, r, stride), None)  # the dgrad part
         if stride == 1:  # the wgrad part
             found += conv_implicit_specs(_backward_graph("wgrad", c, hw, k, r, stride), None)
