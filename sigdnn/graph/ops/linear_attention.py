@@ -125,19 +125,19 @@ def random_draw(tensors: Mapping[str, Tensor], rng: np.random.Generator, l2norm:
     cu = tensors["cu_seqlens"]
     tokens, n = tensors["q"].dims[0], cu.size - 1
     cuts = np.sort(rng.integers(0, tokens + 1, size=n - 1))
-    drawn = {"cu_seqlens": np.concatenate([[0], cuts, [tokens]]).astype(cu.dtype.numpy)}
+    drawn = {"cu_seqlens": np.concatenate([[0], cuts, [tokens]])}
     drawn["g"] = -rng.uniform(0, 0.5, size=tensors["g"].dims)
     drawn["beta"] = rng.uniform(0, 1, size=tensors["beta"].dims)
     if not l2norm:
         for port in ("q", "k"):
             x = rng.standard_normal(tensors[port].dims)
             drawn[port] = x / np.linalg.norm(x, axis=-1, keepdims=True)
-    return {p: v if p == "cu_seqlens" else v.astype(tensors[p].dtype.numpy) for p, v in drawn.items()}
+    return {p: v.astype(tensors[p].dtype.numpy) for p, v in drawn.items()}
 
 
 def dtype_of(port: str, inputs: Mapping[str, Tensor]) -> DataType | None:
-    """A new output's dtype: final_state / d_initial_state the initial state's (float32 without one)."""
-    if port in ("final_state", "d_initial_state"):
+    """A new final_state's dtype: the initial state's (float32 without one); other outputs the graph default's."""
+    if port == "final_state":
         initial = inputs.get("initial_state")
         return initial.dtype if initial is not None and initial.dtype is not None else STATS_DTYPE
     return None

@@ -165,12 +165,12 @@ def test_a_long_sequence_through_the_checkpointed_backward() -> None:
         np.testing.assert_allclose(got, ts[name].grad.numpy(), rtol=1e-9, atol=1e-10, err_msg=name)
 
 
-def small_graph(kind="gdn", cu_dtype="int32", cu_dims=(3,), g_dims=None, h0_dims=(2, 2, 3, 4), scale=None):
+def small_graph(kind="gdn", cu_dtype="int32", cu_dims=(3,), g_dims=None, h0_dims=None, scale=None):
     g = sigdnn.Graph("la", io_dtype="float32")
     q, k, v = g.tensor("q", (6, 2, 3)), g.tensor("k", (6, 2, 3)), g.tensor("v", (6, 2, 4))
     gate = g.tensor("g", g_dims or ((6, 2, 3) if kind == "kda" else (6, 2)))
     beta, cu = g.tensor("beta", (6, 2)), g.tensor("cu", cu_dims, dtype=cu_dtype)
-    h0 = g.tensor("h0", h0_dims)
+    h0 = g.tensor("h0", h0_dims or (max(cu_dims[0] - 1, 1), 2, 3, 4))
     getattr(g, kind)(q, k, v, gate, beta, cu, h0, scale=scale, name="n")[0].set_output(True).set_name("o")
     return g
 
@@ -180,13 +180,14 @@ def small_graph(kind="gdn", cu_dtype="int32", cu_dims=(3,), g_dims=None, h0_dims
     [
         ([1, 3, 6], r"tensor 'cu' \(cu_seqlens\) starts at 1; it must start at 0"),
         ([0, 4, 2], r"tensor 'cu' \(cu_seqlens\) decreases at entry 2 \(4 -> 2\)"),
+        ([0, 0, 4, 2, 6], r"decreases at entry 3 \(4 -> 2\)"),  # after an empty sequence
         ([0, 3, 5], r"tensor 'cu' \(cu_seqlens\) ends at 5; it must end at T = 6"),
         ([0, 3, 7], r"ends at 7"),
     ],
 )
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_hostile_sequence_boundaries_are_execution_errors_naming_the_tensor(kind, values, message) -> None:
-    g = small_graph(kind)
+    g = small_graph(kind, cu_dims=(len(values),))
     ex = sigdnn.Executor("reference")
     rng = np.random.default_rng(0)
     ins = {t.name: rng.standard_normal(t.dims).astype(np.float32) for t in g.inputs if t.name != "cu"}
