@@ -76,6 +76,48 @@ def gemm_launch(config: str, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, 
     return GemmLaunch(spec, parse_config(config), problem, sm_count), spec, problem
 
 
+def cute_errors(impls: dict, out: torch.Tensor, want: torch.Tensor | Callable[[str], torch.Tensor]) -> dict[str, float]:
+    """Each CuTe implementation run once into a NaN-filled ``out``: its relative Frobenius distance to
+    ``want`` (or ``want(name)``; NaN if an element was not written)."""
+    errors = {}
+    for n, fn in impls.items():
+        if n.startswith("cute"):
+            out.fill_(float("nan"))
+            fn()
+            torch.cuda.synchronize()
+            ref = want(n) if callable(want) else want
+            errors[n] = float((out.float() - ref).norm() / ref.norm())
+    return errors
+
+
+def timed_rows(
+    args,
+    impls: dict,
+    errors: dict,
+    iters: int,
+    baseline: str | Callable[[str], str],
+    flops: float,
+    dtype: str,
+    size,
+    warmup: int = 1,
+    gate: bool = False,
+) -> list[dict]:
+    """Every implementation timed in turn, ``args.repeats`` rounds (clock drift spreads over all of them); a
+    row each, its ratio against the time of ``baseline`` (or ``baseline(name)``), printed. ``gate``: a row 1e-2 or more off counts
+    0 TFLOP/s and ratio 0."""
+    samples = interleaved_samples(impls, iters, args.repeats, warmup=warmup)
+    rows = []
+    for n, ts in samples.items():
+        t = statistics.median(ts)
+        rel = errors.get(n)
+        ok = not gate or rel is None or rel < 1e-2
+        rows.append({"dtype": dtype, "size": size, "impl": n, "ms": t, "spread": (max(ts) - min(ts)) / t,
+                     "tflops": flops / t / 1e9 if ok else 0.0,
+                     "ratio": statistics.median(samples[baseline(n) if callable(baseline) else baseline]) / t if ok else 0.0, "rel_err": rel})  # fmt: skip
+    print_rows(rows)
+    return rows
+
+
 def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
     """Every implementation timed in turn, ``repeats`` rounds: clock drift spreads over all of them."""
     stream = torch.cuda.current_stream().cuda_stream
@@ -98,18 +140,9 @@ def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                 launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)
                 torch.cuda.synchronize()
                 rel = float((c.float() - ref).norm() / ref.norm())
-                errors[config] = rel if bool(torch.isfinite(c).all()) else float("nan")
-                impls[config] = lambda launch=launch, a=a, b=b, c=c: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)  # fmt: skip
-            samples = interleaved_samples(impls, iters, args.repeats, warmup=3)
-            t_torch = statistics.median(samples["torch.matmul"])
-            for name, ts in samples.items():
-                t = statistics.median(ts)
-                rel = errors.get(name)
-                ok = rel is None or rel < 1e-2
-                rows.append({"dtype": dt, "size": size, "impl": name if rel is None else f"cute {name}", "ms": t,
-                             "spread": (max(ts) - min(ts)) / t, "tflops": flops / t / 1e9 if ok else 0.0,
-                             "ratio": t_torch / t if ok else 0.0, "rel_err": rel})  # fmt: skip
-            print_rows([r for r in rows if r["dtype"] == dt and r["size"] == size])
+                errors[f"cute {config}"] = rel if bool(torch.isfinite(c).all()) else float("nan")
+                impls[f"cute {config}"] = lambda launch=launch, a=a, b=b, c=c: launch(a.data_ptr(), b.data_ptr(), c.data_ptr(), stream)  # fmt: skip
+            rows += timed_rows(args, impls, errors, iters, "torch.matmul", flops, dt, size, warmup=3, gate=True)
 
 
 def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
@@ -158,17 +191,10 @@ def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
                     name = f"cute bias+{act} {label}"
                     errors[name] = float((c.float() - ref).norm() / ref.norm()) if ok else float("nan")
                     impls[name] = lambda launch=launch, ptrs=ptrs: launch(*ptrs)
-            samples = interleaved_samples(impls, iters, args.repeats, warmup=3)
-            t_eager = statistics.median(samples["torch eager matmul+add+gelu"])
-            for name, ts in samples.items():
-                t = statistics.median(ts)
-                rel = errors.get(name)
-                ok = rel is None or rel < 1e-2
-                rows.append({"dtype": dt, "size": size, "impl": name, "ms": t, "spread": (max(ts) - min(ts)) / t,
-                             "tflops": flops / t / 1e9 if ok else 0.0, "ratio": t_eager / t if ok else 0.0,
-                             "rel_err": rel})  # fmt: skip
             print("(ratios against torch eager matmul+add+gelu)")
-            print_rows([r for r in rows if r["dtype"] == dt and r["size"] == size])
+            rows += timed_rows(
+                args, impls, errors, iters, "torch eager matmul+add+gelu", flops, dt, size, warmup=3, gate=True
+            )
 
 
 FP8_CONFIGS = [
@@ -234,16 +260,8 @@ def bench_fp8(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None
                 ok = bool(torch.isfinite(c).all())
                 errors[f"cute {label}"] = float((c.float() - ref).norm() / ref.norm()) if ok else float("nan")
                 impls[f"cute {label}"] = lambda launch=launch, ptrs=ptrs: launch(*ptrs)
-            samples = interleaved_samples(impls, iters, args.repeats, warmup=3)
-            t_torch = statistics.median(samples["torch._scaled_mm"])
-            for name, ts in samples.items():
-                t = statistics.median(ts)
-                ok = errors[name] < 1e-2
-                rows.append({"dtype": pair, "size": size, "impl": name, "ms": t, "spread": (max(ts) - min(ts)) / t,
-                             "tflops": flops / t / 1e9 if ok else 0.0, "ratio": t_torch / t if ok else 0.0,
-                             "rel_err": errors[name]})  # fmt: skip
             print("(fp8: ratios against torch._scaled_mm without fast accumulation)")
-            print_rows([r for r in rows if r["dtype"] == pair and r["size"] == size])
+            rows += timed_rows(args, impls, errors, iters, "torch._scaled_mm", flops, pair, size, warmup=3, gate=True)
 
 
 LAUNCH_FLOOR_S = 10e-6  # the convi part's least time a launch counts for when it sizes a sample
@@ -375,26 +393,16 @@ def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict
                 impls.update(variant_impls(variant, view, fview, sm_count, ptrs, bias, g, pack))
         want = torch.nn.functional.conv2d(x.float(), w.float(), padding=pad, stride=stride)
         want_fused = torch.relu(want + bias.float().view(1, k, 1, 1))
-        errors = {}
-        for n, fn in impls.items():
-            if n.startswith("cute"):
-                y.fill_(float("nan"))
-                fn()
-                torch.cuda.synchronize()
-                ref = want_fused if "fused" in n else want
-                errors[n] = float((y.float() - ref).norm() / ref.norm())  # NaN if an element was not written
+        errors = cute_errors(impls, y, lambda n, want=want, fused=want_fused: fused if "fused" in n else want)
         flops = 2.0 * want.numel() * c * r * r
         # launches a sample: its GPU time at 400 TFLOP/s, each launch at least LAUNCH_FLOOR_S (small batches are
         # host-bound, and a sample of tens of thousands of 3-us launches would take seconds of host time)
         iters = max(3, int(args.sample_ms * 1e-3 / max(flops / 400e12, LAUNCH_FLOOR_S)))
-        samples = interleaved_samples(impls, iters, args.repeats)
-        base = {n: statistics.median(samples[n]) for n in ("torch conv2d (cuDNN)", "torch conv2d(bias) + relu")}
-        for n, ts in samples.items():
-            t = statistics.median(ts)
-            t_ref = base["torch conv2d(bias) + relu"] if "bias" in n else base["torch conv2d (cuDNN)"]
-            rows.append({"dtype": "bf16", "size": size, "impl": n, "ms": t, "spread": (max(ts) - min(ts)) / t,
-                         "tflops": flops / t / 1e9, "ratio": t_ref / t, "rel_err": errors.get(n)})  # fmt: skip
-        print_rows([r_ for r_ in rows if r_["size"] == size])
+
+        def base(n: str) -> str:
+            return "torch conv2d(bias) + relu" if "bias" in n else "torch conv2d (cuDNN)"
+
+        rows += timed_rows(args, impls, errors, iters, base, flops, "bf16", size)
 
 
 def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
@@ -451,23 +459,10 @@ def bench_dgrad(args: argparse.Namespace, rows: list[dict]) -> None:
             ),
         }
         want = torch.nn.grad.conv2d_input((64, c, hw, hw), w.float(), dy.float(), padding=pad, stride=stride)
-        errors = {}
-        for n, fn in impls.items():
-            if n.startswith("cute"):
-                dx.fill_(float("nan"))
-                fn()
-                torch.cuda.synchronize()
-                errors[n] = float((dx.float() - want).norm() / want.norm())
+        errors = cute_errors(impls, dx, want)
         flops = 2.0 * dy.numel() * c * r * r  # the strided products only
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 300e12)))
-        samples = interleaved_samples(impls, iters, args.repeats)
-        t_torch = statistics.median(samples["torch conv2d_input (cuDNN)"])
-        for n, ts in samples.items():
-            t = statistics.median(ts)
-            rows.append({"dtype": "bf16", "size": f"dgrad {name}", "impl": n, "ms": t,
-                         "spread": (max(ts) - min(ts)) / t, "tflops": flops / t / 1e9, "ratio": t_torch / t,
-                         "rel_err": errors.get(n)})  # fmt: skip
-        print_rows([r_ for r_ in rows if r_["size"] == f"dgrad {name}"])
+        rows += timed_rows(args, impls, errors, iters, "torch conv2d_input (cuDNN)", flops, "bf16", f"dgrad {name}")
 
 
 def wgrad_layer(name: str, gen: torch.Generator | None = None):
@@ -523,23 +518,10 @@ def bench_wgrad(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> No
             label = f"{engine} {plan.steps[0].plan.config.label} via Executor"
             impls[label] = lambda ex=ex, plan=plan, p={"x": x, "dy": dy, "dw": dw}: ex.execute(plan, p, to_host=False)
         want = torch.nn.grad.conv2d_weight(x.float(), (k, c, r, r), dy.float(), padding=pad)
-        errors = {}
-        for n, fn in impls.items():
-            if n.startswith("cute"):
-                dw.fill_(float("nan"))
-                fn()
-                torch.cuda.synchronize()
-                errors[n] = float((dw.float() - want).norm() / want.norm())
+        errors = cute_errors(impls, dw, want)
         flops = 2.0 * dy.numel() * c * r * r
         iters = max(3, int(args.sample_ms * 1e-3 / (flops / 200e12)))
-        samples = interleaved_samples(impls, iters, args.repeats)
-        t_torch = statistics.median(samples["torch conv2d_weight (cuDNN)"])
-        for n, ts in samples.items():
-            t = statistics.median(ts)
-            rows.append({"dtype": "bf16", "size": f"wgrad {name}", "impl": n, "ms": t,
-                         "spread": (max(ts) - min(ts)) / t, "tflops": flops / t / 1e9, "ratio": t_torch / t,
-                         "rel_err": errors.get(n)})  # fmt: skip
-        print_rows([r_ for r_ in rows if r_["size"] == f"wgrad {name}"])
+        rows += timed_rows(args, impls, errors, iters, "torch conv2d_weight (cuDNN)", flops, "bf16", f"wgrad {name}")
 
 
 AUTOTUNE_SECOND = """
