@@ -39,7 +39,7 @@ POINTWISE_COMPUTE_ULPS = 4  # f32 transcendentals on GPUs are within a few ulps
 REDUCTION_ULPS_PER_SQRT_K = 4
 # Hopper's fp8 tensor-core instructions add the products of their K slice with about 14 significant bits, not
 # float32's 24, however often partial sums are promoted to float32 (the DeepSeek-V3 report, 3.3.2; on the H200
-# cuBLAS and sigdnn's CuTe GEMM reached 2**-13.2 * sum|a b| at K = 64: benchmarks/gpu_cute.py --parts fp8acc).
+# cuBLAS and sigdnn's CuTe GEMM reached 2**-13.2 * sum|a b| at K = 64: docs/experiments.md, fp8 accumulation).
 # A dot product over fp8 operands may therefore be off by this share of sum|terms| besides the float32 bound. It
 # does not grow with K: an accumulation never promoted to float32 ("fast accumulation") can exceed it at large K
 # (3.75e-4 * sum|a b| at K = 8192 on the H200).
