@@ -285,3 +285,76 @@ def test_an_external_data_location_that_is_not_utf8_is_a_schema_error(tmp_path: 
     data = _external_model("w.bin").SerializeToString().replace(b"w.bin", b"w\xffbin", 1)
     with pytest.raises(SigdnnError, match=r"StringStringEntryProto.value b'w\\xffbin' is not UTF-8 text"):
         onnx_importer.load(data, base_dir=tmp_path)
+
+
+def _two_external(first_plain: bool = False) -> onnx.ModelProto:
+    """y = x + a + b, a and b (float32[4]) at offsets 0 and 16 of w.bin (a kept inline when ``first_plain``)."""
+    tensors = []
+    for i, name in enumerate("ab"):
+        if first_plain and name == "a":
+            tensors.append(numpy_helper.from_array(np.full(4, 9, np.float32), "a"))
+            continue
+        t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=[4])
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in {"location": "w.bin", "offset": str(16 * i), "length": "16"}.items():
+            t.external_data.add(key=key, value=value)
+        tensors.append(t)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "a"], ["s"]), helper.make_node("Add", ["s", "b"], ["y"])],
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=tensors,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_every_external_tensor_counts_against_one_budget(tmp_path: Path) -> None:
+    np.arange(8, dtype=np.float32).tofile(tmp_path / "w.bin")
+    model = _two_external()
+    assert onnx_importer.load(model, base_dir=tmp_path, max_bytes=32).nodes  # a ModelProto: its own size counts 0
+    with pytest.raises(SigdnnError, match=r"tensor 'b'.* 16 bytes is over what the file limit leaves \(15 bytes\)"):
+        onnx_importer.load(_two_external(), base_dir=tmp_path, max_bytes=31)
+    assert not any(t.external_data for t in model.graph.initializer)  # the caller's model holds the data now
+
+
+def test_an_inline_tensor_before_an_external_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    np.arange(8, dtype=np.float32).tofile(tmp_path / "w.bin")
+    monkeypatch.chdir(tmp_path)
+    graph = onnx_importer.load(_two_external(first_plain=True).SerializeToString(), base_dir=tmp_path)
+    b = next(t for t in graph.tensors.values() if t.name == "b")
+    np.testing.assert_array_equal(np.frombuffer(b.data, np.float32), np.arange(4, 8, dtype=np.float32))
+
+
+def test_external_tensors_in_tensor_list_attributes_are_found() -> None:
+    value = TensorProto(name="v", data_type=TensorProto.FLOAT, dims=[4])
+    value.data_location = TensorProto.EXTERNAL
+    value.external_data.add(key="location", value="w.bin")
+    node = helper.make_node("Fancy", ["x"], ["y"], parts=[value])
+    data = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])], "y", [4])
+    with pytest.raises(SigdnnError, match=r"^ONNX model: tensor 'v' keeps its data in an external file"):
+        onnx_importer.load(data)
+
+
+@pytest.mark.parametrize(
+    ("location", "offset", "message"),
+    [
+        ("sub\\..\\..\\secret.bin", "0", "climbs out of the model's folder"),
+        ("\\etc\\hostname", "0", "is absolute"),
+        ("w.bin", "1000000000000000000", "external data asks for bytes 1000000000000000000"),
+    ],
+)
+def test_backslashes_and_long_offsets(tmp_path: Path, location: str, offset: str, message: str) -> None:
+    folder = tmp_path / "m"
+    (folder / "sub").mkdir(parents=True)
+    np.arange(8, dtype=np.float32).tofile(folder / "w.bin")
+    model = _with_entries({"location": location, "offset": offset, "length": "16"})
+    with pytest.raises(SigdnnError, match=message):
+        onnx_importer.load(model.SerializeToString(), base_dir=folder)
+
+
+def test_files_and_folders_are_named_in_errors() -> None:
+    with pytest.raises(SigdnnError, match=r"^ONNX model '/dev/zero' is a character device"):
+        onnx_importer.load("/dev/zero")
+    with pytest.raises(SigdnnError, match=r"^ONNX base_dir: the path is empty"):
+        onnx_importer.load(_external_model("w.bin").SerializeToString(), base_dir="")
