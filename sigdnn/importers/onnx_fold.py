@@ -10,7 +10,8 @@ gigabytes. A node is folded only when what it makes is known beforehand:
 - ops whose output size their input values choose (ConstantOfShape, Expand,
   Tile, Range): computed from those values;
 - anything else only on small inputs (``SMALL_FOLD`` elements in all),
-  with ONNX's own shape inference naming the output size.
+  with ONNX's own shape inference naming the output size, and its work
+  (outputs times a window's taps or a weight's size) at most ``MAX_FOLD_WORK``.
 
 A node that cannot be priced is not folded (a handler maps it onto graph
 nodes; ``FOLD_ONLY`` ops are refused). Every folded value counts against
@@ -25,7 +26,8 @@ import numpy as np
 
 MAX_FOLDED_ELEMENTS = 1 << 24  # one value computed at import time
 MAX_RANK = 64  # NumPy's
-SMALL_FOLD = 1 << 16  # inputs plus outputs of a node priced by shape inference (its work is then small too)
+SMALL_FOLD = 1 << 16  # inputs plus outputs of a node priced by shape inference
+MAX_FOLD_WORK = 1 << 22  # element reads of such a node: outputs times the taps of its window or weight
 ELEMENTWISE = frozenset(
     [
         "Abs",
@@ -185,6 +187,17 @@ def _inferred(proto: Any, inputs: list[np.ndarray | None], opset: int) -> int:
         if shape is None or not all(d.HasField("dim_value") for d in shape.dim):
             raise Unpriced
         total += _count(d.dim_value for d in shape.dim)
-    if total > SMALL_FOLD:
+    if total > SMALL_FOLD or total * _taps(proto, inputs) > MAX_FOLD_WORK:
         raise Unpriced
     return total
+
+
+def _taps(proto: Any, inputs: list[np.ndarray | None]) -> int:
+    """Input elements each output element reads at most: a window's taps (its kernel_shape), or a weight's size."""
+    for attribute in proto.attribute:
+        if attribute.name == "kernel_shape":
+            return max(1, _count(abs(k) for k in attribute.ints))
+    if proto.op_type in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv") and len(inputs) > 1:
+        weight = inputs[3 if proto.op_type == "QLinearConv" else 1]
+        return max(1, weight.size) if weight is not None else 1
+    return 1

@@ -358,3 +358,18 @@ def test_files_and_folders_are_named_in_errors() -> None:
         onnx_importer.load("/dev/zero")
     with pytest.raises(SigdnnError, match=r"^ONNX base_dir: the path is empty"):
         onnx_importer.load(_external_model("w.bin").SerializeToString(), base_dir="")
+
+
+def test_a_fold_whose_window_is_huge_is_not_run_in_python() -> None:
+    """Found by the mutation fuzzer (case 61605): a MaxPool of a 6x6 constant with a 3 x 2^20 window and as much
+    padding makes 48 outputs but looped over 25 million taps in onnx.reference (18 s)."""
+    nodes = [
+        _constant("img", np.ones((1, 1, 6, 6), np.float32)),
+        helper.make_node("MaxPool", ["img"], ["p"], kernel_shape=[3, 1 << 20], pads=[1, 1, 1, 1 << 20]),
+        helper.make_node("Add", ["x", "p"], ["y"]),
+    ]
+    data = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 6, 3])], "y", [])
+    start = time.process_time()
+    with pytest.raises(SigdnnError):  # not folded: the pooling node itself refuses such a window
+        onnx_importer.load(data)
+    assert time.process_time() - start < 1
