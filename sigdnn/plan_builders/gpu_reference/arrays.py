@@ -19,8 +19,6 @@ import numpy as np
 
 from sigdnn.plan_builders.gpu_reference.backend import GEMM_TILE, ROW_TILE, TILE, Gpu
 
-Operand = "Array | float | int"
-
 
 def row_major_index(shape: tuple[int, ...]) -> np.ndarray:
     """Flat indices 0..n-1 laid out in ``shape`` (the index map of a packed array)."""
