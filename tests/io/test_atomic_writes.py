@@ -77,6 +77,12 @@ def test_a_replaced_file_keeps_its_permissions_and_a_new_one_follows_the_umask(t
     finally:
         os.umask(old)
     assert (tmp_path / "fresh").stat().st_mode & 0o777 == 0o640
+    old = os.umask(0o022)
+    try:
+        write_file(tmp_path / "plain", lambda f: f.write(b"x"), what="file")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "plain").stat().st_mode & 0o777 == 0o644  # rw for the owner, r for the rest, no x
 
 
 def test_a_symbolic_link_is_written_through(tmp_path: Path) -> None:
