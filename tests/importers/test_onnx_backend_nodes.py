@@ -26,6 +26,7 @@ from onnx import numpy_helper
 import sigdnn
 from sigdnn.errors import SigdnnError
 from sigdnn.importers import onnx as onnx_import
+from sigdnn.importers.onnx_node import supported_ops
 
 # Cases whose expected values are not the correctly rounded result: onnx.reference computes bf16 attention
 # with bf16 intermediates (off by 1 bf16 ulp = 3.9e-3 relative, above the case's rtol 1e-3); sigdnn rounds
@@ -137,7 +138,7 @@ def outcome_of(case: Any) -> str:
     return OUTCOMES[case.name]
 
 
-@pytest.mark.parametrize("op", onnx_import.supported_ops())
+@pytest.mark.parametrize("op", supported_ops())
 def test_backend_node_cases(op: str, cases_by_op: dict[str, list[Any]]) -> None:
     outcomes = {case.name: outcome_of(case) for case in cases_by_op[op]}
     for name, outcome in outcomes.items():

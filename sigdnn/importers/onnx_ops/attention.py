@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from sigdnn.graph.tensor import Tensor
-from sigdnn.importers.onnx import OnnxNode, Value, onnx_op
+from sigdnn.importers.onnx_node import OnnxNode, Value, onnx_op
 
 
 def _heads(node: OnnxNode, t: Tensor, heads: int | None, what: str) -> Tensor:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sigdnn.graph.tensor import Tensor
-from sigdnn.importers.onnx import OnnxNode, Value, onnx_op
+from sigdnn.importers.onnx_node import OnnxNode, Value, onnx_op
 
 
 def pads_of(

@@ -6,7 +6,7 @@ import numpy as np
 
 from sigdnn.dtypes import DataType, as_data_type
 from sigdnn.graph.tensor import Tensor
-from sigdnn.importers.onnx import OnnxNode, Value, onnx_dtype, onnx_op
+from sigdnn.importers.onnx_node import OnnxNode, Value, onnx_dtype, onnx_op
 
 BINARY = {
     "Add": "add",

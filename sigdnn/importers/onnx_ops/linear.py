@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sigdnn.importers.onnx import OnnxNode, Value, onnx_op
+from sigdnn.importers.onnx_node import OnnxNode, Value, onnx_op
 
 
 def matmul(node: OnnxNode, a: Value, b: Value) -> Value:

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from sigdnn.importers.onnx import OnnxNode, Value, onnx_op
+from sigdnn.importers.onnx_node import OnnxNode, Value, onnx_op
 
 
 def _rank_axis(node: OnnxNode, axis: int, rank: int) -> int:

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from sigdnn.importers.onnx import OnnxNode, Value, onnx_op
 from sigdnn.importers.onnx_fold import MAX_FOLDED_ELEMENTS
+from sigdnn.importers.onnx_node import OnnxNode, Value, onnx_op
 
 
 def per_channel(node: OnnxNode, v: Value, rank: int, what: str) -> Value:

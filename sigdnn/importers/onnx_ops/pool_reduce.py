@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sigdnn.importers.onnx import OnnxNode, Value, onnx_op
+from sigdnn.importers.onnx_node import OnnxNode, Value, onnx_op
 from sigdnn.importers.onnx_ops.conv import pads_of
 
 
