@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -106,3 +106,34 @@ def input_shape_overrides(given: Any) -> dict[str, tuple[int, ...]]:
                 raise UsageError(f"{where}: dim {axis} is {d!r}, not an integer") from None
         shapes[name] = tuple(shape)
     return shapes
+
+
+def varlen_ports(
+    refuse: Callable[[str], GraphError],
+    lengths: tuple[int | None, int | None, Any],
+    names: tuple[str, str],
+    ragged: Mapping[int, int],
+    placed: Mapping[str, int | None],
+    gradients: Mapping[str, tuple[str, int | None]],
+    consumed: set[int],
+) -> dict[str, int | None]:
+    """sigdnn's padding and ragged offset ports of an attention node, as hipDNN and cuDNN JSON both spell them.
+
+    ``lengths``: the uids of the two length tensors and the padding flag (``names``: the format's spelling of the
+    two); ``ragged``: tensor uid -> its offsets' uid; ``placed``: q, k, v, o -> uid; ``gradients``: a gradient ->
+    (the tensor it is placed by, its uid). Every uid met joins ``consumed`` (an offset no attention node reads is
+    refused by the reader).
+    """
+    lq, lkv, padding = lengths
+    if padding and (lq is None or lkv is None):
+        raise refuse(f"padding_mask needs both {names[0]} and {names[1]}")
+    if not padding and (lq is not None or lkv is not None):
+        raise refuse(f"{names[0]} / {names[1]} are given without padding_mask")
+    ports: dict[str, int | None] = {"seq_len_q": lq, "seq_len_kv": lkv}
+    for port, uid in placed.items():
+        ports[f"{port}_ragged_offset"] = ragged.get(uid) if uid is not None else None
+    for grad, (port, uid) in gradients.items():
+        if uid is not None and ragged.get(uid) != ports[f"{port}_ragged_offset"]:
+            raise refuse(f"{grad}'s ragged offsets differ from {port}'s (sigdnn places {grad} by {port}'s)")
+    consumed.update(u for u in (*placed.values(), *(u for _, u in gradients.values())) if u is not None)
+    return ports

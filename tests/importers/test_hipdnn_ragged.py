@@ -86,7 +86,7 @@ def test_ragged_imports_refused_by_name() -> None:
     dq = next(t.uid for t in g.tensors.values() if t.name == "dq")
     with pytest.raises(GraphError, match=r"node 'bwd' \(SdpaBackwardAttributes\): dq's ragged offsets differ from q's"):
         hipdnn.load(graph_buffer(g, nodes(g), ragged={**ragged, dq: (8, 1)}))
-    with pytest.raises(GraphError, match=r"seq_len_q / seq_len_kv are set without padding_mask"):
+    with pytest.raises(GraphError, match=r"seq_len_q / seq_len_kv are given without padding_mask"):
         hipdnn.load(graph_buffer(g, nodes(g, {30: ("bool", False)}), ragged=ragged))
 
 

@@ -9,6 +9,7 @@ tensor's offsets, as sigdnn places dQ, dK, dV and dO by Q, K, V and O's.
 
 from __future__ import annotations
 
+from sigdnn.importers.common import varlen_ports
 from sigdnn.importers.cudnn_json.json_values import R
 from sigdnn.importers.cudnn_json.mapping import NodeMapping, maps
 
@@ -43,20 +44,11 @@ def _attention(m: NodeMapping, q: int, k: int) -> tuple[float, bool]:
 def _varlen(m: NodeMapping, placed: dict[str, int | None], gradients: dict[str, tuple[str, int | None]]) -> dict:
     """sigdnn's padding and ragged offset ports of an attention node (``placed``: q, k, v, o -> uid)."""
     padding = R.boolean(m.attr("padding_mask"), f"{m.where} padding_mask")
-    lq, lkv = m.input("SEQ_LEN_Q", False), m.input("SEQ_LEN_KV", False)
-    if padding and (lq is None or lkv is None):
-        raise m.refuse("padding_mask needs both SEQ_LEN_Q and SEQ_LEN_KV")
-    if not padding and (lq is not None or lkv is not None):
-        raise m.refuse("SEQ_LEN_Q / SEQ_LEN_KV are given without padding_mask")
-    ragged = m.importer.ragged
-    ports: dict[str, int | None] = {"seq_len_q": lq, "seq_len_kv": lkv}
-    for port, uid in placed.items():
-        ports[f"{port}_ragged_offset"] = ragged.get(uid) if uid is not None else None
-    for grad, (port, uid) in gradients.items():
-        if uid is not None and ragged.get(uid) != ports[f"{port}_ragged_offset"]:
-            raise m.refuse(f"{grad}'s ragged offsets differ from {port}'s (sigdnn places {grad} by {port}'s)")
-    m.importer.placed.update(u for u in (*placed.values(), *(u for _, u in gradients.values())) if u is not None)
-    return ports
+    lengths = (m.input("SEQ_LEN_Q", False), m.input("SEQ_LEN_KV", False), padding)
+    importer = m.importer
+    return varlen_ports(
+        m.refuse, lengths, ("SEQ_LEN_Q", "SEQ_LEN_KV"), importer.ragged, placed, gradients, importer.placed
+    )
 
 
 @maps("SDPA")

@@ -9,6 +9,7 @@ and d_o by q, k, v and o's).
 
 from __future__ import annotations
 
+from sigdnn.importers.common import varlen_ports
 from sigdnn.importers.hipdnn.mapping import NodeMapping, maps
 
 
@@ -37,20 +38,10 @@ def _varlen(
     m: NodeMapping, placed: dict[str, int | None], gradients: dict[str, tuple[str, int | None]]
 ) -> dict[str, int | None]:
     """The padding and ragged ports of an attention node (``placed``: q, k, v, o -> uid)."""
-    lq, lkv, padding = m.get("seq_len_q", "seq_len_kv", "padding_mask")
-    if padding and (lq is None or lkv is None):
-        raise m.refuse("padding_mask needs both seq_len_q and seq_len_kv")
-    if not padding and (lq is not None or lkv is not None):
-        raise m.refuse("seq_len_q / seq_len_kv are set without padding_mask")
-    ragged = m.reader.ragged
-    ports: dict[str, int | None] = {"seq_len_q": lq, "seq_len_kv": lkv}
-    for port, uid in placed.items():
-        ports[f"{port}_ragged_offset"] = ragged.get(uid) if uid is not None else None
-    for grad, (port, uid) in gradients.items():
-        if uid is not None and ragged.get(uid) != ports[f"{port}_ragged_offset"]:
-            raise m.refuse(f"{grad}'s ragged offsets differ from {port}'s (sigdnn places {grad} by {port}'s)")
-    m.reader.placed.update(u for u in (*placed.values(), *(u for _, u in gradients.values())) if u is not None)
-    return ports
+    lengths = m.get("seq_len_q", "seq_len_kv", "padding_mask")
+    return varlen_ports(
+        m.refuse, lengths, ("seq_len_q", "seq_len_kv"), m.reader.ragged, placed, gradients, m.reader.placed
+    )
 
 
 @maps("SdpaAttributes")
