@@ -13,7 +13,8 @@ gigabytes. A node is folded only when what it makes is known beforehand:
   with ONNX's own shape inference naming the output size, and its work
   (outputs times a window's taps or a weight's size) at most ``MAX_FOLD_WORK``.
 
-A node that cannot be priced is not folded (a handler maps it onto graph
+A MaxPool whose pads differ is not folded either: onnx.reference (1.23)
+reads its pads in the wrong order. A node that cannot be priced is not folded (a handler maps it onto graph
 nodes; ``FOLD_ONLY`` ops are refused). Every folded value counts against
 ``MAX_FOLDED_ELEMENTS`` and, with the others, against ``Limits.max_total_bytes``.
 """
@@ -133,6 +134,8 @@ def price(op: str, inputs: list[np.ndarray | None], attribute: Any, opset: int, 
         if not delta:
             raise ValueError("Range with delta 0")
         return max(0, int(np.ceil((limit - start) / delta)))
+    if op == "MaxPool" and len(set(attribute("pads", None) or [0])) > 1:
+        raise Unpriced  # onnx.reference's MaxPool reads pads as (begin, end) per axis, not ONNX's begins-then-ends
     if sum(v.size for v in present) > SMALL_FOLD:
         raise Unpriced
     return _inferred(proto, inputs, opset)

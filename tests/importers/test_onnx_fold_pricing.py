@@ -285,3 +285,23 @@ def test_an_unpriced_op_is_left_as_a_graph_node() -> None:
     assert "pooling" in [n.op.kind for n in onnx_importer.load(_pool_of_a_constant([32, 33])).nodes]
     folded = onnx_importer.load(_pool_of_a_constant([32, 32]))  # 2^22 reads: folded at import time
     assert "pooling" not in [n.op.kind for n in folded.nodes]
+
+
+def test_a_maxpool_with_unequal_pads_is_left_to_the_graph() -> None:
+    """onnx.reference (1.23) pads a MaxPool's axes by (begin 1, begin 2), (end 1, end 2): a 7 x 8 image padded
+    at the start of its width came out 7 x 7, not 6 x 8."""
+    image = np.arange(56, dtype=np.float32).reshape(1, 1, 7, 8)
+    even = helper.make_node("MaxPool", ["img"], ["p"], kernel_shape=[2, 2], pads=[1, 1, 1, 1])
+    assert price("MaxPool", [image], _attributes(pads=(1, 1, 1, 1)), 17, even) == 8 * 9
+    unpadded = helper.make_node("MaxPool", ["img"], ["p"], kernel_shape=[2, 2])
+    assert price("MaxPool", [image], _no_attributes, 17, unpadded) == 6 * 7
+    node = helper.make_node("MaxPool", ["img"], ["p"], kernel_shape=[2, 2], pads=[0, 1, 0, 0])
+    with pytest.raises(Unpriced):
+        price("MaxPool", [image], _attributes(pads=(0, 1, 0, 0)), 17, node)
+    nodes = [node, helper.make_node("Add", ["x", "p"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 6, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 6, 8])
+    graph = helper.make_graph(nodes, "pool", [x], [y], initializer=[numpy_helper.from_array(image, "img")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    pooled = [n for n in onnx_importer.load(model.SerializeToString()).nodes if n.op.kind == "pooling"]
+    assert len(pooled) == 1
