@@ -134,7 +134,7 @@ def price(op: str, inputs: list[np.ndarray | None], attribute: Any, opset: int, 
         if not delta:
             raise ValueError("Range with delta 0")
         return max(0, int(np.ceil((limit - start) / delta)))
-    if op == "MaxPool" and len(set(attribute("pads", None) or [0])) > 1:
+    if op == "MaxPool" and len(set(attribute("pads", None) or ())) > 1:
         raise Unpriced  # onnx.reference's MaxPool reads pads as (begin, end) per axis, not ONNX's begins-then-ends
     if sum(v.size for v in present) > SMALL_FOLD:
         raise Unpriced
