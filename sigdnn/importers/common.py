@@ -137,3 +137,19 @@ def varlen_ports(
             raise refuse(f"{grad}'s ragged offsets differ from {port}'s (sigdnn places {grad} by {port}'s)")
     consumed.update(u for u in (*placed.values(), *(u for _, u in gradients.values())) if u is not None)
     return ports
+
+
+def refuse_unread_ragged(
+    graph: Graph, ragged: Mapping[int, int], consumed: set[int], format_words: tuple[str, str, str]
+) -> None:
+    """GraphError for the first tensor with ragged offsets that no attention node took (``varlen_ports``' ``consumed``).
+
+    ``format_words``: the format's name for a tensor, how it says a tensor has offsets, the nodes that take them.
+    """
+    noun, what, ops = format_words
+    unread = sorted(set(ragged) - consumed)
+    if unread:
+        t = graph.tensors[unread[0]]
+        raise GraphError(
+            f"{noun} {t.name!r} (uid {t.uid}) {what}, but no node reading it takes ragged offsets ({ops} do)"
+        )

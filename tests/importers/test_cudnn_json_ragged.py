@@ -83,5 +83,5 @@ def test_a_ragged_tensor_no_node_places_is_refused() -> None:
     y = g.pointwise("relu_fwd", x, name="relu").set_output(True).set_name("y")
     doc = json.loads(graph_json(g, [node("POINTWISE", "relu", {"IN_0": 1}, {"OUT_0": y.uid}, mode="RELU_FWD")]))
     doc["tensors"][0]["ragged_offset_uid"] = 2
-    with pytest.raises(GraphError, match=r"tensor 'x' \(uid 1\) has a ragged_offset_uid, but no node"):
+    with pytest.raises(GraphError, match=r"tensor 'x' \(uid 1\) has a ragged_offset_uid, but no node reading it takes"):
         cudnn_json.load(json.dumps(doc).encode())

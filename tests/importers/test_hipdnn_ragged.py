@@ -96,5 +96,7 @@ def test_a_ragged_tensor_no_node_places_is_refused() -> None:
     g.tensor("off", (3,), dtype="int64", uid=2)
     y = g.pointwise("relu_fwd", x, name="relu").set_output(True).set_name("y")
     node = ("relu", None, "Pointwise", {0: ("u8", 21), 1: ("long", 1), 3: ("long", y.uid)})
-    with pytest.raises(GraphError, match=r"hipDNN tensor 'x' \(uid 1\) has ragged offsets, but no node"):
+    with pytest.raises(
+        GraphError, match=r"hipDNN tensor 'x' \(uid 1\) has ragged offsets, but no node reading it takes"
+    ):
         hipdnn.load(graph_buffer(g, [node], ragged={1: (2, 1)}))

@@ -15,7 +15,7 @@ from sigdnn.graph.arguments import scalar_value
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.tensor import Tensor
-from sigdnn.importers.common import UnsupportedOps, refuse_unknown
+from sigdnn.importers.common import UnsupportedOps, refuse_unknown, refuse_unread_ragged
 from sigdnn.importers.cudnn_json import attention, conv, matmul, movement, norms, pointwise, reduce_pool  # noqa: F401  (registers every mapper)
 from sigdnn.importers.cudnn_json.json_values import R, data_type
 from sigdnn.importers.cudnn_json.mapping import MAPPERS, NodeMapping
@@ -90,13 +90,9 @@ class JsonImporter:
             self.node(n, i)
         if self.unsupported:
             raise self.unsupported.error()
-        unplaced = sorted(set(self.ragged) - self.placed)
-        if unplaced:
-            t = graph.tensors[unplaced[0]]
-            raise GraphError(
-                f"tensor '{t.name}' (uid {t.uid}) has a ragged_offset_uid, but no node reading it takes ragged "
-                "offsets (sigdnn's SDPA and SDPA_BWD do)"
-            )
+        refuse_unread_ragged(
+            graph, self.ragged, self.placed, ("tensor", "has a ragged_offset_uid", "sigdnn's SDPA and SDPA_BWD")
+        )
         return graph
 
     def tensor(self, t: Any, index: int) -> Tensor:

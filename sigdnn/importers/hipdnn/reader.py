@@ -18,7 +18,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.tensor import Tensor
 from sigdnn.graph.wire_reader import Buffer, Table
-from sigdnn.importers.common import UnsupportedOps
+from sigdnn.importers.common import UnsupportedOps, refuse_unread_ragged
 from sigdnn.importers.hipdnn import attention, conv, matmul, norms, pointwise, reduce_pool  # noqa: F401  (registers every mapper)
 from sigdnn.importers.hipdnn.mapping import MAPPERS, NodeMapping
 from sigdnn.importers.hipdnn.schema import DATA_TYPE_NAMES, DATA_TYPES, FIELDS, NODE_TABLES, SCHEMA, TENSOR_VALUES
@@ -109,13 +109,9 @@ class HipdnnReader:
             self.node(pos, i)
         if self.unsupported:
             raise self.unsupported.error()
-        unplaced = sorted(set(self.ragged) - self.placed)
-        if unplaced:
-            t = graph.tensors[unplaced[0]]
-            raise GraphError(
-                f"hipDNN tensor '{t.name}' (uid {t.uid}) has ragged offsets, but no node reading it takes them "
-                "(sigdnn's sdpa and sdpa_backward do)"
-            )
+        refuse_unread_ragged(
+            graph, self.ragged, self.placed, ("hipDNN tensor", "has ragged offsets", "sigdnn's sdpa and sdpa_backward")
+        )
         return graph
 
     def tensor(self, pos: int, index: int) -> Tensor:
