@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
+from sigdnn.graph.ops.pointwise import PARAMS
 from sigdnn.importers.cudnn_json.json_values import R
 from sigdnn.importers.cudnn_json.mapping import NodeMapping, maps
 
-POINTWISE_PARAMS = (
-    "relu_lower_clip",
-    "relu_upper_clip",
-    "relu_lower_clip_slope",
-    "swish_beta",
-    "elu_alpha",
-    "softplus_beta",
-)
+REAL_PARAMS = tuple(p for p in PARAMS if p != "axis")  # the real-valued ones; axis is an integer
 
 
 @maps("POINTWISE")
 def _pointwise(m: NodeMapping) -> None:
     mode = R.text(m.attr("mode"), f"{m.where} mode", optional=False)
-    params = {p: m.real(p) for p in POINTWISE_PARAMS}
+    params = {p: m.real(p) for p in REAL_PARAMS}
     axis = m.attr("axis")
     if axis is not None:
         params["axis"] = R.int_(axis, f"{m.where} axis")

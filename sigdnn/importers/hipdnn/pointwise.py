@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sigdnn.graph.ops.pointwise import PARAMS
 from sigdnn.importers.hipdnn.mapping import NodeMapping, maps
 
 # pointwise_attributes.fbs: PointwiseMode (value -> sigdnn mode); MAX_OP / MIN_OP are max / min
@@ -62,17 +63,6 @@ def _pointwise(m: NodeMapping) -> None:
     mode = POINTWISE_MODES.get(op)
     if mode is None:
         raise m.refuse(f"unknown or unset pointwise operation {op}")
-    params = {
-        p: m.get(p)
-        for p in (
-            "relu_lower_clip",
-            "relu_upper_clip",
-            "relu_lower_clip_slope",
-            "swish_beta",
-            "elu_alpha",
-            "softplus_beta",
-            "axis",
-        )
-    }
+    params = {p: m.get(p) for p in PARAMS}
     ports = dict(zip(("in_0", "in_1", "in_2", "out_0"), m.get("in_0", "in_1", "in_2", "out_0")))
     m.add("pointwise", mode=mode, **ports, **{k: v for k, v in params.items() if v is not None})
