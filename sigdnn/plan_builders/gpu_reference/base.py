@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sigdnn.dtypes import DataType
-from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.gpu_reference import backend
 from sigdnn.plan_builders.gpu_reference.arrays import Array
 from sigdnn.plan_builders.gpu_reference.backend import Gpu
@@ -69,15 +69,8 @@ class GpuReferenceBuilder(PlanBuilder):
         return unavailable_reason()
 
     def check(self, node: Node, graph: Graph, device: Device) -> None:
-        if not self.float_only:
-            return
-        for port, uid in node.op.ports().items():
-            dtype = graph.dtype_of(graph.tensors[uid])
-            if not dtype.is_float:
-                raise NotSupported(
-                    f"node '{node.name}': port '{port}' (tensor '{graph.tensors[uid].name}') is {dtype}; "
-                    f"{node.op.kind} is floating point only"
-                )
+        if self.float_only:
+            decline_non_float(node, graph)
 
     def computes_in_integers(self, node: Node, graph: Graph) -> bool:
         return not self.float_only and graph.compute_dtype_of(node).is_integer

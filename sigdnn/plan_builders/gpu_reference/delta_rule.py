@@ -17,10 +17,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.linear_attention import L2NORM_EPS, boundaries
+from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.gpu_reference.arrays import Array
 from sigdnn.plan_builders.gpu_reference.base import Formula, GpuReferenceBuilder
 from sigdnn.registry.engine_ids import IN_TREE
@@ -153,12 +153,7 @@ class _DeltaRule(GpuReferenceBuilder):
 
     def check(self, node: Node, graph: Graph, device: Device) -> None:
         """Floating point apart from cu_seqlens."""
-        for port, uid in node.op.ports().items():
-            dtype = graph.dtype_of(graph.tensors[uid])
-            if port != "cu_seqlens" and not dtype.is_float:
-                raise NotSupported(
-                    f"node '{node.name}': port '{port}' is {dtype}; {node.op.kind} is floating point only"
-                )
+        decline_non_float(node, graph, integer_ports=("cu_seqlens",))
 
     def formula(self, node: Node, graph: Graph) -> Formula:
         op = node.op

@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sigdnn.dtypes import DataType, rounder
-from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.reference.math.parallel import parallel_map
 from sigdnn.plan_builders.reference.math.sink import Sink
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
@@ -198,13 +198,7 @@ class FloatReferenceBuilder(ReferenceBuilder):
 
     def check(self, node: Node, graph: Graph, device: Device) -> None:
         """Decline integer tensors (check_graph refuses them first; a registry key may still carry them)."""
-        for port, uid in node.op.ports().items():
-            dtype = graph.dtype_of(graph.tensors[uid])
-            if not dtype.is_float:
-                raise NotSupported(
-                    f"node '{node.name}': port '{port}' (tensor '{graph.tensors[uid].name}') is {dtype}; "
-                    f"{node.op.kind} is floating point only"
-                )
+        decline_non_float(node, graph)
 
     def computes_in_integers(self, node: Node, graph: Graph) -> bool:
         """Never: an integer compute type would read the float inputs as truncated int64."""

@@ -11,10 +11,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
+from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.reference.base import NarrowCompute, ReferenceBuilder
 from sigdnn.plan_builders.reference.math.conv_forward import conv_forward
 from sigdnn.plan_builders.reference.math.sink import Sink
@@ -44,14 +44,7 @@ class ReferenceConvFprop(ReferenceBuilder):
 
     def check(self, node: Node, graph: Graph, device: Device) -> None:
         """Decline integer tensors (the op is floating point only; check_graph says so first)."""
-        op: ConvFprop = node.op
-        for port, uid in op.ports().items():
-            dtype = graph.dtype_of(graph.tensors[uid])
-            if not dtype.is_float:
-                raise NotSupported(
-                    f"node '{node.name}': port '{port}' (tensor '{graph.tensors[uid].name}') is {dtype}; "
-                    "conv_fprop is floating point only"
-                )
+        decline_non_float(node, graph)
 
     def computes_in_integers(self, node: Node, graph: Graph) -> bool:
         """Never: an integer compute type would read the float inputs as truncated int64."""

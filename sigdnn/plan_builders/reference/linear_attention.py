@@ -7,10 +7,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.linear_attention import boundaries
+from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.reference.base import FloatReferenceBuilder
 from sigdnn.plan_builders.reference.math.delta_rule import delta_rule, delta_rule_backward
 from sigdnn.registry.contracts import BuildContext
@@ -23,13 +23,7 @@ Compute = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 class _DeltaRuleReference(FloatReferenceBuilder):
     def check(self, node: Node, graph: Graph, device: Device) -> None:
         """Floating point apart from cu_seqlens."""
-        for port, uid in node.op.ports().items():
-            dtype = graph.dtype_of(graph.tensors[uid])
-            if port != "cu_seqlens" and not dtype.is_float:
-                raise NotSupported(
-                    f"node '{node.name}': port '{port}' (tensor '{graph.tensors[uid].name}') is {dtype}; "
-                    f"{node.op.kind} is floating point only"
-                )
+        decline_non_float(node, graph, integer_ports=("cu_seqlens",))
 
     @staticmethod
     def sequences(node: Node, graph: Graph, ins: dict[str, np.ndarray]) -> np.ndarray:

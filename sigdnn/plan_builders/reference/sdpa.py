@@ -12,12 +12,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops import ragged
 from sigdnn.graph.ops.sdpa import VARLEN_PORTS, Sdpa
 from sigdnn.graph.ops.sdpa_backward import GRADIENT_OF, SdpaBackward
+from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.reference import math
 from sigdnn.plan_builders.reference.base import FloatReferenceBuilder
 from sigdnn.registry.contracts import BuildContext
@@ -66,13 +66,7 @@ class _Varlen:
 class _VarlenReference(FloatReferenceBuilder):
     def check(self, node: Node, graph: Graph, device: Device) -> None:
         """Floating point apart from the integer length and offset ports."""
-        for port, uid in node.op.ports().items():
-            dtype = graph.dtype_of(graph.tensors[uid])
-            if port not in VARLEN_PORTS and not dtype.is_float:
-                raise NotSupported(
-                    f"node '{node.name}': port '{port}' (tensor '{graph.tensors[uid].name}') is {dtype}; "
-                    f"{node.op.kind} is floating point only"
-                )
+        decline_non_float(node, graph, integer_ports=VARLEN_PORTS)
 
 
 class ReferenceSdpa(_VarlenReference):
