@@ -229,7 +229,7 @@ class Graph(Frontend):
         dims = tuple(int(d) for d in values.shape) or (1,)
         if any(d < 1 for d in dims):
             raise GraphError(f"constant '{name}': dims {list(dims)} must all be >= 1")
-        raw = np.ascontiguousarray(values, dtype=dt.numpy.newbyteorder("<")).tobytes()
+        raw = _packed_bytes(values, dt.numpy.newbyteorder("<"))
         t = Tensor(
             self._next_uid() if uid is None else int(uid), name, dims, packed_strides(dims), dt, False, None, raw
         )
@@ -379,3 +379,19 @@ class Graph(Frontend):
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self.tensors)} tensors, {len(self.nodes)} nodes)"
+
+
+def _packed_bytes(values: np.ndarray, dtype: np.dtype) -> bytes:
+    """``values`` packed in ``dtype`` as bytes. An array that is exactly a bytes object's contents (what
+    ``np.frombuffer`` and onnx's initializers give) is that object, not a copy: bytes cannot change."""
+    base = values.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if (
+        isinstance(base, bytes)
+        and values.dtype == dtype
+        and values.flags.c_contiguous
+        and values.nbytes == len(base)  # a view lies inside its buffer, so this one starts where it does
+    ):
+        return base
+    return np.ascontiguousarray(values, dtype=dtype).tobytes()

@@ -22,7 +22,6 @@ are read by ``onnx_files`` (inside the model's folder only, sizes capped).
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,6 +45,7 @@ from sigdnn.importers.onnx_node import (
     onnx_dtype,
     onnx_module,
 )
+from sigdnn.importers.onnx_types import inferred_dtypes
 from sigdnn.io.files import PathArg
 from sigdnn.io.graph_files import DEFAULT_MAX_GRAPH_FILE_BYTES
 from sigdnn.io.units import format_bytes
@@ -86,7 +86,7 @@ class OnnxImporter:
         self.node_names = FreshNames()
         self.input_shapes = input_shape_overrides(input_shapes)
         self.frozen = {k: np.asarray(v) for k, v in (constants or {}).items()}
-        self.value_dtypes = self._inferred_dtypes()
+        self.value_dtypes = inferred_dtypes(onnx, model)
         float_dtype = self._main_float_dtype()
         compute = DataType.FLOAT64 if float_dtype == DataType.FLOAT64 else DataType.FLOAT32
         self.graph = Graph(name or model.graph.name or "onnx", float_dtype, float_dtype, compute)
@@ -110,20 +110,6 @@ class OnnxImporter:
                 f"ONNX model: opset {self.opset} defines {sorted(changed)} differently from opset {MIN_OPSET}; "
                 f"sigdnn reads opsets {MIN_OPSET}.. (convert the model with onnx.version_converter)"
             )
-
-    def _inferred_dtypes(self) -> dict[str, DataType]:
-        """Each value's ONNX element type, from ONNX's own type inference (best effort: unknown stays unset)."""
-        try:
-            inferred = self.onnx.shape_inference.infer_shapes(self.model, strict_mode=False)
-        except Exception:  # inference is only a hint; the mapping checks every shape itself
-            inferred = self.model
-        found: dict[str, DataType] = {}
-        for info in (*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input):
-            elem = info.type.tensor_type.elem_type
-            if elem:
-                with contextlib.suppress(GraphError):  # a type sigdnn lacks fails later, where it is used
-                    found[info.name] = onnx_dtype(elem, f"value '{info.name}'")
-        return found
 
     def _main_float_dtype(self) -> DataType:
         counts: dict[DataType, int] = {}

@@ -72,3 +72,30 @@ def test_a_constant_needs_an_array_of_a_sigdnn_dtype() -> None:
 def test_validation_feeds_constants_to_the_reference() -> None:
     report = sigdnn.validate(_graph(np.full((2, 3), 1.5, np.float32)), backend="reference")
     assert report.passed
+
+
+def test_a_constant_read_from_bytes_shares_them_and_any_other_array_is_copied() -> None:
+    """A weight that is exactly a bytes object's contents (np.frombuffer; onnx's initializers) is kept as that
+    object, since bytes cannot change (#32: ViT-B/16's 330 MB were copied once more); anything else is copied."""
+    raw = np.arange(6, dtype="<f4").tobytes()
+    g = sigdnn.Graph("c")
+    shared = g.constant("shared", np.frombuffer(raw, "<f4").reshape(2, 3))
+    assert shared.data is raw
+    writable = np.arange(6, dtype=np.float32).reshape(2, 3)
+    copied = g.constant("copied", writable)
+    writable[0, 0] = 100
+    assert copied.constant()[0, 0] == 0  # changing the array afterwards does not reach the graph
+    views = {
+        "part": np.frombuffer(raw, "<f4")[1:],  # a part of the bytes
+        "strided": np.frombuffer(raw, "<f4")[::2],
+        "transposed": np.frombuffer(raw, "<f4").reshape(2, 3).T,
+        "big-endian": np.frombuffer(np.arange(6, dtype=">f4").tobytes(), ">f4"),
+        "bytearray": np.frombuffer(bytearray(raw), "<f4"),  # mutable: copied
+    }
+    for name, values in views.items():
+        t = g.constant(name, values)
+        assert t.data is not raw, name
+        assert t.data == np.ascontiguousarray(values, values.dtype.newbyteorder("<")).tobytes(), name
+        np.testing.assert_array_equal(t.constant(), values, err_msg=name)
+    as_int = g.constant("as int32", np.frombuffer(raw, "<i4"))  # the same bytes read as int32: shared too
+    assert as_int.data is raw and as_int.dtype == sigdnn.DataType.INT32
