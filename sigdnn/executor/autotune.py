@@ -33,11 +33,9 @@ import hashlib
 import json
 import os
 import platform
-import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +77,8 @@ def library_versions(builders: Sequence[PlanBuilder]) -> dict[str, str]:
 
 @functools.cache
 def _version(distribution: str) -> str:
+    from importlib import metadata  # here: importing it costs a cold `sigdnn run` 10 ms it rarely needs
+
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
@@ -187,6 +187,8 @@ def wall_timer(label: str, run: Callable[[], None], synchronize: Callable[[], No
             run()
         synchronize()
         samples.append((time.perf_counter() - start) / per_batch)
+    import statistics  # here: it imports decimal and fractions, 15 ms of a cold `sigdnn run`
+
     return statistics.median(samples)
 
 

@@ -56,13 +56,15 @@ def without_weights(onnx: Any, model: Any) -> Any:
 
 
 def _copy_fields(target: Any, source: Any, skipped: set[str]) -> None:
-    """Copy every set field of the protobuf message ``source`` into ``target``, except ``skipped``."""
+    """Copy every set field of the protobuf message ``source`` into ``target``, except ``skipped``.
+
+    ModelProto's one singular message field (``graph``) is skipped and GraphProto has none: every other field is
+    a repeated one or a scalar.
+    """
     for field, value in source.ListFields():
         if field.name in skipped:
             continue
         if field.is_repeated:
             getattr(target, field.name).extend(value)
-        elif field.type == field.TYPE_MESSAGE:
-            getattr(target, field.name).CopyFrom(value)
         else:
             setattr(target, field.name, value)

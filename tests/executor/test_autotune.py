@@ -333,16 +333,18 @@ def test_the_candidates_are_measured_on_seeded_inputs_synchronized_before_judgin
 
 
 def test_library_versions_name_each_library_by_its_distribution(monkeypatch):
+    from importlib import metadata
+
     from sigdnn.executor import autotune
 
     known = {"sigdnn": "0.2.0", "numpy": "1.0", "cuda-tile": "1.7.0", "nvidia-cutlass-dsl": "4.8.1"}
 
     def version(name):
         if name not in known:
-            raise autotune.metadata.PackageNotFoundError(name)
+            raise metadata.PackageNotFoundError(name)
         return known[name]
 
-    monkeypatch.setattr(autotune.metadata, "version", version)
+    monkeypatch.setattr(metadata, "version", version)
     autotune._version.cache_clear()
     try:
         builders = [type("B", (), {"library": lib})() for lib in ("cute", "reference", "cutile", "plugin")]

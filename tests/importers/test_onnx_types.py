@@ -100,3 +100,17 @@ def test_a_model_inference_rejects_still_imports(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(onnx.shape_inference, "infer_shapes", fail)
     model = mixed_model()
     assert inferred_dtypes(onnx, model) == {"x": DataType.FLOAT16}  # the declared input's type only
+
+
+def test_a_node_inference_cannot_type_leaves_the_others_typed() -> None:
+    """Non-strict inference: one node whose inputs do not broadcast stays untyped, the rest are typed."""
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+        helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 5]),
+    ]
+    nodes = [helper.make_node("Add", ["x", "z"], ["bad"]), helper.make_node("Relu", ["x"], ["good"])]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in ("bad", "good")]
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs))
+    with pytest.raises(onnx.shape_inference.InferenceError):
+        onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    assert inferred_dtypes(onnx, model)["good"] == DataType.FLOAT32

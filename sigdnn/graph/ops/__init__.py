@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from sigdnn.graph.ops.base import OP_CLASSES, Op
+from sigdnn.graph.ops.base import OP_CLASSES, Op, wire_member
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":
@@ -23,7 +23,7 @@ def op_by_wire(member: int) -> type[Op] | None:
     """The op class of a NodeAttributes union member."""
     if len(_by_wire) != len(OP_CLASSES):
         _by_wire.clear()
-        _by_wire.update({cls.codec().member: cls for cls in OP_CLASSES.values()})
+        _by_wire.update({wire_member(cls): cls for cls in OP_CLASSES.values()})
     return _by_wire.get(member)
 
 

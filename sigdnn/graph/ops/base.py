@@ -291,9 +291,6 @@ def _codec(cls: type[Op]) -> Codec:
         count = len(fields)
         for field, names in cls.enums.items():
             enum_values[field] = {n: i for i, n in enumerate(names)}
-        if cls.wire_member is None:
-            raise TypeError(f"op {cls.__name__} has no schema table, so it must declare wire_member")
-        member = cls.wire_member
     else:
         module = importlib.import_module(f"sigdnn.schemas.{cls.table}")
         by_name = slots_of(module)
@@ -305,11 +302,22 @@ def _codec(cls: type[Op]) -> Codec:
         for field, names in cls.enums.items():
             enum_class = _schema_enum(cls, field)
             enum_values[field] = {n: getattr(enum_class, n.upper()) for n in names}
-        from sigdnn.schemas.NodeAttributes import NodeAttributes
-
-        member = getattr(NodeAttributes, cls.table)
     names = {field: {v: n for n, v in table.items()} for field, table in enum_values.items()}
-    return Codec(slots, count, enum_values, names, member)
+    return Codec(slots, count, enum_values, names, wire_member(cls))
+
+
+def wire_member(cls: type[Op]) -> int:
+    """The op's NodeAttributes union member: its schema table's, or the one a schema-free op declares.
+
+    Reading a graph needs only this of each op, not its whole codec (which imports the op's schema modules).
+    """
+    if cls.table is None:
+        if cls.wire_member is None:
+            raise TypeError(f"op {cls.__name__} has no schema table, so it must declare wire_member")
+        return cls.wire_member
+    from sigdnn.schemas.NodeAttributes import NodeAttributes
+
+    return getattr(NodeAttributes, cls.table)
 
 
 @functools.cache
