@@ -1,5 +1,6 @@
 """What a cold `sigdnn run` of a small float32 graph imports (#32: the 0.4 s start-up): not ml_dtypes (0.3-1.5 s),
-not the GPU builders' modules, not rich's progress display when stderr is no terminal. Measured figures:
+not the GPU builders' modules, not rich's progress display when stderr is no terminal, not the tuner's statistics,
+not validation's comparison, not the schema modules of ops the graph does not hold. Measured figures:
 benchmarks/results/import_time.md."""
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ PROBE = """
 import json, sys
 from sigdnn.cli import main
 code = main(sys.argv[1:])
-heavy = ("ml_dtypes", "rich.progress", "sigdnn.plan_builders.cutile", "sigdnn.plan_builders.cute", "torch")
+heavy = ("ml_dtypes", "rich.progress", "sigdnn.plan_builders.cutile", "sigdnn.plan_builders.cute", "torch",
+         "statistics", "sigdnn.validation.validate", "sigdnn.accuracy.compare", "sigdnn.schemas.ConvFpropAttributes")
 print(json.dumps({"code": code, "loaded": sorted(m for m in heavy if m in sys.modules)}), file=sys.stderr)
 """
 
