@@ -233,3 +233,52 @@ def test_the_backward_checkpoints_count_against_the_byte_limit() -> None:
     sigdnn.Executor(limits=Limits(max_total_bytes=needed)).prepare(g)
     with pytest.raises(GraphError, match="scratch"):
         sigdnn.Executor(limits=Limits(max_total_bytes=needed - 128 * state)).prepare(g)
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_forward_without_the_final_state_gives_o_alone(kind: str) -> None:
+    """The hand-worked two tokens through the executor, output_final_state off: o = [1, 4.75] and nothing else."""
+    g = sigdnn.Graph(kind, io_dtype="float64", compute_dtype="float64")
+    q, k, v = (g.tensor(n, (2, 1, 1)) for n in "qkv")
+    gate = g.tensor("g", (2, 1, 1) if kind == "kda" else (2, 1))
+    beta, cu = g.tensor("beta", (2, 1)), g.tensor("cu", (2,), dtype="int64")
+    outs = getattr(g, kind)(q, k, v, gate, beta, cu, None, scale=1.0, name="n")
+    outs[0].set_output(True).set_name("o")
+    assert all(t is None for t in outs[1:])
+    ex = sigdnn.Executor("reference")
+    feed = {
+        "q": np.array([1.0, 2]).reshape(2, 1, 1),
+        "k": np.array([1.0, 0.5]).reshape(2, 1, 1),
+        "v": np.array([2.0, 4]).reshape(2, 1, 1),
+        "g": np.log(np.array([1.0, 0.5])).reshape(gate.dims),
+        "beta": np.array([[0.5], [1.0]]),
+        "cu": np.array([0, 2]),
+    }
+    out = ex.execute(ex.prepare(g), feed)
+    assert set(out) == {"o"}
+    np.testing.assert_allclose(out["o"].reshape(-1), [1.0, 4.75], rtol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["gdn", "gdn_bwd", "kda", "kda_bwd"])
+def test_the_builders_decline_an_integer_port_but_take_integer_cu_seqlens(kind: str) -> None:
+    """check_graph refuses integer q first; the builders' own check still declines it for a key that carries one."""
+    from sigdnn.errors import NotSupported
+    from sigdnn.plan_builders.reference import linear_attention as la
+
+    builder = {
+        "gdn": la.ReferenceGdn,
+        "gdn_bwd": la.ReferenceGdnBwd,
+        "kda": la.ReferenceKda,
+        "kda_bwd": la.ReferenceKdaBwd,
+    }
+    g = sigdnn.Graph("la", io_dtype="float32")
+    q, k, v = g.tensor("q", (6, 2, 3)), g.tensor("k", (6, 2, 3)), g.tensor("v", (6, 2, 4))
+    gate = g.tensor("g", (6, 2, 3) if kind.startswith("kda") else (6, 2))
+    beta, cu = g.tensor("beta", (6, 2)), g.tensor("cu", (3,), dtype="int32")
+    extra = (g.tensor("d_o", (6, 2, 4)),) if kind.endswith("bwd") else ()
+    getattr(g, kind)(q, k, v, gate, beta, cu, None, *extra, name="n")[0].set_output(True)
+    node = g.node_by_name("n")
+    builder[kind]().check(node, g, None)  # int32 cu_seqlens passes
+    k.set_data_type("int32")
+    with pytest.raises(NotSupported, match=rf"node 'n': port 'k' \(tensor 'k'\) is int32; {kind} is floating"):
+        builder[kind]().check(node, g, None)
