@@ -215,8 +215,11 @@ class GpuContext:
         self.synchronize()
         if arr.is_contiguous:
             return raw.reshape(arr.shape)
-        view = np.lib.stride_tricks.as_strided(raw, arr.shape, tuple(s * arr.itemsize for s in arr.strides))
-        return np.array(view)
+        # as_strided goes through __array_interface__, which cannot spell the ml_dtypes (bfloat16, fp8):
+        # stride the bytes as unsigned integers of the same width, then view them as the dtype.
+        bits = raw.view(f"u{arr.itemsize}")
+        view = np.lib.stride_tricks.as_strided(bits, arr.shape, tuple(s * arr.itemsize for s in arr.strides))
+        return np.array(view).view(arr.dtype)
 
     def _copy_h2d(self, dst_ptr: int, host: np.ndarray) -> None:
         if host.nbytes == 0:

@@ -6,8 +6,8 @@ float64 value is within a few float64 ulps and its single rounding to a
 float32 or narrower output almost never differs from the CPU reference's.
 exp, log, sin, cos, tan, tanh and pow come from the GPU's float64 libm, which
 may differ from NumPy's by an ulp of float64: docs/gpu_reference.md says how
-agreement is counted. erf (and the gelu modes built on it) has no float64
-form in cuTile yet: those nodes are declined with that reason.
+agreement is counted. erf, which cuTile lacks in float64, comes from its
+series (``error_function``).
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.pointwise import Pointwise
 from sigdnn.plan_builders.gpu_reference.arrays import Array, maximum, minimum, row_major_index, where
 from sigdnn.plan_builders.gpu_reference.base import Formula, GpuReferenceBuilder
+from sigdnn.plan_builders.gpu_reference.error_function import erf, erfc, exp_neg_square
 from sigdnn.registry.engine_ids import IN_TREE
-from sigdnn.runtime.device import Device
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715
-NO_FLOAT64_ERF = frozenset({"erf", "gelu_fwd", "gelu_bwd"})
+_SQRT_2 = math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def sigmoid(x: Array) -> Array:
@@ -62,7 +62,8 @@ def off_the_half(x: Array, y: Array, toward: float) -> Array:
     """y, except exactly x/2 (x != 0): there one float64 ulp toward ``toward`` (a sticky bit: the tiny-x
     ties of gelu-like modes then round to the side of the true value)."""
     nudged = y.apply("NEXT_UP" if toward > 0 else "NEXT_DOWN")
-    return where((y == x * 0.5) & (x != 0.0), nudged, y)
+    finite = x.apply("ABS") < math.inf  # inf / 2 is inf: no tie to break (and NEXT_UP takes finite values)
+    return where((y == x * 0.5) & (x != 0.0) & finite, nudged, y)
 
 
 def _relu_params(p: Pointwise) -> tuple[float, float, float]:
@@ -104,6 +105,17 @@ def _gelu_tanh_bwd(dy: Array, x: Array) -> Array:
     u = _gelu_tanh_u(x)
     du = (x * x * (3 * _GELU_C) + 1.0) * _SQRT_2_OVER_PI
     return dy * (sigmoid(u * 2.0) + x * du * sigmoid_slope(u * 2.0) * 2.0)
+
+
+def _gelu_fwd(x: Array) -> Array:
+    """x Phi(x) with Phi(x) = erfc(-x / sqrt2) / 2 (1 + erf cancels for x < 0); gelu(x) - x/2 > 0 for x != 0."""
+    return off_the_half(x, x * erfc(-x / _SQRT_2) * 0.5, math.inf)
+
+
+def _gelu_bwd(dy: Array, x: Array) -> Array:
+    """Phi(x) + x phi(x), phi(x) = e^(-x^2 / 2) / sqrt(2 pi)."""
+    finite = where(x.apply("ABS") < math.inf, x, math.nan)  # x e^(-x^2 / 2) at +-inf: inf * 0, NaN as in NumPy
+    return dy * (erfc(-x / _SQRT_2) * 0.5 + x * exp_neg_square(finite, half=True) * _INV_SQRT_2PI)
 
 
 def _softplus(x: Array, beta: float) -> Array:
@@ -167,6 +179,7 @@ FLOAT_MODES: dict[str, Mode] = {
     "sin": lambda a, p: a.apply("SIN"),
     "cos": lambda a, p: a.apply("COS"),
     "tan": lambda a, p: a.apply("TAN"),
+    "erf": lambda a, p: erf(a),
     "identity": lambda a, p: a,
     "relu_fwd": _relu_fwd,
     "relu_bwd": _relu_bwd,
@@ -176,6 +189,8 @@ FLOAT_MODES: dict[str, Mode] = {
     "sigmoid_bwd": lambda dy, x, p: dy * sigmoid_slope(x),
     "elu_fwd": lambda x, p: _elu_fwd(x, _beta(p.elu_alpha)),
     "elu_bwd": lambda dy, x, p: dy * where(x > 0.0, 1.0, minimum(x, 0.0).apply("EXP") * _beta(p.elu_alpha)),
+    "gelu_fwd": lambda x, p: _gelu_fwd(x),
+    "gelu_bwd": lambda dy, x, p: _gelu_bwd(dy, x),
     "gelu_approx_tanh_fwd": lambda x, p: _gelu_tanh_fwd(x),
     "gelu_approx_tanh_bwd": lambda dy, x, p: _gelu_tanh_bwd(dy, x),
     "softplus_fwd": lambda x, p: _softplus(x, _beta(p.softplus_beta)),
@@ -212,10 +227,6 @@ class GpuReferencePointwise(GpuReferenceBuilder):
     engine_id: ClassVar[int] = IN_TREE[name]
     ops: ClassVar[tuple[str, ...]] = ("pointwise",)
     float_only: ClassVar[bool] = False
-
-    def check(self, node: Node, graph: Graph, device: Device) -> None:
-        if node.op.mode in NO_FLOAT64_ERF:
-            raise NotSupported(f"node '{node.name}': {node.op.mode} needs a float64 erf, which cuTile lacks")
 
     def computes_in_integers(self, node: Node, graph: Graph) -> bool:
         return graph.compute_dtype_of(node).is_integer and node.op.mode in INTEGER_EXACT
