@@ -24,7 +24,7 @@ from sigdnn.errors import GraphError, NoPlanError
 from sigdnn.graph.ops import OP_CLASSES
 from sigdnn.graph.ops.pointwise import MODES
 from sigdnn.graph.ops.reduction import Reduction
-from sigdnn.plan_builders.gpu_reference import cases, normalization, pointwise, windows
+from sigdnn.plan_builders.gpu_reference import cases, normalization, windows
 
 EXACT_OPS = {"pointwise", "reshape", "transpose", "slice", "concatenate", "batchnorm_inference", "resample"}
 # pointwise modes whose float64 form differs from NumPy's function (Kahan's expm1 / log1p): within an ulp
