@@ -23,6 +23,7 @@ from sigdnn.cudnn.handle import Handle, create_handle
 from sigdnn.cudnn.materialize import OpRecord, materialize
 from sigdnn.cudnn.ops import Ops
 from sigdnn.cudnn.plans import Plans, cudnnGraphNotSupportedError
+from sigdnn.cudnn.runtime_values import take_values
 from sigdnn.cudnn.tensor import tensor
 from sigdnn.errors import GraphError, GraphFrozenError, UsageError
 from sigdnn.executor.executor import Executor
@@ -31,6 +32,7 @@ from sigdnn.graph.checks import check_graph
 from sigdnn.graph.graph import Graph
 
 _EXECUTORS: dict[str, Executor] = {}
+VALUED_PLANS = 8  # plans kept per pygraph for the values its pass-by-value parameters were given at execute
 
 
 def executor_for(handle: Handle) -> Executor:
@@ -82,6 +84,8 @@ class pygraph(Ops):
         self._records: list[OpRecord] = []
         self._graph: Graph | None = None
         self._baked: dict[int, float] = {}
+        self._runtime: dict[int, tensor] = {}  # id -> pass-by-value parameter whose value comes with execute
+        self._valued: dict[tuple[Any, ...], Any] = {}  # (plan index, values) -> the plan run with those values
         self._planned = False
         self._plans: Plans | None = None
 
@@ -168,11 +172,11 @@ class pygraph(Ops):
     def validate(self) -> None:
         """Make and check sigdnn's graph; the outputs' dims, strides and uids are then readable."""
         if self._graph is None:
-            graph, baked = materialize(self, self._name, self._dtypes, self._tensors, self._records)
+            graph, parameters = materialize(self, self._name, self._dtypes, self._tensors, self._records)
             check_graph(graph)
             if graph.nodes and not graph.outputs:
                 raise GraphError(f"pygraph '{self._name}': no tensor is marked set_output(True)")
-            self._graph, self._baked = graph, baked
+            self._graph, self._baked, self._runtime = graph, parameters.baked, parameters.runtime
 
     @property
     def graph(self) -> Graph:
@@ -267,20 +271,38 @@ class pygraph(Ops):
     # -- execution -----------------------------------------------------------------
     def execute(self, variant_pack: Mapping[Any, Any], workspace: Any = None, handle: Handle | None = None) -> None:
         """Run the built plan; outputs are written into the pack's buffers. ``workspace`` is not needed."""
-        self._run(self._list("execute()").running("execute()"), variant_pack, handle)
+        plans = self._list("execute()")
+        plan = plans.running("execute()")
+        self._run(plans, plans.selected, plan, variant_pack, handle)
 
     def execute_plan_at_index(
         self, variant_pack: Mapping[Any, Any], workspace: Any, index: int, handle: Handle | None = None
     ) -> None:
-        self._run(self._list("execute_plan_at_index()").build_at(index), variant_pack, handle)
+        plans = self._list("execute_plan_at_index()")
+        self._run(plans, index, plans.build_at(index), variant_pack, handle)
 
-    def _run(self, plan: Any, variant_pack: Mapping[Any, Any], handle: Handle | None) -> None:
+    def _run(self, plans: Plans, index: Any, plan: Any, variant_pack: Mapping[Any, Any], handle: Handle | None) -> None:
         if handle is not None and handle.backend != self._handle().backend:
             raise UsageError(f"execute(handle=...): the graph was planned on the {self._handle().device} handle")
+        if self._runtime:  # parameters given now: run a copy of the graph that holds their values
+            values, variant_pack = take_values(self._runtime, variant_pack)
+            plan = self._valued_plan(plans, index, values)
         runtime = {t.get_uid() for t in self._tensors if t._is_pass_by_value and t._value is None and t._planned}
         baked = {id(t): v for t in self._tensors if (v := self._baked.get(id(t))) is not None}
         pack = sigdnn_pack(self.graph, variant_pack, runtime, baked)
         executor_for(self._handle()).execute(plan, pack)
+
+    def _valued_plan(self, plans: Plans, index: int, values: dict[int, float]) -> Any:
+        """Plan ``index`` of a copy of the graph holding ``values`` (the last VALUED_PLANS kept)."""
+        key = (index, *sorted(values.items()))
+        found = self._valued.pop(key, None)
+        if found is None:
+            graph, _ = materialize(self, self._name, self._dtypes, self._tensors, self._records, values)
+            found = plans.realized(graph, index)
+        self._valued[key] = found
+        while len(self._valued) > VALUED_PLANS:
+            self._valued.pop(next(iter(self._valued)))
+        return found
 
     # -- wire -------------------------------------------------------------------
     def serialize(self) -> bytes:
@@ -288,6 +310,10 @@ class pygraph(Ops):
         from sigdnn.cudnn.serialize import to_json
 
         self.validate()
+        if self._runtime:
+            names = ", ".join(repr(t.get_name()) for t in self._runtime.values())
+            raise NotImplementedError(f"pygraph.serialize(): pass-by-value {names} get their value at execute; "
+                                      "cuDNN JSON holds the value")  # fmt: skip
         return to_json(self.graph)
 
     def deserialize(self, *args: Any) -> None:

@@ -3,7 +3,8 @@
 Each recorded op is added in call order; a graph input becomes a sigdnn
 tensor when an op first reads it through a port (a pass-by-value tensor
 given only as a parameter, like epsilon, is baked into the op and never
-becomes one). The uids users set are given last, moving any sigdnn had
+becomes one; one whose value comes with execute is baked into a copy of the
+graph made for that value, see ``runtime_values``). The uids users set are given last, moving any sigdnn had
 assigned out of their way. What users set on an
 op's output (name, data type, strides, uid, set_output) is applied to the
 tensor sigdnn inferred; set_dim is passed to the ops that take dims
@@ -13,7 +14,7 @@ the inferred dims everywhere else.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -41,16 +42,32 @@ class OpRecord:
     compute: Any
 
 
+PLACEHOLDER = 0.5  # a parameter given at execute time, until then: valid for epsilon, momentum and attn_scale
+
+
+@attrs.define
+class Parameters:
+    """The pass-by-value parameters of one materialized graph.
+
+    ``baked``: id of a tensor whose value was known when it was made -> that value, built into the op;
+    ``runtime``: id -> the tensor whose value each execute gives (built in from ``values``, else PLACEHOLDER).
+    """
+
+    values: Mapping[int, float] = attrs.field(factory=dict)
+    baked: dict[int, float] = attrs.field(factory=dict)
+    runtime: dict[int, tensor] = attrs.field(factory=dict)
+
+
 class Resolver:
     """What a recorded op's build sees: sigdnn tensors for cuDNN tensors, values of pass-by-value parameters."""
 
     def __init__(
-        self, owner: Any, graph: Graph, bound: dict[int, Tensor], baked: dict[int, float], record: OpRecord
+        self, owner: Any, graph: Graph, bound: dict[int, Tensor], parameters: Parameters, record: OpRecord
     ) -> None:
         self._owner = owner
         self._graph = graph
         self._bound = bound
-        self._baked = baked
+        self._parameters = parameters
         self.name = record.name or None
         self.compute = to_sigdnn(record.compute, f"{record.method} compute_data_type")
 
@@ -67,17 +84,21 @@ class Resolver:
         return found
 
     def value(self, x: Any, what: str) -> float:
-        """A float parameter: a number, or a pass-by-value tensor whose value was known when it was made."""
-        if isinstance(x, tensor):
-            if x._value is None:
-                raise NotImplementedError(
-                    f"op '{self.name}': {what} is a pass-by-value tensor with no value yet; sigdnn bakes {what} into "
-                    "the graph, so make it with tensor_like(a one-element CPU tensor) or pass a number"
-                )
+        """A float parameter: a number, or a pass-by-value tensor (its value if known when it was made, else the
+        one execute gives: the graph is then planned with PLACEHOLDER and run with a copy holding that value)."""
+        if not isinstance(x, tensor):
+            return x
+        if x._value is not None:
             value = float(np.asarray(x._value, dtype=np.float64).reshape(-1)[0])
-            self._baked[id(x)] = value
+            self._parameters.baked[id(x)] = value
             return value
-        return x
+        if not x._is_pass_by_value:
+            raise NotImplementedError(f"op '{self.name}': {what} '{x.get_name()}' is a device tensor; sigdnn takes "
+                                      "a number or a pass-by-value tensor (is_pass_by_value=True)")  # fmt: skip
+        if to_sigdnn(x._data_type, f"{what} '{x.get_name()}' data_type") is None:
+            raise GraphError(f"op '{self.name}': pass-by-value {what} '{x.get_name()}' needs a data_type")
+        self._parameters.runtime[id(x)] = x
+        return self._parameters.values.get(id(x), PLACEHOLDER)
 
     @staticmethod
     def dims(out: tensor) -> tuple[int, ...] | None:
@@ -86,17 +107,23 @@ class Resolver:
 
 
 def materialize(
-    owner: Any, name: str, dtypes: dict[str, Any], inputs: Sequence[tensor], records: Sequence[OpRecord]
-) -> tuple[Graph, dict[int, float]]:
-    """The sigdnn Graph of the recorded ops (every cuDNN tensor bound to its sigdnn tensor) and the baked values.
+    owner: Any,
+    name: str,
+    dtypes: dict[str, Any],
+    inputs: Sequence[tensor],
+    records: Sequence[OpRecord],
+    values: Mapping[int, float] | None = None,
+) -> tuple[Graph, Parameters]:
+    """The sigdnn Graph of the recorded ops and its pass-by-value parameters.
 
-    Baked values: id of a pass-by-value tensor given as an op parameter -> the value built in.
+    Without ``values`` every cuDNN tensor is bound to its sigdnn tensor (the graph the pygraph plans); with them
+    (id of a parameter given at execute time -> its value) nothing is bound: a copy holding those values.
     """
     g = Graph(name, **dtypes)
     bound: dict[int, Tensor] = {}
-    baked: dict[int, float] = {}
+    parameters = Parameters(values or {})
     for record in records:
-        results = record.build(g, Resolver(owner, g, bound, baked, record))
+        results = record.build(g, Resolver(owner, g, bound, parameters, record))
         for out, made in zip(record.outputs, results):
             if made is not None:
                 _apply(out, made, record)
@@ -106,9 +133,10 @@ def materialize(
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise GraphError(f"graph '{name}': tensor names {twice} are given to several tensors")
-    for t in (*inputs, *(o for r in records for o in r.outputs)):
-        t._bind(bound.get(id(t)))
-    return g, baked
+    if values is None:
+        for t in (*inputs, *(o for r in records for o in r.outputs)):
+            t._bind(bound.get(id(t)))
+    return g, parameters
 
 
 def _input(g: Graph, t: tensor, k: int) -> Tensor:

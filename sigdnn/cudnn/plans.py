@@ -31,6 +31,7 @@ class Plans:
 
     def __init__(self, executor: Executor, graph: Graph, router: Router | None) -> None:
         self.executor = executor
+        self.router = router
         try:
             self.prepared: ExecutionPlan = executor.prepare(graph, router=router)
         except NoPlanError as e:
@@ -87,6 +88,14 @@ class Plans:
             raise cudnnGraphNotSupportedError("build_plans: the plan list is empty") from None
         self.built[index] = plan
         self.selected = index
+
+    def realized(self, graph: Graph, i: int) -> ExecutionPlan:
+        """Entry i's plan for ``graph``, a copy of the planned graph whose op attributes differ (values given at
+        execute): prepared by the same executor, each step running the entry's candidate."""
+        try:
+            return realize(self.executor.prepare(graph, router=self.router), self.entries[i], self.executor.device)
+        except NotSupported as e:
+            raise cudnnGraphNotSupportedError(f"plan {i} ({self.entries[i].name}) declined: {e}") from None
 
     def running(self, call: str) -> ExecutionPlan:
         if self.selected is None:

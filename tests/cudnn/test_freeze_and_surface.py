@@ -172,16 +172,6 @@ def test_what_sigdnn_cannot_honour_names_itself(graph, call):
     assert any(word in str(e.value) for word in ("pygraph", "tensor."))
 
 
-def test_an_epsilon_tensor_without_a_value_is_refused_clearly(graph):
-    x = graph.tensor(name="x", dim=[2, 4], stride=[4, 1], data_type=F64)
-    s = graph.tensor(name="s", dim=[1, 4], stride=[4, 1], data_type=F64)
-    eps = graph.tensor(name="eps", dim=[1, 1], stride=[1, 1], data_type=F64, is_pass_by_value=True)
-    y, _, _ = graph.layernorm(cudnn.norm_forward_phase.INFERENCE, x, s, s, eps)
-    y.set_output(True)
-    with pytest.raises(NotImplementedError, match="epsilon"):
-        graph.validate()
-
-
 def test_key_is_stable_and_tells_graphs_apart(handle):
     def made(dims):
         g = cudnn.pygraph(io_data_type=F64, compute_data_type=F64, handle=handle)
