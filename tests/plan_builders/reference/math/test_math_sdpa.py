@@ -219,9 +219,23 @@ def test_row_blocks_give_the_same_results(scores: int, monkeypatch: pytest.Monke
         assert_within(g, w, np.abs(w) + 1, 64)
 
 
+@pytest.mark.parametrize(
+    ("q", "k", "v"),
+    [
+        ((1, 3, 2, 2), (1, 2, 2, 2), (1, 2, 2, 2)),  # 3 query heads over 2 kv heads
+        ((1, 2, 2, 2), (1, 0, 2, 2), (1, 0, 2, 2)),  # no kv head
+        ((1, 2, 2, 2), (1, 2, 3, 2), (1, 2, 2, 2)),  # k and v of different lengths
+        ((1, 2, 2, 2), (1, 2, 2, 2), (1, 1, 2, 2)),  # k and v of different heads
+        ((2, 2, 2, 2), (1, 2, 2, 2), (1, 2, 2, 2)),  # q and k of different batches
+        ((1, 2, 2, 3), (1, 2, 2, 2), (1, 2, 2, 2)),  # q and k of different head dims
+    ],
+)
+def test_mismatched_shapes_are_refused(q, k, v) -> None:
+    with pytest.raises(ValueError, match=r"are not \[B,Hq,Sq,D\], \[B,Hkv,Skv,D\], \[B,Hkv,Skv,Dv\]"):
+        sdpa(np.zeros(q), np.zeros(k), np.zeros(v), 1.0)
+
+
 def test_bad_shapes_are_refused() -> None:
-    with pytest.raises(ValueError, match="not"):
-        sdpa(np.zeros((1, 3, 2, 2)), np.zeros((1, 2, 2, 2)), np.zeros((1, 2, 2, 2)), 1.0)  # 3 heads over 2
     with pytest.raises(ValueError, match="4-d"):
         sdpa(np.zeros((3, 2, 2)), np.zeros((1, 2, 2, 2)), np.zeros((1, 2, 2, 2)), 1.0)
 
