@@ -276,3 +276,17 @@ def test_keys_tell_padded_and_ragged_nodes_apart() -> None:
     traits = [dict(k.traits) for k in keys]
     assert traits[0]["padding"] is False and traits[0]["ragged"] == ()
     assert traits[1]["padding"] is True and traits[1]["ragged"] == ("q", "k", "v", "o")
+
+
+def test_the_builders_decline_a_non_float_tensor_but_take_integer_lengths_and_offsets() -> None:
+    """check_graph refuses an integer k first; the builders' own check still declines it for a key that carries one."""
+    from sigdnn.errors import NotSupported
+    from sigdnn.plan_builders.reference.sdpa import ReferenceSdpa, ReferenceSdpaBackward
+
+    g = build(True, False, index_dtype="int64")
+    for builder, node in zip((ReferenceSdpa(), ReferenceSdpaBackward()), g.nodes):
+        builder.check(node, g, None)  # int64 lengths, int64 offsets
+    g.tensors[g.nodes[0].op.k].set_data_type("int32")
+    for builder, node in zip((ReferenceSdpa(), ReferenceSdpaBackward()), g.nodes):
+        with pytest.raises(NotSupported, match=rf"node '{node.name}': port 'k' \(tensor 'k'\) is int32; sdpa"):
+            builder.check(node, g, None)
