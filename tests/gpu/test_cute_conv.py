@@ -31,6 +31,17 @@ CASES = {
     "pointwise_in_place": ((2, 32, 7, 5), (40, 32, 1, 1), "float16", "float16", {}),
     "5x1_stride_1x3": ((1, 24, 17, 19), (8, 24, 5, 1), "float16", "float32", {"stride": (1, 3)}),
     "resnet_like_3x3": ((4, 64, 28, 28), (64, 64, 3, 3), "bfloat16", "bfloat16", {"padding": (1, 1)}),
+    # C not a multiple of 8: A's and the filter's rows padded to 16 bytes
+    "stem_7x7_3_channels": (
+        (2, 3, 37, 41),
+        (64, 3, 7, 7),
+        "bfloat16",
+        "bfloat16",
+        {"padding": (3, 3), "stride": (2, 2)},
+    ),
+    "patch_16x16_3_channels": ((2, 3, 64, 48), (32, 3, 16, 16), "bfloat16", "float32", {"stride": (16, 16)}),
+    "pointwise_12_channels": ((2, 12, 5, 7), (16, 12, 1, 1), "float16", "float16", {}),
+    "1_channel_5x3": ((3, 1, 11, 9), (8, 1, 5, 3), "float16", "float32", {"padding": (2, 1)}),
 }
 
 

@@ -59,7 +59,6 @@ def test_a_strided_pointwise_conv_still_gathers() -> None:
     [
         ({"layout": "NCHW"}, "channels-last"),
         ({"x_dims": (2, 16, 9, 11), "w_dims": (24, 8, 3, 3)}, "grouped"),
-        ({"x_dims": (2, 12, 9, 11), "w_dims": (24, 12, 3, 3)}, "multiples of 8"),
         ({"x_dims": (2, 16, 5, 9, 11), "w_dims": (24, 16, 1, 3, 3), "layout": "NDHWC"}, "3-D"),
         ({"dtype": "float32"}, "dtypes"),
         ({"w_dims": (20, 16, 3, 3)}, "16 bytes"),  # y rows of 20 bfloat16 values: 40 bytes apart
@@ -77,3 +76,35 @@ def test_serves_2d_16_bit_keys_only() -> None:
     assert builder.serves(key_for(g.node_by_name("conv"), g))
     g = conv_graph(dtype="float32")
     assert not builder.serves(key_for(g.node_by_name("conv"), g))
+
+
+@pytest.mark.parametrize(
+    ("x_dims", "w_dims", "conv", "kpad"),
+    [
+        ((2, 3, 32, 30), (64, 3, 7, 7), {"padding": (3, 3), "stride": (2, 2)}, 152),  # 147 -> 152
+        ((2, 12, 5, 7), (16, 12, 1, 1), {}, 16),  # a 1x1 conv of 12 channels still gathers: 12 -> 16
+        ((2, 3, 32, 32), (24, 3, 16, 16), {"stride": (16, 16)}, 768),  # 768 already a multiple of 8
+    ],
+)
+def test_channels_off_8_pad_a_and_the_filter_rows(x_dims, w_dims, conv, kpad) -> None:
+    g = conv_graph(x_dims, w_dims, **conv)
+    view = conv_gemm(g.node_by_name("conv"), g)
+    n, c, h, w = x_dims
+    k, _, r, s = w_dims
+    p, q = g.tensor_by_name("y").dims[2:]
+    m = n * p * q
+    assert view.im2col == (n, h, w, c, p, q, r, s, *g.node_by_name("conv").op.pre_padding,
+                           *g.node_by_name("conv").op.stride, 1, 1, kpad)  # fmt: skip
+    assert view.filter_padding == (k, 1, 1, r * s * c, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, kpad)
+    assert (view.problem.m, view.problem.n, view.problem.k) == (m, k, kpad)
+    assert (view.problem.lda, view.problem.ldb) == (kpad, kpad)
+    assert view.a_bytes == m * kpad * 2
+    assert view.workspace_bytes == (m + k) * kpad * 2
+
+
+def test_channels_off_8_still_declines_past_int32() -> None:
+    # A: 3782^2 = 14.3M rows; x 147 columns would fit in 2^31 - 1 elements, padded to 152 they do not
+    g = conv_graph((1, 3, 3782, 3782), (64, 3, 7, 7), padding=(3, 3))
+    assert 3782**2 * 147 < 2**31 - 1 < 3782**2 * 152
+    with pytest.raises(NotSupported, match="2\\^31"):
+        conv_gemm(g.node_by_name("conv"), g)

@@ -7,7 +7,11 @@ the graph's dims stay [N, C, H, W] etc.). A is x itself when the filter is
 1x1 with unit stride and no padding; otherwise the im2col kernel writes it
 to the workspace (padding as zeros, any stride and dilation) and the Hopper
 GEMM (kernels/gemm_sm90.py) multiplies it by the filter, read K-major as it
-is stored, straight into y. The first version, correct before fast:
+is stored, straight into y. With C not a multiple of 8 (an image model's
+3-channel first layer, whose rows the TMA cannot read), A's rows of
+R * S * C are padded with zeros to a multiple of 8 and the filter is copied
+into the workspace with the same padded rows, by an element-per-thread
+im2col; the zeros add nothing to the sums. The first version, correct before fast:
 ``cute.conv_fprop_implicit`` (conv_implicit.py) gathers A's tiles inside
 the GEMM instead and ranks above this builder, which stays for what the
 TMA's im2col mode cannot express.
@@ -45,12 +49,19 @@ class ConvGemm:
 
     spec: GemmSpec
     problem: GemmProblem
-    im2col: tuple[int, ...] | None  # n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w
+    im2col: tuple[int, ...] | None  # n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w[, kpad]
     dtype: str
+    filter_padding: tuple[int, ...] | None = None  # the filter's im2col extents when C is not a multiple of 8
+
+    @property
+    def a_bytes(self) -> int:
+        """A's size in the workspace (the padded filter follows it, 16-byte aligned: K is a multiple of 8)."""
+        return 0 if self.im2col is None else self.problem.m * self.problem.k * ITEMSIZE[self.dtype]
 
     @property
     def workspace_bytes(self) -> int:
-        return 0 if self.im2col is None else self.problem.m * self.problem.k * ITEMSIZE[self.dtype]
+        padded_filter = 0 if self.filter_padding is None else self.problem.n * self.problem.k * ITEMSIZE[self.dtype]
+        return self.a_bytes + padded_filter
 
 
 def channels_last(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -84,32 +95,41 @@ def conv_gemm(node: Node, graph: Graph) -> ConvGemm:
     for t in (x, w, y):
         if not channels_last(t.dims, t.strides):
             raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
-    if c % 8:
-        raise NotSupported(f"{where}: {c} input channels; supported: multiples of 8 (16-byte rows)")
-    if max(x.size, w.size, y.size, n * p * q * r * s * c) > _INT32_MAX:
-        raise NotSupported(f"{where}: tensors or the im2col matrix past 2^31 - 1 elements")
+    narrow = c % 8 != 0
     m, kg = n * p * q, r * s * c
-    direct = (r, s) == (1, 1) and op.stride == (1, 1) and op.pre_padding == (0, 0) and (p, q) == (h, wd)
+    if narrow:
+        kg = -(-kg // 8) * 8  # A's and the filter's rows padded to 16 bytes
+    if max(x.size, w.size, y.size, m * kg, k * kg) > _INT32_MAX:
+        raise NotSupported(f"{where}: tensors or the im2col matrix past 2^31 - 1 elements")
+    direct = not narrow and (r, s) == (1, 1) and op.stride == (1, 1) and op.pre_padding == (0, 0) and (p, q) == (h, wd)
     try:
         spec, problem = plan_gemm(
             ((m, kg), (kg, 1), dtypes[0]), ((kg, k), (1, kg), dtypes[1]), ((m, k), (k, 1), dtypes[2])
         )
     except ValueError as exc:
         raise NotSupported(f"{where}: {exc}") from None
-    im2col = None
+    im2col = filter_padding = None
     if not direct:
         im2col = (n, h, wd, c, p, q, r, s, *op.pre_padding, *op.stride, *op.dilation)
-    return ConvGemm(spec, problem, im2col, dtypes[0])
+    if narrow:  # the filter as a 1 x 1 image of R * S * C channels, rows padded like A's
+        im2col = (*im2col, kg)
+        filter_padding = (k, 1, 1, r * s * c, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, kg)
+    return ConvGemm(spec, problem, im2col, dtypes[0], filter_padding)
 
 
 class CuteConvFpropPlan(BindsLaunches, NodePlan):
-    """im2col into the workspace (unless A is x itself), then the GEMM into y."""
+    """im2col into the workspace (unless A is x itself), the filter padded after A when C is not a multiple of 8,
+    then the GEMM into y."""
 
-    def __init__(self, gemm: Any, im2col: Any, workspace_bytes: int, where: str) -> None:
+    def __init__(
+        self, gemm: Any, im2col: Any, workspace_bytes: int, where: str, pad_filter: Any = None, filter_at: int = 0
+    ) -> None:
         self._gemm = gemm
         self._im2col = im2col
         self.workspace_bytes = workspace_bytes
         self._where = where
+        self._pad_filter = pad_filter
+        self._filter_at = filter_at
 
     @property
     def config(self) -> Any:
@@ -121,9 +141,16 @@ class CuteConvFpropPlan(BindsLaunches, NodePlan):
         if self._im2col is None:
             return functools.partial(self._gemm, x.ptr, w.ptr, y.ptr, context.stream)
         a = context.workspace.ptr
+        if self._pad_filter is None:
+            return in_order(
+                functools.partial(self._im2col, x.ptr, a, context.stream),
+                functools.partial(self._gemm, a, w.ptr, y.ptr, context.stream),
+            )
+        b = a + self._filter_at
         return in_order(
             functools.partial(self._im2col, x.ptr, a, context.stream),
-            functools.partial(self._gemm, a, w.ptr, y.ptr, context.stream),
+            functools.partial(self._pad_filter, w.ptr, b, context.stream),
+            functools.partial(self._gemm, a, b, y.ptr, context.stream),
         )
 
 
@@ -164,4 +191,5 @@ class CuteConvFpropBuilder(PlanBuilder):
         config = config_override() or default_config(view.spec, view.problem, sm_count)
         gemm = GemmLaunch(view.spec, config, view.problem, sm_count)
         im2col = None if view.im2col is None else Im2colLaunch(view.dtype, view.im2col)
-        return CuteConvFpropPlan(gemm, im2col, view.workspace_bytes, f"node '{node.name}'")
+        pad_filter = None if view.filter_padding is None else Im2colLaunch(view.dtype, view.filter_padding)
+        return CuteConvFpropPlan(gemm, im2col, view.workspace_bytes, f"node '{node.name}'", pad_filter, view.a_bytes)

@@ -109,6 +109,17 @@ def test_im2col_conv_reads_x_through_the_workspace():
     assert log == [("im2col", 16, WORKSPACE, STREAM), ("gemm", WORKSPACE, 32, 48, STREAM)]
 
 
+def test_narrow_conv_pads_the_filter_after_a():
+    log: list = []
+    plan = CuteConvFpropPlan(Recorder("gemm", log), Recorder("im2col", log), 4096, "c", Recorder("pad", log), 3072)
+    plan.bind({"x": buf(16), "w": buf(32), "y": buf(48)}, context(workspace=True))()
+    assert log == [
+        ("im2col", 16, WORKSPACE, STREAM),
+        ("pad", 32, WORKSPACE + 3072, STREAM),
+        ("gemm", WORKSPACE, WORKSPACE + 3072, 48, STREAM),
+    ]
+
+
 def test_direct_conv_gemm_reads_x_itself():
     log: list = []
     plan = CuteConvFpropPlan(Recorder("gemm", log), None, 0, "c")

@@ -115,6 +115,94 @@ class Im2col:
                 mA[(tap * c + v * VECTOR + e, qq, pp, nn)] = frag[e]
 
 
+class Im2colNarrow:
+    """A for any channel count: one element per thread, K = R * S * C padded with zeros to ``kpad`` columns.
+
+    For C not a multiple of 8 (an image model's 3-channel first layer): x's
+    rows are then not 16 bytes apart, so nothing is moved in vectors, and A's
+    rows are padded to a multiple of 8 elements so the GEMM's TMA can read
+    them. The filter goes through the same kernel as a 1 x 1 "image" of R * S * C
+    channels, giving B the same padded rows.
+    """
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = DTYPES[dtype]
+
+    @cute.jit
+    def __call__(
+        self,
+        x_ptr: cute.Pointer,
+        a_ptr: cute.Pointer,
+        n: Int32,
+        h: Int32,
+        w: Int32,
+        c: Int32,
+        p: Int32,
+        q: Int32,
+        r: Int32,
+        s: Int32,
+        pad_h: Int32,
+        pad_w: Int32,
+        stride_h: Int32,
+        stride_w: Int32,
+        dil_h: Int32,
+        dil_w: Int32,
+        kpad: Int32,
+        stream: cuda.CUstream,
+    ):
+        mX = cute.make_tensor(x_ptr, cute.make_layout((c, w, h, n), stride=(1, c, w * c, h * w * c)))
+        mA = cute.make_tensor(a_ptr, cute.make_layout((kpad, q, p, n), stride=(1, kpad, q * kpad, p * q * kpad)))
+        total = n * p * q * kpad
+        blocks = (total + (_THREADS - 1)) // _THREADS
+        self.kernel(mX, mA, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, kpad, total).launch(
+            grid=[blocks, 1, 1], block=[_THREADS, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mX: cute.Tensor,
+        mA: cute.Tensor,
+        h: Int32,
+        w: Int32,
+        c: Int32,
+        p: Int32,
+        q: Int32,
+        r: Int32,
+        s: Int32,
+        pad_h: Int32,
+        pad_w: Int32,
+        stride_h: Int32,
+        stride_w: Int32,
+        dil_h: Int32,
+        dil_w: Int32,
+        kpad: Int32,
+        total: Int32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * _THREADS + tidx
+        if i < total:
+            kk = i % kpad
+            t = i // kpad
+            qq = t % q
+            t = t // q
+            pp = t % p
+            nn = t // p
+            tap = kk // c
+            ch = kk - tap * c
+            rr = tap // s
+            ss = tap - rr * s
+            hi = pp * stride_h - pad_h + rr * dil_h
+            wi = qq * stride_w - pad_w + ss * dil_w
+            frag = cute.make_rmem_tensor((1,), self.dtype)
+            frag.fill(0.0)
+            # The padding columns (tap >= R * S) and taps in the image's padding stay zero.
+            if tap < r * s and hi >= 0 and hi < h and wi >= 0 and wi < w:
+                frag[0] = mX[(ch, wi, hi, nn)]
+            mA[(kk, qq, pp, nn)] = frag[0]
+
+
 _CACHE = CompileCache()
 
 
@@ -128,13 +216,27 @@ def compiled(dtype: str) -> Any:
     return _CACHE.get(dtype, None, compile_fn)
 
 
+def compiled_narrow(dtype: str) -> Any:
+    """The compiled element-per-thread im2col of one dtype."""
+
+    def compile_fn() -> Any:
+        ptrs = [make_ptr(DTYPES[dtype], 0, cute.AddressSpace.gmem, assumed_align=16) for _ in range(2)]
+        return cute.compile(Im2colNarrow(dtype), *ptrs, *[Int32(1)] * 15, cuda.CUstream(0))
+
+    return _CACHE.get(("narrow", dtype), None, compile_fn)
+
+
 class Im2colLaunch:
     """One conv shape's im2col: the extents are fixed, the pointers and stream are not."""
 
     def __init__(self, dtype: str, extents: tuple[int, ...]) -> None:
-        if len(extents) != 14:
-            raise ValueError("im2col takes n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w")
-        self._launch = PackedLaunch(compiled(dtype), 2, int32_cells(*extents), "im2col")
+        """``extents``: n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, and for the
+        narrow kernel (any C) the padded row length kpad as a 15th."""
+        if len(extents) not in (14, 15):
+            raise ValueError("im2col takes n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w"
+                             " [, kpad]")  # fmt: skip
+        kernel = compiled(dtype) if len(extents) == 14 else compiled_narrow(dtype)
+        self._launch = PackedLaunch(kernel, 2, int32_cells(*extents), "im2col")
 
     def __call__(self, x_ptr: int, a_ptr: int, stream: int) -> None:
         self._launch((x_ptr, a_ptr), stream)
