@@ -35,6 +35,15 @@ CASES = {
     ),
     "pointwise_in_place_split": ((8, 32, 16, 16), (40, 32, 1, 1), "float16", "float16", {}),
     "stride2_tails": ((2, 72, 31, 29), (136, 72, 3, 3), "bfloat16", "float32", {"padding": (1, 1), "stride": (2, 2)}),
+    # C not a multiple of 8: rows padded, dw copied out of its padded copy
+    "stem_7x7_3_channels": (
+        (4, 3, 40, 36),
+        (64, 3, 7, 7),
+        "bfloat16",
+        "bfloat16",
+        {"padding": (3, 3), "stride": (2, 2)},
+    ),
+    "12_channels_split_f32": ((8, 12, 32, 32), (16, 12, 3, 3), "float16", "float32", {"padding": (1, 1)}),
 }
 
 # The implicit wgrad (B through the TMA's im2col mode) takes C in multiples of 64.

@@ -9,6 +9,11 @@ into equal slices run as one batched GEMM writing float32 partials, which
 kernels/splitk_reduce.py adds and rounds once into dw. dy^T is dy read
 M-major and A is read N-major: no transpose is materialized.
 
+With C not a multiple of 8 (the 3-channel first layer of an image model)
+A's rows are padded with zeros to a multiple of 8 (the element-per-thread
+im2col), the GEMM and reduction write dw with those padded rows into the
+workspace, and the same kernel copies the real R*S*C columns into dw.
+
 A first, correct version: the im2col pass writes R*S times x's size and the
 GEMM reads it back. ``cute.conv_wgrad_implicit`` (below) saves that pass
 when C is a multiple of 64: B's tiles come through the TMA's im2col mode
@@ -59,16 +64,32 @@ class WgradGemm:
     out_dtype: str
     npq: int
     k: int
-    rsc: int
+    rsc: int  # the GEMM's N: R*S*C, padded to a multiple of 8 when C is not one
+    unpadded: int | None = None  # R*S*C when the rows were padded (dw is written from a padded copy)
 
     @property
     def im2col_bytes(self) -> int:
-        return 0 if self.im2col is None else -(-self.npq * self.rsc * ITEMSIZE[self.dtype] // _ALIGN) * _ALIGN
+        return 0 if self.im2col is None else _aligned(self.npq * self.rsc * ITEMSIZE[self.dtype])
+
+    @property
+    def parts_bytes(self) -> int:
+        return _aligned(self.splits * self.k * self.rsc * 4) if self.splits > 1 else 0
 
     @property
     def workspace_bytes(self) -> int:
-        parts = self.splits * self.k * self.rsc * 4 if self.splits > 1 else 0
-        return self.im2col_bytes + parts
+        padded_dw = 0 if self.unpadded is None else self.k * self.rsc * ITEMSIZE[self.out_dtype]
+        return self.im2col_bytes + self.parts_bytes + padded_dw
+
+    @property
+    def unpad_extents(self) -> tuple[int, ...] | None:
+        """The narrow im2col's extents that copy dw's real columns out of its padded rows."""
+        if self.unpadded is None:
+            return None
+        return (self.k, 1, 1, self.rsc, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, self.unpadded)
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN
 
 
 def split_count(npq: int, tiles: int, sm_count: int) -> int:
@@ -105,12 +126,15 @@ def plan_wgrad(node: Node, graph: Graph, sm_count: int = 132, config: GemmConfig
     for t in (x, dy, dw):
         if not channels_last(t.dims, t.strides):
             raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
-    if c % 8 or k % 8:
-        raise NotSupported(f"{where}: {c} input / {k} output channels; supported: multiples of 8 (16-byte rows)")
+    if k % 8:
+        raise NotSupported(f"{where}: {k} output channels; supported: multiples of 8 (16-byte rows)")
+    narrow = c % 8 != 0
     npq, rsc = n * p * q, r * s * c
+    if narrow:
+        rsc = -(-rsc // 8) * 8  # A's and dw's rows padded to 16 bytes
     if max(x.size, dy.size, dw.size, npq * rsc) > _INT32_MAX:
         raise NotSupported(f"{where}: tensors or the im2col matrix past 2^31 - 1 elements")
-    direct = (r, s) == (1, 1) and op.stride == (1, 1) and op.pre_padding == (0, 0) and (p, q) == (h, wd)
+    direct = not narrow and (r, s) == (1, 1) and op.stride == (1, 1) and op.pre_padding == (0, 0) and (p, q) == (h, wd)
     config = config or GemmConfig(tile_m=128, tile_n=128)
     tiles = math.ceil(k / config.tile_m) * math.ceil(rsc / config.tile_n)
     splits = split_count(npq, tiles, sm_count)
@@ -125,17 +149,21 @@ def plan_wgrad(node: Node, graph: Graph, sm_count: int = 132, config: GemmConfig
     except ValueError as exc:
         raise NotSupported(f"{where}: {exc}") from None
     im2col = None if direct else (n, h, wd, c, p, q, r, s, *op.pre_padding, *op.stride, *op.dilation)
-    return WgradGemm(spec, problem, im2col, splits, dtypes[0], dtypes[2], npq, k, rsc)
+    if narrow:
+        im2col = (*im2col, rsc)
+    return WgradGemm(spec, problem, im2col, splits, dtypes[0], dtypes[2], npq, k, rsc, r * s * c if narrow else None)
 
 
 class CuteConvWgradPlan(BindsLaunches, NodePlan):
-    """im2col into the workspace (unless B is x), the split-K GEMM, then the reduction into dw."""
+    """im2col into the workspace (unless B is x), the split-K GEMM, then the reduction into dw (into its padded
+    copy, then ``unpad`` into dw, when C is not a multiple of 8)."""
 
-    def __init__(self, view: WgradGemm, im2col: Any, gemm: Any, reduce: Any, where: str) -> None:
+    def __init__(self, view: WgradGemm, im2col: Any, gemm: Any, reduce: Any, where: str, unpad: Any = None) -> None:
         self._view = view
         self._im2col = im2col
         self._gemm = gemm
         self._reduce = reduce
+        self._unpad = unpad
         self.workspace_bytes = view.workspace_bytes
         self._where = where
 
@@ -153,12 +181,15 @@ class CuteConvWgradPlan(BindsLaunches, NodePlan):
         if self._im2col is not None:
             b = work
             launches.append(functools.partial(self._im2col, x.ptr, b, stream))
+        target = dw.ptr if self._unpad is None else work + self._view.im2col_bytes + self._view.parts_bytes
         if self._reduce is None:
-            launches.append(functools.partial(self._gemm, dy.ptr, b, dw.ptr, stream))
+            launches.append(functools.partial(self._gemm, dy.ptr, b, target, stream))
         else:
             parts = work + self._view.im2col_bytes
             launches.append(functools.partial(self._gemm, dy.ptr, b, parts, stream))
-            launches.append(functools.partial(self._reduce, parts, dw.ptr, stream))
+            launches.append(functools.partial(self._reduce, parts, target, stream))
+        if self._unpad is not None:
+            launches.append(functools.partial(self._unpad, target, dw.ptr, stream))
         return in_order(*launches)
 
 
@@ -201,7 +232,8 @@ class CuteConvWgradBuilder(PlanBuilder):
         gemm = GemmLaunch(view.spec, config, view.problem, sm_count)
         im2col = None if view.im2col is None else Im2colLaunch(view.dtype, view.im2col)
         reduce = None if view.splits == 1 else SplitKReduceLaunch(view.out_dtype, view.k * view.rsc, view.splits)
-        return CuteConvWgradPlan(view, im2col, gemm, reduce, f"node '{node.name}'")
+        unpad = None if view.unpad_extents is None else Im2colLaunch(view.out_dtype, view.unpad_extents)
+        return CuteConvWgradPlan(view, im2col, gemm, reduce, f"node '{node.name}'", unpad)
 
 
 @attrs.frozen

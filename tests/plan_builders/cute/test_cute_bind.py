@@ -163,7 +163,9 @@ def test_a_strided_dgrad_no_tap_reaches_only_interleaves_zeros():
 
 
 def wgrad_view(im2col: bool, splits: int):
-    return types.SimpleNamespace(workspace_bytes=4096 if (im2col or splits > 1) else 0, im2col_bytes=1024 * im2col)
+    return types.SimpleNamespace(
+        workspace_bytes=4096 if (im2col or splits > 1) else 0, im2col_bytes=1024 * im2col, parts_bytes=0
+    )
 
 
 @pytest.mark.parametrize(
@@ -195,6 +197,27 @@ def test_wgrad_launch_sequence(im2col, splits, want):
     ctx = context(workspace=plan.workspace_bytes > 0)
     plan.bind({"x": buf(16), "dy": buf(32), "dw": buf(48)}, ctx)()
     assert log == want
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_narrow_wgrad_writes_a_padded_dw_then_copies_it_out(splits):
+    log: list = []
+    view = types.SimpleNamespace(workspace_bytes=8192, im2col_bytes=1024, parts_bytes=2048 if splits > 1 else 0)
+    plan = CuteConvWgradPlan(
+        view,
+        Recorder("im2col", log),
+        Recorder("gemm", log),
+        Recorder("reduce", log) if splits > 1 else None,
+        "w",
+        Recorder("unpad", log),
+    )
+    plan.bind({"x": buf(16), "dy": buf(32), "dw": buf(48)}, context(workspace=True))()
+    padded = WORKSPACE + 1024 + view.parts_bytes
+    if splits == 1:
+        middle = [("gemm", 32, WORKSPACE, padded, STREAM)]
+    else:
+        middle = [("gemm", 32, WORKSPACE, WORKSPACE + 1024, STREAM), ("reduce", WORKSPACE + 1024, padded, STREAM)]
+    assert log == [("im2col", 16, WORKSPACE, STREAM), *middle, ("unpad", padded, 48, STREAM)]
 
 
 @pytest.mark.parametrize("splits", [1, 3])
