@@ -59,6 +59,14 @@ def test_an_empty_sequence_addresses_nothing_and_inputs_may_overlap() -> None:
     ragged.positions("w", "off", BSHD, np.array([0, 0, 12]), np.array([3, 3]), False)  # an input: shared is fine
 
 
+def test_a_one_element_tensor_whose_only_sequence_is_empty_unpacks_to_zero() -> None:
+    """Nothing is addressed, and nothing outside the buffer's one element is read."""
+    one = tensor((1, 1, 1, 1), (1, 1, 1, 1))
+    pos, inside = ragged.positions("w", "off", one, np.array([0, 0]), np.array([0]), False)
+    assert not inside.any()
+    assert ragged.unpack(np.array([[[[7.0]]]]), one, pos, inside).tolist() == [[[[0.0]]]]
+
+
 def test_lengths_outside_their_bound_name_the_batch() -> None:
     assert ragged.lengths_of("w", "lq", np.array([[0], [3]], np.int32), 3).tolist() == [0, 3]
     with pytest.raises(ExecutionError, match=r"tensor 'lq' holds length 4 at batch 1; lengths lie in \[0, 3\]"):
