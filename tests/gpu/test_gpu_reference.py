@@ -65,11 +65,7 @@ def test_every_op_sample_agrees(kind: str) -> None:
     for dtype in ("float32", "float16", "bfloat16", "float64"):
         graph = sigdnn.Graph(f"{kind}_{dtype}", io_dtype=dtype, compute_dtype="float32")
         OP_CLASSES[kind].sample(graph)
-        try:
-            got, want = both(graph, random_inputs(graph, 0))
-        except NoPlanError as e:
-            assert "erf" in str(e)
-            continue
+        got, want = both(graph, random_inputs(graph, 0))
         assert all(int(agreement_ulps(got[n], want[n]).max(initial=0)) <= allowed(graph) for n in want)
 
 
