@@ -5,11 +5,10 @@ dtype, so the like-for-like contender is torch float64 on the same values;
 torch float32 is what a user could run instead, and onnx.reference
 (ReferenceEvaluator, float32) is the other NumPy reference a user might
 reach for. sigdnn runs through ``Executor("reference")`` (the user's path:
-variant pack, widening, rounding, outputs); "math" is the bare float64 math
-function under it, where there is one.
+variant pack, widening, rounding, outputs).
 
-Every case's contenders run interleaved (sigdnn, math, torch f64, torch f32,
-onnx, repeated) and each reports its fastest run, so a busy machine slows
+Every case's contenders run interleaved (sigdnn, torch f64, torch f32, onnx,
+repeated) and each reports its fastest run, so a busy machine slows
 all alike and the minimum is the run least disturbed. Pinned to one core
 (--cores 1) the clock is the process's CPU time (user + system, every
 thread): on a machine shared with other work, a contender's time slices
@@ -48,7 +47,6 @@ import attrs
 np: Any = None
 torch: Any = None
 sigdnn: Any = None
-ref: Any = None
 
 # ResNet-50 (v1.5) convolutions at batch 8: name, C, K, H=W, kernel, stride, padding
 RESNET50 = [
@@ -62,7 +60,7 @@ RESNET50 = [
     ("3x3 512->512 @7", 512, 512, 7, 3, 1, 1),
     ("1x1 2048->512 @7", 2048, 512, 7, 1, 1, 0),
 ]
-CONTENDERS = ("sigdnn", "math", "torch f64", "torch f32", "onnx f32")
+CONTENDERS = ("sigdnn", "torch f64", "torch f32", "onnx f32")
 Fn = Callable[[], object]
 
 
@@ -136,10 +134,8 @@ def conv_cases(io_dtype: str, channels_last: bool) -> list[Case]:
         x = _as_layout(rng.standard_normal((8, c, h, h)), dtype, channels_last)
         w = _as_layout(rng.standard_normal((k, c, r, r)), dtype, channels_last)
         dy = _as_layout(rng.standard_normal((8, k, o, o)), dtype, channels_last)
-        wide = [a.astype(np.float64) for a in (x, w, dy)]
         t = _torch_pair([x, w, dy])
         conv = {"padding": (p, p), "stride": (s, s), "dilation": (1, 1)}
-        window = ((p, p), (p, p), (s, s), (1, 1))
 
         g = sigdnn.Graph("fprop", io_dtype=io_dtype, compute_dtype="float32")
         gx, gw = g.tensor("x", x.shape, layout=layout), g.tensor("w", w.shape, layout=layout)
@@ -148,7 +144,6 @@ def conv_cases(io_dtype: str, channels_last: bool) -> list[Case]:
         attributes = {"pads": [p] * 4, "strides": [s, s]}
         fns = {
             "sigdnn": _run_executor(g, {"x": x, "w": w}),
-            "math": lambda a=wide, v=window: ref.conv_forward(a[0], a[1], *v),
             **{n: lambda a=a, s=s, p=p: F.conv2d(a[0], a[1], stride=s, padding=p) for n, a in t.items()},
         }
         if onnx_ok:
@@ -160,7 +155,6 @@ def conv_cases(io_dtype: str, channels_last: bool) -> list[Case]:
         g.conv_dgrad(gdy, gw, **conv, dims=x.shape).set_output(True).set_name("dx")
         fns = {
             "sigdnn": _run_executor(g, {"dy": dy, "w": w}),
-            "math": lambda a=wide, v=window: ref.conv_dgrad(a[2], a[1], *v, a[0].shape),
             **{
                 n: lambda a=a, s=s, p=p: torch.nn.grad.conv2d_input(a[0].shape, a[1], a[2], stride=s, padding=p)
                 for n, a in t.items()
@@ -178,7 +172,6 @@ def conv_cases(io_dtype: str, channels_last: bool) -> list[Case]:
         g.conv_wgrad(gx, gdy, **conv, dims=w.shape).set_output(True).set_name("dw")
         fns = {
             "sigdnn": _run_executor(g, {"x": x, "dy": dy}),
-            "math": lambda a=wide, v=window: ref.conv_wgrad(a[0], a[2], *v, a[1].shape),
             **{
                 n: lambda a=a, s=s, p=p: torch.nn.grad.conv2d_weight(a[0], a[1].shape, a[2], stride=s, padding=p)
                 for n, a in t.items()
@@ -254,7 +247,6 @@ def norm_cases() -> list[Case]:
     ):
         tensor.set_output(True).set_name(port)
     t = _torch_pair([x, s.ravel(), b.ravel(), rm.ravel(), rv.ravel()])
-    wide = [a.astype(np.float64) for a in (x, s, b, rm, rv)]
 
     def bn(v):
         return F.batch_norm(v[0], v[3].clone(), v[4].clone(), v[1], v[2], training=True, momentum=0.1, eps=1e-5)
@@ -265,7 +257,6 @@ def norm_cases() -> list[Case]:
     flat = {"x": x, "s": s.ravel(), "b": b.ravel(), "rm": rm.ravel(), "rv": rv.ravel()}
     fns = {
         "sigdnn": _run_executor(g, {"x": x, "s": s, "b": b, "rm": rm, "rv": rv}),
-        "math": lambda: ref.batchnorm_train(wide[0], wide[1], wide[2], 1e-5, wide[3], wide[4], 0.1),
         **{k: lambda v=v: bn(v) for k, v in t.items()},
         "onnx f32": _onnx(node, flat, ["y", "nrm", "nrv"]),
     }
@@ -274,7 +265,6 @@ def norm_cases() -> list[Case]:
     x2 = rng.standard_normal((8192, 4096)).astype(np.float32)
     s2, b2 = (rng.standard_normal((1, 4096)).astype(np.float32) for _ in range(2))
     t2 = _torch_pair([x2, s2.ravel(), b2.ravel()])
-    wide2 = [a.astype(np.float64) for a in (x2, s2, b2)]
     g = sigdnn.Graph("ln", io_dtype="float32", compute_dtype="float32")
     y, mean, inv = g.layernorm("training", g.tensor("x", x2.shape), g.tensor("s", s2.shape), g.tensor("b", b2.shape))
     for tensor, port in ((y, "y"), (mean, "mean"), (inv, "inv")):
@@ -282,7 +272,6 @@ def norm_cases() -> list[Case]:
     node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"], axis=-1, epsilon=1e-5)
     fns = {
         "sigdnn": _run_executor(g, {"x": x2, "s": s2, "b": b2}),
-        "math": lambda: ref.layernorm(*wide2, 1e-5, True),
         **{k: lambda v=v: F.layer_norm(v[0], (4096,), v[1], v[2], 1e-5) for k, v in t2.items()},
         "onnx f32": _onnx(node, {"x": x2, "s": s2.ravel(), "b": b2.ravel()}, ["y", "mean", "inv"]),
     }
@@ -292,7 +281,6 @@ def norm_cases() -> list[Case]:
     g.softmax(g.tensor("x", x2.shape))[0].set_output(True).set_name("y")
     fns = {
         "sigdnn": _run_executor(g, {"x": x2}),
-        "math": lambda: ref.softmax(wide2[0], (1,)),
         **{k: lambda v=v: torch.softmax(v[0], -1) for k, v in t2.items()},
         "onnx f32": _onnx(helper.make_node("Softmax", ["x"], ["y"], axis=-1), {"x": x2}, ["y"]),
     }
@@ -300,12 +288,10 @@ def norm_cases() -> list[Case]:
 
     q, k, v = (rng.standard_normal((1, 8, 1024, 64)).astype(np.float32) for _ in range(3))
     tq = _torch_pair([q, k, v])
-    wide3 = [a.astype(np.float64) for a in (q, k, v)]
     g = sigdnn.Graph("sdpa", io_dtype="float32", compute_dtype="float32")
     g.sdpa(*(g.tensor(n, q.shape) for n in "qkv"), attn_scale=0.125)[0].set_output(True).set_name("o")
     fns = {
         "sigdnn": _run_executor(g, {"q": q, "k": k, "v": v}),
-        "math": lambda: ref.sdpa(*wide3, 0.125),
         **{n: lambda a=a: F.scaled_dot_product_attention(*a) for n, a in tq.items()},
         "onnx f32": _onnx(helper.make_node("Attention", ["q", "k", "v"], ["o"]), {"q": q, "k": k, "v": v}, ["o"]),
     }
@@ -373,7 +359,7 @@ def geomean(values: list[float]) -> float:
 
 def _load(cores: int | None) -> None:
     """Pin to the first ``cores`` cores, then import NumPy, torch and sigdnn."""
-    global np, torch, sigdnn, ref
+    global np, torch, sigdnn
     if cores:
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
     import numpy
@@ -381,9 +367,8 @@ def _load(cores: int | None) -> None:
 
     import sigdnn as sigdnn_module
     import sigdnn.dtypes
-    from sigdnn.plan_builders.reference import math as reference_math
 
-    np, torch, sigdnn, ref = numpy, torch_module, sigdnn_module, reference_math
+    np, torch, sigdnn = numpy, torch_module, sigdnn_module
 
 
 def _cell(seconds: float | None, per_node: bool) -> str:
