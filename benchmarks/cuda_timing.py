@@ -22,9 +22,10 @@ def time_ms(fn: Callable[[], Any], iters: int) -> float:
     return start.elapsed_time(end) / iters
 
 
-def median_ms(fn: Callable[[], Any], iters: int = 10, repeats: int = 20) -> float:
-    """Median over ``repeats`` samples of ``time_ms`` (``iters`` back-to-back calls each), after one call."""
-    fn()
+def median_ms(fn: Callable[[], Any], iters: int = 10, repeats: int = 20, warmup: int = 1) -> float:
+    """Median over ``repeats`` samples of ``time_ms`` (``iters`` back-to-back calls each), after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
     torch.cuda.synchronize()
     return statistics.median(time_ms(fn, iters) for _ in range(repeats))
 

@@ -1,18 +1,19 @@
 """CuTe DSL flash attention against torch's cuDNN SDPA on one GPU: same run, same buffers.
 
 Forward (default): for each sequence length, head dim and mask, times the
-cute.sdpa kernel (the builder's compiled handle, every tile configuration
-listed) and torch's scaled_dot_product_attention under the cuDNN and the
-flash backends, checks the CuTe output against cuDNN's, and reports TFLOP/s
-(4 B H Sq Skv D multiply-adds x 2 / 2 when causal) and the ratio to cuDNN.
-Also the host microseconds of one launch through the plan.
+cute.sdpa kernel (the builder's compiled handle at its default tile
+configuration, with and without the logsumexp output; tile sweeps:
+docs/experiments.md) and torch's scaled_dot_product_attention under the
+cuDNN and the flash backends, checks the CuTe output against cuDNN's, and
+reports TFLOP/s (4 B H Sq Skv D multiply-adds x 2 / 2 when causal) and the
+ratio to cuDNN.
 
 ``--backward``: for each shape (bf16, head dim 128, causal and not), the
 forward's o and logsumexp come from the CuTe forward; then times the
 cute.sdpa_backward launch (preprocess, main kernel, dq conversion: the
-builder's compiled handles), each of its three kernels alone, and the
-backward of both torch backends (``torch.autograd.grad`` of the forward's
-output, graph retained, so only the backward is timed). The CuTe dq, dk, dv
+builder's compiled handles) and the backward of both torch backends
+(``torch.autograd.grad`` of the forward's output, graph retained, so only
+the backward is timed). The CuTe dq, dk, dv
 are compared with cuDNN's (max |diff| over max |cuDNN's|), and both with the
 backward of float32 math attention where it fits (``--f32-limit``). TFLOP/s
 counts the five products of the backward, 10 B H S^2 D (halved when causal).
@@ -34,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
@@ -42,7 +42,7 @@ from cuda_timing import interleaved_samples
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sigdnn.plan_builders.cute.sdpa_backward_layout import plan_sdpa_backward
-from sigdnn.plan_builders.cute.sdpa_layout import check_config, default_config, parse_config, plan_sdpa
+from sigdnn.plan_builders.cute.sdpa_layout import default_config, plan_sdpa
 
 # (label, batch, heads, seq, head dim, causal): batch x heads x seq^2 large enough to be compute bound
 SHAPES = [
@@ -54,42 +54,30 @@ SHAPES = [
     ("s4096 d64 causal", 4, 32, 4096, 64, True),
 ]
 BACKWARD_SHAPES = SHAPES[:4]  # head dim 128
-# b (balanced causal pairs) is skipped without the mask; m128n128s2b (no turn-taking) is left out:
-# ptxas serializes its wgmma (C7511, register resources).
-CONFIGS = [
-    "m128n128s2",
-    "m128n128s2x",
-    "m128n128s2p",
-    "m128n128s2px",
-    "m128n128s3px",
-    "m128n176s2p",
-    "m128n176s2px",
-    "m128n128s2pb",
-    "m128n128s2pbx",
-    "m128n128s3pbx",
-]
 
 
 def view(t: torch.Tensor) -> tuple:
     return tuple(t.shape), t.stride(), str(t.dtype).removeprefix("torch.")
 
 
-def cute_forward(q, k, v, o, stats, causal: bool, config: str | None, with_stats: bool = True) -> Callable[[], None]:
-    """One launch of the CuTe forward writing o (and, ``with_stats``, stats: the natural-log logsumexp)."""
+def cute_forward(q, k, v, o, stats, causal: bool, with_stats: bool = True) -> tuple[str, Callable[[], None]]:
+    """The default configuration's label and one launch of the CuTe forward writing o (and, ``with_stats``,
+    stats: the natural-log logsumexp)."""
     from sigdnn.plan_builders.cute.kernels.fmha_launch import FmhaLaunch
 
     st = view(stats) if with_stats else None
     spec, problem = plan_sdpa(view(q), view(k), view(v), view(o), st, q.shape[-1] ** -0.5, causal)
-    cfg = default_config(spec) if config is None else parse_config(config)
-    check_config(spec, cfg)
-    launch = FmhaLaunch(spec, cfg, problem, torch.cuda.get_device_properties(0).multi_processor_count)
+    config = default_config(spec)
+    launch = FmhaLaunch(spec, config, problem, torch.cuda.get_device_properties(0).multi_processor_count)
     stream = torch.cuda.current_stream().cuda_stream
-    return lambda: launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), stats.data_ptr(), stream)
+    return config.label, lambda: launch(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), stats.data_ptr(), stream
+    )
 
 
-def cute_backward(tensors: dict[str, torch.Tensor], causal: bool) -> dict[str, Callable[[], None]]:
-    """The whole backward ("cute"), and each of its three kernels alone."""
-    from sigdnn.plan_builders.cute.kernels.fmha_bwd_launch import KERNELS, FmhaBwdLaunch
+def cute_backward(tensors: dict[str, torch.Tensor], causal: bool) -> Callable[[], None]:
+    """One launch of the whole CuTe backward (its three kernels)."""
+    from sigdnn.plan_builders.cute.kernels.fmha_bwd_launch import FmhaBwdLaunch
 
     d = tensors["q"].shape[-1]
     spec, problem = plan_sdpa_backward({n: view(t) for n, t in tensors.items()}, d**-0.5, causal)
@@ -97,10 +85,7 @@ def cute_backward(tensors: dict[str, torch.Tensor], causal: bool) -> dict[str, C
     workspace = torch.empty(problem.workspace_bytes, dtype=torch.uint8, device="cuda")
     ptrs = {n: t.data_ptr() for n, t in tensors.items()}
     stream = torch.cuda.current_stream().cuda_stream
-    runs = {"cute": lambda: launch(ptrs, workspace.data_ptr(), stream)}
-    for kernel in KERNELS:
-        runs[f"  cute {kernel}"] = lambda kernel=kernel: launch.run(kernel, ptrs, workspace.data_ptr(), stream)
-    return runs
+    return lambda: launch(ptrs, workspace.data_ptr(), stream)
 
 
 def float32_errors(q, k, v, d_o, causal: bool, grads: dict[str, list[torch.Tensor]]) -> dict[str, float]:
@@ -119,8 +104,8 @@ def float32_errors(q, k, v, d_o, causal: bool, grads: dict[str, list[torch.Tenso
 
 
 def forward_impls(label: str, q, k, v, causal: bool) -> tuple[dict[str, Callable[[], object]], dict[str, float]]:
-    """torch's two backends and every CuTe config; each CuTe row's max |o - cuDNN's o| (timed but marked
-    WRONG when far off)."""
+    """torch's two backends and the CuTe default, with and without stats; each CuTe row's max |o - cuDNN's o|
+    (timed but marked WRONG when far off)."""
     o = torch.empty_like(q)
     stats = torch.empty(*q.shape[:3], 1, device="cuda", dtype=torch.float32)
 
@@ -138,34 +123,29 @@ def forward_impls(label: str, q, k, v, causal: bool) -> tuple[dict[str, Callable
     errors: dict[str, float] = {}
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    for config in CONFIGS:
-        for with_stats in (False, True) if config == CONFIGS[0] else (False,):
-            try:
-                run = cute_forward(q, k, v, o, stats, causal, config, with_stats)
-            except ValueError as exc:
-                print(f"{label} {config}: skipped ({exc})")
-                continue
-            name = f"cute {config}" + (" +stats" if with_stats else "")
-            impls[name] = run
-            o.fill_(float("nan"))
-            run()
-            torch.cuda.synchronize()
-            errors[name] = (o.float() - want.float()).abs().max().item()
-            print(f"{label} {name}: max |cute - cudnn| = {errors[name]:.3e}", flush=True)
+    for with_stats in (False, True):
+        config, run = cute_forward(q, k, v, o, stats, causal, with_stats)
+        name = f"cute {config}" + (" +stats" if with_stats else "")
+        impls[name] = run
+        o.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        errors[name] = (o.float() - want.float()).abs().max().item()
+        print(f"{label} {name}: max |cute - cudnn| = {errors[name]:.3e}", flush=True)
     return impls, errors
 
 
 def backward_impls(
     label: str, q, k, v, causal: bool, check_f32: bool
 ) -> tuple[dict[str, Callable[[], object]], dict[str, float]]:
-    """torch's two backends' backward and the CuTe backward (whole and per kernel); the CuTe row's worst
-    max |g - cuDNN's g| / max |cuDNN's g| over dq, dk, dv."""
+    """torch's two backends' backward and the CuTe backward; the CuTe row's worst max |g - cuDNN's g| /
+    max |cuDNN's g| over dq, dk, dv."""
     d_o = torch.randn_like(q)
     o = torch.empty_like(q)
     stats = torch.empty(*q.shape[:3], 1, device="cuda", dtype=torch.float32)
-    cute_forward(q, k, v, o, stats, causal, None)()
+    cute_forward(q, k, v, o, stats, causal)[1]()
     grads = {n: torch.full_like(q, float("nan")) for n in ("dq", "dk", "dv")}
-    cute_runs = cute_backward({"q": q, "k": k, "v": v, "o": o, "d_o": d_o, "stats": stats, **grads}, causal)
+    cute = cute_backward({"q": q, "k": k, "v": v, "o": o, "d_o": d_o, "stats": stats, **grads}, causal)
 
     def torch_backward(backend):
         qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
@@ -181,10 +161,10 @@ def backward_impls(
     impls: dict[str, Callable[[], object]] = {
         "torch cudnn": torch_backward(SDPBackend.CUDNN_ATTENTION),
         "torch flash": torch_backward(SDPBackend.FLASH_ATTENTION),
-        **cute_runs,
+        "cute": cute,
     }
     want = impls["torch cudnn"]()
-    cute_runs["cute"]()
+    cute()
     torch.cuda.synchronize()
     if check_f32:
         f32 = float32_errors(
@@ -216,12 +196,8 @@ def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d:
     rows = []
     for n, ts in samples.items():
         ms = statistics.median(ts)
-        row = {"shape": label, "impl": n.strip(), "ms": round(ms, 4)}
-        if n.startswith(" "):  # one kernel of the CuTe backward: its share of the time only
-            rows.append(row)
-            print(f"{label:22s} {n:26s} {ms:8.3f} ms", flush=True)
-            continue
-        row |= {"tflops": round(flops / ms / 1e9, 1), "vs_cudnn": round(base / ms, 3)}
+        row = {"shape": label, "impl": n, "ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1),
+               "vs_cudnn": round(base / ms, 3)}  # fmt: skip
         if n in errors:
             row[err_key] = errors[n]
         rows.append(row)
@@ -231,33 +207,6 @@ def bench_shape(args: argparse.Namespace, label: str, b: int, h: int, s: int, d:
             flush=True,
         )
     return rows
-
-
-def bench_host() -> float:
-    """Host microseconds per launch of a tiny attention through the builder's plan."""
-    import sigdnn
-    from sigdnn.runtime.device import ExecutionContext
-    from sigdnn.runtime.device_array import BFLOAT16, DeviceArray
-
-    g = sigdnn.Graph("attn", io_dtype="bfloat16", compute_dtype="float32")
-    q, k, v = (g.tensor(n, (1, 1, 128, 128)) for n in "qkv")
-    o, _ = g.sdpa(q, k, v, 0.125, name="sdpa")
-    o.set_output(True).set_name("o")
-    plan = sigdnn.Executor("gpu", engine="cute.sdpa").prepare(g).steps[0].plan
-    ts = {n: torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16) for n in "qkvo"}
-    bufs = {n: DeviceArray(t.data_ptr(), t.shape, t.stride(), BFLOAT16) for n, t in ts.items()}
-    ctx = ExecutionContext(stream=torch.cuda.current_stream().cuda_stream)
-    for _ in range(20):
-        plan.execute(bufs, ctx)
-    torch.cuda.synchronize()
-    n = 3000
-    t0 = time.perf_counter()
-    for i in range(n):
-        plan.execute(bufs, ctx)
-        if i % 100 == 99:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
 
 
 def main() -> None:
@@ -279,13 +228,9 @@ def main() -> None:
     for shape in BACKWARD_SHAPES if args.backward else SHAPES:
         if not args.only or args.only in shape[0]:
             rows += bench_shape(args, *shape)
-    result: dict[str, object] = {"rows": rows}
-    if not args.backward:
-        result["host_us"] = bench_host()
-        print(f"host: plan.execute of a tiny sdpa {result['host_us']:.2f} us per launch")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+            json.dump({"rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ from sigdnn.plan_builders.cute.conv import conv_gemm
 from sigdnn.plan_builders.cute.gemm_layout import GemmConfig, GemmSpec, default_config, plan_gemm
 from sigdnn.plan_builders.cute.sdpa_backward_layout import BwdSpec
 from sigdnn.plan_builders.cute.sdpa_layout import FmhaConfig, FmhaSpec
-from sigdnn.plan_builders.cute.sdpa_layout import check_config as check_sdpa_config
 from sigdnn.plan_builders.cute.sdpa_layout import default_config as sdpa_default_config
 from sigdnn.plan_builders.cute.sdpa_layout import parse_config as parse_sdpa_config
 from sigdnn.registry.regions import Dataflow
@@ -118,8 +117,7 @@ def test_specs() -> list[tuple[GemmSpec, GemmConfig]]:
 
 
 def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
-    """benchmarks/gpu_cute.py's parts sizes, fused and fp8 with their default / listed configs."""
-    fp8_configs = _benchmark_constant("FP8_CONFIGS")
+    """benchmarks/gpu_cute.py's parts sizes, fused and fp8 at their default configs, and the pingpong ones."""
     found = []
     size = 8192
     for dt in ("bfloat16", "float16"):
@@ -140,8 +138,7 @@ def benchmark_specs() -> list[tuple[GemmSpec, GemmConfig]]:
             ((size, size), (size, 1), "bfloat16"),
         )  # fmt: skip
         spec = attrs.evolve(spec, scale_dtypes=("float32", "float32"), round_s=("float32", "bfloat16"))
-        labels = fp8_configs if pair == "e4m3xe4m3" else fp8_configs[:1] + fp8_configs[3:4]
-        found += [(spec, cute_matmul.parse_config(label)) for label in labels]
+        found.append((spec, default_config(spec, problem, SM_COUNT)))
     return found
 
 
@@ -296,19 +293,10 @@ def sdpa_specs() -> list[tuple[FmhaSpec, FmhaConfig]]:
         g = tests.sdpa_graph(*tests.CASES[name])
         spec, _ = builder.plan(g.node_by_name("sdpa"), g)
         found.append((spec, parse_sdpa_config(label)))
-    configs = _benchmark_constant("CONFIGS", "gpu_cute_sdpa.py")
     for _, _, _, _, d, causal in _benchmark_constant("SHAPES", "gpu_cute_sdpa.py"):
-        for label in configs:
-            config = parse_sdpa_config(label)
-            for stats in (False, True) if label == configs[0] else (False,):
-                spec = FmhaSpec("bfloat16", d, causal, stats)
-                try:
-                    check_sdpa_config(spec, config)
-                except ValueError:
-                    continue
-                found.append((spec, config))
-    host = FmhaSpec("bfloat16", 128, False, False)  # the benchmark's host-cost part
-    found.append((host, sdpa_default_config(host)))
+        for stats in (False, True):  # the benchmark's forward rows, at the default configs
+            spec = FmhaSpec("bfloat16", d, causal, stats)
+            found.append((spec, sdpa_default_config(spec)))
     return [(spec, config.kernel) for spec, config in found]  # persistence does not change the kernel
 
 

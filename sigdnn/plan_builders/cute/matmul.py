@@ -52,7 +52,7 @@ from sigdnn.runtime.device import Device
 from sigdnn.signature_keys import SignatureKey
 
 # Configurations autotune measures besides the default (``CuteMatmulBuilder.configs``): on the H200
-# (benchmarks/gpu_cute.py) these won somewhere: large 16-bit GEMMs in 2x1 clusters of
+# (docs/experiments.md) these won somewhere: large 16-bit GEMMs in 2x1 clusters of
 # 128x256, gelu epilogues on pingpong 64x256, fp8 in 128x128 tiles clustered either way; 128x128 without
 # clusters where a problem has fewer tiles than SMs.
 ALTERNATIVES = {

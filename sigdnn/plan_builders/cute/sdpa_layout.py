@@ -121,8 +121,8 @@ def parse_config(label: str) -> FmhaConfig:
 
 
 def default_config(spec: FmhaSpec) -> FmhaConfig:
-    """128 x 128 tiles, two K/V stages (160 KiB of shared memory at head dim 128), from the H200 run of
-    benchmarks/gpu_cute_sdpa.py. Without the mask: persistent CTAs (0.99 / 1.06 of cuDNN
+    """128 x 128 tiles, two K/V stages (160 KiB of shared memory at head dim 128), from the H200 sweep in
+    docs/experiments.md. Without the mask: persistent CTAs (0.99 / 1.06 of cuDNN
     at d128 S = 4096 / 16384, 0.95 at d64; turn-taking measured within 2 % either way). Causal:
     balanced pairs of query blocks, turn-taking, persistent (1.07 / 1.16 at d128, 0.97 at d64; the
     static walk over unpaired tiles of unequal length was 0.78 at 16384). Causal with stats: one CTA

@@ -49,8 +49,8 @@ COMPUTE = ("float32", "float16", "bfloat16")
 ACTIVATIONS = ("relu_fwd", "gelu_fwd", "gelu_approx_tanh_fwd", "tanh_fwd", "sigmoid_fwd", "swish_fwd")
 MAX_EPILOGUE = 4  # pointwise nodes one kernel absorbs
 
-# Configurations offered for measured choice; the first is the default (benchmarks/gpu_cutile.py --only
-# matmul). The default: two consumer warpgroups (m64 x 256 MMAs each, as cuBLAS's large tiles; 168
+# Configurations offered for measured choice; the first is the default (the sweep:
+# docs/experiments.md). The default: two consumer warpgroups (m64 x 256 MMAs each, as cuBLAS's large tiles; 168
 # registers, no spill offline), persistent so the next tile's loads overlap this one's epilogue: 755-765 TFLOP/s at
 # 8192^3 bf16 where 128x128x64g8 ran 734-737, 753-754 against 704 with a bias + gelu epilogue. Its 2-CTA cluster
 # ran 778 alone but 754 fused.
