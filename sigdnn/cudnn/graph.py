@@ -310,8 +310,10 @@ class pygraph(Ops):
         from sigdnn.cudnn.serialize import to_json
 
         self.validate()
-        if self._runtime:
-            names = ", ".join(repr(t.get_name()) for t in self._runtime.values())
+        given = [t for t in self._tensors if t._is_pass_by_value and t._value is None and t._planned is not None]
+        given += self._runtime.values()
+        if given:
+            names = ", ".join(repr(t.get_name()) for t in given)
             raise NotImplementedError(f"pygraph.serialize(): pass-by-value {names} get their value at execute; "
                                       "cuDNN JSON holds the value")  # fmt: skip
         return to_json(self.graph)

@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import numpy as np
 
 from sigdnn.cudnn.enums import to_sigdnn
 from sigdnn.cudnn.tensor import tensor
@@ -89,7 +88,7 @@ class Resolver:
         if not isinstance(x, tensor):
             return x
         if x._value is not None:
-            value = float(np.asarray(x._value, dtype=np.float64).reshape(-1)[0])
+            value = float(x._value)
             self._parameters.baked[id(x)] = value
             return value
         if not x._is_pass_by_value:
@@ -146,7 +145,7 @@ def _input(g: Graph, t: tensor, k: int) -> Tensor:
         raise GraphError(f"tensor '{name}': no dims (give dim= or tensor_like an array)")
     strides = t._stride or None
     if t._is_pass_by_value:
-        value = 0 if t._value is None else np.asarray(t._value).reshape(-1)[0].item()
+        value = 0 if t._value is None else t._value  # 0: given by each execute, which must
         made = g.scalar(name, value, dtype or g.compute_dtype or g.io_dtype)
         made.set_dim(t._dim).set_stride(strides or (1,) * len(t._dim))
         return made
@@ -186,7 +185,8 @@ def _renumber(g: Graph, pairs: Iterable[tuple[tensor, Tensor]]) -> None:
     tensors = list(g.tensors.values())
     g.tensors.clear()
     for t in tensors:
-        g.tensors[mapping.get(t.uid, t.uid)] = t.set_uid(mapping.get(t.uid, t.uid))
+        uid = mapping.get(t.uid, t.uid)  # read before set_uid changes t.uid
+        g.tensors[uid] = t.set_uid(uid)
 
     def moved(value: Any) -> Any:
         return tuple(mapping.get(v, v) for v in value) if isinstance(value, tuple) else mapping.get(value, value)

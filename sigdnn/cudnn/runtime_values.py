@@ -33,7 +33,7 @@ def take_values(runtime: Mapping[int, tensor], pack: Mapping[Any, Any]) -> tuple
     """
     if not isinstance(pack, Mapping):
         raise VariantPackError(f"execute(): the variant pack must be a dict, got {type(pack).__name__}")
-    by_uid = {t.get_uid(): t for t in runtime.values() if t._planned is None and t.get_uid() >= 0}
+    by_uid = {t.get_uid(): t for t in runtime.values() if t.get_uid() >= 0}  # -1: no uid set
     values: dict[int, float] = {}
     rest: dict[Any, Any] = {}
     for key, buffer in pack.items():
@@ -82,4 +82,4 @@ def checked_value(t: tensor, buffer: Any) -> float:
         dtype = None
     if dtype != declared:
         raise PassByValueError(f"{where}: the variant pack gives a {given} value, not {declared}")
-    return float(array.reshape(-1)[0].item())
+    return float(array.item())

@@ -214,3 +214,43 @@ def test_rmsnorm_epsilon_and_sdpa_attn_scale_come_with_execute(graph: Any) -> No
         graph.execute({Q: q, K: k, V: v, X: x, W: w, O_: o, Y: y, SCALE: scale, EPS: np.full((1, 1), eps)}, None)
         close(o, F.scaled_dot_product_attention(q, k, v, scale=scale))
         close(y, x / torch.sqrt((x * x).mean(dim=1, keepdim=True) + eps) * w)
+
+
+def test_a_parameter_that_is_also_a_port_reaches_both(graph: Any) -> None:
+    """One pass-by-value tensor as layernorm's epsilon and as scale's factor: each execute's value feeds both."""
+    x_t = graph.tensor(name="x", dim=[4, 6], stride=[6, 1], data_type=F64)
+    s_t = graph.tensor(name="s", dim=[1, 6], stride=[6, 1], data_type=F64)
+    eps = graph.tensor(name="eps", dim=[1, 1], stride=[1, 1], data_type=F64, is_pass_by_value=True, uid=0)
+    y, _, _ = graph.layernorm(cudnn.norm_forward_phase.INFERENCE, x_t, s_t, s_t, eps)
+    scaled = graph.scale(x_t, eps)
+    for t in (y, scaled):
+        t.set_output(True)
+    graph.build()
+    x, s = data()[0].reshape(4, 6), data()[1].reshape(1, 6)
+    for key in (eps, 0):  # the tensor, or the uid set on it (0 is a uid)
+        for value in (0.5, 1e-4):
+            got_y, got_scaled = torch.empty(4, 6, dtype=torch.float64), torch.empty(4, 6, dtype=torch.float64)
+            graph.execute({x_t: x, s_t: s, y: got_y, scaled: got_scaled, key: value}, None)
+            close(got_y, F.layer_norm(x, (6,), s.reshape(6), s.reshape(6), eps=value))
+            close(got_scaled, x * value)
+
+
+def test_a_key_of_minus_one_names_no_parameter(graph: Any) -> None:
+    X, S, B, _, Y = layernorm_graph(graph)  # eps has no uid set: get_uid() is -1 until it is bound
+    x, s, b = data()
+    y = torch.empty(4, 6, 1, 1, dtype=torch.float64)
+    with pytest.raises(sigdnn.VariantPackError, match="'eps' need a value"):
+        graph.execute({X: x, S: s, B: b, Y: y, -1: 0.1}, None)
+
+
+def test_serialize_refuses_a_port_whose_value_comes_with_execute(graph: Any) -> None:
+    """cuDNN JSON holds a pass-by-value tensor's value: one given only at execute has none to write (#32: 0 was)."""
+    x = graph.tensor(name="x", dim=[2, 3], stride=[3, 1], data_type=F64)
+    s = graph.tensor(name="s", dim=[1, 1], stride=[1, 1], data_type=F64, is_pass_by_value=True)
+    graph.scale(x, s).set_output(True)
+    with pytest.raises(NotImplementedError, match="pass-by-value 's' get their value at execute"):
+        graph.serialize()
+    other = cudnn.pygraph(io_data_type=F64, compute_data_type=F64, handle=graph.handle)
+    y = other.tensor(name="y", dim=[2, 3], stride=[3, 1], data_type=F64)
+    other.scale(y, other.tensor_like(torch.full((1, 1), 2.0, dtype=torch.float64))).set_output(True)
+    assert b'"pass_by_value"' in other.serialize()  # a value known when it was made is written
