@@ -4,13 +4,13 @@ Two patterns, both bf16 with float32 compute:
 - matmul + bias + gelu at M = N = K (4096, 8192);
 - conv fprop + bias + relu, NHWC, batch 64, on ResNet-50 layers.
 
-Each is timed five ways in turn (CUDA events, back-to-back calls, median of
+Each is timed three ways in turn (CUDA events, back-to-back calls, median of
 ``--repeats`` samples of about ``--sample-ms`` each): torch eager doing the
-ops one by one; torch's single op alone (matmul or conv2d); cuDNN-frontend's
-fused graph (``cudnn.pygraph``, plans from heuristics A then fallback,
-executed with a preallocated workspace); and sigdnn's executor on the same
-graph (``Executor("gpu")``, prepared once; which builder ran each step is
-printed), plain and with ``cuda_graphs=True`` (a recorded graph replayed). Every result is checked against a float32 torch computation.
+ops one by one; cuDNN-frontend's fused graph (``cudnn.pygraph``, plans from
+heuristics A then fallback, executed with a preallocated workspace); and
+sigdnn's executor on the same graph (``Executor("gpu")``, prepared once;
+which builder ran each step is printed). Every result is checked against a
+float32 torch computation.
 
     PYTHONPATH=/opt/fe:$PWD python3 benchmarks/cudnn_frontend_peer.py --json $OUT/peer.json
 
@@ -64,8 +64,8 @@ def fe_graph(build: Callable[[Any, Any], dict[Any, torch.Tensor]]) -> Callable[[
     return lambda: graph.execute(pack, workspace, handle=handle)
 
 
-def sigdnn_call(g: sigdnn.Graph, pack: dict[str, torch.Tensor], **options: Any) -> tuple[Callable[[], None], str]:
-    executor = sigdnn.Executor("gpu", **options)
+def sigdnn_call(g: sigdnn.Graph, pack: dict[str, torch.Tensor]) -> tuple[Callable[[], None], str]:
+    executor = sigdnn.Executor("gpu")
     plan = executor.prepare(g)
     builders = ", ".join(f"{s.name}: {s.builder.name}" for s in plan.steps)
     return lambda: executor.execute(plan, pack, to_host=False), builders
@@ -102,13 +102,10 @@ def matmul_bias_gelu(size: int, args: argparse.Namespace) -> dict[str, Any]:
     t = g.pointwise("add", t, g.tensor("bias", (1, 1, n)), name="bias")
     g.pointwise("gelu_fwd", t, name="gelu").set_output(True).set_name("y")
     run_sigdnn, builders = sigdnn_call(g, {"a": a, "b": b, "bias": bias, "y": y_sig})
-    run_graphed, _ = sigdnn_call(g, {"a": a, "b": b, "bias": bias, "y": y_sig}, cuda_graphs=True)
     impls = {
         "torch eager (matmul, add, gelu)": lambda: torch.nn.functional.gelu(torch.matmul(a, b) + bias),
-        "torch matmul alone": lambda: torch.matmul(a, b),
         "cudnn-frontend fused": fe_graph(build),
         "sigdnn": run_sigdnn,
-        "sigdnn cuda_graphs": run_graphed,
     }
     times = measure(impls, 2.0 * m * n * k, args)
     return report(f"matmul+bias+gelu {size}^3", times, 2.0 * m * n * k, builders, y_fe, y_sig, want)
@@ -140,14 +137,11 @@ def conv_bias_relu(name: str, args: argparse.Namespace) -> dict[str, Any]:
     t = g.pointwise("add", t, g.tensor("bias", (1, k, 1, 1)), name="bias")
     g.pointwise("relu_fwd", t, name="relu").set_output(True).set_name("y")
     run_sigdnn, builders = sigdnn_call(g, {"x": x, "w": w, "bias": bias, "y": y_sig})
-    run_graphed, _ = sigdnn_call(g, {"x": x, "w": w, "bias": bias, "y": y_sig}, cuda_graphs=True)
     torch.backends.cudnn.benchmark = True
     impls = {
         "torch eager (conv, add, relu)": lambda: torch.relu(conv(x, w, padding=pad, stride=stride) + bias),
-        "torch conv2d alone": lambda: conv(x, w, padding=pad, stride=stride),
         "cudnn-frontend fused": fe_graph(build),
         "sigdnn": run_sigdnn,
-        "sigdnn cuda_graphs": run_graphed,
     }
     flops = 2.0 * want.numel() * c * r * r
     times = measure(impls, flops, args)
@@ -169,13 +163,11 @@ def report(
         "ms": times,
         "tflops": {name: flops / t / 1e9 for name, t in times.items()},
         "sigdnn_over_frontend": fe / times["sigdnn"],
-        "sigdnn_cuda_graphs_over_frontend": fe / times["sigdnn cuda_graphs"],
         "rel_error": {"cudnn-frontend": relative_error(y_fe, want), "sigdnn": relative_error(y_sig, want)},
         "sigdnn_builders": builders,
     }
     cells = "  ".join(f"{name} {row['tflops'][name]:.0f}" for name in times)
-    print(f"{label}: TFLOP/s {cells}; sigdnn / frontend speed {row['sigdnn_over_frontend']:.3f} "
-          f"(cuda graphs {row['sigdnn_cuda_graphs_over_frontend']:.3f}); {builders}")  # fmt: skip
+    print(f"{label}: TFLOP/s {cells}; sigdnn / frontend speed {row['sigdnn_over_frontend']:.3f}; {builders}")
     print(f"  relative errors {row['rel_error']}", flush=True)
     return row
 

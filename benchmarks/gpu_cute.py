@@ -8,8 +8,8 @@ runs at its default configuration, the one a plan uses without tuning
 * sizes: bf16 / f16 GEMMs (M = N = K) against torch.matmul, each checked
   against a float32 cuBLAS product (TF32 off);
 * fused: gelu(A @ B + bias) as one launch against torch eager and addmm + gelu;
-* fp8: descaled fp8 GEMMs (bf16 out) against ``torch._scaled_mm``, with and
-  without fast accumulation, and their error against a float32 product;
+* fp8: descaled fp8 GEMMs (bf16 out) against ``torch._scaled_mm`` (partial
+  sums promoted), and their error against a float32 product;
 * convi / dgrad / wgrad: bf16 NHWC conv fprop (implicit GEMM through the
   launch handle, it and the builder the registry ranks first through
   ``Executor.execute``, and fused with bias + relu), dgrad and wgrad on
@@ -99,62 +99,43 @@ def timed_rows(
     return rows
 
 
-def bench_sizes(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
-    """C = A @ B (M = N = K, bf16 / f16, row-major) at the default configuration against torch.matmul, checked
-    against a float32 cuBLAS product (TF32 off)."""
-    stream = torch.cuda.current_stream().cuda_stream
+def bench_gemm(args: argparse.Namespace, sm_count: int, rows: list[dict], fused: bool = False) -> None:
+    """The sizes part (C = A @ B against torch.matmul) or the fused part (gelu(A @ B + bias) as one launch
+    against torch eager doing matmul, add and gelu, and addmm + gelu): bf16 / f16, row-major, M = N = K,
+    at the default configuration, checked against a float32 cuBLAS product (TF32 off)."""
     for dt in args.dtypes:
-        tdt = TORCH_DTYPES[dt]
         for size in args.sizes:
-            m = n = k = size
-            gen = torch.Generator(device="cuda").manual_seed(size)
-            a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
-            b = torch.randn(k, n, device="cuda", dtype=tdt, generator=gen)
-            c = torch.empty(m, n, device="cuda", dtype=tdt)
-            spec, problem = plan_gemm(((m, k), a.stride(), NAMES[dt]), ((k, n), b.stride(), NAMES[dt]),
-                                      ((m, n), c.stride(), NAMES[dt]))  # fmt: skip
-            label, launch = default_launch(spec, problem, sm_count, (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream))
-            impls = {"torch.matmul": lambda a=a, b=b, c=c: torch.matmul(a, b, out=c), f"cute {label}": launch}
-            errors = cute_errors(impls, c, torch.matmul(a.float(), b.float()))
-            flops = 2.0 * m * n * k
-            iters = max(3, int(args.sample_ms * 1e-3 / (flops / 700e12)))
-            rows += timed_rows(args, impls, errors, iters, "torch.matmul", flops, dt, size, warmup=3, gate=True)
+            rows += gemm_rows(args, sm_count, dt, size, fused)
 
 
-def bench_fused(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
-    """gelu(A @ B + bias) as one CuTe launch (default configuration) against torch eager (matmul, add, gelu)
-    and addmm + gelu."""
+def gemm_rows(args: argparse.Namespace, sm_count: int, dt: str, size: int, fused: bool) -> list[dict]:
+    """bench_gemm's rows for one dtype and size."""
     import attrs
 
-    gelu = torch.nn.functional.gelu
+    tdt, gelu = TORCH_DTYPES[dt], torch.nn.functional.gelu
+    gen = torch.Generator(device="cuda").manual_seed(size + int(fused))
+    a = torch.randn(size, size, device="cuda", dtype=tdt, generator=gen)
+    b = torch.randn(size, size, device="cuda", dtype=tdt, generator=gen)
+    bias = torch.randn(size, device="cuda", dtype=tdt, generator=gen)
+    c = torch.empty(size, size, device="cuda", dtype=tdt)
+    spec, problem = plan_gemm(*(((size, size), t.stride(), NAMES[dt]) for t in (a, b, c)))
+    want = torch.matmul(a.float(), b.float())
+    if fused:
+        spec = attrs.evolve(spec, bias_dtype=NAMES[dt], activation="gelu")
+        impls = {"torch eager matmul+add+gelu": lambda: gelu(torch.matmul(a, b) + bias),
+                 "torch addmm+gelu": lambda: gelu(torch.addmm(bias, a, b))}  # fmt: skip
+        want = gelu(want + bias.float())
+        print("(ratios against torch eager matmul+add+gelu)")
+    else:
+        impls = {"torch.matmul": lambda: torch.matmul(a, b, out=c)}
     stream = torch.cuda.current_stream().cuda_stream
-    for dt in args.dtypes:
-        tdt = TORCH_DTYPES[dt]
-        for size in args.sizes:
-            m = n = k = size
-            gen = torch.Generator(device="cuda").manual_seed(size + 1)
-            a = torch.randn(m, k, device="cuda", dtype=tdt, generator=gen)
-            b = torch.randn(k, n, device="cuda", dtype=tdt, generator=gen)
-            bias = torch.randn(n, device="cuda", dtype=tdt, generator=gen)
-            c = torch.empty(m, n, device="cuda", dtype=tdt)
-            spec, problem = plan_gemm(
-                ((m, k), a.stride(), NAMES[dt]), ((k, n), b.stride(), NAMES[dt]), ((m, n), c.stride(), NAMES[dt])
-            )
-            spec = attrs.evolve(spec, bias_dtype=NAMES[dt], activation="gelu")
-            ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream, bias.data_ptr())
-            label, launch = default_launch(spec, problem, sm_count, ptrs)
-            impls = {
-                "torch eager matmul+add+gelu": lambda a=a, b=b, bias=bias: gelu(torch.matmul(a, b) + bias),
-                "torch addmm+gelu": lambda a=a, b=b, bias=bias: gelu(torch.addmm(bias, a, b)),
-                f"cute bias+gelu {label}": launch,
-            }
-            errors = cute_errors(impls, c, gelu(torch.matmul(a.float(), b.float()) + bias.float()))
-            flops = 2.0 * m * n * k
-            iters = max(3, int(args.sample_ms * 1e-3 / (flops / 700e12)))
-            print("(ratios against torch eager matmul+add+gelu)")
-            rows += timed_rows(
-                args, impls, errors, iters, "torch eager matmul+add+gelu", flops, dt, size, warmup=3, gate=True
-            )
+    ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), stream, bias.data_ptr() if fused else 0)
+    label, launch = default_launch(spec, problem, sm_count, ptrs)
+    impls[f"cute bias+gelu {label}" if fused else f"cute {label}"] = launch
+    errors = cute_errors(impls, c, want)
+    flops = 2.0 * size**3
+    iters = max(3, int(args.sample_ms * 1e-3 / (flops / 700e12)))
+    return timed_rows(args, impls, errors, iters, next(iter(impls)), flops, dt, size, warmup=3, gate=True)
 
 
 def bench_fp8(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
@@ -163,8 +144,8 @@ def bench_fp8(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None
     cuDNN-frontend's fp8 graph (matmul, two descale multiplies) as one CuTe
     launch at the default configuration (partial sums promoted) against
     ``torch._scaled_mm`` (cuBLASLt) with use_fast_accum off (cuBLAS promotes
-    partial sums too) and on. Errors are relative Frobenius distances to a
-    float32 cuBLAS product of the same fp8 values (TF32 off), scaled.
+    partial sums too). Errors are relative Frobenius distances to a float32
+    cuBLAS product of the same fp8 values (TF32 off), scaled.
     """
     import attrs
 
@@ -183,15 +164,9 @@ def bench_fp8(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None
             ref = torch.matmul(a.float(), b.float()) * 0.375
             flops = 2.0 * m * n * k
             iters = max(3, int(args.sample_ms * 1e-3 / (flops / 1400e12)))
-            impls: dict[str, Callable[[], object]] = {}
-            errors: dict[str, float] = {}
-            for fast in (False, True):
-                name = f"torch._scaled_mm{' fast' if fast else ''}"
-                scaled_mm = functools.partial(
-                    torch._scaled_mm, a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast
-                )
-                errors[name] = float((scaled_mm().float() - ref).norm() / ref.norm())
-                impls[name] = scaled_mm
+            scaled_mm = functools.partial(torch._scaled_mm, a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+            impls: dict[str, Callable[[], object]] = {"torch._scaled_mm": scaled_mm}
+            errors = {"torch._scaled_mm": float((scaled_mm().float() - ref).norm() / ref.norm())}
             spec, problem = plan_gemm(
                 ((m, k), a.stride(), f"fp8_{a_name}"), ((k, n), b.stride(), f"fp8_{b_name}"),
                 ((m, n), c.stride(), "bfloat16"),
@@ -455,8 +430,8 @@ def print_rows(rows: list[dict]) -> None:
 
 
 PARTS: dict[str, Callable[[argparse.Namespace, int, list[dict]], object]] = {
-    "sizes": bench_sizes,
-    "fused": bench_fused,
+    "sizes": bench_gemm,
+    "fused": functools.partial(bench_gemm, fused=True),
     "fp8": bench_fp8,
     "convi": bench_conv_implicit,
     "dgrad": bench_dgrad,

@@ -53,6 +53,15 @@ def on_stream(executor, plan=None):
     return torch.cuda.stream(torch.cuda.ExternalStream(stream)) if stream else contextlib.nullcontext()
 
 
+def kernel_ms(ex, plan, iters: int = 10, repeats: int = 20, warmup: int = 30) -> float:
+    """Milliseconds of a plan's one kernel as the GPU sees it: its bound launch (from the plan's last execute)
+    enqueued ``iters`` times back to back, as torch's ops are timed; execute() would add its host work and a
+    synchronize, which leave the GPU idle in between."""
+    (launch,) = ex.memory.bound(plan, False)._launches
+    with on_stream(ex, plan):
+        return median_ms(launch, iters, repeats, warmup)
+
+
 def torch_op(mode: str):
     """torch's own op for a mode (inputs as given to the graph), or None."""
     F = torch.nn.functional
@@ -98,11 +107,7 @@ def bench_modes(modes: list[str]) -> list[dict]:
         ex.execute(plan, pack, to_host=False)
         first_s = time.perf_counter() - t0
         execute_ms = median_ms(lambda ex=ex, plan=plan, pack=pack: ex.execute(plan, pack, to_host=False), 1, warmup=3)
-        # The kernel as the GPU sees it: its bound launch enqueued 10 times back to back (as torch's ops are
-        # timed); execute() adds its host work and a synchronize, which leave the GPU idle in between.
-        (launch,) = ex.memory.bound(plan, False)._launches
-        with on_stream(ex, plan):
-            ms = median_ms(launch, warmup=30)
+        ms = kernel_ms(ex, plan)
         tbs = (arity + 1) * N * 2 / ms / 1e9
         op = torch_op(mode)
         torch_tbs = None
@@ -134,9 +139,7 @@ def bench_fusion() -> dict:
     assert len(plan.steps) == 1, plan.describe()
     pack = {"x": xt, "b": bt, "y": out}
     ex.execute(plan, pack, to_host=False)
-    (launch,) = ex.memory.bound(plan, False)._launches
-    with on_stream(ex, plan):
-        fused = median_ms(launch, warmup=30)
+    fused = kernel_ms(ex, plan)
     eager = median_ms(lambda: torch.add(torch.nn.functional.gelu(xt + bt) * 0.75, xt), warmup=30)
     result = {
         "fused_ms": fused,
@@ -150,6 +153,8 @@ def bench_fusion() -> dict:
 
 
 def bench_host(nodes: int = 100, elems: int = 4096, reps: int = 300) -> dict:
+    """Host wall time a node of ``execute`` on a 100-node chain of small adds (bound launches, CUDA-graph replay,
+    fused) against torch eager's per op."""
     g = sigdnn.Graph("chain", io_dtype="float32", compute_dtype="float32")
     v = g.tensor("x", dims=(elems,))
     b = g.tensor("b", dims=(elems,))
@@ -168,19 +173,11 @@ def bench_host(nodes: int = 100, elems: int = 4096, reps: int = 300) -> dict:
         for _ in range(5):
             ex.execute(plan, pack, to_host=False)
         torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
         t0 = time.perf_counter()
         for _ in range(reps):
             ex.execute(plan, pack, to_host=False)
-        wall = time.perf_counter() - t0
-        end.record()
-        end.synchronize()
-        result[label] = {
-            "us_per_node_wall": wall / reps / nodes * 1e6,
-            "us_per_node_events": start.elapsed_time(end) / reps / nodes * 1e3,
-        }
+        result[label] = {"us_per_node_wall": (time.perf_counter() - t0) / reps / nodes * 1e6}
+        torch.cuda.synchronize()
         want = x + nodes * bt
         assert torch.allclose(out, want, rtol=1e-4, atol=1e-3), label
     t = x.clone()
@@ -305,9 +302,7 @@ def bench_norm(kind: str) -> dict:
     t0 = time.perf_counter()
     ex.execute(plan, pack, to_host=False)
     first_s = time.perf_counter() - t0
-    (launch,) = ex.memory.bound(plan, False)._launches
-    with on_stream(ex, plan):
-        ms = median_ms(launch, warmup=30)
+    ms = kernel_ms(ex, plan)
     tms = median_ms(_norm_torch(kind, data), warmup=30)
     nbytes = _norm_bytes(kind)
     row = {"op": kind, "builder": builder, "ms": ms, "tb_s": nbytes / ms / 1e9, "torch_ms": tms,
@@ -323,64 +318,43 @@ NORM_KINDS = ("softmax", "layernorm", "rmsnorm", "layernorm_backward", "rmsnorm_
 def bench_matmul(sizes=(4096, 8192)) -> dict:
     """The cuTile matmul at its default configuration (the first it offers to autotune), alone against
     torch.matmul and as the fused bias + gelu region against torch eager doing the three, bf16, M = N = K."""
-    from sigdnn.plan_builders.cutile.matmul import CONFIGS, CutileMatmulBuilder
-    from sigdnn.registry.contracts import BuildContext, RegionContext
-    from sigdnn.runtime.device import ExecutionContext
-    from sigdnn.signature_keys import key_for
-
     torch.backends.cuda.matmul.allow_tf32 = False
-    label = CONFIGS[0].label
     result: dict = {"matmul": [], "fused": []}
     for size in sizes:
-        flops = 2 * size**3
-        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-        c = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
-        want = torch.matmul(a.float(), b.float())
-        torch_ms = median_ms(lambda a=a, b=b: torch.matmul(a, b), 1, repeats=9, warmup=3)
-        g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
-        g.matmul(g.tensor("a", (size, size)), g.tensor("b", (size, size)), name="mm").set_output(True).set_name("c")
-        ex = sigdnn.Executor("gpu", engine="cutile.matmul")
-        wrap = ex.memory.context.wrap
-        context = ExecutionContext(ex.device, ex.memory.context.stream_handle, None)
-        t0 = time.perf_counter()
-        plan = CutileMatmulBuilder().build(g.nodes[0], g, BuildContext(key_for(g.nodes[0], g), ex.device, g, label))
-        launch = plan.bind({"a": wrap(a), "b": wrap(b), "c": wrap(c)}, context)
-        launch()
-        torch.cuda.synchronize()
-        first_s = time.perf_counter() - t0
-        with on_stream(ex):
-            ms = median_ms(launch, 1, repeats=9, warmup=3)
-        err = ((c.float() - want).abs().max() / want.abs().max()).item()
-        row = {"size": size, "config": label, "tflops": flops / ms / 1e9, "torch_tflops": flops / torch_ms / 1e9,
-               "ratio": torch_ms / ms, "rel_err": err, "first_s": first_s}  # fmt: skip
-        result["matmul"].append(row)
-        print(f"matmul bf16 {size}^3: cuTile {label} {row['tflops']:6.1f} TFLOP/s = {row['ratio']:.3f}x torch "
-              f"({row['torch_tflops']:.1f}) (max rel err {err:.1e}, first launch {first_s:.1f} s)", flush=True)  # fmt: skip
-        bias = torch.randn(1, size, device="cuda", dtype=torch.bfloat16)
-        gf = sigdnn.Graph("mbg", io_dtype="bfloat16", compute_dtype="float32")
-        y = gf.matmul(gf.tensor("a", (size, size)), gf.tensor("b", (size, size)), name="mm")
-        gf.pointwise("gelu_fwd", gf.pointwise("add", y, gf.tensor("bias", (1, size)))).set_output(True).set_name("y")
-        eager_ms = median_ms(lambda a=a, b=b, bias=bias: torch.nn.functional.gelu(torch.matmul(a, b) + bias), 1, 9, 3)
-        fx = sigdnn.Executor("gpu", engine="cutile.matmul")
-        fstep = fx.prepare(gf).steps[0]
-        region = fstep.region
-        rplan = fstep.builder.build_region(region, gf, RegionContext(region.pattern[0], fx.device, gf, label))
-        uids = {gf.tensor_by_name(n).uid: t for n, t in (("a", a), ("b", b), ("bias", bias), ("y", c))}
-        fcontext = ExecutionContext(fx.device, fx.memory.context.stream_handle, None)  # timed on fx's stream
-        launch = rplan.bind({u: fx.memory.context.wrap(t) for u, t in uids.items()}, fcontext)
-        launch()
-        torch.cuda.synchronize()
-        with on_stream(fx):
-            ms = median_ms(launch, 1, repeats=9, warmup=3)
-        ref = torch.nn.functional.gelu(torch.matmul(a, b).float() + bias.float())
-        err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
-        row = {"size": size, "config": label, "fused_ms": ms, "torch_eager_ms": eager_ms, "speedup": eager_ms / ms,
-               "tflops": flops / ms / 1e9, "rel_err": err}  # fmt: skip
-        result["fused"].append(row)
-        print(f"  fused matmul+bias+gelu {row['tflops']:6.1f} TFLOP/s, {row['speedup']:.2f}x torch eager "
-              f"({eager_ms:.3f} ms) (max rel err {err:.1e})", flush=True)  # fmt: skip
+        for kind in result:
+            result[kind].append(matmul_row(size, kind == "fused"))
     return result
+
+
+def matmul_row(size: int, fused: bool) -> dict:
+    """bench_matmul's row for one size, plain or fused."""
+    gelu = torch.nn.functional.gelu
+    a, b = (torch.randn(size, size, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    bias = torch.randn(1, size, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty(size, size, device="cuda", dtype=torch.bfloat16)
+    g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
+    t = g.matmul(g.tensor("a", (size, size)), g.tensor("b", (size, size)), name="mm")
+    if fused:
+        t = g.pointwise("gelu_fwd", g.pointwise("add", t, g.tensor("bias", (1, size))))
+    t.set_output(True).set_name("y")
+    ex = sigdnn.Executor("gpu", engine="cutile.matmul")
+    plan = ex.prepare(g)
+    pack = {"a": a, "b": b, "y": y} | ({"bias": bias} if fused else {})
+    t0 = time.perf_counter()
+    ex.execute(plan, pack, to_host=False)
+    torch.cuda.synchronize()
+    first_s = time.perf_counter() - t0
+    ms = kernel_ms(ex, plan, 1, repeats=9, warmup=3)
+    want = torch.matmul(a.float(), b.float())
+    want = gelu(want + bias.float()) if fused else want
+    err = ((y.float() - want).abs().max() / want.abs().max()).item()
+    torch_ms = median_ms(lambda: gelu(torch.matmul(a, b) + bias) if fused else torch.matmul(a, b), 1, 9, 3)
+    config = plan.steps[0].plan.config.label
+    row = {"size": size, "fused": fused, "config": config, "ms": ms, "tflops": 2 * size**3 / ms / 1e9,
+           "torch_ms": torch_ms, "ratio": torch_ms / ms, "rel_err": err, "first_s": first_s}  # fmt: skip
+    print(f"cuTile matmul{' + bias + gelu' if fused else ''} bf16 {size}^3 {config}: {row['tflops']:6.1f} TFLOP/s = "
+          f"{row['ratio']:.3f}x torch{' eager' if fused else ''} (max rel err {err:.1e}, first {first_s:.1f} s)", flush=True)  # fmt: skip
+    return row
 
 
 PARTS = ("host", "fusion", "modes", "norms", "matmul")
