@@ -95,7 +95,10 @@ def timed_rows(
         rows.append({"dtype": dtype, "size": size, "impl": n, "ms": t, "spread": (max(ts) - min(ts)) / t,
                      "tflops": flops / t / 1e9 if ok else 0.0,
                      "ratio": statistics.median(samples[baseline(n) if callable(baseline) else baseline]) / t if ok else 0.0, "rel_err": rel})  # fmt: skip
-    print_rows(rows)
+    for r in rows:
+        err = "" if r["rel_err"] is None else f"  rel_err {r['rel_err']:.2e}"
+        print(f"{r['dtype']:>4} {r['size']!s:>6} {r['impl']:<26} {r['ms']:9.4f} ms (spread {r['spread']:5.1%}) "
+              f"{r['tflops']:8.1f} TFLOP/s {r['ratio']:6.3f}x torch{err}", flush=True)  # fmt: skip
     return rows
 
 
@@ -380,7 +383,7 @@ print(f"second process: {plan.steps[0].builder.name}, steps timed {t.measured}, 
 """
 
 
-def bench_autotune(sizes=(4096,)) -> list[dict]:
+def bench_autotune(size: int = 4096) -> list[dict]:
     """Executor(autotune=True) on a bf16 matmul node and a matmul + bias + gelu region that cuTile and CuTe both
     serve: every candidate's time, the choice, then a second process that must take it from the cache."""
     import os
@@ -392,41 +395,31 @@ def bench_autotune(sizes=(4096,)) -> list[dict]:
 
     rows = []
     with tempfile.TemporaryDirectory() as cache:
-        for size in sizes:
-            for kind in ("plain", "fused"):
-                g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
-                y = g.matmul(g.tensor("a", (size, size)), g.tensor("b", (size, size)), name="mm")
-                if kind == "fused":
-                    y = g.pointwise("gelu_fwd", g.pointwise("add", y, g.tensor("bias", (1, size))))
-                y.set_output(True).set_name("y")
-                tuner = Tuner(cache=TuningCache(Path(cache) / "autotune.json"))
-                t0 = time.perf_counter()
-                plan = sigdnn.Executor("gpu", autotune=tuner).prepare(g)
-                tuning_s = time.perf_counter() - t0
-                step = plan.steps[0]
-                (record,) = [r for r in json.loads((Path(cache) / "autotune.json").read_text()).values()
-                             if r["nodes"] == [n.name for n in step.nodes]]  # fmt: skip
-                print(
-                    f"autotune {kind} bf16 {size}^3 ({tuning_s:.1f} s): {step.builder.name}; {step.choice}", flush=True
-                )
-                for label, seconds, note in record["trials"]:
-                    tf = 2 * size**3 / seconds / 1e12 if seconds else 0.0
-                    print(f"    {label:<34} {seconds * 1e3 if seconds else float('nan'):8.3f} ms {tf:6.1f} TFLOP/s {note}",
-                          flush=True)  # fmt: skip
-                env = {**os.environ, "SIGDNN_CACHE_DIR": cache}
-                r = subprocess.run([sys.executable, "-c", AUTOTUNE_SECOND, str(size), kind], env=env, capture_output=True,
-                                   text=True, check=False)  # fmt: skip
-                print("    " + (r.stdout.strip() or r.stderr[-2000:]), flush=True)
-                rows.append({"size": size, "kind": kind, "chosen": record["label"], "trials": record["trials"],
-                             "tuning_s": tuning_s, "second_process": r.stdout.strip(), "rc": r.returncode})  # fmt: skip
+        for kind in ("plain", "fused"):
+            g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
+            y = g.matmul(g.tensor("a", (size, size)), g.tensor("b", (size, size)), name="mm")
+            if kind == "fused":
+                y = g.pointwise("gelu_fwd", g.pointwise("add", y, g.tensor("bias", (1, size))))
+            y.set_output(True).set_name("y")
+            tuner = Tuner(cache=TuningCache(Path(cache) / "autotune.json"))
+            t0 = time.perf_counter()
+            plan = sigdnn.Executor("gpu", autotune=tuner).prepare(g)
+            tuning_s = time.perf_counter() - t0
+            step = plan.steps[0]
+            (record,) = [r for r in json.loads((Path(cache) / "autotune.json").read_text()).values()
+                         if r["nodes"] == [n.name for n in step.nodes]]  # fmt: skip
+            print(f"autotune {kind} bf16 {size}^3 ({tuning_s:.1f} s): {step.builder.name}; {step.choice}", flush=True)
+            for label, seconds, note in record["trials"]:
+                tf = 2 * size**3 / seconds / 1e12 if seconds else 0.0
+                print(f"    {label:<34} {seconds * 1e3 if seconds else float('nan'):8.3f} ms {tf:6.1f} TFLOP/s {note}",
+                      flush=True)  # fmt: skip
+            env = {**os.environ, "SIGDNN_CACHE_DIR": cache}
+            r = subprocess.run([sys.executable, "-c", AUTOTUNE_SECOND, str(size), kind], env=env, capture_output=True,
+                               text=True, check=False)  # fmt: skip
+            print("    " + (r.stdout.strip() or r.stderr[-2000:]), flush=True)
+            rows.append({"size": size, "kind": kind, "chosen": record["label"], "trials": record["trials"],
+                         "tuning_s": tuning_s, "second_process": r.stdout.strip(), "rc": r.returncode})  # fmt: skip
     return rows
-
-
-def print_rows(rows: list[dict]) -> None:
-    for r in rows:
-        err = "" if r["rel_err"] is None else f"  rel_err {r['rel_err']:.2e}"
-        print(f"{r['dtype']:>4} {r['size']!s:>6} {r['impl']:<26} {r['ms']:9.4f} ms (spread {r['spread']:5.1%}) "
-              f"{r['tflops']:8.1f} TFLOP/s {r['ratio']:6.3f}x torch{err}", flush=True)  # fmt: skip
 
 
 PARTS: dict[str, Callable[[argparse.Namespace, int, list[dict]], object]] = {

@@ -1,15 +1,13 @@
 """cuTile backend against torch on the same GPU, in one run: pointwise modes, fusion, executor host cost.
 
-Run on the device: ``python3 benchmarks/gpu_cutile.py [--json out.json] [--modes a,b] [--quick]``.
+Run on the device: ``python3 benchmarks/gpu_cutile.py [--json out.json] [--modes a,b] [--only PARTS]``.
 Every figure is a median over CUDA-event-timed repetitions after a warm-up,
 with torch's time for the same work measured beside it:
 
 * pointwise: every mode on 256 MiB bfloat16 tensors (2^27 elements),
   effective bandwidth = (inputs + output) bytes / time, against torch's op
   where torch has one, and against torch's copy (the roofline). Kernels are
-  timed as torch's ops are, enqueued back to back (their bound launch, with
-  the events on the executor's own stream); ``execute_tb_s`` is the same
-  work through ``execute`` (host work and its final synchronize included);
+  timed as torch's ops are, enqueued back to back (their bound launch);
 * fusion: a region of 4 pointwise ops (bias add, gelu, scale, residual add)
   as one kernel against torch eager running the 4 ops;
 * host cost: a prepared 100-node chain of float32 adds on 4096 elements,
@@ -43,22 +41,15 @@ N = 1 << 27  # 256 MiB of bfloat16
 POSITIVE = {"sqrt", "rsqrt", "log", "pow"}
 
 
-def on_stream(executor, plan=None):
-    """The stream launches enqueue on, as torch's current one: events recorded there time them.
-
-    A plan's bound launches enqueue where its last execute ran them (torch's
-    stream for torch tensors); launches bound by hand, on the executor's own.
-    """
-    stream = executor.memory.bound(plan, False).execution.stream if plan else executor.memory.context.stream_handle
-    return torch.cuda.stream(torch.cuda.ExternalStream(stream)) if stream else contextlib.nullcontext()
-
-
 def kernel_ms(ex, plan, iters: int = 10, repeats: int = 20, warmup: int = 30) -> float:
-    """Milliseconds of a plan's one kernel as the GPU sees it: its bound launch (from the plan's last execute)
-    enqueued ``iters`` times back to back, as torch's ops are timed; execute() would add its host work and a
-    synchronize, which leave the GPU idle in between."""
-    (launch,) = ex.memory.bound(plan, False)._launches
-    with on_stream(ex, plan):
+    """Milliseconds of a plan's one kernel as the GPU sees it: its bound launch enqueued ``iters`` times back to
+    back, as torch's ops are timed (execute() would add its host work and a synchronize, which leave the GPU
+    idle in between), with the events on the stream the plan's last execute ran on (torch's, for torch
+    tensors)."""
+    bound = ex.memory.bound(plan, False)
+    (launch,) = bound._launches
+    stream = bound.execution.stream
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream)) if stream else contextlib.nullcontext():
         return median_ms(launch, iters, repeats, warmup)
 
 
@@ -106,7 +97,6 @@ def bench_modes(modes: list[str]) -> list[dict]:
         t0 = time.perf_counter()
         ex.execute(plan, pack, to_host=False)
         first_s = time.perf_counter() - t0
-        execute_ms = median_ms(lambda ex=ex, plan=plan, pack=pack: ex.execute(plan, pack, to_host=False), 1, warmup=3)
         ms = kernel_ms(ex, plan)
         tbs = (arity + 1) * N * 2 / ms / 1e9
         op = torch_op(mode)
@@ -114,8 +104,7 @@ def bench_modes(modes: list[str]) -> list[dict]:
         if op is not None:
             tms = median_ms(lambda op=op, tensors=tensors: op(*tensors), warmup=30)
             torch_tbs = (arity + 1) * N * 2 / tms / 1e9
-        rows.append({"mode": mode, "tb_s": tbs, "execute_tb_s": (arity + 1) * N * 2 / execute_ms / 1e9,
-                     "torch_tb_s": torch_tbs, "copy_tb_s": copy_tbs, "first_s": first_s})  # fmt: skip
+        rows.append({"mode": mode, "tb_s": tbs, "torch_tb_s": torch_tbs, "copy_tb_s": copy_tbs, "first_s": first_s})
         vs = f"{torch_tbs:6.2f}" if torch_tbs else "   n/a"
         print(
             f"{mode:22s} {tbs:6.2f} TB/s  torch {vs}  of copy {tbs / copy_tbs:5.0%}  (first {first_s:.1f}s)", flush=True
@@ -264,41 +253,25 @@ def _norm_bytes(kind: str) -> int:
     return (3 if kind.endswith("backward") else 2) * rows
 
 
-def _norm_inputs(g: sigdnn.Graph, kind: str) -> dict:
-    data = {}
-    for t in g.inputs:
-        dtype = torch.float32 if g.dtype_of(t).name == "FLOAT32" else torch.bfloat16
-        shape = t.dims
-        if kind == "batchnorm" and t.name == "x":
-            n, c, h, w = shape
-            data[t.name] = torch.empty(n, h, w, c, device="cuda", dtype=dtype).uniform_(-2, 2).permute(0, 3, 1, 2)
-            continue
-        v = torch.empty(shape, device="cuda", dtype=dtype).uniform_(-2, 2)
-        data[t.name] = v.abs() + 0.5 if t.name in ("inv_variance", "rv") else v
-    return data
-
-
-def _norm_outputs(g: sigdnn.Graph, kind: str) -> dict:
-    """Empty outputs of the benchmarked node (batchnorm's y channels-last, as its x)."""
-    outs = {}
-    for t in g.outputs:
-        dtype = torch.float32 if g.dtype_of(t).name == "FLOAT32" else torch.bfloat16
-        if kind == "batchnorm" and t.name == g.outputs[0].name:
-            n, c, h, w = t.dims
-            outs[t.name] = torch.empty(n, h, w, c, device="cuda", dtype=dtype).permute(0, 3, 1, 2)
-        else:
-            outs[t.name] = torch.empty(t.dims, device="cuda", dtype=dtype)
-    return outs
+def _norm_tensor(g: sigdnn.Graph, t, channels_last: bool) -> torch.Tensor:
+    """An empty tensor for the node's ``t`` (``channels_last``: NHWC memory under NCHW dims, as batchnorm's x, y)."""
+    dtype = torch.float32 if g.dtype_of(t).name == "FLOAT32" else torch.bfloat16
+    if channels_last:
+        n, c, h, w = t.dims
+        return torch.empty(n, h, w, c, device="cuda", dtype=dtype).permute(0, 3, 1, 2)
+    return torch.empty(t.dims, device="cuda", dtype=dtype)
 
 
 def bench_norm(kind: str) -> dict:
     """One op through the GPU executor (the builder the registry ranks first) against torch."""
     g = _norm_graph(kind)
-    data = _norm_inputs(g, kind)
+    data = {t.name: _norm_tensor(g, t, kind == "batchnorm" and t.name == "x").uniform_(-2, 2) for t in g.inputs}
+    for name in {"inv_variance", "rv"} & data.keys():  # positive, as the node expects
+        data[name] = data[name].abs() + 0.5
     ex = sigdnn.Executor("gpu")
     plan = ex.prepare(g)
     builder = plan.steps[0].builder.name
-    pack = {**data, **_norm_outputs(g, kind)}
+    pack = data | {t.name: _norm_tensor(g, t, kind == "batchnorm" and i == 0) for i, t in enumerate(g.outputs)}
     t0 = time.perf_counter()
     ex.execute(plan, pack, to_host=False)
     first_s = time.perf_counter() - t0
