@@ -5,8 +5,25 @@ sigdnn`` alone never does. ``with sigdnn.torch.attention(): model(x)`` runs
 the model's ``F.scaled_dot_product_attention`` calls through sigdnn.
 """
 
-from sigdnn.torch import ops
+from sigdnn.torch import delta_rule, ops
 from sigdnn.torch.cache import cache_size
-from sigdnn.torch.functional import attention, conv, layer_norm, scaled_dot_product_attention
+from sigdnn.torch.functional import (
+    attention,
+    chunk_gated_delta_rule,
+    chunk_kda,
+    conv,
+    layer_norm,
+    scaled_dot_product_attention,
+)
 
-__all__ = ["attention", "cache_size", "conv", "layer_norm", "ops", "scaled_dot_product_attention"]
+__all__ = [
+    "attention",
+    "cache_size",
+    "chunk_gated_delta_rule",
+    "chunk_kda",
+    "conv",
+    "delta_rule",
+    "layer_norm",
+    "ops",
+    "scaled_dot_product_attention",
+]

@@ -9,7 +9,8 @@ from collections.abc import Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from sigdnn.torch import ops
+from sigdnn.errors import UsageError
+from sigdnn.torch import delta_rule, ops
 
 
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -52,6 +53,48 @@ def conv(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
 
     y = ops.conv(input, weight, each(stride), each(padding), each(dilation))
     return y if bias is None else y + bias.reshape(1, -1, *([1] * spatial))
+
+
+def _delta_rule(kind: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                scale: float | None, initial_state: torch.Tensor | None, output_final_state: bool,
+                cu_seqlens: torch.Tensor | None, l2norm: bool) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """flash-linear-attention's [B, T, H, D] batch on sigdnn's token-packed op: B sequences of T, or cu_seqlens's."""
+    if q.dim() != 4:
+        raise UsageError(f"sigdnn.torch.{kind}: q is [B, T, H, K], got dims {list(q.shape)}")
+    batch, tokens = q.shape[:2]
+    if cu_seqlens is None:
+        cu_seqlens = torch.arange(0, (batch + 1) * tokens, tokens, dtype=torch.int32, device=q.device)
+    elif batch != 1:
+        raise UsageError(
+            f"sigdnn.torch.{kind}: with cu_seqlens, q's batch is 1 (sequences packed along T), got {batch}"
+        )
+
+    def packed(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(batch * tokens, *t.shape[2:])
+
+    op = getattr(delta_rule, kind)
+    o, final = op(*map(packed, (q, k, v, g, beta)), cu_seqlens, initial_state, scale, l2norm, output_final_state)
+    return o.reshape(batch, tokens, *o.shape[1:]), final
+
+
+def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                           scale: float | None = None, initial_state: torch.Tensor | None = None,
+                           output_final_state: bool = False, cu_seqlens: torch.Tensor | None = None,
+                           use_qk_l2norm_in_kernel: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """flash-linear-attention's chunk_gated_delta_rule on sigdnn's gdn: q, k [B, T, H, K], v [B, T, H, V],
+    g, beta [B, T, H] -> (o [B, T, H, V], final_state [N, H, K, V] or None); B is 1 with cu_seqlens."""
+    return _delta_rule("gdn", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                       use_qk_l2norm_in_kernel)  # fmt: skip
+
+
+def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+              scale: float | None = None, initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+              use_qk_l2norm_in_kernel: bool = False,
+              cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """flash-linear-attention's chunk_kda on sigdnn's kda: chunk_gated_delta_rule's tensors with g [B, T, H, K]
+    (one log decay per key channel)."""
+    return _delta_rule("kda", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                       use_qk_l2norm_in_kernel)  # fmt: skip
 
 
 @contextlib.contextmanager

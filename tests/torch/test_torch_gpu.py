@@ -56,3 +56,27 @@ def test_layer_norm_and_conv_on_cuda():
     xi = torch.randn(8, 64, 14, 14, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
     wi = torch.randn(64, 64, 3, 3, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
     judged("conv", st.conv(xi.cuda(), wi.cuda(), padding=1), st.conv(xi, wi, padding=1), 0)
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_delta_rule_and_its_backward_on_cuda(kind):
+    """bf16 q, k, v, beta; float32 gates and state; sequences across the chunk of 64 (1, 63, 64, 65, 300)."""
+    torch.manual_seed(0)
+    lengths, heads, dim = (1, 63, 64, 65, 300), 4, 64
+    tokens = sum(lengths)
+    cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32)
+    q, k = (torch.nn.functional.normalize(torch.randn(tokens, heads, dim), dim=-1).bfloat16() for _ in range(2))
+    v, d_o = (torch.randn(tokens, heads, dim, dtype=torch.bfloat16) for _ in range(2))
+    g = -0.5 * torch.rand((tokens, heads, dim) if kind == "kda" else (tokens, heads))
+    beta = torch.rand(tokens, heads).bfloat16()
+    h0 = torch.randn(len(lengths), heads, dim, dim) * 0.1
+    results = {}
+    for device in ("cpu", "cuda"):
+        leaves = [t.to(device).requires_grad_(True) for t in (q, k, v, g, beta, h0)]
+        o, final = getattr(torch.ops.sigdnn, kind)(*leaves[:5], cu.to(device), leaves[5], None, False, True)
+        o.backward(d_o.to(device))
+        results[device] = [o.detach(), final.detach(), *(t.grad for t in leaves)]
+    for index in range(2):
+        judged(kind, results["cuda"][index], results["cpu"][index], index)
+    for index, (got, want) in enumerate(zip(results["cuda"][2:], results["cpu"][2:])):
+        judged(f"{kind}_bwd", got, want, index)
