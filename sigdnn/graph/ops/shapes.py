@@ -22,8 +22,8 @@ def described(port: str, t: Tensor) -> str:
     return f"port '{port}' (tensor '{t.name}')"
 
 
-def same_dims(where: str, ports: Mapping[str, Tensor]) -> tuple[int, ...]:
-    """All the given ports have one set of dims; returns it."""
+def same_dims(where: str, ports: Mapping[str, Tensor]) -> None:
+    """All the given ports have one set of dims."""
     (first, ref), *rest = ports.items()
     for port, t in rest:
         if t.dims != ref.dims:
@@ -31,7 +31,6 @@ def same_dims(where: str, ports: Mapping[str, Tensor]) -> tuple[int, ...]:
                 f"{where}: {described(port, t)} has dims {list(t.dims)}, {described(first, ref)} has "
                 f"{list(ref.dims)}; they must match"
             )
-    return ref.dims
 
 
 def require_dims(where: str, port: str, t: Tensor, dims: Sequence[int], why: str) -> None:
