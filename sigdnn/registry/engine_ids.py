@@ -67,6 +67,7 @@ IN_TREE: dict[str, int] = {
     "cutile.kda": 2041,
     "cutile.gdn_bwd": 2042,
     "cutile.kda_bwd": 2043,
+    "cutile.conv_fprop_grouped": 2050,
     "cute.matmul": 3000,
     "cute.conv_fprop": 3001,
     "cute.conv_fprop_implicit": 3002,

@@ -1,0 +1,230 @@
+"""cuTile grouped / depthwise conv fprop through the emulator, against torch's float64 conv and the reference.
+
+The cases of tests/conv_grouped_cases.py (depthwise with multiplier 1 and 2,
+G = 2 / 3 / 4 with C/G = 2 or 3, 1 to 3 spatial dims, both layouts, odd and
+size-1 dims, asymmetric padding, stride 2, dilation 2, gapped x, more
+channels than one tile): small-integer inputs must give torch's float64 conv
+rounded once to y's dtype bit for bit (every float32 sum of them is exact);
+normal inputs must stay within float32 summation's bound of it and pass
+``sigdnn.validate``. Planted bugs in the kernel text fail both.
+tests/gpu/test_cutile_conv_grouped.py runs the same cases compiled by cuTile.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import onnx
+import pytest
+from conv_grouped_cases import CASES, Case, exact_inputs, graph, rounded_oracle, torch_conv
+from emulated import emulated_executor, make_available
+from onnx import TensorProto, helper
+
+import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
+from sigdnn.errors import NotSupported
+from sigdnn.importers import onnx as onnx_import
+from sigdnn.plan_builders.cutile import conv_grouped
+from sigdnn.plan_builders.cutile.conv_grouped import CutileConvGroupedBuilder
+from sigdnn.registry.registry import DEFAULT_REGISTRY
+from sigdnn.signature_keys import key_for
+
+BUILDER = "cutile.conv_fprop_grouped"
+HALF_ULP = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}  # relative rounding error of y
+TINY = {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}  # half the subnormal spacing
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+
+
+def run(g: sigdnn.Graph, inputs: dict[str, np.ndarray], executor: sigdnn.Executor | None = None) -> np.ndarray:
+    executor = executor or emulated_executor()
+    plan = executor.prepare(g)
+    assert [s.builder.name for s in plan.steps] == [BUILDER]
+    return executor.execute(plan, inputs)["conv::y"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_small_integers_give_torchs_conv_rounded_once(case: Case) -> None:
+    g = graph(case)
+    inputs = exact_inputs(g, seed=len(case.name))
+    got = run(g, inputs)
+    want = rounded_oracle(case, inputs["x"], inputs["w"])
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+
+
+def within_float32_bound(case: Case, got: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Where |got - exact| exceeds float32 summation's error over C/G x taps products plus y's one rounding."""
+    exact = torch_conv(case, x, w)
+    terms = torch_conv(case, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)))
+    n = int(np.prod(case.w_dims[1:])) + 1  # additions, and the product's own rounding
+    gamma = n * 2.0**-24 / (1 - n * 2.0**-24)
+    summed = gamma * terms
+    bound = summed + HALF_ULP[case.dtype] * (np.abs(exact) + summed) + TINY[case.dtype]
+    return np.abs(got.astype(np.float64) - exact) <= bound
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_normal_inputs_stay_within_float32_summation_of_torchs_conv(case: Case) -> None:
+    g = graph(case)
+    inputs = random_inputs(g, seed=3 + len(case.name))
+    got = run(g, inputs)
+    assert within_float32_bound(case, got, inputs["x"], inputs["w"]).all()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_validation_against_the_reference_passes(case: Case) -> None:
+    g = graph(case)
+    report = sigdnn.validate(g, random_inputs(g, seed=len(case.name)), executor=emulated_executor())
+    assert set(report.builders.values()) == {BUILDER}, report.builders
+    assert report.passed, report.table()
+
+
+def test_a_hand_worked_two_group_conv() -> None:
+    """x's two channels [1 2 3] and [4 5 6], filters [1 1] and [1 -1], one per group: sums and differences."""
+    case = Case("hand", (1, 2, 3), (2, 1, 2), "NCW", (0,), (0,), (1,), (1,))
+    x = np.array([[[1, 2, 3], [4, 5, 6]]], np.float32)
+    w = np.array([[[1, 1]], [[1, -1]]], np.float32)
+    np.testing.assert_array_equal(run(graph(case), {"x": x, "w": w}), [[[3, 5], [-1, -1]]])
+
+
+class Planted(CutileConvGroupedBuilder):
+    name = "planted.conv_fprop_grouped"
+    engine_id = 30050
+    library = "planted"
+    plant = staticmethod(lambda text: text)
+
+    def launches(self, node, graph):  # type: ignore[no-untyped-def]
+        launches, nbytes = super().launches(node, graph)
+        return [
+            attrs.evolve(la, source=attrs.evolve(la.source, text=self.plant(la.source.text))) for la in launches
+        ], nbytes
+
+
+PLANTED = {
+    "last_tap_dropped": ("for e in range(kw):", "for e in range(kw - 1):"),
+    "right_edge_read": ("(i_w < xw)", "(i_w <= xw)"),
+    "group_by_input_channels": ("real_k // k_per_group", "real_k // c_per_group"),
+    "first_channel_of_group_only": ("(first_channel + c) * c_stride", "first_channel * c_stride"),
+}
+PLANT_CASES = {  # a case each bug shows on: right padding, K/G != C/G, C/G > 1
+    "last_tap_dropped": "depthwise_3x3_nhwc",
+    "right_edge_read": "g2_c3_gapped_rows",
+    "group_by_input_channels": "g2_c3_dilation2",
+    "first_channel_of_group_only": "g4_c3_nchw_stride2",
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a read past the edge may meet a gap's garbage
+@pytest.mark.parametrize("bug", PLANTED)
+def test_a_planted_bug_fails_the_oracle_and_validation(bug: str) -> None:
+    old, new = PLANTED[bug]
+    assert old in conv_grouped.kernel_source().text
+    registry = sigdnn.Registry(entry_point_group=None)
+    planted = Planted()
+    planted.plant = staticmethod(lambda text: text.replace(old, new))
+    registry.register(planted)
+    case = next(c for c in CASES if c.name == PLANT_CASES[bug])
+    g = graph(case)
+    inputs = random_inputs(g, seed=5)
+    executor = emulated_executor(registry=registry, engine="planted.conv_fprop_grouped")
+    got = executor.run(g, inputs)["conv::y"]
+    assert not within_float32_bound(case, got, inputs["x"], inputs["w"]).all()
+    assert not sigdnn.validate(g, inputs, executor=executor).passed
+
+
+def conv_node(x_dims, w_dims, layout="NHWC", dtype="bfloat16", stride=1) -> tuple[sigdnn.Graph, sigdnn.Node]:
+    g = sigdnn.Graph("decline", io_dtype=dtype, compute_dtype="float32")
+    x = g.tensor("x", x_dims, layout=layout)
+    w = g.tensor("w", w_dims, layout=layout)
+    spatial = len(x_dims) - 2
+    g.conv_fprop(x, w, padding=(0,) * spatial, stride=(stride,) * spatial, name="conv").set_output(True)
+    return g, g.nodes[-1]
+
+
+def decline_reason(g: sigdnn.Graph, node: sigdnn.Node) -> str:
+    with pytest.raises(NotSupported) as e:
+        CutileConvGroupedBuilder().check(node, g)
+    return str(e.value)
+
+
+def test_ungrouped_convs_are_declined_for_the_cute_builders() -> None:
+    reason = decline_reason(*conv_node((1, 8, 5, 5), (8, 8, 3, 3)))
+    assert "node 'conv'" in reason and "1 group" in reason and "CuTe" in reason
+
+
+def test_float64_io_is_declined() -> None:
+    reason = decline_reason(*conv_node((1, 4, 5, 5), (4, 1, 3, 3), dtype="float64"))
+    assert "float64" in reason and "tensor 'x'" in reason
+
+
+def test_tensors_past_int32_indices_are_declined_without_allocating() -> None:
+    """The check reads dims only: 2^32-element tensors cost nothing here."""
+    g, node = conv_node((1, 2, 2**16, 2**15), (2, 1, 1, 1), stride=2**8)  # x 2^32 elements, y 2^15
+    assert "tensor 'x'" in decline_reason(g, node) and "2^31" in decline_reason(g, node)
+    g, node = conv_node((2**16, 2, 2**7, 2**8), (2, 1, 1, 1))  # y as large as x
+    assert "tensor 'conv::y'" in decline_reason(g, node)
+
+
+def test_more_channel_tiles_than_a_grid_holds_are_declined() -> None:
+    g, node = conv_node((1, 2**19, 2, 2), (2**19, 1, 1, 1), layout="NCHW")  # 2^17 tiles of 4 channels
+    assert "channel tiles" in decline_reason(g, node)
+
+
+def test_it_is_the_only_gpu_builder_whose_check_takes_a_grouped_conv() -> None:
+    g, node = conv_node((2, 16, 9, 9), (16, 1, 3, 3))
+    takers = []
+    for builder in DEFAULT_REGISTRY.serving(key_for(node, g), "gpu"):
+        if builder.library == "gpu_reference":
+            continue
+        try:
+            builder.check(node, g, None)
+        except NotSupported as e:
+            assert "group" in str(e)
+            continue
+        takers.append(builder.name)
+    assert takers == [BUILDER]
+
+
+def mobilenet_block(channels: int = 16, size: int = 9) -> bytes:
+    """An ONNX depthwise 3x3 stride-2 Conv with a bias, then HardSwish, as torchvision's MobileNetV3 exports it."""
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, (channels, 1, 3, 3), rng.standard_normal((channels, 9)).ravel())
+    b = helper.make_tensor("b", TensorProto.FLOAT, (channels,), rng.standard_normal(channels))
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], group=channels, kernel_shape=[3, 3], pads=[1] * 4,
+                            strides=[2, 2])  # fmt: skip
+    nodes = [conv, helper.make_node("HardSwish", ["c"], ["y"])]
+    shape = [1, channels, size, size]
+    out = [1, channels, (size + 1) // 2, (size + 1) // 2]
+    g = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], [w, b])  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_an_onnx_depthwise_conv_runs_on_it_and_validates() -> None:
+    data = mobilenet_block()
+    onnx.checker.check_model(onnx.load_from_string(data))
+    g = onnx_import.load(data)
+    executor = emulated_executor()
+    plan = executor.prepare(g)
+    convs = [s.builder.name for s in plan.steps if s.node is not None and s.node.op.kind == "conv_fprop"]
+    assert convs == [BUILDER]
+    x = np.random.default_rng(1).standard_normal((1, 16, 9, 9)).astype(np.float32)
+    report = sigdnn.validate(g, {"x": x}, executor=executor)
+    assert report.passed, report.table()
+
+
+def test_tiles_follow_ys_layout() -> None:
+    """Channels innermost: up to 64 channels a tile; otherwise 4, the rest pixels (512 elements)."""
+    nhwc = sigdnn.Graph("t").tensor("y", (2, 72, 5, 5), layout="NHWC")
+    nchw = sigdnn.Graph("t").tensor("y", (2, 72, 5, 5), layout="NCHW")
+    narrow = sigdnn.Graph("t").tensor("y", (2, 3, 5, 5), layout="NHWC")
+    size_one = sigdnn.Graph("t").tensor("y", (2, 6, 5, 1), layout="NCHW")  # W = 1: C is not innermost among H, C
+    assert conv_grouped.tile(nhwc) == (8, 64)
+    assert conv_grouped.tile(nchw) == (128, 4)
+    assert conv_grouped.tile(narrow) == (128, 4)
+    assert conv_grouped.tile(size_one) == (128, 4)
+    assert conv_grouped.channels_innermost(sigdnn.Graph("t").tensor("y", (1, 6, 1, 1), layout="NCHW"))
