@@ -23,8 +23,9 @@ def _heads(node: OnnxNode, t: Tensor, heads: int | None, what: str) -> Tensor:
 def _bias(node: OnnxNode, mask: Value, dtype: np.dtype) -> Value:
     """A boolean mask (True: attend) as an additive bias of 0 / -inf; a float mask is the bias itself."""
     dims = tuple(mask.shape) if isinstance(mask, np.ndarray) else mask.dims
-    mask = node.reshape(mask, (1,) * (4 - len(dims)) + tuple(dims), "mask_4d")
+    # before the reshape: its output has no dtype of its own yet, and dtype_of would give the graph's default
     is_bool = (mask.dtype == np.bool_) if isinstance(mask, np.ndarray) else not node.graph.dtype_of(mask).is_float
+    mask = node.reshape(mask, (1,) * (4 - len(dims)) + tuple(dims), "mask_4d")
     if not is_bool:
         return mask
     if isinstance(mask, np.ndarray):
