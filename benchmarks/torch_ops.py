@@ -4,8 +4,8 @@ Both sides run the same prepared plan on the same small CPU torch tensors, so
 the kernel is identical and the difference is the torch op's own cost: the
 torch.library dispatch, the signature lookup of the cached graph and the
 allocation of its outputs (the direct call is handed preallocated outputs).
-Rows: layer_norm (8 x 64) and sdpa (1 x 2 x 16 x 16), float32, on the
-reference backend; the median CPU time per call (process time, so other
+Rows: layer_norm (8 x 64), sdpa (1 x 2 x 16 x 16) and gdn (2 sequences of
+8 tokens, 2 heads, K = V = 16, float32 gates), float32, on the reference backend; the median CPU time per call (process time, so other
 sessions on a shared machine count less) over batches of back-to-back
 calls, the two sides interleaved batch by batch so a noisy moment hits
 both. Not measured on a GPU (this machine has none).
@@ -67,9 +67,17 @@ def main() -> None:
     q, k, v = (torch.randn(1, 2, 16, 16) for _ in range(3))
     cached_inputs["layer_norm"] = [x, w, b]
     cached_inputs["sdpa"] = [q, k, v]
+    lq, lk, lv = (torch.randn(16, 2, 16) for _ in range(3))
+    gate, beta, cu = -torch.rand(16, 2), torch.rand(16, 2), torch.tensor([0, 8, 16], dtype=torch.int32)
+    cached_inputs["gdn"] = [lq, lk, lv, gate, beta, cu]
     rows = {
         "layer_norm 8x64 f32": ("layer_norm", lambda: torch.ops.sigdnn.layer_norm(x, w, b, 1e-5), "layer_norm"),
         "sdpa 1x2x16x16 f32": ("sdpa", lambda: torch.ops.sigdnn.sdpa(q, k, v, 0.25, False), "sdpa"),
+        "gdn 2x8 tok h2 d16 f32": (
+            "gdn",
+            lambda: torch.ops.sigdnn.gdn(lq, lk, lv, gate, beta, cu, None, None, False, False),
+            "gdn",
+        ),
     }
     assert graphs and st  # the ops are registered by importing sigdnn.torch
     print(f"machine: {platform.machine()}, torch {torch.__version__}; calls {args.calls} x batches {args.batches}")

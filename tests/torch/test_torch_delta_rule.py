@@ -45,7 +45,7 @@ def loop(kind, q, k, v, g, beta, cu, initial=None, scale=None, l2norm=False):
     return o, torch.stack(finals)
 
 
-def problem(kind, lengths, heads=2, kd=3, vd=2, initial=True):
+def problem(kind, lengths, heads=2, kd=3, vd=4, initial=True):
     tokens = sum(lengths)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
     gate = (tokens, heads, kd) if kind == "kda" else (tokens, heads)
@@ -152,7 +152,13 @@ def test_flash_linear_attention_convention(kind):
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_opcheck(kind):
     x, cu, h0 = problem(kind, (2, 1))
-    for args in ((*x.values(), cu, h0, 0.5, True, True), (*x.values(), cu, None, None, False, False)):
+    cases = (
+        (*x.values(), cu, h0, 0.5, True, True),
+        (*x.values(), cu, h0.float(), 0.5, True, True),  # final_state takes the initial state's dtype
+        (*x.values(), cu, None, None, False, True),
+        (*x.values(), cu, None, None, False, False),
+    )
+    for args in cases:
         results = torch.library.opcheck(op(kind).default, args)
         assert all(v == "SUCCESS" for v in results.values())
 
@@ -203,10 +209,10 @@ def bad(kind, **changes):
     [
         ({"q": torch.ones(5, 2, 3, dtype=torch.int32)}, GraphError, "'q'"),
         ({"k": rand(5, 2, 4)}, GraphError, "'k'"),
-        ({"v": rand(4, 2, 2)}, GraphError, "'v'"),
+        ({"v": rand(4, 2, 4)}, GraphError, "'v'"),
         ({"beta": rand(5, 3)}, GraphError, "'beta'"),
         ({"g": rand(5, 2, 3, 1)}, GraphError, "'g'"),
-        ({"initial_state": rand(3, 2, 3, 2)}, GraphError, "'initial_state'"),
+        ({"initial_state": rand(3, 2, 3, 4)}, GraphError, "'initial_state'"),
         ({"cu_seqlens": torch.tensor([0.0, 2.0, 5.0])}, GraphError, "'cu_seqlens'"),
         ({"cu_seqlens": torch.tensor([0, 4, 2], dtype=torch.int32)}, ExecutionError, "'cu_seqlens'.*decreases"),
         ({"cu_seqlens": torch.tensor([0, 2, 4], dtype=torch.int32)}, ExecutionError, "'cu_seqlens'.*end at T = 5"),
@@ -220,4 +226,4 @@ def test_bad_inputs_raise_sigdnn_errors_naming_the_argument(kind, changes, error
 
 def test_a_dtype_sigdnn_lacks_is_a_sigdnn_error():
     with pytest.raises(SigdnnError, match="complex"):
-        bad("gdn", v=torch.ones(5, 2, 2, dtype=torch.complex64))
+        bad("gdn", v=torch.ones(5, 2, 4, dtype=torch.complex64))
