@@ -227,3 +227,18 @@ def test_bad_inputs_raise_sigdnn_errors_naming_the_argument(kind, changes, error
 def test_a_dtype_sigdnn_lacks_is_a_sigdnn_error():
     with pytest.raises(SigdnnError, match="complex"):
         bad("gdn", v=torch.ones(5, 2, 4, dtype=torch.complex64))
+
+
+def test_cached_graphs_name_their_tensors_after_the_arguments():
+    """Error messages and saved graphs name a tensor by its argument: inputs by port, outputs as the op returns."""
+    from sigdnn.torch.cache import _CACHE
+
+    x, cu, h0 = problem("kda", (2, 1), heads=3)  # heads no other test uses: graphs of this test's own
+    leaves = [t.requires_grad_(True) for t in (*x.values(), h0)]
+    o, final = torch.ops.sigdnn.kda(*leaves[:5], cu, leaves[5], None, False, True)
+    (o.sum() + final.sum()).backward()
+    graphs = {key[0]: c.plan.graph for key, c in _CACHE.items() if key[0].startswith("kda") and key[3][0][1] == 3}
+    forward, backward = graphs["kda"], graphs["kda_bwd"]
+    assert [t.name for t in forward.inputs] == ["q", "k", "v", "g", "beta", "cu_seqlens", "initial_state"]
+    assert [t.name for t in forward.outputs] == ["o", "final_state"]
+    assert [t.name for t in backward.outputs] == ["dq", "dk", "dv", "dg", "dbeta", "d_initial_state"]
