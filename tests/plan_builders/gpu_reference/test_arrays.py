@@ -1,0 +1,74 @@
+"""The GPU reference's device arrays (gpu_reference/arrays.py), one operation at a time on the emulator, against
+NumPy doing the same data movement and reductions on the host (exact: small integers and float64 sums of a
+few integers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sigdnn.plan_builders.cutile.backend import EmulatedGpu
+from sigdnn.plan_builders.gpu_reference.arrays import Array
+from sigdnn.plan_builders.gpu_reference.backend import Gpu
+
+
+@pytest.fixture
+def gpu() -> Gpu:
+    return Gpu(EmulatedGpu(), None)
+
+
+def test_reshape_infers_one_axis_and_refuses_a_wrong_size(gpu: Gpu) -> None:
+    a = Array.from_host(gpu, np.arange(6.0).reshape(2, 3))
+    assert a.reshape(3, -1).shape == (3, 2) and a.reshape((6,)).shape == (6,)
+    np.testing.assert_array_equal(a.reshape(-1, 2).host(), np.arange(6.0).reshape(3, 2))
+    with pytest.raises(ValueError, match=r"cannot reshape \(2, 3\) to \(4, 2\)"):
+        a.reshape(4, 2)
+    with pytest.raises(ValueError, match=r"cannot reshape \(2, 3\) to \(4, 1\)"):
+        a.reshape(4, -1)  # 6 / 4 is no whole axis
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [((5,), (0,)), ((2, 3), (1, 0)), ((2, 3), ((1, 0),)), ((2, 3, 4), ((2, 0, 1),)), ((2, 3, 4), (1, 2, 0))],
+    ids=str,
+)
+def test_transpose_takes_axes_as_arguments_or_one_tuple(gpu: Gpu, shape, axes) -> None:
+    host = np.arange(float(np.prod(shape))).reshape(shape)
+    got = Array.from_host(gpu, host).transpose(*axes)
+    want = host.transpose(axes[0] if isinstance(axes[0], tuple) else axes)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got.host(), want)
+
+
+def test_matmul_of_two_and_three_dims(gpu: Gpu) -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(-4, 5, (3, 5)).astype(float), rng.integers(-4, 5, (5, 2)).astype(float)
+    got = Array.from_host(gpu, a).matmul(Array.from_host(gpu, b))
+    assert got.shape == (3, 2)
+    np.testing.assert_array_equal(got.host(), a @ b)
+    a3, b3 = rng.integers(-4, 5, (2, 3, 5)).astype(float), rng.integers(-4, 5, (2, 5, 4)).astype(float)
+    np.testing.assert_array_equal(Array.from_host(gpu, a3).matmul(Array.from_host(gpu, b3)).host(), a3 @ b3)
+
+
+@pytest.mark.parametrize(("a", "b"), [((2, 3, 5), (2, 4, 2)), ((2, 3, 5), (3, 5, 2))], ids=["inner", "batch"])
+def test_matmul_refuses_mismatched_operands(gpu: Gpu, a, b) -> None:
+    x, y = Array.from_host(gpu, np.zeros(a)), Array.from_host(gpu, np.zeros(b))
+    with pytest.raises(ValueError, match=r"matmul of \(2, 3, 5\) and"):
+        x.matmul(y)
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (4, 1), (3, 2, 5)], ids=str)
+@pytest.mark.parametrize("mode", ["SUM", "MAX", "MIN", "PROD"])
+@pytest.mark.parametrize("dtype", [np.float64, np.int64])
+def test_reduce_last_of_every_mode_and_dtype(gpu: Gpu, shape, mode: str, dtype) -> None:
+    host = np.random.default_rng(len(shape)).integers(-3, 4, shape).astype(dtype)
+    want = {"SUM": np.sum, "MAX": np.max, "MIN": np.min, "PROD": np.prod}[mode](host, axis=-1)
+    got = Array.from_host(gpu, host, dtype).reduce_last(mode)
+    assert got.shape == shape[:-1] and got.dtype == dtype
+    np.testing.assert_array_equal(got.host(), want)
+
+
+def test_an_int64_constant_past_two_to_the_53_is_exact(gpu: Gpu) -> None:
+    big = 2**53 + 1  # not a float64
+    assert Array.full(gpu, (3,), big, np.int64).host().tolist() == [big] * 3
+    assert (Array.full(gpu, (2,), 1, np.int64) + big).host().tolist() == [big + 1] * 2
