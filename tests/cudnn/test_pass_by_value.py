@@ -254,3 +254,34 @@ def test_serialize_refuses_a_port_whose_value_comes_with_execute(graph: Any) -> 
     y = other.tensor(name="y", dim=[2, 3], stride=[3, 1], data_type=F64)
     other.scale(y, other.tensor_like(torch.full((1, 1), 2.0, dtype=torch.float64))).set_output(True)
     assert b'"pass_by_value"' in other.serialize()  # a value known when it was made is written
+
+
+def test_a_builder_that_declines_a_value_given_at_execute_raises_the_cudnn_error() -> None:
+    """The plan built is rebuilt with each value; a builder declining that value is cuDNN's not-supported error."""
+    from sigdnn.cudnn.plans import cudnnGraphNotSupportedError
+    from sigdnn.errors import NotSupported
+    from sigdnn.registry.contracts import PlanBuilder
+    from sigdnn.registry.registry import Registry
+
+    registry = Registry(packages=("sigdnn.plan_builders.reference",), entry_point_group=None)
+    reference = registry.find("reference.layernorm")
+
+    class Picky(PlanBuilder):
+        name, engine_id, library, ops, priority = "test.picky_layernorm", 30201, "test", ("layernorm",), 9
+
+        def build(self, node: Any, graph: Any, context: Any) -> Any:
+            if node.op.epsilon > 0.6:
+                raise NotSupported("epsilon above 0.6")
+            return reference.build(node, graph, context)
+
+    registry.register(Picky())
+    handle = cudnn.create_handle(executor=sigdnn.Executor("reference", registry=registry))
+    graph = cudnn.pygraph(io_data_type=F64, compute_data_type=F64, handle=handle)
+    X, S, B, EPS, Y = layernorm_graph(graph)
+    assert graph.get_plan_name_at_index(0) == "test.picky_layernorm"
+    x, s, b = data()
+    y = torch.empty(4, 6, 1, 1, dtype=torch.float64)
+    graph.execute({X: x, S: s, B: b, Y: y, EPS: 0.25}, None)
+    close(y.reshape(4, 6), F.layer_norm(x.reshape(4, 6), (6,), s.reshape(6), b.reshape(6), eps=0.25))
+    with pytest.raises(cudnnGraphNotSupportedError, match=r"plan 0 \(test.picky_layernorm\) declined: epsilon above"):
+        graph.execute({X: x, S: s, B: b, Y: y, EPS: 0.75}, None)
