@@ -143,6 +143,9 @@ class pygraph(Ops):
         dims, strides, dtype, on_host, values = describe(input, f"tensor_like({name or type(input).__name__})")
         gpu = self.handle is not None and self.handle.device == "gpu"
         by_value = on_host and (gpu or len(values) == 1)
+        if by_value and not values:
+            raise UsageError(f"tensor_like({name or type(input).__name__}): a host tensor on a GPU handle is "
+                             f"pass-by-value (cuDNN's rule), so it holds one element, not dims {list(dims)}")  # fmt: skip
         t = tensor(dims, strides, data_type.NOT_SET, False, by_value, name, -1, values[0] if by_value else None)
         object.__setattr__(t, "_data_type", to_cudnn(dtype))
         return self._own(t)
