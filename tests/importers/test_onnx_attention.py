@@ -152,3 +152,58 @@ def test_three_dimensional_inputs_need_heads_dividing_the_last_dim(heads) -> Non
     m = model({n: [B, S, H * D] for n in "qkv"}, ["q", "k", "v"], **kw)
     with pytest.raises(GraphError, match=r"q \[2, 3, 8\]: 3-D inputs need q_num_heads / kv_num_heads dividing"):
         onnx_import.load(m)
+
+
+def test_the_nodes_and_tensors_it_makes_are_named_after_the_onnx_node() -> None:
+    """Names are what errors and plan reports show: each piece names the ONNX node and its part."""
+    g = onnx_import.load(model({n: [B, S, H * D] for n in "qkv"}, ["q", "k", "v"], q_num_heads=H, kv_num_heads=H))
+    parts = [f"{p}_{w}" for p in "qkv" for w in ("heads", "bhsd")] + ["sdpa", "o_bshd", "o_merge"]
+    assert [n.name for n in g.nodes] == [f"Attention_0/{p}" for p in parts]
+    shapes = {**{n: [B, H, S, D] for n in "qkv"}, "mask": [S, S]}
+    g = onnx_import.load(model(shapes, ["q", "k", "v", "mask"], mask_bool=True))
+    assert [n.name for n in g.nodes] == ["Attention_0/mask_4d", "Attention_0/mask_bias", "Attention_0/sdpa"]
+    mask = np.random.default_rng(4).standard_normal((S, S)).astype(np.float32)
+    g = onnx_import.load(
+        model({n: [B, H, S, D] for n in "qkv"}, ["q", "k", "v", "mask"], initializers=[("mask", mask)])
+    )
+    (node,) = g.nodes
+    assert g.tensors[node.op.bias].name == "Attention_0/mask"
+
+
+def test_softmax_precision_is_accepted_and_changes_nothing() -> None:
+    rng = np.random.default_rng(5)
+    ins = qkv(rng, (B, H, S, D))
+    _, got = run(model(FOUR, ["q", "k", "v"], softmax_precision=TensorProto.FLOAT), ins)
+    want = torch_attention(*(ins[n].astype(np.float64) for n in "qkv"), 1 / math.sqrt(D))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+def test_a_three_dimensional_query_with_four_dimensional_keys_gives_a_three_dimensional_output() -> None:
+    """The output takes the query's form (as onnx.reference does): Y is [B, S, H * Dv] for a 3-d q."""
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((B, S, H * D)).astype(np.float32)
+    k, v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(2))
+    m = model({"q": [B, S, H * D], "k": [B, H, S, D], "v": [B, H, S, D]}, ["q", "k", "v"], q_num_heads=H)
+    _, got = run(m, {"q": q, "k": k, "v": v})
+    q4 = q.astype(np.float64).reshape(B, S, H, D).transpose(0, 2, 1, 3)
+    want = torch_attention(q4, k.astype(np.float64), v.astype(np.float64), 1 / math.sqrt(D))
+    np.testing.assert_allclose(got, want.transpose(0, 2, 1, 3).reshape(B, S, H * D), rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("which", ["k", "v"])
+def test_a_three_dimensional_key_or_value_without_kv_num_heads_is_refused_by_name(which: str) -> None:
+    shapes = {**FOUR, which: [B, S, H * D]}
+    with pytest.raises(GraphError, match=rf"{which} \[2, 3, 8\]: 3-D inputs need q_num_heads / kv_num_heads"):
+        onnx_import.load(model(shapes, ["q", "k", "v"]))
+
+
+def test_a_lower_triangle_that_is_not_all_zero_stays_a_bias() -> None:
+    """0 on the diagonal, -1 below it, -inf above: causal in shape, not in value."""
+    mask = np.where(np.tril(np.ones((S, S), bool), -1), np.float32(-1.0), np.float32(0.0))
+    mask[np.triu_indices(S, 1)] = -np.inf
+    rng = np.random.default_rng(7)
+    ins = qkv(rng, (B, H, S, D))
+    g, got = run(model(FOUR, ["q", "k", "v", "mask"], initializers=[("mask", mask)]), ins)
+    assert not g.nodes[-1].op.use_causal_mask and g.nodes[-1].op.bias is not None
+    want = torch_attention(*(ins[n].astype(np.float64) for n in "qkv"), 1 / math.sqrt(D), mask.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
