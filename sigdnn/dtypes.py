@@ -128,8 +128,8 @@ def _numpy_of(dtype: DataType) -> np.dtype:
     return found
 
 
-# Every spelling users type, lower case. cuDNN (HALF, DOUBLE, FP8_E4M3), NumPy
-# and ml_dtypes (float8_e4m3fn), torch and the usual short forms all map to one
+# Every spelling users type beyond the names and short names (_BY_NAME joins all three), lower case. cuDNN
+# (HALF, DOUBLE), NumPy and ml_dtypes (float8_e4m3fn), torch and the usual short forms all map to one
 # DataType. ml_dtypes' "float8_e4m3" (IEEE-style, with infinities) and the
 # "fnuz" formats are other formats, so they are not aliases.
 _ALIASES: dict[str, DataType] = {
@@ -137,14 +137,11 @@ _ALIASES: dict[str, DataType] = {
     "single": DataType.FLOAT32,
     "fp16": DataType.FLOAT16,
     "half": DataType.FLOAT16,
-    "bf16": DataType.BFLOAT16,
     "fp64": DataType.FLOAT64,
     "double": DataType.FLOAT64,
-    "e4m3": DataType.FP8_E4M3,
     "e4m3fn": DataType.FP8_E4M3,
     "fp8_e4m3fn": DataType.FP8_E4M3,
     "float8_e4m3fn": DataType.FP8_E4M3,
-    "e5m2": DataType.FP8_E5M2,
     "float8_e5m2": DataType.FP8_E5M2,
     "boolean": DataType.BOOL,
 }
@@ -160,9 +157,8 @@ _BY_NAME: dict[str, DataType] = {
     for name, dt in {**{d.value: d for d in DataType}, **{_SHORT[d]: d for d in DataType}, **_ALIASES}.items()
     if name not in _AMBIGUOUS
 }
-# torch's own aliases are unambiguous inside torch ("torch.float" is float32).
-_TORCH_ALIASES = {"float": DataType.FLOAT32, "half": DataType.FLOAT16, "double": DataType.FLOAT64}
-_TORCH_ALIASES |= {"int": DataType.INT32, "long": DataType.INT64}
+# torch's own aliases that _BY_NAME refuses or lacks, unambiguous inside torch ("torch.float" is float32).
+_TORCH_ALIASES = {"float": DataType.FLOAT32, "int": DataType.INT32, "long": DataType.INT64}
 
 
 _SIZED_CODE = re.compile(r"[<>=|]?([fiu][1248]|b1|\?)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sigdnn.graph.arguments import DTypeLike
+from sigdnn.graph.arguments import DTypeLike, real
 from sigdnn.graph.ops.gdn import Gdn
 from sigdnn.graph.ops.gdn_bwd import GdnBwd
 from sigdnn.graph.ops.kda import Kda
@@ -35,7 +35,7 @@ class LinearAttentionFrontend:
 
     def _delta_rule(self, op: type[Op], inputs: dict[str, Maybe], attributes: dict[str, Any], kw: Any) -> Any:
         if attributes["scale"] is not None:
-            attributes["scale"] = float(attributes["scale"])
+            attributes["scale"] = real(attributes["scale"], f"node '{kw['name'] or op.kind}' scale")
         return self.outputs_of(self.add_node(op, inputs, attributes, **kw))
 
     def gdn(
