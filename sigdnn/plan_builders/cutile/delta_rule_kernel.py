@@ -203,7 +203,7 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         *_pair_products(s),
         *_wy(s),
         "out = ct.mma(qt * ct.exp(b), state, ct.mma(qk, u, ct.full((C, VP), 0.0, dtype=ct.float32)))",
-        "ct.scatter(o, v_at, out, mask=valid2 & vin2)",
+        "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
         _carry(s),
     ]
     body = [
@@ -211,7 +211,7 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         _initial(s),
         "for chunk in range(chunks):",
         *("    " + line for line in chunk),
-        *(["ct.scatter(ht, state_at, state, mask=state_in)"] if s.final_state else []),
+        *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
     return _module(s, "delta_rule_fwd", "q, k, v, g, beta, cu, h0, o, ht", body)
 
@@ -260,7 +260,13 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
     cumulative gate and WY matrix and carrying d(state) to the chunk before."""
     gw = s.gate_width
     slot = "(((start + chunk * C) // C + n) * H + head) * (KP * VP) + ct.reshape(kcols, (KP, 1)) * VP + vcols2"
-    forward = [*_load(s), *_pair_products(s), *_wy(s), f"ct.scatter(saved, {slot}, state)", _carry(s)]
+    forward = [
+        *_load(s),
+        *_pair_products(s),
+        *_wy(s),
+        f"ct.scatter(saved, {slot}, ct.astype(state, saved.dtype))",
+        _carry(s),
+    ]
     if s.per_channel:
         db_last = (
             "db_last = ct.reshape(ct.sum(state * dstate, axis=1), (1, KP)) * ct.exp(b_last)"
@@ -302,15 +308,15 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
         "db = db + ct.where(last, db_last, 0.0)",
         f"dg_t = ct.mma(ct.transpose(ones_below), db, ct.full((C, {gw}), 0.0, dtype=ct.float32))",
         *_unnormalized(s),
-        "ct.scatter(dq, qk_at, dqr, mask=valid2 & kin2)",
-        "ct.scatter(dk, qk_at, dkr, mask=valid2 & kin2)",
-        "ct.scatter(dv, v_at, de, mask=valid2 & vin2)",
+        "ct.scatter(dq, qk_at, ct.astype(dqr, dq.dtype), mask=valid2 & kin2)",
+        "ct.scatter(dk, qk_at, ct.astype(dkr, dk.dtype), mask=valid2 & kin2)",
+        "ct.scatter(dv, v_at, ct.astype(de, dv.dtype), mask=valid2 & vin2)",
         (
-            "ct.scatter(dg, qk_at, dg_t, mask=valid2 & kin2)"
+            "ct.scatter(dg, qk_at, ct.astype(dg_t, dg.dtype), mask=valid2 & kin2)"
             if s.per_channel
-            else "ct.scatter(dg, rows2 * H + head, dg_t, mask=valid2)"
+            else "ct.scatter(dg, rows2 * H + head, ct.astype(dg_t, dg.dtype), mask=valid2)"
         ),
-        "ct.scatter(dbeta_out, rows2 * H + head, dbeta, mask=valid2)",
+        "ct.scatter(dbeta_out, rows2 * H + head, ct.astype(dbeta, dbeta_out.dtype), mask=valid2)",
         "dstate = dprev",
     ]
     body = [
@@ -329,7 +335,7 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
         ),
         "for back in range(chunks):",
         *("    " + line for line in backward),
-        *(["ct.scatter(dh0, state_at, dstate, mask=state_in)"] if s.initial_state else []),
+        *(["ct.scatter(dh0, state_at, ct.astype(dstate, dh0.dtype), mask=state_in)"] if s.initial_state else []),
     ]
     params = "q, k, v, g, beta, cu, h0, d_o, dht, dq, dk, dv, dg, dbeta_out, dh0, saved"
     return _module(s, "delta_rule_bwd", params, body)

@@ -11,7 +11,11 @@ contraction (emulated only where the source asks for it through ``fma``).
 
 Semantics follow cuTile's: loads and gathers read 0 outside the array,
 stores drop what falls outside, float-to-integer conversion truncates and
-saturates (NaN gives 0), ``%`` and ``//`` are Python's.
+saturates (NaN gives 0), ``%`` and ``//`` are Python's. As cuTile's launch
+does, a Python float argument that is not a ``ct.Constant`` arrives as a
+float32 and a Python int as an int32 (one past int32's range is an
+OverflowError); and a store or scatter refuses a float32 tile for a 16- or
+8-bit float array (the kernel must ``astype``, as cuTile requires).
 """
 
 from __future__ import annotations
@@ -55,11 +59,18 @@ _BID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("bid
 _GRID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("grid", default=(1, 1, 1))
 
 
+class _ConstantAnnotation:
+    """What ``ct.Constant[T]`` evaluates to: marks a compile-time parameter, passed to the kernel as is."""
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+
 class _Constant:
     """``ct.Constant[int]`` in annotations."""
 
     def __class_getitem__(cls, item: Any) -> Any:
-        return item
+        return _ConstantAnnotation(item)
 
 
 Constant = _Constant
@@ -70,6 +81,31 @@ class Kernel:
 
     def __init__(self, fn: Callable[..., None]) -> None:
         self.fn = fn
+        names = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+        notes = getattr(fn, "__annotations__", {})
+        self.constant = tuple(_is_constant(notes.get(name)) for name in names)
+
+
+def _is_constant(annotation: Any) -> bool:
+    if isinstance(annotation, str):  # a module with postponed annotations
+        return "Constant" in annotation
+    return annotation is _Constant or isinstance(annotation, _ConstantAnnotation)
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def _as_launched(value: Any, constant: bool) -> Any:
+    """A launch argument as the kernel sees it: Python floats as float32, ints as int32 (not constants)."""
+    if constant or isinstance(value, bool | np.ndarray):
+        return value
+    if isinstance(value, float):  # np.float64 too: it is a float
+        return np.float32(value)
+    if isinstance(value, int):
+        if not _INT32.min <= value <= _INT32.max:
+            raise OverflowError("Python int too large to convert to C int32_t")
+        return np.int32(value)
+    return value
 
 
 def kernel(fn: Callable[..., None] | None = None, **hints: Any) -> Any:
@@ -84,6 +120,8 @@ def function(fn: Callable[..., Any]) -> Callable[..., Any]:
 def launch(stream: Any, grid: Sequence[int], k: Kernel, args: Sequence[Any]) -> None:
     """Run every block of ``grid`` in order (blocks are independent, so any order is a valid schedule)."""
     gx, gy, gz = (*grid, 1, 1)[:3]
+    if len(args) == len(k.constant):
+        args = [_as_launched(a, c) for a, c in zip(args, k.constant, strict=True)]
     grid_token = _GRID.set((gx, gy, gz))
     try:
         _run_blocks(k, args, gx, gy, gz)
@@ -239,8 +277,24 @@ def gather(array: np.ndarray, indices: Any, mask: Any = None, padding_value: Any
     return out
 
 
+def _check_implicit_cast(value: Any, array: np.ndarray) -> None:
+    """cuTile refuses to store a float32 (or float64) tile into a 16- or 8-bit float array without an ``astype``.
+
+    Only that narrowing is checked: the emulator's own intermediates are sometimes float64 where cuTile's are
+    float32, so float64 into float32 would be a false alarm here."""
+    if not isinstance(value, np.ndarray) or value.ndim == 0:
+        return
+    narrow = _is_bfloat16(array.dtype) or (array.dtype.kind == "f" and array.dtype.itemsize <= 2)
+    narrow = narrow or (array.dtype.itemsize == 1 and array.dtype.kind == "V")  # the fp8 dtypes
+    if narrow and value.dtype.kind == "f" and value.dtype.itemsize >= 4:
+        raise TypeError(
+            f"Stored value is incompatible with array's dtype: cannot implicitly cast {value.dtype} to {array.dtype}"
+        )
+
+
 def scatter(array: np.ndarray, indices: Any, value: Any, mask: Any = None, **_: Any) -> None:
     """Store ``value`` at ``indices`` (as ``gather`` takes them) where inside the array and ``mask`` holds."""
+    _check_implicit_cast(value, array)
     parts, inside = _indices(array, indices, mask)
     value = np.broadcast_to(np.asarray(value), inside.shape)
     array[tuple(p[inside] for p in parts)] = _to_dtype(value[inside], array.dtype)
@@ -248,6 +302,7 @@ def scatter(array: np.ndarray, indices: Any, value: Any, mask: Any = None, **_: 
 
 def store(array: np.ndarray, index: Sequence[int], tile: Any, check_bounds: bool = True, **_: Any) -> None:
     """Store ``tile`` at tile ``index`` (any rank; a scalar broadcasts to a tile of one), dropping what falls outside."""
+    _check_implicit_cast(tile, array)
     tile = np.asarray(tile)
     if tile.ndim == 0:
         tile = tile.reshape((1,) * array.ndim)

@@ -110,15 +110,18 @@ class Array:
     def _elementwise_into(self, mode: str, operands: tuple[Any, ...]) -> None:
         """self = mode(operands): arrays of self's shape (broadcast first) or Python scalars."""
         arrays, scalars, is_scalar = [], [], []
-        for op in (*operands, 0, 0, 0)[:3]:
-            if isinstance(op, Array):
-                arrays.append(op.broadcast_to(self.shape).data)
+        for op in (*operands, None, None, None)[:3]:
+            if op is None:  # no operand: an unread slot
+                arrays.append(self.data)
                 scalars.append(0)
-                is_scalar.append(0)
-            else:
-                arrays.append(self.data)  # unread
-                scalars.append(op)
                 is_scalar.append(1)
+                continue
+            # A Python number goes in as a device array: cuTile passes a scalar launch argument as a float32 /
+            # int32, which would round a float64 constant (0.044715, 1 / sqrt(2)) or refuse a large int64.
+            operand = op if isinstance(op, Array) else self._constant(op)
+            arrays.append(operand.broadcast_to(self.shape).data)
+            scalars.append(0)
+            is_scalar.append(0)
         self.gpu.launch(
             "elementwise",
             (math.ceil(self.size / TILE), 1, 1),
@@ -132,6 +135,10 @@ class Array:
 
     def _scalar(self, value: Any) -> Any:
         return int(value) if self.dtype.kind == "i" else float(value)
+
+    def _constant(self, value: Any) -> Array:
+        """``value`` in this array's dtype as a one-element device array of its rank (uploaded once per value)."""
+        return self.gpu.constant_array(self._scalar(value), self.dtype, len(self.shape))
 
     def apply(self, mode: str, *others: Any) -> Array:
         """mode(self, *others) elementwise, broadcast to a common shape (a new array)."""

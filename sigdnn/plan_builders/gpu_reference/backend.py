@@ -91,6 +91,7 @@ class Gpu:
         self.stream = stream
         self.emulated = is_emulated(context)
         self.kernels = kernel_module(self.emulated)
+        self._constants: dict[tuple[str, bytes, int], Any] = {}
 
     def on_device(
         self, buffers: Mapping[str, Any], outputs: Iterable[str]
@@ -176,6 +177,16 @@ class Gpu:
             import cuda.tile as ct
 
             ct.launch(self.stream, grid, kernel, args)
+
+    def constant_array(self, value: float | int, dtype: Any, rank: int) -> Any:
+        """A one-element Array of ``value`` (shape (1,) * rank), uploaded once per value, dtype and rank."""
+        from sigdnn.plan_builders.gpu_reference.arrays import Array
+
+        key = (np.dtype(dtype).str, np.array(value, dtype).tobytes(), rank)
+        found = self._constants.get(key)
+        if found is None:
+            found = self._constants[key] = Array.from_host(self, np.full((1,) * rank, value, dtype), dtype)
+        return found
 
     def constant(self, name: str) -> int:
         """A mode or encoding constant of tiles.py."""

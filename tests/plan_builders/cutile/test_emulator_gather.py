@@ -36,10 +36,36 @@ def test_gather_takes_scalars_among_the_tiles_and_a_mask() -> None:
 def test_scatter_stores_inside_and_drops_what_falls_outside_or_is_masked() -> None:
     a = np.zeros((2, 3), dtype=np.float16)
     rows, cols = np.array([0, 1, 2, 1]), np.array([0, 2, 0, -1])
-    ct.scatter(a, (rows, cols), np.array([1.5, 2.5, 3.5, 4.5]))
+    ct.scatter(a, (rows, cols), np.array([1.5, 2.5, 3.5, 4.5], np.float16))
     np.testing.assert_array_equal(a, [[1.5, 0, 0], [0, 0, 2.5]])
     ct.scatter(a, (0, np.arange(3)), 9.0, mask=np.array([False, True, False]))
     np.testing.assert_array_equal(a, [[1.5, 9, 0], [0, 0, 2.5]])
+
+
+@pytest.mark.parametrize("store", ["scatter", "store"])
+def test_a_float32_tile_into_a_16_bit_array_needs_astype(store: str) -> None:
+    """cuTile refuses the implicit narrowing (the GPU's compile error that a delta-rule kernel once hit)."""
+    a = np.zeros(4, dtype=np.float16)
+    tile = np.arange(4, dtype=np.float32)
+    write = (lambda v: ct.scatter(a, np.arange(4), v)) if store == "scatter" else (lambda v: ct.store(a, (0,), v))
+    with pytest.raises(TypeError, match="cannot implicitly cast float32 to float16"):
+        write(tile)
+    write(ct.astype(tile, np.float16))
+    np.testing.assert_array_equal(a, [0, 1, 2, 3])
+
+
+def test_launch_passes_python_floats_as_float32_and_ints_as_int32() -> None:
+    """As cuTile's launch does (a float64 constant must arrive some other way); a ct.Constant keeps its value."""
+    seen = {}
+
+    def body(x, n, k: ct.Constant[int]) -> None:
+        seen.update(x=x, n=n, k=k)
+
+    ct.launch(None, (1,), ct.kernel(body), (0.1, 3, 2**40))
+    assert seen["x"].dtype == np.float32 and seen["x"] == np.float32(0.1)
+    assert seen["n"].dtype == np.int32 and seen["k"] == 2**40
+    with pytest.raises(OverflowError, match="int32"):
+        ct.launch(None, (1,), ct.kernel(body), (0.1, 2**31, 0))
 
 
 def test_an_index_tuple_of_the_wrong_length_is_refused() -> None:

@@ -219,10 +219,11 @@ def gemm(a, b, out, K, TM: ct.Constant[int], TN: ct.Constant[int], TK: ct.Consta
 
 
 @ct.kernel
-def reduce_rows(x, out, N, identity, T: ct.Constant[int], MODE: ct.Constant[int]):
+def reduce_rows(x, out, N, identity: ct.Constant, T: ct.Constant[int], MODE: ct.Constant[int]):
     """out[r] = MODE over x[r, :N] (x is rows x N): sum, max, min or product; a NaN in a max / min row gives NaN.
 
-    ``identity`` (0, -inf, inf, 1, or an integer type's extreme) fills the lanes past the row."""
+    ``identity`` (0, -inf, inf, 1, or an integer type's extreme) fills the lanes past the row: a compile-time
+    constant, since a launch argument arrives as an int32 / float32 and int64's extremes do not fit."""
     r = ct.bid(0)
     ident = ct.full((1, T), identity, x.dtype)
     acc = ident
