@@ -186,7 +186,7 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool) -> N
         strict = f"strict: NO ({str(e)[:200]})"
         executor = sigdnn.Executor("gpu", fallback="reference", limits=LIMITS)
         plan = executor.prepare(graph)
-    outputs = {t.name: torch.empty(t.dims, dtype=getattr(torch, str(graph.dtype_of(t))), device="cuda")
+    outputs = {t.name: torch.empty_strided(t.dims, t.strides, dtype=getattr(torch, str(graph.dtype_of(t))), device="cuda")
                for t in graph.outputs}  # fmt: skip
     pack = {**inputs, **outputs}
 

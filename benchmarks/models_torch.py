@@ -51,7 +51,7 @@ def resnet50(torch: Any, p: dict[str, Any]) -> dict[str, Any]:
 
     def unit(x: Any, name: str, stride: int, relu: bool) -> Any:
         w = p[f"{name}.w"]
-        y = F.conv2d(x, w, p[f"{name}.b"].reshape(-1), stride, w.shape[-1] // 2)
+        y = F.conv2d(x, w, p[f"{name}.b"].reshape(-1).to(x.dtype), stride, w.shape[-1] // 2)
         return F.relu(y) if relu else y
 
     with torch.inference_mode():

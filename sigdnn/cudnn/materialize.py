@@ -134,7 +134,7 @@ def materialize(
         raise GraphError(f"graph '{name}': tensor names {twice} are given to several tensors")
     if values is None:
         for t in (*inputs, *(o for r in records for o in r.outputs)):
-            t._bind(bound.get(id(t)))
+            t._bind(bound.get(id(t)), g)
     return g, parameters
 
 

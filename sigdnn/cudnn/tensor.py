@@ -45,6 +45,7 @@ class tensor:
         value: Any = None,
     ) -> None:
         object.__setattr__(self, "_planned", None)  # the sigdnn tensor, set by validate()
+        object.__setattr__(self, "_planned_in", None)  # the sigdnn graph it belongs to
         object.__setattr__(self, "_frozen", False)  # set when the graph is planned
         object.__setattr__(self, "_owner", None)  # the pygraph, told of every change
         self._dim = _ints(dim, "tensor dim")
@@ -69,8 +70,10 @@ class tensor:
             owner._changed()
         object.__setattr__(self, attribute, value)
 
-    def _bind(self, planned: SigdnnTensor | None) -> None:
+    def _bind(self, planned: SigdnnTensor | None, graph: Any = None) -> None:
+        """Tie this tensor to the sigdnn tensor it became in ``graph`` (whose dtypes resolve an unset one)."""
         object.__setattr__(self, "_planned", planned)
+        object.__setattr__(self, "_planned_in", graph)
 
     def _freeze(self) -> None:
         object.__setattr__(self, "_frozen", True)
@@ -86,8 +89,12 @@ class tensor:
         return list(self._planned.strides if self._planned is not None else self._stride)
 
     def get_data_type(self) -> data_type:
+        """The tensor's data type; once built, an unset one reads as what the graph gives it (its io or
+        intermediate data type), as cuDNN-frontend's validate infers it."""
         if self._planned is not None and self._planned.dtype is not None:
             return to_cudnn(self._planned.dtype)
+        if self._planned is not None and self._planned_in is not None:
+            return to_cudnn(self._planned_in.dtype_of(self._planned))
         return self._data_type
 
     def get_is_virtual(self) -> bool:

@@ -29,7 +29,7 @@ def adopt(graph: pygraph, data: Any) -> None:
     for t in loaded.tensors.values():
         mirror = tensor(t.dims, t.strides, to_cudnn(t.dtype), t.is_virtual, t.value is not None, t.name, t.uid,
                         t.scalar() if t.value is not None else None)  # fmt: skip
-        graph._own(mirror)._bind(t)
+        graph._own(mirror)._bind(t, loaded)
     graph._graph, graph._name = loaded, loaded.name
     graph.build_operation_graph()
     graph.create_execution_plans()

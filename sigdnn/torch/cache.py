@@ -42,16 +42,16 @@ class CachedGraph:
         self.plan = plan
         self.inputs = tuple(t.uid for t in graph.inputs)
         self.outputs = tuple(
-            (t.uid, t.dims, torch.empty((), dtype=_torch_dtype(graph.dtype_of(t))).dtype) for t in graph.outputs
+            (t.uid, t.dims, t.strides, torch.empty((), dtype=_torch_dtype(graph.dtype_of(t))).dtype)
+            for t in graph.outputs
         )
-        self.uids = self.inputs + tuple(uid for uid, _, _ in self.outputs)
+        self.uids = self.inputs + tuple(uid for uid, *_ in self.outputs)
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         device = tensors[0].device
-        if device.type == "cpu":
-            outs = tuple(torch.empty(dims, dtype=dtype) for _, dims, dtype in self.outputs)
-        else:
-            outs = tuple(torch.empty(dims, dtype=dtype, device=device) for _, dims, dtype in self.outputs)
+        outs = tuple(
+            torch.empty_strided(dims, strides, dtype=dtype, device=device) for _, dims, strides, dtype in self.outputs
+        )
         pack: dict[int, Any] = dict(zip(self.uids, (*tensors, *outs)))
         self.executor.execute(self.plan, pack, to_host=False)
         return outs

@@ -13,7 +13,7 @@ import attrs
 
 from sigdnn.dtypes import DataType, as_data_type
 from sigdnn.graph.graph import Graph
-from sigdnn.graph.layout import packed_strides
+from sigdnn.graph.layout import layout_order, packed_strides
 from sigdnn.graph.tensor import Tensor
 
 
@@ -43,11 +43,25 @@ def _inputs(g: Graph, names: Sequence[str], specs: Sequence[Spec]) -> list[Tenso
     return [g.tensor(n, s.dims, s.strides, dtype=s.dtype) for n, s in zip(names, specs)]
 
 
-def _outputs(*pairs: tuple[Tensor | None, str]) -> None:
-    """Mark the outputs, row-major whatever the inputs' layout: what the ops allocate and their fakes describe."""
+def strides_like(like: Spec, dims: Sequence[int]) -> tuple[int, ...]:
+    """Packed strides for ``dims``: channels-last where ``like`` is a channels-last 4-D / 5-D tensor (torch's
+    convolutions keep their input's memory format, and the GPU's convs read and write channels-last), else
+    row-major."""
+    rank = len(like.dims)
+    if rank in (4, 5) and len(dims) == rank and like.strides != packed_strides(like.dims):
+        last = layout_order("NHWC" if rank == 4 else "NDHWC", rank)
+        if like.strides == packed_strides(like.dims, last):
+            return packed_strides(dims, last)
+    return packed_strides(dims)
+
+
+def _outputs(*pairs: tuple[Tensor | None, str], like: Spec | None = None) -> None:
+    """Mark the outputs, row-major (or in ``like``'s memory format, ``strides_like``): what the ops allocate and
+    their fakes describe."""
     for t, name in pairs:
         assert t is not None
-        t.set_output(True).set_name(name).set_stride(packed_strides(t.dims))
+        strides = packed_strides(t.dims) if like is None else strides_like(like, t.dims)
+        t.set_output(True).set_name(name).set_stride(strides)
 
 
 def sdpa(q: Spec, k: Spec, v: Spec, scale: float, causal: bool) -> Graph:
@@ -86,7 +100,7 @@ def layer_norm_backward(dy: Spec, x: Spec, weight: Spec, mean: Spec, rstd: Spec)
 def conv(x: Spec, w: Spec, stride: tuple[int, ...], padding: tuple[int, ...], dilation: tuple[int, ...]) -> Graph:
     g = _graph("conv", x)
     y = g.conv_fprop(*_inputs(g, ("x", "w"), (x, w)), padding, stride, dilation)
-    _outputs((y, "y"))
+    _outputs((y, "y"), like=x)
     return g
 
 
@@ -94,7 +108,7 @@ def conv_dgrad(dy: Spec, w: Spec, x_dims: tuple[int, ...], stride: tuple[int, ..
                dilation: tuple[int, ...]) -> Graph:  # fmt: skip
     g = _graph("conv_dgrad", dy)
     dx = g.conv_dgrad(*_inputs(g, ("dy", "w"), (dy, w)), padding, stride, dilation, dims=x_dims)
-    _outputs((dx, "dx"))
+    _outputs((dx, "dx"), like=dy)
     return g
 
 
@@ -102,7 +116,7 @@ def conv_wgrad(x: Spec, dy: Spec, w_dims: tuple[int, ...], stride: tuple[int, ..
                dilation: tuple[int, ...]) -> Graph:  # fmt: skip
     g = _graph("conv_wgrad", x)
     dw = g.conv_wgrad(*_inputs(g, ("x", "dy"), (x, dy)), padding, stride, dilation, dims=w_dims)
-    _outputs((dw, "dw"))
+    _outputs((dw, "dw"), like=x)
     return g
 
 

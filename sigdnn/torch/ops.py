@@ -147,7 +147,8 @@ def conv(x: Tensor, w: Tensor, stride: list[int], padding: list[int], dilation: 
 
 @torch.library.register_fake("sigdnn::conv", lib=_LIBRARY)
 def _(x: Tensor, w: Tensor, stride: list[int], padding: list[int], dilation: list[int]) -> Tensor:
-    return x.new_empty(_conv_dims(x, w, stride, padding, dilation))
+    dims = _conv_dims(x, w, stride, padding, dilation)
+    return x.new_empty_strided(dims, graphs.strides_like(graphs.Spec.of(x), dims))
 
 
 @define("conv_dgrad(Tensor dy, Tensor w, int[] x_dims, int[] stride, int[] padding, int[] dilation) -> Tensor")
@@ -160,7 +161,7 @@ def conv_dgrad(dy: Tensor, w: Tensor, x_dims: list[int], stride: list[int], padd
 
 @torch.library.register_fake("sigdnn::conv_dgrad", lib=_LIBRARY)
 def _(dy: Tensor, w: Tensor, x_dims: list[int], stride: list[int], padding: list[int], dilation: list[int]) -> Tensor:
-    return dy.new_empty(x_dims)
+    return dy.new_empty_strided(x_dims, graphs.strides_like(graphs.Spec.of(dy), x_dims))
 
 
 @define("conv_wgrad(Tensor x, Tensor dy, int[] w_dims, int[] stride, int[] padding, int[] dilation) -> Tensor")
@@ -173,7 +174,7 @@ def conv_wgrad(x: Tensor, dy: Tensor, w_dims: list[int], stride: list[int], padd
 
 @torch.library.register_fake("sigdnn::conv_wgrad", lib=_LIBRARY)
 def _(x: Tensor, dy: Tensor, w_dims: list[int], stride: list[int], padding: list[int], dilation: list[int]) -> Tensor:
-    return x.new_empty(w_dims)
+    return x.new_empty_strided(w_dims, graphs.strides_like(graphs.Spec.of(x), w_dims))
 
 
 def _conv_context(ctx: Any, inputs: tuple, output: Tensor) -> None:

@@ -211,3 +211,18 @@ def test_serialize_names_every_value_given_at_execute(graph: Any) -> None:
     graph.scale(graph.scale(x, a), b).set_output(True)
     with pytest.raises(NotImplementedError, match="pass-by-value 'a', 'b' get their value"):
         graph.serialize()
+
+
+def test_an_output_without_a_data_type_reads_as_the_graph_gives_it_once_built() -> None:
+    """As cuDNN-frontend's validate infers it: an output takes the io data type, a virtual one the intermediate."""
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16, intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT)  # fmt: skip
+    a = g.tensor(name="a", dim=[2, 3], stride=[3, 1], data_type=cudnn.data_type.BFLOAT16)
+    b = g.tensor(name="b", dim=[2, 3], stride=[3, 1], data_type=cudnn.data_type.BFLOAT16)
+    inner = g.add(a, b)
+    out = g.relu(inner)
+    out.set_output(True)
+    assert out.get_data_type() is cudnn.data_type.NOT_SET
+    g.build([cudnn.heur_mode.A])
+    assert out.get_data_type() is cudnn.data_type.BFLOAT16
+    assert inner.get_data_type() is cudnn.data_type.FLOAT

@@ -36,7 +36,7 @@ def test_sdpa_and_its_backward_on_cuda():
     q, k, v, do = (torch.randn(2, 4, 256, 64, dtype=torch.bfloat16) for _ in range(4))
     results = {}
     for device in ("cpu", "cuda"):
-        leaves = [t.to(device).requires_grad_(True) for t in (q, k, v)]
+        leaves = [t.detach().to(device).requires_grad_(True) for t in (q, k, v)]
         o = st.scaled_dot_product_attention(*leaves, is_causal=True)
         o.backward(do.to(device))
         results[device] = [o.detach(), *(t.grad for t in leaves)]

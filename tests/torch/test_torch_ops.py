@@ -79,6 +79,34 @@ def test_conv_forward_dgrad_wgrad(dims, kernel, stride, padding, dilation):
         close(mine.grad, theirs.grad)
 
 
+@pytest.mark.parametrize("dims", [(2, 3, 7, 6), (1, 2, 3, 5, 4)])
+def test_a_channels_last_conv_keeps_the_memory_format_as_torch_does(dims):
+    """Output and gradients in the input's memory format (the GPU's convs read and write channels-last; torch's
+    CUDA convs do the same, its CPU float64 ones not always), with fake kernels that say the same strides."""
+    fmt = torch.channels_last if len(dims) == 4 else torch.channels_last_3d
+    x = rand(*dims, grad=False).contiguous(memory_format=fmt).requires_grad_(True)
+    w = rand(4, dims[1], *(3,) * (len(dims) - 2), grad=False).contiguous(memory_format=fmt).requires_grad_(True)
+    tx, tw = twins(x, w)
+    y = st.conv(x, w, padding=1)
+    expect = (F.conv2d if len(dims) == 4 else F.conv3d)(tx, tw, padding=1)
+    assert y.is_contiguous(memory_format=fmt) and not y.is_contiguous()
+    close(y, expect)
+    grad = rand(*y.shape, grad=False).contiguous(memory_format=fmt)
+    y.backward(grad)
+    expect.backward(grad)
+    close(x.grad, tx.grad)
+    close(w.grad, tw.grad)
+    assert x.grad.is_contiguous(memory_format=fmt)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    fx, fw = mode.from_tensor(x.detach()), mode.from_tensor(w.detach())
+    ones = [1] * (len(dims) - 2)
+    with mode:
+        fake = torch.ops.sigdnn.conv(fx, fw, ones, ones, ones)
+    assert fake.stride() == y.stride()
+
+
 def test_graphs_are_cached_per_signature():
     x, w, b = rand(2, 5, grad=False), rand(5, grad=False), rand(5, grad=False)
     st.layer_norm(x, (5,), w, b)
