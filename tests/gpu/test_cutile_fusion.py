@@ -39,18 +39,20 @@ def test_region_matches_reference_and_the_unfused_kernels(dtype, layout):
 
 
 def test_fallback_runs_what_no_gpu_builder_takes():
-    g = sigdnn.Graph("reshaped_head", io_dtype="float32", compute_dtype="float32")
-    x = g.tensor("x", dims=(64, 96))
-    b = g.tensor("b", dims=(1, 96))
-    s = g.reshape(g.pointwise("add", x, b, name="bias"), dims=(64, 96), name="reshape")  # no GPU builder: falls back
+    g = sigdnn.Graph("float32_conv", io_dtype="float32", compute_dtype="float32")
+    x = g.tensor("x", dims=(2, 8, 6, 6), layout="NHWC")
+    w = g.tensor("w", dims=(8, 8, 3, 3), layout="NHWC")
+    b = g.tensor("b", dims=(1, 8, 1, 1))
+    biased = g.pointwise("add", x, b, name="bias")
+    s = g.conv_fprop(biased, w, padding=(1, 1), name="conv")  # float32 io: no GPU conv builder takes it
     y = g.pointwise("gelu_fwd", g.pointwise("mul", s, x, name="scale"), name="act")
     y.set_output(True).set_name("y")
-    with pytest.raises(sigdnn.errors.NoPlanError, match="reshape"):
+    with pytest.raises(sigdnn.errors.NoPlanError, match="conv"):
         sigdnn.Executor("gpu").prepare(g)
     ex = sigdnn.Executor("gpu", fallback="reference")
     report = sigdnn.validate(g, seed=2, executor=ex)
     assert report.passed, report.table()
-    assert report.builders["reshape"] == "reference.reshape (fallback)"
+    assert report.builders["conv"] == "reference.conv_fprop (fallback)"
     assert report.builders["region(scale..act)"] == "cutile.fusion.pointwise"
     assert report.builders["bias"] == "cutile.pointwise"
 
