@@ -66,10 +66,11 @@ def groups_of(node: Node, graph: Graph) -> int:
     return x.dims[1] // w.dims[1]
 
 
-def farthest_offset(x: Tensor, op: ConvFprop) -> int:
-    """The largest |element offset| the kernel forms into x, padding positions included."""
-    window = [max(pre, d - 1 + post) for d, pre, post in zip(x.dims[2:], op.pre_padding, op.post_padding)]
-    return sum(r * s for r, s in zip((x.dims[0] - 1, x.dims[1] - 1, *window), x.strides))
+def offset_bound(x: Tensor, op: ConvFprop) -> int:
+    """A bound on every |element offset| (and partial sum of one) the kernel forms into x: a window position
+    runs from -pre to d - 1 + post, a tap's own offset at most over the padded extent."""
+    extents = [pre + d - 1 + post for d, pre, post in zip(x.dims[2:], op.pre_padding, op.post_padding)]
+    return sum(r * s for r, s in zip((x.dims[0] - 1, x.dims[1] - 1, *extents), x.strides))
 
 
 def fits(x: Tensor, w: Tensor, y: Tensor, op: ConvFprop, pixels: int, tile_pixels: int) -> None:
@@ -80,7 +81,7 @@ def fits(x: Tensor, w: Tensor, y: Tensor, op: ConvFprop, pixels: int, tile_pixel
     for t in (w, y):
         if 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides)) > LARGEST:
             raise ValueError(f"tensor '{t.name}' spans 2^31 elements or more (int32 indices)")
-    if farthest_offset(x, op) >= LARGEST:
+    if offset_bound(x, op) > LARGEST:
         raise ValueError(f"tensor '{x.name}' with its padding spans 2^31 elements or more (int32 offsets)")
     if pixels + tile_pixels > LARGEST:
         raise ValueError(f"{pixels} output pixels: 2^31 or more with a tile's tail (int32 indices)")
