@@ -370,7 +370,8 @@ def rounder(dtype: DataType) -> Callable[[np.ndarray], np.ndarray]:
 
         def cast(x: np.ndarray) -> np.ndarray:
             if x.dtype == np.float64:
-                return x.astype(target)
+                with np.errstate(over="ignore"):  # overflow to inf, as round_to, without a warning
+                    return x.astype(target)
             return round_to(x, dtype)
 
         return cast

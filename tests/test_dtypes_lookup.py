@@ -100,3 +100,12 @@ def test_values_past_float32s_range_round_without_warnings(dtype: DataType) -> N
     else:
         assert got[:3].tolist() == [np.inf, -np.inf, np.inf]
         assert got[3] == (np.inf if dtype is DataType.FP8_E5M2 else float(ml_dtypes.bfloat16(3e38)))
+
+
+@pytest.mark.parametrize("dtype", [DataType.FLOAT32, DataType.FLOAT16])
+def test_rounder_overflows_to_inf_without_a_warning_as_round_to_does(dtype: DataType) -> None:
+    x = np.array([1e39, -1e300, 1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = rounder(dtype)(x)
+        assert got.tolist() == round_to(x, dtype).tolist() == [np.inf, -np.inf, 1.0]

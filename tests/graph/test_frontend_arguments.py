@@ -266,3 +266,53 @@ def test_activation_shorthands_name_their_forward_mode(method: str, mode: str) -
 def test_an_unknown_shorthand_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="relu_backward"):
         graph().relu_backward  # noqa: B018
+
+
+def test_pointwise_parameters_are_typed_and_unknown_ones_refused() -> None:
+    g = graph()
+    x = g.tensor("x", (2, 3))
+    g.pointwise("relu_fwd", x, relu_lower_clip=1, relu_upper_clip=None)
+    op = last_op(g)
+    assert op.relu_lower_clip == 1.0 and type(op.relu_lower_clip) is float and op.relu_upper_clip is None
+    g.pointwise("gen_index", x, axis=1)
+    assert last_op(g).axis == 1 and type(last_op(g).axis) is int
+    with pytest.raises(GraphError, match="axis"):
+        g.pointwise("gen_index", x, axis=1.5)
+    with pytest.raises(GraphError, match="relu_lower_clip must be a number"):
+        g.pointwise("relu_fwd", x, relu_lower_clip="low")
+    with pytest.raises(GraphError, match=r"pointwise\[relu_fwd\]: unknown parameter\(s\) \['slope'\]"):
+        g.pointwise("relu_fwd", x, slope=0.1)
+
+
+def test_a_three_input_pointwise_fills_its_ports_in_order() -> None:
+    g = graph()
+    a, b, mask = g.tensor("a", (2, 3)), g.tensor("b", (2, 3)), g.tensor("mask", (2, 3), dtype="bool")
+    g.pointwise("binary_select", a, b, mask)
+    op = last_op(g)
+    assert (op.in_0, op.in_1, op.in_2) == (a.uid, b.uid, mask.uid)
+
+
+def test_softmax_defaults_to_the_last_axis_without_log_or_stats() -> None:
+    g = graph()
+    y, stats = g.softmax(g.tensor("x", (2, 3, 4)))
+    op = last_op(g)
+    assert (op.axes, op.log, op.generate_stats, stats) == ((2,), False, False, None)
+    assert y.dims == (2, 3, 4)
+
+
+def test_concatenate_counts_a_negative_axis_from_the_end() -> None:
+    g = graph()
+    y = g.concatenate([g.tensor("a", (2, 3)), g.tensor("b", (2, 5))], axis=-1)
+    assert last_op(g).axis == 1 and y.dims == (2, 8)
+
+
+@pytest.mark.parametrize(
+    ("dims", "axes"),
+    [((1, 1, 3), (0,)), ((4, 1, 1), (2,)), ((1, 1, 1), (0, 2)), ((4, 1, 3), ())],
+)
+def test_reduction_axes_are_those_the_output_makes_1_where_x_is_not(dims: tuple, axes: tuple) -> None:
+    """x [4, 1, 3]: its axis 1 is 1 already, so no output dims reduce it (and x's own dims reduce nothing)."""
+    g = graph()
+    x = g.tensor("x", (4, 1, 3))
+    assert g.reduction(x, "add", dims).dims == dims
+    assert last_op(g).axes == axes
