@@ -46,6 +46,16 @@ def test_default_max_bytes_is_a_quarter_of_memory_within_bounds(
     assert options.default_max_bytes() == want
 
 
+def test_default_max_bytes_is_a_whole_number_of_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_memory(monkeypatch, 16 * GiB + 3, page_size=1)
+    assert options.default_max_bytes() == 4 * GiB and type(options.default_max_bytes()) is int
+
+
+def test_exit_statuses_are_the_documented_ones() -> None:
+    """docs/usage.md: 0 success, 1 a validation that failed, 2 any error."""
+    assert (options.EXIT_FAILED, options.EXIT_ERROR) == (1, 2)
+
+
 def test_default_max_bytes_without_sysconf_is_the_librarys(monkeypatch: pytest.MonkeyPatch) -> None:
     def unknown(name: str) -> int:
         raise ValueError(name)
@@ -124,6 +134,24 @@ def test_graph_options_given() -> None:
     assert (args.backend, args.max_bytes, args.max_file_bytes) == ("reference", GiB, 2 << 20)
     assert args.input_shapes == [("x", (2, 3)), ("y", (4,))]
     assert options.limits(args).max_total_bytes == GiB
+
+
+@pytest.mark.parametrize("backend", ["reference", "gpu", "gpu-reference"])
+def test_every_backend_is_a_choice(backend: str) -> None:
+    assert graph_parser().parse_args(["--backend", backend]).backend == backend
+
+
+def test_help_names_each_option_with_its_value(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        graph_parser().parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal's width
+    for shown in (
+        "[--input-shape NAME=D0,D1,...] [--backend {reference,gpu,gpu-reference}] [--max-bytes SIZE] "
+        "[--max-file-bytes SIZE]",
+        "--input-shape NAME=D0,D1,... the dims of an ONNX model's input whose dims are symbolic (a batch size, "
+        "a sequence length); may be repeated --backend",
+    ):
+        assert shown in text
 
 
 def test_parser_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -222,3 +250,20 @@ def test_check_outputs_refuses_an_input_or_a_second_output(tmp_path: Path) -> No
         files.check_outputs(
             [(str(tmp_path / "o.npz"), "--out file"), (str(tmp_path / "." / "o.npz"), "--save-inputs file")], reads
         )
+
+
+def test_a_symbolic_model_read_without_input_shapes_is_not_blamed_on_the_option(tmp_path: Path) -> None:
+    """The importer's own advice names --input-shape; with no --input-shape given, no "--input-shape:" prefix."""
+    onnx = pytest.importorskip("onnx")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["y"])],
+        "dynamic",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 4])],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    with pytest.raises(sigdnn.GraphError) as caught:
+        files.read_graph(namespace(), tmp_path / "m.onnx")
+    assert str(caught.value).startswith("ONNX graph input 'x': dim 0 is symbolic ('batch')")
+    assert files.read_graph(namespace(input_shapes=[("x", (2, 4))]), tmp_path / "m.onnx")[4:8] == b"SDG1"
