@@ -83,12 +83,12 @@ def erfc_nonnegative(a: Array) -> Array:
 
 
 def erf(x: Array) -> Array:
-    """erf(x): odd; erf(+-inf) = +-1, NaN stays NaN."""
+    """erf(x): odd (erf(-0) = -0); erf(+-inf) = +-1, NaN stays NaN."""
     a = x.apply("ABS")
     near = _erf_series(minimum(a, SERIES_BELOW))
     far = 1.0 - _erfc_fraction(minimum(maximum(a, SERIES_BELOW), UNDERFLOW_FROM))
     value = where(a < SERIES_BELOW, near, where(a < UNDERFLOW_FROM, far, 1.0))
-    signed = where(x < 0.0, -value, value)
+    signed = where(a == 0.0, x, where(x < 0.0, -value, value))  # +-0 is its own erf, sign included
     return where(x != x, x, signed)
 
 

@@ -119,3 +119,25 @@ def test_tiny_gelu_rounds_above_the_half() -> None:
     x = np.array([1e-20, -1e-20, 3e-300, -3e-300])
     got = _run("gelu_fwd", x)
     assert np.all(got > x * 0.5)
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_exp_of_minus_z_squared_carries_z_squared_beyond_float64(half: bool) -> None:
+    """e^(-z^2) (e^(-z^2 / 2)) within 2 float64 ulps up to z = 26: rounding z^2 first would cost up to z^2 / 2 ulps
+    (~340 at z = 26), so only the exact split (Dekker's 2^27 + 1, the halving of both parts) passes."""
+    from sigdnn.plan_builders.cutile.backend import EmulatedGpu
+    from sigdnn.plan_builders.gpu_reference.arrays import Array
+    from sigdnn.plan_builders.gpu_reference.backend import Gpu
+    from sigdnn.plan_builders.gpu_reference.error_function import exp_neg_square
+
+    z = np.linspace(3.0, 26.0, 4001) + 1e-9  # off the grid of short mantissas
+    gpu = Gpu(EmulatedGpu(), None)
+    got = exp_neg_square(Array.from_host(gpu, z), half=half).host()
+    want = [mpmath.exp(-(mpmath.mpf(float(v)) ** 2) / (2 if half else 1)) for v in z]
+    assert _ulps(got, want).max() <= 2
+
+
+def test_erf_keeps_the_sign_of_zero() -> None:
+    """erf is odd: erf(+0) = +0 and erf(-0) = -0, bit for bit."""
+    got = _run("erf", np.array([0.0, -0.0]))
+    assert not np.signbit(got[0]) and np.signbit(got[1])
