@@ -7,22 +7,24 @@ import pytest
 import sigdnn
 from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cute.conv_wgrad import (
-    ALTERNATIVES,
     CuteConvWgradBuilder,
     CuteConvWgradImplicitBuilder,
     CuteConvWgradRowsBuilder,
-    WgradShape,
-    best_splits,
-    modelled_us,
     plan_wgrad,
     plan_wgrad_implicit,
     plan_wgrad_rows,
-    ranked_configs,
     row_slices,
     rows_reason,
+    split_count,
+)
+from sigdnn.plan_builders.cute.conv_wgrad_model import (
+    ALTERNATIVES,
+    WgradShape,
+    best_splits,
+    modelled_us,
+    ranked_configs,
     slice_steps,
     split_choices,
-    split_count,
     wgrad_tile_configs,
 )
 from sigdnn.plan_builders.cute.gemm_layout import GemmProblem, GemmSpec
