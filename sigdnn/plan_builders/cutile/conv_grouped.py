@@ -66,11 +66,20 @@ def groups_of(node: Node, graph: Graph) -> int:
     return x.dims[1] // w.dims[1]
 
 
+def view_5d(t: Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(dims, strides) of t over (N, C, D, H, W), a size-1 axis at stride 1: its only index is 0, so its own
+    stride (which may be anything, even past int32) addresses nothing."""
+    dims, strides = as_5d(t)
+    return dims, tuple(s if d > 1 else 1 for d, s in zip(dims, strides))
+
+
 def offset_bound(x: Tensor, op: ConvFprop) -> int:
     """A bound on every |element offset| (and partial sum of one) the kernel forms into x: a window position
     runs from -pre to d - 1 + post, a tap's own offset at most over the padded extent."""
-    extents = [pre + d - 1 + post for d, pre, post in zip(x.dims[2:], op.pre_padding, op.post_padding)]
-    return sum(r * s for r, s in zip((x.dims[0] - 1, x.dims[1] - 1, *extents), x.strides))
+    dims, strides = view_5d(x)
+    pre, post = padded_to_3(op.pre_padding, 0), padded_to_3(op.post_padding, 0)
+    extents = [p + d - 1 + q for d, p, q in zip(dims[2:], pre, post)]
+    return sum(r * s for r, s in zip((dims[0] - 1, dims[1] - 1, *extents), strides))
 
 
 def fits(x: Tensor, w: Tensor, y: Tensor, op: ConvFprop, pixels: int, tile_pixels: int) -> None:
@@ -79,7 +88,7 @@ def fits(x: Tensor, w: Tensor, y: Tensor, op: ConvFprop, pixels: int, tile_pixel
         if min(t.strides) < 0:
             raise ValueError(f"tensor '{t.name}' has negative strides {list(t.strides)}")
     for t in (w, y):
-        if 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides)) > LARGEST:
+        if 1 + sum((d - 1) * s for d, s in zip(*view_5d(t))) > LARGEST:
             raise ValueError(f"tensor '{t.name}' spans 2^31 elements or more (int32 indices)")
     if offset_bound(x, op) > LARGEST:
         raise ValueError(f"tensor '{x.name}' with its padding spans 2^31 elements or more (int32 offsets)")
@@ -107,7 +116,7 @@ class CutileConvGroupedBuilder(CutileLaunchesBuilder):
         grid = (cdiv(pixels, tile_pixels), cdiv(k, tile_channels), 1)
         if grid[1] > GRID_Y:
             raise ValueError(f"{k} output channels need {grid[1]} channel tiles; a grid holds {GRID_Y}")
-        x_dims, x_strides = as_5d(x)
+        x_dims, x_strides = view_5d(x)
         constants = (
             pixels, *y_dims[2:],
             *x_dims[2:],
@@ -119,6 +128,9 @@ class CutileConvGroupedBuilder(CutileLaunchesBuilder):
             *padded_to_3(op.dilation, 1),
             tile_pixels, tile_channels,
         )  # fmt: skip
-        span = 1 + sum((d - 1) * s for d, s in zip(x.dims, x.strides))
-        args = (Arg("x", (span,), (1,)), Arg("w", *as_5d(w)), Arg("y", *as_5d(y)))
+        if max(constants) > LARGEST:
+            raise ValueError(f"a size, stride, padding or dilation of {max(constants)} is past the kernel's "
+                             "int32 scalars")  # fmt: skip
+        span = 1 + sum((d - 1) * s for d, s in zip(x_dims, x_strides))
+        args = (Arg("x", (span,), (1,)), Arg("w", *view_5d(w)), Arg("y", *view_5d(y)))
         return [Launch(kernel_source(), grid, args, constants)], 0

@@ -332,3 +332,27 @@ def test_the_kernel_text_is_the_literal_file_below_its_marker() -> None:
     assert source.text.rstrip().endswith("kernel = conv_grouped")
     assert "def conv_grouped(" in source.text and "ct: Any = None" not in source.text
     assert source.name.startswith("conv_grouped_")  # compiled kernels' cache files say what they are
+
+
+def test_size_one_axes_may_carry_strides_past_int32() -> None:
+    """N = 1 and H = 1 at stride 2^40 address nothing beyond index 0: taken, and right (small-integer inputs)."""
+    case = Case("huge_unit_strides", (1, 4, 1, 6), (4, 2, 1, 3), "NCHW", (0, 1), (0, 1), (1, 1), (1, 1))
+    g = graph(case)
+    g.tensor_by_name("x").set_stride((2**40, 6, 2**40, 1))
+    inputs = exact_inputs(g, seed=2)
+    want = rounded_oracle(case, inputs["x"], inputs["w"])
+    np.testing.assert_array_equal(run(g, inputs), want)
+    (launch,), _ = CutileConvGroupedBuilder().launches(g.nodes[-1], g)
+    assert launch.args[0].shape == (1 + 3 * 6 + 5,) and max(launch.constants) < 2**31
+
+
+def test_attributes_past_int32_scalars_are_declined() -> None:
+    """A stride or dilation that no output position multiplies (one output, a one-tap kernel) still goes in
+    as an int32 launch scalar: up to 2^31 - 1 is taken."""
+    g, node = conv_node((1, 2, 4, 4), (2, 1, 1, 1), stride=LARGEST)
+    assert accepts(g, node) and g.tensors[node.op.y].dims == (1, 2, 1, 1)
+    assert "int32 scalars" in decline_reason(*conv_node((1, 2, 4, 4), (2, 1, 1, 1), stride=LARGEST + 1))
+    g = sigdnn.Graph("dilated", io_dtype="float32")
+    x, w = g.tensor("x", (1, 2, 4, 4), layout="NHWC"), g.tensor("w", (2, 1, 1, 1), layout="NHWC")
+    g.conv_fprop(x, w, padding=(0, 0), dilation=(1, 2**31), name="conv")
+    assert "2147483648" in decline_reason(g, g.nodes[-1])
