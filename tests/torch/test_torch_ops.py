@@ -208,3 +208,33 @@ def test_outputs_are_row_major_whatever_the_inputs_layout():
     close(o, F.scaled_dot_product_attention(q, k, v, scale=0.5))
     fake = torch.library.opcheck(torch.ops.sigdnn.sdpa.default, (q, k, v, 0.5, False))
     assert all(v == "SUCCESS" for v in fake.values())
+
+
+NAMES = {  # each cached graph: its name, its inputs and outputs named after the op's arguments and results
+    "sdpa": (["q", "k", "v"], ["o", "stats"]),
+    "sdpa_backward": (["q", "k", "v", "o", "d_o", "stats"], ["dq", "dk", "dv"]),
+    "layer_norm": (["x", "weight", "bias"], ["y", "mean", "rstd"]),
+    "layer_norm_backward": (["dy", "x", "weight", "mean", "rstd"], ["dx", "dweight", "dbias"]),
+    "conv": (["x", "w"], ["y"]),
+    "conv_dgrad": (["dy", "w"], ["dx"]),
+    "conv_wgrad": (["x", "dy"], ["dw"]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cached_graphs_are_named_after_the_op_and_compute_in_float64_for_float64(dtype):
+    """Error messages and saved graphs name the graph by its op and each tensor by its argument; a float64
+    model's graphs compute in float64 (what a GPU engine honours), others in float32."""
+    from sigdnn.dtypes import DataType
+    from sigdnn.torch.cache import _CACHE
+
+    model = Block().to(dtype)
+    x = torch.randn(3, 2, 8, 8, dtype=dtype, generator=gen, requires_grad=True)  # batch 3: this test's graphs
+    model(x, True).sum().backward()
+    found = {key[0]: c.plan.graph for key, c in _CACHE.items() if key[3][0][0] == 3 and key[3][2] == dtype}
+    assert sorted(found) == sorted(NAMES)
+    for op, (inputs, outputs) in NAMES.items():
+        graph = found[op]
+        assert graph.name == op
+        assert ([t.name for t in graph.inputs], [t.name for t in graph.outputs]) == (inputs, outputs)
+        assert graph.compute_dtype is (DataType.FLOAT64 if dtype is torch.float64 else DataType.FLOAT32)
