@@ -109,3 +109,16 @@ def test_rounder_overflows_to_inf_without_a_warning_as_round_to_does(dtype: Data
         warnings.simplefilter("error")
         got = rounder(dtype)(x)
         assert got.tolist() == round_to(x, dtype).tolist() == [np.inf, -np.inf, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("u8", "sigdnn's short name u8 is uint8, NumPy's 'u8' is uint64: say 'uint8'"),
+        ("i8", "sigdnn's short name i8 is int8, NumPy's 'i8' is int64: say 'int8' or 'int64'"),
+    ],
+)
+def test_an_ambiguous_short_name_says_why(name: str, why: str) -> None:
+    with pytest.raises(DataTypeError) as caught:
+        as_data_type(name)
+    assert str(caught.value) == f"data type {name!r} is ambiguous: {why}"
