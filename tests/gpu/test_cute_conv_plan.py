@@ -108,3 +108,51 @@ def test_channels_off_8_still_declines_past_int32() -> None:
     assert 3782**2 * 147 < 2**31 - 1 < 3782**2 * 152
     with pytest.raises(NotSupported, match="2\\^31"):
         conv_gemm(g.node_by_name("conv"), g)
+
+
+def test_the_dtype_refusal_names_all_three_dtypes() -> None:
+    g = sigdnn.Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", (2, 16, 9, 11), layout="NHWC")
+    w = g.tensor("w", (24, 16, 3, 3), layout="NHWC", dtype="float16")
+    g.conv_fprop(x, w, padding=(1, 1), name="conv").set_output(True).set_name("y")
+    with pytest.raises(NotSupported, match="dtypes x bfloat16, w float16, y bfloat16"):
+        conv_gemm(g.node_by_name("conv"), g)
+
+
+def test_a_size_one_dim_may_carry_any_stride_but_a_longer_one_may_not() -> None:
+    g = sigdnn.Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", (1, 16, 9, 11), (10**6, 1, 176, 16))  # N = 1 at an arbitrary stride: still packed NHWC
+    w = g.tensor("w", (24, 16, 3, 3), layout="NHWC")
+    g.conv_fprop(x, w, padding=(1, 1), name="conv").set_output(True).set_name("y").set_stride((2376, 1, 264, 24))
+    assert conv_gemm(g.node_by_name("conv"), g).im2col is not None
+    g = sigdnn.Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", (2, 16, 9, 11), (10**6, 1, 176, 16))  # N = 2 at that stride: not packed
+    w = g.tensor("w", (24, 16, 3, 3), layout="NHWC")
+    g.conv_fprop(x, w, padding=(1, 1), name="conv").set_output(True).set_name("y")
+    with pytest.raises(NotSupported, match="channels-last"):
+        conv_gemm(g.node_by_name("conv"), g)
+
+
+def test_the_padded_filter_counts_against_int32_too() -> None:
+    """2^28 output channels of a 1x1 filter on 3 channels: w has 3 * 2^28 elements (fits), its padded copy
+    8 * 2^28 = 2^31 (does not)."""
+    g = conv_graph((1, 3, 1, 1), (2**28, 3, 1, 1))
+    with pytest.raises(NotSupported, match="2\\^31"):
+        conv_gemm(g.node_by_name("conv"), g)
+
+
+def test_padded_a_exactly_at_the_int32_limit() -> None:
+    """A 1x1 conv on 3 channels pads A's rows to 8: 16383 x 16385 pixels give 2^31 - 8 elements (taken), 2^14 x
+    2^14 give 2^31 (declined)."""
+    assert conv_gemm(conv_graph((1, 3, 16383, 16385), (8, 3, 1, 1)).node_by_name("conv"), conv_graph(
+        (1, 3, 16383, 16385), (8, 3, 1, 1))).problem.m == 16383 * 16385  # fmt: skip
+    g = conv_graph((1, 3, 16384, 16384), (8, 3, 1, 1))
+    with pytest.raises(NotSupported, match="2\\^31"):
+        conv_gemm(g.node_by_name("conv"), g)
+
+
+def test_the_builder_is_a_gpu_conv_fprop_builder_of_the_cute_library() -> None:
+    from sigdnn.registry.registry import Registry
+
+    found = [b for b in Registry().builders() if b.name == "cute.conv_fprop"]
+    assert [(b.library, b.device, b.ops) for b in found] == [("cute", "gpu", ("conv_fprop",))]

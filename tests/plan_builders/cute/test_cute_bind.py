@@ -112,6 +112,9 @@ def test_im2col_conv_reads_x_through_the_workspace():
 def test_narrow_conv_pads_the_filter_after_a():
     log: list = []
     plan = CuteConvFpropPlan(Recorder("gemm", log), Recorder("im2col", log), 4096, "c", Recorder("pad", log), 3072)
+    assert plan.workspace_bytes == 4096
+    with pytest.raises(VariantPackError, match="c: x not 16-byte aligned"):
+        plan.bind({"x": buf(18), "w": buf(32), "y": buf(48)}, context(workspace=True))
     plan.bind({"x": buf(16), "w": buf(32), "y": buf(48)}, context(workspace=True))()
     assert log == [
         ("im2col", 16, WORKSPACE, STREAM),
