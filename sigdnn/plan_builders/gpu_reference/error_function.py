@@ -38,7 +38,7 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _SQRT_PI = math.sqrt(math.pi)
 
 
-def exp_neg_square(z: Array, shift: float = 0.0, half: bool = False) -> Array:
+def exp_neg_square(z: Array, shift: Array | float = 0.0, half: bool = False) -> Array:
     """e^(shift - z^2) (e^(shift - z^2 / 2) if ``half``) for finite z, z^2 carried beyond float64.
 
     Dekker: z^2 = p + e exactly, p = fl(z^2); halving both is exact."""
@@ -69,15 +69,18 @@ def _erfc_fraction(z: Array) -> Array:
     for n in range(FRACTION_LEVELS, 0, -1):
         k = z + (n / 2) / k
     deep = z > SUBNORMAL_FROM
-    normal = exp_neg_square(z) / (k * _SQRT_PI)
-    shifted = exp_neg_square(z, _SHIFT) / (k * _SQRT_PI) * math.exp(-_SHIFT)
-    return where(deep, shifted, normal)
+    shift, unshift = where(deep, _SHIFT, 0.0), where(deep, math.exp(-_SHIFT), 1.0)
+    return exp_neg_square(z, shift) / (k * _SQRT_PI) * unshift
+
+
+def _series_and_fraction(a: Array) -> tuple[Array, Array]:
+    """(erf by the series, erfc by the fraction) of a >= 0, each on a clipped to its own range."""
+    return _erf_series(minimum(a, SERIES_BELOW)), _erfc_fraction(minimum(maximum(a, SERIES_BELOW), UNDERFLOW_FROM))
 
 
 def erfc_nonnegative(a: Array) -> Array:
     """erfc(a) for a >= 0 or NaN (inf gives 0)."""
-    near = _erf_series(minimum(a, SERIES_BELOW))
-    far = _erfc_fraction(minimum(maximum(a, SERIES_BELOW), UNDERFLOW_FROM))
+    near, far = _series_and_fraction(a)
     value = where(a < SERIES_BELOW, 1.0 - near, where(a < UNDERFLOW_FROM, far, 0.0))
     return where(a != a, a, value)  # NaN stays NaN (the comparisons above are false for it)
 
@@ -85,9 +88,8 @@ def erfc_nonnegative(a: Array) -> Array:
 def erf(x: Array) -> Array:
     """erf(x): odd (erf(-0) = -0); erf(+-inf) = +-1, NaN stays NaN."""
     a = x.apply("ABS")
-    near = _erf_series(minimum(a, SERIES_BELOW))
-    far = 1.0 - _erfc_fraction(minimum(maximum(a, SERIES_BELOW), UNDERFLOW_FROM))
-    value = where(a < SERIES_BELOW, near, where(a < UNDERFLOW_FROM, far, 1.0))
+    near, far = _series_and_fraction(a)
+    value = where(a < SERIES_BELOW, near, where(a < UNDERFLOW_FROM, 1.0 - far, 1.0))
     signed = where(a == 0.0, x, where(x < 0.0, -value, value))  # +-0 is its own erf, sign included
     return where(x != x, x, signed)
 
