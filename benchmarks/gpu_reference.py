@@ -33,8 +33,10 @@ PARTS = ("agreement", "gemm", "conv", "validate")
 FP64_TENSOR_PEAK_TFLOPS = 67.0
 
 
-def agreement(cases_wanted: int, size: int, seed: int) -> list[str]:
-    """Random cases round-robin over the ops and dtypes: counts of exact / 1-ulp / beyond / declined, per op."""
+def agreement(cases_wanted: int, size: int, seed: int, seconds: float) -> list[str]:
+    """Random cases round-robin over the ops and dtypes: counts of exact / 1-ulp / beyond / declined / failed,
+    per op, until ``cases_wanted`` ran or ``seconds`` passed; the first case of each op beyond 1 ulp or
+    failing is named below the table (its generator index, to rerun it)."""
     import sigdnn
     from sigdnn.errors import GraphError, NoPlanError
     from sigdnn.plan_builders.gpu_reference import cases
@@ -46,7 +48,8 @@ def agreement(cases_wanted: int, size: int, seed: int) -> list[str]:
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     draws = [(op, dtype) for op in sorted(cases.BUILDERS) for dtype in cases.dtypes_of(op)]
     started, ran, i = time.perf_counter(), 0, 0
-    while ran < cases_wanted:
+    firsts: dict[str, str] = {}
+    while ran < cases_wanted and time.perf_counter() - started < seconds:
         op, dtype = draws[i % len(draws)]
         i += 1
         try:
@@ -59,24 +62,27 @@ def agreement(cases_wanted: int, size: int, seed: int) -> list[str]:
         except NoPlanError:
             counts[op]["declined"] += 1
             continue
+        except Exception as e:  # a campaign counts a failing case and goes on
+            counts[op]["failed"] += 1
+            firsts.setdefault(op, f"{op} {dtype} case {i}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            continue
         want = cpu.execute(cpu.prepare(graph), inputs)
         worst, ones = 0, 0
         for name in want:
             u = agreement_ulps(np.asarray(got[name]), want[name])
             worst, ones = max(worst, int(u.max(initial=0))), ones + int((u == 1).sum())
         counts[op]["exact" if worst == 0 else "1 ulp" if worst == 1 else "beyond"] += 1
+        if worst > 1:
+            firsts.setdefault(op, f"{op} {dtype} case {i}: {worst} ulps")
         counts[op]["1-ulp elements"] += ones
         ran += 1
     lines = [f"{ran} cases in {time.perf_counter() - started:.0f} s (size {size}, seed {seed})", ""]
-    lines += ["| op | exact | at 1 ulp | 1-ulp elements | beyond 1 ulp | declined |", "|---|---|---|---|---|---|"]
-    for op, c in sorted(counts.items()):
-        lines.append(
-            f"| {op} | {c['exact']} | {c['1 ulp']} | {c['1-ulp elements']} | {c['beyond']} | {c['declined']} |"
-        )
+    columns = ("exact", "1 ulp", "1-ulp elements", "beyond", "declined", "failed")
+    lines += ["| op | exact | at 1 ulp | 1-ulp elements | beyond 1 ulp | declined | failed |", "|" + "---|" * 7]
     total = sum((c for c in counts.values()), collections.Counter())
-    lines.append(f"| all | {total['exact']} | {total['1 ulp']} | {total['1-ulp elements']} | {total['beyond']} | "
-                 f"{total['declined']} |")  # fmt: skip
-    return lines
+    for op, c in [*sorted(counts.items()), ("all", total)]:
+        lines.append(f"| {op} | " + " | ".join(str(c[k]) for k in columns) + " |")
+    return lines + [""] + [f"- {line}" for line in firsts.values()]
 
 
 def _device_inputs(graph: Any, seed: int) -> dict[str, Any]:
@@ -136,6 +142,7 @@ def validate_models(batch: int, seq: int, cpu_truth: bool) -> list[str]:
             report = sigdnn.validate(graph, executor=sigdnn.Executor("gpu", fallback="reference"), truth=truth)
             seconds = time.perf_counter() - started
             lines.append(f"| {label} | {truth} | {seconds:.1f} | {'PASS' if report.passed else 'FAIL'} |")
+            print(lines[-1], flush=True)
     return lines
 
 
@@ -143,6 +150,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--cases", type=int, default=10_000, help="agreement: cases to run (default 10,000)")
+    parser.add_argument("--seconds", type=float, default=1e9, help="agreement: stop after this long")
     parser.add_argument("--size", type=int, default=8, help="agreement: extent scale of the random cases")
     parser.add_argument("--seed", type=int, default=0, help="agreement: the case generator's seed")
     parser.add_argument("--gemm-n", type=int, default=4096, help="gemm: M = N = K (default 4096)")
@@ -155,7 +163,7 @@ def main() -> None:
     for part in args.parts:
         lines += ["", f"## {part}", ""]
         if part == "agreement":
-            lines += agreement(args.cases, args.size, args.seed)
+            lines += agreement(args.cases, args.size, args.seed, args.seconds)
         elif part == "gemm":
             lines += gemm(args.gemm_n)
         elif part == "conv":
@@ -163,9 +171,9 @@ def main() -> None:
         else:
             lines += validate_models(args.batch, args.seq, args.cpu_truth)
         print("\n".join(lines[-12:]), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        if args.out:  # after every part: a run cut short keeps what it measured
+            with open(args.out, "w") as f:
+                f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -232,7 +232,11 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool) -> N
 
         small = model.build(**model.small)
         report = validate(small, host_inputs(small), executor=sigdnn.Executor("gpu", fallback="reference"))
-        print(f"  validate --backend gpu at {model.small}: {'passed' if report.passed else 'FAILED'}")
+        print(
+            f"  validate --backend gpu at {model.small}, truth {report.truth}: {'passed' if report.passed else 'FAILED'}"
+        )
+        if not report.passed:
+            print("\n".join(f"    {row}" for row in report.table().splitlines() if "FAIL" in row or "worst" in row))
 
 
 def onnx_runs(directory: Path) -> None:

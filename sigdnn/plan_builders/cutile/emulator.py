@@ -24,6 +24,7 @@ import contextvars
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 float32 = np.dtype(np.float32)
@@ -157,14 +158,20 @@ def _to_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     with _errstate():
         if dtype.kind in "iu" and x.dtype.kind == "f":
-            info = np.iinfo(dtype)
+            # cvt saturates to a 32- or 64-bit integer (NaN -> 0); a narrower type keeps the low bits
+            wide = np.dtype(dtype if dtype.itemsize >= 4 else np.int32)
+            info = np.iinfo(wide)
             x = np.trunc(x.astype(np.float64))
             x = np.where(np.isnan(x), 0, np.clip(x, info.min, info.max))
             if float(info.max) + 1 == float(info.max):  # 64-bit: the max rounds up to 2^63 as a float
-                return np.where(x >= float(info.max), info.max, x.astype(dtype)).astype(dtype)
+                return np.where(x >= float(info.max), info.max, x.astype(wide)).astype(dtype)
+            return x.astype(wide).astype(dtype)
         if dtype.kind == "b":
             return x != 0
-        if _is_bfloat16(dtype) or (dtype.itemsize == 1 and dtype.kind == "f"):
+        if dtype.itemsize == 1 and dtype.kind == "f":  # fp8 stores saturate (satfinite): inf too, NaN stays
+            top = float(ml_dtypes.finfo(dtype).max)
+            return np.clip(x.astype(np.float32), -top, top).astype(dtype)
+        if _is_bfloat16(dtype):
             return x.astype(np.float32).astype(dtype)
         return x.astype(dtype)
 
@@ -390,10 +397,13 @@ def mma(a: Any, b: Any, acc: Any) -> np.ndarray:
     return exact.astype(acc.dtype)
 
 
-def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
+def _unary(fn: Callable[[np.ndarray], np.ndarray], floats_only: bool = True) -> Callable[..., np.ndarray]:
     def apply(x: Any, **_: Any) -> np.ndarray:
+        x = np.asarray(x)
+        if floats_only and x.dtype.kind in "iub":
+            raise TypeError("integer inputs are not supported by cuTile's float math (floor, ceil, exp, ...)")
         with _errstate():
-            return fn(np.asarray(x))
+            return fn(x)
 
     return apply
 
@@ -425,7 +435,7 @@ sqrt = _unary(np.sqrt)
 rsqrt = _unary(_rounded(lambda x: 1.0 / np.sqrt(x)))
 floor = _unary(np.floor)
 ceil = _unary(np.ceil)
-abs = _unary(np.abs)
+abs = _unary(np.abs, floats_only=False)
 isnan = _unary(np.isnan)
 
 
@@ -440,6 +450,8 @@ def truediv(x: Any, y: Any, **_: Any) -> np.ndarray:
 
 
 def pow(x: Any, y: Any) -> np.ndarray:
+    if np.result_type(x, y).kind in "iub":
+        raise TypeError("pow: integer inputs are not supported (cuTile)")
     with _errstate():
         return np.power(np.asarray(x, np.float64), y).astype(np.result_type(x, y))
 

@@ -141,10 +141,16 @@ def _trunc_div(a: Array, b: Array) -> Array:
 
 
 def _int_pow(a: Array, b: Array) -> Array:
-    """a ** b in integers; a negative power is the real result truncated toward zero."""
+    """a ** b in integers, wrapping as int64 does; a negative power is the real result truncated toward zero.
+
+    By squaring, one bit of the exponent per pass (cuTile has no integer pow)."""
     even = b.apply("PYMOD", 2) == 0
     unit = where(a == 1, 1, where((a == -1) & even, 1, where(a == -1, -1, 0)))
-    return where(b < 0, unit, a.apply("POW", maximum(b, 0)))
+    power, base, exponent = where(a == a, 1, 0), a, maximum(b, 0)
+    for _ in range(63):
+        power = where(exponent.apply("PYMOD", 2) == 1, power * base, power)
+        base, exponent = base * base, exponent.apply("FLOORDIV", 2)
+    return where(b < 0, unit, power)
 
 
 Mode = Callable[..., Array]
@@ -205,6 +211,8 @@ INTEGER_MODES: dict[str, Mode] = {
     "div": lambda a, b, p: _trunc_div(a, b),
     "mod": lambda a, b, p: _fmod(a, where(b == 0, 1, b)),
     "pow": lambda a, b, p: _int_pow(a, b),
+    "ceil": lambda a, p: a,  # (cuTile's ceil and floor take floats only)
+    "floor": lambda a, p: a,
 }
 INTEGER_EXACT = frozenset(
     {"add", "sub", "mul", "add_square", "max", "min", "abs", "neg", "ceil", "floor", "identity", "binary_select"}

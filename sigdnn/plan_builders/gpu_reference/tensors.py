@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from sigdnn.dtypes import DataType, as_data_type
-from sigdnn.plan_builders.gpu_reference.arrays import Array, gather, row_major_index
+from sigdnn.plan_builders.gpu_reference.arrays import Array, gather, row_major_index, where
 from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu, kernel_dtype
 
 DECODES = {"float8_e4m3fn": "DECODE_E4M3", "float8_e5m2": "DECODE_E5M2", "bool": "DECODE_BOOL"}
@@ -90,6 +90,10 @@ def scatter(gpu: Gpu, value: Array, raw: Any, index: np.ndarray, target: DataTyp
     """raw[index[i]] = value[i] rounded once to ``target``."""
     if value.dtype.kind == "i" and target.is_float:
         value = value.astype(np.float64)  # (integers past 2^53 round twice: docs/gpu_reference.md)
+    code = encoding(value.dtype, target)
+    if code == "ENCODE_INT":  # the device's float -> int8 / uint8 conversion wraps: clip finite values first
+        lo, hi = (float(b) for b in (np.iinfo(target.numpy).min, np.iinfo(target.numpy).max))
+        value = where((value - value == 0) & (value < lo), lo, where((value - value == 0) & (value > hi), hi, value))
     n = value.size
     gpu.launch(
         "scatter",
@@ -99,5 +103,5 @@ def scatter(gpu: Gpu, value: Array, raw: Any, index: np.ndarray, target: DataTyp
         raw,
         n,
         TILE,
-        gpu.constant(encoding(value.dtype, target)),
+        gpu.constant(code),
     )

@@ -17,7 +17,7 @@ ENCODE_CAST = 0  # float64 -> float64 / float32 / float16: one IEEE round-to-nea
 ENCODE_BF16 = 1  # float64 -> float32 rounded to odd -> bfloat16 (round to nearest even): one exact rounding
 ENCODE_E4M3 = 2  # the same into fp8 bytes; past 464 NaN (e4m3fn has no inf)
 ENCODE_E5M2 = 3  # past 61440 +-inf
-ENCODE_INT = 4  # float64 -> integer: truncate, NaN / inf -> 0, clip to the type's range
+ENCODE_INT = 4  # float64 -> integer: truncate, NaN -> 0 (the caller clips to the type's range)
 ENCODE_BOOL = 5  # nonzero -> 1 byte
 ENCODE_RAW = 6  # same dtype
 ENCODE_INT_WRAP = 7  # int64 -> narrower integer (two's complement wrap, as a C cast)
@@ -81,13 +81,14 @@ def scatter(value, index, out, n, T: ct.Constant[int], ENCODE: ct.Constant[int])
         r = ct.bitcast(ct.astype(f, ct.float8_e4m3fn), ct.uint8)
     if ENCODE == ENCODE_E5M2:
         f = _f32_round_to_odd(v)
-        inf = ct.astype(ct.full((T,), float("inf"), ct.float64), ct.float32)
-        f = ct.where(f >= 61440.0, inf, ct.where(f <= -61440.0, -inf, f))
-        r = ct.bitcast(ct.astype(f, ct.float8_e5m2), ct.uint8)
+        r = ct.bitcast(ct.astype(f, ct.float8_e5m2), ct.uint8)  # saturating: overflow is set by its bits
+        r = ct.where(
+            f >= 61440.0, ct.full((T,), 0x7C, ct.uint8), ct.where(f <= -61440.0, ct.full((T,), 0xFC, ct.uint8), r)
+        )
     if ENCODE == ENCODE_INT:
         t = ct.where((v - v) == 0, v, 0.0)  # NaN and inf store 0
         t = ct.where(t >= 0, ct.floor(t), ct.ceil(t))
-        r = ct.astype(t, out.dtype)  # saturates to the type's range
+        r = ct.astype(t, out.dtype)
     if ENCODE == ENCODE_BOOL:
         r = ct.astype(v != 0, ct.uint8)
     ct.scatter(out, i, r, mask=live)
