@@ -168,7 +168,7 @@ def _to_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
             return x.astype(wide).astype(dtype)
         if dtype.kind == "b":
             return x != 0
-        if dtype.itemsize == 1 and dtype.kind == "f":  # fp8 stores saturate (satfinite): inf too, NaN stays
+        if dtype.name in ("float8_e4m3fn", "float8_e5m2"):  # fp8 conversions saturate (satfinite): inf too
             top = float(ml_dtypes.finfo(dtype).max)
             return np.clip(x.astype(np.float32), -top, top).astype(dtype)
         if _is_bfloat16(dtype):

@@ -391,3 +391,16 @@ def test_broadcast_reads_by_tile_shape(x_dims, b_dims, read):
     text = generate(node_spec(g.nodes[0], g)[0])
     assert {"row": "// 1024,), shape=(1024,)", "constant": "shape=(1,))", "gather": "ct.gather(x1"}[read] in text
     check(g, inputs(g, "mul", seed=11))
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_stores_round_past_the_range_as_the_reference(dtype: str) -> None:
+    """cuTile's fp8 conversion saturates; the stores must give the reference's NaN (e4m3) and inf (e5m2)."""
+    edges = [448.0, 449.0, 463.99, 464.0, 464.01, 480.0, 1e3, 57344.0, 61439.99, 61440.0, 65536.0, 1e30]
+    values = np.array(edges + [-v for v in edges] + [np.inf, -np.inf, np.nan, 0.0], np.float32)
+    g = sigdnn.Graph("store", io_dtype=dtype, compute_dtype="float32")
+    g.pointwise("identity", g.tensor("x", values.shape, dtype="float32")).set_output(True).set_name("y")
+    ex = emulated_executor()
+    got = np.asarray(ex.execute(ex.prepare(g), {"x": values})["y"])
+    want = round_to(values.astype(np.float64), sigdnn.dtypes.as_data_type(dtype))
+    assert np.array_equal(got.astype(np.float64), want.astype(np.float64), equal_nan=True), (got, want)

@@ -124,6 +124,16 @@ def test_every_pointwise_mode_agrees(mode: str, dtype: str) -> None:
     found = worst_ulps(g, inputs)
     assert found["pw::out_0"][0] <= (1 if mode in REFORMULATED else 0), found
 
+def test_integer_pow_wraps_as_int64_at_every_exponent_bit() -> None:
+    """Exponents up to 2^63 - 1 (each bit of the exponent is one squaring pass) and negative ones (C's truncation)."""
+    bases = np.array([-3, -2, -1, 0, 1, 2, 3, 7], np.int64)
+    exponents = np.array([-5, -2, 0, 1, 2, 31, 62, 63, 64, 2**62 + 1, 2**63 - 1, 2**63 - 2], np.int64)
+    g = sigdnn.Graph("pow", io_dtype="int64", compute_dtype="int64")
+    a, b = g.tensor("a", (bases.size, 1)), g.tensor("b", (1, exponents.size))
+    g.pointwise("pow", a, b, name="pw").set_output(True)
+    assert worst_ulps(g, {"a": bases[:, None], "b": exponents[None, :]})["pw::out_0"][0] == 0
+
+
 
 @pytest.mark.parametrize("mode", Reduction.enums["mode"])
 def test_a_reduction_over_unit_axes_still_applies_its_mode(mode: str) -> None:
