@@ -124,6 +124,7 @@ def test_every_pointwise_mode_agrees(mode: str, dtype: str) -> None:
     found = worst_ulps(g, inputs)
     assert found["pw::out_0"][0] <= (1 if mode in REFORMULATED else 0), found
 
+
 def test_integer_pow_wraps_as_int64_at_every_exponent_bit() -> None:
     """Exponents up to 2^63 - 1 (each bit of the exponent is one squaring pass) and negative ones (C's truncation)."""
     bases = np.array([-3, -2, -1, 0, 1, 2, 3, 7], np.int64)
@@ -132,7 +133,6 @@ def test_integer_pow_wraps_as_int64_at_every_exponent_bit() -> None:
     a, b = g.tensor("a", (bases.size, 1)), g.tensor("b", (1, exponents.size))
     g.pointwise("pow", a, b, name="pw").set_output(True)
     assert worst_ulps(g, {"a": bases[:, None], "b": exponents[None, :]})["pw::out_0"][0] == 0
-
 
 
 @pytest.mark.parametrize("mode", Reduction.enums["mode"])
