@@ -60,3 +60,16 @@ def test_conv_fprop_validates_against_the_reference(name: str) -> None:
     print(report.table())
     assert report.builders == {"conv": "cute.conv_fprop"}
     assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("name", ["stem_7x7_3_channels", "3x3_pad1", "1_channel_5x3"])
+def test_batch_slices_validate(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budget of one image's im2col rows: every image its own slice, each through the same workspace."""
+    from sigdnn.plan_builders.cute import batch_slices
+    from sigdnn.plan_builders.cute.conv import conv_gemm
+
+    monkeypatch.setattr(batch_slices, "IM2COL_BUDGET", 1)
+    g = conv_graph(*CASES[name])
+    assert conv_gemm(g.node_by_name("conv"), g).slices == g.tensor_by_name("x").dims[0]
+    report = sigdnn.validate(g, seed=13, executor=sigdnn.Executor("gpu", engine="cute.conv_fprop"))
+    assert report.passed, report.table()

@@ -156,3 +156,29 @@ def test_the_builder_is_a_gpu_conv_fprop_builder_of_the_cute_library() -> None:
 
     found = [b for b in Registry().builders() if b.name == "cute.conv_fprop"]
     assert [(b.library, b.device, b.ops) for b in found] == [("cute", "gpu", ("conv_fprop",))]
+
+
+def test_the_stem_at_batch_64_runs_in_slices_within_the_im2col_budget() -> None:
+    """233 MiB of im2col matrix: the fewest batch slices (a divisor of 64) under 32 MiB are 8, 29 MiB each."""
+    g = conv_graph((64, 3, 224, 224), (64, 3, 7, 7), pre_padding=(3, 3), post_padding=(3, 3), stride=(2, 2))
+    view = conv_gemm(g.node_by_name("conv"), g)
+    rows_per_image, kpad = 112 * 112, 152
+    assert view.slices == 8 and view.im2col[0] == 8
+    assert (view.problem.m, view.problem.k) == (8 * rows_per_image, kpad)
+    assert view.a_bytes == 8 * rows_per_image * kpad * 2 <= 32 << 20 < 16 * rows_per_image * kpad * 2
+    assert view.slice_bytes == (8 * 3 * 224 * 224 * 2, 8 * 64 * rows_per_image * 2)
+
+
+def test_an_im2col_matrix_within_the_budget_is_one_slice() -> None:
+    g = conv_graph((3, 8, 13, 10), (16, 8, 3, 3), pre_padding=(1, 1), post_padding=(1, 1))
+    view = conv_gemm(g.node_by_name("conv"), g)
+    assert view.slices == 1 and view.slice_bytes == (3 * 8 * 13 * 10 * 2, 3 * 16 * 13 * 10 * 2)
+
+
+@pytest.mark.parametrize(("images", "per_image", "divides", "want"),
+                         [(64, 512 << 10, 0, 1), (64, 4 << 20, 0, 8), (64, (4 << 20) + 1, 0, 16), (7, 5 << 20, 0, 7),
+                          (7, 40 << 20, 0, 7), (64, 1 << 20, 0, 2), (64, 1 << 20, 6, 2), (64, 1 << 20, 3, 1)])  # fmt: skip
+def test_batch_slices_by_hand(images: int, per_image: int, divides: int, want: int) -> None:
+    from sigdnn.plan_builders.cute.batch_slices import batch_slices
+
+    assert batch_slices(images, per_image, divides) == want

@@ -241,3 +241,16 @@ def test_row_wgrad_reading_the_wrong_row_fails_validation(monkeypatch: pytest.Mo
     report = sigdnn.validate(g, seed=43, executor=sigdnn.Executor("gpu", engine=ROWS))
     assert report.builders == {"wgrad": ROWS}
     assert not report.passed
+
+
+def test_waves_validate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budget of one image's im2col rows: as many waves as the batch and the splits share, one reduction."""
+    from sigdnn.plan_builders.cute import batch_slices
+    from sigdnn.plan_builders.cute.conv_wgrad import plan_wgrad
+
+    monkeypatch.setattr(batch_slices, "IM2COL_BUDGET", 1)
+    g = wgrad_graph((4, 3, 40, 36), (64, 3, 7, 7), "bfloat16", "bfloat16", {"padding": (3, 3), "stride": (2, 2)})
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 132)
+    assert view.waves > 1, view
+    report = sigdnn.validate(g, seed=31, executor=sigdnn.Executor("gpu", engine=ENGINE))
+    assert report.passed, report.table()

@@ -418,3 +418,22 @@ def test_channels_off_8_pad_the_rows_and_copy_dw_out() -> None:
     padded_dw = 64 * 152 * 2
     assert view.workspace_bytes == view.im2col_bytes + view.parts_bytes + padded_dw
     assert view.im2col_bytes >= npq * 152 * 2 and view.im2col_bytes % 256 == 0
+
+
+def test_the_stem_wgrad_at_batch_64_runs_in_waves_within_the_im2col_budget() -> None:
+    """238 MiB of im2col matrix: 8 waves of 8 images, each wave's GEMM over its splits // 8 slices."""
+    g = wgrad_graph((64, 3, 224, 224), (64, 3, 7, 7), padding=(3, 3), stride=(2, 2))
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 132)
+    npq, rsc = 64 * 112 * 112, 152
+    assert view.waves == 8 and view.splits % 8 == 0 and view.im2col[0] == 8
+    assert view.problem.batch == view.splits // 8 and view.problem.k == npq // view.splits
+    assert view.im2col_bytes == npq // 8 * rsc * 2 <= 32 << 20
+    assert view.wave_bytes == (8 * 3 * 224 * 224 * 2, npq // 8 * 64 * 2)
+    assert view.wave_parts_bytes == view.splits // 8 * 64 * rsc * 4 and view.parts_bytes >= 8 * view.wave_parts_bytes
+
+
+def test_a_wgrad_writing_dw_directly_never_runs_in_waves() -> None:
+    """Waves add partial sums; one slice has none, so its matrix stays whole however large."""
+    g = wgrad_graph((64, 3, 224, 224), (64, 3, 7, 7), padding=(3, 3), stride=(2, 2))
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 1)
+    assert view.splits == 1 and view.waves == 1 and view.im2col[0] == 64

@@ -11,7 +11,9 @@ is stored, straight into y. With C not a multiple of 8 (an image model's
 3-channel first layer, whose rows the TMA cannot read), A's rows of
 R * S * C are padded with zeros to a multiple of 8 and the filter is copied
 into the workspace with the same padded rows, by an element-per-thread
-im2col; the zeros add nothing to the sums. The first version, correct before fast:
+im2col; the zeros add nothing to the sums. An im2col matrix past
+``batch_slices.IM2COL_BUDGET`` runs in batch slices through one slice's
+workspace (the stem at batch 64: 8 slices of 29 MiB, not 233 MiB). The first version, correct before fast:
 ``cute.conv_fprop_implicit`` (conv_implicit.py) gathers A's tiles inside
 the GEMM instead and ranks above this builder, which stays for what the
 TMA's im2col mode cannot express.
@@ -30,6 +32,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.plan_builders.cute import unavailable_reason
+from sigdnn.plan_builders.cute.batch_slices import batch_slices
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmProblem, GemmSpec, default_config, plan_gemm
 from sigdnn.plan_builders.cute.matmul import config_override
@@ -48,10 +51,12 @@ class ConvGemm:
     """A conv fprop as a GEMM: its kernel view, and the im2col extents (None: A is x itself)."""
 
     spec: GemmSpec
-    problem: GemmProblem
+    problem: GemmProblem  # one batch slice's GEMM
     im2col: tuple[int, ...] | None  # n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w[, kpad]
     dtype: str
     filter_padding: tuple[int, ...] | None = None  # the filter's im2col extents when C is not a multiple of 8
+    slices: int = 1  # batch slices run one after the other through one slice's im2col matrix (batch_slices.py)
+    slice_bytes: tuple[int, int] = (0, 0)  # x's and y's bytes a slice
 
     @property
     def a_bytes(self) -> int:
@@ -102,6 +107,8 @@ def conv_gemm(node: Node, graph: Graph) -> ConvGemm:
     if max(x.size, w.size, y.size, m * kg, k * kg) > _INT32_MAX:
         raise NotSupported(f"{where}: tensors or the im2col matrix past 2^31 - 1 elements")
     direct = not narrow and (r, s) == (1, 1) and op.stride == (1, 1) and op.pre_padding == (0, 0) and (p, q) == (h, wd)
+    slices = 1 if direct else batch_slices(n, p * q * kg * ITEMSIZE[dtypes[0]])
+    m //= slices
     try:
         spec, problem = plan_gemm(
             ((m, kg), (kg, 1), dtypes[0]), ((kg, k), (1, kg), dtypes[1]), ((m, k), (k, 1), dtypes[2])
@@ -110,26 +117,25 @@ def conv_gemm(node: Node, graph: Graph) -> ConvGemm:
         raise NotSupported(f"{where}: {exc}") from None
     im2col = filter_padding = None
     if not direct:
-        im2col = (n, h, wd, c, p, q, r, s, *op.pre_padding, *op.stride, *op.dilation)
+        im2col = (n // slices, h, wd, c, p, q, r, s, *op.pre_padding, *op.stride, *op.dilation)
     if narrow:  # the filter as a 1 x 1 image of R * S * C channels, rows padded like A's
         im2col = (*im2col, kg)
         filter_padding = (k, 1, 1, r * s * c, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, kg)
-    return ConvGemm(spec, problem, im2col, dtypes[0], filter_padding)
+    slice_bytes = (x.size // slices * ITEMSIZE[dtypes[0]], y.size // slices * ITEMSIZE[dtypes[2]])
+    return ConvGemm(spec, problem, im2col, dtypes[0], filter_padding, slices, slice_bytes)
 
 
 class CuteConvFpropPlan(BindsLaunches, NodePlan):
     """im2col into the workspace (unless A is x itself), the filter padded after A when C is not a multiple of 8,
     then the GEMM into y."""
 
-    def __init__(
-        self, gemm: Any, im2col: Any, workspace_bytes: int, where: str, pad_filter: Any = None, filter_at: int = 0
-    ) -> None:
+    def __init__(self, view: ConvGemm, gemm: Any, im2col: Any, where: str, pad_filter: Any = None) -> None:
+        self._view = view
         self._gemm = gemm
         self._im2col = im2col
-        self.workspace_bytes = workspace_bytes
+        self.workspace_bytes = view.workspace_bytes
         self._where = where
         self._pad_filter = pad_filter
-        self._filter_at = filter_at
 
     @property
     def config(self) -> Any:
@@ -140,18 +146,16 @@ class CuteConvFpropPlan(BindsLaunches, NodePlan):
         check_aligned(self._where, x=x, w=w, y=y)
         if self._im2col is None:
             return functools.partial(self._gemm, x.ptr, w.ptr, y.ptr, context.stream)
-        a = context.workspace.ptr
-        if self._pad_filter is None:
-            return in_order(
-                functools.partial(self._im2col, x.ptr, a, context.stream),
-                functools.partial(self._gemm, a, w.ptr, y.ptr, context.stream),
-            )
-        b = a + self._filter_at
-        return in_order(
-            functools.partial(self._im2col, x.ptr, a, context.stream),
-            functools.partial(self._pad_filter, w.ptr, b, context.stream),
-            functools.partial(self._gemm, a, b, y.ptr, context.stream),
-        )
+        a, stream = context.workspace.ptr, context.stream
+        b, launches = w.ptr, []
+        if self._pad_filter is not None:
+            b = a + self._view.a_bytes
+            launches.append(functools.partial(self._pad_filter, w.ptr, b, stream))
+        x_step, y_step = self._view.slice_bytes
+        for i in range(self._view.slices):
+            launches.append(functools.partial(self._im2col, x.ptr + i * x_step, a, stream))
+            launches.append(functools.partial(self._gemm, a, b, y.ptr + i * y_step, stream))
+        return in_order(*launches)
 
 
 class CuteConvFpropBuilder(PlanBuilder):
@@ -192,4 +196,4 @@ class CuteConvFpropBuilder(PlanBuilder):
         gemm = GemmLaunch(view.spec, config, view.problem, sm_count)
         im2col = None if view.im2col is None else Im2colLaunch(view.dtype, view.im2col)
         pad_filter = None if view.filter_padding is None else Im2colLaunch(view.dtype, view.filter_padding)
-        return CuteConvFpropPlan(gemm, im2col, view.workspace_bytes, f"node '{node.name}'", pad_filter, view.a_bytes)
+        return CuteConvFpropPlan(view, gemm, im2col, f"node '{node.name}'", pad_filter)

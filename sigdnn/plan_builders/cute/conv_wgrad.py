@@ -13,6 +13,9 @@ With C not a multiple of 8 (the 3-channel first layer of an image model)
 A's rows are padded with zeros to a multiple of 8 (the element-per-thread
 im2col), the GEMM and reduction write dw with those padded rows into the
 workspace, and the same kernel copies the real R*S*C columns into dw.
+An im2col matrix past ``batch_slices.IM2COL_BUDGET`` runs in waves of whole
+images through one wave's workspace, each wave's GEMM writing its own
+slices' partials (the stem at batch 64: 8 waves of 29 MiB, not 233 MiB).
 
 A first, correct version: the im2col pass writes R*S times x's size and the
 GEMM reads it back. ``cute.conv_wgrad_implicit`` (below) saves that pass
@@ -34,6 +37,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_wgrad import ConvWgrad
 from sigdnn.plan_builders.cute import unavailable_reason
+from sigdnn.plan_builders.cute.batch_slices import batch_slices
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
 from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
 from sigdnn.plan_builders.cute.conv_geometry import check_geometry, row_kernel_reason
@@ -75,10 +79,17 @@ class WgradGemm:
     k: int
     rsc: int  # the GEMM's N: R*S*C, padded to a multiple of 8 when C is not one
     unpadded: int | None = None  # R*S*C when the rows were padded (dw is written from a padded copy)
+    waves: int = 1  # batch slices, each an im2col then the GEMM over its splits // waves slices (batch_slices.py)
+    wave_bytes: tuple[int, int] = (0, 0)  # x's and dy's bytes a wave
 
     @property
     def im2col_bytes(self) -> int:
-        return 0 if self.im2col is None else _aligned(self.npq * self.rsc * ITEMSIZE[self.dtype])
+        return 0 if self.im2col is None else _aligned(self.npq // self.waves * self.rsc * ITEMSIZE[self.dtype])
+
+    @property
+    def wave_parts_bytes(self) -> int:
+        """One wave's share of the float32 partial sums (its splits // waves slices)."""
+        return self.splits // self.waves * self.k * self.rsc * 4
 
     @property
     def parts_bytes(self) -> int:
@@ -149,18 +160,22 @@ def plan_wgrad(node: Node, graph: Graph, sm_count: int = 132, config: GemmConfig
     splits = split_count(npq, tiles, sm_count)
     chunk = npq // splits
     out = dtypes[2] if splits == 1 else "float32"
+    # waves need the split-K partial sums (one reduction adds every wave's) and whole slices in each wave
+    waves = 1 if direct or splits == 1 else batch_slices(n, p * q * rsc * ITEMSIZE[dtypes[0]], divides=splits)
     try:
         spec, problem = plan_gemm(
-            ((splits, k, chunk), (chunk * k, 1, k), dtypes[1]),
-            ((splits, chunk, rsc), (chunk * rsc, rsc, 1), dtypes[0]),
-            ((splits, k, rsc), (k * rsc, rsc, 1), out),
+            ((splits // waves, k, chunk), (chunk * k, 1, k), dtypes[1]),
+            ((splits // waves, chunk, rsc), (chunk * rsc, rsc, 1), dtypes[0]),
+            ((splits // waves, k, rsc), (k * rsc, rsc, 1), out),
         )
     except ValueError as exc:
         raise NotSupported(f"{where}: {exc}") from None
-    im2col = None if direct else (n, h, wd, c, p, q, r, s, *op.pre_padding, *op.stride, *op.dilation)
+    im2col = None if direct else (n // waves, h, wd, c, p, q, r, s, *op.pre_padding, *op.stride, *op.dilation)
     if narrow:
         im2col = (*im2col, rsc)
-    return WgradGemm(spec, problem, im2col, splits, dtypes[0], dtypes[2], npq, k, rsc, r * s * c if narrow else None)
+    wave_bytes = (x.size // waves * ITEMSIZE[dtypes[0]], dy.size // waves * ITEMSIZE[dtypes[1]])
+    unpadded = r * s * c if narrow else None
+    return WgradGemm(spec, problem, im2col, splits, dtypes[0], dtypes[2], npq, k, rsc, unpadded, waves, wave_bytes)
 
 
 class CuteConvWgradPlan(BindsLaunches, NodePlan):
@@ -184,18 +199,19 @@ class CuteConvWgradPlan(BindsLaunches, NodePlan):
         x, dy, dw = buffers["x"], buffers["dy"], buffers["dw"]
         check_aligned(self._where, x=x, dy=dy, dw=dw)
         stream = context.stream
-        work = context.workspace.ptr if self.workspace_bytes else 0
-        launches = []
-        b = x.ptr
-        if self._im2col is not None:
-            b = work
-            launches.append(functools.partial(self._im2col, x.ptr, b, stream))
-        target = dw.ptr if self._unpad is None else work + self._view.im2col_bytes + self._view.parts_bytes
-        if self._reduce is None:
-            launches.append(functools.partial(self._gemm, dy.ptr, b, target, stream))
-        else:
-            parts = work + self._view.im2col_bytes
-            launches.append(functools.partial(self._gemm, dy.ptr, b, parts, stream))
+        view, work = self._view, context.workspace.ptr if self.workspace_bytes else 0
+        target = dw.ptr if self._unpad is None else work + view.im2col_bytes + view.parts_bytes
+        parts = target if self._reduce is None else work + view.im2col_bytes
+        (x_step, dy_step), launches = view.wave_bytes, []
+        for i in range(view.waves):
+            b = x.ptr
+            if self._im2col is not None:
+                b = work
+                launches.append(functools.partial(self._im2col, x.ptr + i * x_step, b, stream))
+            launches.append(
+                functools.partial(self._gemm, dy.ptr + i * dy_step, b, parts + i * view.wave_parts_bytes, stream)
+            )
+        if self._reduce is not None:
             launches.append(functools.partial(self._reduce, parts, target, stream))
         if self._unpad is not None:
             launches.append(functools.partial(self._unpad, target, dw.ptr, stream))

@@ -102,30 +102,54 @@ def test_implicit_conv_and_its_epilogue():
     assert log == [("conv", 16, 32, 48, STREAM, 0), ("conv+bias", 160, 176, 192, STREAM, 208)]
 
 
+def conv_view(workspace: int = 4096, a_bytes: int = 4096, slices: int = 1, slice_bytes=(0, 0)):
+    return types.SimpleNamespace(workspace_bytes=workspace, a_bytes=a_bytes, slices=slices, slice_bytes=slice_bytes)
+
+
 def test_im2col_conv_reads_x_through_the_workspace():
     log: list = []
-    plan = CuteConvFpropPlan(Recorder("gemm", log), Recorder("im2col", log), 4096, "c")
+    plan = CuteConvFpropPlan(conv_view(), Recorder("gemm", log), Recorder("im2col", log), "c")
     plan.bind({"x": buf(16), "w": buf(32), "y": buf(48)}, context(workspace=True))()
     assert log == [("im2col", 16, WORKSPACE, STREAM), ("gemm", WORKSPACE, 32, 48, STREAM)]
 
 
 def test_narrow_conv_pads_the_filter_after_a():
     log: list = []
-    plan = CuteConvFpropPlan(Recorder("gemm", log), Recorder("im2col", log), 4096, "c", Recorder("pad", log), 3072)
+    plan = CuteConvFpropPlan(
+        conv_view(4096, 3072), Recorder("gemm", log), Recorder("im2col", log), "c", Recorder("pad", log)
+    )
     assert plan.workspace_bytes == 4096
     with pytest.raises(VariantPackError, match="c: x not 16-byte aligned"):
         plan.bind({"x": buf(18), "w": buf(32), "y": buf(48)}, context(workspace=True))
     plan.bind({"x": buf(16), "w": buf(32), "y": buf(48)}, context(workspace=True))()
     assert log == [
-        ("im2col", 16, WORKSPACE, STREAM),
         ("pad", 32, WORKSPACE + 3072, STREAM),
+        ("im2col", 16, WORKSPACE, STREAM),
         ("gemm", WORKSPACE, WORKSPACE + 3072, 48, STREAM),
+    ]
+
+
+def test_a_sliced_conv_runs_each_batch_slice_through_one_workspace():
+    log: list = []
+    view = conv_view(4096, 3072, slices=3, slice_bytes=(1600, 4800))
+    plan = CuteConvFpropPlan(view, Recorder("gemm", log), Recorder("im2col", log), "c", Recorder("pad", log))
+    plan.bind({"x": buf(16), "w": buf(32), "y": buf(48)}, context(workspace=True))()
+    assert log == [
+        ("pad", 32, WORKSPACE + 3072, STREAM),
+        *[
+            entry
+            for i in range(3)
+            for entry in (
+                ("im2col", 16 + 1600 * i, WORKSPACE, STREAM),
+                ("gemm", WORKSPACE, WORKSPACE + 3072, 48 + 4800 * i, STREAM),
+            )
+        ],
     ]
 
 
 def test_direct_conv_gemm_reads_x_itself():
     log: list = []
-    plan = CuteConvFpropPlan(Recorder("gemm", log), None, 0, "c")
+    plan = CuteConvFpropPlan(conv_view(0, 0), Recorder("gemm", log), None, "c")
     plan.bind({"x": buf(16), "w": buf(32), "y": buf(48)}, context())()
     assert log == [("gemm", 16, 32, 48, STREAM)]
 
@@ -165,9 +189,14 @@ def test_a_strided_dgrad_no_tap_reaches_only_interleaves_zeros():
     assert log == [("interleave", WORKSPACE, 48, STREAM)]
 
 
-def wgrad_view(im2col: bool, splits: int):
+def wgrad_view(im2col: bool, splits: int, waves: int = 1):
     return types.SimpleNamespace(
-        workspace_bytes=4096 if (im2col or splits > 1) else 0, im2col_bytes=1024 * im2col, parts_bytes=0
+        workspace_bytes=4096 if (im2col or splits > 1) else 0,
+        im2col_bytes=1024 * im2col,
+        parts_bytes=0,
+        waves=waves,
+        wave_bytes=(160, 320),
+        wave_parts_bytes=2048,
     )
 
 
@@ -205,7 +234,14 @@ def test_wgrad_launch_sequence(im2col, splits, want):
 @pytest.mark.parametrize("splits", [1, 4])
 def test_narrow_wgrad_writes_a_padded_dw_then_copies_it_out(splits):
     log: list = []
-    view = types.SimpleNamespace(workspace_bytes=8192, im2col_bytes=1024, parts_bytes=2048 if splits > 1 else 0)
+    view = types.SimpleNamespace(
+        workspace_bytes=8192,
+        im2col_bytes=1024,
+        parts_bytes=2048 if splits > 1 else 0,
+        waves=1,
+        wave_bytes=(0, 0),
+        wave_parts_bytes=2048,
+    )
     plan = CuteConvWgradPlan(
         view,
         Recorder("im2col", log),
@@ -286,3 +322,19 @@ def test_gemm_plans_ask_no_workspace_and_report_their_launch_config():
         CuteConvEpiloguePlan(launch, "r", x=1, w=2, out=3, bias=None),
     )
     assert [(p.workspace_bytes, p.config) for p in plans] == [(0, "coop128x128c1x1s1")] * 4
+
+
+def test_a_wgrad_in_waves_runs_each_batch_slice_into_its_own_partials_then_one_reduction():
+    log: list = []
+    plan = CuteConvWgradPlan(
+        wgrad_view(True, 4, waves=2), Recorder("im2col", log), Recorder("gemm", log), Recorder("reduce", log), "w"
+    )
+    plan.bind({"x": buf(16), "dy": buf(32), "dw": buf(48)}, context(workspace=True))()
+    parts = WORKSPACE + 1024
+    assert log == [
+        ("im2col", 16, WORKSPACE, STREAM),
+        ("gemm", 32, WORKSPACE, parts, STREAM),
+        ("im2col", 16 + 160, WORKSPACE, STREAM),
+        ("gemm", 32 + 320, WORKSPACE, parts + 2048, STREAM),
+        ("reduce", parts, 48, STREAM),
+    ]
