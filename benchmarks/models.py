@@ -181,7 +181,20 @@ def host_inputs(graph: sigdnn.Graph) -> dict[str, Any]:
     return {t.name: arrays[t.name].astype(graph.dtype_of(t).numpy) for t in graph.inputs}
 
 
-def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool) -> None:
+def slowest_steps(executor: Any, plan: Any, pack: dict[str, Any], count: int = 12) -> list[str]:
+    """The ``count`` slowest steps of one execute run step by step (the device synchronized after each)."""
+    times: list[tuple[float, str, str]] = []
+    executor.execute(
+        plan, pack, to_host=False, on_step=lambda i, step, s: times.append((s, step.name, step.builder.name))
+    )
+    total = sum(s for s, _, _ in times)
+    return [
+        f"    {s * 1e3:8.3f} ms {s / total:5.1%}  {name} ({builder})"
+        for s, name, builder in sorted(times)[::-1][:count]
+    ]
+
+
+def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, profile: bool = False) -> None:
     import models_torch
     import torch
 
@@ -227,6 +240,8 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool) -> N
         line += ", torch.compile skipped: Triton is not installed"
     print(line)
     print(f"  peak device memory: sigdnn {mib(ours_bytes)}, torch eager {mib(eager_bytes)} (inputs excluded)")
+    if profile:
+        print("  slowest steps, run one by one:\n" + "\n".join(slowest_steps(executor, plan, pack)))
     if validate_scale:
         from sigdnn.validation import validate
 
@@ -267,6 +282,7 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=10, help="timed runs per measurement (median reported)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--no-validate", action="store_true", help="skip validate at the validation sizes")
+    parser.add_argument("--profile", action="store_true", help="also list each model's slowest steps")
     parser.add_argument("--onnx", type=Path, metavar="DIR", help="export torchvision models to DIR and run them")
     args = parser.parse_args()
     if args.dry_run:
@@ -276,7 +292,7 @@ def main() -> None:
         onnx_runs(args.onnx)
         return
     for name in args.models:
-        gpu_run(name, args.iters, not args.no_compile, not args.no_validate)
+        gpu_run(name, args.iters, not args.no_compile, not args.no_validate, args.profile)
 
 
 if __name__ == "__main__":
