@@ -4,17 +4,14 @@
                                               # declared memory, and which nodes no GPU builder's check takes
     python benchmarks/models.py               # on the GPU: each model timed through Executor("gpu") against
                                               # torch eager and torch.compile (default mode, needs Triton)
-    python benchmarks/models.py --models resnet50 vit_b16 --iters 20 --no-compile
+    python benchmarks/models.py --models resnet50 --iters 20 --no-compile --profile   # + the slowest steps
     python benchmarks/models.py --onnx DIR    # torchvision exports through `sigdnn run` (skipped without torchvision)
 
-Per model on the GPU: time per execute (median of CUDA-event-timed runs, after warm-up) for sigdnn,
-torch eager and torch.compile of the same model on the same inputs (models_torch.py writes each
-model with torch's functional ops); sigdnn's steps, view steps, kernel launches (counted by torch's
-profiler over one execute) and steps that fell back (a strict Executor("gpu") is tried first; its
-NoPlanError is reported and the run continues with fallback="reference"); peak device memory: sigdnn's
-arena + workspace + outputs against torch's allocator peak over one call less what it held before;
-and `validate` on the GPU at the validation sizes (the same graph with a smaller batch and sequence: the
-float64 reference of a full-size model would take hours on the CPU; --no-validate skips it).
+Per model on the GPU: time per execute (median of CUDA-event-timed runs after warm-up) for sigdnn, torch eager
+and torch.compile on the same inputs (models_torch.py: each model in torch's functional ops); sigdnn's steps,
+views, kernel launches (torch's profiler over one execute) and fallbacks (a strict Executor("gpu") first, else
+fallback="reference", reported); peak device memory: sigdnn's arena + workspace + outputs against torch's
+allocator peak over one call; `validate` on the GPU at the validation sizes (a smaller batch / sequence).
 """
 
 from __future__ import annotations
