@@ -167,6 +167,7 @@ def test_the_stem_at_batch_64_runs_in_slices_within_the_im2col_budget() -> None:
     assert (view.problem.m, view.problem.k) == (8 * rows_per_image, kpad)
     assert view.a_bytes == 8 * rows_per_image * kpad * 2 <= 32 << 20 < 16 * rows_per_image * kpad * 2
     assert view.slice_bytes == (8 * 3 * 224 * 224 * 2, 8 * 64 * rows_per_image * 2)
+    assert all(type(v) is int for v in (*view.im2col, *view.slice_bytes, view.problem.m)), view  # kernel arguments
 
 
 def test_an_im2col_matrix_within_the_budget_is_one_slice() -> None:

@@ -54,9 +54,9 @@ class ConvGemm:
     problem: GemmProblem  # one batch slice's GEMM
     im2col: tuple[int, ...] | None  # n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w[, kpad]
     dtype: str
-    filter_padding: tuple[int, ...] | None = None  # the filter's im2col extents when C is not a multiple of 8
-    slices: int = 1  # batch slices run one after the other through one slice's im2col matrix (batch_slices.py)
-    slice_bytes: tuple[int, int] = (0, 0)  # x's and y's bytes a slice
+    filter_padding: tuple[int, ...] | None  # the filter's im2col extents when C is not a multiple of 8
+    slices: int  # batch slices run one after the other through one slice's im2col matrix (batch_slices.py)
+    slice_bytes: tuple[int, int]  # x's and y's bytes a slice
 
     @property
     def a_bytes(self) -> int:
