@@ -430,6 +430,22 @@ def test_the_stem_wgrad_at_batch_64_runs_in_waves_within_the_im2col_budget() -> 
     assert view.im2col_bytes == npq // 8 * rsc * 2 <= 32 << 20
     assert view.wave_bytes == (8 * 3 * 224 * 224 * 2, npq // 8 * 64 * 2)
     assert view.wave_parts_bytes == view.splits // 8 * 64 * rsc * 4 and view.parts_bytes >= 8 * view.wave_parts_bytes
+    ints = (*view.im2col, *view.wave_bytes, view.im2col_bytes, view.wave_parts_bytes, view.problem.batch)
+    assert all(type(v) is int for v in ints), view  # kernel arguments and pointer offsets
+
+
+def test_waves_step_dy_by_its_own_itemsize_whatever_dw_is() -> None:
+    g = wgrad_graph((64, 3, 224, 224), (64, 3, 7, 7), padding=(3, 3), stride=(2, 2))
+    g.tensor_by_name("dw").set_data_type("float32")
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 132)
+    assert view.waves == 8 and view.wave_bytes == (8 * 3 * 224 * 224 * 2, 64 * 112 * 112 // 8 * 64 * 2)
+
+
+def test_a_wgrad_reading_x_in_place_never_runs_in_waves() -> None:
+    """No im2col matrix to bound (a 1x1 unit-stride conv reads x itself), however large x is."""
+    g = wgrad_graph((256, 64, 56, 56), (64, 64, 1, 1), padding=(0, 0))
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 132)
+    assert view.im2col is None and view.splits > 1 and view.waves == 1
 
 
 def test_a_wgrad_writing_dw_directly_never_runs_in_waves() -> None:
@@ -437,3 +453,11 @@ def test_a_wgrad_writing_dw_directly_never_runs_in_waves() -> None:
     g = wgrad_graph((64, 3, 224, 224), (64, 3, 7, 7), padding=(3, 3), stride=(2, 2))
     view = plan_wgrad(g.node_by_name("wgrad"), g, 1)
     assert view.splits == 1 and view.waves == 1 and view.im2col[0] == 64
+
+
+def test_two_splits_make_at_most_two_waves() -> None:
+    """A deep 3x3 layer over many tiles takes 2 splits; its 925 MB im2col matrix runs in 2 waves (the splits
+    bound the waves: each wave owns whole slices)."""
+    g = wgrad_graph((64, 256, 56, 56), (1024, 256, 3, 3))
+    view = plan_wgrad(g.node_by_name("wgrad"), g, 132)
+    assert (view.splits, view.waves, view.im2col[0]) == (2, 2, 32)

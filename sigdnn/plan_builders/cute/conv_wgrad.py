@@ -78,9 +78,9 @@ class WgradGemm:
     npq: int
     k: int
     rsc: int  # the GEMM's N: R*S*C, padded to a multiple of 8 when C is not one
-    unpadded: int | None = None  # R*S*C when the rows were padded (dw is written from a padded copy)
-    waves: int = 1  # batch slices, each an im2col then the GEMM over its splits // waves slices (batch_slices.py)
-    wave_bytes: tuple[int, int] = (0, 0)  # x's and dy's bytes a wave
+    unpadded: int | None  # R*S*C when the rows were padded (dw is written from a padded copy)
+    waves: int  # batch slices, each an im2col then the GEMM over its splits // waves slices (batch_slices.py)
+    wave_bytes: tuple[int, int]  # x's and dy's bytes a wave
 
     @property
     def im2col_bytes(self) -> int:
