@@ -5,7 +5,7 @@ sigdnn`` alone never does. ``with sigdnn.torch.attention(): model(x)`` runs
 the model's ``F.scaled_dot_product_attention`` calls through sigdnn.
 """
 
-from sigdnn.torch import delta_rule, ops
+from sigdnn.torch import delta_rule, ops, varlen
 from sigdnn.torch.cache import cache_size
 from sigdnn.torch.functional import (
     attention,
@@ -14,6 +14,7 @@ from sigdnn.torch.functional import (
     conv,
     layer_norm,
     scaled_dot_product_attention,
+    varlen_attention,
 )
 
 __all__ = [
@@ -26,4 +27,6 @@ __all__ = [
     "layer_norm",
     "ops",
     "scaled_dot_product_attention",
+    "varlen",
+    "varlen_attention",
 ]

@@ -19,17 +19,19 @@ from sigdnn.executor.plan import ExecutionPlan
 from sigdnn.graph.graph import Graph
 from sigdnn.torch.graphs import Spec
 
-_EXECUTORS: dict[str, Executor] = {}
+_EXECUTORS: dict[tuple[str, bool], Executor] = {}
 _lock = threading.Lock()
 
 
-def executor_for(device: torch.device) -> Executor:
-    """The executor for a device type: "reference" for the CPU, "gpu" for CUDA (one each per process)."""
+def executor_for(device: torch.device, fallback: bool = False) -> Executor:
+    """The executor for a device type: "reference" for the CPU, "gpu" for CUDA (one each per process);
+    ``fallback``: a GPU executor that runs on the reference what no GPU builder takes."""
     backend = "gpu" if device.type == "cuda" else "reference"
-    found = _EXECUTORS.get(backend)
+    key = (backend, fallback and backend == "gpu")
+    found = _EXECUTORS.get(key)
     if found is None:
         with _lock:
-            found = _EXECUTORS.setdefault(backend, Executor(backend))
+            found = _EXECUTORS.setdefault(key, Executor(backend, fallback="reference" if key[1] else None))
     return found
 
 
@@ -61,13 +63,14 @@ _CACHE: dict[Hashable, CachedGraph] = {}
 
 
 def run(
-    op: str, build: Callable[..., Graph], tensors: Sequence[torch.Tensor], attributes: tuple
+    op: str, build: Callable[..., Graph], tensors: Sequence[torch.Tensor], attributes: tuple, fallback: bool = False
 ) -> tuple[torch.Tensor, ...]:
-    """Run ``op`` on ``tensors``: its cached graph for this signature, built with ``build(*specs, *attributes)``."""
+    """Run ``op`` on ``tensors``: its cached graph for this signature, built with ``build(*specs, *attributes)``
+    (``fallback``: on CUDA, steps no GPU builder takes run on the reference)."""
     key = (op, attributes, tensors[0].device.type, *[(t.shape, t.stride(), t.dtype) for t in tensors])
     cached = _CACHE.get(key)
     if cached is None:
-        executor = executor_for(tensors[0].device)
+        executor = executor_for(tensors[0].device, fallback)
         graph = build(*(Spec.of(t) for t in tensors), *attributes)
         cached = _CACHE.setdefault(key, CachedGraph(executor, executor.prepare(graph)))
     return cached(tensors)

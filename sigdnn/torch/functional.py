@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from sigdnn.errors import UsageError
-from sigdnn.torch import delta_rule, ops
+from sigdnn.torch import delta_rule, ops, varlen
 
 
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -95,6 +95,17 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
     (one log decay per key channel)."""
     return _delta_rule("kda", q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
                        use_qk_l2norm_in_kernel)  # fmt: skip
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *,
+                     softmax_scale: float | None = None, causal: bool = False) -> torch.Tensor:  # fmt: skip
+    """flash-attention's flash_attn_varlen_func on sigdnn's ragged sdpa: q [Tq, Hq, D], k [Tk, Hkv, D],
+    v [Tk, Hkv, Dv] token-packed by cu_seqlens -> o [Tq, Hq, Dv]; causal is top-left per sequence (torch's)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    o, _ = varlen.sdpa_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale,
+                              bool(causal))  # fmt: skip
+    return o
 
 
 @contextlib.contextmanager

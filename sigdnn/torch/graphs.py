@@ -81,6 +81,47 @@ def sdpa_backward(q: Spec, k: Spec, v: Spec, o: Spec, d_o: Spec, stats: Spec, sc
     return g
 
 
+def token_major(dims: Sequence[int]) -> tuple[int, ...]:
+    """Packed strides of a [B, H, S, E] tensor stored [B, S, H, E]: what ragged offsets relocate by token."""
+    _, h, s, e = dims
+    return (s * h * e, e, h * e, 1)
+
+
+VARLEN_PORTS = ("q", "k", "v", "seq_len_q", "seq_len_kv", "offsets_q", "offsets_k", "offsets_v", "offsets_o")
+
+
+def _varlen(g: Graph, specs: Sequence[Spec]) -> tuple[list[Tensor], dict[str, object]]:
+    """q, k, v and the keywords of a token-packed attention node (lengths, one ragged offset per tensor)."""
+    q, k, v, lq, lkv, *offsets = _inputs(g, VARLEN_PORTS, specs)
+    ragged = dict(zip(("q", "k", "v", "o"), offsets))
+    return [q, k, v], {"seq_len_q": lq, "seq_len_kv": lkv, "ragged_offsets": ragged}
+
+
+def sdpa_varlen(*specs_and_attributes: object) -> Graph:
+    """Attention over token-packed sequences: q, k, v, lengths and offsets (VARLEN_PORTS), then scale, causal."""
+    *specs, scale, causal = specs_and_attributes
+    g = _graph("sdpa_varlen", specs[0])  # type: ignore[arg-type]
+    (q, k, v), varlen = _varlen(g, specs)  # type: ignore[arg-type]
+    o, stats = g.sdpa(q, k, v, scale, None, causal, True, **varlen)  # type: ignore[arg-type]
+    assert stats is not None
+    stats.set_data_type(stats_dtype(q.dtype))
+    _outputs((stats, "stats"))
+    o.set_output(True).set_name("o").set_stride(token_major(o.dims))
+    return g
+
+
+def sdpa_varlen_backward(*specs_and_attributes: object) -> Graph:
+    """The gradients of sdpa_varlen: VARLEN_PORTS' specs, then o, d_o, stats, then scale, causal."""
+    *specs, scale, causal = specs_and_attributes
+    g = _graph("sdpa_varlen_backward", specs[0])  # type: ignore[arg-type]
+    (q, k, v), varlen = _varlen(g, specs[: len(VARLEN_PORTS)])  # type: ignore[arg-type]
+    o, d_o, stats = _inputs(g, ("o", "d_o", "stats"), specs[len(VARLEN_PORTS) :])  # type: ignore[arg-type]
+    grads = g.sdpa_backward(q, k, v, o, d_o, stats, scale, None, causal, **varlen)  # type: ignore[arg-type]
+    for t, name in zip(grads, ("dq", "dk", "dv")):
+        t.set_output(True).set_name(name).set_stride(token_major(t.dims))
+    return g
+
+
 def layer_norm(x: Spec, weight: Spec, bias: Spec, eps: float) -> Graph:
     g = _graph("layer_norm", x)
     y, mean, inv = g.layernorm("training", *_inputs(g, ("x", "weight", "bias"), (x, weight, bias)), eps)
