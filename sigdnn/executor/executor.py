@@ -160,7 +160,8 @@ class Executor:
         flow = Dataflow(graph, order)
         views = NO_VIEWS
         if self.fusion:  # a pinned node runs its builder
-            views = plan_views(graph, order, lambda i: self._pin(graph.nodes[i], keys[i]) is None)
+            pinned = lambda i: self._pin(graph.nodes[i], keys[i]) is None  # noqa: E731
+            views = plan_views(graph, order, pinned, into_inputs=device.kind == "gpu")
         steps = [*self._region_steps(graph, order, flow, keys, device, views.nodes, policy)]
         claimed = {i for step in steps for i in step.region.nodes}
         for i in order:
@@ -445,6 +446,9 @@ class Executor:
                     buffers[uid] = memory.new_output(t, dtype)
         scratch = self._scratch(plan, memory)
         buffers.update(scratch[0])
+        for uid, (root, offset) in plan.memory.input_views.items():
+            t = graph.tensors[uid]
+            buffers[uid] = memory.alias(buffers[root], offset, t, graph.dtype_of(t))
         context = ExecutionContext(self.device, memory.stream, scratch[1])
         for index, step in enumerate(plan.steps):
             started = time.perf_counter() if on_step is not None else 0.0

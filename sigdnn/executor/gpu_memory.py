@@ -39,6 +39,7 @@ from sigdnn.executor.variant_pack import resolve_pack
 from sigdnn.graph.layout import span_elements
 from sigdnn.graph.tensor import Tensor
 from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.runtime.device_array import DeviceArray
 
 GRAPHS_PER_PLAN = 4
 BOUND_PLANS = 64  # bindings (each holding its arena) kept, least recently used dropped
@@ -137,6 +138,12 @@ def _wrap_device(context: Any, obj: Any, tensor: Tensor, dtype: DataType) -> Any
     return device
 
 
+def _alias(buffer: Any, offset: int, tensor: Tensor, dtype: DataType) -> DeviceArray:
+    """``tensor`` as a view ``offset`` bytes into a caller's input buffer (laid out with its declared strides)."""
+    return DeviceArray(buffer.ptr + offset, tensor.dims, tensor.strides, dtype.numpy, owner=buffer,
+                       device_id=buffer.device_id)  # fmt: skip
+
+
 def _check_host(obj: np.ndarray, tensor: Tensor, dtype: DataType, writable: bool) -> None:
     where = f"tensor '{tensor.name}' (uid {tensor.uid})"
     if obj.dtype != dtype.numpy or obj.shape != tensor.dims:
@@ -165,6 +172,9 @@ class GpuRun:
 
     def view(self, arena: Any, offset: int, tensor: Tensor, dtype: DataType) -> Any:
         return self.context.view(arena, offset, tensor.dims, tensor.strides, dtype.numpy)
+
+    def alias(self, buffer: Any, offset: int, tensor: Tensor, dtype: DataType) -> Any:
+        return _alias(buffer, offset, tensor, dtype)
 
     def accept(self, obj: Any, tensor: Tensor, dtype: DataType, writable: bool) -> Any:
         if isinstance(obj, np.ndarray):
@@ -227,6 +237,8 @@ class BoundPlan:
         self._outputs = plan.tensors.outputs
         self._output_names = list(zip(plan.tensors.outputs, plan.tensors.output_names, strict=True))
         self._io = [uid for uid, t in graph.tensors.items() if not t.is_virtual]
+        self._input_views = [(uid, root, offset, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
+                             for uid, (root, offset) in plan.memory.input_views.items()]  # fmt: skip
         inputs = set(self._inputs)
         self._io_specs = [
             (uid, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]), uid in inputs) for uid in self._io
@@ -236,7 +248,7 @@ class BoundPlan:
         self._staging: dict[int, Any] = {}  # uid -> device buffer for host arrays and graph scalars (fixed address)
         self._scalar_values: dict[int, bytes] = {}  # uid -> the value the staged scalar holds
         self._steps = [s for s in plan.steps if getattr(s.plan, "launches", None) != 0]  # views launch nothing
-        io = set(self._io)
+        io = set(self._io) | set(plan.memory.input_views)  # a view of an input moves with it
         self._touches_io = [any(u in io for u in s.bindings.values()) for s in self._steps]
         self._launches: list[Callable[[], None]] = [None] * len(self._steps)  # type: ignore[list-item]
         self._addresses: tuple[int, ...] | None = None
@@ -320,6 +332,8 @@ class BoundPlan:
                         _upload(self.context, obj, staged, t, dtype)
                 else:
                     self.buffers[uid] = self._device_view(uid, obj, t, dtype)
+            for uid, root, offset, t, dtype in self._input_views:
+                self.buffers[uid] = _alias(self.buffers[root], offset, t, dtype)
             stream = ours if torch_stream is None else torch_stream
             addresses = tuple(self.buffers[u].ptr for u in self._io)
             if stream != self.execution.stream:

@@ -9,7 +9,8 @@ the plan's peak intermediate memory.
 A view (``sigdnn.executor.views``) owns no memory: it is its root's (the
 tensor it aliases, through any chain of views) at a byte offset, and the
 root stays allocated from the first step that writes any tensor of its group
-to the last step that reads one.
+to the last step that reads one. A view whose root is a caller's input has
+no offset here: each run makes it from the caller's buffer (``input_views``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class MemoryPlan:
     peak_bytes: int  # arena size
     total_bytes: int  # what allocating every intermediate that owns memory separately would take
     roots: dict[int, int] = attrs.field(factory=dict)  # view uid -> uid of the tensor whose memory it is
+    # view uid -> (caller's input uid, byte offset in it): views a run makes from the caller's buffer
+    input_views: dict[int, tuple[int, int]] = attrs.field(factory=dict)
 
 
 def tensor_bytes(graph: Graph, uid: int) -> int:
@@ -128,7 +131,7 @@ def plan_memory(
     last_use: dict[int, int] = {}
     for step, (reads, writes) in enumerate(steps):
         for uid in (*reads, *writes):
-            if uid in virtual:
+            if uid in virtual and root_of.get(uid, uid) in virtual:
                 last_use[root_of.get(uid, uid)] = step
     offsets: dict[int, int] = {}
     sizes: dict[int, int] = {}
@@ -137,13 +140,15 @@ def plan_memory(
     for step, (_reads, writes) in enumerate(steps):
         for uid in writes:
             root = root_of.get(uid, uid)
-            if uid not in virtual or root in sizes:
+            if uid not in virtual or root not in virtual or root in sizes:
                 continue
             size = _align(max(tensor_bytes(graph, root), 1))
             offsets[root], sizes[root] = arena.allocate(size), size
             expiry.setdefault(last_use[root], []).append(root)
         for uid in expiry.pop(step, ()):
             arena.release(offsets[uid], sizes[uid])
+    input_views = {uid: (root, offset) for uid, (root, offset) in resolved.items() if root not in virtual}
     for uid, (root, offset) in resolved.items():
-        offsets[uid] = offsets[root] + offset
-    return MemoryPlan(offsets, sizes, arena.peak, sum(sizes.values()), root_of)
+        if uid not in input_views:
+            offsets[uid] = offsets[root] + offset
+    return MemoryPlan(offsets, sizes, arena.peak, sum(sizes.values()), root_of, input_views)

@@ -11,8 +11,12 @@ every builder sees a tensor's memory exactly as the graph declares it):
   straight into the output, and the concatenate itself moves nothing.
 
 Only virtual tensors alias (the caller's inputs and outputs are never views
-of memory the executor owns, nor the other way round), of one dtype, at
-offsets that keep the arena's 256-byte alignment. The memory plan gives an
+of memory the executor owns), of one dtype, at offsets that keep the
+arena's 256-byte alignment. On the GPU backends a reshape, transpose or
+slice may also alias its output into a caller's input (``into_inputs``):
+the GPU memory takes a caller's buffer only with the declared strides, and
+nothing writes an input, so the GEMM of ``dy @ w^T`` reads the caller's w
+through the transposed view instead of a copy. The memory plan gives an
 alias's root (the tensor that owns memory) one lifetime spanning every
 member's, so no buffer a view reads is reused while the view is live.
 Such a node is a step of the ``VIEW`` builder, whose plan launches nothing.
@@ -72,16 +76,17 @@ class ViewBuilder(PlanBuilder):
 VIEW = ViewBuilder()
 
 
-def _aliasable(graph: Graph, a: Tensor, b: Tensor) -> bool:
-    """Both executor-owned and of one dtype (the graph's checks have made every stride >= 1)."""
-    return a.is_virtual and b.is_virtual and graph.dtype_of(a) == graph.dtype_of(b)
+def _aliasable(graph: Graph, a: Tensor, b: Tensor, inputs: frozenset[int] = frozenset()) -> bool:
+    """b executor-owned, a too or one of the caller's ``inputs``, of one dtype (the graph's checks have made every
+    stride >= 1)."""
+    return (a.is_virtual or a.uid in inputs) and b.is_virtual and graph.dtype_of(a) == graph.dtype_of(b)
 
 
-def _moved_view(graph: Graph, node: Node) -> tuple[int, int, int] | None:
-    """(y, x, byte offset) when the reshape / transpose / slice ``node`` can alias y into x."""
+def _moved_view(graph: Graph, node: Node, inputs: frozenset[int]) -> tuple[int, int, int] | None:
+    """(y, x, byte offset) when the reshape / transpose / slice ``node`` can alias y into x (or one of ``inputs``)."""
     x, y = graph.tensors[node.op.inputs()["x"]], graph.tensors[node.op.outputs()["y"]]
     view = view_of(node, x)
-    if view is None or not _aliasable(graph, x, y) or not same_addresses(y.dims, y.strides, view[0]):
+    if view is None or not _aliasable(graph, x, y, inputs) or not same_addresses(y.dims, y.strides, view[0]):
         return None
     offset = view[1] * graph.dtype_of(x).itemsize
     return (y.uid, x.uid, offset) if offset % ALIGNMENT == 0 else None
@@ -109,20 +114,23 @@ def _concatenated_views(graph: Graph, node: Node, parents: Mapping[int, Any]) ->
     return found
 
 
-def plan_views(graph: Graph, order: Sequence[int], allowed: Callable[[int], bool]) -> Views:
-    """Which nodes (of those ``allowed``) are views, and what their tensors alias, along ``order``.
+def plan_views(graph: Graph, order: Sequence[int], allowed: Callable[[int], bool], into_inputs: bool = False) -> Views:
+    """Which nodes (of those ``allowed``) are views, and what their tensors alias, along ``order``
+    (``into_inputs``: a moved view may alias a caller's input).
 
     A tensor aliases at most one other: a piece that already is a view, or
     a piece of another concatenate, keeps its concatenate a copy.
     """
     parents: dict[int, tuple[int, int]] = {}
     nodes = set()
+    inputs = frozenset(t.uid for t in graph.inputs) if into_inputs else frozenset()
     for i in order:
         node = graph.nodes[i]
         kind = node.op.kind
         if kind not in VIEW.ops or not allowed(i):
             continue
-        found = _concatenated_views(graph, node, parents) if kind == "concatenate" else _moved_view(graph, node)
+        moved = kind != "concatenate"
+        found = _moved_view(graph, node, inputs) if moved else _concatenated_views(graph, node, parents)
         if found is None:
             continue
         for child, parent, offset in found if isinstance(found, list) else [found]:

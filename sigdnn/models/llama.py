@@ -48,8 +48,8 @@ class _Layer:
         return g.matmul(xt, self.rows(dy, f"{name}.dy_rows"), name=name)
 
     def input_grad(self, dy: Tensor, w: Tensor, name: str) -> Tensor:
-        """dy w^T (w is the caller's: its transpose is a copy)."""
-        return self.g.matmul(dy, self.g.transpose(w, (1, 0), name=f"{name}.w_t"), name=name)
+        """dy w^T, w^T a view of the caller's w (on the GPU; the GEMM reads it K-major)."""
+        return self.g.matmul(dy, view_layout(self.g, self.g.transpose(w, (1, 0), name=f"{name}.w_t")), name=name)
 
 
 def llama_layer(

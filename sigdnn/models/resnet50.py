@@ -178,7 +178,7 @@ def resnet50_training(
     step.gradients["fc.b"] = g.reduction(d_logits, "add", axes=0, name="fc.b_grad")
     step.gradients["fc.w"] = g.matmul(view_layout(g, g.transpose(features, (1, 0), name="features_t")), d_logits,
                                       name="fc.w_grad")  # fmt: skip
-    d_features = g.matmul(d_logits, g.transpose(fc_w, (1, 0), name="fc.w_t"), name="fc.dgrad")
+    d_features = g.matmul(d_logits, view_layout(g, g.transpose(fc_w, (1, 0), name="fc.w_t")), name="fc.dgrad")
     n, c, h, w = x.dims
     d_pooled = view_layout(g, g.reshape(d_features, (n, c, 1, 1), name="unflatten"))
     dx = g.pooling_backward(d_pooled, x, AVERAGE, (h, w), name="avgpool_bwd")

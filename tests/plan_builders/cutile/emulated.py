@@ -56,6 +56,15 @@ class EmulatedGpuMemory(HostMemory):
     def new_output(self, tensor: Tensor, dtype: DataType) -> np.ndarray:
         return self._strided(tensor, dtype)
 
+    def alias(self, buffer: np.ndarray, offset: int, tensor: Tensor, dtype: DataType) -> np.ndarray:
+        """A view ``offset`` bytes into a laid-out input (its element 0 starts a span of its declared strides)."""
+        item = dtype.itemsize
+        span = np.lib.stride_tricks.as_strided(buffer, (offset // item + span_elements(tensor.dims, tensor.strides),),
+                                               (item,))  # fmt: skip
+        return np.lib.stride_tricks.as_strided(
+            span[offset // item :], tensor.dims, tuple(s * item for s in tensor.strides)
+        )
+
     def scalar(self, value: np.ndarray, tensor: Tensor, dtype: DataType) -> np.ndarray:
         laid_out = self._strided(tensor, dtype)
         laid_out[...] = value
