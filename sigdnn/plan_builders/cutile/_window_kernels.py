@@ -122,6 +122,7 @@ def pool_backward(
     kd, kh, kw,
     sd, sh, sw,
     pd, ph, pw,
+    jd, jh, jw,
     MODE: ct.Constant[int],
     TILE: ct.Constant[int],
 ):  # fmt: skip
@@ -131,17 +132,22 @@ def pool_backward(
     i_d = (flat // d_div) % xd
     i_h = (flat // h_div) % xh
     i_w = (flat // w_div) % xw
+    # per axis the last output whose window starts at or before the element (clamped to the outputs); the j-th
+    # candidate is j before it (j < jd = min(ceil(k / s), outputs): only those windows can cover it)
+    last_d = ct.minimum((i_d + pd) // sd, od - 1)
+    last_h = ct.minimum((i_h + ph) // sh, oh - 1)
+    last_w = ct.minimum((i_w + pw) // sw, ow - 1)
     acc = ct.full((TILE,), 0.0, dtype=ct.float32)
     none = ct.full((TILE,), -1, dtype=ct.int32)  # no tap: an argmax read outside dy (a tile of its dtype)
-    for a in range(kd):
-        t_d = i_d + pd - a
-        o_d = ct.where((t_d >= 0) & (t_d % sd == 0), t_d // sd, -1)
-        for b in range(kh):
-            t_h = i_h + ph - b
-            o_h = ct.where((t_h >= 0) & (t_h % sh == 0), t_h // sh, -1)
-            for e in range(kw):
-                t_w = i_w + pw - e
-                o_w = ct.where((t_w >= 0) & (t_w % sw == 0), t_w // sw, -1)
+    for j_d in range(jd):
+        a = i_d + pd - (last_d - j_d) * sd  # the element's tap in that window
+        o_d = ct.where((last_d >= j_d) & (a < kd), last_d - j_d, -1)
+        for j_h in range(jh):
+            b = i_h + ph - (last_h - j_h) * sh
+            o_h = ct.where((last_h >= j_h) & (b < kh), last_h - j_h, -1)
+            for j_w in range(jw):
+                e = i_w + pw - (last_w - j_w) * sw
+                o_w = ct.where((last_w >= j_w) & (e < kw), last_w - j_w, -1)
                 g = ct.astype(ct.gather(dy, (i_n, i_c, o_d, o_h, o_w)), ct.float32)
                 if MODE == MAX:
                     won = ct.gather(argmax, (i_n, i_c, o_d, o_h, o_w), padding_value=none) == (a * kh + b) * kw + e

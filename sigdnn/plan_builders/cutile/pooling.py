@@ -6,7 +6,10 @@ block walks follows the written tensor's memory order, so neighbouring lanes
 write neighbouring elements. The backward gathers from the outputs whose
 windows cover each dx element (deterministic, no atomics); max pooling's
 backward first records each window's argmax (an int32 per output, in the
-workspace).
+workspace). A dx element visits only the windows that can cover it: per
+axis the last one starting at or before it and the min(ceil(k / s),
+outputs) - 1 before that (4 of a 3x3 stride-2 window's 9 taps, 1 of a
+global average's 49).
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
             constants = (dy.size, *divisors(dy), *y_dims, *x_dims[2:], *window, TILE)
             grid = (cdiv(dy.size, TILE), 1, 1)
             launches.append(Launch(kernel_source("pool_argmax"), grid, (view("x", x), argmax), constants))
-        constants = (dx.size, *divisors(dx), *x_dims, *y_dims[2:], *window, MODES[op.mode], TILE)
+        candidates = tuple(min(cdiv(k, s), o) for k, s, o in zip(window[:3], window[3:6], y_dims[2:]))
+        constants = (dx.size, *divisors(dx), *x_dims, *y_dims[2:], *window, *candidates, MODES[op.mode], TILE)
         grid = (cdiv(dx.size, TILE), 1, 1)
         args = (view("dy", dy), argmax, view("dx", dx))
         launches.append(Launch(kernel_source("pool_backward"), grid, args, constants))
