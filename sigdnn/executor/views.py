@@ -114,7 +114,7 @@ def _concatenated_views(graph: Graph, node: Node, parents: Mapping[int, Any]) ->
     return found
 
 
-def plan_views(graph: Graph, order: Sequence[int], allowed: Callable[[int], bool], into_inputs: bool = False) -> Views:
+def plan_views(graph: Graph, order: Sequence[int], allowed: Callable[[int], bool], *, into_inputs: bool) -> Views:
     """Which nodes (of those ``allowed``) are views, and what their tensors alias, along ``order``
     (``into_inputs``: a moved view may alias a caller's input).
 
