@@ -86,6 +86,12 @@ def test_inconsistent_cu_seqlens_and_lengths_are_refused_by_name():
         st.varlen_attention(q, k, v, cu([3, 2]), torch.tensor([0, 5], dtype=torch.int32), 3, 5)
     with pytest.raises(UsageError, match="q holds 5 tokens, more than 2 sequences of 2"):
         st.varlen_attention(q, k, v, cu([3, 2]), cu([3, 2]), 2, 3)
+    with pytest.raises(UsageError, match="last cu_seqlens entry for k is 5, but k holds 4 tokens"):
+        st.varlen_attention(q, k[:4], v[:4], cu([3, 2]), cu([3, 2]), 3, 3)
+    with pytest.raises(UsageError, match="last cu_seqlens entry for v is 5, but v holds 4 tokens"):
+        st.varlen_attention(q, k, v[:4], cu([3, 2]), cu([3, 2]), 3, 3)
+    with pytest.raises(UsageError, match="k holds 5 tokens, more than 2 sequences of 2"):
+        st.varlen_attention(q, k, v, cu([3, 2]), cu([3, 2]), 3, 2)
     with pytest.raises(ExecutionError, match="seq_len_q"):  # a sequence longer than max_seqlen_q
         st.varlen_attention(q, k, v, cu([4, 1]), cu([3, 2]), 3, 3)
 
