@@ -81,9 +81,15 @@ class Array:
         """Arrays of one shape stacked along a new first axis: one copy (a gather) into each part's place."""
         first = parts[0]
         out = cls.empty(first.gpu, (len(parts), *first.shape), first.dtype)
-        index = row_major_index(first.shape)
         for i, part in enumerate(parts):
-            gather(first.gpu, part.data, index, first.gpu.part(out.data, i * first.size, first.size), 0.0, "DECODE_RAW")
+            gather(
+                first.gpu,
+                part.data,
+                first.size,
+                first.gpu.part(out.data, i * first.size, first.size),
+                0.0,
+                "DECODE_RAW",
+            )
         return out
 
     def row(self, i: int) -> Array:
@@ -93,7 +99,7 @@ class Array:
     def astype(self, dtype: Any) -> Array:
         """The values converted to ``dtype`` (int64 -> float64 rounds to nearest; float -> int64 truncates)."""
         out = Array.empty(self.gpu, self.shape, dtype)
-        gather(self.gpu, self.data, row_major_index(self.shape), out.data, 0.0, "DECODE_CAST")
+        gather(self.gpu, self.data, self.size, out.data, 0.0, "DECODE_CAST")
         return out
 
     def transpose(self, *axes: int) -> Array:
@@ -252,12 +258,15 @@ def _identity(mode: str, dtype: np.dtype) -> float | int:
     return {"SUM": 0.0, "PROD": 1.0, "MAX": -math.inf, "MIN": math.inf}[mode]
 
 
-def gather(gpu: Gpu, src: Any, index: np.ndarray, out: Any, pad: float, decode: str) -> None:
-    """out[i] = decode(src[index[i]]) (``pad`` where index < 0), the index map uploaded once."""
-    n = index.size
+def gather(gpu: Gpu, src: Any, index: np.ndarray | int, out: Any, pad: float, decode: str) -> None:
+    """out[i] = decode(src[index[i]]) (``pad`` where index < 0), the index map uploaded once; an int n for
+    ``index`` is the map 0 .. n - 1, computed on the device (a packed tensor's 16M-element map took the host
+    seconds to make)."""
+    n, dense = (index, 1) if isinstance(index, int) else (index.size, 0)
+    device_index = gpu.no_index if dense else gpu.upload(index)
     typed_pad = int(pad) if np.dtype(out.dtype).kind in "iu" else float(pad)  # a scalar of out's kind
     gpu.launch(
-        "gather", (math.ceil(n / TILE), 1, 1), src, gpu.upload(index), out, typed_pad, TILE, gpu.constant(decode)
+        "gather", (math.ceil(n / TILE), 1, 1), src, device_index, out, typed_pad, TILE, gpu.constant(decode), dense
     )
 
 

@@ -92,6 +92,7 @@ class Gpu:
         self.emulated = is_emulated(context)
         self.kernels = kernel_module(self.emulated)
         self._constants: dict[tuple[str, bytes, int], Any] = {}
+        self._no_index: Any = None
 
     def on_device(
         self, buffers: Mapping[str, Any], outputs: Iterable[str]
@@ -122,6 +123,13 @@ class Gpu:
         if self.emulated:
             return host.copy()
         return self.context.to_device(host if host.size else np.zeros(1, host.dtype))
+
+    @property
+    def no_index(self) -> Any:
+        """The index argument of a dense gather or scatter, which never reads it (one int64 element)."""
+        if self._no_index is None:
+            self._no_index = self.upload(np.zeros(1, np.int64))
+        return self._no_index
 
     def download(self, array: Any, n: int) -> np.ndarray:
         """The first ``n`` elements of a flat array, on the host."""

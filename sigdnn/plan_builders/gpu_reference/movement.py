@@ -68,7 +68,7 @@ def _copy_bits(gpu: Gpu, raw: Any, source: np.ndarray, y: Any, target: np.ndarra
 def _scatter_bits(gpu: Gpu, flat: Any, y: Any, target: np.ndarray) -> None:
     n = target.size
     raw = gpu.raw(y, tuple(y.shape), element_strides(y))
-    gpu.launch("scatter", (-(-n // TILE), 1, 1), flat, gpu.upload(target), raw, n, TILE, gpu.constant("ENCODE_RAW"))
+    gpu.launch("scatter", (-(-n // TILE), 1, 1), flat, gpu.upload(target), raw, n, TILE, gpu.constant("ENCODE_RAW"), 0)
 
 
 class MoveBuilder(PlanBuilder):

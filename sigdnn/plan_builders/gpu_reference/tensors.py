@@ -9,12 +9,14 @@ run on the device; the index maps are the only host-made data.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from sigdnn.dtypes import DataType, as_data_type
-from sigdnn.plan_builders.gpu_reference.arrays import Array, gather, row_major_index, where
+from sigdnn.graph.layout import packed_strides
+from sigdnn.plan_builders.gpu_reference.arrays import Array, gather, where
 from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu, kernel_dtype
 
 DECODES = {"float8_e4m3fn": "DECODE_E4M3", "float8_e5m2": "DECODE_E5M2", "bool": "DECODE_BOOL"}
@@ -47,12 +49,20 @@ def offsets(dims: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
     return index
 
 
+def storage_map(dims: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray | int:
+    """The storage offsets of a buffer's logical elements, or their count where they are 0 .. n - 1 (packed
+    row-major: gather and scatter then compute them on the device)."""
+    if all(d == 1 or s == p for d, s, p in zip(dims, strides, packed_strides(dims), strict=True)):
+        return math.prod(dims)
+    return offsets(dims, strides)
+
+
 def read(gpu: Gpu, buffer: Any, wide: Any) -> Array:
     """The buffer's logical elements as a packed ``wide`` (float64 or int64) array, each exact."""
     dims, strides = tuple(buffer.shape), element_strides(buffer)
     out = Array.empty(gpu, dims, wide)
     decode = DECODES.get(np.dtype(buffer.dtype).name, "DECODE_CAST")
-    gather(gpu, gpu.raw(buffer, dims, strides), offsets(dims, strides), out.data, 0.0, decode)
+    gather(gpu, gpu.raw(buffer, dims, strides), storage_map(dims, strides), out.data, 0.0, decode)
     return out
 
 
@@ -78,30 +88,31 @@ def write(gpu: Gpu, value: Array, buffer: Any, target: DataType) -> None:
     into_float64 = np.dtype(buffer.dtype) == np.float64 and target in PLAIN_CASTS and value.dtype == np.float64
     if np.dtype(buffer.dtype) != target.numpy and not into_float64:
         rounded = gpu.empty(value.size, kernel_dtype(target.numpy))
-        scatter(gpu, value, rounded, row_major_index(dims), target)
+        scatter(gpu, value, rounded, value.size, target)
         value = Array.empty(gpu, dims, np.float64)
-        gather(gpu, rounded, row_major_index(dims), value.data, 0.0, DECODES.get(target.numpy.name, "DECODE_CAST"))
+        gather(gpu, rounded, value.size, value.data, 0.0, DECODES.get(target.numpy.name, "DECODE_CAST"))
     if np.dtype(buffer.dtype) != target.numpy:
         target = as_data_type(np.dtype(buffer.dtype))
-    scatter(gpu, value, gpu.raw(buffer, dims, strides), offsets(dims, strides), target)
+    scatter(gpu, value, gpu.raw(buffer, dims, strides), storage_map(dims, strides), target)
 
 
-def scatter(gpu: Gpu, value: Array, raw: Any, index: np.ndarray, target: DataType) -> None:
-    """raw[index[i]] = value[i] rounded once to ``target``."""
+def scatter(gpu: Gpu, value: Array, raw: Any, index: np.ndarray | int, target: DataType) -> None:
+    """raw[index[i]] = value[i] rounded once to ``target`` (an int for ``index``: raw[i], as ``gather``)."""
     if value.dtype.kind == "i" and target.is_float:
         value = value.astype(np.float64)  # (integers past 2^53 round twice: docs/gpu_reference.md)
     code = encoding(value.dtype, target)
     if code == "ENCODE_INT":  # the device's float -> int8 / uint8 conversion wraps: clip finite values first
         lo, hi = (float(b) for b in (np.iinfo(target.numpy).min, np.iinfo(target.numpy).max))
         value = where((value - value == 0) & (value < lo), lo, where((value - value == 0) & (value > hi), hi, value))
-    n = value.size
+    n, dense = value.size, int(isinstance(index, int))
     gpu.launch(
         "scatter",
         (-(-n // TILE), 1, 1),
         value.data,
-        gpu.upload(index),
+        gpu.no_index if dense else gpu.upload(index),
         raw,
         n,
         TILE,
         gpu.constant(code),
+        dense,
     )

@@ -34,9 +34,12 @@ R_SUM, R_MAX, R_MIN, R_PROD = 0, 1, 2, 3
 
 
 @ct.kernel
-def gather(src, index, out, pad, T: ct.Constant[int], DECODE: ct.Constant[int]):
-    """out[i] = decode(src[index[i]]), or ``pad`` where index[i] < 0."""
-    i = ct.load(index, (ct.bid(0),), (T,), padding_mode=ct.PaddingMode.ZERO)
+def gather(src, index, out, pad, T: ct.Constant[int], DECODE: ct.Constant[int], DENSE: ct.Constant[int]):
+    """out[i] = decode(src[index[i]]), or ``pad`` where index[i] < 0; DENSE: index[i] = i (no map is read)."""
+    if DENSE == 1:
+        i = ct.bid(0) * T + ct.arange(T, dtype=ct.int64)
+    else:
+        i = ct.load(index, (ct.bid(0),), (T,), padding_mode=ct.PaddingMode.ZERO)
     inside = i >= 0
     v = ct.gather(src, i, mask=inside, padding_value=0)
     if DECODE == DECODE_E4M3:
@@ -65,10 +68,13 @@ def _f32_round_to_odd(x):
 
 
 @ct.kernel
-def scatter(value, index, out, n, T: ct.Constant[int], ENCODE: ct.Constant[int]):
-    """out[index[i]] = encode(value[i]) for i < n."""
+def scatter(value, index, out, n, T: ct.Constant[int], ENCODE: ct.Constant[int], DENSE: ct.Constant[int]):
+    """out[index[i]] = encode(value[i]) for i < n; DENSE: index[i] = i (no map is read)."""
     b = ct.bid(0)
-    i = ct.load(index, (b,), (T,), padding_mode=ct.PaddingMode.ZERO)
+    if DENSE == 1:
+        i = b * T + ct.arange(T, dtype=ct.int64)
+    else:
+        i = ct.load(index, (b,), (T,), padding_mode=ct.PaddingMode.ZERO)
     v = ct.load(value, (b,), (T,), padding_mode=ct.PaddingMode.ZERO)
     live = (b * T + ct.arange(T, dtype=ct.int64)) < n
     if ENCODE == ENCODE_CAST or ENCODE == ENCODE_RAW or ENCODE == ENCODE_INT_WRAP:  # noqa: SIM109 (constant ==, folded by cuTile)
