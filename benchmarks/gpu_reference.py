@@ -32,9 +32,8 @@ FP64_TENSOR_PEAK_TFLOPS = 67.0
 
 
 def agreement(cases_wanted: int, size: int, seed: int, seconds: float) -> list[str]:
-    """Random cases round-robin over the ops and dtypes: counts of exact / 1-ulp / beyond / declined / failed,
-    per op, until ``cases_wanted`` ran or ``seconds`` passed; the first case of each op beyond 1 ulp or
-    failing is named below the table (its generator index, to rerun it)."""
+    """Random cases round-robin over ops and dtypes until ``cases_wanted`` ran or ``seconds`` passed: counts per op,
+    and each op's first case beyond 1 ulp or failing named (its generator index, to rerun it)."""
     import sigdnn
     from sigdnn.errors import GraphError, NoPlanError
     from sigdnn.plan_builders.gpu_reference import cases
@@ -70,10 +69,9 @@ def agreement(cases_wanted: int, size: int, seed: int, seconds: float) -> list[s
             u = agreement_ulps(np.asarray(got[name]), want[name])
             worst, ones = max(worst, int(u.max(initial=0))), ones + int((u == 1).sum())
         counts[op]["exact" if worst == 0 else "1 ulp" if worst == 1 else "beyond"] += 1
+        counts[op]["1-ulp elements"], ran = counts[op]["1-ulp elements"] + ones, ran + 1
         if worst > 1:
             firsts.setdefault(op, f"{op} {dtype} case {i}: {worst} ulps")
-        counts[op]["1-ulp elements"] += ones
-        ran += 1
     lines = [f"{ran} cases in {time.perf_counter() - started:.0f} s (size {size}, seed {seed})", ""]
     columns = ("exact", "1 ulp", "1-ulp elements", "beyond", "declined", "failed")
     lines += ["| op | exact | at 1 ulp | 1-ulp elements | beyond 1 ulp | declined | failed |", "|" + "---|" * 7]

@@ -1,9 +1,7 @@
 """Whole models through sigdnn's GPU backend against torch in the same run (issue #30's model benchmark).
 
-    python benchmarks/models.py --dry-run     # no GPU needed: every model built at full size; steps, views,
-                                              # declared memory, and which nodes no GPU builder's check takes
-    python benchmarks/models.py               # on the GPU: each model timed through Executor("gpu") against
-                                              # torch eager and torch.compile (default mode, needs Triton)
+    python benchmarks/models.py --dry-run     # no GPU: every model planned at full size (steps, memory, declines)
+    python benchmarks/models.py               # on the GPU: vs torch eager and torch.compile (needs Triton)
     python benchmarks/models.py --models resnet50 --iters 20 --no-compile --profile   # + the slowest steps
     python benchmarks/models.py --onnx DIR    # torchvision exports through `sigdnn run` (skipped without torchvision)
 
@@ -181,14 +179,9 @@ def host_inputs(graph: sigdnn.Graph) -> dict[str, Any]:
 def slowest_steps(executor: Any, plan: Any, pack: dict[str, Any], count: int = 12) -> list[str]:
     """The ``count`` slowest steps of one execute run step by step (the device synchronized after each)."""
     times: list[tuple[float, str, str]] = []
-    executor.execute(
-        plan, pack, to_host=False, on_step=lambda i, step, s: times.append((s, step.name, step.builder.name))
-    )
-    total = sum(s for s, _, _ in times)
-    return [
-        f"    {s * 1e3:8.3f} ms {s / total:5.1%}  {name} ({builder})"
-        for s, name, builder in sorted(times)[::-1][:count]
-    ]
+    executor.execute(plan, pack, to_host=False, on_step=lambda _, st, s: times.append((s, st.name, st.builder.name)))
+    total = sum(t[0] for t in times)
+    return [f"    {s * 1e3:8.3f} ms {s / total:5.1%}  {n} ({b})" for s, n, b in sorted(times, reverse=True)[:count]]
 
 
 def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, profile: bool = False) -> None:
@@ -217,9 +210,8 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, prof
     views = sum(s.builder.name == "view" for s in plan.steps)
     sigdnn_ms = cuda_time(torch, ours, iters)
     launches = kernel_launches(torch, ours)
-    ours_bytes = (
-        plan.memory.peak_bytes + plan.workspace_bytes + sum(o.numel() * o.element_size() for o in outputs.values())
-    )
+    out_bytes = sum(o.numel() * o.element_size() for o in outputs.values())
+    ours_bytes = plan.memory.peak_bytes + plan.workspace_bytes + out_bytes
     function = getattr(models_torch, model.torch_name)
 
     def eager(p: dict[str, Any]) -> dict[str, Any]:
