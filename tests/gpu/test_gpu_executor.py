@@ -119,3 +119,27 @@ def test_the_capturing_path_waits_for_torch_s_stream() -> None:
     for k in ("out", "skip_out"):
         np.testing.assert_allclose(got[k], want[k], rtol=2e-6, atol=1e-30, err_msg=k)
     assert captured and not any(np.isnan(a).any() for a in captured.values())
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_a_gemm_reads_the_callers_weights_through_a_transposed_view(cuda_graphs: bool) -> None:
+    """dy @ w^T as a decoder layer's backward writes it: w^T a view of the caller's w (no copy), the GEMM
+    reading it K-major; a second caller w moves the view (and a CUDA graph recorded on the first)."""
+    _skip_without_gpu()
+    torch = pytest.importorskip("torch")
+    from sigdnn.graph.views import view_layout
+
+    g = sigdnn.Graph("dgrad", io_dtype="bfloat16", compute_dtype="float32")
+    dy, w = g.tensor("dy", (256, 384)), g.tensor("w", (512, 384))
+    g.matmul(dy, view_layout(g, g.transpose(w, (1, 0), name="w_t")), name="mm").set_output(True).set_name("dx")
+    ex = sigdnn.Executor("gpu", cuda_graphs=cuda_graphs)
+    plan = ex.prepare(g)
+    assert {s.name: s.builder.name for s in plan.steps}["w_t"] == "view" and plan.memory.input_views
+    report = sigdnn.validate(g, seed=5, executor=ex)
+    assert report.passed, report.table()
+    for seed in (1, 2, 3):
+        gen = torch.Generator().manual_seed(seed)
+        host = {n: torch.randn(*t.dims, generator=gen).to(torch.bfloat16) for n, t in (("dy", dy), ("w", w))}
+        got = ex.execute(plan, {n: t.cuda() for n, t in host.items()}, out="torch")["dx"]
+        want = host["dy"].double() @ host["w"].double().T
+        torch.testing.assert_close(got.cpu().double(), want, rtol=2e-2, atol=2e-2)
