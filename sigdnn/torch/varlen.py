@@ -52,11 +52,21 @@ def packed(t: Tensor, tokens: int) -> Tensor:
 def varlen_tensors(q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor, max_q: int,
                    max_kv: int) -> tuple[Tensor, ...]:  # fmt: skip
     """The graph's inputs (graphs.VARLEN_PORTS) from the packed tensors and their cu_seqlens."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 3:
+            raise UsageError(f"sdpa_varlen: {name} must be token-packed [T, H, E], got {t.dim()}-d {list(t.shape)}")
+    for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_kv", cu_kv)):
+        if cu.dim() != 1 or cu.dtype not in (torch.int32, torch.int64):
+            raise UsageError(f"sdpa_varlen: {name} must be a 1-d int32 / int64 tensor, got {cu.dtype} {list(cu.shape)}")
     batch = cu_q.numel() - 1
     if batch < 1 or cu_kv.numel() != batch + 1:
         raise UsageError(f"sdpa_varlen: cu_seqlens_q has {cu_q.numel()} entries, cu_seqlens_kv {cu_kv.numel()}; "
                          "both need B + 1 >= 2")  # fmt: skip
+    if min(max_q, max_kv) < 1:
+        raise UsageError(f"sdpa_varlen: max_seqlen_q {max_q} and max_seqlen_kv {max_kv} must be >= 1")
     for name, cu, t in (("q", cu_q, q), ("k", cu_kv, k), ("v", cu_kv, v)):
+        if int(cu[0]) != 0:
+            raise UsageError(f"sdpa_varlen: the cu_seqlens for {name} start at {int(cu[0])}, not 0")
         if int(cu[-1]) != t.shape[0]:
             raise UsageError(f"sdpa_varlen: the last cu_seqlens entry for {name} is {int(cu[-1])}, "
                              f"but {name} holds {t.shape[0]} tokens")  # fmt: skip

@@ -92,6 +92,16 @@ def test_inconsistent_cu_seqlens_and_lengths_are_refused_by_name():
         st.varlen_attention(q, k, v[:4], cu([3, 2]), cu([3, 2]), 3, 3)
     with pytest.raises(UsageError, match="k holds 5 tokens, more than 2 sequences of 2"):
         st.varlen_attention(q, k, v, cu([3, 2]), cu([3, 2]), 3, 2)
+    with pytest.raises(UsageError, match="q must be token-packed"):
+        st.varlen_attention(q.reshape(5, 8), k, v, cu([3, 2]), cu([3, 2]), 3, 3)
+    with pytest.raises(UsageError, match="cu_seqlens_q must be a 1-d int32 / int64 tensor"):
+        st.varlen_attention(q, k, v, cu([3, 2]).float(), cu([3, 2]), 3, 3)
+    with pytest.raises(UsageError, match="the cu_seqlens for q start at 1, not 0"):
+        st.varlen_attention(q, k, v, torch.tensor([1, 3, 5], dtype=torch.int32), cu([3, 2]), 3, 3)
+    with pytest.raises(UsageError, match="max_seqlen_q 0 and max_seqlen_kv 3 must be >= 1"):
+        st.varlen_attention(q, k, v, cu([3, 2]), cu([3, 2]), 0, 3)
+    with pytest.raises(ExecutionError, match="holds length -1"):  # decreasing cu_seqlens
+        st.varlen_attention(q, k, v, torch.tensor([0, 4, 3, 5], dtype=torch.int32), cu([1, 2, 2]), 4, 3)
     with pytest.raises(ExecutionError, match="seq_len_q"):  # a sequence longer than max_seqlen_q
         st.varlen_attention(q, k, v, cu([4, 1]), cu([3, 2]), 3, 3)
 
