@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sigdnn.plan_builders.gpu_reference.backend import GEMM_TILE, ROW_TILE, TILE, Gpu
+from sigdnn.plan_builders.gpu_reference.backend import GEMM_TILE, OUTER_TILE, ROW_TILE, TILE, Gpu
 
 
 def row_major_index(shape: tuple[int, ...]) -> np.ndarray:
@@ -74,6 +74,23 @@ class Array:
         index = np.asarray(index, np.int64)
         out = Array.empty(self.gpu, index.shape, self.dtype)
         gather(self.gpu, self.data, index, out.data, pad, "DECODE_RAW")
+        return out
+
+    def take_outer(self, rows: np.ndarray, cols: np.ndarray) -> Array:
+        """out[i, j] = flat self[rows[i] + cols[j]], 0 where cols[j] < 0: an index map that is an outer sum,
+        uploaded as its two sides (an im2col map is rows x cols entries; its sides are C and taps x N x P)."""
+        out = Array.empty(self.gpu, (rows.size, cols.size), self.dtype)
+        tr, tc = OUTER_TILE
+        self.gpu.launch(
+            "gather_outer",
+            (math.ceil(cols.size / tc), math.ceil(rows.size / tr), 1),
+            self.data,
+            self.gpu.upload(np.asarray(rows, np.int64)),
+            self.gpu.upload(np.asarray(cols, np.int64)),
+            self.gpu.shaped(out.data, out.shape),
+            tr,
+            tc,
+        )
         return out
 
     @classmethod

@@ -29,6 +29,7 @@ IMPORT_LINE = "import cuda.tile as ct\n"
 TILE = 1024  # elements a block of the flat kernels handles
 ROW_TILE = 256  # lanes of a row reduction
 GEMM_TILE = (64, 64, 16)  # (rows, columns, depth) of a GEMM block's float64 tile
+OUTER_TILE = (16, 256)  # (rows, columns) of a gather_outer block
 BYTE_VIEWED = ("bool", "float8_e4m3fn", "float8_e5m2")  # dtypes a kernel reads as bytes
 
 _modules: dict[bool, ModuleType] = {}

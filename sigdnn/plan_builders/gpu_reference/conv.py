@@ -1,15 +1,19 @@
 """GPU reference convolution: fprop, dgrad and wgrad as im2col GEMMs in float64.
 
 y[n, k, o] = sum over c of k's group and taps r of x[n, c, o*stride + r*dilation - pre] w[k, c, r]
-(cross-correlation, docs/ops.md). Each pass gathers its operand's columns by a
-host-made window map (``windows``), then one float64 GEMM per image and
-group:
+(cross-correlation, docs/ops.md). Each pass gathers its operand's im2col
+matrix, rows (channel c, tap t) and columns (image n, position p), from a
+host-made window map (``windows``): element (c, t), (n, p) sits at
+c * S + n * C * S + window[p, t] of the packed source, an outer sum of a
+row map of C entries and a column map of taps x N x P (``Array.take_outer``;
+the map of every element would be their product). Then one float64 GEMM
+per group, over every image at once:
 
-* fprop: y[n, g] = W[g] (Kg x Cg*R) @ col(x)[n, g] (Cg*R x O);
-* dgrad: dx[n, g] = W[g]^T arranged (Cg x Kg*R) @ col(dy)[n, g] (Kg*R x S),
+* fprop: y[g] = W[g] (Kg x Cg*R) @ col(x)[g] (Cg*R x N*O), then (K, N, O) -> (N, K, O);
+* dgrad: dx[g] = W[g]^T arranged (Cg x Kg*R) @ col(dy)[g] (Kg*R x N*S),
   col(dy) holding for each input position and tap the dy element whose
   window put that tap there;
-* wgrad: dw[g] = dy[g] (Kg x N*O) @ col(x)[g]^T (N*O x Cg*R).
+* wgrad: dw[g]^T = col(x)[g] (Cg*R x N*O) @ dy[g]^T (N*O x Kg).
 """
 
 from __future__ import annotations
@@ -30,16 +34,21 @@ from sigdnn.plan_builders.gpu_reference.base import Formula, GpuReferenceBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 
 
-def columns(source_shape: tuple[int, ...], groups: int, window: np.ndarray) -> np.ndarray:
-    """Index map (N, G, Cg * taps, positions) into a packed (N, C, *S) tensor: channel c of group g,
-    tap t, position p reads window[p, t] (or -1)."""
-    n, c = source_shape[:2]
-    spatial = math.prod(source_shape[2:])
-    cg = c // groups
+def im2col(source: Array, groups: int, window: np.ndarray) -> Array:
+    """(G, Cg * taps, N * positions) of a packed (N, C, *S) source: channel c of group g and tap t in row
+    c' * taps + t, image n and position p in column n * positions + p; window[p, t] (or -1: 0) places it."""
+    n, c = source.shape[:2]
+    spatial = math.prod(source.shape[2:])
     positions, taps = window.shape
-    base = row_major_index((n, c))[:, :, None, None] * spatial  # (N, C, 1, 1)
-    index = np.where(window.T[None, None] >= 0, base + window.T[None, None], -1)  # (N, C, taps, positions)
-    return index.reshape(n, groups, cg * taps, positions)
+    image = (np.arange(n, dtype=np.int64) * c * spatial)[None, :, None]  # (1, N, 1)
+    cols = np.where(window.T[:, None, :] >= 0, image + window.T[:, None, :], -1)  # (taps, N, positions)
+    col = source.take_outer(np.arange(c, dtype=np.int64) * spatial, cols.reshape(-1))  # (C, taps * N * P)
+    return col.reshape(groups, (c // groups) * taps, n * positions)
+
+
+def channels_first(y: Array, n: int) -> Array:
+    """(K, N, P) -> (N, K, P)."""
+    return y.transpose(1, 0, 2) if n > 1 else y.reshape(1, *y.shape[0:1], -1)
 
 
 def fprop(x: Array, w: Array, op: ConvFprop) -> Array:
@@ -48,12 +57,8 @@ def fprop(x: Array, w: Array, op: ConvFprop) -> Array:
     groups = c // cg
     window = windows.forward(size, kernel, op.pre_padding, op.post_padding, op.stride, op.dilation)
     out = [windows.out_size(*a) for a in zip(size, op.pre_padding, op.post_padding, kernel, op.stride, op.dilation)]
-    col = x.take(columns(x.shape, groups, window))  # (N, G, Cg*R, O)
-    wg = w.reshape(groups, k // groups, cg * math.prod(kernel)).broadcast_to(
-        (n, groups, k // groups, cg * math.prod(kernel))
-    )
-    y = wg.reshape(n * groups, k // groups, -1).matmul(col.reshape(n * groups, cg * math.prod(kernel), -1))
-    return y.reshape(n, k, *out)
+    y = w.reshape(groups, k // groups, cg * math.prod(kernel)).matmul(im2col(x, groups, window))  # (G, Kg, N*O)
+    return channels_first(y.reshape(k, n, window.shape[0]), n).reshape(n, k, *out)
 
 
 def dgrad(dy: Array, w: Array, dx_dims: tuple[int, ...], op: ConvDgrad) -> Array:
@@ -61,25 +66,21 @@ def dgrad(dy: Array, w: Array, dx_dims: tuple[int, ...], op: ConvDgrad) -> Array
     k, cg, *kernel = w.shape
     groups, kg, taps = c // cg, k // (c // cg), math.prod(kernel)
     window = windows.inverse(size, dy.shape[2:], kernel, op.pre_padding, op.stride, op.dilation)
-    col = dy.take(columns(dy.shape, groups, window))  # (N, G, Kg*R, S)
     # W[g] arranged (Cg, Kg*R): element (c, k*R + r) = w[g*Kg + k, c, r]
     wt = w.take(row_major_index((groups, kg, cg, taps)).transpose(0, 2, 1, 3).reshape(groups, cg, kg * taps))
-    wt = wt.broadcast_to((n, groups, cg, kg * taps)).reshape(n * groups, cg, kg * taps)
-    dx = wt.matmul(col.reshape(n * groups, kg * taps, -1))
-    return dx.reshape(*dx_dims)
+    dx = wt.matmul(im2col(dy, groups, window))  # (G, Cg, N*S)
+    return channels_first(dx.reshape(c, n, window.shape[0]), n).reshape(*dx_dims)
 
 
 def wgrad(x: Array, dy: Array, dw_dims: tuple[int, ...], op: ConvWgrad) -> Array:
     n, c, *size = x.shape
     k, cg, *kernel = dw_dims
-    groups, kg, taps = c // cg, k // (c // cg), math.prod(kernel)
+    groups, kg = c // cg, k // (c // cg)
     window = windows.forward(size, kernel, op.pre_padding, op.post_padding, op.stride, op.dilation)
-    col = x.take(columns(x.shape, groups, window))  # (N, G, Cg*R, O)
     positions = window.shape[0]
-    # (G, N*O, Cg*R) and dy as (G, Kg, N*O)
-    b = col.transpose(1, 0, 3, 2).reshape(groups, n * positions, cg * taps)
-    a = dy.reshape(n, groups, kg, positions).transpose(1, 2, 0, 3).reshape(groups, kg, n * positions)
-    return a.matmul(b).reshape(*dw_dims)
+    dy_t = dy.reshape(n, groups, kg, positions).transpose(1, 0, 3, 2).reshape(groups, n * positions, kg)
+    dw_t = im2col(x, groups, window).matmul(dy_t)  # (G, Cg*R, Kg)
+    return dw_t.transpose(0, 2, 1).reshape(*dw_dims)
 
 
 class GpuReferenceConvFprop(GpuReferenceBuilder):
