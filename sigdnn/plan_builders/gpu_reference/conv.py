@@ -46,11 +46,6 @@ def im2col(source: Array, groups: int, window: np.ndarray) -> Array:
     return col.reshape(groups, (c // groups) * taps, n * positions)
 
 
-def channels_first(y: Array, n: int) -> Array:
-    """(K, N, P) -> (N, K, P)."""
-    return y.transpose(1, 0, 2) if n > 1 else y.reshape(1, *y.shape[0:1], -1)
-
-
 def fprop(x: Array, w: Array, op: ConvFprop) -> Array:
     n, c, *size = x.shape
     k, cg, *kernel = w.shape
@@ -58,7 +53,7 @@ def fprop(x: Array, w: Array, op: ConvFprop) -> Array:
     window = windows.forward(size, kernel, op.pre_padding, op.post_padding, op.stride, op.dilation)
     out = [windows.out_size(*a) for a in zip(size, op.pre_padding, op.post_padding, kernel, op.stride, op.dilation)]
     y = w.reshape(groups, k // groups, cg * math.prod(kernel)).matmul(im2col(x, groups, window))  # (G, Kg, N*O)
-    return channels_first(y.reshape(k, n, window.shape[0]), n).reshape(n, k, *out)
+    return y.reshape(k, n, window.shape[0]).transpose(1, 0, 2).reshape(n, k, *out)  # (K, N, O) -> (N, K, O)
 
 
 def dgrad(dy: Array, w: Array, dx_dims: tuple[int, ...], op: ConvDgrad) -> Array:
@@ -69,7 +64,7 @@ def dgrad(dy: Array, w: Array, dx_dims: tuple[int, ...], op: ConvDgrad) -> Array
     # W[g] arranged (Cg, Kg*R): element (c, k*R + r) = w[g*Kg + k, c, r]
     wt = w.take(row_major_index((groups, kg, cg, taps)).transpose(0, 2, 1, 3).reshape(groups, cg, kg * taps))
     dx = wt.matmul(im2col(dy, groups, window))  # (G, Cg, N*S)
-    return channels_first(dx.reshape(c, n, window.shape[0]), n).reshape(*dx_dims)
+    return dx.reshape(c, n, window.shape[0]).transpose(1, 0, 2).reshape(*dx_dims)
 
 
 def wgrad(x: Array, dy: Array, dw_dims: tuple[int, ...], op: ConvWgrad) -> Array:
