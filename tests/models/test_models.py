@@ -173,6 +173,29 @@ def test_llama_layer_heads_are_views_and_full_size_has_7b_layer_parameters() -> 
     assert sum(t.size for t in g.inputs if t.name != "x") == 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
 
 
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: llama_layer(2, 8, 32, 4, 48, kv_heads=2, backward=True),
+        lambda: resnet50_training(2, 32, 10, width=4, blocks=(1, 1, 1, 1)),
+    ],
+    ids=["llama_layer_backward", "resnet50_training"],
+)
+def test_on_the_gpu_every_data_movement_of_the_backward_graphs_is_a_view(build) -> None:
+    """The weights' transposes for the dgrad GEMMs and dy's row reshapes read the caller's tensors in place
+    (views into inputs, GPU backends only); on the H200 their copies were 9.9 of the Llama step's 16.1 ms."""
+    from sigdnn.executor.views import plan_views
+    from sigdnn.graph.checks import check_graph
+    from sigdnn.graph.limits import DEFAULT_LIMITS
+
+    g = build()
+    order = check_graph(g, DEFAULT_LIMITS)
+    views = plan_views(g, order, lambda i: True, into_inputs=True)
+    moved = {i for i, n in enumerate(g.nodes) if n.op.moves_data}
+    assert moved and moved <= views.nodes, sorted(g.nodes[i].name for i in moved - views.nodes)
+    assert not moved <= plan_views(g, order, lambda i: True, into_inputs=False).nodes  # the inputs' views
+
+
 # -- ViT ----------------------------------------------------------------------------
 VIT = {"patch": 8, "dim": 64, "depth": 2, "heads": 4, "mlp": 128, "dtype": "float32"}
 
