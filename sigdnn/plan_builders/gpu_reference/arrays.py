@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from sigdnn.graph.layout import packed_strides
 from sigdnn.plan_builders.gpu_reference.backend import GEMM_TILE, OUTER_TILE, ROW_TILE, TILE, Gpu
 
 
@@ -76,9 +77,18 @@ class Array:
         gather(self.gpu, self.data, index, out.data, pad, "DECODE_RAW")
         return out
 
-    def take_outer(self, rows: np.ndarray, cols: np.ndarray) -> Array:
-        """out[i, j] = flat self[rows[i] + cols[j]], 0 where cols[j] < 0: an index map that is an outer sum,
-        uploaded as its two sides (an im2col map is rows x cols entries; its sides are C and taps x N x P)."""
+    def strided(self, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> Array:
+        """The elements flat self[offset + sum of i_a * strides[a]] in ``shape`` (a transpose, broadcast or row
+        of self): one gather over the outer sum of the leading and the trailing axes' offsets, each side a map
+        of about the square root of the result's size instead of a map of every element."""
+        shape = tuple(int(d) for d in shape)
+        split = min(range(len(shape) + 1), key=lambda k: max(math.prod(shape[:k]), math.prod(shape[k:])))
+        rows, cols = (_offsets(shape[a:b], strides[a:b]) for a, b in ((0, split), (split, len(shape))))
+        return self.take_outer(rows + offset, cols).reshape(*shape)
+
+    def take_outer(self, rows: np.ndarray, cols: np.ndarray, pad: float = 0.0) -> Array:
+        """out[i, j] = flat self[rows[i] + cols[j]], ``pad`` where cols[j] < 0: an index map that is an outer
+        sum, uploaded as its two sides (an im2col map is rows x cols entries; its sides are C and taps x N x P)."""
         out = Array.empty(self.gpu, (rows.size, cols.size), self.dtype)
         tr, tc = OUTER_TILE
         self.gpu.launch(
@@ -88,6 +98,7 @@ class Array:
             self.gpu.upload(np.asarray(rows, np.int64)),
             self.gpu.upload(np.asarray(cols, np.int64)),
             self.gpu.shaped(out.data, out.shape),
+            int(pad) if self.dtype.kind in "iu" else float(pad),  # a scalar of out's kind
             tr,
             tc,
         )
@@ -111,7 +122,8 @@ class Array:
 
     def row(self, i: int) -> Array:
         """self[i] along the first axis."""
-        return self.take(row_major_index(self.shape)[i])
+        strides = packed_strides(self.shape)
+        return self.strided(self.shape[1:], strides[1:], i * strides[0])
 
     def astype(self, dtype: Any) -> Array:
         """The values converted to ``dtype`` (int64 -> float64 rounds to nearest; float -> int64 truncates)."""
@@ -121,13 +133,18 @@ class Array:
 
     def transpose(self, *axes: int) -> Array:
         axes = tuple(axes[0]) if len(axes) == 1 and isinstance(axes[0], tuple) else axes
-        return self.take(row_major_index(self.shape).transpose(axes))
+        strides = packed_strides(self.shape)
+        return self.strided([self.shape[a] for a in axes], [strides[a] for a in axes])
 
     def broadcast_to(self, shape: Sequence[int]) -> Array:
         shape = tuple(shape)
         if shape == self.shape:
             return self
-        return self.take(np.broadcast_to(row_major_index(self.shape), shape))
+        if len(shape) < len(self.shape) or np.broadcast_shapes(self.shape, shape) != shape:
+            raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+        lead = len(shape) - len(self.shape)
+        own = (0,) * lead + tuple(s if d > 1 else 0 for d, s in zip(self.shape, packed_strides(self.shape)))
+        return self.strided(shape, own)
 
     # -- elementwise -----------------------------------------------------------
     def _elementwise_into(self, mode: str, operands: tuple[Any, ...]) -> None:
@@ -273,6 +290,16 @@ def _identity(mode: str, dtype: np.dtype) -> float | int:
         info = np.iinfo(np.int64)
         return {"SUM": 0, "PROD": 1, "MAX": int(info.min), "MIN": int(info.max)}[mode]
     return {"SUM": 0.0, "PROD": 1.0, "MAX": -math.inf, "MIN": math.inf}[mode]
+
+
+def _offsets(shape: tuple[int, ...], strides: Sequence[int]) -> np.ndarray:
+    """Flat int64 sum of i_a * strides[a] over ``shape``, row-major (one 0 for no axes)."""
+    total = np.zeros(shape, np.int64)
+    for axis, (d, s) in enumerate(zip(shape, strides, strict=True)):
+        total = total + (np.arange(d, dtype=np.int64) * int(s)).reshape(
+            [d if a == axis else 1 for a in range(len(shape))]
+        )
+    return total.reshape(-1)
 
 
 def gather(gpu: Gpu, src: Any, index: np.ndarray | int, out: Any, pad: float, decode: str) -> None:

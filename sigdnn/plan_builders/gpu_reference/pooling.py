@@ -21,7 +21,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.pooling import Pooling
 from sigdnn.plan_builders.gpu_reference import windows
-from sigdnn.plan_builders.gpu_reference.arrays import Array, row_major_index, where
+from sigdnn.plan_builders.gpu_reference.arrays import Array, where
 from sigdnn.plan_builders.gpu_reference.base import Formula, GpuReferenceBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 
@@ -30,11 +30,12 @@ def _dilation(op: Pooling) -> tuple[int, ...]:
     return (1,) * len(op.window)
 
 
-def planes(shape: tuple[int, ...], window: np.ndarray) -> np.ndarray:
-    """Index map (N, C, positions, taps) into a packed (N, C, *S) tensor by a window map, -1 kept."""
-    spatial = math.prod(shape[2:])
-    base = row_major_index(shape[:2])[:, :, None, None] * spatial
-    return np.where(window[None, None] >= 0, base + window[None, None], -1)
+def planes(source: Array, window: np.ndarray, pad: float = 0.0) -> Array:
+    """(N, C, positions, taps) of a packed (N, C, *S) source by a window map, ``pad`` where it holds -1: one
+    gather over the outer sum of the planes' starts (N x C) and the window (positions x taps)."""
+    n, c, *size = source.shape
+    starts = np.arange(n * c, dtype=np.int64) * math.prod(size)
+    return source.take_outer(starts, window.reshape(-1), pad).reshape(n, c, *window.shape)
 
 
 def divisor(op: Pooling, window: np.ndarray) -> float | np.ndarray:
@@ -50,7 +51,7 @@ def pool(x: Array, op: Pooling) -> Array:
     out = [
         windows.out_size(*a) for a in zip(size, op.pre_padding, op.post_padding, op.window, op.stride, _dilation(op))
     ]
-    taps = x.take(planes(x.shape, window), pad=-math.inf if op.mode == "max" else 0.0)
+    taps = planes(x, window, -math.inf if op.mode == "max" else 0.0)
     if op.mode == "max":
         y = taps.reduce_last("MAX")
     else:
@@ -61,7 +62,7 @@ def pool(x: Array, op: Pooling) -> Array:
 
 def chosen_taps(x: Array, op: Pooling, window: np.ndarray) -> Array:
     """(N, C, positions): the tap each max window sends its gradient to (a float64 tap number)."""
-    taps = x.take(planes(x.shape, window), pad=-math.inf)
+    taps = planes(x, window, -math.inf)
     real = Array.from_host(x.gpu, (window >= 0).astype(np.float64))
     number = Array.from_host(x.gpu, np.arange(window.shape[1], dtype=np.float64))
     nan = taps.apply("ISNAN") & real
@@ -76,15 +77,14 @@ def pool_backward(dy: Array, x: Array, op: Pooling) -> Array:
     forward = windows.forward(size, op.window, op.pre_padding, op.post_padding, op.stride, _dilation(op))
     inverse = windows.inverse(size, out, op.window, op.pre_padding, op.stride, _dilation(op))
     grad = dy.reshape(*dy.shape[:2], math.prod(out))
-    index = planes(grad.shape, inverse)  # (N, C, inputs, taps) into grad
-    if op.mode == "max":
+    if op.mode == "max":  # planes(..., inverse): (N, C, inputs, taps) into the outputs
         number = Array.from_host(dy.gpu, np.arange(inverse.shape[1], dtype=np.float64))
-        picked = chosen_taps(x, op, forward).take(index, pad=-1.0) == number
-        parts = where(picked, grad.take(index), 0.0)
+        picked = planes(chosen_taps(x, op, forward), inverse, -1.0) == number
+        parts = where(picked, planes(grad, inverse), 0.0)
     else:
         d = divisor(op, forward)
         share = grad / (d if isinstance(d, float) else Array.from_host(dy.gpu, d))
-        parts = share.take(index)
+        parts = planes(share, inverse)
     return parts.reduce_last("SUM").reshape(*x.shape)
 
 

@@ -54,15 +54,15 @@ def gather(src, index, out, pad, T: ct.Constant[int], DECODE: ct.Constant[int], 
 
 
 @ct.kernel
-def gather_outer(src, rows, cols, out, TR: ct.Constant[int], TC: ct.Constant[int]):
-    """out[i, j] = src[rows[i] + cols[j]], 0 where cols[j] < 0: an im2col matrix from two small maps (columns
-    blocks on grid x, which is not bounded to 65,535)."""
+def gather_outer(src, rows, cols, out, pad, TR: ct.Constant[int], TC: ct.Constant[int]):
+    """out[i, j] = src[rows[i] + cols[j]], ``pad`` where cols[j] < 0: an im2col matrix or a strided view from
+    two small maps (column blocks on grid x, which is not bounded to 65,535)."""
     r = ct.load(rows, (ct.bid(1),), (TR,), padding_mode=ct.PaddingMode.ZERO)
     c = ct.load(cols, (ct.bid(0),), (TC,), padding_mode=ct.PaddingMode.ZERO)
     cc = ct.broadcast_to(ct.reshape(c, (1, TC)), (TR, TC))
     index = ct.broadcast_to(ct.reshape(r, (TR, 1)), (TR, TC)) + cc
-    v = ct.gather(src, index, mask=cc >= 0, padding_value=0)
-    ct.store(out, (ct.bid(1), ct.bid(0)), ct.astype(v, out.dtype))
+    v = ct.astype(ct.gather(src, index, mask=cc >= 0, padding_value=0), out.dtype)
+    ct.store(out, (ct.bid(1), ct.bid(0)), ct.where(cc >= 0, v, ct.full((TR, TC), pad, out.dtype)))
 
 
 @ct.function
