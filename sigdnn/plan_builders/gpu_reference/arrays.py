@@ -140,7 +140,11 @@ class Array:
         shape = tuple(shape)
         if shape == self.shape:
             return self
-        if len(shape) < len(self.shape) or np.broadcast_shapes(self.shape, shape) != shape:
+        try:
+            fits = len(shape) >= len(self.shape) and np.broadcast_shapes(self.shape, shape) == shape
+        except ValueError:
+            fits = False
+        if not fits:
             raise ValueError(f"cannot broadcast {self.shape} to {shape}")
         lead = len(shape) - len(self.shape)
         own = (0,) * lead + tuple(s if d > 1 else 0 for d, s in zip(self.shape, packed_strides(self.shape)))

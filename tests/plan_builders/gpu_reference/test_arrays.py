@@ -72,3 +72,47 @@ def test_an_int64_constant_past_two_to_the_53_is_exact(gpu: Gpu) -> None:
     big = 2**53 + 1  # not a float64
     assert Array.full(gpu, (3,), big, np.int64).host().tolist() == [big] * 3
     assert (Array.full(gpu, (2,), 1, np.int64) + big).host().tolist() == [big + 1] * 2
+
+
+@pytest.mark.parametrize(("shape", "target"), [((1, 5), (5,)), ((2, 3), (3, 3)), ((2, 3), (2, 1, 3))], ids=str)
+def test_a_broadcast_numpy_refuses_is_refused(gpu: Gpu, shape, target) -> None:
+    with pytest.raises(ValueError, match="cannot broadcast"):
+        Array.from_host(gpu, np.zeros(shape)).broadcast_to(target)
+
+
+@pytest.mark.parametrize(
+    ("make", "sides"),
+    [
+        (lambda a: a.transpose(3, 2, 1, 0), (256, 256)),  # the first two axes' offsets, then the last two's
+        (lambda a: a.broadcast_to((4, 16, 16, 16, 16)), (1024, 256)),  # the best split on axis boundaries
+        (lambda a: a.row(3), (16, 256)),
+    ],
+    ids=["transpose", "broadcast", "row"],
+)
+def test_strided_views_upload_two_maps_of_about_the_root_of_their_size(gpu: Gpu, monkeypatch, make, sides) -> None:
+    """Not one map entry per element: a 65,536-element transpose uploads maps of 256 and 256 entries."""
+    host = np.arange(16**4, dtype=np.float64).reshape(16, 16, 16, 16)
+    uploads: list[int] = []
+    original = Gpu.upload
+    monkeypatch.setattr(Gpu, "upload", lambda self, a: uploads.append(np.asarray(a).size) or original(self, a))
+    a = Array.from_host(gpu, host)
+    uploads.clear()
+    got = make(a)
+    assert tuple(uploads) == sides
+    np.testing.assert_array_equal(got.host(), make(_NumpyArray(host)))
+
+
+class _NumpyArray:
+    """The same three operations on a NumPy array, for the expected values."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+
+    def transpose(self, *axes: int) -> np.ndarray:
+        return self.a.transpose(axes)
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.broadcast_to(self.a, shape)
+
+    def row(self, i: int) -> np.ndarray:
+        return self.a[i]
