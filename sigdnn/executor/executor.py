@@ -160,8 +160,9 @@ class Executor:
         flow = Dataflow(graph, order)
         views = NO_VIEWS
         if self.fusion:  # a pinned node runs its builder
-            pinned = lambda i: self._pin(graph.nodes[i], keys[i]) is None  # noqa: E731
-            views = plan_views(graph, order, pinned, into_inputs=device.kind == "gpu")
+            views = plan_views(
+                graph, order, lambda i: self._pin(graph.nodes[i], keys[i]) is None, into_inputs=device.kind == "gpu"
+            )
         steps = [*self._region_steps(graph, order, flow, keys, device, views.nodes, policy)]
         claimed = {i for step in steps for i in step.region.nodes}
         for i in order:

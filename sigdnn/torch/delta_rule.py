@@ -93,63 +93,23 @@ def _gradients(kind: str) -> Any:
     return gradients
 
 
-# -- Gated DeltaNet ---------------------------------------------------------------
-@define(f"gdn_bwd{BACKWARD_SCHEMA}")
-def gdn_bwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, cu_seqlens: Tensor, initial_state: Tensor | None,
-            d_o: Tensor, d_final_state: Tensor | None, scale: float | None,
-            use_qk_l2norm: bool) -> tuple[Tensor | None, ...]:  # fmt: skip
-    """(dq, dk, dv, dg, dbeta, d_initial_state or None) of Σ d_o·o + Σ d_final_state·final_state."""
-    return backward("gdn", (q, k, v, g, beta, cu_seqlens, initial_state, d_o, d_final_state), scale, use_qk_l2norm)
+def _register(kind: str) -> Any:
+    """``sigdnn::<kind>`` and ``sigdnn::<kind>_bwd`` (CPU / CUDA kernels, fakes, autograd); the forward op.
+
+    gdn: one decay g [T, H] per head; kda: one per key channel, g [T, H, K] (dg takes g's shape)."""
+    define(f"{kind}_bwd{BACKWARD_SCHEMA}")(lambda *a: backward(kind, a[:9], a[9], a[10]))
+    torch.library.register_fake(f"sigdnn::{kind}_bwd", lib=_LIBRARY)(
+        lambda q, k, v, g, beta, cu_seqlens, initial_state, *_: fake_backward(q, k, v, g, beta, initial_state)
+    )
+    op = define(f"{kind}{FORWARD_SCHEMA}")(lambda *a: forward(kind, a[:7], a[7], a[8], a[9]))
+    torch.library.register_fake(f"sigdnn::{kind}", lib=_LIBRARY)(
+        lambda q, k, v, g, beta, cu_seqlens, initial_state, scale, l2norm, output_final_state: fake_forward(
+            q, v, cu_seqlens, initial_state, output_final_state
+        )
+    )
+    torch.library.register_autograd(f"sigdnn::{kind}", _gradients(kind), setup_context=_context, lib=_LIBRARY)
+    return op
 
 
-@torch.library.register_fake("sigdnn::gdn_bwd", lib=_LIBRARY)
-def _(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, cu_seqlens: Tensor, initial_state: Tensor | None,
-      d_o: Tensor, d_final_state: Tensor | None, scale: float | None, use_qk_l2norm: bool) -> tuple:  # fmt: skip
-    return fake_backward(q, k, v, g, beta, initial_state)
-
-
-@define(f"gdn{FORWARD_SCHEMA}")
-def gdn(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, cu_seqlens: Tensor, initial_state: Tensor | None,
-        scale: float | None, use_qk_l2norm: bool, output_final_state: bool) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-    """(o, final_state or None): Gated DeltaNet over the sequences cu_seqlens packs, one decay g [T, H] per head."""
-    return forward("gdn", (q, k, v, g, beta, cu_seqlens, initial_state), scale, use_qk_l2norm, output_final_state)
-
-
-@torch.library.register_fake("sigdnn::gdn", lib=_LIBRARY)
-def _(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, cu_seqlens: Tensor, initial_state: Tensor | None,
-      scale: float | None, use_qk_l2norm: bool, output_final_state: bool) -> tuple:  # fmt: skip
-    return fake_forward(q, v, cu_seqlens, initial_state, output_final_state)
-
-
-torch.library.register_autograd("sigdnn::gdn", _gradients("gdn"), setup_context=_context, lib=_LIBRARY)
-
-
-# -- Kimi Delta Attention -----------------------------------------------------------
-@define(f"kda_bwd{BACKWARD_SCHEMA}")
-def kda_bwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, cu_seqlens: Tensor, initial_state: Tensor | None,
-            d_o: Tensor, d_final_state: Tensor | None, scale: float | None,
-            use_qk_l2norm: bool) -> tuple[Tensor | None, ...]:  # fmt: skip
-    """gdn_bwd's gradients through kda's recurrence; dg [T, H, K]."""
-    return backward("kda", (q, k, v, g, beta, cu_seqlens, initial_state, d_o, d_final_state), scale, use_qk_l2norm)
-
-
-@torch.library.register_fake("sigdnn::kda_bwd", lib=_LIBRARY)
-def _(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, cu_seqlens: Tensor, initial_state: Tensor | None,
-      d_o: Tensor, d_final_state: Tensor | None, scale: float | None, use_qk_l2norm: bool) -> tuple:  # fmt: skip
-    return fake_backward(q, k, v, g, beta, initial_state)
-
-
-@define(f"kda{FORWARD_SCHEMA}")
-def kda(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, cu_seqlens: Tensor, initial_state: Tensor | None,
-        scale: float | None, use_qk_l2norm: bool, output_final_state: bool) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-    """(o, final_state or None): Kimi Delta Attention, one decay g [T, H, K] per key channel."""
-    return forward("kda", (q, k, v, g, beta, cu_seqlens, initial_state), scale, use_qk_l2norm, output_final_state)
-
-
-@torch.library.register_fake("sigdnn::kda", lib=_LIBRARY)
-def _(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, cu_seqlens: Tensor, initial_state: Tensor | None,
-      scale: float | None, use_qk_l2norm: bool, output_final_state: bool) -> tuple:  # fmt: skip
-    return fake_forward(q, v, cu_seqlens, initial_state, output_final_state)
-
-
-torch.library.register_autograd("sigdnn::kda", _gradients("kda"), setup_context=_context, lib=_LIBRARY)
+gdn = _register("gdn")  # (o, final_state or None) over the sequences cu_seqlens packs
+kda = _register("kda")

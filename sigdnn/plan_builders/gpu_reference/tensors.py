@@ -103,7 +103,8 @@ def scatter(gpu: Gpu, value: Array, raw: Any, index: np.ndarray | int, target: D
     code = encoding(value.dtype, target)
     if code == "ENCODE_INT":  # the device's float -> int8 / uint8 conversion wraps: clip finite values first
         lo, hi = (float(b) for b in (np.iinfo(target.numpy).min, np.iinfo(target.numpy).max))
-        value = where((value - value == 0) & (value < lo), lo, where((value - value == 0) & (value > hi), hi, value))
+        finite = value - value == 0
+        value = where(finite & (value < lo), lo, where(finite & (value > hi), hi, value))
     n, dense = value.size, int(isinstance(index, int))
     gpu.launch(
         "scatter",
