@@ -97,11 +97,19 @@ def _register(kind: str) -> Any:
     """``sigdnn::<kind>`` and ``sigdnn::<kind>_bwd`` (CPU / CUDA kernels, fakes, autograd); the forward op.
 
     gdn: one decay g [T, H] per head; kda: one per key channel, g [T, H, K] (dg takes g's shape)."""
-    define(f"{kind}_bwd{BACKWARD_SCHEMA}")(lambda *a: backward(kind, a[:9], a[9], a[10]))
+    define(f"{kind}_bwd{BACKWARD_SCHEMA}")(
+        lambda q, k, v, g, beta, cu_seqlens, initial_state, d_o, d_final_state, scale, l2norm: backward(
+            kind, (q, k, v, g, beta, cu_seqlens, initial_state, d_o, d_final_state), scale, l2norm
+        )
+    )
     torch.library.register_fake(f"sigdnn::{kind}_bwd", lib=_LIBRARY)(
         lambda q, k, v, g, beta, cu_seqlens, initial_state, *_: fake_backward(q, k, v, g, beta, initial_state)
     )
-    op = define(f"{kind}{FORWARD_SCHEMA}")(lambda *a: forward(kind, a[:7], a[7], a[8], a[9]))
+    op = define(f"{kind}{FORWARD_SCHEMA}")(
+        lambda q, k, v, g, beta, cu_seqlens, initial_state, scale, l2norm, output_final_state: forward(
+            kind, (q, k, v, g, beta, cu_seqlens, initial_state), scale, l2norm, output_final_state
+        )
+    )
     torch.library.register_fake(f"sigdnn::{kind}", lib=_LIBRARY)(
         lambda q, k, v, g, beta, cu_seqlens, initial_state, scale, l2norm, output_final_state: fake_forward(
             q, v, cu_seqlens, initial_state, output_final_state
