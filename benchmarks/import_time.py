@@ -79,13 +79,8 @@ def tiny_graph(path: Path) -> Path:
 
 def heaviest_modules(env: dict[str, str], count: int = 8) -> list[tuple[int, str]]:
     """(self microseconds, module) of the costliest sigdnn modules when the executor is first used."""
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import sigdnn; sigdnn.Executor"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import sigdnn; sigdnn.Executor"], env=env,
+                          capture_output=True, text=True, check=True)  # fmt: skip
     rows = []
     for line in done.stderr.splitlines():
         parts = line.removeprefix("import time:").split("|")
@@ -101,26 +96,17 @@ def main() -> None:
     env = environment()
     rows = {name: [str(tiny_graph(Path(tempfile.mkdtemp()) / "tiny.sdg")) if a == "TINY" else a for a in argv]
             for name, argv in ROWS.items()}  # fmt: skip
-    loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, sigdnn; print(sigdnn.__file__, sorted(m for m in ('rich', 'safetensors', 'torch') if m in sys.modules))",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    probe = "import sys, sigdnn; print(sigdnn.__file__, sorted(m for m in ('rich', 'safetensors', 'torch') if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                            check=True).stdout.strip()  # fmt: skip
     for argv in rows.values():  # warm the file cache (and write bytecode, unless PYTHONDONTWRITEBYTECODE)
         once(argv, env)
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
     for _ in range(args.runs):
         for name, argv in rows.items():
             times[name].append(once(argv, env))
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; runs {args.runs}"
-    )
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
+          f"runs {args.runs}")  # fmt: skip
     print(f"imported: {loaded}")
     print(f"{'command':<42} {'median':>8} {'min':>8} {'max':>8} {'cpu med':>8}")
     for name, pairs in times.items():

@@ -3,7 +3,7 @@
     python benchmarks/models.py --dry-run     # no GPU: every model planned at full size (steps, memory, declines)
     python benchmarks/models.py               # on the GPU: vs torch eager and torch.compile (needs Triton)
     python benchmarks/models.py --models resnet50 --iters 20 --no-compile --profile   # + the slowest steps
-    python benchmarks/models.py --onnx DIR    # torchvision exports through `sigdnn run` (skipped without torchvision)
+    python benchmarks/models.py --onnx DIR [--dry-run]   # torchvision's ONNX exports vs onnxruntime, strict on the GPU
 
 Per model on the GPU: time per execute (median of CUDA-event-timed runs after warm-up) for sigdnn, torch eager
 and torch.compile on the same inputs (models_torch.py: each model in torch's functional ops); sigdnn's steps,
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -63,7 +62,10 @@ MODELS = {
     ),
     "vit_b16": Model(vit, {"batch": 64}, {"batch": 2}, "vit", 12),
 }
-ONNX_MODELS = ("resnet50", "efficientnet_b0", "mobilenet_v3_small", "vit_b_16")
+ONNX_MODELS = ("resnet50", "resnext50_32x4d", "wide_resnet50_2", "densenet121", "inception_v3", "googlenet", "vgg11",
+               "alexnet", "squeezenet1_0", "mobilenet_v2", "mobilenet_v3_small", "mnasnet0_5", "shufflenet_v2_x1_0",
+               "efficientnet_b0", "efficientnet_v2_s", "regnet_y_400mf", "convnext_tiny", "vit_b_16", "swin_t",
+               "maxvit_t")  # fmt: skip
 
 
 def mib(n: int) -> str:
@@ -243,25 +245,49 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, prof
             print("\n".join(f"    {row}" for row in report.table().splitlines() if "FAIL" in row or "worst" in row))
 
 
-def onnx_runs(directory: Path) -> None:
-    """torchvision's models exported by torch.onnx.export, run through `sigdnn run --backend gpu`."""
-    if importlib.util.find_spec("torchvision") is None:
-        print("ONNX models: skipped: torchvision is not installed (pip install torchvision to export them)")
-        return
-    import torch
-    import torchvision
+def onnx_models(directory: Path, on_gpu: bool, iters: int) -> None:
+    """torchvision's models as torch.onnx.export writes them (opset 17, batch 1, 224x224, into DIR when torchvision
+    is installed; else the .onnx files already there): imported, run against onnxruntime (CPU) on the reference
+    (with the steps no GPU builder takes) or strict on the GPU (timed)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from sigdnn.importers import onnx as onnx_import
 
     directory.mkdir(parents=True, exist_ok=True)
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     for name in ONNX_MODELS:
         path = directory / f"{name}.onnx"
-        if not path.exists():
+        if not path.exists() and importlib.util.find_spec("torchvision") is not None:
+            import torch
+            import torchvision
+
             net = getattr(torchvision.models, name)().eval()
-            torch.onnx.export(net, torch.randn(1, 3, 224, 224), path, opset_version=17)
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "sigdnn", "run", str(path), "--backend", "gpu"],
-                              capture_output=True, text=True)  # fmt: skip
-        status = "ok" if done.returncode == 0 else f"failed: {done.stderr.strip().splitlines()[-1:]}"
-        print(f"{name}.onnx: sigdnn run --backend gpu {status} ({time.perf_counter() - started:.1f} s)")
+            for p in net.parameters():  # untrained weights; ViT's head starts at zero, which would make its output 0
+                if not p.any():
+                    torch.nn.init.normal_(p, std=0.02)
+            torch.onnx.export(net, torch.from_numpy(x), path, opset_version=17, dynamo=False)
+        if not path.exists():
+            print(f"{name}: skipped: no {path}, and no torchvision to export it")
+            continue
+        graph = onnx_import.load(path, max_bytes=2**31)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        want = session.run(None, {session.get_inputs()[0].name: x})[0].astype(np.float64)
+        executor = sigdnn.Executor("gpu" if on_gpu else "reference")
+        plan = executor.prepare(graph)  # strict on the GPU: NoPlanError names a node no GPU builder takes
+        pack = {graph.inputs[0].name: x}
+        got = np.asarray(executor.execute(plan, pack)[graph.outputs[0].name], np.float64)
+        error = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
+        line = f"{name}: {len(graph.nodes)} nodes, {executor.backend} vs onnxruntime: max |diff| / max |y| {error:.1e}"
+        if on_gpu:
+            import torch
+
+            ms = cuda_time(torch, lambda e=executor, p=plan, k=pack: e.execute(p, k, to_host=False), iters)
+            line += f", {ms:.3f} ms"
+        else:
+            counts, _ = gpu_declines(graph, plan)
+            line += f"; steps no GPU builder takes: {sum(counts.values())} {dict(counts) or ''}"
+        print(line)
 
 
 def main() -> None:
@@ -272,13 +298,13 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--no-validate", action="store_true", help="skip validate at the validation sizes")
     parser.add_argument("--profile", action="store_true", help="also list each model's slowest steps")
-    parser.add_argument("--onnx", type=Path, metavar="DIR", help="export torchvision models to DIR and run them")
+    parser.add_argument("--onnx", type=Path, metavar="DIR", help="torchvision's ONNX exports in DIR (see onnx_models)")
     args = parser.parse_args()
+    if args.onnx:
+        onnx_models(args.onnx, not args.dry_run, args.iters)
+        return
     if args.dry_run:
         dry_run(args.models)
-        return
-    if args.onnx:
-        onnx_runs(args.onnx)
         return
     for name in args.models:
         gpu_run(name, args.iters, not args.no_compile, not args.no_validate, args.profile)

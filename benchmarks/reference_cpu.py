@@ -383,12 +383,8 @@ def main() -> None:
     parser.add_argument("--only", default="", help="run the cases whose name contains this")
     parser.add_argument("--cores", type=int, default=None, help="pin to this many cores first")
     parser.add_argument("--slow", type=float, default=10.0, help="time a contender once when a run takes this long")
-    parser.add_argument(
-        "--clock",
-        choices=("cpu", "wall"),
-        default=None,
-        help="cpu: the process's CPU time, user + system (the default with --cores 1); wall: elapsed time",
-    )
+    parser.add_argument("--clock", choices=("cpu", "wall"), default=None,
+                        help="cpu: the process's CPU time, user + system (the default with --cores 1); wall: elapsed")  # fmt: skip
     args = parser.parse_args()
     _load(args.cores)
     import onnx
@@ -403,21 +399,13 @@ def main() -> None:
         f"numpy {np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads), onnx {onnx.__version__}"
     )
     print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    print(
-        f"fastest of {args.repeat} interleaved runs after a warm-up; the warm-up alone for a contender slower than "
-        f"{args.slow}s; clock: {'process CPU time (user + system)' if use_cpu else 'wall'}"
-    )
+    print(f"fastest of {args.repeat} interleaved runs after a warm-up; the warm-up alone for a contender slower than "
+          f"{args.slow}s; clock: {'process CPU time (user + system)' if use_cpu else 'wall'}")  # fmt: skip
     header = "| case | " + " | ".join(CONTENDERS) + " | sigdnn / torch f64 | onnx / sigdnn |"
     print(header)
     print("|" + "---|" * (len(CONTENDERS) + 3))
-    builders = [
-        lambda: conv_cases("float32", False),
-        lambda: conv_cases("float16", True),
-        matmul_cases,
-        pointwise_cases,
-        norm_cases,
-        lambda: [chain_case()],
-    ]
+    builders = [lambda: conv_cases("float32", False), lambda: conv_cases("float16", True), matmul_cases,
+                pointwise_cases, norm_cases, lambda: [chain_case()]]  # fmt: skip
     vs_torch: list[float] = []
     vs_onnx: list[float] = []
     per_node = float("nan")

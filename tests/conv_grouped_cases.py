@@ -18,6 +18,8 @@ from pooling_cases import x_tensor
 
 import sigdnn
 
+HALF_ULP = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}  # relative rounding error of y
+TINY = {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}  # half the subnormal spacing
 OTHER_LAYOUT = {"NCW": "NWC", "NWC": "NCW", "NCHW": "NHWC", "NHWC": "NCHW", "NCDHW": "NDHWC", "NDHWC": "NCDHW"}
 
 
@@ -92,3 +94,14 @@ def torch_conv(case: Case, x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def rounded_oracle(case: Case, x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """torch's float64 conv rounded once to y's dtype (exact inputs: what a correct kernel writes, bit for bit)."""
     return exact_round(torch_conv(case, x, w), case.dtype)
+
+
+def within_float32_bound(case: Case, got: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Where |got - exact| exceeds float32 summation's error over C/G x taps products plus y's one rounding."""
+    exact = torch_conv(case, x, w)
+    terms = torch_conv(case, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)))
+    n = int(np.prod(case.w_dims[1:])) + 1  # additions, and the product's own rounding
+    gamma = n * 2.0**-24 / (1 - n * 2.0**-24)
+    summed = gamma * terms
+    bound = summed + HALF_ULP[case.dtype] * (np.abs(exact) + summed) + TINY[case.dtype]
+    return np.abs(got.astype(np.float64) - exact) <= bound

@@ -38,3 +38,11 @@ def test_help_on_pointwise_lists_every_mode_and_parameter() -> None:
     text = pydoc.render_doc(sigdnn.Graph.pointwise, renderer=pydoc.plaintext)
     missing = [name for name in (*MODES, *PARAMS) if name not in text]
     assert not missing, f"help(Graph.pointwise) does not name {missing}"
+
+
+def test_the_readme_reads_in_a_minute() -> None:
+    """At most 150 lines, and no table cell past 300 characters: a table, not a changelog."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 150
+    long = [cell.strip()[:40] for line in lines if line.startswith("|") for cell in line.split("|") if len(cell) > 300]
+    assert not long, f"table cells over 300 characters: {long}"

@@ -86,9 +86,13 @@ def _version(distribution: str) -> str:
 
 
 def device_name(device: Device) -> str:
-    """The GPU's name from the driver, or the host's machine type for CPU builders."""
+    """The GPU's name from the driver (or from a context that names itself: the emulator), or the host's machine
+    type for CPU builders."""
     if device.kind != "gpu":
         return f"cpu:{platform.machine()}"
+    named = getattr(device.context, "name", None)
+    if isinstance(named, str):
+        return named
     from cuda.bindings import driver
 
     ordinal = int(getattr(device.context, "device_id", 0) or 0)

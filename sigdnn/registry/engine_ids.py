@@ -68,6 +68,7 @@ IN_TREE: dict[str, int] = {
     "cutile.gdn_bwd": 2042,
     "cutile.kda_bwd": 2043,
     "cutile.conv_fprop_grouped": 2050,
+    "cutile.conv_fprop_gemm": 2051,
     "cute.matmul": 3000,
     "cute.conv_fprop": 3001,
     "cute.conv_fprop_implicit": 3002,

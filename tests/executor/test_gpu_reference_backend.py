@@ -71,10 +71,10 @@ def test_its_builders_one_per_op_are_listed_unavailable_with_the_reason(capsys) 
 
 
 def test_the_gpu_backend_never_runs_a_gpu_reference_builder(monkeypatch) -> None:
-    """A node no cuTile builder takes (a float32 convolution) has no plan, though the GPU reference takes it."""
+    """A node no cuTile builder takes (a float64 convolution) has no plan, though the GPU reference takes it."""
     make_available(monkeypatch)
     make_cutile_available(monkeypatch)
-    g = sigdnn.Graph("conv", io_dtype="float32", compute_dtype="float32")
+    g = sigdnn.Graph("conv", io_dtype="float64", compute_dtype="float64")
     g.conv_fprop(g.tensor("x", (1, 2, 4, 4)), g.tensor("w", (2, 2, 3, 3)), name="conv").set_output(True)
     with pytest.raises(NoPlanError) as caught:
         emulated_executor().prepare(g)

@@ -1,4 +1,4 @@
-"""Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Slice, Split, Concat -> sigdnn data movement.
+"""Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Slice, Split, Concat, Pad -> sigdnn data movement.
 
 A known input stays known (the op runs on the NumPy value at import time);
 a reshape to the same dims is no node at all.
@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from sigdnn.graph.tensor import Tensor
 from sigdnn.importers.onnx_node import OnnxNode, Value, onnx_op
 
 
@@ -161,3 +162,79 @@ def gather(node: OnnxNode) -> list[Value]:
     if indices.ndim == 0:
         return [node.reshape(out, dims[:axis] + dims[axis + 1 :] or (1,), "drop_axis")]
     return [out]
+
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+def _pad_pieces(node: OnnxNode, v: Tensor, axis: int, pre: int, post: int, mode: str, fill: np.ndarray) -> Tensor:
+    """v with ``pre`` / ``post`` elements added along ``axis`` (both >= 0): a concatenation of v and slices of it
+    (reflect, edge, wrap) or constant tensors of ``fill``."""
+    dims = list(v.dims)
+    size = dims[axis]
+    if mode == "reflect" and max(pre, post) > size - 1:
+        raise node.refuse(f"reflect pads ({pre}, {post}) of axis {axis} need at most {size - 1} (its size - 1)")
+    if mode in ("edge", "reflect", "wrap") and size == 0:
+        raise node.refuse(f"{mode} padding of an empty axis {axis}")
+    if mode == "wrap" and max(pre, post) > size:
+        raise node.refuse(f"wrap pads ({pre}, {post}) of axis {axis} exceed its size {size}")
+
+    def run(start: int, stop: int) -> Tensor:
+        bounds = [slice(None)] * len(dims)
+        bounds[axis] = slice(start, stop)
+        return node.graph.slice(v, bounds, name=node.fresh(f"pad_axis{axis}"))
+
+    def constant(count: int, side: str) -> Tensor:
+        return node.materialize(np.full([*dims[:axis], count, *dims[axis + 1 :]], fill), f"pad_{side}_axis{axis}")
+
+    before: list[Tensor] = {
+        "constant": lambda: [constant(pre, "before")] if pre else [],
+        "edge": lambda: [run(0, 1) for _ in range(pre)],
+        "reflect": lambda: [run(i, i + 1) for i in range(pre, 0, -1)],
+        "wrap": lambda: [run(size - pre, size)] if pre else [],
+    }[mode]()
+    after: list[Tensor] = {
+        "constant": lambda: [constant(post, "after")] if post else [],
+        "edge": lambda: [run(size - 1, size) for _ in range(post)],
+        "reflect": lambda: [run(size - 1 - i, size - i) for i in range(1, post + 1)],
+        "wrap": lambda: [run(0, post)] if post else [],
+    }[mode]()
+    if not before and not after:
+        return v
+    return node.graph.concatenate([*before, v, *after], axis, name=node.fresh(f"pad_axis{axis}"))
+
+
+@onnx_op("Pad")
+def pad(node: OnnxNode) -> list[Value]:
+    """Negative pads crop (a slice); positive ones concatenate constants (constant mode) or slices of the input
+    (reflect, edge, wrap: numpy.pad's modes), one axis at a time."""
+    dims = node.dims(0)
+    mode = node.attr("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode not in PAD_MODES:
+        raise node.refuse(f"mode {mode!r}; supported: {', '.join(PAD_MODES)}")
+    pads = node.ints(1, "pads")
+    axes = [_rank_axis(node, a, len(dims)) for a in (node.ints(3, "axes") if node.has(3) else range(len(dims)))]
+    if len(pads) != 2 * len(axes) or len(set(axes)) != len(axes):
+        raise node.refuse(f"pads {list(pads)} do not hold a begin and an end for each of the axes {axes}")
+    dtype = node.dtype(0).numpy
+    fill = np.array(node.const(2, "constant_value").reshape(-1)[0] if node.has(2) else 0, dtype=dtype)
+    v = node.value(0)
+    crop = [slice(None)] * len(dims)
+    for axis, pre, post in zip(axes, pads[: len(axes)], pads[len(axes) :]):
+        if -min(pre, 0) - min(post, 0) > dims[axis]:
+            raise node.refuse(f"pads ({pre}, {post}) crop more than axis {axis}'s {dims[axis]} elements")
+        if min(pre, post) < 0:
+            crop[axis] = slice(-min(pre, 0), dims[axis] + min(post, 0))
+    if isinstance(v, np.ndarray):
+        width = [(0, 0)] * len(dims)
+        for axis, pre, post in zip(axes, pads[: len(axes)], pads[len(axes) :]):
+            width[axis] = (max(pre, 0), max(post, 0))
+        cropped = v[tuple(crop)]
+        extra = {"constant_values": fill} if mode == "constant" else {}
+        return [np.pad(cropped, width, mode=mode, **extra)]
+    if any(b != slice(None) for b in crop):
+        v = node.graph.slice(v, crop, name=node.fresh("crop"))
+    for axis, pre, post in zip(axes, pads[: len(axes)], pads[len(axes) :]):
+        v = _pad_pieces(node, v, axis, max(pre, 0), max(post, 0), mode, fill)
+    return [v]

@@ -38,6 +38,7 @@ class EmulatedGpu:
     """A Device.context that asks the cuTile builders for emulated kernels (buffers are NumPy arrays)."""
 
     sm_count = 3  # few: a persistent kernel's blocks each walk several tiles of a small test problem
+    name = "emulated cuTile (NumPy)"  # what autotune's cache keys name as the device
 
     def __init__(self) -> None:
         self.kernel_backend = EmulatedBackend()

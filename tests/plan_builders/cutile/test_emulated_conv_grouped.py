@@ -16,7 +16,7 @@ import attrs
 import numpy as np
 import onnx
 import pytest
-from conv_grouped_cases import CASES, Case, exact_inputs, graph, rounded_oracle, torch_conv
+from conv_grouped_cases import CASES, Case, exact_inputs, graph, rounded_oracle, within_float32_bound
 from emulated import emulated_executor, make_available
 from onnx import TensorProto, helper
 
@@ -26,12 +26,11 @@ from sigdnn.errors import NotSupported
 from sigdnn.importers import onnx as onnx_import
 from sigdnn.plan_builders.cutile import conv_grouped
 from sigdnn.plan_builders.cutile.conv_grouped import CutileConvGroupedBuilder
+from sigdnn.registry.ranking import rank
 from sigdnn.registry.registry import DEFAULT_REGISTRY
 from sigdnn.signature_keys import key_for
 
 BUILDER = "cutile.conv_fprop_grouped"
-HALF_ULP = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}  # relative rounding error of y
-TINY = {"float32": 2.0**-150, "float16": 2.0**-25, "bfloat16": 2.0**-134}  # half the subnormal spacing
 
 
 @pytest.fixture(autouse=True)
@@ -54,17 +53,6 @@ def test_small_integers_give_torchs_conv_rounded_once(case: Case) -> None:
     want = rounded_oracle(case, inputs["x"], inputs["w"])
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
-
-
-def within_float32_bound(case: Case, got: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Where |got - exact| exceeds float32 summation's error over C/G x taps products plus y's one rounding."""
-    exact = torch_conv(case, x, w)
-    terms = torch_conv(case, np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)))
-    n = int(np.prod(case.w_dims[1:])) + 1  # additions, and the product's own rounding
-    gamma = n * 2.0**-24 / (1 - n * 2.0**-24)
-    summed = gamma * terms
-    bound = summed + HALF_ULP[case.dtype] * (np.abs(exact) + summed) + TINY[case.dtype]
-    return np.abs(got.astype(np.float64) - exact) <= bound
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -168,10 +156,11 @@ def test_tensors_past_int32_indices_are_declined_without_allocating() -> None:
     assert "tensor 'conv::y'" in decline_reason(g, node)
 
 
-def test_it_is_the_only_gpu_builder_whose_check_takes_a_grouped_conv() -> None:
+def test_it_is_the_first_gpu_builder_whose_check_takes_a_grouped_conv() -> None:
+    """The CuTe builders decline groups; the implicit GEMM takes them too, ranked after this one."""
     g, node = conv_node((2, 16, 9, 9), (16, 1, 3, 3))
     takers = []
-    for builder in DEFAULT_REGISTRY.serving(key_for(node, g), "gpu"):
+    for builder in rank(DEFAULT_REGISTRY.serving(key_for(node, g), "gpu"), node, g):
         if builder.library == "gpu_reference":
             continue
         try:
@@ -180,7 +169,7 @@ def test_it_is_the_only_gpu_builder_whose_check_takes_a_grouped_conv() -> None:
             assert "group" in str(e)
             continue
         takers.append(builder.name)
-    assert takers == [BUILDER]
+    assert takers == [BUILDER, "cutile.conv_fprop_gemm"]
 
 
 def mobilenet_block(channels: int = 16, size: int = 9) -> bytes:

@@ -1,0 +1,97 @@
+"""The implicit-GEMM conv fprop kernel, written against the cuTile API.
+
+Never imported as a module: ``conv_gemm.py`` hands the text below the
+marker line to the backend (cuda.tile, or in CPU tests ``emulator``'s NumPy
+stand-in, binds ``ct``) with one line naming the kernel. Per group g (the
+grid's third axis) the conv is the GEMM
+
+    y[p, k] = sum over j of A[p, j] * W[j, k]
+
+with p a flat output pixel (n, od, oh, ow), k one of the group's K/G output
+channels and j a flat reduction index over (c, a, b, e): the group's C/G
+input channels and the filter's taps. A block computes a (TM, TN) tile of
+y; each K step gathers a (TM, TK) tile of A straight from x (nothing is
+written to memory first) and a (TK, TN) tile of the filter, and
+multiplies them with ``ct.mma`` into a float32 accumulator. j runs taps
+fastest where x's channels are not innermost (NCHW: neighbouring j read
+neighbouring x elements) and channels fastest where they are (NHWC).
+
+x arrives as a flat view of its whole span: an A element's offset is a
+per-pixel part (TM, 1) plus a per-j part (1, TK), whatever the layout.
+Taps in the padding and j past the reduction get offset -1, which the
+gather reads as 0; the filter's j past the reduction fall outside w's C or
+D dim and read 0 too. w and y are 5-D strided views over (K or N, C, D, H,
+W): a 1-D or 2-D conv sees size-1 D (and H). Rows past the last pixel load
+from the last real one and their scatter is dropped (an N coordinate past
+the end), as are columns past the group's K/G channels (channel index K).
+Sizes and strides are scalar arguments; only the tile, the j order and
+whether the operands widen to float32 are compile-time.
+"""
+
+from typing import Any
+
+ct: Any = None  # bound by the module the backend makes (cuda.tile or the CPU emulator)
+
+# ---- kernel module: everything below this line is the kernels' text ----
+
+
+@ct.kernel
+def conv_gemm(
+    x, w, y,
+    pixels, od, oh, ow,
+    xd, xh, xw,
+    k_total, k_per_group, c_per_group, reduction,
+    n_stride, c_stride, d_stride, h_stride, w_stride,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    dd, dh, dw,
+    TM: ct.Constant[int],
+    TN: ct.Constant[int],
+    TK: ct.Constant[int],
+    CHANNELS_FASTEST: ct.Constant[bool],
+    WIDEN: ct.Constant[bool],
+):  # fmt: skip
+    g = ct.bid(2)
+    p = ct.reshape(ct.bid(0) * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+    k_local = ct.reshape(ct.bid(1) * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
+    real_p = ct.minimum(p, pixels - 1)
+    d0 = (real_p // (ow * oh)) % od * sd - pd
+    h0 = (real_p // ow) % oh * sh - ph
+    w0 = real_p % ow * sw - pw
+    pixel_at = real_p // (ow * oh * od) * n_stride + d0 * d_stride + h0 * h_stride + w0 * w_stride
+    pixel_at = pixel_at + g * c_per_group * c_stride
+    k = g * k_per_group + ct.minimum(k_local, k_per_group - 1)
+    taps = kd * kh * kw
+    acc = ct.full((TM, TN), 0.0, dtype=ct.float32)
+    for kt in range(ct.cdiv(reduction, TK)):
+        j = kt * TK + ct.arange(TK, dtype=ct.int32)
+        if CHANNELS_FASTEST:  # a constant: cuTile compiles only the branch taken
+            c = j % c_per_group
+            t = j // c_per_group
+        else:
+            c = j // taps
+            t = j % taps
+        a = t // (kh * kw)
+        b = (t // kw) % kh
+        e = t % kw
+        i_d = d0 + ct.reshape(a * dd, (1, TK))
+        i_h = h0 + ct.reshape(b * dh, (1, TK))
+        i_w = w0 + ct.reshape(e * dw, (1, TK))
+        inside = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
+        inside = inside & (ct.reshape(j, (1, TK)) < reduction)
+        at = pixel_at + ct.reshape(c * c_stride + a * dd * d_stride + b * dh * h_stride + e * dw * w_stride, (1, TK))
+        xa = ct.gather(x, ct.where(inside, at, -1))
+        wb = ct.gather(
+            w, (k, ct.reshape(c, (TK, 1)), ct.reshape(a, (TK, 1)), ct.reshape(b, (TK, 1)), ct.reshape(e, (TK, 1)))
+        )
+        if WIDEN:
+            xa = ct.astype(xa, ct.float32)
+            wb = ct.astype(wb, ct.float32)
+        acc = ct.mma(xa, wb, acc)
+    o_n = p // (ow * oh * od)
+    o_d = (p // (ow * oh)) % od
+    o_h = (p // ow) % oh
+    o_w = p % ow
+    o_k = ct.where(k_local < k_per_group, g * k_per_group + k_local, k_total)
+    ct.scatter(y, (o_n, o_k, o_d, o_h, o_w), ct.astype(acc, y.dtype))

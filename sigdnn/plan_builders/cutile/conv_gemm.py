@@ -1,0 +1,109 @@
+"""cuTile conv fprop as an implicit GEMM (``_conv_gemm_kernels.py``): the convs the CuTe conv builders decline.
+
+The CuTe builders run 2-D NHWC convs with 16-bit inputs. What users export
+from elsewhere is often none of that: an ONNX model from torchvision is
+float32 NCHW, a signal model 1-D, a video model 3-D. This builder takes any
+of them: 1 to 3 spatial dims, any layout or strides, any padding
+(asymmetric too), stride and dilation, groups (each group its own GEMM
+along the grid's third axis), f32 / f16 / bf16 io with float32 sums.
+The filter's taps and channels are gathered into the GEMM's tiles inside
+the kernel, so there is no workspace. x and w of one 16-bit dtype go to
+``ct.mma`` as they are; otherwise both widen to float32, which cuTile
+multiplies exactly (no TF32 rounding: the node's compute dtype is float32).
+
+It ranks below every CuTe conv builder and below ``cutile.conv_fprop_grouped``
+(a direct convolution, better for depthwise and narrow groups), so it runs
+only what they decline.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.tensor import Tensor
+from sigdnn.plan_builders.cutile.conv_grouped import (
+    GRID_Y,
+    LARGEST,
+    MARKER,
+    channels_innermost,
+    fits,
+    groups_of,
+    padded_to_3,
+    view_5d,
+)
+from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
+from sigdnn.plan_builders.cutile.pooling import as_5d
+from sigdnn.plan_builders.cutile.source import KernelSource
+from sigdnn.plan_builders.cutile.steps import Arg, Launch
+from sigdnn.plan_builders.cutile.tiling import cdiv, pow2
+from sigdnn.registry.engine_ids import IN_TREE
+
+TILE_PIXELS = 64  # TM: output pixels a block computes
+MAX_TILE_CHANNELS = 64  # TN: output channels a block computes, at most
+MIN_TILE = 16  # ct.mma's smallest tile side
+TILE_REDUCTION = 32  # TK: the reduction indices one step gathers
+NATIVE_MMA = ("float16", "bfloat16")
+
+
+def kernel_source() -> KernelSource:
+    """The literal kernel's text with ``kernel`` bound to it."""
+    text = resources.files("sigdnn.plan_builders.cutile").joinpath("_conv_gemm_kernels.py").read_text()
+    return KernelSource("conv_gemm", text.split(MARKER, 1)[1] + "\nkernel = conv_gemm\n")
+
+
+def tile_channels(k_per_group: int) -> int:
+    """TN: a power of two covering the group's output channels, between ct.mma's 16 and 64."""
+    return max(MIN_TILE, min(pow2(k_per_group), MAX_TILE_CHANNELS))
+
+
+def widens(graph: Graph, x: Tensor, w: Tensor) -> bool:
+    """Whether the gathered tiles go to the MMA as float32: unless x and w share one 16-bit dtype."""
+    dx, dw = str(graph.dtype_of(x)), str(graph.dtype_of(w))
+    return not (dx == dw and dx in NATIVE_MMA)
+
+
+class CutileConvGemmBuilder(CutileLaunchesBuilder):
+    name = "cutile.conv_fprop_gemm"
+    engine_id = IN_TREE[name]
+    ops = ("conv_fprop",)
+    priority = -1  # below the CuTe conv builders and cutile.conv_fprop_grouped where they apply
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        op = node.op
+        x, w, y = graph.tensors[op.x], graph.tensors[op.w], graph.tensors[op.y]
+        compute = str(graph.compute_dtype_of(node))
+        if compute != "float32":
+            raise ValueError(f"compute dtype {compute}; {self.name} sums in float32")
+        groups = groups_of(node, graph)
+        y_dims = as_5d(y)[0]
+        pixels = y_dims[0] * y_dims[2] * y_dims[3] * y_dims[4]
+        fits(x, w, y, op, pixels, TILE_PIXELS)
+        k_total, c_per_group = y.dims[1], w.dims[1]
+        k_per_group = k_total // groups
+        w_dims = as_5d(w)[0]
+        reduction = c_per_group * w_dims[2] * w_dims[3] * w_dims[4]
+        tn = tile_channels(k_per_group)
+        grid = (cdiv(pixels, TILE_PIXELS), cdiv(k_per_group, tn), groups)
+        if grid[1] > GRID_Y or grid[2] > GRID_Y:
+            raise ValueError(f"{k_per_group} output channels a group in {groups} groups need a grid of {grid}; "
+                             f"its second and third dims hold {GRID_Y}")  # fmt: skip
+        x_dims, x_strides = view_5d(x)
+        constants = (
+            pixels, *y_dims[2:],
+            *x_dims[2:],
+            k_total, k_per_group, c_per_group, reduction,
+            *x_strides,
+            *w_dims[2:],
+            *padded_to_3(op.stride, 1),
+            *padded_to_3(op.pre_padding, 0),
+            *padded_to_3(op.dilation, 1),
+        )  # fmt: skip
+        largest = max(*constants, reduction + TILE_REDUCTION)  # the last K step's j run a tile past the reduction
+        if largest > LARGEST:
+            raise ValueError(f"a size, stride, padding or dilation of {largest} is past the kernel's int32 scalars")
+        order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(x), widens(graph, x, w))
+        span = 1 + sum((d - 1) * s for d, s in zip(x_dims, x_strides))
+        args = (Arg("x", (span,), (1,)), Arg("w", *view_5d(w)), Arg("y", *view_5d(y)))
+        return [Launch(kernel_source(), grid, args, (*constants, *order))], 0

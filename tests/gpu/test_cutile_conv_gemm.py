@@ -1,0 +1,71 @@
+"""cuTile implicit-GEMM conv fprop on the GPU: against torch's float64 conv and through sigdnn.validate.
+
+The cases of tests/conv_gemm_cases.py plus layers of the float32 NCHW
+models torchvision exports to ONNX (ResNet-50's stem and a 3x3 layer,
+VGG's first layer), compiled by cuTile and run on the device: small-integer
+inputs must give torch's conv rounded once, bit for bit; normal inputs must
+pass validation. The emulator runs the same kernel text in
+tests/plan_builders/cutile/test_emulated_conv_gemm.py. A planted dropped K
+step must fail validation.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+from conv_gemm_cases import CASES
+from conv_grouped_cases import Case, exact_inputs, graph, rounded_oracle
+
+import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
+from sigdnn.plan_builders.cutile.conv_gemm import CutileConvGemmBuilder
+
+pytestmark = pytest.mark.gpu
+
+BUILDER = "cutile.conv_fprop_gemm"
+MODEL_LAYERS = [
+    Case("onnx_resnet_stem_f32", (4, 3, 224, 224), (64, 3, 7, 7), "NCHW", (3, 3), (3, 3), (2, 2), (1, 1)),
+    Case("onnx_resnet_3x3_f32", (4, 128, 28, 28), (128, 128, 3, 3), "NCHW", (1, 1), (1, 1), (1, 1), (1, 1)),
+    Case("onnx_vgg_first_f16_nchw", (2, 3, 224, 224), (64, 3, 3, 3), "NCHW", (1, 1), (1, 1), (1, 1), (1, 1),
+         "float16"),
+]  # fmt: skip
+ALL = CASES + MODEL_LAYERS
+
+
+@pytest.mark.parametrize("case", ALL, ids=[c.name for c in ALL])
+def test_small_integers_give_torchs_conv_rounded_once_on_the_gpu(case: Case) -> None:
+    g = graph(case)
+    inputs = exact_inputs(g, seed=len(case.name))
+    executor = sigdnn.Executor("gpu", engine=BUILDER)
+    got = executor.run(g, inputs)["conv::y"]
+    want = rounded_oracle(case, inputs["x"], inputs["w"])
+    np.testing.assert_array_equal(np.asarray(got).astype(np.float64), want.astype(np.float64))
+
+
+@pytest.mark.parametrize("case", ALL, ids=[c.name for c in ALL])
+def test_implicit_gemm_conv_matches_the_reference_on_the_gpu(case: Case) -> None:
+    g = graph(case)
+    executor = sigdnn.Executor("gpu", engine=BUILDER)
+    report = sigdnn.validate(g, random_inputs(g, seed=len(case.name)), executor=executor)
+    assert set(report.builders.values()) == {BUILDER}, report.builders
+    assert report.passed, report.table()
+
+
+class DroppedStep(CutileConvGemmBuilder):
+    name = "planted.conv_fprop_gemm"
+    engine_id = 30051
+    library = "planted"
+
+    def launches(self, node, graph):  # type: ignore[no-untyped-def]
+        launches, nbytes = super().launches(node, graph)
+        drop = lambda text: text.replace("range(ct.cdiv(reduction, TK))", "range(reduction // TK)")  # noqa: E731
+        return [attrs.evolve(la, source=attrs.evolve(la.source, text=drop(la.source.text))) for la in launches], nbytes
+
+
+def test_a_planted_dropped_k_step_fails_validation_on_the_gpu() -> None:
+    registry = sigdnn.Registry(entry_point_group=None)
+    registry.register(DroppedStep())
+    g = graph(CASES[0])
+    executor = sigdnn.Executor("gpu", registry=registry, engine="planted.conv_fprop_gemm")
+    assert not sigdnn.validate(g, random_inputs(g, seed=5), executor=executor).passed

@@ -1,0 +1,215 @@
+"""cuTile implicit-GEMM conv fprop through the emulator, against torch's float64 conv and the reference.
+
+The cases of tests/conv_gemm_cases.py: small-integer inputs must give
+torch's float64 conv rounded once to y's dtype bit for bit (every float32
+sum of them is exact); normal inputs must stay within float32 summation's
+bound of it and pass ``sigdnn.validate``. Planted bugs in the kernel text
+fail both. tests/gpu/test_cutile_conv_gemm.py runs the same cases compiled
+by cuTile.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import onnx
+import pytest
+from conv_gemm_cases import CASES
+from conv_grouped_cases import Case, exact_inputs, graph, rounded_oracle, within_float32_bound
+from emulated import emulated_executor, make_available
+from onnx import TensorProto, helper
+
+import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
+from sigdnn.errors import NotSupported
+from sigdnn.importers import onnx as onnx_import
+from sigdnn.plan_builders.cutile import conv_gemm, emulator
+from sigdnn.plan_builders.cutile.conv_gemm import CutileConvGemmBuilder
+from sigdnn.registry.ranking import rank
+from sigdnn.registry.registry import DEFAULT_REGISTRY
+from sigdnn.signature_keys import key_for
+
+BUILDER = "cutile.conv_fprop_gemm"
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+
+
+def pinned() -> sigdnn.Executor:
+    """The emulated GPU executor held to this builder (grouped cases would otherwise go to the direct one)."""
+    return emulated_executor(engine=BUILDER)
+
+
+def run(g: sigdnn.Graph, inputs: dict[str, np.ndarray], executor: sigdnn.Executor | None = None) -> np.ndarray:
+    executor = executor or pinned()
+    plan = executor.prepare(g)
+    assert [s.builder.name for s in plan.steps] == [BUILDER]
+    return executor.execute(plan, inputs)["conv::y"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_small_integers_give_torchs_conv_rounded_once(case: Case) -> None:
+    g = graph(case)
+    inputs = exact_inputs(g, seed=len(case.name))
+    got = run(g, inputs)
+    want = rounded_oracle(case, inputs["x"], inputs["w"])
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_normal_inputs_stay_within_float32_summation_of_torchs_conv(case: Case) -> None:
+    g = graph(case)
+    inputs = random_inputs(g, seed=3 + len(case.name))
+    assert within_float32_bound(case, run(g, inputs), inputs["x"], inputs["w"]).all()
+
+
+@pytest.mark.parametrize("case", CASES[:4], ids=[c.name for c in CASES[:4]])
+def test_validation_against_the_reference_passes(case: Case) -> None:
+    g = graph(case)
+    report = sigdnn.validate(g, random_inputs(g, seed=len(case.name)), executor=pinned())
+    assert set(report.builders.values()) == {BUILDER}, report.builders
+    assert report.passed, report.table()
+
+
+def test_a_hand_worked_conv() -> None:
+    """x [1 2 3 4] (one channel), filters [1 1] and [1 -1]: neighbours' sums and differences."""
+    case = Case("hand", (1, 1, 4), (2, 1, 2), "NCW", (0,), (0,), (1,), (1,))
+    x = np.array([[[1, 2, 3, 4]]], np.float32)
+    w = np.array([[[1, 1]], [[1, -1]]], np.float32)
+    np.testing.assert_array_equal(run(graph(case), {"x": x, "w": w}), [[[3, 5, 7], [-1, -1, -1]]])
+
+
+class Planted(CutileConvGemmBuilder):
+    name = "planted.conv_fprop_gemm"
+    engine_id = 30051
+    library = "planted"
+    plant = staticmethod(lambda text: text)
+
+    def launches(self, node, graph):  # type: ignore[no-untyped-def]
+        launches, nbytes = super().launches(node, graph)
+        return [
+            attrs.evolve(la, source=attrs.evolve(la.source, text=self.plant(la.source.text))) for la in launches
+        ], nbytes
+
+
+PLANTED = {
+    "last_k_step_dropped": ("for kt in range(ct.cdiv(reduction, TK)):", "for kt in range(reduction // TK):"),
+    "right_edge_read": ("(i_w < xw)", "(i_w <= xw)"),
+    "taps_order_in_channels_last": ("t = j // c_per_group", "t = j // taps"),
+    "group_offset_dropped": ("pixel_at = pixel_at + g * c_per_group * c_stride", "pixel_at = pixel_at"),
+    "partial_channel_tile_written": ("ct.where(k_local < k_per_group, g * k_per_group + k_local, k_total)",
+                                     "g * k_per_group + k_local"),
+    "padding_not_masked": ("xa = ct.gather(x, ct.where(inside, at, -1))", "xa = ct.gather(x, at)"),
+}  # fmt: skip
+PLANT_CASES = {  # a case each bug shows on
+    "last_k_step_dropped": "nchw_f32_3x3",  # 45 reduction indices: one full step and a partial one
+    "right_edge_read": "nchw_f32_3x3",
+    "taps_order_in_channels_last": "stem_7x7_s2_nhwc_bf16",
+    "group_offset_dropped": "g2_c20_nchw",
+    "partial_channel_tile_written": "g2_c20_nchw",  # 12 channels a group in a 16-wide tile: group 0 writes 12-15
+    "padding_not_masked": "nchw_f32_3x3",
+}
+
+
+def blocks_in_reverse(k, args, gx: int, gy: int, gz: int) -> None:  # type: ignore[no-untyped-def]
+    """The emulator's blocks last to first: as valid a schedule as any, and the one where a block writing
+    past its own channels is not overwritten by the later group that owns them."""
+    for z, y, x in reversed([(z, y, x) for z in range(gz) for y in range(gy) for x in range(gx)]):
+        token = emulator._BID.set((x, y, z))
+        try:
+            k.fn(*args)
+        finally:
+            emulator._BID.reset(token)
+
+
+@pytest.mark.parametrize("bug", PLANTED)
+def test_a_planted_bug_fails_the_oracle_and_validation(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(emulator, "_run_blocks", blocks_in_reverse)
+    old, new = PLANTED[bug]
+    assert old in conv_gemm.kernel_source().text
+    registry = sigdnn.Registry(entry_point_group=None)
+    planted = Planted()
+    planted.plant = staticmethod(lambda text: text.replace(old, new))
+    registry.register(planted)
+    case = next(c for c in CASES if c.name == PLANT_CASES[bug])
+    g = graph(case)
+    inputs = random_inputs(g, seed=5)
+    executor = emulated_executor(registry=registry, engine="planted.conv_fprop_gemm")
+    try:
+        got = executor.run(g, inputs)["conv::y"]
+    except IndexError:  # a read past x's span is itself a failure the emulator reports
+        return
+    assert not within_float32_bound(case, got, inputs["x"], inputs["w"]).all()
+    assert not sigdnn.validate(g, inputs, executor=executor).passed
+
+
+def node_of(x_dims, w_dims, layout="NCHW", dtype="float32", compute="float32") -> tuple[sigdnn.Graph, sigdnn.Node]:
+    g = sigdnn.Graph("decline", io_dtype=dtype, compute_dtype=compute)
+    x = g.tensor("x", x_dims, layout=layout)
+    w = g.tensor("w", w_dims, layout=layout)
+    spatial = len(x_dims) - 2
+    g.conv_fprop(x, w, padding=(1,) * spatial, name="conv").set_output(True)
+    return g, g.nodes[-1]
+
+
+def test_a_16_bit_compute_dtype_is_declined() -> None:
+    g, node = node_of((1, 4, 5, 5), (4, 4, 3, 3), compute="float16")
+    with pytest.raises(NotSupported, match=r"node 'conv'.*compute dtype float16"):
+        CutileConvGemmBuilder().check(node, g)
+
+
+def test_tensors_past_int32_indices_are_declined_without_allocating() -> None:
+    g, node = node_of((2**16, 2**6, 2**5, 2**5), (8, 2**6, 1, 1))  # x 2^32 elements
+    with pytest.raises(NotSupported, match=r"tensor 'x'.*2\^31"):
+        CutileConvGemmBuilder().check(node, g)
+
+
+def test_tiles_cover_the_groups_channels_between_16_and_64() -> None:
+    assert [conv_gemm.tile_channels(k) for k in (1, 16, 17, 64, 65, 2048)] == [16, 16, 32, 64, 64, 64]
+
+
+def test_it_ranks_below_the_cute_and_direct_conv_builders() -> None:
+    """The GPU builders a bf16 NHWC grouped conv's key serves, in the registry's order: this one last."""
+    g, node = node_of((2, 16, 9, 9), (16, 4, 3, 3), layout="NHWC", dtype="bfloat16")
+    serving = [b for b in DEFAULT_REGISTRY.serving(key_for(node, g), "gpu") if b.library != "gpu_reference"]
+    names = [b.name for b in rank(serving, node, g)]
+    assert names.index(BUILDER) == len(names) - 1 and "cutile.conv_fprop_grouped" in names
+    assert any(n.startswith("cute.") for n in names)
+
+
+def resnet_block_onnx() -> bytes:
+    """A float32 NCHW ONNX Conv + BatchNormalization + Relu, then a 1x1 Conv: how torchvision's ResNet exports."""
+    rng = np.random.default_rng(0)
+
+    def init(name, *dims):  # type: ignore[no-untyped-def]
+        return helper.make_tensor(name, TensorProto.FLOAT, dims, rng.standard_normal(int(np.prod(dims))))
+
+    inits = [init("w1", 8, 3, 3, 3), init("b1", 8), init("w2", 5, 8, 1, 1)]
+    inits += [helper.make_tensor(n, TensorProto.FLOAT, (8,), v) for n, v in
+              (("s", rng.uniform(0.5, 2, 8)), ("o", rng.standard_normal(8)), ("m", rng.standard_normal(8)),
+               ("v", rng.uniform(0.5, 2, 8)))]  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["c1", "s", "o", "m", "v"], ["n1"]),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], kernel_shape=[1, 1]),
+    ]
+    g = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 9, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 5, 5])], inits)  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_an_onnx_float32_nchw_block_runs_strict_on_the_gpu_and_validates() -> None:
+    data = resnet_block_onnx()
+    onnx.checker.check_model(onnx.load_from_string(data))
+    g = onnx_import.load(data)
+    executor = emulated_executor()  # strict: a node no GPU builder takes raises
+    plan = executor.prepare(g)
+    convs = [s.builder.name for s in plan.steps if s.node is not None and s.node.op.kind == "conv_fprop"]
+    assert convs == [BUILDER, BUILDER]
+    x = np.random.default_rng(1).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    report = sigdnn.validate(g, {"x": x}, executor=executor)
+    assert report.passed, report.table()
