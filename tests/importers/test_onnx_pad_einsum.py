@@ -151,6 +151,8 @@ def test_einsum_equals_numpys_float64_rounded_once_to_float32(case: tuple) -> No
         ("ij,jk->ik", [(3, 4), (5, 6)], "index 'j' is 4 in one operand, 5"),
         ("ij,jk,kl->il", [(2, 2), (2, 2), (2, 2)], "3 operands"),
         ("ij->ik", [(3, 4)], "output 'ik'"),
+        ("ij->i", [(3, 4), (4,)], "does not name one index per dim of its 2"),
+        ("i1,j->ij", [(3, 4), (4,)], "does not name one index per dim"),
     ],
 )
 def test_einsums_it_cannot_take_are_refused_naming_the_node(equation: str, shapes: list, message: str) -> None:
@@ -159,3 +161,13 @@ def test_einsums_it_cannot_take_are_refused_naming_the_node(equation: str, shape
     inputs = {n: np.zeros(s, np.float32) for n, s in zip(names, shapes)}
     with pytest.raises(GraphError, match=f"Einsum_node.*{message}"):
         onnx_import.load(model(node, inputs))
+
+
+def test_einsum_nodes_are_named_for_what_they_do() -> None:
+    """Every node an Einsum makes is named after it and its step (what validation reports name)."""
+    node = helper.make_node("Einsum", ["x0", "x1"], ["y"], equation="kxyb,zwkb->zbywx", name="E")
+    inputs = {"x0": np.zeros((2, 3, 4, 5), np.float32), "x1": np.zeros((6, 7, 2, 5), np.float32)}
+    graph = onnx_import.load(model(node, inputs))
+    names = [n.name for n in graph.nodes]
+    steps = ["a_order", "b_order", "a_matrix", "b_matrix", "matmul", "product", "out_order"]
+    assert all(any(n.startswith(f"E/{s}") for n in names) for s in steps), names

@@ -146,12 +146,14 @@ def test_a_planted_bug_fails_the_oracle_and_validation(bug: str, monkeypatch: py
     assert not sigdnn.validate(g, inputs, executor=executor).passed
 
 
-def node_of(x_dims, w_dims, layout="NCHW", dtype="float32", compute="float32") -> tuple[sigdnn.Graph, sigdnn.Node]:
+def node_of(
+    x_dims, w_dims, layout="NCHW", dtype="float32", compute="float32", pad=1
+) -> tuple[sigdnn.Graph, sigdnn.Node]:
     g = sigdnn.Graph("decline", io_dtype=dtype, compute_dtype=compute)
     x = g.tensor("x", x_dims, layout=layout)
     w = g.tensor("w", w_dims, layout=layout)
     spatial = len(x_dims) - 2
-    g.conv_fprop(x, w, padding=(1,) * spatial, name="conv").set_output(True)
+    g.conv_fprop(x, w, padding=(pad,) * spatial, name="conv").set_output(True)
     return g, g.nodes[-1]
 
 
@@ -164,6 +166,78 @@ def test_a_16_bit_compute_dtype_is_declined() -> None:
 def test_tensors_past_int32_indices_are_declined_without_allocating() -> None:
     g, node = node_of((2**16, 2**6, 2**5, 2**5), (8, 2**6, 1, 1))  # x 2^32 elements
     with pytest.raises(NotSupported, match=r"tensor 'x'.*2\^31"):
+        CutileConvGemmBuilder().check(node, g)
+
+
+def launch_of(g: sigdnn.Graph, node: sigdnn.Node):  # type: ignore[no-untyped-def]
+    (launch,), workspace = CutileConvGemmBuilder().launches(node, g)
+    assert workspace == 0  # the tiles are gathered in the kernel: nothing is staged
+    return launch
+
+
+def test_tiles_are_powers_of_two_ct_mma_takes() -> None:
+    """(TM, TN, TK): cuTile's tiles are powers of two, an MMA's sides at least 16 (the emulator takes any)."""
+    for k in (1, 24, 200):
+        g, node = node_of((1, 4, 5, 5), (k, 4, 3, 3))
+        tm, tn, tk = launch_of(g, node).constants[-5:-2]
+        assert all(t >= 16 and t & (t - 1) == 0 for t in (tm, tn, tk)), (tm, tn, tk)
+
+
+def test_x_is_handed_over_as_exactly_its_span() -> None:
+    """A flat view no longer than x's elements from the first to the last (a gapped view: its own span)."""
+    g, node = node_of((2, 3, 4, 5), (6, 3, 3, 3))
+    assert launch_of(g, node).args[0].shape == (120,)
+    g.tensors[node.op.x].set_stride((200, 60, 12, 2))  # every other element of rows 12 wide
+    assert launch_of(g, node).args[0].shape == (1 * 200 + 2 * 60 + 3 * 12 + 4 * 2 + 1,)
+
+
+def test_the_mma_widens_unless_x_and_w_share_a_16_bit_dtype() -> None:
+    g = sigdnn.Graph("w", io_dtype="float32")
+    pairs = {("float16", "float16"): False, ("bfloat16", "bfloat16"): False, ("float32", "float32"): True,
+             ("bfloat16", "float32"): True, ("float16", "bfloat16"): True}  # fmt: skip
+    for (dx, dw), widened in pairs.items():
+        x, w = g.tensor(f"x{dx}{dw}", (1, 1, 1, 1)), g.tensor(f"w{dx}{dw}", (1, 1, 1, 1))
+        x.set_data_type(dx)
+        w.set_data_type(dw)
+        assert conv_gemm.widens(g, x, w) is widened, (dx, dw)
+
+
+@pytest.mark.parametrize(
+    ("x_dims", "w_dims", "accepted"),
+    [
+        ((1, 65535, 1, 1), (65535, 1, 1, 1), True),  # 65,535 groups: the grid's third dim is full
+        ((1, 65536, 1, 1), (65536, 1, 1, 1), False),
+        ((1, 1, 1, 1), (65535 * 64, 1, 1, 1), True),  # 65,535 tiles of 64 output channels
+        ((1, 1, 1, 1), (65535 * 64 + 1, 1, 1, 1), False),
+    ],
+)
+def test_grids_past_cudas_limits_are_declined(x_dims, w_dims, accepted: bool) -> None:
+    g, node = node_of(x_dims, w_dims, pad=0)
+    if accepted:
+        CutileConvGemmBuilder().check(node, g)
+    else:
+        with pytest.raises(NotSupported, match="grid"):
+            CutileConvGemmBuilder().check(node, g)
+
+
+@pytest.mark.parametrize("stride", [2**31 - 1, 2**31])
+def test_scalars_past_int32_are_declined(stride: int) -> None:
+    """A stride of 2^31 over a one-pixel output: no tensor is large, the scalar alone is past int32."""
+    g = sigdnn.Graph("big", io_dtype="float32", compute_dtype="float32")
+    g.conv_fprop(g.tensor("x", (1, 1, 1, 1)), g.tensor("w", (1, 1, 1, 1)), stride=(1, stride), padding=(0, 0),
+                 name="conv").set_output(True)  # fmt: skip
+    if stride < 2**31:
+        CutileConvGemmBuilder().check(g.nodes[-1], g)
+    else:
+        with pytest.raises(NotSupported, match="int32 scalars"):
+            CutileConvGemmBuilder().check(g.nodes[-1], g)
+
+
+def test_a_reduction_whose_last_tile_passes_int32_is_declined() -> None:
+    """C x taps = 2^31 - 11 fits every tensor, but the last K step's indices run 32 past it."""
+    c = 2**31 - 11
+    g, node = node_of((1, c, 1, 1), (1, c, 1, 1), pad=0)
+    with pytest.raises(NotSupported, match="int32 scalars"):
         CutileConvGemmBuilder().check(node, g)
 
 
