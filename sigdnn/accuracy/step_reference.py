@@ -72,9 +72,11 @@ def _carry_errors(
     ``carried[uid]`` is what the inputs' bounds (``errs``, from the step's
     earlier nodes; the step's entries come from the device and carry none)
     do to the output: the reference plan run again with each carrying input
-    moved by its bound either way, the larger change kept, summed over the
-    inputs (first order, exact in the bound for elementwise ops: a tiny exit
-    after cancellation keeps the inner nodes' errors at their own size).
+    moved by its bound either way, all elements alike and with random signs,
+    the largest change kept, summed over the inputs (first order, exact in
+    the bound for elementwise ops: a tiny exit after cancellation keeps the
+    inner nodes' errors at their own size; the random signs keep a
+    normalization's backward from cancelling a move alike).
     Data movement moves the bounds; a linear reduction takes them through
     its |terms| run. ``errs[uid]`` adds the node's own atol + rtol * |value|.
     """
@@ -104,11 +106,16 @@ def _carry_errors(
             base = run(ins)
             arrived = {p: np.zeros(outs[p].shape) for p in floats}
             for p, bound in bounds.items():
-                # A float64 bound promotes the moved input to float64: the move is exact.
-                moved = [run({**ins, p: ins[p] + sign * bound}) for sign in (1.0, -1.0)]
+                # Each input moved by its bound both ways, all elements alike and with random signs: a move
+                # alike cancels in an op that subtracts a mean or is shift-invariant (normalizations, softmax,
+                # their backward passes), random signs do not. A float64 bound promotes the moved input to
+                # float64: the move is exact.
+                signs = np.random.default_rng(op.inputs()[p]).choice((-1.0, 1.0), size=np.shape(ins[p]))
+                moves = [sign * pattern for pattern in (bound, signs * bound) for sign in (1.0, -1.0)]
+                moved = [run({**ins, p: ins[p] + move}) for move in moves]
                 for q in floats:
                     with np.errstate(invalid="ignore", over="ignore"):  # an unbounded change counts as none
-                        change = np.fmax(np.abs(moved[0][q] - base[q]), np.abs(moved[1][q] - base[q]))
+                        change = np.fmax.reduce([np.abs(m[q] - base[q]) for m in moved])  # a NaN side drops
                     arrived[q] = arrived[q] + np.where(np.isfinite(change), change, 0.0)
     for p, uid in floats.items():
         own = node_tolerance(graph, node, uid)
