@@ -4,18 +4,22 @@ The cases of tests/conv_gemm_cases.py plus layers of the float32 NCHW
 models torchvision exports to ONNX (ResNet-50's stem and a 3x3 layer,
 VGG's first layer), compiled by cuTile and run on the device: small-integer
 inputs must give torch's conv rounded once, bit for bit; normal inputs must
-pass validation. The emulator runs the same kernel text in
-tests/plan_builders/cutile/test_emulated_conv_gemm.py. A planted dropped K
-step must fail validation.
+pass validation; the same for conv_dgrad and conv_wgrad (tests/conv_backward_cases.py). The
+emulator runs the same kernel text in
+tests/plan_builders/cutile/test_emulated_conv_gemm.py and
+test_emulated_conv_backward_gemm.py. A planted dropped K step must fail
+validation.
 """
 
 from __future__ import annotations
 
 import attrs
+import conv_backward_cases as dgrad
 import numpy as np
 import pytest
 from conv_gemm_cases import CASES
 from conv_grouped_cases import Case, exact_inputs, graph, rounded_oracle
+from oracles_conv import exact_round
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
@@ -24,6 +28,9 @@ from sigdnn.plan_builders.cutile.conv_gemm import CutileConvGemmBuilder
 pytestmark = pytest.mark.gpu
 
 BUILDER = "cutile.conv_fprop_gemm"
+DGRAD_LAYERS = [
+    Case("onnx_resnet_3x3_s2_dgrad_f32", (4, 128, 28, 28), (128, 128, 3, 3), "NCHW", (1, 1), (1, 1), (2, 2), (1, 1)),
+]
 MODEL_LAYERS = [
     Case("onnx_resnet_stem_f32", (4, 3, 224, 224), (64, 3, 7, 7), "NCHW", (3, 3), (3, 3), (2, 2), (1, 1)),
     Case("onnx_resnet_3x3_f32", (4, 128, 28, 28), (128, 128, 3, 3), "NCHW", (1, 1), (1, 1), (1, 1), (1, 1)),
@@ -69,3 +76,32 @@ def test_a_planted_dropped_k_step_fails_validation_on_the_gpu() -> None:
     g = graph(CASES[0])
     executor = sigdnn.Executor("gpu", registry=registry, engine="planted.conv_fprop_gemm")
     assert not sigdnn.validate(g, random_inputs(g, seed=5), executor=executor).passed
+
+
+DGRAD = dgrad.CASES + DGRAD_LAYERS
+
+
+@pytest.mark.parametrize("case", DGRAD, ids=[c.name for c in DGRAD])
+def test_dgrad_small_integers_give_torchs_dx_rounded_once_on_the_gpu(case: Case) -> None:
+    g = dgrad.dgrad_graph(case)
+    rng = np.random.default_rng(len(case.name))
+    inputs = {t.name: rng.integers(-4, 5, size=t.dims).astype(g.dtype_of(t).numpy) for t in g.inputs}
+    got = sigdnn.Executor("gpu", engine="cutile.conv_dgrad_gemm").run(g, inputs)["dx"]
+    want = exact_round(dgrad.torch_dgrad(case, inputs["dy"], inputs["w"]), case.dtype)
+    np.testing.assert_array_equal(np.asarray(got).astype(np.float64), want.astype(np.float64))
+
+
+@pytest.mark.parametrize("case", DGRAD, ids=[c.name for c in DGRAD])
+def test_dgrad_matches_the_reference_on_the_gpu(case: Case) -> None:
+    g = dgrad.dgrad_graph(case)
+    executor = sigdnn.Executor("gpu", engine="cutile.conv_dgrad_gemm")
+    report = sigdnn.validate(g, random_inputs(g, seed=len(case.name)), executor=executor)
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("case", DGRAD, ids=[c.name for c in DGRAD])
+def test_wgrad_matches_the_reference_on_the_gpu(case: Case) -> None:
+    g = dgrad.wgrad_graph(case)
+    executor = sigdnn.Executor("gpu", engine="cutile.conv_wgrad_gemm")
+    report = sigdnn.validate(g, random_inputs(g, seed=len(case.name)), executor=executor)
+    assert report.passed, report.table()

@@ -72,6 +72,35 @@ def test_pad_equals_numpys(mode: str, pads: list[int]) -> None:
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize(("mode", "pads"), [("wrap", [0, 0, 4, 5, 0, 0, 4, 5]), ("reflect", [0, 0, 3, 4, 0, 0, 3, 4])])
+def test_pads_as_large_as_a_mode_allows_equal_numpys(mode: str, pads: list[int]) -> None:
+    """wrap: up to the axis's size; reflect: up to its size - 1."""
+    got = run(pad_node(mode, pads), {"x": X}, pad_known(pads, None, None))
+    np.testing.assert_array_equal(got, np.pad(X, list(zip(pads[:4], pads[4:])), mode=mode))
+
+
+def test_a_crop_on_every_axis_is_one_slice_and_a_pad_on_one_side_no_slice() -> None:
+    pads = [-1, -1, -1, -1, 0, 0, 0, -2]
+    graph = onnx_import.load(model(pad_node("constant", pads), {"x": X}, pad_known(pads, None, None)))
+    assert [n.op.kind for n in graph.nodes] == ["slice"]
+    np.testing.assert_array_equal(sigdnn.Executor().run(graph, {"x": X})["y"], X[1:, 1:, 1:, 1:-2])
+    pads = [0, 0, 0, 2, 0, 0, 0, 0]
+    graph = onnx_import.load(model(pad_node("constant", pads, 1.0), {"x": X}, pad_known(pads, 1.0, None)))
+    assert [n.op.kind for n in graph.nodes] == ["concatenate"]
+    assert [t.name for t in graph.tensors.values() if t.data is not None] == ["Pad_0/pad_before_axis3"]
+
+
+@pytest.mark.parametrize("runtime", ["pads", "value", "axes"])
+def test_pads_value_and_axes_must_be_known_at_import_time(runtime: str) -> None:
+    """Given as graph inputs instead of initializers, each is refused by its name."""
+    pads, value, axes = [0, 1, 0, 1], 2.0, [1, 3]
+    known = pad_known(pads, value, axes)
+    inputs = {"x": X, runtime: known.pop(runtime)}
+    what = {"pads": "pads", "value": "constant_value", "axes": "axes"}[runtime]
+    with pytest.raises(GraphError, match=f"{what} \\(input"):
+        onnx_import.load(model(pad_node("constant", pads, value, axes), inputs, known))
+
+
 def test_pad_takes_negative_axes() -> None:
     got = run(pad_node("constant", [1, 2, 0, 3], axes=[-1, 1]), {"x": X}, pad_known([1, 2, 0, 3], None, [-1, 1]))
     np.testing.assert_array_equal(got, np.pad(X, [(0, 0), (2, 3), (0, 0), (1, 0)]))
@@ -96,7 +125,7 @@ def test_pad_of_a_known_input_is_folded() -> None:
     [
         ("reflect", [0, 0, 4, 0, 0, 0, 0, 0], "at most 3"),
         ("wrap", [0, 0, 0, 6, 0, 0, 0, 0], "exceed its size 5"),
-        ("constant", [0, 0, -3, 0, 0, 0, -2, 0], "crop more than axis 2"),
+        ("constant", [0, 0, -3, 0, 0, 0, -1, 0], "crop all of axis 2"),
         ("constant", [0, 0, 1, 1], "a begin and an end"),
         ("symmetric", [0] * 8, "mode 'symmetric'"),
     ],

@@ -49,9 +49,10 @@ def test_cells_the_builders_scope_states(rows) -> None:
     assert rows["matmul"]["fp8_e4m3"] == ("reference", "cute")  # the CuTe GEMM takes fp8, cuTile's does not
     assert rows["matmul"]["bfloat16"] == ("reference", "cutile", "cute")
     assert rows["matmul"]["float32"] == ("reference", "cutile")  # cuTile: exact or TF32; CuTe: 16-bit and fp8
-    assert rows["conv_fprop"]["float32"] == ("reference", "cutile")  # CuTe convs take bf16 / f16 only; cuTile grouped
+    assert rows["conv_fprop"]["float32"] == ("reference", "cutile")  # CuTe convs take bf16 / f16 only; cuTile any
     assert rows["conv_fprop"]["float16"] == ("reference", "cutile", "cute")
-    assert rows["conv_dgrad"]["float32"] == ("reference",)
+    assert rows["conv_dgrad"]["float32"] == ("reference", "cutile")  # cutile.conv_dgrad_gemm
+    assert rows["conv_wgrad"]["bfloat16"] == ("reference", "cutile", "cute")
     assert rows["batchnorm"]["bfloat16"] == ("reference", "cutile", "cute")  # cute.batchnorm: training forward
     assert rows["batchnorm_backward"]["bfloat16"] == ("reference", "cutile")
     assert rows["softmax"]["float64"] == ("reference",)  # cuTile reads and writes 32- and 16-bit floats

@@ -88,8 +88,7 @@ def einsum(node: OnnxNode) -> list[Value]:
     """A transpose (one operand) or a batched matmul (two): operands permuted to (batch, free, summed) and
     (batch, summed, free), flattened to one matmul, and the product reshaped and permuted to the output. An index
     only one operand names and the output drops is summed by a reduction first."""
-    equation = node.attr("equation")
-    equation = equation.decode() if isinstance(equation, bytes) else str(equation)
+    equation = str(node.attr("equation", ""))
     count = len(node.proto.input)
     if count not in (1, 2):
         raise node.refuse(f"{count} operands; supported: 1 or 2")

@@ -1,4 +1,5 @@
-"""The implicit-GEMM conv fprop kernel, written against the cuTile API.
+"""The implicit-GEMM conv kernels, written against the cuTile API: fprop (described here), dgrad and wgrad
+(described at each: the same tiles and gathers with their own index maps).
 
 Never imported as a module: ``conv_gemm.py`` hands the text below the
 marker line to the backend (cuda.tile, or in CPU tests ``emulator``'s NumPy
@@ -95,3 +96,128 @@ def conv_gemm(
     o_w = p % ow
     o_k = ct.where(k_local < k_per_group, g * k_per_group + k_local, k_total)
     ct.scatter(y, (o_n, o_k, o_d, o_h, o_w), ct.astype(acc, y.dtype))
+
+
+@ct.kernel
+def conv_dgrad_gemm(
+    dy, w, dx,
+    pixels, xd, xh, xw,
+    od, oh, ow,
+    c_total, c_per_group, k_per_group, reduction,
+    n_stride, k_stride, d_stride, h_stride, w_stride,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    dd, dh, dw,
+    TM: ct.Constant[int],
+    TN: ct.Constant[int],
+    TK: ct.Constant[int],
+    CHANNELS_FASTEST: ct.Constant[bool],
+    WIDEN: ct.Constant[bool],
+):  # fmt: skip
+    # dx[p, c] = sum over j of dy[p's window, j] * w[j, c]: j over the group's K/G dy channels and the taps; the
+    # dy position a dx pixel meets through tap t is (position + pre_padding - t * dilation) / stride, where that
+    # divides exactly and falls inside dy.
+    g = ct.bid(2)
+    p = ct.reshape(ct.bid(0) * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+    c_local = ct.reshape(ct.bid(1) * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
+    real_p = ct.minimum(p, pixels - 1)
+    i_d = (real_p // (xw * xh)) % xd + pd
+    i_h = (real_p // xw) % xh + ph
+    i_w = real_p % xw + pw
+    image_at = real_p // (xw * xh * xd) * n_stride + g * k_per_group * k_stride
+    c = ct.minimum(c_local, c_per_group - 1)
+    k_total = k_per_group * (c_total // c_per_group)
+    taps = kd * kh * kw
+    acc = ct.full((TM, TN), 0.0, dtype=ct.float32)
+    for kt in range(ct.cdiv(reduction, TK)):
+        j = kt * TK + ct.arange(TK, dtype=ct.int32)
+        if CHANNELS_FASTEST:  # a constant: cuTile compiles only the branch taken
+            k = j % k_per_group
+            t = j // k_per_group
+        else:
+            k = j // taps
+            t = j % taps
+        a = t // (kh * kw)
+        b = (t // kw) % kh
+        e = t % kw
+        q_d = i_d - ct.reshape(a * dd, (1, TK))
+        q_h = i_h - ct.reshape(b * dh, (1, TK))
+        q_w = i_w - ct.reshape(e * dw, (1, TK))
+        inside = (q_d >= 0) & (q_d % sd == 0) & (q_d // sd < od)
+        inside = inside & (q_h >= 0) & (q_h % sh == 0) & (q_h // sh < oh)
+        inside = inside & (q_w >= 0) & (q_w % sw == 0) & (q_w // sw < ow)
+        inside = inside & (ct.reshape(j, (1, TK)) < reduction)
+        at = image_at + ct.reshape(k * k_stride, (1, TK))
+        at = at + q_d // sd * d_stride + q_h // sh * h_stride + q_w // sw * w_stride
+        ya = ct.gather(dy, ct.where(inside, at, -1))
+        filter_k = ct.where(j < reduction, g * k_per_group + k, k_total)  # past the reduction: outside w, read as 0
+        wb = ct.gather(
+            w,
+            (ct.reshape(filter_k, (TK, 1)), c, ct.reshape(a, (TK, 1)), ct.reshape(b, (TK, 1)), ct.reshape(e, (TK, 1))),
+        )
+        if WIDEN:
+            ya = ct.astype(ya, ct.float32)
+            wb = ct.astype(wb, ct.float32)
+        acc = ct.mma(ya, wb, acc)
+    o_n = p // (xw * xh * xd)
+    o_d = (p // (xw * xh)) % xd
+    o_h = (p // xw) % xh
+    o_w = p % xw
+    o_c = ct.where(c_local < c_per_group, g * c_per_group + c_local, c_total)
+    ct.scatter(dx, (o_n, o_c, o_d, o_h, o_w), ct.astype(acc, dx.dtype))
+
+
+@ct.kernel
+def conv_wgrad_gemm(
+    x, dy, dw,
+    pixels, od, oh, ow,
+    xd, xh, xw,
+    k_total, k_per_group, c_per_group, columns,
+    xn_stride, xc_stride, xd_stride, xh_stride, xw_stride,
+    yn_stride, yk_stride, yd_stride, yh_stride, yw_stride,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    dd, dh, dw_,
+    TM: ct.Constant[int],
+    TN: ct.Constant[int],
+    TK: ct.Constant[int],
+    WIDEN: ct.Constant[bool],
+):  # fmt: skip
+    # dw[k, q] = sum over r of dy[r, k] * x[r's window, q]: k one of the group's K/G output channels, q a flat
+    # (channel, tap) of the filter, r a flat dy pixel (n, od, oh, ow); the K loop runs over every dy pixel.
+    g = ct.bid(2)
+    k_local = ct.reshape(ct.bid(0) * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+    q = ct.reshape(ct.bid(1) * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
+    taps = kd * kh * kw
+    c = q // taps
+    a = (q % taps) // (kh * kw)
+    b = (q // kw) % kh
+    e = q % kw
+    k = g * k_per_group + ct.minimum(k_local, k_per_group - 1)
+    row_at = k * yk_stride
+    column_at = (g * c_per_group + ct.minimum(c, c_per_group - 1)) * xc_stride
+    acc = ct.full((TM, TN), 0.0, dtype=ct.float32)
+    for kt in range(ct.cdiv(pixels, TK)):
+        r = kt * TK + ct.arange(TK, dtype=ct.int32)
+        real_r = ct.minimum(r, pixels - 1)
+        n = real_r // (ow * oh * od)
+        o_d = (real_r // (ow * oh)) % od
+        o_h = (real_r // ow) % oh
+        o_w = real_r % ow
+        y_at = ct.reshape(n * yn_stride + o_d * yd_stride + o_h * yh_stride + o_w * yw_stride, (1, TK))
+        ya = ct.gather(dy, ct.where(ct.reshape(r, (1, TK)) < pixels, row_at + y_at, -1))
+        i_d = ct.reshape(o_d * sd - pd, (TK, 1)) + a * dd
+        i_h = ct.reshape(o_h * sh - ph, (TK, 1)) + b * dh
+        i_w = ct.reshape(o_w * sw - pw, (TK, 1)) + e * dw_
+        inside = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
+        inside = inside & (ct.reshape(r, (TK, 1)) < pixels) & (c < c_per_group)
+        at = ct.reshape(n * xn_stride, (TK, 1)) + column_at + i_d * xd_stride + i_h * xh_stride + i_w * xw_stride
+        xb = ct.gather(x, ct.where(inside, at, -1))
+        if WIDEN:
+            ya = ct.astype(ya, ct.float32)
+            xb = ct.astype(xb, ct.float32)
+        acc = ct.mma(ya, xb, acc)
+    o_k = ct.where(k_local < k_per_group, g * k_per_group + k_local, k_total)
+    ct.scatter(dw, (o_k, c, a, b, e), ct.astype(acc, dw.dtype))

@@ -1,4 +1,5 @@
-"""cuTile conv fprop as an implicit GEMM (``_conv_gemm_kernels.py``): the convs the CuTe conv builders decline.
+"""cuTile convs as implicit GEMMs (``_conv_gemm_kernels.py``): fprop, dgrad and wgrad where the CuTe builders
+decline.
 
 The CuTe builders run 2-D NHWC convs with 16-bit inputs. What users export
 from elsewhere is often none of that: an ONNX model from torchvision is
@@ -13,7 +14,9 @@ multiplies exactly (no TF32 rounding: the node's compute dtype is float32).
 
 It ranks below every CuTe conv builder and below ``cutile.conv_fprop_grouped``
 (a direct convolution, better for depthwise and narrow groups), so it runs
-only what they decline.
+only what they decline. dgrad and wgrad (the classes at the end) do the
+same for training: dgrad gathers dy through each dx pixel's taps where the
+stride divides, wgrad multiplies dy by x's windows over every dy pixel.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from sigdnn.plan_builders.cutile.conv_grouped import (
     channels_innermost,
     fits,
     groups_of,
+    offset_bound,
     padded_to_3,
     view_5d,
 )
@@ -47,10 +51,10 @@ TILE_REDUCTION = 32  # TK: the reduction indices one step gathers
 NATIVE_MMA = ("float16", "bfloat16")
 
 
-def kernel_source() -> KernelSource:
-    """The literal kernel's text with ``kernel`` bound to it."""
+def kernel_source(kernel: str = "conv_gemm") -> KernelSource:
+    """The literal kernels' text with ``kernel`` bound to the one named."""
     text = resources.files("sigdnn.plan_builders.cutile").joinpath("_conv_gemm_kernels.py").read_text()
-    return KernelSource("conv_gemm", text.split(MARKER, 1)[1] + "\nkernel = conv_gemm\n")
+    return KernelSource(kernel, text.split(MARKER, 1)[1] + f"\nkernel = {kernel}\n")
 
 
 def tile_channels(k_per_group: int) -> int:
@@ -107,3 +111,119 @@ class CutileConvGemmBuilder(CutileLaunchesBuilder):
         span = 1 + sum((d - 1) * s for d, s in zip(x_dims, x_strides))
         args = (Arg("x", (span,), (1,)), Arg("w", *view_5d(w)), Arg("y", *view_5d(y)))
         return [Launch(kernel_source(), grid, args, (*constants, *order))], 0
+
+
+def flat_span(t: Tensor) -> int:
+    """Elements from t's first to its last (the flat view a kernel gathers from)."""
+    dims, strides = view_5d(t)
+    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+
+
+class CutileConvDgradGemmBuilder(CutileLaunchesBuilder):
+    """conv_dgrad as an implicit GEMM over dx's pixels: what the CuTe dgrad declines (float32, NCHW, 1-D, 3-D,
+    groups). A dx pixel meets dy through tap t at (position + pre_padding - t * dilation) / stride, where that
+    divides exactly; other taps read 0."""
+
+    name = "cutile.conv_dgrad_gemm"
+    engine_id = IN_TREE[name]
+    ops = ("conv_dgrad",)
+    priority = -1  # below the CuTe dgrad where it applies
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        op = node.op
+        dy, w, dx = graph.tensors[op.dy], graph.tensors[op.w], graph.tensors[op.dx]
+        compute = str(graph.compute_dtype_of(node))
+        if compute != "float32":
+            raise ValueError(f"compute dtype {compute}; {self.name} sums in float32")
+        for t in (dy, w, dx):
+            if min(t.strides) < 0:
+                raise ValueError(f"tensor '{t.name}' has negative strides {list(t.strides)}")
+            if flat_span(t) > LARGEST:
+                raise ValueError(f"tensor '{t.name}' spans 2^31 elements or more (int32 offsets)")
+        groups = dx.dims[1] // w.dims[1]
+        x_dims = as_5d(dx)[0]
+        pixels = x_dims[0] * x_dims[2] * x_dims[3] * x_dims[4]
+        c_total, c_per_group = dx.dims[1], w.dims[1]
+        k_per_group = w.dims[0] // groups
+        w_dims = as_5d(w)[0]
+        reduction = k_per_group * w_dims[2] * w_dims[3] * w_dims[4]
+        tn = tile_channels(c_per_group)
+        grid = (cdiv(pixels, TILE_PIXELS), cdiv(c_per_group, tn), groups)
+        if grid[1] > GRID_Y or grid[2] > GRID_Y:
+            raise ValueError(f"{c_per_group} input channels a group in {groups} groups need a grid of {grid}; "
+                             f"its second and third dims hold {GRID_Y}")  # fmt: skip
+        y_dims, y_strides = view_5d(dy)
+        pre = padded_to_3(op.pre_padding, 0)
+        constants = (
+            pixels, *x_dims[2:],
+            *y_dims[2:],
+            c_total, c_per_group, k_per_group, reduction,
+            *y_strides,
+            *w_dims[2:],
+            *padded_to_3(op.stride, 1),
+            *pre,
+            *padded_to_3(op.dilation, 1),
+        )  # fmt: skip
+        reach = max(d + q for d, q in zip(x_dims[2:], pre))  # a position plus its padding, before a tap
+        largest = max(*constants, reduction + TILE_REDUCTION, pixels + TILE_PIXELS, reach)
+        if largest > LARGEST:
+            raise ValueError(f"a size, stride, padding or dilation of {largest} is past the kernel's int32 scalars")
+        order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(dy), widens(graph, dy, w))
+        args = (Arg("dy", (flat_span(dy),), (1,)), Arg("w", *view_5d(w)), Arg("dx", *view_5d(dx)))
+        return [Launch(kernel_source("conv_dgrad_gemm"), grid, args, (*constants, *order))], 0
+
+
+class CutileConvWgradGemmBuilder(CutileLaunchesBuilder):
+    """conv_wgrad as a GEMM per group: dw [K/G, C/G x taps] = dy [K/G, pixels] x (x's windows) [pixels, C/G x
+    taps], both operands gathered in the kernel; what the CuTe wgrads decline (float32, NCHW, 1-D, 3-D, groups).
+    One block owns one output tile and walks every dy pixel (no split-K): correct for any size, fast only
+    where the filter has many tiles."""
+
+    name = "cutile.conv_wgrad_gemm"
+    engine_id = IN_TREE[name]
+    ops = ("conv_wgrad",)
+    priority = -1  # below the CuTe wgrads where they apply
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        op = node.op
+        x, dy, dw = graph.tensors[op.x], graph.tensors[op.dy], graph.tensors[op.dw]
+        compute = str(graph.compute_dtype_of(node))
+        if compute != "float32":
+            raise ValueError(f"compute dtype {compute}; {self.name} sums in float32")
+        for t in (x, dy, dw):
+            if min(t.strides) < 0:
+                raise ValueError(f"tensor '{t.name}' has negative strides {list(t.strides)}")
+            if flat_span(t) > LARGEST:
+                raise ValueError(f"tensor '{t.name}' spans 2^31 elements or more (int32 offsets)")
+        if offset_bound(x, op) > LARGEST:
+            raise ValueError(f"tensor '{x.name}' with its padding spans 2^31 elements or more (int32 offsets)")
+        groups = x.dims[1] // dw.dims[1]
+        y_dims, y_strides = view_5d(dy)
+        pixels = y_dims[0] * y_dims[2] * y_dims[3] * y_dims[4]
+        k_total, c_per_group = dy.dims[1], dw.dims[1]
+        k_per_group = k_total // groups
+        w_dims = as_5d(dw)[0]
+        columns = c_per_group * w_dims[2] * w_dims[3] * w_dims[4]
+        tm, tn = tile_channels(k_per_group), MAX_TILE_CHANNELS
+        grid = (cdiv(k_per_group, tm), cdiv(columns, tn), groups)
+        if grid[1] > GRID_Y or grid[2] > GRID_Y:
+            raise ValueError(f"{columns} filter columns a group in {groups} groups need a grid of {grid}; "
+                             f"its second and third dims hold {GRID_Y}")  # fmt: skip
+        x_dims, x_strides = view_5d(x)
+        constants = (
+            pixels, *y_dims[2:],
+            *x_dims[2:],
+            k_total, k_per_group, c_per_group, columns,
+            *x_strides,
+            *y_strides,
+            *w_dims[2:],
+            *padded_to_3(op.stride, 1),
+            *padded_to_3(op.pre_padding, 0),
+            *padded_to_3(op.dilation, 1),
+        )  # fmt: skip
+        largest = max(*constants, pixels + TILE_REDUCTION, columns + tn)
+        if largest > LARGEST:
+            raise ValueError(f"a size, stride, padding or dilation of {largest} is past the kernel's int32 scalars")
+        order = (tm, tn, TILE_REDUCTION, widens(graph, dy, x))
+        args = (Arg("x", (flat_span(x),), (1,)), Arg("dy", (flat_span(dy),), (1,)), Arg("dw", *view_5d(dw)))
+        return [Launch(kernel_source("conv_wgrad_gemm"), grid, args, (*constants, *order))], 0
