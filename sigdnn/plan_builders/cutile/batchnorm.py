@@ -112,11 +112,11 @@ class _Layout:
     def vector(self, port: str) -> Arg:
         return Arg(port, (self.c,), (tensor_views.channel_stride(self.graph.tensors[self.ports[port]]),))
 
-    def apply(self, args: list[Arg], grads: bool, wide: bool = False) -> Launch:
+    def apply(self, args: list[Arg], grads: bool, wide: bool = False, split_mean: bool = False) -> Launch:
         at, kt, bt = self.apply_shape
         hints = self.config.apply_hints or self.config.hints
         text = channel_kernel_source.apply(
-            self.apply_tile, self.apply_shape, grads, wide, hints, self._divides(self.apply_tile)
+            self.apply_tile, self.apply_shape, grads, wide, hints, self._divides(self.apply_tile), split_mean
         )
         return Launch(KernelSource("batchnorm_apply", text), (at * kt * bt,), tuple(args))
 
@@ -163,15 +163,16 @@ class CutileBatchnormBuilder(CutileLaunchesBuilder):
         first, sums = lay.partials([lay.x("x")], work, grads=False)
         splits = sums[0].shape[0]
         tk, ts = lay.finalize_tiles(splits)
-        mean, inv = work.take((lay.c,)), work.take((lay.c,))
-        args = [lay.x("x"), *sums, lay.vector("mean"), lay.vector("inv_variance"), mean, inv]
+        mean, inv, low = work.take((lay.c,)), work.take((lay.c,)), work.take((lay.c,))
+        args = [lay.x("x"), *sums, lay.vector("mean"), lay.vector("inv_variance"), mean, inv, low]
         if op.momentum is not None:
             args += [
                 lay.vector(p) for p in ("in_running_mean", "in_running_var", "next_running_mean", "next_running_var")
             ]
         text = channel_kernel_source.finalize_stats(tk, ts, lay.count, op.epsilon, op.momentum, lay.flat)
         final = Launch(KernelSource("batchnorm_finalize", text), (cdiv(lay.c, tk),), tuple(args))
-        last = lay.apply([lay.x("x"), mean, inv, lay.vector("scale"), lay.vector("bias"), lay.x("y")], grads=False)
+        last = lay.apply([lay.x("x"), mean, low, inv, lay.vector("scale"), lay.vector("bias"), lay.x("y")], grads=False,
+                         split_mean=True)  # fmt: skip
         return [first, final, last], work.nbytes
 
 

@@ -143,9 +143,11 @@ def _column_sums(ts: int, tk: int) -> list[str]:
 
 
 def finalize_stats(tk: int, ts: int, count: int, eps: float, momentum: float | None, flat: bool) -> str:
-    """mean, inv_variance (and running statistics) of ``count`` elements per channel; ws rows: mean, inv."""
+    """mean, inv_variance (and running statistics) of ``count`` elements per channel; ws rows: mean, inv and the
+    mean's float32 remainder (mean - float32(mean)), which the elementwise pass subtracts after float32(mean):
+    where |mean| >> std, float32(mean) alone is off by more than the tolerance of y in units of std."""
     running = momentum is not None
-    params = ["x", "p0", "p1", "mean", "inv", "wmean", "winv"]
+    params = ["x", "p0", "p1", "mean", "inv", "wmean", "winv", "wlow"]
     if running:
         params += ["rm", "rv", "nrm", "nrv"]
     body = [
@@ -158,8 +160,10 @@ def finalize_stats(tk: int, ts: int, count: int, eps: float, momentum: float | N
         f"r = 1.0 / ct.sqrt(var + {_lit(eps)})",
         "ct.store(mean, index=(kt,), tile=ct.astype(mu, mean.dtype))",
         "ct.store(inv, index=(kt,), tile=ct.astype(r, inv.dtype))",
-        "ct.store(wmean, index=(kt,), tile=ct.astype(mu, ct.float32))",
+        "mu32 = ct.astype(mu, ct.float32)",
+        "ct.store(wmean, index=(kt,), tile=mu32)",
         "ct.store(winv, index=(kt,), tile=ct.astype(r, ct.float32))",
+        "ct.store(wlow, index=(kt,), tile=ct.astype(mu - ct.astype(mu32, ct.float64), ct.float32))",
     ]
     if running:
         keep, unbias = 1.0 - momentum, count / (count - 1)
@@ -192,8 +196,11 @@ def apply(
     wide: bool,
     hints: KernelHints | None,
     exact: bool,
+    split_mean: bool = False,
 ) -> str:
-    """The elementwise pass over every tile, last tile first; in float64 when ``wide``.
+    """The elementwise pass over every tile, last tile first; in float64 when ``wide``; with ``split_mean``, the
+    mean comes as float32(mean) and its remainder, subtracted one after the other (x - mean to float32's
+    precision of the difference, not of the mean: training's statistics, see ``finalize_stats``).
 
     Inference is judged as an elementwise op (a few float32 ulps of y),
     which float32 cannot keep where (x - mean) * inv * scale cancels
@@ -206,6 +213,8 @@ def apply(
     """
     at, kt, bt = shape
     params = ["dy", "x", "mean", "inv", "s", "c1", "c2", "dx"] if grads else ["x", "mean", "inv", "s", "b", "y"]
+    if split_mean:
+        params.insert(params.index("mean") + 1, "low")
     f = "ct.float64" if wide else "ct.float32"
     body = [
         f"tile = {at * kt * bt - 1} - ct.bid(0)",
@@ -228,7 +237,8 @@ def apply(
         body += [
             f"xt = {_tile('x', t, 'index', f, exact)}",
             *vectors,
-            f"out = (xt - mu) * a + {_vec('b', t, 'ki', f)}",
+            f"centred = xt - mu - {_vec('low', t, 'ki', f)}" if split_mean else "centred = xt - mu",
+            f"out = centred * a + {_vec('b', t, 'ki', f)}",
             f"ct.store(y, index=index, tile=ct.astype(out, y.dtype){unchecked})",
         ]
     return _module(params, body, hints)

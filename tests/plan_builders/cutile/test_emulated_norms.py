@@ -185,6 +185,31 @@ def test_batchnorm_training_at_the_fewest_elements_a_channel(n, running):
     assert report.passed, report.table()
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["mean_and_remainder", "float32_mean_alone"])
+def test_batchnorm_training_where_the_mean_dwarfs_the_spread(split, monkeypatch):
+    """x = 3000 + 0.01 N(0, 1): float32(mean) is off by up to 1.2e-4, 1% of std, which y = (x - mean) * inv
+    would carry 1000-fold past its tolerance; the apply pass subtracts the mean's float32 remainder too. With
+    the remainder dropped (float32(mean) alone), validation fails."""
+    from norm_cases import batchnorm
+
+    from sigdnn.plan_builders.cutile import channel_kernel_source
+
+    if not split:
+        apply = channel_kernel_source.apply
+        apply = channel_kernel_source.apply  # the same kernel, its low parameter taken and ignored
+
+        def float32_mean_alone(*args):  # type: ignore[no-untyped-def]
+            return apply(*args[:6], False).replace("(x, mean, inv", "(x, mean, low, inv")
+
+        monkeypatch.setattr(channel_kernel_source, "apply", float32_mean_alone)
+    g = batchnorm((4, 8, 5, 5), "NHWC", "float32", False)
+    rng = np.random.default_rng(3)
+    data = {t.name: rng.uniform(0.5, 2.0, t.dims).astype(np.float32) for t in g.inputs}
+    data["x"] = (3000 + 0.01 * rng.standard_normal(g.tensor_by_name("x").dims)).astype(np.float32)
+    report = sigdnn.validate(g, data, executor=emulated_executor())
+    assert report.passed == split, report.table()
+
+
 def test_batchnorm_running_variance_of_one_element_a_channel_is_declined():
     """The unbiased running variance divides by count - 1: one element a channel is declined, saying so."""
     from norm_cases import batchnorm
