@@ -173,7 +173,7 @@ def conv_wgrad_gemm(
     x, dy, dw,
     pixels, od, oh, ow,
     xd, xh, xw,
-    k_total, k_per_group, c_per_group, columns,
+    k_total, k_per_group, c_per_group,
     xn_stride, xc_stride, xd_stride, xh_stride, xw_stride,
     yn_stride, yk_stride, yd_stride, yh_stride, yw_stride,
     kd, kh, kw,

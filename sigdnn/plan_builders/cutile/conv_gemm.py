@@ -213,7 +213,7 @@ class CutileConvWgradGemmBuilder(CutileLaunchesBuilder):
         constants = (
             pixels, *y_dims[2:],
             *x_dims[2:],
-            k_total, k_per_group, c_per_group, columns,
+            k_total, k_per_group, c_per_group,
             *x_strides,
             *y_strides,
             *w_dims[2:],
@@ -221,7 +221,7 @@ class CutileConvWgradGemmBuilder(CutileLaunchesBuilder):
             *padded_to_3(op.pre_padding, 0),
             *padded_to_3(op.dilation, 1),
         )  # fmt: skip
-        largest = max(*constants, pixels + TILE_REDUCTION, columns + tn)
+        largest = max(*constants, pixels + TILE_REDUCTION)  # columns are bounded by the grid's check above
         if largest > LARGEST:
             raise ValueError(f"a size, stride, padding or dilation of {largest} is past the kernel's int32 scalars")
         order = (tm, tn, TILE_REDUCTION, widens(graph, dy, x))

@@ -21,8 +21,12 @@ from oracles_conv import exact_round
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
+from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cutile import conv_gemm, emulator
 from sigdnn.plan_builders.cutile.conv_gemm import CutileConvDgradGemmBuilder, CutileConvWgradGemmBuilder
+from sigdnn.registry.ranking import rank
+from sigdnn.registry.registry import DEFAULT_REGISTRY
+from sigdnn.signature_keys import key_for
 
 
 @attrs.frozen
@@ -204,3 +208,122 @@ def test_an_infinite_filter_of_one_group_leaves_the_other_groups_dx_finite() -> 
     assert within_float32_bound(lambda u, v: torch_dgrad(case, u, v), inputs["dy"], np.where(np.isinf(inputs["w"]),
                                 0, inputs["w"]), got, 108, case.dtype)[:, :first].all()  # fmt: skip
     assert np.isfinite(want).all()
+
+
+# -- what the builders decline, read from dims and strides alone (nothing is allocated) -------------------------
+BIG = 2**31 - 1  # int32's largest
+
+
+def backward_node(kind: str, x_dims, w_dims, y_dims, stride=None, pad=(0, 0), dtype="float32", compute="float32"):  # type: ignore[no-untyped-def]
+    """A conv_dgrad or conv_wgrad node of a 1-D conv with these dims (pad: pre, post)."""
+    g = sigdnn.Graph("decline", io_dtype=dtype, compute_dtype=compute)
+    stride = stride or (1,) * (len(x_dims) - 2)
+    spatial = len(x_dims) - 2
+    pads = {"pre_padding": (pad[0],) * spatial, "post_padding": (pad[1],) * spatial}
+    if kind == "dgrad":
+        g.conv_dgrad(g.tensor("dy", y_dims), g.tensor("w", w_dims), stride=stride, dims=x_dims, name="n", **pads)
+    else:
+        g.conv_wgrad(g.tensor("x", x_dims), g.tensor("dy", y_dims), stride=stride, dims=w_dims, name="n", **pads)
+    return g, g.nodes[-1]
+
+
+def accepts(kind: str, g: sigdnn.Graph, node: sigdnn.Node) -> bool:
+    try:
+        KINDS[kind].builder().check(node, g)
+    except NotSupported:
+        return False
+    return True
+
+
+def launch_of(kind: str, g: sigdnn.Graph, node: sigdnn.Node):  # type: ignore[no-untyped-def]
+    (launch,), workspace = KINDS[kind].builder().launches(node, g)
+    assert workspace == 0  # both operands are gathered in the kernel: nothing is staged
+    return launch
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_16_bit_compute_dtype_is_declined(kind: str) -> None:
+    g, node = backward_node(kind, (1, 4, 9), (4, 4, 3), (1, 4, 7), compute="float16")
+    with pytest.raises(NotSupported, match=r"node 'n'.*compute dtype float16"):
+        KINDS[kind].builder().check(node, g)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_strides_negative_are_declined_and_a_size_one_axis_may_have_stride_zero(kind: str) -> None:
+    g, node = backward_node(kind, (1, 4, 9), (4, 4, 3), (1, 4, 7))
+    dy = g.tensor_by_name("dy")
+    dy.set_stride((0, 7, 1))  # batch of one: its stride addresses nothing
+    assert accepts(kind, g, node)
+    dy.set_stride((28, -7, 1))
+    assert not accepts(kind, g, node)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("span", "accepted"), [(BIG, True), (BIG + 1, False)])
+def test_a_tensor_spanning_past_int32_is_declined(kind: str, span: int, accepted: bool) -> None:
+    """dy of two batch entries whose batch stride puts its last element at span - 1."""
+    g, node = backward_node(kind, (2, 1, 1), (1, 1, 1), (2, 1, 1))
+    g.tensor_by_name("dy").set_stride((span - 1, 1, 1))
+    assert accepts(kind, g, node) == accepted
+
+
+@pytest.mark.parametrize(("kind", "x_dims", "w_dims", "accepted"), [
+    ("dgrad", (1, 65535 * 64, 1), (1, 65535 * 64, 1), True),  # 65,535 tiles of 64 dx channels
+    ("dgrad", (1, 65535 * 64 + 1, 1), (1, 65535 * 64 + 1, 1), False),
+    ("dgrad", (1, 65535, 1), (65535, 1, 1), True),  # 65,535 groups
+    ("dgrad", (1, 65536, 1), (65536, 1, 1), False),
+    ("wgrad", (1, 65535 * 64, 1), (1, 65535 * 64, 1), True),  # 65,535 tiles of 64 filter columns
+    ("wgrad", (1, 65535 * 64 + 1, 1), (1, 65535 * 64 + 1, 1), False),
+    ("wgrad", (1, 65535, 1), (65535, 1, 1), True),
+    ("wgrad", (1, 65536, 1), (65536, 1, 1), False),
+])  # fmt: skip
+def test_grids_past_cudas_limits_are_declined(kind: str, x_dims, w_dims, accepted: bool) -> None:
+    g, node = backward_node(kind, x_dims, w_dims, (1, w_dims[0], 1))
+    assert accepts(kind, g, node) == accepted
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("stride", "accepted"), [(BIG, True), (BIG + 1, False)])
+def test_scalars_past_int32_are_declined(kind: str, stride: int, accepted: bool) -> None:
+    g, node = backward_node(kind, (1, 1, 1), (1, 1, 1), (1, 1, 1), stride=(stride,))
+    assert accepts(kind, g, node) == accepted
+
+
+@pytest.mark.parametrize(("kind", "x_dims", "w_dims", "y_dims", "stride", "pad"), [
+    ("dgrad", (1, 1, 1), (1, 1, BIG - 20), (1, 1, 23), (1,), (2**30, 2**30)),  # the reduction's last tile
+    ("dgrad", (1, 1, BIG - 10), (1, 1, 1), (1, 1, 2048), (2**20,), (0, 0)),  # dx's pixels and a tile
+    ("dgrad", (1, 1, BIG - 64), (1, 1, 1), (1, 1, 2049), (2**20,), (100, 0)),  # a position plus its padding
+    ("wgrad", (1, 1, BIG - 10), (1, 1, 1), (1, 1, BIG - 10), (1,), (0, 0)),  # dy's pixels and a tile
+])  # fmt: skip
+def test_indices_a_tail_tile_forms_past_int32_are_declined(kind: str, x_dims, w_dims, y_dims, stride, pad) -> None:
+    """No tensor spans 2^31 elements, but the indices the last tile (or a padded position) forms do."""
+    g, node = backward_node(kind, x_dims, w_dims, y_dims, stride=stride, pad=pad)
+    with pytest.raises(NotSupported, match="int32"):
+        KINDS[kind].builder().check(node, g)
+
+
+@pytest.mark.parametrize(("reach", "accepted"), [(BIG, True), (BIG + 1, False)])
+def test_wgrad_declines_an_x_whose_padded_extent_passes_int32(reach: int, accepted: bool) -> None:
+    """x [1, 1, 2] padded 2^30 before and reach - 2^30 - 1 after: its padded extent reaches reach - 1."""
+    pre = 2**30
+    outputs = (2 + reach - 1 - 1) // 2**30 + 1
+    g, node = backward_node("wgrad", (1, 1, 2), (1, 1, 1), (1, 1, outputs), stride=(2**30,), pad=(pre, reach - pre - 1))
+    assert accepts("wgrad", g, node) == accepted
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_launches_gather_from_exact_spans_with_power_of_two_tiles(kind: str) -> None:
+    g, node = backward_node(kind, (2, 3, 9), (5, 3, 3), (2, 5, 7))
+    launch = launch_of(kind, g, node)
+    tiles = launch.constants[-5:-2] if kind == "dgrad" else launch.constants[-4:-1]
+    assert all(t >= 16 and t & (t - 1) == 0 for t in tiles), tiles
+    flat = [a for a in launch.args if len(a.shape) == 1]
+    assert [a.shape for a in flat] == ([(70,)] if kind == "dgrad" else [(54,), (70,)])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_it_ranks_below_the_cute_builders(kind: str) -> None:
+    g, node = backward_node(kind, (2, 16, 9, 9), (16, 16, 3, 3), (2, 16, 7, 7), dtype="bfloat16")
+    serving = [b for b in DEFAULT_REGISTRY.serving(key_for(node, g), "gpu") if b.library != "gpu_reference"]
+    names = [b.name for b in rank(serving, node, g)]
+    assert names[-1] == KINDS[kind].name and any(n.startswith("cute.") for n in names), names
