@@ -222,7 +222,21 @@ def onnx_seeds() -> list[bytes]:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 75])],
         [w, shape],
     )
-    return [helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()]
+    first = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    pads = numpy_helper.from_array(np.array([0, 1, 2, 0, 0, 2], np.int64), "pads")
+    k = numpy_helper.from_array(np.ones((4, 8, 3), np.float32), "k")
+    nodes = [
+        helper.make_node("Pad", ["x", "pads"], ["p"], mode="reflect"),
+        helper.make_node("Einsum", ["p", "k"], ["y"], equation="bij,bjk->bik"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fz_pad_einsum",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5, 3])],
+        [pads, k],
+    )
+    return [first, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()]
 
 
 def _onnx_load(data: bytes) -> Any:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("onnx")
 
@@ -200,3 +202,42 @@ def test_einsum_nodes_are_named_for_what_they_do() -> None:
     names = [n.name for n in graph.nodes]
     steps = ["a_order", "b_order", "a_matrix", "b_matrix", "matmul", "product", "out_order"]
     assert all(any(n.startswith(f"E/{s}") for n in names) for s in steps), names
+
+
+LETTERS = "abcd"
+
+
+@st.composite
+def einsum_cases(draw):  # type: ignore[no-untyped-def]
+    """One or two operands of 0-3 distinct indices over a, b, c, d (sizes 1-3), an explicit or implicit output,
+    sometimes a repeated index or a stray character: what the importer must take or refuse by name."""
+    sizes = {c: draw(st.integers(1, 3)) for c in LETTERS}
+    count = draw(st.integers(1, 2))
+    terms = [draw(st.lists(st.sampled_from(LETTERS), min_size=1, max_size=3)) for _ in range(count)]
+    used = sorted({c for t in terms for c in t})
+    out = draw(st.one_of(st.none(), st.lists(st.sampled_from(used), max_size=3)))
+    equation = ",".join("".join(t) for t in terms) + ("" if out is None else "->" + "".join(out))
+    equation = draw(st.sampled_from([equation, equation, equation.replace(",", ".", 1), " " + equation]))
+    shapes = [tuple(sizes[c] for c in t) for t in terms]
+    return equation, shapes
+
+
+@settings(max_examples=150, deadline=None)
+@given(einsum_cases())
+def test_random_einsums_equal_numpys_or_are_refused_by_name(case) -> None:  # type: ignore[no-untyped-def]
+    equation, shapes = case
+    rng = np.random.default_rng(0)
+    operands = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=equation, name="E")
+    try:
+        want = np.einsum(equation.replace(" ", ""), *(o.astype(np.float64) for o in operands))
+    except ValueError:
+        want = None
+    try:
+        got = run(node, dict(zip(names, operands)))
+    except GraphError as e:
+        assert "E" in str(e)
+        return
+    assert want is not None, f"{equation}: imported what NumPy refuses"
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-6, atol=1e-6)
