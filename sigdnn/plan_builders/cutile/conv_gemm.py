@@ -68,6 +68,43 @@ def widens(graph: Graph, x: Tensor, w: Tensor) -> bool:
     return not (dx == dw and dx in NATIVE_MMA)
 
 
+def flat_span(t: Tensor) -> int:
+    """Elements from t's first to its last (the flat view a kernel gathers from)."""
+    dims, strides = view_5d(t)
+    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
+
+
+def require_float32_sums(builder: str, graph: Graph, node: Node) -> None:
+    compute = str(graph.compute_dtype_of(node))
+    if compute != "float32":
+        raise ValueError(f"compute dtype {compute}; {builder} sums in float32")
+
+
+def require_int32_spans(*tensors: Tensor) -> None:
+    """ValueError unless each tensor's strides are >= 0 and its span fits the kernels' int32 offsets."""
+    for t in tensors:
+        if min(t.strides) < 0:
+            raise ValueError(f"tensor '{t.name}' has negative strides {list(t.strides)}")
+        if flat_span(t) > LARGEST:
+            raise ValueError(f"tensor '{t.name}' spans 2^31 elements or more (int32 offsets)")
+
+
+def grid_of(tiles: int, columns: int, tile: int, groups: int, what: str) -> tuple[int, int, int]:
+    """(tiles, column tiles, groups); ValueError past CUDA's limit on a grid's second and third dims."""
+    grid = (tiles, cdiv(columns, tile), groups)
+    if grid[1] > GRID_Y or grid[2] > GRID_Y:
+        raise ValueError(f"{columns} {what} a group in {groups} groups need a grid of {grid}; "
+                         f"its second and third dims hold {GRID_Y}")  # fmt: skip
+    return grid
+
+
+def require_int32_scalars(constants: tuple[int, ...], *tails: int) -> None:
+    """ValueError unless every scalar the kernel takes, and every index a tail tile forms (``tails``), fits int32."""
+    largest = max(*constants, *tails)
+    if largest > LARGEST:
+        raise ValueError(f"a size, stride, padding or dilation of {largest} is past the kernel's int32 scalars")
+
+
 class CutileConvGemmBuilder(CutileLaunchesBuilder):
     name = "cutile.conv_fprop_gemm"
     engine_id = IN_TREE[name]
@@ -77,9 +114,7 @@ class CutileConvGemmBuilder(CutileLaunchesBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         x, w, y = graph.tensors[op.x], graph.tensors[op.w], graph.tensors[op.y]
-        compute = str(graph.compute_dtype_of(node))
-        if compute != "float32":
-            raise ValueError(f"compute dtype {compute}; {self.name} sums in float32")
+        require_float32_sums(self.name, graph, node)
         groups = groups_of(node, graph)
         y_dims = as_5d(y)[0]
         pixels = y_dims[0] * y_dims[2] * y_dims[3] * y_dims[4]
@@ -89,10 +124,7 @@ class CutileConvGemmBuilder(CutileLaunchesBuilder):
         w_dims = as_5d(w)[0]
         reduction = c_per_group * w_dims[2] * w_dims[3] * w_dims[4]
         tn = tile_channels(k_per_group)
-        grid = (cdiv(pixels, TILE_PIXELS), cdiv(k_per_group, tn), groups)
-        if grid[1] > GRID_Y or grid[2] > GRID_Y:
-            raise ValueError(f"{k_per_group} output channels a group in {groups} groups need a grid of {grid}; "
-                             f"its second and third dims hold {GRID_Y}")  # fmt: skip
+        grid = grid_of(cdiv(pixels, TILE_PIXELS), k_per_group, tn, groups, "output channels")
         x_dims, x_strides = view_5d(x)
         constants = (
             pixels, *y_dims[2:],
@@ -104,19 +136,10 @@ class CutileConvGemmBuilder(CutileLaunchesBuilder):
             *padded_to_3(op.pre_padding, 0),
             *padded_to_3(op.dilation, 1),
         )  # fmt: skip
-        largest = max(*constants, reduction + TILE_REDUCTION)  # the last K step's j run a tile past the reduction
-        if largest > LARGEST:
-            raise ValueError(f"a size, stride, padding or dilation of {largest} is past the kernel's int32 scalars")
+        require_int32_scalars(constants, reduction + TILE_REDUCTION)  # the last K step's j run a tile past it
         order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(x), widens(graph, x, w))
-        span = 1 + sum((d - 1) * s for d, s in zip(x_dims, x_strides))
-        args = (Arg("x", (span,), (1,)), Arg("w", *view_5d(w)), Arg("y", *view_5d(y)))
+        args = (Arg("x", (flat_span(x),), (1,)), Arg("w", *view_5d(w)), Arg("y", *view_5d(y)))
         return [Launch(kernel_source(), grid, args, (*constants, *order))], 0
-
-
-def flat_span(t: Tensor) -> int:
-    """Elements from t's first to its last (the flat view a kernel gathers from)."""
-    dims, strides = view_5d(t)
-    return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
 
 
 class CutileConvDgradGemmBuilder(CutileLaunchesBuilder):
@@ -132,14 +155,8 @@ class CutileConvDgradGemmBuilder(CutileLaunchesBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         dy, w, dx = graph.tensors[op.dy], graph.tensors[op.w], graph.tensors[op.dx]
-        compute = str(graph.compute_dtype_of(node))
-        if compute != "float32":
-            raise ValueError(f"compute dtype {compute}; {self.name} sums in float32")
-        for t in (dy, w, dx):
-            if min(t.strides) < 0:
-                raise ValueError(f"tensor '{t.name}' has negative strides {list(t.strides)}")
-            if flat_span(t) > LARGEST:
-                raise ValueError(f"tensor '{t.name}' spans 2^31 elements or more (int32 offsets)")
+        require_float32_sums(self.name, graph, node)
+        require_int32_spans(dy, w, dx)
         groups = dx.dims[1] // w.dims[1]
         x_dims = as_5d(dx)[0]
         pixels = x_dims[0] * x_dims[2] * x_dims[3] * x_dims[4]
@@ -148,10 +165,7 @@ class CutileConvDgradGemmBuilder(CutileLaunchesBuilder):
         w_dims = as_5d(w)[0]
         reduction = k_per_group * w_dims[2] * w_dims[3] * w_dims[4]
         tn = tile_channels(c_per_group)
-        grid = (cdiv(pixels, TILE_PIXELS), cdiv(c_per_group, tn), groups)
-        if grid[1] > GRID_Y or grid[2] > GRID_Y:
-            raise ValueError(f"{c_per_group} input channels a group in {groups} groups need a grid of {grid}; "
-                             f"its second and third dims hold {GRID_Y}")  # fmt: skip
+        grid = grid_of(cdiv(pixels, TILE_PIXELS), c_per_group, tn, groups, "input channels")
         y_dims, y_strides = view_5d(dy)
         pre = padded_to_3(op.pre_padding, 0)
         constants = (
@@ -165,9 +179,7 @@ class CutileConvDgradGemmBuilder(CutileLaunchesBuilder):
             *padded_to_3(op.dilation, 1),
         )  # fmt: skip
         reach = max(d + q for d, q in zip(x_dims[2:], pre))  # a position plus its padding, before a tap
-        largest = max(*constants, reduction + TILE_REDUCTION, pixels + TILE_PIXELS, reach)
-        if largest > LARGEST:
-            raise ValueError(f"a size, stride, padding or dilation of {largest} is past the kernel's int32 scalars")
+        require_int32_scalars(constants, reduction + TILE_REDUCTION, pixels + TILE_PIXELS, reach)
         order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(dy), widens(graph, dy, w))
         args = (Arg("dy", (flat_span(dy),), (1,)), Arg("w", *view_5d(w)), Arg("dx", *view_5d(dx)))
         return [Launch(kernel_source("conv_dgrad_gemm"), grid, args, (*constants, *order))], 0
@@ -187,14 +199,8 @@ class CutileConvWgradGemmBuilder(CutileLaunchesBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         x, dy, dw = graph.tensors[op.x], graph.tensors[op.dy], graph.tensors[op.dw]
-        compute = str(graph.compute_dtype_of(node))
-        if compute != "float32":
-            raise ValueError(f"compute dtype {compute}; {self.name} sums in float32")
-        for t in (x, dy, dw):
-            if min(t.strides) < 0:
-                raise ValueError(f"tensor '{t.name}' has negative strides {list(t.strides)}")
-            if flat_span(t) > LARGEST:
-                raise ValueError(f"tensor '{t.name}' spans 2^31 elements or more (int32 offsets)")
+        require_float32_sums(self.name, graph, node)
+        require_int32_spans(x, dy, dw)
         if offset_bound(x, op) > LARGEST:
             raise ValueError(f"tensor '{x.name}' with its padding spans 2^31 elements or more (int32 offsets)")
         groups = x.dims[1] // dw.dims[1]
@@ -205,10 +211,7 @@ class CutileConvWgradGemmBuilder(CutileLaunchesBuilder):
         w_dims = as_5d(dw)[0]
         columns = c_per_group * w_dims[2] * w_dims[3] * w_dims[4]
         tm, tn = tile_channels(k_per_group), MAX_TILE_CHANNELS
-        grid = (cdiv(k_per_group, tm), cdiv(columns, tn), groups)
-        if grid[1] > GRID_Y or grid[2] > GRID_Y:
-            raise ValueError(f"{columns} filter columns a group in {groups} groups need a grid of {grid}; "
-                             f"its second and third dims hold {GRID_Y}")  # fmt: skip
+        grid = grid_of(cdiv(k_per_group, tm), columns, tn, groups, "filter columns")
         x_dims, x_strides = view_5d(x)
         constants = (
             pixels, *y_dims[2:],
@@ -221,9 +224,7 @@ class CutileConvWgradGemmBuilder(CutileLaunchesBuilder):
             *padded_to_3(op.pre_padding, 0),
             *padded_to_3(op.dilation, 1),
         )  # fmt: skip
-        largest = max(*constants, pixels + TILE_REDUCTION)  # columns are bounded by the grid's check above
-        if largest > LARGEST:
-            raise ValueError(f"a size, stride, padding or dilation of {largest} is past the kernel's int32 scalars")
+        require_int32_scalars(constants, pixels + TILE_REDUCTION)  # columns are bounded by the grid's check above
         order = (tm, tn, TILE_REDUCTION, widens(graph, dy, x))
         args = (Arg("x", (flat_span(x),), (1,)), Arg("dy", (flat_span(dy),), (1,)), Arg("dw", *view_5d(dw)))
         return [Launch(kernel_source("conv_wgrad_gemm"), grid, args, (*constants, *order))], 0
