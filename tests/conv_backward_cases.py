@@ -4,10 +4,14 @@ tensor in the case's layout; the oracle is torch's float64 autograd of its conv.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import torch
 from conv_gemm_cases import CASES as FORWARD
-from conv_grouped_cases import HALF_ULP, TINY, Case
+from conv_grouped_cases import HALF_ULP, TINY, Case, graph, torch_conv
+from hypothesis import strategies as st
+from oracles_conv import exact_round
 from pooling_cases import x_tensor
 
 import sigdnn
@@ -81,3 +85,42 @@ def within_float32_bound(oracle, a: np.ndarray, b: np.ndarray, got: np.ndarray, 
     gamma = n * 2.0**-24 / (1 - n * 2.0**-24)
     bound = gamma * terms + HALF_ULP[dtype] * (np.abs(exact) + gamma * terms) + TINY[dtype]
     return np.abs(got.astype(np.float64) - exact) <= bound
+
+
+LAYOUTS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
+ENGINES = {"fprop": "cutile.conv_fprop_gemm", "dgrad": "cutile.conv_dgrad_gemm", "wgrad": "cutile.conv_wgrad_gemm"}
+
+
+@st.composite
+def random_cases(draw):  # type: ignore[no-untyped-def]
+    """A conv's geometry: 1 to 3 spatial dims, sizes, groups, kernel, asymmetric padding, stride, dilation,
+    channels first or last, a 16-bit or float32 dtype."""
+    spatial = draw(st.integers(1, 3))
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    c, k = groups * draw(st.integers(1, 5)), groups * draw(st.integers(1, 6))
+    kernel = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    dilation = [draw(st.integers(1, 2)) for _ in range(spatial)]
+    stride = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    pre = [draw(st.integers(0, 2)) for _ in range(spatial)]
+    post = [draw(st.integers(0, 2)) for _ in range(spatial)]
+    reach = [d * (r - 1) + 1 for d, r in zip(dilation, kernel)]
+    least = [max(1, e - a - b) for e, a, b in zip(reach, pre, post)]  # one window must fit
+    size = [draw(st.integers(lo, max(lo, 7 if spatial < 3 else 4))) for lo in least]
+    layout = draw(st.sampled_from(LAYOUTS[spatial]))
+    dtype = draw(st.sampled_from(["float32", "float16", "bfloat16"]))
+    batch = draw(st.integers(1, 3))
+    return Case("drawn", (batch, c, *size), (k, c // groups, *kernel), layout, tuple(pre), tuple(post), tuple(stride),
+                tuple(dilation), dtype)  # fmt: skip
+
+
+def run_exact(kind: str, case: Case, executor: sigdnn.Executor) -> tuple[np.ndarray, np.ndarray]:
+    """``kind``'s result on small-integer inputs (every float32 sum exact), and torch's float64 rounded once."""
+    g = {"fprop": graph, "dgrad": dgrad_graph, "wgrad": wgrad_graph}[kind](case)
+    rng = np.random.default_rng(zlib.crc32(repr(case).encode()))
+    inputs = {t.name: rng.integers(-3, 4, size=t.dims).astype(g.dtype_of(t).numpy) for t in g.inputs}
+    got = executor.run(g, inputs)
+    if kind == "fprop":
+        return np.asarray(got["conv::y"]), exact_round(torch_conv(case, inputs["x"], inputs["w"]), case.dtype)
+    if kind == "dgrad":
+        return np.asarray(got["dx"]), exact_round(torch_dgrad(case, inputs["dy"], inputs["w"]), case.dtype)
+    return np.asarray(got["dw"]), exact_round(torch_wgrad(case, inputs["x"], inputs["dy"]), case.dtype)

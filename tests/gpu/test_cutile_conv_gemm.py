@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from conv_gemm_cases import CASES
 from conv_grouped_cases import Case, exact_inputs, graph, rounded_oracle
+from hypothesis import given, settings
 from oracles_conv import exact_round
 
 import sigdnn
@@ -105,3 +106,12 @@ def test_wgrad_matches_the_reference_on_the_gpu(case: Case) -> None:
     executor = sigdnn.Executor("gpu", engine="cutile.conv_wgrad_gemm")
     report = sigdnn.validate(g, random_inputs(g, seed=len(case.name)), executor=executor)
     assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("kind", list(dgrad.ENGINES))
+@settings(max_examples=25, deadline=None)
+@given(case=dgrad.random_cases())
+def test_random_convolutions_give_torchs_result_rounded_once_on_the_gpu(kind: str, case: Case) -> None:
+    """The emulator's hypothesis test (test_emulated_conv_gemm_properties.py), compiled by cuTile."""
+    got, want = dgrad.run_exact(kind, case, sigdnn.Executor("gpu", engine=dgrad.ENGINES[kind]))
+    np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64), err_msg=repr(case))
