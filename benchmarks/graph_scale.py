@@ -109,24 +109,19 @@ def main() -> None:
     parser.add_argument("--chain", type=int, default=100)
     parser.add_argument("--elements", type=int, default=1 << 20)
     args = parser.parse_args()
-    print(
-        f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()} numpy {np.__version__}"
-    )
+    print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()} "
+          f"numpy {np.__version__}")  # fmt: skip
     s = bench_scale(args.nodes)
-    print(
-        f"{args.nodes}-node graph ({s['bytes']} bytes): serialize {s['serialize']:.3f} s, "
-        f"deserialize {s['deserialize']:.3f} s, prepare(Graph) {s['prepare_graph']:.3f} s, "
-        f"prepare(bytes: parse+check+plan) {s['prepare_bytes']:.3f} s; "
-        f"serialize + deserialize + prepare = {s['total']:.3f} s (target < 2 s)"
-    )
+    print(f"{args.nodes}-node graph ({s['bytes']} bytes): serialize {s['serialize']:.3f} s, "
+          f"deserialize {s['deserialize']:.3f} s, prepare(Graph) {s['prepare_graph']:.3f} s, "
+          f"prepare(bytes: parse+check+plan) {s['prepare_bytes']:.3f} s; "
+          f"serialize + deserialize + prepare = {s['total']:.3f} s (target < 2 s)")  # fmt: skip
     c = bench_chain(args.chain, args.elements)
-    print(
-        f"{args.chain}-node chain on {args.elements} float32 elements: peak intermediate "
-        f"{c['peak_intermediate']} bytes = {c['peak_in_tensors']:.2f} tensors (target <= 2); "
-        f"without reuse {c['without_reuse']} bytes = {c['without_reuse'] / c['tensor_bytes']:.0f} tensors; "
-        f"execute {c['execute_s']:.3f} s; traced peak during execute {c['traced_peak_bytes'] / c['tensor_bytes']:.1f} tensors "
-        "(arena + output + NumPy temporaries of one node)"
-    )
+    print(f"{args.chain}-node chain on {args.elements} float32 elements: peak intermediate "
+          f"{c['peak_intermediate']} bytes = {c['peak_in_tensors']:.2f} tensors (target <= 2); "
+          f"without reuse {c['without_reuse']} bytes = {c['without_reuse'] / c['tensor_bytes']:.0f} tensors; "
+          f"execute {c['execute_s']:.3f} s; traced peak during execute "
+          f"{c['traced_peak_bytes'] / c['tensor_bytes']:.1f} tensors (arena + output + NumPy temporaries of one node)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -248,7 +248,7 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, prof
 def onnx_models(directory: Path, on_gpu: bool, iters: int) -> None:
     """torchvision's models as torch.onnx.export writes them (opset 17, batch 1, 224x224, into DIR when torchvision
     is installed; else the .onnx files already there): imported, run against onnxruntime (CPU) on the reference
-    (with the steps no GPU builder takes) or strict on the GPU (timed)."""
+    (with the steps no GPU builder takes) or strict on the GPU, timed against torch eager."""
     import numpy as np
     import onnxruntime as ort
 
@@ -275,15 +275,23 @@ def onnx_models(directory: Path, on_gpu: bool, iters: int) -> None:
         want = session.run(None, {session.get_inputs()[0].name: x})[0].astype(np.float64)
         executor = sigdnn.Executor("gpu" if on_gpu else "reference")
         plan = executor.prepare(graph)  # strict on the GPU: NoPlanError names a node no GPU builder takes
-        pack = {graph.inputs[0].name: x}
+        if on_gpu:
+            import torch
+            import torchvision
+
+            xt, net = torch.from_numpy(x).cuda(), getattr(torchvision.models, name)().eval().cuda()
+        pack = {graph.inputs[0].name: xt if on_gpu else x}
         got = np.asarray(executor.execute(plan, pack)[graph.outputs[0].name], np.float64)
         error = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
         line = f"{name}: {len(graph.nodes)} nodes, {executor.backend} vs onnxruntime: max |diff| / max |y| {error:.1e}"
-        if on_gpu:
-            import torch
-
+        if on_gpu:  # torch eager on the same input: its convs as TF32 (torch's default), then as float32
             ms = cuda_time(torch, lambda e=executor, p=plan, k=pack: e.execute(p, k, to_host=False), iters)
-            line += f", {ms:.3f} ms"
+            with torch.no_grad():
+                tf32 = cuda_time(torch, lambda n=net, i=xt: n(i), iters)
+                torch.backends.cudnn.allow_tf32 = False
+                f32 = cuda_time(torch, lambda n=net, i=xt: n(i), iters)
+                torch.backends.cudnn.allow_tf32 = True
+            line += f"; sigdnn {ms:.3f} ms, torch eager {tf32:.3f} ms TF32 ({tf32 / ms:.2f}x), {f32:.3f} ms f32 ({f32 / ms:.2f}x)"
         else:
             counts, _ = gpu_declines(graph, plan)
             line += f"; steps no GPU builder takes: {sum(counts.values())} {dict(counts) or ''}"

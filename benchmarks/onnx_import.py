@@ -76,18 +76,15 @@ def main() -> None:
         ),
     ]
     print(f"# ONNX import, {title} 224x224 ({len(data) / 2**20:.1f} MiB .onnx, {len(sdg) / 2**20:.1f} MiB .sdg)")
-    print(
-        f"machine: {platform.machine()} {platform.processor() or ''} {platform.python_version()}, numpy {np.__version__}"
-    )
+    print(f"machine: {platform.machine()} {platform.processor() or ''} {platform.python_version()}, "
+          f"numpy {np.__version__}")  # fmt: skip
     print(f"| step | median of {args.repeat} (s) | best (s) |")
     print("|---|---|---|")
     for name, (median, low) in rows:
         print(f"| {name} | {median:.3f} | {low:.3f} |")
     ours, theirs = rows[0][1][0], rows[-1][1][0]
-    print(
-        f"target: import + prepare < {target} s: {'met' if ours < target else 'NOT met'} ({ours:.3f} s median); "
-        f"{ours / theirs:.2f}x onnxruntime's session"
-    )
+    print(f"target: import + prepare < {target} s: {'met' if ours < target else 'NOT met'} ({ours:.3f} s median); "
+          f"{ours / theirs:.2f}x onnxruntime's session")  # fmt: skip
     print(f"load average (1 min): {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
 
