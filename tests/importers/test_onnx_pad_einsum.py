@@ -130,6 +130,8 @@ def test_pad_of_a_known_input_is_folded() -> None:
         ("constant", [0, 0, -3, 0, 0, 0, -1, 0], "crop all of axis 2"),
         ("constant", [0, 0, 1, 1], "a begin and an end"),
         ("symmetric", [0] * 8, "mode 'symmetric'"),
+        ("edge", [0, 0, 0, 257, 0, 0, 0, 0], "at most 256"),
+        ("constant", [0, 0, 0, 10**12, 0, 0, 0, 0], "Limits.max_total_bytes"),
     ],
 )
 def test_pads_it_cannot_take_are_refused_naming_the_node(mode: str, pads: list[int], message: str) -> None:

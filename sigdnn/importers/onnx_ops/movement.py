@@ -165,6 +165,7 @@ def gather(node: OnnxNode) -> list[Value]:
 
 
 PAD_MODES = ("constant", "reflect", "edge", "wrap")
+MAX_SLICED_PAD = 256  # reflect / edge pads are sliced an element at a time; models pad by a few (a kernel's reach)
 
 
 def _pad_pieces(node: OnnxNode, v: Tensor, axis: int, pre: int, post: int, mode: str, fill: np.ndarray) -> Tensor:
@@ -176,6 +177,8 @@ def _pad_pieces(node: OnnxNode, v: Tensor, axis: int, pre: int, post: int, mode:
         raise node.refuse(f"reflect pads ({pre}, {post}) of axis {axis} need at most {size - 1} (its size - 1)")
     if mode == "wrap" and max(pre, post) > size:
         raise node.refuse(f"wrap pads ({pre}, {post}) of axis {axis} exceed its size {size}")
+    if mode in ("reflect", "edge") and max(pre, post) > MAX_SLICED_PAD:
+        raise node.refuse(f"{mode} pads ({pre}, {post}) of axis {axis}: at most {MAX_SLICED_PAD} are supported")
 
     def run(start: int, stop: int) -> Tensor:
         bounds = [slice(None)] * len(dims)
@@ -183,7 +186,9 @@ def _pad_pieces(node: OnnxNode, v: Tensor, axis: int, pre: int, post: int, mode:
         return node.graph.slice(v, bounds, name=node.fresh(f"pad_axis{axis}"))
 
     def constant(count: int, side: str) -> Tensor:
-        return node.materialize(np.full([*dims[:axis], count, *dims[axis + 1 :]], fill), f"pad_{side}_axis{axis}")
+        shape = [*dims[:axis], count, *dims[axis + 1 :]]
+        node.importer.spend(math.prod(shape) * fill.itemsize, node)  # before a hostile pad allocates it
+        return node.materialize(np.full(shape, fill), f"pad_{side}_axis{axis}")
 
     before: list[Tensor] = {
         "constant": lambda: [constant(pre, "before")] if pre else [],

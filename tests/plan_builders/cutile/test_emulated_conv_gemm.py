@@ -216,7 +216,7 @@ def test_grids_past_cudas_limits_are_declined(x_dims, w_dims, accepted: bool) ->
     if accepted:
         CutileConvGemmBuilder().check(node, g)
     else:
-        with pytest.raises(NotSupported, match="output channels a group in .* groups need a grid"):
+        with pytest.raises(NotSupported, match=r"output channels a group in .* groups need a grid"):
             CutileConvGemmBuilder().check(node, g)
 
 
