@@ -1,0 +1,77 @@
+"""The attention forward kernel, written against the cuTile API: scores, an online softmax and P V per tile.
+
+Never imported as a module: ``attention.py`` hands the text below the
+marker line to the backend (cuda.tile, or in CPU tests ``emulator``'s NumPy
+stand-in, binds ``ct``) with one line naming the kernel. A block owns TM
+query rows of one (batch, query head); it walks the keys TN at a time:
+
+    s = scale * q k^T (float32 sums), masked to -inf past the keys (and, causal, past the row: top-left)
+    m' = max(m, rowmax(s)); p = exp(s - m'); l = l exp(m - m') + rowsum(p); acc = acc exp(m - m') + p v
+
+and writes o = acc / l and, if asked, stats = m + log(l) (the rows' logsumexp). Query head h reads kv
+head h // groups. q, k, v, o and stats arrive as 4-D strided views; a tile past their extent reads 0 (a
+head dim below the tile's power of two included) and a store past it is dropped. p goes to the second
+MMA in v's dtype where that is 16-bit (as flash attention rounds it), else as float32.
+"""
+
+from typing import Any
+
+ct: Any = None  # bound by the module the backend makes (cuda.tile or the CPU emulator)
+
+# ---- kernel module: everything below this line is the kernels' text ----
+
+INF_BITS = 0x7F800000  # float32 +inf's bits (a float literal inf is not a constant cuTile takes)
+
+
+@ct.kernel
+def attention(
+    q, k, v, o, stats,
+    heads, groups, sq, skv, scale,
+    TM: ct.Constant[int],
+    TN: ct.Constant[int],
+    TD: ct.Constant[int],
+    TV: ct.Constant[int],
+    CAUSAL: ct.Constant[bool],
+    STATS: ct.Constant[bool],
+    NARROW_P: ct.Constant[bool],
+):  # fmt: skip
+    i = ct.bid(0)
+    b = ct.bid(1) // heads
+    h = ct.bid(1) % heads
+    kv = h // groups
+    qt = ct.reshape(ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, TD), padding_mode=ct.PaddingMode.ZERO), (TM, TD))
+    qt = ct.astype(qt, ct.float32)
+    rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+    neg_inf = -ct.bitcast(ct.full((TM, TN), INF_BITS, dtype=ct.int32), ct.float32)
+    m = ct.reshape(ct.max(neg_inf, axis=1), (TM, 1))
+    total = ct.full((TM, 1), 0.0, dtype=ct.float32)
+    acc = ct.full((TM, TV), 0.0, dtype=ct.float32)
+    tiles = ct.cdiv(skv, TN)
+    if CAUSAL:  # a constant: cuTile compiles only the branch taken
+        tiles = ct.minimum(tiles, ct.cdiv((i + 1) * TM, TN))
+    for j in range(tiles):
+        kt = ct.load(k, index=(b, kv, j, 0), shape=(1, 1, TN, TD), padding_mode=ct.PaddingMode.ZERO)
+        kt = ct.astype(ct.reshape(kt, (TN, TD)), ct.float32)
+        vt = ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO),
+                        (TN, TV))  # fmt: skip
+        s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
+        cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
+        keep = cols < skv
+        if CAUSAL:
+            keep = keep & (cols <= rows)
+        s = ct.where(keep, s, neg_inf)
+        top = ct.maximum(m, ct.max(s, axis=1, keepdims=True))
+        alpha = ct.exp(m - top)
+        p = ct.exp(s - top)
+        total = total * alpha + ct.sum(p, axis=1, keepdims=True)
+        if NARROW_P:
+            pv = ct.mma(ct.astype(p, v.dtype), vt, ct.full((TM, TV), 0.0, dtype=ct.float32))
+        else:
+            pv = ct.mma(p, ct.astype(vt, ct.float32), ct.full((TM, TV), 0.0, dtype=ct.float32))
+        acc = acc * alpha + pv
+        m = top
+    out = ct.reshape(ct.astype(acc / total, o.dtype), (1, 1, TM, TV))
+    ct.store(o, index=(b, h, i, 0), tile=out)
+    if STATS:
+        lse = ct.reshape(m + ct.log(total), (1, 1, TM, 1))
+        ct.store(stats, index=(b, h, i, 0), tile=ct.astype(lse, stats.dtype))

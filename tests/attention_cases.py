@@ -1,0 +1,66 @@
+"""sdpa cases for the cuTile attention's tests (the emulator's and the GPU's): what the CuTe flash attention
+declines (float32, head dims 32 / 80 / 96 / 256, q / k and v apart, grouped and multi-query heads, the top-left
+causal mask with Sq != Skv, BSHD strides, the stats output), the graph of each, and torch's float64 oracle."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import torch
+
+import sigdnn
+
+
+@attrs.frozen
+class Case:
+    name: str
+    batch: int
+    heads: int
+    kv_heads: int
+    sq: int
+    skv: int
+    d: int
+    dv: int
+    dtype: str
+    causal: bool
+    stats: bool
+    bshd: bool = False
+
+
+CASES = [
+    Case("f32_d80_gqa_stats", 2, 4, 2, 70, 90, 80, 80, "float32", False, True),
+    Case("bf16_d96_dv64_causal_bshd", 1, 2, 2, 100, 100, 96, 64, "bfloat16", True, False, bshd=True),
+    Case("f16_d256_causal_short_q", 1, 1, 1, 3, 130, 256, 256, "float16", True, True),
+    Case("f32_d32_multi_query", 2, 3, 1, 65, 64, 32, 48, "float32", False, False),
+]
+
+
+def graph(case: Case) -> sigdnn.Graph:
+    g = sigdnn.Graph(f"sdpa_{case.name}", io_dtype=case.dtype, compute_dtype="float32")
+
+    def tensor(name: str, heads: int, s: int, d: int) -> sigdnn.Tensor:
+        t = g.tensor(name, (case.batch, heads, s, d))
+        if case.bshd:  # [B, S, H, D] in memory
+            t.set_stride((s * heads * d, d, heads * d, 1))
+        return t
+
+    q = tensor("q", case.heads, case.sq, case.d)
+    k = tensor("k", case.kv_heads, case.skv, case.d)
+    v = tensor("v", case.kv_heads, case.skv, case.dv)
+    o, stats = g.sdpa(q, k, v, attn_scale=case.d**-0.5, use_causal_mask=case.causal, generate_stats=case.stats,
+                      name="sdpa")  # fmt: skip
+    o.set_output(True).set_name("o")
+    if stats is not None:
+        stats.set_output(True).set_name("stats")
+    return g
+
+
+def torch_attention(case: Case, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """torch's float64 attention (top-left causal, kv heads repeated) and each row's logsumexp."""
+    q, k, v = (torch.from_numpy(inputs[p].astype(np.float64)) for p in "qkv")
+    groups = case.heads // case.kv_heads
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    s = q @ k.transpose(-1, -2) * case.d**-0.5
+    if case.causal:
+        s = s.masked_fill(torch.ones(case.sq, case.skv, dtype=torch.bool).triu(1), -torch.inf)
+    return (torch.softmax(s, -1) @ v).numpy(), torch.logsumexp(s, -1, keepdim=True).numpy()
