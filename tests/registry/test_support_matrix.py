@@ -61,7 +61,11 @@ def test_cells_the_builders_scope_states(rows) -> None:
 
 
 def test_sdpa_counts_a_builder_that_takes_it_only_without_its_optional_bias(rows) -> None:
-    assert rows["sdpa"]["bfloat16"] == ("reference", "cutile", "cute")  # the sample has a bias; neither GPU one takes it
+    assert rows["sdpa"]["bfloat16"] == (
+        "reference",
+        "cutile",
+        "cute",
+    )  # the sample has a bias; neither GPU one takes it
 
 
 def test_an_op_that_refuses_a_dtype_has_no_cell(rows) -> None:
