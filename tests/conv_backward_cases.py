@@ -20,6 +20,7 @@ CASES = [
     *FORWARD,
     Case("stride3_dilation2_nchw_f32", (2, 4, 11, 10), (5, 4, 3, 2), "NCHW", (2, 1), (1, 0), (3, 3), (2, 1)),
     Case("1d_stride2_g2_nwc_bf16", (2, 8, 13), (6, 4, 3), "NWC", (1,), (2,), (2,), (1,), "bfloat16"),
+    Case("kernel_3x2_72_columns", (1, 12, 6, 5), (4, 12, 3, 2), "NCHW", (1, 0), (1, 0), (1, 1), (1, 1)),
 ]  # fmt: skip
 
 
