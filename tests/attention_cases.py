@@ -64,3 +64,47 @@ def torch_attention(case: Case, inputs: dict[str, np.ndarray]) -> tuple[np.ndarr
     if case.causal:
         s = s.masked_fill(torch.ones(case.sq, case.skv, dtype=torch.bool).triu(1), -torch.inf)
     return (torch.softmax(s, -1) @ v).numpy(), torch.logsumexp(s, -1, keepdim=True).numpy()
+
+
+def backward_graph(case: Case) -> sigdnn.Graph:
+    """sdpa_backward of the case: q, k, v, o, d_o and stats [B, H, Sq, 1] float32 as inputs -> dq, dk, dv."""
+    g = sigdnn.Graph(f"sdpa_bwd_{case.name}", io_dtype=case.dtype, compute_dtype="float32")
+
+    def tensor(name: str, heads: int, s: int, d: int) -> sigdnn.Tensor:
+        t = g.tensor(name, (case.batch, heads, s, d))
+        if case.bshd:
+            t.set_stride((s * heads * d, d, heads * d, 1))
+        return t
+
+    q, k = tensor("q", case.heads, case.sq, case.d), tensor("k", case.kv_heads, case.skv, case.d)
+    v, o = tensor("v", case.kv_heads, case.skv, case.dv), tensor("o", case.heads, case.sq, case.dv)
+    d_o = tensor("d_o", case.heads, case.sq, case.dv)
+    stats = g.tensor("stats", (case.batch, case.heads, case.sq, 1))
+    stats.set_data_type("float32")
+    grads = g.sdpa_backward(q, k, v, o, d_o, stats, attn_scale=case.d**-0.5, use_causal_mask=case.causal,
+                            name="sdpa_bwd")  # fmt: skip
+    for t, name in zip(grads, ("dq", "dk", "dv")):
+        t.set_output(True).set_name(name)
+    return g
+
+
+def consistent_backward_inputs(case: Case, seed: int) -> dict[str, np.ndarray]:
+    """q, k, v, d_o drawn; o and stats the float64 forward's (rounded to their dtypes), as a training step has."""
+    g = backward_graph(case)
+    rng = np.random.default_rng(seed)
+    dtype = {t.name: g.dtype_of(t).numpy for t in g.inputs}
+    inputs = {n: rng.standard_normal(g.tensor_by_name(n).dims).astype(dtype[n]) for n in ("q", "k", "v", "d_o")}
+    o, lse = torch_attention(case, inputs)
+    inputs["o"], inputs["stats"] = o.astype(dtype["o"]), lse.astype(np.float32)
+    return inputs
+
+
+def torch_attention_backward(case: Case, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """(dq, dk, dv) by torch's float64 autograd of the attention (kv heads repeated, their gradients summed)."""
+    q, k, v = (torch.from_numpy(inputs[p].astype(np.float64)).requires_grad_(True) for p in "qkv")
+    groups = case.heads // case.kv_heads
+    s = q @ k.repeat_interleave(groups, 1).transpose(-1, -2) * case.d**-0.5
+    if case.causal:
+        s = s.masked_fill(torch.ones(case.sq, case.skv, dtype=torch.bool).triu(1), -torch.inf)
+    (torch.softmax(s, -1) @ v.repeat_interleave(groups, 1)).backward(torch.from_numpy(inputs["d_o"].astype(np.float64)))
+    return q.grad.numpy(), k.grad.numpy(), v.grad.numpy()

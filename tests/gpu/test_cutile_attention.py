@@ -5,7 +5,7 @@ compiled by cuTile, plus attention at transformer sizes the CuTe flash attention
 from __future__ import annotations
 
 import pytest
-from attention_cases import CASES, Case, graph
+from attention_cases import CASES, Case, backward_graph, consistent_backward_inputs, graph
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
@@ -24,4 +24,12 @@ def test_attention_matches_the_reference_on_the_gpu(case: Case) -> None:
     g = graph(case)
     report = sigdnn.validate(g, random_inputs(g, seed=len(case.name)), executor=sigdnn.Executor("gpu"))
     assert set(report.builders.values()) == {BUILDER}, report.builders
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("case", CASES_AT_SIZE, ids=lambda c: c.name)
+def test_attention_backward_matches_the_reference_on_the_gpu(case: Case) -> None:
+    g = backward_graph(case)
+    report = sigdnn.validate(g, consistent_backward_inputs(case, seed=3), executor=sigdnn.Executor("gpu"))
+    assert set(report.builders.values()) == {"cutile.sdpa_backward"}, report.builders
     assert report.passed, report.table()

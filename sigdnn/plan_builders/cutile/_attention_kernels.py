@@ -75,3 +75,115 @@ def attention(
     if STATS:
         lse = ct.reshape(m + ct.log(total), (1, 1, TM, 1))
         ct.store(stats, index=(b, h, i, 0), tile=ct.astype(lse, stats.dtype))
+
+
+@ct.kernel
+def attention_dq(
+    q, k, v, o, d_o, stats, dq,
+    heads, groups, sq, skv, scale,
+    TM: ct.Constant[int],
+    TN: ct.Constant[int],
+    TD: ct.Constant[int],
+    TV: ct.Constant[int],
+    CAUSAL: ct.Constant[bool],
+):  # fmt: skip
+    # dq = scale * ds k over the keys, ds = p * (do v^T - rowsum(do * o)), p = exp(s - stats): a block owns TM
+    # query rows of one (batch, query head), as the forward does.
+    i = ct.bid(0)
+    b = ct.bid(1) // heads
+    h = ct.bid(1) % heads
+    kv = h // groups
+    qt = ct.astype(ct.reshape(ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, TD), padding_mode=ct.PaddingMode.ZERO), (TM, TD)),
+                   ct.float32)  # fmt: skip
+    dot = ct.astype(ct.reshape(ct.load(d_o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO), (TM, TV)),
+                    ct.float32)  # fmt: skip
+    ot = ct.astype(ct.reshape(ct.load(o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO), (TM, TV)),
+                   ct.float32)  # fmt: skip
+    lse = ct.astype(ct.reshape(ct.load(stats, index=(b, h, i, 0), shape=(1, 1, TM, 1), padding_mode=ct.PaddingMode.ZERO), (TM, 1)),
+                    ct.float32)  # fmt: skip
+    delta = ct.sum(dot * ot, axis=1, keepdims=True)
+    rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+    acc = ct.full((TM, TD), 0.0, dtype=ct.float32)
+    tiles = ct.cdiv(skv, TN)
+    if CAUSAL:  # a constant: cuTile compiles only the branch taken
+        tiles = ct.minimum(tiles, ct.cdiv((i + 1) * TM, TN))
+    for j in range(tiles):
+        kt = ct.astype(ct.reshape(ct.load(k, index=(b, kv, j, 0), shape=(1, 1, TN, TD), padding_mode=ct.PaddingMode.ZERO), (TN, TD)),
+                       ct.float32)  # fmt: skip
+        vt = ct.astype(ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO), (TN, TV)),
+                       ct.float32)  # fmt: skip
+        s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
+        cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
+        keep = (cols < skv) & (rows < sq)
+        if CAUSAL:
+            keep = keep & (cols <= rows)
+        p = ct.where(keep, ct.exp(s - lse), 0.0)
+        dp = ct.mma(dot, ct.transpose(vt), ct.full((TM, TN), 0.0, dtype=ct.float32))
+        acc = ct.mma(p * (dp - delta), kt, acc)
+    ct.store(dq, index=(b, h, i, 0), tile=ct.reshape(ct.astype(acc * scale, dq.dtype), (1, 1, TM, TD)))
+
+
+@ct.kernel
+def attention_dkdv(
+    q, k, v, o, d_o, stats, dk, dv,
+    heads, groups, sq, skv, scale,
+    TM: ct.Constant[int],
+    TN: ct.Constant[int],
+    TD: ct.Constant[int],
+    TV: ct.Constant[int],
+    CAUSAL: ct.Constant[bool],
+):  # fmt: skip
+    # dv = p^T do and dk = scale * ds^T q, summed over the group's query heads and every query row: a block owns
+    # TN keys of one (batch, kv head) and walks the query tiles that can see them.
+    j = ct.bid(0)
+    b = ct.bid(1) // (heads // groups)
+    kv = ct.bid(1) % (heads // groups)
+    kt = ct.astype(ct.reshape(ct.load(k, index=(b, kv, j, 0), shape=(1, 1, TN, TD), padding_mode=ct.PaddingMode.ZERO), (TN, TD)),
+                   ct.float32)  # fmt: skip
+    vt = ct.astype(ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO), (TN, TV)),
+                   ct.float32)  # fmt: skip
+    cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
+    dk_acc = ct.full((TN, TD), 0.0, dtype=ct.float32)
+    dv_acc = ct.full((TN, TV), 0.0, dtype=ct.float32)
+    first = 0
+    if CAUSAL:  # query tiles wholly above the diagonal see none of these keys
+        first = j * TN // TM
+    for g in range(groups):
+        h = kv * groups + g
+        for i in range(first, ct.cdiv(sq, TM)):
+            qt = ct.astype(
+                ct.reshape(
+                    ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, TD), padding_mode=ct.PaddingMode.ZERO), (TM, TD)
+                ),
+                ct.float32,
+            )
+            dot = ct.astype(
+                ct.reshape(
+                    ct.load(d_o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO), (TM, TV)
+                ),
+                ct.float32,
+            )
+            ot = ct.astype(
+                ct.reshape(
+                    ct.load(o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO), (TM, TV)
+                ),
+                ct.float32,
+            )
+            lse = ct.astype(
+                ct.reshape(
+                    ct.load(stats, index=(b, h, i, 0), shape=(1, 1, TM, 1), padding_mode=ct.PaddingMode.ZERO), (TM, 1)
+                ),
+                ct.float32,
+            )
+            rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+            s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
+            keep = (cols < skv) & (rows < sq)
+            if CAUSAL:
+                keep = keep & (cols <= rows)
+            p = ct.where(keep, ct.exp(s - lse), 0.0)
+            dv_acc = ct.mma(ct.transpose(p), dot, dv_acc)
+            dp = ct.mma(dot, ct.transpose(vt), ct.full((TM, TN), 0.0, dtype=ct.float32))
+            ds = p * (dp - ct.sum(dot * ot, axis=1, keepdims=True))
+            dk_acc = ct.mma(ct.transpose(ds), qt, dk_acc)
+    ct.store(dk, index=(b, kv, j, 0), tile=ct.reshape(ct.astype(dk_acc * scale, dk.dtype), (1, 1, TN, TD)))
+    ct.store(dv, index=(b, kv, j, 0), tile=ct.reshape(ct.astype(dv_acc, dv.dtype), (1, 1, TN, TV)))

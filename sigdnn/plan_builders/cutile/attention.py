@@ -1,4 +1,5 @@
-"""cuTile attention forward (``_attention_kernels.py``): the sdpa nodes the CuTe flash attention declines.
+"""cuTile attention, forward and backward (``_attention_kernels.py``): the sdpa nodes the CuTe flash attention
+declines.
 
 The CuTe kernel takes 16-bit q / k / v with head dims 64 or 128. Users also
 run float32 attention (a float32 torch model, an ONNX Attention node) and
@@ -7,8 +8,9 @@ to 256 (q / k and v apart; tiles are the next power of two, the rest read
 as 0), f32 / f16 / bf16, any strides, grouped-query heads, the top-left
 causal mask, and the stats output. One block owns 64 query rows of one
 (batch, head) and walks the keys 64 at a time with an online softmax in
-float32. It declines a bias, padding masks and ragged tensors, and a
-compute dtype other than float32. It ranks below cute.sdpa.
+float32. The backward recomputes p from the forward's stats, a launch for
+dq and one for dk and dv. Both decline a bias, padding masks and ragged
+tensors, and a compute dtype other than float32; both rank below CuTe's.
 """
 
 from __future__ import annotations
@@ -30,9 +32,33 @@ MAX_HEAD_DIM = 256
 NARROW = ("float16", "bfloat16")
 
 
-def kernel_source() -> KernelSource:
+def kernel_source(kernel: str = "attention") -> KernelSource:
+    """The literal kernels' text with ``kernel`` bound to the one named."""
     text = resources.files("sigdnn.plan_builders.cutile").joinpath("_attention_kernels.py").read_text()
-    return KernelSource("attention", text.split(MARKER, 1)[1] + "\nkernel = attention\n")
+    return KernelSource(kernel, text.split(MARKER, 1)[1] + f"\nkernel = {kernel}\n")
+
+
+def shape_of(builder: str, node: Node, graph: Graph) -> tuple[int, int, int, int, int, int, int]:
+    """(batch, heads, kv heads, Sq, Skv, head dim of q / k, of v); ValueError for what the kernels do not take."""
+    op = node.op
+    if op.bias is not None:  # (padding lengths and ragged offsets are int32 / int64: the base class declines them)
+        raise ValueError(f"{builder} takes no bias")
+    compute = str(graph.compute_dtype_of(node))
+    if compute != "float32":
+        raise ValueError(f"compute dtype {compute}; {builder} computes in float32")
+    q, k, v = (graph.tensors[getattr(op, p)] for p in ("q", "k", "v"))
+    batch, heads, sq, d = q.dims
+    kv_heads, skv, dv = k.dims[1], k.dims[2], v.dims[3]
+    if max(d, dv) > MAX_HEAD_DIM:
+        raise ValueError(f"head dims {d} (q, k) and {dv} (v): {builder} takes up to {MAX_HEAD_DIM}")
+    if batch * heads > GRID_Y:
+        raise ValueError(f"{batch} x {heads} (batch x heads) blocks past a grid's {GRID_Y}")
+    return batch, heads, kv_heads, sq, skv, d, dv
+
+
+def tile_of(d: int) -> int:
+    """A head dim's tile: the next power of two, at least ct.mma's 16."""
+    return max(16, pow2(d))
 
 
 class CutileSdpaBuilder(CutileLaunchesBuilder):
@@ -43,26 +69,39 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
-        for port in ("bias", "seq_len_q", "seq_len_kv", "q_ragged_offset", "k_ragged_offset", "v_ragged_offset",
-                     "o_ragged_offset"):  # fmt: skip
-            if getattr(op, port) is not None:
-                raise ValueError(f"{self.name} takes no {port}")
-        compute = str(graph.compute_dtype_of(node))
-        if compute != "float32":
-            raise ValueError(f"compute dtype {compute}; {self.name} computes in float32")
+        batch, heads, kv_heads, sq, skv, d, dv = shape_of(self.name, node, graph)
         q, k, v, o = (graph.tensors[getattr(op, p)] for p in ("q", "k", "v", "o"))
-        batch, heads, sq, d = q.dims
-        kv_heads, skv, dv = k.dims[1], k.dims[2], v.dims[3]
-        if max(d, dv) > MAX_HEAD_DIM:
-            raise ValueError(f"head dims {d} (q, k) and {dv} (v): {self.name} takes up to {MAX_HEAD_DIM}")
-        grid = (cdiv(sq, TILE_ROWS), batch * heads, 1)
-        if grid[1] > GRID_Y:
-            raise ValueError(f"{batch} x {heads} (batch x heads) blocks past a grid's {GRID_Y}")
         stats = graph.tensors[op.stats] if op.stats is not None else None
         narrow_p = str(graph.dtype_of(v)) in NARROW
         constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
-        tiles = (TILE_ROWS, TILE_KEYS, max(16, pow2(d)), max(16, pow2(dv)), op.use_causal_mask, stats is not None,
-                 narrow_p)  # fmt: skip
+        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, stats is not None, narrow_p)
         args = [Arg(p, t.dims, t.strides) for p, t in zip("qkvo", (q, k, v, o))]
         args.append(Arg("stats", stats.dims, stats.strides) if stats is not None else Arg("o", o.dims, o.strides))
+        grid = (cdiv(sq, TILE_ROWS), batch * heads, 1)
         return [Launch(kernel_source(), grid, tuple(args), (*constants, *tiles))], 0
+
+
+class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
+    """dq in one launch (a block per query tile, as the forward), dk and dv in another (a block per key tile
+    walking the query tiles of its group's heads), both recomputing p from the forward's stats in float32."""
+
+    name = "cutile.sdpa_backward"
+    engine_id = IN_TREE[name]
+    ops = ("sdpa_backward",)
+    priority = -1  # below cute.sdpa_backward where it applies
+
+    def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
+        op = node.op
+        batch, heads, kv_heads, sq, skv, d, dv = shape_of(self.name, node, graph)
+        ports = ("q", "k", "v", "o", "d_o", "stats")
+        ins = [Arg(p, graph.tensors[getattr(op, p)].dims, graph.tensors[getattr(op, p)].strides) for p in ports]
+        outs = {p: Arg(p, graph.tensors[getattr(op, p)].dims, graph.tensors[getattr(op, p)].strides)
+                for p in ("dq", "dk", "dv")}  # fmt: skip
+        constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
+        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask)
+        return [
+            Launch(kernel_source("attention_dq"), (cdiv(sq, TILE_ROWS), batch * heads, 1), (*ins, outs["dq"]),
+                   (*constants, *tiles)),
+            Launch(kernel_source("attention_dkdv"), (cdiv(skv, TILE_KEYS), batch * kv_heads, 1),
+                   (*ins, outs["dk"], outs["dv"]), (*constants, *tiles)),
+        ], 0  # fmt: skip

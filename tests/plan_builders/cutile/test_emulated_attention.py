@@ -11,14 +11,22 @@ from __future__ import annotations
 import attrs
 import numpy as np
 import pytest
-from attention_cases import CASES, Case, graph, torch_attention
+from attention_cases import (
+    CASES,
+    Case,
+    backward_graph,
+    consistent_backward_inputs,
+    graph,
+    torch_attention,
+    torch_attention_backward,
+)
 from emulated import emulated_executor, make_available
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cutile import attention
-from sigdnn.plan_builders.cutile.attention import CutileSdpaBuilder
+from sigdnn.plan_builders.cutile.attention import CutileSdpaBackwardBuilder, CutileSdpaBuilder
 
 BUILDER = "cutile.sdpa"
 
@@ -117,3 +125,137 @@ def test_what_it_declines_is_named(change: dict, message: str) -> None:
     o.set_output(True)
     with pytest.raises(NotSupported, match=message):
         CutileSdpaBuilder().check(g.nodes[-1], g)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_backward_is_close_to_torchs_float64_autograd(case: Case) -> None:
+    g = backward_graph(case)
+    inputs = consistent_backward_inputs(case, seed=len(case.name))
+    executor = emulated_executor()
+    plan = executor.prepare(g)
+    assert [s.builder.name for s in plan.steps] == ["cutile.sdpa_backward"]
+    got = executor.execute(plan, inputs)
+    eps = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}[case.dtype]
+    for name, want in zip(("dq", "dk", "dv"), torch_attention_backward(case, inputs)):
+        # o, stats and the inputs are rounded to their dtypes; a few of their ulps times the largest gradient
+        tolerance = 8 * eps * np.abs(want).max() + 1e-6
+        assert np.abs(got[name].astype(np.float64) - want).max() <= tolerance, name
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_backward_validation_against_the_reference_passes(case: Case) -> None:
+    g = backward_graph(case)
+    report = sigdnn.validate(g, consistent_backward_inputs(case, seed=2), executor=emulated_executor())
+    assert set(report.builders.values()) == {"cutile.sdpa_backward"}, report.builders
+    assert report.passed, report.table()
+
+
+class PlantedBackward(CutileSdpaBackwardBuilder):
+    name = "planted.sdpa_backward"
+    engine_id = 30055
+    library = "planted"
+    plant = staticmethod(lambda text: text)
+
+    def launches(self, node, graph):  # type: ignore[no-untyped-def]
+        launches, nbytes = super().launches(node, graph)
+        return [
+            attrs.evolve(la, source=attrs.evolve(la.source, text=self.plant(la.source.text))) for la in launches
+        ], nbytes
+
+
+BACKWARD_PLANTED = {
+    "dq_delta_dropped": ("acc = ct.mma(p * (dp - delta), kt, acc)", "acc = ct.mma(p * dp, kt, acc)", CASES[0]),
+    "dq_causal_mask_dropped": ("        p = ct.where(keep, ct.exp(s - lse), 0.0)\n        dp",
+                               "        p = ct.where(cols < skv, ct.exp(s - lse), 0.0)\n        dp", CASES[1]),
+    "dkdv_one_head_of_the_group": ("for g in range(groups):", "for g in range(1):", CASES[0]),
+    "dkdv_causal_start_late": ("first = j * TN // TM", "first = j * TN // TM + 1", CASES[1]),
+    "dv_from_ds": ("dv_acc = ct.mma(ct.transpose(p), dot, dv_acc)", "dv_acc = ct.mma(ct.transpose(p), ot, dv_acc)",
+                   CASES[3]),
+    "dk_unscaled": ("tile=ct.reshape(ct.astype(dk_acc * scale, dk.dtype)", "tile=ct.reshape(ct.astype(dk_acc, dk.dtype)",
+                    CASES[0]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bug", BACKWARD_PLANTED)
+def test_a_planted_backward_bug_fails_validation(bug: str) -> None:
+    old, new, case = BACKWARD_PLANTED[bug]
+    text = attention.kernel_source("attention_dq").text
+    assert old in text
+    registry = sigdnn.Registry(entry_point_group=None)
+    planted = PlantedBackward()
+    planted.plant = staticmethod(lambda t: t.replace(old, new, 1))
+    registry.register(planted)
+    g = backward_graph(case)
+    executor = emulated_executor(registry=registry, engine="planted.sdpa_backward")
+    assert not sigdnn.validate(g, consistent_backward_inputs(case, seed=5), executor=executor).passed
+
+
+# -- the builders' contract, read from the graph alone ----------------------------------------------------------
+def attention_node(
+    d: int = 64, dv: int = 64, dtype: str = "float32", batch: int = 2, heads: int = 4, kv_heads: int = 2, **extra
+):  # type: ignore[no-untyped-def]
+    g = sigdnn.Graph("contract", io_dtype=dtype, compute_dtype="float32")
+    q, k = g.tensor("q", (batch, heads, 10, d)), g.tensor("k", (batch, kv_heads, 12, d))
+    v = g.tensor("v", (batch, kv_heads, 12, dv))
+    extras = {}
+    if "bias" in extra:
+        extras["bias"] = g.tensor("bias", (1, 1, 10, 12))
+    if "seq_len_q" in extra:
+        extras["seq_len_q"] = g.tensor("lengths", (batch, 1, 1, 1)).set_data_type("int32")
+    o, _ = g.sdpa(q, k, v, attn_scale=0.125, name="sdpa", **extras)
+    o.set_output(True)
+    return g, g.nodes[-1]
+
+
+def test_launch_contract() -> None:
+    """A block per 64 query rows and (batch, head); int scalars (cuTile's index math); power-of-two tiles of at
+    least 16 over each head dim; p narrowed exactly where v is 16-bit; no workspace."""
+    for dtype, narrow in (("float32", False), ("bfloat16", True), ("float16", True)):
+        g, node = attention_node(d=80, dv=24, dtype=dtype, batch=3, heads=4, kv_heads=2)
+        (launch,), workspace = CutileSdpaBuilder().launches(node, g)
+        assert workspace == 0 and launch.grid == (1, 12, 1)
+        heads, groups, sq, skv, scale, *tiles = launch.constants
+        assert (heads, groups, sq, skv) == (4, 2, 10, 12) and all(type(c) is int for c in (heads, groups, sq, skv))
+        assert scale == 0.125 and tiles == [64, 64, 128, 32, False, False, narrow]
+
+
+def test_backward_launch_contract() -> None:
+    g = sigdnn.Graph("bwd", io_dtype="float32", compute_dtype="float32")
+    q, k, v = g.tensor("q", (2, 4, 100, 40)), g.tensor("k", (2, 2, 70, 40)), g.tensor("v", (2, 2, 70, 40))
+    o, do = g.tensor("o", (2, 4, 100, 40)), g.tensor("d_o", (2, 4, 100, 40))
+    stats = g.tensor("stats", (2, 4, 100, 1))
+    for t in g.sdpa_backward(q, k, v, o, do, stats, attn_scale=0.5, use_causal_mask=True, name="bwd"):
+        t.set_output(True)
+    dq, dkdv = CutileSdpaBackwardBuilder().launches(g.nodes[-1], g)[0]
+    assert dq.grid == (2, 8, 1) and dkdv.grid == (2, 4, 1)  # query tiles x (batch, head); key tiles x (batch, kv head)
+    assert dq.constants == dkdv.constants == (4, 2, 100, 70, 0.5, 64, 64, 64, 64, True)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"bias": True}, "takes no bias"),
+        ({"seq_len_q": True}, "port 'seq_len_q' .* is int32"),
+        ({"dv": 300}, "up to 256"),
+        ({"batch": 65535, "heads": 2, "kv_heads": 1}, "past a grid's 65535"),
+    ],
+)
+def test_what_the_kernels_do_not_take_is_declined_by_name(change: dict, message: str) -> None:
+    g, node = attention_node(**change)
+    with pytest.raises(NotSupported, match=message):
+        CutileSdpaBuilder().check(node, g)
+
+
+def test_a_grid_of_65535_blocks_is_taken() -> None:
+    g, node = attention_node(batch=65535, heads=1, kv_heads=1)
+    CutileSdpaBuilder().check(node, g)
+
+
+def test_it_ranks_below_the_cute_flash_attention() -> None:
+    from sigdnn.registry.ranking import rank
+    from sigdnn.registry.registry import DEFAULT_REGISTRY
+    from sigdnn.signature_keys import key_for
+
+    g, node = attention_node(dtype="bfloat16")
+    serving = [b for b in DEFAULT_REGISTRY.serving(key_for(node, g), "gpu") if b.library != "gpu_reference"]
+    assert [b.name for b in rank(serving, node, g)] == ["cute.sdpa", BUILDER]
