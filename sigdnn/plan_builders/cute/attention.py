@@ -23,7 +23,7 @@ class CuteAttentionBuilder(PlanBuilder):
 
     library = "cute"
     device = "gpu"
-    priority = 2  # ahead of the reference; the only GPU builders of these ops
+    priority = 2  # ahead of cuTile's attention (cutile.sdpa*), which runs what these decline
     op_type: ClassVar[type]
 
     def available(self) -> str | None:

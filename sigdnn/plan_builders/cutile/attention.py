@@ -10,7 +10,7 @@ causal mask, and the stats output. One block owns 64 query rows of one
 (batch, head) and walks the keys 64 at a time with an online softmax in
 float32. The backward recomputes p from the forward's stats, a launch for
 dq and one for dk and dv. Both decline a bias, padding masks and ragged
-tensors, and a compute dtype other than float32; both rank below CuTe's.
+tensors, and a compute dtype other than float32; both rank below the CuTe attention (its priority 2).
 """
 
 from __future__ import annotations
@@ -65,7 +65,6 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
     name = "cutile.sdpa"
     engine_id = IN_TREE[name]
     ops = ("sdpa",)
-    priority = -1  # below cute.sdpa where it applies
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
@@ -88,7 +87,6 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
     name = "cutile.sdpa_backward"
     engine_id = IN_TREE[name]
     ops = ("sdpa_backward",)
-    priority = -1  # below cute.sdpa_backward where it applies
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op

@@ -217,6 +217,8 @@ def test_launch_contract() -> None:
         heads, groups, sq, skv, scale, *tiles = launch.constants
         assert (heads, groups, sq, skv) == (4, 2, 10, 12) and all(type(c) is int for c in (heads, groups, sq, skv))
         assert scale == 0.125 and tiles == [64, 64, 128, 32, False, False, narrow]
+    g, node = attention_node(d=8, dv=1)  # a head dim below an MMA's smallest side: a tile of 16
+    assert CutileSdpaBuilder().launches(node, g)[0][0].constants[7:9] == (16, 16)
 
 
 def test_backward_launch_contract() -> None:
@@ -226,7 +228,8 @@ def test_backward_launch_contract() -> None:
     stats = g.tensor("stats", (2, 4, 100, 1))
     for t in g.sdpa_backward(q, k, v, o, do, stats, attn_scale=0.5, use_causal_mask=True, name="bwd"):
         t.set_output(True)
-    dq, dkdv = CutileSdpaBackwardBuilder().launches(g.nodes[-1], g)[0]
+    (dq, dkdv), workspace = CutileSdpaBackwardBuilder().launches(g.nodes[-1], g)
+    assert workspace == 0
     assert dq.grid == (2, 8, 1) and dkdv.grid == (2, 4, 1)  # query tiles x (batch, head); key tiles x (batch, kv head)
     assert dq.constants == dkdv.constants == (4, 2, 100, 70, 0.5, 64, 64, 64, 64, True)
 
