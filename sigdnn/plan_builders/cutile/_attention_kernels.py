@@ -25,7 +25,7 @@ INF_BITS = 0x7F800000  # float32 +inf's bits (a float literal inf is not a const
 
 @ct.kernel
 def attention(
-    q, k, v, o, stats,
+    q, k, v, o, stats, len_q, len_kv,
     heads, groups, sq, skv, scale,
     TM: ct.Constant[int],
     TN: ct.Constant[int],
@@ -34,11 +34,16 @@ def attention(
     CAUSAL: ct.Constant[bool],
     STATS: ct.Constant[bool],
     NARROW_P: ct.Constant[bool],
+    LENGTHS: ct.Constant[bool],
 ):  # fmt: skip
     i = ct.bid(0)
     b = ct.bid(1) // heads
     h = ct.bid(1) % heads
     kv = h // groups
+    rows_end, keys_end = sq, skv
+    if LENGTHS:  # this batch entry's sequence lengths: rows and keys past them take no part
+        rows_end = ct.reshape(ct.astype(ct.gather(len_q, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
+        keys_end = ct.reshape(ct.astype(ct.gather(len_kv, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
     qt = ct.reshape(ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, TD), padding_mode=ct.PaddingMode.ZERO), (TM, TD))
     qt = ct.astype(qt, ct.float32)
     rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
@@ -54,15 +59,18 @@ def attention(
         kt = ct.astype(ct.reshape(kt, (TN, TD)), ct.float32)
         vt = ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO),
                         (TN, TV))  # fmt: skip
+        key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
+        vt = ct.astype(ct.where(key_rows < keys_end, vt, 0.0), v.dtype)  # padding may hold anything: read as 0
         s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
         cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
-        keep = cols < skv
+        keep = (cols < keys_end) & (rows < rows_end)
         if CAUSAL:
             keep = keep & (cols <= rows)
         s = ct.where(keep, s, neg_inf)
         top = ct.maximum(m, ct.max(s, axis=1, keepdims=True))
-        alpha = ct.exp(m - top)
-        p = ct.exp(s - top)
+        shift = ct.maximum(top, -3.0e38)  # a row with no key yet: exp(-inf - shift) = 0, not NaN
+        alpha = ct.exp(m - shift)
+        p = ct.exp(s - shift)
         total = total * alpha + ct.sum(p, axis=1, keepdims=True)
         if NARROW_P:
             pv = ct.mma(ct.astype(p, v.dtype), vt, ct.full((TM, TV), 0.0, dtype=ct.float32))
@@ -70,7 +78,7 @@ def attention(
             pv = ct.mma(p, ct.astype(vt, ct.float32), ct.full((TM, TV), 0.0, dtype=ct.float32))
         acc = acc * alpha + pv
         m = top
-    out = ct.reshape(ct.astype(acc / total, o.dtype), (1, 1, TM, TV))
+    out = ct.reshape(ct.astype(ct.where(total > 0.0, acc / total, 0.0), o.dtype), (1, 1, TM, TV))  # no key: o = 0
     ct.store(o, index=(b, h, i, 0), tile=out)
     if STATS:
         lse = ct.reshape(m + ct.log(total), (1, 1, TM, 1))
@@ -79,20 +87,28 @@ def attention(
 
 @ct.kernel
 def attention_dq(
-    q, k, v, o, d_o, stats, dq,
+    q, k, v, o, d_o, stats, len_q, len_kv, dq,
     heads, groups, sq, skv, scale,
     TM: ct.Constant[int],
     TN: ct.Constant[int],
     TD: ct.Constant[int],
     TV: ct.Constant[int],
     CAUSAL: ct.Constant[bool],
+    LENGTHS: ct.Constant[bool],
 ):  # fmt: skip
     # dq = scale * ds k over the keys, ds = p * (do v^T - rowsum(do * o)), p = exp(s - stats): a block owns TM
-    # query rows of one (batch, query head), as the forward does.
+    # query rows of one (batch, query head), as the forward does. Rows and keys past the sequence lengths are
+    # read as 0 (their p is 0, and whatever the padding holds must not meet it as 0 * NaN).
     i = ct.bid(0)
     b = ct.bid(1) // heads
     h = ct.bid(1) % heads
     kv = h // groups
+    rows_end, keys_end = sq, skv
+    if LENGTHS:  # a constant: cuTile compiles only the branch taken
+        rows_end = ct.reshape(ct.astype(ct.gather(len_q, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
+        keys_end = ct.reshape(ct.astype(ct.gather(len_kv, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
+    rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+    real = rows < rows_end
     qt = ct.astype(ct.reshape(ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, TD), padding_mode=ct.PaddingMode.ZERO), (TM, TD)),
                    ct.float32)  # fmt: skip
     dot = ct.astype(ct.reshape(ct.load(d_o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO), (TM, TV)),
@@ -101,20 +117,23 @@ def attention_dq(
                    ct.float32)  # fmt: skip
     lse = ct.astype(ct.reshape(ct.load(stats, index=(b, h, i, 0), shape=(1, 1, TM, 1), padding_mode=ct.PaddingMode.ZERO), (TM, 1)),
                     ct.float32)  # fmt: skip
-    delta = ct.sum(dot * ot, axis=1, keepdims=True)
-    rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+    dot = ct.where(real, dot, 0.0)
+    delta = ct.sum(dot * ct.where(real, ot, 0.0), axis=1, keepdims=True)
     acc = ct.full((TM, TD), 0.0, dtype=ct.float32)
     tiles = ct.cdiv(skv, TN)
-    if CAUSAL:  # a constant: cuTile compiles only the branch taken
+    if CAUSAL:
         tiles = ct.minimum(tiles, ct.cdiv((i + 1) * TM, TN))
     for j in range(tiles):
+        key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
         kt = ct.astype(ct.reshape(ct.load(k, index=(b, kv, j, 0), shape=(1, 1, TN, TD), padding_mode=ct.PaddingMode.ZERO), (TN, TD)),
                        ct.float32)  # fmt: skip
         vt = ct.astype(ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO), (TN, TV)),
                        ct.float32)  # fmt: skip
+        kt = ct.where(key_rows < keys_end, kt, 0.0)
+        vt = ct.where(key_rows < keys_end, vt, 0.0)
         s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
         cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
-        keep = (cols < skv) & (rows < sq)
+        keep = (cols < keys_end) & real
         if CAUSAL:
             keep = keep & (cols <= rows)
         p = ct.where(keep, ct.exp(s - lse), 0.0)
@@ -125,23 +144,31 @@ def attention_dq(
 
 @ct.kernel
 def attention_dkdv(
-    q, k, v, o, d_o, stats, dk, dv,
+    q, k, v, o, d_o, stats, len_q, len_kv, dk, dv,
     heads, groups, sq, skv, scale,
     TM: ct.Constant[int],
     TN: ct.Constant[int],
     TD: ct.Constant[int],
     TV: ct.Constant[int],
     CAUSAL: ct.Constant[bool],
+    LENGTHS: ct.Constant[bool],
 ):  # fmt: skip
     # dv = p^T do and dk = scale * ds^T q, summed over the group's query heads and every query row: a block owns
-    # TN keys of one (batch, kv head) and walks the query tiles that can see them.
+    # TN keys of one (batch, kv head) and walks the query tiles that can see them; padding read as 0, as in dq.
     j = ct.bid(0)
     b = ct.bid(1) // (heads // groups)
     kv = ct.bid(1) % (heads // groups)
+    rows_end, keys_end = sq, skv
+    if LENGTHS:
+        rows_end = ct.reshape(ct.astype(ct.gather(len_q, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
+        keys_end = ct.reshape(ct.astype(ct.gather(len_kv, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
+    key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
     kt = ct.astype(ct.reshape(ct.load(k, index=(b, kv, j, 0), shape=(1, 1, TN, TD), padding_mode=ct.PaddingMode.ZERO), (TN, TD)),
                    ct.float32)  # fmt: skip
     vt = ct.astype(ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO), (TN, TV)),
                    ct.float32)  # fmt: skip
+    kt = ct.where(key_rows < keys_end, kt, 0.0)
+    vt = ct.where(key_rows < keys_end, vt, 0.0)
     cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
     dk_acc = ct.full((TN, TD), 0.0, dtype=ct.float32)
     dv_acc = ct.full((TN, TV), 0.0, dtype=ct.float32)
@@ -151,33 +178,18 @@ def attention_dkdv(
     for g in range(groups):
         h = kv * groups + g
         for i in range(first, ct.cdiv(sq, TM)):
-            qt = ct.astype(
-                ct.reshape(
-                    ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, TD), padding_mode=ct.PaddingMode.ZERO), (TM, TD)
-                ),
-                ct.float32,
-            )
-            dot = ct.astype(
-                ct.reshape(
-                    ct.load(d_o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO), (TM, TV)
-                ),
-                ct.float32,
-            )
-            ot = ct.astype(
-                ct.reshape(
-                    ct.load(o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO), (TM, TV)
-                ),
-                ct.float32,
-            )
-            lse = ct.astype(
-                ct.reshape(
-                    ct.load(stats, index=(b, h, i, 0), shape=(1, 1, TM, 1), padding_mode=ct.PaddingMode.ZERO), (TM, 1)
-                ),
-                ct.float32,
-            )
             rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+            real = rows < rows_end
+            qt = ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, TD), padding_mode=ct.PaddingMode.ZERO)
+            qt = ct.where(real, ct.astype(ct.reshape(qt, (TM, TD)), ct.float32), 0.0)
+            dot = ct.load(d_o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO)
+            dot = ct.where(real, ct.astype(ct.reshape(dot, (TM, TV)), ct.float32), 0.0)
+            ot = ct.load(o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO)
+            ot = ct.where(real, ct.astype(ct.reshape(ot, (TM, TV)), ct.float32), 0.0)
+            lse = ct.astype(ct.reshape(ct.load(stats, index=(b, h, i, 0), shape=(1, 1, TM, 1), padding_mode=ct.PaddingMode.ZERO),
+                                       (TM, 1)), ct.float32)  # fmt: skip
             s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
-            keep = (cols < skv) & (rows < sq)
+            keep = (cols < keys_end) & real
             if CAUSAL:
                 keep = keep & (cols <= rows)
             p = ct.where(keep, ct.exp(s - lse), 0.0)

@@ -9,8 +9,11 @@ as 0), f32 / f16 / bf16, any strides, grouped-query heads, the top-left
 causal mask, and the stats output. One block owns 64 query rows of one
 (batch, head) and walks the keys 64 at a time with an online softmax in
 float32. The backward recomputes p from the forward's stats, a launch for
-dq and one for dk and dv. Both decline a bias, padding masks and ragged
-tensors, and a compute dtype other than float32; both rank below the CuTe attention (its priority 2).
+dq and one for dk and dv. Both take padding masks (``seq_len_q`` /
+``seq_len_kv``: rows and keys past a batch entry's lengths take no part and
+are read as 0, whatever the padding holds; a row with no key gets o = 0)
+and decline a bias and ragged tensors, and a compute dtype other than
+float32; both rank below the CuTe attention (its priority 2).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 from importlib import resources
 
 from sigdnn.graph.graph import Graph
+from sigdnn.graph.layout import span_elements
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y, MARKER
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
@@ -41,8 +45,13 @@ def kernel_source(kernel: str = "attention") -> KernelSource:
 def shape_of(builder: str, node: Node, graph: Graph) -> tuple[int, int, int, int, int, int, int]:
     """(batch, heads, kv heads, Sq, Skv, head dim of q / k, of v); ValueError for what the kernels do not take."""
     op = node.op
-    if op.bias is not None:  # (padding lengths and ragged offsets are int32 / int64: the base class declines them)
+    if op.bias is not None:  # (ragged offsets, int tensors outside ``index_ports``, the base class declines)
         raise ValueError(f"{builder} takes no bias")
+    for port in ("seq_len_q", "seq_len_kv"):
+        lengths = getattr(op, port)
+        t = graph.tensors[lengths] if lengths is not None else None
+        if t is not None and span_elements(t.dims, t.strides) != t.size:
+            raise ValueError(f"{builder} reads {port} as packed")
     compute = str(graph.compute_dtype_of(node))
     if compute != "float32":
         raise ValueError(f"compute dtype {compute}; {builder} computes in float32")
@@ -56,6 +65,17 @@ def shape_of(builder: str, node: Node, graph: Graph) -> tuple[int, int, int, int
     return batch, heads, kv_heads, sq, skv, d, dv
 
 
+def length_args(node: Node, graph: Graph) -> tuple[tuple[Arg, Arg], bool]:
+    """The two length arrays as flat views (q's view twice where the node has none: never read), and whether
+    the node has them. A node has both or neither (the op's rule for padding masks)."""
+    op = node.op
+    if op.seq_len_q is None:
+        q = graph.tensors[op.q]
+        return (Arg("q", q.dims, q.strides), Arg("q", q.dims, q.strides)), False
+    found = tuple(Arg(p, (graph.tensors[getattr(op, p)].size,), (1,)) for p in ("seq_len_q", "seq_len_kv"))
+    return found, True  # type: ignore[return-value]
+
+
 def tile_of(d: int) -> int:
     """A head dim's tile: the next power of two, at least ct.mma's 16."""
     return max(16, pow2(d))
@@ -65,6 +85,7 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
     name = "cutile.sdpa"
     engine_id = IN_TREE[name]
     ops = ("sdpa",)
+    index_ports = frozenset({"seq_len_q", "seq_len_kv"})
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
@@ -73,9 +94,12 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
         stats = graph.tensors[op.stats] if op.stats is not None else None
         narrow_p = str(graph.dtype_of(v)) in NARROW
         constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
-        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, stats is not None, narrow_p)
+        lengths, has_lengths = length_args(node, graph)
+        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, stats is not None, narrow_p,
+                 has_lengths)  # fmt: skip
         args = [Arg(p, t.dims, t.strides) for p, t in zip("qkvo", (q, k, v, o))]
         args.append(Arg("stats", stats.dims, stats.strides) if stats is not None else Arg("o", o.dims, o.strides))
+        args += lengths
         grid = (cdiv(sq, TILE_ROWS), batch * heads, 1)
         return [Launch(kernel_source(), grid, tuple(args), (*constants, *tiles))], 0
 
@@ -87,6 +111,7 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
     name = "cutile.sdpa_backward"
     engine_id = IN_TREE[name]
     ops = ("sdpa_backward",)
+    index_ports = frozenset({"seq_len_q", "seq_len_kv"})
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
@@ -96,7 +121,9 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
         outs = {p: Arg(p, graph.tensors[getattr(op, p)].dims, graph.tensors[getattr(op, p)].strides)
                 for p in ("dq", "dk", "dv")}  # fmt: skip
         constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
-        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask)
+        lengths, has_lengths = length_args(node, graph)
+        ins = (*ins, *lengths)
+        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_lengths)
         return [
             Launch(kernel_source("attention_dq"), (cdiv(sq, TILE_ROWS), batch * heads, 1), (*ins, outs["dq"]),
                    (*constants, *tiles)),

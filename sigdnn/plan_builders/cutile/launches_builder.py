@@ -24,6 +24,7 @@ from sigdnn.runtime.device import Device
 from sigdnn.signature_keys import SignatureKey
 
 IO_DTYPES = frozenset({DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16})
+INDEX_DTYPES = frozenset({DataType.INT32, DataType.INT64})
 
 
 class CutileLaunchesBuilder(PlanBuilder):
@@ -31,12 +32,16 @@ class CutileLaunchesBuilder(PlanBuilder):
 
     library: ClassVar[str] = "cutile"
     device: ClassVar[str] = "gpu"
+    index_ports: ClassVar[frozenset[str]] = frozenset()  # ports that may be int32 / int64 (lengths, offsets)
 
     def available(self) -> str | None:
         return pointwise.unavailable_reason()
 
     def serves(self, key: SignatureKey) -> bool:
-        return key.op in self.ops and all(d in IO_DTYPES for _, d in (*key.inputs, *key.outputs))
+        ports = (*key.inputs, *key.outputs)
+        return key.op in self.ops and all(
+            d in IO_DTYPES or (p in self.index_ports and d in INDEX_DTYPES) for p, d in ports
+        )
 
     @abstractmethod
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
@@ -47,6 +52,8 @@ class CutileLaunchesBuilder(PlanBuilder):
         for port, uid in node.op.ports().items():
             t = graph.tensors[uid]
             dtype = graph.dtype_of(t)
+            if port in self.index_ports and dtype in INDEX_DTYPES:
+                continue
             if dtype not in IO_DTYPES:
                 raise NotSupported(f"{where}: port '{port}' (tensor '{t.name}') is {dtype}; "
                                    f"{self.name} reads and writes float32, float16 or bfloat16")  # fmt: skip

@@ -94,7 +94,11 @@ PLANTED = {
     "running_sum_not_rescaled": ("total = total * alpha + ", "total = total + ", CASES[0]),
     "accumulator_not_rescaled": ("acc = acc * alpha + pv", "acc = acc + pv", CASES[0]),
     "causal_diagonal_hidden": ("keep & (cols <= rows)", "keep & (cols < rows)", CASES[1]),
-    "key_tail_kept": ("keep = cols < skv", "keep = cols < skv + 1", CASES[0]),
+    "key_tail_kept": (
+        "keep = (cols < keys_end) & (rows < rows_end)",
+        "keep = (cols < keys_end + 1) & (rows < rows_end)",
+        CASES[0],
+    ),
     "kv_head_by_query_head": ("kv = h // groups", "kv = h % groups", CASES[0]),
     "causal_steps_cut_short": ("ct.cdiv((i + 1) * TM, TN)", "ct.cdiv(i * TM, TN)", CASES[1]),
 }
@@ -200,8 +204,10 @@ def attention_node(
     extras = {}
     if "bias" in extra:
         extras["bias"] = g.tensor("bias", (1, 1, 10, 12))
-    if "seq_len_q" in extra:
-        extras["seq_len_q"] = g.tensor("lengths", (batch, 1, 1, 1)).set_data_type("int32")
+    if "ragged" in extra:
+        lengths = [g.tensor(n, (batch, 1, 1, 1)).set_data_type("int32") for n in ("lq", "lkv")]
+        offsets = g.tensor("offsets", (batch + 1, 1, 1, 1)).set_data_type("int32")
+        extras = {"seq_len_q": lengths[0], "seq_len_kv": lengths[1], "ragged_offsets": {"q": offsets}}
     o, _ = g.sdpa(q, k, v, attn_scale=0.125, name="sdpa", **extras)
     o.set_output(True)
     return g, g.nodes[-1]
@@ -216,7 +222,7 @@ def test_launch_contract() -> None:
         assert workspace == 0 and launch.grid == (1, 12, 1)
         heads, groups, sq, skv, scale, *tiles = launch.constants
         assert (heads, groups, sq, skv) == (4, 2, 10, 12) and all(type(c) is int for c in (heads, groups, sq, skv))
-        assert scale == 0.125 and tiles == [64, 64, 128, 32, False, False, narrow]
+        assert scale == 0.125 and tiles == [64, 64, 128, 32, False, False, narrow, False]
     g, node = attention_node(d=8, dv=1)  # a head dim below an MMA's smallest side: a tile of 16
     assert CutileSdpaBuilder().launches(node, g)[0][0].constants[7:9] == (16, 16)
 
@@ -231,14 +237,14 @@ def test_backward_launch_contract() -> None:
     (dq, dkdv), workspace = CutileSdpaBackwardBuilder().launches(g.nodes[-1], g)
     assert workspace == 0
     assert dq.grid == (2, 8, 1) and dkdv.grid == (2, 4, 1)  # query tiles x (batch, head); key tiles x (batch, kv head)
-    assert dq.constants == dkdv.constants == (4, 2, 100, 70, 0.5, 64, 64, 64, 64, True)
+    assert dq.constants == dkdv.constants == (4, 2, 100, 70, 0.5, 64, 64, 64, 64, True, False)
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         ({"bias": True}, "takes no bias"),
-        ({"seq_len_q": True}, "port 'seq_len_q' .* is int32"),
+        ({"ragged": True}, "port 'q_ragged_offset' .* is int32"),
         ({"dv": 300}, "up to 256"),
         ({"batch": 65535, "heads": 2, "kv_heads": 1}, "past a grid's 65535"),
     ],
@@ -262,3 +268,77 @@ def test_it_ranks_below_the_cute_flash_attention() -> None:
     g, node = attention_node(dtype="bfloat16")
     serving = [b for b in DEFAULT_REGISTRY.serving(key_for(node, g), "gpu") if b.library != "gpu_reference"]
     assert [b.name for b in rank(serving, node, g)] == ["cute.sdpa", BUILDER]
+
+
+def padded_graph(backward: bool) -> sigdnn.Graph:
+    """Causal GQA attention over a batch of 3 with padding masks (float32, head dim 80, sequences of up to 70)."""
+    g = sigdnn.Graph("padded", io_dtype="float32", compute_dtype="float32")
+    q, k, v = (g.tensor(n, (3, h, 70, 80)) for n, h in (("q", 4), ("k", 2), ("v", 2)))
+    lq, lkv = (g.tensor(n, (3, 1, 1, 1)).set_data_type("int32") for n in ("seq_len_q", "seq_len_kv"))
+    if not backward:
+        o, stats = g.sdpa(q, k, v, attn_scale=0.1, use_causal_mask=True, generate_stats=True, seq_len_q=lq,
+                          seq_len_kv=lkv, name="sdpa")  # fmt: skip
+        o.set_output(True).set_name("o")
+        stats.set_output(True).set_name("stats")
+        return g
+    o, do = g.tensor("o", (3, 4, 70, 80)), g.tensor("d_o", (3, 4, 70, 80))
+    stats = g.tensor("stats", (3, 4, 70, 1))
+    grads = g.sdpa_backward(q, k, v, o, do, stats, attn_scale=0.1, use_causal_mask=True, seq_len_q=lq,
+                            seq_len_kv=lkv, name="sdpa_bwd")  # fmt: skip
+    for t, name in zip(grads, ("dq", "dk", "dv")):
+        t.set_output(True).set_name(name)
+    return g
+
+
+def padded_inputs(backward: bool, poison: bool) -> dict[str, np.ndarray]:
+    """Lengths 70 / 5 / 0 queries and 64 / 70 / 9 keys; with ``poison`` NaN in every padding row (which must not
+    reach a result); for the backward, o and stats from the reference forward."""
+    rng = np.random.default_rng(4)
+    lq, lkv = np.array([70, 5, 0], np.int32), np.array([64, 70, 9], np.int32)
+    data = {n: rng.standard_normal(s).astype(np.float32) for n, s in (("q", (3, 4, 70, 80)), ("k", (3, 2, 70, 80)),
+                                                                      ("v", (3, 2, 70, 80)), ("d_o", (3, 4, 70, 80)))}  # fmt: skip
+    data["seq_len_q"], data["seq_len_kv"] = lq.reshape(3, 1, 1, 1), lkv.reshape(3, 1, 1, 1)
+    forward = sigdnn.Executor().run(
+        padded_graph(False), {n: data[n] for n in ("q", "k", "v", "seq_len_q", "seq_len_kv")}
+    )
+    data["o"], data["stats"] = forward["o"], forward["stats"].astype(np.float32)
+    if poison:
+        for name, lengths in (("q", lq), ("d_o", lq), ("o", lq), ("k", lkv), ("v", lkv)):
+            for b, n in enumerate(lengths):
+                data[name][b, :, n:] = np.nan
+    graph = padded_graph(backward)
+    return {t.name: data[t.name] for t in graph.inputs}
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("poison", [False, True], ids=["clean", "nan_padding"])
+def test_padding_masks_validate_whatever_the_padding_holds(backward: bool, poison: bool) -> None:
+    """Three sequences: full, short, and empty (no query at all) against 64 / 70 / 9 keys."""
+    g = padded_graph(backward)
+    executor = emulated_executor()
+    assert {s.builder.name for s in executor.prepare(g).steps} == {"cutile.sdpa_backward" if backward else BUILDER}
+    report = sigdnn.validate(g, padded_inputs(backward, poison), executor=executor)
+    assert report.passed, report.table()
+
+
+LENGTH_PLANTS = {
+    "key_lengths_ignored": (False, "keep = (cols < keys_end) & (rows < rows_end)", "keep = (cols < skv) & (rows < rows_end)"),
+    "padding_values_read": (False, "vt = ct.astype(ct.where(key_rows < keys_end, vt, 0.0), v.dtype)", "vt = vt"),
+    "dq_padding_keys_read": (True, "        kt = ct.where(key_rows < keys_end, kt, 0.0)\n        vt = ct.where(key_rows < keys_end, vt, 0.0)\n        s",
+                             "        s"),
+    "dkdv_padding_rows_read": (True, "qt = ct.where(real, ct.astype(ct.reshape(qt, (TM, TD)), ct.float32), 0.0)",
+                               "qt = ct.astype(ct.reshape(qt, (TM, TD)), ct.float32)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bug", LENGTH_PLANTS)
+def test_a_planted_length_bug_fails_validation(bug: str) -> None:
+    backward, old, new = LENGTH_PLANTS[bug]
+    builder = PlantedBackward() if backward else Planted()
+    assert old in attention.kernel_source().text
+    builder.plant = staticmethod(lambda t: t.replace(old, new, 1))
+    registry = sigdnn.Registry(entry_point_group=None)
+    registry.register(builder)
+    executor = emulated_executor(registry=registry, engine=builder.name)
+    report = sigdnn.validate(padded_graph(backward), padded_inputs(backward, poison=True), executor=executor)
+    assert not report.passed
