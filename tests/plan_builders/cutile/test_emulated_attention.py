@@ -342,3 +342,11 @@ def test_a_planted_length_bug_fails_validation(bug: str) -> None:
     executor = emulated_executor(registry=registry, engine=builder.name)
     report = sigdnn.validate(padded_graph(backward), padded_inputs(backward, poison=True), executor=executor)
     assert not report.passed
+
+
+def test_lengths_laid_out_with_gaps_are_declined() -> None:
+    """The kernels read a batch's length at its index in a flat view: lengths every other element are not that."""
+    g = padded_graph(False)
+    g.tensor_by_name("seq_len_q").set_stride((2, 1, 1, 1))
+    with pytest.raises(NotSupported, match="reads seq_len_q as packed"):
+        CutileSdpaBuilder().check(g.nodes[-1], g)
