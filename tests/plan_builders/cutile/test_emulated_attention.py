@@ -350,3 +350,42 @@ def test_lengths_laid_out_with_gaps_are_declined() -> None:
     g.tensor_by_name("seq_len_q").set_stride((2, 1, 1, 1))
     with pytest.raises(NotSupported, match="reads seq_len_q as packed"):
         CutileSdpaBuilder().check(g.nodes[-1], g)
+
+
+def test_only_the_named_index_ports_may_be_integers() -> None:
+    """cuTile builders serve 32- and 16-bit float ports; an attention builder also int32 / int64 lengths, and
+    nothing else: an int8 length, an int32 q, or int32 lengths on a builder that names no index ports."""
+    from sigdnn.dtypes import DataType
+    from sigdnn.plan_builders.cutile.reduction import CutileReductionBuilder
+    from sigdnn.signature_keys import key_for
+
+    g = padded_graph(False)
+    key = key_for(g.nodes[-1], g)
+    builder = CutileSdpaBuilder()
+    assert builder.serves(key)
+    retyped = lambda port, dtype: attrs.evolve(  # noqa: E731
+        key, inputs=tuple((p, dtype if p == port else d) for p, d in key.inputs)
+    )
+    assert builder.serves(retyped("seq_len_kv", DataType.INT64))
+    assert not builder.serves(retyped("seq_len_kv", DataType.INT8))
+    assert not builder.serves(retyped("q", DataType.INT32))
+    other = CutileReductionBuilder()
+    assert not other.serves(attrs.evolve(key, op="reduction"))  # the same int32 lengths, no index ports
+
+
+def test_the_base_builders_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Available exactly when cuTile is; a compute dtype it cannot compute in and an op it does not run are
+    declined naming the node."""
+    from sigdnn.plan_builders.cutile import pointwise
+
+    monkeypatch.setattr(pointwise, "unavailable_reason", lambda: "no GPU here")
+    assert CutileSdpaBuilder().available() == "no GPU here"
+    g = sigdnn.Graph("f64", io_dtype="float32", compute_dtype="float64")
+    q, k, v = (g.tensor(n, (1, 1, 8, 16)) for n in "qkv")
+    g.sdpa(q, k, v, attn_scale=0.1, name="sdpa")[0].set_output(True)
+    with pytest.raises(NotSupported, match="node 'sdpa': compute dtype float64"):
+        CutileSdpaBuilder().check(g.nodes[-1], g)
+    h = sigdnn.Graph("softmax", io_dtype="float32")
+    h.softmax(h.tensor("x", (2, 8)), name="sm")[0].set_output(True)
+    with pytest.raises(NotSupported, match=r"node 'sm': cutile\.sdpa does not run softmax"):
+        CutileSdpaBuilder().check(h.nodes[-1], h)
