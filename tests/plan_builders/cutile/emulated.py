@@ -10,9 +10,11 @@ run through ``sigdnn.plan_builders.cutile.emulator``.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 
@@ -24,6 +26,7 @@ from sigdnn.graph.layout import span_elements
 from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile import pointwise
 from sigdnn.plan_builders.cutile.backend import EmulatedBackend, EmulatedGpu
+from sigdnn.registry import Registry
 from sigdnn.runtime.cuda import GpuContext
 from sigdnn.runtime.device import Device
 from sigdnn.runtime.device_array import DeviceArray
@@ -132,3 +135,39 @@ def host_gpu_executor(**kwargs) -> Executor:
     ex = Executor("gpu", **kwargs)
     ex._memory = GpuMemory(context=HostGpuContext())
     return ex
+
+
+def planted(base: type, plant: Callable[[str], str], engine_id: int = 39999) -> tuple[Registry, str]:
+    """A registry of one builder, ``base`` with every launch's kernel text passed through ``plant`` (a test's
+    planted bug), and that builder's name (to pin an executor to it)."""
+
+    class Planted(base):  # type: ignore[misc, valid-type]
+        name = f"planted.{base.name.split('.', 1)[1]}"
+        library = "planted"
+
+        def launches(self, node, graph):  # type: ignore[no-untyped-def]
+            launches, nbytes = super().launches(node, graph)
+            return [
+                attrs.evolve(la, source=attrs.evolve(la.source, text=plant(la.source.text))) for la in launches
+            ], nbytes
+
+    Planted.engine_id = engine_id
+    registry = Registry(entry_point_group=None)
+    registry.register(Planted())
+    return registry, Planted.name
+
+
+def run_blocks_in_reverse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulator runs each launch's blocks last to first: as valid a schedule as any, and the one where a
+    block writing past its own share is not overwritten by the later block that owns it."""
+    from sigdnn.plan_builders.cutile import emulator
+
+    def reverse(k, args, gx: int, gy: int, gz: int) -> None:  # type: ignore[no-untyped-def]
+        for z, y, x in reversed([(z, y, x) for z in range(gz) for y in range(gy) for x in range(gx)]):
+            token = emulator._BID.set((x, y, z))
+            try:
+                k.fn(*args)
+            finally:
+                emulator._BID.reset(token)
+
+    monkeypatch.setattr(emulator, "_run_blocks", reverse)

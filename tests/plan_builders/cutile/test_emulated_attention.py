@@ -20,7 +20,7 @@ from attention_cases import (
     torch_attention,
     torch_attention_backward,
 )
-from emulated import emulated_executor, make_available
+from emulated import emulated_executor, make_available, planted
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
@@ -77,19 +77,6 @@ def test_a_hand_worked_attention() -> None:
     np.testing.assert_allclose(got, [[[[3.0, 2.0]]]], rtol=1e-6)
 
 
-class Planted(CutileSdpaBuilder):
-    name = "planted.sdpa"
-    engine_id = 30054
-    library = "planted"
-    plant = staticmethod(lambda text: text)
-
-    def launches(self, node, graph):  # type: ignore[no-untyped-def]
-        launches, nbytes = super().launches(node, graph)
-        return [
-            attrs.evolve(la, source=attrs.evolve(la.source, text=self.plant(la.source.text))) for la in launches
-        ], nbytes
-
-
 PLANTED = {
     "running_sum_not_rescaled": ("total = total * alpha + ", "total = total + ", CASES[0]),
     "accumulator_not_rescaled": ("acc = acc * alpha + pv", "acc = acc + pv", CASES[0]),
@@ -108,12 +95,9 @@ PLANTED = {
 def test_a_planted_bug_fails_validation(bug: str) -> None:
     old, new, case = PLANTED[bug]
     assert old in attention.kernel_source().text
-    registry = sigdnn.Registry(entry_point_group=None)
-    planted = Planted()
-    planted.plant = staticmethod(lambda text: text.replace(old, new))
-    registry.register(planted)
+    registry, name = planted(CutileSdpaBuilder, lambda text: text.replace(old, new))
     g = graph(case)
-    executor = emulated_executor(registry=registry, engine="planted.sdpa")
+    executor = emulated_executor(registry=registry, engine=name)
     assert not sigdnn.validate(g, random_inputs(g, seed=5), executor=executor).passed
 
 
@@ -154,19 +138,6 @@ def test_backward_validation_against_the_reference_passes(case: Case) -> None:
     assert report.passed, report.table()
 
 
-class PlantedBackward(CutileSdpaBackwardBuilder):
-    name = "planted.sdpa_backward"
-    engine_id = 30055
-    library = "planted"
-    plant = staticmethod(lambda text: text)
-
-    def launches(self, node, graph):  # type: ignore[no-untyped-def]
-        launches, nbytes = super().launches(node, graph)
-        return [
-            attrs.evolve(la, source=attrs.evolve(la.source, text=self.plant(la.source.text))) for la in launches
-        ], nbytes
-
-
 BACKWARD_PLANTED = {
     "dq_delta_dropped": ("acc = ct.mma(p * (dp - delta), kt, acc)", "acc = ct.mma(p * dp, kt, acc)", CASES[0]),
     "dq_causal_mask_dropped": ("        p = ct.where(keep, ct.exp(s - lse), 0.0)\n        dp",
@@ -183,14 +154,10 @@ BACKWARD_PLANTED = {
 @pytest.mark.parametrize("bug", BACKWARD_PLANTED)
 def test_a_planted_backward_bug_fails_validation(bug: str) -> None:
     old, new, case = BACKWARD_PLANTED[bug]
-    text = attention.kernel_source("attention_dq").text
-    assert old in text
-    registry = sigdnn.Registry(entry_point_group=None)
-    planted = PlantedBackward()
-    planted.plant = staticmethod(lambda t: t.replace(old, new, 1))
-    registry.register(planted)
+    assert old in attention.kernel_source("attention_dq").text
+    registry, name = planted(CutileSdpaBackwardBuilder, lambda t: t.replace(old, new, 1))
     g = backward_graph(case)
-    executor = emulated_executor(registry=registry, engine="planted.sdpa_backward")
+    executor = emulated_executor(registry=registry, engine=name)
     assert not sigdnn.validate(g, consistent_backward_inputs(case, seed=5), executor=executor).passed
 
 
@@ -334,12 +301,10 @@ LENGTH_PLANTS = {
 @pytest.mark.parametrize("bug", LENGTH_PLANTS)
 def test_a_planted_length_bug_fails_validation(bug: str) -> None:
     backward, old, new = LENGTH_PLANTS[bug]
-    builder = PlantedBackward() if backward else Planted()
     assert old in attention.kernel_source().text
-    builder.plant = staticmethod(lambda t: t.replace(old, new, 1))
-    registry = sigdnn.Registry(entry_point_group=None)
-    registry.register(builder)
-    executor = emulated_executor(registry=registry, engine=builder.name)
+    base = CutileSdpaBackwardBuilder if backward else CutileSdpaBuilder
+    registry, name = planted(base, lambda t: t.replace(old, new, 1))
+    executor = emulated_executor(registry=registry, engine=name)
     report = sigdnn.validate(padded_graph(backward), padded_inputs(backward, poison=True), executor=executor)
     assert not report.passed
 

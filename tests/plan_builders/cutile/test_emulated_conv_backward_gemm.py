@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from conv_backward_cases import CASES, dgrad_graph, dy_dims, torch_dgrad, torch_wgrad, wgrad_graph, within_float32_bound
 from conv_grouped_cases import Case
-from emulated import emulated_executor, make_available
+from emulated import emulated_executor, make_available, planted, run_blocks_in_reverse
 from oracles_conv import exact_round
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NotSupported
-from sigdnn.plan_builders.cutile import conv_gemm, emulator
+from sigdnn.plan_builders.cutile import conv_gemm
 from sigdnn.plan_builders.cutile.conv_gemm import CutileConvDgradGemmBuilder, CutileConvWgradGemmBuilder
 from sigdnn.registry.ranking import rank
 from sigdnn.registry.registry import DEFAULT_REGISTRY
@@ -112,29 +112,15 @@ def test_a_hand_worked_strided_dgrad_and_wgrad() -> None:
     np.testing.assert_array_equal(run(KINDS["wgrad"], wgrad_graph(case), {"x": x, "dy": dy}), [[[7, 10]]])
 
 
-def plant(kind: Kind, old: str, new: str) -> sigdnn.Registry:
-    """A registry whose one builder runs ``kind``'s kernel with ``old`` replaced by ``new`` in it."""
+def plant(kind: Kind, old: str, new: str) -> tuple[sigdnn.Registry, str]:
+    """A registry whose one builder runs ``kind``'s kernel with ``old`` replaced by ``new`` in it (not in the
+    other kernels of the same file)."""
     text = conv_gemm.kernel_source(kind.name.split(".")[1]).text
     start = text.index(f"def {kind.name.split('.')[1]}")
     end = text.find("@ct.kernel", start)
     body = text[start : end if end > 0 else len(text)]
     assert old in body, old
-
-    class Planted(kind.builder):  # type: ignore[misc, valid-type]
-        name = f"planted.{kind.name.split('.')[1]}"
-        engine_id = 30052
-        library = "planted"
-
-        def launches(self, node, graph):  # type: ignore[no-untyped-def]
-            launches, nbytes = super().launches(node, graph)
-            swap = lambda t: t.replace(body, body.replace(old, new, 1))  # noqa: E731
-            return [
-                attrs.evolve(la, source=attrs.evolve(la.source, text=swap(la.source.text))) for la in launches
-            ], nbytes
-
-    registry = sigdnn.Registry(entry_point_group=None)
-    registry.register(Planted())
-    return registry
+    return planted(kind.builder, lambda t: t.replace(body, body.replace(old, new, 1)))
 
 
 PLANTED = {
@@ -154,25 +140,16 @@ PLANTED = {
 }  # fmt: skip
 
 
-def blocks_in_reverse(k, args, gx: int, gy: int, gz: int) -> None:  # type: ignore[no-untyped-def]
-    for z, y, x in reversed([(z, y, x) for z in range(gz) for y in range(gy) for x in range(gx)]):
-        token = emulator._BID.set((x, y, z))
-        try:
-            k.fn(*args)
-        finally:
-            emulator._BID.reset(token)
-
-
 @pytest.mark.parametrize("bug", PLANTED, ids=[f"{k}-{b}" for k, b in PLANTED])
 def test_a_planted_bug_fails_the_oracle_and_validation(bug: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(emulator, "_run_blocks", blocks_in_reverse)
+    run_blocks_in_reverse(monkeypatch)
     kind = KINDS[bug[0]]
     old, new, case_name = PLANTED[bug]
-    registry = plant(kind, old, new)
+    registry, name = plant(kind, old, new)
     case = next(c for c in CASES if c.name == case_name)
     g = kind.graph(case)
     inputs = random_inputs(g, seed=5)
-    executor = emulated_executor(registry=registry, engine=f"planted.{kind.name.split('.')[1]}")
+    executor = emulated_executor(registry=registry, engine=name)
     got = executor.run(g, inputs)[kind.output]
     assert not within(kind, case, got, inputs).all()
     assert not sigdnn.validate(g, inputs, executor=executor).passed

@@ -10,20 +10,19 @@ by cuTile.
 
 from __future__ import annotations
 
-import attrs
 import numpy as np
 import onnx
 import pytest
 from conv_gemm_cases import CASES
 from conv_grouped_cases import Case, exact_inputs, graph, rounded_oracle, within_float32_bound
-from emulated import emulated_executor, make_available
+from emulated import emulated_executor, make_available, planted, run_blocks_in_reverse
 from onnx import TensorProto, helper
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NotSupported
 from sigdnn.importers import onnx as onnx_import
-from sigdnn.plan_builders.cutile import conv_gemm, emulator
+from sigdnn.plan_builders.cutile import conv_gemm
 from sigdnn.plan_builders.cutile.conv_gemm import CutileConvGemmBuilder
 from sigdnn.registry.ranking import rank
 from sigdnn.registry.registry import DEFAULT_REGISTRY
@@ -82,19 +81,6 @@ def test_a_hand_worked_conv() -> None:
     np.testing.assert_array_equal(run(graph(case), {"x": x, "w": w}), [[[3, 5, 7], [-1, -1, -1]]])
 
 
-class Planted(CutileConvGemmBuilder):
-    name = "planted.conv_fprop_gemm"
-    engine_id = 30051
-    library = "planted"
-    plant = staticmethod(lambda text: text)
-
-    def launches(self, node, graph):  # type: ignore[no-untyped-def]
-        launches, nbytes = super().launches(node, graph)
-        return [
-            attrs.evolve(la, source=attrs.evolve(la.source, text=self.plant(la.source.text))) for la in launches
-        ], nbytes
-
-
 PLANTED = {
     "last_k_step_dropped": ("for kt in range(ct.cdiv(reduction, TK)):", "for kt in range(reduction // TK):"),
     "right_edge_read": ("(i_w < xw)", "(i_w <= xw)"),
@@ -114,30 +100,16 @@ PLANT_CASES = {  # a case each bug shows on
 }
 
 
-def blocks_in_reverse(k, args, gx: int, gy: int, gz: int) -> None:  # type: ignore[no-untyped-def]
-    """The emulator's blocks last to first: as valid a schedule as any, and the one where a block writing
-    past its own channels is not overwritten by the later group that owns them."""
-    for z, y, x in reversed([(z, y, x) for z in range(gz) for y in range(gy) for x in range(gx)]):
-        token = emulator._BID.set((x, y, z))
-        try:
-            k.fn(*args)
-        finally:
-            emulator._BID.reset(token)
-
-
 @pytest.mark.parametrize("bug", PLANTED)
 def test_a_planted_bug_fails_the_oracle_and_validation(bug: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(emulator, "_run_blocks", blocks_in_reverse)
+    run_blocks_in_reverse(monkeypatch)
     old, new = PLANTED[bug]
     assert old in conv_gemm.kernel_source().text
-    registry = sigdnn.Registry(entry_point_group=None)
-    planted = Planted()
-    planted.plant = staticmethod(lambda text: text.replace(old, new))
-    registry.register(planted)
+    registry, name = planted(CutileConvGemmBuilder, lambda text: text.replace(old, new))
     case = next(c for c in CASES if c.name == PLANT_CASES[bug])
     g = graph(case)
     inputs = random_inputs(g, seed=5)
-    executor = emulated_executor(registry=registry, engine="planted.conv_fprop_gemm")
+    executor = emulated_executor(registry=registry, engine=name)
     try:
         got = executor.run(g, inputs)["conv::y"]
     except IndexError:  # a read past x's span is itself a failure the emulator reports

@@ -12,12 +12,11 @@ tests/gpu/test_cutile_conv_grouped.py runs the same cases compiled by cuTile.
 
 from __future__ import annotations
 
-import attrs
 import numpy as np
 import onnx
 import pytest
 from conv_grouped_cases import CASES, Case, exact_inputs, graph, rounded_oracle, within_float32_bound
-from emulated import emulated_executor, make_available
+from emulated import emulated_executor, make_available, planted
 from onnx import TensorProto, helper
 
 import sigdnn
@@ -79,19 +78,6 @@ def test_a_hand_worked_two_group_conv() -> None:
     np.testing.assert_array_equal(run(graph(case), {"x": x, "w": w}), [[[3, 5], [-1, -1]]])
 
 
-class Planted(CutileConvGroupedBuilder):
-    name = "planted.conv_fprop_grouped"
-    engine_id = 30050
-    library = "planted"
-    plant = staticmethod(lambda text: text)
-
-    def launches(self, node, graph):  # type: ignore[no-untyped-def]
-        launches, nbytes = super().launches(node, graph)
-        return [
-            attrs.evolve(la, source=attrs.evolve(la.source, text=self.plant(la.source.text))) for la in launches
-        ], nbytes
-
-
 PLANTED = {
     "last_tap_dropped": ("for e in range(kw):", "for e in range(kw - 1):"),
     "right_edge_read": ("(i_w < xw)", "(i_w <= xw)"),
@@ -110,14 +96,11 @@ PLANT_CASES = {  # a case each bug shows on: any, right padding (the next row re
 def test_a_planted_bug_fails_the_oracle_and_validation(bug: str) -> None:
     old, new = PLANTED[bug]
     assert old in conv_grouped.kernel_source().text
-    registry = sigdnn.Registry(entry_point_group=None)
-    planted = Planted()
-    planted.plant = staticmethod(lambda text: text.replace(old, new))
-    registry.register(planted)
+    registry, name = planted(CutileConvGroupedBuilder, lambda text: text.replace(old, new))
     case = next(c for c in CASES if c.name == PLANT_CASES[bug])
     g = graph(case)
     inputs = random_inputs(g, seed=5)
-    executor = emulated_executor(registry=registry, engine="planted.conv_fprop_grouped")
+    executor = emulated_executor(registry=registry, engine=name)
     got = executor.run(g, inputs)["conv::y"]
     assert not within_float32_bound(case, got, inputs["x"], inputs["w"]).all()
     assert not sigdnn.validate(g, inputs, executor=executor).passed
