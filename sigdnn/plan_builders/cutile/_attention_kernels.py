@@ -78,7 +78,7 @@ def attention(
             pv = ct.mma(p, ct.astype(vt, ct.float32), ct.full((TM, TV), 0.0, dtype=ct.float32))
         acc = acc * alpha + pv
         m = top
-    out = ct.reshape(ct.astype(ct.where(total > 0.0, acc / total, 0.0), o.dtype), (1, 1, TM, TV))  # no key: o = 0
+    out = ct.reshape(ct.astype(acc / ct.maximum(total, 1.0e-30), o.dtype), (1, 1, TM, TV))  # total >= 1, or 0: o = 0
     ct.store(o, index=(b, h, i, 0), tile=out)
     if STATS:
         lse = ct.reshape(m + ct.log(total), (1, 1, TM, 1))
