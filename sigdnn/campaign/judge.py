@@ -24,6 +24,7 @@ from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.signature_keys import key_for
 from sigdnn.validation import random_inputs, validate
 from sigdnn.validation.truth import truth_executor
+from sigdnn.validation.validate import truth_spread
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 
@@ -35,16 +36,19 @@ class ReferenceResult:
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
     seconds: float
+    spread: dict[int, np.ndarray] | None = None  # the outputs' measured spread; None: not measured
 
 
 def compute_reference(
-    graph: bytes, seed: int, limits: Limits = DEFAULT_LIMITS, truth: str | None = None
+    graph: bytes, seed: int, limits: Limits = DEFAULT_LIMITS, truth: str | None = None, spread: bool = True
 ) -> ReferenceResult:
-    """Random inputs from ``seed`` and the reference's outputs, node by node.
+    """Random inputs from ``seed``, the reference's outputs, node by node, and (``spread``) their measured spread.
 
     Planned with sigdnn's reference builders alone (validation's truth side):
     a plugin registered beside them never stands in for the ground truth.
     ``truth``: the CPU or GPU reference (validation.truth; default: the GPU one where the worker has it).
+    The spread is what validation allows end to end past the carried bounds; measured here, once, it serves
+    every engine of the case (a tolerance override needs none: ``spread=False``).
     """
     started = time.perf_counter()
     g = deserialize(graph, limits=limits)
@@ -52,7 +56,8 @@ def compute_reference(
     reference = truth_executor(truth, limits=limits)
     plan = reference.prepare(g)
     outputs = {k: np.asarray(v) for k, v in reference.execute(plan, inputs).items()}
-    return ReferenceResult(inputs, outputs, time.perf_counter() - started)
+    widths = truth_spread(g, reference, plan, inputs, outputs) if spread else None
+    return ReferenceResult(inputs, outputs, time.perf_counter() - started, widths)
 
 
 _EXECUTORS: dict[tuple[str, int | str | None, Limits], Executor] = {}
@@ -76,7 +81,13 @@ def judge(case: Case, reference: ReferenceResult, limits: Limits = DEFAULT_LIMIT
         executor = executor_for(case.backend, case.engine, limits)
         got: dict[str, np.ndarray] = {}
         report = validate(
-            g, reference.inputs, executor=executor, expected=reference.outputs, tolerance=case.tolerance, got=got
+            g,
+            reference.inputs,
+            executor=executor,
+            expected=reference.outputs,
+            tolerance=case.tolerance,
+            got=got,
+            spread=reference.spread,
         )
     except SigdnnError as e:
         row.update(verdict=ERROR, error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - started)

@@ -163,10 +163,10 @@ class _Pool:
         return index if self.in_flight[index] < CALLS_PER_ACTOR else None
 
 
-def _reference(graph: bytes, seed: int, limits: Limits) -> Any:
+def _reference(graph: bytes, seed: int, limits: Limits, spread: bool) -> Any:
     from sigdnn.campaign.judge import compute_reference
 
-    return compute_reference(graph, seed, limits)
+    return compute_reference(graph, seed, limits, spread=spread)
 
 
 def _run_cases(
@@ -189,7 +189,8 @@ def _run_cases(
         while waiting and (index := pool.free()) is not None:
             case = waiting.popleft()
             if case.reference_key not in references:
-                references[case.reference_key] = pool.reference.remote(case.graph, case.seed, pool.limits)
+                references[case.reference_key] = pool.reference.remote(case.graph, case.seed, pool.limits,
+                                                                       case.tolerance is None)  # fmt: skip
                 submitted_references += 1
             running[pool.actors[index].judge.remote(case, references[case.reference_key])] = (case, index)
             pool.in_flight[index] += 1

@@ -98,7 +98,8 @@ def shrink_case(case: Case, spec: Spec, budget: int = DEFAULT_BUDGET) -> tuple[S
         except SigdnnError:  # no graph of this shape (an op's rule): not a failure
             return False
         smaller = make_case(graph.serialize(), graph.name, case.seed, spec, case.engine, recipe, recipe.label())
-        failed = judge(smaller, compute_reference(smaller.graph, smaller.seed))["verdict"] == FAIL
+        reference = compute_reference(smaller.graph, smaller.seed, spread=smaller.tolerance is None)
+        failed = judge(smaller, reference)["verdict"] == FAIL
         if failed:
             made[shape] = smaller
         return failed

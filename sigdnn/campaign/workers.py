@@ -29,4 +29,5 @@ class CaseWorker:
 
     def shrink(self, case: Case, spec: Spec, budget: int) -> tuple[Any, Case, ReferenceResult]:
         shrunk, smallest = shrink_case(case, spec, budget)
-        return shrunk, smallest, compute_reference(smallest.graph, smallest.seed, self.limits)
+        reference = compute_reference(smallest.graph, smallest.seed, self.limits, spread=smallest.tolerance is None)
+        return shrunk, smallest, reference

@@ -112,6 +112,13 @@ def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
     return values
 
 
+def truth_spread(
+    graph: Graph, reference: Executor, plan: ExecutionPlan, data: Mapping[Any, Any], truth: Mapping[str, np.ndarray]
+) -> dict[int, np.ndarray]:
+    """The graph outputs' measured spread (accuracy.spread) around ``truth``, the reference's outputs for ``data``."""
+    return output_spread(graph, plan, _by_name(graph, data), truth, run_context(reference))
+
+
 def _wider(carried: np.ndarray | None, spread: np.ndarray | None) -> np.ndarray | None:
     """An output's end-to-end allowance: the carried bound, or the measured spread where that is larger."""
     if carried is None or spread is None:
@@ -168,6 +175,7 @@ def validate(
     tolerance: Tolerance | None = None,
     got: dict[str, np.ndarray] | None = None,
     truth: str | Executor | None = None,
+    spread: Mapping[int, np.ndarray] | None = None,
 ) -> ValidationReport:
     """Run ``graph`` on ``backend`` (or ``executor``) and on the reference; compare node by node.
 
@@ -176,7 +184,9 @@ def validate(
     one reference run). ``tolerance`` replaces every computed tolerance.
     ``got`` receives the device's outputs (host arrays). ``truth``: "cpu" (the NumPy reference), "gpu"
     (the GPU reference, float64 on the device) or None for "gpu" where it can run, else "cpu"
-    (``validation.truth``); the report names it. Tolerances are the same either way.
+    (``validation.truth``); the report names it. Tolerances are the same either way. ``spread``: the
+    outputs' measured spread (``truth_spread``), when already known (a campaign measures it once per graph
+    and seed, with ``expected``, for every engine).
     """
     g = graph if isinstance(graph, Graph) else deserialize(graph)
     data: Mapping[Any, Any] = inputs if inputs is not None else random_inputs(g, seed)
@@ -194,8 +204,10 @@ def validate(
     carried: dict[int, np.ndarray] = {}
     nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance, carried, run_context(reference))
     free = unspecified_positions(g, seen)
-    spreads = {} if tolerance is not None else output_spread(g, reference_plan, _by_name(g, data), want,
-                                                             run_context(reference))  # fmt: skip
+    if tolerance is not None:
+        spread = {}
+    elif spread is None:
+        spread = truth_spread(g, reference, reference_plan, data, want)
     outputs = tuple(
         compare(
             t.name,
@@ -203,7 +215,7 @@ def validate(
             want[t.name],
             tolerance or output_tolerance(g, t.uid),
             sums.get(t.uid),
-            _wider(carried.get(t.uid), spreads.get(t.uid)),
+            _wider(carried.get(t.uid), spread.get(t.uid)),
         )
         for t in g.outputs
     )
