@@ -18,14 +18,12 @@ float32; both rank below the CuTe attention (its priority 2).
 
 from __future__ import annotations
 
-from importlib import resources
-
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import span_elements
 from sigdnn.graph.node import Node
-from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y, MARKER
+from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
-from sigdnn.plan_builders.cutile.source import KernelSource
+from sigdnn.plan_builders.cutile.source import KernelSource, literal
 from sigdnn.plan_builders.cutile.steps import Arg, Launch
 from sigdnn.plan_builders.cutile.tiling import cdiv, pow2
 from sigdnn.registry.engine_ids import IN_TREE
@@ -38,8 +36,7 @@ NARROW = ("float16", "bfloat16")
 
 def kernel_source(kernel: str = "attention") -> KernelSource:
     """The literal kernels' text with ``kernel`` bound to the one named."""
-    text = resources.files("sigdnn.plan_builders.cutile").joinpath("_attention_kernels.py").read_text()
-    return KernelSource(kernel, text.split(MARKER, 1)[1] + f"\nkernel = {kernel}\n")
+    return literal("_attention_kernels.py", kernel, kernel)
 
 
 def shape_of(builder: str, node: Node, graph: Graph) -> tuple[int, int, int, int, int, int, int]:

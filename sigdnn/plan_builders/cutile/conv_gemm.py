@@ -21,15 +21,12 @@ stride divides, wgrad multiplies dy by x's windows over every dy pixel.
 
 from __future__ import annotations
 
-from importlib import resources
-
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile.conv_grouped import (
     GRID_Y,
     LARGEST,
-    MARKER,
     channels_innermost,
     fits,
     groups_of,
@@ -39,7 +36,7 @@ from sigdnn.plan_builders.cutile.conv_grouped import (
 )
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.pooling import as_5d
-from sigdnn.plan_builders.cutile.source import KernelSource
+from sigdnn.plan_builders.cutile.source import KernelSource, literal
 from sigdnn.plan_builders.cutile.steps import Arg, Launch
 from sigdnn.plan_builders.cutile.tiling import cdiv, pow2
 from sigdnn.registry.engine_ids import IN_TREE
@@ -53,8 +50,7 @@ NATIVE_MMA = ("float16", "bfloat16")
 
 def kernel_source(kernel: str = "conv_gemm") -> KernelSource:
     """The literal kernels' text with ``kernel`` bound to the one named."""
-    text = resources.files("sigdnn.plan_builders.cutile").joinpath("_conv_gemm_kernels.py").read_text()
-    return KernelSource(kernel, text.split(MARKER, 1)[1] + f"\nkernel = {kernel}\n")
+    return literal("_conv_gemm_kernels.py", kernel, kernel)
 
 
 def tile_channels(k_per_group: int) -> int:

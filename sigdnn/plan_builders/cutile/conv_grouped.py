@@ -16,15 +16,13 @@ once from memory; a grouped conv with large C/G is a plain per-output loop
 
 from __future__ import annotations
 
-from importlib import resources
-
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.pooling import as_5d
-from sigdnn.plan_builders.cutile.source import KernelSource
+from sigdnn.plan_builders.cutile.source import KernelSource, literal
 from sigdnn.plan_builders.cutile.steps import Arg, Launch
 from sigdnn.plan_builders.cutile.tiling import cdiv, pow2
 from sigdnn.registry.engine_ids import IN_TREE
@@ -32,15 +30,13 @@ from sigdnn.registry.engine_ids import IN_TREE
 TILE = 512  # y elements one block computes (pixels x channels)
 WIDE_CHANNELS = 64  # the channel tile where y's channels are innermost
 NARROW_CHANNELS = 4  # and where they are not
-MARKER = "# ---- kernel module: everything below this line is the kernels' text ----"
 LARGEST = 2**31 - 1  # int32 offsets and indices
 GRID_Y = 65535  # CUDA's limit on a grid's second dim (channel tiles)
 
 
 def kernel_source() -> KernelSource:
     """The literal kernel's text with ``kernel`` bound to it."""
-    text = resources.files("sigdnn.plan_builders.cutile").joinpath("_conv_kernels.py").read_text()
-    return KernelSource("conv_grouped", text.split(MARKER, 1)[1] + "\nkernel = conv_grouped\n")
+    return literal("_conv_kernels.py", "conv_grouped", "conv_grouped")
 
 
 def padded_to_3(values: tuple[int, ...], fill: int) -> tuple[int, ...]:

@@ -12,7 +12,6 @@ float io may change precision on the way (y's dtype is the graph's).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import resources
 
 from sigdnn.dtypes import DataType
 from sigdnn.errors import NotSupported
@@ -21,7 +20,7 @@ from sigdnn.graph.layout import stride_order
 from sigdnn.graph.node import Node
 from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
-from sigdnn.plan_builders.cutile.source import KernelSource
+from sigdnn.plan_builders.cutile.source import KernelSource, literal
 from sigdnn.plan_builders.cutile.steps import Arg, Launch
 from sigdnn.plan_builders.cutile.tiling import cdiv
 from sigdnn.registry.engine_ids import IN_TREE
@@ -29,7 +28,6 @@ from sigdnn.signature_keys import SignatureKey
 
 TILE = 1024  # elements one block copies
 RANK = 6  # axes the kernel takes on each side
-MARKER = "# ---- kernel module: everything below this line is the kernels' text ----"
 LARGEST = 2**31 - 1 - TILE  # int32 flat and logical indices
 FLOATS = frozenset({DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16})
 INTEGERS = frozenset({DataType.INT8, DataType.UINT8, DataType.INT32, DataType.INT64})
@@ -38,8 +36,7 @@ Side = tuple[tuple[int, ...], tuple[int, ...], int]  # (dims, strides, element o
 
 
 def kernel_source() -> KernelSource:
-    text = resources.files("sigdnn.plan_builders.cutile").joinpath("_movement_kernels.py").read_text()
-    return KernelSource("movement", text.split(MARKER, 1)[1] + "\nkernel = strided_copy\n")
+    return literal("_movement_kernels.py", "strided_copy", "movement")
 
 
 def merged(dims: Sequence[int], strides: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:

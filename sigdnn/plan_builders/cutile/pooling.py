@@ -14,28 +14,24 @@ global average's 49).
 
 from __future__ import annotations
 
-from importlib import resources
-
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import stride_order
 from sigdnn.graph.node import Node
 from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
-from sigdnn.plan_builders.cutile.source import KernelSource
+from sigdnn.plan_builders.cutile.source import KernelSource, literal
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.plan_builders.cutile.tiling import cdiv
 from sigdnn.registry.engine_ids import IN_TREE
 
 TILE = 256  # outputs (or dx elements) one block computes
 MODES = {"max": 0, "average_count_include_pad": 1, "average_count_exclude_pad": 2}
-MARKER = "# ---- kernel module: everything below this line is the kernels' text ----"
 LARGEST = 2**31 - 1 - TILE  # int32 flat indices and coordinates
 
 
 def kernel_source(name: str) -> KernelSource:
-    """The literal kernels' text with ``kernel`` bound to the one named."""
-    text = resources.files("sigdnn.plan_builders.cutile").joinpath("_window_kernels.py").read_text()
-    return KernelSource(f"window_{name}", text.split(MARKER, 1)[1] + f"\nkernel = {name}\n")
+    """The window kernels' text with ``kernel`` bound to ``name``."""
+    return literal("_window_kernels.py", name, f"window_{name}")
 
 
 def as_5d(t: Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
