@@ -62,13 +62,18 @@ def shape_of(builder: str, node: Node, graph: Graph) -> tuple[int, int, int, int
     return batch, heads, kv_heads, sq, skv, d, dv
 
 
+def port_view(node: Node, graph: Graph, port: str) -> Arg:
+    """The kernel argument of a port: its tensor as declared (4-D, its strides)."""
+    t = graph.tensors[getattr(node.op, port)]
+    return Arg(port, t.dims, t.strides)
+
+
 def length_args(node: Node, graph: Graph) -> tuple[tuple[Arg, Arg], bool]:
     """The two length arrays as flat views (q's view twice where the node has none: never read), and whether
     the node has them. A node has both or neither (the op's rule for padding masks)."""
     op = node.op
     if op.seq_len_q is None:
-        q = graph.tensors[op.q]
-        return (Arg("q", q.dims, q.strides), Arg("q", q.dims, q.strides)), False
+        return (port_view(node, graph, "q"), port_view(node, graph, "q")), False
     found = tuple(Arg(p, (graph.tensors[getattr(op, p)].size,), (1,)) for p in ("seq_len_q", "seq_len_kv"))
     return found, True  # type: ignore[return-value]
 
@@ -87,18 +92,15 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         batch, heads, kv_heads, sq, skv, d, dv = shape_of(self.name, node, graph)
-        q, k, v, o = (graph.tensors[getattr(op, p)] for p in ("q", "k", "v", "o"))
-        stats = graph.tensors[op.stats] if op.stats is not None else None
-        narrow_p = str(graph.dtype_of(v)) in NARROW
+        narrow_p = str(graph.dtype_of(graph.tensors[op.v])) in NARROW
         constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
         lengths, has_lengths = length_args(node, graph)
-        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, stats is not None, narrow_p,
-                 has_lengths)  # fmt: skip
-        args = [Arg(p, t.dims, t.strides) for p, t in zip("qkvo", (q, k, v, o))]
-        args.append(Arg("stats", stats.dims, stats.strides) if stats is not None else Arg("o", o.dims, o.strides))
-        args += lengths
+        has_stats = op.stats is not None
+        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_stats, narrow_p, has_lengths)
+        ports = ("q", "k", "v", "o", "stats" if has_stats else "o")  # o stands in for stats never written
+        args = (*(port_view(node, graph, p) for p in ports), *lengths)
         grid = (cdiv(sq, TILE_ROWS), batch * heads, 1)
-        return [Launch(kernel_source(), grid, tuple(args), (*constants, *tiles))], 0
+        return [Launch(kernel_source(), grid, args, (*constants, *tiles))], 0
 
 
 class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
@@ -113,13 +115,10 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         batch, heads, kv_heads, sq, skv, d, dv = shape_of(self.name, node, graph)
-        ports = ("q", "k", "v", "o", "d_o", "stats")
-        ins = [Arg(p, graph.tensors[getattr(op, p)].dims, graph.tensors[getattr(op, p)].strides) for p in ports]
-        outs = {p: Arg(p, graph.tensors[getattr(op, p)].dims, graph.tensors[getattr(op, p)].strides)
-                for p in ("dq", "dk", "dv")}  # fmt: skip
         constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
         lengths, has_lengths = length_args(node, graph)
-        ins = (*ins, *lengths)
+        ins = (*(port_view(node, graph, p) for p in ("q", "k", "v", "o", "d_o", "stats")), *lengths)
+        outs = {p: port_view(node, graph, p) for p in ("dq", "dk", "dv")}
         tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_lengths)
         return [
             Launch(kernel_source("attention_dq"), (cdiv(sq, TILE_ROWS), batch * heads, 1), (*ins, outs["dq"]),
