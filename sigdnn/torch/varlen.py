@@ -12,9 +12,8 @@ of a buffer of that size (the graph's span; the copy and the room past the
 last token are what the executor accepting packed buffers of the true size
 would save); outputs come back as views of their first T tokens. The
 causal mask is top-left per sequence (key j for query i when j <= i), as
-torch's ``is_causal``. On CUDA, steps no GPU builder takes (the CuTe
-flash-attention kernels do not take variable lengths yet) run on the
-reference.
+torch's ``is_causal``. On CUDA the cuTile attention builders run it (the
+CuTe flash-attention kernels do not take variable lengths yet).
 """
 
 from __future__ import annotations

@@ -33,3 +33,38 @@ def test_attention_backward_matches_the_reference_on_the_gpu(case: Case) -> None
     report = sigdnn.validate(g, consistent_backward_inputs(case, seed=3), executor=sigdnn.Executor("gpu"))
     assert set(report.builders.values()) == {"cutile.sdpa_backward"}, report.builders
     assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize(("causal", "dtype"), [(False, "float32"), (True, "bfloat16")], ids=["full_f32", "causal_bf16"])
+def test_ragged_attention_matches_the_reference_on_the_gpu(backward: bool, causal: bool, dtype: str) -> None:
+    """Token-packed sequences (a full one, a single query, one with no key): the emulator's case, compiled."""
+    from ragged_attention_cases import arrays, graph_inputs, ragged_graph
+
+    g = ragged_graph(backward, causal, dtype)
+    report = sigdnn.validate(g, graph_inputs(g, arrays(causal, dtype)[0]), executor=sigdnn.Executor("gpu"))
+    assert set(report.builders.values()) == {"cutile.sdpa_backward" if backward else BUILDER}, report.builders
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_ragged_attention_of_mixed_lengths_at_size(backward: bool) -> None:
+    """8 sequences of validation's random lengths up to 600 tokens, bf16, GQA, head dim 128, causal."""
+    from ragged_attention_cases import bshd
+
+    g = sigdnn.Graph("ragged_at_size", io_dtype="bfloat16", compute_dtype="float32")
+    shapes = {"q": (8, 8, 600, 128), "k": (8, 2, 600, 128), "v": (8, 2, 600, 128), "o": (8, 8, 600, 128)}
+    q, k, v = (g.tensor(p, shapes[p], strides=bshd(shapes[p])) for p in "qkv")
+    lengths = {n: g.tensor(n, (8,), dtype="int32") for n in ("seq_len_q", "seq_len_kv")}
+    offs = {p: g.tensor(f"{p}_off", (9,), dtype="int32") for p in "qkvo"}
+    varlen = {**lengths, "ragged_offsets": offs}
+    if backward:
+        o, do = (g.tensor(n, shapes["o"], strides=bshd(shapes["o"])) for n in ("o", "d_o"))
+        stats = g.tensor("stats", (8, 8, 600, 1), dtype="float32")
+        for t in g.sdpa_backward(q, k, v, o, do, stats, 128**-0.5, None, True, name="bwd", **varlen):
+            t.set_output(True)
+    else:
+        g.sdpa(q, k, v, 128**-0.5, None, True, name="sdpa", **varlen)[0].set_output(True)
+    report = sigdnn.validate(g, random_inputs(g, seed=11), executor=sigdnn.Executor("gpu"))
+    assert set(report.builders.values()) == {"cutile.sdpa_backward" if backward else BUILDER}, report.builders
+    assert report.passed, report.table()

@@ -12,19 +12,28 @@ float32. The backward recomputes p from the forward's stats, a launch for
 dq and one for dk and dv. Both take padding masks (``seq_len_q`` /
 ``seq_len_kv``: rows and keys past a batch entry's lengths take no part and
 are read as 0, whatever the padding holds; a row with no key gets o = 0)
-and decline a bias and ragged tensors, and a compute dtype other than
-float32; both rank below the CuTe attention (its priority 2).
+and ragged (token-packed) tensors: each is unpacked into a padded copy in
+the step's workspace before the attention launches and each ragged output
+packed back after them (``_ragged_kernels.py``), so only positions inside
+the sequences are written. They decline a bias and a compute dtype other
+than float32; both rank below the CuTe attention (its priority 2).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import span_elements
 from sigdnn.graph.node import Node
+from sigdnn.graph.ops.ragged import OFFSET_SUFFIX, RAGGED_TENSORS
+from sigdnn.graph.ops.sdpa import RAGGED_LENGTHS
+from sigdnn.graph.ops.sdpa_backward import GRADIENT_OF
+from sigdnn.plan_builders.cutile.conv_gemm import require_int32_spans
 from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.source import KernelSource, literal
-from sigdnn.plan_builders.cutile.steps import Arg, Launch
+from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.plan_builders.cutile.tiling import cdiv, pow2
 from sigdnn.registry.engine_ids import IN_TREE
 
@@ -32,6 +41,10 @@ TILE_ROWS = 64  # TM: query rows a block owns
 TILE_KEYS = 64  # TN: keys a step reads
 MAX_HEAD_DIM = 256
 NARROW = ("float16", "bfloat16")
+RAGGED_ROWS = 64  # rows of one (batch, head) an unpack or pack block moves
+INDEX_PORTS = frozenset({"seq_len_q", "seq_len_kv", *(p + OFFSET_SUFFIX for p in RAGGED_TENSORS)})
+FORWARD_PLACEMENT = {p: p for p in RAGGED_TENSORS}  # port -> the forward tensor whose ragged offsets place it
+BACKWARD_PLACEMENT = {**{p: p for p in RAGGED_TENSORS}, **GRADIENT_OF}
 
 
 def kernel_source(kernel: str = "attention") -> KernelSource:
@@ -42,11 +55,11 @@ def kernel_source(kernel: str = "attention") -> KernelSource:
 def shape_of(builder: str, node: Node, graph: Graph) -> tuple[int, int, int, int, int, int, int]:
     """(batch, heads, kv heads, Sq, Skv, head dim of q / k, of v); ValueError for what the kernels do not take."""
     op = node.op
-    if op.bias is not None:  # (ragged offsets, int tensors outside ``index_ports``, the base class declines)
+    if op.bias is not None:
         raise ValueError(f"{builder} takes no bias")
-    for port in ("seq_len_q", "seq_len_kv"):
-        lengths = getattr(op, port)
-        t = graph.tensors[lengths] if lengths is not None else None
+    for port in sorted(INDEX_PORTS):
+        uid = getattr(op, port)
+        t = graph.tensors[uid] if uid is not None else None
         if t is not None and span_elements(t.dims, t.strides) != t.size:
             raise ValueError(f"{builder} reads {port} as packed")
     compute = str(graph.compute_dtype_of(node))
@@ -83,11 +96,47 @@ def tile_of(d: int) -> int:
     return max(16, pow2(d))
 
 
+def ragged_kernel(kernel: str) -> KernelSource:
+    return literal("_ragged_kernels.py", kernel, kernel)
+
+
+def padded_copies(
+    node: Node, graph: Graph, placement: Mapping[str, str], outputs: frozenset[str], workspace: Workspace
+) -> tuple[dict[str, Arg], list[Launch], list[Launch]]:
+    """The ports a ragged offset places, each as a padded [B, H, S, E] copy in the workspace: their views, the
+    launches that unpack the inputs among them and those that pack the ``outputs`` back.
+
+    ``placement``: port -> the forward tensor (q, k, v, o) whose ragged offsets and lengths place it.
+    """
+    op = node.op
+    views: dict[str, Arg] = {}
+    unpack: list[Launch] = []
+    pack: list[Launch] = []
+    for port, placer in placement.items():
+        offsets = getattr(op, placer + OFFSET_SUFFIX)
+        if offsets is None:
+            continue
+        t = graph.tensors[getattr(op, port)]
+        require_int32_spans(t)
+        batch, heads, seq, dim = t.dims
+        padded = workspace.take(t.dims, graph.dtype_of(t).numpy.name)
+        views[port] = padded
+        packed = Arg(port, (t.size,), (1,))
+        index = (Arg(placer + OFFSET_SUFFIX, (batch + 1,), (1,)), Arg(RAGGED_LENGTHS[placer], (batch,), (1,)))
+        constants = (heads, seq, dim, *t.strides[1:], RAGGED_ROWS, pow2(dim))
+        grid = (cdiv(seq, RAGGED_ROWS), batch * heads, 1)
+        if port in outputs:
+            pack.append(Launch(ragged_kernel("ragged_pack"), grid, (padded, *index, packed), constants))
+        else:
+            unpack.append(Launch(ragged_kernel("ragged_unpack"), grid, (packed, *index, padded), constants))
+    return views, unpack, pack
+
+
 class CutileSdpaBuilder(CutileLaunchesBuilder):
     name = "cutile.sdpa"
     engine_id = IN_TREE[name]
     ops = ("sdpa",)
-    index_ports = frozenset({"seq_len_q", "seq_len_kv"})
+    index_ports = INDEX_PORTS
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
@@ -97,10 +146,12 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
         lengths, has_lengths = length_args(node, graph)
         has_stats = op.stats is not None
         tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_stats, narrow_p, has_lengths)
+        workspace = Workspace()
+        padded, unpack, pack = padded_copies(node, graph, FORWARD_PLACEMENT, frozenset({"o"}), workspace)
         ports = ("q", "k", "v", "o", "stats" if has_stats else "o")  # o stands in for stats never written
-        args = (*(port_view(node, graph, p) for p in ports), *lengths)
+        args = (*(padded.get(p) or port_view(node, graph, p) for p in ports), *lengths)
         grid = (cdiv(sq, TILE_ROWS), batch * heads, 1)
-        return [Launch(kernel_source(), grid, args, (*constants, *tiles))], 0
+        return [*unpack, Launch(kernel_source(), grid, args, (*constants, *tiles)), *pack], workspace.nbytes
 
 
 class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
@@ -110,19 +161,24 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
     name = "cutile.sdpa_backward"
     engine_id = IN_TREE[name]
     ops = ("sdpa_backward",)
-    index_ports = frozenset({"seq_len_q", "seq_len_kv"})
+    index_ports = INDEX_PORTS
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         batch, heads, kv_heads, sq, skv, d, dv = shape_of(self.name, node, graph)
         constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
         lengths, has_lengths = length_args(node, graph)
-        ins = (*(port_view(node, graph, p) for p in ("q", "k", "v", "o", "d_o", "stats")), *lengths)
-        outs = {p: port_view(node, graph, p) for p in ("dq", "dk", "dv")}
+        workspace = Workspace()
+        grads = frozenset({"dq", "dk", "dv"})
+        padded, unpack, pack = padded_copies(node, graph, BACKWARD_PLACEMENT, grads, workspace)
+        view = {p: padded.get(p) or port_view(node, graph, p) for p in ("q", "k", "v", "o", "d_o", "stats", *grads)}
+        ins = (*(view[p] for p in ("q", "k", "v", "o", "d_o", "stats")), *lengths)
         tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_lengths)
         return [
-            Launch(kernel_source("attention_dq"), (cdiv(sq, TILE_ROWS), batch * heads, 1), (*ins, outs["dq"]),
+            *unpack,
+            Launch(kernel_source("attention_dq"), (cdiv(sq, TILE_ROWS), batch * heads, 1), (*ins, view["dq"]),
                    (*constants, *tiles)),
             Launch(kernel_source("attention_dkdv"), (cdiv(skv, TILE_KEYS), batch * kv_heads, 1),
-                   (*ins, outs["dk"], outs["dv"]), (*constants, *tiles)),
-        ], 0  # fmt: skip
+                   (*ins, view["dk"], view["dv"]), (*constants, *tiles)),
+            *pack,
+        ], workspace.nbytes  # fmt: skip

@@ -171,10 +171,6 @@ def attention_node(
     extras = {}
     if "bias" in extra:
         extras["bias"] = g.tensor("bias", (1, 1, 10, 12))
-    if "ragged" in extra:
-        lengths = [g.tensor(n, (batch, 1, 1, 1)).set_data_type("int32") for n in ("lq", "lkv")]
-        offsets = g.tensor("offsets", (batch + 1, 1, 1, 1)).set_data_type("int32")
-        extras = {"seq_len_q": lengths[0], "seq_len_kv": lengths[1], "ragged_offsets": {"q": offsets}}
     o, _ = g.sdpa(q, k, v, attn_scale=0.125, name="sdpa", **extras)
     o.set_output(True)
     return g, g.nodes[-1]
@@ -211,7 +207,6 @@ def test_backward_launch_contract() -> None:
     ("change", "message"),
     [
         ({"bias": True}, "takes no bias"),
-        ({"ragged": True}, "port 'q_ragged_offset' .* is int32"),
         ({"dv": 300}, "up to 256"),
         ({"batch": 65535, "heads": 2, "kv_heads": 1}, "past a grid's 65535"),
     ],

@@ -1,0 +1,125 @@
+"""cuTile attention on ragged (token-packed, THD) tensors through the emulator.
+
+Sequences of different lengths packed end to end ([tokens, H, E] buffers,
+one offset per sequence): forward and backward against torch's float64
+attention run per sequence (nothing of another sequence can reach it), and
+sigdnn.validate against the reference. The buffers of the outputs must keep
+what they held past the last sequence (nothing a user owns outside the
+sequences is written), and planted bugs in the pack / unpack kernels must
+fail validation.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+from emulated import emulated_executor, make_available, run_blocks_in_reverse
+from ragged_attention_cases import DV, HKV, HQ, LKV, LQ, SKV, SQ, B, D, arrays, graph_inputs, ragged_graph, sequences
+
+import sigdnn
+from sigdnn.errors import NotSupported
+from sigdnn.plan_builders.cutile import attention
+from sigdnn.plan_builders.cutile.attention import CutileSdpaBackwardBuilder, CutileSdpaBuilder
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+
+
+CASES = [(False, "float32"), (True, "float32"), (True, "bfloat16")]
+
+
+@pytest.mark.parametrize(("causal", "dtype"), CASES, ids=[f"{'causal' if c else 'full'}_{d}" for c, d in CASES])
+def test_ragged_forward_and_backward_match_torch_per_sequence(causal: bool, dtype: str) -> None:
+    data, truth = arrays(causal, dtype)
+    executor = emulated_executor()
+    eps = {"float32": 2.0**-24, "bfloat16": 2.0**-8}[dtype]
+    for backward, names, lengths in ((False, ("o",), (LQ,)), (True, ("dq", "dk", "dv"), (LQ, LKV, LKV))):
+        g = ragged_graph(backward, causal, dtype)
+        plan = executor.prepare(g)
+        assert [s.builder.name for s in plan.steps] == ["cutile.sdpa_backward" if backward else "cutile.sdpa"]
+        got = executor.execute(plan, graph_inputs(g, data))
+        for name, lens in zip(names, lengths):
+            want = [t[{"o": 0, "dq": 2, "dk": 3, "dv": 4}[name]] for t in truth]
+            scale = max(float(np.abs(w).max()) for w in want if w.size)
+            for b, (have, w) in enumerate(zip(sequences(got[name].astype(np.float64), lens), want)):
+                # float32 sums over at most 90 terms of magnitude up to the output's: a normwise bound
+                assert np.abs(have - w).max(initial=0) <= (64 * eps + 90 * 2.0**-23) * scale, (name, b)
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_ragged_attention_validates_and_leaves_the_buffer_past_the_sequences(backward: bool) -> None:
+    """Validation against the reference; the outputs' elements past the last sequence keep what they held."""
+    data, _ = arrays(causal=True, dtype="float32")
+    g = ragged_graph(backward, True, "float32")
+    executor = emulated_executor()
+    report = sigdnn.validate(g, graph_inputs(g, data), executor=executor)
+    assert report.passed, report.table()
+    plan = executor.prepare(g)
+    outputs = {t.name: np.full(t.dims, 1234.5, np.float32) for t in g.outputs}
+    executor.execute(plan, {**graph_inputs(g, data), **outputs})
+    for name, lens in (("dq", LQ), ("dk", LKV), ("dv", LKV)) if backward else (("o", LQ),):
+        t = g.tensor_by_name(name)
+        flat = np.empty(t.size, np.float32)
+        np.lib.stride_tricks.as_strided(flat, t.dims, tuple(4 * s for s in t.strides))[...] = outputs[name]
+        used = int(lens.sum()) * t.dims[1] * t.dims[3]
+        assert (flat[used:] == 1234.5).all() and not (flat[:used] == 1234.5).any(), name
+
+
+PLANTS = {
+    "pack_past_the_length": ("ragged_pack", "ct.where((rows < end) & (cols < dim), at, -1), ct.reshape",
+                             "ct.where(cols < dim, at, -1), ct.reshape"),
+    "unpack_ignores_the_offset": ("ragged_unpack", "at = start + h", "at = 0 * start + h"),
+    "pack_ignores_the_offset": ("ragged_pack", "at = start + h", "at = 0 * start + h"),
+    "unpack_by_the_wrong_head": ("ragged_unpack", "at = start + h * stride_h", "at = start + (h % 2) * stride_h"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bug", PLANTS)
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_a_planted_ragged_bug_fails_validation(bug: str, backward: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel, old, new = PLANTS[bug]
+    body = attention.ragged_kernel(kernel).text.split(f"def {kernel}(")[1]
+    assert old in body.split("@ct.kernel")[0]  # the named kernel's own line
+
+    def plant(text: str) -> str:
+        head, body = text.split(f"def {kernel}(")
+        return f"{head}def {kernel}({body.replace(old, new, 1)}"
+
+    monkeypatch.setattr(attention, "ragged_kernel", lambda k, real=attention.ragged_kernel: _planted(real(k), plant))
+    run_blocks_in_reverse(monkeypatch)
+    data, _ = arrays(causal=False, dtype="float32")
+    g = ragged_graph(backward, False, "float32")
+    assert not sigdnn.validate(g, graph_inputs(g, data), executor=emulated_executor()).passed
+
+
+def _planted(source, plant):  # type: ignore[no-untyped-def]
+    return attrs.evolve(source, text=plant(source.text))
+
+
+def test_the_launches_unpack_the_inputs_before_and_pack_the_outputs_after() -> None:
+    """One unpack per ragged input and one pack per ragged output, a block per 64 rows of each (batch, head),
+    each tensor's padded copy a slice of the workspace in its own dtype."""
+    g = ragged_graph(False, False, "bfloat16")
+    launches, workspace = CutileSdpaBuilder().launches(g.nodes[-1], g)
+    names = [launch.source.prefix for launch in launches]
+    assert names == ["ragged_unpack"] * 3 + ["attention", "ragged_pack"]
+    assert [launch.grid for launch in launches[:3]] == [(2, 12, 1), (2, 6, 1), (2, 6, 1)]
+    assert launches[0].constants == (HQ, SQ, D, D, HQ * D, 1, 64, 128)
+    itemsize = 2
+    assert workspace == sum(-(-B * h * s * e * itemsize // 256) * 256 for h, s, e in
+                            ((HQ, SQ, D), (HKV, SKV, D), (HKV, SKV, DV), (HQ, SQ, DV)))  # fmt: skip
+    assert {a.dtype for launch in launches for a in launch.args if a.buffer == "@workspace"} == {"bfloat16"}
+    g = ragged_graph(True, False, "float32")
+    launches, _ = CutileSdpaBackwardBuilder().launches(g.nodes[-1], g)
+    assert [launch.source.prefix for launch in launches] == (["ragged_unpack"] * 5 + ["attention_dq", "attention_dkdv"]
+                                                              + ["ragged_pack"] * 3)  # fmt: skip
+
+
+def test_offsets_laid_out_with_gaps_are_declined() -> None:
+    g = ragged_graph(False, False, "float32")
+    g.tensor_by_name("k_off").set_stride((2, 1, 1, 1))
+    with pytest.raises(NotSupported, match="reads k_ragged_offset as packed"):
+        CutileSdpaBuilder().check(g.nodes[-1], g)
