@@ -29,13 +29,14 @@ def offsets(lengths: np.ndarray, heads: int, e: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths * heads * e)]).astype(np.int32).reshape(-1, 1, 1, 1)
 
 
-def ragged_graph(backward: bool, causal: bool, dtype: str) -> sigdnn.Graph:
-    """Ragged q, k, v, o (and d_o, dq, dk, dv, placed by them) with int32 lengths and offsets."""
+def ragged_graph(backward: bool, causal: bool, dtype: str, ragged: str = "qkvo") -> sigdnn.Graph:
+    """Int32 lengths, and offsets for the ``ragged`` ones of q, k, v, o (which also place d_o, dq, dk, dv); the
+    others padded batches."""
     g = sigdnn.Graph("ragged", io_dtype=dtype, compute_dtype="float32")
     shapes = {"q": (B, HQ, SQ, D), "k": (B, HKV, SKV, D), "v": (B, HKV, SKV, DV), "o": (B, HQ, SQ, DV)}
     q, k, v = (g.tensor(p, shapes[p], strides=bshd(shapes[p])) for p in "qkv")
     lq, lkv = (g.tensor(n, (B, 1, 1, 1), dtype="int32") for n in ("seq_len_q", "seq_len_kv"))
-    offs = {p: g.tensor(f"{p}_off", (B + 1, 1, 1, 1), dtype="int32") for p in "qkvo"}
+    offs = {p: g.tensor(f"{p}_off", (B + 1, 1, 1, 1), dtype="int32") for p in ragged}
     varlen = {"seq_len_q": lq, "seq_len_kv": lkv, "ragged_offsets": offs}
     if not backward:
         o, stats = g.sdpa(q, k, v, SCALE, None, causal, True, name="sdpa", **varlen)
@@ -77,8 +78,15 @@ def per_sequence(q, k, v, do, causal):  # type: ignore[no-untyped-def]
     return found
 
 
-def arrays(causal: bool, dtype: str) -> tuple[dict[str, np.ndarray], list]:
-    """Ragged inputs of both graphs (o and stats from torch's float64 forward) and the per-sequence truth."""
+def padded(x: np.ndarray, lengths: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``x`` with NaN in every row past its sequence (rows that must never be read)."""
+    rows = np.arange(x.shape[2])[None, None, :, None] >= lengths[:, None, None, None]
+    return np.where(rows, np.nan, x).astype(dtype)
+
+
+def arrays(causal: bool, dtype: str, ragged: str = "qkvo") -> tuple[dict[str, np.ndarray], list]:
+    """Inputs of both graphs (o and stats from torch's float64 forward; the ``ragged`` tensors packed, the others
+    padded) and the per-sequence truth."""
     rng = np.random.default_rng(SEED)
     q, do = rng.standard_normal((B, HQ, SQ, D)), rng.standard_normal((B, HQ, SQ, DV))
     k, v = rng.standard_normal((B, HKV, SKV, D)), rng.standard_normal((B, HKV, SKV, DV))
@@ -90,8 +98,9 @@ def arrays(causal: bool, dtype: str) -> tuple[dict[str, np.ndarray], list]:
     for b in range(B):
         o[b, :, : LQ[b]] = truth[b][0]
         stats[b, :, : LQ[b]] = truth[b][1]
-    data = {"q": pack(q, LQ, np_dtype), "k": pack(k, LKV, np_dtype), "v": pack(v, LKV, np_dtype),
-            "o": pack(o, LQ, np_dtype), "d_o": pack(do, LQ, np_dtype), "stats": stats,
+    lay = {p: pack if p in ragged else padded for p in "qkvo"}
+    data = {"q": lay["q"](q, LQ, np_dtype), "k": lay["k"](k, LKV, np_dtype), "v": lay["v"](v, LKV, np_dtype),
+            "o": lay["o"](o, LQ, np_dtype), "d_o": lay["o"](do, LQ, np_dtype), "stats": stats,
             "seq_len_q": LQ.astype(np.int32).reshape(B, 1, 1, 1), "seq_len_kv": LKV.astype(np.int32).reshape(B, 1, 1, 1),
             "q_off": offsets(LQ, HQ, D), "k_off": offsets(LKV, HKV, D), "v_off": offsets(LKV, HKV, DV),
             "o_off": offsets(LQ, HQ, DV)}  # fmt: skip

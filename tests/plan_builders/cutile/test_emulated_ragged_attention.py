@@ -15,7 +15,22 @@ import attrs
 import numpy as np
 import pytest
 from emulated import emulated_executor, make_available, run_blocks_in_reverse
-from ragged_attention_cases import DV, HKV, HQ, LKV, LQ, SKV, SQ, B, D, arrays, graph_inputs, ragged_graph, sequences
+from ragged_attention_cases import (
+    DV,
+    HKV,
+    HQ,
+    LKV,
+    LQ,
+    SKV,
+    SQ,
+    B,
+    D,
+    arrays,
+    bshd,
+    graph_inputs,
+    ragged_graph,
+    sequences,
+)
 
 import sigdnn
 from sigdnn.errors import NotSupported
@@ -49,9 +64,16 @@ def test_ragged_forward_and_backward_match_torch_per_sequence(causal: bool, dtyp
                 assert np.abs(have - w).max(initial=0) <= (64 * eps + 90 * 2.0**-23) * scale, (name, b)
 
 
+@pytest.mark.parametrize("reverse", [False, True], ids=["blocks_in_order", "blocks_reversed"])
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
-def test_ragged_attention_validates_and_leaves_the_buffer_past_the_sequences(backward: bool) -> None:
-    """Validation against the reference; the outputs' elements past the last sequence keep what they held."""
+def test_ragged_attention_validates_and_leaves_the_buffer_past_the_sequences(
+    backward: bool, reverse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validation against the reference, whichever order the blocks run in (a pack block writing past its
+    sequence shows only when the next sequence's block ran first); the outputs' elements past the last
+    sequence keep what they held."""
+    if reverse:
+        run_blocks_in_reverse(monkeypatch)
     data, _ = arrays(causal=True, dtype="float32")
     g = ragged_graph(backward, True, "float32")
     executor = emulated_executor()
@@ -122,4 +144,30 @@ def test_offsets_laid_out_with_gaps_are_declined() -> None:
     g = ragged_graph(False, False, "float32")
     g.tensor_by_name("k_off").set_stride((2, 1, 1, 1))
     with pytest.raises(NotSupported, match="reads k_ragged_offset as packed"):
+        CutileSdpaBuilder().check(g.nodes[-1], g)
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_only_the_ragged_ports_are_unpacked(backward: bool) -> None:
+    """k and v token-packed, q and o padded batches with lengths: two unpacks (and in the backward one pack,
+    dk and dv), q / o read in place; the result validates."""
+    g = ragged_graph(backward, False, "float32", ragged="kv")
+    builder = CutileSdpaBackwardBuilder() if backward else CutileSdpaBuilder()
+    launches, _ = builder.launches(g.nodes[-1], g)
+    want = ["ragged_unpack"] * 2 + (["attention_dq", "attention_dkdv", "ragged_pack", "ragged_pack"] if backward
+                                    else ["attention"])  # fmt: skip
+    assert [launch.source.prefix for launch in launches] == want
+    data, _ = arrays(causal=False, dtype="float32", ragged="kv")
+    report = sigdnn.validate(g, graph_inputs(g, data), executor=emulated_executor())
+    assert report.passed, report.table()
+
+
+def test_a_ragged_tensor_past_int32_offsets_is_declined() -> None:
+    g = sigdnn.Graph("huge", io_dtype="bfloat16", compute_dtype="float32")
+    dims, lens = (64, 64, 4096, 128), (64,)
+    q, k, v = (g.tensor(n, dims, strides=bshd(dims)) for n in "qkv")
+    lengths = {n: g.tensor(n, lens, dtype="int32") for n in ("seq_len_q", "seq_len_kv")}
+    offs = {"q": g.tensor("q_off", (65,), dtype="int64")}
+    g.sdpa(q, k, v, 0.1, name="sdpa", **lengths, ragged_offsets=offs)[0].set_output(True)
+    with pytest.raises(NotSupported, match="tensor 'q' spans 2\\^31 elements"):
         CutileSdpaBuilder().check(g.nodes[-1], g)
