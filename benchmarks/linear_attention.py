@@ -6,14 +6,12 @@ Measures issue #35's claims, same run, same buffers:
   kernel) against flash-linear-attention's ``chunk_gated_delta_rule`` /
   ``chunk_kda`` (fla 0.6, its chunked Triton kernels) at T = 4096-32768
   tokens in 1-64 sequences of mixed lengths, heads 16 / 32, K = V = 128,
-  bf16 q / k / v, float32 gates, float32 states, l2-normalized q / k. Each
-  case also reports fla's backward time, and sigdnn's where a GPU builder
-  of gdn_bwd / kda_bwd exists (none yet: the row says so). sigdnn's output
-  is checked against fla's (max abs difference) before timing.
-- ``sdpa``: ragged (THD) sdpa forward, 64 sequences of 128-8192 tokens,
-  d 128, bf16: sigdnn (when a GPU builder takes the node; the CuTe kernels
-  decline it today and the row says so) against torch's varlen attention
-  where torch has it, and torch SDPA over the padded batch with its mask.
+  bf16 q / k / v, float32 gates, float32 states, l2-normalized q / k; and the
+  backward: sigdnn's gdn_bwd / kda_bwd node against fla's autograd graph
+  replayed. sigdnn's output is checked against fla's (max abs difference).
+- ``sdpa``: ragged (THD) sdpa forward, 64 sequences of 128-8192 tokens, d 128,
+  bf16: sigdnn (cuTile: unpack, padded attention, pack) against torch's varlen
+  attention where torch has it, and torch SDPA over the padded batch.
 
 CUDA events, median of interleaved samples (``cuda_timing``); ratios are
 the other side's time over sigdnn's (above 1: sigdnn faster).
@@ -27,6 +25,7 @@ results under benchmarks/results/linear_attention.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 from collections.abc import Callable
@@ -49,14 +48,13 @@ def lengths_of(tokens: int, sequences: int, seed: int = 0) -> list[int]:
 
 def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: int, repeats: int) -> dict[str, Any]:
     import torch
-    from cuda_timing import interleaved_samples
+    from cuda_timing import interleaved_samples, median_ms
 
     import sigdnn
 
     fla_ops = __import__("fla.ops." + ("gated_delta_rule" if kind == "gdn" else "kda"), fromlist=["x"])
     fla_chunk = fla_ops.chunk_gated_delta_rule if kind == "gdn" else fla_ops.chunk_kda
-    lengths = lengths_of(tokens, sequences)
-    cu = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.int32, device="cuda")
+    cu = torch.tensor([0, *np.cumsum(lengths_of(tokens, sequences))], dtype=torch.int32, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def randn(*shape: int, dtype: Any = torch.bfloat16) -> Any:
@@ -68,26 +66,14 @@ def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: i
     beta = torch.rand(tokens, heads, generator=gen, device="cuda").to(torch.bfloat16)
     h0 = randn(sequences, heads, DIM, DIM, dtype=torch.float32) * 0.1
 
-    graph = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype="float32")
-    t = {n: graph.tensor(n, tuple(x.shape)) for n, x in (("q", q), ("k", k), ("v", v), ("beta", beta))}
-    gate = graph.tensor("g", g_dims, dtype="float32")
-    cut = graph.tensor("cu", (sequences + 1,), dtype="int32")
-    state = graph.tensor("h0", tuple(h0.shape), dtype="float32")
-    o, final = getattr(graph, kind)(
-        t["q"], t["k"], t["v"], gate, t["beta"], cut, state, use_qk_l2norm=True, output_final_state=True, name="n"
-    )
-    o.set_output(True).set_name("o")
-    final.set_output(True).set_name("final")
-    ex = sigdnn.Executor("gpu")
-    plan = ex.prepare(graph)
     pack = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "cu": cu, "h0": h0}
+    ex = sigdnn.Executor("gpu")
+    plan = ex.prepare(delta_rule_graph(kind, pack, backward=False))
     ours = ex.execute(plan, pack, to_host=False, out="torch")
 
     def fla_run(q: Any, k: Any, v: Any, g: Any, beta: Any, h0: Any) -> Any:
-        return fla_chunk(
-            q[None], k[None], v[None], g[None], beta[None], initial_state=h0, output_final_state=True,
-            cu_seqlens=cu.long(), use_qk_l2norm_in_kernel=True,
-        )  # fmt: skip
+        return fla_chunk(q[None], k[None], v[None], g[None], beta[None], initial_state=h0, output_final_state=True,
+                         cu_seqlens=cu.long(), use_qk_l2norm_in_kernel=True)  # fmt: skip
 
     inputs = (q, k, v, g, beta, h0)
     theirs, their_final = fla_run(*inputs)
@@ -96,16 +82,34 @@ def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: i
         "max_abs_diff_o": float((ours["o"].float() - theirs[0].float()).abs().max()),
         "max_abs_diff_final": float((ours["final"].float() - their_final.float()).abs().max()),
     }  # fmt: skip
-    impls: dict[str, Callable[[], Any]] = {
-        "sigdnn": lambda: ex.execute(plan, pack, to_host=False),
-        "fla": lambda: fla_run(*inputs),
-    }
-    samples = interleaved_samples(impls, iters, repeats)
+    samples = interleaved_samples({"sigdnn": lambda: ex.execute(plan, pack, to_host=False),
+                                   "fla": lambda: fla_run(*inputs)}, iters, repeats)  # fmt: skip
     row.update({f"{name}_ms": statistics.median(s) for name, s in samples.items()})
     row["ratio_forward"] = row["fla_ms"] / row["sigdnn_ms"]
     row["fla_backward_ms"] = fla_backward_ms(fla_run, inputs, iters, repeats)
-    row["sigdnn_backward"] = "no GPU builder of " + kind + "_bwd yet"
+    grads = {**pack, "d_o": torch.randn_like(v), "d_final": torch.randn_like(h0)}
+    backward = ex.prepare(delta_rule_graph(kind, grads, backward=True))
+    row["sigdnn_backward_ms"] = median_ms(lambda: ex.execute(backward, grads, to_host=False), iters, repeats)
+    row["ratio_backward"] = row["fla_backward_ms"] / row["sigdnn_backward_ms"]
     return row
+
+
+def delta_rule_graph(kind: str, pack: dict[str, Any], backward: bool) -> Any:
+    """gdn / kda (o, final state) or their backward (every gradient) over ``pack``'s tensors, by name."""
+    import sigdnn
+
+    graph = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype="float32")
+    t = {n: graph.tensor(n, tuple(pack[n].shape)) for n in ("q", "k", "v", "beta", "d_o") if n in pack}
+    t.update({n: graph.tensor(n, tuple(pack[n].shape), dtype="float32") for n in ("g", "h0", "d_final") if n in pack})
+    t["cu"] = graph.tensor("cu", tuple(pack["cu"].shape), dtype="int32")
+    first = [t[n] for n in ("q", "k", "v", "g", "beta", "cu", "h0")]
+    if backward:
+        outs = getattr(graph, f"{kind}_bwd")(*first, t["d_o"], t["d_final"], use_qk_l2norm=True, name="n")
+    else:
+        outs = getattr(graph, kind)(*first, use_qk_l2norm=True, output_final_state=True, name="n")
+    for name, out in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0") if backward else ("o", "final"), outs):
+        out.set_output(True).set_name(name)  # every gradient exists: the node has an initial state
+    return graph
 
 
 def fla_backward_ms(run: Callable[..., Any], tensors: tuple[Any, ...], iters: int, repeats: int) -> float:
@@ -190,15 +194,11 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for part in args.parts:
-        if part == "sdpa":
-            rows += [sdpa_case(64, h, args.iters, args.repeats) for h in args.heads]
-            continue
-        for tokens in args.tokens:
-            for sequences in args.sequences:
-                for heads in args.heads:
-                    rows.append(delta_rule_case(part, tokens, sequences, heads, args.iters, args.repeats))
-    for row in rows:
-        print(json.dumps(row))
+        grid = [[64], args.heads] if part == "sdpa" else [args.tokens, args.sequences, args.heads]
+        for case in itertools.product(*grid):
+            rows.append(sdpa_case(*case, args.iters, args.repeats) if part == "sdpa" else
+                        delta_rule_case(part, *case, args.iters, args.repeats))  # fmt: skip
+            print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
