@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
 import time
 from collections import Counter
@@ -65,7 +64,21 @@ MODELS = {
 ONNX_MODELS = ("resnet50", "resnext50_32x4d", "wide_resnet50_2", "densenet121", "inception_v3", "googlenet", "vgg11",
                "alexnet", "squeezenet1_0", "mobilenet_v2", "mobilenet_v3_small", "mnasnet0_5", "shufflenet_v2_x1_0",
                "efficientnet_b0", "efficientnet_v2_s", "regnet_y_400mf", "convnext_tiny", "vit_b_16", "swin_t",
-               "maxvit_t")  # fmt: skip
+               "maxvit_t", "fcn_resnet50", "deeplabv3_resnet50", "deeplabv3_mobilenet_v3_large",
+               "lraspp_mobilenet_v3_large")  # fmt: skip
+
+
+def torchvision_net(name: str) -> Any:
+    """A torchvision model (untrained) whose forward returns one tensor: a segmentation model's "out" map."""
+    import torch
+    import torchvision
+
+    if not hasattr(torchvision.models.segmentation, name):
+        return getattr(torchvision.models, name)().eval()
+    net = getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None).eval()
+    wrapper = type("Out", (torch.nn.Module,), {"forward": lambda self, x: self.net(x)["out"]})()
+    wrapper.net = net
+    return wrapper
 
 
 def mib(n: int) -> str:
@@ -129,21 +142,6 @@ def dry_run(names: list[str]) -> None:
 
 
 # -- the GPU part ------------------------------------------------------------------------------------------
-def cuda_time(torch: Any, run: Callable[[], Any], iters: int) -> float:
-    """Median milliseconds of one call, each timed by CUDA events on torch's stream."""
-    for _ in range(3):
-        run()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def kernel_launches(torch: Any, run: Callable[[], Any]) -> int:
     from torch.profiler import ProfilerActivity, profile
 
@@ -189,6 +187,7 @@ def slowest_steps(executor: Any, plan: Any, pack: dict[str, Any], count: int = 1
 def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, profile: bool = False) -> None:
     import models_torch
     import torch
+    from cuda_timing import median_ms  # each call timed alone by CUDA events: median of iters, after 3 warm-ups
 
     model = MODELS[name]
     graph = model.build(**model.full)
@@ -210,7 +209,7 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, prof
 
     fallbacks = Counter(s.node.op.kind for s in plan.steps if s.builder.name.endswith("(fallback)"))
     views = sum(s.builder.name == "view" for s in plan.steps)
-    sigdnn_ms = cuda_time(torch, ours, iters)
+    sigdnn_ms = median_ms(ours, 1, iters, 3)
     launches = kernel_launches(torch, ours)
     out_bytes = sum(o.numel() * o.element_size() for o in outputs.values())
     ours_bytes = plan.memory.peak_bytes + plan.workspace_bytes + out_bytes
@@ -219,13 +218,13 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, prof
     def eager(p: dict[str, Any]) -> dict[str, Any]:
         return function(torch, p, heads=model.heads) if model.heads else function(torch, p)
 
-    eager_ms = cuda_time(torch, lambda: eager(inputs), iters)
+    eager_ms = median_ms(lambda: eager(inputs), 1, iters, 3)
     eager_bytes = torch_peak(torch, lambda: eager(inputs))
     line = (f"{name}: {len(plan.steps)} steps ({views} views), {launches} launches, fallbacks {dict(fallbacks)}, "
             f"{strict}\n  sigdnn {sigdnn_ms:.3f} ms, torch eager {eager_ms:.3f} ms ({eager_ms / sigdnn_ms:.2f}x)")  # fmt: skip
     if compile_too and importlib.util.find_spec("triton") is not None:
         compiled = torch.compile(eager)
-        compiled_ms = cuda_time(torch, lambda: compiled(inputs), iters)
+        compiled_ms = median_ms(lambda: compiled(inputs), 1, iters, 3)
         line += f", torch.compile {compiled_ms:.3f} ms ({compiled_ms / sigdnn_ms:.2f}x)"
     elif compile_too:
         line += ", torch.compile skipped: Triton is not installed"
@@ -260,9 +259,8 @@ def onnx_models(directory: Path, on_gpu: bool, iters: int) -> None:
         path = directory / f"{name}.onnx"
         if not path.exists() and importlib.util.find_spec("torchvision") is not None:
             import torch
-            import torchvision
 
-            net = getattr(torchvision.models, name)().eval()
+            net = torchvision_net(name)
             for p in net.parameters():  # untrained weights; ViT's head starts at zero, which would make its output 0
                 if not p.any():
                     torch.nn.init.normal_(p, std=0.02)
@@ -277,19 +275,19 @@ def onnx_models(directory: Path, on_gpu: bool, iters: int) -> None:
         plan = executor.prepare(graph)  # strict on the GPU: NoPlanError names a node no GPU builder takes
         if on_gpu:
             import torch
-            import torchvision
+            from cuda_timing import median_ms
 
-            xt, net = torch.from_numpy(x).cuda(), getattr(torchvision.models, name)().eval().cuda()
+            xt, net = torch.from_numpy(x).cuda(), torchvision_net(name).cuda()
         pack = {graph.inputs[0].name: xt if on_gpu else x}
         got = np.asarray(executor.execute(plan, pack)[graph.outputs[0].name], np.float64)
         error = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
         line = f"{name}: {len(graph.nodes)} nodes, {executor.backend} vs onnxruntime: max |diff| / max |y| {error:.1e}"
         if on_gpu:  # torch eager on the same input: its convs as TF32 (torch's default), then as float32
-            ms = cuda_time(torch, lambda e=executor, p=plan, k=pack: e.execute(p, k, to_host=False), iters)
+            ms = median_ms(lambda e=executor, p=plan, k=pack: e.execute(p, k, to_host=False), 1, iters, 3)
             with torch.no_grad():
-                tf32 = cuda_time(torch, lambda n=net, i=xt: n(i), iters)
+                tf32 = median_ms(lambda n=net, i=xt: n(i), 1, iters, 3)
                 torch.backends.cudnn.allow_tf32 = False
-                f32 = cuda_time(torch, lambda n=net, i=xt: n(i), iters)
+                f32 = median_ms(lambda n=net, i=xt: n(i), 1, iters, 3)
                 torch.backends.cudnn.allow_tf32 = True
             line += f"; sigdnn {ms:.3f} ms, torch eager {tf32:.3f} ms TF32 ({tf32 / ms:.2f}x), {f32:.3f} ms f32 ({f32 / ms:.2f}x)"
         else:
