@@ -157,6 +157,7 @@ def test_what_does_not_map_is_refused_by_name(setting: dict, message: str) -> No
         ((1, 3, 8, 8), None, r"change N or C"),
         (None, (2.0, 1.0, 2.0, 2.0), r"change N or C"),
         ((1, 2, 1, 8), None, "pytorch_half_pixel with an output length of 1"),
+        (None, (1.0, 1.0, 0.25, 2.0), "pytorch_half_pixel with an output length of 1"),
         ((8, 8), None, "give 4 scales or sizes"),
     ],
 )
@@ -170,3 +171,50 @@ def test_both_scales_and_sizes_are_refused() -> None:
     x = np.zeros((1, 2, 4, 4), np.float32)
     with pytest.raises(GraphError, match="both scales and sizes"):
         onnx_import.load(model(x, (1.0, 1.0, 2.0, 2.0), (1, 2, 8, 8), mode="linear"))
+
+
+@pytest.mark.parametrize(("axes", "scales"), [([3], [2.0]), ([-1, 2], [0.5, 3.0])])
+def test_scales_on_the_named_axes_alone(axes: list[int], scales: list[float]) -> None:
+    """Axes left out keep their size (a scale of 1); negative axes count from the end."""
+    x = RNG.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    data = model(x, scales=scales, mode="linear", axes=axes)
+    close(ours(data, x), onnxruntime(data, x), x)
+
+
+def test_the_attributes_torch_writes_beside_the_mode_are_taken() -> None:
+    """torch.onnx writes cubic_coeff_a and nearest_mode for every mode, which linear ignores; a node without a mode
+    is nearest."""
+    x = RNG.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    data = model(x, sizes=(1, 2, 7, 3), mode="linear", cubic_coeff_a=-0.75, extrapolation_value=0.0,
+                 nearest_mode="floor", coordinate_transformation_mode="pytorch_half_pixel")  # fmt: skip
+    close(ours(data, x), onnxruntime(data, x), x)
+    data = model(x, sizes=(1, 2, 7, 3), coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    np.testing.assert_array_equal(ours(data, x), onnxruntime(data, x))
+
+
+@pytest.mark.parametrize("axes", [[2, 2], [4], [2, -5]])
+def test_axes_that_are_not_distinct_axes_are_refused(axes: list[int]) -> None:
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    with pytest.raises(GraphError, match="are not distinct axes of a rank-4 input"):
+        onnx_import.load(model(x, sizes=[8] * len(axes), mode="linear", axes=axes))
+
+
+@pytest.mark.parametrize("port", ["scales", "sizes"])
+def test_scales_or_sizes_computed_at_run_time_are_refused(port: str) -> None:
+    """resample's output dims are part of the graph: a scales / sizes input must be known when it is imported."""
+    names = ["x", "", "scales", "sizes"] if port == "sizes" else ["x", "", "scales"]
+    node = helper.make_node("Resize", names, ["y"], mode="linear")
+    given = {"scales": helper.make_tensor_value_info("scales", TensorProto.FLOAT, [4]),
+             "sizes": helper.make_tensor_value_info("sizes", TensorProto.INT64, [4])}  # fmt: skip
+    inits = [numpy_helper.from_array(np.zeros(0, np.float32), "scales")] if port == "sizes" else []
+    infos = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4]), given[port]]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([node], "g", infos, [out], inits)
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+    with pytest.raises(GraphError, match=f"{port} \\(input {names.index(port)}, '{port}'\\) must be known"):
+        onnx_import.load(data)
+
+
+def test_an_input_without_n_and_c_is_refused() -> None:
+    with pytest.raises(GraphError, match=r"input of rank 2: resample takes \[N, C, spatial...\]"):
+        onnx_import.load(model(np.zeros((4, 4), np.float32), sizes=(8, 8), mode="linear"))
