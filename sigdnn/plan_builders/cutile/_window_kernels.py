@@ -169,21 +169,26 @@ LINEAR = 1
 
 
 def resample_source(o, scale, bias, den, size):
-    """(low, high, t) of output positions o along one axis: the input positions blended and the high one's
-    weight, in exact integer steps: the source position is (scale o + bias) / den, floored at 0
-    (``resample.positions`` gives scale, bias, den for each coordinate convention and mode)."""
+    """(low, high, low's weight, high's weight) of output positions o along one axis: the input positions
+    blended and their weights, in exact integer steps: the source position is (scale o + bias) / den, floored
+    at 0 (``resample.positions`` gives scale, bias, den for each coordinate convention and mode). Each weight
+    is one rounded division of integers (den - r and r by den): 1 - t from a rounded t would carry t's
+    rounding, an ulp of 1, into a weight near 0."""
     num = ct.maximum(o * scale + bias, 0)
     low = num // den
-    t = ct.astype(num - low * den, ct.float32) / ct.astype(ct.full(o.shape, den, dtype=ct.int32), ct.float32)
+    rest = num - low * den
+    whole = ct.astype(ct.full(o.shape, den, dtype=ct.int32), ct.float32)
+    low_weight = ct.astype(den - rest, ct.float32) / whole
+    high_weight = ct.astype(rest, ct.float32) / whole
     low = ct.minimum(low, size - 1)
-    return low, ct.minimum(low + 1, size - 1), t
+    return low, ct.minimum(low + 1, size - 1), low_weight, high_weight
 
 
-def corner(high, low_index, high_index, t):
-    """(index, weight) of one end of a linear blend: the low end weighs 1 - t, the high end t."""
+def corner(high, low_index, high_index, low_weight, high_weight):
+    """(index, weight) of one end of a linear blend."""
     if high:
-        return high_index, t
-    return low_index, 1.0 - t
+        return high_index, high_weight
+    return low_index, low_weight
 
 
 @ct.kernel
@@ -204,19 +209,19 @@ def resample_forward(
     o_d = (flat // d_div) % od
     o_h = (flat // h_div) % oh
     o_w = (flat // w_div) % ow
-    d_lo, d_hi, d_t = resample_source(o_d, d_scale, d_bias, d_den, xd)
-    h_lo, h_hi, h_t = resample_source(o_h, h_scale, h_bias, h_den, xh)
-    w_lo, w_hi, w_t = resample_source(o_w, w_scale, w_bias, w_den, xw)
+    d_lo, d_hi, d_lw, d_hw = resample_source(o_d, d_scale, d_bias, d_den, xd)
+    h_lo, h_hi, h_lw, h_hw = resample_source(o_h, h_scale, h_bias, h_den, xh)
+    w_lo, w_hi, w_lw, w_hw = resample_source(o_w, w_scale, w_bias, w_den, xw)
     if MODE == NEAREST:
         acc = ct.astype(ct.gather(x, (i_n, i_c, d_lo, h_lo, w_lo)), ct.float32)
     else:
         acc = ct.full((TILE,), 0.0, dtype=ct.float32)
         for a in ct.static_iter(range(2)):  # the 8 corners, unrolled at compile time (a, b, e are constants)
-            i_d, w_d = corner(a, d_lo, d_hi, d_t)
+            i_d, w_d = corner(a, d_lo, d_hi, d_lw, d_hw)
             for b in ct.static_iter(range(2)):
-                i_h, w_h = corner(b, h_lo, h_hi, h_t)
+                i_h, w_h = corner(b, h_lo, h_hi, h_lw, h_hw)
                 for e in ct.static_iter(range(2)):
-                    i_w, w_w = corner(e, w_lo, w_hi, w_t)
+                    i_w, w_w = corner(e, w_lo, w_hi, w_lw, w_hw)
                     v = ct.astype(ct.gather(x, (i_n, i_c, i_d, i_h, i_w)), ct.float32)
                     acc = acc + w_d * w_h * w_w * v
     ct.scatter(y, (i_n, i_c, o_d, o_h, o_w), ct.astype(acc, y.dtype))
@@ -224,11 +229,11 @@ def resample_forward(
 
 def resample_weight(i, o, out, scale, bias, den, size, mode):
     """How much output o (along one axis) takes from input i: its blend's weights where its ends are i."""
-    low, high, t = resample_source(o, scale, bias, den, size)
+    low, high, low_weight, high_weight = resample_source(o, scale, bias, den, size)
     inside = o < out
     if mode == NEAREST:
         return ct.astype(inside & (low == i), ct.float32)
-    return ct.where(inside & (low == i), 1.0 - t, 0.0) + ct.where(inside & (high == i), t, 0.0)
+    return ct.where(inside & (low == i), low_weight, 0.0) + ct.where(inside & (high == i), high_weight, 0.0)
 
 
 def first_output(i, scale, bias, den, mode):

@@ -9,6 +9,7 @@ A planted bug in the positions fails validation; float scales are declined.
 from __future__ import annotations
 
 import attrs
+import numpy as np
 import pytest
 from emulated import emulated_executor, make_available
 from resample_cases import CASES, CONVENTIONS, backward_graph, graph
@@ -102,3 +103,28 @@ def test_a_planted_late_first_output_fails_validation() -> None:
     g = backward_graph(CASES[0], "bilinear", "align_corners")
     executor = emulated_executor(registry=registry, engine="planted.resample_backward")
     assert not sigdnn.validate(g, random_inputs(g, seed=2), executor=executor).passed
+
+
+def test_a_weight_near_zero_keeps_its_own_precision() -> None:
+    """12 -> 224 bilinear (a segmentation head's upsampling): output 214 blends inputs 10 and 11 with weights
+    4/448 and 444/448. A low weight taken as 1 - t from a float32 t carries t's rounding (an ulp of 1) into
+    4/448: 16 ulps of the result where input 10 is large and 11 small. Each weight must be its own division."""
+    g = sigdnn.Graph("near_one", io_dtype="float32", compute_dtype="float32")
+    g.resample(g.tensor("x", (1, 1, 12)), "bilinear", dims=(1, 1, 224), name="rs").set_output(True)
+    x = np.full(12, 0.01, np.float32)
+    x[10], x[11] = 1.157427, 0.0104383
+    report = sigdnn.validate(g, {"x": x.reshape(1, 1, 12)}, executor=emulated_executor())
+    assert set(report.builders.values()) == {"cutile.resample"}
+    assert report.passed, report.table()
+
+
+def test_the_backwards_weights_are_correctly_rounded() -> None:
+    """dy one at output 214 alone: dx holds that output's two weights, 4/448 and 444/448, each within an ulp
+    (1 - float32(444/448) is 48 ulps off 4/448)."""
+    g = sigdnn.Graph("near_one", io_dtype="float32", compute_dtype="float32")
+    g.resample_backward(g.tensor("dy", (1, 1, 224)), "bilinear", dims=(1, 1, 12), name="rs").set_output(True)
+    dy = np.where(np.arange(224) == 214, 1.0, 0.0).astype(np.float32).reshape(1, 1, 224)
+    dx = next(iter(emulated_executor().run(g, {"dy": dy}).values())).ravel()
+    want = np.zeros(12)
+    want[10], want[11] = 4 / 448, 444 / 448
+    assert (np.abs(dx - want) <= np.spacing(want.astype(np.float32))).all(), dx[9:12]
