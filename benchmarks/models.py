@@ -65,7 +65,9 @@ ONNX_MODELS = ("resnet50", "resnext50_32x4d", "wide_resnet50_2", "densenet121", 
                "alexnet", "squeezenet1_0", "mobilenet_v2", "mobilenet_v3_small", "mnasnet0_5", "shufflenet_v2_x1_0",
                "efficientnet_b0", "efficientnet_v2_s", "regnet_y_400mf", "convnext_tiny", "vit_b_16", "swin_t",
                "maxvit_t", "fcn_resnet50", "deeplabv3_resnet50", "deeplabv3_mobilenet_v3_large",
-               "lraspp_mobilenet_v3_large")  # fmt: skip
+               "lraspp_mobilenet_v3_large", "r3d_18", "mc3_18", "r2plus1d_18", "swin3d_t")  # fmt: skip
+VIDEO = {"r3d_18": (1, 3, 16, 112, 112), "mc3_18": (1, 3, 16, 112, 112), "r2plus1d_18": (1, 3, 16, 112, 112),
+         "swin3d_t": (1, 3, 16, 112, 112)}  # fmt: skip
 
 
 def torchvision_net(name: str) -> Any:
@@ -74,7 +76,7 @@ def torchvision_net(name: str) -> Any:
     import torchvision
 
     if not hasattr(torchvision.models.segmentation, name):
-        return getattr(torchvision.models, name)().eval()
+        return getattr(torchvision.models.video if name in VIDEO else torchvision.models, name)().eval()
     net = getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None).eval()
     wrapper = type("Out", (torch.nn.Module,), {"forward": lambda self, x: self.net(x)["out"]})()
     wrapper.net = net
@@ -245,17 +247,17 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, prof
 
 
 def onnx_models(directory: Path, on_gpu: bool, iters: int) -> None:
-    """torchvision's models as torch.onnx.export writes them (opset 17, batch 1, 224x224, into DIR when torchvision
-    is installed; else the .onnx files already there): imported, run against onnxruntime (CPU) on the reference
-    (with the steps no GPU builder takes) or strict on the GPU, timed against torch eager."""
+    """torchvision's models as torch.onnx.export writes them (opset 17, batch 1, 224x224 or a video's 16 x 112x112,
+    into DIR when torchvision is installed; else the .onnx files already there): imported, run against onnxruntime
+    (CPU) on the reference (with the steps no GPU builder takes) or strict on the GPU, timed against torch eager."""
     import numpy as np
     import onnxruntime as ort
 
     from sigdnn.importers import onnx as onnx_import
 
     directory.mkdir(parents=True, exist_ok=True)
-    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     for name in ONNX_MODELS:
+        x = np.random.default_rng(0).standard_normal(VIDEO.get(name, (1, 3, 224, 224))).astype(np.float32)
         path = directory / f"{name}.onnx"
         if not path.exists() and importlib.util.find_spec("torchvision") is not None:
             import torch

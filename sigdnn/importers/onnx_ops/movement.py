@@ -96,6 +96,9 @@ def slice_(node: OnnxNode) -> list[Value]:
         return [np.ascontiguousarray(v[tuple(bounds)])]
     if all(b == slice(None) for b in bounds):
         return [v]
+    shape = tuple(len(range(*b.indices(d))) for b, d in zip(bounds, dims))
+    if 0 in shape:  # nothing to read: known at import time (torch.roll by 0 exports one, for a Concat to drop)
+        return [np.empty(shape, node.dtype(0).numpy)]
     return [node.graph.slice(v, bounds, name=node.fresh(""))]
 
 
@@ -133,6 +136,8 @@ def concat(node: OnnxNode) -> list[Value]:
     values = [node.value(i) for i in range(len(node.proto.input)) if node.has(i)]
     rank = len(node.dims(0))
     axis = _rank_axis(node, int(node.attr("axis")), rank)
+    # Empty pieces add nothing (inputs all known, empty ones too, were computed at import time, not here).
+    values = [v for v in values if not (isinstance(v, np.ndarray) and v.size == 0)]
     if len(values) == 1:
         return [node.pointwise("identity", values[0])]
     tensors = [node.materialize(v, f"part{i}") for i, v in enumerate(values)]

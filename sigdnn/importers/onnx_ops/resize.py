@@ -12,7 +12,10 @@ only the ONNX settings that mean exactly one of them map:
 
 Given ``sizes`` the output dims are those (samples placed by in / out, as
 torch with size=); given ``scales`` they are floor(in * scale) and the
-samples are placed by the scale (torch with scale_factor=), as ONNX does.
+samples are placed by the scale (torch with scale_factor=), as ONNX does;
+align_corners with a scale whose in * scale is not whole is refused (ONNX
+places those samples by the unrounded length, torch and onnxruntime by the
+output's).
 N and C must keep their sizes. Refused by name: cubic, antialias, the other
 coordinate and rounding conventions, tf_crop_and_resize's roi,
 exclude_outside, and keep_aspect_ratio_policy other than stretch.
@@ -79,6 +82,12 @@ def resize(node: OnnxNode) -> list[Value]:
         out = [math.floor(dims[a] * float(per_axis.get(a, 1.0))) for a in range(rank)]
     if out[:2] != list(dims[:2]):
         raise node.refuse(f"output dims {out} change N or C of {list(dims)}; resample resizes spatial dims only")
+    if transform == "align_corners" and sizes is None and any(o != dims[a] * float(per_axis.get(a, 1.0))
+                                                              for a, o in enumerate(out)):  # fmt: skip
+        raise node.refuse(
+            f"align_corners with scales giving fractional lengths {[dims[a] * per_axis.get(a, 1.0) for a in axes]}: "
+            "ONNX places its samples by the unrounded length, resample (as torch and onnxruntime) by the output's"
+        )
     if transform == "pytorch_half_pixel" and 1 in out[2:]:
         raise node.refuse("pytorch_half_pixel with an output length of 1 (samples at 0, not half_pixel's)")
     x = node.tensor(0)
