@@ -145,7 +145,7 @@ def test_a_segmentation_heads_upsampling() -> None:
         ({"mode": "linear", "exclude_outside": 1}, "exclude_outside=1"),
         ({"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"}, "'tf_crop_and_resize'"),
         ({"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"}, "'half_pixel_symmetric'"),
-        ({"mode": "nearest"}, "nearest_mode 'round_prefer_floor'"),
+        ({"mode": "nearest", "coordinate_transformation_mode": "align_corners"}, "'align_corners' with nearest_mode"),
         ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "ceil"},
          "nearest_mode 'ceil'"),
         ({"mode": "linear", "keep_aspect_ratio_policy": "not_larger"}, "keep_aspect_ratio_policy 'not_larger'"),
@@ -224,3 +224,32 @@ def test_scales_or_sizes_computed_at_run_time_are_refused(port: str) -> None:
 def test_an_input_without_n_and_c_is_refused() -> None:
     with pytest.raises(GraphError, match=r"input of rank 2: resample takes \[N, C, spatial...\]"):
         onnx_import.load(model(np.zeros((4, 4), np.float32), sizes=(8, 8), mode="linear"))
+
+
+@pytest.mark.parametrize(("shape", "sizes", "scales"), [((1, 2, 4, 5), (1, 2, 8, 15), None),
+                                                        ((1, 2, 4, 5), None, (1.0, 1.0, 3.0, 2.0)),
+                                                        ((1, 1, 6, 7), (1, 1, 4, 3), None)])  # fmt: skip
+def test_onnxs_default_nearest_is_taken_where_no_sample_ties(shape, sizes, scales) -> None:  # type: ignore[no-untyped-def]
+    """half_pixel with round_prefer_floor (ONNX's default) rounds as resample wherever no position is k + 1/2:
+    integer upscales, and 6 -> 4 / 7 -> 3."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    data = model(x, scales, sizes, mode="nearest")
+    np.testing.assert_array_equal(ours(data, x), onnxruntime(data, x))
+
+
+@pytest.mark.parametrize(
+    ("sizes", "where"), [((1, 1, 4, 9), "output 0 of axis 2"), ((1, 1, 8, 6), "output 1 of axis 3")]
+)
+def test_onnxs_default_nearest_is_refused_where_a_sample_ties(sizes, where: str) -> None:  # type: ignore[no-untyped-def]
+    """8 -> 4: output 0's position is (0 + 1/2) * 8/4 - 1/2 = 1/2, a tie; 8 -> 6: output 1's is 3/2 * 8/6 - 1/2 =
+    3/2 (9 -> 9 and 8 -> 8 have none)."""
+    x = np.zeros((1, 1, 8, 9 if sizes[3] == 9 else 8), np.float32)
+    with pytest.raises(GraphError, match=f"round_prefer_floor: {where} samples exactly between two inputs"):
+        onnx_import.load(model(x, sizes=sizes, mode="nearest"))
+
+
+def test_align_corners_scales_on_named_axes_leave_the_others_whole() -> None:
+    """An axis the axes attribute leaves out keeps its length: no fractional length to refuse."""
+    x = RNG.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    data = model(x, scales=[2.0], mode="linear", coordinate_transformation_mode="align_corners", axes=[3])
+    close(ours(data, x), onnxruntime(data, x), x)

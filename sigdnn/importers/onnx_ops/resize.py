@@ -8,7 +8,9 @@ only the ONNX settings that mean exactly one of them map:
   align_corners or asymmetric -> "bilinear";
 - mode "nearest" with half_pixel and nearest_mode round_prefer_ceil (torch's
   "nearest-exact") or asymmetric and floor (torch's "nearest", how torch
-  exports it) -> "nearest".
+  exports it) -> "nearest"; half_pixel with round_prefer_floor (ONNX's
+  default) too where no sample falls on a tie (checked in exact fractions,
+  output by output: an integer upscale never does; a downscale by 2 always).
 
 Given ``sizes`` the output dims are those (samples placed by in / out, as
 torch with size=); given ``scales`` they are floor(in * scale) and the
@@ -24,6 +26,7 @@ exclude_outside, and keep_aspect_ratio_policy other than stretch.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from sigdnn.importers.onnx_node import OnnxNode, Value, onnx_op
 
@@ -60,6 +63,8 @@ def resize(node: OnnxNode) -> list[Value]:
     elif mode == "nearest":
         coordinates = NEAREST_CONVENTIONS.get((transform, rounding))
         resample_mode = "nearest"
+        tie_break = (transform, rounding) == ("half_pixel", "round_prefer_floor")  # the same where no sample ties
+        coordinates = "half_pixel" if tie_break else coordinates
     else:
         raise node.refuse(f"mode {mode!r}; supported: 'nearest', 'linear'")
     if coordinates is None:
@@ -88,6 +93,13 @@ def resize(node: OnnxNode) -> list[Value]:
             f"align_corners with scales giving fractional lengths {[dims[a] * per_axis.get(a, 1.0) for a in axes]}: "
             "ONNX places its samples by the unrounded length, resample (as torch and onnxruntime) by the output's"
         )
+    if mode == "nearest" and tie_break:
+        tie = _first_tie(dims, out, scales and [float(per_axis.get(a, 1.0)) for a in range(rank)])
+        if tie is not None:
+            raise node.refuse(
+                f"nearest with half_pixel and round_prefer_floor: output {tie[1]} of axis {tie[0]} samples "
+                "exactly between two inputs, where resample (torch's nearest-exact) rounds up"
+            )
     if transform == "pytorch_half_pixel" and 1 in out[2:]:
         raise node.refuse("pytorch_half_pixel with an output length of 1 (samples at 0, not half_pixel's)")
     x = node.tensor(0)
@@ -96,6 +108,18 @@ def resize(node: OnnxNode) -> list[Value]:
         return [node.graph.resample(x, resample_mode, dims=out, coordinates=coordinates, name=name)]
     spatial = [float(per_axis.get(a, 1.0)) for a in range(2, rank)]
     return [node.graph.resample(x, resample_mode, scales=spatial, coordinates=coordinates, name=name)]
+
+
+def _first_tie(dims: tuple[int, ...], out: list[int], scales: list[float] | None) -> tuple[int, int] | None:
+    """(axis, output) of the first half_pixel sample exactly halfway between two inputs, or None: its position
+    is (o + 1/2) * in / out - 1/2 (by sizes) or (o + 1/2) / scale - 1/2 (by scales), in exact fractions."""
+    for axis in range(2, len(dims)):
+        step = Fraction(dims[axis], out[axis]) if scales is None else 1 / Fraction(scales[axis])
+        for o in range(out[axis]):
+            position = (o + Fraction(1, 2)) * step - Fraction(1, 2)
+            if position - math.floor(position) == Fraction(1, 2):
+                return axis, o
+    return None
 
 
 def _scales_and_sizes(node: OnnxNode) -> tuple[tuple[float, ...] | None, tuple[int, ...] | None]:
