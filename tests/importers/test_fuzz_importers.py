@@ -236,7 +236,24 @@ def onnx_seeds() -> list[bytes]:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5, 3])],
         [pads, k],
     )
-    return [first, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()]
+    second = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    known = {n: numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("sizes", [1, 2, 9, 7]), ("s", [0]), ("e", [0]), ("a", [3]))}  # fmt: skip
+    nodes = [
+        helper.make_node("Resize", ["x", "", "", "sizes"], ["r"], mode="linear",
+                         coordinate_transformation_mode="pytorch_half_pixel"),
+        helper.make_node("Slice", ["r", "s", "e", "a"], ["empty"]),
+        helper.make_node("Concat", ["empty", "r"], ["y"], axis=3),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "fz_resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 9, 7])],
+        list(known.values()),
+    )
+    third = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+    return [first, second, third]
 
 
 def _onnx_load(data: bytes) -> Any:
