@@ -1,10 +1,12 @@
 """cuTile matmul builder: batched GEMM with a fused epilogue, one generated kernel per specialization.
 
-Serves matmul nodes with float16 / bfloat16 / float32 operands (one dtype for
-both) and float16 / bfloat16 / float32 outputs, any batch broadcast the
-reference allows and any operand strides (``matmul_layout``). float32
-operands run as TF32 when the node's compute dtype is 16-bit, else as exact
-float32 products (``matmul_codegen``).
+Serves matmul nodes with float16 / bfloat16 / float32 operands and float16 /
+bfloat16 / float32 outputs, any batch broadcast the reference allows and any
+operand strides (``matmul_layout``). Operands of one 16-bit dtype go to the
+tensor cores as they are; any other pair (float32, or two dtypes: float32
+activations times bf16 weights, f16 times bf16) widens both to float32, then
+runs as TF32 when the node's compute dtype is 16-bit, else as exact float32
+products (``matmul_codegen``).
 
 As a fusion builder it claims a matmul with the pointwise nodes that follow
 it in a chain: bias adds (a row over N), residual adds (a full [..., M, N]
@@ -218,7 +220,7 @@ class CutileMatmulBuilder(FusionBuilder):
         return (
             key.op == "matmul"
             and str(ins.get("a")) in MMA_INPUTS
-            and str(ins.get("b")) == str(ins.get("a"))
+            and str(ins.get("b")) in MMA_INPUTS
             and str(outs.get("c")) in OUTPUTS
             and str(key.compute) in COMPUTE
         )
@@ -233,13 +235,13 @@ class CutileMatmulBuilder(FusionBuilder):
             raise NotSupported(f"{where}: not a matmul")
         a_dt, b_dt, c_dt = _dtype(graph, op.a), _dtype(graph, op.b), _dtype(graph, op.c)
         compute = str(graph.compute_dtype_of(node))
-        if a_dt not in MMA_INPUTS or b_dt != a_dt:
-            raise NotSupported(f"{where}: operand dtypes {a_dt} x {b_dt}; supported: one of {', '.join(MMA_INPUTS)}")
+        if a_dt not in MMA_INPUTS or b_dt not in MMA_INPUTS:
+            raise NotSupported(f"{where}: operand dtypes {a_dt} x {b_dt}; supported: {', '.join(MMA_INPUTS)}")
         if c_dt not in OUTPUTS:
             raise NotSupported(f"{where}: output dtype {c_dt}; supported: {', '.join(OUTPUTS)}")
         if compute not in COMPUTE:
             raise NotSupported(f"{where}: compute dtype {compute}; supported: {', '.join(COMPUTE)}")
-        mma = "native" if a_dt != "float32" else ("float32" if compute == "float32" else "tf32")
+        mma = "native" if a_dt == b_dt != "float32" else ("float32" if compute == "float32" else "tf32")
         steps = [] if chain is None else chain.steps
         out = op.c if not steps else steps[-1][1].out_0
         residuals = [uid for kind, _, uid in steps if kind == "residual"]

@@ -18,8 +18,9 @@ dtype, then each node (bias add, activation, residual add) in float32
 through the pointwise kernels' own formulas (``codegen.FLOAT_MODES`` and
 the float32 library), each result rounded to its declared dtype.
 
-Operand precision: float16 / bfloat16 tiles go to the MMA as they are;
-float32 tiles as TF32 when the node's compute dtype is 16-bit (its
+Operand precision: float16 / bfloat16 tiles of one dtype go to the MMA as
+they are; otherwise (float32, or operands of two dtypes) each tile widens
+to float32 and goes as TF32 when the node's compute dtype is 16-bit (its
 tolerance covers TF32's 10-bit mantissa), else as float32 (exact float32
 products, no tensor cores).
 """
@@ -98,7 +99,7 @@ class MatmulSpec:
     b: Operand
     c: Operand  # the array stored: the last epilogue step's output (the matmul's own without an epilogue)
     product_dtype: str  # the declared dtype of the matmul node's output (the first rounding)
-    mma: str  # "native" (f16 / bf16), "tf32" or "float32"
+    mma: str  # "native" (f16 / bf16, one dtype), "tf32" or "float32" (each tile widened to float32 first)
     epilogue: tuple[EpilogueStep, ...] = ()
     config: MatmulConfig = MatmulConfig()
 
@@ -163,6 +164,8 @@ def generate(spec: MatmulSpec) -> str:
         f"for kt in range(ct.cdiv(K, {tk})):",
     ]
     loop = _load("a", spec.a, "bm", "kt", (tm, tk), cfg.latency) + _load("b", spec.b, "kt", "bn", (tk, tn), cfg.latency)
+    if spec.mma != "native":
+        loop += [f"{x} = ct.astype({x}, ct.float32)" for x, o in (("a", spec.a), ("b", spec.b)) if o.dtype != "float32"]
     if spec.mma == "tf32":
         loop += ["a = ct.astype(a, ct.tfloat32)", "b = ct.astype(b, ct.tfloat32)"]
     loop.append("acc = ct.mma(a, b, acc)")
