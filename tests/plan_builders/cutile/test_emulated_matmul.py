@@ -124,7 +124,10 @@ def test_operands_of_two_dtypes_widen_to_float32(a_dt: str, b_dt: str, compute: 
     b = g.tensor("b", (45, 29), (1, 45)).set_data_type(b_dt)
     g.matmul(a, b, name="mm").set_output(True).set_name("c")
     plan = validated(g, seed=5)
-    assert plan.steps[0].plan.spec.mma == ("float32" if compute == "float32" else "tf32")
+    spec = plan.steps[0].plan.spec
+    assert spec.mma == ("float32" if compute == "float32" else "tf32")
+    widened = {x for x, dt in (("a", a_dt), ("b", b_dt)) if dt != "float32"}  # only the 16-bit tiles widen
+    assert {x for x in "ab" if f"{x} = ct.astype({x}, ct.float32)" in spec.source()} == widened
     rng = np.random.default_rng(3)
     x, w = rng.integers(-8, 9, (2, 37, 45)).astype(np.float64), rng.integers(-8, 9, (45, 29)).astype(np.float64)
     inputs = {"a": x.astype(np.dtype(a_dt)), "b": w.astype(np.dtype(b_dt))}
@@ -138,6 +141,8 @@ def test_operands_of_two_dtypes_widen_to_float32(a_dt: str, b_dt: str, compute: 
         (((2, 3, 20, 30), "bfloat16"), ((3, 30, 40), "bfloat16"), "do not collapse"),
         (((20, 30), "fp8_e4m3"), ((30, 40), "fp8_e4m3"), "operand dtypes"),
         (((20, 30), "int8"), ((30, 40), "int8"), "operand dtypes"),
+        (((20, 30), "bfloat16"), ((30, 40), "fp8_e4m3"), "operand dtypes"),
+        (((20, 30), "fp8_e5m2"), ((30, 40), "float32"), "operand dtypes"),
     ],
 )
 def test_declines_with_the_reason(a, b, why):
@@ -254,3 +259,19 @@ def test_one_kernel_per_specialization():
     backend = ex.memory.context.kernel_backend
     assert backend.compiled == 1  # sizes are launch arguments, not part of the kernel
     assert plan.steps[0].plan.kernel is plan.steps[1].plan.kernel
+
+
+def test_one_16_bit_dtype_goes_to_the_tensor_cores_as_it_is() -> None:
+    for dtype in ("bfloat16", "float16"):
+        spec = validated(matmul_graph((20, 30), (30, 40), dtype)).steps[0].plan.spec
+        assert spec.mma == "native" and "ct.astype(a, " not in spec.source() and "ct.astype(b, " not in spec.source()
+
+
+def test_an_output_dtype_it_cannot_store_and_a_node_not_a_matmul_are_declined() -> None:
+    g = matmul_graph((20, 30), (30, 40), "float32", out="float64")
+    with pytest.raises(NotSupported, match="output dtype float64"):
+        CutileMatmulBuilder().check(g.nodes[0], g, None)
+    h = sigdnn.Graph("sm", io_dtype="float32")
+    h.softmax(h.tensor("x", (2, 8)), name="sm")[0].set_output(True)
+    with pytest.raises(NotSupported, match="node 'sm': not a matmul"):
+        CutileMatmulBuilder().check(h.nodes[0], h, None)
