@@ -186,3 +186,18 @@ def test_autotune_runs_the_faster_of_cutile_and_cute_and_a_second_process_reuses
     name, measured, choice = r.stdout.strip().split(" ", 2)
     assert (name, measured) == (step.builder.name, "0")
     assert choice.startswith("cached: ") and choice.split(" ")[1] == step.choice.split(" ")[1]
+
+
+@pytest.mark.parametrize(("a_dt", "b_dt", "compute"), [("float32", "bfloat16", "float32"),
+                                                       ("float16", "bfloat16", "float32"),
+                                                       ("bfloat16", "float32", "bfloat16")])  # fmt: skip
+def test_operands_of_two_dtypes_validate(a_dt: str, b_dt: str, compute: str) -> None:
+    """float32 activations x bf16 weights (the transformer example's projections), f16 x bf16: both tiles widen
+    to float32 in the kernel (exact products, or TF32 with 16-bit compute)."""
+    g = sigdnn.Graph("mixed", io_dtype="float32", compute_dtype=compute)
+    a = g.tensor("a", (2, 257, 130)).set_data_type(a_dt)
+    b = g.tensor("b", (130, 99), (1, 130)).set_data_type(b_dt)
+    g.matmul(a, b, name="mm").set_output(True).set_name("c")
+    report = sigdnn.validate(g, seed=3, executor=sigdnn.Executor("gpu", engine="cutile.matmul"))
+    assert report.builders == {"mm": "cutile.matmul"}
+    assert report.passed, report.table()
