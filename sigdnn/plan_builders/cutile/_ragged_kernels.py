@@ -24,13 +24,9 @@ ct: Any = None  # bound by the module the backend makes (cuda.tile or the CPU em
 # ---- kernel module: everything below this line is the kernels' text ----
 
 
-@ct.kernel
-def ragged_unpack(
-    packed, offsets, lengths, padded,
-    heads, seq, dim, stride_h, stride_s, stride_e,
-    TS: ct.Constant[int],
-    TE: ct.Constant[int],
-):  # fmt: skip
+def sequence_tile(offsets, lengths, heads, seq, dim, stride_h, stride_s, stride_e, TS, TE):
+    """(b, h, i, where): the block's (batch, head) and row tile, and the buffer offsets of its TS x TE elements,
+    -1 (outside every array: read as 0, never written) past the sequence's length, S or the head dim."""
     i = ct.bid(0)
     b = ct.bid(1) // heads
     h = ct.bid(1) % heads
@@ -40,8 +36,18 @@ def ragged_unpack(
     rows = ct.reshape(i * TS + ct.arange(TS, dtype=ct.int32), (TS, 1))
     cols = ct.reshape(ct.arange(TE, dtype=ct.int32), (1, TE))
     at = start + h * stride_h + rows * stride_s + cols * stride_e
-    tile = ct.gather(packed, ct.where((rows < end) & (cols < dim), at, -1))
-    ct.store(padded, index=(b, h, i, 0), tile=ct.reshape(tile, (1, 1, TS, TE)))
+    return b, h, i, ct.where((rows < end) & (cols < dim), at, -1)
+
+
+@ct.kernel
+def ragged_unpack(
+    packed, offsets, lengths, padded,
+    heads, seq, dim, stride_h, stride_s, stride_e,
+    TS: ct.Constant[int],
+    TE: ct.Constant[int],
+):  # fmt: skip
+    b, h, i, where = sequence_tile(offsets, lengths, heads, seq, dim, stride_h, stride_s, stride_e, TS, TE)
+    ct.store(padded, index=(b, h, i, 0), tile=ct.reshape(ct.gather(packed, where), (1, 1, TS, TE)))
 
 
 @ct.kernel
@@ -51,14 +57,6 @@ def ragged_pack(
     TS: ct.Constant[int],
     TE: ct.Constant[int],
 ):  # fmt: skip
-    i = ct.bid(0)
-    b = ct.bid(1) // heads
-    h = ct.bid(1) % heads
-    batch = ct.full((1,), b, dtype=ct.int32)
-    start = ct.reshape(ct.astype(ct.gather(offsets, batch), ct.int32), (1, 1))
-    end = ct.minimum(ct.reshape(ct.astype(ct.gather(lengths, batch), ct.int32), (1, 1)), seq)
-    rows = ct.reshape(i * TS + ct.arange(TS, dtype=ct.int32), (TS, 1))
-    cols = ct.reshape(ct.arange(TE, dtype=ct.int32), (1, TE))
-    at = start + h * stride_h + rows * stride_s + cols * stride_e
+    b, h, i, where = sequence_tile(offsets, lengths, heads, seq, dim, stride_h, stride_s, stride_e, TS, TE)
     tile = ct.load(padded, index=(b, h, i, 0), shape=(1, 1, TS, TE), padding_mode=ct.PaddingMode.ZERO)
-    ct.scatter(packed, ct.where((rows < end) & (cols < dim), at, -1), ct.reshape(tile, (TS, TE)))
+    ct.scatter(packed, where, ct.reshape(tile, (TS, TE)))

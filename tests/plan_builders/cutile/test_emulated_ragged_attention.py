@@ -90,12 +90,13 @@ def test_ragged_attention_validates_and_leaves_the_buffer_past_the_sequences(
         assert (flat[used:] == 1234.5).all() and not (flat[:used] == 1234.5).any(), name
 
 
-PLANTS = {
-    "pack_past_the_length": ("ragged_pack", "ct.where((rows < end) & (cols < dim), at, -1), ct.reshape",
-                             "ct.where(cols < dim, at, -1), ct.reshape"),
-    "unpack_ignores_the_offset": ("ragged_unpack", "at = start + h", "at = 0 * start + h"),
-    "pack_ignores_the_offset": ("ragged_pack", "at = start + h", "at = 0 * start + h"),
-    "unpack_by_the_wrong_head": ("ragged_unpack", "at = start + h * stride_h", "at = start + (h % 2) * stride_h"),
+PLANTS = {  # (the function planted, its line, the bug)
+    "rows_past_the_length": ("sequence_tile", "ct.where((rows < end) & (cols < dim), at, -1)",
+                             "ct.where(cols < dim, at, -1)"),
+    "offset_ignored": ("sequence_tile", "at = start + h", "at = 0 * start + h"),
+    "the_wrong_head": ("sequence_tile", "at = start + h * stride_h", "at = start + (h % 2) * stride_h"),
+    "unpack_to_the_first_row_tile": ("ragged_unpack", "index=(b, h, i, 0)", "index=(b, h, 0, 0)"),
+    "pack_from_the_first_head": ("ragged_pack", "index=(b, h, i, 0)", "index=(b, 0, i, 0)"),
 }  # fmt: skip
 
 
