@@ -143,43 +143,43 @@ def sdpa_case(sequences: int, heads: int, iters: int, repeats: int) -> dict[str,
     for b, (start, n) in enumerate(zip(cu[:-1].tolist(), lengths)):
         for p, x in zip(padded, (q, k, v)):
             p[b, :, :n] = x[start : start + n].transpose(0, 1)
-    keep = torch.arange(longest, device="cuda")[None, :] < torch.tensor(lengths, device="cuda")[:, None]
-    mask = keep[:, None, None, :]
-    impls: dict[str, Callable[[], Any]] = {
-        "torch_padded": lambda: F.scaled_dot_product_attention(*padded, attn_mask=mask),
-    }
+    lens = torch.tensor(lengths, device="cuda", dtype=torch.int32)
+    mask = (torch.arange(longest, device="cuda")[None, :] < lens[:, None])[:, None, None, :]
+    impls: dict[str, Callable[[], Any]] = {"torch_padded": lambda: F.scaled_dot_product_attention(*padded, attn_mask=mask)}  # fmt: skip
     varlen = getattr(getattr(torch.nn.attention, "varlen", None), "varlen_attn", None)
     if varlen is not None:
         impls["torch_varlen"] = lambda: varlen(q, k, v, cu, cu, longest, longest)
     row: dict[str, Any] = {"sequences": sequences, "heads": heads, "tokens": total}
-    graph = sigdnn.Graph("ragged", io_dtype="bfloat16", compute_dtype="float32")
     dims, strides = (sequences, heads, longest, DIM), (longest * heads * DIM, DIM, heads * DIM, 1)
-    qt, kt, vt = (graph.tensor(n, dims, strides) for n in ("q", "k", "v"))
-    lens = graph.tensor("lens", (sequences,), dtype="int32")
-    offs = graph.tensor("offs", (sequences + 1,), dtype="int32")
-    ragged = {p: offs for p in ("q", "k", "v", "o")}
-    graph.sdpa(qt, kt, vt, DIM**-0.5, seq_len_q=lens, seq_len_kv=lens, ragged_offsets=ragged, name="n")[0].set_output(
-        True
-    ).set_name("o")
-    try:
+    try:  # the ragged graph on the packed tokens; the same attention on the padded batch with its lengths
         ex = sigdnn.Executor("gpu")
-        plan = ex.prepare(graph)
-        flat = [torch.zeros(int(np.prod(dims)), device="cuda", dtype=torch.bfloat16) for _ in range(3)]
-        for f, x in zip(flat, (q, k, v)):
-            f[: x.numel()] = x.reshape(-1)
-        views = [f.as_strided(dims, strides) for f in flat]
-        pack = {"q": views[0], "k": views[1], "v": views[2], "lens": torch.tensor(lengths, device="cuda", dtype=torch.int32),
-                "offs": cu * heads * DIM}  # fmt: skip
+        flat = [torch.cat([x.reshape(-1), x.new_zeros(int(np.prod(dims)) - x.numel())]) for x in (q, k, v)]
+        pack = {**dict(zip("qkv", (f.as_strided(dims, strides) for f in flat))), "lens": lens, "offs": cu * heads * DIM}
+        padded_pack = {**dict(zip("qkv", padded)), "lens": lens}
+        plan = ex.prepare(attention_graph(dims, strides, True))
+        padded_plan = ex.prepare(attention_graph(dims, None, False))
         impls["sigdnn"] = lambda: ex.execute(plan, pack, to_host=False)
+        impls["sigdnn_padded"] = lambda: ex.execute(padded_plan, padded_pack, to_host=False)
     except sigdnn.SigdnnError as e:
         row["sigdnn"] = f"not run: {e}"
     samples = interleaved_samples(impls, iters, repeats)
     row.update({f"{name}_ms": statistics.median(s) for name, s in samples.items()})
-    if "sigdnn_ms" in row:
-        for other in ("torch_varlen", "torch_padded"):
-            if f"{other}_ms" in row:
-                row[f"ratio_{other}"] = row[f"{other}_ms"] / row["sigdnn_ms"]
+    others = [o for o in ("torch_varlen", "torch_padded", "sigdnn_padded") if f"{o}_ms" in row and "sigdnn_ms" in row]
+    row.update({f"ratio_{o}": row[f"{o}_ms"] / row["sigdnn_ms"] for o in others})
     return row
+
+
+def attention_graph(dims: tuple[int, ...], strides: tuple[int, ...] | None, ragged: bool) -> Any:
+    """sdpa over sequences of ``lens`` tokens: ragged (q, k, v, o placed by ``offs``) or a padded batch."""
+    import sigdnn
+
+    graph = sigdnn.Graph("ragged" if ragged else "padded", io_dtype="bfloat16", compute_dtype="float32")
+    qt, kt, vt = (graph.tensor(n, dims, strides) for n in ("q", "k", "v"))
+    lens = graph.tensor("lens", (dims[0],), dtype="int32")
+    offsets = dict.fromkeys("qkvo", graph.tensor("offs", (dims[0] + 1,), dtype="int32")) if ragged else None
+    o, _ = graph.sdpa(qt, kt, vt, DIM**-0.5, seq_len_q=lens, seq_len_kv=lens, ragged_offsets=offsets, name="n")
+    o.set_output(True).set_name("o")
+    return graph
 
 
 def main() -> None:
