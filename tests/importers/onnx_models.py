@@ -189,3 +189,26 @@ def vit_b_16_like(seed: int = 0, d: int = 768, layers: int = 12, heads: int = 12
         for p in model.encoder.parameters():
             p.copy_(torch.randn_like(p) * (0.02 if p.dim() > 1 else 0.1))
     return model.eval()
+
+
+class _Segmenter(nn.Module):
+    """A small FCN: a strided conv trunk, a shifted-window roll (torch.roll by 0 and by 1, as Swin exports
+    them), a 1x1 classifier, and a bilinear upsampling back to the input size (as torchvision's heads)."""
+
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.trunk = nn.Sequential(
+            nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
+        )  # fmt: skip
+        self.classify = nn.Conv2d(16, classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.roll(torch.roll(self.trunk(x), 0, dims=2), 1, dims=3)
+        logits = self.classify(y)
+        return nn.functional.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+def segmenter(seed: int = 0, classes: int = 5) -> nn.Module:
+    torch.manual_seed(seed)
+    return _Segmenter(classes).eval()

@@ -20,7 +20,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 
 from emulated import emulated_executor, make_available  # noqa: E402
-from importers.onnx_models import encoder, export, mobilenet_v3_small_like, resnet18, vit_b_16_like  # noqa: E402
+from importers.onnx_models import (  # noqa: E402
+    encoder,
+    export,
+    mobilenet_v3_small_like,
+    resnet18,
+    segmenter,
+    vit_b_16_like,
+)  # fmt: skip
 
 import sigdnn  # noqa: E402
 from sigdnn.importers import onnx as onnx_import  # noqa: E402
@@ -33,6 +40,7 @@ MODELS = {
     "vit": (lambda: vit_b_16_like(d=32, layers=2, heads=4, ff=64), (1, 3, 224, 224),
             {"cutile.conv_fprop_gemm", "cutile.matmul", "cutile.softmax", "cutile.layernorm"}),
     "encoder": (lambda: encoder(), (2, 10, 32), {"cutile.matmul", "cutile.softmax", "cutile.layernorm"}),
+    "segmenter": (lambda: segmenter(), (2, 3, 28, 36), {"cutile.conv_fprop_gemm", "cutile.resample"}),
 }  # fmt: skip
 
 
