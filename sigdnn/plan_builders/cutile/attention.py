@@ -97,6 +97,7 @@ def tile_of(d: int) -> int:
 
 
 def ragged_kernel(kernel: str) -> KernelSource:
+    """The pack / unpack kernels' text (``_ragged_kernels.py``) with ``kernel`` bound to the one named."""
     return literal("_ragged_kernels.py", kernel, kernel)
 
 
