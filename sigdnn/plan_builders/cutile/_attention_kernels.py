@@ -23,6 +23,22 @@ ct: Any = None  # bound by the module the backend makes (cuda.tile or the CPU em
 INF_BITS = 0x7F800000  # float32 +inf's bits (a float literal inf is not a constant cuTile takes)
 
 
+def sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS):
+    """(rows_end, keys_end) of batch entry b: its sequence lengths where the node has them (rows and keys past
+    them take no part; LENGTHS is a constant, so cuTile compiles only the branch taken), else sq and skv."""
+    if LENGTHS:
+        batch = ct.full((1,), b, dtype=ct.int32)
+        rows_end = ct.reshape(ct.astype(ct.gather(len_q, batch), ct.int32), (1, 1))
+        return rows_end, ct.reshape(ct.astype(ct.gather(len_kv, batch), ct.int32), (1, 1))
+    return sq, skv
+
+
+def tile_f32(array, index, rows, cols):
+    """The rows x cols tile of a 4-D view at ``index`` (zero past its extent), as a 2-D float32 tile."""
+    tile = ct.load(array, index=index, shape=(1, 1, rows, cols), padding_mode=ct.PaddingMode.ZERO)
+    return ct.astype(ct.reshape(tile, (rows, cols)), ct.float32)
+
+
 @ct.kernel
 def attention(
     q, k, v, o, stats, len_q, len_kv,
@@ -40,12 +56,8 @@ def attention(
     b = ct.bid(1) // heads
     h = ct.bid(1) % heads
     kv = h // groups
-    rows_end, keys_end = sq, skv
-    if LENGTHS:  # this batch entry's sequence lengths: rows and keys past them take no part
-        rows_end = ct.reshape(ct.astype(ct.gather(len_q, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
-        keys_end = ct.reshape(ct.astype(ct.gather(len_kv, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
-    qt = ct.reshape(ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, TD), padding_mode=ct.PaddingMode.ZERO), (TM, TD))
-    qt = ct.astype(qt, ct.float32)
+    rows_end, keys_end = sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS)
+    qt = tile_f32(q, (b, h, i, 0), TM, TD)
     rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
     neg_inf = -ct.bitcast(ct.full((TM, TN), INF_BITS, dtype=ct.int32), ct.float32)
     m = ct.reshape(ct.max(neg_inf, axis=1), (TM, 1))
@@ -55,8 +67,7 @@ def attention(
     if CAUSAL:  # a constant: cuTile compiles only the branch taken
         tiles = ct.minimum(tiles, ct.cdiv((i + 1) * TM, TN))
     for j in range(tiles):
-        kt = ct.load(k, index=(b, kv, j, 0), shape=(1, 1, TN, TD), padding_mode=ct.PaddingMode.ZERO)
-        kt = ct.astype(ct.reshape(kt, (TN, TD)), ct.float32)
+        kt = tile_f32(k, (b, kv, j, 0), TN, TD)
         vt = ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO),
                         (TN, TV))  # fmt: skip
         key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
@@ -103,20 +114,13 @@ def attention_dq(
     b = ct.bid(1) // heads
     h = ct.bid(1) % heads
     kv = h // groups
-    rows_end, keys_end = sq, skv
-    if LENGTHS:  # a constant: cuTile compiles only the branch taken
-        rows_end = ct.reshape(ct.astype(ct.gather(len_q, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
-        keys_end = ct.reshape(ct.astype(ct.gather(len_kv, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
+    rows_end, keys_end = sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS)
     rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
     real = rows < rows_end
-    qt = ct.astype(ct.reshape(ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, TD), padding_mode=ct.PaddingMode.ZERO), (TM, TD)),
-                   ct.float32)  # fmt: skip
-    dot = ct.astype(ct.reshape(ct.load(d_o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO), (TM, TV)),
-                    ct.float32)  # fmt: skip
-    ot = ct.astype(ct.reshape(ct.load(o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO), (TM, TV)),
-                   ct.float32)  # fmt: skip
-    lse = ct.astype(ct.reshape(ct.load(stats, index=(b, h, i, 0), shape=(1, 1, TM, 1), padding_mode=ct.PaddingMode.ZERO), (TM, 1)),
-                    ct.float32)  # fmt: skip
+    qt = tile_f32(q, (b, h, i, 0), TM, TD)
+    dot = tile_f32(d_o, (b, h, i, 0), TM, TV)
+    ot = tile_f32(o, (b, h, i, 0), TM, TV)
+    lse = tile_f32(stats, (b, h, i, 0), TM, 1)
     dot = ct.where(real, dot, 0.0)
     delta = ct.sum(dot * ct.where(real, ot, 0.0), axis=1, keepdims=True)
     acc = ct.full((TM, TD), 0.0, dtype=ct.float32)
@@ -125,10 +129,8 @@ def attention_dq(
         tiles = ct.minimum(tiles, ct.cdiv((i + 1) * TM, TN))
     for j in range(tiles):
         key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
-        kt = ct.astype(ct.reshape(ct.load(k, index=(b, kv, j, 0), shape=(1, 1, TN, TD), padding_mode=ct.PaddingMode.ZERO), (TN, TD)),
-                       ct.float32)  # fmt: skip
-        vt = ct.astype(ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO), (TN, TV)),
-                       ct.float32)  # fmt: skip
+        kt = tile_f32(k, (b, kv, j, 0), TN, TD)
+        vt = tile_f32(v, (b, kv, j, 0), TN, TV)
         kt = ct.where(key_rows < keys_end, kt, 0.0)
         vt = ct.where(key_rows < keys_end, vt, 0.0)
         s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
@@ -158,15 +160,10 @@ def attention_dkdv(
     j = ct.bid(0)
     b = ct.bid(1) // (heads // groups)
     kv = ct.bid(1) % (heads // groups)
-    rows_end, keys_end = sq, skv
-    if LENGTHS:
-        rows_end = ct.reshape(ct.astype(ct.gather(len_q, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
-        keys_end = ct.reshape(ct.astype(ct.gather(len_kv, ct.full((1,), b, dtype=ct.int32)), ct.int32), (1, 1))
+    rows_end, keys_end = sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS)
     key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
-    kt = ct.astype(ct.reshape(ct.load(k, index=(b, kv, j, 0), shape=(1, 1, TN, TD), padding_mode=ct.PaddingMode.ZERO), (TN, TD)),
-                   ct.float32)  # fmt: skip
-    vt = ct.astype(ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO), (TN, TV)),
-                   ct.float32)  # fmt: skip
+    kt = tile_f32(k, (b, kv, j, 0), TN, TD)
+    vt = tile_f32(v, (b, kv, j, 0), TN, TV)
     kt = ct.where(key_rows < keys_end, kt, 0.0)
     vt = ct.where(key_rows < keys_end, vt, 0.0)
     cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
@@ -180,14 +177,10 @@ def attention_dkdv(
         for i in range(first, ct.cdiv(sq, TM)):
             rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
             real = rows < rows_end
-            qt = ct.load(q, index=(b, h, i, 0), shape=(1, 1, TM, TD), padding_mode=ct.PaddingMode.ZERO)
-            qt = ct.where(real, ct.astype(ct.reshape(qt, (TM, TD)), ct.float32), 0.0)
-            dot = ct.load(d_o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO)
-            dot = ct.where(real, ct.astype(ct.reshape(dot, (TM, TV)), ct.float32), 0.0)
-            ot = ct.load(o, index=(b, h, i, 0), shape=(1, 1, TM, TV), padding_mode=ct.PaddingMode.ZERO)
-            ot = ct.where(real, ct.astype(ct.reshape(ot, (TM, TV)), ct.float32), 0.0)
-            lse = ct.astype(ct.reshape(ct.load(stats, index=(b, h, i, 0), shape=(1, 1, TM, 1), padding_mode=ct.PaddingMode.ZERO),
-                                       (TM, 1)), ct.float32)  # fmt: skip
+            qt = ct.where(real, tile_f32(q, (b, h, i, 0), TM, TD), 0.0)
+            dot = ct.where(real, tile_f32(d_o, (b, h, i, 0), TM, TV), 0.0)
+            ot = ct.where(real, tile_f32(o, (b, h, i, 0), TM, TV), 0.0)
+            lse = tile_f32(stats, (b, h, i, 0), TM, 1)
             s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
             keep = (cols < keys_end) & real
             if CAUSAL:

@@ -288,8 +288,8 @@ LENGTH_PLANTS = {
     "padding_values_read": (False, "vt = ct.astype(ct.where(key_rows < keys_end, vt, 0.0), v.dtype)", "vt = vt"),
     "dq_padding_keys_read": (True, "        kt = ct.where(key_rows < keys_end, kt, 0.0)\n        vt = ct.where(key_rows < keys_end, vt, 0.0)\n        s",
                              "        s"),
-    "dkdv_padding_rows_read": (True, "qt = ct.where(real, ct.astype(ct.reshape(qt, (TM, TD)), ct.float32), 0.0)",
-                               "qt = ct.astype(ct.reshape(qt, (TM, TD)), ct.float32)"),
+    "dkdv_padding_rows_read": (True, "qt = ct.where(real, tile_f32(q, (b, h, i, 0), TM, TD), 0.0)",
+                               "qt = tile_f32(q, (b, h, i, 0), TM, TD)"),
 }  # fmt: skip
 
 
