@@ -101,36 +101,37 @@ def ragged_kernel(kernel: str) -> KernelSource:
     return literal("_ragged_kernels.py", kernel, kernel)
 
 
-def padded_copies(
-    node: Node, graph: Graph, placement: Mapping[str, str], outputs: frozenset[str], workspace: Workspace
-) -> tuple[dict[str, Arg], list[Launch], list[Launch]]:
-    """The ports a ragged offset places, each as a padded [B, H, S, E] copy in the workspace: their views, the
-    launches that unpack the inputs among them and those that pack the ``outputs`` back.
+def port_views(
+    node: Node, graph: Graph, ports: tuple[str, ...], placement: Mapping[str, str], outputs: frozenset[str]
+) -> tuple[dict[str, Arg], list[Launch], list[Launch], int]:
+    """Each port's kernel argument, and what it takes: a port a ragged offset places is a padded [B, H, S, E]
+    copy in the workspace, with a launch that unpacks it (an input) or packs it back (one of ``outputs``);
+    any other port is its tensor as declared. Returns (views, unpacks, packs, workspace bytes).
 
     ``placement``: port -> the forward tensor (q, k, v, o) whose ragged offsets and lengths place it.
     """
     op = node.op
-    views: dict[str, Arg] = {}
+    workspace = Workspace()
+    views = {p: port_view(node, graph, p) for p in ports}
     unpack: list[Launch] = []
     pack: list[Launch] = []
     for port, placer in placement.items():
-        offsets = getattr(op, placer + OFFSET_SUFFIX)
-        if offsets is None:
+        if getattr(op, placer + OFFSET_SUFFIX) is None:
             continue
         t = graph.tensors[getattr(op, port)]
         require_int32_spans(t)
         batch, heads, seq, dim = t.dims
-        padded = workspace.take(t.dims, graph.dtype_of(t).numpy.name)
-        views[port] = padded
+        padded = views[port] = workspace.take(t.dims, graph.dtype_of(t).numpy.name)
         packed = Arg(port, (t.size,), (1,))
-        index = (Arg(placer + OFFSET_SUFFIX, (batch + 1,), (1,)), Arg(RAGGED_LENGTHS[placer], (batch,), (1,)))
+        # each sequence's offset and length (the offsets' last element, their total, is not read)
+        index = tuple(Arg(p, (batch,), (1,)) for p in (placer + OFFSET_SUFFIX, RAGGED_LENGTHS[placer]))
         constants = (heads, seq, dim, *t.strides[1:], RAGGED_ROWS, pow2(dim))
         grid = (cdiv(seq, RAGGED_ROWS), batch * heads, 1)
         if port in outputs:
             pack.append(Launch(ragged_kernel("ragged_pack"), grid, (padded, *index, packed), constants))
         else:
             unpack.append(Launch(ragged_kernel("ragged_unpack"), grid, (packed, *index, padded), constants))
-    return views, unpack, pack
+    return views, unpack, pack, workspace.nbytes
 
 
 class CutileSdpaBuilder(CutileLaunchesBuilder):
@@ -147,12 +148,11 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
         lengths, has_lengths = length_args(node, graph)
         has_stats = op.stats is not None
         tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_stats, narrow_p, has_lengths)
-        workspace = Workspace()
-        padded, unpack, pack = padded_copies(node, graph, FORWARD_PLACEMENT, frozenset({"o"}), workspace)
         ports = ("q", "k", "v", "o", "stats" if has_stats else "o")  # o stands in for stats never written
-        args = (*(padded.get(p) or port_view(node, graph, p) for p in ports), *lengths)
+        view, unpack, pack, workspace = port_views(node, graph, ports, FORWARD_PLACEMENT, frozenset({"o"}))
+        args = (*(view[p] for p in ports), *lengths)
         grid = (cdiv(sq, TILE_ROWS), batch * heads, 1)
-        return [*unpack, Launch(kernel_source(), grid, args, (*constants, *tiles)), *pack], workspace.nbytes
+        return [*unpack, Launch(kernel_source(), grid, args, (*constants, *tiles)), *pack], workspace
 
 
 class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
@@ -169,11 +169,9 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
         batch, heads, kv_heads, sq, skv, d, dv = shape_of(self.name, node, graph)
         constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
         lengths, has_lengths = length_args(node, graph)
-        workspace = Workspace()
-        grads = frozenset({"dq", "dk", "dv"})
-        padded, unpack, pack = padded_copies(node, graph, BACKWARD_PLACEMENT, grads, workspace)
-        view = {p: padded.get(p) or port_view(node, graph, p) for p in ("q", "k", "v", "o", "d_o", "stats", *grads)}
-        ins = (*(view[p] for p in ("q", "k", "v", "o", "d_o", "stats")), *lengths)
+        reads, grads = ("q", "k", "v", "o", "d_o", "stats"), ("dq", "dk", "dv")
+        view, unpack, pack, workspace = port_views(node, graph, reads + grads, BACKWARD_PLACEMENT, frozenset(grads))
+        ins = (*(view[p] for p in reads), *lengths)
         tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_lengths)
         return [
             *unpack,
@@ -182,4 +180,4 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
             Launch(kernel_source("attention_dkdv"), (cdiv(skv, TILE_KEYS), batch * kv_heads, 1),
                    (*ins, view["dk"], view["dv"]), (*constants, *tiles)),
             *pack,
-        ], workspace.nbytes  # fmt: skip
+        ], workspace  # fmt: skip
