@@ -228,10 +228,11 @@ def test_an_input_without_n_and_c_is_refused() -> None:
 
 @pytest.mark.parametrize(("shape", "sizes", "scales"), [((1, 2, 4, 5), (1, 2, 8, 15), None),
                                                         ((1, 2, 4, 5), None, (1.0, 1.0, 3.0, 2.0)),
-                                                        ((1, 1, 6, 7), (1, 1, 4, 3), None)])  # fmt: skip
+                                                        ((1, 1, 6, 7), (1, 1, 4, 3), None),
+                                                        ((1, 1, 1, 4), None, (1.0, 1.0, 1.5, 2.0))])  # fmt: skip
 def test_onnxs_default_nearest_is_taken_where_no_sample_ties(shape, sizes, scales) -> None:  # type: ignore[no-untyped-def]
     """half_pixel with round_prefer_floor (ONNX's default) rounds as resample wherever no position is k + 1/2:
-    integer upscales, and 6 -> 4 / 7 -> 3."""
+    integer upscales, 6 -> 4 / 7 -> 3, and 1 -> 1 at a scale of 3/2 (its first tie would be output 1)."""
     x = RNG.standard_normal(shape).astype(np.float32)
     data = model(x, scales, sizes, mode="nearest")
     np.testing.assert_array_equal(ours(data, x), onnxruntime(data, x))

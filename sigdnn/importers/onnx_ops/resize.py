@@ -36,7 +36,11 @@ LINEAR_COORDINATES = {
     "align_corners": "align_corners",
     "asymmetric": "asymmetric",
 }
-NEAREST_CONVENTIONS = {("half_pixel", "round_prefer_ceil"): "half_pixel", ("asymmetric", "floor"): "asymmetric"}
+NEAREST_CONVENTIONS = {
+    ("half_pixel", "round_prefer_ceil"): "half_pixel",
+    ("half_pixel", "round_prefer_floor"): "half_pixel",  # the same wherever no sample ties (checked)
+    ("asymmetric", "floor"): "asymmetric",
+}
 
 
 @onnx_op("Resize")
@@ -63,8 +67,6 @@ def resize(node: OnnxNode) -> list[Value]:
     elif mode == "nearest":
         coordinates = NEAREST_CONVENTIONS.get((transform, rounding))
         resample_mode = "nearest"
-        tie_break = (transform, rounding) == ("half_pixel", "round_prefer_floor")  # the same where no sample ties
-        coordinates = "half_pixel" if tie_break else coordinates
     else:
         raise node.refuse(f"mode {mode!r}; supported: 'nearest', 'linear'")
     if coordinates is None:
@@ -81,20 +83,20 @@ def resize(node: OnnxNode) -> list[Value]:
     if given is None or len(given) != len(axes):
         raise node.refuse(f"give {len(axes)} scales or sizes (one per axis of {axes}), got {given}")
     per_axis = dict(zip(axes, given))
-    if sizes is not None:
+    factors = None if scales is None else [float(per_axis.get(a, 1.0)) for a in range(rank)]  # axes left out: 1
+    if factors is None:
         out = [int(per_axis.get(a, dims[a])) for a in range(rank)]
     else:
-        out = [math.floor(dims[a] * float(per_axis.get(a, 1.0))) for a in range(rank)]
+        out = [math.floor(d * f) for d, f in zip(dims, factors)]
     if out[:2] != list(dims[:2]):
         raise node.refuse(f"output dims {out} change N or C of {list(dims)}; resample resizes spatial dims only")
-    if transform == "align_corners" and sizes is None and any(o != dims[a] * float(per_axis.get(a, 1.0))
-                                                              for a, o in enumerate(out)):  # fmt: skip
+    if transform == "align_corners" and factors is not None and out != [d * f for d, f in zip(dims, factors)]:
         raise node.refuse(
-            f"align_corners with scales giving fractional lengths {[dims[a] * per_axis.get(a, 1.0) for a in axes]}: "
+            f"align_corners with scales giving fractional lengths {[d * f for d, f in zip(dims, factors)]}: "
             "ONNX places its samples by the unrounded length, resample (as torch and onnxruntime) by the output's"
         )
-    if mode == "nearest" and tie_break:
-        tie = _first_tie(dims, out, scales and [float(per_axis.get(a, 1.0)) for a in range(rank)])
+    if (mode, transform, rounding) == ("nearest", "half_pixel", "round_prefer_floor"):
+        tie = _first_tie(dims, out, factors)
         if tie is not None:
             raise node.refuse(
                 f"nearest with half_pixel and round_prefer_floor: output {tie[1]} of axis {tie[0]} samples "
@@ -106,19 +108,21 @@ def resize(node: OnnxNode) -> list[Value]:
     name = node.fresh("")
     if sizes is not None:
         return [node.graph.resample(x, resample_mode, dims=out, coordinates=coordinates, name=name)]
-    spatial = [float(per_axis.get(a, 1.0)) for a in range(2, rank)]
-    return [node.graph.resample(x, resample_mode, scales=spatial, coordinates=coordinates, name=name)]
+    return [node.graph.resample(x, resample_mode, scales=factors[2:], coordinates=coordinates, name=name)]
 
 
 def _first_tie(dims: tuple[int, ...], out: list[int], scales: list[float] | None) -> tuple[int, int] | None:
-    """(axis, output) of the first half_pixel sample exactly halfway between two inputs, or None: its position
-    is (o + 1/2) * in / out - 1/2 (by sizes) or (o + 1/2) / scale - 1/2 (by scales), in exact fractions."""
+    """(axis, output) of the first half_pixel sample exactly halfway between two inputs, or None.
+
+    Output o samples at (o + 1/2) step - 1/2 (step = in / out by sizes, 1 / scale by scales), halfway when
+    (2o + 1) step is an even integer. With step = p / q in lowest terms that needs q to divide the odd 2o + 1
+    (so q is odd, 2o + 1 = q r with r odd) and r p even, so p even: then the first tie is 2o + 1 = q.
+    """
     for axis in range(2, len(dims)):
         step = Fraction(dims[axis], out[axis]) if scales is None else 1 / Fraction(scales[axis])
-        for o in range(out[axis]):
-            position = (o + Fraction(1, 2)) * step - Fraction(1, 2)
-            if position - math.floor(position) == Fraction(1, 2):
-                return axis, o
+        first = (step.denominator - 1) // 2
+        if step.denominator % 2 and step.numerator % 2 == 0 and first < out[axis]:
+            return axis, first
     return None
 
 
