@@ -247,6 +247,7 @@ class BoundPlan:
         self._pack_keys: tuple[tuple[str, ...], tuple[int, ...]] | None = None  # (names, their uids): ``_resolve``
         self._staging: dict[int, Any] = {}  # uid -> device buffer for host arrays and graph scalars (fixed address)
         self._scalar_values: dict[int, bytes] = {}  # uid -> the value the staged scalar holds
+        self._constants_held: set[int] = set()  # graph constants whose staging holds their data
         self._steps = [s for s in plan.steps if getattr(s.plan, "launches", None) != 0]  # views launch nothing
         io = set(self._io) | set(plan.memory.input_views)  # a view of an input moves with it
         self._touches_io = [any(u in io for u in s.bindings.values()) for s in self._steps]
@@ -317,6 +318,12 @@ class BoundPlan:
                         self._move(ours)
                         _upload(self.context, np.full(t.dims, value, dtype=dtype.numpy), staged, t, dtype)
                         self._scalar_values[uid] = value.tobytes()
+                elif obj is None and t.data is not None:  # a graph constant: uploaded once, kept on the device
+                    staged = self.buffers[uid] = self._staged(uid)
+                    if uid not in self._constants_held:
+                        self._move(ours)
+                        _upload(self.context, t.constant(), staged, t, dtype)
+                        self._constants_held.add(uid)
                 elif obj is None:  # an output the caller did not give: a fresh buffer per run
                     self._move(ours)
                     self.buffers[uid] = _strided(self.context, t, dtype)
@@ -330,6 +337,7 @@ class BoundPlan:
                     else:
                         self._move(ours)
                         _upload(self.context, obj, staged, t, dtype)
+                        self._constants_held.discard(uid)  # a constant overridden: its staging holds the caller's
                 else:
                     self.buffers[uid] = self._device_view(uid, obj, t, dtype)
             for uid, root, offset, t, dtype in self._input_views:

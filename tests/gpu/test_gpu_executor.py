@@ -143,3 +143,22 @@ def test_a_gemm_reads_the_callers_weights_through_a_transposed_view(cuda_graphs:
         got = ex.execute(plan, {n: t.cuda() for n, t in host.items()}, out="torch")["dx"]
         want = host["dy"].double() @ host["w"].double().T
         torch.testing.assert_close(got.cpu().double(), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_graph_constants_reach_the_device_on_every_run(cuda_graphs: bool) -> None:
+    """An ONNX model's weights are graph constants: the bound plan uploads them once and keeps them, and a
+    caller's override of one is used for its run only (every torchvision export ran with zeros in their place)."""
+    _skip_without_gpu()
+    rng = np.random.default_rng(3)
+    g = sigdnn.Graph("constants", io_dtype="float32", compute_dtype="float32")
+    x = g.tensor("x", dims=(2, 64, 96))
+    w = g.constant("w", rng.standard_normal((1, 64, 96)).astype(np.float32))
+    g.pointwise("mul", x, w, name="scale").set_output(True).set_name("y")
+    xs = rng.standard_normal((2, 64, 96)).astype(np.float32)
+    override = rng.standard_normal((1, 64, 96)).astype(np.float32)
+    ex = sigdnn.Executor("gpu", cuda_graphs=cuda_graphs)
+    plan = ex.prepare(g)
+    for pack, weight in (({}, w.constant()), ({}, w.constant()), ({"w": override}, override), ({}, w.constant())):
+        got = ex.execute(plan, {"x": xs, **pack})["y"]
+        np.testing.assert_array_equal(got, xs * weight)

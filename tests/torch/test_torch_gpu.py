@@ -72,7 +72,7 @@ def test_delta_rule_and_its_backward_on_cuda(kind):
     h0 = torch.randn(len(lengths), heads, dim, dim) * 0.1
     results = {}
     for device in ("cpu", "cuda"):
-        leaves = [t.to(device).requires_grad_(True) for t in (q, k, v, g, beta, h0)]
+        leaves = [t.detach().to(device).requires_grad_(True) for t in (q, k, v, g, beta, h0)]
         o, final = getattr(torch.ops.sigdnn, kind)(*leaves[:5], cu.to(device), leaves[5], None, False, True)
         o.backward(d_o.to(device))
         results[device] = [o.detach(), final.detach(), *(t.grad for t in leaves)]
