@@ -167,20 +167,48 @@ def _reduction(g: Graph, rng: np.random.Generator, size: int) -> None:
     _outputs(g.reduction(g.tensor("x", dims), mode, axes=_axes(rng, len(dims)), name="red"))
 
 
+def _token_major(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """Packed strides of a [B, H, S, E] tensor stored [B, S, H, E] (how ragged sequences lie token by token)."""
+    _, h, s, e = dims
+    return (s * h * e, e, h * e, 1)
+
+
+def _varlen(g: Graph, rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> tuple[dict, dict]:
+    """(layout strides by port, the node's varlen keywords): none, padding lengths, or lengths with ragged
+    offsets for a random choice of q / k / v / o laid out token by token."""
+    if rng.random() < 0.5:
+        return {}, {}
+    b = shapes["q"][0]
+    lengths = {n: g.tensor(n, (b,), dtype=str(rng.choice(["int32", "int64"]))) for n in ("seq_len_q", "seq_len_kv")}
+    chosen = [p for p in "qkvo" if rng.random() < 0.5] if rng.random() < 0.6 else []
+    strides = {p: _token_major(shapes[p]) for p in chosen}
+    offsets = {p: g.tensor(f"{p}_ragged_offset", (b + 1,), dtype="int64") for p in chosen}
+    return strides, {**lengths, "ragged_offsets": offsets}
+
+
 def _attention(kind: str) -> Builder:
     def build(g: Graph, rng: np.random.Generator, size: int) -> None:
         b, hkv, groups = _extent(rng, 1, 2, size), int(rng.integers(1, 3)), int(rng.integers(1, 3))
         sq, skv, d, dv = (_extent(rng, 1, 9, size) for _ in range(4))
-        q, k = g.tensor("q", (b, hkv * groups, sq, d)), g.tensor("k", (b, hkv, skv, d))
-        v = g.tensor("v", (b, hkv, skv, dv))
+        hq = hkv * groups
+        shapes = {"q": (b, hq, sq, d), "k": (b, hkv, skv, d), "v": (b, hkv, skv, dv), "o": (b, hq, sq, dv)}
+        strides, varlen = _varlen(g, rng, shapes)
+        q, k, v = (g.tensor(p, shapes[p], strides=strides.get(p)) for p in "qkv")
         bias = g.tensor("bias", (1, 1, sq, skv)) if rng.random() < 0.4 else None
         causal, scale = bool(rng.random() < 0.5), float(rng.uniform(0.1, 1.0))
         if kind == "sdpa":
-            _outputs(*g.sdpa(q, k, v, scale, bias, use_causal_mask=causal, generate_stats=True, name="sdpa"))
+            found = g.sdpa(q, k, v, scale, bias, use_causal_mask=causal, generate_stats=True, name="sdpa", **varlen)
+            if "o" in strides:
+                found[0].set_stride(strides["o"])
+            _outputs(*found)
             return
-        o, do = g.tensor("o", (b, hkv * groups, sq, dv)), g.tensor("d_o", (b, hkv * groups, sq, dv))
-        stats = g.tensor("stats", (b, hkv * groups, sq, 1), dtype="float32")
-        _outputs(*g.sdpa_backward(q, k, v, o, do, stats, scale, bias, use_causal_mask=causal, name="sdpa_bwd"))
+        o, do = (g.tensor(n, shapes["o"], strides=strides.get("o")) for n in ("o", "d_o"))
+        stats = g.tensor("stats", (b, hq, sq, 1), dtype="float32")
+        grads = g.sdpa_backward(q, k, v, o, do, stats, scale, bias, use_causal_mask=causal, name="sdpa_bwd", **varlen)
+        for grad, port in zip(grads, "qkv"):
+            if port in strides:
+                grad.set_stride(strides[port])
+        _outputs(*grads)
 
     return build
 

@@ -7,7 +7,10 @@ only -inf giving o = 0 and stats = -inf; stats = max + log(sum). Backward:
 p = exp(s - stats), dv = p^T do, dp = do v^T, ds = (dp - rowsum(do * o)) p
 attn_scale, dq = ds k, dk = ds^T q, dk and dv summed over the query heads
 sharing a kv head. Every product is a float64 GEMM; the scores are whole
-[Sq, Skv] matrices per head.
+[Sq, Skv] matrices per head. Variable lengths (``varlen.py``): keys past
+seq_len_kv and padding query rows are masked like the causal keys (a padding
+row: o = 0, stats = -inf, dq = 0), padding rows of every operand read as 0,
+and ragged tensors are unpacked to the padded form and packed back.
 """
 
 from __future__ import annotations
@@ -19,9 +22,13 @@ import numpy as np
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.graph.ops.sdpa import VARLEN_PORTS
+from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.gpu_reference.arrays import Array, row_major_index, where
 from sigdnn.plan_builders.gpu_reference.base import Formula, GpuReferenceBuilder
+from sigdnn.plan_builders.gpu_reference.varlen import Varlen
 from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.runtime.device import Device
 
 
 def per_query_head(kv: Array, hq: int) -> Array:
@@ -40,14 +47,13 @@ def bmm(a: Array, b: Array, transpose_b: bool = False) -> Array:
     return c.reshape(*lead, *c.shape[1:])
 
 
-def scores(q: Array, k: Array, bias: Array | None, attn_scale: float, causal: bool) -> Array:
+def scores(q: Array, k: Array, bias: Array | None, attn_scale: float, hidden: np.ndarray | None) -> Array:
+    """attn_scale * q k^T (+ bias), -inf where ``hidden`` ([B, 1, Sq, Skv], host-made) is True."""
     s = bmm(q, k, transpose_b=True) * attn_scale
     if bias is not None:
         s = s + bias
-    if causal:
-        sq, skv = s.shape[2:]
-        later = np.arange(skv)[None, :] > np.arange(sq)[:, None]
-        s = where(Array.from_host(q.gpu, later.astype(np.float64)), -math.inf, s)
+    if hidden is not None:
+        s = where(Array.from_host(q.gpu, hidden.astype(np.float64)), -math.inf, s)
     return s
 
 
@@ -56,15 +62,17 @@ def shift(m: Array) -> Array:
     return where(m == -math.inf, 0.0, m)
 
 
-def sdpa(q: Array, k: Array, v: Array, bias: Array | None, attn_scale: float, causal: bool) -> tuple[Array, Array]:
+def sdpa(i: dict[str, Array | None], attn_scale: float, causal: bool, run: Varlen) -> tuple[Array, Array]:
+    q, k, v = (run.unpack(i, p) for p in ("q", "k", "v"))
+    q, k, v = run.zero_outside(q, "seq_len_q"), run.zero_outside(k, "seq_len_kv"), run.zero_outside(v, "seq_len_kv")
     hq = q.shape[1]
-    s = scores(q, per_query_head(k, hq), bias, attn_scale, causal)
+    s = scores(q, per_query_head(k, hq), i.get("bias"), attn_scale, run.hidden(causal, q.shape[2], k.shape[2]))
     m = s.reduce("MAX", (3,))
     p = (s - shift(m)).apply("EXP")
     total = p.reduce("SUM", (3,))
     out = bmm(p, per_query_head(v, hq)) / total
     stats = where(m == math.inf, math.inf, m + total.apply("LOG"))
-    return where(total == 0.0, 0.0, out), stats
+    return run.pack("o", where(total == 0.0, 0.0, out)), stats
 
 
 def fold_heads(grad: Array, hkv: int) -> Array:
@@ -73,21 +81,34 @@ def fold_heads(grad: Array, hkv: int) -> Array:
     return grad.reshape(b, hkv, hq // hkv, s, d).reduce("SUM", (2,), keepdims=False)
 
 
-def sdpa_backward(i: dict[str, Array | None], attn_scale: float, causal: bool) -> tuple[Array, Array, Array]:
-    q, k, v, o, do = i["q"], i["k"], i["v"], i["o"], i["d_o"]
+def sdpa_backward(
+    i: dict[str, Array | None], attn_scale: float, causal: bool, run: Varlen
+) -> tuple[Array, Array, Array]:
+    q, k, v, o, do = (run.unpack(i, p) for p in ("q", "k", "v", "o", "d_o"))
+    q, o, do = (run.zero_outside(x, "seq_len_q") for x in (q, o, do))
+    k, v = (run.zero_outside(x, "seq_len_kv") for x in (k, v))
     hq, hkv = q.shape[1], k.shape[1]
     k_full, v_full = per_query_head(k, hq), per_query_head(v, hq)
-    s = scores(q, k_full, i.get("bias"), attn_scale, causal)
+    hidden = run.hidden(causal, q.shape[2], k.shape[2])
+    s = scores(q, k_full, i.get("bias"), attn_scale, hidden)
     p = (s - shift(i["stats"])).apply("EXP")
+    if hidden is not None:  # whatever stats holds in a padding row
+        p = where(Array.from_host(q.gpu, hidden.astype(np.float64)), 0.0, p)
     delta = (do * o).reduce("SUM", (3,))
     dv = bmm(p.transpose(0, 1, 3, 2), do)
     ds = (bmm(do, v_full, transpose_b=True) - delta) * p * attn_scale
     dq = bmm(ds, k_full)
     dk = bmm(ds.transpose(0, 1, 3, 2), q)
-    return dq, fold_heads(dk, hkv), fold_heads(dv, hkv)
+    return run.pack("dq", dq), run.pack("dk", fold_heads(dk, hkv)), run.pack("dv", fold_heads(dv, hkv))
 
 
-class GpuReferenceSdpa(GpuReferenceBuilder):
+class _VarlenGpuReference(GpuReferenceBuilder):
+    def check(self, node: Node, graph: Graph, device: Device) -> None:
+        """Floating point apart from the integer length and offset ports."""
+        decline_non_float(node, graph, integer_ports=VARLEN_PORTS)
+
+
+class GpuReferenceSdpa(_VarlenGpuReference):
     name: ClassVar[str] = "gpu_reference.sdpa"
     engine_id: ClassVar[int] = IN_TREE[name]
     ops: ClassVar[tuple[str, ...]] = ("sdpa",)
@@ -96,13 +117,13 @@ class GpuReferenceSdpa(GpuReferenceBuilder):
         op = node.op
 
         def run(i: dict[str, Array | None]) -> dict[str, Array]:
-            o, stats = sdpa(i["q"], i["k"], i["v"], i.get("bias"), op.attn_scale, op.use_causal_mask)
+            o, stats = sdpa(i, op.attn_scale, op.use_causal_mask, Varlen(node, graph, i))
             return {"o": o, "stats": stats}
 
         return run
 
 
-class GpuReferenceSdpaBackward(GpuReferenceBuilder):
+class GpuReferenceSdpaBackward(_VarlenGpuReference):
     name: ClassVar[str] = "gpu_reference.sdpa_backward"
     engine_id: ClassVar[int] = IN_TREE[name]
     ops: ClassVar[tuple[str, ...]] = ("sdpa_backward",)
@@ -111,7 +132,7 @@ class GpuReferenceSdpaBackward(GpuReferenceBuilder):
         op = node.op
 
         def run(i: dict[str, Array | None]) -> dict[str, Array]:
-            dq, dk, dv = sdpa_backward(i, op.attn_scale, op.use_causal_mask)
+            dq, dk, dv = sdpa_backward(i, op.attn_scale, op.use_causal_mask, Varlen(node, graph, i))
             return {"dq": dq, "dk": dk, "dv": dv}
 
         return run

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 import pytest
-from gpu_reference_emulation import make_available, worst_ulps
+from gpu_reference_emulation import agreement_ulps, make_available, run_both, worst_ulps
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
@@ -200,3 +200,49 @@ def test_the_float64_output_comparison_rounds_to_float32() -> None:
     a = np.array([1.0, 2.0, math.nan])
     b = np.array([1.0 + 2.0**-52, 2.0 + 2.0**-22, math.nan])  # 1 float64 ulp: 0; one float32 ulp: 1
     assert agreement_ulps(a, b).tolist() == [0, 1, 0]
+
+
+@pytest.mark.parametrize("op", ["sdpa", "sdpa_backward"])
+def test_variable_length_attention_agrees(op: str) -> None:
+    """Padding lengths and ragged (token-packed) tensors: masks and index maps made from the lengths and
+    offsets the GPU reference reads back, against the CPU reference's unpack / pack (0 outside every sequence
+    on both sides, so whole outputs compare)."""
+    rng = np.random.default_rng(35)
+    ragged = padded = 0
+    while ragged < 6 or padded < 3:
+        graph = cases.random_case(op, rng, str(rng.choice(["float32", "bfloat16", "float64"])))
+        ports = graph.nodes[0].op.ports()
+        if "seq_len_q" not in ports:
+            continue
+        check(graph, int(rng.integers(100)))
+        if any(p.endswith("_ragged_offset") for p in ports):
+            ragged += 1
+        else:
+            padded += 1
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["sdpa", "sdpa_backward"])
+def test_padding_rows_holding_nan_do_not_reach_the_sequences(backward: bool) -> None:
+    """Rows past each length hold NaN and inf (a caller's uninitialized padding): they are read as 0, as the CPU
+    reference reads them, so no product of a masked 0 with them leaks a NaN into a sequence."""
+    g = sigdnn.Graph("padded", io_dtype="float32", compute_dtype="float32")
+    q, k, v = g.tensor("q", (2, 2, 5, 4)), g.tensor("k", (2, 1, 6, 4)), g.tensor("v", (2, 1, 6, 3))
+    lengths = {n: g.tensor(n, (2,), dtype="int32") for n in ("seq_len_q", "seq_len_kv")}
+    if backward:
+        o, do = g.tensor("o", (2, 2, 5, 3)), g.tensor("d_o", (2, 2, 5, 3))
+        stats = g.tensor("stats", (2, 2, 5, 1))
+        for t in g.sdpa_backward(q, k, v, o, do, stats, 0.5, None, False, name="bwd", **lengths):
+            t.set_output(True)
+    else:
+        for t in g.sdpa(q, k, v, 0.5, None, False, True, name="sdpa", **lengths):
+            t.set_output(True)
+    inputs = random_inputs(g, 3)
+    inputs["seq_len_q"], inputs["seq_len_kv"] = np.array([3, 5], np.int32), np.array([4, 2], np.int32)
+    for name, length in (("q", 3), ("k", 4), ("v", 4), ("o", 3), ("d_o", 3), ("stats", 3)):
+        if name in inputs:
+            inputs[name][0, :, length:] = np.nan
+            inputs[name][0, :, -1] = np.inf
+    got, want = run_both(g, inputs)
+    for name in want:
+        assert not np.isnan(want[name]).any() and not np.isnan(got[name]).any(), name
+        assert agreement_ulps(got[name], want[name]).max() <= 1, name

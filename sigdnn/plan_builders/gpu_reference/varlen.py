@@ -1,0 +1,96 @@
+"""Variable-length attention on the GPU reference: padding masks and ragged (token-packed) tensors.
+
+The sequence lengths and ragged offsets (B and B + 1 elements) come back to
+the host, are checked as the CPU reference checks them (``graph/ops/ragged.py``:
+an ExecutionError naming the tensor) and become host-made masks and index
+maps: a ragged input is gathered into its padded [B, H, S, E] form (0 past
+each sequence's length), a padded output gathered back into the logical
+array whose storage holds each sequence at its place (0 elsewhere), as the
+CPU reference's unpack / pack. The math then sees padding masks only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops import ragged
+from sigdnn.graph.ops.sdpa_backward import GRADIENT_OF
+from sigdnn.graph.tensor import Tensor
+from sigdnn.plan_builders.gpu_reference.arrays import Array, where
+from sigdnn.plan_builders.gpu_reference.tensors import offsets
+
+
+class Varlen:
+    """One run's sequence lengths and ragged placements for an attention node."""
+
+    def __init__(self, node: Node, graph: Graph, ins: Mapping[str, Array | None]) -> None:
+        op = node.op
+        where_ = f"node '{node.name}'"
+        q, k = (graph.tensors[getattr(op, p)] for p in ("q", "k"))
+        self.batch = q.dims[0]
+        self.lengths: dict[str, np.ndarray | None] = {}
+        for port, bound in (("seq_len_q", q.dims[2]), ("seq_len_kv", k.dims[2])):
+            uid, value = getattr(op, port), ins.get(port)
+            host = None if uid is None or value is None else value.host()
+            self.lengths[port] = (
+                None if host is None else ragged.lengths_of(where_, graph.tensors[uid].name, host, bound)
+            )
+        self.places: dict[str, tuple[Tensor, np.ndarray, np.ndarray]] = {}
+        ports = op.ports()
+        for port in ragged.ragged_ports(op):
+            name = port + ragged.OFFSET_SUFFIX
+            offsets_of = ins[name].host()  # type: ignore[union-attr]
+            length = self.lengths["seq_len_q" if port in ("q", "o") else "seq_len_kv"]
+            for placed in (port, *(g for g, p in GRADIENT_OF.items() if p == port and g in ports)):
+                t = graph.tensors[ports[placed]]
+                output = placed in op.outputs()
+                found = ragged.positions(where_, graph.tensors[getattr(op, name)].name, t, offsets_of, length, output)
+                self.places[placed] = (t, *found)
+
+    def hidden(self, causal: bool, sq: int, skv: int) -> np.ndarray | None:
+        """Bool [B, 1, Sq, Skv]: the scores masked to -inf (causal, padding keys, padding rows); None: none is."""
+        lq, lkv = self.lengths["seq_len_q"], self.lengths["seq_len_kv"]
+        if not causal and lq is None and lkv is None:
+            return None
+        rows = np.arange(sq)[None, :]
+        limit = np.full((self.batch, sq), skv, dtype=np.int64)
+        if causal:
+            limit = np.minimum(limit, rows + 1)
+        if lkv is not None:
+            limit = np.minimum(limit, lkv[:, None])
+        if lq is not None:
+            limit = np.where(rows < lq[:, None], limit, 0)
+        return np.arange(skv)[None, None, None, :] >= limit[:, None, :, None]
+
+    def zero_outside(self, x: Array, port: str) -> Array:
+        """x [B, H, S, E] with rows past the length ``port`` gives set to 0 (the CPU reference's operands)."""
+        lengths = self.lengths[port]
+        if lengths is None:
+            return x
+        outside = np.arange(x.shape[2])[None, None, :, None] >= lengths[:, None, None, None]
+        return where(Array.from_host(x.gpu, outside.astype(np.float64)), 0.0, x)
+
+    def unpack(self, ins: Mapping[str, Array | None], port: str) -> Array:
+        """A ragged input's padded form (each sequence's elements, 0 past its length); others as read."""
+        value = ins[port]
+        if port not in self.places:
+            return value  # type: ignore[return-value]
+        t, pos, inside = self.places[port]
+        logical = np.empty(t.size, dtype=np.int64)
+        logical[offsets(t.dims, t.strides).reshape(-1)] = np.arange(t.size)  # storage position -> logical index
+        index = np.where(inside, logical[np.where(inside, pos, 0)], -1)
+        return value.reshape(-1).take(index)  # type: ignore[union-attr]
+
+    def pack(self, port: str, value: Array) -> Array:
+        """A padded output as the logical array whose storage holds each sequence at its place, 0 elsewhere."""
+        if port not in self.places:
+            return value
+        t, pos, inside = self.places[port]
+        mask = np.broadcast_to(inside, pos.shape)
+        source = np.full(t.size, -1, dtype=np.int64)  # storage position -> flat index into the padded value
+        source[pos[mask]] = np.flatnonzero(mask)
+        return value.reshape(-1).take(source[offsets(t.dims, t.strides)])
