@@ -3,7 +3,7 @@
     python benchmarks/models.py --dry-run     # no GPU: every model planned at full size (steps, memory, declines)
     python benchmarks/models.py               # on the GPU: vs torch eager and torch.compile (needs Triton)
     python benchmarks/models.py --models resnet50 --iters 20 --no-compile --profile   # + the slowest steps
-    python benchmarks/models.py --onnx DIR [--dry-run]   # torchvision's ONNX exports vs onnxruntime, strict on the GPU
+    python benchmarks/models.py --onnx DIR [--dry-run] [--onnx-models NAME ...]   # vs onnxruntime, strict on the GPU
 
 Per model on the GPU: time per execute (median of CUDA-event-timed runs after warm-up) for sigdnn, torch eager
 and torch.compile on the same inputs (models_torch.py: each model in torch's functional ops); sigdnn's steps,
@@ -66,8 +66,7 @@ ONNX_MODELS = ("resnet50", "resnext50_32x4d", "wide_resnet50_2", "densenet121", 
                "efficientnet_b0", "efficientnet_v2_s", "regnet_y_400mf", "convnext_tiny", "vit_b_16", "swin_t",
                "maxvit_t", "fcn_resnet50", "deeplabv3_resnet50", "deeplabv3_mobilenet_v3_large",
                "lraspp_mobilenet_v3_large", "r3d_18", "mc3_18", "r2plus1d_18", "swin3d_t")  # fmt: skip
-VIDEO = {"r3d_18": (1, 3, 16, 112, 112), "mc3_18": (1, 3, 16, 112, 112), "r2plus1d_18": (1, 3, 16, 112, 112),
-         "swin3d_t": (1, 3, 16, 112, 112)}  # fmt: skip
+VIDEO = dict.fromkeys(("r3d_18", "mc3_18", "r2plus1d_18", "swin3d_t"), (1, 3, 16, 112, 112))
 
 
 def torchvision_net(name: str) -> Any:
@@ -246,7 +245,7 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, prof
             print("\n".join(f"    {row}" for row in report.table().splitlines() if "FAIL" in row or "worst" in row))
 
 
-def onnx_models(directory: Path, on_gpu: bool, iters: int) -> None:
+def onnx_models(directory: Path, on_gpu: bool, iters: int, names: list[str]) -> None:
     """torchvision's models as torch.onnx.export writes them (opset 17, batch 1, 224x224 or a video's 16 x 112x112,
     into DIR when torchvision is installed; else the .onnx files already there): imported, run against onnxruntime
     (CPU) on the reference (with the steps no GPU builder takes) or strict on the GPU, timed against torch eager."""
@@ -256,7 +255,7 @@ def onnx_models(directory: Path, on_gpu: bool, iters: int) -> None:
     from sigdnn.importers import onnx as onnx_import
 
     directory.mkdir(parents=True, exist_ok=True)
-    for name in ONNX_MODELS:
+    for name in names:
         x = np.random.default_rng(0).standard_normal(VIDEO.get(name, (1, 3, 224, 224))).astype(np.float32)
         path = directory / f"{name}.onnx"
         if not path.exists() and importlib.util.find_spec("torchvision") is not None:
@@ -307,9 +306,10 @@ def main() -> None:
     parser.add_argument("--no-validate", action="store_true", help="skip validate at the validation sizes")
     parser.add_argument("--profile", action="store_true", help="also list each model's slowest steps")
     parser.add_argument("--onnx", type=Path, metavar="DIR", help="torchvision's ONNX exports in DIR (see onnx_models)")
+    parser.add_argument("--onnx-models", nargs="+", choices=ONNX_MODELS, default=ONNX_MODELS, metavar="NAME")
     args = parser.parse_args()
     if args.onnx:
-        onnx_models(args.onnx, not args.dry_run, args.iters)
+        onnx_models(args.onnx, not args.dry_run, args.iters, args.onnx_models)
         return
     if args.dry_run:
         dry_run(args.models)
