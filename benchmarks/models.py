@@ -3,7 +3,7 @@
     python benchmarks/models.py --dry-run     # no GPU: every model planned at full size (steps, memory, declines)
     python benchmarks/models.py               # on the GPU: vs torch eager and torch.compile (needs Triton)
     python benchmarks/models.py --models resnet50 --iters 20 --no-compile --profile   # + the slowest steps
-    python benchmarks/models.py --onnx DIR [--dry-run] [--onnx-models NAME ...]   # vs onnxruntime, strict on the GPU
+    python benchmarks/models.py --onnx DIR [--dry-run] [--onnx-models NAME ...] [--profile]   # vs onnxruntime
 
 Per model on the GPU: time per execute (median of CUDA-event-timed runs after warm-up) for sigdnn, torch eager
 and torch.compile on the same inputs (models_torch.py: each model in torch's functional ops); sigdnn's steps,
@@ -168,8 +168,7 @@ def device_inputs(torch: Any, graph: sigdnn.Graph, grad: bool) -> dict[str, Any]
 
 
 def host_inputs(graph: sigdnn.Graph) -> dict[str, Any]:
-    """validate's inputs: the timed run's initialization (``parameter_like``) on the host, so activations stay in
-    range through the model's depth (unit-variance weights overflow bfloat16 by ResNet-50's third stage)."""
+    """validate's inputs: the timed run's initialization on the host (unit variance overflows bf16 in ResNet-50)."""
     import torch
     from models_torch import parameter_like
 
@@ -245,7 +244,7 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, prof
             print("\n".join(f"    {row}" for row in report.table().splitlines() if "FAIL" in row or "worst" in row))
 
 
-def onnx_models(directory: Path, on_gpu: bool, iters: int, names: list[str]) -> None:
+def onnx_models(directory: Path, on_gpu: bool, iters: int, names: list[str], profile: bool) -> None:
     """torchvision's models as torch.onnx.export writes them (opset 17, batch 1, 224x224 or a video's 16 x 112x112,
     into DIR when torchvision is installed; else the .onnx files already there): imported, run against onnxruntime
     (CPU) on the reference (with the steps no GPU builder takes) or strict on the GPU, timed against torch eager."""
@@ -291,6 +290,7 @@ def onnx_models(directory: Path, on_gpu: bool, iters: int, names: list[str]) -> 
                 f32 = median_ms(lambda n=net, i=xt: n(i), 1, iters, 3)
                 torch.backends.cudnn.allow_tf32 = True
             line += f"; sigdnn {ms:.3f} ms, torch eager {tf32:.3f} ms TF32 ({tf32 / ms:.2f}x), {f32:.3f} ms f32 ({f32 / ms:.2f}x)"
+            line += "".join("\n" + s for s in slowest_steps(executor, plan, pack, 8)) if profile else ""
         else:
             counts, _ = gpu_declines(graph, plan)
             line += f"; steps no GPU builder takes: {sum(counts.values())} {dict(counts) or ''}"
@@ -309,7 +309,7 @@ def main() -> None:
     parser.add_argument("--onnx-models", nargs="+", choices=ONNX_MODELS, default=ONNX_MODELS, metavar="NAME")
     args = parser.parse_args()
     if args.onnx:
-        onnx_models(args.onnx, not args.dry_run, args.iters, args.onnx_models)
+        onnx_models(args.onnx, not args.dry_run, args.iters, args.onnx_models, args.profile)
         return
     if args.dry_run:
         dry_run(args.models)
