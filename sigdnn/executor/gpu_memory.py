@@ -239,9 +239,9 @@ class BoundPlan:
         self._io = [uid for uid, t in graph.tensors.items() if not t.is_virtual]
         self._input_views = [(uid, root, offset, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
                              for uid, (root, offset) in plan.memory.input_views.items()]  # fmt: skip
-        inputs = set(self._inputs)
+        writable = plan.tensors.writable  # the outputs: inputs and graph constants are read only
         self._io_specs = [
-            (uid, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]), uid in inputs) for uid in self._io
+            (uid, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]), uid not in writable) for uid in self._io
         ]
         self._wrapped: dict[int, tuple[tuple[Any, ...], Any]] = {}  # uid -> (torch identity, its DeviceArray)
         self._pack_keys: tuple[tuple[str, ...], tuple[int, ...]] | None = None  # (names, their uids): ``_resolve``

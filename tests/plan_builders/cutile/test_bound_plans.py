@@ -165,3 +165,26 @@ def test_only_packs_keyed_by_names_are_matched_by_their_keys(resolutions):
     assert len(resolutions) == 2
     with pytest.raises(sigdnn.VariantPackError, match="neither a tensor name, a uid nor a Tensor"):
         ex.execute(plan, {"x": data["x"], float(uid): data["b"]})
+
+
+def test_graph_constants_are_uploaded_once_and_an_override_serves_one_run() -> None:
+    """An ONNX model's weights are graph constants: the bound plan stages each once (not a fresh, unwritten
+    buffer per run, which ran every torchvision export on the H200 with garbage weights), and a caller's array
+    for one is used for that run only."""
+    rng = np.random.default_rng(3)
+    g = sigdnn.Graph("constants", io_dtype="float32", compute_dtype="float32")
+    x = g.tensor("x", dims=(2, 64, 96))
+    w = g.constant("w", rng.standard_normal((1, 64, 96)).astype(np.float32))
+    g.pointwise("mul", x, w, name="scale").set_output(True).set_name("y")
+    xs = rng.standard_normal((2, 64, 96)).astype(np.float32)
+    override = rng.standard_normal((1, 64, 96)).astype(np.float32)
+    ex = host_gpu_executor()
+    plan = ex.prepare(g)
+    before = None
+    for pack, weight in (({}, w.constant()), ({}, w.constant()), ({"w": override}, override), ({}, w.constant())):
+        got = ex.execute(plan, {"x": xs, **pack})["y"]
+        np.testing.assert_array_equal(got, xs * weight)
+        allocations = ex.memory.context.allocations
+        if before is not None and not pack:
+            assert allocations == before + 1  # the output only: the constant's staging is kept
+        before = allocations
