@@ -234,3 +234,23 @@ def test_cuda_graphs_are_captured_on_our_stream_and_replayed_on_torch_s(context,
     context.calls.clear()
     ex.execute(plan, {"x": fake(1.0), "b": fake(1.0), "y": fake(0.0)}, to_host=False)  # new tensors: launched
     assert context.calls and all(c == ("launch", TORCH_STREAM) for c in context.calls)
+
+
+def test_a_graph_constant_is_uploaded_after_torch_s_stream_and_then_held(context):
+    """A constant left out after a torch run that overrode it: uploaded once ours waited for torch's stream, then
+    kept (no upload on the next run)."""
+    g = sigdnn.Graph("g", io_dtype="float32", compute_dtype="float32")
+    x = g.tensor("x", dims=(3, 5))
+    g.pointwise("mul", x, g.constant("w", np.full((3, 5), 2.0, np.float32))).set_output(True).set_name("y")
+    ex = executor(context)
+    plan = ex.prepare(g)
+    y = fake(0.0)
+    ex.execute(plan, {"x": fake(4.0), "w": fake(3.0), "y": y}, to_host=False)
+    np.testing.assert_array_equal(y.array, np.full((3, 5), 12.0, np.float32))
+    context.calls.clear()
+    ex.execute(plan, {"x": fake(4.0), "y": y}, to_host=False)
+    assert context.calls.index(("wait_for", TORCH_STREAM)) < context.calls.index(("upload",))
+    np.testing.assert_array_equal(y.array, np.full((3, 5), 8.0, np.float32))
+    context.calls.clear()
+    ex.execute(plan, {"x": fake(4.0), "y": y}, to_host=False)
+    assert ("upload",) not in context.calls
