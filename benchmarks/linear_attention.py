@@ -9,17 +9,14 @@ Measures issue #35's claims, same run, same buffers:
   bf16 q / k / v, float32 gates, float32 states, l2-normalized q / k; and the
   backward: sigdnn's gdn_bwd / kda_bwd node against fla's autograd graph
   replayed. sigdnn's output is checked against fla's (max abs difference).
-- ``sdpa``: ragged (THD) sdpa forward, 64 sequences of 128-8192 tokens, d 128,
-  bf16: sigdnn (cuTile: unpack, padded attention, pack) against torch's varlen
-  attention where torch has it, and torch SDPA over the padded batch.
+- ``sdpa``: ragged (THD) sdpa forward, 64 sequences of 128-8192 tokens, d 128, bf16: sigdnn (cuTile: unpack,
+  padded attention, pack) against torch's varlen attention where torch has it, and torch SDPA padded.
 
-CUDA events, median of interleaved samples (``cuda_timing``); ratios are
-the other side's time over sigdnn's (above 1: sigdnn faster).
+CUDA events, median of interleaved samples (``cuda_timing``); ratios are the other side's time over sigdnn's.
 
     PYTHONPATH=. python benchmarks/linear_attention.py --parts gdn kda sdpa --json $OUT/linear_attention.json
 
-Needs torch with CUDA, cuda-tile, and ``pip install flash-linear-attention==0.6.*`` (from its wheel). Record
-results under benchmarks/results/linear_attention.md.
+Needs torch with CUDA, cuda-tile and flash-linear-attention 0.6; results in benchmarks/results/linear_attention.md.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import numpy as np
 
 TOKENS = (4096, 16384, 32768)
@@ -133,6 +131,7 @@ def sdpa_case(sequences: int, heads: int, iters: int, repeats: int) -> dict[str,
     from cuda_timing import interleaved_samples
 
     import sigdnn
+    from sigdnn.graph.limits import DEFAULT_LIMITS
 
     rng = np.random.default_rng(1)
     lengths = rng.integers(128, 8193, size=sequences).tolist()
@@ -152,7 +151,8 @@ def sdpa_case(sequences: int, heads: int, iters: int, repeats: int) -> dict[str,
     row: dict[str, Any] = {"sequences": sequences, "heads": heads, "tokens": total}
     dims, strides = (sequences, heads, longest, DIM), (longest * heads * DIM, DIM, heads * DIM, 1)
     try:  # the ragged graph on the packed tokens; the same attention on the padded batch with its lengths
-        ex = sigdnn.Executor("gpu")
+        limits = attrs.evolve(DEFAULT_LIMITS, max_total_bytes=2**40, max_work=2**46)  # not the reference's copies
+        ex = sigdnn.Executor("gpu", limits=limits)
         flat = [torch.cat([x.reshape(-1), x.new_zeros(int(np.prod(dims)) - x.numel())]) for x in (q, k, v)]
         pack = {**dict(zip("qkv", (f.as_strided(dims, strides) for f in flat))), "lens": lens, "offs": cu * heads * DIM}
         padded_pack = {**dict(zip("qkv", padded)), "lens": lens}
