@@ -16,6 +16,7 @@ is unspecified, and validation does not compare it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,8 @@ from sigdnn.graph.tensor import Tensor
 LENGTH_PORTS = ("seq_len_q", "seq_len_kv")
 OFFSET_SUFFIX = "_ragged_offset"
 RAGGED_TENSORS = ("q", "k", "v", "o")
+GRADIENT_OF = {"dq": "q", "dk": "k", "dv": "v", "d_o": "o"}  # each placed by its forward tensor's ragged offsets
+Place = tuple[Tensor, np.ndarray, np.ndarray]  # (the tensor, storage positions [B, H, S, E], inside [B, 1, S, 1])
 
 
 def varlen_inputs(
@@ -120,6 +123,29 @@ def positions(
     if output and used.size and np.bincount(used, minlength=span).max() > 1:
         raise ExecutionError(f"{where}: tensor '{name}' makes sequences of output '{t.name}' overlap")
     return pos, inside
+
+
+def layout(
+    where: str, op: Any, tensors: Mapping[int, Tensor], values: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray | None], dict[str, Place]]:
+    """One run's sequence lengths (int64 [B] per length port, None without one) and the place of every tensor a
+    ragged offset relocates (q / k / v / o and the gradients they place), from the length and offset ``values``
+    by port; ExecutionError naming the tensor for a length out of range or a sequence outside its buffer."""
+    q, k = tensors[op.q], tensors[op.k]
+    lengths: dict[str, np.ndarray | None] = {}
+    for port, bound in (("seq_len_q", q.dims[2]), ("seq_len_kv", k.dims[2])):
+        uid = getattr(op, port)
+        lengths[port] = None if uid is None else lengths_of(where, tensors[uid].name, values[port], bound)
+    places: dict[str, Place] = {}
+    ports = op.ports()
+    outputs = op.outputs()
+    for port in ragged_ports(op):
+        name = tensors[getattr(op, port + OFFSET_SUFFIX)].name
+        length = lengths["seq_len_q" if port in ("q", "o") else "seq_len_kv"]
+        for placed in (port, *(g for g, p in GRADIENT_OF.items() if p == port and g in ports)):
+            t = tensors[ports[placed]]
+            places[placed] = (t, *positions(where, name, t, values[port + OFFSET_SUFFIX], length, placed in outputs))
+    return lengths, places
 
 
 def storage(values: np.ndarray, t: Tensor) -> np.ndarray:

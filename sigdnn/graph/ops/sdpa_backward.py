@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from sigdnn.graph.node import Node
 
 
-GRADIENT_OF = {"dq": "q", "dk": "k", "dv": "v", "d_o": "o"}  # each placed by its forward tensor's ragged offsets
+GRADIENT_OF = ragged.GRADIENT_OF
 
 
 @attrs.frozen

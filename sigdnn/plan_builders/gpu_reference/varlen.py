@@ -18,8 +18,7 @@ import numpy as np
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops import ragged
-from sigdnn.graph.ops.sdpa_backward import GRADIENT_OF
-from sigdnn.graph.tensor import Tensor
+from sigdnn.graph.ops.sdpa import VARLEN_PORTS
 from sigdnn.plan_builders.gpu_reference.arrays import Array, where
 from sigdnn.plan_builders.gpu_reference.tensors import offsets
 
@@ -28,28 +27,9 @@ class Varlen:
     """One run's sequence lengths and ragged placements for an attention node."""
 
     def __init__(self, node: Node, graph: Graph, ins: Mapping[str, Array | None]) -> None:
-        op = node.op
-        where_ = f"node '{node.name}'"
-        q, k = (graph.tensors[getattr(op, p)] for p in ("q", "k"))
-        self.batch = q.dims[0]
-        self.lengths: dict[str, np.ndarray | None] = {}
-        for port, bound in (("seq_len_q", q.dims[2]), ("seq_len_kv", k.dims[2])):
-            uid, value = getattr(op, port), ins.get(port)
-            host = None if uid is None or value is None else value.host()
-            self.lengths[port] = (
-                None if host is None else ragged.lengths_of(where_, graph.tensors[uid].name, host, bound)
-            )
-        self.places: dict[str, tuple[Tensor, np.ndarray, np.ndarray]] = {}
-        ports = op.ports()
-        for port in ragged.ragged_ports(op):
-            name = port + ragged.OFFSET_SUFFIX
-            offsets_of = ins[name].host()  # type: ignore[union-attr]
-            length = self.lengths["seq_len_q" if port in ("q", "o") else "seq_len_kv"]
-            for placed in (port, *(g for g, p in GRADIENT_OF.items() if p == port and g in ports)):
-                t = graph.tensors[ports[placed]]
-                output = placed in op.outputs()
-                found = ragged.positions(where_, graph.tensors[getattr(op, name)].name, t, offsets_of, length, output)
-                self.places[placed] = (t, *found)
+        read_back = {p: a.host() for p, a in ins.items() if p in VARLEN_PORTS and a is not None}
+        self.lengths, self.places = ragged.layout(f"node '{node.name}'", node.op, graph.tensors, read_back)
+        self.batch = graph.tensors[node.op.q].dims[0]
 
     def hidden(self, causal: bool, sq: int, skv: int) -> np.ndarray | None:
         """Bool [B, 1, Sq, Skv]: the scores masked to -inf (causal, padding keys, padding rows); None: none is."""

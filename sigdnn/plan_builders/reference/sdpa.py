@@ -8,7 +8,7 @@ sees padding masks.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops import ragged
 from sigdnn.graph.ops.sdpa import VARLEN_PORTS, Sdpa
-from sigdnn.graph.ops.sdpa_backward import GRADIENT_OF, SdpaBackward
+from sigdnn.graph.ops.sdpa_backward import SdpaBackward
 from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.reference import math
 from sigdnn.plan_builders.reference.base import FloatReferenceBuilder
@@ -31,27 +31,7 @@ class _Varlen:
     """One run's sequence lengths and ragged placements for a node; unpacks inputs and packs outputs."""
 
     def __init__(self, node: Node, graph: Graph, ins: Mapping[str, np.ndarray]) -> None:
-        op = node.op
-        where = f"node '{node.name}'"
-        q, k = (graph.tensors[getattr(op, p)] for p in ("q", "k"))
-        self.lengths: dict[str, np.ndarray | None] = {}
-        for port, bound in (("seq_len_q", q.dims[2]), ("seq_len_kv", k.dims[2])):
-            uid = getattr(op, port)
-            self.lengths[port] = (
-                None if uid is None else ragged.lengths_of(where, graph.tensors[uid].name, ins[port], bound)
-            )
-        self.places: dict[str, tuple[Any, np.ndarray, np.ndarray]] = {}
-        ports = op.ports()
-        for port in ragged.ragged_ports(op):
-            name = port + ragged.OFFSET_SUFFIX
-            length = self.lengths["seq_len_q" if port in ("q", "o") else "seq_len_kv"]
-            for placed in (port, *(g for g, p in GRADIENT_OF.items() if p == port and g in ports)):
-                t = graph.tensors[ports[placed]]
-                output = placed in op.outputs()
-                pos, inside = ragged.positions(
-                    where, graph.tensors[getattr(op, name)].name, t, ins[name], length, output
-                )
-                self.places[placed] = (t, pos, inside)
+        self.lengths, self.places = ragged.layout(f"node '{node.name}'", node.op, graph.tensors, ins)
 
     def unpack(self, ins: Mapping[str, np.ndarray], port: str) -> np.ndarray:
         value = ins[port]
