@@ -27,7 +27,7 @@ class Varlen:
     """One run's sequence lengths and ragged placements for an attention node."""
 
     def __init__(self, node: Node, graph: Graph, ins: Mapping[str, Array | None]) -> None:
-        read_back = {p: a.host() for p, a in ins.items() if p in VARLEN_PORTS and a is not None}
+        read_back = {p: ins[p].host() for p in VARLEN_PORTS if ins.get(p) is not None}  # type: ignore[union-attr]
         self.lengths, self.places = ragged.layout(f"node '{node.name}'", node.op, graph.tensors, read_back)
         self.batch = graph.tensors[node.op.q].dims[0]
 
