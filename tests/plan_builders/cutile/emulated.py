@@ -103,6 +103,8 @@ class HostGpuContext(GpuContext):
     buffer moves) runs here as it does on a GPU; only CUDA graphs need one.
     """
 
+    name = "host-backed GPU context (emulated cuTile)"  # what autotune's cache keys name as the device
+
     def __init__(self) -> None:
         self.device_id = 0
         self.stream_handle = 0

@@ -5,7 +5,9 @@ torch.onnx.export writes float32 NCHW: every conv goes to a cuTile builder
 softmax, layernorm, matmul and the pointwise regions to theirs. A strict
 Executor("gpu") raises NoPlanError on a node no GPU builder takes, so
 planning alone proves there is no fallback; validation then checks every
-step's result, computed by the emulated kernels, against the CPU reference.
+step's result, computed by the emulated kernels, against the CPU reference,
+and the GPU's fast path (the plan bound to device memory, graph constants
+staged once) must give the validated outputs bit for bit.
 benchmarks/models.py --onnx runs torchvision's own exports on the H200.
 """
 
@@ -19,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 
-from emulated import emulated_executor, make_available  # noqa: E402
+from emulated import emulated_executor, host_gpu_executor, make_available  # noqa: E402
 from importers.onnx_models import (  # noqa: E402
     encoder,
     export,
@@ -60,5 +62,10 @@ def test_an_exported_model_runs_strict_on_the_gpu_and_validates(name: str) -> No
     used = Counter(s.builder.name for s in plan.steps)
     assert builders <= set(used), used
     assert all(b.startswith("cutile.") or b == "view" for b in used), used
-    report = sigdnn.validate(graph, {"x": x}, executor=executor, truth="cpu")
+    got: dict[str, np.ndarray] = {}
+    report = sigdnn.validate(graph, {"x": x}, executor=executor, truth="cpu", got=got)
     assert report.passed, report.table()
+    bound = host_gpu_executor()  # the GPU's fast path (a plan bound to device memory once): the same result
+    fast = bound.execute(bound.prepare(graph), {"x": x})
+    for name, value in got.items():
+        np.testing.assert_array_equal(fast[name], value, err_msg=name)
