@@ -104,6 +104,7 @@ class HostGpuContext(GpuContext):
     """
 
     name = "host-backed GPU context (emulated cuTile)"  # what autotune's cache keys name as the device
+    sm_count = EmulatedGpu.sm_count  # the emulated GPU's: persistent kernels split work as there
 
     def __init__(self) -> None:
         self.device_id = 0

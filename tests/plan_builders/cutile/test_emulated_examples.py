@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
-from emulated import emulated_executor, make_available
+from emulated import emulated_executor, host_gpu_executor, make_available
 
 import sigdnn
 from sigdnn.plan_builders.cutile import matmul as cutile_matmul
@@ -37,5 +38,10 @@ def test_the_example_runs_strict_on_the_gpu_backend_and_validates(path: Path) ->
     executor = emulated_executor()
     plan = executor.prepare(graph)  # strict: NoPlanError names a node no GPU builder takes
     assert {s.builder.library for s in plan.steps} <= {"cutile", "executor"}, [s.builder.name for s in plan.steps]
-    report = sigdnn.validate(graph, random_inputs(graph, seed=1), executor=executor)
+    inputs, got = random_inputs(graph, seed=1), {}
+    report = sigdnn.validate(graph, inputs, executor=executor, got=got)
     assert report.passed, report.table()
+    bound = host_gpu_executor()  # the GPU's fast path (the plan bound to device memory once): the same outputs
+    fast = bound.execute(bound.prepare(graph), inputs)
+    for name, value in got.items():
+        np.testing.assert_array_equal(fast[name], value, err_msg=name)
