@@ -27,7 +27,7 @@ from sigdnn.executor.views import NO_VIEWS, VIEW, plan_views
 from sigdnn.graph.checks import check_graph
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
-from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
+from sigdnn.graph.limits import DEFAULT_LIMITS, GPU_LIMITS, Limits
 from sigdnn.graph.node import Node
 from sigdnn.io.graph_files import read_graph_file
 from sigdnn.registry.contracts import BuildContext, PlanBuilder, RegionContext
@@ -64,6 +64,9 @@ class Executor:
     remembered choice is still used (``sigdnn.executor.autotune``).
     ``router`` replaces that policy (``sigdnn.executor.router``: a Tuner is
     one router); without one the process default, if set, applies.
+    ``limits`` bound what a graph may declare (``sigdnn.graph.limits``); by
+    default a strict GPU executor takes ``GPU_LIMITS`` and leaves the
+    reference's float64 scratch out of the byte bound (it never runs it).
     """
 
     def __init__(
@@ -73,7 +76,7 @@ class Executor:
         engine: Engine | None = None,
         pins: Mapping[str, Engine] | None = None,
         registry: Registry | None = None,
-        limits: Limits = DEFAULT_LIMITS,
+        limits: Limits | None = None,
         fusion: bool = True,
         fallback: str | None = None,
         cuda_graphs: bool = False,
@@ -98,7 +101,9 @@ class Executor:
             raise UsageError("give autotune= or router=, not both: a Tuner is a router")
         self.tuner = autotune if isinstance(autotune, Tuner) else Tuner(measure=bool(autotune))
         self._router = router if router is not None else (self.tuner if autotune is not False else None)
-        self.limits = limits
+        strict_gpu = backend == "gpu" and fallback is None
+        self.limits = limits if limits is not None else (GPU_LIMITS if strict_gpu else DEFAULT_LIMITS)
+        self._reference_scratch = not strict_gpu  # a reference (CPU or GPU) runs here: its float64 scratch counts
         self._cache: OrderedDict[str, ExecutionPlan] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -149,7 +154,7 @@ class Executor:
         policy = router or self.router
         if graph is None:
             graph = deserialize(data, limits=self.limits, check=False)
-        order = check_graph(graph, self.limits)
+        order = check_graph(graph, self.limits, reference_scratch=self._reference_scratch)
         if graph.nodes and not graph.outputs:
             raise GraphError(
                 f"graph '{graph.name}' has no outputs, so running it computes nothing: "

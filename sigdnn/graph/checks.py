@@ -92,8 +92,12 @@ def _resolved(graph: Graph, t: Tensor) -> Tensor:
     return t if t.dtype is not None else attrs.evolve(t, dtype=graph.dtype_of(t))
 
 
-def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
-    """Check every rule; return node indices in a valid execution order."""
+def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS, *, reference_scratch: bool = True) -> list[int]:
+    """Check every rule; return node indices in a valid execution order.
+
+    ``reference_scratch``: each node's reference scratch (its float64 widening, an op's ``scratch_bytes``)
+    counts against ``max_total_bytes``; a strict GPU executor, which never runs the reference, leaves it out.
+    """
     if len(graph.tensors) > limits.max_tensors or len(graph.nodes) > limits.max_nodes:
         raise GraphError(
             f"graph '{graph.name}' has {len(graph.tensors)} tensors and {len(graph.nodes)} nodes (limits {limits.max_tensors}, {limits.max_nodes})"
@@ -169,7 +173,7 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS) -> list[int]:
             scratch = node.op.scratch_bytes(in_tensors, limits) + _widening_bytes(node, in_tensors, out_tensors)
         except GraphError as e:
             raise GraphError(f"{where}: {e}") from None
-        if total + scratch > limits.max_total_bytes:
+        if reference_scratch and total + scratch > limits.max_total_bytes:
             raise GraphError(
                 f"{where}: needs {scratch} bytes of scratch; with the graph's tensors that "
                 f"makes {total + scratch} bytes (limit {limits.max_total_bytes})"

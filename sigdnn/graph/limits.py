@@ -11,9 +11,9 @@ class Limits:
 
     ``max_total_bytes`` bounds the memory one run can cost: the strided spans
     of every tensor together (inputs, outputs, intermediates before reuse),
-    plus the padded copy a convolution makes of its input. A backend's
-    scratch (the reference widens inputs to float64) is a constant factor on
-    top. Lower it to run untrusted graphs in a small sandbox.
+    plus, where a reference runs, the largest node's float64 scratch
+    (``check_graph``'s ``reference_scratch``). Lower it to run untrusted
+    graphs in a small sandbox.
 
     ``max_kernel_taps`` bounds time where memory does not: a kernel built
     by broadcasting two tiny inputs can have millions of taps, and a direct
@@ -38,3 +38,6 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+# A strict GPU executor's: its builders do in seconds what the reference's ``max_work`` allows minutes for (a
+# Llama decoder layer's backward is ~2^41 operations, one batch of 64 sequences of 8,192 tokens' attention ~2^43).
+GPU_LIMITS = attrs.evolve(DEFAULT_LIMITS, max_work=1 << 50)

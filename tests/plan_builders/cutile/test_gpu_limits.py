@@ -1,0 +1,51 @@
+"""A strict GPU executor's limits: the reference's float64 scratch is not charged to it, and its work bound is the
+GPU's (``GPU_LIMITS``); an executor that can run the reference (the reference itself, a GPU one with a fallback)
+keeps both."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from emulated import emulated_executor, make_available
+
+import sigdnn
+from sigdnn.errors import GraphError
+from sigdnn.graph.limits import DEFAULT_LIMITS, GPU_LIMITS
+from sigdnn.plan_builders.cutile import matmul as cutile_matmul
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+    monkeypatch.setattr(cutile_matmul, "unavailable_reason", lambda: None)
+
+
+def matmul_graph() -> sigdnn.Graph:
+    """bf16 64 x 64 x 64: 24 KiB of tensors, whose float64 widening (the reference's scratch) is 96 KiB more."""
+    g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
+    g.matmul(g.tensor("a", (64, 64)), g.tensor("b", (64, 64)), name="mm").set_output(True)
+    return g
+
+
+def test_each_backend_gets_its_default_limits() -> None:
+    assert sigdnn.Executor("reference").limits is DEFAULT_LIMITS
+    assert sigdnn.Executor("gpu").limits is GPU_LIMITS
+    assert sigdnn.Executor("gpu", fallback="reference").limits is DEFAULT_LIMITS
+    assert sigdnn.Executor("gpu-reference").limits is DEFAULT_LIMITS
+    mine = attrs.evolve(DEFAULT_LIMITS, max_work=5)
+    assert sigdnn.Executor("gpu", limits=mine).limits is mine
+    assert (
+        GPU_LIMITS.max_work > DEFAULT_LIMITS.max_work and GPU_LIMITS.max_total_bytes == DEFAULT_LIMITS.max_total_bytes
+    )
+
+
+def test_the_reference_scratch_binds_only_where_a_reference_runs() -> None:
+    limits = attrs.evolve(DEFAULT_LIMITS, max_total_bytes=64 * 1024)  # the tensors fit, their widening does not
+    with pytest.raises(GraphError, match=r"node 'mm': needs \d+ bytes of scratch"):
+        sigdnn.Executor("reference", limits=limits).prepare(matmul_graph())
+    with pytest.raises(GraphError, match=r"node 'mm': needs \d+ bytes of scratch"):
+        emulated_executor(limits=limits, fallback="reference").prepare(matmul_graph())
+    plan = emulated_executor(limits=limits).prepare(matmul_graph())
+    assert [s.builder.library for s in plan.steps] == ["cutile"]
+    with pytest.raises(GraphError, match="tensor"):  # the tensors themselves still count
+        emulated_executor(limits=attrs.evolve(limits, max_total_bytes=16 * 1024)).prepare(matmul_graph())
