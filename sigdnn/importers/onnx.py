@@ -33,6 +33,7 @@ from sigdnn.errors import GraphError, SchemaError, SigdnnError
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.tensor import Tensor
+from sigdnn.graph.views import view_layout
 from sigdnn.importers.common import FreshNames, UnsupportedOps, input_shape_overrides
 from sigdnn.importers.onnx_files import read_model
 from sigdnn.importers.onnx_fold import MAX_FOLDED_ELEMENTS, Unpriced, price
@@ -284,6 +285,7 @@ class OnnxImporter:
         if unsupported:
             raise unsupported.error()
         self._outputs()
+        _views_for_pointwise_readers(self.graph)
         return self.graph
 
     def _inherit_dtypes(self, start: int) -> None:
@@ -327,6 +329,22 @@ class OnnxImporter:
                 v.set_name(info.name)
             if info.type.tensor_type.elem_type:
                 v.set_data_type(onnx_dtype(info.type.tensor_type.elem_type, where))
+
+
+def _views_for_pointwise_readers(graph: Graph) -> None:
+    """ONNX gives no strides: a transpose or reshape whose output only pointwise nodes read is declared a view of
+    its input (``view_layout``), so the executor runs no step for it and the pointwise kernels read it strided
+    (ViT's k^T before its scale, ConvNeXt's layout swaps before a layer scale). Other readers (a matmul, a norm)
+    keep a packed copy, the layout their builders are written for."""
+    readers: dict[int, set[str]] = {}
+    for node in graph.nodes:
+        for uid in node.op.inputs().values():
+            readers.setdefault(uid, set()).add(node.op.kind)
+    for node in graph.nodes:
+        if node.op.kind in ("transpose", "reshape"):
+            y = graph.tensors[node.op.outputs()["y"]]
+            if y.is_virtual and readers.get(y.uid) == {"pointwise"}:
+                view_layout(graph, y)
 
 
 def load(
