@@ -332,16 +332,17 @@ class OnnxImporter:
 
 
 def _views_for_pointwise_readers(graph: Graph) -> None:
-    """ONNX gives no strides: a transpose or reshape whose output only pointwise nodes read is declared a view of
-    its input (``view_layout``), so the executor runs no step for it and the pointwise kernels read it strided
-    (ViT's k^T before its scale, ConvNeXt's layout swaps before a layer scale). Other readers (a matmul, a norm)
-    keep a packed copy, the layout their builders are written for."""
+    """ONNX gives no strides: a transpose whose output only pointwise nodes read is declared a view of its input
+    (``view_layout``), so the executor runs no step for it and the pointwise kernels read it strided (ViT's k^T
+    before its scale, ConvNeXt's layout swaps before a layer scale). Other readers (a matmul, a norm) keep a
+    packed copy, the layout their builders are written for. (A reshape needs nothing: every imported value is
+    packed or such a view, which no reshape reads, and a reshape of a packed tensor is already a view.)"""
     readers: dict[int, set[str]] = {}
     for node in graph.nodes:
         for uid in node.op.inputs().values():
             readers.setdefault(uid, set()).add(node.op.kind)
     for node in graph.nodes:
-        if node.op.kind in ("transpose", "reshape"):
+        if node.op.kind == "transpose":
             y = graph.tensors[node.op.outputs()["y"]]
             if y.is_virtual and readers.get(y.uid) == {"pointwise"}:
                 view_layout(graph, y)

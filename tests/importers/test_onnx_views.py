@@ -1,5 +1,5 @@
-"""ONNX gives no strides: a Transpose or Reshape whose output only pointwise nodes read is declared a view of its
-input, so the plan runs no step for it; one a matmul reads stays a packed copy (the layout matmul builders take)."""
+"""ONNX gives no strides: a Transpose whose output only pointwise nodes read is declared a view of its input, so
+the plan runs no step for it; one a matmul reads stays a packed copy (the layout matmul builders take)."""
 
 from __future__ import annotations
 
