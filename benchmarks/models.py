@@ -281,7 +281,9 @@ def onnx_models(directory: Path, on_gpu: bool, iters: int, names: list[str], pro
         pack = {graph.inputs[0].name: xt if on_gpu else x}
         got = np.asarray(executor.execute(plan, pack)[graph.outputs[0].name], np.float64)
         error = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
-        line = f"{name}: {len(graph.nodes)} nodes, {executor.backend} vs onnxruntime: max |diff| / max |y| {error:.1e}"
+        views = sum(s.builder.name == "view" for s in plan.steps)
+        line = f"{name}: {len(graph.nodes)} nodes, {len(plan.steps)} steps ({views} views), {executor.backend} vs "
+        line += f"onnxruntime: max |diff| / max |y| {error:.1e}"
         if on_gpu:  # torch eager on the same input: its convs as TF32 (torch's default), then as float32
             ms = median_ms(lambda e=executor, p=plan, k=pack: e.execute(p, k, to_host=False), 1, iters, 3)
             with torch.no_grad():
