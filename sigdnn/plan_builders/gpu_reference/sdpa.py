@@ -47,13 +47,13 @@ def bmm(a: Array, b: Array, transpose_b: bool = False) -> Array:
     return c.reshape(*lead, *c.shape[1:])
 
 
-def scores(q: Array, k: Array, bias: Array | None, attn_scale: float, hidden: np.ndarray | None) -> Array:
-    """attn_scale * q k^T (+ bias), -inf where ``hidden`` ([B, 1, Sq, Skv], host-made) is True."""
+def scores(q: Array, k: Array, bias: Array | None, attn_scale: float, hidden: Array | None) -> Array:
+    """attn_scale * q k^T (+ bias), -inf where ``hidden`` ([B, 1, Sq, Skv], ``Varlen.hidden``) is nonzero."""
     s = bmm(q, k, transpose_b=True) * attn_scale
     if bias is not None:
         s = s + bias
     if hidden is not None:
-        s = where(Array.from_host(q.gpu, hidden.astype(np.float64)), -math.inf, s)
+        s = where(hidden, -math.inf, s)
     return s
 
 
@@ -66,7 +66,7 @@ def sdpa(i: dict[str, Array | None], attn_scale: float, causal: bool, run: Varle
     q, k, v = (run.unpack(i, p) for p in ("q", "k", "v"))
     q, k, v = run.zero_outside(q, "seq_len_q"), run.zero_outside(k, "seq_len_kv"), run.zero_outside(v, "seq_len_kv")
     hq = q.shape[1]
-    s = scores(q, per_query_head(k, hq), i.get("bias"), attn_scale, run.hidden(causal, q.shape[2], k.shape[2]))
+    s = scores(q, per_query_head(k, hq), i.get("bias"), attn_scale, run.hidden(q.gpu, causal, q.shape[2], k.shape[2]))
     m = s.reduce("MAX", (3,))
     p = (s - shift(m)).apply("EXP")
     total = p.reduce("SUM", (3,))
@@ -89,11 +89,11 @@ def sdpa_backward(
     k, v = (run.zero_outside(x, "seq_len_kv") for x in (k, v))
     hq, hkv = q.shape[1], k.shape[1]
     k_full, v_full = per_query_head(k, hq), per_query_head(v, hq)
-    hidden = run.hidden(causal, q.shape[2], k.shape[2])
+    hidden = run.hidden(q.gpu, causal, q.shape[2], k.shape[2])
     s = scores(q, k_full, i.get("bias"), attn_scale, hidden)
     p = (s - shift(i["stats"])).apply("EXP")
     if hidden is not None:  # whatever stats holds in a padding row
-        p = where(Array.from_host(q.gpu, hidden.astype(np.float64)), 0.0, p)
+        p = where(hidden, 0.0, p)
     delta = (do * o).reduce("SUM", (3,))
     dv = bmm(p.transpose(0, 1, 3, 2), do)
     ds = (bmm(do, v_full, transpose_b=True) - delta) * p * attn_scale

@@ -20,6 +20,7 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops import ragged
 from sigdnn.graph.ops.sdpa import VARLEN_PORTS
 from sigdnn.plan_builders.gpu_reference.arrays import Array, where
+from sigdnn.plan_builders.gpu_reference.backend import Gpu
 from sigdnn.plan_builders.gpu_reference.tensors import offsets
 
 
@@ -31,8 +32,8 @@ class Varlen:
         self.lengths, self.places = ragged.layout(f"node '{node.name}'", node.op, graph.tensors, read_back)
         self.batch = graph.tensors[node.op.q].dims[0]
 
-    def hidden(self, causal: bool, sq: int, skv: int) -> np.ndarray | None:
-        """Bool [B, 1, Sq, Skv]: the scores masked to -inf (causal, padding keys, padding rows); None: none is."""
+    def hidden(self, gpu: Gpu, causal: bool, sq: int, skv: int) -> Array | None:
+        """[B, 1, Sq, Skv]: 1 where a score is masked to -inf (causal, padding keys, padding rows); None: none is."""
         lq, lkv = self.lengths["seq_len_q"], self.lengths["seq_len_kv"]
         if not causal and lq is None and lkv is None:
             return None
@@ -44,7 +45,8 @@ class Varlen:
             limit = np.minimum(limit, lkv[:, None])
         if lq is not None:
             limit = np.where(rows < lq[:, None], limit, 0)
-        return np.arange(skv)[None, None, None, :] >= limit[:, None, :, None]
+        hidden = np.arange(skv)[None, None, None, :] >= limit[:, None, :, None]
+        return Array.from_host(gpu, hidden.astype(np.float64))
 
     def zero_outside(self, x: Array, port: str) -> Array:
         """x [B, H, S, E] with rows past the length ``port`` gives set to 0 (the CPU reference's operands)."""
