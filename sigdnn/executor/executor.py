@@ -15,7 +15,7 @@ import numpy as np
 from sigdnn.errors import ExecutionError, GraphError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
 from sigdnn.executor import autotune
 from sigdnn.executor.autotune import Candidate, Tuner, build_node, candidates_of, node_shape, order_claims
-from sigdnn.executor.fallback import FALLBACKS, fallback_builder
+from sigdnn.executor.fallback import FALLBACKS, FallbackBuilder, fallback_builder
 from sigdnn.executor.host import HostMemory
 from sigdnn.executor.host_arrays import to_torch
 from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
@@ -24,7 +24,7 @@ from sigdnn.executor.router import Router, default_router
 from sigdnn.executor.schedule import memory_aware_order
 from sigdnn.executor.variant_pack import resolve_pack
 from sigdnn.executor.views import NO_VIEWS, VIEW, plan_views
-from sigdnn.graph.checks import check_graph
+from sigdnn.graph.checks import check_graph, check_reference_cost
 from sigdnn.graph.deserialize import deserialize
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, GPU_LIMITS, Limits
@@ -65,8 +65,9 @@ class Executor:
     ``router`` replaces that policy (``sigdnn.executor.router``: a Tuner is
     one router); without one the process default, if set, applies.
     ``limits`` bound what a graph may declare (``sigdnn.graph.limits``); by
-    default a strict GPU executor takes ``GPU_LIMITS`` and leaves the
-    reference's float64 scratch out of the byte bound (it never runs it).
+    default a GPU executor takes ``GPU_LIMITS``, leaves the reference's
+    float64 scratch out of the byte bound, and holds only the steps that
+    fall back to the reference to its cost (``DEFAULT_LIMITS``).
     """
 
     def __init__(
@@ -101,9 +102,8 @@ class Executor:
             raise UsageError("give autotune= or router=, not both: a Tuner is a router")
         self.tuner = autotune if isinstance(autotune, Tuner) else Tuner(measure=bool(autotune))
         self._router = router if router is not None else (self.tuner if autotune is not False else None)
-        strict_gpu = backend == "gpu" and fallback is None
-        self.limits = limits if limits is not None else (GPU_LIMITS if strict_gpu else DEFAULT_LIMITS)
-        self._reference_scratch = not strict_gpu  # a reference (CPU or GPU) runs here: its float64 scratch counts
+        self.limits = limits if limits is not None else (GPU_LIMITS if backend == "gpu" else DEFAULT_LIMITS)
+        self._fallback_limits = limits if limits is not None else DEFAULT_LIMITS  # what fallback steps may cost
         self._cache: OrderedDict[str, ExecutionPlan] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -154,7 +154,7 @@ class Executor:
         policy = router or self.router
         if graph is None:
             graph = deserialize(data, limits=self.limits, check=False)
-        order = check_graph(graph, self.limits, reference_scratch=self._reference_scratch)
+        order = check_graph(graph, self.limits, reference_scratch=self.backend != "gpu")
         if graph.nodes and not graph.outputs:
             raise GraphError(
                 f"graph '{graph.name}' has no outputs, so running it computes nothing: "
@@ -176,6 +176,8 @@ class Executor:
             elif i not in claimed:
                 steps.append(self._node_step(graph, graph.nodes[i], keys[i], device, policy))
         self._check_engine_used(graph, steps)
+        fallen = [s.nodes[0] for s in steps if isinstance(s.builder, FallbackBuilder)]
+        check_reference_cost(graph, fallen, self._fallback_limits)
         position = {graph.nodes[i]: p for p, i in enumerate(order)}
         rank = [min(position[n] for n in s.nodes) for s in steps]
         sizes = {uid: tensor_bytes(graph, uid) for uid, t in graph.tensors.items()

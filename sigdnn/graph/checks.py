@@ -8,6 +8,7 @@ computed from the dataflow (the order nodes arrive in is never trusted).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 import attrs
 
@@ -96,7 +97,8 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS, *, reference_scra
     """Check every rule; return node indices in a valid execution order.
 
     ``reference_scratch``: each node's reference scratch (its float64 widening, an op's ``scratch_bytes``)
-    counts against ``max_total_bytes``; a strict GPU executor, which never runs the reference, leaves it out.
+    counts against ``max_total_bytes``; a GPU executor leaves it out (and checks the steps that fall back to
+    the reference with ``check_reference_cost``).
     """
     if len(graph.tensors) > limits.max_tensors or len(graph.nodes) > limits.max_nodes:
         raise GraphError(
@@ -191,6 +193,28 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS, *, reference_scra
                 f"virtual tensor '{t.name}' (uid {uid}) is read by {readers or 'no node'} but no node writes it"
             )
     return topological_order(graph, producer)
+
+
+def check_reference_cost(graph: Graph, nodes: Sequence[Node], limits: Limits) -> None:
+    """What running ``nodes`` on the reference costs (a GPU plan's fallback steps), within ``limits``: each node's
+    float64 scratch on top of the graph's tensors, and their work together; GraphError naming the node."""
+    total = sum(_check_tensor(graph, t, limits) for t in graph.tensors.values())
+    work = 0
+    for node in nodes:
+        where = f"node '{node.name}' (falling back to the reference)"
+        ins = {p: _resolved(graph, graph.tensors[u]) for p, u in node.op.inputs().items()}
+        outs = {p: _resolved(graph, graph.tensors[u]) for p, u in node.op.outputs().items()}
+        scratch = node.op.scratch_bytes(ins, limits) + _widening_bytes(node, ins, outs)
+        if total + scratch > limits.max_total_bytes:
+            raise GraphError(
+                f"{where}: needs {scratch} bytes of scratch; with the graph's tensors that "
+                f"makes {total + scratch} bytes (limit {limits.max_total_bytes})"
+            )
+        work += node.op.work({**ins, **outs})
+        if work > limits.max_work:
+            raise GraphError(
+                f"{where}: the reference's work reaches {work} element operations (limit {limits.max_work})"
+            )
 
 
 def topological_order(graph: Graph, producer: dict[int, int]) -> list[int]:

@@ -1,6 +1,5 @@
-"""A strict GPU executor's limits: the reference's float64 scratch is not charged to it, and its work bound is the
-GPU's (``GPU_LIMITS``); an executor that can run the reference (the reference itself, a GPU one with a fallback)
-keeps both."""
+"""A GPU executor's limits: the reference's float64 scratch is not charged to it and its work bound is the GPU's
+(``GPU_LIMITS``); only a step that falls back to the reference is held to the reference's cost."""
 
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ def matmul_graph() -> sigdnn.Graph:
 def test_each_backend_gets_its_default_limits() -> None:
     assert sigdnn.Executor("reference").limits is DEFAULT_LIMITS
     assert sigdnn.Executor("gpu").limits is GPU_LIMITS
-    assert sigdnn.Executor("gpu", fallback="reference").limits is DEFAULT_LIMITS
+    assert sigdnn.Executor("gpu", fallback="reference").limits is GPU_LIMITS
     assert sigdnn.Executor("gpu-reference").limits is DEFAULT_LIMITS
     mine = attrs.evolve(DEFAULT_LIMITS, max_work=5)
     assert sigdnn.Executor("gpu", limits=mine).limits is mine
@@ -39,13 +38,27 @@ def test_each_backend_gets_its_default_limits() -> None:
     )
 
 
-def test_the_reference_scratch_binds_only_where_a_reference_runs() -> None:
+def test_the_reference_scratch_binds_only_where_a_reference_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     limits = attrs.evolve(DEFAULT_LIMITS, max_total_bytes=64 * 1024)  # the tensors fit, their widening does not
     with pytest.raises(GraphError, match=r"node 'mm': needs \d+ bytes of scratch"):
         sigdnn.Executor("reference", limits=limits).prepare(matmul_graph())
-    with pytest.raises(GraphError, match=r"node 'mm': needs \d+ bytes of scratch"):
+    for fallback in (None, "reference"):  # the matmul runs on the GPU: nothing of the reference's is charged
+        plan = emulated_executor(limits=limits, fallback=fallback).prepare(matmul_graph())
+        assert [s.builder.library for s in plan.steps] == ["cutile"]
+    monkeypatch.setattr(cutile_matmul, "unavailable_reason", lambda: "not here")  # now it falls back
+    with pytest.raises(GraphError, match=r"node 'mm' \(falling back to the reference\): needs \d+ bytes of scratch"):
         emulated_executor(limits=limits, fallback="reference").prepare(matmul_graph())
-    plan = emulated_executor(limits=limits).prepare(matmul_graph())
-    assert [s.builder.library for s in plan.steps] == ["cutile"]
     with pytest.raises(GraphError, match="tensor"):  # the tensors themselves still count
         emulated_executor(limits=attrs.evolve(limits, max_total_bytes=16 * 1024)).prepare(matmul_graph())
+
+
+def test_the_reference_work_binds_only_the_steps_that_fall_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2^14-cubed bf16 matmul (2^42 multiply-adds): within GPU_LIMITS, past the reference's DEFAULT_LIMITS."""
+    g = sigdnn.Graph("big", io_dtype="bfloat16", compute_dtype="float32")
+    g.matmul(g.tensor("a", (2**14, 2**14)), g.tensor("b", (2**14, 2**14)), name="mm").set_output(True)
+    with pytest.raises(GraphError, match="the graph's work reaches"):
+        sigdnn.Executor("reference").prepare(g)
+    assert emulated_executor(fallback="reference").prepare(g).steps[0].builder.library == "cutile"
+    monkeypatch.setattr(cutile_matmul, "unavailable_reason", lambda: "not here")
+    with pytest.raises(GraphError, match=r"node 'mm' \(falling back to the reference\): the reference's work"):
+        emulated_executor(fallback="reference").prepare(g)
