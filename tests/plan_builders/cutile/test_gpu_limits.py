@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import attrs
 import pytest
 from emulated import emulated_executor, make_available
@@ -62,3 +64,19 @@ def test_the_reference_work_binds_only_the_steps_that_fall_back(monkeypatch: pyt
     monkeypatch.setattr(cutile_matmul, "unavailable_reason", lambda: "not here")
     with pytest.raises(GraphError, match=r"node 'mm' \(falling back to the reference\): the reference's work"):
         emulated_executor(fallback="reference").prepare(g)
+
+
+def test_a_fallback_step_at_exactly_its_reference_cost_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounds are inclusive: the bytes and work a refusal names are the limits that let the step through."""
+    monkeypatch.setattr(cutile_matmul, "unavailable_reason", lambda: "not here")
+    tight = attrs.evolve(DEFAULT_LIMITS, max_total_bytes=32 * 1024, max_work=1)  # the tensors take 24 KiB
+    with pytest.raises(GraphError, match=r"makes (\d+) bytes") as refused:
+        emulated_executor(limits=attrs.evolve(tight, max_work=2**40), fallback="reference").prepare(matmul_graph())
+    needed = int(re.search(r"makes (\d+) bytes", str(refused.value)).group(1))
+    with pytest.raises(GraphError, match=r"reaches (\d+) element operations") as refused:
+        emulated_executor(limits=attrs.evolve(tight, max_total_bytes=needed), fallback="reference").prepare(
+            matmul_graph()
+        )
+    work = int(re.search(r"reaches (\d+) element", str(refused.value)).group(1))
+    exact = attrs.evolve(tight, max_total_bytes=needed, max_work=work)
+    assert emulated_executor(limits=exact, fallback="reference").prepare(matmul_graph())
