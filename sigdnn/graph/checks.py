@@ -170,16 +170,7 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS, *, reference_scra
                 )
             if not is_non_overlapping(t.dims, t.strides):
                 raise GraphError(f"{where}: output '{t.name}' strides {list(t.strides)} overlap")
-        # Scratch lives only while its node runs: each node's, on top of the tensors, must fit.
-        try:
-            scratch = node.op.scratch_bytes(in_tensors, limits) + _widening_bytes(node, in_tensors, out_tensors)
-        except GraphError as e:
-            raise GraphError(f"{where}: {e}") from None
-        if reference_scratch and total + scratch > limits.max_total_bytes:
-            raise GraphError(
-                f"{where}: needs {scratch} bytes of scratch; with the graph's tensors that "
-                f"makes {total + scratch} bytes (limit {limits.max_total_bytes})"
-            )
+        _check_scratch(where, node, in_tensors, out_tensors, total, limits, charged=reference_scratch)
         work += node.op.work({**in_tensors, **out_tensors})
         if work > limits.max_work:
             raise GraphError(
@@ -195,6 +186,23 @@ def check_graph(graph: Graph, limits: Limits = DEFAULT_LIMITS, *, reference_scra
     return topological_order(graph, producer)
 
 
+def _check_scratch(
+    where: str, node: Node, ins: dict[str, Tensor], outs: dict[str, Tensor], total: int, limits: Limits, charged: bool
+) -> None:
+    """A node's reference scratch (an op's ``scratch_bytes``, which may refuse its own cost, and the float64
+    widening), which lives only while the node runs: on top of the graph's ``total`` tensor bytes it must fit
+    ``max_total_bytes`` where ``charged``."""
+    try:
+        scratch = node.op.scratch_bytes(ins, limits) + _widening_bytes(node, ins, outs)
+    except GraphError as e:
+        raise GraphError(f"{where}: {e}") from None
+    if charged and total + scratch > limits.max_total_bytes:
+        raise GraphError(
+            f"{where}: needs {scratch} bytes of scratch; with the graph's tensors that "
+            f"makes {total + scratch} bytes (limit {limits.max_total_bytes})"
+        )
+
+
 def check_reference_cost(graph: Graph, nodes: Sequence[Node], limits: Limits) -> None:
     """What running ``nodes`` on the reference costs (a GPU plan's fallback steps), within ``limits``: each node's
     float64 scratch on top of the graph's tensors, and their work together; GraphError naming the node."""
@@ -204,12 +212,7 @@ def check_reference_cost(graph: Graph, nodes: Sequence[Node], limits: Limits) ->
         where = f"node '{node.name}' (falling back to the reference)"
         ins = {p: _resolved(graph, graph.tensors[u]) for p, u in node.op.inputs().items()}
         outs = {p: _resolved(graph, graph.tensors[u]) for p, u in node.op.outputs().items()}
-        scratch = node.op.scratch_bytes(ins, limits) + _widening_bytes(node, ins, outs)
-        if total + scratch > limits.max_total_bytes:
-            raise GraphError(
-                f"{where}: needs {scratch} bytes of scratch; with the graph's tensors that "
-                f"makes {total + scratch} bytes (limit {limits.max_total_bytes})"
-            )
+        _check_scratch(where, node, ins, outs, total, limits, charged=True)
         work += node.op.work({**ins, **outs})
         if work > limits.max_work:
             raise GraphError(

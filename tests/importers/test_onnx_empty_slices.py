@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
+from onnx_graphs import one_input_model
 
 import sigdnn
 from sigdnn.errors import GraphError
@@ -19,11 +20,7 @@ X = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
 
 
 def model(nodes: list, known: dict[str, np.ndarray]) -> bytes:
-    inits = [numpy_helper.from_array(v, n) for n, v in known.items()]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(X.shape))
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    g = helper.make_graph(nodes, "g", [x], [y], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    return one_input_model(nodes, known, X.shape)
 
 
 def ints(**values: list[int]) -> dict[str, np.ndarray]:

@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
+from onnx_graphs import one_input_model
 
 import sigdnn
 from sigdnn.importers import onnx as onnx_import
@@ -17,11 +18,7 @@ X = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
 
 
 def model(nodes: list, known: dict[str, np.ndarray]) -> bytes:
-    inits = [numpy_helper.from_array(v, n) for n, v in known.items()]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(X.shape))
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    g = helper.make_graph(nodes, "g", [x], [y], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    return one_input_model(nodes, known, X.shape)
 
 
 def steps(graph: sigdnn.Graph) -> dict[str, str]:
