@@ -6,7 +6,10 @@ import argparse
 import os
 import re
 
+import attrs
+
 import sigdnn
+from sigdnn.graph.limits import DEFAULT_LIMITS, GPU_LIMITS
 from sigdnn.io import DEFAULT_MAX_GRAPH_FILE_BYTES, DEFAULT_MAX_TENSOR_FILE_BYTES, format_bytes, parse_bytes
 
 EXIT_FAILED, EXIT_ERROR = 1, 2
@@ -121,6 +124,8 @@ def graph_options(parser: argparse.ArgumentParser, backend_default: str = "refer
     )
 
 
-def limits(args: argparse.Namespace) -> sigdnn.Limits:
-    """The graph limits --max-bytes asks for."""
-    return sigdnn.Limits(max_total_bytes=args.max_bytes)
+def limits(args: argparse.Namespace, backend: str | None = None) -> sigdnn.Limits:
+    """The graph limits --max-bytes asks for, on ``backend``'s defaults (``--backend``'s unless given): a GPU
+    executor's work bound is the GPU's (``GPU_LIMITS``), a reference's the reference's."""
+    base = GPU_LIMITS if (backend or args.backend) == "gpu" else DEFAULT_LIMITS
+    return attrs.evolve(base, max_total_bytes=args.max_bytes)

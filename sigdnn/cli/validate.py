@@ -82,9 +82,9 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
         for path in args.graphs:
             args.graph = path  # named by any error from here on
             update(f"reading {path}")
-            graph = sigdnn.deserialize(read_graph(args, path), limits=limits(args))
+            graph = sigdnn.deserialize(read_graph(args, path), limits=limits(args, "reference"))  # the truth's
             device = sigdnn.Executor(args.backend, engine=args.engine, fallback=fallback, limits=limits(args))
-            truth = truth_executor(args.truth, limits=limits(args))
+            truth = truth_executor(args.truth, limits=limits(args, "reference"))
             given = given_inputs(args, graph, update) if args.inputs else None
             for seed in seeds:
                 update(f"validating {path} (seed {seed})")

@@ -10,12 +10,14 @@ import argparse
 import os
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 
 import sigdnn
 from sigdnn.cli import files, options
 from sigdnn.errors import UsageError
+from sigdnn.graph.limits import DEFAULT_LIMITS, GPU_LIMITS
 from sigdnn.io import DEFAULT_MAX_GRAPH_FILE_BYTES, DEFAULT_MAX_TENSOR_FILE_BYTES, FileError, write_tensor_file
 
 GiB = 1 << 30
@@ -121,7 +123,7 @@ def test_graph_options_defaults() -> None:
     args = graph_parser().parse_args([])
     assert args.backend == "gpu" and args.max_file_bytes is None and args.input_shapes is None
     assert args.max_bytes == options.default_max_bytes()
-    assert options.limits(args) == sigdnn.Limits(max_total_bytes=args.max_bytes)
+    assert options.limits(args) == attrs.evolve(GPU_LIMITS, max_total_bytes=args.max_bytes)  # --backend gpu's
 
 
 def test_graph_options_given() -> None:
@@ -267,3 +269,14 @@ def test_a_symbolic_model_read_without_input_shapes_is_not_blamed_on_the_option(
         files.read_graph(namespace(), tmp_path / "m.onnx")
     assert str(caught.value).startswith("ONNX graph input 'x': dim 0 is symbolic ('batch')")
     assert files.read_graph(namespace(input_shapes=[("x", (2, 4))]), tmp_path / "m.onnx")[4:8] == b"SDG1"
+
+
+def test_the_graph_limits_follow_the_backend() -> None:
+    """--max-bytes on the backend's own limits: the GPU's work bound for --backend gpu, the reference's for the
+    reference (and for validation's truth side, which asks for "reference")."""
+    limits = options.limits
+    for backend, base in (("gpu", GPU_LIMITS), ("reference", DEFAULT_LIMITS), ("gpu-reference", DEFAULT_LIMITS)):
+        found = limits(argparse.Namespace(backend=backend, max_bytes=12345))
+        assert found.max_total_bytes == 12345 and found.max_work == base.max_work, backend
+    truth = limits(argparse.Namespace(backend="gpu", max_bytes=12345), "reference")
+    assert truth.max_work == DEFAULT_LIMITS.max_work
