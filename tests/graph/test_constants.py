@@ -8,6 +8,7 @@ import pytest
 
 import sigdnn
 from sigdnn.errors import GraphError, VariantPackError
+from sigdnn.graph.checks import check_graph
 
 
 def _graph(w: np.ndarray) -> sigdnn.Graph:
@@ -99,3 +100,20 @@ def test_a_constant_read_from_bytes_shares_them_and_any_other_array_is_copied() 
         np.testing.assert_array_equal(t.constant(), values, err_msg=name)
     as_int = g.constant("as int32", np.frombuffer(raw, "<i4"))  # the same bytes read as int32: shared too
     assert as_int.data is raw and as_int.dtype == sigdnn.DataType.INT32
+
+
+@pytest.mark.parametrize("how", ["virtual", "pass-by-value", "no dtype"])
+def test_a_constant_is_a_typed_tensor_of_its_own(how: str) -> None:
+    """Constant data on a virtual or pass-by-value tensor, or with no dtype of its own (the graph default could
+    change what its bytes mean), is refused by the graph's checks, naming the tensor."""
+    g = _graph(np.ones((1, 1), np.float32))  # one element: a well-formed pass-by-value scalar apart from its data
+    w = g.tensor_by_name("w")
+    if how == "virtual":
+        w.is_virtual = True
+    elif how == "pass-by-value":
+        w.value = np.float32(1.0).tobytes()
+    else:
+        w.dtype = None
+    want = "a constant needs its own data type" if how == "no dtype" else "neither virtual nor pass-by-value"
+    with pytest.raises(GraphError, match=f"tensor 'w'.*{want}"):
+        check_graph(g)
