@@ -100,3 +100,12 @@ def test_an_op_rule_raised_while_sizing_scratch_names_the_node() -> None:
     check_graph(g, loose(max_kernel_taps=9))
     with pytest.raises(GraphError, match=r"^node 'conv': kernel 'w' \[3, 3\] has 9 taps \(limit 8\)"):
         check_graph(g, loose(max_kernel_taps=8))
+
+
+def test_an_elementwise_node_holds_no_scratch() -> None:
+    """Pointwise nodes run block by block: their tensors alone must fit, to the byte."""
+    g = sigdnn.Graph("pw", io_dtype="float32")
+    g.pointwise("add", g.tensor("a", (4, 8)), g.tensor("b", (4, 8)), name="add").set_output(True)
+    check_graph(g, loose(max_total_bytes=3 * 32 * 4))
+    with pytest.raises(GraphError, match="tensors take 384 bytes"):
+        check_graph(g, loose(max_total_bytes=3 * 32 * 4 - 1))
