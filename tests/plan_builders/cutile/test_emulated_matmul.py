@@ -71,6 +71,7 @@ SHAPES = {
     "padded_rows": ((40, 30), (30, 50), "bfloat16", None, (37, 1), (53, 1), (51, 1)),
     "no_contiguous_dim": ((20, 10), (10, 30), "bfloat16", None, (20, 2), None, None),
     "batch_gaps": ((3, 20, 30), (3, 30, 40), "float16", None, (700, 30, 1), (1300, 1, 30), None),
+    "batched_c_col_major": ((3, 20, 30), (3, 30, 40), "bfloat16", None, None, None, (800, 1, 20)),
 }
 
 
@@ -223,15 +224,16 @@ def test_chain_stops_where_a_tensor_is_read_twice_or_broadcast_grows():
 
 def test_every_config_and_hint_label_round_trips_and_validates(monkeypatch):
     g = epilogue_graph(["bias", "gelu_fwd"], a_dims=(50, 33), b_dims=(33, 70))
-    for config in (
-        MatmulConfig(16, 16, 16, 1),
-        MatmulConfig(32, 16, 32, 3, num_ctas=2, occupancy=2, latency=4),
-        MatmulConfig(16, 32, 16, 2, warps=8, persistent=True),
+    for config, decorator in (  # the hints cuTile compiles with (the emulator ignores them)
+        (MatmulConfig(16, 16, 16, 1), "@ct.kernel\n"),
+        (MatmulConfig(32, 16, 32, 3, num_ctas=2, occupancy=2, latency=4), "@ct.kernel(num_ctas=2, occupancy=2)\n"),
+        (MatmulConfig(16, 32, 16, 2, warps=8, persistent=True), "@ct.kernel(num_worker_warps=8)\n"),
     ):
         assert parse_config(config.label) == config
         monkeypatch.setattr(cutile_matmul, "CONFIGS", (config,))
         plan = validated(g, seed=4)
         assert plan.steps[0].plan.config == config
+        assert decorator in plan.steps[0].plan.spec.source()
     assert [parse_config(c).label for c in CutileMatmulBuilder().configs([g.nodes[0]], g)] == [config.label]
     with pytest.raises(ValueError, match="bad cuTile matmul config"):
         parse_config("128x128")
@@ -275,3 +277,14 @@ def test_an_output_dtype_it_cannot_store_and_a_node_not_a_matmul_are_declined() 
     h.softmax(h.tensor("x", (2, 8)), name="sm")[0].set_output(True)
     with pytest.raises(NotSupported, match="node 'sm': not a matmul"):
         CutileMatmulBuilder().check(h.nodes[0], h, None)
+
+
+def test_epilogue_operands_enter_the_float32_math_as_float32_rows_the_emulator_cannot_tell() -> None:
+    """The emulator's NumPy broadcasts a [TN] bias over [TM, TN] and promotes bf16 + float32 by itself; cuTile
+    needs both said: the kernel text reshapes the bias to one row and widens 16-bit operands (and only those)."""
+    for dtype, widened in (("bfloat16", True), ("float32", False)):
+        g = epilogue_graph(["bias", "residual"], dtype=dtype, a_dims=(37, 45))
+        source = validated(g, seed=2).steps[0].plan.spec.source()
+        assert "e0 = ct.reshape(e0, (1, " in source
+        assert ("e0 = ct.astype(e0, ct.float32)" in source) == widened
+        assert ("e1 = ct.astype(e1, ct.float32)" in source) == widened
