@@ -2,7 +2,8 @@
 
 A recipe knows how an op's inputs relate to the swept shape (pointwise: every
 input has it; reduction / softmax: x has it; matmul: the shape is
-[batch..., M, K, N]; gdn / kda: [H, K, V, L_1, ..., L_n], sequences of those lengths). The shrinker rebuilds a case from its recipe with a
+[batch..., M, K, N]; gdn / kda: [H, K, V, L_1, ..., L_n], sequences of those lengths; sdpa: [Hq, Hkv, D, L_1,
+..., L_n], token-packed sequences of those lengths). The shrinker rebuilds a case from its recipe with a
 smaller shape, so a recipe is a pure function of its arguments.
 """
 
@@ -109,6 +110,31 @@ def _delta_rule(r: GraphRecipe) -> Graph:
     return g
 
 
+def _token_packed(g: Graph, name: str, dims: tuple[int, ...]) -> Any:
+    """A [B, H, S, E] tensor laid out token by token ([B, S, H, E] packed), as ragged sequences lie."""
+    _, heads, length, width = dims
+    return g.tensor(name, dims=dims, strides=(length * heads * width, width, heads * width, 1))
+
+
+def _sdpa(r: GraphRecipe) -> Graph:
+    """shape = [Hq, Hkv, D, L_1, ..., L_n]: n sequences of those lengths, q / k / v / o token-packed (ragged
+    offsets, as flash-attention's varlen call packs them); lengths and offsets constants. Attributes: causal."""
+    g = _graph(r)
+    hq, hkv, width, *lengths = r.shape
+    batch, longest = len(lengths), max(lengths)
+    q = _token_packed(g, "q", (batch, hq, longest, width))
+    k, v = (_token_packed(g, n, (batch, hkv, longest, width)) for n in ("k", "v"))
+    seq_len = g.constant("seq_len", np.asarray(lengths, np.int32))
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    offsets = {
+        p: g.constant(f"{p}_offsets", starts * h * width) for p, h in (("q", hq), ("k", hkv), ("v", hkv), ("o", hq))
+    }
+    o, _ = g.sdpa(q, k, v, width**-0.5, None, bool(dict(r.attributes).get("causal", False)), name="sdpa",
+                  seq_len_q=seq_len, seq_len_kv=seq_len, ragged_offsets=offsets)  # fmt: skip
+    o.set_output(True).set_name("o")
+    return g
+
+
 def _takes(mode: str | None, attribute: str) -> bool:
     """A pointwise parameter applies only to the modes that read it (so a sweep does not multiply the others)."""
     return attribute in MODES[mode].params
@@ -121,4 +147,5 @@ RECIPES: Mapping[str, Recipe] = {
     "matmul": Recipe((), _matmul),
     "gdn": Recipe((), _delta_rule),
     "kda": Recipe((), _delta_rule),
+    "sdpa": Recipe((), _sdpa),
 }

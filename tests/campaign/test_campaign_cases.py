@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import sigdnn
@@ -169,3 +170,44 @@ def test_ops_without_per_mode_parameters_sweep_every_attribute() -> None:
     s = spec_of('[[generate]]\nop = "softmax"\nshapes = [[3, 4]]\nattributes = { axes = [0, 1], log = [true] }\n')
     recipes = list(recipes_of(s.generators[0]))
     assert [r.attributes for r in recipes] == [(("axes", 0), ("log", True)), (("axes", 1), ("log", True))]
+
+
+def test_variable_length_attention_cases_pack_their_sequences_token_by_token() -> None:
+    """sdpa's shape [Hq, Hkv, D, L_1, ..., L_n]: n sequences of those lengths (around a 64-row tile here), every
+    tensor ragged with the offsets of its packing, causal swept; each case runs on the reference and agrees with
+    attention computed sequence by sequence."""
+    s = spec_of('[[generate]]\nop = "sdpa"\ndtypes = ["float32"]\nshapes = [[2, 1, 8, 1, 63, 64, 65]]\n'
+                "attributes = { causal = [false, true] }\n")  # fmt: skip
+    cases = generate_cases(s).cases
+    assert [dict(c.recipe.attributes)["causal"] for c in cases] == [False, True]
+    unswept = generate_cases(spec_of('[[generate]]\nop = "sdpa"\nshapes = [[1, 1, 8, 3]]\n')).cases
+    assert [sigdnn.deserialize(c.graph).nodes[0].op.use_causal_mask for c in unswept] == [False]  # no mask unasked
+    for case in cases:
+        graph = sigdnn.deserialize(case.graph)
+        q = graph.tensor_by_name("q")
+        assert q.dims == (4, 2, 65, 8) and q.strides == (65 * 16, 8, 16, 1)
+        assert graph.tensor_by_name("k_offsets").constant().tolist() == [0, 8, 512, 1024, 1544]
+        rng = np.random.default_rng(0)
+        tokens = {
+            n: rng.standard_normal((193, heads, 8)).astype(np.float32) for n, heads in (("q", 2), ("k", 1), ("v", 1))
+        }
+        inputs = {}
+        for n, t in tokens.items():
+            flat = np.zeros(graph.tensor_by_name(n).size, np.float32)
+            flat[: t.size] = t.reshape(-1)
+            dims, strides = graph.tensor_by_name(n).dims, graph.tensor_by_name(n).strides
+            inputs[n] = np.lib.stride_tricks.as_strided(flat, dims, tuple(4 * x for x in strides)).copy()
+        got = sigdnn.Executor().run(graph, inputs)["o"]  # logical [B, H, S, E]; its storage holds the tokens
+        storage = np.zeros(got.size, np.float32)
+        np.lib.stride_tricks.as_strided(storage, got.shape, tuple(4 * x for x in q.strides))[...] = got
+        out = storage[: 193 * 2 * 8].reshape(193, 2, 8)
+        start = 0
+        for length in (1, 63, 64, 65):
+            q_, k_, v_ = (tokens[n][start : start + length].astype(np.float64) for n in ("q", "k", "v"))
+            s_ = np.einsum("shd,thd->hst", q_, np.repeat(k_, 2, axis=1)) * 8**-0.5
+            if dict(case.recipe.attributes)["causal"]:
+                s_ = np.where(np.arange(length)[None, None, :] <= np.arange(length)[None, :, None], s_, -np.inf)
+            p = np.exp(s_ - s_.max(-1, keepdims=True))
+            want = np.einsum("hst,thd->shd", p / p.sum(-1, keepdims=True), np.repeat(v_, 2, axis=1))
+            np.testing.assert_allclose(out[start : start + length], want, rtol=2e-5, atol=2e-6)
+            start += length

@@ -11,6 +11,8 @@ fail validation.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 import numpy as np
 import pytest
@@ -172,3 +174,23 @@ def test_a_ragged_tensor_past_int32_offsets_is_declined() -> None:
     g.sdpa(q, k, v, 0.1, name="sdpa", **lengths, ragged_offsets=offs)[0].set_output(True)
     with pytest.raises(NotSupported, match="tensor 'q' spans 2\\^31 elements"):
         CutileSdpaBuilder().check(g.nodes[-1], g)
+
+
+def test_a_campaign_of_lengths_around_the_tile_validates() -> None:
+    """The campaign's sdpa recipe (token-packed sequences of 1, 63, 64, 65 and 130 tokens, lengths and offsets as
+    constants), causal and not, bf16 and float32: strict on the cuTile attention, every case validates."""
+    from sigdnn.campaign.cases import generate_cases
+    from sigdnn.campaign.spec import parse_spec
+
+    spec = parse_spec(
+        '[[generate]]\nop = "sdpa"\ndtypes = ["bfloat16", "float32"]\nshapes = [[4, 2, 32, 1, 63, 64, 65, 130]]\n'
+        "attributes = { causal = [false, true] }\n",
+        Path("/tmp"),
+    )
+    cases = generate_cases(spec).cases
+    assert len(cases) == 4
+    for case in cases:
+        graph = sigdnn.deserialize(case.graph)
+        report = sigdnn.validate(graph, seed=case.seed, executor=emulated_executor(), truth="cpu")
+        assert set(report.builders.values()) == {"cutile.sdpa"}, report.builders
+        assert report.passed, (case.recipe.label(), report.table())
