@@ -1,4 +1,4 @@
-"""Compile every kind of generated kernel for sm_90 without a GPU (cuda-tile and tileiras only): pointwise, matmul.
+"""Compile kernels for sm_90 without a GPU (cuda-tile and tileiras only): pointwise, matmul, attention, ragged.
 
 GPU time is scarce; cuTile's compiler is not. With the ``.gpu/tile`` payload
 unpacked somewhere (``tar xJf .gpu/tile/payload.tar.xz -C DIR``) and a Python
@@ -8,8 +8,10 @@ unpacked somewhere (``tar xJf .gpu/tile/payload.tar.xz -C DIR``) and a Python
 
 compiles one kernel per mode and io dtype (and a few layouts and a fused
 region) with the array constraints cuTile's launch gives contiguous arrays
-(16-byte aligned, stride 1, whole-tile parts divisible), and reports every
-failure. Not a pytest module: it needs the compiler, not a GPU.
+(16-byte aligned, stride 1, whole-tile parts divisible), the literal attention
+kernels with variable lengths (forward, dq, dk / dv) and the ragged pack /
+unpack, and reports every failure. Not a pytest module: it needs the
+compiler, not a GPU.
 """
 
 from __future__ import annotations
@@ -17,16 +19,25 @@ from __future__ import annotations
 import concurrent.futures as cf
 import importlib.util
 import io
+import itertools
 import sys
 import tempfile
 import time
 
 import cuda.tile as ct
-from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, export_kernel
+from cuda.tile.compilation import (
+    ArrayConstraint,
+    CallingConvention,
+    ConstantConstraint,
+    KernelSignature,
+    ScalarConstraint,
+    export_kernel,
+)
 
 import sigdnn
 from sigdnn.errors import NotSupported
 from sigdnn.graph.ops.pointwise import MODES
+from sigdnn.plan_builders.cutile.attention import RAGGED_ROWS, kernel_source, ragged_kernel
 from sigdnn.plan_builders.cutile.backend import source_of
 from sigdnn.plan_builders.cutile.codegen import AS_BYTES, KernelSpec
 from sigdnn.plan_builders.cutile.matmul import CONFIGS, FLOAT32_CONFIGS
@@ -76,8 +87,52 @@ def matmul_signature(spec: MatmulSpec) -> KernelSignature:
     return KernelSignature(args, CallingConvention.cutile_python_v1())
 
 
-def compile_spec(spec: KernelSpec | MatmulSpec, folder: str) -> int:
-    name, text = source_of(spec)
+def strided(dtype: object, ndim: int) -> ArrayConstraint:
+    """Any strides, 16-byte aligned: what a literal kernel's views may be."""
+    return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
+                           may_alias_internally=False, base_addr_divisible_by=16)  # fmt: skip
+
+
+LITERALS = ("attention", "attention_dq", "attention_dkdv", "ragged_unpack", "ragged_pack")
+
+
+def literal_kernels() -> list[tuple[str, str, str, bool]]:
+    """The attention kernels with lengths on (as ragged and padded nodes launch them) and the ragged pack /
+    unpack, in bf16 and float32 with int32 and int64 lengths, causal and not (the pack / unpack take no mask)."""
+    return [(kernel, dtype, index, causal)
+            for kernel, dtype, index, causal in itertools.product(LITERALS, ("bfloat16", "float32"), ("int32", "int64"),
+                                                                  (False, True))
+            if not (causal and kernel.startswith("ragged"))]  # fmt: skip
+
+
+def literal_signature(kernel: str, dtype: str, index: str, causal: bool) -> KernelSignature:
+    """The kernel's launch arguments: any strides, 16-byte aligned, D = Dv = 128 (made in the worker: a
+    signature does not pickle)."""
+    c, i32 = ConstantConstraint, ScalarConstraint(ct.int32)
+    t, stats, lengths, flat = (
+        strided(CT[dtype], 4),
+        strided(ct.float32, 4),
+        strided(CT[index], 1),
+        strided(CT[dtype], 1),
+    )
+    sizes = [i32, i32, i32, i32, ScalarConstraint(ct.float32), c(64), c(64), c(128), c(128), c(causal)]
+    moves = [i32] * 6 + [c(RAGGED_ROWS), c(128)]
+    args = {
+        "attention": [t, t, t, t, stats, lengths, lengths, *sizes, c(True), c(dtype != "float32"), c(True)],
+        "attention_dq": [t, t, t, t, t, stats, lengths, lengths, t, *sizes, c(True)],
+        "attention_dkdv": [t, t, t, t, t, stats, lengths, lengths, t, t, *sizes, c(True)],
+        "ragged_unpack": [flat, lengths, lengths, t, *moves],
+        "ragged_pack": [t, lengths, lengths, flat, *moves],
+    }[kernel]
+    return KernelSignature(args, CallingConvention.cutile_python_v1())
+
+
+def compile_literal(kernel: str, dtype: str, index: str, causal: bool, folder: str) -> int:
+    source = ragged_kernel(kernel) if kernel.startswith("ragged") else kernel_source(kernel)
+    return export(source.name, source.text, literal_signature(kernel, dtype, index, causal), folder)
+
+
+def export(name: str, text: str, sig: KernelSignature, folder: str) -> int:
     path = f"{folder}/{name}.py"
     with open(path, "w") as f:
         f.write("import cuda.tile as ct\n" + text)
@@ -85,9 +140,13 @@ def compile_spec(spec: KernelSpec | MatmulSpec, folder: str) -> int:
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     out = io.BytesIO()
-    sig = matmul_signature(spec) if isinstance(spec, MatmulSpec) else signature(spec)
     export_kernel(module.kernel, [sig], out, gpu_code="sm_90", output_format="cubin")
     return len(out.getvalue())
+
+
+def compile_spec(spec: KernelSpec | MatmulSpec, folder: str) -> int:
+    name, text = source_of(spec)
+    return export(name, text, matmul_signature(spec) if isinstance(spec, MatmulSpec) else signature(spec), folder)
 
 
 def specs() -> list[tuple[str, KernelSpec]]:
@@ -134,13 +193,14 @@ def main() -> int:
     start, failures = time.perf_counter(), 0
     with tempfile.TemporaryDirectory() as folder, cf.ProcessPoolExecutor() as pool:
         futures = {pool.submit(compile_spec, spec, folder): name for name, spec in todo}
+        futures.update({pool.submit(compile_literal, *k, folder): " ".join(map(str, k)) for k in literal_kernels()})
         for future in cf.as_completed(futures):
             try:
                 future.result()
             except Exception as e:  # report every failure, then exit non-zero
                 failures += 1
                 print(f"FAIL {futures[future]}: {type(e).__name__}: {str(e)[:2000]}")
-    print(f"{len(todo)} kernels, {failures} failures, {time.perf_counter() - start:.0f} s")
+    print(f"{len(futures)} kernels, {failures} failures, {time.perf_counter() - start:.0f} s")
     return 1 if failures else 0
 
 
