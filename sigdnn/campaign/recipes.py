@@ -17,6 +17,7 @@ import numpy as np
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.ops.pointwise import MODES
+from sigdnn.graph.ops.ragged import token_major
 from sigdnn.graph.ops.reduction import Reduction
 
 
@@ -110,20 +111,14 @@ def _delta_rule(r: GraphRecipe) -> Graph:
     return g
 
 
-def _token_packed(g: Graph, name: str, dims: tuple[int, ...]) -> Any:
-    """A [B, H, S, E] tensor laid out token by token ([B, S, H, E] packed), as ragged sequences lie."""
-    _, heads, length, width = dims
-    return g.tensor(name, dims=dims, strides=(length * heads * width, width, heads * width, 1))
-
-
 def _sdpa(r: GraphRecipe) -> Graph:
     """shape = [Hq, Hkv, D, L_1, ..., L_n]: n sequences of those lengths, q / k / v / o token-packed (ragged
     offsets, as flash-attention's varlen call packs them); lengths and offsets constants. Attributes: causal."""
     g = _graph(r)
     hq, hkv, width, *lengths = r.shape
     batch, longest = len(lengths), max(lengths)
-    q = _token_packed(g, "q", (batch, hq, longest, width))
-    k, v = (_token_packed(g, n, (batch, hkv, longest, width)) for n in ("k", "v"))
+    shapes = {"q": (batch, hq, longest, width), "k": (batch, hkv, longest, width), "v": (batch, hkv, longest, width)}
+    q, k, v = (g.tensor(n, dims=d, strides=token_major(d)) for n, d in shapes.items())
     seq_len = g.constant("seq_len", np.asarray(lengths, np.int32))
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     offsets = {

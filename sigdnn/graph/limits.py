@@ -38,6 +38,6 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
-# A strict GPU executor's: its builders do in seconds what the reference's ``max_work`` allows minutes for (a
+# A GPU executor's: its builders do in seconds what the reference's ``max_work`` allows minutes for (a
 # Llama decoder layer's backward is ~2^41 operations, one batch of 64 sequences of 8,192 tokens' attention ~2^43).
 GPU_LIMITS = attrs.evolve(DEFAULT_LIMITS, max_work=1 << 50)

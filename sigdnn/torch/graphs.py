@@ -14,6 +14,7 @@ import attrs
 from sigdnn.dtypes import DataType, as_data_type
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import layout_order, packed_strides
+from sigdnn.graph.ops.ragged import token_major
 from sigdnn.graph.tensor import Tensor
 
 
@@ -79,12 +80,6 @@ def sdpa_backward(q: Spec, k: Spec, v: Spec, o: Spec, d_o: Spec, stats: Spec, sc
     dq, dk, dv = g.sdpa_backward(*ins, scale, None, causal)
     _outputs((dq, "dq"), (dk, "dk"), (dv, "dv"))
     return g
-
-
-def token_major(dims: Sequence[int]) -> tuple[int, ...]:
-    """Packed strides of a [B, H, S, E] tensor stored [B, S, H, E]: what ragged offsets relocate by token."""
-    _, h, s, e = dims
-    return (s * h * e, e, h * e, 1)
 
 
 VARLEN_PORTS = ("q", "k", "v", "seq_len_q", "seq_len_kv", "offsets_q", "offsets_k", "offsets_v", "offsets_o")

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from sigdnn.errors import UsageError
+from sigdnn.graph.ops import ragged
 from sigdnn.torch import graphs
 from sigdnn.torch.cache import run
 from sigdnn.torch.ops import _LIBRARY, _stats_dtype, define
@@ -32,14 +33,14 @@ ATTRIBUTES = "int max_seqlen_q, int max_seqlen_kv, float scale, bool causal"
 
 
 def padded(t: Tensor, batch: int, max_len: int, name: str) -> Tensor:
-    """Token-packed t [T, H, E] at the front of a [B, H, max_len, E] token-major buffer (graphs.token_major)."""
+    """Token-packed t [T, H, E] at the front of a [B, H, max_len, E] token-major buffer (ragged.token_major)."""
     tokens, heads, width = t.shape
     if tokens > batch * max_len:
         raise UsageError(f"sdpa_varlen: {name} holds {tokens} tokens, more than {batch} sequences of {max_len}")
     room = t.new_empty(batch * max_len * heads * width)
     room[: t.numel()].copy_(t.reshape(-1))
     dims = (batch, heads, max_len, width)
-    return room.as_strided(dims, graphs.token_major(dims))
+    return room.as_strided(dims, ragged.token_major(dims))
 
 
 def packed(t: Tensor, tokens: int) -> Tensor:

@@ -125,6 +125,12 @@ def positions(
     return pos, inside
 
 
+def token_major(dims: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """Packed strides of a [B, H, S, E] tensor stored [B, S, H, E]: how ragged sequences lie, token by token."""
+    _, h, s, e = dims
+    return (s * h * e, e, h * e, 1)
+
+
 def layout(
     where: str, op: Any, tensors: Mapping[int, Tensor], values: Mapping[str, np.ndarray]
 ) -> tuple[dict[str, np.ndarray | None], dict[str, Place]]:

@@ -38,9 +38,6 @@ if TYPE_CHECKING:
     from sigdnn.graph.node import Node
 
 
-GRADIENT_OF = ragged.GRADIENT_OF
-
-
 @attrs.frozen
 class SdpaBackward(Op):
     kind: ClassVar[str] = "sdpa_backward"
@@ -112,7 +109,7 @@ class SdpaBackward(Op):
         require_float(where, {p: t for p, t in {**inputs, **outputs}.items() if p not in VARLEN_PORTS})
         placed = {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "o": inputs["o"]}
         ragged.check_varlen(where, inputs, placed, RAGGED_LENGTHS)
-        for grad, port in GRADIENT_OF.items():
+        for grad, port in ragged.GRADIENT_OF.items():
             t = {**inputs, **outputs}[grad]
             if getattr(self, port + ragged.OFFSET_SUFFIX) is not None and t.strides != inputs[port].strides:
                 raise GraphError(

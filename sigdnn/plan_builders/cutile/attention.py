@@ -26,9 +26,8 @@ from collections.abc import Mapping
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import span_elements
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops.ragged import OFFSET_SUFFIX, RAGGED_TENSORS
+from sigdnn.graph.ops.ragged import GRADIENT_OF, OFFSET_SUFFIX, RAGGED_TENSORS
 from sigdnn.graph.ops.sdpa import RAGGED_LENGTHS
-from sigdnn.graph.ops.sdpa_backward import GRADIENT_OF
 from sigdnn.plan_builders.cutile.conv_gemm import require_int32_spans
 from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder

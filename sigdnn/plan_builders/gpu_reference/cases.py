@@ -16,6 +16,7 @@ import numpy as np
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.ops.pointwise import MODES
+from sigdnn.graph.ops.ragged import token_major
 from sigdnn.graph.ops.reduction import Reduction
 from sigdnn.graph.tensor import Tensor
 
@@ -167,12 +168,6 @@ def _reduction(g: Graph, rng: np.random.Generator, size: int) -> None:
     _outputs(g.reduction(g.tensor("x", dims), mode, axes=_axes(rng, len(dims)), name="red"))
 
 
-def _token_major(dims: tuple[int, ...]) -> tuple[int, ...]:
-    """Packed strides of a [B, H, S, E] tensor stored [B, S, H, E] (how ragged sequences lie token by token)."""
-    _, h, s, e = dims
-    return (s * h * e, e, h * e, 1)
-
-
 def _varlen(g: Graph, rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> tuple[dict, dict]:
     """(layout strides by port, the node's varlen keywords): none, padding lengths, or lengths with ragged
     offsets for a random choice of q / k / v / o laid out token by token."""
@@ -181,7 +176,7 @@ def _varlen(g: Graph, rng: np.random.Generator, shapes: dict[str, tuple[int, ...
     b = shapes["q"][0]
     lengths = {n: g.tensor(n, (b,), dtype=str(rng.choice(["int32", "int64"]))) for n in ("seq_len_q", "seq_len_kv")}
     chosen = [p for p in "qkvo" if rng.random() < 0.5] if rng.random() < 0.6 else []
-    strides = {p: _token_major(shapes[p]) for p in chosen}
+    strides = {p: token_major(shapes[p]) for p in chosen}
     offsets = {p: g.tensor(f"{p}_ragged_offset", (b + 1,), dtype="int64") for p in chosen}
     return strides, {**lengths, "ragged_offsets": offsets}
 
