@@ -140,6 +140,15 @@ def host_gpu_executor(**kwargs) -> Executor:
     return ex
 
 
+def assert_fast_path_gives(graph: Any, inputs: dict[str, np.ndarray], validated: dict[str, np.ndarray]) -> None:
+    """The GPU's fast path (the plan bound to device memory once, on host memory here) returns the outputs that
+    validation's capture path produced, bit for bit: the path validation does not take cannot diverge unseen."""
+    bound = host_gpu_executor()
+    fast = bound.execute(bound.prepare(graph), inputs)
+    for name, value in validated.items():
+        np.testing.assert_array_equal(fast[name], value, err_msg=name)
+
+
 def planted(base: type, plant: Callable[[str], str], engine_id: int = 39999) -> tuple[Registry, str]:
     """A registry of one builder, ``base`` with every launch's kernel text passed through ``plant`` (a test's
     planted bug), and that builder's name (to pin an executor to it)."""
