@@ -24,13 +24,24 @@ INF_BITS = 0x7F800000  # float32 +inf's bits (a float literal inf is not a const
 
 
 def sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS):
-    """(rows_end, keys_end) of batch entry b: its sequence lengths where the node has them (rows and keys past
-    them take no part; LENGTHS is a constant, so cuTile compiles only the branch taken), else sq and skv."""
+    """(rows_end, keys_end) of batch entry b as scalars: its sequence lengths where the node has them, clamped to
+    [0, sq] and [0, skv] (rows and keys past them take no part, and the loops stop at them, so a hostile length
+    bounds the work; LENGTHS is a constant, so cuTile compiles only the branch taken), else sq and skv."""
     if LENGTHS:
         batch = ct.full((1,), b, dtype=ct.int32)
-        rows_end = ct.reshape(ct.astype(ct.gather(len_q, batch), ct.int32), (1, 1))
-        return rows_end, ct.reshape(ct.astype(ct.gather(len_kv, batch), ct.int32), (1, 1))
+        rows_end = ct.reshape(ct.astype(ct.gather(len_q, batch), ct.int32), ())
+        keys_end = ct.reshape(ct.astype(ct.gather(len_kv, batch), ct.int32), ())
+        return ct.maximum(ct.minimum(rows_end, sq), 0), ct.maximum(ct.minimum(keys_end, skv), 0)
     return sq, skv
+
+
+def key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL):
+    """How many key tiles query tile i walks: those up to the sequence's last key (and, causal, its diagonal);
+    none when the tile lies wholly past the sequence's last row (its rows keep o = 0, stats = -inf)."""
+    tiles = ct.cdiv(keys_end, TN)
+    if CAUSAL:  # a constant: cuTile compiles only the branch taken
+        tiles = ct.minimum(tiles, ct.cdiv((i + 1) * TM, TN))
+    return ct.where(i * TM < rows_end, tiles, 0)
 
 
 def tile_f32(array, index, rows, cols):
@@ -63,10 +74,7 @@ def attention(
     m = ct.reshape(ct.max(neg_inf, axis=1), (TM, 1))
     total = ct.full((TM, 1), 0.0, dtype=ct.float32)
     acc = ct.full((TM, TV), 0.0, dtype=ct.float32)
-    tiles = ct.cdiv(skv, TN)
-    if CAUSAL:  # a constant: cuTile compiles only the branch taken
-        tiles = ct.minimum(tiles, ct.cdiv((i + 1) * TM, TN))
-    for j in range(tiles):
+    for j in range(key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL)):
         kt = tile_f32(k, (b, kv, j, 0), TN, TD)
         vt = ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO),
                         (TN, TV))  # fmt: skip
@@ -124,10 +132,7 @@ def attention_dq(
     dot = ct.where(real, dot, 0.0)
     delta = ct.sum(dot * ct.where(real, ot, 0.0), axis=1, keepdims=True)
     acc = ct.full((TM, TD), 0.0, dtype=ct.float32)
-    tiles = ct.cdiv(skv, TN)
-    if CAUSAL:
-        tiles = ct.minimum(tiles, ct.cdiv((i + 1) * TM, TN))
-    for j in range(tiles):
+    for j in range(key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL)):
         key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
         kt = tile_f32(k, (b, kv, j, 0), TN, TD)
         vt = tile_f32(v, (b, kv, j, 0), TN, TV)
@@ -172,9 +177,10 @@ def attention_dkdv(
     first = 0
     if CAUSAL:  # query tiles wholly above the diagonal see none of these keys
         first = j * TN // TM
+    last = ct.where(j * TN < keys_end, ct.cdiv(rows_end, TM), 0)  # keys wholly past the sequence: no query tile
     for g in range(groups):
         h = kv * groups + g
-        for i in range(first, ct.cdiv(sq, TM)):
+        for i in range(first, last):
             rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
             real = rows < rows_end
             qt = ct.where(real, tile_f32(q, (b, h, i, 0), TM, TD), 0.0)

@@ -11,7 +11,8 @@ causal mask, and the stats output. One block owns 64 query rows of one
 float32. The backward recomputes p from the forward's stats, a launch for
 dq and one for dk and dv. Both take padding masks (``seq_len_q`` /
 ``seq_len_kv``: rows and keys past a batch entry's lengths take no part and
-are read as 0, whatever the padding holds; a row with no key gets o = 0)
+are read as 0, whatever the padding holds; a row with no key gets o = 0; the
+loops stop at each sequence's lengths, clamped to [0, S] on the device)
 and ragged (token-packed) tensors: each is unpacked into a padded copy in
 the step's workspace before the attention launches and each ragged output
 packed back after them (``_ragged_kernels.py``), so only positions inside

@@ -233,18 +233,18 @@ def test_it_ranks_below_the_cute_flash_attention() -> None:
 
 
 def padded_graph(backward: bool) -> sigdnn.Graph:
-    """Causal GQA attention over a batch of 3 with padding masks (float32, head dim 80, sequences of up to 70)."""
+    """Causal GQA attention over a batch of 4 with padding masks (float32, head dim 80, sequences of up to 70)."""
     g = sigdnn.Graph("padded", io_dtype="float32", compute_dtype="float32")
-    q, k, v = (g.tensor(n, (3, h, 70, 80)) for n, h in (("q", 4), ("k", 2), ("v", 2)))
-    lq, lkv = (g.tensor(n, (3, 1, 1, 1)).set_data_type("int32") for n in ("seq_len_q", "seq_len_kv"))
+    q, k, v = (g.tensor(n, (4, h, 70, 80)) for n, h in (("q", 4), ("k", 2), ("v", 2)))
+    lq, lkv = (g.tensor(n, (4, 1, 1, 1)).set_data_type("int32") for n in ("seq_len_q", "seq_len_kv"))
     if not backward:
         o, stats = g.sdpa(q, k, v, attn_scale=0.1, use_causal_mask=True, generate_stats=True, seq_len_q=lq,
                           seq_len_kv=lkv, name="sdpa")  # fmt: skip
         o.set_output(True).set_name("o")
         stats.set_output(True).set_name("stats")
         return g
-    o, do = g.tensor("o", (3, 4, 70, 80)), g.tensor("d_o", (3, 4, 70, 80))
-    stats = g.tensor("stats", (3, 4, 70, 1))
+    o, do = g.tensor("o", (4, 4, 70, 80)), g.tensor("d_o", (4, 4, 70, 80))
+    stats = g.tensor("stats", (4, 4, 70, 1))
     grads = g.sdpa_backward(q, k, v, o, do, stats, attn_scale=0.1, use_causal_mask=True, seq_len_q=lq,
                             seq_len_kv=lkv, name="sdpa_bwd")  # fmt: skip
     for t, name in zip(grads, ("dq", "dk", "dv")):
@@ -253,13 +253,14 @@ def padded_graph(backward: bool) -> sigdnn.Graph:
 
 
 def padded_inputs(backward: bool, poison: bool) -> dict[str, np.ndarray]:
-    """Lengths 70 / 5 / 0 queries and 64 / 70 / 9 keys; with ``poison`` NaN in every padding row (which must not
-    reach a result); for the backward, o and stats from the reference forward."""
+    """Lengths 70 / 5 / 0 / 20 queries and 64 / 70 / 9 / 9 keys (the last: query rows past the last key, which a
+    key tile holds past its end); with ``poison`` NaN in every padding row (which must not reach a result); for
+    the backward, o and stats from the reference forward."""
     rng = np.random.default_rng(4)
-    lq, lkv = np.array([70, 5, 0], np.int32), np.array([64, 70, 9], np.int32)
-    data = {n: rng.standard_normal(s).astype(np.float32) for n, s in (("q", (3, 4, 70, 80)), ("k", (3, 2, 70, 80)),
-                                                                      ("v", (3, 2, 70, 80)), ("d_o", (3, 4, 70, 80)))}  # fmt: skip
-    data["seq_len_q"], data["seq_len_kv"] = lq.reshape(3, 1, 1, 1), lkv.reshape(3, 1, 1, 1)
+    lq, lkv = np.array([70, 5, 0, 20], np.int32), np.array([64, 70, 9, 9], np.int32)
+    data = {n: rng.standard_normal(s).astype(np.float32) for n, s in (("q", (4, 4, 70, 80)), ("k", (4, 2, 70, 80)),
+                                                                      ("v", (4, 2, 70, 80)), ("d_o", (4, 4, 70, 80)))}  # fmt: skip
+    data["seq_len_q"], data["seq_len_kv"] = lq.reshape(4, 1, 1, 1), lkv.reshape(4, 1, 1, 1)
     forward = sigdnn.Executor().run(
         padded_graph(False), {n: data[n] for n in ("q", "k", "v", "seq_len_q", "seq_len_kv")}
     )
@@ -275,12 +276,28 @@ def padded_inputs(backward: bool, poison: bool) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 @pytest.mark.parametrize("poison", [False, True], ids=["clean", "nan_padding"])
 def test_padding_masks_validate_whatever_the_padding_holds(backward: bool, poison: bool) -> None:
-    """Three sequences: full, short, and empty (no query at all) against 64 / 70 / 9 keys."""
+    """Four sequences: full, short, empty (no query) and longer than its keys, against 64 / 70 / 9 / 9 keys."""
     g = padded_graph(backward)
     executor = emulated_executor()
     assert {s.builder.name for s in executor.prepare(g).steps} == {"cutile.sdpa_backward" if backward else BUILDER}
     report = sigdnn.validate(g, padded_inputs(backward, poison), executor=executor)
     assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_lengths_outside_the_sequence_dims_act_as_the_nearest_bound_on_the_gpu(backward: bool) -> None:
+    """The kernels read the lengths on the device, unchecked (a check would synchronize every run): a length past
+    S acts as S and one below 0 as 0, so a hostile table neither reads past the tensors nor walks 2**31 keys."""
+    g = padded_graph(backward)
+    data = padded_inputs(backward, poison=False)
+    hostile = {"seq_len_q": [2**31 - 1, 5, -(2**31), 20], "seq_len_kv": [2**31 - 1, -5, 9, 9]}
+    bounded = {"seq_len_q": [70, 5, 0, 20], "seq_len_kv": [70, 0, 9, 9]}
+    runs = []
+    for lengths in (hostile, bounded):
+        inputs = data | {n: np.array(v, np.int32).reshape(4, 1, 1, 1) for n, v in lengths.items()}
+        runs.append(emulated_executor().run(g, inputs))
+    for name, got in runs[0].items():
+        np.testing.assert_array_equal(got, runs[1][name], err_msg=name)
 
 
 LENGTH_PLANTS = {
