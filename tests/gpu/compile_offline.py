@@ -1,4 +1,4 @@
-"""Compile kernels for sm_90 without a GPU (cuda-tile and tileiras only): pointwise, matmul, attention, ragged.
+"""Compile kernels for sm_90 without a GPU (cuda-tile and tileiras only): pointwise, matmul, attention, conv.
 
 GPU time is scarce; cuTile's compiler is not. With the ``.gpu/tile`` payload
 unpacked somewhere (``tar xJf .gpu/tile/payload.tar.xz -C DIR``) and a Python
@@ -9,13 +9,15 @@ unpacked somewhere (``tar xJf .gpu/tile/payload.tar.xz -C DIR``) and a Python
 compiles one kernel per mode and io dtype (and a few layouts and a fused
 region) with the array constraints cuTile's launch gives contiguous arrays
 (16-byte aligned, stride 1, whole-tile parts divisible), the literal attention
-kernels with variable lengths (forward, dq, dk / dv) and the ragged pack /
-unpack, and reports every failure. Not a pytest module: it needs the
+kernels with variable lengths (forward, dq, dk / dv), the ragged pack /
+unpack and the implicit-GEMM convs (fprop, dgrad, wgrad; float32, exact and
+TF32), and reports every failure. Not a pytest module: it needs the
 compiler, not a GPU.
 """
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures as cf
 import importlib.util
 import io
@@ -40,6 +42,7 @@ from sigdnn.graph.ops.pointwise import MODES
 from sigdnn.plan_builders.cutile.attention import RAGGED_ROWS, kernel_source, ragged_kernel
 from sigdnn.plan_builders.cutile.backend import source_of
 from sigdnn.plan_builders.cutile.codegen import AS_BYTES, KernelSpec
+from sigdnn.plan_builders.cutile.conv_gemm import kernel_source as conv_source
 from sigdnn.plan_builders.cutile.matmul import CONFIGS, FLOAT32_CONFIGS
 from sigdnn.plan_builders.cutile.matmul_codegen import EpilogueStep, MatmulSpec, Operand
 from sigdnn.plan_builders.cutile.pointwise import node_spec
@@ -132,6 +135,26 @@ def compile_literal(kernel: str, dtype: str, index: str, causal: bool, folder: s
     return export(source.name, source.text, literal_signature(kernel, dtype, index, causal), folder)
 
 
+CONVS = {"conv_gemm": (1, 5, 5), "conv_dgrad_gemm": (1, 5, 5), "conv_wgrad_gemm": (1, 1, 5)}  # each array's ndim
+
+
+def conv_signature(kernel: str, tf32: bool) -> KernelSignature:
+    """float32 operands (widened; TF32 or exact), channels fastest, any strides; the parameters between the
+    arrays and the constants are int32 sizes and strides (read from the kernel's own parameter list)."""
+    tree = ast.parse(conv_source(kernel).text)
+    names = [a.arg for a in next(f for f in tree.body if getattr(f, "name", None) == kernel).args.args]
+    constants = {"TM": 64, "TN": 64, "TK": 32, "CHANNELS_FASTEST": True, "WIDEN": True, "TF32": tf32}
+    arrays = [strided(ct.float32, ndim) for ndim in CONVS[kernel]]
+    scalars = [ScalarConstraint(ct.int32)] * (len(names) - len(arrays) - sum(n in constants for n in names))
+    fixed = [ConstantConstraint(constants[n]) for n in names if n in constants]
+    return KernelSignature([*arrays, *scalars, *fixed], CallingConvention.cutile_python_v1())
+
+
+def compile_conv(kernel: str, tf32: bool, folder: str) -> int:
+    source = conv_source(kernel)
+    return export(source.name, source.text, conv_signature(kernel, tf32), folder)
+
+
 def export(name: str, text: str, sig: KernelSignature, folder: str) -> int:
     path = f"{folder}/{name}.py"
     with open(path, "w") as f:
@@ -194,6 +217,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder, cf.ProcessPoolExecutor() as pool:
         futures = {pool.submit(compile_spec, spec, folder): name for name, spec in todo}
         futures.update({pool.submit(compile_literal, *k, folder): " ".join(map(str, k)) for k in literal_kernels()})
+        convs = itertools.product(CONVS, (False, True))
+        futures.update({pool.submit(compile_conv, k, tf32, folder): f"{k} tf32={tf32}" for k, tf32 in convs})
         for future in cf.as_completed(futures):
             try:
                 future.result()

@@ -60,6 +60,23 @@ def test_implicit_gemm_conv_matches_the_reference_on_the_gpu(case: Case) -> None
     assert report.passed, report.table()
 
 
+F32_LAYERS = [c for c in ALL if c.dtype == "float32" and c.w_dtype is None]
+
+
+@pytest.mark.parametrize("case", F32_LAYERS, ids=[c.name for c in F32_LAYERS])
+def test_float32_convs_with_16_bit_compute_run_as_tf32_and_validate_on_the_gpu(case: Case) -> None:
+    """The tensor cores' TF32 (10 mantissa bits): visibly off float32's exact products, within the compute
+    dtype's tolerance (tests/plan_builders/cutile/test_emulated_conv_tf32.py has the exact oracle)."""
+    g = graph(case)
+    g.nodes[-1].compute_dtype = sigdnn.DataType.FLOAT16
+    inputs = random_inputs(g, seed=len(case.name))
+    executor = sigdnn.Executor("gpu", engine=BUILDER)
+    report = sigdnn.validate(g, inputs, executor=executor)
+    assert report.passed, report.table()
+    exact = sigdnn.Executor("gpu", engine=BUILDER).run(graph(case), inputs)["conv::y"]
+    assert not np.array_equal(np.asarray(executor.run(g, inputs)["conv::y"]), np.asarray(exact))
+
+
 class DroppedStep(CutileConvGemmBuilder):
     name = "planted.conv_fprop_gemm"
     engine_id = 30051

@@ -25,8 +25,9 @@ D dim and read 0 too. w and y are 5-D strided views over (K or N, C, D, H,
 W): a 1-D or 2-D conv sees size-1 D (and H). Rows past the last pixel load
 from the last real one and their scatter is dropped (an N coordinate past
 the end), as are columns past the group's K/G channels (channel index K).
-Sizes and strides are scalar arguments; only the tile, the j order and
-whether the operands widen to float32 are compile-time.
+Sizes and strides are scalar arguments; only the tile, the j order,
+whether the operands widen to float32 and whether the widened operands go
+to the MMA as TF32 are compile-time.
 """
 
 from typing import Any
@@ -52,6 +53,7 @@ def conv_gemm(
     TK: ct.Constant[int],
     CHANNELS_FASTEST: ct.Constant[bool],
     WIDEN: ct.Constant[bool],
+    TF32: ct.Constant[bool],
 ):  # fmt: skip
     g = ct.bid(2)
     p = ct.reshape(ct.bid(0) * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
@@ -89,6 +91,9 @@ def conv_gemm(
         if WIDEN:
             xa = ct.astype(xa, ct.float32)
             wb = ct.astype(wb, ct.float32)
+        if TF32:
+            xa = ct.astype(xa, ct.tfloat32)
+            wb = ct.astype(wb, ct.tfloat32)
         acc = ct.mma(xa, wb, acc)
     o_n = p // (ow * oh * od)
     o_d = (p // (ow * oh)) % od
@@ -114,6 +119,7 @@ def conv_dgrad_gemm(
     TK: ct.Constant[int],
     CHANNELS_FASTEST: ct.Constant[bool],
     WIDEN: ct.Constant[bool],
+    TF32: ct.Constant[bool],
 ):  # fmt: skip
     # dx[p, c] = sum over j of dy[p's window, j] * w[j, c]: j over the group's K/G dy channels and the taps; the
     # dy position a dx pixel meets through tap t is (position + pre_padding - t * dilation) / stride, where that
@@ -159,6 +165,9 @@ def conv_dgrad_gemm(
         if WIDEN:
             ya = ct.astype(ya, ct.float32)
             wb = ct.astype(wb, ct.float32)
+        if TF32:
+            ya = ct.astype(ya, ct.tfloat32)
+            wb = ct.astype(wb, ct.tfloat32)
         acc = ct.mma(ya, wb, acc)
     o_n = p // (xw * xh * xd)
     o_d = (p // (xw * xh)) % xd
@@ -184,6 +193,7 @@ def conv_wgrad_gemm(
     TN: ct.Constant[int],
     TK: ct.Constant[int],
     WIDEN: ct.Constant[bool],
+    TF32: ct.Constant[bool],
 ):  # fmt: skip
     # dw[k, q] = sum over r of dy[r, k] * x[r's window, q]: k one of the group's K/G output channels, q a flat
     # (channel, tap) of the filter, r a flat dy pixel (n, od, oh, ow); the K loop runs over every dy pixel.
@@ -218,6 +228,9 @@ def conv_wgrad_gemm(
         if WIDEN:
             ya = ct.astype(ya, ct.float32)
             xb = ct.astype(xb, ct.float32)
+        if TF32:
+            ya = ct.astype(ya, ct.tfloat32)
+            xb = ct.astype(xb, ct.tfloat32)
         acc = ct.mma(ya, xb, acc)
     o_k = ct.where(k_local < k_per_group, g * k_per_group + k_local, k_total)
     ct.scatter(dw, (o_k, c, a, b, e), ct.astype(acc, dw.dtype))

@@ -10,7 +10,9 @@ along the grid's third axis), f32 / f16 / bf16 io with float32 sums.
 The filter's taps and channels are gathered into the GEMM's tiles inside
 the kernel, so there is no workspace. x and w of one 16-bit dtype go to
 ``ct.mma`` as they are; otherwise both widen to float32, which cuTile
-multiplies exactly (no TF32 rounding: the node's compute dtype is float32).
+multiplies exactly where the node's compute dtype is float32, and as TF32
+(10 mantissa bits, what torch's and ONNX Runtime's float32 convs run by
+default) where it is 16-bit, whose tolerance covers it (as ``cutile.matmul``).
 
 It ranks below every CuTe conv builder and below ``cutile.conv_fprop_grouped``
 (a direct convolution, better for depthwise and narrow groups), so it runs
@@ -70,10 +72,10 @@ def flat_span(t: Tensor) -> int:
     return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
 
 
-def require_float32_sums(builder: str, graph: Graph, node: Node) -> None:
-    compute = str(graph.compute_dtype_of(node))
-    if compute != "float32":
-        raise ValueError(f"compute dtype {compute}; {builder} sums in float32")
+def as_tf32(graph: Graph, node: Node, a: Tensor, b: Tensor) -> bool:
+    """Whether widened operands go to the MMA as TF32: where the node's compute dtype is 16-bit (whose tolerance
+    covers TF32's 10-bit mantissa); operands of one 16-bit dtype multiply as they are either way."""
+    return widens(graph, a, b) and str(graph.compute_dtype_of(node)) != "float32"
 
 
 def require_int32_spans(*tensors: Tensor) -> None:
@@ -110,7 +112,6 @@ class CutileConvGemmBuilder(CutileLaunchesBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         x, w, y = graph.tensors[op.x], graph.tensors[op.w], graph.tensors[op.y]
-        require_float32_sums(self.name, graph, node)
         groups = groups_of(node, graph)
         y_dims = as_5d(y)[0]
         pixels = y_dims[0] * y_dims[2] * y_dims[3] * y_dims[4]
@@ -133,7 +134,14 @@ class CutileConvGemmBuilder(CutileLaunchesBuilder):
             *padded_to_3(op.dilation, 1),
         )  # fmt: skip
         require_int32_scalars(constants, reduction + TILE_REDUCTION)  # the last K step's j run a tile past it
-        order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(x), widens(graph, x, w))
+        order = (
+            TILE_PIXELS,
+            tn,
+            TILE_REDUCTION,
+            channels_innermost(x),
+            widens(graph, x, w),
+            as_tf32(graph, node, x, w),
+        )
         args = (Arg("x", (flat_span(x),), (1,)), Arg("w", *view_5d(w)), Arg("y", *view_5d(y)))
         return [Launch(kernel_source(), grid, args, (*constants, *order))], 0
 
@@ -151,7 +159,6 @@ class CutileConvDgradGemmBuilder(CutileLaunchesBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         dy, w, dx = graph.tensors[op.dy], graph.tensors[op.w], graph.tensors[op.dx]
-        require_float32_sums(self.name, graph, node)
         require_int32_spans(dy, w, dx)
         groups = dx.dims[1] // w.dims[1]
         x_dims = as_5d(dx)[0]
@@ -176,7 +183,14 @@ class CutileConvDgradGemmBuilder(CutileLaunchesBuilder):
         )  # fmt: skip
         reach = max(d + q for d, q in zip(x_dims[2:], pre))  # a position plus its padding, before a tap
         require_int32_scalars(constants, reduction + TILE_REDUCTION, pixels + TILE_PIXELS, reach)
-        order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(dy), widens(graph, dy, w))
+        order = (
+            TILE_PIXELS,
+            tn,
+            TILE_REDUCTION,
+            channels_innermost(dy),
+            widens(graph, dy, w),
+            as_tf32(graph, node, dy, w),
+        )
         args = (Arg("dy", (flat_span(dy),), (1,)), Arg("w", *view_5d(w)), Arg("dx", *view_5d(dx)))
         return [Launch(kernel_source("conv_dgrad_gemm"), grid, args, (*constants, *order))], 0
 
@@ -195,7 +209,6 @@ class CutileConvWgradGemmBuilder(CutileLaunchesBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         x, dy, dw = graph.tensors[op.x], graph.tensors[op.dy], graph.tensors[op.dw]
-        require_float32_sums(self.name, graph, node)
         require_int32_spans(x, dy, dw)
         if offset_bound(x, op) > LARGEST:
             raise ValueError(f"tensor '{x.name}' with its padding spans 2^31 elements or more (int32 offsets)")
@@ -221,6 +234,6 @@ class CutileConvWgradGemmBuilder(CutileLaunchesBuilder):
             *padded_to_3(op.dilation, 1),
         )  # fmt: skip
         require_int32_scalars(constants, pixels + TILE_REDUCTION)  # columns are bounded by the grid's check above
-        order = (tm, tn, TILE_REDUCTION, widens(graph, dy, x))
+        order = (tm, tn, TILE_REDUCTION, widens(graph, dy, x), as_tf32(graph, node, dy, x))
         args = (Arg("x", (flat_span(x),), (1,)), Arg("dy", (flat_span(dy),), (1,)), Arg("dw", *view_5d(dw)))
         return [Launch(kernel_source("conv_wgrad_gemm"), grid, args, (*constants, *order))], 0
