@@ -34,6 +34,7 @@ _EXPORTS = {
     **dict.fromkeys(("Graph", "Limits", "Node", "Tensor", "deserialize", "serialize"), "sigdnn.graph"),
     "load": "sigdnn.importers",  # sigdnn.graph's load, with the foreign formats registered
     "Op": "sigdnn.graph.ops.base",
+    "allow_tf32": "sigdnn.graph.tf32",
     **dict.fromkeys(
         (
             "BuildContext",
@@ -89,6 +90,7 @@ if TYPE_CHECKING:
     from sigdnn.executor import ExecutionPlan, Executor
     from sigdnn.graph import Graph, Limits, Node, Tensor, deserialize, load, serialize
     from sigdnn.graph.ops.base import Op
+    from sigdnn.graph.tf32 import allow_tf32
     from sigdnn.io import FileError
     from sigdnn.registry import (
         BuildContext,
@@ -138,6 +140,7 @@ __all__ = [
     "ValidationReport",
     "VariantPackError",
     "__version__",
+    "allow_tf32",
     "deserialize",
     "key_for",
     "load",

@@ -9,7 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from sigdnn.cli.options import limits
 from sigdnn.errors import GraphError, UsageError
+from sigdnn.graph import deserialize
+from sigdnn.graph.limits import DEFAULT_LIMITS
+from sigdnn.graph.tf32 import allow_tf32
 from sigdnn.io import (
     DEFAULT_MAX_GRAPH_FILE_BYTES,
     DEFAULT_MAX_TENSOR_FILE_BYTES,
@@ -29,7 +33,7 @@ def file_cap(args: argparse.Namespace, default: int) -> int:
 
 def read_graph(args: argparse.Namespace, path: str) -> bytes:
     """The bytes of a graph file (sigdnn's, or a format the importers register), converted to sigdnn's;
-    --input-shape fixes an ONNX model's symbolic input dims."""
+    --input-shape fixes an ONNX model's symbolic input dims, --tf32 lets its float32 dot products run as TF32."""
     import sigdnn.importers  # noqa: F401  (registers the foreign graph formats read_graph_file detects)
 
     shapes: dict[str, tuple[int, ...]] = {}
@@ -38,11 +42,16 @@ def read_graph(args: argparse.Namespace, path: str) -> bytes:
             raise UsageError(f"--input-shape names {name!r} twice")
         shapes[name] = dims
     try:
-        return read_graph_file(path, max_bytes=file_cap(args, DEFAULT_MAX_GRAPH_FILE_BYTES), input_shapes=shapes)
+        data = read_graph_file(path, max_bytes=file_cap(args, DEFAULT_MAX_GRAPH_FILE_BYTES), input_shapes=shapes)
     except (UsageError, GraphError) as e:
         if shapes and ("input shapes" in str(e) or "input_shapes" in str(e)):
             raise type(e)(f"--input-shape: {e}") from None
         raise
+    if not getattr(args, "tf32", False):
+        return data
+    graph = deserialize(data, limits=limits(args) if hasattr(args, "max_bytes") else DEFAULT_LIMITS)
+    allow_tf32(graph)
+    return graph.serialize()
 
 
 def expected(graph: Any) -> dict[str, Expected]:

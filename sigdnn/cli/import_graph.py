@@ -25,6 +25,7 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
         "--max-file-bytes", type=options.size, metavar="SIZE", help="refuse larger files (default: 256 MiB)"
     )
     options.input_shape_option(imported)
+    options.tf32_option(imported)
     imported.set_defaults(func=cmd_import)
 
 

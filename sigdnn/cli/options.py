@@ -97,9 +97,20 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
 
 
+def tf32_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="let float32 matmuls and convs run as TF32 (10 mantissa bits, as torch's convs and ONNX Runtime do "
+        "by default): those nodes compute at float16's precision and are validated at it (sigdnn.allow_tf32)",
+    )
+
+
 def graph_options(parser: argparse.ArgumentParser, backend_default: str = "reference") -> None:
-    """--backend, --max-bytes, --max-file-bytes and --input-shape, for the commands that read and run graphs."""
+    """--backend, --max-bytes, --max-file-bytes, --input-shape and --tf32, for the commands that read and run
+    graphs."""
     input_shape_option(parser)
+    tf32_option(parser)
     parser.add_argument(
         "--backend",
         default=backend_default,
