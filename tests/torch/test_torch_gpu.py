@@ -84,19 +84,22 @@ def test_delta_rule_and_its_backward_on_cuda(kind):
 
 def test_varlen_attention_and_its_backward_on_cuda():
     """flash-attention's varlen call (token-packed q / k / v, cu_seqlens): the cuTile attention's ragged path on
-    CUDA against the reference on the CPU, and every step on a GPU builder (none falls back)."""
+    CUDA against the reference on the CPU, and every step on a GPU builder (none falls back). The backward is
+    judged on the GPU forward's own o and stats, as its graph's tolerance assumes: the CPU forward's differ from
+    them by an ulp here and there, which the gradients carry past that tolerance (3 elements of 91,392 on an H100)."""
     torch.manual_seed(0)
     cu = torch.tensor([0, 100, 101, 357], dtype=torch.int32)
     q, k, v, do = (torch.randn(357, 4, 64, dtype=torch.bfloat16) for _ in range(4))
-    results = {}
-    for device in ("cpu", "cuda"):
-        leaves = [t.detach().to(device).requires_grad_(True) for t in (q, k, v)]
-        o = st.varlen_attention(*leaves, cu.to(device), cu.to(device), 256, 256, causal=True)
-        o.backward(do.to(device))
-        results[device] = [o.detach(), *(t.grad for t in leaves)]
+    leaves = [t.detach().cuda().requires_grad_(True) for t in (q, k, v)]
+    o = st.varlen_attention(*leaves, cu.cuda(), cu.cuda(), 256, 256, causal=True)
+    o.backward(do.cuda())
     for op in ("sdpa_varlen", "sdpa_varlen_backward"):
         plan = next(c.plan for key, c in _CACHE.items() if key[0] == op and key[2] == "cuda")
         assert all(not s.builder.name.endswith("(fallback)") for s in plan.steps), [s.builder.name for s in plan.steps]
-    judged("sdpa_varlen", results["cuda"][0], results["cpu"][0], 0)
-    for i, (got, want) in enumerate(zip(results["cuda"][1:], results["cpu"][1:])):
-        judged("sdpa_varlen_backward", got, want, i)
+    judged("sdpa_varlen", o.detach(), st.varlen_attention(q, k, v, cu, cu, 256, 256, causal=True), 0)
+    scale, ops = 64**-0.5, torch.ops.sigdnn
+    o_gpu, stats = ops.sdpa_varlen(q.cuda(), k.cuda(), v.cuda(), cu.cuda(), cu.cuda(), 256, 256, scale, True)
+    assert torch.equal(o_gpu, o.detach())  # the autograd call ran this very forward
+    want = ops.sdpa_varlen_backward(q, k, v, o_gpu.cpu(), do, stats.cpu(), cu, cu, 256, 256, scale, True)
+    for i, (got, expected) in enumerate(zip((t.grad for t in leaves), want)):
+        judged("sdpa_varlen_backward", got, expected, i)
