@@ -25,6 +25,7 @@ import itertools
 import sys
 import tempfile
 import time
+import uuid
 
 import cuda.tile as ct
 from cuda.tile.compilation import (
@@ -120,10 +121,11 @@ def literal_signature(kernel: str, dtype: str, index: str, causal: bool) -> Kern
     )
     sizes = [i32, i32, i32, i32, ScalarConstraint(ct.float32), c(64), c(64), c(128), c(128), c(causal)]
     moves = [i32] * 6 + [c(RAGGED_ROWS), c(128)]
+    narrow = dtype != "float32"  # bf16 q / k / v / d_o go to the MMAs as they are
     args = {
-        "attention": [t, t, t, t, stats, lengths, lengths, *sizes, c(True), c(dtype != "float32"), c(True)],
-        "attention_dq": [t, t, t, t, t, stats, lengths, lengths, t, *sizes, c(True)],
-        "attention_dkdv": [t, t, t, t, t, stats, lengths, lengths, t, t, *sizes, c(True)],
+        "attention": [t, t, t, t, stats, lengths, lengths, *sizes, c(True), c(narrow), c(True), c(not narrow)],
+        "attention_dq": [t, t, t, t, t, stats, lengths, lengths, t, *sizes, c(True), c(not narrow)],
+        "attention_dkdv": [t, t, t, t, t, stats, lengths, lengths, t, t, *sizes, c(True), c(not narrow)],
         "ragged_unpack": [flat, lengths, lengths, t, *moves],
         "ragged_pack": [t, lengths, lengths, flat, *moves],
     }[kernel]
@@ -156,6 +158,9 @@ def compile_conv(kernel: str, tf32: bool, folder: str) -> int:
 
 
 def export(name: str, text: str, sig: KernelSignature, folder: str) -> int:
+    """The kernel's cubin size; each job writes its own file (kernels of one text under two signatures, compiled
+    at once, would otherwise read each other's half-written file: cuTile's "could not get source code")."""
+    name = f"{name}_{uuid.uuid4().hex}"
     path = f"{folder}/{name}.py"
     with open(path, "w") as f:
         f.write("import cuda.tile as ct\n" + text)

@@ -50,6 +50,24 @@ def tile_f32(array, index, rows, cols):
     return ct.astype(ct.reshape(tile, (rows, cols)), ct.float32)
 
 
+def operand(tile, WIDE, dtype):
+    """A float32 tile as an MMA operand: as it is where WIDE (a constant), else in the 16-bit ``dtype``: exact for
+    values read from such a tensor, one rounding for an intermediate (p, ds), which the tolerance of attention's
+    gradients allows (flash attention rounds them so)."""
+    if WIDE:
+        return tile
+    return ct.astype(tile, dtype)
+
+
+def mma_tile(array, index, rows, cols, WIDE):
+    """The same tile as an MMA operand: widened to float32 where WIDE (a constant), else in the array's own 16-bit
+    dtype, which the tensor cores multiply exactly into float32 sums."""
+    if WIDE:
+        return tile_f32(array, index, rows, cols)
+    tile = ct.load(array, index=index, shape=(1, 1, rows, cols), padding_mode=ct.PaddingMode.ZERO)
+    return ct.reshape(tile, (rows, cols))
+
+
 @ct.kernel
 def attention(
     q, k, v, o, stats, len_q, len_kv,
@@ -62,20 +80,21 @@ def attention(
     STATS: ct.Constant[bool],
     NARROW_P: ct.Constant[bool],
     LENGTHS: ct.Constant[bool],
+    WIDE_QK: ct.Constant[bool],
 ):  # fmt: skip
     i = ct.bid(0)
     b = ct.bid(1) // heads
     h = ct.bid(1) % heads
     kv = h // groups
     rows_end, keys_end = sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS)
-    qt = tile_f32(q, (b, h, i, 0), TM, TD)
+    qt = mma_tile(q, (b, h, i, 0), TM, TD, WIDE_QK)
     rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
     neg_inf = -ct.bitcast(ct.full((TM, TN), INF_BITS, dtype=ct.int32), ct.float32)
     m = ct.reshape(ct.max(neg_inf, axis=1), (TM, 1))
     total = ct.full((TM, 1), 0.0, dtype=ct.float32)
     acc = ct.full((TM, TV), 0.0, dtype=ct.float32)
     for j in range(key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL)):
-        kt = tile_f32(k, (b, kv, j, 0), TN, TD)
+        kt = mma_tile(k, (b, kv, j, 0), TN, TD, WIDE_QK)
         vt = ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO),
                         (TN, TV))  # fmt: skip
         key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
@@ -114,6 +133,7 @@ def attention_dq(
     TV: ct.Constant[int],
     CAUSAL: ct.Constant[bool],
     LENGTHS: ct.Constant[bool],
+    WIDE: ct.Constant[bool],
 ):  # fmt: skip
     # dq = scale * ds k over the keys, ds = p * (do v^T - rowsum(do * o)), p = exp(s - stats): a block owns TM
     # query rows of one (batch, query head), as the forward does. Rows and keys past the sequence lengths are
@@ -131,21 +151,22 @@ def attention_dq(
     lse = tile_f32(stats, (b, h, i, 0), TM, 1)
     dot = ct.where(real, dot, 0.0)
     delta = ct.sum(dot * ct.where(real, ot, 0.0), axis=1, keepdims=True)
+    qm, dom = operand(qt, WIDE, q.dtype), operand(dot, WIDE, d_o.dtype)
     acc = ct.full((TM, TD), 0.0, dtype=ct.float32)
     for j in range(key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL)):
         key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
         kt = tile_f32(k, (b, kv, j, 0), TN, TD)
         vt = tile_f32(v, (b, kv, j, 0), TN, TV)
-        kt = ct.where(key_rows < keys_end, kt, 0.0)
-        vt = ct.where(key_rows < keys_end, vt, 0.0)
-        s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
+        km = operand(ct.where(key_rows < keys_end, kt, 0.0), WIDE, k.dtype)
+        vm = operand(ct.where(key_rows < keys_end, vt, 0.0), WIDE, v.dtype)
+        s = ct.mma(qm, ct.transpose(km), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
         cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
         keep = (cols < keys_end) & real
         if CAUSAL:
             keep = keep & (cols <= rows)
         p = ct.where(keep, ct.exp(s - lse), 0.0)
-        dp = ct.mma(dot, ct.transpose(vt), ct.full((TM, TN), 0.0, dtype=ct.float32))
-        acc = ct.mma(p * (dp - delta), kt, acc)
+        dp = ct.mma(dom, ct.transpose(vm), ct.full((TM, TN), 0.0, dtype=ct.float32))
+        acc = ct.mma(operand(p * (dp - delta), WIDE, k.dtype), km, acc)
     ct.store(dq, index=(b, h, i, 0), tile=ct.reshape(ct.astype(acc * scale, dq.dtype), (1, 1, TM, TD)))
 
 
@@ -159,6 +180,7 @@ def attention_dkdv(
     TV: ct.Constant[int],
     CAUSAL: ct.Constant[bool],
     LENGTHS: ct.Constant[bool],
+    WIDE: ct.Constant[bool],
 ):  # fmt: skip
     # dv = p^T do and dk = scale * ds^T q, summed over the group's query heads and every query row: a block owns
     # TN keys of one (batch, kv head) and walks the query tiles that can see them; padding read as 0, as in dq.
@@ -169,8 +191,8 @@ def attention_dkdv(
     key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
     kt = tile_f32(k, (b, kv, j, 0), TN, TD)
     vt = tile_f32(v, (b, kv, j, 0), TN, TV)
-    kt = ct.where(key_rows < keys_end, kt, 0.0)
-    vt = ct.where(key_rows < keys_end, vt, 0.0)
+    km = operand(ct.where(key_rows < keys_end, kt, 0.0), WIDE, k.dtype)
+    vm = operand(ct.where(key_rows < keys_end, vt, 0.0), WIDE, v.dtype)
     cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
     dk_acc = ct.full((TN, TD), 0.0, dtype=ct.float32)
     dv_acc = ct.full((TN, TV), 0.0, dtype=ct.float32)
@@ -187,14 +209,15 @@ def attention_dkdv(
             dot = ct.where(real, tile_f32(d_o, (b, h, i, 0), TM, TV), 0.0)
             ot = ct.where(real, tile_f32(o, (b, h, i, 0), TM, TV), 0.0)
             lse = tile_f32(stats, (b, h, i, 0), TM, 1)
-            s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
+            qm, dom = operand(qt, WIDE, q.dtype), operand(dot, WIDE, d_o.dtype)
+            s = ct.mma(qm, ct.transpose(km), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
             keep = (cols < keys_end) & real
             if CAUSAL:
                 keep = keep & (cols <= rows)
             p = ct.where(keep, ct.exp(s - lse), 0.0)
-            dv_acc = ct.mma(ct.transpose(p), dot, dv_acc)
-            dp = ct.mma(dot, ct.transpose(vt), ct.full((TM, TN), 0.0, dtype=ct.float32))
+            dv_acc = ct.mma(operand(ct.transpose(p), WIDE, d_o.dtype), dom, dv_acc)
+            dp = ct.mma(dom, ct.transpose(vm), ct.full((TM, TN), 0.0, dtype=ct.float32))
             ds = p * (dp - ct.sum(dot * ot, axis=1, keepdims=True))
-            dk_acc = ct.mma(ct.transpose(ds), qt, dk_acc)
+            dk_acc = ct.mma(operand(ct.transpose(ds), WIDE, q.dtype), qm, dk_acc)
     ct.store(dk, index=(b, kv, j, 0), tile=ct.reshape(ct.astype(dk_acc * scale, dk.dtype), (1, 1, TN, TD)))
     ct.store(dv, index=(b, kv, j, 0), tile=ct.reshape(ct.astype(dv_acc, dv.dtype), (1, 1, TN, TV)))

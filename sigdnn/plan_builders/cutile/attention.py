@@ -47,6 +47,13 @@ FORWARD_PLACEMENT = {p: p for p in RAGGED_TENSORS}  # port -> the forward tensor
 BACKWARD_PLACEMENT = {**{p: p for p in RAGGED_TENSORS}, **GRADIENT_OF}
 
 
+def wide(graph: Graph, *uids: int) -> bool:
+    """Whether these operands go to the MMA as float32: unless they share one 16-bit dtype (the tensor cores'
+    bf16 / f16 products are exact in the float32 sums either way; widening only costs the tensor cores' speed)."""
+    dtypes = {str(graph.dtype_of(graph.tensors[u])) for u in uids}
+    return not (len(dtypes) == 1 and dtypes <= set(NARROW))
+
+
 def kernel_source(kernel: str = "attention") -> KernelSource:
     """The literal kernels' text with ``kernel`` bound to the one named."""
     return literal("_attention_kernels.py", kernel, kernel)
@@ -147,7 +154,8 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
         constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
         lengths, has_lengths = length_args(node, graph)
         has_stats = op.stats is not None
-        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_stats, narrow_p, has_lengths)
+        flags = (op.use_causal_mask, has_stats, narrow_p, has_lengths, wide(graph, op.q, op.k))
+        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), *flags)
         ports = ("q", "k", "v", "o", "stats" if has_stats else "o")  # o stands in for stats never written
         view, unpack, pack, workspace = port_views(node, graph, ports, FORWARD_PLACEMENT, frozenset({"o"}))
         args = (*(view[p] for p in ports), *lengths)
@@ -157,7 +165,8 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
 
 class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
     """dq in one launch (a block per query tile, as the forward), dk and dv in another (a block per key tile
-    walking the query tiles of its group's heads), both recomputing p from the forward's stats in float32."""
+    walking the query tiles of its group's heads), both recomputing p from the forward's stats in float32; with
+    q, k, v and d_o of one 16-bit dtype the MMAs take that dtype (p and ds rounded to it, as flash attention)."""
 
     name = "cutile.sdpa_backward"
     engine_id = IN_TREE[name]
@@ -172,7 +181,8 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
         reads, grads = ("q", "k", "v", "o", "d_o", "stats"), ("dq", "dk", "dv")
         view, unpack, pack, workspace = port_views(node, graph, reads + grads, BACKWARD_PLACEMENT, frozenset(grads))
         ins = (*(view[p] for p in reads), *lengths)
-        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_lengths)
+        widened = wide(graph, op.q, op.k, op.v, op.d_o)
+        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_lengths, widened)
         return [
             *unpack,
             Launch(kernel_source("attention_dq"), (cdiv(sq, TILE_ROWS), batch * heads, 1), (*ins, view["dq"]),

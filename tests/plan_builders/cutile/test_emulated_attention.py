@@ -139,12 +139,14 @@ def test_backward_validation_against_the_reference_passes(case: Case) -> None:
 
 
 BACKWARD_PLANTED = {
-    "dq_delta_dropped": ("acc = ct.mma(p * (dp - delta), kt, acc)", "acc = ct.mma(p * dp, kt, acc)", CASES[0]),
+    "dq_delta_dropped": ("acc = ct.mma(operand(p * (dp - delta), WIDE, k.dtype), km, acc)",
+                         "acc = ct.mma(operand(p * dp, WIDE, k.dtype), km, acc)", CASES[0]),
     "dq_causal_mask_dropped": ("        p = ct.where(keep, ct.exp(s - lse), 0.0)\n        dp",
                                "        p = ct.where(cols < skv, ct.exp(s - lse), 0.0)\n        dp", CASES[1]),
     "dkdv_one_head_of_the_group": ("for g in range(groups):", "for g in range(1):", CASES[0]),
     "dkdv_causal_start_late": ("first = j * TN // TM", "first = j * TN // TM + 1", CASES[1]),
-    "dv_from_ds": ("dv_acc = ct.mma(ct.transpose(p), dot, dv_acc)", "dv_acc = ct.mma(ct.transpose(p), ot, dv_acc)",
+    "dv_from_ds": ("dv_acc = ct.mma(operand(ct.transpose(p), WIDE, d_o.dtype), dom, dv_acc)",
+                   "dv_acc = ct.mma(operand(ct.transpose(p), WIDE, d_o.dtype), operand(ot, WIDE, o.dtype), dv_acc)",
                    CASES[3]),
     "dk_unscaled": ("tile=ct.reshape(ct.astype(dk_acc * scale, dk.dtype)", "tile=ct.reshape(ct.astype(dk_acc, dk.dtype)",
                     CASES[0]),
@@ -178,14 +180,18 @@ def attention_node(
 
 def test_launch_contract() -> None:
     """A block per 64 query rows and (batch, head); int scalars (cuTile's index math); power-of-two tiles of at
-    least 16 over each head dim; p narrowed exactly where v is 16-bit; no workspace."""
+    least 16 over each head dim; p narrowed exactly where v is 16-bit, q and k widened exactly where they are not
+    of one 16-bit dtype; no workspace."""
     for dtype, narrow in (("float32", False), ("bfloat16", True), ("float16", True)):
         g, node = attention_node(d=80, dv=24, dtype=dtype, batch=3, heads=4, kv_heads=2)
         (launch,), workspace = CutileSdpaBuilder().launches(node, g)
         assert workspace == 0 and launch.grid == (1, 12, 1)
         heads, groups, sq, skv, scale, *tiles = launch.constants
         assert (heads, groups, sq, skv) == (4, 2, 10, 12) and all(type(c) is int for c in (heads, groups, sq, skv))
-        assert scale == 0.125 and tiles == [64, 64, 128, 32, False, False, narrow, False]
+        assert scale == 0.125 and tiles == [64, 64, 128, 32, False, False, narrow, False, not narrow]
+    g, node = attention_node(d=80, dv=24, dtype="bfloat16")
+    g.tensors[node.op.k].set_data_type("float16")  # q and k of two 16-bit dtypes: no one MMA takes both
+    assert CutileSdpaBuilder().launches(node, g)[0][0].constants[-1] is True
     g, node = attention_node(d=8, dv=1)  # a head dim below an MMA's smallest side: a tile of 16
     assert CutileSdpaBuilder().launches(node, g)[0][0].constants[7:9] == (16, 16)
 
@@ -200,7 +206,7 @@ def test_backward_launch_contract() -> None:
     (dq, dkdv), workspace = CutileSdpaBackwardBuilder().launches(g.nodes[-1], g)
     assert workspace == 0
     assert dq.grid == (2, 8, 1) and dkdv.grid == (2, 4, 1)  # query tiles x (batch, head); key tiles x (batch, kv head)
-    assert dq.constants == dkdv.constants == (4, 2, 100, 70, 0.5, 64, 64, 64, 64, True, False)
+    assert dq.constants == dkdv.constants == (4, 2, 100, 70, 0.5, 64, 64, 64, 64, True, False, True)
 
 
 @pytest.mark.parametrize(
@@ -303,8 +309,9 @@ def test_lengths_outside_the_sequence_dims_act_as_the_nearest_bound_on_the_gpu(b
 LENGTH_PLANTS = {
     "key_lengths_ignored": (False, "keep = (cols < keys_end) & (rows < rows_end)", "keep = (cols < skv) & (rows < rows_end)"),
     "padding_values_read": (False, "vt = ct.astype(ct.where(key_rows < keys_end, vt, 0.0), v.dtype)", "vt = vt"),
-    "dq_padding_keys_read": (True, "        kt = ct.where(key_rows < keys_end, kt, 0.0)\n        vt = ct.where(key_rows < keys_end, vt, 0.0)\n        s",
-                             "        s"),
+    "dq_padding_keys_read": (True, "        km = operand(ct.where(key_rows < keys_end, kt, 0.0), WIDE, k.dtype)\n"
+                             "        vm = operand(ct.where(key_rows < keys_end, vt, 0.0), WIDE, v.dtype)\n",
+                             "        km = operand(kt, WIDE, k.dtype)\n        vm = operand(vt, WIDE, v.dtype)\n"),
     "dkdv_padding_rows_read": (True, "qt = ct.where(real, tile_f32(q, (b, h, i, 0), TM, TD), 0.0)",
                                "qt = tile_f32(q, (b, h, i, 0), TM, TD)"),
 }  # fmt: skip
