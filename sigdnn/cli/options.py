@@ -110,7 +110,6 @@ def graph_options(parser: argparse.ArgumentParser, backend_default: str = "refer
     """--backend, --max-bytes, --max-file-bytes, --input-shape and --tf32, for the commands that read and run
     graphs."""
     input_shape_option(parser)
-    tf32_option(parser)
     parser.add_argument(
         "--backend",
         default=backend_default,
@@ -133,6 +132,7 @@ def graph_options(parser: argparse.ArgumentParser, backend_default: str = "refer
         help=f"refuse graph and tensor files larger than SIZE (default: {format_bytes(DEFAULT_MAX_GRAPH_FILE_BYTES)} "
         f"for graphs, {format_bytes(DEFAULT_MAX_TENSOR_FILE_BYTES)} for tensor files)",
     )
+    tf32_option(parser)
 
 
 def limits(args: argparse.Namespace, backend: str | None = None) -> sigdnn.Limits:

@@ -149,7 +149,7 @@ def test_help_names_each_option_with_its_value(capsys: pytest.CaptureFixture[str
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal's width
     for shown in (
         "[--input-shape NAME=D0,D1,...] [--backend {reference,gpu,gpu-reference}] [--max-bytes SIZE] "
-        "[--max-file-bytes SIZE]",
+        "[--max-file-bytes SIZE] [--tf32]",
         "--input-shape NAME=D0,D1,... the dims of an ONNX model's input whose dims are symbolic (a batch size, "
         "a sequence length); may be repeated --backend",
     ):
