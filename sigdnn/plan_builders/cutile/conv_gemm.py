@@ -72,6 +72,11 @@ def flat_span(t: Tensor) -> int:
     return 1 + sum((d - 1) * s for d, s in zip(dims, strides))
 
 
+def mma_flags(graph: Graph, node: Node, a: Tensor, b: Tensor) -> tuple[bool, bool]:
+    """The kernels' WIDEN and TF32 constants for operands a and b."""
+    return widens(graph, a, b), as_tf32(graph, node, a, b)
+
+
 def as_tf32(graph: Graph, node: Node, a: Tensor, b: Tensor) -> bool:
     """Whether widened operands go to the MMA as TF32: where the node's compute dtype is 16-bit (whose tolerance
     covers TF32's 10-bit mantissa); operands of one 16-bit dtype multiply as they are either way."""
@@ -134,14 +139,7 @@ class CutileConvGemmBuilder(CutileLaunchesBuilder):
             *padded_to_3(op.dilation, 1),
         )  # fmt: skip
         require_int32_scalars(constants, reduction + TILE_REDUCTION)  # the last K step's j run a tile past it
-        order = (
-            TILE_PIXELS,
-            tn,
-            TILE_REDUCTION,
-            channels_innermost(x),
-            widens(graph, x, w),
-            as_tf32(graph, node, x, w),
-        )
+        order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(x), *mma_flags(graph, node, x, w))
         args = (Arg("x", (flat_span(x),), (1,)), Arg("w", *view_5d(w)), Arg("y", *view_5d(y)))
         return [Launch(kernel_source(), grid, args, (*constants, *order))], 0
 
@@ -183,14 +181,7 @@ class CutileConvDgradGemmBuilder(CutileLaunchesBuilder):
         )  # fmt: skip
         reach = max(d + q for d, q in zip(x_dims[2:], pre))  # a position plus its padding, before a tap
         require_int32_scalars(constants, reduction + TILE_REDUCTION, pixels + TILE_PIXELS, reach)
-        order = (
-            TILE_PIXELS,
-            tn,
-            TILE_REDUCTION,
-            channels_innermost(dy),
-            widens(graph, dy, w),
-            as_tf32(graph, node, dy, w),
-        )
+        order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(dy), *mma_flags(graph, node, dy, w))
         args = (Arg("dy", (flat_span(dy),), (1,)), Arg("w", *view_5d(w)), Arg("dx", *view_5d(dx)))
         return [Launch(kernel_source("conv_dgrad_gemm"), grid, args, (*constants, *order))], 0
 
@@ -234,6 +225,6 @@ class CutileConvWgradGemmBuilder(CutileLaunchesBuilder):
             *padded_to_3(op.dilation, 1),
         )  # fmt: skip
         require_int32_scalars(constants, pixels + TILE_REDUCTION)  # columns are bounded by the grid's check above
-        order = (tm, tn, TILE_REDUCTION, widens(graph, dy, x), as_tf32(graph, node, dy, x))
+        order = (tm, tn, TILE_REDUCTION, *mma_flags(graph, node, dy, x))
         args = (Arg("x", (flat_span(x),), (1,)), Arg("dy", (flat_span(dy),), (1,)), Arg("dw", *view_5d(dw)))
         return [Launch(kernel_source("conv_wgrad_gemm"), grid, args, (*constants, *order))], 0
