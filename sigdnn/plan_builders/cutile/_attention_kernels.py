@@ -1,4 +1,5 @@
-"""The attention forward kernel, written against the cuTile API: scores, an online softmax and P V per tile.
+"""The attention kernels, written against the cuTile API: the forward (scores, an online softmax and P V per
+tile, described here), dq and dk / dv (described at each).
 
 Never imported as a module: ``attention.py`` hands the text below the
 marker line to the backend (cuda.tile, or in CPU tests ``emulator``'s NumPy
@@ -10,8 +11,11 @@ query rows of one (batch, query head); it walks the keys TN at a time:
 
 and writes o = acc / l and, if asked, stats = m + log(l) (the rows' logsumexp). Query head h reads kv
 head h // groups. q, k, v, o and stats arrive as 4-D strided views; a tile past their extent reads 0 (a
-head dim below the tile's power of two included) and a store past it is dropped. p goes to the second
-MMA in v's dtype where that is 16-bit (as flash attention rounds it), else as float32.
+head dim below the tile's power of two included) and a store past it is dropped. q and k go to the first
+MMA in their dtype where they share a 16-bit one (the tensor cores' products are exact in float32 sums;
+float32 operands make a float32 MMA, many times slower), else widened to float32; p goes to the second in
+v's dtype where that is 16-bit (as flash attention rounds it), else as float32. With sequence lengths the
+key loop stops at the sequence's last key tile and a query tile past its last row walks none.
 """
 
 from typing import Any
