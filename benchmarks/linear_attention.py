@@ -95,7 +95,7 @@ def delta_rule_graph(kind: str, pack: dict[str, Any], backward: bool) -> Any:
     """gdn / kda (o, final state) or their backward (every gradient) over ``pack``'s tensors, by name."""
     import sigdnn
 
-    graph = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype="float32")
+    graph = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype="float16")  # TF32 products, as fla's Triton dots
     t = {n: graph.tensor(n, tuple(pack[n].shape)) for n in ("q", "k", "v", "beta", "d_o") if n in pack}
     t.update({n: graph.tensor(n, tuple(pack[n].shape), dtype="float32") for n in ("g", "h0", "d_final") if n in pack})
     t["cu"] = graph.tensor("cu", tuple(pack["cu"].shape), dtype="int32")

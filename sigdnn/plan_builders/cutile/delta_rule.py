@@ -9,7 +9,10 @@ kernel does not check cu_seqlens (as flash-linear-attention's does not;
 the reference does): boundaries are clamped to [0, T] and a decreasing one
 gives an empty sequence, so hostile values cost at most T tokens a block and
 touch nothing past the tensors (gathers and scatters are bounds-checked),
-but the result is not defined.
+but the result is not defined. The chunk's products run as exact float32
+MMAs with a float32 compute dtype and as TF32 with a 16-bit one (the gate's
+cumulative sums stay exact): cuTile's float32 MMA is no tensor-core MMA, and
+it makes the backward's cubin 10 MB (docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
         shape = DeltaRuleShape(
             heads, kd, vd, op.per_channel_gate, op.use_qk_l2norm,
             kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, final,
+            tf32=str(graph.compute_dtype_of(node)) in ("float16", "bfloat16"),
         )  # fmt: skip
         return shape, tokens, graph.tensors[ports["cu_seqlens"]].size - 1
 

@@ -44,6 +44,7 @@ class DeltaRuleShape:
     initial_state: bool
     final_state: bool
     chunk: int = CHUNK
+    tf32: bool = False  # the products other than the gate's cumulative sums as TF32 (a 16-bit compute dtype)
 
     @property
     def gate_width(self) -> int:
@@ -65,8 +66,8 @@ def _pair_products(s: DeltaRuleShape) -> list[str]:
         return [
             "diff = ct.where(lower, b - ct.transpose(b), 0.0)",
             "decay = ct.where(lower, ct.exp(diff), 0.0)",
-            "kk = ct.where(strict, ct.mma(kt, ct.transpose(kt), zero_cc) * decay, 0.0)",
-            "qk = ct.mma(qt, ct.transpose(kt), zero_cc) * decay",
+            "kk = ct.where(strict, dot(kt, ct.transpose(kt), zero_cc) * decay, 0.0)",
+            "qk = dot(qt, ct.transpose(kt), zero_cc) * decay",
         ]
     return [
         "kk = zero_cc",
@@ -157,11 +158,11 @@ def _wy(s: DeltaRuleShape) -> list[str]:
         "inverse = eye - m",
         "power = m",
         f"for _ in range({(s.chunk - 1).bit_length() - 1}):",
-        "    power = ct.mma(power, power, zero_cc)",
-        "    inverse = ct.mma(inverse, eye + power, zero_cc)",
+        "    power = dot(power, power, zero_cc)",
+        "    inverse = dot(inverse, eye + power, zero_cc)",
         "kg = kt * ct.exp(b)",
-        "e = vt - ct.mma(kg, state, ct.full((C, VP), 0.0, dtype=ct.float32))",
-        "u = ct.mma(inverse, bt * e, ct.full((C, VP), 0.0, dtype=ct.float32))",
+        "e = vt - dot(kg, state, ct.full((C, VP), 0.0, dtype=ct.float32))",
+        "u = dot(inverse, bt * e, ct.full((C, VP), 0.0, dtype=ct.float32))",
         "carried = kt * ct.exp(b_last - b)",
     ]
 
@@ -171,7 +172,7 @@ def _carry(s: DeltaRuleShape) -> str:
     rows = "KP" if s.per_channel else "1"
     return (
         f"state = state * ct.reshape(ct.exp(b_last), ({rows}, 1))"
-        " + ct.mma(ct.transpose(carried), u, ct.full((KP, VP), 0.0, dtype=ct.float32))"
+        " + dot(ct.transpose(carried), u, ct.full((KP, VP), 0.0, dtype=ct.float32))"
     )
 
 
@@ -183,6 +184,12 @@ def _module(s: DeltaRuleShape, prefix: str, params: str, body: list[str]) -> Ker
         f"V = {s.vd}",
         f"KP = {s.kp}",
         f"VP = {s.vp}",
+        "",
+        "",
+        "def dot(a, b, acc):",
+        "    return ct.mma(ct.astype(a, ct.tfloat32), ct.astype(b, ct.tfloat32), acc)"
+        if s.tf32
+        else "    return ct.mma(a, b, acc)",
         "",
         "",
         "@ct.kernel",
@@ -202,7 +209,7 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         *_load(s),
         *_pair_products(s),
         *_wy(s),
-        "out = ct.mma(qt * ct.exp(b), state, ct.mma(qk, u, ct.full((C, VP), 0.0, dtype=ct.float32)))",
+        "out = dot(qt * ct.exp(b), state, dot(qk, u, ct.full((C, VP), 0.0, dtype=ct.float32)))",
         "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
         _carry(s),
     ]
@@ -222,8 +229,8 @@ def _pair_gradients(s: DeltaRuleShape) -> list[str]:
         return [
             "a = dkk * decay",
             "a2 = dqk * decay",
-            "dkt = dkt + ct.mma(a, kt, zero_ck) + ct.mma(ct.transpose(a), kt, zero_ck) + ct.mma(ct.transpose(a2), qt, zero_ck)",
-            "dqt = dqt + ct.mma(a2, kt, zero_ck)",
+            "dkt = dkt + dot(a, kt, zero_ck) + dot(ct.transpose(a), kt, zero_ck) + dot(ct.transpose(a2), qt, zero_ck)",
+            "dqt = dqt + dot(a2, kt, zero_ck)",
             "p = dkk * kk + dqk * qk",
             "db = db + ct.sum(p, axis=1, keepdims=True) - ct.transpose(ct.sum(p, axis=0, keepdims=True))",
         ]
@@ -232,8 +239,8 @@ def _pair_gradients(s: DeltaRuleShape) -> list[str]:
         *("    " + line for line in _channel()),
         "    a = dkk * decay",
         "    a2 = dqk * decay",
-        "    dkc = ct.mma(a, kc, zero_c1) + ct.mma(ct.transpose(a), kc, zero_c1) + ct.mma(ct.transpose(a2), qc, zero_c1)",
-        "    dqc = ct.mma(a2, kc, zero_c1)",
+        "    dkc = dot(a, kc, zero_c1) + dot(ct.transpose(a), kc, zero_c1) + dot(ct.transpose(a2), qc, zero_c1)",
+        "    dqc = dot(a2, kc, zero_c1)",
         "    p = a * (kc * ct.transpose(kc)) + a2 * (qc * ct.transpose(kc))",
         "    dbc = ct.sum(p, axis=1, keepdims=True) - ct.transpose(ct.sum(p, axis=0, keepdims=True))",
         "    dkt = dkt + ct.where(pick, dkc, 0.0)",
@@ -287,20 +294,20 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
         *_wy(s),
         "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)",
         "qg = qt * ct.exp(b)",
-        "du = ct.mma(ct.transpose(qk), do, ct.mma(carried, dstate, zero_cv))",
-        "dqk = ct.where(lower, ct.mma(do, ct.transpose(u), zero_cc), 0.0)",
-        "dqg = ct.mma(do, ct.transpose(state), zero_ck)",
-        "dkd = ct.mma(u, ct.transpose(dstate), zero_ck)",
+        "du = dot(ct.transpose(qk), do, dot(carried, dstate, zero_cv))",
+        "dqk = ct.where(lower, dot(do, ct.transpose(u), zero_cc), 0.0)",
+        "dqg = dot(do, ct.transpose(state), zero_ck)",
+        "dkd = dot(u, ct.transpose(dstate), zero_ck)",
         db_last,
-        "dy = ct.mma(ct.transpose(inverse), du, zero_cv)",
-        "dinv = ct.mma(du, ct.transpose(bt * e), zero_cc)",
-        "dm = ct.where(strict, -ct.mma(ct.mma(ct.transpose(inverse), dinv, zero_cc), ct.transpose(inverse), zero_cc), 0.0)",
+        "dy = dot(ct.transpose(inverse), du, zero_cv)",
+        "dinv = dot(du, ct.transpose(bt * e), zero_cc)",
+        "dm = ct.where(strict, -dot(dot(ct.transpose(inverse), dinv, zero_cc), ct.transpose(inverse), zero_cc), 0.0)",
         "dbeta = ct.sum(dm * kk, axis=1, keepdims=True) + ct.sum(dy * e, axis=1, keepdims=True)",
         "dkk = dm * bt",
         "de = bt * dy",
-        "dkg = -ct.mma(de, ct.transpose(state), zero_ck)",
+        "dkg = -dot(de, ct.transpose(state), zero_ck)",
         "dprev = dstate * ct.reshape(ct.exp(b_last), (" + ("KP" if s.per_channel else "1") + ", 1))",
-        "dprev = dprev + ct.mma(ct.transpose(qg), do, zero_kv) - ct.mma(ct.transpose(kg), de, zero_kv)",
+        "dprev = dprev + dot(ct.transpose(qg), do, zero_kv) - dot(ct.transpose(kg), de, zero_kv)",
         "dkt = ct.exp(b) * dkg + ct.exp(b_last - b) * dkd",
         "dqt = ct.exp(b) * dqg",
         db,

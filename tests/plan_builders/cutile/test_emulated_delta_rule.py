@@ -21,7 +21,12 @@ import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cutile import delta_rule, delta_rule_kernel
-from sigdnn.plan_builders.cutile.delta_rule import CutileGdnBuilder, CutileKdaBuilder, CutileKdaBwdBuilder
+from sigdnn.plan_builders.cutile.delta_rule import (
+    CutileGdnBuilder,
+    CutileGdnBwdBuilder,
+    CutileKdaBuilder,
+    CutileKdaBwdBuilder,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -171,3 +176,38 @@ def test_the_backward_workspace_holds_a_state_slot_per_chunk() -> None:
     launches, workspace = CutileKdaBwdBuilder().launches(g.nodes[0], g)
     assert workspace >= (130 // 64 + 3 + 1) * 2 * 8 * 4 * 4
     assert launches[0].grid == (3, 2, 1) and launches[0].args[-1].shape == ((130 // 64 + 3 + 1) * 2 * 8 * 4,)
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_a_16_bit_compute_dtype_runs_the_chunk_products_as_tf32(kind, backward) -> None:
+    """With a 16-bit compute dtype the products go as TF32, the gate's cumulative sums exact: the kernel text says
+    so, the outputs move off the float32 run's, and validation against the recurrence passes at its tolerance."""
+    make = delta_rule_backward_graph if backward else delta_rule_graph
+    builder = {"gdn": CutileGdnBwdBuilder if backward else CutileGdnBuilder,
+               "kda": CutileKdaBwdBuilder if backward else CutileKdaBuilder}[kind]()  # fmt: skip
+    outputs = {}
+    for compute in ("float32", "float16", "bfloat16"):
+        g, inputs = make(kind, CHUNK_EDGES, kd=16, vd=16)
+        g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
+        (launch,), _ = builder.launches(g.nodes[-1], g)
+        assert ("ct.astype(a, ct.tfloat32)" in launch.source.text) == (compute != "float32")
+        direct = [line for line in launch.source.text.splitlines() if "ct.mma(" in line and "ones_below" not in line]
+        assert len(direct) == 1  # dot()'s own: every product but the gate's cumulative sums goes through it
+        outputs[compute] = emulated_executor().run(g, inputs)
+        g, inputs = make(kind, CHUNK_EDGES, kd=16, vd=16)
+        g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
+        report = check(g, inputs, builder.name)
+        assert report.passed, report.table()
+    for compute in ("float16", "bfloat16"):
+        assert any(not np.array_equal(outputs["float32"][n], outputs[compute][n]) for n in outputs["float32"])
+
+
+@pytest.mark.parametrize(("kd", "vd", "planned"), [(256, 256, True), (257, 8, False), (8, 257, False)])
+def test_head_dims_up_to_256_are_planned(kd, vd, planned) -> None:
+    g, _ = delta_rule_graph("gdn", (3,), heads=1, kd=kd, vd=vd)
+    if planned:
+        assert CutileGdnBuilder().launches(g.nodes[-1], g)[0][0].grid == (1, 1, 1)
+    else:
+        with pytest.raises(NotSupported, match="head dims"):
+            CutileGdnBuilder().check(g.nodes[-1], g)
