@@ -156,15 +156,22 @@ def conv_wgrad(x: Spec, dy: Spec, w_dims: tuple[int, ...], stride: tuple[int, ..
     return g
 
 
+def products_compute(tf32: object) -> DataType | None:
+    """The delta rule node's compute dtype: float16 (its products as TF32) where torch's float32 matmul precision
+    allows TF32, else the graph's."""
+    return DataType.FLOAT16 if tf32 else None
+
+
 def delta_rule(kind: str, *specs_and_attributes: object) -> Graph:
     """gdn / kda forward from the specs of the ports named in ``ports`` (forward's inputs, in port order), then
-    ``ports, scale, use_qk_l2norm, output_final_state``. A final state without an initial one is float64 for
-    float64 inputs (float32 otherwise, flash-linear-attention's)."""
-    *specs, ports, scale, l2norm, output_final_state = specs_and_attributes
+    ``ports, scale, use_qk_l2norm, output_final_state, tf32``. A final state without an initial one is float64
+    for float64 inputs (float32 otherwise, flash-linear-attention's)."""
+    *specs, ports, scale, l2norm, output_final_state, tf32 = specs_and_attributes
     named = dict(zip(ports, specs))  # type: ignore[call-overload]
     g = _graph(kind, named["q"])
     ins = dict(zip(ports, _inputs(g, ports, specs)))  # type: ignore[arg-type]
-    o, final = getattr(g, kind)(**ins, scale=scale, use_qk_l2norm=l2norm, output_final_state=output_final_state)
+    o, final = getattr(g, kind)(**ins, scale=scale, use_qk_l2norm=l2norm, output_final_state=output_final_state,
+                                compute_dtype=products_compute(tf32))  # fmt: skip
     _outputs((o, "o"))
     if final is not None:
         initial = named.get("initial_state")
@@ -174,12 +181,12 @@ def delta_rule(kind: str, *specs_and_attributes: object) -> Graph:
 
 
 def delta_rule_bwd(kind: str, *specs_and_attributes: object) -> Graph:
-    """gdn_bwd / kda_bwd from the specs of the ports named in ``ports``, then ``ports, scale, use_qk_l2norm``;
-    each gradient takes its forward tensor's dtype."""
-    *specs, ports, scale, l2norm = specs_and_attributes
+    """gdn_bwd / kda_bwd from the specs of the ports named in ``ports``, then ``ports, scale, use_qk_l2norm,
+    tf32``; each gradient takes its forward tensor's dtype."""
+    *specs, ports, scale, l2norm, tf32 = specs_and_attributes
     g = _graph(f"{kind}_bwd", dict(zip(ports, specs))["q"])  # type: ignore[call-overload]
     ins = dict(zip(ports, _inputs(g, ports, specs)))  # type: ignore[arg-type]
-    grads = getattr(g, f"{kind}_bwd")(**ins, scale=scale, use_qk_l2norm=l2norm)
+    grads = getattr(g, f"{kind}_bwd")(**ins, scale=scale, use_qk_l2norm=l2norm, compute_dtype=products_compute(tf32))
     _outputs(
         *((t, name) for t, name in zip(grads, ("dq", "dk", "dv", "dg", "dbeta", "d_initial_state")) if t is not None)
     )
