@@ -211,3 +211,30 @@ def test_head_dims_up_to_256_are_planned(kd, vd, planned) -> None:
     else:
         with pytest.raises(NotSupported, match="head dims"):
             CutileGdnBuilder().check(g.nodes[-1], g)
+
+
+@pytest.mark.parametrize("port", ["initial_state", "d_final_state"])
+def test_a_float16_state_is_not_served(port) -> None:
+    """States are float32 or bf16 (the kernel's state gathers and scatters); float16, an io dtype, is not one."""
+    g, _ = delta_rule_backward_graph("gdn", (5,), state="float16" if port == "initial_state" else "float32")
+    node = g.nodes[-1]
+    if port == "d_final_state":
+        g.tensors[node.op.ports()[port]].set_data_type("float16")
+    builder = CutileGdnBwdBuilder()
+    assert not builder.serves(sigdnn.key_for(node, g))
+    with pytest.raises(NotSupported, match=f"port '{port}'.* is float16"):
+        builder.check(node, g)
+    g, _ = delta_rule_backward_graph("gdn", (5,))
+    assert builder.serves(sigdnn.key_for(g.nodes[-1], g))
+    assert not CutileGdnBuilder().serves(sigdnn.key_for(g.nodes[-1], g))  # another op's node
+
+
+def test_the_forward_takes_flat_packed_views_and_no_workspace() -> None:
+    """Each port a flat view of its whole buffer (stride 1); an absent initial state a one-element stand-in."""
+    g, _ = delta_rule_graph("gdn", (5, 2), heads=2, kd=8, vd=4, state=None)
+    (launch,), workspace = CutileGdnBuilder().launches(g.nodes[-1], g)
+    assert workspace == 0
+    views = {a.buffer: (a.shape, a.strides) for a in launch.args}
+    assert views["q"] == ((7 * 2 * 8,), (1,)) and views["v"] == ((7 * 2 * 4,), (1,))
+    assert all(strides == (1,) for _, strides in views.values())
+    assert [a.shape for a in launch.args if a.buffer == "o"] == [(1,), (7 * 2 * 4,)]  # o standing in for h0, then o
