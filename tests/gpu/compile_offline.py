@@ -10,8 +10,9 @@ compiles one kernel per mode and io dtype (and a few layouts and a fused
 region) with the array constraints cuTile's launch gives contiguous arrays
 (16-byte aligned, stride 1, whole-tile parts divisible), the literal attention
 kernels with variable lengths (forward, dq, dk / dv), the ragged pack /
-unpack and the implicit-GEMM convs (fprop, dgrad, wgrad; float32, exact and
-TF32), and reports every failure. Not a pytest module: it needs the
+unpack, the implicit-GEMM convs (fprop, dgrad, wgrad; float32, exact and
+TF32) and the gated delta rules (gdn, kda, forward and backward, TF32), and
+reports every failure. Not a pytest module: it needs the
 compiler, not a GPU.
 """
 
@@ -49,6 +50,7 @@ from sigdnn.plan_builders.cutile.matmul_codegen import EpilogueStep, MatmulSpec,
 from sigdnn.plan_builders.cutile.pointwise import node_spec
 from sigdnn.plan_builders.cutile.spec import kernel_spec
 from sigdnn.registry.regions import Dataflow, make_region
+from sigdnn.registry.registry import DEFAULT_REGISTRY
 
 CT = {"float32": ct.float32, "float16": ct.float16, "bfloat16": ct.bfloat16, "int8": ct.int8, "uint8": ct.uint8,
       "int32": ct.int32, "int64": ct.int64}  # fmt: skip
@@ -157,6 +159,30 @@ def compile_conv(kernel: str, tf32: bool, folder: str) -> int:
     return export(source.name, source.text, conv_signature(kernel, tf32), folder)
 
 
+def compile_delta_rule(kind: str, backward: bool, folder: str) -> int:
+    """gdn / kda (or their backward) as the builder launches them at K = V = 128, bf16 io, TF32 products (a
+    float16 compute dtype); every argument a flat view, 16-byte aligned."""
+    lengths, dims = (1, 63, 64, 65, 300), 128
+    g = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype="float16")
+    t = {n: g.tensor(n, (sum(lengths), 4, dims)) for n in ("q", "k", "v", "d_o")}
+    gate = g.tensor("g", (sum(lengths), 4, dims) if kind == "kda" else (sum(lengths), 4), dtype="float32")
+    beta, cu = g.tensor("beta", (sum(lengths), 4)), g.tensor("cu", (len(lengths) + 1,), dtype="int32")
+    h0 = g.tensor("h0", (len(lengths), 4, dims, dims), dtype="float32")
+    first = (t["q"], t["k"], t["v"], gate, beta, cu, h0)
+    if backward:
+        outs = getattr(g, f"{kind}_bwd")(*first, t["d_o"], None, use_qk_l2norm=True, name="n")
+    else:
+        outs = getattr(g, kind)(*first, use_qk_l2norm=True, output_final_state=True, name="n")
+    for out in outs:
+        out.set_output(True)
+    node = g.nodes[-1]
+    (launch,), _ = next(b for b in DEFAULT_REGISTRY.builders() if b.name == f"cutile.{node.op.kind}").launches(node, g)
+    ports = node.op.ports()
+    dtypes = [str(g.dtype_of(g.tensors[ports[a.buffer]])) if a.buffer in ports else a.dtype for a in launch.args]
+    sig = KernelSignature([strided(CT[d], 1) for d in dtypes], CallingConvention.cutile_python_v1())
+    return export(launch.source.name, launch.source.text, sig, folder)
+
+
 def export(name: str, text: str, sig: KernelSignature, folder: str) -> int:
     """The kernel's cubin size; each job writes its own file (kernels of one text under two signatures, compiled
     at once, would otherwise read each other's half-written file: cuTile's "could not get source code")."""
@@ -224,6 +250,8 @@ def main() -> int:
         futures.update({pool.submit(compile_literal, *k, folder): " ".join(map(str, k)) for k in literal_kernels()})
         convs = itertools.product(CONVS, (False, True))
         futures.update({pool.submit(compile_conv, k, tf32, folder): f"{k} tf32={tf32}" for k, tf32 in convs})
+        rules = itertools.product(("gdn", "kda"), (False, True))
+        futures.update({pool.submit(compile_delta_rule, k, b, folder): f"{k} backward={b}" for k, b in rules})
         for future in cf.as_completed(futures):
             try:
                 future.result()
