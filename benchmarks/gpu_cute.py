@@ -144,12 +144,10 @@ def gemm_rows(args: argparse.Namespace, sm_count: int, dt: str, size: int, fused
 def bench_fp8(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
     """C = sa * sb * (A @ B) in bfloat16 from fp8 A (row-major) and B (column-major), per-tensor scales.
 
-    cuDNN-frontend's fp8 graph (matmul, two descale multiplies) as one CuTe
-    launch at the default configuration (partial sums promoted) against
-    ``torch._scaled_mm`` (cuBLASLt) with use_fast_accum off (cuBLAS promotes
-    partial sums too). Errors are relative Frobenius distances to a float32
-    cuBLAS product of the same fp8 values (TF32 off), scaled.
-    """
+    cuDNN-frontend's fp8 graph (matmul, two descale multiplies) as one CuTe launch at the default configuration
+    (partial sums promoted) against ``torch._scaled_mm`` (cuBLASLt) with use_fast_accum off (cuBLAS promotes
+    partial sums too). Errors are relative Frobenius distances to a float32 cuBLAS product of the same fp8
+    values (TF32 off), scaled."""
     import attrs
 
     stream = torch.cuda.current_stream().cuda_stream
@@ -221,13 +219,10 @@ def conv_layer_graph(c: int, hw: int, k: int, r: int, stride: int, fused: bool):
 def bench_conv_implicit(args: argparse.Namespace, sm_count: int, rows: list[dict]) -> None:
     """bf16 NHWC conv fprop, implicit GEMM (cute.conv_fprop_implicit) against torch conv2d (cuDNN).
 
-    Each ResNet-50 layer at batch 64: torch's channels-last conv2d
-    (cudnn.benchmark on); the builder's launch with its default config (the
-    compiled handle: what a plan's execute costs); the default through
-    ``Executor.execute`` (host cost included); the builder the registry ranks
-    first, through its Executor; and the fused conv + bias + relu launch
-    against torch eager conv2d(bias) + relu.
-    """
+    Each ResNet-50 layer at batch 64: torch's channels-last conv2d (cudnn.benchmark on); the builder's launch
+    with its default config (the compiled handle: what a plan's execute costs); the default through
+    ``Executor.execute`` (host cost included); the builder the registry ranks first, through its Executor;
+    and the fused conv + bias + relu launch against torch eager conv2d(bias) + relu."""
     torch.backends.cudnn.benchmark = True
     for name in RESNET50_LAYERS:
         if not args.layers or name in args.layers:

@@ -2,15 +2,12 @@
 
 Measures issue #35's claims, same run, same buffers:
 
-- ``gdn`` / ``kda``: sigdnn's forward (``Executor("gpu")``, the cuTile chunked
-  kernel) against flash-linear-attention's ``chunk_gated_delta_rule`` /
-  ``chunk_kda`` (fla 0.6, its chunked Triton kernels) at T = 4096-32768
-  tokens in 1-64 sequences of mixed lengths, heads 16 / 32, K = V = 128,
-  bf16 q / k / v, float32 gates, float32 states, l2-normalized q / k; and the
-  backward: sigdnn's gdn_bwd / kda_bwd node against fla's autograd graph
-  replayed. sigdnn's output is checked against fla's (max abs difference).
-- ``sdpa``: ragged (THD) sdpa forward, 64 sequences of 128-8192 tokens, d 128, bf16: sigdnn (cuTile: unpack,
-  padded attention, pack) against torch's varlen attention where torch has it, and torch SDPA padded.
+- ``gdn`` / ``kda``: sigdnn's forward and backward (``Executor("gpu")``, the cuTile chunked kernels, TF32
+  products) against flash-linear-attention 0.6's ``chunk_gated_delta_rule`` / ``chunk_kda`` and their autograd
+  graph replayed, at T = 4096-32768 tokens in 1-64 sequences of mixed lengths, heads 16 / 32, K = V = 128, bf16
+  q / k / v, float32 gates and states, l2-normalized q / k; sigdnn's outputs checked against fla's.
+- ``sdpa``: ragged (THD) sdpa forward and backward, 64 sequences of 128-8192 tokens, d 128, bf16: sigdnn (ragged
+  and padded graphs) against torch's varlen attention where torch has it, and torch SDPA over the padded batch.
 
 CUDA events, median of interleaved samples (``cuda_timing``); ratios are the other side's time over sigdnn's.
 
@@ -83,7 +80,7 @@ def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: i
                                    "fla": lambda: fla_run(*inputs)}, iters, repeats)  # fmt: skip
     row.update({f"{name}_ms": statistics.median(s) for name, s in samples.items()})
     row["ratio_forward"] = row["fla_ms"] / row["sigdnn_ms"]
-    row["fla_backward_ms"] = fla_backward_ms(fla_run, inputs, iters, repeats)
+    row["fla_backward_ms"] = autograd_backward_ms(fla_run, inputs, iters, repeats)
     grads = {**pack, "d_o": torch.randn_like(v), "d_final": torch.randn_like(h0)}
     backward = ex.prepare(delta_rule_graph(kind, grads, backward=True))
     row["sigdnn_backward_ms"] = median_ms(lambda: ex.execute(backward, grads, to_host=False), iters, repeats)
@@ -109,25 +106,22 @@ def delta_rule_graph(kind: str, pack: dict[str, Any], backward: bool) -> Any:
     return graph
 
 
-def fla_backward_ms(run: Callable[..., Any], tensors: tuple[Any, ...], iters: int, repeats: int) -> float:
-    """fla's backward alone: one forward on leaves that need gradients, then its graph replayed backward."""
+def autograd_backward_ms(run: Callable[..., Any], tensors: tuple[Any, ...], iters: int, repeats: int) -> float:
+    """A torch function's backward alone (fla's, torch SDPA's): one forward on leaves that need gradients, then
+    its graph replayed backward."""
     import torch
     from cuda_timing import median_ms
 
-    leaves = [x.detach().requires_grad_(True) for x in tensors]
-    o, final = run(*leaves)
-    grad_o, grad_final = torch.randn_like(o), torch.randn_like(final)
-
-    def backward() -> None:
-        torch.autograd.backward((o, final), (grad_o, grad_final), retain_graph=True)
-
-    return median_ms(backward, iters, repeats)
+    outs = run(*(x.detach().requires_grad_(True) for x in tensors))
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    grads = [torch.randn_like(o) for o in outs]
+    return median_ms(lambda: torch.autograd.backward(outs, grads, retain_graph=True), iters, repeats)
 
 
 def sdpa_case(sequences: int, heads: int, iters: int, repeats: int) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
-    from cuda_timing import interleaved_samples
+    from cuda_timing import interleaved_samples, median_ms
 
     import sigdnn
 
@@ -153,29 +147,41 @@ def sdpa_case(sequences: int, heads: int, iters: int, repeats: int) -> dict[str,
         flat = [torch.cat([x.reshape(-1), x.new_zeros(int(np.prod(dims)) - x.numel())]) for x in (q, k, v)]
         pack = {**dict(zip("qkv", (f.as_strided(dims, strides) for f in flat))), "lens": lens, "offs": cu * heads * DIM}
         padded_pack = {**dict(zip("qkv", padded)), "lens": lens}
-        plan = ex.prepare(attention_graph(dims, strides, True))
-        padded_plan = ex.prepare(attention_graph(dims, None, False))
-        impls["sigdnn"] = lambda: ex.execute(plan, pack, to_host=False)
-        impls["sigdnn_padded"] = lambda: ex.execute(padded_plan, padded_pack, to_host=False)
+        for name, graph_pack, layout in (("sigdnn", pack, strides), ("sigdnn_padded", padded_pack, None)):
+            plans = [ex.prepare(attention_graph(dims, layout, graph_pack is pack, b)) for b in (False, True)]
+            impls[name] = lambda p=plans[0], k=graph_pack: ex.execute(p, k, to_host=False)
+            # the backward's o, d_o: q's and k's buffers; stats a constant (the kernels' time does not depend on values)
+            grads = {**graph_pack, "o": graph_pack["q"], "d_o": graph_pack["k"], "stats": lens.new_full((*dims[:3], 1), 8.0, dtype=torch.float32)}  # fmt: skip
+            row[f"{name}_backward_ms"] = median_ms(lambda p=plans[1], k=grads: ex.execute(p, k, to_host=False), iters, repeats)  # fmt: skip
     except sigdnn.SigdnnError as e:
         row["sigdnn"] = f"not run: {e}"
     samples = interleaved_samples(impls, iters, repeats)
     row.update({f"{name}_ms": statistics.median(s) for name, s in samples.items()})
-    others = [o for o in ("torch_varlen", "torch_padded", "sigdnn_padded") if f"{o}_ms" in row and "sigdnn_ms" in row]
-    row.update({f"ratio_{o}": row[f"{o}_ms"] / row["sigdnn_ms"] for o in others})
+    run = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
+    row["torch_padded_backward_ms"] = autograd_backward_ms(run, tuple(padded), iters, repeats)
+    for suffix in ("", "_backward"):
+        others = [o for o in ("torch_varlen", "torch_padded", "sigdnn_padded") if f"{o}{suffix}_ms" in row]
+        row.update({f"ratio_{o}{suffix}": row[f"{o}{suffix}_ms"] / row[f"sigdnn{suffix}_ms"] for o in others if f"sigdnn{suffix}_ms" in row})  # fmt: skip
     return row
 
 
-def attention_graph(dims: tuple[int, ...], strides: tuple[int, ...] | None, ragged: bool) -> Any:
-    """sdpa over sequences of ``lens`` tokens: ragged (q, k, v, o placed by ``offs``) or a padded batch."""
+def attention_graph(dims: tuple[int, ...], strides: tuple[int, ...] | None, ragged: bool, backward: bool) -> Any:
+    """sdpa (o) or sdpa_backward (dq, dk, dv) over sequences of ``lens`` tokens: ragged (every [B, H, S, D]
+    tensor placed by ``offs``) or a padded batch."""
     import sigdnn
 
     graph = sigdnn.Graph("ragged" if ragged else "padded", io_dtype="bfloat16", compute_dtype="float32")
-    qt, kt, vt = (graph.tensor(n, dims, strides) for n in ("q", "k", "v"))
+    t = {n: graph.tensor(n, dims, strides) for n in ("q", "k", "v", *(("o", "d_o") if backward else ()))}
     lens = graph.tensor("lens", (dims[0],), dtype="int32")
     offsets = dict.fromkeys("qkvo", graph.tensor("offs", (dims[0] + 1,), dtype="int32")) if ragged else None
-    o, _ = graph.sdpa(qt, kt, vt, DIM**-0.5, seq_len_q=lens, seq_len_kv=lens, ragged_offsets=offsets, name="n")
-    o.set_output(True).set_name("o")
+    common = {"seq_len_q": lens, "seq_len_kv": lens, "ragged_offsets": offsets, "name": "n", "attn_scale": DIM**-0.5}
+    if backward:
+        stats = graph.tensor("stats", (*dims[:3], 1), dtype="float32")
+        outs = zip(graph.sdpa_backward(*t.values(), stats, **common), ("dq", "dk", "dv"))
+    else:
+        outs = [(graph.sdpa(*t.values(), **common)[0], "o")]
+    for out, name in outs:
+        out.set_output(True).set_name(name)
     return graph
 
 

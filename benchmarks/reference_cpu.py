@@ -333,9 +333,7 @@ def chain_case() -> Case:
 def fastest(fns: dict[str, Fn], repeat: int, slow: float, clock: Callable[[], float]) -> dict[str, float]:
     """Each contender's fastest of ``repeat`` interleaved runs after a warm-up run.
 
-    The warm-up counts only for a contender slower than ``slow`` seconds:
-    that one run then says how slow it is.
-    """
+    The warm-up counts only for a contender slower than ``slow`` seconds: that one run then says how slow it is."""
     scale = {name: getattr(fn, "times", 1) for name, fn in fns.items()}
     warm: dict[str, float] = {}
     for name, fn in fns.items():
