@@ -18,6 +18,12 @@ from sigdnn.graph.graph import Graph
 TF32_COMPUTE = DataType.FLOAT16  # the 16-bit compute dtype of TF32's precision (10 mantissa bits)
 
 
+def takes_tf32(compute: DataType) -> bool:
+    """Whether a dot product computing in ``compute`` may take float32 operands as TF32: a 16-bit compute dtype
+    (the one rule the GPU builders share)."""
+    return compute in (DataType.FLOAT16, DataType.BFLOAT16)
+
+
 def allow_tf32(graph: Graph) -> list[str]:
     """Let ``graph``'s float32 dot products run as TF32 (compute dtype float16 on those nodes); their names."""
     changed = []

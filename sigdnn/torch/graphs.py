@@ -16,6 +16,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import layout_order, packed_strides
 from sigdnn.graph.ops.ragged import token_major
 from sigdnn.graph.tensor import Tensor
+from sigdnn.graph.tf32 import TF32_COMPUTE
 
 
 @attrs.frozen
@@ -159,7 +160,7 @@ def conv_wgrad(x: Spec, dy: Spec, w_dims: tuple[int, ...], stride: tuple[int, ..
 def products_compute(tf32: object) -> DataType | None:
     """The delta rule node's compute dtype: float16 (its products as TF32) where torch's float32 matmul precision
     allows TF32, else the graph's."""
-    return DataType.FLOAT16 if tf32 else None
+    return TF32_COMPUTE if tf32 else None
 
 
 def delta_rule(kind: str, *specs_and_attributes: object) -> Graph:

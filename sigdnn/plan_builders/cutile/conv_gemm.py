@@ -26,6 +26,7 @@ from __future__ import annotations
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.tensor import Tensor
+from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile.conv_grouped import (
     GRID_Y,
     LARGEST,
@@ -80,7 +81,7 @@ def mma_flags(graph: Graph, node: Node, a: Tensor, b: Tensor) -> tuple[bool, boo
 def as_tf32(graph: Graph, node: Node, a: Tensor, b: Tensor) -> bool:
     """Whether widened operands go to the MMA as TF32: where the node's compute dtype is 16-bit (whose tolerance
     covers TF32's 10-bit mantissa); operands of one 16-bit dtype multiply as they are either way."""
-    return widens(graph, a, b) and str(graph.compute_dtype_of(node)) != "float32"
+    return widens(graph, a, b) and takes_tf32(graph.compute_dtype_of(node))
 
 
 def require_int32_spans(*tensors: Tensor) -> None:

@@ -24,6 +24,7 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import packed_strides
 from sigdnn.graph.node import Node
+from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile.delta_rule_kernel import CHUNK, DeltaRuleShape, backward_source, forward_source
 from sigdnn.plan_builders.cutile.launches_builder import IO_DTYPES, CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
@@ -77,7 +78,7 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
         shape = DeltaRuleShape(
             heads, kd, vd, op.per_channel_gate, op.use_qk_l2norm,
             kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, final,
-            tf32=str(graph.compute_dtype_of(node)) in ("float16", "bfloat16"),
+            tf32=takes_tf32(graph.compute_dtype_of(node)),
         )  # fmt: skip
         return shape, tokens, graph.tensors[ports["cu_seqlens"]].size - 1
 

@@ -31,6 +31,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.matmul import Matmul
 from sigdnn.graph.ops.pointwise import Pointwise
+from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile.backend import backend_for
 from sigdnn.plan_builders.cutile.matmul_codegen import (
     MMA_INPUTS,
@@ -241,7 +242,11 @@ class CutileMatmulBuilder(FusionBuilder):
             raise NotSupported(f"{where}: output dtype {c_dt}; supported: {', '.join(OUTPUTS)}")
         if compute not in COMPUTE:
             raise NotSupported(f"{where}: compute dtype {compute}; supported: {', '.join(COMPUTE)}")
-        mma = "native" if a_dt == b_dt != "float32" else ("float32" if compute == "float32" else "tf32")
+        mma = (
+            "native"
+            if a_dt == b_dt != "float32"
+            else ("tf32" if takes_tf32(graph.compute_dtype_of(node)) else "float32")
+        )
         steps = [] if chain is None else chain.steps
         out = op.c if not steps else steps[-1][1].out_0
         residuals = [uid for kind, _, uid in steps if kind == "residual"]
