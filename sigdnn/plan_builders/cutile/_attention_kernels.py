@@ -48,10 +48,15 @@ def key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL):
     return ct.where(i * TM < rows_end, tiles, 0)
 
 
-def tile_f32(array, index, rows, cols):
-    """The rows x cols tile of a 4-D view at ``index`` (zero past its extent), as a 2-D float32 tile."""
+def tile_2d(array, index, rows, cols):
+    """The rows x cols tile of a 4-D view at ``index`` (zero past its extent), 2-D, in the array's dtype."""
     tile = ct.load(array, index=index, shape=(1, 1, rows, cols), padding_mode=ct.PaddingMode.ZERO)
-    return ct.astype(ct.reshape(tile, (rows, cols)), ct.float32)
+    return ct.reshape(tile, (rows, cols))
+
+
+def tile_f32(array, index, rows, cols):
+    """The same tile in float32."""
+    return ct.astype(tile_2d(array, index, rows, cols), ct.float32)
 
 
 def operand(tile, WIDE, dtype):
@@ -64,12 +69,16 @@ def operand(tile, WIDE, dtype):
 
 
 def mma_tile(array, index, rows, cols, WIDE):
-    """The same tile as an MMA operand: widened to float32 where WIDE (a constant), else in the array's own 16-bit
+    """The tile as an MMA operand: widened to float32 where WIDE (a constant), else in the array's own 16-bit
     dtype, which the tensor cores multiply exactly into float32 sums."""
     if WIDE:
         return tile_f32(array, index, rows, cols)
-    tile = ct.load(array, index=index, shape=(1, 1, rows, cols), padding_mode=ct.PaddingMode.ZERO)
-    return ct.reshape(tile, (rows, cols))
+    return tile_2d(array, index, rows, cols)
+
+
+def masked(tile, keep):
+    """The tile with the rows outside ``keep`` read as 0 (padding may hold anything, NaN included), in its dtype."""
+    return ct.astype(ct.where(keep, tile, 0.0), tile.dtype)
 
 
 @ct.kernel
@@ -99,10 +108,8 @@ def attention(
     acc = ct.full((TM, TV), 0.0, dtype=ct.float32)
     for j in range(key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL)):
         kt = mma_tile(k, (b, kv, j, 0), TN, TD, WIDE_QK)
-        vt = ct.reshape(ct.load(v, index=(b, kv, j, 0), shape=(1, 1, TN, TV), padding_mode=ct.PaddingMode.ZERO),
-                        (TN, TV))  # fmt: skip
         key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
-        vt = ct.astype(ct.where(key_rows < keys_end, vt, 0.0), v.dtype)  # padding may hold anything: read as 0
+        vt = masked(tile_2d(v, (b, kv, j, 0), TN, TV), key_rows < keys_end)
         s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
         cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
         keep = (cols < keys_end) & (rows < rows_end)
@@ -149,20 +156,18 @@ def attention_dq(
     rows_end, keys_end = sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS)
     rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
     real = rows < rows_end
-    qt = tile_f32(q, (b, h, i, 0), TM, TD)
+    qm = mma_tile(q, (b, h, i, 0), TM, TD, WIDE)
     dot = tile_f32(d_o, (b, h, i, 0), TM, TV)
     ot = tile_f32(o, (b, h, i, 0), TM, TV)
     lse = tile_f32(stats, (b, h, i, 0), TM, 1)
     dot = ct.where(real, dot, 0.0)
     delta = ct.sum(dot * ct.where(real, ot, 0.0), axis=1, keepdims=True)
-    qm, dom = operand(qt, WIDE, q.dtype), operand(dot, WIDE, d_o.dtype)
+    dom = operand(dot, WIDE, d_o.dtype)
     acc = ct.full((TM, TD), 0.0, dtype=ct.float32)
     for j in range(key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL)):
         key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
-        kt = tile_f32(k, (b, kv, j, 0), TN, TD)
-        vt = tile_f32(v, (b, kv, j, 0), TN, TV)
-        km = operand(ct.where(key_rows < keys_end, kt, 0.0), WIDE, k.dtype)
-        vm = operand(ct.where(key_rows < keys_end, vt, 0.0), WIDE, v.dtype)
+        km = masked(mma_tile(k, (b, kv, j, 0), TN, TD, WIDE), key_rows < keys_end)
+        vm = masked(mma_tile(v, (b, kv, j, 0), TN, TV, WIDE), key_rows < keys_end)
         s = ct.mma(qm, ct.transpose(km), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
         cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
         keep = (cols < keys_end) & real
@@ -193,10 +198,8 @@ def attention_dkdv(
     kv = ct.bid(1) % (heads // groups)
     rows_end, keys_end = sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS)
     key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
-    kt = tile_f32(k, (b, kv, j, 0), TN, TD)
-    vt = tile_f32(v, (b, kv, j, 0), TN, TV)
-    km = operand(ct.where(key_rows < keys_end, kt, 0.0), WIDE, k.dtype)
-    vm = operand(ct.where(key_rows < keys_end, vt, 0.0), WIDE, v.dtype)
+    km = masked(mma_tile(k, (b, kv, j, 0), TN, TD, WIDE), key_rows < keys_end)
+    vm = masked(mma_tile(v, (b, kv, j, 0), TN, TV, WIDE), key_rows < keys_end)
     cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
     dk_acc = ct.full((TN, TD), 0.0, dtype=ct.float32)
     dv_acc = ct.full((TN, TV), 0.0, dtype=ct.float32)
@@ -209,11 +212,11 @@ def attention_dkdv(
         for i in range(first, last):
             rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
             real = rows < rows_end
-            qt = ct.where(real, tile_f32(q, (b, h, i, 0), TM, TD), 0.0)
+            qm = masked(mma_tile(q, (b, h, i, 0), TM, TD, WIDE), real)
             dot = ct.where(real, tile_f32(d_o, (b, h, i, 0), TM, TV), 0.0)
             ot = ct.where(real, tile_f32(o, (b, h, i, 0), TM, TV), 0.0)
             lse = tile_f32(stats, (b, h, i, 0), TM, 1)
-            qm, dom = operand(qt, WIDE, q.dtype), operand(dot, WIDE, d_o.dtype)
+            dom = operand(dot, WIDE, d_o.dtype)
             s = ct.mma(qm, ct.transpose(km), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
             keep = (cols < keys_end) & real
             if CAUSAL:

@@ -308,12 +308,14 @@ def test_lengths_outside_the_sequence_dims_act_as_the_nearest_bound_on_the_gpu(b
 
 LENGTH_PLANTS = {
     "key_lengths_ignored": (False, "keep = (cols < keys_end) & (rows < rows_end)", "keep = (cols < skv) & (rows < rows_end)"),
-    "padding_values_read": (False, "vt = ct.astype(ct.where(key_rows < keys_end, vt, 0.0), v.dtype)", "vt = vt"),
-    "dq_padding_keys_read": (True, "        km = operand(ct.where(key_rows < keys_end, kt, 0.0), WIDE, k.dtype)\n"
-                             "        vm = operand(ct.where(key_rows < keys_end, vt, 0.0), WIDE, v.dtype)\n",
-                             "        km = operand(kt, WIDE, k.dtype)\n        vm = operand(vt, WIDE, v.dtype)\n"),
-    "dkdv_padding_rows_read": (True, "qt = ct.where(real, tile_f32(q, (b, h, i, 0), TM, TD), 0.0)",
-                               "qt = tile_f32(q, (b, h, i, 0), TM, TD)"),
+    "padding_values_read": (False, "vt = masked(tile_2d(v, (b, kv, j, 0), TN, TV), key_rows < keys_end)",
+                            "vt = tile_2d(v, (b, kv, j, 0), TN, TV)"),
+    "dq_padding_keys_read": (True, "        km = masked(mma_tile(k, (b, kv, j, 0), TN, TD, WIDE), key_rows < keys_end)\n"
+                             "        vm = masked(mma_tile(v, (b, kv, j, 0), TN, TV, WIDE), key_rows < keys_end)\n",
+                             "        km = mma_tile(k, (b, kv, j, 0), TN, TD, WIDE)\n"
+                             "        vm = mma_tile(v, (b, kv, j, 0), TN, TV, WIDE)\n"),
+    "dkdv_padding_rows_read": (True, "qm = masked(mma_tile(q, (b, h, i, 0), TM, TD, WIDE), real)",
+                               "qm = mma_tile(q, (b, h, i, 0), TM, TD, WIDE)"),
 }  # fmt: skip
 
 
