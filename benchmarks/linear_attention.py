@@ -63,7 +63,7 @@ def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: i
     pack = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "cu": cu, "h0": h0}
     ex = sigdnn.Executor("gpu")
     plan = ex.prepare(delta_rule_graph(kind, pack, backward=False))
-    ours = ex.execute(plan, pack, to_host=False, out="torch")
+    ours = ex.execute(plan, pack, out="torch")  # host tensors: compared once, off the clock
 
     def fla_run(q: Any, k: Any, v: Any, g: Any, beta: Any, h0: Any) -> Any:
         return fla_chunk(q[None], k[None], v[None], g[None], beta[None], initial_state=h0, output_final_state=True,
@@ -73,18 +73,21 @@ def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: i
     theirs, their_final = fla_run(*inputs)
     row: dict[str, Any] = {
         "kind": kind, "tokens": tokens, "sequences": sequences, "heads": heads, "builder": plan.steps[0].builder.name,
-        "max_abs_diff_o": float((ours["o"].float() - theirs[0].float()).abs().max()),
-        "max_abs_diff_final": float((ours["final"].float() - their_final.float()).abs().max()),
+        "max_abs_diff_o": float((ours["o"].float() - theirs[0].float().cpu()).abs().max()),
+        "max_abs_diff_final": float((ours["final"].float() - their_final.float().cpu()).abs().max()),
     }  # fmt: skip
     samples = interleaved_samples({"sigdnn": lambda: ex.execute(plan, pack, to_host=False),
                                    "fla": lambda: fla_run(*inputs)}, iters, repeats)  # fmt: skip
     row.update({f"{name}_ms": statistics.median(s) for name, s in samples.items()})
     row["ratio_forward"] = row["fla_ms"] / row["sigdnn_ms"]
-    row["fla_backward_ms"] = autograd_backward_ms(fla_run, inputs, iters, repeats)
+    try:  # fla refuses its gated backward on Hopper under Triton 3.4-3.7.0 (wrong results, fla #640)
+        row["fla_backward_ms"] = autograd_backward_ms(fla_run, inputs, iters, repeats)
+    except RuntimeError as error:
+        row["fla_backward"] = str(error)[:120]
     grads = {**pack, "d_o": torch.randn_like(v), "d_final": torch.randn_like(h0)}
     backward = ex.prepare(delta_rule_graph(kind, grads, backward=True))
     row["sigdnn_backward_ms"] = median_ms(lambda: ex.execute(backward, grads, to_host=False), iters, repeats)
-    row["ratio_backward"] = row["fla_backward_ms"] / row["sigdnn_backward_ms"]
+    row["ratio_backward"] = row.get("fla_backward_ms", float("nan")) / row["sigdnn_backward_ms"]
     return row
 
 

@@ -293,7 +293,7 @@ def onnx_models(directory: Path, on_gpu: bool, iters: int, names: list[str], pro
             fast_plan = executor.prepare(fast)
             ms = median_ms(lambda e=executor, p=fast_plan, k=pack: e.execute(p, k, to_host=False), 1, iters, 3)
             line += f"; sigdnn --tf32 {ms:.3f} ms ({tf32 / ms:.2f}x torch's TF32)"
-            line += "".join("\n" + s for s in slowest_steps(executor, plan, pack, 8)) if profile else ""
+            line += "".join("\n" + s for s in slowest_steps(executor, fast_plan, pack, 8)) if profile else ""
         else:
             counts, _ = gpu_declines(graph, plan)
             line += f"; steps no GPU builder takes: {sum(counts.values())} {dict(counts) or ''}"
