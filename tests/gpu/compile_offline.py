@@ -4,7 +4,7 @@ GPU time is scarce; cuTile's compiler is not. With the ``.gpu/tile`` payload
 unpacked somewhere (``tar xJf .gpu/tile/payload.tar.xz -C DIR``) and a Python
 3.12 that has numpy, ml_dtypes, attrs, flatbuffers and typing_extensions:
 
-    PATH=DIR/nvidia/cu13/bin:$PATH PYTHONPATH=$PWD:DIR python3.12 tests/gpu/compile_offline.py
+    PATH=DIR/nvidia/cu13/bin:$PATH PYTHONPATH=$PWD:DIR python3.12 tests/gpu/compile_offline.py [WORD ...]   # WORDs: only kernels whose name holds one
 
 compiles one kernel per mode and io dtype (and a few layouts and a fused
 region) with the array constraints cuTile's launch gives contiguous arrays
@@ -45,7 +45,7 @@ from sigdnn.plan_builders.cutile.attention import RAGGED_ROWS, kernel_source, ra
 from sigdnn.plan_builders.cutile.backend import source_of
 from sigdnn.plan_builders.cutile.codegen import AS_BYTES, KernelSpec
 from sigdnn.plan_builders.cutile.conv_gemm import kernel_source as conv_source
-from sigdnn.plan_builders.cutile.matmul import CONFIGS, FLOAT32_CONFIGS
+from sigdnn.plan_builders.cutile.matmul import CONFIGS, FLOAT32_CONFIGS, parse_config
 from sigdnn.plan_builders.cutile.matmul_codegen import EpilogueStep, MatmulSpec, Operand
 from sigdnn.plan_builders.cutile.pointwise import node_spec
 from sigdnn.plan_builders.cutile.spec import kernel_spec
@@ -86,7 +86,12 @@ def matmul_signature(spec: MatmulSpec) -> KernelSignature:
                                alias_groups=(), may_alias_internally=False, base_addr_divisible_by=16,
                                stride_constant=(None,) * (ndim - 1) + (1,), shape_divisible_by=16)  # fmt: skip
 
+    partials = view(Operand("float32", False, True), 3)  # split-K's (splits, M, N) float32 workspace view
     args = [view(o, 2 + o.batched) for o in (spec.a, spec.b, spec.c)]
+    if spec.stage == "split":
+        return KernelSignature([*args[:2], partials], CallingConvention.cutile_python_v1())
+    if spec.stage == "sum":
+        args = [partials, args[2]]
     for step in spec.epilogue:
         if step.operand is not None:
             args.append(view(step.operand, 1 if step.kind == "bias" else 2 + step.operand.batched))
@@ -239,19 +244,25 @@ def specs() -> list[tuple[str, KernelSpec]]:
                                                 "bfloat16", "native", gelu)))  # fmt: skip
     found.append(("matmul tf32", MatmulSpec(f32, f32, f32, "float32", "tf32")))
     found.append(("matmul float32", MatmulSpec(f32, f32, f32, "float32", "float32", (), FLOAT32_CONFIGS[0])))
+    flat = (*gelu[:2], EpilogueStep("residual", "add", "bfloat16", (), bf))
+    for label, mma, operand in (("64x128x64g8s5", "tf32", f32), ("128x128x64g8s11", "native", bf)):
+        for stage in ("split", "sum"):
+            spec = MatmulSpec(operand, operand, bf, "bfloat16", mma, flat, parse_config(label), stage)
+            found.append((f"matmul {label} {stage}", spec))
     return found
 
 
-def main() -> int:
-    todo = specs()
+def main(words: list[str]) -> int:
+    """Compile every kernel listed, or those whose name holds one of ``words``; non-zero on any failure."""
+    jobs = [(name, compile_spec, (spec,)) for name, spec in specs()]
+    jobs += [(" ".join(map(str, k)), compile_literal, k) for k in literal_kernels()]
+    jobs += [(f"{k} tf32={tf32}", compile_conv, (k, tf32)) for k, tf32 in itertools.product(CONVS, (False, True))]
+    rules = itertools.product(("gdn", "kda"), (False, True))
+    jobs += [(f"{k} backward={b}", compile_delta_rule, (k, b)) for k, b in rules]
+    jobs = [job for job in jobs if not words or any(w in job[0] for w in words)]
     start, failures = time.perf_counter(), 0
     with tempfile.TemporaryDirectory() as folder, cf.ProcessPoolExecutor() as pool:
-        futures = {pool.submit(compile_spec, spec, folder): name for name, spec in todo}
-        futures.update({pool.submit(compile_literal, *k, folder): " ".join(map(str, k)) for k in literal_kernels()})
-        convs = itertools.product(CONVS, (False, True))
-        futures.update({pool.submit(compile_conv, k, tf32, folder): f"{k} tf32={tf32}" for k, tf32 in convs})
-        rules = itertools.product(("gdn", "kda"), (False, True))
-        futures.update({pool.submit(compile_delta_rule, k, b, folder): f"{k} backward={b}" for k, b in rules})
+        futures = {pool.submit(fn, *args, folder): name for name, fn, args in jobs}
         for future in cf.as_completed(futures):
             try:
                 future.result()
@@ -263,4 +274,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -17,14 +17,19 @@ chain's last tensor.
 
 Configurations (tile shape, grouped order, cuTile's hints) are exposed for
 measured choice (``configs``; ``BuildContext.config`` names one by label);
-without one the builder uses ``default_config``.
+without one the builder uses ``default_config``: the first of the list,
+unless its output tiles would leave more than half the SMs idle (an
+unbatched GEMM of few rows, as batch-1 inference runs), where K is split
+among blocks instead (``split_config``).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
+import numpy as np
 
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
@@ -42,6 +47,7 @@ from sigdnn.plan_builders.cutile.matmul_codegen import (
     Operand,
 )
 from sigdnn.plan_builders.cutile.matmul_layout import GemmViews, MatrixView, plan_views
+from sigdnn.plan_builders.gpu_properties import planning_sm_count
 from sigdnn.registry.contracts import BuildContext, FusionBuilder, NodePlan, RegionContext, RegionPlan
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.registry.regions import Dataflow, Region, make_region
@@ -69,6 +75,7 @@ CONFIGS = (
     MatmulConfig(128, 128, 64, 8, persistent=True),
 )
 FLOAT32_CONFIGS = (MatmulConfig(128, 128, 32, 8), MatmulConfig(64, 64, 32, 8))
+MIN_SPLIT_STEPS = 4  # K steps a split-K block runs at least (fewer: its partial tile's store outweighs the work)
 
 
 def unavailable_reason() -> str | None:
@@ -82,12 +89,12 @@ def parse_config(label: str) -> MatmulConfig:
     """Inverse of ``MatmulConfig.label`` (e.g. ``128x256x64g8c2``)."""
     import re
 
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)g(\d+)(?:c(\d+))?(?:o(\d+))?(?:l(\d+))?(?:w(\d+))?(p?)", label)
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)g(\d+)(?:c(\d+))?(?:o(\d+))?(?:l(\d+))?(?:w(\d+))?(p?)(?:s(\d+))?", label)
     if m is None:
         raise ValueError(f"bad cuTile matmul config label {label!r} (e.g. 128x128x64g8c2)")
-    tm, tn, tk, g, c, o, lat, w = (int(v) if v else None for v in m.groups()[:-1])
+    tm, tn, tk, g, c, o, lat, w, split = (int(v) if v else None for i, v in enumerate(m.groups()) if i != 8)
     assert tm and tn and tk and g
-    return MatmulConfig(tm, tn, tk, g, num_ctas=c, occupancy=o, latency=lat, warps=w, persistent=bool(m.group(9)))
+    return MatmulConfig(tm, tn, tk, g, c, o, lat, w, persistent=bool(m.group(9)), split_k=split or 1)
 
 
 def _dtype(graph: Graph, uid: int) -> str:
@@ -158,9 +165,8 @@ def epilogue_chain(graph: Graph, flow: Dataflow, i: int) -> _Chain | None:
 
 
 class CutileMatmulPlan(NodePlan, RegionPlan):
-    """One GEMM launch: ``buffers`` by port (a node) or by uid (a region), viewed as the kernel reads them."""
-
-    workspace_bytes = 0
+    """One GEMM launch, or split-K's two (``buffers`` by port for a node, by uid for a region), over the views the
+    kernels read."""
 
     def __init__(
         self,
@@ -172,37 +178,76 @@ class CutileMatmulPlan(NodePlan, RegionPlan):
     ) -> None:
         self.spec = spec
         self.backend = backend
-        self.kernel = backend.kernel(spec)
         self.grid = grid
         self._keys = tuple(keys)
         self._views = tuple(views)
+        splits = spec.config.split_k
+        if splits == 1:
+            self.kernels = (backend.kernel(spec),)
+            self.workspace_bytes = 0
+        else:
+            self.kernels = tuple(backend.kernel(attrs.evolve(spec, stage=s)) for s in ("split", "sum"))
+            rows, cols = views[2][0]  # C's 2-D view, (N, M) where it is transposed
+            m, n = (cols, rows) if spec.c.transposed else (rows, cols)
+            self._partials = (splits, m, n)
+            self.workspace_bytes = splits * m * n * 4
 
     @property
     def config(self) -> MatmulConfig:
         return self.spec.config
 
     def bind(self, buffers: Mapping[Any, Any], context: ExecutionContext) -> Callable[[], None]:
-        view = self.backend.view
+        view, launch, stream = self.backend.view, self.backend.launch, context.stream
         args = tuple(
             view(buffers[k], shape, strides, buffers[k].dtype) for k, (shape, strides) in zip(self._keys, self._views)
         )
-        return functools.partial(self.backend.launch, context.stream, self.grid, self.kernel, args)
+        if len(self.kernels) == 1:
+            kernel, grid = self.kernels[0], self.grid
+            return lambda: launch(stream, grid, kernel, args)
+        splits, m, n = self._partials
+        partials = view(context.workspace, self._partials, (m * n, n, 1), np.dtype(np.float32))
+        split, total = self.kernels
+        tiles = (self.grid[0], 1, 1)
+
+        def run() -> None:
+            launch(stream, (self.grid[0], 1, splits), split, (*args[:2], partials))
+            launch(stream, tiles, total, (partials, *args[2:]))
+
+        return run
 
     def execute(self, buffers: Mapping[Any, Any], context: ExecutionContext) -> None:
         self.bind(buffers, context)()
 
 
+def sm_count(device: Device) -> int:
+    """The SMs a plan fills: the context's (tests set it), else the GPU's (an H200's when listing without one)."""
+    return getattr(device.context, "sm_count", None) or planning_sm_count(device)
+
+
 def resident_blocks(device: Device, config: MatmulConfig) -> int:
     """Blocks of ``config`` the device runs at once (a persistent grid's size): SMs x occupancy / CTAs a block."""
-    from sigdnn.plan_builders.gpu_properties import planning_sm_count
-
-    sms = getattr(device.context, "sm_count", None) or planning_sm_count(device)
-    return max(1, sms * (config.occupancy or 1) // (config.num_ctas or 1))
+    return max(1, sm_count(device) * (config.occupancy or 1) // (config.num_ctas or 1))
 
 
-def default_config(spec_mma: str) -> MatmulConfig:
-    """The configuration without measurement: the first of the list for the operands' precision."""
-    return (FLOAT32_CONFIGS if spec_mma == "float32" else CONFIGS)[0]
+def default_config(spec_mma: str, views: GemmViews | None = None, sms: int = 132) -> MatmulConfig:
+    """The configuration without measurement: the first of the list for the operands' precision, or its split-K
+    form where its output tiles leave more than half of ``sms`` idle."""
+    first = (FLOAT32_CONFIGS if spec_mma == "float32" else CONFIGS)[0]
+    return first if views is None else split_config(first, views, sms)
+
+
+def split_config(base: MatmulConfig, views: GemmViews, sms: int) -> MatmulConfig:
+    """``base``, or where its output tiles would fill at most half of ``sms`` (an unbatched GEMM of few rows, as
+    batch-1 inference runs), plain tiles of at most 128 x 128 (64 rows where M is that small), with K split among
+    enough blocks to fill the SMs where each still runs at least MIN_SPLIT_STEPS K steps."""
+    m, n, k = views.m, views.n, views.k
+    if views.batch > 1 or 2 * -(-m // base.tile_m) * -(-n // base.tile_n) > sms:
+        return base
+    tile_m = min(base.tile_m, 64 if m <= 64 else 128)
+    plain = MatmulConfig(tile_m, min(base.tile_n, 128), base.tile_k, base.group_m)
+    tiles = -(-m // plain.tile_m) * -(-n // plain.tile_n)
+    splits = min(-(-sms // tiles), -(-k // plain.tile_k) // MIN_SPLIT_STEPS)
+    return attrs.evolve(plain, split_k=max(1, splits))
 
 
 class CutileMatmulBuilder(FusionBuilder):
@@ -286,8 +331,11 @@ class CutileMatmulBuilder(FusionBuilder):
 
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
         """Labels of the configurations worth measuring for this node or region (the default first)."""
-        spec, _, _ = self.plan(nodes[0], graph)
-        return [c.label for c in (FLOAT32_CONFIGS if spec.mma == "float32" else CONFIGS)]
+        spec, views, _ = self.plan(nodes[0], graph)
+        listed = [c.label for c in (FLOAT32_CONFIGS if spec.mma == "float32" else CONFIGS)]
+        sms = sm_count(device) if device is not None else planning_sm_count(None)
+        first = default_config(spec.mma, views, sms).label
+        return [first, *(label for label in listed if label != first)]
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         self.plan(node, graph)
@@ -302,8 +350,10 @@ class CutileMatmulBuilder(FusionBuilder):
         keys: Callable[[list[int]], list[Any]],
     ) -> CutileMatmulPlan:
         spec, views, uids = self.plan(node, graph, chain)
-        chosen = parse_config(config) if config else default_config(spec.mma)
-        spec = MatmulSpec(spec.a, spec.b, spec.c, spec.product_dtype, spec.mma, spec.epilogue, chosen)
+        chosen = parse_config(config) if config else default_config(spec.mma, views, sm_count(device))
+        if chosen.split_k > 1 and views.batch > 1:
+            raise NotSupported(f"node '{node.name}': split-K ({chosen.label}) runs unbatched GEMMs only")
+        spec = attrs.evolve(spec, config=chosen)
         tiles = -(-views.m // chosen.tile_m) * -(-views.n // chosen.tile_n)
         grid = (min(tiles, resident_blocks(device, chosen)) if chosen.persistent else tiles, views.batch, 1)
         shapes = [(v.shape, v.strides) for v in (views.a, views.b, views.c)]

@@ -12,6 +12,13 @@ each walking tiles bid, bid + blocks, ... in that order: cuTile's load warp
 then fetches the next tile's operands while the block runs this one's
 epilogue.
 
+Split-K (``split_k`` > 1, for GEMMs whose output tiles alone leave most SMs
+idle: batch-1 inference, where M is one image's pixels or tokens) is two
+kernels: the "split" stage's blocks, the grid's third axis, each multiply
+one slice of the K steps into a float32 partial tile in the workspace
+(splits x M x N); the "sum" stage adds a tile's partials in split order and
+runs the epilogue and the store. Deterministic: no atomics.
+
 The epilogue computes what the absorbed pointwise nodes compute one by one,
 as the reference does: the product rounded to the matmul output's declared
 dtype, then each node (bias add, activation, residual add) in float32
@@ -36,6 +43,7 @@ from sigdnn.plan_builders.cutile.codegen import CT_DTYPES, FLOAT_MODES, NodeSpec
 
 MMA_INPUTS = ("float16", "bfloat16", "float32")
 OUTPUTS = ("float16", "bfloat16", "float32")
+STAGES = ("gemm", "split", "sum")
 
 
 @attrs.frozen
@@ -51,6 +59,7 @@ class MatmulConfig:
     latency: int | None = None  # ct.load's DRAM-traffic hint, 1..10
     warps: int | None = None  # num_worker_warps: 8 gives a 128-row tile two consumer warpgroups (m64 each)
     persistent: bool = False  # a grid of the blocks the SMs hold at once, each walking tiles bid, bid + blocks, ...
+    split_k: int = 1  # blocks sharing one output tile's K steps (float32 partials summed by a second kernel)
 
     def __attrs_post_init__(self) -> None:
         for name in ("tile_m", "tile_n", "tile_k"):
@@ -63,13 +72,16 @@ class MatmulConfig:
             raise ValueError(f"latency={self.latency}: cuTile takes 1..10")
         if self.warps not in (None, 4, 8):
             raise ValueError(f"warps={self.warps}: cuTile takes 4 or 8 worker warps")
+        if self.split_k < 1 or (self.split_k > 1 and self.persistent):
+            raise ValueError(f"split_k={self.split_k}: a count >= 1, and a split grid is not persistent")
 
     @property
     def label(self) -> str:
         """e.g. ``128x128x64g8``, with ``c2`` (num_ctas), ``o2`` (occupancy), ``l3`` (latency), ``w8`` (worker
-        warps) when set and ``p`` when persistent."""
+        warps) when set, ``p`` when persistent and ``s4`` when K is split among 4 blocks."""
         knobs = (("c", self.num_ctas), ("o", self.occupancy), ("l", self.latency), ("w", self.warps))
         hints = "".join(f"{p}{v}" for p, v in knobs if v) + ("p" if self.persistent else "")
+        hints += f"s{self.split_k}" if self.split_k > 1 else ""
         return f"{self.tile_m}x{self.tile_n}x{self.tile_k}g{self.group_m}{hints}"
 
 
@@ -102,6 +114,14 @@ class MatmulSpec:
     mma: str  # "native" (f16 / bf16, one dtype), "tf32" or "float32" (each tile widened to float32 first)
     epilogue: tuple[EpilogueStep, ...] = ()
     config: MatmulConfig = MatmulConfig()
+    stage: str = "gemm"  # "gemm" (the whole product and epilogue), or split-K's "split" and "sum" kernels
+
+    def __attrs_post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"stage={self.stage!r}: one of {', '.join(STAGES)}")
+        batched = any(o.batched for o in (self.a, self.b, self.c))
+        if self.stage != "gemm" and (batched or self.config.split_k == 1):
+            raise ValueError("split-K stages take a split_k > 1 configuration and unbatched (2-D) views")
 
     @property
     def name(self) -> str:
@@ -143,34 +163,35 @@ def _extent(operand: Operand, axis: int) -> str:
     return f"{{}}.shape[{position}]"
 
 
-def generate(spec: MatmulSpec) -> str:
-    """The module text (without the line that binds ``ct``) whose ``kernel`` computes ``spec``."""
-    cfg = spec.config
-    tm, tn, tk = cfg.tile_m, cfg.tile_n, cfg.tile_k
-    params = ["a_array", "b_array", "c_array"]
-    head = [
-        "z = ct.bid(1)",
-        f"M = {_extent(spec.c, 0).format('c_array')}",
-        f"N = {_extent(spec.c, 1).format('c_array')}",
-        f"K = {_extent(spec.a, 1).format('a_array')}",
-    ]
-    body = [
-        f"width = {cfg.group_m} * ct.cdiv(N, {tn})",
+def _tile_order(cfg: MatmulConfig) -> list[str]:
+    """Lines placing block ``bid`` on its output tile (bm, bn) in grouped order."""
+    return [
+        f"width = {cfg.group_m} * ct.cdiv(N, {cfg.tile_n})",
         f"first = (bid // width) * {cfg.group_m}",
-        f"rows = min(ct.cdiv(M, {tm}) - first, {cfg.group_m})",
+        f"rows = min(ct.cdiv(M, {cfg.tile_m}) - first, {cfg.group_m})",
         "bm = first + bid % rows",
         "bn = (bid % width) // rows",
-        f"acc = ct.full(({tm}, {tn}), 0, dtype=ct.float32)",
-        f"for kt in range(ct.cdiv(K, {tk})):",
+        f"acc = ct.full(({cfg.tile_m}, {cfg.tile_n}), 0, dtype=ct.float32)",
     ]
+
+
+def _k_loop(spec: MatmulSpec, steps: str) -> list[str]:
+    """The loop over K steps ``steps`` (a range's arguments) accumulating A x B tiles into ``acc``."""
+    cfg = spec.config
+    tm, tn, tk = cfg.tile_m, cfg.tile_n, cfg.tile_k
     loop = _load("a", spec.a, "bm", "kt", (tm, tk), cfg.latency) + _load("b", spec.b, "kt", "bn", (tk, tn), cfg.latency)
     if spec.mma != "native":
         loop += [f"{x} = ct.astype({x}, ct.float32)" for x, o in (("a", spec.a), ("b", spec.b)) if o.dtype != "float32"]
     if spec.mma == "tf32":
         loop += ["a = ct.astype(a, ct.tfloat32)", "b = ct.astype(b, ct.tfloat32)"]
     loop.append("acc = ct.mma(a, b, acc)")
-    body += [f"    {line}" for line in loop]
-    body.append(f"v = {_rounded('acc', spec.product_dtype)}")
+    return [f"for kt in range({steps}):", *(f"    {line}" for line in loop)]
+
+
+def _epilogue(spec: MatmulSpec, params: list[str]) -> list[str]:
+    """Lines from the accumulator to the store of C: the product's rounding, each absorbed node, the last cast."""
+    tm, tn = spec.config.tile_m, spec.config.tile_n
+    body = [f"v = {_rounded('acc', spec.product_dtype)}"]
     for j, step in enumerate(spec.epilogue):
         if step.kind == "unary":
             expr, _ = FLOAT_MODES[step.mode](["v"], NodeSpec(step.mode, (0,), step.dtype, "float", step.params))
@@ -198,6 +219,52 @@ def generate(spec: MatmulSpec) -> str:
         body.append(f"v = ct.reshape(v, {shape})")
         index = f"(z, {index[1:-1]})"
     body.append(f"ct.store(c_array, index={index}, tile=v)")
+    return body
+
+
+def _split_body(spec: MatmulSpec) -> list[str]:
+    """Split-K's first kernel: block (bid, 0, s) multiplies the s-th slice of the K steps into partials[s]."""
+    tm, tn, tk = spec.config.tile_m, spec.config.tile_n, spec.config.tile_k
+    return [
+        "s = ct.bid(2)",
+        f"per = ct.cdiv(ct.cdiv(K, {tk}), ct.num_blocks(2))",
+        *_tile_order(spec.config),
+        *_k_loop(spec, f"s * per, min(s * per + per, ct.cdiv(K, {tk}))"),
+        f"ct.store(p_array, index=(s, bm, bn), tile=ct.reshape(acc, (1, {tm}, {tn})))",
+    ]
+
+
+def _sum_body(spec: MatmulSpec, params: list[str]) -> list[str]:
+    """Split-K's second kernel: a tile's partials added in split order, then the epilogue."""
+    tm, tn = spec.config.tile_m, spec.config.tile_n
+    load = f"ct.load(p_array, index=(s, bm, bn), shape=(1, {tm}, {tn}), padding_mode=ct.PaddingMode.ZERO)"
+    return [
+        *_tile_order(spec.config),
+        "for s in range(p_array.shape[0]):",
+        f"    acc = acc + ct.reshape({load}, ({tm}, {tn}))",
+        *_epilogue(spec, params),
+    ]
+
+
+def generate(spec: MatmulSpec) -> str:
+    """The module text (without the line that binds ``ct``) whose ``kernel`` computes ``spec``."""
+    cfg = spec.config
+    tm, tn, tk = cfg.tile_m, cfg.tile_n, cfg.tile_k
+    c_array = "p_array" if spec.stage == "split" else "c_array"
+    head = [
+        "z = ct.bid(1)",
+        f"M = {_extent(spec.c, 0).format(c_array)}" if spec.stage != "split" else "M = p_array.shape[1]",
+        f"N = {_extent(spec.c, 1).format(c_array)}" if spec.stage != "split" else "N = p_array.shape[2]",
+    ]
+    if spec.stage == "sum":
+        params = ["p_array", "c_array"]
+        body = _sum_body(spec, params)
+    else:
+        params = ["a_array", "b_array", c_array]
+        head.append(f"K = {_extent(spec.a, 1).format('a_array')}")
+        body = _split_body(spec) if spec.stage == "split" else [
+            *_tile_order(cfg), *_k_loop(spec, f"ct.cdiv(K, {tk})"), *_epilogue(spec, params)
+        ]  # fmt: skip
     if cfg.persistent:  # the loop lets cuTile's load warp fetch the next tile's operands during this one's epilogue
         head.append(f"for bid in range(ct.bid(0), ct.cdiv(M, {tm}) * ct.cdiv(N, {tn}), ct.num_blocks(0)):")
         body = [f"    {line}" for line in body]
@@ -206,7 +273,8 @@ def generate(spec: MatmulSpec) -> str:
     body = head + body
     hints = {"num_ctas": cfg.num_ctas, "occupancy": cfg.occupancy, "num_worker_warps": cfg.warps}
     decorator = ", ".join(f"{k}={v}" for k, v in hints.items() if v)
-    library = codegen.library() if any(s.kind == "unary" for s in spec.epilogue) else ""
+    unary = spec.stage != "split" and any(s.kind == "unary" for s in spec.epilogue)
+    library = codegen.library() if unary else ""
     header = f"# {spec.name}: generated by sigdnn.plan_builders.cutile.matmul_codegen from\n# {spec!r}\n"
     lines = "\n".join(f"    {line}" for line in body)
     return (

@@ -10,6 +10,7 @@ float64 where the answer is exact, and against the unfused nodes bit for bit.
 
 from __future__ import annotations
 
+import attrs
 import ml_dtypes  # noqa: F401  (names bfloat16 for np.dtype)
 import numpy as np
 import pytest
@@ -234,12 +235,13 @@ def test_every_config_and_hint_label_round_trips_and_validates(monkeypatch):
         plan = validated(g, seed=4)
         assert plan.steps[0].plan.config == config
         assert decorator in plan.steps[0].plan.spec.source()
-    assert [parse_config(c).label for c in CutileMatmulBuilder().configs([g.nodes[0]], g)] == [config.label]
+    listed = [parse_config(c).label for c in CutileMatmulBuilder().configs([g.nodes[0]], g)]
+    assert listed == ["16x32x16g2", config.label]  # 12 tiles fill under half of 132 SMs: the plain form first
     with pytest.raises(ValueError, match="bad cuTile matmul config"):
         parse_config("128x128")
 
 
-@pytest.mark.parametrize("name", ["tails", "batched", "c_col_major", "one_block"])
+@pytest.mark.parametrize("name", ["tails", "batched", "c_col_major"])  # one tile: the plain form (split_config)
 def test_persistent_blocks_walk_every_tile(name, monkeypatch):
     """3 resident blocks (the emulated GPU's count) over up to 24 tiles a batch: each block walks several."""
     config = MatmulConfig(16, 32, 16, 2, persistent=True)
@@ -260,7 +262,7 @@ def test_one_kernel_per_specialization():
     plan = ex.prepare(g)
     backend = ex.memory.context.kernel_backend
     assert backend.compiled == 1  # sizes are launch arguments, not part of the kernel
-    assert plan.steps[0].plan.kernel is plan.steps[1].plan.kernel
+    assert plan.steps[0].plan.kernels == (plan.steps[1].plan.kernels[0],)
 
 
 def test_one_16_bit_dtype_goes_to_the_tensor_cores_as_it_is() -> None:
@@ -288,3 +290,63 @@ def test_epilogue_operands_enter_the_float32_math_as_float32_rows_the_emulator_c
         assert "e0 = ct.reshape(e0, (1, " in source
         assert ("e0 = ct.astype(e0, ct.float32)" in source) == widened
         assert ("e1 = ct.astype(e1, ct.float32)" in source) == widened
+
+
+SPLIT = MatmulConfig(16, 32, 16, 2, split_k=3)  # 3 blocks share a tile's K steps; with K <= 32 the last has none
+
+
+@pytest.mark.parametrize("name", ["tails", "m_is_1", "k_is_1", "x_at_w_folds", "c_col_major", "padded_rows",
+                                  "no_contiguous_dim", "f16_f32_out"])  # fmt: skip
+def test_split_k_validates_against_the_reference(name, monkeypatch):
+    monkeypatch.setattr(cutile_matmul, "CONFIGS", (SPLIT,))
+    a, b, dt, out, a_st, b_st, c_st = SHAPES[name]
+    plan = validated(matmul_graph(a, b, dt, out, "float32", a_st, b_st, c_st), seed=3)
+    step = plan.steps[0].plan
+    m, n = a[-2] * (a[0] * a[1] if name == "x_at_w_folds" else 1), b[-1]
+    assert step.config == SPLIT and step.workspace_bytes == 3 * m * n * 4 and len(step.kernels) == 2
+
+
+@pytest.mark.parametrize("name", ["bias_gelu_bf16_mid", "bias_relu_residual", "residual_tanh_gelu_tanh"])
+def test_split_k_runs_the_epilogue_once_on_the_summed_partials(name, monkeypatch):
+    monkeypatch.setattr(cutile_matmul, "CONFIGS", (SPLIT,))
+    steps, mid = EPILOGUES[name]
+    g = epilogue_graph(steps, mid=mid, a_dims=(37, 100), b_dims=(100, 70))  # 7 K steps: splits of 3, 3 and 1
+    plan = validated(g, seed=5)
+    assert plan.steps[0].region is not None and plan.steps[0].plan.config == SPLIT
+
+
+def test_split_k_declines_a_batch_it_cannot_fold(monkeypatch):
+    monkeypatch.setattr(cutile_matmul, "CONFIGS", (SPLIT,))
+    g = matmul_graph((3, 20, 30), (3, 30, 40))
+    with pytest.raises(NoPlanError, match=r"split-K \(16x32x16g2s3\) runs unbatched GEMMs only"):
+        emulated_executor(engine="cutile.matmul").prepare(g)
+
+
+def test_a_gemm_of_few_tiles_splits_k_by_default():
+    """The emulated GPU's 3 SMs: one 16 x 32 output tile and 13 K steps of 16 split three ways (>= 4 steps each)."""
+    plan = validated(matmul_graph((1, 200), (200, 32)), seed=8)
+    assert plan.steps[0].plan.config == attrs.evolve(SMALL, split_k=3)
+    plan = validated(matmul_graph((1, 100), (100, 32)), seed=8)  # 7 K steps: one split of 4 at most
+    assert plan.steps[0].plan.config == SMALL
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "batch", "label"),
+    [
+        (1, 4096, 25088, 1, "64x128x64g8s5"),  # vgg11's first classifier GEMM at batch 1: 32 tiles of 132 SMs
+        (197, 768, 3072, 1, "128x128x64g8s11"),  # a ViT-B/16 MLP GEMM at batch 1: 12 tiles
+        (197, 2304, 768, 1, "128x128x64g8s3"),  # its qkv GEMM: 36 tiles, 12 K steps
+        (49, 512, 256, 1, "64x128x64g8"),  # 4 K steps, nothing to split: the smaller tiles alone (4 blocks, not 2)
+        (512, 1024, 4096, 1, "128x128x64g8s5"),  # 16 tiles of 128 x 256, 32 of 128 x 128: 160 blocks
+        (8192, 8192, 8192, 1, "128x256x64g8w8p"),  # fills the SMs as it is
+        (1, 4096, 25088, 2, "128x256x64g8w8p"),  # batched: the batch is the grid's second axis
+    ],
+)
+def test_split_config_fills_the_sms_only_where_the_tiles_cannot(m, n, k, batch, label):
+    from sigdnn.plan_builders.cutile.matmul_layout import plan_views
+
+    lead = (batch,) if batch > 1 else ()
+    dense = lambda rows, cols: ((*lead, rows, cols), ((rows * cols,) if lead else ()) + (cols, 1))  # noqa: E731
+    views = plan_views(dense(m, k), dense(k, n), dense(m, n))
+    chosen = cutile_matmul.split_config(MatmulConfig(128, 256, 64, 8, warps=8, persistent=True), views, 132)
+    assert chosen.label == label
