@@ -144,24 +144,31 @@ def compile_literal(kernel: str, dtype: str, index: str, causal: bool, folder: s
     return export(source.name, source.text, literal_signature(kernel, dtype, index, causal), folder)
 
 
-CONVS = {"conv_gemm": (1, 5, 5), "conv_dgrad_gemm": (1, 5, 5), "conv_wgrad_gemm": (1, 1, 5)}  # each array's ndim
+CONVS = {  # job: (kernel, each array's ndim, the split count where the kernel takes one)
+    "conv_gemm": ("conv_gemm", (1, 5, 5), 1),
+    "conv_gemm split": ("conv_gemm", (1, 5, 3), 4),  # out: the (groups x splits, pixels, K/G) partial sums
+    "conv_gemm_sum": ("conv_gemm_sum", (3, 5), 4),
+    "conv_dgrad_gemm": ("conv_dgrad_gemm", (1, 5, 5), 1),
+    "conv_wgrad_gemm": ("conv_wgrad_gemm", (1, 1, 5), 1),
+}
 
 
-def conv_signature(kernel: str, tf32: bool) -> KernelSignature:
+def conv_signature(job: str, tf32: bool) -> KernelSignature:
     """float32 operands (widened; TF32 or exact), channels fastest, any strides; the parameters between the
     arrays and the constants are int32 sizes and strides (read from the kernel's own parameter list)."""
+    kernel, ndims, split = CONVS[job]
     tree = ast.parse(conv_source(kernel).text)
     names = [a.arg for a in next(f for f in tree.body if getattr(f, "name", None) == kernel).args.args]
-    constants = {"TM": 64, "TN": 64, "TK": 32, "CHANNELS_FASTEST": True, "WIDEN": True, "TF32": tf32}
-    arrays = [strided(ct.float32, ndim) for ndim in CONVS[kernel]]
+    constants = {"TM": 64, "TN": 64, "TK": 32, "CHANNELS_FASTEST": True, "WIDEN": True, "TF32": tf32, "SPLITS": split}
+    arrays = [strided(ct.float32, ndim) for ndim in ndims]
     scalars = [ScalarConstraint(ct.int32)] * (len(names) - len(arrays) - sum(n in constants for n in names))
     fixed = [ConstantConstraint(constants[n]) for n in names if n in constants]
     return KernelSignature([*arrays, *scalars, *fixed], CallingConvention.cutile_python_v1())
 
 
-def compile_conv(kernel: str, tf32: bool, folder: str) -> int:
-    source = conv_source(kernel)
-    return export(source.name, source.text, conv_signature(kernel, tf32), folder)
+def compile_conv(job: str, tf32: bool, folder: str) -> int:
+    source = conv_source(CONVS[job][0])
+    return export(source.name, source.text, conv_signature(job, tf32), folder)
 
 
 def compile_delta_rule(kind: str, backward: bool, folder: str) -> int:

@@ -61,13 +61,20 @@ def test_validates_against_the_reference(name):
     assert report.passed, report.table()
 
 
-@pytest.mark.parametrize("name", ["tails", "batched_f16_f32_out", "c_col_major"])
-@pytest.mark.parametrize(
-    "config", [cutile_matmul.CONFIGS[0].label, "128x128x64g8", "256x128x64g8c2", "256x256x64g8c2w8p", "128x128x64g8p"]
-)
+WRITES = [
+    (name, config)
+    for name in ("tails", "batched_f16_f32_out", "c_col_major")
+    for config in (cutile_matmul.CONFIGS[0].label, "128x128x64g8", "256x128x64g8c2", "256x256x64g8c2w8p",
+                   "128x128x64g8p", "64x128x64g8s5", "128x128x64g8s3")
+    if not (name.startswith("batched") and "s" in config)  # split-K runs unbatched GEMMs (declined otherwise)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "config"), WRITES)
 def test_writes_every_element(name, config, monkeypatch):
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(cutile_matmul, "CONFIGS", (cutile_matmul.parse_config(config),))
+    monkeypatch.setattr(cutile_matmul, "split_config", lambda base, views, sms: base)  # the config as written
     monkeypatch.setattr(cutile_matmul, "resident_blocks", lambda device, config: 2)  # persistent: 2 blocks walk all
     g = matmul_graph(*SHAPES[name])
     inputs = random_inputs(g, seed=5)
@@ -111,6 +118,7 @@ def test_fused_epilogue_validates(steps, mid, config, monkeypatch):
     if config:
         monkeypatch.setattr(cutile_matmul, "CONFIGS", (cutile_matmul.parse_config(config),))
     monkeypatch.setattr(cutile_matmul, "resident_blocks", lambda device, config: 2)  # the persistent default's
+    monkeypatch.setattr(cutile_matmul, "split_config", lambda base, views, sms: base)  # the config as written
     g = epilogue_graph(steps, mid=mid)  # 2 blocks each walk 4 of the 4 x 2 tiles of 128 x 256 (the batch folds)
     ex = sigdnn.Executor("gpu", engine="cutile.matmul")
     plan = ex.prepare(g)
@@ -118,6 +126,24 @@ def test_fused_epilogue_validates(steps, mid, config, monkeypatch):
     assert plan.steps[0].plan.grid[0] == (12 if config else 2)  # 128 x 128: 4 x 3 tiles, one a block
     report = sigdnn.validate(g, seed=9, executor=ex)
     print(report.table())
+    assert report.passed, report.table()
+
+
+@pytest.mark.parametrize(
+    ("a_dims", "b_dims", "dtype", "compute", "steps"),
+    [((1, 4096), (4096, 1000), "float32", "bfloat16", ["bias"]),  # a batch-1 classifier, TF32: 8 tiles, 16 splits
+     ((197, 3072), (3072, 768), "bfloat16", "float32", ["bias", "gelu_fwd"])],  # a ViT MLP GEMM: 12 tiles, 11 splits
+)  # fmt: skip
+def test_few_output_tiles_split_k_by_default_and_validate(a_dims, b_dims, dtype, compute, steps):
+    g = sigdnn.Graph("few", io_dtype=dtype, compute_dtype=compute)
+    y = g.matmul(g.tensor("a", a_dims), g.tensor("b", b_dims), name="mm")
+    for k, step in enumerate(steps):
+        other = (g.tensor(f"bias{k}", (1, b_dims[-1])),) if step == "bias" else ()
+        y = g.pointwise("add" if other else step, y, *other, name=f"s{k}")
+    y.set_output(True).set_name("out")
+    ex = sigdnn.Executor("gpu", engine="cutile.matmul")
+    assert ex.prepare(g).steps[0].plan.config.split_k > 1
+    report = sigdnn.validate(g, seed=2, executor=ex)
     assert report.passed, report.table()
 
 

@@ -26,8 +26,14 @@ W): a 1-D or 2-D conv sees size-1 D (and H). Rows past the last pixel load
 from the last real one and their scatter is dropped (an N coordinate past
 the end), as are columns past the group's K/G channels (channel index K).
 Sizes and strides are scalar arguments; only the tile, the j order,
-whether the operands widen to float32 and whether the widened operands go
-to the MMA as TF32 are compile-time.
+whether the operands widen to float32, whether the widened operands go
+to the MMA as TF32 and the split count are compile-time.
+
+Split-K (fprop, SPLITS > 1: a batch-1 conv has too few output tiles to fill
+the SMs): the grid's third axis runs groups x SPLITS blocks per tile, each
+multiplying one slice of the K steps; ``out`` is then not y but a float32
+(groups x SPLITS, pixels, K/G) workspace of partial sums, which
+``conv_gemm_sum`` adds in split order before the scatter into y.
 """
 
 from typing import Any
@@ -37,9 +43,20 @@ ct: Any = None  # bound by the module the backend makes (cuda.tile or the CPU em
 # ---- kernel module: everything below this line is the kernels' text ----
 
 
+def scatter_pixels(y, acc, p, k_local, g, k_per_group, k_total, od, oh, ow):
+    """The (TM, TN) tile of output pixels p and the group's channels k_local into y, as its dtype; rows past the
+    last pixel and columns past the group's channels are dropped (indices outside y)."""
+    o_n = p // (ow * oh * od)
+    o_d = (p // (ow * oh)) % od
+    o_h = (p // ow) % oh
+    o_w = p % ow
+    o_k = ct.where(k_local < k_per_group, g * k_per_group + k_local, k_total)
+    ct.scatter(y, (o_n, o_k, o_d, o_h, o_w), ct.astype(acc, y.dtype))
+
+
 @ct.kernel
 def conv_gemm(
-    x, w, y,
+    x, w, out,
     pixels, od, oh, ow,
     xd, xh, xw,
     k_total, k_per_group, c_per_group, reduction,
@@ -54,8 +71,10 @@ def conv_gemm(
     CHANNELS_FASTEST: ct.Constant[bool],
     WIDEN: ct.Constant[bool],
     TF32: ct.Constant[bool],
+    SPLITS: ct.Constant[int],
 ):  # fmt: skip
-    g = ct.bid(2)
+    g = ct.bid(2) // SPLITS
+    s = ct.bid(2) % SPLITS
     p = ct.reshape(ct.bid(0) * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
     k_local = ct.reshape(ct.bid(1) * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
     real_p = ct.minimum(p, pixels - 1)
@@ -66,8 +85,10 @@ def conv_gemm(
     pixel_at = pixel_at + g * c_per_group * c_stride
     k = g * k_per_group + ct.minimum(k_local, k_per_group - 1)
     taps = kd * kh * kw
+    steps = ct.cdiv(reduction, TK)
+    per = ct.cdiv(steps, SPLITS)
     acc = ct.full((TM, TN), 0.0, dtype=ct.float32)
-    for kt in range(ct.cdiv(reduction, TK)):
+    for kt in range(s * per, min(s * per + per, steps)):
         j = kt * TK + ct.arange(TK, dtype=ct.int32)
         if CHANNELS_FASTEST:  # a constant: cuTile compiles only the branch taken
             c = j % c_per_group
@@ -95,12 +116,31 @@ def conv_gemm(
             xa = ct.astype(xa, ct.tfloat32)
             wb = ct.astype(wb, ct.tfloat32)
         acc = ct.mma(xa, wb, acc)
-    o_n = p // (ow * oh * od)
-    o_d = (p // (ow * oh)) % od
-    o_h = (p // ow) % oh
-    o_w = p % ow
-    o_k = ct.where(k_local < k_per_group, g * k_per_group + k_local, k_total)
-    ct.scatter(y, (o_n, o_k, o_d, o_h, o_w), ct.astype(acc, y.dtype))
+    if SPLITS > 1:  # a constant: the partial sums go to the workspace, in tiles
+        ct.store(out, index=(ct.bid(2), ct.bid(0), ct.bid(1)), tile=ct.reshape(acc, (1, TM, TN)))
+    else:
+        scatter_pixels(out, acc, p, k_local, g, k_per_group, k_total, od, oh, ow)
+
+
+@ct.kernel
+def conv_gemm_sum(
+    partials, y,
+    od, oh, ow,
+    k_total, k_per_group,
+    TM: ct.Constant[int],
+    TN: ct.Constant[int],
+    SPLITS: ct.Constant[int],
+):  # fmt: skip
+    # Split-K's second kernel: one block per output tile adds the SPLITS partial tiles in order, then scatters.
+    g = ct.bid(2)
+    acc = ct.full((TM, TN), 0.0, dtype=ct.float32)
+    for s in range(SPLITS):
+        part = ct.load(partials, index=(g * SPLITS + s, ct.bid(0), ct.bid(1)), shape=(1, TM, TN),
+                       padding_mode=ct.PaddingMode.ZERO)  # fmt: skip
+        acc = acc + ct.reshape(part, (TM, TN))
+    p = ct.reshape(ct.bid(0) * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+    k_local = ct.reshape(ct.bid(1) * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
+    scatter_pixels(y, acc, p, k_local, g, k_per_group, k_total, od, oh, ow)
 
 
 @ct.kernel

@@ -19,6 +19,10 @@ It ranks below every CuTe conv builder and below ``cutile.conv_fprop_grouped``
 only what they decline. dgrad and wgrad (the classes at the end) do the
 same for training: dgrad gathers dy through each dx pixel's taps where the
 stride divides, wgrad multiplies dy by x's windows over every dy pixel.
+
+Where fprop's output tiles fill at most half the SMs (batch-1 inference: a
+7x7 map of 512 channels is 8 tiles), K is split among blocks (``splits``):
+partial sums in the workspace, added by a second kernel.
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ from sigdnn.plan_builders.cutile.conv_grouped import (
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.pooling import as_5d
 from sigdnn.plan_builders.cutile.source import KernelSource, literal
-from sigdnn.plan_builders.cutile.steps import Arg, Launch
+from sigdnn.plan_builders.cutile.steps import WORKSPACE, Arg, Launch
 from sigdnn.plan_builders.cutile.tiling import cdiv, pow2
+from sigdnn.plan_builders.gpu_properties import planning_sm_count
 from sigdnn.registry.engine_ids import IN_TREE
 
 TILE_PIXELS = 64  # TM: output pixels a block computes
@@ -49,6 +54,7 @@ MAX_TILE_CHANNELS = 64  # TN: output channels a block computes, at most
 MIN_TILE = 16  # ct.mma's smallest tile side
 TILE_REDUCTION = 32  # TK: the reduction indices one step gathers
 NATIVE_MMA = ("float16", "bfloat16")
+MIN_SPLIT_STEPS = 8  # K steps of TILE_REDUCTION a split-K block runs at least
 
 
 def kernel_source(kernel: str = "conv_gemm") -> KernelSource:
@@ -59,6 +65,13 @@ def kernel_source(kernel: str = "conv_gemm") -> KernelSource:
 def tile_channels(k_per_group: int) -> int:
     """TN: a power of two covering the group's output channels, between ct.mma's 16 and 64."""
     return max(MIN_TILE, min(pow2(k_per_group), MAX_TILE_CHANNELS))
+
+
+def splits(blocks: int, steps: int) -> int:
+    """Blocks to split fprop's K steps among: 1 unless ``blocks`` (output tiles x groups) fill at most half the
+    SMs; then enough to fill them, each running at least MIN_SPLIT_STEPS steps."""
+    sms = planning_sm_count(None)  # H100 and H200 alike
+    return 1 if 2 * blocks > sms else max(1, min(cdiv(sms, blocks), steps // MIN_SPLIT_STEPS))
 
 
 def widens(graph: Graph, x: Tensor, w: Tensor) -> bool:
@@ -140,9 +153,18 @@ class CutileConvGemmBuilder(CutileLaunchesBuilder):
             *padded_to_3(op.dilation, 1),
         )  # fmt: skip
         require_int32_scalars(constants, reduction + TILE_REDUCTION)  # the last K step's j run a tile past it
-        order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(x), *mma_flags(graph, node, x, w))
-        args = (Arg("x", (flat_span(x),), (1,)), Arg("w", *view_5d(w)), Arg("y", *view_5d(y)))
-        return [Launch(kernel_source(), grid, args, (*constants, *order))], 0
+        split = splits(grid[0] * grid[1] * grid[2], cdiv(reduction, TILE_REDUCTION))
+        order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(x), *mma_flags(graph, node, x, w), split)
+        x_arg, y_arg = Arg("x", (flat_span(x),), (1,)), Arg("y", *view_5d(y))
+        if split == 1:
+            return [Launch(kernel_source(), grid, (x_arg, Arg("w", *view_5d(w)), y_arg), (*constants, *order))], 0
+        shape = (groups * split, pixels, k_per_group)
+        partials = Arg(WORKSPACE, shape, (pixels * k_per_group, k_per_group, 1))
+        first = Launch(kernel_source(), (*grid[:2], grid[2] * split), (x_arg, Arg("w", *view_5d(w)), partials),
+                       (*constants, *order))  # fmt: skip
+        second = Launch(kernel_source("conv_gemm_sum"), grid, (partials, y_arg),
+                        (*y_dims[2:], k_total, k_per_group, TILE_PIXELS, tn, split))  # fmt: skip
+        return [first, second], 4 * groups * split * pixels * k_per_group
 
 
 class CutileConvDgradGemmBuilder(CutileLaunchesBuilder):

@@ -73,6 +73,18 @@ def test_validation_against_the_reference_passes(case: Case) -> None:
     assert report.passed, report.table()
 
 
+@pytest.mark.parametrize(("name", "split"), [("split_k_nchw_f32", 2), ("split_k_g2_nhwc_bf16", 5), ("nchw_f32_3x3", 1)])
+def test_few_output_tiles_split_k_into_the_workspace(name: str, split: int) -> None:
+    case = next(c for c in CASES if c.name == name)
+    g = graph(case)
+    launches, workspace = CutileConvGemmBuilder().launches(g.nodes[0], g)
+    assert launches[0].constants[-1] == split and len(launches) == (2 if split > 1 else 1)
+    if split > 1:
+        pixels = case.dims[0] * case.dims[2] * case.dims[3]  # stride 1, "same" padding
+        assert workspace == 4 * split * pixels * case.w_dims[0]  # groups x splits x pixels x K/G float32 sums
+        assert launches[0].grid[2] == case.groups * split and launches[1].grid[2] == case.groups
+
+
 def test_a_hand_worked_conv() -> None:
     """x [1 2 3 4] (one channel), filters [1 1] and [1 -1]: neighbours' sums and differences."""
     case = Case("hand", (1, 1, 4), (2, 1, 2), "NCW", (0,), (0,), (1,), (1,))
@@ -82,7 +94,10 @@ def test_a_hand_worked_conv() -> None:
 
 
 PLANTED = {
-    "last_k_step_dropped": ("for kt in range(ct.cdiv(reduction, TK)):", "for kt in range(reduction // TK):"),
+    "last_k_step_dropped": ("steps = ct.cdiv(reduction, TK)", "steps = reduction // TK"),
+    "last_split_dropped": ("min(s * per + per, steps)", "min(s * per + per, steps - 1)"),
+    "one_split_summed": ("acc = acc + ct.reshape(part, (TM, TN))", "acc = ct.reshape(part, (TM, TN))"),
+    "splits_overlap": ("range(s * per, min(", "range(s * per - s, min("),
     "right_edge_read": ("(i_w < xw)", "(i_w <= xw)"),
     "taps_order_in_channels_last": ("t = j // c_per_group", "t = j // taps"),
     "group_offset_dropped": ("pixel_at = pixel_at + g * c_per_group * c_stride", "pixel_at = pixel_at"),
@@ -97,6 +112,9 @@ PLANT_CASES = {  # a case each bug shows on
     "group_offset_dropped": "g2_c20_nchw",
     "partial_channel_tile_written": "g2_c20_nchw",  # 12 channels a group in a 16-wide tile: group 0 writes 12-15
     "padding_not_masked": "nchw_f32_3x3",
+    "last_split_dropped": "split_k_nchw_f32",
+    "one_split_summed": "split_k_g2_nhwc_bf16",
+    "splits_overlap": "split_k_nchw_f32",
 }
 
 
@@ -152,7 +170,7 @@ def test_tiles_are_powers_of_two_ct_mma_takes() -> None:
     """(TM, TN, TK): cuTile's tiles are powers of two, an MMA's sides at least 16 (the emulator takes any)."""
     for k in (1, 24, 200):
         g, node = node_of((1, 4, 5, 5), (k, 4, 3, 3))
-        tm, tn, tk = launch_of(g, node).constants[-6:-3]
+        tm, tn, tk = launch_of(g, node).constants[-7:-4]
         assert all(t >= 16 and t & (t - 1) == 0 for t in (tm, tn, tk)), (tm, tn, tk)
 
 
