@@ -84,7 +84,8 @@ class DroppedStep(CutileConvGemmBuilder):
 
     def launches(self, node, graph):  # type: ignore[no-untyped-def]
         launches, nbytes = super().launches(node, graph)
-        drop = lambda text: text.replace("range(ct.cdiv(reduction, TK))", "range(reduction // TK)")  # noqa: E731
+        drop = lambda text: text.replace("steps = ct.cdiv(reduction, TK)", "steps = reduction // TK")  # noqa: E731
+        assert all(drop(la.source.text) != la.source.text for la in launches[:1])
         return [attrs.evolve(la, source=attrs.evolve(la.source, text=drop(la.source.text))) for la in launches], nbytes
 
 
