@@ -73,6 +73,7 @@ IN_TREE: dict[str, int] = {
     "cutile.conv_wgrad_gemm": 2053,
     "cutile.sdpa": 2054,
     "cutile.sdpa_backward": 2055,
+    "cutile.conv_fprop_1x1": 2056,
     "cute.matmul": 3000,
     "cute.conv_fprop": 3001,
     "cute.conv_fprop_implicit": 3002,

@@ -14,11 +14,12 @@ multiplies exactly where the node's compute dtype is float32, and as TF32
 (10 mantissa bits, what torch's and ONNX Runtime's float32 convs run by
 default) where it is 16-bit, whose tolerance covers it (as ``cutile.matmul``).
 
-It ranks below every CuTe conv builder and below ``cutile.conv_fprop_grouped``
-(a direct convolution, better for depthwise and narrow groups), so it runs
-only what they decline. dgrad and wgrad (the classes at the end) do the
-same for training: dgrad gathers dy through each dx pixel's taps where the
-stride divides, wgrad multiplies dy by x's windows over every dy pixel.
+It ranks below every CuTe conv builder, ``cutile.conv_fprop_grouped`` (a
+direct convolution, better for depthwise and narrow groups) and
+``cutile.conv_fprop_1x1`` (tile loads), so it runs only what they decline.
+dgrad and wgrad (the classes at the end) do the same for training: dgrad
+gathers dy through each dx pixel's taps where the stride divides, wgrad
+multiplies dy by x's windows over every dy pixel.
 
 Where fprop's output tiles fill at most half the SMs (batch-1 inference: a
 7x7 map of 512 channels is 8 tiles), K is split among blocks (``splits``):
@@ -126,7 +127,7 @@ class CutileConvGemmBuilder(CutileLaunchesBuilder):
     name = "cutile.conv_fprop_gemm"
     engine_id = IN_TREE[name]
     ops = ("conv_fprop",)
-    priority = -1  # below the CuTe conv builders and cutile.conv_fprop_grouped where they apply
+    priority = -2  # below the CuTe conv builders, cutile.conv_fprop_grouped and cutile.conv_fprop_1x1 where they apply
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op

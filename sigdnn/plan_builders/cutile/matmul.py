@@ -184,9 +184,10 @@ class CutileMatmulPlan(NodePlan, RegionPlan):
         splits = spec.config.split_k
         if splits == 1:
             self.kernels = (backend.kernel(spec),)
-            self.workspace_bytes = 0
-        else:
+            self.grids = (grid,)
+        else:  # split-K: the grid's third axis the splits, then one block a tile to sum them
             self.kernels = tuple(backend.kernel(attrs.evolve(spec, stage=s)) for s in ("split", "sum"))
+            self.grids = ((grid[0], 1, splits), grid)
             rows, cols = views[2][0]  # C's 2-D view, (N, M) where it is transposed
             m, n = (cols, rows) if spec.c.transposed else (rows, cols)
             self._partials = (splits, m, n)
@@ -204,14 +205,13 @@ class CutileMatmulPlan(NodePlan, RegionPlan):
         if len(self.kernels) == 1:
             kernel, grid = self.kernels[0], self.grid
             return lambda: launch(stream, grid, kernel, args)
-        splits, m, n = self._partials
+        _, m, n = self._partials
         partials = view(context.workspace, self._partials, (m * n, n, 1), np.dtype(np.float32))
-        split, total = self.kernels
-        tiles = (self.grid[0], 1, 1)
+        (split, total), (split_grid, sum_grid) = self.kernels, self.grids
 
         def run() -> None:
-            launch(stream, (self.grid[0], 1, splits), split, (*args[:2], partials))
-            launch(stream, tiles, total, (partials, *args[2:]))
+            launch(stream, split_grid, split, (*args[:2], partials))
+            launch(stream, sum_grid, total, (partials, *args[2:]))
 
         return run
 
@@ -229,11 +229,10 @@ def resident_blocks(device: Device, config: MatmulConfig) -> int:
     return max(1, sm_count(device) * (config.occupancy or 1) // (config.num_ctas or 1))
 
 
-def default_config(spec_mma: str, views: GemmViews | None = None, sms: int = 132) -> MatmulConfig:
+def default_config(spec_mma: str, views: GemmViews, sms: int) -> MatmulConfig:
     """The configuration without measurement: the first of the list for the operands' precision, or its split-K
     form where its output tiles leave more than half of ``sms`` idle."""
-    first = (FLOAT32_CONFIGS if spec_mma == "float32" else CONFIGS)[0]
-    return first if views is None else split_config(first, views, sms)
+    return split_config((FLOAT32_CONFIGS if spec_mma == "float32" else CONFIGS)[0], views, sms)
 
 
 def split_config(base: MatmulConfig, views: GemmViews, sms: int) -> MatmulConfig:
@@ -248,6 +247,34 @@ def split_config(base: MatmulConfig, views: GemmViews, sms: int) -> MatmulConfig
     tiles = -(-m // plain.tile_m) * -(-n // plain.tile_n)
     splits = min(-(-sms // tiles), -(-k // plain.tile_k) // MIN_SPLIT_STEPS)
     return attrs.evolve(plain, split_k=max(1, splits))
+
+
+def config_labels(mma: str, views: GemmViews, device: Device | None) -> list[str]:
+    """The labels worth measuring for a GEMM of ``views``: the default first, then the list for its precision."""
+    sms = sm_count(device) if device is not None else planning_sm_count(None)
+    first = default_config(mma, views, sms).label
+    listed = [c.label for c in (FLOAT32_CONFIGS if mma == "float32" else CONFIGS)]
+    return [first, *(label for label in listed if label != first)]
+
+
+def gemm_plan(
+    spec: MatmulSpec,
+    views: GemmViews,
+    device: Device,
+    config: str | None,
+    keys: Sequence[Any],
+    epilogue_views: Sequence[tuple[tuple[int, ...], tuple[int, ...]]] = (),
+    where: str = "",
+) -> CutileMatmulPlan:
+    """The plan of ``spec`` over ``views`` in the configuration named (else ``default_config``'s), its buffers
+    ``keys`` in kernel argument order (a, b, c, then the epilogue's operands, seen as ``epilogue_views``)."""
+    chosen = parse_config(config) if config else default_config(spec.mma, views, sm_count(device))
+    if chosen.split_k > 1 and views.batch > 1:
+        raise NotSupported(f"{where}: split-K ({chosen.label}) runs unbatched GEMMs only")
+    tiles = -(-views.m // chosen.tile_m) * -(-views.n // chosen.tile_n)
+    grid = (min(tiles, resident_blocks(device, chosen)) if chosen.persistent else tiles, views.batch, 1)
+    shapes = [*((v.shape, v.strides) for v in (views.a, views.b, views.c)), *epilogue_views]
+    return CutileMatmulPlan(attrs.evolve(spec, config=chosen), backend_for(device.context), grid, keys, shapes)
 
 
 class CutileMatmulBuilder(FusionBuilder):
@@ -332,10 +359,7 @@ class CutileMatmulBuilder(FusionBuilder):
     def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
         """Labels of the configurations worth measuring for this node or region (the default first)."""
         spec, views, _ = self.plan(nodes[0], graph)
-        listed = [c.label for c in (FLOAT32_CONFIGS if spec.mma == "float32" else CONFIGS)]
-        sms = sm_count(device) if device is not None else planning_sm_count(None)
-        first = default_config(spec.mma, views, sms).label
-        return [first, *(label for label in listed if label != first)]
+        return config_labels(spec.mma, views, device)
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         self.plan(node, graph)
@@ -350,13 +374,7 @@ class CutileMatmulBuilder(FusionBuilder):
         keys: Callable[[list[int]], list[Any]],
     ) -> CutileMatmulPlan:
         spec, views, uids = self.plan(node, graph, chain)
-        chosen = parse_config(config) if config else default_config(spec.mma, views, sm_count(device))
-        if chosen.split_k > 1 and views.batch > 1:
-            raise NotSupported(f"node '{node.name}': split-K ({chosen.label}) runs unbatched GEMMs only")
-        spec = attrs.evolve(spec, config=chosen)
-        tiles = -(-views.m // chosen.tile_m) * -(-views.n // chosen.tile_n)
-        grid = (min(tiles, resident_blocks(device, chosen)) if chosen.persistent else tiles, views.batch, 1)
-        shapes = [(v.shape, v.strides) for v in (views.a, views.b, views.c)]
+        shapes = []
         extras = iter(views.extras)
         for kind, _, other in chain.steps if chain else ():
             if kind == "residual":
@@ -365,7 +383,7 @@ class CutileMatmulBuilder(FusionBuilder):
             elif kind == "bias":
                 t = graph.tensors[other]
                 shapes.append(((views.n,), (1 if views.n == 1 else t.strides[-1],)))
-        return CutileMatmulPlan(spec, backend_for(device.context), grid, keys(uids), shapes)
+        return gemm_plan(spec, views, device, config, keys(uids), shapes, f"node '{node.name}'")
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         ports = {node.op.a: "a", node.op.b: "b", node.op.c: "c"}

@@ -100,7 +100,8 @@ def test_float32_is_exact_with_float32_compute_and_tf32_with_16_bit_compute():
     data = random_inputs(g32, seed=2)
     want = data["a"].astype(np.float64) @ data["b"].astype(np.float64)
     plan = validated(g32)
-    assert plan.steps[0].plan.spec.mma == "float32"
+    assert plan.steps[0].plan.spec.mma == "float32" and plan.steps[0].plan.config == cutile_matmul.FLOAT32_CONFIGS[0]
+    assert CutileMatmulBuilder().configs([g32.nodes[0]], g32) == ["16x16x16g3"]  # the float32 list (patched)
     exact = emulated_executor(engine="cutile.matmul").run(g32, data)["c"]
     assert np.max(np.abs(exact - want)) < 1e-5
     g_tf32 = matmul_graph((30, 40), (40, 20), "float32", compute="bfloat16")
@@ -304,6 +305,8 @@ def test_split_k_validates_against_the_reference(name, monkeypatch):
     step = plan.steps[0].plan
     m, n = a[-2] * (a[0] * a[1] if name == "x_at_w_folds" else 1), b[-1]
     assert step.config == SPLIT and step.workspace_bytes == 3 * m * n * 4 and len(step.kernels) == 2
+    tiles = -(-m // 16) * -(-n // 32)
+    assert step.grids == ((tiles, 1, 3), (tiles, 1, 1)) == ((step.grid[0], 1, 3), step.grid)
 
 
 @pytest.mark.parametrize("name", ["bias_gelu_bf16_mid", "bias_relu_residual", "residual_tanh_gelu_tanh"])
@@ -316,10 +319,16 @@ def test_split_k_runs_the_epilogue_once_on_the_summed_partials(name, monkeypatch
 
 
 def test_split_k_declines_a_batch_it_cannot_fold(monkeypatch):
-    monkeypatch.setattr(cutile_matmul, "CONFIGS", (SPLIT,))
-    g = matmul_graph((3, 20, 30), (3, 30, 40))
-    with pytest.raises(NoPlanError, match=r"split-K \(16x32x16g2s3\) runs unbatched GEMMs only"):
+    monkeypatch.setattr(cutile_matmul, "CONFIGS", (attrs.evolve(SPLIT, split_k=2),))
+    g = matmul_graph((2, 20, 30), (2, 30, 40))
+    with pytest.raises(NoPlanError, match=r"split-K \(16x32x16g2s2\) runs unbatched GEMMs only"):
         emulated_executor(engine="cutile.matmul").prepare(g)
+
+
+def test_an_unsplit_plan_is_one_launch_without_workspace(monkeypatch):
+    step = validated(matmul_graph((2, 20, 30), (2, 30, 40)), seed=1).steps[0].plan
+    tiles = 2 * 2  # 20 x 40 in 16 x 32 tiles, the batch of 2 on the grid's second axis
+    assert step.workspace_bytes == 0 and step.grids == (step.grid,) == ((tiles, 2, 1),) and len(step.kernels) == 1
 
 
 def test_a_gemm_of_few_tiles_splits_k_by_default():
@@ -340,6 +349,10 @@ def test_a_gemm_of_few_tiles_splits_k_by_default():
         (512, 1024, 4096, 1, "128x128x64g8s5"),  # 16 tiles of 128 x 256, 32 of 128 x 128: 160 blocks
         (8192, 8192, 8192, 1, "128x256x64g8w8p"),  # fills the SMs as it is
         (1, 4096, 25088, 2, "128x256x64g8w8p"),  # batched: the batch is the grid's second axis
+        (768, 2816, 4096, 1, "128x128x64g8"),  # 6 x 11 = 66 tiles: exactly half of 132, plain; 132 tiles: no split
+        (640, 3330, 4096, 1, "128x256x64g8w8p"),  # 5 x 14 tiles (3330 / 256 rounded up): past half
+        (64, 1024, 4096, 1, "64x128x64g8s16"),  # 64 rows: 64-row tiles; 8 of them, 64 K steps: 16 splits
+        (65, 1024, 4096, 1, "128x128x64g8s16"),
     ],
 )
 def test_split_config_fills_the_sms_only_where_the_tiles_cannot(m, n, k, batch, label):
@@ -350,3 +363,11 @@ def test_split_config_fills_the_sms_only_where_the_tiles_cannot(m, n, k, batch, 
     views = plan_views(dense(m, k), dense(k, n), dense(m, n))
     chosen = cutile_matmul.split_config(MatmulConfig(128, 256, 64, 8, warps=8, persistent=True), views, 132)
     assert chosen.label == label
+
+
+def test_split_config_takes_tiles_of_at_most_128_rows_from_a_taller_base():
+    from sigdnn.plan_builders.cutile.matmul_layout import plan_views
+
+    views = plan_views(((300, 4096), (4096, 1)), ((4096, 512), (512, 1)), ((300, 512), (512, 1)))
+    chosen = cutile_matmul.split_config(MatmulConfig(256, 128, 64, 8, num_ctas=2), views, 132)
+    assert chosen.label == "128x128x64g8s11"  # 2 x 4 tiles of 256 x 128 -> 3 x 4 of 128 x 128, 11 splits
