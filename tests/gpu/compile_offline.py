@@ -28,6 +28,7 @@ import tempfile
 import time
 import uuid
 
+import attrs
 import cuda.tile as ct
 from cuda.tile.compilation import (
     ArrayConstraint,
@@ -44,8 +45,9 @@ from sigdnn.graph.ops.pointwise import MODES
 from sigdnn.plan_builders.cutile.attention import RAGGED_ROWS, kernel_source, ragged_kernel
 from sigdnn.plan_builders.cutile.backend import source_of
 from sigdnn.plan_builders.cutile.codegen import AS_BYTES, KernelSpec
+from sigdnn.plan_builders.cutile.conv_1x1 import CutileConv1x1Builder
 from sigdnn.plan_builders.cutile.conv_gemm import kernel_source as conv_source
-from sigdnn.plan_builders.cutile.matmul import CONFIGS, FLOAT32_CONFIGS, parse_config
+from sigdnn.plan_builders.cutile.matmul import CONFIGS, FLOAT32_CONFIGS, default_config, parse_config
 from sigdnn.plan_builders.cutile.matmul_codegen import EpilogueStep, MatmulSpec, Operand
 from sigdnn.plan_builders.cutile.pointwise import node_spec
 from sigdnn.plan_builders.cutile.spec import kernel_spec
@@ -251,6 +253,15 @@ def specs() -> list[tuple[str, KernelSpec]]:
                                                 "bfloat16", "native", gelu)))  # fmt: skip
     found.append(("matmul tf32", MatmulSpec(f32, f32, f32, "float32", "tf32")))
     found.append(("matmul float32", MatmulSpec(f32, f32, f32, "float32", "float32", (), FLOAT32_CONFIGS[0])))
+    for dims, layout, dtype in (((1, 256, 14, 14), "NCHW", "float32"), ((4, 2048, 7, 7), "NCHW", "float32"),
+                                ((1, 1024, 7, 7), "NCHW", "float32"), ((8, 64, 56, 56), "NHWC", "bfloat16")):  # fmt: skip
+        g = sigdnn.Graph("c1x1", io_dtype=dtype, compute_dtype="bfloat16")  # float32 as TF32
+        x, w = g.tensor("x", dims, layout=layout), g.tensor("w", (4 * dims[1], dims[1], 1, 1), layout=layout)
+        g.conv_fprop(x, w, padding=(0, 0), name="conv").set_output(True)
+        spec, views = CutileConv1x1Builder().plan(g.nodes[0], g)
+        spec = attrs.evolve(spec, config=default_config(spec.mma, views, 132))
+        stages = ("split", "sum") if spec.config.split_k > 1 else ("gemm",)
+        found += [(f"conv 1x1 {dims} {layout} {stage}", attrs.evolve(spec, stage=stage)) for stage in stages]
     flat = (*gelu[:2], EpilogueStep("residual", "add", "bfloat16", (), bf))
     for label, mma, operand in (("64x128x64g8s5", "tf32", f32), ("128x128x64g8s11", "native", bf)):
         for stage in ("split", "sum"):
