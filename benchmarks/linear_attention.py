@@ -100,10 +100,8 @@ def delta_rule_graph(kind: str, pack: dict[str, Any], backward: bool) -> Any:
     t.update({n: graph.tensor(n, tuple(pack[n].shape), dtype="float32") for n in ("g", "h0", "d_final") if n in pack})
     t["cu"] = graph.tensor("cu", tuple(pack["cu"].shape), dtype="int32")
     first = [t[n] for n in ("q", "k", "v", "g", "beta", "cu", "h0")]
-    if backward:
-        outs = getattr(graph, f"{kind}_bwd")(*first, t["d_o"], t["d_final"], use_qk_l2norm=True, name="n")
-    else:
-        outs = getattr(graph, kind)(*first, use_qk_l2norm=True, output_final_state=True, name="n")
+    outs = (getattr(graph, f"{kind}_bwd")(*first, t["d_o"], t["d_final"], use_qk_l2norm=True, name="n") if backward
+            else getattr(graph, kind)(*first, use_qk_l2norm=True, output_final_state=True, name="n"))  # fmt: skip
     for name, out in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0") if backward else ("o", "final"), outs):
         out.set_output(True).set_name(name)  # every gradient exists: the node has an initial state
     return graph
