@@ -146,22 +146,24 @@ def compile_literal(kernel: str, dtype: str, index: str, causal: bool, folder: s
     return export(source.name, source.text, literal_signature(kernel, dtype, index, causal), folder)
 
 
-CONVS = {  # job: (kernel, each array's ndim, the split count where the kernel takes one)
-    "conv_gemm": ("conv_gemm", (1, 5, 5), 1),
-    "conv_gemm split": ("conv_gemm", (1, 5, 3), 4),  # out: the (groups x splits, pixels, K/G) partial sums
-    "conv_gemm_sum": ("conv_gemm_sum", (3, 5), 4),
-    "conv_dgrad_gemm": ("conv_dgrad_gemm", (1, 5, 5), 1),
-    "conv_wgrad_gemm": ("conv_wgrad_gemm", (1, 1, 5), 1),
+CONVS = {  # job: (kernel, each array's ndim, the split count where the kernel takes one, filter tiles)
+    "conv_gemm": ("conv_gemm", (1, 5, 5), 1, False),
+    "conv_gemm tiles": ("conv_gemm", (1, 3, 5), 1, True),  # w: the (groups, K/G, reduction) view
+    "conv_gemm split": ("conv_gemm", (1, 3, 3), 4, True),  # out: the (groups x splits, pixels, K/G) partial sums
+    "conv_gemm_sum": ("conv_gemm_sum", (3, 5), 4, False),
+    "conv_dgrad_gemm": ("conv_dgrad_gemm", (1, 5, 5), 1, False),
+    "conv_wgrad_gemm": ("conv_wgrad_gemm", (1, 1, 5), 1, False),
 }
 
 
 def conv_signature(job: str, tf32: bool) -> KernelSignature:
     """float32 operands (widened; TF32 or exact), channels fastest, any strides; the parameters between the
     arrays and the constants are int32 sizes and strides (read from the kernel's own parameter list)."""
-    kernel, ndims, split = CONVS[job]
+    kernel, ndims, split, tiles = CONVS[job]
     tree = ast.parse(conv_source(kernel).text)
     names = [a.arg for a in next(f for f in tree.body if getattr(f, "name", None) == kernel).args.args]
-    constants = {"TM": 64, "TN": 64, "TK": 32, "CHANNELS_FASTEST": True, "WIDEN": True, "TF32": tf32, "SPLITS": split}
+    constants = {"TM": 64, "TN": 64, "TK": 32, "CHANNELS_FASTEST": True, "WIDEN": True, "TF32": tf32, "SPLITS": split,
+                 "W_TILES": tiles}  # fmt: skip
     arrays = [strided(ct.float32, ndim) for ndim in ndims]
     scalars = [ScalarConstraint(ct.int32)] * (len(names) - len(arrays) - sum(n in constants for n in names))
     fixed = [ConstantConstraint(constants[n]) for n in names if n in constants]

@@ -29,6 +29,12 @@ Sizes and strides are scalar arguments; only the tile, the j order,
 whether the operands widen to float32, whether the widened operands go
 to the MMA as TF32 and the split count are compile-time.
 
+Where the filter is dense in the j order (x's layout: KCRS for taps
+fastest, KRSC for channels fastest), fprop reads its (TK, TN) tile with one
+tile load (W_TILES) from a (groups, K/G, reduction) view instead of
+gathering it element by element; rows past the group's channels and j past
+the reduction load as zeros.
+
 Split-K (fprop, SPLITS > 1: a batch-1 conv has too few output tiles to fill
 the SMs): the grid's third axis runs groups x SPLITS blocks per tile, each
 multiplying one slice of the K steps; ``out`` is then not y but a float32
@@ -72,6 +78,7 @@ def conv_gemm(
     WIDEN: ct.Constant[bool],
     TF32: ct.Constant[bool],
     SPLITS: ct.Constant[int],
+    W_TILES: ct.Constant[bool],
 ):  # fmt: skip
     g = ct.bid(2) // SPLITS
     s = ct.bid(2) % SPLITS
@@ -106,9 +113,13 @@ def conv_gemm(
         inside = inside & (ct.reshape(j, (1, TK)) < reduction)
         at = pixel_at + ct.reshape(c * c_stride + a * dd * d_stride + b * dh * h_stride + e * dw * w_stride, (1, TK))
         xa = ct.gather(x, ct.where(inside, at, -1))
-        wb = ct.gather(
-            w, (k, ct.reshape(c, (TK, 1)), ct.reshape(a, (TK, 1)), ct.reshape(b, (TK, 1)), ct.reshape(e, (TK, 1)))
-        )
+        if W_TILES:  # a constant: w is the (groups, K/G, reduction) view
+            wb = ct.load(w, index=(g, ct.bid(1), kt), shape=(1, TN, TK), padding_mode=ct.PaddingMode.ZERO)
+            wb = ct.transpose(ct.reshape(wb, (TN, TK)))
+        else:
+            wb = ct.gather(
+                w, (k, ct.reshape(c, (TK, 1)), ct.reshape(a, (TK, 1)), ct.reshape(b, (TK, 1)), ct.reshape(e, (TK, 1)))
+            )
         if WIDEN:
             xa = ct.astype(xa, ct.float32)
             wb = ct.astype(wb, ct.float32)

@@ -75,6 +75,18 @@ def splits(blocks: int, steps: int) -> int:
     return 1 if 2 * blocks > sms else max(1, min(cdiv(sms, blocks), steps // MIN_SPLIT_STEPS))
 
 
+def filter_tiles(w: Tensor, groups: int, channels_fastest: bool) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """w as the (groups, K/G, reduction) row-major view fprop's tile loads read, where w is dense in the kernel's
+    j order (KCRS when taps run fastest, KRSC when channels do); None where it is not (the kernel gathers)."""
+    dims, strides = as_5d(w)
+    k, c, taps = dims[0], dims[1], dims[2] * dims[3] * dims[4]
+    inner = (1, c * dims[3] * dims[4], c * dims[4], c) if channels_fastest else (taps, dims[3] * dims[4], dims[4], 1)
+    want = (c * taps, *inner)
+    if any(d > 1 and s != e for d, s, e in zip(dims, strides, want)):
+        return None
+    return (groups, k // groups, c * taps), (k // groups * c * taps, c * taps, 1)
+
+
 def widens(graph: Graph, x: Tensor, w: Tensor) -> bool:
     """Whether the gathered tiles go to the MMA as float32: unless x and w share one 16-bit dtype."""
     dx, dw = str(graph.dtype_of(x)), str(graph.dtype_of(w))
@@ -155,14 +167,16 @@ class CutileConvGemmBuilder(CutileLaunchesBuilder):
         )  # fmt: skip
         require_int32_scalars(constants, reduction + TILE_REDUCTION)  # the last K step's j run a tile past it
         split = splits(grid[0] * grid[1] * grid[2], cdiv(reduction, TILE_REDUCTION))
-        order = (TILE_PIXELS, tn, TILE_REDUCTION, channels_innermost(x), *mma_flags(graph, node, x, w), split)
+        fastest = channels_innermost(x)
+        tiles = filter_tiles(w, groups, fastest)
+        w_arg = Arg("w", *tiles) if tiles else Arg("w", *view_5d(w))
+        order = (TILE_PIXELS, tn, TILE_REDUCTION, fastest, *mma_flags(graph, node, x, w), split, tiles is not None)
         x_arg, y_arg = Arg("x", (flat_span(x),), (1,)), Arg("y", *view_5d(y))
         if split == 1:
-            return [Launch(kernel_source(), grid, (x_arg, Arg("w", *view_5d(w)), y_arg), (*constants, *order))], 0
+            return [Launch(kernel_source(), grid, (x_arg, w_arg, y_arg), (*constants, *order))], 0
         shape = (groups * split, pixels, k_per_group)
         partials = Arg(WORKSPACE, shape, (pixels * k_per_group, k_per_group, 1))
-        first = Launch(kernel_source(), (*grid[:2], grid[2] * split), (x_arg, Arg("w", *view_5d(w)), partials),
-                       (*constants, *order))  # fmt: skip
+        first = Launch(kernel_source(), (*grid[:2], grid[2] * split), (x_arg, w_arg, partials), (*constants, *order))
         second = Launch(kernel_source("conv_gemm_sum"), grid, (partials, y_arg),
                         (*y_dims[2:], k_total, k_per_group, TILE_PIXELS, tn, split))  # fmt: skip
         return [first, second], 4 * groups * split * pixels * k_per_group

@@ -78,11 +78,29 @@ def test_few_output_tiles_split_k_into_the_workspace(name: str, split: int) -> N
     case = next(c for c in CASES if c.name == name)
     g = graph(case)
     launches, workspace = CutileConvGemmBuilder().launches(g.nodes[0], g)
-    assert launches[0].constants[-1] == split and len(launches) == (2 if split > 1 else 1)
+    assert launches[0].constants[-2] == split and len(launches) == (2 if split > 1 else 1)
     if split > 1:
         pixels = case.dims[0] * case.dims[2] * case.dims[3]  # stride 1, "same" padding
         assert workspace == 4 * split * pixels * case.w_dims[0]  # groups x splits x pixels x K/G float32 sums
         assert launches[0].grid[2] == case.groups * split and launches[1].grid[2] == case.groups
+
+
+@pytest.mark.parametrize(
+    ("name", "tiles"),
+    [("nchw_f32_3x3", True), ("stem_7x7_s2_nhwc_bf16", True), ("g2_c20_nchw", True), ("3d_ndhwc_f32", True),
+     ("bf16_x_f32_w", True), ("g4_c3_nchw_stride2", False)],  # the last: NHWC w under NCHW x, not in x's j order
+)  # fmt: skip
+def test_a_filter_dense_in_the_j_order_is_read_by_tile_loads(name: str, tiles: bool) -> None:
+    from conv_grouped_cases import CASES as GROUPED
+
+    case = next(c for c in CASES + GROUPED if c.name == name)
+    g = graph(case)
+    (launch, *_), _ = CutileConvGemmBuilder().launches(g.nodes[0], g)
+    assert launch.constants[-1] is tiles
+    k, c_g, taps = case.w_dims[0], case.w_dims[1], int(np.prod(case.w_dims[2:]))
+    if tiles:  # (groups, K/G, C/G x taps), row-major
+        assert (launch.args[1].shape, launch.args[1].strides) == ((case.groups, k // case.groups, c_g * taps),
+                                                                  (k // case.groups * c_g * taps, c_g * taps, 1))  # fmt: skip
 
 
 def test_a_hand_worked_conv() -> None:
@@ -98,6 +116,8 @@ PLANTED = {
     "last_split_dropped": ("min(s * per + per, steps)", "min(s * per + per, steps - 1)"),
     "one_split_summed": ("acc = acc + ct.reshape(part, (TM, TN))", "acc = ct.reshape(part, (TM, TN))"),
     "splits_overlap": ("range(s * per, min(", "range(s * per - s, min("),
+    "filter_tile_of_group_0": ("index=(g, ct.bid(1), kt), shape=(1, TN, TK)", "index=(0, ct.bid(1), kt), shape=(1, TN, TK)"),
+    "filter_tile_not_transposed": ("wb = ct.transpose(ct.reshape(wb, (TN, TK)))", "wb = ct.reshape(wb, (TK, TN))"),
     "right_edge_read": ("(i_w < xw)", "(i_w <= xw)"),
     "taps_order_in_channels_last": ("t = j // c_per_group", "t = j // taps"),
     "group_offset_dropped": ("pixel_at = pixel_at + g * c_per_group * c_stride", "pixel_at = pixel_at"),
@@ -115,6 +135,8 @@ PLANT_CASES = {  # a case each bug shows on
     "last_split_dropped": "split_k_nchw_f32",
     "one_split_summed": "split_k_g2_nhwc_bf16",
     "splits_overlap": "split_k_nchw_f32",
+    "filter_tile_of_group_0": "g2_c20_nchw",
+    "filter_tile_not_transposed": "nchw_f32_3x3",
 }
 
 
@@ -170,7 +192,7 @@ def test_tiles_are_powers_of_two_ct_mma_takes() -> None:
     """(TM, TN, TK): cuTile's tiles are powers of two, an MMA's sides at least 16 (the emulator takes any)."""
     for k in (1, 24, 200):
         g, node = node_of((1, 4, 5, 5), (k, 4, 3, 3))
-        tm, tn, tk = launch_of(g, node).constants[-7:-4]
+        tm, tn, tk = launch_of(g, node).constants[-8:-5]
         assert all(t >= 16 and t & (t - 1) == 0 for t in (tm, tn, tk)), (tm, tn, tk)
 
 
