@@ -51,7 +51,7 @@ ct: Any = None  # bound by the module the backend makes (cuda.tile or the CPU em
 
 def scatter_pixels(y, acc, p, k_local, g, k_per_group, k_total, od, oh, ow):
     """The (TM, TN) tile of output pixels p and the group's channels k_local into y, as its dtype; rows past the
-    last pixel and columns past the group's channels are dropped (indices outside y)."""
+    last pixel and columns past the group's channels are dropped (indices outside y). dgrad's dx alike."""
     o_n = p // (ow * oh * od)
     o_d = (p // (ow * oh)) % od
     o_h = (p // ow) % oh
@@ -220,12 +220,7 @@ def conv_dgrad_gemm(
             ya = ct.astype(ya, ct.tfloat32)
             wb = ct.astype(wb, ct.tfloat32)
         acc = ct.mma(ya, wb, acc)
-    o_n = p // (xw * xh * xd)
-    o_d = (p // (xw * xh)) % xd
-    o_h = (p // xw) % xh
-    o_w = p % xw
-    o_c = ct.where(c_local < c_per_group, g * c_per_group + c_local, c_total)
-    ct.scatter(dx, (o_n, o_c, o_d, o_h, o_w), ct.astype(acc, dx.dtype))
+    scatter_pixels(dx, acc, p, c_local, g, c_per_group, c_total, xd, xh, xw)
 
 
 @ct.kernel

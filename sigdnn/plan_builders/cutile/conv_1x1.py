@@ -34,7 +34,7 @@ from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.tensor import Tensor
 from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile import pointwise
-from sigdnn.plan_builders.cutile.matmul import COMPUTE, config_labels, gemm_plan
+from sigdnn.plan_builders.cutile.matmul import COMPUTE, config_labels, gemm_plan, serves_gemm
 from sigdnn.plan_builders.cutile.matmul_codegen import MMA_INPUTS, OUTPUTS, MatmulSpec, Operand
 from sigdnn.plan_builders.cutile.matmul_layout import GemmViews, plan_views
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
@@ -67,14 +67,7 @@ class CutileConv1x1Builder(PlanBuilder):
         return pointwise.unavailable_reason()  # cuTile importable, a GPU present
 
     def serves(self, key: SignatureKey) -> bool:
-        ins, outs = dict(key.inputs), dict(key.outputs)
-        return (
-            key.op == "conv_fprop"
-            and str(ins.get("x")) in MMA_INPUTS
-            and str(ins.get("w")) in MMA_INPUTS
-            and str(outs.get("y")) in OUTPUTS
-            and str(key.compute) in COMPUTE
-        )
+        return serves_gemm(key, "conv_fprop", ("x", "w", "y"))
 
     def plan(self, node: Node, graph: Graph) -> tuple[MatmulSpec, GemmViews]:
         """The GEMM's spec (without a configuration) and views, or NotSupported saying why."""

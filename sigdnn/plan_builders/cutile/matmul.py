@@ -249,6 +249,20 @@ def split_config(base: MatmulConfig, views: GemmViews, sms: int) -> MatmulConfig
     return attrs.evolve(plain, split_k=max(1, splits))
 
 
+def serves_gemm(key: SignatureKey, op: str, ports: tuple[str, str, str]) -> bool:
+    """Whether ``key`` is an ``op`` whose two operand ports and output port (in that order) hold dtypes the GEMM
+    kernel takes, at a compute dtype it runs."""
+    ins, outs = dict(key.inputs), dict(key.outputs)
+    a, b, c = ports
+    return (
+        key.op == op
+        and str(ins.get(a)) in MMA_INPUTS
+        and str(ins.get(b)) in MMA_INPUTS
+        and str(outs.get(c)) in OUTPUTS
+        and str(key.compute) in COMPUTE
+    )
+
+
 def config_labels(mma: str, views: GemmViews, device: Device | None) -> list[str]:
     """The labels worth measuring for a GEMM of ``views``: the default first, then the list for its precision."""
     sms = sm_count(device) if device is not None else planning_sm_count(None)
@@ -289,14 +303,7 @@ class CutileMatmulBuilder(FusionBuilder):
         return unavailable_reason()
 
     def serves(self, key: SignatureKey) -> bool:
-        ins, outs = dict(key.inputs), dict(key.outputs)
-        return (
-            key.op == "matmul"
-            and str(ins.get("a")) in MMA_INPUTS
-            and str(ins.get("b")) in MMA_INPUTS
-            and str(outs.get("c")) in OUTPUTS
-            and str(key.compute) in COMPUTE
-        )
+        return serves_gemm(key, "matmul", ("a", "b", "c"))
 
     # -- planning ---------------------------------------------------------------
 
