@@ -65,8 +65,10 @@ WRITES = [
     (name, config)
     for name in ("tails", "batched_f16_f32_out", "c_col_major")
     for config in (cutile_matmul.CONFIGS[0].label, "128x128x64g8", "256x128x64g8c2", "256x256x64g8c2w8p",
-                   "128x128x64g8p", "64x128x64g8s5", "128x128x64g8s3")
-    if not (name.startswith("batched") and "s" in config)  # split-K runs unbatched GEMMs (declined otherwise)
+                   "128x128x64g8p", "64x128x64g8s5", "128x128x64g8s3", "128x128x64g8s2")
+    # split-K runs unbatched GEMMs into at most their K steps (declined otherwise)
+    if cutile_matmul.parse_config(config).split_k == 1
+    or (not name.startswith("batched") and cutile_matmul.parse_config(config).split_k <= -(-SHAPES[name][0][-1] // 64))
 ]  # fmt: skip
 
 

@@ -285,6 +285,8 @@ def gemm_plan(
     chosen = parse_config(config) if config else default_config(spec.mma, views, sm_count(device))
     if chosen.split_k > 1 and views.batch > 1:
         raise NotSupported(f"{where}: split-K ({chosen.label}) runs unbatched GEMMs only")
+    if chosen.split_k > -(-views.k // chosen.tile_k):  # a named configuration (autotune's cache, a pin)
+        raise NotSupported(f"{where}: {chosen.label} splits K = {views.k} into more parts than its K steps")
     tiles = -(-views.m // chosen.tile_m) * -(-views.n // chosen.tile_n)
     grid = (min(tiles, resident_blocks(device, chosen)) if chosen.persistent else tiles, views.batch, 1)
     shapes = [*((v.shape, v.strides) for v in (views.a, views.b, views.c)), *epilogue_views]

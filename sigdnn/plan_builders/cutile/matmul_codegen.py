@@ -44,6 +44,7 @@ from sigdnn.plan_builders.cutile.codegen import CT_DTYPES, FLOAT_MODES, NodeSpec
 MMA_INPUTS = ("float16", "bfloat16", "float32")
 OUTPUTS = ("float16", "bfloat16", "float32")
 STAGES = ("gemm", "split", "sum")
+MAX_SPLITS = 65535  # CUDA's limit on a grid's third dim, which holds the splits
 
 
 @attrs.frozen
@@ -72,8 +73,8 @@ class MatmulConfig:
             raise ValueError(f"latency={self.latency}: cuTile takes 1..10")
         if self.warps not in (None, 4, 8):
             raise ValueError(f"warps={self.warps}: cuTile takes 4 or 8 worker warps")
-        if self.split_k < 1 or (self.split_k > 1 and self.persistent):
-            raise ValueError(f"split_k={self.split_k}: a count >= 1, and a split grid is not persistent")
+        if not 1 <= self.split_k <= MAX_SPLITS or (self.split_k > 1 and self.persistent):
+            raise ValueError(f"split_k={self.split_k}: 1..{MAX_SPLITS} (a grid's third dim), not persistent")
 
     @property
     def label(self) -> str:

@@ -293,20 +293,25 @@ def test_epilogue_operands_enter_the_float32_math_as_float32_rows_the_emulator_c
         assert ("e1 = ct.astype(e1, ct.float32)" in source) == widened
 
 
-SPLIT = MatmulConfig(16, 32, 16, 2, split_k=3)  # 3 blocks share a tile's K steps; with K <= 32 the last has none
+SPLIT = MatmulConfig(16, 32, 16, 2, split_k=3)  # 3 blocks share a tile's K steps; with 4 steps the last has none
+SPLIT_SHAPES = {
+    **{name: SHAPES[name] for name in ("tails", "m_is_1", "x_at_w_folds", "c_col_major", "padded_rows", "f16_f32_out")},
+    "no_contiguous_dim_deep": ((20, 40), (40, 30), "bfloat16", None, (80, 2), None, None),
+}
 
 
-@pytest.mark.parametrize("name", ["tails", "m_is_1", "k_is_1", "x_at_w_folds", "c_col_major", "padded_rows",
-                                  "no_contiguous_dim", "f16_f32_out"])  # fmt: skip
+@pytest.mark.parametrize("name", list(SPLIT_SHAPES))
 def test_split_k_validates_against_the_reference(name, monkeypatch):
-    monkeypatch.setattr(cutile_matmul, "CONFIGS", (SPLIT,))
-    a, b, dt, out, a_st, b_st, c_st = SHAPES[name]
+    a, b, dt, out, a_st, b_st, c_st = SPLIT_SHAPES[name]
+    splits = min(3, -(-a[-1] // 16))  # K of 30 is 2 steps: 2 splits
+    config = attrs.evolve(SPLIT, split_k=splits)
+    monkeypatch.setattr(cutile_matmul, "CONFIGS", (config,))
     plan = validated(matmul_graph(a, b, dt, out, "float32", a_st, b_st, c_st), seed=3)
     step = plan.steps[0].plan
     m, n = a[-2] * (a[0] * a[1] if name == "x_at_w_folds" else 1), b[-1]
-    assert step.config == SPLIT and step.workspace_bytes == 3 * m * n * 4 and len(step.kernels) == 2
+    assert step.config == config and step.workspace_bytes == splits * m * n * 4 and len(step.kernels) == 2
     tiles = -(-m // 16) * -(-n // 32)
-    assert step.grids == ((tiles, 1, 3), (tiles, 1, 1)) == ((step.grid[0], 1, 3), step.grid)
+    assert step.grids == ((tiles, 1, splits), (tiles, 1, 1)) == ((step.grid[0], 1, splits), step.grid)
 
 
 @pytest.mark.parametrize("name", ["bias_gelu_bf16_mid", "bias_relu_residual", "residual_tanh_gelu_tanh"])
@@ -323,6 +328,20 @@ def test_split_k_declines_a_batch_it_cannot_fold(monkeypatch):
     g = matmul_graph((2, 20, 30), (2, 30, 40))
     with pytest.raises(NoPlanError, match=r"split-K \(16x32x16g2s2\) runs unbatched GEMMs only"):
         emulated_executor(engine="cutile.matmul").prepare(g)
+
+
+def test_split_counts_past_the_k_steps_or_a_grid_are_refused(monkeypatch):
+    """A configuration named from outside (a tuning cache) cannot ask for an empty split or a grid CUDA refuses."""
+    monkeypatch.setattr(cutile_matmul, "CONFIGS", (attrs.evolve(SPLIT, split_k=5),))
+    g = matmul_graph((20, 64), (64, 40))  # K = 64: 4 steps of 16
+    with pytest.raises(NoPlanError, match=r"16x32x16g2s5 splits K = 64 into more parts than its K steps"):
+        emulated_executor(engine="cutile.matmul").prepare(g)
+    monkeypatch.setattr(cutile_matmul, "CONFIGS", (attrs.evolve(SPLIT, split_k=4),))
+    assert validated(g).steps[0].plan.config.split_k == 4  # one step each
+    with pytest.raises(ValueError, match=r"split_k=65536: 1\.\.65535"):
+        parse_config("16x32x16g2s65536")
+    with pytest.raises(ValueError, match="not persistent"):
+        MatmulConfig(16, 32, 16, 2, persistent=True, split_k=2)
 
 
 def test_an_unsplit_plan_is_one_launch_without_workspace(monkeypatch):
