@@ -74,6 +74,7 @@ IN_TREE: dict[str, int] = {
     "cutile.sdpa": 2054,
     "cutile.sdpa_backward": 2055,
     "cutile.conv_fprop_1x1": 2056,
+    "cutile.conv_fprop_im2col": 2057,
     "cute.matmul": 3000,
     "cute.conv_fprop": 3001,
     "cute.conv_fprop_implicit": 3002,

@@ -47,8 +47,10 @@ from sigdnn.plan_builders.cutile.backend import source_of
 from sigdnn.plan_builders.cutile.codegen import AS_BYTES, KernelSpec
 from sigdnn.plan_builders.cutile.conv_1x1 import CutileConv1x1Builder
 from sigdnn.plan_builders.cutile.conv_gemm import kernel_source as conv_source
+from sigdnn.plan_builders.cutile.conv_im2col import CutileConvIm2colBuilder
 from sigdnn.plan_builders.cutile.matmul import CONFIGS, FLOAT32_CONFIGS, default_config, parse_config
 from sigdnn.plan_builders.cutile.matmul_codegen import EpilogueStep, MatmulSpec, Operand
+from sigdnn.plan_builders.cutile.matmul_layout import GemmViews
 from sigdnn.plan_builders.cutile.pointwise import node_spec
 from sigdnn.plan_builders.cutile.spec import kernel_spec
 from sigdnn.registry.regions import Dataflow, make_region
@@ -151,6 +153,7 @@ CONVS = {  # job: (kernel, each array's ndim, the split count where the kernel t
     "conv_gemm tiles": ("conv_gemm", (1, 3, 5), 1, True),  # w: the (groups, K/G, reduction) view
     "conv_gemm split": ("conv_gemm", (1, 3, 3), 4, True),  # out: the (groups x splits, pixels, K/G) partial sums
     "conv_gemm_sum": ("conv_gemm_sum", (3, 5), 4, False),
+    "conv_im2col": ("conv_im2col", (1, 2), 1, False),  # a_out: the (pixels, reduction) matrix A
     "conv_dgrad_gemm": ("conv_dgrad_gemm", (1, 5, 5), 1, False),
     "conv_wgrad_gemm": ("conv_wgrad_gemm", (1, 1, 5), 1, False),
 }
@@ -219,6 +222,13 @@ def compile_spec(spec: KernelSpec | MatmulSpec, folder: str) -> int:
     return export(name, text, matmul_signature(spec) if isinstance(spec, MatmulSpec) else signature(spec), folder)
 
 
+def gemm_stages(name: str, spec: MatmulSpec, views: GemmViews) -> list[tuple[str, MatmulSpec]]:
+    """The GEMM kernels a builder on cutile.matmul's kernel launches for ``views`` by default (split-K: two)."""
+    spec = attrs.evolve(spec, config=default_config(spec.mma, views, 132))
+    stages = ("split", "sum") if spec.config.split_k > 1 else ("gemm",)
+    return [(f"{name} {stage}", attrs.evolve(spec, stage=stage)) for stage in stages]
+
+
 def specs() -> list[tuple[str, KernelSpec]]:
     found = []
     for mode, info in MODES.items():
@@ -261,9 +271,13 @@ def specs() -> list[tuple[str, KernelSpec]]:
         x, w = g.tensor("x", dims, layout=layout), g.tensor("w", (4 * dims[1], dims[1], 1, 1), layout=layout)
         g.conv_fprop(x, w, padding=(0, 0), name="conv").set_output(True)
         spec, views = CutileConv1x1Builder().plan(g.nodes[0], g)
-        spec = attrs.evolve(spec, config=default_config(spec.mma, views, 132))
-        stages = ("split", "sum") if spec.config.split_k > 1 else ("gemm",)
-        found += [(f"conv 1x1 {dims} {layout} {stage}", attrs.evolve(spec, stage=stage)) for stage in stages]
+        found += gemm_stages(f"conv 1x1 {dims} {layout}", spec, views)
+    for dims, layout in (((1, 512, 14, 14), "NCHW"), ((4, 64, 56, 56), "NCHW"), ((1, 64, 56, 56), "NHWC")):
+        g = sigdnn.Graph("c3x3", io_dtype="float32", compute_dtype="bfloat16")  # TF32
+        x, w = g.tensor("x", dims, layout=layout), g.tensor("w", (dims[1], dims[1], 3, 3), layout=layout)
+        g.conv_fprop(x, w, padding=(1, 1), name="conv").set_output(True)
+        spec, views, _, _ = CutileConvIm2colBuilder().plan(g.nodes[0], g)
+        found += gemm_stages(f"conv im2col {dims} {layout}", spec, views)
     flat = (*gelu[:2], EpilogueStep("residual", "add", "bfloat16", (), bf))
     for label, mma, operand in (("64x128x64g8s5", "tf32", f32), ("128x128x64g8s11", "native", bf)):
         for stage in ("split", "sum"):

@@ -60,6 +60,39 @@ def scatter_pixels(y, acc, p, k_local, g, k_per_group, k_total, od, oh, ow):
     ct.scatter(y, (o_n, o_k, o_d, o_h, o_w), ct.astype(acc, y.dtype))
 
 
+def x_tile(x, j, pixel_at, d0, h0, w0, xd, xh, xw, c_per_group, reduction,
+           c_stride, d_stride, h_stride, w_stride, kd, kh, kw, dd, dh, dw, TK, CHANNELS_FASTEST):  # fmt: skip
+    """The (TM, TK) tile of A for reduction indices j (TK,) and the pixels whose offsets pixel_at and window
+    corners d0 / h0 / w0 (TM, 1) give, gathered from x (taps in the padding and j past the reduction read 0);
+    with j's channel c and tap coordinates a, b, e, which the filter's gather reuses."""
+    if CHANNELS_FASTEST:  # a constant: cuTile compiles only the branch taken
+        c = j % c_per_group
+        t = j // c_per_group
+    else:
+        c = j // (kd * kh * kw)
+        t = j % (kd * kh * kw)
+    a = t // (kh * kw)
+    b = (t // kw) % kh
+    e = t % kw
+    i_d = d0 + ct.reshape(a * dd, (1, TK))
+    i_h = h0 + ct.reshape(b * dh, (1, TK))
+    i_w = w0 + ct.reshape(e * dw, (1, TK))
+    inside = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
+    inside = inside & (ct.reshape(j, (1, TK)) < reduction)
+    at = pixel_at + ct.reshape(c * c_stride + a * dd * d_stride + b * dh * h_stride + e * dw * w_stride, (1, TK))
+    return ct.gather(x, ct.where(inside, at, -1)), c, a, b, e
+
+
+def window_corners(p, pixels, od, oh, ow, sd, sh, sw, pd, ph, pw, n_stride, d_stride, h_stride, w_stride):
+    """Per output pixel p (TM, 1): its window's first input position (d0, h0, w0) and that position's offset in
+    x past the channel (rows past the last pixel take the last pixel's)."""
+    real_p = ct.minimum(p, pixels - 1)
+    d0 = (real_p // (ow * oh)) % od * sd - pd
+    h0 = (real_p // ow) % oh * sh - ph
+    w0 = real_p % ow * sw - pw
+    return real_p // (ow * oh * od) * n_stride + d0 * d_stride + h0 * h_stride + w0 * w_stride, d0, h0, w0
+
+
 @ct.kernel
 def conv_gemm(
     x, w, out,
@@ -84,35 +117,17 @@ def conv_gemm(
     s = ct.bid(2) % SPLITS
     p = ct.reshape(ct.bid(0) * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
     k_local = ct.reshape(ct.bid(1) * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
-    real_p = ct.minimum(p, pixels - 1)
-    d0 = (real_p // (ow * oh)) % od * sd - pd
-    h0 = (real_p // ow) % oh * sh - ph
-    w0 = real_p % ow * sw - pw
-    pixel_at = real_p // (ow * oh * od) * n_stride + d0 * d_stride + h0 * h_stride + w0 * w_stride
+    pixel_at, d0, h0, w0 = window_corners(p, pixels, od, oh, ow, sd, sh, sw, pd, ph, pw,
+                                          n_stride, d_stride, h_stride, w_stride)  # fmt: skip
     pixel_at = pixel_at + g * c_per_group * c_stride
     k = g * k_per_group + ct.minimum(k_local, k_per_group - 1)
-    taps = kd * kh * kw
     steps = ct.cdiv(reduction, TK)
     per = ct.cdiv(steps, SPLITS)
     acc = ct.full((TM, TN), 0.0, dtype=ct.float32)
     for kt in range(s * per, min(s * per + per, steps)):
         j = kt * TK + ct.arange(TK, dtype=ct.int32)
-        if CHANNELS_FASTEST:  # a constant: cuTile compiles only the branch taken
-            c = j % c_per_group
-            t = j // c_per_group
-        else:
-            c = j // taps
-            t = j % taps
-        a = t // (kh * kw)
-        b = (t // kw) % kh
-        e = t % kw
-        i_d = d0 + ct.reshape(a * dd, (1, TK))
-        i_h = h0 + ct.reshape(b * dh, (1, TK))
-        i_w = w0 + ct.reshape(e * dw, (1, TK))
-        inside = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
-        inside = inside & (ct.reshape(j, (1, TK)) < reduction)
-        at = pixel_at + ct.reshape(c * c_stride + a * dd * d_stride + b * dh * h_stride + e * dw * w_stride, (1, TK))
-        xa = ct.gather(x, ct.where(inside, at, -1))
+        xa, c, a, b, e = x_tile(x, j, pixel_at, d0, h0, w0, xd, xh, xw, c_per_group, reduction,
+                                c_stride, d_stride, h_stride, w_stride, kd, kh, kw, dd, dh, dw, TK, CHANNELS_FASTEST)  # fmt: skip
         if W_TILES:  # a constant: w is the (groups, K/G, reduction) view
             wb = ct.load(w, index=(g, ct.bid(1), kt), shape=(1, TN, TK), padding_mode=ct.PaddingMode.ZERO)
             wb = ct.transpose(ct.reshape(wb, (TN, TK)))
@@ -152,6 +167,32 @@ def conv_gemm_sum(
     p = ct.reshape(ct.bid(0) * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
     k_local = ct.reshape(ct.bid(1) * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
     scatter_pixels(y, acc, p, k_local, g, k_per_group, k_total, od, oh, ow)
+
+
+@ct.kernel
+def conv_im2col(
+    x, a_out,
+    pixels, od, oh, ow,
+    xd, xh, xw,
+    c_per_group, reduction,
+    n_stride, c_stride, d_stride, h_stride, w_stride,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    dd, dh, dw,
+    TM: ct.Constant[int],
+    TK: ct.Constant[int],
+    CHANNELS_FASTEST: ct.Constant[bool],
+):  # fmt: skip
+    # The whole A of one ungrouped conv, (pixels, reduction) in x's dtype, for a GEMM with tile loads: block
+    # (i, kt) gathers A's (TM, TK) tile as conv_gemm's K step does and stores it (the array's edges clip it).
+    p = ct.reshape(ct.bid(0) * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
+    pixel_at, d0, h0, w0 = window_corners(p, pixels, od, oh, ow, sd, sh, sw, pd, ph, pw,
+                                          n_stride, d_stride, h_stride, w_stride)  # fmt: skip
+    j = ct.bid(1) * TK + ct.arange(TK, dtype=ct.int32)
+    xa, _, _, _, _ = x_tile(x, j, pixel_at, d0, h0, w0, xd, xh, xw, c_per_group, reduction,
+                            c_stride, d_stride, h_stride, w_stride, kd, kh, kw, dd, dh, dw, TK, CHANNELS_FASTEST)  # fmt: skip
+    ct.store(a_out, index=(ct.bid(0), ct.bid(1)), tile=xa)
 
 
 @ct.kernel

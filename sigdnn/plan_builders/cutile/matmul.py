@@ -175,7 +175,10 @@ class CutileMatmulPlan(NodePlan, RegionPlan):
         grid: tuple[int, int, int],
         keys: Sequence[Any],
         views: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
+        workspace_at: int = 0,
     ) -> None:
+        """``workspace_at``: the byte offset in the step's workspace where split-K's partials start (a 256-byte
+        multiple; a step that keeps its own data in the workspace puts it first)."""
         self.spec = spec
         self.backend = backend
         self.grid = grid
@@ -191,7 +194,8 @@ class CutileMatmulPlan(NodePlan, RegionPlan):
             rows, cols = views[2][0]  # C's 2-D view, (N, M) where it is transposed
             m, n = (cols, rows) if spec.c.transposed else (rows, cols)
             self._partials = (splits, m, n)
-            self.workspace_bytes = splits * m * n * 4
+            self._partials_at = workspace_at // 4
+            self.workspace_bytes = workspace_at + splits * m * n * 4
 
     @property
     def config(self) -> MatmulConfig:
@@ -206,7 +210,7 @@ class CutileMatmulPlan(NodePlan, RegionPlan):
             kernel, grid = self.kernels[0], self.grid
             return lambda: launch(stream, grid, kernel, args)
         _, m, n = self._partials
-        partials = view(context.workspace, self._partials, (m * n, n, 1), np.dtype(np.float32))
+        partials = view(context.workspace, self._partials, (m * n, n, 1), np.dtype(np.float32), self._partials_at)
         (split, total), (split_grid, sum_grid) = self.kernels, self.grids
 
         def run() -> None:
@@ -279,6 +283,7 @@ def gemm_plan(
     keys: Sequence[Any],
     epilogue_views: Sequence[tuple[tuple[int, ...], tuple[int, ...]]] = (),
     where: str = "",
+    workspace_at: int = 0,
 ) -> CutileMatmulPlan:
     """The plan of ``spec`` over ``views`` in the configuration named (else ``default_config``'s), its buffers
     ``keys`` in kernel argument order (a, b, c, then the epilogue's operands, seen as ``epilogue_views``)."""
@@ -290,7 +295,8 @@ def gemm_plan(
     tiles = -(-views.m // chosen.tile_m) * -(-views.n // chosen.tile_n)
     grid = (min(tiles, resident_blocks(device, chosen)) if chosen.persistent else tiles, views.batch, 1)
     shapes = [*((v.shape, v.strides) for v in (views.a, views.b, views.c)), *epilogue_views]
-    return CutileMatmulPlan(attrs.evolve(spec, config=chosen), backend_for(device.context), grid, keys, shapes)
+    backend = backend_for(device.context)
+    return CutileMatmulPlan(attrs.evolve(spec, config=chosen), backend, grid, keys, shapes, workspace_at)
 
 
 class CutileMatmulBuilder(FusionBuilder):

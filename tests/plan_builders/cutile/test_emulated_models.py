@@ -54,7 +54,7 @@ def strict_and_valid(g: sigdnn.Graph, must_use: set[str]) -> None:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_resnet_training_step_runs_on_cutile_alone(dtype: str) -> None:
     g = resnet50_training(batch=2, image=64, classes=10, width=16, blocks=(1, 1, 1, 1), dtype=dtype)
-    convs = {"cutile.conv_fprop_gemm", "cutile.conv_dgrad_gemm", "cutile.conv_wgrad_gemm"}
+    convs = {"cutile.conv_fprop_im2col", "cutile.conv_fprop_1x1", "cutile.conv_dgrad_gemm", "cutile.conv_wgrad_gemm"}
     strict_and_valid(g, convs | {"cutile.batchnorm_backward", "cutile.pooling_backward"})
 
 

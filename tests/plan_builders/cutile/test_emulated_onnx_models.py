@@ -36,13 +36,13 @@ from sigdnn.importers import onnx as onnx_import  # noqa: E402
 from sigdnn.plan_builders.cutile import matmul as cutile_matmul  # noqa: E402
 
 MODELS = {
-    "resnet18": (lambda: resnet18(), (1, 3, 64, 64), {"cutile.conv_fprop_gemm", "cutile.pooling"}),
+    "resnet18": (lambda: resnet18(), (1, 3, 64, 64), {"cutile.conv_fprop_im2col", "cutile.pooling"}),
     "mobilenet_v3_small": (lambda: mobilenet_v3_small_like(), (2, 3, 32, 32),
-                           {"cutile.conv_fprop_gemm", "cutile.conv_fprop_grouped"}),
+                           {"cutile.conv_fprop_im2col", "cutile.conv_fprop_1x1", "cutile.conv_fprop_grouped"}),
     "vit": (lambda: vit_b_16_like(d=32, layers=2, heads=4, ff=64), (1, 3, 224, 224),
-            {"cutile.conv_fprop_gemm", "cutile.matmul", "cutile.softmax", "cutile.layernorm"}),
+            {"cutile.conv_fprop_im2col", "cutile.matmul", "cutile.softmax", "cutile.layernorm"}),
     "encoder": (lambda: encoder(), (2, 10, 32), {"cutile.matmul", "cutile.softmax", "cutile.layernorm"}),
-    "segmenter": (lambda: segmenter(), (2, 3, 28, 36), {"cutile.conv_fprop_gemm", "cutile.resample"}),
+    "segmenter": (lambda: segmenter(), (2, 3, 28, 36), {"cutile.conv_fprop_im2col", "cutile.resample"}),
 }  # fmt: skip
 
 

@@ -1,0 +1,167 @@
+"""cuTile conv fprop as im2col + GEMM: A written once to the workspace, then ``cutile.matmul``'s tile-loaded GEMM.
+
+The implicit GEMM (``conv_gemm.py``) gathers A's tile element by element on
+every K step of every block, which bounds it far below the tensor cores
+(1.4-3.4 TFLOP/s of TF32 on vgg11's 14x14 convs, H200). Where A fits the
+workspace (``MAX_A_BYTES``: any conv at batch 1, small ones at larger
+batches), this builder gathers it once instead (``conv_im2col`` in
+``_conv_gemm_kernels.py``: the same index arithmetic, one store a tile),
+then multiplies
+
+    y[n, :, p]^T = A[n x P + p, :] @ W[:, :]^T,   A: (N x P, C x taps) rows in the filter's j order
+
+on the GEMM kernel, which loads A and the filter as tiles, splits K where the
+output tiles are few, and takes the operands' precision rules of
+``cutile.matmul``. y is viewed as the 1x1 builder views it (NHWC folds the
+batch into M; NCHW is loaded transposed, one batch entry an image).
+
+Declines with the reason: groups (``cutile.conv_fprop_grouped`` runs them),
+a filter not dense in x's j order (KCRS under NCHW x, KRSC under NHWC x),
+A past ``MAX_A_BYTES``, and what the implicit GEMM's int32 indices refuse;
+``cutile.conv_fprop_gemm`` (ranked below) runs all of those.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sigdnn.errors import NotSupported
+from sigdnn.graph.graph import Graph
+from sigdnn.graph.node import Node
+from sigdnn.graph.ops.conv_fprop import ConvFprop
+from sigdnn.graph.tf32 import takes_tf32
+from sigdnn.plan_builders.cutile import pointwise
+from sigdnn.plan_builders.cutile.backend import backend_for
+from sigdnn.plan_builders.cutile.conv_1x1 import pixels_view
+from sigdnn.plan_builders.cutile.conv_gemm import TILE_PIXELS, TILE_REDUCTION, filter_tiles, flat_span, kernel_source
+from sigdnn.plan_builders.cutile.conv_grouped import LARGEST, channels_innermost, fits, padded_to_3, view_5d
+from sigdnn.plan_builders.cutile.matmul import COMPUTE, CutileMatmulPlan, config_labels, gemm_plan, serves_gemm
+from sigdnn.plan_builders.cutile.matmul_codegen import MMA_INPUTS, OUTPUTS, MatmulSpec, Operand
+from sigdnn.plan_builders.cutile.matmul_layout import GemmViews, plan_views
+from sigdnn.plan_builders.cutile.pooling import as_5d
+from sigdnn.plan_builders.cutile.tiling import cdiv
+from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.registry.engine_ids import IN_TREE
+from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.signature_keys import SignatureKey
+
+MAX_A_BYTES = 256 * 2**20  # the im2col matrix's bound; past it the implicit GEMM runs the conv
+ALIGN = 256  # bytes: split-K's partials start at a multiple of it after A
+
+
+class Im2colGemmPlan(NodePlan):
+    """Two steps on one stream: the im2col launch writing A to the workspace, then the GEMM reading it."""
+
+    def __init__(self, im2col: Any, grid: tuple[int, int, int], constants: tuple[Any, ...], x_span: int,
+                 a_shape: tuple[int, int], a_dtype: np.dtype, gemm: CutileMatmulPlan) -> None:  # fmt: skip
+        self.im2col, self.grid, self.constants = im2col, grid, constants
+        self.x_span, self.a_shape, self.a_dtype = x_span, a_shape, a_dtype
+        self.gemm = gemm
+        a_bytes = -(-math.prod(a_shape) * a_dtype.itemsize // ALIGN) * ALIGN
+        self.workspace_bytes = max(a_bytes, gemm.workspace_bytes)
+
+    def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
+        backend = self.gemm.backend
+        a = backend.view(context.workspace, (math.prod(self.a_shape),), (1,), self.a_dtype)
+        x = backend.view1d(buffers["x"], self.x_span, False)
+        args = (x, backend.view(a, self.a_shape, (self.a_shape[1], 1), self.a_dtype), *self.constants)
+        multiply = self.gemm.bind({**buffers, "@a": a}, context)
+        launch, stream, kernel, grid = backend.launch, context.stream, self.im2col, self.grid
+
+        def run() -> None:
+            launch(stream, grid, kernel, args)
+            multiply()
+
+        return run
+
+    def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
+        self.bind(buffers, context)()
+
+
+class CutileConvIm2colBuilder(PlanBuilder):
+    name = "cutile.conv_fprop_im2col"
+    engine_id = IN_TREE[name]
+    library = "cutile"
+    device = "gpu"
+    ops = ("conv_fprop",)
+    priority = -1  # below the CuTe convs; cutile.conv_fprop_1x1 (a lower id) first where both apply
+
+    def available(self) -> str | None:
+        return pointwise.unavailable_reason()  # cuTile importable, a GPU present
+
+    def serves(self, key: SignatureKey) -> bool:
+        return serves_gemm(key, "conv_fprop", ("x", "w", "y"))
+
+    def plan(self, node: Node, graph: Graph) -> tuple[MatmulSpec, GemmViews, tuple[Any, ...], tuple[int, int]]:
+        """(the GEMM's spec without a configuration, its views, the im2col launch's scalars, A's shape), or
+        NotSupported saying why."""
+        op, where = node.op, f"node '{node.name}'"
+        if not isinstance(op, ConvFprop):
+            raise NotSupported(f"{where}: {self.name} runs conv_fprop only")
+        x, w, y = graph.tensors[op.x], graph.tensors[op.w], graph.tensors[op.y]
+        dtypes = [str(graph.dtype_of(t)) for t in (x, w, y)]
+        compute = graph.compute_dtype_of(node)
+        if dtypes[0] not in MMA_INPUTS or dtypes[1] not in MMA_INPUTS or dtypes[2] not in OUTPUTS:
+            raise NotSupported(f"{where}: dtypes x {dtypes[0]}, w {dtypes[1]}, y {dtypes[2]}; x and w take "
+                               f"{', '.join(MMA_INPUTS)}, y {', '.join(OUTPUTS)}")  # fmt: skip
+        if str(compute) not in COMPUTE:
+            raise NotSupported(f"{where}: compute dtype {compute}; supported: {', '.join(COMPUTE)}")
+        if x.dims[1] != w.dims[1]:
+            raise NotSupported(f"{where}: {x.dims[1] // w.dims[1]} groups; {self.name} runs ungrouped convs")
+        fastest = channels_innermost(x)
+        if filter_tiles(w, 1, fastest) is None:
+            raise NotSupported(f"{where}: filter '{w.name}' strides {list(w.strides)} are not dense in x's "
+                               f"{'channels' if fastest else 'taps'}-fastest order")  # fmt: skip
+        y_dims = as_5d(y)[0]
+        pixels, reduction = y_dims[0] * math.prod(y_dims[2:]), math.prod(w.dims[1:])
+        itemsize = graph.dtype_of(x).itemsize
+        if pixels * reduction * itemsize > MAX_A_BYTES:
+            raise NotSupported(f"{where}: A of {pixels} x {reduction} is past the im2col bound of "
+                               f"{MAX_A_BYTES >> 20} MiB")  # fmt: skip
+        try:
+            fits(x, w, y, op, pixels, TILE_PIXELS)
+            scalars = (
+                pixels, *y_dims[2:],
+                *as_5d(x)[0][2:],
+                w.dims[1], reduction,
+                *view_5d(x)[1],
+                *as_5d(w)[0][2:],
+                *padded_to_3(op.stride, 1),
+                *padded_to_3(op.pre_padding, 0),
+                *padded_to_3(op.dilation, 1),
+            )  # fmt: skip
+            if max(*scalars, reduction + TILE_REDUCTION) > LARGEST:
+                raise ValueError(f"a size, stride, padding or dilation of {max(scalars)} is past int32")
+            k = y.dims[1]
+            n, p, y_strides = y.dims[0], pixels // y.dims[0], pixels_view(y)[1]
+            a = ((n, p, reduction), (p * reduction, reduction, 1))
+            views = plan_views(a, ((reduction, k), (1, reduction)), ((n, p, k), y_strides))
+        except ValueError as e:
+            raise NotSupported(f"{where}: {e}") from None
+        mma = "native" if dtypes[0] == dtypes[1] != "float32" else ("tf32" if takes_tf32(compute) else "float32")
+        operands = [Operand(d, v.transposed, v.batched) for d, v in zip(dtypes, (views.a, views.b, views.c))]
+        constants = (*scalars, TILE_PIXELS, TILE_REDUCTION, fastest)
+        return MatmulSpec(*operands, dtypes[2], mma), views, constants, (pixels, reduction)
+
+    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
+        self.plan(node, graph)
+
+    def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
+        """cutile.matmul's configurations for the GEMM (its default first)."""
+        spec, views, _, _ = self.plan(nodes[0], graph)
+        return config_labels(spec.mma, views, device)
+
+    def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
+        spec, views, constants, (pixels, reduction) = self.plan(node, graph)
+        x = graph.tensors[node.op.x]
+        a_dtype = np.dtype(graph.dtype_of(x).numpy)
+        a_bytes = -(-pixels * reduction * a_dtype.itemsize // ALIGN) * ALIGN
+        gemm = gemm_plan(spec, views, context.device, context.config, ["@a", "w", "y"], where=f"node '{node.name}'",
+                         workspace_at=a_bytes)  # fmt: skip
+        im2col = backend_for(context.device.context).kernel(kernel_source("conv_im2col"))
+        grid = (cdiv(pixels, TILE_PIXELS), cdiv(reduction, TILE_REDUCTION), 1)
+        return Im2colGemmPlan(im2col, grid, constants, flat_span(x), (pixels, reduction), a_dtype, gemm)

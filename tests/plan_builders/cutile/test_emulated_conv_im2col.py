@@ -1,0 +1,100 @@
+"""``cutile.conv_fprop_im2col`` through the emulator: A gathered once into the workspace, then the GEMM kernel.
+
+The ungrouped cases of tests/conv_gemm_cases.py (every layout, 1-3 spatial
+dims, padding, stride, dilation, mixed dtypes, batch-1 shapes whose GEMM
+splits K) and the 1x1 cases: small-integer inputs must give torch's float64
+conv rounded once to y's dtype bit for bit; normal inputs must stay within
+float32 summation's bound and pass ``sigdnn.validate``. What it cannot run
+is declined with the reason (``cutile.conv_fprop_gemm`` runs it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conv_1x1_cases import CASES as ONE_BY_ONE
+from conv_gemm_cases import CASES as GEMM_CASES
+from conv_grouped_cases import Case, exact_inputs, graph, rounded_oracle, within_float32_bound
+from emulated import emulated_executor, make_available
+
+import sigdnn
+from sigdnn.accuracy.inputs import random_inputs
+from sigdnn.errors import NotSupported
+from sigdnn.plan_builders.cutile import conv_im2col
+from sigdnn.plan_builders.cutile import matmul as cutile_matmul
+from sigdnn.plan_builders.cutile.conv_im2col import CutileConvIm2colBuilder
+from sigdnn.plan_builders.cutile.matmul_codegen import MatmulConfig
+
+BUILDER = "cutile.conv_fprop_im2col"
+CASES = [c for c in GEMM_CASES + ONE_BY_ONE if c.groups == 1 and c.w_layout in (None, c.layout)]
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+    monkeypatch.setattr(cutile_matmul, "CONFIGS", (MatmulConfig(16, 32, 16, 2),))  # 16-bit: partial tiles everywhere
+
+
+def run(g: sigdnn.Graph, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    executor = emulated_executor(engine=BUILDER)
+    plan = executor.prepare(g)
+    assert [s.builder.name for s in plan.steps] == [BUILDER]
+    return executor.execute(plan, inputs)["conv::y"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_small_integers_give_torchs_conv_rounded_once(case: Case) -> None:
+    g = graph(case)
+    inputs = exact_inputs(g, seed=len(case.name))
+    want = rounded_oracle(case, inputs["x"], inputs["w"])
+    np.testing.assert_array_equal(run(g, inputs).astype(np.float64), want.astype(np.float64))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_normal_inputs_stay_within_float32_summation_and_validate(case: Case) -> None:
+    g = graph(case)
+    inputs = random_inputs(g, seed=3 + len(case.name))
+    assert within_float32_bound(case, run(g, inputs), inputs["x"], inputs["w"]).all()
+    report = sigdnn.validate(g, inputs, executor=emulated_executor(engine=BUILDER))
+    assert report.passed, report.table()
+
+
+def test_a_and_split_k_partials_share_the_workspace_without_overlap() -> None:
+    """A (49 x 603 float32, rounded up to 256 bytes) first, the split GEMM's partials after it."""
+    case = next(c for c in CASES if c.name == "split_k_nchw_f32")
+    step = emulated_executor(engine=BUILDER).prepare(graph(case)).steps[0].plan
+    a_bytes = -(-49 * 603 * 4 // 256) * 256
+    splits = step.gemm.config.split_k
+    assert splits > 1 and step.workspace_bytes == a_bytes + splits * 49 * 40 * 4
+    assert step.grid == (1, -(-603 // 32), 1)  # one block a (64 pixels, 32 indices) tile of A
+
+
+def decline_graph(groups: int = 1, w_layout: str = "NCHW", dims=(2, 8, 6, 6)) -> tuple[sigdnn.Graph, sigdnn.Node]:
+    g = sigdnn.Graph("decline", io_dtype="float32")
+    x = g.tensor("x", dims)
+    w = g.tensor("w", (4, dims[1] // groups, 3, 3), layout=w_layout)
+    g.conv_fprop(x, w, padding=(1, 1), name="conv").set_output(True)
+    return g, g.nodes[-1]
+
+
+def test_declines_groups_an_undense_filter_and_a_past_its_bound(monkeypatch) -> None:
+    builder = CutileConvIm2colBuilder()
+    g, node = decline_graph(groups=2)
+    with pytest.raises(NotSupported, match=r"node 'conv': 2 groups; cutile\.conv_fprop_im2col runs ungrouped"):
+        builder.check(node, g)
+    g, node = decline_graph(w_layout="NHWC")
+    with pytest.raises(NotSupported, match=r"filter 'w' strides \[72, 1, 24, 8\] are not dense in x's taps-fastest"):
+        builder.check(node, g)
+    g, node = decline_graph()
+    builder.check(node, g)  # A: 72 pixels x 72 indices x 4 bytes
+    monkeypatch.setattr(conv_im2col, "MAX_A_BYTES", 72 * 72 * 4 - 1)
+    with pytest.raises(NotSupported, match="A of 72 x 72 is past the im2col bound"):
+        builder.check(node, g)
+
+
+def test_it_ranks_between_the_1x1_gemm_and_the_implicit_gemm() -> None:
+    from sigdnn.registry.ranking import rank
+    from sigdnn.registry.registry import DEFAULT_REGISTRY
+
+    names = [b.name for b in rank(DEFAULT_REGISTRY.builders(), None, None) if b.name.startswith("cutile.conv_fprop")]
+    assert names.index("cutile.conv_fprop_1x1") < names.index(BUILDER) < names.index("cutile.conv_fprop_gemm")
