@@ -340,6 +340,25 @@ def test_split_counts_past_the_k_steps_or_a_grid_are_refused(monkeypatch):
     assert validated(g).steps[0].plan.config.split_k == 4  # one step each
     with pytest.raises(ValueError, match=r"split_k=65536: 1\.\.65535"):
         parse_config("16x32x16g2s65536")
+    assert parse_config("16x32x16g2s65535").split_k == 65535
+
+
+def test_split_stages_are_two_kernels_of_one_spec_and_nothing_else():
+    from sigdnn.plan_builders.cutile import codegen
+    from sigdnn.plan_builders.cutile.matmul_codegen import EpilogueStep, MatmulSpec, Operand
+
+    bf, split = Operand("bfloat16"), attrs.evolve(SPLIT, split_k=2)
+    gelu = (EpilogueStep("unary", "gelu_fwd", "bfloat16"),)
+    first, second = (MatmulSpec(bf, bf, bf, "bfloat16", "native", gelu, split, s) for s in ("split", "sum"))
+    assert codegen.library() not in first.source() and codegen.library() in second.source()  # the epilogue's math
+    assert "ct.mma" in first.source() and "ct.mma" not in second.source()
+    for bad in (
+        {"stage": "partial"},
+        {"config": SPLIT.__class__(16, 32, 16, 2)},
+        {"a": Operand("bfloat16", False, True)},
+    ):
+        with pytest.raises(ValueError, match="stage"):
+            attrs.evolve(first, **bad)
     with pytest.raises(ValueError, match="not persistent"):
         MatmulConfig(16, 32, 16, 2, persistent=True, split_k=2)
 
