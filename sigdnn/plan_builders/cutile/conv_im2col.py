@@ -38,7 +38,7 @@ from sigdnn.plan_builders.cutile import pointwise
 from sigdnn.plan_builders.cutile.backend import backend_for
 from sigdnn.plan_builders.cutile.conv_1x1 import pixels_view
 from sigdnn.plan_builders.cutile.conv_gemm import TILE_PIXELS, TILE_REDUCTION, filter_tiles, flat_span, kernel_source
-from sigdnn.plan_builders.cutile.conv_grouped import LARGEST, channels_innermost, fits, padded_to_3, view_5d
+from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y, LARGEST, channels_innermost, fits, padded_to_3, view_5d
 from sigdnn.plan_builders.cutile.matmul import COMPUTE, CutileMatmulPlan, config_labels, gemm_plan, serves_gemm
 from sigdnn.plan_builders.cutile.matmul_codegen import MMA_INPUTS, OUTPUTS, MatmulSpec, Operand
 from sigdnn.plan_builders.cutile.matmul_layout import GemmViews, plan_views
@@ -136,6 +136,9 @@ class CutileConvIm2colBuilder(PlanBuilder):
             )  # fmt: skip
             if max(*scalars, reduction + TILE_REDUCTION) > LARGEST:
                 raise ValueError(f"a size, stride, padding or dilation of {max(scalars)} is past int32")
+            if cdiv(reduction, TILE_REDUCTION) > GRID_Y:
+                raise ValueError(f"{reduction} reduction indices need {cdiv(reduction, TILE_REDUCTION)} im2col "
+                                 f"column tiles; a grid's second dim holds {GRID_Y}")  # fmt: skip
             k = y.dims[1]
             n, p, y_strides = y.dims[0], pixels // y.dims[0], pixels_view(y)[1]
             a = ((n, p, reduction), (p * reduction, reduction, 1))

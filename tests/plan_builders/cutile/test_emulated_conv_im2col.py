@@ -87,6 +87,11 @@ def test_declines_groups_an_undense_filter_and_a_past_its_bound(monkeypatch) -> 
         builder.check(node, g)
     g, node = decline_graph()
     builder.check(node, g)  # A: 72 pixels x 72 indices x 4 bytes
+    monkeypatch.setattr(conv_im2col, "GRID_Y", 2)
+    with pytest.raises(NotSupported, match="72 reduction indices need 3 im2col column tiles; a grid's second dim "):
+        builder.check(node, g)
+    monkeypatch.setattr(conv_im2col, "GRID_Y", 3)
+    builder.check(node, g)
     monkeypatch.setattr(conv_im2col, "MAX_A_BYTES", 72 * 72 * 4 - 1)
     with pytest.raises(NotSupported, match="A of 72 x 72 is past the im2col bound"):
         builder.check(node, g)
