@@ -103,6 +103,30 @@ def test_a_filter_dense_in_the_j_order_is_read_by_tile_loads(name: str, tiles: b
                                                                   (k // case.groups * c_g * taps, c_g * taps, 1))  # fmt: skip
 
 
+def test_splits_fill_the_sms_only_where_the_blocks_cannot() -> None:
+    assert conv_gemm.splits(66, 100) == 2  # exactly half of 132 SMs: split, 12 steps of 8 allow 12
+    assert conv_gemm.splits(67, 1000) == 1  # past half
+    assert conv_gemm.splits(10, 15) == 1  # under 16 K steps: one split would run fewer than 8
+    assert conv_gemm.splits(10, 1000) == 14
+
+
+def test_the_split_counts_every_block_of_the_grid() -> None:
+    """196 pixels (4 tiles) x 128 channels (2 tiles of 64), 288 K steps: 8 blocks, 17 splits (not 33 or 132)."""
+    g, node = node_of((1, 1024, 14, 14), (128, 1024, 3, 3))
+    first, second = CutileConvGemmBuilder().launches(node, g)[0]
+    assert first.grid == (4, 2, 17) and second.grid == (4, 2, 1) and first.constants[-2] == 17
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_dense_non_square_filter_is_tiled_and_a_strided_one_is_not(layout: str) -> None:
+    g = sigdnn.Graph("w", io_dtype="float32")
+    w = g.tensor("w", (5, 4, 2, 3), layout=layout)
+    assert conv_gemm.filter_tiles(w, 1, layout == "NHWC") == ((1, 5, 24), (120, 24, 1))
+    assert conv_gemm.filter_tiles(w, 1, layout != "NHWC") is None  # dense, but not in that j order
+    w.set_stride(tuple(s * 2 for s in w.strides))
+    assert conv_gemm.filter_tiles(w, 1, layout == "NHWC") is None
+
+
 def test_a_hand_worked_conv() -> None:
     """x [1 2 3 4] (one channel), filters [1 1] and [1 -1]: neighbours' sums and differences."""
     case = Case("hand", (1, 1, 4), (2, 1, 2), "NCW", (0,), (0,), (1,), (1,))
