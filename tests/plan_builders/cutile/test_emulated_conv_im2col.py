@@ -20,7 +20,7 @@ from emulated import emulated_executor, make_available
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NotSupported
-from sigdnn.plan_builders.cutile import conv_im2col
+from sigdnn.plan_builders.cutile import conv_im2col, pointwise
 from sigdnn.plan_builders.cutile import matmul as cutile_matmul
 from sigdnn.plan_builders.cutile.conv_im2col import CutileConvIm2colBuilder
 from sigdnn.plan_builders.cutile.matmul_codegen import MatmulConfig
@@ -95,6 +95,73 @@ def test_declines_groups_an_undense_filter_and_a_past_its_bound(monkeypatch) -> 
     monkeypatch.setattr(conv_im2col, "MAX_A_BYTES", 72 * 72 * 4 - 1)
     with pytest.raises(NotSupported, match="A of 72 x 72 is past the im2col bound"):
         builder.check(node, g)
+
+
+def test_the_gemm_takes_matmul_s_precision_rules() -> None:
+    bf16 = next(c for c in CASES if c.name == "stem_7x7_s2_nhwc_bf16")
+    f32 = next(c for c in CASES if c.name == "nchw_f32_3x3")
+    builder = CutileConvIm2colBuilder()
+    assert builder.ops == ("conv_fprop",)
+    g = graph(f32)
+    assert builder.plan(g.nodes[0], g)[0].mma == "float32"
+    sigdnn.allow_tf32(g)
+    assert builder.plan(g.nodes[0], g)[0].mma == "tf32"
+    g = graph(bf16)
+    assert builder.plan(g.nodes[0], g)[0].mma == "native"
+
+
+def test_declines_a_negative_stride() -> None:
+    g, node = decline_graph()
+    x = g.tensors[node.op.x]
+    x.set_stride((x.strides[0], x.strides[1], x.strides[2], -1))
+    with pytest.raises(NotSupported, match="node 'conv': tensor 'x' has negative strides"):
+        CutileConvIm2colBuilder().check(node, g)
+
+
+def test_a_is_bounded_at_256_mib() -> None:
+    """A 1x1 stride-2 conv of 64 channels: 1024 x 1024 output pixels make A exactly 256 MiB of float32."""
+    for out_w, accepted in ((1024, True), (1025, False)):
+        g = sigdnn.Graph("big", io_dtype="float32")
+        x = g.tensor("x", (1, 64, 2048, 2 * out_w))
+        g.conv_fprop(x, g.tensor("w", (8, 64, 1, 1)), stride=(2, 2), name="conv").set_output(True)
+        if accepted:
+            CutileConvIm2colBuilder().check(g.nodes[0], g)
+        else:
+            with pytest.raises(NotSupported, match=f"A of {1024 * out_w} x 64 is past the im2col bound of 256 MiB"):
+                CutileConvIm2colBuilder().check(g.nodes[0], g)
+
+
+@pytest.mark.parametrize(
+    ("dtypes", "compute", "why"),
+    [(("float64", "float32", "float32"), "float32", "dtypes x float64, w float32, y float32"),
+     (("float32", "float64", "float32"), "float32", "dtypes x float32, w float64, y float32"),
+     (("float32", "float32", "float64"), "float32", "dtypes x float32, w float32, y float64"),
+     (("float32",) * 3, "float64", "compute dtype float64")],
+)  # fmt: skip
+def test_declines_dtypes_the_gemm_cannot_take(dtypes, compute, why) -> None:
+    g = sigdnn.Graph("dtypes", io_dtype="float32", compute_dtype=compute)
+    x, w = g.tensor("x", (1, 4, 5, 5)).set_data_type(dtypes[0]), g.tensor("w", (4, 4, 3, 3)).set_data_type(dtypes[1])
+    g.conv_fprop(x, w, padding=(1, 1), name="conv").set_output(True).set_data_type(dtypes[2])
+    with pytest.raises(NotSupported, match=f"node 'conv': {why}"):
+        CutileConvIm2colBuilder().check(g.nodes[0], g)
+
+
+def test_declines_an_output_whose_pixels_do_not_flatten_a_huge_stride_and_a_node_not_a_conv(monkeypatch) -> None:
+    builder = CutileConvIm2colBuilder()
+    g, node = decline_graph()
+    g.tensors[node.op.y].set_stride((8 * 6 * 8, 6 * 8, 8, 1))  # rows of y padded to 8: no one pixel dim
+    with pytest.raises(NotSupported, match=r"node 'conv': tensor .* do not flatten into one pixel dim"):
+        builder.check(node, g)
+    g = sigdnn.Graph("stride", io_dtype="float32")
+    g.conv_fprop(g.tensor("x", (1, 2, 5, 5)), g.tensor("w", (2, 2, 1, 1)), stride=(2**31, 1), name="conv")
+    with pytest.raises(NotSupported, match=r"node 'conv': .*past int32"):
+        builder.check(g.nodes[0], g)
+    h = sigdnn.Graph("mm", io_dtype="float32")
+    h.matmul(h.tensor("a", (4, 8)), h.tensor("b", (8, 3)), name="mm").set_output(True)
+    with pytest.raises(NotSupported, match=r"node 'mm': cutile\.conv_fprop_im2col runs conv_fprop only"):
+        builder.check(h.nodes[0], h)
+    monkeypatch.setattr(pointwise, "unavailable_reason", lambda: "no cuTile here")
+    assert builder.available() == "no cuTile here"
 
 
 def test_it_ranks_between_the_1x1_gemm_and_the_implicit_gemm() -> None:
