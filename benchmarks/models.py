@@ -290,10 +290,10 @@ def onnx_models(directory: Path, on_gpu: bool, iters: int, names: list[str], pro
                 torch.backends.cudnn.allow_tf32 = True
             line += f"; sigdnn {ms:.3f} ms, torch eager {tf32:.3f} ms TF32 ({tf32 / ms:.2f}x), {f32:.3f} ms f32 ({f32 / ms:.2f}x)"
             sigdnn.allow_tf32(fast := onnx_import.load(path, max_bytes=2**31))  # sigdnn's convs and GEMMs as TF32 too
-            fast_plan = executor.prepare(fast)
-            ms = median_ms(lambda e=executor, p=fast_plan, k=pack: e.execute(p, k, to_host=False), 1, iters, 3)
-            line += f"; sigdnn --tf32 {ms:.3f} ms ({tf32 / ms:.2f}x torch's TF32)"
-            line += "".join("\n" + s for s in slowest_steps(executor, fast_plan, pack, 8)) if profile else ""
+            for ex in (executor, sigdnn.Executor("gpu", cuda_graphs=True)):  # then replayed as one CUDA graph
+                ms = median_ms(lambda e=ex, p=ex.prepare(fast), k=pack: e.execute(p, k, to_host=False), 1, iters, 3)  # noqa: B008
+                line += f"; sigdnn --tf32{' + CUDA graph' * ex.cuda_graphs} {ms:.3f} ms ({tf32 / ms:.2f}x torch's TF32)"
+            line += "".join("\n" + s for s in slowest_steps(ex, ex.prepare(fast), pack, 8)) if profile else ""
         else:
             counts, _ = gpu_declines(graph, plan)
             line += f"; steps no GPU builder takes: {sum(counts.values())} {dict(counts) or ''}"
