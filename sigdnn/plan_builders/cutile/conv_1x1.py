@@ -27,14 +27,14 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from sigdnn.dtypes import DataType
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.tensor import Tensor
-from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile import pointwise
-from sigdnn.plan_builders.cutile.matmul import COMPUTE, config_labels, gemm_plan, serves_gemm
+from sigdnn.plan_builders.cutile.matmul import COMPUTE, config_labels, gemm_plan, mma_of, serves_gemm
 from sigdnn.plan_builders.cutile.matmul_codegen import MMA_INPUTS, OUTPUTS, MatmulSpec, Operand
 from sigdnn.plan_builders.cutile.matmul_layout import GemmViews, plan_views
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
@@ -55,6 +55,21 @@ def pixels_view(t: Tensor) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     return (t.dims[0], pixels, t.dims[1]), (t.strides[0], spatial[-1][1] if spatial else 1, t.strides[1])
 
 
+def gemm_dtypes(builder: str, node: Node, graph: Graph) -> tuple[list[str], DataType]:
+    """A conv_fprop's (x, w, y) dtypes and compute dtype where the GEMM kernel takes them, else NotSupported."""
+    op, where = node.op, f"node '{node.name}'"
+    if not isinstance(op, ConvFprop):
+        raise NotSupported(f"{where}: {builder} runs conv_fprop only")
+    dtypes = [str(graph.dtype_of(graph.tensors[uid])) for uid in (op.x, op.w, op.y)]
+    compute = graph.compute_dtype_of(node)
+    if dtypes[0] not in MMA_INPUTS or dtypes[1] not in MMA_INPUTS or dtypes[2] not in OUTPUTS:
+        raise NotSupported(f"{where}: dtypes x {dtypes[0]}, w {dtypes[1]}, y {dtypes[2]}; x and w take "
+                           f"{', '.join(MMA_INPUTS)}, y {', '.join(OUTPUTS)}")  # fmt: skip
+    if str(compute) not in COMPUTE:
+        raise NotSupported(f"{where}: compute dtype {compute}; supported: {', '.join(COMPUTE)}")
+    return dtypes, compute
+
+
 class CutileConv1x1Builder(PlanBuilder):
     name = "cutile.conv_fprop_1x1"
     engine_id = IN_TREE[name]
@@ -72,16 +87,8 @@ class CutileConv1x1Builder(PlanBuilder):
     def plan(self, node: Node, graph: Graph) -> tuple[MatmulSpec, GemmViews]:
         """The GEMM's spec (without a configuration) and views, or NotSupported saying why."""
         op, where = node.op, f"node '{node.name}'"
-        if not isinstance(op, ConvFprop):
-            raise NotSupported(f"{where}: {self.name} runs conv_fprop only")
+        dtypes, compute = gemm_dtypes(self.name, node, graph)
         x, w, y = graph.tensors[op.x], graph.tensors[op.w], graph.tensors[op.y]
-        dtypes = [str(graph.dtype_of(t)) for t in (x, w, y)]
-        compute = graph.compute_dtype_of(node)
-        if dtypes[0] not in MMA_INPUTS or dtypes[1] not in MMA_INPUTS or dtypes[2] not in OUTPUTS:
-            raise NotSupported(f"{where}: dtypes x {dtypes[0]}, w {dtypes[1]}, y {dtypes[2]}; x and w take "
-                               f"{', '.join(MMA_INPUTS)}, y {', '.join(OUTPUTS)}")  # fmt: skip
-        if str(compute) not in COMPUTE:
-            raise NotSupported(f"{where}: compute dtype {compute}; supported: {', '.join(COMPUTE)}")
         if any(k != 1 for k in w.dims[2:]) or x.dims[1] != w.dims[1]:
             raise NotSupported(f"{where}: filter {list(w.dims)} for {x.dims[1]} channels; {self.name} runs "
                                "ungrouped 1x1 filters")  # fmt: skip
@@ -96,9 +103,8 @@ class CutileConv1x1Builder(PlanBuilder):
                                ((n, p, k), (yn, yp, yk)))  # fmt: skip
         except ValueError as e:
             raise NotSupported(f"{where}: {e}") from None
-        mma = "native" if dtypes[0] == dtypes[1] != "float32" else ("tf32" if takes_tf32(compute) else "float32")
         operands = [Operand(d, v.transposed, v.batched) for d, v in zip(dtypes, (views.a, views.b, views.c))]
-        return MatmulSpec(*operands, dtypes[2], mma), views
+        return MatmulSpec(*operands, dtypes[2], mma_of(*dtypes[:2], compute)), views
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         self.plan(node, graph)

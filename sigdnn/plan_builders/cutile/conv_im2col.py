@@ -32,15 +32,13 @@ import numpy as np
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops.conv_fprop import ConvFprop
-from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile import pointwise
 from sigdnn.plan_builders.cutile.backend import backend_for
-from sigdnn.plan_builders.cutile.conv_1x1 import pixels_view
+from sigdnn.plan_builders.cutile.conv_1x1 import gemm_dtypes, pixels_view
 from sigdnn.plan_builders.cutile.conv_gemm import TILE_PIXELS, TILE_REDUCTION, filter_tiles, flat_span, kernel_source
 from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y, LARGEST, channels_innermost, fits, padded_to_3, view_5d
-from sigdnn.plan_builders.cutile.matmul import COMPUTE, CutileMatmulPlan, config_labels, gemm_plan, serves_gemm
-from sigdnn.plan_builders.cutile.matmul_codegen import MMA_INPUTS, OUTPUTS, MatmulSpec, Operand
+from sigdnn.plan_builders.cutile.matmul import CutileMatmulPlan, config_labels, gemm_plan, mma_of, serves_gemm
+from sigdnn.plan_builders.cutile.matmul_codegen import MatmulSpec, Operand
 from sigdnn.plan_builders.cutile.matmul_layout import GemmViews, plan_views
 from sigdnn.plan_builders.cutile.pooling import as_5d
 from sigdnn.plan_builders.cutile.tiling import cdiv
@@ -100,16 +98,8 @@ class CutileConvIm2colBuilder(PlanBuilder):
         """(the GEMM's spec without a configuration, its views, the im2col launch's scalars, A's shape), or
         NotSupported saying why."""
         op, where = node.op, f"node '{node.name}'"
-        if not isinstance(op, ConvFprop):
-            raise NotSupported(f"{where}: {self.name} runs conv_fprop only")
+        dtypes, compute = gemm_dtypes(self.name, node, graph)
         x, w, y = graph.tensors[op.x], graph.tensors[op.w], graph.tensors[op.y]
-        dtypes = [str(graph.dtype_of(t)) for t in (x, w, y)]
-        compute = graph.compute_dtype_of(node)
-        if dtypes[0] not in MMA_INPUTS or dtypes[1] not in MMA_INPUTS or dtypes[2] not in OUTPUTS:
-            raise NotSupported(f"{where}: dtypes x {dtypes[0]}, w {dtypes[1]}, y {dtypes[2]}; x and w take "
-                               f"{', '.join(MMA_INPUTS)}, y {', '.join(OUTPUTS)}")  # fmt: skip
-        if str(compute) not in COMPUTE:
-            raise NotSupported(f"{where}: compute dtype {compute}; supported: {', '.join(COMPUTE)}")
         if x.dims[1] != w.dims[1]:
             raise NotSupported(f"{where}: {x.dims[1] // w.dims[1]} groups; {self.name} runs ungrouped convs")
         fastest = channels_innermost(x)
@@ -145,10 +135,9 @@ class CutileConvIm2colBuilder(PlanBuilder):
             views = plan_views(a, ((reduction, k), (1, reduction)), ((n, p, k), y_strides))
         except ValueError as e:
             raise NotSupported(f"{where}: {e}") from None
-        mma = "native" if dtypes[0] == dtypes[1] != "float32" else ("tf32" if takes_tf32(compute) else "float32")
         operands = [Operand(d, v.transposed, v.batched) for d, v in zip(dtypes, (views.a, views.b, views.c))]
         constants = (*scalars, TILE_PIXELS, TILE_REDUCTION, fastest)
-        return MatmulSpec(*operands, dtypes[2], mma), views, constants, (pixels, reduction)
+        return MatmulSpec(*operands, dtypes[2], mma_of(*dtypes[:2], compute)), views, constants, (pixels, reduction)
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         self.plan(node, graph)

@@ -253,6 +253,12 @@ def split_config(base: MatmulConfig, views: GemmViews, sms: int) -> MatmulConfig
     return attrs.evolve(plain, split_k=max(1, splits))
 
 
+def mma_of(a: str, b: str, compute: Any) -> str:
+    """How the GEMM kernel multiplies operands of dtypes a and b: "native" (one 16-bit dtype), else both widened
+    to float32 and multiplied as "tf32" (a 16-bit compute dtype) or exactly ("float32")."""
+    return "native" if a == b != "float32" else ("tf32" if takes_tf32(compute) else "float32")
+
+
 def serves_gemm(key: SignatureKey, op: str, ports: tuple[str, str, str]) -> bool:
     """Whether ``key`` is an ``op`` whose two operand ports and output port (in that order) hold dtypes the GEMM
     kernel takes, at a compute dtype it runs."""
@@ -329,11 +335,7 @@ class CutileMatmulBuilder(FusionBuilder):
             raise NotSupported(f"{where}: output dtype {c_dt}; supported: {', '.join(OUTPUTS)}")
         if compute not in COMPUTE:
             raise NotSupported(f"{where}: compute dtype {compute}; supported: {', '.join(COMPUTE)}")
-        mma = (
-            "native"
-            if a_dt == b_dt != "float32"
-            else ("tf32" if takes_tf32(graph.compute_dtype_of(node)) else "float32")
-        )
+        mma = mma_of(a_dt, b_dt, graph.compute_dtype_of(node))
         steps = [] if chain is None else chain.steps
         out = op.c if not steps else steps[-1][1].out_0
         residuals = [uid for kind, _, uid in steps if kind == "residual"]
