@@ -51,6 +51,11 @@ MAX_A_BYTES = 256 * 2**20  # the im2col matrix's bound; past it the implicit GEM
 ALIGN = 256  # bytes: split-K's partials start at a multiple of it after A
 
 
+def a_bytes(shape: tuple[int, int], dtype: np.dtype) -> int:
+    """Workspace bytes A takes, rounded up to ALIGN (where split-K's partials may start)."""
+    return -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
+
+
 class Im2colGemmPlan(NodePlan):
     """Two steps on one stream: the im2col launch writing A to the workspace, then the GEMM reading it."""
 
@@ -59,8 +64,7 @@ class Im2colGemmPlan(NodePlan):
         self.im2col, self.grid, self.constants = im2col, grid, constants
         self.x_span, self.a_shape, self.a_dtype = x_span, a_shape, a_dtype
         self.gemm = gemm
-        a_bytes = -(-math.prod(a_shape) * a_dtype.itemsize // ALIGN) * ALIGN
-        self.workspace_bytes = max(a_bytes, gemm.workspace_bytes)
+        self.workspace_bytes = max(a_bytes(a_shape, a_dtype), gemm.workspace_bytes)
 
     def bind(self, buffers: Mapping[str, Any], context: ExecutionContext) -> Callable[[], None]:
         backend = self.gemm.backend
@@ -151,9 +155,8 @@ class CutileConvIm2colBuilder(PlanBuilder):
         spec, views, constants, (pixels, reduction) = self.plan(node, graph)
         x = graph.tensors[node.op.x]
         a_dtype = np.dtype(graph.dtype_of(x).numpy)
-        a_bytes = -(-pixels * reduction * a_dtype.itemsize // ALIGN) * ALIGN
         gemm = gemm_plan(spec, views, context.device, context.config, ["@a", "w", "y"], where=f"node '{node.name}'",
-                         workspace_at=a_bytes)  # fmt: skip
+                         workspace_at=a_bytes((pixels, reduction), a_dtype))  # fmt: skip
         im2col = backend_for(context.device.context).kernel(kernel_source("conv_im2col"))
         grid = (cdiv(pixels, TILE_PIXELS), cdiv(reduction, TILE_REDUCTION), 1)
         return Im2colGemmPlan(im2col, grid, constants, flat_span(x), (pixels, reduction), a_dtype, gemm)
