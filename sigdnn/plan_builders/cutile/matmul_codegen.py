@@ -251,21 +251,18 @@ def generate(spec: MatmulSpec) -> str:
     """The module text (without the line that binds ``ct``) whose ``kernel`` computes ``spec``."""
     cfg = spec.config
     tm, tn, tk = cfg.tile_m, cfg.tile_n, cfg.tile_k
-    c_array = "p_array" if spec.stage == "split" else "c_array"
-    head = [
-        "z = ct.bid(1)",
-        f"M = {_extent(spec.c, 0).format(c_array)}" if spec.stage != "split" else "M = p_array.shape[1]",
-        f"N = {_extent(spec.c, 1).format(c_array)}" if spec.stage != "split" else "N = p_array.shape[2]",
-    ]
-    if spec.stage == "sum":
-        params = ["p_array", "c_array"]
+    k_extent = f"K = {_extent(spec.a, 1).format('a_array')}"
+    c_extents = [f"M = {_extent(spec.c, 0).format('c_array')}", f"N = {_extent(spec.c, 1).format('c_array')}"]
+    if spec.stage == "split":  # C's extents from the partials it writes instead of C
+        params, head = ["a_array", "b_array", "p_array"], ["M = p_array.shape[1]", "N = p_array.shape[2]", k_extent]
+        body = _split_body(spec)
+    elif spec.stage == "sum":
+        params, head = ["p_array", "c_array"], c_extents
         body = _sum_body(spec, params)
     else:
-        params = ["a_array", "b_array", c_array]
-        head.append(f"K = {_extent(spec.a, 1).format('a_array')}")
-        body = _split_body(spec) if spec.stage == "split" else [
-            *_tile_order(cfg), *_k_loop(spec, f"ct.cdiv(K, {tk})"), *_epilogue(spec, params)
-        ]  # fmt: skip
+        params, head = ["a_array", "b_array", "c_array"], [*c_extents, k_extent]
+        body = [*_tile_order(cfg), *_k_loop(spec, f"ct.cdiv(K, {tk})"), *_epilogue(spec, params)]
+    head = ["z = ct.bid(1)", *head]
     if cfg.persistent:  # the loop lets cuTile's load warp fetch the next tile's operands during this one's epilogue
         head.append(f"for bid in range(ct.bid(0), ct.cdiv(M, {tm}) * ct.cdiv(N, {tn}), ct.num_blocks(0)):")
         body = [f"    {line}" for line in body]
