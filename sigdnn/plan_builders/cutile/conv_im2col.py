@@ -24,7 +24,7 @@ A past ``MAX_A_BYTES``, and what the implicit GEMM's int32 indices refuse;
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -32,20 +32,18 @@ import numpy as np
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.plan_builders.cutile import pointwise
 from sigdnn.plan_builders.cutile.backend import backend_for
-from sigdnn.plan_builders.cutile.conv_1x1 import gemm_dtypes, pixels_view
 from sigdnn.plan_builders.cutile.conv_gemm import TILE_PIXELS, TILE_REDUCTION, filter_tiles, flat_span, kernel_source
 from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y, LARGEST, channels_innermost, fits, padded_to_3, view_5d
-from sigdnn.plan_builders.cutile.matmul import CutileMatmulPlan, config_labels, gemm_plan, mma_of, serves_gemm
-from sigdnn.plan_builders.cutile.matmul_codegen import MatmulSpec, Operand
+from sigdnn.plan_builders.cutile.gemm_conv import GemmConvBuilder, gemm_spec, pixels_view
+from sigdnn.plan_builders.cutile.matmul import CutileMatmulPlan, gemm_plan
+from sigdnn.plan_builders.cutile.matmul_codegen import MatmulSpec
 from sigdnn.plan_builders.cutile.matmul_layout import GemmViews, plan_views
 from sigdnn.plan_builders.cutile.pooling import as_5d
 from sigdnn.plan_builders.cutile.tiling import cdiv
-from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.registry.contracts import BuildContext, NodePlan
 from sigdnn.registry.engine_ids import IN_TREE
-from sigdnn.runtime.device import Device, ExecutionContext
-from sigdnn.signature_keys import SignatureKey
+from sigdnn.runtime.device import ExecutionContext
 
 MAX_A_BYTES = 256 * 2**20  # the im2col matrix's bound; past it the implicit GEMM runs the conv
 ALIGN = 256  # bytes: split-K's partials start at a multiple of it after A
@@ -84,25 +82,15 @@ class Im2colGemmPlan(NodePlan):
         self.bind(buffers, context)()
 
 
-class CutileConvIm2colBuilder(PlanBuilder):
+class CutileConvIm2colBuilder(GemmConvBuilder):
     name = "cutile.conv_fprop_im2col"
-    engine_id = IN_TREE[name]
-    library = "cutile"
-    device = "gpu"
-    ops = ("conv_fprop",)
-    priority = -1  # below the CuTe convs; cutile.conv_fprop_1x1 (a lower id) first where both apply
-
-    def available(self) -> str | None:
-        return pointwise.unavailable_reason()  # cuTile importable, a GPU present
-
-    def serves(self, key: SignatureKey) -> bool:
-        return serves_gemm(key, "conv_fprop", ("x", "w", "y"))
+    engine_id = IN_TREE[name]  # above cutile.conv_fprop_1x1's: that one first where both apply
 
     def plan(self, node: Node, graph: Graph) -> tuple[MatmulSpec, GemmViews, tuple[Any, ...], tuple[int, int]]:
         """(the GEMM's spec without a configuration, its views, the im2col launch's scalars, A's shape), or
         NotSupported saying why."""
         op, where = node.op, f"node '{node.name}'"
-        dtypes, compute = gemm_dtypes(self.name, node, graph)
+        dtypes, compute = self.dtypes(node, graph)
         x, w, y = graph.tensors[op.x], graph.tensors[op.w], graph.tensors[op.y]
         if x.dims[1] != w.dims[1]:
             raise NotSupported(f"{where}: {x.dims[1] // w.dims[1]} groups; {self.name} runs ungrouped convs")
@@ -139,17 +127,8 @@ class CutileConvIm2colBuilder(PlanBuilder):
             views = plan_views(a, ((reduction, k), (1, reduction)), ((n, p, k), y_strides))
         except ValueError as e:
             raise NotSupported(f"{where}: {e}") from None
-        operands = [Operand(d, v.transposed, v.batched) for d, v in zip(dtypes, (views.a, views.b, views.c))]
         constants = (*scalars, TILE_PIXELS, TILE_REDUCTION, fastest)
-        return MatmulSpec(*operands, dtypes[2], mma_of(*dtypes[:2], compute)), views, constants, (pixels, reduction)
-
-    def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
-        self.plan(node, graph)
-
-    def configs(self, nodes: Sequence[Node], graph: Graph, device: Device | None = None) -> list[str]:
-        """cutile.matmul's configurations for the GEMM (its default first)."""
-        spec, views, _, _ = self.plan(nodes[0], graph)
-        return config_labels(spec.mma, views, device)
+        return gemm_spec(dtypes, compute, views), views, constants, (pixels, reduction)
 
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         spec, views, constants, (pixels, reduction) = self.plan(node, graph)
