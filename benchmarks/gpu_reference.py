@@ -31,9 +31,9 @@ PARTS = ("agreement", "gemm", "conv", "validate")
 FP64_TENSOR_PEAK_TFLOPS = 67.0
 
 
-def agreement(cases_wanted: int, size: int, seed: int, seconds: float) -> list[str]:
+def agreement_counts(cases_wanted: int, size: int, seed: int, seconds: float) -> tuple[dict, dict[str, str]]:
     """Random cases round-robin over ops and dtypes until ``cases_wanted`` ran or ``seconds`` passed: counts per op,
-    and each op's first case beyond 1 ulp or failing named (its generator index, to rerun it)."""
+    and each op's first case beyond 1 ulp or failing named (its seed and generator index, to rerun it)."""
     import sigdnn
     from sigdnn.errors import GraphError, NoPlanError
     from sigdnn.plan_builders.gpu_reference import cases
@@ -57,11 +57,11 @@ def agreement(cases_wanted: int, size: int, seed: int, seconds: float) -> list[s
         try:
             got = gpu.execute(gpu.prepare(graph), inputs)
         except NoPlanError:
-            counts[op]["declined"] += 1
+            counts[op]["declined"], ran = counts[op]["declined"] + 1, ran + 1
             continue
         except Exception as e:  # a campaign counts a failing case and goes on
-            counts[op]["failed"] += 1
-            firsts.setdefault(op, f"{op} {dtype} case {i}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            counts[op]["failed"], ran = counts[op]["failed"] + 1, ran + 1
+            firsts.setdefault(op, f"{op} {dtype} seed {seed} case {i}: {type(e).__name__}: {str(e)[:200]}")
             continue
         want = cpu.execute(cpu.prepare(graph), inputs)
         worst, ones = 0, 0
@@ -71,14 +71,34 @@ def agreement(cases_wanted: int, size: int, seed: int, seconds: float) -> list[s
         counts[op]["exact" if worst == 0 else "1 ulp" if worst == 1 else "beyond"] += 1
         counts[op]["1-ulp elements"], ran = counts[op]["1-ulp elements"] + ones, ran + 1
         if worst > 1:
-            firsts.setdefault(op, f"{op} {dtype} case {i}: {worst} ulps")
-    lines = [f"{ran} cases in {time.perf_counter() - started:.0f} s (size {size}, seed {seed})", ""]
+            firsts.setdefault(op, f"{op} {dtype} seed {seed} case {i}: {worst} ulps")
+    return dict(counts), firsts
+
+
+def agreement(cases_wanted: int, size: int, seed: int, seconds: float, workers: int) -> list[str]:
+    """``agreement_counts`` in ``workers`` processes (seeds seed, seed + 1, ...; the GPU shared), merged."""
+    import concurrent.futures
+    import multiprocessing
+
+    started, share = time.perf_counter(), -(-cases_wanted // workers)
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        runs = list(pool.map(agreement_counts, [share] * workers, [size] * workers, range(seed, seed + workers),
+                             [seconds] * workers))  # fmt: skip
+    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for run_counts, _ in runs:
+        for op, c in run_counts.items():
+            counts[op].update(c)
+    ran = sum(c[k] for c in counts.values() for k in ("exact", "1 ulp", "beyond", "declined", "failed"))
+    lines = [
+        f"{ran} cases in {time.perf_counter() - started:.0f} s ({workers} processes, size {size}, seed {seed}..)",
+        "",
+    ]
     columns = ("exact", "1 ulp", "1-ulp elements", "beyond", "declined", "failed")
     lines += ["| op | exact | at 1 ulp | 1-ulp elements | beyond 1 ulp | declined | failed |", "|" + "---|" * 7]
     total = sum((c for c in counts.values()), collections.Counter())
     for op, c in [*sorted(counts.items()), ("all", total)]:
         lines.append(f"| {op} | " + " | ".join(str(c[k]) for k in columns) + " |")
-    return lines + [""] + [f"- {line}" for line in firsts.values()]
+    return lines + [""] + [f"- {line}" for _, firsts in runs for line in firsts.values()]
 
 
 def _device_inputs(graph: Any, seed: int) -> dict[str, Any]:
@@ -86,7 +106,9 @@ def _device_inputs(graph: Any, seed: int) -> dict[str, Any]:
 
     from sigdnn.validation import random_inputs
 
-    return {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in random_inputs(graph, seed).items()}
+    strides = {t.name: t.strides for t in graph.inputs}  # the graph's layout (NHWC convs), which a plan is made for
+    host = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in random_inputs(graph, seed).items()}
+    return {k: torch.empty_strided(v.shape, strides[k], dtype=v.dtype, device="cuda").copy_(v) for k, v in host.items()}
 
 
 def _timed(run: Callable[[], Any]) -> float:
@@ -149,6 +171,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1e9, help="agreement: stop after this long")
     parser.add_argument("--size", type=int, default=8, help="agreement: extent scale of the random cases")
     parser.add_argument("--seed", type=int, default=0, help="agreement: the case generator's seed")
+    parser.add_argument("--workers", type=int, default=1, help="agreement: processes sharing the GPU (seed + i each)")
     parser.add_argument("--gemm-n", type=int, default=4096, help="gemm: M = N = K (default 4096)")
     parser.add_argument("--batch", type=int, default=64, help="conv / validate: ResNet-50 batch (default 64)")
     parser.add_argument("--seq", type=int, default=4096, help="validate: the Llama layer's sequence length")
@@ -159,7 +182,7 @@ def main() -> None:
     for part in args.parts:
         lines += ["", f"## {part}", ""]
         if part == "agreement":
-            lines += agreement(args.cases, args.size, args.seed, args.seconds)
+            lines += agreement(args.cases, args.size, args.seed, args.seconds, args.workers)
         elif part == "gemm":
             lines += gemm(args.gemm_n)
         elif part == "conv":

@@ -18,7 +18,16 @@ from typing import Any
 import numpy as np
 
 from sigdnn.graph.layout import packed_strides
-from sigdnn.plan_builders.gpu_reference.backend import GEMM_TILE, OUTER_TILE, ROW_TILE, TILE, Gpu
+from sigdnn.plan_builders.gpu_reference.backend import (
+    GEMM_TILE,
+    GRID_LIMITS,
+    INTEGER_GEMM_TILE,
+    ORDERED_ROWS,
+    OUTER_TILE,
+    ROW_TILE,
+    TILE,
+    Gpu,
+)
 
 
 def row_major_index(shape: tuple[int, ...]) -> np.ndarray:
@@ -240,19 +249,38 @@ class Array:
 
     # -- reductions and products -------------------------------------------------
     def reduce_last(self, mode: str) -> Array:
-        """SUM / MAX / MIN / PROD over the last axis (max / min give NaN for a row holding one)."""
+        """SUM / MAX / MIN / PROD over the last axis (max / min give NaN for a row holding one): one block a
+        row, launched in parts of at most grid x's bound of rows."""
         rows, n = self.size // max(self.shape[-1], 1), self.shape[-1]
         out = Array.empty(self.gpu, self.shape[:-1], self.dtype)
         identity = _identity(mode, self.dtype)
+        for first in range(0, rows, GRID_LIMITS[0]):
+            count = min(GRID_LIMITS[0], rows - first)
+            self.gpu.launch(
+                "reduce_rows",
+                (count, 1, 1),
+                self.gpu.shaped(self.gpu.part(self.data, first * n, count * n), (count, n)),
+                self.gpu.part(out.data, first, count),
+                n,
+                identity,
+                ROW_TILE,
+                self.gpu.constant(f"R_{mode}"),
+            )
+        return out
+
+    def sum_last_in_order(self) -> Array:
+        """The sum over the last axis added left to right from 0.0: the order of a reference that accumulates
+        tap by tap (pooling's backward), where ``reduce_last``'s tree order could leave another float64
+        residue of a cancelling sum."""
+        rows, n = self.size // max(self.shape[-1], 1), self.shape[-1]
+        out = Array.empty(self.gpu, self.shape[:-1], self.dtype)
         self.gpu.launch(
-            "reduce_rows",
-            (rows, 1, 1),
+            "sum_rows_in_order",
+            (math.ceil(rows / ORDERED_ROWS), 1, 1),
             self.gpu.shaped(self.data, (rows, n)),
-            out.data,
+            self.gpu.shaped(out.data, (rows, 1)),
             n,
-            identity,
-            ROW_TILE,
-            self.gpu.constant(f"R_{mode}"),
+            ORDERED_ROWS,
         )
         return out
 
@@ -268,24 +296,17 @@ class Array:
         return out
 
     def matmul(self, other: Array) -> Array:
-        """Batched float64 self @ other: (B, M, K) x (B, K, N) -> (B, M, N); 2-D operands are one batch."""
+        """Batched self @ other: (B, M, K) x (B, K, N) -> (B, M, N); 2-D operands are one batch. float64 on the
+        CUDA cores (ct.mma's float64 form); int64 as every product summed with int64's wrapping."""
         a, b = (x.reshape(1, *x.shape) if len(x.shape) == 2 else x for x in (self, other))
         (batch, m, k), (batch_b, k_b, n) = a.shape, b.shape
-        if batch != batch_b or k != k_b:
-            raise ValueError(f"matmul of {a.shape} and {b.shape}")
-        out = Array.empty(self.gpu, (batch, m, n), np.float64)
-        tm, tn, tk = GEMM_TILE
-        self.gpu.launch(
-            "gemm",
-            (math.ceil(m / tm), math.ceil(n / tn), batch),
-            self.gpu.shaped(a.data, a.shape),
-            self.gpu.shaped(b.data, b.shape),
-            self.gpu.shaped(out.data, out.shape),
-            k,
-            tm,
-            tn,
-            tk,
-        )
+        if batch != batch_b or k != k_b or a.dtype != b.dtype:
+            raise ValueError(f"matmul of {a.dtype}{a.shape} and {b.dtype}{b.shape}")
+        out = Array.empty(self.gpu, (batch, m, n), a.dtype)
+        tiles = INTEGER_GEMM_TILE if a.dtype.kind == "i" else GEMM_TILE
+        operands = (self.gpu.shaped(x.data, x.shape) for x in (a, b, out))
+        grid = (math.ceil(m / tiles[0]), math.ceil(n / tiles[1]), batch)
+        self.gpu.launch("integer_gemm" if a.dtype.kind == "i" else "gemm", grid, *operands, k, *tiles)
         return out if len(self.shape) == 3 else out.reshape(m, n)
 
 

@@ -30,6 +30,9 @@ TILE = 1024  # elements a block of the flat kernels handles
 ROW_TILE = 256  # lanes of a row reduction
 GEMM_TILE = (64, 64, 16)  # (rows, columns, depth) of a GEMM block's float64 tile
 OUTER_TILE = (16, 256)  # (rows, columns) of a gather_outer block
+ORDERED_ROWS = 128  # rows of a block of the in-order row sum
+INTEGER_GEMM_TILE = (32, 32)  # (rows, columns) of an int64 GEMM block
+GRID_LIMITS = ((1 << 24) - 1, 65535, 65535)  # cuTile's bound on grid x (24 bits), CUDA's on y and z
 BYTE_VIEWED = ("bool", "float8_e4m3fn", "float8_e5m2")  # dtypes a kernel reads as bytes
 
 _modules: dict[bool, ModuleType] = {}
@@ -176,6 +179,8 @@ class Gpu:
     def launch(self, name: str, grid: tuple[int, ...], *args: Any) -> None:
         if math.prod(grid) == 0:
             return
+        if any(g > limit for g, limit in zip(grid, GRID_LIMITS)):
+            raise ExecutionError(f"the GPU reference's {name} kernel needs a grid of {grid}, past {GRID_LIMITS}")
         kernel = getattr(self.kernels, name)
         if self.emulated:
             from sigdnn.plan_builders.cutile import emulator

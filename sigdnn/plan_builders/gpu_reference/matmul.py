@@ -1,4 +1,5 @@
-"""GPU reference matmul: a batched float64 GEMM (tensor-core DMMA: exact products, float64 sums).
+"""GPU reference matmul: a batched float64 GEMM (float64 products and sums; exact products for inputs of float32
+or narrower).
 
 Batch dims broadcast as in NumPy (a gather makes each operand's full batch).
 Integer compute (int64 operands) takes the definition literally: every
@@ -30,17 +31,10 @@ def batched(a: Array, b: Array) -> tuple[Array, Array, tuple[int, ...]]:
 
 
 def matmul(a: Array, b: Array) -> Array:
+    """a @ b with NumPy's batch broadcasting (float64 sums, or int64 products summed with wrapping)."""
     a3, b3, batch = batched(a, b)
     c = a3.matmul(b3)
     return c.reshape(*batch, c.shape[1], c.shape[2])
-
-
-def integer_matmul(a: Array, b: Array) -> Array:
-    """sum over k of a[.., m, k] * b[.., k, n] in int64 (every product formed, then one row sum each)."""
-    a3, b3, batch = batched(a, b)
-    (p, m, k), n = a3.shape, b3.shape[2]
-    products = a3.reshape(p, m, 1, k) * b3.transpose(0, 2, 1).reshape(p, 1, n, k)
-    return products.reduce_last("SUM").reshape(*batch, m, n)
 
 
 class GpuReferenceMatmul(GpuReferenceBuilder):
@@ -55,5 +49,4 @@ class GpuReferenceMatmul(GpuReferenceBuilder):
         return graph.compute_dtype_of(node).is_integer and all(dt.is_integer for dt in inputs)
 
     def formula(self, node: Node, graph: Graph) -> Formula:
-        product = integer_matmul if self.computes_in_integers(node, graph) else matmul
-        return lambda i: {"c": product(i["a"], i["b"])}
+        return lambda i: {"c": matmul(i["a"], i["b"])}

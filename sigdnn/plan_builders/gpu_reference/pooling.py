@@ -7,7 +7,10 @@ send dy / divisor to every real tap; max sends dy to one tap per window, the
 first maximum in row-major tap order among real taps (a NaN counts as a new
 maximum, so the last NaN wins; a window of only -inf picks its first real
 tap), docs/ops.md's rule. dx gathers, per input position and tap, the dy of
-the window that put that tap there (``windows.inverse``) and sums.
+the window that put that tap there (``windows.inverse``) and adds them in
+tap order from 0.0, as the CPU reference accumulates (a cancelling sum then
+leaves the same float64 residue on both, which a bfloat16 output keeps as
+thousands of its ulps).
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def pool_backward(dy: Array, x: Array, op: Pooling) -> Array:
         d = divisor(op, forward)
         share = grad / (d if isinstance(d, float) else Array.from_host(dy.gpu, d))
         parts = planes(share, inverse)
-    return parts.reduce_last("SUM").reshape(*x.shape)
+    return parts.sum_last_in_order().reshape(*x.shape)
 
 
 class GpuReferencePooling(GpuReferenceBuilder):

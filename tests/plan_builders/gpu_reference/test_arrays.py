@@ -50,11 +50,59 @@ def test_matmul_of_two_and_three_dims(gpu: Gpu) -> None:
     np.testing.assert_array_equal(Array.from_host(gpu, a3).matmul(Array.from_host(gpu, b3)).host(), a3 @ b3)
 
 
-@pytest.mark.parametrize(("a", "b"), [((2, 3, 5), (2, 4, 2)), ((2, 3, 5), (3, 5, 2))], ids=["inner", "batch"])
-def test_matmul_refuses_mismatched_operands(gpu: Gpu, a, b) -> None:
-    x, y = Array.from_host(gpu, np.zeros(a)), Array.from_host(gpu, np.zeros(b))
-    with pytest.raises(ValueError, match=r"matmul of \(2, 3, 5\) and"):
+@pytest.mark.parametrize(
+    ("a", "b", "b_dtype"),
+    [((2, 3, 5), (2, 4, 2), np.float64), ((2, 3, 5), (3, 5, 2), np.float64), ((2, 3, 5), (2, 5, 2), np.int64)],
+    ids=["inner", "batch", "dtype"],
+)
+def test_matmul_refuses_mismatched_operands(gpu: Gpu, a, b, b_dtype) -> None:
+    x, y = Array.from_host(gpu, np.zeros(a)), Array.from_host(gpu, np.zeros(b), b_dtype)
+    with pytest.raises(ValueError, match=r"matmul of float64\(2, 3, 5\) and"):
         x.matmul(y)
+
+
+def test_an_integer_matmul_wraps_as_int64_and_keeps_every_product(gpu: Gpu) -> None:
+    """Products past 2^63 wrap and sums wrap, as NumPy's int64 matmul; a float64 GEMM would round them."""
+    rng = np.random.default_rng(1)
+    a = rng.integers(-(2**62), 2**62, (2, 37, 41), dtype=np.int64)
+    b = rng.integers(-(2**40), 2**40, (2, 41, 35), dtype=np.int64)
+    b[0, 0, 0], a[1, 5] = 3, 2**62 + 1  # a wrapping product, a row of large values
+    got = Array.from_host(gpu, a, np.int64).matmul(Array.from_host(gpu, b, np.int64))
+    assert got.dtype == np.int64
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(got.host(), a @ b)
+
+
+def test_sum_last_in_order_adds_left_to_right_from_zero(gpu: Gpu) -> None:
+    """((0 + 1e16) + 1) - 1e16 + 1 is 1 left to right; a pairwise order gives 0. -0.0 rows sum to +0.0."""
+    rows = np.array([[1e16, 1.0, -1e16, 1.0], [-0.0, -0.0, -0.0, -0.0], [1.0, 2.0, 3.0, 4.0]] * 100)
+    got = Array.from_host(gpu, rows.reshape(10, 30, 4)).sum_last_in_order()
+    want = np.zeros(rows.shape[0])
+    for j in range(4):
+        want = want + rows[:, j]
+    assert got.shape == (10, 30)
+    np.testing.assert_array_equal(got.host().reshape(-1), want)
+    assert not np.signbit(got.host().reshape(-1)[1]) and want[0] == 1.0
+
+
+def test_reduce_last_launches_rows_past_the_grid_limit_in_parts(gpu: Gpu, monkeypatch) -> None:
+    from sigdnn.plan_builders.gpu_reference import arrays
+
+    monkeypatch.setattr(arrays, "GRID_LIMITS", (3, 65535, 65535))
+    host = np.arange(40.0).reshape(10, 4)
+    launches = []
+    real = gpu.launch
+    monkeypatch.setattr(gpu, "launch", lambda name, grid, *args: launches.append(grid) or real(name, grid, *args))
+    np.testing.assert_array_equal(Array.from_host(gpu, host).reduce_last("SUM").host(), host.sum(axis=1))
+    assert launches == [(3, 1, 1)] * 3 + [(1, 1, 1)]
+
+
+def test_a_grid_past_the_limits_is_an_execution_error(gpu: Gpu) -> None:
+    from sigdnn.errors import ExecutionError
+
+    for grid in ((1 << 24, 1, 1), (1, 65536, 1), (1, 1, 65536)):
+        with pytest.raises(ExecutionError, match="the GPU reference's gemm kernel needs a grid of"):
+            gpu.launch("gemm", grid)
 
 
 @pytest.mark.parametrize("shape", [(2, 3), (4, 1), (3, 2, 5)], ids=str)

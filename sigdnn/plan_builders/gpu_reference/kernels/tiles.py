@@ -227,7 +227,8 @@ def elementwise(
 
 @ct.kernel
 def gemm(a, b, out, K, TM: ct.Constant[int], TN: ct.Constant[int], TK: ct.Constant[int]):
-    """out[p] = a[p] @ b[p] for each batch p, float64 tiles accumulated by ct.mma (exact FMA in float64)."""
+    """out[p] = a[p] @ b[p] for each batch p, float64 tiles accumulated by ct.mma (on sm_90 a DMUL and a DADD per
+    product: a float64 product of two float32-or-narrower values is exact, of two float64 values rounded once)."""
     i, j, p = ct.bid(0), ct.bid(1), ct.bid(2)
     acc = ct.full((TM, TN), 0.0, ct.float64)
     for k in range(ct.cdiv(K, TK)):
@@ -235,6 +236,27 @@ def gemm(a, b, out, K, TM: ct.Constant[int], TN: ct.Constant[int], TK: ct.Consta
         y = ct.reshape(ct.load(b, (p, k, j), (1, TK, TN), padding_mode=ct.PaddingMode.ZERO), (TK, TN))
         acc = ct.mma(x, y, acc)
     ct.store(out, (p, i, j), ct.reshape(acc, (1, TM, TN)))
+
+
+@ct.kernel
+def integer_gemm(a, b, out, K, TM: ct.Constant[int], TN: ct.Constant[int]):
+    """out[p] = a[p] @ b[p] in int64 (wrapping): one rank-1 update per k, every product a[m, k] b[k, n] formed."""
+    i, j, p = ct.bid(0), ct.bid(1), ct.bid(2)
+    acc = ct.full((TM, TN), 0, ct.int64)
+    for k in range(K):
+        x = ct.reshape(ct.load(a, (p, i, k), (1, TM, 1), padding_mode=ct.PaddingMode.ZERO), (TM, 1))
+        y = ct.reshape(ct.load(b, (p, k, j), (1, 1, TN), padding_mode=ct.PaddingMode.ZERO), (1, TN))
+        acc = acc + x * y
+    ct.store(out, (p, i, j), ct.reshape(acc, (1, TM, TN)))
+
+
+@ct.kernel
+def sum_rows_in_order(x, out, N, TR: ct.Constant[int]):
+    """out[r] = ((0 + x[r, 0]) + x[r, 1]) + ... + x[r, N - 1], left to right: TR rows a block, one column a step."""
+    acc = ct.full((TR, 1), 0, x.dtype)
+    for j in range(N):
+        acc = acc + ct.load(x, (ct.bid(0), j), (TR, 1), padding_mode=ct.PaddingMode.ZERO)
+    ct.store(out, (ct.bid(0), 0), acc)
 
 
 @ct.kernel
