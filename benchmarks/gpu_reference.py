@@ -1,34 +1,32 @@
-"""The GPU reference on one H200: agreement with the CPU reference, its float64 rates, validation at model size.
+"""The GPU reference: agreement with the CPU reference, its float64 rates, validation at model size (issue #31).
 
-Claims it measures (issue #31), each a part (``--parts``):
+Parts (``--parts``), each a claim:
+- ``agreement``: >= 10,000 random one-node cases of every op and dtype (``gpu_reference.cases``), in ``--workers``
+  processes sharing the GPU: counts per op of exact / 1 ulp (and its elements) / beyond / declined / failed; the
+  last three must be 0 (1 ulp: float64 sums in another order, the GPU's float64 libm).
+- ``gemm``: a float64 matmul node at 4096^3, TFLOP/s against the 67 TFLOP/s float64 tensor-core peak (target 50%).
+- ``conv``: its convolution (im2col + float64 GEMM) on ResNet-50 layers at batch 64 (target: within 3x of gemm).
+- ``validate``: ``validate(truth="gpu")`` of a ResNet-50 training step (``--batch``) and a Llama layer's forward +
+  backward (d 4096, ``--seq``), seconds (target <= 30 s each); ``--cpu-truth``: judged by the CPU reference too.
 
-- ``agreement``: over >= 10,000 random one-node cases of every op and dtype (``gpu_reference.cases``, size
-  ``--size``), the GPU reference equals the CPU reference bit for bit, or differs by 1 ulp of the output
-  where float64 summation order or the GPU's float64 libm can tell; the table counts, per op, cases exact /
-  at 1 ulp (and the elements) / beyond 1 ulp / declined / failed (the last three must be 0).
-- ``gemm``: the GPU reference's float64 GEMM at 4096^3 (a float64 matmul node), TFLOP/s against the H200's
-  67 TFLOP/s float64 tensor-core peak (target >= 50%).
-- ``conv``: its convolution (im2col + float64 GEMM) on ResNet-50 layers at batch 64, TFLOP/s (target: within
-  3x of the GEMM rate).
-- ``validate``: ``validate(truth="gpu")`` of a ResNet-50 training step (batch ``--batch``) and a Llama decoder
-  layer forward + backward (d 4096, seq ``--seq``) against the GPU backend, seconds (target <= 30 s each); with
-  ``--cpu-truth`` the same validation judged by the CPU reference (target: >= 50x slower).
-
-    PYTHONPATH=. python benchmarks/gpu_reference.py --parts agreement gemm conv validate --out gpu_reference.md
+    PYTHONPATH=. python benchmarks/gpu_reference.py --workers 8 --out gpu_reference.md
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
+import multiprocessing
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 PARTS = ("agreement", "gemm", "conv", "validate")
 FP64_TENSOR_PEAK_TFLOPS = 67.0
+COLUMNS = {"exact": "exact", "1 ulp": "at 1 ulp", "1-ulp elements": "1-ulp elements", "beyond": "beyond 1 ulp",
+           "declined": "declined", "failed": "failed"}  # agreement's counts per op: their headings  # fmt: skip
 
 
 def agreement_counts(cases_wanted: int, size: int, seed: int, seconds: float) -> tuple[dict, dict[str, str]]:
@@ -40,8 +38,7 @@ def agreement_counts(cases_wanted: int, size: int, seed: int, seconds: float) ->
     from sigdnn.plan_builders.gpu_reference.agreement import agreement_ulps
     from sigdnn.validation import random_inputs
 
-    gpu, cpu = sigdnn.Executor("gpu-reference"), sigdnn.Executor("reference")
-    rng = np.random.default_rng(seed)
+    gpu, cpu, rng = sigdnn.Executor("gpu-reference"), sigdnn.Executor("reference"), np.random.default_rng(seed)
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     draws = [(op, dtype) for op in sorted(cases.BUILDERS) for dtype in cases.dtypes_of(op)]
     started, ran, i = time.perf_counter(), 0, 0
@@ -77,44 +74,37 @@ def agreement_counts(cases_wanted: int, size: int, seed: int, seconds: float) ->
 
 def agreement(cases_wanted: int, size: int, seed: int, seconds: float, workers: int) -> list[str]:
     """``agreement_counts`` in ``workers`` processes (seeds seed, seed + 1, ...; the GPU shared), merged."""
-    import concurrent.futures
-    import multiprocessing
-
     started, share = time.perf_counter(), -(-cases_wanted // workers)
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         runs = list(pool.map(agreement_counts, [share] * workers, [size] * workers, range(seed, seed + workers),
                              [seconds] * workers))  # fmt: skip
-    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    for run_counts, _ in runs:
-        for op, c in run_counts.items():
-            counts[op].update(c)
-    ran = sum(c[k] for c in counts.values() for k in ("exact", "1 ulp", "beyond", "declined", "failed"))
-    lines = [
-        f"{ran} cases in {time.perf_counter() - started:.0f} s ({workers} processes, size {size}, seed {seed}..)",
-        "",
-    ]
-    columns = ("exact", "1 ulp", "1-ulp elements", "beyond", "declined", "failed")
-    lines += ["| op | exact | at 1 ulp | 1-ulp elements | beyond 1 ulp | declined | failed |", "|" + "---|" * 7]
-    total = sum((c for c in counts.values()), collections.Counter())
-    for op, c in [*sorted(counts.items()), ("all", total)]:
-        lines.append(f"| {op} | " + " | ".join(str(c[k]) for k in columns) + " |")
+    counts = {op: sum((r[0].get(op, collections.Counter()) for r in runs), collections.Counter())
+              for op in sorted({op for r in runs for op in r[0]})}  # fmt: skip
+    total = sum(counts.values(), collections.Counter())
+    ran = sum(total[k] for k in COLUMNS if k != "1-ulp elements")
+    head = f"{ran} cases in {time.perf_counter() - started:.0f} s ({workers} processes, size {size}, seed {seed}..)"
+    lines = [head, "", "| op | " + " | ".join(COLUMNS.values()) + " |", "|" + "---|" * (len(COLUMNS) + 1)]
+    for op, c in [*counts.items(), ("all", total)]:
+        lines.append(f"| {op} | " + " | ".join(str(c[k]) for k in COLUMNS) + " |")
     return lines + [""] + [f"- {line}" for _, firsts in runs for line in firsts.values()]
 
 
-def _device_inputs(graph: Any, seed: int) -> dict[str, Any]:
+def _seconds(graph: Any) -> float:
+    """Median seconds of one execute on the GPU reference: inputs on the device in the graph's strides (NHWC convs,
+    which a plan is made for), outputs left there."""
     import torch
 
+    import sigdnn
+    from benchmarks.cuda_timing import median_ms
     from sigdnn.validation import random_inputs
 
-    strides = {t.name: t.strides for t in graph.inputs}  # the graph's layout (NHWC convs), which a plan is made for
-    host = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in random_inputs(graph, seed).items()}
-    return {k: torch.empty_strided(v.shape, strides[k], dtype=v.dtype, device="cuda").copy_(v) for k, v in host.items()}
-
-
-def _timed(run: Callable[[], Any]) -> float:
-    from benchmarks.cuda_timing import median_ms
-
-    return median_ms(run, iters=1, repeats=5) / 1e3
+    strides, ex = {t.name: t.strides for t in graph.inputs}, sigdnn.Executor("gpu-reference")
+    host = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in random_inputs(graph, 0).items()}
+    inputs = {
+        k: torch.empty_strided(v.shape, strides[k], dtype=v.dtype, device="cuda").copy_(v) for k, v in host.items()
+    }
+    plan = ex.prepare(graph)
+    return median_ms(lambda: ex.execute(plan, inputs, to_host=False), iters=1, repeats=5) / 1e3
 
 
 def gemm(n: int) -> list[str]:
@@ -122,10 +112,7 @@ def gemm(n: int) -> list[str]:
 
     g = sigdnn.Graph("gemm", io_dtype="float64", compute_dtype="float64")
     g.matmul(g.tensor("a", (n, n)), g.tensor("b", (n, n)), name="mm").set_output(True).set_name("c")
-    ex = sigdnn.Executor("gpu-reference")
-    plan, inputs = ex.prepare(g), _device_inputs(g, 0)
-    seconds = _timed(lambda: ex.execute(plan, inputs, to_host=False))
-    tflops = 2 * n**3 / seconds / 1e12
+    tflops = 2 * n**3 / (seconds := _seconds(g)) / 1e12
     return [f"float64 GEMM {n}^3: {seconds * 1e3:.1f} ms, {tflops:.1f} TFLOP/s = "
             f"{tflops / FP64_TENSOR_PEAK_TFLOPS:.0%} of the {FP64_TENSOR_PEAK_TFLOPS:.0f} TFLOP/s peak (target >= 50%)"]  # fmt: skip
 
@@ -140,11 +127,9 @@ def conv(batch: int) -> list[str]:
         x, w = g.tensor("x", (batch, c, hw, hw), layout="NHWC"), g.tensor("w", (k, c, r, r), layout="NHWC")
         y = g.conv_fprop(x, w, padding=(r // 2, r // 2), stride=(stride, stride), dilation=(1, 1), name="conv")
         y.set_output(True)
-        ex = sigdnn.Executor("gpu-reference")
-        plan, inputs = ex.prepare(g), _device_inputs(g, 0)
-        seconds = _timed(lambda ex=ex, plan=plan, inputs=inputs: ex.execute(plan, inputs, to_host=False))
-        flops = 2 * y.size * c * r * r
-        lines.append(f"| {name} | {seconds * 1e3:.1f} | {flops / seconds / 1e12:.1f} |")
+        seconds = _seconds(g)
+        lines.append(f"| {name} | {seconds * 1e3:.1f} | {2 * y.size * c * r * r / seconds / 1e12:.1f} |")
+        print(lines[-1], flush=True)  # a layer at a time: a run that dies names the last layer done
     return lines
 
 
@@ -157,9 +142,10 @@ def validate_models(batch: int, seq: int, cpu_truth: bool) -> list[str]:
                          (f"Llama layer fwd + bwd, d 4096, seq {seq}", llama_layer(seq=seq, backward=True))):  # fmt: skip
         for truth in ("gpu", "cpu") if cpu_truth else ("gpu",):
             started = time.perf_counter()
-            report = sigdnn.validate(graph, executor=sigdnn.Executor("gpu", fallback="reference"), truth=truth)
-            seconds = time.perf_counter() - started
-            lines.append(f"| {label} | {truth} | {seconds:.1f} | {'PASS' if report.passed else 'FAIL'} |")
+            passed = sigdnn.validate(graph, executor=sigdnn.Executor("gpu", fallback="reference"), truth=truth).passed
+            lines.append(
+                f"| {label} | {truth} | {time.perf_counter() - started:.1f} | {'PASS' if passed else 'FAIL'} |"
+            )
             print(lines[-1], flush=True)
     return lines
 
@@ -180,15 +166,9 @@ def main() -> None:
     args = parser.parse_args()
     lines = [f"# GPU reference ({time.strftime('%Y-%m-%d')})", "", f"command: {' '.join(__import__('sys').argv)}"]
     for part in args.parts:
-        lines += ["", f"## {part}", ""]
-        if part == "agreement":
-            lines += agreement(args.cases, args.size, args.seed, args.seconds, args.workers)
-        elif part == "gemm":
-            lines += gemm(args.gemm_n)
-        elif part == "conv":
-            lines += conv(args.batch)
-        else:
-            lines += validate_models(args.batch, args.seq, args.cpu_truth)
+        lines += ["", f"## {part}", "", *{"agreement": lambda: agreement(args.cases, args.size, args.seed, args.seconds, args.workers),
+                  "gemm": lambda: gemm(args.gemm_n), "conv": lambda: conv(args.batch),
+                  "validate": lambda: validate_models(args.batch, args.seq, args.cpu_truth)}[part]()]  # fmt: skip
         print("\n".join(lines[-12:]), flush=True)
         if args.out:  # after every part: a run cut short keeps what it measured
             with open(args.out, "w") as f:

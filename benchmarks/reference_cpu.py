@@ -186,10 +186,7 @@ def matmul_cases() -> list[Case]:
 
     rng = np.random.default_rng(1)
     out = []
-    for n, io_dtype, dtype in (
-        (2048, "float32", np.float32),
-        (1024, "bfloat16", sigdnn.dtypes.DataType.BFLOAT16.numpy),
-    ):
+    for n, io_dtype, dtype in ((2048, "float32", np.float32), (1024, "bfloat16", sigdnn.DataType.BFLOAT16.numpy)):
         a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
         g = sigdnn.Graph("mm", io_dtype=io_dtype, compute_dtype="float32")
         g.matmul(g.tensor("a", a.shape), g.tensor("b", b.shape)).set_output(True).set_name("c")

@@ -265,3 +265,28 @@ def test_token_packed_sequences_agree_and_the_buffer_past_them_is_never_read(bac
     for name in want:
         assert not np.isnan(got[name]).any() and not np.isnan(want[name]).any(), name
         assert agreement_ulps(got[name], want[name]).max() <= 1, name
+
+
+def test_an_integer_matmul_runs_in_int64_and_wraps_as_the_cpu_reference() -> None:
+    """int64 operands under an int64 compute type: taken (no floating-point-only decline), every product and sum
+    wrapping in int64 (values near 2^40: float64 sums would round them, products wrap past 2^63)."""
+    rng = np.random.default_rng(7)
+    g = sigdnn.Graph("imm", io_dtype="int64", compute_dtype="int64")
+    g.matmul(g.tensor("a", (2, 5, 9)), g.tensor("b", (2, 9, 4)), name="mm").set_output(True)
+    inputs = {"a": rng.integers(-(2**40), 2**40, (2, 5, 9)), "b": rng.integers(-(2**40), 2**40, (2, 9, 4))}
+    found, _ = run_both(g, inputs)
+    with np.errstate(over="ignore"):
+        want = inputs["a"] @ inputs["b"]
+    np.testing.assert_array_equal(found["mm::c"], want)
+
+
+def test_a_matmul_of_integers_and_floats_computes_in_floats() -> None:
+    """Integer compute with one float operand is float64 math (as the CPU reference): 3 x 0.5 stays 1.5 and rounds
+    to 1 in the int64 output; an integer product would have truncated 0.5 to 0 first."""
+    g = sigdnn.Graph("mixed", io_dtype="int64", compute_dtype="int64")
+    b = g.tensor("b", (2, 2)).set_data_type("float32")
+    g.matmul(g.tensor("a", (2, 2)), b, name="mm").set_output(True)
+    inputs = {"a": np.array([[3, 0], [1, 1]], np.int64), "b": np.array([[0.5, 1.0], [0.25, 2.5]], np.float32)}
+    assert worst_ulps(g, inputs)["mm::c"][0] == 0
+    found, _ = run_both(g, inputs)
+    np.testing.assert_array_equal(found["mm::c"], [[1, 3], [0, 3]])
