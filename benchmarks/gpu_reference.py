@@ -76,8 +76,7 @@ def agreement(cases_wanted: int, size: int, seed: int, seconds: float, workers: 
     """``agreement_counts`` in ``workers`` processes (seeds seed, seed + 1, ...; the GPU shared), merged."""
     started, share = time.perf_counter(), -(-cases_wanted // workers)
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        runs = list(pool.map(agreement_counts, [share] * workers, [size] * workers, range(seed, seed + workers),
-                             [seconds] * workers))  # fmt: skip
+        runs = list(pool.map(agreement_counts, *zip(*[(share, size, seed + w, seconds) for w in range(workers)])))
     counts = {op: sum((r[0].get(op, collections.Counter()) for r in runs), collections.Counter())
               for op in sorted({op for r in runs for op in r[0]})}  # fmt: skip
     total = sum(counts.values(), collections.Counter())

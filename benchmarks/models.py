@@ -282,6 +282,7 @@ def onnx_models(directory: Path, on_gpu: bool, iters: int, names: list[str], pro
         line = f"{name}: {len(graph.nodes)} nodes, {len(plan.steps)} steps ({views} views), {executor.backend} vs "
         line += f"onnxruntime: max |diff| / max |y| {error:.1e}"
         if on_gpu:  # torch eager on the same input: its convs as TF32 (torch's default), then as float32
+            pack[graph.outputs[0].name] = torch.empty(got.shape, device="cuda")  # given: a CUDA graph can replay runs
             ms = median_ms(lambda e=executor, p=plan, k=pack: e.execute(p, k, to_host=False), 1, iters, 3)
             with torch.no_grad():
                 tf32 = median_ms(lambda n=net, i=xt: n(i), 1, iters, 3)
