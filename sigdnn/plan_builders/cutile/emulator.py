@@ -332,6 +332,16 @@ def cdiv(x: int, y: int) -> int:
     return -(-x // y)
 
 
+def extract(x: Any, index: Sequence[int], shape: Sequence[int]) -> np.ndarray:
+    """Subtile ``index`` of ``x`` cut into a grid of ``shape`` subtiles (a block index, as ``load``'s)."""
+    x = np.asarray(x)
+    if len(index) != x.ndim or len(shape) != x.ndim or any(d % s for d, s in zip(x.shape, shape, strict=True)):
+        raise ValueError(f"extract: shape {tuple(shape)} does not divide a {x.shape} tile")
+    if any(not 0 <= i < d // s for i, d, s in zip(index, x.shape, shape, strict=True)):
+        raise IndexError(f"extract: subtile {tuple(index)} is outside a {x.shape} tile of {tuple(shape)} subtiles")
+    return x[tuple(slice(i * s, (i + 1) * s) for i, s in zip(index, shape, strict=True))].copy()
+
+
 def reshape(x: Any, shape: Sequence[int]) -> np.ndarray:
     return np.reshape(np.asarray(x), tuple(shape))
 

@@ -290,3 +290,15 @@ def test_a_matmul_of_integers_and_floats_computes_in_floats() -> None:
     assert worst_ulps(g, inputs)["mm::c"][0] == 0
     found, _ = run_both(g, inputs)
     np.testing.assert_array_equal(found["mm::c"], [[1, 3], [0, 3]])
+
+
+def test_max_pooling_backward_sends_a_window_led_by_its_only_nan_to_that_tap() -> None:
+    """A NaN is a new maximum (docs/ops.md): a window whose NaN is its first tap sends dy there, even though no
+    tap equals the window's (NaN) maximum; windows [nan, 5] and [1, 2] send 10 to tap 0 and 20 to tap 3."""
+    g = sigdnn.Graph("maxpool_bwd", io_dtype="float32", compute_dtype="float32")
+    dy, x = g.tensor("dy", (1, 1, 1, 2)), g.tensor("x", (1, 1, 1, 4))
+    g.pooling_backward(dy, x, "max", (1, 2), (1, 2), name="pb").set_output(True)
+    inputs = {"dy": np.array([[[[10.0, 20.0]]]], np.float32), "x": np.array([[[[np.nan, 5.0, 1.0, 2.0]]]], np.float32)}
+    found, want = run_both(g, inputs)
+    np.testing.assert_array_equal(want["pb::dx"], [[[[10.0, 0.0, 0.0, 20.0]]]])
+    np.testing.assert_array_equal(found["pb::dx"], want["pb::dx"])

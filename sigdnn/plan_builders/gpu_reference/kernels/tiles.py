@@ -227,14 +227,16 @@ def elementwise(
 
 @ct.kernel
 def gemm(a, b, out, K, TM: ct.Constant[int], TN: ct.Constant[int], TK: ct.Constant[int]):
-    """out[p] = a[p] @ b[p] for each batch p, float64 tiles accumulated by ct.mma (on sm_90 a DMUL and a DADD per
-    product: a float64 product of two float32-or-narrower values is exact, of two float64 values rounded once)."""
+    """out[p] = a[p] @ b[p] for each batch p in float64: per K tile, TK rank-1 updates acc + x[:, k] * y[k, :],
+    which compile to DFMA (one rounding per product and sum, as a BLAS dgemm); a float64 ct.mma would compile to
+    DMUL + DADD on sm_90 and spill (docs/experiments.md)."""
     i, j, p = ct.bid(0), ct.bid(1), ct.bid(2)
     acc = ct.full((TM, TN), 0.0, ct.float64)
     for k in range(ct.cdiv(K, TK)):
         x = ct.reshape(ct.load(a, (p, i, k), (1, TM, TK), padding_mode=ct.PaddingMode.ZERO), (TM, TK))
         y = ct.reshape(ct.load(b, (p, k, j), (1, TK, TN), padding_mode=ct.PaddingMode.ZERO), (TK, TN))
-        acc = ct.mma(x, y, acc)
+        for kk in ct.static_iter(range(TK)):
+            acc = acc + ct.extract(x, (0, kk), (TM, 1)) * ct.extract(y, (kk, 0), (1, TN))
     ct.store(out, (p, i, j), ct.reshape(acc, (1, TM, TN)))
 
 

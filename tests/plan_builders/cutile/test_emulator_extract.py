@@ -1,0 +1,34 @@
+"""The emulator's extract against cuTile's documented semantics: the tile cut into a grid of ``shape``
+subtiles, ``index`` naming one subtile (not an element)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sigdnn.plan_builders.cutile import emulator as ct
+
+
+def test_extract_takes_the_subtile_at_a_grid_index() -> None:
+    tile = np.arange(8, dtype=np.int32)
+    np.testing.assert_array_equal(ct.extract(tile, (0,), (4,)), [0, 1, 2, 3])
+    np.testing.assert_array_equal(ct.extract(tile, (1,), (4,)), [4, 5, 6, 7])
+    square = np.arange(16, dtype=np.int32).reshape(4, 4)
+    np.testing.assert_array_equal(ct.extract(square, (0, 1), (2, 2)), [[2, 3], [6, 7]])
+    np.testing.assert_array_equal(ct.extract(square, (1, 0), (2, 2)), [[8, 9], [12, 13]])
+
+
+def test_extract_of_a_column_and_a_row_is_a_rank_one_factor() -> None:
+    x = np.arange(12.0).reshape(3, 4)
+    column, row = ct.extract(x, (0, 2), (3, 1)), ct.extract(x, (1, 0), (1, 4))
+    np.testing.assert_array_equal(column, [[2.0], [6.0], [10.0]])
+    np.testing.assert_array_equal(row, [[4.0, 5.0, 6.0, 7.0]])
+    column[0, 0] = -1.0  # a copy: the tile is unchanged
+    assert x[0, 2] == 2.0
+
+
+@pytest.mark.parametrize(("index", "shape", "error"), [((2,), (4,), IndexError), ((-1,), (4,), IndexError),
+                                                        ((0,), (3,), ValueError), ((0, 0), (4,), ValueError)])  # fmt: skip
+def test_extract_refuses_a_subtile_outside_or_a_shape_that_does_not_divide(index, shape, error) -> None:
+    with pytest.raises(error, match="extract"):
+        ct.extract(np.arange(8), index, shape)
