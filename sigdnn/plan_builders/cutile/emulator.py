@@ -121,6 +121,9 @@ def function(fn: Callable[..., Any]) -> Callable[..., Any]:
 def launch(stream: Any, grid: Sequence[int], k: Kernel, args: Sequence[Any]) -> None:
     """Run every block of ``grid`` in order (blocks are independent, so any order is a valid schedule)."""
     gx, gy, gz = (*grid, 1, 1)[:3]
+    missing = [i for i, a in enumerate(args) if a is None]
+    if missing:  # cuTile takes arrays and numbers; a None it refuses, even where the kernel never reads it
+        raise TypeError(f"launch arguments {missing} are None")
     if len(args) == len(k.constant):
         args = [_as_launched(a, c) for a, c in zip(args, k.constant, strict=True)]
     grid_token = _GRID.set((gx, gy, gz))
@@ -194,12 +197,20 @@ def bitcast(x: Any, dtype: np.dtype) -> np.ndarray:
     return np.asarray(x).view(dtype)
 
 
+def _tile_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """A tile's extents, each a power of two as cuTile assumes of every tile shape (its compiler refuses others)."""
+    extents = tuple(int(n) for n in shape)
+    if any(n < 1 or n & (n - 1) for n in extents):
+        raise ValueError(f"tile shape {extents}: every extent must be a power of two")
+    return extents
+
+
 def arange(n: int, dtype: np.dtype = int32) -> np.ndarray:
-    return np.arange(n, dtype=dtype)
+    return np.arange(_tile_shape((n,))[0], dtype=dtype)
 
 
 def full(shape: Sequence[int], value: Any, dtype: np.dtype) -> np.ndarray:
-    return np.full(shape, value, dtype=dtype)
+    return np.full(_tile_shape(shape), value, dtype=dtype)
 
 
 def broadcast_to(x: Any, shape: Sequence[int]) -> np.ndarray:
@@ -246,7 +257,7 @@ def load(
     pointwise kernels' dropped tails read); a tile of higher rank that asks
     for no padding reads a poison outside the array, as cuTile's is undetermined.
     """
-    index, shape = tuple(int(i) for i in index), tuple(int(n) for n in shape)
+    index, shape = tuple(int(i) for i in index), _tile_shape(shape)
     if len(index) != array.ndim or len(shape) != array.ndim:
         raise ValueError(f"tile index {index} / shape {shape} do not match an array of rank {array.ndim}")
     if len(shape) == 1:

@@ -97,12 +97,18 @@ def test_reduce_last_launches_rows_past_the_grid_limit_in_parts(gpu: Gpu, monkey
     assert launches == [(3, 1, 1)] * 3 + [(1, 1, 1)]
 
 
-def test_a_grid_past_the_limits_is_an_execution_error(gpu: Gpu) -> None:
+def test_a_grid_past_the_limits_is_an_execution_error_and_one_at_them_launches(gpu: Gpu, monkeypatch) -> None:
     from sigdnn.errors import ExecutionError
+    from sigdnn.plan_builders.cutile import emulator
 
     for grid in ((1 << 24, 1, 1), (1, 65536, 1), (1, 1, 65536)):
         with pytest.raises(ExecutionError, match="the GPU reference's gemm kernel needs a grid of"):
             gpu.launch("gemm", grid)
+    launched = []
+    monkeypatch.setattr(emulator, "launch", lambda stream, grid, kernel, args: launched.append(grid))
+    for grid in (((1 << 24) - 1, 1, 1), (1, 65535, 1), (1, 1, 65535), ((1 << 24) - 1, 65535, 65535)):
+        gpu.launch("gemm", grid)
+    assert launched == [((1 << 24) - 1, 1, 1), (1, 65535, 1), (1, 1, 65535), ((1 << 24) - 1, 65535, 65535)]
 
 
 @pytest.mark.parametrize("shape", [(2, 3), (4, 1), (3, 2, 5)], ids=str)
@@ -164,3 +170,24 @@ class _NumpyArray:
 
     def row(self, i: int) -> np.ndarray:
         return self.a[i]
+
+
+def test_without_cutile_the_reason_names_the_module_and_the_package(monkeypatch) -> None:
+    """On a machine with a GPU but no cuTile, the GPU reference says which import failed and what to install."""
+    import importlib
+
+    from sigdnn.plan_builders.gpu_reference import backend
+    from sigdnn.runtime import cuda
+
+    monkeypatch.setattr(cuda, "gpu_unavailable_reason", lambda: None)
+    real = importlib.import_module
+
+    def refuse_cutile(name: str, *args):
+        if name == "cuda.tile":
+            raise ModuleNotFoundError("No module named 'cuda.tile'")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", refuse_cutile)
+    assert backend.cutile_unavailable_reason() == (
+        "cuda-tile is not importable (ModuleNotFoundError: No module named 'cuda.tile')"
+    )

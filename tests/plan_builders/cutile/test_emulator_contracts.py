@@ -1,5 +1,6 @@
-"""The emulator's extract against cuTile's documented semantics: the tile cut into a grid of ``shape``
-subtiles, ``index`` naming one subtile (not an element)."""
+"""The emulator against cuTile's documented contracts: ``extract`` (the tile cut into a grid of ``shape``
+subtiles, ``index`` naming one subtile, not an element), power-of-two tile extents, and launch arguments
+(arrays and numbers, never None). A kernel text the GPU would refuse fails on the CPU too."""
 
 from __future__ import annotations
 
@@ -32,3 +33,20 @@ def test_extract_of_a_column_and_a_row_is_a_rank_one_factor() -> None:
 def test_extract_refuses_a_subtile_outside_or_a_shape_that_does_not_divide(index, shape, error) -> None:
     with pytest.raises(error, match="extract"):
         ct.extract(np.arange(8), index, shape)
+
+
+@pytest.mark.parametrize("make", [lambda: ct.full((3, 4), 0.0, np.float32), lambda: ct.arange(6, dtype=np.int32),
+                                  lambda: ct.load(np.zeros((8, 8)), (0, 0), (4, 3))], ids=["full", "arange", "load"])  # fmt: skip
+def test_tile_shapes_must_be_powers_of_two(make) -> None:
+    """cuTile assumes every tile extent is a power of two and its compiler refuses others; so does the emulator,
+    so a kernel text that would not compile fails on the CPU too."""
+    with pytest.raises(ValueError, match="power of two"):
+        make()
+
+
+def test_a_launch_refuses_a_none_argument_as_cutile_does() -> None:
+    """Even an argument the kernel never reads (a dense gather's index) must be an array or a number."""
+    kernel = ct.kernel(lambda x, unused: None)
+    ct.launch(None, (1, 1, 1), kernel, (np.zeros(4), np.zeros(1)))
+    with pytest.raises(TypeError, match=r"launch arguments \[1\] are None"):
+        ct.launch(None, (1, 1, 1), kernel, (np.zeros(4), None))
