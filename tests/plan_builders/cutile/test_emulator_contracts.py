@@ -28,10 +28,9 @@ def test_extract_of_a_column_and_a_row_is_a_rank_one_factor() -> None:
     assert x[0, 2] == 2.0
 
 
-@pytest.mark.parametrize(("index", "shape", "error"), [((2,), (4,), IndexError), ((-1,), (4,), IndexError),
-                                                        ((0,), (3,), ValueError), ((0, 0), (4,), ValueError)])  # fmt: skip
-def test_extract_refuses_a_subtile_outside_or_a_shape_that_does_not_divide(index, shape, error) -> None:
-    with pytest.raises(error, match="extract"):
+@pytest.mark.parametrize(("index", "shape"), [((2,), (4,)), ((-1,), (4,)), ((0,), (3,)), ((0, 0), (4,))])
+def test_extract_refuses_a_subtile_outside_or_a_shape_that_does_not_divide(index, shape) -> None:
+    with pytest.raises(ValueError, match="extract: no subtile"):
         ct.extract(np.arange(8), index, shape)
 
 

@@ -177,8 +177,8 @@ def test_without_cutile_the_reason_names_the_module_and_the_package(monkeypatch)
     import importlib
 
     from sigdnn.plan_builders.gpu_reference import backend
-    from sigdnn.runtime import cuda
 
+    cuda = importlib.import_module("sigdnn.runtime.cuda")  # sys.modules' module, which backend's function imports from
     monkeypatch.setattr(cuda, "gpu_unavailable_reason", lambda: None)
     real = importlib.import_module
 
@@ -188,6 +188,10 @@ def test_without_cutile_the_reason_names_the_module_and_the_package(monkeypatch)
         return real(name, *args)
 
     monkeypatch.setattr(importlib, "import_module", refuse_cutile)
-    assert backend.cutile_unavailable_reason() == (
-        "cuda-tile is not importable (ModuleNotFoundError: No module named 'cuda.tile')"
-    )
+    cuda.dsl_unavailable_reason.cache_clear()  # the answer is cached per process: ask afresh, and forget ours after
+    try:
+        assert backend.cutile_unavailable_reason() == (
+            "cuda-tile is not importable (ModuleNotFoundError: No module named 'cuda.tile')"
+        )
+    finally:
+        cuda.dsl_unavailable_reason.cache_clear()
