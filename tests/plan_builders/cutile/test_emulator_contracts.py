@@ -28,10 +28,13 @@ def test_extract_of_a_column_and_a_row_is_a_rank_one_factor() -> None:
     assert x[0, 2] == 2.0
 
 
-@pytest.mark.parametrize(("index", "shape"), [((2,), (4,)), ((-1,), (4,)), ((0,), (3,)), ((0, 0), (4,))])
-def test_extract_refuses_a_subtile_outside_or_a_shape_that_does_not_divide(index, shape) -> None:
+@pytest.mark.parametrize(
+    ("tile", "index", "shape"),
+    [((8,), (2,), (4,)), ((8,), (-1,), (4,)), ((8,), (0,), (3,)), ((8,), (0, 0), (4,)), ((4, 4), (0, 2), (2, 2))],
+)
+def test_extract_refuses_a_subtile_outside_or_a_shape_that_does_not_divide(tile, index, shape) -> None:
     with pytest.raises(ValueError, match="extract: no subtile"):
-        ct.extract(np.arange(8), index, shape)
+        ct.extract(np.zeros(tile), index, shape)
 
 
 @pytest.mark.parametrize("make", [lambda: ct.full((3, 4), 0.0, np.float32), lambda: ct.arange(6, dtype=np.int32),
@@ -49,3 +52,13 @@ def test_a_launch_refuses_a_none_argument_as_cutile_does() -> None:
     ct.launch(None, (1, 1, 1), kernel, (np.zeros(4), np.zeros(1)))
     with pytest.raises(TypeError, match=r"launch arguments \[1\] are None"):
         ct.launch(None, (1, 1, 1), kernel, (np.zeros(4), None))
+
+
+def test_a_launch_fills_a_short_grid_with_ones_and_forgets_it_afterwards() -> None:
+    """A 1-D grid runs its blocks with y = z = 0; once the launch is over, num_blocks is the default grid's again."""
+    seen = []
+    kernel = ct.kernel(lambda out: seen.append((ct.bid(0), ct.bid(1), ct.bid(2), ct.num_blocks(1), ct.num_blocks(2))))
+    ct.launch(None, (3,), kernel, (np.zeros(1),))
+    assert seen == [(0, 0, 0, 1, 1), (1, 0, 0, 1, 1), (2, 0, 0, 1, 1)]
+    ct.launch(None, (1, 2, 2), kernel, (np.zeros(1),))
+    assert ct.num_blocks(0) == ct.num_blocks(1) == ct.num_blocks(2) == 1
