@@ -297,7 +297,7 @@ class Array:
 
     def matmul(self, other: Array) -> Array:
         """Batched self @ other: (B, M, K) x (B, K, N) -> (B, M, N); 2-D operands are one batch. float64 on the
-        CUDA cores (ct.mma's float64 form); int64 as every product summed with int64's wrapping."""
+        CUDA cores (DFMA); int64 as every product summed with int64's wrapping."""
         a, b = (x.reshape(1, *x.shape) if len(x.shape) == 2 else x for x in (self, other))
         (batch, m, k), (batch_b, k_b, n) = a.shape, b.shape
         if batch != batch_b or k != k_b or a.dtype != b.dtype:

@@ -83,6 +83,8 @@ def test_sum_last_in_order_adds_left_to_right_from_zero(gpu: Gpu) -> None:
     assert got.shape == (10, 30)
     np.testing.assert_array_equal(got.host().reshape(-1), want)
     assert not np.signbit(got.host().reshape(-1)[1]) and want[0] == 1.0
+    single = np.arange(5.0).reshape(5, 1) - 2.0  # rows of one element: each row's value, -0.0 + ... from +0.0
+    np.testing.assert_array_equal(Array.from_host(gpu, single).sum_last_in_order().host(), single[:, 0])
 
 
 def test_reduce_last_launches_rows_past_the_grid_limit_in_parts(gpu: Gpu, monkeypatch) -> None:
