@@ -1,0 +1,132 @@
+"""Probe for issue #31: a float64 GEMM on Hopper's tensor cores (DMMA) written in CuTe DSL, against cuBLAS.
+
+cuTile lowers a float64 ``ct.mma`` to DMUL + DADD and CuTe DSL 4.8 has no float64 MMA atom
+(docs/experiments.md), so this kernel issues ``mma.sync.aligned.m8n8k4.row.col.f64`` through inline PTX.
+How: a block of 4 warps owns a 64 x 64 tile of C, a warp 32 x 32 (4 x 4 DMMA tiles of 8 x 8, 32 float64
+accumulators a thread); each K step of 4 loads a thread's 4 A and 4 B fragment elements straight from global
+memory (no shared-memory staging yet) and issues 16 DMMA. Constraints: row-major A (M x K), B (K x N), C;
+M and N multiples of 64, K of 4 (no bounds checks). Compiled offline for sm_90a it shows 16 DMMA.8x8x4 and
+8 LDG a K step in SASS (``--sass``).
+
+Not product: the GPU reference does not use it yet. Next: time it on the device (this script, same run as
+torch's cuBLAS DGEMM); if it is worth it, stage A / B tiles in shared memory and bring it into
+``gpu_reference`` behind the cuTile kernel for shapes it does not take; record the figures in
+docs/experiments.md and delete this script.
+
+    PYTHONPATH=. python3 scripts/dmma_gemm_probe.py --n 4096          # on the GPU: error vs torch, ms, TFLOP/s
+    CUTE_DSL_ARCH=sm_90a python3 scripts/dmma_gemm_probe.py --sass     # without a GPU: compile, count SASS ops
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+if "--sass" in sys.argv:  # CuTe DSL reads what to keep when it is imported
+    os.environ.update(CUTE_DSL_KEEP="cubin", CUTE_DSL_DUMP_DIR=tempfile.mkdtemp())
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float64, Int32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+
+@dsl_user_op
+def dmma(a, b, c0, c1, *, loc=None, ip=None):
+    """d = a (8 x 4, row) @ b (4 x 8, col) + c over the warp: this thread's A and B element, its 2 of C / D."""
+    values = [Float64(v).ir_value(loc=loc, ip=ip) for v in (a, b, c0, c1)]
+    pair = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f64(), T.f64()]),
+        values,
+        "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {$0, $1}, {$2}, {$3}, {$4, $5};",
+        "=d,=d,d,d,d,d",
+        has_side_effects=False,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
+    return Float64(llvm.extractvalue(T.f64(), pair, [0])), Float64(llvm.extractvalue(T.f64(), pair, [1]))
+
+
+@cute.kernel
+def dgemm_kernel(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, K: Int32) -> None:
+    tidx, _, _ = cute.arch.thread_idx()
+    bx, by, _ = cute.arch.block_idx()
+    warp, lane = tidx // 32, tidx % 32
+    m0, n0 = bx * 64 + (warp // 2) * 32, by * 64 + (warp % 2) * 32
+    acc = cute.make_rmem_tensor(cute.make_layout(32), Float64)
+    acc.fill(0.0)
+    for k in cutlass.range(0, K, 4):
+        a = cute.make_rmem_tensor(cute.make_layout(4), Float64)
+        b = cute.make_rmem_tensor(cute.make_layout(4), Float64)
+        for i in cutlass.range_constexpr(4):
+            a[i] = gA[m0 + 8 * i + lane // 4, k + lane % 4]  # A fragment: row lane / 4, column lane % 4
+            b[i] = gB[k + lane % 4, n0 + 8 * i + lane // 4]  # B fragment: row lane % 4, column lane / 4
+        for i in cutlass.range_constexpr(4):
+            for j in cutlass.range_constexpr(4):
+                d0, d1 = dmma(a[i], b[j], acc[2 * (4 * i + j)], acc[2 * (4 * i + j) + 1])
+                acc[2 * (4 * i + j)], acc[2 * (4 * i + j) + 1] = d0, d1
+    for i in cutlass.range_constexpr(4):
+        for j in cutlass.range_constexpr(4):  # C fragment: row lane / 4, columns 2 (lane % 4) and + 1
+            gC[m0 + 8 * i + lane // 4, n0 + 8 * j + 2 * (lane % 4)] = acc[2 * (4 * i + j)]
+            gC[m0 + 8 * i + lane // 4, n0 + 8 * j + 2 * (lane % 4) + 1] = acc[2 * (4 * i + j) + 1]
+
+
+@cute.jit
+def dgemm(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, M: Int32, N: Int32, K: Int32) -> None:
+    dgemm_kernel(gA, gB, gC, K).launch(grid=((M + 63) // 64, (N + 63) // 64, 1), block=(128, 1, 1))
+
+
+def sass_counts(n: int) -> collections.Counter[str]:
+    """Compile for the architecture CUTE_DSL_ARCH names (no GPU needed) and count the cubin's SASS opcodes
+    (nvdisasm on PATH: the CUDA toolkit's, or the one in Triton's wheel)."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    a, b, c = (make_fake_tensor(Float64, (n, n), stride=(n, 1)) for _ in range(3))
+    cute.compile(dgemm, a, b, c, Int32(n), Int32(n), Int32(n))
+    (cubin,) = glob.glob(f"{os.environ['CUTE_DSL_DUMP_DIR']}/*.cubin")
+    sass = subprocess.run(["nvdisasm", cubin], capture_output=True, text=True, check=True).stdout
+    return collections.Counter(
+        line.split("*/")[1].split()[0].split(".")[0]
+        for line in sass.splitlines()
+        if "*/" in line and line.split("*/")[1].split() and not line.split("*/")[1].strip().startswith(".")
+    )
+
+
+def on_gpu(n: int) -> None:
+    """Error against torch's float64 matmul (cuBLAS) and both times, in one run."""
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    from benchmarks.cuda_timing import median_ms
+
+    a, b = (torch.randn(n, n, dtype=torch.float64, device="cuda") for _ in range(2))
+    c = torch.empty(n, n, dtype=torch.float64, device="cuda")
+    args = [from_dlpack(t) for t in (a, b, c)] + [Int32(n)] * 3
+    kernel = cute.compile(dgemm, *args)
+    kernel(*args)
+    want = a @ b
+    print(f"max |c - torch| / max |torch| = {float((c - want).abs().max() / want.abs().max()):.2e}")
+    for name, run in (("dmma probe", lambda: kernel(*args)), ("torch (cuBLAS)", lambda: torch.matmul(a, b, out=c))):
+        ms = median_ms(run, iters=3, repeats=5)
+        print(f"{name}: {ms:.2f} ms, {2 * n**3 / ms / 1e9:.1f} TFLOP/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=4096, help="M = N = K (multiples of 64)")
+    parser.add_argument("--sass", action="store_true", help="compile only and count SASS opcodes (no GPU)")
+    args = parser.parse_args()
+    if args.sass:
+        print(dict(sass_counts(args.n).most_common(12)))
+    else:
+        on_gpu(args.n)
+
+
+if __name__ == "__main__":
+    main()
