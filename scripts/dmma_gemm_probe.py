@@ -4,9 +4,8 @@ cuTile lowers a float64 ``ct.mma`` to DMUL + DADD and CuTe DSL 4.8 has no float6
 (docs/experiments.md), so this kernel issues ``mma.sync.aligned.m8n8k4.row.col.f64`` through inline PTX.
 How: a block of 4 warps owns a 64 x 64 tile of C, a warp 32 x 32 (4 x 4 DMMA tiles of 8 x 8, 32 float64
 accumulators a thread); each K step of 4 loads a thread's 4 A and 4 B fragment elements straight from global
-memory (no shared-memory staging yet) and issues 16 DMMA. Constraints: row-major A (M x K), B (K x N), C;
-M and N multiples of 64, K of 4 (no bounds checks). Compiled offline for sm_90a it shows 16 DMMA.8x8x4 and
-8 LDG a K step in SASS (``--sass``).
+memory (no shared-memory staging yet; 0 past M, N or K) and issues 16 DMMA. Constraints: row-major A (M x K),
+B (K x N) and C. Compiled offline for sm_90a it shows 16 DMMA.8x8x4 a K step in SASS (``--sass``).
 
 Not product: the GPU reference does not use it yet. Next: time it on the device (this script, same run as
 torch's cuBLAS DGEMM); if it is worth it, stage A / B tiles in shared memory and bring it into
@@ -54,7 +53,7 @@ def dmma(a, b, c0, c1, *, loc=None, ip=None):
 
 
 @cute.kernel
-def dgemm_kernel(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, K: Int32) -> None:
+def dgemm_kernel(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, M: Int32, N: Int32, K: Int32) -> None:
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     warp, lane = tidx // 32, tidx % 32
@@ -64,22 +63,30 @@ def dgemm_kernel(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, K: Int32) ->
     for k in cutlass.range(0, K, 4):
         a = cute.make_rmem_tensor(cute.make_layout(4), Float64)
         b = cute.make_rmem_tensor(cute.make_layout(4), Float64)
+        a.fill(0.0)  # past M, N or K: 0, which adds nothing
+        b.fill(0.0)
         for i in cutlass.range_constexpr(4):
-            a[i] = gA[m0 + 8 * i + lane // 4, k + lane % 4]  # A fragment: row lane / 4, column lane % 4
-            b[i] = gB[k + lane % 4, n0 + 8 * i + lane // 4]  # B fragment: row lane % 4, column lane / 4
+            row, col = m0 + 8 * i + lane // 4, n0 + 8 * i + lane // 4
+            if (row < M) & (k + lane % 4 < K):
+                a[i] = gA[row, k + lane % 4]  # A fragment: row lane / 4, column lane % 4
+            if (k + lane % 4 < K) & (col < N):
+                b[i] = gB[k + lane % 4, col]  # B fragment: row lane % 4, column lane / 4
         for i in cutlass.range_constexpr(4):
             for j in cutlass.range_constexpr(4):
                 d0, d1 = dmma(a[i], b[j], acc[2 * (4 * i + j)], acc[2 * (4 * i + j) + 1])
                 acc[2 * (4 * i + j)], acc[2 * (4 * i + j) + 1] = d0, d1
     for i in cutlass.range_constexpr(4):
         for j in cutlass.range_constexpr(4):  # C fragment: row lane / 4, columns 2 (lane % 4) and + 1
-            gC[m0 + 8 * i + lane // 4, n0 + 8 * j + 2 * (lane % 4)] = acc[2 * (4 * i + j)]
-            gC[m0 + 8 * i + lane // 4, n0 + 8 * j + 2 * (lane % 4) + 1] = acc[2 * (4 * i + j) + 1]
+            row, col = m0 + 8 * i + lane // 4, n0 + 8 * j + 2 * (lane % 4)
+            if (row < M) & (col < N):
+                gC[row, col] = acc[2 * (4 * i + j)]
+            if (row < M) & (col + 1 < N):
+                gC[row, col + 1] = acc[2 * (4 * i + j) + 1]
 
 
 @cute.jit
 def dgemm(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, M: Int32, N: Int32, K: Int32) -> None:
-    dgemm_kernel(gA, gB, gC, K).launch(grid=((M + 63) // 64, (N + 63) // 64, 1), block=(128, 1, 1))
+    dgemm_kernel(gA, gB, gC, M, N, K).launch(grid=((M + 63) // 64, (N + 63) // 64, 1), block=(128, 1, 1))
 
 
 def sass_counts(n: int) -> collections.Counter[str]:
@@ -91,11 +98,13 @@ def sass_counts(n: int) -> collections.Counter[str]:
     cute.compile(dgemm, a, b, c, Int32(n), Int32(n), Int32(n))
     (cubin,) = glob.glob(f"{os.environ['CUTE_DSL_DUMP_DIR']}/*.cubin")
     sass = subprocess.run(["nvdisasm", cubin], capture_output=True, text=True, check=True).stdout
-    return collections.Counter(
-        line.split("*/")[1].split()[0].split(".")[0]
-        for line in sass.splitlines()
-        if "*/" in line and line.split("*/")[1].split() and not line.split("*/")[1].strip().startswith(".")
-    )
+    counts: collections.Counter[str] = collections.Counter()
+    for line in sass.splitlines():
+        words = line.split("*/", 1)[1].split() if "*/" in line else []
+        words = words[1:] if words and words[0].startswith("@") else words  # a predicate, then the opcode
+        if words and not words[0].startswith("."):
+            counts[words[0].split(".")[0]] += 1
+    return counts
 
 
 def on_gpu(n: int) -> None:
@@ -119,7 +128,7 @@ def on_gpu(n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=4096, help="M = N = K (multiples of 64)")
+    parser.add_argument("--n", type=int, default=4096, help="M = N = K")
     parser.add_argument("--sass", action="store_true", help="compile only and count SASS opcodes (no GPU)")
     args = parser.parse_args()
     if args.sass:
