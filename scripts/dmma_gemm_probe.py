@@ -9,8 +9,8 @@ B (K x N) and C. Compiled offline for sm_90a it shows 16 DMMA.8x8x4 a K step in 
 
 Not product: the GPU reference does not use it yet. Next: time it on the device (this script, same run as
 torch's cuBLAS DGEMM); if it is worth it, stage A / B tiles in shared memory and bring it into
-``gpu_reference`` behind the cuTile kernel for shapes it does not take; record the figures in
-docs/experiments.md and delete this script.
+``gpu_reference`` as its GEMM on a GPU (the cuTile kernel staying for the emulator, which cannot run CuTe);
+record the figures in docs/experiments.md and delete this script.
 
     PYTHONPATH=. python3 scripts/dmma_gemm_probe.py --n 4096          # on the GPU: error vs torch, ms, TFLOP/s
     CUTE_DSL_ARCH=sm_90a python3 scripts/dmma_gemm_probe.py --sass     # without a GPU: compile, count SASS ops
