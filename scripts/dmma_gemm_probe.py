@@ -4,11 +4,13 @@ cuTile lowers a float64 ``ct.mma`` to DMUL + DADD and CuTe DSL 4.8 has no float6
 (docs/experiments.md), so this kernel issues ``mma.sync.aligned.m8n8k4.row.col.f64`` through inline PTX.
 How: a block of 4 warps owns a 64 x 64 tile of C, a warp 32 x 32 (4 x 4 DMMA tiles of 8 x 8, 32 float64
 accumulators a thread); each K step of 4 loads a thread's 4 A and 4 B fragment elements straight from global
-memory (no shared-memory staging yet; 0 past M, N or K) and issues 16 DMMA. Constraints: row-major A (M x K),
-B (K x N) and C. Compiled offline for sm_90a it shows 16 DMMA.8x8x4 a K step in SASS (``--sass``).
+memory (0 past M, N or K) and issues 16 DMMA; a second kernel first stages each K tile of 16 in shared
+memory with coalesced loads of the whole block (rows padded against bank conflicts) and runs 4 such steps
+from there. Row-major A (M x K), B (K x N) and C, any extents. Compiled offline for sm_90a (``--sass``): 16
+DMMA.8x8x4 a K step and 8 LDG; 64 DMMA, 32 LDS and 16 LDG a K tile of the staged kernel.
 
 Not product: the GPU reference does not use it yet. Next: time it on the device (this script, same run as
-torch's cuBLAS DGEMM); if it is worth it, stage A / B tiles in shared memory and bring it into
+torch's cuBLAS DGEMM); take the faster (double-buffer its staging if the loads show) and bring it into
 ``gpu_reference`` as its GEMM on a GPU (the cuTile kernel staying for the emulator, which cannot run CuTe);
 record the figures in docs/experiments.md and delete this script.
 
@@ -89,14 +91,67 @@ def dgemm(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, M: Int32, N: Int32,
     dgemm_kernel(gA, gB, gC, M, N, K).launch(grid=((M + 63) // 64, (N + 63) // 64, 1), block=(128, 1, 1))
 
 
-def sass_counts(n: int) -> collections.Counter[str]:
-    """Compile for the architecture CUTE_DSL_ARCH names (no GPU needed) and count the cubin's SASS opcodes
-    (nvdisasm on PATH: the CUDA toolkit's, or the one in Triton's wheel)."""
+@cute.kernel
+def dgemm_smem_kernel(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, M: Int32, N: Int32, K: Int32) -> None:
+    """As dgemm_kernel, with each K tile of 16 staged in shared memory by coalesced loads of the whole block
+    (rows padded by one element against bank conflicts), then 4 K steps of DMMA from there."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bx, by, _ = cute.arch.block_idx()
+    warp, lane = tidx // 32, tidx % 32
+    mb, nb = bx * 64, by * 64
+    wm, wn = (warp // 2) * 32, (warp % 2) * 32
+    smem = cutlass.memory.SmemAllocator()
+    sA = smem.allocate_tensor(Float64, cute.make_layout((64, 16), stride=(17, 1)), byte_alignment=16)
+    sB = smem.allocate_tensor(Float64, cute.make_layout((16, 64), stride=(65, 1)), byte_alignment=16)
+    acc = cute.make_rmem_tensor(cute.make_layout(32), Float64)
+    acc.fill(0.0)
+    a = cute.make_rmem_tensor(cute.make_layout(4), Float64)
+    b = cute.make_rmem_tensor(cute.make_layout(4), Float64)
+    for k in cutlass.range(0, K, 16):
+        for e in cutlass.range_constexpr(8):  # 1,024 elements of each tile, 8 a thread, rows read whole
+            i = tidx + 128 * e
+            ra, ca, rb, cb = i // 16, i % 16, i // 64, i % 64
+            sA[ra, ca] = 0.0
+            if (mb + ra < M) & (k + ca < K):
+                sA[ra, ca] = gA[mb + ra, k + ca]
+            sB[rb, cb] = 0.0
+            if (k + rb < K) & (nb + cb < N):
+                sB[rb, cb] = gB[k + rb, nb + cb]
+        cute.arch.sync_threads()
+        for kk in cutlass.range_constexpr(0, 16, 4):
+            for i in cutlass.range_constexpr(4):
+                a[i] = sA[wm + 8 * i + lane // 4, kk + lane % 4]
+                b[i] = sB[kk + lane % 4, wn + 8 * i + lane // 4]
+            for i in cutlass.range_constexpr(4):
+                for j in cutlass.range_constexpr(4):
+                    d0, d1 = dmma(a[i], b[j], acc[2 * (4 * i + j)], acc[2 * (4 * i + j) + 1])
+                    acc[2 * (4 * i + j)], acc[2 * (4 * i + j) + 1] = d0, d1
+        cute.arch.sync_threads()
+    for i in cutlass.range_constexpr(4):
+        for j in cutlass.range_constexpr(4):
+            row, col = mb + wm + 8 * i + lane // 4, nb + wn + 8 * j + 2 * (lane % 4)
+            if (row < M) & (col < N):
+                gC[row, col] = acc[2 * (4 * i + j)]
+            if (row < M) & (col + 1 < N):
+                gC[row, col + 1] = acc[2 * (4 * i + j) + 1]
+
+
+@cute.jit
+def dgemm_smem(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, M: Int32, N: Int32, K: Int32) -> None:
+    dgemm_smem_kernel(gA, gB, gC, M, N, K).launch(grid=((M + 63) // 64, (N + 63) // 64, 1), block=(128, 1, 1))
+
+
+KERNELS = {"dmma, fragments from global memory": dgemm, "dmma, K tiles in shared memory": dgemm_smem}
+
+
+def sass_counts(n: int, host: object) -> collections.Counter[str]:
+    """Compile ``host`` for the architecture CUTE_DSL_ARCH names (no GPU needed) and count its cubin's SASS
+    opcodes (nvdisasm on PATH: the CUDA toolkit's, or the one in Triton's wheel)."""
     from cutlass.cute.runtime import make_fake_tensor
 
     a, b, c = (make_fake_tensor(Float64, (n, n), stride=(n, 1)) for _ in range(3))
-    cute.compile(dgemm, a, b, c, Int32(n), Int32(n), Int32(n))
-    (cubin,) = glob.glob(f"{os.environ['CUTE_DSL_DUMP_DIR']}/*.cubin")
+    cute.compile(host, a, b, c, Int32(n), Int32(n), Int32(n))
+    cubin = max(glob.glob(f"{os.environ['CUTE_DSL_DUMP_DIR']}/*.cubin"), key=os.path.getmtime)  # this compile's
     sass = subprocess.run(["nvdisasm", cubin], capture_output=True, text=True, check=True).stdout
     counts: collections.Counter[str] = collections.Counter()
     for line in sass.splitlines():
@@ -117,12 +172,16 @@ def on_gpu(n: int) -> None:
     a, b = (torch.randn(n, n, dtype=torch.float64, device="cuda") for _ in range(2))
     c = torch.empty(n, n, dtype=torch.float64, device="cuda")
     args = [from_dlpack(t) for t in (a, b, c)] + [Int32(n)] * 3
-    kernel = cute.compile(dgemm, *args)
-    kernel(*args)
     want = a @ b
-    print(f"max |c - torch| / max |torch| = {float((c - want).abs().max() / want.abs().max()):.2e}")
-    for name, run in (("dmma probe", lambda: kernel(*args)), ("torch (cuBLAS)", lambda: torch.matmul(a, b, out=c))):
-        ms = median_ms(run, iters=3, repeats=5)
+    runs = {}
+    for name, host in KERNELS.items():
+        kernel = runs[name] = cute.compile(host, *args)
+        c.zero_()
+        kernel(*args)
+        print(f"{name}: max |c - torch| / max |torch| = {float((c - want).abs().max() / want.abs().max()):.2e}")
+    runs["torch (cuBLAS)"] = lambda *_: torch.matmul(a, b, out=c)
+    for name, run in runs.items():
+        ms = median_ms(lambda r=run: r(*args), iters=3, repeats=5)
         print(f"{name}: {ms:.2f} ms, {2 * n**3 / ms / 1e9:.1f} TFLOP/s")
 
 
@@ -132,7 +191,8 @@ def main() -> None:
     parser.add_argument("--sass", action="store_true", help="compile only and count SASS opcodes (no GPU)")
     args = parser.parse_args()
     if args.sass:
-        print(dict(sass_counts(args.n).most_common(12)))
+        for name, host in KERNELS.items():
+            print(f"{name}:", dict(sass_counts(args.n, host).most_common(12)))
     else:
         on_gpu(args.n)
 
