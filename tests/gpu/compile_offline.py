@@ -11,8 +11,8 @@ region) with the array constraints cuTile's launch gives contiguous arrays
 (16-byte aligned, stride 1, whole-tile parts divisible), the literal attention
 kernels with variable lengths (forward, dq, dk / dv), the ragged pack /
 unpack, the implicit-GEMM convs (fprop, dgrad, wgrad; float32, exact and
-TF32) and the gated delta rules (gdn, kda, forward and backward, TF32), and
-reports every failure. Not a pytest module: it needs the
+TF32), the gated delta rules (gdn, kda, forward and backward, TF32) and the
+GPU reference's GEMMs and row sums, and reports every failure. Not a pytest module: it needs the
 compiler, not a GPU.
 """
 
@@ -53,6 +53,7 @@ from sigdnn.plan_builders.cutile.matmul_codegen import EpilogueStep, MatmulSpec,
 from sigdnn.plan_builders.cutile.matmul_layout import GemmViews
 from sigdnn.plan_builders.cutile.pointwise import node_spec
 from sigdnn.plan_builders.cutile.spec import kernel_spec
+from sigdnn.plan_builders.gpu_reference import backend as reference_backend
 from sigdnn.registry.regions import Dataflow, make_region
 from sigdnn.registry.registry import DEFAULT_REGISTRY
 
@@ -229,6 +230,28 @@ def gemm_stages(name: str, spec: MatmulSpec, views: GemmViews) -> list[tuple[str
     return [(f"{name} {stage}", attrs.evolve(spec, stage=stage)) for stage in stages]
 
 
+REFERENCE = ("gemm", "integer_gemm", "sum_rows_in_order", "reduce_rows")  # GPU reference kernels (tiles.py)
+
+
+def compile_reference(name: str, folder: str) -> int:
+    """A GPU reference kernel of gpu_reference/kernels/tiles.py as its Array methods launch it (packed arrays)."""
+    module_spec = importlib.util.spec_from_file_location(f"tiles_{uuid.uuid4().hex}", reference_backend.KERNEL_FILE)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    c, i32, f64 = ConstantConstraint, ScalarConstraint(ct.int32), ct.float64
+    (tm, tn, tk), (im, jn) = reference_backend.GEMM_TILE, reference_backend.INTEGER_GEMM_TILE
+    args = {
+        "gemm": [strided(f64, 3)] * 3 + [i32, c(tm), c(tn), c(tk)],
+        "integer_gemm": [strided(ct.int64, 3)] * 3 + [i32, c(im), c(jn)],
+        "sum_rows_in_order": [strided(f64, 2)] * 2 + [i32, c(reference_backend.ORDERED_ROWS)],
+        "reduce_rows": [strided(f64, 2), strided(f64, 1), i32, c(0.0), c(reference_backend.ROW_TILE), c(module.R_SUM)],
+    }[name]
+    out = io.BytesIO()
+    export_kernel(getattr(module, name), [KernelSignature(args, CallingConvention.cutile_python_v1())], out,
+                  gpu_code="sm_90", output_format="cubin")  # fmt: skip
+    return len(out.getvalue())
+
+
 def specs() -> list[tuple[str, KernelSpec]]:
     found = []
     for mode, info in MODES.items():
@@ -291,6 +314,7 @@ def main(words: list[str]) -> int:
     jobs = [(name, compile_spec, (spec,)) for name, spec in specs()]
     jobs += [(" ".join(map(str, k)), compile_literal, k) for k in literal_kernels()]
     jobs += [(f"{k} tf32={tf32}", compile_conv, (k, tf32)) for k, tf32 in itertools.product(CONVS, (False, True))]
+    jobs += [(f"gpu_reference {k}", compile_reference, (k,)) for k in REFERENCE]
     rules = itertools.product(("gdn", "kda"), (False, True))
     jobs += [(f"{k} backward={b}", compile_delta_rule, (k, b)) for k, b in rules]
     jobs = [job for job in jobs if not words or any(w in job[0] for w in words)]
