@@ -29,3 +29,11 @@ CASES = [
     one_by_one("nchw_f32_x_bf16_w_rows_of_2", (2, 5, 2, 9), 7, "NCHW", w_dtype="bfloat16"),
     one_by_one("pooled_map_nhwc_bf16", (3, 16, 1, 1), 10, "NHWC", "bfloat16"),  # a classifier conv on a 1x1 map
 ]
+
+
+def im2col_cases() -> list[Case]:
+    """What ``cutile.conv_fprop_im2col`` takes of the implicit GEMM's cases and these: ungrouped convs whose filter
+    is dense in x's order."""
+    from conv_gemm_cases import CASES as GEMM_CASES
+
+    return [c for c in GEMM_CASES + CASES if c.groups == 1 and c.w_layout in (None, c.layout)]

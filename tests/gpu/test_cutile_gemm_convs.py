@@ -7,8 +7,8 @@ layers torchvision's ONNX exports run, at batch 1 (a split-K GEMM) and 4:
 small-integer inputs must give torch's float64 conv rounded once, bit for
 bit; normal inputs must pass ``sigdnn.validate``, and with ``allow_tf32``
 too. The emulator runs the same kernels in
-tests/plan_builders/cutile/test_emulated_conv_1x1.py and
-test_emulated_conv_im2col.py.
+tests/plan_builders/cutile/test_emulated_gemm_convs.py (and each
+builder's own file).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conv_1x1_cases import CASES as ONE_BY_ONE
-from conv_1x1_cases import one_by_one
-from conv_gemm_cases import CASES as GEMM_CASES
+from conv_1x1_cases import im2col_cases, one_by_one
 from conv_grouped_cases import Case, exact_inputs, graph, rounded_oracle
 
 import sigdnn
@@ -31,7 +30,7 @@ ONE_BY_ONE_LAYERS = [
     one_by_one("onnx_resnet_reduce_b4_f32", (4, 2048, 7, 7), 512, "NCHW"),
 ]
 IM2COL_LAYERS = [
-    *(c for c in GEMM_CASES + ONE_BY_ONE if c.groups == 1 and c.w_layout in (None, c.layout)),
+    *im2col_cases(),
     Case("onnx_vgg_14x14_512_b1_f32", (1, 512, 14, 14), (512, 512, 3, 3), "NCHW", (1, 1), (1, 1), (1, 1), (1, 1)),
     Case("onnx_resnet_stem_b1_f32", (1, 3, 224, 224), (64, 3, 7, 7), "NCHW", (3, 3), (3, 3), (2, 2), (1, 1)),
     Case("onnx_resnet_3x3_b4_f32", (4, 128, 28, 28), (128, 128, 3, 3), "NCHW", (1, 1), (1, 1), (1, 1), (1, 1)),

@@ -1,9 +1,9 @@
 """``cutile.conv_fprop_1x1`` through the emulator: 1x1 convs as GEMMs on cutile.matmul's kernel.
 
-Small-integer inputs must give torch's float64 conv rounded once to y's
-dtype bit for bit (every float32 sum of them is exact); normal inputs must
-stay within float32 summation's bound and pass ``sigdnn.validate``. What is
-not a stride-1 unpadded ungrouped 1x1 conv is declined with the reason.
+Its views, precision and split, its declines (what is not a stride-1
+unpadded ungrouped 1x1 conv, with the reason) and its rank; the bit-exact
+and validation cases it shares with the im2col conv are in
+test_emulated_gemm_convs.py.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conv_1x1_cases import CASES, one_by_one
-from conv_grouped_cases import Case, exact_inputs, graph, rounded_oracle, within_float32_bound
+from conv_grouped_cases import exact_inputs, graph, rounded_oracle
 from emulated import emulated_executor, make_available
 
 import sigdnn
-from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cutile import matmul as cutile_matmul
 from sigdnn.plan_builders.cutile import pointwise
@@ -38,23 +37,6 @@ def run(g: sigdnn.Graph, inputs: dict[str, np.ndarray]) -> np.ndarray:
     plan = executor.prepare(g)
     assert [s.builder.name for s in plan.steps] == [BUILDER]
     return executor.execute(plan, inputs)["conv::y"]
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_small_integers_give_torchs_conv_rounded_once(case: Case) -> None:
-    g = graph(case)
-    inputs = exact_inputs(g, seed=len(case.name))
-    want = rounded_oracle(case, inputs["x"], inputs["w"])
-    np.testing.assert_array_equal(run(g, inputs).astype(np.float64), want.astype(np.float64))
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_normal_inputs_stay_within_float32_summation_and_validate(case: Case) -> None:
-    g = graph(case)
-    inputs = random_inputs(g, seed=3 + len(case.name))
-    assert within_float32_bound(case, run(g, inputs), inputs["x"], inputs["w"]).all()
-    report = sigdnn.validate(g, inputs, executor=emulated_executor(engine=BUILDER))
-    assert report.passed, report.table()
 
 
 def test_the_views_are_the_tensors_own_memory() -> None:

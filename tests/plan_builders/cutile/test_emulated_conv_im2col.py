@@ -1,24 +1,20 @@
 """``cutile.conv_fprop_im2col`` through the emulator: A gathered once into the workspace, then the GEMM kernel.
 
-The ungrouped cases of tests/conv_gemm_cases.py (every layout, 1-3 spatial
-dims, padding, stride, dilation, mixed dtypes, batch-1 shapes whose GEMM
-splits K) and the 1x1 cases: small-integer inputs must give torch's float64
-conv rounded once to y's dtype bit for bit; normal inputs must stay within
-float32 summation's bound and pass ``sigdnn.validate``. What it cannot run
-is declined with the reason (``cutile.conv_fprop_gemm`` runs it).
+Its workspace layout, precision, bound on A, declines (what it cannot run,
+with the reason: ``cutile.conv_fprop_gemm`` runs it) and rank. The
+bit-exact and validation cases over the ungrouped cases of
+tests/conv_gemm_cases.py and the 1x1 cases are in
+test_emulated_gemm_convs.py.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from conv_1x1_cases import CASES as ONE_BY_ONE
-from conv_gemm_cases import CASES as GEMM_CASES
-from conv_grouped_cases import Case, exact_inputs, graph, rounded_oracle, within_float32_bound
+from conv_1x1_cases import im2col_cases
+from conv_grouped_cases import graph
 from emulated import emulated_executor, make_available
 
 import sigdnn
-from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.errors import NotSupported
 from sigdnn.plan_builders.cutile import conv_im2col, pointwise
 from sigdnn.plan_builders.cutile import matmul as cutile_matmul
@@ -26,37 +22,13 @@ from sigdnn.plan_builders.cutile.conv_im2col import CutileConvIm2colBuilder
 from sigdnn.plan_builders.cutile.matmul_codegen import MatmulConfig
 
 BUILDER = "cutile.conv_fprop_im2col"
-CASES = [c for c in GEMM_CASES + ONE_BY_ONE if c.groups == 1 and c.w_layout in (None, c.layout)]
+CASES = im2col_cases()
 
 
 @pytest.fixture(autouse=True)
 def _available(monkeypatch):
     make_available(monkeypatch)
     monkeypatch.setattr(cutile_matmul, "CONFIGS", (MatmulConfig(16, 32, 16, 2),))  # 16-bit: partial tiles everywhere
-
-
-def run(g: sigdnn.Graph, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    executor = emulated_executor(engine=BUILDER)
-    plan = executor.prepare(g)
-    assert [s.builder.name for s in plan.steps] == [BUILDER]
-    return executor.execute(plan, inputs)["conv::y"]
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_small_integers_give_torchs_conv_rounded_once(case: Case) -> None:
-    g = graph(case)
-    inputs = exact_inputs(g, seed=len(case.name))
-    want = rounded_oracle(case, inputs["x"], inputs["w"])
-    np.testing.assert_array_equal(run(g, inputs).astype(np.float64), want.astype(np.float64))
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_normal_inputs_stay_within_float32_summation_and_validate(case: Case) -> None:
-    g = graph(case)
-    inputs = random_inputs(g, seed=3 + len(case.name))
-    assert within_float32_bound(case, run(g, inputs), inputs["x"], inputs["w"]).all()
-    report = sigdnn.validate(g, inputs, executor=emulated_executor(engine=BUILDER))
-    assert report.passed, report.table()
 
 
 def test_a_and_split_k_partials_share_the_workspace_without_overlap() -> None:
