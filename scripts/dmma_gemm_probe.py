@@ -141,7 +141,103 @@ def dgemm_smem(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, M: Int32, N: I
     dgemm_smem_kernel(gA, gB, gC, M, N, K).launch(grid=((M + 63) // 64, (N + 63) // 64, 1), block=(128, 1, 1))
 
 
-KERNELS = {"dmma, fragments from global memory": dgemm, "dmma, K tiles in shared memory": dgemm_smem}
+@dsl_user_op
+def dmma16(a, b, c, *, loc=None, ip=None):
+    """d = a (16 x 16, row) @ b (16 x 8, col) + c over the warp (mma.m16n8k16.f64): this thread's 8 A, 4 B and
+    4 C elements in, its 4 D elements out."""
+    values = [Float64(v).ir_value(loc=loc, ip=ip) for v in (*a, *b, *c)]
+    quad = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f64()] * 4),
+        values,
+        "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {$0, $1, $2, $3}, {$4, $5, $6, $7, $8, $9, $10, $11}, "
+        "{$12, $13, $14, $15}, {$16, $17, $18, $19};",
+        ",".join(["=d"] * 4 + ["d"] * 16),
+        has_side_effects=False,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
+    return [Float64(llvm.extractvalue(T.f64(), quad, [i])) for i in range(4)]
+
+
+@cute.kernel
+def dgemm_big_kernel(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, M: Int32, N: Int32, K: Int32) -> None:
+    """A 128 x 128 block tile over 8 warps (4 x 2, a warp 32 x 64: 2 x 8 m16n8k16 DMMA), K tiles of 16 in two
+    shared-memory stages; the next tile's global loads sit in registers while the current one computes."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bx, by, _ = cute.arch.block_idx()
+    warp, lane = tidx // 32, tidx % 32
+    g, t = lane // 4, lane % 4
+    mb, nb = bx * 128, by * 128
+    wm, wn = (warp // 2) * 32, (warp % 2) * 64
+    smem = cutlass.memory.SmemAllocator()
+    sA = smem.allocate_tensor(Float64, cute.make_layout((2, 128, 16), stride=(128 * 20, 20, 1)), byte_alignment=16)
+    sB = smem.allocate_tensor(Float64, cute.make_layout((2, 16, 128), stride=(16 * 132, 132, 1)), byte_alignment=16)
+    acc = cute.make_rmem_tensor(cute.make_layout(64), Float64)
+    acc.fill(0.0)
+    pa = cute.make_rmem_tensor(cute.make_layout(8), Float64)
+    pb = cute.make_rmem_tensor(cute.make_layout(8), Float64)
+    fa = cute.make_rmem_tensor(cute.make_layout(16), Float64)
+    fb = cute.make_rmem_tensor(cute.make_layout(4), Float64)
+    tiles = (K + 15) // 16
+    for e in cutlass.range_constexpr(8):  # tile 0 -> registers -> stage 0
+        i = tidx + 256 * e
+        ra, ca, rb, cb = i // 16, i % 16, i // 128, i % 128
+        pa[e] = 0.0
+        if (mb + ra < M) & (ca < K):
+            pa[e] = gA[mb + ra, ca]
+        pb[e] = 0.0
+        if (rb < K) & (nb + cb < N):
+            pb[e] = gB[rb, nb + cb]
+        sA[0, ra, ca] = pa[e]
+        sB[0, rb, cb] = pb[e]
+    cute.arch.sync_threads()
+    for kt in cutlass.range(tiles):
+        s = kt % 2
+        k = (kt + 1) * 16
+        if kt + 1 < tiles:
+            for e in cutlass.range_constexpr(8):
+                i = tidx + 256 * e
+                ra, ca, rb, cb = i // 16, i % 16, i // 128, i % 128
+                pa[e] = 0.0
+                if (mb + ra < M) & (k + ca < K):
+                    pa[e] = gA[mb + ra, k + ca]
+                pb[e] = 0.0
+                if (k + rb < K) & (nb + cb < N):
+                    pb[e] = gB[k + rb, nb + cb]
+        for mt in cutlass.range_constexpr(2):
+            for i in cutlass.range_constexpr(8):
+                fa[8 * mt + i] = sA[s, wm + 16 * mt + g + 8 * (i % 2), t + 4 * (i // 2)]
+        for nt in cutlass.range_constexpr(8):
+            for i in cutlass.range_constexpr(4):
+                fb[i] = sB[s, t + 4 * i, wn + 8 * nt + g]
+            for mt in cutlass.range_constexpr(2):
+                c = 4 * (8 * mt + nt)
+                d = dmma16(
+                    [fa[8 * mt + i] for i in range(8)], [fb[i] for i in range(4)], [acc[c + i] for i in range(4)]
+                )
+                for i in cutlass.range_constexpr(4):
+                    acc[c + i] = d[i]
+        if kt + 1 < tiles:
+            for e in cutlass.range_constexpr(8):
+                i = tidx + 256 * e
+                sA[1 - s, i // 16, i % 16] = pa[e]
+                sB[1 - s, i // 128, i % 128] = pb[e]
+        cute.arch.sync_threads()
+    for mt in cutlass.range_constexpr(2):
+        for nt in cutlass.range_constexpr(8):  # D fragment: row g (+ 8), columns 2 t and 2 t + 1
+            for i in cutlass.range_constexpr(4):
+                row, col = mb + wm + 16 * mt + g + 8 * (i // 2), nb + wn + 8 * nt + 2 * t + i % 2
+                if (row < M) & (col < N):
+                    gC[row, col] = acc[4 * (8 * mt + nt) + i]
+
+
+@cute.jit
+def dgemm_big(gA: cute.Tensor, gB: cute.Tensor, gC: cute.Tensor, M: Int32, N: Int32, K: Int32) -> None:
+    dgemm_big_kernel(gA, gB, gC, M, N, K).launch(grid=((M + 127) // 128, (N + 127) // 128, 1), block=(256, 1, 1))
+
+
+KERNELS = {"dmma, fragments from global memory": dgemm, "dmma, K tiles in shared memory": dgemm_smem,
+           "m16n8k16, 128 x 128 tiles, two stages": dgemm_big}
 
 
 def sass_counts(n: int, host: object) -> collections.Counter[str]:

@@ -18,7 +18,7 @@ from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.dtypes import DataType, round_to
 from sigdnn.errors import GraphError, NoPlanError
 from sigdnn.graph.ops import OP_CLASSES
-from sigdnn.plan_builders.gpu_reference import cases
+from sigdnn.plan_builders.gpu_reference import backend, cases
 from sigdnn.plan_builders.gpu_reference.base import unavailable_reason
 
 pytestmark = [
@@ -107,10 +107,20 @@ def test_validate_with_the_gpu_truth_passes_the_cpu_reference_as_the_device() ->
     assert honest.passed and honest.truth == "gpu"
 
 
-@pytest.mark.parametrize(("batch", "m", "n", "k"), [(1, 4096 // 8, 4096 // 8, 4096 // 8), (3, 130, 70, 37)])
-def test_the_float64_gemm_is_within_the_gemm_error_bound_of_numpy(batch: int, m: int, n: int, k: int) -> None:
-    """Ragged tiles and a batch: |GPU - NumPy| <= 2 gamma_k (|a| @ |b|), gamma_k = k u / (1 - k u), the sum of
-    the two products' worst-case rounding bounds (any order of float64 sums, FMA or not), element by element."""
+@pytest.mark.parametrize("kernel", ["dmma", "cutile"])
+@pytest.mark.parametrize(
+    ("batch", "m", "n", "k"), [(1, 4096 // 8, 4096 // 8, 4096 // 8), (3, 130, 70, 37), (2, 257, 129, 17), (1, 5, 3, 0)]
+)
+def test_the_float64_gemm_is_within_the_gemm_error_bound_of_numpy(
+    kernel: str, batch: int, m: int, n: int, k: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ragged tiles, a batch, K = 0, on each GEMM kernel (DMMA where CuTe DSL is installed, the cuTile one):
+    |GPU - NumPy| <= 2 gamma_k (|a| @ |b|), gamma_k = k u / (1 - k u), the sum of the two products' worst-case
+    rounding bounds (any order of float64 sums, FMA or not), element by element."""
+    if kernel == "dmma" and backend.dmma_gemm() is None:
+        pytest.skip("nvidia-cutlass-dsl is not importable: no DMMA GEMM here")
+    if kernel == "cutile":
+        monkeypatch.setitem(backend._modules, "dmma", None)
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((batch, m, k)), rng.standard_normal((batch, k, n))
     g = sigdnn.Graph("gemm", io_dtype="float64", compute_dtype="float64")

@@ -19,7 +19,6 @@ import numpy as np
 
 from sigdnn.graph.layout import packed_strides
 from sigdnn.plan_builders.gpu_reference.backend import (
-    GEMM_TILE,
     GRID_LIMITS,
     INTEGER_GEMM_TILE,
     ORDERED_ROWS,
@@ -296,17 +295,19 @@ class Array:
         return out
 
     def matmul(self, other: Array) -> Array:
-        """Batched self @ other: (B, M, K) x (B, K, N) -> (B, M, N); 2-D operands are one batch. float64 on the
-        CUDA cores (DFMA); int64 as every product summed with int64's wrapping."""
+        """Batched self @ other: (B, M, K) x (B, K, N) -> (B, M, N); 2-D operands are one batch. float64 by exact
+        FMAs (``Gpu.gemm``); int64 as every product summed with int64's wrapping."""
         a, b = (x.reshape(1, *x.shape) if len(x.shape) == 2 else x for x in (self, other))
         (batch, m, k), (batch_b, k_b, n) = a.shape, b.shape
         if batch != batch_b or k != k_b or a.dtype != b.dtype:
             raise ValueError(f"matmul of {a.dtype}{a.shape} and {b.dtype}{b.shape}")
         out = Array.empty(self.gpu, (batch, m, n), a.dtype)
-        tiles = INTEGER_GEMM_TILE if a.dtype.kind == "i" else GEMM_TILE
-        operands = (self.gpu.shaped(x.data, x.shape) for x in (a, b, out))
-        grid = (math.ceil(m / tiles[0]), math.ceil(n / tiles[1]), batch)
-        self.gpu.launch("integer_gemm" if a.dtype.kind == "i" else "gemm", grid, *operands, k, *tiles)
+        if a.dtype.kind == "i":
+            operands = (self.gpu.shaped(x.data, x.shape) for x in (a, b, out))
+            grid = (math.ceil(m / INTEGER_GEMM_TILE[0]), math.ceil(n / INTEGER_GEMM_TILE[1]), batch)
+            self.gpu.launch("integer_gemm", grid, *operands, k, *INTEGER_GEMM_TILE)
+        else:
+            self.gpu.gemm(a.data, b.data, out.data, (batch, m, n, k))
         return out if len(self.shape) == 3 else out.reshape(m, n)
 
 

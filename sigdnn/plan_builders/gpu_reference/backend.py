@@ -35,7 +35,7 @@ INTEGER_GEMM_TILE = (32, 32)  # (rows, columns) of an int64 GEMM block
 GRID_LIMITS = ((1 << 24) - 1, 65535, 65535)  # cuTile's bound on grid x (24 bits), CUDA's on y and z
 BYTE_VIEWED = ("bool", "float8_e4m3fn", "float8_e5m2")  # dtypes a kernel reads as bytes
 
-_modules: dict[bool, ModuleType] = {}
+_modules: dict[bool | str, ModuleType] = {}
 
 
 def cutile_unavailable_reason() -> str | None:
@@ -43,6 +43,20 @@ def cutile_unavailable_reason() -> str | None:
     from sigdnn.runtime.cuda import dsl_unavailable_reason
 
     return dsl_unavailable_reason("cuda.tile", "cuda-tile")
+
+
+def dmma_gemm() -> ModuleType | None:
+    """The DMMA GEMM module (``kernels/dmma_gemm.py``) where CuTe DSL imports, else None (the cuTile GEMM serves)."""
+    if "dmma" not in _modules:
+        from sigdnn.runtime.cuda import dsl_unavailable_reason
+
+        if dsl_unavailable_reason("cutlass.cute", "nvidia-cutlass-dsl") is None:
+            from sigdnn.plan_builders.gpu_reference.kernels import dmma_gemm as found
+
+            _modules["dmma"] = found
+        else:
+            _modules["dmma"] = None  # type: ignore[assignment]
+    return _modules["dmma"]
 
 
 def is_emulated(context: Any) -> bool:
@@ -191,6 +205,22 @@ class Gpu:
             import cuda.tile as ct
 
             ct.launch(self.stream, grid, kernel, args)
+
+    def gemm(self, a: Any, b: Any, out: Any, shape: tuple[int, int, int, int]) -> None:
+        """out = a @ b over packed float64 (batch, M, K) and (batch, K, N) arrays: DMMA on the tensor cores where
+        CuTe DSL is installed, else the cuTile kernel (rank-1 DFMA updates; the emulator runs that one)."""
+        batch, m, n, k = shape
+        dmma = None if self.emulated else dmma_gemm()
+        if dmma is None:
+            operands = (self.shaped(x, s) for x, s in ((a, (batch, m, k)), (b, (batch, k, n)), (out, (batch, m, n))))
+            grid = (math.ceil(m / GEMM_TILE[0]), math.ceil(n / GEMM_TILE[1]), batch)
+            self.launch("gemm", grid, *operands, k, *GEMM_TILE)
+            return
+        grid = (math.ceil(n / dmma.TILE_N), math.ceil(m / dmma.TILE_M), batch)
+        if any(g > limit for g, limit in zip(grid, GRID_LIMITS)):
+            raise ExecutionError(f"the GPU reference's DMMA GEMM needs a grid of {grid}, past {GRID_LIMITS}")
+        if math.prod(grid):  # (K = 0 stores zeros)
+            dmma.gemm(a.ptr, b.ptr, out.ptr, batch, m, n, k, self.stream)
 
     def constant_array(self, value: float | int, dtype: Any, rank: int) -> Any:
         """A one-element Array of ``value`` (shape (1,) * rank), uploaded once per value, dtype and rank."""
