@@ -12,7 +12,7 @@ region) with the array constraints cuTile's launch gives contiguous arrays
 kernels with variable lengths (forward, dq, dk / dv), the ragged pack /
 unpack, the implicit-GEMM convs (fprop, dgrad, wgrad; float32, exact and
 TF32), the gated delta rules (gdn, kda, forward and backward, TF32) and the
-GPU reference's GEMMs and row sums, and reports every failure. Not a pytest module: it needs the
+GPU reference's GEMMs, row sums, gather and scatter, and reports every failure. Not a pytest module: it needs the
 compiler, not a GPU.
 """
 
@@ -230,7 +230,14 @@ def gemm_stages(name: str, spec: MatmulSpec, views: GemmViews) -> list[tuple[str
     return [(f"{name} {stage}", attrs.evolve(spec, stage=stage)) for stage in stages]
 
 
-REFERENCE = ("gemm", "integer_gemm", "sum_rows_in_order", "reduce_rows")  # GPU reference kernels (tiles.py)
+REFERENCE = (
+    "gemm",
+    "integer_gemm",
+    "sum_rows_in_order",
+    "reduce_rows",
+    "gather",
+    "scatter",
+)  # GPU reference (tiles.py)
 
 
 def compile_reference(name: str, folder: str) -> int:
@@ -245,6 +252,27 @@ def compile_reference(name: str, folder: str) -> int:
         "integer_gemm": [strided(ct.int64, 3)] * 3 + [i32, c(im), c(jn)],
         "sum_rows_in_order": [strided(f64, 2)] * 2 + [i32, c(reference_backend.ORDERED_ROWS)],
         "reduce_rows": [strided(f64, 2), strided(f64, 1), i32, c(0.0), c(reference_backend.ROW_TILE), c(module.R_SUM)],
+        # an outer-sum map (rows, cols, C), as tensors.read / write give a strided tensor
+        "gather": [
+            strided(ct.float16, 1),
+            *[strided(ct.int64, 1)] * 2,
+            i32,
+            strided(f64, 1),
+            ScalarConstraint(ct.float64),
+            c(reference_backend.TILE),
+            c(module.DECODE_CAST),
+            c(0),
+        ],
+        "scatter": [
+            strided(f64, 1),
+            *[strided(ct.int64, 1)] * 2,
+            i32,
+            strided(ct.bfloat16, 1),
+            i32,
+            c(reference_backend.TILE),
+            c(module.ENCODE_BF16),
+            c(0),
+        ],
     }[name]
     out = io.BytesIO()
     export_kernel(getattr(module, name), [KernelSignature(args, CallingConvention.cutile_python_v1())], out,

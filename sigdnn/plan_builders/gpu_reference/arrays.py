@@ -87,12 +87,9 @@ class Array:
 
     def strided(self, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> Array:
         """The elements flat self[offset + sum of i_a * strides[a]] in ``shape`` (a transpose, broadcast or row
-        of self): one gather over the outer sum of the leading and the trailing axes' offsets, each side a map
-        of about the square root of the result's size instead of a map of every element."""
-        shape = tuple(int(d) for d in shape)
-        split = min(range(len(shape) + 1), key=lambda k: max(math.prod(shape[:k]), math.prod(shape[k:])))
-        rows, cols = (_offsets(shape[a:b], strides[a:b]) for a, b in ((0, split), (split, len(shape))))
-        return self.take_outer(rows + offset, cols).reshape(*shape)
+        of self): one gather over the outer sum of the leading and the trailing axes' offsets (``outer_offsets``)."""
+        rows, cols = outer_offsets(shape, strides, offset)
+        return self.take_outer(rows, cols).reshape(*(int(d) for d in shape))
 
     def take_outer(self, rows: np.ndarray, cols: np.ndarray, pad: float = 0.0) -> Array:
         """out[i, j] = flat self[rows[i] + cols[j]], ``pad`` where cols[j] < 0: an index map that is an outer
@@ -318,25 +315,56 @@ def _identity(mode: str, dtype: np.dtype) -> float | int:
     return {"SUM": 0.0, "PROD": 1.0, "MAX": -math.inf, "MIN": math.inf}[mode]
 
 
-def _offsets(shape: tuple[int, ...], strides: Sequence[int]) -> np.ndarray:
-    """Flat int64 sum of i_a * strides[a] over ``shape``, row-major (one 0 for no axes)."""
-    total = np.zeros(shape, np.int64)
-    for axis, (d, s) in enumerate(zip(shape, strides, strict=True)):
+def offsets(dims: Sequence[int], strides: Sequence[int]) -> np.ndarray:
+    """Each logical element's storage offset (int64, shaped ``dims``): sum of i_a * strides[a]."""
+    total = np.zeros(tuple(dims), np.int64)
+    for axis, (d, s) in enumerate(zip(dims, strides, strict=True)):
         total = total + (np.arange(d, dtype=np.int64) * int(s)).reshape(
-            [d if a == axis else 1 for a in range(len(shape))]
+            [d if a == axis else 1 for a in range(len(dims))]
         )
-    return total.reshape(-1)
+    return total
 
 
-def gather(gpu: Gpu, src: Any, index: np.ndarray | int, out: Any, pad: float, decode: str) -> None:
-    """out[i] = decode(src[index[i]]) (``pad`` where index < 0), the index map uploaded once; an int n for
-    ``index`` is the map 0 .. n - 1, computed on the device (a packed tensor's 16M-element map took the host
-    seconds to make)."""
-    n, dense = (index, 1) if isinstance(index, int) else (index.size, 0)
-    device_index = gpu.no_index if dense else gpu.upload(index)
+IndexMap = int | np.ndarray | tuple[np.ndarray, np.ndarray]
+"""Which element each of n a gather reads (a scatter writes): an int n is 0 .. n - 1, computed on the device; an
+array is an explicit map (-1: ``pad``); (rows, cols) is the row-major outer sum rows[i // C] + cols[i % C],
+C = cols.size: a strided tensor's storage offsets as two maps of about the square root of its size (the map of
+every element of a ResNet activation at batch 64 took the host about a second to make and 400 MB to send)."""
+
+
+def map_size(index: IndexMap) -> int:
+    """The number of elements a map addresses."""
+    if isinstance(index, int):
+        return index
+    if isinstance(index, tuple):
+        return index[0].size * index[1].size
+    return index.size
+
+
+def map_arguments(gpu: Gpu, index: IndexMap) -> tuple[Any, Any, int, int]:
+    """A map as the kernels take it: (rows, cols, C, dense)."""
+    if isinstance(index, int):
+        return gpu.no_index, gpu.no_index, 1, 1
+    rows, cols = index if isinstance(index, tuple) else (index, np.zeros(1, np.int64))
+    return gpu.upload(np.asarray(rows, np.int64)), gpu.upload(np.asarray(cols, np.int64)), int(cols.size), 0
+
+
+def outer_offsets(shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Storage offsets of the elements of ``shape`` (row-major) as an outer sum: the leading axes' offsets (plus
+    ``offset``) and the trailing axes', split where the larger side is smallest."""
+    shape = tuple(int(d) for d in shape)
+    split = min(range(len(shape) + 1), key=lambda k: max(math.prod(shape[:k]), math.prod(shape[k:])))
+    rows, cols = (offsets(shape[a:b], strides[a:b]).reshape(-1) for a, b in ((0, split), (split, len(shape))))
+    return rows + offset, cols
+
+
+def gather(gpu: Gpu, src: Any, index: IndexMap, out: Any, pad: float, decode: str) -> None:
+    """out[i] = decode(src[index(i)]), ``pad`` where the index is negative; the maps are uploaded once per call."""
+    n = map_size(index)
     typed_pad = int(pad) if np.dtype(out.dtype).kind in "iu" else float(pad)  # a scalar of out's kind
+    rows, cols, c, dense = map_arguments(gpu, index)
     gpu.launch(
-        "gather", (math.ceil(n / TILE), 1, 1), src, device_index, out, typed_pad, TILE, gpu.constant(decode), dense
+        "gather", (math.ceil(n / TILE), 1, 1), src, rows, cols, c, out, typed_pad, TILE, gpu.constant(decode), dense
     )
 
 

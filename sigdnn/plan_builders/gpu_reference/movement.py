@@ -20,9 +20,9 @@ from sigdnn.dtypes import DataType
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders.gpu_reference import base
-from sigdnn.plan_builders.gpu_reference.arrays import Array, gather
+from sigdnn.plan_builders.gpu_reference.arrays import Array, gather, map_arguments, offsets
 from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu, kernel_dtype
-from sigdnn.plan_builders.gpu_reference.tensors import DECODES, element_strides, offsets, scatter
+from sigdnn.plan_builders.gpu_reference.tensors import DECODES, element_strides, scatter
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import ExecutionContext
@@ -68,7 +68,8 @@ def _copy_bits(gpu: Gpu, raw: Any, source: np.ndarray, y: Any, target: np.ndarra
 def _scatter_bits(gpu: Gpu, flat: Any, y: Any, target: np.ndarray) -> None:
     n = target.size
     raw = gpu.raw(y, tuple(y.shape), element_strides(y))
-    gpu.launch("scatter", (-(-n // TILE), 1, 1), flat, gpu.upload(target), raw, n, TILE, gpu.constant("ENCODE_RAW"), 0)
+    rows, cols, c, dense = map_arguments(gpu, target)
+    gpu.launch("scatter", (-(-n // TILE), 1, 1), flat, rows, cols, c, raw, n, TILE, gpu.constant("ENCODE_RAW"), dense)
 
 
 class MoveBuilder(PlanBuilder):

@@ -16,7 +16,14 @@ import numpy as np
 
 from sigdnn.dtypes import DataType, as_data_type
 from sigdnn.graph.layout import packed_strides
-from sigdnn.plan_builders.gpu_reference.arrays import Array, gather, where
+from sigdnn.plan_builders.gpu_reference.arrays import (
+    Array,
+    IndexMap,
+    gather,
+    map_arguments,
+    outer_offsets,
+    where,
+)
 from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu, kernel_dtype
 
 DECODES = {"float8_e4m3fn": "DECODE_E4M3", "float8_e5m2": "DECODE_E5M2", "bool": "DECODE_BOOL"}
@@ -39,22 +46,12 @@ def element_strides(buffer: Any) -> tuple[int, ...]:
     return tuple(buffer.strides)
 
 
-def offsets(dims: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
-    """Each logical element's storage offset, in logical row-major order."""
-    index = np.zeros(dims, np.int64)
-    for axis, (d, s) in enumerate(zip(dims, strides, strict=True)):
-        shape = [1] * len(dims)
-        shape[axis] = d
-        index = index + np.arange(d, dtype=np.int64).reshape(shape) * s
-    return index
-
-
-def storage_map(dims: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray | int:
-    """The storage offsets of a buffer's logical elements, or their count where they are 0 .. n - 1 (packed
-    row-major: gather and scatter then compute them on the device)."""
+def storage_map(dims: tuple[int, ...], strides: tuple[int, ...]) -> IndexMap:
+    """The storage offsets of a buffer's logical elements: their count where they are 0 .. n - 1 (packed
+    row-major), else an outer sum (gather and scatter compute them on the device either way)."""
     if all(d == 1 or s == p for d, s, p in zip(dims, strides, packed_strides(dims), strict=True)):
         return math.prod(dims)
-    return offsets(dims, strides)
+    return outer_offsets(dims, strides)
 
 
 def read(gpu: Gpu, buffer: Any, wide: Any) -> Array:
@@ -96,8 +93,8 @@ def write(gpu: Gpu, value: Array, buffer: Any, target: DataType) -> None:
     scatter(gpu, value, gpu.raw(buffer, dims, strides), storage_map(dims, strides), target)
 
 
-def scatter(gpu: Gpu, value: Array, raw: Any, index: np.ndarray | int, target: DataType) -> None:
-    """raw[index[i]] = value[i] rounded once to ``target`` (an int for ``index``: raw[i], as ``gather``)."""
+def scatter(gpu: Gpu, value: Array, raw: Any, index: IndexMap, target: DataType) -> None:
+    """raw[index(i)] = value[i] rounded once to ``target`` (``index`` as ``gather``'s)."""
     if value.dtype.kind == "i" and target.is_float:
         value = value.astype(np.float64)  # (integers past 2^53 round twice: docs/gpu_reference.md)
     code = encoding(value.dtype, target)
@@ -105,15 +102,6 @@ def scatter(gpu: Gpu, value: Array, raw: Any, index: np.ndarray | int, target: D
         lo, hi = (float(b) for b in (np.iinfo(target.numpy).min, np.iinfo(target.numpy).max))
         finite = value - value == 0
         value = where(finite & (value < lo), lo, where(finite & (value > hi), hi, value))
-    n, dense = value.size, int(isinstance(index, int))
-    gpu.launch(
-        "scatter",
-        (-(-n // TILE), 1, 1),
-        value.data,
-        gpu.no_index if dense else gpu.upload(index),
-        raw,
-        n,
-        TILE,
-        gpu.constant(code),
-        dense,
-    )
+    rows, cols, c, dense = map_arguments(gpu, index)
+    grid = (-(-value.size // TILE), 1, 1)
+    gpu.launch("scatter", grid, value.data, rows, cols, c, raw, value.size, TILE, gpu.constant(code), dense)

@@ -19,9 +19,8 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops import ragged
 from sigdnn.graph.ops.sdpa import VARLEN_PORTS
-from sigdnn.plan_builders.gpu_reference.arrays import Array, where
+from sigdnn.plan_builders.gpu_reference.arrays import Array, offsets, where
 from sigdnn.plan_builders.gpu_reference.backend import Gpu
-from sigdnn.plan_builders.gpu_reference.tensors import offsets
 
 
 class Varlen:

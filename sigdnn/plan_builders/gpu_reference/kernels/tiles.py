@@ -34,12 +34,15 @@ R_SUM, R_MAX, R_MIN, R_PROD = 0, 1, 2, 3
 
 
 @ct.kernel
-def gather(src, index, out, pad, T: ct.Constant[int], DECODE: ct.Constant[int], DENSE: ct.Constant[int]):
-    """out[i] = decode(src[index[i]]), or ``pad`` where index[i] < 0; DENSE: index[i] = i (no map is read)."""
-    if DENSE == 1:
-        i = ct.bid(0) * T + ct.arange(T, dtype=ct.int64)
+def gather(src, rows, cols, C, out, pad, T: ct.Constant[int], DECODE: ct.Constant[int], DENSE: ct.Constant[int]):
+    """out[i] = decode(src[rows[i // C] + cols[i % C]]), or ``pad`` where that index < 0 (an explicit map is
+    rows with cols = [0], C = 1; a strided tensor's is the outer sum of its leading and trailing axes' offsets);
+    DENSE: the index is i (no map is read)."""
+    lin = ct.bid(0) * T + ct.arange(T, dtype=ct.int64)
+    if DENSE == 1:  # noqa: SIM108 (a constant branch, folded by cuTile)
+        i = lin
     else:
-        i = ct.load(index, (ct.bid(0),), (T,), padding_mode=ct.PaddingMode.ZERO)
+        i = ct.gather(rows, lin // C) + ct.gather(cols, lin % C)
     inside = i >= 0
     v = ct.gather(src, i, mask=inside, padding_value=0)
     if DECODE == DECODE_E4M3:
@@ -80,15 +83,16 @@ def _f32_round_to_odd(x):
 
 
 @ct.kernel
-def scatter(value, index, out, n, T: ct.Constant[int], ENCODE: ct.Constant[int], DENSE: ct.Constant[int]):
-    """out[index[i]] = encode(value[i]) for i < n; DENSE: index[i] = i (no map is read)."""
+def scatter(value, rows, cols, C, out, n, T: ct.Constant[int], ENCODE: ct.Constant[int], DENSE: ct.Constant[int]):
+    """out[rows[i // C] + cols[i % C]] = encode(value[i]) for i < n (the maps as ``gather``'s); DENSE: out[i]."""
     b = ct.bid(0)
-    if DENSE == 1:
-        i = b * T + ct.arange(T, dtype=ct.int64)
+    lin = b * T + ct.arange(T, dtype=ct.int64)
+    if DENSE == 1:  # noqa: SIM108 (a constant branch, folded by cuTile)
+        i = lin
     else:
-        i = ct.load(index, (b,), (T,), padding_mode=ct.PaddingMode.ZERO)
+        i = ct.gather(rows, lin // C) + ct.gather(cols, lin % C)
     v = ct.load(value, (b,), (T,), padding_mode=ct.PaddingMode.ZERO)
-    live = (b * T + ct.arange(T, dtype=ct.int64)) < n
+    live = lin < n
     if ENCODE == ENCODE_CAST or ENCODE == ENCODE_RAW or ENCODE == ENCODE_INT_WRAP:  # noqa: SIM109 (constant ==, folded by cuTile)
         r = ct.astype(v, out.dtype)
     if ENCODE == ENCODE_BF16:
