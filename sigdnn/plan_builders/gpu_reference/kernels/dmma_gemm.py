@@ -32,7 +32,7 @@ from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 TILE_M, TILE_N, TILE_K = 128, 128, 16
-WARP_M, WARP_N = 32, 32  # a warp's tile of out: 2 x 4 DMMA tiles of 16 x 8
+WARP_M, WARP_N = 32, 64  # a warp's tile of out: 2 x 8 DMMA tiles of 16 x 8
 THREADS = 32 * (TILE_M // WARP_M) * (TILE_N // WARP_N)  # 16 warps
 PITCH_A, PITCH_B = TILE_K + 4, TILE_N + 4  # shared row lengths: conflict-free fragment reads
 LOADS = TILE_M * TILE_K // THREADS  # elements of each operand a thread stages per K tile (4)
