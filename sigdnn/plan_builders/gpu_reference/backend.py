@@ -1,6 +1,7 @@
 """Where the GPU reference's kernels run: cuTile on a GPU, or the NumPy emulator in CPU tests.
 
-``kernels/tiles.py`` is the library's only device code. On a GPU it is
+``kernels/tiles.py`` is the library's device code (with, where CuTe DSL is
+installed, the tensor-core GEMM of ``kernels/dmma_gemm.py``). On a GPU it is
 imported as a module (cuTile reads kernel source through ``inspect``); under
 test its text runs with ``ct`` bound to ``plan_builders.cutile.emulator``,
 chosen when the device's context asks for emulated kernels (its

@@ -2,7 +2,8 @@ import cuda.tile as ct
 
 # The GPU reference's kernels: a handful of obvious float64 (or int64) tile programs over flat arrays.
 # Every op of the library is host code composing these: read (gather + widen), elementwise, GEMM,
-# row reduction, write (round once + scatter). This file is the whole of the library's device code;
+# row reduction, write (round once + scatter). This file is the library's device code (beside dmma_gemm.py's
+# tensor-core GEMM, used instead of `gemm` where CuTe DSL is installed);
 # the emulator runs the same text with ``ct`` bound to NumPy (gpu_reference.backend).
 
 # How `gather` turns a source element into the working dtype.
