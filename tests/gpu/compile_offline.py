@@ -230,14 +230,8 @@ def gemm_stages(name: str, spec: MatmulSpec, views: GemmViews) -> list[tuple[str
     return [(f"{name} {stage}", attrs.evolve(spec, stage=stage)) for stage in stages]
 
 
-REFERENCE = (
-    "gemm",
-    "integer_gemm",
-    "sum_rows_in_order",
-    "reduce_rows",
-    "gather",
-    "scatter",
-)  # GPU reference (tiles.py)
+# the GPU reference's kernels (tiles.py)
+REFERENCE = ("gemm", "integer_gemm", "sum_rows_in_order", "reduce_rows", "gather", "scatter", "gather_outer")
 
 
 def compile_reference(name: str, folder: str) -> int:
@@ -262,6 +256,16 @@ def compile_reference(name: str, folder: str) -> int:
             c(reference_backend.TILE),
             c(module.DECODE_CAST),
             c(0),
+        ],
+        "gather_outer": [
+            strided(f64, 1),
+            *[strided(ct.int64, 1)] * 2,
+            i32,
+            i32,
+            i32,
+            strided(f64, 2),
+            ScalarConstraint(ct.float64),
+            *(c(t) for t in reference_backend.OUTER_TILE),
         ],
         "scatter": [
             strided(f64, 1),

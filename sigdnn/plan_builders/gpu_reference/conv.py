@@ -5,8 +5,9 @@ y[n, k, o] = sum over c of k's group and taps r of x[n, c, o*stride + r*dilation
 matrix, rows (channel c, tap t) and columns (image n, position p), from a
 host-made window map (``windows``): element (c, t), (n, p) sits at
 c * S + n * C * S + window[p, t] of the packed source, an outer sum of a
-row map of C entries and a column map of taps x N x P (``Array.take_outer``;
-the map of every element would be their product). Then one float64 GEMM
+row map of C entries and the columns' n * C * S + window[p, t], which the
+device forms from the window map (``Array.take_windows``; the map of every
+element would be their product, of every column taps x N x P entries). Then one float64 GEMM
 per group, over every image at once:
 
 * fprop: y[g] = W[g] (Kg x Cg*R) @ col(x)[g] (Cg*R x N*O), then (K, N, O) -> (N, K, O);
@@ -40,9 +41,8 @@ def im2col(source: Array, groups: int, window: np.ndarray) -> Array:
     n, c = source.shape[:2]
     spatial = math.prod(source.shape[2:])
     positions, taps = window.shape
-    image = (np.arange(n, dtype=np.int64) * c * spatial)[None, :, None]  # (1, N, 1)
-    cols = np.where(window.T[:, None, :] >= 0, image + window.T[:, None, :], -1)  # (taps, N, positions)
-    col = source.take_outer(np.arange(c, dtype=np.int64) * spatial, cols.reshape(-1))  # (C, taps * N * P)
+    channels = np.arange(c, dtype=np.int64) * spatial
+    col = source.take_windows(channels, np.ascontiguousarray(window.T), c * spatial, n)  # (C, taps * N * P)
     return col.reshape(groups, (c // groups) * taps, n * positions)
 
 

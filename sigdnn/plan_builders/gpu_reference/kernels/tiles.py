@@ -58,11 +58,15 @@ def gather(src, rows, cols, C, out, pad, T: ct.Constant[int], DECODE: ct.Constan
 
 
 @ct.kernel
-def gather_outer(src, rows, cols, out, pad, TR: ct.Constant[int], TC: ct.Constant[int]):
-    """out[i, j] = src[rows[i] + cols[j]], ``pad`` where cols[j] < 0: an im2col matrix or a strided view from
-    two small maps (column blocks on grid x, which is not bounded to 65,535)."""
+def gather_outer(src, rows, window, image, NP, P, out, pad, TR: ct.Constant[int], TC: ct.Constant[int]):
+    """out[i, j] = src[rows[i] + col(j)], ``pad`` where col(j) < 0: an im2col matrix or a strided view from small
+    maps. Column j is (t, n, p) of (taps, N, P) (NP = N * P): col(j) = n * image + window[t * P + p], or -1 where
+    that window entry is (padding). A plain column map is the window of one tap with image 0 (NP = P = its
+    length). Column blocks are on grid x, which is not bounded to 65,535."""
     r = ct.load(rows, (ct.bid(1),), (TR,), padding_mode=ct.PaddingMode.ZERO)
-    c = ct.load(cols, (ct.bid(0),), (TC,), padding_mode=ct.PaddingMode.ZERO)
+    j = ct.bid(0) * TC + ct.arange(TC, dtype=ct.int64)
+    w = ct.gather(window, (j // NP) * P + j % P)
+    c = ct.where(w >= 0, w + (j % NP) // P * image, -1)
     cc = ct.broadcast_to(ct.reshape(c, (1, TC)), (TR, TC))
     index = ct.broadcast_to(ct.reshape(r, (TR, 1)), (TR, TC)) + cc
     v = ct.astype(ct.gather(src, index, mask=cc >= 0, padding_value=0), out.dtype)
