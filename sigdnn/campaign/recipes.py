@@ -3,7 +3,10 @@
 A recipe knows how an op's inputs relate to the swept shape (pointwise: every
 input has it; reduction / softmax: x has it; matmul: the shape is
 [batch..., M, K, N]; gdn / kda: [H, K, V, L_1, ..., L_n], sequences of those lengths; sdpa: [Hq, Hkv, D, L_1,
-..., L_n], token-packed sequences of those lengths). The shrinker rebuilds a case from its recipe with a
+..., L_n], token-packed sequences of those lengths; conv_fprop / conv_dgrad / conv_wgrad: the forward
+convolution's [N, C, K, R, S_1, ..., S_n], an R^n filter over n spatial dims, attributes stride, padding,
+dilation and groups alike on every dim; layernorm / rmsnorm / batchnorm: x's dims, normalized over the last
+dim (batchnorm: per channel, dim 1), attributes phase and epsilon). The shrinker rebuilds a case from its recipe with a
 smaller shape, so a recipe is a pure function of its arguments.
 """
 
@@ -15,6 +18,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sigdnn.errors import GraphError
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.ops.pointwise import MODES
 from sigdnn.graph.ops.ragged import token_major
@@ -130,6 +134,56 @@ def _sdpa(r: GraphRecipe) -> Graph:
     return g
 
 
+def _conv(r: GraphRecipe) -> Graph:
+    """The forward convolution of shape [N, C, K, R, S_1, ..., S_n]: fprop, or the gradient of one of its operands
+    (dy, x and w made with the forward's dims, dx / dw's given)."""
+    g = _graph(r)
+    if len(r.shape) < 5:
+        raise GraphError(f"{r.op} recipe: shape {list(r.shape)} is not [N, C, K, R, S_1, ..., S_n]")
+    n, c, k, size, *spatial = r.shape
+    attributes = dict(r.attributes)
+    groups = int(attributes.pop("groups", 1))
+    if c % groups or k % groups:
+        raise GraphError(f"{r.op} recipe: {groups} groups do not divide C {c} and K {k}")
+    stride, padding, dilation = (int(attributes.pop(a, d)) for a, d in (("stride", 1), ("padding", 0), ("dilation", 1)))
+    rank = len(spatial)
+    geometry = {"padding": (padding,) * rank, "stride": (stride,) * rank, "dilation": (dilation,) * rank}
+    out = [(s + 2 * padding - dilation * (size - 1) - 1) // stride + 1 for s in spatial]
+    if min(out) < 1:
+        raise GraphError(f"{r.op} recipe: a {size}-wide filter leaves no output of spatial dims {spatial}")
+    x_dims, w_dims, y_dims = (n, c, *spatial), (k, c // groups, *(size,) * rank), (n, k, *out)
+    if r.op == "conv_fprop":
+        y = g.conv_fprop(_input(g, "x", r, x_dims), _input(g, "w", r, w_dims), **geometry, **attributes, name="conv")
+    elif r.op == "conv_dgrad":
+        dy, w = _input(g, "dy", r, y_dims), _input(g, "w", r, w_dims)
+        y = g.conv_dgrad(dy, w, **geometry, dims=x_dims, **attributes, name="conv")
+    else:
+        dy, x = _input(g, "dy", r, y_dims), _input(g, "x", r, x_dims)
+        y = g.conv_wgrad(x, dy, **geometry, dims=w_dims, **attributes, name="conv")
+    y.set_output(True).set_name("y")
+    return g
+
+
+def _norm(r: GraphRecipe) -> Graph:
+    """Normalization of x (shape): layernorm / rmsnorm over the last dim, batchnorm per channel (dim 1); scale
+    and bias float32; attributes phase ("training" or "inference", layernorm / rmsnorm) and epsilon."""
+    if len(r.shape) < 2:
+        raise GraphError(f"{r.op} recipe: shape {list(r.shape)} has no batch dim")
+    g = _graph(r)
+    attributes = dict(r.attributes)
+    x = _input(g, "x", r, r.shape)
+    axis = 1 if r.op == "batchnorm" else len(r.shape) - 1
+    stats = tuple(d if a == axis else 1 for a, d in enumerate(r.shape))
+    scale, bias = (g.tensor(name, dims=stats, dtype="float32") for name in ("scale", "bias"))
+    if r.op == "batchnorm":
+        y = g.batchnorm(x, scale, bias, **attributes, name="norm")[0]
+    else:
+        phase = attributes.pop("phase", "training")
+        y = getattr(g, r.op)(phase, x, scale, bias, **attributes, name="norm")[0]
+    y.set_output(True).set_name("y")
+    return g
+
+
 def _takes(mode: str | None, attribute: str) -> bool:
     """A pointwise parameter applies only to the modes that read it (so a sweep does not multiply the others)."""
     return attribute in MODES[mode].params
@@ -143,4 +197,10 @@ RECIPES: Mapping[str, Recipe] = {
     "gdn": Recipe((), _delta_rule),
     "kda": Recipe((), _delta_rule),
     "sdpa": Recipe((), _sdpa),
+    "conv_fprop": Recipe((), _conv),
+    "conv_dgrad": Recipe((), _conv),
+    "conv_wgrad": Recipe((), _conv),
+    "layernorm": Recipe((), _norm),
+    "rmsnorm": Recipe((), _norm),
+    "batchnorm": Recipe((), _norm),
 }

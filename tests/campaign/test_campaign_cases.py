@@ -65,7 +65,7 @@ def test_no_modes_means_every_mode_and_wrong_modes_are_spec_errors() -> None:
         None
     ]
     for text, match in [
-        ('op = "conv_fprop"\nshapes = [[3]]', "no recipe for op 'conv_fprop'"),
+        ('op = "pooling"\nshapes = [[3]]', "no recipe for op 'pooling'"),
         ('op = "pointwise"\nmodes = ["add", "frobnicate"]\nshapes = [[3]]', "no mode.*frobnicate"),
         ('op = "matmul"\nmodes = ["add"]\nshapes = [[3]]', "takes no modes"),
     ]:
