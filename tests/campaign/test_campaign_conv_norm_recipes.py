@@ -17,6 +17,7 @@ import sigdnn
 from sigdnn.campaign.cases import generate_cases
 from sigdnn.campaign.recipes import GraphRecipe
 from sigdnn.campaign.spec import parse_spec
+from sigdnn.graph.limits import GPU_LIMITS
 
 torch = pytest.importorskip("torch")
 functional = torch.nn.functional
@@ -105,3 +106,13 @@ def test_shapes_no_conv_or_norm_can_be_made_of_are_skipped_with_the_reason() -> 
     assert "a 9-wide filter leaves no output" in reasons[1]
     assert "2 groups do not divide C 3" in reasons[2]
     assert "has no batch dim" in reasons[3]
+
+
+def test_the_model_scale_campaign_makes_every_case_it_names() -> None:
+    """examples/campaigns/model_scale.toml (issue #31's full-size campaign): every table's shapes make graphs, none
+    skipped, each within the GPU executor's limits."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "campaigns" / "model_scale.toml"
+    plan = generate_cases(parse_spec(path.read_text(), path.parent), limits=GPU_LIMITS)
+    assert plan.skipped == () and len(plan.cases) == 28
+    stem = next(c for c in plan.cases if c.recipe.shape == (64, 3, 64, 7, 224, 224))
+    assert sigdnn.deserialize(stem.graph).tensor_by_name("y").dims == (64, 64, 112, 112)
