@@ -95,7 +95,7 @@ class Array:
         """out[i, j] = flat self[rows[i] + cols[j]], ``pad`` where cols[j] < 0: an index map that is an outer
         sum, uploaded as its two sides."""
         cols = np.asarray(cols, np.int64).reshape(-1)
-        return self._gather_outer(rows, cols, 0, cols.size, cols.size, pad)
+        return self._gather_outer(rows, cols, 0, cols.size, cols.size, cols.size, pad)
 
     def take_windows(self, rows: np.ndarray, window: np.ndarray, image: int, n: int, pad: float = 0.0) -> Array:
         """out[i, (t, m, p)] = flat self[rows[i] + m * image + window[t, p]] over (taps, n, P), ``pad`` where
@@ -103,12 +103,12 @@ class Array:
         position within an image; image: one image's stride), its columns' map formed on the device (at batch
         64 a ResNet stem's took the host a third of a second and 315 MB to send)."""
         taps, positions = window.shape
-        return self._gather_outer(rows, window, image, n * positions, positions, pad, taps * n * positions)
+        return self._gather_outer(rows, window, image, n * positions, positions, taps * n * positions, pad)
 
     def _gather_outer(
-        self, rows: np.ndarray, window: np.ndarray, image: int, per_tap: int, p: int, pad: float, columns: int = -1
+        self, rows: np.ndarray, window: np.ndarray, image: int, per_tap: int, p: int, columns: int, pad: float
     ) -> Array:
-        columns = window.size if columns < 0 else columns
+        """gather_outer's launch (tiles.py says what each argument means)."""
         out = Array.empty(self.gpu, (rows.size, columns), self.dtype)
         tr, tc = OUTER_TILE
         self.gpu.launch(
