@@ -71,6 +71,7 @@ def test_conv_recipes_lay_out_every_operand_as_asked() -> None:
         ("x", (2, 8, 9, 9), (648, 1, 72, 8)),
     ]
     assert graph.tensor_by_name("y").dims == (16, 8, 3, 3) and graph.nodes[0].op.stride == (2, 2)
+    assert graph.nodes[0].name == "conv"  # what a failing case's report names
 
 
 def test_norm_recipes_normalize_the_last_dim_or_each_channel() -> None:
@@ -90,16 +91,21 @@ def test_norm_recipes_normalize_the_last_dim_or_each_channel() -> None:
 def test_inference_phase_norms_write_no_statistics() -> None:
     graph = GraphRecipe("layernorm", None, "float32", (4, 8), "packed", (("phase", "inference"),)).build()
     assert graph.nodes[0].op.phase == "inference" and [t.name for t in graph.outputs] == ["y"]
+    assert graph.nodes[0].name == "norm"
+    assert GraphRecipe("batchnorm", None, "float32", (4, 8), "packed").build().nodes[0].name == "norm"
+    for op in ("conv_fprop", "conv_dgrad"):
+        assert GraphRecipe(op, None, "float32", (1, 2, 3, 1, 4), "packed").build().nodes[0].name == "conv"
 
 
 def test_shapes_no_conv_or_norm_can_be_made_of_are_skipped_with_the_reason() -> None:
     spec = parse_spec(
-        '[[generate]]\nop = "conv_fprop"\nshapes = [[2, 4, 6, 3], [2, 4, 6, 3, 8], [2, 4, 6, 9, 8], [2, 3, 6, 1, 8]]\n'
+        '[[generate]]\nop = "conv_fprop"\nshapes = [[2, 4, 6, 3], [2, 4, 6, 3, 8], [2, 4, 6, 9, 8, 20], [2, 3, 6, 1, 8], '
+        "[2, 4, 6, 8, 8]]\n"
         'attributes = { groups = [2] }\n[[generate]]\nop = "batchnorm"\nshapes = [[5], [2, 3]]\n',
         Path("/tmp"),
     )
     plan = generate_cases(spec)
-    assert [c.recipe.shape for c in plan.cases] == [(2, 4, 6, 3, 8), (2, 3)]
+    assert [c.recipe.shape for c in plan.cases] == [(2, 4, 6, 3, 8), (2, 4, 6, 8, 8), (2, 3)]  # an output of 1: made
     reasons = [why for _, why in plan.skipped]
     assert len(reasons) == 4
     assert "is not [N, C, K, R, S_1, ..., S_n]" in reasons[0]
