@@ -21,7 +21,7 @@ from sigdnn.accuracy.compare import Comparison, Errors, compare, errors, summari
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.accuracy.spread import output_spread
 from sigdnn.accuracy.step_reference import run_reference
-from sigdnn.accuracy.tolerances import Tolerance, output_tolerance, step_tolerance
+from sigdnn.accuracy.tolerances import Tolerance, output_tolerances, step_tolerance
 from sigdnn.accuracy.unspecified import specified, unspecified_positions
 from sigdnn.executor import ExecutionPlan, Executor
 from sigdnn.graph.deserialize import deserialize
@@ -208,12 +208,13 @@ def validate(
         spread = {}
     elif spread is None:
         spread = truth_spread(g, reference, reference_plan, data, want)
+    allowed = {} if tolerance is not None else output_tolerances(g, (t.uid for t in g.outputs))
     outputs = tuple(
         compare(
             t.name,
             specified(outs[t.name], want[t.name], free.get(t.name)),
             want[t.name],
-            tolerance or output_tolerance(g, t.uid),
+            tolerance or allowed[t.uid],
             sums.get(t.uid),
             _wider(carried.get(t.uid), spread.get(t.uid)),
         )

@@ -21,6 +21,7 @@ from sigdnn.accuracy.tolerances import (
     epsilon,
     node_tolerance,
     output_tolerance,
+    output_tolerances,
     reduction_length,
     step_tolerance,
     tiniest,
@@ -183,6 +184,8 @@ def test_output_tolerance_skips_exact_nodes_and_uses_the_output_dtype() -> None:
     rtol = (e16 + 4 * e32) + e16
     got = output_tolerance(g, y.uid)
     assert got == Tolerance(rtol * 1e-2 + 2 * 2.0**-24, rtol, reduction=0.0)
+    together = output_tolerances(g, (mask.uid, y.uid))  # one pass over the nodes for every output
+    assert together == {mask.uid: Tolerance(0.0, 0.0, exact=True), y.uid: got}
 
 
 def test_tolerance_text() -> None:
