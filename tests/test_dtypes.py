@@ -160,6 +160,29 @@ def test_a_cast_through_float32_is_not_taken_for_one_rounding() -> None:
         assert not casts_once(dtype, cast=lambda v, t, d=dtype: np.abs(round_to(v, d).astype(np.float64)).astype(t))
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_round_to_rounds_to_odd_first_only_where_the_cast_would_round_twice(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+    real = dtypes._float64_to_float32_round_to_odd
+    monkeypatch.setattr(dtypes, "_float64_to_float32_round_to_odd", lambda x: calls.append(x.size) or real(x))
+    with rounding_path(path):
+        for dtype in NARROW:
+            round_to(np.array([1.5, 2.5]), dtype)
+        round_to(np.array([1.5, 2.5], np.float32), DataType.BFLOAT16)  # float32 in: one rounding already
+    assert calls == ([2, 2, 2] if path == "through float32" else [])
+
+
+def test_casts_once_answers_once_per_dtype_and_a_test_cast_leaves_no_answer() -> None:
+    with rounding_path("through float32"):
+        dtypes._CASTS_ONCE.clear()
+        casts_once(DataType.BFLOAT16, cast=lambda v, t: v.astype(np.float32).astype(t))
+        assert dtypes._CASTS_ONCE == {}
+        answer = casts_once(DataType.BFLOAT16)
+        assert {DataType.BFLOAT16: answer} == dtypes._CASTS_ONCE
+
+
 def test_e4m3_overflow_is_what_ml_dtypes_does() -> None:
     """e4m3fn has no infinity: ml_dtypes gives NaN past the 448/480 midpoint, and for +-inf."""
     e4m3 = FORMATS["fp8_e4m3"][0]
