@@ -5,15 +5,16 @@ What: out[p] = a[p] @ b[p] for packed row-major float64 arrays a (batch, M, K), 
 dgemm: the result differs from NumPy's only by summation order (within 2 gamma_K (|a| @ |b|)).
 
 How: ``mma.sync.aligned.m16n8k16.f64`` through inline PTX (CuTe DSL 4.8 has no float64 MMA atom, and cuTile
-lowers a float64 ``ct.mma`` to DMUL + DADD; docs/experiments.md). A block of 16 warps owns a 128 x 128 tile of
-out, a warp 32 x 32 of it (2 x 4 DMMA tiles, 32 accumulators a thread: 128 registers, 16 warps a block); K advances in tiles of 16 through
-two shared-memory stages, the next tile's global loads held in registers while the current tile computes,
-one barrier a tile. Elements past M, N or K load as 0 and add nothing. Shared rows are padded (20 and 132
+lowers a float64 ``ct.mma`` to DMUL + DADD; docs/experiments.md). A block of 8 warps owns a 128 x 128 tile of
+out, a warp 32 x 64 of it (2 x 8 DMMA tiles, 64 accumulators a thread; 255 registers, 64 bytes of spill); K
+advances in tiles of 16 through two shared-memory stages, the next tile's global loads held in registers while
+the current tile computes, one barrier a tile. Elements past M, N or K load as 0 and add nothing. Shared rows are padded (20 and 132
 elements) so that a warp's fragment reads meet no bank conflict. Grid: (N / 128, M / 128, batch).
 
-How to run: ``Gpu.launch("gemm", ...)`` (``gpu_reference.backend``) sends here on a GPU with CuTe DSL; the GPU
-tests in ``tests/gpu/test_gpu_reference.py`` check it against NumPy element by element, and
-``benchmarks/gpu_reference.py --parts gemm`` times it.
+How to run: ``Gpu.gemm`` (``gpu_reference.backend``) sends here on a GPU with CuTe DSL; the GPU tests in
+``tests/gpu/test_gpu_reference.py`` check it against NumPy element by element, and
+``benchmarks/gpu_reference.py --parts gemm`` times it (36.9 TFLOP/s at 4096^3 and 8192^3 on an H100, cuBLAS's
+DGEMM 60.1 / 56.1 in the same run; 50% of the float64 tensor-core peak with a matmul node's read and write).
 
 Constraints: sm_90; M below 2^23 (grid y), N and K below 2^31 (offsets are 64-bit); one compile per process
 (about 2 s).
@@ -33,9 +34,9 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 
 TILE_M, TILE_N, TILE_K = 128, 128, 16
 WARP_M, WARP_N = 32, 64  # a warp's tile of out: 2 x 8 DMMA tiles of 16 x 8
-THREADS = 32 * (TILE_M // WARP_M) * (TILE_N // WARP_N)  # 16 warps
+THREADS = 32 * (TILE_M // WARP_M) * (TILE_N // WARP_N)  # 8 warps
 PITCH_A, PITCH_B = TILE_K + 4, TILE_N + 4  # shared row lengths: conflict-free fragment reads
-LOADS = TILE_M * TILE_K // THREADS  # elements of each operand a thread stages per K tile (4)
+LOADS = TILE_M * TILE_K // THREADS  # elements of each operand a thread stages per K tile (8)
 
 
 @dsl_user_op
