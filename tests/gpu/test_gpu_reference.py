@@ -107,18 +107,21 @@ def test_validate_with_the_gpu_truth_passes_the_cpu_reference_as_the_device() ->
     assert honest.passed and honest.truth == "gpu"
 
 
-@pytest.mark.parametrize("kernel", ["dmma", "cutile"])
+@pytest.mark.parametrize("kernel", ["dmma", "dmma, 64-bit offsets", "cutile"])
 @pytest.mark.parametrize(
     ("batch", "m", "n", "k"), [(1, 4096 // 8, 4096 // 8, 4096 // 8), (3, 130, 70, 37), (2, 257, 129, 17), (1, 5, 3, 1)]
 )
 def test_the_float64_gemm_is_within_the_gemm_error_bound_of_numpy(
     kernel: str, batch: int, m: int, n: int, k: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ragged tiles, a batch, K = 1, on each GEMM kernel (DMMA where CuTe DSL is installed, the cuTile one):
+    """Ragged tiles, a batch, K = 1, on each GEMM kernel (DMMA where CuTe DSL is installed, with 32- and 64-bit
+    offsets, and the cuTile one):
     |GPU - NumPy| <= 2 gamma_k (|a| @ |b|), gamma_k = k u / (1 - k u), the sum of the two products' worst-case
     rounding bounds (any order of float64 sums, FMA or not), element by element."""
-    if kernel == "dmma" and backend.dmma_gemm() is None:
+    if kernel.startswith("dmma") and backend.dmma_gemm() is None:
         pytest.skip("nvidia-cutlass-dsl is not importable: no DMMA GEMM here")
+    if kernel == "dmma, 64-bit offsets":  # what operands of 2^31 elements or more take
+        monkeypatch.setattr(backend.dmma_gemm(), "NARROW_LIMIT", 0)
     if kernel == "cutile":
         monkeypatch.setitem(backend._modules, "dmma", None)
     rng = np.random.default_rng(5)
