@@ -6,7 +6,7 @@ dgemm: the result differs from NumPy's only by summation order (within 2 gamma_K
 
 How: ``mma.sync.aligned.m16n8k16.f64`` through inline PTX (CuTe DSL 4.8 has no float64 MMA atom, and cuTile
 lowers a float64 ``ct.mma`` to DMUL + DADD; docs/experiments.md). A block of 8 warps owns a 128 x 128 tile of
-out, a warp 32 x 64 of it (2 x 8 DMMA tiles, 64 accumulators a thread; 255 registers, 64 bytes of spill); K
+out, a warp 32 x 64 of it (2 x 8 DMMA tiles, 64 accumulators a thread; 255 registers, 16 bytes of spill); K
 advances in tiles of 16 through two shared-memory stages, the next tile's global loads held in registers while
 the current tile computes, one barrier a tile. Elements past M, N or K load as 0 and add nothing. Shared rows are padded (20 and 132
 elements) so that a warp's fragment reads meet no bank conflict. Grid: (N / 128, M / 128, batch).
