@@ -13,8 +13,9 @@ elements) so that a warp's fragment reads meet no bank conflict. Grid: (N / 128,
 
 How to run: ``Gpu.gemm`` (``gpu_reference.backend``) sends here on a GPU with CuTe DSL; the GPU tests in
 ``tests/gpu/test_gpu_reference.py`` check it against NumPy element by element, and
-``benchmarks/gpu_reference.py --parts gemm`` times it (36.9 TFLOP/s at 4096^3 and 8192^3 on an H100, cuBLAS's
-DGEMM 60.1 / 56.1 in the same run; 50% of the float64 tensor-core peak with a matmul node's read and write).
+``benchmarks/gpu_reference.py --parts gemm`` times it (with 64-bit offsets throughout: 36.9 TFLOP/s at 4096^3
+and 8192^3 on an H100, cuBLAS's DGEMM 60.1 / 56.1 in the same run, 50% of the float64 tensor-core peak with a
+matmul node's read and write; the 32-bit form is not yet timed).
 
 Constraints: sm_90; M below 2^23 (grid y), N and K below 2^31; offsets 32-bit where every operand has fewer
 than 2^31 elements, else 64-bit (two compiles, about 2 s each, once per process).
