@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 from sigdnn.graph.layout import packed_strides
@@ -324,6 +325,16 @@ class Array:
         else:
             self.gpu.gemm(a.data, b.data, out.data, (batch, m, n, k))
         return out if len(self.shape) == 3 else out.reshape(m, n)
+
+
+@attrs.frozen
+class Permuted:
+    """An array whose axis j is a tensor's logical axis ``axes[j]``: what a formula returns where its natural
+    order is a transpose of the output's (a conv's (K, N, P) for y's (N, K, P)), so that the write goes
+    through the output's strides in that order instead of a transpose making a copy."""
+
+    array: Array
+    axes: tuple[int, ...]
 
 
 def _identity(mode: str, dtype: np.dtype) -> float | int:

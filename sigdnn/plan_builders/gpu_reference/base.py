@@ -2,7 +2,8 @@
 
 A builder supplies a ``Formula``: arrays by input port (float64, or int64
 for integer compute; None for an absent optional input) -> arrays by output
-port. The plan reads the inputs on the device (``tensors.read``), runs the
+port (or a ``Permuted`` array: stored through the output's axes in its order). The plan reads the inputs
+on the device (``tensors.read``), runs the
 formula (launches of ``kernels/tiles.py`` only) and writes each output the
 node has (``tensors.write``), then waits for the device: scratch arrays die
 with the run.
@@ -21,14 +22,14 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.gpu_reference import backend
-from sigdnn.plan_builders.gpu_reference.arrays import Array
+from sigdnn.plan_builders.gpu_reference.arrays import Array, Permuted
 from sigdnn.plan_builders.gpu_reference.backend import Gpu
 from sigdnn.plan_builders.gpu_reference.tensors import read, write
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.runtime.device import Device, ExecutionContext
 
 LIBRARY = "gpu_reference"
-Formula = Callable[[dict[str, Array | None]], dict[str, Array]]
+Formula = Callable[[dict[str, Array | None]], dict[str, Array | Permuted]]
 
 
 class GpuReferencePlan(NodePlan):

@@ -10,7 +10,7 @@ device forms from the window map (``Array.take_windows``; the map of every
 element would be their product, of every column taps x N x P entries). Then one float64 GEMM
 per group, over every image at once:
 
-* fprop: y[g] = W[g] (Kg x Cg*R) @ col(x)[g] (Cg*R x N*O), then (K, N, O) -> (N, K, O);
+* fprop: y[g] = W[g] (Kg x Cg*R) @ col(x)[g] (Cg*R x N*O), written in (K, N, O) order through y's strides;
 * dgrad: dx[g] = W[g]^T arranged (Cg x Kg*R) @ col(dy)[g] (Kg*R x N*S),
   col(dy) holding for each input position and tap the dy element whose
   window put that tap there;
@@ -30,7 +30,7 @@ from sigdnn.graph.ops.conv_dgrad import ConvDgrad
 from sigdnn.graph.ops.conv_fprop import ConvFprop
 from sigdnn.graph.ops.conv_wgrad import ConvWgrad
 from sigdnn.plan_builders.gpu_reference import windows
-from sigdnn.plan_builders.gpu_reference.arrays import Array, row_major_index
+from sigdnn.plan_builders.gpu_reference.arrays import Array, Permuted, row_major_index
 from sigdnn.plan_builders.gpu_reference.base import Formula, GpuReferenceBuilder
 from sigdnn.registry.engine_ids import IN_TREE
 
@@ -46,17 +46,19 @@ def im2col(source: Array, groups: int, window: np.ndarray) -> Array:
     return col.reshape(groups, (c // groups) * taps, n * positions)
 
 
-def fprop(x: Array, w: Array, op: ConvFprop) -> Array:
+def fprop(x: Array, w: Array, op: ConvFprop) -> Permuted:
+    """y in (K, N, *O) order, which the write stores through y's strides as (N, K, *O)."""
     n, c, *size = x.shape
     k, cg, *kernel = w.shape
     groups = c // cg
     window = windows.forward(size, kernel, op.pre_padding, op.post_padding, op.stride, op.dilation)
     out = [windows.out_size(*a) for a in zip(size, op.pre_padding, op.post_padding, kernel, op.stride, op.dilation)]
     y = w.reshape(groups, k // groups, cg * math.prod(kernel)).matmul(im2col(x, groups, window))  # (G, Kg, N*O)
-    return y.reshape(k, n, window.shape[0]).transpose(1, 0, 2).reshape(n, k, *out)  # (K, N, O) -> (N, K, O)
+    return Permuted(y.reshape(k, n, *out), (1, 0, *range(2, 2 + len(out))))
 
 
-def dgrad(dy: Array, w: Array, dx_dims: tuple[int, ...], op: ConvDgrad) -> Array:
+def dgrad(dy: Array, w: Array, dx_dims: tuple[int, ...], op: ConvDgrad) -> Permuted:
+    """dx in (C, N, *S) order, stored through dx's strides as (N, C, *S)."""
     n, c, *size = dx_dims
     k, cg, *kernel = w.shape
     groups, kg, taps = c // cg, k // (c // cg), math.prod(kernel)
@@ -64,7 +66,7 @@ def dgrad(dy: Array, w: Array, dx_dims: tuple[int, ...], op: ConvDgrad) -> Array
     # W[g] arranged (Cg, Kg*R): element (c, k*R + r) = w[g*Kg + k, c, r]
     wt = w.take(row_major_index((groups, kg, cg, taps)).transpose(0, 2, 1, 3).reshape(groups, cg, kg * taps))
     dx = wt.matmul(im2col(dy, groups, window))  # (G, Cg, N*S)
-    return dx.reshape(c, n, window.shape[0]).transpose(1, 0, 2).reshape(*dx_dims)
+    return Permuted(dx.reshape(c, n, *size), (1, 0, *range(2, 2 + len(size))))
 
 
 def wgrad(x: Array, dy: Array, dw_dims: tuple[int, ...], op: ConvWgrad) -> Array:

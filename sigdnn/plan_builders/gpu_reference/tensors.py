@@ -19,6 +19,7 @@ from sigdnn.graph.layout import packed_strides
 from sigdnn.plan_builders.gpu_reference.arrays import (
     Array,
     IndexMap,
+    Permuted,
     gather,
     map_arguments,
     outer_offsets,
@@ -74,23 +75,26 @@ def encoding(value_dtype: np.dtype, target: DataType) -> str:
     return FLOAT_ENCODES.get(target, "ENCODE_INT")
 
 
-def write(gpu: Gpu, value: Array, buffer: Any, target: DataType) -> None:
+def write(gpu: Gpu, value: Array | Permuted, buffer: Any, target: DataType) -> None:
     """Round ``value`` once to ``target`` and store it into the buffer's logical elements.
 
-    A buffer of another dtype than ``target`` (validation's float64 runs of a narrow node) gets what the CPU
-    reference's store gives it: a float64 buffer the unrounded float64 value where ``target`` is float64,
-    float32 or float16 (a plain cast there), else the value rounded to ``target``, in the buffer's dtype."""
+    A ``Permuted`` value is stored through the buffer's axes in its order (no transpose is made). A buffer of
+    another dtype than ``target`` (validation's float64 runs of a narrow node) gets what the CPU reference's
+    store gives it: a float64 buffer the unrounded float64 value where ``target`` is float64, float32 or
+    float16 (a plain cast there), else the value rounded to ``target``, in the buffer's dtype."""
     dims, strides = tuple(buffer.shape), element_strides(buffer)
-    value = value.broadcast_to(dims)
+    axes = value.axes if isinstance(value, Permuted) else tuple(range(len(dims)))
+    order_dims, order_strides = tuple(dims[a] for a in axes), tuple(strides[a] for a in axes)
+    value = (value.array if isinstance(value, Permuted) else value).broadcast_to(order_dims)
     into_float64 = np.dtype(buffer.dtype) == np.float64 and target in PLAIN_CASTS and value.dtype == np.float64
     if np.dtype(buffer.dtype) != target.numpy and not into_float64:
         rounded = gpu.empty(value.size, kernel_dtype(target.numpy))
         scatter(gpu, value, rounded, value.size, target)
-        value = Array.empty(gpu, dims, np.float64)
+        value = Array.empty(gpu, order_dims, np.float64)
         gather(gpu, rounded, value.size, value.data, 0.0, DECODES.get(target.numpy.name, "DECODE_CAST"))
     if np.dtype(buffer.dtype) != target.numpy:
         target = as_data_type(np.dtype(buffer.dtype))
-    scatter(gpu, value, gpu.raw(buffer, dims, strides), storage_map(dims, strides), target)
+    scatter(gpu, value, gpu.raw(buffer, dims, strides), storage_map(order_dims, order_strides), target)
 
 
 def scatter(gpu: Gpu, value: Array, raw: Any, index: IndexMap, target: DataType) -> None:
