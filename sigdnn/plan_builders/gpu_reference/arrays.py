@@ -107,7 +107,7 @@ class Array:
         return self._gather_outer(rows, window, image, n * positions, positions, taps * n * positions, pad)
 
     def _gather_outer(
-        self, rows: np.ndarray, window: np.ndarray, image: int, per_tap: int, p: int, columns: int, pad: float
+        self, rows: np.ndarray, window: np.ndarray, image: int, per_tap: int, positions: int, columns: int, pad: float
     ) -> Array:
         """gather_outer's launch (tiles.py says what each argument means)."""
         out = Array.empty(self.gpu, (rows.size, columns), self.dtype)
@@ -120,7 +120,7 @@ class Array:
             self.gpu.upload(np.asarray(window, np.int64)),
             int(image),
             int(per_tap),
-            int(p),
+            int(positions),
             self.gpu.shaped(out.data, out.shape),
             int(pad) if self.dtype.kind in "iu" else float(pad),  # a scalar of out's kind
             tr,
