@@ -11,6 +11,7 @@ passes into NumPy views for the emulator: everything but cuTile itself runs.
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -160,3 +161,51 @@ def test_a_span_covers_a_tensors_elements() -> None:
 def test_without_cuda_tile_the_reason_names_it() -> None:
     reason = backend.cutile_unavailable_reason()
     assert reason is not None and "cuda" in reason
+
+
+class RecordingDmma:
+    """A stand-in for kernels/dmma_gemm.py: its tile extents and a gemm that records what it is given."""
+
+    TILE_M, TILE_N = 128, 128
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, ...]] = []
+
+    def gemm(self, *args: int) -> None:
+        self.calls.append(args)
+
+
+def test_gemm_goes_to_the_dmma_kernel_where_it_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU with the DMMA module, Gpu.gemm hands it the three addresses, the extents and the stream, with
+    columns on grid x; a grid past the launch limits is refused by name; the emulator keeps the cuTile kernel."""
+    dmma = RecordingDmma()
+    monkeypatch.setitem(backend._modules, "dmma", dmma)
+    gpu = backend.Gpu(DeviceOnlyContext(), 7)
+    a, b, out = (DeviceArray(address, (1,), (1,), np.float64) for address in (4096, 8192, 12288))
+    gpu.gemm(a, b, out, (2, 300, 100, 5))
+    assert dmma.calls == [(4096, 8192, 12288, 2, 300, 100, 5, 7)]
+    gpu.gemm(a, b, out, (1, 128 * 65535, 1, 1))  # grid y at its bound: launched
+    with pytest.raises(sigdnn.errors.ExecutionError, match=r"DMMA GEMM needs a grid of \(1, 65536, 1\)"):
+        gpu.gemm(a, b, out, (1, 128 * 65535 + 1, 1, 1))
+    with pytest.raises(sigdnn.errors.ExecutionError, match=r"grid of \(1, 1, 65536\)"):
+        gpu.gemm(a, b, out, (65536, 1, 1, 1))
+    assert len(dmma.calls) == 2
+    emulated = backend.Gpu(HostGpuContext(), None)
+    x, y = np.arange(6.0), np.arange(6.0)
+    product = np.zeros(4)
+    emulated.gemm(x, y, product, (1, 2, 2, 3))
+    assert product.tolist() == (x.reshape(2, 3) @ y.reshape(3, 2)).reshape(-1).tolist() and len(dmma.calls) == 2
+
+
+def test_a_dmma_module_that_cannot_load_leaves_the_cutile_gemm_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = []
+    monkeypatch.setattr("sigdnn.runtime.cuda.dsl_unavailable_reason", lambda *args: asked.append(args))  # None
+    monkeypatch.setitem(sys.modules, "sigdnn.plan_builders.gpu_reference.kernels.dmma_gemm", None)  # import fails
+    monkeypatch.delitem(backend._modules, "dmma", raising=False)
+    with pytest.warns(RuntimeWarning, match=r"DMMA GEMM is unavailable \(ModuleNotFoundError: import of "
+                      r"sigdnn\.plan_builders\.gpu_reference\.kernels\.dmma_gemm halted.*its cuTile GEMM serves"):  # fmt: skip
+        assert backend.dmma_gemm() is None
+    assert asked == [("cutlass.cute", "nvidia-cutlass-dsl")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert backend.dmma_gemm() is None  # answered once: no second warning
