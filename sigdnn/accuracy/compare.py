@@ -107,11 +107,18 @@ def errors(
     with np.errstate(invalid="ignore", over="ignore"):
         g = np.asarray(got).astype(np.float64)
         w = np.asarray(want).astype(np.float64)
-        special = ~np.isfinite(g) | ~np.isfinite(w)
-        same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w)))
-        finite = ~special
+        finite = np.isfinite(g) & np.isfinite(w)
+        every_finite = bool(finite.all())  # the common case: no NaN / Inf work below
+        if every_finite:
+            wrong_special = np.zeros(finite.shape, bool)
+        else:
+            same_special = (np.isnan(g) & np.isnan(w)) | (np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w)))
+            wrong_special = ~finite & ~same_special
         exact = integer_abs_error(got, want)
-        abs_err = np.where(finite, np.abs(g - w), 0.0) if exact is None else exact
+        if exact is not None:
+            abs_err = exact
+        else:
+            abs_err = np.abs(g - w) if every_finite else np.where(finite, np.abs(g - w), 0.0)
         bound = None
         if not tolerance.exact:
             bound = tolerance.atol + tolerance.rtol * np.abs(w)
@@ -121,8 +128,8 @@ def errors(
                 bound = bound + np.asarray(carried, dtype=np.float64)
             elif tolerance.inner:
                 bound = bound + tolerance.inner * np.abs(w)
-        ulp = ulp_of(np.where(finite, w, 0.0), dtype)
-    return Errors(g, w, finite, special & ~same_special, abs_err, bound, ulp)
+        ulp = ulp_of(w if every_finite else np.where(finite, w, 0.0), dtype)
+    return Errors(g, w, finite, wrong_special, abs_err, bound, ulp)
 
 
 def compare(
@@ -147,13 +154,16 @@ def summarize(name: str, dtype: str, tolerance: Tolerance, e: Errors) -> Compari
     """The statistics of one comparison's errors."""
     bad = e.mismatched
     with np.errstate(invalid="ignore", over="ignore"):
+        # (abs_error is 0 where not finite; there the relative error is 0 too, whatever the division gives)
         rel_err = np.where(e.finite, e.abs_error / np.maximum(np.abs(e.want), np.finfo(np.float64).tiny), 0.0)
         ulps = e.abs_error / e.ulp  # a float64 error over a float64 subnormal spacing can overflow to inf
+    wrong_specials = int(np.count_nonzero(e.wrong_special))
+    mismatches = int(np.count_nonzero(bad))
     worst = None
     if e.got.size:
         # A wrong NaN/Inf first, then the largest mismatch, then (all passed) the largest error.
-        rank = np.where(e.wrong_special, 2, np.where(bad, 1, 0))
-        score = np.where(rank == rank.max(), e.abs_error, -1.0)
+        worst_of = e.wrong_special if wrong_specials else bad if mismatches else None
+        score = e.abs_error if worst_of is None else np.where(worst_of, e.abs_error, -1.0)
         worst = np.unravel_index(int(np.argmax(score)), e.got.shape)
     return Comparison(
         name=name,
@@ -162,10 +172,10 @@ def summarize(name: str, dtype: str, tolerance: Tolerance, e: Errors) -> Compari
         max_abs_error=float(e.abs_error.max(initial=0.0)),
         max_rel_error=float(rel_err.max(initial=0.0)),
         max_ulp_error=float(ulps.max(initial=0.0)),
-        mismatches=int(np.count_nonzero(bad)),
+        mismatches=mismatches,
         size=int(e.got.size),
         worst_index=tuple(int(i) for i in worst) if worst is not None else None,
         worst_got=float(e.got[worst]) if worst is not None else None,
         worst_want=float(e.want[worst]) if worst is not None else None,
-        nan_inf_mismatches=int(np.count_nonzero(e.wrong_special)),
+        nan_inf_mismatches=wrong_specials,
     )
