@@ -9,6 +9,7 @@ step. ``plans`` map a node's name to the reference's step for it (its
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -55,6 +56,12 @@ class StepReference:
     through: dict[int, np.ndarray]
     carried: dict[int, np.ndarray]
     errors_through: dict[int, np.ndarray]
+
+
+def random_signs(seed: int, shape: tuple[int, ...]) -> np.ndarray:
+    """+1.0 or -1.0 at random: the pattern ``rng.choice((-1.0, 1.0))`` draws from ``seed``, five times faster."""
+    heads = np.random.default_rng(seed).integers(0, 2, size=shape)
+    return np.where(heads > 0, 1.0, -1.0)
 
 
 def _carry_errors(
@@ -110,12 +117,13 @@ def _carry_errors(
                 # alike cancels in an op that subtracts a mean or is shift-invariant (normalizations, softmax,
                 # their backward passes), random signs do not. A float64 bound promotes the moved input to
                 # float64: the move is exact.
-                signs = np.random.default_rng(op.inputs()[p]).choice((-1.0, 1.0), size=np.shape(ins[p]))
+                signs = random_signs(op.inputs()[p], np.shape(ins[p]))
                 moves = [sign * pattern for pattern in (bound, signs * bound) for sign in (1.0, -1.0)]
                 moved = [run({**ins, p: ins[p] + move}) for move in moves]
                 for q in floats:
                     with np.errstate(invalid="ignore", over="ignore"):  # an unbounded change counts as none
-                        change = np.fmax.reduce([np.abs(m[q] - base[q]) for m in moved])  # a NaN side drops
+                        # a NaN side drops; pairwise, not fmax.reduce of a list, which stacks the list first
+                        change = functools.reduce(np.fmax, (np.abs(m[q] - base[q]) for m in moved))
                     arrived[q] = arrived[q] + np.where(np.isfinite(change), change, 0.0)
     for p, uid in floats.items():
         own = node_tolerance(graph, node, uid)
