@@ -88,9 +88,11 @@ class Array:
 
     def strided(self, shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> Array:
         """The elements flat self[offset + sum of i_a * strides[a]] in ``shape`` (a transpose, broadcast or row
-        of self): one gather over the outer sum of the leading and the trailing axes' offsets (``outer_offsets``)."""
-        rows, cols = outer_offsets(shape, strides, offset)
-        return self.take_outer(rows, cols).reshape(*(int(d) for d in shape))
+        of self): one gather by the outer sum of the leading and the trailing axes' offsets (``outer_offsets``),
+        as a strided tensor is read."""
+        out = Array.empty(self.gpu, tuple(int(d) for d in shape), self.dtype)
+        gather(self.gpu, self.data, outer_offsets(shape, strides, offset), out.data, 0.0, "DECODE_RAW")
+        return out
 
     def take_outer(self, rows: np.ndarray, cols: np.ndarray, pad: float = 0.0) -> Array:
         """out[i, j] = flat self[rows[i] + cols[j]], ``pad`` where cols[j] < 0: an index map that is an outer
@@ -354,11 +356,11 @@ def offsets(dims: Sequence[int], strides: Sequence[int]) -> np.ndarray:
     return total
 
 
+# Which element each of n a gather reads (a scatter writes): an int n is 0 .. n - 1, computed on the device; an
+# array is an explicit map (-1: ``pad``); (rows, cols) is the row-major outer sum rows[i // C] + cols[i % C],
+# C = cols.size: a strided tensor's storage offsets as two maps of about the square root of its size (the map of
+# every element of a ResNet activation at batch 64 took the host about a second to make and 400 MB to send).
 IndexMap = int | np.ndarray | tuple[np.ndarray, np.ndarray]
-"""Which element each of n a gather reads (a scatter writes): an int n is 0 .. n - 1, computed on the device; an
-array is an explicit map (-1: ``pad``); (rows, cols) is the row-major outer sum rows[i // C] + cols[i % C],
-C = cols.size: a strided tensor's storage offsets as two maps of about the square root of its size (the map of
-every element of a ResNet activation at batch 64 took the host about a second to make and 400 MB to send)."""
 
 
 def map_size(index: IndexMap) -> int:

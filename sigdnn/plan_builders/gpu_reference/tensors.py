@@ -83,9 +83,10 @@ def write(gpu: Gpu, value: Array | Permuted, buffer: Any, target: DataType) -> N
     store gives it: a float64 buffer the unrounded float64 value where ``target`` is float64, float32 or
     float16 (a plain cast there), else the value rounded to ``target``, in the buffer's dtype."""
     dims, strides = tuple(buffer.shape), element_strides(buffer)
-    axes = value.axes if isinstance(value, Permuted) else tuple(range(len(dims)))
-    order_dims, order_strides = tuple(dims[a] for a in axes), tuple(strides[a] for a in axes)
-    value = (value.array if isinstance(value, Permuted) else value).broadcast_to(order_dims)
+    if not isinstance(value, Permuted):
+        value = Permuted(value, tuple(range(len(dims))))
+    order_dims, order_strides = tuple(dims[a] for a in value.axes), tuple(strides[a] for a in value.axes)
+    value = value.array.broadcast_to(order_dims)
     into_float64 = np.dtype(buffer.dtype) == np.float64 and target in PLAIN_CASTS and value.dtype == np.float64
     if np.dtype(buffer.dtype) != target.numpy and not into_float64:
         rounded = gpu.empty(value.size, kernel_dtype(target.numpy))
