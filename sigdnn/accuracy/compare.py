@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
 import numpy as np
 
+from sigdnn.accuracy.arrays import Arrays
 from sigdnn.accuracy.tolerances import Tolerance, finfo
 
 
@@ -148,6 +150,46 @@ def compare(
     """
     found = errors(got, want, tolerance, terms, carried)
     return summarize(name, str(np.asarray(want).dtype), tolerance, found)
+
+
+def compare_in(
+    xp: Arrays,
+    name: str,
+    got: Any,
+    want: Any,
+    tolerance: Tolerance,
+    terms: Any = None,
+    carried: Any = None,
+) -> tuple[Comparison, Errors | None]:
+    """``compare`` of arrays that live in ``xp``, and the per-element errors when it fails (for plots).
+
+    Where ``xp`` can summarize a passing comparison itself (the device's ``passing_summary``: a float tensor,
+    not an exact tolerance), only the statistics cross to the host; anything else, and every failing
+    comparison, is judged on the host as ``compare`` does."""
+    dtype = np.dtype(want.dtype)
+    summary = getattr(xp, "passing_summary", None)
+    if summary is not None and not tolerance.exact and dtype.kind in "fV" and math.prod(want.shape):
+        bound = xp.add(xp.mul(xp.magnitude(want), tolerance.rtol), tolerance.atol)
+        if terms is not None and tolerance.reduction:
+            bound = xp.add(bound, xp.mul(terms, tolerance.reduction))
+        if carried is not None:
+            bound = xp.add(bound, carried)
+        elif tolerance.inner:
+            bound = xp.add(bound, xp.mul(xp.magnitude(want), tolerance.inner))
+        info = finfo(dtype)
+        found = summary(got, want, bound, int(info.nmant), int(info.minexp))
+        if found is not None:
+            largest, relative, ulps, worst, worst_got, worst_want = found
+            index = tuple(int(i) for i in np.unravel_index(worst, tuple(want.shape)))
+            size = math.prod(want.shape)
+            passed = Comparison(
+                name, str(dtype), tolerance, largest, relative, ulps, 0, size, index, worst_got, worst_want, 0
+            )
+            return passed, None
+    on_host = [None if a is None else xp.host(a) for a in (terms, carried)]
+    errs = errors(xp.host(got), xp.host(want), tolerance, *on_host)
+    comparison = summarize(name, str(dtype), tolerance, errs)
+    return comparison, None if comparison.passed else errs
 
 
 def summarize(name: str, dtype: str, tolerance: Tolerance, e: Errors) -> Comparison:

@@ -25,46 +25,46 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
+from sigdnn.accuracy.arrays import HOST, Arrays
 from sigdnn.accuracy.tolerances import node_tolerance
 from sigdnn.graph.graph import Graph
 from sigdnn.runtime.device import ExecutionContext
 
 RUNS = 2
 MARGIN = 2.0
+SEEDS_PER_RUN = 2**40  # a run's seed times this plus a tensor's uid seeds that tensor's moves
 
 
-def _moved(values: np.ndarray, size: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _moved(xp: Arrays, values: Any, size: Any, seed: int) -> Any:
     """``values`` moved by a uniform random fraction of ``size`` per element, rounded to their dtype (finite
     values only: an Inf or NaN stays what it is)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        wide = values.astype(np.float64)
-        moved = (wide + rng.uniform(-1.0, 1.0, values.shape) * size).astype(values.dtype)
-        return np.where(np.isfinite(wide) & np.isfinite(moved.astype(np.float64)), moved, values)
+    wide = xp.widen(values)
+    fractions = xp.random_fractions(seed, tuple(values.shape))
+    moved = xp.widen(xp.round_to(xp.add(wide, xp.mul(fractions, size)), values.dtype))
+    return xp.round_to(xp.where(xp.finite(moved), moved, wide), values.dtype)  # (an Inf or NaN moves to one)
 
 
 def perturbed_run(
-    graph: Graph, plan: Any, entries: Mapping[str, np.ndarray], context: ExecutionContext, rng: np.random.Generator
-) -> dict[int, np.ndarray]:
+    graph: Graph, plan: Any, entries: Mapping[str, Any], context: ExecutionContext, seed: int, xp: Arrays = HOST
+) -> dict[int, Any]:
     """Every tensor of one reference run in which each node's float outputs are moved within its tolerance.
 
-    ``plan``: the reference's node-by-node plan; ``entries``: the graph's inputs, scalars and constants by name.
+    ``plan``: the reference's node-by-node plan; ``entries``: the graph's inputs, scalars and constants by name
+    (arrays of ``xp``); ``seed`` with a tensor's uid seeds its moves.
     """
-    values = {t.uid: np.asarray(entries[t.name]) for t in graph.tensors.values() if t.name in entries}
+    values = {t.uid: entries[t.name] for t in graph.tensors.values() if t.name in entries}
     for step in plan.steps:
         (node,) = step.nodes
         op = node.op
         ins = {port: values[uid] for port, uid in op.inputs().items()}
-        outs = {port: np.empty(graph.tensors[uid].dims, graph.dtype_of(graph.tensors[uid]).numpy)
+        outs = {port: xp.empty(graph.tensors[uid].dims, graph.dtype_of(graph.tensors[uid]).numpy)
                 for port, uid in op.outputs().items()}  # fmt: skip
         step.plan.execute({**ins, **outs}, context)
         for port, uid in op.outputs().items():
             if graph.dtype_of(graph.tensors[uid]).is_float:
                 tolerance = node_tolerance(graph, node, uid)
-                with np.errstate(invalid="ignore", over="ignore"):
-                    size = tolerance.atol + tolerance.rtol * np.abs(outs[port].astype(np.float64))
-                outs[port] = _moved(outs[port], size, rng)
+                size = xp.add(xp.mul(xp.magnitude(outs[port]), tolerance.rtol), tolerance.atol)
+                outs[port] = _moved(xp, outs[port], size, seed * SEEDS_PER_RUN + uid)
             values[uid] = outs[port]
     return values
 
@@ -72,19 +72,19 @@ def perturbed_run(
 def output_spread(
     graph: Graph,
     plan: Any,
-    entries: Mapping[str, np.ndarray],
-    truth: Mapping[str, np.ndarray],
+    entries: Mapping[str, Any],
+    truth: Mapping[str, Any],
     context: ExecutionContext,
     runs: int = RUNS,
     seed: int = 0,
-) -> dict[int, np.ndarray]:
+    xp: Arrays = HOST,
+) -> dict[int, Any]:
     """Per float graph output: ``MARGIN`` times the largest |perturbed run - truth| over ``runs`` runs."""
     outputs = [t for t in graph.outputs if graph.dtype_of(t).is_float]
-    worst = {t.uid: np.zeros(t.dims) for t in outputs}
+    worst = {t.uid: xp.full(t.dims, 0.0) for t in outputs}
     for k in range(runs):
-        values = perturbed_run(graph, plan, entries, context, np.random.default_rng(seed + k))
+        values = perturbed_run(graph, plan, entries, context, seed + k, xp)
         for t in outputs:
-            with np.errstate(invalid="ignore", over="ignore"):
-                deviation = np.abs(values[t.uid].astype(np.float64) - np.asarray(truth[t.name], np.float64))
-            worst[t.uid] = np.fmax(worst[t.uid], np.where(np.isfinite(deviation), deviation, 0.0))
-    return {uid: MARGIN * w for uid, w in worst.items()}
+            deviation = xp.abs(xp.sub(values[t.uid], truth[t.name]))
+            worst[t.uid] = xp.fmax(worst[t.uid], xp.finite_or_zero(deviation))
+    return {uid: xp.mul(w, MARGIN) for uid, w in worst.items()}

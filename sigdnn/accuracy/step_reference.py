@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import attrs
 import numpy as np
 
+from sigdnn.accuracy.arrays import HOST, Arrays
 from sigdnn.accuracy.compare import compare
 from sigdnn.accuracy.tolerances import node_tolerance, step_tolerance
 from sigdnn.accuracy.unspecified import specified, unspecified_positions
@@ -51,28 +52,23 @@ class StepReference:
     checks: an output that cancels keeps the errors of the values before it.
     """
 
-    values: dict[int, np.ndarray]
-    sums: dict[int, np.ndarray]
-    through: dict[int, np.ndarray]
-    carried: dict[int, np.ndarray]
-    errors_through: dict[int, np.ndarray]
-
-
-def random_signs(seed: int, shape: tuple[int, ...]) -> np.ndarray:
-    """+1.0 or -1.0 at random: the pattern ``rng.choice((-1.0, 1.0))`` draws from ``seed``, five times faster."""
-    heads = np.random.default_rng(seed).integers(0, 2, size=shape)
-    return np.where(heads > 0, 1.0, -1.0)
+    values: dict[int, Any]
+    sums: dict[int, Any]
+    through: dict[int, Any]
+    carried: dict[int, Any]
+    errors_through: dict[int, Any]
 
 
 def _carry_errors(
     graph: Graph,
     node: Node,
     plan: Any,
-    ins: Mapping[str, np.ndarray],
-    outs: Mapping[str, np.ndarray],
-    errs: dict[int, np.ndarray],
-    carried: dict[int, np.ndarray],
+    ins: Mapping[str, Any],
+    outs: Mapping[str, Any],
+    errs: dict[int, Any],
+    carried: dict[int, Any],
     context: ExecutionContext,
+    xp: Arrays,
 ) -> None:
     """The error bound of each float output of ``node`` inside a fused step, at its own magnitude.
 
@@ -93,101 +89,103 @@ def _carry_errors(
     if not floats:
         return
     if not bounds:
-        arrived = {p: np.zeros(outs[p].shape) for p in floats}
+        arrived = {p: xp.full(outs[p].shape, 0.0) for p in floats}
     else:
 
-        def run(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-            results = {p: np.empty(a.shape) if p in floats else np.empty_like(a) for p, a in outs.items()}
+        def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
+            results = {p: xp.empty(a.shape, np.float64 if p in floats else a.dtype) for p, a in outs.items()}
             plan.execute({**inputs, **results}, context)
             return {p: results[p] for p in floats}
 
         if op.moves_data:
-            arrived = run({p: bounds.get(p, np.zeros(a.shape)) for p, a in ins.items()})
+            arrived = run({p: bounds.get(p, xp.full(a.shape, 0.0)) for p, a in ins.items()})
         elif op.sums_absolute_terms:
-            absolute = {p: np.abs(a) for p, a in ins.items()}
-            arrived = {p: np.zeros(outs[p].shape) for p in floats}
+            absolute = {p: xp.abs(a) for p, a in ins.items()}
+            arrived = {p: xp.full(outs[p].shape, 0.0) for p in floats}
             for p, bound in bounds.items():
                 for q, value in run({**absolute, p: bound}).items():
-                    arrived[q] = arrived[q] + value
+                    arrived[q] = xp.add(arrived[q], value)
         else:
             base = run(ins)
-            arrived = {p: np.zeros(outs[p].shape) for p in floats}
+            arrived = {p: xp.full(outs[p].shape, 0.0) for p in floats}
             for p, bound in bounds.items():
                 # Each input moved by its bound both ways, all elements alike and with random signs: a move
                 # alike cancels in an op that subtracts a mean or is shift-invariant (normalizations, softmax,
                 # their backward passes), random signs do not. A float64 bound promotes the moved input to
                 # float64: the move is exact.
-                signs = random_signs(op.inputs()[p], np.shape(ins[p]))
-                moves = [sign * pattern for pattern in (bound, signs * bound) for sign in (1.0, -1.0)]
-                moved = [run({**ins, p: ins[p] + move}) for move in moves]
+                signs = xp.random_signs(op.inputs()[p], tuple(ins[p].shape))
+                patterns = (bound, xp.mul(signs, bound))
+                moves = [xp.mul(pattern, sign) for pattern in patterns for sign in (1.0, -1.0)]
+                moved = [run({**ins, p: xp.add(ins[p], move)}) for move in moves]
                 for q in floats:
-                    with np.errstate(invalid="ignore", over="ignore"):  # an unbounded change counts as none
-                        # a NaN side drops; pairwise, not fmax.reduce of a list, which stacks the list first
-                        change = functools.reduce(np.fmax, (np.abs(m[q] - base[q]) for m in moved))
-                    arrived[q] = arrived[q] + np.where(np.isfinite(change), change, 0.0)
+                    # an unbounded change counts as none, a NaN side drops (pairwise: fmax.reduce of a list
+                    # stacks the list first)
+                    change = functools.reduce(xp.fmax, (xp.abs(xp.sub(m[q], base[q])) for m in moved))
+                    arrived[q] = xp.add(arrived[q], xp.finite_or_zero(change))
     for p, uid in floats.items():
         own = node_tolerance(graph, node, uid)
         carried[uid] = arrived[p]
-        with np.errstate(invalid="ignore", over="ignore"):
-            magnitude = np.abs(np.where(np.isfinite(outs[p]), outs[p], 0).astype(np.float64))
-        errs[uid] = arrived[p] + own.atol + own.rtol * magnitude
+        errs[uid] = xp.add(xp.add(arrived[p], own.atol), xp.mul(xp.magnitude(outs[p]), own.rtol))
 
 
 def run_reference(
     graph: Graph,
     step: StepNodes,
     plans: Mapping[str, Any],
-    seen: Mapping[str, np.ndarray],
-    upstream: Mapping[int, np.ndarray],
-    upstream_errors: Mapping[int, np.ndarray],
+    seen: Mapping[str, Any],
+    upstream: Mapping[int, Any],
+    upstream_errors: Mapping[int, Any],
     context: ExecutionContext,
+    xp: Arrays = HOST,
 ) -> StepReference:
-    """The reference's exit values for one device step, fed the entry tensors the device saw, and their bounds."""
-    values: dict[int, np.ndarray] = {}
-    sums: dict[int, np.ndarray] = {}
-    errs: dict[int, np.ndarray] = {}
-    arrivals: dict[int, np.ndarray] = {}
+    """The reference's exit values for one device step, fed the entry tensors the device saw, and their bounds.
+
+    ``xp``: where the arrays live (the host's NumPy, or the GPU reference's device: ``accuracy.arrays``)."""
+    values: dict[int, Any] = {}
+    sums: dict[int, Any] = {}
+    errs: dict[int, Any] = {}
+    arrivals: dict[int, Any] = {}
     errors_through = {uid: upstream_errors[uid] for uid in step.reads if uid in upstream_errors}
     fused = len(step.nodes) > 1
     through = {uid: upstream[uid] for uid in step.reads if uid in upstream}
 
-    def entry(uid: int) -> np.ndarray:
+    def entry(uid: int) -> Any:
         if uid not in values:
             t = graph.tensors[uid]
-            values[uid] = np.asarray(seen[t.name], dtype=graph.dtype_of(t).numpy)
+            values[uid] = xp.cast(seen[t.name], graph.dtype_of(t).numpy)
         return values[uid]
 
     for node in step.nodes:
         reference = plans[node.name]
         op = node.op
         ins = {port: entry(uid) for port, uid in op.inputs().items()}
-        outs = {port: np.empty(graph.tensors[uid].dims, graph.dtype_of(graph.tensors[uid]).numpy)
+        outs = {port: xp.empty(graph.tensors[uid].dims, graph.dtype_of(graph.tensors[uid]).numpy)
                 for port, uid in op.outputs().items()}  # fmt: skip
         reference.plan.execute({**ins, **outs}, context)
         for port, uid in op.outputs().items():
             values[uid] = outs[port]
         if fused:
-            _carry_errors(graph, node, reference.plan, ins, outs, errs, arrivals, context)
-        _carry_errors(graph, node, reference.plan, ins, outs, errors_through, {}, context)
+            _carry_errors(graph, node, reference.plan, ins, outs, errs, arrivals, context, xp)
+        _carry_errors(graph, node, reference.plan, ins, outs, errors_through, {}, context, xp)
         if op.sums_absolute_terms:
-            absolute_outs = {p: np.empty_like(a) for p, a in outs.items()}
-            reference.plan.execute({**{p: np.abs(a) for p, a in ins.items()}, **absolute_outs}, context)
+            absolute_outs = {p: xp.empty(a.shape, a.dtype) for p, a in outs.items()}
+            reference.plan.execute({**{p: xp.abs(a) for p, a in ins.items()}, **absolute_outs}, context)
             for p, uid in op.outputs().items():
-                sums[uid] = through[uid] = absolute_outs[p].astype(np.float64)
+                sums[uid] = through[uid] = xp.widen(absolute_outs[p])
         elif op.elementwise():
             for table in (sums, through):
                 carried = [table[uid] for uid in op.inputs().values() if uid in table]
                 if carried:
                     for port, uid in op.outputs().items():
-                        table[uid] = np.broadcast_to(sum(carried[1:], carried[0]), outs[port].shape)
+                        table[uid] = xp.broadcast(functools.reduce(xp.add, carried), tuple(outs[port].shape))
         elif op.moves_data:
             # Each output element is one input element: the op itself moves the bounds with the values
             # (the reference copies float64 into float64 as is; an input without a bound contributes 0).
             for table in (sums, through):
                 carried = {p: table[uid] for p, uid in op.inputs().items() if uid in table}
                 if carried:
-                    moved = {p: np.empty(a.shape) for p, a in outs.items()}
-                    bounds = {p: carried.get(p, np.zeros(a.shape)) for p, a in ins.items()}
+                    moved = {p: xp.empty(a.shape, np.float64) for p, a in outs.items()}
+                    bounds = {p: carried.get(p, xp.full(a.shape, 0.0)) for p, a in ins.items()}
                     reference.plan.execute({**bounds, **moved}, context)
                     table.update({uid: moved[p] for p, uid in op.outputs().items()})
         else:
@@ -199,9 +197,7 @@ def run_reference(
                 if op.reduction_length(tensors, port) > 1:  # dims are >= 1: never empty
                     averaged = op.probability_weighted.get(port)
                     basis = outs[port] if averaged is None else ins[averaged]
-                    with np.errstate(invalid="ignore"):
-                        scale = np.nanmax(np.abs(np.where(np.isfinite(basis), basis, 0).astype(np.float64)))
-                    sums[uid] = through[uid] = np.full(outs[port].shape, scale)
+                    sums[uid] = through[uid] = xp.full(tuple(outs[port].shape), xp.largest_magnitude(basis))
     exits = {uid: values[uid] for uid in step.writes}
     carried = {uid: arrivals[uid] for uid in step.writes if uid in arrivals}
     return StepReference(exits, sums, through, carried, errors_through)

@@ -416,9 +416,9 @@ class Executor:
 
         Outputs missing from the pack are allocated; on the GPU backend they
         come back as host arrays when ``to_host`` is true. A ``capture`` dict
-        receives a host copy of every tensor a step writes, taken right after
-        that step (before its buffer is reused): validation compares step by
-        step with it. Tensors inside a region are never captured (they never
+        receives a copy of every tensor a step writes, taken right after
+        that step (before its buffer is reused; on the host when ``to_host``,
+        else where the tensor is): validation compares step by step with it. Tensors inside a region are never captured (they never
         exist in memory). Capturing synchronizes after each step.
         ``out="torch"`` returns host outputs as torch tensors sharing their
         memory (every dtype, bfloat16 and fp8 included); ``"numpy"`` (the
@@ -471,7 +471,7 @@ class Executor:
                 on_step(index, step, time.perf_counter() - started)
             if capture is not None:
                 for uid in step.writes:
-                    capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid])
+                    capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid], to_host)
         result = {name: memory.deliver(buffers[u], to_host) for name, u in zip(tensors.output_names, tensors.outputs)}
         memory.synchronize()
         if getattr(memory, "keeps_scratch", False) and not plan.spare_scratch:

@@ -206,9 +206,10 @@ class GpuRun:
             return target
         return self.context.to_host(array) if to_host else array
 
-    def snapshot(self, array: Any) -> np.ndarray:
-        """A host copy, taken now (synchronizes the stream)."""
-        return self.context.to_host(array)
+    def snapshot(self, array: Any, to_host: bool = True) -> Any:
+        """A copy taken now: on the host (synchronizes the stream), or on the device (a copy enqueued on the
+        stream, before anything later can overwrite the array)."""
+        return self.context.to_host(array) if to_host else self.context.copy(array)
 
     def synchronize(self) -> None:
         self.context.synchronize()

@@ -108,8 +108,8 @@ class HostMemory:
     def deliver(self, array: np.ndarray, to_host: bool) -> np.ndarray:
         return array
 
-    def snapshot(self, array: np.ndarray) -> np.ndarray:
-        """A copy that outlives the arena slot's reuse."""
+    def snapshot(self, array: np.ndarray, to_host: bool = True) -> np.ndarray:
+        """A copy that outlives the arena slot's reuse (on the host either way)."""
         return np.array(array)
 
     def synchronize(self) -> None:

@@ -221,6 +221,26 @@ class GpuContext:
         view = np.lib.stride_tricks.as_strided(bits, arr.shape, tuple(s * arr.itemsize for s in arr.strides))
         return np.array(view).view(arr.dtype)
 
+    def copy(self, arr: DeviceArray) -> DeviceArray:
+        """A device copy of ``arr`` with its strides, enqueued on the stream (the byte span it covers)."""
+        if any(s < 0 for s in arr.strides):
+            raise ValueError("negative strides are not supported")
+        span = sum((d - 1) * s for d, s in zip(arr.shape, arr.strides, strict=True)) + 1 if arr.size else 0
+        buffer = self.allocate(span * arr.itemsize)
+        self._copy_d2d(int(buffer.handle), arr.ptr, span * arr.itemsize)
+        return DeviceArray(
+            int(buffer.handle), arr.shape, arr.strides, arr.dtype, owner=buffer, device_id=self.device_id
+        )
+
+    def _copy_d2d(self, dst_ptr: int, src_ptr: int, nbytes: int) -> None:
+        if nbytes == 0:
+            return
+        driver = _driver()
+        _check(
+            driver.cuMemcpyDtoDAsync(dst_ptr, src_ptr, nbytes, driver.CUstream(self.stream_handle)),
+            "cuMemcpyDtoDAsync",
+        )
+
     def _copy_h2d(self, dst_ptr: int, host: np.ndarray) -> None:
         if host.nbytes == 0:
             return

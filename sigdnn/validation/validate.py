@@ -17,7 +17,8 @@ from typing import Any
 import attrs
 import numpy as np
 
-from sigdnn.accuracy.compare import Comparison, Errors, compare, errors, summarize
+from sigdnn.accuracy.arrays import HOST, Arrays
+from sigdnn.accuracy.compare import Comparison, Errors, compare_in
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.accuracy.spread import output_spread
 from sigdnn.accuracy.step_reference import run_reference
@@ -29,6 +30,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.tensor import Tensor
 from sigdnn.runtime.device import ExecutionContext
 from sigdnn.validation import table as table_format
+from sigdnn.validation.device_arrays import DeviceArrays
 from sigdnn.validation.table import END_TO_END
 from sigdnn.validation.truth import run_context, truth_executor, truth_name
 
@@ -113,28 +115,36 @@ def _by_name(graph: Graph, data: Mapping[Any, Any]) -> dict[str, np.ndarray]:
 
 
 def truth_spread(
-    graph: Graph, reference: Executor, plan: ExecutionPlan, data: Mapping[Any, Any], truth: Mapping[str, np.ndarray]
-) -> dict[int, np.ndarray]:
-    """The graph outputs' measured spread (accuracy.spread) around ``truth``, the reference's outputs for ``data``."""
-    return output_spread(graph, plan, _by_name(graph, data), truth, run_context(reference))
+    graph: Graph,
+    reference: Executor,
+    plan: ExecutionPlan,
+    data: Mapping[Any, Any],
+    truth: Mapping[str, Any],
+    xp: Arrays = HOST,
+) -> dict[int, Any]:
+    """The graph outputs' measured spread (accuracy.spread) around ``truth``, the reference's outputs for ``data``
+    (arrays of ``xp``, as the spread it returns)."""
+    entries = {name: xp.upload(value) for name, value in _by_name(graph, data).items()}
+    return output_spread(graph, plan, entries, truth, run_context(reference), xp=xp)
 
 
-def _wider(carried: np.ndarray | None, spread: np.ndarray | None) -> np.ndarray | None:
+def _wider(carried: Any, spread: Any, xp: Arrays) -> Any:
     """An output's end-to-end allowance: the carried bound, or the measured spread where that is larger."""
     if carried is None or spread is None:
         return spread if carried is None else carried
-    return np.fmax(carried, spread)
+    return xp.fmax(carried, spread)
 
 
 def compare_steps(
     graph: Graph,
     reference: ExecutionPlan,
     device: ExecutionPlan,
-    seen: Mapping[str, np.ndarray],
-    sums: dict[int, np.ndarray] | None = None,
+    seen: Mapping[str, Any],
+    sums: dict[int, Any] | None = None,
     tolerance: Tolerance | None = None,
-    carried: dict[int, np.ndarray] | None = None,
+    carried: dict[int, Any] | None = None,
     context: ExecutionContext | None = None,
+    xp: Arrays = HOST,
 ) -> tuple[NodeCheck, ...]:
     """Each device step's exits against the reference recomputed from the step's own entries.
 
@@ -144,24 +154,31 @@ def compare_steps(
     end-to-end checks of the outputs); ``carried`` likewise receives each
     tensor's error carried from the graph's inputs. ``tolerance`` replaces the computed one (a campaign's override).
     ``context``: what the reference's plans run with (the GPU reference's device; the CPU by default).
+    ``xp``: where ``seen`` and the bookkeeping live (``bookkeeping``).
     """
     plans = {s.node.name: s for s in reference.steps}
     sums = {} if sums is None else sums
     carried = {} if carried is None else carried
     checks = []
-    free = unspecified_positions(graph, seen)
+    free = unspecified_positions(graph, seen, xp)
     for step in device.steps:
-        truth = run_reference(graph, step, plans, seen, sums, carried, context or ExecutionContext())
+        truth = run_reference(graph, step, plans, seen, sums, carried, context or ExecutionContext(), xp)
         sums.update(truth.through)
         carried.update(truth.errors_through)
         for uid, value in truth.values.items():
             name = graph.tensors[uid].name
             allowed = tolerance or step_tolerance(graph, list(step.nodes), uid)
-            got = specified(seen[name], value, free.get(name))
-            found = errors(got, value, allowed, truth.sums.get(uid), truth.carried.get(uid))
-            comparison = summarize(name, str(value.dtype), allowed, found)
-            checks.append(NodeCheck(step.name, step.builder.name, comparison, None if comparison.passed else found))
+            got = specified(seen[name], value, free.get(name), xp)
+            comparison, found = compare_in(xp, name, got, value, allowed, truth.sums.get(uid), truth.carried.get(uid))
+            checks.append(NodeCheck(step.name, step.builder.name, comparison, found))
     return tuple(checks)
+
+
+def bookkeeping(reference: Executor) -> Arrays:
+    """Where validation keeps its arrays: beside the truth's values (the GPU reference's device, or the host)."""
+    if reference.backend == "reference":
+        return HOST
+    return DeviceArrays(run_context(reference))
 
 
 def validate(
@@ -175,7 +192,7 @@ def validate(
     tolerance: Tolerance | None = None,
     got: dict[str, np.ndarray] | None = None,
     truth: str | Executor | None = None,
-    spread: Mapping[int, np.ndarray] | None = None,
+    spread: Mapping[int, Any] | None = None,
 ) -> ValidationReport:
     """Run ``graph`` on ``backend`` (or ``executor``) and on the reference; compare node by node.
 
@@ -184,40 +201,44 @@ def validate(
     one reference run). ``tolerance`` replaces every computed tolerance.
     ``got`` receives the device's outputs (host arrays). ``truth``: "cpu" (the NumPy reference), "gpu"
     (the GPU reference, float64 on the device) or None for "gpu" where it can run, else "cpu"
-    (``validation.truth``); the report names it. Tolerances are the same either way. ``spread``: the
-    outputs' measured spread (``truth_spread``), when already known (a campaign measures it once per graph
-    and seed, with ``expected``, for every engine).
+    (``validation.truth``); the report names it. Tolerances are the same either way. With the GPU truth
+    the device run's captures, the truth's values and every bound stay on the device (``bookkeeping``).
+    ``spread``: the outputs' measured spread (``truth_spread``), when already known (a campaign measures it
+    once per graph and seed, with ``expected``, for every engine).
     """
     g = graph if isinstance(graph, Graph) else deserialize(graph)
     data: Mapping[Any, Any] = inputs if inputs is not None else random_inputs(g, seed)
     reference = truth_executor(truth)
+    xp = bookkeeping(reference)
+    on_host = xp is HOST
     reference_plan = reference.prepare(g)
-    want = expected if expected is not None else reference.execute(reference_plan, data)
+    want = expected if expected is not None else reference.execute(reference_plan, data, to_host=on_host)
     device = executor or Executor(backend)
     device_plan = device.prepare(g)
     captured: dict[str, Any] = {}
-    outs = device.execute(device_plan, data, to_host=True, capture=captured)
+    outs = device.execute(device_plan, data, to_host=on_host, capture=captured)
     if got is not None:
-        got.update(outs)
-    seen = {**_by_name(g, data), **captured}
-    sums: dict[int, np.ndarray] = {}
-    carried: dict[int, np.ndarray] = {}
-    nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance, carried, run_context(reference))
-    free = unspecified_positions(g, seen)
+        got.update({name: xp.host(value) for name, value in outs.items()})
+    seen = {**{name: xp.upload(value) for name, value in _by_name(g, data).items()}, **captured}
+    sums: dict[int, Any] = {}
+    carried: dict[int, Any] = {}
+    nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance, carried, run_context(reference), xp)
+    free = unspecified_positions(g, seen, xp)
     if tolerance is not None:
         spread = {}
     elif spread is None:
-        spread = truth_spread(g, reference, reference_plan, data, want)
+        spread = truth_spread(g, reference, reference_plan, data, want, xp)
     allowed = {} if tolerance is not None else output_tolerances(g, (t.uid for t in g.outputs))
     outputs = tuple(
-        compare(
+        compare_in(
+            xp,
             t.name,
-            specified(outs[t.name], want[t.name], free.get(t.name)),
+            specified(outs[t.name], want[t.name], free.get(t.name), xp),
             want[t.name],
             tolerance or allowed[t.uid],
             sums.get(t.uid),
-            _wider(carried.get(t.uid), spread.get(t.uid)),
-        )
+            _wider(carried.get(t.uid), spread.get(t.uid), xp),
+        )[0]
         for t in g.outputs
     )
     return ValidationReport(g.name, nodes, outputs, truth_name(reference))

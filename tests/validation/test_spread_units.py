@@ -33,7 +33,7 @@ def test_each_node_moves_within_its_tolerance_and_reaches_it() -> None:
     edge = tolerance.atol / tolerance.rtol  # where atol and rtol * |v| are alike: a move of up to 2 atol
     x = np.concatenate([np.full(256, edge), np.geomspace(1e-30, 1e30, 768)]).reshape(4, 256).astype(np.float32)
     plan, entries, _ = runs(g, x)
-    moved = spread.perturbed_run(g, plan, entries, ExecutionContext(), np.random.default_rng(0))[uid]
+    moved = spread.perturbed_run(g, plan, entries, ExecutionContext(), 0)[uid]
     size = tolerance.atol + tolerance.rtol * np.abs(x.astype(np.float64))
     share = np.abs(moved.astype(np.float64) - x) / size
     assert share.max() <= 1.0 + 2.0**-23 / tolerance.rtol  # within the tolerance, give or take moved's rounding
@@ -48,7 +48,7 @@ def test_special_values_stay_and_add_no_spread() -> None:
     x[1] = 65504.0  # the largest float16: a move up past it would overflow, so those stay
     plan, entries, truth = runs(g, x)
     (y,) = g.outputs
-    moved = spread.perturbed_run(g, plan, entries, ExecutionContext(), np.random.default_rng(1))[y.uid]
+    moved = spread.perturbed_run(g, plan, entries, ExecutionContext(), 1)[y.uid]
     assert np.isposinf(moved[0, 0]) and np.isnan(moved[0, 1]) and np.isfinite(moved[1]).all()
     assert (moved[1] < 65504.0).any()  # the moves down happen
     widths = spread.output_spread(g, plan, entries, truth, ExecutionContext())
@@ -62,7 +62,7 @@ def test_an_outputs_spread_is_twice_the_largest_deviation_of_two_runs() -> None:
     plan, entries, truth = runs(g, x)
     (y,) = g.outputs
     deviations = [
-        np.abs(spread.perturbed_run(g, plan, entries, ExecutionContext(), np.random.default_rng(k))[y.uid]
+        np.abs(spread.perturbed_run(g, plan, entries, ExecutionContext(), k)[y.uid]
                .astype(np.float64) - truth["y"])
         for k in (0, 1)
     ]  # fmt: skip

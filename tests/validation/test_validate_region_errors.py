@@ -267,14 +267,3 @@ def test_zero_inner_values_still_carry_their_atol(subnormals: int, passes: bool)
     g.matmul(t, g.tensor("b", (2, 1))).set_output(True)
     data = {"a": np.float32([[0.0, 0.0]]), "b": np.float32([[3.0], [-4.0]])}
     assert off_by(g, data, 0.0, subnormals * 2.0**-149) == passes
-
-
-def test_the_carried_errors_random_signs_are_the_pattern_rng_choice_draws() -> None:
-    """The moves' random signs: +-1 only, both about equally often, and the very pattern
-    ``rng.choice((-1.0, 1.0))`` draws from the seed (what validation drew before it used a faster way)."""
-    from sigdnn.accuracy.step_reference import random_signs
-
-    signs = random_signs(7, (3, 1000))
-    assert np.array_equal(signs, np.random.default_rng(7).choice((-1.0, 1.0), size=(3, 1000)))
-    assert set(np.unique(signs)) == {-1.0, 1.0} and abs(signs.mean()) < 0.05
-    assert random_signs(7, ()).shape == ()

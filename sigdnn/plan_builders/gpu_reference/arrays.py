@@ -61,6 +61,13 @@ class Array:
         out._elementwise_into("COPY", (value,))
         return out
 
+    @classmethod
+    def counting(cls, gpu: Gpu, shape: Sequence[int], dtype: Any = np.int64) -> Array:
+        """0, 1, 2, ... in row-major order (each element's flat index)."""
+        out = cls.empty(gpu, shape, dtype)
+        out._elementwise_into("INDEX", ())
+        return out
+
     @property
     def size(self) -> int:
         return math.prod(self.shape)

@@ -120,6 +120,9 @@ class HostGpuContext(GpuContext):
     def _copy_h2d(self, dst_ptr: int, host: np.ndarray) -> None:
         ctypes.memmove(dst_ptr, np.ascontiguousarray(host).ctypes.data, host.nbytes)
 
+    def _copy_d2d(self, dst_ptr: int, src_ptr: int, nbytes: int) -> None:
+        ctypes.memmove(dst_ptr, src_ptr, nbytes)
+
     def to_host(self, arr: DeviceArray) -> np.ndarray:
         if arr.size == 0:
             return np.empty(arr.shape, arr.dtype)

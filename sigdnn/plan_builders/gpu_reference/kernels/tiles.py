@@ -28,7 +28,7 @@ ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, FMOD, POW = 0, 1, 2, 3, 4, 5, 6, 7
 EQ, NE, GT, GE, LT, LE, AND, OR = 8, 9, 10, 11, 12, 13, 14, 15
 NOT, ABS, NEG, CEIL, FLOOR, SQRT, EXP, LOG = 16, 17, 18, 19, 20, 21, 22, 23
 SIN, COS, TAN, TANH, WHERE, FLOORDIV, PYMOD, NEXT_UP = 24, 25, 26, 27, 28, 29, 30, 31
-NEXT_DOWN, ISNAN, COPY = 32, 33, 34
+NEXT_DOWN, ISNAN, COPY, INDEX = 32, 33, 34, 35
 
 # Row reductions.
 R_SUM, R_MAX, R_MIN, R_PROD = 0, 1, 2, 3
@@ -231,6 +231,8 @@ def elementwise(
         r = ct.where(x != x, one, zero)
     if MODE == COPY:
         r = x
+    if MODE == INDEX:  # each element's flat index (no operand is read)
+        r = blk * T + ct.arange(T, dtype=ct.int64)
     ct.store(out, (blk,), ct.astype(r, out.dtype))
 
 
