@@ -49,7 +49,9 @@ class DeviceArrays:
         dims, strides = tuple(x.shape), element_strides(x)
         packed = all(d == 1 or s == p for d, s, p in zip(dims, strides, packed_strides(dims), strict=True))
         if np.dtype(x.dtype) == np.float64 and packed:
-            return Array(self.gpu, self.gpu.raw(x, dims, strides), dims, np.float64)
+            # (the emulator's NumPy buffer as a view that keeps it alive, where raw()'s address would not)
+            flat = x.reshape(-1) if isinstance(x, np.ndarray) else self.gpu.raw(x, dims, strides)
+            return Array(self.gpu, flat, dims, np.float64)
         return read(self.gpu, x, np.float64)
 
     def _operand(self, x: Any) -> Any:
