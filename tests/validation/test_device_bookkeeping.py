@@ -28,7 +28,7 @@ from sigdnn.runtime.device_array import DeviceArray
 from sigdnn.validation.device_arrays import DeviceArrays
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "plan_builders" / "cutile"))
-from emulated import HostGpuContext, host_gpu_executor, make_available  # noqa: E402
+from emulated import HostGpuContext, host_gpu_executor, make_available
 
 
 @pytest.fixture(params=["emulated", "device arrays"])
