@@ -45,15 +45,24 @@ def _moved(xp: Arrays, values: Any, size: Any, seed: int) -> Any:
 
 
 def perturbed_run(
-    graph: Graph, plan: Any, entries: Mapping[str, Any], context: ExecutionContext, seed: int, xp: Arrays = HOST
+    graph: Graph,
+    plan: Any,
+    entries: Mapping[str, Any],
+    context: ExecutionContext,
+    seed: int,
+    xp: Arrays = HOST,
+    release: bool = False,
 ) -> dict[int, Any]:
     """Every tensor of one reference run in which each node's float outputs are moved within its tolerance.
 
     ``plan``: the reference's node-by-node plan; ``entries``: the graph's inputs, scalars and constants by name
-    (arrays of ``xp``); ``seed`` with a tensor's uid seeds its moves.
+    (arrays of ``xp``); ``seed`` with a tensor's uid seeds its moves. ``release``: keep only the graph outputs
+    (a tensor is dropped once no later node reads it), for a full-size model.
     """
     values = {t.uid: entries[t.name] for t in graph.tensors.values() if t.name in entries}
-    for step in plan.steps:
+    last_read = {uid: i for i, step in enumerate(plan.steps) for uid in step.nodes[0].op.inputs().values()}
+    kept = {t.uid for t in graph.outputs}
+    for index, step in enumerate(plan.steps):
         (node,) = step.nodes
         op = node.op
         ins = {port: values[uid] for port, uid in op.inputs().items()}
@@ -66,6 +75,9 @@ def perturbed_run(
                 size = xp.add(xp.mul(xp.magnitude(outs[port]), tolerance.rtol), tolerance.atol)
                 outs[port] = _moved(xp, outs[port], size, seed * SEEDS_PER_RUN + uid)
             values[uid] = outs[port]
+        if release:
+            for uid in [u for u in values if u not in kept and last_read.get(u, -1) <= index]:
+                del values[uid]
     return values
 
 
@@ -83,7 +95,7 @@ def output_spread(
     outputs = [t for t in graph.outputs if graph.dtype_of(t).is_float]
     worst = {t.uid: xp.full(t.dims, 0.0) for t in outputs}
     for k in range(runs):
-        values = perturbed_run(graph, plan, entries, context, seed + k, xp)
+        values = perturbed_run(graph, plan, entries, context, seed + k, xp, release=True)
         for t in outputs:
             deviation = xp.abs(xp.sub(values[t.uid], truth[t.name]))
             worst[t.uid] = xp.fmax(worst[t.uid], xp.finite_or_zero(deviation))

@@ -145,6 +145,7 @@ def compare_steps(
     carried: dict[int, Any] | None = None,
     context: ExecutionContext | None = None,
     xp: Arrays = HOST,
+    release: bool = False,
 ) -> tuple[NodeCheck, ...]:
     """Each device step's exits against the reference recomputed from the step's own entries.
 
@@ -154,14 +155,18 @@ def compare_steps(
     end-to-end checks of the outputs); ``carried`` likewise receives each
     tensor's error carried from the graph's inputs. ``tolerance`` replaces the computed one (a campaign's override).
     ``context``: what the reference's plans run with (the GPU reference's device; the CPU by default).
-    ``xp``: where ``seen`` and the bookkeeping live (``bookkeeping``).
+    ``xp``: where ``seen`` and the bookkeeping live (``bookkeeping``). ``release``: drop each entry of
+    ``seen`` (then a dict of the caller's), ``sums`` and ``carried`` once no later step reads its tensor and it is
+    no graph output, so a full-size model keeps only the tensors still needed.
     """
     plans = {s.node.name: s for s in reference.steps}
     sums = {} if sums is None else sums
     carried = {} if carried is None else carried
     checks = []
     free = unspecified_positions(graph, seen, xp)
-    for step in device.steps:
+    last_read = {uid: i for i, step in enumerate(device.steps) for uid in step.reads}
+    kept = {t.uid for t in graph.outputs}
+    for index, step in enumerate(device.steps):
         truth = run_reference(graph, step, plans, seen, sums, carried, context or ExecutionContext(), xp)
         sums.update(truth.through)
         carried.update(truth.errors_through)
@@ -171,6 +176,13 @@ def compare_steps(
             got = specified(seen[name], value, free.get(name), xp)
             comparison, found = compare_in(xp, name, got, value, allowed, truth.sums.get(uid), truth.carried.get(uid))
             checks.append(NodeCheck(step.name, step.builder.name, comparison, found))
+        if release:
+            for table in (sums, carried):
+                for uid in [u for u in table if u not in kept and last_read.get(u, -1) <= index]:
+                    del table[uid]
+            for uid in step.reads + step.writes:
+                if uid not in kept and last_read.get(uid, -1) <= index:
+                    seen.pop(graph.tensors[uid].name, None)  # type: ignore[attr-defined]
     return tuple(checks)
 
 
@@ -220,10 +232,12 @@ def validate(
     if got is not None:
         got.update({name: xp.host(value) for name, value in outs.items()})
     seen = {**{name: xp.upload(value) for name, value in _by_name(g, data).items()}, **captured}
+    captured.clear()
+    free = unspecified_positions(g, seen, xp)
     sums: dict[int, Any] = {}
     carried: dict[int, Any] = {}
-    nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance, carried, run_context(reference), xp)
-    free = unspecified_positions(g, seen, xp)
+    context = run_context(reference)
+    nodes = compare_steps(g, reference_plan, device_plan, seen, sums, tolerance, carried, context, xp, release=True)
     if tolerance is not None:
         spread = {}
     elif spread is None:
