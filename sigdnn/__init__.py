@@ -53,8 +53,10 @@ _EXPORTS = {
     "ExecutionContext": "sigdnn.runtime",
     "SignatureKey": "sigdnn.signature_keys",
     "key_for": "sigdnn.signature_keys",
-    "ValidationReport": "sigdnn.validation",
-    "validate": "sigdnn.validation",
+    # (from the module, not the package: once ``sigdnn.validation.validate`` the module is imported, the import
+    # system binds the package's attribute of that name to the module, shadowing the function)
+    "ValidationReport": "sigdnn.validation.validate",
+    "validate": "sigdnn.validation.validate",
 }
 
 

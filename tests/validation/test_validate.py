@@ -160,3 +160,13 @@ def test_a_nonlinear_reduction_is_judged_with_a_normwise_accumulation_bound() ->
     bad = validate(layernorm_graph(), seed=5, executor=device(Float32LayernormBuilder(1e-3)))
     assert not bad.passed
     assert [c.node for c in bad.nodes if not c.comparison.passed] == ["ln"]
+
+
+def test_sigdnn_validate_is_the_function_after_its_module_is_imported() -> None:
+    """Importing ``sigdnn.validation.validate`` (the module) binds the package's attribute of that name to it; the
+    top-level ``sigdnn.validate`` must still be the function (a fresh interpreter: import order matters)."""
+    import subprocess
+    import sys
+
+    code = "import sigdnn.validation.validate, sigdnn; assert callable(sigdnn.validate), sigdnn.validate"
+    subprocess.run([sys.executable, "-c", code], check=True)
