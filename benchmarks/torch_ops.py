@@ -1,15 +1,12 @@
 """Host overhead of a cached sigdnn torch op against calling the executor directly (target: at most 1.5x).
 
-Both sides run the same prepared plan on the same small CPU torch tensors, so
-the kernel is identical and the difference is the torch op's own cost: the
-torch.library dispatch, the signature lookup of the cached graph and the
-allocation of its outputs (the direct call is handed preallocated outputs).
-Rows: layer_norm (8 x 64), sdpa (1 x 2 x 16 x 16) and gdn (2 sequences of
-8 tokens, 2 heads, K = V = 16, float32 gates), float32, on the reference backend (``--device cuda``: CUDA tensors, the GPU
-backend; the launches are asynchronous, so host time is what is measured);
-the median CPU time per call (process time, so other sessions on a shared
-machine count less) over batches of back-to-back calls, the two sides
-interleaved batch by batch so a noisy moment hits both.
+Both sides run the same prepared plan on the same small torch tensors, so the kernel is identical and the
+difference is the torch op's own cost: the torch.library dispatch, the signature lookup of the cached graph
+and the allocation of its outputs (the direct call is handed preallocated outputs). Rows: layer_norm (8 x 64),
+sdpa (1 x 2 x 16 x 16) and gdn (2 sequences of 8 tokens, 2 heads, K = V = 16), float32, on the reference
+backend (``--device cuda``: the GPU backend, whose launches are asynchronous: host time is measured); the
+median CPU time per call (process time: other sessions on a shared machine count less) over batches of
+back-to-back calls, the two sides interleaved batch by batch so a noisy moment hits both.
 
 Run: PYTHONPATH=. python benchmarks/torch_ops.py [--calls 400] [--batches 15] [--device cuda]
 """
@@ -24,8 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-import sigdnn.torch as st
-from sigdnn.torch import graphs
+import sigdnn.torch  # noqa: F401 (importing it registers the torch.ops.sigdnn ops)
 from sigdnn.torch.cache import _CACHE
 
 TARGET = 1.5
@@ -82,7 +78,6 @@ def main() -> None:
             "gdn",
         ),
     }
-    assert graphs and st  # the ops are registered by importing sigdnn.torch
     print(f"machine: {platform.machine()}, torch {torch.__version__}; calls {args.calls} x batches {args.batches}")
     print(f"{'op':<24}{'torch op':>12}{'executor':>12}{'ratio':>8}")
     worst = 0.0
