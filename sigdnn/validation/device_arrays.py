@@ -44,7 +44,7 @@ class DeviceArrays:
 
     def _array(self, x: Any) -> Array:
         """x's values as a float64 Array: the buffer itself when packed float64 (no copy), else widened."""
-        if isinstance(x, np.ndarray) and not self.gpu.emulated:
+        if isinstance(x, np.ndarray):  # (a host array: uploaded on a GPU, itself under the emulator)
             x = self.upload(x)
         dims, strides = tuple(x.shape), element_strides(x)
         packed = all(d == 1 or s == p for d, s, p in zip(dims, strides, packed_strides(dims), strict=True))
@@ -77,7 +77,7 @@ class DeviceArrays:
         return self._context.to_host(x)
 
     def cast(self, x: Any, dtype: Any) -> Any:
-        if isinstance(x, np.ndarray) and not self.gpu.emulated:
+        if isinstance(x, np.ndarray):
             return self.upload(np.asarray(x, dtype))
         if np.dtype(x.dtype) == np.dtype(dtype):
             return x

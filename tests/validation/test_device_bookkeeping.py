@@ -135,7 +135,9 @@ TOLERANCE = Tolerance(atol=1e-6, rtol=2.0**-8, exact=False, reduction=1e-3, inne
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn])
-def test_a_passing_comparison_is_summarized_on_the_device_as_on_the_host(xp: DeviceArrays, dtype: type) -> None:
+def test_a_passing_comparison_is_summarized_on_the_device_as_on_the_host(
+    xp: DeviceArrays, dtype: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
     info = ml_dtypes.finfo(dtype) if dtype.__module__.startswith("ml_dtypes") else np.finfo(dtype)
     want64 = np.random.default_rng(1).standard_normal((4, 33))
     want64.reshape(-1)[:5] = (0.0, float(info.smallest_subnormal), float(info.max), 1.0, -2.0)
@@ -152,8 +154,67 @@ def test_a_passing_comparison_is_summarized_on_the_device_as_on_the_host(xp: Dev
     terms = np.abs(want64)
     expected = compare("t", got, want, TOLERANCE, terms)
     assert expected.passed
-    found, errors = compare_in(xp, "t", xp.upload(got), xp.upload(want), TOLERANCE, xp.upload(terms))
+    arrays = [xp.upload(a) for a in (got, want, terms)]
+
+    def no_host_copy(x: object) -> np.ndarray:
+        raise AssertionError("a passing comparison's arrays came to the host")
+
+    monkeypatch.setattr(xp, "host", no_host_copy)
+    found, errors = compare_in(xp, "t", arrays[0], arrays[1], TOLERANCE, arrays[2])
     assert found == expected and errors is None
+
+
+@pytest.mark.parametrize(
+    ("got", "want", "bound", "passes"),
+    [
+        ([1.0, 2.0], [1.0, 2.5], [0.0, 0.5], True),  # an error of exactly the bound passes
+        ([1.0, 2.0], [1.0, 2.5], [0.0, 0.4999], False),
+        ([np.inf, np.nan, -np.inf], [np.inf, np.nan, -np.inf], [0.0] * 3, True),  # the same specials
+        ([np.nan, 1.0], [1.0, 1.0], [1e300] * 2, False),
+        ([1.0, np.inf], [1.0, -np.inf], [1e300] * 2, False),
+        ([1.0, 1e308], [1.0, np.inf], [1e300] * 2, False),
+        ([np.nan], [np.inf], [1e300], False),
+    ],
+)
+def test_the_summary_declines_any_failing_element(xp: DeviceArrays, got, want, bound, passes: bool) -> None:
+    found = xp.passing_summary(*(xp.upload(np.array(a)) for a in (got, want, bound)), 52, -1022)
+    assert (found is not None) == passes
+
+
+@pytest.mark.parametrize(
+    ("got", "want", "dtype", "ulps"),
+    [
+        ([2.0**-149, 1.0], [0.0, 1.0], np.float32, 1.0),  # at 0: float32's smallest subnormal spacing
+        ([2.0**-1074, 1.0], [0.0, 1.0], np.float64, 1.0),
+        ([np.nextafter(np.finfo(np.float64).max, 0.0)], [np.finfo(np.float64).max], np.float64, 1.0),  # 2^971
+        ([1.0 + 2.0**-9, 3.0], [1.0, 3.0], ml_dtypes.bfloat16, 0.25),  # bfloat16's ulp at 1 is 2^-7
+        ([-1.5, 2.0], [-1.0, 2.0], np.float16, 512.0),
+    ],
+)
+def test_the_summary_counts_ulps_of_the_output_dtype(xp: DeviceArrays, got, want, dtype, ulps: float) -> None:
+    info = ml_dtypes.finfo(dtype) if dtype.__module__.startswith("ml_dtypes") else np.finfo(dtype)
+    found = xp.passing_summary(xp.upload(np.array(got)), xp.upload(np.array(want)), xp.full((len(got),), 1e300),
+                               int(info.nmant), int(info.minexp))  # fmt: skip
+    assert found is not None and found[2] == ulps
+    assert found[3] == 0 and found[4:] == (got[0], want[0])  # the first element has the largest error
+
+
+@pytest.mark.parametrize("size", [1, 2, 4096, 4097, 3 * 4096 + 5])
+def test_whole_array_sums_and_minimums_are_exact(xp: DeviceArrays, size: int) -> None:
+    from sigdnn.plan_builders.gpu_reference.arrays import Array
+
+    values = np.arange(size, dtype=np.float64) + 1.0
+    array = Array.from_host(xp.gpu, values)
+    assert xp._total(array, "SUM") == size * (size + 1) / 2
+    assert xp._total(array, "MIN") == 1.0 and xp._total(array, "MAX") == size
+
+
+def test_a_strided_view_is_read_through_its_strides_and_a_cast_to_its_own_dtype_is_itself(xp: DeviceArrays) -> None:
+    values = np.arange(24.0).reshape(4, 6)
+    device = xp.upload(values)
+    assert xp.cast(device, np.float64) is device
+    for view in (values.T, values[:, ::2], np.broadcast_to(values[:1], (3, 6))):
+        np.testing.assert_array_equal(xp.host(xp.widen(view)), view)
 
 
 @pytest.mark.parametrize("plant", ["beyond the bound", "a NaN", "an Inf of the other sign"])
