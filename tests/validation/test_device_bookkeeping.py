@@ -311,3 +311,18 @@ def test_validation_on_device_arrays_judges_as_the_cpu_truth(monkeypatch: pytest
         assert by_gpu.truth == "gpu" and by_cpu.passed == passes
         assert len(by_gpu.nodes) < len(g.nodes)  # a fused region: its carried errors were made on the device
         assert repr(by_cpu.nodes) == repr(by_gpu.nodes) and repr(by_cpu.outputs) == repr(by_gpu.outputs)
+
+
+def test_the_hosts_fold_modulo_the_prime_is_the_remainder() -> None:
+    from sigdnn.accuracy.arrays import _modulo_prime
+
+    edges = [0, 1, PRIME - 1, PRIME, PRIME + 1, PRIME + 2, 2 * PRIME, 2**31, 2**32 - 1, 2**62 - 1, 2**63 - 1]
+    y = np.array(edges + list(np.random.default_rng(0).integers(0, 2**63 - 1, 1000)), dtype=np.uint64)
+    want = [int(v) % PRIME for v in y]
+    _modulo_prime(y)
+    assert [int(v) for v in y] == want
+
+
+@pytest.mark.parametrize(("values", "largest"), [([0.5, -0.25], 0.5), ([np.nan, -np.inf], 0.0), ([-3.0, 2.0], 3.0)])
+def test_the_largest_magnitude_counts_finite_elements_only(xp: DeviceArrays, values: list, largest: float) -> None:
+    assert HOST.largest_magnitude(np.array(values)) == largest == xp.largest_magnitude(xp.upload(np.array(values)))
