@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sigdnn.accuracy.arrays import HOST
 from sigdnn.accuracy.compare import Comparison, ulp_of
 from sigdnn.campaign.cases import Case, describe
 from sigdnn.dtypes import DataType
@@ -24,7 +25,7 @@ from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.signature_keys import key_for
 from sigdnn.validation import random_inputs, validate
 from sigdnn.validation.truth import truth_executor
-from sigdnn.validation.validate import truth_spread
+from sigdnn.validation.validate import bookkeeping, truth_spread
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 
@@ -54,10 +55,16 @@ def compute_reference(
     g = deserialize(graph, limits=limits)
     inputs = random_inputs(g, seed)
     reference = truth_executor(truth, limits=limits)
+    xp = bookkeeping(reference)  # the GPU truth's spread runs stay on its device; only the results come back
     plan = reference.prepare(g)
-    outputs = {k: np.asarray(v) for k, v in reference.execute(plan, inputs).items()}
-    widths = truth_spread(g, reference, plan, inputs, outputs) if spread else None
-    return ReferenceResult(inputs, outputs, time.perf_counter() - started, widths)
+    outputs = reference.execute(plan, inputs, to_host=xp is HOST)
+    widths = truth_spread(g, reference, plan, inputs, outputs, xp) if spread else None
+    return ReferenceResult(
+        inputs,
+        {name: np.asarray(xp.host(value)) for name, value in outputs.items()},
+        time.perf_counter() - started,
+        None if widths is None else {uid: np.asarray(xp.host(width)) for uid, width in widths.items()},
+    )
 
 
 _EXECUTORS: dict[tuple[str, int | str | None, Limits], Executor] = {}

@@ -154,3 +154,26 @@ def test_max_ulps_over_every_output_skips_non_finite_and_counts_integers_plainly
     facts = shape_facts(g)
     assert facts["family"] == "pointwise[exp]+pointwise[cmp_gt]" and facts["dtypes"] == ["float16", "int32"]
     assert facts["shapes"] == {"x": [3], "e": [3], "c": [3]}
+
+
+def test_the_gpu_truths_reference_result_is_the_cpu_truths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the GPU truth (emulated here) the spread runs stay on its device; the result that comes back, outputs
+    and spread, is the CPU truth's to the bit (the same draws)."""
+    from gpu_reference_emulation import gpu_reference_executor, make_available
+
+    from sigdnn.campaign import judge as judge_module
+
+    g = sigdnn.Graph("chain", io_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", (4, 40))
+    g.pointwise("tanh_fwd", g.pointwise("mul", x, x, name="square"), name="tanh").set_output(True).set_name("y")
+    by_cpu = compute_reference(g.serialize(), 3, truth="cpu")
+    make_available(monkeypatch)
+    monkeypatch.setattr(judge_module, "truth_executor", lambda truth, **kw: gpu_reference_executor(fusion=False))
+    by_gpu = compute_reference(g.serialize(), 3)
+    assert by_cpu.spread is not None and by_gpu.spread is not None
+    assert all(isinstance(v, np.ndarray) for v in [*by_gpu.outputs.values(), *by_gpu.spread.values()])
+    assert by_gpu.outputs.keys() == by_cpu.outputs.keys() and by_gpu.spread.keys() == by_cpu.spread.keys()
+    for name in by_cpu.outputs:
+        assert np.array_equal(by_gpu.outputs[name], by_cpu.outputs[name])
+    for uid in by_cpu.spread:
+        assert np.array_equal(by_gpu.spread[uid], by_cpu.spread[uid]) and by_cpu.spread[uid].max() > 0
