@@ -31,10 +31,37 @@ sys.path.append(str(Path(__file__).resolve().parents[1] / "plan_builders" / "cut
 from emulated import HostGpuContext, host_gpu_executor, make_available
 
 
+def device_only(monkeypatch: pytest.MonkeyPatch) -> HostGpuContext:
+    """Host memory presented as device memory, without the emulated-kernel marker: the GPU reference's GPU path
+    (DeviceArrays everywhere), each launch's DeviceArrays handed to the emulator as NumPy views."""
+    from sigdnn.plan_builders.cutile import emulator
+    from sigdnn.plan_builders.cutile.backend import EmulatedBackend
+    from sigdnn.plan_builders.gpu_reference import backend, base
+
+    monkeypatch.setattr(base, "unavailable_reason", lambda: None)
+    monkeypatch.setitem(backend._modules, False, backend.kernel_module(True))  # the same text, emulated
+
+    def launch(self, name, grid, *args):  # type: ignore[no-untyped-def]
+        views = [
+            EmulatedBackend.view(a, a.shape, a.strides, a.dtype) if isinstance(a, DeviceArray) else a for a in args
+        ]
+        if 0 not in grid:
+            with np.errstate(all="ignore"):  # (as Gpu.launch: a GPU raises no floating-point exceptions)
+                emulator.launch(self.stream, grid, getattr(self.kernels, name), views)
+
+    monkeypatch.setattr(backend.Gpu, "launch", launch)
+    monkeypatch.setattr(backend, "dmma_gemm", lambda: None)
+    context = HostGpuContext()
+    context.kernel_backend = None
+    return context
+
+
 @pytest.fixture(params=["emulated", "device arrays"])
-def xp(request: pytest.FixtureRequest) -> DeviceArrays:
-    context = EmulatedGpu() if request.param == "emulated" else HostGpuContext()
-    return DeviceArrays(ExecutionContext(Device("gpu", context), 0))
+def xp(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> DeviceArrays:
+    context = EmulatedGpu() if request.param == "emulated" else device_only(monkeypatch)
+    arrays = DeviceArrays(ExecutionContext(Device("gpu", context), 0))
+    assert arrays.gpu.emulated == (request.param == "emulated")
+    return arrays
 
 
 def host(xp: DeviceArrays, x: object) -> np.ndarray:
@@ -215,6 +242,16 @@ def test_a_strided_view_is_read_through_its_strides_and_a_cast_to_its_own_dtype_
     assert xp.cast(device, np.float64) is device
     for view in (values.T, values[:, ::2], np.broadcast_to(values[:1], (3, 6))):
         np.testing.assert_array_equal(xp.host(xp.widen(view)), view)
+    if isinstance(device, DeviceArray):  # views of device memory (a strided tensor's capture): no copy made first
+        rows = xp.upload(np.arange(10.0).reshape(2, 5))
+        views = {
+            "transposed": ((6, 4), (1, 6), device, values.T),
+            "a row's first columns": ((2, 3), (5, 1), rows, np.arange(10.0).reshape(2, 5)[:, :3]),
+            "broadcast": ((3, 6), (0, 1), device, np.broadcast_to(values[:1], (3, 6))),
+        }
+        for name, (shape, strides, base, want) in views.items():
+            view = DeviceArray(base.ptr, shape, strides, base.dtype, owner=base.owner, device_id=base.device_id)
+            np.testing.assert_array_equal(xp.host(xp.widen(view)), want, err_msg=name)
 
 
 @pytest.mark.parametrize("plant", ["beyond the bound", "a NaN", "an Inf of the other sign"])
@@ -253,30 +290,11 @@ def test_a_capture_stays_on_the_device_when_outputs_do(monkeypatch: pytest.Monke
 
 @pytest.fixture
 def device_truth(monkeypatch: pytest.MonkeyPatch) -> sigdnn.Executor:
-    """The GPU reference over DeviceArrays (host memory, no emulated-kernel marker): its GPU path, each launch's
-    DeviceArrays handed to the emulator as NumPy views."""
+    """The GPU reference over DeviceArrays (``device_only``)."""
     from sigdnn.executor.gpu_memory import GpuMemory
-    from sigdnn.plan_builders.cutile import emulator
-    from sigdnn.plan_builders.cutile.backend import EmulatedBackend
-    from sigdnn.plan_builders.gpu_reference import backend, base
 
-    monkeypatch.setattr(base, "unavailable_reason", lambda: None)
-    monkeypatch.setitem(backend._modules, False, backend.kernel_module(True))  # the same text, emulated
-
-    def launch(self, name, grid, *args):  # type: ignore[no-untyped-def]
-        views = [
-            EmulatedBackend.view(a, a.shape, a.strides, a.dtype) if isinstance(a, DeviceArray) else a for a in args
-        ]
-        if 0 not in grid:
-            with np.errstate(all="ignore"):  # (as Gpu.launch: a GPU raises no floating-point exceptions)
-                emulator.launch(self.stream, grid, getattr(self.kernels, name), views)
-
-    monkeypatch.setattr(backend.Gpu, "launch", launch)
-    monkeypatch.setattr(backend, "dmma_gemm", lambda: None)
-    context = HostGpuContext()
-    context.kernel_backend = None
     truth = sigdnn.Executor("gpu-reference", fusion=False, registry=truth_registry())
-    truth._memory = GpuMemory(context=context)
+    truth._memory = GpuMemory(context=device_only(monkeypatch))
     return truth
 
 
