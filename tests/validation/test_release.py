@@ -52,6 +52,9 @@ def test_compare_steps_keeps_only_the_outputs_and_judges_the_same() -> None:
         else:
             assert set(seen) == {"x", "w", "mm::c", "u", "tanh::out_0", "y"} and len(carried) == 4
     assert results[False] == results[True]
+    seen = {**data, **captured}
+    compare_steps(g, plan, device_plan, seen)  # a caller's dict is left alone unless it asks for release
+    assert seen == {**data, **captured}
 
 
 def test_a_perturbed_run_keeps_only_the_outputs_and_draws_the_same() -> None:

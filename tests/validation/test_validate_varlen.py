@@ -123,3 +123,26 @@ def test_unspecified_masks_of_a_padded_output() -> None:
     lengths = np.array([0, 2, 9])
     mask = ragged.padding_rows((B, H, S, D), lengths)
     assert mask[0].all() and not mask[2].any() and mask[1, :, 2:].all() and not mask[1, :, :2].any()
+
+
+def test_masks_are_found_past_a_node_whose_inputs_are_not_all_given() -> None:
+    """unspecified_positions skips a node whose inputs are missing (a region's inner tensors were never
+    captured) and goes on: the attention after it still gets its masks; an attention whose lengths are missing
+    gets none (and reads nothing)."""
+    from sigdnn.accuracy.unspecified import unspecified_positions
+
+    g = sigdnn.Graph("varlen", io_dtype="float32", compute_dtype="float32")
+    dims = (B, H, S, D)
+    q0 = g.tensor("q0", dims, strides=bshd(dims))
+    q = g.pointwise("identity", q0, name="inner")
+    k, v = (g.tensor(n, dims, strides=bshd(dims)) for n in ("k", "v"))
+    lq, lkv = g.tensor("lq", (B, 1, 1, 1), dtype="int32"), g.tensor("lkv", (B, 1, 1, 1), dtype="int32")
+    o, _ = g.sdpa(q, k, v, 0.5, None, False, True, seq_len_q=lq, seq_len_kv=lkv, name="a")
+    o.set_output(True).set_name("o")
+    values = dict(random_inputs(g, 0))
+    values["lq"] = np.array([3, 9, 1], np.int32).reshape(B, 1, 1, 1)
+    values[q.name] = values.pop("q0")  # the identity's input missing, its output there
+    masks = unspecified_positions(g, values)
+    assert set(masks) == {"o", "a::stats"} and masks["o"].any() and not masks["o"].all()
+    del values["lkv"]
+    assert unspecified_positions(g, values) == {}
