@@ -267,3 +267,31 @@ def test_zero_inner_values_still_carry_their_atol(subnormals: int, passes: bool)
     g.matmul(t, g.tensor("b", (2, 1))).set_output(True)
     data = {"a": np.float32([[0.0, 0.0]]), "b": np.float32([[3.0], [-4.0]])}
     assert off_by(g, data, 0.0, subnormals * 2.0**-149) == passes
+
+
+def test_data_movement_moves_each_inputs_bound_and_adds_none_for_an_input_without_one() -> None:
+    """A concatenate of a computed tensor (its carried error given) and a graph input (none): the output's carried
+    error is the computed half's bound moved into place, plus the concatenate's own allowance, and only that
+    allowance over the input's half (an input without a bound brings nothing)."""
+    from sigdnn.accuracy.step_reference import run_reference
+    from sigdnn.accuracy.tolerances import node_tolerance
+    from sigdnn.registry.registry import REFERENCE_ONLY
+    from sigdnn.runtime.device import ExecutionContext
+
+    g = sigdnn.Graph("cat", io_dtype="float32", compute_dtype="float32")
+    a, b = g.tensor("a", (4, 8)), g.tensor("b", (4, 8))
+    t = g.pointwise("relu_fwd", a, name="relu")
+    y = g.concatenate([t, b], 1, name="cat")
+    y.set_output(True).set_name("y")
+    reference = sigdnn.Executor("reference", fusion=False, registry=REFERENCE_ONLY)
+    plan = reference.prepare(g)
+    plans = {s.node.name: s for s in plan.steps}
+    rng = np.random.default_rng(3)
+    seen = {"a": rng.uniform(-1, 1, (4, 8)).astype(np.float32), "b": rng.uniform(-1, 1, (4, 8)).astype(np.float32)}
+    seen[t.name] = np.maximum(seen["a"], 0)
+    carried_t = np.full((4, 8), 1e-3)
+    truth = run_reference(g, plan.steps[1], plans, seen, {}, {t.uid: carried_t}, ExecutionContext())
+    own = node_tolerance(g, g.nodes[1], y.uid)
+    values = np.concatenate([seen[t.name], seen["b"]], 1).astype(np.float64)
+    allowance = own.atol + own.rtol * np.abs(values)
+    np.testing.assert_allclose(truth.errors_through[y.uid], allowance + np.concatenate([carried_t, 0 * carried_t], 1))
