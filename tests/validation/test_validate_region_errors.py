@@ -289,8 +289,9 @@ def test_data_movement_moves_each_inputs_bound_and_adds_none_for_an_input_withou
     rng = np.random.default_rng(3)
     seen = {"a": rng.uniform(-1, 1, (4, 8)).astype(np.float32), "b": rng.uniform(-1, 1, (4, 8)).astype(np.float32)}
     seen[t.name] = np.maximum(seen["a"], 0)
-    carried_t = np.full((4, 8), 1e-3)
-    truth = run_reference(g, plan.steps[1], plans, seen, {}, {t.uid: carried_t}, ExecutionContext())
+    carried_t, terms_t = np.full((4, 8), 1e-3), np.full((4, 8), 5.0)
+    truth = run_reference(g, plan.steps[1], plans, seen, {t.uid: terms_t}, {t.uid: carried_t}, ExecutionContext())
+    np.testing.assert_array_equal(truth.through[y.uid], np.concatenate([terms_t, 0 * terms_t], 1))  # |terms| too
     own = node_tolerance(g, g.nodes[1], y.uid)
     values = np.concatenate([seen[t.name], seen["b"]], 1).astype(np.float64)
     allowance = own.atol + own.rtol * np.abs(values)
