@@ -352,10 +352,12 @@ def test_the_generic_path_copies_in_and_out_and_delivers_as_asked():
     capture: dict[str, Any] = {}
     got = ex.execute(plan, {**data, "s": 2.0}, capture=capture, to_host=False)["y"]
     assert isinstance(got, DeviceArray) and np.array_equal(ctx.to_host(got), want(data, 2.0))
-    assert np.array_equal(capture["y"], want(data, 2.0)) and isinstance(capture["y"], np.ndarray)
-    assert len(capture) == len(plan.steps)  # every step's output, as a host copy
-    host = ex.execute(plan, {**data, "x": ctx.to_device(data["x"])}, capture={})["y"]
+    assert isinstance(capture["y"], DeviceArray) and np.array_equal(ctx.to_host(capture["y"]), want(data, 2.0))
+    assert len(capture) == len(plan.steps)  # every step's output, a device copy (outputs stay on the device)
+    on_host: dict[str, Any] = {}
+    host = ex.execute(plan, {**data, "x": ctx.to_device(data["x"])}, capture=on_host)["y"]
     assert isinstance(host, np.ndarray) and np.array_equal(host, want(data))
+    assert np.array_equal(on_host["y"], want(data)) and all(isinstance(v, np.ndarray) for v in on_host.values())
 
 
 def test_the_generic_path_workspace_is_none_without_scratch():
