@@ -513,7 +513,6 @@ class HopperGemm:
             # stmatrix writes a thread's registers through other threads' row addresses, so the
             # destination partition does not say where this thread's values land.
             tRS_cD = thr_copy_r2s.partition_S(cute.make_identity_tensor(self.epi_tile))
-            extents = (cute.size(mC_mnl, mode=[0]), cute.size(mC_mnl, mode=[1]))  # the bias's bound
             epi_barrier = pipeline.NamedBarrier(barrier_id=_BAR_EPI, num_threads=self.num_epi_threads)
             store_pipeline = pipeline.PipelineTmaStore.create(
                 num_stages=self.epi_stage,
@@ -634,14 +633,14 @@ class HopperGemm:
                         epi_count = cute.size(epi_grid)
                         epi_prev = (epi_tiles if const_expr(self.split) else scheduler.num_tiles_executed) * epi_count
                         if const_expr(self.spec.bias_dtype is not None):
-                            self._load_bias(bias_next, mBias, tile, epi_order, 0, tRS_cD, extents)
+                            self._load_bias(bias_next, mBias, tile, epi_order, 0, tRS_cD)
                         for epi_idx in cutlass.range_constexpr(epi_count):
                             for v in cutlass.range_constexpr(rD_size):
                                 tRS_rD[v] = tRS_rAcc[epi_idx * rD_size + v]
                             if const_expr(self.spec.bias_dtype is not None):
                                 bias_cur.store(bias_next.load())
                                 if const_expr(epi_idx + 1 < epi_count and not self.bias_per_tile):
-                                    self._load_bias(bias_next, mBias, tile, epi_order, epi_idx + 1, tRS_cD, extents)
+                                    self._load_bias(bias_next, mBias, tile, epi_order, epi_idx + 1, tRS_cD)
                             if const_expr(self.fused):
                                 for v in cutlass.range_constexpr(rD_size):
                                     x = _round(self.spec.round_x, tRS_rD[v])
@@ -713,7 +712,6 @@ class HopperGemm:
         epi_order: cute.Layout,
         epi_idx: cutlass.Constexpr,
         tRS_cD: cute.Tensor,
-        extents: tuple[Int32, Int32],
     ) -> None:
         """The bias of every value this thread holds in epilogue subtile ``epi_idx``, as float32: by column
         or, with ``spec.bias_per`` "m", by row.
@@ -722,12 +720,14 @@ class HopperGemm:
         between the subtile's barriers, each subtile waiting out their latency
         (the fused conv ran 2.4-4.8 us slower than the plain one on ResNet-50
         layers). Rows and columns past M and N are clipped by the store; they
-        read an in-range bias.
+        read an in-range bias: every index is clamped to the bias's own length (not the GEMM's extent, which a
+        bias indexed along the wrong axis would overrun: the planted bug of test_cute_conv_transposed).
         """
         axis = 0 if self.spec.bias_per == "m" else 1
         first = tile[axis] * self.tile_mnk[axis] + epi_order.get_hier_coord(epi_idx)[axis] * self.epi_tile[axis]
+        last = cute.size(mBias) - 1
         for v in cutlass.range_constexpr(cute.size(dst)):
-            dst[v] = mBias[cutlass.min(first + tRS_cD[v][axis], extents[axis] - 1)].to(cutlass.Float32)
+            dst[v] = mBias[cutlass.min(first + tRS_cD[v][axis], last)].to(cutlass.Float32)
 
     @cute.jit
     def _work_unit(
