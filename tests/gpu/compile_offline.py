@@ -232,6 +232,7 @@ def gemm_stages(name: str, spec: MatmulSpec, views: GemmViews) -> list[tuple[str
 
 # the GPU reference's kernels (tiles.py)
 REFERENCE = ("gemm", "integer_gemm", "sum_rows_in_order", "reduce_rows", "gather", "scatter", "gather_outer")
+REFERENCE += ("elementwise", "elementwise_int64")
 
 
 def compile_reference(name: str, folder: str) -> int:
@@ -267,6 +268,27 @@ def compile_reference(name: str, folder: str) -> int:
             ScalarConstraint(ct.float64),
             *(c(t) for t in reference_backend.OUTER_TILE),
         ],
+        # a * b with b a one-element constant (read in place), c unread; an int64 index plus a constant
+        "elementwise": [
+            *[strided(f64, 1)] * 3,
+            *[ScalarConstraint(ct.float32)] * 3,
+            strided(f64, 1),
+            c(reference_backend.TILE),
+            c(module.MUL),
+            c(module.OPERAND_ARRAY),
+            c(module.OPERAND_ELEMENT),
+            c(module.OPERAND_SCALAR),
+        ],
+        "elementwise_int64": [
+            *[strided(ct.int64, 1)] * 3,
+            *[ScalarConstraint(ct.int32)] * 3,
+            strided(ct.int64, 1),
+            c(reference_backend.TILE),
+            c(module.PYMOD),
+            c(module.OPERAND_ELEMENT),
+            c(module.OPERAND_ELEMENT),
+            c(module.OPERAND_SCALAR),
+        ],
         "scatter": [
             strided(f64, 1),
             *[strided(ct.int64, 1)] * 2,
@@ -279,7 +301,7 @@ def compile_reference(name: str, folder: str) -> int:
         ],
     }[name]
     out = io.BytesIO()
-    export_kernel(getattr(module, name), [KernelSignature(args, CallingConvention.cutile_python_v1())], out,
+    export_kernel(getattr(module, name.removesuffix("_int64")), [KernelSignature(args, CallingConvention.cutile_python_v1())], out,
                   gpu_code="sm_90", output_format="cubin")  # fmt: skip
     return len(out.getvalue())
 

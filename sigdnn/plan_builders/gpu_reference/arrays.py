@@ -185,20 +185,22 @@ class Array:
 
     # -- elementwise -----------------------------------------------------------
     def _elementwise_into(self, mode: str, operands: tuple[Any, ...]) -> None:
-        """self = mode(operands): arrays of self's shape (broadcast first) or Python scalars."""
-        arrays, scalars, is_scalar = [], [], []
+        """self = mode(operands): arrays of self's shape (broadcast first), one-element arrays (read as one value,
+        not broadcast) or Python scalars."""
+        arrays, scalars, reads = [], [], []
         for op in (*operands, None, None, None)[:3]:
             if op is None:  # no operand: an unread slot
                 arrays.append(self.data)
                 scalars.append(0)
-                is_scalar.append(1)
+                reads.append("OPERAND_SCALAR")
                 continue
             # A Python number goes in as a device array: cuTile passes a scalar launch argument as a float32 /
             # int32, which would round a float64 constant (0.044715, 1 / sqrt(2)) or refuse a large int64.
             operand = op if isinstance(op, Array) else self._constant(op)
-            arrays.append(operand.broadcast_to(self.shape).data)
+            one = operand.size == 1
+            arrays.append(operand.data if one else operand.broadcast_to(self.shape).data)
             scalars.append(0)
-            is_scalar.append(0)
+            reads.append("OPERAND_ELEMENT" if one else "OPERAND_ARRAY")
         self.gpu.launch(
             "elementwise",
             (math.ceil(self.size / TILE), 1, 1),
@@ -207,7 +209,7 @@ class Array:
             self.data,
             TILE,
             self.gpu.constant(mode),
-            *is_scalar,
+            *(self.gpu.constant(read) for read in reads),
         )
 
     def _scalar(self, value: Any) -> Any:

@@ -30,6 +30,9 @@ NOT, ABS, NEG, CEIL, FLOOR, SQRT, EXP, LOG = 16, 17, 18, 19, 20, 21, 22, 23
 SIN, COS, TAN, TANH, WHERE, FLOORDIV, PYMOD, NEXT_UP = 24, 25, 26, 27, 28, 29, 30, 31
 NEXT_DOWN, ISNAN, COPY, INDEX = 32, 33, 34, 35
 
+# How `elementwise` reads an operand.
+OPERAND_ARRAY, OPERAND_SCALAR, OPERAND_ELEMENT = 0, 1, 2  # its array, the scalar argument, its array's one element
+
 # Row reductions.
 R_SUM, R_MAX, R_MIN, R_PROD = 0, 1, 2, 3
 
@@ -136,20 +139,29 @@ def elementwise(
     KB: ct.Constant[int],
     KC: ct.Constant[int],
 ):
-    """out = MODE(a, b, c) over flat tiles; an operand whose K* is 1 is the scalar s* instead of its array."""
+    """out = MODE(a, b, c) over flat tiles; each operand as its K* says (OPERAND_*): its array, the scalar s*, or
+    its array's one element (a constant, read in place of a broadcast copy)."""
     blk = ct.bid(0)
-    if KA:  # noqa: SIM108 (statements: cuTile folds an if on a constant; a conditional expression it may not)
-        x = ct.full((T,), sa, out.dtype)
-    else:
+    first = ct.full((T,), 0, ct.int64)
+    # (statements: cuTile folds an if on a constant; a conditional expression it may not)
+    if KA == OPERAND_ARRAY:
         x = ct.load(a, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
-    if KB:  # noqa: SIM108
-        y = ct.full((T,), sb, out.dtype)
-    else:
+    if KA == OPERAND_SCALAR:
+        x = ct.full((T,), sa, out.dtype)
+    if KA == OPERAND_ELEMENT:
+        x = ct.gather(a, first)
+    if KB == OPERAND_ARRAY:
         y = ct.load(b, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
-    if KC:  # noqa: SIM108
-        z = ct.full((T,), sc, out.dtype)
-    else:
+    if KB == OPERAND_SCALAR:
+        y = ct.full((T,), sb, out.dtype)
+    if KB == OPERAND_ELEMENT:
+        y = ct.gather(b, first)
+    if KC == OPERAND_ARRAY:
         z = ct.load(c, (blk,), (T,), padding_mode=ct.PaddingMode.ZERO)
+    if KC == OPERAND_SCALAR:
+        z = ct.full((T,), sc, out.dtype)
+    if KC == OPERAND_ELEMENT:
+        z = ct.gather(c, first)
     one = ct.full((T,), 1, out.dtype)
     zero = ct.full((T,), 0, out.dtype)
     if MODE == ADD:
