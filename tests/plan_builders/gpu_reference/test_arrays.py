@@ -197,3 +197,18 @@ def test_without_cutile_the_reason_names_the_module_and_the_package(monkeypatch)
         )
     finally:
         cuda.dsl_unavailable_reason.cache_clear()
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64])
+def test_counting_gives_each_elements_flat_index(gpu: Gpu, dtype: type) -> None:
+    got = Array.counting(gpu, (3, 1100), dtype)
+    assert got.dtype == np.dtype(dtype) and np.array_equal(got.host(), np.arange(3300).reshape(3, 1100))
+
+
+def test_one_element_operands_are_read_in_place_and_wider_ones_broadcast(gpu: Gpu) -> None:
+    """A one-element operand (a constant, a kept-dims reduction) is read as one value; a two-element one broadcasts."""
+    x = Array.from_host(gpu, np.arange(6.0).reshape(2, 3))
+    one, two = Array.from_host(gpu, np.array([[10.0]])), Array.from_host(gpu, np.array([[1.0], [2.0]]))
+    np.testing.assert_array_equal((x + one).host(), np.arange(6.0).reshape(2, 3) + 10.0)
+    np.testing.assert_array_equal((x * two).host(), np.arange(6.0).reshape(2, 3) * [[1.0], [2.0]])
+    np.testing.assert_array_equal((x - 0.5).host(), np.arange(6.0).reshape(2, 3) - 0.5)
