@@ -233,6 +233,8 @@ def gemm_stages(name: str, spec: MatmulSpec, views: GemmViews) -> list[tuple[str
 # the GPU reference's kernels (tiles.py)
 REFERENCE = ("gemm", "integer_gemm", "sum_rows_in_order", "reduce_rows", "gather", "scatter", "gather_outer")
 REFERENCE += ("elementwise", "elementwise_int64")
+# validation's bookkeeping modes (device_arrays.py), each its own specialization of the float64 kernel
+REFERENCE += tuple(f"elementwise {mode}" for mode in ("FINITE", "MAGNITUDE", "FINITE_OR_ZERO", "FMAX", "NEXT_UP"))
 
 
 def compile_reference(name: str, folder: str) -> int:
@@ -242,66 +244,87 @@ def compile_reference(name: str, folder: str) -> int:
     module_spec.loader.exec_module(module)
     c, i32, f64 = ConstantConstraint, ScalarConstraint(ct.int32), ct.float64
     (tm, tn, tk), (im, jn) = reference_backend.GEMM_TILE, reference_backend.INTEGER_GEMM_TILE
-    args = {
-        "gemm": [strided(f64, 3)] * 3 + [i32, c(tm), c(tn), c(tk)],
-        "integer_gemm": [strided(ct.int64, 3)] * 3 + [i32, c(im), c(jn)],
-        "sum_rows_in_order": [strided(f64, 2)] * 2 + [i32, c(reference_backend.ORDERED_ROWS)],
-        "reduce_rows": [strided(f64, 2), strided(f64, 1), i32, c(0.0), c(reference_backend.ROW_TILE), c(module.R_SUM)],
-        # an outer-sum map (rows, cols, C), as tensors.read / write give a strided tensor
-        "gather": [
-            strided(ct.float16, 1),
-            *[strided(ct.int64, 1)] * 2,
-            i32,
-            strided(f64, 1),
-            ScalarConstraint(ct.float64),
-            c(reference_backend.TILE),
-            c(module.DECODE_CAST),
-            c(0),
-        ],
-        "gather_outer": [
-            strided(f64, 1),
-            *[strided(ct.int64, 1)] * 2,
-            i32,
-            i32,
-            i32,
-            strided(f64, 2),
-            ScalarConstraint(ct.float64),
-            *(c(t) for t in reference_backend.OUTER_TILE),
-        ],
-        # a * b with b a one-element constant (read in place), c unread; an int64 index plus a constant
-        "elementwise": [
+    kernel, _, mode = name.partition(" ")
+    args = (
+        {
+            "gemm": [strided(f64, 3)] * 3 + [i32, c(tm), c(tn), c(tk)],
+            "integer_gemm": [strided(ct.int64, 3)] * 3 + [i32, c(im), c(jn)],
+            "sum_rows_in_order": [strided(f64, 2)] * 2 + [i32, c(reference_backend.ORDERED_ROWS)],
+            "reduce_rows": [
+                strided(f64, 2),
+                strided(f64, 1),
+                i32,
+                c(0.0),
+                c(reference_backend.ROW_TILE),
+                c(module.R_SUM),
+            ],
+            # an outer-sum map (rows, cols, C), as tensors.read / write give a strided tensor
+            "gather": [
+                strided(ct.float16, 1),
+                *[strided(ct.int64, 1)] * 2,
+                i32,
+                strided(f64, 1),
+                ScalarConstraint(ct.float64),
+                c(reference_backend.TILE),
+                c(module.DECODE_CAST),
+                c(0),
+            ],
+            "gather_outer": [
+                strided(f64, 1),
+                *[strided(ct.int64, 1)] * 2,
+                i32,
+                i32,
+                i32,
+                strided(f64, 2),
+                ScalarConstraint(ct.float64),
+                *(c(t) for t in reference_backend.OUTER_TILE),
+            ],
+            # a * b with b a one-element constant (read in place), c unread; an int64 index plus a constant
+            "elementwise": [
+                *[strided(f64, 1)] * 3,
+                *[ScalarConstraint(ct.float32)] * 3,
+                strided(f64, 1),
+                c(reference_backend.TILE),
+                c(module.MUL),
+                c(module.OPERAND_ARRAY),
+                c(module.OPERAND_ELEMENT),
+                c(module.OPERAND_SCALAR),
+            ],
+            "elementwise_int64": [
+                *[strided(ct.int64, 1)] * 3,
+                *[ScalarConstraint(ct.int32)] * 3,
+                strided(ct.int64, 1),
+                c(reference_backend.TILE),
+                c(module.PYMOD),
+                c(module.OPERAND_ELEMENT),
+                c(module.OPERAND_ELEMENT),
+                c(module.OPERAND_SCALAR),
+            ],
+            "scatter": [
+                strided(f64, 1),
+                *[strided(ct.int64, 1)] * 2,
+                i32,
+                strided(ct.bfloat16, 1),
+                i32,
+                c(reference_backend.TILE),
+                c(module.ENCODE_BF16),
+                c(0),
+            ],
+        }[name]
+        if not mode
+        else [
             *[strided(f64, 1)] * 3,
             *[ScalarConstraint(ct.float32)] * 3,
             strided(f64, 1),
             c(reference_backend.TILE),
-            c(module.MUL),
+            c(getattr(module, mode)),
             c(module.OPERAND_ARRAY),
-            c(module.OPERAND_ELEMENT),
+            c(module.OPERAND_ARRAY),
             c(module.OPERAND_SCALAR),
-        ],
-        "elementwise_int64": [
-            *[strided(ct.int64, 1)] * 3,
-            *[ScalarConstraint(ct.int32)] * 3,
-            strided(ct.int64, 1),
-            c(reference_backend.TILE),
-            c(module.PYMOD),
-            c(module.OPERAND_ELEMENT),
-            c(module.OPERAND_ELEMENT),
-            c(module.OPERAND_SCALAR),
-        ],
-        "scatter": [
-            strided(f64, 1),
-            *[strided(ct.int64, 1)] * 2,
-            i32,
-            strided(ct.bfloat16, 1),
-            i32,
-            c(reference_backend.TILE),
-            c(module.ENCODE_BF16),
-            c(0),
-        ],
-    }[name]
+        ]
+    )
     out = io.BytesIO()
-    export_kernel(getattr(module, name.removesuffix("_int64")), [KernelSignature(args, CallingConvention.cutile_python_v1())], out,
+    export_kernel(getattr(module, kernel.removesuffix("_int64")), [KernelSignature(args, CallingConvention.cutile_python_v1())], out,
                   gpu_code="sm_90", output_format="cubin")  # fmt: skip
     return len(out.getvalue())
 

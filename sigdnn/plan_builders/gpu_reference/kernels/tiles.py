@@ -29,6 +29,7 @@ EQ, NE, GT, GE, LT, LE, AND, OR = 8, 9, 10, 11, 12, 13, 14, 15
 NOT, ABS, NEG, CEIL, FLOOR, SQRT, EXP, LOG = 16, 17, 18, 19, 20, 21, 22, 23
 SIN, COS, TAN, TANH, WHERE, FLOORDIV, PYMOD, NEXT_UP = 24, 25, 26, 27, 28, 29, 30, 31
 NEXT_DOWN, ISNAN, COPY, INDEX = 32, 33, 34, 35
+FINITE, MAGNITUDE, FINITE_OR_ZERO, FMAX = 36, 37, 38, 39  # validation's bookkeeping, one pass each
 
 # How `elementwise` reads an operand.
 OPERAND_ARRAY, OPERAND_SCALAR, OPERAND_ELEMENT = 0, 1, 2  # its array, the scalar argument, its array's one element
@@ -245,6 +246,14 @@ def elementwise(
         r = x
     if MODE == INDEX:  # each element's flat index (no operand is read)
         r = blk * T + ct.arange(T, dtype=ct.int64)
+    if MODE == FINITE:  # x - x is 0 at a finite x, NaN at an Inf or NaN
+        r = ct.where(x - x == 0, one, zero)
+    if MODE == MAGNITUDE:  # |x| where finite, else 0
+        r = ct.where(x - x == 0, ct.abs(x), zero)
+    if MODE == FINITE_OR_ZERO:
+        r = ct.where(x - x == 0, x, zero)
+    if MODE == FMAX:  # the larger; a NaN on one side gives the other (C's fmax)
+        r = ct.where(x != x, y, ct.where(y != y, x, ct.maximum(x, y)))
     ct.store(out, (blk,), ct.astype(r, out.dtype))
 
 
