@@ -344,3 +344,13 @@ def test_the_hosts_fold_modulo_the_prime_is_the_remainder() -> None:
 @pytest.mark.parametrize(("values", "largest"), [([0.5, -0.25], 0.5), ([np.nan, -np.inf], 0.0), ([-3.0, 2.0], 3.0)])
 def test_the_largest_magnitude_counts_finite_elements_only(xp: DeviceArrays, values: list, largest: float) -> None:
     assert HOST.largest_magnitude(np.array(values)) == largest == xp.largest_magnitude(xp.upload(np.array(values)))
+
+
+def test_a_cast_to_another_dtype_converts_and_an_empty_total_is_the_identity(xp: DeviceArrays) -> None:
+    from sigdnn.plan_builders.gpu_reference.arrays import Array
+
+    values = np.array([0.1, -2.5, 3.0])
+    cast = xp.cast(xp.upload(values), np.float32)
+    assert np.dtype(cast.dtype) == np.float32 and np.array_equal(xp.host(cast), values.astype(np.float32))
+    empty = Array.empty(xp.gpu, (0,))
+    assert (xp._total(empty, "MAX"), xp._total(empty, "SUM")) == (-np.inf, 0.0)
