@@ -185,4 +185,3 @@ class DeviceArrays:
         worst = int(self._total(first, "MIN"))
         at = (float(self.gpu.download(self.gpu.part(a.data, worst, 1), 1)[0]) for a in (g, w))
         return largest, self._total(relative, "MAX"), self._total(abs_error / ulp, "MAX"), worst, *at
-
