@@ -234,7 +234,8 @@ def gemm_stages(name: str, spec: MatmulSpec, views: GemmViews) -> list[tuple[str
 REFERENCE = ("gemm", "integer_gemm", "sum_rows_in_order", "reduce_rows", "gather", "scatter", "gather_outer")
 REFERENCE += ("elementwise", "elementwise_int64")
 # validation's bookkeeping modes (device_arrays.py), each its own specialization of the float64 kernel
-REFERENCE += tuple(f"elementwise {mode}" for mode in ("FINITE", "MAGNITUDE", "FINITE_OR_ZERO", "FMAX", "NEXT_UP"))
+BOOKKEEPING_MODES = ("FINITE", "MAGNITUDE", "FINITE_OR_ZERO", "FMAX", "NEXT_UP", "ABS_ERROR", "FAILING")
+REFERENCE += tuple(f"elementwise {mode}" for mode in BOOKKEEPING_MODES)
 
 
 def compile_reference(name: str, folder: str) -> int:
@@ -320,7 +321,7 @@ def compile_reference(name: str, folder: str) -> int:
             c(getattr(module, mode)),
             c(module.OPERAND_ARRAY),
             c(module.OPERAND_ARRAY),
-            c(module.OPERAND_SCALAR),
+            c(module.OPERAND_ARRAY),
         ]
     )
     out = io.BytesIO()

@@ -30,6 +30,7 @@ NOT, ABS, NEG, CEIL, FLOOR, SQRT, EXP, LOG = 16, 17, 18, 19, 20, 21, 22, 23
 SIN, COS, TAN, TANH, WHERE, FLOORDIV, PYMOD, NEXT_UP = 24, 25, 26, 27, 28, 29, 30, 31
 NEXT_DOWN, ISNAN, COPY, INDEX = 32, 33, 34, 35
 FINITE, MAGNITUDE, FINITE_OR_ZERO, FMAX = 36, 37, 38, 39  # validation's bookkeeping, one pass each
+ABS_ERROR, FAILING = 40, 41  # a comparison of got (x) with want (y) within a bound (z)
 
 # How `elementwise` reads an operand.
 OPERAND_ARRAY, OPERAND_SCALAR, OPERAND_ELEMENT = 0, 1, 2  # its array, the scalar argument, its array's one element
@@ -254,6 +255,12 @@ def elementwise(
         r = ct.where(x - x == 0, x, zero)
     if MODE == FMAX:  # the larger; a NaN on one side gives the other (C's fmax)
         r = ct.where(x != x, y, ct.where(y != y, x, ct.maximum(x, y)))
+    if MODE == ABS_ERROR:  # |x - y| where both are finite, else 0
+        r = ct.where((x - x == 0) & (y - y == 0), ct.abs(x - y), zero)
+    if MODE == FAILING:  # both finite and |x - y| > z, or not the same special value (NaN and NaN, Inf and Inf)
+        both = (x - x == 0) & (y - y == 0)
+        same = (x == y) | ((x != x) & (y != y))
+        r = ct.where(both, ct.where(ct.abs(x - y) > z, one, zero), ct.where(same, zero, one))
     ct.store(out, (blk,), ct.astype(r, out.dtype))
 
 
