@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from sigdnn.accuracy.arrays import Arrays
+from sigdnn.accuracy.arrays import HOST, Arrays
 from sigdnn.accuracy.tolerances import Tolerance, finfo
 
 
@@ -121,17 +121,22 @@ def errors(
             abs_err = exact
         else:
             abs_err = np.abs(g - w) if every_finite else np.where(finite, np.abs(g - w), 0.0)
-        bound = None
-        if not tolerance.exact:
-            bound = tolerance.atol + tolerance.rtol * np.abs(w)
-            if terms is not None and tolerance.reduction:
-                bound = bound + tolerance.reduction * np.asarray(terms, dtype=np.float64)
-            if carried is not None:
-                bound = bound + np.asarray(carried, dtype=np.float64)
-            elif tolerance.inner:
-                bound = bound + tolerance.inner * np.abs(w)
+        bound = None if tolerance.exact else tolerance_bound(HOST, np.abs(w), tolerance, terms, carried)
         ulp = ulp_of(w if every_finite else np.where(finite, w, 0.0), dtype)
     return Errors(g, w, finite, wrong_special, abs_err, bound, ulp)
+
+
+def tolerance_bound(xp: Arrays, magnitude: Any, tolerance: Tolerance, terms: Any = None, carried: Any = None) -> Any:
+    """The |error| each element may have: atol + rtol * |want| (``magnitude``), plus the reduction's share of
+    sum(|terms|), plus the ``carried`` error (or, without one, ``inner`` * |want|), in ``xp``'s arrays."""
+    bound = xp.add(xp.mul(magnitude, tolerance.rtol), tolerance.atol)
+    if terms is not None and tolerance.reduction:
+        bound = xp.add(bound, xp.mul(terms, tolerance.reduction))
+    if carried is not None:
+        return xp.add(bound, carried)
+    if tolerance.inner:
+        return xp.add(bound, xp.mul(magnitude, tolerance.inner))
+    return bound
 
 
 def compare(
@@ -169,13 +174,7 @@ def compare_in(
     dtype = np.dtype(want.dtype)
     summary = getattr(xp, "passing_summary", None)
     if summary is not None and not tolerance.exact and dtype.kind in "fV" and math.prod(want.shape):
-        bound = xp.add(xp.mul(xp.magnitude(want), tolerance.rtol), tolerance.atol)
-        if terms is not None and tolerance.reduction:
-            bound = xp.add(bound, xp.mul(terms, tolerance.reduction))
-        if carried is not None:
-            bound = xp.add(bound, carried)
-        elif tolerance.inner:
-            bound = xp.add(bound, xp.mul(xp.magnitude(want), tolerance.inner))
+        bound = tolerance_bound(xp, xp.magnitude(want), tolerance, terms, carried)
         info = finfo(dtype)
         found = summary(got, want, bound, int(info.nmant), int(info.minexp))
         if found is not None:
