@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from sigdnn.dtypes import as_data_type, round_to
+
 PRIME = 2**31 - 1
 HASH_ROUNDS = (0x2545F491, 0x1B873593)
 SEED_STRIDE = 0x9E3779B1  # seeds start their counters far apart
@@ -162,8 +164,7 @@ class HostArrays:
         return float(self.magnitude(x).max(initial=0.0))
 
     def round_to(self, x: Any, dtype: Any) -> np.ndarray:
-        with np.errstate(invalid="ignore", over="ignore"):
-            return np.asarray(x).astype(dtype)
+        return round_to(np.asarray(x), as_data_type(np.dtype(dtype)))  # (one rounding, whatever ml_dtypes does)
 
 
 def _hashed(seed: int, shape: tuple[int, ...]) -> np.ndarray:
