@@ -196,11 +196,14 @@ def compile_delta_rule(kind: str, backward: bool, folder: str) -> int:
     for out in outs:
         out.set_output(True)
     node = g.nodes[-1]
-    (launch,), _ = next(b for b in DEFAULT_REGISTRY.builders() if b.name == f"cutile.{node.op.kind}").launches(node, g)
+    launches, _ = next(b for b in DEFAULT_REGISTRY.builders() if b.name == f"cutile.{node.op.kind}").launches(node, g)
     ports = node.op.ports()
-    dtypes = [str(g.dtype_of(g.tensors[ports[a.buffer]])) if a.buffer in ports else a.dtype for a in launch.args]
-    sig = KernelSignature([strided(CT[d], 1) for d in dtypes], CallingConvention.cutile_python_v1())
-    return export(launch.source.name, launch.source.text, sig, folder)
+    size = 0
+    for launch in launches:
+        dtypes = [str(g.dtype_of(g.tensors[ports[a.buffer]])) if a.buffer in ports else a.dtype for a in launch.args]
+        sig = KernelSignature([strided(CT[d], 1) for d in dtypes], CallingConvention.cutile_python_v1())
+        size += export(launch.source.name, launch.source.text, sig, folder)
+    return size
 
 
 def export(name: str, text: str, sig: KernelSignature, folder: str) -> int:

@@ -1,9 +1,11 @@
-"""cuTile gdn, kda and their backward: the chunked gated delta rule (``delta_rule_kernel``), one launch a node.
+"""cuTile gdn, kda and their backward: the chunked gated delta rule (``delta_rule_kernel``).
 
 Takes packed token-major tensors (q, k, v, g, beta row-major [T, H, *],
 states row-major [N, H, K, V]), bf16 / f16 / f32 q, k, v, o; a float32 gate;
 int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
-backward keeps each chunk's start state in the step's workspace (float32,
+forward is two launches: every chunk's W and U0 at once into the step's
+workspace (float32, C rows a chunk slot and head), then the serial walk
+over each sequence's chunks that carries the state. The backward keeps each chunk's start state in the step's workspace (float32,
 one slot per chunk of the batch) between its two passes. The
 kernel does not check cu_seqlens (as flash-linear-attention's does not;
 the reference does): boundaries are clamped to [0, T] and a decreasing one
@@ -25,7 +27,14 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import packed_strides
 from sigdnn.graph.node import Node
 from sigdnn.graph.tf32 import takes_tf32
-from sigdnn.plan_builders.cutile.delta_rule_kernel import CHUNK, DeltaRuleShape, backward_source, forward_source
+from sigdnn.plan_builders.cutile.delta_rule_kernel import (
+    CHUNK,
+    DeltaRuleShape,
+    backward_source,
+    chunks_source,
+    forward_source,
+    work_rows,
+)
 from sigdnn.plan_builders.cutile.launches_builder import IO_DTYPES, CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.registry.engine_ids import IN_TREE
@@ -34,6 +43,7 @@ from sigdnn.signature_keys import SignatureKey
 INDEX_DTYPES = frozenset({DataType.INT32, DataType.INT64})
 STATE_DTYPES = frozenset({DataType.FLOAT32, DataType.BFLOAT16})
 WIDEST = 256  # K and V held as one tile each
+INDEX_LIMIT = 2**31 - 1  # flat element positions are int32 in the kernels
 
 
 def dtype_allowed(port: str, dtype: DataType) -> bool:
@@ -67,20 +77,25 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
             raise NotSupported(f"{where}: {e}") from None
 
     def shape(self, node: Node, graph: Graph) -> tuple[DeltaRuleShape, int, int]:
-        """(the kernel's shape, T, N); ValueError for head dims past ``WIDEST``."""
+        """(the kernels' shape, T, N); ValueError for head dims past ``WIDEST`` or an array past int32 positions."""
         op = node.op
         ports = op.ports()
         tokens, heads, kd = graph.tensors[ports["q"]].dims
         vd = graph.tensors[ports["v"]].dims[2]
         if kd > WIDEST or vd > WIDEST:
             raise ValueError(f"head dims K {kd}, V {vd}: at most {WIDEST}")
+        sequences = graph.tensors[ports["cu_seqlens"]].size - 1
         final = "final_state" in ports or "d_final_state" in ports
         shape = DeltaRuleShape(
             heads, kd, vd, op.per_channel_gate, op.use_qk_l2norm,
             kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, final,
-            tf32=takes_tf32(graph.compute_dtype_of(node)),
+            tf32=takes_tf32(graph.compute_dtype_of(node)), search_steps=max(1, sequences.bit_length()),
         )  # fmt: skip
-        return shape, tokens, graph.tensors[ports["cu_seqlens"]].size - 1
+        rows = work_rows(shape, tokens, sequences)  # the forward's workspace rows; the backward's state slots * C
+        largest = max(rows * max(shape.kp, shape.vp), rows // CHUNK * shape.kp * shape.vp, tokens * heads * max(kd, vd))
+        if largest > INDEX_LIMIT:
+            raise ValueError(f"{largest} elements in one array: the kernels' int32 positions reach {INDEX_LIMIT}")
+        return shape, tokens, sequences
 
     @staticmethod
     def args(node: Node, graph: Graph, names: tuple[str, ...], placeholder: str) -> list[Arg]:
@@ -93,10 +108,20 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
 
 class _DeltaRuleForwardBuilder(_DeltaRuleForward):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
-        shape, _, sequences = self.shape(node, graph)
-        names = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "o", "final_state")
-        args = tuple(self.args(node, graph, names, "o"))
-        return [Launch(forward_source(shape), (sequences, shape.heads, 1), args)], 0
+        shape, tokens, sequences = self.shape(node, graph)
+        workspace = Workspace()
+        rows = work_rows(shape, tokens, sequences)
+        w_work, u_work = workspace.take((rows * shape.kp,)), workspace.take((rows * shape.vp,))
+        chunk_args = (*self.args(node, graph, ("k", "v", "g", "beta", "cu_seqlens"), "o"), w_work, u_work)
+        forward_args = (
+            *self.args(node, graph, ("q", "k", "g", "cu_seqlens", "initial_state"), "o"), w_work, u_work,
+            *self.args(node, graph, ("o", "final_state"), "o"),
+        )  # fmt: skip
+        slots = rows // (shape.heads * CHUNK)
+        return [
+            Launch(chunks_source(shape), (slots, shape.heads, 1), chunk_args),
+            Launch(forward_source(shape), (sequences, shape.heads, shape.value_blocks), forward_args),
+        ], workspace.nbytes
 
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
@@ -105,7 +130,7 @@ class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
         names = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "d_o", "d_final_state")
         names += ("dq", "dk", "dv", "dg", "dbeta", "d_initial_state")
         workspace = Workspace()
-        saved = workspace.take(((tokens // CHUNK + sequences + 1) * shape.heads * shape.kp * shape.vp,))
+        saved = workspace.take((work_rows(shape, tokens, sequences) // CHUNK * shape.kp * shape.vp,))
         args = (*self.args(node, graph, names, "dq"), saved)
         return [Launch(backward_source(shape), (sequences, shape.heads, 1), args)], workspace.nbytes
 

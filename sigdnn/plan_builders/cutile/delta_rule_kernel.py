@@ -1,16 +1,13 @@
-"""The chunked gated delta rule forward (gdn, kda) as one cuTile kernel's text.
+"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in two launches, the backward in one.
 
-One block per (sequence, head), grid (N, H). The block reads its sequence's
-boundaries from ``cu`` on the device (no host-side chunk table, no host
-sync) and walks the sequence in chunks of ``C`` tokens, carrying the state
-h [K, V] in float32 from chunk to chunk. Within a chunk (rows i, j; b the
-cumulative log decay from the chunk's start, b_L at its last token; k, q
-after the l2 norm and scale):
+Within a chunk of ``C`` tokens (rows i, j; b the cumulative log decay from
+the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
 
     KK_ij = sum_c k_ic k_jc exp(b_ic - b_jc)    (i > j)       the decayed key products
     QK_ij = sum_c q_ic k_jc exp(b_ic - b_jc)    (i >= j)
     T = (I + diag(beta) KK)^-1                                  the WY representation:
-    U = T diag(beta) V - T diag(beta) (exp(b) * K) h            each token's correction u
+    W = T diag(beta) (exp(b) * K),  U0 = T diag(beta) V         the chunk's own parts
+    U = U0 - W h                                                each token's correction u
     O = (exp(b) * Q) h + QK U
     h <- diag(exp(b_L)) h + (exp(b_L - b) * K)^T U
 
@@ -21,6 +18,18 @@ T comes from the nilpotent series (I + N)^-1 = prod_j (I + (-N)^(2^j)),
 six products for C = 64. Rows past the sequence's end read 0 (g = 0,
 beta = 0, k = 0), so they leave the state and the other rows unchanged and
 are not stored.
+
+The forward splits what needs no state from what does, as
+flash-linear-attention's chunked kernels do: ``chunks_source`` (grid: chunk
+slots x heads) forms every chunk's W and U0 at once, in parallel however
+few the sequences; ``forward_source`` (grid: sequences x heads x value
+blocks) walks each sequence's chunks carrying h, with only the products
+that involve h (and QK) on that serial path. Chunk slot start // C + n
+holds chunk 0 of sequence n (distinct for every chunk of the batch: at most
+T // C + N + 1 slots); a slot's block finds its sequence by binary search
+over ``cu`` on the device (no host-side chunk table, no host sync). The
+backward (one block per sequence and head) recomputes each chunk's T from
+its inputs.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from sigdnn.graph.ops.linear_attention import L2NORM_EPS
 from sigdnn.plan_builders.cutile.source import KernelSource
 
 CHUNK = 64
+VALUE_BLOCK = 64  # value columns a forward block carries of the state, where gdn's V allows a split
 
 
 @attrs.frozen
@@ -45,6 +55,7 @@ class DeltaRuleShape:
     final_state: bool
     chunk: int = CHUNK
     tf32: bool = False  # the products other than the gate's cumulative sums as TF32 (a 16-bit compute dtype)
+    search_steps: int = 1  # the chunk kernel's binary search over cu: N.bit_length() steps find any of N sequences
 
     @property
     def gate_width(self) -> int:
@@ -59,79 +70,113 @@ class DeltaRuleShape:
     def vp(self) -> int:
         return 1 << max(0, self.vd - 1).bit_length()
 
+    @property
+    def value_blocks(self) -> int:
+        """The forward's blocks a (sequence, head), each carrying VALUE_BLOCK columns of h: more blocks on the
+        serial path. kda keeps one (each would repeat its channel-by-channel QK)."""
+        return 1 if self.per_channel else max(1, self.vp // VALUE_BLOCK)
 
-def _pair_products(s: DeltaRuleShape) -> list[str]:
-    """Lines computing KK (strictly lower) and QK (lower, diagonal included) for one chunk."""
+
+def _pair_products(s: DeltaRuleShape, keys: bool = True, queries: bool = True) -> list[str]:
+    """Lines computing KK (strictly lower; ``keys``) and QK (lower, diagonal included; ``queries``) for one chunk."""
     if not s.per_channel:
         return [
             "diff = ct.where(lower, b - ct.transpose(b), 0.0)",
             "decay = ct.where(lower, ct.exp(diff), 0.0)",
-            "kk = ct.where(strict, dot(kt, ct.transpose(kt), zero_cc) * decay, 0.0)",
-            "qk = dot(qt, ct.transpose(kt), zero_cc) * decay",
+            *(["kk = ct.where(strict, dot(kt, ct.transpose(kt), zero_cc) * decay, 0.0)"] if keys else []),
+            *(["qk = dot(qt, ct.transpose(kt), zero_cc) * decay"] if queries else []),
         ]
     return [
-        "kk = zero_cc",
-        "qk = zero_cc",
+        *(["kk = zero_cc"] if keys else []),
+        *(["qk = zero_cc"] if queries else []),
         f"for ch in range({s.kd}):",
-        *("    " + line for line in _channel()),
-        "    kk = kk + ct.where(strict, kc * ct.transpose(kc) * decay, 0.0)",
-        "    qk = qk + qc * ct.transpose(kc) * decay",
+        *("    " + line for line in _channel(queries)),
+        *(["    kk = kk + ct.where(strict, kc * ct.transpose(kc) * decay, 0.0)"] if keys else []),
+        *(["    qk = qk + qc * ct.transpose(kc) * decay"] if queries else []),
     ]
 
 
-def _channel() -> list[str]:
-    """Key channel ``ch`` of k, q and b as columns, and its pair decays (lower, diagonal included)."""
+def _channel(queries: bool = True) -> list[str]:
+    """Key channel ``ch`` of k, (q,) and b as columns, and its pair decays (lower, diagonal included)."""
     return [
         "pick = ct.reshape(kcols == ch, (1, KP))",
         "kc = ct.sum(ct.where(pick, kt, 0.0), axis=1, keepdims=True)",
-        "qc = ct.sum(ct.where(pick, qt, 0.0), axis=1, keepdims=True)",
+        *(["qc = ct.sum(ct.where(pick, qt, 0.0), axis=1, keepdims=True)"] if queries else []),
         "bc = ct.sum(ct.where(pick, b, 0.0), axis=1, keepdims=True)",
         "decay = ct.where(lower, ct.exp(ct.where(lower, bc - ct.transpose(bc), 0.0)), 0.0)",
     ]
 
 
-def _setup(s: DeltaRuleShape) -> list[str]:
-    """The block's sequence (read from cu on the device and clamped to [0, T], T from q's length, so hostile
-    boundaries cost at most T tokens a block; T is no constant of the text, so one kernel serves every T),
-    index tiles and masks."""
+def _bounds(index: str, length: str) -> list[str]:
+    """Sequence ``index``'s tokens [start, stop), read from cu on the device and clamped to [0, T] (T from
+    ``length``'s first dimension, so T is no constant of the text and one kernel serves every T), so hostile
+    boundaries cost at most T tokens a block."""
     return [
-        "n = ct.bid(0)",
-        "head = ct.bid(1)",
-        "tokens = q.shape[0] // (H * K)",
-        "start = ct.minimum(ct.maximum(ct.gather(cu, n), 0), tokens)",
-        "stop = ct.minimum(ct.maximum(ct.gather(cu, n + 1), start), tokens)",
+        f"tokens = {length}.shape[0] // (H * K)",
+        f"start = ct.minimum(ct.maximum(ct.gather(cu, {index}), 0), tokens)",
+        f"stop = ct.minimum(ct.maximum(ct.gather(cu, {index} + 1), start), tokens)",
         "chunks = ct.cdiv(stop - start, C)",
+    ]
+
+
+def _indices(values: str) -> list[str]:
+    """Index tiles and masks; ``values``: the block's value columns (VW of them)."""
+    return [
         "steps = ct.arange(C, dtype=ct.int32)",
         "kcols = ct.arange(KP, dtype=ct.int32)",
-        "vcols = ct.arange(VP, dtype=ct.int32)",
+        f"vcols = {values}",
         "kcols2 = ct.reshape(kcols, (1, KP))",
-        "vcols2 = ct.reshape(vcols, (1, VP))",
+        "vcols2 = ct.reshape(vcols, (1, VW))",
         "kin2 = kcols2 < K",
         "vin2 = vcols2 < V",
         "lower = ct.reshape(steps, (C, 1)) >= ct.reshape(steps, (1, C))",
         "strict = ct.reshape(steps, (C, 1)) > ct.reshape(steps, (1, C))",
         "ones_below = ct.where(lower, 1.0, 0.0)",
-        "eye = ct.where(ct.reshape(steps, (C, 1)) == ct.reshape(steps, (1, C)), 1.0, 0.0)",
         "zero_cc = ct.full((C, C), 0.0, dtype=ct.float32)",
+        "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
+        "zero_cv = ct.full((C, VW), 0.0, dtype=ct.float32)",
         "last = ct.reshape(steps == C - 1, (C, 1))",
+    ]
+
+
+def _sequence_setup(values: str) -> list[str]:
+    """A (sequence, head) block's sequence, index tiles and its state's elements."""
+    return [
+        "n = ct.bid(0)",
+        "head = ct.bid(1)",
+        *_bounds("n", "q"),
+        *_indices(values),
         "state_at = ((n * H + head) * K + ct.reshape(kcols, (KP, 1))) * V + vcols2",
         "state_in = (ct.reshape(kcols, (KP, 1)) < K) & vin2",
     ]
 
 
-def _load(s: DeltaRuleShape) -> list[str]:
-    """One chunk's rows (0 past the sequence), q and k normalized and scaled, b the cumulative log decay."""
-    gate = (
-        "gt = ct.astype(ct.gather(g, rows2 * (H * K) + head * K + kcols2, mask=valid2 & kin2), ct.float32)"
-        if s.per_channel
-        else "gt = ct.reshape(ct.astype(ct.gather(g, rows * H + head, mask=valid), ct.float32), (C, 1))"
-    )
-    norm = [
-        f"rq = ct.rsqrt(ct.sum(qr * qr, axis=1, keepdims=True) + {L2NORM_EPS!r})",
-        f"rk = ct.rsqrt(ct.sum(kr * kr, axis=1, keepdims=True) + {L2NORM_EPS!r})",
-        "qn = qr * rq",
-        "kt = kr * rk",
+def _slot_setup(s: DeltaRuleShape) -> list[str]:
+    """A (chunk slot, head) block's sequence n, the last whose slot start_n // C + n is <= the block's, by
+    binary search over cu; ``mine`` is 1 where the slot holds one of n's chunks (``chunk``), 0 in a gap."""
+    search = [
+        "mid = (n + hi) // 2",
+        "first = ct.minimum(ct.maximum(ct.gather(cu, mid), 0), tokens) // C + mid",
+        "n = ct.where(first <= slot, mid, n)",
+        "hi = ct.where(first <= slot, hi, mid)",
     ]
+    return [
+        "slot = ct.bid(0)",
+        "head = ct.bid(1)",
+        "tokens = k.shape[0] // (H * K)",
+        "n = slot * 0",
+        "hi = n + (cu.shape[0] - 1)",
+        *(search * s.search_steps),
+        *_bounds("n", "k"),
+        "chunk = slot - (start // C + n)",
+        "mine = ct.where((chunk >= 0) & (chunk < chunks), 1, 0)",
+        *_indices("ct.arange(VP, dtype=ct.int32)"),
+        "eye = ct.where(ct.reshape(steps, (C, 1)) == ct.reshape(steps, (1, C)), 1.0, 0.0)",
+    ]
+
+
+def _rows() -> list[str]:
+    """One chunk's rows (the chunk ``chunk`` of the block's sequence) and their elements' flat positions."""
     return [
         "rows = start + chunk * C + steps",
         "valid = rows < stop",
@@ -139,20 +184,59 @@ def _load(s: DeltaRuleShape) -> list[str]:
         "valid2 = ct.reshape(valid, (C, 1))",
         "qk_at = rows2 * (H * K) + head * K + kcols2",
         "v_at = rows2 * (H * V) + head * V + vcols2",
-        "qr = ct.astype(ct.gather(q, qk_at, mask=valid2 & kin2), ct.float32)",
-        "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
-        "vt = ct.astype(ct.gather(v, v_at, mask=valid2 & vin2), ct.float32)",
-        gate,
-        "bt = ct.reshape(ct.astype(ct.gather(beta, rows * H + head, mask=valid), ct.float32), (C, 1))",
-        *(norm if s.l2norm else ["qn = qr", "kt = kr"]),
-        f"qt = qn * {float(s.scale)!r}",
-        f"b = ct.mma(ones_below, gt, ct.full((C, {s.gate_width}), 0.0, dtype=ct.float32))",
-        "b_last = ct.sum(ct.where(last, b, 0.0), axis=0, keepdims=True)",
     ]
 
 
-def _wy(s: DeltaRuleShape) -> list[str]:
-    """T = (I + diag(beta) KK)^-1 by the nilpotent series; kg; e = v - kg h; u = T beta e."""
+def _keys(s: DeltaRuleShape) -> list[str]:
+    """The chunk's keys (0 past the sequence; normalized) and b, the cumulative log decay from its start."""
+    gate = (
+        "gt = ct.astype(ct.gather(g, rows2 * (H * K) + head * K + kcols2, mask=valid2 & kin2), ct.float32)"
+        if s.per_channel
+        else "gt = ct.reshape(ct.astype(ct.gather(g, rows * H + head, mask=valid), ct.float32), (C, 1))"
+    )
+    norm = [f"rk = ct.rsqrt(ct.sum(kr * kr, axis=1, keepdims=True) + {L2NORM_EPS!r})", "kt = kr * rk"]
+    return [
+        "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
+        *(norm if s.l2norm else ["kt = kr"]),
+        gate,
+        f"b = ct.mma(ones_below, gt, ct.full((C, {s.gate_width}), 0.0, dtype=ct.float32))",
+    ]
+
+
+def _decay_to_chunk_end() -> list[str]:
+    """b_L, the log decay over the whole chunk, and each key decayed from its token to the chunk's end."""
+    return ["b_last = ct.sum(ct.where(last, b, 0.0), axis=0, keepdims=True)", "carried = kt * ct.exp(b_last - b)"]
+
+
+def _carry(s: DeltaRuleShape) -> list[str]:
+    """The state after the chunk."""
+    rows = "KP" if s.per_channel else "1"
+    return [
+        *_decay_to_chunk_end(),
+        f"state = state * ct.reshape(ct.exp(b_last), ({rows}, 1))"
+        " + dot(ct.transpose(carried), u, ct.full((KP, VW), 0.0, dtype=ct.float32))",
+    ]
+
+
+def _queries(s: DeltaRuleShape) -> list[str]:
+    """The chunk's queries, normalized and scaled."""
+    norm = [f"rq = ct.rsqrt(ct.sum(qr * qr, axis=1, keepdims=True) + {L2NORM_EPS!r})", "qn = qr * rq"]
+    return [
+        "qr = ct.astype(ct.gather(q, qk_at, mask=valid2 & kin2), ct.float32)",
+        *(norm if s.l2norm else ["qn = qr"]),
+        f"qt = qn * {float(s.scale)!r}",
+    ]
+
+
+def _values() -> list[str]:
+    return [
+        "vt = ct.astype(ct.gather(v, v_at, mask=valid2 & vin2), ct.float32)",
+        "bt = ct.reshape(ct.astype(ct.gather(beta, rows * H + head, mask=valid), ct.float32), (C, 1))",
+    ]
+
+
+def _inverse(s: DeltaRuleShape) -> list[str]:
+    """T = (I + diag(beta) KK)^-1 by the nilpotent series."""
     return [
         "m = kk * bt",
         "inverse = eye - m",
@@ -160,23 +244,20 @@ def _wy(s: DeltaRuleShape) -> list[str]:
         f"for _ in range({(s.chunk - 1).bit_length() - 1}):",
         "    power = dot(power, power, zero_cc)",
         "    inverse = dot(inverse, eye + power, zero_cc)",
-        "kg = kt * ct.exp(b)",
-        "e = vt - dot(kg, state, ct.full((C, VP), 0.0, dtype=ct.float32))",
-        "u = dot(inverse, bt * e, ct.full((C, VP), 0.0, dtype=ct.float32))",
-        "carried = kt * ct.exp(b_last - b)",
     ]
 
 
-def _carry(s: DeltaRuleShape) -> str:
-    """The state after the chunk."""
-    rows = "KP" if s.per_channel else "1"
-    return (
-        f"state = state * ct.reshape(ct.exp(b_last), ({rows}, 1))"
-        " + dot(ct.transpose(carried), u, ct.full((KP, VP), 0.0, dtype=ct.float32))"
-    )
+def _wy(s: DeltaRuleShape) -> list[str]:
+    """T; kg; e = v - kg h; u = T beta e (the backward's one-pass form of W and U)."""
+    return [
+        *_inverse(s),
+        "kg = kt * ct.exp(b)",
+        "e = vt - dot(kg, state, zero_cv)",
+        "u = dot(inverse, bt * e, zero_cv)",
+    ]
 
 
-def _module(s: DeltaRuleShape, prefix: str, params: str, body: list[str]) -> KernelSource:
+def _module(s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_width: int) -> KernelSource:
     header = [
         f"C = {s.chunk}",
         f"H = {s.heads}",
@@ -184,6 +265,7 @@ def _module(s: DeltaRuleShape, prefix: str, params: str, body: list[str]) -> Ker
         f"V = {s.vd}",
         f"KP = {s.kp}",
         f"VP = {s.vp}",
+        f"VW = {value_width}",
         "",
         "",
         "def dot(a, b, acc):",
@@ -201,26 +283,52 @@ def _module(s: DeltaRuleShape, prefix: str, params: str, body: list[str]) -> Ker
 def _initial(s: DeltaRuleShape) -> str:
     if s.initial_state:
         return "state = ct.astype(ct.gather(h0, state_at, mask=state_in), ct.float32)"
-    return "state = ct.full((KP, VP), 0.0, dtype=ct.float32)"
+    return "state = ct.full((KP, VW), 0.0, dtype=ct.float32)"
+
+
+def work_rows(s: DeltaRuleShape, tokens: int, sequences: int) -> int:
+    """Rows of the forward's W and U0 workspace arrays: C for each chunk slot of each head."""
+    return (tokens // s.chunk + sequences + 1) * s.heads * s.chunk
+
+
+def chunks_source(s: DeltaRuleShape) -> KernelSource:
+    """Each chunk's W [C, KP] and U0 [C, VP] (float32) into rows (slot * H + head) * C + i of w_work / u_work."""
+    chunk = [
+        *_rows(),
+        *_keys(s),
+        *_values(),
+        *_pair_products(s, queries=False),
+        *_inverse(s),
+        "at = (slot * H + head) * C + ct.reshape(steps, (C, 1))",
+        "ct.scatter(w_work, at * KP + kcols2, dot(inverse, bt * (kt * ct.exp(b)), zero_ck))",
+        "ct.scatter(u_work, at * VP + vcols2, dot(inverse, bt * vt, zero_cv))",
+    ]
+    body = [*_slot_setup(s), "for _ in range(mine):", *("    " + line for line in chunk)]
+    return _module(s, "delta_rule_chunks", "k, v, g, beta, cu, w_work, u_work", body, s.vp)
 
 
 def forward_source(s: DeltaRuleShape) -> KernelSource:
+    """The serial walk of a (sequence, head, value block): U = U0 - W h, the outputs, the state passed on."""
     chunk = [
-        *_load(s),
-        *_pair_products(s),
-        *_wy(s),
-        "out = dot(qt * ct.exp(b), state, dot(qk, u, ct.full((C, VP), 0.0, dtype=ct.float32)))",
+        *_rows(),
+        *_queries(s),
+        *_keys(s),
+        *_pair_products(s, keys=False),
+        "at = (((start + chunk * C) // C + n) * H + head) * C + ct.reshape(steps, (C, 1))",
+        "u = ct.gather(u_work, at * VP + vcols2) - dot(ct.gather(w_work, at * KP + kcols2), state, zero_cv)",
+        "out = dot(qt * ct.exp(b), state, dot(qk, u, zero_cv))",
         "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
-        _carry(s),
+        *_carry(s),
     ]
+    width = s.vp // s.value_blocks
     body = [
-        *_setup(s),
+        *_sequence_setup("ct.bid(2) * VW + ct.arange(VW, dtype=ct.int32)"),
         _initial(s),
         "for chunk in range(chunks):",
         *("    " + line for line in chunk),
         *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
-    return _module(s, "delta_rule_fwd", "q, k, v, g, beta, cu, h0, o, ht", body)
+    return _module(s, "delta_rule_fwd", "q, k, g, cu, h0, w_work, u_work, o, ht", body, width)
 
 
 def _pair_gradients(s: DeltaRuleShape) -> list[str]:
@@ -268,11 +376,13 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
     gw = s.gate_width
     slot = "(((start + chunk * C) // C + n) * H + head) * (KP * VP) + ct.reshape(kcols, (KP, 1)) * VP + vcols2"
     forward = [
-        *_load(s),
-        *_pair_products(s),
+        *_rows(),
+        *_keys(s),
+        *_values(),
+        *_pair_products(s, queries=False),
         *_wy(s),
         f"ct.scatter(saved, {slot}, ct.astype(state, saved.dtype))",
-        _carry(s),
+        *_carry(s),
     ]
     if s.per_channel:
         db_last = (
@@ -288,10 +398,14 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
         db = "db = ct.sum(kg * dkg + qg * dqg - carried * dkd, axis=1, keepdims=True)"
     backward = [
         "chunk = chunks - 1 - back",
-        *_load(s),
+        *_rows(),
+        *_queries(s),
+        *_keys(s),
+        *_values(),
         *_pair_products(s),
         f"state = ct.gather(saved, {slot})",
         *_wy(s),
+        *_decay_to_chunk_end(),
         "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)",
         "qg = qt * ct.exp(b)",
         "du = dot(ct.transpose(qk), do, dot(carried, dstate, zero_cv))",
@@ -327,9 +441,8 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
         "dstate = dprev",
     ]
     body = [
-        *_setup(s),
-        "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
-        "zero_cv = ct.full((C, VP), 0.0, dtype=ct.float32)",
+        *_sequence_setup("ct.arange(VP, dtype=ct.int32)"),
+        "eye = ct.where(ct.reshape(steps, (C, 1)) == ct.reshape(steps, (1, C)), 1.0, 0.0)",
         "zero_kv = ct.full((KP, VP), 0.0, dtype=ct.float32)",
         "zero_c1 = ct.full((C, 1), 0.0, dtype=ct.float32)",
         _initial(s),
@@ -345,4 +458,4 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
         *(["ct.scatter(dh0, state_at, ct.astype(dstate, dh0.dtype), mask=state_in)"] if s.initial_state else []),
     ]
     params = "q, k, v, g, beta, cu, h0, d_o, dht, dq, dk, dv, dg, dbeta_out, dh0, saved"
-    return _module(s, "delta_rule_bwd", params, body)
+    return _module(s, "delta_rule_bwd", params, body, s.vp)

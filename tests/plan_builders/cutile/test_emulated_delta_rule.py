@@ -27,6 +27,7 @@ from sigdnn.plan_builders.cutile.delta_rule import (
     CutileKdaBuilder,
     CutileKdaBwdBuilder,
 )
+from sigdnn.plan_builders.cutile.steps import WORKSPACE
 
 
 @pytest.fixture(autouse=True)
@@ -76,6 +77,15 @@ def test_the_chunked_backward_matches_reverse_mode_through_the_recurrence(
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_many_sequences_with_empty_ones_among_them(kind) -> None:
+    """17 sequences (five search steps a chunk slot), empty ones first, between and last, and chunk slots left
+    empty between sequences: every chunk finds its own sequence."""
+    lengths = (0, 1, 64, 0, 130, 5, 0, 63, 65, 2, 129, 0, 7, 64, 1, 3, 0)
+    g, inputs = delta_rule_graph(kind, lengths, heads=3)
+    assert check(g, inputs, f"cutile.{kind}").passed
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_campaign_cases_with_thousands_of_tokens(kind) -> None:
     """A campaign recipe's case: sequences of 1, 63, 64, 65 and 1500 tokens, cu_seqlens a constant of the graph."""
     g = campaign_recipe(kind, (*CHUNK_EDGES, 1500)).build()
@@ -94,27 +104,48 @@ PLANTED = {
 }
 
 
+def plant(monkeypatch, name: str, right: str, wrong: str) -> None:
+    """``delta_rule``'s source function ``name`` with ``right`` replaced by ``wrong`` in its text."""
+    real = getattr(delta_rule_kernel, name)
+
+    def planted(shape):
+        source = real(shape)
+        assert right in source.text
+        return delta_rule_kernel.KernelSource(source.prefix, source.text.replace(right, wrong))
+
+    monkeypatch.setattr(delta_rule, name, planted)
+
+
 @pytest.mark.parametrize("bug", list(PLANTED))
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_planted_bugs_fail_validation(kind, bug, monkeypatch) -> None:
     right, wrong = PLANTED[bug]
-
-    def planted(shape):
-        source = delta_rule_kernel.forward_source(shape)
-        assert right in source.text
-        return delta_rule_kernel.KernelSource(source.prefix, source.text.replace(right, wrong))
-
-    def planted_backward(shape):
-        source = delta_rule_kernel.backward_source(shape)
-        assert right in source.text
-        return delta_rule_kernel.KernelSource(source.prefix, source.text.replace(right, wrong))
-
-    monkeypatch.setattr(delta_rule, "forward_source", planted)
-    monkeypatch.setattr(delta_rule, "backward_source", planted_backward)
+    plant(monkeypatch, "forward_source", right, wrong)
+    plant(monkeypatch, "backward_source", right, wrong)
     g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130))
     assert not check(g, inputs, f"cutile.{kind}").passed, f"{bug} passed validation (forward)"
     g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130))
     assert not check(g, inputs, f"cutile.{kind}_bwd").passed, f"{bug} passed validation (backward)"
+
+
+PLANTED_IN_CHUNKS = {
+    "gate applied once too often": PLANTED["gate applied once too often"],
+    "a slot's sequence found one too late": (
+        "n = ct.where(first <= slot, mid, n)",
+        "n = ct.where(first < slot, mid, n)",
+    ),
+    "a chunk's W without its decay": ("bt * (kt * ct.exp(b))", "bt * kt"),
+    "a chunk's rows off by one": ("rows = start + chunk * C + steps", "rows = start + chunk * C + steps + 1"),
+}
+
+
+@pytest.mark.parametrize("bug", list(PLANTED_IN_CHUNKS))
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_bugs_planted_in_the_chunk_kernel_fail_validation(kind, bug, monkeypatch) -> None:
+    """The forward's first launch (every chunk's W and U0) alone, sequences of 1 to 130 tokens."""
+    plant(monkeypatch, "chunks_source", *PLANTED_IN_CHUNKS[bug])
+    g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130))
+    assert not check(g, inputs, f"cutile.{kind}").passed, bug
 
 
 def test_declines_name_the_port() -> None:
@@ -147,14 +178,17 @@ def test_hostile_boundaries_cost_at_most_the_tokens_and_stay_inside(values) -> N
 
 
 def test_one_kernel_serves_every_token_count() -> None:
-    """T is read from q's length on the device: batches of other lengths reuse the compiled text."""
+    """T is read from q's (k's) length on the device: batches of other lengths and as many sequences to a power of
+    two reuse the compiled texts; the chunk kernel's search takes a step more for each doubling of N."""
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, False, True, 0.5, True, True)
-    text = delta_rule_kernel.forward_source(shape).text
-    assert "tokens = q.shape[0] // (H * K)" in text
-    g1, _ = delta_rule_graph("gdn", (3, 2))
-    g2, _ = delta_rule_graph("gdn", (300, 7, 1))
-    sources = [CutileGdnBuilder().launches(g.nodes[0], g)[0][0].source for g in (g1, g2)]
+    assert "tokens = q.shape[0] // (H * K)" in delta_rule_kernel.forward_source(shape).text
+    assert "tokens = k.shape[0] // (H * K)" in delta_rule_kernel.chunks_source(shape).text
+    graphs = [delta_rule_graph("gdn", lengths)[0] for lengths in ((3, 2), (300, 7), (300, 7, 1, 4, 5))]
+    sources = [[launch.source for launch in CutileGdnBuilder().launches(g.nodes[0], g)[0]] for g in graphs]
     assert sources[0] == sources[1]
+    assert sources[0][1] == sources[2][1] and sources[0][0] != sources[2][0]
+    steps = [source.text.count("mid = (n + hi) // 2") for source in (sources[0][0], sources[2][0])]
+    assert steps == [2, 3]  # 2 and 5 sequences
 
 
 @pytest.mark.parametrize(
@@ -190,10 +224,11 @@ def test_a_16_bit_compute_dtype_runs_the_chunk_products_as_tf32(kind, backward) 
     for compute in ("float32", "float16", "bfloat16"):
         g, inputs = make(kind, CHUNK_EDGES, kd=16, vd=16)
         g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
-        (launch,), _ = builder.launches(g.nodes[-1], g)
-        assert ("ct.astype(a, ct.tfloat32)" in launch.source.text) == (compute != "float32")
-        direct = [line for line in launch.source.text.splitlines() if "ct.mma(" in line and "ones_below" not in line]
-        assert len(direct) == 1  # dot()'s own: every product but the gate's cumulative sums goes through it
+        for launch in builder.launches(g.nodes[-1], g)[0]:
+            assert ("ct.astype(a, ct.tfloat32)" in launch.source.text) == (compute != "float32")
+            text = launch.source.text.splitlines()
+            direct = [line for line in text if "ct.mma(" in line and "ones_below" not in line]
+            assert len(direct) == 1  # dot()'s own: every product but the gate's cumulative sums goes through it
         outputs[compute] = emulated_executor().run(g, inputs)
         g, inputs = make(kind, CHUNK_EDGES, kd=16, vd=16)
         g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
@@ -207,7 +242,7 @@ def test_a_16_bit_compute_dtype_runs_the_chunk_products_as_tf32(kind, backward) 
 def test_head_dims_up_to_256_are_planned(kd, vd, planned) -> None:
     g, _ = delta_rule_graph("gdn", (3,), heads=1, kd=kd, vd=vd)
     if planned:
-        assert CutileGdnBuilder().launches(g.nodes[-1], g)[0][0].grid == (1, 1, 1)
+        assert CutileGdnBuilder().launches(g.nodes[-1], g)[0][1].grid == (1, 1, 4)
     else:
         with pytest.raises(NotSupported, match="head dims"):
             CutileGdnBuilder().check(g.nodes[-1], g)
@@ -229,12 +264,50 @@ def test_a_float16_state_is_not_served(port) -> None:
     assert not CutileGdnBuilder().serves(sigdnn.key_for(g.nodes[-1], g))  # another op's node
 
 
-def test_the_forward_takes_flat_packed_views_and_no_workspace() -> None:
-    """Each port a flat view of its whole buffer (stride 1); an absent initial state a one-element stand-in."""
-    g, _ = delta_rule_graph("gdn", (5, 2), heads=2, kd=8, vd=4, state=None)
-    (launch,), workspace = CutileGdnBuilder().launches(g.nodes[-1], g)
-    assert workspace == 0
-    views = {a.buffer: (a.shape, a.strides) for a in launch.args}
-    assert views["q"] == ((7 * 2 * 8,), (1,)) and views["v"] == ((7 * 2 * 4,), (1,))
+def test_the_forward_is_two_launches_over_flat_packed_views_and_a_workspace() -> None:
+    """Every chunk's W and U0 (a block per chunk slot and head), then the serial walk (a block per sequence, head and
+    64 value columns); ports as flat views of their whole buffers (stride 1), an absent initial state a one-element
+    stand-in; W and U0 in the workspace, C rows per slot and head, KP and VP columns."""
+    g, _ = delta_rule_graph("gdn", (5, 70), heads=2, kd=8, vd=128, state=None)
+    (chunks, walk), workspace = CutileGdnBuilder().launches(g.nodes[-1], g)
+    slots = 75 // 64 + 2 + 1
+    assert chunks.grid == (slots, 2, 1) and walk.grid == (2, 2, 2)
+    rows = slots * 2 * 64
+    w_work, u_work = chunks.args[-2:]
+    assert (w_work.shape, u_work.shape) == (((rows * 8,)), (rows * 128,))
+    assert walk.args[5:7] == chunks.args[-2:]
+    assert workspace == rows * (8 + 128) * 4
+    views = {a.buffer: (a.shape, a.strides) for a in (*chunks.args[:-2], *walk.args[:5], *walk.args[7:])}
+    assert views["q"] == ((75 * 2 * 8,), (1,)) and views["v"] == ((75 * 2 * 128,), (1,))
     assert all(strides == (1,) for _, strides in views.values())
-    assert [a.shape for a in launch.args if a.buffer == "o"] == [(1,), (7 * 2 * 4,)]  # o standing in for h0, then o
+    assert [a.buffer for a in walk.args] == ["q", "k", "g", "cu_seqlens", "o", WORKSPACE, WORKSPACE, "o", "final_state"]
+    assert walk.args[4].shape == (1,)  # o standing in for h0
+
+
+@pytest.mark.parametrize(("kind", "vd", "blocks"), [("gdn", 128, 2), ("gdn", 256, 4), ("gdn", 64, 1), ("gdn", 8, 1),
+                                                   ("kda", 128, 1)])  # fmt: skip
+def test_the_serial_walk_splits_the_value_columns_where_gdn_allows(kind, vd, blocks) -> None:
+    g, inputs = delta_rule_graph(kind, (3, 70), heads=1, kd=8, vd=vd)
+    builder = CutileGdnBuilder() if kind == "gdn" else CutileKdaBuilder()
+    (_, walk), _ = builder.launches(g.nodes[-1], g)
+    assert walk.grid == (2, 1, blocks)
+    if vd == 128:
+        assert check(g, inputs, builder.name).passed
+
+
+@pytest.mark.parametrize(("tokens", "heads", "declined"), [(2**16, 16, False), (2**20, 16, True), (2**18, 32, True)])
+def test_arrays_past_int32_positions_are_declined(tokens, heads, declined) -> None:
+    """q [2^20, 16, 128] has 2^31 elements; at 2^18 tokens x 32 heads the backward's state slots (T / 64 + 2 per head,
+    128 x 128 each) pass 2^31 while q does not."""
+    g = sigdnn.Graph("long", io_dtype="bfloat16", compute_dtype="float32")
+    q, k, v = (g.tensor(name, (tokens, heads, 128)) for name in "qkv")
+    gate, beta = g.tensor("g", (tokens, heads), dtype="float32"), g.tensor("beta", (tokens, heads))
+    g.gdn(q, k, v, gate, beta, g.tensor("cu", (2,), dtype="int32"), None, use_qk_l2norm=True, name="n")
+    g.gdn_bwd(q, k, v, gate, beta, g.tensor("cu2", (2,), dtype="int32"), None, g.tensor("d_o", (tokens, heads, 128)),
+              None, use_qk_l2norm=True, name="b")  # fmt: skip
+    for node, builder in zip(g.nodes, (CutileGdnBuilder(), CutileGdnBwdBuilder())):
+        if declined:
+            with pytest.raises(NotSupported, match="int32 positions"):
+                builder.check(node, g)
+        else:
+            builder.check(node, g)
