@@ -107,12 +107,15 @@ def _channel(queries: bool = True) -> list[str]:
     ]
 
 
-def _bounds(index: str, length: str) -> list[str]:
-    """Sequence ``index``'s tokens [start, stop), read from cu on the device and clamped to [0, T] (T from
-    ``length``'s first dimension, so T is no constant of the text and one kernel serves every T), so hostile
+def _tokens(length: str) -> str:
+    """T from ``length``'s first dimension: T is no constant of the text, so one kernel serves every T."""
+    return f"tokens = {length}.shape[0] // (H * K)"
+
+
+def _bounds(index: str) -> list[str]:
+    """Sequence ``index``'s tokens [start, stop), read from cu on the device and clamped to [0, T], so hostile
     boundaries cost at most T tokens a block."""
     return [
-        f"tokens = {length}.shape[0] // (H * K)",
         f"start = ct.minimum(ct.maximum(ct.gather(cu, {index}), 0), tokens)",
         f"stop = ct.minimum(ct.maximum(ct.gather(cu, {index} + 1), start), tokens)",
         "chunks = ct.cdiv(stop - start, C)",
@@ -130,12 +133,9 @@ def _indices(values: str) -> list[str]:
         "kin2 = kcols2 < K",
         "vin2 = vcols2 < V",
         "lower = ct.reshape(steps, (C, 1)) >= ct.reshape(steps, (1, C))",
-        "strict = ct.reshape(steps, (C, 1)) > ct.reshape(steps, (1, C))",
         "ones_below = ct.where(lower, 1.0, 0.0)",
         "zero_cc = ct.full((C, C), 0.0, dtype=ct.float32)",
-        "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
         "zero_cv = ct.full((C, VW), 0.0, dtype=ct.float32)",
-        "last = ct.reshape(steps == C - 1, (C, 1))",
     ]
 
 
@@ -144,8 +144,10 @@ def _sequence_setup(values: str) -> list[str]:
     return [
         "n = ct.bid(0)",
         "head = ct.bid(1)",
-        *_bounds("n", "q"),
+        _tokens("q"),
+        *_bounds("n"),
         *_indices(values),
+        "last = ct.reshape(steps == C - 1, (C, 1))",
         "state_at = ((n * H + head) * K + ct.reshape(kcols, (KP, 1))) * V + vcols2",
         "state_in = (ct.reshape(kcols, (KP, 1)) < K) & vin2",
     ]
@@ -163,15 +165,24 @@ def _slot_setup(s: DeltaRuleShape) -> list[str]:
     return [
         "slot = ct.bid(0)",
         "head = ct.bid(1)",
-        "tokens = k.shape[0] // (H * K)",
+        _tokens("k"),
         "n = slot * 0",
         "hi = n + (cu.shape[0] - 1)",
         *(search * s.search_steps),
-        *_bounds("n", "k"),
+        *_bounds("n"),
         "chunk = slot - (start // C + n)",
         "mine = ct.where((chunk >= 0) & (chunk < chunks), 1, 0)",
         *_indices("ct.arange(VP, dtype=ct.int32)"),
+        "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
+        *_identity(),
+    ]
+
+
+def _identity() -> list[str]:
+    """The identity and the strictly lower mask: what forming T takes."""
+    return [
         "eye = ct.where(ct.reshape(steps, (C, 1)) == ct.reshape(steps, (1, C)), 1.0, 0.0)",
+        "strict = ct.reshape(steps, (C, 1)) > ct.reshape(steps, (1, C))",
     ]
 
 
@@ -442,9 +453,10 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
     ]
     body = [
         *_sequence_setup("ct.arange(VP, dtype=ct.int32)"),
-        "eye = ct.where(ct.reshape(steps, (C, 1)) == ct.reshape(steps, (1, C)), 1.0, 0.0)",
+        *_identity(),
+        "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
         "zero_kv = ct.full((KP, VP), 0.0, dtype=ct.float32)",
-        "zero_c1 = ct.full((C, 1), 0.0, dtype=ct.float32)",
+        *(["zero_c1 = ct.full((C, 1), 0.0, dtype=ct.float32)"] if s.per_channel else []),
         _initial(s),
         "for chunk in range(chunks):",
         *("    " + line for line in forward),
