@@ -21,19 +21,22 @@ def delta_rule_graph(
     l2norm: bool = True,
     state: str | None = "float32",
     scale: float | None = None,
+    final: bool = True,
 ) -> tuple[sigdnn.Graph, dict[str, np.ndarray]]:
-    """A gdn / kda node over sequences of ``lengths`` (cu_seqlens given as an input), and validation's inputs."""
+    """A gdn / kda node over sequences of ``lengths`` (cu_seqlens given as an input), and validation's inputs;
+    ``final``: the node has its final state output."""
     tokens = sum(lengths)
     g = sigdnn.Graph(f"{kind}_{len(lengths)}", io_dtype=io, compute_dtype="float32")
     q, k, v = g.tensor("q", (tokens, heads, kd)), g.tensor("k", (tokens, heads, kd)), g.tensor("v", (tokens, heads, vd))
     gate = g.tensor("g", (tokens, heads, kd) if kind == "kda" else (tokens, heads), dtype="float32")
     beta, cu = g.tensor("beta", (tokens, heads)), g.tensor("cu", (len(lengths) + 1,), dtype="int32")
     h0 = g.tensor("h0", (len(lengths), heads, kd, vd), dtype=state) if state else None
-    o, final = getattr(g, kind)(
-        q, k, v, gate, beta, cu, h0, scale=scale, use_qk_l2norm=l2norm, output_final_state=True, name="n"
+    o, final_state = getattr(g, kind)(
+        q, k, v, gate, beta, cu, h0, scale=scale, use_qk_l2norm=l2norm, output_final_state=final, name="n"
     )
     o.set_output(True).set_name("o")
-    final.set_output(True).set_name("final").set_data_type(state or "float32")
+    if final:
+        final_state.set_output(True).set_name("final").set_data_type(state or "float32")
     inputs = random_inputs(g, seed=len(lengths) + sum(lengths))
     inputs["cu"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     return g, inputs

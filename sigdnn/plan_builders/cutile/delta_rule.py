@@ -43,7 +43,7 @@ from sigdnn.signature_keys import SignatureKey
 INDEX_DTYPES = frozenset({DataType.INT32, DataType.INT64})
 STATE_DTYPES = frozenset({DataType.FLOAT32, DataType.BFLOAT16})
 WIDEST = 256  # K and V held as one tile each
-INDEX_LIMIT = 2**31 - 1  # flat element positions are int32 in the kernels
+INDEX_LIMIT = 2**31  # elements an array may have: the kernels' flat positions are int32
 
 
 def dtype_allowed(port: str, dtype: DataType) -> bool:
@@ -91,10 +91,11 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
             kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, final,
             tf32=takes_tf32(graph.compute_dtype_of(node)), search_steps=max(1, sequences.bit_length()),
         )  # fmt: skip
-        rows = work_rows(shape, tokens, sequences)  # the forward's workspace rows; the backward's state slots * C
-        largest = max(rows * max(shape.kp, shape.vp), rows // CHUNK * shape.kp * shape.vp, tokens * heads * max(kd, vd))
+        # the forward's workspace rows (more than T x H) and the backward's state slots (rows / C of K x V each)
+        rows = work_rows(shape, tokens, sequences)
+        largest = max(rows * max(shape.kp, shape.vp), rows // CHUNK * shape.kp * shape.vp)
         if largest > INDEX_LIMIT:
-            raise ValueError(f"{largest} elements in one array: the kernels' int32 positions reach {INDEX_LIMIT}")
+            raise ValueError(f"{largest} elements in one array: past the kernels' int32 positions ({INDEX_LIMIT})")
         return shape, tokens, sequences
 
     @staticmethod

@@ -295,19 +295,31 @@ def test_the_serial_walk_splits_the_value_columns_where_gdn_allows(kind, vd, blo
         assert check(g, inputs, builder.name).passed
 
 
-@pytest.mark.parametrize(("tokens", "heads", "declined"), [(2**16, 16, False), (2**20, 16, True), (2**18, 32, True)])
-def test_arrays_past_int32_positions_are_declined(tokens, heads, declined) -> None:
-    """q [2^20, 16, 128] has 2^31 elements; at 2^18 tokens x 32 heads the backward's state slots (T / 64 + 2 per head,
-    128 x 128 each) pass 2^31 while q does not."""
+@pytest.mark.parametrize(
+    ("tokens", "vd", "declined"),
+    [(2**24 - 128, 64, False), (2**24 - 64, 64, True), (2**23 - 128, 128, False), (2**23 - 64, 128, True)],
+)
+def test_arrays_past_int32_positions_are_declined(tokens, vd, declined) -> None:
+    """One head, one sequence, K = 128: T // 64 + 2 chunk slots of 64 rows. At T = 2^24 - 128 the forward's W
+    holds 2^24 rows x 128 = 2^31 elements, the last position int32 reaches, and with V = 64 the backward's
+    2^18 state slots of 128 x 64 as many: planned; 64 tokens more (a slot more), declined. With V = 128 the
+    backward's slots bind: 2^17 of them (T = 2^23 - 128) hold 2^31 elements, one more is declined."""
     g = sigdnn.Graph("long", io_dtype="bfloat16", compute_dtype="float32")
-    q, k, v = (g.tensor(name, (tokens, heads, 128)) for name in "qkv")
-    gate, beta = g.tensor("g", (tokens, heads), dtype="float32"), g.tensor("beta", (tokens, heads))
-    g.gdn(q, k, v, gate, beta, g.tensor("cu", (2,), dtype="int32"), None, use_qk_l2norm=True, name="n")
-    g.gdn_bwd(q, k, v, gate, beta, g.tensor("cu2", (2,), dtype="int32"), None, g.tensor("d_o", (tokens, heads, 128)),
-              None, use_qk_l2norm=True, name="b")  # fmt: skip
+    q, k, v = g.tensor("q", (tokens, 1, 128)), g.tensor("k", (tokens, 1, 128)), g.tensor("v", (tokens, 1, vd))
+    gate, beta = g.tensor("g", (tokens, 1), dtype="float32"), g.tensor("beta", (tokens, 1))
+    cu = g.tensor("cu", (2,), dtype="int32")
+    g.gdn(q, k, v, gate, beta, cu, None, use_qk_l2norm=True, name="n")
+    g.gdn_bwd(q, k, v, gate, beta, cu, None, g.tensor("d_o", (tokens, 1, vd)), None, use_qk_l2norm=True, name="b")
     for node, builder in zip(g.nodes, (CutileGdnBuilder(), CutileGdnBwdBuilder())):
         if declined:
             with pytest.raises(NotSupported, match="int32 positions"):
                 builder.check(node, g)
         else:
             builder.check(node, g)
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_without_a_final_state_output(kind) -> None:
+    g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130), final=False)
+    assert [t.name for t in g.outputs] == ["o"]
+    assert check(g, inputs, f"cutile.{kind}").passed
