@@ -3,9 +3,9 @@
 Takes packed token-major tensors (q, k, v, g, beta row-major [T, H, *],
 states row-major [N, H, K, V]), bf16 / f16 / f32 q, k, v, o; a float32 gate;
 int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
-forward is two launches: every chunk's W and U0 at once into the step's
-workspace (float32, C rows a chunk slot and head), then the serial walk
-over each sequence's chunks that carries the state. The backward keeps each chunk's start state in the step's workspace (float32,
+forward is two launches: every chunk's W, U0 and QK at once into the
+step's workspace (float32, C rows a chunk slot and head), then the serial
+walk over each sequence's chunks that carries the state. The backward keeps each chunk's start state in the step's workspace (float32,
 one slot per chunk of the batch) between its two passes. The
 kernel does not check cu_seqlens (as flash-linear-attention's does not;
 the reference does): boundaries are clamped to [0, T] and a decreasing one
@@ -93,7 +93,7 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
         )  # fmt: skip
         # the forward's workspace rows (more than T x H) and the backward's state slots (rows / C of K x V each)
         rows = work_rows(shape, tokens, sequences)
-        largest = max(rows * max(shape.kp, shape.vp), rows // CHUNK * shape.kp * shape.vp)
+        largest = max(rows * max(shape.kp, shape.vp, CHUNK), rows // CHUNK * shape.kp * shape.vp)
         if largest > INDEX_LIMIT:
             raise ValueError(f"{largest} elements in one array: past the kernels' int32 positions ({INDEX_LIMIT})")
         return shape, tokens, sequences
@@ -112,10 +112,10 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
         shape, tokens, sequences = self.shape(node, graph)
         workspace = Workspace()
         rows = work_rows(shape, tokens, sequences)
-        w_work, u_work = workspace.take((rows * shape.kp,)), workspace.take((rows * shape.vp,))
-        chunk_args = (*self.args(node, graph, ("k", "v", "g", "beta", "cu_seqlens"), "o"), w_work, u_work)
+        work = tuple(workspace.take((rows * width,)) for width in (shape.kp, shape.vp, CHUNK))  # W, U0, QK
+        chunk_args = (*self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens"), "o"), *work)
         forward_args = (
-            *self.args(node, graph, ("q", "k", "g", "cu_seqlens", "initial_state"), "o"), w_work, u_work,
+            *self.args(node, graph, ("q", "k", "g", "cu_seqlens", "initial_state"), "o"), *work,
             *self.args(node, graph, ("o", "final_state"), "o"),
         )  # fmt: skip
         slots = rows // (shape.heads * CHUNK)

@@ -40,7 +40,7 @@ from sigdnn.graph.ops.linear_attention import L2NORM_EPS
 from sigdnn.plan_builders.cutile.source import KernelSource
 
 CHUNK = 64
-VALUE_BLOCK = 64  # value columns a forward block carries of the state, where gdn's V allows a split
+VALUE_BLOCK = 64  # value columns a forward block carries of the state, where V allows a split
 
 
 @attrs.frozen
@@ -73,25 +73,25 @@ class DeltaRuleShape:
     @property
     def value_blocks(self) -> int:
         """The forward's blocks a (sequence, head), each carrying VALUE_BLOCK columns of h: more blocks on the
-        serial path. kda keeps one (each would repeat its channel-by-channel QK)."""
-        return 1 if self.per_channel else max(1, self.vp // VALUE_BLOCK)
+        serial path."""
+        return max(1, self.vp // VALUE_BLOCK)
 
 
-def _pair_products(s: DeltaRuleShape, keys: bool = True, queries: bool = True) -> list[str]:
-    """Lines computing KK (strictly lower; ``keys``) and QK (lower, diagonal included; ``queries``) for one chunk."""
+def _pair_products(s: DeltaRuleShape, queries: bool = True) -> list[str]:
+    """Lines computing KK (strictly lower) and QK (lower, diagonal included; ``queries``) for one chunk."""
     if not s.per_channel:
         return [
             "diff = ct.where(lower, b - ct.transpose(b), 0.0)",
             "decay = ct.where(lower, ct.exp(diff), 0.0)",
-            *(["kk = ct.where(strict, dot(kt, ct.transpose(kt), zero_cc) * decay, 0.0)"] if keys else []),
+            "kk = ct.where(strict, dot(kt, ct.transpose(kt), zero_cc) * decay, 0.0)",
             *(["qk = dot(qt, ct.transpose(kt), zero_cc) * decay"] if queries else []),
         ]
     return [
-        *(["kk = zero_cc"] if keys else []),
+        "kk = zero_cc",
         *(["qk = zero_cc"] if queries else []),
         f"for ch in range({s.kd}):",
         *("    " + line for line in _channel(queries)),
-        *(["    kk = kk + ct.where(strict, kc * ct.transpose(kc) * decay, 0.0)"] if keys else []),
+        "    kk = kk + ct.where(strict, kc * ct.transpose(kc) * decay, 0.0)",
         *(["    qk = qk + qc * ct.transpose(kc) * decay"] if queries else []),
     ]
 
@@ -134,7 +134,6 @@ def _indices(values: str) -> list[str]:
         "vin2 = vcols2 < V",
         "lower = ct.reshape(steps, (C, 1)) >= ct.reshape(steps, (1, C))",
         "ones_below = ct.where(lower, 1.0, 0.0)",
-        "zero_cc = ct.full((C, C), 0.0, dtype=ct.float32)",
         "zero_cv = ct.full((C, VW), 0.0, dtype=ct.float32)",
     ]
 
@@ -174,15 +173,16 @@ def _slot_setup(s: DeltaRuleShape) -> list[str]:
         "mine = ct.where((chunk >= 0) & (chunk < chunks), 1, 0)",
         *_indices("ct.arange(VP, dtype=ct.int32)"),
         "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
-        *_identity(),
+        *_pair_tiles(),
     ]
 
 
-def _identity() -> list[str]:
-    """The identity and the strictly lower mask: what forming T takes."""
+def _pair_tiles() -> list[str]:
+    """The [C, C] tiles the pair products and T take: the identity, the strictly lower mask, zeros."""
     return [
         "eye = ct.where(ct.reshape(steps, (C, 1)) == ct.reshape(steps, (1, C)), 1.0, 0.0)",
         "strict = ct.reshape(steps, (C, 1)) > ct.reshape(steps, (1, C))",
+        "zero_cc = ct.full((C, C), 0.0, dtype=ct.float32)",
     ]
 
 
@@ -298,24 +298,27 @@ def _initial(s: DeltaRuleShape) -> str:
 
 
 def work_rows(s: DeltaRuleShape, tokens: int, sequences: int) -> int:
-    """Rows of the forward's W and U0 workspace arrays: C for each chunk slot of each head."""
+    """Rows of the forward's W, U0 and QK workspace arrays: C for each chunk slot of each head."""
     return (tokens // s.chunk + sequences + 1) * s.heads * s.chunk
 
 
 def chunks_source(s: DeltaRuleShape) -> KernelSource:
-    """Each chunk's W [C, KP] and U0 [C, VP] (float32) into rows (slot * H + head) * C + i of w_work / u_work."""
+    """Each chunk's W [C, KP], U0 [C, VP] and QK [C, C] (float32) into rows (slot * H + head) * C + i of w_work,
+    u_work and qk_work."""
     chunk = [
         *_rows(),
+        *_queries(s),
         *_keys(s),
         *_values(),
-        *_pair_products(s, queries=False),
+        *_pair_products(s),
         *_inverse(s),
         "at = (slot * H + head) * C + ct.reshape(steps, (C, 1))",
         "ct.scatter(w_work, at * KP + kcols2, dot(inverse, bt * (kt * ct.exp(b)), zero_ck))",
         "ct.scatter(u_work, at * VP + vcols2, dot(inverse, bt * vt, zero_cv))",
+        "ct.scatter(qk_work, at * C + ct.reshape(steps, (1, C)), qk)",
     ]
     body = [*_slot_setup(s), "for _ in range(mine):", *("    " + line for line in chunk)]
-    return _module(s, "delta_rule_chunks", "k, v, g, beta, cu, w_work, u_work", body, s.vp)
+    return _module(s, "delta_rule_chunks", "q, k, v, g, beta, cu, w_work, u_work, qk_work", body, s.vp)
 
 
 def forward_source(s: DeltaRuleShape) -> KernelSource:
@@ -324,9 +327,9 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         *_rows(),
         *_queries(s),
         *_keys(s),
-        *_pair_products(s, keys=False),
         "at = (((start + chunk * C) // C + n) * H + head) * C + ct.reshape(steps, (C, 1))",
         "u = ct.gather(u_work, at * VP + vcols2) - dot(ct.gather(w_work, at * KP + kcols2), state, zero_cv)",
+        "qk = ct.gather(qk_work, at * C + ct.reshape(steps, (1, C)))",
         "out = dot(qt * ct.exp(b), state, dot(qk, u, zero_cv))",
         "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
         *_carry(s),
@@ -339,7 +342,7 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         *("    " + line for line in chunk),
         *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
-    return _module(s, "delta_rule_fwd", "q, k, g, cu, h0, w_work, u_work, o, ht", body, width)
+    return _module(s, "delta_rule_fwd", "q, k, g, cu, h0, w_work, u_work, qk_work, o, ht", body, width)
 
 
 def _pair_gradients(s: DeltaRuleShape) -> list[str]:
@@ -453,7 +456,7 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
     ]
     body = [
         *_sequence_setup("ct.arange(VP, dtype=ct.int32)"),
-        *_identity(),
+        *_pair_tiles(),
         "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
         "zero_kv = ct.full((KP, VP), 0.0, dtype=ct.float32)",
         *(["zero_c1 = ct.full((C, 1), 0.0, dtype=ct.float32)"] if s.per_channel else []),

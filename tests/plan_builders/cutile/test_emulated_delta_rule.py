@@ -136,6 +136,10 @@ PLANTED_IN_CHUNKS = {
     ),
     "a chunk's W without its decay": ("bt * (kt * ct.exp(b))", "bt * kt"),
     "a chunk's rows off by one": ("rows = start + chunk * C + steps", "rows = start + chunk * C + steps + 1"),
+    "QK stored transposed": (
+        "at * C + ct.reshape(steps, (1, C)), qk)",
+        "at * C + ct.reshape(steps, (1, C)), ct.transpose(qk))",
+    ),
 }
 
 
@@ -265,28 +269,29 @@ def test_a_float16_state_is_not_served(port) -> None:
 
 
 def test_the_forward_is_two_launches_over_flat_packed_views_and_a_workspace() -> None:
-    """Every chunk's W and U0 (a block per chunk slot and head), then the serial walk (a block per sequence, head and
-    64 value columns); ports as flat views of their whole buffers (stride 1), an absent initial state a one-element
-    stand-in; W and U0 in the workspace, C rows per slot and head, KP and VP columns."""
+    """Every chunk's W, U0 and QK (a block per chunk slot and head), then the serial walk (a block per sequence,
+    head and 64 value columns); ports as flat views of their whole buffers (stride 1), an absent initial state a
+    one-element stand-in; W, U0 and QK in the workspace, C rows per slot and head, KP, VP and C columns."""
     g, _ = delta_rule_graph("gdn", (5, 70), heads=2, kd=8, vd=128, state=None)
     (chunks, walk), workspace = CutileGdnBuilder().launches(g.nodes[-1], g)
     slots = 75 // 64 + 2 + 1
     assert chunks.grid == (slots, 2, 1) and walk.grid == (2, 2, 2)
     rows = slots * 2 * 64
-    w_work, u_work = chunks.args[-2:]
-    assert (w_work.shape, u_work.shape) == (((rows * 8,)), (rows * 128,))
-    assert walk.args[5:7] == chunks.args[-2:]
-    assert workspace == rows * (8 + 128) * 4
-    views = {a.buffer: (a.shape, a.strides) for a in (*chunks.args[:-2], *walk.args[:5], *walk.args[7:])}
+    work = chunks.args[-3:]
+    assert [a.shape for a in work] == [(rows * 8,), (rows * 128,), (rows * 64,)]
+    assert walk.args[5:8] == work
+    assert workspace == rows * (8 + 128 + 64) * 4
+    views = {a.buffer: (a.shape, a.strides) for a in (*chunks.args[:-3], *walk.args[:5], *walk.args[8:])}
     assert views["q"] == ((75 * 2 * 8,), (1,)) and views["v"] == ((75 * 2 * 128,), (1,))
     assert all(strides == (1,) for _, strides in views.values())
-    assert [a.buffer for a in walk.args] == ["q", "k", "g", "cu_seqlens", "o", WORKSPACE, WORKSPACE, "o", "final_state"]
+    assert [a.buffer for a in chunks.args] == ["q", "k", "v", "g", "beta", "cu_seqlens", *[WORKSPACE] * 3]
+    assert [a.buffer for a in walk.args] == ["q", "k", "g", "cu_seqlens", "o", *[WORKSPACE] * 3, "o", "final_state"]
     assert walk.args[4].shape == (1,)  # o standing in for h0
 
 
 @pytest.mark.parametrize(("kind", "vd", "blocks"), [("gdn", 128, 2), ("gdn", 256, 4), ("gdn", 64, 1), ("gdn", 8, 1),
-                                                   ("kda", 128, 1)])  # fmt: skip
-def test_the_serial_walk_splits_the_value_columns_where_gdn_allows(kind, vd, blocks) -> None:
+                                                   ("kda", 128, 2)])  # fmt: skip
+def test_the_serial_walk_splits_the_value_columns(kind, vd, blocks) -> None:
     g, inputs = delta_rule_graph(kind, (3, 70), heads=1, kd=8, vd=vd)
     builder = CutileGdnBuilder() if kind == "gdn" else CutileKdaBuilder()
     (_, walk), _ = builder.launches(g.nodes[-1], g)
