@@ -5,20 +5,23 @@ states row-major [N, H, K, V]), bf16 / f16 / f32 q, k, v, o; a float32 gate;
 int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
 forward is two launches: every chunk's W, U0 and QK at once into the
 step's workspace (float32, C rows a chunk slot and head), then the serial
-walk over each sequence's chunks that carries the state. The backward keeps each chunk's start state in the step's workspace (float32,
-one slot per chunk of the batch) between its two passes. The
-kernel does not check cu_seqlens (as flash-linear-attention's does not;
+walk over each sequence's chunks that carries the state. The backward is
+four: those chunk arrays and T, a walk forward and one in reverse that
+carry only the state and its gradient (each chunk's start state and its
+end's d(state) saved in the workspace, float32, a slot per chunk of the
+batch), then every chunk's gradients at once. The kernels do not check cu_seqlens (as flash-linear-attention's does not;
 the reference does): boundaries are clamped to [0, T] and a decreasing one
 gives an empty sequence, so hostile values cost at most T tokens a block and
 touch nothing past the tensors (gathers and scatters are bounds-checked),
 but the result is not defined. The chunk's products run as exact float32
 MMAs with a float32 compute dtype and as TF32 with a 16-bit one (the gate's
 cumulative sums stay exact): cuTile's float32 MMA is no tensor-core MMA, and
-it makes the backward's cubin 10 MB (docs/experiments.md).
+it made the one-kernel backward's cubin 10 MB (docs/experiments.md).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 from sigdnn.dtypes import DataType
@@ -30,9 +33,11 @@ from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     CHUNK,
     DeltaRuleShape,
-    backward_source,
     chunks_source,
     forward_source,
+    gradients_source,
+    reverse_source,
+    states_source,
     work_rows,
 )
 from sigdnn.plan_builders.cutile.launches_builder import IO_DTYPES, CutileLaunchesBuilder
@@ -111,29 +116,59 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
         workspace = Workspace()
-        rows = work_rows(shape, tokens, sequences)
-        work = tuple(workspace.take((rows * width,)) for width in (shape.kp, shape.vp, CHUNK))  # W, U0, QK
-        chunk_args = (*self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens"), "o"), *work)
+        w_u_qk = chunk_work(workspace, shape, tokens, sequences)
         forward_args = (
-            *self.args(node, graph, ("q", "k", "g", "cu_seqlens", "initial_state"), "o"), *work,
+            *self.args(node, graph, ("q", "k", "g", "cu_seqlens", "initial_state"), "o"), *w_u_qk,
             *self.args(node, graph, ("o", "final_state"), "o"),
         )  # fmt: skip
-        slots = rows // (shape.heads * CHUNK)
         return [
-            Launch(chunks_source(shape), (slots, shape.heads, 1), chunk_args),
+            chunk_launch(self, node, graph, shape, w_u_qk),
             Launch(forward_source(shape), (sequences, shape.heads, shape.value_blocks), forward_args),
         ], workspace.nbytes
 
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
+    """Four launches: every chunk's W, U0, QK and T; the walk forward saving each chunk's start state; the walk
+    in reverse saving d(state) at each chunk's end (and d(initial state)); then every chunk's gradients at once."""
+
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
-        names = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "d_o", "d_final_state")
-        names += ("dq", "dk", "dv", "dg", "dbeta", "d_initial_state")
         workspace = Workspace()
-        saved = workspace.take((work_rows(shape, tokens, sequences) // CHUNK * shape.kp * shape.vp,))
-        args = (*self.args(node, graph, names, "dq"), saved)
-        return [Launch(backward_source(shape), (sequences, shape.heads, 1), args)], workspace.nbytes
+        w, u, qk, t = chunk_work(workspace, shape, tokens, sequences, keep_inverse=True)
+        slots = work_rows(shape, tokens, sequences) // CHUNK
+        saved, dsaved = (workspace.take((slots * shape.kp * shape.vp,)) for _ in range(2))
+        walk = (sequences, shape.heads, shape.value_blocks)
+        args = functools.partial(self.args, node, graph, placeholder="dq")
+        return [
+            chunk_launch(self, node, graph, shape, (w, u, qk, t)),
+            Launch(states_source(shape), walk, (*args(("k", "g", "cu_seqlens", "initial_state")), w, u, saved)),
+            Launch(reverse_source(shape), walk, (
+                *args(("q", "k", "g", "beta", "cu_seqlens", "d_o", "d_final_state")), qk, t,
+                *args(("d_initial_state",)), dsaved,
+            )),
+            Launch(gradients_source(shape), (slots // shape.heads, shape.heads, 1), (
+                *args(("q", "k", "v", "g", "beta", "cu_seqlens", "d_o")), t, saved, dsaved,
+                *args(("dq", "dk", "dv", "dg", "dbeta")),
+            )),
+        ], workspace.nbytes  # fmt: skip
+
+
+def chunk_work(
+    workspace: Workspace, shape: DeltaRuleShape, tokens: int, sequences: int, keep_inverse: bool = False
+) -> tuple[Arg, ...]:
+    """The chunk kernel's float32 arrays in the workspace: W, U0, QK (and T), C rows a chunk slot and head."""
+    rows = work_rows(shape, tokens, sequences)
+    widths = (shape.kp, shape.vp, CHUNK, *((CHUNK,) if keep_inverse else ()))
+    return tuple(workspace.take((rows * width,)) for width in widths)
+
+
+def chunk_launch(
+    builder: _DeltaRuleForward, node: Node, graph: Graph, shape: DeltaRuleShape, work: tuple[Arg, ...]
+) -> Launch:
+    """The chunk kernel over every chunk slot and head, writing ``work`` (W, U0, QK and, if given, T)."""
+    slots = work[0].shape[0] // (shape.kp * shape.heads * CHUNK)
+    ports = builder.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens"), "o")
+    return Launch(chunks_source(shape, keep_inverse=len(work) == 4), (slots, shape.heads, 1), (*ports, *work))
 
 
 class CutileGdnBuilder(_DeltaRuleForwardBuilder):

@@ -71,6 +71,11 @@ class DeltaRuleShape:
         return 1 << max(0, self.vd - 1).bit_length()
 
     @property
+    def value_width(self) -> int:
+        """Value columns of h a serial walk's block carries."""
+        return self.vp // self.value_blocks
+
+    @property
     def value_blocks(self) -> int:
         """The forward's blocks a (sequence, head), each carrying VALUE_BLOCK columns of h: more blocks on the
         serial path."""
@@ -130,6 +135,7 @@ def _indices(values: str) -> list[str]:
         f"vcols = {values}",
         "kcols2 = ct.reshape(kcols, (1, KP))",
         "vcols2 = ct.reshape(vcols, (1, VW))",
+        "ccols2 = ct.reshape(steps, (1, C))",
         "kin2 = kcols2 < K",
         "vin2 = vcols2 < V",
         "lower = ct.reshape(steps, (C, 1)) >= ct.reshape(steps, (1, C))",
@@ -138,12 +144,12 @@ def _indices(values: str) -> list[str]:
     ]
 
 
-def _sequence_setup(values: str) -> list[str]:
-    """A (sequence, head) block's sequence, index tiles and its state's elements."""
+def _sequence_setup(values: str, length: str = "q") -> list[str]:
+    """A (sequence, head) block's sequence (T from ``length``), index tiles and its state's elements."""
     return [
         "n = ct.bid(0)",
         "head = ct.bid(1)",
-        _tokens("q"),
+        _tokens(length),
         *_bounds("n"),
         *_indices(values),
         "last = ct.reshape(steps == C - 1, (C, 1))",
@@ -173,14 +179,6 @@ def _slot_setup(s: DeltaRuleShape) -> list[str]:
         "mine = ct.where((chunk >= 0) & (chunk < chunks), 1, 0)",
         *_indices("ct.arange(VP, dtype=ct.int32)"),
         "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
-        *_pair_tiles(),
-    ]
-
-
-def _pair_tiles() -> list[str]:
-    """The [C, C] tiles the pair products and T take: the identity, the strictly lower mask, zeros."""
-    return [
-        "eye = ct.where(ct.reshape(steps, (C, 1)) == ct.reshape(steps, (1, C)), 1.0, 0.0)",
         "strict = ct.reshape(steps, (C, 1)) > ct.reshape(steps, (1, C))",
         "zero_cc = ct.full((C, C), 0.0, dtype=ct.float32)",
     ]
@@ -302,9 +300,9 @@ def work_rows(s: DeltaRuleShape, tokens: int, sequences: int) -> int:
     return (tokens // s.chunk + sequences + 1) * s.heads * s.chunk
 
 
-def chunks_source(s: DeltaRuleShape) -> KernelSource:
+def chunks_source(s: DeltaRuleShape, keep_inverse: bool = False) -> KernelSource:
     """Each chunk's W [C, KP], U0 [C, VP] and QK [C, C] (float32) into rows (slot * H + head) * C + i of w_work,
-    u_work and qk_work."""
+    u_work and qk_work; with ``keep_inverse`` (the backward's) T [C, C] into t_work too."""
     chunk = [
         *_rows(),
         *_queries(s),
@@ -312,13 +310,33 @@ def chunks_source(s: DeltaRuleShape) -> KernelSource:
         *_values(),
         *_pair_products(s),
         *_inverse(s),
-        "at = (slot * H + head) * C + ct.reshape(steps, (C, 1))",
+        _chunk_rows("slot"),
         "ct.scatter(w_work, at * KP + kcols2, dot(inverse, bt * (kt * ct.exp(b)), zero_ck))",
         "ct.scatter(u_work, at * VP + vcols2, dot(inverse, bt * vt, zero_cv))",
-        "ct.scatter(qk_work, at * C + ct.reshape(steps, (1, C)), qk)",
+        "ct.scatter(qk_work, at * C + ccols2, qk)",
+        *(["ct.scatter(t_work, at * C + ccols2, inverse)"] if keep_inverse else []),
     ]
-    body = [*_slot_setup(s), "for _ in range(mine):", *("    " + line for line in chunk)]
-    return _module(s, "delta_rule_chunks", "q, k, v, g, beta, cu, w_work, u_work, qk_work", body, s.vp)
+    body = [
+        *_slot_setup(s),
+        "eye = ct.where(ct.reshape(steps, (C, 1)) == ct.reshape(steps, (1, C)), 1.0, 0.0)",
+        "for _ in range(mine):",
+        *("    " + line for line in chunk),
+    ]
+    params = "q, k, v, g, beta, cu, w_work, u_work, qk_work" + (", t_work" if keep_inverse else "")
+    return _module(s, "delta_rule_chunks", params, body, s.vp)
+
+
+def _chunk_rows(slot: str) -> str:
+    """``at``: the workspace rows of chunk slot ``slot``'s C tokens for this head."""
+    return f"at = ({slot} * H + head) * C + ct.reshape(steps, (C, 1))"
+
+
+SEQUENCE_SLOT = "((start + chunk * C) // C + n)"  # a (sequence, head) block's chunk ``chunk`` as a chunk slot
+
+
+def _value_block() -> str:
+    """A serial walk's value columns: block bid(2) of VW."""
+    return "ct.bid(2) * VW + ct.arange(VW, dtype=ct.int32)"
 
 
 def forward_source(s: DeltaRuleShape) -> KernelSource:
@@ -327,22 +345,26 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         *_rows(),
         *_queries(s),
         *_keys(s),
-        "at = (((start + chunk * C) // C + n) * H + head) * C + ct.reshape(steps, (C, 1))",
-        "u = ct.gather(u_work, at * VP + vcols2) - dot(ct.gather(w_work, at * KP + kcols2), state, zero_cv)",
-        "qk = ct.gather(qk_work, at * C + ct.reshape(steps, (1, C)))",
+        _chunk_rows(SEQUENCE_SLOT),
+        *_corrections(),
+        "qk = ct.gather(qk_work, at * C + ccols2)",
         "out = dot(qt * ct.exp(b), state, dot(qk, u, zero_cv))",
         "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
         *_carry(s),
     ]
-    width = s.vp // s.value_blocks
     body = [
-        *_sequence_setup("ct.bid(2) * VW + ct.arange(VW, dtype=ct.int32)"),
+        *_sequence_setup(_value_block()),
         _initial(s),
         "for chunk in range(chunks):",
         *("    " + line for line in chunk),
         *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
-    return _module(s, "delta_rule_fwd", "q, k, g, cu, h0, w_work, u_work, qk_work, o, ht", body, width)
+    return _module(s, "delta_rule_fwd", "q, k, g, cu, h0, w_work, u_work, qk_work, o, ht", body, s.value_width)
+
+
+def _corrections() -> list[str]:
+    """U = U0 - W h for the chunk at workspace rows ``at`` (this block's value columns)."""
+    return ["u = ct.gather(u_work, at * VP + vcols2) - dot(ct.gather(w_work, at * KP + kcols2), state, zero_cv)"]
 
 
 def _pair_gradients(s: DeltaRuleShape) -> list[str]:
@@ -383,21 +405,71 @@ def _unnormalized(s: DeltaRuleShape) -> list[str]:
     ]
 
 
-def backward_source(s: DeltaRuleShape) -> KernelSource:
-    """Two passes a (sequence, head): the chunks' start states forward into the workspace (slot
-    start // C + n, distinct for every chunk of the batch), then the chunks in reverse, each recomputing its
-    cumulative gate and WY matrix and carrying d(state) to the chunk before."""
-    gw = s.gate_width
-    slot = "(((start + chunk * C) // C + n) * H + head) * (KP * VP) + ct.reshape(kcols, (KP, 1)) * VP + vcols2"
-    forward = [
+def _state_slot(slot: str) -> str:
+    """The positions of chunk slot ``slot``'s [KP, VW] part of a saved state (KP x VP a slot and head)."""
+    return f"(({slot} * H + head) * KP + ct.reshape(kcols, (KP, 1))) * VP + vcols2"
+
+
+def states_source(s: DeltaRuleShape) -> KernelSource:
+    """The backward's forward walk a (sequence, head, value block): each chunk's start state into ``saved``."""
+    chunk = [
         *_rows(),
         *_keys(s),
-        *_values(),
-        *_pair_products(s, queries=False),
-        *_wy(s),
-        f"ct.scatter(saved, {slot}, ct.astype(state, saved.dtype))",
+        f"ct.scatter(saved, {_state_slot(SEQUENCE_SLOT)}, state)",
+        _chunk_rows(SEQUENCE_SLOT),
+        *_corrections(),
         *_carry(s),
     ]
+    body = [
+        *_sequence_setup(_value_block(), "k"),
+        _initial(s),
+        "for chunk in range(chunks):",
+        *("    " + line for line in chunk),
+    ]
+    return _module(s, "delta_rule_states", "k, g, cu, h0, w_work, u_work, saved", body, s.value_width)
+
+
+def reverse_source(s: DeltaRuleShape) -> KernelSource:
+    """The backward's reverse walk a (sequence, head, value block): d(state) at each chunk's end into ``dsaved``,
+    carried to the chunk before through the chunk's outputs and its corrections u, and d(initial state) at the
+    end. Only the products that involve d(state) or dO: the chunk's own gradients are ``gradients_source``'s."""
+    rows = "KP" if s.per_channel else "1"
+    chunk = [
+        "chunk = chunks - 1 - back",
+        *_rows(),
+        *_queries(s),
+        *_keys(s),
+        "bt = ct.reshape(ct.astype(ct.gather(beta, rows * H + head, mask=valid), ct.float32), (C, 1))",
+        *_decay_to_chunk_end(),
+        f"ct.scatter(dsaved, {_state_slot(SEQUENCE_SLOT)}, dstate)",
+        _chunk_rows(SEQUENCE_SLOT),
+        "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)",
+        "qk = ct.gather(qk_work, at * C + ccols2)",
+        "du = dot(ct.transpose(qk), do, dot(carried, dstate, zero_cv))",
+        "de = bt * dot(ct.transpose(ct.gather(t_work, at * C + ccols2)), du, zero_cv)",
+        f"dstate = dstate * ct.reshape(ct.exp(b_last), ({rows}, 1))",
+        "dstate = dstate + dot(ct.transpose(qt * ct.exp(b)), do, zero_kv) - dot(ct.transpose(kt * ct.exp(b)), de, zero_kv)",
+    ]
+    body = [
+        *_sequence_setup(_value_block()),
+        "zero_kv = ct.full((KP, VW), 0.0, dtype=ct.float32)",
+        (
+            "dstate = ct.astype(ct.gather(dht, state_at, mask=state_in), ct.float32)"
+            if s.final_state
+            else "dstate = zero_kv"
+        ),
+        "for back in range(chunks):",
+        *("    " + line for line in chunk),
+        *(["ct.scatter(dh0, state_at, ct.astype(dstate, dh0.dtype), mask=state_in)"] if s.initial_state else []),
+    ]
+    params = "q, k, g, beta, cu, d_o, dht, qk_work, t_work, dh0, dsaved"
+    return _module(s, "delta_rule_reverse", params, body, s.value_width)
+
+
+def gradients_source(s: DeltaRuleShape) -> KernelSource:
+    """Each chunk's dq, dk, dv, dg and dbeta at once (a block per chunk slot and head), from its start state and
+    its end's d(state) (the walks' ``saved`` and ``dsaved``), T from the chunk kernel and the rest recomputed."""
+    gw = s.gate_width
     if s.per_channel:
         db_last = (
             "db_last = ct.reshape(ct.sum(state * dstate, axis=1), (1, KP)) * ct.exp(b_last)"
@@ -410,15 +482,19 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
             " + ct.reshape(ct.sum(carried * dkd), (1, 1))"
         )
         db = "db = ct.sum(kg * dkg + qg * dqg - carried * dkd, axis=1, keepdims=True)"
-    backward = [
-        "chunk = chunks - 1 - back",
+    chunk = [
         *_rows(),
         *_queries(s),
         *_keys(s),
         *_values(),
         *_pair_products(s),
-        f"state = ct.gather(saved, {slot})",
-        *_wy(s),
+        f"state = ct.gather(saved, {_state_slot('slot')})",
+        f"dstate = ct.gather(dsaved, {_state_slot('slot')})",
+        _chunk_rows("slot"),
+        "inverse = ct.gather(t_work, at * C + ccols2)",
+        "kg = kt * ct.exp(b)",
+        "e = vt - dot(kg, state, zero_cv)",
+        "u = dot(inverse, bt * e, zero_cv)",
         *_decay_to_chunk_end(),
         "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)",
         "qg = qt * ct.exp(b)",
@@ -434,8 +510,6 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
         "dkk = dm * bt",
         "de = bt * dy",
         "dkg = -dot(de, ct.transpose(state), zero_ck)",
-        "dprev = dstate * ct.reshape(ct.exp(b_last), (" + ("KP" if s.per_channel else "1") + ", 1))",
-        "dprev = dprev + dot(ct.transpose(qg), do, zero_kv) - dot(ct.transpose(kg), de, zero_kv)",
         "dkt = ct.exp(b) * dkg + ct.exp(b_last - b) * dkd",
         "dqt = ct.exp(b) * dqg",
         db,
@@ -452,25 +526,13 @@ def backward_source(s: DeltaRuleShape) -> KernelSource:
             else "ct.scatter(dg, rows2 * H + head, ct.astype(dg_t, dg.dtype), mask=valid2)"
         ),
         "ct.scatter(dbeta_out, rows2 * H + head, ct.astype(dbeta, dbeta_out.dtype), mask=valid2)",
-        "dstate = dprev",
     ]
     body = [
-        *_sequence_setup("ct.arange(VP, dtype=ct.int32)"),
-        *_pair_tiles(),
-        "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
-        "zero_kv = ct.full((KP, VP), 0.0, dtype=ct.float32)",
+        *_slot_setup(s),
+        "last = ct.reshape(steps == C - 1, (C, 1))",
         *(["zero_c1 = ct.full((C, 1), 0.0, dtype=ct.float32)"] if s.per_channel else []),
-        _initial(s),
-        "for chunk in range(chunks):",
-        *("    " + line for line in forward),
-        (
-            "dstate = ct.astype(ct.gather(dht, state_at, mask=state_in), ct.float32)"
-            if s.final_state
-            else "dstate = zero_kv"
-        ),
-        "for back in range(chunks):",
-        *("    " + line for line in backward),
-        *(["ct.scatter(dh0, state_at, ct.astype(dstate, dh0.dtype), mask=state_in)"] if s.initial_state else []),
+        "for _ in range(mine):",
+        *("    " + line for line in chunk),
     ]
-    params = "q, k, v, g, beta, cu, h0, d_o, dht, dq, dk, dv, dg, dbeta_out, dh0, saved"
-    return _module(s, "delta_rule_bwd", params, body, s.vp)
+    params = "q, k, v, g, beta, cu, d_o, t_work, saved, dsaved, dq, dk, dv, dg, dbeta_out"
+    return _module(s, "delta_rule_grads", params, body, s.vp)

@@ -104,28 +104,47 @@ PLANTED = {
 }
 
 
+# (bug, kernel) pairs that change no result. Rows past a sequence's end are a chunk's last, and T is lower
+# triangular, so the chunk kernel's rows before them do not see them; the walks and the gradients read their own
+# masked k and beta, which zero every use of those rows' W, U0, QK and T. In the backward's forward walk such a
+# row only exists in a sequence's last chunk, whose updated state nothing reads (the backward saves start states).
+HARMLESS = {("sequence boundary ignored", "chunks_source"), ("sequence boundary ignored", "states_source")}
+
+
 def plant(monkeypatch, name: str, right: str, wrong: str) -> None:
     """``delta_rule``'s source function ``name`` with ``right`` replaced by ``wrong`` in its text."""
     real = getattr(delta_rule_kernel, name)
 
-    def planted(shape):
-        source = real(shape)
+    def planted(shape, **options):
+        source = real(shape, **options)
         assert right in source.text
         return delta_rule_kernel.KernelSource(source.prefix, source.text.replace(right, wrong))
 
     monkeypatch.setattr(delta_rule, name, planted)
 
 
+FORWARD_KERNELS = ("chunks_source", "forward_source")
+BACKWARD_KERNELS = ("chunks_source", "states_source", "reverse_source", "gradients_source")
+
+
 @pytest.mark.parametrize("bug", list(PLANTED))
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
-def test_planted_bugs_fail_validation(kind, bug, monkeypatch) -> None:
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_planted_bugs_fail_validation(kind, bug, backward, monkeypatch) -> None:
+    """Each bug planted in one kernel at a time, in every kernel of the node whose text has the line."""
     right, wrong = PLANTED[bug]
-    plant(monkeypatch, "forward_source", right, wrong)
-    plant(monkeypatch, "backward_source", right, wrong)
-    g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130))
-    assert not check(g, inputs, f"cutile.{kind}").passed, f"{bug} passed validation (forward)"
-    g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130))
-    assert not check(g, inputs, f"cutile.{kind}_bwd").passed, f"{bug} passed validation (backward)"
+    shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, kind == "kda", True, 0.5, True, True)
+    kernels = [k for k in (BACKWARD_KERNELS if backward else FORWARD_KERNELS)
+               if right in getattr(delta_rule_kernel, k)(shape).text and (bug, k) not in HARMLESS]  # fmt: skip
+    assert kernels
+    for kernel in kernels:
+        with monkeypatch.context() as patch:
+            plant(patch, kernel, right, wrong)
+            if backward:
+                g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130))
+            else:
+                g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130))
+            assert not check(g, inputs, f"cutile.{kind}" + "_bwd" * backward).passed, f"{bug} in {kernel} passed"
 
 
 PLANTED_IN_CHUNKS = {
@@ -137,8 +156,12 @@ PLANTED_IN_CHUNKS = {
     "a chunk's W without its decay": ("bt * (kt * ct.exp(b))", "bt * kt"),
     "a chunk's rows off by one": ("rows = start + chunk * C + steps", "rows = start + chunk * C + steps + 1"),
     "QK stored transposed": (
-        "at * C + ct.reshape(steps, (1, C)), qk)",
-        "at * C + ct.reshape(steps, (1, C)), ct.transpose(qk))",
+        "ct.scatter(qk_work, at * C + ccols2, qk)",
+        "ct.scatter(qk_work, at * C + ccols2, ct.transpose(qk))",
+    ),
+    "T stored transposed": (
+        "ct.scatter(t_work, at * C + ccols2, inverse)",
+        "ct.scatter(t_work, at * C + ccols2, ct.transpose(inverse))",
     ),
 }
 
@@ -146,10 +169,17 @@ PLANTED_IN_CHUNKS = {
 @pytest.mark.parametrize("bug", list(PLANTED_IN_CHUNKS))
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_bugs_planted_in_the_chunk_kernel_fail_validation(kind, bug, monkeypatch) -> None:
-    """The forward's first launch (every chunk's W and U0) alone, sequences of 1 to 130 tokens."""
-    plant(monkeypatch, "chunks_source", *PLANTED_IN_CHUNKS[bug])
-    g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130))
-    assert not check(g, inputs, f"cutile.{kind}").passed, bug
+    """The first launch (every chunk's W, U0, QK and the backward's T) alone, in the forward and the backward
+    where its text has the line, sequences of 1 to 130 tokens."""
+    right, wrong = PLANTED_IN_CHUNKS[bug]
+    plant(monkeypatch, "chunks_source", right, wrong)
+    shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, kind == "kda", True, 0.5, True, True)
+    runs = [(keep, make) for keep, make in ((False, delta_rule_graph), (True, delta_rule_backward_graph))
+            if right in delta_rule_kernel.chunks_source(shape, keep_inverse=keep).text]  # fmt: skip
+    assert runs
+    for backward, make in runs:
+        g, inputs = make(kind, (*CHUNK_EDGES, 130))
+        assert not check(g, inputs, f"cutile.{kind}" + "_bwd" * backward).passed, bug
 
 
 def test_declines_name_the_port() -> None:
@@ -208,12 +238,26 @@ def test_the_dtypes_each_port_takes(port, dtype, allowed) -> None:
     assert delta_rule.dtype_allowed(port, sigdnn.dtypes.as_data_type(dtype)) is allowed
 
 
-def test_the_backward_workspace_holds_a_state_slot_per_chunk() -> None:
-    """Slots floor(start / 64) + n for every chunk of every sequence: T // 64 + N + 1 of them, per head."""
-    g, _ = delta_rule_backward_graph("kda", (64, 65, 1), heads=2, kd=8, vd=4)
-    launches, workspace = CutileKdaBwdBuilder().launches(g.nodes[0], g)
-    assert workspace >= (130 // 64 + 3 + 1) * 2 * 8 * 4 * 4
-    assert launches[0].grid == (3, 2, 1) and launches[0].args[-1].shape == ((130 // 64 + 3 + 1) * 2 * 8 * 4,)
+def test_the_backward_is_four_launches_over_chunk_slots_and_sequences() -> None:
+    """Slots floor(start / 64) + n for every chunk of every sequence: T // 64 + N + 1 of them, per head. The chunk
+    kernel and the gradients a block per slot and head; the two walks a block per sequence, head and 64 value
+    columns; W, U0, QK, T (C rows a slot and head) and the saved states and d(state)s (K x V a slot and head)
+    in the workspace, each walk writing what the gradients read."""
+    g, _ = delta_rule_backward_graph("kda", (64, 65, 1), heads=2, kd=8, vd=128)
+    (chunks, states, reverse, grads), workspace = CutileKdaBwdBuilder().launches(g.nodes[0], g)
+    slots = 130 // 64 + 3 + 1
+    assert chunks.grid == grads.grid == (slots, 2, 1) and states.grid == reverse.grid == (3, 2, 2)
+    w, u, qk, t = chunks.args[-4:]
+    rows = slots * 2 * 64
+    assert [a.shape for a in (w, u, qk, t)] == [(rows * 8,), (rows * 128,), (rows * 64,), (rows * 64,)]
+    saved, dsaved = states.args[-1], reverse.args[-1]
+    assert saved.shape == dsaved.shape == (slots * 2 * 8 * 128,) and saved.offset != dsaved.offset
+    assert states.args[-3:-1] == (w, u)
+    assert reverse.args[7:9] == (qk, t)
+    assert grads.args[7:10] == (t, saved, dsaved)
+    assert workspace == (rows * (8 + 128 + 64 + 64) + 2 * slots * 2 * 8 * 128) * 4
+    assert [a.buffer for a in grads.args[-5:]] == ["dq", "dk", "dv", "dg", "dbeta"]
+    assert reverse.args[9].buffer == "d_initial_state"
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
