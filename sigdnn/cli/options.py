@@ -9,7 +9,7 @@ import re
 import attrs
 
 import sigdnn
-from sigdnn.graph.limits import DEFAULT_LIMITS, GPU_LIMITS
+from sigdnn.executor.executor import default_limits
 from sigdnn.io import DEFAULT_MAX_GRAPH_FILE_BYTES, DEFAULT_MAX_TENSOR_FILE_BYTES, format_bytes, parse_bytes
 
 EXIT_FAILED, EXIT_ERROR = 1, 2
@@ -136,7 +136,6 @@ def graph_options(parser: argparse.ArgumentParser, backend_default: str = "refer
 
 
 def limits(args: argparse.Namespace, backend: str | None = None) -> sigdnn.Limits:
-    """The graph limits --max-bytes asks for, on ``backend``'s defaults (``--backend``'s unless given): a GPU
-    executor's work bound is the GPU's (``GPU_LIMITS``), a reference's the reference's."""
-    base = GPU_LIMITS if (backend or args.backend) == "gpu" else DEFAULT_LIMITS
-    return attrs.evolve(base, max_total_bytes=args.max_bytes)
+    """The graph limits --max-bytes asks for, on ``backend``'s defaults (``--backend``'s unless given; the
+    executor's ``default_limits``)."""
+    return attrs.evolve(default_limits(backend or args.backend), max_total_bytes=args.max_bytes)

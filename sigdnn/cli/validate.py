@@ -16,7 +16,7 @@ from sigdnn.cli.screen import Screen
 from sigdnn.errors import UsageError
 from sigdnn.io import write_file
 from sigdnn.io.files import shown
-from sigdnn.validation.truth import TRUTHS, truth_executor
+from sigdnn.validation.truth import TRUTH_BACKEND, TRUTHS, default_truth, truth_executor
 
 
 def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
@@ -76,15 +76,16 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
         from sigdnn.validation.plot import plot_failures, pyplot
 
         pyplot()  # without matplotlib, say so before validating anything
+    truth_backend = TRUTH_BACKEND[args.truth or default_truth()]
     runs: list[tuple[str, int, Any]] = []
     plots: list[str] = []
     with screen.progress(total=len(args.graphs) * len(seeds)) as update:
         for path in args.graphs:
             args.graph = path  # named by any error from here on
             update(f"reading {path}")
-            graph = sigdnn.deserialize(read_graph(args, path), limits=limits(args, "reference"))  # the truth's
+            graph = sigdnn.deserialize(read_graph(args, path), limits=limits(args, truth_backend))  # the truth's
             device = sigdnn.Executor(args.backend, engine=args.engine, fallback=fallback, limits=limits(args))
-            truth = truth_executor(args.truth, limits=limits(args, "reference"))
+            truth = truth_executor(args.truth, limits=limits(args, truth_backend))
             given = given_inputs(args, graph, update) if args.inputs else None
             for seed in seeds:
                 update(f"validating {path} (seed {seed})")

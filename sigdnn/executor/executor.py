@@ -39,6 +39,15 @@ from sigdnn.signature_keys import SignatureKey, key_for
 BACKENDS = ("reference", "gpu", "gpu-reference")
 GPU_REFERENCE_LIBRARY = "gpu_reference"  # the builders only the "gpu-reference" backend runs
 OUTPUT_KINDS = ("numpy", "torch")
+
+
+def default_limits(backend: str) -> Limits:
+    """A backend's graph limits: the GPU's work bound (``GPU_LIMITS``) for the GPU builders and for the float64 GPU
+    reference (its GEMMs run at tens of TFLOP/s: a Llama layer's backward, past the CPU reference's bound, takes
+    seconds there); the CPU reference's own (``DEFAULT_LIMITS``)."""
+    return GPU_LIMITS if backend in ("gpu", "gpu-reference") else DEFAULT_LIMITS
+
+
 Engine = int | str
 GraphSource = bytes | bytearray | memoryview | str | os.PathLike | Graph
 
@@ -65,7 +74,7 @@ class Executor:
     ``router`` replaces that policy (``sigdnn.executor.router``: a Tuner is
     one router); without one the process default, if set, applies.
     ``limits`` bound what a graph may declare (``sigdnn.graph.limits``); by
-    default a GPU executor takes ``GPU_LIMITS``, leaves the reference's
+    default a GPU executor takes ``GPU_LIMITS`` (``default_limits``), leaves the reference's
     float64 scratch out of the byte bound, and holds only the steps that
     fall back to the reference to its cost (``DEFAULT_LIMITS``).
     """
@@ -102,7 +111,7 @@ class Executor:
             raise UsageError("give autotune= or router=, not both: a Tuner is a router")
         self.tuner = autotune if isinstance(autotune, Tuner) else Tuner(measure=bool(autotune))
         self._router = router if router is not None else (self.tuner if autotune is not False else None)
-        self.limits = limits if limits is not None else (GPU_LIMITS if backend == "gpu" else DEFAULT_LIMITS)
+        self.limits = limits if limits is not None else default_limits(backend)
         self._fallback_limits = limits if limits is not None else DEFAULT_LIMITS  # what fallback steps may cost
         self._cache: OrderedDict[str, ExecutionPlan] = OrderedDict()
         self._cache_size = cache_size

@@ -18,6 +18,7 @@ from sigdnn.runtime.device import ExecutionContext
 TRUTHS = ("gpu", "cpu")
 GPU_REFERENCE_ONLY = Registry(packages=("sigdnn.plan_builders.gpu_reference",), entry_point_group=None)
 BACKEND_TRUTH = {"reference": "cpu", "gpu-reference": "gpu"}
+TRUTH_BACKEND = {truth: backend for backend, truth in BACKEND_TRUTH.items()}
 
 
 def default_truth() -> str:

@@ -272,10 +272,10 @@ def test_a_symbolic_model_read_without_input_shapes_is_not_blamed_on_the_option(
 
 
 def test_the_graph_limits_follow_the_backend() -> None:
-    """--max-bytes on the backend's own limits: the GPU's work bound for --backend gpu, the reference's for the
-    reference (and for validation's truth side, which asks for "reference")."""
+    """--max-bytes on the backend's own limits: the GPU's work bound for --backend gpu and for the float64 GPU
+    reference, the CPU reference's for it (and for a CPU truth, which asks for "reference")."""
     limits = options.limits
-    for backend, base in (("gpu", GPU_LIMITS), ("reference", DEFAULT_LIMITS), ("gpu-reference", DEFAULT_LIMITS)):
+    for backend, base in (("gpu", GPU_LIMITS), ("reference", DEFAULT_LIMITS), ("gpu-reference", GPU_LIMITS)):
         found = limits(argparse.Namespace(backend=backend, max_bytes=12345))
         assert found.max_total_bytes == 12345 and found.max_work == base.max_work, backend
     truth = limits(argparse.Namespace(backend="gpu", max_bytes=12345), "reference")

@@ -32,12 +32,23 @@ def test_each_backend_gets_its_default_limits() -> None:
     assert sigdnn.Executor("reference").limits is DEFAULT_LIMITS
     assert sigdnn.Executor("gpu").limits is GPU_LIMITS
     assert sigdnn.Executor("gpu", fallback="reference").limits is GPU_LIMITS
-    assert sigdnn.Executor("gpu-reference").limits is DEFAULT_LIMITS
+    assert sigdnn.Executor("gpu-reference").limits is GPU_LIMITS  # float64 GEMMs at tens of TFLOP/s
     mine = attrs.evolve(DEFAULT_LIMITS, max_work=5)
     assert sigdnn.Executor("gpu", limits=mine).limits is mine
     assert (
         GPU_LIMITS.max_work > DEFAULT_LIMITS.max_work and GPU_LIMITS.max_total_bytes == DEFAULT_LIMITS.max_total_bytes
     )
+
+
+def test_a_llama_layers_backward_is_past_the_cpu_references_work_bound_and_within_the_gpu_references() -> None:
+    """Validating a Llama layer at seq 4096 with the GPU truth refused it at prepare (2^40.07 element operations)."""
+    from sigdnn.graph.checks import check_graph
+    from sigdnn.models import llama_layer
+
+    g = llama_layer(seq=4096, backward=True)
+    with pytest.raises(GraphError, match="the graph's work reaches"):
+        sigdnn.Executor("reference").prepare(g)
+    check_graph(g, sigdnn.Executor("gpu-reference").limits)
 
 
 def test_the_reference_scratch_binds_only_where_a_reference_runs(monkeypatch: pytest.MonkeyPatch) -> None:
