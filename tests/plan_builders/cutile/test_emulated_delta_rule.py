@@ -77,6 +77,18 @@ def test_the_chunked_backward_matches_reverse_mode_through_the_recurrence(
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
+@pytest.mark.parametrize(("kd", "vd"), [(9, 5), (1, 3)])
+def test_head_dims_that_are_no_power_of_two(kind, kd, vd) -> None:
+    """K and V padded to powers of two in the tiles (9 -> 16, 5 -> 8, 1 -> 1, 3 -> 4), forward and backward."""
+    g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130), kd=kd, vd=vd)
+    assert check(g, inputs, f"cutile.{kind}").passed
+    g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130), kd=kd, vd=vd)
+    assert check(g, inputs, f"cutile.{kind}_bwd").passed
+    shape = CutileGdnBuilder().shape(g.nodes[-1], g)[0]
+    assert (shape.kp, shape.vp) == {9: (16, 8), 1: (1, 4)}[kd]
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_many_sequences_with_empty_ones_among_them(kind) -> None:
     """17 sequences (five search steps a chunk slot), empty ones first, between and last, and chunk slots left
     empty between sequences: every chunk finds its own sequence."""
@@ -134,8 +146,9 @@ def test_planted_bugs_fail_validation(kind, bug, backward, monkeypatch) -> None:
     """Each bug planted in one kernel at a time, in every kernel of the node whose text has the line."""
     right, wrong = PLANTED[bug]
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, kind == "kda", True, 0.5, True, True)
-    kernels = [k for k in (BACKWARD_KERNELS if backward else FORWARD_KERNELS)
-               if right in getattr(delta_rule_kernel, k)(shape).text and (bug, k) not in HARMLESS]  # fmt: skip
+    text = {k: getattr(delta_rule_kernel, k)(shape, **({"keep_inverse": backward} if k == "chunks_source" else {}))
+            for k in (BACKWARD_KERNELS if backward else FORWARD_KERNELS)}  # fmt: skip
+    kernels = [k for k, t in text.items() if right in t.text and (bug, k) not in HARMLESS]
     assert kernels
     for kernel in kernels:
         with monkeypatch.context() as patch:
@@ -216,13 +229,13 @@ def test_one_kernel_serves_every_token_count() -> None:
     two reuse the compiled texts; the chunk kernel's search takes a step more for each doubling of N."""
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, False, True, 0.5, True, True)
     assert "tokens = q.shape[0] // (H * K)" in delta_rule_kernel.forward_source(shape).text
-    assert "tokens = k.shape[0] // (H * K)" in delta_rule_kernel.chunks_source(shape).text
-    graphs = [delta_rule_graph("gdn", lengths)[0] for lengths in ((3, 2), (300, 7), (300, 7, 1, 4, 5))]
+    assert "tokens = k.shape[0] // (H * K)" in delta_rule_kernel.chunks_source(shape, keep_inverse=False).text
+    graphs = [delta_rule_graph("gdn", lengths)[0] for lengths in ((3, 2), (300, 7), (300, 7, 1, 4, 5), (9,))]
     sources = [[launch.source for launch in CutileGdnBuilder().launches(g.nodes[0], g)[0]] for g in graphs]
     assert sources[0] == sources[1]
     assert sources[0][1] == sources[2][1] and sources[0][0] != sources[2][0]
-    steps = [source.text.count("mid = (n + hi) // 2") for source in (sources[0][0], sources[2][0])]
-    assert steps == [2, 3]  # 2 and 5 sequences
+    steps = [source.text.count("mid = (n + hi) // 2") for source in (sources[0][0], sources[2][0], sources[3][0])]
+    assert steps == [2, 3, 1]  # 2, 5 and 1 sequences
 
 
 @pytest.mark.parametrize(
@@ -346,12 +359,12 @@ def test_the_serial_walk_splits_the_value_columns(kind, vd, blocks) -> None:
 
 @pytest.mark.parametrize(
     ("tokens", "vd", "declined"),
-    [(2**24 - 128, 64, False), (2**24 - 64, 64, True), (2**23 - 128, 128, False), (2**23 - 64, 128, True)],
+    [(2**24 - 128, 32, False), (2**24 - 64, 32, True), (2**23 - 128, 128, False), (2**23 - 64, 128, True)],
 )
 def test_arrays_past_int32_positions_are_declined(tokens, vd, declined) -> None:
-    """One head, one sequence, K = 128: T // 64 + 2 chunk slots of 64 rows. At T = 2^24 - 128 the forward's W
-    holds 2^24 rows x 128 = 2^31 elements, the last position int32 reaches, and with V = 64 the backward's
-    2^18 state slots of 128 x 64 as many: planned; 64 tokens more (a slot more), declined. With V = 128 the
+    """One head, one sequence, K = 128: T // 64 + 2 chunk slots of 64 rows. With V = 32 the forward's W binds: at
+    T = 2^24 - 128 it holds 2^24 rows x 128 = 2^31 elements, the last position int32 reaches (the backward's 2^18
+    state slots of 128 x 32 half that): planned; 64 tokens more (a slot more), declined. With V = 128 the
     backward's slots bind: 2^17 of them (T = 2^23 - 128) hold 2^31 elements, one more is declined."""
     g = sigdnn.Graph("long", io_dtype="bfloat16", compute_dtype="float32")
     q, k, v = g.tensor("q", (tokens, 1, 128)), g.tensor("k", (tokens, 1, 128)), g.tensor("v", (tokens, 1, vd))
