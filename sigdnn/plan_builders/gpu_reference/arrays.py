@@ -11,6 +11,7 @@ formula a plain, checkable sequence of whole-array steps.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -386,16 +387,24 @@ def map_arguments(gpu: Gpu, index: IndexMap) -> tuple[Any, Any, int, int]:
     if isinstance(index, int):
         return gpu.no_index, gpu.no_index, 1, 1
     rows, cols = index if isinstance(index, tuple) else (index, np.zeros(1, np.int64))
-    return gpu.upload(np.asarray(rows, np.int64)), gpu.upload(np.asarray(cols, np.int64)), int(cols.size), 0
+    return gpu.upload_kept(np.asarray(rows, np.int64)), gpu.upload_kept(np.asarray(cols, np.int64)), int(cols.size), 0
 
 
 def outer_offsets(shape: Sequence[int], strides: Sequence[int], offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Storage offsets of the elements of ``shape`` (row-major) as an outer sum: the leading axes' offsets (plus
-    ``offset``) and the trailing axes', split where the larger side is smallest."""
-    shape = tuple(int(d) for d in shape)
+    ``offset``) and the trailing axes', split where the larger side is smallest (read-only arrays, made once per
+    shape, strides and offset: validation reads the same tensors many times)."""
+    return _outer_offsets(tuple(int(d) for d in shape), tuple(int(s) for s in strides), int(offset))
+
+
+@functools.lru_cache(maxsize=4096)
+def _outer_offsets(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> tuple[np.ndarray, np.ndarray]:
     split = min(range(len(shape) + 1), key=lambda k: max(math.prod(shape[:k]), math.prod(shape[k:])))
     rows, cols = (offsets(shape[a:b], strides[a:b]).reshape(-1) for a, b in ((0, split), (split, len(shape))))
-    return rows + offset, cols
+    rows = rows + offset
+    for part in (rows, cols):
+        part.setflags(write=False)
+    return rows, cols
 
 
 def gather(gpu: Gpu, src: Any, index: IndexMap, out: Any, pad: float, decode: str) -> None:

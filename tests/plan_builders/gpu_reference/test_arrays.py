@@ -212,3 +212,47 @@ def test_one_element_operands_are_read_in_place_and_wider_ones_broadcast(gpu: Gp
     np.testing.assert_array_equal((x + one).host(), np.arange(6.0).reshape(2, 3) + 10.0)
     np.testing.assert_array_equal((x * two).host(), np.arange(6.0).reshape(2, 3) * [[1.0], [2.0]])
     np.testing.assert_array_equal((x - 0.5).host(), np.arange(6.0).reshape(2, 3) - 0.5)
+
+
+def test_small_read_only_uploads_are_kept_per_device_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Index maps and constants go up once per device context (Gpu objects come and go a node execution), the
+    least recently used out past KEPT_UPLOADS, and arrays past KEPT_UPLOAD_ELEMENTS each time."""
+    from sigdnn.plan_builders.gpu_reference import backend
+
+    uploads = []
+    real = Gpu.upload
+    monkeypatch.setattr(Gpu, "upload", lambda self, host: uploads.append(host.size) or real(self, host))
+    monkeypatch.setattr(backend, "KEPT_UPLOADS", 3)
+    context = EmulatedGpu()
+    first, again = Gpu(context, None), Gpu(context, None)
+    a = first.upload_kept(np.arange(4))
+    assert again.upload_kept(np.arange(4)) is a and uploads == [4]
+    assert again.upload_kept(np.arange(4.0)) is not a  # another dtype, the same values
+    assert again.upload_kept(np.arange(4).reshape(2, 2)) is not a  # another shape
+    assert Gpu(EmulatedGpu(), None).upload_kept(np.arange(4)) is not a  # another context
+    assert len(uploads) == 4
+    fresh = Gpu(EmulatedGpu(), None)
+    kept = [fresh.upload_kept(np.full(2, i)) for i in range(3)]  # as many as KEPT_UPLOADS: none dropped
+    assert all(fresh.upload_kept(np.full(2, i)) is kept[i] for i in (0, 1)) and len(uploads) == 7
+    fresh.upload_kept(np.full(2, 3))  # a fourth: the least recently used goes, 2 (0 and 1 were read since)
+    assert all(fresh.upload_kept(np.full(2, i)) is kept[i] for i in (0, 1)) and len(uploads) == 8
+    assert fresh.upload_kept(np.full(2, 2)) is not kept[2] and len(uploads) == 9
+    most = np.zeros(backend.KEPT_UPLOAD_ELEMENTS)
+    assert first.upload_kept(most) is first.upload_kept(most)
+    big = np.zeros(backend.KEPT_UPLOAD_ELEMENTS + 1)
+    assert first.upload_kept(big) is not first.upload_kept(big)
+    assert first.constant_array(2.5, np.float64, 3).data is Gpu(context, None).constant_array(2.5, np.float64, 3).data
+    assert first.constant_array(2.5, np.float64, 3).shape == (1, 1, 1)
+    assert first.constant_array(7, np.int64, 2).data.size == 1
+    np.testing.assert_array_equal(first.constant_array(-0.0, np.float64, 1).host(), [-0.0])
+    assert np.signbit(first.constant_array(-0.0, np.float64, 1).host()[0])  # -0.0 is no 0.0
+
+
+def test_outer_offsets_are_made_once_and_read_only() -> None:
+    from sigdnn.plan_builders.gpu_reference.arrays import outer_offsets
+
+    rows, cols = outer_offsets((2, 3, 4), (12, 4, 1), 5)
+    assert outer_offsets([2, 3, 4], [12, 4, 1], 5)[0] is rows
+    np.testing.assert_array_equal(np.add.outer(rows, cols).ravel(), np.arange(24) + 5)
+    with pytest.raises(ValueError, match="read-only"):
+        rows[0] = 1
