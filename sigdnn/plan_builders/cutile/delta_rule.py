@@ -9,11 +9,12 @@ walk over each sequence's chunks that carries the state. The backward is
 four: those chunk arrays and T, a walk forward and one in reverse that
 carry only the state and its gradient (each chunk's start state and its
 end's d(state) saved in the workspace, float32, a slot per chunk of the
-batch), then every chunk's gradients at once. The kernels do not check cu_seqlens (as flash-linear-attention's does not;
-the reference does): boundaries are clamped to [0, T] and a decreasing one
-gives an empty sequence, so hostile values cost at most T tokens a block and
-touch nothing past the tensors (gathers and scatters are bounds-checked),
-but the result is not defined. The chunk's products run as exact float32
+batch), then every chunk's gradients at once. The kernels do not check
+cu_seqlens (as flash-linear-attention's do not; the reference does):
+boundaries are clamped to [0, T] and a decreasing one gives an empty
+sequence, so hostile values cost at most T tokens a block and touch nothing
+past the tensors (gathers and scatters are bounds-checked), but the result
+is not defined. The chunk's products run as exact float32
 MMAs with a float32 compute dtype and as TF32 with a 16-bit one (the gate's
 cumulative sums stay exact): cuTile's float32 MMA is no tensor-core MMA, and
 it made the one-kernel backward's cubin 10 MB (docs/experiments.md).
@@ -147,7 +148,7 @@ class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
                 *args(("d_initial_state",)), dsaved,
             )),
             Launch(gradients_source(shape), (slots // shape.heads, shape.heads, 1), (
-                *args(("q", "k", "v", "g", "beta", "cu_seqlens", "d_o")), t, saved, dsaved,
+                *args(("q", "k", "v", "g", "beta", "cu_seqlens", "d_o")), saved, dsaved,
                 *args(("dq", "dk", "dv", "dg", "dbeta")),
             )),
         ], workspace.nbytes  # fmt: skip

@@ -323,14 +323,17 @@ def chunks_source(s: DeltaRuleShape, *, keep_inverse: bool) -> KernelSource:
     ]
     body = [
         *_slot_setup(s),
-        "si = ct.reshape(steps, (C, 1))",
-        "sj = ct.reshape(steps, (1, C))",
-        "eye = ct.where(si == sj, 1.0, 0.0)",
+        *_identity(),
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
     params = "q, k, v, g, beta, cu, w_work, u_work, qk_work" + (", t_work" if keep_inverse else "")
     return _module(s, "delta_rule_chunks", params, body, s.vp)
+
+
+def _identity() -> list[str]:
+    """The row and column index tiles and the identity that ``_inverse`` takes."""
+    return ["si = ct.reshape(steps, (C, 1))", "sj = ct.reshape(steps, (1, C))", "eye = ct.where(si == sj, 1.0, 0.0)"]
 
 
 def _chunk_rows(slot: str) -> str:
@@ -475,7 +478,8 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
 
 def gradients_source(s: DeltaRuleShape) -> KernelSource:
     """Each chunk's dq, dk, dv, dg and dbeta at once (a block per chunk slot and head), from its start state and
-    its end's d(state) (the walks' ``saved`` and ``dsaved``), T from the chunk kernel and the rest recomputed."""
+    its end's d(state) (the walks' ``saved`` and ``dsaved``), the rest recomputed: T too, as tileiras (cuda-tile
+    1.x) fails kda's kernel with T gathered from the chunk kernel's ("Invalid use-def chain in schedule")."""
     gw = s.gate_width
     if s.per_channel:
         db_last = (
@@ -497,8 +501,7 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
         *_pair_products(s),
         f"state = ct.gather(saved, {_state_slot('slot')})",
         f"dstate = ct.gather(dsaved, {_state_slot('slot')})",
-        _chunk_rows("slot"),
-        "inverse = ct.gather(t_work, at * C + ccols2)",
+        *_inverse(s),
         "kg = kt * ct.exp(b)",
         "e = vt - dot(kg, state, zero_cv)",
         "u = dot(inverse, bt * e, zero_cv)",
@@ -536,10 +539,11 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
     ]
     body = [
         *_slot_setup(s),
+        *_identity(),
         "last = ct.reshape(steps == C - 1, (C, 1))",
         *(["zero_c1 = ct.full((C, 1), 0.0, dtype=ct.float32)"] if s.per_channel else []),
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
-    params = "q, k, v, g, beta, cu, d_o, t_work, saved, dsaved, dq, dk, dv, dg, dbeta_out"
+    params = "q, k, v, g, beta, cu, d_o, saved, dsaved, dq, dk, dv, dg, dbeta_out"
     return _module(s, "delta_rule_grads", params, body, s.vp)
