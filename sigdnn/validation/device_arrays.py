@@ -129,15 +129,16 @@ class DeviceArrays:
 
     # -- random draws ------------------------------------------------------------------
     def _hashed(self, seed: int, shape: tuple[int, ...]) -> Array:
-        """``accuracy.arrays``' hash: int64 in [0, PRIME) per element."""
-        x = Array.counting(self.gpu, shape).apply("ADD", (seed * SEED_STRIDE + 1) % PRIME).apply("PYMOD", PRIME)
+        """``accuracy.arrays``' hash: int64 in [0, PRIME) per element, a launch a step."""
+        x = Array.counting(self.gpu, shape).apply("ADD_MOD", (seed * SEED_STRIDE + 1) % PRIME, PRIME)
         for c in HASH_ROUNDS:
-            x = x.apply("MUL", x).apply("ADD", c).apply("PYMOD", PRIME)
+            x = x.apply("SQUARE_ADD_MOD", c, PRIME)
         return x
 
     def random_signs(self, seed: int, shape: tuple[int, ...]) -> Any:
-        odd = self._hashed(seed, shape).apply("PYMOD", 2).astype(np.float64)
-        return self._buffer(odd.apply("MUL", -2.0).apply("ADD", 1.0))
+        signs = Array.empty(self.gpu, shape, np.float64)
+        signs._elementwise_into("PARITY_SIGN", (self._hashed(seed, shape),))
+        return self._buffer(signs)
 
     def random_fractions(self, seed: int, shape: tuple[int, ...]) -> Any:
         drawn = self._hashed(seed, shape).astype(np.float64)

@@ -239,6 +239,8 @@ REFERENCE += ("elementwise", "elementwise_int64")
 # validation's bookkeeping modes (device_arrays.py), each its own specialization of the float64 kernel
 BOOKKEEPING_MODES = ("FINITE", "MAGNITUDE", "FINITE_OR_ZERO", "FMAX", "NEXT_UP", "ABS_ERROR", "FAILING")
 REFERENCE += tuple(f"elementwise {mode}" for mode in BOOKKEEPING_MODES)
+# the random draws' hash steps: int64 with one-element constants, and the signs (int64 in, float64 out)
+REFERENCE += ("elementwise_int64 ADD_MOD", "elementwise_int64 SQUARE_ADD_MOD", "elementwise PARITY_SIGN")
 
 
 def compile_reference(name: str, folder: str) -> int:
@@ -316,6 +318,29 @@ def compile_reference(name: str, folder: str) -> int:
             ],
         }[name]
         if not mode
+        else [
+            *[strided(ct.int64, 1)] * 3,
+            *[ScalarConstraint(ct.int32)] * 3,
+            strided(ct.int64, 1),
+            c(reference_backend.TILE),
+            c(getattr(module, mode)),
+            c(module.OPERAND_ARRAY),
+            c(module.OPERAND_ELEMENT),
+            c(module.OPERAND_ELEMENT),
+        ]
+        if kernel == "elementwise_int64"
+        else [
+            strided(ct.int64, 1),
+            *[strided(f64, 1)] * 2,
+            *[ScalarConstraint(ct.float32)] * 3,
+            strided(f64, 1),
+            c(reference_backend.TILE),
+            c(module.PARITY_SIGN),
+            c(module.OPERAND_ARRAY),
+            c(module.OPERAND_SCALAR),
+            c(module.OPERAND_SCALAR),
+        ]
+        if mode == "PARITY_SIGN"
         else [
             *[strided(f64, 1)] * 3,
             *[ScalarConstraint(ct.float32)] * 3,

@@ -31,6 +31,7 @@ SIN, COS, TAN, TANH, WHERE, FLOORDIV, PYMOD, NEXT_UP = 24, 25, 26, 27, 28, 29, 3
 NEXT_DOWN, ISNAN, COPY, INDEX = 32, 33, 34, 35
 FINITE, MAGNITUDE, FINITE_OR_ZERO, FMAX = 36, 37, 38, 39  # validation's bookkeeping, one pass each
 ABS_ERROR, FAILING = 40, 41  # a comparison of got (x) with want (y) within a bound (z)
+ADD_MOD, SQUARE_ADD_MOD, PARITY_SIGN = 42, 43, 44  # the random draws' counter hash (int64), one pass a step
 
 # How `elementwise` reads an operand.
 OPERAND_ARRAY, OPERAND_SCALAR, OPERAND_ELEMENT = 0, 1, 2  # its array, the scalar argument, its array's one element
@@ -261,6 +262,12 @@ def elementwise(
         both = (x - x == 0) & (y - y == 0)
         same = (x == y) | ((x != x) & (y != y))
         r = ct.where(both, ct.where(ct.abs(x - y) > z, one, zero), ct.where(same, zero, one))
+    if MODE == ADD_MOD:  # (x + y) mod z, for x + y >= 0
+        r = (x + y) % z
+    if MODE == SQUARE_ADD_MOD:  # (x^2 + y) mod z, for x^2 + y below 2^63
+        r = (x * x + y) % z
+    if MODE == PARITY_SIGN:  # 1 for an even x, -1 for an odd one
+        r = 1 - 2 * (x % 2)
     ct.store(out, (blk,), ct.astype(r, out.dtype))
 
 
