@@ -77,15 +77,15 @@ def test_the_chunked_backward_matches_reverse_mode_through_the_recurrence(
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
-@pytest.mark.parametrize(("kd", "vd"), [(9, 5), (1, 3)])
+@pytest.mark.parametrize(("kd", "vd"), [(9, 5), (1, 3), (3, 1)])
 def test_head_dims_that_are_no_power_of_two(kind, kd, vd) -> None:
-    """K and V padded to powers of two in the tiles (9 -> 16, 5 -> 8, 1 -> 1, 3 -> 4), forward and backward."""
+    """K and V padded to powers of two in the tiles (9 -> 16, 5 -> 8, 3 -> 4, 1 -> 1), forward and backward."""
     g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130), kd=kd, vd=vd)
     assert check(g, inputs, f"cutile.{kind}").passed
     g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130), kd=kd, vd=vd)
     assert check(g, inputs, f"cutile.{kind}_bwd").passed
     shape = CutileGdnBuilder().shape(g.nodes[-1], g)[0]
-    assert (shape.kp, shape.vp) == {9: (16, 8), 1: (1, 4)}[kd]
+    assert (shape.kp, shape.vp) == {9: (16, 8), 1: (1, 4), 3: (4, 1)}[kd]
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
