@@ -262,7 +262,7 @@ def _inverse(s: DeltaRuleShape) -> list[str]:
 
 
 def _wy(s: DeltaRuleShape) -> list[str]:
-    """T; kg; e = v - kg h; u = T beta e (the backward's one-pass form of W and U)."""
+    """T; kg; e = v - kg h; u = T beta e (the gradients' one-pass form of W and U, e and T kept)."""
     return [
         *_inverse(s),
         "kg = kt * ct.exp(b)",
@@ -501,10 +501,7 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
         *_pair_products(s),
         f"state = ct.gather(saved, {_state_slot('slot')})",
         f"dstate = ct.gather(dsaved, {_state_slot('slot')})",
-        *_inverse(s),
-        "kg = kt * ct.exp(b)",
-        "e = vt - dot(kg, state, zero_cv)",
-        "u = dot(inverse, bt * e, zero_cv)",
+        *_wy(s),
         *_decay_to_chunk_end(),
         "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)",
         "qg = qt * ct.exp(b)",
