@@ -34,6 +34,7 @@ from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     CHUNK,
     DeltaRuleShape,
+    chunk_slots,
     chunks_source,
     forward_source,
     gradients_source,
@@ -97,12 +98,25 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
             kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, final,
             tf32=takes_tf32(graph.compute_dtype_of(node)), search_steps=max(1, sequences.bit_length()),
         )  # fmt: skip
-        # the forward's workspace rows (more than T x H) and the backward's state slots (rows / C of K x V each)
-        rows = work_rows(shape, tokens, sequences)
-        largest = max(rows * max(shape.kp, shape.vp, CHUNK), rows // CHUNK * shape.kp * shape.vp)
+        # the chunk kernel's workspace rows (more than T x H) and the backward's saved states (K x V a slot and head)
+        slots = chunk_slots(shape, tokens, sequences) * shape.heads
+        largest = max(work_rows(shape, tokens, sequences) * max(shape.kp, shape.vp, CHUNK), slots * shape.kp * shape.vp)
         if largest > INDEX_LIMIT:
             raise ValueError(f"{largest} elements in one array: past the kernels' int32 positions ({INDEX_LIMIT})")
         return shape, tokens, sequences
+
+    def chunk_kernel(
+        self, node: Node, graph: Graph, shape: DeltaRuleShape, tokens: int, sequences: int, workspace: Workspace,
+        keep_inverse: bool = False,
+    ) -> tuple[Launch, tuple[Arg, ...]]:  # fmt: skip
+        """The chunk kernel over every chunk slot and head, and the float32 arrays it writes into ``workspace``:
+        W, U0, QK (and T), C rows a chunk slot and head."""
+        rows = work_rows(shape, tokens, sequences)
+        widths = (shape.kp, shape.vp, CHUNK, *((CHUNK,) if keep_inverse else ()))
+        work = tuple(workspace.take((rows * width,)) for width in widths)
+        ports = self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens"), "o")
+        grid = (chunk_slots(shape, tokens, sequences), shape.heads, 1)
+        return Launch(chunks_source(shape, keep_inverse=keep_inverse), grid, (*ports, *work)), work
 
     @staticmethod
     def args(node: Node, graph: Graph, names: tuple[str, ...], placeholder: str) -> list[Arg]:
@@ -117,15 +131,13 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
         workspace = Workspace()
-        w_u_qk = chunk_work(workspace, shape, tokens, sequences)
+        chunks, w_u_qk = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace)
         forward_args = (
             *self.args(node, graph, ("q", "k", "g", "cu_seqlens", "initial_state"), "o"), *w_u_qk,
             *self.args(node, graph, ("o", "final_state"), "o"),
         )  # fmt: skip
-        return [
-            chunk_launch(self, node, graph, shape, w_u_qk),
-            Launch(forward_source(shape), (sequences, shape.heads, shape.value_blocks), forward_args),
-        ], workspace.nbytes
+        walk = Launch(forward_source(shape), (sequences, shape.heads, shape.value_blocks), forward_args)
+        return [chunks, walk], workspace.nbytes
 
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
@@ -135,41 +147,23 @@ class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
         workspace = Workspace()
-        w, u, qk, t = chunk_work(workspace, shape, tokens, sequences, keep_inverse=True)
-        slots = work_rows(shape, tokens, sequences) // CHUNK
-        saved, dsaved = (workspace.take((slots * shape.kp * shape.vp,)) for _ in range(2))
+        chunks, (w, u, qk, t) = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace, keep_inverse=True)
+        slots = chunk_slots(shape, tokens, sequences)
+        saved, dsaved = (workspace.take((slots * shape.heads * shape.kp * shape.vp,)) for _ in range(2))
         walk = (sequences, shape.heads, shape.value_blocks)
         args = functools.partial(self.args, node, graph, placeholder="dq")
         return [
-            chunk_launch(self, node, graph, shape, (w, u, qk, t)),
+            chunks,
             Launch(states_source(shape), walk, (*args(("k", "g", "cu_seqlens", "initial_state")), w, u, saved)),
             Launch(reverse_source(shape), walk, (
                 *args(("q", "k", "g", "beta", "cu_seqlens", "d_o", "d_final_state")), qk, t,
                 *args(("d_initial_state",)), dsaved,
             )),
-            Launch(gradients_source(shape), (slots // shape.heads, shape.heads, 1), (
+            Launch(gradients_source(shape), (slots, shape.heads, 1), (
                 *args(("q", "k", "v", "g", "beta", "cu_seqlens", "d_o")), saved, dsaved,
                 *args(("dq", "dk", "dv", "dg", "dbeta")),
             )),
         ], workspace.nbytes  # fmt: skip
-
-
-def chunk_work(
-    workspace: Workspace, shape: DeltaRuleShape, tokens: int, sequences: int, keep_inverse: bool = False
-) -> tuple[Arg, ...]:
-    """The chunk kernel's float32 arrays in the workspace: W, U0, QK (and T), C rows a chunk slot and head."""
-    rows = work_rows(shape, tokens, sequences)
-    widths = (shape.kp, shape.vp, CHUNK, *((CHUNK,) if keep_inverse else ()))
-    return tuple(workspace.take((rows * width,)) for width in widths)
-
-
-def chunk_launch(
-    builder: _DeltaRuleForward, node: Node, graph: Graph, shape: DeltaRuleShape, work: tuple[Arg, ...]
-) -> Launch:
-    """The chunk kernel over every chunk slot and head, writing ``work`` (W, U0, QK and, if given, T)."""
-    slots = work[0].shape[0] // (shape.kp * shape.heads * CHUNK)
-    ports = builder.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens"), "o")
-    return Launch(chunks_source(shape, keep_inverse=len(work) == 4), (slots, shape.heads, 1), (*ports, *work))
 
 
 class CutileGdnBuilder(_DeltaRuleForwardBuilder):

@@ -300,9 +300,14 @@ def _initial(s: DeltaRuleShape) -> str:
     return "state = ct.full((KP, VW), 0.0, dtype=ct.float32)"
 
 
+def chunk_slots(s: DeltaRuleShape, tokens: int, sequences: int) -> int:
+    """Chunk slots start // C + n of every chunk of the batch, gaps included: at most T // C + N + 1."""
+    return tokens // s.chunk + sequences + 1
+
+
 def work_rows(s: DeltaRuleShape, tokens: int, sequences: int) -> int:
-    """Rows of the forward's W, U0 and QK workspace arrays: C for each chunk slot of each head."""
-    return (tokens // s.chunk + sequences + 1) * s.heads * s.chunk
+    """Rows of the chunk kernel's W, U0, QK (and T) workspace arrays: C for each chunk slot of each head."""
+    return chunk_slots(s, tokens, sequences) * s.heads * s.chunk
 
 
 def chunks_source(s: DeltaRuleShape, *, keep_inverse: bool) -> KernelSource:

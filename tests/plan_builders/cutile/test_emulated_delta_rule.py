@@ -358,20 +358,23 @@ def test_the_serial_walk_splits_the_value_columns(kind, vd, blocks) -> None:
 
 
 @pytest.mark.parametrize(
-    ("tokens", "vd", "declined"),
-    [(2**24 - 128, 32, False), (2**24 - 64, 32, True), (2**23 - 128, 128, False), (2**23 - 64, 128, True)],
-)
-def test_arrays_past_int32_positions_are_declined(tokens, vd, declined) -> None:
+    ("tokens", "vd", "heads", "declined"),
+    [(2**24 - 128, 32, 1, False), (2**24 - 64, 32, 1, True), (2**23 - 128, 128, 1, False), (2**23 - 64, 128, 1, True),
+     (2**22 - 128, 128, 2, False), (2**22 - 64, 128, 2, True)],
+)  # fmt: skip
+def test_arrays_past_int32_positions_are_declined(tokens, vd, heads, declined) -> None:
     """One head, one sequence, K = 128: T // 64 + 2 chunk slots of 64 rows. With V = 32 the forward's W binds: at
     T = 2^24 - 128 it holds 2^24 rows x 128 = 2^31 elements, the last position int32 reaches (the backward's 2^18
     state slots of 128 x 32 half that): planned; 64 tokens more (a slot more), declined. With V = 128 the
-    backward's slots bind: 2^17 of them (T = 2^23 - 128) hold 2^31 elements, one more is declined."""
+    backward's slots bind: 2^17 of them (T = 2^23 - 128) hold 2^31 elements, one more is declined; with two heads,
+    2^16 slots a head."""
     g = sigdnn.Graph("long", io_dtype="bfloat16", compute_dtype="float32")
-    q, k, v = g.tensor("q", (tokens, 1, 128)), g.tensor("k", (tokens, 1, 128)), g.tensor("v", (tokens, 1, vd))
-    gate, beta = g.tensor("g", (tokens, 1), dtype="float32"), g.tensor("beta", (tokens, 1))
+    q, k = g.tensor("q", (tokens, heads, 128)), g.tensor("k", (tokens, heads, 128))
+    v, d_o = g.tensor("v", (tokens, heads, vd)), g.tensor("d_o", (tokens, heads, vd))
+    gate, beta = g.tensor("g", (tokens, heads), dtype="float32"), g.tensor("beta", (tokens, heads))
     cu = g.tensor("cu", (2,), dtype="int32")
     g.gdn(q, k, v, gate, beta, cu, None, use_qk_l2norm=True, name="n")
-    g.gdn_bwd(q, k, v, gate, beta, cu, None, g.tensor("d_o", (tokens, 1, vd)), None, use_qk_l2norm=True, name="b")
+    g.gdn_bwd(q, k, v, gate, beta, cu, None, d_o, None, use_qk_l2norm=True, name="b")
     for node, builder in zip(g.nodes, (CutileGdnBuilder(), CutileGdnBwdBuilder())):
         if declined:
             with pytest.raises(NotSupported, match="int32 positions"):
