@@ -136,9 +136,7 @@ class DeviceArrays:
         return x
 
     def random_signs(self, seed: int, shape: tuple[int, ...]) -> Any:
-        signs = Array.empty(self.gpu, shape, np.float64)
-        signs._elementwise_into("PARITY_SIGN", (self._hashed(seed, shape),))
-        return self._buffer(signs)
+        return self._buffer(self._hashed(seed, shape).apply("PARITY_SIGN", dtype=np.float64))
 
     def random_fractions(self, seed: int, shape: tuple[int, ...]) -> Any:
         drawn = self._hashed(seed, shape).astype(np.float64)

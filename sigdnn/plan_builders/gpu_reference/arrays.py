@@ -220,10 +220,11 @@ class Array:
         """``value`` in this array's dtype as a one-element device array of its rank (uploaded once per value)."""
         return self.gpu.constant_array(self._scalar(value), self.dtype, len(self.shape))
 
-    def apply(self, mode: str, *others: Any) -> Array:
-        """mode(self, *others) elementwise, broadcast to a common shape (a new array)."""
+    def apply(self, mode: str, *others: Any, dtype: Any = None) -> Array:
+        """mode(self, *others) elementwise, broadcast to a common shape (a new array, of ``dtype`` if given, else
+        self's: the kernel casts its result to the output's dtype)."""
         shapes = [self.shape, *(o.shape for o in others if isinstance(o, Array))]
-        out = Array.empty(self.gpu, np.broadcast_shapes(*shapes), self.dtype)
+        out = Array.empty(self.gpu, np.broadcast_shapes(*shapes), self.dtype if dtype is None else dtype)
         out._elementwise_into(mode, (self, *others))
         return out
 

@@ -258,7 +258,7 @@ class Gpu:
             dmma.gemm(a.ptr, b.ptr, out.ptr, batch, m, n, k, self.stream)
 
     def constant_array(self, value: float | int, dtype: Any, rank: int) -> Any:
-        """A one-element Array of ``value`` (shape (1,) * rank), uploaded once per value, dtype and rank."""
+        """A one-element Array of ``value`` (shape (1,) * rank), uploaded once per value and dtype (``upload_kept``)."""
         from sigdnn.plan_builders.gpu_reference.arrays import Array
 
         return Array(self, self.upload_kept(np.full(1, value, dtype)), (1,) * rank, np.dtype(dtype))
