@@ -39,12 +39,14 @@ def test_region_matches_reference_and_the_unfused_kernels(dtype, layout):
 
 
 def test_fallback_runs_what_no_gpu_builder_takes():
-    g = sigdnn.Graph("float32_conv", io_dtype="float32", compute_dtype="float32")
+    """A conv that asks for float64 sums (every GPU conv builder sums in float32) falls back; its neighbours
+    stay on the GPU."""
+    g = sigdnn.Graph("float64_sums", io_dtype="float32", compute_dtype="float32")
     x = g.tensor("x", dims=(2, 8, 6, 6), layout="NHWC")
     w = g.tensor("w", dims=(8, 8, 3, 3), layout="NHWC")
     b = g.tensor("b", dims=(1, 8, 1, 1))
     biased = g.pointwise("add", x, b, name="bias")
-    s = g.conv_fprop(biased, w, padding=(1, 1), name="conv")  # float32 io: no GPU conv builder takes it
+    s = g.conv_fprop(biased, w, padding=(1, 1), name="conv", compute_dtype="float64")
     y = g.pointwise("gelu_fwd", g.pointwise("mul", s, x, name="scale"), name="act")
     y.set_output(True).set_name("y")
     with pytest.raises(sigdnn.errors.NoPlanError, match="conv"):

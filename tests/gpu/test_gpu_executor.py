@@ -129,8 +129,8 @@ def test_a_gemm_reads_the_callers_weights_through_a_transposed_view(cuda_graphs:
     torch = pytest.importorskip("torch")
     from sigdnn.graph.views import view_layout
 
-    g = sigdnn.Graph("dgrad", io_dtype="bfloat16", compute_dtype="float32")
-    dy, w = g.tensor("dy", (256, 384)), g.tensor("w", (512, 384))
+    g = sigdnn.Graph("dgrad", io_dtype="bfloat16", intermediate_dtype="bfloat16", compute_dtype="float32")
+    dy, w = g.tensor("dy", (256, 384)), g.tensor("w", (512, 384))  # w_t bf16 as w: a float32 w_t is a cast
     g.matmul(dy, view_layout(g, g.transpose(w, (1, 0), name="w_t")), name="mm").set_output(True).set_name("dx")
     ex = sigdnn.Executor("gpu", cuda_graphs=cuda_graphs)
     plan = ex.prepare(g)
