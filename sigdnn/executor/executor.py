@@ -5,14 +5,13 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from sigdnn.errors import ExecutionError, GraphError, NoPlanError, NotSupported, RegistryError, SigdnnError, UsageError
+from sigdnn.errors import ExecutionError, GraphError, NoPlanError, NotSupported, RegistryError, UsageError
 from sigdnn.executor import autotune
 from sigdnn.executor.autotune import Candidate, Tuner, build_node, candidates_of, node_shape, order_claims
 from sigdnn.executor.fallback import FALLBACKS, FallbackBuilder, fallback_builder
@@ -22,7 +21,7 @@ from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
 from sigdnn.executor.plan import ExecutionPlan, Step
 from sigdnn.executor.router import Router, default_router
 from sigdnn.executor.schedule import memory_aware_order
-from sigdnn.executor.variant_pack import resolve_pack
+from sigdnn.executor.stepwise import run_steps
 from sigdnn.executor.views import NO_VIEWS, VIEW, plan_views
 from sigdnn.graph.checks import check_graph, check_reference_cost
 from sigdnn.graph.deserialize import deserialize
@@ -33,7 +32,7 @@ from sigdnn.io.graph_files import read_graph_file
 from sigdnn.registry.contracts import BuildContext, PlanBuilder, RegionContext
 from sigdnn.registry.regions import Dataflow, make_region
 from sigdnn.registry.registry import DEFAULT_REGISTRY, Registry
-from sigdnn.runtime.device import Device, ExecutionContext
+from sigdnn.runtime.device import Device
 from sigdnn.signature_keys import SignatureKey, key_for
 
 BACKENDS = ("reference", "gpu", "gpu-reference")
@@ -444,58 +443,8 @@ class Executor:
         if bound is not None and capture is None and on_step is None:
             result = bound(plan, self.cuda_graphs).run(variant_pack, to_host)
             return self._deliver_as(result, out)
-        graph, memory, tensors = plan.graph, self.memory.session(), plan.tensors
-        pack = resolve_pack(graph, variant_pack, tensors.inputs, tensors.outputs, tensors.names)
-        buffers: dict[int, Any] = {}
-        for uid, obj in pack.items():
-            t, dtype = graph.tensors[uid], tensors.dtypes[uid]
-            if t.value is not None:
-                buffers[uid] = memory.scalar(obj, t, dtype)
-            else:
-                buffers[uid] = memory.accept(obj, t, dtype, writable=uid in tensors.writable)
-        for uid, t, dtype in tensors.others:
-            if uid not in buffers:
-                if t.value is not None:
-                    buffers[uid] = memory.scalar(t.scalar(), t, dtype)
-                elif t.data is not None:
-                    buffers[uid] = memory.accept(t.constant(), t, dtype, writable=False)
-                else:
-                    buffers[uid] = memory.new_output(t, dtype)
-        scratch = self._scratch(plan, memory)
-        buffers.update(scratch[0])
-        for uid, (root, offset) in plan.memory.input_views.items():
-            t = graph.tensors[uid]
-            buffers[uid] = memory.alias(buffers[root], offset, t, graph.dtype_of(t))
-        context = ExecutionContext(self.device, memory.stream, scratch[1])
-        for index, step in enumerate(plan.steps):
-            started = time.perf_counter() if on_step is not None else 0.0
-            try:
-                step.plan.execute({k: buffers[uid] for k, uid in step.bindings.items()}, context)
-            except SigdnnError:
-                raise
-            except Exception as e:
-                raise ExecutionError(f"step '{step.name}' ({step.builder.name}) failed: {type(e).__name__}: {e}") from e
-            if on_step is not None:
-                memory.synchronize()
-                on_step(index, step, time.perf_counter() - started)
-            if capture is not None:
-                for uid in step.writes:
-                    capture[graph.tensors[uid].name] = memory.snapshot(buffers[uid], to_host)
-        result = {name: memory.deliver(buffers[u], to_host) for name, u in zip(tensors.output_names, tensors.outputs)}
-        memory.synchronize()
-        if getattr(memory, "keeps_scratch", False) and not plan.spare_scratch:
-            plan.spare_scratch.append(scratch)
+        result = run_steps(plan, self.memory.session(), self.device, variant_pack, to_host, capture, on_step)
         return self._deliver_as(result, out)
-
-    @staticmethod
-    def _scratch(plan: ExecutionPlan, memory: Any) -> tuple[dict[int, Any], Any]:
-        """A run's arena views (uid -> view) and workspace: the plan's kept set when no other run holds it."""
-        try:
-            return plan.spare_scratch.pop()
-        except IndexError:  # none kept yet, or another thread runs the plan now
-            arena = memory.arena(plan.memory.peak_bytes)
-            views = {uid: memory.view(arena, offset, t, dtype) for uid, offset, t, dtype in plan.arena_tensors}
-            return views, memory.workspace(plan.workspace_bytes)
 
     @staticmethod
     def _deliver_as(result: dict[str, Any], out: str) -> dict[str, Any]:
