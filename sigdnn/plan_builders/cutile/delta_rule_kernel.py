@@ -1,4 +1,4 @@
-"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in two launches, the backward in one.
+"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in two launches, the backward in four.
 
 Within a chunk of ``C`` tokens (rows i, j; b the cumulative log decay from
 the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
@@ -28,8 +28,10 @@ that involve h (and QK) on that serial path. Chunk slot start // C + n
 holds chunk 0 of sequence n (distinct for every chunk of the batch: at most
 T // C + N + 1 slots); a slot's block finds its sequence by binary search
 over ``cu`` on the device (no host-side chunk table, no host sync). The
-backward (one block per sequence and head) recomputes each chunk's T from
-its inputs.
+backward runs the chunk kernel (keeping T), a forward walk saving each
+chunk's start state (``states_source``), a reverse walk saving d(state) at
+each chunk's end (``reverse_source``), then every chunk's gradients at once
+(``gradients_source``).
 """
 
 from __future__ import annotations
@@ -271,6 +273,22 @@ def _wy(s: DeltaRuleShape) -> list[str]:
     ]
 
 
+def _dot_body(s: DeltaRuleShape) -> list[str]:
+    """The products' MMA: TF32 for a 16-bit compute dtype; for float32, three TF32 MMAs of the operands' high and
+    low TF32 parts (a b = ah bh + ah bl + al bh, missing al bl: about 2^-22 of |a b|), since cuTile's float32
+    MMA runs on no tensor core and its code at K = V = 128 swamps the compiler (kda's backward: ptxas past 7 GB
+    and 20 minutes)."""
+    if s.tf32:
+        return ["    return ct.mma(ct.astype(a, ct.tfloat32), ct.astype(b, ct.tfloat32), acc)"]
+    return [
+        "    ah = ct.astype(a, ct.tfloat32)",
+        "    bh = ct.astype(b, ct.tfloat32)",
+        "    al = ct.astype(a - ct.astype(ah, ct.float32), ct.tfloat32)",
+        "    bl = ct.astype(b - ct.astype(bh, ct.float32), ct.tfloat32)",
+        "    return ct.mma(ah, bh, ct.mma(ah, bl, ct.mma(al, bh, acc)))",
+    ]
+
+
 def _module(s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_width: int) -> KernelSource:
     header = [
         f"C = {s.chunk}",
@@ -283,9 +301,7 @@ def _module(s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_
         "",
         "",
         "def dot(a, b, acc):",
-        "    return ct.mma(ct.astype(a, ct.tfloat32), ct.astype(b, ct.tfloat32), acc)"
-        if s.tf32
-        else "    return ct.mma(a, b, acc)",
+        *_dot_body(s),
         "",
         "",
         "@ct.kernel",

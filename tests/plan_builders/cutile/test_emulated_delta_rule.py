@@ -276,8 +276,9 @@ def test_the_backward_is_four_launches_over_chunk_slots_and_sequences() -> None:
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 def test_a_16_bit_compute_dtype_runs_the_chunk_products_as_tf32(kind, backward) -> None:
-    """With a 16-bit compute dtype the products go as TF32, the gate's cumulative sums exact: the kernel text says
-    so, the outputs move off the float32 run's, and validation against the recurrence passes at its tolerance."""
+    """With a 16-bit compute dtype the products go as one TF32 MMA, with float32 as three of the operands' high and
+    low TF32 parts, the gate's cumulative sums exact: the kernel text says so, the outputs move off the float32
+    run's, and validation against the recurrence passes at each compute dtype's tolerance."""
     make = delta_rule_backward_graph if backward else delta_rule_graph
     builder = {"gdn": CutileGdnBwdBuilder if backward else CutileGdnBuilder,
                "kda": CutileKdaBwdBuilder if backward else CutileKdaBuilder}[kind]()  # fmt: skip
@@ -286,7 +287,8 @@ def test_a_16_bit_compute_dtype_runs_the_chunk_products_as_tf32(kind, backward) 
         g, inputs = make(kind, CHUNK_EDGES, kd=16, vd=16)
         g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
         for launch in builder.launches(g.nodes[-1], g)[0]:
-            assert ("ct.astype(a, ct.tfloat32)" in launch.source.text) == (compute != "float32")
+            split = "al = ct.astype(a - ct.astype(ah, ct.float32), ct.tfloat32)" in launch.source.text
+            assert split == (compute == "float32")
             text = launch.source.text.splitlines()
             direct = [line for line in text if "ct.mma(" in line and "ones_below" not in line]
             assert len(direct) == 1  # dot()'s own: every product but the gate's cumulative sums goes through it
