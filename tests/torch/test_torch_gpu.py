@@ -105,8 +105,7 @@ def test_layer_norm_and_conv_on_cuda():
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_delta_rule_and_its_backward_on_cuda(kind, monkeypatch):
     """bf16 q, k, v, beta; float32 gates and state; sequences across the chunk of 64 (1, 63, 64, 65, 300). TF32
-    products (torch's "high" precision): the exact float32 kernels take about 4 minutes to compile
-    (docs/architecture.md), the TF32 ones under one."""
+    products (torch's "high" precision: one TF32 MMA a product, where "highest" takes three, docs/architecture.md)."""
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
     torch.manual_seed(0)
     lengths, heads, dim = (1, 63, 64, 65, 300), 4, 64

@@ -179,7 +179,7 @@ def _slot_setup(s: DeltaRuleShape) -> list[str]:
         *_bounds("n"),
         "chunk = slot - (start // C + n)",
         "mine = ct.where((chunk >= 0) & (chunk < chunks), 1, 0)",
-        *_indices("ct.arange(VP, dtype=ct.int32)"),
+        *_indices("ct.arange(VW, dtype=ct.int32)"),  # all of V in the chunk kernel; the gradients set theirs a block
         "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
         "strict = ct.reshape(steps, (C, 1)) > ct.reshape(steps, (1, C))",
         "zero_cc = ct.full((C, C), 0.0, dtype=ct.float32)",
@@ -240,10 +240,16 @@ def _queries(s: DeltaRuleShape) -> list[str]:
 
 
 def _values() -> list[str]:
-    return [
-        "vt = ct.astype(ct.gather(v, v_at, mask=valid2 & vin2), ct.float32)",
-        "bt = ct.reshape(ct.astype(ct.gather(beta, rows * H + head, mask=valid), ct.float32), (C, 1))",
-    ]
+    return [_value_tile(), _beta()]
+
+
+def _value_tile() -> str:
+    """The chunk's values in the block's VW columns (0 past the sequence and past V)."""
+    return "vt = ct.astype(ct.gather(v, v_at, mask=valid2 & vin2), ct.float32)"
+
+
+def _beta() -> str:
+    return "bt = ct.reshape(ct.astype(ct.gather(beta, rows * H + head, mask=valid), ct.float32), (C, 1))"
 
 
 def _inverse(s: DeltaRuleShape) -> list[str]:
@@ -261,16 +267,6 @@ def _inverse(s: DeltaRuleShape) -> list[str]:
         )
         block *= 2
     return lines
-
-
-def _wy(s: DeltaRuleShape) -> list[str]:
-    """T; kg; e = v - kg h; u = T beta e (the gradients' one-pass form of W and U, e and T kept)."""
-    return [
-        *_inverse(s),
-        "kg = kt * ct.exp(b)",
-        "e = vt - dot(kg, state, zero_cv)",
-        "u = dot(inverse, bt * e, zero_cv)",
-    ]
 
 
 def _dot_body(s: DeltaRuleShape) -> list[str]:
@@ -470,7 +466,7 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
         *_rows(),
         *_queries(s),
         *_keys(s),
-        "bt = ct.reshape(ct.astype(ct.gather(beta, rows * H + head, mask=valid), ct.float32), (C, 1))",
+        _beta(),
         *_decay_to_chunk_end(),
         f"ct.scatter(dsaved, {_state_slot(SEQUENCE_SLOT)}, dstate)",
         _chunk_rows(SEQUENCE_SLOT),
@@ -497,47 +493,78 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
     return _module(s, "delta_rule_reverse", params, body, s.value_width)
 
 
+def _value_gradients(s: DeltaRuleShape) -> list[str]:
+    """One block of VW value columns of the chunk's gradients: its share of every sum over V (dqk, dqg, dkd,
+    dinv, dkg, d(beta)'s, state . dstate) added in, and dv's columns stored. A block at a time, so at most
+    [KP, VW] of the state and of d(state) are live (K = V = 128 held both whole: the compiler spilled)."""
+    state_dot = (
+        "sdd = sdd + ct.reshape(ct.sum(state * dstate, axis=1), (1, KP))"
+        if s.per_channel
+        else "sdd = sdd + ct.reshape(ct.sum(state * dstate), (1, 1))"
+    )
+    return [
+        "vcols2 = ct.reshape(vb * VW + ct.arange(VW, dtype=ct.int32), (1, VW))",
+        "vin2 = vcols2 < V",
+        "v_at = rows2 * (H * V) + head * V + vcols2",
+        _value_tile(),
+        f"state = ct.gather(saved, {_state_slot('slot')})",
+        f"dstate = ct.gather(dsaved, {_state_slot('slot')})",
+        "e = vt - dot(kg, state, zero_cv)",
+        "u = dot(inverse, bt * e, zero_cv)",
+        "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)",
+        "du = dot(ct.transpose(qk), do, dot(carried, dstate, zero_cv))",
+        "dqk = dot(do, ct.transpose(u), dqk)",
+        "dqg = dot(do, ct.transpose(state), dqg)",
+        "dkd = dot(u, ct.transpose(dstate), dkd)",
+        state_dot,
+        "dy = dot(ct.transpose(inverse), du, zero_cv)",
+        "dinv = dot(du, ct.transpose(bt * e), dinv)",
+        "dbeta = dbeta + ct.sum(dy * e, axis=1, keepdims=True)",
+        "de = bt * dy",
+        "dkg = dot(de, ct.transpose(state), dkg)",
+        "ct.scatter(dv, v_at, ct.astype(de, dv.dtype), mask=valid2 & vin2)",
+    ]
+
+
 def gradients_source(s: DeltaRuleShape) -> KernelSource:
     """Each chunk's dq, dk, dv, dg and dbeta at once (a block per chunk slot and head), from its start state and
     its end's d(state) (the walks' ``saved`` and ``dsaved``), the rest recomputed: T too, as tileiras (cuda-tile
-    1.x) fails kda's kernel with T gathered from the chunk kernel's ("Invalid use-def chain in schedule")."""
+    1.x) fails kda's kernel with T gathered from the chunk kernel's ("Invalid use-def chain in schedule"). The
+    products with the state or a value run a block of VW value columns at a time (``_value_gradients``)."""
     gw = s.gate_width
     if s.per_channel:
-        db_last = (
-            "db_last = ct.reshape(ct.sum(state * dstate, axis=1), (1, KP)) * ct.exp(b_last)"
-            " + ct.sum(carried * dkd, axis=0, keepdims=True)"
-        )
+        db_last = "db_last = sdd * ct.exp(b_last) + ct.sum(carried * dkd, axis=0, keepdims=True)"
         db = "db = kg * dkg + qg * dqg - carried * dkd"
+        sdd = "sdd = ct.full((1, KP), 0.0, dtype=ct.float32)"
     else:
-        db_last = (
-            "db_last = ct.reshape(ct.sum(state * dstate), (1, 1)) * ct.exp(b_last)"
-            " + ct.reshape(ct.sum(carried * dkd), (1, 1))"
-        )
+        db_last = "db_last = sdd * ct.exp(b_last) + ct.reshape(ct.sum(carried * dkd), (1, 1))"
         db = "db = ct.sum(kg * dkg + qg * dqg - carried * dkd, axis=1, keepdims=True)"
+        sdd = "sdd = ct.full((1, 1), 0.0, dtype=ct.float32)"
     chunk = [
         *_rows(),
         *_queries(s),
         *_keys(s),
-        *_values(),
+        _beta(),
         *_pair_products(s),
-        f"state = ct.gather(saved, {_state_slot('slot')})",
-        f"dstate = ct.gather(dsaved, {_state_slot('slot')})",
-        *_wy(s),
+        *_inverse(s),
+        "kg = kt * ct.exp(b)",
         *_decay_to_chunk_end(),
-        "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)",
         "qg = qt * ct.exp(b)",
-        "du = dot(ct.transpose(qk), do, dot(carried, dstate, zero_cv))",
-        "dqk = ct.where(lower, dot(do, ct.transpose(u), zero_cc), 0.0)",
-        "dqg = dot(do, ct.transpose(state), zero_ck)",
-        "dkd = dot(u, ct.transpose(dstate), zero_ck)",
+        "dqk = zero_cc",
+        "dinv = zero_cc",
+        "dqg = zero_ck",
+        "dkd = zero_ck",
+        "dkg = zero_ck",
+        "dbeta = ct.full((C, 1), 0.0, dtype=ct.float32)",
+        sdd,
+        "for vb in range(VP // VW):",
+        *("    " + line for line in _value_gradients(s)),
+        "dqk = ct.where(lower, dqk, 0.0)",
+        "dkg = -dkg",
         db_last,
-        "dy = dot(ct.transpose(inverse), du, zero_cv)",
-        "dinv = dot(du, ct.transpose(bt * e), zero_cc)",
         "dm = ct.where(strict, -dot(dot(ct.transpose(inverse), dinv, zero_cc), ct.transpose(inverse), zero_cc), 0.0)",
-        "dbeta = ct.sum(dm * kk, axis=1, keepdims=True) + ct.sum(dy * e, axis=1, keepdims=True)",
+        "dbeta = dbeta + ct.sum(dm * kk, axis=1, keepdims=True)",
         "dkk = dm * bt",
-        "de = bt * dy",
-        "dkg = -dot(de, ct.transpose(state), zero_ck)",
         "dkt = ct.exp(b) * dkg + ct.exp(b_last - b) * dkd",
         "dqt = ct.exp(b) * dqg",
         db,
@@ -547,7 +574,6 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
         *_unnormalized(s),
         "ct.scatter(dq, qk_at, ct.astype(dqr, dq.dtype), mask=valid2 & kin2)",
         "ct.scatter(dk, qk_at, ct.astype(dkr, dk.dtype), mask=valid2 & kin2)",
-        "ct.scatter(dv, v_at, ct.astype(de, dv.dtype), mask=valid2 & vin2)",
         (
             "ct.scatter(dg, qk_at, ct.astype(dg_t, dg.dtype), mask=valid2 & kin2)"
             if s.per_channel
@@ -564,4 +590,4 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
         *("    " + line for line in chunk),
     ]
     params = "q, k, v, g, beta, cu, d_o, saved, dsaved, dq, dk, dv, dg, dbeta_out"
-    return _module(s, "delta_rule_grads", params, body, s.vp)
+    return _module(s, "delta_rule_grads", params, body, s.value_width)

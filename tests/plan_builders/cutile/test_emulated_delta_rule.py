@@ -106,6 +106,40 @@ def test_campaign_cases_with_thousands_of_tokens(kind) -> None:
     assert report.passed, report.table()
 
 
+# Bugs in the gradients kernel's walk over value blocks, which only a V of two blocks or more can show.
+PLANTED_IN_VALUE_BLOCKS = {
+    "a sum over V keeps the last value block's share only": (
+        "dkd = dot(u, ct.transpose(dstate), dkd)",
+        "dkd = dot(u, ct.transpose(dstate), zero_ck)",
+    ),
+    "value blocks one column apart": (
+        "vcols2 = ct.reshape(vb * VW + ct.arange(VW, dtype=ct.int32), (1, VW))",
+        "vcols2 = ct.reshape(vb * (VW - 1) + ct.arange(VW, dtype=ct.int32), (1, VW))",
+    ),
+    "d(beta)'s sum over V restarted each block": (
+        "dbeta = dbeta + ct.sum(dy * e, axis=1, keepdims=True)",
+        "dbeta = ct.sum(dy * e, axis=1, keepdims=True)",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_the_gradients_walk_the_value_columns_a_block_at_a_time(kind, monkeypatch) -> None:
+    """V = 70 pads to 128: the gradients kernel runs two blocks of 64 value columns (the second holding 6), with
+    at most [KP, 64] of the state and of d(state) live; every sum over V adds both blocks' shares and dv's
+    columns land where they belong. Each planted bug of the walk fails validation."""
+    g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130), kd=5, vd=70)
+    builder = (CutileKdaBwdBuilder if kind == "kda" else CutileGdnBwdBuilder)()
+    grads = builder.launches(g.nodes[-1], g)[0][-1].source.text
+    assert "VW = 64" in grads and "VP = 128" in grads and "for vb in range(VP // VW):" in grads
+    assert check(g, inputs, builder.name).passed
+    for bug, (right, wrong) in PLANTED_IN_VALUE_BLOCKS.items():
+        with monkeypatch.context() as patch:
+            plant(patch, "gradients_source", right, wrong)
+            g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130), kd=5, vd=70)
+            assert not check(g, inputs, builder.name).passed, bug
+
+
 PLANTED = {
     "chunk boundary off by one": (
         "last = ct.reshape(steps == C - 1, (C, 1))",
