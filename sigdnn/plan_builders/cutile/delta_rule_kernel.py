@@ -14,10 +14,10 @@ the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
 Every exponent above is <= 0 (pairs i >= j only; b never increases), so no
 decay overflows however strong. For gdn b is one column and the pair
 factors one [C, C] matrix; for kda they are summed channel by channel.
-T comes from doubling its diagonal blocks' inverses (1 x 1 to 64 x 64),
-twelve products for C = 64. Rows past the sequence's end read 0 (g = 0,
-beta = 0, k = 0), so they leave the state and the other rows unchanged and
-are not stored.
+T comes from recursion on halves (16 x 16 diagonal blocks inverted by
+doubling, then joined up to 64 x 64: ``_inverse``). Rows past the
+sequence's end read 0 (g = 0, beta = 0, k = 0), so they leave the state and
+the other rows unchanged and are not stored.
 
 The forward splits what needs no state from what does, as
 flash-linear-attention's chunked kernels do: ``chunks_source`` (grid: chunk
@@ -252,21 +252,52 @@ def _beta() -> str:
     return "bt = ct.reshape(ct.astype(ct.gather(beta, rows * H + head, mask=valid), ct.float32), (C, 1))"
 
 
+BASE = 16  # the diagonal blocks T's recursion inverts by doubling: ct.mma's smallest tile
+
+
+def _zeros(size: int) -> str:
+    return f"z{size} = ct.full(({size}, {size}), 0.0, dtype=ct.float32)"
+
+
 def _inverse(s: DeltaRuleShape) -> list[str]:
-    """T = (I + M)^-1, M = diag(beta) KK (strictly lower), by doubling its diagonal blocks: D_1 = I inverts the
-    1 x 1 blocks, and D_2b = D_b - D_b (M on the 2b blocks' lower-left b x b blocks) D_b the 2b x 2b ones
-    ([[A, 0], [L, B]]^-1 = [[A^-1, 0], [-B^-1 L A^-1, B^-1]]), two products a level. Every D_b is a true inverse,
-    whose entries the delta rule bounds; the nilpotent series prod (I + (-M)^(2^j)) formed powers whose entries
-    grow as C choose 2^j with correlated keys, and float32 cancelled them (K = 1: outputs 10^4 off)."""
-    lines = ["m = kk * bt", "inverse = eye"]
-    block = 1
-    while block < s.chunk:
-        lower_left = f"(si // {2 * block} == sj // {2 * block}) & (si // {block} > sj // {block})"
-        lines.append(
-            f"inverse = inverse - dot(dot(inverse, ct.where({lower_left}, m, 0.0), zero_cc), inverse, zero_cc)"
-        )
-        block *= 2
-    return lines
+    """T = (I + M)^-1, M = diag(beta) KK (strictly lower), by recursion on halves: [[A, 0], [L, B]]^-1 =
+    [[A^-1, 0], [-B^-1 L A^-1, B^-1]]. Each 16 x 16 diagonal block's inverse by doubling within it (D_1 = I,
+    D_2b = D_b - D_b (M on the lower-left b x b blocks of the 2b blocks) D_b), then the halves joined up to C:
+    about 1/15 of the multiply-adds of doubling on whole C x C tiles (twelve products at C = 64), and a chain of
+    small products where that was twelve dependent large ones. Every block is a true inverse, whose entries the
+    delta rule bounds; the nilpotent series prod (I + (-M)^(2^j)) formed powers whose entries grow as C choose
+    2^j with correlated keys, and float32 cancelled them (K = 1: outputs 10^4 off)."""
+    lines = [
+        "m = kk * bt",
+        f"bi = ct.reshape(ct.arange({BASE}, dtype=ct.int32), ({BASE}, 1))",
+        f"bj = ct.reshape(ct.arange({BASE}, dtype=ct.int32), (1, {BASE}))",
+        _zeros(BASE),
+    ]
+    names = []
+    for i in range(s.chunk // BASE):
+        t = f"t{BASE}_{i}"
+        lines += [f"mb = ct.extract(m, ({i}, {i}), ({BASE}, {BASE}))", f"{t} = ct.where(bi == bj, 1.0, 0.0)"]
+        block = 1
+        while block < BASE:
+            lower_left = f"(bi // {2 * block} == bj // {2 * block}) & (bi // {block} > bj // {block})"
+            lines.append(f"{t} = {t} - dot(dot({t}, ct.where({lower_left}, mb, 0.0), z{BASE}), {t}, z{BASE})")
+            block *= 2
+        names.append(t)
+    size = BASE
+    while len(names) > 1:
+        if size > BASE:
+            lines.append(_zeros(size))
+        joined = []
+        for p in range(len(names) // 2):
+            a, b, t = names[2 * p], names[2 * p + 1], f"t{2 * size}_{p}"
+            lower_left = f"ct.extract(m, ({2 * p + 1}, {2 * p}), ({size}, {size}))"
+            lines += [
+                f"below = -dot(dot({b}, {lower_left}, z{size}), {a}, z{size})",
+                f"{t} = ct.cat((ct.cat(({a}, z{size}), 1), ct.cat((below, {b}), 1)), 0)",
+            ]
+            joined.append(t)
+        names, size = joined, 2 * size
+    return [*lines, f"inverse = {names[0]}"]
 
 
 def _dot_body(s: DeltaRuleShape) -> list[str]:
@@ -340,17 +371,11 @@ def chunks_source(s: DeltaRuleShape, *, keep_inverse: bool) -> KernelSource:
     ]
     body = [
         *_slot_setup(s),
-        *_identity(),
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
     params = "q, k, v, g, beta, cu, w_work, u_work, qk_work" + (", t_work" if keep_inverse else "")
     return _module(s, "delta_rule_chunks", params, body, s.vp)
-
-
-def _identity() -> list[str]:
-    """The row and column index tiles and the identity that ``_inverse`` takes."""
-    return ["si = ct.reshape(steps, (C, 1))", "sj = ct.reshape(steps, (1, C))", "eye = ct.where(si == sj, 1.0, 0.0)"]
 
 
 def _chunk_rows(slot: str) -> str:
@@ -583,7 +608,6 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
     ]
     body = [
         *_slot_setup(s),
-        *_identity(),
         "last = ct.reshape(steps == C - 1, (C, 1))",
         *(["zero_c1 = ct.full((C, 1), 0.0, dtype=ct.float32)"] if s.per_channel else []),
         "for _ in range(mine):",

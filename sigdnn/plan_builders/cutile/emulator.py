@@ -345,6 +345,15 @@ def extract(x: Any, index: Sequence[int], shape: Sequence[int]) -> np.ndarray:
     return x[tuple(slice(i * s, (i + 1) * s) for i, s in zip(index, shape, strict=True))].copy()
 
 
+def cat(tiles: Sequence[Any], axis: int) -> np.ndarray:
+    """Two tiles of one shape joined along ``axis`` (cuTile takes a pair of equal shapes: tile extents are powers
+    of two)."""
+    arrays = [np.asarray(t) for t in tiles]
+    if len(arrays) != 2 or arrays[0].shape != arrays[1].shape or arrays[0].dtype != arrays[1].dtype:
+        raise ValueError(f"cat: a pair of one shape and dtype, got {[(a.shape, str(a.dtype)) for a in arrays]}")
+    return np.concatenate(arrays, axis=axis)
+
+
 def reshape(x: Any, shape: Sequence[int]) -> np.ndarray:
     return np.reshape(np.asarray(x), tuple(shape))
 

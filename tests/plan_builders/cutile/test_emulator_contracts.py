@@ -1,6 +1,7 @@
 """The emulator against cuTile's documented contracts: ``extract`` (the tile cut into a grid of ``shape``
-subtiles, ``index`` naming one subtile, not an element), power-of-two tile extents, and launch arguments
-(arrays and numbers, never None). A kernel text the GPU would refuse fails on the CPU too."""
+subtiles, ``index`` naming one subtile, not an element), ``cat`` (a pair of one shape), power-of-two tile
+extents, and launch arguments (arrays and numbers, never None). A kernel text the GPU would refuse fails on the
+CPU too."""
 
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ def test_extract_of_a_column_and_a_row_is_a_rank_one_factor() -> None:
 def test_extract_refuses_a_subtile_outside_or_a_shape_that_does_not_divide(tile, index, shape) -> None:
     with pytest.raises(ValueError, match="extract: no subtile"):
         ct.extract(np.zeros(tile), index, shape)
+
+
+def test_cat_joins_a_pair_of_one_shape_along_an_axis() -> None:
+    a, b = np.arange(4.0).reshape(2, 2), np.arange(4.0, 8.0).reshape(2, 2)
+    np.testing.assert_array_equal(ct.cat((a, b), 0), [[0, 1], [2, 3], [4, 5], [6, 7]])
+    np.testing.assert_array_equal(ct.cat((a, b), 1), [[0, 1, 4, 5], [2, 3, 6, 7]])
+    for pair in ((a, b[:1]), (a, b.astype(np.float32)), (a, b, a)):
+        with pytest.raises(ValueError, match="cat: a pair of one shape"):
+            ct.cat(pair, 0)
 
 
 @pytest.mark.parametrize("make", [lambda: ct.full((3, 4), 0.0, np.float32), lambda: ct.arange(6, dtype=np.int32),
