@@ -26,6 +26,31 @@ from typing import Any
 
 import numpy as np
 
+from sigdnn.plan_builders.cutile.emulator_math import (  # noqa: F401 (ct.exp ... for the kernels)
+    RoundingMode,
+    abs,
+    ceil,
+    cos,
+    exact_fma,
+    exp,
+    exp2,
+    floor,
+    isnan,
+    log,
+    maximum,
+    minimum,
+    mod,
+    pow,
+    quiet,
+    rsqrt,
+    sin,
+    sqrt,
+    tan,
+    tanh,
+    truediv,
+    where,
+)
+
 float16, float32, float64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 int8, int16, int32, int64 = np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64)
 _ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")  # ct.bfloat16 ...: ml_dtypes' types, imported on use
@@ -145,14 +170,10 @@ def static_iter(it: Any) -> Any:
     return it
 
 
-def _errstate() -> Any:
-    return np.errstate(all="ignore")
-
-
 def _to_dtype(x: Any, dtype: np.dtype) -> np.ndarray:
     x = np.asarray(x)
     dtype = np.dtype(dtype)
-    with _errstate():
+    with quiet():
         if dtype.kind in "iu" and x.dtype.kind == "f":
             # cvt saturates to a 32- or 64-bit integer (NaN -> 0); a narrower type keeps the low bits
             wide = np.dtype(dtype if dtype.itemsize >= 4 else np.int32)
@@ -362,7 +383,7 @@ def _reduce(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     def apply(x: Any, axis: Any = None, *, keepdims: bool = False, **kw: Any) -> np.ndarray:
         x = np.asarray(x)
         axis = tuple(axis) if isinstance(axis, list) else axis
-        with _errstate():
+        with quiet():
             return np.asarray(fn(x, axis, keepdims, **kw)).astype(x.dtype)
 
     return apply
@@ -389,7 +410,7 @@ def reduce(x: Any, axis: int, func: Callable[..., Any], identity: Any, *, keepdi
     shape = np.broadcast_shapes(*(t.shape for t in tiles))
     parts = [np.broadcast_to(t, shape) for t in tiles]
     ids = (identity,) if single else tuple(identity)
-    with _errstate():
+    with quiet():
         while parts[0].shape[axis] > 1:
             n = parts[0].shape[axis]
             if n % 2:  # pad with the identity to an even length
@@ -417,93 +438,3 @@ def mma(a: Any, b: Any, acc: Any) -> np.ndarray:
         raise TypeError(f"mma operands {a.dtype} x {b.dtype}: expected one float dtype")
     exact = np.matmul(a.astype(np.float64), b.astype(np.float64)) + acc.astype(np.float64)
     return exact.astype(acc.dtype)
-
-
-def _unary(fn: Callable[[np.ndarray], np.ndarray], floats_only: bool = True) -> Callable[..., np.ndarray]:
-    def apply(x: Any, **_: Any) -> np.ndarray:
-        x = np.asarray(x)
-        if floats_only and x.dtype.kind in "iub":
-            raise TypeError("integer inputs are not supported by cuTile's float math (floor, ceil, exp, ...)")
-        with _errstate():
-            return fn(x)
-
-    return apply
-
-
-def _rounded(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
-    """``fn`` in float64, rounded to the input's dtype: within an ulp, like the GPU's (NumPy's float32 exp is not)."""
-    return lambda x: fn(x.astype(np.float64)).astype(x.dtype) if x.dtype == np.float32 else fn(x)
-
-
-exp = _unary(_rounded(np.exp))
-
-
-def exp2(x: Any, *, flush_to_zero: bool = False) -> np.ndarray:
-    """2^x within an ulp (MUFU.EX2's 2 ulps are the accuracy check's to model); ``flush_to_zero`` flushes
-    subnormal results to 0 as ex2.approx.ftz does (subnormal inputs are too close to 0 to matter)."""
-    with _errstate():
-        r = _rounded(np.exp2)(np.asarray(x))
-    if flush_to_zero and r.dtype == np.float32:
-        r = np.where(np.abs(r) < np.finfo(np.float32).tiny, np.float32(0.0), r)
-    return r
-
-
-log = _unary(_rounded(np.log))
-sin = _unary(_rounded(np.sin))
-cos = _unary(_rounded(np.cos))
-tan = _unary(_rounded(np.tan))
-tanh = _unary(_rounded(np.tanh))
-sqrt = _unary(np.sqrt)
-rsqrt = _unary(_rounded(lambda x: 1.0 / np.sqrt(x)))
-floor = _unary(np.floor)
-ceil = _unary(np.ceil)
-abs = _unary(np.abs, floats_only=False)
-isnan = _unary(np.isnan)
-
-
-class RoundingMode:
-    APPROX = "approx"
-    FULL = "full"
-
-
-def truediv(x: Any, y: Any, **_: Any) -> np.ndarray:
-    with _errstate():
-        return np.true_divide(x, y)
-
-
-def pow(x: Any, y: Any) -> np.ndarray:
-    if np.result_type(x, y).kind in "iub":
-        raise TypeError("pow: integer inputs are not supported (cuTile)")
-    with _errstate():
-        return np.power(np.asarray(x, np.float64), y).astype(np.result_type(x, y))
-
-
-def mod(x: Any, y: Any) -> np.ndarray:
-    with _errstate():
-        return np.mod(x, y)
-
-
-def where(cond: Any, x: Any, y: Any) -> np.ndarray:
-    """Python scalars take the other operand's dtype (cuTile's loosely typed constants); two give float32."""
-    if isinstance(x, float) and isinstance(y, float):
-        return np.where(cond, np.float32(x), np.float32(y))
-    return np.where(cond, x, y)
-
-
-def maximum(x: Any, y: Any, *, propagate_nan: bool = False, **_: Any) -> np.ndarray:
-    """Like cuTile's: a NaN operand gives the other operand unless ``propagate_nan``."""
-    return np.maximum(x, y) if propagate_nan else np.fmax(x, y)
-
-
-def minimum(x: Any, y: Any, *, propagate_nan: bool = False, **_: Any) -> np.ndarray:
-    return np.minimum(x, y) if propagate_nan else np.fmin(x, y)
-
-
-def exact_fma(a: Any, b: Any, c: Any) -> np.ndarray:
-    """a * b + c rounded once, as the GPU's FMA does (float32 operands: the float64 product is exact)."""
-    a, b, c = (np.asarray(v) for v in (a, b, c))
-    dtype = np.result_type(a, b, c)
-    if dtype != np.float32:
-        return a * b + c
-    with _errstate():
-        return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float32)
