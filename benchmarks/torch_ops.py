@@ -88,9 +88,8 @@ def main() -> None:
     verdict = "met" if worst <= TARGET else "not met"
     if args.device == "cuda":
         torch.cuda.synchronize()
-    print(
-        f"worst ratio {worst:.2f}x (target <= {TARGET}x: {verdict}); {'gpu' if args.device == 'cuda' else 'reference'} backend"
-    )
+    backend = "gpu" if args.device == "cuda" else "reference"
+    print(f"worst ratio {worst:.2f}x (target <= {TARGET}x: {verdict}); {backend} backend")
 
 
 if __name__ == "__main__":

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-import sigdnn  # noqa: E402
 import sigdnn.torch as st  # noqa: E402
-from sigdnn.accuracy.step_reference import step_judge  # noqa: E402
-from sigdnn.dtypes import DataType  # noqa: E402
+from sigdnn.executor.autotune import reference_check  # noqa: E402
+from sigdnn.executor.host_arrays import from_torch  # noqa: E402
 from sigdnn.torch.cache import _CACHE, CachedGraph  # noqa: E402
 from sigdnn.validation import compare, output_tolerance  # noqa: E402
 
@@ -37,9 +36,8 @@ def judged(op: str, got: torch.Tensor, want: torch.Tensor, index: int) -> None:
 
 
 def host(t: torch.Tensor) -> np.ndarray:
-    """A torch tensor as the NumPy array sigdnn takes (bfloat16 through its bits)."""
-    t = t.detach().cpu()
-    return t.view(torch.int16).numpy().view(DataType.BFLOAT16.numpy) if t.dtype == torch.bfloat16 else t.numpy()
+    """A copy of a CUDA tensor on the host, as the NumPy array sigdnn takes (bfloat16 included)."""
+    return from_torch(t.detach().cpu(), "a recorded tensor")
 
 
 @pytest.fixture
@@ -63,9 +61,8 @@ def judged_step(calls: dict[str, tuple], op: str) -> None:
     """The latest CUDA call of ``op`` against the reference fed its very inputs, with validation's step tolerances
     (attention's gradients may take their products from operands rounded to q's dtype: a normwise allowance)."""
     graph, inputs, outputs = calls[op]
-    reference = sigdnn.Executor("reference", fusion=False).prepare(graph)
-    judge = step_judge(graph, graph.nodes, [t.uid for t in graph.outputs],
-                       {t.name: a for t, a in zip(graph.inputs, inputs)}, {s.node.name: s for s in reference.steps})  # fmt: skip
+    judge = reference_check(graph, graph.nodes, [t.uid for t in graph.outputs],
+                            {t.name: a for t, a in zip(graph.inputs, inputs)})  # fmt: skip
     verdict = judge({t.name: a for t, a in zip(graph.outputs, outputs)})
     assert verdict is None, f"{op}: {verdict}"
 

@@ -194,7 +194,7 @@ def _rows() -> list[str]:
         "rows2 = ct.reshape(rows, (C, 1))",
         "valid2 = ct.reshape(valid, (C, 1))",
         "qk_at = rows2 * (H * K) + head * K + kcols2",
-        "v_at = rows2 * (H * V) + head * V + vcols2",
+        VALUE_AT,
     ]
 
 
@@ -241,6 +241,10 @@ def _queries(s: DeltaRuleShape) -> list[str]:
 
 def _values() -> list[str]:
     return [_value_tile(), _beta()]
+
+
+VALUE_AT = "v_at = rows2 * (H * V) + head * V + vcols2"  # the flat positions of the rows' values in the VW columns
+OUTPUT_GRADIENT = "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)"  # dO in those columns
 
 
 def _value_tile() -> str:
@@ -495,7 +499,7 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
         *_decay_to_chunk_end(),
         f"ct.scatter(dsaved, {_state_slot(SEQUENCE_SLOT)}, dstate)",
         _chunk_rows(SEQUENCE_SLOT),
-        "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)",
+        OUTPUT_GRADIENT,
         "qk = ct.gather(qk_work, at * C + ccols2)",
         "du = dot(ct.transpose(qk), do, dot(carried, dstate, zero_cv))",
         "de = bt * dot(ct.transpose(ct.gather(t_work, at * C + ccols2)), du, zero_cv)",
@@ -530,13 +534,13 @@ def _value_gradients(s: DeltaRuleShape) -> list[str]:
     return [
         "vcols2 = ct.reshape(vb * VW + ct.arange(VW, dtype=ct.int32), (1, VW))",
         "vin2 = vcols2 < V",
-        "v_at = rows2 * (H * V) + head * V + vcols2",
+        VALUE_AT,
         _value_tile(),
         f"state = ct.gather(saved, {_state_slot('slot')})",
         f"dstate = ct.gather(dsaved, {_state_slot('slot')})",
         "e = vt - dot(kg, state, zero_cv)",
         "u = dot(inverse, bt * e, zero_cv)",
-        "do = ct.astype(ct.gather(d_o, v_at, mask=valid2 & vin2), ct.float32)",
+        OUTPUT_GRADIENT,
         "du = dot(ct.transpose(qk), do, dot(carried, dstate, zero_cv))",
         "dqk = dot(do, ct.transpose(u), dqk)",
         "dqg = dot(do, ct.transpose(state), dqg)",
