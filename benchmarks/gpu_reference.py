@@ -143,7 +143,7 @@ def validate_models(batch: int, seq: int, cpu_truth: bool) -> list[str]:
             started = time.perf_counter()
             report = sigdnn.validate(graph, executor=sigdnn.Executor("gpu", fallback="reference"), truth=truth[:3])
             lines.append(f"| {label} | {truth} | {time.perf_counter() - started:.1f} | {report.verdict} |")
-            print(lines[-1], flush=True)
+            print("\n".join([lines[-1], *report.details()]), flush=True)  # a failure names its tensors
     return lines
 
 
