@@ -14,6 +14,7 @@ Run: PYTHONPATH=. python benchmarks/torch_ops.py [--calls 400] [--batches 15] [-
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 import statistics
 import time
@@ -64,12 +65,12 @@ def main() -> None:
     parser.add_argument("--clock", default="process", choices=tuple(CLOCKS),
                         help="process CPU time (default; on a GPU machine it also counts the driver's threads) or wall time")  # fmt: skip
     args = parser.parse_args()
-    torch.manual_seed(0)
-    torch.set_default_device(args.device)
-    x, w, b = torch.randn(8, 64), torch.randn(64), torch.randn(64)
-    q, k, v = (torch.randn(1, 2, 16, 16) for _ in range(3))
-    lq, lk, lv = (torch.randn(16, 2, 16) for _ in range(3))
-    gate, beta, cu = -torch.rand(16, 2), torch.rand(16, 2), torch.tensor([0, 8, 16], dtype=torch.int32)
+    torch.manual_seed(0)  # tensors made on the device, not by torch.set_default_device: its mode taxes each torch call
+    randn, rand = (functools.partial(draw, device=args.device) for draw in (torch.randn, torch.rand))
+    x, w, b = randn(8, 64), randn(64), randn(64)
+    q, k, v = (randn(1, 2, 16, 16) for _ in range(3))
+    lq, lk, lv = (randn(16, 2, 16) for _ in range(3))
+    gate, beta, cu = -rand(16, 2), rand(16, 2), torch.tensor([0, 8, 16], dtype=torch.int32, device=args.device)
     cached_inputs.update(layer_norm=[x, w, b], sdpa=[q, k, v], gdn=[lq, lk, lv, gate, beta, cu])
     gdn = torch.ops.sigdnn.gdn
     rows = {
