@@ -20,8 +20,9 @@ OverflowError); and a store or scatter refuses a float32 tile for a 16- or
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,7 @@ tfloat32 = "tfloat32"  # float32 storage rounded to TF32's 10-bit mantissa (``as
 
 _BID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("bid", default=(0, 0, 0))
 _GRID: contextvars.ContextVar[tuple[int, int, int]] = contextvars.ContextVar("grid", default=(1, 1, 1))
+_REVERSED: contextvars.ContextVar[bool] = contextvars.ContextVar("reversed_blocks", default=False)
 
 
 class _ConstantAnnotation:
@@ -151,10 +153,22 @@ def launch(stream: Any, grid: Sequence[int], k: Kernel, args: Sequence[Any]) -> 
         _GRID.reset(grid_token)
 
 
+@contextlib.contextmanager
+def reversed_blocks() -> Iterator[None]:
+    """Every launch inside runs its blocks last to first. Blocks are independent, so both orders are valid
+    schedules; a kernel whose blocks write each other's elements (a race on a GPU) differs between them."""
+    token = _REVERSED.set(True)
+    try:
+        yield
+    finally:
+        _REVERSED.reset(token)
+
+
 def _run_blocks(k: Kernel, args: Sequence[Any], gx: int, gy: int, gz: int) -> None:
-    for z in range(gz):
-        for y in range(gy):
-            for x in range(gx):
+    order = reversed if _REVERSED.get() else iter
+    for z in order(range(gz)):
+        for y in order(range(gy)):
+            for x in order(range(gx)):
                 token = _BID.set((x, y, z))
                 try:
                     k.fn(*args)

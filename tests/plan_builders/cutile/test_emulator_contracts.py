@@ -72,3 +72,17 @@ def test_a_launch_fills_a_short_grid_with_ones_and_forgets_it_afterwards() -> No
     assert seen == [(0, 0, 0, 1, 1), (1, 0, 0, 1, 1), (2, 0, 0, 1, 1)]
     ct.launch(None, (1, 2, 2), kernel, (np.zeros(1),))
     assert ct.num_blocks(0) == ct.num_blocks(1) == ct.num_blocks(2) == 1
+
+
+def test_reversed_blocks_run_every_block_once_last_to_first_and_only_inside() -> None:
+    """Both orders are valid schedules of independent blocks: the reversed one visits the same blocks, z then y
+    then x from the highest, and the default order comes back when the context ends."""
+    seen = []
+    kernel = ct.kernel(lambda out: seen.append((ct.bid(0), ct.bid(1), ct.bid(2))))
+    forward = [(x, y, z) for z in range(2) for y in range(3) for x in range(2)]
+    with ct.reversed_blocks():
+        ct.launch(None, (2, 3, 2), kernel, (np.zeros(1),))
+    assert seen == forward[::-1]
+    seen.clear()
+    ct.launch(None, (2, 3, 2), kernel, (np.zeros(1),))
+    assert seen == forward
