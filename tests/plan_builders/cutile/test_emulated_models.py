@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import pytest
 from emulated import emulated_executor, make_available
 
 import sigdnn
-from sigdnn.models import llama_layer, resnet50_training
+from sigdnn.models import initialized_inputs, llama_layer, resnet50_training
 from sigdnn.plan_builders.cutile import matmul as cutile_matmul
 
 
@@ -26,28 +25,13 @@ def _available(monkeypatch):
     monkeypatch.setattr(cutile_matmul, "unavailable_reason", lambda: None)
 
 
-def scaled_inputs(g: sigdnn.Graph) -> dict[str, np.ndarray]:
-    """Weights scaled by 1/sqrt(fan-in) (a conv's [K, C, R, S]: C R S; a linear layer's [in, out]: in) and norm
-    scales near 1, so activations stay in range through the depth, as a model's initialization keeps them."""
-    rng = np.random.default_rng(0)
-    inputs = {}
-    for t in g.inputs:
-        conv, linear = t.name.endswith(".w"), t.name.startswith("w") and t.rank == 2
-        fan_in = int(np.prod(t.dims[1:])) if conv else t.dims[0] if linear else 1
-        values = rng.standard_normal(t.dims) / np.sqrt(fan_in)
-        if "scale" in t.name or "norm" in t.name:
-            values = 1.0 + 0.1 * values
-        inputs[t.name] = values.astype(g.dtype_of(t).numpy)
-    return inputs
-
-
 def strict_and_valid(g: sigdnn.Graph, must_use: set[str]) -> None:
     executor = emulated_executor()
     plan = executor.prepare(g)  # strict: NoPlanError on a node no GPU builder takes
     used = Counter(s.builder.name for s in plan.steps)
     assert all(b.startswith("cutile.") or b == "view" for b in used), used
     assert must_use <= set(used), used
-    report = sigdnn.validate(g, scaled_inputs(g), executor=executor, truth="cpu")
+    report = sigdnn.validate(g, initialized_inputs(g), executor=executor, truth="cpu")
     assert report.passed, report.table()
 
 
