@@ -187,13 +187,13 @@ def test_the_static_reader_sees_imports_inside_functions_and_dynamic_ones(tmp_pa
     module.write_text(
         "import importlib\n"
         "def f():\n"
-        "    from sigdnn.validation.validate import validate\n"
+        "    from sigdnn.validation.checks import validate\n"
         "    import sigdnn.executor\n"
         "    return importlib.import_module(f'sigdnn.importers.{f}')\n"
         "from . import sibling\n"
     )
     found = sorted(imports("sigdnn.graph.probe", module))
-    assert ("sigdnn.validation.validate", 3) in found and ("sigdnn.validation.validate.validate", 3) in found
+    assert ("sigdnn.validation.checks", 3) in found and ("sigdnn.validation.checks.validate", 3) in found
     assert ("sigdnn.executor", 4) in found and ("sigdnn.importers", 5) in found
     assert ("sigdnn.graph.sibling", 6) in found
 

@@ -1,7 +1,16 @@
-"""Random inputs for a graph: reproducible, typed, and never all zeros."""
+"""Random inputs for a graph: reproducible, typed, and never all zeros; an op's draw and a model's.
+
+``random_inputs`` draws what a typical op sees (floats in [-2, 2)). Through a model's layers at full width
+that grows the activations by about the square root of each layer's fan-in: a Llama layer at d 4096 reaches
+attention logits in the tens of thousands (a one-hot softmax, whose backward cancels), which no initialized or
+trained model shows. ``initialized_inputs`` draws each weight N(0, 1 / fan-in) and each norm scale
+1 + N(0, 0.01), as an initialization keeps activations near unit scale through the depth, and keeps
+``random_inputs``' draw for every other input.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Set
 
 import attrs
@@ -9,6 +18,7 @@ import numpy as np
 
 from sigdnn.dtypes import DataType, round_to
 from sigdnn.graph.graph import Graph
+from sigdnn.graph.tensor import Tensor
 
 
 def random_array(rng: np.random.Generator, dims: tuple[int, ...], dtype: DataType) -> np.ndarray:
@@ -34,4 +44,29 @@ def random_inputs(graph: Graph, seed: int = 0, skip: Set[str] = frozenset()) -> 
         for port, value in node.op.random_inputs(resolved, rng).items():
             if tensors[port].name in inputs:
                 inputs[tensors[port].name] = value
+    return inputs
+
+
+def is_weight(t: Tensor) -> bool:
+    """A layer's weight by sigdnn.models' names (``*.w``, ``w*``) or torch's and ONNX's (``*.weight``)."""
+    return t.rank >= 2 and (t.name.endswith((".w", ".weight")) or t.name.startswith("w"))
+
+
+def fan_in(t: Tensor) -> int:
+    """The inputs each output of the weight's layer sums: a linear [in, out] its in, a conv [K, C, *R] C R."""
+    return t.dims[0] if t.rank == 2 else math.prod(t.dims[1:])
+
+
+def initialized_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """``random_inputs`` with weights and norm scales (``*.scale``) at a model's initialization scale."""
+    inputs = random_inputs(graph, seed)
+    rng = np.random.default_rng((seed, 1))
+    for t in graph.inputs:
+        if is_weight(t):
+            values = rng.standard_normal(t.dims) / math.sqrt(fan_in(t))
+        elif t.name.endswith(".scale"):
+            values = 1.0 + 0.1 * rng.standard_normal(t.dims)
+        else:
+            continue
+        inputs[t.name] = round_to(values, graph.dtype_of(t))
     return inputs

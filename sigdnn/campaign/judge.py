@@ -24,8 +24,8 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.signature_keys import key_for
 from sigdnn.validation import random_inputs, validate
+from sigdnn.validation.checks import bookkeeping, truth_spread
 from sigdnn.validation.truth import truth_executor
-from sigdnn.validation.validate import bookkeeping, truth_spread
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 

@@ -12,14 +12,14 @@ strides allow (``sigdnn.graph.views``), so the executor runs no step for it.
   batchnorm folded into conv biases, and one training step's forward and
   backward from a given loss gradient;
 - ``llama_layer``: a Llama-style decoder layer, forward or forward + backward;
-- ``vit``: ViT-B/16 (any size) forward;
-- ``initialized_inputs``: inputs at a model's scale (weights N(0, 1 / fan-in)), for validating these graphs at
-  full width, where validation's own draw grows activations layer by layer.
+- ``vit``: ViT-B/16 (any size) forward.
+
+To validate them at full width, draw their inputs with ``sigdnn.validation.initialized_inputs`` (weights at
+a model's initialization scale): validation's own draw grows activations layer by layer.
 """
 
-from sigdnn.models.initialization import initialized_inputs
 from sigdnn.models.llama import llama_layer
 from sigdnn.models.resnet50 import resnet50, resnet50_training
 from sigdnn.models.vit import vit
 
-__all__ = ["initialized_inputs", "llama_layer", "resnet50", "resnet50_training", "vit"]
+__all__ = ["llama_layer", "resnet50", "resnet50_training", "vit"]

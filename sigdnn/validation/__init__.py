@@ -11,10 +11,11 @@ _EXPORTS = {
     "compare": "sigdnn.accuracy.compare",
     "random_array": "sigdnn.accuracy.inputs",
     "random_inputs": "sigdnn.accuracy.inputs",
+    "initialized_inputs": "sigdnn.accuracy.inputs",
     "Tolerance": "sigdnn.accuracy.tolerances",
     "node_tolerance": "sigdnn.accuracy.tolerances",
     "output_tolerance": "sigdnn.accuracy.tolerances",
-    **dict.fromkeys(("NodeCheck", "ValidationReport", "compare_steps", "validate"), "sigdnn.validation.validate"),
+    **dict.fromkeys(("NodeCheck", "ValidationReport", "compare_steps", "validate"), "sigdnn.validation.checks"),
 }
 
 
@@ -35,9 +36,9 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from sigdnn.accuracy.compare import Comparison, compare
-    from sigdnn.accuracy.inputs import random_array, random_inputs
+    from sigdnn.accuracy.inputs import initialized_inputs, random_array, random_inputs
     from sigdnn.accuracy.tolerances import Tolerance, node_tolerance, output_tolerance
-    from sigdnn.validation.validate import NodeCheck, ValidationReport, compare_steps, validate
+    from sigdnn.validation.checks import NodeCheck, ValidationReport, compare_steps, validate
 
 __all__ = [
     "Comparison",
@@ -46,6 +47,7 @@ __all__ = [
     "ValidationReport",
     "compare",
     "compare_steps",
+    "initialized_inputs",
     "node_tolerance",
     "output_tolerance",
     "random_array",

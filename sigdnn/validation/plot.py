@@ -19,7 +19,7 @@ import numpy as np
 from sigdnn.accuracy.compare import Errors
 from sigdnn.errors import UsageError
 from sigdnn.io.files import write_file
-from sigdnn.validation.validate import NodeCheck, ValidationReport
+from sigdnn.validation.checks import NodeCheck, ValidationReport
 
 MAX_POINTS = 20_000  # a scatter of more points says nothing more and slows the drawing
 

@@ -20,7 +20,7 @@ import json, sys
 from sigdnn.cli import main
 code = main(sys.argv[1:])
 heavy = ("ml_dtypes", "rich.progress", "sigdnn.plan_builders.cutile", "sigdnn.plan_builders.cute", "torch",
-         "statistics", "sigdnn.validation.validate", "sigdnn.accuracy.compare", "sigdnn.schemas.ConvFpropAttributes")
+         "statistics", "sigdnn.validation.checks", "sigdnn.accuracy.compare", "sigdnn.schemas.ConvFpropAttributes")
 print(json.dumps({"code": code, "loaded": sorted(m for m in heavy if m in sys.modules)}), file=sys.stderr)
 """
 

@@ -317,7 +317,7 @@ def test_validation_on_device_arrays_judges_as_the_cpu_truth(monkeypatch: pytest
     """The GPU path end to end (captures on the device, bookkeeping and comparisons there): every step and output
     comparison equals the CPU truth's, passing with the computed tolerances and failing (judged on the host) with
     a tolerance of nothing."""
-    from sigdnn.validation.validate import bookkeeping, validate
+    from sigdnn.validation.checks import bookkeeping, validate
 
     assert isinstance(bookkeeping(device_truth), DeviceArrays)
     make_available(monkeypatch)

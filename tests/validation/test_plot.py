@@ -9,7 +9,7 @@ import sigdnn
 from sigdnn.accuracy.compare import errors, summarize
 from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.validation import plot
-from sigdnn.validation.validate import NodeCheck, ValidationReport
+from sigdnn.validation.checks import NodeCheck, ValidationReport
 
 matplotlib = pytest.importorskip("matplotlib")
 

@@ -14,8 +14,8 @@ import sigdnn
 from sigdnn.accuracy import spread
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.runtime.device import ExecutionContext
+from sigdnn.validation.checks import compare_steps
 from sigdnn.validation.truth import truth_executor
-from sigdnn.validation.validate import compare_steps
 
 
 def graph() -> sigdnn.Graph:

@@ -163,10 +163,10 @@ def test_a_nonlinear_reduction_is_judged_with_a_normwise_accumulation_bound() ->
 
 
 def test_sigdnn_validate_is_the_function_after_its_module_is_imported() -> None:
-    """Importing ``sigdnn.validation.validate`` (the module) binds the package's attribute of that name to it; the
+    """Importing ``sigdnn.validation.checks`` (the module) binds the package's attribute of that name to it; the
     top-level ``sigdnn.validate`` must still be the function (a fresh interpreter: import order matters)."""
     import subprocess
     import sys
 
-    code = "import sigdnn.validation.validate, sigdnn; assert callable(sigdnn.validate), sigdnn.validate"
+    code = "import sigdnn.validation.checks, sigdnn; assert callable(sigdnn.validate), sigdnn.validate"
     subprocess.run([sys.executable, "-c", code], check=True)

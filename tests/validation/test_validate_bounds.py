@@ -19,7 +19,7 @@ import sigdnn
 from sigdnn.accuracy.tolerances import Tolerance
 from sigdnn.registry import Dataflow, FusionBuilder, Region, RegionContext, RegionPlan, Registry, make_region
 from sigdnn.validation import compare, validate
-from sigdnn.validation.validate import NodeCheck, ValidationReport
+from sigdnn.validation.checks import NodeCheck, ValidationReport
 
 K = 64
 

@@ -12,7 +12,7 @@ import sigdnn
 from sigdnn.registry.registry import REFERENCE_ONLY
 from sigdnn.validation import validate
 
-validate_module = importlib.import_module("sigdnn.validation.validate")  # the package's `validate` is the function
+validate_module = importlib.import_module("sigdnn.validation.checks")  # the package's `validate` is the function
 truth_module = importlib.import_module("sigdnn.validation.truth")
 
 

@@ -15,7 +15,8 @@ import pytest
 from emulated import emulated_executor, make_available
 
 import sigdnn
-from sigdnn.models import initialized_inputs, llama_layer, resnet50_training
+from sigdnn.accuracy.inputs import initialized_inputs
+from sigdnn.models import llama_layer, resnet50_training
 from sigdnn.plan_builders.cutile import matmul as cutile_matmul
 
 

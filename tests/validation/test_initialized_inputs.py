@@ -1,4 +1,4 @@
-"""initialized_inputs: weights at N(0, 1 / fan-in), norm scales near 1, every other input validation's own draw,
+"""sigdnn.validation.initialized_inputs: weights at N(0, 1 / fan-in), norm scales near 1, every other input validation's own draw,
 and the point of it: activations through a wide layer stay near unit scale where validation's draw grows them."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 import sigdnn
-from sigdnn.accuracy.inputs import random_inputs
-from sigdnn.models import initialized_inputs, llama_layer, resnet50_training
-from sigdnn.models.initialization import fan_in
+from sigdnn.accuracy.inputs import fan_in, initialized_inputs, random_inputs
+from sigdnn.models import llama_layer, resnet50_training
 
 
 def test_weights_take_one_over_their_fan_in_as_variance() -> None:
