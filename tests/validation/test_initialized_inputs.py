@@ -34,6 +34,7 @@ def test_norm_scales_sit_near_one_and_everything_else_is_validations_draw() -> N
     assert abs(scale.mean() - 1.0) < 0.03 and 0.07 < scale.std() < 0.13
     for name in ("x", "dy"):
         assert np.array_equal(ours[name], theirs[name])
+        assert np.array_equal(initialized_inputs(g)[name], random_inputs(g)[name])  # both default to seed 0
     assert all(ours[t.name].dtype == g.dtype_of(t).numpy and ours[t.name].shape == t.dims for t in g.inputs)
 
 
@@ -46,3 +47,11 @@ def test_activations_stay_near_unit_scale_where_validations_draw_grows_them() ->
     initialized = np.abs(executor.execute(plan, initialized_inputs(g))["y"]).max()
     drawn = np.abs(executor.execute(plan, random_inputs(g))["y"]).max()
     assert initialized < 20 and drawn > 100 * initialized
+
+
+def test_torch_and_onnx_weight_names_count_too() -> None:
+    """A linear layer's ``*.weight`` (torch's and ONNX's names, as importers keep them) is a weight: [in, out]."""
+    g = sigdnn.Graph("fc", io_dtype="float32", compute_dtype="float32")
+    x, w = g.tensor("x", (4, 512)), g.tensor("fc.weight", (512, 64))
+    g.matmul(x, w, name="fc").set_output(True)
+    assert abs(np.std(initialized_inputs(g)["fc.weight"]) * np.sqrt(512) - 1.0) < 0.05

@@ -55,3 +55,15 @@ def test_inputs_are_one_per_graph_input_reproducible_by_seed_and_skippable() -> 
     other = random_inputs(g, seed=1)
     assert not np.array_equal(first["a"], other["a"])
     assert sorted(random_inputs(g, skip={"b"})) == ["a"]
+
+
+def test_an_input_its_op_constrains_takes_the_ops_draw() -> None:
+    """gdn's cu_seqlens: offsets from 0 to T, never decreasing (a uniform integer draw would be neither)."""
+    g = sigdnn.Graph("gdn", io_dtype="float32", compute_dtype="float32")
+    q, k, v = (g.tensor(n, (40, 2, 8)) for n in "qkv")
+    gate, beta = g.tensor("g", (40, 2)), g.tensor("beta", (40, 2))
+    cu = g.tensor("cu", (4,), dtype="int32")
+    g.gdn(q, k, v, gate, beta, cu, None, name="n")[0].set_output(True)
+    for seed in range(5):
+        offsets = random_inputs(g, seed)["cu"]
+        assert offsets[0] == 0 and offsets[-1] == 40 and np.all(np.diff(offsets) >= 0), offsets

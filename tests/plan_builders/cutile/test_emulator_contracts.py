@@ -86,3 +86,4 @@ def test_reversed_blocks_run_every_block_once_last_to_first_and_only_inside() ->
     seen.clear()
     ct.launch(None, (2, 3, 2), kernel, (np.zeros(1),))
     assert seen == forward
+    assert (ct.bid(0), ct.bid(1), ct.bid(2)) == (0, 0, 0)  # outside a launch, the default block again
