@@ -32,7 +32,8 @@ def from_torch(tensor: Any, where: str) -> np.ndarray:
     """A NumPy view of a CPU torch tensor (no copy), whatever its dtype."""
     if tensor.device.type != "cpu":
         raise VariantPackError(f"{where}: torch tensor is on {tensor.device}; the reference backend takes host memory")
-    tensor = tensor.detach()
+    if tensor.requires_grad:  # .numpy() refuses such a tensor; a detach costs a view otherwise
+        tensor = tensor.detach()
     name = str(tensor.dtype).removeprefix("torch.")
     if name in _REINTERPRETED:
         import torch
