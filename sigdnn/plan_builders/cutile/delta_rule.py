@@ -3,13 +3,13 @@
 Takes packed token-major tensors (q, k, v, g, beta row-major [T, H, *],
 states row-major [N, H, K, V]), bf16 / f16 / f32 q, k, v, o; a float32 gate;
 int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
-forward is three launches: every chunk's W, U0 and QK at once into the
-step's workspace (float32, C rows a chunk slot and head), the serial walk
-over each sequence's chunks that carries the state and saves each chunk's
-start state (float32, a slot per chunk of the batch), then every chunk's
-outputs at once. The backward is four: those chunk arrays and T, the same
-walk and one in reverse carrying the state's gradient (each chunk's end's
-d(state) saved likewise), then every chunk's gradients at once. The kernels do not check
+forward is two launches: every chunk's W, U0 and QK at once into the
+step's workspace (float32, C rows a chunk slot and head), then the serial
+walk over each sequence's chunks that carries the state. The backward is
+four: those chunk arrays and T, a walk forward and one in reverse that
+carry only the state and its gradient (each chunk's start state and its
+end's d(state) saved in the workspace, float32, a slot per chunk of the
+batch), then every chunk's gradients at once. The kernels do not check
 cu_seqlens (as flash-linear-attention's do not; the reference does):
 boundaries are clamped to [0, T] and a decreasing one gives an empty
 sequence, so hostile values cost at most T tokens a block and touch nothing
@@ -36,8 +36,8 @@ from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     DeltaRuleShape,
     chunk_slots,
     chunks_source,
+    forward_source,
     gradients_source,
-    outputs_source,
     reverse_source,
     states_source,
     work_rows,
@@ -128,21 +128,16 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
 
 
 class _DeltaRuleForwardBuilder(_DeltaRuleForward):
-    """Three launches: every chunk's W, U0, QK; the walk saving each chunk's start state (and the final state);
-    every chunk's outputs."""
-
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
         workspace = Workspace()
-        chunks, (w, u, qk) = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace)
-        slots = chunk_slots(shape, tokens, sequences)
-        saved = workspace.take((slots * shape.heads * shape.kp * shape.vp,))
-        args = functools.partial(self.args, node, graph, placeholder="o")
-        walk = Launch(states_source(shape, keep_final=shape.final_state), (sequences, shape.heads, shape.value_blocks),
-                      (*args(("k", "g", "cu_seqlens", "initial_state")), w, u, saved, *args(("final_state",))))  # fmt: skip
-        outputs = Launch(outputs_source(shape), (slots, shape.heads, shape.value_blocks),
-                         (*args(("q", "g", "cu_seqlens")), w, u, qk, saved, *args(("o",))))  # fmt: skip
-        return [chunks, walk, outputs], workspace.nbytes
+        chunks, w_u_qk = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace)
+        forward_args = (
+            *self.args(node, graph, ("q", "k", "g", "cu_seqlens", "initial_state"), "o"), *w_u_qk,
+            *self.args(node, graph, ("o", "final_state"), "o"),
+        )  # fmt: skip
+        walk = Launch(forward_source(shape), (sequences, shape.heads, shape.value_blocks), forward_args)
+        return [chunks, walk], workspace.nbytes
 
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
@@ -159,8 +154,7 @@ class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
         args = functools.partial(self.args, node, graph, placeholder="dq")
         return [
             chunks,
-            Launch(states_source(shape, keep_final=False), walk,
-                   (*args(("k", "g", "cu_seqlens", "initial_state")), w, u, saved, *args(("final_state",)))),
+            Launch(states_source(shape), walk, (*args(("k", "g", "cu_seqlens", "initial_state")), w, u, saved)),
             Launch(reverse_source(shape), walk, (
                 *args(("q", "k", "g", "beta", "cu_seqlens", "d_o", "d_final_state")), qk, t,
                 *args(("d_initial_state",)), dsaved,

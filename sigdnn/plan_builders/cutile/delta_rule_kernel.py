@@ -1,4 +1,4 @@
-"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in three launches, the backward in four.
+"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in two launches, the backward in four.
 
 Within a chunk of ``C`` tokens (rows i, j; b the cumulative log decay from
 the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
@@ -20,19 +20,17 @@ sequence's end read 0 (g = 0, beta = 0, k = 0), so they leave the state and
 the other rows unchanged and are not stored.
 
 The forward splits what needs no state from what does, as
-flash-linear-attention's chunked kernels do, in three launches:
-``chunks_source`` (grid: chunk slots x heads) forms every chunk's W, U0 and
-QK at once, in parallel however few the sequences; ``states_source`` (grid:
-sequences x heads x value blocks) walks each sequence's chunks carrying h,
-with only U = U0 - W h and h's update on that serial path, saving each
-chunk's start state; ``outputs_source`` (grid: chunk slots x heads x value
-blocks) then forms every chunk's outputs at once from its start state. Chunk
-slot start // C + n holds chunk 0 of sequence n (distinct for every chunk of
-the batch: at most T // C + N + 1 slots); a slot's block finds its sequence
-by binary search over ``cu`` on the device (no host-side chunk table, no
-host sync). The backward runs the chunk kernel (keeping T), the same state
-walk, a reverse walk saving d(state) at each chunk's end
-(``reverse_source``), then every chunk's gradients at once
+flash-linear-attention's chunked kernels do: ``chunks_source`` (grid: chunk
+slots x heads) forms every chunk's W and U0 at once, in parallel however
+few the sequences; ``forward_source`` (grid: sequences x heads x value
+blocks) walks each sequence's chunks carrying h, with only the products
+that involve h (and QK) on that serial path. Chunk slot start // C + n
+holds chunk 0 of sequence n (distinct for every chunk of the batch: at most
+T // C + N + 1 slots); a slot's block finds its sequence by binary search
+over ``cu`` on the device (no host-side chunk table, no host sync). The
+backward runs the chunk kernel (keeping T), a forward walk saving each
+chunk's start state (``states_source``), a reverse walk saving d(state) at
+each chunk's end (``reverse_source``), then every chunk's gradients at once
 (``gradients_source``).
 """
 
@@ -81,8 +79,8 @@ class DeltaRuleShape:
 
     @property
     def value_blocks(self) -> int:
-        """The walks' blocks a (sequence, head) and the outputs' a (chunk slot, head), each VALUE_BLOCK columns
-        of h where V allows a split: more blocks on the serial path."""
+        """The forward's blocks a (sequence, head), each carrying VALUE_BLOCK columns of h: more blocks on the
+        serial path."""
         return max(1, self.vp // VALUE_BLOCK)
 
 
@@ -162,10 +160,9 @@ def _sequence_setup(values: str, length: str = "q") -> list[str]:
     ]
 
 
-def _slot_setup(s: DeltaRuleShape, values: str = "ct.arange(VW, dtype=ct.int32)", length: str = "k") -> list[str]:
+def _slot_setup(s: DeltaRuleShape) -> list[str]:
     """A (chunk slot, head) block's sequence n, the last whose slot start_n // C + n is <= the block's, by
-    binary search over cu; ``mine`` is 1 where the slot holds one of n's chunks (``chunk``), 0 in a gap.
-    ``values``: the block's value columns (by default all VW of them); T from ``length``."""
+    binary search over cu; ``mine`` is 1 where the slot holds one of n's chunks (``chunk``), 0 in a gap."""
     search = [
         "mid = (n + hi) // 2",
         "first = ct.minimum(ct.maximum(ct.gather(cu, mid), 0), tokens) // C + mid",
@@ -175,14 +172,14 @@ def _slot_setup(s: DeltaRuleShape, values: str = "ct.arange(VW, dtype=ct.int32)"
     return [
         "slot = ct.bid(0)",
         "head = ct.bid(1)",
-        _tokens(length),
+        _tokens("k"),
         "n = slot * 0",
         "hi = n + (cu.shape[0] - 1)",
         *(search * s.search_steps),
         *_bounds("n"),
         "chunk = slot - (start // C + n)",
         "mine = ct.where((chunk >= 0) & (chunk < chunks), 1, 0)",
-        *_indices(values),  # the gradients set theirs a block in their value loop
+        *_indices("ct.arange(VW, dtype=ct.int32)"),  # all of V in the chunk kernel; the gradients set theirs a block
         "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
         "strict = ct.reshape(steps, (C, 1)) > ct.reshape(steps, (1, C))",
         "zero_cc = ct.full((C, C), 0.0, dtype=ct.float32)",
@@ -203,22 +200,18 @@ def _rows() -> list[str]:
 
 def _keys(s: DeltaRuleShape) -> list[str]:
     """The chunk's keys (0 past the sequence; normalized) and b, the cumulative log decay from its start."""
-    norm = [f"rk = ct.rsqrt(ct.sum(kr * kr, axis=1, keepdims=True) + {L2NORM_EPS!r})", "kt = kr * rk"]
-    return [
-        "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
-        *(norm if s.l2norm else ["kt = kr"]),
-        *_log_decay(s),
-    ]
-
-
-def _log_decay(s: DeltaRuleShape) -> list[str]:
-    """b, the chunk's cumulative log decay from its start (gt: the gate of its rows, 0 past the sequence)."""
     gate = (
         "gt = ct.astype(ct.gather(g, rows2 * (H * K) + head * K + kcols2, mask=valid2 & kin2), ct.float32)"
         if s.per_channel
         else "gt = ct.reshape(ct.astype(ct.gather(g, rows * H + head, mask=valid), ct.float32), (C, 1))"
     )
-    return [gate, f"b = ct.mma(ones_below, gt, ct.full((C, {s.gate_width}), 0.0, dtype=ct.float32))"]
+    norm = [f"rk = ct.rsqrt(ct.sum(kr * kr, axis=1, keepdims=True) + {L2NORM_EPS!r})", "kt = kr * rk"]
+    return [
+        "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
+        *(norm if s.l2norm else ["kt = kr"]),
+        gate,
+        f"b = ct.mma(ones_below, gt, ct.full((C, {s.gate_width}), 0.0, dtype=ct.float32))",
+    ]
 
 
 def _decay_to_chunk_end() -> list[str]:
@@ -402,27 +395,27 @@ def _value_block() -> str:
     return "ct.bid(2) * VW + ct.arange(VW, dtype=ct.int32)"
 
 
-def outputs_source(s: DeltaRuleShape) -> KernelSource:
-    """Every chunk's outputs at once (a block per chunk slot, head and value block), from its start state (the
-    state walk's ``saved``): U = U0 - W h, O = (exp(b) * Q) h + QK U. Off the serial path, as
-    flash-linear-attention's output kernel."""
+def forward_source(s: DeltaRuleShape) -> KernelSource:
+    """The serial walk of a (sequence, head, value block): U = U0 - W h, the outputs, the state passed on."""
     chunk = [
         *_rows(),
         *_queries(s),
-        *_log_decay(s),
-        _chunk_rows("slot"),
-        f"state = ct.gather(saved, {_state_slot('slot')})",
+        *_keys(s),
+        _chunk_rows(SEQUENCE_SLOT),
         *_corrections(),
         "qk = ct.gather(qk_work, at * C + ccols2)",
         "out = dot(qt * ct.exp(b), state, dot(qk, u, zero_cv))",
         "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
+        *_carry(s),
     ]
     body = [
-        *_slot_setup(s, _value_block(), "q"),
-        "for _ in range(mine):",
+        *_sequence_setup(_value_block()),
+        _initial(s),
+        "for chunk in range(chunks):",
         *("    " + line for line in chunk),
+        *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
-    return _module(s, "delta_rule_outputs", "q, g, cu, w_work, u_work, qk_work, saved, o", body, s.value_width)
+    return _module(s, "delta_rule_fwd", "q, k, g, cu, h0, w_work, u_work, qk_work, o, ht", body, s.value_width)
 
 
 def _corrections() -> list[str]:
@@ -473,9 +466,8 @@ def _state_slot(slot: str) -> str:
     return f"(({slot} * H + head) * KP + ct.reshape(kcols, (KP, 1))) * VP + vcols2"
 
 
-def states_source(s: DeltaRuleShape, *, keep_final: bool) -> KernelSource:
-    """The walk a (sequence, head, value block) carrying the state: each chunk's start state into ``saved``, and
-    with ``keep_final`` (the forward's, when it has a final state) the state after the last chunk into ``ht``."""
+def states_source(s: DeltaRuleShape) -> KernelSource:
+    """The backward's forward walk a (sequence, head, value block): each chunk's start state into ``saved``."""
     chunk = [
         *_rows(),
         *_keys(s),
@@ -489,9 +481,8 @@ def states_source(s: DeltaRuleShape, *, keep_final: bool) -> KernelSource:
         _initial(s),
         "for chunk in range(chunks):",
         *("    " + line for line in chunk),
-        *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if keep_final else []),
     ]
-    return _module(s, "delta_rule_states", "k, g, cu, h0, w_work, u_work, saved, ht", body, s.value_width)
+    return _module(s, "delta_rule_states", "k, g, cu, h0, w_work, u_work, saved", body, s.value_width)
 
 
 def reverse_source(s: DeltaRuleShape) -> KernelSource:

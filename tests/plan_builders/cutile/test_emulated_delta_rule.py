@@ -159,16 +159,11 @@ PLANTED = {
 }
 
 
-# (bug, kernel, direction) that change no result. Rows past a sequence's end are a chunk's last, and T is lower
-# triangular, so the chunk kernel's rows before them do not see them; the walks, the outputs and the gradients read
-# their own masked k and beta, which zero every use of those rows' W, U0, QK and T. In the backward's state walk
-# such a row only exists in a sequence's last chunk, whose updated state nothing reads (the backward saves start
-# states); the forward's keeps it as the final state.
-HARMLESS = {
-    ("sequence boundary ignored", "chunks_source", "forward"),
-    ("sequence boundary ignored", "chunks_source", "backward"),
-    ("sequence boundary ignored", "states_source", "backward"),
-}
+# (bug, kernel) pairs that change no result. Rows past a sequence's end are a chunk's last, and T is lower
+# triangular, so the chunk kernel's rows before them do not see them; the walks and the gradients read their own
+# masked k and beta, which zero every use of those rows' W, U0, QK and T. In the backward's forward walk such a
+# row only exists in a sequence's last chunk, whose updated state nothing reads (the backward saves start states).
+HARMLESS = {("sequence boundary ignored", "chunks_source"), ("sequence boundary ignored", "states_source")}
 
 
 def plant(monkeypatch, name: str, right: str, wrong: str) -> None:
@@ -183,13 +178,8 @@ def plant(monkeypatch, name: str, right: str, wrong: str) -> None:
     monkeypatch.setattr(delta_rule, name, planted)
 
 
-FORWARD_KERNELS = ("chunks_source", "states_source", "outputs_source")
+FORWARD_KERNELS = ("chunks_source", "forward_source")
 BACKWARD_KERNELS = ("chunks_source", "states_source", "reverse_source", "gradients_source")
-
-
-def kernel_options(kernel: str, backward: bool) -> dict[str, bool]:
-    """The options the builders give ``kernel`` in the forward or the backward (states: a final state given)."""
-    return {"chunks_source": {"keep_inverse": backward}, "states_source": {"keep_final": not backward}}.get(kernel, {})
 
 
 @pytest.mark.parametrize("bug", list(PLANTED))
@@ -197,14 +187,12 @@ def kernel_options(kernel: str, backward: bool) -> dict[str, bool]:
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 def test_planted_bugs_fail_validation(kind, bug, backward, monkeypatch) -> None:
     """Each bug planted in one kernel at a time, in every kernel of the node whose text has the line; validation
-    fails in one block order at least (the outputs kernel's rows past a sequence land on the next sequence's first
-    row, which that sequence's block writes too: which write stays depends on the order)."""
+    fails in one block order at least (a bug that makes a block write another's elements shows in one order)."""
     right, wrong = PLANTED[bug]
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, kind == "kda", True, 0.5, True, True)
-    text = {k: getattr(delta_rule_kernel, k)(shape, **kernel_options(k, backward))
+    text = {k: getattr(delta_rule_kernel, k)(shape, **({"keep_inverse": backward} if k == "chunks_source" else {}))
             for k in (BACKWARD_KERNELS if backward else FORWARD_KERNELS)}  # fmt: skip
-    direction = "backward" if backward else "forward"
-    kernels = [k for k, t in text.items() if right in t.text and (bug, k, direction) not in HARMLESS]
+    kernels = [k for k, t in text.items() if right in t.text and (bug, k) not in HARMLESS]
     assert kernels
     for kernel in kernels:
         with monkeypatch.context() as patch:
@@ -284,7 +272,7 @@ def test_one_kernel_serves_every_token_count() -> None:
     """T is read from q's (k's) length on the device: batches of other lengths and as many sequences to a power of
     two reuse the compiled texts; the chunk kernel's search takes a step more for each doubling of N."""
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, False, True, 0.5, True, True)
-    assert "tokens = q.shape[0] // (H * K)" in delta_rule_kernel.outputs_source(shape).text
+    assert "tokens = q.shape[0] // (H * K)" in delta_rule_kernel.forward_source(shape).text
     assert "tokens = k.shape[0] // (H * K)" in delta_rule_kernel.chunks_source(shape, keep_inverse=False).text
     graphs = [delta_rule_graph("gdn", lengths)[0] for lengths in ((3, 2), (300, 7), (300, 7, 1, 4, 5), (9,))]
     sources = [[launch.source for launch in CutileGdnBuilder().launches(g.nodes[0], g)[0]] for g in graphs]
@@ -319,10 +307,9 @@ def test_the_backward_is_four_launches_over_chunk_slots_and_sequences() -> None:
     w, u, qk, t = chunks.args[-4:]
     rows = slots * 2 * 64
     assert [a.shape for a in (w, u, qk, t)] == [(rows * 8,), (rows * 128,), (rows * 64,), (rows * 64,)]
-    saved, dsaved = states.args[-2], reverse.args[-1]
+    saved, dsaved = states.args[-1], reverse.args[-1]
     assert saved.shape == dsaved.shape == (slots * 2 * 8 * 128,) and saved.offset != dsaved.offset
-    assert states.args[-4:-2] == (w, u)
-    assert states.args[-1].shape == (1,)  # no final state to keep: a stand-in
+    assert states.args[-3:-1] == (w, u)
     assert reverse.args[7:9] == (qk, t)
     assert grads.args[7:9] == (saved, dsaved)
     assert workspace == (rows * (8 + 128 + 64 + 64) + 2 * slots * 2 * 8 * 128) * 4
@@ -384,30 +371,25 @@ def test_a_float16_state_is_not_served(port) -> None:
     assert not CutileGdnBuilder().serves(sigdnn.key_for(g.nodes[-1], g))  # another op's node
 
 
-def test_the_forward_is_three_launches_over_flat_packed_views_and_a_workspace() -> None:
-    """Every chunk's W, U0 and QK (a block per chunk slot and head), the serial walk saving each chunk's start
-    state and the final state (a block per sequence, head and 64 value columns), then every chunk's outputs (a
-    block per chunk slot, head and 64 value columns); ports as flat views of their whole buffers (stride 1), an
-    absent initial state a one-element stand-in; W, U0 and QK (C rows per slot and head; KP, VP and C columns) and
-    the saved states (KP x VP a slot and head) in the workspace, the walk writing what the outputs read."""
+def test_the_forward_is_two_launches_over_flat_packed_views_and_a_workspace() -> None:
+    """Every chunk's W, U0 and QK (a block per chunk slot and head), then the serial walk (a block per sequence,
+    head and 64 value columns); ports as flat views of their whole buffers (stride 1), an absent initial state a
+    one-element stand-in; W, U0 and QK in the workspace, C rows per slot and head, KP, VP and C columns."""
     g, _ = delta_rule_graph("gdn", (5, 70), heads=2, kd=8, vd=128, state=None)
-    (chunks, walk, outputs), workspace = CutileGdnBuilder().launches(g.nodes[-1], g)
+    (chunks, walk), workspace = CutileGdnBuilder().launches(g.nodes[-1], g)
     slots = 75 // 64 + 2 + 1
-    assert chunks.grid == (slots, 2, 1) and walk.grid == (2, 2, 2) and outputs.grid == (slots, 2, 2)
+    assert chunks.grid == (slots, 2, 1) and walk.grid == (2, 2, 2)
     rows = slots * 2 * 64
-    w, u, qk = chunks.args[-3:]
-    assert [a.shape for a in (w, u, qk)] == [(rows * 8,), (rows * 128,), (rows * 64,)]
-    saved = walk.args[6]
-    assert saved.shape == (slots * 2 * 8 * 128,) and walk.args[4:6] == (w, u) and outputs.args[3:7] == (w, u, qk, saved)
-    assert workspace == (rows * (8 + 128 + 64) + slots * 2 * 8 * 128) * 4
-    ports = (*chunks.args[:-3], *walk.args[:4], walk.args[7], *outputs.args[:3], outputs.args[7])
-    views = {a.buffer: (a.shape, a.strides) for a in ports}
+    work = chunks.args[-3:]
+    assert [a.shape for a in work] == [(rows * 8,), (rows * 128,), (rows * 64,)]
+    assert walk.args[5:8] == work
+    assert workspace == rows * (8 + 128 + 64) * 4
+    views = {a.buffer: (a.shape, a.strides) for a in (*chunks.args[:-3], *walk.args[:5], *walk.args[8:])}
     assert views["q"] == ((75 * 2 * 8,), (1,)) and views["v"] == ((75 * 2 * 128,), (1,))
     assert all(strides == (1,) for _, strides in views.values())
     assert [a.buffer for a in chunks.args] == ["q", "k", "v", "g", "beta", "cu_seqlens", *[WORKSPACE] * 3]
-    assert [a.buffer for a in walk.args] == ["k", "g", "cu_seqlens", "o", *[WORKSPACE] * 3, "final_state"]
-    assert [a.buffer for a in outputs.args] == ["q", "g", "cu_seqlens", *[WORKSPACE] * 4, "o"]
-    assert walk.args[3].shape == (1,)  # o standing in for h0
+    assert [a.buffer for a in walk.args] == ["q", "k", "g", "cu_seqlens", "o", *[WORKSPACE] * 3, "o", "final_state"]
+    assert walk.args[4].shape == (1,)  # o standing in for h0
 
 
 @pytest.mark.parametrize(("kind", "vd", "blocks"), [("gdn", 128, 2), ("gdn", 256, 4), ("gdn", 64, 1), ("gdn", 8, 1),
@@ -415,8 +397,8 @@ def test_the_forward_is_three_launches_over_flat_packed_views_and_a_workspace() 
 def test_the_serial_walk_splits_the_value_columns(kind, vd, blocks) -> None:
     g, inputs = delta_rule_graph(kind, (3, 70), heads=1, kd=8, vd=vd)
     builder = CutileGdnBuilder() if kind == "gdn" else CutileKdaBuilder()
-    (_, walk, outputs), _ = builder.launches(g.nodes[-1], g)
-    assert walk.grid == (2, 1, blocks) and outputs.grid[2] == blocks
+    (_, walk), _ = builder.launches(g.nodes[-1], g)
+    assert walk.grid == (2, 1, blocks)
     if vd == 128:
         assert check(g, inputs, builder.name).passed
 
