@@ -53,8 +53,6 @@ _EXPORTS = {
     "ExecutionContext": "sigdnn.runtime",
     "SignatureKey": "sigdnn.signature_keys",
     "key_for": "sigdnn.signature_keys",
-    # (from the module, not the package: once ``sigdnn.validation.checks`` the module is imported, the import
-    # system binds the package's attribute of that name to the module, shadowing the function)
     "ValidationReport": "sigdnn.validation.checks",
     "validate": "sigdnn.validation.checks",
 }
