@@ -571,10 +571,46 @@ def fast_sigmoid(x):
     return ct.where(x >= 0.0, r, e * r)
 
 
-def fast_slope(x):
-    e = fast_exp(-ct.abs(x))
+# A gradient's tail dy e^-a (...) is normal long after e^-a alone is not (a = 104, dy = 1e4: e^-104 is below
+# float32's subnormals, the product a bfloat16 subnormal; dy = 1e8 puts it in bfloat16's normal range): past
+# a = TAIL_FROM the fast formulas take e^-a raised by 2^126 from the flushing exp2 (normal down to a = 174),
+# multiply dy in first and 2^-126 last (``fast_tail``), so the product keeps its digits while it is normal.
+TAIL_FROM = 88.0  # e^-a 2^126 <= 1 from here on, so dy times it cannot overflow; below it e^-a itself is normal
+TWO_TO_MINUS_126 = 1.1754943508222875e-38
+TWO_TO_MINUS_63 = 1.0842021724855044e-19
+NEG_LOG2E = -1.4426950408889634
+
+
+def fast_exp_neg_raised(a):
+    """e^-a 2^126 for a >= 0 (or NaN): normal down to a = 174, then flushed."""
+    return ct.exp2(NEG_LOG2E * a + 126.0, flush_to_zero=True)
+
+
+def fast_tail(dy, a, raised, rest, ordinary):
+    """dy e^-a rest: past TAIL_FROM from the raised exp, 2^-126 taken as 2^-63 on each side of the last product
+    (dy e^-a 2^63 and rest 2^-63 stay normal and finite for any finite dy and rest near swish's |z|), else
+    ``ordinary``."""
+    lowered = ((dy * raised) * TWO_TO_MINUS_63) * (rest * TWO_TO_MINUS_63)
+    return ct.where(a > TAIL_FROM, lowered, ordinary)
+
+
+def fast_slope_times(dy, x):
+    """dy sigma'(x) = dy e r^2, e = e^-|x|, r = 1/(1 + e)."""
+    a = ct.abs(x)
+    raised = fast_exp_neg_raised(a)
+    e = raised * TWO_TO_MINUS_126
     r = fast_rcp_normal(1.0 + e)
-    return e * (r * r)
+    rr = r * r
+    return fast_tail(dy, a, raised, rr, dy * (e * rr))
+
+
+def fast_sigmoid_times(dy, z):
+    """dy sigma(z): dy r at z >= 0, dy e r below."""
+    a = ct.abs(z)
+    raised = fast_exp_neg_raised(a)
+    e = raised * TWO_TO_MINUS_126
+    r = fast_rcp_normal(1.0 + e)
+    return ct.where(z >= 0.0, dy * r, fast_tail(dy, a, raised, r, dy * (e * r)))
 
 
 def fast_normal_parts(x):
@@ -647,24 +683,26 @@ def fast_swish_fwd(x, beta):
 def fast_swish_bwd(dy, x, beta):
     """As swish_bwd: below 0 through N = w + C expm1(w), w = z - z0, with no split products."""
     z = beta * x
-    e = fast_exp(-ct.abs(z))
+    a = ct.abs(z)
+    raised = fast_exp_neg_raised(a)
+    e = raised * TWO_TO_MINUS_126
     r = fast_rcp_normal(1.0 + e)
     pos = (1.0 + z * (e * r)) * r
     w = (z - SWISH_Z0[0]) - SWISH_Z0[1]
-    neg = e * (w + SWISH_C * fast_expm1(w)) * (r * r)
-    return dy * ct.where(z >= 0.0, pos, neg)
+    rest = (w + SWISH_C * fast_expm1(w)) * (r * r)
+    return ct.where(z >= 0.0, dy * pos, fast_tail(dy, a, raised, rest, dy * (e * rest)))
 
 
 def fast_softplus_bwd(dy, x, beta):
-    return dy * fast_sigmoid(beta * x)
+    return fast_sigmoid_times(dy, beta * x)
 
 
 def fast_sigmoid_bwd(dy, x):
-    return dy * fast_slope(x)
+    return fast_slope_times(dy, x)
 
 
 def fast_tanh_bwd(dy, x):
-    return dy * (4.0 * fast_slope(2.0 * x))
+    return 4.0 * fast_slope_times(dy, 2.0 * x)
 
 
 def fast_elu_fwd(x, alpha):
@@ -672,7 +710,9 @@ def fast_elu_fwd(x, alpha):
 
 
 def fast_elu_bwd(dy, x, alpha):
-    return dy * ct.where(x > 0.0, 1.0, alpha * fast_exp(ct.minimum(x, 0.0, propagate_nan=True)))
+    a = -ct.minimum(x, 0.0, propagate_nan=True)
+    raised = fast_exp_neg_raised(a)
+    return ct.where(x > 0.0, dy, fast_tail(dy, a, raised, alpha, dy * (alpha * (raised * TWO_TO_MINUS_126))))
 
 
 def fast_softplus_fwd(x, beta, inv_beta):

@@ -82,6 +82,22 @@ def test_wide_range_float32(mode):
     check(g, inputs(g, mode, seed=4, lo=-9.0, hi=9.0))
 
 
+@pytest.mark.parametrize(("io_dtype", "dy"), [*itertools.product(["bfloat16", "float32"], [1.5, 12096.0, 1e8, 1e20]),
+                                               ("bfloat16", 1e36)])  # fmt: skip
+@pytest.mark.parametrize("mode", ["swish_bwd", "sigmoid_bwd", "tanh_bwd", "softplus_bwd", "elu_bwd", "gelu_bwd",
+                                  "gelu_approx_tanh_bwd"])  # fmt: skip
+def test_gradient_tails_keep_their_digits_under_large_gradients(mode, io_dtype, dy):
+    """dy e^-|x| (...) far below 0 (x down to -150) is normal or a bfloat16 subnormal long after e^-|x| leaves
+    float32: a Llama layer's dgate at gate -104, dy 12096 is -8.5e-40, which the fast formulas, forming e^-|x|
+    first, flushed to 0 (and lost digits up to 1% from e^-|x|'s subnormals); they now raise the exponential and
+    lower the product last, and only where the raised one is at most 1 (a dy of 1e36 would overflow before). The
+    raised exponential ends at e^-174 (tanh's e^-2|x| at x = -87), which dy = 1e36 outlives: that case stops at
+    x = -80."""
+    g = single(mode, io_dtype)
+    x = round_to(np.linspace(-80.0 if dy > 1e30 else -150.0, -40.0, N), g.dtype_of(g.inputs[1]))
+    check(g, {"x0": round_to(np.full(N, dy), g.dtype_of(g.inputs[0])), "x1": x})
+
+
 def test_gelu_derivatives_near_their_root():
     """Both gelu derivatives cross 0 near x = -0.752, where Phi + x phi cancels: dense points there."""
     for mode in ("gelu_bwd", "gelu_approx_tanh_bwd"):
