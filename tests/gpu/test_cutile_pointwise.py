@@ -86,6 +86,18 @@ def test_wide_range_float32(mode):
     check(g, inputs(g, mode, seed=4, lo=-9.0, hi=9.0))
 
 
+@pytest.mark.parametrize(("io_dtype", "dy"), [*itertools.product(["bfloat16", "float32"], [1.5, 12096.0, 1e8, 1e20]),
+                                               ("bfloat16", 1e36)])  # fmt: skip
+@pytest.mark.parametrize("mode", ["swish_bwd", "sigmoid_bwd", "tanh_bwd", "softplus_bwd", "elu_bwd", "gelu_bwd",
+                                  "gelu_approx_tanh_bwd"])  # fmt: skip
+def test_gradient_tails_keep_their_digits_under_large_gradients(mode, io_dtype, dy):
+    """As the emulated test: the GPU's flushing exp2 and its products keep dy e^-|x| (...) where it is normal or
+    a bfloat16 subnormal, x down to -150 (-80 for dy = 1e36, past which tanh's tail leaves the raised exp)."""
+    g = single(mode, io_dtype)
+    x = round_to(np.linspace(-80.0 if dy > 1e30 else -150.0, -40.0, N), g.dtype_of(g.inputs[1]))
+    check(g, {"x0": round_to(np.full(N, dy), g.dtype_of(g.inputs[0])), "x1": x})
+
+
 def test_gelu_derivatives_near_their_root():
     for mode in ("gelu_bwd", "gelu_approx_tanh_bwd"):
         g = single(mode, "float32")
