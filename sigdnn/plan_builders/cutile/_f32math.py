@@ -203,8 +203,8 @@ GELU_TANH_A = (1.5957691669464111, -4.534068054340423e-08)
 GELU_TANH_B = (0.07135481387376785, 2.3988324659995897e-09)
 GELU_TANH_CLAMP = 30.0  # |x| beyond which sigma(v) is 0 or 1 in float32
 FLT_MAX = 3.4028234663852886e38
-EXP_SHIFT = 64.0
-EXP_UNSHIFT = 1.603810890548638e-28  # exp(-64) (float32: 1.6038109e-28)
+EXP_SHIFT = 87.0  # the largest whole shift whose exp(-shift) is a normal float32
+EXP_UNSHIFT = 1.6458114310822737e-38  # exp(-87) (float32: 1.6458115e-38)
 EXPM1_TAYLOR = (
     1.0,
     0.5,
@@ -248,9 +248,10 @@ def square_split(x):
 def exp_parts(z):
     """exp(z) = e * s for z <= 0, e a normal float even where exp(z) is tiny or subnormal.
 
-    Below -64 the exponent is shifted by 64 (exactly, for z >= -128) and s is
-    e^-64: a result formed as (... * e) * s then rounds into float32's
-    subnormals once, at the last product, instead of at exp.
+    Below -87 the exponent is shifted by 87 (exactly, for z >= -174: Sterbenz) and s
+    is e^-87: a result formed as (... * e) * s then rounds into float32's
+    subnormals once, at the last product, instead of at exp. (A shift of 64 left
+    e a subnormal below z = -151: dy 3e30 times tanh's slope at x = -77 lost digits.)
     """
     low = z < -EXP_SHIFT
     return ct.exp(ct.where(low, z + EXP_SHIFT, z)), ct.where(low, EXP_UNSHIFT, 1.0)
