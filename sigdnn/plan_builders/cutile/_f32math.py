@@ -582,9 +582,10 @@ TWO_TO_MINUS_63 = 1.0842021724855044e-19
 NEG_LOG2E = -1.4426950408889634
 
 
-def fast_exp_neg_raised(a):
-    """e^-a 2^126 for a >= 0 (or NaN): normal down to a = 174, then flushed."""
-    return ct.exp2(NEG_LOG2E * a + 126.0, flush_to_zero=True)
+def fast_exp_neg_parts(a):
+    """(e^-a 2^126, e^-a) for a >= 0 (or NaN): the raised one normal down to a = 174, then flushed."""
+    raised = ct.exp2(NEG_LOG2E * a + 126.0, flush_to_zero=True)
+    return raised, raised * TWO_TO_MINUS_126
 
 
 def fast_tail(dy, a, raised, rest, ordinary):
@@ -598,8 +599,7 @@ def fast_tail(dy, a, raised, rest, ordinary):
 def fast_slope_times(dy, x):
     """dy sigma'(x) = dy e r^2, e = e^-|x|, r = 1/(1 + e)."""
     a = ct.abs(x)
-    raised = fast_exp_neg_raised(a)
-    e = raised * TWO_TO_MINUS_126
+    raised, e = fast_exp_neg_parts(a)
     r = fast_rcp_normal(1.0 + e)
     rr = r * r
     return fast_tail(dy, a, raised, rr, dy * (e * rr))
@@ -608,8 +608,7 @@ def fast_slope_times(dy, x):
 def fast_sigmoid_times(dy, z):
     """dy sigma(z): dy r at z >= 0, dy e r below."""
     a = ct.abs(z)
-    raised = fast_exp_neg_raised(a)
-    e = raised * TWO_TO_MINUS_126
+    raised, e = fast_exp_neg_parts(a)
     r = fast_rcp_normal(1.0 + e)
     return ct.where(z >= 0.0, dy * r, fast_tail(dy, a, raised, r, dy * (e * r)))
 
@@ -685,8 +684,7 @@ def fast_swish_bwd(dy, x, beta):
     """As swish_bwd: below 0 through N = w + C expm1(w), w = z - z0, with no split products."""
     z = beta * x
     a = ct.abs(z)
-    raised = fast_exp_neg_raised(a)
-    e = raised * TWO_TO_MINUS_126
+    raised, e = fast_exp_neg_parts(a)
     r = fast_rcp_normal(1.0 + e)
     pos = (1.0 + z * (e * r)) * r
     w = (z - SWISH_Z0[0]) - SWISH_Z0[1]
@@ -712,8 +710,8 @@ def fast_elu_fwd(x, alpha):
 
 def fast_elu_bwd(dy, x, alpha):
     a = -ct.minimum(x, 0.0, propagate_nan=True)
-    raised = fast_exp_neg_raised(a)
-    return ct.where(x > 0.0, dy, fast_tail(dy, a, raised, alpha, dy * (alpha * (raised * TWO_TO_MINUS_126))))
+    raised, e = fast_exp_neg_parts(a)
+    return ct.where(x > 0.0, dy, fast_tail(dy, a, raised, alpha, dy * (alpha * e)))
 
 
 def fast_softplus_fwd(x, beta, inv_beta):
