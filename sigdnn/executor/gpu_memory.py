@@ -159,6 +159,7 @@ class GpuRun:
         self.context = context
         self.stream = context.stream_handle  # what step plans enqueue on: a raw CUstream
         self._copy_back: dict[int, np.ndarray] = {}
+        self._given: dict[int, Any] = {}  # id(view) -> the caller's device output it views: what the run returns
         self._ordered = False  # whether our stream already waits for torch's
 
     def arena(self, nbytes: int) -> Any:
@@ -189,7 +190,10 @@ class GpuRun:
             if torch_stream is not None:
                 self.context.wait_for(torch_stream)
                 self._ordered = True
-        return _wrap_device(self.context, obj, tensor, dtype)
+        device = _wrap_device(self.context, obj, tensor, dtype)
+        if writable:
+            self._given[id(device)] = obj
+        return device
 
     def new_output(self, tensor: Tensor, dtype: DataType) -> Any:
         return _strided(self.context, tensor, dtype)
@@ -204,7 +208,7 @@ class GpuRun:
         if target is not None:
             target[...] = self.context.to_host(array)
             return target
-        return self.context.to_host(array) if to_host else array
+        return self.context.to_host(array) if to_host else self._given.get(id(array), array)
 
     def snapshot(self, array: Any, to_host: bool = True) -> Any:
         """A copy taken now: on the host (synchronizes the stream), or on the device (a copy enqueued on the
@@ -245,7 +249,7 @@ class BoundPlan:
             (uid, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]), uid not in writable) for uid in self._io
         ]
         self._wrapped: dict[int, tuple[tuple[Any, ...], Any]] = {}  # uid -> (torch identity, its DeviceArray)
-        self._pack_keys: tuple[tuple[str, ...], tuple[int, ...]] | None = None  # (names, their uids): ``_resolve``
+        self._pack_keys: tuple[tuple[Any, ...], tuple[int, ...], tuple[int, ...]] | None = None  # ``_resolve``'s
         self._staging: dict[int, Any] = {}  # uid -> device buffer for host arrays and graph scalars (fixed address)
         self._scalar_values: dict[int, bytes] = {}  # uid -> the value the staged scalar holds
         self._constants_held: set[int] = set()  # graph constants whose staging holds their data
@@ -355,7 +359,7 @@ class BoundPlan:
             self._move(stream)
             self._launch(addresses, replayable=not fresh)
             if torch_stream is not None and not (to_host or copy_back or fresh):
-                return {name: self.buffers[uid] for uid, name in self._output_names}
+                return {name: pack[uid] for uid, name in self._output_names}
             self._move(ours)
             result: dict[str, Any] = {}
             for uid, name in self._output_names:
@@ -364,36 +368,49 @@ class BoundPlan:
                 if host is not None:
                     host[...] = self.context.to_host(device)
                     result[name] = host
+                elif to_host:
+                    result[name] = self.context.to_host(device)
                 else:
-                    result[name] = self.context.to_host(device) if to_host else device
+                    result[name] = pack.get(uid, device)  # the caller's own object, else the fresh buffer
             self.context.synchronize()
             return result
 
     def _resolve(self, variant_pack: Mapping[Any, Any]) -> dict[int, Any]:
-        """``resolve_pack``, whose checks depend on the keys only, skipped for a dict keyed by the same names in
-        the same order as a pack resolved before without a scalar override (whose values it converts)."""
+        """``resolve_pack``, whose checks depend on the keys only, skipped for a dict keyed by the same names or
+        uids in the same order as a pack resolved before without a scalar override (whose values it converts).
+
+        A uid matches only as a plain int: 2.0, True and NumPy integers
+        equal an int key, yet 2.0 is no uid.
+        """
         keys = tuple(variant_pack) if type(variant_pack) is dict else None
         known = self._pack_keys
-        if known is not None and keys == known[0]:
+        if known is not None and keys == known[0] and all(type(keys[i]) is int for i in known[2]):
             return dict(zip(known[1], variant_pack.values(), strict=True))
         pack = resolve_pack(self.plan.graph, variant_pack, self._inputs, self._outputs, self._names)
         tensors = self.plan.graph.tensors
-        if keys is not None and all(type(k) is str for k in keys) and all(tensors[u].value is None for u in pack):
-            self._pack_keys = (keys, tuple(pack))
+        plain = keys is not None and all(type(k) is str or type(k) is int for k in keys)
+        if plain and all(tensors[u].value is None for u in pack):
+            uid_positions = tuple(i for i, k in enumerate(keys) if type(k) is int)
+            self._pack_keys = (keys, tuple(pack), uid_positions)
         return pack
 
     def _device_view(self, uid: int, obj: Any, tensor: Tensor, dtype: DataType) -> Any:
         """The caller's device buffer as a checked view; a torch tensor whose identity is unchanged reuses the last.
 
-        The reused view keeps the tensor it was made from alive: the same
-        memory, so the caller's new tensor is served by it exactly.
+        The view does not own the caller's memory: the binding keeps it (and
+        launches, recordings) past the run, and owning would keep the
+        caller's tensor alive, so torch's allocator could not hand its
+        block to the next call's tensor and every call would find a new
+        address. It is only used inside a run given an object over the same
+        memory, which the caller keeps alive.
         """
         identity = _torch_identity(obj)
         if identity is not None:
             last = self._wrapped.get(uid)
             if last is not None and last[0] == identity:
                 return last[1]
-        device = _wrap_device(self.context, obj, tensor, dtype)
+        wrapped = _wrap_device(self.context, obj, tensor, dtype)
+        device = DeviceArray(wrapped.ptr, wrapped.shape, wrapped.strides, wrapped.dtype, device_id=wrapped.device_id)
         if identity is not None:
             self._wrapped[uid] = (identity, device)
         return device

@@ -152,8 +152,9 @@ def test_a_pack_with_a_scalar_override_is_resolved_every_time(resolutions):
     assert len(resolutions) == 2
 
 
-def test_only_packs_keyed_by_names_are_matched_by_their_keys(resolutions):
-    """A uid key is resolved every time: 2.0 equals 2 (and True equals 1) as a key, yet is no uid."""
+def test_a_uid_key_is_matched_only_as_a_plain_int(resolutions):
+    """2.0 equals 2 (and True equals 1) as a key, yet is no uid: a pack whose keys only equal the last must be
+    checked, and raise."""
     g = chain(3)
     ex = host_gpu_executor()
     plan = ex.prepare(g)
@@ -162,9 +163,17 @@ def test_only_packs_keyed_by_names_are_matched_by_their_keys(resolutions):
     for _ in range(2):
         got = ex.execute(plan, {"x": data["x"], uid: data["b"]})["y"]
         assert np.array_equal(got, reference(g, data)["y"])
-    assert len(resolutions) == 2
+    assert resolutions == [("x", uid)]
     with pytest.raises(sigdnn.VariantPackError, match="neither a tensor name, a uid nor a Tensor"):
         ex.execute(plan, {"x": data["x"], float(uid): data["b"]})
+    first = next(u for u, t in g.tensors.items() if t.name == "x")
+    assert first == 1
+    ex.execute(plan, {first: data["x"], uid: data["b"]})
+    with pytest.raises(sigdnn.VariantPackError, match="neither a tensor name, a uid nor a Tensor"):
+        ex.execute(plan, {True: data["x"], uid: data["b"]})
+    wide = {np.int64(first): data["x"], np.int64(uid): data["b"]}  # a uid, though not a plain int: checked
+    got = ex.execute(plan, wide)["y"]
+    assert np.array_equal(got, reference(g, data)["y"]) and len(resolutions) == 5
 
 
 def test_graph_constants_are_uploaded_once_and_an_override_serves_one_run() -> None:

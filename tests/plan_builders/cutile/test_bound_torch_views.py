@@ -10,6 +10,9 @@ checked again and rebound, with the right results.
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from emulated import host_gpu_executor, make_available
@@ -62,9 +65,13 @@ FakeCudaTensor.__module__ = "torch.fake"  # what the executor reads to tell a to
 
 
 @pytest.fixture
-def wraps(monkeypatch):
+def fake_gpu(monkeypatch):
     make_available(monkeypatch)
     monkeypatch.setattr(gpu_memory, "_torch_stream", lambda objs: None)  # no torch stream to order after here
+
+
+@pytest.fixture
+def wraps(fake_gpu, monkeypatch):
     calls = []
     original = GpuContext._wrap_torch
 
@@ -122,6 +129,36 @@ def test_a_tensor_at_another_address_is_wrapped_and_bound_again(wraps):
     assert len(wraps) == 5  # x and y moved, b did not
     np.testing.assert_array_equal(y2, np.full((4, 6), 14.0, np.float32))
     np.testing.assert_array_equal(y, np.full((4, 6), 6.0, np.float32))
+
+
+def test_the_binding_keeps_none_of_the_callers_tensors_alive(fake_gpu):
+    """Owning them would keep torch's allocator from giving the next call's outputs the same block."""
+    ex = host_gpu_executor()
+    plan = ex.prepare(scaled_sum())
+    arrays = [np.full((4, 6), v, np.float32) for v in (1.0, 2.0, 0.0)]
+    for _ in range(2):  # the second run reuses the views made by the first
+        tensors = dict(zip("xby", map(FakeCudaTensor, arrays)))
+        ex.execute(plan, tensors, to_host=False)
+        alive = [weakref.ref(t) for t in tensors.values()]
+        del tensors
+        gc.collect()
+        assert [ref() for ref in alive] == [None, None, None]
+    np.testing.assert_array_equal(arrays[2], np.full((4, 6), 6.0, np.float32))
+
+
+@pytest.mark.parametrize("path", ["bound", "stepwise"])
+def test_an_output_the_caller_gave_comes_back_as_the_callers_object(wraps, path):
+    ex = host_gpu_executor()
+    plan = ex.prepare(scaled_sum())
+    y = FakeCudaTensor(np.zeros((4, 6), np.float32))
+    pack = {"x": FakeCudaTensor(np.ones((4, 6), np.float32)), "b": FakeCudaTensor(np.ones((4, 6), np.float32)), "y": y}
+    steps = [] if path == "stepwise" else None  # an on_step callback takes the generic, step by step path
+    on_step = None if steps is None else (lambda *args: steps.append(args))
+    assert ex.execute(plan, pack, to_host=False, on_step=on_step)["y"] is y
+    assert steps is None or len(steps) == len(plan.steps)
+    np.testing.assert_array_equal(y.array, np.full((4, 6), 4.0, np.float32))
+    fresh = ex.execute(plan, {"x": pack["x"], "b": pack["b"]}, to_host=False, on_step=on_step)["y"]
+    assert not isinstance(fresh, FakeCudaTensor) and fresh.shape == (4, 6)  # an output not given: a new buffer
 
 
 @pytest.mark.parametrize(
