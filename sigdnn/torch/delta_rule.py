@@ -22,7 +22,7 @@ import torch
 
 from sigdnn.torch import graphs
 from sigdnn.torch.cache import run
-from sigdnn.torch.ops import _LIBRARY, _stats_dtype, define
+from sigdnn.torch.ops import _LIBRARY, _stats_dtype, define, register_autograd
 
 Tensor = torch.Tensor
 FORWARD_PORTS = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state")
@@ -125,7 +125,7 @@ def _register(kind: str) -> Any:
             q, v, cu_seqlens, initial_state, output_final_state
         )
     )
-    torch.library.register_autograd(f"sigdnn::{kind}", _gradients(kind), setup_context=_context, lib=_LIBRARY)
+    register_autograd(kind, _gradients(kind), _context)
     return op
 
 

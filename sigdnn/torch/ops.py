@@ -24,6 +24,10 @@ Tensor = torch.Tensor
 _LIBRARY = torch.library.Library("sigdnn", "DEF")
 
 
+_KERNELS: dict[str, Any] = {}  # op name -> its CPU / CUDA kernel (what the autograd kernel calls directly)
+_BACKEND_KEYS = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
+
+
 def define(schema: str) -> Any:
     """Define ``sigdnn::<schema>`` with the decorated function as its CPU and CUDA kernel; returns the op."""
 
@@ -32,9 +36,57 @@ def define(schema: str) -> Any:
         _LIBRARY.define(schema)
         for key in ("CPU", "CUDA"):
             _LIBRARY.impl(name, kernel, key)
+        _KERNELS[name] = kernel
         return getattr(torch.ops.sigdnn, name)
 
     return register
+
+
+def register_autograd(name: str, backward: Any, setup_context: Any) -> None:
+    """``torch.library.register_autograd``'s contract (``setup_context(ctx, inputs, output)``, ``backward(ctx,
+    *grads)`` -> a tuple of a gradient or None per input) with a shorter path where no gradient is needed.
+
+    torch's Autograd kernel redispatches every call through the dispatcher
+    to the CPU / CUDA kernel, boxing the arguments again (a few microseconds of a small
+    op's host time). Here a call that needs no gradient, whose next key is
+    the CPU or CUDA backend itself, calls the kernel directly; any other key
+    there (a fake or functional tensor under a tracer, a dispatch mode)
+    still redispatches, as does the forward of a call that needs gradients.
+    """
+    op = getattr(torch.ops.sigdnn, name).default
+    kernel = _KERNELS[name]
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *args: Any) -> Any:
+            *inputs, below = args
+            with torch._C._AutoDispatchBelowAutograd():
+                output = op.redispatch(below, *inputs)
+            setup_context(ctx, tuple(inputs), output)
+            return output
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> Any:
+            everything = ctx.needs_input_grad
+            ctx.needs_input_grad = everything[:-1]  # as the op's inputs, without the key set
+            try:
+                found = backward(ctx, *grads)
+            finally:
+                ctx.needs_input_grad = everything
+            return (*found, None)
+
+    Function.__name__ = f"sigdnn_{name}_autograd"
+
+    def autograd_kernel(keyset: Any, *args: Any) -> Any:
+        below = keyset & torch._C._after_autograd_keyset
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            return Function.apply(*args, below)
+        with torch._C._AutoDispatchBelowAutograd():
+            if below.highestPriorityTypeId() in _BACKEND_KEYS:
+                return kernel(*args)
+            return op.redispatch(below, *args)
+
+    _LIBRARY.impl(name, autograd_kernel, "Autograd", with_keyset=True)
 
 
 def _stats_dtype(t: Tensor) -> torch.dtype:
@@ -82,7 +134,7 @@ def _sdpa_grad(ctx: Any, d_o: Tensor, d_stats: Tensor) -> tuple:
     return dq, dk, dv, None, None
 
 
-torch.library.register_autograd("sigdnn::sdpa", _sdpa_grad, setup_context=_sdpa_context, lib=_LIBRARY)
+register_autograd("sdpa", _sdpa_grad, _sdpa_context)
 
 
 # -- layer norm --------------------------------------------------------------
@@ -126,7 +178,7 @@ def _layer_norm_grad(ctx: Any, dy: Tensor, d_mean: Tensor, d_rstd: Tensor) -> tu
     return dx, dw, db, None
 
 
-torch.library.register_autograd("sigdnn::layer_norm", _layer_norm_grad, setup_context=_layer_norm_context, lib=_LIBRARY)
+register_autograd("layer_norm", _layer_norm_grad, _layer_norm_context)
 
 
 # -- convolution ---------------------------------------------------------------
@@ -191,4 +243,4 @@ def _conv_grad(ctx: Any, dy: Tensor) -> tuple:
     return dx, dw, None, None, None
 
 
-torch.library.register_autograd("sigdnn::conv", _conv_grad, setup_context=_conv_context, lib=_LIBRARY)
+register_autograd("conv", _conv_grad, _conv_context)

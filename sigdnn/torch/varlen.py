@@ -26,7 +26,7 @@ from sigdnn.errors import UsageError
 from sigdnn.graph.ops import ragged
 from sigdnn.torch import graphs
 from sigdnn.torch.cache import run
-from sigdnn.torch.ops import _LIBRARY, _stats_dtype, define
+from sigdnn.torch.ops import _LIBRARY, _stats_dtype, define, register_autograd
 
 Tensor = torch.Tensor
 ATTRIBUTES = "int max_seqlen_q, int max_seqlen_kv, float scale, bool causal"
@@ -130,4 +130,4 @@ def _grad(ctx: Any, d_o: Tensor, d_stats: Tensor) -> tuple:
     return dq, dk, dv, None, None, None, None, None, None
 
 
-torch.library.register_autograd("sigdnn::sdpa_varlen", _grad, setup_context=_context, lib=_LIBRARY)
+register_autograd("sdpa_varlen", _grad, _context)

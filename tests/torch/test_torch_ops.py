@@ -107,6 +107,52 @@ def test_a_channels_last_conv_keeps_the_memory_format_as_torch_does(dims):
     assert fake.stride() == y.stride()
 
 
+def test_a_call_needing_no_gradient_runs_its_kernel_without_redispatching(monkeypatch):
+    """The Autograd kernel calls the CPU kernel itself when no gradient is needed; when one is, or under a
+    dispatch mode (fake tensors, as tracers use), it redispatches. Both give the same bits."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    op = torch.ops.sigdnn.layer_norm.default
+    keys = []
+    original = op.redispatch
+    monkeypatch.setattr(op, "redispatch", lambda keyset, *args: keys.append(keyset) or original(keyset, *args))
+    x, w, b = rand(3, 4, grad=False), rand(4, grad=False), rand(4, grad=False)
+    direct = torch.ops.sigdnn.layer_norm(x, w, b, 1e-5)
+    with torch.no_grad():
+        torch.ops.sigdnn.layer_norm(x, w.clone().requires_grad_(), b, 1e-5)
+    assert keys == []
+    recorded = torch.ops.sigdnn.layer_norm(x, w.clone().requires_grad_(), b, 1e-5)
+    assert len(keys) == 1 and recorded[0].requires_grad
+    for mine, theirs in zip(direct, recorded, strict=True):
+        assert torch.equal(mine, theirs.detach())
+    with FakeTensorMode() as mode:
+        fake = torch.ops.sigdnn.layer_norm(*(mode.from_tensor(t) for t in (x, w, b)), 1e-5)
+    assert len(keys) == 2 and fake[0].shape == x.shape
+
+
+seen_needs = []
+
+
+@st.ops.define("test_probe_scaled(Tensor x, Tensor y, float s) -> Tensor")
+def _probe(x: torch.Tensor, y: torch.Tensor, s: float) -> torch.Tensor:
+    return (x + y) * s
+
+
+st.ops.register_autograd(
+    "test_probe_scaled",
+    lambda ctx, g: seen_needs.append(ctx.needs_input_grad) or (g * ctx.s, g * ctx.s, None),
+    lambda ctx, inputs, output: setattr(ctx, "s", inputs[2]),
+)
+
+
+def test_a_backward_sees_needs_input_grad_as_the_ops_inputs():
+    """The key set the Autograd kernel passes through apply is no input of the op's: backward does not see it."""
+    x, y = rand(3), rand(3, grad=False)
+    torch.ops.sigdnn.test_probe_scaled(x, y, 2.0).sum().backward()
+    assert seen_needs == [(True, False, False)]
+    assert torch.equal(x.grad, torch.full((3,), 2.0, dtype=torch.float64)) and y.grad is None
+
+
 def test_graphs_are_cached_per_signature():
     x, w, b = rand(2, 5, grad=False), rand(5, grad=False), rand(5, grad=False)
     st.layer_norm(x, (5,), w, b)
