@@ -46,7 +46,9 @@ class StepReference:
     (the end-to-end check of an output downstream of a GEMM in another step
     needs that GEMM's bound, while the step check must not get it: it starts
     from the device's own entries). ``carried``: in a fused step, the error
-    the step's other nodes bring to each exit element (see ``_carry_errors``).
+    the step's other nodes bring to each exit element (see ``_carry_errors``),
+    and for an output of a softmax of scores the scores' rounding
+    (``_score_error``).
     ``errors_through``: every node's error carried the same way from the
     graph's inputs on (seeded with the earlier steps'), for the end-to-end
     checks: an output that cancels keeps the errors of the values before it.
@@ -128,6 +130,18 @@ def _carry_errors(
         errs[uid] = xp.add(xp.add(arrived[p], own.atol), xp.mul(xp.magnitude(outs[p]), own.rtol))
 
 
+def _score_error(graph: Graph, node: Node, uid: int, ins: Mapping[str, Any], averaged: str | None, xp: Arrays) -> float:
+    """What the rounding of a softmax's scores may move output ``uid`` by: the tolerance's ``scores``
+    coefficient times L (``Op.score_magnitude``), times max|averaged input|."""
+    tensors = {p: graph.tensors[u] for p, u in node.op.ports().items()}
+
+    def largest(port: str) -> float:
+        return xp.largest_magnitude(ins[port])
+
+    bound = node_tolerance(graph, node, uid).scores * node.op.score_magnitude(largest, tensors)
+    return bound if averaged is None else bound * largest(averaged)
+
+
 def run_reference(
     graph: Graph,
     step: StepNodes,
@@ -198,6 +212,12 @@ def run_reference(
                     averaged = op.probability_weighted.get(port)
                     basis = outs[port] if averaged is None else ins[averaged]
                     sums[uid] = through[uid] = xp.full(tuple(outs[port].shape), xp.largest_magnitude(basis))
+        for port, averaged in op.scored.items():
+            uid = op.outputs().get(port)
+            if uid is not None:  # the step's check and the end-to-end one both allow it
+                extra = xp.full(tuple(outs[port].shape), _score_error(graph, node, uid, ins, averaged, xp))
+                arrivals[uid] = xp.add(arrivals[uid], extra) if uid in arrivals else extra
+                errors_through[uid] = xp.add(errors_through[uid], extra)
     exits = {uid: values[uid] for uid in step.writes}
     carried = {uid: arrivals[uid] for uid in step.writes if uid in arrivals}
     return StepReference(exits, sums, through, carried, errors_through)

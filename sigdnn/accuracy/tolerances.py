@@ -16,7 +16,9 @@ sum(|terms|) (``FP8_ACCUMULATOR_EPS``). An output averaging an input with
 probability weights (attention's o) allows half an ulp of that input's
 dtype per weight, which a device may round them to (flash attention does);
 an output whose products a device may take from intermediates rounded to
-an input's dtype (attention's gradients) allows half an ulp of it normwise.
+an input's dtype (attention's gradients) allows half an ulp of it normwise;
+an output of a softmax of scores (attention's o and stats) allows the
+scores' own accumulation error, which grows with the logits' magnitude.
 
 End to end (reported beside it), errors compound along the chain, so the
 output tolerance adds a term per node; it is loose by nature, which is why
@@ -69,20 +71,24 @@ def tiniest(dtype: DataType) -> float:
 @attrs.frozen
 class Tolerance:
     """|got - want| <= atol + rtol * |want| (+ ``reduction`` * sum of |terms| for reductions)
-    (+ the error carried from a region's inner nodes, whose summed rtol is ``inner``)."""
+    (+ the error carried from a region's inner nodes, whose summed rtol is ``inner``)
+    (+ ``scores`` * L for an output of a softmax of scores: ``Op.scored``; L from the data, so the step's
+    check adds it with the carried error)."""
 
     atol: float
     rtol: float
     exact: bool = False
     reduction: float = 0.0
     inner: float = 0.0
+    scores: float = 0.0
 
     def __str__(self) -> str:
         if self.exact:
             return "exact"
         extra = f" + {self.reduction:.3g}*sum|terms|" if self.reduction else ""
+        scored = f" + {self.scores:.3g}*max|score terms|" if self.scores else ""
         region = f" + inner nodes' error (rtol {self.inner:.3g})" if self.inner else ""
-        return f"atol {self.atol:.3g} rtol {self.rtol:.3g}{extra}{region}"
+        return f"atol {self.atol:.3g} rtol {self.rtol:.3g}{extra}{scored}{region}"
 
 
 def reduction_length(graph: Graph, node: Node, uid: int) -> int:
@@ -114,7 +120,12 @@ def node_tolerance(graph: Graph, node: Node, uid: int) -> Tolerance:
     rounded = node.op.rounded_operands.get(port)
     if rounded is not None:
         reduction += epsilon(graph.dtype_of(graph.tensors[node.op.inputs()[rounded]])) / 2
-    return Tolerance(2 * tiniest(out), rtol, reduction=reduction)
+    scores = 0.0
+    if port in node.op.scored:
+        tensors = {p: graph.tensors[u] for p, u in node.op.ports().items()}
+        moved = REDUCTION_ULPS_PER_SQRT_K * math.sqrt(node.op.score_terms(tensors)) * epsilon(compute)
+        scores = moved if node.op.scored[port] is None else 2 * moved
+    return Tolerance(2 * tiniest(out), rtol, reduction=reduction, scores=scores)
 
 
 def step_tolerance(graph: Graph, nodes: list[Node], uid: int) -> Tolerance:
@@ -134,6 +145,7 @@ def step_tolerance(graph: Graph, nodes: list[Node], uid: int) -> Tolerance:
         own.rtol,
         reduction=own.reduction + sum(t.reduction for t in floats),
         inner=sum(t.rtol for t in floats),
+        scores=own.scores,
     )
 
 
