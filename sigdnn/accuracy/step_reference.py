@@ -48,7 +48,7 @@ class StepReference:
     from the device's own entries). ``carried``: in a fused step, the error
     the step's other nodes bring to each exit element (see ``_carry_errors``),
     and for an output of a softmax of scores the scores' rounding
-    (``_score_error``).
+    (``_score_errors``).
     ``errors_through``: every node's error carried the same way from the
     graph's inputs on (seeded with the earlier steps'), for the end-to-end
     checks: an output that cancels keeps the errors of the values before it.
@@ -130,16 +130,43 @@ def _carry_errors(
         errs[uid] = xp.add(xp.add(arrived[p], own.atol), xp.mul(xp.magnitude(outs[p]), own.rtol))
 
 
-def _score_error(graph: Graph, node: Node, uid: int, ins: Mapping[str, Any], averaged: str | None, xp: Arrays) -> float:
-    """What the rounding of a softmax's scores may move output ``uid`` by: the tolerance's ``scores``
-    coefficient times L (``Op.score_magnitude``), times max|averaged input|."""
-    tensors = {p: graph.tensors[u] for p, u in node.op.ports().items()}
+def _score_errors(
+    graph: Graph,
+    node: Node,
+    plan: Any,
+    ins: Mapping[str, Any],
+    outs: Mapping[str, Any],
+    context: ExecutionContext,
+    xp: Arrays,
+) -> dict[int, Any]:
+    """How far the rounding of a softmax's scores moves each of ``node``'s outputs (``Op.score_operands``).
 
-    def largest(port: str) -> float:
-        return xp.largest_magnitude(ins[port])
+    The reference plan runs again with each score operand (q, k) moved relatively by the tolerance's
+    ``scores`` (4 sqrt(D) ulps of the compute dtype) with random signs, and the largest change is allowed
+    normwise: a score then moves by about a dot product's accumulation error, as a device's does, and the
+    softmax itself says what that does to the output (much at spread weights and large logits, nothing at
+    one-hot ones), which no bound from magnitudes alone could say without being far looser. (The moves
+    promote q and k to float64, so they are exact; per element the change of one random move undershoots
+    some elements' real error, hence normwise.)
+    """
+    op = node.op
+    if not op.score_operands:
+        return {}
 
-    bound = node_tolerance(graph, node, uid).scores * node.op.score_magnitude(largest, tensors)
-    return bound if averaged is None else bound * largest(averaged)
+    def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
+        results = {p: xp.empty(a.shape, np.float64) for p, a in outs.items()}
+        plan.execute({**inputs, **results}, context)
+        return results
+
+    uids = op.outputs()
+    relative = node_tolerance(graph, node, next(iter(uids.values()))).scores
+    moved = {}
+    for p in op.score_operands:
+        signs = xp.random_signs(op.inputs()[p], tuple(ins[p].shape))
+        moved[p] = xp.add(ins[p], xp.mul(xp.mul(ins[p], signs), relative))
+    base, shifted = run(ins), run({**ins, **moved})
+    return {uid: xp.full(tuple(outs[p].shape), xp.largest_magnitude(xp.sub(shifted[p], base[p])))
+            for p, uid in uids.items()}  # fmt: skip
 
 
 def run_reference(
@@ -212,12 +239,9 @@ def run_reference(
                     averaged = op.probability_weighted.get(port)
                     basis = outs[port] if averaged is None else ins[averaged]
                     sums[uid] = through[uid] = xp.full(tuple(outs[port].shape), xp.largest_magnitude(basis))
-        for port, averaged in op.scored.items():
-            uid = op.outputs().get(port)
-            if uid is not None:  # the step's check and the end-to-end one both allow it
-                extra = xp.full(tuple(outs[port].shape), _score_error(graph, node, uid, ins, averaged, xp))
-                arrivals[uid] = xp.add(arrivals[uid], extra) if uid in arrivals else extra
-                errors_through[uid] = xp.add(errors_through[uid], extra)
+        for uid, extra in _score_errors(graph, node, reference.plan, ins, outs, context, xp).items():
+            arrivals[uid] = xp.add(arrivals[uid], extra) if uid in arrivals else extra  # the step's check
+            errors_through[uid] = xp.add(errors_through[uid], extra)  # and the end-to-end one
     exits = {uid: values[uid] for uid in step.writes}
     carried = {uid: arrivals[uid] for uid in step.writes if uid in arrivals}
     return StepReference(exits, sums, through, carried, errors_through)

@@ -72,8 +72,8 @@ def tiniest(dtype: DataType) -> float:
 class Tolerance:
     """|got - want| <= atol + rtol * |want| (+ ``reduction`` * sum of |terms| for reductions)
     (+ the error carried from a region's inner nodes, whose summed rtol is ``inner``)
-    (+ ``scores`` * L for an output of a softmax of scores: ``Op.scored``; L from the data, so the step's
-    check adds it with the carried error)."""
+    (+ for an output of a softmax of scores, ``Op.score_operands``, how far it moves when the scores' operands move
+    relatively by ``scores`` with random signs: measured on the data, so added with the carried error)."""
 
     atol: float
     rtol: float
@@ -86,7 +86,7 @@ class Tolerance:
         if self.exact:
             return "exact"
         extra = f" + {self.reduction:.3g}*sum|terms|" if self.reduction else ""
-        scored = f" + {self.scores:.3g}*max|score terms|" if self.scores else ""
+        scored = f" + scores' rounding ({self.scores:.3g})" if self.scores else ""
         region = f" + inner nodes' error (rtol {self.inner:.3g})" if self.inner else ""
         return f"atol {self.atol:.3g} rtol {self.rtol:.3g}{extra}{scored}{region}"
 
@@ -121,10 +121,9 @@ def node_tolerance(graph: Graph, node: Node, uid: int) -> Tolerance:
     if rounded is not None:
         reduction += epsilon(graph.dtype_of(graph.tensors[node.op.inputs()[rounded]])) / 2
     scores = 0.0
-    if port in node.op.scored:
+    if node.op.score_operands:
         tensors = {p: graph.tensors[u] for p, u in node.op.ports().items()}
-        moved = REDUCTION_ULPS_PER_SQRT_K * math.sqrt(node.op.score_terms(tensors)) * epsilon(compute)
-        scores = moved if node.op.scored[port] is None else 2 * moved
+        scores = REDUCTION_ULPS_PER_SQRT_K * math.sqrt(node.op.score_terms(tensors)) * epsilon(compute)
     return Tolerance(2 * tiniest(out), rtol, reduction=reduction, scores=scores)
 
 

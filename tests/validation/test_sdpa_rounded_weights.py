@@ -128,7 +128,7 @@ def test_without_the_rule_rounding_p_fails(name: str, monkeypatch: pytest.Monkey
     The scores' rounding rule (``test_sdpa_score_rounding``) is left out too: its bound, from the largest
     magnitudes of q and k alone, is as large as float16's half ulp at this draw's logits."""
     monkeypatch.setattr(Sdpa, "probability_weighted", {})
-    monkeypatch.setattr(Sdpa, "scored", {})
+    monkeypatch.setattr(Sdpa, "score_operands", ())
     report = run(name)
     assert [c.comparison.name for c in report.failures] == ["o"], report.table()
     assert run(name, round_p=False).passed  # p kept in float32: the old bound was enough

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
@@ -215,21 +215,15 @@ class Op:
     and cuDNN do for the tensor cores). Each term may then be off by half an ulp of that dtype; taken normwise like
     the output's accumulation bound, validation allows eps / 2 * max|output|."""
 
-    scored: ClassVar[Mapping[str, str | None]] = {}
-    """Output port -> the input port it averages, or None for a log-sum-exp, for outputs made from a softmax of
-    scores (attention: s = scale q k^T + bias). A device's scores are off by their dot product's accumulation
-    bound, 4 sqrt(D) ulps of the compute dtype times L, a bound on every score's sum of |terms|
-    (``score_magnitude``); the softmax then moves each weight relatively by at most twice that, an average by
-    twice that times max|input| and a log-sum-exp by that once. Where logits reach the thousands this is far
-    more than the output's rounding: exact float32 attention is off by it."""
+    score_operands: ClassVar[tuple[str, ...]] = ()
+    """The input ports whose dot products are scores every output is made from through a softmax (attention:
+    s = scale q k^T; o and stats from its softmax, the gradients from the weights they recompute). A device's
+    scores are off by their dot product's accumulation error, and the softmax makes that a relative error of
+    every weight: at logits in the hundreds an exact float32 kernel's outputs move far more than their own
+    rounding. Validation measures how far (``accuracy.step_reference``)."""
 
     def score_terms(self, tensors: Mapping[str, Tensor]) -> int:
-        """How many products each score sums (the head dim), for ops with ``scored`` outputs."""
-        raise NotImplementedError(f"{self.kind} has no scores")
-
-    def score_magnitude(self, largest: Callable[[str], float], tensors: Mapping[str, Tensor]) -> float:
-        """L: at least every score's sum of |terms|, from ``largest(port)``, an input's largest magnitude, for ops
-        with ``scored`` outputs."""
+        """How many products each score sums (the head dim), for ops with ``score_operands``."""
         raise NotImplementedError(f"{self.kind} has no scores")
 
     moves_data: ClassVar[bool] = False

@@ -17,7 +17,7 @@ writes 0 and -inf).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
@@ -65,15 +65,6 @@ def attention_dims(where: str, inputs: Mapping[str, Tensor], attn_scale: float) 
             f"{list(scores)} (rank 4, each dim 1 or the scores')"
         )
     return b, hq, sq, skv, v.dims[3]
-
-
-def score_magnitude(largest: Callable[[str], float], tensors: Mapping[str, Tensor], attn_scale: float) -> float:
-    """|scale| D max|q| max|k|: at least every score's sum of |terms| (from the largest magnitudes alone, which
-    either truth's arrays give; shared by sdpa and sdpa_backward).
-
-    A bias is left out: an additive mask's -1e9 would swamp the bound, yet it holds no weight, and a bias of
-    the weighted scores' size adds one rounding of the score, which the sqrt(D) ulps cover."""
-    return abs(attn_scale) * tensors["q"].dims[3] * largest("q") * largest("k")
 
 
 VARLEN_PORTS = (
@@ -144,7 +135,7 @@ class Sdpa(Op):
     o_ragged_offset: int | None = None
 
     probability_weighted: ClassVar[Mapping[str, str]] = {"o": "v"}
-    scored: ClassVar[Mapping[str, str | None]] = {"o": "v", "stats": None}
+    score_operands: ClassVar[tuple[str, ...]] = ("q", "k")
 
     def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
         """Scores sum D products; each output row then sums over Skv keys."""
@@ -152,9 +143,6 @@ class Sdpa(Op):
 
     def score_terms(self, tensors: Mapping[str, Tensor]) -> int:
         return tensors["q"].dims[3]
-
-    def score_magnitude(self, largest: Callable[[str], float], tensors: Mapping[str, Tensor]) -> float:
-        return score_magnitude(largest, tensors, self.attn_scale)
 
     def work(self, tensors: Mapping[str, Tensor]) -> int:
         """Multiply-adds of q k^T and p v over every (query, key) pair."""

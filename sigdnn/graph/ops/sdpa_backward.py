@@ -62,6 +62,7 @@ class SdpaBackward(Op):
     key_attributes: ClassVar[tuple[str, ...]] = ("use_causal_mask",)
     # p (for dv) and ds (for dq and dk) go to the tensor cores in q's dtype on flash-attention kernels.
     rounded_operands: ClassVar[Mapping[str, str]] = {"dq": "q", "dk": "q", "dv": "q"}
+    score_operands: ClassVar[tuple[str, ...]] = ("q", "k")
 
     q: int
     k: int
@@ -88,6 +89,9 @@ class SdpaBackward(Op):
         if port == "dq":
             return max(k.dims[2], q.dims[3])
         return max(q.dims[2] * (q.dims[1] // k.dims[1]), q.dims[3])
+
+    def score_terms(self, tensors: Mapping[str, Tensor]) -> int:
+        return tensors["q"].dims[3]
 
     def work(self, tensors: Mapping[str, Tensor]) -> int:
         """Recomputed scores plus four products over every (query, key) pair."""
