@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gpu_reference_emulation import gpu_reference_executor, make_available
+from test_sdpa_rounded_weights import FlashSdpa
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
@@ -48,6 +49,16 @@ def layernorm_graph() -> sigdnn.Graph:
 def matmul_graph() -> sigdnn.Graph:
     g = sigdnn.Graph("mm", io_dtype="float16", compute_dtype="float32")
     g.matmul(g.tensor("a", (16, 256)), g.tensor("b", (256, 8)), name="mm").set_output(True).set_name("c")
+    return g
+
+
+def attention_graph() -> sigdnn.Graph:
+    """Attention's score-rounding allowance is measured by reference runs with q and k moved: on either truth."""
+    g = sigdnn.Graph("attn", io_dtype="bfloat16", compute_dtype="float32")
+    q, k, v = g.tensor("q", (1, 2, 24, 16)), g.tensor("k", (1, 1, 40, 16)), g.tensor("v", (1, 1, 40, 16))
+    o, stats = g.sdpa(q, k, v, 0.25, None, True, True, name="sdpa")
+    o.set_output(True).set_name("o")
+    stats.set_output(True).set_name("stats")
     return g
 
 
@@ -101,10 +112,17 @@ def device(builder: PlanBuilder | None) -> sigdnn.Executor:
     return sigdnn.Executor("reference", registry=registry)
 
 
-CASES = [(conv_graph, ShiftedConv), (layernorm_graph, WrongEpsilonLayernorm), (matmul_graph, HalfAccumulationMatmul)]
+CASES = [
+    (conv_graph, ShiftedConv),
+    (layernorm_graph, WrongEpsilonLayernorm),
+    (matmul_graph, HalfAccumulationMatmul),
+    (attention_graph, lambda: FlashSdpa(scale_error=1.02)),
+]
 
 
-@pytest.mark.parametrize(("graph", "planted"), CASES, ids=["off_by_one", "wrong_epsilon", "half_accumulation"])
+@pytest.mark.parametrize(
+    ("graph", "planted"), CASES, ids=["off_by_one", "wrong_epsilon", "half_accumulation", "attention_scale"]
+)
 def test_a_planted_bug_fails_with_either_truth(graph, planted) -> None:
     g = graph()
     inputs = random_inputs(g, 3)
@@ -120,7 +138,7 @@ def test_a_planted_bug_fails_with_either_truth(graph, planted) -> None:
     assert by_cpu.outputs == by_gpu.outputs
 
 
-@pytest.mark.parametrize("graph", [conv_graph, layernorm_graph, matmul_graph])
+@pytest.mark.parametrize("graph", [conv_graph, layernorm_graph, matmul_graph, attention_graph])
 def test_an_honest_device_passes_with_either_truth(graph) -> None:
     g = graph()
     inputs = random_inputs(g, 3)
