@@ -56,26 +56,25 @@ def register_autograd(name: str, backward: Any, setup_context: Any) -> None:
     op = getattr(torch.ops.sigdnn, name).default
     kernel = _KERNELS[name]
 
-    class Function(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, *args: Any) -> Any:
-            *inputs, below = args
-            with torch._C._AutoDispatchBelowAutograd():
-                output = op.redispatch(below, *inputs)
-            setup_context(ctx, tuple(inputs), output)
-            return output
+    def forward(ctx: Any, *args: Any) -> Any:
+        *inputs, below = args
+        with torch._C._AutoDispatchBelowAutograd():
+            output = op.redispatch(below, *inputs)
+        setup_context(ctx, tuple(inputs), output)
+        return output
 
-        @staticmethod
-        def backward(ctx: Any, *grads: Any) -> Any:
-            everything = ctx.needs_input_grad
-            ctx.needs_input_grad = everything[:-1]  # as the op's inputs, without the key set
-            try:
-                found = backward(ctx, *grads)
-            finally:
-                ctx.needs_input_grad = everything
-            return (*found, None)
+    def gradients(ctx: Any, *grads: Any) -> Any:
+        everything = ctx.needs_input_grad
+        ctx.needs_input_grad = everything[:-1]  # as the op's inputs, without the key set
+        try:
+            found = backward(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = everything  # a second backward (retain_graph) trims it again
+        return (*found, None)
 
-    Function.__name__ = f"sigdnn_{name}_autograd"
+    # named after the op: its grad_fn in an autograd graph reads sigdnn_<op>Backward
+    methods = {"forward": staticmethod(forward), "backward": staticmethod(gradients)}
+    Function = type(f"sigdnn_{name}", (torch.autograd.Function,), methods)
 
     def autograd_kernel(keyset: Any, *args: Any) -> Any:
         below = keyset & torch._C._after_autograd_keyset

@@ -146,11 +146,15 @@ st.ops.register_autograd(
 
 
 def test_a_backward_sees_needs_input_grad_as_the_ops_inputs():
-    """The key set the Autograd kernel passes through apply is no input of the op's: backward does not see it."""
+    """The key set the Autograd kernel passes through apply is no input of the op's: backward does not see it,
+    a second backward through the same graph neither."""
     x, y = rand(3), rand(3, grad=False)
-    torch.ops.sigdnn.test_probe_scaled(x, y, 2.0).sum().backward()
-    assert seen_needs == [(True, False, False)]
-    assert torch.equal(x.grad, torch.full((3,), 2.0, dtype=torch.float64)) and y.grad is None
+    out = torch.ops.sigdnn.test_probe_scaled(x, y, 2.0).sum()
+    out.backward(retain_graph=True)
+    out.backward()
+    assert seen_needs == [(True, False, False)] * 2
+    assert torch.equal(x.grad, torch.full((3,), 4.0, dtype=torch.float64)) and y.grad is None
+    assert out.grad_fn.next_functions[0][0].name() == "sigdnn_test_probe_scaledBackward"
 
 
 def test_graphs_are_cached_per_signature():

@@ -7,6 +7,8 @@ rebind exactly the steps that touch it, with the right results each time.
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 from emulated import host_gpu_executor, make_available
@@ -174,6 +176,23 @@ def test_a_uid_key_is_matched_only_as_a_plain_int(resolutions):
     wide = {np.int64(first): data["x"], np.int64(uid): data["b"]}  # a uid, though not a plain int: checked
     got = ex.execute(plan, wide)["y"]
     assert np.array_equal(got, reference(g, data)["y"]) and len(resolutions) == 5
+    mixed = {"x": data["x"], np.int64(uid): data["b"]}  # one key not plain: never matched, so 2.0 cannot be
+    ex.execute(plan, mixed)
+    ex.execute(plan, mixed)
+    with pytest.raises(sigdnn.VariantPackError, match="neither a tensor name, a uid nor a Tensor"):
+        ex.execute(plan, {"x": data["x"], float(uid): data["b"]})
+    assert len(resolutions) == 8
+
+
+def test_a_pack_that_is_no_dict_is_resolved_every_time(resolutions):
+    g = chain(3)
+    ex = host_gpu_executor()
+    plan = ex.prepare(g)
+    data = random_inputs(g, seed=13)
+    for _ in range(2):
+        got = ex.execute(plan, types.MappingProxyType({"x": data["x"], "b": data["b"]}))["y"]
+        assert np.array_equal(got, reference(g, data)["y"])
+    assert len(resolutions) == 2
 
 
 def test_graph_constants_are_uploaded_once_and_an_override_serves_one_run() -> None:
