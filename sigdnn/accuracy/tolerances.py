@@ -17,8 +17,10 @@ probability weights (attention's o) allows half an ulp of that input's
 dtype per weight, which a device may round them to (flash attention does);
 an output whose products a device may take from intermediates rounded to
 an input's dtype (attention's gradients) allows half an ulp of it normwise;
-an output of a softmax of scores (attention's o and stats) allows the
-scores' own accumulation error, which grows with the logits' magnitude.
+an output made from a softmax of scores (attention's, forward and
+backward) allows what the scores' own accumulation error does to it, which
+grows with the logits' magnitude: measured by moving q and k
+(``step_reference._score_errors``).
 
 End to end (reported beside it), errors compound along the chain, so the
 output tolerance adds a term per node; it is loose by nature, which is why
