@@ -252,6 +252,11 @@ class BoundPlan:
         self._pack_keys: tuple[tuple[Any, ...], tuple[int, ...], tuple[int, ...]] | None = None  # ``_resolve``'s
         self._staging: dict[int, Any] = {}  # uid -> device buffer for host arrays and graph scalars (fixed address)
         self._scalar_values: dict[int, bytes] = {}  # uid -> the value the staged scalar holds
+        self._graph_scalars = {  # uid -> the graph's own value of each scalar, as staged
+            uid: np.asarray(t.scalar(), dtype=dtype.numpy).tobytes()
+            for uid, t, dtype, _ in self._io_specs
+            if t.value is not None
+        }
         self._constants_held: set[int] = set()  # graph constants whose staging holds their data
         self._steps = [s for s in plan.steps if getattr(s.plan, "launches", None) != 0]  # views launch nothing
         io = set(self._io) | set(plan.memory.input_views)  # a view of an input moves with it
@@ -317,9 +322,12 @@ class BoundPlan:
             for uid, t, dtype, is_input in self._io_specs:
                 obj = pack.get(uid)
                 if t.value is not None:
-                    value = np.asarray(t.scalar() if obj is None else obj, dtype=dtype.numpy)
                     staged = self.buffers[uid] = self._staged(uid)
-                    if self._scalar_values.get(uid) != value.tobytes():
+                    held = self._scalar_values.get(uid)
+                    if obj is None and held == self._graph_scalars[uid]:
+                        continue  # the graph's value, staged already (checked first: it costs no array)
+                    value = np.asarray(t.scalar() if obj is None else obj, dtype=dtype.numpy)
+                    if held != value.tobytes():
                         self._move(ours)
                         _upload(self.context, np.full(t.dims, value, dtype=dtype.numpy), staged, t, dtype)
                         self._scalar_values[uid] = value.tobytes()
