@@ -420,7 +420,8 @@ class Executor:
         out: str = "numpy",
         on_step: Callable[[int, Step, float], None] | None = None,
     ) -> dict[str, Any]:
-        """Run ``plan``; return every output by name (written in place when given).
+        """Run ``plan``; return every output by name (written in place when given, and then the caller's own
+        object: a NumPy array, a torch tensor).
 
         Outputs missing from the pack are allocated; on the GPU backend they
         come back as host arrays when ``to_host`` is true. A ``capture`` dict
