@@ -420,8 +420,8 @@ class Executor:
         out: str = "numpy",
         on_step: Callable[[int, Step, float], None] | None = None,
     ) -> dict[str, Any]:
-        """Run ``plan``; return every output by name (written in place when given, and then the caller's own
-        object: a NumPy array, a torch tensor).
+        """Run ``plan``; return every output by name (written in place when given: a NumPy array given comes
+        back itself, a torch tensor as a NumPy view of it on the reference backend and itself on the GPU's).
 
         Outputs missing from the pack are allocated; on the GPU backend they
         come back as host arrays when ``to_host`` is true. A ``capture`` dict
