@@ -86,10 +86,9 @@ def main() -> None:
         ours, theirs = compare(name, op, args.calls, args.batches, CLOCKS[args.clock])
         worst = max(worst, ours / theirs)
         print(f"{label:<24}{ours * 1e6:>10.1f}us{theirs * 1e6:>10.1f}us{ours / theirs:>7.2f}x")
-    verdict = "met" if worst <= TARGET else "not met"
+    verdict, backend = "met" if worst <= TARGET else "not met", "gpu" if args.device == "cuda" else "reference"
     if args.device == "cuda":
         torch.cuda.synchronize()
-    backend = "gpu" if args.device == "cuda" else "reference"
     print(f"worst ratio {worst:.2f}x (target <= {TARGET}x: {verdict}); {backend} backend")
 
 
