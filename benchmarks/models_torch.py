@@ -15,6 +15,11 @@ ACTIVATIONS = ("image", "d_logits", "x", "dy", "cls_token")  # not parameters
 CONSTANT = ("image", "d_logits", "dy", "cls_token")  # no gradient taken
 
 
+def _inference(torch: Any) -> Any:
+    """inference_mode eagerly; no_grad under torch.compile, whose tracing of inference_mode fails (pytorch#169477)."""
+    return torch.no_grad() if torch.compiler.is_compiling() else torch.inference_mode()
+
+
 def parameter_like(torch: Any, tensor: Any, dtype: str, grad: bool, device: str = "cuda") -> Any:
     """A tensor with the graph tensor's dims and strides: weights scaled by 1/sqrt(fan-in), norms' scales near 1."""
     a = torch.randn(tensor.dims, dtype=torch.float32, device=device)
@@ -25,8 +30,7 @@ def parameter_like(torch: Any, tensor: Any, dtype: str, grad: bool, device: str 
         a = 1 + 0.1 * a
     elif name.endswith((".b", ".bias")):
         a *= 0.1
-    out = torch.empty_strided(tensor.dims, tensor.strides, dtype=getattr(torch, dtype), device=device)
-    out.copy_(a)
+    out = torch.empty_strided(tensor.dims, tensor.strides, dtype=getattr(torch, dtype), device=device).copy_(a)
     return out.requires_grad_(grad and name not in CONSTANT)
 
 
@@ -47,26 +51,22 @@ def _resnet(torch: Any, p: dict[str, Any], unit: Any) -> Any:
 
 
 def resnet50(torch: Any, p: dict[str, Any]) -> dict[str, Any]:
-    F = torch.nn.functional
-
     def unit(x: Any, name: str, stride: int, relu: bool) -> Any:
         w = p[f"{name}.w"]
-        y = F.conv2d(x, w, p[f"{name}.b"].reshape(-1).to(x.dtype), stride, w.shape[-1] // 2)
-        return F.relu(y) if relu else y
+        y = torch.nn.functional.conv2d(x, w, p[f"{name}.b"].reshape(-1).to(x.dtype), stride, w.shape[-1] // 2)
+        return torch.relu(y) if relu else y
 
-    with torch.inference_mode():
+    with _inference(torch):
         return {"logits": _resnet(torch, p, unit)}
 
 
 def resnet50_training(torch: Any, p: dict[str, Any]) -> dict[str, Any]:
-    F = torch.nn.functional
-
     def unit(x: Any, name: str, stride: int, relu: bool) -> Any:
         w = p[f"{name}.w"]
-        y = F.conv2d(x, w, None, stride, w.shape[-1] // 2)
+        y = torch.nn.functional.conv2d(x, w, None, stride, w.shape[-1] // 2)
         scale, bias = p[f"{name}.bn.scale"].reshape(-1), p[f"{name}.bn.bias"].reshape(-1)
-        y = F.batch_norm(y, None, None, scale, bias, True, eps=1e-5)
-        return F.relu(y) if relu else y
+        y = torch.nn.functional.batch_norm(y, None, None, scale, bias, True, eps=1e-5)
+        return torch.relu(y) if relu else y
 
     logits = _resnet(torch, p, unit)
     names = [n for n in p if n not in ACTIVATIONS]
@@ -91,7 +91,7 @@ def _llama(torch: Any, p: dict[str, Any], heads: int) -> Any:
 
 
 def llama_layer(torch: Any, p: dict[str, Any], heads: int) -> dict[str, Any]:
-    with torch.inference_mode():
+    with _inference(torch):
         return {"y": _llama(torch, p, heads)}
 
 
@@ -105,7 +105,7 @@ def llama_layer_backward(torch: Any, p: dict[str, Any], heads: int) -> dict[str,
 def vit(torch: Any, p: dict[str, Any], heads: int) -> dict[str, Any]:
     F = torch.nn.functional
     patch = p["patch.w"].shape[-1]
-    with torch.inference_mode():
+    with _inference(torch):
         x = F.conv2d(p["image"], p["patch.w"], p["patch.b"].reshape(-1), patch).flatten(2).transpose(1, 2)
         h = torch.cat([p["cls_token"], x], 1) + p["pos_embed"]
         n, t, c = h.shape
