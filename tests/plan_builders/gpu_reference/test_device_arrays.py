@@ -209,3 +209,22 @@ def test_a_dmma_module_that_cannot_load_leaves_the_cutile_gemm_with_a_warning(mo
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert backend.dmma_gemm() is None  # answered once: no second warning
+
+
+@pytest.mark.parametrize("y_dtype", ["float32", "float16"], ids=["bits", "rounded"])
+def test_a_data_movement_node_stages_host_arrays_and_waits_for_its_launches(device_path, y_dtype: str) -> None:
+    """A transpose handed host arrays (as validation hands a single node): x staged in, y copied back, whether its
+    elements are copied as bits or rounded to another dtype, and one wait for the device."""
+    g = sigdnn.Graph("tr", io_dtype="float32", compute_dtype="float32")
+    g.transpose(g.tensor("x", (2, 3)), (1, 0), name="tr").set_output(True).set_data_type(y_dtype)
+    node = g.nodes[0]
+    plan = sigdnn.registry.DEFAULT_REGISTRY.find("gpu_reference.transpose").build(
+        node, g, sigdnn.registry.BuildContext(key_for(node, g), Device("gpu", device_path), g)
+    )
+    x = np.array([[1.0, -2.5, 3.0], [0.1, 65520.0, -0.0]], np.float32)
+    y = np.full((3, 2), 7.0, np.dtype(y_dtype))
+    plan.execute({"x": x, "y": y}, ExecutionContext(Device("gpu", device_path), 0))
+    with np.errstate(over="ignore"):
+        want = x.T.astype(np.float64).astype(y_dtype)  # one rounding of the exact value
+    np.testing.assert_array_equal(y, want)
+    assert device_path.synchronized == 1
