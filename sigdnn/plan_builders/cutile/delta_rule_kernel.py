@@ -84,34 +84,89 @@ class DeltaRuleShape:
         return max(1, self.vp // VALUE_BLOCK)
 
 
-def _pair_products(s: DeltaRuleShape, queries: bool = True) -> list[str]:
-    """Lines computing KK (strictly lower) and QK (lower, diagonal included; ``queries``) for one chunk."""
+def _pair_products(s: DeltaRuleShape) -> list[str]:
+    """Lines computing KK (strictly lower) and QK (lower, diagonal included) for one chunk."""
     if not s.per_channel:
         return [
             "diff = ct.where(lower, b - ct.transpose(b), 0.0)",
             "decay = ct.where(lower, ct.exp(diff), 0.0)",
             "kk = ct.where(strict, dot(kt, ct.transpose(kt), zero_cc) * decay, 0.0)",
-            *(["qk = dot(qt, ct.transpose(kt), zero_cc) * decay"] if queries else []),
+            "qk = dot(qt, ct.transpose(kt), zero_cc) * decay",
         ]
+    subs = s.chunk // SUB
+    lines = [*_sub_chunk_setup(), f"zero_sc = ct.full(({SUB}, C), 0.0, dtype=ct.float32)"]
+    for i in range(1, subs):
+        lines += [
+            *_reference(i),
+            f"kk{i} = dot(ct.extract(kt, ({i}, 0), ({SUB}, KP)) * ei, ct.transpose(kt * dec), zero_sc)",
+            f"qk{i} = dot(ct.extract(qt, ({i}, 0), ({SUB}, KP)) * ei, ct.transpose(kt * dec), zero_sc)",
+        ]
+    lines += [
+        _stacked("kk", ["zero_sc", *(f"kk{i}" for i in range(1, subs))]),
+        _stacked("qk", ["zero_sc", *(f"qk{i}" for i in range(1, subs))]),
+        f"for t in range({SUB}):",
+        *("    " + line for line in _sub_chunk_column(s)),
+        "    kk = kk + ct.where(column & (sub_row > t), ct.sum(kt * partner_k * ej, axis=1, keepdims=True), 0.0)",
+        "    qk = qk + ct.where(column, ct.sum(qt * partner_k * ej, axis=1, keepdims=True), 0.0)",
+    ]
+    return lines
+
+
+SUB = 16  # kda's sub-chunk: pairs in two sub-chunks factor through a reference token, pairs in one go column-wise
+
+
+def _sub_chunk_setup() -> list[str]:
+    """kda's pair decays exp(b_ic - b_jc) depend on the channel, so no [C, C] decay matrix multiplies a product of
+    keys. For i in sub-chunk I and j before it, exp(b_i - b_j) = exp(b_i - b_r) exp(b_r - b_j) with r the first
+    token of I: both factors <= 1, each folded into its side's keys, and the block row is one MMA. The pairs
+    within a sub-chunk go a column t at a time: each row's partner j = (its sub-chunk's first row) + t, its key
+    and b spread over the sub-chunk's rows. No exponent is positive, as in the [C, C] form."""
     return [
-        "kk = zero_cc",
-        *(["qk = zero_cc"] if queries else []),
-        f"for ch in range({s.kd}):",
-        *("    " + line for line in _channel(queries)),
-        "    kk = kk + ct.where(strict, kc * ct.transpose(kc) * decay, 0.0)",
-        *(["    qk = qk + qc * ct.transpose(kc) * decay"] if queries else []),
+        f"sub_row = ct.reshape(steps % {SUB}, (C, 1))",
+        f"sub_first = ct.reshape(steps - steps % {SUB}, (C, 1))",
+        f"sub_rows = ct.reshape(ct.arange({SUB}, dtype=ct.int32), (1, {SUB}, 1))",
     ]
 
 
-def _channel(queries: bool = True) -> list[str]:
-    """Key channel ``ch`` of k, (q,) and b as columns, and its pair decays (lower, diagonal included)."""
+def _reference(i: int) -> list[str]:
+    """Sub-chunk ``i``'s reference b_r (its first token), ``dec`` = exp(b_r - b_j) for the rows j before it (0 from
+    it on) and ``ei`` = exp(b_i - b_r) for its own rows."""
     return [
-        "pick = ct.reshape(kcols == ch, (1, KP))",
-        "kc = ct.sum(ct.where(pick, kt, 0.0), axis=1, keepdims=True)",
-        *(["qc = ct.sum(ct.where(pick, qt, 0.0), axis=1, keepdims=True)"] if queries else []),
-        "bc = ct.sum(ct.where(pick, b, 0.0), axis=1, keepdims=True)",
-        "decay = ct.where(lower, ct.exp(ct.where(lower, bc - ct.transpose(bc), 0.0)), 0.0)",
+        f"ref = ct.extract(b, ({i * SUB}, 0), (1, KP))",
+        f"before = ct.reshape(steps, (C, 1)) < {i * SUB}",
+        "dec = ct.where(before, ct.exp(ct.where(before, ref - b, 0.0)), 0.0)",
+        f"ei = ct.exp(ct.extract(b, ({i}, 0), ({SUB}, KP)) - ref)",
     ]
+
+
+def _spread(s: DeltaRuleShape, tile: str, rows: str) -> str:
+    """``tile`` [C, KP] summed over each sub-chunk's rows where ``rows`` (a [1, SUB, 1] mask, or all rows when
+    empty), the sum given to every row of the sub-chunk."""
+    shape = f"({s.chunk // SUB}, {SUB}, KP)"
+    shaped = f"ct.reshape({tile}, {shape})"
+    picked = f"ct.where({rows}, {shaped}, 0.0)" if rows else shaped
+    summed = f"ct.sum({picked}, axis=1, keepdims=True)"
+    return f"ct.reshape(ct.broadcast_to({summed}, {shape}), (C, KP))"
+
+
+def _sub_chunk_column(s: DeltaRuleShape) -> list[str]:
+    """Column t of the pairs within each sub-chunk: ``column`` marks each row's partner j (a [C, C] mask), partner_k and
+    partner_b its key and b, ``ej`` = exp(b_i - b_j) on the rows at or after it (0 before)."""
+    return [
+        "pick = sub_rows == t",
+        f"partner_k = {_spread(s, 'kt', 'pick')}",
+        f"partner_b = {_spread(s, 'b', 'pick')}",
+        "after = sub_row >= t",
+        "ej = ct.where(after, ct.exp(ct.where(after, b - partner_b, 0.0)), 0.0)",
+        "column = ccols2 == sub_first + t",
+    ]
+
+
+def _stacked(name: str, blocks: list[str]) -> str:
+    """``name`` = the row blocks stacked in order (ct.cat joins pairs of one shape)."""
+    while len(blocks) > 1:
+        blocks = [f"ct.cat(({a}, {b}), 0)" for a, b in zip(blocks[::2], blocks[1::2], strict=True)]
+    return f"{name} = {blocks[0]}"
 
 
 def _tokens(length: str) -> str:
@@ -434,18 +489,42 @@ def _pair_gradients(s: DeltaRuleShape) -> list[str]:
             "p = dkk * kk + dqk * qk",
             "db = db + ct.sum(p, axis=1, keepdims=True) - ct.transpose(ct.sum(p, axis=0, keepdims=True))",
         ]
+    subs = s.chunk // SUB
+    lines = [f"zero_sk = ct.full(({SUB}, KP), 0.0, dtype=ct.float32)"]
+    for i in range(1, subs):  # the block rows below the diagonal: the reference's own terms cancel
+        lines += [
+            *_reference(i),
+            f"ki = ct.extract(kt, ({i}, 0), ({SUB}, KP)) * ei",
+            f"qi = ct.extract(qt, ({i}, 0), ({SUB}, KP)) * ei",
+            f"a = ct.where(ccols2 < {i * SUB}, ct.extract(dkk, ({i}, 0), ({SUB}, C)), 0.0)",
+            f"a2 = ct.where(ccols2 < {i * SUB}, ct.extract(dqk, ({i}, 0), ({SUB}, C)), 0.0)",
+            "dki = dot(a, kt * dec, zero_sk)",
+            "dqi = dot(a2, kt * dec, zero_sk)",
+            "dkb = dot(ct.transpose(a), ki, dot(ct.transpose(a2), qi, zero_ck))",
+            f"dk{i} = dki * ei",
+            f"dq{i} = dqi * ei",
+            f"db{i} = dki * ki + dqi * qi",
+            "dkt = dkt + dkb * dec",
+            "db = db - dkb * kt * dec",
+        ]
     return [
-        f"for ch in range({s.kd}):",
-        *("    " + line for line in _channel()),
-        "    a = dkk * decay",
-        "    a2 = dqk * decay",
-        "    dkc = dot(a, kc, zero_c1) + dot(ct.transpose(a), kc, zero_c1) + dot(ct.transpose(a2), qc, zero_c1)",
-        "    dqc = dot(a2, kc, zero_c1)",
-        "    p = a * (kc * ct.transpose(kc)) + a2 * (qc * ct.transpose(kc))",
-        "    dbc = ct.sum(p, axis=1, keepdims=True) - ct.transpose(ct.sum(p, axis=0, keepdims=True))",
-        "    dkt = dkt + ct.where(pick, dkc, 0.0)",
-        "    dqt = dqt + ct.where(pick, dqc, 0.0)",
-        "    db = db + ct.where(pick, dbc, 0.0)",
+        *lines,
+        _stacked("dkt_rows", ["zero_sk", *(f"dk{i}" for i in range(1, subs))]),
+        _stacked("dqt_rows", ["zero_sk", *(f"dq{i}" for i in range(1, subs))]),
+        _stacked("db_rows", ["zero_sk", *(f"db{i}" for i in range(1, subs))]),
+        "dkt = dkt + dkt_rows",
+        "dqt = dqt + dqt_rows",
+        "db = db + db_rows",
+        f"for t in range({SUB}):",
+        *("    " + line for line in _sub_chunk_column(s)),
+        "    aj = ct.sum(ct.where(column, dkk, 0.0), axis=1, keepdims=True)",
+        "    aj2 = ct.sum(ct.where(column, dqk, 0.0), axis=1, keepdims=True)",
+        "    dkt = dkt + aj * partner_k * ej",
+        "    dqt = dqt + aj2 * partner_k * ej",
+        "    xj = (aj * kt + aj2 * qt) * ej",
+        "    yj = xj * partner_k",
+        f"    dkt = dkt + ct.where(sub_row == t, {_spread(s, 'xj', '')}, 0.0)",
+        f"    db = db + yj - ct.where(sub_row == t, {_spread(s, 'yj', '')}, 0.0)",
     ]
 
 
@@ -613,7 +692,6 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
     body = [
         *_slot_setup(s),
         "last = ct.reshape(steps == C - 1, (C, 1))",
-        *(["zero_c1 = ct.full((C, 1), 0.0, dtype=ct.float32)"] if s.per_channel else []),
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]

@@ -443,3 +443,64 @@ def test_without_a_final_state_output(kind) -> None:
     g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130), final=False)
     assert [t.name for t in g.outputs] == ["o"]
     assert check(g, inputs, f"cutile.{kind}").passed
+
+
+def strong_decays(inputs: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    """``inputs`` with gates of -U(0, 12) a token (a chunk's decay to e^-768), in half the channels only for kda:
+    a pair's decay underflows within a sub-chunk while its neighbour channel keeps it near 1."""
+    g = -np.random.default_rng(seed).uniform(0, 12, inputs["g"].shape)
+    if g.ndim == 3:
+        g[..., ::2] *= 1e-3
+    return {**inputs, "g": g.astype(np.float32)}
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_strong_decays_neither_overflow_nor_lose_the_pairs(kind, backward) -> None:
+    """Decays past float32's range inside one chunk: every exponent the kernels form stays <= 0 (kda's pairs
+    across sub-chunks factor through a reference token, exp(b_i - b_r) exp(b_r - b_j)), so nothing overflows and
+    the channels that barely decay keep their pairs."""
+    make = delta_rule_backward_graph if backward else delta_rule_graph
+    g, inputs = make(kind, (*CHUNK_EDGES, 130))
+    report = check(g, strong_decays(inputs, 5), f"cutile.{kind}" + "_bwd" * backward)
+    assert report.passed, report.table()
+
+
+# Bugs in kda's pair products: across sub-chunks (a reference token per block row) and within them (a column t
+# of partners at a time); each must fail validation where its kernel has the line.
+PLANTED_IN_SUB_CHUNKS = {
+    "a block row sees its own sub-chunk": (
+        "before = ct.reshape(steps, (C, 1)) < 16",
+        "before = ct.reshape(steps, (C, 1)) <= 16",
+    ),
+    "a block row's own decay left out": (
+        "ei = ct.exp(ct.extract(b, (2, 0), (16, KP)) - ref)",
+        "ei = ct.exp(0.0 * (ct.extract(b, (2, 0), (16, KP)) - ref))",
+    ),
+    "partners one column apart": ("column = ccols2 == sub_first + t", "column = ccols2 == sub_first + t + 1"),
+    "the partner's b taken from the row itself": ("ej = ct.where(after, ct.exp(ct.where(after, b - partner_b, 0.0)), 0.0)",
+                                                  "ej = ct.where(after, ct.exp(ct.where(after, b - b, 0.0)), 0.0)"),
+    "a partner's gradient kept on the row": (
+        "dkt = dkt + ct.where(sub_row == t, ",
+        "dkt = dkt + ct.where(sub_row == 0, ",
+    ),
+    "the reference's key gradient dropped": ("dkt = dkt + dkb * dec", "dkt = dkt + 0.0 * dkb * dec"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bug", list(PLANTED_IN_SUB_CHUNKS))
+def test_bugs_planted_in_kdas_pair_products_fail_validation(bug, monkeypatch) -> None:
+    right, wrong = PLANTED_IN_SUB_CHUNKS[bug]
+    shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, True, True, 0.5, True, True)
+    texts = {"chunks_source": delta_rule_kernel.chunks_source(shape, keep_inverse=True).text,
+             "gradients_source": delta_rule_kernel.gradients_source(shape).text}  # fmt: skip
+    kernels = [k for k, text in texts.items() if right in text]
+    assert kernels
+    for kernel in kernels:
+        for backward, make in ((False, delta_rule_graph), (True, delta_rule_backward_graph)):
+            if kernel == "gradients_source" and not backward:
+                continue
+            with monkeypatch.context() as patch:
+                plant(patch, kernel, right, wrong)
+                g, inputs = make("kda", (*CHUNK_EDGES, 130))
+                assert not check(g, inputs, "cutile.kda" + "_bwd" * backward).passed, f"{bug} in {kernel}"
