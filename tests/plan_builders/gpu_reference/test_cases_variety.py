@@ -242,3 +242,234 @@ def test_cases_grow_with_size() -> None:
         for g in draws("reduction", 300, size):
             largest[size] = max(largest[size], *dims(g, "x"))
     assert largest == {1: 8, 2: 16}
+
+
+def channels_last(g: Graph, name: str) -> bool:
+    t = next(t for t in g.tensors.values() if t.name == name)
+    return t.strides[1] == 1 and t.dims[1] > 1
+
+
+@pytest.mark.parametrize(("op", "node", "first", "second"), [("conv_fprop", "conv", "x", "w"),
+                         ("conv_dgrad", "dgrad", "dy", "w"), ("conv_wgrad", "wgrad", "x", "dy")])  # fmt: skip
+def test_convolution_cases_draw_groups_windows_paddings_and_layouts(
+    op: str, node: str, first: str, second: str
+) -> None:
+    seen: dict[str, set] = defaultdict(set)
+    for g in draws(op, 400):
+        n = g.nodes[0]
+        assert n.name == node and names(g) >= {first, second}
+        x = n.op.dims if op == "conv_dgrad" else dims(g, "x")
+        w = n.op.dims if op == "conv_wgrad" else dims(g, "w")
+        dy = dims(g, "dy") if op != "conv_fprop" else g.tensors[n.op.y].dims
+        groups = x[1] // w[1]
+        seen["spatial"].add(len(x) - 2)
+        seen["groups"].add(groups)
+        seen["c per group"].add(w[1])
+        seen["k per group"].add(w[0] // groups)
+        seen["n"].add(x[0])
+        assert dy[:2] == (x[0], w[0])
+        for r, st, d, a, b, s in zip(w[2:], n.op.stride, n.op.dilation, n.op.pre_padding, n.op.post_padding, x[2:]):
+            seen["kernel"].add(r)
+            seen["stride"].add(st)
+            seen["dilation"].add(d)
+            assert a < r and b < r
+            seen["padding"].update((a, b))
+            seen["image beyond the window"].add(s - d * (r - 1))
+        if len(x) == 4:
+            seen["layout"].add(channels_last(g, first) if x[1] > 1 else None)
+    assert seen["spatial"] == {1, 2} and seen["groups"] == {1, 2} and seen["n"] == {1, 2}
+    assert seen["c per group"] == seen["k per group"] == seen["kernel"] == {1, 2, 3}
+    assert seen["stride"] == seen["dilation"] == {1, 2} and seen["padding"] == {0, 1, 2}
+    assert seen["image beyond the window"] == {1, 2, 3, 4, 5} and {True, False} <= seen["layout"]
+
+
+@pytest.mark.parametrize("op", ["batchnorm", "batchnorm_inference", "batchnorm_backward"])
+def test_batchnorm_cases_draw_ranks_layouts_and_running_statistics(op: str) -> None:
+    seen: dict[str, set] = defaultdict(set)
+    params = {"batchnorm": ("scale", "bias"), "batchnorm_inference": ("scale", "bias", "mean", "inv_variance"),
+              "batchnorm_backward": ("scale", "mean", "inv_variance")}[op]  # fmt: skip
+    for g in draws(op, 300):
+        n = g.nodes[0]
+        x = dims(g, "x")
+        assert n.name == ("bn_bwd" if op == "batchnorm_backward" else "bn")
+        seen["rank"].add(len(x))
+        seen["n"].add(x[0])
+        seen["c"].add(x[1])
+        seen["spatial"].update(x[2:])
+        for p in params:
+            assert dims(g, p) == (1, x[1]) + (1,) * (len(x) - 2), p
+        if op == "batchnorm_backward":
+            assert dims(g, "dy") == x
+        if len(x) == 4 and x[1] > 1:
+            seen["layout"].add(channels_last(g, "x"))
+        if op == "batchnorm":
+            running = n.op.in_running_mean is not None
+            assert running == (n.op.in_running_var is not None) and n.op.epsilon == 1e-5
+            if running:
+                assert dims(g, "running_mean") == dims(g, "running_var") == dims(g, "scale")
+                assert n.op.momentum == 0.1 and n.op.next_running_mean is not None
+            seen["running"].add(running)
+    assert seen["rank"] == {2, 3, 4} and seen["n"] == {1, 2, 3} and seen["c"] == {1, 2, 3, 4}
+    assert seen["spatial"] == {1, 2, 3, 4, 5} and seen["layout"] == {True, False}
+    if op == "batchnorm":
+        assert seen["running"] == {True, False}
+
+
+@pytest.mark.parametrize("op", ["layernorm", "layernorm_backward", "rmsnorm", "rmsnorm_backward"])
+def test_row_norm_cases_draw_the_normalized_trailing_axes(op: str) -> None:
+    seen: dict[str, set] = defaultdict(set)
+    for g in draws(op, 300):
+        n = g.nodes[0]
+        assert n.name == {"layernorm": "ln", "layernorm_backward": "ln_bwd", "rmsnorm": "rms"}.get(op, "rms_bwd")
+        x = dims(g, "x")
+        scale = dims(g, "scale")
+        # normalized: the trailing axes from ``kept`` on, 1 <= kept < rank (ambiguous where x has 1s)
+        fits = [k for k in range(1, len(x)) if scale == (1,) * k + x[k:]]
+        assert fits, (x, scale)
+        kept = fits[0]
+        seen["rank"].add(len(x))
+        seen["extent"].update(x)
+        if len(fits) == 1:
+            seen["kept"].add((len(x), kept))
+        stat = x[:kept] + (1,) * (len(x) - kept)
+        if op in ("layernorm", "rmsnorm"):
+            assert n.op.epsilon == 1e-5 and n.op.phase == "training"
+        if op == "layernorm":
+            assert dims(g, "bias") == scale
+        elif op == "rmsnorm":
+            seen["bias"].add(n.op.bias is not None)
+            assert n.op.bias is None or dims(g, "bias") == scale
+        elif op == "layernorm_backward":
+            assert dims(g, "dy") == x and dims(g, "mean")[:kept] == stat[:kept]
+        else:
+            assert dims(g, "dy") == x and dims(g, "inv_variance")[:kept] == stat[:kept]
+            seen["dbias"].add(n.op.has_dbias)
+    assert seen["rank"] == {2, 3} and seen["extent"] == set(range(1, 9))
+    assert {k for r, k in seen["kept"] if r == 3} == {1, 2}
+    assert seen.get("bias", {True, False}) == seen.get("dbias", {True, False}) == {True, False}
+
+
+@pytest.mark.parametrize("op", ["sdpa", "sdpa_backward"])
+def test_attention_cases_draw_heads_extents_bias_masks_and_token_major_tensors(op: str) -> None:
+    seen: dict[str, set] = defaultdict(set)
+    for g in draws(op, 300):
+        n = g.nodes[0]
+        assert n.name == ("sdpa" if op == "sdpa" else "sdpa_bwd")
+        q, k, v = dims(g, "q"), dims(g, "k"), dims(g, "v")
+        b, hq, sq, d = q
+        hkv, skv, dv = k[1], k[2], v[3]
+        assert k == (b, hkv, skv, d) and v == (b, hkv, skv, dv)
+        seen["b"].add(b)
+        seen["hkv"].add(hkv)
+        seen["groups"].add(hq // hkv)
+        seen["extent"].update((sq, skv, d, dv))
+        seen["causal"].add(n.op.use_causal_mask)
+        assert 0.1 <= n.op.attn_scale < 1.0
+        seen["bias"].add(n.op.bias is not None)
+        if n.op.bias is not None:
+            assert g.tensors[n.op.bias].dims == (1, 1, sq, skv)
+        if op == "sdpa":
+            assert n.op.generate_stats and n.op.stats is not None
+            outs = {"o": n.op.o}
+        else:
+            assert dims(g, "o") == dims(g, "d_o") == (b, hq, sq, dv)
+            stats = next(t for t in g.tensors.values() if t.name == "stats")
+            assert stats.dims == (b, hq, sq, 1) and stats.dtype.value == "float32"
+            outs = {"q": n.op.dq, "k": n.op.dk, "v": n.op.dv}
+        for p in "qkvo":  # a token-packed port's tensor and its output (o, or its gradient) laid out token-major
+            packed = getattr(n.op, f"{p}_ragged_offset") is not None
+            tensors = [next(t for t in g.tensors.values() if t.name == p)] if p != "o" or op != "sdpa" else []
+            tensors += [g.tensors[outs[p]]] if p in outs else []
+            for t in tensors:  # (an output not packed may follow its input's layout)
+                if t.dims[1] > 1 and t.dims[2] > 1 and (packed or t.name == p):  # heads and tokens: the order shows
+                    assert (t.strides[2] > t.strides[1]) == packed, (p, t.dims, t.strides)
+                    if packed:
+                        seen["token major"].add(p)
+    assert seen["b"] == seen["hkv"] == seen["groups"] == {1, 2} and seen["extent"] == set(range(1, 10))
+    assert seen["causal"] == seen["bias"] == {True, False}
+    assert seen["token major"] == set("qkvo")
+
+
+@pytest.mark.parametrize("op", ["pooling", "pooling_backward"])
+def test_pooling_cases_draw_windows_strides_paddings_and_modes(op: str) -> None:
+    seen: dict[str, set] = defaultdict(set)
+    for g in draws(op, 300):
+        n = g.nodes[0]
+        assert n.name == ("pool" if op == "pooling" else "pool_bwd")
+        x = dims(g, "x")
+        seen["spatial"].add(len(x) - 2)
+        seen["n"].add(x[0])
+        seen["c"].add(x[1])
+        seen["mode"].add(n.op.mode)
+        for w, st, a, b, s in zip(n.op.window, n.op.stride, n.op.pre_padding, n.op.post_padding, x[2:], strict=True):
+            assert a < w and b < w
+            seen["window"].add(w)
+            seen["stride"].add(st)
+            seen["padding"].update((a, b))
+            seen["image beyond the window"].add(s - w)
+        if op == "pooling_backward":
+            out = tuple((s + a + b - w) // st + 1 for s, a, b, w, st in
+                        zip(x[2:], n.op.pre_padding, n.op.post_padding, n.op.window, n.op.stride))  # fmt: skip
+            assert dims(g, "dy") == (*x[:2], *out)
+    assert seen["spatial"] == {1, 2} and seen["n"] == {1, 2} and seen["c"] == {1, 2, 3}
+    assert seen["mode"] == {"max", "average_count_include_pad", "average_count_exclude_pad"}
+    assert seen["window"] == {1, 2, 3} and seen["stride"] == {1, 2} and seen["padding"] == {0, 1, 2}
+    assert seen["image beyond the window"] == {0, 1, 2, 3, 4}
+
+
+@pytest.mark.parametrize("op", ["resample", "resample_backward"])
+def test_resample_cases_draw_modes_coordinates_and_both_directions(op: str) -> None:
+    seen: dict[str, set] = defaultdict(set)
+    for g in draws(op, 300):
+        n = g.nodes[0]
+        assert n.name == ("rs" if op == "resample" else "rs_bwd")
+        small = dims(g, "x") if op == "resample" else n.op.dims
+        large = n.op.dims if op == "resample" else dims(g, "dy")
+        assert small[:2] == large[:2] and len(small) == len(large)
+        seen["spatial"].add(len(small) - 2)
+        seen["lead"].update(small[:2])
+        seen["extent"].update(small[2:] + large[2:])
+        seen["mode coordinates"].add((n.op.mode, n.op.coordinates))
+        seen["shrinks"].add(any(a > b for a, b in zip(small[2:], large[2:])))
+    assert seen["spatial"] == {1, 2, 3} and seen["lead"] == {1, 2} and seen["extent"] == {1, 2, 3, 4, 5}
+    assert seen["mode coordinates"] == {("nearest", "half_pixel"), ("nearest", "asymmetric"),
+                                        ("bilinear", "half_pixel"), ("bilinear", "asymmetric"),
+                                        ("bilinear", "align_corners")}  # fmt: skip
+    assert seen["shrinks"] == {True, False}
+
+
+@pytest.mark.parametrize("op", ["gdn", "gdn_bwd", "kda", "kda_bwd"])
+def test_delta_rule_cases_draw_sequences_gates_states_and_options(op: str) -> None:
+    seen: dict[str, set] = defaultdict(set)
+    for g in draws(op, 300):
+        n = g.nodes[0]
+        assert n.name == op
+        t, h, kd = dims(g, "q")
+        vd = dims(g, "v")[2]
+        cu = next(x for x in g.tensors.values() if x.name == "cu_seqlens")
+        seqs = cu.dims[0] - 1
+        assert dims(g, "k") == (t, h, kd) and dims(g, "beta") == (t, h)
+        gate = next(x for x in g.tensors.values() if x.name == "g")
+        assert gate.dims == ((t, h, kd) if op.startswith("kda") else (t, h)) and gate.dtype.value == "float32"
+        seen["tokens"].add(t)
+        seen["heads"].add(h)
+        seen["sequences"].add(seqs)
+        seen["kv"].update((kd, vd))
+        seen["cu dtype"].add(cu.dtype.value)
+        seen["initial"].add(n.op.initial_state is not None)
+        if n.op.initial_state is not None:
+            assert dims(g, "h0") == (seqs, h, kd, vd)
+        seen["scale"].add(n.op.scale is not None)
+        assert n.op.scale is None or 0.3 <= n.op.scale < 1.0
+        seen["l2norm"].add(n.op.use_qk_l2norm)
+        if op.endswith("_bwd"):
+            assert dims(g, "d_o") == (t, h, vd)
+            seen["d final"].add(n.op.d_final_state is not None)
+            if n.op.d_final_state is not None:
+                assert dims(g, "d_final") == (seqs, h, kd, vd)
+        else:
+            seen["final"].add(n.op.output_final_state)
+    assert seen["tokens"] == set(range(1, 7)) and seen["heads"] == seen["sequences"] == {1, 2}
+    assert seen["kv"] == {1, 2, 3, 4} and seen["cu dtype"] == {"int32", "int64"}
+    assert seen["initial"] == seen["scale"] == seen["l2norm"] == {True, False}
+    assert seen["d final" if op.endswith("_bwd") else "final"] == {True, False}
