@@ -95,25 +95,21 @@ def _pair_products(s: DeltaRuleShape) -> list[str]:
         ]
     subs = s.chunk // SUB
     lines = [*_sub_chunk_setup(), f"zero_sc = ct.full(({SUB}, C), 0.0, dtype=ct.float32)"]
-    for i in range(subs):
+    for i in range(1, subs):
         lines += [
-            *_sub_chunk(i),
-            "kkd = zero_ss",
-            "qkd = zero_ss",
-            f"for t in range({SUB}):",
-            *("    " + line for line in _partner_column()),
-            "    kkd = kkd + ct.where(column & (sub_row > t), ct.sum(ks * partner_k * ej, axis=1, keepdims=True), 0.0)",
-            "    qkd = qkd + ct.where(column, ct.sum(qs * partner_k * ej, axis=1, keepdims=True), 0.0)",
-            f"kk{i} = {_placed('kkd', i, subs)}",
-            f"qk{i} = {_placed('qkd', i, subs)}",
+            *_reference(i),
+            f"kk{i} = dot(ct.extract(kt, ({i}, 0), ({SUB}, KP)) * ei, ct.transpose(kt * dec), zero_sc)",
+            f"qk{i} = dot(ct.extract(qt, ({i}, 0), ({SUB}, KP)) * ei, ct.transpose(kt * dec), zero_sc)",
         ]
-        if i:
-            lines += [
-                *_reference(i),
-                f"kk{i} = dot(ks * ei, ct.transpose(kt * dec), kk{i})",
-                f"qk{i} = dot(qs * ei, ct.transpose(kt * dec), qk{i})",
-            ]
-    return [*lines, _stacked("kk", [f"kk{i}" for i in range(subs)]), _stacked("qk", [f"qk{i}" for i in range(subs)])]
+    lines += [
+        _stacked("kk", ["zero_sc", *(f"kk{i}" for i in range(1, subs))]),
+        _stacked("qk", ["zero_sc", *(f"qk{i}" for i in range(1, subs))]),
+        f"for t in range({SUB}):",
+        *("    " + line for line in _sub_chunk_column(s)),
+        "    kk = kk + ct.where(column & (sub_row > t), ct.sum(kt * partner_k * ej, axis=1, keepdims=True), 0.0)",
+        "    qk = qk + ct.where(column, ct.sum(qt * partner_k * ej, axis=1, keepdims=True), 0.0)",
+    ]
+    return lines
 
 
 SUB = 16  # kda's sub-chunk: pairs in two sub-chunks factor through a reference token, pairs in one go column-wise
@@ -123,21 +119,12 @@ def _sub_chunk_setup() -> list[str]:
     """kda's pair decays exp(b_ic - b_jc) depend on the channel, so no [C, C] decay matrix multiplies a product of
     keys. For i in sub-chunk I and j before it, exp(b_i - b_j) = exp(b_i - b_r) exp(b_r - b_j) with r the first
     token of I: both factors <= 1, each folded into its side's keys, and the block row is one MMA. The pairs
-    within a sub-chunk go a partner column t at a time on [SUB, KP] tiles (small enough to stay in registers):
-    each row i >= t pairs with the sub-chunk's row t. No exponent is positive, as in the [C, C] form."""
+    within a sub-chunk go a column t at a time: each row's partner j = (its sub-chunk's first row) + t, its key
+    and b spread over the sub-chunk's rows. No exponent is positive, as in the [C, C] form."""
     return [
-        f"sub_row = ct.reshape(ct.arange({SUB}, dtype=ct.int32), ({SUB}, 1))",
-        f"sub_col = ct.reshape(ct.arange({SUB}, dtype=ct.int32), (1, {SUB}))",
-        f"zero_ss = ct.full(({SUB}, {SUB}), 0.0, dtype=ct.float32)",
-    ]
-
-
-def _sub_chunk(i: int) -> list[str]:
-    """Sub-chunk ``i``'s keys, queries and b: [SUB, KP] tiles."""
-    return [
-        f"ks = ct.extract(kt, ({i}, 0), ({SUB}, KP))",
-        f"qs = ct.extract(qt, ({i}, 0), ({SUB}, KP))",
-        f"bs = ct.extract(b, ({i}, 0), ({SUB}, KP))",
+        f"sub_row = ct.reshape(steps % {SUB}, (C, 1))",
+        f"sub_first = ct.reshape(steps - steps % {SUB}, (C, 1))",
+        f"sub_rows = ct.reshape(ct.arange({SUB}, dtype=ct.int32), (1, {SUB}, 1))",
     ]
 
 
@@ -148,38 +135,38 @@ def _reference(i: int) -> list[str]:
         f"ref = ct.extract(b, ({i * SUB}, 0), (1, KP))",
         f"before = ct.reshape(steps, (C, 1)) < {i * SUB}",
         "dec = ct.where(before, ct.exp(ct.where(before, ref - b, 0.0)), 0.0)",
-        "ei = ct.exp(bs - ref)",
+        f"ei = ct.exp(ct.extract(b, ({i}, 0), ({SUB}, KP)) - ref)",
     ]
 
 
-def _partner_column() -> list[str]:
-    """Partner column t within the sub-chunk: ``column`` marks it in a [SUB, SUB] block, partner_k and partner_b
-    are row t's key and b, ``ej`` = exp(b_i - b_t) on the rows i >= t (0 before)."""
+def _spread(s: DeltaRuleShape, tile: str, rows: str) -> str:
+    """``tile`` [C, KP] summed over each sub-chunk's rows where ``rows`` (a [1, SUB, 1] mask, or all rows when
+    empty), the sum given to every row of the sub-chunk."""
+    shape = f"({s.chunk // SUB}, {SUB}, KP)"
+    shaped = f"ct.reshape({tile}, {shape})"
+    picked = f"ct.where({rows}, {shaped}, 0.0)" if rows else shaped
+    summed = f"ct.sum({picked}, axis=1, keepdims=True)"
+    return f"ct.reshape(ct.broadcast_to({summed}, {shape}), (C, KP))"
+
+
+def _sub_chunk_column(s: DeltaRuleShape) -> list[str]:
+    """Column t of the pairs within each sub-chunk: ``column`` marks each row's partner j (a [C, C] mask), partner_k and
+    partner_b its key and b, ``ej`` = exp(b_i - b_j) on the rows at or after it (0 before)."""
     return [
-        "pick = sub_row == t",
-        "partner_k = ct.sum(ct.where(pick, ks, 0.0), axis=0, keepdims=True)",
-        "partner_b = ct.sum(ct.where(pick, bs, 0.0), axis=0, keepdims=True)",
+        "pick = sub_rows == t",
+        f"partner_k = {_spread(s, 'kt', 'pick')}",
+        f"partner_b = {_spread(s, 'b', 'pick')}",
         "after = sub_row >= t",
-        "ej = ct.where(after, ct.exp(ct.where(after, bs - partner_b, 0.0)), 0.0)",
-        "column = sub_col == t",
+        "ej = ct.where(after, ct.exp(ct.where(after, b - partner_b, 0.0)), 0.0)",
+        "column = ccols2 == sub_first + t",
     ]
-
-
-def _placed(block: str, i: int, subs: int) -> str:
-    """[SUB, C]: the [SUB, SUB] ``block`` at column block ``i``, zeros elsewhere."""
-    return _joined([block if j == i else "zero_ss" for j in range(subs)], 1)
-
-
-def _joined(blocks: list[str], axis: int) -> str:
-    """The blocks joined in order along ``axis`` (ct.cat joins pairs of one shape)."""
-    while len(blocks) > 1:
-        blocks = [f"ct.cat(({a}, {b}), {axis})" for a, b in zip(blocks[::2], blocks[1::2], strict=True)]
-    return blocks[0]
 
 
 def _stacked(name: str, blocks: list[str]) -> str:
-    """``name`` = the row blocks stacked in order."""
-    return f"{name} = {_joined(blocks, 0)}"
+    """``name`` = the row blocks stacked in order (ct.cat joins pairs of one shape)."""
+    while len(blocks) > 1:
+        blocks = [f"ct.cat(({a}, {b}), 0)" for a, b in zip(blocks[::2], blocks[1::2], strict=True)]
+    return f"{name} = {blocks[0]}"
 
 
 def _tokens(length: str) -> str:
@@ -504,46 +491,40 @@ def _pair_gradients(s: DeltaRuleShape) -> list[str]:
         ]
     subs = s.chunk // SUB
     lines = [f"zero_sk = ct.full(({SUB}, KP), 0.0, dtype=ct.float32)"]
-    for i in range(subs):  # below the diagonal blocks the reference's own terms cancel: b_r is held constant
+    for i in range(1, subs):  # the block rows below the diagonal: the reference's own terms cancel
         lines += [
-            *_sub_chunk(i),
-            f"dkk_s = ct.extract(dkk, ({i}, {i}), ({SUB}, {SUB}))",
-            f"dqk_s = ct.extract(dqk, ({i}, {i}), ({SUB}, {SUB}))",
-            "dks = zero_sk",
-            "dqs = zero_sk",
-            "dbs = zero_sk",
-            f"for t in range({SUB}):",
-            *("    " + line for line in _partner_column()),
-            "    aj = ct.sum(ct.where(column, dkk_s, 0.0), axis=1, keepdims=True)",
-            "    aj2 = ct.sum(ct.where(column, dqk_s, 0.0), axis=1, keepdims=True)",
-            "    xj = (aj * ks + aj2 * qs) * ej",
-            "    yj = xj * partner_k",
-            "    dks = dks + aj * partner_k * ej + ct.where(pick, ct.sum(xj, axis=0, keepdims=True), 0.0)",
-            "    dqs = dqs + aj2 * partner_k * ej",
-            "    dbs = dbs + yj - ct.where(pick, ct.sum(yj, axis=0, keepdims=True), 0.0)",
+            *_reference(i),
+            f"ki = ct.extract(kt, ({i}, 0), ({SUB}, KP)) * ei",
+            f"qi = ct.extract(qt, ({i}, 0), ({SUB}, KP)) * ei",
+            f"a = ct.where(ccols2 < {i * SUB}, ct.extract(dkk, ({i}, 0), ({SUB}, C)), 0.0)",
+            f"a2 = ct.where(ccols2 < {i * SUB}, ct.extract(dqk, ({i}, 0), ({SUB}, C)), 0.0)",
+            "dki = dot(a, kt * dec, zero_sk)",
+            "dqi = dot(a2, kt * dec, zero_sk)",
+            "dkb = dot(ct.transpose(a), ki, dot(ct.transpose(a2), qi, zero_ck))",
+            f"dk{i} = dki * ei",
+            f"dq{i} = dqi * ei",
+            f"db{i} = dki * ki + dqi * qi",
+            "dkt = dkt + dkb * dec",
+            "db = db - dkb * kt * dec",
         ]
-        if i:
-            lines += [
-                *_reference(i),
-                "ki = ks * ei",
-                "qi = qs * ei",
-                f"a = ct.where(ccols2 < {i * SUB}, ct.extract(dkk, ({i}, 0), ({SUB}, C)), 0.0)",
-                f"a2 = ct.where(ccols2 < {i * SUB}, ct.extract(dqk, ({i}, 0), ({SUB}, C)), 0.0)",
-                "dki = dot(a, kt * dec, zero_sk)",
-                "dqi = dot(a2, kt * dec, zero_sk)",
-                "dkb = dot(ct.transpose(a), ki, dot(ct.transpose(a2), qi, zero_ck))",
-                "dks = dks + dki * ei",
-                "dqs = dqs + dqi * ei",
-                "dbs = dbs + dki * ki + dqi * qi",
-                "dkt = dkt + dkb * dec",
-                "db = db - dkb * kt * dec",
-            ]
-        lines += [f"dk{i} = dks", f"dq{i} = dqs", f"db{i} = dbs"]
     return [
         *lines,
-        f"dkt = dkt + {_joined([f'dk{i}' for i in range(subs)], 0)}",
-        f"dqt = dqt + {_joined([f'dq{i}' for i in range(subs)], 0)}",
-        f"db = db + {_joined([f'db{i}' for i in range(subs)], 0)}",
+        _stacked("dkt_rows", ["zero_sk", *(f"dk{i}" for i in range(1, subs))]),
+        _stacked("dqt_rows", ["zero_sk", *(f"dq{i}" for i in range(1, subs))]),
+        _stacked("db_rows", ["zero_sk", *(f"db{i}" for i in range(1, subs))]),
+        "dkt = dkt + dkt_rows",
+        "dqt = dqt + dqt_rows",
+        "db = db + db_rows",
+        f"for t in range({SUB}):",
+        *("    " + line for line in _sub_chunk_column(s)),
+        "    aj = ct.sum(ct.where(column, dkk, 0.0), axis=1, keepdims=True)",
+        "    aj2 = ct.sum(ct.where(column, dqk, 0.0), axis=1, keepdims=True)",
+        "    dkt = dkt + aj * partner_k * ej",
+        "    dqt = dqt + aj2 * partner_k * ej",
+        "    xj = (aj * kt + aj2 * qt) * ej",
+        "    yj = xj * partner_k",
+        f"    dkt = dkt + ct.where(sub_row == t, {_spread(s, 'xj', '')}, 0.0)",
+        f"    db = db + yj - ct.where(sub_row == t, {_spread(s, 'yj', '')}, 0.0)",
     ]
 
 

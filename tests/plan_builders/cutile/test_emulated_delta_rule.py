@@ -473,13 +473,16 @@ PLANTED_IN_SUB_CHUNKS = {
         "before = ct.reshape(steps, (C, 1)) < 16",
         "before = ct.reshape(steps, (C, 1)) <= 16",
     ),
-    "a block row's own decay left out": ("ei = ct.exp(bs - ref)", "ei = ct.exp(0.0 * (bs - ref))"),
-    "partners one column apart": ("column = sub_col == t", "column = sub_col == t + 1"),
-    "the partner's b taken from the row itself": ("ct.exp(ct.where(after, bs - partner_b, 0.0))",
-                                                  "ct.exp(ct.where(after, bs - bs, 0.0))"),
+    "a block row's own decay left out": (
+        "ei = ct.exp(ct.extract(b, (2, 0), (16, KP)) - ref)",
+        "ei = ct.exp(0.0 * (ct.extract(b, (2, 0), (16, KP)) - ref))",
+    ),
+    "partners one column apart": ("column = ccols2 == sub_first + t", "column = ccols2 == sub_first + t + 1"),
+    "the partner's b taken from the row itself": ("ej = ct.where(after, ct.exp(ct.where(after, b - partner_b, 0.0)), 0.0)",
+                                                  "ej = ct.where(after, ct.exp(ct.where(after, b - b, 0.0)), 0.0)"),
     "a partner's gradient kept on the row": (
-        "ct.where(pick, ct.sum(xj, axis=0, keepdims=True), 0.0)",
-        "ct.where(sub_row == 0, ct.sum(xj, axis=0, keepdims=True), 0.0)",
+        "dkt = dkt + ct.where(sub_row == t, ",
+        "dkt = dkt + ct.where(sub_row == 0, ",
     ),
     "the reference's key gradient dropped": ("dkt = dkt + dkb * dec", "dkt = dkt + 0.0 * dkb * dec"),
 }  # fmt: skip
