@@ -209,6 +209,7 @@ def test_attention_cases_draw_no_lengths_padding_lengths_and_each_ragged_tensor(
 @pytest.mark.parametrize("op", ["reshape", "transpose", "slice", "concatenate"])
 def test_data_movement_cases_draw_each_variant(op: str) -> None:
     seen: dict[str, set] = defaultdict(set)
+    ends: list[bool] = []
     for g in draws(op, 300):
         node = g.nodes[0]
         x = dims(g, "x")
@@ -227,6 +228,8 @@ def test_data_movement_cases_draw_each_variant(op: str) -> None:
                 seen["start"].add(start)
                 seen["stride"].add(stride)
                 seen["full"].add(limit == d)
+                if d == 5:
+                    ends.append(limit == d)
         else:
             assert names(g) >= {"x", "x0", "x1"} and len(node.op.x) == 3
             for other in ("x0", "x1"):
@@ -241,17 +244,22 @@ def test_data_movement_cases_draw_each_variant(op: str) -> None:
         assert len({p for p in seen["permutation"] if len(p) == 3}) == 6
     elif op == "slice":
         assert seen["stride"] == {1, 2} and seen["full"] == {True, False} and seen["start"] == set(range(5))
+        # the end drawn uniformly past the start: over an extent of 5 it is the last with odds
+        # (1/5 + 1/4 + 1/3 + 1/2 + 1) / 5 = 0.457 (an end drawn past the extent, then clipped, would give 0.58)
+        assert 0.39 < sum(ends) / len(ends) < 0.52, sum(ends) / len(ends)
     else:
         assert seen["other extent"] == {1, 2, 3, 4} and {a for r, a in seen["axis"] if r == 4} == {0, 1, 2, 3}
 
 
 def test_cases_grow_with_size() -> None:
-    """size scales every drawn extent's upper bound: size 2 reaches twice the extents of size 1."""
-    largest = {1: 0, 2: 0}
-    for size in (1, 2):
-        for g in draws("reduction", 300, size):
+    """size scales every drawn extent's upper bound: size 2 reaches twice the extents of size 1, the default."""
+    largest = {1: 0, 2: 0, None: 0}
+    for size in (1, 2, None):
+        rng = np.random.default_rng(0)
+        for _ in range(300):
+            g = cases.random_case("reduction", rng, "float32", *([] if size is None else [size]))
             largest[size] = max(largest[size], *dims(g, "x"))
-    assert largest == {1: 8, 2: 16}
+    assert largest == {1: 8, 2: 16, None: 8}
 
 
 def channels_last(g: Graph, name: str) -> bool | None:
