@@ -92,15 +92,20 @@ def test_swish_of_a_subnormal_rounds_to_the_side_of_its_true_value(monkeypatch: 
 
 
 @pytest.mark.parametrize(
-    "params", [{}, {"relu_lower_clip_slope": 0.5}, {"relu_lower_clip": 0.0, "relu_upper_clip": 4.0}]
+    ("params", "negative"),
+    [
+        ({}, [False, False, False, False]),
+        ({"relu_lower_clip_slope": 0.5}, [False, False, True, False]),  # -1 * 0.5: -0.5
+        ({"relu_lower_clip": 0.0, "relu_upper_clip": 4.0}, [False, False, False, False]),
+        ({"relu_lower_clip": -1.0, "relu_upper_clip": 0.0}, [False, False, True, False]),  # -0.0 >= 0: the clip
+    ],
 )
-def test_relu_of_negative_zero_is_positive_zero(monkeypatch: pytest.MonkeyPatch, params: dict) -> None:
-    """x <= lower clip takes the clipped branch, -0.0 included: +0.0 out, as the CPU reference."""
+def test_relu_of_negative_zero_is_positive_zero(monkeypatch: pytest.MonkeyPatch, params: dict, negative) -> None:
+    """x <= lower clip takes the clipped branch and x >= upper clip the clip, -0.0 included: +0.0 out, as the
+    CPU reference."""
     x = np.array([-0.0, 0.0, -1.0, 0.5], np.float32)
     got, cpu = run(monkeypatch, "relu_fwd", params, x)
-    assert (
-        np.signbit(got).tolist() == np.signbit(cpu).tolist() == [False, False, "relu_lower_clip_slope" in params, False]
-    )
+    assert np.signbit(got).tolist() == np.signbit(cpu).tolist() == negative
 
 
 def test_integer_division_and_remainder_truncate_in_int64(monkeypatch: pytest.MonkeyPatch) -> None:
