@@ -39,7 +39,10 @@ def ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     a, b = _ordered(got.view(word), width), _ordered(want.view(word), width)
     nan_a, nan_b = np.isnan(got.astype(np.float64)), np.isnan(want.astype(np.float64))
     far = np.int64(1) << min(width, 62)
-    return np.where(nan_a & nan_b, 0, np.where(nan_a | nan_b, far, np.abs(a - b)))
+    most = np.iinfo(np.int64).max  # float64's values of opposite signs can lie further apart: they saturate
+    with np.errstate(over="ignore"):
+        apart = np.where(((a < 0) != (b < 0)) & (np.abs(a) > most - np.abs(b)), most, np.abs(a - b))
+    return np.where(nan_a & nan_b, 0, np.where(nan_a | nan_b, far, apart))
 
 
 def agreement_ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:

@@ -52,9 +52,17 @@ def _pointwise(g: Graph, rng: np.random.Generator, size: int) -> None:
     if mode == "gen_index":
         params["axis"] = int(rng.integers(0, len(dims)))
     for p in info.params:
-        if rng.random() < 0.5:
-            params[p] = float(np.round(rng.normal(), 2)) if p != "relu_upper_clip" else float(rng.uniform(0.5, 3))
+        if rng.random() < 0.5 and p not in params:  # gen_index's axis is a position, drawn above
+            params[p] = _parameter(p, rng)
     _outputs(g.pointwise(mode, *inputs, name="pw", **params))
+
+
+def _parameter(name: str, rng: np.random.Generator) -> float:
+    """A value the op takes for pointwise parameter ``name`` (a negative lower clip slope it refuses)."""
+    if name == "relu_upper_clip":
+        return float(rng.uniform(0.5, 3))
+    value = float(np.round(rng.normal(), 2))
+    return abs(value) if name == "relu_lower_clip_slope" else value
 
 
 def _matmul(g: Graph, rng: np.random.Generator, size: int) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
@@ -31,8 +31,7 @@ ANY_DTYPE = {"pointwise", "reduction", "reshape", "transpose", "slice", "concate
 
 
 def draws(op: str, n: int, size: int = 1, dtype: str = "float32", seed: int = 0) -> list[Graph]:
-    """n draws, less those the op refuses (as the agreement tests skip them: a gen_index case whose axis was
-    also drawn as a float parameter)."""
+    """n draws, less those the op refuses (as the agreement tests skip them)."""
     rng = np.random.default_rng(seed)
     found = []
     for _ in range(n):
@@ -499,3 +498,14 @@ def test_delta_rule_cases_draw_sequences_gates_states_and_options(op: str) -> No
     assert seen["kd"] == seen["vd"] == {1, 2, 3, 4} and seen["cu dtype"] == {"int32", "int64"}
     assert seen["initial"] == seen["scale"] == seen["l2norm"] == {True, False}
     assert seen["d final" if op.endswith("_bwd") else "final"] == {True, False}
+
+
+def test_pointwise_cases_are_never_refused() -> None:
+    """Every draw is a graph the op takes, so the agreement tests skip none unseen: gen_index's axis (a position
+    within the rank) is not overwritten by the float parameters drawn after it (half its cases were refused),
+    and relu's lower clip slope is never negative (1% of relu cases were)."""
+    rng = np.random.default_rng(7)
+    graphs = [cases.random_case("pointwise", rng, "float32", 1) for _ in range(1500)]
+    modes = Counter(g.nodes[0].op.mode for g in graphs)
+    assert modes["gen_index"] >= 10 and modes["relu_fwd"] >= 10 and modes["relu_bwd"] >= 10
+    assert any(g.nodes[0].op.relu_lower_clip_slope for g in graphs if g.nodes[0].op.mode == "relu_fwd")

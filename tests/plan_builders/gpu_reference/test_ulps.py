@@ -75,3 +75,12 @@ def test_agreement_rounds_float64_to_float32_and_leaves_other_dtypes() -> None:
     half = np.array([1.0, 2.0], np.float16)
     assert agreement_ulps(half, half + np.float16(2.0**-10)).tolist() == [1, 0]  # 2 + 2^-10 rounds back to 2
     assert agreement_ulps(np.array([3], np.int32), np.array([-4], np.int32)).tolist() == [7]
+
+
+def test_float64_distances_past_int64_saturate_at_the_whole_range() -> None:
+    """-inf against +inf (and the largest finite values of opposite signs) lie about 2^64 apart in float64's
+    ordering: past int64, so the count saturates at int64's largest instead of wrapping; near values stay exact."""
+    top = np.finfo(np.float64).max
+    got = np.array([-np.inf, -top, top, np.nextafter(top, 0), -top, 1.0])
+    want = np.array([np.inf, top, -top, top, -np.nextafter(top, 0), np.nextafter(1.0, 2)])
+    assert ulps(got, want).tolist() == [2**63 - 1, 2**63 - 1, 2**63 - 1, 1, 1, 1]
