@@ -37,6 +37,13 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
         help="the inputs by name (.safetensors, .npz, .npy; may be repeated), e.g. those a campaign saved with a "
         "failing case; they must hold every input of the one GRAPH. Without --inputs every input is random",
     )
+    validate.add_argument(
+        "--initialized",
+        action="store_true",
+        help="draw weights (*.w, w*, *.weight) as a model initializes them, N(0, 1/fan-in), and norm scales near 1, "
+        "the other inputs as usual: validation's draw of every input in [-2, 2) grows a deep model's activations "
+        "far past any trained model's",
+    )
     validate.add_argument("--json", action="store_true", help="print every report as JSON instead of tables")
     validate.add_argument("--report", metavar="FILE", help="also write every report as JSON to FILE")
     validate.add_argument(
@@ -70,6 +77,8 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
         raise UsageError("--fallback needs --backend gpu (the reference runs every node itself)")
     if args.inputs and (len(args.graphs) > 1 or args.seeds > 1):
         raise UsageError("--inputs gives one graph its inputs: give one GRAPH and no --seeds")
+    if args.inputs and args.initialized:
+        raise UsageError("--initialized draws the inputs that --inputs gives: give one of them")
     seeds = range(args.seed, args.seed + args.seeds)
     fallback = "reference" if args.fallback else None
     if args.plot:
@@ -77,6 +86,8 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
 
         pyplot()  # without matplotlib, say so before validating anything
     truth_backend = TRUTH_BACKEND[args.truth or default_truth()]
+    from sigdnn.accuracy.inputs import initialized_inputs
+
     runs: list[tuple[str, int, Any]] = []
     plots: list[str] = []
     with screen.progress(total=len(args.graphs) * len(seeds)) as update:
@@ -89,7 +100,8 @@ def cmd_validate(args: argparse.Namespace, screen: Screen) -> int:
             given = given_inputs(args, graph, update) if args.inputs else None
             for seed in seeds:
                 update(f"validating {path} (seed {seed})")
-                report = sigdnn.validate(graph, given, seed=seed, executor=device, truth=truth)
+                drawn = initialized_inputs(graph, seed) if args.initialized else given
+                report = sigdnn.validate(graph, drawn, seed=seed, executor=device, truth=truth)
                 runs.append((path, None if given else seed, report))  # no seed drew inputs from files
                 if args.plot:
                     plots += plot_failures(report, args.plot, f"{os.path.basename(path)}_seed{seed}")

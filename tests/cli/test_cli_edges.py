@@ -95,3 +95,35 @@ def test_validate_inputs_of_the_wrong_shape_name_the_tensor(tmp_path: Path, caps
     np.savez(tmp_path / "in.npz", a=np.zeros((3, 3), np.float32), b=np.zeros((1, 3), np.float32))
     code, _, err = cli(capsys, "validate", path, "--backend", "reference", "--inputs", tmp_path / "in.npz")
     assert code == 2 and "tensor 'a' (uid 1): shape [3, 3] does not match the graph's dims [2, 3]" in err
+
+
+def test_validate_initialized_draws_weights_at_a_models_scale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--initialized: the weight w of y = x @ w is N(0, 1/fan-in) (fan-in 256: std 1/16, where validation's
+    draw in [-2, 2) has std 1.15), x drawn as without the flag; each seed its own draw; not with --inputs."""
+    g = sigdnn.Graph("linear", io_dtype="float32")
+    g.matmul(g.tensor("x", (4, 256)), g.tensor("w", (256, 32)), name="mm").set_output(True).set_name("y")
+    path = tmp_path / "linear.sdg"
+    path.write_bytes(g.serialize())
+    seen: list[dict[str, np.ndarray]] = []
+    real = sigdnn.validate
+
+    def recording(graph, inputs, **kw):
+        seen.append(inputs)
+        return real(graph, inputs, **kw)
+
+    monkeypatch.setattr(sigdnn, "validate", recording)
+    code, _, err = cli(capsys, "validate", path, "--backend", "reference", "--initialized", "--seeds", "2")
+    assert code == 0, err
+    assert len(seen) == 2 and not np.array_equal(seen[0]["w"], seen[1]["w"])
+    for seed, inputs in enumerate(seen):
+        assert 0.055 < inputs["w"].std() < 0.07
+        np.testing.assert_array_equal(inputs["x"], sigdnn.validation.random_inputs(g, seed)["x"])
+    code, _, err = cli(capsys, "validate", path, "--backend", "reference")
+    assert code == 0 and seen[-1] is None
+    np.savez(tmp_path / "in.npz", x=np.zeros((4, 256), np.float32), w=np.zeros((256, 32), np.float32))
+    code, _, err = cli(
+        capsys, "validate", path, "--initialized", "--backend", "reference", "--inputs", tmp_path / "in.npz"
+    )
+    assert code == 2 and "--initialized draws the inputs that --inputs gives" in err
