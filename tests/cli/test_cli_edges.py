@@ -127,3 +127,45 @@ def test_validate_initialized_draws_weights_at_a_models_scale(
         capsys, "validate", path, "--initialized", "--backend", "reference", "--inputs", tmp_path / "in.npz"
     )
     assert code == 2 and "--initialized draws the inputs that --inputs gives" in err
+
+
+def test_validate_of_several_graphs_sums_up_and_fails_if_any_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two graph files, the second judged failing: each gets its verdict, a summary table lists both (graph file,
+    seed, verdict), the exit status is 1, and --report says where it wrote the reports."""
+    first, second = add_graph(tmp_path / "first.sdg", "first"), add_graph(tmp_path / "second.sdg", "second")
+    real = sigdnn.validate
+
+    class Failing:
+        passed = False
+
+        def __init__(self, report) -> None:
+            self.report = report
+
+        def __getattr__(self, name: str):
+            return getattr(self.report, name)
+
+    def judged(graph, inputs, **kw):
+        report = real(graph, inputs, **kw)
+        return Failing(report) if graph.name == "second" else report
+
+    monkeypatch.setattr(sigdnn, "validate", judged)
+    monkeypatch.setattr("sigdnn.cli.validate._validation_json", lambda runs: {"runs": len(runs)})
+    report = tmp_path / "reports.json"
+    code, out, err = cli(capsys, "validate", first, second, "--backend", "reference", "--report", report)
+    assert code == 1, err
+    assert (
+        "graph 'first' against the CPU reference: PASS" in out
+        and "graph 'second' against the CPU reference: FAIL" in out
+    )
+    lines = out.splitlines()
+    summary = lines[[line.strip() for line in lines].index("summary") :]
+    header = summary[1]
+    assert [h.strip() for h in header.split("  ") if h.strip()] == ["graph file", "seed", "verdict"]
+    rows = [line for line in summary[2:] if "sdg" in line]
+    assert [r.split() for r in rows] == [[str(first), "0", "PASS"], [str(second), "0", "FAIL"]]
+    assert all(r.index(" 0 ") + 1 == header.index("seed") + 3 for r in rows)  # the seed right-justified
+    assert f"wrote the reports to '{report}'" in out and report.read_text() == '{\n  "runs": 2\n}'
+    code, out, _ = cli(capsys, "validate", first, "--backend", "reference")
+    assert code == 0 and "summary" not in out
