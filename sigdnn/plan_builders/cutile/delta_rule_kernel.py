@@ -265,7 +265,23 @@ def _keys(s: DeltaRuleShape) -> list[str]:
         "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
         *(norm if s.l2norm else ["kt = kr"]),
         gate,
-        f"b = ct.mma(ones_below, gt, ct.full((C, {s.gate_width}), 0.0, dtype=ct.float32))",
+        *_row_sums(s, "b", "ones_below", "gt"),
+    ]
+
+
+def _row_sums(s: DeltaRuleShape, name: str, ones: str, tile: str) -> list[str]:
+    """``name`` = ``ones`` @ ``tile``: sums over the chunk's rows by a 0 / 1 matrix (b, the gate's cumulative sums,
+    and the backward's reverse ones). gdn's [C, 1] as one float32 MMA. kda's [C, K] as two TF32 MMAs of the
+    tile's high and low TF32 parts (0 and 1 are exact in TF32; each term loses about 2^-22 of itself, a float32
+    sum's order): the float32 MMA runs on no tensor core, and at [C, C] x [C, K] it cost kda's chunk kernel 1.5 KB
+    of spills a thread (sm_90 cubins: 3,968 B with it, 2,488 without)."""
+    if not s.per_channel:
+        return [f"{name} = ct.mma({ones}, {tile}, ct.full((C, 1), 0.0, dtype=ct.float32))"]
+    return [
+        f"high = ct.astype({tile}, ct.tfloat32)",
+        f"low = ct.astype({tile} - ct.astype(high, ct.float32), ct.tfloat32)",
+        f"exact_ones = ct.astype({ones}, ct.tfloat32)",
+        f"{name} = ct.mma(exact_ones, high, ct.mma(exact_ones, low, ct.full((C, KP), 0.0, dtype=ct.float32)))",
     ]
 
 
@@ -639,7 +655,6 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
     its end's d(state) (the walks' ``saved`` and ``dsaved``), the rest recomputed: T too, as tileiras (cuda-tile
     1.x) fails kda's kernel with T gathered from the chunk kernel's ("Invalid use-def chain in schedule"). The
     products with the state or a value run a block of VW value columns at a time (``_value_gradients``)."""
-    gw = s.gate_width
     if s.per_channel:
         db_last = "db_last = sdd * ct.exp(b_last) + ct.sum(carried * dkd, axis=0, keepdims=True)"
         db = "db = kg * dkg + qg * dqg - carried * dkd"
@@ -678,7 +693,7 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
         db,
         *_pair_gradients(s),
         "db = db + ct.where(last, db_last, 0.0)",
-        f"dg_t = ct.mma(ct.transpose(ones_below), db, ct.full((C, {gw}), 0.0, dtype=ct.float32))",
+        *_row_sums(s, "dg_t", "ct.transpose(ones_below)", "db"),
         *_unnormalized(s),
         "ct.scatter(dq, qk_at, ct.astype(dqr, dq.dtype), mask=valid2 & kin2)",
         "ct.scatter(dk, qk_at, ct.astype(dkr, dk.dtype), mask=valid2 & kin2)",
