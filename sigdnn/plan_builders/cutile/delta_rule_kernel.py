@@ -273,8 +273,8 @@ def _row_sums(s: DeltaRuleShape, name: str, ones: str, tile: str) -> list[str]:
     """``name`` = ``ones`` @ ``tile``: sums over the chunk's rows by a 0 / 1 matrix (b, the gate's cumulative sums,
     and the backward's reverse ones). gdn's [C, 1] as one float32 MMA. kda's [C, K] as two TF32 MMAs of the
     tile's high and low TF32 parts (0 and 1 are exact in TF32; each term loses about 2^-22 of itself, a float32
-    sum's order): the float32 MMA runs on no tensor core, and at [C, C] x [C, K] it cost kda's chunk kernel 1.5 KB
-    of spills a thread (sm_90 cubins: 3,968 B with it, 2,488 without)."""
+    sum's order): the float32 MMA runs on no tensor core, and at [C, C] x [C, K] it spilled (sm_90 cubins, kda's
+    chunk kernel: 3,968 B a thread with it, 2,592 B with the two TF32 MMAs)."""
     if not s.per_channel:
         return [f"{name} = ct.mma({ones}, {tile}, ct.full((C, 1), 0.0, dtype=ct.float32))"]
     return [
