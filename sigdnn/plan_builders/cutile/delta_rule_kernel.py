@@ -98,8 +98,8 @@ def _pair_products(s: DeltaRuleShape) -> list[str]:
     for i in range(1, subs):
         lines += [
             *_reference(i),
-            f"kk{i} = dot(ct.extract(kt, ({i}, 0), ({SUB}, KP)) * ei, ct.transpose(kt * dec), zero_sc)",
-            f"qk{i} = dot(ct.extract(qt, ({i}, 0), ({SUB}, KP)) * ei, ct.transpose(kt * dec), zero_sc)",
+            f"kk{i} = dot(ct.extract(kt, ({i}, 0), ({SUB}, KP)) * ei, ct.transpose(earlier), zero_sc)",
+            f"qk{i} = dot(ct.extract(qt, ({i}, 0), ({SUB}, KP)) * ei, ct.transpose(earlier), zero_sc)",
         ]
     lines += [
         _stacked("kk", ["zero_sc", *(f"kk{i}" for i in range(1, subs))]),
@@ -130,11 +130,12 @@ def _sub_chunk_setup() -> list[str]:
 
 def _reference(i: int) -> list[str]:
     """Sub-chunk ``i``'s reference b_r (its first token), ``dec`` = exp(b_r - b_j) for the rows j before it (0 from
-    it on) and ``ei`` = exp(b_i - b_r) for its own rows."""
+    it on), ``earlier`` = those rows' keys decayed to it, and ``ei`` = exp(b_i - b_r) for its own rows."""
     return [
         f"ref = ct.extract(b, ({i * SUB}, 0), (1, KP))",
         f"before = ct.reshape(steps, (C, 1)) < {i * SUB}",
         "dec = ct.where(before, ct.exp(ct.where(before, ref - b, 0.0)), 0.0)",
+        "earlier = kt * dec",
         f"ei = ct.exp(ct.extract(b, ({i}, 0), ({SUB}, KP)) - ref)",
     ]
 
@@ -514,14 +515,14 @@ def _pair_gradients(s: DeltaRuleShape) -> list[str]:
             f"qi = ct.extract(qt, ({i}, 0), ({SUB}, KP)) * ei",
             f"a = ct.where(ccols2 < {i * SUB}, ct.extract(dkk, ({i}, 0), ({SUB}, C)), 0.0)",
             f"a2 = ct.where(ccols2 < {i * SUB}, ct.extract(dqk, ({i}, 0), ({SUB}, C)), 0.0)",
-            "dki = dot(a, kt * dec, zero_sk)",
-            "dqi = dot(a2, kt * dec, zero_sk)",
+            "dki = dot(a, earlier, zero_sk)",
+            "dqi = dot(a2, earlier, zero_sk)",
             "dkb = dot(ct.transpose(a), ki, dot(ct.transpose(a2), qi, zero_ck))",
             f"dk{i} = dki * ei",
             f"dq{i} = dqi * ei",
             f"db{i} = dki * ki + dqi * qi",
             "dkt = dkt + dkb * dec",
-            "db = db - dkb * kt * dec",
+            "db = db - dkb * earlier",
         ]
     return [
         *lines,
