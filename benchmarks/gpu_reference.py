@@ -164,10 +164,10 @@ def main() -> None:
     args = parser.parse_args()
     lines = [f"# GPU reference ({time.strftime('%Y-%m-%d')})", "", f"command: {' '.join(__import__('sys').argv)}"]
     for part in args.parts:
-        lines += ["", f"## {part}", "", *{"agreement": lambda: agreement(args.cases, args.size, args.seed, args.seconds, args.workers),
+        shown, lines = len(lines), [*lines, "", f"## {part}", "", *{"agreement": lambda: agreement(args.cases, args.size, args.seed, args.seconds, args.workers),
                   "gemm": lambda: gemm(args.gemm_n), "conv": lambda: conv(args.batch),
                   "validate": lambda: validate_models(args.batch, args.seq, args.cpu_truth)}[part]()]  # fmt: skip
-        print("\n".join(lines[-12:]), flush=True)
+        print("\n".join(lines[shown:]), flush=True)  # the whole part: a log keeps every row
         if args.out:  # after every part: a run cut short keeps what it measured
             with open(args.out, "w") as f:
                 f.write("\n".join(lines) + "\n")
