@@ -10,11 +10,15 @@ from typing import Any
 
 import attrs
 
+from sigdnn.campaign.runner import LOCAL
 from sigdnn.campaign.spec import load_spec
 from sigdnn.errors import UsageError
 from sigdnn.graph.limits import Limits
 
-INSTALL_HINT = "sigdnn campaign runs on Ray, which is not installed; install it with: pip install 'sigdnn[campaign]'"
+INSTALL_HINT = (
+    "sigdnn campaign runs on Ray, which is not installed; install it with: pip install 'sigdnn[campaign]', "
+    "or pass --in-process to run the cases in this process, one at a time"
+)
 EXIT_FAILED = 1
 
 
@@ -30,9 +34,10 @@ def run(args: argparse.Namespace, screen: Any) -> int:
 
     Exit status 0 when every case passed, 1 when one failed or errored.
     """
-    if ray_missing():
+    if args.in_process and (args.ray != LOCAL or args.gpus is not None):
+        raise UsageError("--in-process runs without Ray: --ray and --gpus have no meaning with it")
+    if not args.in_process and ray_missing():
         raise UsageError(INSTALL_HINT)
-    from sigdnn.campaign.runner import run_campaign
     from sigdnn.campaign.summary import progress_display, summarize, summary_table
 
     spec = load_spec(args.spec)
@@ -50,15 +55,16 @@ def run(args: argparse.Namespace, screen: Any) -> int:
             failing += row["verdict"] != "pass"
             advance[0]()
 
-        result = run_campaign(
-            spec,
-            ray_address=args.ray,
-            gpus=args.gpus,
-            resume=args.resume,
-            limits=Limits(max_total_bytes=args.max_bytes),
-            on_row=count,
-            on_start=start,
-        )
+        common = {"resume": args.resume, "limits": Limits(max_total_bytes=args.max_bytes), "on_row": count,
+                  "on_start": start}  # fmt: skip
+        if args.in_process:
+            from sigdnn.campaign.in_process import run_in_process
+
+            result = run_in_process(spec, **common)
+        else:
+            from sigdnn.campaign.runner import run_campaign
+
+            result = run_campaign(spec, ray_address=args.ray, gpus=args.gpus, **common)
     rows = result.rows
     screen.line(
         f"campaign '{spec.name}': {len(rows)} cases ({result.ran} run now, {result.resumed} from earlier runs), "

@@ -1,8 +1,12 @@
 """Running a campaign on Ray: references as CPU tasks, cases on a pool of actors, rows as they finish.
 
-- The reference of each (graph digest, seed) is one Ray task on a CPU,
-  submitted once; every engine's case of that graph and seed gets the same
-  object (Ray moves it to the worker), and it is dropped once they are done.
+- The reference of each (graph digest, seed) is computed once: a Ray task
+  on a CPU, or on a GPU campaign by the case actor that judges its first
+  engine (the GPU truth needs the actor's GPU; an actor runs its calls in
+  the order they were submitted, and a reference is submitted before the
+  cases that wait for it, so no actor waits on one queued behind it). Every
+  engine's case of that graph and seed gets the same object (Ray moves it
+  to the worker), and it is dropped once they are done.
 - Cases run on actors (one per GPU, ``num_gpus=1``; on the reference
   backend one per two CPUs, leaving the others to reference tasks). A
   worker that dies is restarted and its case re-run, up to ``retries``
@@ -86,6 +90,34 @@ def run_campaign(
     """Run every case of ``spec`` not already finished; see the module docstring."""
     import ray
 
+    pending = pending_cases(spec, limits, resume)
+    if on_start is not None:
+        on_start(len(pending.cases))
+    owned = _connect(ray, ray_address, gpus, spec.backend)
+    try:
+        pool = _Pool(ray, spec, limits)
+        run_id = uuid.uuid4().hex[:12]
+        rows = dict(pending.earlier.rows)
+        with ResultsLog(spec.output / RESULTS) as log:
+            references = _run_cases(ray, pool, pending.cases, spec, log, run_id, rows, on_row)
+        shrunk = _shrink(ray, pool, pending.plan, rows, spec)
+    finally:
+        if owned:
+            ray.shutdown()
+    return campaign_result(spec, pending, rows, references, shrunk)
+
+
+@attrs.frozen
+class Pending:
+    """A campaign's generated cases, the rows earlier runs finished and the cases still to run."""
+
+    plan: CaseList
+    earlier: Earlier
+    cases: tuple[Case, ...]
+
+
+def pending_cases(spec: Spec, limits: Limits, resume: bool) -> Pending:
+    """Generate the cases and read earlier results (``resume``); refuse results a run would overwrite."""
     plan = generate_cases(spec, limits)
     results_path = spec.output / RESULTS
     check_results_path(results_path)
@@ -96,25 +128,36 @@ def run_campaign(
             "or give another output folder"
         )
     earlier = finished(results_path) if resume else Earlier({})
-    done = earlier.rows
-    pending = [c for c in plan.cases if c.case_id not in done]
-    if on_start is not None:
-        on_start(len(pending))
-    owned = _connect(ray, ray_address, gpus, spec.backend)
-    try:
-        pool = _Pool(ray, spec, limits)
-        run_id = uuid.uuid4().hex[:12]
-        rows = dict(done)
-        with ResultsLog(results_path) as log:
-            references = _run_cases(ray, pool, pending, spec, log, run_id, rows, on_row)
-        shrunk = _shrink(ray, pool, plan, rows, spec)
-    finally:
-        if owned:
-            ray.shutdown()
+    return Pending(plan, earlier, tuple(c for c in plan.cases if c.case_id not in earlier.rows))
+
+
+def campaign_result(
+    spec: Spec, pending: Pending, rows: dict[str, dict[str, Any]], references: int, shrunk: tuple[dict[str, Any], ...]
+) -> CampaignResult:
+    """Every case's row in the plan's order, with what this run did."""
+    plan = pending.plan
     ordered = tuple(rows[c.case_id] for c in plan.cases if c.case_id in rows)
-    return CampaignResult(
-        spec.output, ordered, len(pending), len(done), references, plan.skipped, shrunk, earlier.unreadable
-    )
+    return CampaignResult(spec.output, ordered, len(pending.cases), len(pending.earlier.rows), references,
+                          plan.skipped, shrunk, pending.earlier.unreadable)  # fmt: skip
+
+
+def shrink_entry(
+    case: Case, shrunk: Any, smallest: Case, reference: Any, rows: dict[str, dict[str, Any]], spec: Spec
+) -> dict[str, Any]:
+    """A shrunk case's line: the shapes, the tries and how to replay the smallest failing case."""
+    if smallest.case_id == case.case_id:  # nothing smaller fails: the case's own files replay it
+        command = rows[case.case_id]["reproduce"]
+    else:
+        command = write_failure(spec.output / FAILURES, smallest, reference, {"shrunk_from": case.case_id})
+    return {
+        "case": case.case_id,
+        "from": list(case.recipe.shape),
+        "to": list(shrunk.shape),
+        "tries": shrunk.tries,
+        "budget_exhausted": shrunk.exhausted,
+        "smallest": smallest.recipe.label(),
+        "reproduce": command,
+    }
 
 
 def local_runtime_env() -> dict[str, Any]:
@@ -154,8 +197,16 @@ class _Pool:
         actor = ray.remote(CaseWorker).options(max_restarts=-1, max_task_retries=spec.retries, **options)
         self.actors = [actor.remote(limits) for _ in range(count)]
         self.in_flight = [0] * count
-        self.reference = ray.remote(_reference).options(num_cpus=1, max_retries=spec.retries)
+        self.on_actors = spec.backend == "gpu"  # the GPU truth needs a GPU: there the case actors compute it
+        self.reference_task = ray.remote(_reference).options(num_cpus=1, max_retries=spec.retries)
         self.limits = limits
+
+    def reference(self, index: int, case: Case) -> Any:
+        """Submit ``case``'s reference: on actor ``index`` (which judges the case next) or as a CPU task."""
+        spread = case.tolerance is None
+        if self.on_actors:
+            return self.actors[index].reference.remote(case.graph, case.seed, spread)
+        return self.reference_task.remote(case.graph, case.seed, self.limits, spread)
 
     def free(self) -> int | None:
         """The actor with the fewest queued calls, or None when every queue is full."""
@@ -189,8 +240,7 @@ def _run_cases(
         while waiting and (index := pool.free()) is not None:
             case = waiting.popleft()
             if case.reference_key not in references:
-                references[case.reference_key] = pool.reference.remote(case.graph, case.seed, pool.limits,
-                                                                       case.tolerance is None)  # fmt: skip
+                references[case.reference_key] = pool.reference(index, case)
                 submitted_references += 1
             running[pool.actors[index].judge.remote(case, references[case.reference_key])] = (case, index)
             pool.in_flight[index] += 1
@@ -240,19 +290,7 @@ def _shrink(
             except ray.exceptions.RayError as e:
                 found[case.case_id] = {"case": case.case_id, "error": f"{type(e).__name__}"}
                 continue
-            if smallest.case_id == case.case_id:  # nothing smaller fails: the case's own files replay it
-                command = rows[case.case_id]["reproduce"]
-            else:
-                command = write_failure(spec.output / FAILURES, smallest, reference, {"shrunk_from": case.case_id})
-            entry = {
-                "case": case.case_id,
-                "from": list(case.recipe.shape),
-                "to": list(shrunk.shape),
-                "tries": shrunk.tries,
-                "budget_exhausted": shrunk.exhausted,
-                "smallest": smallest.recipe.label(),
-                "reproduce": command,
-            }
+            entry = shrink_entry(case, shrunk, smallest, reference, rows, spec)
             log.write(entry)
             found[case.case_id] = entry
     return tuple(found[c.case_id] for c in chosen)

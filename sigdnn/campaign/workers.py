@@ -22,6 +22,10 @@ class CaseWorker:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
 
+    def reference(self, graph: bytes, seed: int, spread: bool) -> ReferenceResult:
+        """The reference of a graph and seed on this worker's truth (its GPU's, on a GPU campaign)."""
+        return compute_reference(graph, seed, self.limits, spread=spread)
+
     def judge(self, case: Case, reference: ReferenceResult) -> dict[str, Any]:
         row = judge(case, reference, self.limits)
         row["worker"] = os.getpid()

@@ -13,7 +13,7 @@ from sigdnn.io import format_bytes
 def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
     campaign = commands.add_parser(
         "campaign",
-        help="validate thousands of generated or given graphs x seeds x engines on a Ray cluster",
+        help="validate thousands of generated or given graphs x seeds x engines on a Ray cluster (or in-process)",
         description="Run a validation campaign from a TOML spec (see sigdnn/campaign/spec.py); needs sigdnn[campaign].",
     )
     campaign.add_argument("spec", help="the campaign spec (.toml)")
@@ -25,6 +25,11 @@ def add_parser(commands: argparse._SubParsersAction[Any]) -> None:
         "default: start a local cluster for the run",
     )
     campaign.add_argument("--gpus", type=options.count, metavar="N", help="GPUs of the local cluster (default: all)")
+    campaign.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the cases in this process, one at a time, without Ray (one GPU, or no Ray installed)",
+    )
     campaign.add_argument("--resume", action="store_true", help="finish a campaign: skip the cases already in results")
     campaign.add_argument("--output", metavar="DIR", help="write results to DIR instead of the spec's output")
     campaign.add_argument(

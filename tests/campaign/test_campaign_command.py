@@ -29,7 +29,8 @@ def test_without_ray_the_command_says_how_to_install_it(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == (
         "sigdnn: error: UsageError: sigdnn campaign runs on Ray, which is not installed; "
-        "install it with: pip install 'sigdnn[campaign]'"
+        "install it with: pip install 'sigdnn[campaign]', or pass --in-process to run the cases in this process, "
+        "one at a time"
     )
 
 

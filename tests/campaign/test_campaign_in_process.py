@@ -1,0 +1,233 @@
+"""Campaigns without Ray (``sigdnn campaign --in-process``) against the deliberately broken CPU plugin.
+
+What is checked: the in-process runner finds exactly the cases the planted
+rules fail (the rules restated here, not imported), computes each (graph,
+seed) reference once, writes replayable failure files and shrinks as the
+Ray runner does; a stopped run resumes without redoing a case; a reference
+or a judge that raises becomes an ``error`` row and the campaign goes on;
+the command's options that mean nothing without Ray are refused. The Ray
+runner's GPU campaigns compute their references on the case actors (a
+recording stand-in for Ray checks where each call goes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import broken_plugin_builders as plugin
+import pytest
+from campaign_plugin_site import spec_text
+from test_campaign_command import BLOCK_RAY
+
+import sigdnn
+from sigdnn.campaign import in_process, parse_spec
+from sigdnn.campaign.cases import generate_cases
+from sigdnn.campaign.in_process import run_in_process
+from sigdnn.campaign.runner import _Pool
+from sigdnn.cli import main
+from sigdnn.io import read_tensor_file
+from sigdnn.registry import DEFAULT_REGISTRY
+
+BROKEN, GOOD = "broken.pointwise", "good.pointwise"
+
+
+@pytest.fixture(autouse=True)
+def registered() -> Iterator[None]:
+    """The plugin's two engines in the default registry (a Ray worker would load them by entry point)."""
+    for builder in (plugin.BrokenPointwise, plugin.GoodPointwise):
+        sigdnn.register(builder, replace=True)
+    yield
+    for builder in (plugin.BrokenPointwise, plugin.GoodPointwise):
+        DEFAULT_REGISTRY.unregister(builder.engine_id)
+
+
+def planted_failure(row: dict[str, Any]) -> bool:
+    """The plugin's planted rules (its docstring): add fails past 8 columns, mul on odd sizes from 3."""
+    if row["engine"] != BROKEN:
+        return False
+    shape = tuple(row["shapes"]["out"])
+    if row["family"] == "pointwise[add]":
+        return shape[-1] > 8
+    size = math.prod(shape)
+    return size % 2 == 1 and size >= 3
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_an_in_process_campaign_finds_exactly_the_planted_failures(tmp_path: Path, capsys: Any) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text([BROKEN, GOOD], '[["1..2", "1..12"]]'))
+    status = main(["campaign", str(spec), "--in-process", "--output", str(tmp_path / "out")])
+    printed = capsys.readouterr().out
+    assert status == 1  # failures
+    rows = read_rows(tmp_path / "out" / "results.jsonl")
+    assert [r["case"] for r in rows] == [
+        c.case_id for c in generate_cases(parse_spec(spec.read_text(), tmp_path)).cases
+    ]
+    assert len(rows) == 2 * 3 * 24 * 2 and not [r for r in rows if r["verdict"] == "error"]
+    failing = {r["case"] for r in rows if r["verdict"] == "fail"}
+    assert failing == {r["case"] for r in rows if planted_failure(r)} and len(failing) == 3 * (8 + 5)
+    assert f"{len(rows)} cases" in printed and f"{len(failing)} failing" in printed
+    assert f"{len(rows) // 2} reference runs" in printed  # one per graph and seed, shared by both engines
+    assert len({r["run"] for r in rows}) == 1
+
+    for row in [r for r in rows if r["verdict"] == "fail"][:3]:  # each failure replays from its files
+        folder = tmp_path / "out" / "failures" / row["case"]
+        graph = sigdnn.deserialize((folder / "graph.sdg").read_bytes())
+        inputs = read_tensor_file(folder / "inputs.safetensors")
+        replay = sigdnn.validate(graph, inputs, executor=sigdnn.Executor("reference", engine=BROKEN))
+        assert not replay.passed and replay.outputs[0].max_abs_error == pytest.approx(row["max_abs_error"])
+
+    shrunk = read_rows(tmp_path / "out" / "shrunk.jsonl")
+    assert {s["smallest"].split()[0]: s["to"] for s in shrunk} == {"pointwise[add]": [1, 9], "pointwise[mul]": [1, 3]}
+    assert "shrunk [2, 12] -> [1, 9]" in printed
+
+
+def test_a_stopped_in_process_run_resumes_without_redoing_a_case(tmp_path: Path) -> None:
+    spec = parse_spec(spec_text([BROKEN], '[["1..2", "1..6"]]', modes='["mul"]', shrink=0), tmp_path)
+    cases = generate_cases(spec).cases
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_10(row: dict[str, Any]) -> None:
+        if row["case"] == cases[9].case_id:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_in_process(spec, on_row=stop_at_10)
+    results = tmp_path / "campaign-results" / "results.jsonl"
+    first = read_rows(results)
+    assert [r["case"] for r in first] == [c.case_id for c in cases[:10]]
+    with pytest.raises(sigdnn.UsageError, match="--resume"):
+        run_in_process(spec)
+    resumed = run_in_process(spec, resume=True)
+    assert (resumed.ran, resumed.resumed) == (len(cases) - 10, 10)
+    lines = read_rows(results)
+    assert lines[:10] == first and [r["case"] for r in lines] == [c.case_id for c in cases]
+    assert [r["case"] for r in resumed.rows] == [c.case_id for c in cases]
+    assert sum(r["verdict"] == "fail" for r in lines) == sum(planted_failure(r) for r in lines) > 0
+
+
+def test_a_reference_or_judge_that_raises_is_an_error_row_and_the_campaign_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = parse_spec(spec_text([BROKEN, GOOD], '[["1..3"]]', modes='["mul"]', shrink=0), tmp_path)
+    cases = generate_cases(spec).cases
+    poisoned, real = cases[0].reference_key, in_process.compute_reference
+
+    def reference(graph: bytes, seed: int, *args: Any, **kwargs: Any) -> Any:
+        if (graph, seed) == (cases[0].graph, cases[0].seed):
+            raise MemoryError("the reference ran out\nsecond line")
+        return real(graph, seed, *args, **kwargs)
+
+    calls: list[str] = []
+    real_judge = in_process.CaseWorker.judge
+
+    def judge(self: Any, case: Any, ref: Any) -> dict[str, Any]:
+        calls.append(case.case_id)
+        if case.case_id == cases[-1].case_id:
+            raise RuntimeError("a bug in a builder")
+        return real_judge(self, case, ref)
+
+    monkeypatch.setattr(in_process, "compute_reference", reference)
+    monkeypatch.setattr(in_process.CaseWorker, "judge", judge)
+    result = run_in_process(spec)
+    rows = {r["case"]: r for r in result.rows}
+    poisoned_cases = [c.case_id for c in cases if c.reference_key == poisoned]
+    assert len(poisoned_cases) == 2  # both engines of the graph and seed
+    for case_id in poisoned_cases:
+        assert rows[case_id]["verdict"] == "error"
+        assert rows[case_id]["error"] == "MemoryError: the reference ran out"
+    assert rows[cases[-1].case_id] == {**rows[cases[-1].case_id], "verdict": "error",
+                                       "error": "RuntimeError: a bug in a builder"}  # fmt: skip
+    assert not set(poisoned_cases) & set(calls)  # no judge without a reference
+    others = [c.case_id for c in cases if c.case_id not in poisoned_cases and c.case_id != cases[-1].case_id]
+    assert others and all(rows[c]["verdict"] in ("pass", "fail") for c in others)
+    assert len(result.rows) == len(cases) and len(result.errors) == 3
+
+
+def test_without_ray_in_process_runs_and_the_hint_names_it(tmp_path: Path) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text('backend = "reference"\n[[generate]]\nop = "pointwise"\nmodes = ["add"]\nshapes = [[4]]\n')
+    run = [sys.executable, "-c", BLOCK_RAY, "campaign", str(spec), "--output", str(tmp_path / "out")]
+    refused = subprocess.run(run, capture_output=True, text=True)
+    assert refused.returncode == 2 and "or pass --in-process" in refused.stderr
+    done = subprocess.run([*run, "--in-process"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (row,) = read_rows(tmp_path / "out" / "results.jsonl")  # one dtype (the default), one engine
+    assert (row["verdict"], row["builders"]) == ("pass", ["reference.pointwise"])
+
+
+@pytest.mark.parametrize("option", [["--ray", "auto"], ["--gpus", "1"]])
+def test_in_process_refuses_the_cluster_options(tmp_path: Path, option: list[str], capsys: Any) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text('[[generate]]\nop = "pointwise"\nmodes = ["add"]\nshapes = [[4]]\n')
+    assert main(["campaign", str(spec), "--in-process", *option]) == 2
+    assert "--in-process runs without Ray: --ray and --gpus have no meaning with it" in capsys.readouterr().err
+
+
+class _Recorder:
+    """A stand-in for Ray's remote handles: each ``.remote`` call is recorded with who received it."""
+
+    def __init__(self, name: str, log: list[tuple[str, str, tuple]]) -> None:
+        self.name, self.log = name, log
+
+    def __getattr__(self, method: str) -> Any:
+        recorder = self
+
+        class Method:
+            def remote(self, *args: Any) -> str:
+                recorder.log.append((recorder.name, method, args))
+                return f"{recorder.name}.{method}"
+
+        return Method()
+
+
+class _FakeRay:
+    """Ray's ``remote(...).options(...)``: an actor class gives recorders named actor0, actor1, ...; a function
+    gives one recorder named cpu-task."""
+
+    def __init__(self, resources: dict[str, float], log: list) -> None:
+        self.resources, self.log, self.actors = resources, log, 0
+
+    def cluster_resources(self) -> dict[str, float]:
+        return self.resources
+
+    def remote(self, target: Any) -> Any:
+        fake = self
+
+        def make_actor(*args: Any) -> _Recorder:
+            fake.actors += 1
+            return _Recorder(f"actor{fake.actors - 1}", fake.log)
+
+        class Options:
+            def options(self, **kwargs: Any) -> Any:
+                if isinstance(target, type):
+                    return type("Actor", (), {"remote": staticmethod(make_actor)})()
+                return _Recorder("cpu-task", fake.log).__getattr__("call")
+
+        return Options()
+
+
+@pytest.mark.parametrize("backend", ["gpu", "reference"])
+def test_a_gpu_campaigns_references_run_on_its_case_actors(tmp_path: Path, backend: str) -> None:
+    spec = parse_spec(f'backend = "{backend}"\n[[generate]]\nop = "pointwise"\nmodes = ["add"]\nshapes = [[4]]\n',
+                      tmp_path)  # fmt: skip
+    case = generate_cases(spec).cases[0]
+    log: list[tuple[str, str, tuple]] = []
+    pool = _Pool(_FakeRay({"GPU": 2.0, "CPU": 8.0}, log), spec, spec_limits := sigdnn.graph.limits.DEFAULT_LIMITS)
+    log.clear()
+    pool.reference(len(pool.actors) - 1, case)
+    if backend == "gpu":  # the actor that judges the case computes its reference, on its GPU
+        assert log == [(f"actor{len(pool.actors) - 1}", "reference", (case.graph, case.seed, True))]
+    else:
+        assert log == [("cpu-task", "call", (case.graph, case.seed, spec_limits, True))]
