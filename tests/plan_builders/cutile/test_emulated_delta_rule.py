@@ -192,8 +192,9 @@ def test_planted_bugs_fail_validation(kind, bug, backward, monkeypatch) -> None:
     fails in one block order at least (a bug that makes a block write another's elements shows in one order)."""
     right, wrong = PLANTED[bug]
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, kind == "kda", True, 0.5, True, True)
+    names = (KDA_BACKWARD_KERNELS if kind == "kda" else BACKWARD_KERNELS) if backward else FORWARD_KERNELS
     text = {k: getattr(delta_rule_kernel, k)(shape, **({"keep_inverse": backward} if k == "chunks_source" else {}))
-            for k in ((KDA_BACKWARD_KERNELS if kind == "kda" else BACKWARD_KERNELS) if backward else FORWARD_KERNELS)}  # fmt: skip
+            for k in names}  # fmt: skip
     kernels = [k for k, t in text.items() if right in t.text and (bug, k) not in HARMLESS]
     assert kernels
     for kernel in kernels:
