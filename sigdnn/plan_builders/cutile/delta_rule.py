@@ -9,7 +9,9 @@ walk over each sequence's chunks that carries the state. The backward is
 four: those chunk arrays and T, a walk forward and one in reverse that
 carry only the state and its gradient (each chunk's start state and its
 end's d(state) saved in the workspace, float32, a slot per chunk of the
-batch), then every chunk's gradients at once. The kernels do not check
+batch), then every chunk's gradients at once; kda's take a fifth, its pair
+gradients (dq, dk, dg) from what the gradients launch leaves in the
+workspace (float32, C rows a chunk slot and head). The kernels do not check
 cu_seqlens (as flash-linear-attention's do not; the reference does):
 boundaries are clamped to [0, T] and a decreasing one gives an empty
 sequence, so hostile values cost at most T tokens a block and touch nothing
@@ -38,6 +40,8 @@ from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     chunks_source,
     forward_source,
     gradients_source,
+    handed_over_widths,
+    pairs_source,
     reverse_source,
     states_source,
     work_rows,
@@ -142,7 +146,9 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
     """Four launches: every chunk's W, U0, QK and T; the walk forward saving each chunk's start state; the walk
-    in reverse saving d(state) at each chunk's end (and d(initial state)); then every chunk's gradients at once."""
+    in reverse saving d(state) at each chunk's end (and d(initial state)); then every chunk's gradients at once.
+    kda's take a fifth: its pair gradients, dq, dk and dg, from what the gradients kernel leaves in the
+    workspace."""
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
@@ -150,20 +156,29 @@ class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
         chunks, (w, u, qk, t) = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace, keep_inverse=True)
         slots = chunk_slots(shape, tokens, sequences)
         saved, dsaved = (workspace.take((slots * shape.heads * shape.kp * shape.vp,)) for _ in range(2))
-        walk = (sequences, shape.heads, shape.value_blocks)
+        walk, grid = (sequences, shape.heads, shape.value_blocks), (slots, shape.heads, 1)
         args = functools.partial(self.args, node, graph, placeholder="dq")
-        return [
+        launches = [
             chunks,
             Launch(states_source(shape), walk, (*args(("k", "g", "cu_seqlens", "initial_state")), w, u, saved)),
             Launch(reverse_source(shape), walk, (
                 *args(("q", "k", "g", "beta", "cu_seqlens", "d_o", "d_final_state")), qk, t,
                 *args(("d_initial_state",)), dsaved,
             )),
-            Launch(gradients_source(shape), (slots, shape.heads, 1), (
-                *args(("q", "k", "v", "g", "beta", "cu_seqlens", "d_o")), saved, dsaved,
-                *args(("dq", "dk", "dv", "dg", "dbeta")),
-            )),
-        ], workspace.nbytes  # fmt: skip
+        ]  # fmt: skip
+        inputs = (*args(("q", "k", "v", "g", "beta", "cu_seqlens", "d_o")), saved, dsaved)
+        if not shape.per_channel:
+            outputs = args(("dq", "dk", "dv", "dg", "dbeta"))
+            return [*launches, Launch(gradients_source(shape), grid, (*inputs, *outputs))], workspace.nbytes
+        rows = work_rows(shape, tokens, sequences)
+        handed = tuple(workspace.take((rows * width,)) for width in handed_over_widths(shape))
+        return [
+            *launches,
+            Launch(gradients_source(shape), grid, (*inputs, *handed, *args(("dv", "dbeta")))),
+            Launch(
+                pairs_source(shape), grid, (*args(("q", "k", "g", "cu_seqlens")), *handed, *args(("dq", "dk", "dg")))
+            ),
+        ], workspace.nbytes
 
 
 class CutileGdnBuilder(_DeltaRuleForwardBuilder):

@@ -1,4 +1,5 @@
-"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in two launches, the backward in four.
+"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in two launches, the backward in four
+(kda's in five).
 
 Within a chunk of ``C`` tokens (rows i, j; b the cumulative log decay from
 the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
@@ -31,7 +32,8 @@ over ``cu`` on the device (no host-side chunk table, no host sync). The
 backward runs the chunk kernel (keeping T), a forward walk saving each
 chunk's start state (``states_source``), a reverse walk saving d(state) at
 each chunk's end (``reverse_source``), then every chunk's gradients at once
-(``gradients_source``).
+(``gradients_source``); kda's pair gradients through its per-channel decays,
+and its dq, dk and dg, follow in a launch of their own (``pairs_source``).
 """
 
 from __future__ import annotations
@@ -495,17 +497,22 @@ def _corrections() -> list[str]:
     return ["u = ct.gather(u_work, at * VP + vcols2) - dot(ct.gather(w_work, at * KP + kcols2), state, zero_cv)"]
 
 
-def _pair_gradients(s: DeltaRuleShape) -> list[str]:
-    """dq, dk, db from the gradients of KK (dkk, strictly lower) and QK (dqk, lower) through the pair decays."""
-    if not s.per_channel:
-        return [
-            "a = dkk * decay",
-            "a2 = dqk * decay",
-            "dkt = dkt + dot(a, kt, zero_ck) + dot(ct.transpose(a), kt, zero_ck) + dot(ct.transpose(a2), qt, zero_ck)",
-            "dqt = dqt + dot(a2, kt, zero_ck)",
-            "p = dkk * kk + dqk * qk",
-            "db = db + ct.sum(p, axis=1, keepdims=True) - ct.transpose(ct.sum(p, axis=0, keepdims=True))",
-        ]
+def _decay_matrix_pair_gradients() -> list[str]:
+    """gdn's dq, dk, db from the gradients of KK (dkk, strictly lower) and QK (dqk, lower) through its [C, C] pair
+    decays."""
+    return [
+        "a = dkk * decay",
+        "a2 = dqk * decay",
+        "dkt = dkt + dot(a, kt, zero_ck) + dot(ct.transpose(a), kt, zero_ck) + dot(ct.transpose(a2), qt, zero_ck)",
+        "dqt = dqt + dot(a2, kt, zero_ck)",
+        "p = dkk * kk + dqk * qk",
+        "db = db + ct.sum(p, axis=1, keepdims=True) - ct.transpose(ct.sum(p, axis=0, keepdims=True))",
+    ]
+
+
+def _sub_chunk_pair_gradients(s: DeltaRuleShape) -> list[str]:
+    """kda's dq, dk, db from the gradients of KK (dkk, strictly lower) and QK (dqk, lower) through the per-channel
+    pair decays, by sub-chunks as ``_pair_products`` forms them."""
     subs = s.chunk // SUB
     lines = [f"zero_sk = ct.full(({SUB}, KP), 0.0, dtype=ct.float32)"]
     for i in range(1, subs):  # the block rows below the diagonal: the reference's own terms cancel
@@ -652,10 +659,12 @@ def _value_gradients(s: DeltaRuleShape) -> list[str]:
 
 
 def gradients_source(s: DeltaRuleShape) -> KernelSource:
-    """Each chunk's dq, dk, dv, dg and dbeta at once (a block per chunk slot and head), from its start state and
-    its end's d(state) (the walks' ``saved`` and ``dsaved``), the rest recomputed: T too, as tileiras (cuda-tile
-    1.x) fails kda's kernel with T gathered from the chunk kernel's ("Invalid use-def chain in schedule"). The
-    products with the state or a value run a block of VW value columns at a time (``_value_gradients``)."""
+    """Each chunk's gradients at once (a block per chunk slot and head), from its start state and its end's
+    d(state) (the walks' ``saved`` and ``dsaved``), the rest recomputed: T too, as tileiras (cuda-tile 1.x) fails
+    kda's kernel with T gathered from the chunk kernel's ("Invalid use-def chain in schedule"). The products with
+    the state or a value run a block of VW value columns at a time (``_value_gradients``). gdn's kernel stores dq,
+    dk, dv, dg and dbeta; kda's stores dv and dbeta and hands the rest over in the workspace (``HANDED_OVER``) to
+    ``pairs_source``, whose launch adds the pair gradients through the per-channel decays."""
     if s.per_channel:
         db_last = "db_last = sdd * ct.exp(b_last) + ct.sum(carried * dkd, axis=0, keepdims=True)"
         db = "db = kg * dkg + qg * dqg - carried * dkd"
@@ -692,8 +701,66 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
         "dkt = ct.exp(b) * dkg + ct.exp(b_last - b) * dkd",
         "dqt = ct.exp(b) * dqg",
         db,
-        *_pair_gradients(s),
-        "db = db + ct.where(last, db_last, 0.0)",
+        *(_hand_over() if s.per_channel else [*_decay_matrix_pair_gradients(), LAST_ROW_GATE, *_input_gradients(s)]),
+        "ct.scatter(dbeta_out, rows2 * H + head, ct.astype(dbeta, dbeta_out.dtype), mask=valid2)",
+    ]
+    body = [
+        *_slot_setup(s),
+        "last = ct.reshape(steps == C - 1, (C, 1))",
+        "for _ in range(mine):",
+        *("    " + line for line in chunk),
+    ]
+    if s.per_channel:
+        params = f"q, k, v, g, beta, cu, d_o, saved, dsaved, {_handed_over_params()}, dv, dbeta_out"
+    else:
+        params = "q, k, v, g, beta, cu, d_o, saved, dsaved, dq, dk, dv, dg, dbeta_out"
+    return _module(s, "delta_rule_grads", params, body, s.value_width)
+
+
+LAST_ROW_GATE = "db = db + ct.where(last, db_last, 0.0)"  # db's share through the chunk's decay b_L
+
+# What kda's gradients kernel hands ``pairs_source``, a float32 workspace array each (``<name>_work``, C rows a
+# chunk slot and head), by columns: its share of dq~, dk~ and db, and the gradients of QK and KK.
+HANDED_OVER = {"dqt": "KP", "dkt": "KP", "db": "KP", "dqk": "C", "dkk": "C"}
+_COLUMN_INDICES = {"KP": "kcols2", "C": "ccols2"}
+
+
+def handed_over_widths(s: DeltaRuleShape) -> list[int]:
+    """The columns of each ``HANDED_OVER`` array, in its order."""
+    return [{"KP": s.kp, "C": s.chunk}[columns] for columns in HANDED_OVER.values()]
+
+
+def _handed_over_params() -> str:
+    """The ``HANDED_OVER`` arrays as kernel parameters, in its order."""
+    return ", ".join(f"{name}_work" for name in HANDED_OVER)
+
+
+def _handed_over_at(columns: str) -> str:
+    """The flat positions of the chunk's rows ``at`` in a handed-over array of ``columns`` columns."""
+    return f"at * {columns} + {_COLUMN_INDICES[columns]}"
+
+
+def _hand_over() -> list[str]:
+    """kda's gradients kernel's end: the ``HANDED_OVER`` tiles (db with its last row's share) into the workspace."""
+    return [
+        LAST_ROW_GATE,
+        _chunk_rows("slot"),
+        *(f"ct.scatter({name}_work, {_handed_over_at(columns)}, {name})" for name, columns in HANDED_OVER.items()),
+    ]
+
+
+def _take_over() -> list[str]:
+    """``pairs_source``'s start: the ``HANDED_OVER`` tiles of its chunk slot and head, from the workspace."""
+    return [
+        _chunk_rows("slot"),
+        *(f"{name} = ct.gather({name}_work, {_handed_over_at(columns)})" for name, columns in HANDED_OVER.items()),
+    ]
+
+
+def _input_gradients(s: DeltaRuleShape) -> list[str]:
+    """dq, dk and dg stored, from the chunk's whole dq~, dk~ and db: dg by the reverse row sums of db, dq and dk
+    back through the scale and the l2 norm."""
+    return [
         *_row_sums(s, "dg_t", "ct.transpose(ones_below)", "db"),
         *_unnormalized(s),
         "ct.scatter(dq, qk_at, ct.astype(dqr, dq.dtype), mask=valid2 & kin2)",
@@ -703,13 +770,28 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
             if s.per_channel
             else "ct.scatter(dg, rows2 * H + head, ct.astype(dg_t, dg.dtype), mask=valid2)"
         ),
-        "ct.scatter(dbeta_out, rows2 * H + head, ct.astype(dbeta, dbeta_out.dtype), mask=valid2)",
+    ]
+
+
+def pairs_source(s: DeltaRuleShape) -> KernelSource:
+    """kda's pair gradients, a launch of their own after ``gradients_source`` (a block per chunk slot and head):
+    dq~, dk~ and db through the per-channel pair decays, from the gradients of KK and QK the gradients kernel
+    handed over, added to its share, then dq, dk and dg stored. In one kernel the sub-chunk block rows' [C, K]
+    temporaries on top of what the value walk keeps live spilled 11,800 B a thread; apart, the gradients kernel
+    spills 5,792 B and this one 3,272 (sm_90 cubins, K = V = 128, TF32, read offline)."""
+    chunk = [
+        *_rows(),
+        *_queries(s),
+        *_keys(s),
+        *_take_over(),
+        *_sub_chunk_setup(),
+        *_sub_chunk_pair_gradients(s),
+        *_input_gradients(s),
     ]
     body = [
         *_slot_setup(s),
-        "last = ct.reshape(steps == C - 1, (C, 1))",
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
-    params = "q, k, v, g, beta, cu, d_o, saved, dsaved, dq, dk, dv, dg, dbeta_out"
-    return _module(s, "delta_rule_grads", params, body, s.value_width)
+    params = f"q, k, g, cu, {_handed_over_params()}, dq, dk, dg"
+    return _module(s, "delta_rule_pairs", params, body, s.value_width)

@@ -139,7 +139,8 @@ def test_the_gradients_walk_the_value_columns_a_block_at_a_time(kind, monkeypatc
     columns land where they belong. Each planted bug of the walk fails validation."""
     g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130), kd=5, vd=70)
     builder = (CutileKdaBwdBuilder if kind == "kda" else CutileGdnBwdBuilder)()
-    grads = builder.launches(g.nodes[-1], g)[0][-1].source.text
+    (grads,) = [launch.source.text for launch in builder.launches(g.nodes[-1], g)[0]
+                if launch.source.prefix == "delta_rule_grads"]  # fmt: skip
     assert "VW = 64" in grads and "VP = 128" in grads and "for vb in range(VP // VW):" in grads
     assert check(g, inputs, builder.name).passed
     for bug, (right, wrong) in PLANTED_IN_VALUE_BLOCKS.items():
@@ -180,6 +181,7 @@ def plant(monkeypatch, name: str, right: str, wrong: str) -> None:
 
 FORWARD_KERNELS = ("chunks_source", "forward_source")
 BACKWARD_KERNELS = ("chunks_source", "states_source", "reverse_source", "gradients_source")
+KDA_BACKWARD_KERNELS = (*BACKWARD_KERNELS, "pairs_source")
 
 
 @pytest.mark.parametrize("bug", list(PLANTED))
@@ -190,8 +192,9 @@ def test_planted_bugs_fail_validation(kind, bug, backward, monkeypatch) -> None:
     fails in one block order at least (a bug that makes a block write another's elements shows in one order)."""
     right, wrong = PLANTED[bug]
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, kind == "kda", True, 0.5, True, True)
+    names = (KDA_BACKWARD_KERNELS if kind == "kda" else BACKWARD_KERNELS) if backward else FORWARD_KERNELS
     text = {k: getattr(delta_rule_kernel, k)(shape, **({"keep_inverse": backward} if k == "chunks_source" else {}))
-            for k in (BACKWARD_KERNELS if backward else FORWARD_KERNELS)}  # fmt: skip
+            for k in names}  # fmt: skip
     kernels = [k for k, t in text.items() if right in t.text and (bug, k) not in HARMLESS]
     assert kernels
     for kernel in kernels:
@@ -295,13 +298,13 @@ def test_the_dtypes_each_port_takes(port, dtype, allowed) -> None:
     assert delta_rule.dtype_allowed(port, sigdnn.dtypes.as_data_type(dtype)) is allowed
 
 
-def test_the_backward_is_four_launches_over_chunk_slots_and_sequences() -> None:
+def test_gdns_backward_is_four_launches_over_chunk_slots_and_sequences() -> None:
     """Slots floor(start / 64) + n for every chunk of every sequence: T // 64 + N + 1 of them, per head. The chunk
     kernel and the gradients a block per slot and head; the two walks a block per sequence, head and 64 value
     columns; W, U0, QK, T (C rows a slot and head) and the saved states and d(state)s (K x V a slot and head)
-    in the workspace, each walk writing what the gradients read."""
-    g, _ = delta_rule_backward_graph("kda", (64, 65, 1), heads=2, kd=8, vd=128)
-    (chunks, states, reverse, grads), workspace = CutileKdaBwdBuilder().launches(g.nodes[0], g)
+    in the workspace, each walk writing what the gradients read. (kda's take a fifth launch: the next test.)"""
+    g, _ = delta_rule_backward_graph("gdn", (64, 65, 1), heads=2, kd=8, vd=128)
+    (chunks, states, reverse, grads), workspace = CutileGdnBwdBuilder().launches(g.nodes[0], g)
     slots = 130 // 64 + 3 + 1
     assert chunks.grid == grads.grid == (slots, 2, 1) and states.grid == reverse.grid == (3, 2, 2)
     w, u, qk, t = chunks.args[-4:]
@@ -315,6 +318,62 @@ def test_the_backward_is_four_launches_over_chunk_slots_and_sequences() -> None:
     assert workspace == (rows * (8 + 128 + 64 + 64) + 2 * slots * 2 * 8 * 128) * 4
     assert [a.buffer for a in grads.args[-5:]] == ["dq", "dk", "dv", "dg", "dbeta"]
     assert reverse.args[9].buffer == "d_initial_state"
+
+
+def test_kdas_backward_hands_its_pair_gradients_to_a_fifth_launch() -> None:
+    """kda's gradients kernel stores dv and dbeta, and hands its share of dq~, dk~ and db ([C, KP]) and the gradients
+    of QK and KK ([C, C]) over in the workspace, C rows a slot and head, after the four launches' arrays; the
+    pair launch, a block per slot and head too, reads them and stores dq, dk and dg."""
+    g, _ = delta_rule_backward_graph("kda", (64, 65, 1), heads=2, kd=8, vd=128)
+    (chunks, _, _, grads, pairs), workspace = CutileKdaBwdBuilder().launches(g.nodes[0], g)
+    slots = 130 // 64 + 3 + 1
+    assert grads.grid == pairs.grid == chunks.grid == (slots, 2, 1)
+    rows = slots * 2 * 64
+    handed = grads.args[9:14]
+    assert [a.shape for a in handed] == [(rows * 8,)] * 3 + [(rows * 64,)] * 2
+    assert len({a.offset for a in handed}) == 5 and all(a.buffer == WORKSPACE for a in handed)
+    assert pairs.args[4:9] == handed
+    assert [a.buffer for a in grads.args[-2:]] == ["dv", "dbeta"]
+    assert [a.buffer for a in pairs.args] == ["q", "k", "g", "cu_seqlens", *[WORKSPACE] * 5, "dq", "dk", "dg"]
+    before = (rows * (8 + 128 + 64 + 64) + 2 * slots * 2 * 8 * 128) * 4
+    assert workspace == before + rows * (3 * 8 + 2 * 64) * 4
+
+
+# Bugs in the hand-over from kda's gradients kernel to its pair launch, by kernel: its rows must be the chunk
+# slot's and head's in both, and each array read as it was written.
+PLANTED_IN_THE_HAND_OVER = {
+    "the hand-over's rows by chunk, not chunk slot": (
+        ("gradients_source", "pairs_source"),
+        "at = (slot * H + head) * C",
+        "at = (chunk * H + head) * C",
+    ),
+    "the pair launch reading the next slot's rows": (
+        ("pairs_source",),
+        "at = (slot * H + head) * C",
+        "at = ((slot + 1) * H + head) * C",
+    ),
+    "the pair launch reading another head's rows": (
+        ("pairs_source",),
+        "at = (slot * H + head) * C",
+        "at = (slot * H + (head + 1) % H) * C",
+    ),
+    "KK's gradient handed over transposed": (
+        ("gradients_source",),
+        "ct.scatter(dkk_work, at * C + ccols2, dkk)",
+        "ct.scatter(dkk_work, at * C + ccols2, ct.transpose(dkk))",
+    ),
+}
+
+
+@pytest.mark.parametrize("bug", list(PLANTED_IN_THE_HAND_OVER))
+def test_bugs_planted_in_kdas_hand_over_fail_validation(bug, monkeypatch) -> None:
+    """Sequences of 1 to 130 tokens (chunk slots of several sequences, a gap between them), two heads; validation
+    fails in one block order at least (rows shared by two blocks are a race on a GPU)."""
+    kernels, right, wrong = PLANTED_IN_THE_HAND_OVER[bug]
+    for kernel in kernels:
+        plant(monkeypatch, kernel, right, wrong)
+    g, inputs = delta_rule_backward_graph("kda", (*CHUNK_EDGES, 130))
+    assert not passes_in_both_orders(g, inputs, "cutile.kda_bwd"), bug
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
@@ -490,17 +549,24 @@ PLANTED_IN_SUB_CHUNKS = {
 }  # fmt: skip
 
 
+# A (bug, kernel) pair that changes no result: the pair launch's block rows keep only the columns before their
+# sub-chunk of dKK and dQK (``a``, ``a2``), so a reference row taken as before it meets zeros there (and its own
+# decay to itself is e^0, no overflow); the products' kernels, which have no such mask, show the bug.
+HARMLESS_IN_SUB_CHUNKS = {("a block row sees its own sub-chunk", "pairs_source")}
+
+
 @pytest.mark.parametrize("bug", list(PLANTED_IN_SUB_CHUNKS))
 def test_bugs_planted_in_kdas_pair_products_fail_validation(bug, monkeypatch) -> None:
     right, wrong = PLANTED_IN_SUB_CHUNKS[bug]
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, True, True, 0.5, True, True)
     texts = {"chunks_source": delta_rule_kernel.chunks_source(shape, keep_inverse=True).text,
-             "gradients_source": delta_rule_kernel.gradients_source(shape).text}  # fmt: skip
-    kernels = [k for k, text in texts.items() if right in text]
+             "gradients_source": delta_rule_kernel.gradients_source(shape).text,
+             "pairs_source": delta_rule_kernel.pairs_source(shape).text}  # fmt: skip
+    kernels = [k for k, text in texts.items() if right in text and (bug, k) not in HARMLESS_IN_SUB_CHUNKS]
     assert kernels
     for kernel in kernels:
         for backward, make in ((False, delta_rule_graph), (True, delta_rule_backward_graph)):
-            if kernel == "gradients_source" and not backward:
+            if kernel != "chunks_source" and not backward:
                 continue
             with monkeypatch.context() as patch:
                 plant(patch, kernel, right, wrong)
