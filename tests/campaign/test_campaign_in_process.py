@@ -12,10 +12,12 @@ recording stand-in for Ray checks where each call goes).
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import subprocess
 import sys
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,8 +78,11 @@ def test_an_in_process_campaign_finds_exactly_the_planted_failures(tmp_path: Pat
     failing = {r["case"] for r in rows if r["verdict"] == "fail"}
     assert failing == {r["case"] for r in rows if planted_failure(r)} and len(failing) == 3 * (8 + 5)
     assert f"{len(rows)} cases" in printed and f"{len(failing)} failing" in printed
-    assert f"{len(rows) // 2} reference runs" in printed  # one per graph and seed, shared by both engines
-    assert len({r["run"] for r in rows}) == 1
+    assert f" 0 errors; {len(rows) // 2} reference runs;" in printed  # one per graph and seed, both engines
+    assert len({r["run"] for r in rows}) == 1 and len(rows[0]["run"]) == 12  # the Ray runner's run ids
+    passing = [r for r in rows if r["verdict"] == "pass"]
+    assert passing and not [r for r in passing if "reproduce" in r]  # only failures are written out
+    assert sorted(p.name for p in (tmp_path / "out" / "failures").iterdir()) == sorted(failing)
 
     for row in [r for r in rows if r["verdict"] == "fail"][:3]:  # each failure replays from its files
         folder = tmp_path / "out" / "failures" / row["case"]
@@ -153,6 +158,57 @@ def test_a_reference_or_judge_that_raises_is_an_error_row_and_the_campaign_goes_
     others = [c.case_id for c in cases if c.case_id not in poisoned_cases and c.case_id != cases[-1].case_id]
     assert others and all(rows[c]["verdict"] in ("pass", "fail") for c in others)
     assert len(result.rows) == len(cases) and len(result.errors) == 3
+
+
+def test_each_reference_is_freed_once_its_engines_are_judged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = parse_spec(spec_text([BROKEN, GOOD], '[["1..4"]]', modes='["mul"]', shrink=0), tmp_path)
+    made: list[weakref.ref] = []  # every reference computed (ReferenceResult holds dicts: no WeakSet)
+    spreads: list[bool] = []
+    real, real_judge = in_process.compute_reference, in_process.CaseWorker.judge
+
+    def reference(*args: Any, spread: bool) -> Any:
+        spreads.append(spread)
+        result = real(*args, spread=spread)
+        made.append(weakref.ref(result))
+        return result
+
+    held: list[int] = []
+
+    def judge(self: Any, case: Any, ref: Any) -> dict[str, Any]:
+        gc.collect()
+        held.append(sum(r() is not None for r in made))
+        return real_judge(self, case, ref)
+
+    monkeypatch.setattr(in_process, "compute_reference", reference)
+    monkeypatch.setattr(in_process.CaseWorker, "judge", judge)
+    run_in_process(spec)
+    assert len(held) == 2 * 3 * 4 and set(held) == {1}  # never more than the one being judged
+    assert spreads == [True] * 12  # no tolerance override: the spread is measured, once per graph and seed
+
+    spreads.clear()
+    overridden = parse_spec(spec_text([BROKEN], '[[2]]', modes='["mul"]', shrink=0) + "\n[tolerance]\nrtol = 0.5\n",
+                            tmp_path / "other")  # fmt: skip
+    assert {r["verdict"] for r in run_in_process(overridden).rows} == {"pass"}
+    assert spreads == [False] * 3  # a given tolerance needs no spread
+
+
+def test_a_shrink_that_raises_is_recorded_and_the_others_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = parse_spec(spec_text([BROKEN], '[["1..2", "1..10"]]'), tmp_path)
+    real_shrink = in_process.CaseWorker.shrink
+    tried: list[str] = []
+
+    def shrink(self: Any, case: Any, *args: Any) -> Any:
+        tried.append(case.case_id)
+        if len(tried) == 1:
+            raise MemoryError("shrinking ran out")
+        return real_shrink(self, case, *args)
+
+    monkeypatch.setattr(in_process.CaseWorker, "shrink", shrink)
+    result = run_in_process(spec)
+    assert len(result.shrunk) == len(tried) == 6  # add and mul, three dtypes
+    assert result.shrunk[0] == {"case": tried[0], "error": "MemoryError"}
+    assert all(s["to"] in ([1, 9], [1, 3]) for s in result.shrunk[1:])
+    assert len(read_rows(tmp_path / "campaign-results" / "shrunk.jsonl")) == 5  # the error is not a line
 
 
 def test_without_ray_in_process_runs_and_the_hint_names_it(tmp_path: Path) -> None:
