@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from cli_helpers import add_graph, cli
 
 import sigdnn
+from sigdnn.cli.screen import Screen
 from sigdnn.errors import UsageError
 
 
@@ -169,3 +173,50 @@ def test_validate_of_several_graphs_sums_up_and_fails_if_any_fails(
     assert f"wrote the reports to '{report}'" in out and report.read_text() == '{\n  "runs": 2\n}'
     code, out, _ = cli(capsys, "validate", first, "--backend", "reference")
     assert code == 0 and "summary" not in out
+
+
+@pytest.mark.parametrize("target", ["graph", "inputs"])
+def test_validate_never_writes_its_report_over_a_file_it_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    path = add_graph(tmp_path / "g.sdg")
+    np.savez(tmp_path / "in.npz", a=np.zeros((2, 3), np.float32), b=np.zeros((1, 3), np.float32))
+    before = {p: p.read_bytes() for p in (path, tmp_path / "in.npz")}
+    report = path if target == "graph" else tmp_path / "in.npz"
+    code, out, err = cli(capsys, "validate", path, "--backend", "reference", "--inputs", tmp_path / "in.npz",
+                         "--report", report)  # fmt: skip
+    what = "graph file" if target == "graph" else "--inputs file"
+    assert code == 2 and out == ""
+    assert err.startswith(f"sigdnn: error: FileError: --report file '{report}' is the {what} this command reads")
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_validate_shows_its_progress_graph_by_graph_and_seed_by_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the live display says (on a terminal): each file read, each seed validated, the bar's total and steps."""
+    shown: list[tuple[str, int]] = []
+    totals: list[int | None] = []
+
+    @contextlib.contextmanager
+    def progress(self: Any, total: int | None = None) -> Iterator[Any]:
+        totals.append(total)
+        yield lambda text, advance=0: shown.append((text, advance))
+
+    monkeypatch.setattr(Screen, "progress", progress)
+    first, second = add_graph(tmp_path / "g.sdg"), add_graph(tmp_path / "h.sdg")
+    code, _, err = cli(capsys, "validate", first, second, "--backend", "reference", "--seed", "3", "--seeds", "2")
+    assert code == 0, err
+    assert totals == [4]
+    assert shown == [
+        (f"reading {first}", 0),
+        (f"validating {first} (seed 3)", 0),
+        (f"validated {first} (seed 3)", 1),
+        (f"validating {first} (seed 4)", 0),
+        (f"validated {first} (seed 4)", 1),
+        (f"reading {second}", 0),
+        (f"validating {second} (seed 3)", 0),
+        (f"validated {second} (seed 3)", 1),
+        (f"validating {second} (seed 4)", 0),
+        (f"validated {second} (seed 4)", 1),
+    ]
