@@ -94,6 +94,35 @@ def test_an_in_process_campaign_finds_exactly_the_planted_failures(tmp_path: Pat
     shrunk = read_rows(tmp_path / "out" / "shrunk.jsonl")
     assert {s["smallest"].split()[0]: s["to"] for s in shrunk} == {"pointwise[add]": [1, 9], "pointwise[mul]": [1, 3]}
     assert "shrunk [2, 12] -> [1, 9]" in printed
+    by_case = {r["case"]: r for r in rows}
+    for entry in shrunk:
+        assert set(entry) == {"case", "from", "to", "tries", "budget_exhausted", "smallest", "reproduce"}
+        assert by_case[entry["case"]]["verdict"] == "fail" and entry["from"] == by_case[entry["case"]]["shapes"]["out"]
+        assert entry["budget_exhausted"] is False and 0 < entry["tries"] < 200
+        smallest = Path(entry["reproduce"].split()[2]).parent  # sigdnn validate FOLDER/graph.sdg ...
+        assert smallest != tmp_path / "out" / "failures" / entry["case"]  # a smaller case, written out anew
+        assert json.loads((smallest / "case.json").read_text())["shrunk_from"] == entry["case"]
+
+
+def test_a_case_nothing_smaller_fails_replays_from_its_own_files(tmp_path: Path) -> None:
+    spec = parse_spec(spec_text([BROKEN], "[[1, 9]]", modes='["add"]'), tmp_path)
+    result = run_in_process(spec)
+    assert len(result.failures) == len(result.shrunk) == 3  # the three dtypes
+    rows = {r["case"]: r for r in result.failures}
+    for entry in result.shrunk:
+        assert entry["from"] == entry["to"] == [1, 9] and entry["reproduce"] == rows[entry["case"]]["reproduce"]
+
+
+@pytest.mark.parametrize("name", ["results.jsonl", "shrunk.jsonl"])
+def test_results_behind_a_link_are_refused_before_any_work(tmp_path: Path, name: str) -> None:
+    spec = parse_spec(spec_text([BROKEN], "[[2]]", modes='["add"]'), tmp_path)
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text("")
+    (tmp_path / "campaign-results").mkdir()
+    (tmp_path / "campaign-results" / name).symlink_to(elsewhere)
+    with pytest.raises(sigdnn.FileError, match="is a symbolic link"):
+        run_in_process(spec)
+    assert elsewhere.read_text() == ""
 
 
 def test_a_stopped_in_process_run_resumes_without_redoing_a_case(tmp_path: Path) -> None:
@@ -254,6 +283,7 @@ class _FakeRay:
 
     def __init__(self, resources: dict[str, float], log: list) -> None:
         self.resources, self.log, self.actors = resources, log, 0
+        self.options: list[tuple[str, dict[str, Any]]] = []  # (what was made remote, the options asked for)
 
     def cluster_resources(self) -> dict[str, float]:
         return self.resources
@@ -267,11 +297,34 @@ class _FakeRay:
 
         class Options:
             def options(self, **kwargs: Any) -> Any:
+                fake.options.append((target.__name__, kwargs))
                 if isinstance(target, type):
                     return type("Actor", (), {"remote": staticmethod(make_actor)})()
                 return _Recorder("cpu-task", fake.log).__getattr__("call")
 
         return Options()
+
+
+@pytest.mark.parametrize(
+    ("backend", "resources", "actors", "options"),
+    [
+        ("gpu", {"GPU": 2.0, "CPU": 8.0}, 2, {"num_gpus": 1, "num_cpus": 1}),
+        ("gpu", {"GPU": 2.0, "CPU": 2.0}, 2, {"num_gpus": 1, "num_cpus": 0}),  # no CPU left for the references
+        ("reference", {"CPU": 8.0}, 4, {"num_cpus": 1}),  # a pair of CPUs an actor: half left to references
+        ("reference", {"CPU": 1.0}, 1, {"num_cpus": 1}),
+        ("reference", {}, 1, {"num_cpus": 1}),
+    ],
+)
+def test_the_pool_asks_ray_for_an_actor_per_gpu_or_cpu_pair(
+    tmp_path: Path, backend: str, resources: dict[str, float], actors: int, options: dict[str, int]
+) -> None:
+    spec = parse_spec(f'backend = "{backend}"\nretries = 5\n[[generate]]\nop = "pointwise"\nshapes = [[4]]\n',
+                      tmp_path)  # fmt: skip
+    ray = _FakeRay(resources, [])
+    pool = _Pool(ray, spec, sigdnn.graph.limits.DEFAULT_LIMITS)
+    assert len(pool.actors) == ray.actors == actors and pool.in_flight == [0] * actors
+    assert ray.options == [("CaseWorker", {"max_restarts": -1, "max_task_retries": 5, **options}),
+                           ("_reference", {"num_cpus": 1, "max_retries": 5})]  # fmt: skip
 
 
 @pytest.mark.parametrize("backend", ["gpu", "reference"])
