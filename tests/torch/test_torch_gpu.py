@@ -142,3 +142,16 @@ def test_varlen_attention_and_its_backward_on_cuda(cuda_calls):
         assert all(not s.builder.name.endswith("(fallback)") for s in plan.steps), [s.builder.name for s in plan.steps]
     judged("sdpa_varlen", o.detach(), st.varlen_attention(q, k, v, cu, cu, 256, 256, causal=True), 0)
     judged_step(cuda_calls, "sdpa_varlen_backward")
+
+
+def test_a_plain_cuda_call_takes_the_entrys_eager_path():
+    """CUDA tensors' dispatch keys (and a Parameter's, an inference tensor's) are among those eager.plain takes,
+    so a plain eager call on the GPU skips the dispatcher, as one on the CPU does."""
+    from sigdnn.torch import eager
+
+    x, w = torch.randn(4, 8, device="cuda"), torch.nn.Parameter(torch.randn(8, device="cuda"))
+    with torch.inference_mode():
+        b = torch.randn(8, device="cuda")
+    assert eager.plain((x, w, b, 1e-5), (0, 1, 2))
+    mine, theirs = st.ops.layer_norm(x, w, b, 1e-5), torch.ops.sigdnn.layer_norm(x, w, b, 1e-5)
+    assert all(torch.equal(m, t) for m, t in zip(mine, theirs, strict=True))
