@@ -16,27 +16,25 @@ see ``sigdnn::<op>`` as before.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 _C = torch._C
-_MASK = (1 << 64) - 1
 
 
 def _raw(*keys: str) -> int:
     """The raw bits of a dispatch key set (functionality bits, backend bits) holding ``keys``."""
-    bits = 0
-    for key in keys:
-        bits |= _C.DispatchKeySet(getattr(_C.DispatchKey, key)).raw_repr()
-    return bits
+    return functools.reduce(operator.or_, (_C.DispatchKeySet(getattr(_C.DispatchKey, k)).raw_repr() for k in keys))
 
 
 # any bit outside these on a tensor (or in the thread's included keys) adds a dispatch step the entry would skip
-_OTHER_TENSOR_KEYS = _MASK & ~_raw("CPU", "CUDA", "ADInplaceOrView", "AutogradCPU", "AutogradCUDA", "AutocastCPU",
-                                   "AutocastCUDA")  # fmt: skip
-_OTHER_INCLUDED_KEYS = _MASK & ~_raw("BackendSelect", "ADInplaceOrView")
+_OTHER_TENSOR_KEYS = ~_raw(
+    "CPU", "CUDA", "ADInplaceOrView", "AutogradCPU", "AutogradCUDA", "AutocastCPU", "AutocastCUDA"
+)
+_OTHER_INCLUDED_KEYS = ~_raw("BackendSelect", "ADInplaceOrView")
 
 
 def plain(args: tuple, positions: tuple[int, ...]) -> bool:
@@ -71,8 +69,8 @@ def entry(op: Any, kernel: Callable[..., Any], functions: Mapping[str, Any]) -> 
     ``functions`` maps an op name to its autograd.Function (its forward runs the kernel when given ``None`` after
     the op's inputs), looked up when a call needs a gradient: an op without one (a backward op) then goes through
     the dispatcher, as would a call with keywords or of the wrong arity (the op reports it)."""
-    schema = op.default._schema
-    name, arity = schema.name.split("::")[-1], len(schema.arguments)
+    name, schema = op.__name__, op.default._schema
+    arity = len(schema.arguments)
     positions = tuple(i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type))
 
     def call(*args: Any, **kwargs: Any) -> Any:
