@@ -58,8 +58,8 @@ def register_autograd(name: str, backward: Any, setup_context: Any) -> None:
     kernel call does not exclude autograd below it: no input needs a
     gradient, so the kernel's own torch calls record nothing either way,
     and the exclusion's guard cost torch.ops.sigdnn.layer_norm (8 x 64, the
-    reference's CPU) 5,600 of its 887,000 instructions a call (callgrind;
-    sdpa 8,300 of 819,000), 0-3 us of its ~175 in time. The
+    reference's CPU) 4,900 of its 883,000 instructions a call (callgrind;
+    sdpa 7,600 of 815,000), 0-3 us of its ~175 in time. The
     op's autograd.Function goes in ``_FUNCTIONS``: the op's Python entry
     (eager.entry) applies it with ``None`` for the key set, and its forward
     then calls the kernel itself.
