@@ -89,9 +89,7 @@ def _context(ctx: Any, inputs: tuple, output: tuple) -> None:
     ctx.scale, ctx.l2norm = scale, l2norm
 
 
-def _gradients(kind: str) -> Any:
-    backward_op = getattr(torch.ops.sigdnn, f"{kind}_bwd")
-
+def _gradients(backward_op: Any) -> Any:
     def gradients(ctx: Any, d_o: Tensor, d_final_state: Tensor | None) -> tuple:
         q, k, v, g, beta, cu_seqlens, initial_state = ctx.saved_tensors
         d_final = None if d_final_state is None else d_final_state.contiguous()
@@ -107,7 +105,7 @@ def _register(kind: str) -> Any:
     """``sigdnn::<kind>`` and ``sigdnn::<kind>_bwd`` (CPU / CUDA kernels, fakes, autograd); the forward op.
 
     gdn: one decay g [T, H] per head; kda: one per key channel, g [T, H, K] (dg takes g's shape)."""
-    define(f"{kind}_bwd{BACKWARD_SCHEMA}")(
+    backward_op = define(f"{kind}_bwd{BACKWARD_SCHEMA}")(
         lambda q, k, v, g, beta, cu_seqlens, initial_state, d_o, d_final_state, scale, l2norm: backward(
             kind, (q, k, v, g, beta, cu_seqlens, initial_state, d_o, d_final_state), scale, l2norm
         )
@@ -125,7 +123,7 @@ def _register(kind: str) -> Any:
             q, v, cu_seqlens, initial_state, output_final_state
         )
     )
-    register_autograd(kind, _gradients(kind), _context)
+    register_autograd(kind, _gradients(backward_op), _context)
     return op
 
 

@@ -28,7 +28,7 @@ def needs_gpu() -> None:
 
 
 def judged(op: str, got: torch.Tensor, want: torch.Tensor, index: int) -> None:
-    graph = next(c.plan.graph for k, c in _CACHE.items() if k[0] == op and k[2] == "cuda")
+    graph = next(c.plan.graph for k, c in _CACHE.items() if k[0] == op and k[2])
     uid = graph.outputs[index].uid
     check = compare(op, got.float().cpu().numpy().astype(np.float64), want.float().numpy().astype(np.float64),
                     output_tolerance(graph, uid))  # fmt: skip
@@ -138,7 +138,20 @@ def test_varlen_attention_and_its_backward_on_cuda(cuda_calls):
     o = st.varlen_attention(*leaves, cu.cuda(), cu.cuda(), 256, 256, causal=True)
     o.backward(do.cuda())
     for op in ("sdpa_varlen", "sdpa_varlen_backward"):
-        plan = next(c.plan for key, c in _CACHE.items() if key[0] == op and key[2] == "cuda")
+        plan = next(c.plan for key, c in _CACHE.items() if key[0] == op and key[2])
         assert all(not s.builder.name.endswith("(fallback)") for s in plan.steps), [s.builder.name for s in plan.steps]
     judged("sdpa_varlen", o.detach(), st.varlen_attention(q, k, v, cu, cu, 256, 256, causal=True), 0)
     judged_step(cuda_calls, "sdpa_varlen_backward")
+
+
+def test_a_plain_cuda_call_takes_the_entrys_eager_path():
+    """CUDA tensors' dispatch keys (and a Parameter's, an inference tensor's) are among those eager.plain takes,
+    so a plain eager call on the GPU skips the dispatcher, as one on the CPU does."""
+    from sigdnn.torch import eager
+
+    x, w = torch.randn(4, 8, device="cuda"), torch.nn.Parameter(torch.randn(8, device="cuda"))
+    with torch.inference_mode():
+        b = torch.randn(8, device="cuda")
+    assert eager.plain((x, w, b, 1e-5), (0, 1, 2))
+    mine, theirs = st.ops.layer_norm(x, w, b, 1e-5), torch.ops.sigdnn.layer_norm(x, w, b, 1e-5)
+    assert all(torch.equal(m, t) for m, t in zip(mine, theirs, strict=True))

@@ -157,6 +157,30 @@ def test_a_backward_sees_needs_input_grad_as_the_ops_inputs():
     assert out.grad_fn.next_functions[0][0].name() == "sigdnn_test_probe_scaledBackward"
 
 
+def test_every_sigdnn_dtype_names_its_torch_dtype_for_the_outputs():
+    """A cached graph allocates its outputs in the torch dtype of each output's sigdnn dtype (fp8 names differ)."""
+    from sigdnn.dtypes import DataType, as_data_type
+    from sigdnn.torch.cache import _torch_dtype
+
+    assert (
+        _torch_dtype(DataType.FP8_E4M3) is torch.float8_e4m3fn and _torch_dtype(DataType.FP8_E5M2) is torch.float8_e5m2
+    )
+    assert all(as_data_type(_torch_dtype(dtype)) is dtype for dtype in DataType)
+
+
+def test_each_device_type_runs_on_its_own_executor():
+    """CPU tensors on the reference, CUDA tensors on the GPU backend (made lazily: no GPU needed to ask), one
+    executor each; ``fallback`` gives CUDA one that runs on the reference what no GPU builder takes."""
+    from sigdnn.torch.cache import executor_for
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert (executor_for(cpu).backend, executor_for(cpu).fallback) == ("reference", None)
+    assert executor_for(cpu, fallback=True) is executor_for(cpu)
+    assert (executor_for(cuda).backend, executor_for(cuda).fallback) == ("gpu", None)
+    assert (executor_for(cuda, True).backend, executor_for(cuda, True).fallback) == ("gpu", "reference")
+    assert executor_for(cuda, True) is executor_for(cuda, True) is not executor_for(cuda)
+
+
 def test_graphs_are_cached_per_signature():
     x, w, b = rand(2, 5, grad=False), rand(5, grad=False), rand(5, grad=False)
     st.layer_norm(x, (5,), w, b)
