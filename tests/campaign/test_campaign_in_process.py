@@ -31,7 +31,7 @@ import sigdnn
 from sigdnn.campaign import in_process, parse_spec
 from sigdnn.campaign.cases import generate_cases
 from sigdnn.campaign.in_process import run_in_process
-from sigdnn.campaign.runner import _Pool
+from sigdnn.campaign.runner import CALLS_PER_ACTOR, _Pool
 from sigdnn.cli import main
 from sigdnn.io import read_tensor_file
 from sigdnn.registry import DEFAULT_REGISTRY
@@ -117,12 +117,13 @@ def test_a_case_nothing_smaller_fails_replays_from_its_own_files(tmp_path: Path)
 def test_results_behind_a_link_are_refused_before_any_work(tmp_path: Path, name: str) -> None:
     spec = parse_spec(spec_text([BROKEN], "[[2]]", modes='["add"]'), tmp_path)
     elsewhere = tmp_path / "elsewhere.jsonl"
-    elsewhere.write_text("")
+    elsewhere.write_text('{"case": "someone else\'s"}\n')
     (tmp_path / "campaign-results").mkdir()
     (tmp_path / "campaign-results" / name).symlink_to(elsewhere)
     with pytest.raises(sigdnn.FileError, match="is a symbolic link"):
         run_in_process(spec)
-    assert elsewhere.read_text() == ""
+    assert elsewhere.read_text() == '{"case": "someone else\'s"}\n'
+    assert sorted(p.name for p in (tmp_path / "campaign-results").iterdir()) == [name]  # refused before any case
 
 
 def test_a_stopped_in_process_run_resumes_without_redoing_a_case(tmp_path: Path) -> None:
@@ -310,6 +311,7 @@ class _FakeRay:
     [
         ("gpu", {"GPU": 2.0, "CPU": 8.0}, 2, {"num_gpus": 1, "num_cpus": 1}),
         ("gpu", {"GPU": 2.0, "CPU": 2.0}, 2, {"num_gpus": 1, "num_cpus": 0}),  # no CPU left for the references
+        ("gpu", {"GPU": 1.0}, 1, {"num_gpus": 1, "num_cpus": 0}),  # a cluster that names no CPU has one
         ("reference", {"CPU": 8.0}, 4, {"num_cpus": 1}),  # a pair of CPUs an actor: half left to references
         ("reference", {"CPU": 1.0}, 1, {"num_cpus": 1}),
         ("reference", {}, 1, {"num_cpus": 1}),
@@ -325,6 +327,18 @@ def test_the_pool_asks_ray_for_an_actor_per_gpu_or_cpu_pair(
     assert len(pool.actors) == ray.actors == actors and pool.in_flight == [0] * actors
     assert ray.options == [("CaseWorker", {"max_restarts": -1, "max_task_retries": 5, **options}),
                            ("_reference", {"num_cpus": 1, "max_retries": 5})]  # fmt: skip
+
+
+def test_the_pool_queues_on_the_least_busy_actor_up_to_its_limit(tmp_path: Path) -> None:
+    spec = parse_spec('backend = "reference"\n[[generate]]\nop = "pointwise"\nshapes = [[4]]\n', tmp_path)
+    pool = _Pool(_FakeRay({"CPU": 6.0}, []), spec, sigdnn.graph.limits.DEFAULT_LIMITS)
+    assert pool.free() == 0
+    pool.in_flight = [2, 1, 3]
+    assert pool.free() == 1
+    pool.in_flight = [CALLS_PER_ACTOR, CALLS_PER_ACTOR - 1, CALLS_PER_ACTOR]
+    assert pool.free() == 1
+    pool.in_flight = [CALLS_PER_ACTOR] * 3
+    assert pool.free() is None
 
 
 @pytest.mark.parametrize("backend", ["gpu", "reference"])
