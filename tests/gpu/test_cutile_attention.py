@@ -1,6 +1,9 @@
-"""cuTile attention forward on the GPU: the emulator's cases (tests/plan_builders/cutile/test_emulated_attention.py)
+"""cuTile attention on the GPU: the emulator's cases (tests/plan_builders/cutile/test_emulated_attention.py)
 compiled by cuTile, plus attention at transformer sizes the CuTe flash attention declines (float32; head dim
-80), each through sigdnn.validate."""
+80), each through sigdnn.validate; and ragged (token-packed) attention both ways the builder reads it (in
+place, and through padded copies), with the in-place path's sequences around the tile, gaps between them,
+its output buffers written exactly inside the sequences and hostile offsets
+(tests/plan_builders/cutile/test_emulated_ragged_in_place.py's cases)."""
 
 from __future__ import annotations
 

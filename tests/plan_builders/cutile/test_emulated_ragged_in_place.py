@@ -98,12 +98,16 @@ def test_the_backward_places_the_gradients_and_d_o_by_their_forward_tensors() ->
 
 
 def test_k_and_v_alone_read_in_place() -> None:
-    """q and o padded batches: their views stay 4-D, their offsets a stand-in, their row strides 0."""
+    """q and o padded batches: their views stay 4-D, their offsets a stand-in, their row strides 0; k and v read in
+    place still take the second launch, forward and backward."""
     g = ragged_graph(False, False, "float32", ragged="kv")
     (whole, _), _ = CutileSdpaBuilder().launches(g.nodes[-1], g)
     assert [len(a.shape) for a in whole.args[:4]] == [4, 2, 2, 4]
     assert whole.constants[5:13] == (0, 0, 1, HKV, 1, HKV, 0, 0)
     assert whole.constants[-5:] == (False, True, True, False, False)
+    g = ragged_graph(True, False, "float32", ragged="kv")
+    launches, _ = CutileSdpaBackwardBuilder().launches(g.nodes[-1], g)
+    assert [la.constants[-1] for la in launches] == [False, True, False, True]
 
 
 @pytest.mark.parametrize(
@@ -112,6 +116,8 @@ def test_k_and_v_alone_read_in_place() -> None:
         ((2, 3, 5, 8), bshd((2, 3, 5, 8)), None),
         ((2, 3, 5, 8), (120, 40, 8, 1), None),  # BHSD
         ((2, 3, 5, 8), bseh((2, 3, 5, 8)), "its head dim's elements lie 3 apart"),
+        ((2, 3, 5, 2), bseh((2, 3, 5, 2)), "its head dim's elements lie 3 apart"),
+        ((2, 3, 2, 8), bshd((2, 3, 2, 8)), None),  # two positions: a row stride of 3
         ((2, 3, 5, 1), (15, 1, 3, 7), None),  # a head dim of one: its stride addresses nothing
     ],
 )
@@ -123,7 +129,8 @@ def test_what_is_read_in_place_and_its_row_strides(dims, strides, reason) -> Non
 
 
 def test_a_dim_of_one_has_no_row_stride() -> None:
-    t = sigdnn.Graph("t").tensor("x", (2, 1, 1, 8), strides=(8, 5, 3, 1))
+    """A head or position dim of one is never stepped along: its stride (whatever it is) gives no row stride."""
+    t = sigdnn.Graph("t").tensor("x", (2, 1, 1, 8), strides=(8, 24, 16, 1))
     assert row_strides(t) == (0, 0)
 
 
