@@ -12,7 +12,9 @@ recording stand-in for Ray checks where each call goes).
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import importlib.util
 import json
 import math
 import subprocess
@@ -28,7 +30,7 @@ from campaign_plugin_site import spec_text
 from test_campaign_command import BLOCK_RAY
 
 import sigdnn
-from sigdnn.campaign import in_process, parse_spec
+from sigdnn.campaign import command, in_process, parse_spec, summary
 from sigdnn.campaign.cases import generate_cases
 from sigdnn.campaign.in_process import run_in_process
 from sigdnn.campaign.runner import CALLS_PER_ACTOR, _Pool
@@ -354,3 +356,86 @@ def test_a_gpu_campaigns_references_run_on_its_case_actors(tmp_path: Path, backe
         assert log == [(f"actor{len(pool.actors) - 1}", "reference", (case.graph, case.seed, True))]
     else:
         assert log == [("cpu-task", "call", (case.graph, case.seed, spec_limits, True))]
+
+
+def test_the_command_lists_failures_errors_and_progress(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process, so the command's own lines are checked here: ten failures named then a count, errors named,
+    the progress line after each row, and the exit status."""
+    lines: list[str] = []
+    totals: list[int] = []
+
+    @contextlib.contextmanager
+    def progress(total: int, failures_of: Any, enabled: bool = True) -> Iterator[Any]:
+        totals.append(total)
+        yield lambda: lines.append(f"{failures_of()} failing")
+
+    monkeypatch.setattr(summary, "progress_display", progress)
+    real_judge = in_process.CaseWorker.judge
+
+    def judge(self: Any, case: Any, ref: Any) -> dict[str, Any]:
+        if case.recipe.shape == (1, 1):
+            raise RuntimeError("a bug")
+        return real_judge(self, case, ref)
+
+    monkeypatch.setattr(in_process.CaseWorker, "judge", judge)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text([BROKEN], '[["1..2", "1..12"]]', modes='["add"]', shrink=0))
+    assert main(["campaign", str(spec), "--in-process", "--output", str(tmp_path / "campaign-results")]) == 1
+    out = capsys.readouterr().out
+    rows = read_rows(tmp_path / "campaign-results" / "results.jsonl")
+    failures = [r for r in rows if r["verdict"] == "fail"]
+    assert totals == [len(rows)] == [72] and len(failures) == 24
+    failing, seen = 0, []
+    for row in rows:
+        failing += row["verdict"] != "pass"
+        seen.append(f"{failing} failing")
+    assert lines == seen  # an error counts as failing, as a failure does
+    shown = [line for line in out.splitlines() if line.startswith("FAIL ")]
+    assert shown == [f"FAIL {r['source']} seed 0: {r['reproduce']}" for r in failures[:10]]
+    assert f"... 14 more in {tmp_path / 'campaign-results' / 'results.jsonl'}" in out
+    errors = [line for line in out.splitlines() if line.startswith("ERROR ")]
+    assert errors == [f"ERROR {r['source']} seed 0: RuntimeError: a bug" for r in rows if r["verdict"] == "error"]
+    assert len(errors) == 3 and "summary" in out
+
+
+def test_ten_failures_are_all_named_without_a_count(tmp_path: Path, capsys: Any) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text([BROKEN], '[["1..5", "1..10"]]', modes='["add"]', shrink=0).replace(
+        '["float32", "float16", "bfloat16"]', '["float32"]'))  # fmt: skip
+    assert main(["campaign", str(spec), "--in-process"]) == 1
+    out = capsys.readouterr().out
+    assert sum(line.startswith("FAIL ") for line in out.splitlines()) == 10 and " more in " not in out
+    spec.write_text(spec_text([GOOD], '[["1..2", "1..10"]]', modes='["add"]', shrink=0))
+    assert main(["campaign", str(spec), "--in-process", "--output", str(tmp_path / "good")]) == 0
+
+
+def test_without_ray_the_command_refuses_unless_in_process(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(command, "ray_missing", lambda: True)
+    spec = tmp_path / "s.toml"
+    spec.write_text('backend = "reference"\n[[generate]]\nop = "pointwise"\nmodes = ["add"]\nshapes = [[4]]\n')
+    assert main(["campaign", str(spec)]) == 2
+    assert capsys.readouterr().err.strip() == f"sigdnn: error: UsageError: {command.INSTALL_HINT}"
+    assert main(["campaign", str(spec), "--in-process"]) == 0
+
+
+def test_ray_missing_asks_the_import_system(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+
+    def find_spec(name: str) -> Any:
+        asked.append(name)
+        return None if name == "ray" else object()
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert command.ray_missing() is True and asked == ["ray"]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    assert command.ray_missing() is False
+
+    def broken(name: str) -> Any:
+        raise ValueError("ray.__spec__ is None")
+
+    monkeypatch.setattr(importlib.util, "find_spec", broken)
+    assert command.ray_missing() is True
