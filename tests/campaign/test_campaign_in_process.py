@@ -418,7 +418,10 @@ def test_without_ray_the_command_refuses_unless_in_process(
     spec = tmp_path / "s.toml"
     spec.write_text('backend = "reference"\n[[generate]]\nop = "pointwise"\nmodes = ["add"]\nshapes = [[4]]\n')
     assert main(["campaign", str(spec)]) == 2
-    assert capsys.readouterr().err.strip() == f"sigdnn: error: UsageError: {command.INSTALL_HINT}"
+    assert capsys.readouterr().err.strip() == (
+        "sigdnn: error: UsageError: sigdnn campaign runs on Ray, which is not installed; install it with: pip install "
+        "'sigdnn[campaign]', or pass --in-process to run the cases in this process, one at a time"
+    )
     assert main(["campaign", str(spec), "--in-process"]) == 0
 
 
@@ -439,3 +442,46 @@ def test_ray_missing_asks_the_import_system(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(importlib.util, "find_spec", broken)
     assert command.ray_missing() is True
+
+
+def test_eleven_failures_and_errors_name_ten_each_and_count_the_rest(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_judge = in_process.CaseWorker.judge
+
+    def judge(self: Any, case: Any, ref: Any) -> dict[str, Any]:
+        if case.recipe.shape[-1] <= 8 and case.recipe.shape[0] <= 11:
+            raise RuntimeError("a bug")
+        return real_judge(self, case, ref)
+
+    monkeypatch.setattr(in_process.CaseWorker, "judge", judge)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text([BROKEN], '[["1..11", [8, 9]]]', modes='["add"]', shrink=0).replace(
+        '["float32", "float16", "bfloat16"]', '["float32"]'))  # fmt: skip
+    assert main(["campaign", str(spec), "--in-process", "--output", str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("FAIL ") for line in out) == 10
+    assert sum(line.startswith("ERROR ") for line in out) == 10
+    assert f"... 1 more in {tmp_path / 'out' / 'results.jsonl'}" in out
+    assert [line.strip() for line in out if line.strip().startswith("summary")] == ["summary"]
+    assert "0 from earlier runs), 11 failing, 11 errors; 22 reference runs;" in out[0]
+
+
+def test_a_resume_reports_unreadable_lines_and_skipped_combinations(tmp_path: Path, capsys: Any) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        'backend = "reference"\n[[generate]]\nop = "conv_fprop"\nshapes = [[1, 1, 1, 5, 2, 2], [1, 1, 1, 1, 2, 2]]\n'
+    )
+    out_dir = tmp_path / "out"
+    assert main(["campaign", str(spec), "--in-process", "--output", str(out_dir)]) == 0
+    first = capsys.readouterr().out
+    assert ("skipped 1 combination(s) no graph can be made of, e.g. conv_fprop float32 [1, 1, 1, 5, 2, 2] packed: "
+            "conv_fprop recipe: a 5-wide filter leaves no output of spatial dims [2, 2]") in first  # fmt: skip
+    for torn, listed in ((10, "2, 3, 4, 5, 6, 7, 8, 9, 10, 11"), (11, "2, 3, 4, 5, 6, 7, 8, 9, 10, 11 ...")):
+        with open(out_dir / "results.jsonl", "a") as f:
+            f.write("torn\n" * (torn - 10 if torn > 10 else torn))
+        assert main(["campaign", str(spec), "--in-process", "--output", str(out_dir), "--resume"]) == 0
+        lines = capsys.readouterr().out
+        assert "1 cases (0 run now, 1 from earlier runs)" in lines
+        assert (f"{out_dir / 'results.jsonl'}: skipped {torn} unreadable line(s) of earlier results (line {listed}); "
+                "they stay in the file, and a case with no readable row runs again") in lines  # fmt: skip
