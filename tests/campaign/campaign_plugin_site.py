@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
+from typing import Any
 
 PLUGIN = Path(__file__).with_name("broken_plugin_builders.py")
+BROKEN, GOOD = "broken.pointwise", "good.pointwise"
 ENTRY_POINTS = "[sigdnn.plan_builders]\nbroken = broken_plugin_builders:builders\n"
 
 
@@ -34,3 +37,15 @@ modes = {modes}
 dtypes = ["float32", "float16", "bfloat16"]
 shapes = {shapes}
 """.replace("'", '"')
+
+
+def planted_failure(row: dict[str, Any]) -> bool:
+    """The plugin's planted rules, restated from its docstring (not imported from it): add fails past 8 columns,
+    mul on odd sizes from 3, on the broken engine only."""
+    if row["engine"] != BROKEN:
+        return False
+    shape = tuple(row["shapes"]["out"])
+    if row["family"] == "pointwise[add]":
+        return shape[-1] > 8
+    size = math.prod(shape)
+    return size % 2 == 1 and size >= 3

@@ -16,7 +16,6 @@ import contextlib
 import gc
 import importlib.util
 import json
-import math
 import subprocess
 import sys
 import weakref
@@ -26,7 +25,7 @@ from typing import Any
 
 import broken_plugin_builders as plugin
 import pytest
-from campaign_plugin_site import spec_text
+from campaign_plugin_site import BROKEN, GOOD, planted_failure, spec_text
 from test_campaign_command import BLOCK_RAY
 
 import sigdnn
@@ -38,8 +37,6 @@ from sigdnn.cli import main
 from sigdnn.io import read_tensor_file
 from sigdnn.registry import DEFAULT_REGISTRY
 
-BROKEN, GOOD = "broken.pointwise", "good.pointwise"
-
 
 @pytest.fixture(autouse=True)
 def registered() -> Iterator[None]:
@@ -49,17 +46,6 @@ def registered() -> Iterator[None]:
     yield
     for builder in (plugin.BrokenPointwise, plugin.GoodPointwise):
         DEFAULT_REGISTRY.unregister(builder.engine_id)
-
-
-def planted_failure(row: dict[str, Any]) -> bool:
-    """The plugin's planted rules (its docstring): add fails past 8 columns, mul on odd sizes from 3."""
-    if row["engine"] != BROKEN:
-        return False
-    shape = tuple(row["shapes"]["out"])
-    if row["family"] == "pointwise[add]":
-        return shape[-1] > 8
-    size = math.prod(shape)
-    return size % 2 == 1 and size >= 3
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

@@ -13,7 +13,6 @@ One cluster (2 CPUs) serves the module. What is checked:
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from campaign_plugin_site import make_plugin_site, spec_text  # noqa: E402
+from campaign_plugin_site import BROKEN, GOOD, make_plugin_site, planted_failure, spec_text  # noqa: E402
 
 import sigdnn  # noqa: E402
 from sigdnn.campaign import parse_spec  # noqa: E402
@@ -35,8 +34,6 @@ from sigdnn.executor import executor as executor_module  # noqa: E402
 from sigdnn.io import read_tensor_file  # noqa: E402
 from sigdnn.registry import Registry  # noqa: E402
 
-BROKEN, GOOD = "broken.pointwise", "good.pointwise"
-
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Any:
@@ -47,17 +44,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ray.shutdown()
     sys.path.remove(str(path))
     sys.modules.pop("broken_plugin_builders", None)
-
-
-def planted_failure(row: dict[str, Any]) -> bool:
-    """The planted rules, restated here from the plugin's docstring (not imported from it)."""
-    if row["engine"] != BROKEN:
-        return False
-    shape = tuple(row["shapes"]["out"])
-    if row["family"] == "pointwise[add]":
-        return shape[-1] > 8
-    size = math.prod(shape)
-    return size % 2 == 1 and size >= 3
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
