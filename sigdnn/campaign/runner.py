@@ -1,4 +1,4 @@
-"""Running a campaign on Ray: references as CPU tasks, cases on a pool of actors, rows as they finish.
+"""Running a campaign on Ray: references once per graph and seed, cases on a pool of actors, rows as they finish.
 
 - The reference of each (graph digest, seed) is computed once: a Ray task
   on a CPU, or on a GPU campaign by the case actor that judges its first
