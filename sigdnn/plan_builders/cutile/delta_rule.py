@@ -6,12 +6,13 @@ int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
 forward is two launches: every chunk's W, U0 and QK at once into the
 step's workspace (float32, C rows a chunk slot and head), then the serial
 walk over each sequence's chunks that carries the state. The backward is
-four: those chunk arrays and T, a walk forward and one in reverse that
-carry only the state and its gradient (each chunk's start state and its
-end's d(state) saved in the workspace, float32, a slot per chunk of the
-batch), then every chunk's gradients at once; kda's take a fifth, its pair
-gradients (dq, dk, dg) from what the gradients launch leaves in the
-workspace (float32, C rows a chunk slot and head). The kernels do not check
+five: those chunk arrays with T and KK, a walk forward and one in reverse
+that carry only the state and its gradient (each chunk's start state and
+its end's d(state) saved in the workspace, float32, a slot per chunk of the
+batch), every chunk's gradients a block of value columns at a time (dv, and
+each block's share of the rest into the workspace: float32, C rows a chunk
+slot, head and value block), then the pair gradients from the summed shares
+(dq, dk, dg, dbeta). The kernels do not check
 cu_seqlens (as flash-linear-attention's do not; the reference does):
 boundaries are clamped to [0, T] and a decreasing one gives an empty
 sequence, so hostile values cost at most T tokens a block and touch nothing
@@ -40,7 +41,7 @@ from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     chunks_source,
     forward_source,
     gradients_source,
-    handed_over_widths,
+    handed_over_sizes,
     pairs_source,
     reverse_source,
     states_source,
@@ -102,25 +103,30 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
             kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, final,
             tf32=takes_tf32(graph.compute_dtype_of(node)), search_steps=max(1, sequences.bit_length()),
         )  # fmt: skip
-        # the chunk kernel's workspace rows (more than T x H) and the backward's saved states (K x V a slot and head)
+        # the chunk kernel's workspace rows (more than T x H), the backward's saved states (K x V a slot and head) and
+        # its gradients' shares (C rows a slot, head and value block)
         slots = chunk_slots(shape, tokens, sequences) * shape.heads
-        largest = max(work_rows(shape, tokens, sequences) * max(shape.kp, shape.vp, CHUNK), slots * shape.kp * shape.vp)
+        rows = work_rows(shape, tokens, sequences)
+        largest = max(
+            rows * max(shape.kp, shape.vp, CHUNK), slots * shape.kp * shape.vp,
+            rows * shape.value_blocks * max(shape.kp, CHUNK),
+        )  # fmt: skip
         if largest > INDEX_LIMIT:
             raise ValueError(f"{largest} elements in one array: past the kernels' int32 positions ({INDEX_LIMIT})")
         return shape, tokens, sequences
 
     def chunk_kernel(
         self, node: Node, graph: Graph, shape: DeltaRuleShape, tokens: int, sequences: int, workspace: Workspace,
-        keep_inverse: bool = False,
+        backward: bool = False,
     ) -> tuple[Launch, tuple[Arg, ...]]:  # fmt: skip
         """The chunk kernel over every chunk slot and head, and the float32 arrays it writes into ``workspace``:
-        W, U0, QK (and T), C rows a chunk slot and head."""
+        W, U0, QK (and the backward's T and KK), C rows a chunk slot and head."""
         rows = work_rows(shape, tokens, sequences)
-        widths = (shape.kp, shape.vp, CHUNK, *((CHUNK,) if keep_inverse else ()))
+        widths = (shape.kp, shape.vp, CHUNK, *((CHUNK, CHUNK) if backward else ()))
         work = tuple(workspace.take((rows * width,)) for width in widths)
         ports = self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens"), "o")
         grid = (chunk_slots(shape, tokens, sequences), shape.heads, 1)
-        return Launch(chunks_source(shape, keep_inverse=keep_inverse), grid, (*ports, *work)), work
+        return Launch(chunks_source(shape, backward=backward), grid, (*ports, *work)), work
 
     @staticmethod
     def args(node: Node, graph: Graph, names: tuple[str, ...], placeholder: str) -> list[Arg]:
@@ -145,15 +151,15 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
 
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
-    """Four launches: every chunk's W, U0, QK and T; the walk forward saving each chunk's start state; the walk
-    in reverse saving d(state) at each chunk's end (and d(initial state)); then every chunk's gradients at once.
-    kda's take a fifth: its pair gradients, dq, dk and dg, from what the gradients kernel leaves in the
-    workspace."""
+    """Five launches: every chunk's W, U0, QK, T and KK; the walk forward saving each chunk's start state; the walk
+    in reverse saving d(state) at each chunk's end (and d(initial state)); every chunk's gradients a block of
+    value columns at a time (dv, and each block's share of the sums over V into the workspace); then the pair
+    gradients from the summed shares, storing dq, dk, dg and dbeta."""
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
         workspace = Workspace()
-        chunks, (w, u, qk, t) = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace, keep_inverse=True)
+        chunks, (w, u, qk, t, kk) = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace, backward=True)
         slots = chunk_slots(shape, tokens, sequences)
         saved, dsaved = (workspace.take((slots * shape.heads * shape.kp * shape.vp,)) for _ in range(2))
         walk, grid = (sequences, shape.heads, shape.value_blocks), (slots, shape.heads, 1)
@@ -166,19 +172,17 @@ class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
                 *args(("d_initial_state",)), dsaved,
             )),
         ]  # fmt: skip
-        inputs = (*args(("q", "k", "v", "g", "beta", "cu_seqlens", "d_o")), saved, dsaved)
-        if not shape.per_channel:
-            outputs = args(("dq", "dk", "dv", "dg", "dbeta"))
-            return [*launches, Launch(gradients_source(shape), grid, (*inputs, *outputs))], workspace.nbytes
-        rows = work_rows(shape, tokens, sequences)
-        handed = tuple(workspace.take((rows * width,)) for width in handed_over_widths(shape))
+        parts = slots * shape.heads * shape.value_blocks
+        handed = tuple(workspace.take((size,)) for size in handed_over_sizes(shape, parts))
+        gradients_args = (*args(("k", "v", "g", "beta", "cu_seqlens", "d_o")), saved, dsaved, qk, t, kk, *handed)
         return [
             *launches,
-            Launch(gradients_source(shape), grid, (*inputs, *handed, *args(("dv", "dbeta")))),
-            Launch(
-                pairs_source(shape), grid, (*args(("q", "k", "g", "cu_seqlens")), *handed, *args(("dq", "dk", "dg")))
-            ),
-        ], workspace.nbytes
+            Launch(gradients_source(shape), (slots, shape.heads, shape.value_blocks), (*gradients_args, *args(("dv",)))),
+            Launch(pairs_source(shape), grid, (
+                *args(("q", "k", "g", "cu_seqlens")), *(() if shape.per_channel else (qk, kk)), *handed,
+                *args(("dq", "dk", "dg", "dbeta")),
+            )),
+        ], workspace.nbytes  # fmt: skip
 
 
 class CutileGdnBuilder(_DeltaRuleForwardBuilder):
