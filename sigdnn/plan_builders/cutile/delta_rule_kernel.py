@@ -265,8 +265,12 @@ def _rows() -> list[str]:
     ]
 
 
-def _keys(s: DeltaRuleShape) -> list[str]:
-    """The chunk's keys (0 past the sequence; normalized) and b, the cumulative log decay from its start."""
+def _keys(s: DeltaRuleShape, *, scan: bool = False) -> list[str]:
+    """The chunk's keys (0 past the sequence; normalized) and b, the cumulative log decay from its start: by the
+    row sums' MMAs (``_row_sums``), or with ``scan`` by cuTile's float32 scan, which the gradients kernel takes:
+    there kda's two TF32 MMAs of the gate turned every product of the kernel into mma.sync (HMMA) instead of
+    warpgroup MMAs and it spilled 3,624 B a thread against 2,728 (gdn's 1,320 against 1,240; sm_90 cubins), while
+    the scan in the chunk and pair kernels spilled more (kda's 2,720 -> 4,360 B and 3,872 -> 7,712)."""
     gate = (
         "gt = ct.astype(ct.gather(g, rows2 * (H * K) + head * K + kcols2, mask=valid2 & kin2), ct.float32)"
         if s.per_channel
@@ -277,7 +281,7 @@ def _keys(s: DeltaRuleShape) -> list[str]:
         "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
         *(norm if s.l2norm else ["kt = kr"]),
         gate,
-        *_row_sums(s, "b", "ones_below", "gt"),
+        *(["b = ct.cumsum(gt, axis=0)"] if scan else _row_sums(s, "b", "ones_below", "gt")),
     ]
 
 
@@ -734,7 +738,7 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
     value block's share of the rest to ``pairs_source`` in the workspace."""
     chunk = [
         *_rows(),
-        *_keys(s),
+        *_keys(s, scan=True),
         _beta(),
         _chunk_rows("slot"),
         *(f"{name} = ct.gather({array}, at * C + ccols2)" for name, array in CHUNK_ARRAYS.items()),

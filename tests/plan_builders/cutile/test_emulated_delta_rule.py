@@ -214,6 +214,15 @@ def test_planted_bugs_fail_validation(kind, bug, backward, monkeypatch) -> None:
             assert not passes_in_both_orders(g, inputs, f"cutile.{kind}" + "_bwd" * backward), f"{bug} in {kernel}"
 
 
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_the_gradients_kernels_scan_of_the_gate_is_checked(kind, monkeypatch) -> None:
+    """The gradients kernel forms b by cuTile's scan where the others multiply by ones: a gate applied once too
+    often there fails validation too."""
+    plant(monkeypatch, "gradients_source", "b = ct.cumsum(gt, axis=0)", "b = gt + ct.cumsum(gt, axis=0)")
+    g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130))
+    assert not check(g, inputs, f"cutile.{kind}_bwd").passed
+
+
 PLANTED_IN_CHUNKS = {
     "gate applied once too often": PLANTED["gate applied once too often"],
     "a slot's sequence found one too late": (
