@@ -26,6 +26,7 @@ it made the one-kernel backward's cubin 10 MB (docs/experiments.md).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import ClassVar
 
 from sigdnn.dtypes import DataType
@@ -36,12 +37,15 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     CHUNK,
+    PAIR_HAND_OVER,
     DeltaRuleShape,
     chunk_slots,
     chunks_source,
     forward_source,
     gradients_source,
     handed_over_sizes,
+    norms_source,
+    pair_takes,
     pairs_source,
     reverse_source,
     states_source,
@@ -151,10 +155,11 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
 
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
-    """Five launches: every chunk's W, U0, QK, T and KK; the walk forward saving each chunk's start state; the walk
-    in reverse saving d(state) at each chunk's end (and d(initial state)); every chunk's gradients a block of
-    value columns at a time (dv, and each block's share of the sums over V into the workspace); then the pair
-    gradients from the summed shares, storing dq, dk, dg and dbeta."""
+    """Every chunk's W, U0, QK, T and KK; the walk forward saving each chunk's start state; the walk in reverse
+    saving d(state) at each chunk's end (and d(initial state)); every chunk's gradients a block of value columns
+    at a time (dv, and each block's share of the sums over V into the workspace); then the pair gradients from the
+    summed shares: gdn's launch stores dq, dk, dg and dbeta, kda's (a block per key block) dg, and a sixth launch
+    dq, dk and dbeta."""
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
@@ -162,27 +167,45 @@ class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
         chunks, (w, u, qk, t, kk) = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace, backward=True)
         slots = chunk_slots(shape, tokens, sequences)
         saved, dsaved = (workspace.take((slots * shape.heads * shape.kp * shape.vp,)) for _ in range(2))
-        walk, grid = (sequences, shape.heads, shape.value_blocks), (slots, shape.heads, 1)
+        walk = (sequences, shape.heads, shape.value_blocks)
         args = functools.partial(self.args, node, graph, placeholder="dq")
-        launches = [
-            chunks,
+        walks = [
             Launch(states_source(shape), walk, (*args(("k", "g", "cu_seqlens", "initial_state")), w, u, saved)),
             Launch(reverse_source(shape), walk, (
                 *args(("q", "k", "g", "beta", "cu_seqlens", "d_o", "d_final_state")), qk, t,
                 *args(("d_initial_state",)), dsaved,
             )),
         ]  # fmt: skip
-        parts = slots * shape.heads * shape.value_blocks
-        handed = tuple(workspace.take((size,)) for size in handed_over_sizes(shape, parts))
-        gradients_args = (*args(("k", "v", "g", "beta", "cu_seqlens", "d_o")), saved, dsaved, qk, t, kk, *handed)
+        handed = {
+            name: workspace.take((size,))
+            for name, size in handed_over_sizes(shape, slots * shape.heads * shape.value_blocks).items()
+        }
+        gradients = Launch(gradients_source(shape), (slots, shape.heads, shape.value_blocks), (
+            *args(("k", "v", "g", "beta", "cu_seqlens", "d_o")), saved, dsaved, qk, t, kk, *handed.values(),
+            *args(("dv",)),
+        ))  # fmt: skip
+        rows = work_rows(shape, tokens, sequences)
+        pairs = self.pair_launches(shape, slots, rows, args, (qk, kk), handed, workspace)
+        return [chunks, *walks, gradients, *pairs], workspace.nbytes
+
+    @staticmethod
+    def pair_launches(
+        shape: DeltaRuleShape, slots: int, rows: int, args: Callable[[tuple[str, ...]], list[Arg]],
+        qk_kk: tuple[Arg, Arg], handed: dict[str, Arg], workspace: Workspace,
+    ) -> list[Launch]:  # fmt: skip
+        """gdn's pair launch (a block per chunk slot and head, reading QK and KK), or kda's (a block per chunk slot,
+        head and key block, handing dq~ and dk~ over in the workspace) and its last launch."""
+        grid, taken = (slots, shape.heads, 1), tuple(handed[name] for name in pair_takes(shape))
+        inputs = args(("q", "k", "g", "cu_seqlens"))
+        if not shape.per_channel:
+            return [Launch(pairs_source(shape), grid, (*inputs, *qk_kk, *taken, *args(("dq", "dk", "dg", "dbeta"))))]
+        paired = tuple(workspace.take((rows * shape.kp,)) for _ in PAIR_HAND_OVER)
         return [
-            *launches,
-            Launch(gradients_source(shape), (slots, shape.heads, shape.value_blocks), (*gradients_args, *args(("dv",)))),
-            Launch(pairs_source(shape), grid, (
-                *args(("q", "k", "g", "cu_seqlens")), *(() if shape.per_channel else (qk, kk)), *handed,
-                *args(("dq", "dk", "dg", "dbeta")),
+            Launch(pairs_source(shape), (slots, shape.heads, shape.key_blocks), (*inputs, *taken, *paired, *args(("dg",)))),
+            Launch(norms_source(shape), grid, (
+                *args(("q", "k", "cu_seqlens")), *paired, handed["dbeta"], *args(("dq", "dk", "dbeta")),
             )),
-        ], workspace.nbytes  # fmt: skip
+        ]  # fmt: skip
 
 
 class CutileGdnBuilder(_DeltaRuleForwardBuilder):

@@ -46,6 +46,7 @@ from sigdnn.plan_builders.cutile.source import KernelSource
 
 CHUNK = 64
 VALUE_BLOCK = 64  # value columns a forward block carries of the state, where V allows a split
+KEY_BLOCK = 64  # key columns a block of kda's pair launch takes, where K allows a split
 
 
 @attrs.frozen
@@ -79,6 +80,12 @@ class DeltaRuleShape:
     def value_width(self) -> int:
         """Value columns of h a serial walk's block carries."""
         return self.vp // self.value_blocks
+
+    @property
+    def key_blocks(self) -> int:
+        """kda's pair launch's blocks a (chunk slot, head), each taking KEY_BLOCK key columns: its pair gradients go
+        channel by channel, and [C, 64] tiles spilled half what [C, 128] ones did (sm_90 cubins)."""
+        return max(1, self.kp // KEY_BLOCK) if self.per_channel else 1
 
     @property
     def value_blocks(self) -> int:
@@ -192,11 +199,14 @@ def _bounds(index: str) -> list[str]:
     ]
 
 
-def _indices(values: str) -> list[str]:
-    """Index tiles and masks; ``values``: the block's value columns (VW of them)."""
+ALL_KEYS = "ct.arange(KP, dtype=ct.int32)"  # a block's key columns where it takes all of K
+
+
+def _indices(values: str, keys: str = ALL_KEYS) -> list[str]:
+    """Index tiles and masks; ``values``: the block's value columns (VW of them), ``keys`` its key columns (KP)."""
     return [
         "steps = ct.arange(C, dtype=ct.int32)",
-        "kcols = ct.arange(KP, dtype=ct.int32)",
+        f"kcols = {keys}",
         f"vcols = {values}",
         "kcols2 = ct.reshape(kcols, (1, KP))",
         "vcols2 = ct.reshape(vcols, (1, VW))",
@@ -226,10 +236,10 @@ def _sequence_setup(values: str, length: str = "q") -> list[str]:
     ]
 
 
-def _slot_setup(s: DeltaRuleShape, values: str) -> list[str]:
+def _slot_setup(s: DeltaRuleShape, values: str, keys: str = ALL_KEYS) -> list[str]:
     """A (chunk slot, head) block's sequence n, the last whose slot start_n // C + n is <= the block's, by binary
     search over cu; ``mine`` is 1 where the slot holds one of n's chunks (``chunk``), 0 in a gap. ``values``: the
-    block's value columns."""
+    block's value columns, ``keys`` its key columns."""
     search = [
         "mid = (n + hi) // 2",
         "first = ct.minimum(ct.maximum(ct.gather(cu, mid), 0), tokens) // C + mid",
@@ -246,7 +256,7 @@ def _slot_setup(s: DeltaRuleShape, values: str) -> list[str]:
         *_bounds("n"),
         "chunk = slot - (start // C + n)",
         "mine = ct.where((chunk >= 0) & (chunk < chunks), 1, 0)",
-        *_indices(values),
+        *_indices(values, keys),
         "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
         "strict = ct.reshape(steps, (C, 1)) > ct.reshape(steps, (1, C))",
         "zero_cc = ct.full((C, C), 0.0, dtype=ct.float32)",
@@ -266,8 +276,38 @@ def _rows() -> list[str]:
 
 
 def _keys(s: DeltaRuleShape, *, scan: bool = False) -> list[str]:
-    """The chunk's keys (0 past the sequence; normalized) and b, the cumulative log decay from its start: by the
-    row sums' MMAs (``_row_sums``), or with ``scan`` by cuTile's float32 scan, which the gradients kernel takes:
+    """The chunk's keys (0 past the sequence; normalized) and b, the cumulative log decay from its start."""
+    return [*_normalized_keys(s), *_cumulative_gate(s, scan=scan)]
+
+
+def _normalized_keys(s: DeltaRuleShape, *, whole_rows: bool = False) -> list[str]:
+    """The chunk's keys in the block's KP columns (0 past the sequence), normalized over ``whole_rows`` of K where
+    the block takes part of them."""
+    norm = [*_inverse_norm("rk", "kr", "k", whole_rows), "kt = kr * rk"]
+    return [
+        "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
+        *(norm if s.l2norm else ["kt = kr"]),
+    ]
+
+
+WHOLE_ROW = "krow2 = ct.reshape(ct.arange(KROW, dtype=ct.int32), (1, KROW))"  # all of K's columns, padded
+
+
+def _inverse_norm(name: str, raw: str, array: str, whole_rows: bool) -> list[str]:
+    """``name`` = 1 / |row| of the l2 norm, from the block's tile ``raw``, or with ``whole_rows`` from the whole row
+    of K read again from ``array`` (``WHOLE_ROW``'s columns), where the block takes KP of them."""
+    if not whole_rows:
+        return [f"{name} = ct.rsqrt(ct.sum({raw} * {raw}, axis=1, keepdims=True) + {L2NORM_EPS!r})"]
+    row = "rows2 * (H * K) + head * K + krow2"
+    return [
+        f"whole = ct.astype(ct.gather({array}, {row}, mask=valid2 & (krow2 < K)), ct.float32)",
+        f"{name} = ct.rsqrt(ct.sum(whole * whole, axis=1, keepdims=True) + {L2NORM_EPS!r})",
+    ]
+
+
+def _cumulative_gate(s: DeltaRuleShape, *, scan: bool = False) -> list[str]:
+    """The chunk's gate and b, its cumulative sums from the chunk's start: by the row sums' MMAs (``_row_sums``),
+    or with ``scan`` by cuTile's float32 scan, which the gradients kernel takes:
     there kda's two TF32 MMAs of the gate turned every product of the kernel into mma.sync (HMMA) instead of
     warpgroup MMAs and it spilled 3,624 B a thread against 2,728 (gdn's 1,320 against 1,240; sm_90 cubins), while
     the scan in the chunk and pair kernels spilled more (kda's 2,720 -> 4,360 B and 3,872 -> 7,712)."""
@@ -276,13 +316,7 @@ def _keys(s: DeltaRuleShape, *, scan: bool = False) -> list[str]:
         if s.per_channel
         else "gt = ct.reshape(ct.astype(ct.gather(g, rows * H + head, mask=valid), ct.float32), (C, 1))"
     )
-    norm = [f"rk = ct.rsqrt(ct.sum(kr * kr, axis=1, keepdims=True) + {L2NORM_EPS!r})", "kt = kr * rk"]
-    return [
-        "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
-        *(norm if s.l2norm else ["kt = kr"]),
-        gate,
-        *(["b = ct.cumsum(gt, axis=0)"] if scan else _row_sums(s, "b", "ones_below", "gt")),
-    ]
+    return [gate, *(["b = ct.cumsum(gt, axis=0)"] if scan else _row_sums(s, "b", "ones_below", "gt"))]
 
 
 def _row_sums(s: DeltaRuleShape, name: str, ones: str, tile: str) -> list[str]:
@@ -319,9 +353,10 @@ def _carry(s: DeltaRuleShape) -> list[str]:
     ]
 
 
-def _queries(s: DeltaRuleShape) -> list[str]:
-    """The chunk's queries, normalized and scaled."""
-    norm = [f"rq = ct.rsqrt(ct.sum(qr * qr, axis=1, keepdims=True) + {L2NORM_EPS!r})", "qn = qr * rq"]
+def _queries(s: DeltaRuleShape, *, whole_rows: bool = False) -> list[str]:
+    """The chunk's queries in the block's KP columns, normalized (over ``whole_rows`` of K where the block takes
+    part of them) and scaled."""
+    norm = [*_inverse_norm("rq", "qr", "q", whole_rows), "qn = qr * rq"]
     return [
         "qr = ct.astype(ct.gather(q, qk_at, mask=valid2 & kin2), ct.float32)",
         *(norm if s.l2norm else ["qn = qr"]),
@@ -410,13 +445,18 @@ def _dot_body(s: DeltaRuleShape) -> list[str]:
     ]
 
 
-def _module(s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_width: int) -> KernelSource:
+def _module(
+    s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_width: int, key_width: int | None = None
+) -> KernelSource:
+    """The kernel module: the shape's constants (KROW: K padded, a workspace row's key columns; KP: the key columns
+    a block takes, ``key_width`` where not all of KROW), ``dot`` and the kernel."""
     header = [
         f"C = {s.chunk}",
         f"H = {s.heads}",
         f"K = {s.kd}",
         f"V = {s.vd}",
-        f"KP = {s.kp}",
+        f"KP = {key_width or s.kp}",
+        f"KROW = {s.kp}",
         f"VP = {s.vp}",
         f"VW = {value_width}",
         "",
@@ -754,7 +794,7 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
-    params = f"k, v, g, beta, cu, d_o, saved, dsaved, qk_work, t_work, kk_work, {_handed_over_params(s)}, dv"
+    params = f"k, v, g, beta, cu, d_o, saved, dsaved, qk_work, t_work, kk_work, {_params(list(_handed_over(s)))}, dv"
     return _module(s, "delta_rule_grads", params, body, s.value_width)
 
 
@@ -772,20 +812,26 @@ def _handed_over(s: DeltaRuleShape) -> dict[str, str]:
     return {"dqk": "C", "dkk": "C", "dbeta": "1", **keys}
 
 
-def handed_over_sizes(s: DeltaRuleShape, parts: int) -> list[int]:
-    """The elements of each handed-over array, in ``_handed_over``'s order, for ``parts`` (chunk slot, head, value
-    block) triples."""
+def handed_over_sizes(s: DeltaRuleShape, parts: int) -> dict[str, int]:
+    """The elements of each handed-over array, by name in ``_handed_over``'s order, for ``parts`` (chunk slot, head,
+    value block) triples."""
     per_part = {"KP": s.chunk * s.kp, "C": s.chunk * s.chunk, "1": s.chunk, "row": s.kp}
-    return [parts * per_part[form] for form in _handed_over(s).values()]
+    return {name: parts * per_part[form] for name, form in _handed_over(s).items()}
 
 
-def _handed_over_params(s: DeltaRuleShape) -> str:
-    """The handed-over arrays as kernel parameters, in ``_handed_over``'s order."""
-    return ", ".join(f"{name}_work" for name in _handed_over(s))
+def pair_takes(s: DeltaRuleShape) -> list[str]:
+    """The handed-over arrays ``pairs_source`` sums, in its parameters' order: all but kda's dbeta, which
+    ``norms_source`` sums (kda's pair launch runs a block per key block: each would store it)."""
+    return [name for name in _handed_over(s) if not (s.per_channel and name == "dbeta")]
+
+
+def _params(names: list[str]) -> str:
+    """Workspace arrays as kernel parameters."""
+    return ", ".join(f"{name}_work" for name in names)
 
 
 # the flat positions of a (chunk slot, head, value block)'s share in a handed-over array of each form
-HANDED_OVER_AT = {"KP": "part * KP + kcols2", "C": "part * C + ccols2", "1": "part", "row": "block * KP + kcols2"}
+HANDED_OVER_AT = {"KP": "part * KROW + kcols2", "C": "part * C + ccols2", "1": "part", "row": "block * KROW + kcols2"}
 
 
 def _part_rows(value_block: str) -> list[str]:
@@ -796,28 +842,27 @@ def _part_rows(value_block: str) -> list[str]:
     ]
 
 
-def _take_over(s: DeltaRuleShape) -> list[str]:
-    """``pairs_source``'s start: the handed-over shares of its chunk slot and head summed over the value blocks (a
-    line each, not a loop: kda's pair kernel spilled 7,328 B a thread with the loop, 3,752 without, sm_90 cubins),
-    the gradients of QK and KK masked to their pairs (i >= j, i > j)."""
+def _take_over(s: DeltaRuleShape, names: list[str]) -> list[str]:
+    """The handed-over shares ``names`` of the block's chunk slot and head summed over the value blocks (a line
+    each, not a loop: kda's pair kernel spilled 7,328 B a thread with the loop, 3,752 without, sm_90 cubins)."""
     lines = []
     for block in range(s.value_blocks):
         lines += _part_rows(str(block))
         lines += [
-            f"{name} = {f'{name} + ' if block else ''}ct.gather({name}_work, {HANDED_OVER_AT[form]})"
-            for name, form in _handed_over(s).items()
+            f"{name} = {f'{name} + ' if block else ''}ct.gather({name}_work, {HANDED_OVER_AT[_handed_over(s)[name]]})"
+            for name in names
         ]
-    return [*lines, "dqk = ct.where(lower, dqk, 0.0)", "dkk = ct.where(strict, dkk, 0.0)"]
+    return lines
 
 
-def _input_gradients(s: DeltaRuleShape) -> list[str]:
-    """dq, dk and dg stored, from the chunk's whole dq~, dk~ and db: dg by the reverse row sums of db, dq and dk
-    back through the scale and the l2 norm."""
+PAIR_MASKS = ["dqk = ct.where(lower, dqk, 0.0)", "dkk = ct.where(strict, dkk, 0.0)"]  # dQK on i >= j, dKK on i > j
+DBETA_STORE = "ct.scatter(dbeta_out, rows2 * H + head, ct.astype(dbeta, dbeta_out.dtype), mask=valid2)"
+
+
+def _gate_gradient(s: DeltaRuleShape) -> list[str]:
+    """dg stored, the reverse row sums of the chunk's whole db."""
     return [
         *_row_sums(s, "dg_t", "ct.transpose(ones_below)", "db"),
-        *_unnormalized(s),
-        "ct.scatter(dq, qk_at, ct.astype(dqr, dq.dtype), mask=valid2 & kin2)",
-        "ct.scatter(dk, qk_at, ct.astype(dkr, dk.dtype), mask=valid2 & kin2)",
         (
             "ct.scatter(dg, qk_at, ct.astype(dg_t, dg.dtype), mask=valid2 & kin2)"
             if s.per_channel
@@ -826,30 +871,83 @@ def _input_gradients(s: DeltaRuleShape) -> list[str]:
     ]
 
 
+def _query_key_gradients(s: DeltaRuleShape) -> list[str]:
+    """dq and dk stored, from the chunk's whole dq~ and dk~ back through the scale and the l2 norm."""
+    return [
+        *_unnormalized(s),
+        "ct.scatter(dq, qk_at, ct.astype(dqr, dq.dtype), mask=valid2 & kin2)",
+        "ct.scatter(dk, qk_at, ct.astype(dkr, dk.dtype), mask=valid2 & kin2)",
+    ]
+
+
+# kda's pair launch hands its key block's columns of dq~ and dk~ to ``norms_source`` (float32, C rows of KROW a
+# chunk slot and head): the l2 norm's reverse sums over all of K
+PAIR_HAND_OVER = {"dqt": "pair_dq_work", "dkt": "pair_dk_work"}
+
+
 SCALAR_GATE_QUERY_TERM = "db = db + ct.sum(qt * dqt, axis=1, keepdims=True)"  # gdn's db through q~ . dq~
+KEY_BLOCK_COLUMNS = "ct.bid(2) * KP + ct.arange(KP, dtype=ct.int32)"  # block bid(2)'s KP key columns
 
 
 def pairs_source(s: DeltaRuleShape) -> KernelSource:
-    """The pair gradients, a launch after ``gradients_source`` (a block per chunk slot and head): the value blocks'
-    shares summed, db's query term added, dq~, dk~ and db through the pair products from the gradients of KK and
-    QK, then dq, dk, dg and dbeta stored. In one kernel with the walk over V, kda's gradients spilled 11,800 B a
-    thread and gdn's 7,584 (sm_90 cubins, K = V = 128, TF32, read offline; docs/experiments.md)."""
+    """The pair gradients, a launch after ``gradients_source``: the value blocks' shares summed, db's query term
+    added, dq~, dk~ and db through the pair products from the gradients of KK and QK, then dg stored. gdn's, a
+    block per chunk slot and head, stores dq, dk and dbeta too. kda's, a block per chunk slot, head and KEY_BLOCK
+    key columns (its pair gradients go channel by channel; only the l2 norm's reverse sums over K), hands dq~ and
+    dk~ to ``norms_source``. Spill stack a thread, sm_90 cubins at K = V = 128, TF32: kda's 3,872 B over all of K,
+    1,984 a key block; in one kernel with the walk over V, kda's gradients spilled 11,800 B and gdn's 7,584."""
+    whole_rows = s.key_blocks > 1
     chunk = [
         *_rows(),
-        *_queries(s),
-        *_keys(s),
-        *_take_over(s),
-        "ct.scatter(dbeta_out, rows2 * H + head, ct.astype(dbeta, dbeta_out.dtype), mask=valid2)",
-        *(_per_channel_decays() if s.per_channel else [SCALAR_GATE_QUERY_TERM]),
+        *_queries(s, whole_rows=whole_rows),
+        *_normalized_keys(s, whole_rows=whole_rows),
+        *_cumulative_gate(s),
+        *_take_over(s, pair_takes(s)),
+        *PAIR_MASKS,
+        *(_per_channel_decays() if s.per_channel else [DBETA_STORE, SCALAR_GATE_QUERY_TERM]),
         *_pair_gradients(s),
-        *_input_gradients(s),
+        *_gate_gradient(s),
+        *(_pair_hand_over() if s.per_channel else _query_key_gradients(s)),
     ]
     body = [
-        *_slot_setup(s, "ct.arange(VW, dtype=ct.int32)"),
+        *_slot_setup(s, "ct.arange(VW, dtype=ct.int32)", KEY_BLOCK_COLUMNS if s.per_channel else ALL_KEYS),
         *([LAST_ROW] if s.per_channel else []),
+        *([WHOLE_ROW] if whole_rows else []),
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
-    chunk_arrays = "" if s.per_channel else ", ".join(PAIR_ARRAYS.values()) + ", "
-    params = f"q, k, g, cu, {chunk_arrays}{_handed_over_params(s)}, dq, dk, dg, dbeta_out"
-    return _module(s, "delta_rule_pairs", params, body, s.value_width)
+    if s.per_channel:
+        params = f"q, k, g, cu, {_params(pair_takes(s))}, {', '.join(PAIR_HAND_OVER.values())}, dg"
+    else:
+        params = f"q, k, g, cu, {', '.join(PAIR_ARRAYS.values())}, {_params(pair_takes(s))}, dq, dk, dg, dbeta_out"
+    return _module(s, "delta_rule_pairs", params, body, s.value_width, s.kp // s.key_blocks)
+
+
+def _pair_hand_over() -> list[str]:
+    """kda's pair launch's end: its key block's columns of dq~ and dk~ into the workspace."""
+    return [
+        _chunk_rows("slot"),
+        *(f"ct.scatter({array}, at * KROW + kcols2, {name})" for name, array in PAIR_HAND_OVER.items()),
+    ]
+
+
+def norms_source(s: DeltaRuleShape) -> KernelSource:
+    """kda's last launch, a block per chunk slot and head: dq and dk from the pair launch's dq~ and dk~ back
+    through the scale and the l2 norm (which sums over all of K), and dbeta from its value blocks' shares."""
+    chunk = [
+        *_rows(),
+        *_queries(s),
+        *_normalized_keys(s),
+        _chunk_rows("slot"),
+        *(f"{name} = ct.gather({array}, at * KROW + kcols2)" for name, array in PAIR_HAND_OVER.items()),
+        *_take_over(s, ["dbeta"]),
+        DBETA_STORE,
+        *_query_key_gradients(s),
+    ]
+    body = [
+        *_slot_setup(s, "ct.arange(VW, dtype=ct.int32)"),
+        "for _ in range(mine):",
+        *("    " + line for line in chunk),
+    ]
+    params = f"q, k, cu, {', '.join(PAIR_HAND_OVER.values())}, {_params(['dbeta'])}, dq, dk, dbeta_out"
+    return _module(s, "delta_rule_norms", params, body, s.value_width)

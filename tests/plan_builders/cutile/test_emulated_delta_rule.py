@@ -133,7 +133,7 @@ PLANTED_IN_VALUE_BLOCKS = {
         "block = (slot * H + head) * (VP // VW)",
     ),
     "d(beta)'s sum over V left at the first block's share": (
-        "pairs_source",
+        {"gdn": "pairs_source", "kda": "norms_source"},
         "dbeta = dbeta + ct.gather(dbeta_work",
         "dbeta = dbeta + 0.0 * ct.gather(dbeta_work",
     ),
@@ -153,7 +153,7 @@ def test_the_gradients_run_a_block_per_64_value_columns(kind, monkeypatch) -> No
     assert passes_in_both_orders(g, inputs, builder.name)
     for bug, (kernel, right, wrong) in PLANTED_IN_VALUE_BLOCKS.items():
         with monkeypatch.context() as patch:
-            plant(patch, kernel, right, wrong)
+            plant(patch, kernel if isinstance(kernel, str) else kernel[kind], right, wrong)
             g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130), kd=5, vd=70)
             assert not passes_in_both_orders(g, inputs, builder.name), bug
 
@@ -189,6 +189,7 @@ def plant(monkeypatch, name: str, right: str, wrong: str) -> None:
 
 FORWARD_KERNELS = ("chunks_source", "forward_source")
 BACKWARD_KERNELS = ("chunks_source", "states_source", "reverse_source", "gradients_source", "pairs_source")
+KDA_BACKWARD_KERNELS = (*BACKWARD_KERNELS, "norms_source")
 
 
 @pytest.mark.parametrize("bug", list(PLANTED))
@@ -199,7 +200,7 @@ def test_planted_bugs_fail_validation(kind, bug, backward, monkeypatch) -> None:
     fails in one block order at least (a bug that makes a block write another's elements shows in one order)."""
     right, wrong = PLANTED[bug]
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, kind == "kda", True, 0.5, True, True)
-    names = BACKWARD_KERNELS if backward else FORWARD_KERNELS
+    names = (KDA_BACKWARD_KERNELS if kind == "kda" else BACKWARD_KERNELS) if backward else FORWARD_KERNELS
     text = {k: getattr(delta_rule_kernel, k)(shape, **({"backward": backward} if k == "chunks_source" else {}))
             for k in names}  # fmt: skip
     kernels = [k for k, t in text.items() if right in t.text and (bug, k) not in HARMLESS]
@@ -318,42 +319,113 @@ def test_the_dtypes_each_port_takes(port, dtype, allowed) -> None:
     assert delta_rule.dtype_allowed(port, sigdnn.dtypes.as_data_type(dtype)) is allowed
 
 
-@pytest.mark.parametrize("kind", ["gdn", "kda"])
-def test_the_backward_is_five_launches_over_chunk_slots_sequences_and_value_blocks(kind) -> None:
-    """Slots floor(start / 64) + n for every chunk of every sequence: T // 64 + N + 1 of them, per head. The chunk
-    kernel and the pair launch a block per slot and head, the gradients a block per slot, head and 64 value
-    columns, the two walks a block per sequence, head and 64 value columns. In the workspace: W, U0, QK, T and KK
-    (C rows a slot and head), the saved states and d(state)s (K x V a slot and head), then the gradients' shares
-    (C rows a slot, head and value block), each launch reading what the ones before wrote."""
+def backward_launches(kind: str) -> tuple[list, int, int, int]:
+    """The backward's launches and workspace bytes for sequences of 64, 65 and 1 tokens, two heads, K = 8, V = 128;
+    its chunk slots (T // 64 + N + 1) and workspace rows (C a slot and head)."""
     g, _ = delta_rule_backward_graph(kind, (64, 65, 1), heads=2, kd=8, vd=128)
     builder = CutileKdaBwdBuilder() if kind == "kda" else CutileGdnBwdBuilder()
-    (chunks, states, reverse, grads, pairs), workspace = builder.launches(g.nodes[0], g)
+    launches, workspace = builder.launches(g.nodes[0], g)
     slots = 130 // 64 + 3 + 1
-    assert chunks.grid == pairs.grid == (slots, 2, 1) and grads.grid == (slots, 2, 2)
-    assert states.grid == reverse.grid == (3, 2, 2)
+    return launches, workspace, slots, slots * 2 * 64
+
+
+# the gradients kernel's shares, elements a (chunk slot, head, value block): dQK, dKK, dbeta; then gdn's dq~, dk~,
+# db, kda's three [C, K] products and its state . d(state) row (K = 8)
+SHARES = {"gdn": [64 * 64, 64 * 64, 64, 64 * 8, 64 * 8, 64], "kda": [64 * 64, 64 * 64, 64, *(64 * 8,) * 3, 8]}
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_the_backward_walks_then_hands_every_value_blocks_share_over(kind) -> None:
+    """Chunk slots floor(start / 64) + n for every chunk of every sequence, per head. The chunk kernel a block per
+    slot and head, the two walks a block per sequence, head and 64 value columns, the gradients a block per slot,
+    head and 64 value columns. In the workspace: W, U0, QK, T and KK (C rows a slot and head), the saved states
+    and d(state)s (K x V a slot and head), then the gradients' shares (C rows a slot, head and value block), each
+    launch reading what the ones before wrote."""
+    (chunks, states, reverse, grads, *_), _, slots, rows = backward_launches(kind)
+    assert chunks.grid == (slots, 2, 1) and grads.grid == (slots, 2, 2) and states.grid == reverse.grid == (3, 2, 2)
     w, u, qk, t, kk = chunks.args[-5:]
-    rows = slots * 2 * 64
     assert [a.shape for a in (w, u, qk, t, kk)] == [(rows * 8,), (rows * 128,)] + [(rows * 64,)] * 3
     saved, dsaved = states.args[-1], reverse.args[-1]
     assert saved.shape == dsaved.shape == (slots * 2 * 8 * 128,) and saved.offset != dsaved.offset
     assert states.args[-3:-1] == (w, u)
     assert reverse.args[7:9] == (qk, t)
+    assert reverse.args[9].buffer == "d_initial_state"
     assert grads.args[6:11] == (saved, dsaved, qk, t, kk)
-    parts = slots * 2 * 2
-    # dQK, dKK, dbeta; then gdn's dq~, dk~, db, kda's three [C, K] products and its state . d(state) row
-    widths = [64 * 64, 64 * 64, 64, *((64 * 8,) * 3 + (8,) if kind == "kda" else (64 * 8, 64 * 8, 64))]
     handed = grads.args[11:-1]
-    assert [a.shape for a in handed] == [(parts * width,) for width in widths]
-    assert len({a.offset for a in handed}) == len(widths) and all(a.buffer == WORKSPACE for a in handed)
+    assert [a.shape for a in handed] == [(slots * 2 * 2 * size,) for size in SHARES[kind]]
+    assert len({a.offset for a in handed}) == len(handed) and all(a.buffer == WORKSPACE for a in handed)
     assert [a.buffer for a in grads.args[:6]] == ["k", "v", "g", "beta", "cu_seqlens", "d_o"]
     assert grads.args[-1].buffer == "dv"
-    chunk_arrays = () if kind == "kda" else (qk, kk)
-    assert pairs.args[4:-4] == (*chunk_arrays, *handed)
+
+
+def test_gdns_pair_launch_sums_the_shares_and_stores_the_rest() -> None:
+    """gdn's fifth and last launch, a block per slot and head, reads QK and KK and every share, and stores dq, dk,
+    dg and dbeta."""
+    (chunks, *_, grads, pairs), workspace, slots, rows = backward_launches("gdn")
+    qk, kk = chunks.args[-3], chunks.args[-1]
+    assert pairs.grid == (slots, 2, 1)
+    assert pairs.args[4:-4] == (qk, kk, *grads.args[11:-1])
     assert [a.buffer for a in pairs.args[:4]] == ["q", "k", "g", "cu_seqlens"]
     assert [a.buffer for a in pairs.args[-4:]] == ["dq", "dk", "dg", "dbeta"]
-    before = (rows * (8 + 128 + 64 + 64 + 64) + 2 * slots * 2 * 8 * 128) * 4
-    assert workspace == before + parts * sum(widths) * 4
-    assert reverse.args[9].buffer == "d_initial_state"
+    before = (rows * (8 + 128 + 64 * 3) + 2 * slots * 2 * 8 * 128) * 4
+    assert workspace == before + slots * 2 * 2 * sum(SHARES["gdn"]) * 4
+
+
+def test_kdas_pair_launch_runs_a_block_per_key_block_and_hands_dq_dk_to_a_sixth() -> None:
+    """kda's pair launch, a block per slot, head and 64 key columns (one at K = 8), sums every share but dbeta's
+    and stores dg; its dq~ and dk~ (C rows of K a slot and head) go to the last launch, a block per slot and head,
+    which stores dq, dk and dbeta."""
+    (*_, grads, pairs, norms), workspace, slots, rows = backward_launches("kda")
+    handed = grads.args[11:-1]
+    assert pairs.grid == (slots, 2, 1) and norms.grid == (slots, 2, 1)
+    paired = pairs.args[-3:-1]
+    assert [a.shape for a in paired] == [(rows * 8,)] * 2 and all(a.buffer == WORKSPACE for a in paired)
+    assert pairs.args[4:-3] == (*handed[:2], *handed[3:])
+    assert [a.buffer for a in pairs.args[:4]] == ["q", "k", "g", "cu_seqlens"] and pairs.args[-1].buffer == "dg"
+    assert norms.args[3:6] == (*paired, handed[2])
+    assert [a.buffer for a in norms.args] == ["q", "k", "cu_seqlens", *[WORKSPACE] * 3, "dq", "dk", "dbeta"]
+    before = (rows * (8 + 128 + 64 * 3) + 2 * slots * 2 * 8 * 128) * 4
+    assert workspace == before + slots * 2 * 2 * sum(SHARES["kda"]) * 4 + 2 * rows * 8 * 4
+
+
+# Bugs in kda's key blocks (K = 70 pads to 128: two blocks, the second holding 6 columns) and their hand-over.
+PLANTED_IN_KEY_BLOCKS = {
+    "key blocks one column apart (column 64 left out)": (
+        "pairs_source",
+        "kcols = ct.bid(2) * KP + ct.arange(KP, dtype=ct.int32)",
+        "kcols = ct.bid(2) * (KP + 1) + ct.arange(KP, dtype=ct.int32)",
+    ),
+    "the queries' l2 norm over the block's columns only": (
+        "pairs_source",
+        "rq = ct.rsqrt(ct.sum(whole * whole",
+        "rq = ct.rsqrt(ct.sum(qr * qr",
+    ),
+    "dq~ handed over in the next slot's rows": (
+        "pairs_source",
+        "ct.scatter(pair_dq_work, at * KROW + kcols2, dqt)",
+        "ct.scatter(pair_dq_work, (at + C * H) * KROW + kcols2, dqt)",
+    ),
+    "the last launch reading dk~ for dq~": (
+        "norms_source",
+        "dqt = ct.gather(pair_dq_work",
+        "dqt = ct.gather(pair_dk_work",
+    ),
+}
+
+
+def test_kdas_pair_launch_splits_the_key_columns(monkeypatch) -> None:
+    """K = 70 pads to 128: kda's pair launch runs two blocks of 64 key columns a slot and head, each normalizing
+    over the whole row; the last launch sums the l2 norm's reverse over all of K. Each planted bug fails
+    validation in one block order at least."""
+    g, inputs = delta_rule_backward_graph("kda", (*CHUNK_EDGES, 130), kd=70, vd=8)
+    (*_, pairs, _), _ = CutileKdaBwdBuilder().launches(g.nodes[-1], g)
+    assert pairs.grid[2] == 2 and "KP = 64" in pairs.source.text and "KROW = 128" in pairs.source.text
+    assert passes_in_both_orders(g, inputs, "cutile.kda_bwd")
+    for bug, (kernel, right, wrong) in PLANTED_IN_KEY_BLOCKS.items():
+        with monkeypatch.context() as patch:
+            plant(patch, kernel, right, wrong)
+            g, inputs = delta_rule_backward_graph("kda", (*CHUNK_EDGES, 130), kd=70, vd=8)
+            assert not passes_in_both_orders(g, inputs, "cutile.kda_bwd"), bug
 
 
 # Bugs in the hand-over from the gradients kernel to the pair launch, by kernel: its rows must be the chunk slot's
