@@ -107,14 +107,11 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
             kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, final,
             tf32=takes_tf32(graph.compute_dtype_of(node)), search_steps=max(1, sequences.bit_length()),
         )  # fmt: skip
-        # the chunk kernel's workspace rows (more than T x H), the backward's saved states (K x V a slot and head) and
-        # its gradients' shares (C rows a slot, head and value block)
+        # the chunk kernel's workspace rows (more than T x H) and the backward's saved states (K x V a slot and head)
+        # bound every array: the gradients' shares, C x max(KP, C) a slot, head and value block, come to that with one
+        # value block and to KP x VP or C x VP a slot and head over VP / C of them
         slots = chunk_slots(shape, tokens, sequences) * shape.heads
-        rows = work_rows(shape, tokens, sequences)
-        largest = max(
-            rows * max(shape.kp, shape.vp, CHUNK), slots * shape.kp * shape.vp,
-            rows * shape.value_blocks * max(shape.kp, CHUNK),
-        )  # fmt: skip
+        largest = max(work_rows(shape, tokens, sequences) * max(shape.kp, shape.vp, CHUNK), slots * shape.kp * shape.vp)
         if largest > INDEX_LIMIT:
             raise ValueError(f"{largest} elements in one array: past the kernels' int32 positions ({INDEX_LIMIT})")
         return shape, tokens, sequences

@@ -217,10 +217,15 @@ def test_planted_bugs_fail_validation(kind, bug, backward, monkeypatch) -> None:
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_the_gradients_kernels_scan_of_the_gate_is_checked(kind, monkeypatch) -> None:
-    """The gradients kernel forms b by cuTile's scan where the others multiply by ones: a gate applied once too
-    often there fails validation too."""
-    plant(monkeypatch, "gradients_source", "b = ct.cumsum(gt, axis=0)", "b = gt + ct.cumsum(gt, axis=0)")
+    """The gradients kernel forms b by cuTile's scan, the others by the row sums' MMAs (the scan spilled more
+    there, docs/experiments.md); a gate applied once too often in the scan fails validation too."""
     g, inputs = delta_rule_backward_graph(kind, (*CHUNK_EDGES, 130))
+    builder = CutileKdaBwdBuilder() if kind == "kda" else CutileGdnBwdBuilder()
+    scans = [
+        launch.source.prefix for launch in builder.launches(g.nodes[-1], g)[0] if "ct.cumsum(" in launch.source.text
+    ]
+    assert scans == ["delta_rule_grads"]
+    plant(monkeypatch, "gradients_source", "b = ct.cumsum(gt, axis=0)", "b = gt + ct.cumsum(gt, axis=0)")
     assert not check(g, inputs, f"cutile.{kind}_bwd").passed
 
 
@@ -383,6 +388,7 @@ def test_kdas_pair_launch_runs_a_block_per_key_block_and_hands_dq_dk_to_a_sixth(
     assert pairs.args[4:-3] == (*handed[:2], *handed[3:])
     assert [a.buffer for a in pairs.args[:4]] == ["q", "k", "g", "cu_seqlens"] and pairs.args[-1].buffer == "dg"
     assert norms.args[3:6] == (*paired, handed[2])
+    assert "KP = 8" in pairs.source.text and "whole" not in pairs.source.text  # one key block: no row read again
     assert [a.buffer for a in norms.args] == ["q", "k", "cu_seqlens", *[WORKSPACE] * 3, "dq", "dk", "dbeta"]
     before = (rows * (8 + 128 + 64 * 3) + 2 * slots * 2 * 8 * 128) * 4
     assert workspace == before + slots * 2 * 2 * sum(SHARES["kda"]) * 4 + 2 * rows * 8 * 4
