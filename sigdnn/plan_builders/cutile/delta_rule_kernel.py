@@ -800,14 +800,14 @@ def gradients_source(s: DeltaRuleShape) -> KernelSource:
 
 def _handed_over(s: DeltaRuleShape) -> dict[str, str]:
     """What each value block of the gradients kernel hands ``pairs_source``, a float32 workspace array each
-    (``<name>_work``), by form: "KP", "C" or "1" columns of C rows a chunk slot, head and value block, or "row", one
-    row of KP. The gradients of QK and KK (unmasked) and dbeta's share; gdn's dq~, dk~ and db (one column: its gate
+    (``<name>_work``), by form: "KROW", "C" or "1" columns of C rows a chunk slot, head and value block, or "row",
+    one row of KROW. The gradients of QK and KK (unmasked) and dbeta's share; gdn's dq~, dk~ and db (one column: its gate
     is a scalar); kda's products of dO, de and u with the state and d(state) before their decays, and the sum of
     state * d(state) over the block's columns (db's last row)."""
     keys = (
-        {"dqg": "KP", "dkg": "KP", "dkd": "KP", "sdd": "row"}
+        {"dqg": "KROW", "dkg": "KROW", "dkd": "KROW", "sdd": "row"}
         if s.per_channel
-        else {"dqt": "KP", "dkt": "KP", "db": "1"}
+        else {"dqt": "KROW", "dkt": "KROW", "db": "1"}
     )
     return {"dqk": "C", "dkk": "C", "dbeta": "1", **keys}
 
@@ -815,7 +815,7 @@ def _handed_over(s: DeltaRuleShape) -> dict[str, str]:
 def handed_over_sizes(s: DeltaRuleShape, parts: int) -> dict[str, int]:
     """The elements of each handed-over array, by name in ``_handed_over``'s order, for ``parts`` (chunk slot, head,
     value block) triples."""
-    per_part = {"KP": s.chunk * s.kp, "C": s.chunk * s.chunk, "1": s.chunk, "row": s.kp}
+    per_part = {"KROW": s.chunk * s.kp, "C": s.chunk * s.chunk, "1": s.chunk, "row": s.kp}
     return {name: parts * per_part[form] for name, form in _handed_over(s).items()}
 
 
@@ -831,7 +831,7 @@ def _params(names: list[str]) -> str:
 
 
 # the flat positions of a (chunk slot, head, value block)'s share in a handed-over array of each form
-HANDED_OVER_AT = {"KP": "part * KROW + kcols2", "C": "part * C + ccols2", "1": "part", "row": "block * KROW + kcols2"}
+HANDED_OVER_AT = {"KROW": "part * KROW + kcols2", "C": "part * C + ccols2", "1": "part", "row": "block * KROW + kcols2"}
 
 
 def _part_rows(value_block: str) -> list[str]:
