@@ -6,12 +6,13 @@ int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
 forward is two launches: every chunk's W, U0 and QK at once into the
 step's workspace (float32, C rows a chunk slot and head), then the serial
 walk over each sequence's chunks that carries the state. The backward is
-four: those chunk arrays and T, a walk forward and one in reverse that
-carry only the state and its gradient (each chunk's start state and its
-end's d(state) saved in the workspace, float32, a slot per chunk of the
-batch), then every chunk's gradients at once; kda's take a fifth, its pair
-gradients (dq, dk, dg) from what the gradients launch leaves in the
-workspace (float32, C rows a chunk slot and head). The kernels do not check
+five: those chunk arrays with T and KK, a walk forward and one in reverse
+that carry only the state and its gradient (each chunk's start state and
+its end's d(state) saved in the workspace, float32, a slot per chunk of the
+batch), every chunk's gradients a block of value columns at a time (dv, and
+each block's share of the rest into the workspace: float32, C rows a chunk
+slot, head and value block), then the pair gradients from the summed shares
+(dq, dk, dg, dbeta). The kernels do not check
 cu_seqlens (as flash-linear-attention's do not; the reference does):
 boundaries are clamped to [0, T] and a decreasing one gives an empty
 sequence, so hostile values cost at most T tokens a block and touch nothing
@@ -25,6 +26,7 @@ it made the one-kernel backward's cubin 10 MB (docs/experiments.md).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import ClassVar
 
 from sigdnn.dtypes import DataType
@@ -35,12 +37,15 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     CHUNK,
+    PAIR_HAND_OVER,
     DeltaRuleShape,
     chunk_slots,
     chunks_source,
     forward_source,
     gradients_source,
-    handed_over_widths,
+    handed_over_sizes,
+    norms_source,
+    pair_takes,
     pairs_source,
     reverse_source,
     states_source,
@@ -103,6 +108,8 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
             tf32=takes_tf32(graph.compute_dtype_of(node)), search_steps=max(1, sequences.bit_length()),
         )  # fmt: skip
         # the chunk kernel's workspace rows (more than T x H) and the backward's saved states (K x V a slot and head)
+        # bound every array: the gradients' shares, C x max(KP, C) a slot, head and value block, come to that with one
+        # value block and to KP x VP or C x VP a slot and head over VP / C of them
         slots = chunk_slots(shape, tokens, sequences) * shape.heads
         largest = max(work_rows(shape, tokens, sequences) * max(shape.kp, shape.vp, CHUNK), slots * shape.kp * shape.vp)
         if largest > INDEX_LIMIT:
@@ -111,16 +118,16 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
 
     def chunk_kernel(
         self, node: Node, graph: Graph, shape: DeltaRuleShape, tokens: int, sequences: int, workspace: Workspace,
-        keep_inverse: bool = False,
+        backward: bool = False,
     ) -> tuple[Launch, tuple[Arg, ...]]:  # fmt: skip
         """The chunk kernel over every chunk slot and head, and the float32 arrays it writes into ``workspace``:
-        W, U0, QK (and T), C rows a chunk slot and head."""
+        W, U0, QK (and the backward's T and KK), C rows a chunk slot and head."""
         rows = work_rows(shape, tokens, sequences)
-        widths = (shape.kp, shape.vp, CHUNK, *((CHUNK,) if keep_inverse else ()))
+        widths = (shape.kp, shape.vp, CHUNK, *((CHUNK, CHUNK) if backward else ()))
         work = tuple(workspace.take((rows * width,)) for width in widths)
         ports = self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens"), "o")
         grid = (chunk_slots(shape, tokens, sequences), shape.heads, 1)
-        return Launch(chunks_source(shape, keep_inverse=keep_inverse), grid, (*ports, *work)), work
+        return Launch(chunks_source(shape, backward=backward), grid, (*ports, *work)), work
 
     @staticmethod
     def args(node: Node, graph: Graph, names: tuple[str, ...], placeholder: str) -> list[Arg]:
@@ -145,40 +152,57 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
 
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
-    """Four launches: every chunk's W, U0, QK and T; the walk forward saving each chunk's start state; the walk
-    in reverse saving d(state) at each chunk's end (and d(initial state)); then every chunk's gradients at once.
-    kda's take a fifth: its pair gradients, dq, dk and dg, from what the gradients kernel leaves in the
-    workspace."""
+    """Every chunk's W, U0, QK, T and KK; the walk forward saving each chunk's start state; the walk in reverse
+    saving d(state) at each chunk's end (and d(initial state)); every chunk's gradients a block of value columns
+    at a time (dv, and each block's share of the sums over V into the workspace); then the pair gradients from the
+    summed shares: gdn's launch stores dq, dk, dg and dbeta, kda's (a block per key block) dg, and a sixth launch
+    dq, dk and dbeta."""
 
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
         workspace = Workspace()
-        chunks, (w, u, qk, t) = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace, keep_inverse=True)
+        chunks, (w, u, qk, t, kk) = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace, backward=True)
         slots = chunk_slots(shape, tokens, sequences)
         saved, dsaved = (workspace.take((slots * shape.heads * shape.kp * shape.vp,)) for _ in range(2))
-        walk, grid = (sequences, shape.heads, shape.value_blocks), (slots, shape.heads, 1)
+        walk = (sequences, shape.heads, shape.value_blocks)
         args = functools.partial(self.args, node, graph, placeholder="dq")
-        launches = [
-            chunks,
+        walks = [
             Launch(states_source(shape), walk, (*args(("k", "g", "cu_seqlens", "initial_state")), w, u, saved)),
             Launch(reverse_source(shape), walk, (
                 *args(("q", "k", "g", "beta", "cu_seqlens", "d_o", "d_final_state")), qk, t,
                 *args(("d_initial_state",)), dsaved,
             )),
         ]  # fmt: skip
-        inputs = (*args(("q", "k", "v", "g", "beta", "cu_seqlens", "d_o")), saved, dsaved)
-        if not shape.per_channel:
-            outputs = args(("dq", "dk", "dv", "dg", "dbeta"))
-            return [*launches, Launch(gradients_source(shape), grid, (*inputs, *outputs))], workspace.nbytes
+        handed = {
+            name: workspace.take((size,))
+            for name, size in handed_over_sizes(shape, slots * shape.heads * shape.value_blocks).items()
+        }
+        gradients = Launch(gradients_source(shape), (slots, shape.heads, shape.value_blocks), (
+            *args(("k", "v", "g", "beta", "cu_seqlens", "d_o")), saved, dsaved, qk, t, kk, *handed.values(),
+            *args(("dv",)),
+        ))  # fmt: skip
         rows = work_rows(shape, tokens, sequences)
-        handed = tuple(workspace.take((rows * width,)) for width in handed_over_widths(shape))
+        pairs = self.pair_launches(shape, slots, rows, args, (qk, kk), handed, workspace)
+        return [chunks, *walks, gradients, *pairs], workspace.nbytes
+
+    @staticmethod
+    def pair_launches(
+        shape: DeltaRuleShape, slots: int, rows: int, args: Callable[[tuple[str, ...]], list[Arg]],
+        qk_kk: tuple[Arg, Arg], handed: dict[str, Arg], workspace: Workspace,
+    ) -> list[Launch]:  # fmt: skip
+        """gdn's pair launch (a block per chunk slot and head, reading QK and KK), or kda's (a block per chunk slot,
+        head and key block, handing dq~ and dk~ over in the workspace) and its last launch."""
+        grid, taken = (slots, shape.heads, 1), tuple(handed[name] for name in pair_takes(shape))
+        inputs = args(("q", "k", "g", "cu_seqlens"))
+        if not shape.per_channel:
+            return [Launch(pairs_source(shape), grid, (*inputs, *qk_kk, *taken, *args(("dq", "dk", "dg", "dbeta"))))]
+        paired = tuple(workspace.take((rows * shape.kp,)) for _ in PAIR_HAND_OVER)
         return [
-            *launches,
-            Launch(gradients_source(shape), grid, (*inputs, *handed, *args(("dv", "dbeta")))),
-            Launch(
-                pairs_source(shape), grid, (*args(("q", "k", "g", "cu_seqlens")), *handed, *args(("dq", "dk", "dg")))
-            ),
-        ], workspace.nbytes
+            Launch(pairs_source(shape), (slots, shape.heads, shape.key_blocks), (*inputs, *taken, *paired, *args(("dg",)))),
+            Launch(norms_source(shape), grid, (
+                *args(("q", "k", "cu_seqlens")), *paired, handed["dbeta"], *args(("dq", "dk", "dbeta")),
+            )),
+        ]  # fmt: skip
 
 
 class CutileGdnBuilder(_DeltaRuleForwardBuilder):

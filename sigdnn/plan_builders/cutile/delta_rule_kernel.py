@@ -1,5 +1,4 @@
-"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in two launches, the backward in four
-(kda's in five).
+"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in two launches, the backward in five.
 
 Within a chunk of ``C`` tokens (rows i, j; b the cumulative log decay from
 the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
@@ -31,9 +30,11 @@ T // C + N + 1 slots); a slot's block finds its sequence by binary search
 over ``cu`` on the device (no host-side chunk table, no host sync). The
 backward runs the chunk kernel (keeping T), a forward walk saving each
 chunk's start state (``states_source``), a reverse walk saving d(state) at
-each chunk's end (``reverse_source``), then every chunk's gradients at once
-(``gradients_source``); kda's pair gradients through its per-channel decays,
-and its dq, dk and dg, follow in a launch of their own (``pairs_source``).
+each chunk's end (``reverse_source``), then every chunk's gradients at once,
+a block per chunk slot, head and block of value columns, each handing its
+share of the sums over V to the workspace (``gradients_source``), and last
+the pair gradients and dq, dk, dg and dbeta, a block per chunk slot and head
+(``pairs_source``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from sigdnn.plan_builders.cutile.source import KernelSource
 
 CHUNK = 64
 VALUE_BLOCK = 64  # value columns a forward block carries of the state, where V allows a split
+KEY_BLOCK = 64  # key columns a block of kda's pair launch takes, where K allows a split
 
 
 @attrs.frozen
@@ -80,18 +82,28 @@ class DeltaRuleShape:
         return self.vp // self.value_blocks
 
     @property
+    def key_blocks(self) -> int:
+        """kda's pair launch's blocks a (chunk slot, head), each taking KEY_BLOCK key columns: its pair gradients go
+        channel by channel, and [C, 64] tiles spilled half what [C, 128] ones did (sm_90 cubins)."""
+        return max(1, self.kp // KEY_BLOCK) if self.per_channel else 1
+
+    @property
     def value_blocks(self) -> int:
         """The forward's blocks a (sequence, head), each carrying VALUE_BLOCK columns of h: more blocks on the
         serial path."""
         return max(1, self.vp // VALUE_BLOCK)
 
 
+def _decay_matrix() -> list[str]:
+    """gdn's pair decays exp(b_i - b_j) for i >= j (0 above the diagonal, where the exponent would be positive)."""
+    return ["diff = ct.where(lower, b - ct.transpose(b), 0.0)", "decay = ct.where(lower, ct.exp(diff), 0.0)"]
+
+
 def _pair_products(s: DeltaRuleShape) -> list[str]:
     """Lines computing KK (strictly lower) and QK (lower, diagonal included) for one chunk."""
     if not s.per_channel:
         return [
-            "diff = ct.where(lower, b - ct.transpose(b), 0.0)",
-            "decay = ct.where(lower, ct.exp(diff), 0.0)",
+            *_decay_matrix(),
             "kk = ct.where(strict, dot(kt, ct.transpose(kt), zero_cc) * decay, 0.0)",
             "qk = dot(qt, ct.transpose(kt), zero_cc) * decay",
         ]
@@ -187,11 +199,14 @@ def _bounds(index: str) -> list[str]:
     ]
 
 
-def _indices(values: str) -> list[str]:
-    """Index tiles and masks; ``values``: the block's value columns (VW of them)."""
+ALL_KEYS = "ct.arange(KP, dtype=ct.int32)"  # a block's key columns where it takes all of K
+
+
+def _indices(values: str, keys: str = ALL_KEYS) -> list[str]:
+    """Index tiles and masks; ``values``: the block's value columns (VW of them), ``keys`` its key columns (KP)."""
     return [
         "steps = ct.arange(C, dtype=ct.int32)",
-        "kcols = ct.arange(KP, dtype=ct.int32)",
+        f"kcols = {keys}",
         f"vcols = {values}",
         "kcols2 = ct.reshape(kcols, (1, KP))",
         "vcols2 = ct.reshape(vcols, (1, VW))",
@@ -204,6 +219,9 @@ def _indices(values: str) -> list[str]:
     ]
 
 
+LAST_ROW = "last = ct.reshape(steps == C - 1, (C, 1))"  # the chunk's last row
+
+
 def _sequence_setup(values: str, length: str = "q") -> list[str]:
     """A (sequence, head) block's sequence (T from ``length``), index tiles and its state's elements."""
     return [
@@ -212,15 +230,16 @@ def _sequence_setup(values: str, length: str = "q") -> list[str]:
         _tokens(length),
         *_bounds("n"),
         *_indices(values),
-        "last = ct.reshape(steps == C - 1, (C, 1))",
+        LAST_ROW,
         "state_at = ((n * H + head) * K + ct.reshape(kcols, (KP, 1))) * V + vcols2",
         "state_in = (ct.reshape(kcols, (KP, 1)) < K) & vin2",
     ]
 
 
-def _slot_setup(s: DeltaRuleShape) -> list[str]:
-    """A (chunk slot, head) block's sequence n, the last whose slot start_n // C + n is <= the block's, by
-    binary search over cu; ``mine`` is 1 where the slot holds one of n's chunks (``chunk``), 0 in a gap."""
+def _slot_setup(s: DeltaRuleShape, values: str, keys: str = ALL_KEYS) -> list[str]:
+    """A (chunk slot, head) block's sequence n, the last whose slot start_n // C + n is <= the block's, by binary
+    search over cu; ``mine`` is 1 where the slot holds one of n's chunks (``chunk``), 0 in a gap. ``values``: the
+    block's value columns, ``keys`` its key columns."""
     search = [
         "mid = (n + hi) // 2",
         "first = ct.minimum(ct.maximum(ct.gather(cu, mid), 0), tokens) // C + mid",
@@ -237,7 +256,7 @@ def _slot_setup(s: DeltaRuleShape) -> list[str]:
         *_bounds("n"),
         "chunk = slot - (start // C + n)",
         "mine = ct.where((chunk >= 0) & (chunk < chunks), 1, 0)",
-        *_indices("ct.arange(VW, dtype=ct.int32)"),  # all of V in the chunk kernel; the gradients set theirs a block
+        *_indices(values, keys),
         "zero_ck = ct.full((C, KP), 0.0, dtype=ct.float32)",
         "strict = ct.reshape(steps, (C, 1)) > ct.reshape(steps, (1, C))",
         "zero_cc = ct.full((C, C), 0.0, dtype=ct.float32)",
@@ -256,20 +275,48 @@ def _rows() -> list[str]:
     ]
 
 
-def _keys(s: DeltaRuleShape) -> list[str]:
+def _keys(s: DeltaRuleShape, *, scan: bool = False) -> list[str]:
     """The chunk's keys (0 past the sequence; normalized) and b, the cumulative log decay from its start."""
+    return [*_normalized_keys(s), *_cumulative_gate(s, scan=scan)]
+
+
+def _normalized_keys(s: DeltaRuleShape, *, whole_rows: bool = False) -> list[str]:
+    """The chunk's keys in the block's KP columns (0 past the sequence), normalized over ``whole_rows`` of K where
+    the block takes part of them."""
+    norm = [*_inverse_norm("rk", "kr", "k", whole_rows), "kt = kr * rk"]
+    return [
+        "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
+        *(norm if s.l2norm else ["kt = kr"]),
+    ]
+
+
+WHOLE_ROW = "krow2 = ct.reshape(ct.arange(KROW, dtype=ct.int32), (1, KROW))"  # all of K's columns, padded
+
+
+def _inverse_norm(name: str, raw: str, array: str, whole_rows: bool) -> list[str]:
+    """``name`` = 1 / |row| of the l2 norm, from the block's tile ``raw``, or with ``whole_rows`` from the whole row
+    of K read again from ``array`` (``WHOLE_ROW``'s columns), where the block takes KP of them."""
+    if not whole_rows:
+        return [f"{name} = ct.rsqrt(ct.sum({raw} * {raw}, axis=1, keepdims=True) + {L2NORM_EPS!r})"]
+    row = "rows2 * (H * K) + head * K + krow2"
+    return [
+        f"whole = ct.astype(ct.gather({array}, {row}, mask=valid2 & (krow2 < K)), ct.float32)",
+        f"{name} = ct.rsqrt(ct.sum(whole * whole, axis=1, keepdims=True) + {L2NORM_EPS!r})",
+    ]
+
+
+def _cumulative_gate(s: DeltaRuleShape, *, scan: bool = False) -> list[str]:
+    """The chunk's gate and b, its cumulative sums from the chunk's start: by the row sums' MMAs (``_row_sums``),
+    or with ``scan`` by cuTile's float32 scan, which the gradients kernel takes:
+    there kda's two TF32 MMAs of the gate turned every product of the kernel into mma.sync (HMMA) instead of
+    warpgroup MMAs and it spilled 3,624 B a thread against 2,728 (gdn's 1,320 against 1,240; sm_90 cubins), while
+    the scan in the chunk and pair kernels spilled more (kda's 2,720 -> 4,360 B and 3,872 -> 7,712)."""
     gate = (
         "gt = ct.astype(ct.gather(g, rows2 * (H * K) + head * K + kcols2, mask=valid2 & kin2), ct.float32)"
         if s.per_channel
         else "gt = ct.reshape(ct.astype(ct.gather(g, rows * H + head, mask=valid), ct.float32), (C, 1))"
     )
-    norm = [f"rk = ct.rsqrt(ct.sum(kr * kr, axis=1, keepdims=True) + {L2NORM_EPS!r})", "kt = kr * rk"]
-    return [
-        "kr = ct.astype(ct.gather(k, qk_at, mask=valid2 & kin2), ct.float32)",
-        *(norm if s.l2norm else ["kt = kr"]),
-        gate,
-        *_row_sums(s, "b", "ones_below", "gt"),
-    ]
+    return [gate, *(["b = ct.cumsum(gt, axis=0)"] if scan else _row_sums(s, "b", "ones_below", "gt"))]
 
 
 def _row_sums(s: DeltaRuleShape, name: str, ones: str, tile: str) -> list[str]:
@@ -288,9 +335,12 @@ def _row_sums(s: DeltaRuleShape, name: str, ones: str, tile: str) -> list[str]:
     ]
 
 
+B_LAST = "b_last = ct.sum(ct.where(last, b, 0.0), axis=0, keepdims=True)"  # b_L, the log decay over the whole chunk
+
+
 def _decay_to_chunk_end() -> list[str]:
-    """b_L, the log decay over the whole chunk, and each key decayed from its token to the chunk's end."""
-    return ["b_last = ct.sum(ct.where(last, b, 0.0), axis=0, keepdims=True)", "carried = kt * ct.exp(b_last - b)"]
+    """b_L and each key decayed from its token to the chunk's end."""
+    return [B_LAST, "carried = kt * ct.exp(b_last - b)"]
 
 
 def _carry(s: DeltaRuleShape) -> list[str]:
@@ -303,9 +353,10 @@ def _carry(s: DeltaRuleShape) -> list[str]:
     ]
 
 
-def _queries(s: DeltaRuleShape) -> list[str]:
-    """The chunk's queries, normalized and scaled."""
-    norm = [f"rq = ct.rsqrt(ct.sum(qr * qr, axis=1, keepdims=True) + {L2NORM_EPS!r})", "qn = qr * rq"]
+def _queries(s: DeltaRuleShape, *, whole_rows: bool = False) -> list[str]:
+    """The chunk's queries in the block's KP columns, normalized (over ``whole_rows`` of K where the block takes
+    part of them) and scaled."""
+    norm = [*_inverse_norm("rq", "qr", "q", whole_rows), "qn = qr * rq"]
     return [
         "qr = ct.astype(ct.gather(q, qk_at, mask=valid2 & kin2), ct.float32)",
         *(norm if s.l2norm else ["qn = qr"]),
@@ -394,13 +445,18 @@ def _dot_body(s: DeltaRuleShape) -> list[str]:
     ]
 
 
-def _module(s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_width: int) -> KernelSource:
+def _module(
+    s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_width: int, key_width: int | None = None
+) -> KernelSource:
+    """The kernel module: the shape's constants (KROW: K padded, a workspace row's key columns; KP: the key columns
+    a block takes, ``key_width`` where not all of KROW), ``dot`` and the kernel."""
     header = [
         f"C = {s.chunk}",
         f"H = {s.heads}",
         f"K = {s.kd}",
         f"V = {s.vd}",
-        f"KP = {s.kp}",
+        f"KP = {key_width or s.kp}",
+        f"KROW = {s.kp}",
         f"VP = {s.vp}",
         f"VW = {value_width}",
         "",
@@ -431,9 +487,14 @@ def work_rows(s: DeltaRuleShape, tokens: int, sequences: int) -> int:
     return chunk_slots(s, tokens, sequences) * s.heads * s.chunk
 
 
-def chunks_source(s: DeltaRuleShape, *, keep_inverse: bool) -> KernelSource:
+# what the backward's chunk kernel stores besides W, U0 and QK: T and KK, which its gradients kernel reads
+BACKWARD_CHUNK_STORES = ["ct.scatter(t_work, at * C + ccols2, inverse)", "ct.scatter(kk_work, at * C + ccols2, kk)"]
+
+
+def chunks_source(s: DeltaRuleShape, *, backward: bool) -> KernelSource:
     """Each chunk's W [C, KP], U0 [C, VP] and QK [C, C] (float32) into rows (slot * H + head) * C + i of w_work,
-    u_work and qk_work; with ``keep_inverse`` (the backward's) T [C, C] into t_work too."""
+    u_work and qk_work; for the ``backward`` T and KK [C, C] into t_work and kk_work too, which its gradients
+    kernel reads."""
     chunk = [
         *_rows(),
         *_queries(s),
@@ -445,14 +506,14 @@ def chunks_source(s: DeltaRuleShape, *, keep_inverse: bool) -> KernelSource:
         "ct.scatter(w_work, at * KP + kcols2, dot(inverse, bt * (kt * ct.exp(b)), zero_ck))",
         "ct.scatter(u_work, at * VP + vcols2, dot(inverse, bt * vt, zero_cv))",
         "ct.scatter(qk_work, at * C + ccols2, qk)",
-        *(["ct.scatter(t_work, at * C + ccols2, inverse)"] if keep_inverse else []),
+        *(BACKWARD_CHUNK_STORES if backward else []),
     ]
     body = [
-        *_slot_setup(s),
+        *_slot_setup(s, "ct.arange(VW, dtype=ct.int32)"),
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
-    params = "q, k, v, g, beta, cu, w_work, u_work, qk_work" + (", t_work" if keep_inverse else "")
+    params = "q, k, v, g, beta, cu, w_work, u_work, qk_work" + (", t_work, kk_work" if backward else "")
     return _module(s, "delta_rule_chunks", params, body, s.vp)
 
 
@@ -503,11 +564,28 @@ def _decay_matrix_pair_gradients() -> list[str]:
     return [
         "a = dkk * decay",
         "a2 = dqk * decay",
-        "dkt = dkt + dot(a, kt, zero_ck) + dot(ct.transpose(a), kt, zero_ck) + dot(ct.transpose(a2), qt, zero_ck)",
-        "dqt = dqt + dot(a2, kt, zero_ck)",
+        "dkt = dot(a + ct.transpose(a), kt, dot(ct.transpose(a2), qt, dkt))",
+        "dqt = dot(a2, kt, dqt)",
         "p = dkk * kk + dqk * qk",
         "db = db + ct.sum(p, axis=1, keepdims=True) - ct.transpose(ct.sum(p, axis=0, keepdims=True))",
     ]
+
+
+def _pair_gradients(s: DeltaRuleShape) -> list[str]:
+    """dq~, dk~ and db's shares through the pair products: gdn's through the [C, C] decay matrix, with KK and QK
+    read from the chunk kernel's (forming them again spilled: 3,416 B a thread against 1,944, sm_90 cubins), kda's
+    through the per-channel decays by sub-chunks."""
+    if s.per_channel:
+        return [*_sub_chunk_setup(), *_sub_chunk_pair_gradients(s)]
+    return [
+        _chunk_rows("slot"),
+        *(f"{name} = ct.gather({PAIR_ARRAYS[name]}, at * C + ccols2)" for name in PAIR_ARRAYS),
+        *_decay_matrix(),
+        *_decay_matrix_pair_gradients(),
+    ]
+
+
+PAIR_ARRAYS = {"qk": "qk_work", "kk": "kk_work"}  # what gdn's pair kernel reads of the chunk kernel's
 
 
 def _sub_chunk_pair_gradients(s: DeltaRuleShape) -> list[str]:
@@ -625,146 +703,166 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
     return _module(s, "delta_rule_reverse", params, body, s.value_width)
 
 
-def _value_gradients(s: DeltaRuleShape) -> list[str]:
-    """One block of VW value columns of the chunk's gradients: its share of every sum over V (dqk, dqg, dkd,
-    dinv, dkg, d(beta)'s, state . dstate) added in, and dv's columns stored. A block at a time, so at most
-    [KP, VW] of the state and of d(state) are live (K = V = 128 held both whole: the compiler spilled)."""
-    state_dot = (
-        "sdd = sdd + ct.reshape(ct.sum(state * dstate, axis=1), (1, KP))"
-        if s.per_channel
-        else "sdd = sdd + ct.reshape(ct.sum(state * dstate), (1, 1))"
-    )
+def _value_block_gradients(s: DeltaRuleShape) -> list[str]:
+    """Value block bid(2)'s share of the chunk's gradients, every one linear in it: dv's columns stored, and its
+    share of the gradients of QK and KK, of dbeta and of the keys' and queries' (``_handed_over``) left for
+    ``pairs_source`` to sum and mask. dKK through dM = -T^T dT T^T, with dT = du (beta e)^T and u = T (beta e), is
+    -dy u^T (dy = T^T du): no [C, C] product of T."""
     return [
-        "vcols2 = ct.reshape(vb * VW + ct.arange(VW, dtype=ct.int32), (1, VW))",
-        "vin2 = vcols2 < V",
-        VALUE_AT,
         _value_tile(),
+        OUTPUT_GRADIENT,
         f"state = ct.gather(saved, {_state_slot('slot')})",
         f"dstate = ct.gather(dsaved, {_state_slot('slot')})",
-        "e = vt - dot(kg, state, zero_cv)",
+        "ks = dot(kg, state, zero_cv)",
+        "e = vt - ks",
         "u = dot(inverse, bt * e, zero_cv)",
-        OUTPUT_GRADIENT,
-        "du = dot(ct.transpose(qk), do, dot(carried, dstate, zero_cv))",
-        "dqk = dot(do, ct.transpose(u), dqk)",
-        "dqg = dot(do, ct.transpose(state), dqg)",
-        "dkd = dot(u, ct.transpose(dstate), dkd)",
-        state_dot,
-        "dy = dot(ct.transpose(inverse), du, zero_cv)",
-        "dinv = dot(du, ct.transpose(bt * e), dinv)",
-        "dbeta = dbeta + ct.sum(dy * e, axis=1, keepdims=True)",
+        "cd = dot(carried, dstate, zero_cv)",
+        "dy = dot(ct.transpose(inverse), dot(ct.transpose(qk), do, cd), zero_cv)",
         "de = bt * dy",
-        "dkg = dot(de, ct.transpose(state), dkg)",
         "ct.scatter(dv, v_at, ct.astype(de, dv.dtype), mask=valid2 & vin2)",
+        "dqk = dot(do, ct.transpose(u), zero_cc)",
+        "dm = -dot(dy, ct.transpose(u), zero_cc)",
+        "dkk = dm * bt",
+        "dbeta = ct.sum(dy * e, axis=1, keepdims=True) + ct.sum(dm * kk, axis=1, keepdims=True)",
+        *(_per_channel_key_gradients() if s.per_channel else _scalar_gate_key_gradients()),
     ]
+
+
+def _scalar_gate_key_gradients() -> list[str]:
+    """gdn's share of dq~, dk~ and db: its decays are a column, so they fold into the left operands (one [C, K]
+    product for dq~, two into one for dk~), and db's key terms are row sums of the [C, VW] products the block
+    formed (kg . state, carried . dstate); db's query term, q~ . dq~, is ``pairs_source``'s."""
+    return [
+        "eb = ct.exp(b)",
+        "dqt = dot(eb * do, ct.transpose(state), zero_ck)",
+        "dkt = dot(ct.exp(b_last - b) * u, ct.transpose(dstate), dot(-eb * de, ct.transpose(state), zero_ck))",
+        "uc = ct.sum(u * cd, axis=1, keepdims=True)",
+        "db_last = ct.reshape(ct.sum(state * dstate), (1, 1)) * ct.exp(b_last) + ct.sum(uc, axis=0, keepdims=True)",
+        "db = ct.where(last, db_last, 0.0) - ct.sum(de * ks, axis=1, keepdims=True) - uc",
+    ]
+
+
+def _per_channel_key_gradients() -> list[str]:
+    """kda's share of the keys' and queries' gradients, before their per-channel decays (``_per_channel_decays``
+    applies them once to the sum: here they cost [C, K] tiles of every block's and spilled)."""
+    return [
+        "dqg = dot(do, ct.transpose(state), zero_ck)",
+        "dkg = dot(de, ct.transpose(state), zero_ck)",
+        "dkd = dot(u, ct.transpose(dstate), zero_ck)",
+        "sdd = ct.reshape(ct.sum(state * dstate, axis=1), (1, KP))",
+    ]
+
+
+def _per_channel_decays() -> list[str]:
+    """kda's dq~, dk~ and db from the summed shares: the decays from the chunk's start (e^b) and to its end
+    (e^(b_L - b)) per channel, db's last row with its share through b_L."""
+    return [
+        "eb = ct.exp(b)",
+        B_LAST,
+        "dqt = eb * dqg",
+        "dkg = -eb * dkg",
+        "dkd = ct.exp(b_last - b) * dkd",
+        "dkt = dkg + dkd",
+        "db_last = sdd * ct.exp(b_last) + ct.sum(kt * dkd, axis=0, keepdims=True)",
+        "db = ct.where(last, db_last, 0.0) + kt * (dkg - dkd) + qt * dqt",
+    ]
+
+
+CHUNK_ARRAYS = {**PAIR_ARRAYS, "inverse": "t_work"}  # what the gradients kernel reads of the chunk kernel's
 
 
 def gradients_source(s: DeltaRuleShape) -> KernelSource:
-    """Each chunk's gradients at once (a block per chunk slot and head), from its start state and its end's
-    d(state) (the walks' ``saved`` and ``dsaved``), the rest recomputed: T too, as tileiras (cuda-tile 1.x) fails
-    kda's kernel with T gathered from the chunk kernel's ("Invalid use-def chain in schedule"). The products with
-    the state or a value run a block of VW value columns at a time (``_value_gradients``). gdn's kernel stores dq,
-    dk, dv, dg and dbeta; kda's stores dv and dbeta and hands the rest over in the workspace (``HANDED_OVER``) to
-    ``pairs_source``, whose launch adds the pair gradients through the per-channel decays."""
-    if s.per_channel:
-        db_last = "db_last = sdd * ct.exp(b_last) + ct.sum(carried * dkd, axis=0, keepdims=True)"
-        db = "db = kg * dkg + qg * dqg - carried * dkd"
-        sdd = "sdd = ct.full((1, KP), 0.0, dtype=ct.float32)"
-    else:
-        db_last = "db_last = sdd * ct.exp(b_last) + ct.reshape(ct.sum(carried * dkd), (1, 1))"
-        db = "db = ct.sum(kg * dkg + qg * dqg - carried * dkd, axis=1, keepdims=True)"
-        sdd = "sdd = ct.full((1, 1), 0.0, dtype=ct.float32)"
+    """Each chunk's gradients at once, a block per chunk slot, head and block of VW value columns (a walk over V
+    inside one block kept [C, K] sums live across it: the compiler spilled), from its start state and its end's
+    d(state) (the walks' ``saved`` and ``dsaved``) and the chunk kernel's T, QK and KK. Stores dv and hands its
+    value block's share of the rest to ``pairs_source`` in the workspace."""
     chunk = [
         *_rows(),
-        *_queries(s),
-        *_keys(s),
+        *_keys(s, scan=True),
         _beta(),
-        *_pair_products(s),
-        *_inverse(s),
+        _chunk_rows("slot"),
+        *(f"{name} = ct.gather({array}, at * C + ccols2)" for name, array in CHUNK_ARRAYS.items()),
         "kg = kt * ct.exp(b)",
         *_decay_to_chunk_end(),
-        "qg = qt * ct.exp(b)",
-        "dqk = zero_cc",
-        "dinv = zero_cc",
-        "dqg = zero_ck",
-        "dkd = zero_ck",
-        "dkg = zero_ck",
-        "dbeta = ct.full((C, 1), 0.0, dtype=ct.float32)",
-        sdd,
-        "for vb in range(VP // VW):",
-        *("    " + line for line in _value_gradients(s)),
-        "dqk = ct.where(lower, dqk, 0.0)",
-        "dkg = -dkg",
-        db_last,
-        "dm = ct.where(strict, -dot(dot(ct.transpose(inverse), dinv, zero_cc), ct.transpose(inverse), zero_cc), 0.0)",
-        "dbeta = dbeta + ct.sum(dm * kk, axis=1, keepdims=True)",
-        "dkk = dm * bt",
-        "dkt = ct.exp(b) * dkg + ct.exp(b_last - b) * dkd",
-        "dqt = ct.exp(b) * dqg",
-        db,
-        *(_hand_over() if s.per_channel else [*_decay_matrix_pair_gradients(), LAST_ROW_GATE, *_input_gradients(s)]),
-        "ct.scatter(dbeta_out, rows2 * H + head, ct.astype(dbeta, dbeta_out.dtype), mask=valid2)",
+        *_value_block_gradients(s),
+        *_part_rows("ct.bid(2)"),
+        *(f"ct.scatter({name}_work, {HANDED_OVER_AT[form]}, {name})" for name, form in _handed_over(s).items()),
     ]
     body = [
-        *_slot_setup(s),
-        "last = ct.reshape(steps == C - 1, (C, 1))",
+        *_slot_setup(s, _value_block()),
+        LAST_ROW,
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
-    if s.per_channel:
-        params = f"q, k, v, g, beta, cu, d_o, saved, dsaved, {_handed_over_params()}, dv, dbeta_out"
-    else:
-        params = "q, k, v, g, beta, cu, d_o, saved, dsaved, dq, dk, dv, dg, dbeta_out"
+    params = f"k, v, g, beta, cu, d_o, saved, dsaved, qk_work, t_work, kk_work, {_params(list(_handed_over(s)))}, dv"
     return _module(s, "delta_rule_grads", params, body, s.value_width)
 
 
-LAST_ROW_GATE = "db = db + ct.where(last, db_last, 0.0)"  # db's share through the chunk's decay b_L
-
-# What kda's gradients kernel hands ``pairs_source``, a float32 workspace array each (``<name>_work``, C rows a
-# chunk slot and head), by columns: its share of dq~, dk~ and db, and the gradients of QK and KK.
-HANDED_OVER = {"dqt": "KP", "dkt": "KP", "db": "KP", "dqk": "C", "dkk": "C"}
-_COLUMN_INDICES = {"KP": "kcols2", "C": "ccols2"}
-
-
-def handed_over_widths(s: DeltaRuleShape) -> list[int]:
-    """The columns of each ``HANDED_OVER`` array, in its order."""
-    return [{"KP": s.kp, "C": s.chunk}[columns] for columns in HANDED_OVER.values()]
-
-
-def _handed_over_params() -> str:
-    """The ``HANDED_OVER`` arrays as kernel parameters, in its order."""
-    return ", ".join(f"{name}_work" for name in HANDED_OVER)
+def _handed_over(s: DeltaRuleShape) -> dict[str, str]:
+    """What each value block of the gradients kernel hands ``pairs_source``, a float32 workspace array each
+    (``<name>_work``), by form: "KROW", "C" or "1" columns of C rows a chunk slot, head and value block, or "row",
+    one row of KROW. The gradients of QK and KK (unmasked) and dbeta's share; gdn's dq~, dk~ and db (one column: its gate
+    is a scalar); kda's products of dO, de and u with the state and d(state) before their decays, and the sum of
+    state * d(state) over the block's columns (db's last row)."""
+    keys = (
+        {"dqg": "KROW", "dkg": "KROW", "dkd": "KROW", "sdd": "row"}
+        if s.per_channel
+        else {"dqt": "KROW", "dkt": "KROW", "db": "1"}
+    )
+    return {"dqk": "C", "dkk": "C", "dbeta": "1", **keys}
 
 
-def _handed_over_at(columns: str) -> str:
-    """The flat positions of the chunk's rows ``at`` in a handed-over array of ``columns`` columns."""
-    return f"at * {columns} + {_COLUMN_INDICES[columns]}"
+def handed_over_sizes(s: DeltaRuleShape, parts: int) -> dict[str, int]:
+    """The elements of each handed-over array, by name in ``_handed_over``'s order, for ``parts`` (chunk slot, head,
+    value block) triples."""
+    per_part = {"KROW": s.chunk * s.kp, "C": s.chunk * s.chunk, "1": s.chunk, "row": s.kp}
+    return {name: parts * per_part[form] for name, form in _handed_over(s).items()}
 
 
-def _hand_over() -> list[str]:
-    """kda's gradients kernel's end: the ``HANDED_OVER`` tiles (db with its last row's share) into the workspace."""
+def pair_takes(s: DeltaRuleShape) -> list[str]:
+    """The handed-over arrays ``pairs_source`` sums, in its parameters' order: all but kda's dbeta, which
+    ``norms_source`` sums (kda's pair launch runs a block per key block: each would store it)."""
+    return [name for name in _handed_over(s) if not (s.per_channel and name == "dbeta")]
+
+
+def _params(names: list[str]) -> str:
+    """Workspace arrays as kernel parameters."""
+    return ", ".join(f"{name}_work" for name in names)
+
+
+# the flat positions of a (chunk slot, head, value block)'s share in a handed-over array of each form
+HANDED_OVER_AT = {"KROW": "part * KROW + kcols2", "C": "part * C + ccols2", "1": "part", "row": "block * KROW + kcols2"}
+
+
+def _part_rows(value_block: str) -> list[str]:
+    """``block``: the (chunk slot, head, value block ``value_block``) triple's index; ``part``: its C hand-over rows."""
     return [
-        LAST_ROW_GATE,
-        _chunk_rows("slot"),
-        *(f"ct.scatter({name}_work, {_handed_over_at(columns)}, {name})" for name, columns in HANDED_OVER.items()),
+        f"block = (slot * H + head) * (VP // VW) + {value_block}",
+        "part = block * C + ct.reshape(steps, (C, 1))",
     ]
 
 
-def _take_over() -> list[str]:
-    """``pairs_source``'s start: the ``HANDED_OVER`` tiles of its chunk slot and head, from the workspace."""
-    return [
-        _chunk_rows("slot"),
-        *(f"{name} = ct.gather({name}_work, {_handed_over_at(columns)})" for name, columns in HANDED_OVER.items()),
-    ]
+def _take_over(s: DeltaRuleShape, names: list[str]) -> list[str]:
+    """The handed-over shares ``names`` of the block's chunk slot and head summed over the value blocks (a line
+    each, not a loop: kda's pair kernel spilled 7,328 B a thread with the loop, 3,752 without, sm_90 cubins)."""
+    lines = []
+    for block in range(s.value_blocks):
+        lines += _part_rows(str(block))
+        lines += [
+            f"{name} = {f'{name} + ' if block else ''}ct.gather({name}_work, {HANDED_OVER_AT[_handed_over(s)[name]]})"
+            for name in names
+        ]
+    return lines
 
 
-def _input_gradients(s: DeltaRuleShape) -> list[str]:
-    """dq, dk and dg stored, from the chunk's whole dq~, dk~ and db: dg by the reverse row sums of db, dq and dk
-    back through the scale and the l2 norm."""
+PAIR_MASKS = ["dqk = ct.where(lower, dqk, 0.0)", "dkk = ct.where(strict, dkk, 0.0)"]  # dQK on i >= j, dKK on i > j
+DBETA_STORE = "ct.scatter(dbeta_out, rows2 * H + head, ct.astype(dbeta, dbeta_out.dtype), mask=valid2)"
+
+
+def _gate_gradient(s: DeltaRuleShape) -> list[str]:
+    """dg stored, the reverse row sums of the chunk's whole db."""
     return [
         *_row_sums(s, "dg_t", "ct.transpose(ones_below)", "db"),
-        *_unnormalized(s),
-        "ct.scatter(dq, qk_at, ct.astype(dqr, dq.dtype), mask=valid2 & kin2)",
-        "ct.scatter(dk, qk_at, ct.astype(dkr, dk.dtype), mask=valid2 & kin2)",
         (
             "ct.scatter(dg, qk_at, ct.astype(dg_t, dg.dtype), mask=valid2 & kin2)"
             if s.per_channel
@@ -773,25 +871,83 @@ def _input_gradients(s: DeltaRuleShape) -> list[str]:
     ]
 
 
+def _query_key_gradients(s: DeltaRuleShape) -> list[str]:
+    """dq and dk stored, from the chunk's whole dq~ and dk~ back through the scale and the l2 norm."""
+    return [
+        *_unnormalized(s),
+        "ct.scatter(dq, qk_at, ct.astype(dqr, dq.dtype), mask=valid2 & kin2)",
+        "ct.scatter(dk, qk_at, ct.astype(dkr, dk.dtype), mask=valid2 & kin2)",
+    ]
+
+
+# kda's pair launch hands its key block's columns of dq~ and dk~ to ``norms_source`` (float32, C rows of KROW a
+# chunk slot and head): the l2 norm's reverse sums over all of K
+PAIR_HAND_OVER = {"dqt": "pair_dq_work", "dkt": "pair_dk_work"}
+
+
+SCALAR_GATE_QUERY_TERM = "db = db + ct.sum(qt * dqt, axis=1, keepdims=True)"  # gdn's db through q~ . dq~
+KEY_BLOCK_COLUMNS = "ct.bid(2) * KP + ct.arange(KP, dtype=ct.int32)"  # block bid(2)'s KP key columns
+
+
 def pairs_source(s: DeltaRuleShape) -> KernelSource:
-    """kda's pair gradients, a launch of their own after ``gradients_source`` (a block per chunk slot and head):
-    dq~, dk~ and db through the per-channel pair decays, from the gradients of KK and QK the gradients kernel
-    handed over, added to its share, then dq, dk and dg stored. In one kernel the sub-chunk block rows' [C, K]
-    temporaries on top of what the value walk keeps live spilled 11,800 B a thread; apart, the gradients kernel
-    spills 5,792 B and this one 3,272 (sm_90 cubins, K = V = 128, TF32, read offline)."""
+    """The pair gradients, a launch after ``gradients_source``: the value blocks' shares summed, db's query term
+    added, dq~, dk~ and db through the pair products from the gradients of KK and QK, then dg stored. gdn's, a
+    block per chunk slot and head, stores dq, dk and dbeta too. kda's, a block per chunk slot, head and KEY_BLOCK
+    key columns (its pair gradients go channel by channel; only the l2 norm's reverse sums over K), hands dq~ and
+    dk~ to ``norms_source``. Spill stack a thread, sm_90 cubins at K = V = 128, TF32: kda's 3,872 B over all of K,
+    1,984 a key block; in one kernel with the walk over V, kda's gradients spilled 11,800 B and gdn's 7,584."""
+    whole_rows = s.key_blocks > 1
     chunk = [
         *_rows(),
-        *_queries(s),
-        *_keys(s),
-        *_take_over(),
-        *_sub_chunk_setup(),
-        *_sub_chunk_pair_gradients(s),
-        *_input_gradients(s),
+        *_queries(s, whole_rows=whole_rows),
+        *_normalized_keys(s, whole_rows=whole_rows),
+        *_cumulative_gate(s),
+        *_take_over(s, pair_takes(s)),
+        *PAIR_MASKS,
+        *(_per_channel_decays() if s.per_channel else [DBETA_STORE, SCALAR_GATE_QUERY_TERM]),
+        *_pair_gradients(s),
+        *_gate_gradient(s),
+        *(_pair_hand_over() if s.per_channel else _query_key_gradients(s)),
     ]
     body = [
-        *_slot_setup(s),
+        *_slot_setup(s, "ct.arange(VW, dtype=ct.int32)", KEY_BLOCK_COLUMNS if s.per_channel else ALL_KEYS),
+        *([LAST_ROW] if s.per_channel else []),
+        *([WHOLE_ROW] if whole_rows else []),
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
-    params = f"q, k, g, cu, {_handed_over_params()}, dq, dk, dg"
-    return _module(s, "delta_rule_pairs", params, body, s.value_width)
+    if s.per_channel:
+        params = f"q, k, g, cu, {_params(pair_takes(s))}, {', '.join(PAIR_HAND_OVER.values())}, dg"
+    else:
+        params = f"q, k, g, cu, {', '.join(PAIR_ARRAYS.values())}, {_params(pair_takes(s))}, dq, dk, dg, dbeta_out"
+    return _module(s, "delta_rule_pairs", params, body, s.value_width, s.kp // s.key_blocks)
+
+
+def _pair_hand_over() -> list[str]:
+    """kda's pair launch's end: its key block's columns of dq~ and dk~ into the workspace."""
+    return [
+        _chunk_rows("slot"),
+        *(f"ct.scatter({array}, at * KROW + kcols2, {name})" for name, array in PAIR_HAND_OVER.items()),
+    ]
+
+
+def norms_source(s: DeltaRuleShape) -> KernelSource:
+    """kda's last launch, a block per chunk slot and head: dq and dk from the pair launch's dq~ and dk~ back
+    through the scale and the l2 norm (which sums over all of K), and dbeta from its value blocks' shares."""
+    chunk = [
+        *_rows(),
+        *_queries(s),
+        *_normalized_keys(s),
+        _chunk_rows("slot"),
+        *(f"{name} = ct.gather({array}, at * KROW + kcols2)" for name, array in PAIR_HAND_OVER.items()),
+        *_take_over(s, ["dbeta"]),
+        DBETA_STORE,
+        *_query_key_gradients(s),
+    ]
+    body = [
+        *_slot_setup(s, "ct.arange(VW, dtype=ct.int32)"),
+        "for _ in range(mine):",
+        *("    " + line for line in chunk),
+    ]
+    params = f"q, k, cu, {', '.join(PAIR_HAND_OVER.values())}, {_params(['dbeta'])}, dq, dk, dbeta_out"
+    return _module(s, "delta_rule_norms", params, body, s.value_width)

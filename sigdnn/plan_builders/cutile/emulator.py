@@ -507,6 +507,16 @@ def reduce(x: Any, axis: int, func: Callable[..., Any], identity: Any, *, keepdi
     return parts[0] if single else tuple(parts)
 
 
+def cumsum(x: Any, axis: int = 0, *, reverse: bool = False, **_: Any) -> np.ndarray:
+    """cuTile's scan: the running sums of the tile along ``axis`` (from the last element with ``reverse``), in its
+    dtype."""
+    x = np.asarray(x)
+    with quiet():
+        if reverse:
+            return np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=x.dtype), axis).copy()
+        return np.cumsum(x, axis=axis, dtype=x.dtype)
+
+
 def transpose(x: Any) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x).T)
 

@@ -1,7 +1,7 @@
 """The emulator against cuTile's documented contracts: ``extract`` (the tile cut into a grid of ``shape``
-subtiles, ``index`` naming one subtile, not an element), ``cat`` (a pair of one shape), power-of-two tile
-extents, and launch arguments (arrays and numbers, never None). A kernel text the GPU would refuse fails on the
-CPU too."""
+subtiles, ``index`` naming one subtile, not an element), ``cat`` (a pair of one shape), ``cumsum`` (a scan in the
+tile's dtype), power-of-two tile extents, and launch arguments (arrays and numbers, never None). A kernel text the
+GPU would refuse fails on the CPU too."""
 
 from __future__ import annotations
 
@@ -45,6 +45,18 @@ def test_cat_joins_a_pair_of_one_shape_along_an_axis() -> None:
     for pair in ((a, b[:1]), (a, b.astype(np.float32)), (a, b, a)):
         with pytest.raises(ValueError, match="cat: a pair of one shape"):
             ct.cat(pair, 0)
+
+
+def test_cumsum_runs_along_an_axis_in_the_tiles_dtype() -> None:
+    """cuTile's documented examples (forward and reverse along axis 1), along axis 0 (the default), and float32
+    sums kept in float32."""
+    tile = np.arange(8, dtype=np.int32).reshape(2, 4)
+    np.testing.assert_array_equal(ct.cumsum(tile, 1), [[0, 1, 3, 6], [4, 9, 15, 22]])
+    np.testing.assert_array_equal(ct.cumsum(tile, 1, reverse=True), [[6, 6, 5, 3], [22, 18, 13, 7]])
+    np.testing.assert_array_equal(ct.cumsum(tile), [[0, 1, 2, 3], [4, 6, 8, 10]])  # axis 0 by default
+    np.testing.assert_array_equal(ct.cumsum(tile, axis=0, reverse=True), [[4, 6, 8, 10], [4, 5, 6, 7]])
+    summed = ct.cumsum(np.array([[1.0], [2.0**-24], [2.0**-24]], np.float32), axis=0)
+    assert summed.dtype == np.float32 and summed[2, 0] == 1.0  # each 1 + 2^-24 rounds to 1 in float32
 
 
 @pytest.mark.parametrize("make", [lambda: ct.full((3, 4), 0.0, np.float32), lambda: ct.arange(6, dtype=np.int32),
