@@ -1,0 +1,204 @@
+"""The cuTile emulator's loads, stores, gathers and scatters: what a tile reads from and writes to an array.
+
+cuTile's semantics as the emulator's docstring states them: reads outside an array give the padding value,
+writes outside it are dropped, a store refuses a float32 tile for a 16- or 8-bit float array, and what cuTile
+leaves undefined (an advanced-indexing tile wholly outside its array, a sparse store index outside it or
+repeated) raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sigdnn.plan_builders.cutile.emulator_dtypes import is_bfloat16, to_dtype
+
+
+def tile_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """A tile's extents, each a power of two as cuTile assumes of every tile shape (its compiler refuses others)."""
+    extents = tuple(int(n) for n in shape)
+    if any(n < 1 or n & (n - 1) for n in extents):
+        raise ValueError(f"tile shape {extents}: every extent must be a power of two")
+    return extents
+
+
+def _inside(array: np.ndarray, i: int, n: int, check_bounds: bool) -> None:
+    """An unchecked access must be in bounds (on the GPU it would read or write past the array)."""
+    if not check_bounds and (i + 1) * n > array.shape[0]:
+        raise IndexError(f"unchecked tile {i} of {n} elements runs past an array of {array.shape[0]}")
+
+
+class PaddingMode:
+    """What a load reads outside the array; UNDETERMINED reads a poison (a kernel must not use it)."""
+
+    UNDETERMINED = "undetermined"
+    ZERO = "zero"
+    NEG_ZERO = "neg_zero"
+    NAN = "nan"
+    POS_INF = "pos_inf"
+    NEG_INF = "neg_inf"
+
+
+_PAD = {"zero": 0.0, "neg_zero": -0.0, "nan": np.nan, "pos_inf": np.inf, "neg_inf": -np.inf}
+
+
+def _pad_value(dtype: np.dtype, padding_mode: str) -> Any:
+    if padding_mode in _PAD:
+        return _PAD[padding_mode]
+    return np.nan if dtype.kind == "f" or is_bfloat16(dtype) else 0
+
+
+def load(
+    array: np.ndarray,
+    index: Sequence[int],
+    shape: Sequence[int],
+    check_bounds: bool = True,
+    padding_mode: str = PaddingMode.UNDETERMINED,
+    **_: Any,
+) -> np.ndarray:
+    """The ``index``-th tile of ``shape`` (any rank), padded past the end as ``padding_mode`` says.
+
+    1-D loads keep the emulator's first rule (zeros past the end, what the
+    pointwise kernels' dropped tails read); a tile of higher rank that asks
+    for no padding reads a poison outside the array, as cuTile's is undetermined.
+    """
+    index, shape = tuple(int(i) for i in index), tile_shape(shape)
+    if len(index) != array.ndim or len(shape) != array.ndim:
+        raise ValueError(f"tile index {index} / shape {shape} do not match an array of rank {array.ndim}")
+    if len(shape) == 1:
+        _inside(array, index[0], shape[0], check_bounds)
+    elif not check_bounds and any((i + 1) * n > d for i, n, d in zip(index, shape, array.shape)):
+        raise IndexError(f"unchecked tile {index} of {shape} runs past an array of {array.shape}")
+    mode = padding_mode if len(shape) > 1 or padding_mode != PaddingMode.UNDETERMINED else PaddingMode.ZERO
+    out = np.full(shape, _pad_value(array.dtype, mode), dtype=array.dtype)
+    part = array[tuple(slice(i * n, (i + 1) * n) for i, n in zip(index, shape))]
+    out[tuple(slice(0, d) for d in part.shape)] = part
+    return out
+
+
+def _indices(array: np.ndarray, indices: Any, mask: Any) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """cuTile's gather / scatter indices: one integer tile (or scalar) per array dim, broadcast to one shape
+    (a 1-D array takes a bare tile); returns them and where they fall inside the array and the mask."""
+    parts = indices if isinstance(indices, tuple) else (indices,)
+    if len(parts) != array.ndim:
+        raise ValueError(f"{len(parts)} index tiles for an array of rank {array.ndim}")
+    parts = np.broadcast_arrays(*(np.asarray(p) for p in parts))
+    inside = np.ones(parts[0].shape, bool)
+    for p, d in zip(parts, array.shape):
+        inside &= (p >= 0) & (p < d)
+    if mask is not None:
+        inside &= np.broadcast_to(np.asarray(mask, bool), inside.shape)
+    return tuple(parts), inside
+
+
+def gather(array: np.ndarray, indices: Any, mask: Any = None, padding_value: Any = 0, **_: Any) -> np.ndarray:
+    """Elements at ``indices`` (a tile for a 1-D array, else a tuple of tiles, one per dim, broadcast together);
+    outside the array or where ``mask`` is false, ``padding_value``."""
+    parts, inside = _indices(array, indices, mask)
+    out = np.full(inside.shape, padding_value, dtype=array.dtype)
+    out[inside] = array[tuple(p[inside] for p in parts)]
+    return out
+
+
+def _check_implicit_cast(value: Any, array: np.ndarray) -> None:
+    """cuTile refuses to store a float32 (or float64) tile into a 16- or 8-bit float array without an ``astype``.
+
+    Only that narrowing is checked: the emulator's own intermediates are sometimes float64 where cuTile's are
+    float32, so float64 into float32 would be a false alarm here."""
+    if not isinstance(value, np.ndarray) or value.ndim == 0:
+        return
+    narrow = is_bfloat16(array.dtype) or (array.dtype.kind == "f" and array.dtype.itemsize <= 2)
+    narrow = narrow or (array.dtype.itemsize == 1 and array.dtype.kind == "V")  # the fp8 dtypes
+    if narrow and value.dtype.kind == "f" and value.dtype.itemsize >= 4:
+        raise TypeError(
+            f"Stored value is incompatible with array's dtype: cannot implicitly cast {value.dtype} to {array.dtype}"
+        )
+
+
+def scatter(array: np.ndarray, indices: Any, value: Any, mask: Any = None, **_: Any) -> None:
+    """Store ``value`` at ``indices`` (as ``gather`` takes them) where inside the array and ``mask`` holds."""
+    _check_implicit_cast(value, array)
+    parts, inside = _indices(array, indices, mask)
+    value = np.broadcast_to(np.asarray(value), inside.shape)
+    array[tuple(p[inside] for p in parts)] = to_dtype(value[inside], array.dtype)
+
+
+class Slice:
+    """``ct.Slice(start, length)``: a dense dim of ``load_advanced_indexing`` / ``store_advanced_indexing``, the
+    elements start ... start + length - 1 (``start`` a runtime int, ``length`` a power of two)."""
+
+    def __init__(self, start: Any, length: int) -> None:
+        self.start = int(start)
+        self.length = length
+
+
+def _advanced_indices(array: np.ndarray, indices: Any) -> tuple[int, list[np.ndarray], list[np.ndarray]]:
+    """(the sparse dim, each dim's element indices, where each lies inside the array) of an advanced index: one 1-D
+    integer tile (the sparse dim) and a ``Slice`` for every other dim, each extent a power of two, as cuTile
+    requires. A tile with no element inside the array is undefined behaviour in cuTile: refused here."""
+    if array.ndim < 2:
+        raise ValueError("advanced indexing takes an array of rank 2 or more (a 1-D array: ct.gather / ct.scatter)")
+    if not isinstance(indices, tuple) or len(indices) != array.ndim:
+        raise ValueError(f"advanced indexing takes {array.ndim} indices (the array's rank), got {indices!r}")
+    sparse = [d for d, item in enumerate(indices) if not isinstance(item, Slice)]
+    if len(sparse) != 1:
+        raise ValueError(f"advanced indexing takes exactly one 1-D integer tile (the sparse dim), got {len(sparse)}")
+    tile = np.asarray(indices[sparse[0]])
+    if tile.ndim != 1 or tile.dtype.kind not in "iu":
+        raise ValueError(f"the sparse index must be a 1-D integer tile, got shape {tile.shape} of {tile.dtype}")
+    picked = [tile.astype(np.int64) if d == sparse[0] else item.start + np.arange(item.length)
+              for d, item in enumerate(indices)]  # fmt: skip
+    tile_shape([len(p) for p in picked])
+    inside = [(p >= 0) & (p < n) for p, n in zip(picked, array.shape, strict=True)]
+    if not all(i.any() for i in inside):
+        raise IndexError(f"an advanced-index tile wholly outside an array of {array.shape} (undefined in cuTile)")
+    return sparse[0], picked, inside
+
+
+def load_advanced_indexing(array: np.ndarray, indices: Any, padding_mode: str = PaddingMode.UNDETERMINED,
+                           **_: Any) -> np.ndarray:  # fmt: skip
+    """The tile of rows picked by the sparse dim's index tile, each cut by the other dims' Slices: element
+    (i, j, ...) is array[idx_0[i], idx_1[j], ...]. An element outside the array (on the sparse dim or a dense
+    one, a negative index included) reads ``padding_mode``'s value (a poison where it is UNDETERMINED)."""
+    _, picked, inside = _advanced_indices(array, indices)
+    out = np.full([len(p) for p in picked], _pad_value(array.dtype, padding_mode), dtype=array.dtype)
+    out[np.ix_(*inside)] = array[np.ix_(*(p[i] for p, i in zip(picked, inside)))]
+    return out
+
+
+def store_advanced_indexing(array: np.ndarray, indices: Any, tile: Any, **_: Any) -> None:
+    """Store ``tile`` (exactly the indices' shape) at the elements ``load_advanced_indexing`` would read. Elements
+    past a dense dim's extent are dropped, as in cuTile's tests. cuTile documents no behaviour for a sparse index
+    outside the array, and a sparse index repeated is undefined: both are refused here, so no kernel relies on
+    them."""
+    _check_implicit_cast(tile, array)
+    sparse, picked, inside = _advanced_indices(array, indices)
+    tile = np.asarray(tile)
+    if tile.shape != tuple(len(p) for p in picked):
+        raise ValueError(f"a tile of {tile.shape} does not match the indices' shape {tuple(len(p) for p in picked)}")
+    rows = picked[sparse]
+    if not inside[sparse].all():
+        raise IndexError(f"sparse indices {rows[~inside[sparse]].tolist()} outside {array.shape[sparse]}: a store "
+                         "there is not documented")  # fmt: skip
+    if np.unique(rows).size != rows.size:
+        raise IndexError(f"sparse indices repeated on a store (undefined in cuTile): {rows.tolist()}")
+    array[np.ix_(*(p[i] for p, i in zip(picked, inside)))] = to_dtype(tile[np.ix_(*inside)], array.dtype)
+
+
+def store(array: np.ndarray, index: Sequence[int], tile: Any, check_bounds: bool = True, **_: Any) -> None:
+    """Store ``tile`` at tile ``index`` (any rank; a scalar broadcasts to a tile of one), dropping what falls outside."""
+    _check_implicit_cast(tile, array)
+    tile = np.asarray(tile)
+    if tile.ndim == 0:
+        tile = tile.reshape((1,) * array.ndim)
+    index = tuple(int(i) for i in index)
+    if len(index) != array.ndim or tile.ndim != array.ndim:
+        raise ValueError(f"tile index {index} / shape {tile.shape} do not match an array of rank {array.ndim}")
+    if tile.ndim == 1:
+        _inside(array, index[0], tile.shape[0], check_bounds)
+    elif not check_bounds and any((i + 1) * n > d for i, n, d in zip(index, tile.shape, array.shape)):
+        raise IndexError(f"unchecked tile {index} of {tile.shape} runs past an array of {array.shape}")
+    part = array[tuple(slice(i * n, (i + 1) * n) for i, n in zip(index, tile.shape))]
+    part[...] = to_dtype(tile[tuple(slice(0, d) for d in part.shape)], array.dtype)
