@@ -9,8 +9,8 @@ unpacked somewhere (``tar xJf .gpu/tile/payload.tar.xz -C DIR``) and a Python
 compiles one kernel per mode and io dtype (and a few layouts and a fused
 region) with the array constraints cuTile's launch gives contiguous arrays
 (16-byte aligned, stride 1, whole-tile parts divisible), the literal attention
-kernels with variable lengths (forward, dq, dk / dv; padded, and reading
-ragged tensors in place), the ragged pack / unpack, the implicit-GEMM convs (fprop, dgrad, wgrad; float32, exact and
+kernels with variable lengths (forward, dq, dk / dv), the ragged pack /
+unpack, the implicit-GEMM convs (fprop, dgrad, wgrad; float32, exact and
 TF32), the gated delta rules (gdn, kda, forward and backward, TF32) and the
 GPU reference's GEMMs, row sums, gather and scatter, and reports every failure. Not a pytest module: it needs the
 compiler, not a GPU.
@@ -110,48 +110,43 @@ def strided(dtype: object, ndim: int) -> ArrayConstraint:
 
 
 LITERALS = ("attention", "attention_dq", "attention_dkdv", "ragged_unpack", "ragged_pack")
-# which of q, k, v, o (and what they place) are read in place, and whether by the launch for sequences that start
-# inside a view row
-LAYOUTS = {"dense": ("", False), "in_place": ("qkvo", False), "in_place shifted": ("qkvo", True),
-           "kv_in_place": ("kv", False)}  # fmt: skip
 
 
-def literal_kernels() -> list[tuple[str, str, str, bool, str]]:
-    """The attention kernels with lengths on (as ragged and padded nodes launch them) in each layout (padded, every
-    ragged tensor read in place by either launch, k and v read in place) and the ragged pack / unpack, in bf16 and
-    float32 with int32 and int64 lengths and offsets, causal and not (the pack / unpack take no mask or layout)."""
-    attention = itertools.product(LITERALS[:3], ("bfloat16", "float32"), ("int32", "int64"), (False, True), LAYOUTS)
-    ragged = itertools.product(LITERALS[3:], ("bfloat16", "float32"), ("int32", "int64"), (False,), ("dense",))
-    return [*attention, *ragged]
+def literal_kernels() -> list[tuple[str, str, str, bool]]:
+    """The attention kernels with lengths on (as ragged and padded nodes launch them) and the ragged pack /
+    unpack, in bf16 and float32 with int32 and int64 lengths, causal and not (the pack / unpack take no mask)."""
+    return [(kernel, dtype, index, causal)
+            for kernel, dtype, index, causal in itertools.product(LITERALS, ("bfloat16", "float32"), ("int32", "int64"),
+                                                                  (False, True))
+            if not (causal and kernel.startswith("ragged"))]  # fmt: skip
 
 
-def literal_signature(kernel: str, dtype: str, index: str, causal: bool, layout: str) -> KernelSignature:
-    """The kernel's launch arguments: any strides, 16-byte aligned, D = Dv = 128; a tensor read in place a 2-D
-    [rows, width] view (made in the worker: a signature does not pickle)."""
+def literal_signature(kernel: str, dtype: str, index: str, causal: bool) -> KernelSignature:
+    """The kernel's launch arguments: any strides, 16-byte aligned, D = Dv = 128 (made in the worker: a
+    signature does not pickle)."""
     c, i32 = ConstantConstraint, ScalarConstraint(ct.int32)
-    in_place, shifted = LAYOUTS[layout]
-    q, k, v, o = (strided(CT[dtype], 2 if p in in_place else 4) for p in "qkvo")
-    stats, lengths, flat = strided(ct.float32, 4), strided(CT[index], 1), strided(CT[dtype], 1)
-    sizes = [i32, i32, i32, i32, ScalarConstraint(ct.float32), *[i32] * 8, c(64), c(64), c(128), c(128), c(causal)]
-    ragged = [*(c(p in in_place) for p in "qkvo"), c(shifted)]
+    t, stats, lengths, flat = (
+        strided(CT[dtype], 4),
+        strided(ct.float32, 4),
+        strided(CT[index], 1),
+        strided(CT[dtype], 1),
+    )
+    sizes = [i32, i32, i32, i32, ScalarConstraint(ct.float32), c(64), c(64), c(128), c(128), c(causal)]
     moves = [i32] * 6 + [c(RAGGED_ROWS), c(128)]
     narrow = dtype != "float32"  # bf16 q / k / v / d_o go to the MMAs as they are
-    t = strided(CT[dtype], 4)
-    reads = [q, k, v, o, o, stats, lengths, lengths, *[lengths] * 4]
     args = {
-        "attention": [q, k, v, o, stats, lengths, lengths, *[lengths] * 4, *sizes, c(True), c(narrow), c(True),
-                      c(not narrow), *ragged],
-        "attention_dq": [*reads, q, *sizes, c(True), c(not narrow), *ragged],
-        "attention_dkdv": [*reads, k, v, *sizes, c(True), c(not narrow), *ragged],
+        "attention": [t, t, t, t, stats, lengths, lengths, *sizes, c(True), c(narrow), c(True), c(not narrow)],
+        "attention_dq": [t, t, t, t, t, stats, lengths, lengths, t, *sizes, c(True), c(not narrow)],
+        "attention_dkdv": [t, t, t, t, t, stats, lengths, lengths, t, t, *sizes, c(True), c(not narrow)],
         "ragged_unpack": [flat, lengths, lengths, t, *moves],
         "ragged_pack": [t, lengths, lengths, flat, *moves],
-    }[kernel]  # fmt: skip
+    }[kernel]
     return KernelSignature(args, CallingConvention.cutile_python_v1())
 
 
-def compile_literal(kernel: str, dtype: str, index: str, causal: bool, layout: str, folder: str) -> int:
+def compile_literal(kernel: str, dtype: str, index: str, causal: bool, folder: str) -> int:
     source = ragged_kernel(kernel) if kernel.startswith("ragged") else kernel_source(kernel)
-    return export(source.name, source.text, literal_signature(kernel, dtype, index, causal, layout), folder)
+    return export(source.name, source.text, literal_signature(kernel, dtype, index, causal), folder)
 
 
 CONVS = {  # job: (kernel, each array's ndim, the split count where the kernel takes one, filter tiles)

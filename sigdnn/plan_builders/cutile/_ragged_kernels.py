@@ -1,7 +1,5 @@
 """Ragged (token-packed) attention tensors to and from a padded [B, H, S, E] layout, written against the cuTile API.
 
-For the ragged tensors the attention kernels cannot read in place (a head
-dim whose elements are not side by side: ``attention.unpack_reason``).
 Never imported as a module: ``attention.py`` hands the text below the
 marker line to the backend with one line naming the kernel. A ragged
 tensor's element (b, h, s, e) lives at offsets[b] + h * stride_h + s *

@@ -13,31 +13,22 @@ dq and one for dk and dv. Both take padding masks (``seq_len_q`` /
 ``seq_len_kv``: rows and keys past a batch entry's lengths take no part and
 are read as 0, whatever the padding holds; a row with no key gets o = 0; the
 loops stop at each sequence's lengths, clamped to [0, S] on the device)
-and ragged (token-packed) tensors, so only positions inside the sequences
-are written. A ragged tensor whose head dim's elements lie side by side
-(BSHD, BHSD: ``unpack_reason``) is read and written in place, as a
-[rows, head dim] view of its buffer with its offsets (no copy); each kernel
-then has a second launch, a block per (batch, head), for the sequences whose
-offset is not a multiple of the head dim (read and written element by
-element), so the first keeps one compiled body. Any other ragged tensor is
-unpacked into a padded copy in the step's workspace before the attention
-launches, and packed back after them where it is an output
-(``_ragged_kernels.py``). They decline a bias and a compute dtype other than
-float32; both rank below the CuTe attention (its priority 2).
+and ragged (token-packed) tensors: each is unpacked into a padded copy in
+the step's workspace before the attention launches and each ragged output
+packed back after them (``_ragged_kernels.py``), so only positions inside
+the sequences are written. They decline a bias and a compute dtype other
+than float32; both rank below the CuTe attention (its priority 2).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-import attrs
-
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import span_elements
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.ragged import GRADIENT_OF, OFFSET_SUFFIX, RAGGED_TENSORS
 from sigdnn.graph.ops.sdpa import RAGGED_LENGTHS
-from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile.conv_gemm import require_int32_spans
 from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
@@ -117,111 +108,37 @@ def ragged_kernel(kernel: str) -> KernelSource:
     return literal("_ragged_kernels.py", kernel, kernel)
 
 
-def unpack_reason(t: Tensor) -> str | None:
-    """Why the attention kernels read ragged tensor ``t`` through a padded copy instead of in place; None where they
-    read it in place. In place its buffer is a [rows, width] view, width its head dim, loaded and stored by whole
-    rows (``_attention_kernels.py``), so a head dim's elements must lie side by side; the other strides of a packed
-    tensor (the op's rule for ragged ones) are then multiples of the width."""
-    if t.dims[3] > 1 and t.strides[3] != 1:
-        return f"its head dim's elements lie {t.strides[3]} apart; in place, the kernels read rows of adjacent ones"
-    return None
-
-
-def row_view(port: str, t: Tensor) -> Arg:
-    """A ragged tensor read in place: its buffer as [rows, width] (width its head dim)."""
-    width = t.dims[3]
-    return Arg(port, (t.size // width, width), (width, 1))
-
-
-def row_strides(t: Tensor) -> tuple[int, int]:
-    """(row_h, row_s): view rows from one head, and from one position, to the next (0 along a dim of one, whose
-    stride addresses nothing)."""
-    _, heads, seq, width = t.dims
-    _, stride_h, stride_s, _ = t.strides
-    return (stride_h // width if heads > 1 else 0, stride_s // width if seq > 1 else 0)
-
-
-@attrs.frozen
-class PortViews:
-    """What the launches take for a node's ports: each port's kernel argument; for q, k, v and o in turn (each
-    with the ports it places) the ragged offsets (a stand-in, never read, where not read in place), the row
-    strides (0 where not) and whether the kernels read it in place (their RAGGED_* constants); the unpack and
-    pack launches around the attention's of the ragged tensors read through padded copies, and the workspace
-    those copies take."""
-
-    args: dict[str, Arg]
-    offsets: tuple[Arg, ...]
-    rows: tuple[int, ...]
-    in_place: tuple[bool, ...]
-    unpack: tuple[Launch, ...]
-    pack: tuple[Launch, ...]
-    workspace: int
-
-
-def port_views(node: Node, graph: Graph, ports: tuple[str, ...], placement: Mapping[str, str]) -> PortViews:
-    """Each port's kernel argument and what it takes. A ragged tensor the kernels can read in place
-    (``unpack_reason``) is a [rows, width] view of its buffer; any other ragged one is a padded [B, H, S, E] copy
-    in the workspace, with a launch that unpacks it (an input) or packs it back (an output); a dense port is its
-    tensor as declared.
+def port_views(
+    node: Node, graph: Graph, ports: tuple[str, ...], placement: Mapping[str, str], outputs: frozenset[str]
+) -> tuple[dict[str, Arg], list[Launch], list[Launch], int]:
+    """Each port's kernel argument, and what it takes: a port a ragged offset places is a padded [B, H, S, E]
+    copy in the workspace, with a launch that unpacks it (an input) or packs it back (one of ``outputs``);
+    any other port is its tensor as declared. Returns (views, unpacks, packs, workspace bytes).
 
     ``placement``: port -> the forward tensor (q, k, v, o) whose ragged offsets and lengths place it.
     """
     op = node.op
     workspace = Workspace()
-    args = {p: port_view(node, graph, p) for p in ports}
-    stand_in = length_args(node, graph)[0][0]
-    batch = graph.tensors[op.q].dims[0]
-    offsets, rows, in_place = [], [], []
+    views = {p: port_view(node, graph, p) for p in ports}
     unpack: list[Launch] = []
     pack: list[Launch] = []
-    for placer in RAGGED_TENSORS:
-        found = getattr(op, placer + OFFSET_SUFFIX)
-        reads = found is not None and unpack_reason(graph.tensors[getattr(op, placer)]) is None
-        offsets.append(Arg(placer + OFFSET_SUFFIX, (batch,), (1,)) if reads else stand_in)
-        rows += row_strides(graph.tensors[getattr(op, placer)]) if reads else (0, 0)
-        in_place.append(reads)
-        for port in (p for p, by in placement.items() if by == placer and found is not None):
-            t = graph.tensors[getattr(op, port)]
-            require_int32_spans(t)
-            if reads:
-                args[port] = row_view(port, t)
-            else:
-                args[port] = workspace.take(t.dims, graph.dtype_of(t).numpy.name)
-                output = port in op.outputs()
-                (pack if output else unpack).append(copy_launch(t, port, placer, args[port], output))
-    return PortViews(args, tuple(offsets), tuple(rows), tuple(in_place), tuple(unpack), tuple(pack), workspace.nbytes)
-
-
-def copy_launch(t: Tensor, port: str, placer: str, padded: Arg, output: bool) -> Launch:
-    """The launch that unpacks ragged ``port`` (tensor ``t``, placed by ``placer``'s offsets and lengths) into its
-    padded copy, or packs the copy back where it is an output."""
-    batch, heads, seq, dim = t.dims
-    packed = Arg(port, (t.size,), (1,))
-    # each sequence's offset and length (the offsets' last element, their total, is not read)
-    index = tuple(Arg(p, (batch,), (1,)) for p in (placer + OFFSET_SUFFIX, RAGGED_LENGTHS[placer]))
-    constants = (heads, seq, dim, *t.strides[1:], RAGGED_ROWS, pow2(dim))
-    grid = (cdiv(seq, RAGGED_ROWS), batch * heads, 1)
-    if output:
-        return Launch(ragged_kernel("ragged_pack"), grid, (padded, *index, packed), constants)
-    return Launch(ragged_kernel("ragged_unpack"), grid, (packed, *index, padded), constants)
-
-
-def attention_launches(
-    kernel: str,
-    blocks: tuple[int, int],
-    args: tuple[Arg, ...],
-    constants: tuple[int | float | bool, ...],
-    in_place: bool,
-) -> list[Launch]:
-    """One launch of ``kernel`` per tile (``blocks``: tiles x (batch, head) pairs); where it reads ragged tensors in
-    place, a second for the (batch, head) pairs whose sequences start inside a view row (an offset not a multiple
-    of the head dim: elements read and written one by one), a block per pair walking its tiles, so the first
-    launch keeps the whole-row path alone (one compiled body: two would share its registers and shared memory)."""
-    tiles, pairs = blocks
-    launches = [Launch(kernel_source(kernel), (tiles, pairs, 1), args, (*constants, False))]
-    if in_place:
-        launches.append(Launch(kernel_source(kernel), (1, pairs, 1), args, (*constants, True)))
-    return launches
+    for port, placer in placement.items():
+        if getattr(op, placer + OFFSET_SUFFIX) is None:
+            continue
+        t = graph.tensors[getattr(op, port)]
+        require_int32_spans(t)
+        batch, heads, seq, dim = t.dims
+        padded = views[port] = workspace.take(t.dims, graph.dtype_of(t).numpy.name)
+        packed = Arg(port, (t.size,), (1,))
+        # each sequence's offset and length (the offsets' last element, their total, is not read)
+        index = tuple(Arg(p, (batch,), (1,)) for p in (placer + OFFSET_SUFFIX, RAGGED_LENGTHS[placer]))
+        constants = (heads, seq, dim, *t.strides[1:], RAGGED_ROWS, pow2(dim))
+        grid = (cdiv(seq, RAGGED_ROWS), batch * heads, 1)
+        if port in outputs:
+            pack.append(Launch(ragged_kernel("ragged_pack"), grid, (padded, *index, packed), constants))
+        else:
+            unpack.append(Launch(ragged_kernel("ragged_unpack"), grid, (packed, *index, padded), constants))
+    return views, unpack, pack, workspace.nbytes
 
 
 class CutileSdpaBuilder(CutileLaunchesBuilder):
@@ -234,17 +151,16 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
         op = node.op
         batch, heads, kv_heads, sq, skv, d, dv = shape_of(self.name, node, graph)
         narrow_p = str(graph.dtype_of(graph.tensors[op.v])) in NARROW
+        constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
         lengths, has_lengths = length_args(node, graph)
         has_stats = op.stats is not None
-        ports = ("q", "k", "v", "o", "stats" if has_stats else "o")  # o stands in for stats never written
-        views = port_views(node, graph, ports, FORWARD_PLACEMENT)
-        constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale), *views.rows)
-        flags = (op.use_causal_mask, has_stats, narrow_p, has_lengths, wide(graph, op.q, op.k), *views.in_place)
+        flags = (op.use_causal_mask, has_stats, narrow_p, has_lengths, wide(graph, op.q, op.k))
         tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), *flags)
-        args = (*(views.args[p] for p in ports), *lengths, *views.offsets)
-        attention = attention_launches("attention", (cdiv(sq, TILE_ROWS), batch * heads), args, (*constants, *tiles),
-                                       any(views.in_place))  # fmt: skip
-        return [*views.unpack, *attention, *views.pack], views.workspace
+        ports = ("q", "k", "v", "o", "stats" if has_stats else "o")  # o stands in for stats never written
+        view, unpack, pack, workspace = port_views(node, graph, ports, FORWARD_PLACEMENT, frozenset({"o"}))
+        args = (*(view[p] for p in ports), *lengths)
+        grid = (cdiv(sq, TILE_ROWS), batch * heads, 1)
+        return [*unpack, Launch(kernel_source(), grid, args, (*constants, *tiles)), *pack], workspace
 
 
 class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
@@ -260,17 +176,18 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         batch, heads, kv_heads, sq, skv, d, dv = shape_of(self.name, node, graph)
+        constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
         lengths, has_lengths = length_args(node, graph)
         reads, grads = ("q", "k", "v", "o", "d_o", "stats"), ("dq", "dk", "dv")
-        views = port_views(node, graph, reads + grads, BACKWARD_PLACEMENT)
-        constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale), *views.rows)
-        ins = (*(views.args[p] for p in reads), *lengths, *views.offsets)
+        view, unpack, pack, workspace = port_views(node, graph, reads + grads, BACKWARD_PLACEMENT, frozenset(grads))
+        ins = (*(view[p] for p in reads), *lengths)
         widened = wide(graph, op.q, op.k, op.v, op.d_o)
-        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_lengths, widened,
-                 *views.in_place)  # fmt: skip
-        in_place = any(views.in_place)
-        dq = attention_launches("attention_dq", (cdiv(sq, TILE_ROWS), batch * heads), (*ins, views.args["dq"]),
-                                (*constants, *tiles), in_place)  # fmt: skip
-        dkdv = attention_launches("attention_dkdv", (cdiv(skv, TILE_KEYS), batch * kv_heads),
-                                  (*ins, views.args["dk"], views.args["dv"]), (*constants, *tiles), in_place)  # fmt: skip
-        return [*views.unpack, *dq, *dkdv, *views.pack], views.workspace
+        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_lengths, widened)
+        return [
+            *unpack,
+            Launch(kernel_source("attention_dq"), (cdiv(sq, TILE_ROWS), batch * heads, 1), (*ins, view["dq"]),
+                   (*constants, *tiles)),
+            Launch(kernel_source("attention_dkdv"), (cdiv(skv, TILE_KEYS), batch * kv_heads, 1),
+                   (*ins, view["dk"], view["dv"]), (*constants, *tiles)),
+            *pack,
+        ], workspace  # fmt: skip

@@ -15,11 +15,7 @@ saturates (NaN gives 0), ``%`` and ``//`` are Python's. As cuTile's launch
 does, a Python float argument that is not a ``ct.Constant`` arrives as a
 float32 and a Python int as an int32 (one past int32's range is an
 OverflowError); and a store or scatter refuses a float32 tile for a 16- or
-8-bit float array (the kernel must ``astype``, as cuTile requires). Where
-cuTile leaves a case undefined or undocumented the emulator raises rather
-than pick a behaviour: an advanced-indexing tile wholly outside its array,
-and on ``store_advanced_indexing`` a sparse index outside the array or one
-repeated.
+8-bit float array (the kernel must ``astype``, as cuTile requires).
 """
 
 from __future__ import annotations
@@ -58,13 +54,10 @@ from sigdnn.plan_builders.cutile.emulator_math import (  # noqa: F401 (ct.exp ..
 )
 from sigdnn.plan_builders.cutile.emulator_memory import (  # noqa: F401 (ct.load ... for the kernels)
     PaddingMode,
-    Slice,
     gather,
     load,
-    load_advanced_indexing,
     scatter,
     store,
-    store_advanced_indexing,
     tile_shape,
 )
 

@@ -1,9 +1,7 @@
 """The cuTile emulator's loads, stores, gathers and scatters: what a tile reads from and writes to an array.
 
 cuTile's semantics as the emulator's docstring states them: reads outside an array give the padding value,
-writes outside it are dropped, a store refuses a float32 tile for a 16- or 8-bit float array, and what cuTile
-leaves undefined (an advanced-indexing tile wholly outside its array, a sparse store index outside it or
-repeated) raises.
+writes outside it are dropped, and a store refuses a float32 tile for a 16- or 8-bit float array.
 """
 
 from __future__ import annotations
@@ -123,68 +121,6 @@ def scatter(array: np.ndarray, indices: Any, value: Any, mask: Any = None, **_: 
     parts, inside = _indices(array, indices, mask)
     value = np.broadcast_to(np.asarray(value), inside.shape)
     array[tuple(p[inside] for p in parts)] = to_dtype(value[inside], array.dtype)
-
-
-class Slice:
-    """``ct.Slice(start, length)``: a dense dim of ``load_advanced_indexing`` / ``store_advanced_indexing``, the
-    elements start ... start + length - 1 (``start`` a runtime int, ``length`` a power of two)."""
-
-    def __init__(self, start: Any, length: int) -> None:
-        self.start = int(start)
-        self.length = length
-
-
-def _advanced_indices(array: np.ndarray, indices: Any) -> tuple[int, list[np.ndarray], list[np.ndarray]]:
-    """(the sparse dim, each dim's element indices, where each lies inside the array) of an advanced index: one 1-D
-    integer tile (the sparse dim) and a ``Slice`` for every other dim, each extent a power of two, as cuTile
-    requires. A tile with no element inside the array is undefined behaviour in cuTile: refused here."""
-    if array.ndim < 2:
-        raise ValueError("advanced indexing takes an array of rank 2 or more (a 1-D array: ct.gather / ct.scatter)")
-    if not isinstance(indices, tuple) or len(indices) != array.ndim:
-        raise ValueError(f"advanced indexing takes {array.ndim} indices (the array's rank), got {indices!r}")
-    sparse = [d for d, item in enumerate(indices) if not isinstance(item, Slice)]
-    if len(sparse) != 1:
-        raise ValueError(f"advanced indexing takes exactly one 1-D integer tile (the sparse dim), got {len(sparse)}")
-    tile = np.asarray(indices[sparse[0]])
-    if tile.ndim != 1 or tile.dtype.kind not in "iu":
-        raise ValueError(f"the sparse index must be a 1-D integer tile, got shape {tile.shape} of {tile.dtype}")
-    picked = [tile.astype(np.int64) if d == sparse[0] else item.start + np.arange(item.length)
-              for d, item in enumerate(indices)]  # fmt: skip
-    tile_shape([len(p) for p in picked])
-    inside = [(p >= 0) & (p < n) for p, n in zip(picked, array.shape, strict=True)]
-    if not all(i.any() for i in inside):
-        raise IndexError(f"an advanced-index tile wholly outside an array of {array.shape} (undefined in cuTile)")
-    return sparse[0], picked, inside
-
-
-def load_advanced_indexing(array: np.ndarray, indices: Any, padding_mode: str = PaddingMode.UNDETERMINED,
-                           **_: Any) -> np.ndarray:  # fmt: skip
-    """The tile of rows picked by the sparse dim's index tile, each cut by the other dims' Slices: element
-    (i, j, ...) is array[idx_0[i], idx_1[j], ...]. An element outside the array (on the sparse dim or a dense
-    one, a negative index included) reads ``padding_mode``'s value (a poison where it is UNDETERMINED)."""
-    _, picked, inside = _advanced_indices(array, indices)
-    out = np.full([len(p) for p in picked], _pad_value(array.dtype, padding_mode), dtype=array.dtype)
-    out[np.ix_(*inside)] = array[np.ix_(*(p[i] for p, i in zip(picked, inside)))]
-    return out
-
-
-def store_advanced_indexing(array: np.ndarray, indices: Any, tile: Any, **_: Any) -> None:
-    """Store ``tile`` (exactly the indices' shape) at the elements ``load_advanced_indexing`` would read. Elements
-    past a dense dim's extent are dropped, as in cuTile's tests. cuTile documents no behaviour for a sparse index
-    outside the array, and a sparse index repeated is undefined: both are refused here, so no kernel relies on
-    them."""
-    _check_implicit_cast(tile, array)
-    sparse, picked, inside = _advanced_indices(array, indices)
-    tile = np.asarray(tile)
-    if tile.shape != tuple(len(p) for p in picked):
-        raise ValueError(f"a tile of {tile.shape} does not match the indices' shape {tuple(len(p) for p in picked)}")
-    rows = picked[sparse]
-    if not inside[sparse].all():
-        raise IndexError(f"sparse indices {rows[~inside[sparse]].tolist()} outside {array.shape[sparse]}: a store "
-                         "there is not documented")  # fmt: skip
-    if np.unique(rows).size != rows.size:
-        raise IndexError(f"sparse indices repeated on a store (undefined in cuTile): {rows.tolist()}")
-    array[np.ix_(*(p[i] for p, i in zip(picked, inside)))] = to_dtype(tile[np.ix_(*inside)], array.dtype)
 
 
 def store(array: np.ndarray, index: Sequence[int], tile: Any, check_bounds: bool = True, **_: Any) -> None:

@@ -139,16 +139,17 @@ def test_backward_validation_against_the_reference_passes(case: Case) -> None:
 
 
 BACKWARD_PLANTED = {
-    "dq_delta_dropped": ("acc = ct.mma(operand(p * (dp - delta), WIDE, km.dtype), km, acc)",
-                         "acc = ct.mma(operand(p * dp, WIDE, km.dtype), km, acc)", CASES[0]),
+    "dq_delta_dropped": ("acc = ct.mma(operand(p * (dp - delta), WIDE, k.dtype), km, acc)",
+                         "acc = ct.mma(operand(p * dp, WIDE, k.dtype), km, acc)", CASES[0]),
     "dq_causal_mask_dropped": ("        p = ct.where(keep, ct.exp(s - lse), 0.0)\n        dp",
-                               "        p = ct.where(cols < keys_end, ct.exp(s - lse), 0.0)\n        dp", CASES[1]),
+                               "        p = ct.where(cols < skv, ct.exp(s - lse), 0.0)\n        dp", CASES[1]),
     "dkdv_one_head_of_the_group": ("for g in range(groups):", "for g in range(1):", CASES[0]),
     "dkdv_causal_start_late": ("first = j * TN // TM", "first = j * TN // TM + 1", CASES[1]),
-    "dv_from_ds": ("dv_acc = ct.mma(operand(ct.transpose(p), WIDE, dop[0].dtype), dom, dv_acc)",
-                   "dv_acc = ct.mma(operand(ct.transpose(p), WIDE, dop[0].dtype), operand(ot, WIDE, op[0].dtype), "
-                   "dv_acc)", CASES[3]),
-    "dk_unscaled": ("ct.astype(dk_acc * scale, dkp[0].dtype)", "ct.astype(dk_acc, dkp[0].dtype)", CASES[0]),
+    "dv_from_ds": ("dv_acc = ct.mma(operand(ct.transpose(p), WIDE, d_o.dtype), dom, dv_acc)",
+                   "dv_acc = ct.mma(operand(ct.transpose(p), WIDE, d_o.dtype), operand(ot, WIDE, o.dtype), dv_acc)",
+                   CASES[3]),
+    "dk_unscaled": ("tile=ct.reshape(ct.astype(dk_acc * scale, dk.dtype)", "tile=ct.reshape(ct.astype(dk_acc, dk.dtype)",
+                    CASES[0]),
 }  # fmt: skip
 
 
@@ -185,16 +186,14 @@ def test_launch_contract() -> None:
         g, node = attention_node(d=80, dv=24, dtype=dtype, batch=3, heads=4, kv_heads=2)
         (launch,), workspace = CutileSdpaBuilder().launches(node, g)
         assert workspace == 0 and launch.grid == (1, 12, 1)
-        heads, groups, sq, skv, scale, *rows_and_tiles = launch.constants
+        heads, groups, sq, skv, scale, *tiles = launch.constants
         assert (heads, groups, sq, skv) == (4, 2, 10, 12) and all(type(c) is int for c in (heads, groups, sq, skv))
-        rows, tiles = rows_and_tiles[:8], rows_and_tiles[8:]
-        assert scale == 0.125 and rows == [0] * 8  # no tensor read in place: no row strides, no RAGGED_* on
-        assert tiles == [64, 64, 128, 32, False, False, narrow, False, not narrow, False, False, False, False, False]
+        assert scale == 0.125 and tiles == [64, 64, 128, 32, False, False, narrow, False, not narrow]
     g, node = attention_node(d=80, dv=24, dtype="bfloat16")
     g.tensors[node.op.k].set_data_type("float16")  # q and k of two 16-bit dtypes: no one MMA takes both
-    assert CutileSdpaBuilder().launches(node, g)[0][0].constants[-6] is True
+    assert CutileSdpaBuilder().launches(node, g)[0][0].constants[-1] is True
     g, node = attention_node(d=8, dv=1)  # a head dim below an MMA's smallest side: a tile of 16
-    assert CutileSdpaBuilder().launches(node, g)[0][0].constants[15:17] == (16, 16)
+    assert CutileSdpaBuilder().launches(node, g)[0][0].constants[7:9] == (16, 16)
 
 
 def test_backward_launch_contract() -> None:
@@ -207,8 +206,7 @@ def test_backward_launch_contract() -> None:
     (dq, dkdv), workspace = CutileSdpaBackwardBuilder().launches(g.nodes[-1], g)
     assert workspace == 0
     assert dq.grid == (2, 8, 1) and dkdv.grid == (2, 4, 1)  # query tiles x (batch, head); key tiles x (batch, kv head)
-    assert dq.constants == dkdv.constants == (4, 2, 100, 70, 0.5, *[0] * 8, 64, 64, 64, 64, True, False, True,
-                                              *[False] * 5)  # fmt: skip
+    assert dq.constants == dkdv.constants == (4, 2, 100, 70, 0.5, 64, 64, 64, 64, True, False, True)
 
 
 @pytest.mark.parametrize(
@@ -309,16 +307,15 @@ def test_lengths_outside_the_sequence_dims_act_as_the_nearest_bound_on_the_gpu(b
 
 
 LENGTH_PLANTS = {
-    "key_lengths_ignored": (False, "keep = (cols < keys_end) & (rows < rows_end)",
-                            "keep = (cols < TN * ct.cdiv(keys_end, TN)) & (rows < rows_end)"),
-    "padding_values_read": (False, "vt = masked(tile_2d(vp, kv, j, TN, TV, SHIFTED), key_rows < keys_end)",
-                            "vt = tile_2d(vp, kv, j, TN, TV, SHIFTED)"),
-    "dq_padding_keys_read": (True, "        km = masked(mma_tile(kp, kv, j, TN, TD, WIDE, SHIFTED), key_rows < keys_end)\n"
-                             "        vm = masked(mma_tile(vp, kv, j, TN, TV, WIDE, SHIFTED), key_rows < keys_end)\n",
-                             "        km = mma_tile(kp, kv, j, TN, TD, WIDE, SHIFTED)\n"
-                             "        vm = mma_tile(vp, kv, j, TN, TV, WIDE, SHIFTED)\n"),
-    "dkdv_padding_rows_read": (True, "qm = masked(mma_tile(qp, h, i, TM, TD, WIDE, SHIFTED), real)",
-                               "qm = mma_tile(qp, h, i, TM, TD, WIDE, SHIFTED)"),
+    "key_lengths_ignored": (False, "keep = (cols < keys_end) & (rows < rows_end)", "keep = (cols < skv) & (rows < rows_end)"),
+    "padding_values_read": (False, "vt = masked(tile_2d(v, (b, kv, j, 0), TN, TV), key_rows < keys_end)",
+                            "vt = tile_2d(v, (b, kv, j, 0), TN, TV)"),
+    "dq_padding_keys_read": (True, "        km = masked(mma_tile(k, (b, kv, j, 0), TN, TD, WIDE), key_rows < keys_end)\n"
+                             "        vm = masked(mma_tile(v, (b, kv, j, 0), TN, TV, WIDE), key_rows < keys_end)\n",
+                             "        km = mma_tile(k, (b, kv, j, 0), TN, TD, WIDE)\n"
+                             "        vm = mma_tile(v, (b, kv, j, 0), TN, TV, WIDE)\n"),
+    "dkdv_padding_rows_read": (True, "qm = masked(mma_tile(q, (b, h, i, 0), TM, TD, WIDE), real)",
+                               "qm = mma_tile(q, (b, h, i, 0), TM, TD, WIDE)"),
 }  # fmt: skip
 
 

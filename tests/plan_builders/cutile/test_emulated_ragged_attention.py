@@ -1,15 +1,12 @@
-"""cuTile attention on ragged (token-packed, THD) tensors through the emulator, both ways the builder reads them.
+"""cuTile attention on ragged (token-packed, THD) tensors through the emulator.
 
 Sequences of different lengths packed end to end ([tokens, H, E] buffers,
 one offset per sequence): forward and backward against torch's float64
 attention run per sequence (nothing of another sequence can reach it), and
-sigdnn.validate against the reference, in the BSHD layout the attention
-kernels read in place and in a layout whose head dim is strided (``bseh``),
-which the builder unpacks into padded copies and packs back. The buffers of
-the outputs must keep what they held past the last sequence (nothing a user
-owns outside the sequences is written), and planted bugs in the pack /
-unpack kernels must fail validation. The in-place path's own cases are in
-test_emulated_ragged_in_place.py.
+sigdnn.validate against the reference. The buffers of the outputs must keep
+what they held past the last sequence (nothing a user owns outside the
+sequences is written), and planted bugs in the pack / unpack kernels must
+fail validation.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from ragged_attention_cases import (
     B,
     D,
     arrays,
-    bseh,
     bshd,
     graph_inputs,
     ragged_graph,
@@ -50,42 +46,38 @@ def _available(monkeypatch):
 
 
 CASES = [(False, "float32"), (True, "float32"), (True, "bfloat16")]
-LAYOUTS = {"in_place": bshd, "unpacked": bseh}
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize(("causal", "dtype"), CASES, ids=[f"{'causal' if c else 'full'}_{d}" for c, d in CASES])
-def test_ragged_forward_and_backward_match_torch_per_sequence(causal: bool, dtype: str, layout: str) -> None:
-    data, truth = arrays(causal, dtype, layout=LAYOUTS[layout])
+def test_ragged_forward_and_backward_match_torch_per_sequence(causal: bool, dtype: str) -> None:
+    data, truth = arrays(causal, dtype)
     executor = emulated_executor()
     eps = {"float32": 2.0**-24, "bfloat16": 2.0**-8}[dtype]
     for backward, names, lengths in ((False, ("o",), (LQ,)), (True, ("dq", "dk", "dv"), (LQ, LKV, LKV))):
-        g = ragged_graph(backward, causal, dtype, layout=LAYOUTS[layout])
+        g = ragged_graph(backward, causal, dtype)
         plan = executor.prepare(g)
         assert [s.builder.name for s in plan.steps] == ["cutile.sdpa_backward" if backward else "cutile.sdpa"]
         got = executor.execute(plan, graph_inputs(g, data))
         for name, lens in zip(names, lengths):
             want = [t[{"o": 0, "dq": 2, "dk": 3, "dv": 4}[name]] for t in truth]
             scale = max(float(np.abs(w).max()) for w in want if w.size)
-            have_all = sequences(got[name].astype(np.float64), lens, LAYOUTS[layout])
-            for b, (have, w) in enumerate(zip(have_all, want)):
+            for b, (have, w) in enumerate(zip(sequences(got[name].astype(np.float64), lens), want)):
                 # float32 sums over at most 90 terms of magnitude up to the output's: a normwise bound
                 assert np.abs(have - w).max(initial=0) <= (64 * eps + 90 * 2.0**-23) * scale, (name, b)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("reverse", [False, True], ids=["blocks_in_order", "blocks_reversed"])
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 def test_ragged_attention_validates_and_leaves_the_buffer_past_the_sequences(
-    backward: bool, reverse: bool, layout: str, monkeypatch: pytest.MonkeyPatch
+    backward: bool, reverse: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Validation against the reference, whichever order the blocks run in (a block writing past its
+    """Validation against the reference, whichever order the blocks run in (a pack block writing past its
     sequence shows only when the next sequence's block ran first); the outputs' elements past the last
     sequence keep what they held."""
     if reverse:
         run_blocks_in_reverse(monkeypatch)
-    data, _ = arrays(causal=True, dtype="float32", layout=LAYOUTS[layout])
-    g = ragged_graph(backward, True, "float32", layout=LAYOUTS[layout])
+    data, _ = arrays(causal=True, dtype="float32")
+    g = ragged_graph(backward, True, "float32")
     executor = emulated_executor()
     report = sigdnn.validate(g, graph_inputs(g, data), executor=executor)
     assert report.passed, report.table()
@@ -123,8 +115,8 @@ def test_a_planted_ragged_bug_fails_validation(bug: str, backward: bool, monkeyp
 
     monkeypatch.setattr(attention, "ragged_kernel", lambda k, real=attention.ragged_kernel: _planted(real(k), plant))
     run_blocks_in_reverse(monkeypatch)
-    data, _ = arrays(causal=False, dtype="float32", layout=bseh)
-    g = ragged_graph(backward, False, "float32", layout=bseh)
+    data, _ = arrays(causal=False, dtype="float32")
+    g = ragged_graph(backward, False, "float32")
     assert not sigdnn.validate(g, graph_inputs(g, data), executor=emulated_executor()).passed
 
 
@@ -133,21 +125,19 @@ def _planted(source, plant):  # type: ignore[no-untyped-def]
 
 
 def test_the_launches_unpack_the_inputs_before_and_pack_the_outputs_after() -> None:
-    """With a head dim's elements apart (``bseh``): one unpack per ragged input and one pack per ragged output,
-    a block per 64 rows of each (batch, head), each tensor's padded copy a slice of the workspace in its own
-    dtype; the attention reads only dense views, in one launch."""
-    g = ragged_graph(False, False, "bfloat16", layout=bseh)
+    """One unpack per ragged input and one pack per ragged output, a block per 64 rows of each (batch, head),
+    each tensor's padded copy a slice of the workspace in its own dtype."""
+    g = ragged_graph(False, False, "bfloat16")
     launches, workspace = CutileSdpaBuilder().launches(g.nodes[-1], g)
     names = [launch.source.prefix for launch in launches]
     assert names == ["ragged_unpack"] * 3 + ["attention", "ragged_pack"]
     assert [launch.grid for launch in launches[:3]] == [(2, 12, 1), (2, 6, 1), (2, 6, 1)]
-    assert launches[0].constants == (HQ, SQ, D, 1, HQ * D, HQ, 64, 128)
-    assert launches[3].constants[-5:] == (False,) * 5  # nothing read in place: no launch for shifted rows
+    assert launches[0].constants == (HQ, SQ, D, D, HQ * D, 1, 64, 128)
     itemsize = 2
     assert workspace == sum(-(-B * h * s * e * itemsize // 256) * 256 for h, s, e in
                             ((HQ, SQ, D), (HKV, SKV, D), (HKV, SKV, DV), (HQ, SQ, DV)))  # fmt: skip
     assert {a.dtype for launch in launches for a in launch.args if a.buffer == "@workspace"} == {"bfloat16"}
-    g = ragged_graph(True, False, "float32", layout=bseh)
+    g = ragged_graph(True, False, "float32")
     launches, _ = CutileSdpaBackwardBuilder().launches(g.nodes[-1], g)
     assert [launch.source.prefix for launch in launches] == (["ragged_unpack"] * 5 + ["attention_dq", "attention_dkdv"]
                                                               + ["ragged_pack"] * 3)  # fmt: skip
@@ -162,15 +152,15 @@ def test_offsets_laid_out_with_gaps_are_declined() -> None:
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 def test_only_the_ragged_ports_are_unpacked(backward: bool) -> None:
-    """k and v token-packed with a strided head dim, q and o padded batches with lengths: two unpacks (and in
-    the backward one pack, dk and dv), q / o read as they are; the result validates."""
-    g = ragged_graph(backward, False, "float32", ragged="kv", layout=bseh)
+    """k and v token-packed, q and o padded batches with lengths: two unpacks (and in the backward one pack,
+    dk and dv), q / o read in place; the result validates."""
+    g = ragged_graph(backward, False, "float32", ragged="kv")
     builder = CutileSdpaBackwardBuilder() if backward else CutileSdpaBuilder()
     launches, _ = builder.launches(g.nodes[-1], g)
     want = ["ragged_unpack"] * 2 + (["attention_dq", "attention_dkdv", "ragged_pack", "ragged_pack"] if backward
                                     else ["attention"])  # fmt: skip
     assert [launch.source.prefix for launch in launches] == want
-    data, _ = arrays(causal=False, dtype="float32", ragged="kv", layout=bseh)
+    data, _ = arrays(causal=False, dtype="float32", ragged="kv")
     report = sigdnn.validate(g, graph_inputs(g, data), executor=emulated_executor())
     assert report.passed, report.table()
 
