@@ -44,11 +44,17 @@ from __future__ import annotations
 import attrs
 
 from sigdnn.graph.ops.linear_attention import L2NORM_EPS
+from sigdnn.plan_builders.cutile.row_kernel_source import KernelHints
 from sigdnn.plan_builders.cutile.source import KernelSource
 
 CHUNK = 64
 VALUE_BLOCK = 64  # value columns a forward block carries of the state, where V allows a split
 KEY_BLOCK = 64  # key columns a block of kda's pair launch takes, where K allows a split
+# the forward's kernels: 8 worker warps share the tiles where cuTile's default 4 held them in half the threads, and
+# spilled (sm_90 cubins, K = V = 128: kda's chunk kernel 1,400 -> 576 B a thread, its walk 1,584 -> 264; gdn's 784 -> 40
+# and 344 -> 0)
+FORWARD_HINTS = KernelHints(num_worker_warps=8)
+DEFAULT_HINTS = KernelHints()  # the backward's kernels: cuTile's own choice
 
 
 @attrs.frozen
@@ -448,10 +454,11 @@ def _dot_body(s: DeltaRuleShape) -> list[str]:
 
 
 def _module(
-    s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_width: int, key_width: int | None = None
-) -> KernelSource:
+    s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_width: int, key_width: int | None = None,
+    hints: KernelHints = DEFAULT_HINTS,
+) -> KernelSource:  # fmt: skip
     """The kernel module: the shape's constants (KROW: K padded, a workspace row's key columns; KP: the key columns
-    a block takes, ``key_width`` where not all of KROW), ``dot`` and the kernel."""
+    a block takes, ``key_width`` where not all of KROW), ``dot`` and the kernel, with ``hints`` for the compiler."""
     header = [
         f"C = {s.chunk}",
         f"H = {s.heads}",
@@ -467,7 +474,7 @@ def _module(
         *_dot_body(s),
         "",
         "",
-        "@ct.kernel",
+        hints.decorator(),
         f"def kernel({params}):",
     ]
     return KernelSource(prefix, "\n".join([*header, *("    " + line for line in body)]) + "\n")
@@ -526,7 +533,7 @@ def chunks_source(s: DeltaRuleShape, *, backward: bool) -> KernelSource:
         if backward
         else "q, k, g, beta, cu, qk_work, t_work"
     )
-    return _module(s, "delta_rule_chunks", params, body, s.vp)
+    return _module(s, "delta_rule_chunks", params, body, s.vp, hints=DEFAULT_HINTS if backward else FORWARD_HINTS)
 
 
 def _chunk_rows(slot: str) -> str:
@@ -567,7 +574,7 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
     params = "q, k, v, g, beta, cu, h0, qk_work, t_work, o, ht"
-    return _module(s, "delta_rule_fwd", params, body, s.value_width)
+    return _module(s, "delta_rule_fwd", params, body, s.value_width, hints=FORWARD_HINTS)
 
 
 def _corrections() -> list[str]:

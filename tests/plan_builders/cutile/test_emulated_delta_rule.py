@@ -588,6 +588,20 @@ def test_the_forward_is_two_launches_over_flat_packed_views_and_a_workspace() ->
     assert walk.args[6].shape == (1,)  # o standing in for h0
 
 
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_the_forwards_kernels_run_8_worker_warps(kind) -> None:
+    """Both forward launches ask cuTile for 8 worker warps (its default 4 held the [64, 128] float32 tiles in half
+    the block's threads and spilled, docs/experiments.md); the backward's kernels keep cuTile's own choice."""
+    g, _ = delta_rule_graph(kind, (3, 70), heads=1, kd=8, vd=8)
+    builder = CutileGdnBuilder() if kind == "gdn" else CutileKdaBuilder()
+    for launch in builder.launches(g.nodes[-1], g)[0]:
+        assert "\n@ct.kernel(num_worker_warps=8)\ndef kernel(" in launch.source.text
+    g, _ = delta_rule_backward_graph(kind, (3, 70), kd=8, vd=8)
+    builder = CutileGdnBwdBuilder() if kind == "gdn" else CutileKdaBwdBuilder()
+    for launch in builder.launches(g.nodes[-1], g)[0]:
+        assert "\n@ct.kernel\ndef kernel(" in launch.source.text
+
+
 @pytest.mark.parametrize(("kind", "vd", "blocks"), [("gdn", 128, 2), ("gdn", 256, 4), ("gdn", 64, 1), ("gdn", 8, 1),
                                                    ("kda", 128, 2)])  # fmt: skip
 def test_the_serial_walk_splits_the_value_columns(kind, vd, blocks) -> None:
