@@ -51,8 +51,8 @@ CHUNK = 64
 VALUE_BLOCK = 64  # value columns a forward block carries of the state, where V allows a split
 KEY_BLOCK = 64  # key columns a block of kda's pair launch takes, where K allows a split
 # the forward's kernels: 8 worker warps share the tiles where cuTile's default 4 held them in half the threads, and
-# spilled (sm_90 cubins, K = V = 128: kda's chunk kernel 1,400 -> 576 B a thread, its walk 1,584 -> 264; gdn's 784 -> 40
-# and 344 -> 0)
+# spilled (sm_90 cubins, K = V = 128, TF32: kda's chunk kernel 1,400 -> 576 B a thread, its walk 1,584 -> 264; gdn's
+# 784 -> 40 and 344 -> 0)
 FORWARD_HINTS = KernelHints(num_worker_warps=8)
 DEFAULT_HINTS = KernelHints()  # the backward's kernels: cuTile's own choice
 
@@ -574,7 +574,10 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
     params = "q, k, v, g, beta, cu, h0, qk_work, t_work, o, ht"
-    return _module(s, "delta_rule_fwd", params, body, s.value_width, hints=FORWARD_HINTS)
+    # gdn's at a float32 compute dtype the exception: its three TF32 MMAs a product went to mma.sync with 8 warps and
+    # spilled 5,480 B a thread against 1,528 with cuTile's default (sm_90 cubins)
+    hints = FORWARD_HINTS if s.tf32 or s.per_channel else DEFAULT_HINTS
+    return _module(s, "delta_rule_fwd", params, body, s.value_width, hints=hints)
 
 
 def _corrections() -> list[str]:
