@@ -3,10 +3,11 @@
 Takes packed token-major tensors (q, k, v, g, beta row-major [T, H, *],
 states row-major [N, H, K, V]), bf16 / f16 / f32 q, k, v, o; a float32 gate;
 int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
-forward is two launches: every chunk's W, U0 and QK at once into the
-step's workspace (float32, C rows a chunk slot and head), then the serial
-walk over each sequence's chunks that carries the state. The backward is
-five: those chunk arrays with T and KK, a walk forward and one in reverse
+forward is two launches: every chunk's QK and T at once into the step's
+workspace (float32, C rows a chunk slot and head), then the serial walk
+over each sequence's chunks that carries the state and forms each chunk's
+corrections U = T diag(beta) (V - (e^b K) h). The backward is
+five: every chunk's W, U0, QK, T and KK, a walk forward and one in reverse
 that carry only the state and its gradient (each chunk's start state and
 its end's d(state) saved in the workspace, float32, a slot per chunk of the
 batch), every chunk's gradients a block of value columns at a time (dv, and
@@ -120,12 +121,13 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
         self, node: Node, graph: Graph, shape: DeltaRuleShape, tokens: int, sequences: int, workspace: Workspace,
         backward: bool = False,
     ) -> tuple[Launch, tuple[Arg, ...]]:  # fmt: skip
-        """The chunk kernel over every chunk slot and head, and the float32 arrays it writes into ``workspace``:
-        W, U0, QK (and the backward's T and KK), C rows a chunk slot and head."""
+        """The chunk kernel over every chunk slot and head, and the float32 arrays it writes into ``workspace``, C
+        rows a chunk slot and head: QK and T (the backward's W, U0, QK, T and KK)."""
         rows = work_rows(shape, tokens, sequences)
-        widths = (shape.kp, shape.vp, CHUNK, *((CHUNK, CHUNK) if backward else ()))
+        widths = (shape.kp, shape.vp, CHUNK, CHUNK, CHUNK) if backward else (CHUNK, CHUNK)
         work = tuple(workspace.take((rows * width,)) for width in widths)
-        ports = self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens"), "o")
+        inputs = ("q", "k", "v", "g", "beta", "cu_seqlens") if backward else ("q", "k", "g", "beta", "cu_seqlens")
+        ports = self.args(node, graph, inputs, "o")
         grid = (chunk_slots(shape, tokens, sequences), shape.heads, 1)
         return Launch(chunks_source(shape, backward=backward), grid, (*ports, *work)), work
 
@@ -142,9 +144,9 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
         workspace = Workspace()
-        chunks, w_u_qk = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace)
+        chunks, qk_t = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace)
         forward_args = (
-            *self.args(node, graph, ("q", "k", "g", "cu_seqlens", "initial_state"), "o"), *w_u_qk,
+            *self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state"), "o"), *qk_t,
             *self.args(node, graph, ("o", "final_state"), "o"),
         )  # fmt: skip
         walk = Launch(forward_source(shape), (sequences, shape.heads, shape.value_blocks), forward_args)

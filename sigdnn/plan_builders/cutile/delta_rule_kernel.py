@@ -6,8 +6,8 @@ the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
     KK_ij = sum_c k_ic k_jc exp(b_ic - b_jc)    (i > j)       the decayed key products
     QK_ij = sum_c q_ic k_jc exp(b_ic - b_jc)    (i >= j)
     T = (I + diag(beta) KK)^-1                                  the WY representation:
-    W = T diag(beta) (exp(b) * K),  U0 = T diag(beta) V         the chunk's own parts
-    U = U0 - W h                                                each token's correction u
+    U = T diag(beta) (V - (exp(b) * K) h)                       each token's correction u
+      = U0 - W h,  W = T diag(beta) (exp(b) * K),  U0 = T diag(beta) V   (the backward's form)
     O = (exp(b) * Q) h + QK U
     h <- diag(exp(b_L)) h + (exp(b_L - b) * K)^T U
 
@@ -21,14 +21,16 @@ the other rows unchanged and are not stored.
 
 The forward splits what needs no state from what does, as
 flash-linear-attention's chunked kernels do: ``chunks_source`` (grid: chunk
-slots x heads) forms every chunk's W and U0 at once, in parallel however
+slots x heads) forms every chunk's QK and T at once, in parallel however
 few the sequences; ``forward_source`` (grid: sequences x heads x value
-blocks) walks each sequence's chunks carrying h, with only the products
-that involve h (and QK) on that serial path. Chunk slot start // C + n
+blocks) walks each sequence's chunks carrying h, with the products that
+involve h (and QK, T) on that serial path: U from T there costs one
+[C, C] x [C, VW] product more than U0 - W h, and the workspace holds two
+[C, C] arrays instead of W [C, K], U0 [C, V] and QK. Chunk slot start // C + n
 holds chunk 0 of sequence n (distinct for every chunk of the batch: at most
 T // C + N + 1 slots); a slot's block finds its sequence by binary search
 over ``cu`` on the device (no host-side chunk table, no host sync). The
-backward runs the chunk kernel (keeping T), a forward walk saving each
+backward runs the chunk kernel (storing W, U0, QK, T and KK), a forward walk saving each
 chunk's start state (``states_source``), a reverse walk saving d(state) at
 each chunk's end (``reverse_source``), then every chunk's gradients at once,
 a block per chunk slot, head and block of value columns, each handing its
@@ -42,11 +44,17 @@ from __future__ import annotations
 import attrs
 
 from sigdnn.graph.ops.linear_attention import L2NORM_EPS
+from sigdnn.plan_builders.cutile.row_kernel_source import KernelHints
 from sigdnn.plan_builders.cutile.source import KernelSource
 
 CHUNK = 64
 VALUE_BLOCK = 64  # value columns a forward block carries of the state, where V allows a split
 KEY_BLOCK = 64  # key columns a block of kda's pair launch takes, where K allows a split
+# the forward's kernels: 8 worker warps share the tiles where cuTile's default 4 held them in half the threads, and
+# spilled (sm_90 cubins, K = V = 128, TF32: kda's chunk kernel 1,400 -> 576 B a thread, its walk 1,584 -> 264; gdn's
+# 784 -> 40 and 344 -> 0)
+FORWARD_HINTS = KernelHints(num_worker_warps=8)
+DEFAULT_HINTS = KernelHints()  # the backward's kernels: cuTile's own choice
 
 
 @attrs.frozen
@@ -446,10 +454,11 @@ def _dot_body(s: DeltaRuleShape) -> list[str]:
 
 
 def _module(
-    s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_width: int, key_width: int | None = None
-) -> KernelSource:
+    s: DeltaRuleShape, prefix: str, params: str, body: list[str], value_width: int, key_width: int | None = None,
+    hints: KernelHints = DEFAULT_HINTS,
+) -> KernelSource:  # fmt: skip
     """The kernel module: the shape's constants (KROW: K padded, a workspace row's key columns; KP: the key columns
-    a block takes, ``key_width`` where not all of KROW), ``dot`` and the kernel."""
+    a block takes, ``key_width`` where not all of KROW), ``dot`` and the kernel, with ``hints`` for the compiler."""
     header = [
         f"C = {s.chunk}",
         f"H = {s.heads}",
@@ -465,7 +474,7 @@ def _module(
         *_dot_body(s),
         "",
         "",
-        "@ct.kernel",
+        hints.decorator(),
         f"def kernel({params}):",
     ]
     return KernelSource(prefix, "\n".join([*header, *("    " + line for line in body)]) + "\n")
@@ -483,38 +492,48 @@ def chunk_slots(s: DeltaRuleShape, tokens: int, sequences: int) -> int:
 
 
 def work_rows(s: DeltaRuleShape, tokens: int, sequences: int) -> int:
-    """Rows of the chunk kernel's W, U0, QK (and T) workspace arrays: C for each chunk slot of each head."""
+    """Rows of the chunk kernel's workspace arrays (QK, T; the backward's W, U0 and KK): C a chunk slot and head."""
     return chunk_slots(s, tokens, sequences) * s.heads * s.chunk
 
 
-# what the backward's chunk kernel stores besides W, U0 and QK: T and KK, which its gradients kernel reads
-BACKWARD_CHUNK_STORES = ["ct.scatter(t_work, at * C + ccols2, inverse)", "ct.scatter(kk_work, at * C + ccols2, kk)"]
+QK_STORE = "ct.scatter(qk_work, at * C + ccols2, qk)"
+T_STORE = "ct.scatter(t_work, at * C + ccols2, inverse)"
+# what the backward's chunk kernel stores: W and U0 (its forward walk's), QK, T and KK (its gradients kernel's)
+BACKWARD_CHUNK_STORES = [
+    "ct.scatter(w_work, at * KP + kcols2, dot(inverse, bt * (kt * ct.exp(b)), zero_ck))",
+    "ct.scatter(u_work, at * VP + vcols2, dot(inverse, bt * vt, zero_cv))",
+    QK_STORE,
+    T_STORE,
+    "ct.scatter(kk_work, at * C + ccols2, kk)",
+]
 
 
 def chunks_source(s: DeltaRuleShape, *, backward: bool) -> KernelSource:
-    """Each chunk's W [C, KP], U0 [C, VP] and QK [C, C] (float32) into rows (slot * H + head) * C + i of w_work,
-    u_work and qk_work; for the ``backward`` T and KK [C, C] into t_work and kk_work too, which its gradients
-    kernel reads."""
+    """Each chunk's QK and T [C, C] (float32) into rows (slot * H + head) * C + i of qk_work and t_work, all the
+    forward's walk reads of it (it forms U = T diag(beta) (V - (e^b K) h) itself: W [C, K] and U0 [C, V] in the
+    workspace cost more traffic and spilled); for the ``backward`` W [C, KP], U0 [C, VP] and KK [C, C] into
+    w_work, u_work and kk_work too, which its walk and gradients kernel read."""
     chunk = [
         *_rows(),
         *_queries(s),
         *_keys(s),
-        *_values(),
+        *(_values() if backward else [_beta()]),
         *_pair_products(s),
         *_inverse(s),
         _chunk_rows("slot"),
-        "ct.scatter(w_work, at * KP + kcols2, dot(inverse, bt * (kt * ct.exp(b)), zero_ck))",
-        "ct.scatter(u_work, at * VP + vcols2, dot(inverse, bt * vt, zero_cv))",
-        "ct.scatter(qk_work, at * C + ccols2, qk)",
-        *(BACKWARD_CHUNK_STORES if backward else []),
+        *(BACKWARD_CHUNK_STORES if backward else [QK_STORE, T_STORE]),
     ]
     body = [
         *_slot_setup(s, "ct.arange(VW, dtype=ct.int32)"),
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
-    params = "q, k, v, g, beta, cu, w_work, u_work, qk_work" + (", t_work, kk_work" if backward else "")
-    return _module(s, "delta_rule_chunks", params, body, s.vp)
+    params = (
+        "q, k, v, g, beta, cu, w_work, u_work, qk_work, t_work, kk_work"
+        if backward
+        else "q, k, g, beta, cu, qk_work, t_work"
+    )
+    return _module(s, "delta_rule_chunks", params, body, s.vp, hints=DEFAULT_HINTS if backward else FORWARD_HINTS)
 
 
 def _chunk_rows(slot: str) -> str:
@@ -531,15 +550,19 @@ def _value_block() -> str:
 
 
 def forward_source(s: DeltaRuleShape) -> KernelSource:
-    """The serial walk of a (sequence, head, value block): U = U0 - W h, the outputs, the state passed on."""
+    """The serial walk of a (sequence, head, value block): U = T diag(beta) (V - (e^b K) h) from the chunk kernel's
+    T, the outputs, the state passed on."""
     chunk = [
         *_rows(),
         *_queries(s),
         *_keys(s),
+        *_values(),
         _chunk_rows(SEQUENCE_SLOT),
-        *_corrections(),
+        "eb = ct.exp(b)",
+        "e = vt - dot(kt * eb, state, zero_cv)",
+        "u = dot(ct.gather(t_work, at * C + ccols2), bt * e, zero_cv)",
         "qk = ct.gather(qk_work, at * C + ccols2)",
-        "out = dot(qt * ct.exp(b), state, dot(qk, u, zero_cv))",
+        "out = dot(qt * eb, state, dot(qk, u, zero_cv))",
         "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
         *_carry(s),
     ]
@@ -550,7 +573,11 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         *("    " + line for line in chunk),
         *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
-    return _module(s, "delta_rule_fwd", "q, k, g, cu, h0, w_work, u_work, qk_work, o, ht", body, s.value_width)
+    params = "q, k, v, g, beta, cu, h0, qk_work, t_work, o, ht"
+    # gdn's at a float32 compute dtype the exception: its three TF32 MMAs a product went to mma.sync with 8 warps and
+    # spilled 5,480 B a thread against 1,528 with cuTile's default (sm_90 cubins)
+    hints = FORWARD_HINTS if s.tf32 or s.per_channel else DEFAULT_HINTS
+    return _module(s, "delta_rule_fwd", params, body, s.value_width, hints=hints)
 
 
 def _corrections() -> list[str]:

@@ -255,8 +255,8 @@ PLANTED_IN_CHUNKS = {
 @pytest.mark.parametrize("bug", list(PLANTED_IN_CHUNKS))
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_bugs_planted_in_the_chunk_kernel_fail_validation(kind, bug, monkeypatch) -> None:
-    """The first launch (every chunk's W, U0, QK and the backward's T) alone, in the forward and the backward
-    where its text has the line, sequences of 1 to 130 tokens."""
+    """The first launch (every chunk's QK and T, the backward's W, U0 and KK too) alone, in the forward and the
+    backward where its text has the line, sequences of 1 to 130 tokens."""
     right, wrong = PLANTED_IN_CHUNKS[bug]
     plant(monkeypatch, "chunks_source", right, wrong)
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, kind == "kda", True, 0.5, True, True)
@@ -266,6 +266,28 @@ def test_bugs_planted_in_the_chunk_kernel_fail_validation(kind, bug, monkeypatch
     for backward, make in runs:
         g, inputs = make(kind, (*CHUNK_EDGES, 130))
         assert not check(g, inputs, f"cutile.{kind}" + "_bwd" * backward).passed, bug
+
+
+PLANTED_IN_THE_WALK = {
+    "T read transposed": (
+        "u = dot(ct.gather(t_work, at * C + ccols2),",
+        "u = dot(ct.transpose(ct.gather(t_work, at * C + ccols2)),",
+    ),
+    "the next slot's T read": ("ct.gather(t_work, at * C + ccols2)", "ct.gather(t_work, (at + H * C) * C + ccols2)"),
+    "QK read for T": ("ct.gather(t_work, at * C + ccols2)", "ct.gather(qk_work, at * C + ccols2)"),
+    "U without beta": ("bt * e, zero_cv)", "e, zero_cv)"),
+    "the keys' decay from the chunk's start left out of U": ("dot(kt * eb, state", "dot(kt, state"),
+}
+
+
+@pytest.mark.parametrize("bug", list(PLANTED_IN_THE_WALK))
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_bugs_planted_in_the_walks_use_of_t_fail_validation(kind, bug, monkeypatch) -> None:
+    """The forward's walk forms U = T diag(beta) (V - (e^b K) h) from the chunk kernel's T: each bug in that
+    hand-over fails validation in one block order at least, sequences of 1 to 130 tokens."""
+    plant(monkeypatch, "forward_source", *PLANTED_IN_THE_WALK[bug])
+    g, inputs = delta_rule_graph(kind, (*CHUNK_EDGES, 130))
+    assert not passes_in_both_orders(g, inputs, f"cutile.{kind}"), bug
 
 
 def test_declines_name_the_port() -> None:
@@ -544,24 +566,43 @@ def test_a_float16_state_is_not_served(port) -> None:
 
 
 def test_the_forward_is_two_launches_over_flat_packed_views_and_a_workspace() -> None:
-    """Every chunk's W, U0 and QK (a block per chunk slot and head), then the serial walk (a block per sequence,
-    head and 64 value columns); ports as flat views of their whole buffers (stride 1), an absent initial state a
-    one-element stand-in; W, U0 and QK in the workspace, C rows per slot and head, KP, VP and C columns."""
+    """Every chunk's QK and T (a block per chunk slot and head), then the serial walk (a block per sequence, head
+    and 64 value columns); ports as flat views of their whole buffers (stride 1), an absent initial state a
+    one-element stand-in; QK and T in the workspace, C rows per slot and head, C columns each."""
     g, _ = delta_rule_graph("gdn", (5, 70), heads=2, kd=8, vd=128, state=None)
     (chunks, walk), workspace = CutileGdnBuilder().launches(g.nodes[-1], g)
     slots = 75 // 64 + 2 + 1
     assert chunks.grid == (slots, 2, 1) and walk.grid == (2, 2, 2)
     rows = slots * 2 * 64
-    work = chunks.args[-3:]
-    assert [a.shape for a in work] == [(rows * 8,), (rows * 128,), (rows * 64,)]
-    assert walk.args[5:8] == work
-    assert workspace == rows * (8 + 128 + 64) * 4
-    views = {a.buffer: (a.shape, a.strides) for a in (*chunks.args[:-3], *walk.args[:5], *walk.args[8:])}
+    work = chunks.args[-2:]
+    assert [a.shape for a in work] == [(rows * 64,), (rows * 64,)]
+    assert walk.args[7:9] == work
+    assert workspace == rows * (64 + 64) * 4
+    views = {a.buffer: (a.shape, a.strides) for a in (*chunks.args[:-2], *walk.args[:7], *walk.args[9:])}
     assert views["q"] == ((75 * 2 * 8,), (1,)) and views["v"] == ((75 * 2 * 128,), (1,))
     assert all(strides == (1,) for _, strides in views.values())
-    assert [a.buffer for a in chunks.args] == ["q", "k", "v", "g", "beta", "cu_seqlens", *[WORKSPACE] * 3]
-    assert [a.buffer for a in walk.args] == ["q", "k", "g", "cu_seqlens", "o", *[WORKSPACE] * 3, "o", "final_state"]
-    assert walk.args[4].shape == (1,)  # o standing in for h0
+    assert [a.buffer for a in chunks.args] == ["q", "k", "g", "beta", "cu_seqlens", *[WORKSPACE] * 2]
+    assert [a.buffer for a in walk.args] == [
+        "q", "k", "v", "g", "beta", "cu_seqlens", "o", *[WORKSPACE] * 2, "o", "final_state",
+    ]  # fmt: skip
+    assert walk.args[6].shape == (1,)  # o standing in for h0
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+@pytest.mark.parametrize("tf32", [True, False])
+def test_the_forwards_kernels_run_8_worker_warps(kind, tf32) -> None:
+    """The forward's kernels ask cuTile for 8 worker warps (its default 4 held the [64, 128] float32 tiles in half
+    the block's threads and spilled, docs/experiments.md), but for gdn's walk at a float32 compute dtype; the
+    backward's kernels keep cuTile's own choice."""
+    shape = delta_rule_kernel.DeltaRuleShape(2, 128, 128, kind == "kda", True, 0.5, True, True, tf32=tf32)
+    eight, default = "\n@ct.kernel(num_worker_warps=8)\ndef kernel(", "\n@ct.kernel\ndef kernel("
+    assert eight in delta_rule_kernel.chunks_source(shape, backward=False).text
+    walk = delta_rule_kernel.forward_source(shape).text
+    assert eight in walk if tf32 or kind == "kda" else default in walk
+    g, _ = delta_rule_backward_graph(kind, (3, 70), kd=8, vd=8)
+    builder = CutileGdnBwdBuilder() if kind == "gdn" else CutileKdaBwdBuilder()
+    for launch in builder.launches(g.nodes[-1], g)[0]:
+        assert default in launch.source.text
 
 
 @pytest.mark.parametrize(("kind", "vd", "blocks"), [("gdn", 128, 2), ("gdn", 256, 4), ("gdn", 64, 1), ("gdn", 8, 1),
