@@ -159,6 +159,10 @@ def test_outputs_in_unusual_axis_orders(op: str, order: tuple[int, ...]) -> None
         ((2, 4, 5), (20, 1, 4), True),  # NWC
         ((2, 4, 5), (20, 5, 1), False),
         ((2, 4, 3), (12, 1, 1), False),  # a tie with a spatial axis: not innermost
+        ((2, 2, 3, 3), (18, 1, 6, 2), True),  # two channels, padded
+        ((2, 1, 3, 3), (18, 1, 6, 2), False),  # one channel, though of the smallest stride
+        ((2, 4, 2, 3), (24, 3, 1, 6), False),  # an axis of 2 below the channels
+        ((2, 4, 1, 3), (12, 1, 1, 4), True),  # a unit axis' stride ties the channels'
     ],
 )
 def test_channels_innermost(dims: tuple[int, ...], strides: tuple[int, ...], innermost: bool) -> None:
