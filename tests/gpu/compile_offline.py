@@ -235,6 +235,7 @@ def gemm_stages(name: str, spec: MatmulSpec, views: GemmViews) -> list[tuple[str
 
 # the GPU reference's kernels (tiles.py)
 REFERENCE = ("gemm", "integer_gemm", "sum_rows_in_order", "reduce_rows", "gather", "scatter", "gather_outer")
+REFERENCE += ("gather_rows",)  # a channels-last conv's im2col, as many channels a block as ROWS_TILE allows
 REFERENCE += ("elementwise", "elementwise_int64")
 # validation's bookkeeping modes (device_arrays.py), each its own specialization of the float64 kernel
 BOOKKEEPING_MODES = ("FINITE", "MAGNITUDE", "FINITE_OR_ZERO", "FMAX", "NEXT_UP", "ABS_ERROR", "FAILING")
@@ -274,6 +275,15 @@ def compile_reference(name: str, folder: str) -> int:
                 c(reference_backend.TILE),
                 c(module.DECODE_CAST),
                 c(0),
+            ],
+            "gather_rows": [
+                strided(f64, 1),
+                *[strided(ct.int64, 1)] * 2,
+                *[i32] * 4,
+                strided(f64, 4),
+                ScalarConstraint(ct.float64),
+                c(reference_backend.ROWS_TILE[0] // reference_backend.ROWS_TILE[1]),
+                c(reference_backend.ROWS_TILE[1]),
             ],
             "gather_outer": [
                 strided(f64, 1),

@@ -26,6 +26,7 @@ from sigdnn.plan_builders.gpu_reference.backend import (
     ORDERED_ROWS,
     OUTER_TILE,
     ROW_TILE,
+    ROWS_TILE,
     TILE,
     Gpu,
 )
@@ -116,6 +117,35 @@ class Array:
         taps, positions = window.shape
         return self._gather_outer(rows, window, image, n * positions, positions, taps * n * positions, pad)
 
+    def take_window_rows(
+        self, window: np.ndarray, channels: np.ndarray, image: int, n: int, groups: int, pad: float = 0.0
+    ) -> Array:
+        """out[g, m * P + p, t * Cg + c] = flat self[m * image + window[p, t] + channels[g * Cg + c]] over
+        (groups, n * P, taps * Cg), ``pad`` where window[p, t] < 0: an im2col matrix with a row per output position
+        (window: each tap's offset at each position within an image; channels: each channel's offset), so that
+        a channels-last source is read and the matrix written in runs of channels (``tiles.gather_rows``)."""
+        positions, taps = window.shape
+        cg = channels.size // groups
+        out = Array.empty(self.gpu, (groups, n * positions, taps, cg), self.dtype)
+        tc = min(ROWS_TILE[1], 1 << (cg - 1).bit_length())
+        tr = ROWS_TILE[0] // tc
+        self.gpu.launch(
+            "gather_rows",
+            (math.ceil(n * positions / tr), taps * math.ceil(cg / tc), groups),
+            self.data,
+            self.gpu.upload_kept(np.asarray(window, np.int64)),
+            self.gpu.upload_kept(np.asarray(channels, np.int64)),
+            int(image),
+            int(positions),
+            int(taps),
+            int(cg),
+            self.gpu.shaped(out.data, out.shape),
+            int(pad) if self.dtype.kind in "iu" else float(pad),  # a scalar of out's kind
+            tr,
+            tc,
+        )
+        return out.reshape(groups, n * positions, taps * cg)
+
     def _gather_outer(
         self, rows: np.ndarray, window: np.ndarray, image: int, per_tap: int, positions: int, columns: int, pad: float
     ) -> Array:
@@ -126,8 +156,8 @@ class Array:
             "gather_outer",
             (math.ceil(columns / tc), math.ceil(rows.size / tr), 1),
             self.data,
-            self.gpu.upload(np.asarray(rows, np.int64)),
-            self.gpu.upload(np.asarray(window, np.int64)),
+            self.gpu.upload_kept(np.asarray(rows, np.int64)),
+            self.gpu.upload_kept(np.asarray(window, np.int64)),
             int(image),
             int(per_tap),
             int(positions),

@@ -35,6 +35,7 @@ TILE = 1024  # elements a block of the flat kernels handles
 ROW_TILE = 256  # lanes of a row reduction
 GEMM_TILE = (128, 64, 8)  # (rows, columns, depth) of a GEMM block's float64 tile: DFMA, no spills (sm_90 cubin)
 OUTER_TILE = (16, 256)  # (rows, columns) of a gather_outer block
+ROWS_TILE = (4096, 64)  # (elements, most columns) of a gather_rows block: its columns the power of 2 >= a group's
 ORDERED_ROWS = 128  # rows of a block of the in-order row sum
 INTEGER_GEMM_TILE = (32, 32)  # (rows, columns) of an int64 GEMM block
 GRID_LIMITS = ((1 << 24) - 1, 65535, 65535)  # cuTile's bound on grid x (24 bits), CUDA's on y and z

@@ -3,7 +3,8 @@
 A builder supplies a ``Formula``: arrays by input port (float64, or int64
 for integer compute; None for an absent optional input) -> arrays by output
 port (or a ``Permuted`` array: stored through the output's axes in its order). The plan reads the inputs
-on the device (``tensors.read``), runs the
+on the device (``tensors.read``; in logical axis order, or in the order ``input_orders`` names, where a
+formula gathers faster from a copy in the storage's order), runs the
 formula (launches of ``kernels/tiles.py`` only) and writes each output the
 node has (``tensors.write``), then waits for the device: scratch arrays die
 with the run.
@@ -35,16 +36,26 @@ Formula = Callable[[dict[str, Array | None]], dict[str, Array | Permuted]]
 class GpuReferencePlan(NodePlan):
     """Runs one node's formula on the device from its buffers (device arrays, or host arrays when emulated)."""
 
-    def __init__(self, formula: Formula, inputs: tuple[str, ...], outputs: dict[str, DataType], wide: Any) -> None:
+    def __init__(
+        self,
+        formula: Formula,
+        inputs: tuple[str, ...],
+        outputs: dict[str, DataType],
+        wide: Any,
+        orders: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> None:
         self._formula = formula
         self._inputs = inputs
         self._outputs = outputs
         self._wide = np.dtype(wide)
+        self._orders = dict(orders or {})
 
     def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
         gpu = Gpu(context.device.context, context.stream)
         buffers, copy_back = gpu.on_device(buffers, self._outputs)
-        ins = {p: read(gpu, buffers[p], self._wide) if p in buffers else None for p in self._inputs}
+        ins = {
+            p: read(gpu, buffers[p], self._wide, self._orders.get(p)) if p in buffers else None for p in self._inputs
+        }
         for port, value in self._formula(ins).items():
             if port in buffers:
                 write(gpu, value, buffers[port], self._outputs[port])
@@ -80,6 +91,11 @@ class GpuReferenceBuilder(PlanBuilder):
     def formula(self, node: Node, graph: Graph) -> Formula:
         """The node's math on float64 (int64) device arrays."""
 
+    def input_orders(self, node: Node, graph: Graph) -> dict[str, tuple[int, ...]]:
+        """The axis order each input port is read in where not the logical one (``tensors.read``'s ``order``)."""
+        return {}
+
     def build(self, node: Node, graph: Graph, context: BuildContext) -> NodePlan:
         wide = np.int64 if self.computes_in_integers(node, graph) else np.float64
-        return GpuReferencePlan(self.formula(node, graph), tuple(node.op.inputs()), dict(context.key.outputs), wide)
+        formula, orders = self.formula(node, graph), self.input_orders(node, graph)
+        return GpuReferencePlan(formula, tuple(node.op.inputs()), dict(context.key.outputs), wide, orders)

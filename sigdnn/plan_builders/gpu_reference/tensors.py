@@ -55,12 +55,16 @@ def storage_map(dims: tuple[int, ...], strides: tuple[int, ...]) -> IndexMap:
     return outer_offsets(dims, strides)
 
 
-def read(gpu: Gpu, buffer: Any, wide: Any) -> Array:
-    """The buffer's logical elements as a packed ``wide`` (float64 or int64) array, each exact."""
+def read(gpu: Gpu, buffer: Any, wide: Any, order: tuple[int, ...] | None = None) -> Array:
+    """The buffer's logical elements as a packed ``wide`` (float64 or int64) array, each exact; with ``order``,
+    packed with its axis j the logical axis order[j] (a conv reads NHWC tensors as (N, H, W, C): a plain copy
+    of such a buffer, not a transpose)."""
     dims, strides = tuple(buffer.shape), element_strides(buffer)
-    out = Array.empty(gpu, dims, wide)
+    order = tuple(range(len(dims))) if order is None else order
+    shape, steps = tuple(dims[a] for a in order), tuple(strides[a] for a in order)
+    out = Array.empty(gpu, shape, wide)
     decode = DECODES.get(np.dtype(buffer.dtype).name, "DECODE_CAST")
-    gather(gpu, gpu.raw(buffer, dims, strides), storage_map(dims, strides), out.data, 0.0, decode)
+    gather(gpu, gpu.raw(buffer, dims, strides), storage_map(shape, steps), out.data, 0.0, decode)
     return out
 
 
@@ -78,14 +82,16 @@ def encoding(value_dtype: np.dtype, target: DataType) -> str:
 def write(gpu: Gpu, value: Array | Permuted, buffer: Any, target: DataType) -> None:
     """Round ``value`` once to ``target`` and store it into the buffer's logical elements.
 
-    A ``Permuted`` value is stored through the buffer's axes in its order (no transpose is made). A buffer of
+    A ``Permuted`` value is stored through the buffer's axes in its order (no transpose is made); an axis it
+    names more than once is split, its first occurrence outermost (a grouped conv's (G, N, P, Kg) for y's K =
+    (G, Kg)). A buffer of
     another dtype than ``target`` (validation's float64 runs of a narrow node) gets what the CPU reference's
     store gives it: a float64 buffer the unrounded float64 value where ``target`` is float64, float32 or
     float16 (a plain cast there), else the value rounded to ``target``, in the buffer's dtype."""
     dims, strides = tuple(buffer.shape), element_strides(buffer)
     if not isinstance(value, Permuted):
         value = Permuted(value, tuple(range(len(dims))))
-    order_dims, order_strides = tuple(dims[a] for a in value.axes), tuple(strides[a] for a in value.axes)
+    order_dims, order_strides = permuted_view(value, dims, strides)
     value = value.array.broadcast_to(order_dims)
     into_float64 = np.dtype(buffer.dtype) == np.float64 and target in PLAIN_CASTS and value.dtype == np.float64
     if np.dtype(buffer.dtype) != target.numpy and not into_float64:
@@ -96,6 +102,25 @@ def write(gpu: Gpu, value: Array | Permuted, buffer: Any, target: DataType) -> N
     if np.dtype(buffer.dtype) != target.numpy:
         target = as_data_type(np.dtype(buffer.dtype))
     scatter(gpu, value, gpu.raw(buffer, dims, strides), storage_map(order_dims, order_strides), target)
+
+
+def permuted_view(
+    value: Permuted, dims: tuple[int, ...], strides: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The buffer's (dims, strides) in ``value``'s axis order: a split axis takes its parts' sizes from the array,
+    each part's stride the axis' times the sizes of its later parts."""
+    axes, shape = value.axes, value.array.shape
+    split = {a for a in axes if axes.count(a) > 1}
+    order_dims = tuple(shape[j] if a in split else dims[a] for j, a in enumerate(axes))
+    for a in split:
+        parts = math.prod(d for d, b in zip(order_dims, axes, strict=True) if b == a)
+        if parts != dims[a]:
+            raise ValueError(f"axis {a} of {dims} split into parts of {parts} elements")
+    order_strides = tuple(
+        strides[a] * math.prod(order_dims[i] for i in range(j + 1, len(axes)) if axes[i] == a)
+        for j, a in enumerate(axes)
+    )
+    return order_dims, order_strides
 
 
 def scatter(gpu: Gpu, value: Array, raw: Any, index: IndexMap, target: DataType) -> None:

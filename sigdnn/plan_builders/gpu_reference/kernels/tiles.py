@@ -79,6 +79,24 @@ def gather_outer(src, rows, window, image, NP, P, out, pad, TR: ct.Constant[int]
     ct.store(out, (ct.bid(1), ct.bid(0)), ct.where(cc >= 0, v, ct.full((TR, TC), pad, out.dtype)))
 
 
+@ct.kernel
+def gather_rows(src, window, channels, image, P, T, CG, out, pad, TR: ct.Constant[int], TC: ct.Constant[int]):
+    """out[g, i, t, c] = src[i // P * image + window[(i % P) * T + t] + channels[g * CG + c]], ``pad`` where that
+    window entry < 0: an im2col matrix with a row per output position i = (n, p) and columns (tap t, channel c of
+    group g), out shaped (G, N * P, T, CG). A row's channels are read one after another, so a source stored
+    channels-last is read in runs. Grid: (row blocks, T * channel blocks, G)."""
+    g, t, cb = ct.bid(2), ct.bid(1) % T, ct.bid(1) // T
+    i = ct.bid(0) * TR + ct.arange(TR, dtype=ct.int64)
+    c = cb * TC + ct.arange(TC, dtype=ct.int64)
+    w = ct.gather(window, (i % P) * T + t)
+    base = ct.where(w >= 0, w + (i // P) * image, -1)
+    rows = ct.broadcast_to(ct.reshape(base, (TR, 1)), (TR, TC))
+    index = rows + ct.broadcast_to(ct.reshape(ct.gather(channels, g * CG + c), (1, TC)), (TR, TC))
+    v = ct.astype(ct.gather(src, index, mask=rows >= 0, padding_value=0), out.dtype)
+    tile = ct.where(rows >= 0, v, ct.full((TR, TC), pad, out.dtype))
+    ct.store(out, (g, ct.bid(0), t, cb), ct.reshape(tile, (1, TR, 1, TC)))
+
+
 @ct.function
 def _f32_round_to_odd(x):
     """float64 -> float32 truncated toward zero, the last bit set when inexact: a later narrower
