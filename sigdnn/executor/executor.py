@@ -20,7 +20,7 @@ from sigdnn.executor.host_arrays import to_torch
 from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
 from sigdnn.executor.plan import ExecutionPlan, Step
 from sigdnn.executor.router import Router, default_router
-from sigdnn.executor.schedule import memory_aware_order
+from sigdnn.executor.schedule import candidate_orders
 from sigdnn.executor.stepwise import run_steps
 from sigdnn.executor.views import NO_VIEWS, VIEW, plan_views
 from sigdnn.graph.checks import check_graph, check_reference_cost
@@ -190,9 +190,11 @@ class Executor:
         rank = [min(position[n] for n in s.nodes) for s in steps]
         sizes = {uid: tensor_bytes(graph, uid) for uid, t in graph.tensors.items()
                  if t.is_virtual and uid not in views.parents}  # fmt: skip
-        run_order = memory_aware_order([s.reads for s in steps], [s.writes for s in steps], rank, sizes)
-        ordered = tuple(steps[u] for u in run_order)
-        memory = plan_memory(graph, [(s.reads, s.writes) for s in ordered], views.parents)
+        planned = []
+        for run_order in candidate_orders([s.reads for s in steps], [s.writes for s in steps], rank, sizes):
+            ordered = tuple(steps[u] for u in run_order)
+            planned.append((plan_memory(graph, [(s.reads, s.writes) for s in ordered], views.parents), ordered))
+        memory, ordered = min(planned, key=lambda p: p[0].peak_bytes)  # the first of the lowest peaks
         arena = tuple((uid, offset, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
                       for uid, offset in memory.offsets.items())  # fmt: skip
         plan = ExecutionPlan(graph, self.backend, digest, ordered, memory, arena)

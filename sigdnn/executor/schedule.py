@@ -1,9 +1,14 @@
 """The order steps run in: any valid order computes the same values, but not at the same peak memory.
 
-Among the steps that are ready, run the one that frees the most
-intermediate memory net of what it allocates (a backward graph built
-breadth-first must not hold every activation at once); ties keep the
-order the graph's nodes came in.
+Two orders are candidates, and prepare keeps the one whose memory plan
+peaks lower. The greedy one runs, among the steps that are ready, the one
+that frees the most intermediate memory net of what it allocates (a
+backward graph built breadth-first must not hold every activation at once);
+ties keep the order the graph's nodes came in. The arrival order runs the
+ready step that came first in the graph: a locally greedy choice can start
+a backward pass's large gradients before the forward pass has freed its
+own (a Llama layer's fused region of forward and backward pointwise ops:
+740 MiB greedy against 654 in arrival order).
 """
 
 from __future__ import annotations
@@ -71,3 +76,36 @@ def memory_aware_order(
             if waiting[s] == 0:
                 push(s)
     return order
+
+
+def arrival_order(reads: Sequence[Sequence[int]], writes: Sequence[Sequence[int]], rank: Sequence[int]) -> list[int]:
+    """The topological order of units that keeps the graph's own as far as it can: the ready unit of lowest
+    ``rank`` first."""
+    n = len(reads)
+    producer = {uid: u for u in range(n) for uid in writes[u]}
+    waiting = [0] * n
+    successors: list[list[int]] = [[] for _ in range(n)]
+    for u in range(n):
+        for uid in dict.fromkeys(reads[u]):
+            p = producer.get(uid)
+            if p is not None:
+                successors[p].append(u)
+                waiting[u] += 1
+    ready = [(rank[u], u) for u in range(n) if waiting[u] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, u = heapq.heappop(ready)
+        order.append(u)
+        for s in successors[u]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                heapq.heappush(ready, (rank[s], s))
+    return order
+
+
+def candidate_orders(
+    reads: Sequence[Sequence[int]], writes: Sequence[Sequence[int]], rank: Sequence[int], sizes: Mapping[int, int]
+) -> list[list[int]]:
+    """The orders prepare plans memory for, the greedy one first (it is kept where the peaks tie)."""
+    return [memory_aware_order(reads, writes, rank, sizes), arrival_order(reads, writes, rank)]

@@ -22,7 +22,7 @@ import sigdnn
 from sigdnn.dtypes import DataType
 from sigdnn.executor import plan_memory
 from sigdnn.executor.memory_plan import _FreeList
-from sigdnn.executor.schedule import memory_aware_order
+from sigdnn.executor.schedule import arrival_order, memory_aware_order
 from sigdnn.graph import check_graph
 
 ALIGN = 256
@@ -279,3 +279,76 @@ def test_a_breadth_first_graph_runs_depth_first_at_a_lower_peak() -> None:
     want = np.abs(np.exp(x.astype(np.float64)).astype(np.float32))
     for i in range(6):
         np.testing.assert_array_equal(got[f"y{i}"], want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(units())
+def test_arrival_order_is_kahns_by_rank(program) -> None:
+    reads, writes, rank, _ = program
+    assert arrival_order(reads, writes, rank) == greedy_order(reads, writes, rank, {})
+
+
+def two_reductions() -> sigdnn.Graph:
+    """A big tensor read by two reductions, each feeding an output: greedy runs the second reduction while the
+    first one's result is live (it frees the big tensor), arrival order first lets that result's reader free it."""
+    g = sigdnn.Graph("two_reductions", io_dtype="float32", intermediate_dtype="float32")
+    x = g.tensor("x", (16, 256))
+    big = g.pointwise("add", x, x, name="big")
+    first = g.reduction(big, "add", (1, 256), name="first")
+    g.pointwise("neg", first, name="neg").set_output(True).set_name("y0")
+    second = g.reduction(big, "add", (1, 256), name="second")
+    g.pointwise("abs", second, name="abs").set_output(True).set_name("y1")
+    return g
+
+
+def node_peaks(g: sigdnn.Graph) -> tuple[int, int]:
+    """The peaks of the graph's greedy and arrival orders (the oracles above), node by node (the reference)."""
+    order = check_graph(g)
+    reads = [list(g.nodes[i].op.inputs().values()) for i in order]
+    writes = [list(g.nodes[i].op.outputs().values()) for i in order]
+    sizes = {uid: aligned(t.size * 4) for uid, t in g.tensors.items() if t.is_virtual}
+    rank = list(range(len(order)))
+    return tuple(
+        plan_memory(g, [(reads[u], writes[u]) for u in run]).peak_bytes
+        for run in (greedy_order(reads, writes, rank, sizes), greedy_order(reads, writes, rank, {}))
+    )
+
+
+def test_prepare_keeps_the_arrival_order_where_it_peaks_lower() -> None:
+    g = two_reductions()
+    assert node_peaks(g) == (16 * 1024 + 2 * 1024, 16 * 1024 + 1024)
+    plan = sigdnn.Executor().prepare(g)
+    assert [s.name for s in plan.steps] == ["big", "first", "neg", "second", "abs"]
+    assert plan.peak_intermediate_bytes == 16 * 1024 + 1024
+    x = np.linspace(-1, 1, 16 * 256, dtype=np.float32).reshape(16, 256)
+    got = sigdnn.Executor().execute(plan, {"x": x})
+    column = (2 * x.astype(np.float64)).sum(axis=0, keepdims=True)
+    np.testing.assert_array_equal(got["y0"], (-column).astype(np.float32))
+    np.testing.assert_array_equal(got["y1"], np.abs(column).astype(np.float32))
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> sigdnn.Graph:
+    """Random pointwise / reduction graphs over one (16, 256) input: full-size and (1, 256) intermediates."""
+    g = sigdnn.Graph("random", io_dtype="float32", intermediate_dtype="float32")
+    pool = [g.tensor("x", (16, 256))]
+    for i in range(draw(st.integers(2, 9))):
+        a = draw(st.sampled_from(pool))
+        kind = draw(st.sampled_from(["unary", "add", "sum"]))
+        if kind == "add":
+            pool.append(g.pointwise("add", a, draw(st.sampled_from(pool)), name=f"n{i}"))
+        elif kind == "sum" and a.dims[0] > 1:
+            pool.append(g.reduction(a, "add", (1, 256), name=f"n{i}"))
+        else:
+            pool.append(g.pointwise("exp", a, name=f"n{i}"))
+    read = {uid for node in g.nodes for uid in node.op.inputs().values()}
+    for i, t in enumerate(pool[1:]):
+        if t.uid not in read:
+            t.set_output(True).set_name(f"y{i}")
+    return g
+
+
+@settings(max_examples=100, deadline=None)
+@given(graphs())
+def test_prepare_plans_the_lower_peak_of_the_greedy_and_arrival_orders(g: sigdnn.Graph) -> None:
+    assert sigdnn.Executor().prepare(g).peak_intermediate_bytes == min(node_peaks(g))
