@@ -120,6 +120,8 @@ KEPT_UPLOAD_ELEMENTS = 1 << 16  # larger ones are uploaded each time
 _kept: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, tuple[int, ...], bytes], Any]] = (
     weakref.WeakKeyDictionary()
 )
+# per device context: id of a read-only host array -> (a weak reference to it, its device copy), dropped with it
+_held: weakref.WeakKeyDictionary[Any, dict[int, tuple[weakref.ref, Any]]] = weakref.WeakKeyDictionary()
 
 
 class Gpu:
@@ -164,9 +166,11 @@ class Gpu:
     def upload_kept(self, host: np.ndarray) -> Any:
         """A device copy of a small host array no kernel writes (an index map, a constant), uploaded once per
         device context and kept: validation runs every node many times with the same maps (a batch-64 ResNet-50
-        step made 55,000 uploads a run). Enqueued on the context's stream like every upload, so the first
+        step made 55,000 uploads a run). A read-only array, of any size, is kept by identity (``_held_upload``). Enqueued on the context's stream like every upload, so the first
         reader, on that stream, finds it there."""
         host = np.ascontiguousarray(host)
+        if not host.flags.writeable:
+            return self._held_upload(host)
         if host.size > KEPT_UPLOAD_ELEMENTS:
             return self.upload(host)
         kept = _kept.setdefault(self.context, OrderedDict())
@@ -178,6 +182,19 @@ class Gpu:
                 kept.popitem(last=False)
         else:
             kept.move_to_end(key)
+        return found
+
+    def _held_upload(self, host: np.ndarray) -> Any:
+        """The device copy of a read-only host array (a plan's own map, frozen when the plan was built), found
+        again by identity, whatever its size, without reading its bytes (hashing a conv's maps cost about 0.5 ms a
+        call); kept while the array lives."""
+        held = _held.setdefault(self.context, {})
+        key = id(host)
+        entry = held.get(key)
+        if entry is not None and entry[0]() is host:
+            return entry[1]
+        found = self.upload(host)
+        held[key] = (weakref.ref(host, lambda _, key=key, held=held: held.pop(key, None)), found)
         return found
 
     @property

@@ -55,6 +55,13 @@ Dims = tuple[int, ...]
 Pass = Callable[[Array, Array], Array | Permuted]
 
 
+def frozen(array: np.ndarray) -> np.ndarray:
+    """A plan's map made read-only: the device keeps its upload by identity for the plan's life
+    (``Gpu.upload_kept``), so it must never change."""
+    array.flags.writeable = False
+    return array
+
+
 def channels_last(rank: int) -> Dims:
     """The axis order (N, *spatial, C) of a rank-``rank`` conv tensor."""
     return (0, *range(2, rank), 1)
@@ -85,8 +92,8 @@ class Rows:
     def of(cls, dims: Dims, strides: Dims, window: np.ndarray) -> Rows:
         """The maps of a source of logical ``dims`` (N, C, *S) held with ``strides``; window as ``windows``'."""
         at = offsets(dims[2:], strides[2:]).reshape(-1)
-        placed = np.where(window >= 0, at[np.maximum(window, 0)], -1)
-        return cls(placed, np.arange(dims[1], dtype=np.int64) * strides[1], strides[0], dims[0])
+        placed = np.where(window >= 0, at[np.maximum(window, 0)], -1).astype(np.int64)
+        return cls(frozen(placed), frozen(np.arange(dims[1], dtype=np.int64) * strides[1]), strides[0], dims[0])
 
     def gather(self, source: Array, groups: int) -> Array:
         return source.take_window_rows(self.window, self.channels, self.image, self.n, groups)
@@ -106,7 +113,8 @@ class Columns:
     def of(cls, dims: Dims, window: np.ndarray) -> Columns:
         n, c = dims[:2]
         spatial = math.prod(dims[2:])
-        return cls(np.arange(c, dtype=np.int64) * spatial, np.ascontiguousarray(window.T), c * spatial, n)
+        channels, transposed = np.arange(c, dtype=np.int64) * spatial, np.ascontiguousarray(window.T, np.int64)
+        return cls(frozen(channels), frozen(transposed), c * spatial, n)
 
     def gather(self, source: Array, groups: int) -> Array:
         col = source.take_windows(self.channels, self.window, self.image, self.n)  # (C, taps * N * P)

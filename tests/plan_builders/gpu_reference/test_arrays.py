@@ -256,3 +256,30 @@ def test_outer_offsets_are_made_once_and_read_only() -> None:
     np.testing.assert_array_equal(np.add.outer(rows, cols).ravel(), np.arange(24) + 5)
     with pytest.raises(ValueError, match="read-only"):
         rows[0] = 1
+
+
+def test_read_only_uploads_are_kept_by_identity_whatever_their_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan's frozen maps go up once per device context, however large, found by the array itself (its bytes are
+    not read again); an equal writeable array is not that array; the copy goes when the array does."""
+    import gc
+
+    from sigdnn.plan_builders.gpu_reference import backend
+
+    uploads = []
+    real = Gpu.upload
+    monkeypatch.setattr(Gpu, "upload", lambda self, host: uploads.append(host.size) or real(self, host))
+    context = EmulatedGpu()
+    big = np.arange(backend.KEPT_UPLOAD_ELEMENTS + 1, dtype=np.int64)
+    big.flags.writeable = False
+    first = Gpu(context, None).upload_kept(big)
+    assert Gpu(context, None).upload_kept(big) is first and uploads == [big.size]
+    np.testing.assert_array_equal(np.asarray(first), big)
+    assert Gpu(EmulatedGpu(), None).upload_kept(big) is not first  # another context: its own copy
+    writeable = big.copy()
+    assert Gpu(context, None).upload_kept(writeable) is not first  # not the frozen array: uploaded as any other
+    assert len(uploads) == 3
+    held = backend._held[context]
+    assert list(held) == [id(big)]
+    del big
+    gc.collect()
+    assert not held  # the map died: its device copy is let go

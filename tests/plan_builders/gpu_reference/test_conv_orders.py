@@ -240,3 +240,31 @@ def test_a_float64_pass_agrees_after_rounding_to_float32() -> None:
         t.set_data_type("float64")
     got, want = run_both(g, random_inputs(g, 3))
     assert int(agreement_ulps(got["conv::y"], want["conv::y"]).max()) <= 1
+
+
+@pytest.mark.parametrize("layout", ["last", "first"])
+@pytest.mark.parametrize("op", OPS)
+def test_a_second_run_uploads_no_map(monkeypatch: pytest.MonkeyPatch, op: str, layout: str) -> None:
+    """The passes' window and channel maps are made when the plan is built and frozen, so the device keeps their
+    uploads by identity, however large: a plan's second run sends none of them up (validation runs each plan many
+    times; the stem's maps, 600,000 entries, went up on every run)."""
+    from gpu_reference_emulation import gpu_reference_executor
+
+    from sigdnn.plan_builders.gpu_reference import backend
+    from sigdnn.plan_builders.gpu_reference.backend import Gpu
+
+    uploads = []
+    real = Gpu.upload
+    monkeypatch.setattr(Gpu, "upload", lambda self, host: uploads.append(host.size) or real(self, host))
+    monkeypatch.setattr(backend, "KEPT_UPLOAD_ELEMENTS", 4)  # every map "large": only identity keeps it
+    g = graph(op, GEOMETRIES[0], dict.fromkeys(("x", "w", "y", "dy", "dx", "dw"), layout))
+    ex = gpu_reference_executor()
+    plan = ex.prepare(g)
+    inputs = random_inputs(g, 0)
+    first = ex.execute(plan, inputs)
+    assert uploads
+    uploads.clear()
+    again = ex.execute(plan, inputs)
+    assert uploads == []
+    for name in first:
+        np.testing.assert_array_equal(again[name], first[name])
