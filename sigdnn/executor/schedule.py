@@ -80,32 +80,13 @@ def memory_aware_order(
 
 def arrival_order(reads: Sequence[Sequence[int]], writes: Sequence[Sequence[int]], rank: Sequence[int]) -> list[int]:
     """The topological order of units that keeps the graph's own as far as it can: the ready unit of lowest
-    ``rank`` first."""
-    n = len(reads)
-    producer = {uid: u for u in range(n) for uid in writes[u]}
-    waiting = [0] * n
-    successors: list[list[int]] = [[] for _ in range(n)]
-    for u in range(n):
-        for uid in dict.fromkeys(reads[u]):
-            p = producer.get(uid)
-            if p is not None:
-                successors[p].append(u)
-                waiting[u] += 1
-    ready = [(rank[u], u) for u in range(n) if waiting[u] == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        _, u = heapq.heappop(ready)
-        order.append(u)
-        for s in successors[u]:
-            waiting[s] -= 1
-            if waiting[s] == 0:
-                heapq.heappush(ready, (rank[s], s))
-    return order
+    ``rank`` first (the greedy order where nothing costs memory: every score ties)."""
+    return memory_aware_order(reads, writes, rank, {})
 
 
 def candidate_orders(
     reads: Sequence[Sequence[int]], writes: Sequence[Sequence[int]], rank: Sequence[int], sizes: Mapping[int, int]
 ) -> list[list[int]]:
-    """The orders prepare plans memory for, the greedy one first (it is kept where the peaks tie)."""
-    return [memory_aware_order(reads, writes, rank, sizes), arrival_order(reads, writes, rank)]
+    """The distinct orders prepare plans memory for, the greedy one first (it is kept where the peaks tie)."""
+    greedy, arrival = memory_aware_order(reads, writes, rank, sizes), arrival_order(reads, writes, rank)
+    return [greedy] if arrival == greedy else [greedy, arrival]

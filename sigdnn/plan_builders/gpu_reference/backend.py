@@ -166,8 +166,8 @@ class Gpu:
     def upload_kept(self, host: np.ndarray) -> Any:
         """A device copy of a small host array no kernel writes (an index map, a constant), uploaded once per
         device context and kept: validation runs every node many times with the same maps (a batch-64 ResNet-50
-        step made 55,000 uploads a run). A read-only array, of any size, is kept by identity (``_held_upload``). Enqueued on the context's stream like every upload, so the first
-        reader, on that stream, finds it there."""
+        step made 55,000 uploads a run); a read-only array, of any size, by identity (``_held_upload``). Enqueued
+        on the context's stream like every upload, so the first reader, on that stream, finds it there."""
         host = np.ascontiguousarray(host)
         if not host.flags.writeable:
             return self._held_upload(host)
