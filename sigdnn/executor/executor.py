@@ -17,7 +17,7 @@ from sigdnn.executor.autotune import Candidate, Tuner, build_node, candidates_of
 from sigdnn.executor.fallback import FALLBACKS, FallbackBuilder, fallback_builder
 from sigdnn.executor.host import HostMemory
 from sigdnn.executor.host_arrays import to_torch
-from sigdnn.executor.memory_plan import plan_memory, tensor_bytes
+from sigdnn.executor.memory_plan import can_host, plan_memory, tensor_bytes
 from sigdnn.executor.plan import ExecutionPlan, Step
 from sigdnn.executor.router import Router, default_router
 from sigdnn.executor.schedule import candidate_orders
@@ -190,10 +190,12 @@ class Executor:
         rank = [min(position[n] for n in s.nodes) for s in steps]
         sizes = {uid: tensor_bytes(graph, uid) for uid, t in graph.tensors.items()
                  if t.is_virtual and uid not in views.parents}  # fmt: skip
+        lenders = [t.uid for t in graph.outputs if can_host(graph, t.uid)] if device.kind == "gpu" else []
         planned = []
         for run_order in candidate_orders([s.reads for s in steps], [s.writes for s in steps], rank, sizes):
             ordered = tuple(steps[u] for u in run_order)
-            planned.append((plan_memory(graph, [(s.reads, s.writes) for s in ordered], views.parents), ordered))
+            accesses = [(s.reads, s.writes) for s in ordered]
+            planned.append((plan_memory(graph, accesses, views.parents, lenders), ordered))
         memory, ordered = min(planned, key=lambda p: p[0].peak_bytes)  # the first of the lowest peaks
         arena = tuple((uid, offset, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
                       for uid, offset in memory.offsets.items())  # fmt: skip

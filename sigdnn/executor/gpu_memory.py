@@ -35,6 +35,8 @@ import numpy as np
 from sigdnn.dtypes import DataType
 from sigdnn.errors import VariantPackError
 from sigdnn.executor.host import strided_view
+from sigdnn.executor.hosting import in_place
+from sigdnn.executor.memory_plan import tensor_bytes
 from sigdnn.executor.variant_pack import resolve_pack
 from sigdnn.graph.layout import span_elements
 from sigdnn.graph.tensor import Tensor
@@ -144,6 +146,21 @@ def _alias(buffer: Any, offset: int, tensor: Tensor, dtype: DataType) -> DeviceA
                        device_id=buffer.device_id)  # fmt: skip
 
 
+def _lenders(
+    hosts: set[int],
+    buffers: Mapping[int, Any],
+    spans: list[tuple[int, int]],
+    spare: Callable[[int], Any],
+    fresh: set[int] | frozenset[int] = frozenset(),
+) -> dict[int, Any]:
+    """Each lending output's buffer for its guests this run (``plan.memory.hosted``): the caller's own where
+    ``in_place`` allows, else ``spare(uid)``, memory of the output's size that the run does not share.
+    ``spans``: (uid, bytes) of every caller buffer; ``fresh``: outputs the caller did not give (a bound plan
+    allocates them anew each run, and guests moving with them would rebind their steps every run)."""
+    usable = in_place({uid: (buffers[uid].ptr, nbytes) for uid, nbytes in spans}, hosts) - fresh
+    return {uid: buffers[uid] if uid in usable else spare(uid) for uid in hosts}
+
+
 def _check_host(obj: np.ndarray, tensor: Tensor, dtype: DataType, writable: bool) -> None:
     where = f"tensor '{tensor.name}' (uid {tensor.uid})"
     if obj.dtype != dtype.numpy or obj.shape != tensor.dims:
@@ -176,6 +193,15 @@ class GpuRun:
 
     def alias(self, buffer: Any, offset: int, tensor: Tensor, dtype: DataType) -> Any:
         return _alias(buffer, offset, tensor, dtype)
+
+    def lenders(self, plan: Any, buffers: Mapping[int, Any]) -> dict[int, Any]:
+        """The buffers the plan's hosted intermediates live in this run (``_lenders``), given the caller's."""
+        graph = plan.graph
+        hosts = {host for host, _ in plan.memory.hosted.values()}
+        spans = [(uid, tensor_bytes(graph, uid)) for uid in buffers]
+        return _lenders(
+            hosts, buffers, spans, lambda uid: self.new_output(graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
+        )
 
     def accept(self, obj: Any, tensor: Tensor, dtype: DataType, writable: bool) -> Any:
         if isinstance(obj, np.ndarray):
@@ -244,6 +270,10 @@ class BoundPlan:
         self._io = [uid for uid, t in graph.tensors.items() if not t.is_virtual]
         self._input_views = [(uid, root, offset, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
                              for uid, (root, offset) in plan.memory.input_views.items()]  # fmt: skip
+        self._guests = [(uid, host, offset, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
+                        for uid, (host, offset) in plan.memory.hosted.items()]  # fmt: skip
+        self._hosts = {host for host, _ in plan.memory.hosted.values()}
+        self._spare: dict[int, Any] = {}  # lending output uid -> this binding's buffer for its guests when needed
         writable = plan.tensors.writable  # the outputs: inputs and graph constants are read only
         self._io_specs = [
             (uid, graph.tensors[uid], graph.dtype_of(graph.tensors[uid]), uid not in writable) for uid in self._io
@@ -259,15 +289,18 @@ class BoundPlan:
         }
         self._constants_held: set[int] = set()  # graph constants whose staging holds their data
         self._steps = [s for s in plan.steps if getattr(s.plan, "launches", None) != 0]  # views launch nothing
-        io = set(self._io) | set(plan.memory.input_views)  # a view of an input moves with it
-        self._touches_io = [any(u in io for u in s.bindings.values()) for s in self._steps]
+        self._spans = [(uid, tensor_bytes(graph, uid)) for uid in self._io]
+        io = set(self._io) | set(plan.memory.input_views) | set(plan.memory.hosted)  # these move with the caller's
+        # per step, its tensors whose address follows the caller's buffers, and their addresses when it was bound
+        self._moving = [tuple(u for u in dict.fromkeys(s.bindings.values()) if u in io) for s in self._steps]
+        self._bound_at: list[tuple[int, ...] | None] = [None] * len(self._steps)
         self._launches: list[Callable[[], None]] = [None] * len(self._steps)  # type: ignore[list-item]
         self._addresses: tuple[int, ...] | None = None
         self._bindable = all(hasattr(s.plan, "bind") for s in self._steps)
         self._graphs: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._seen: set[tuple[int, ...]] = set()
         for i, step in enumerate(self._steps):
-            if not self._touches_io[i]:
+            if not self._moving[i]:
                 self._launches[i] = self._bind(step)
 
     def _bind(self, step: Any) -> Callable[[], None]:
@@ -294,6 +327,23 @@ class BoundPlan:
         """Every step's launch enqueued on ``stream`` (the caller's buffers as last accepted)."""
         self.execution = attrs.evolve(self.execution, stream=stream)
         self._launches = [self._bind(step) for step in self._steps]
+        self._bound_at = [tuple(self.buffers[u].ptr for u in uids) for uids in self._moving]
+
+    def _rebind_moved(self) -> None:
+        """Bind again the steps whose caller-following tensors (io, views of inputs, guests) changed address."""
+        for i, uids in enumerate(self._moving):
+            if uids:
+                now = tuple(self.buffers[u].ptr for u in uids)
+                if now != self._bound_at[i]:
+                    self._launches[i] = self._bind(self._steps[i])
+                    self._bound_at[i] = now
+
+    def _spare_for(self, uid: int) -> Any:
+        found = self._spare.get(uid)
+        if found is None:
+            t = self.plan.graph.tensors[uid]
+            found = self._spare[uid] = _strided(self.context, t, self.plan.graph.dtype_of(t))
+        return found
 
     def _staged(self, uid: int) -> Any:
         found = self._staging.get(uid)
@@ -318,7 +368,7 @@ class BoundPlan:
         ours = self.context.stream_handle
         with self._lock:
             copy_back: dict[int, np.ndarray] = {}
-            fresh = False
+            fresh: set[int] = set()
             for uid, t, dtype, is_input in self._io_specs:
                 obj = pack.get(uid)
                 if t.value is not None:
@@ -340,7 +390,7 @@ class BoundPlan:
                 elif obj is None:  # an output the caller did not give: a fresh buffer per run
                     self._move(ours)
                     self.buffers[uid] = _strided(self.context, t, dtype)
-                    fresh = True
+                    fresh.add(uid)
                 elif isinstance(obj, np.ndarray):
                     writable = not is_input
                     _check_host(obj, t, dtype, writable)
@@ -357,12 +407,14 @@ class BoundPlan:
                 self.buffers[uid] = _alias(self.buffers[root], offset, t, dtype)
             stream = ours if torch_stream is None else torch_stream
             addresses = tuple(self.buffers[u].ptr for u in self._io)
+            if self._guests and addresses != self._addresses:  # where guests live depends on the addresses only
+                bases = _lenders(self._hosts, self.buffers, self._spans, self._spare_for, fresh)
+                for uid, host, offset, t, dtype in self._guests:
+                    self.buffers[uid] = _alias(bases[host], offset, t, dtype)
             if stream != self.execution.stream:
                 self._bind_all(stream)
             elif addresses != self._addresses:
-                for i, step in enumerate(self._steps):
-                    if self._touches_io[i]:
-                        self._launches[i] = self._bind(step)
+                self._rebind_moved()
             self._addresses = addresses
             self._move(stream)
             self._launch(addresses, replayable=not fresh)

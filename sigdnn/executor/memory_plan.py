@@ -11,6 +11,10 @@ tensor it aliases, through any chain of views) at a byte offset, and the
 root stays allocated from the first step that writes any tensor of its group
 to the last step that reads one. A view whose root is a caller's input has
 no offset here: each run makes it from the caller's buffer (``input_views``).
+
+On the GPU, an intermediate that dies before a caller output is first
+written may live in that output's memory instead (``sigdnn.executor.hosting``:
+``hosted``, made by each run from the output's buffer like an input view).
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
+from sigdnn.executor.hosting import Host, choose_guests
 from sigdnn.graph.graph import Graph
-from sigdnn.graph.layout import span_elements
+from sigdnn.graph.layout import is_non_overlapping, span_elements
 
 ALIGNMENT = 256  # bytes: what GPU vector loads and cuBLAS-style kernels like
 
@@ -39,11 +44,20 @@ class MemoryPlan:
     roots: dict[int, int] = attrs.field(factory=dict)  # view uid -> uid of the tensor whose memory it is
     # view uid -> (caller's input uid, byte offset in it): views a run makes from the caller's buffer
     input_views: dict[int, tuple[int, int]] = attrs.field(factory=dict)
+    # intermediate uid -> (caller's output uid, byte offset in it): scratch a run places in an output not yet written
+    hosted: dict[int, tuple[int, int]] = attrs.field(factory=dict)
 
 
 def tensor_bytes(graph: Graph, uid: int) -> int:
     t = graph.tensors[uid]
     return span_elements(t.dims, t.strides) * graph.dtype_of(t).itemsize
+
+
+def can_host(graph: Graph, uid: int) -> bool:
+    """Whether a caller output may lend its memory: dense (its span is its elements, so scratch stays inside
+    bytes it owns and its producer overwrites all of them)."""
+    t = graph.tensors[uid]
+    return span_elements(t.dims, t.strides) == t.size and is_non_overlapping(t.dims, t.strides)
 
 
 class _FreeList:
@@ -115,6 +129,7 @@ def plan_memory(
     graph: Graph,
     steps: Sequence[tuple[Iterable[int], Iterable[int]]],
     aliases: Mapping[int, tuple[int, int]] | None = None,
+    lenders: Iterable[int] = (),
 ) -> MemoryPlan:
     """Arena offsets for every virtual tensor a step writes, along the steps' order.
 
@@ -123,32 +138,59 @@ def plan_memory(
     that reads it; tensors internal to a region never appear, so they take
     no memory. ``aliases`` maps a view's uid to (the uid it is part of, byte
     offset): its root is allocated instead, for the whole group's lifetime.
+    ``lenders``: caller outputs whose memory may hold intermediates until
+    they are written (``can_host``; the GPU backend's).
     """
     aliases = aliases or {}
     virtual = {uid for uid, t in graph.tensors.items() if t.is_virtual}
     resolved = {uid: _resolve(aliases, uid) for uid in aliases}
     root_of = {uid: root for uid, (root, _) in resolved.items()}
+    first_write: dict[int, int] = {}
     last_use: dict[int, int] = {}
     for step, (reads, writes) in enumerate(steps):
+        for uid in writes:
+            first_write.setdefault(root_of.get(uid, uid), step)
         for uid in (*reads, *writes):
             if uid in virtual and root_of.get(uid, uid) in virtual:
                 last_use[root_of.get(uid, uid)] = step
-    offsets: dict[int, int] = {}
-    sizes: dict[int, int] = {}
-    arena = _FreeList()
-    expiry: dict[int, list[int]] = {}
-    for step, (_reads, writes) in enumerate(steps):
-        for uid in writes:
-            root = root_of.get(uid, uid)
-            if uid not in virtual or root not in virtual or root in sizes:
-                continue
-            size = _align(max(tensor_bytes(graph, root), 1))
-            offsets[root], sizes[root] = arena.allocate(size), size
-            expiry.setdefault(last_use[root], []).append(root)
-        for uid in expiry.pop(step, ()):
-            arena.release(offsets[uid], sizes[uid])
+    lifetimes = {root: (first, last_use[root]) for root, first in first_write.items() if root in last_use}
+    sizes = {root: _align(max(tensor_bytes(graph, root), 1)) for root in lifetimes}
+    offsets, peak = _arena(lifetimes, sizes, len(steps))
+    hosts = {uid: Host(tensor_bytes(graph, uid), first_write[uid]) for uid in lenders if uid in first_write}
+    guests = choose_guests(lifetimes, {uid: tensor_bytes(graph, uid) for uid in lifetimes}, hosts, len(steps))
+    if guests:  # kept only where they lower the arena: each ties its steps to the caller's buffer
+        remaining = {root: span for root, span in lifetimes.items() if root not in guests}
+        hosted_offsets, hosted_peak = _arena(remaining, sizes, len(steps))
+        if hosted_peak < peak:
+            offsets, peak = hosted_offsets, hosted_peak
+        else:
+            guests = {}
     input_views = {uid: (root, offset) for uid, (root, offset) in resolved.items() if root not in virtual}
+    hosted = dict(guests)
     for uid, (root, offset) in resolved.items():
-        if uid not in input_views:
+        if root in guests:
+            host, at = guests[root]
+            hosted[uid] = (host, at + offset)
+        elif uid not in input_views:
             offsets[uid] = offsets[root] + offset
-    return MemoryPlan(offsets, sizes, arena.peak, sum(sizes.values()), root_of, input_views)
+    return MemoryPlan(offsets, sizes, peak, sum(sizes.values()), root_of, input_views, hosted)
+
+
+def _arena(
+    lifetimes: Mapping[int, tuple[int, int]], sizes: Mapping[int, int], steps: int
+) -> tuple[dict[int, int], int]:
+    """Best-fit offsets of tensors alive over steps [first, last], and the arena's peak: at each step the
+    tensors it writes are placed (in the order given), then those it reads last are released."""
+    writes: list[list[int]] = [[] for _ in range(steps)]
+    expiry: list[list[int]] = [[] for _ in range(steps)]
+    for uid, (first, last) in lifetimes.items():
+        writes[first].append(uid)
+        expiry[last].append(uid)
+    arena = _FreeList()
+    offsets: dict[int, int] = {}
+    for step in range(steps):
+        for uid in writes[step]:
+            offsets[uid] = arena.allocate(sizes[uid])
+        for uid in expiry[step]:
+            arena.release(offsets[uid], sizes[uid])
+    return offsets, arena.peak

@@ -140,6 +140,10 @@ class ExecutionPlan:
                 "peak_intermediate_bytes": self.memory.peak_bytes,
                 "intermediate_bytes_without_reuse": self.memory.total_bytes,
                 "workspace_bytes": self.workspace_bytes,
+                "intermediates_in_outputs": {
+                    self.graph.tensors[uid].name: self.graph.tensors[host].name
+                    for uid, (host, _) in self.memory.hosted.items()
+                },
             },
         }
 
@@ -169,6 +173,9 @@ class ExecutionPlan:
             f"peak intermediate memory: {m.peak_bytes} bytes (without reuse: {m.total_bytes}); "
             f"workspace: {self.workspace_bytes} bytes" + (f"; {len(m.roots)} views" if m.roots else "")
         )
+        if m.hosted:
+            guests = ", ".join(f"{g.tensors[u].name} in {g.tensors[h].name}" for u, (h, _) in m.hosted.items())
+            lines.append(f"intermediates in outputs not yet written: {guests}")
         return "\n".join(lines)
 
     def _aliased(self, step: Step) -> list[str]:

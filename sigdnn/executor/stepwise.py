@@ -45,11 +45,15 @@ def run_steps(
                 buffers[uid] = memory.accept(t.constant(), t, dtype, writable=False)
             else:
                 buffers[uid] = memory.new_output(t, dtype)
+    lenders = memory.lenders(plan, buffers) if plan.memory.hosted else {}
     scratch = _scratch(plan, memory)
     buffers.update(scratch[0])
     for uid, (root, offset) in plan.memory.input_views.items():
         t = graph.tensors[uid]
         buffers[uid] = memory.alias(buffers[root], offset, t, graph.dtype_of(t))
+    for uid, (host, offset) in plan.memory.hosted.items():
+        t = graph.tensors[uid]
+        buffers[uid] = memory.alias(lenders[host], offset, t, graph.dtype_of(t))
     context = ExecutionContext(device, memory.stream, scratch[1])
     for index, step in enumerate(plan.steps):
         started = time.perf_counter() if on_step is not None else 0.0

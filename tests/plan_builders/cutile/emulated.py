@@ -60,13 +60,19 @@ class EmulatedGpuMemory(HostMemory):
         return self._strided(tensor, dtype)
 
     def alias(self, buffer: np.ndarray, offset: int, tensor: Tensor, dtype: DataType) -> np.ndarray:
-        """A view ``offset`` bytes into a laid-out input (its element 0 starts a span of its declared strides)."""
+        """A view ``offset`` bytes into a laid-out buffer (an input's, or a lending output's), as ``dtype``
+        (a guest's may differ from its host's)."""
         item = dtype.itemsize
-        span = np.lib.stride_tricks.as_strided(buffer, (offset // item + span_elements(tensor.dims, tensor.strides),),
-                                               (item,))  # fmt: skip
+        nbytes = offset + span_elements(tensor.dims, tensor.strides) * item
+        raw = np.lib.stride_tricks.as_strided(buffer, (-(-nbytes // buffer.itemsize),), (buffer.itemsize,))
+        raw = raw.view(np.uint8)[:nbytes]
         return np.lib.stride_tricks.as_strided(
-            span[offset // item :], tensor.dims, tuple(s * item for s in tensor.strides)
+            raw[offset:].view(dtype.numpy), tensor.dims, tuple(s * item for s in tensor.strides)
         )
+
+    def lenders(self, plan: Any, buffers: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """Each lending output's own laid-out buffer: a private copy here, so it never shares the caller's memory."""
+        return {host: buffers[host] for host, _ in plan.memory.hosted.values()}
 
     def scalar(self, value: np.ndarray, tensor: Tensor, dtype: DataType) -> np.ndarray:
         laid_out = self._strided(tensor, dtype)

@@ -98,7 +98,12 @@ def test_as_dict_is_the_same_plan_as_plain_data() -> None:
                 "choice": None,
             },
         ],
-        "memory": {"peak_intermediate_bytes": 512, "intermediate_bytes_without_reuse": 512, "workspace_bytes": 0},
+        "memory": {
+            "peak_intermediate_bytes": 512,
+            "intermediate_bytes_without_reuse": 512,
+            "workspace_bytes": 0,
+            "intermediates_in_outputs": {},
+        },
     }
     assert plan.peak_intermediate_bytes == 512
     assert [s.name for s in plan.regions] == ["region(act..relu)"]
