@@ -338,6 +338,11 @@ class BoundPlan:
                     self._launches[i] = self._bind(self._steps[i])
                     self._bound_at[i] = now
 
+    @property
+    def spare_bytes(self) -> int:
+        """Device memory this binding holds for guests whose output could not lend its own (memory reports)."""
+        return sum(buffer.nbytes for buffer in self._spare.values())
+
     def _spare_for(self, uid: int) -> Any:
         found = self._spare.get(uid)
         if found is None:

@@ -85,6 +85,7 @@ def test_a_given_output_holds_the_guest_and_follows_when_it_moves():
         got = ex.execute(plan, {"x": ctx.to_device(x), "y": y})["y"]
         assert np.array_equal(got, want(x))
         assert inside(guest_address(ex, plan), y)
+    assert ex.memory.bound(plan, False).spare_bytes == 0
 
 
 def test_an_output_given_the_input_s_memory_keeps_the_guest_out_of_it():
@@ -96,6 +97,7 @@ def test_an_output_given_the_input_s_memory_keeps_the_guest_out_of_it():
     got = ex.execute(plan, {"x": shared, "y": shared})["y"]  # y = relu(x) / 2 + x, written over x
     assert np.array_equal(got, want(x))
     assert not inside(guest_address(ex, plan), shared)
+    assert ex.memory.bound(plan, False).spare_bytes == x.nbytes  # what the run held for the guest instead
 
 
 def test_a_misaligned_output_keeps_the_guest_out_of_it():
