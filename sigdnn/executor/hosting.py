@@ -67,7 +67,7 @@ def choose_guests(
     last step, ``sizes`` its bytes (its strided span), ``hosts`` the outputs
     that may lend their memory; ``steps`` is how many steps the plan runs.
     """
-    if not hosts:
+    if not hosts or not steps:
         return {}
     live = [0] * steps
     for uid, (start, end) in lifetimes.items():
@@ -78,9 +78,7 @@ def choose_guests(
     # a host whose first write comes earlier frees fewer guests: offer the tightest fit first
     order = sorted(hosts, key=lambda uid: (hosts[uid].first_write, hosts[uid].capacity, uid))
     while True:
-        peak = max(range(steps), key=live.__getitem__, default=None)
-        if peak is None or live[peak] == 0:
-            return placed
+        peak = max(range(steps), key=live.__getitem__)
         present = sorted(
             (uid for uid, (start, end) in lifetimes.items() if start <= peak <= end and uid not in placed),
             key=lambda uid: (-sizes[uid], uid),

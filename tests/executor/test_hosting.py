@@ -84,6 +84,18 @@ def test_a_hand_worked_backward_pass():
     assert choose_guests(lifetimes, sizes, {9: Host(2047, 4)}, 6) == {1: (9, 0)}  # room for one only
 
 
+def test_a_guest_takes_a_gap_that_fits_it_exactly():
+    """t1 and t3 never meet: t3 goes below t2, into the 256 bytes t1 held (a host of 512 has no other room)."""
+    lifetimes, sizes = {1: (0, 1), 2: (0, 3), 3: (2, 3)}, {1: 256, 2: 256, 3: 256}
+    assert choose_guests(lifetimes, sizes, {9: Host(512, 4)}, 4) == {1: (9, 0), 2: (9, 256), 3: (9, 0)}
+
+
+def test_the_largest_tensor_at_the_peak_moves_first():
+    lifetimes, sizes = {1: (0, 1), 2: (0, 1)}, {1: 256, 2: 512}
+    assert choose_guests(lifetimes, sizes, {9: Host(512, 2)}, 2) == {2: (9, 0)}
+    assert choose_guests(lifetimes, sizes, {9: Host(512, 2)}, 0) == {}  # no steps, nothing alive
+
+
 def test_the_tightest_host_takes_a_guest_first():
     """Of two hosts, the one written earlier (freeing fewer guests) is offered first, keeping the later one
     for tensors that live longer."""
@@ -120,6 +132,7 @@ def test_an_output_given_the_input_s_memory_lends_nothing():
     assert in_place(spans, {2, 3}) == {3}
     assert in_place({1: (4096, 2048), 2: (5120, 256)}, {1, 2}) == set()  # one inside the other
     assert in_place({1: (4096 + 2, 256)}, {1}) == set()  # misaligned
+    assert in_place({1: (4096, 256), 2: (4352, 256)}, {1, 2}) == {1, 2}  # adjacent, not overlapping
 
 
 def chain_graph(n: int):

@@ -100,8 +100,8 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
         work = Workspace()
         launches = []
         argmax = view("dy", dy)  # the average modes never read it (their branch compiles without it)
-        if op.mode == "max":
-            argmax = work.take(y_dims, "int32")
+        if op.mode == "max":  # laid out as dy is: the lanes that gather dy's neighbours gather theirs too
+            argmax = work.take(y_dims, "int32", like=as_5d(dy)[1])
             constants = (dy.size, *divisors(dy), *y_dims, *x_dims[2:], *window, TILE)
             grid = (cdiv(dy.size, TILE), 1, 1)
             launches.append(Launch(kernel_source("pool_argmax"), grid, (view("x", x), argmax), constants))

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sigdnn.graph.layout import packed_like, packed_strides
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.registry.contracts import NodePlan
 from sigdnn.runtime.device import ExecutionContext
@@ -54,12 +55,14 @@ class Workspace:
     def __init__(self) -> None:
         self.nbytes = 0
 
-    def take(self, shape: tuple[int, ...], dtype: str = "float32") -> Arg:
+    def take(self, shape: tuple[int, ...], dtype: str = "float32", like: tuple[int, ...] | None = None) -> Arg:
+        """A packed view: row-major, or in the axis order of the strides ``like`` (so that lanes walking a
+        tensor of that layout touch neighbouring elements of this one too)."""
         itemsize = np.dtype(dtype).itemsize
         offset = self.nbytes // itemsize
         size = int(np.prod(shape)) if shape else 1
         self.nbytes += -(-size * itemsize // 256) * 256
-        strides = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))
+        strides = packed_strides(shape) if like is None else packed_like(shape, like)
         return Arg(WORKSPACE, shape, strides, offset, dtype)
 
 

@@ -20,6 +20,7 @@ import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.plan_builders.cutile import pooling
 from sigdnn.plan_builders.cutile.pooling import CutilePoolingBackwardBuilder, CutilePoolingBuilder
+from sigdnn.plan_builders.cutile.steps import WORKSPACE
 
 
 @pytest.fixture(autouse=True)
@@ -92,3 +93,22 @@ def test_the_kernel_text_is_the_literal_file_below_its_marker() -> None:
     assert source.text.rstrip().endswith("kernel = pool_forward")
     assert "def pool_forward(" in source.text and "ct: Any = None" not in source.text
     assert CutilePoolingBuilder().ops == ("pooling",)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_the_argmax_is_laid_out_as_dy_is(layout: str) -> None:
+    """The backward's lanes walk dx in memory order and gather dy's neighbours: the argmax they gather beside
+    them must be laid out as dy is (channels innermost for NHWC), or each lane reads its own sector."""
+    g = backward(Case("layout", (2, 8, 9, 7), layout, (3, 3), (2, 2), (1, 1)), "max")
+    node = g.nodes[0]
+    launches, _ = CutilePoolingBackwardBuilder().launches(node, g)
+    argmax = launches[0].args[1]
+    dy = launches[1].args[0]
+    assert argmax.buffer == WORKSPACE and argmax.shape == dy.shape
+    real = [axis for axis, size in enumerate(dy.shape) if size > 1]  # a size-1 axis has no place in memory
+
+    def order(strides):
+        return sorted(real, key=lambda axis: -strides[axis])
+
+    assert order(argmax.strides) == order(dy.strides)
+    assert (argmax.strides[1] == 1) == (layout == "NHWC")
