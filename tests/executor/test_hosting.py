@@ -173,3 +173,15 @@ def test_a_view_of_a_guest_lives_at_its_offset_in_the_host():
     steps = [((x,), (t1,)), ((t1,), (t2,)), ((t2,), (t3,)), ((t3,), (y,))]
     plan = plan_memory(g, steps, aliases={t2: (t1, 256)}, lenders=[y])  # group t1 + t2 alive 0-2, t3 2-3
     assert plan.hosted == {t1: (y, 0), t2: (y, 256)} and plan.peak_bytes == 4096
+
+
+def test_only_a_dense_output_may_lend():
+    """Scratch must stay inside bytes the caller's tensor owns: a row-padded or a broadcast layout lends none."""
+    import sigdnn
+    from sigdnn.executor.memory_plan import can_host
+
+    g = sigdnn.Graph("layouts", io_dtype="float32")
+    dense = g.tensor("dense", dims=(3, 5), strides=(1, 3))  # column-major: dense in another order
+    padded = g.tensor("padded", dims=(3, 5), strides=(8, 1))  # a gap after each row
+    broadcast = g.tensor("broadcast", dims=(2, 2), strides=(0, 3))  # spans 4 elements, but twice each
+    assert [can_host(g, t.uid) for t in (dense, padded, broadcast)] == [True, False, False]
