@@ -254,3 +254,18 @@ def test_a_graph_constant_is_uploaded_after_torch_s_stream_and_then_held(context
     context.calls.clear()
     ex.execute(plan, {"x": fake(4.0), "y": y}, to_host=False)
     assert ("upload",) not in context.calls
+
+
+def test_after_a_stream_change_a_moved_input_rebinds_only_its_own_step(context):
+    """The first run moves every launch to torch's stream (all bound again, their addresses noted); a second
+    run with x elsewhere binds again the step that reads x, not the one that writes the unmoved y."""
+    ex = executor(context, fusion=False)
+    plan = ex.prepare(graph())
+    y = fake(0.0)
+    ex.execute(plan, {"x": fake(-2.0), "b": fake(1.5), "y": y}, to_host=False)
+    bound = ex.memory.bound(plan, False)
+    before = list(bound._launches)
+    ex.execute(plan, {"x": fake(2.0), "b": fake(1.5), "y": y}, to_host=False)
+    assert len(plan.steps) == 2  # add (x, b), then relu into y
+    assert [old is new for old, new in zip(before, bound._launches)] == [False, True]
+    np.testing.assert_array_equal(y.array, np.full((3, 5), 3.5, np.float32))
