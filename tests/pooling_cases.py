@@ -41,6 +41,8 @@ def cases() -> list[Case]:
         Case("1d_nwc", (3, 2, 8), "NWC", (3,), (1,), (1,), "bfloat16"),
         Case("3d_ncdhw", (1, 2, 5, 4, 3), "NCDHW", (2, 2, 2), (2, 1, 2), (1, 0, 1)),
         Case("3d_ndhwc", (2, 3, 3, 5, 4), "NDHWC", (3, 2, 2), (1, 2, 1), (1, 1, 0), "float16"),
+        Case("2d_nhwc_wide", (2, 70, 5, 6), "NHWC", (3, 3), (2, 2), (1, 1), "bfloat16"),  # two channel blocks
+        Case("2d_nhwc_gapped", (2, 5, 6, 5), "NHWC", (2, 2), (2, 2), (1, 1), gap=True),
     ]
     return found
 

@@ -11,7 +11,7 @@ region) with the array constraints cuTile's launch gives contiguous arrays
 (16-byte aligned, stride 1, whole-tile parts divisible), the literal attention
 kernels with variable lengths (forward, dq, dk / dv), the ragged pack /
 unpack, the implicit-GEMM convs (fprop, dgrad, wgrad; float32, exact and
-TF32), the gated delta rules (gdn, kda, forward and backward, TF32) and the
+TF32), the channel-tiled pooling kernels, the gated delta rules (gdn, kda, forward and backward, TF32) and the
 GPU reference's GEMMs, row sums, gather and scatter, and reports every failure. Not a pytest module: it needs the
 compiler, not a GPU.
 """
@@ -52,6 +52,7 @@ from sigdnn.plan_builders.cutile.matmul import CONFIGS, FLOAT32_CONFIGS, default
 from sigdnn.plan_builders.cutile.matmul_codegen import EpilogueStep, MatmulSpec, Operand
 from sigdnn.plan_builders.cutile.matmul_layout import GemmViews
 from sigdnn.plan_builders.cutile.pointwise import node_spec
+from sigdnn.plan_builders.cutile.pooling import kernel_source as pooling_source
 from sigdnn.plan_builders.cutile.spec import kernel_spec
 from sigdnn.plan_builders.gpu_reference import backend as reference_backend
 from sigdnn.registry.regions import Dataflow, make_region
@@ -177,6 +178,27 @@ def conv_signature(job: str, tf32: bool) -> KernelSignature:
 def compile_conv(job: str, tf32: bool, folder: str) -> int:
     source = conv_source(CONVS[job][0])
     return export(source.name, source.text, conv_signature(job, tf32), folder)
+
+
+WINDOWS = {  # the channel-tiled pooling kernels: each array argument's (ndim, dtype: "io" or int32)
+    "pool_forward_channels": ((1, "io"), (5, "io")),
+    "pool_argmax_channels": ((1, "io"), (5, "int32")),
+    "pool_backward_channels": ((1, "io"), (1, "int32"), (5, "io")),
+}
+
+
+def compile_window(kernel: str, dtype: str, mode: int, folder: str) -> int:
+    """A [pixels, channels] pooling kernel as pooling.py launches it at 64 channels: flat inputs, 5-D outputs,
+    int32 sizes and strides (read from the kernel's parameter list)."""
+    source = pooling_source(kernel)
+    tree = ast.parse(source.text)
+    names = [a.arg for a in next(f for f in tree.body if getattr(f, "name", None) == kernel).args.args]
+    constants = {"MODE": mode, "PIXELS": 32, "CHANNELS": 64}
+    arrays = [strided(CT[dtype] if kind == "io" else ct.int32, ndim) for ndim, kind in WINDOWS[kernel]]
+    scalars = [ScalarConstraint(ct.int32)] * (len(names) - len(arrays) - sum(n in constants for n in names))
+    fixed = [ConstantConstraint(constants[n]) for n in names if n in constants]
+    signature = KernelSignature([*arrays, *scalars, *fixed], CallingConvention.cutile_python_v1())
+    return export(source.name, source.text, signature, folder)
 
 
 def compile_delta_rule(kind: str, backward: bool, folder: str) -> int:
@@ -431,6 +453,8 @@ def main(words: list[str]) -> int:
     jobs += [(" ".join(map(str, k)), compile_literal, k) for k in literal_kernels()]
     jobs += [(f"{k} tf32={tf32}", compile_conv, (k, tf32)) for k, tf32 in itertools.product(CONVS, (False, True))]
     jobs += [(f"gpu_reference {k}", compile_reference, (k,)) for k in REFERENCE]
+    windows = itertools.product(WINDOWS, ("bfloat16", "float32"), (0, 2))  # max, average excluding padding
+    jobs += [(f"{k} {dtype} mode={m}", compile_window, (k, dtype, m)) for k, dtype, m in windows]
     rules = itertools.product(("gdn", "kda"), (False, True))
     jobs += [(f"{k} backward={b}", compile_delta_rule, (k, b)) for k, b in rules]
     jobs = [job for job in jobs if not words or any(w in job[0] for w in words)]

@@ -164,6 +164,163 @@ def pool_backward(
     ct.scatter(dx, (i_n, i_c, i_d, i_h, i_w), ct.astype(acc, dx.dtype))
 
 
+# ---- channels innermost (NHWC, NDHWC, NWC): [PIXELS, CHANNELS] tiles ----
+# A block takes PIXELS pixels (rows, in the order of the tensor's non-channel axes) by CHANNELS channels
+# (columns); a pixel's coordinates are computed once for its whole row, and a tap's gather adds one channel
+# offset to one pixel offset. Inputs arrive flat (1-D, offsets from element strides: -1 reads 0, as the
+# grouped conv's x); outputs as 5-D views, where rows past the last pixel get an N coordinate of n and columns
+# past the last channel a C coordinate of c, so their scatter is dropped.
+
+
+def pixel_rows(p, pixels, n, od, oh, ow):
+    """(n, d, h, w) of pixel rows p of a tensor with (n, od, oh, ow) pixels (rows past the last: n of n)."""
+    real = ct.minimum(p, pixels - 1)
+    return (
+        ct.where(p < pixels, real // (ow * oh * od), n),
+        (real // (ow * oh)) % od,
+        (real // ow) % oh,
+        real % ow,
+    )
+
+
+def channel_columns(CHANNELS, c):
+    """The block's channel columns and their real channels (past the last: the last, whose results drop)."""
+    k = ct.reshape(ct.bid(1) * CHANNELS + ct.arange(CHANNELS, dtype=ct.int32), (1, CHANNELS))
+    return k, ct.minimum(k, c - 1)
+
+
+@ct.kernel
+def pool_forward_channels(
+    x, y, pixels,
+    n, c, od, oh, ow,
+    xd, xh, xw,
+    x_n, x_c, x_d, x_h, x_w,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    MODE: ct.Constant[int],
+    PIXELS: ct.Constant[int],
+    CHANNELS: ct.Constant[int],
+):  # fmt: skip
+    p = ct.reshape(ct.bid(0) * PIXELS + ct.arange(PIXELS, dtype=ct.int32), (PIXELS, 1))
+    o_n, o_d, o_h, o_w = pixel_rows(p, pixels, n, od, oh, ow)
+    k, real_k = channel_columns(CHANNELS, c)
+    at = ct.minimum(o_n, n - 1) * x_n + real_k * x_c
+    neg_inf = -ct.bitcast(ct.full((PIXELS, CHANNELS), INF_BITS, dtype=ct.int32), ct.float32)
+    if MODE == MAX:  # noqa: SIM108 (statements: cuTile folds an if on a constant)
+        acc = neg_inf
+    else:
+        acc = ct.full((PIXELS, CHANNELS), 0.0, dtype=ct.float32)
+    for a in range(kd):
+        i_d = o_d * sd - pd + a
+        for b in range(kh):
+            i_h = o_h * sh - ph + b
+            for e in range(kw):
+                i_w = o_w * sw - pw + e
+                real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
+                v = ct.astype(ct.gather(x, ct.where(real, at + i_d * x_d + i_h * x_h + i_w * x_w, -1)), ct.float32)
+                if MODE == MAX:
+                    acc = ct.maximum(acc, ct.where(real, v, neg_inf), propagate_nan=True)
+                else:
+                    acc = acc + v
+    if MODE == AVERAGE_INCLUDE_PAD:
+        acc = acc / ct.astype(ct.full((PIXELS, CHANNELS), kd * kh * kw, dtype=ct.int32), ct.float32)
+    if MODE == AVERAGE_EXCLUDE_PAD:
+        real = (
+            (ct.minimum(o_d * sd - pd + kd, xd) - ct.maximum(o_d * sd - pd, 0))
+            * (ct.minimum(o_h * sh - ph + kh, xh) - ct.maximum(o_h * sh - ph, 0))
+            * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
+        )
+        acc = acc / ct.astype(ct.maximum(real, 1), ct.float32)
+    ct.scatter(y, (o_n, k, o_d, o_h, o_w), ct.astype(acc, y.dtype))
+
+
+@ct.kernel
+def pool_argmax_channels(
+    x, argmax, pixels,
+    n, c, od, oh, ow,
+    xd, xh, xw,
+    x_n, x_c, x_d, x_h, x_w,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    PIXELS: ct.Constant[int],
+    CHANNELS: ct.Constant[int],
+):  # fmt: skip
+    p = ct.reshape(ct.bid(0) * PIXELS + ct.arange(PIXELS, dtype=ct.int32), (PIXELS, 1))
+    o_n, o_d, o_h, o_w = pixel_rows(p, pixels, n, od, oh, ow)
+    k, real_k = channel_columns(CHANNELS, c)
+    at = ct.minimum(o_n, n - 1) * x_n + real_k * x_c
+    best = ct.full((PIXELS, CHANNELS), 0.0, dtype=ct.float32)
+    best_tap = ct.full((PIXELS, CHANNELS), -1, dtype=ct.int32)
+    for a in range(kd):
+        i_d = o_d * sd - pd + a
+        for b in range(kh):
+            i_h = o_h * sh - ph + b
+            for e in range(kw):
+                i_w = o_w * sw - pw + e
+                real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
+                v = ct.astype(ct.gather(x, ct.where(real, at + i_d * x_d + i_h * x_h + i_w * x_w, -1)), ct.float32)
+                take = real & ((best_tap < 0) | (v > best) | (v != v))
+                best = ct.where(take, v, best)
+                best_tap = ct.where(take, (a * kh + b) * kw + e, best_tap)
+    ct.scatter(argmax, (o_n, k, o_d, o_h, o_w), best_tap)
+
+
+@ct.kernel
+def pool_backward_channels(
+    dy, argmax, dx, pixels,
+    n, c, xd, xh, xw,
+    od, oh, ow,
+    y_n, y_c, y_d, y_h, y_w,
+    a_n, a_c, a_d, a_h, a_w,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    jd, jh, jw,
+    MODE: ct.Constant[int],
+    PIXELS: ct.Constant[int],
+    CHANNELS: ct.Constant[int],
+):  # fmt: skip
+    p = ct.reshape(ct.bid(0) * PIXELS + ct.arange(PIXELS, dtype=ct.int32), (PIXELS, 1))
+    i_n, i_d, i_h, i_w = pixel_rows(p, pixels, n, xd, xh, xw)
+    k, real_k = channel_columns(CHANNELS, c)
+    at = ct.minimum(i_n, n - 1) * y_n + real_k * y_c
+    at_argmax = ct.minimum(i_n, n - 1) * a_n + real_k * a_c
+    last_d = ct.minimum((i_d + pd) // sd, od - 1)
+    last_h = ct.minimum((i_h + ph) // sh, oh - 1)
+    last_w = ct.minimum((i_w + pw) // sw, ow - 1)
+    acc = ct.full((PIXELS, CHANNELS), 0.0, dtype=ct.float32)
+    none = ct.full((PIXELS, CHANNELS), -1, dtype=ct.int32)
+    for j_d in range(jd):
+        a = i_d + pd - (last_d - j_d) * sd
+        o_d = last_d - j_d
+        in_d = (last_d >= j_d) & (a < kd)
+        for j_h in range(jh):
+            b = i_h + ph - (last_h - j_h) * sh
+            o_h = last_h - j_h
+            in_h = in_d & (last_h >= j_h) & (b < kh)
+            for j_w in range(jw):
+                e = i_w + pw - (last_w - j_w) * sw
+                o_w = last_w - j_w
+                covers = in_h & (last_w >= j_w) & (e < kw)
+                g = ct.astype(ct.gather(dy, ct.where(covers, at + o_d * y_d + o_h * y_h + o_w * y_w, -1)), ct.float32)
+                if MODE == MAX:
+                    where = ct.where(covers, at_argmax + o_d * a_d + o_h * a_h + o_w * a_w, -1)
+                    won = ct.gather(argmax, where, padding_value=none) == (a * kh + b) * kw + e
+                    acc = acc + ct.where(won, g, 0.0)
+                elif MODE == AVERAGE_INCLUDE_PAD:
+                    acc = acc + g / ct.astype(ct.full((PIXELS, CHANNELS), kd * kh * kw, dtype=ct.int32), ct.float32)
+                else:
+                    real = (
+                        (ct.minimum(o_d * sd - pd + kd, xd) - ct.maximum(o_d * sd - pd, 0))
+                        * (ct.minimum(o_h * sh - ph + kh, xh) - ct.maximum(o_h * sh - ph, 0))
+                        * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
+                    )
+                    acc = acc + g / ct.astype(ct.maximum(real, 1), ct.float32)
+    ct.scatter(dx, (i_n, k, i_d, i_h, i_w), ct.astype(acc, dx.dtype))
+
+
 NEAREST = 0
 LINEAR = 1
 

@@ -6,16 +6,23 @@ block walks follows the written tensor's memory order, so neighbouring lanes
 write neighbouring elements. The backward gathers from the outputs whose
 windows cover each dx element (deterministic, no atomics); max pooling's
 backward first records each window's argmax (an int32 per output, in the
-workspace). A dx element visits only the windows that can cover it: per
-axis the last one starting at or before it and the min(ceil(k / s),
-outputs) - 1 before that (4 of a 3x3 stride-2 window's 9 taps, 1 of a
-global average's 49).
+workspace, laid out as dy is). A dx element visits only the windows that
+can cover it: per axis the last one starting at or before it and the
+min(ceil(k / s), outputs) - 1 before that (4 of a 3x3 stride-2 window's 9
+taps, 1 of a global average's 49).
+
+Where channels are innermost in every tensor (NHWC, NDHWC, NWC) the kernels
+take [pixels, channels] tiles instead (``*_channels``): a pixel's
+coordinates are divided out once per row, not per element, and a tap's
+gather is one pixel offset plus one channel offset.
 """
 
 from __future__ import annotations
 
+import attrs
+
 from sigdnn.graph.graph import Graph
-from sigdnn.graph.layout import stride_order
+from sigdnn.graph.layout import span_elements, stride_order
 from sigdnn.graph.node import Node
 from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
@@ -25,6 +32,7 @@ from sigdnn.plan_builders.cutile.tiling import cdiv
 from sigdnn.registry.engine_ids import IN_TREE
 
 TILE = 256  # outputs (or dx elements) one block computes
+PER_BLOCK = 2048  # elements of a [pixels, channels] tile
 MODES = {"max": 0, "average_count_include_pad": 1, "average_count_exclude_pad": 2}
 LARGEST = 2**31 - 1 - TILE  # int32 flat indices and coordinates
 
@@ -63,6 +71,27 @@ def view(port: str, t: Tensor) -> Arg:
     return Arg(port, dims, strides)
 
 
+def flat(port: str, t: Tensor) -> Arg:
+    """t's buffer as 1-D elements, for kernels that compute offsets from its strides."""
+    return Arg(port, (span_elements(t.dims, t.strides),), (1,))
+
+
+def channels_innermost(*tensors: Tensor) -> bool:
+    """Whether every tensor's channel axis is its innermost, with more than one channel (NHWC and kin)."""
+    return all(t.dims[1] > 1 and t.strides[1] == 1 for t in tensors)
+
+
+def channel_tiles(channels: int) -> tuple[int, int]:
+    """(PIXELS, CHANNELS) of a [pixels, channels] tile: up to 64 channels, 2048 elements."""
+    columns = min(64, 1 << (channels - 1).bit_length())
+    return PER_BLOCK // columns, columns
+
+
+def pixels_of(dims: tuple[int, ...]) -> int:
+    """Elements per channel of a 5-D (N, C, D, H, W) tensor."""
+    return dims[0] * dims[2] * dims[3] * dims[4]
+
+
 def fits(*tensors: Tensor) -> None:
     for t in tensors:
         if t.size > LARGEST or 1 + sum((d - 1) * s for d, s in zip(t.dims, t.strides)) > LARGEST:
@@ -81,7 +110,13 @@ class CutilePoolingBuilder(CutileLaunchesBuilder):
         x, y = graph.tensors[op.x], graph.tensors[op.y]
         fits(x, y)
         dims = as_5d(y)[0]
-        constants = (y.size, *divisors(y), *dims, *as_5d(x)[0][2:], *geometry(op, x.rank - 2), MODES[op.mode], TILE)
+        window = geometry(op, x.rank - 2)
+        if channels_innermost(x, y):
+            rows, columns = channel_tiles(dims[1])
+            constants = (pixels_of(dims), *dims, *as_5d(x)[0][2:], *as_5d(x)[1], *window, MODES[op.mode], rows, columns)
+            grid = (cdiv(pixels_of(dims), rows), cdiv(dims[1], columns), 1)
+            return [Launch(kernel_source("pool_forward_channels"), grid, (flat("x", x), view("y", y)), constants)], 0
+        constants = (y.size, *divisors(y), *dims, *as_5d(x)[0][2:], *window, MODES[op.mode], TILE)
         source = kernel_source("pool_forward")
         return [Launch(source, (cdiv(y.size, TILE), 1, 1), (view("x", x), view("y", y)), constants)], 0
 
@@ -97,15 +132,31 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
         fits(dy, x, dx)
         y_dims, x_dims = as_5d(dy)[0], as_5d(x)[0]
         window = geometry(op, x.rank - 2)
+        candidates = tuple(min(cdiv(k, s), o) for k, s, o in zip(window[:3], window[3:6], y_dims[2:]))
         work = Workspace()
         launches = []
         argmax = view("dy", dy)  # the average modes never read it (their branch compiles without it)
+        by_channels = channels_innermost(dy, x, dx)
+        rows, columns = channel_tiles(x_dims[1])
         if op.mode == "max":  # laid out as dy is: the lanes that gather dy's neighbours gather theirs too
             argmax = work.take(y_dims, "int32", like=as_5d(dy)[1])
-            constants = (dy.size, *divisors(dy), *y_dims, *x_dims[2:], *window, TILE)
-            grid = (cdiv(dy.size, TILE), 1, 1)
-            launches.append(Launch(kernel_source("pool_argmax"), grid, (view("x", x), argmax), constants))
-        candidates = tuple(min(cdiv(k, s), o) for k, s, o in zip(window[:3], window[3:6], y_dims[2:]))
+            if by_channels:
+                constants = (pixels_of(y_dims), *y_dims, *x_dims[2:], *as_5d(x)[1], *window, rows, columns)
+                grid = (cdiv(pixels_of(y_dims), rows), cdiv(x_dims[1], columns), 1)
+                launches.append(Launch(kernel_source("pool_argmax_channels"), grid, (flat("x", x), argmax), constants))
+            else:
+                constants = (dy.size, *divisors(dy), *y_dims, *x_dims[2:], *window, TILE)
+                grid = (cdiv(dy.size, TILE), 1, 1)
+                launches.append(Launch(kernel_source("pool_argmax"), grid, (view("x", x), argmax), constants))
+        if by_channels:
+            argmax_strides = argmax.strides if op.mode == "max" else as_5d(dy)[1]
+            gathered = attrs.evolve(argmax, shape=(max(span_elements(argmax.shape, argmax.strides), 1),), strides=(1,))
+            constants = (pixels_of(x_dims), *x_dims, *y_dims[2:], *as_5d(dy)[1], *argmax_strides, *window,
+                         *candidates, MODES[op.mode], rows, columns)  # fmt: skip
+            grid = (cdiv(pixels_of(x_dims), rows), cdiv(x_dims[1], columns), 1)
+            args = (flat("dy", dy), gathered, view("dx", dx))
+            launches.append(Launch(kernel_source("pool_backward_channels"), grid, args, constants))
+            return launches, work.nbytes
         constants = (dx.size, *divisors(dx), *x_dims, *y_dims[2:], *window, *candidates, MODES[op.mode], TILE)
         grid = (cdiv(dx.size, TILE), 1, 1)
         args = (view("dy", dy), argmax, view("dx", dx))

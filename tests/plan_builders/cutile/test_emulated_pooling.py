@@ -64,6 +64,9 @@ class Planted(CutilePoolingBackwardBuilder):
         ], nbytes
 
 
+EXPOSING = [c for c in CASES if c.name in ("2d_resnet_maxpool", "2d_nhwc_wide", "2d_gapped_rows", "1d_ncw")]
+
+
 @pytest.mark.parametrize(
     "mode, bug",
     [
@@ -73,14 +76,14 @@ class Planted(CutilePoolingBackwardBuilder):
     ],
     ids=["last_max", "last_column", "count_padding"],
 )
-def test_a_planted_bug_fails_validation(mode: str, bug: tuple[str, str]) -> None:
+@pytest.mark.parametrize("case", EXPOSING, ids=[c.name for c in EXPOSING])  # channel tiles and flat, with padding
+def test_a_planted_bug_fails_validation(mode: str, bug: tuple[str, str], case: Case) -> None:
     old, new = bug
     assert old in pooling.kernel_source("pool_argmax").text + pooling.kernel_source("pool_backward").text
     registry = sigdnn.Registry(entry_point_group=None)
     planted = Planted()
     planted.plant = staticmethod(lambda text: text.replace(old, new))
     registry.register(planted)
-    case = CASES[0]
     graph = backward(case, mode)
     inputs = with_ties(graph, 5) if mode == "max" else random_inputs(graph, seed=5)
     executor = emulated_executor(registry=registry, engine="planted.pooling_backward")
@@ -102,13 +105,23 @@ def test_the_argmax_is_laid_out_as_dy_is(layout: str) -> None:
     g = backward(Case("layout", (2, 8, 9, 7), layout, (3, 3), (2, 2), (1, 1)), "max")
     node = g.nodes[0]
     launches, _ = CutilePoolingBackwardBuilder().launches(node, g)
-    argmax = launches[0].args[1]
-    dy = launches[1].args[0]
-    assert argmax.buffer == WORKSPACE and argmax.shape == dy.shape
-    real = [axis for axis, size in enumerate(dy.shape) if size > 1]  # a size-1 axis has no place in memory
+    argmax = launches[0].args[1]  # what the argmax kernel writes
+    dims, strides = pooling.as_5d(g.tensors[node.op.dy])
+    assert argmax.buffer == WORKSPACE and argmax.shape == dims
+    real = [axis for axis, size in enumerate(dims) if size > 1]  # a size-1 axis has no place in memory
 
-    def order(strides):
-        return sorted(real, key=lambda axis: -strides[axis])
+    def order(of):
+        return sorted(real, key=lambda axis: -of[axis])
 
-    assert order(argmax.strides) == order(dy.strides)
+    assert order(argmax.strides) == order(strides)
     assert (argmax.strides[1] == 1) == (layout == "NHWC")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_channels_innermost_takes_the_channel_tiles(case: Case) -> None:
+    """NHWC and kin run the [pixels, channels] kernels, every other layout the flat ones, both directions."""
+    tiled = case.layout in ("NHWC", "NDHWC", "NWC") and case.dims[1] > 1
+    for build, builder in ((forward, CutilePoolingBuilder()), (backward, CutilePoolingBackwardBuilder())):
+        g = build(case, "max")
+        names = [launch.source.name for launch in builder.launches(g.nodes[0], g)[0]]
+        assert all(("_channels_" in name) == tiled for name in names), names
