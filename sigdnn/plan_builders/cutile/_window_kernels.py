@@ -219,7 +219,7 @@ def pool_forward_channels(
                 i_w = o_w * sw - pw + e
                 real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
                 v = ct.astype(ct.gather(x, ct.where(real, at + i_d * x_d + i_h * x_h + i_w * x_w, -1)), ct.float32)
-                if MODE == MAX:
+                if MODE == MAX:  # noqa: SIM108 (as above)
                     acc = ct.maximum(acc, ct.where(real, v, neg_inf), propagate_nan=True)
                 else:
                     acc = acc + v
