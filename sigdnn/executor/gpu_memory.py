@@ -33,12 +33,18 @@ import attrs
 import numpy as np
 
 from sigdnn.dtypes import DataType
-from sigdnn.errors import VariantPackError
-from sigdnn.executor.host import strided_view
-from sigdnn.executor.hosting import in_place
+from sigdnn.executor.gpu_buffers import (
+    alias_view,
+    check_host,
+    current_torch_stream,
+    lending_buffers,
+    new_strided,
+    torch_identity,
+    upload,
+    wrap_device,
+)
 from sigdnn.executor.memory_plan import tensor_bytes
 from sigdnn.executor.variant_pack import resolve_pack
-from sigdnn.graph.layout import span_elements
 from sigdnn.graph.tensor import Tensor
 from sigdnn.runtime.device import Device, ExecutionContext
 from sigdnn.runtime.device_array import DeviceArray
@@ -75,100 +81,6 @@ class GpuMemory:
             return found
 
 
-_TORCH_TYPES: set[type] = set()  # types seen to be torch's (the module-name test cost ~0.3 us a call)
-
-
-def _is_torch(obj: Any) -> bool:
-    kind = type(obj)
-    if kind in _TORCH_TYPES:
-        return True
-    if kind.__module__.startswith("torch"):
-        _TORCH_TYPES.add(kind)
-        return True
-    return False
-
-
-def _torch_stream(objs: Any) -> int | None:
-    """torch's current stream (raw handle) on the device of the first torch CUDA tensor among ``objs``.
-
-    Read through ``torch._C._cuda_getCurrentRawStream`` (as Triton does):
-    ``torch.cuda.current_stream`` builds a Stream object, several times the cost.
-    """
-    for obj in objs:
-        if _is_torch(obj) and getattr(obj, "is_cuda", False):
-            import torch
-
-            return int(torch._C._cuda_getCurrentRawStream(obj.get_device()))
-    return None
-
-
-def _torch_identity(obj: Any) -> tuple[Any, ...] | None:
-    """What a torch tensor's device view is made of (None for other objects): equal identities, equal views."""
-    if not _is_torch(obj):
-        return None
-    return (obj.data_ptr(), obj.is_cuda, obj.dtype, obj.shape, obj.stride())
-
-
-def _strided(context: Any, tensor: Tensor, dtype: DataType) -> Any:
-    nbytes = span_elements(tensor.dims, tensor.strides) * dtype.itemsize
-    return context.view(context.allocate(nbytes), 0, tensor.dims, tensor.strides, dtype.numpy)
-
-
-def _upload(context: Any, host: np.ndarray, device: Any, tensor: Tensor, dtype: DataType) -> None:
-    """Copy ``host`` (logical dims) into ``device`` laid out with the tensor's strides."""
-    span = np.empty(span_elements(tensor.dims, tensor.strides), dtype=dtype.numpy)
-    strided_view(span, 0, tensor.dims, tensor.strides, dtype)[...] = host
-    context.copy_into(device.as_strided(span.shape, (1,)), span)
-
-
-def _wrap_device(context: Any, obj: Any, tensor: Tensor, dtype: DataType) -> Any:
-    """A caller's device buffer, checked against the tensor (dtype, dims, strides of dims > 1)."""
-    where = f"tensor '{tensor.name}' (uid {tensor.uid})"
-    try:
-        device = context.wrap(obj)
-    except (TypeError, ValueError) as e:
-        raise VariantPackError(f"{where}: {e}") from None
-    if device.dtype != dtype.numpy or device.shape != tensor.dims:
-        raise VariantPackError(
-            f"{where}: got {device.dtype}{list(device.shape)}, the graph has {dtype}{list(tensor.dims)}"
-        )
-    significant = [(s, t) for d, s, t in zip(tensor.dims, device.strides, tensor.strides) if d > 1]
-    if any(s != t for s, t in significant):
-        raise VariantPackError(
-            f"{where}: device strides {list(device.strides)} differ from the graph's {list(tensor.strides)}"
-        )
-    return device
-
-
-def _alias(buffer: Any, offset: int, tensor: Tensor, dtype: DataType) -> DeviceArray:
-    """``tensor`` as a view ``offset`` bytes into a caller's input buffer (laid out with its declared strides)."""
-    return DeviceArray(buffer.ptr + offset, tensor.dims, tensor.strides, dtype.numpy, owner=buffer,
-                       device_id=buffer.device_id)  # fmt: skip
-
-
-def _lenders(
-    hosts: set[int],
-    buffers: Mapping[int, Any],
-    spans: list[tuple[int, int]],
-    spare: Callable[[int], Any],
-    fresh: set[int] | frozenset[int] = frozenset(),
-) -> dict[int, Any]:
-    """Each lending output's buffer for its guests this run (``plan.memory.hosted``): the caller's own where
-    ``in_place`` allows, else ``spare(uid)``, memory of the output's size that the run does not share.
-    ``spans``: (uid, bytes) of every caller buffer; ``fresh``: outputs the caller did not give (a bound plan
-    allocates them anew each run, and guests moving with them would rebind their steps every run)."""
-    usable = in_place({uid: (buffers[uid].ptr, nbytes) for uid, nbytes in spans}, hosts) - fresh
-    return {uid: buffers[uid] if uid in usable else spare(uid) for uid in hosts}
-
-
-def _check_host(obj: np.ndarray, tensor: Tensor, dtype: DataType, writable: bool) -> None:
-    where = f"tensor '{tensor.name}' (uid {tensor.uid})"
-    if obj.dtype != dtype.numpy or obj.shape != tensor.dims:
-        raise VariantPackError(f"{where}: got {obj.dtype}{list(obj.shape)}, the graph has {dtype}{list(tensor.dims)}")
-    if writable and not obj.flags.writeable:
-        raise VariantPackError(f"{where}: output array is read-only")
-
-
 class GpuRun:
     """The buffers of one execute() call on the executor's generic path."""
 
@@ -192,41 +104,41 @@ class GpuRun:
         return self.context.view(arena, offset, tensor.dims, tensor.strides, dtype.numpy)
 
     def alias(self, buffer: Any, offset: int, tensor: Tensor, dtype: DataType) -> Any:
-        return _alias(buffer, offset, tensor, dtype)
+        return alias_view(buffer, offset, tensor, dtype)
 
     def lenders(self, plan: Any, buffers: Mapping[int, Any]) -> dict[int, Any]:
-        """The buffers the plan's hosted intermediates live in this run (``_lenders``), given the caller's."""
+        """The buffers the plan's hosted intermediates live in this run (``lending_buffers``), given the caller's."""
         graph = plan.graph
         hosts = {host for host, _ in plan.memory.hosted.values()}
         spans = [(uid, tensor_bytes(graph, uid)) for uid in buffers]
-        return _lenders(
+        return lending_buffers(
             hosts, buffers, spans, lambda uid: self.new_output(graph.tensors[uid], graph.dtype_of(graph.tensors[uid]))
         )
 
     def accept(self, obj: Any, tensor: Tensor, dtype: DataType, writable: bool) -> Any:
         if isinstance(obj, np.ndarray):
-            _check_host(obj, tensor, dtype, writable)
-            device = _strided(self.context, tensor, dtype)
-            _upload(self.context, obj, device, tensor, dtype)
+            check_host(obj, tensor, dtype, writable)
+            device = new_strided(self.context, tensor, dtype)
+            upload(self.context, obj, device, tensor, dtype)
             if writable:
                 self._copy_back[id(device)] = obj
             return device
         if not self._ordered:  # a torch tensor: our stream waits (on the device) for what torch enqueued so far
-            torch_stream = _torch_stream((obj,))
+            torch_stream = current_torch_stream((obj,))
             if torch_stream is not None:
                 self.context.wait_for(torch_stream)
                 self._ordered = True
-        device = _wrap_device(self.context, obj, tensor, dtype)
+        device = wrap_device(self.context, obj, tensor, dtype)
         if writable:
             self._given[id(device)] = obj
         return device
 
     def new_output(self, tensor: Tensor, dtype: DataType) -> Any:
-        return _strided(self.context, tensor, dtype)
+        return new_strided(self.context, tensor, dtype)
 
     def scalar(self, value: np.ndarray, tensor: Tensor, dtype: DataType) -> Any:
-        device = _strided(self.context, tensor, dtype)
-        _upload(self.context, np.full(tensor.dims, value, dtype=dtype.numpy), device, tensor, dtype)
+        device = new_strided(self.context, tensor, dtype)
+        upload(self.context, np.full(tensor.dims, value, dtype=dtype.numpy), device, tensor, dtype)
         return device
 
     def deliver(self, array: Any, to_host: bool) -> Any:
@@ -347,14 +259,14 @@ class BoundPlan:
         found = self._spare.get(uid)
         if found is None:
             t = self.plan.graph.tensors[uid]
-            found = self._spare[uid] = _strided(self.context, t, self.plan.graph.dtype_of(t))
+            found = self._spare[uid] = new_strided(self.context, t, self.plan.graph.dtype_of(t))
         return found
 
     def _staged(self, uid: int) -> Any:
         found = self._staging.get(uid)
         if found is None:
             t = self.plan.graph.tensors[uid]
-            found = self._staging[uid] = _strided(self.context, t, self.plan.graph.dtype_of(t))
+            found = self._staging[uid] = new_strided(self.context, t, self.plan.graph.dtype_of(t))
         return found
 
     def run(self, variant_pack: Mapping[Any, Any], to_host: bool) -> dict[str, Any]:
@@ -369,7 +281,7 @@ class BoundPlan:
         is ordered against the stream its memory was last used on.
         """
         pack = self._resolve(variant_pack)
-        torch_stream = _torch_stream(pack.values())
+        torch_stream = current_torch_stream(pack.values())
         ours = self.context.stream_handle
         with self._lock:
             copy_back: dict[int, np.ndarray] = {}
@@ -384,38 +296,38 @@ class BoundPlan:
                     value = np.asarray(t.scalar() if obj is None else obj, dtype=dtype.numpy)
                     if held != value.tobytes():
                         self._move(ours)
-                        _upload(self.context, np.full(t.dims, value, dtype=dtype.numpy), staged, t, dtype)
+                        upload(self.context, np.full(t.dims, value, dtype=dtype.numpy), staged, t, dtype)
                         self._scalar_values[uid] = value.tobytes()
                 elif obj is None and t.data is not None:  # a graph constant: uploaded once, kept on the device
                     staged = self.buffers[uid] = self._staged(uid)
                     if uid not in self._constants_held:
                         self._move(ours)
-                        _upload(self.context, t.constant(), staged, t, dtype)
+                        upload(self.context, t.constant(), staged, t, dtype)
                         self._constants_held.add(uid)
                 elif obj is None:  # an output the caller did not give: a fresh buffer per run
                     self._move(ours)
-                    self.buffers[uid] = _strided(self.context, t, dtype)
+                    self.buffers[uid] = new_strided(self.context, t, dtype)
                     fresh.add(uid)
                 elif isinstance(obj, np.ndarray):
                     writable = not is_input
-                    _check_host(obj, t, dtype, writable)
+                    check_host(obj, t, dtype, writable)
                     staged = self.buffers[uid] = self._staged(uid)
                     if writable:
                         copy_back[uid] = obj
                     else:
                         self._move(ours)
-                        _upload(self.context, obj, staged, t, dtype)
+                        upload(self.context, obj, staged, t, dtype)
                         self._constants_held.discard(uid)  # a constant overridden: its staging holds the caller's
                 else:
                     self.buffers[uid] = self._device_view(uid, obj, t, dtype)
             for uid, root, offset, t, dtype in self._input_views:
-                self.buffers[uid] = _alias(self.buffers[root], offset, t, dtype)
+                self.buffers[uid] = alias_view(self.buffers[root], offset, t, dtype)
             stream = ours if torch_stream is None else torch_stream
             addresses = tuple(self.buffers[u].ptr for u in self._io)
             if self._guests and addresses != self._addresses:  # where guests live depends on the addresses only
-                bases = _lenders(self._hosts, self.buffers, self._spans, self._spare_for, fresh)
+                bases = lending_buffers(self._hosts, self.buffers, self._spans, self._spare_for, fresh)
                 for uid, host, offset, t, dtype in self._guests:
-                    self.buffers[uid] = _alias(bases[host], offset, t, dtype)
+                    self.buffers[uid] = alias_view(bases[host], offset, t, dtype)
             if stream != self.execution.stream:
                 self._bind_all(stream)
             elif addresses != self._addresses:
@@ -469,12 +381,12 @@ class BoundPlan:
         address. It is only used inside a run given an object over the same
         memory, which the caller keeps alive.
         """
-        identity = _torch_identity(obj)
+        identity = torch_identity(obj)
         if identity is not None:
             last = self._wrapped.get(uid)
             if last is not None and last[0] == identity:
                 return last[1]
-        wrapped = _wrap_device(self.context, obj, tensor, dtype)
+        wrapped = wrap_device(self.context, obj, tensor, dtype)
         device = DeviceArray(wrapped.ptr, wrapped.shape, wrapped.strides, wrapped.dtype, device_id=wrapped.device_id)
         if identity is not None:
             self._wrapped[uid] = (identity, device)

@@ -21,7 +21,8 @@ from test_bound_torch_views import FakeCudaTensor
 
 import sigdnn
 from sigdnn.executor import Executor
-from sigdnn.executor.gpu_memory import GpuMemory, _torch_stream
+from sigdnn.executor.gpu_buffers import current_torch_stream
+from sigdnn.executor.gpu_memory import GpuMemory
 
 TORCH_STREAM = 0x7A11
 OURS = 0x0C7A
@@ -95,11 +96,11 @@ def fake(value: float) -> FakeCudaTensor:
 def test_torch_stream_is_read_from_the_first_torch_cuda_tensor(context):
     host_tensor = FakeCudaTensor(np.zeros(2, np.float32))
     host_tensor.is_cuda = False
-    assert _torch_stream([np.zeros(2), host_tensor]) is None
-    assert _torch_stream([np.zeros(2), host_tensor, fake(1.0)]) == TORCH_STREAM
-    assert _torch_stream([]) is None
+    assert current_torch_stream([np.zeros(2), host_tensor]) is None
+    assert current_torch_stream([np.zeros(2), host_tensor, fake(1.0)]) == TORCH_STREAM
+    assert current_torch_stream([]) is None
     not_a_tensor = type("Size", (), {"__module__": "torch.other"})()  # torch's, but no device to read
-    assert _torch_stream([not_a_tensor]) is None
+    assert current_torch_stream([not_a_tensor]) is None
 
 
 def test_bound_run_on_device_outputs_enqueues_on_torch_s_stream_without_a_wait(context):

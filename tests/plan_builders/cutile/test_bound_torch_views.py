@@ -19,7 +19,7 @@ from emulated import host_gpu_executor, make_available
 
 import sigdnn
 from sigdnn.errors import VariantPackError
-from sigdnn.executor import gpu_memory
+from sigdnn.executor import gpu_buffers, gpu_memory
 from sigdnn.runtime.cuda import GpuContext
 
 
@@ -67,7 +67,7 @@ FakeCudaTensor.__module__ = "torch.fake"  # what the executor reads to tell a to
 @pytest.fixture
 def fake_gpu(monkeypatch):
     make_available(monkeypatch)
-    monkeypatch.setattr(gpu_memory, "_torch_stream", lambda objs: None)  # no torch stream to order after here
+    monkeypatch.setattr(gpu_memory, "current_torch_stream", lambda objs: None)  # no torch stream to order after here
 
 
 @pytest.fixture
@@ -184,9 +184,9 @@ def test_a_changed_dtype_shape_or_stride_at_the_same_address_is_checked_again(wr
 
 
 def test_torch_objects_are_told_by_their_type_module_and_the_type_is_remembered(monkeypatch):
-    monkeypatch.setattr(gpu_memory, "_TORCH_TYPES", set())
+    monkeypatch.setattr(gpu_buffers, "TORCH_TYPES", set())
     fake = FakeCudaTensor(np.zeros(3, np.float32))
-    assert not gpu_memory._is_torch(np.zeros(3)) and not gpu_memory._is_torch("torch")
-    assert gpu_memory._is_torch(fake) and {FakeCudaTensor} == gpu_memory._TORCH_TYPES
-    assert gpu_memory._is_torch(fake) and not gpu_memory._is_torch(np.zeros(3))
-    assert {FakeCudaTensor} == gpu_memory._TORCH_TYPES
+    assert not gpu_buffers.is_torch(np.zeros(3)) and not gpu_buffers.is_torch("torch")
+    assert gpu_buffers.is_torch(fake) and {FakeCudaTensor} == gpu_buffers.TORCH_TYPES
+    assert gpu_buffers.is_torch(fake) and not gpu_buffers.is_torch(np.zeros(3))
+    assert {FakeCudaTensor} == gpu_buffers.TORCH_TYPES
