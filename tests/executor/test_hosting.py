@@ -185,3 +185,13 @@ def test_only_a_dense_output_may_lend():
     padded = g.tensor("padded", dims=(3, 5), strides=(8, 1))  # a gap after each row
     broadcast = g.tensor("broadcast", dims=(2, 2), strides=(0, 3))  # spans 4 elements, but twice each
     assert [can_host(g, t.uid) for t in (dense, padded, broadcast)] == [True, False, False]
+
+
+def test_at_most_most_guests_move():
+    """A flat profile (a chain: one tensor a step) could place a guest per step; prepare stops at the bound."""
+    from sigdnn.executor.hosting import MOST_GUESTS
+
+    n = MOST_GUESTS + 40
+    lifetimes, sizes = {uid: (uid, uid) for uid in range(n)}, dict.fromkeys(range(n), 256)
+    placed = choose_guests(lifetimes, sizes, {n: Host(256, n)}, n)
+    assert len(placed) == MOST_GUESTS and set(placed.values()) == {(n, 0)}
