@@ -255,19 +255,20 @@ class BoundPlan:
         """Device memory this binding holds for guests whose output could not lend its own (memory reports)."""
         return sum(buffer.nbytes for buffer in self._spare.values())
 
-    def _spare_for(self, uid: int) -> Any:
-        found = self._spare.get(uid)
+    def _kept(self, buffers: dict[int, Any], uid: int) -> Any:
+        """The binding's own buffer for tensor ``uid`` in ``buffers`` (staging or spare), made on first use and
+        kept at a fixed address."""
+        found = buffers.get(uid)
         if found is None:
             t = self.plan.graph.tensors[uid]
-            found = self._spare[uid] = new_strided(self.context, t, self.plan.graph.dtype_of(t))
+            found = buffers[uid] = new_strided(self.context, t, self.plan.graph.dtype_of(t))
         return found
 
+    def _spare_for(self, uid: int) -> Any:
+        return self._kept(self._spare, uid)
+
     def _staged(self, uid: int) -> Any:
-        found = self._staging.get(uid)
-        if found is None:
-            t = self.plan.graph.tensors[uid]
-            found = self._staging[uid] = new_strided(self.context, t, self.plan.graph.dtype_of(t))
-        return found
+        return self._kept(self._staging, uid)
 
     def run(self, variant_pack: Mapping[Any, Any], to_host: bool) -> dict[str, Any]:
         """Enqueue the plan on the caller's buffers.

@@ -180,10 +180,13 @@ def compile_conv(job: str, tf32: bool, folder: str) -> int:
     return export(source.name, source.text, conv_signature(job, tf32), folder)
 
 
-WINDOWS = {  # the channel-tiled pooling kernels: each array argument's (ndim, dtype: "io" or int32)
-    "pool_forward_channels": ((1, "io"), (5, "io")),
-    "pool_argmax_channels": ((1, "io"), (5, "int32")),
-    "pool_backward_channels": ((1, "io"), (1, "int32"), (5, "io")),
+WINDOWS = {  # the channel-tiled pooling kernels by mode (max, average excluding padding, argmax): each array
+    # argument's (ndim, dtype: "io" or int32)
+    ("pool_forward_channels", 0): ((1, "io"), (5, "io")),
+    ("pool_forward_channels", 2): ((1, "io"), (5, "io")),
+    ("pool_forward_channels", 3): ((1, "io"), (5, "int32")),
+    ("pool_backward_channels", 0): ((1, "io"), (1, "int32"), (5, "io")),
+    ("pool_backward_channels", 2): ((1, "io"), (1, "int32"), (5, "io")),
 }
 
 
@@ -194,7 +197,7 @@ def compile_window(kernel: str, dtype: str, mode: int, folder: str) -> int:
     tree = ast.parse(source.text)
     names = [a.arg for a in next(f for f in tree.body if getattr(f, "name", None) == kernel).args.args]
     constants = {"MODE": mode, "PIXELS": 32, "CHANNELS": 64}
-    arrays = [strided(CT[dtype] if kind == "io" else ct.int32, ndim) for ndim, kind in WINDOWS[kernel]]
+    arrays = [strided(CT[dtype] if kind == "io" else ct.int32, ndim) for ndim, kind in WINDOWS[kernel, mode]]
     scalars = [ScalarConstraint(ct.int32)] * (len(names) - len(arrays) - sum(n in constants for n in names))
     fixed = [ConstantConstraint(constants[n]) for n in names if n in constants]
     signature = KernelSignature([*arrays, *scalars, *fixed], CallingConvention.cutile_python_v1())
@@ -453,8 +456,8 @@ def main(words: list[str]) -> int:
     jobs += [(" ".join(map(str, k)), compile_literal, k) for k in literal_kernels()]
     jobs += [(f"{k} tf32={tf32}", compile_conv, (k, tf32)) for k, tf32 in itertools.product(CONVS, (False, True))]
     jobs += [(f"gpu_reference {k}", compile_reference, (k,)) for k in REFERENCE]
-    windows = itertools.product(WINDOWS, ("bfloat16", "float32"), (0, 2))  # max, average excluding padding
-    jobs += [(f"{k} {dtype} mode={m}", compile_window, (k, dtype, m)) for k, dtype, m in windows]
+    windows = itertools.product(WINDOWS, ("bfloat16", "float32"))
+    jobs += [(f"{k} {dtype} mode={m}", compile_window, (k, dtype, m)) for (k, m), dtype in windows]
     rules = itertools.product(("gdn", "kda"), (False, True))
     jobs += [(f"{k} backward={b}", compile_delta_rule, (k, b)) for k, b in rules]
     jobs = [job for job in jobs if not words or any(w in job[0] for w in words)]

@@ -31,6 +31,7 @@ INF_BITS = 0x7F800000
 MAX = 0
 AVERAGE_INCLUDE_PAD = 1
 AVERAGE_EXCLUDE_PAD = 2
+ARGMAX = 3  # the channel-tiled forward writing each window's first-maximum tap (max pooling's backward reads it)
 
 
 @ct.kernel
@@ -211,6 +212,7 @@ def pool_forward_channels(
         acc = neg_inf
     else:
         acc = ct.full((PIXELS, CHANNELS), 0.0, dtype=ct.float32)
+    best_tap = ct.full((PIXELS, CHANNELS), -1, dtype=ct.int32)  # ARGMAX's: acc holds the best value
     for a in range(kd):
         i_d = o_d * sd - pd + a
         for b in range(kh):
@@ -219,8 +221,12 @@ def pool_forward_channels(
                 i_w = o_w * sw - pw + e
                 real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
                 v = ct.astype(ct.gather(x, ct.where(real, at + i_d * x_d + i_h * x_h + i_w * x_w, -1)), ct.float32)
-                if MODE == MAX:  # noqa: SIM108 (as above)
+                if MODE == MAX:
                     acc = ct.maximum(acc, ct.where(real, v, neg_inf), propagate_nan=True)
+                elif MODE == ARGMAX:
+                    take = real & ((best_tap < 0) | (v > acc) | (v != v))
+                    acc = ct.where(take, v, acc)
+                    best_tap = ct.where(take, (a * kh + b) * kw + e, best_tap)
                 else:
                     acc = acc + v
     if MODE == AVERAGE_INCLUDE_PAD:
@@ -232,39 +238,10 @@ def pool_forward_channels(
             * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
         )
         acc = acc / ct.astype(ct.maximum(real, 1), ct.float32)
-    ct.scatter(y, (o_n, k, o_d, o_h, o_w), ct.astype(acc, y.dtype))
-
-
-@ct.kernel
-def pool_argmax_channels(
-    x, argmax, pixels,
-    n, c, od, oh, ow,
-    xd, xh, xw,
-    x_n, x_c, x_d, x_h, x_w,
-    kd, kh, kw,
-    sd, sh, sw,
-    pd, ph, pw,
-    PIXELS: ct.Constant[int],
-    CHANNELS: ct.Constant[int],
-):  # fmt: skip
-    p = ct.reshape(ct.bid(0) * PIXELS + ct.arange(PIXELS, dtype=ct.int32), (PIXELS, 1))
-    o_n, o_d, o_h, o_w = pixel_rows(p, pixels, n, od, oh, ow)
-    k, real_k = channel_columns(CHANNELS, c)
-    at = ct.minimum(o_n, n - 1) * x_n + real_k * x_c
-    best = ct.full((PIXELS, CHANNELS), 0.0, dtype=ct.float32)
-    best_tap = ct.full((PIXELS, CHANNELS), -1, dtype=ct.int32)
-    for a in range(kd):
-        i_d = o_d * sd - pd + a
-        for b in range(kh):
-            i_h = o_h * sh - ph + b
-            for e in range(kw):
-                i_w = o_w * sw - pw + e
-                real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
-                v = ct.astype(ct.gather(x, ct.where(real, at + i_d * x_d + i_h * x_h + i_w * x_w, -1)), ct.float32)
-                take = real & ((best_tap < 0) | (v > best) | (v != v))
-                best = ct.where(take, v, best)
-                best_tap = ct.where(take, (a * kh + b) * kw + e, best_tap)
-    ct.scatter(argmax, (o_n, k, o_d, o_h, o_w), best_tap)
+    if MODE == ARGMAX:  # y is the int32 argmax, laid out as the pooled output
+        ct.scatter(y, (o_n, k, o_d, o_h, o_w), best_tap)
+    else:
+        ct.scatter(y, (o_n, k, o_d, o_h, o_w), ct.astype(acc, y.dtype))
 
 
 @ct.kernel

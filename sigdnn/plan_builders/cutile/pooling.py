@@ -34,6 +34,7 @@ from sigdnn.registry.engine_ids import IN_TREE
 TILE = 256  # outputs (or dx elements) one block computes
 PER_BLOCK = 2048  # elements of a [pixels, channels] tile
 MODES = {"max": 0, "average_count_include_pad": 1, "average_count_exclude_pad": 2}
+ARGMAX = 3  # pool_forward_channels' mode that writes the argmax instead of the max
 LARGEST = 2**31 - 1 - TILE  # int32 flat indices and coordinates
 
 
@@ -141,9 +142,10 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
         if op.mode == "max":  # laid out as dy is: the lanes that gather dy's neighbours gather theirs too
             argmax = work.take(y_dims, "int32", like=as_5d(dy)[1])
             if by_channels:
-                constants = (pixels_of(y_dims), *y_dims, *x_dims[2:], *as_5d(x)[1], *window, rows, columns)
+                constants = (pixels_of(y_dims), *y_dims, *x_dims[2:], *as_5d(x)[1], *window, ARGMAX, rows, columns)
                 grid = (cdiv(pixels_of(y_dims), rows), cdiv(x_dims[1], columns), 1)
-                launches.append(Launch(kernel_source("pool_argmax_channels"), grid, (flat("x", x), argmax), constants))
+                source = kernel_source("pool_forward_channels")
+                launches.append(Launch(source, grid, (flat("x", x), argmax), constants))
             else:
                 constants = (dy.size, *divisors(dy), *y_dims, *x_dims[2:], *window, TILE)
                 grid = (cdiv(dy.size, TILE), 1, 1)

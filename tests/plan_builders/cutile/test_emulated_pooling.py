@@ -10,6 +10,8 @@ cuTile. Planted bugs in the kernel text fail validation.
 
 from __future__ import annotations
 
+import re
+
 import attrs
 import numpy as np
 import pytest
@@ -70,19 +72,23 @@ EXPOSING = [c for c in CASES if c.name in ("2d_resnet_maxpool", "2d_nhwc_wide", 
 @pytest.mark.parametrize(
     "mode, bug",
     [
-        ("max", ("(v > best)", "(v >= best)")),  # the last maximum instead of the first
-        ("max", ("(e < kw)", "(e < kw - 1)")),  # a window's last column never gets its gradient
-        ("average_count_exclude_pad", ("ct.maximum(o_w * sw - pw, 0)", "(o_w * sw - pw)")),  # padding counted
+        ("max", (r"\(v > (best|acc)\)", r"(v >= \1)")),  # the last maximum instead of the first
+        ("max", (r"\(e < kw\)", "(e < kw - 1)")),  # a window's last column never gets its gradient
+        ("average_count_exclude_pad", (r"ct\.maximum\(o_w \* sw - pw, 0\)", "(o_w * sw - pw)")),  # padding counted
     ],
     ids=["last_max", "last_column", "count_padding"],
 )
 @pytest.mark.parametrize("case", EXPOSING, ids=[c.name for c in EXPOSING])  # channel tiles and flat, with padding
 def test_a_planted_bug_fails_validation(mode: str, bug: tuple[str, str], case: Case) -> None:
-    old, new = bug
-    assert old in pooling.kernel_source("pool_argmax").text + pooling.kernel_source("pool_backward").text
+    pattern, replacement = bug
+    kernels = {
+        chunk.split("(", 1)[0][4:]: chunk for chunk in pooling.kernel_source("pool_argmax").text.split("@ct.kernel\n")
+    }
+    for path in (("pool_argmax", "pool_backward"), ("pool_forward_channels", "pool_backward_channels")):
+        assert re.search(pattern, kernels[path[0]] + kernels[path[1]]), path  # the bug is planted in both paths
     registry = sigdnn.Registry(entry_point_group=None)
     planted = Planted()
-    planted.plant = staticmethod(lambda text: text.replace(old, new))
+    planted.plant = staticmethod(lambda text: re.sub(pattern, replacement, text))
     registry.register(planted)
     graph = backward(case, mode)
     inputs = with_ties(graph, 5) if mode == "max" else random_inputs(graph, seed=5)
