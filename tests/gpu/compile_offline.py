@@ -11,7 +11,7 @@ region) with the array constraints cuTile's launch gives contiguous arrays
 (16-byte aligned, stride 1, whole-tile parts divisible), the literal attention
 kernels with variable lengths (forward, dq, dk / dv), the ragged pack /
 unpack, the implicit-GEMM convs (fprop, dgrad, wgrad; float32, exact and
-TF32), the channel-tiled pooling kernels, the gated delta rules (gdn, kda, forward and backward, TF32) and the
+TF32), the pooling kernels, the gated delta rules (gdn, kda, forward and backward, TF32) and the
 GPU reference's GEMMs, row sums, gather and scatter, and reports every failure. Not a pytest module: it needs the
 compiler, not a GPU.
 """
@@ -180,23 +180,26 @@ def compile_conv(job: str, tf32: bool, folder: str) -> int:
     return export(source.name, source.text, conv_signature(job, tf32), folder)
 
 
-WINDOWS = {  # the channel-tiled pooling kernels by mode (max, average excluding padding, argmax): each array
+WINDOWS = {  # the pooling kernels by mode (max, average excluding padding, argmax): each array
     # argument's (ndim, dtype: "io" or int32)
     ("pool_forward_channels", 0): ((1, "io"), (5, "io")),
     ("pool_forward_channels", 2): ((1, "io"), (5, "io")),
     ("pool_forward_channels", 3): ((1, "io"), (5, "int32")),
     ("pool_backward_channels", 0): ((1, "io"), (1, "int32"), (5, "io")),
     ("pool_backward_channels", 2): ((1, "io"), (1, "int32"), (5, "io")),
+    ("pool_forward", 0): ((5, "io"), (5, "io")),
+    ("pool_forward", 3): ((5, "io"), (5, "int32")),
+    ("pool_backward", 0): ((5, "io"), (5, "int32"), (5, "io")),
 }
 
 
 def compile_window(kernel: str, dtype: str, mode: int, folder: str) -> int:
-    """A [pixels, channels] pooling kernel as pooling.py launches it at 64 channels: flat inputs, 5-D outputs,
+    """A pooling kernel as pooling.py launches it (the channel-tiled ones at 64 channels: flat inputs, 5-D outputs),
     int32 sizes and strides (read from the kernel's parameter list)."""
     source = pooling_source(kernel)
     tree = ast.parse(source.text)
     names = [a.arg for a in next(f for f in tree.body if getattr(f, "name", None) == kernel).args.args]
-    constants = {"MODE": mode, "PIXELS": 32, "CHANNELS": 64}
+    constants = {"MODE": mode, "PIXELS": 32, "CHANNELS": 64, "TILE": 256}
     arrays = [strided(CT[dtype] if kind == "io" else ct.int32, ndim) for ndim, kind in WINDOWS[kernel, mode]]
     scalars = [ScalarConstraint(ct.int32)] * (len(names) - len(arrays) - sum(n in constants for n in names))
     fixed = [ConstantConstraint(constants[n]) for n in names if n in constants]

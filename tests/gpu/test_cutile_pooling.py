@@ -41,7 +41,7 @@ class LastMaximum(CutilePoolingBackwardBuilder):
         import attrs
 
         launches, nbytes = super().launches(node, graph)
-        swap = lambda text: text.replace("(v > best)", "(v >= best)")  # noqa: E731
+        swap = lambda text: text.replace("(v > acc)", "(v >= acc)")  # noqa: E731 (the argmax modes' running best)
         return [attrs.evolve(la, source=attrs.evolve(la.source, text=swap(la.source.text))) for la in launches], nbytes
 
 

@@ -18,7 +18,8 @@ backward sends dy to the window's first maximum in row-major tap order,
 scanning from its first real element and moving on a greater value or a
 NaN. The backward gathers, per dx element, from every output whose window
 covers it (no atomics, deterministic); the max's argmax is one int32 per
-output, written by ``pool_argmax`` before ``pool_backward`` reads it.
+output, written by the forward kernel in its ARGMAX mode before the
+backward reads it.
 """
 
 from typing import Any
@@ -31,7 +32,7 @@ INF_BITS = 0x7F800000
 MAX = 0
 AVERAGE_INCLUDE_PAD = 1
 AVERAGE_EXCLUDE_PAD = 2
-ARGMAX = 3  # the channel-tiled forward writing each window's first-maximum tap (max pooling's backward reads it)
+ARGMAX = 3  # the forward writing each window's first-maximum tap instead (max pooling's backward reads it)
 
 
 @ct.kernel
@@ -57,6 +58,7 @@ def pool_forward(
         acc = neg_inf
     else:
         acc = ct.full((TILE,), 0.0, dtype=ct.float32)
+    best_tap = ct.full((TILE,), -1, dtype=ct.int32)  # ARGMAX's: acc holds the best value
     for a in range(kd):
         i_d = o_d * sd - pd + a
         for b in range(kh):
@@ -64,9 +66,13 @@ def pool_forward(
             for e in range(kw):
                 i_w = o_w * sw - pw + e
                 v = ct.astype(ct.gather(x, (i_n, i_c, i_d, i_h, i_w)), ct.float32)
+                real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
                 if MODE == MAX:
-                    real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
                     acc = ct.maximum(acc, ct.where(real, v, neg_inf), propagate_nan=True)
+                elif MODE == ARGMAX:
+                    take = real & ((best_tap < 0) | (v > acc) | (v != v))
+                    acc = ct.where(take, v, acc)
+                    best_tap = ct.where(take, (a * kh + b) * kw + e, best_tap)
                 else:
                     acc = acc + v
     if MODE == AVERAGE_INCLUDE_PAD:
@@ -78,40 +84,10 @@ def pool_forward(
             * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
         )
         acc = acc / ct.astype(ct.maximum(real, 1), ct.float32)
-    ct.scatter(y, (i_n, i_c, o_d, o_h, o_w), ct.astype(acc, y.dtype))
-
-
-@ct.kernel
-def pool_argmax(
-    x, argmax, count,
-    n_div, c_div, d_div, h_div, w_div,
-    n, c, od, oh, ow,
-    xd, xh, xw,
-    kd, kh, kw,
-    sd, sh, sw,
-    pd, ph, pw,
-    TILE: ct.Constant[int],
-):  # fmt: skip
-    flat = ct.bid(0) * TILE + ct.arange(TILE, dtype=ct.int32)
-    i_n = ct.where(flat < count, (flat // n_div) % n, n)
-    i_c = (flat // c_div) % c
-    o_d = (flat // d_div) % od
-    o_h = (flat // h_div) % oh
-    o_w = (flat // w_div) % ow
-    best = ct.full((TILE,), 0.0, dtype=ct.float32)
-    best_tap = ct.full((TILE,), -1, dtype=ct.int32)
-    for a in range(kd):
-        i_d = o_d * sd - pd + a
-        for b in range(kh):
-            i_h = o_h * sh - ph + b
-            for e in range(kw):
-                i_w = o_w * sw - pw + e
-                v = ct.astype(ct.gather(x, (i_n, i_c, i_d, i_h, i_w)), ct.float32)
-                real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
-                take = real & ((best_tap < 0) | (v > best) | (v != v))
-                best = ct.where(take, v, best)
-                best_tap = ct.where(take, (a * kh + b) * kw + e, best_tap)
-    ct.scatter(argmax, (i_n, i_c, o_d, o_h, o_w), best_tap)
+    if MODE == ARGMAX:  # y is the int32 argmax, laid out as dy
+        ct.scatter(y, (i_n, i_c, o_d, o_h, o_w), best_tap)
+    else:
+        ct.scatter(y, (i_n, i_c, o_d, o_h, o_w), ct.astype(acc, y.dtype))
 
 
 @ct.kernel

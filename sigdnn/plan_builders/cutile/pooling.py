@@ -34,7 +34,7 @@ from sigdnn.registry.engine_ids import IN_TREE
 TILE = 256  # outputs (or dx elements) one block computes
 PER_BLOCK = 2048  # elements of a [pixels, channels] tile
 MODES = {"max": 0, "average_count_include_pad": 1, "average_count_exclude_pad": 2}
-ARGMAX = 3  # pool_forward_channels' mode that writes the argmax instead of the max
+ARGMAX = 3  # the forward kernels' mode that writes the argmax instead of the max
 LARGEST = 2**31 - 1 - TILE  # int32 flat indices and coordinates
 
 
@@ -147,9 +147,9 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
                 source = kernel_source("pool_forward_channels")
                 launches.append(Launch(source, grid, (flat("x", x), argmax), constants))
             else:
-                constants = (dy.size, *divisors(dy), *y_dims, *x_dims[2:], *window, TILE)
+                constants = (dy.size, *divisors(dy), *y_dims, *x_dims[2:], *window, ARGMAX, TILE)
                 grid = (cdiv(dy.size, TILE), 1, 1)
-                launches.append(Launch(kernel_source("pool_argmax"), grid, (view("x", x), argmax), constants))
+                launches.append(Launch(kernel_source("pool_forward"), grid, (view("x", x), argmax), constants))
         if by_channels:
             argmax_strides = argmax.strides if op.mode == "max" else as_5d(dy)[1]
             gathered = attrs.evolve(argmax, shape=(max(span_elements(argmax.shape, argmax.strides), 1),), strides=(1,))

@@ -82,9 +82,9 @@ EXPOSING = [c for c in CASES if c.name in ("2d_resnet_maxpool", "2d_nhwc_wide", 
 def test_a_planted_bug_fails_validation(mode: str, bug: tuple[str, str], case: Case) -> None:
     pattern, replacement = bug
     kernels = {
-        chunk.split("(", 1)[0][4:]: chunk for chunk in pooling.kernel_source("pool_argmax").text.split("@ct.kernel\n")
+        chunk.split("(", 1)[0][4:]: chunk for chunk in pooling.kernel_source("pool_forward").text.split("@ct.kernel\n")
     }
-    for path in (("pool_argmax", "pool_backward"), ("pool_forward_channels", "pool_backward_channels")):
+    for path in (("pool_forward", "pool_backward"), ("pool_forward_channels", "pool_backward_channels")):
         assert re.search(pattern, kernels[path[0]] + kernels[path[1]]), path  # the bug is planted in both paths
     registry = sigdnn.Registry(entry_point_group=None)
     planted = Planted()
