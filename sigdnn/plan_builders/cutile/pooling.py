@@ -151,9 +151,8 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
                 grid = (cdiv(dy.size, TILE), 1, 1)
                 launches.append(Launch(kernel_source("pool_forward"), grid, (view("x", x), argmax), constants))
         if by_channels:
-            argmax_strides = argmax.strides if op.mode == "max" else as_5d(dy)[1]
             gathered = attrs.evolve(argmax, shape=(max(span_elements(argmax.shape, argmax.strides), 1),), strides=(1,))
-            constants = (pixels_of(x_dims), *x_dims, *y_dims[2:], *as_5d(dy)[1], *argmax_strides, *window,
+            constants = (pixels_of(x_dims), *x_dims, *y_dims[2:], *as_5d(dy)[1], *argmax.strides, *window,
                          *candidates, MODES[op.mode], rows, columns)  # fmt: skip
             grid = (cdiv(pixels_of(x_dims), rows), cdiv(x_dims[1], columns), 1)
             args = (flat("dy", dy), gathered, view("dx", dx))

@@ -131,3 +131,45 @@ def test_channels_innermost_takes_the_channel_tiles(case: Case) -> None:
         g = build(case, "max")
         names = [launch.source.name for launch in builder.launches(g.nodes[0], g)[0]]
         assert all(("_channels_" in name) == tiled for name in names), names
+
+
+def test_launch_grids_and_sizes_by_hand() -> None:
+    """Hand-worked: x 2 x 70 x 5 x 6 NHWC, 3 x 3 windows, stride 2, padding 1, so y is 2 x 70 x 3 x 3. Tiles
+    of 512 elements: [8 pixels, 64 channels]; two column blocks for 70 channels; 18 output pixels, 60 input
+    pixels. The flat kernels (NCHW) take 256 elements a block."""
+    case = Case("hand", (2, 70, 5, 6), "NHWC", (3, 3), (2, 2), (1, 1))
+    g = forward(case, "max")
+    (launch,) = CutilePoolingBuilder().launches(g.nodes[0], g)[0]
+    assert launch.grid == (3, 2, 1)
+    assert launch.constants[:9] == (18, 2, 70, 1, 3, 3, 1, 5, 6)  # pixels, y's (N, C, D, H, W), x's (D, H, W)
+    assert launch.constants[9:14] == (2100, 1, 1, 420, 70)  # x's element strides over (N, C, D, H, W): D is missing
+    assert launch.constants[14:] == (1, 3, 3, 1, 2, 2, 0, 1, 1, 0, 8, 64)  # window, stride, padding, MAX, tile
+    g = backward(case, "max")
+    argmax, gradient = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
+    assert argmax.grid == (3, 2, 1) and argmax.constants[-3:] == (3, 8, 64)  # the forward's ARGMAX mode
+    assert gradient.grid == (8, 2, 1) and gradient.constants[:9] == (60, 2, 70, 1, 5, 6, 1, 3, 3)
+    assert gradient.constants[-6:] == (1, 2, 2, 0, 8, 64)  # candidate windows per axis, MAX, tile
+    g = backward(Case("flat", (2, 3, 5, 6), "NCHW", (3, 3), (2, 2), (1, 1)), "average_count_include_pad")
+    (flat,) = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
+    assert flat.grid == (1, 1, 1) and flat.constants[0] == 180 and flat.constants[-2:] == (1, 256)
+
+
+@pytest.mark.parametrize(
+    ("channels", "tile"), [(1, (512, 1)), (5, (64, 8)), (8, (64, 8)), (64, (8, 64)), (70, (8, 64)), (2048, (8, 64))]
+)
+def test_channel_tiles(channels: int, tile: tuple[int, int]) -> None:
+    assert pooling.channel_tiles(channels) == tile
+
+
+def test_tensors_past_int32_indices_or_with_negative_strides_are_refused() -> None:
+    g = sigdnn.Graph("big", io_dtype="bfloat16", compute_dtype="float32")
+    huge = g.tensor("huge", (1, 2, 2**15, 2**15), layout="NHWC")  # 2^31 elements
+    with pytest.raises(ValueError, match="2\\^31"):
+        pooling.fits(huge)
+    wide = g.tensor("wide", (1, 1, 2, 2), strides=(1, 1, 2**31, 1))  # 4 elements spanning past 2^31
+    with pytest.raises(ValueError, match="2\\^31"):
+        pooling.fits(wide)
+    pooling.fits(g.tensor("edge", (1, 1, 1, pooling.LARGEST)))
+    backwards = g.tensor("backwards", (1, 1, 2, 3), strides=(6, 6, 3, -1))
+    with pytest.raises(ValueError, match="negative strides"):
+        pooling.fits(backwards)
