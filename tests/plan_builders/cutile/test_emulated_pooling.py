@@ -173,3 +173,48 @@ def test_tensors_past_int32_indices_or_with_negative_strides_are_refused() -> No
     backwards = g.tensor("backwards", (1, 1, 2, 3), strides=(6, 6, 3, -1))
     with pytest.raises(ValueError, match="negative strides"):
         pooling.fits(backwards)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_flat_and_tiled_launches_ask_for_no_more_than_they_use(layout: str) -> None:
+    """The forward needs no workspace; max pooling's backward one int32 per output (2 x 3 x 3 x 3 here, in 256-byte
+    slices); the flat kernels' grids are one block per 256 elements along x only."""
+    case = Case("ws", (2, 3, 5, 6), layout, (3, 3), (2, 2), (1, 1))
+    g = forward(case, "max")
+    launches, nbytes = CutilePoolingBuilder().launches(g.nodes[0], g)
+    assert nbytes == 0
+    g = backward(case, "max")
+    argmax, gradient = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
+    assert CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[1] == 256
+    if layout == "NCHW":
+        assert launches[0].grid == (1, 1, 1) and argmax.grid == (1, 1, 1) and gradient.grid == (1, 1, 1)
+
+
+def test_channels_innermost_needs_every_tensor() -> None:
+    g = sigdnn.Graph("mixed", io_dtype="float32")
+    nhwc, nchw = g.tensor("a", (2, 3, 4, 5), layout="NHWC"), g.tensor("b", (2, 3, 4, 5), layout="NCHW")
+    assert pooling.channels_innermost(nhwc, nhwc) and not pooling.channels_innermost(nhwc, nchw)
+    assert not pooling.channels_innermost(nchw, nhwc)
+
+
+def test_the_int32_bound_is_exact_and_zero_strides_pass() -> None:
+    """The largest tensor taken spans 2^31 - 1 - 256 elements (a block's lanes past the end stay in int32)."""
+    g = sigdnn.Graph("edges", io_dtype="bfloat16")
+    pooling.fits(g.tensor("largest", (1, 1, 1, 2**31 - 1 - 256)))
+    with pytest.raises(ValueError, match="2\\^31"):
+        pooling.fits(g.tensor("past", (1, 1, 1, 2**31 - 256)))
+    pooling.fits(g.tensor("broadcast", (1, 1, 2, 3), strides=(0, 0, 3, 1)))  # a zero stride is no negative one
+    huge = sigdnn.Graph("huge", io_dtype="bfloat16", compute_dtype="float32")
+    y = huge.pooling(huge.tensor("x", (1, 2, 2**15, 2**15), layout="NHWC"), "max", (2, 2), (2, 2), (0, 0), name="p")
+    y.set_output(True)
+    with pytest.raises(ValueError, match="2\\^31"):  # the builder checks before it launches (check declines)
+        CutilePoolingBuilder().launches(huge.nodes[0], huge)
+
+
+def test_the_backward_checks_its_tensors_before_it_launches() -> None:
+    g = sigdnn.Graph("huge_bwd", io_dtype="bfloat16", compute_dtype="float32")
+    x = g.tensor("x", (1, 2, 2**15, 2**15), layout="NHWC")
+    dy = g.tensor("dy", (1, 2, 2**14, 2**14), layout="NHWC")
+    g.pooling_backward(dy, x, "max", (2, 2), (2, 2), (0, 0), name="pb").set_output(True)
+    with pytest.raises(ValueError, match="2\\^31"):
+        CutilePoolingBackwardBuilder().launches(g.nodes[0], g)
