@@ -11,9 +11,9 @@ read them).
 Only an output whose declared layout is dense (its span is its elements)
 hosts, so scratch never touches a byte the caller's tensor does not own,
 and its producer overwrites every byte it lent. At run time an output
-hosts in place only where its buffer is usable (``usable_hosts``);
-otherwise its guests move to a buffer the run allocates, at the same
-offsets.
+hosts in place only where its buffer is usable (``in_place``); otherwise
+its guests move, at the same offsets, to a buffer of the output's size that
+the GPU memory provides instead (gpu_memory, gpu_buffers.lending_buffers).
 
 The choice is greedy on the peak: while some intermediate live at the
 step where the arena's live bytes peak fits in an output not yet written
@@ -30,7 +30,7 @@ import attrs
 
 ALIGNMENT = 256  # bytes: a guest starts where an arena tensor could (memory_plan.ALIGNMENT)
 # each placement scans the steps for the peak: a bound keeps prepare near-linear on graphs of 10^5 steps whose
-# live bytes are flat (a chain); a model's backward places tens (a Llama layer's 22 guests)
+# live bytes are flat (a chain); a model's backward places few (a Llama layer's: 8 tensors)
 MOST_GUESTS = 512
 
 
