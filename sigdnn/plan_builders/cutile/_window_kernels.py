@@ -35,6 +35,28 @@ AVERAGE_EXCLUDE_PAD = 2
 ARGMAX = 3  # the forward writing each window's first-maximum tap instead (max pooling's backward reads it)
 
 
+def real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw):
+    """How many of window (o_d, o_h, o_w)'s taps fall inside x: the average excluding padding divides by it."""
+    return (
+        (ct.minimum(o_d * sd - pd + kd, xd) - ct.maximum(o_d * sd - pd, 0))
+        * (ct.minimum(o_h * sh - ph + kh, xh) - ct.maximum(o_h * sh - ph, 0))
+        * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
+    )
+
+
+def pixel_rows(PIXELS, pixels, n, od, oh, ow):
+    """(n, d, h, w) of the block's PIXELS pixel rows of a tensor with (n, od, oh, ow) pixels (rows past the last:
+    n of n, so their scatter drops)."""
+    p = ct.reshape(ct.bid(0) * PIXELS + ct.arange(PIXELS, dtype=ct.int32), (PIXELS, 1))
+    real = ct.minimum(p, pixels - 1)
+    return (
+        ct.where(p < pixels, real // (ow * oh * od), n),
+        (real // (ow * oh)) % od,
+        (real // ow) % oh,
+        real % ow,
+    )
+
+
 @ct.kernel
 def pool_forward(
     x, y, count,
@@ -78,11 +100,7 @@ def pool_forward(
     if MODE == AVERAGE_INCLUDE_PAD:
         acc = acc / ct.astype(ct.full((TILE,), kd * kh * kw, dtype=ct.int32), ct.float32)
     if MODE == AVERAGE_EXCLUDE_PAD:
-        real = (
-            (ct.minimum(o_d * sd - pd + kd, xd) - ct.maximum(o_d * sd - pd, 0))
-            * (ct.minimum(o_h * sh - ph + kh, xh) - ct.maximum(o_h * sh - ph, 0))
-            * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
-        )
+        real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
         acc = acc / ct.astype(ct.maximum(real, 1), ct.float32)
     if MODE == ARGMAX:  # y is the int32 argmax, laid out as dy
         ct.scatter(y, (i_n, i_c, o_d, o_h, o_w), best_tap)
@@ -132,11 +150,7 @@ def pool_backward(
                 elif MODE == AVERAGE_INCLUDE_PAD:
                     acc = acc + g / ct.astype(ct.full((TILE,), kd * kh * kw, dtype=ct.int32), ct.float32)
                 else:
-                    real = (
-                        (ct.minimum(o_d * sd - pd + kd, xd) - ct.maximum(o_d * sd - pd, 0))
-                        * (ct.minimum(o_h * sh - ph + kh, xh) - ct.maximum(o_h * sh - ph, 0))
-                        * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
-                    )
+                    real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
                     acc = acc + g / ct.astype(ct.maximum(real, 1), ct.float32)
     ct.scatter(dx, (i_n, i_c, i_d, i_h, i_w), ct.astype(acc, dx.dtype))
 
@@ -147,17 +161,6 @@ def pool_backward(
 # offset to one pixel offset. Inputs arrive flat (1-D, offsets from element strides: -1 reads 0, as the
 # grouped conv's x); outputs as 5-D views, where rows past the last pixel get an N coordinate of n and columns
 # past the last channel a C coordinate of c, so their scatter is dropped.
-
-
-def pixel_rows(p, pixels, n, od, oh, ow):
-    """(n, d, h, w) of pixel rows p of a tensor with (n, od, oh, ow) pixels (rows past the last: n of n)."""
-    real = ct.minimum(p, pixels - 1)
-    return (
-        ct.where(p < pixels, real // (ow * oh * od), n),
-        (real // (ow * oh)) % od,
-        (real // ow) % oh,
-        real % ow,
-    )
 
 
 def channel_columns(CHANNELS, c):
@@ -179,8 +182,7 @@ def pool_forward_channels(
     PIXELS: ct.Constant[int],
     CHANNELS: ct.Constant[int],
 ):  # fmt: skip
-    p = ct.reshape(ct.bid(0) * PIXELS + ct.arange(PIXELS, dtype=ct.int32), (PIXELS, 1))
-    o_n, o_d, o_h, o_w = pixel_rows(p, pixels, n, od, oh, ow)
+    o_n, o_d, o_h, o_w = pixel_rows(PIXELS, pixels, n, od, oh, ow)
     k, real_k = channel_columns(CHANNELS, c)
     at = ct.minimum(o_n, n - 1) * x_n + real_k * x_c
     neg_inf = -ct.bitcast(ct.full((PIXELS, CHANNELS), INF_BITS, dtype=ct.int32), ct.float32)
@@ -208,11 +210,7 @@ def pool_forward_channels(
     if MODE == AVERAGE_INCLUDE_PAD:
         acc = acc / ct.astype(ct.full((PIXELS, CHANNELS), kd * kh * kw, dtype=ct.int32), ct.float32)
     if MODE == AVERAGE_EXCLUDE_PAD:
-        real = (
-            (ct.minimum(o_d * sd - pd + kd, xd) - ct.maximum(o_d * sd - pd, 0))
-            * (ct.minimum(o_h * sh - ph + kh, xh) - ct.maximum(o_h * sh - ph, 0))
-            * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
-        )
+        real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
         acc = acc / ct.astype(ct.maximum(real, 1), ct.float32)
     if MODE == ARGMAX:  # y is the int32 argmax, laid out as the pooled output
         ct.scatter(y, (o_n, k, o_d, o_h, o_w), best_tap)
@@ -235,8 +233,7 @@ def pool_backward_channels(
     PIXELS: ct.Constant[int],
     CHANNELS: ct.Constant[int],
 ):  # fmt: skip
-    p = ct.reshape(ct.bid(0) * PIXELS + ct.arange(PIXELS, dtype=ct.int32), (PIXELS, 1))
-    i_n, i_d, i_h, i_w = pixel_rows(p, pixels, n, xd, xh, xw)
+    i_n, i_d, i_h, i_w = pixel_rows(PIXELS, pixels, n, xd, xh, xw)
     k, real_k = channel_columns(CHANNELS, c)
     at = ct.minimum(i_n, n - 1) * y_n + real_k * y_c
     at_argmax = ct.minimum(i_n, n - 1) * a_n + real_k * a_c
@@ -265,11 +262,7 @@ def pool_backward_channels(
                 elif MODE == AVERAGE_INCLUDE_PAD:
                     acc = acc + g / ct.astype(ct.full((PIXELS, CHANNELS), kd * kh * kw, dtype=ct.int32), ct.float32)
                 else:
-                    real = (
-                        (ct.minimum(o_d * sd - pd + kd, xd) - ct.maximum(o_d * sd - pd, 0))
-                        * (ct.minimum(o_h * sh - ph + kh, xh) - ct.maximum(o_h * sh - ph, 0))
-                        * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
-                    )
+                    real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
                     acc = acc + g / ct.astype(ct.maximum(real, 1), ct.float32)
     ct.scatter(dx, (i_n, k, i_d, i_h, i_w), ct.astype(acc, dx.dtype))
 

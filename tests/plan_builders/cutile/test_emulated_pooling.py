@@ -81,11 +81,12 @@ EXPOSING = [c for c in CASES if c.name in ("2d_resnet_maxpool", "2d_nhwc_wide", 
 @pytest.mark.parametrize("case", EXPOSING, ids=[c.name for c in EXPOSING])  # channel tiles and flat, with padding
 def test_a_planted_bug_fails_validation(mode: str, bug: tuple[str, str], case: Case) -> None:
     pattern, replacement = bug
-    kernels = {
-        chunk.split("(", 1)[0][4:]: chunk for chunk in pooling.kernel_source("pool_forward").text.split("@ct.kernel\n")
-    }
+    text = pooling.kernel_source("pool_forward").text
+    functions = {part.split("(", 1)[0]: part for part in re.split(r"\n(?:@ct\.kernel\n)?def ", text)[1:]}
     for path in (("pool_forward", "pool_backward"), ("pool_forward_channels", "pool_backward_channels")):
-        assert re.search(pattern, kernels[path[0]] + kernels[path[1]]), path  # the bug is planted in both paths
+        body = functions[path[0]] + functions[path[1]]
+        called = "".join(f for name, f in functions.items() if f"{name}(" in body and name not in path)
+        assert re.search(pattern, body + called), path  # the bug is planted in both paths (or a helper they call)
     registry = sigdnn.Registry(entry_point_group=None)
     planted = Planted()
     planted.plant = staticmethod(lambda text: re.sub(pattern, replacement, text))
