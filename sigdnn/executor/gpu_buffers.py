@@ -84,7 +84,8 @@ def wrap_device(context: Any, obj: Any, tensor: Tensor, dtype: DataType) -> Any:
 
 
 def alias_view(buffer: Any, offset: int, tensor: Tensor, dtype: DataType) -> DeviceArray:
-    """``tensor`` as a view ``offset`` bytes into a caller's input buffer (laid out with its declared strides)."""
+    """``tensor`` as a view ``offset`` bytes into ``buffer`` (a caller's input it views, or the buffer an output lends
+    its guests), laid out with its declared strides and dtype."""
     return DeviceArray(buffer.ptr + offset, tensor.dims, tensor.strides, dtype.numpy, owner=buffer,
                        device_id=buffer.device_id)  # fmt: skip
 
