@@ -2,8 +2,8 @@
 
 Every mode over 1 to 3 spatial dims, channels first and last, odd sizes,
 size-1 dims, padding, strides unlike the window, inputs laid out with gaps
-(strided views), and inputs with ties, a NaN and a -inf for the max's
-first-maximum rule.
+(strided views, one whose pixels share no single stride), and inputs with
+ties, a NaN and a -inf for the max's first-maximum rule.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class Case:
     padding: tuple[int, ...]
     dtype: str = "float32"
     gap: bool = False  # x laid out with a gap after each row (a strided view of a wider buffer)
+    strides: tuple[int, ...] | None = None  # x's strides, where given
 
 
 def cases() -> list[Case]:
@@ -43,6 +44,8 @@ def cases() -> list[Case]:
         Case("3d_ndhwc", (2, 3, 3, 5, 4), "NDHWC", (3, 2, 2), (1, 2, 1), (1, 1, 0), "float16"),
         Case("2d_nhwc_wide", (2, 70, 5, 6), "NHWC", (3, 3), (2, 2), (1, 1), "bfloat16"),  # two channel blocks
         Case("2d_nhwc_gapped", (2, 5, 6, 5), "NHWC", (2, 2), (2, 2), (1, 1), gap=True),
+        # channels innermost, 2 unused elements after each row of pixels: no single pixel stride
+        Case("2d_nhwc_row_gaps", (2, 5, 4, 3), "NHWC", (2, 2), (1, 1), (0, 1), strides=(68, 1, 17, 5)),
     ]
     return found
 
@@ -52,6 +55,8 @@ CASES = cases()
 
 def x_tensor(g: sigdnn.Graph, case: Case) -> sigdnn.Tensor:
     x = g.tensor("x", case.dims, layout=case.layout)
+    if case.strides:
+        x.set_stride(case.strides)
     if case.gap:  # every innermost run followed by 3 unused elements
         inner = min(range(len(x.strides)), key=lambda a: x.strides[a])
         x.set_stride(tuple(s if a == inner else s // x.dims[inner] * (x.dims[inner] + 3) for a, s in

@@ -104,10 +104,12 @@ def matmul_signature(spec: MatmulSpec) -> KernelSignature:
     return KernelSignature(args, CallingConvention.cutile_python_v1())
 
 
-def strided(dtype: object, ndim: int) -> ArrayConstraint:
-    """Any strides, 16-byte aligned: what a literal kernel's views may be."""
+def strided(dtype: object, ndim: int, rows: bool = False) -> ArrayConstraint:
+    """Any strides, 16-byte aligned: what a literal kernel's views may be (``rows``: the last one 1, as the pooling
+    row kernels' channels)."""
     return ArrayConstraint(dtype, ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=(),
-                           may_alias_internally=False, base_addr_divisible_by=16)  # fmt: skip
+                           may_alias_internally=False, base_addr_divisible_by=16,
+                           stride_constant=(*(None,) * (ndim - 1), 1) if rows else None)  # fmt: skip
 
 
 LITERALS = ("attention", "attention_dq", "attention_dkdv", "ragged_unpack", "ragged_pack")
@@ -182,11 +184,11 @@ def compile_conv(job: str, tf32: bool, folder: str) -> int:
 
 WINDOWS = {  # the pooling kernels by mode (max, average excluding padding, argmax): each array
     # argument's (ndim, dtype: "io" or int32)
-    ("pool_forward_channels", 0): ((1, "io"), (5, "io")),
-    ("pool_forward_channels", 2): ((1, "io"), (5, "io")),
-    ("pool_forward_channels", 3): ((1, "io"), (5, "int32")),
-    ("pool_backward_channels", 0): ((1, "io"), (1, "int32"), (5, "io")),
-    ("pool_backward_channels", 2): ((1, "io"), (1, "int32"), (5, "io")),
+    ("pool_forward_rows", 0): ((2, "io"), (2, "io")),
+    ("pool_forward_rows", 2): ((2, "io"), (2, "io")),
+    ("pool_forward_rows", 3): ((2, "io"), (2, "int32")),
+    ("pool_backward_rows", 0): ((2, "io"), (2, "int32"), (2, "io")),
+    ("pool_backward_rows", 2): ((2, "io"), (2, "int32"), (2, "io")),
     ("pool_forward", 0): ((5, "io"), (5, "io")),
     ("pool_forward", 3): ((5, "io"), (5, "int32")),
     ("pool_backward", 0): ((5, "io"), (5, "int32"), (5, "io")),
@@ -194,13 +196,14 @@ WINDOWS = {  # the pooling kernels by mode (max, average excluding padding, argm
 
 
 def compile_window(kernel: str, dtype: str, mode: int, folder: str) -> int:
-    """A pooling kernel as pooling.py launches it (the channel-tiled ones at 64 channels: flat inputs, 5-D outputs),
+    """A pooling kernel as pooling.py launches it (the row kernels at [8, 64] tiles of 2-D views, the flat ones 5-D),
     int32 sizes and strides (read from the kernel's parameter list)."""
     source = pooling_source(kernel)
     tree = ast.parse(source.text)
     names = [a.arg for a in next(f for f in tree.body if getattr(f, "name", None) == kernel).args.args]
-    constants = {"MODE": mode, "PIXELS": 32, "CHANNELS": 64, "TILE": 256}
-    arrays = [strided(CT[dtype] if kind == "io" else ct.int32, ndim) for ndim, kind in WINDOWS[kernel, mode]]
+    constants = {"MODE": mode, "PIXELS": 8, "CHANNELS": 64, "TILE": 256}
+    arrays = [strided(CT[dtype] if kind == "io" else ct.int32, ndim, rows=ndim == 2) for ndim, kind in
+              WINDOWS[kernel, mode]]  # fmt: skip
     scalars = [ScalarConstraint(ct.int32)] * (len(names) - len(arrays) - sum(n in constants for n in names))
     fixed = [ConstantConstraint(constants[n]) for n in names if n in constants]
     signature = KernelSignature([*arrays, *scalars, *fixed], CallingConvention.cutile_python_v1())

@@ -3,15 +3,16 @@ gathering, resample forward and backward (by gathering too).
 
 Never imported as a module: ``pooling.py`` and ``resample.py`` hand the text below the marker
 line to the backend (cuda.tile, or in CPU tests ``emulator``'s NumPy stand-in,
-binds ``ct``) with one line naming the kernel to run. Every tensor arrives as
-a 5-D strided view over logical (N, C, D, H, W) (1-D and 2-D pooling see
+binds ``ct``) with one line naming the kernel to run. The flat kernels take
+every tensor as a 5-D strided view over logical (N, C, D, H, W) (1-D and 2-D pooling see
 size-1 D and H), so one kernel serves NCHW and NHWC, 1 to 3 spatial dims and
 any strides: coordinates come from a flat index walked in the written
 tensor's memory order (``*_div``: the elements of the axes inside each axis),
 and N-D gathers read outside the input as 0 (which the max masks to -inf).
 Lanes past the last element get an N coordinate of n: out of bounds, so
-their scatter is dropped. Sizes are scalar arguments; only the mode and the
-tile are compile-time constants.
+their scatter is dropped. The pooling row kernels (``*_rows``, below) take
+channels-innermost tensors as 2-D (pixels, channels) views instead. Sizes
+are scalar arguments; only the mode and the tile are compile-time constants.
 
 Max follows torch's CPU rule (docs/ops.md): the forward propagates NaN; the
 backward sends dy to the window's first maximum in row-major tap order,
@@ -41,19 +42,6 @@ def real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw):
         (ct.minimum(o_d * sd - pd + kd, xd) - ct.maximum(o_d * sd - pd, 0))
         * (ct.minimum(o_h * sh - ph + kh, xh) - ct.maximum(o_h * sh - ph, 0))
         * (ct.minimum(o_w * sw - pw + kw, xw) - ct.maximum(o_w * sw - pw, 0))
-    )
-
-
-def pixel_rows(PIXELS, pixels, n, od, oh, ow):
-    """(n, d, h, w) of the block's PIXELS pixel rows of a tensor with (n, od, oh, ow) pixels (rows past the last:
-    n of n, so their scatter drops)."""
-    p = ct.reshape(ct.bid(0) * PIXELS + ct.arange(PIXELS, dtype=ct.int32), (PIXELS, 1))
-    real = ct.minimum(p, pixels - 1)
-    return (
-        ct.where(p < pixels, real // (ow * oh * od), n),
-        (real // (ow * oh)) % od,
-        (real // ow) % oh,
-        real % ow,
     )
 
 
@@ -155,26 +143,31 @@ def pool_backward(
     ct.scatter(dx, (i_n, i_c, i_d, i_h, i_w), ct.astype(acc, dx.dtype))
 
 
-# ---- channels innermost (NHWC, NDHWC, NWC): [PIXELS, CHANNELS] tiles ----
-# A block takes PIXELS pixels (rows, in the order of the tensor's non-channel axes) by CHANNELS channels
-# (columns); a pixel's coordinates are computed once for its whole row, and a tap's gather adds one channel
-# offset to one pixel offset. Inputs arrive flat (1-D, offsets from element strides: -1 reads 0, as the
-# grouped conv's x); outputs as 5-D views, where rows past the last pixel get an N coordinate of n and columns
-# past the last channel a C coordinate of c, so their scatter is dropped.
+# ---- pixel rows: channels innermost, the other axes collapsing into one row stride (NHWC, NDHWC, NWC) ----
+# Every tensor arrives as a 2-D (pixels, channels) view whose channels are contiguous. A block writes PIXELS
+# rows by CHANNELS channels of its output, and reads each tap's PIXELS source rows with one row load
+# (``ct.load_advanced_indexing``: a row index per pixel, a run of channels), never element by element. A row
+# outside the source (padding, or a window that does not cover the pixel) is read as row 0 and masked out;
+# the output tile is stored whole (rows past the last pixel and channels past the last one drop).
 
 
-def channel_columns(CHANNELS, c):
-    """The block's channel columns and their real channels (past the last: the last, whose results drop)."""
-    k = ct.reshape(ct.bid(1) * CHANNELS + ct.arange(CHANNELS, dtype=ct.int32), (1, CHANNELS))
-    return k, ct.minimum(k, c - 1)
+def row_coordinates(PIXELS, pixels, od, oh, ow):
+    """(n, d, h, w) of the block's PIXELS rows, of a tensor with (od, oh, ow) pixels an image (rows past the last
+    are the last one's: their store drops)."""
+    row = ct.minimum(ct.bid(0) * PIXELS + ct.arange(PIXELS, dtype=ct.int32), pixels - 1)
+    return row // (ow * oh * od), (row // (ow * oh)) % od, (row // ow) % oh, row % ow
+
+
+def column(tile, PIXELS):
+    """A per-row tile of PIXELS as a [PIXELS, 1] column (what broadcasts against a [PIXELS, CHANNELS] tile)."""
+    return ct.reshape(tile, (PIXELS, 1))
 
 
 @ct.kernel
-def pool_forward_channels(
+def pool_forward_rows(
     x, y, pixels,
-    n, c, od, oh, ow,
+    od, oh, ow,
     xd, xh, xw,
-    x_n, x_c, x_d, x_h, x_w,
     kd, kh, kw,
     sd, sh, sw,
     pd, ph, pw,
@@ -182,9 +175,8 @@ def pool_forward_channels(
     PIXELS: ct.Constant[int],
     CHANNELS: ct.Constant[int],
 ):  # fmt: skip
-    o_n, o_d, o_h, o_w = pixel_rows(PIXELS, pixels, n, od, oh, ow)
-    k, real_k = channel_columns(CHANNELS, c)
-    at = ct.minimum(o_n, n - 1) * x_n + real_k * x_c
+    o_n, o_d, o_h, o_w = row_coordinates(PIXELS, pixels, od, oh, ow)
+    channels = ct.Slice(ct.bid(1) * CHANNELS, CHANNELS)
     neg_inf = -ct.bitcast(ct.full((PIXELS, CHANNELS), INF_BITS, dtype=ct.int32), ct.float32)
     if MODE == MAX:  # noqa: SIM108 (statements: cuTile folds an if on a constant)
         acc = neg_inf
@@ -197,8 +189,11 @@ def pool_forward_channels(
             i_h = o_h * sh - ph + b
             for e in range(kw):
                 i_w = o_w * sw - pw + e
-                real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
-                v = ct.astype(ct.gather(x, ct.where(real, at + i_d * x_d + i_h * x_h + i_w * x_w, -1)), ct.float32)
+                inside = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
+                source = ct.where(inside, ((o_n * xd + i_d) * xh + i_h) * xw + i_w, 0)
+                loaded = ct.load_advanced_indexing(x, (source, channels), padding_mode=ct.PaddingMode.ZERO)
+                v = ct.astype(loaded, ct.float32)
+                real = column(inside, PIXELS)
                 if MODE == MAX:
                     acc = ct.maximum(acc, ct.where(real, v, neg_inf), propagate_nan=True)
                 elif MODE == ARGMAX:
@@ -206,25 +201,23 @@ def pool_forward_channels(
                     acc = ct.where(take, v, acc)
                     best_tap = ct.where(take, (a * kh + b) * kw + e, best_tap)
                 else:
-                    acc = acc + v
+                    acc = acc + ct.where(real, v, 0.0)
     if MODE == AVERAGE_INCLUDE_PAD:
         acc = acc / ct.astype(ct.full((PIXELS, CHANNELS), kd * kh * kw, dtype=ct.int32), ct.float32)
     if MODE == AVERAGE_EXCLUDE_PAD:
         real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
-        acc = acc / ct.astype(ct.maximum(real, 1), ct.float32)
-    if MODE == ARGMAX:  # y is the int32 argmax, laid out as the pooled output
-        ct.scatter(y, (o_n, k, o_d, o_h, o_w), best_tap)
+        acc = acc / column(ct.astype(ct.maximum(real, 1), ct.float32), PIXELS)
+    if MODE == ARGMAX:  # y is the int32 argmax, one per output element
+        ct.store(y, (ct.bid(0), ct.bid(1)), best_tap)
     else:
-        ct.scatter(y, (o_n, k, o_d, o_h, o_w), ct.astype(acc, y.dtype))
+        ct.store(y, (ct.bid(0), ct.bid(1)), ct.astype(acc, y.dtype))
 
 
 @ct.kernel
-def pool_backward_channels(
+def pool_backward_rows(
     dy, argmax, dx, pixels,
-    n, c, xd, xh, xw,
+    xd, xh, xw,
     od, oh, ow,
-    y_n, y_c, y_d, y_h, y_w,
-    a_n, a_c, a_d, a_h, a_w,
     kd, kh, kw,
     sd, sh, sw,
     pd, ph, pw,
@@ -233,15 +226,12 @@ def pool_backward_channels(
     PIXELS: ct.Constant[int],
     CHANNELS: ct.Constant[int],
 ):  # fmt: skip
-    i_n, i_d, i_h, i_w = pixel_rows(PIXELS, pixels, n, xd, xh, xw)
-    k, real_k = channel_columns(CHANNELS, c)
-    at = ct.minimum(i_n, n - 1) * y_n + real_k * y_c
-    at_argmax = ct.minimum(i_n, n - 1) * a_n + real_k * a_c
+    i_n, i_d, i_h, i_w = row_coordinates(PIXELS, pixels, xd, xh, xw)
+    channels = ct.Slice(ct.bid(1) * CHANNELS, CHANNELS)
     last_d = ct.minimum((i_d + pd) // sd, od - 1)
     last_h = ct.minimum((i_h + ph) // sh, oh - 1)
     last_w = ct.minimum((i_w + pw) // sw, ow - 1)
     acc = ct.full((PIXELS, CHANNELS), 0.0, dtype=ct.float32)
-    none = ct.full((PIXELS, CHANNELS), -1, dtype=ct.int32)
     for j_d in range(jd):
         a = i_d + pd - (last_d - j_d) * sd
         o_d = last_d - j_d
@@ -254,17 +244,21 @@ def pool_backward_channels(
                 e = i_w + pw - (last_w - j_w) * sw
                 o_w = last_w - j_w
                 covers = in_h & (last_w >= j_w) & (e < kw)
-                g = ct.astype(ct.gather(dy, ct.where(covers, at + o_d * y_d + o_h * y_h + o_w * y_w, -1)), ct.float32)
+                row = ct.where(covers, ((i_n * od + o_d) * oh + o_h) * ow + o_w, 0)
+                g = ct.astype(ct.load_advanced_indexing(dy, (row, channels), padding_mode=ct.PaddingMode.ZERO),
+                              ct.float32)  # fmt: skip
                 if MODE == MAX:
-                    where = ct.where(covers, at_argmax + o_d * a_d + o_h * a_h + o_w * a_w, -1)
-                    won = ct.gather(argmax, where, padding_value=none) == (a * kh + b) * kw + e
+                    tap = ct.load_advanced_indexing(argmax, (row, channels), padding_mode=ct.PaddingMode.ZERO)
+                    won = column(covers, PIXELS) & (tap == column((a * kh + b) * kw + e, PIXELS))
                     acc = acc + ct.where(won, g, 0.0)
                 elif MODE == AVERAGE_INCLUDE_PAD:
-                    acc = acc + g / ct.astype(ct.full((PIXELS, CHANNELS), kd * kh * kw, dtype=ct.int32), ct.float32)
+                    count = ct.astype(ct.full((PIXELS, CHANNELS), kd * kh * kw, dtype=ct.int32), ct.float32)
+                    acc = acc + ct.where(column(covers, PIXELS), g / count, 0.0)
                 else:
                     real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
-                    acc = acc + g / ct.astype(ct.maximum(real, 1), ct.float32)
-    ct.scatter(dx, (i_n, k, i_d, i_h, i_w), ct.astype(acc, dx.dtype))
+                    count = column(ct.astype(ct.maximum(real, 1), ct.float32), PIXELS)
+                    acc = acc + ct.where(column(covers, PIXELS), g / count, 0.0)
+    ct.store(dx, (ct.bid(0), ct.bid(1)), ct.astype(acc, dx.dtype))
 
 
 NEAREST = 0

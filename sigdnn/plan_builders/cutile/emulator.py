@@ -54,8 +54,10 @@ from sigdnn.plan_builders.cutile.emulator_math import (  # noqa: F401 (ct.exp ..
 )
 from sigdnn.plan_builders.cutile.emulator_memory import (  # noqa: F401 (ct.load ... for the kernels)
     PaddingMode,
+    Slice,
     gather,
     load,
+    load_advanced_indexing,
     scatter,
     store,
     tile_shape,

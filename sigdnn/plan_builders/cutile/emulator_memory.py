@@ -76,6 +76,41 @@ def load(
     return out
 
 
+class Slice:
+    """A dense dimension of ``load_advanced_indexing``: elements start .. start + length - 1 (length a power of two)."""
+
+    def __init__(self, start: int, length: int) -> None:
+        self.start = int(start)
+        self.length = tile_shape((length,))[0]
+
+
+def load_advanced_indexing(
+    array: np.ndarray, indices: Sequence[Any], padding_mode: str = PaddingMode.UNDETERMINED, **_: Any
+) -> np.ndarray:
+    """One 1-D integer tile (the sparse dim: an element index per slice) and a ``Slice`` for every other dim;
+    the tile of their lengths, padded outside the array as ``padding_mode`` says. A tile wholly outside the
+    array is refused: cuTile leaves its result undefined."""
+    if len(indices) != array.ndim:
+        raise ValueError(f"{len(indices)} indices for an array of rank {array.ndim}")
+    sparse = [d for d, part in enumerate(indices) if not isinstance(part, Slice)]
+    if len(sparse) != 1 or np.asarray(indices[sparse[0]]).ndim != 1:
+        raise ValueError("load_advanced_indexing takes exactly one 1-D index tile, every other index a Slice")
+    axes = [
+        np.asarray(part, np.int64) if d in sparse else part.start + np.arange(part.length)
+        for d, part in enumerate(indices)
+    ]
+    grids = np.ix_(*axes)
+    inside = np.ones([len(a) for a in axes], bool)
+    for grid, size in zip(grids, array.shape):
+        inside &= (grid >= 0) & (grid < size)
+    if not inside.any():
+        raise IndexError(f"advanced-indexing tile lies entirely outside an array of {array.shape}")
+    out = np.full(inside.shape, _pad_value(array.dtype, padding_mode), dtype=array.dtype)
+    index = tuple(np.broadcast_to(grid, inside.shape)[inside] for grid in grids)
+    out[inside] = array[index]
+    return out
+
+
 def _indices(array: np.ndarray, indices: Any, mask: Any) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """cuTile's gather / scatter indices: one integer tile (or scalar) per array dim, broadcast to one shape
     (a 1-D array takes a bare tile); returns them and where they fall inside the array and the mask."""

@@ -11,15 +11,14 @@ can cover it: per axis the last one starting at or before it and the
 min(ceil(k / s), outputs) - 1 before that (4 of a 3x3 stride-2 window's 9
 taps, 1 of a global average's 49).
 
-Where channels are innermost in every tensor (NHWC, NDHWC, NWC) the kernels
-take [pixels, channels] tiles instead (``*_channels``): a pixel's
-coordinates are divided out once per row, not per element, and a tap's
-gather is one pixel offset plus one channel offset.
+Where every tensor's channels are innermost and its other axes collapse into
+one row stride (NHWC, NDHWC, NWC, with or without a gap after each pixel's
+channels), the kernels take them as 2-D (pixels, channels) views instead
+(``*_rows``): a block reads each tap's source pixels a row of channels at a
+time and stores its [pixels, channels] tile whole.
 """
 
 from __future__ import annotations
-
-import attrs
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import span_elements, stride_order
@@ -77,9 +76,20 @@ def flat(port: str, t: Tensor) -> Arg:
     return Arg(port, (span_elements(t.dims, t.strides),), (1,))
 
 
-def channels_innermost(*tensors: Tensor) -> bool:
-    """Whether every tensor's channel axis is its innermost, with more than one channel (NHWC and kin)."""
-    return all(t.dims[1] > 1 and t.strides[1] == 1 for t in tensors)
+def rows(port: str, t: Tensor) -> Arg | None:
+    """t as a 2-D (pixels, channels) view: where its channels are contiguous (more than one of them) and its
+    (N, D, H, W) axes collapse into one row stride of at least C, row ((n * D + d) * H + h) * W + w; else None."""
+    dims, strides = as_5d(t)
+    if dims[1] < 2 or strides[1] != 1:
+        return None
+    pixel_axes = [axis for axis in (4, 3, 2, 0) if dims[axis] > 1]  # innermost first; a size-1 axis has no stride
+    step = strides[pixel_axes[0]] if pixel_axes else dims[1]
+    expected = step
+    for axis in pixel_axes:
+        if strides[axis] != expected:
+            return None
+        expected *= dims[axis]
+    return Arg(port, (pixels_of(dims), dims[1]), (step, 1)) if step >= dims[1] else None
 
 
 def channel_tiles(channels: int) -> tuple[int, int]:
@@ -112,14 +122,21 @@ class CutilePoolingBuilder(CutileLaunchesBuilder):
         fits(x, y)
         dims = as_5d(y)[0]
         window = geometry(op, x.rank - 2)
-        if channels_innermost(x, y):
-            rows, columns = channel_tiles(dims[1])
-            constants = (pixels_of(dims), *dims, *as_5d(x)[0][2:], *as_5d(x)[1], *window, MODES[op.mode], rows, columns)
-            grid = (cdiv(pixels_of(dims), rows), cdiv(dims[1], columns), 1)
-            return [Launch(kernel_source("pool_forward_channels"), grid, (flat("x", x), view("y", y)), constants)], 0
+        x_rows, y_rows = rows("x", x), rows("y", y)
+        if x_rows and y_rows:
+            return [rows_forward(x_rows, y_rows, dims, as_5d(x)[0], window, MODES[op.mode])], 0
         constants = (y.size, *divisors(y), *dims, *as_5d(x)[0][2:], *window, MODES[op.mode], TILE)
         source = kernel_source("pool_forward")
         return [Launch(source, (cdiv(y.size, TILE), 1, 1), (view("x", x), view("y", y)), constants)], 0
+
+
+def rows_forward(x: Arg, y: Arg, y_dims: tuple[int, ...], x_dims: tuple[int, ...], window: tuple[int, ...],
+                 mode: int) -> Launch:  # fmt: skip
+    """The row kernel's forward (or, in the ARGMAX mode, the argmax) over 2-D (pixels, channels) views."""
+    pixels, columns = channel_tiles(y_dims[1])
+    constants = (pixels_of(y_dims), *y_dims[2:], *x_dims[2:], *window, mode, pixels, columns)
+    grid = (cdiv(pixels_of(y_dims), pixels), cdiv(y_dims[1], columns), 1)
+    return Launch(kernel_source("pool_forward_rows"), grid, (x, y), constants)
 
 
 class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
@@ -135,29 +152,24 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
         window = geometry(op, x.rank - 2)
         candidates = tuple(min(cdiv(k, s), o) for k, s, o in zip(window[:3], window[3:6], y_dims[2:]))
         work = Workspace()
-        launches = []
-        argmax = view("dy", dy)  # the average modes never read it (their branch compiles without it)
-        by_channels = channels_innermost(dy, x, dx)
-        rows, columns = channel_tiles(x_dims[1])
+        dy_rows, x_rows, dx_rows = rows("dy", dy), rows("x", x), rows("dx", dx)
+        if dy_rows and dx_rows and (op.mode != "max" or x_rows):
+            launches, argmax = [], dy_rows  # the average modes never read the argmax (their branch compiles without it)
+            if op.mode == "max":  # one int32 per output, a row per output pixel as dy's
+                argmax = work.take(dy_rows.shape, "int32")
+                launches.append(rows_forward(x_rows, argmax, y_dims, x_dims, window, ARGMAX))
+            pixels, columns = channel_tiles(x_dims[1])
+            constants = (pixels_of(x_dims), *x_dims[2:], *y_dims[2:], *window, *candidates, MODES[op.mode], pixels,
+                         columns)  # fmt: skip
+            grid = (cdiv(pixels_of(x_dims), pixels), cdiv(x_dims[1], columns), 1)
+            launches.append(Launch(kernel_source("pool_backward_rows"), grid, (dy_rows, argmax, dx_rows), constants))
+            return launches, work.nbytes
+        launches, argmax = [], view("dy", dy)
         if op.mode == "max":  # laid out as dy is: the lanes that gather dy's neighbours gather theirs too
             argmax = work.take(y_dims, "int32", like=as_5d(dy)[1])
-            if by_channels:
-                constants = (pixels_of(y_dims), *y_dims, *x_dims[2:], *as_5d(x)[1], *window, ARGMAX, rows, columns)
-                grid = (cdiv(pixels_of(y_dims), rows), cdiv(x_dims[1], columns), 1)
-                source = kernel_source("pool_forward_channels")
-                launches.append(Launch(source, grid, (flat("x", x), argmax), constants))
-            else:
-                constants = (dy.size, *divisors(dy), *y_dims, *x_dims[2:], *window, ARGMAX, TILE)
-                grid = (cdiv(dy.size, TILE), 1, 1)
-                launches.append(Launch(kernel_source("pool_forward"), grid, (view("x", x), argmax), constants))
-        if by_channels:
-            gathered = attrs.evolve(argmax, shape=(max(span_elements(argmax.shape, argmax.strides), 1),), strides=(1,))
-            constants = (pixels_of(x_dims), *x_dims, *y_dims[2:], *as_5d(dy)[1], *argmax.strides, *window,
-                         *candidates, MODES[op.mode], rows, columns)  # fmt: skip
-            grid = (cdiv(pixels_of(x_dims), rows), cdiv(x_dims[1], columns), 1)
-            args = (flat("dy", dy), gathered, view("dx", dx))
-            launches.append(Launch(kernel_source("pool_backward_channels"), grid, args, constants))
-            return launches, work.nbytes
+            constants = (dy.size, *divisors(dy), *y_dims, *x_dims[2:], *window, ARGMAX, TILE)
+            launches.append(Launch(kernel_source("pool_forward"), (cdiv(dy.size, TILE), 1, 1), (view("x", x), argmax),
+                                   constants))  # fmt: skip
         constants = (dx.size, *divisors(dx), *x_dims, *y_dims[2:], *window, *candidates, MODES[op.mode], TILE)
         grid = (cdiv(dx.size, TILE), 1, 1)
         args = (view("dy", dy), argmax, view("dx", dx))

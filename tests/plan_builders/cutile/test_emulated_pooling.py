@@ -78,12 +78,12 @@ EXPOSING = [c for c in CASES if c.name in ("2d_resnet_maxpool", "2d_nhwc_wide", 
     ],
     ids=["last_max", "last_column", "count_padding"],
 )
-@pytest.mark.parametrize("case", EXPOSING, ids=[c.name for c in EXPOSING])  # channel tiles and flat, with padding
+@pytest.mark.parametrize("case", EXPOSING, ids=[c.name for c in EXPOSING])  # rows and flat, with padding
 def test_a_planted_bug_fails_validation(mode: str, bug: tuple[str, str], case: Case) -> None:
     pattern, replacement = bug
     text = pooling.kernel_source("pool_forward").text
     functions = {part.split("(", 1)[0]: part for part in re.split(r"\n(?:@ct\.kernel\n)?def ", text)[1:]}
-    for path in (("pool_forward", "pool_backward"), ("pool_forward_channels", "pool_backward_channels")):
+    for path in (("pool_forward", "pool_backward"), ("pool_forward_rows", "pool_backward_rows")):
         body = functions[path[0]] + functions[path[1]]
         called = "".join(f for name, f in functions.items() if f"{name}(" in body and name not in path)
         assert re.search(pattern, body + called), path  # the bug is planted in both paths (or a helper they call)
@@ -105,33 +105,42 @@ def test_the_kernel_text_is_the_literal_file_below_its_marker() -> None:
     assert CutilePoolingBuilder().ops == ("pooling",)
 
 
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_the_argmax_is_laid_out_as_dy_is(layout: str) -> None:
-    """The backward's lanes walk dx in memory order and gather dy's neighbours: the argmax they gather beside
-    them must be laid out as dy is (channels innermost for NHWC), or each lane reads its own sector."""
-    g = backward(Case("layout", (2, 8, 9, 7), layout, (3, 3), (2, 2), (1, 1)), "max")
+@pytest.mark.parametrize("dy_strides", [(160, 20, 4, 1), (160, 1, 32, 8)], ids=["nchw", "nhwc"])
+def test_the_flat_argmax_is_laid_out_as_dy_is(dy_strides: tuple[int, ...]) -> None:
+    """The flat backward's lanes walk dx in memory order and gather dy's neighbours: the argmax they gather beside
+    them must be laid out as dy is (channels innermost for an NHWC dy beside an NCHW x), or each lane reads its
+    own sector."""
+    g = backward(Case("layout", (2, 8, 9, 7), "NCHW", (3, 3), (2, 2), (1, 1)), "max")
     node = g.nodes[0]
+    g.tensors[node.op.dy].set_stride(dy_strides)
     launches, _ = CutilePoolingBackwardBuilder().launches(node, g)
     argmax = launches[0].args[1]  # what the argmax kernel writes
-    dims, strides = pooling.as_5d(g.tensors[node.op.dy])
-    assert argmax.buffer == WORKSPACE and argmax.shape == dims
-    real = [axis for axis, size in enumerate(dims) if size > 1]  # a size-1 axis has no place in memory
+    assert "_rows" not in launches[0].source.name
+    assert argmax.buffer == WORKSPACE and argmax.shape == (2, 8, 1, 5, 4)
+    assert argmax.strides[:2] + argmax.strides[3:] == dy_strides  # (D, of size 1, has no place in memory)
 
-    def order(of):
-        return sorted(real, key=lambda axis: -of[axis])
 
-    assert order(argmax.strides) == order(strides)
-    assert (argmax.strides[1] == 1) == (layout == "NHWC")
+def test_the_row_argmax_is_a_packed_row_per_output_pixel() -> None:
+    g = backward(Case("layout", (2, 8, 9, 7), "NHWC", (3, 3), (2, 2), (1, 1)), "max")
+    (argmax, gradient), nbytes = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)
+    written = argmax.args[1]
+    assert written.buffer == WORKSPACE and written.dtype == "int32"
+    assert written.shape == (2 * 5 * 4, 8) and written.strides == (8, 1)
+    assert gradient.args[1] == written and nbytes == 40 * 8 * 4  # (1,280 bytes: five whole 256-byte slices)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_channels_innermost_takes_the_channel_tiles(case: Case) -> None:
-    """NHWC and kin run the [pixels, channels] kernels, every other layout the flat ones, both directions."""
-    tiled = case.layout in ("NHWC", "NDHWC", "NWC") and case.dims[1] > 1
-    for build, builder in ((forward, CutilePoolingBuilder()), (backward, CutilePoolingBackwardBuilder())):
-        g = build(case, "max")
-        names = [launch.source.name for launch in builder.launches(g.nodes[0], g)[0]]
-        assert all(("_channels_" in name) == tiled for name in names), names
+def test_collapsible_channels_innermost_takes_the_row_kernels(case: Case) -> None:
+    """NHWC and kin whose pixels share one row stride run the row kernels, every other layout the flat ones;
+    the backward of an average needs only dy and dx to be rows (it never reads x)."""
+    row_layout = case.layout in ("NHWC", "NDHWC", "NWC") and case.dims[1] > 1
+    for mode in ("max", "average_count_include_pad"):
+        for build, builder in ((forward, CutilePoolingBuilder()), (backward, CutilePoolingBackwardBuilder())):
+            g = build(case, mode)
+            x_rows = row_layout and case.strides is None
+            expected = x_rows or (row_layout and build is backward and mode != "max")
+            names = [launch.source.name for launch in builder.launches(g.nodes[0], g)[0]]
+            assert all(("_rows" in name) == expected for name in names), (mode, names)
 
 
 def test_launch_grids_and_sizes_by_hand() -> None:
@@ -142,13 +151,13 @@ def test_launch_grids_and_sizes_by_hand() -> None:
     g = forward(case, "max")
     (launch,) = CutilePoolingBuilder().launches(g.nodes[0], g)[0]
     assert launch.grid == (3, 2, 1)
-    assert launch.constants[:9] == (18, 2, 70, 1, 3, 3, 1, 5, 6)  # pixels, y's (N, C, D, H, W), x's (D, H, W)
-    assert launch.constants[9:14] == (2100, 1, 1, 420, 70)  # x's element strides over (N, C, D, H, W): D is missing
-    assert launch.constants[14:] == (1, 3, 3, 1, 2, 2, 0, 1, 1, 0, 8, 64)  # window, stride, padding, MAX, tile
+    assert [(a.buffer, a.shape, a.strides) for a in launch.args] == [("x", (60, 70), (70, 1)), ("y", (18, 70), (70, 1))]
+    assert launch.constants[:7] == (18, 1, 3, 3, 1, 5, 6)  # pixels, y's (D, H, W), x's (D, H, W)
+    assert launch.constants[7:] == (1, 3, 3, 1, 2, 2, 0, 1, 1, 0, 8, 64)  # window, stride, padding, MAX, tile
     g = backward(case, "max")
     argmax, gradient = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
     assert argmax.grid == (3, 2, 1) and argmax.constants[-3:] == (3, 8, 64)  # the forward's ARGMAX mode
-    assert gradient.grid == (8, 2, 1) and gradient.constants[:9] == (60, 2, 70, 1, 5, 6, 1, 3, 3)
+    assert gradient.grid == (8, 2, 1) and gradient.constants[:7] == (60, 1, 5, 6, 1, 3, 3)
     assert gradient.constants[-6:] == (1, 2, 2, 0, 8, 64)  # candidate windows per axis, MAX, tile
     g = backward(Case("flat", (2, 3, 5, 6), "NCHW", (3, 3), (2, 2), (1, 1)), "average_count_include_pad")
     (flat,) = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
@@ -191,11 +200,26 @@ def test_flat_and_tiled_launches_ask_for_no_more_than_they_use(layout: str) -> N
         assert launches[0].grid == (1, 1, 1) and argmax.grid == (1, 1, 1) and gradient.grid == (1, 1, 1)
 
 
-def test_channels_innermost_needs_every_tensor() -> None:
-    g = sigdnn.Graph("mixed", io_dtype="float32")
-    nhwc, nchw = g.tensor("a", (2, 3, 4, 5), layout="NHWC"), g.tensor("b", (2, 3, 4, 5), layout="NCHW")
-    assert pooling.channels_innermost(nhwc, nhwc) and not pooling.channels_innermost(nhwc, nchw)
-    assert not pooling.channels_innermost(nchw, nhwc)
+@pytest.mark.parametrize(
+    ("dims", "strides", "view"),
+    [
+        ((2, 3, 4, 5), (60, 1, 15, 3), ((40, 3), (3, 1))),  # NHWC
+        ((2, 3, 4, 5), (92, 1, 23, 4), None),  # a gap after each row of pixels: no single pixel stride
+        ((2, 3, 4, 5), (80, 1, 20, 4), ((40, 3), (4, 1))),  # a gap after each pixel's channels
+        ((1, 3, 1, 5), (999, 1, 777, 3), ((5, 3), (3, 1))),  # size-1 axes: any stride
+        ((2, 3, 4, 5), (60, 20, 5, 1), None),  # NCHW
+        ((2, 1, 4, 5), (20, 1, 5, 1), None),  # one channel
+        ((2, 3, 4, 5), (40, 1, 10, 2), None),  # pixels overlapping each other's channels
+        ((2, 3, 1, 1), (3, 1, 1, 1), ((2, 3), (3, 1))),  # only N left: its stride is the row's
+        ((1, 4, 1, 1), (4, 1, 1, 1), ((1, 4), (4, 1))),  # a single pixel
+        ((2, 3, 5), (15, 1, 3), ((10, 3), (3, 1))),  # NWC
+        ((2, 3, 2, 4, 5), (120, 1, 60, 15, 3), ((80, 3), (3, 1))),  # NDHWC
+    ],
+)
+def test_rows_views_only_collapsible_channels_innermost_tensors(dims, strides, view) -> None:
+    g = sigdnn.Graph("rows", io_dtype="float32")
+    found = pooling.rows("t", g.tensor("t", dims, strides=strides))
+    assert (found if found is None else (found.shape, found.strides)) == view
 
 
 def test_the_int32_bound_is_exact_and_zero_strides_pass() -> None:

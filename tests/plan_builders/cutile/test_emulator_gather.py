@@ -4,7 +4,9 @@ cuda.tile.gather(array, indices, mask=None, padding_value=0): ``indices`` is
 one integer tile (or scalar) per array dim, broadcast to a common shape (a
 bare tile for a 1-D array); an index outside the array, or a false mask,
 reads ``padding_value``. scatter stores where the indices fall inside (and
-the mask holds) and drops the rest.
+the mask holds) and drops the rest. load_advanced_indexing(array, indices,
+padding_mode=...): one 1-D index tile (the sparse dim) and a Slice(start,
+length) for every other dim.
 """
 
 from __future__ import annotations
@@ -71,3 +73,34 @@ def test_launch_passes_python_floats_as_float32_and_ints_as_int32() -> None:
 def test_an_index_tuple_of_the_wrong_length_is_refused() -> None:
     with pytest.raises(ValueError, match="2 index tiles for an array of rank 3"):
         ct.gather(np.zeros((2, 2, 2)), (np.arange(2), np.arange(2)))
+
+
+def test_load_advanced_indexing_takes_one_index_tile_and_slices_elsewhere() -> None:
+    """cuda.tile.load_advanced_indexing's documented example (rows 0-3 of an 8 x 8 arange, columns 2-5), then
+    the sparse dim second, and rows and columns past the array read the padding mode."""
+    a = np.arange(64, dtype=np.int32).reshape(8, 8)
+    got = ct.load_advanced_indexing(a, (np.arange(4), ct.Slice(2, 4)), padding_mode=ct.PaddingMode.ZERO)
+    np.testing.assert_array_equal(got, [[2, 3, 4, 5], [10, 11, 12, 13], [18, 19, 20, 21], [26, 27, 28, 29]])
+    got = ct.load_advanced_indexing(a, (ct.Slice(6, 4), np.array([7, 0])), padding_mode=ct.PaddingMode.ZERO)
+    np.testing.assert_array_equal(got, [[55, 48], [63, 56], [0, 0], [0, 0]])
+    b = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = ct.load_advanced_indexing(b, (np.array([1, -1, 2, 0]), ct.Slice(1, 4)), padding_mode=ct.PaddingMode.NEG_INF)
+    np.testing.assert_array_equal(
+        got, [[4, 5, -np.inf, -np.inf], [-np.inf] * 4, [-np.inf] * 4, [1, 2, -np.inf, -np.inf]]
+    )
+
+
+def test_load_advanced_indexing_refuses_what_cutile_leaves_undefined_or_rejects() -> None:
+    a = np.zeros((4, 4), np.float32)
+    with pytest.raises(IndexError, match="entirely outside"):  # cuTile: undefined
+        ct.load_advanced_indexing(a, (np.array([4, 5]), ct.Slice(0, 2)))
+    with pytest.raises(ValueError, match="exactly one"):
+        ct.load_advanced_indexing(a, (ct.Slice(0, 2), ct.Slice(0, 2)))
+    with pytest.raises(ValueError, match="exactly one"):
+        ct.load_advanced_indexing(a, (np.array([0]), np.array([1])))
+    with pytest.raises(ValueError, match="1-D index tile"):  # the index tile must be 1-D
+        ct.load_advanced_indexing(a, (np.zeros((2, 1), np.int32), ct.Slice(0, 2)))
+    with pytest.raises(ValueError, match="power of two"):
+        ct.Slice(0, 3)
+    with pytest.raises(ValueError, match="rank"):
+        ct.load_advanced_indexing(a, (np.array([0]),))
