@@ -21,7 +21,7 @@ time and stores its [pixels, channels] tile whole.
 from __future__ import annotations
 
 from sigdnn.graph.graph import Graph
-from sigdnn.graph.layout import span_elements, stride_order
+from sigdnn.graph.layout import stride_order
 from sigdnn.graph.node import Node
 from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
@@ -69,11 +69,6 @@ def geometry(op: object, spatial: int) -> tuple[int, ...]:
 def view(port: str, t: Tensor) -> Arg:
     dims, strides = as_5d(t)
     return Arg(port, dims, strides)
-
-
-def flat(port: str, t: Tensor) -> Arg:
-    """t's buffer as 1-D elements, for kernels that compute offsets from its strides."""
-    return Arg(port, (span_elements(t.dims, t.strides),), (1,))
 
 
 def rows(port: str, t: Tensor) -> Arg | None:

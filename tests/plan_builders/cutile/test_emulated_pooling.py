@@ -205,6 +205,7 @@ def test_flat_and_tiled_launches_ask_for_no_more_than_they_use(layout: str) -> N
     [
         ((2, 3, 4, 5), (60, 1, 15, 3), ((40, 3), (3, 1))),  # NHWC
         ((2, 3, 4, 5), (92, 1, 23, 4), None),  # a gap after each row of pixels: no single pixel stride
+        ((2, 3, 4, 5), (61, 1, 15, 3), None),  # a gap after each image (an axis of two)
         ((2, 3, 4, 5), (80, 1, 20, 4), ((40, 3), (4, 1))),  # a gap after each pixel's channels
         ((1, 3, 1, 5), (999, 1, 777, 3), ((5, 3), (3, 1))),  # size-1 axes: any stride
         ((2, 3, 4, 5), (60, 20, 5, 1), None),  # NCHW
