@@ -94,6 +94,12 @@ def _relu_params(p: Pointwise) -> tuple[float, float, float]:
     return lo, hi, slope
 
 
+def _pow(a: Array, b: Array) -> Array:
+    """IEEE pow, a^0 = 1^b = 1 for every a and b, whatever the platform's libm does with a signaling NaN there
+    (glibc's gives NaN; a float16 NaN such as 0x7C01 is a signaling one, and stays one in float64)."""
+    return np.where((b == 0) | (a == 1), 1.0, np.power(a, b))
+
+
 def _int_pow(a: Array, b: Array) -> Array:
     """a ** b in integers; a negative power is the real result truncated toward zero (C)."""
     unit = np.where(a == 1, 1, np.where((a == -1) & (b % 2 == 0), 1, np.where(a == -1, -1, 0)))
@@ -169,7 +175,7 @@ FLOAT_MODES: dict[str, Callable[..., Array]] = {
     "max": lambda a, b, p: np.maximum(a, b),
     "min": lambda a, b, p: np.minimum(a, b),
     "mod": lambda a, b, p: np.fmod(a, b),
-    "pow": lambda a, b, p: np.power(a, b),
+    "pow": lambda a, b, p: _pow(a, b),
     "cmp_eq": lambda a, b, p: a == b,
     "cmp_neq": lambda a, b, p: a != b,
     "cmp_gt": lambda a, b, p: a > b,

@@ -458,6 +458,21 @@ def test_int32_pow_and_compare() -> None:
     assert got.tolist() == (a < b).tolist()
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_pow_of_any_nan_to_zero_and_one_to_any_nan_is_one(dtype: str) -> None:
+    """IEEE 754's pow: x^+-0 = 1 and 1^y = 1 for every x and y, NaN included; a signaling NaN too (float16's
+    0x7C01 is one, and stays one in float64, where glibc's pow gives NaN for it), which a GPU's pow also maps
+    to 1. NaN to any other power stays NaN."""
+    bits = {"float16": (0x7C01, 0x7E00), "float32": (0x7F800001, 0x7FC00000),
+            "float64": (0x7FF0000000000001, 0x7FF8000000000000)}[dtype]  # fmt: skip
+    nans = np.array(bits, dtype=f"u{np.dtype(dtype).itemsize}").view(dtype)
+    a = np.concatenate([nans, nans, np.ones(2, dtype), nans])
+    b = np.concatenate([np.zeros(2, dtype), -np.zeros(2, dtype), nans, np.full(2, 2.0, dtype)])
+    got = run_pointwise("pow", [a, b], dtype)
+    np.testing.assert_array_equal(got[:6], np.ones(6, dtype))
+    assert np.isnan(got[6:]).all()
+
+
 # -- broadcasting and layouts -------------------------------------------------
 
 BROADCASTS = [
