@@ -198,3 +198,19 @@ def test_binary_select_and_logical_modes_in_int64(monkeypatch: pytest.MonkeyPatc
         g.pointwise(mode, *(g.tensor(n, (4,)) for n in names), name="pw").set_output(True)
         got, cpu = run_both(g, {n: v for n, v in zip(names, (a, b, mask))})
         assert got["pw::out_0"].tolist() == cpu["pw::out_0"].tolist() == expected, mode
+
+
+def test_pow_of_any_nan_to_zero_and_one_to_any_nan_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IEEE's pow (docs/ops.md), signaling NaNs included, as the CPU reference's since it stopped taking glibc's NaN
+    there (CUDA's pow is documented to give 1 for x^+-0 with any x, a NaN too; the emulator's does); NaN to another
+    power is NaN."""
+    make_available(monkeypatch)
+    nans = np.array([0x7F800001, 0x7FC00000], np.uint32).view(np.float32)
+    a = np.concatenate([nans, nans, np.ones(2, np.float32), nans, [2.0, 0.5]]).astype(np.float32)
+    b = np.concatenate([np.zeros(2), -np.zeros(2), nans, [2.0, 2.0, 3.0, -1.0]]).astype(np.float32)
+    g = sigdnn.Graph("pow", io_dtype="float32", compute_dtype="float32")
+    g.pointwise("pow", g.tensor("a", a.shape), g.tensor("b", b.shape), name="pw").set_output(True)
+    got, cpu = run_both(g, {"a": a, "b": b})
+    want = [1, 1, 1, 1, 1, 1, np.nan, np.nan, 8, 2]
+    np.testing.assert_array_equal(got["pw::out_0"], np.array(want, np.float32))
+    np.testing.assert_array_equal(cpu["pw::out_0"], np.array(want, np.float32))
