@@ -20,7 +20,8 @@ import math
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from sigdnn.errors import ExecutionError
+from sigdnn.plan_builders.gpu_reference.scratch import Scratch, scratch_for
 
 KERNEL_FILE = Path(__file__).parent / "kernels" / "tiles.py"
 IMPORT_LINE = "import cuda.tile as ct\n"
@@ -124,14 +126,30 @@ _kept: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[str, tuple[int, ...], by
 _held: weakref.WeakKeyDictionary[Any, dict[int, tuple[weakref.ref, Any]]] = weakref.WeakKeyDictionary()
 
 
-class Gpu:
-    """One device's scratch memory, uploads and launches, for one execution of a plan."""
+@contextmanager
+def run_on(context: Any, stream: Any) -> Iterator[Gpu]:
+    """A Gpu for one run of a plan, whose scratch arrays come from the context's kept buffer (``scratch``) on a
+    GPU; the run ends when the device has finished it (the run's stream and the context's)."""
+    if is_emulated(context):
+        yield Gpu(context, stream)
+        return
+    with scratch_for(context).run() as scratch:
+        yield Gpu(context, stream, scratch)
+        if stream is not None and int(stream) != context.stream_handle:
+            context.wait_for(int(stream))
+        context.synchronize()
 
-    def __init__(self, context: Any, stream: Any) -> None:
+
+class Gpu:
+    """One device's scratch memory, uploads and launches, for one execution of a plan (``scratch``: where its
+    arrays come from, else each is allocated)."""
+
+    def __init__(self, context: Any, stream: Any, scratch: Scratch | None = None) -> None:
         self.context = context
         self.stream = stream
         self.emulated = is_emulated(context)
         self.kernels = kernel_module(self.emulated)
+        self.scratch = scratch
 
     def on_device(
         self, buffers: Mapping[str, Any], outputs: Iterable[str]
@@ -154,6 +172,8 @@ class Gpu:
         """A flat scratch array of ``n`` elements."""
         if self.emulated:
             return np.empty(n, dtype)
+        if self.scratch is not None:
+            return self.scratch.take(n, dtype)
         return self.context.empty((max(n, 1),), dtype)
 
     def upload(self, host: np.ndarray) -> Any:

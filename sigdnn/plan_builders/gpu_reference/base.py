@@ -24,7 +24,7 @@ from sigdnn.graph.node import Node
 from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.gpu_reference import backend
 from sigdnn.plan_builders.gpu_reference.arrays import Array, Permuted
-from sigdnn.plan_builders.gpu_reference.backend import Gpu
+from sigdnn.plan_builders.gpu_reference.backend import run_on
 from sigdnn.plan_builders.gpu_reference.tensors import read, write
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.runtime.device import Device, ExecutionContext
@@ -51,17 +51,16 @@ class GpuReferencePlan(NodePlan):
         self._orders = dict(orders or {})
 
     def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
-        gpu = Gpu(context.device.context, context.stream)
-        buffers, copy_back = gpu.on_device(buffers, self._outputs)
-        ins = {
-            p: read(gpu, buffers[p], self._wide, self._orders.get(p)) if p in buffers else None for p in self._inputs
-        }
-        for port, value in self._formula(ins).items():
-            if port in buffers:
-                write(gpu, value, buffers[port], self._outputs[port])
-        copy_back()
-        if not gpu.emulated:
-            context.device.context.synchronize()
+        with run_on(context.device.context, context.stream) as gpu:
+            buffers, copy_back = gpu.on_device(buffers, self._outputs)
+            ins = {
+                p: read(gpu, buffers[p], self._wide, self._orders.get(p)) if p in buffers else None
+                for p in self._inputs
+            }
+            for port, value in self._formula(ins).items():
+                if port in buffers:
+                    write(gpu, value, buffers[port], self._outputs[port])
+            copy_back()
 
 
 def unavailable_reason() -> str | None:

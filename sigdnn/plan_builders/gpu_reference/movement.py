@@ -21,7 +21,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.plan_builders.gpu_reference import base
 from sigdnn.plan_builders.gpu_reference.arrays import Array, gather, map_arguments, offsets
-from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu, kernel_dtype
+from sigdnn.plan_builders.gpu_reference.backend import TILE, Gpu, kernel_dtype, run_on
 from sigdnn.plan_builders.gpu_reference.tensors import DECODES, element_strides, scatter
 from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
 from sigdnn.registry.engine_ids import IN_TREE
@@ -37,26 +37,24 @@ class MovePlan(NodePlan):
         self._y_dtype = y_dtype
 
     def execute(self, buffers: Mapping[str, Any], context: ExecutionContext) -> None:
-        gpu = Gpu(context.device.context, context.stream)
-        buffers, copy_back = gpu.on_device(buffers, ("y",))
-        y = buffers["y"]
-        ins = {p: b for p, b in buffers.items() if p != "y"}
-        sources = {p: offsets(tuple(b.shape), element_strides(b)) for p, b in ins.items()}
-        destination = offsets(tuple(y.shape), element_strides(y))
-        for port, source, where in self._place(sources):
-            x = ins[port]
-            raw = gpu.raw(x, tuple(x.shape), element_strides(x))
-            target = destination[where]
-            if np.dtype(x.dtype) == np.dtype(y.dtype):
-                _copy_bits(gpu, raw, source, y, target)
-            else:
-                wide = np.int64 if np.dtype(x.dtype).kind in "biu" else np.float64
-                value = Array.empty(gpu, source.shape, wide)
-                gather(gpu, raw, source, value.data, 0.0, DECODES.get(np.dtype(x.dtype).name, "DECODE_CAST"))
-                scatter(gpu, value, gpu.raw(y, tuple(y.shape), element_strides(y)), target, self._y_dtype)
-        copy_back()
-        if not gpu.emulated:
-            context.device.context.synchronize()
+        with run_on(context.device.context, context.stream) as gpu:
+            buffers, copy_back = gpu.on_device(buffers, ("y",))
+            y = buffers["y"]
+            ins = {p: b for p, b in buffers.items() if p != "y"}
+            sources = {p: offsets(tuple(b.shape), element_strides(b)) for p, b in ins.items()}
+            destination = offsets(tuple(y.shape), element_strides(y))
+            for port, source, where in self._place(sources):
+                x = ins[port]
+                raw = gpu.raw(x, tuple(x.shape), element_strides(x))
+                target = destination[where]
+                if np.dtype(x.dtype) == np.dtype(y.dtype):
+                    _copy_bits(gpu, raw, source, y, target)
+                else:
+                    wide = np.int64 if np.dtype(x.dtype).kind in "biu" else np.float64
+                    value = Array.empty(gpu, source.shape, wide)
+                    gather(gpu, raw, source, value.data, 0.0, DECODES.get(np.dtype(x.dtype).name, "DECODE_CAST"))
+                    scatter(gpu, value, gpu.raw(y, tuple(y.shape), element_strides(y)), target, self._y_dtype)
+            copy_back()
 
 
 def _copy_bits(gpu: Gpu, raw: Any, source: np.ndarray, y: Any, target: np.ndarray) -> None:
