@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ def test_a_run_takes_aligned_arrays_and_the_next_run_reuses_one_buffer_grown_to_
         second = [scratch.take(n, dt) for n, dt in ((10, np.float64), (0, np.int64), (300, np.float32))]
     assert context.allocations == 4 and scratch.capacity == 256 + 256 + 1280  # one buffer, as the first run needed
     base = second[0].ptr
-    assert [a.ptr - base for a in second] == [0, 256, 512]
+    assert [a.ptr - base for a in second] == [0, 256, 512] and [a.shape for a in second] == [(10,), (1,), (300,)]
     assert all(a.ptr % ALIGN == base % ALIGN for a in second)
     with scratch.run():
         third = [scratch.take(n, dt) for n, dt in ((10, np.float64), (0, np.int64), (300, np.float32))]
@@ -67,6 +68,37 @@ def test_a_run_needing_more_gets_fresh_memory_for_the_rest_then_a_larger_buffer(
     with scratch.run():
         a, b = scratch.take(32, np.float64), scratch.take(64, np.float64)
     assert context.allocations == 4 and scratch.capacity == 768 and b.ptr - a.ptr == 256
+
+
+def test_the_old_buffer_is_freed_before_the_larger_one_is_made() -> None:
+    """Growing frees first: the device never holds both buffers (a run's need may be most of its memory)."""
+
+    class Freeing(Counting):
+        def __init__(self) -> None:
+            super().__init__()
+            self.made: list[weakref.ref] = []
+            self.alive_at_allocation: list[int] = []
+
+        def allocate(self, nbytes: int):
+            self.alive_at_allocation.append(sum(ref() is not None for ref in self.made))
+            buffer = Buffer(super().allocate(nbytes))
+            self.made.append(weakref.ref(buffer))
+            return buffer
+
+    class Buffer:  # (HostGpuContext's SimpleNamespace takes no weak reference)
+        def __init__(self, inner) -> None:
+            self.handle, self.size, self.memory = inner.handle, inner.size, inner.memory
+
+    context = Freeing()
+    scratch = Scratch(context)
+    for need in (1, 64, 512):
+        with scratch.run():
+            scratch.take(need, np.float64)
+    with scratch.run():
+        pass
+    # a fresh array (dropped at once), the kept buffer, a fresh one past it; the buffer grown, a fresh one past it;
+    # the buffer grown: each growth finds nothing else alive
+    assert context.alive_at_allocation == [0, 0, 1, 0, 1, 0]
 
 
 def test_the_arrays_are_the_buffers_memory() -> None:
