@@ -1,12 +1,12 @@
 """cuTile pooling and pooling_backward: every mode, 1 to 3 spatial dims, any layout (``_window_kernels``).
 
-Each tensor is handed to the kernel as a 5-D strided view over (N, C, D, H,
+The flat kernels take each tensor as a 5-D strided view over (N, C, D, H,
 W), so NCHW, NHWC and strided views run the same kernel; the flat index a
 block walks follows the written tensor's memory order, so neighbouring lanes
 write neighbouring elements. The backward gathers from the outputs whose
 windows cover each dx element (deterministic, no atomics); max pooling's
 backward first records each window's argmax (an int32 per output, in the
-workspace, laid out as dy is). A dx element visits only the windows that
+workspace, laid out as dy is, or as packed rows for the row kernels). A dx element visits only the windows that
 can cover it: per axis the last one starting at or before it and the
 min(ceil(k / s), outputs) - 1 before that (4 of a 3x3 stride-2 window's 9
 taps, 1 of a global average's 49).
@@ -31,7 +31,7 @@ from sigdnn.plan_builders.cutile.tiling import cdiv
 from sigdnn.registry.engine_ids import IN_TREE
 
 TILE = 256  # outputs (or dx elements) one block computes
-PER_BLOCK = 512  # elements of a [pixels, channels] tile: [8, 64] (H200, ResNet-50's maxpool: 256 0.49 ms, 512 0.21, 1024 0.29, 2048 0.53)
+PER_BLOCK = 512  # elements of a [pixels, channels] tile: [8, 64] (H100, ResNet-50's maxpool: 256 0.44 ms, 512 0.21, 1024 0.28, 2048 0.38)
 MODES = {"max": 0, "average_count_include_pad": 1, "average_count_exclude_pad": 2}
 ARGMAX = 3  # the forward kernels' mode that writes the argmax instead of the max
 LARGEST = 2**31 - 1 - TILE  # int32 flat indices and coordinates
