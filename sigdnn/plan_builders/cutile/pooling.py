@@ -6,10 +6,10 @@ block walks follows the written tensor's memory order, so neighbouring lanes
 write neighbouring elements. The backward gathers from the outputs whose
 windows cover each dx element (deterministic, no atomics); max pooling's
 backward first records each window's argmax (an int32 per output, in the
-workspace, laid out as dy is, or as packed rows for the row kernels). A dx element visits only the windows that
-can cover it: per axis the last one starting at or before it and the
-min(ceil(k / s), outputs) - 1 before that (4 of a 3x3 stride-2 window's 9
-taps, 1 of a global average's 49).
+workspace, laid out as dy is; as packed rows for the row kernels). A dx
+element visits only the windows that can cover it: per axis the last one
+starting at or before it and the min(ceil(k / s), outputs) - 1 before that
+(4 of a 3x3 stride-2 window's 9 taps, 1 of a global average's 49).
 
 Where every tensor's channels are innermost and its other axes collapse into
 one row stride (NHWC, NDHWC, NWC, with or without a gap after each pixel's
