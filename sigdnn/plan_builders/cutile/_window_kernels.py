@@ -45,6 +45,41 @@ def real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw):
     )
 
 
+def window_start(MODE, shape):
+    """(acc, best_tap) before a window's first tap: acc -inf for the max, else 0; best_tap none yet (ARGMAX's acc
+    holds the best value once a real tap set it)."""
+    if MODE == MAX:  # (statements: cuTile folds an if on a constant; a conditional expression it may not)
+        acc = -ct.bitcast(ct.full(shape, INF_BITS, dtype=ct.int32), ct.float32)
+    else:
+        acc = ct.full(shape, 0.0, dtype=ct.float32)
+    return acc, ct.full(shape, -1, dtype=ct.int32)
+
+
+def window_tap(MODE, acc, best_tap, v, real, tap):
+    """(acc, best_tap) after one tap of a window: v its values (float32), real where it falls inside x, tap its
+    row-major index in the window. The max propagates NaN; ARGMAX keeps the first maximum, moving on a greater
+    value or a NaN."""
+    if MODE == MAX:
+        neg_inf = -ct.bitcast(ct.full(acc.shape, INF_BITS, dtype=ct.int32), ct.float32)
+        acc = ct.maximum(acc, ct.where(real, v, neg_inf), propagate_nan=True)
+    elif MODE == ARGMAX:
+        take = real & ((best_tap < 0) | (v > acc) | (v != v))
+        acc = ct.where(take, v, acc)
+        best_tap = ct.where(take, tap, best_tap)
+    else:
+        acc = acc + ct.where(real, v, 0.0)
+    return acc, best_tap
+
+
+def window_result(MODE, acc, taps, real):
+    """A window's value from its accumulator: an average divided by all its taps, or by the real ones inside x."""
+    if MODE == AVERAGE_INCLUDE_PAD:
+        acc = acc / ct.astype(ct.full(acc.shape, taps, dtype=ct.int32), ct.float32)
+    if MODE == AVERAGE_EXCLUDE_PAD:
+        acc = acc / ct.astype(ct.maximum(real, 1), ct.float32)
+    return acc
+
+
 @ct.kernel
 def pool_forward(
     x, y, count,
@@ -63,12 +98,7 @@ def pool_forward(
     o_d = (flat // d_div) % od
     o_h = (flat // h_div) % oh
     o_w = (flat // w_div) % ow
-    neg_inf = -ct.bitcast(ct.full((TILE,), INF_BITS, dtype=ct.int32), ct.float32)
-    if MODE == MAX:  # noqa: SIM108 (statements: cuTile folds an if on a constant; a conditional expression it may not)
-        acc = neg_inf
-    else:
-        acc = ct.full((TILE,), 0.0, dtype=ct.float32)
-    best_tap = ct.full((TILE,), -1, dtype=ct.int32)  # ARGMAX's: acc holds the best value
+    acc, best_tap = window_start(MODE, (TILE,))
     for a in range(kd):
         i_d = o_d * sd - pd + a
         for b in range(kh):
@@ -77,19 +107,9 @@ def pool_forward(
                 i_w = o_w * sw - pw + e
                 v = ct.astype(ct.gather(x, (i_n, i_c, i_d, i_h, i_w)), ct.float32)
                 real = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh) & (i_w >= 0) & (i_w < xw)
-                if MODE == MAX:
-                    acc = ct.maximum(acc, ct.where(real, v, neg_inf), propagate_nan=True)
-                elif MODE == ARGMAX:
-                    take = real & ((best_tap < 0) | (v > acc) | (v != v))
-                    acc = ct.where(take, v, acc)
-                    best_tap = ct.where(take, (a * kh + b) * kw + e, best_tap)
-                else:
-                    acc = acc + v
-    if MODE == AVERAGE_INCLUDE_PAD:
-        acc = acc / ct.astype(ct.full((TILE,), kd * kh * kw, dtype=ct.int32), ct.float32)
-    if MODE == AVERAGE_EXCLUDE_PAD:
-        real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
-        acc = acc / ct.astype(ct.maximum(real, 1), ct.float32)
+                acc, best_tap = window_tap(MODE, acc, best_tap, v, real, (a * kh + b) * kw + e)
+    real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
+    acc = window_result(MODE, acc, kd * kh * kw, real)
     if MODE == ARGMAX:  # y is the int32 argmax, laid out as dy
         ct.scatter(y, (i_n, i_c, o_d, o_h, o_w), best_tap)
     else:
@@ -177,12 +197,7 @@ def pool_forward_rows(
 ):  # fmt: skip
     o_n, o_d, o_h, o_w = row_coordinates(PIXELS, pixels, od, oh, ow)
     channels = ct.Slice(ct.bid(1) * CHANNELS, CHANNELS)
-    neg_inf = -ct.bitcast(ct.full((PIXELS, CHANNELS), INF_BITS, dtype=ct.int32), ct.float32)
-    if MODE == MAX:  # noqa: SIM108 (statements: cuTile folds an if on a constant)
-        acc = neg_inf
-    else:
-        acc = ct.full((PIXELS, CHANNELS), 0.0, dtype=ct.float32)
-    best_tap = ct.full((PIXELS, CHANNELS), -1, dtype=ct.int32)  # ARGMAX's: acc holds the best value
+    acc, best_tap = window_start(MODE, (PIXELS, CHANNELS))
     for a in range(kd):
         i_d = o_d * sd - pd + a
         for b in range(kh):
@@ -193,20 +208,9 @@ def pool_forward_rows(
                 source = ct.where(inside, ((o_n * xd + i_d) * xh + i_h) * xw + i_w, 0)
                 loaded = ct.load_advanced_indexing(x, (source, channels), padding_mode=ct.PaddingMode.ZERO)
                 v = ct.astype(loaded, ct.float32)
-                real = column(inside, PIXELS)
-                if MODE == MAX:
-                    acc = ct.maximum(acc, ct.where(real, v, neg_inf), propagate_nan=True)
-                elif MODE == ARGMAX:
-                    take = real & ((best_tap < 0) | (v > acc) | (v != v))
-                    acc = ct.where(take, v, acc)
-                    best_tap = ct.where(take, (a * kh + b) * kw + e, best_tap)
-                else:
-                    acc = acc + ct.where(real, v, 0.0)
-    if MODE == AVERAGE_INCLUDE_PAD:
-        acc = acc / ct.astype(ct.full((PIXELS, CHANNELS), kd * kh * kw, dtype=ct.int32), ct.float32)
-    if MODE == AVERAGE_EXCLUDE_PAD:
-        real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
-        acc = acc / column(ct.astype(ct.maximum(real, 1), ct.float32), PIXELS)
+                acc, best_tap = window_tap(MODE, acc, best_tap, v, column(inside, PIXELS), (a * kh + b) * kw + e)
+    real = column(real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw), PIXELS)
+    acc = window_result(MODE, acc, kd * kh * kw, real)
     if MODE == ARGMAX:  # y is the int32 argmax, one per output element
         ct.store(y, (ct.bid(0), ct.bid(1)), best_tap)
     else:
