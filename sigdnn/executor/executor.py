@@ -6,7 +6,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -450,6 +450,17 @@ class Executor:
             return self._deliver_as(result, out)
         result = run_steps(plan, self.memory.session(), self.device, variant_pack, to_host, capture, on_step)
         return self._deliver_as(result, out)
+
+    def execute_keyed(self, plan: ExecutionPlan, uids: tuple[int, ...], tensors: Sequence[Any]) -> None:
+        """Run ``plan`` on torch ``tensors`` given for ``uids`` (outputs written in place), for a caller that has
+        matched their dims, strides and dtypes to the graph's itself, as sigdnn.torch's cached graphs do by their
+        key: after one call checked in full, the GPU backend reads only their devices and addresses
+        (``BoundPlan.run_keyed``)."""
+        if not isinstance(plan, ExecutionPlan) or len(uids) != len(tensors):
+            raise UsageError("execute_keyed() takes an ExecutionPlan from prepare() and one tensor per uid")
+        bound = getattr(self.memory, "bound", None)
+        if bound is None or not bound(plan, self.cuda_graphs).run_keyed(uids, tensors):
+            self.execute(plan, dict(zip(uids, tensors, strict=True)), to_host=False)
 
     @staticmethod
     def _deliver_as(result: dict[str, Any], out: str) -> dict[str, Any]:

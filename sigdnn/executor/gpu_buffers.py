@@ -49,7 +49,7 @@ def torch_identity(obj: Any) -> tuple[Any, ...] | None:
     """What a torch tensor's device view is made of (None for other objects): equal identities, equal views."""
     if not is_torch(obj):
         return None
-    return (obj.data_ptr(), obj.is_cuda, obj.dtype, obj.shape, obj.stride())
+    return (obj.data_ptr(), obj.get_device(), obj.dtype, obj.shape, obj.stride())
 
 
 def new_strided(context: Any, tensor: Tensor, dtype: DataType) -> Any:
@@ -65,12 +65,15 @@ def upload(context: Any, host: np.ndarray, device: Any, tensor: Tensor, dtype: D
 
 
 def wrap_device(context: Any, obj: Any, tensor: Tensor, dtype: DataType) -> Any:
-    """A caller's device buffer, checked against the tensor (dtype, dims, strides of dims > 1)."""
+    """A caller's device buffer, checked against the executor's device and the tensor (dtype, dims, strides of
+    dims > 1)."""
     where = f"tensor '{tensor.name}' (uid {tensor.uid})"
     try:
         device = context.wrap(obj)
     except (TypeError, ValueError) as e:
         raise VariantPackError(f"{where}: {e}") from None
+    if device.device_id != context.device_id:
+        raise VariantPackError(f"{where}: on GPU {device.device_id}, the executor runs on GPU {context.device_id}")
     if device.dtype != dtype.numpy or device.shape != tensor.dims:
         raise VariantPackError(
             f"{where}: got {device.dtype}{list(device.shape)}, the graph has {dtype}{list(tensor.dims)}"

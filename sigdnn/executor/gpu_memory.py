@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -192,6 +192,7 @@ class BoundPlan:
         ]
         self._wrapped: dict[int, tuple[tuple[Any, ...], Any]] = {}  # uid -> (torch identity, its DeviceArray)
         self._pack_keys: tuple[tuple[Any, ...], tuple[int, ...], tuple[int, ...]] | None = None  # ``_resolve``'s
+        self._keyed: tuple[int, ...] | None = None  # the uids ``run_keyed`` may take by address (set by ``run``)
         self._staging: dict[int, Any] = {}  # uid -> device buffer for host arrays and graph scalars (fixed address)
         self._scalar_values: dict[int, bytes] = {}  # uid -> the value the staged scalar holds
         self._graph_scalars = {  # uid -> the graph's own value of each scalar, as staged
@@ -287,6 +288,8 @@ class BoundPlan:
         with self._lock:
             copy_back: dict[int, np.ndarray] = {}
             fresh: set[int] = set()
+            keyed = True  # whether later runs may give the same uids by address alone (``run_keyed``)
+            self._keyed = None  # until this run succeeds
             for uid, t, dtype, is_input in self._io_specs:
                 obj = pack.get(uid)
                 if t.value is not None:
@@ -294,6 +297,7 @@ class BoundPlan:
                     held = self._scalar_values.get(uid)
                     if obj is None and held == self._graph_scalars[uid]:
                         continue  # the graph's value, staged already (checked first: it costs no array)
+                    keyed &= obj is None
                     value = np.asarray(t.scalar() if obj is None else obj, dtype=dtype.numpy)
                     if held != value.tobytes():
                         self._move(ours)
@@ -321,21 +325,8 @@ class BoundPlan:
                         self._constants_held.discard(uid)  # a constant overridden: its staging holds the caller's
                 else:
                     self.buffers[uid] = self._device_view(uid, obj, t, dtype)
-            for uid, root, offset, t, dtype in self._input_views:
-                self.buffers[uid] = alias_view(self.buffers[root], offset, t, dtype)
-            stream = ours if torch_stream is None else torch_stream
-            addresses = tuple(self.buffers[u].ptr for u in self._io)
-            if self._guests and addresses != self._addresses:  # where guests live depends on the addresses only
-                bases = lending_buffers(self._hosts, self.buffers, self._spans, self._spare_for, fresh)
-                for uid, host, offset, t, dtype in self._guests:
-                    self.buffers[uid] = alias_view(bases[host], offset, t, dtype)
-            if stream != self.execution.stream:
-                self._bind_all(stream)
-            elif addresses != self._addresses:
-                self._rebind_moved()
-            self._addresses = addresses
-            self._move(stream)
-            self._launch(addresses, replayable=not fresh)
+            self._enqueue(ours if torch_stream is None else torch_stream, fresh)
+            self._keyed = tuple(pack) if keyed and not fresh else None
             if torch_stream is not None and not (to_host or copy_back or fresh):
                 return {name: pack[uid] for uid, name in self._output_names}
             self._move(ours)
@@ -352,6 +343,51 @@ class BoundPlan:
                     result[name] = pack.get(uid, device)  # the caller's own object, else the fresh buffer
             self.context.synchronize()
             return result
+
+    def run_keyed(self, uids: tuple[int, ...], tensors: Sequence[Any]) -> bool:
+        """Enqueue the plan on torch CUDA tensors given for ``uids``, reading their devices and addresses alone,
+        where the last run succeeded given exactly these uids, each io tensor not among them holding the graph's
+        own value (False, nothing enqueued, otherwise: ``run`` checks the call in full, then sets this up).
+
+        The caller vouches that each tensor has the dims, strides and dtype
+        the graph declares for its uid: sigdnn.torch's cached graphs key on
+        exactly those. Enqueued on torch's current stream; returns without
+        waiting.
+        """
+        stream = current_torch_stream(tensors)
+        device = self.context.device_id
+        with self._lock:
+            if uids != self._keyed or stream is None or len(tensors) != len(uids):
+                return False
+            if any(obj.get_device() != device for obj in tensors):
+                return False
+            buffers = self.buffers
+            for uid, obj in zip(uids, tensors, strict=True):
+                ptr = obj.data_ptr()
+                view = buffers[uid]
+                if view.ptr != ptr:
+                    buffers[uid] = DeviceArray(ptr, view.shape, view.strides, view.dtype, device_id=view.device_id)
+            self._enqueue(stream, set())
+        return True
+
+    def _enqueue(self, stream: int, fresh: set[int]) -> None:
+        """Launch the steps on ``stream`` over ``self.buffers`` as the caller's run set them (``fresh``: outputs
+        allocated for this run only): views of inputs and guests placed, moved steps rebound, ordered after the
+        memory's last stream."""
+        for uid, root, offset, t, dtype in self._input_views:
+            self.buffers[uid] = alias_view(self.buffers[root], offset, t, dtype)
+        addresses = tuple(self.buffers[u].ptr for u in self._io)
+        if self._guests and addresses != self._addresses:  # where guests live depends on the addresses only
+            bases = lending_buffers(self._hosts, self.buffers, self._spans, self._spare_for, fresh)
+            for uid, host, offset, t, dtype in self._guests:
+                self.buffers[uid] = alias_view(bases[host], offset, t, dtype)
+        if stream != self.execution.stream:
+            self._bind_all(stream)
+        elif addresses != self._addresses:
+            self._rebind_moved()
+        self._addresses = addresses
+        self._move(stream)
+        self._launch(addresses, replayable=not fresh)
 
     def _resolve(self, variant_pack: Mapping[Any, Any]) -> dict[int, Any]:
         """``resolve_pack``, whose checks depend on the keys only, skipped for a dict keyed by the same names or

@@ -54,8 +54,7 @@ class CachedGraph:
         outs = tuple(
             torch.empty_strided(dims, strides, dtype=dtype, device=device) for _, dims, strides, dtype in self.outputs
         )
-        pack: dict[int, Any] = dict(zip(self.uids, (*tensors, *outs)))
-        self.executor.execute(self.plan, pack, to_host=False)
+        self.executor.execute_keyed(self.plan, self.uids, (*tensors, *outs))
         return outs
 
 
@@ -66,10 +65,10 @@ def run(
     op: str, build: Callable[..., Graph], tensors: Sequence[torch.Tensor], attributes: tuple, fallback: bool = False
 ) -> tuple[torch.Tensor, ...]:
     """Run ``op`` on ``tensors``: its cached graph for this signature, built with ``build(*specs, *attributes)``
-    (``fallback``: on CUDA, steps no GPU builder takes run on the reference). The key tells the device by
-    ``is_cuda`` (the ops' kernels take CPU and CUDA tensors only): layer_norm's key (three tensors) costs 1.2 us
-    on the reference's CPU, 1.6 with ``device.type``: about 4,000 instructions of a call's 845,000 (callgrind)."""
-    key = (op, attributes, tensors[0].is_cuda, *[(t.shape, t.stride(), t.dtype) for t in tensors])
+    (``fallback``: on CUDA, steps no GPU builder takes run on the reference). The key holds each tensor's device
+    (``get_device``: -1 on the CPU) beside its shape, strides and dtype: on the GPU a cached graph's later calls
+    read the tensors' addresses alone (``Executor.execute_keyed``), so everything else must be in the key."""
+    key = (op, attributes, *[(t.shape, t.stride(), t.dtype, t.get_device()) for t in tensors])
     cached = _CACHE.get(key)
     if cached is None:
         executor = executor_for(tensors[0].device, fallback)

@@ -267,7 +267,7 @@ def test_torchs_float32_matmul_precision_picks_the_products_compute_dtype(kind):
             tf32 = precision != "highest"
             for name in (kind, f"{kind}_bwd"):
                 graphs = [c.plan.graph for key, c in _CACHE.items()
-                          if key[0] == name and key[1][-1] is tf32 and key[3][2] == torch.float32]  # fmt: skip
+                          if key[0] == name and key[1][-1] is tf32 and key[2][2] == torch.float32]  # fmt: skip
                 computes.append({str(g.compute_dtype_of(g.nodes[-1])) for g in graphs})
     finally:
         torch.set_float32_matmul_precision(before)

@@ -305,7 +305,7 @@ def test_cached_graphs_are_named_after_the_op_and_compute_in_float64_for_float64
     model = Block().to(dtype)
     x = torch.randn(3, 2, 8, 8, dtype=dtype, generator=gen, requires_grad=True)  # batch 3: this test's graphs
     model(x, True).sum().backward()
-    mine = [(key, c.plan.graph) for key, c in _CACHE.items() if key[3][0][0] == 3 and key[3][2] == dtype]
+    mine = [(key, c.plan.graph) for key, c in _CACHE.items() if key[2][0][0] == 3 and key[2][2] == dtype]
     found = {key[0]: graph for key, graph in mine if key[0] in NAMES}
     assert sorted(found) == sorted(NAMES)
     for op, (inputs, outputs) in NAMES.items():

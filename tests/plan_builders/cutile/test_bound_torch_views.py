@@ -3,8 +3,8 @@
 Wrapping a torch tensor (a DeviceArray per tensor per call) was half the
 host time of an execute on a conv region. The fake tensors below present
 host memory as CUDA tensors the way torch does (data_ptr, dtype, shape,
-stride, is_cuda), so the reuse rule runs here: the same address, dtype,
-shape and strides give the same view; any of them changed gives a new view,
+stride, get_device), so the reuse rule runs here: the same address, device,
+dtype, shape and strides give the same view; any of them changed gives a new view,
 checked again and rebound, with the right results.
 """
 
@@ -16,52 +16,12 @@ import weakref
 import numpy as np
 import pytest
 from emulated import host_gpu_executor, make_available
+from fake_torch import FakeCudaTensor
 
 import sigdnn
 from sigdnn.errors import VariantPackError
 from sigdnn.executor import gpu_buffers, gpu_memory
 from sigdnn.runtime.cuda import GpuContext
-
-
-class FakeDtype:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __str__(self) -> str:
-        return f"torch.{self.name}"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FakeDtype) and other.name == self.name
-
-    def __hash__(self) -> int:
-        return hash(self.name)
-
-
-class FakeCudaTensor:
-    """Host memory dressed as a torch CUDA tensor (strides in elements, as torch gives them)."""
-
-    def __init__(self, array: np.ndarray, shape=None, strides=None) -> None:
-        self.array = array
-        self.shape = tuple(array.shape if shape is None else shape)
-        self._strides = tuple(s // array.itemsize for s in array.strides) if strides is None else tuple(strides)
-        self.dtype = FakeDtype(array.dtype.name)
-        self.is_cuda = True
-
-    def data_ptr(self) -> int:
-        return self.array.ctypes.data
-
-    def stride(self) -> tuple[int, ...]:
-        return self._strides
-
-    def get_device(self) -> int:
-        return 0
-
-    @property
-    def device(self):
-        return type("device", (), {"index": 0})()
-
-
-FakeCudaTensor.__module__ = "torch.fake"  # what the executor reads to tell a torch tensor
 
 
 @pytest.fixture
@@ -167,6 +127,7 @@ def test_an_output_the_caller_gave_comes_back_as_the_callers_object(wraps, path)
         {"dtype": np.int32},  # same address, dims and strides, another dtype
         {"shape": (6, 4)},  # same address, same element count, other dims
         {"strides": (1, 4)},  # same address and dims, transposed strides
+        {"device": 1},  # the same address on another GPU
     ],
 )
 def test_a_changed_dtype_shape_or_stride_at_the_same_address_is_checked_again(wraps, change):
@@ -177,7 +138,9 @@ def test_a_changed_dtype_shape_or_stride_at_the_same_address_is_checked_again(wr
     if "dtype" in change:
         odd = FakeCudaTensor(x.view(change["dtype"]))
     else:
-        odd = FakeCudaTensor(x, shape=change.get("shape"), strides=change.get("strides"))
+        odd = FakeCudaTensor(
+            x, shape=change.get("shape"), strides=change.get("strides"), device=change.get("device", 0)
+        )
     assert odd.data_ptr() == x.ctypes.data
     with pytest.raises(VariantPackError, match="tensor 'x'"):
         ex.execute(plan, {"x": odd, "b": FakeCudaTensor(b), "y": FakeCudaTensor(y)}, to_host=False)
