@@ -46,6 +46,12 @@ def cases() -> list[Case]:
         Case("2d_nhwc_gapped", (2, 5, 6, 5), "NHWC", (2, 2), (2, 2), (1, 1), gap=True),
         # channels innermost, 2 unused elements after each row of pixels: no single pixel stride
         Case("2d_nhwc_row_gaps", (2, 5, 4, 3), "NHWC", (2, 2), (1, 1), (0, 1), strides=(68, 1, 17, 5)),
+        # rows of 40 pixels, 64 channels: each stride-2 phase of a row spans three blocks of 8 pixels
+        Case("2d_nhwc_long_rows", (1, 64, 2, 40), "NHWC", (1, 3), (1, 2), (0, 1), "bfloat16"),
+        # x's last column lies in no window (7 = 3 windows of 2, stride 2, and one left over)
+        Case("2d_nhwc_uncovered_column", (2, 8, 2, 7), "NHWC", (2, 2), (2, 2), (0, 0)),
+        # 3 windows along w could cover a pixel, ow has 2: the row kernel's clamped candidates, with padding
+        Case("2d_nhwc_narrow_output", (2, 5, 4, 2), "NHWC", (3, 3), (1, 1), (1, 1)),
     ]
     return found
 

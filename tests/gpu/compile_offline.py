@@ -189,6 +189,8 @@ WINDOWS = {  # the pooling kernels by mode (max, average excluding padding, argm
     ("pool_forward_rows", 3): ((2, "io"), (2, "int32")),
     ("pool_backward_rows", 0): ((2, "io"), (2, "int32"), (2, "io")),
     ("pool_backward_rows", 2): ((2, "io"), (2, "int32"), (2, "io")),
+    ("pool_backward_phases", 0): ((3, "io"), (3, "int32"), (3, "io")),
+    ("pool_backward_phases", 2): ((3, "io"), (3, "io"), (3, "io")),
     ("pool_forward", 0): ((5, "io"), (5, "io")),
     ("pool_forward", 3): ((5, "io"), (5, "int32")),
     ("pool_backward", 0): ((5, "io"), (5, "int32"), (5, "io")),
@@ -196,13 +198,13 @@ WINDOWS = {  # the pooling kernels by mode (max, average excluding padding, argm
 
 
 def compile_window(kernel: str, dtype: str, mode: int, folder: str) -> int:
-    """A pooling kernel as pooling.py launches it (the row kernels at [8, 64] tiles of 2-D views, the flat ones 5-D),
-    int32 sizes and strides (read from the kernel's parameter list)."""
+    """A pooling kernel as pooling.py launches it (the row kernels at [8, 64] tiles of 2-D views, the phase kernel's
+    of 3-D ones, the flat ones 5-D), int32 sizes and strides (read from the kernel's parameter list)."""
     source = pooling_source(kernel)
     tree = ast.parse(source.text)
     names = [a.arg for a in next(f for f in tree.body if getattr(f, "name", None) == kernel).args.args]
     constants = {"MODE": mode, "PIXELS": 8, "CHANNELS": 64, "TILE": 256}
-    arrays = [strided(CT[dtype] if kind == "io" else ct.int32, ndim, rows=ndim == 2) for ndim, kind in
+    arrays = [strided(CT[dtype] if kind == "io" else ct.int32, ndim, rows=ndim in (2, 3)) for ndim, kind in
               WINDOWS[kernel, mode]]  # fmt: skip
     scalars = [ScalarConstraint(ct.int32)] * (len(names) - len(arrays) - sum(n in constants for n in names))
     fixed = [ConstantConstraint(constants[n]) for n in names if n in constants]

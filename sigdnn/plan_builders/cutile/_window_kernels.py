@@ -265,6 +265,73 @@ def pool_backward_rows(
     ct.store(dx, (ct.bid(0), ct.bid(1)), ct.astype(acc, dx.dtype))
 
 
+# The phase kernel: a block takes one row of dx (n, d, h), the dx pixels w = phase + sw * t of one t-block and
+# one channel block. The windows covering its pixels then form a run along dy's ow for each candidate (j_d, j_h, j_w),
+# each tap (a, b, e) one value for the whole block, so dy's (and the argmax's) rows come as one tile of a slice at
+# that run's start; a run starting before ow's first window (the first t-block's) is gathered row by row.
+
+
+def phase_rows(array, row, start, o_w, PIXELS, CHANNELS):
+    """[PIXELS, CHANNELS] of ``array`` (rows of windows, ow, channels) at windows o_w = start .. start + PIXELS - 1 of
+    row ``row``, channel block bid(2): a slice's tile where the run starts inside the row, else gathered; windows
+    past the row's last read as zero."""
+    if (start >= 0) & (start < array.shape[1]):
+        run = array.slice(1, start, ct.minimum(start + PIXELS, array.shape[1]))
+        tile = ct.load(run, (row, 0, ct.bid(2)), (1, PIXELS, CHANNELS), padding_mode=ct.PaddingMode.ZERO)
+    else:
+        inside = (o_w >= 0) & (o_w < array.shape[1])
+        columns = ct.Slice(ct.bid(2) * CHANNELS, CHANNELS)
+        tile = ct.load_advanced_indexing(array, (ct.Slice(row, 1), ct.where(inside, o_w, 0), columns),
+                                         padding_mode=ct.PaddingMode.ZERO)  # fmt: skip
+    return ct.reshape(tile, (PIXELS, CHANNELS))
+
+
+@ct.kernel
+def pool_backward_phases(
+    dy, argmax, dx, phase,
+    xd, xh, xw,
+    od, oh, ow,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    jd, jh, jw,
+    MODE: ct.Constant[int],
+    PIXELS: ct.Constant[int],
+    CHANNELS: ct.Constant[int],
+):  # fmt: skip
+    i_n = ct.bid(0) // (xd * xh)
+    i_d = (ct.bid(0) // xh) % xd
+    i_h = ct.bid(0) % xh
+    first = (phase + pw) // sw + ct.bid(1) * PIXELS  # the last window covering the block's first pixel
+    acc = ct.full((PIXELS, CHANNELS), 0.0, dtype=ct.float32)
+    for j_d in range(jd):
+        o_d = ct.minimum((i_d + pd) // sd, od - 1) - j_d
+        a = i_d + pd - o_d * sd
+        for j_h in range(jh):
+            o_h = ct.minimum((i_h + ph) // sh, oh - 1) - j_h
+            b = i_h + ph - o_h * sh
+            rows_cover = (o_d >= 0) & (a < kd) & (o_h >= 0) & (b < kh)
+            row = ct.maximum((i_n * od + o_d) * oh + o_h, 0)  # a row no window covers: read, then masked
+            for j_w in range(jw):
+                e = (phase + pw) % sw + j_w * sw
+                start = first - j_w
+                o_w = start + ct.arange(PIXELS, dtype=ct.int32)
+                covers = rows_cover & (e < kw) & (o_w >= 0) & (o_w < ow)  # pixels past the phase's last: dropped
+                g = ct.astype(phase_rows(dy, row, start, o_w, PIXELS, CHANNELS), ct.float32)
+                if MODE == MAX:
+                    tap = phase_rows(argmax, row, start, o_w, PIXELS, CHANNELS)
+                    won = column(covers, PIXELS) & (tap == (a * kh + b) * kw + e)
+                    acc = acc + ct.where(won, g, 0.0)
+                elif MODE == AVERAGE_INCLUDE_PAD:
+                    taps = ct.astype(ct.full((PIXELS, CHANNELS), kd * kh * kw, dtype=ct.int32), ct.float32)
+                    acc = acc + ct.where(column(covers, PIXELS), g / taps, 0.0)
+                else:
+                    real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
+                    taps = column(ct.astype(ct.maximum(real, 1), ct.float32), PIXELS)
+                    acc = acc + ct.where(column(covers, PIXELS), g / taps, 0.0)
+    ct.store(dx, (ct.bid(0), ct.bid(1), ct.bid(2)), ct.reshape(ct.astype(acc, dx.dtype), (1, PIXELS, CHANNELS)))
+
+
 NEAREST = 0
 LINEAR = 1
 

@@ -55,6 +55,7 @@ from sigdnn.plan_builders.cutile.emulator_math import (  # noqa: F401 (ct.exp ..
 from sigdnn.plan_builders.cutile.emulator_memory import (  # noqa: F401 (ct.load ... for the kernels)
     PaddingMode,
     Slice,
+    TileArray,
     gather,
     load,
     load_advanced_indexing,
@@ -123,8 +124,11 @@ _INT32 = np.iinfo(np.int32)
 
 
 def _as_launched(value: Any, constant: bool) -> Any:
-    """A launch argument as the kernel sees it: Python floats as float32, ints as int32 (not constants)."""
-    if constant or isinstance(value, bool | np.ndarray):
+    """A launch argument as the kernel sees it: arrays as TileArray views, Python floats as float32, ints as int32
+    (not constants)."""
+    if isinstance(value, np.ndarray) and not constant:
+        return value.view(TileArray)
+    if constant or isinstance(value, bool):
         return value
     if isinstance(value, float):  # np.float64 too: it is a float
         return np.float32(value)

@@ -14,6 +14,23 @@ import numpy as np
 from sigdnn.plan_builders.cutile.emulator_dtypes import is_bfloat16, to_dtype
 
 
+class TileArray(np.ndarray):
+    """A kernel's array argument: its NumPy view, which also answers cuTile's ``Array.slice``."""
+
+    def slice(self, axis: int, start: Any, stop: Any) -> TileArray:
+        """A view of elements ``start`` .. ``stop`` - 1 along ``axis`` (a dynamic offset into the array); cuTile
+        requires 0 <= start < N and start <= stop <= N."""
+        n = self.shape[axis]
+        start, stop = int(start), int(stop)
+        if not (0 <= start < n and start <= stop <= n):
+            raise IndexError(
+                f"Array.slice({start}, {stop}) of an axis of {n}: needs 0 <= start < N, start <= stop <= N"
+            )
+        index: list[Any] = [slice(None)] * self.ndim
+        index[axis] = slice(start, stop)
+        return self[tuple(index)]
+
+
 def tile_shape(shape: Sequence[int]) -> tuple[int, ...]:
     """A tile's extents, each a power of two as cuTile assumes of every tile shape (its compiler refuses others)."""
     extents = tuple(int(n) for n in shape)

@@ -15,10 +15,17 @@ Where every tensor's channels are innermost and its other axes collapse into
 one row stride (NHWC, NDHWC, NWC, with or without a gap after each pixel's
 channels), the kernels take them as 2-D (pixels, channels) views instead
 (``*_rows``): a block reads each tap's source pixels a row of channels at a
-time and stores its [pixels, channels] tile whole.
+time and stores its [pixels, channels] tile whole. Their backward runs one
+launch per stride phase along w (``pool_backward_phases``, where ow has at
+least ceil(kw / sw) windows): a block's dx pixels w = phase + sw * t then
+take their windows from a run of dy's (one tap of each window for the whole
+block), so dy and the argmax come as whole tiles of a slice, 16-byte
+vectors where the strides allow, not a gather per element.
 """
 
 from __future__ import annotations
+
+import attrs
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import stride_order
@@ -154,6 +161,12 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
                 argmax = work.take(dy_rows.shape, "int32")
                 launches.append(rows_forward(x_rows, argmax, y_dims, x_dims, window, ARGMAX))
             pixels, columns = channel_tiles(x_dims[1])
+            if cdiv(window[2], window[5]) <= y_dims[4]:  # every dx pixel's windows along w are a run: phases
+                dy_runs, argmax_runs = window_runs(dy_rows, y_dims), window_runs(argmax, y_dims)
+                for phase in range(min(window[5], x_dims[4])):
+                    launches.append(phase_launch(dy_runs, argmax_runs, dx_rows, phase, x_dims, y_dims, window,
+                                                 candidates, MODES[op.mode]))  # fmt: skip
+                return launches, work.nbytes
             constants = (pixels_of(x_dims), *x_dims[2:], *y_dims[2:], *window, *candidates, MODES[op.mode], pixels,
                          columns)  # fmt: skip
             grid = (cdiv(pixels_of(x_dims), pixels), cdiv(x_dims[1], columns), 1)
@@ -170,3 +183,22 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
         args = (view("dy", dy), argmax, view("dx", dx))
         launches.append(Launch(kernel_source("pool_backward"), grid, args, constants))
         return launches, work.nbytes
+
+
+def window_runs(rows_arg: Arg, y_dims: tuple[int, ...]) -> Arg:
+    """A (pixels, channels) view of dy-shaped rows as (N * D * H, W, channels): rows of windows along w."""
+    step, w = rows_arg.strides[0], y_dims[4]
+    return attrs.evolve(rows_arg, shape=(rows_arg.shape[0] // w, w, y_dims[1]), strides=(w * step, step, 1))
+
+
+def phase_launch(dy: Arg, argmax: Arg, dx_rows: Arg, phase: int, x_dims: tuple[int, ...], y_dims: tuple[int, ...],
+                 window: tuple[int, ...], candidates: tuple[int, ...], mode: int) -> Launch:  # fmt: skip
+    """The phase kernel over dx's pixels w = phase + sw * t: dx as (N * D * H, t, channels) from the pixel ``phase``."""
+    step, xw, sw = dx_rows.strides[0], x_dims[4], window[5]
+    count = cdiv(xw - phase, sw)
+    dx = attrs.evolve(dx_rows, shape=(dx_rows.shape[0] // xw, count, x_dims[1]), strides=(xw * step, sw * step, 1),
+                      offset=dx_rows.offset + phase * step)  # fmt: skip
+    pixels, columns = channel_tiles(x_dims[1])
+    constants = (phase, *x_dims[2:], *y_dims[2:], *window, *candidates, mode, pixels, columns)
+    grid = (dx.shape[0], cdiv(count, pixels), cdiv(x_dims[1], columns))
+    return Launch(kernel_source("pool_backward_phases"), grid, (dy, argmax, dx), constants)

@@ -20,6 +20,7 @@ from pooling_cases import CASES, MODES, Case, backward, forward, with_ties
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
+from sigdnn.errors import ExecutionError
 from sigdnn.plan_builders.cutile import pooling
 from sigdnn.plan_builders.cutile.pooling import CutilePoolingBackwardBuilder, CutilePoolingBuilder
 from sigdnn.plan_builders.cutile.steps import WORKSPACE
@@ -66,7 +67,11 @@ class Planted(CutilePoolingBackwardBuilder):
         ], nbytes
 
 
-EXPOSING = [c for c in CASES if c.name in ("2d_resnet_maxpool", "2d_nhwc_wide", "2d_gapped_rows", "1d_ncw")]
+EXPOSING = [
+    c
+    for c in CASES
+    if c.name in ("2d_resnet_maxpool", "2d_nhwc_wide", "2d_gapped_rows", "1d_ncw", "2d_nhwc_narrow_output")
+]
 
 
 @pytest.mark.parametrize(
@@ -78,12 +83,14 @@ EXPOSING = [c for c in CASES if c.name in ("2d_resnet_maxpool", "2d_nhwc_wide", 
     ],
     ids=["last_max", "last_column", "count_padding"],
 )
-@pytest.mark.parametrize("case", EXPOSING, ids=[c.name for c in EXPOSING])  # rows and flat, with padding
+@pytest.mark.parametrize("case", EXPOSING, ids=[c.name for c in EXPOSING])  # phases, rows and flat, with padding
 def test_a_planted_bug_fails_validation(mode: str, bug: tuple[str, str], case: Case) -> None:
     pattern, replacement = bug
     text = pooling.kernel_source("pool_forward").text
     functions = {part.split("(", 1)[0]: part for part in re.split(r"\n(?:@ct\.kernel\n)?def ", text)[1:]}
-    for path in (("pool_forward", "pool_backward"), ("pool_forward_rows", "pool_backward_rows")):
+    paths = (("pool_forward", "pool_backward"), ("pool_forward_rows", "pool_backward_rows"),
+             ("pool_forward_rows", "pool_backward_phases"))  # fmt: skip
+    for path in paths:
         body = functions[path[0]] + functions[path[1]]
         called = "".join(f for name, f in functions.items() if f"{name}(" in body and name not in path)
         assert re.search(pattern, body + called), path  # the bug is planted in both paths (or a helper they call)
@@ -122,11 +129,83 @@ def test_the_flat_argmax_is_laid_out_as_dy_is(dy_strides: tuple[int, ...]) -> No
 
 def test_the_row_argmax_is_a_packed_row_per_output_pixel() -> None:
     g = backward(Case("layout", (2, 8, 9, 7), "NHWC", (3, 3), (2, 2), (1, 1)), "max")
-    (argmax, gradient), nbytes = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)
+    (argmax, *phases), nbytes = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)
     written = argmax.args[1]
     assert written.buffer == WORKSPACE and written.dtype == "int32"
     assert written.shape == (2 * 5 * 4, 8) and written.strides == (8, 1)
-    assert gradient.args[1] == written and nbytes == 40 * 8 * 4  # (1,280 bytes: five whole 256-byte slices)
+    assert nbytes == 40 * 8 * 4  # (1,280 bytes: five whole 256-byte slices)
+    for gradient in phases:  # the same memory as rows of windows: (n, h) rows of 4 windows along w
+        runs = gradient.args[1]
+        assert (runs.buffer, runs.offset, runs.dtype) == (WORKSPACE, written.offset, "int32")
+        assert runs.shape == (2 * 5, 4, 8) and runs.strides == (32, 8, 1)
+
+
+PHASED = [c for c in CASES if c.name in ("2d_resnet_maxpool", "2d_nhwc_long_rows", "2d_nhwc_uncovered_column")]
+
+
+@pytest.mark.parametrize(
+    "mode, bug",
+    [
+        ("max", (r"start = first - j_w", "start = first - j_w + 1")),  # each candidate's run one window late
+        ("average_count_include_pad", (r"first = \(phase \+ pw\) // sw", "first = (phase + pw + 1) // sw")),
+    ],
+    ids=["run_late", "first_window"],
+)
+@pytest.mark.parametrize("case", PHASED, ids=[c.name for c in PHASED])
+def test_a_bug_planted_in_the_phase_kernel(mode: str, bug: tuple[str, str], case: Case) -> None:
+    """Bugs only the phase kernel can have (the run of windows one late, the first window of a phase): each fails
+    validation."""
+    pattern, replacement = bug
+    assert re.search(pattern, pooling.kernel_source("pool_backward_phases").text)
+    registry = sigdnn.Registry(entry_point_group=None)
+    planted = Planted()
+    planted.plant = staticmethod(lambda text: re.sub(pattern, replacement, text))
+    registry.register(planted)
+    graph = backward(case, mode)
+    inputs = with_ties(graph, 5) if mode == "max" else random_inputs(graph, seed=5)
+    executor = emulated_executor(registry=registry, engine="planted.pooling_backward")
+    report = sigdnn.validate(graph, inputs, executor=executor)
+    assert not report.passed
+
+
+def test_a_run_starting_before_the_rows_first_window_is_never_sliced() -> None:
+    """The first block of a phase whose first pixel's candidate windows start before ow's first (padding 1,
+    stride 2) gathers those rows; sliced instead, cuTile's Array.slice would start at -1 (undefined on a GPU,
+    refused by the emulator)."""
+    registry = sigdnn.Registry(entry_point_group=None)
+    planted = Planted()
+    planted.plant = staticmethod(lambda text: text.replace("if (start >= 0) & (start", "if (start >= -1) & (start"))
+    registry.register(planted)
+    graph = backward(next(c for c in CASES if c.name == "2d_resnet_maxpool"), "max")
+    executor = emulated_executor(registry=registry, engine="planted.pooling_backward")
+    with pytest.raises(ExecutionError, match=r"Array.slice\(-1"):
+        executor.run(graph, random_inputs(graph, seed=5))
+
+
+def test_the_backward_takes_phases_where_each_pixels_windows_along_w_are_a_run() -> None:
+    """Along w a dx pixel's windows are the ceil(kw / sw) before its last: a run of dy's windows for a run of
+    one phase's pixels, unless ow has fewer windows than that (a global average), where the row kernel clamps."""
+    kernels = {}
+    for case in CASES:
+        if case.name in ("2d_resnet_maxpool", "2d_global", "2d_nhwc_narrow_output"):
+            g = backward(case, "average_count_include_pad")
+            kernels[case.name] = {
+                la.source.name.split("_")[3] for la in CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
+            }
+    assert kernels == {"2d_resnet_maxpool": {"phases"}, "2d_global": {"rows"}, "2d_nhwc_narrow_output": {"rows"}}
+    g = backward(Case("as_many", (1, 4, 3, 5), "NHWC", (1, 3), (1, 1), (0, 0)), "max")  # 3 candidates, ow 3
+    assert "phases" in CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0][-1].source.name
+
+
+def test_the_row_backwards_launch_by_hand() -> None:
+    """x 1 x 70 x 3 x 2 NHWC, 3 x 3 windows of stride 1, padding 1: ow is 2, three windows could cover a pixel, so
+    the row kernel: 6 pixels in one block of [8, 64] tiles, two channel blocks."""
+    g = backward(Case("hand_rows", (1, 70, 3, 2), "NHWC", (3, 3), (1, 1), (1, 1)), "max")
+    argmax, gradient = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
+    assert "pool_forward_rows" in argmax.source.name and argmax.constants[-3] == 3  # the ARGMAX mode
+    assert "pool_backward_rows" in gradient.source.name and gradient.grid == (1, 2, 1)
+    assert gradient.constants[:7] == (6, 1, 3, 2, 1, 3, 2)  # pixels, x's (D, H, W), y's
+    assert gradient.constants[-6:] == (1, 3, 2, 0, 8, 64)  # candidates (clamped to y's extents), MAX, tile
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -140,7 +219,7 @@ def test_collapsible_channels_innermost_takes_the_row_kernels(case: Case) -> Non
             x_rows = row_layout and case.strides is None
             expected = x_rows or (row_layout and build is backward and mode != "max")
             names = [launch.source.name for launch in builder.launches(g.nodes[0], g)[0]]
-            assert all(("_rows" in name) == expected for name in names), (mode, names)
+            assert all(("_rows" in name or "_phases" in name) == expected for name in names), (mode, names)
 
 
 def test_launch_grids_and_sizes_by_hand() -> None:
@@ -155,10 +234,15 @@ def test_launch_grids_and_sizes_by_hand() -> None:
     assert launch.constants[:7] == (18, 1, 3, 3, 1, 5, 6)  # pixels, y's (D, H, W), x's (D, H, W)
     assert launch.constants[7:] == (1, 3, 3, 1, 2, 2, 0, 1, 1, 0, 8, 64)  # window, stride, padding, MAX, tile
     g = backward(case, "max")
-    argmax, gradient = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
+    argmax, *phases = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
     assert argmax.grid == (3, 2, 1) and argmax.constants[-3:] == (3, 8, 64)  # the forward's ARGMAX mode
-    assert gradient.grid == (8, 2, 1) and gradient.constants[:7] == (60, 1, 5, 6, 1, 3, 3)
-    assert gradient.constants[-6:] == (1, 2, 2, 0, 8, 64)  # candidate windows per axis, MAX, tile
+    for phase, gradient in enumerate(phases):  # dx's even columns, then its odd ones: 3 pixels a row each
+        assert gradient.grid == (10, 1, 2)  # (n, h) rows, blocks of 8 pixels, channel blocks
+        dx = gradient.args[2]
+        assert (dx.shape, dx.strides, dx.offset) == ((10, 3, 70), (420, 140, 1), 70 * phase)
+        assert gradient.constants[:7] == (phase, 1, 5, 6, 1, 3, 3)  # phase, x's and y's (D, H, W)
+        assert gradient.constants[7:] == (1, 3, 3, 1, 2, 2, 0, 1, 1, 1, 2, 2, 0, 8, 64)  # window, candidates, MAX
+    assert len(phases) == 2
     g = backward(Case("flat", (2, 3, 5, 6), "NCHW", (3, 3), (2, 2), (1, 1)), "average_count_include_pad")
     (flat,) = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
     assert flat.grid == (1, 1, 1) and flat.constants[0] == 180 and flat.constants[-2:] == (1, 256)
@@ -194,10 +278,10 @@ def test_flat_and_tiled_launches_ask_for_no_more_than_they_use(layout: str) -> N
     launches, nbytes = CutilePoolingBuilder().launches(g.nodes[0], g)
     assert nbytes == 0
     g = backward(case, "max")
-    argmax, gradient = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
+    argmax, *gradients = CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[0]
     assert CutilePoolingBackwardBuilder().launches(g.nodes[0], g)[1] == 256
     if layout == "NCHW":
-        assert launches[0].grid == (1, 1, 1) and argmax.grid == (1, 1, 1) and gradient.grid == (1, 1, 1)
+        assert launches[0].grid == (1, 1, 1) and argmax.grid == (1, 1, 1) and gradients[0].grid == (1, 1, 1)
 
 
 @pytest.mark.parametrize(

@@ -148,3 +148,48 @@ def test_tf32_rounds_the_last_bits_to_nearest_and_leaves_every_nan_a_nan() -> No
     # NaN payloads that the rounding's carry would turn into inf or -0
     nans = np.array([0x7F800001, 0x7FFFFFFF, 0xFFFFFFFF], np.uint32).view(np.float32)
     assert np.isnan(ct.astype(nans, ct.tfloat32)).all()
+
+
+def test_a_kernels_arrays_answer_slice_with_views_of_the_same_memory() -> None:
+    """cuTile's Array.slice(axis, start, stop): a view along one axis (negative axes count from the last), whose
+    loads read and stores write the launched array; the kernel sees every array argument as one."""
+    seen = []
+
+    @ct.kernel
+    def kernel(a, start):
+        part = a.slice(1, start, start + 2)
+        seen.append(part.shape)
+        ct.store(part, (0, 0), ct.load(part, (0, 0), (2, 2)) * 10)
+        seen.append(a.slice(-1, 0, 1).shape)
+
+    a = np.arange(12, dtype=np.float32).reshape(2, 6)
+    ct.launch(None, (1,), kernel, (a, 3))
+    assert seen == [(2, 2), (2, 1)]
+    np.testing.assert_array_equal(a, [[0, 1, 2, 30, 40, 5], [6, 7, 8, 90, 100, 11]])
+
+
+@pytest.mark.parametrize(("start", "stop"), [(-1, 2), (6, 6), (2, 1), (0, 7)])
+def test_a_slice_outside_the_axis_is_refused(start: int, stop: int) -> None:
+    """0 <= start < N and start <= stop <= N, as cuTile requires (outside them a GPU's result is undefined)."""
+    array = np.zeros((2, 6), np.float32).view(ct.TileArray)
+    with pytest.raises(IndexError, match="needs 0 <= start < N"):
+        array.slice(1, start, stop)
+    assert array.slice(1, 5, 6).shape == (2, 1) and array.slice(0, 0, 0).shape == (0, 6)
+
+
+def test_launch_arguments_arrive_as_the_gpu_passes_them() -> None:
+    """Ints as int32 (the extremes included; wider ones refused as cuTile refuses them), floats as float32,
+    arrays as TileArray views, anything else as given."""
+    seen = []
+
+    @ct.kernel
+    def kernel(a, n, x, other):
+        seen.append((type(a), n, type(n), type(x), other))
+
+    marker = object()
+    for n in (2**31 - 1, -(2**31)):
+        ct.launch(None, (1,), kernel, (np.zeros(2), n, 0.5, marker))
+    assert seen == [(ct.TileArray, n, np.int32, np.float32, marker) for n in (2**31 - 1, -(2**31))]
+    for n in (2**31, -(2**31) - 1):
+        with pytest.raises(OverflowError, match="int32"):
+            ct.launch(None, (1,), kernel, (np.zeros(2), n, 0.5, marker))
