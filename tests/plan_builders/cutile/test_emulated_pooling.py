@@ -67,6 +67,18 @@ class Planted(CutilePoolingBackwardBuilder):
         ], nbytes
 
 
+def validated_with(pattern: str, replacement: str, case: Case, mode: str) -> sigdnn.ValidationReport:
+    """Validation of ``case``'s backward in ``mode`` run by the kernels with ``pattern`` replaced (a planted bug)."""
+    registry = sigdnn.Registry(entry_point_group=None)
+    planted = Planted()
+    planted.plant = staticmethod(lambda text: re.sub(pattern, replacement, text))
+    registry.register(planted)
+    graph = backward(case, mode)
+    inputs = with_ties(graph, 5) if mode == "max" else random_inputs(graph, seed=5)
+    executor = emulated_executor(registry=registry, engine="planted.pooling_backward")
+    return sigdnn.validate(graph, inputs, executor=executor)
+
+
 EXPOSING = [
     c
     for c in CASES
@@ -94,15 +106,7 @@ def test_a_planted_bug_fails_validation(mode: str, bug: tuple[str, str], case: C
         body = functions[path[0]] + functions[path[1]]
         called = "".join(f for name, f in functions.items() if f"{name}(" in body and name not in path)
         assert re.search(pattern, body + called), path  # the bug is planted in both paths (or a helper they call)
-    registry = sigdnn.Registry(entry_point_group=None)
-    planted = Planted()
-    planted.plant = staticmethod(lambda text: re.sub(pattern, replacement, text))
-    registry.register(planted)
-    graph = backward(case, mode)
-    inputs = with_ties(graph, 5) if mode == "max" else random_inputs(graph, seed=5)
-    executor = emulated_executor(registry=registry, engine="planted.pooling_backward")
-    report = sigdnn.validate(graph, inputs, executor=executor)
-    assert not report.passed
+    assert not validated_with(pattern, replacement, case, mode).passed
 
 
 def test_the_kernel_text_is_the_literal_file_below_its_marker() -> None:
@@ -157,15 +161,7 @@ def test_a_bug_planted_in_the_phase_kernel(mode: str, bug: tuple[str, str], case
     validation."""
     pattern, replacement = bug
     assert re.search(pattern, pooling.kernel_source("pool_backward_phases").text)
-    registry = sigdnn.Registry(entry_point_group=None)
-    planted = Planted()
-    planted.plant = staticmethod(lambda text: re.sub(pattern, replacement, text))
-    registry.register(planted)
-    graph = backward(case, mode)
-    inputs = with_ties(graph, 5) if mode == "max" else random_inputs(graph, seed=5)
-    executor = emulated_executor(registry=registry, engine="planted.pooling_backward")
-    report = sigdnn.validate(graph, inputs, executor=executor)
-    assert not report.passed
+    assert not validated_with(pattern, replacement, case, mode).passed
 
 
 def test_a_run_starting_before_the_rows_first_window_is_never_sliced() -> None:
