@@ -23,9 +23,16 @@ from sigdnn.importers.onnx_node import onnx_dtype
 MAX_KEPT_ELEMENTS = 1024  # initializers up to this size keep their data for inference (shape-like values)
 
 
+EINSUM_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ,->. ")
+
+
 def inferred_dtypes(onnx: Any, model: Any) -> dict[str, DataType]:
-    """Each value's ONNX element type (best effort: a value inference cannot type is left out)."""
+    """Each value's ONNX element type (best effort: a value inference cannot type is left out). Not inferred at
+    all for a model with an Einsum equation outside the equation grammar: ONNX's C++ inference can loop forever on
+    one (a mutated NUL-holding equation did, in the fuzzers); the Einsum's own mapping refuses it later."""
     try:
+        if _odd_einsum(model.graph):
+            raise ValueError("an Einsum equation outside the grammar")
         inferred = onnx.shape_inference.infer_shapes(without_weights(onnx, model), strict_mode=False)
     except Exception:  # inference is only a hint; the mapping checks every shape itself
         inferred = model
@@ -38,6 +45,20 @@ def inferred_dtypes(onnx: Any, model: Any) -> dict[str, DataType]:
             with contextlib.suppress(GraphError):  # a type sigdnn lacks fails later, where it is used
                 found[info.name] = onnx_dtype(elem, f"value '{info.name}'")
     return found
+
+
+def _odd_einsum(graph: Any) -> bool:
+    """Whether an Einsum node of ``graph`` (or of a graph inside a node's attributes) has an equation with a
+    character outside letters, ',', '->', '...' and spaces."""
+    for node in graph.node:
+        for attribute in node.attribute:
+            equation = node.op_type == "Einsum" and attribute.name == "equation"
+            if equation and not set(attribute.s.decode("latin-1")) <= EINSUM_CHARACTERS:
+                return True
+            inner = [attribute.g] if attribute.HasField("g") else []
+            if any(_odd_einsum(sub) for sub in (*inner, *attribute.graphs)):
+                return True
+    return False
 
 
 def without_weights(onnx: Any, model: Any) -> Any:

@@ -114,3 +114,55 @@ def test_a_node_inference_cannot_type_leaves_the_others_typed() -> None:
     with pytest.raises(onnx.shape_inference.InferenceError):
         onnx.shape_inference.infer_shapes(model, strict_mode=True)
     assert inferred_dtypes(onnx, model)["good"] == DataType.FLOAT32
+
+
+def einsum_model(equation: bytes, nested: bool = False) -> onnx.ModelProto:
+    """x (2, 3) and k (3, 4) through an Einsum of ``equation`` (inside an If's branch where ``nested``)."""
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, d) for n, d in (("x", [2, 3]), ("k", [3, 4]))]
+    node = helper.make_node("Einsum", ["x", "k"], ["y"])
+    node.attribute.append(helper.make_attribute("equation", equation))
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    if nested:
+        branch = helper.make_graph([node], "branch", [], [output])
+        cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+        node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
+        inputs.append(cond)
+    return helper.make_model(helper.make_graph([node], "g", inputs, [output]))
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["top_level", "in_a_branch"])
+def test_an_einsum_equation_outside_the_grammar_is_never_inferred(
+    monkeypatch: pytest.MonkeyPatch, nested: bool
+) -> None:
+    """ONNX's C++ inference looped forever on an equation holding NUL bytes (a fuzzer's mutation of
+    'bij,bjk->bik'): such a model skips inference, and the Einsum's mapping refuses it by name."""
+    calls = []
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", lambda *a, **k: calls.append(a) or a[0])
+    declared = inferred_dtypes(onnx, einsum_model(b"i\x04\x00j,jk->ik", nested))
+    assert declared["x"] == declared["k"] == declared["y"] == DataType.FLOAT32  # the declared types only
+    assert calls == []
+    inferred_dtypes(onnx, einsum_model(b"ij, jk -> ik...", nested))  # letters, commas, arrows, dots, spaces
+    assert len(calls) == 1
+
+
+def test_the_fuzzers_hanging_einsum_is_refused_by_name() -> None:
+    from sigdnn.errors import GraphError
+    from sigdnn.importers import onnx as onnx_import
+
+    with pytest.raises(GraphError, match=r"Einsum.*equation"):
+        onnx_import.load(einsum_model(b"i\x04\x00\x00\x00j,jk->ik").SerializeToString())
+
+
+def test_only_an_einsums_equation_is_screened() -> None:
+    """Another op's attribute named equation, however odd, is no reason to skip inference; an Einsum equation
+    using every character of the grammar is inferred too."""
+    from sigdnn.importers.onnx_types import EINSUM_CHARACTERS, _odd_einsum
+
+    model = einsum_model(b"ij,jk->ik")
+    other = helper.make_node("Custom", ["x"], ["z"], domain="my.domain")
+    other.attribute.append(helper.make_attribute("equation", b"\x00\x04"))
+    model.graph.node.append(other)
+    assert _odd_einsum(model.graph) is False
+    every = "".join(sorted(EINSUM_CHARACTERS)).encode()
+    assert _odd_einsum(einsum_model(every).graph) is False
+    assert _odd_einsum(einsum_model(every + b"\x00").graph) is True
