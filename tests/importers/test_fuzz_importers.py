@@ -23,6 +23,7 @@ from cudnn_json_writer import graph_json, hex_float, node
 from hipdnn_writer import graph_buffer
 
 import sigdnn
+from sigdnn.dtypes import DataType
 from sigdnn.errors import GraphError, SchemaError
 from sigdnn.importers import cudnn_json, hipdnn
 
@@ -274,6 +275,8 @@ def fuzz(fmt: str, cases: int) -> Counter:
     seeds = seeds_of()
     for seed in seeds:  # valid; their whole path runs once, so no case pays for the lazy imports
         sigdnn.deserialize(load(seed).serialize())
+    for dtype in DataType:  # ml_dtypes too (bfloat16, fp8), imported on first use: ~1 s on a loaded machine
+        assert dtype.itemsize > 0
     outcomes: Counter = Counter()
     for i in range(cases):
         rng = random.Random(f"{SEED}-{fmt}-{i}")
