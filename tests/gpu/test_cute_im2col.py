@@ -23,7 +23,8 @@ torch = pytest.importorskip("torch")
 
 
 def im2col_loops(x: np.ndarray, geometry: tuple[int, ...], kpad: int) -> np.ndarray:
-    """A[(n, p, q), (r, s, c)] padded to ``kpad`` columns, from NHWC ``x`` by plain loops (zero outside x)."""
+    """A[(n, p, q), (r, s, c)] padded to (or cut at) ``kpad`` columns, from NHWC ``x`` by plain loops (zero outside
+    x)."""
     n, h, w, c, p, q, r, s, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w = geometry
     a = np.zeros((n, p, q, kpad), x.dtype)
     for nn in range(n):
@@ -32,8 +33,10 @@ def im2col_loops(x: np.ndarray, geometry: tuple[int, ...], kpad: int) -> np.ndar
                 for rr in range(r):
                     for ss in range(s):
                         hi, wi = pp * stride_h - pad_h + rr * dil_h, qq * stride_w - pad_w + ss * dil_w
+                        start = (rr * s + ss) * c
+                        width = max(0, min(c, kpad - start))  # a row shorter than R * S * C keeps its first kpad
                         if 0 <= hi < h and 0 <= wi < w:
-                            a[nn, pp, qq, (rr * s + ss) * c : (rr * s + ss + 1) * c] = x[nn, hi, wi]
+                            a[nn, pp, qq, start : start + width] = x[nn, hi, wi, :width]
     return a.reshape(n * p * q, kpad)
 
 
