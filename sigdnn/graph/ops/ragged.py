@@ -15,7 +15,7 @@ is unspecified, and validation does not compare it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -78,6 +78,33 @@ def check_varlen(
                 f"{where}: ragged {described(port, t)} has strides {list(t.strides)}; a ragged tensor is packed "
                 "(no gaps, no overlap)"
             )
+
+
+CHECKED_AT_PREPARE = 1 << 22  # elements of a ragged tensor whose constant places are checked with the graph
+
+
+def check_constant_places(
+    where: str, tensors: Mapping[str, Tensor], outputs: Collection[str], lengths: Mapping[str, str]
+) -> None:
+    """Where a ragged tensor's offsets and lengths are graph constants, its places are checked with the graph (a
+    GraphError when it is prepared, not an ExecutionError at every run): each sequence inside the buffer, no two
+    sequences of an output sharing an element. ``tensors``: the node's tensors by port; ``outputs``: its output
+    ports; ``lengths``: q, k, v, o -> the length port each follows. Tensors past CHECKED_AT_PREPARE elements are
+    left to the run (the check holds a position per element)."""
+    bounds = {"seq_len_q": tensors["q"].dims[2], "seq_len_kv": tensors["k"].dims[2]}
+    for port in RAGGED_TENSORS:
+        offsets, length = tensors.get(port + OFFSET_SUFFIX), tensors.get(lengths[port])
+        if offsets is None or length is None or not (offsets.is_constant and length.is_constant):
+            continue
+        placed = [p for p in (port, *(g for g, f in GRADIENT_OF.items() if f == port)) if p in tensors]
+        if any(tensors[p].size > CHECKED_AT_PREPARE for p in placed):
+            continue
+        try:
+            found = lengths_of(where, length.name, length.constant(), bounds[lengths[port]])
+            for p in placed:
+                positions(where, offsets.name, tensors[p], offsets.constant(), found, p in outputs)
+        except ExecutionError as e:
+            raise GraphError(str(e)) from None
 
 
 def ragged_ports(op: object) -> tuple[str, ...]:

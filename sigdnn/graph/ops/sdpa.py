@@ -161,6 +161,7 @@ class Sdpa(Op):
         where = f"sdpa '{outputs['o'].name}'"
         require_float(where, {p: t for p, t in {**inputs, **outputs}.items() if p not in VARLEN_PORTS})
         ragged.check_varlen(where, inputs, {**inputs, **outputs}, RAGGED_LENGTHS)
+        ragged.check_constant_places(where, {**inputs, **outputs}, outputs, RAGGED_LENGTHS)
 
     def key_traits(self, tensors: Mapping[str, Tensor]) -> tuple[tuple[str, Any], ...]:
         """Padding and ragged ports choose code paths: a kernel without them must not be picked."""

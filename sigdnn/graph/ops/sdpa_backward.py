@@ -113,6 +113,7 @@ class SdpaBackward(Op):
         require_float(where, {p: t for p, t in {**inputs, **outputs}.items() if p not in VARLEN_PORTS})
         placed = {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "o": inputs["o"]}
         ragged.check_varlen(where, inputs, placed, RAGGED_LENGTHS)
+        ragged.check_constant_places(where, {**inputs, **outputs}, outputs, RAGGED_LENGTHS)
         for grad, port in ragged.GRADIENT_OF.items():
             t = {**inputs, **outputs}[grad]
             if getattr(self, port + ragged.OFFSET_SUFFIX) is not None and t.strides != inputs[port].strides:

@@ -62,7 +62,9 @@ def offsets(lengths, heads, e):
     return np.concatenate([[0], np.cumsum(np.asarray(lengths) * heads * e)]).astype(np.int64)
 
 
-def build(ragged: bool, causal: bool, index_dtype: str = "int32"):
+def build(ragged: bool, causal: bool, index_dtype: str = "int32", constants: dict | None = None, ports: str = "qkvo"):
+    """The forward and backward graph (``ports``: the ragged ones); ``constants``: lengths and offsets (by name)
+    made graph constants, where given."""
     g = sigdnn.Graph("varlen", io_dtype="float64", compute_dtype="float64")
     dq_, dk_, dv_, do_ = (B, HQ, SQ, D), (B, HKV, SKV, D), (B, HKV, SKV, DV), (B, HQ, SQ, DV)
     q, k, v = (
@@ -70,11 +72,17 @@ def build(ragged: bool, causal: bool, index_dtype: str = "int32"):
         g.tensor("k", dk_, strides=bshd(dk_)),
         g.tensor("v", dv_, strides=bshd(dv_)),
     )
-    lq = g.tensor("lq", (B, 1, 1, 1), dtype=index_dtype)
-    lkv = g.tensor("lkv", (B, 1, 1, 1), dtype=index_dtype)
+
+    def index(name, dims, dtype):
+        return (
+            g.constant(name, constants[name]) if constants and name in constants else g.tensor(name, dims, dtype=dtype)
+        )
+
+    lq = index("lq", (B, 1, 1, 1), index_dtype)
+    lkv = index("lkv", (B, 1, 1, 1), index_dtype)
     offs = {}
     if ragged:
-        offs = {p: g.tensor(f"{p}_off", (B + 1, 1, 1, 1), dtype="int64") for p in ("q", "k", "v", "o")}
+        offs = {p: index(f"{p}_off", (B + 1, 1, 1, 1), "int64") for p in ports}
     o, stats = g.sdpa(q, k, v, 0.45, None, causal, True, seq_len_q=lq, seq_len_kv=lkv, ragged_offsets=offs, name="fwd")
     o.set_output(True).set_name("o")
     stats.set_output(True).set_name("stats").set_data_type("float64")
@@ -169,33 +177,69 @@ def inputs_for(g, **override):
     return ins
 
 
-@pytest.mark.parametrize(
-    ("override", "message"),
-    [
-        (
-            {"lq": np.array([2, 6, 1], np.int32).reshape(B, 1, 1, 1)},
-            r"tensor 'lq' holds length 6 at batch 1; lengths lie in \[0, 5\]",
-        ),
-        ({"lkv": np.array([-1, 2, 1], np.int32).reshape(B, 1, 1, 1)}, r"tensor 'lkv' holds length -1 at batch 0"),
-        (
-            {
-                "k_off": np.array([0, 10, 20, 1 << 40]).reshape(B + 1, 1, 1, 1) * 0
-                + np.array([0, 0, 200, 0]).reshape(B + 1, 1, 1, 1)
-            },
-            r"tensor 'k_off' places sequence 2 .* outside tensor 'k'",
-        ),
-        ({"q_off": np.array([-8, 0, 0, 0]).reshape(B + 1, 1, 1, 1)}, r"tensor 'q_off' places sequence 0"),
-        (
-            {"o_off": np.array([0, 8, 0, 0]).reshape(B + 1, 1, 1, 1)},
-            r"tensor 'o_off' makes sequences of output 'o' overlap",
-        ),
-    ],
-)
+HOSTILE = [
+    (
+        {"lq": np.array([2, 6, 1], np.int32).reshape(B, 1, 1, 1)},
+        r"tensor 'lq' holds length 6 at batch 1; lengths lie in \[0, 5\]",
+    ),
+    ({"lkv": np.array([-1, 2, 1], np.int32).reshape(B, 1, 1, 1)}, r"tensor 'lkv' holds length -1 at batch 0"),
+    (
+        {
+            "k_off": np.array([0, 10, 20, 1 << 40]).reshape(B + 1, 1, 1, 1) * 0
+            + np.array([0, 0, 200, 0]).reshape(B + 1, 1, 1, 1)
+        },
+        r"tensor 'k_off' places sequence 2 .* outside tensor 'k'",
+    ),
+    ({"q_off": np.array([-8, 0, 0, 0]).reshape(B + 1, 1, 1, 1)}, r"tensor 'q_off' places sequence 0"),
+    (
+        {"o_off": np.array([0, 8, 0, 0]).reshape(B + 1, 1, 1, 1)},
+        r"tensor 'o_off' makes sequences of output 'o' overlap",
+    ),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), HOSTILE)
 def test_hostile_lengths_and_offsets_are_execution_errors_naming_the_tensor(override, message) -> None:
     g = build(True, False)
     plan = sigdnn.Executor("reference").prepare(g)
     with pytest.raises(ExecutionError, match=message):
         sigdnn.Executor("reference").execute(plan, inputs_for(g, **override))
+
+
+INDEX_NAMES = ("lq", "lkv", "q_off", "k_off", "v_off", "o_off")
+
+
+@pytest.mark.parametrize(("override", "message"), HOSTILE)
+def test_hostile_constant_lengths_and_offsets_are_refused_with_the_graph(override, message) -> None:
+    """The same values as graph constants: the graph is refused when checked (a GraphError naming the tensor), so
+    no plan is made that cannot run (the buffer fuzzer's open finding)."""
+    values = inputs_for(build(True, False), **override)
+    message = message.replace("output 'o'", "output 'fwd::o'")  # checked as g.sdpa makes o, before it is renamed
+    with pytest.raises(GraphError, match=message):
+        build(True, False, constants={n: np.asarray(values[n]) for n in INDEX_NAMES})
+
+
+def test_valid_constant_lengths_and_offsets_prepare_and_match_the_same_values_given_at_run() -> None:
+    values = inputs_for(build(True, False))
+    given = sigdnn.Executor("reference").run(build(True, False), values)
+    fixed = sigdnn.Executor("reference").run(
+        build(True, False, constants={n: np.asarray(values[n]) for n in INDEX_NAMES}),
+        {n: v for n, v in values.items() if n not in INDEX_NAMES},
+    )
+    for name, value in given.items():
+        np.testing.assert_array_equal(fixed[name], value, err_msg=name)
+
+
+def test_constant_places_of_big_tensors_are_left_to_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past CHECKED_AT_PREPARE elements the check (a position per element) waits for the run."""
+    from sigdnn.graph.ops import ragged
+
+    monkeypatch.setattr(ragged, "CHECKED_AT_PREPARE", 8)
+    values = inputs_for(build(True, False), o_off=np.array([0, 8, 0, 0]).reshape(B + 1, 1, 1, 1))
+    g = build(True, False, constants={n: np.asarray(values[n]) for n in INDEX_NAMES})
+    plan = sigdnn.Executor("reference").prepare(g)
+    with pytest.raises(ExecutionError, match="makes sequences of output 'o' overlap"):
+        sigdnn.Executor("reference").execute(plan, {n: v for n, v in values.items() if n not in INDEX_NAMES})
 
 
 def test_graph_rules_of_lengths_and_offsets() -> None:
@@ -290,3 +334,50 @@ def test_the_builders_decline_a_non_float_tensor_but_take_integer_lengths_and_of
     for builder, node in zip((ReferenceSdpa(), ReferenceSdpaBackward()), g.nodes):
         with pytest.raises(NotSupported, match=rf"node '{node.name}': port 'k' \(tensor 'k'\) is int32; sdpa"):
             builder.check(node, g, None)
+
+
+def constants_of(values: dict, names=INDEX_NAMES) -> dict:
+    return {n: np.asarray(values[n]) for n in names}
+
+
+def test_every_placed_tensor_is_checked_once_with_its_forward_tensors_offsets(monkeypatch: pytest.MonkeyPatch):
+    """Forward: q, k, v and the output o; backward: each gradient beside its forward tensor (dq by q's offsets,
+    d_o by o's), the gradients as outputs."""
+    from sigdnn.graph.ops import ragged
+
+    calls = []
+    real = ragged.positions
+    monkeypatch.setattr(
+        ragged, "positions", lambda where, name, t, *a: calls.append((name, t.name, a[-1])) or real(where, name, t, *a)
+    )
+    build(True, False, constants=constants_of(inputs_for(build(True, False))))
+    assert sorted(calls) == sorted([
+        ("q_off", "q", False), ("k_off", "k", False), ("v_off", "v", False), ("o_off", "fwd::o", True),
+        ("q_off", "q", False), ("q_off", "bwd::dq", True), ("k_off", "k", False), ("k_off", "bwd::dk", True),
+        ("v_off", "v", False), ("v_off", "bwd::dv", True), ("o_off", "o_in", False), ("o_off", "do", False),
+    ])  # fmt: skip
+
+
+def test_only_offsets_and_lengths_both_constant_are_checked_with_the_graph() -> None:
+    """Hostile constant offsets beside lengths given at run (or the reverse) wait for the run."""
+    values = inputs_for(build(True, False), o_off=np.array([0, 8, 0, 0]).reshape(B + 1, 1, 1, 1))
+    build(True, False, constants=constants_of(values, ("q_off", "k_off", "v_off", "o_off")))
+    build(True, False, constants=constants_of(values, ("lq", "lkv")))
+
+
+def test_a_later_ragged_port_is_checked_past_one_not_ragged_or_too_big(monkeypatch: pytest.MonkeyPatch) -> None:
+    """k and v ragged alone (q first, not ragged), or q too big for the check: k's hostile offsets still refused;
+    a tensor of exactly CHECKED_AT_PREPARE elements is checked."""
+    from sigdnn.graph.ops import ragged
+
+    bad_k = {"k_off": np.array([0, 0, 200, 0]).reshape(B + 1, 1, 1, 1)}
+    values = inputs_for(build(True, False, ports="kv"), **bad_k)
+    with pytest.raises(GraphError, match="tensor 'k_off' places sequence"):
+        build(True, False, constants=constants_of(values, ("lq", "lkv", "k_off", "v_off")), ports="kv")
+    g = build(True, False)
+    k_size, q_size = g.tensor_by_name("k").size, g.tensor_by_name("q").size
+    assert k_size < q_size
+    monkeypatch.setattr(ragged, "CHECKED_AT_PREPARE", k_size)
+    values = inputs_for(g, **bad_k)
+    with pytest.raises(GraphError, match="tensor 'k_off' places sequence"):
+        build(True, False, constants=constants_of(values))
