@@ -80,6 +80,11 @@ def check_varlen(
             )
 
 
+def placed_by(port: str, ports: Collection[str]) -> tuple[str, ...]:
+    """The node's ports (among ``ports``) that ``port``'s ragged offsets place: itself and its gradients."""
+    return tuple(p for p in (port, *(g for g, f in GRADIENT_OF.items() if f == port)) if p in ports)
+
+
 CHECKED_AT_PREPARE = 1 << 22  # elements of a ragged tensor whose constant places are checked with the graph
 
 
@@ -96,7 +101,7 @@ def check_constant_places(
         offsets, length = tensors.get(port + OFFSET_SUFFIX), tensors.get(lengths[port])
         if offsets is None or length is None or not (offsets.is_constant and length.is_constant):
             continue
-        placed = [p for p in (port, *(g for g, f in GRADIENT_OF.items() if f == port)) if p in tensors]
+        placed = placed_by(port, tensors)
         if any(tensors[p].size > CHECKED_AT_PREPARE for p in placed):
             continue
         try:
@@ -175,7 +180,7 @@ def layout(
     for port in ragged_ports(op):
         name = tensors[getattr(op, port + OFFSET_SUFFIX)].name
         length = lengths["seq_len_q" if port in ("q", "o") else "seq_len_kv"]
-        for placed in (port, *(g for g, p in GRADIENT_OF.items() if p == port and g in ports)):
+        for placed in placed_by(port, ports):
             t = tensors[ports[placed]]
             places[placed] = (t, *positions(where, name, t, values[port + OFFSET_SUFFIX], length, placed in outputs))
     return lengths, places
