@@ -332,6 +332,133 @@ def pool_backward_phases(
     ct.store(dx, (ct.bid(0), ct.bid(1), ct.bid(2)), ct.reshape(ct.astype(acc, dx.dtype), (1, PIXELS, CHANNELS)))
 
 
+# The tap kernels: a block takes one row of its output (n, d, h), PIXELS pixels along w and a channel block. Along w
+# the source is read through a tap view, ``taps[r, s, j, p, c] = rows[r, (j + s) * step + p, c]`` (axes s and j
+# share a stride: the view overlaps itself), so that each tap of a block's pixels is one aligned tile
+# ``taps[row, u // step, j, u % step]``: the forward's output columns start k0 = ceil(pw / sw) in (u = k0 * sw - pw
+# + e), the backward's phase pixels t0 in (step 1, u = t0 + the candidate's window offset). A view's j extent stops
+# where its largest shift would leave the source, so an aligned tile never reads outside it: a block is aligned
+# where its columns that exist (the rest are dropped) lie inside that extent; a row's last block, where they do not,
+# and the left edge's block (bid(1) < left) gather their taps instead, masked.
+
+
+def tap_tile(rows, taps, row, j, u, step, at, aligned, PIXELS, CHANNELS):
+    """[PIXELS, CHANNELS] of ``rows`` (rows, pixels, channels) in row ``row`` at pixels ``at``: the block's j-th tile
+    of ``taps`` at shift u where ``aligned``, else gathered (pixels outside the row read as 0: the caller masks)."""
+    if aligned:
+        tile = ct.load(taps, (row, u // step, j, u % step, ct.bid(2)), (1, 1, PIXELS, 1, CHANNELS),
+                       padding_mode=ct.PaddingMode.ZERO)  # fmt: skip
+        tile = ct.reshape(tile, (PIXELS, CHANNELS))
+    else:
+        inside = (at >= 0) & (at < rows.shape[1])
+        columns = ct.Slice(ct.bid(2) * CHANNELS, CHANNELS)
+        tile = ct.load_advanced_indexing(rows, (ct.Slice(row, 1), ct.where(inside, at, 0), columns),
+                                         padding_mode=ct.PaddingMode.ZERO)  # fmt: skip
+        tile = ct.reshape(tile, (PIXELS, CHANNELS))
+    return tile
+
+
+def store_row_tile(left_part, main_part, j, tile, PIXELS, CHANNELS):
+    """Store a block's [PIXELS, CHANNELS] tile: in the left edge's columns for j < 0, else as the j-th tile past them."""
+    shaped = ct.reshape(tile, (1, PIXELS, CHANNELS))
+    if j < 0:
+        ct.store(left_part, (ct.bid(0), 0, ct.bid(2)), shaped)
+    else:
+        ct.store(main_part, (ct.bid(0), j, ct.bid(2)), shaped)
+
+
+@ct.kernel
+def pool_forward_taps(
+    x, x_taps, y_left, y_main,
+    xd, xh,
+    od, oh,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    k0, left,
+    MODE: ct.Constant[int],
+    PIXELS: ct.Constant[int],
+    CHANNELS: ct.Constant[int],
+):  # fmt: skip
+    o_n = ct.bid(0) // (od * oh)
+    o_d = (ct.bid(0) // oh) % od
+    o_h = ct.bid(0) % oh
+    j = ct.bid(1) - left  # -1: the left edge's block, output columns 0 .. k0 - 1
+    o_w = ct.maximum(j, 0) * PIXELS + ct.where(j < 0, 0, k0) + ct.arange(PIXELS, dtype=ct.int32)
+    aligned = (j >= 0) & (ct.minimum((j + 1) * PIXELS, y_main.shape[1]) <= x_taps.shape[2])  # (columns past y: dropped)
+    acc, best_tap = window_start(MODE, (PIXELS, CHANNELS))
+    for a in range(kd):
+        i_d = o_d * sd - pd + a
+        for b in range(kh):
+            i_h = o_h * sh - ph + b
+            row_inside = (i_d >= 0) & (i_d < xd) & (i_h >= 0) & (i_h < xh)
+            row = ct.where(row_inside, (o_n * xd + i_d) * xh + i_h, 0)
+            for e in range(kw):
+                i_w = o_w * sw - pw + e
+                v = ct.astype(tap_tile(x, x_taps, row, j, k0 * sw - pw + e, sw, i_w, aligned, PIXELS, CHANNELS),
+                              ct.float32)  # fmt: skip
+                real = row_inside & (i_w >= 0) & (i_w < x.shape[1])
+                acc, best_tap = window_tap(MODE, acc, best_tap, v, column(real, PIXELS), (a * kh + b) * kw + e)
+    real = column(real_taps(o_d, o_h, o_w, xd, xh, x.shape[1], kd, kh, kw, sd, sh, sw, pd, ph, pw), PIXELS)
+    acc = window_result(MODE, acc, kd * kh * kw, real)
+    if MODE == ARGMAX:  # the int32 argmax, one per output element
+        store_row_tile(y_left, y_main, j, best_tap, PIXELS, CHANNELS)
+    else:
+        store_row_tile(y_left, y_main, j, ct.astype(acc, y_main.dtype), PIXELS, CHANNELS)
+
+
+@ct.kernel
+def pool_backward_taps(
+    dy, argmax, dy_taps, argmax_taps, dx_left, dx_main, phase,
+    xd, xh, xw,
+    od, oh,
+    kd, kh, kw,
+    sd, sh, sw,
+    pd, ph, pw,
+    jd, jh, jw,
+    t0, left,
+    MODE: ct.Constant[int],
+    PIXELS: ct.Constant[int],
+    CHANNELS: ct.Constant[int],
+):  # fmt: skip
+    i_n = ct.bid(0) // (xd * xh)
+    i_d = (ct.bid(0) // xh) % xd
+    i_h = ct.bid(0) % xh
+    j = ct.bid(1) - left  # -1: the left edge's block, phase pixels 0 .. t0 - 1
+    t = ct.maximum(j, 0) * PIXELS + ct.where(j < 0, 0, t0) + ct.arange(PIXELS, dtype=ct.int32)  # dx's w: phase + sw t
+    aligned = (j >= 0) & (ct.minimum((j + 1) * PIXELS, dx_main.shape[1]) <= dy_taps.shape[2])
+    first = (
+        phase + pw
+    ) // sw  # candidate j_w's window is o_w = t + first - j_w, its tap e = (phase + pw) % sw + j_w sw
+    acc = ct.full((PIXELS, CHANNELS), 0.0, dtype=ct.float32)
+    for j_d in range(jd):
+        o_d = ct.minimum((i_d + pd) // sd, od - 1) - j_d
+        a = i_d + pd - o_d * sd
+        for j_h in range(jh):
+            o_h = ct.minimum((i_h + ph) // sh, oh - 1) - j_h
+            b = i_h + ph - o_h * sh
+            rows_cover = (o_d >= 0) & (a < kd) & (o_h >= 0) & (b < kh)
+            row = ct.maximum((i_n * od + o_d) * oh + o_h, 0)  # a row no window covers: read, then masked
+            for j_w in range(jw):
+                e = (phase + pw) % sw + j_w * sw
+                shift = t0 + first - j_w
+                o_w = t + first - j_w
+                covers = rows_cover & (e < kw) & (o_w >= 0) & (o_w < dy.shape[1])
+                g = ct.astype(tap_tile(dy, dy_taps, row, j, shift, 1, o_w, aligned, PIXELS, CHANNELS), ct.float32)
+                if MODE == MAX:
+                    tap = tap_tile(argmax, argmax_taps, row, j, shift, 1, o_w, aligned, PIXELS, CHANNELS)
+                    won = column(covers, PIXELS) & (tap == (a * kh + b) * kw + e)
+                    acc = acc + ct.where(won, g, 0.0)
+                elif MODE == AVERAGE_INCLUDE_PAD:
+                    taps = ct.astype(ct.full((PIXELS, CHANNELS), kd * kh * kw, dtype=ct.int32), ct.float32)
+                    acc = acc + ct.where(column(covers, PIXELS), g / taps, 0.0)
+                else:
+                    real = real_taps(o_d, o_h, o_w, xd, xh, xw, kd, kh, kw, sd, sh, sw, pd, ph, pw)
+                    taps = column(ct.astype(ct.maximum(real, 1), ct.float32), PIXELS)
+                    acc = acc + ct.where(column(covers, PIXELS), g / taps, 0.0)
+    store_row_tile(dx_left, dx_main, j, ct.astype(acc, dx_main.dtype), PIXELS, CHANNELS)
+
+
 NEAREST = 0
 LINEAR = 1
 
