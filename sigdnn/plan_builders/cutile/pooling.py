@@ -241,7 +241,9 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
                 argmax = work.take(dy_rows.shape, "int32")
                 launches.append(row_forward(x_rows, argmax, y_dims, x_dims, window, ARGMAX))
             pixels, columns = channel_tiles(x_dims[1])
-            if cdiv(window[2], window[5]) <= y_dims[4]:  # every dx pixel's windows along w are a run: phases
+            # every dx pixel's windows along w are a run, and a phase holds more than one pixel a row: phases (a
+            # global pool's stride is its row: a launch per pixel of the row, each block's tile one pixel wide)
+            if cdiv(window[2], window[5]) <= y_dims[4] and x_dims[4] // window[5] >= 2:
                 dy_runs, argmax_runs = window_runs(dy_rows, y_dims), window_runs(argmax, y_dims)
                 for phase in range(min(window[5], x_dims[4])):
                     shared = (phase, x_dims, y_dims, window, candidates, MODES[op.mode])

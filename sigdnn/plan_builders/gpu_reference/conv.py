@@ -87,15 +87,21 @@ class Rows:
     channels: np.ndarray  # (C,): each channel's offset
     image: int
     n: int
+    identity: bool  # the matrix is the source itself, (N * P, C) packed: a 1 x 1 window of stride 1 on every pixel
 
     @classmethod
     def of(cls, dims: Dims, strides: Dims, window: np.ndarray) -> Rows:
         """The maps of a source of logical ``dims`` (N, C, *S) held with ``strides``; window as ``windows``'."""
         at = offsets(dims[2:], strides[2:]).reshape(-1)
         placed = np.where(window >= 0, at[np.maximum(window, 0)], -1).astype(np.int64)
-        return cls(frozen(placed), frozen(np.arange(dims[1], dtype=np.int64) * strides[1]), strides[0], dims[0])
+        channels = np.arange(dims[1], dtype=np.int64) * strides[1]
+        pixels = np.arange(math.prod(dims[2:]), dtype=np.int64) * dims[1]
+        identity = strides[1] == 1 and strides[0] == pixels.size * dims[1] and np.array_equal(placed.T, [pixels])
+        return cls(frozen(placed), frozen(channels), strides[0], dims[0], bool(identity))
 
     def gather(self, source: Array, groups: int) -> Array:
+        if self.identity and groups == 1:  # (no copy: the im2col matrix of a 1 x 1 window over every pixel)
+            return source.reshape(1, source.size // self.channels.size, self.channels.size)
         return source.take_window_rows(self.window, self.channels, self.image, self.n, groups)
 
 

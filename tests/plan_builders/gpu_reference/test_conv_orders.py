@@ -268,3 +268,24 @@ def test_a_second_run_uploads_no_map(monkeypatch: pytest.MonkeyPatch, op: str, l
     assert uploads == []
     for name in first:
         np.testing.assert_array_equal(again[name], first[name])
+
+
+@pytest.mark.parametrize(
+    ("x", "w", "stride", "pre", "identity"),
+    [
+        ((2, 5, 4, 3), (7, 5, 1, 1), (1, 1), (0, 0), True),  # 1 x 1 over every pixel: the source itself
+        ((2, 5, 4, 3), (7, 5, 1, 1), (2, 1), (0, 0), False),  # strided: every other row of pixels
+        ((2, 5, 4, 3), (7, 5, 1, 1), (1, 1), (1, 0), False),  # padded: a row of padding first
+        ((2, 5, 4, 3), (7, 5, 1, 2), (1, 1), (0, 0), False),  # two taps a position
+        ((2, 1, 4, 3), (7, 1, 1, 1), (1, 1), (0, 0), True),  # one channel
+        ((2, 4, 3, 3), (6, 2, 1, 1), (1, 1), (0, 0), True),  # two groups: still gathered, a matrix per group
+    ],
+)
+def test_a_1x1_window_over_every_pixel_reads_the_source_as_its_matrix(x, w, stride, pre, identity) -> None:
+    """Its im2col matrix is the channels-last source itself, (N * P, C): no gather, the same product."""
+    window = windows.forward(x[2:], w[2:], pre, (0, 0), stride, (1, 1))
+    rows = conv.Rows.of(x, conv.read_strides(x, True), window)
+    assert rows.identity is identity
+    geometry = ("case", x, w, stride, (1, 1), pre, (0, 0))
+    for op in OPS:
+        check(graph(op, geometry, dict.fromkeys(("x", "w", "y", "dy", "dx", "dw"), "last")))
