@@ -101,7 +101,7 @@ class Rows:
 
     def gather(self, source: Array, groups: int) -> Array:
         if self.identity and groups == 1:  # (no copy: the im2col matrix of a 1 x 1 window over every pixel)
-            return source.reshape(1, source.size // self.channels.size, self.channels.size)
+            return source.reshape(1, self.n * self.window.shape[0], self.channels.size)
         return source.take_window_rows(self.window, self.channels, self.image, self.n, groups)
 
 
