@@ -191,11 +191,6 @@ WINDOWS = {  # the pooling kernels by mode (max, average excluding padding, argm
     ("pool_backward_rows", 2): ((2, "io"), (2, "int32"), (2, "io")),
     ("pool_backward_phases", 0): ((3, "io"), (3, "int32"), (3, "io")),
     ("pool_backward_phases", 2): ((3, "io"), (3, "io"), (3, "io")),
-    ("pool_forward_taps", 0): ((3, "io"), (5, "io"), (3, "io"), (3, "io")),
-    ("pool_forward_taps", 2): ((3, "io"), (5, "io"), (3, "io"), (3, "io")),
-    ("pool_forward_taps", 3): ((3, "io"), (5, "io"), (3, "int32"), (3, "int32")),
-    ("pool_backward_taps", 0): ((3, "io"), (3, "int32"), (5, "io"), (5, "int32"), (3, "io"), (3, "io")),
-    ("pool_backward_taps", 2): ((3, "io"), (3, "io"), (5, "io"), (5, "io"), (3, "io"), (3, "io")),
     ("pool_forward", 0): ((5, "io"), (5, "io")),
     ("pool_forward", 3): ((5, "io"), (5, "int32")),
     ("pool_backward", 0): ((5, "io"), (5, "int32"), (5, "io")),
@@ -208,9 +203,8 @@ def compile_window(kernel: str, dtype: str, mode: int, folder: str) -> int:
     source = pooling_source(kernel)
     tree = ast.parse(source.text)
     names = [a.arg for a in next(f for f in tree.body if getattr(f, "name", None) == kernel).args.args]
-    constants = {"MODE": mode, "PIXELS": 32 if kernel.endswith("_taps") else 8, "CHANNELS": 64, "TILE": 256}
-    rows = (2, 3, 5) if kernel.endswith("_taps") else (2, 3)
-    arrays = [strided(CT[dtype] if kind == "io" else ct.int32, ndim, rows=ndim in rows) for ndim, kind in
+    constants = {"MODE": mode, "PIXELS": 8, "CHANNELS": 64, "TILE": 256}
+    arrays = [strided(CT[dtype] if kind == "io" else ct.int32, ndim, rows=ndim in (2, 3)) for ndim, kind in
               WINDOWS[kernel, mode]]  # fmt: skip
     scalars = [ScalarConstraint(ct.int32)] * (len(names) - len(arrays) - sum(n in constants for n in names))
     fixed = [ConstantConstraint(constants[n]) for n in names if n in constants]

@@ -21,13 +21,6 @@ least ceil(kw / sw) windows): a block's dx pixels w = phase + sw * t then
 take their windows from a run of dy's (one tap of each window for the whole
 block), so dy and the argmax come as whole tiles of a slice, 16-byte
 vectors where the strides allow, not a gather per element.
-
-Where a row is wide enough for a block of aligned tiles, the tap kernels
-(``*_taps``) take the forward, the argmax and each backward phase instead:
-the source is read through a view that overlaps itself, taps[r, s, j, p, c]
-= rows[r, (j + s) * step + p, c], so each tap of a block's pixels is one
-aligned tile load (no slice, no gather); only a row's left edge and, where
-the view ends early, its last block gather.
 """
 
 from __future__ import annotations
@@ -45,7 +38,6 @@ from sigdnn.plan_builders.cutile.tiling import cdiv
 from sigdnn.registry.engine_ids import IN_TREE
 
 TILE = 256  # outputs (or dx elements) one block computes
-TAP_BLOCK = 2048  # elements of the tap kernels' [pixels, channels] tile
 PER_BLOCK = 512  # elements of a [pixels, channels] tile: [8, 64] (H100, ResNet-50's maxpool: 256 0.44 ms, 512 0.21, 1024 0.28, 2048 0.38)
 MODES = {"max": 0, "average_count_include_pad": 1, "average_count_exclude_pad": 2}
 ARGMAX = 3  # the forward kernels' mode that writes the argmax instead of the max
@@ -134,82 +126,10 @@ class CutilePoolingBuilder(CutileLaunchesBuilder):
         window = geometry(op, x.rank - 2)
         x_rows, y_rows = rows("x", x), rows("y", y)
         if x_rows and y_rows:
-            return [row_forward(x_rows, y_rows, dims, as_5d(x)[0], window, MODES[op.mode])], 0
+            return [rows_forward(x_rows, y_rows, dims, as_5d(x)[0], window, MODES[op.mode])], 0
         constants = (y.size, *divisors(y), *dims, *as_5d(x)[0][2:], *window, MODES[op.mode], TILE)
         source = kernel_source("pool_forward")
         return [Launch(source, (cdiv(y.size, TILE), 1, 1), (view("x", x), view("y", y)), constants)], 0
-
-
-def row_forward(x: Arg, y: Arg, y_dims: tuple[int, ...], x_dims: tuple[int, ...], window: tuple[int, ...],
-                mode: int) -> Launch:  # fmt: skip
-    """The forward (or the argmax) of (pixels, channels) row views: the tap kernel where a row has a block of aligned
-    taps, else the row kernel."""
-    return taps_forward(x, y, y_dims, x_dims, window, mode) or rows_forward(x, y, y_dims, x_dims, window, mode)
-
-
-def tap_view(rows3: Arg, shifts: int, extent: int, step: int) -> Arg:
-    """``taps[r, s, j, p, c] = rows3[r, (j + s) * step + p, c]`` for s < shifts, j < extent, p < step: a view that
-    overlaps itself (s and j share a stride), so that each shift's run along w is an aligned tile."""
-    row, pixel, _ = rows3.strides
-    return attrs.evolve(rows3, shape=(rows3.shape[0], shifts, extent, step, rows3.shape[2]),
-                        strides=(row, step * pixel, step * pixel, pixel, 1))  # fmt: skip
-
-
-def columns_from(rows3: Arg, start: int, count: int) -> Arg:
-    """Columns start .. start + count - 1 of a (rows, pixels, channels) view."""
-    return attrs.evolve(rows3, shape=(rows3.shape[0], count, rows3.shape[2]),
-                        offset=rows3.offset + start * rows3.strides[1])  # fmt: skip
-
-
-def taps_forward(x: Arg, y: Arg, y_dims: tuple[int, ...], x_dims: tuple[int, ...], window: tuple[int, ...],
-                 mode: int) -> Launch | None:  # fmt: skip
-    """The tap kernel's forward (or argmax): output columns from k0 = ceil(pw / sw) on read each tap as an aligned
-    tile of x's tap view; None where a row holds no block of them (too narrow for a tile)."""
-    kw, sw, pw = window[2], window[5], window[8]
-    pixels, columns = tap_tiles(y_dims[1])
-    k0 = cdiv(pw, sw)
-    shifts = (k0 * sw - pw + kw - 1) // sw + 1
-    extent = x_dims[4] // sw - shifts + 1
-    if extent < pixels or y_dims[4] <= k0:
-        return None
-    x3, y3 = window_runs(x, x_dims), window_runs(y, y_dims)
-    main = columns_from(y3, k0, y_dims[4] - k0)
-    left = columns_from(y3, 0, k0) if k0 else main
-    grid = (y3.shape[0], int(k0 > 0) + cdiv(y_dims[4] - k0, pixels), cdiv(y_dims[1], columns))
-    constants = (*x_dims[2:4], *y_dims[2:4], *window, k0, int(k0 > 0), mode, pixels, columns)
-    return Launch(kernel_source("pool_forward_taps"), grid, (x3, tap_view(x3, shifts, extent, sw), left, main),
-                  constants)  # fmt: skip
-
-
-def taps_backward(dy: Arg, argmax: Arg, dx_rows: Arg, phase: int, x_dims: tuple[int, ...], y_dims: tuple[int, ...],
-                  window: tuple[int, ...], candidates: tuple[int, ...], mode: int) -> Launch | None:  # fmt: skip
-    """The tap kernel over dx's pixels w = phase + sw * t (``dy`` and ``argmax`` as (rows, ow, channels)): pixels
-    from t0 on read each candidate window's dy as an aligned tile of dy's tap view; None where a row holds no block
-    of them."""
-    sw, pw, xw, ow = window[5], window[8], x_dims[4], y_dims[4]
-    pixels, columns = tap_tiles(x_dims[1])
-    first = (phase + pw) // sw  # the first candidate's window: o_w = t + first
-    t0 = max(0, candidates[2] - 1 - first)  # the last candidate's window, t + first - (jw - 1), is no window before it
-    shifts = t0 + first + 1
-    extent = ow - shifts + 1
-    count = cdiv(xw - phase, sw)
-    if extent < pixels or count <= t0:
-        return None
-    step = dx_rows.strides[0]
-    dx = attrs.evolve(dx_rows, shape=(dx_rows.shape[0] // xw, count, x_dims[1]), strides=(xw * step, sw * step, 1),
-                      offset=dx_rows.offset + phase * step)  # fmt: skip
-    main = columns_from(dx, t0, count - t0)
-    left = columns_from(dx, 0, t0) if t0 else main
-    grid = (dx.shape[0], int(t0 > 0) + cdiv(count - t0, pixels), cdiv(x_dims[1], columns))
-    constants = (phase, *x_dims[2:], *y_dims[2:4], *window, *candidates, t0, int(t0 > 0), mode, pixels, columns)
-    args = (dy, argmax, tap_view(dy, shifts, extent, 1), tap_view(argmax, shifts, extent, 1), left, main)
-    return Launch(kernel_source("pool_backward_taps"), grid, args, constants)
-
-
-def tap_tiles(channels: int) -> tuple[int, int]:
-    """(PIXELS, CHANNELS) of the tap kernels' [pixels, channels] tile: up to 64 channels, TAP_BLOCK elements."""
-    columns = min(64, 1 << (channels - 1).bit_length())
-    return max(1, TAP_BLOCK // columns), columns
 
 
 def rows_forward(x: Arg, y: Arg, y_dims: tuple[int, ...], x_dims: tuple[int, ...], window: tuple[int, ...],
@@ -239,16 +159,15 @@ class CutilePoolingBackwardBuilder(CutileLaunchesBuilder):
             launches, argmax = [], dy_rows  # the average modes never read the argmax (their branch compiles without it)
             if op.mode == "max":  # one int32 per output, a row per output pixel as dy's
                 argmax = work.take(dy_rows.shape, "int32")
-                launches.append(row_forward(x_rows, argmax, y_dims, x_dims, window, ARGMAX))
+                launches.append(rows_forward(x_rows, argmax, y_dims, x_dims, window, ARGMAX))
             pixels, columns = channel_tiles(x_dims[1])
             # every dx pixel's windows along w are a run, and a phase holds more than one pixel a row: phases (a
             # global pool's stride is its row: a launch per pixel of the row, each block's tile one pixel wide)
             if cdiv(window[2], window[5]) <= y_dims[4] and x_dims[4] // window[5] >= 2:
                 dy_runs, argmax_runs = window_runs(dy_rows, y_dims), window_runs(argmax, y_dims)
                 for phase in range(min(window[5], x_dims[4])):
-                    shared = (phase, x_dims, y_dims, window, candidates, MODES[op.mode])
-                    launches.append(taps_backward(dy_runs, argmax_runs, dx_rows, *shared)
-                                    or phase_launch(dy_runs, argmax_runs, dx_rows, *shared))  # fmt: skip
+                    launches.append(phase_launch(dy_runs, argmax_runs, dx_rows, phase, x_dims, y_dims, window,
+                                                 candidates, MODES[op.mode]))  # fmt: skip
                 return launches, work.nbytes
             constants = (pixels_of(x_dims), *x_dims[2:], *y_dims[2:], *window, *candidates, MODES[op.mode], pixels,
                          columns)  # fmt: skip
