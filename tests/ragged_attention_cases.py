@@ -25,8 +25,9 @@ def bshd(dims: tuple[int, ...]) -> tuple[int, ...]:
     return (s * h * e, e, h * e, 1)
 
 
-def offsets(lengths: np.ndarray, heads: int, e: int) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(lengths * heads * e)]).astype(np.int32).reshape(-1, 1, 1, 1)
+def offsets(lengths: np.ndarray, heads: int, e: int, shift: int = 0) -> np.ndarray:
+    """Each sequence's first element: end to end from element ``shift`` (not a multiple of a row: off every row)."""
+    return (shift + np.concatenate([[0], np.cumsum(lengths * heads * e)])).astype(np.int32).reshape(-1, 1, 1, 1)
 
 
 def ragged_graph(backward: bool, causal: bool, dtype: str, ragged: str = "qkvo") -> sigdnn.Graph:
@@ -52,11 +53,12 @@ def ragged_graph(backward: bool, causal: bool, dtype: str, ragged: str = "qkvo")
     return g
 
 
-def pack(x: np.ndarray, lengths: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """The logical [B, H, S, E] array whose BSHD storage holds each sequence of ``x`` one after another."""
+def pack(x: np.ndarray, lengths: np.ndarray, dtype: np.dtype, shift: int = 0) -> np.ndarray:
+    """The logical [B, H, S, E] array whose BSHD storage holds each sequence of ``x`` one after another, from
+    element ``shift``."""
     tokens = np.concatenate([x[b, :, : lengths[b]].transpose(1, 0, 2) for b in range(B)]).reshape(-1)
-    flat = np.full(x.size, np.nan)  # past the last sequence: must never be read
-    flat[: tokens.size] = tokens
+    flat = np.full(x.size, np.nan)  # before the first sequence and past the last: must never be read
+    flat[shift : shift + tokens.size] = tokens
     strides = tuple(8 * s for s in bshd(x.shape))
     return np.lib.stride_tricks.as_strided(flat, x.shape, strides).astype(dtype)
 
@@ -84,9 +86,9 @@ def padded(x: np.ndarray, lengths: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.where(rows, np.nan, x).astype(dtype)
 
 
-def arrays(causal: bool, dtype: str, ragged: str = "qkvo") -> tuple[dict[str, np.ndarray], list]:
-    """Inputs of both graphs (o and stats from torch's float64 forward; the ``ragged`` tensors packed, the others
-    padded) and the per-sequence truth."""
+def arrays(causal: bool, dtype: str, ragged: str = "qkvo", shift: int = 0) -> tuple[dict[str, np.ndarray], list]:
+    """Inputs of both graphs (o and stats from torch's float64 forward; the ``ragged`` tensors packed from element
+    ``shift``, the others padded) and the per-sequence truth."""
     rng = np.random.default_rng(SEED)
     q, do = rng.standard_normal((B, HQ, SQ, D)), rng.standard_normal((B, HQ, SQ, DV))
     k, v = rng.standard_normal((B, HKV, SKV, D)), rng.standard_normal((B, HKV, SKV, DV))
@@ -98,12 +100,12 @@ def arrays(causal: bool, dtype: str, ragged: str = "qkvo") -> tuple[dict[str, np
     for b in range(B):
         o[b, :, : LQ[b]] = truth[b][0]
         stats[b, :, : LQ[b]] = truth[b][1]
-    lay = {p: pack if p in ragged else padded for p in "qkvo"}
+    lay = {p: (lambda x, n, t: pack(x, n, t, shift)) if p in ragged else padded for p in "qkvo"}
     data = {"q": lay["q"](q, LQ, np_dtype), "k": lay["k"](k, LKV, np_dtype), "v": lay["v"](v, LKV, np_dtype),
             "o": lay["o"](o, LQ, np_dtype), "d_o": lay["o"](do, LQ, np_dtype), "stats": stats,
             "seq_len_q": LQ.astype(np.int32).reshape(B, 1, 1, 1), "seq_len_kv": LKV.astype(np.int32).reshape(B, 1, 1, 1),
-            "q_off": offsets(LQ, HQ, D), "k_off": offsets(LKV, HKV, D), "v_off": offsets(LKV, HKV, DV),
-            "o_off": offsets(LQ, HQ, DV)}  # fmt: skip
+            "q_off": offsets(LQ, HQ, D, shift), "k_off": offsets(LKV, HKV, D, shift),
+            "v_off": offsets(LKV, HKV, DV, shift), "o_off": offsets(LQ, HQ, DV, shift)}  # fmt: skip
     return data, truth
 
 
@@ -111,11 +113,11 @@ def graph_inputs(g: sigdnn.Graph, data: dict[str, np.ndarray]) -> dict[str, np.n
     return {t.name: data[t.name] for t in g.inputs}
 
 
-def sequences(x: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
-    """Each sequence of a ragged logical array, [H, len, E]."""
+def sequences(x: np.ndarray, lengths: np.ndarray, shift: int = 0) -> list[np.ndarray]:
+    """Each sequence of a ragged logical array packed from element ``shift``, [H, len, E]."""
     flat = np.empty(x.size, dtype=np.float64)
     np.lib.stride_tricks.as_strided(flat, x.shape, tuple(8 * s for s in bshd(x.shape)))[...] = x
-    found, at = [], 0
+    found, at = [], shift
     for n in lengths:
         tokens = flat[at : at + n * x.shape[1] * x.shape[3]].reshape(n, x.shape[1], x.shape[3])
         found.append(tokens.transpose(1, 0, 2))

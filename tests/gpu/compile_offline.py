@@ -135,14 +135,14 @@ def literal_signature(kernel: str, dtype: str, index: str, causal: bool) -> Kern
         strided(CT[dtype], 1),
     )
     sizes = [i32, i32, i32, i32, ScalarConstraint(ct.float32), c(64), c(64), c(128), c(128), c(causal)]
-    moves = [i32] * 6 + [c(RAGGED_ROWS), c(128)]
+    moves = [i32] * 7 + [c(RAGGED_ROWS), c(128)]
     narrow = dtype != "float32"  # bf16 q / k / v / d_o go to the MMAs as they are
     args = {
         "attention": [t, t, t, t, stats, lengths, lengths, *sizes, c(True), c(narrow), c(True), c(not narrow)],
         "attention_dq": [t, t, t, t, t, stats, lengths, lengths, t, *sizes, c(True), c(not narrow)],
         "attention_dkdv": [t, t, t, t, t, stats, lengths, lengths, t, t, *sizes, c(True), c(not narrow)],
-        "ragged_unpack": [flat, lengths, lengths, t, *moves],
-        "ragged_pack": [t, lengths, lengths, flat, *moves],
+        "ragged_unpack": [flat, t, lengths, lengths, t, *moves],  # the buffer flat and as rows, ..., the copy
+        "ragged_pack": [t, lengths, lengths, flat, t, *moves],
     }[kernel]
     return KernelSignature(args, CallingConvention.cutile_python_v1())
 

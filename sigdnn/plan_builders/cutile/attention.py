@@ -29,6 +29,7 @@ from sigdnn.graph.layout import span_elements
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.ragged import GRADIENT_OF, OFFSET_SUFFIX, RAGGED_TENSORS
 from sigdnn.graph.ops.sdpa import RAGGED_LENGTHS
+from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile.conv_gemm import require_int32_spans
 from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y
 from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
@@ -108,6 +109,17 @@ def ragged_kernel(kernel: str) -> KernelSource:
     return literal("_ragged_kernels.py", kernel, kernel)
 
 
+def row_view(port: str, t: Tensor) -> Arg:
+    """A ragged tensor's buffer (t.size elements) as (1, H, rows, E): rows ``step`` = stride_s apart (1 for a
+    sequence dim of one, which may carry any stride), as many as end inside the buffer with every head and element,
+    so that a slice of whole rows never reaches past it."""
+    _, heads, _, dim = t.dims
+    _, stride_h, stride_s, stride_e = t.strides
+    step = max(stride_s, 1)
+    rows = (t.size - 1 - (heads - 1) * stride_h - (dim - 1) * stride_e) // step + 1
+    return Arg(port, (1, heads, max(rows, 0), dim), (t.size, stride_h, step, stride_e))
+
+
 def port_views(
     node: Node, graph: Graph, ports: tuple[str, ...], placement: Mapping[str, str], outputs: frozenset[str]
 ) -> tuple[dict[str, Arg], list[Launch], list[Launch], int]:
@@ -129,15 +141,15 @@ def port_views(
         require_int32_spans(t)
         batch, heads, seq, dim = t.dims
         padded = views[port] = workspace.take(t.dims, graph.dtype_of(t).numpy.name)
-        packed = Arg(port, (t.size,), (1,))
+        packed, rows = Arg(port, (t.size,), (1,)), row_view(port, t)
         # each sequence's offset and length (the offsets' last element, their total, is not read)
         index = tuple(Arg(p, (batch,), (1,)) for p in (placer + OFFSET_SUFFIX, RAGGED_LENGTHS[placer]))
-        constants = (heads, seq, dim, *t.strides[1:], RAGGED_ROWS, pow2(dim))
+        constants = (heads, seq, dim, *t.strides[1:], rows.strides[2], RAGGED_ROWS, pow2(dim))
         grid = (cdiv(seq, RAGGED_ROWS), batch * heads, 1)
         if port in outputs:
-            pack.append(Launch(ragged_kernel("ragged_pack"), grid, (padded, *index, packed), constants))
+            pack.append(Launch(ragged_kernel("ragged_pack"), grid, (padded, *index, packed, rows), constants))
         else:
-            unpack.append(Launch(ragged_kernel("ragged_unpack"), grid, (packed, *index, padded), constants))
+            unpack.append(Launch(ragged_kernel("ragged_unpack"), grid, (packed, rows, *index, padded), constants))
     return views, unpack, pack, workspace.nbytes
 
 

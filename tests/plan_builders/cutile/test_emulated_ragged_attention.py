@@ -46,11 +46,13 @@ def _available(monkeypatch):
 
 
 CASES = [(False, "float32"), (True, "float32"), (True, "bfloat16")]
+SHIFTS = {"rows": 0, "off_rows": 3}  # sequences from element 0 (on rows: moved as slices) or 3 (gathered)
 
 
+@pytest.mark.parametrize("shift", SHIFTS.values(), ids=SHIFTS)
 @pytest.mark.parametrize(("causal", "dtype"), CASES, ids=[f"{'causal' if c else 'full'}_{d}" for c, d in CASES])
-def test_ragged_forward_and_backward_match_torch_per_sequence(causal: bool, dtype: str) -> None:
-    data, truth = arrays(causal, dtype)
+def test_ragged_forward_and_backward_match_torch_per_sequence(causal: bool, dtype: str, shift: int) -> None:
+    data, truth = arrays(causal, dtype, shift=shift)
     executor = emulated_executor()
     eps = {"float32": 2.0**-24, "bfloat16": 2.0**-8}[dtype]
     for backward, names, lengths in ((False, ("o",), (LQ,)), (True, ("dq", "dk", "dv"), (LQ, LKV, LKV))):
@@ -61,22 +63,23 @@ def test_ragged_forward_and_backward_match_torch_per_sequence(causal: bool, dtyp
         for name, lens in zip(names, lengths):
             want = [t[{"o": 0, "dq": 2, "dk": 3, "dv": 4}[name]] for t in truth]
             scale = max(float(np.abs(w).max()) for w in want if w.size)
-            for b, (have, w) in enumerate(zip(sequences(got[name].astype(np.float64), lens), want)):
+            for b, (have, w) in enumerate(zip(sequences(got[name].astype(np.float64), lens, shift), want)):
                 # float32 sums over at most 90 terms of magnitude up to the output's: a normwise bound
                 assert np.abs(have - w).max(initial=0) <= (64 * eps + 90 * 2.0**-23) * scale, (name, b)
 
 
+@pytest.mark.parametrize("shift", SHIFTS.values(), ids=SHIFTS)
 @pytest.mark.parametrize("reverse", [False, True], ids=["blocks_in_order", "blocks_reversed"])
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 def test_ragged_attention_validates_and_leaves_the_buffer_past_the_sequences(
-    backward: bool, reverse: bool, monkeypatch: pytest.MonkeyPatch
+    backward: bool, reverse: bool, shift: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Validation against the reference, whichever order the blocks run in (a pack block writing past its
-    sequence shows only when the next sequence's block ran first); the outputs' elements past the last
-    sequence keep what they held."""
+    sequence shows only when the next sequence's block ran first); the outputs' elements before the first
+    sequence and past the last keep what they held."""
     if reverse:
         run_blocks_in_reverse(monkeypatch)
-    data, _ = arrays(causal=True, dtype="float32")
+    data, _ = arrays(causal=True, dtype="float32", shift=shift)
     g = ragged_graph(backward, True, "float32")
     executor = emulated_executor()
     report = sigdnn.validate(g, graph_inputs(g, data), executor=executor)
@@ -88,24 +91,29 @@ def test_ragged_attention_validates_and_leaves_the_buffer_past_the_sequences(
         t = g.tensor_by_name(name)
         flat = np.empty(t.size, np.float32)
         np.lib.stride_tricks.as_strided(flat, t.dims, tuple(4 * s for s in t.strides))[...] = outputs[name]
-        used = int(lens.sum()) * t.dims[1] * t.dims[3]
-        assert (flat[used:] == 1234.5).all() and not (flat[:used] == 1234.5).any(), name
+        used = shift + int(lens.sum()) * t.dims[1] * t.dims[3]
+        assert (flat[:shift] == 1234.5).all() and (flat[used:] == 1234.5).all(), name
+        assert not (flat[shift:used] == 1234.5).any(), name
 
 
-PLANTS = {  # (the function planted, its line, the bug)
+PLANTS = {  # (the function planted, its line, the bug, the shift its path takes)
     "rows_past_the_length": ("sequence_tile", "ct.where((rows < end) & (cols < dim), at, -1)",
-                             "ct.where(cols < dim, at, -1)"),
-    "offset_ignored": ("sequence_tile", "at = start + h", "at = 0 * start + h"),
-    "the_wrong_head": ("sequence_tile", "at = start + h * stride_h", "at = start + (h % 2) * stride_h"),
-    "unpack_to_the_first_row_tile": ("ragged_unpack", "index=(b, h, i, 0)", "index=(b, h, 0, 0)"),
-    "pack_from_the_first_head": ("ragged_pack", "index=(b, h, i, 0)", "index=(b, 0, i, 0)"),
+                             "ct.where(cols < dim, at, -1)", 3),
+    "offset_ignored": ("sequence_tile", "at = start + h", "at = 0 * start + h", 3),
+    "the_wrong_head": ("sequence_tile", "at = start + h * stride_h", "at = start + (h % 2) * stride_h", 3),
+    "unpack_to_the_first_row_tile": ("ragged_unpack", "index=(b, h, i, 0)", "index=(b, h, 0, 0)", 0),
+    "pack_from_the_first_head": ("ragged_pack", "index=(b, h, i, 0)", "index=(b, 0, i, 0)", 0),
+    "slice_a_row_late": ("ragged_unpack", "rows.slice(2, first, first + end)", "rows.slice(2, first + 1, first + end + 1)", 0),
+    "pack_a_row_past_the_length": ("ragged_pack", "rows.slice(2, first, first + end)", "rows.slice(2, first, first + end + 1)", 0),
+    "the_last_tile_skipped": ("ragged_unpack", "if i * TS < end:", "if (i + 1) * TS < end:", 0),
+    "off_rows_taken_as_whole": ("whole_rows", "(first * step == start)", "(first * step <= start)", 3),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("bug", PLANTS)
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 def test_a_planted_ragged_bug_fails_validation(bug: str, backward: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    kernel, old, new = PLANTS[bug]
+    kernel, old, new, shift = PLANTS[bug]
     body = attention.ragged_kernel(kernel).text.split(f"def {kernel}(")[1]
     assert old in body.split("@ct.kernel")[0]  # the named kernel's own line
 
@@ -115,7 +123,7 @@ def test_a_planted_ragged_bug_fails_validation(bug: str, backward: bool, monkeyp
 
     monkeypatch.setattr(attention, "ragged_kernel", lambda k, real=attention.ragged_kernel: _planted(real(k), plant))
     run_blocks_in_reverse(monkeypatch)
-    data, _ = arrays(causal=False, dtype="float32")
+    data, _ = arrays(causal=False, dtype="float32", shift=shift)
     g = ragged_graph(backward, False, "float32")
     assert not sigdnn.validate(g, graph_inputs(g, data), executor=emulated_executor()).passed
 
@@ -132,7 +140,9 @@ def test_the_launches_unpack_the_inputs_before_and_pack_the_outputs_after() -> N
     names = [launch.source.prefix for launch in launches]
     assert names == ["ragged_unpack"] * 3 + ["attention", "ragged_pack"]
     assert [launch.grid for launch in launches[:3]] == [(2, 12, 1), (2, 6, 1), (2, 6, 1)]
-    assert launches[0].constants == (HQ, SQ, D, D, HQ * D, 1, 64, 128)
+    assert launches[0].constants == (HQ, SQ, D, D, HQ * D, 1, HQ * D, 64, 128)  # strides, then the rows' step
+    rows = launches[0].args[1]  # q's buffer (B * SQ tokens) as (1, H, rows, E): every row, and none past it
+    assert (rows.buffer, rows.shape, rows.strides) == ("q", (1, HQ, B * SQ, D), (B * SQ * HQ * D, D, HQ * D, 1))
     itemsize = 2
     assert workspace == sum(-(-B * h * s * e * itemsize // 256) * 256 for h, s, e in
                             ((HQ, SQ, D), (HKV, SKV, D), (HKV, SKV, DV), (HQ, SQ, DV)))  # fmt: skip
@@ -194,3 +204,26 @@ def test_a_campaign_of_lengths_around_the_tile_validates() -> None:
         report = sigdnn.validate(graph, seed=case.seed, executor=emulated_executor(), truth="cpu")
         assert set(report.builders.values()) == {"cutile.sdpa"}, report.builders
         assert report.passed, (case.recipe.label(), report.table())
+
+
+@pytest.mark.parametrize(
+    ("dims", "strides"),
+    [
+        ((3, 4, 70, 80), (70 * 4 * 80, 80, 4 * 80, 1)),  # BSHD: token-packed
+        ((3, 4, 70, 80), (4 * 70 * 80, 70 * 80, 80, 1)),  # BHSD: each head's rows together
+        ((3, 1, 70, 80), (70 * 80, 70 * 80, 80, 1)),  # one head
+        ((3, 4, 1, 80), (320, 80, 0, 1)),  # one row a sequence, its stride 0: rows one element apart
+    ],
+    ids=["bshd", "bhsd", "one_head", "one_row"],
+)
+def test_the_row_view_holds_every_row_that_ends_inside_the_buffer(dims, strides) -> None:
+    """A slice of whole rows never reaches past the buffer: the view's last element lies inside it, and one
+    more row would not."""
+    g = sigdnn.Graph("view", io_dtype="float32")
+    t = g.tensor("t", dims, strides=strides)
+    rows = attention.row_view("t", t)
+    _, heads, count, dim = rows.shape
+    _, stride_h, step, stride_e = rows.strides
+    last = (heads - 1) * stride_h + (count - 1) * step + (dim - 1) * stride_e
+    assert (heads, dim, step) == (dims[1], dims[3], max(strides[2], 1))
+    assert last < t.size <= last + step
