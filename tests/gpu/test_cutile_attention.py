@@ -35,14 +35,19 @@ def test_attention_backward_matches_the_reference_on_the_gpu(case: Case) -> None
     assert report.passed, report.table()
 
 
+@pytest.mark.parametrize("shift", [0, 3], ids=["rows", "off_rows"])
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 @pytest.mark.parametrize(("causal", "dtype"), [(False, "float32"), (True, "bfloat16")], ids=["full_f32", "causal_bf16"])
-def test_ragged_attention_matches_the_reference_on_the_gpu(backward: bool, causal: bool, dtype: str) -> None:
-    """Token-packed sequences (a full one, a single query, one with no key): the emulator's case, compiled."""
+def test_ragged_attention_matches_the_reference_on_the_gpu(
+    backward: bool, causal: bool, dtype: str, shift: int
+) -> None:
+    """Token-packed sequences (a full one, a single query, one with no key): the emulator's case, compiled; from
+    element 0 (moved as slices of rows) and from element 3 (off every row: gathered)."""
     from ragged_attention_cases import arrays, graph_inputs, ragged_graph
 
     g = ragged_graph(backward, causal, dtype)
-    report = sigdnn.validate(g, graph_inputs(g, arrays(causal, dtype)[0]), executor=sigdnn.Executor("gpu"))
+    data = arrays(causal, dtype, shift=shift)[0]
+    report = sigdnn.validate(g, graph_inputs(g, data), executor=sigdnn.Executor("gpu"))
     assert set(report.builders.values()) == {"cutile.sdpa_backward" if backward else BUILDER}, report.builders
     assert report.passed, report.table()
 
