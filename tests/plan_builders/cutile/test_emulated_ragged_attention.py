@@ -227,3 +227,11 @@ def test_the_row_view_holds_every_row_that_ends_inside_the_buffer(dims, strides)
     last = (heads - 1) * stride_h + (count - 1) * step + (dim - 1) * stride_e
     assert (heads, dim, step) == (dims[1], dims[3], max(strides[2], 1))
     assert last < t.size <= last + step
+
+
+def test_a_buffer_its_heads_reach_past_has_no_whole_row() -> None:
+    """Heads 100 elements apart over a 32-element buffer: no row holds every head inside it, so no sequence is
+    moved as a slice (each is gathered, bounds checked)."""
+    g = sigdnn.Graph("view", io_dtype="float32")
+    rows = attention.row_view("t", g.tensor("t", (1, 4, 1, 8), strides=(32, 100, 8, 1)))
+    assert rows.shape == (1, 4, 0, 8)
