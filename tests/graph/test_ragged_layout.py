@@ -80,8 +80,8 @@ def test_random_offsets_follow_the_layout() -> None:
     single_head = tensor((b, 1, 3, 2), (6, 2, 2, 1), DataType.FLOAT32)  # token stride = head stride
     bhsd = tensor((b, 2, 3, 2), (12, 6, 2, 1), DataType.FLOAT32)
     index = {
-        p: Tensor(9, p, (b + 1,), (1,), DataType.INT32)
-        for p in ("q_ragged_offset", "k_ragged_offset", "v_ragged_offset")
+        p: Tensor(9 + i, p, (b + 1,), (1,), DataType.INT32)  # three tensors (one tensor would place all three)
+        for i, p in enumerate(("q_ragged_offset", "k_ragged_offset", "v_ragged_offset"))
     }
     lengths = {
         "seq_len_q": Tensor(8, "l", (b,), (1,), DataType.INT64),

@@ -146,3 +146,23 @@ def test_masks_are_found_past_a_node_whose_inputs_are_not_all_given() -> None:
     assert set(masks) == {"o", "a::stats"} and masks["o"].any() and not masks["o"].all()
     del values["lkv"]
     assert unspecified_positions(g, values) == {}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_one_offsets_tensor_placing_several_tensors_gets_room_for_each(seed: int) -> None:
+    """o's and v's offsets are k's offsets tensor (k and v follow the key lengths, o the query lengths): the draw
+    leaves each sequence the room the longest of them asks, so the outputs' sequences never overlap and the graph
+    runs (it had raised "makes sequences of output 'o' overlap" where a query length passed a key length)."""
+    g = sigdnn.Graph("shared_offsets", io_dtype="float32", compute_dtype="float32")
+    dims, strides = (2, 2, 3, 4), (24, 4, 8, 1)  # BSHD: 8 elements a token
+    q, k, v = (g.tensor(n, dims, strides=strides) for n in "qkv")
+    lengths = {"seq_len_q": g.tensor("lq", (2,), dtype="int32"), "seq_len_kv": g.tensor("lkv", (2,), dtype="int32")}
+    q_off, k_off = (g.tensor(f"{p}_off", (3, 1, 1, 1), dtype="int32") for p in "qk")
+    o, _ = g.sdpa(q, k, v, 0.5, None, False, True, **lengths, ragged_offsets={"q": q_off, "k": k_off, "v": k_off,
+                                                                              "o": k_off})  # fmt: skip
+    o.set_output(True)
+    inputs = random_inputs(g, seed=seed)
+    lq, lkv = inputs["lq"].astype(int), inputs["lkv"].astype(int)
+    room = np.maximum(lq, lkv) * 8
+    np.testing.assert_array_equal(inputs["k_off"].reshape(-1), np.concatenate([[0], np.cumsum(room)]))
+    sigdnn.Executor().run(g, inputs)  # no ExecutionError: every sequence inside its buffer, none overlapping
