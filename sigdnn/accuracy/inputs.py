@@ -33,16 +33,20 @@ def random_array(rng: np.random.Generator, dims: tuple[int, ...], dtype: DataTyp
 def random_inputs(graph: Graph, seed: int = 0, skip: Set[str] = frozenset()) -> dict[str, np.ndarray]:
     """One array per graph input (by name), in its dtype and logical dims.
 
-    An input whose values an op constrains (sequence lengths, offsets, gates) takes the op's own draw.
+    An input whose values an op constrains (sequence lengths, offsets, gates) takes the op's own draw, the
+    last node's; each node is handed what earlier nodes drew, so that nodes sharing such inputs agree.
     """
     rng = np.random.default_rng(seed)
     inputs = {t.name: random_array(rng, t.dims, graph.dtype_of(t)) for t in graph.inputs if t.name not in skip}
+    constrained: dict[str, np.ndarray] = {}
     for node in graph.nodes:
         tensors = {p: graph.tensors[u] for p, u in node.op.ports().items()}
         resolved = {p: attrs.evolve(t, dtype=graph.dtype_of(t)) for p, t in tensors.items()}
-        for port, value in node.op.random_inputs(resolved, rng).items():
-            if tensors[port].name in inputs:
-                inputs[tensors[port].name] = value
+        given = {p: constrained[t.name] for p, t in tensors.items() if t.name in constrained}
+        for port, value in node.op.random_inputs(resolved, rng, given).items():
+            name = tensors[port].name
+            if name in inputs:
+                inputs[name] = constrained[name] = value
     return inputs
 
 

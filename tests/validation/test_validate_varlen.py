@@ -166,3 +166,25 @@ def test_one_offsets_tensor_placing_several_tensors_gets_room_for_each(seed: int
     room = np.maximum(lq, lkv) * 8
     np.testing.assert_array_equal(inputs["k_off"].reshape(-1), np.concatenate([[0], np.cumsum(room)]))
     sigdnn.Executor().run(g, inputs)  # no ExecutionError: every sequence inside its buffer, none overlapping
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_nodes_sharing_offsets_and_lengths_draw_inputs_that_agree(seed: int) -> None:
+    """A forward and a backward sharing lengths and offsets, the backward's v placed by q's offsets (query
+    lengths in the forward, key lengths here): each node is handed what the earlier drew, keeps its lengths
+    and keeps the room its offsets gave, so the graph runs whichever node draws first (the buffer fuzzer's case
+    48,298 had raised "tensor 'q_off' makes sequences of output 'dv' overlap")."""
+    for order in (0, 1):
+        g = sigdnn.Graph("shared_nodes", io_dtype="float32", compute_dtype="float32")
+        dims, strides = (2, 2, 3, 4), (24, 4, 8, 1)
+        q, k, v = (g.tensor(n, dims, strides=strides) for n in "qkv")
+        lengths = {"seq_len_q": g.tensor("lq", (2,), dtype="int32"), "seq_len_kv": g.tensor("lkv", (2,), dtype="int32")}
+        offs = {p: g.tensor(f"{p}_off", (3, 1, 1, 1), dtype="int32") for p in "qkvo"}
+        o, stats = g.sdpa(q, k, v, 0.5, None, False, True, **lengths, ragged_offsets=offs)
+        o.set_output(True)
+        crossed = {**offs, "v": offs["q"]}
+        for t in g.sdpa_backward(q, k, v, o, o, stats, 0.5, None, False, **lengths, ragged_offsets=crossed):
+            t.set_output(True)
+        if order:
+            g.nodes.reverse()  # the backward draws first
+        sigdnn.Executor().run(g, random_inputs(g, seed=seed))

@@ -176,10 +176,14 @@ class Op:
         """
         return {}
 
-    def random_inputs(self, tensors: Mapping[str, Tensor], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def random_inputs(
+        self, tensors: Mapping[str, Tensor], rng: np.random.Generator, given: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Input port -> values for ports whose meaning constrains them (lengths, offsets, gates).
 
-        Validation's random inputs take these; every other input is drawn generically.
+        Validation's random inputs take these; every other input is drawn generically. ``given``: port ->
+        what earlier nodes drew for that tensor; the last node's draw is kept, so a draw that depends on
+        another (offsets packed for lengths) keeps what it is handed and makes room for what came before.
         """
         return {}
 

@@ -88,8 +88,10 @@ class Gdn(Op):
     def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
         return la.STATE_COPIES * la.state_bytes(inputs)
 
-    def random_inputs(self, tensors: Mapping[str, Tensor], rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return la.random_draw(tensors, rng, self.use_qk_l2norm)
+    def random_inputs(
+        self, tensors: Mapping[str, Tensor], rng: np.random.Generator, given: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        return la.random_draw(tensors, rng, self.use_qk_l2norm)  # (each port's draw stands alone: given is kept)
 
     @classmethod
     def sample(cls, graph: Graph) -> Node:

@@ -108,8 +108,10 @@ class GdnBwd(Op):
         one = 8 * heads * kd * inputs["v"].dims[2]
         return (la.checkpoints(tokens) + la.STATE_COPIES) * one + la.state_bytes(inputs)
 
-    def random_inputs(self, tensors: Mapping[str, Tensor], rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return la.random_draw(tensors, rng, self.use_qk_l2norm)
+    def random_inputs(
+        self, tensors: Mapping[str, Tensor], rng: np.random.Generator, given: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        return la.random_draw(tensors, rng, self.use_qk_l2norm)  # (each port's draw stands alone: given is kept)
 
     @classmethod
     def sample(cls, graph: Graph) -> Node:

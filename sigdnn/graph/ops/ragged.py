@@ -247,29 +247,41 @@ def unspecified_outputs(
 
 
 def random_varlen(
-    tensors: Mapping[str, Tensor], rng: np.random.Generator, lengths: Mapping[str, str]
+    tensors: Mapping[str, Tensor],
+    rng: np.random.Generator,
+    lengths: Mapping[str, str],
+    given: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Random lengths in [1, S] and, for ragged tensors, sequences packed one after another (validation's draw).
 
     Where one offsets tensor places several tensors (an o that shares q's offsets), each sequence takes the
-    largest room any of them asks, so that none of their sequences overlaps the next."""
+    largest room any of them asks, so that none of their sequences overlaps the next. ``given`` (port -> what
+    earlier nodes drew): its lengths are kept, and offsets they drew keep at least the room they gave."""
+    given = given or {}
     drawn: dict[str, np.ndarray] = {}
     bounds = {"seq_len_q": tensors["q"].dims[2], "seq_len_kv": tensors["k"].dims[2]}
     for port, bound in bounds.items():
-        if port in tensors:
+        if port in given:
+            drawn[port] = np.asarray(given[port]).astype(np.int64).reshape(-1)
+        elif port in tensors:
             drawn[port] = rng.integers(1, bound + 1, size=tensors[port].size)
     rooms: dict[int, list[tuple[str, np.ndarray]]] = {}  # offsets uid -> (its port, the room it asks) per tensor
     for port, length_port in lengths.items():
         name = port + OFFSET_SUFFIX
         if name not in tensors or length_port not in drawn or port not in tensors:
             continue
-        t = tensors[port]
-        _, sh, ss, se = t.strides
-        token_major = ss >= max(sh, se)  # BSHD: sequences packed end to end; else each at its batch stride
-        step = drawn[length_port] * ss if token_major else np.full(t.dims[0], t.strides[0])
-        rooms.setdefault(tensors[name].uid, []).append((name, step))
+        for placed in placed_by(port, tensors):  # the tensor and its gradients, each in its own layout
+            _, sh, ss, se = tensors[placed].strides
+            token_major = ss >= max(sh, se)  # BSHD: sequences packed end to end; else each at its batch stride
+            step = (
+                drawn[length_port] * ss if token_major else np.full(tensors[placed].dims[0], tensors[placed].strides[0])
+            )
+            rooms.setdefault(tensors[name].uid, []).append((name, step))
     for placed in rooms.values():
         room = np.maximum.reduce([step for _, step in placed])
+        earlier = [np.diff(np.asarray(given[name]).astype(np.int64).reshape(-1))[: room.size] for name, _ in placed
+                   if name in given]  # fmt: skip
+        room = np.maximum.reduce([room, *earlier])  # an earlier node's sequences keep their room (gaps are harmless)
         for name, _ in placed:
             drawn[name] = np.concatenate([[0], np.cumsum(room)])
     return {p: v.reshape(tensors[p].dims).astype(tensors[p].dtype.numpy) for p, v in drawn.items()}

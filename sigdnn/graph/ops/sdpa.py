@@ -170,8 +170,10 @@ class Sdpa(Op):
     def unspecified(self, values: Mapping[str, np.ndarray], tensors: Mapping[str, Tensor]) -> dict[str, np.ndarray]:
         return ragged.unspecified_outputs(values, tensors, {"o": ("o", "seq_len_q"), "stats": (None, "seq_len_q")})
 
-    def random_inputs(self, tensors: Mapping[str, Tensor], rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return ragged.random_varlen(tensors, rng, RAGGED_LENGTHS)
+    def random_inputs(
+        self, tensors: Mapping[str, Tensor], rng: np.random.Generator, given: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        return ragged.random_varlen(tensors, rng, RAGGED_LENGTHS, given or {})
 
     def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
         """The reference's float64 score blocks (a score block, its exps, the product) and its unpacked copies."""

@@ -129,8 +129,10 @@ class SdpaBackward(Op):
         placement = {"dq": ("q", "seq_len_q"), "dk": ("k", "seq_len_kv"), "dv": ("v", "seq_len_kv")}
         return ragged.unspecified_outputs(values, tensors, placement)
 
-    def random_inputs(self, tensors: Mapping[str, Tensor], rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return ragged.random_varlen(tensors, rng, RAGGED_LENGTHS)
+    def random_inputs(
+        self, tensors: Mapping[str, Tensor], rng: np.random.Generator, given: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        return ragged.random_varlen(tensors, rng, RAGGED_LENGTHS, given or {})
 
     def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
         """The reference's float64 score blocks (p, dp / ds, the products) and its unpacked copies."""
