@@ -6,9 +6,9 @@
     python benchmarks/models.py --onnx DIR [--dry-run] [--onnx-models NAME ...] [--profile]   # vs onnxruntime
 
 Per model on the GPU: time per execute (CUDA events, median after warm-up) of sigdnn, torch eager (cudnn.benchmark
-on) and torch.compile on the same inputs (models_torch.py); steps, views, launches (torch's profiler), fallbacks (a
-strict Executor("gpu") first, else fallback="reference"); peak memory: sigdnn's arena + workspace + outputs (+ guests
-no output hosts) against torch's allocator peak over one call; `validate` on the GPU at the validation sizes.
+on) and torch.compile on the same inputs (models_torch.py), and one call's kernel time each (torch's profiler: eager
+is host-bound); steps, views, launches, fallbacks (a strict Executor("gpu") first, else fallback="reference"); peak
+memory (sigdnn's arena + workspace + outputs + guests no output hosts; torch's allocator peak); validate, small sizes.
 """
 
 from __future__ import annotations
@@ -138,13 +138,14 @@ def dry_run(names: list[str]) -> None:
 
 
 # -- the GPU part ------------------------------------------------------------------------------------------
-def kernel_launches(torch: Any, run: Callable[[], Any]) -> int:
+def kernel_launches(torch: Any, run: Callable[[], Any]) -> tuple[int, float]:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         run()
         torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    return len(kernels), sum(e.device_time_total for e in kernels) / 1e3
 
 
 def torch_peak(torch: Any, run: Callable[[], Any]) -> int:
@@ -206,7 +207,7 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, prof
     fallbacks = Counter(s.node.op.kind for s in plan.steps if s.builder.name.endswith("(fallback)"))
     views = sum(s.builder.name == "view" for s in plan.steps)
     sigdnn_ms = median_ms(ours, 1, iters, 3)
-    launches = kernel_launches(torch, ours)
+    launches, ours_kernels = kernel_launches(torch, ours)
     out_bytes = sum(o.numel() * o.element_size() for o in outputs.values())
     spare = executor.memory.bound(plan, executor.cuda_graphs).spare_bytes  # guests whose output lent nothing
     ours_bytes = plan.memory.peak_bytes + plan.workspace_bytes + out_bytes + spare
@@ -216,9 +217,11 @@ def gpu_run(name: str, iters: int, compile_too: bool, validate_scale: bool, prof
         return function(torch, p, heads=model.heads) if model.heads else function(torch, p)
 
     eager_ms = median_ms(lambda: eager(inputs), 1, iters, 3)
+    eager_kernels = kernel_launches(torch, lambda: eager(inputs))[1]
     eager_bytes = torch_peak(torch, lambda: eager(inputs))
     line = (f"{name}: {len(plan.steps)} steps ({views} views), {launches} launches, fallbacks {dict(fallbacks)}, "
-            f"{strict}\n  sigdnn {sigdnn_ms:.3f} ms, torch eager {eager_ms:.3f} ms ({eager_ms / sigdnn_ms:.2f}x)")  # fmt: skip
+            f"{strict}\n  sigdnn {sigdnn_ms:.3f} ms, torch eager {eager_ms:.3f} ms ({eager_ms / sigdnn_ms:.2f}x); kernels "
+            f"{ours_kernels:.3f} / {eager_kernels:.3f} ms ({eager_kernels / ours_kernels:.2f}x)")  # fmt: skip
     if compile_too and importlib.util.find_spec("triton") is not None:
         compiled = torch.compile(eager)
         compiled_ms = median_ms(lambda: compiled(inputs), 1, iters, 3)

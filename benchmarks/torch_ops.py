@@ -1,16 +1,13 @@
 """Host overhead of a cached sigdnn torch op against calling the executor directly (target: at most 1.5x).
 
-Each row runs one prepared plan three ways on the same small torch tensors, so the kernel is identical and the
-difference is the op's own cost: ``torch.ops`` calls ``torch.ops.sigdnn.<op>`` (torch's dispatcher, the op's
-Autograd kernel, its Python CPU / CUDA kernel: the signature lookup of the cached graph, the allocation of its
-outputs); ``entry`` calls the op's Python entry (``sigdnn.torch.ops.layer_norm`` / ``ops.sdpa`` /
-``delta_rule.gdn``, what the torch.nn.functional-shaped entries call), which here skips the dispatcher
-(sigdnn/torch/eager.py); ``executor`` calls the executor on the plan with preallocated outputs. Rows:
-layer_norm (8 x 64), sdpa (1 x 2 x 16 x 16) and gdn (2 sequences of 8 tokens, 2 heads, K = V = 16), float32,
-no gradient, on the reference backend (``--device cuda``: the GPU backend, whose launches are asynchronous:
-host time is measured); the median time per call (process time: other sessions on a shared machine count
-less; or wall time) over batches of back-to-back calls, the three interleaved batch by batch so a noisy
-moment hits all.
+Each row runs one prepared plan three ways on the same small torch tensors (the kernel identical, the difference
+the op's own cost): ``torch.ops`` calls ``torch.ops.sigdnn.<op>`` (torch's dispatcher, the op's Autograd kernel,
+its Python CPU / CUDA kernel: the cached graph's lookup, its outputs' allocation); ``entry`` the op's Python entry
+(``sigdnn.torch.ops.layer_norm`` / ``ops.sdpa`` / ``delta_rule.gdn``), which skips the dispatcher here
+(sigdnn/torch/eager.py); ``executor`` the executor on the plan with preallocated outputs. Rows: layer_norm (8 x
+64), sdpa (1 x 2 x 16 x 16), gdn (2 sequences of 8 tokens, 2 heads, K = V = 16), float32, no gradient, on the
+reference backend (``--device cuda``: the GPU backend's host time); the median per call (process time, or wall
+time) over batches of back-to-back calls, the three interleaved batch by batch so a noisy moment hits all.
 
 Run: PYTHONPATH=. python benchmarks/torch_ops.py [--calls 400] [--batches 15] [--device cuda] [--clock wall]
 """
