@@ -37,17 +37,26 @@ def random_inputs(graph: Graph, seed: int = 0, skip: Set[str] = frozenset()) -> 
     last node's; each node is handed what earlier nodes drew, so that nodes sharing such inputs agree.
     """
     rng = np.random.default_rng(seed)
-    inputs = {t.name: random_array(rng, t.dims, graph.dtype_of(t)) for t in graph.inputs if t.name not in skip}
-    constrained: dict[str, np.ndarray] = {}
+    drawn = [t for t in graph.inputs if t.name not in skip]
+    inputs = {t.name: random_array(rng, t.dims, graph.dtype_of(t)) for t in drawn}
+    for uid, value in constrained_draws(graph, rng, {t.uid for t in drawn}).items():
+        inputs[graph.tensors[uid].name] = value
+    return inputs
+
+
+def constrained_draws(graph: Graph, rng: np.random.Generator, uids: Set[int]) -> dict[int, np.ndarray]:
+    """Uid -> the op's own draw of each input among ``uids`` an op constrains (sequence lengths, offsets, gates):
+    the last node's, each node handed what earlier nodes drew (``Op.random_inputs``' ``given``), so that nodes
+    sharing such inputs agree."""
+    found: dict[int, np.ndarray] = {}
     for node in graph.nodes:
         tensors = {p: graph.tensors[u] for p, u in node.op.ports().items()}
         resolved = {p: attrs.evolve(t, dtype=graph.dtype_of(t)) for p, t in tensors.items()}
-        given = {p: constrained[t.name] for p, t in tensors.items() if t.name in constrained}
+        given = {p: found[t.uid] for p, t in tensors.items() if t.uid in found}
         for port, value in node.op.random_inputs(resolved, rng, given).items():
-            name = tensors[port].name
-            if name in inputs:
-                inputs[name] = constrained[name] = value
-    return inputs
+            if tensors[port].uid in uids:
+                found[tensors[port].uid] = value
+    return found
 
 
 def is_weight(t: Tensor) -> bool:

@@ -48,6 +48,7 @@ from hypothesis import strategies as st
 import sigdnn
 import sigdnn.schemas.Graph as fb_graph
 from sigdnn import DataType, ExecutionError, Limits, SigdnnError
+from sigdnn.accuracy.inputs import constrained_draws
 from sigdnn.graph.ops import OP_CLASSES, Op
 from sigdnn.graph.wire_reader import Buffer, slots_of
 
@@ -456,17 +457,7 @@ def random_inputs(graph: sigdnn.Graph, rng: np.random.Generator) -> dict[int, np
         else:
             a = rng.standard_normal(t.dims, dtype=np.float32) * 4
         pack[t.uid] = a.astype(dtype)
-    constrained: dict[int, np.ndarray] = {}  # each constrained input as drawn so far, handed to the next node
-    for node in graph.nodes:  # values an op constrains (sequence lengths, offsets) take the op's own draw
-        tensors = {
-            p: attrs.evolve(graph.tensors[u], dtype=graph.dtype_of(graph.tensors[u]))
-            for p, u in node.op.ports().items()
-        }
-        given = {p: constrained[t.uid] for p, t in tensors.items() if t.uid in constrained}
-        for port, value in node.op.random_inputs(tensors, rng, given).items():
-            uid = tensors[port].uid
-            if uid in pack:
-                pack[uid] = constrained[uid] = value
+    pack.update(constrained_draws(graph, rng, set(pack)))  # sequence lengths, offsets: the ops' own draws
     if rng.random() < 0.3:
         for t in graph.outputs:
             pack[t.uid] = np.empty(t.dims, graph.dtype_of(t).numpy)

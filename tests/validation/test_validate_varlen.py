@@ -148,15 +148,21 @@ def test_masks_are_found_past_a_node_whose_inputs_are_not_all_given() -> None:
     assert unspecified_positions(g, values) == {}
 
 
+def small_bshd(g: sigdnn.Graph) -> tuple[Any, ...]:
+    """q, k, v of 2 x 2 x 3 x 4 in BSHD (8 elements a token) and int32 query / key lengths, in ``g``."""
+    dims = (2, 2, 3, 4)
+    q, k, v = (g.tensor(n, dims, strides=bshd(dims)) for n in "qkv")
+    lengths = {"seq_len_q": g.tensor("lq", (2,), dtype="int32"), "seq_len_kv": g.tensor("lkv", (2,), dtype="int32")}
+    return q, k, v, lengths
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_one_offsets_tensor_placing_several_tensors_gets_room_for_each(seed: int) -> None:
     """o's and v's offsets are k's offsets tensor (k and v follow the key lengths, o the query lengths): the draw
     leaves each sequence the room the longest of them asks, so the outputs' sequences never overlap and the graph
     runs (it had raised "makes sequences of output 'o' overlap" where a query length passed a key length)."""
     g = sigdnn.Graph("shared_offsets", io_dtype="float32", compute_dtype="float32")
-    dims, strides = (2, 2, 3, 4), (24, 4, 8, 1)  # BSHD: 8 elements a token
-    q, k, v = (g.tensor(n, dims, strides=strides) for n in "qkv")
-    lengths = {"seq_len_q": g.tensor("lq", (2,), dtype="int32"), "seq_len_kv": g.tensor("lkv", (2,), dtype="int32")}
+    q, k, v, lengths = small_bshd(g)
     q_off, k_off = (g.tensor(f"{p}_off", (3, 1, 1, 1), dtype="int32") for p in "qk")
     o, _ = g.sdpa(q, k, v, 0.5, None, False, True, **lengths, ragged_offsets={"q": q_off, "k": k_off, "v": k_off,
                                                                               "o": k_off})  # fmt: skip
@@ -176,9 +182,7 @@ def test_nodes_sharing_offsets_and_lengths_draw_inputs_that_agree(seed: int) -> 
     48,298 had raised "tensor 'q_off' makes sequences of output 'dv' overlap")."""
     for order in (0, 1):
         g = sigdnn.Graph("shared_nodes", io_dtype="float32", compute_dtype="float32")
-        dims, strides = (2, 2, 3, 4), (24, 4, 8, 1)
-        q, k, v = (g.tensor(n, dims, strides=strides) for n in "qkv")
-        lengths = {"seq_len_q": g.tensor("lq", (2,), dtype="int32"), "seq_len_kv": g.tensor("lkv", (2,), dtype="int32")}
+        q, k, v, lengths = small_bshd(g)
         offs = {p: g.tensor(f"{p}_off", (3, 1, 1, 1), dtype="int32") for p in "qkvo"}
         o, stats = g.sdpa(q, k, v, 0.5, None, False, True, **lengths, ragged_offsets=offs)
         o.set_output(True)

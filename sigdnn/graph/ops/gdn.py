@@ -91,7 +91,9 @@ class Gdn(Op):
     def random_inputs(
         self, tensors: Mapping[str, Tensor], rng: np.random.Generator, given: Mapping[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
-        return la.random_draw(tensors, rng, self.use_qk_l2norm)  # (each port's draw stands alone: given is kept)
+        return la.random_draw(
+            tensors, rng, self.use_qk_l2norm
+        )  # (each port's draw stands alone: nothing in given to agree with)
 
     @classmethod
     def sample(cls, graph: Graph) -> Node:

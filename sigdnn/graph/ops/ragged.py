@@ -271,17 +271,16 @@ def random_varlen(
         if name not in tensors or length_port not in drawn or port not in tensors:
             continue
         for placed in placed_by(port, tensors):  # the tensor and its gradients, each in its own layout
-            _, sh, ss, se = tensors[placed].strides
+            t = tensors[placed]
+            _, sh, ss, se = t.strides
             token_major = ss >= max(sh, se)  # BSHD: sequences packed end to end; else each at its batch stride
-            step = (
-                drawn[length_port] * ss if token_major else np.full(tensors[placed].dims[0], tensors[placed].strides[0])
-            )
+            step = drawn[length_port] * ss if token_major else np.full(t.dims[0], t.strides[0])
             rooms.setdefault(tensors[name].uid, []).append((name, step))
-    for placed in rooms.values():
-        room = np.maximum.reduce([step for _, step in placed])
-        earlier = [np.diff(np.asarray(given[name]).astype(np.int64).reshape(-1))[: room.size] for name, _ in placed
-                   if name in given]  # fmt: skip
-        room = np.maximum.reduce([room, *earlier])  # an earlier node's sequences keep their room (gaps are harmless)
-        for name, _ in placed:
+    for asks in rooms.values():
+        names = dict.fromkeys(name for name, _ in asks)  # (each offsets port once, in order)
+        earlier = [np.diff(np.asarray(given[name]).astype(np.int64).reshape(-1)) for name in names if name in given]
+        # an earlier node's sequences keep their room (gaps are harmless)
+        room = np.maximum.reduce([step for _, step in asks] + [e[: asks[0][1].size] for e in earlier])
+        for name in names:
             drawn[name] = np.concatenate([[0], np.cumsum(room)])
     return {p: v.reshape(tensors[p].dims).astype(tensors[p].dtype.numpy) for p, v in drawn.items()}

@@ -173,7 +173,7 @@ class Sdpa(Op):
     def random_inputs(
         self, tensors: Mapping[str, Tensor], rng: np.random.Generator, given: Mapping[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
-        return ragged.random_varlen(tensors, rng, RAGGED_LENGTHS, given or {})
+        return ragged.random_varlen(tensors, rng, RAGGED_LENGTHS, given)
 
     def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
         """The reference's float64 score blocks (a score block, its exps, the product) and its unpacked copies."""

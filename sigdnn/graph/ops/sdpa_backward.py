@@ -132,7 +132,7 @@ class SdpaBackward(Op):
     def random_inputs(
         self, tensors: Mapping[str, Tensor], rng: np.random.Generator, given: Mapping[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
-        return ragged.random_varlen(tensors, rng, RAGGED_LENGTHS, given or {})
+        return ragged.random_varlen(tensors, rng, RAGGED_LENGTHS, given)
 
     def scratch_bytes(self, inputs: Mapping[str, Tensor], limits: Limits) -> int:
         """The reference's float64 score blocks (p, dp / ds, the products) and its unpacked copies."""
