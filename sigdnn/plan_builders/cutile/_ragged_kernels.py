@@ -28,20 +28,25 @@ ct: Any = None  # bound by the module the backend makes (cuda.tile or the CPU em
 # ---- kernel module: everything below this line is the kernels' text ----
 
 
-def sequence_tile(offsets, lengths, heads, seq, dim, stride_h, stride_s, stride_e, TS, TE):
-    """(b, h, i, start, end, where): the block's (batch, head) and row tile, its sequence's offset and rows (clamped
-    to S), and the buffer offsets of its TS x TE elements, -1 (outside every array: read as 0, never written) past
-    the sequence's length, S or the head dim."""
+def sequence_tile(offsets, lengths, heads, seq):
+    """(b, h, i, start, end): the block's (batch, head) and row tile, its sequence's offset and rows (clamped
+    to S)."""
     i = ct.bid(0)
     b = ct.bid(1) // heads
     h = ct.bid(1) % heads
     batch = ct.full((1,), b, dtype=ct.int32)
     start = ct.reshape(ct.astype(ct.gather(offsets, batch), ct.int32), ())
     end = ct.minimum(ct.reshape(ct.astype(ct.gather(lengths, batch), ct.int32), ()), seq)
+    return b, h, i, start, end
+
+
+def element_places(start, end, h, i, dim, stride_h, stride_s, stride_e, TS, TE):
+    """The buffer offsets of row tile i's TS x TE elements of head h, -1 (outside every array: read as 0, never
+    written) past the sequence's length, S or the head dim: what a sequence off every row moves by."""
     rows = ct.reshape(i * TS + ct.arange(TS, dtype=ct.int32), (TS, 1))
     cols = ct.reshape(ct.arange(TE, dtype=ct.int32), (1, TE))
     at = start + h * stride_h + rows * stride_s + cols * stride_e
-    return b, h, i, start, end, ct.where((rows < end) & (cols < dim), at, -1)
+    return ct.where((rows < end) & (cols < dim), at, -1)
 
 
 def whole_rows(start, end, step, rows):
@@ -59,13 +64,14 @@ def ragged_unpack(
     TS: ct.Constant[int],
     TE: ct.Constant[int],
 ):  # fmt: skip
-    b, h, i, start, end, where = sequence_tile(offsets, lengths, heads, seq, dim, stride_h, stride_s, stride_e, TS, TE)
+    b, h, i, start, end = sequence_tile(offsets, lengths, heads, seq)
     if i * TS < end:  # rows past the sequence are left as they are: the attention kernels mask past each length
         first, whole = whole_rows(start, end, step, rows)
         if whole:  # a tile of the sequence's rows, read as a dense tensor's
             run = rows.slice(2, first, first + end)
             tile = ct.load(run, index=(0, h, i, 0), shape=(1, 1, TS, TE), padding_mode=ct.PaddingMode.ZERO)
         else:
+            where = element_places(start, end, h, i, dim, stride_h, stride_s, stride_e, TS, TE)
             tile = ct.reshape(ct.gather(packed, where), (1, 1, TS, TE))
         ct.store(padded, index=(b, h, i, 0), tile=tile)
 
@@ -77,11 +83,12 @@ def ragged_pack(
     TS: ct.Constant[int],
     TE: ct.Constant[int],
 ):  # fmt: skip
-    b, h, i, start, end, where = sequence_tile(offsets, lengths, heads, seq, dim, stride_h, stride_s, stride_e, TS, TE)
+    b, h, i, start, end = sequence_tile(offsets, lengths, heads, seq)
     if i * TS < end:
         tile = ct.load(padded, index=(b, h, i, 0), shape=(1, 1, TS, TE), padding_mode=ct.PaddingMode.ZERO)
         first, whole = whole_rows(start, end, step, rows)
         if whole:  # the slice's extent drops the rows past the sequence
             ct.store(rows.slice(2, first, first + end), index=(0, h, i, 0), tile=tile)
         else:
+            where = element_places(start, end, h, i, dim, stride_h, stride_s, stride_e, TS, TE)
             ct.scatter(packed, where, ct.reshape(tile, (TS, TE)))

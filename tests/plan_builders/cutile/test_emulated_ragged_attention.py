@@ -97,10 +97,10 @@ def test_ragged_attention_validates_and_leaves_the_buffer_past_the_sequences(
 
 
 PLANTS = {  # (the function planted, its line, the bug, the shift its path takes)
-    "rows_past_the_length": ("sequence_tile", "ct.where((rows < end) & (cols < dim), at, -1)",
+    "rows_past_the_length": ("element_places", "ct.where((rows < end) & (cols < dim), at, -1)",
                              "ct.where(cols < dim, at, -1)", 3),
-    "offset_ignored": ("sequence_tile", "at = start + h", "at = 0 * start + h", 3),
-    "the_wrong_head": ("sequence_tile", "at = start + h * stride_h", "at = start + (h % 2) * stride_h", 3),
+    "offset_ignored": ("element_places", "at = start + h", "at = 0 * start + h", 3),
+    "the_wrong_head": ("element_places", "at = start + h * stride_h", "at = start + (h % 2) * stride_h", 3),
     "unpack_to_the_first_row_tile": ("ragged_unpack", "index=(b, h, i, 0)", "index=(b, h, 0, 0)", 0),
     "pack_from_the_first_head": ("ragged_pack", "index=(b, h, i, 0)", "index=(b, 0, i, 0)", 0),
     "slice_a_row_late": ("ragged_unpack", "rows.slice(2, first, first + end)", "rows.slice(2, first + 1, first + end + 1)", 0),
