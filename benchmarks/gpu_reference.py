@@ -133,7 +133,7 @@ def conv(batch: int) -> list[str]:
 
 
 def validate_models(batch: int, seq: int, cpu_truth: bool) -> list[str]:
-    import sigdnn
+    import sigdnn.validation  # (binds sigdnn too)
     from sigdnn.models import llama_layer, resnet50_training
 
     lines = ["| graph | truth | seconds | verdict |", "|---|---|---|---|"]
