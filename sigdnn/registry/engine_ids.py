@@ -87,6 +87,7 @@ IN_TREE: dict[str, int] = {
     "cute.sdpa": 3010,
     "cute.sdpa_backward": 3011,
     "cute.batchnorm": 3012,
+    "cute.conv_fprop_folded": 3013,
     "gpu_reference.pointwise": 4000,
     "gpu_reference.matmul": 4001,
     "gpu_reference.conv_fprop": 4002,

@@ -1,0 +1,138 @@
+"""How the folded conv builder turns a few-channel conv into two gathers and an implicit GEMM (pure Python, no GPU).
+
+The gathers' extents and the folded conv's geometry are checked by meaning:
+x' and w' formed with ``kernels/im2col.py``'s documented formula from those
+extents, convolved with the folded geometry by a loop in NumPy, give the
+direct convolution of x and w.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sigdnn
+from sigdnn.errors import NotSupported
+from sigdnn.plan_builders.cute import batch_slices
+from sigdnn.plan_builders.cute.conv_folded import CuteConvFoldedBuilder, folded_conv
+from sigdnn.plan_builders.cute.conv_geometry import unpack
+from sigdnn.signature_keys import key_for
+
+
+def conv_graph(x_dims, w_dims, *, dtype="bfloat16", layout="NHWC", **conv) -> sigdnn.Graph:
+    g = sigdnn.Graph("conv", io_dtype=dtype, compute_dtype="float32")
+    x, w = g.tensor("x", x_dims, layout=layout), g.tensor("w", w_dims, layout=layout)
+    g.conv_fprop(x, w, name="conv", **conv).set_output(True).set_name("y")
+    return g
+
+
+def im2col(image: np.ndarray, extents: tuple[int, ...]) -> np.ndarray:
+    """A[(n, p, q), (r, s, c)] = x[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c] (0 outside), rows padded to kpad:
+    the narrow im2col kernel's formula, on an (N, H, W, C) array, as (N, P, Q, kpad)."""
+    n, h, w, c, p, q, r, s, ph, pw, sh, sw, dh, dw, kpad = extents
+    assert image.shape == (n, h, w, c)
+    out = np.zeros((n, p, q, kpad))
+    for i in range(p):
+        for j in range(q):
+            for t in range(r):
+                for u in range(s):
+                    row, col = i * sh - ph + t * dh, j * sw - pw + u * dw
+                    if 0 <= row < h and 0 <= col < w:
+                        out[:, i, j, (t * s + u) * c : (t * s + u + 1) * c] = image[:, row, col, :]
+    return out
+
+
+def direct_conv(x: np.ndarray, w: np.ndarray, out: tuple[int, int], pre, stride, dilation) -> np.ndarray:
+    """y[n, p, q, k] of channels-last x (N, H, W, C) and w (K, R, S, C), zeros outside x."""
+    n, h, wd, _ = x.shape
+    k, r, s, _ = w.shape
+    y = np.zeros((n, *out, k))
+    for i in range(out[0]):
+        for j in range(out[1]):
+            for t in range(r):
+                for u in range(s):
+                    row = i * stride[0] - pre[0] + t * dilation[0]
+                    col = j * stride[1] - pre[1] + u * dilation[1]
+                    if 0 <= row < h and 0 <= col < wd:
+                        y[:, i, j, :] += x[:, row, col, :] @ w[:, t, u, :].T
+    return y
+
+
+CASES = {
+    # name: (x dims, w dims, conv arguments, Cp)
+    "resnet_stem": ((2, 3, 23, 21), (8, 3, 7, 7), {"padding": (3, 3), "stride": (2, 2)}, 24),
+    "asymmetric_dilated": (
+        (1, 5, 13, 17),
+        (8, 5, 3, 3),
+        {"pre_padding": (2, 1), "post_padding": (0, 2), "stride": (1, 3), "dilation": (2, 2)},
+        16,
+    ),
+    "one_channel_wide": ((2, 1, 9, 30), (16, 1, 5, 11), {"padding": (2, 5), "stride": (2, 2)}, 16),
+    "one_width_tap": ((1, 6, 7, 8), (8, 6, 3, 1), {"padding": (1, 0)}, 8),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_folded_conv_is_the_conv(name: str) -> None:
+    x_dims, w_dims, conv, cp = CASES[name]
+    g = conv_graph(x_dims, w_dims, **conv)
+    node = g.node_by_name("conv")
+    view = folded_conv(node, g)
+    assert view.slices == 1 and view.gather_x[-1] == view.gather_w[-1] == cp
+    rng = np.random.default_rng(0)
+    n, c, h, wd = x_dims
+    k, _, r, s = w_dims
+    x, w = rng.standard_normal((n, h, wd, c)), rng.standard_normal((k, r, s, c))
+    p, q = g.tensor_by_name("y").dims[2:]
+    op = node.op
+    want = direct_conv(x, w, (p, q), op.pre_padding, op.stride, op.dilation)
+    folded_x = im2col(x, view.gather_x)  # (N, H, Q, Cp)
+    folded_w = im2col(w, view.gather_w)  # (K, R, 1, Cp)
+    g2 = unpack(view.conv.geometry)
+    assert (g2["n"], *g2["in"], g2["c"], g2["k"]) == (n, *folded_x.shape[1:3], cp, k)
+    assert tuple(g2["taps"]) == folded_w.shape[1:3] and tuple(g2["out"]) == (p, q)
+    got = direct_conv(folded_x, folded_w, tuple(g2["out"]), g2["pre"], g2["stride"], g2["dilation"])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_stem_at_batch_64_runs_in_slices_through_one_slice_of_x() -> None:
+    g = conv_graph((64, 3, 224, 224), (64, 3, 7, 7), padding=(3, 3), stride=(2, 2))
+    view = folded_conv(g.node_by_name("conv"), g)
+    per_image = 224 * 112 * 24 * 2  # x': every input row, every output column, 21 channels padded to 24
+    assert view.slices * per_image * (64 // view.slices) == 64 * per_image
+    assert 64 // view.slices * per_image <= batch_slices.IM2COL_BUDGET < 2 * (64 // view.slices) * per_image
+    assert view.slice_bytes == (64 // view.slices * 3 * 224 * 224 * 2, 64 // view.slices * per_image,
+                                64 // view.slices * 64 * 112 * 112 * 2)  # fmt: skip
+    assert view.filter_offset == view.slice_bytes[1]
+    assert view.workspace_bytes == view.slice_bytes[1] + 64 * 7 * 24 * 2
+
+
+@pytest.mark.parametrize(
+    ("x_dims", "w_dims", "kw", "match"),
+    [
+        ((2, 8, 9, 9), (16, 8, 3, 3), {}, "multiple of 8"),
+        ((2, 16, 9, 9), (16, 16, 3, 3), {}, "multiple of 8"),
+        ((2, 3, 64, 64), (16, 3, 16, 16), {"stride": (16, 16)}, "strides up to 8"),  # 48 fold
+        ((2, 5, 64, 64), (16, 5, 3, 13), {}, "at most 64"),  # 65 channels
+        ((2, 3, 64, 64), (16, 3, 7, 7), {"stride": (9, 1)}, "strides up to 8"),
+        ((2, 3, 9, 9), (16, 3, 3, 3), {"layout": "NCHW"}, "channels-last"),
+        ((2, 3, 9, 9), (16, 3, 3, 3), {"dtype": "float32"}, "dtypes"),
+        ((2, 6, 9, 9), (16, 3, 3, 3), {}, "grouped"),
+        ((2, 3, 5, 9, 9), (16, 3, 1, 3, 3), {"layout": "NDHWC"}, "3-D"),
+    ],
+)
+def test_what_the_builder_declines(x_dims, w_dims, kw, match) -> None:
+    g = conv_graph(x_dims, w_dims, **kw)
+    with pytest.raises(NotSupported, match=match):
+        CuteConvFoldedBuilder().check(g.node_by_name("conv"), g, None)
+
+
+def test_it_ranks_above_the_im2col_builder_and_serves_its_keys() -> None:
+    from sigdnn.plan_builders.cute.conv import CuteConvFpropBuilder
+
+    builder = CuteConvFoldedBuilder()
+    assert builder.priority > CuteConvFpropBuilder.priority
+    g = conv_graph((2, 3, 9, 9), (16, 3, 3, 3))
+    assert builder.serves(key_for(g.node_by_name("conv"), g))
+    g = conv_graph((2, 3, 9, 9), (16, 3, 3, 3), dtype="float32")
+    assert not builder.serves(key_for(g.node_by_name("conv"), g))
