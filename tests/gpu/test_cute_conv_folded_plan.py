@@ -136,3 +136,50 @@ def test_it_ranks_above_the_im2col_builder_and_serves_its_keys() -> None:
     assert builder.serves(key_for(g.node_by_name("conv"), g))
     g = conv_graph((2, 3, 9, 9), (16, 3, 3, 3), dtype="float32")
     assert not builder.serves(key_for(g.node_by_name("conv"), g))
+
+
+def test_x_and_w_must_share_a_dtype_but_y_may_be_wider() -> None:
+    g = sigdnn.Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
+    x, w = g.tensor("x", (2, 3, 9, 9), layout="NHWC"), g.tensor("w", (16, 3, 3, 3), layout="NHWC", dtype="float16")
+    g.conv_fprop(x, w, name="conv").set_output(True).set_name("y")
+    with pytest.raises(NotSupported, match="dtypes x bfloat16, w float16, y bfloat16"):
+        folded_conv(g.node_by_name("conv"), g)
+    g = conv_graph((2, 3, 9, 9), (16, 3, 3, 3))
+    g.tensor_by_name("y").set_data_type("float32")
+    assert folded_conv(g.node_by_name("conv"), g).slice_bytes[2] == 2 * 16 * 7 * 7 * 4
+
+
+def test_the_folded_filter_counts_against_int32() -> None:
+    """2^28 output channels of a 1x1 filter on 3 channels: w has 3 * 2^28 elements (fits), w' 8 * 2^28 (does not)."""
+    g = conv_graph((1, 3, 1, 1), (2**28, 3, 1, 1))
+    with pytest.raises(NotSupported, match="2\\^31"):
+        folded_conv(g.node_by_name("conv"), g)
+
+
+def test_the_folded_conv_runs_the_implicit_builders_kernel_specialization() -> None:
+    """The same GemmSpec the implicit builder gives an ordinary conv of these dtypes: one compiled kernel serves."""
+    from sigdnn.plan_builders.cute.conv_implicit import plan_conv
+
+    for dtype, out in (("bfloat16", "bfloat16"), ("float16", "float32")):
+        narrow, wide = (
+            conv_graph((2, 3, 9, 9), (16, 3, 3, 3), dtype=dtype),
+            conv_graph((2, 8, 9, 9), (16, 8, 3, 3), dtype=dtype),
+        )
+        for g in (narrow, wide):
+            g.tensor_by_name("y").set_data_type(out)
+        assert (
+            folded_conv(narrow.node_by_name("conv"), narrow).conv.spec
+            == plan_conv(wide.node_by_name("conv"), wide).spec
+        )
+
+
+def test_the_registry_offers_it_first_for_the_stem(monkeypatch) -> None:
+    from sigdnn.plan_builders.cute import conv, conv_folded
+    from sigdnn.registry.registry import DEFAULT_REGISTRY
+
+    for module in (conv, conv_folded):
+        monkeypatch.setattr(module, "unavailable_reason", lambda: None)
+    g = conv_graph((2, 3, 32, 32), (16, 3, 7, 7), padding=(3, 3), stride=(2, 2))
+    node = g.node_by_name("conv")
+    names = [b.name for b in DEFAULT_REGISTRY.candidates(key_for(node, g), "gpu", node, g)]
+    assert names.index("cute.conv_fprop_folded") < names.index("cute.conv_fprop")

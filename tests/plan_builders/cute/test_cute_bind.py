@@ -16,6 +16,7 @@ from sigdnn.errors import VariantPackError
 from sigdnn.plan_builders.cute.bound import BindsLaunches
 from sigdnn.plan_builders.cute.conv import CuteConvFpropPlan
 from sigdnn.plan_builders.cute.conv_dgrad import CuteConvDgradPhasePlan, CuteConvDgradPlan
+from sigdnn.plan_builders.cute.conv_folded import CuteConvFoldedPlan, folded_conv
 from sigdnn.plan_builders.cute.conv_implicit import CuteConvEpiloguePlan, CuteConvPlan
 from sigdnn.plan_builders.cute.conv_wgrad import CuteConvWgradImplicitPlan, CuteConvWgradPlan
 from sigdnn.plan_builders.cute.matmul import CuteEpiloguePlan, CuteMatmulPlan
@@ -126,6 +127,37 @@ def test_narrow_conv_pads_the_filter_after_a():
         ("pad", 32, WORKSPACE + 3072, STREAM),
         ("im2col", 16, WORKSPACE, STREAM),
         ("gemm", WORKSPACE, WORKSPACE + 3072, 48, STREAM),
+    ]
+
+
+def test_a_folded_conv_copies_the_filter_once_then_gathers_and_convolves_each_slice(monkeypatch):
+    import sigdnn
+    from sigdnn.plan_builders.cute import batch_slices
+
+    monkeypatch.setattr(batch_slices, "IM2COL_BUDGET", 1)  # every image its own slice
+
+    g = sigdnn.Graph("conv", io_dtype="bfloat16", compute_dtype="float32")
+    x, w = g.tensor("x", (3, 3, 9, 10), layout="NHWC"), g.tensor("w", (8, 3, 5, 5), layout="NHWC")
+    g.conv_fprop(x, w, padding=(2, 2), stride=(2, 2), name="conv").set_output(True).set_name("y")
+    view = folded_conv(g.node_by_name("conv"), g)
+    assert view.slices == 3
+    log: list = []
+    plan = CuteConvFoldedPlan(view, Recorder("conv", log), Recorder("gather_x", log), Recorder("gather_w", log), "c")
+    assert plan.workspace_bytes == 9 * 5 * 16 * 2 + 8 * 5 * 16 * 2  # one image's x' (rows 9, columns 5), then w'
+    with pytest.raises(VariantPackError, match="c: y not 16-byte aligned"):
+        plan.bind({"x": buf(16), "w": buf(32), "y": buf(56)}, context(workspace=True))
+    plan.bind({"x": buf(16), "w": buf(32), "y": buf(48)}, context(workspace=True))()
+    filt = WORKSPACE + 9 * 5 * 16 * 2
+    assert log == [
+        ("gather_w", 32, filt, STREAM),
+        *[
+            entry
+            for i in range(3)
+            for entry in (
+                ("gather_x", 16 + 3 * 9 * 10 * 2 * i, WORKSPACE, STREAM),
+                ("conv", WORKSPACE, filt, 48 + 8 * 5 * 5 * 2 * i, STREAM, 0),
+            )
+        ],
     ]
 
 
