@@ -150,8 +150,8 @@ def test_x_and_w_must_share_a_dtype_but_y_may_be_wider() -> None:
 
 
 def test_the_folded_filter_counts_against_int32() -> None:
-    """2^28 output channels of a 1x1 filter on 3 channels: w has 3 * 2^28 elements (fits), w' 8 * 2^28 (does not)."""
-    g = conv_graph((1, 3, 1, 1), (2**28, 3, 1, 1))
+    """2^27 output channels of a 2x1 filter on 3 channels: w has 6 * 2^27 elements (fits), w' 16 * 2^27 (does not)."""
+    g = conv_graph((1, 3, 2, 1), (2**27, 3, 2, 1))  # two height taps: w' is K * R * Cp = 2^27 * 2 * 8
     with pytest.raises(NotSupported, match="2\\^31"):
         folded_conv(g.node_by_name("conv"), g)
 
@@ -183,3 +183,27 @@ def test_the_registry_offers_it_first_for_the_stem(monkeypatch) -> None:
     node = g.node_by_name("conv")
     names = [b.name for b in DEFAULT_REGISTRY.candidates(key_for(node, g), "gpu", node, g)]
     assert names.index("cute.conv_fprop_folded") < names.index("cute.conv_fprop")
+
+
+def test_sixty_four_folded_channels_fit_one_k_step() -> None:
+    g = conv_graph((2, 4, 9, 40), (8, 4, 3, 16), padding=(1, 0))
+    assert folded_conv(g.node_by_name("conv"), g).gather_x[-1] == 64
+
+
+def test_it_takes_conv_fprop_in_float32_compute_only() -> None:
+    g = sigdnn.Graph("mm", io_dtype="bfloat16", compute_dtype="float32")
+    g.matmul(g.tensor("a", (8, 8)), g.tensor("b", (8, 8)), name="mm").set_output(True)
+    with pytest.raises(NotSupported, match="not a conv_fprop"):
+        folded_conv(g.node_by_name("mm"), g)
+    g = sigdnn.Graph("conv", io_dtype="bfloat16", compute_dtype="float64")
+    x, w = g.tensor("x", (2, 3, 9, 9), layout="NHWC"), g.tensor("w", (16, 3, 3, 3), layout="NHWC")
+    g.conv_fprop(x, w, name="conv").set_output(True)
+    with pytest.raises(NotSupported, match="compute dtype float64"):
+        folded_conv(g.node_by_name("conv"), g)
+
+
+def test_it_is_available_where_cute_dsl_is(monkeypatch) -> None:
+    from sigdnn.plan_builders.cute import conv_folded
+
+    monkeypatch.setattr(conv_folded, "unavailable_reason", lambda: "no CuTe DSL here")
+    assert CuteConvFoldedBuilder().available() == "no CuTe DSL here"

@@ -142,7 +142,10 @@ def test_a_folded_conv_copies_the_filter_once_then_gathers_and_convolves_each_sl
     view = folded_conv(g.node_by_name("conv"), g)
     assert view.slices == 3
     log: list = []
-    plan = CuteConvFoldedPlan(view, Recorder("conv", log), Recorder("gather_x", log), Recorder("gather_w", log), "c")
+    conv = Recorder("conv", log)
+    conv.config = "the conv's config"
+    plan = CuteConvFoldedPlan(view, conv, Recorder("gather_x", log), Recorder("gather_w", log), "c")
+    assert plan.config == "the conv's config"
     assert plan.workspace_bytes == 9 * 5 * 16 * 2 + 8 * 5 * 16 * 2  # one image's x' (rows 9, columns 5), then w'
     with pytest.raises(VariantPackError, match="c: y not 16-byte aligned"):
         plan.bind({"x": buf(16), "w": buf(32), "y": buf(56)}, context(workspace=True))
