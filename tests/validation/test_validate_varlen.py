@@ -192,3 +192,24 @@ def test_nodes_sharing_offsets_and_lengths_draw_inputs_that_agree(seed: int) -> 
         if order:
             g.nodes.reverse()  # the backward draws first
         sigdnn.Executor().run(g, random_inputs(g, seed=seed))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_one_lengths_tensor_for_both_ports_is_drawn_once(seed: int) -> None:
+    """The forward's query and key lengths are one tensor, the backward's query lengths another, both nodes
+    placing q and o by the same offsets: the shared tensor is one draw within both bounds, and the offsets leave
+    room for it (the buffer fuzzer's case 5,745,028 drew it twice, placed q by the first draw and stored the
+    second: "tensor 'o_off' makes sequences of output 'o' overlap")."""
+    g = sigdnn.Graph("one_lengths", io_dtype="float32", compute_dtype="float32")
+    q, k, v, lengths = small_bshd(g)
+    offs = {p: g.tensor(f"{p}_off", (3, 1, 1, 1), dtype="int32") for p in "qkvo"}
+    both = lengths["seq_len_kv"]
+    o, stats = g.sdpa(q, k, v, 0.5, None, True, True, seq_len_q=both, seq_len_kv=both, ragged_offsets=offs)
+    for t in g.sdpa_backward(q, k, v, o, o, stats, 0.5, None, True, **lengths, ragged_offsets=offs):
+        t.set_output(True)
+    inputs = random_inputs(g, seed=seed)
+    lq, lkv = inputs["lq"].astype(int), inputs["lkv"].astype(int)
+    assert lkv.min() >= 1 and lkv.max() <= 3
+    room = np.maximum(lq, lkv) * 8  # q and o follow lkv in the forward, lq in the backward
+    np.testing.assert_array_equal(inputs["q_off"].reshape(-1), np.concatenate([[0], np.cumsum(room)]))
+    sigdnn.Executor().run(g, inputs)  # no ExecutionError

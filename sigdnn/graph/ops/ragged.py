@@ -260,11 +260,17 @@ def random_varlen(
     given = given or {}
     drawn: dict[str, np.ndarray] = {}
     bounds = {"seq_len_q": tensors["q"].dims[2], "seq_len_kv": tensors["k"].dims[2]}
-    for port, bound in bounds.items():
-        if port in given:
-            drawn[port] = np.asarray(given[port]).astype(np.int64).reshape(-1)
-        elif port in tensors:
-            drawn[port] = rng.integers(1, bound + 1, size=tensors[port].size)
+    ports = [p for p in bounds if p in tensors]
+    for port in ports:
+        # one tensor given for both ports is one draw, within both bounds (each port's value is that tensor's)
+        same = [p for p in ports if tensors[p].uid == tensors[port].uid]
+        known = next((given[p] for p in same if p in given), None)
+        if known is not None:
+            drawn[port] = np.asarray(known).astype(np.int64).reshape(-1)
+        elif (first := next((p for p in same if p in drawn), None)) is not None:
+            drawn[port] = drawn[first]
+        else:
+            drawn[port] = rng.integers(1, min(bounds[p] for p in same) + 1, size=tensors[port].size)
     rooms: dict[int, list[tuple[str, np.ndarray]]] = {}  # offsets uid -> (its port, the room it asks) per tensor
     for port, length_port in lengths.items():
         name = port + OFFSET_SUFFIX
