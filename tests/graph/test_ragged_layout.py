@@ -113,3 +113,15 @@ def test_unspecified_outputs_of_padded_and_ragged_tensors() -> None:
         values, {"stats": stats}, {"o": ("o", "seq_len_q"), "stats": (None, "seq_len_q")}
     )
     assert list(later) == ["stats"]  # an output the node lacks does not end the walk
+
+
+def test_one_lengths_tensor_for_both_ports_is_one_draw_within_both_bounds() -> None:
+    rng = np.random.default_rng(0)
+    b = 64
+    q = tensor((b, 2, 3, 2), (12, 2, 4, 1), DataType.FLOAT32)  # 3 queries
+    k = tensor((b, 2, 5, 2), (20, 2, 4, 1), DataType.FLOAT32)  # 5 keys
+    both = Tensor(8, "l", (b,), (1,), DataType.INT32)
+    tensors = {"q": q, "k": k, "v": k, "seq_len_q": both, "seq_len_kv": both}
+    drawn = ragged.random_varlen(tensors, rng, {"q": "seq_len_q", "k": "seq_len_kv"})
+    assert drawn["seq_len_q"].tolist() == drawn["seq_len_kv"].tolist()
+    assert set(drawn["seq_len_q"].tolist()) == {1, 2, 3}  # within the queries' bound, the smaller
