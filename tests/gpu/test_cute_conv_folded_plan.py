@@ -174,11 +174,10 @@ def test_the_folded_conv_runs_the_implicit_builders_kernel_specialization() -> N
 
 
 def test_the_registry_offers_it_first_for_the_stem(monkeypatch) -> None:
-    from sigdnn.plan_builders.cute import conv, conv_folded
+    from sigdnn.plan_builders.cute import conv
     from sigdnn.registry.registry import DEFAULT_REGISTRY
 
-    for module in (conv, conv_folded):
-        monkeypatch.setattr(module, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(conv, "unavailable_reason", lambda: None)
     g = conv_graph((2, 3, 32, 32), (16, 3, 7, 7), padding=(3, 3), stride=(2, 2))
     node = g.node_by_name("conv")
     names = [b.name for b in DEFAULT_REGISTRY.candidates(key_for(node, g), "gpu", node, g)]
@@ -203,7 +202,7 @@ def test_it_takes_conv_fprop_in_float32_compute_only() -> None:
 
 
 def test_it_is_available_where_cute_dsl_is(monkeypatch) -> None:
-    from sigdnn.plan_builders.cute import conv_folded
+    from sigdnn.plan_builders.cute import conv
 
-    monkeypatch.setattr(conv_folded, "unavailable_reason", lambda: "no CuTe DSL here")
+    monkeypatch.setattr(conv, "unavailable_reason", lambda: "no CuTe DSL here")
     assert CuteConvFoldedBuilder().available() == "no CuTe DSL here"

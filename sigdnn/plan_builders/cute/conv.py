@@ -31,6 +31,7 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.conv_fprop import ConvFprop
+from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.batch_slices import batch_slices
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
@@ -76,8 +77,9 @@ def channels_last(dims: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     return all(d == 1 or s == e for d, s, e in zip(dims, strides, want, strict=True))
 
 
-def conv_gemm(node: Node, graph: Graph) -> ConvGemm:
-    """The GEMM a conv fprop node becomes, or NotSupported saying why."""
+def fprop_operands(node: Node, graph: Graph) -> tuple[Tensor, Tensor, Tensor, list[str]]:
+    """x, w, y and their dtypes of a conv fprop the CuTe GEMM convs take (2-D, packed NHWC, x and w of one 16-bit
+    dtype, float32 compute, one group), or NotSupported saying why."""
     op = node.op
     where = f"node '{node.name}'"
     if not isinstance(op, ConvFprop):
@@ -92,14 +94,21 @@ def conv_gemm(node: Node, graph: Graph) -> ConvGemm:
                            f"float16 or bfloat16, y one of {', '.join(C_DTYPES)}")  # fmt: skip
     if op.spatial_rank != 2:
         raise NotSupported(f"{where}: {op.spatial_rank}-D convolution; supported: 2-D")
-    n, c, h, wd = x.dims
-    k, cg, r, s = w.dims
-    _, _, p, q = y.dims
-    if cg != c:
-        raise NotSupported(f"{where}: grouped convolution ({c // cg} groups); supported: 1 group")
+    if w.dims[1] != x.dims[1]:
+        raise NotSupported(f"{where}: grouped convolution ({x.dims[1] // w.dims[1]} groups); supported: 1 group")
     for t in (x, w, y):
         if not channels_last(t.dims, t.strides):
             raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
+    return x, w, y, dtypes
+
+
+def conv_gemm(node: Node, graph: Graph) -> ConvGemm:
+    """The GEMM a conv fprop node becomes, or NotSupported saying why."""
+    x, w, y, dtypes = fprop_operands(node, graph)
+    op, where = node.op, f"node '{node.name}'"
+    n, c, h, wd = x.dims
+    k, _, r, s = w.dims
+    _, _, p, q = y.dims
     narrow = c % 8 != 0
     m, kg = n * p * q, r * s * c
     if narrow:

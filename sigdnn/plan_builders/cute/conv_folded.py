@@ -36,19 +36,16 @@ import attrs
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops.conv_fprop import ConvFprop
-from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.batch_slices import batch_slices
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned, in_order
-from sigdnn.plan_builders.cute.conv import IN_DTYPES, channels_last
+from sigdnn.plan_builders.cute.conv import CuteConvFpropBuilder, fprop_operands
 from sigdnn.plan_builders.cute.conv_geometry import K_TILE, ImplicitConv, check_geometry
 from sigdnn.plan_builders.cute.conv_implicit_configs import default_conv_config
-from sigdnn.plan_builders.cute.gemm_layout import C_DTYPES, ITEMSIZE, GemmSpec
+from sigdnn.plan_builders.cute.gemm_layout import ITEMSIZE, GemmSpec
 from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties, require_hopper
-from sigdnn.registry.contracts import BuildContext, NodePlan, PlanBuilder
+from sigdnn.registry.contracts import BuildContext, NodePlan
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import Device, ExecutionContext
-from sigdnn.signature_keys import SignatureKey
 
 VECTOR = 8  # channels of x' a 16-byte row holds
 
@@ -77,32 +74,16 @@ class FoldedConv:
 
 def folded_conv(node: Node, graph: Graph) -> FoldedConv:
     """The folded form of a conv fprop node, or NotSupported saying why."""
-    op = node.op
-    where = f"node '{node.name}'"
-    if not isinstance(op, ConvFprop):
-        raise NotSupported(f"{where}: not a conv_fprop")
-    x, w, y = graph.tensors[op.x], graph.tensors[op.w], graph.tensors[op.y]
-    dtypes = [str(graph.dtype_of(t)) for t in (x, w, y)]
-    if str(graph.compute_dtype_of(node)) != "float32":
-        raise NotSupported(f"{where}: compute dtype {graph.compute_dtype_of(node)}; supported: float32")
-    if dtypes[0] not in IN_DTYPES or dtypes[1] != dtypes[0] or dtypes[2] not in C_DTYPES:
-        raise NotSupported(f"{where}: dtypes x {dtypes[0]}, w {dtypes[1]}, y {dtypes[2]}; supported: x and w both "
-                           f"float16 or bfloat16, y one of {', '.join(C_DTYPES)}")  # fmt: skip
-    if op.spatial_rank != 2:
-        raise NotSupported(f"{where}: {op.spatial_rank}-D convolution; supported: 2-D")
+    x, w, y, dtypes = fprop_operands(node, graph)
+    op, where = node.op, f"node '{node.name}'"
     n, c, h, width = x.dims
-    k, cg, r, s = w.dims
+    k, _, r, s = w.dims
     _, _, p, q = y.dims
-    if cg != c:
-        raise NotSupported(f"{where}: grouped convolution ({c // cg} groups); supported: 1 group")
     if c % VECTOR == 0:
         raise NotSupported(f"{where}: {c} input channels, a multiple of 8: the implicit GEMM reads x itself")
     cp = -(-s * c // VECTOR) * VECTOR
     if cp > K_TILE:
         raise NotSupported(f"{where}: {s} width taps of {c} channels fold into {s * c}; supported: at most {K_TILE}")
-    for t in (x, w, y):
-        if not channels_last(t.dims, t.strides):
-            raise NotSupported(f"{where}: tensor '{t.name}' is not packed channels-last (NHWC); strides {t.strides}")
     itemsize = ITEMSIZE[dtypes[0]]
     slices = batch_slices(n, h * q * cp * itemsize)
     images = n // slices
@@ -145,29 +126,13 @@ class CuteConvFoldedPlan(BindsLaunches, NodePlan):
         return in_order(*launches)
 
 
-class CuteConvFoldedBuilder(PlanBuilder):
-    """2-D NHWC conv fprop of few input channels on sm_90: width taps folded into channels, then the implicit GEMM."""
+class CuteConvFoldedBuilder(CuteConvFpropBuilder):
+    """2-D NHWC conv fprop of few input channels on sm_90: width taps folded into channels, then the implicit GEMM.
+    The im2col builder's keys; it declines the convs whose C is a multiple of 8 or whose S * C passes 64."""
 
     name = "cute.conv_fprop_folded"
     engine_id = IN_TREE[name]
-    library = "cute"
-    device = "gpu"
-    ops = ("conv_fprop",)
     priority = 1  # above cute.conv_fprop: a gather a quarter of its im2col's size
-
-    def available(self) -> str | None:
-        return unavailable_reason()
-
-    def serves(self, key: SignatureKey) -> bool:
-        ins, outs = dict(key.inputs), dict(key.outputs)
-        return (
-            key.op == "conv_fprop"
-            and key.trait("spatial_rank") == 2
-            and str(ins.get("x")) in IN_DTYPES
-            and str(ins.get("w")) == str(ins.get("x"))
-            and str(outs.get("y")) in C_DTYPES
-            and str(key.compute) == "float32"
-        )
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         folded_conv(node, graph)
