@@ -65,11 +65,6 @@ def test_every_image_its_own_slice_validates(name: str, monkeypatch: pytest.Monk
     assert report.passed, report.table()
 
 
-def test_the_default_gpu_executor_takes_the_stem_here() -> None:
-    g = conv_graph(*CASES["stem_odd_sizes"])
-    assert sigdnn.Executor("gpu").prepare(g).steps[0].builder.name == ENGINE
-
-
 def test_a_planted_off_by_one_width_padding_fails_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     """x' gathered one column to the right of where the folded conv expects it: validation must catch it."""
     import attrs
