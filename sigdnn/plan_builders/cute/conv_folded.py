@@ -135,9 +135,10 @@ class CuteConvFoldedBuilder(CuteConvFpropBuilder):
 
     name = "cute.conv_fprop_folded"
     engine_id = IN_TREE[name]
-    # Below cute.conv_fprop until its GPU tests (tests/gpu/test_cute_conv_folded.py) have run on a Hopper GPU: it
-    # is taken when pinned (engine=) or chosen by a measured, checked autotune, not by default.
-    priority = -1
+    # After cute.conv_fprop (its priority, a later engine id) until its GPU tests (tests/gpu/test_cute_conv_folded.py)
+    # have run on a Hopper GPU: taken when pinned (engine=) or chosen by autotune, not by default; still above
+    # cuTile's convs, as every CuTe conv.
+    priority = 0
 
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         folded_conv(node, graph)
