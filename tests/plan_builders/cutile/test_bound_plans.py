@@ -75,11 +75,14 @@ def test_a_moved_caller_buffer_rebinds_only_the_steps_that_touch_it():
     plan = ex.prepare(g)
     ctx = ex.memory.context
     data = random_inputs(g, seed=3)
-    ex.execute(plan, {"x": ctx.to_device(data["x"]), "b": data["b"]})
+    first = ctx.to_device(data["x"])  # kept alive: the second x cannot take its address
+    ex.execute(plan, {"x": first, "b": data["b"]})
     bound = ex.memory.bound(plan, False)
     before = list(bound._launches)
     x2 = data["x"] * np.float16(2)
-    got = ex.execute(plan, {"x": ctx.to_device(x2), "b": data["b"]})["y"]  # x at another address
+    second = ctx.to_device(x2)
+    assert second.ptr != first.ptr
+    got = ex.execute(plan, {"x": second, "b": data["b"]})["y"]  # x at another address
     assert np.array_equal(got, reference(g, {"x": x2, "b": data["b"]})["y"])
     kept = [old is new for old, new in zip(before, bound._launches)]
     moved = {g.tensor_by_name("x").uid, g.outputs[0].uid}  # y is not given: a fresh buffer each run
