@@ -204,3 +204,13 @@ def test_it_is_available_where_cute_dsl_is(monkeypatch) -> None:
 
     monkeypatch.setattr(conv, "unavailable_reason", lambda: "no CuTe DSL here")
     assert CuteConvFoldedBuilder().available() == "no CuTe DSL here"
+
+
+def test_it_declines_a_gpu_other_than_hopper(monkeypatch) -> None:
+    from sigdnn.plan_builders import gpu_properties
+    from sigdnn.runtime.device import Device
+
+    monkeypatch.setattr(gpu_properties, "device_properties", lambda device_id: ((10, 0), 148))
+    g = conv_graph((2, 3, 9, 9), (16, 3, 3, 3))
+    with pytest.raises(NotSupported, match="sm_90"):
+        CuteConvFoldedBuilder().check(g.node_by_name("conv"), g, Device("gpu", None))
