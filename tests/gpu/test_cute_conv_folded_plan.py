@@ -214,3 +214,12 @@ def test_it_declines_a_gpu_other_than_hopper(monkeypatch) -> None:
     g = conv_graph((2, 3, 9, 9), (16, 3, 3, 3))
     with pytest.raises(NotSupported, match="sm_90"):
         CuteConvFoldedBuilder().check(g.node_by_name("conv"), g, Device("gpu", None))
+
+
+def test_an_x_past_int32_is_declined_though_x_prime_fits() -> None:
+    """One width tap at width stride 8: x' holds an eighth of x's columns (8 channels for 3), so x (2.7e9 elements)
+    passes 2^31 where x' (9e8) and y (1.8e9) do not: the gather's int32 offsets into x would overflow."""
+    g = conv_graph((1, 3, 30000, 30000), (16, 3, 1, 1), stride=(1, 8))
+    assert 3 * 30000 * 30000 > 2**31 > 16 * 30000 * 3750
+    with pytest.raises(NotSupported, match="2\\^31"):
+        folded_conv(g.node_by_name("conv"), g)

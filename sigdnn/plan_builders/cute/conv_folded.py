@@ -93,7 +93,7 @@ def folded_conv(node: Node, graph: Graph) -> FoldedConv:
     (ph, pw), (post_h, _), (sh, sw), (dh, dw) = op.pre_padding, op.post_padding, op.stride, op.dilation
     geometry = (images, h, q, cp, k, r, 1, p, q, ph, 0, post_h, 0, sh, 1, dh, 1)
     x_slice, folded_slice, y_slice = (images * e for e in (c * h * width, h * q * cp, k * p * q))
-    check_geometry(where, geometry, dtypes[2], folded_slice, k * r * cp, y_slice)
+    check_geometry(where, geometry, dtypes[2], x_slice, folded_slice, k * r * cp, y_slice)
     spec = GemmSpec(dtypes[0], dtypes[1], dtypes[2], "k", "k", "n", False, False)
     gather_x = (images, h, width, c, h, q, 1, s, 0, pw, 1, sw, 1, dw, cp)
     gather_w = (k, r, s, c, r, 1, 1, s, 0, 0, 1, 1, 1, 1, cp)
