@@ -111,9 +111,8 @@ class GdnBwd(Op):
     def random_inputs(
         self, tensors: Mapping[str, Tensor], rng: np.random.Generator, given: Mapping[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
-        return la.random_draw(
-            tensors, rng, self.use_qk_l2norm
-        )  # (each port's draw stands alone: nothing in given to agree with)
+        # each port's draw stands alone: nothing in given to agree with
+        return la.random_draw(tensors, rng, self.use_qk_l2norm)
 
     @classmethod
     def sample(cls, graph: Graph) -> Node:

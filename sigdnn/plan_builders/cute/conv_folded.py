@@ -71,7 +71,7 @@ class FoldedConv:
 
     @property
     def workspace_bytes(self) -> int:
-        k, r, _, _, _, _, _, _, _, _, _, _, _, _, cp = self.gather_w
+        k, r, *_, cp = self.gather_w  # w' is K x R rows of Cp
         return self.filter_offset + k * r * cp * ITEMSIZE[self.dtype]
 
 
