@@ -52,6 +52,13 @@ def test_conv_fprop_validates_against_the_reference(name: str) -> None:
     assert report.passed, report.table()
 
 
+def test_the_default_executor_runs_the_stem_folded() -> None:
+    """Unpinned, the stem's conv goes to the folded builder (ranked first) and validates."""
+    report = sigdnn.validate(conv_graph(*CASES["resnet_stem"]), seed=5, executor=sigdnn.Executor("gpu"))
+    assert report.builders == {"conv": ENGINE}
+    assert report.passed, report.table()
+
+
 @pytest.mark.parametrize("name", ["stem_odd_sizes", "one_channel_5x11"])
 def test_every_image_its_own_slice_validates(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A budget of one byte: every image its own slice of x', each through the same workspace."""

@@ -170,8 +170,8 @@ def test_the_folded_conv_runs_the_implicit_builders_kernel_specialization() -> N
         )
 
 
-def test_the_registry_offers_it_for_the_stem_after_the_im2col_builder(monkeypatch) -> None:
-    """A candidate for the 3-channel stem, ranked after cute.conv_fprop until its GPU tests have run on a GPU."""
+def test_the_registry_offers_it_for_the_stem_before_the_im2col_builder(monkeypatch) -> None:
+    """The 3-channel stem's first candidate: ranked above cute.conv_fprop, whose im2col matrix is 7x x'."""
     from sigdnn.plan_builders.cute import conv
     from sigdnn.registry.registry import DEFAULT_REGISTRY
 
@@ -179,7 +179,8 @@ def test_the_registry_offers_it_for_the_stem_after_the_im2col_builder(monkeypatc
     g = conv_graph((2, 3, 32, 32), (16, 3, 7, 7), padding=(3, 3), stride=(2, 2))
     node = g.node_by_name("conv")
     names = [b.name for b in DEFAULT_REGISTRY.candidates(key_for(node, g), "gpu", node, g)]
-    assert names.index("cute.conv_fprop") < names.index("cute.conv_fprop_folded")
+    assert names[0] == "cute.conv_fprop_folded"
+    assert names.index("cute.conv_fprop_folded") < names.index("cute.conv_fprop")
 
 
 def test_sixty_four_folded_channels_fit_one_k_step() -> None:
