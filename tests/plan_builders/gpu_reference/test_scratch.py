@@ -1,8 +1,8 @@
 """The GPU reference's kept scratch buffer (gpu_reference/scratch.py) on the cuTile tests' host-backed context.
 
 A run's arrays come one after another from one buffer at 256-byte aligned offsets; what a run needs past the
-buffer is allocated fresh and the buffer grows to that need before the next run; a run that raised leaves the
-buffer busy, so the next one waits for the device first. ``run_on`` hands a run's Gpu its scratch and ends the
+buffer is allocated fresh and the buffer grows to that need, at most KEPT_BYTES, before the next run; a run that
+raised leaves the buffer busy, so the next one waits for the device first; the buffer dies with its context. ``run_on`` hands a run's Gpu its scratch and ends the
 run only once both the run's stream and the context's have finished.
 """
 
@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from sigdnn.plan_builders.gpu_reference import backend
+from sigdnn.plan_builders.gpu_reference import scratch as scratch_module
 from sigdnn.plan_builders.gpu_reference.scratch import ALIGN, Scratch, scratch_for
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "cutile"))
@@ -68,6 +69,38 @@ def test_a_run_needing_more_gets_fresh_memory_for_the_rest_then_a_larger_buffer(
     with scratch.run():
         a, b = scratch.take(32, np.float64), scratch.take(64, np.float64)
     assert context.allocations == 4 and scratch.capacity == 768 and b.ptr - a.ptr == 256
+
+
+def test_the_buffer_grows_to_its_cap_and_no_further(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run needing more than KEPT_BYTES leaves a buffer of KEPT_BYTES: later runs take what fits from it and
+    the rest fresh, and the buffer is not made again."""
+    monkeypatch.setattr(scratch_module, "KEPT_BYTES", 1024)
+    context = Counting()
+    scratch = Scratch(context)
+    for _ in range(2):
+        with scratch.run():
+            arrays = [scratch.take(64, np.float64) for _ in range(3)]  # 512 bytes each: 1536 in all
+    assert scratch.capacity == 1024 and context.allocations == 3 + 2  # three fresh, then the buffer and one fresh
+    assert arrays[1].ptr - arrays[0].ptr == 512 and arrays[2].ptr != arrays[0].ptr + 1024
+    with scratch.run():
+        again = [scratch.take(64, np.float64) for _ in range(3)]
+    assert scratch.capacity == 1024 and context.allocations == 6 and again[0].ptr == arrays[0].ptr
+
+
+def test_a_context_dropped_by_its_callers_is_freed_with_its_scratch() -> None:
+    """The table of scratches holds neither the context nor its buffer: a validation makes a truth executor (and
+    context) per call, and each call's buffer kept alive ran the next call out of memory (H100, batch-64 ResNet-50
+    training step)."""
+    context = Counting()
+    gone = weakref.ref(context)
+    scratch = scratch_for(context)
+    for _ in range(2):
+        with scratch.run():
+            scratch.take(64, np.float64)
+    assert scratch.capacity == 512
+    buffer = weakref.ref(scratch._buffer.memory)
+    del context, scratch
+    assert gone() is None and buffer() is None
 
 
 def test_the_old_buffer_is_freed_before_the_larger_one_is_made() -> None:
