@@ -13,8 +13,8 @@ one. A run that raised before it waited for the device leaves the buffer
 busy: the next run waits first.
 
 Within a run nothing is handed out twice, so a run of many temporaries
-(a norm's backward at batch 64) needs the sum of them all: the cap keeps
-such a run's sum from being held for good (an uncapped buffer grew to
+needs the sum of them all: the cap keeps such a run's sum from being held
+for good (validating a batch-64 ResNet-50 step grew an uncapped buffer to
 31 GiB on an H100), and past it the arrays are the pool's, freed as they
 die. The buffer lives as long as its context and no longer: each
 ``Executor`` has its own context, and validation makes a truth executor
