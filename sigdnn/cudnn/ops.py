@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sigdnn.cudnn.enums import convolution_mode, norm_forward_phase, reduction_mode
+from sigdnn.cudnn.enums import convolution_mode, diagonal_alignment, norm_forward_phase, reduction_mode
 from sigdnn.errors import GraphError
 
 if TYPE_CHECKING:
@@ -280,23 +280,21 @@ class Ops:
              score_max: Any = None, score_sum_exp: Any = None, sink_token: Any = None,
              unfuse_fma: bool = False) -> list[tensor | None]:  # fmt: skip
         """Scaled dot-product attention -> [o, stats]; stats only when generating them (training, not inference)."""
-        unsupported("sdpa", block_mask=block_mask, use_alibi_mask=use_alibi_mask,
-                    use_causal_mask_bottom_right=use_causal_mask_bottom_right,
-                    sliding_window_length=sliding_window_length, diagonal_band_left_bound=diagonal_band_left_bound,
-                    diagonal_band_right_bound=diagonal_band_right_bound, dropout=dropout, rng_dump=rng_dump,
+        unsupported("sdpa", block_mask=block_mask, use_alibi_mask=use_alibi_mask, dropout=dropout, rng_dump=rng_dump,
                     paged_attention_k_table=paged_attention_k_table, paged_attention_v_table=paged_attention_v_table,
                     paged_attention_max_seq_len_kv=paged_attention_max_seq_len_kv, score_mod=score_mod,
                     score_max=score_max, score_sum_exp=score_sum_exp, sink_token=sink_token,
                     unfuse_fma=unfuse_fma)  # fmt: skip
-        _top_left("sdpa", diagonal_alignment)
+        band = _band("sdpa", use_causal_mask, use_causal_mask_bottom_right, sliding_window_length,
+                     diagonal_alignment, diagonal_band_left_bound, diagonal_band_right_bound)  # fmt: skip
         stats = _stats(is_inference, generate_stats)
         lengths = _padding("sdpa", use_padding_mask, seq_len_q, seq_len_kv)
         outs: list[Any] = []
 
         def build(g: Graph, r: Resolver) -> Sequence[Any]:
             scale = None if attn_scale is None else r.value(attn_scale, "attn_scale")
-            return g.sdpa(r.t(q), r.t(k), r.t(v), scale, r.t(bias), bool(use_causal_mask), stats, name=r.name,
-                          compute_dtype=r.compute, **_varlen(r, lengths, q, k, v, outs[0]))  # fmt: skip
+            return g.sdpa(r.t(q), r.t(k), r.t(v), scale, r.t(bias), generate_stats=stats, name=r.name,
+                          compute_dtype=r.compute, **band, **_varlen(r, lengths, q, k, v, outs[0]))  # fmt: skip
 
         ins = [q, k, v, bias, attn_scale, *lengths]
         outs += self._record("sdpa", name, ins, 2, build, compute_data_type)
@@ -314,19 +312,17 @@ class Ops:
                       score_mod_bprop: Any = None, sink_token: Any = None,
                       dSink_token: Any = None) -> list[tensor | None]:  # fmt: skip
         """-> [dQ, dK, dV] from the forward's o and stats and dO. (sigdnn's backward is deterministic.)"""
-        unsupported("sdpa_backward", dBias=dBias, use_alibi_mask=use_alibi_mask,
-                    use_causal_mask_bottom_right=use_causal_mask_bottom_right,
-                    sliding_window_length=sliding_window_length, diagonal_band_left_bound=diagonal_band_left_bound,
-                    diagonal_band_right_bound=diagonal_band_right_bound, dropout=dropout, rng_dump=rng_dump,
+        unsupported("sdpa_backward", dBias=dBias, use_alibi_mask=use_alibi_mask, dropout=dropout, rng_dump=rng_dump,
                     score_mod=score_mod, score_mod_bprop=score_mod_bprop, sink_token=sink_token,
                     dSink_token=dSink_token)  # fmt: skip
-        _top_left("sdpa_backward", diagonal_alignment)
+        band = _band("sdpa_backward", use_causal_mask, use_causal_mask_bottom_right, sliding_window_length,
+                     diagonal_alignment, diagonal_band_left_bound, diagonal_band_right_bound)  # fmt: skip
         lengths = _padding("sdpa_backward", use_padding_mask, seq_len_q, seq_len_kv)  # max_total_seq_len_*: hints
 
         def build(g: Graph, r: Resolver) -> Sequence[Any]:
             scale = None if attn_scale is None else r.value(attn_scale, "attn_scale")
             return g.sdpa_backward(r.t(q), r.t(k), r.t(v), r.t(o), r.t(dO), r.t(stats), scale, r.t(bias),
-                                   bool(use_causal_mask), name=r.name, compute_dtype=r.compute,
+                                   name=r.name, compute_dtype=r.compute, **band,
                                    **_varlen(r, lengths, q, k, v, o))  # fmt: skip
 
         ins = [q, k, v, o, dO, stats, bias, attn_scale, *lengths]
@@ -338,9 +334,36 @@ def _cross_correlation(method: str, mode: Any) -> None:
         raise NotImplementedError(f"pygraph.{method}(convolution_mode={mode}): sigdnn convolves by cross-correlation")
 
 
-def _top_left(method: str, alignment: Any) -> None:
-    if alignment is not None and getattr(alignment, "name", None) != "TOP_LEFT":
-        raise NotImplementedError(f"pygraph.{method}(diagonal_alignment={alignment}): sigdnn's causal mask is top-left")
+def _band(
+    method: str,
+    causal: bool,
+    causal_bottom_right: bool,
+    sliding_window_length: Any,
+    alignment: Any,
+    left_bound: Any,
+    right_bound: Any,
+) -> dict[str, Any]:
+    """The node's diagonal band (Graph.sdpa's keywords) from cuDNN's spellings, with the pygraph's own rules: the
+    causal flags are the causal mask aligned top-left / bottom-right (a right bound 0), a sliding window is the
+    left bound, and neither pair may be given twice."""
+    if causal and causal_bottom_right:
+        raise GraphError(f"pygraph.{method}: use_causal_mask and use_causal_mask_bottom_right cannot both be true")
+    if (causal or causal_bottom_right) and right_bound is not None:
+        raise GraphError(f"pygraph.{method}: a causal mask and diagonal_band_right_bound cannot both be set")
+    if sliding_window_length is not None and left_bound is not None:
+        raise GraphError(f"pygraph.{method}: sliding_window_length and diagonal_band_left_bound cannot both be set")
+    if alignment is not None and not isinstance(alignment, diagonal_alignment):
+        raise GraphError(f"pygraph.{method}: diagonal_alignment must be a cudnn.diagonal_alignment, got {alignment!r}")
+    bottom_right = alignment is diagonal_alignment.BOTTOM_RIGHT
+    if causal or causal_bottom_right:
+        bottom_right = causal_bottom_right
+    left = sliding_window_length if sliding_window_length is not None else left_bound
+    return {
+        "use_causal_mask": causal or causal_bottom_right,
+        "diagonal_bottom_right": bottom_right,
+        "left_bound": left,
+        "right_bound": right_bound,
+    }
 
 
 def _padding(method: str, use_padding_mask: bool, seq_len_q: Any, seq_len_kv: Any) -> list[Any]:

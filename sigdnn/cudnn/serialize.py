@@ -25,6 +25,7 @@ from typing import Any
 from sigdnn.dtypes import DataType
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
+from sigdnn.graph.ops.sdpa import Band
 
 JSON_VERSION = "2.0"
 NAMES = {
@@ -197,8 +198,11 @@ def _rmsnorm_backward(w: Writer, n: Node, op: Any) -> Written:
 def _attention(w: Writer, op: Any, placed: dict[str, tuple[int | None, ...]]) -> dict[str, Any]:
     """The attention attributes; records the ragged offsets of ``placed`` (q / k / v / o -> uids placed by it)."""
     out: dict[str, Any] = {"attn_scale_value": real(op.attn_scale)}
-    if op.use_causal_mask:
-        out.update({"right_bound": 0, "diagonal_alignment": "TOP_LEFT"})
+    band = Band.of(op)
+    if band.masks:
+        out["diagonal_alignment"] = "BOTTOM_RIGHT" if band.bottom_right else "TOP_LEFT"
+        out.update({name: value for name, value in (("left_bound", band.left), ("right_bound", band.right))
+                    if value is not None})  # fmt: skip
     if op.seq_len_q is not None:
         out["padding_mask"] = True
     for port, uids in placed.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sigdnn.graph.arguments import DTypeLike
+from sigdnn.graph.arguments import DTypeLike, optional_integer
 from sigdnn.graph.frontend_arguments import (
     parameter_value,
 )
@@ -13,6 +13,15 @@ from sigdnn.graph.ops.ragged import varlen_inputs
 from sigdnn.graph.ops.sdpa import Sdpa
 from sigdnn.graph.ops.sdpa_backward import SdpaBackward
 from sigdnn.graph.tensor import Tensor
+
+
+def band_attributes(where: str, bottom_right: bool, left_bound: object, right_bound: object) -> dict[str, object]:
+    """The diagonal band's attributes (graph/ops/sdpa.py's ``Band``), their values checked as integers."""
+    return {
+        "diagonal_bottom_right": bool(bottom_right),
+        "left_bound": optional_integer(left_bound, f"{where} left_bound"),
+        "right_bound": optional_integer(right_bound, f"{where} right_bound"),
+    }
 
 
 class AttentionFrontend(FrontendBase):
@@ -33,6 +42,9 @@ class AttentionFrontend(FrontendBase):
         seq_len_q: Maybe = None,
         seq_len_kv: Maybe = None,
         ragged_offsets: Mapping[str, Tensor] | None = None,
+        diagonal_bottom_right: bool = False,
+        left_bound: int | None = None,
+        right_bound: int | None = None,
         name: str | None = None,
         compute_dtype: DTypeLike = None,
     ) -> tuple[Tensor, Maybe]:
@@ -46,12 +58,17 @@ class AttentionFrontend(FrontendBase):
         ``seq_len_q`` / ``seq_len_kv`` ([B] int32 / int64) mask padding;
         ``ragged_offsets`` ({"q" | "k" | "v" | "o": [B + 1] offsets}) pack
         those tensors by token (docs/ops.md, "Variable-length attention").
+        ``left_bound`` / ``right_bound`` keep key j for query i when
+        i + a - left_bound < j <= i + a + right_bound, a = 0 or, with
+        ``diagonal_bottom_right``, each sequence's Skv - Sq (the causal mask
+        is the right bound 0; a left bound alone is a sliding window).
         """
         where = f"node '{name or 'sdpa'}'"
         attributes = {
             "attn_scale": 1.0 if attn_scale is None else parameter_value(attn_scale, f"{where} attn_scale"),
             "use_causal_mask": bool(use_causal_mask),
             "generate_stats": bool(generate_stats),
+            **band_attributes(where, diagonal_bottom_right, left_bound, right_bound),
         }
         inputs = {"q": q, "k": k, "v": v, "bias": bias, **varlen_inputs(seq_len_q, seq_len_kv, ragged_offsets)}
         node = self.add_node(Sdpa, inputs, attributes, name=name, compute_dtype=compute_dtype)
@@ -72,17 +89,21 @@ class AttentionFrontend(FrontendBase):
         seq_len_q: Maybe = None,
         seq_len_kv: Maybe = None,
         ragged_offsets: Mapping[str, Tensor] | None = None,
+        diagonal_bottom_right: bool = False,
+        left_bound: int | None = None,
+        right_bound: int | None = None,
         name: str | None = None,
         compute_dtype: DTypeLike = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Attention gradients from the forward's o and stats and the incoming d_o (cuDNN's dO) -> (dq, dk, dv).
 
-        Variable lengths as ``sdpa``'s; dq, dk, dv and d_o follow q, k, v and o's ragged offsets.
+        Variable lengths and the band as ``sdpa``'s; dq, dk, dv and d_o follow q, k, v and o's ragged offsets.
         """
         where = f"node '{name or 'sdpa_backward'}'"
         attributes = {
             "attn_scale": 1.0 if attn_scale is None else parameter_value(attn_scale, f"{where} attn_scale"),
             "use_causal_mask": bool(use_causal_mask),
+            **band_attributes(where, diagonal_bottom_right, left_bound, right_bound),
         }
         inputs = {"q": q, "k": k, "v": v, "o": o, "d_o": d_o, "stats": stats, "bias": bias}
         inputs.update(varlen_inputs(seq_len_q, seq_len_kv, ragged_offsets))

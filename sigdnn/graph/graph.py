@@ -31,7 +31,7 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops.base import Op
 from sigdnn.graph.tensor import Tensor
 
-SCHEMA_VERSION = (1, 4)
+SCHEMA_VERSION = (1, 5)
 
 
 @attrs.define(eq=False, on_setattr=[guard, attrs.setters.convert, attrs.setters.validate])

@@ -153,3 +153,15 @@ def refuse_unread_ragged(
         raise GraphError(
             f"{noun} {t.name!r} (uid {t.uid}) {what}, but no node reading it takes ragged offsets ({ops} do)"
         )
+
+
+def band_fields(bottom_right: bool, left_bound: int | None, right_bound: int | None) -> dict[str, Any]:
+    """An attention node's diagonal band (graph/ops/sdpa.py's ``Band``) as sdpa's fields, the causal band (a
+    right bound 0 and no other) written as ``use_causal_mask``, the spelling the rest of sigdnn reads first."""
+    causal = right_bound == 0
+    return {
+        "use_causal_mask": causal,
+        "diagonal_bottom_right": bool(bottom_right),
+        "left_bound": left_bound,
+        "right_bound": None if causal else right_bound,
+    }

@@ -133,8 +133,29 @@ class SdpaAttributes(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return None
 
+    # SdpaAttributes
+    def DiagonalBottomRight(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # SdpaAttributes
+    def LeftBound(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaAttributes
+    def RightBound(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
 def SdpaAttributesStart(builder):
-    builder.StartObject(15)
+    builder.StartObject(18)
 
 def Start(builder):
     SdpaAttributesStart(builder)
@@ -228,6 +249,24 @@ def SdpaAttributesAddORaggedOffset(builder, oRaggedOffset):
 
 def AddORaggedOffset(builder, oRaggedOffset):
     SdpaAttributesAddORaggedOffset(builder, oRaggedOffset)
+
+def SdpaAttributesAddDiagonalBottomRight(builder, diagonalBottomRight):
+    builder.PrependBoolSlot(15, diagonalBottomRight, 0)
+
+def AddDiagonalBottomRight(builder, diagonalBottomRight):
+    SdpaAttributesAddDiagonalBottomRight(builder, diagonalBottomRight)
+
+def SdpaAttributesAddLeftBound(builder, leftBound):
+    builder.PrependInt64Slot(16, leftBound, None)
+
+def AddLeftBound(builder, leftBound):
+    SdpaAttributesAddLeftBound(builder, leftBound)
+
+def SdpaAttributesAddRightBound(builder, rightBound):
+    builder.PrependInt64Slot(17, rightBound, None)
+
+def AddRightBound(builder, rightBound):
+    SdpaAttributesAddRightBound(builder, rightBound)
 
 def SdpaAttributesEnd(builder):
     return builder.EndObject()

@@ -154,8 +154,29 @@ class SdpaBackwardAttributes(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return None
 
+    # SdpaBackwardAttributes
+    def DiagonalBottomRight(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # SdpaBackwardAttributes
+    def LeftBound(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
+    # SdpaBackwardAttributes
+    def RightBound(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return None
+
 def SdpaBackwardAttributesStart(builder):
-    builder.StartObject(18)
+    builder.StartObject(21)
 
 def Start(builder):
     SdpaBackwardAttributesStart(builder)
@@ -267,6 +288,24 @@ def SdpaBackwardAttributesAddORaggedOffset(builder, oRaggedOffset):
 
 def AddORaggedOffset(builder, oRaggedOffset):
     SdpaBackwardAttributesAddORaggedOffset(builder, oRaggedOffset)
+
+def SdpaBackwardAttributesAddDiagonalBottomRight(builder, diagonalBottomRight):
+    builder.PrependBoolSlot(18, diagonalBottomRight, 0)
+
+def AddDiagonalBottomRight(builder, diagonalBottomRight):
+    SdpaBackwardAttributesAddDiagonalBottomRight(builder, diagonalBottomRight)
+
+def SdpaBackwardAttributesAddLeftBound(builder, leftBound):
+    builder.PrependInt64Slot(19, leftBound, None)
+
+def AddLeftBound(builder, leftBound):
+    SdpaBackwardAttributesAddLeftBound(builder, leftBound)
+
+def SdpaBackwardAttributesAddRightBound(builder, rightBound):
+    builder.PrependInt64Slot(20, rightBound, None)
+
+def AddRightBound(builder, rightBound):
+    SdpaBackwardAttributesAddRightBound(builder, rightBound)
 
 def SdpaBackwardAttributesEnd(builder):
     return builder.EndObject()

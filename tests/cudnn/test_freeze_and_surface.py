@@ -155,7 +155,7 @@ def test_deserialize_cudnn_json_runs_by_uid(graph):
     [
         lambda g, t: g.sdpa(t, t, t, dropout=(0.1, 1, 2)),
         lambda g, t: g.sdpa(t, t, t, use_alibi_mask=True),
-        lambda g, t: g.sdpa_backward(t, t, t, t, t, t, sliding_window_length=4),
+        lambda g, t: g.sdpa_backward(t, t, t, t, t, t, use_alibi_mask=True),
         lambda g, t: g.conv_fprop(t, t, convolution_mode=cudnn.convolution_mode.CONVOLUTION),
         lambda g, t: g.matmul(t, t, padding=1.0),
         lambda g, t: g.batchnorm(t, t, t, None, None, 1e-5, 0.1, peer_stats=[t]),

@@ -177,14 +177,16 @@ def attention_block() -> sigdnn.Graph:
 
 
 def varlen_attention() -> sigdnn.Graph:
-    """sdpa forward and backward with padding masks and every ragged offset (THD q, k, v, o)."""
+    """sdpa forward and backward with padding masks, every ragged offset (THD q, k, v, o) and a bottom-right
+    sliding window (the band's fields)."""
     g = sigdnn.Graph("varlen", io_dtype="float32", intermediate_dtype="float32")
     dims, strides = (2, 2, 3, 4), (24, 4, 8, 1)
     q, k, v = (g.tensor(n, dims, strides=strides) for n in ("q", "k", "v"))
     lengths = {"seq_len_q": g.tensor("lq", (2,), dtype="int32"), "seq_len_kv": g.tensor("lkv", (2,), dtype="int64")}
     offsets = {p: g.tensor(f"{p}_off", (3, 1, 1, 1), dtype="int32") for p in "qkvo"}
-    o, stats = g.sdpa(q, k, v, 0.5, None, True, True, **lengths, ragged_offsets=offsets)
-    dq, _, _ = g.sdpa_backward(q, k, v, o, o, stats, 0.5, None, True, **lengths, ragged_offsets=offsets)
+    band = {"diagonal_bottom_right": True, "left_bound": 2}
+    o, stats = g.sdpa(q, k, v, 0.5, None, True, True, **lengths, ragged_offsets=offsets, **band)
+    dq, _, _ = g.sdpa_backward(q, k, v, o, o, stats, 0.5, None, True, **lengths, ragged_offsets=offsets, **band)
     dq.set_output(True).set_name("dq")
     return g
 

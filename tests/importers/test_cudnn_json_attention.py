@@ -13,19 +13,19 @@ from sigdnn.importers import cudnn_json
 SQ, SKV = 4, 6
 
 
-def attention_graph(scale=1.0, causal=False, stats=True, bias=False, skv=SKV, backward=False) -> sigdnn.Graph:
-    """q (uid 1), k (2), v (3), bias (4), dO (20)."""
+def attention_graph(scale=1.0, causal=False, stats=True, bias=False, skv=SKV, backward=False, **band) -> sigdnn.Graph:
+    """q (uid 1), k (2), v (3), bias (4), dO (20); ``band``: Graph.sdpa's band keywords."""
     g = sigdnn.Graph("g", io_dtype="float32", intermediate_dtype="float32", compute_dtype="float32")
     q = g.tensor("q", (1, 2, SQ, 8), uid=1)
     k, v = g.tensor("k", (1, 2, skv, 8), uid=2), g.tensor("v", (1, 2, skv, 8), uid=3)
     b = g.tensor("bias", (1, 1, SQ, skv), uid=4) if bias else None
-    o, st = g.sdpa(q, k, v, scale, b, causal, stats, name="attn")
+    o, st = g.sdpa(q, k, v, scale, b, causal, stats, name="attn", **band)
     o.set_output(True).set_name("o")
     if st is not None:
         st.set_output(True).set_name("stats")
     if backward:
         d_o = g.tensor("do", (1, 2, SQ, 8), uid=20)
-        for t, n in zip(g.sdpa_backward(q, k, v, o, d_o, st, scale, b, causal, name="bwd"), ("dq", "dk", "dv")):
+        for t, n in zip(g.sdpa_backward(q, k, v, o, d_o, st, scale, b, causal, name="bwd", **band), ("dq", "dk", "dv")):
             t.set_output(True).set_name(n)
     return g
 
@@ -55,9 +55,8 @@ def test_without_a_scale_it_is_one_and_without_a_right_bound_there_is_no_mask() 
 
 @pytest.mark.parametrize("alignment", ["TOP_LEFT", "BOTTOM_RIGHT"])
 def test_a_value_scale_and_the_causal_band(alignment: str) -> None:
-    """right_bound 0 is the causal mask; bottom-right is top-left where Sq == Skv."""
-    skv = SQ if alignment == "BOTTOM_RIGHT" else SKV
-    g = attention_graph(0.5, causal=True, skv=skv, backward=True)
+    """right_bound 0 is the causal mask, aligned as the JSON says."""
+    g = attention_graph(0.5, causal=True, backward=True, diagonal_bottom_right=alignment == "BOTTOM_RIGHT")
     attrs = dict(attn_scale_value=hex_float(0.5), right_bound=0, diagonal_alignment=alignment)
     hints = dict(max_total_seq_len_q=None, max_total_seq_len_kv=None)
     imports_as(g, [forward(g, generate_stats=True, **attrs, **hints), backward(g, **attrs, **hints)])
@@ -81,13 +80,27 @@ def test_a_tensor_scale_is_read() -> None:
     imports_as(g, [node("SDPA", "attn", {"Q": 1, "K": 2, "V": 3, "Attn_scale": 9}, {"O": uid["o"]})])
 
 
+@pytest.mark.parametrize(
+    ("attrs", "band"),
+    [
+        (dict(left_bound=3, right_bound=0), dict(causal=True, left_bound=3)),
+        (dict(right_bound=2), dict(right_bound=2)),
+        (
+            dict(left_bound=2, right_bound=-1, diagonal_alignment="BOTTOM_RIGHT"),
+            dict(left_bound=2, right_bound=-1, diagonal_bottom_right=True),
+        ),
+    ],
+    ids=["sliding_window", "right_bound", "bottom_right_band"],
+)
+def test_a_diagonal_band_imports_as_sdpas_band(attrs: dict, band: dict) -> None:
+    g = attention_graph(1.0, backward=True, **band)
+    imports_as(g, [forward(g, **attrs), backward(g, **attrs)])
+
+
 REFUSED = [
     (dict(alibi_mask=True), "alibi_mask is not supported"),
     (dict(dropout_probability=hex_float(0.125)), "dropout is not supported"),
-    (dict(left_bound=3), r"a sliding window \(left_bound\) is not supported"),
-    (dict(right_bound=2), r"right_bound 2: only the causal band \(0\) is supported"),
     (dict(diagonal_alignment="MIDDLE"), "unknown diagonal_alignment 'MIDDLE'"),
-    (dict(right_bound=0, diagonal_alignment="BOTTOM_RIGHT"), "a bottom-right causal mask with Sq != Skv"),
     (dict(max_seq_len_kv=64), r"max_seq_len_kv \(paged attention\) is not supported"),
 ]
 

@@ -401,8 +401,8 @@ def test_sdpa_features_sigdnn_lacks_are_refused_by_name() -> None:
         hipdnn.load(graph_buffer(g, [("attn", None, "Sdpa", {**base, 30: ("bool", True)})]))
     with pytest.raises(GraphError, match="dropout_probability"):
         hipdnn.load(graph_buffer(g, [("attn", None, "Sdpa", {**base, 33: ("f32", 0.1)})]))
-    with pytest.raises(GraphError, match="sliding window"):
-        hipdnn.load(graph_buffer(g, [("attn", None, "Sdpa", {**base, 35: ("long", 2)})]))
+    with pytest.raises(GraphError, match="left_bound 0; a window holds at least"):
+        hipdnn.load(graph_buffer(g, [("attn", None, "Sdpa", {**base, 35: ("long", 0)})]))
 
 
 def test_imported_graph_runs_and_is_detected_by_content(tmp_path) -> None:

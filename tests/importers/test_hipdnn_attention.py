@@ -19,19 +19,20 @@ FWD = {"causal": 31, "bottom_right": 32, "value": 34, "left": 35, "right": 36, "
 BWD = {"causal": 21, "bottom_right": 22, "value": 24, "left": 25, "right": 26, "align": 27, "scale": 9}
 
 
-def attention_graph(scale=1.0, causal=False, stats=True, bias=False, skv=SKV) -> sigdnn.Graph:
+def attention_graph(scale=1.0, causal=False, stats=True, bias=False, skv=SKV, **band) -> sigdnn.Graph:
     g = sigdnn.Graph("g", io_dtype="float32", intermediate_dtype="float32", compute_dtype="float32")
     q = g.tensor("q", (1, 2, SQ, 8), uid=1)
     k, v = g.tensor("k", (1, 2, skv, 8), uid=2), g.tensor("v", (1, 2, skv, 8), uid=3)
     b = g.tensor("bias", (1, 1, SQ, skv), uid=4) if bias else None
     if not isinstance(scale, float):
         scale = g.scalar("scale", scale[0], "float32", uid=9)
-    o, st = g.sdpa(q, k, v, scale, b, causal, stats, name="attn")
+    o, st = g.sdpa(q, k, v, scale, b, causal, stats, name="attn", **band)
     o.set_output(True).set_name("o")
     if st is not None:
         st.set_output(True).set_name("stats")
         d_o = g.tensor("do", (1, 2, SQ, 8), uid=20)
-        for t, n in zip(g.sdpa_backward(q, k, v, o, d_o, st, scale, b, causal, name="bwd"), ("dq", "dk", "dv")):
+        grads = g.sdpa_backward(q, k, v, o, d_o, st, scale, b, causal, name="bwd", **band)
+        for t, n in zip(grads, ("dq", "dk", "dv")):
             t.set_output(True).set_name(n)
     return g
 
@@ -69,14 +70,29 @@ def test_without_a_scale_it_is_one_and_without_a_mask_none_is_applied() -> None:
         dict(causal=True),
         dict(right=0),  # the causal band, top-left
         dict(right=0, align=0),
-        dict(bottom_right=True),  # Sq == Skv: bottom-right is top-left
+        dict(bottom_right=True),
         dict(right=0, align=1),
+        dict(bottom_right=True, right=0),
     ],
     ids=str,
 )
 def test_every_spelling_of_the_causal_mask(options: dict) -> None:
-    skv = SQ if options.get("bottom_right") or options.get("align") == 1 else SKV
-    g = attention_graph(0.5, causal=True, skv=skv)
+    bottom_right = bool(options.get("bottom_right")) or options.get("align") == 1
+    g = attention_graph(0.5, causal=True, diagonal_bottom_right=bottom_right)
+    imports_as(g, fields(FWD, value=0.5, **options), fields(BWD, value=0.5, **options))
+
+
+@pytest.mark.parametrize(
+    ("options", "band"),
+    [
+        (dict(causal=True, left=2), dict(causal=True, left_bound=2)),  # a sliding window
+        (dict(right=3), dict(right_bound=3)),
+        (dict(left=4, right=-1, align=1), dict(left_bound=4, right_bound=-1, diagonal_bottom_right=True)),
+    ],
+    ids=["sliding_window", "right_bound", "bottom_right_band"],
+)
+def test_a_diagonal_band_imports_as_sdpas_band(options: dict, band: dict) -> None:
+    g = attention_graph(0.5, **band)
     imports_as(g, fields(FWD, value=0.5, **options), fields(BWD, value=0.5, **options))
 
 
@@ -88,11 +104,10 @@ def test_a_tensor_scale_bias_and_stats() -> None:
 
 
 REFUSED = [
-    (dict(left=2), r"a sliding window \(left_bound\) is not supported"),
-    (dict(right=3), r"right_bound 3: only the causal band \(0\) is supported"),
     (dict(align=2), "unknown diagonal_alignment 2"),
-    (dict(bottom_right=True), r"a bottom-right causal mask with Sq != Skv is not supported"),
-    (dict(right=0, align=1), r"a bottom-right causal mask with Sq != Skv is not supported"),
+    (dict(causal=True, align=1), "causal_mask is top-left aligned, but the band is set bottom-right"),
+    (dict(causal=True, bottom_right=True), "causal_mask is top-left aligned, but the band is set bottom-right"),
+    (dict(bottom_right=True, right=2), "a causal mask and right_bound 2 both given"),
     (dict(scale=9, value=0.25), "give the attention scale as a tensor or a value, not both"),
 ]
 

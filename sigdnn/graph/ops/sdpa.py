@@ -3,7 +3,9 @@
 q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv] with Hq a multiple
 of Hkv (grouped-query heads share k and v; Hkv = 1 is multi-query); bias
 broadcasts to [B, Hq, Sq, Skv]; the causal mask keeps key j for query i
-when j <= i (top-left aligned). o is [B, Hq, Sq, Dv]; stats [B, Hq, Sq, 1]
+when j <= i, and the diagonal band (``Band``: cuDNN's left and right
+bounds, top-left or bottom-right aligned) narrows that further. o is
+[B, Hq, Sq, Dv]; stats [B, Hq, Sq, 1]
 (float32 unless set, the logsumexp of each score row) is written exactly
 when ``generate_stats`` is set. attn_scale is an attribute value (cuDNN
 also takes a scalar tensor; the builder method reads its value).
@@ -78,6 +80,70 @@ VARLEN_PORTS = (
 VARLEN_FIELDS = tuple((p, "uid?") for p in VARLEN_PORTS)
 RAGGED_LENGTHS = {"q": "seq_len_q", "o": "seq_len_q", "k": "seq_len_kv", "v": "seq_len_kv"}
 BLOCK_SCORES = 1 << 18  # the reference's float64 scores per block (math/sdpa.py): 2 MiB, stays in L2
+BOUND_LIMIT = 1 << 31  # a band's bounds lie strictly inside +-2^31 (cuDNN's int32 and the kernels')
+BAND_FIELDS = (("diagonal_bottom_right", "bool"), ("left_bound", "i64?"), ("right_bound", "i64?"))
+
+
+@attrs.frozen
+class Band:
+    """The keys each query row may see, beyond padding: the diagonal band (docs/ops.md, sdpa's masks).
+
+    With a = 0 (top-left alignment) or a = Skv_b - Sq_b (bottom-right: the
+    last query row faces the last key of its sequence, as in decoding with a
+    key cache), key j is visible to row i when i + a - left < j (a left
+    bound: the window's length) and j <= i + a + right (a right bound). The
+    causal mask is the right bound 0 (``with_causal``). Padding is applied
+    besides: keys past seq_len_kv are hidden, rows past seq_len_q see none.
+    """
+
+    bottom_right: bool = False
+    left: int | None = None
+    right: int | None = None
+
+    @classmethod
+    def of(cls, op: Any) -> Band:
+        """An sdpa / sdpa_backward node's band, its causal mask included."""
+        return cls(op.diagonal_bottom_right, op.left_bound, op.right_bound).with_causal(op.use_causal_mask)
+
+    def with_causal(self, causal: bool) -> Band:
+        """This band and the causal mask (the right bound 0) both applied."""
+        if not causal:
+            return self
+        return attrs.evolve(self, right=0 if self.right is None else min(self.right, 0))
+
+    @property
+    def masks(self) -> bool:
+        """Whether it hides any key (an alignment alone hides none)."""
+        return self.left is not None or self.right is not None
+
+    def visible(
+        self, rows: np.ndarray, sq: int, skv: int, seq_len_q: np.ndarray | None, seq_len_kv: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high), int64 [B, R] (B: the lengths' batch, else 1): key j is visible to row rows[r] of batch b
+        when low[b, r] <= j < high[b, r]; padding applied (a padding row's range is empty)."""
+        lq = np.full(1, sq, np.int64) if seq_len_q is None else np.asarray(seq_len_q, np.int64)
+        lkv = np.full(1, skv, np.int64) if seq_len_kv is None else np.asarray(seq_len_kv, np.int64)
+        lq, lkv = np.broadcast_arrays(lq, lkv)
+        shape = (lq.shape[0], rows.shape[0])
+        diagonal = np.broadcast_to(rows[None, :] + ((lkv - lq)[:, None] if self.bottom_right else 0), shape)
+        high = np.broadcast_to(lkv[:, None], shape).astype(np.int64)
+        low = np.zeros(shape, np.int64)
+        if self.right is not None:
+            high = np.minimum(high, diagonal + self.right + 1)
+        if self.left is not None:
+            low = np.maximum(low, diagonal - self.left + 1)
+        high = np.where(rows[None, :] < lq[:, None], np.maximum(high, 0), 0)
+        return np.clip(low, 0, None), high
+
+
+def check_band(where: str, op: Any) -> None:
+    """A left bound of at least 1 (a window holds its diagonal's key) and bounds inside +-2^31."""
+    for name in ("left_bound", "right_bound"):
+        value = getattr(op, name)
+        if value is not None and not -BOUND_LIMIT < value < BOUND_LIMIT:
+            raise GraphError(f"{where}: {name} {value} is outside (-2^31, 2^31)")
+    if op.left_bound is not None and op.left_bound < 1:
+        raise GraphError(f"{where}: left_bound {op.left_bound}; a window holds at least its diagonal's key (>= 1)")
 
 
 def block_scores(skv: int) -> int:
@@ -115,8 +181,14 @@ class Sdpa(Op):
         ("use_causal_mask", "bool"),
         ("generate_stats", "bool"),
         *VARLEN_FIELDS,
+        *BAND_FIELDS,
     )
-    key_attributes: ClassVar[tuple[str, ...]] = ("use_causal_mask",)
+    key_attributes: ClassVar[tuple[str, ...]] = (
+        "use_causal_mask",
+        "diagonal_bottom_right",
+        "left_bound",
+        "right_bound",
+    )
 
     q: int
     k: int
@@ -133,6 +205,9 @@ class Sdpa(Op):
     k_ragged_offset: int | None = None
     v_ragged_offset: int | None = None
     o_ragged_offset: int | None = None
+    diagonal_bottom_right: bool = False
+    left_bound: int | None = None
+    right_bound: int | None = None
 
     probability_weighted: ClassVar[Mapping[str, str]] = {"o": "v"}
     score_operands: ClassVar[tuple[str, ...]] = ("q", "k")
@@ -160,6 +235,7 @@ class Sdpa(Op):
     def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
         where = f"sdpa '{outputs['o'].name}'"
         require_float(where, {p: t for p, t in {**inputs, **outputs}.items() if p not in VARLEN_PORTS})
+        check_band(where, self)
         ragged.check_varlen(where, inputs, {**inputs, **outputs}, RAGGED_LENGTHS)
         ragged.check_constant_places(where, {**inputs, **outputs}, outputs, RAGGED_LENGTHS)
 

@@ -22,11 +22,13 @@ from sigdnn.graph.limits import Limits
 from sigdnn.graph.ops import ragged
 from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.sdpa import (
+    BAND_FIELDS,
     RAGGED_LENGTHS,
     VARLEN_FIELDS,
     VARLEN_PORTS,
     attention_dims,
     block_scores,
+    check_band,
     varlen_copy_bytes,
     varlen_traits,
 )
@@ -58,8 +60,14 @@ class SdpaBackward(Op):
         ("attn_scale", "f64"),
         ("use_causal_mask", "bool"),
         *VARLEN_FIELDS,
+        *BAND_FIELDS,
     )
-    key_attributes: ClassVar[tuple[str, ...]] = ("use_causal_mask",)
+    key_attributes: ClassVar[tuple[str, ...]] = (
+        "use_causal_mask",
+        "diagonal_bottom_right",
+        "left_bound",
+        "right_bound",
+    )
     # p (for dv) and ds (for dq and dk) go to the tensor cores in q's dtype on flash-attention kernels.
     rounded_operands: ClassVar[Mapping[str, str]] = {"dq": "q", "dk": "q", "dv": "q"}
     score_operands: ClassVar[tuple[str, ...]] = ("q", "k")
@@ -82,6 +90,9 @@ class SdpaBackward(Op):
     k_ragged_offset: int | None = None
     v_ragged_offset: int | None = None
     o_ragged_offset: int | None = None
+    diagonal_bottom_right: bool = False
+    left_bound: int | None = None
+    right_bound: int | None = None
 
     def reduction_length(self, tensors: Mapping[str, Tensor], port: str) -> int:
         """dq sums over keys; dk and dv over the query rows of every head sharing them."""
@@ -111,6 +122,7 @@ class SdpaBackward(Op):
     def check(self, inputs: Mapping[str, Tensor], outputs: Mapping[str, Tensor]) -> None:
         where = f"sdpa_backward '{outputs['dq'].name}'"
         require_float(where, {p: t for p, t in {**inputs, **outputs}.items() if p not in VARLEN_PORTS})
+        check_band(where, self)
         placed = {"q": inputs["q"], "k": inputs["k"], "v": inputs["v"], "o": inputs["o"]}
         ragged.check_varlen(where, inputs, placed, RAGGED_LENGTHS)
         ragged.check_constant_places(where, {**inputs, **outputs}, outputs, RAGGED_LENGTHS)

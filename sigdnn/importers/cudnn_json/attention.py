@@ -1,5 +1,7 @@
 """SDPA and SDPA_BWD nodes -> sigdnn sdpa / sdpa_backward.
 
+The diagonal band (``left_bound``, ``right_bound``, ``diagonal_alignment``)
+becomes sdpa's band fields, a right bound 0 alone its causal mask.
 Variable lengths: ``padding_mask`` with the SEQ_LEN_Q / SEQ_LEN_KV inputs,
 and the tensors' ``ragged_offset_uid`` for Q, K, V, O become sigdnn's
 padding and ragged offset ports (the max_total_seq_len hints size cuDNN's
@@ -9,12 +11,14 @@ tensor's offsets, as sigdnn places dQ, dK, dV and dO by Q, K, V and O's.
 
 from __future__ import annotations
 
-from sigdnn.importers.common import varlen_ports
+from typing import Any
+
+from sigdnn.importers.common import band_fields, varlen_ports
 from sigdnn.importers.cudnn_json.json_values import R
 from sigdnn.importers.cudnn_json.mapping import NodeMapping, maps
 
 
-def _attention(m: NodeMapping, q: int, k: int) -> tuple[float, bool]:
+def _attention(m: NodeMapping) -> tuple[float, dict[str, Any]]:
     scale_value = m.real("attn_scale_value")
     scale_tensor = m.scalar("Attn_scale", False)
     if scale_value is not None and scale_tensor is not None:
@@ -26,19 +30,15 @@ def _attention(m: NodeMapping, q: int, k: int) -> tuple[float, bool]:
         raise m.refuse("dropout is not supported")
     left, right = m.attr("left_bound"), m.attr("right_bound")
     align = m.attr("diagonal_alignment", "TOP_LEFT")
-    if left is not None:
-        raise m.refuse("a sliding window (left_bound) is not supported")
-    if right is not None and R.int_(right, f"{m.where} right_bound") != 0:
-        raise m.refuse(f"right_bound {right}: only the causal band (0) is supported")
     if align not in ("TOP_LEFT", "BOTTOM_RIGHT"):
         raise m.refuse(f"unknown diagonal_alignment {align!r}")
-    if right is not None and align == "BOTTOM_RIGHT" and m.tensor(q).dims[2] != m.tensor(k).dims[2]:
-        raise m.refuse("a bottom-right causal mask with Sq != Skv is not supported (sigdnn's is top-left)")
+    left = None if left is None else R.int_(left, f"{m.where} left_bound")
+    right = None if right is None else R.int_(right, f"{m.where} right_bound")
     if m.attr("max_seq_len_kv") is not None:
         raise m.refuse("max_seq_len_kv (paged attention) is not supported")
     for hint in ("max_total_seq_len_q", "max_total_seq_len_kv"):
         m.attr(hint)
-    return float(scale), right is not None
+    return float(scale), band_fields(align == "BOTTOM_RIGHT", left, right)
 
 
 def _varlen(m: NodeMapping, placed: dict[str, int | None], gradients: dict[str, tuple[str, int | None]]) -> dict:
@@ -54,7 +54,7 @@ def _varlen(m: NodeMapping, placed: dict[str, int | None], gradients: dict[str, 
 @maps("SDPA")
 def _sdpa(m: NodeMapping) -> None:
     q, k = m.input("Q"), m.input("K")
-    scale, causal = _attention(m, q, k)  # type: ignore[arg-type]
+    scale, band = _attention(m)
     stats = m.output("Stats", False)
     generate = m.attr("generate_stats")
     if generate is not None and R.boolean(generate, f"{m.where} generate_stats") != (stats is not None):
@@ -75,7 +75,7 @@ def _sdpa(m: NodeMapping) -> None:
         bias=m.input("Bias", False),
         stats=stats,
         attn_scale=scale,
-        use_causal_mask=causal,
+        **band,
         generate_stats=stats is not None,
     )
 
@@ -83,7 +83,7 @@ def _sdpa(m: NodeMapping) -> None:
 @maps("SDPA_BWD")
 def _sdpa_backward(m: NodeMapping) -> None:
     q, k = m.input("Q"), m.input("K")
-    scale, causal = _attention(m, q, k)  # type: ignore[arg-type]
+    scale, band = _attention(m)
     m.attr("is_deterministic_algorithm")  # the reference is deterministic whatever is asked
     v, o, d_o = m.input("V"), m.input("O"), m.input("dO")
     dq, dk, dv = m.output("dQ"), m.output("dK"), m.output("dV")
@@ -102,5 +102,5 @@ def _sdpa_backward(m: NodeMapping) -> None:
         dv=dv,
         bias=m.input("Bias", False),
         attn_scale=scale,
-        use_causal_mask=causal,
+        **band,
     )

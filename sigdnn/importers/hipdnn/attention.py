@@ -1,6 +1,8 @@
 """hipDNN SdpaAttributes and SdpaBackwardAttributes -> sigdnn sdpa / sdpa_backward.
 
-Variable lengths: ``padding_mask`` with ``seq_len_q`` / ``seq_len_kv``, and
+The diagonal band (``causal_mask``, ``causal_mask_bottom_right``,
+``left_bound``, ``right_bound``, ``diagonal_alignment``) becomes sdpa's band
+fields. Variable lengths: ``padding_mask`` with ``seq_len_q`` / ``seq_len_kv``, and
 the ragged offsets hipDNN keeps on the tensors (``ragged_offset_tensor_uid``)
 become sigdnn's padding ports and q / k / v / o ragged offset ports; a
 gradient must share its forward tensor's offsets (sigdnn places dq, dk, dv
@@ -9,12 +11,15 @@ and d_o by q, k, v and o's).
 
 from __future__ import annotations
 
-from sigdnn.importers.common import varlen_ports
+from typing import Any
+
+from sigdnn.importers.common import band_fields, varlen_ports
 from sigdnn.importers.hipdnn.mapping import NodeMapping, maps
 
 
-def _attention_options(m: NodeMapping, q: int, k: int) -> tuple[float, bool]:
-    """attn_scale (a value, or a pass-by-value tensor) and whether the causal mask is on."""
+def _attention_options(m: NodeMapping) -> tuple[float, dict[str, Any]]:
+    """attn_scale (a value, or a pass-by-value tensor) and the diagonal band: the causal flags are a right bound 0
+    aligned top-left / bottom-right, else the bounds with their alignment (0 top-left, 1 bottom-right)."""
     scale_uid, scale_value = m.get("scale", "attn_scale_value")
     if scale_uid is not None and scale_value is not None:
         raise m.refuse("give the attention scale as a tensor or a value, not both")
@@ -22,16 +27,15 @@ def _attention_options(m: NodeMapping, q: int, k: int) -> tuple[float, bool]:
     causal, bottom_right, left, right, align = m.get(
         "causal_mask", "causal_mask_bottom_right", "left_bound", "right_bound", "diagonal_alignment"
     )
-    if left is not None:
-        raise m.refuse("a sliding window (left_bound) is not supported")
-    if right is not None and right != 0:
-        raise m.refuse(f"right_bound {right}: only the causal band (0) is supported")
-    bottom_right = bottom_right or (right == 0 and align == 1)
     if align not in (0, 1):
         raise m.refuse(f"unknown diagonal_alignment {align}")
-    if bottom_right and m.dims(q)[2] != m.dims(k)[2]:
-        raise m.refuse("a bottom-right causal mask with Sq != Skv is not supported (sigdnn's is top-left)")
-    return scale, bool(causal or bottom_right or right == 0)
+    if causal and (bottom_right or align == 1):
+        raise m.refuse("causal_mask is top-left aligned, but the band is set bottom-right")
+    if (causal or bottom_right) and right is not None and right != 0:
+        raise m.refuse(f"a causal mask and right_bound {right} both given")
+    if causal or bottom_right:
+        right = 0
+    return scale, band_fields(bool(bottom_right) or align == 1, left, right)
 
 
 def _varlen(
@@ -51,7 +55,7 @@ def _sdpa(m: NodeMapping) -> None:
         raise m.refuse("mma_core_mode (fp8 attention) is not supported")
     if generate is not None and bool(generate) != (stats is not None):
         raise m.refuse("generate_stats disagrees with the presence of the stats tensor")
-    scale, causal = _attention_options(m, q, k)
+    scale, band = _attention_options(m)
     varlen = _varlen(m, {"q": q, "k": k, "v": v, "o": o}, {})
     m.add(
         "sdpa",
@@ -63,7 +67,7 @@ def _sdpa(m: NodeMapping) -> None:
         bias=bias,
         stats=stats,
         attn_scale=scale,
-        use_causal_mask=causal,
+        **band,
         generate_stats=stats is not None,
     )
 
@@ -72,7 +76,7 @@ def _sdpa(m: NodeMapping) -> None:
 def _sdpa_backward(m: NodeMapping) -> None:
     names = ("q", "k", "v", "o", "do", "stats", "dq", "dk", "dv", "attn_mask")
     q, k, v, o, d_o, stats, dq, dk, dv, bias = m.get(*names)
-    scale, causal = _attention_options(m, q, k)
+    scale, band = _attention_options(m)
     gradients = {"dq": ("q", dq), "dk": ("k", dk), "dv": ("v", dv), "do": ("o", d_o)}
     varlen = _varlen(m, {"q": q, "k": k, "v": v, "o": o}, gradients)
     m.add(
@@ -89,5 +93,5 @@ def _sdpa_backward(m: NodeMapping) -> None:
         dv=dv,
         bias=bias,
         attn_scale=scale,
-        use_causal_mask=causal,
+        **band,
     )

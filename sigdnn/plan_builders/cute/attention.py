@@ -12,6 +12,7 @@ from sigdnn.graph.node import Node
 from sigdnn.graph.ops.sdpa import VARLEN_PORTS
 from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.sdpa_layout import IO_DTYPES
+from sigdnn.plan_builders.declines import band_beyond_causal
 from sigdnn.plan_builders.gpu_properties import require_hopper
 from sigdnn.registry.contracts import PlanBuilder
 from sigdnn.runtime.device import Device
@@ -51,6 +52,11 @@ class CuteAttentionBuilder(PlanBuilder):
         if varlen:
             raise NotSupported(
                 f"{where}: variable-length attention (ports {varlen}) is not supported by the CuTe kernels yet"
+            )
+        band = band_beyond_causal(node, graph)
+        if band is not None:
+            raise NotSupported(
+                f"{where}: the diagonal band ({band}) is not supported by the CuTe kernels; the top-left causal mask is"
             )
         compute = str(graph.compute_dtype_of(node))
         if compute != "float32":

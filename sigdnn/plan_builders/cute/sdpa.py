@@ -31,6 +31,7 @@ from sigdnn.plan_builders.cute.sdpa_layout import (
     parse_config,
     plan_sdpa,
 )
+from sigdnn.plan_builders.declines import causal_mask
 from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties
 from sigdnn.registry.contracts import BuildContext, NodePlan
 from sigdnn.registry.engine_ids import IN_TREE
@@ -83,7 +84,7 @@ class CuteSdpaBuilder(CuteAttentionBuilder):
 
         stats = view(op.stats) if op.generate_stats and op.stats is not None else None
         try:
-            return plan_sdpa(view(op.q), view(op.k), view(op.v), view(op.o), stats, op.attn_scale, op.use_causal_mask)
+            return plan_sdpa(view(op.q), view(op.k), view(op.v), view(op.o), stats, op.attn_scale, causal_mask(op))
         except ValueError as exc:
             raise NotSupported(f"{where}: {exc}") from None
 

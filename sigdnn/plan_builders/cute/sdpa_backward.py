@@ -24,6 +24,7 @@ from sigdnn.graph.ops.sdpa_backward import SdpaBackward
 from sigdnn.plan_builders.cute.attention import CuteAttentionBuilder
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
 from sigdnn.plan_builders.cute.sdpa_backward_layout import BwdProblem, BwdSpec, plan_sdpa_backward
+from sigdnn.plan_builders.declines import causal_mask
 from sigdnn.registry.contracts import BuildContext, NodePlan
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import ExecutionContext
@@ -62,7 +63,7 @@ class CuteSdpaBackwardBuilder(CuteAttentionBuilder):
             t = graph.tensors[getattr(op, port)]
             tensors[port] = (t.dims, t.strides, str(graph.dtype_of(t)))
         try:
-            return plan_sdpa_backward(tensors, op.attn_scale, op.use_causal_mask)
+            return plan_sdpa_backward(tensors, op.attn_scale, causal_mask(op))
         except ValueError as exc:
             raise NotSupported(f"{where}: {exc}") from None
 

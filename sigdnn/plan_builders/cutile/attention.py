@@ -36,6 +36,7 @@ from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.source import KernelSource, literal
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.plan_builders.cutile.tiling import cdiv, pow2
+from sigdnn.plan_builders.declines import band_beyond_causal, causal_mask
 from sigdnn.registry.engine_ids import IN_TREE
 
 TILE_ROWS = 64  # TM: query rows a block owns
@@ -65,6 +66,9 @@ def shape_of(builder: str, node: Node, graph: Graph) -> tuple[int, int, int, int
     op = node.op
     if op.bias is not None:
         raise ValueError(f"{builder} takes no bias")
+    band = band_beyond_causal(node, graph)
+    if band is not None:
+        raise ValueError(f"{builder} takes no diagonal band ({band}) but the top-left causal mask")
     for port in sorted(INDEX_PORTS):
         uid = getattr(op, port)
         t = graph.tensors[uid] if uid is not None else None
@@ -166,7 +170,7 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
         constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
         lengths, has_lengths = length_args(node, graph)
         has_stats = op.stats is not None
-        flags = (op.use_causal_mask, has_stats, narrow_p, has_lengths, wide(graph, op.q, op.k))
+        flags = (causal_mask(op), has_stats, narrow_p, has_lengths, wide(graph, op.q, op.k))
         tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), *flags)
         ports = ("q", "k", "v", "o", "stats" if has_stats else "o")  # o stands in for stats never written
         view, unpack, pack, workspace = port_views(node, graph, ports, FORWARD_PLACEMENT, frozenset({"o"}))
@@ -194,7 +198,7 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
         view, unpack, pack, workspace = port_views(node, graph, reads + grads, BACKWARD_PLACEMENT, frozenset(grads))
         ins = (*(view[p] for p in reads), *lengths)
         widened = wide(graph, op.q, op.k, op.v, op.d_o)
-        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), op.use_causal_mask, has_lengths, widened)
+        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), causal_mask(op), has_lengths, widened)
         return [
             *unpack,
             Launch(kernel_source("attention_dq"), (cdiv(sq, TILE_ROWS), batch * heads, 1), (*ins, view["dq"]),

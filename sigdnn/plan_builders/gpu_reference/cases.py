@@ -189,6 +189,16 @@ def _varlen(g: Graph, rng: np.random.Generator, shapes: dict[str, tuple[int, ...
     return strides, {**lengths, "ragged_offsets": offsets}
 
 
+def _band(rng: np.random.Generator) -> dict[str, object]:
+    """A diagonal band for three cases in ten: either alignment, a window of 1-4 keys and a right bound in
+    [-1, 2], each maybe absent."""
+    if rng.random() >= 0.3:
+        return {}
+    left = int(rng.integers(1, 5)) if rng.random() < 0.6 else None
+    right = int(rng.integers(-1, 3)) if rng.random() < 0.6 else None
+    return {"diagonal_bottom_right": bool(rng.random() < 0.5), "left_bound": left, "right_bound": right}
+
+
 def _attention(kind: str) -> Builder:
     def build(g: Graph, rng: np.random.Generator, size: int) -> None:
         b, hkv, groups = _extent(rng, 1, 2, size), int(rng.integers(1, 3)), int(rng.integers(1, 3))
@@ -199,6 +209,7 @@ def _attention(kind: str) -> Builder:
         q, k, v = (g.tensor(p, shapes[p], strides=strides.get(p)) for p in "qkv")
         bias = g.tensor("bias", (1, 1, sq, skv)) if rng.random() < 0.4 else None
         causal, scale = bool(rng.random() < 0.5), float(rng.uniform(0.1, 1.0))
+        varlen.update(_band(rng))
         if kind == "sdpa":
             found = g.sdpa(q, k, v, scale, bias, use_causal_mask=causal, generate_stats=True, name="sdpa", **varlen)
             if "o" in strides:

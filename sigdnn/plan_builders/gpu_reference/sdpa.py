@@ -1,8 +1,9 @@
 """GPU reference scaled dot-product attention, forward and backward: the full score matrix, no online softmax.
 
 q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv]; query head h reads
-kv head h // (Hq / Hkv). s = attn_scale * q k^T (+ bias), keys j > i masked
-to -inf under the causal mask (top-left aligned); o = softmax(s) v, a row of
+kv head h // (Hq / Hkv). s = attn_scale * q k^T (+ bias), the keys outside
+the diagonal band (graph/ops/sdpa.py's ``Band``: the causal mask, left and
+right bounds, either alignment) masked to -inf; o = softmax(s) v, a row of
 only -inf giving o = 0 and stats = -inf; stats = max + log(sum). Backward:
 p = exp(s - stats), dv = p^T do, dp = do v^T, ds = (dp - rowsum(do * o)) p
 attn_scale, dq = ds k, dk = ds^T q, dk and dv summed over the query heads
@@ -22,7 +23,7 @@ import numpy as np
 
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops.sdpa import VARLEN_PORTS
+from sigdnn.graph.ops.sdpa import VARLEN_PORTS, Band
 from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.gpu_reference.arrays import Array, row_major_index, where
 from sigdnn.plan_builders.gpu_reference.base import Formula, GpuReferenceBuilder
@@ -62,11 +63,11 @@ def shift(m: Array) -> Array:
     return where(m == -math.inf, 0.0, m)
 
 
-def sdpa(i: dict[str, Array | None], attn_scale: float, causal: bool, run: Varlen) -> tuple[Array, Array]:
+def sdpa(i: dict[str, Array | None], attn_scale: float, band: Band, run: Varlen) -> tuple[Array, Array]:
     q, k, v = (run.unpack(i, p) for p in ("q", "k", "v"))
     q, k, v = run.zero_outside(q, "seq_len_q"), run.zero_outside(k, "seq_len_kv"), run.zero_outside(v, "seq_len_kv")
     hq = q.shape[1]
-    s = scores(q, per_query_head(k, hq), i.get("bias"), attn_scale, run.hidden(q.gpu, causal, q.shape[2], k.shape[2]))
+    s = scores(q, per_query_head(k, hq), i.get("bias"), attn_scale, run.hidden(q.gpu, band, q.shape[2], k.shape[2]))
     m = s.reduce("MAX", (3,))
     p = (s - shift(m)).apply("EXP")
     total = p.reduce("SUM", (3,))
@@ -81,15 +82,13 @@ def fold_heads(grad: Array, hkv: int) -> Array:
     return grad.reshape(b, hkv, hq // hkv, s, d).reduce("SUM", (2,), keepdims=False)
 
 
-def sdpa_backward(
-    i: dict[str, Array | None], attn_scale: float, causal: bool, run: Varlen
-) -> tuple[Array, Array, Array]:
+def sdpa_backward(i: dict[str, Array | None], attn_scale: float, band: Band, run: Varlen) -> tuple[Array, Array, Array]:
     q, k, v, o, do = (run.unpack(i, p) for p in ("q", "k", "v", "o", "d_o"))
     q, o, do = (run.zero_outside(x, "seq_len_q") for x in (q, o, do))
     k, v = (run.zero_outside(x, "seq_len_kv") for x in (k, v))
     hq, hkv = q.shape[1], k.shape[1]
     k_full, v_full = per_query_head(k, hq), per_query_head(v, hq)
-    hidden = run.hidden(q.gpu, causal, q.shape[2], k.shape[2])
+    hidden = run.hidden(q.gpu, band, q.shape[2], k.shape[2])
     s = scores(q, k_full, i.get("bias"), attn_scale, hidden)
     p = (s - shift(i["stats"])).apply("EXP")
     if hidden is not None:  # whatever stats holds in a padding row
@@ -117,7 +116,7 @@ class GpuReferenceSdpa(_VarlenGpuReference):
         op = node.op
 
         def run(i: dict[str, Array | None]) -> dict[str, Array]:
-            o, stats = sdpa(i, op.attn_scale, op.use_causal_mask, Varlen(node, graph, i))
+            o, stats = sdpa(i, op.attn_scale, Band.of(op), Varlen(node, graph, i))
             return {"o": o, "stats": stats}
 
         return run
@@ -132,7 +131,7 @@ class GpuReferenceSdpaBackward(_VarlenGpuReference):
         op = node.op
 
         def run(i: dict[str, Array | None]) -> dict[str, Array]:
-            dq, dk, dv = sdpa_backward(i, op.attn_scale, op.use_causal_mask, Varlen(node, graph, i))
+            dq, dk, dv = sdpa_backward(i, op.attn_scale, Band.of(op), Varlen(node, graph, i))
             return {"dq": dq, "dk": dk, "dv": dv}
 
         return run

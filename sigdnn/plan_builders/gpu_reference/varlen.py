@@ -18,7 +18,7 @@ import numpy as np
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops import ragged
-from sigdnn.graph.ops.sdpa import VARLEN_PORTS
+from sigdnn.graph.ops.sdpa import VARLEN_PORTS, Band
 from sigdnn.plan_builders.gpu_reference.arrays import Array, offsets, where
 from sigdnn.plan_builders.gpu_reference.backend import Gpu
 
@@ -31,20 +31,15 @@ class Varlen:
         self.lengths, self.places = ragged.layout(f"node '{node.name}'", node.op, graph.tensors, read_back)
         self.batch = graph.tensors[node.op.q].dims[0]
 
-    def hidden(self, gpu: Gpu, causal: bool, sq: int, skv: int) -> Array | None:
-        """[B, 1, Sq, Skv]: 1 where a score is masked to -inf (causal, padding keys, padding rows); None: none is."""
+    def hidden(self, gpu: Gpu, band: Band, sq: int, skv: int) -> Array | None:
+        """[B, 1, Sq, Skv]: 1 where a score is masked to -inf (the band, padding keys, padding rows); None: none is."""
         lq, lkv = self.lengths["seq_len_q"], self.lengths["seq_len_kv"]
-        if not causal and lq is None and lkv is None:
+        if not band.masks and lq is None and lkv is None:
             return None
-        rows = np.arange(sq)[None, :]
-        limit = np.full((self.batch, sq), skv, dtype=np.int64)
-        if causal:
-            limit = np.minimum(limit, rows + 1)
-        if lkv is not None:
-            limit = np.minimum(limit, lkv[:, None])
-        if lq is not None:
-            limit = np.where(rows < lq[:, None], limit, 0)
-        hidden = np.arange(skv)[None, None, None, :] >= limit[:, None, :, None]
+        low, high = band.visible(np.arange(sq), sq, skv, lq, lkv)
+        j = np.arange(skv)[None, None, None, :]
+        hidden = (j < low[:, None, :, None]) | (j >= high[:, None, :, None])
+        hidden = np.broadcast_to(hidden, (self.batch, 1, sq, skv))
         return Array.from_host(gpu, hidden.astype(np.float64))
 
     def zero_outside(self, x: Array, port: str) -> Array:

@@ -15,7 +15,7 @@ import numpy as np
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops import ragged
-from sigdnn.graph.ops.sdpa import VARLEN_PORTS, Sdpa
+from sigdnn.graph.ops.sdpa import VARLEN_PORTS, Band, Sdpa
 from sigdnn.graph.ops.sdpa_backward import SdpaBackward
 from sigdnn.plan_builders.declines import decline_non_float
 from sigdnn.plan_builders.reference import math
@@ -61,8 +61,8 @@ class ReferenceSdpa(_VarlenReference):
             run = _Varlen(node, graph, ins)
             q, k, v = (run.unpack(ins, p) for p in ("q", "k", "v"))
             o, stats = math.sdpa(
-                q, k, v, op.attn_scale, ins.get("bias"), op.use_causal_mask, op.generate_stats,
-                run.lengths["seq_len_q"], run.lengths["seq_len_kv"],
+                q, k, v, op.attn_scale, ins.get("bias"), generate_stats=op.generate_stats,
+                seq_len_q=run.lengths["seq_len_q"], seq_len_kv=run.lengths["seq_len_kv"], band=Band.of(op),
             )  # fmt: skip
             out = {"o": run.pack("o", o)}
             return {**out, "stats": stats} if stats is not None else out
@@ -82,8 +82,8 @@ class ReferenceSdpaBackward(_VarlenReference):
             run = _Varlen(node, graph, ins)
             tensors = (run.unpack(ins, p) for p in ("q", "k", "v", "o", "d_o"))
             dq, dk, dv = math.sdpa_backward(
-                *tensors, ins["stats"], op.attn_scale, ins.get("bias"), op.use_causal_mask,
-                run.lengths["seq_len_q"], run.lengths["seq_len_kv"],
+                *tensors, ins["stats"], op.attn_scale, ins.get("bias"),
+                seq_len_q=run.lengths["seq_len_q"], seq_len_kv=run.lengths["seq_len_kv"], band=Band.of(op),
             )  # fmt: skip
             return {"dq": run.pack("dq", dq), "dk": run.pack("dk", dk), "dv": run.pack("dv", dv)}
 

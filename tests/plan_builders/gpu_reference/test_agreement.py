@@ -302,3 +302,35 @@ def test_max_pooling_backward_sends_a_window_led_by_its_only_nan_to_that_tap() -
     found, want = run_both(g, inputs)
     np.testing.assert_array_equal(want["pb::dx"], [[[[10.0, 0.0, 0.0, 20.0]]]])
     np.testing.assert_array_equal(found["pb::dx"], want["pb::dx"])
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["sdpa", "sdpa_backward"])
+@pytest.mark.parametrize(
+    "band",
+    [
+        {"diagonal_bottom_right": True},
+        {"diagonal_bottom_right": True, "left_bound": 2},
+        {"left_bound": 3, "right_bound": 1},
+        {"right_bound": -1},
+    ],
+    ids=["bottom_right_causal", "bottom_right_window", "band", "negative_right"],
+)
+def test_a_diagonal_band_agrees_with_padding(backward: bool, band: dict) -> None:
+    """The GPU reference's mask (Band.visible over the whole score matrix) against the CPU reference's (per
+    block), with lengths that shift a bottom-right diagonal per sequence and rows that see no key."""
+    g = sigdnn.Graph("band", io_dtype="float32", compute_dtype="float32")
+    q, k, v = g.tensor("q", (3, 2, 5, 4)), g.tensor("k", (3, 1, 7, 4)), g.tensor("v", (3, 1, 7, 3))
+    lengths = {n: g.tensor(n, (3,), dtype="int32") for n in ("seq_len_q", "seq_len_kv")}
+    causal = "right_bound" not in band
+    if backward:
+        o, do, stats = g.tensor("o", (3, 2, 5, 3)), g.tensor("d_o", (3, 2, 5, 3)), g.tensor("stats", (3, 2, 5, 1))
+        outs = g.sdpa_backward(q, k, v, o, do, stats, 0.5, None, causal, name="bwd", **lengths, **band)
+    else:
+        outs = g.sdpa(q, k, v, 0.5, None, causal, True, name="sdpa", **lengths, **band)
+    for t in outs:
+        t.set_output(True)
+    inputs = random_inputs(g, 7)
+    inputs["seq_len_q"], inputs["seq_len_kv"] = np.array([5, 2, 4], np.int32), np.array([7, 6, 2], np.int32)
+    got, want = run_both(g, inputs)
+    for name in want:
+        assert agreement_ulps(got[name], want[name]).max() <= 1, name

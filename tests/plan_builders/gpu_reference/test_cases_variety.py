@@ -387,6 +387,9 @@ def test_attention_cases_draw_heads_extents_bias_masks_and_token_major_tensors(o
         seen["groups"].add(hq // hkv)
         seen["extent"].update((sq, skv, d, dv))
         seen["causal"].add(n.op.use_causal_mask)
+        seen["bottom_right"].add(n.op.diagonal_bottom_right)
+        seen["left_bound"].add(n.op.left_bound)
+        seen["right_bound"].add(n.op.right_bound)
         assert 0.1 <= n.op.attn_scale < 1.0
         seen["bias"].add(n.op.bias is not None)
         if n.op.bias is not None:
@@ -409,7 +412,8 @@ def test_attention_cases_draw_heads_extents_bias_masks_and_token_major_tensors(o
                     if packed:
                         seen["token major"].add(p)
     assert seen["b"] == seen["hkv"] == seen["groups"] == {1, 2} and seen["extent"] == set(range(1, 10))
-    assert seen["causal"] == seen["bias"] == {True, False}
+    assert seen["causal"] == seen["bias"] == seen["bottom_right"] == {True, False}
+    assert seen["left_bound"] == {None, 1, 2, 3, 4} and seen["right_bound"] == {None, -1, 0, 1, 2}
     assert seen["token major"] == set("qkvo")
 
 

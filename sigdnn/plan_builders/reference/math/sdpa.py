@@ -3,7 +3,9 @@
 q [B, Hq, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv]; Hq = G * Hkv and
 query head h reads kv head h // G (grouped-query; G = Hq is multi-query).
 s = attn_scale * q k^T (+ bias, broadcast to [B, Hq, Sq, Skv]); the causal
-mask keeps key j for query i when j <= i (top-left aligned); o = softmax(s) v;
+mask keeps key j for query i when j <= i, narrowed or shifted by a diagonal
+band (graph/ops/sdpa.py's ``Band``: left and right bounds, top-left or
+bottom-right alignment); o = softmax(s) v;
 stats = logsumexp of each row of s. A row whose every score is -inf gives
 o = 0 and stats = -inf (cuDNN's rule; softmax itself would give 0/0).
 
@@ -18,8 +20,9 @@ head of the group, query row): rows of one head first, then whole heads,
 whole kv heads, whole batches, so a block of short sequences covers many
 heads and batches in one batched GEMM (host cost follows the scores, not
 the number of heads), and a block of long ones is a few rows of one head.
-A block is never more than one row of Skv scores. A causal block multiplies
-only by the keys its last row can see.
+A block is never more than one row of Skv scores. A block under a top-left
+right bound (the causal mask among them) multiplies only by the keys its
+last row can see.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import attrs
 import numpy as np
 
 from sigdnn.graph.ops.sdpa import BLOCK_SCORES as _BLOCK_SCORES
+from sigdnn.graph.ops.sdpa import Band
 from sigdnn.plan_builders.reference.math.parallel import ieee
 
 
@@ -68,29 +72,32 @@ def _blocks(nb: int, hkv: int, groups: int, sq: int, skv: int) -> Iterator[_Bloc
 
 @attrs.frozen
 class _Masks:
-    """Which keys each query row sees: key j is visible to row i of batch b when j < limit[b, i]."""
+    """Which keys each query row sees: key j is visible to row i of batch b when low[b, i] <= j < high[b, i]
+    (``Band.visible``: the band and the padding)."""
 
-    causal: bool
+    band: Band
     seq_len_q: np.ndarray | None  # [B] int64
     seq_len_kv: np.ndarray | None
+    sq: int
+    skv: int
 
     def hidden(self, blk: _Block, keys: int) -> np.ndarray | None:
         """Bool [nb, 1, 1, r, keys] (broadcast over heads): True where the score is masked; None: none is."""
-        rows = np.arange(blk.rows.start, blk.rows.stop)[None, :]
-        limit = np.full((1, rows.shape[1]), keys, dtype=np.int64)
-        if self.causal:
-            limit = np.minimum(limit, rows + 1)
-        if self.seq_len_kv is not None:
-            limit = np.minimum(limit, self.seq_len_kv[blk.batches, None])
-        if self.seq_len_q is not None:
-            limit = np.where(rows < self.seq_len_q[blk.batches, None], limit, 0)
-        if not self.causal and self.seq_len_q is None and self.seq_len_kv is None:
+        if not self.band.masks and self.seq_len_q is None and self.seq_len_kv is None:
             return None
-        return (np.arange(keys) >= limit[:, None, None, :, None]).astype(bool)
+        rows = np.arange(blk.rows.start, blk.rows.stop)
+        lq = None if self.seq_len_q is None else self.seq_len_q[blk.batches]
+        lkv = None if self.seq_len_kv is None else self.seq_len_kv[blk.batches]
+        low, high = self.band.visible(rows, self.sq, self.skv, lq, lkv)
+        j = np.arange(keys)
+        return (j < low[:, None, None, :, None]) | (j >= high[:, None, None, :, None])
 
     def keys(self, blk: _Block, skv: int) -> int:
-        """Keys the block multiplies by: under a causal mask none past its last row."""
-        return min(skv, blk.rows.stop) if self.causal else skv
+        """Keys the block multiplies by: under a top-left right bound none past its last row's."""
+        right = self.band.right
+        if right is None or self.band.bottom_right or right < 0:
+            return skv
+        return min(skv, blk.rows.stop + right)
 
 
 def _zero_outside(x: np.ndarray, seq_len: np.ndarray | None) -> np.ndarray:
@@ -122,7 +129,7 @@ class _Operands:
     groups: int
 
     @classmethod
-    def of(cls, q, k, v, bias, causal, seq_len_q, seq_len_kv) -> _Operands:
+    def of(cls, q, k, v, bias, band: Band, seq_len_q, seq_len_kv) -> _Operands:
         groups = _check(q, k, v)
         nb, hq, sq, d = q.shape
         hkv, skv = k.shape[1], k.shape[2]
@@ -131,7 +138,8 @@ class _Operands:
         q5 = _zero_outside(q, lq).reshape(nb, hkv, groups, sq, d)
         if bias is not None:
             bias = np.broadcast_to(bias, (nb, hq, sq, skv)).reshape(nb, hkv, groups, sq, skv)
-        return cls(q5, _zero_outside(k, lkv), _zero_outside(v, lkv), bias, _Masks(causal, lq, lkv), groups)
+        masks = _Masks(band, lq, lkv, sq, skv)
+        return cls(q5, _zero_outside(k, lkv), _zero_outside(v, lkv), bias, masks, groups)
 
     def scores(self, blk: _Block, attn_scale: float) -> tuple[np.ndarray, int, np.ndarray | None]:
         """(s [nb, nh, ng, r, keys] masked to -inf, keys, the mask) for one block."""
@@ -177,9 +185,10 @@ def sdpa(
     generate_stats: bool = False,
     seq_len_q: np.ndarray | None = None,
     seq_len_kv: np.ndarray | None = None,
+    band: Band | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(o [B, Hq, Sq, Dv], stats [B, Hq, Sq, 1] or None)."""
-    ops = _Operands.of(q, k, v, bias, causal, seq_len_q, seq_len_kv)
+    """(o [B, Hq, Sq, Dv], stats [B, Hq, Sq, 1] or None); ``band`` and ``causal`` both apply."""
+    ops = _Operands.of(q, k, v, bias, (band or Band()).with_causal(causal), seq_len_q, seq_len_kv)
     nb, hq, sq, _ = q.shape
     hkv, skv, dv = k.shape[1], k.shape[2], v.shape[3]
     o = np.empty((nb, hq, sq, dv))
@@ -212,6 +221,7 @@ def sdpa_backward(
     causal: bool = False,
     seq_len_q: np.ndarray | None = None,
     seq_len_kv: np.ndarray | None = None,
+    band: Band | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dq, dk, dv) from the forward's o and stats, as cuDNN (and FlashAttention) define it.
 
@@ -221,7 +231,7 @@ def sdpa_backward(
     stats holds there, so padding rows contribute nothing and get dq = 0;
     padding keys get dk = dv = 0.
     """
-    ops = _Operands.of(q, k, v, bias, causal, seq_len_q, seq_len_kv)
+    ops = _Operands.of(q, k, v, bias, (band or Band()).with_causal(causal), seq_len_q, seq_len_kv)
     nb, hq, sq, _ = q.shape
     hkv, skv = k.shape[1], k.shape[2]
     groups = ops.groups
