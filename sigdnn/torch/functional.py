@@ -99,12 +99,18 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *,
-                     softmax_scale: float | None = None, causal: bool = False) -> torch.Tensor:  # fmt: skip
+                     softmax_scale: float | None = None, causal: bool = False,
+                     window_size: tuple[int, int] = (-1, -1)) -> torch.Tensor:  # fmt: skip
     """flash-attention's flash_attn_varlen_func on sigdnn's ragged sdpa: q [Tq, Hq, D], k [Tk, Hkv, D],
-    v [Tk, Hkv, Dv] token-packed by cu_seqlens -> o [Tq, Hq, Dv]; causal is top-left per sequence (torch's)."""
+    v [Tk, Hkv, Dv] token-packed by cu_seqlens -> o [Tq, Hq, Dv]. As flash-attention's, the causal mask and
+    ``window_size`` (left, right; -1: unbounded) align to each sequence's bottom-right corner: query i of a
+    sequence of Sq queries and Sk keys sees keys i + Sk - Sq - left .. i + Sk - Sq + right."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    left, right = (int(w) for w in window_size)
+    left_bound = left + 1 if left >= 0 else None  # (sigdnn's left bound counts the diagonal's key)
+    right_bound = right if right >= 0 and not causal else None
     o, _ = varlen.sdpa_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale,
-                              bool(causal))  # fmt: skip
+                              bool(causal), True, left_bound, right_bound)  # fmt: skip
     return o
 
 

@@ -93,11 +93,16 @@ def _varlen(g: Graph, specs: Sequence[Spec]) -> tuple[list[Tensor], dict[str, ob
     return [q, k, v], {"seq_len_q": lq, "seq_len_kv": lkv, "ragged_offsets": ragged}
 
 
+BAND = ("diagonal_bottom_right", "left_bound", "right_bound")
+
+
 def sdpa_varlen(*specs_and_attributes: object) -> Graph:
-    """Attention over token-packed sequences: q, k, v, lengths and offsets (VARLEN_PORTS), then scale, causal."""
-    *specs, scale, causal = specs_and_attributes
+    """Attention over token-packed sequences: q, k, v, lengths and offsets (VARLEN_PORTS), then scale, causal and
+    the band (BAND)."""
+    *specs, scale, causal, bottom_right, left, right = specs_and_attributes
     g = _graph("sdpa_varlen", specs[0])  # type: ignore[arg-type]
     (q, k, v), varlen = _varlen(g, specs)  # type: ignore[arg-type]
+    varlen.update(zip(BAND, (bottom_right, left, right)))
     o, stats = g.sdpa(q, k, v, scale, None, causal, True, **varlen)  # type: ignore[arg-type]
     assert stats is not None
     stats.set_data_type(stats_dtype(q.dtype))
@@ -107,10 +112,11 @@ def sdpa_varlen(*specs_and_attributes: object) -> Graph:
 
 
 def sdpa_varlen_backward(*specs_and_attributes: object) -> Graph:
-    """The gradients of sdpa_varlen: VARLEN_PORTS' specs, then o, d_o, stats, then scale, causal."""
-    *specs, scale, causal = specs_and_attributes
+    """The gradients of sdpa_varlen: VARLEN_PORTS' specs, then o, d_o, stats, then scale, causal and the band."""
+    *specs, scale, causal, bottom_right, left, right = specs_and_attributes
     g = _graph("sdpa_varlen_backward", specs[0])  # type: ignore[arg-type]
     (q, k, v), varlen = _varlen(g, specs[: len(VARLEN_PORTS)])  # type: ignore[arg-type]
+    varlen.update(zip(BAND, (bottom_right, left, right)))
     o, d_o, stats = _inputs(g, ("o", "d_o", "stats"), specs[len(VARLEN_PORTS) :])  # type: ignore[arg-type]
     grads = g.sdpa_backward(q, k, v, o, d_o, stats, scale, None, causal, **varlen)  # type: ignore[arg-type]
     for t, name in zip(grads, ("dq", "dk", "dv")):

@@ -12,8 +12,13 @@ of a buffer of that size (the graph's span; the copy and the room past the
 last token are what the executor accepting packed buffers of the true size
 would save); outputs come back as views of their first T tokens. The
 causal mask is top-left per sequence (key j for query i when j <= i), as
-torch's ``is_causal``. On CUDA the cuTile attention builders run it (the
-CuTe flash-attention kernels do not take variable lengths yet).
+torch's ``is_causal``, unless ``bottom_right`` aligns it (and the band's
+``left_bound`` / ``right_bound``, graph/ops/sdpa.py's ``Band``) to each
+sequence's last key, flash-attention's rule. Where every sequence's query
+and key lengths are equal the two alignments are one, and the node is
+built top-left (the kernels' mask). On CUDA the cuTile attention builders
+run it (the CuTe flash-attention kernels do not take variable lengths
+yet); a band they do not take runs on the reference.
 """
 
 from __future__ import annotations
@@ -29,7 +34,17 @@ from sigdnn.torch.cache import run
 from sigdnn.torch.ops import _LIBRARY, _stats_dtype, define, register_autograd
 
 Tensor = torch.Tensor
-ATTRIBUTES = "int max_seqlen_q, int max_seqlen_kv, float scale, bool causal"
+ATTRIBUTES = (
+    "int max_seqlen_q, int max_seqlen_kv, float scale, bool causal, bool bottom_right=False, int? left_bound=None, "
+    "int? right_bound=None"
+)
+
+
+def band(cu_q: Tensor, cu_kv: Tensor, bottom_right: bool, left: int | None, right: int | None) -> tuple:
+    """The node's band attributes (diagonal_bottom_right, left_bound, right_bound): bottom-right only where some
+    sequence's query and key lengths differ (where none does, both alignments are the same diagonal)."""
+    level = cu_q is cu_kv or (cu_q.shape == cu_kv.shape and bool(torch.equal(cu_q, cu_kv.to(cu_q.dtype))))
+    return bool(bottom_right) and not level, left, right
 
 
 def padded(t: Tensor, batch: int, max_len: int, name: str) -> Tensor:
@@ -81,16 +96,19 @@ def varlen_tensors(q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_kv: Tensor,
     f"sdpa_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_kv, {ATTRIBUTES}) -> (Tensor, Tensor)"
 )
 def sdpa_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_kv: Tensor, max_seqlen_q: int,
-                max_seqlen_kv: int, scale: float, causal: bool) -> tuple[Tensor, Tensor]:  # fmt: skip
+                max_seqlen_kv: int, scale: float, causal: bool, bottom_right: bool = False,
+                left_bound: int | None = None, right_bound: int | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     """(o [Tq, Hq, Dv], stats [B, Hq, max_seqlen_q, 1]: each row's logsumexp, undefined past its sequence)."""
     tensors = varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv)
-    o, stats = run("sdpa_varlen", graphs.sdpa_varlen, tensors, (float(scale), bool(causal)), fallback=True)
+    attributes = (float(scale), bool(causal), *band(cu_seqlens_q, cu_seqlens_kv, bottom_right, left_bound, right_bound))
+    o, stats = run("sdpa_varlen", graphs.sdpa_varlen, tensors, attributes, fallback=True)
     return packed(o, q.shape[0]).clone(), stats
 
 
 @torch.library.register_fake("sigdnn::sdpa_varlen", lib=_LIBRARY)
 def _(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_kv: Tensor, max_seqlen_q: int,
-      max_seqlen_kv: int, scale: float, causal: bool) -> tuple[Tensor, Tensor]:  # fmt: skip
+      max_seqlen_kv: int, scale: float, causal: bool, bottom_right: bool = False, left_bound: int | None = None,
+      right_bound: int | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     stats = (cu_seqlens_q.shape[0] - 1, q.shape[1], max_seqlen_q, 1)
     return q.new_empty((q.shape[0], q.shape[1], v.shape[2])), q.new_empty(stats, dtype=_stats_dtype(q))
 
@@ -101,33 +119,35 @@ def _(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_kv: Tens
 )
 def sdpa_varlen_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, d_o: Tensor, stats: Tensor,
                          cu_seqlens_q: Tensor, cu_seqlens_kv: Tensor, max_seqlen_q: int, max_seqlen_kv: int,
-                         scale: float, causal: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+                         scale: float, causal: bool, bottom_right: bool = False, left_bound: int | None = None,
+                         right_bound: int | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """(dq, dk, dv), token-packed as q, k, v."""
     tensors = varlen_tensors(q, k, v, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv)
     batch = cu_seqlens_q.numel() - 1
     rows = (padded(o, batch, max_seqlen_q, "o"), padded(d_o, batch, max_seqlen_q, "d_o"), stats)
-    attributes = (float(scale), bool(causal))
+    attributes = (float(scale), bool(causal), *band(cu_seqlens_q, cu_seqlens_kv, bottom_right, left_bound, right_bound))
     dq, dk, dv = run("sdpa_varlen_backward", graphs.sdpa_varlen_backward, (*tensors, *rows), attributes, fallback=True)
     return packed(dq, q.shape[0]).clone(), packed(dk, k.shape[0]).clone(), packed(dv, v.shape[0]).clone()
 
 
 @torch.library.register_fake("sigdnn::sdpa_varlen_backward", lib=_LIBRARY)
 def _(q: Tensor, k: Tensor, v: Tensor, o: Tensor, d_o: Tensor, stats: Tensor, cu_seqlens_q: Tensor,
-      cu_seqlens_kv: Tensor, max_seqlen_q: int, max_seqlen_kv: int, scale: float,
-      causal: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+      cu_seqlens_kv: Tensor, max_seqlen_q: int, max_seqlen_kv: int, scale: float, causal: bool,
+      bottom_right: bool = False, left_bound: int | None = None,
+      right_bound: int | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _context(ctx: Any, inputs: tuple, output: tuple) -> None:
-    q, k, v, cu_q, cu_kv, max_q, max_kv, scale, causal = inputs
+    q, k, v, cu_q, cu_kv, *attributes = inputs
     ctx.save_for_backward(q, k, v, *output, cu_q, cu_kv)
-    ctx.attributes = (max_q, max_kv, scale, causal)
+    ctx.attributes = tuple(attributes)
 
 
 def _grad(ctx: Any, d_o: Tensor, d_stats: Tensor) -> tuple:
     q, k, v, o, stats, cu_q, cu_kv = ctx.saved_tensors
     dq, dk, dv = sdpa_varlen_backward(q, k, v, o, d_o.contiguous(), stats, cu_q, cu_kv, *ctx.attributes)
-    return dq, dk, dv, None, None, None, None, None, None
+    return dq, dk, dv, None, None, *(None for _ in ctx.attributes)
 
 
 register_autograd("sdpa_varlen", _grad, _context)

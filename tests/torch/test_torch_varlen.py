@@ -1,8 +1,11 @@
 """sigdnn's variable-length attention torch op against torch's attention run on each sequence alone, in float64.
 
 The oracle cuts every sequence out of the packed tensors and runs torch's
-scaled_dot_product_attention on it (top-left causal, grouped heads), then
-compares outputs and the gradients autograd gives both ways.
+scaled_dot_product_attention on it (grouped heads) with flash-attention's
+mask written out: the causal mask and the window aligned to the
+sequence's bottom-right corner (query i of Sq sees keys up to
+i + Sk - Sq), then compares outputs and the gradients autograd gives both
+ways.
 """
 
 from __future__ import annotations
@@ -26,33 +29,51 @@ def packed(lengths: list[int], heads: int, width: int, dtype=torch.float64) -> t
     return torch.randn(sum(lengths), heads, width, dtype=dtype, generator=gen).requires_grad_(True)
 
 
-def per_sequence(q, k, v, lq, lk, causal, scale):
+def flash_mask(sq: int, sk: int, causal: bool, window: tuple[int, int]) -> torch.Tensor:
+    """[Sq, Sk] True where flash-attention lets query i see key j: i + Sk - Sq - left <= j <= i + Sk - Sq + right
+    (right 0 when causal; -1: unbounded)."""
+    i, j = torch.arange(sq)[:, None] + sk - sq, torch.arange(sk)[None, :]
+    left, right = window
+    right = 0 if causal else right
+    keep = torch.ones(sq, sk, dtype=torch.bool)
+    if right >= 0:
+        keep &= j <= i + right
+    if left >= 0:
+        keep &= j >= i - left
+    return keep
+
+
+def per_sequence(q, k, v, lq, lk, causal, scale, window=(-1, -1)):
     """torch's attention on each sequence alone, packed back token after token."""
     cq, ck, outs = cu(lq), cu(lk), []
     for b in range(len(lq)):
         qb, kb, vb = (t[s[b] : s[b + 1]].transpose(0, 1) for t, s in ((q, cq), (k, ck), (v, ck)))
-        o = F.scaled_dot_product_attention(qb, kb, vb, is_causal=causal, scale=scale, enable_gqa=True)
+        mask = flash_mask(lq[b], lk[b], causal, window)
+        o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, enable_gqa=True)
         outs.append(o.transpose(0, 1))
     return torch.cat(outs)
 
 
 CASES = {
-    # name: (lengths q, lengths kv, heads q / kv, D, Dv, causal, scale)
-    "mixed_causal_gqa": ([3, 1, 5], [4, 2, 6], (4, 2), 8, 8, True, None),
-    "equal_lengths_mha": ([6, 6], [6, 6], (2, 2), 4, 4, False, 0.3),
-    "one_token_each_mqa": ([1, 1, 1], [1, 1, 1], (3, 1), 5, 7, True, None),
-    "an_empty_sequence": ([3, 0, 2], [2, 0, 5], (2, 1), 4, 6, False, None),
-    "one_sequence_causal": ([9], [9], (2, 2), 8, 4, True, 0.5),
+    # name: (lengths q, lengths kv, heads q / kv, D, Dv, causal, scale, window)
+    "mixed_causal_gqa": ([3, 1, 5], [4, 2, 6], (4, 2), 8, 8, True, None, (-1, -1)),  # bottom-right: a key cache
+    "equal_lengths_mha": ([6, 6], [6, 6], (2, 2), 4, 4, False, 0.3, (-1, -1)),
+    "one_token_each_mqa": ([1, 1, 1], [1, 1, 1], (3, 1), 5, 7, True, None, (-1, -1)),
+    "an_empty_sequence": ([3, 0, 2], [2, 0, 5], (2, 1), 4, 6, False, None, (-1, -1)),
+    "one_sequence_causal": ([9], [9], (2, 2), 8, 4, True, 0.5, (-1, -1)),
+    "sliding_window_causal": ([5, 7], [8, 7], (2, 1), 4, 4, True, None, (2, -1)),
+    "window_both_sides": ([6, 4], [6, 7], (2, 2), 4, 3, False, 0.4, (1, 2)),
 }
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_forward_and_backward_match_torch_on_each_sequence(name):
-    lq, lk, (hq, hkv), d, dv, causal, scale = CASES[name]
+    lq, lk, (hq, hkv), d, dv, causal, scale, window = CASES[name]
     q, k, v = packed(lq, hq, d), packed(lk, hkv, d), packed(lk, hkv, dv)
-    ours = st.varlen_attention(q, k, v, cu(lq), cu(lk), max(lq), max(lk), softmax_scale=scale, causal=causal)
+    ours = st.varlen_attention(q, k, v, cu(lq), cu(lk), max(lq), max(lk), softmax_scale=scale, causal=causal,
+                               window_size=window)  # fmt: skip
     twins = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    theirs = per_sequence(*twins, lq, lk, causal, scale)
+    theirs = per_sequence(*twins, lq, lk, causal, scale, window)
     assert ours.shape == (sum(lq), hq, dv)
     torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
     d_o = torch.randn(ours.shape, dtype=torch.float64, generator=gen)
@@ -132,3 +153,22 @@ def test_compile_fullgraph_traces_without_graph_breaks():
     torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
     for mine, reference in zip((q, k, v), twins):
         torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_equal_query_and_key_lengths_build_the_top_left_node_the_kernels_take():
+    """Where every sequence has as many queries as keys, both alignments are one diagonal: the graph is built
+    top-left (what the GPU kernels mask), so flash-attention's bottom-right rule costs nothing there."""
+    from sigdnn.torch import varlen
+    from sigdnn.torch.cache import _CACHE
+
+    same, other = cu([3, 5]), cu([4, 5])
+    assert varlen.band(same, same, True, None, None) == (False, None, None)
+    assert varlen.band(same, same.to(torch.int64), True, 2, 0) == (False, 2, 0)
+    assert varlen.band(same, other, True, None, None) == (True, None, None)
+    assert varlen.band(same, cu([3, 5, 1]), True, None, None) == (True, None, None)
+    assert varlen.band(same, other, False, None, None) == (False, None, None)
+    q, k, v = packed([3, 5], 2, 4), packed([3, 5], 2, 4), packed([3, 5], 2, 4)
+    st.varlen_attention(q, k, v, same, cu([3, 5]), 5, 5, causal=True, window_size=(3, -1))
+    (graph,) = [c.plan.graph for key, c in _CACHE.items() if key[0] == "sdpa_varlen" and key[1][-2] == 4]
+    op = graph.nodes[0].op
+    assert (op.use_causal_mask, op.diagonal_bottom_right, op.left_bound) == (True, False, 4)
