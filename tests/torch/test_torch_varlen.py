@@ -63,6 +63,9 @@ CASES = {
     "one_sequence_causal": ([9], [9], (2, 2), 8, 4, True, 0.5, (-1, -1)),
     "sliding_window_causal": ([5, 7], [8, 7], (2, 1), 4, 4, True, None, (2, -1)),
     "window_both_sides": ([6, 4], [6, 7], (2, 2), 4, 3, False, 0.4, (1, 2)),
+    "the_diagonal_key_alone": ([4, 3], [6, 3], (2, 1), 4, 4, False, None, (0, 0)),
+    "window_ending_on_the_diagonal": ([5, 2], [5, 6], (1, 1), 3, 3, False, None, (0, 3)),
+    "window_starting_on_the_diagonal": ([5, 2], [5, 6], (1, 1), 3, 3, False, None, (3, 0)),
 }
 
 
@@ -168,7 +171,7 @@ def test_equal_query_and_key_lengths_build_the_top_left_node_the_kernels_take():
     assert varlen.band(same, cu([3, 5, 1]), True, None, None) == (True, None, None)
     assert varlen.band(same, other, False, None, None) == (False, None, None)
     q, k, v = packed([3, 5], 2, 4), packed([3, 5], 2, 4), packed([3, 5], 2, 4)
-    st.varlen_attention(q, k, v, same, cu([3, 5]), 5, 5, causal=True, window_size=(3, -1))
-    (graph,) = [c.plan.graph for key, c in _CACHE.items() if key[0] == "sdpa_varlen" and key[1][-2] == 4]
+    st.varlen_attention(q, k, v, same, cu([3, 5]), 5, 5, causal=True, window_size=(6, -1))  # (a window no case has)
+    (graph,) = [c.plan.graph for key, c in _CACHE.items() if key[0] == "sdpa_varlen" and key[1][-2] == 7]
     op = graph.nodes[0].op
-    assert (op.use_causal_mask, op.diagonal_bottom_right, op.left_bound) == (True, False, 4)
+    assert (op.use_causal_mask, op.diagonal_bottom_right, op.left_bound) == (True, False, 7)

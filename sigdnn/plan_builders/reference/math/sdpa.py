@@ -20,9 +20,10 @@ head of the group, query row): rows of one head first, then whole heads,
 whole kv heads, whole batches, so a block of short sequences covers many
 heads and batches in one batched GEMM (host cost follows the scores, not
 the number of heads), and a block of long ones is a few rows of one head.
-A block is never more than one row of Skv scores. A block under a top-left
-right bound (the causal mask among them) multiplies only by the keys its
-last row can see.
+A block is never more than one row of Skv scores, and multiplies only by
+the keys its rows can see (none past its longest key sequence or its last
+row's right bound, the causal mask among them): a result does not depend
+on how far a caller's padding runs.
 """
 
 from __future__ import annotations
@@ -93,11 +94,15 @@ class _Masks:
         return (j < low[:, None, None, :, None]) | (j >= high[:, None, None, :, None])
 
     def keys(self, blk: _Block, skv: int) -> int:
-        """Keys the block multiplies by: under a top-left right bound none past its last row's."""
-        right = self.band.right
-        if right is None or self.band.bottom_right or right < 0:
-            return skv
-        return min(skv, blk.rows.stop + right)
+        """Keys the block multiplies by: none past its batches' longest key sequence, nor past what its last row's
+        right bound lets it see (so padding past them changes no sum), at least one."""
+        lq = np.full(1, self.sq) if self.seq_len_q is None else self.seq_len_q[blk.batches]
+        lkv = np.full(1, skv) if self.seq_len_kv is None else self.seq_len_kv[blk.batches]
+        keys = int(lkv.max())
+        if self.band.right is not None:
+            shift = int((lkv - lq).max()) if self.band.bottom_right else 0
+            keys = min(keys, blk.rows.stop + shift + self.band.right)
+        return min(skv, max(keys, 1))
 
 
 def _zero_outside(x: np.ndarray, seq_len: np.ndarray | None) -> np.ndarray:

@@ -182,12 +182,20 @@ def test_a_bound_that_is_not_an_integer_is_refused() -> None:
         band_graph(left_bound=2.5)
 
 
-def test_a_block_under_a_top_left_right_bound_multiplies_only_by_the_keys_its_last_row_sees() -> None:
+def test_a_block_multiplies_only_by_the_keys_its_rows_can_see() -> None:
     """The module's work bound: rows 0-2 of 10 keys under the causal mask need keys 0-2, under a right bound 2
-    keys 0-4; a negative bound, a bottom-right diagonal (per-sequence offsets) or none take every key."""
+    keys 0-4, -1 keys 0-1; bottom-right, the block's largest shift Skv_b - Sq_b moves that bound; padding past
+    the block's longest key sequence is never multiplied; at least one key."""
     from sigdnn.plan_builders.reference.math.sdpa import _Block, _Masks
 
-    blk = _Block(slice(0, 1), slice(0, 1), slice(0, 1), slice(0, 3))
-    for band, keys in ((Band(right=0), 3), (Band(right=2), 5), (Band(right=20), 10), (Band(right=-1), 10),
-                       (Band(bottom_right=True, right=0), 10), (Band(left=2), 10), (Band(), 10)):  # fmt: skip
+    blk = _Block(slice(0, 2), slice(0, 1), slice(0, 1), slice(0, 3))
+    for band, keys in ((Band(right=0), 3), (Band(right=2), 5), (Band(right=20), 10), (Band(right=-1), 2),
+                       (Band(right=-3), 1), (Band(bottom_right=True, right=0), 10), (Band(left=2), 10),
+                       (Band(), 10)):  # fmt: skip
         assert _Masks(band, None, None, 3, 10).keys(blk, 10) == keys, band
+    lq, lkv = np.array([3, 1, 3]), np.array([6, 2, 9])  # the block holds batches 0 and 1: shifts 3 and 1
+    assert _Masks(Band(bottom_right=True, right=0), lq, lkv, 3, 10).keys(blk, 10) == 6  # 3 rows + 3
+    assert _Masks(Band(bottom_right=True, right=-2), lq, lkv, 3, 10).keys(blk, 10) == 4  # 3 rows + 3 - 2
+    assert _Masks(Band(right=0), lq, lkv, 3, 10).keys(blk, 10) == 3
+    assert _Masks(Band(left=1), lq, lkv, 3, 10).keys(blk, 10) == 6  # the longest of 6 and 2 keys
+    assert _Masks(Band(), lq, np.array([0, 0, 9]), 3, 10).keys(blk, 10) == 1
