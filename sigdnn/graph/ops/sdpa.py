@@ -135,6 +135,23 @@ class Band:
         high = np.where(rows[None, :] < lq[:, None], np.maximum(high, 0), 0)
         return np.clip(low, 0, None), high
 
+    def hidden(
+        self,
+        rows: np.ndarray,
+        keys: int,
+        sq: int,
+        skv: int,
+        seq_len_q: np.ndarray | None,
+        seq_len_kv: np.ndarray | None,
+    ) -> np.ndarray | None:
+        """Bool [B, R, keys]: True where key j (of the first ``keys``) is hidden from row rows[r] of batch b
+        (``visible``'s range, padding applied); None where nothing is (no bound and no lengths)."""
+        if not self.masks and seq_len_q is None and seq_len_kv is None:
+            return None
+        low, high = self.visible(rows, sq, skv, seq_len_q, seq_len_kv)
+        j = np.arange(keys)
+        return (j < low[:, :, None]) | (j >= high[:, :, None])
+
 
 def check_band(where: str, op: Any) -> None:
     """A left bound of at least 1 (a window holds its diagonal's key) and bounds inside +-2^31."""

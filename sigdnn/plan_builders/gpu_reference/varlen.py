@@ -33,13 +33,10 @@ class Varlen:
 
     def hidden(self, gpu: Gpu, band: Band, sq: int, skv: int) -> Array | None:
         """[B, 1, Sq, Skv]: 1 where a score is masked to -inf (the band, padding keys, padding rows); None: none is."""
-        lq, lkv = self.lengths["seq_len_q"], self.lengths["seq_len_kv"]
-        if not band.masks and lq is None and lkv is None:
+        hidden = band.hidden(np.arange(sq), skv, sq, skv, self.lengths["seq_len_q"], self.lengths["seq_len_kv"])
+        if hidden is None:
             return None
-        low, high = band.visible(np.arange(sq), sq, skv, lq, lkv)
-        j = np.arange(skv)[None, None, None, :]
-        hidden = (j < low[:, None, :, None]) | (j >= high[:, None, :, None])
-        hidden = np.broadcast_to(hidden, (self.batch, 1, sq, skv))
+        hidden = np.broadcast_to(hidden[:, None], (self.batch, 1, sq, skv))
         return Array.from_host(gpu, hidden.astype(np.float64))
 
     def zero_outside(self, x: Array, port: str) -> Array:

@@ -84,14 +84,11 @@ class _Masks:
 
     def hidden(self, blk: _Block, keys: int) -> np.ndarray | None:
         """Bool [nb, 1, 1, r, keys] (broadcast over heads): True where the score is masked; None: none is."""
-        if not self.band.masks and self.seq_len_q is None and self.seq_len_kv is None:
-            return None
         rows = np.arange(blk.rows.start, blk.rows.stop)
         lq = None if self.seq_len_q is None else self.seq_len_q[blk.batches]
         lkv = None if self.seq_len_kv is None else self.seq_len_kv[blk.batches]
-        low, high = self.band.visible(rows, self.sq, self.skv, lq, lkv)
-        j = np.arange(keys)
-        return (j < low[:, None, None, :, None]) | (j >= high[:, None, None, :, None])
+        hidden = self.band.hidden(rows, keys, self.sq, self.skv, lq, lkv)
+        return None if hidden is None else hidden[:, None, None]
 
     def keys(self, blk: _Block, skv: int) -> int:
         """Keys the block multiplies by: none past its batches' longest key sequence, nor past what its last row's
