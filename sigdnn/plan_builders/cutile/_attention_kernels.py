@@ -6,7 +6,7 @@ marker line to the backend (cuda.tile, or in CPU tests ``emulator``'s NumPy
 stand-in, binds ``ct``) with one line naming the kernel. A block owns TM
 query rows of one (batch, query head); it walks the keys TN at a time:
 
-    s = scale * q k^T (float32 sums), masked to -inf past the keys (and, causal, past the row: top-left)
+    s = scale * q k^T (float32 sums), masked to -inf past the keys and outside the diagonal band
     m' = max(m, rowmax(s)); p = exp(s - m'); l = l exp(m - m') + rowsum(p); acc = acc exp(m - m') + p v
 
 and writes o = acc / l and, if asked, stats = m + log(l) (the rows' logsumexp). Query head h reads kv
@@ -16,6 +16,13 @@ MMA in their dtype where they share a 16-bit one (the tensor cores' products are
 float32 operands make a float32 MMA, many times slower), else widened to float32; p goes to the second in
 v's dtype where that is 16-bit (as flash attention rounds it), else as float32. With sequence lengths the
 key loop stops at the sequence's last key tile and a query tile past its last row walks none.
+
+The diagonal band (docs/ops.md, sdpa): with alignment a = 0, or keys_end - rows_end where BOTTOM_RIGHT, key j is
+visible to row i when i + a - left < j (LEFT) and j <= i + a + right (RIGHT); the causal mask is RIGHT with
+right 0. LEFT and RIGHT are constants (a kernel without a bound compiles none of its arithmetic); left and right
+arrive clamped to +-(Sq + Skv), past which a bound hides all or nothing, so no sum here leaves int32. Each loop
+walks only the tiles the band reaches: the keys of a query tile from its first row's lowest visible key to its
+last row's highest, the query tiles of a key tile likewise.
 """
 
 from typing import Any
@@ -39,13 +46,45 @@ def sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS):
     return sq, skv
 
 
-def key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL):
-    """How many key tiles query tile i walks: those up to the sequence's last key (and, causal, its diagonal);
-    none when the tile lies wholly past the sequence's last row (its rows keep o = 0, stats = -inf)."""
-    tiles = ct.cdiv(keys_end, TN)
-    if CAUSAL:  # a constant: cuTile compiles only the branch taken
-        tiles = ct.minimum(tiles, ct.cdiv((i + 1) * TM, TN))
-    return ct.where(i * TM < rows_end, tiles, 0)
+def alignment(rows_end, keys_end, BOTTOM_RIGHT):
+    """The band's alignment a: 0 (top-left), or keys_end - rows_end (bottom-right: the last row faces the last key)."""
+    if BOTTOM_RIGHT:  # a constant: cuTile compiles only the branch taken
+        return keys_end - rows_end
+    return 0
+
+
+def key_span(i, rows_end, keys_end, align, left, right, TM, TN, LEFT, RIGHT):
+    """(first, end): the key tiles query tile i walks, those up to the sequence's last key that the band reaches
+    from the tile's rows; none when the tile lies wholly past the sequence's last row (its rows keep o = 0,
+    stats = -inf), or where the band leaves its rows no key (first >= end)."""
+    end = ct.cdiv(keys_end, TN)
+    if RIGHT:  # the last row's highest key: (i + 1) TM - 1 + a + right
+        end = ct.minimum(end, ct.cdiv(ct.maximum((i + 1) * TM + align + right, 0), TN))
+    first = 0
+    if LEFT:  # the first row's lowest key: i TM + a - left + 1
+        first = ct.maximum(i * TM + align - left + 1, 0) // TN
+    return first, ct.where(i * TM < rows_end, end, 0)
+
+
+def query_span(j, rows_end, keys_end, align, left, right, TM, TN, LEFT, RIGHT):
+    """(first, end): the query tiles whose rows see any of key tile j's keys (key c is seen by the rows
+    c - a - right <= i < c - a + left); none when the tile lies wholly past the sequence's last key."""
+    end = ct.cdiv(rows_end, TM)
+    if LEFT:  # the last key's highest row: (j + 1) TN - 1 - a + left - 1
+        end = ct.minimum(end, ct.cdiv(ct.maximum((j + 1) * TN - 1 - align + left, 0), TM))
+    first = 0
+    if RIGHT:  # the first key's lowest row: j TN - a - right
+        first = ct.maximum(j * TN - align - right, 0) // TM
+    return first, ct.where(j * TN < keys_end, end, 0)
+
+
+def band_kept(keep, rows, cols, align, left, right, LEFT, RIGHT):
+    """keep, narrowed to the band: cols <= rows + a + right, cols > rows + a - left (each where given)."""
+    if RIGHT:
+        keep = keep & (cols <= rows + (align + right))
+    if LEFT:
+        keep = keep & (cols > rows + (align - left))
+    return keep
 
 
 def tile_2d(array, index, rows, cols):
@@ -84,12 +123,14 @@ def masked(tile, keep):
 @ct.kernel
 def attention(
     q, k, v, o, stats, len_q, len_kv,
-    heads, groups, sq, skv, scale,
+    heads, groups, sq, skv, scale, left, right,
     TM: ct.Constant[int],
     TN: ct.Constant[int],
     TD: ct.Constant[int],
     TV: ct.Constant[int],
-    CAUSAL: ct.Constant[bool],
+    LEFT: ct.Constant[bool],
+    RIGHT: ct.Constant[bool],
+    BOTTOM_RIGHT: ct.Constant[bool],
     STATS: ct.Constant[bool],
     NARROW_P: ct.Constant[bool],
     LENGTHS: ct.Constant[bool],
@@ -100,21 +141,21 @@ def attention(
     h = ct.bid(1) % heads
     kv = h // groups
     rows_end, keys_end = sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS)
+    align = alignment(rows_end, keys_end, BOTTOM_RIGHT)
     qt = mma_tile(q, (b, h, i, 0), TM, TD, WIDE_QK)
     rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
     neg_inf = -ct.bitcast(ct.full((TM, TN), INF_BITS, dtype=ct.int32), ct.float32)
     m = ct.reshape(ct.max(neg_inf, axis=1), (TM, 1))
     total = ct.full((TM, 1), 0.0, dtype=ct.float32)
     acc = ct.full((TM, TV), 0.0, dtype=ct.float32)
-    for j in range(key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL)):
+    first, end = key_span(i, rows_end, keys_end, align, left, right, TM, TN, LEFT, RIGHT)
+    for j in range(first, end):
         kt = mma_tile(k, (b, kv, j, 0), TN, TD, WIDE_QK)
         key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
         vt = masked(tile_2d(v, (b, kv, j, 0), TN, TV), key_rows < keys_end)
         s = ct.mma(qt, ct.transpose(kt), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
         cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
-        keep = (cols < keys_end) & (rows < rows_end)
-        if CAUSAL:
-            keep = keep & (cols <= rows)
+        keep = band_kept((cols < keys_end) & (rows < rows_end), rows, cols, align, left, right, LEFT, RIGHT)
         s = ct.where(keep, s, neg_inf)
         top = ct.maximum(m, ct.max(s, axis=1, keepdims=True))
         shift = ct.maximum(top, -3.0e38)  # a row with no key yet: exp(-inf - shift) = 0, not NaN
@@ -137,12 +178,14 @@ def attention(
 @ct.kernel
 def attention_dq(
     q, k, v, o, d_o, stats, len_q, len_kv, dq,
-    heads, groups, sq, skv, scale,
+    heads, groups, sq, skv, scale, left, right,
     TM: ct.Constant[int],
     TN: ct.Constant[int],
     TD: ct.Constant[int],
     TV: ct.Constant[int],
-    CAUSAL: ct.Constant[bool],
+    LEFT: ct.Constant[bool],
+    RIGHT: ct.Constant[bool],
+    BOTTOM_RIGHT: ct.Constant[bool],
     LENGTHS: ct.Constant[bool],
     WIDE: ct.Constant[bool],
 ):  # fmt: skip
@@ -154,6 +197,7 @@ def attention_dq(
     h = ct.bid(1) % heads
     kv = h // groups
     rows_end, keys_end = sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS)
+    align = alignment(rows_end, keys_end, BOTTOM_RIGHT)
     rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
     real = rows < rows_end
     qm = mma_tile(q, (b, h, i, 0), TM, TD, WIDE)
@@ -164,15 +208,14 @@ def attention_dq(
     delta = ct.sum(dot * ct.where(real, ot, 0.0), axis=1, keepdims=True)
     dom = operand(dot, WIDE, d_o.dtype)
     acc = ct.full((TM, TD), 0.0, dtype=ct.float32)
-    for j in range(key_tiles(i, rows_end, keys_end, TM, TN, CAUSAL)):
+    first, end = key_span(i, rows_end, keys_end, align, left, right, TM, TN, LEFT, RIGHT)
+    for j in range(first, end):
         key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
         km = masked(mma_tile(k, (b, kv, j, 0), TN, TD, WIDE), key_rows < keys_end)
         vm = masked(mma_tile(v, (b, kv, j, 0), TN, TV, WIDE), key_rows < keys_end)
         s = ct.mma(qm, ct.transpose(km), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
         cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
-        keep = (cols < keys_end) & real
-        if CAUSAL:
-            keep = keep & (cols <= rows)
+        keep = band_kept((cols < keys_end) & real, rows, cols, align, left, right, LEFT, RIGHT)
         p = ct.where(keep, ct.exp(s - lse), 0.0)
         dp = ct.mma(dom, ct.transpose(vm), ct.full((TM, TN), 0.0, dtype=ct.float32))
         acc = ct.mma(operand(p * (dp - delta), WIDE, k.dtype), km, acc)
@@ -182,12 +225,14 @@ def attention_dq(
 @ct.kernel
 def attention_dkdv(
     q, k, v, o, d_o, stats, len_q, len_kv, dk, dv,
-    heads, groups, sq, skv, scale,
+    heads, groups, sq, skv, scale, left, right,
     TM: ct.Constant[int],
     TN: ct.Constant[int],
     TD: ct.Constant[int],
     TV: ct.Constant[int],
-    CAUSAL: ct.Constant[bool],
+    LEFT: ct.Constant[bool],
+    RIGHT: ct.Constant[bool],
+    BOTTOM_RIGHT: ct.Constant[bool],
     LENGTHS: ct.Constant[bool],
     WIDE: ct.Constant[bool],
 ):  # fmt: skip
@@ -197,19 +242,17 @@ def attention_dkdv(
     b = ct.bid(1) // (heads // groups)
     kv = ct.bid(1) % (heads // groups)
     rows_end, keys_end = sequence_ends(len_q, len_kv, b, sq, skv, LENGTHS)
+    align = alignment(rows_end, keys_end, BOTTOM_RIGHT)
     key_rows = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (TN, 1))
     km = masked(mma_tile(k, (b, kv, j, 0), TN, TD, WIDE), key_rows < keys_end)
     vm = masked(mma_tile(v, (b, kv, j, 0), TN, TV, WIDE), key_rows < keys_end)
     cols = ct.reshape(j * TN + ct.arange(TN, dtype=ct.int32), (1, TN))
     dk_acc = ct.full((TN, TD), 0.0, dtype=ct.float32)
     dv_acc = ct.full((TN, TV), 0.0, dtype=ct.float32)
-    first = 0
-    if CAUSAL:  # query tiles wholly above the diagonal see none of these keys
-        first = j * TN // TM
-    last = ct.where(j * TN < keys_end, ct.cdiv(rows_end, TM), 0)  # keys wholly past the sequence: no query tile
+    first, end = query_span(j, rows_end, keys_end, align, left, right, TM, TN, LEFT, RIGHT)
     for g in range(groups):
         h = kv * groups + g
-        for i in range(first, last):
+        for i in range(first, end):
             rows = ct.reshape(i * TM + ct.arange(TM, dtype=ct.int32), (TM, 1))
             real = rows < rows_end
             qm = masked(mma_tile(q, (b, h, i, 0), TM, TD, WIDE), real)
@@ -218,9 +261,7 @@ def attention_dkdv(
             lse = tile_f32(stats, (b, h, i, 0), TM, 1)
             dom = operand(dot, WIDE, d_o.dtype)
             s = ct.mma(qm, ct.transpose(km), ct.full((TM, TN), 0.0, dtype=ct.float32)) * scale
-            keep = (cols < keys_end) & real
-            if CAUSAL:
-                keep = keep & (cols <= rows)
+            keep = band_kept((cols < keys_end) & real, rows, cols, align, left, right, LEFT, RIGHT)
             p = ct.where(keep, ct.exp(s - lse), 0.0)
             dv_acc = ct.mma(operand(ct.transpose(p), WIDE, d_o.dtype), dom, dv_acc)
             dp = ct.mma(dom, ct.transpose(vm), ct.full((TM, TN), 0.0, dtype=ct.float32))

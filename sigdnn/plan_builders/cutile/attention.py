@@ -5,8 +5,9 @@ The CuTe kernel takes 16-bit q / k / v with head dims 64 or 128. Users also
 run float32 attention (a float32 torch model, an ONNX Attention node) and
 head dims of 32, 80, 96, 160 or 256; this builder takes those: head dims up
 to 256 (q / k and v apart; tiles are the next power of two, the rest read
-as 0), f32 / f16 / bf16, any strides, grouped-query heads, the top-left
-causal mask, and the stats output. One block owns 64 query rows of one
+as 0), f32 / f16 / bf16, any strides, grouped-query heads, the stats
+output, and every diagonal band (the causal mask, sliding windows, either
+alignment; the CuTe kernel takes only the top-left causal mask). One block owns 64 query rows of one
 (batch, head) and walks the keys 64 at a time with an online softmax in
 float32. The backward recomputes p from the forward's stats, a launch for
 dq and one for dk and dv. Both take padding masks (``seq_len_q`` /
@@ -28,7 +29,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import span_elements
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.ragged import GRADIENT_OF, OFFSET_SUFFIX, RAGGED_TENSORS
-from sigdnn.graph.ops.sdpa import RAGGED_LENGTHS
+from sigdnn.graph.ops.sdpa import RAGGED_LENGTHS, Band
 from sigdnn.graph.tensor import Tensor
 from sigdnn.plan_builders.cutile.conv_gemm import require_int32_spans
 from sigdnn.plan_builders.cutile.conv_grouped import GRID_Y
@@ -36,7 +37,6 @@ from sigdnn.plan_builders.cutile.launches_builder import CutileLaunchesBuilder
 from sigdnn.plan_builders.cutile.source import KernelSource, literal
 from sigdnn.plan_builders.cutile.steps import Arg, Launch, Workspace
 from sigdnn.plan_builders.cutile.tiling import cdiv, pow2
-from sigdnn.plan_builders.declines import band_beyond_causal, causal_mask
 from sigdnn.registry.engine_ids import IN_TREE
 
 TILE_ROWS = 64  # TM: query rows a block owns
@@ -66,9 +66,6 @@ def shape_of(builder: str, node: Node, graph: Graph) -> tuple[int, int, int, int
     op = node.op
     if op.bias is not None:
         raise ValueError(f"{builder} takes no bias")
-    band = band_beyond_causal(node, graph)
-    if band is not None:
-        raise ValueError(f"{builder} takes no diagonal band ({band}) but the top-left causal mask")
     for port in sorted(INDEX_PORTS):
         uid = getattr(op, port)
         t = graph.tensors[uid] if uid is not None else None
@@ -85,6 +82,18 @@ def shape_of(builder: str, node: Node, graph: Graph) -> tuple[int, int, int, int
     if batch * heads > GRID_Y:
         raise ValueError(f"{batch} x {heads} (batch x heads) blocks past a grid's {GRID_Y}")
     return batch, heads, kv_heads, sq, skv, d, dv
+
+
+def band_args(node: Node, graph: Graph) -> tuple[tuple[int, int], tuple[bool, bool, bool]]:
+    """((left, right), (LEFT, RIGHT, BOTTOM_RIGHT)): the node's band as the kernels take it. A bound past
+    +-(Sq + Skv) hides every key or none (the alignment lies in [-Sq, Skv]), so each is clamped there and the
+    kernels' index sums stay inside int32."""
+    band = Band.of(node.op)
+    q, k = graph.tensors[node.op.q], graph.tensors[node.op.k]
+    reach = q.dims[2] + k.dims[2]
+    left = 1 if band.left is None else min(band.left, reach)
+    right = 0 if band.right is None else max(-reach, min(band.right, reach))
+    return (left, right), (band.left is not None, band.right is not None, band.bottom_right)
 
 
 def port_view(node: Node, graph: Graph, port: str) -> Arg:
@@ -167,10 +176,11 @@ class CutileSdpaBuilder(CutileLaunchesBuilder):
         op = node.op
         batch, heads, kv_heads, sq, skv, d, dv = shape_of(self.name, node, graph)
         narrow_p = str(graph.dtype_of(graph.tensors[op.v])) in NARROW
-        constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
+        bounds, band = band_args(node, graph)
+        constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale), *bounds)
         lengths, has_lengths = length_args(node, graph)
         has_stats = op.stats is not None
-        flags = (causal_mask(op), has_stats, narrow_p, has_lengths, wide(graph, op.q, op.k))
+        flags = (*band, has_stats, narrow_p, has_lengths, wide(graph, op.q, op.k))
         tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), *flags)
         ports = ("q", "k", "v", "o", "stats" if has_stats else "o")  # o stands in for stats never written
         view, unpack, pack, workspace = port_views(node, graph, ports, FORWARD_PLACEMENT, frozenset({"o"}))
@@ -192,13 +202,14 @@ class CutileSdpaBackwardBuilder(CutileLaunchesBuilder):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         op = node.op
         batch, heads, kv_heads, sq, skv, d, dv = shape_of(self.name, node, graph)
-        constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale))
+        bounds, band = band_args(node, graph)
+        constants = (heads, heads // kv_heads, sq, skv, float(op.attn_scale), *bounds)
         lengths, has_lengths = length_args(node, graph)
         reads, grads = ("q", "k", "v", "o", "d_o", "stats"), ("dq", "dk", "dv")
         view, unpack, pack, workspace = port_views(node, graph, reads + grads, BACKWARD_PLACEMENT, frozenset(grads))
         ins = (*(view[p] for p in reads), *lengths)
         widened = wide(graph, op.q, op.k, op.v, op.d_o)
-        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), causal_mask(op), has_lengths, widened)
+        tiles = (TILE_ROWS, TILE_KEYS, tile_of(d), tile_of(dv), *band, has_lengths, widened)
         return [
             *unpack,
             Launch(kernel_source("attention_dq"), (cdiv(sq, TILE_ROWS), batch * heads, 1), (*ins, view["dq"]),

@@ -2,7 +2,7 @@
 
 What the CuTe flash attention declines: float32, head dims 32 / 80 / 96 / 256 (q / k and v apart),
 grouped and multi-query heads, the top-left causal mask with Sq != Skv, BSHD strides, the stats
-output. Each case must pass validation against the reference and stay within a float32 bound of torch's
+output, diagonal bands (sliding windows, bottom-right alignment, rows the band leaves no key). Each case must pass validation against the reference and stay within a float32 bound of torch's
 float64 attention; planted bugs in the kernel text must fail validation.
 """
 
@@ -80,14 +80,26 @@ def test_a_hand_worked_attention() -> None:
 PLANTED = {
     "running_sum_not_rescaled": ("total = total * alpha + ", "total = total + ", CASES[0]),
     "accumulator_not_rescaled": ("acc = acc * alpha + pv", "acc = acc + pv", CASES[0]),
-    "causal_diagonal_hidden": ("keep & (cols <= rows)", "keep & (cols < rows)", CASES[1]),
+    "causal_diagonal_hidden": (
+        "keep & (cols <= rows + (align + right))",
+        "keep & (cols < rows + (align + right))",
+        CASES[1],
+    ),
     "key_tail_kept": (
-        "keep = (cols < keys_end) & (rows < rows_end)",
-        "keep = (cols < keys_end + 1) & (rows < rows_end)",
+        "band_kept((cols < keys_end) & (rows < rows_end)",
+        "band_kept((cols < keys_end + 1) & (rows < rows_end)",
         CASES[0],
     ),
     "kv_head_by_query_head": ("kv = h // groups", "kv = h % groups", CASES[0]),
-    "causal_steps_cut_short": ("ct.cdiv((i + 1) * TM, TN)", "ct.cdiv(i * TM, TN)", CASES[1]),
+    "causal_steps_cut_short": ("(i + 1) * TM + align + right, 0", "i * TM + align + right, 0", CASES[1]),
+    "window_edge_kept": ("(cols > rows + (align - left))", "(cols >= rows + (align - left))", CASES[4]),
+    "window_starts_a_tile_late": (
+        "i * TM + align - left + 1, 0) // TN",
+        "i * TM + align - left + 1, 0) // TN + 1",
+        CASES[4],
+    ),
+    "bottom_right_as_top_left": ("return keys_end - rows_end", "return 0 * keys_end", CASES[5]),
+    "right_bound_ignored": ("    if RIGHT:\n        keep", "    if False:\n        keep", CASES[6]),
 }
 
 
@@ -144,7 +156,8 @@ BACKWARD_PLANTED = {
     "dq_causal_mask_dropped": ("        p = ct.where(keep, ct.exp(s - lse), 0.0)\n        dp",
                                "        p = ct.where(cols < skv, ct.exp(s - lse), 0.0)\n        dp", CASES[1]),
     "dkdv_one_head_of_the_group": ("for g in range(groups):", "for g in range(1):", CASES[0]),
-    "dkdv_causal_start_late": ("first = j * TN // TM", "first = j * TN // TM + 1", CASES[1]),
+    "dkdv_causal_start_late": ("j * TN - align - right, 0) // TM", "j * TN - align - right, 0) // TM + 1", CASES[1]),
+    "dkdv_window_ends_a_tile_early": ("(j + 1) * TN - 1 - align + left", "j * TN - 1 - align + left", CASES[4]),
     "dv_from_ds": ("dv_acc = ct.mma(operand(ct.transpose(p), WIDE, d_o.dtype), dom, dv_acc)",
                    "dv_acc = ct.mma(operand(ct.transpose(p), WIDE, d_o.dtype), operand(ot, WIDE, o.dtype), dv_acc)",
                    CASES[3]),
@@ -186,14 +199,15 @@ def test_launch_contract() -> None:
         g, node = attention_node(d=80, dv=24, dtype=dtype, batch=3, heads=4, kv_heads=2)
         (launch,), workspace = CutileSdpaBuilder().launches(node, g)
         assert workspace == 0 and launch.grid == (1, 12, 1)
-        heads, groups, sq, skv, scale, *tiles = launch.constants
+        heads, groups, sq, skv, scale, left, right, *tiles = launch.constants
         assert (heads, groups, sq, skv) == (4, 2, 10, 12) and all(type(c) is int for c in (heads, groups, sq, skv))
-        assert scale == 0.125 and tiles == [64, 64, 128, 32, False, False, narrow, False, not narrow]
+        assert scale == 0.125 and (left, right) == (1, 0)  # no band: neither bound is read
+        assert tiles == [64, 64, 128, 32, False, False, False, False, narrow, False, not narrow]
     g, node = attention_node(d=80, dv=24, dtype="bfloat16")
     g.tensors[node.op.k].set_data_type("float16")  # q and k of two 16-bit dtypes: no one MMA takes both
     assert CutileSdpaBuilder().launches(node, g)[0][0].constants[-1] is True
     g, node = attention_node(d=8, dv=1)  # a head dim below an MMA's smallest side: a tile of 16
-    assert CutileSdpaBuilder().launches(node, g)[0][0].constants[7:9] == (16, 16)
+    assert CutileSdpaBuilder().launches(node, g)[0][0].constants[9:11] == (16, 16)
 
 
 def test_backward_launch_contract() -> None:
@@ -206,7 +220,7 @@ def test_backward_launch_contract() -> None:
     (dq, dkdv), workspace = CutileSdpaBackwardBuilder().launches(g.nodes[-1], g)
     assert workspace == 0
     assert dq.grid == (2, 8, 1) and dkdv.grid == (2, 4, 1)  # query tiles x (batch, head); key tiles x (batch, kv head)
-    assert dq.constants == dkdv.constants == (4, 2, 100, 70, 0.5, 64, 64, 64, 64, True, False, True)
+    assert dq.constants == dkdv.constants == (4, 2, 100, 70, 0.5, 1, 0, 64, 64, 64, 64, False, True, False, False, True)
 
 
 @pytest.mark.parametrize(
@@ -238,27 +252,28 @@ def test_it_ranks_below_the_cute_flash_attention() -> None:
     assert [b.name for b in rank(serving, node, g)] == ["cute.sdpa", BUILDER]
 
 
-def padded_graph(backward: bool) -> sigdnn.Graph:
-    """Causal GQA attention over a batch of 4 with padding masks (float32, head dim 80, sequences of up to 70)."""
+def padded_graph(backward: bool, **band: object) -> sigdnn.Graph:
+    """Causal GQA attention over a batch of 4 with padding masks (float32, head dim 80, sequences of up to 70),
+    and the band given."""
     g = sigdnn.Graph("padded", io_dtype="float32", compute_dtype="float32")
     q, k, v = (g.tensor(n, (4, h, 70, 80)) for n, h in (("q", 4), ("k", 2), ("v", 2)))
     lq, lkv = (g.tensor(n, (4, 1, 1, 1)).set_data_type("int32") for n in ("seq_len_q", "seq_len_kv"))
     if not backward:
         o, stats = g.sdpa(q, k, v, attn_scale=0.1, use_causal_mask=True, generate_stats=True, seq_len_q=lq,
-                          seq_len_kv=lkv, name="sdpa")  # fmt: skip
+                          seq_len_kv=lkv, name="sdpa", **band)  # fmt: skip
         o.set_output(True).set_name("o")
         stats.set_output(True).set_name("stats")
         return g
     o, do = g.tensor("o", (4, 4, 70, 80)), g.tensor("d_o", (4, 4, 70, 80))
     stats = g.tensor("stats", (4, 4, 70, 1))
     grads = g.sdpa_backward(q, k, v, o, do, stats, attn_scale=0.1, use_causal_mask=True, seq_len_q=lq,
-                            seq_len_kv=lkv, name="sdpa_bwd")  # fmt: skip
+                            seq_len_kv=lkv, name="sdpa_bwd", **band)  # fmt: skip
     for t, name in zip(grads, ("dq", "dk", "dv")):
         t.set_output(True).set_name(name)
     return g
 
 
-def padded_inputs(backward: bool, poison: bool) -> dict[str, np.ndarray]:
+def padded_inputs(backward: bool, poison: bool, **band: object) -> dict[str, np.ndarray]:
     """Lengths 70 / 5 / 0 / 20 queries and 64 / 70 / 9 / 9 keys (the last: query rows past the last key, which a
     key tile holds past its end); with ``poison`` NaN in every padding row (which must not reach a result); for
     the backward, o and stats from the reference forward."""
@@ -268,14 +283,14 @@ def padded_inputs(backward: bool, poison: bool) -> dict[str, np.ndarray]:
                                                                       ("v", (4, 2, 70, 80)), ("d_o", (4, 4, 70, 80)))}  # fmt: skip
     data["seq_len_q"], data["seq_len_kv"] = lq.reshape(4, 1, 1, 1), lkv.reshape(4, 1, 1, 1)
     forward = sigdnn.Executor().run(
-        padded_graph(False), {n: data[n] for n in ("q", "k", "v", "seq_len_q", "seq_len_kv")}
+        padded_graph(False, **band), {n: data[n] for n in ("q", "k", "v", "seq_len_q", "seq_len_kv")}
     )
     data["o"], data["stats"] = forward["o"], forward["stats"].astype(np.float32)
     if poison:
         for name, lengths in (("q", lq), ("d_o", lq), ("o", lq), ("k", lkv), ("v", lkv)):
             for b, n in enumerate(lengths):
                 data[name][b, :, n:] = np.nan
-    graph = padded_graph(backward)
+    graph = padded_graph(backward, **band)
     return {t.name: data[t.name] for t in graph.inputs}
 
 
@@ -287,6 +302,25 @@ def test_padding_masks_validate_whatever_the_padding_holds(backward: bool, poiso
     executor = emulated_executor()
     assert {s.builder.name for s in executor.prepare(g).steps} == {"cutile.sdpa_backward" if backward else BUILDER}
     report = sigdnn.validate(g, padded_inputs(backward, poison), executor=executor)
+    assert report.passed, report.table()
+
+
+PADDED_BANDS = {
+    "bottom_right_window": {"diagonal_bottom_right": True, "left_bound": 6},
+    "top_left_window": {"left_bound": 30},
+    "bottom_right_two_sided": {"diagonal_bottom_right": True, "left_bound": 40, "right_bound": -2},
+}
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("band", PADDED_BANDS)
+def test_a_band_over_padded_sequences_validates(backward: bool, band: str) -> None:
+    """Bottom-right alignment shifts each sequence's diagonal by its own lengths (64 - 70, 70 - 5, 9 - 0, 9 - 20);
+    NaN padding, so a key the band lets a padded row see would poison the result."""
+    g = padded_graph(backward, **PADDED_BANDS[band])
+    executor = emulated_executor()
+    assert {s.builder.name for s in executor.prepare(g).steps} == {"cutile.sdpa_backward" if backward else BUILDER}
+    report = sigdnn.validate(g, padded_inputs(backward, True, **PADDED_BANDS[band]), executor=executor)
     assert report.passed, report.table()
 
 
@@ -307,7 +341,7 @@ def test_lengths_outside_the_sequence_dims_act_as_the_nearest_bound_on_the_gpu(b
 
 
 LENGTH_PLANTS = {
-    "key_lengths_ignored": (False, "keep = (cols < keys_end) & (rows < rows_end)", "keep = (cols < skv) & (rows < rows_end)"),
+    "key_lengths_ignored": (False, "band_kept((cols < keys_end) & (rows < rows_end)", "band_kept((cols < skv) & (rows < rows_end)"),
     "padding_values_read": (False, "vt = masked(tile_2d(v, (b, kv, j, 0), TN, TV), key_rows < keys_end)",
                             "vt = tile_2d(v, (b, kv, j, 0), TN, TV)"),
     "dq_padding_keys_read": (True, "        km = masked(mma_tile(k, (b, kv, j, 0), TN, TD, WIDE), key_rows < keys_end)\n"
@@ -328,6 +362,40 @@ def test_a_planted_length_bug_fails_validation(bug: str) -> None:
     executor = emulated_executor(registry=registry, engine=name)
     report = sigdnn.validate(padded_graph(backward), padded_inputs(backward, poison=True), executor=executor)
     assert not report.passed
+
+
+@pytest.mark.parametrize(
+    ("band", "args"),
+    [
+        ({}, ((1, 0), (False, False, False))),
+        ({"use_causal_mask": True}, ((1, 0), (False, True, False))),
+        ({"left_bound": 5, "right_bound": 3, "diagonal_bottom_right": True}, ((5, 3), (True, True, True))),
+        ({"use_causal_mask": True, "right_bound": 3}, ((1, 0), (False, True, False))),  # both apply: the narrower
+        ({"left_bound": 2**31 - 1, "right_bound": -(2**31) + 1}, ((22, -22), (True, True, False))),
+        ({"left_bound": 23, "right_bound": 2**31 - 1}, ((22, 22), (True, True, False))),
+    ],
+    ids=["none", "causal", "both_bounds", "causal_inside_a_bound", "far_bounds_clamped", "far_right_clamped"],
+)
+def test_the_band_reaches_the_kernels_clamped_to_the_sequences(band: dict, args: tuple) -> None:
+    """Sq 10 + Skv 12 = 22: a bound past +-22 hides every key or none, so it reaches the kernels as +-22 and
+    their index sums stay in int32."""
+    g = sigdnn.Graph("band", io_dtype="float32", compute_dtype="float32")
+    q, k, v = g.tensor("q", (1, 1, 10, 16)), g.tensor("k", (1, 1, 12, 16)), g.tensor("v", (1, 1, 12, 16))
+    g.sdpa(q, k, v, attn_scale=0.1, name="sdpa", **band)[0].set_output(True)
+    assert attention.band_args(g.nodes[-1], g) == args
+
+
+@pytest.mark.parametrize(("left", "right"), [(2**31 - 1, None), (None, 2**31 - 1), (None, -(2**31) + 1), (1, -30)])
+def test_far_bounds_act_as_the_reference_says(left: int | None, right: int | None) -> None:
+    """Clamped bounds give the reference's results: a window wider than the keys hides none, a right bound past
+    them none, one below every key all of them (o = 0, stats = -inf)."""
+    g = sigdnn.Graph("far", io_dtype="float32", compute_dtype="float32")
+    q, k, v = g.tensor("q", (1, 2, 70, 16)), g.tensor("k", (1, 2, 80, 16)), g.tensor("v", (1, 2, 80, 16))
+    o, st = g.sdpa(q, k, v, attn_scale=0.3, generate_stats=True, left_bound=left, right_bound=right, name="sdpa")
+    o.set_output(True).set_name("o")
+    st.set_output(True).set_name("stats")
+    report = sigdnn.validate(g, random_inputs(g, seed=9), executor=emulated_executor())
+    assert report.builders == {"sdpa": BUILDER} and report.passed, report.table()
 
 
 def test_lengths_laid_out_with_gaps_are_declined() -> None:
