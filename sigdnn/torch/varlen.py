@@ -16,9 +16,9 @@ torch's ``is_causal``, unless ``bottom_right`` aligns it (and the band's
 ``left_bound`` / ``right_bound``, graph/ops/sdpa.py's ``Band``) to each
 sequence's last key, flash-attention's rule. Where every sequence's query
 and key lengths are equal the two alignments are one, and the node is
-built top-left (the kernels' mask). On CUDA the cuTile attention builders
-run it (the CuTe flash-attention kernels do not take variable lengths
-yet); a band they do not take runs on the reference.
+built top-left. On CUDA the cuTile attention builders run it, every band
+included (the CuTe flash-attention kernels do not take variable lengths
+yet); what they decline (head dims past 256) runs on the reference.
 """
 
 from __future__ import annotations
