@@ -30,15 +30,15 @@ def offsets(lengths: np.ndarray, heads: int, e: int, shift: int = 0) -> np.ndarr
     return (shift + np.concatenate([[0], np.cumsum(lengths * heads * e)])).astype(np.int32).reshape(-1, 1, 1, 1)
 
 
-def ragged_graph(backward: bool, causal: bool, dtype: str, ragged: str = "qkvo") -> sigdnn.Graph:
+def ragged_graph(backward: bool, causal: bool, dtype: str, ragged: str = "qkvo", **band: object) -> sigdnn.Graph:
     """Int32 lengths, and offsets for the ``ragged`` ones of q, k, v, o (which also place d_o, dq, dk, dv); the
-    others padded batches."""
+    others padded batches; the diagonal band given."""
     g = sigdnn.Graph("ragged", io_dtype=dtype, compute_dtype="float32")
     shapes = {"q": (B, HQ, SQ, D), "k": (B, HKV, SKV, D), "v": (B, HKV, SKV, DV), "o": (B, HQ, SQ, DV)}
     q, k, v = (g.tensor(p, shapes[p], strides=bshd(shapes[p])) for p in "qkv")
     lq, lkv = (g.tensor(n, (B, 1, 1, 1), dtype="int32") for n in ("seq_len_q", "seq_len_kv"))
     offs = {p: g.tensor(f"{p}_off", (B + 1, 1, 1, 1), dtype="int32") for p in ragged}
-    varlen = {"seq_len_q": lq, "seq_len_kv": lkv, "ragged_offsets": offs}
+    varlen = {"seq_len_q": lq, "seq_len_kv": lkv, "ragged_offsets": offs, **band}
     if not backward:
         o, stats = g.sdpa(q, k, v, SCALE, None, causal, True, name="sdpa", **varlen)
         o.set_output(True).set_name("o")

@@ -52,9 +52,11 @@ def test_ragged_attention_matches_the_reference_on_the_gpu(
     assert report.passed, report.table()
 
 
+@pytest.mark.parametrize("band", [{}, {"diagonal_bottom_right": True, "left_bound": 257}], ids=["causal", "window"])
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
-def test_ragged_attention_of_mixed_lengths_at_size(backward: bool) -> None:
-    """8 sequences of validation's random lengths up to 600 tokens, bf16, GQA, head dim 128, causal."""
+def test_ragged_attention_of_mixed_lengths_at_size(backward: bool, band: dict) -> None:
+    """8 sequences of validation's random lengths up to 600 tokens, bf16, GQA, head dim 128, causal; and a
+    sliding window of 257 keys through each sequence's last key (flash-attention's varlen window)."""
     from ragged_attention_cases import bshd
 
     g = sigdnn.Graph("ragged_at_size", io_dtype="bfloat16", compute_dtype="float32")
@@ -62,7 +64,7 @@ def test_ragged_attention_of_mixed_lengths_at_size(backward: bool) -> None:
     q, k, v = (g.tensor(p, shapes[p], strides=bshd(shapes[p])) for p in "qkv")
     lengths = {n: g.tensor(n, (8,), dtype="int32") for n in ("seq_len_q", "seq_len_kv")}
     offs = {p: g.tensor(f"{p}_off", (9,), dtype="int32") for p in "qkvo"}
-    varlen = {**lengths, "ragged_offsets": offs}
+    varlen = {**lengths, "ragged_offsets": offs, **band}
     if backward:
         o, do = (g.tensor(n, shapes["o"], strides=bshd(shapes["o"])) for n in ("o", "d_o"))
         stats = g.tensor("stats", (8, 8, 600, 1), dtype="float32")

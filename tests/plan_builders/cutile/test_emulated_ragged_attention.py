@@ -96,6 +96,17 @@ def test_ragged_attention_validates_and_leaves_the_buffer_past_the_sequences(
         assert not (flat[shift:used] == 1234.5).any(), name
 
 
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_ragged_attention_in_a_bottom_right_window_validates(backward: bool) -> None:
+    """flash-attention's varlen sliding window: each sequence's diagonal through its last key (70 queries on 90
+    keys, 1 on 65, 33 on none), 20 keys wide; o and stats of the unbanded forward are inputs like any other."""
+    data, _ = arrays(causal=True, dtype="bfloat16", shift=0)
+    g = ragged_graph(backward, True, "bfloat16", diagonal_bottom_right=True, left_bound=20)
+    report = sigdnn.validate(g, graph_inputs(g, data), executor=emulated_executor())
+    assert set(report.builders.values()) == {"cutile.sdpa_backward" if backward else "cutile.sdpa"}
+    assert report.passed, report.table()
+
+
 PLANTS = {  # (the function planted, its line, the bug, the shift its path takes)
     "rows_past_the_length": ("element_places", "ct.where((rows < end) & (cols < dim), at, -1)",
                              "ct.where(cols < dim, at, -1)", 3),
