@@ -117,14 +117,15 @@ LITERALS = ("attention", "attention_dq", "attention_dkdv", "ragged_unpack", "rag
 
 def literal_kernels() -> list[tuple[str, str, str, bool]]:
     """The attention kernels with lengths on (as ragged and padded nodes launch them) and the ragged pack /
-    unpack, in bf16 and float32 with int32 and int64 lengths, causal and not (the pack / unpack take no mask)."""
-    return [(kernel, dtype, index, causal)
-            for kernel, dtype, index, causal in itertools.product(LITERALS, ("bfloat16", "float32"), ("int32", "int64"),
+    unpack, in bf16 and float32 with int32 and int64 lengths, with no band and with every bound of one (left,
+    right, bottom-right: each branch of the band's code; the pack / unpack take no mask)."""
+    return [(kernel, dtype, index, banded)
+            for kernel, dtype, index, banded in itertools.product(LITERALS, ("bfloat16", "float32"), ("int32", "int64"),
                                                                   (False, True))
-            if not (causal and kernel.startswith("ragged"))]  # fmt: skip
+            if not (banded and kernel.startswith("ragged"))]  # fmt: skip
 
 
-def literal_signature(kernel: str, dtype: str, index: str, causal: bool) -> KernelSignature:
+def literal_signature(kernel: str, dtype: str, index: str, banded: bool) -> KernelSignature:
     """The kernel's launch arguments: any strides, 16-byte aligned, D = Dv = 128 (made in the worker: a
     signature does not pickle)."""
     c, i32 = ConstantConstraint, ScalarConstraint(ct.int32)
@@ -134,7 +135,8 @@ def literal_signature(kernel: str, dtype: str, index: str, causal: bool) -> Kern
         strided(CT[index], 1),
         strided(CT[dtype], 1),
     )
-    sizes = [i32, i32, i32, i32, ScalarConstraint(ct.float32), c(64), c(64), c(128), c(128), c(causal)]
+    band = [c(banded)] * 3  # LEFT, RIGHT, BOTTOM_RIGHT
+    sizes = [i32, i32, i32, i32, ScalarConstraint(ct.float32), i32, i32, c(64), c(64), c(128), c(128), *band]
     moves = [i32] * 7 + [c(RAGGED_ROWS), c(128)]
     narrow = dtype != "float32"  # bf16 q / k / v / d_o go to the MMAs as they are
     args = {
@@ -147,9 +149,9 @@ def literal_signature(kernel: str, dtype: str, index: str, causal: bool) -> Kern
     return KernelSignature(args, CallingConvention.cutile_python_v1())
 
 
-def compile_literal(kernel: str, dtype: str, index: str, causal: bool, folder: str) -> int:
+def compile_literal(kernel: str, dtype: str, index: str, banded: bool, folder: str) -> int:
     source = ragged_kernel(kernel) if kernel.startswith("ragged") else kernel_source(kernel)
-    return export(source.name, source.text, literal_signature(kernel, dtype, index, causal), folder)
+    return export(source.name, source.text, literal_signature(kernel, dtype, index, banded), folder)
 
 
 CONVS = {  # job: (kernel, each array's ndim, the split count where the kernel takes one, filter tiles)
