@@ -69,14 +69,21 @@ def entry(op: Any, kernel: Callable[..., Any], functions: Mapping[str, Any]) -> 
     """The Python entry of the torch.library op ``op`` (an OpOverloadPacket) whose CPU / CUDA kernel is ``kernel``;
     ``functions`` maps an op name to its autograd.Function (its forward runs the kernel when given ``None`` after
     the op's inputs), looked up when a call needs a gradient: an op without one (a backward op) then goes through
-    the dispatcher, as would a call with keywords or of the wrong arity (the op reports it)."""
+    the dispatcher, as would a call with keywords or of the wrong arity (the op reports it). Trailing arguments
+    the schema gives defaults may be left out: the entry fills them in."""
     name, schema = op.__name__, op.default._schema
     arity = len(schema.arguments)
     positions = tuple(i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type))
+    defaults = tuple(a.default_value for a in schema.arguments if a.has_default_value())  # the trailing ones
+    required = arity - len(defaults)
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling() or kwargs or len(args) != arity or not plain(args, positions):
+        if torch.compiler.is_compiling() or kwargs or not required <= len(args) <= arity:
             return op(*args, **kwargs)
+        if len(args) < arity:  # the schema's defaults, as the dispatcher would fill them
+            args = (*args, *defaults[len(args) - required :])
+        if not plain(args, positions):
+            return op(*args)
         if not needs_grad(args):
             return kernel(*args)
         function = functions.get(name)

@@ -97,6 +97,32 @@ def chunk_kda(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
                        use_qk_l2norm_in_kernel)  # fmt: skip
 
 
+def _flash_band(causal: bool, window_size: tuple[int, int]) -> tuple[int | None, int | None]:
+    """flash-attention's window (left, right; -1: unbounded) as sigdnn's (left_bound, right_bound): sigdnn's left
+    bound counts the diagonal's key; a right bound beside the causal mask is the mask's (right 0)."""
+    left, right = (int(w) for w in window_size)
+    return (left + 1 if left >= 0 else None), (right if right >= 0 and not causal else None)
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                    softmax_scale: float | None = None, causal: bool = False,
+                    window_size: tuple[int, int] = (-1, -1)) -> torch.Tensor:  # fmt: skip
+    """flash-attention's flash_attn_func on sigdnn's sdpa: q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv]
+    -> o [B, Sq, Hq, Dv] (a view of sdpa's [B, Hq, Sq, Dv] output). As flash-attention's, the causal mask and
+    ``window_size`` align to the bottom-right corner: query i sees keys i + Sk - Sq - left .. i + Sk - Sq + right
+    (Mistral's sliding window: ``window_size=(w - 1, 0)``, causal). Dropout is not supported."""
+    if dropout_p:
+        raise NotImplementedError("sigdnn.torch.flash_attention(dropout_p > 0): not supported")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise UsageError(f"flash_attention: {name} must be [B, S, H, D], got {t.dim()}-d {list(t.shape)}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    left, right = _flash_band(causal, window_size)
+    heads = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D] views of the caller's tensors
+    o, _ = ops.sdpa(*heads, scale, bool(causal), True, left, right)
+    return o.transpose(1, 2)
+
+
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *,
                      softmax_scale: float | None = None, causal: bool = False,
@@ -106,9 +132,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     ``window_size`` (left, right; -1: unbounded) align to each sequence's bottom-right corner: query i of a
     sequence of Sq queries and Sk keys sees keys i + Sk - Sq - left .. i + Sk - Sq + right."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
-    left, right = (int(w) for w in window_size)
-    left_bound = left + 1 if left >= 0 else None  # (sigdnn's left bound counts the diagonal's key)
-    right_bound = right if right >= 0 and not causal else None
+    left_bound, right_bound = _flash_band(causal, window_size)
     o, _ = varlen.sdpa_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), scale,
                               bool(causal), True, left_bound, right_bound)  # fmt: skip
     return o

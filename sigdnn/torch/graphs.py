@@ -18,6 +18,8 @@ from sigdnn.graph.ops.ragged import token_major
 from sigdnn.graph.tensor import Tensor
 from sigdnn.graph.tf32 import TF32_COMPUTE
 
+BAND = ("diagonal_bottom_right", "left_bound", "right_bound")  # sdpa's band attributes, in the torch ops' order
+
 
 @attrs.frozen
 class Spec:
@@ -66,19 +68,42 @@ def _outputs(*pairs: tuple[Tensor | None, str], like: Spec | None = None) -> Non
         t.set_output(True).set_name(name).set_stride(strides)
 
 
-def sdpa(q: Spec, k: Spec, v: Spec, scale: float, causal: bool) -> Graph:
+def sdpa(
+    q: Spec,
+    k: Spec,
+    v: Spec,
+    scale: float,
+    causal: bool,
+    bottom_right: bool = False,
+    left: int | None = None,
+    right: int | None = None,
+) -> Graph:
     g = _graph("sdpa", q)
-    o, stats = g.sdpa(*_inputs(g, ("q", "k", "v"), (q, k, v)), scale, None, causal, True)
+    band = dict(zip(BAND, (bottom_right, left, right)))
+    o, stats = g.sdpa(*_inputs(g, ("q", "k", "v"), (q, k, v)), scale, None, causal, True, **band)  # type: ignore[arg-type]
     assert stats is not None
     stats.set_data_type(stats_dtype(q.dtype))
     _outputs((o, "o"), (stats, "stats"))
     return g
 
 
-def sdpa_backward(q: Spec, k: Spec, v: Spec, o: Spec, d_o: Spec, stats: Spec, scale: float, causal: bool) -> Graph:
+def sdpa_backward(
+    q: Spec,
+    k: Spec,
+    v: Spec,
+    o: Spec,
+    d_o: Spec,
+    stats: Spec,
+    scale: float,
+    causal: bool,
+    bottom_right: bool = False,
+    left: int | None = None,
+    right: int | None = None,
+) -> Graph:
     g = _graph("sdpa_backward", q)
     ins = _inputs(g, ("q", "k", "v", "o", "d_o", "stats"), (q, k, v, o, d_o, stats))
-    dq, dk, dv = g.sdpa_backward(*ins, scale, None, causal)
+    band = dict(zip(BAND, (bottom_right, left, right)))
+    dq, dk, dv = g.sdpa_backward(*ins, scale, None, causal, **band)  # type: ignore[arg-type]
     _outputs((dq, "dq"), (dk, "dk"), (dv, "dv"))
     return g
 
@@ -91,9 +116,6 @@ def _varlen(g: Graph, specs: Sequence[Spec]) -> tuple[list[Tensor], dict[str, ob
     q, k, v, lq, lkv, *offsets = _inputs(g, VARLEN_PORTS, specs)
     ragged = dict(zip(("q", "k", "v", "o"), offsets))
     return [q, k, v], {"seq_len_q": lq, "seq_len_kv": lkv, "ragged_offsets": ragged}
-
-
-BAND = ("diagonal_bottom_right", "left_bound", "right_bound")
 
 
 def sdpa_varlen(*specs_and_attributes: object) -> Graph:

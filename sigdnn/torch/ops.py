@@ -107,44 +107,61 @@ def _stats_dtype(t: Tensor) -> torch.dtype:
 
 
 # -- attention ---------------------------------------------------------------
-@define("sdpa(Tensor q, Tensor k, Tensor v, float scale, bool causal) -> (Tensor, Tensor)")
-def sdpa(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> tuple[Tensor, Tensor]:
-    """(o, stats): attention of q [B, Hq, Sq, D] over k, v [B, Hkv, Skv, D / Dv]; stats is each row's logsumexp."""
-    o, stats = run("sdpa", graphs.sdpa, (q, k, v), (float(scale), bool(causal)))
+BAND_ARGUMENTS = "bool bottom_right=False, int? left_bound=None, int? right_bound=None"  # docs/ops.md, sdpa's band
+
+
+def _band(bottom_right: bool, left_bound: int | None, right_bound: int | None) -> tuple:
+    """The band's attributes as a cache key holds them (a Python bool and ints, whatever numbers were passed)."""
+    left = left_bound if left_bound is None else int(left_bound)
+    return bool(bottom_right), left, right_bound if right_bound is None else int(right_bound)
+
+
+@define(f"sdpa(Tensor q, Tensor k, Tensor v, float scale, bool causal, {BAND_ARGUMENTS}) -> (Tensor, Tensor)")
+def sdpa(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, bottom_right: bool = False,
+         left_bound: int | None = None, right_bound: int | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """(o, stats): attention of q [B, Hq, Sq, D] over k, v [B, Hkv, Skv, D / Dv] in the causal mask and band
+    given; stats is each row's logsumexp."""
+    attributes = (float(scale), bool(causal), *_band(bottom_right, left_bound, right_bound))
+    o, stats = run("sdpa", graphs.sdpa, (q, k, v), attributes)
     return o, stats
 
 
 @torch.library.register_fake("sigdnn::sdpa", lib=_LIBRARY)
-def _(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> tuple[Tensor, Tensor]:
+def _(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, bottom_right: bool = False,
+      left_bound: int | None = None, right_bound: int | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     rows = tuple(q.shape[:-1])
     return q.new_empty((*rows, v.shape[-1])), q.new_empty((*rows, 1), dtype=_stats_dtype(q))
 
 
 @define(
-    "sdpa_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor d_o, Tensor stats, float scale, bool causal) -> (Tensor, Tensor, Tensor)"
+    "sdpa_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor d_o, Tensor stats, float scale, bool causal, "
+    f"{BAND_ARGUMENTS}) -> (Tensor, Tensor, Tensor)"
 )
 def sdpa_backward(q: Tensor, k: Tensor, v: Tensor, o: Tensor, d_o: Tensor, stats: Tensor, scale: float,
-                  causal: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    dq, dk, dv = run("sdpa_backward", graphs.sdpa_backward, (q, k, v, o, d_o, stats), (float(scale), bool(causal)))
+                  causal: bool, bottom_right: bool = False, left_bound: int | None = None,
+                  right_bound: int | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    attributes = (float(scale), bool(causal), *_band(bottom_right, left_bound, right_bound))
+    dq, dk, dv = run("sdpa_backward", graphs.sdpa_backward, (q, k, v, o, d_o, stats), attributes)
     return dq, dk, dv
 
 
 @torch.library.register_fake("sigdnn::sdpa_backward", lib=_LIBRARY)
-def _(q: Tensor, k: Tensor, v: Tensor, o: Tensor, d_o: Tensor, stats: Tensor, scale: float,
-      causal: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def _(q: Tensor, k: Tensor, v: Tensor, o: Tensor, d_o: Tensor, stats: Tensor, scale: float, causal: bool,
+      bottom_right: bool = False, left_bound: int | None = None,
+      right_bound: int | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _sdpa_context(ctx: Any, inputs: tuple, output: tuple) -> None:
-    q, k, v, scale, causal = inputs
+    q, k, v, *attributes = inputs
     ctx.save_for_backward(q, k, v, *output)
-    ctx.scale, ctx.causal = scale, causal
+    ctx.attributes = attributes  # scale, causal and the band
 
 
 def _sdpa_grad(ctx: Any, d_o: Tensor, d_stats: Tensor) -> tuple:
     q, k, v, o, stats = ctx.saved_tensors
-    dq, dk, dv = sdpa_backward(q, k, v, o, d_o.contiguous(), stats, ctx.scale, ctx.causal)
-    return dq, dk, dv, None, None
+    dq, dk, dv = sdpa_backward(q, k, v, o, d_o.contiguous(), stats, *ctx.attributes)
+    return dq, dk, dv, *(None for _ in ctx.attributes)
 
 
 register_autograd("sdpa", _sdpa_grad, _sdpa_context)

@@ -31,13 +31,10 @@ from sigdnn.errors import UsageError
 from sigdnn.graph.ops import ragged
 from sigdnn.torch import graphs
 from sigdnn.torch.cache import run
-from sigdnn.torch.ops import _LIBRARY, _stats_dtype, define, register_autograd
+from sigdnn.torch.ops import _LIBRARY, BAND_ARGUMENTS, _stats_dtype, define, register_autograd
 
 Tensor = torch.Tensor
-ATTRIBUTES = (
-    "int max_seqlen_q, int max_seqlen_kv, float scale, bool causal, bool bottom_right=False, int? left_bound=None, "
-    "int? right_bound=None"
-)
+ATTRIBUTES = f"int max_seqlen_q, int max_seqlen_kv, float scale, bool causal, {BAND_ARGUMENTS}"
 
 
 def band(cu_q: Tensor, cu_kv: Tensor, bottom_right: bool, left: int | None, right: int | None) -> tuple:
