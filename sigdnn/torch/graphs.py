@@ -74,9 +74,9 @@ def sdpa(
     v: Spec,
     scale: float,
     causal: bool,
-    bottom_right: bool = False,
-    left: int | None = None,
-    right: int | None = None,
+    bottom_right: bool,
+    left: int | None,
+    right: int | None,
 ) -> Graph:
     g = _graph("sdpa", q)
     band = dict(zip(BAND, (bottom_right, left, right)))
@@ -96,9 +96,9 @@ def sdpa_backward(
     stats: Spec,
     scale: float,
     causal: bool,
-    bottom_right: bool = False,
-    left: int | None = None,
-    right: int | None = None,
+    bottom_right: bool,
+    left: int | None,
+    right: int | None,
 ) -> Graph:
     g = _graph("sdpa_backward", q)
     ins = _inputs(g, ("q", "k", "v", "o", "d_o", "stats"), (q, k, v, o, d_o, stats))

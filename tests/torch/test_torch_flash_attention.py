@@ -97,12 +97,20 @@ def test_a_square_causal_call_builds_the_top_left_node_the_cute_kernel_takes() -
     assert band_beyond_causal(found[3].nodes[0], found[3]) == "left_bound None, right_bound 0, bottom-right aligned"
 
 
+def test_the_defaults_are_flash_attentions() -> None:
+    """No mask, no window, 1 / sqrt(D): every key seen, on a batch with more keys than queries."""
+    q, k, v = bshd(2, 3, 2, 4), bshd(2, 6, 2, 4), bshd(2, 6, 2, 4)
+    torch.testing.assert_close(st.flash_attention(q, k, v), written_out(q, k, v, False, None, (-1, -1)),
+                               rtol=1e-12, atol=1e-12)  # fmt: skip
+
+
 def test_what_it_does_not_take_is_refused_by_name() -> None:
     q = bshd(1, 4, 2, 4)
     with pytest.raises(NotImplementedError, match="dropout_p > 0"):
         st.flash_attention(q, q, q, dropout_p=0.1)
-    with pytest.raises(UsageError, match=r"k must be \[B, S, H, D\], got 3-d"):
-        st.flash_attention(q, q[0], q)
+    for name, args in (("q", (q[0], q, q)), ("k", (q, q[0], q)), ("v", (q, q, q[0]))):
+        with pytest.raises(UsageError, match=rf"flash_attention: {name} must be \[B, S, H, D\], got 3-d"):
+            st.flash_attention(*args)
 
 
 def test_the_op_takes_the_band_and_its_entry_fills_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
