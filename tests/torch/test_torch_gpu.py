@@ -27,8 +27,11 @@ def needs_gpu() -> None:
         pytest.skip(f"no GPU backend here: {reason}")
 
 
-def judged(op: str, got: torch.Tensor, want: torch.Tensor, index: int) -> None:
-    graph = next(c.plan.graph for k, c in _CACHE.items() if k[0] == op and k[2][3] >= 0)
+def judged(op: str, got: torch.Tensor, want: torch.Tensor, index: int, attributes: tuple | None = None) -> None:
+    """got against want within the end-to-end tolerance of output ``index`` of the CUDA graph of ``op`` (the one
+    cached with these ``attributes`` where given)."""
+    graph = next(c.plan.graph for k, c in _CACHE.items()
+                 if k[0] == op and k[2][3] >= 0 and attributes in (None, k[1]))  # fmt: skip
     uid = graph.outputs[index].uid
     check = compare(op, got.float().cpu().numpy().astype(np.float64), want.float().numpy().astype(np.float64),
                     output_tolerance(graph, uid))  # fmt: skip
@@ -142,6 +145,25 @@ def test_varlen_attention_and_its_backward_on_cuda(cuda_calls):
         assert all(not s.builder.name.endswith("(fallback)") for s in plan.steps), [s.builder.name for s in plan.steps]
     judged("sdpa_varlen", o.detach(), st.varlen_attention(q, k, v, cu, cu, 256, 256, causal=True), 0)
     judged_step(cuda_calls, "sdpa_varlen_backward")
+
+
+def test_flash_attention_in_a_sliding_window_and_its_backward_on_cuda(cuda_calls):
+    """flash_attn_func's Mistral window (causal, 64 keys) on BSHD views, decoding-shaped (Sq 96 < Sk 320, so the band
+    aligns bottom-right): the cuTile attention takes the band on CUDA (the CuTe kernel declines it), judged against
+    the CPU forward and, for the backward, as a step."""
+    torch.manual_seed(0)
+    q, do = (torch.randn(2, 96, 4, 64, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(2, 320, 2, 64, dtype=torch.bfloat16) for _ in range(2))
+    leaves = [t.detach().cuda().requires_grad_(True) for t in (q, k, v)]
+    o = st.flash_attention(*leaves, causal=True, window_size=(63, 0))
+    o.backward(do.cuda())
+    band = (64**-0.5, True, True, 64, None)  # scale, causal, bottom_right, left_bound, right_bound
+    for op, builder in (("sdpa", "cutile.sdpa"), ("sdpa_backward", "cutile.sdpa_backward")):
+        plan = next(c.plan for key, c in _CACHE.items() if key[0] == op and key[2][3] >= 0 and key[1] == band)
+        assert [s.builder.name for s in plan.steps] == [builder]
+    want = st.flash_attention(q, k, v, causal=True, window_size=(63, 0))
+    judged("sdpa", o.detach().transpose(1, 2), want.transpose(1, 2), 0, band)
+    judged_step(cuda_calls, "sdpa_backward")
 
 
 def test_a_plain_cuda_call_takes_the_entrys_eager_path():
