@@ -48,6 +48,16 @@ def attention(g, make):
     return {Q: q, K: k, V: v, DO: do}, [o, dq, dk, dv]
 
 
+def windowed_attention(g, make):
+    """The pygraph's sliding window on a key cache: bottom-right causal, 48 keys wide, 96 queries on 160 keys."""
+    q, do, k, v = make(2, 4, 96, 64), make(2, 4, 96, 64), make(2, 4, 160, 64), make(2, 4, 160, 64)
+    Q, K, V, DO = (g.tensor_like(t) for t in (q, k, v, do))
+    band = {"use_causal_mask_bottom_right": True, "sliding_window_length": 48}
+    o, stats = g.sdpa(Q, K, V, attn_scale=1 / math.sqrt(64), generate_stats=True, **band)
+    dq, dk, dv = g.sdpa_backward(Q, K, V, o, DO, stats, attn_scale=1 / math.sqrt(64), **band)
+    return {Q: q, K: k, V: v, DO: do}, [o, dq, dk, dv]
+
+
 def norms(g, make):
     x, s, b, dy = make(64, 1024), make(1, 1024), make(1, 1024), make(64, 1024)
     X, S, B, DY = (g.tensor_like(t) for t in (x, s, b, dy))
@@ -60,7 +70,9 @@ def norms(g, make):
     return {X: x, S: s, B: b, DY: dy}, [y, dx, ds, db, r, sm, red]
 
 
-@pytest.mark.parametrize("case", [conv_bias_relu, matmul_bias_gelu, attention, norms], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "case", [conv_bias_relu, matmul_bias_gelu, attention, windowed_attention, norms], ids=lambda f: f.__name__
+)
 def test_gpu_handle_agrees_with_the_reference(case):
     results, results_inputs = {}, {}
     for device in ("cpu", "gpu"):
