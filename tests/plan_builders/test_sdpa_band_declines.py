@@ -9,10 +9,10 @@ import pytest
 
 import sigdnn
 from sigdnn.errors import NotSupported
+from sigdnn.plan_builders.cute.attention import band_beyond_causal
 from sigdnn.plan_builders.cute.sdpa import CuteSdpaBuilder
 from sigdnn.plan_builders.cute.sdpa_backward import CuteSdpaBackwardBuilder
 from sigdnn.plan_builders.cutile.attention import CutileSdpaBackwardBuilder, CutileSdpaBuilder
-from sigdnn.plan_builders.declines import band_beyond_causal
 
 
 def attention(backward: bool, sq: int = 64, causal: bool = True, **band: object) -> sigdnn.Graph:
@@ -87,7 +87,7 @@ def test_a_bottom_right_causal_mask_with_padding_is_declined() -> None:
 )
 def test_the_kernels_causal_flag_reads_a_right_bound_of_zero_as_causal(band: dict, causal: bool, masked: bool) -> None:
     """A graph may spell the causal mask as right_bound 0 (cuDNN's JSON and pygraph do): the kernels mask it."""
-    from sigdnn.plan_builders.declines import causal_mask
+    from sigdnn.plan_builders.cute.attention import causal_mask
 
     g = attention(False, 64, causal, **band)
     assert causal_mask(g.node_by_name("sdpa").op) is masked

@@ -85,7 +85,7 @@ def test_float32_within_float32_rounding() -> None:
 def test_a_square_causal_call_builds_the_top_left_node_the_cute_kernel_takes() -> None:
     """flash-attention's bottom-right causal mask is the top-left one where Sq == Sk: the CuTe flash attention
     takes the node (no band beyond the causal mask), so the common case keeps the fast kernel."""
-    from sigdnn.plan_builders.declines import band_beyond_causal
+    from sigdnn.plan_builders.cute.attention import band_beyond_causal
     from sigdnn.torch.cache import _CACHE
 
     q, k, v = (bshd(1, 5, 2, 4) for _ in range(3))

@@ -1,5 +1,6 @@
 """What the CuTe attention builders (sdpa forward and backward) share: the keys they serve, the node checks
-made before their kernel views, and ``check`` as that view plus the device's compute capability."""
+made before their kernel views (the diagonal band they take: ``band_beyond_causal``, ``causal_mask``), and
+``check`` as that view plus the device's compute capability."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ from typing import Any, ClassVar
 from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
-from sigdnn.graph.ops.sdpa import VARLEN_PORTS
+from sigdnn.graph.ops.sdpa import VARLEN_PORTS, Band
 from sigdnn.plan_builders.cute import unavailable_reason
 from sigdnn.plan_builders.cute.sdpa_layout import IO_DTYPES
-from sigdnn.plan_builders.declines import band_beyond_causal
 from sigdnn.plan_builders.gpu_properties import require_hopper
 from sigdnn.registry.contracts import PlanBuilder
 from sigdnn.runtime.device import Device
@@ -70,3 +70,24 @@ class CuteAttentionBuilder(PlanBuilder):
     def check(self, node: Node, graph: Graph, device: Device | None = None) -> None:
         self.plan(node, graph)
         require_hopper(node, device)
+
+
+def band_beyond_causal(node: Node, graph: Graph) -> str | None:
+    """The diagonal band an attention node masks by beyond the CuTe kernels' mask (none, or the top-left causal
+    one), described; None when it has none (the cuTile attention takes every band). Bottom-right alignment with no padding and Sq == Skv is the top-left diagonal."""
+    op = node.op
+    band = Band.of(op)
+    if not band.masks:
+        return None
+    q, k = graph.tensors[op.q], graph.tensors[op.k]
+    level = not any(getattr(op, port) is not None for port in VARLEN_PORTS) and q.dims[2] == k.dims[2]
+    if band.left is None and band.right == 0 and (not band.bottom_right or level):
+        return None
+    alignment = "bottom-right" if band.bottom_right else "top-left"
+    return f"left_bound {band.left}, right_bound {band.right}, {alignment} aligned"
+
+
+def causal_mask(op: object) -> bool:
+    """Whether a node the CuTe kernels take (``band_beyond_causal`` None) masks as the top-left causal mask: its
+    causal flag, or a right bound 0 however the graph spelled it (a cuDNN JSON or pygraph right_bound)."""
+    return Band.of(op).masks

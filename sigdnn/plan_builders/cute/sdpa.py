@@ -20,7 +20,7 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.sdpa import Sdpa
-from sigdnn.plan_builders.cute.attention import CuteAttentionBuilder
+from sigdnn.plan_builders.cute.attention import CuteAttentionBuilder, causal_mask
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
 from sigdnn.plan_builders.cute.sdpa_layout import (
     FmhaConfig,
@@ -31,7 +31,6 @@ from sigdnn.plan_builders.cute.sdpa_layout import (
     parse_config,
     plan_sdpa,
 )
-from sigdnn.plan_builders.declines import causal_mask
 from sigdnn.plan_builders.gpu_properties import device_id_of, device_properties
 from sigdnn.registry.contracts import BuildContext, NodePlan
 from sigdnn.registry.engine_ids import IN_TREE

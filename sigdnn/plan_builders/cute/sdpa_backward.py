@@ -21,10 +21,9 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.node import Node
 from sigdnn.graph.ops.sdpa_backward import SdpaBackward
-from sigdnn.plan_builders.cute.attention import CuteAttentionBuilder
+from sigdnn.plan_builders.cute.attention import CuteAttentionBuilder, causal_mask
 from sigdnn.plan_builders.cute.bound import BindsLaunches, check_aligned
 from sigdnn.plan_builders.cute.sdpa_backward_layout import BwdProblem, BwdSpec, plan_sdpa_backward
-from sigdnn.plan_builders.declines import causal_mask
 from sigdnn.registry.contracts import BuildContext, NodePlan
 from sigdnn.registry.engine_ids import IN_TREE
 from sigdnn.runtime.device import ExecutionContext
