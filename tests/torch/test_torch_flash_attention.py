@@ -13,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from flash_masks import flash_mask  # noqa: E402
+
 import sigdnn.torch as st  # noqa: E402
 from sigdnn.errors import UsageError  # noqa: E402
 from sigdnn.torch import eager  # noqa: E402
@@ -20,25 +22,12 @@ from sigdnn.torch import eager  # noqa: E402
 gen = torch.Generator().manual_seed(5)
 
 
-def seen(sq: int, sk: int, causal: bool, window: tuple[int, int]) -> torch.Tensor:
-    """[Sq, Sk] True where flash-attention lets query i see key j (right 0 when causal; -1: unbounded)."""
-    i, j = torch.arange(sq)[:, None] + sk - sq, torch.arange(sk)[None, :]
-    left, right = window
-    right = 0 if causal else right
-    keep = torch.ones(sq, sk, dtype=torch.bool)
-    if right >= 0:
-        keep &= j <= i + right
-    if left >= 0:
-        keep &= j >= i - left
-    return keep
-
-
 def written_out(q, k, v, causal, scale, window):
     """o [B, Sq, Hq, Dv] of q [B, Sq, Hq, D] over k, v [B, Sk, Hkv, *] (kv heads repeated), in float64."""
     groups = q.shape[2] // k.shape[2]
     qh, kh, vh = q.transpose(1, 2), k.repeat_interleave(groups, 2).transpose(1, 2), v.repeat_interleave(groups, 2)
     s = qh @ kh.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
-    keep = seen(q.shape[1], k.shape[1], causal, window)
+    keep = flash_mask(q.shape[1], k.shape[1], causal, window)
     rows = keep.any(-1, keepdim=True)
     p = torch.softmax(s.masked_fill(~keep, float("-inf")).masked_fill(~rows, 0.0), -1) * rows
     return (p @ vh.transpose(1, 2)).transpose(1, 2)

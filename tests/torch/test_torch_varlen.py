@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
+from flash_masks import flash_mask  # noqa: E402
 
 import sigdnn.torch as st  # noqa: E402
 from sigdnn.errors import ExecutionError, UsageError  # noqa: E402
@@ -27,20 +28,6 @@ def cu(lengths: list[int]) -> torch.Tensor:
 
 def packed(lengths: list[int], heads: int, width: int, dtype=torch.float64) -> torch.Tensor:
     return torch.randn(sum(lengths), heads, width, dtype=dtype, generator=gen).requires_grad_(True)
-
-
-def flash_mask(sq: int, sk: int, causal: bool, window: tuple[int, int]) -> torch.Tensor:
-    """[Sq, Sk] True where flash-attention lets query i see key j: i + Sk - Sq - left <= j <= i + Sk - Sq + right
-    (right 0 when causal; -1: unbounded)."""
-    i, j = torch.arange(sq)[:, None] + sk - sq, torch.arange(sk)[None, :]
-    left, right = window
-    right = 0 if causal else right
-    keep = torch.ones(sq, sk, dtype=torch.bool)
-    if right >= 0:
-        keep &= j <= i + right
-    if left >= 0:
-        keep &= j >= i - left
-    return keep
 
 
 def per_sequence(q, k, v, lq, lk, causal, scale, window=(-1, -1)):
