@@ -50,11 +50,11 @@ from sigdnn.plan_builders.cutile.source import KernelSource
 CHUNK = 64
 VALUE_BLOCK = 64  # value columns a forward block carries of the state, where V allows a split
 KEY_BLOCK = 64  # key columns a block of kda's pair launch takes, where K allows a split
-# the forward's kernels: 8 worker warps share the tiles where cuTile's default 4 held them in half the threads, and
-# spilled (sm_90 cubins, K = V = 128, TF32: kda's chunk kernel 1,400 -> 576 B a thread, its walk 1,584 -> 264; gdn's
-# 784 -> 40 and 344 -> 0)
-FORWARD_HINTS = KernelHints(num_worker_warps=8)
-DEFAULT_HINTS = KernelHints()  # the backward's kernels: cuTile's own choice
+# 8 worker warps share the [C, K] tiles where cuTile's default 4 held them in half the threads, and spilled (sm_90
+# cubins, K = V = 128, TF32: kda's forward chunk kernel 1,400 -> 576 B a thread, its walk 1,584 -> 264; gdn's 784 -> 40
+# and 344 -> 0; the backward's chunk kernel, state walks and pair launch 2-60x fewer spill instructions, docs/experiments.md)
+WIDE_HINTS = KernelHints(num_worker_warps=8)
+DEFAULT_HINTS = KernelHints()  # cuTile's own choice: the gradients kernel spills more with 8 (gdn 546 -> 1,353)
 
 
 @attrs.frozen
@@ -533,7 +533,7 @@ def chunks_source(s: DeltaRuleShape, *, backward: bool) -> KernelSource:
         if backward
         else "q, k, g, beta, cu, qk_work, t_work"
     )
-    return _module(s, "delta_rule_chunks", params, body, s.vp, hints=DEFAULT_HINTS if backward else FORWARD_HINTS)
+    return _module(s, "delta_rule_chunks", params, body, s.vp, hints=WIDE_HINTS)
 
 
 def _chunk_rows(slot: str) -> str:
@@ -574,10 +574,15 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
     params = "q, k, v, g, beta, cu, h0, qk_work, t_work, o, ht"
-    # gdn's at a float32 compute dtype the exception: its three TF32 MMAs a product went to mma.sync with 8 warps and
-    # spilled 5,480 B a thread against 1,528 with cuTile's default (sm_90 cubins)
-    hints = FORWARD_HINTS if s.tf32 or s.per_channel else DEFAULT_HINTS
-    return _module(s, "delta_rule_fwd", params, body, s.value_width, hints=hints)
+    return _module(s, "delta_rule_fwd", params, body, s.value_width, hints=walk_hints(s))
+
+
+def walk_hints(s: DeltaRuleShape) -> KernelHints:
+    """The hints of the forward walk, the reverse walk and the pair launch: 8 worker warps, but for gdn at a float32
+    compute dtype, whose three TF32 MMAs a product went to mma.sync with 8 warps and spilled more (sm_90 cubins: the
+    forward walk 5,480 B a thread against 1,528, the reverse walk 3,080 against 2,064, the pair launch 3,496 against
+    1,904)."""
+    return WIDE_HINTS if s.tf32 or s.per_channel else DEFAULT_HINTS
 
 
 def _corrections() -> list[str]:
@@ -690,7 +695,7 @@ def states_source(s: DeltaRuleShape) -> KernelSource:
         "for chunk in range(chunks):",
         *("    " + line for line in chunk),
     ]
-    return _module(s, "delta_rule_states", "k, g, cu, h0, w_work, u_work, saved", body, s.value_width)
+    return _module(s, "delta_rule_states", "k, g, cu, h0, w_work, u_work, saved", body, s.value_width, hints=WIDE_HINTS)
 
 
 def reverse_source(s: DeltaRuleShape) -> KernelSource:
@@ -727,7 +732,7 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
         *(["ct.scatter(dh0, state_at, ct.astype(dstate, dh0.dtype), mask=state_in)"] if s.initial_state else []),
     ]
     params = "q, k, g, beta, cu, d_o, dht, qk_work, t_work, dh0, dsaved"
-    return _module(s, "delta_rule_reverse", params, body, s.value_width)
+    return _module(s, "delta_rule_reverse", params, body, s.value_width, hints=walk_hints(s))
 
 
 def _value_block_gradients(s: DeltaRuleShape) -> list[str]:
@@ -947,7 +952,7 @@ def pairs_source(s: DeltaRuleShape) -> KernelSource:
         params = f"q, k, g, cu, {_params(pair_takes(s))}, {', '.join(PAIR_HAND_OVER.values())}, dg"
     else:
         params = f"q, k, g, cu, {', '.join(PAIR_ARRAYS.values())}, {_params(pair_takes(s))}, dq, dk, dg, dbeta_out"
-    return _module(s, "delta_rule_pairs", params, body, s.value_width, s.kp // s.key_blocks)
+    return _module(s, "delta_rule_pairs", params, body, s.value_width, s.kp // s.key_blocks, walk_hints(s))
 
 
 def _pair_hand_over() -> list[str]:
