@@ -115,23 +115,54 @@ def _pair_products(s: DeltaRuleShape) -> list[str]:
             "kk = ct.where(strict, dot(kt, ct.transpose(kt), zero_cc) * decay, 0.0)",
             "qk = dot(qt, ct.transpose(kt), zero_cc) * decay",
         ]
-    subs = s.chunk // SUB
-    lines = [*_sub_chunk_setup(), f"zero_sc = ct.full(({SUB}, C), 0.0, dtype=ct.float32)"]
-    for i in range(1, subs):
-        lines += [
-            *_reference(i),
-            f"kk{i} = dot(ct.extract(kt, ({i}, 0), ({SUB}, KP)) * ei, ct.transpose(earlier), zero_sc)",
-            f"qk{i} = dot(ct.extract(qt, ({i}, 0), ({SUB}, KP)) * ei, ct.transpose(earlier), zero_sc)",
-        ]
-    lines += [
-        _stacked("kk", ["zero_sc", *(f"kk{i}" for i in range(1, subs))]),
-        _stacked("qk", ["zero_sc", *(f"qk{i}" for i in range(1, subs))]),
-        f"for t in range({SUB}):",
-        *("    " + line for line in _sub_chunk_column(s)),
-        "    kk = kk + ct.where(column & (sub_row > t), ct.sum(kt * partner_k * ej, axis=1, keepdims=True), 0.0)",
-        "    qk = qk + ct.where(column, ct.sum(qt * partner_k * ej, axis=1, keepdims=True), 0.0)",
+    return [
+        "pair_rows = ct.reshape(steps, (C, 1))",
+        "kk = zero_cc",
+        "qk = ct.where(pair_rows == ccols2, ct.sum(qt * kt, axis=1, keepdims=True), 0.0)",
+        f"for level in range({s.chunk.bit_length() - 1}):",
+        *("    " + line for line in _level_products(s)),
     ]
-    return lines
+
+
+def _level_products(s: DeltaRuleShape) -> list[str]:
+    """kda's pair decays exp(b_ic - b_jc) depend on the channel, so no [C, C] decay matrix multiplies a product of
+    keys. Every pair i > j of a chunk has a highest bit ``half`` in which i and j differ: then both lie in one block
+    of 2 half rows, i in its upper half, j in its lower, and with r the first row of that upper half
+    exp(b_i - b_j) = exp(b_i - b_r) exp(b_r - b_j), both factors <= 1 (b never increases), each folded into its
+    side's keys: one [C, K] x [K, C] product a level (half = C / 2, ..., 1) serves all its pairs. b_r comes by a
+    one-hot TF32 product (the selection MMA): only its consistency matters, since b_r cancels in the pair's
+    factor, and its rounding (2^-11 of |b|) leaves the exponents at most that far above 0. The keys go LEVEL_KEYS
+    columns at a time (whole [C, 128] tiles spilled 1,040 B a thread, halves 536: sm_90 cubins)."""
+    parts = max(1, s.kp // LEVEL_KEYS)
+    lines = [
+        "half = (C // 2) >> level",
+        "upper = (pair_rows // half) % 2 == 1",
+        "ref_row = pair_rows - pair_rows % (2 * half) + half",
+        "select = ct.astype(ct.where(ccols2 == ref_row, 1.0, 0.0), ct.tfloat32)",
+        "kk_level = zero_cc",
+        "qk_level = zero_cc",
+    ]
+    for part in range(parts):
+        lines += [
+            f"bp = ct.extract(b, (0, {part}), (C, KP // {parts}))",
+            f"kp = ct.extract(kt, (0, {part}), (C, KP // {parts}))",
+            f"qp = ct.extract(qt, (0, {part}), (C, KP // {parts}))",
+            f"b_first = ct.mma(select, ct.astype(bp, ct.tfloat32), ct.full((C, KP // {parts}), 0.0, dtype=ct.float32))",
+            "e = ct.exp(ct.where(upper, bp - b_first, b_first - bp))",
+            "later = ct.where(upper, e, 0.0)",
+            "earlier = kp * ct.where(upper, 0.0, e)",
+            "kk_level = dot(kp * later, ct.transpose(earlier), kk_level)",
+            "qk_level = dot(qp * later, ct.transpose(earlier), qk_level)",
+        ]
+    return [
+        *lines,
+        "block = pair_rows // (2 * half) == ccols2 // (2 * half)",
+        "kk = kk + ct.where(block, kk_level, 0.0)",
+        "qk = qk + ct.where(block, qk_level, 0.0)",
+    ]
+
+
+LEVEL_KEYS = 64  # key columns a level's products take at a time
 
 
 SUB = 16  # kda's sub-chunk: pairs in two sub-chunks factor through a reference token, pairs in one go column-wise

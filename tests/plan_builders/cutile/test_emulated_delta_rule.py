@@ -526,10 +526,9 @@ def test_a_16_bit_compute_dtype_runs_the_chunk_products_as_tf32(kind, backward) 
             split = "al = ct.astype(a - ct.astype(ah, ct.float32), ct.tfloat32)" in launch.source.text
             assert split == (compute == "float32")
             text = launch.source.text.splitlines()
-            direct = [
-                line for line in text if "ct.mma(" in line and "ones_below" not in line and "exact_ones" not in line
-            ]
-            assert len(direct) == 1  # dot()'s own: every product but the gate's row sums goes through it
+            others = ("ones_below", "exact_ones", "select")  # the gate's row sums; kda's one-hot row selection
+            direct = [line for line in text if "ct.mma(" in line and not any(o in line for o in others)]
+            assert len(direct) == 1  # dot()'s own: every other product goes through it
         outputs[compute] = emulated_executor().run(g, inputs)
         g, inputs = make(kind, CHUNK_EDGES, kd=16, vd=16)
         g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
@@ -686,13 +685,9 @@ def test_strong_decays_neither_overflow_nor_lose_the_pairs(kind, backward) -> No
     assert report.passed, report.table()
 
 
-# Bugs in kda's pair products: across sub-chunks (a reference token per block row) and within them (a column t
-# of partners at a time); each must fail validation where its kernel has the line.
+# Bugs in kda's pair gradients (the backward's pair launch): across sub-chunks (a reference token per block row)
+# and within them (a column t of partners at a time); each must fail validation.
 PLANTED_IN_SUB_CHUNKS = {
-    "a block row sees its own sub-chunk": (
-        "before = ct.reshape(steps, (C, 1)) < 16",
-        "before = ct.reshape(steps, (C, 1)) <= 16",
-    ),
     "a block row's own decay left out": (
         "ei = ct.exp(ct.extract(b, (2, 0), (16, KP)) - ref)",
         "ei = ct.exp(0.0 * (ct.extract(b, (2, 0), (16, KP)) - ref))",
@@ -708,26 +703,57 @@ PLANTED_IN_SUB_CHUNKS = {
 }  # fmt: skip
 
 
-# A (bug, kernel) pair that changes no result: the pair launch's block rows keep only the columns before their
-# sub-chunk of dKK and dQK (``a``, ``a2``), so a reference row taken as before it meets zeros there (and its own
-# decay to itself is e^0, no overflow); the products' kernels, which have no such mask, show the bug.
-HARMLESS_IN_SUB_CHUNKS = {("a block row sees its own sub-chunk", "pairs_source")}
-
-
 @pytest.mark.parametrize("bug", list(PLANTED_IN_SUB_CHUNKS))
-def test_bugs_planted_in_kdas_pair_products_fail_validation(bug, monkeypatch) -> None:
+def test_bugs_planted_in_kdas_pair_gradients_fail_validation(bug, monkeypatch) -> None:
     right, wrong = PLANTED_IN_SUB_CHUNKS[bug]
-    shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, True, True, 0.5, True, True)
-    texts = {"chunks_source": delta_rule_kernel.chunks_source(shape, backward=True).text,
-             "gradients_source": delta_rule_kernel.gradients_source(shape).text,
-             "pairs_source": delta_rule_kernel.pairs_source(shape).text}  # fmt: skip
-    kernels = [k for k, text in texts.items() if right in text and (bug, k) not in HARMLESS_IN_SUB_CHUNKS]
-    assert kernels
-    for kernel in kernels:
-        for backward, make in ((False, delta_rule_graph), (True, delta_rule_backward_graph)):
-            if kernel != "chunks_source" and not backward:
-                continue
-            with monkeypatch.context() as patch:
-                plant(patch, kernel, right, wrong)
-                g, inputs = make("kda", (*CHUNK_EDGES, 130))
-                assert not check(g, inputs, "cutile.kda" + "_bwd" * backward).passed, f"{bug} in {kernel}"
+    with monkeypatch.context() as patch:
+        plant(patch, "pairs_source", right, wrong)
+        g, inputs = delta_rule_backward_graph("kda", (*CHUNK_EDGES, 130))
+        assert not check(g, inputs, "cutile.kda_bwd").passed, bug
+
+
+# Bugs in kda's pair products by levels (both chunk kernels): each must fail validation, forward and backward, on
+# gates strong enough that a reference row past its half's first overflows.
+PLANTED_IN_LEVELS = {
+    "a level left out": ("for level in range(6):", "for level in range(5):"),
+    "the pairs of other blocks kept": ("block = pair_rows // (2 * half) == ccols2 // (2 * half)", "block = lower"),
+    "the halves swapped": ("upper = (pair_rows // half) % 2 == 1", "upper = (pair_rows // half) % 2 == 0"),
+    "the reference one row into its half": ("ref_row = pair_rows - pair_rows % (2 * half) + half",
+                                            "ref_row = pair_rows - pair_rows % (2 * half) + half + 1"),
+    "the earlier row's decay left out": ("earlier = kp * ct.where(upper, 0.0, e)",
+                                         "earlier = kp * ct.where(upper, 0.0, 1.0)"),
+    "QK's diagonal left out": ("qk = ct.where(pair_rows == ccols2, ct.sum(qt * kt, axis=1, keepdims=True), 0.0)",
+                               "qk = zero_cc"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("bug", list(PLANTED_IN_LEVELS))
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_bugs_planted_in_kdas_pair_products_fail_validation(bug, backward, monkeypatch) -> None:
+    right, wrong = PLANTED_IN_LEVELS[bug]
+    make = delta_rule_backward_graph if backward else delta_rule_graph
+    with monkeypatch.context() as patch:
+        plant(patch, "chunks_source", right, wrong)
+        g, inputs = make("kda", (*CHUNK_EDGES, 130))
+        assert not check(g, strong_decays(inputs, 5), "cutile.kda" + "_bwd" * backward).passed, bug
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_kdas_levels_take_the_keys_in_parts(backward, monkeypatch) -> None:
+    """At K = 70 (KP 128) each level's products go in two parts of 64 key columns: validation passes on strong
+    gates, and fails when the second part reads the first's decays or its keys' products are dropped."""
+    make = delta_rule_backward_graph if backward else delta_rule_graph
+    builder = "cutile.kda" + "_bwd" * backward
+    g, inputs = make("kda", (*CHUNK_EDGES, 130), kd=70, vd=8)
+    shape = delta_rule_kernel.DeltaRuleShape(2, 70, 8, True, True, 0.5, True, True)
+    assert "bp = ct.extract(b, (0, 1), (C, KP // 2))" in delta_rule_kernel.chunks_source(shape, backward=backward).text
+    report = check(g, strong_decays(inputs, 7), builder)
+    assert report.passed, report.table()
+    for right, wrong in (
+        ("bp = ct.extract(b, (0, 1), (C, KP // 2))", "bp = ct.extract(b, (0, 0), (C, KP // 2))"),
+        ("kp = ct.extract(kt, (0, 1), (C, KP // 2))", "kp = ct.extract(kt, (0, 0), (C, KP // 2))"),
+    ):
+        with monkeypatch.context() as patch:
+            plant(patch, "chunks_source", right, wrong)
+            g, inputs = make("kda", (*CHUNK_EDGES, 130), kd=70, vd=8)
+            assert not check(g, strong_decays(inputs, 7), builder).passed, wrong
