@@ -13,7 +13,9 @@ the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
 
 Every exponent above is <= 0 (pairs i >= j only; b never increases), so no
 decay overflows however strong. For gdn b is one column and the pair
-factors one [C, C] matrix; for kda they are summed channel by channel.
+factors one [C, C] matrix; for kda they go through a reference row per
+level of the chunk's halving (``_level_products``) forward, by sub-chunks
+in the pair gradients.
 T comes from recursion on halves (16 x 16 diagonal blocks inverted by
 doubling, then joined up to 64 x 64: ``_inverse``). Rows past the
 sequence's end read 0 (g = 0, beta = 0, k = 0), so they leave the state and
@@ -653,7 +655,8 @@ PAIR_ARRAYS = {"qk": "qk_work", "kk": "kk_work"}  # what gdn's pair kernel reads
 
 def _sub_chunk_pair_gradients(s: DeltaRuleShape) -> list[str]:
     """kda's dq, dk, db from the gradients of KK (dkk, strictly lower) and QK (dqk, lower) through the per-channel
-    pair decays, by sub-chunks as ``_pair_products`` forms them."""
+    pair decays, by sub-chunks of SUB rows (the block rows below the diagonal through a reference token, the pairs
+    within a sub-chunk a partner column at a time)."""
     subs = s.chunk // SUB
     lines = [f"zero_sk = ct.full(({SUB}, KP), 0.0, dtype=ct.float32)"]
     for i in range(1, subs):  # the block rows below the diagonal: the reference's own terms cancel
