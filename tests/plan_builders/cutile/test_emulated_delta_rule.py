@@ -720,6 +720,7 @@ PLANTED_IN_LEVELS = {
     "the halves swapped": ("upper = (pair_rows // half) % 2 == 1", "upper = (pair_rows // half) % 2 == 0"),
     "the reference one row into its half": ("ref_row = pair_rows - pair_rows % (2 * half) + half",
                                             "ref_row = pair_rows - pair_rows % (2 * half) + half + 1"),
+    "the reference row not selected (b_r = 0)": ("ct.where(ccols2 == ref_row, 1.0, 0.0)", "ct.where(ccols2 == ref_row, 0.0, 0.0)"),
     "the earlier row's decay left out": ("earlier = kp * ct.where(upper, 0.0, e)",
                                          "earlier = kp * ct.where(upper, 0.0, 1.0)"),
     "QK's diagonal left out": ("qk = ct.where(pair_rows == ccols2, ct.sum(qt * kt, axis=1, keepdims=True), 0.0)",
