@@ -14,8 +14,8 @@ the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
 Every exponent above is <= 0 (pairs i >= j only; b never increases), so no
 decay overflows however strong. For gdn b is one column and the pair
 factors one [C, C] matrix; for kda they go through a reference row per
-level of the chunk's halving (``_level_products``) forward, by sub-chunks
-in the pair gradients.
+level of the chunk's halving (``_level_products``, and in reverse
+``_level_pair_gradients``).
 T comes from recursion on halves (16 x 16 diagonal blocks inverted by
 doubling, then joined up to 64 x 64: ``_inverse``). Rows past the
 sequence's end read 0 (g = 0, beta = 0, k = 0), so they leave the state and
@@ -136,93 +136,45 @@ def _level_products(s: DeltaRuleShape) -> list[str]:
     factor, and its rounding (2^-11 of |b|) leaves the exponents at most that far above 0. The keys go LEVEL_KEYS
     columns at a time (whole [C, 128] tiles spilled 1,040 B a thread, halves 536: sm_90 cubins)."""
     parts = max(1, s.kp // LEVEL_KEYS)
-    lines = [
-        "half = (C // 2) >> level",
-        "upper = (pair_rows // half) % 2 == 1",
-        "ref_row = pair_rows - pair_rows % (2 * half) + half",
-        "select = ct.astype(ct.where(ccols2 == ref_row, 1.0, 0.0), ct.tfloat32)",
-        "kk_level = zero_cc",
-        "qk_level = zero_cc",
-    ]
+    lines = [*LEVEL_SETUP, "kk_level = zero_cc", "qk_level = zero_cc"]
     for part in range(parts):
         lines += [
             f"bp = ct.extract(b, (0, {part}), (C, KP // {parts}))",
             f"kp = ct.extract(kt, (0, {part}), (C, KP // {parts}))",
             f"qp = ct.extract(qt, (0, {part}), (C, KP // {parts}))",
-            f"b_first = ct.mma(select, ct.astype(bp, ct.tfloat32), ct.full((C, KP // {parts}), 0.0, dtype=ct.float32))",
-            "e = ct.exp(ct.where(upper, bp - b_first, b_first - bp))",
-            "later = ct.where(upper, e, 0.0)",
+            *_level_decays("bp", f"KP // {parts}"),
             "earlier = kp * ct.where(upper, 0.0, e)",
             "kk_level = dot(kp * later, ct.transpose(earlier), kk_level)",
             "qk_level = dot(qp * later, ct.transpose(earlier), qk_level)",
         ]
     return [
         *lines,
-        "block = pair_rows // (2 * half) == ccols2 // (2 * half)",
-        "kk = kk + ct.where(block, kk_level, 0.0)",
-        "qk = qk + ct.where(block, qk_level, 0.0)",
+        "same_block = pair_rows // (2 * half) == ccols2 // (2 * half)",
+        "kk = kk + ct.where(same_block, kk_level, 0.0)",
+        "qk = qk + ct.where(same_block, qk_level, 0.0)",
+    ]
+
+
+# a level's half (the highest bit in which its pairs' rows differ), each row's half of its block and reference row
+LEVEL_SETUP = [
+    "half = (C // 2) >> level",
+    "upper = (pair_rows // half) % 2 == 1",
+    "ref_row = pair_rows - pair_rows % (2 * half) + half",
+    "select = ct.astype(ct.where(ccols2 == ref_row, 1.0, 0.0), ct.tfloat32)",
+]
+
+
+def _level_decays(b: str, width: str) -> list[str]:
+    """``e``: the level's decays of ``b``'s ``width`` columns, to each upper row from its reference row and from
+    each lower row to it (b_first, the reference row's b, by the selection MMA); ``later``: e on the upper rows."""
+    return [
+        f"b_first = ct.mma(select, ct.astype({b}, ct.tfloat32), ct.full((C, {width}), 0.0, dtype=ct.float32))",
+        f"e = ct.exp(ct.where(upper, {b} - b_first, b_first - {b}))",
+        "later = ct.where(upper, e, 0.0)",
     ]
 
 
 LEVEL_KEYS = 64  # key columns a level's products take at a time
-
-
-SUB = 16  # kda's sub-chunk: pairs in two sub-chunks factor through a reference token, pairs in one go column-wise
-
-
-def _sub_chunk_setup() -> list[str]:
-    """kda's pair decays exp(b_ic - b_jc) depend on the channel, so no [C, C] decay matrix multiplies a product of
-    keys. For i in sub-chunk I and j before it, exp(b_i - b_j) = exp(b_i - b_r) exp(b_r - b_j) with r the first
-    token of I: both factors <= 1, each folded into its side's keys, and the block row is one MMA. The pairs
-    within a sub-chunk go a column t at a time: each row's partner j = (its sub-chunk's first row) + t, its key
-    and b spread over the sub-chunk's rows. No exponent is positive, as in the [C, C] form."""
-    return [
-        f"sub_row = ct.reshape(steps % {SUB}, (C, 1))",
-        f"sub_first = ct.reshape(steps - steps % {SUB}, (C, 1))",
-        f"sub_rows = ct.reshape(ct.arange({SUB}, dtype=ct.int32), (1, {SUB}, 1))",
-    ]
-
-
-def _reference(i: int) -> list[str]:
-    """Sub-chunk ``i``'s reference b_r (its first token), ``dec`` = exp(b_r - b_j) for the rows j before it (0 from
-    it on), ``earlier`` = those rows' keys decayed to it, and ``ei`` = exp(b_i - b_r) for its own rows."""
-    return [
-        f"ref = ct.extract(b, ({i * SUB}, 0), (1, KP))",
-        f"before = ct.reshape(steps, (C, 1)) < {i * SUB}",
-        "dec = ct.where(before, ct.exp(ct.where(before, ref - b, 0.0)), 0.0)",
-        "earlier = kt * dec",
-        f"ei = ct.exp(ct.extract(b, ({i}, 0), ({SUB}, KP)) - ref)",
-    ]
-
-
-def _spread(s: DeltaRuleShape, tile: str, rows: str) -> str:
-    """``tile`` [C, KP] summed over each sub-chunk's rows where ``rows`` (a [1, SUB, 1] mask, or all rows when
-    empty), the sum given to every row of the sub-chunk."""
-    shape = f"({s.chunk // SUB}, {SUB}, KP)"
-    shaped = f"ct.reshape({tile}, {shape})"
-    picked = f"ct.where({rows}, {shaped}, 0.0)" if rows else shaped
-    summed = f"ct.sum({picked}, axis=1, keepdims=True)"
-    return f"ct.reshape(ct.broadcast_to({summed}, {shape}), (C, KP))"
-
-
-def _sub_chunk_column(s: DeltaRuleShape) -> list[str]:
-    """Column t of the pairs within each sub-chunk: ``column`` marks each row's partner j (a [C, C] mask), partner_k and
-    partner_b its key and b, ``ej`` = exp(b_i - b_j) on the rows at or after it (0 before)."""
-    return [
-        "pick = sub_rows == t",
-        f"partner_k = {_spread(s, 'kt', 'pick')}",
-        f"partner_b = {_spread(s, 'b', 'pick')}",
-        "after = sub_row >= t",
-        "ej = ct.where(after, ct.exp(ct.where(after, b - partner_b, 0.0)), 0.0)",
-        "column = ccols2 == sub_first + t",
-    ]
-
-
-def _stacked(name: str, blocks: list[str]) -> str:
-    """``name`` = the row blocks stacked in order (ct.cat joins pairs of one shape)."""
-    while len(blocks) > 1:
-        blocks = [f"ct.cat(({a}, {b}), 0)" for a, b in zip(blocks[::2], blocks[1::2], strict=True)]
-    return f"{name} = {blocks[0]}"
 
 
 def _tokens(length: str) -> str:
@@ -639,9 +591,9 @@ def _decay_matrix_pair_gradients() -> list[str]:
 def _pair_gradients(s: DeltaRuleShape) -> list[str]:
     """dq~, dk~ and db's shares through the pair products: gdn's through the [C, C] decay matrix, with KK and QK
     read from the chunk kernel's (forming them again spilled: 3,416 B a thread against 1,944, sm_90 cubins), kda's
-    through the per-channel decays by sub-chunks."""
+    through the per-channel decays by levels."""
     if s.per_channel:
-        return [*_sub_chunk_setup(), *_sub_chunk_pair_gradients(s)]
+        return _level_pair_gradients(s)
     return [
         _chunk_rows("slot"),
         *(f"{name} = ct.gather({PAIR_ARRAYS[name]}, at * C + ccols2)" for name in PAIR_ARRAYS),
@@ -653,46 +605,34 @@ def _pair_gradients(s: DeltaRuleShape) -> list[str]:
 PAIR_ARRAYS = {"qk": "qk_work", "kk": "kk_work"}  # what gdn's pair kernel reads of the chunk kernel's
 
 
-def _sub_chunk_pair_gradients(s: DeltaRuleShape) -> list[str]:
-    """kda's dq, dk, db from the gradients of KK (dkk, strictly lower) and QK (dqk, lower) through the per-channel
-    pair decays, by sub-chunks of SUB rows (the block rows below the diagonal through a reference token, the pairs
-    within a sub-chunk a partner column at a time)."""
-    subs = s.chunk // SUB
-    lines = [f"zero_sk = ct.full(({SUB}, KP), 0.0, dtype=ct.float32)"]
-    for i in range(1, subs):  # the block rows below the diagonal: the reference's own terms cancel
-        lines += [
-            *_reference(i),
-            f"ki = ct.extract(kt, ({i}, 0), ({SUB}, KP)) * ei",
-            f"qi = ct.extract(qt, ({i}, 0), ({SUB}, KP)) * ei",
-            f"a = ct.where(ccols2 < {i * SUB}, ct.extract(dkk, ({i}, 0), ({SUB}, C)), 0.0)",
-            f"a2 = ct.where(ccols2 < {i * SUB}, ct.extract(dqk, ({i}, 0), ({SUB}, C)), 0.0)",
-            "dki = dot(a, earlier, zero_sk)",
-            "dqi = dot(a2, earlier, zero_sk)",
-            "dkb = dot(ct.transpose(a), ki, dot(ct.transpose(a2), qi, zero_ck))",
-            f"dk{i} = dki * ei",
-            f"dq{i} = dqi * ei",
-            f"db{i} = dki * ki + dqi * qi",
-            "dkt = dkt + dkb * dec",
-            "db = db - dkb * earlier",
-        ]
+def _level_pair_gradients(s: DeltaRuleShape) -> list[str]:
+    """kda's dq~, dk~, db from the gradients of KK (dkk, strictly lower) and QK (dqk, lower) through the per-channel
+    pair decays, level by level as ``_level_products`` forms them: with E the level's decays to and from its
+    reference rows (``later`` on the upper rows, ``sooner`` on the lower), KK's share is (k E)_up (k E)_low^T, so
+    d(k E)_up = dKK (k E)_low, d(k E)_low = dKK^T (k E)_up (QK's likewise), and b's gradient is + dE E on the upper
+    rows, - dE E on the lower: b_r, which cancels in every pair's factor, is held constant. QK's diagonal is
+    q . k, decay-free."""
     return [
-        *lines,
-        _stacked("dkt_rows", ["zero_sk", *(f"dk{i}" for i in range(1, subs))]),
-        _stacked("dqt_rows", ["zero_sk", *(f"dq{i}" for i in range(1, subs))]),
-        _stacked("db_rows", ["zero_sk", *(f"db{i}" for i in range(1, subs))]),
-        "dkt = dkt + dkt_rows",
-        "dqt = dqt + dqt_rows",
-        "db = db + db_rows",
-        f"for t in range({SUB}):",
-        *("    " + line for line in _sub_chunk_column(s)),
-        "    aj = ct.sum(ct.where(column, dkk, 0.0), axis=1, keepdims=True)",
-        "    aj2 = ct.sum(ct.where(column, dqk, 0.0), axis=1, keepdims=True)",
-        "    dkt = dkt + aj * partner_k * ej",
-        "    dqt = dqt + aj2 * partner_k * ej",
-        "    xj = (aj * kt + aj2 * qt) * ej",
-        "    yj = xj * partner_k",
-        f"    dkt = dkt + ct.where(sub_row == t, {_spread(s, 'xj', '')}, 0.0)",
-        f"    db = db + yj - ct.where(sub_row == t, {_spread(s, 'yj', '')}, 0.0)",
+        "pair_rows = ct.reshape(steps, (C, 1))",
+        "dqk_diagonal = ct.sum(ct.where(pair_rows == ccols2, dqk, 0.0), axis=1, keepdims=True)",
+        "dqt = dqt + dqk_diagonal * kt",
+        "dkt = dkt + dqk_diagonal * qt",
+        f"for level in range({s.chunk.bit_length() - 1}):",
+        *("    " + line for line in [*LEVEL_SETUP, *_level_decays("b", "KP")]),
+        "    sooner = ct.where(upper, 0.0, e)",
+        "    same_block = pair_rows // (2 * half) == ccols2 // (2 * half)",
+        "    a = ct.where(same_block, dkk, 0.0)",
+        "    a2 = ct.where(same_block, dqk, 0.0)",
+        "    kb = kt * sooner",
+        "    dka = dot(a, kb, zero_ck)",
+        "    dkt = dkt + dka * later",
+        "    db = db + dka * kt * later",
+        "    dqa = dot(a2, kb, zero_ck)",
+        "    dqt = dqt + dqa * later",
+        "    db = db + dqa * qt * later",
+        "    dkb = dot(ct.transpose(a), kt * later, dot(ct.transpose(a2), qt * later, zero_ck))",
+        "    dkt = dkt + dkb * sooner",
+        "    db = db - dkb * kb",
     ]
 
 

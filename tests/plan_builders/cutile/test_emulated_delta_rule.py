@@ -685,38 +685,34 @@ def test_strong_decays_neither_overflow_nor_lose_the_pairs(kind, backward) -> No
     assert report.passed, report.table()
 
 
-# Bugs in kda's pair gradients (the backward's pair launch): across sub-chunks (a reference token per block row)
-# and within them (a column t of partners at a time); each must fail validation.
-PLANTED_IN_SUB_CHUNKS = {
-    "a block row's own decay left out": (
-        "ei = ct.exp(ct.extract(b, (2, 0), (16, KP)) - ref)",
-        "ei = ct.exp(0.0 * (ct.extract(b, (2, 0), (16, KP)) - ref))",
-    ),
-    "partners one column apart": ("column = ccols2 == sub_first + t", "column = ccols2 == sub_first + t + 1"),
-    "the partner's b taken from the row itself": ("ej = ct.where(after, ct.exp(ct.where(after, b - partner_b, 0.0)), 0.0)",
-                                                  "ej = ct.where(after, ct.exp(ct.where(after, b - b, 0.0)), 0.0)"),
-    "a partner's gradient kept on the row": (
-        "dkt = dkt + ct.where(sub_row == t, ",
-        "dkt = dkt + ct.where(sub_row == 0, ",
-    ),
-    "the reference's key gradient dropped": ("dkt = dkt + dkb * dec", "dkt = dkt + 0.0 * dkb * dec"),
+# Bugs in kda's pair gradients by levels (the backward's pair launch): each must fail validation on strong gates.
+PLANTED_IN_LEVEL_GRADIENTS = {
+    "QK's diagonal gradient left out": ("dqt = dqt + dqk_diagonal * kt", "dqt = dqt + 0.0 * dqk_diagonal * kt"),
+    "dKK not transposed for the earlier rows": ("dkb = dot(ct.transpose(a), kt * later,", "dkb = dot(a, kt * later,"),
+    "the earlier rows' key gradient dropped": ("dkt = dkt + dkb * sooner", "dkt = dkt + 0.0 * dkb * sooner"),
+    "b's earlier-row term of the wrong sign": ("db = db - dkb * kb", "db = db + dkb * kb"),
+    "the level's block mask left out": ("a = ct.where(same_block, dkk, 0.0)", "a = dkk"),
+    "b's later-row key term dropped": ("db = db + dka * kt * later", "db = db + 0.0 * dka * kt * later"),
+    "b's later-row query term dropped": ("db = db + dqa * qt * later", "db = db + 0.0 * dqa * qt * later"),
+    "the queries' gradient without its decay": ("dqt = dqt + dqa * later", "dqt = dqt + dqa"),
+    "the reference row not selected (b_r = 0)": ("ct.where(ccols2 == ref_row, 1.0, 0.0)", "ct.where(ccols2 == ref_row, 0.0, 0.0)"),
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("bug", list(PLANTED_IN_SUB_CHUNKS))
+@pytest.mark.parametrize("bug", list(PLANTED_IN_LEVEL_GRADIENTS))
 def test_bugs_planted_in_kdas_pair_gradients_fail_validation(bug, monkeypatch) -> None:
-    right, wrong = PLANTED_IN_SUB_CHUNKS[bug]
+    right, wrong = PLANTED_IN_LEVEL_GRADIENTS[bug]
     with monkeypatch.context() as patch:
         plant(patch, "pairs_source", right, wrong)
         g, inputs = delta_rule_backward_graph("kda", (*CHUNK_EDGES, 130))
-        assert not check(g, inputs, "cutile.kda_bwd").passed, bug
+        assert not check(g, strong_decays(inputs, 5), "cutile.kda_bwd").passed, bug
 
 
 # Bugs in kda's pair products by levels (both chunk kernels): each must fail validation, forward and backward, on
 # gates strong enough that a reference row past its half's first overflows.
 PLANTED_IN_LEVELS = {
     "a level left out": ("for level in range(6):", "for level in range(5):"),
-    "the pairs of other blocks kept": ("block = pair_rows // (2 * half) == ccols2 // (2 * half)", "block = lower"),
+    "the pairs of other blocks kept": ("same_block = pair_rows // (2 * half) == ccols2 // (2 * half)", "same_block = lower"),
     "the halves swapped": ("upper = (pair_rows // half) % 2 == 1", "upper = (pair_rows // half) % 2 == 0"),
     "the reference one row into its half": ("ref_row = pair_rows - pair_rows % (2 * half) + half",
                                             "ref_row = pair_rows - pair_rows % (2 * half) + half + 1"),
