@@ -90,17 +90,27 @@ def test_declines_a_negative_stride() -> None:
         CutileConvIm2colBuilder().check(node, g)
 
 
-def test_a_is_bounded_at_256_mib() -> None:
-    """A 1x1 stride-2 conv of 64 channels: 1024 x 1024 output pixels make A exactly 256 MiB of float32."""
-    for out_w, accepted in ((1024, True), (1025, False)):
+def test_a_is_bounded_at_1_gib() -> None:
+    """A 1x1 stride-2 conv of 64 channels: 2048 x 2048 output pixels make A exactly 1 GiB of float32."""
+    for out_w, accepted in ((2048, True), (2049, False)):
         g = sigdnn.Graph("big", io_dtype="float32")
-        x = g.tensor("x", (1, 64, 2048, 2 * out_w))
+        x = g.tensor("x", (1, 64, 4096, 2 * out_w))
         g.conv_fprop(x, g.tensor("w", (8, 64, 1, 1)), stride=(2, 2), name="conv").set_output(True)
         if accepted:
             CutileConvIm2colBuilder().check(g.nodes[0], g)
         else:
-            with pytest.raises(NotSupported, match=f"A of {1024 * out_w} x 64 is past the im2col bound of 256 MiB"):
+            with pytest.raises(NotSupported, match=f"A of {2048 * out_w} x 64 is past the im2col bound of 1024 MiB"):
                 CutileConvIm2colBuilder().check(g.nodes[0], g)
+
+
+def test_the_video_models_3d_convs_take_im2col_at_batch_1() -> None:
+    """r3d_18's and mc3_18's widest 3 x 3 x 3 convs (64 channels, 16 x 56 x 56, float32: A of 347 MB) go to this
+    builder, not the implicit GEMM."""
+    g = sigdnn.Graph("r3d_layer1", io_dtype="float32")
+    x = g.tensor("x", (1, 64, 16, 56, 56))
+    w = g.tensor("w", (64, 64, 3, 3, 3))
+    g.conv_fprop(x, w, padding=(1, 1, 1), name="conv").set_output(True)
+    CutileConvIm2colBuilder().check(g.nodes[0], g)
 
 
 @pytest.mark.parametrize(
