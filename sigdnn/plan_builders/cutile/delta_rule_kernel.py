@@ -131,9 +131,8 @@ def _level_products(s: DeltaRuleShape) -> list[str]:
     keys. Every pair i > j of a chunk has a highest bit ``half`` in which i and j differ: then both lie in one block
     of 2 half rows, i in its upper half, j in its lower, and with r the first row of that upper half
     exp(b_i - b_j) = exp(b_i - b_r) exp(b_r - b_j), both factors <= 1 (b never increases), each folded into its
-    side's keys: one [C, K] x [K, C] product a level (half = C / 2, ..., 1) serves all its pairs. b_r comes by a
-    one-hot TF32 product (the selection MMA): only its consistency matters, since b_r cancels in the pair's
-    factor, and its rounding (2^-11 of |b|) leaves the exponents at most that far above 0. The keys go LEVEL_KEYS
+    side's keys: one [C, K] x [K, C] product a level (half = C / 2, ..., 1) serves all its pairs. b_r comes by
+    one-hot TF32 products (``_level_decays``), exact. The keys go LEVEL_KEYS
     columns at a time (whole [C, 128] tiles spilled 1,040 B a thread, halves 536: sm_90 cubins)."""
     parts = max(1, s.kp // LEVEL_KEYS)
     lines = [*LEVEL_SETUP, "kk_level = zero_cc", "qk_level = zero_cc"]
@@ -166,9 +165,15 @@ LEVEL_SETUP = [
 
 def _level_decays(b: str, width: str) -> list[str]:
     """``e``: the level's decays of ``b``'s ``width`` columns, to each upper row from its reference row and from
-    each lower row to it (b_first, the reference row's b, by the selection MMA); ``later``: e on the upper rows."""
+    each lower row to it; ``later``: e on the upper rows. b_first, the reference row's b, comes exact from three
+    one-hot TF32 MMAs of b's parts (TF32 keeps 11 of float32's 24 bits, so b = bh + bm + bl with each part exact
+    in TF32, and each MMA adds one part unrounded): then no exponent is above 0 however strong the gates (one MMA
+    of b rounded to TF32 put some 2^-11 |b| above it, e^88 and overflow past |b| = 2^18)."""
     return [
-        f"b_first = ct.mma(select, ct.astype({b}, ct.tfloat32), ct.full((C, {width}), 0.0, dtype=ct.float32))",
+        f"bh = ct.astype({b}, ct.tfloat32)",
+        f"bm = ct.astype({b} - ct.astype(bh, ct.float32), ct.tfloat32)",
+        f"bl = ct.astype({b} - ct.astype(bh, ct.float32) - ct.astype(bm, ct.float32), ct.tfloat32)",
+        f"b_first = ct.mma(select, bh, ct.mma(select, bm, ct.mma(select, bl, ct.full((C, {width}), 0.0, dtype=ct.float32))))",
         f"e = ct.exp(ct.where(upper, {b} - b_first, b_first - {b}))",
         "later = ct.where(upper, e, 0.0)",
     ]

@@ -736,6 +736,27 @@ def test_bugs_planted_in_kdas_pair_products_fail_validation(bug, backward, monke
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_kdas_reference_rows_are_exact_under_the_strongest_gates(backward, monkeypatch) -> None:
+    """Gates to -20,000 a token in half the channels put a chunk's b past 2^20, where b rounded to TF32 is up to
+    256 off: a reference row's b taken that way would lift an exponent past 88 (inf, then inf x 0). Taken exactly
+    (three TF32 parts) no exponent is above 0 and validation passes; the one-part selection fails."""
+    make = delta_rule_backward_graph if backward else delta_rule_graph
+    builder = "cutile.kda" + "_bwd" * backward
+    g, inputs = make("kda", (*CHUNK_EDGES, 130))
+    gate = -np.random.default_rng(11).uniform(0, 20_000, inputs["g"].shape)
+    gate[..., ::2] *= 1e-6
+    hostile = {**inputs, "g": gate.astype(np.float32)}
+    report = check(g, hostile, builder)
+    assert report.passed, report.table()
+    source = "pairs_source" if backward else "chunks_source"
+    right = "ct.mma(select, bh, ct.mma(select, bm, ct.mma(select, bl, "
+    with monkeypatch.context() as patch:
+        plant(patch, source, right, "ct.mma(select, bh, ct.mma(select, bm * 0.0, ct.mma(select, bl * 0.0, ")
+        g, _ = make("kda", (*CHUNK_EDGES, 130))
+        assert not check(g, hostile, builder).passed
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 def test_kdas_levels_take_the_keys_in_parts(backward, monkeypatch) -> None:
     """At K = 70 (KP 128) each level's products go in two parts of 64 key columns: validation passes on strong
     gates, and fails when the second part reads the first's decays or its keys' products are dropped."""
