@@ -628,16 +628,15 @@ def _level_pair_gradients(s: DeltaRuleShape) -> list[str]:
         "    same_block = pair_rows // (2 * half) == ccols2 // (2 * half)",
         "    a = ct.where(same_block, dkk, 0.0)",
         "    a2 = ct.where(same_block, dqk, 0.0)",
+        "    ka = kt * later",
+        "    qa = qt * later",
         "    kb = kt * sooner",
         "    dka = dot(a, kb, zero_ck)",
-        "    dkt = dkt + dka * later",
-        "    db = db + dka * kt * later",
         "    dqa = dot(a2, kb, zero_ck)",
+        "    dkb = dot(ct.transpose(a), ka, dot(ct.transpose(a2), qa, zero_ck))",
+        "    dkt = dkt + dka * later + dkb * sooner",
         "    dqt = dqt + dqa * later",
-        "    db = db + dqa * qt * later",
-        "    dkb = dot(ct.transpose(a), kt * later, dot(ct.transpose(a2), qt * later, zero_ck))",
-        "    dkt = dkt + dkb * sooner",
-        "    db = db - dkb * kb",
+        "    db = db + (dka * kt + dqa * qt) * later - dkb * kb",
     ]
 
 
