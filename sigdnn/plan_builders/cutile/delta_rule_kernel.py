@@ -131,9 +131,9 @@ def _level_products(s: DeltaRuleShape) -> list[str]:
     keys. Every pair i > j of a chunk has a highest bit ``half`` in which i and j differ: then both lie in one block
     of 2 half rows, i in its upper half, j in its lower, and with r the first row of that upper half
     exp(b_i - b_j) = exp(b_i - b_r) exp(b_r - b_j), both factors <= 1 (b never increases), each folded into its
-    side's keys: one [C, K] x [K, C] product a level (half = C / 2, ..., 1) serves all its pairs. b_r comes by
-    one-hot TF32 products (``_level_decays``), exact. The keys go LEVEL_KEYS
-    columns at a time (whole [C, 128] tiles spilled 1,040 B a thread, halves 536: sm_90 cubins)."""
+    side's keys: one [C, K] x [K, C] product a level (half = C / 2, ..., 1) serves all its pairs. b_r comes exact
+    by one-hot TF32 products (``_level_decays``). The keys go LEVEL_KEYS columns at a time (the forward's chunk
+    kernel at K = 128 spilled 1,040 B a thread on whole [C, 128] tiles, 536 on halves: sm_90 cubins)."""
     parts = max(1, s.kp // LEVEL_KEYS)
     lines = [*LEVEL_SETUP, "kk_level = zero_cc", "qk_level = zero_cc"]
     for part in range(parts):
