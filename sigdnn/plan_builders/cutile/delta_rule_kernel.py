@@ -148,18 +148,19 @@ def _level_products(s: DeltaRuleShape) -> list[str]:
         ]
     return [
         *lines,
-        "same_block = pair_rows // (2 * half) == ccols2 // (2 * half)",
         "kk = kk + ct.where(same_block, kk_level, 0.0)",
         "qk = qk + ct.where(same_block, qk_level, 0.0)",
     ]
 
 
-# a level's half (the highest bit in which its pairs' rows differ), each row's half of its block and reference row
+# a level's half (the highest bit in which its pairs' rows differ), each row's half of its block and reference row,
+# and the pairs in one block
 LEVEL_SETUP = [
     "half = (C // 2) >> level",
     "upper = (pair_rows // half) % 2 == 1",
     "ref_row = pair_rows - pair_rows % (2 * half) + half",
     "select = ct.astype(ct.where(ccols2 == ref_row, 1.0, 0.0), ct.tfloat32)",
+    "same_block = pair_rows // (2 * half) == ccols2 // (2 * half)",
 ]
 
 
@@ -171,8 +172,9 @@ def _level_decays(b: str, width: str) -> list[str]:
     of b rounded to TF32 put some 2^-11 |b| above it, e^88 and overflow past |b| = 2^18)."""
     return [
         f"bh = ct.astype({b}, ct.tfloat32)",
-        f"bm = ct.astype({b} - ct.astype(bh, ct.float32), ct.tfloat32)",
-        f"bl = ct.astype({b} - ct.astype(bh, ct.float32) - ct.astype(bm, ct.float32), ct.tfloat32)",
+        f"b_rest = {b} - ct.astype(bh, ct.float32)",
+        "bm = ct.astype(b_rest, ct.tfloat32)",
+        "bl = ct.astype(b_rest - ct.astype(bm, ct.float32), ct.tfloat32)",
         f"b_first = ct.mma(select, bh, ct.mma(select, bm, ct.mma(select, bl, ct.full((C, {width}), 0.0, dtype=ct.float32))))",
         f"e = ct.exp(ct.where(upper, {b} - b_first, b_first - {b}))",
         "later = ct.where(upper, e, 0.0)",
@@ -625,7 +627,6 @@ def _level_pair_gradients(s: DeltaRuleShape) -> list[str]:
         f"for level in range({s.chunk.bit_length() - 1}):",
         *("    " + line for line in [*LEVEL_SETUP, *_level_decays("b", "KP")]),
         "    sooner = ct.where(upper, 0.0, e)",
-        "    same_block = pair_rows // (2 * half) == ccols2 // (2 * half)",
         "    a = ct.where(same_block, dkk, 0.0)",
         "    a2 = ct.where(same_block, dqk, 0.0)",
         "    ka = kt * later",
