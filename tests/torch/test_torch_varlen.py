@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
-from flash_masks import flash_mask  # noqa: E402
+from flash_masks import assert_same_with_gradients, flash_mask  # noqa: E402
 
 import sigdnn.torch as st  # noqa: E402
 from sigdnn.errors import ExecutionError, UsageError  # noqa: E402
@@ -65,12 +65,7 @@ def test_forward_and_backward_match_torch_on_each_sequence(name):
     twins = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     theirs = per_sequence(*twins, lq, lk, causal, scale, window)
     assert ours.shape == (sum(lq), hq, dv)
-    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
-    d_o = torch.randn(ours.shape, dtype=torch.float64, generator=gen)
-    ours.backward(d_o)
-    theirs.backward(d_o)
-    for mine, reference in zip((q, k, v), twins):
-        torch.testing.assert_close(mine.grad, reference.grad, rtol=1e-12, atol=1e-12)
+    assert_same_with_gradients(ours, theirs, (q, k, v), twins, gen)
 
 
 def test_a_larger_max_seqlen_than_any_sequence_changes_nothing():
