@@ -47,8 +47,8 @@ from sigdnn.runtime.device import ExecutionContext
 
 # the im2col matrix's bound; past it the implicit GEMM runs the conv. 1 GiB: at 256 MiB the 3 x 3 x 3 convs of
 # torchvision's r3d_18 and mc3_18 at batch 1 (A of 50,176 x 1,728 float32, 347 MB) fell to the implicit GEMM, and
-# those exports ran 0.43x / 0.29x torch eager where r2plus1d_18, every conv on this builder, ran 0.94x (H100,
-# benchmarks/results/models.md, 2026-12-07)
+# those exports ran 0.43x / 0.29x torch eager where r2plus1d_18, every conv on this builder, ran 0.94x (H100, the
+# models benchmark)
 MAX_A_BYTES = 2**30
 ALIGN = 256  # bytes: split-K's partials start at a multiple of it after A
 
