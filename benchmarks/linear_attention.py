@@ -2,18 +2,17 @@
 
 Measures issue #35's claims, same run, same buffers:
 
-- ``gdn`` / ``kda``: sigdnn's forward and backward (``Executor("gpu")``, the cuTile chunked kernels, TF32
-  products) against flash-linear-attention 0.6's ``chunk_gated_delta_rule`` / ``chunk_kda`` and their autograd
+- ``gdn`` / ``kda``: sigdnn's forward and backward (``Executor("gpu")``, the cuTile chunked kernels, TF32 or
+  with ``--compute bfloat16`` bfloat16 products) against flash-linear-attention 0.6's ``chunk_gated_delta_rule`` / ``chunk_kda`` and their autograd
   graph replayed, at T = 4096-32768 tokens in 1-64 sequences of mixed lengths, heads 16 / 32, K = V = 128, bf16
   q / k / v, float32 gates and states, l2-normalized q / k; sigdnn's outputs checked against fla's.
 - ``sdpa``: ragged (THD) sdpa forward and backward, 64 sequences of 128-8192 tokens, d 128, bf16: sigdnn (ragged
   and padded graphs) against torch's varlen attention where torch has it, and torch SDPA over the padded batch.
 
-CUDA events, median of interleaved samples (``cuda_timing``); ratios are the other side's time over sigdnn's.
+CUDA events, median of interleaved samples (``cuda_timing``); ratios are the other side's time over sigdnn's. Needs
+torch with CUDA, cuda-tile and flash-linear-attention 0.6; results in benchmarks/results/linear_attention.md.
 
     PYTHONPATH=. python benchmarks/linear_attention.py --parts gdn kda sdpa --json $OUT/linear_attention.json
-
-Needs torch with CUDA, cuda-tile and flash-linear-attention 0.6; results in benchmarks/results/linear_attention.md.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ def lengths_of(tokens: int, sequences: int, seed: int = 0) -> list[int]:
     return np.diff(np.concatenate([[0], cuts, [tokens]])).astype(int).tolist()
 
 
-def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: int, repeats: int) -> dict[str, Any]:
+def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: int, repeats: int, compute: str) -> dict:
     import torch
     from cuda_timing import interleaved_samples, median_ms
 
@@ -62,7 +61,7 @@ def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: i
 
     pack = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "cu": cu, "h0": h0}
     ex = sigdnn.Executor("gpu")
-    plan = ex.prepare(delta_rule_graph(kind, pack, backward=False))
+    plan = ex.prepare(delta_rule_graph(kind, pack, False, compute))
     ours = ex.execute(plan, pack, out="torch")  # host tensors: compared once, off the clock
 
     def fla_run(q: Any, k: Any, v: Any, g: Any, beta: Any, h0: Any) -> Any:
@@ -72,7 +71,7 @@ def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: i
     inputs = (q, k, v, g, beta, h0)
     theirs, their_final = fla_run(*inputs)
     row: dict[str, Any] = {
-        "kind": kind, "tokens": tokens, "sequences": sequences, "heads": heads, "builder": plan.steps[0].builder.name,
+        "kind": kind, "tokens": tokens, "sequences": sequences, "heads": heads, "compute": compute,
         "max_abs_diff_o": float((ours["o"].float() - theirs[0].float().cpu()).abs().max()),
         "max_abs_diff_final": float((ours["final"].float() - their_final.float().cpu()).abs().max()),
     }  # fmt: skip
@@ -85,17 +84,17 @@ def delta_rule_case(kind: str, tokens: int, sequences: int, heads: int, iters: i
     except RuntimeError as error:
         row["fla_backward"] = str(error)[:120]
     grads = {**pack, "d_o": torch.randn_like(v), "d_final": torch.randn_like(h0)}
-    backward = ex.prepare(delta_rule_graph(kind, grads, backward=True))
+    backward = ex.prepare(delta_rule_graph(kind, grads, True, compute))
     row["sigdnn_backward_ms"] = median_ms(lambda: ex.execute(backward, grads, to_host=False), iters, repeats)
     row["ratio_backward"] = row.get("fla_backward_ms", float("nan")) / row["sigdnn_backward_ms"]
     return row
 
 
-def delta_rule_graph(kind: str, pack: dict[str, Any], backward: bool) -> Any:
+def delta_rule_graph(kind: str, pack: dict[str, Any], backward: bool, compute: str = "float16") -> Any:
     """gdn / kda (o, final state) or their backward (every gradient) over ``pack``'s tensors, by name."""
     import sigdnn
 
-    graph = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype="float16")  # TF32 products, as fla's Triton dots
+    graph = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype=compute)  # products: TF32 at float16, else bf16
     t = {n: graph.tensor(n, tuple(pack[n].shape)) for n in ("q", "k", "v", "beta", "d_o") if n in pack}
     t.update({n: graph.tensor(n, tuple(pack[n].shape), dtype="float32") for n in ("g", "h0", "d_final") if n in pack})
     t["cu"] = graph.tensor("cu", tuple(pack["cu"].shape), dtype="int32")
@@ -194,6 +193,7 @@ def main() -> None:
     parser.add_argument("--heads", nargs="+", type=int, default=list(HEADS))
     parser.add_argument("--iters", type=int, default=5, help="back-to-back calls per timing sample")
     parser.add_argument("--repeats", type=int, default=10, help="timing samples per implementation")
+    parser.add_argument("--compute", default="float16", choices=("float16", "bfloat16"), help="TF32 / bf16 products")
     parser.add_argument("--json", help="write every row to this file")
     args = parser.parse_args()
     rows = []
@@ -201,7 +201,7 @@ def main() -> None:
         grid = [[64], args.heads] if part == "sdpa" else [args.tokens, args.sequences, args.heads]
         for case in itertools.product(*grid):
             rows.append(sdpa_case(*case, args.iters, args.repeats) if part == "sdpa" else
-                        delta_rule_case(part, *case, args.iters, args.repeats))  # fmt: skip
+                        delta_rule_case(part, *case, args.iters, args.repeats, args.compute))  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:

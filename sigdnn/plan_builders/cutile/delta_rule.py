@@ -35,7 +35,6 @@ from sigdnn.errors import NotSupported
 from sigdnn.graph.graph import Graph
 from sigdnn.graph.layout import packed_strides
 from sigdnn.graph.node import Node
-from sigdnn.graph.tf32 import takes_tf32
 from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     CHUNK,
     PAIR_HAND_OVER,
@@ -48,6 +47,7 @@ from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     norms_source,
     pair_takes,
     pairs_source,
+    products_of,
     reverse_source,
     states_source,
     work_rows,
@@ -106,7 +106,7 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
         shape = DeltaRuleShape(
             heads, kd, vd, op.per_channel_gate, op.use_qk_l2norm,
             kd**-0.5 if op.scale is None else op.scale, "initial_state" in ports, final,
-            tf32=takes_tf32(graph.compute_dtype_of(node)), search_steps=max(1, sequences.bit_length()),
+            products=products_of(graph.compute_dtype_of(node)), search_steps=max(1, sequences.bit_length()),
         )  # fmt: skip
         # the chunk kernel's workspace rows (more than T x H) and the backward's saved states (K x V a slot and head)
         # bound every array: the gradients' shares, C x max(KP, C) a slot, head and value block, come to that with one

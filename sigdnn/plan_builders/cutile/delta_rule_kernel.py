@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import attrs
 
+from sigdnn.dtypes import DataType
 from sigdnn.graph.ops.linear_attention import L2NORM_EPS
 from sigdnn.plan_builders.cutile.row_kernel_source import KernelHints
 from sigdnn.plan_builders.cutile.source import KernelSource
@@ -70,7 +71,7 @@ class DeltaRuleShape:
     initial_state: bool
     final_state: bool
     chunk: int = CHUNK
-    tf32: bool = False  # the products other than the gate's cumulative sums as TF32 (a 16-bit compute dtype)
+    products: str = "float32"  # the products' operands (not the gate's cumulative sums'): see PRODUCTS
     search_steps: int = 1  # the chunk kernel's binary search over cu: N.bit_length() steps find any of N sequences
 
     @property
@@ -429,13 +430,24 @@ def _inverse(s: DeltaRuleShape) -> list[str]:
     return [*lines, f"inverse = {names[0]}"]
 
 
+# The products' operands by compute dtype, float32 accumulation throughout: bfloat16 compute rounds them to bfloat16
+# (its precision, as flash-linear-attention's dots run); float16 compute to TF32 (float16's 10 bits with float32's
+# range: a state or a correction past 65,504 stays finite); float32 compute splits each into TF32 parts.
+PRODUCTS = {DataType.BFLOAT16: "bfloat16", DataType.FLOAT16: "tfloat32"}  # any other compute dtype: "float32"
+
+
+def products_of(compute: DataType) -> str:
+    """The operand type of the products at the node's compute dtype (``PRODUCTS``)."""
+    return PRODUCTS.get(compute, "float32")
+
+
 def _dot_body(s: DeltaRuleShape) -> list[str]:
-    """The products' MMA: TF32 for a 16-bit compute dtype; for float32, three TF32 MMAs of the operands' high and
-    low TF32 parts (a b = ah bh + ah bl + al bh, missing al bl: about 2^-22 of |a b|), since cuTile's float32
-    MMA runs on no tensor core and its code at K = V = 128 swamps the compiler (kda's backward: ptxas past 7 GB
-    and 20 minutes)."""
-    if s.tf32:
-        return ["    return ct.mma(ct.astype(a, ct.tfloat32), ct.astype(b, ct.tfloat32), acc)"]
+    """The products' MMA: one of operands rounded to bfloat16 or TF32 at a 16-bit compute dtype; for float32, three
+    TF32 MMAs of the operands' high and low TF32 parts (a b = ah bh + ah bl + al bh, missing al bl: about 2^-22 of
+    |a b|), since cuTile's float32 MMA runs on no tensor core and its code at K = V = 128 swamps the compiler
+    (kda's backward: ptxas past 7 GB and 20 minutes)."""
+    if s.products != "float32":
+        return [f"    return ct.mma(ct.astype(a, ct.{s.products}), ct.astype(b, ct.{s.products}), acc)"]
     return [
         "    ah = ct.astype(a, ct.tfloat32)",
         "    bh = ct.astype(b, ct.tfloat32)",
@@ -574,7 +586,7 @@ def walk_hints(s: DeltaRuleShape) -> KernelHints:
     compute dtype, whose three TF32 MMAs a product went to mma.sync with 8 warps and spilled more (sm_90 cubins: the
     forward walk 5,480 B a thread against 1,528, the reverse walk 3,080 against 2,064, the pair launch 3,496 against
     1,904)."""
-    return WIDE_HINTS if s.tf32 or s.per_channel else DEFAULT_HINTS
+    return WIDE_HINTS if s.products != "float32" or s.per_channel else DEFAULT_HINTS
 
 
 def _corrections() -> list[str]:

@@ -511,10 +511,11 @@ def test_bugs_planted_in_the_hand_over_fail_validation(kind, bug, monkeypatch) -
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
-def test_a_16_bit_compute_dtype_runs_the_chunk_products_as_tf32(kind, backward) -> None:
-    """With a 16-bit compute dtype the products go as one TF32 MMA, with float32 as three of the operands' high and
-    low TF32 parts, the gate's cumulative sums exact: the kernel text says so, the outputs move off the float32
-    run's, and validation against the recurrence passes at each compute dtype's tolerance."""
+def test_the_compute_dtype_sets_the_chunk_products_operands(kind, backward) -> None:
+    """At a float16 compute dtype the products go as one MMA of TF32 operands, at bfloat16 of bfloat16 ones, at
+    float32 as three of the operands' high and low TF32 parts, the gate's cumulative sums exact: the kernel text
+    says so, the outputs move off the float32 run's (and bfloat16's off TF32's), and validation against the
+    recurrence passes at each compute dtype's tolerance."""
     make = delta_rule_backward_graph if backward else delta_rule_graph
     builder = {"gdn": CutileGdnBwdBuilder if backward else CutileGdnBuilder,
                "kda": CutileKdaBwdBuilder if backward else CutileKdaBuilder}[kind]()  # fmt: skip
@@ -522,9 +523,12 @@ def test_a_16_bit_compute_dtype_runs_the_chunk_products_as_tf32(kind, backward) 
     for compute in ("float32", "float16", "bfloat16"):
         g, inputs = make(kind, CHUNK_EDGES, kd=16, vd=16)
         g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
+        operands = {"float32": None, "float16": "tfloat32", "bfloat16": "bfloat16"}[compute]
         for launch in builder.launches(g.nodes[-1], g)[0]:
             split = "al = ct.astype(a - ct.astype(ah, ct.float32), ct.tfloat32)" in launch.source.text
             assert split == (compute == "float32")
+            one = f"    return ct.mma(ct.astype(a, ct.{operands}), ct.astype(b, ct.{operands}), acc)"
+            assert (one in launch.source.text.splitlines()) == (operands is not None)
             text = launch.source.text.splitlines()
             others = ("ones_below", "exact_ones", "select")  # the gate's row sums; kda's one-hot row selection
             direct = [line for line in text if "ct.mma(" in line and not any(o in line for o in others)]
@@ -534,8 +538,8 @@ def test_a_16_bit_compute_dtype_runs_the_chunk_products_as_tf32(kind, backward) 
         g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
         report = check(g, inputs, builder.name)
         assert report.passed, report.table()
-    for compute in ("float16", "bfloat16"):
-        assert any(not np.array_equal(outputs["float32"][n], outputs[compute][n]) for n in outputs["float32"])
+    for compute, other in (("float16", "float32"), ("bfloat16", "float32"), ("bfloat16", "float16")):
+        assert any(not np.array_equal(outputs[other][n], outputs[compute][n]) for n in outputs[other])
 
 
 @pytest.mark.parametrize(("kd", "vd", "planned"), [(256, 256, True), (257, 8, False), (8, 257, False)])
@@ -588,15 +592,15 @@ def test_the_forward_is_two_launches_over_flat_packed_views_and_a_workspace() ->
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
-@pytest.mark.parametrize("tf32", [True, False])
-def test_the_kernels_run_8_worker_warps_where_they_spill_less(kind, tf32) -> None:
+@pytest.mark.parametrize("products", ["tfloat32", "bfloat16", "float32"])
+def test_the_kernels_run_8_worker_warps_where_they_spill_less(kind, products) -> None:
     """Both chunk kernels and the state walk ask cuTile for 8 worker warps (its default 4 held the [64, 128] float32
     tiles in half the block's threads and spilled, docs/experiments.md); so do the forward walk, the reverse walk and
     the pair launch, but for gdn at a float32 compute dtype; the gradients kernel and kda's norms keep cuTile's own
     choice."""
-    shape = delta_rule_kernel.DeltaRuleShape(2, 128, 128, kind == "kda", True, 0.5, True, True, tf32=tf32)
+    shape = delta_rule_kernel.DeltaRuleShape(2, 128, 128, kind == "kda", True, 0.5, True, True, products=products)
     eight, default = "\n@ct.kernel(num_worker_warps=8)\ndef kernel(", "\n@ct.kernel\ndef kernel("
-    walks = eight if tf32 or kind == "kda" else default
+    walks = eight if products != "float32" or kind == "kda" else default
     expected = {
         delta_rule_kernel.chunks_source(shape, backward=False): eight,
         delta_rule_kernel.chunks_source(shape, backward=True): eight,
