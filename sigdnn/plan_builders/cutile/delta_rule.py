@@ -149,7 +149,7 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
             *self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state"), "o"), *qk_t,
             *self.args(node, graph, ("o", "final_state"), "o"),
         )  # fmt: skip
-        walk = Launch(forward_source(shape), (sequences, shape.heads, shape.value_blocks), forward_args)
+        walk = Launch(forward_source(shape), (sequences, shape.heads, shape.forward_value_blocks), forward_args)
         return [chunks, walk], workspace.nbytes
 
 

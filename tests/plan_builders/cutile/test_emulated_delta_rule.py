@@ -542,6 +542,19 @@ def test_the_compute_dtype_sets_the_chunk_products_operands(kind, backward) -> N
         assert any(not np.array_equal(outputs[other][n], outputs[compute][n]) for n in outputs[other])
 
 
+@pytest.mark.parametrize(("compute", "vd", "blocks"), [("bfloat16", 128, 1), ("bfloat16", 256, 4), ("float16", 128, 2)])
+def test_the_forward_walk_carries_all_of_v_up_to_128_with_bfloat16_products(compute, vd, blocks) -> None:
+    """One forward walk block a (sequence, head) with bfloat16 products and V <= 128, blocks of 64 value columns
+    otherwise; at V = 128 one block's walk validates against the recurrence."""
+    g, inputs = delta_rule_graph("gdn", (70, 3), heads=1, kd=16, vd=vd)
+    g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
+    walk = CutileGdnBuilder().launches(g.nodes[-1], g)[0][1]
+    assert walk.grid == (2, 1, blocks)
+    assert f"\nVW = {vd // blocks}\n" in walk.source.text
+    if blocks == 1:
+        assert check(g, inputs, "cutile.gdn").passed
+
+
 @pytest.mark.parametrize(("kd", "vd", "planned"), [(256, 256, True), (257, 8, False), (8, 257, False)])
 def test_head_dims_up_to_256_are_planned(kd, vd, planned) -> None:
     g, _ = delta_rule_graph("gdn", (3,), heads=1, kd=kd, vd=vd)
