@@ -37,7 +37,7 @@ def check_attribute_range(where: str, vectors: dict[str, Sequence[int]]) -> None
     """GraphError naming the first attribute with an entry past 2^31 - 1 (a stride of 2^62 once reached the GPU
     kernels' int32 constants as a bare OverflowError)."""
     for name, values in vectors.items():
-        if max(values, default=0) > LARGEST_ATTRIBUTE:
+        if max(values) > LARGEST_ATTRIBUTE:  # never empty: the lengths are checked first
             raise GraphError(f"{where}: {name} {list(values)} has an entry past {LARGEST_ATTRIBUTE}")
 
 
