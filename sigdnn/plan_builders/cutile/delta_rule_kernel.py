@@ -75,11 +75,6 @@ class DeltaRuleShape:
     search_steps: int = 1  # the chunk kernel's binary search over cu: N.bit_length() steps find any of N sequences
 
     @property
-    def gate_width(self) -> int:
-        """Columns of the gate and its cumulative sums: K (padded) for kda, 1 for gdn."""
-        return self.kp if self.per_channel else 1
-
-    @property
     def kp(self) -> int:
         return 1 << max(0, self.kd - 1).bit_length()
 
