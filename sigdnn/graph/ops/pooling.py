@@ -19,14 +19,7 @@ from sigdnn.errors import GraphError
 from sigdnn.graph.limits import Limits
 from sigdnn.graph.ops.base import Op, require_float
 from sigdnn.graph.ops.shapes import check_choice, packed_in_order_of
-from sigdnn.graph.ops.windows import (
-    check_attribute_range,
-    check_lengths,
-    check_taps,
-    padded_bytes,
-    spatial_rank,
-    window_outputs,
-)
+from sigdnn.graph.ops.windows import check_lengths, check_taps, padded_bytes, spatial_rank, window_outputs
 from sigdnn.graph.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -50,7 +43,6 @@ class Window:
         check_choice(where, "mode", mode, MODES)
         s = spatial_rank(where, x_port, x)
         check_lengths(where, s, attrs.asdict(self))
-        check_attribute_range(where, attrs.asdict(self))
         if min(self.window) < 1 or min(self.stride) < 1:
             raise GraphError(f"{where}: window {list(self.window)} and stride {list(self.stride)} must be >= 1")
         if min(self.pre_padding) < 0 or min(self.post_padding) < 0:

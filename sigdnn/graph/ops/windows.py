@@ -30,17 +30,6 @@ def check_lengths(where: str, spatial: int, vectors: dict[str, Sequence[int]]) -
             raise GraphError(f"{where}: {name} has {len(values)} entries for {spatial} spatial dims")
 
 
-LARGEST_ATTRIBUTE = 2**31 - 1  # cuDNN's int window descriptors; the GPU kernels' geometry is 32-bit
-
-
-def check_attribute_range(where: str, vectors: dict[str, Sequence[int]]) -> None:
-    """GraphError naming the first attribute with an entry past 2^31 - 1 (a stride of 2^62 once reached the GPU
-    kernels' int32 constants as a bare OverflowError)."""
-    for name, values in vectors.items():
-        if max(values) > LARGEST_ATTRIBUTE:  # never empty: the lengths are checked first
-            raise GraphError(f"{where}: {name} {list(values)} has an entry past {LARGEST_ATTRIBUTE}")
-
-
 def check_conv_attributes(
     where: str,
     spatial: int,
@@ -49,10 +38,9 @@ def check_conv_attributes(
     stride: Sequence[int],
     dilation: Sequence[int],
 ) -> None:
-    """Lengths match the spatial rank, stride and dilation >= 1, padding >= 0, none past 2^31 - 1."""
+    """Lengths match the spatial rank, stride and dilation >= 1, padding >= 0."""
     vectors = {"stride": stride, "dilation": dilation, "pre_padding": pre_padding, "post_padding": post_padding}
     check_lengths(where, spatial, vectors)
-    check_attribute_range(where, vectors)
     if min(stride) < 1 or min(dilation) < 1:
         raise GraphError(f"{where}: stride {list(stride)} and dilation {list(dilation)} must be >= 1")
     if min(pre_padding) < 0 or min(post_padding) < 0:

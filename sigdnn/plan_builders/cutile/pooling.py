@@ -66,10 +66,15 @@ def divisors(t: Tensor) -> tuple[int, ...]:
 
 
 def geometry(op: object, spatial: int) -> tuple[int, ...]:
-    """Window, stride and pre-padding over (D, H, W): size-1 windows of stride 1 where x has no such dim."""
+    """Window, stride and pre-padding over (D, H, W): size-1 windows of stride 1 where x has no such dim;
+    ValueError (a decline) where one is past the kernels' int32 scalars (the buffer fuzzer's stride of 2^62
+    reached them as a bare OverflowError)."""
     window = (*(1,) * (3 - spatial), *op.window)  # type: ignore[attr-defined]
     stride = (*(1,) * (3 - spatial), *op.stride)  # type: ignore[attr-defined]
     pre = (*(0,) * (3 - spatial), *op.pre_padding)  # type: ignore[attr-defined]
+    if max(*window, *stride, *pre) > LARGEST:
+        raise ValueError(f"a window, stride or padding of {max(*window, *stride, *pre)} is past the kernels' int32 "
+                         "scalars")  # fmt: skip
     return (*window, *stride, *pre)
 
 

@@ -20,7 +20,7 @@ from pooling_cases import CASES, MODES, Case, backward, forward, with_ties
 
 import sigdnn
 from sigdnn.accuracy.inputs import random_inputs
-from sigdnn.errors import ExecutionError
+from sigdnn.errors import ExecutionError, NotSupported
 from sigdnn.plan_builders.cutile import pooling
 from sigdnn.plan_builders.cutile.pooling import CutilePoolingBackwardBuilder, CutilePoolingBuilder
 from sigdnn.plan_builders.cutile.steps import WORKSPACE
@@ -52,6 +52,20 @@ def test_max_backward_sends_ties_to_the_first_real_maximum_and_nan_to_the_last_n
     dy = np.array([[[10, 20]]], np.float32)
     got = emulated_executor().run(g, {"x": x, "dy": dy})["pool_bwd::dx"]
     np.testing.assert_array_equal(got, [[[0, 10, 0, 0, 0, 20, 0]]])
+
+
+@pytest.mark.parametrize("stride", [pooling.LARGEST, pooling.LARGEST + 1, 2**62])
+@pytest.mark.parametrize("builder", [CutilePoolingBuilder, CutilePoolingBackwardBuilder])
+def test_a_stride_past_int32_is_declined_with_the_reason(builder, stride: int) -> None:
+    """The buffer fuzzer's case 19,710,794: a stride of 2^62 over one output reached the kernel's int32 constants
+    as a bare OverflowError; the builders decline one past their bound (the reference runs it)."""
+    case = Case("huge", (2, 5, 1, 6), "NHWC", (1, 2), (stride, 2), (0, 0))
+    graph = (forward if builder is CutilePoolingBuilder else backward)(case, "max")
+    if stride == pooling.LARGEST:
+        builder().check(graph.nodes[-1], graph)
+        return
+    with pytest.raises(NotSupported, match=f"stride or padding of {stride} is past the kernels' int32 scalars"):
+        builder().check(graph.nodes[-1], graph)
 
 
 class Planted(CutilePoolingBackwardBuilder):

@@ -93,7 +93,9 @@ def windows(
 
     Element [n, g, c, o..., r...] is xp[n, g*C/G + c, o*stride + r*dilation].
     For a fixed kernel tap the view is injective, so a writeable view can take
-    per-tap scatter-adds (dgrad, pooling backward).
+    per-tap scatter-adds (dgrad, pooling backward). A stride along an axis of
+    one output, or a dilation along one of one tap, is never stepped: its
+    byte stride is 0, however large the step (2^62 overflowed NumPy's view).
     """
     n, c = xp.shape[:2]
     sn, sc, *ss = xp.strides
@@ -102,8 +104,8 @@ def windows(
         sn,
         sc * (c // groups),
         sc,
-        *(s * st for s, st in zip(ss, stride)),
-        *(s * d for s, d in zip(ss, dilation)),
+        *(s * st if o > 1 else 0 for s, st, o in zip(ss, stride, out)),
+        *(s * d if r > 1 else 0 for s, d, r in zip(ss, dilation, kernel)),
     )
     return as_strided(xp, shape=shape, strides=strides, writeable=writeable)
 
