@@ -3,9 +3,9 @@
 Measures issue #35's claims, same run, same buffers:
 
 - ``gdn`` / ``kda``: sigdnn's forward and backward (``Executor("gpu")``, the cuTile chunked kernels, TF32 or
-  with ``--compute bfloat16`` bfloat16 products) against flash-linear-attention 0.6's ``chunk_gated_delta_rule`` / ``chunk_kda`` and their autograd
-  graph replayed, at T = 4096-32768 tokens in 1-64 sequences of mixed lengths, heads 16 / 32, K = V = 128, bf16
-  q / k / v, float32 gates and states, l2-normalized q / k; sigdnn's outputs checked against fla's.
+  ``--compute bfloat16``'s bf16 products) against fla 0.6's ``chunk_gated_delta_rule`` / ``chunk_kda`` and their
+  autograd graph replayed, at T = 4096-32768 tokens in 1-64 sequences of mixed lengths, heads 16 / 32, K = V = 128,
+  bf16 q / k / v, float32 gates and states, l2-normalized q / k; sigdnn's outputs checked against fla's.
 - ``sdpa``: ragged (THD) sdpa forward and backward, 64 sequences of 128-8192 tokens, d 128, bf16: sigdnn (ragged
   and padded graphs) against torch's varlen attention where torch has it, and torch SDPA over the padded batch.
 

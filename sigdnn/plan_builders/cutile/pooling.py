@@ -72,9 +72,8 @@ def geometry(op: object, spatial: int) -> tuple[int, ...]:
     window = (*(1,) * (3 - spatial), *op.window)  # type: ignore[attr-defined]
     stride = (*(1,) * (3 - spatial), *op.stride)  # type: ignore[attr-defined]
     pre = (*(0,) * (3 - spatial), *op.pre_padding)  # type: ignore[attr-defined]
-    if max(*window, *stride, *pre) > LARGEST:
-        raise ValueError(f"a window, stride or padding of {max(*window, *stride, *pre)} is past the kernels' int32 "
-                         "scalars")  # fmt: skip
+    if (largest := max(*window, *stride, *pre)) > LARGEST:
+        raise ValueError(f"a window, stride or padding of {largest} is past the kernels' int32 scalars")
     return (*window, *stride, *pre)
 
 
