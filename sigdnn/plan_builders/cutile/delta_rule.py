@@ -45,11 +45,14 @@ from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     gradients_source,
     handed_over_sizes,
     norms_source,
+    order_blocks,
+    order_source,
     pair_takes,
     pairs_source,
     products_of,
     reverse_source,
     states_source,
+    walk_grid,
     work_rows,
 )
 from sigdnn.plan_builders.cutile.launches_builder import IO_DTYPES, CutileLaunchesBuilder
@@ -131,6 +134,12 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
         grid = (chunk_slots(shape, tokens, sequences), shape.heads, 1)
         return Launch(chunks_source(shape, backward=backward), grid, (*ports, *work)), work
 
+    def order_launch(self, node: Node, graph: Graph, sequences: int, workspace: Workspace) -> tuple[Launch, Arg]:
+        """The ranking of the sequences, longest first, and the int32 ``order`` it writes, which the walks read."""
+        order = workspace.take((max(1, sequences),), "int32")
+        (cu,) = self.args(node, graph, ("cu_seqlens",), "cu_seqlens")
+        return Launch(order_source(sequences), (order_blocks(sequences), 1, 1), (cu, order)), order
+
     @staticmethod
     def args(node: Node, graph: Graph, names: tuple[str, ...], placeholder: str) -> list[Arg]:
         """Flat views of the ports in kernel order; an absent optional port gets ``placeholder`` (never touched)."""
@@ -145,12 +154,13 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
         shape, tokens, sequences = self.shape(node, graph)
         workspace = Workspace()
         chunks, qk_t = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace)
+        ranking, order = self.order_launch(node, graph, sequences, workspace)
         forward_args = (
-            *self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state"), "o"), *qk_t,
-            *self.args(node, graph, ("o", "final_state"), "o"),
+            *self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens"), "o"), order,
+            *self.args(node, graph, ("initial_state",), "o"), *qk_t, *self.args(node, graph, ("o", "final_state"), "o"),
         )  # fmt: skip
-        walk = Launch(forward_source(shape), (sequences, shape.heads, shape.forward_value_blocks), forward_args)
-        return [chunks, walk], workspace.nbytes
+        grid = walk_grid(sequences, shape.heads, shape.forward_value_blocks)
+        return [chunks, ranking, Launch(forward_source(shape), grid, forward_args)], workspace.nbytes
 
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
@@ -166,12 +176,14 @@ class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
         chunks, (w, u, qk, t, kk) = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace, backward=True)
         slots = chunk_slots(shape, tokens, sequences)
         saved, dsaved = (workspace.take((slots * shape.heads * shape.kp * shape.vp,)) for _ in range(2))
-        walk = (sequences, shape.heads, shape.value_blocks)
+        ranking, order = self.order_launch(node, graph, sequences, workspace)
+        walk = walk_grid(sequences, shape.heads, shape.value_blocks)
         args = functools.partial(self.args, node, graph, placeholder="dq")
         walks = [
-            Launch(states_source(shape), walk, (*args(("k", "g", "cu_seqlens", "initial_state")), w, u, saved)),
+            ranking,
+            Launch(states_source(shape), walk, (*args(("k", "g", "cu_seqlens")), order, *args(("initial_state",)), w, u, saved)),
             Launch(reverse_source(shape), walk, (
-                *args(("q", "k", "g", "beta", "cu_seqlens", "d_o", "d_final_state")), qk, t,
+                *args(("q", "k", "g", "beta", "cu_seqlens")), order, *args(("d_o", "d_final_state")), qk, t,
                 *args(("d_initial_state",)), dsaved,
             )),
         ]  # fmt: skip

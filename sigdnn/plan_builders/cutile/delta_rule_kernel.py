@@ -225,11 +225,16 @@ def _indices(values: str, keys: str = ALL_KEYS) -> list[str]:
 LAST_ROW = "last = ct.reshape(steps == C - 1, (C, 1))"  # the chunk's last row
 
 
+WALK_BLOCKS = "(VP // VW)"  # a serial walk's blocks a (sequence, head): one a block of VW value columns
+
+
 def _sequence_setup(values: str, length: str = "q") -> list[str]:
-    """A (sequence, head) block's sequence (T from ``length``), index tiles and its state's elements."""
+    """A serial walk's block: its sequence, head and value block (``walk_grid``), T from ``length``, index tiles
+    and its state's elements."""
     return [
-        "n = ct.bid(0)",
-        "head = ct.bid(1)",
+        "walk = ct.bid(0)",
+        f"n = ct.gather(order, walk // (H * {WALK_BLOCKS}))",
+        f"head = walk // {WALK_BLOCKS} % H",
         _tokens(length),
         *_bounds("n"),
         *_indices(values),
@@ -551,8 +556,63 @@ SEQUENCE_SLOT = "((start + chunk * C) // C + n)"  # a (sequence, head) block's c
 
 
 def _value_block() -> str:
-    """A serial walk's value columns: block bid(2) of VW."""
+    """A gradients block's value columns: block bid(2) of VW."""
     return "ct.bid(2) * VW + ct.arange(VW, dtype=ct.int32)"
+
+
+def _walk_value_block() -> str:
+    """A serial walk's value columns: its block's VW of them (``walk_grid``)."""
+    return f"walk % {WALK_BLOCKS} * VW + ct.arange(VW, dtype=ct.int32)"
+
+
+def walk_grid(sequences: int, heads: int, blocks: int) -> tuple[int, int, int]:
+    """A serial walk's blocks on one axis, rank r of ``order`` (``order_source``) the slowest, then the head, then
+    the value block: the GPU starts blocks in that order, so the longest sequences' walks start first and the
+    short ones fill in behind them (launch order, longest first: 84 -> 67 chunk turns on 132 SMs for gdn at
+    T = 32,768 in 64 sequences and 16 heads, a bound of 66; sequence-major 84, head-major 76)."""
+    return (sequences * heads * blocks, 1, 1)
+
+
+ORDER_LIMIT = 4096  # sequences ranked by length: the ranking is N^2 comparisons; past it the walks take them in turn
+RANKED = 64  # sequences a block of the ranking takes, and compares at a time
+
+
+def order_source(sequences: int) -> KernelSource:
+    """``order``, the batch's sequences longest first (ties by index: a permutation of 0 .. N - 1 whatever ``cu``
+    holds), which the serial walks take in turn: each block ranks RANKED sequences against all N, at most
+    ``ORDER_LIMIT`` of them; past that the identity. Lengths as the walks clamp their boundaries, but for T: a
+    start below 0 is 0, a stop below its start is the start (no difference overflows)."""
+    own = [
+        "count = cu.shape[0] - 1",
+        "own = ct.reshape(ct.bid(0) * R + ct.arange(R, dtype=ct.int32), (R, 1))",
+        "inside = own < count",
+    ]
+    if sequences > ORDER_LIMIT:
+        body = [*own, "ct.scatter(order, own, own, mask=inside)"]
+    else:
+        body = [
+            *own,
+            "first = ct.maximum(ct.gather(cu, own, mask=inside), 0)",
+            "length = ct.maximum(ct.gather(cu, own + 1, mask=inside), first) - first",
+            "rank = ct.full((R, 1), 0, dtype=ct.int32)",
+            "for step in range(ct.cdiv(count, R)):",
+            "    other = ct.reshape(step * R + ct.arange(R, dtype=ct.int32), (1, R))",
+            "    there = other < count",
+            "    start = ct.maximum(ct.gather(cu, other, mask=there), 0)",
+            "    theirs = ct.maximum(ct.gather(cu, other + 1, mask=there), start) - start",
+            "    ahead = there & ((theirs > length) | ((theirs == length) & (other < own)))",
+            "    rank = rank + ct.sum(ct.where(ahead, 1, 0), axis=1, keepdims=True)",
+            "ct.scatter(order, rank, own, mask=inside)",
+        ]
+    text = "\n".join(
+        [f"R = {RANKED}", "", "", "@ct.kernel", "def kernel(cu, order):", *("    " + line for line in body)]
+    )
+    return KernelSource("delta_rule_order", text + "\n")
+
+
+def order_blocks(sequences: int) -> int:
+    """The ranking's blocks: RANKED sequences each."""
+    return max(1, -(-sequences // RANKED))
 
 
 def forward_source(s: DeltaRuleShape) -> KernelSource:
@@ -573,13 +633,13 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         *_carry(s),
     ]
     body = [
-        *_sequence_setup(_value_block()),
+        *_sequence_setup(_walk_value_block()),
         _initial(s),
         "for chunk in range(chunks):",
         *("    " + line for line in chunk),
         *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
-    params = "q, k, v, g, beta, cu, h0, qk_work, t_work, o, ht"
+    params = "q, k, v, g, beta, cu, order, h0, qk_work, t_work, o, ht"
     return _module(s, "delta_rule_fwd", params, body, s.vp // s.forward_value_blocks, hints=walk_hints(s))
 
 
@@ -683,12 +743,14 @@ def states_source(s: DeltaRuleShape) -> KernelSource:
         *_carry(s),
     ]
     body = [
-        *_sequence_setup(_value_block(), "k"),
+        *_sequence_setup(_walk_value_block(), "k"),
         _initial(s),
         "for chunk in range(chunks):",
         *("    " + line for line in chunk),
     ]
-    return _module(s, "delta_rule_states", "k, g, cu, h0, w_work, u_work, saved", body, s.value_width, hints=WIDE_HINTS)
+    return _module(
+        s, "delta_rule_states", "k, g, cu, order, h0, w_work, u_work, saved", body, s.value_width, hints=WIDE_HINTS
+    )
 
 
 def reverse_source(s: DeltaRuleShape) -> KernelSource:
@@ -713,7 +775,7 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
         "dstate = dstate + dot(ct.transpose(qt * ct.exp(b)), do, zero_kv) - dot(ct.transpose(kt * ct.exp(b)), de, zero_kv)",
     ]
     body = [
-        *_sequence_setup(_value_block()),
+        *_sequence_setup(_walk_value_block()),
         "zero_kv = ct.full((KP, VW), 0.0, dtype=ct.float32)",
         (
             "dstate = ct.astype(ct.gather(dht, state_at, mask=state_in), ct.float32)"
@@ -724,7 +786,7 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
         *("    " + line for line in chunk),
         *(["ct.scatter(dh0, state_at, ct.astype(dstate, dh0.dtype), mask=state_in)"] if s.initial_state else []),
     ]
-    params = "q, k, g, beta, cu, d_o, dht, qk_work, t_work, dh0, dsaved"
+    params = "q, k, g, beta, cu, order, d_o, dht, qk_work, t_work, dh0, dsaved"
     return _module(s, "delta_rule_reverse", params, body, s.value_width, hints=walk_hints(s))
 
 

@@ -364,19 +364,24 @@ SHARES = {"gdn": [64 * 64, 64 * 64, 64, 64 * 8, 64 * 8, 64], "kda": [64 * 64, 64
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_the_backward_walks_then_hands_every_value_blocks_share_over(kind) -> None:
     """Chunk slots floor(start / 64) + n for every chunk of every sequence, per head. The chunk kernel a block per
-    slot and head, the two walks a block per sequence, head and 64 value columns, the gradients a block per slot,
-    head and 64 value columns. In the workspace: W, U0, QK, T and KK (C rows a slot and head), the saved states
-    and d(state)s (K x V a slot and head), then the gradients' shares (C rows a slot, head and value block), each
-    launch reading what the ones before wrote."""
-    (chunks, states, reverse, grads, *_), _, slots, rows = backward_launches(kind)
-    assert chunks.grid == (slots, 2, 1) and grads.grid == (slots, 2, 2) and states.grid == reverse.grid == (3, 2, 2)
+    slot and head, the sequences ranked longest first, the two walks a block per sequence, head and 64 value
+    columns (on one axis), the gradients a block per slot, head and 64 value columns. In the workspace: W, U0, QK,
+    T and KK (C rows a slot and head), the saved states and d(state)s (K x V a slot and head), the ranking's order,
+    then the gradients' shares (C rows a slot, head and value block), each launch reading what the ones before
+    wrote."""
+    (chunks, ranking, states, reverse, grads, *_), _, slots, rows = backward_launches(kind)
+    assert chunks.grid == (slots, 2, 1) and grads.grid == (slots, 2, 2) and states.grid == reverse.grid == (12, 1, 1)
     w, u, qk, t, kk = chunks.args[-5:]
     assert [a.shape for a in (w, u, qk, t, kk)] == [(rows * 8,), (rows * 128,)] + [(rows * 64,)] * 3
     saved, dsaved = states.args[-1], reverse.args[-1]
     assert saved.shape == dsaved.shape == (slots * 2 * 8 * 128,) and saved.offset != dsaved.offset
+    order = ranking.args[1]
+    assert ranking.grid == (1, 1, 1) and ranking.args[0].buffer == "cu_seqlens"
+    assert (order.buffer, order.shape, order.dtype) == (WORKSPACE, (3,), "int32")
+    assert states.args[3] == reverse.args[5] == order
     assert states.args[-3:-1] == (w, u)
-    assert reverse.args[7:9] == (qk, t)
-    assert reverse.args[9].buffer == "d_initial_state"
+    assert reverse.args[8:10] == (qk, t)
+    assert reverse.args[10].buffer == "d_initial_state"
     assert grads.args[6:11] == (saved, dsaved, qk, t, kk)
     handed = grads.args[11:-1]
     assert [a.shape for a in handed] == [(slots * 2 * 2 * size,) for size in SHARES[kind]]
@@ -394,7 +399,7 @@ def test_gdns_pair_launch_sums_the_shares_and_stores_the_rest() -> None:
     assert pairs.args[4:-4] == (qk, kk, *grads.args[11:-1])
     assert [a.buffer for a in pairs.args[:4]] == ["q", "k", "g", "cu_seqlens"]
     assert [a.buffer for a in pairs.args[-4:]] == ["dq", "dk", "dg", "dbeta"]
-    before = (rows * (8 + 128 + 64 * 3) + 2 * slots * 2 * 8 * 128) * 4
+    before = (rows * (8 + 128 + 64 * 3) + 2 * slots * 2 * 8 * 128) * 4 + 256  # and the order, 256-byte aligned
     assert workspace == before + slots * 2 * 2 * sum(SHARES["gdn"]) * 4
 
 
@@ -412,7 +417,7 @@ def test_kdas_pair_launch_runs_a_block_per_key_block_and_hands_dq_dk_to_a_sixth(
     assert norms.args[3:6] == (*paired, handed[2])
     assert "KP = 8" in pairs.source.text and "whole" not in pairs.source.text  # one key block: no row read again
     assert [a.buffer for a in norms.args] == ["q", "k", "cu_seqlens", *[WORKSPACE] * 3, "dq", "dk", "dbeta"]
-    before = (rows * (8 + 128 + 64 * 3) + 2 * slots * 2 * 8 * 128) * 4
+    before = (rows * (8 + 128 + 64 * 3) + 2 * slots * 2 * 8 * 128) * 4 + 256  # and the order, 256-byte aligned
     assert workspace == before + slots * 2 * 2 * sum(SHARES["kda"]) * 4 + 2 * rows * 8 * 4
 
 
@@ -524,7 +529,11 @@ def test_the_compute_dtype_sets_the_chunk_products_operands(kind, backward) -> N
         g, inputs = make(kind, CHUNK_EDGES, kd=16, vd=16)
         g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
         operands = {"float32": None, "float16": "tfloat32", "bfloat16": "bfloat16"}[compute]
-        for launch in builder.launches(g.nodes[-1], g)[0]:
+        launches = builder.launches(g.nodes[-1], g)[0]
+        assert [launch.source.prefix for launch in launches if "def dot(" not in launch.source.text] == [
+            "delta_rule_order"
+        ]  # the ranking alone has no products
+        for launch in (launch for launch in launches if "def dot(" in launch.source.text):
             split = "al = ct.astype(a - ct.astype(ah, ct.float32), ct.tfloat32)" in launch.source.text
             assert split == (compute == "float32")
             one = f"    return ct.mma(ct.astype(a, ct.{operands}), ct.astype(b, ct.{operands}), acc)"
@@ -548,8 +557,8 @@ def test_the_forward_walk_carries_all_of_v_up_to_128_with_bfloat16_products(comp
     otherwise; at V = 128 one block's walk validates against the recurrence."""
     g, inputs = delta_rule_graph("gdn", (70, 3), heads=1, kd=16, vd=vd)
     g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
-    walk = CutileGdnBuilder().launches(g.nodes[-1], g)[0][1]
-    assert walk.grid == (2, 1, blocks)
+    walk = CutileGdnBuilder().launches(g.nodes[-1], g)[0][-1]
+    assert walk.grid == (2 * blocks, 1, 1)
     assert f"\nVW = {vd // blocks}\n" in walk.source.text
     if blocks == 1:
         assert check(g, inputs, "cutile.gdn").passed
@@ -559,7 +568,7 @@ def test_the_forward_walk_carries_all_of_v_up_to_128_with_bfloat16_products(comp
 def test_head_dims_up_to_256_are_planned(kd, vd, planned) -> None:
     g, _ = delta_rule_graph("gdn", (3,), heads=1, kd=kd, vd=vd)
     if planned:
-        assert CutileGdnBuilder().launches(g.nodes[-1], g)[0][1].grid == (1, 1, 4)
+        assert CutileGdnBuilder().launches(g.nodes[-1], g)[0][-1].grid == (4, 1, 1)
     else:
         with pytest.raises(NotSupported, match="head dims"):
             CutileGdnBuilder().check(g.nodes[-1], g)
@@ -581,27 +590,33 @@ def test_a_float16_state_is_not_served(port) -> None:
     assert not CutileGdnBuilder().serves(sigdnn.key_for(g.nodes[-1], g))  # another op's node
 
 
-def test_the_forward_is_two_launches_over_flat_packed_views_and_a_workspace() -> None:
-    """Every chunk's QK and T (a block per chunk slot and head), then the serial walk (a block per sequence, head
-    and 64 value columns); ports as flat views of their whole buffers (stride 1), an absent initial state a
-    one-element stand-in; QK and T in the workspace, C rows per slot and head, C columns each."""
+def test_the_forward_is_three_launches_over_flat_packed_views_and_a_workspace() -> None:
+    """Every chunk's QK and T (a block per chunk slot and head), the sequences ranked longest first, then the
+    serial walk (a block per sequence, head and 64 value columns, on one axis); ports as flat views of their whole
+    buffers (stride 1), an absent initial state a one-element stand-in; QK and T in the workspace, C rows per slot
+    and head, C columns each, then the int32 order."""
     g, _ = delta_rule_graph("gdn", (5, 70), heads=2, kd=8, vd=128, state=None)
-    (chunks, walk), workspace = CutileGdnBuilder().launches(g.nodes[-1], g)
+    (chunks, ranking, walk), workspace = CutileGdnBuilder().launches(g.nodes[-1], g)
     slots = 75 // 64 + 2 + 1
-    assert chunks.grid == (slots, 2, 1) and walk.grid == (2, 2, 2)
+    assert chunks.grid == (slots, 2, 1) and ranking.grid == (1, 1, 1) and walk.grid == (8, 1, 1)
     rows = slots * 2 * 64
     work = chunks.args[-2:]
     assert [a.shape for a in work] == [(rows * 64,), (rows * 64,)]
-    assert walk.args[7:9] == work
-    assert workspace == rows * (64 + 64) * 4
-    views = {a.buffer: (a.shape, a.strides) for a in (*chunks.args[:-2], *walk.args[:7], *walk.args[9:])}
+    assert walk.args[8:10] == work
+    order = ranking.args[1]
+    assert walk.args[6] == order and (order.shape, order.dtype, order.offset * 4) == ((2,), "int32", rows * 128 * 4)
+    assert ranking.args[0].buffer == "cu_seqlens"
+    assert workspace == rows * (64 + 64) * 4 + 256
+    views = {
+        a.buffer: (a.shape, a.strides) for a in (*chunks.args[:-2], *walk.args[:6], *walk.args[7:8], *walk.args[10:])
+    }
     assert views["q"] == ((75 * 2 * 8,), (1,)) and views["v"] == ((75 * 2 * 128,), (1,))
     assert all(strides == (1,) for _, strides in views.values())
     assert [a.buffer for a in chunks.args] == ["q", "k", "g", "beta", "cu_seqlens", *[WORKSPACE] * 2]
     assert [a.buffer for a in walk.args] == [
-        "q", "k", "v", "g", "beta", "cu_seqlens", "o", *[WORKSPACE] * 2, "o", "final_state",
+        "q", "k", "v", "g", "beta", "cu_seqlens", WORKSPACE, "o", *[WORKSPACE] * 2, "o", "final_state",
     ]  # fmt: skip
-    assert walk.args[6].shape == (1,)  # o standing in for h0
+    assert walk.args[7].shape == (1,)  # o standing in for h0
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
@@ -633,8 +648,8 @@ def test_the_kernels_run_8_worker_warps_where_they_spill_less(kind, products) ->
 def test_the_serial_walk_splits_the_value_columns(kind, vd, blocks) -> None:
     g, inputs = delta_rule_graph(kind, (3, 70), heads=1, kd=8, vd=vd)
     builder = CutileGdnBuilder() if kind == "gdn" else CutileKdaBuilder()
-    (_, walk), _ = builder.launches(g.nodes[-1], g)
-    assert walk.grid == (2, 1, blocks)
+    (_, _, walk), _ = builder.launches(g.nodes[-1], g)
+    assert walk.grid == (2 * blocks, 1, 1)
     if vd == 128:
         assert check(g, inputs, builder.name).passed
 
