@@ -3,11 +3,12 @@
 Takes packed token-major tensors (q, k, v, g, beta row-major [T, H, *],
 states row-major [N, H, K, V]), bf16 / f16 / f32 q, k, v, o; a float32 gate;
 int32 / int64 cu_seqlens; float32 or bf16 states; K and V up to 256. The
-forward is two launches: every chunk's QK and T at once into the step's
-workspace (float32, C rows a chunk slot and head), then the serial walk
-over each sequence's chunks that carries the state and forms each chunk's
-corrections U = T diag(beta) (V - (e^b K) h). The backward is
-five: every chunk's W, U0, QK, T and KK, a walk forward and one in reverse
+forward is three launches: every chunk's QK and T at once into the step's
+workspace (float32, C rows a chunk slot and head), the sequences ranked
+longest first (so the GPU starts the longest serial walks first), then the
+serial walk over each sequence's chunks that carries the state and forms
+each chunk's corrections U = T diag(beta) (V - (e^b K) h). The backward is
+six: every chunk's W, U0, QK, T and KK, the ranking, a walk forward and one in reverse
 that carry only the state and its gradient (each chunk's start state and
 its end's d(state) saved in the workspace, float32, a slot per chunk of the
 batch), every chunk's gradients a block of value columns at a time (dv, and

@@ -1,4 +1,4 @@
-"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in two launches, the backward in five.
+"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in three launches, the backward in six.
 
 Within a chunk of ``C`` tokens (rows i, j; b the cumulative log decay from
 the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
@@ -25,7 +25,8 @@ The forward splits what needs no state from what does, as
 flash-linear-attention's chunked kernels do: ``chunks_source`` (grid: chunk
 slots x heads) forms every chunk's QK and T at once, in parallel however
 few the sequences; ``forward_source`` (grid: sequences x heads x value
-blocks) walks each sequence's chunks carrying h, with the products that
+blocks, on one axis, the longest sequences first: ``order_source``, ``walk_grid``) walks each sequence's chunks
+carrying h, with the products that
 involve h (and QK, T) on that serial path: U from T there costs one
 [C, C] x [C, VW] product more than U0 - W h, and the workspace holds two
 [C, C] arrays instead of W [C, K], U0 [C, V] and QK. Chunk slot start // C + n
@@ -58,6 +59,11 @@ KEY_BLOCK = 64  # key columns a block of kda's pair launch takes, where K allows
 # and 344 -> 0; the backward's chunk kernel, state walks and pair launch 2-60x fewer spill instructions, docs/experiments.md)
 WIDE_HINTS = KernelHints(num_worker_warps=8)
 DEFAULT_HINTS = KernelHints()  # cuTile's own choice: the gradients kernel spills more with 8 (gdn 546 -> 1,353)
+# two blocks an SM for gdn's forward chunk kernel with bf16 products: each block waits on its own loads and a chain
+# of small products, and 128 registers a thread cost 95 spill instructions (sm_90 cubins; 246 registers and none at
+# one block). H100, T = 32,768 in 64 sequences, 16 heads, K = V = 128: the forward 2.26 / 2.25 -> 2.03 / 1.95 ms in
+# two pairs (docs/experiments.md). kda's and TF32's chunk kernels do not fit two blocks: cuTile keeps one.
+TWO_BLOCK_HINTS = KernelHints(occupancy=2, num_worker_warps=8)
 
 
 @attrs.frozen
@@ -544,7 +550,14 @@ def chunks_source(s: DeltaRuleShape, *, backward: bool) -> KernelSource:
         if backward
         else "q, k, g, beta, cu, qk_work, t_work"
     )
-    return _module(s, "delta_rule_chunks", params, body, s.vp, hints=WIDE_HINTS)
+    return _module(s, "delta_rule_chunks", params, body, s.vp, hints=chunk_hints(s, backward=backward))
+
+
+def chunk_hints(s: DeltaRuleShape, *, backward: bool) -> KernelHints:
+    """The chunk kernel's hints: two blocks an SM for gdn's forward with bfloat16 products (``TWO_BLOCK_HINTS``),
+    else 8 worker warps."""
+    two = not backward and not s.per_channel and s.products == "bfloat16"
+    return TWO_BLOCK_HINTS if two else WIDE_HINTS
 
 
 def _chunk_rows(slot: str) -> str:
@@ -582,31 +595,26 @@ def order_source(sequences: int) -> KernelSource:
     holds), which the serial walks take in turn: each block ranks RANKED sequences against all N, at most
     ``ORDER_LIMIT`` of them; past that the identity. Lengths as the walks clamp their boundaries, but for T: a
     start below 0 is 0, a stop below its start is the start (no difference overflows)."""
-    own = [
-        "count = cu.shape[0] - 1",
-        "own = ct.reshape(ct.bid(0) * R + ct.arange(R, dtype=ct.int32), (R, 1))",
-        "inside = own < count",
+    ranking = [
+        "first = ct.maximum(ct.gather(cu, own, mask=inside), 0)",
+        "length = ct.maximum(ct.gather(cu, own + 1, mask=inside), first) - first",
+        f"rank = ct.full(({RANKED}, 1), 0, dtype=ct.int32)",
+        f"for step in range(ct.cdiv(count, {RANKED})):",
+        f"    other = ct.reshape(step * {RANKED} + ct.arange({RANKED}, dtype=ct.int32), (1, {RANKED}))",
+        "    there = other < count",
+        "    start = ct.maximum(ct.gather(cu, other, mask=there), 0)",
+        "    theirs = ct.maximum(ct.gather(cu, other + 1, mask=there), start) - start",
+        "    ahead = there & ((theirs > length) | ((theirs == length) & (other < own)))",
+        "    rank = rank + ct.sum(ct.where(ahead, 1, 0), axis=1, keepdims=True)",
+        "ct.scatter(order, rank, own, mask=inside)",
     ]
-    if sequences > ORDER_LIMIT:
-        body = [*own, "ct.scatter(order, own, own, mask=inside)"]
-    else:
-        body = [
-            *own,
-            "first = ct.maximum(ct.gather(cu, own, mask=inside), 0)",
-            "length = ct.maximum(ct.gather(cu, own + 1, mask=inside), first) - first",
-            "rank = ct.full((R, 1), 0, dtype=ct.int32)",
-            "for step in range(ct.cdiv(count, R)):",
-            "    other = ct.reshape(step * R + ct.arange(R, dtype=ct.int32), (1, R))",
-            "    there = other < count",
-            "    start = ct.maximum(ct.gather(cu, other, mask=there), 0)",
-            "    theirs = ct.maximum(ct.gather(cu, other + 1, mask=there), start) - start",
-            "    ahead = there & ((theirs > length) | ((theirs == length) & (other < own)))",
-            "    rank = rank + ct.sum(ct.where(ahead, 1, 0), axis=1, keepdims=True)",
-            "ct.scatter(order, rank, own, mask=inside)",
-        ]
-    text = "\n".join(
-        [f"R = {RANKED}", "", "", "@ct.kernel", "def kernel(cu, order):", *("    " + line for line in body)]
-    )
+    body = [
+        "count = cu.shape[0] - 1",
+        f"own = ct.reshape(ct.bid(0) * {RANKED} + ct.arange({RANKED}, dtype=ct.int32), ({RANKED}, 1))",
+        "inside = own < count",
+        *(["ct.scatter(order, own, own, mask=inside)"] if sequences > ORDER_LIMIT else ranking),
+    ]
+    text = "\n".join(["@ct.kernel", "def kernel(cu, order):", *("    " + line for line in body)])
     return KernelSource("delta_rule_order", text + "\n")
 
 

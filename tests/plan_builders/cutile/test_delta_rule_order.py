@@ -86,6 +86,9 @@ def test_the_backward_walks_share_the_forward_walks_order() -> None:
     assert ranking.source.prefix == "delta_rule_order"
     assert states.args[3] == reverse.args[5] == ranking.args[1]
     assert "n = ct.gather(order, walk // (H * (VP // VW)))" in states.source.text
+    g, _ = delta_rule_backward_graph("kda", (7,), heads=2, kd=8, vd=8)
+    (_, ranking, *_), _ = CutileKdaBwdBuilder().launches(g.nodes[0], g)
+    assert ranking.args[1].shape == (1,)  # one int32 a sequence
 
 
 @pytest.mark.parametrize("first", [1, 2, 3, 4, 5])

@@ -623,14 +623,17 @@ def test_the_forward_is_three_launches_over_flat_packed_views_and_a_workspace() 
 @pytest.mark.parametrize("products", ["tfloat32", "bfloat16", "float32"])
 def test_the_kernels_run_8_worker_warps_where_they_spill_less(kind, products) -> None:
     """Both chunk kernels and the state walk ask cuTile for 8 worker warps (its default 4 held the [64, 128] float32
-    tiles in half the block's threads and spilled, docs/experiments.md); so do the forward walk, the reverse walk and
-    the pair launch, but for gdn at a float32 compute dtype; the gradients kernel and kda's norms keep cuTile's own
-    choice."""
+    tiles in half the block's threads and spilled, docs/experiments.md), gdn's forward chunk kernel with bfloat16
+    products for two blocks an SM as well; so do the forward walk, the reverse walk and the pair launch, but for gdn
+    at a float32 compute dtype; the gradients kernel and kda's norms keep cuTile's own choice."""
     shape = delta_rule_kernel.DeltaRuleShape(2, 128, 128, kind == "kda", True, 0.5, True, True, products=products)
     eight, default = "\n@ct.kernel(num_worker_warps=8)\ndef kernel(", "\n@ct.kernel\ndef kernel("
     walks = eight if products != "float32" or kind == "kda" else default
+    two = "\n@ct.kernel(occupancy=2, num_worker_warps=8)\ndef kernel("
     expected = {
-        delta_rule_kernel.chunks_source(shape, backward=False): eight,
+        delta_rule_kernel.chunks_source(shape, backward=False): two
+        if (kind, products) == ("gdn", "bfloat16")
+        else eight,
         delta_rule_kernel.chunks_source(shape, backward=True): eight,
         delta_rule_kernel.states_source(shape): eight,
         delta_rule_kernel.forward_source(shape): walks,
