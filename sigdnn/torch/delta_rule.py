@@ -7,10 +7,11 @@ v [T, H, V], g [T, H] (gdn) or [T, H, K] (kda), beta [T, H], cu_seqlens
 recompute the recurrence from the forward's inputs, so nothing but those
 inputs is saved. An optional tensor's presence is part of the graph's
 signature: the ports present travel with the attributes, as does torch's
-float32 matmul precision: below "highest" (``torch.set_float32_matmul_
-precision("high")``, or ``torch.backends.cuda.matmul.allow_tf32``) the
-chunk products run as TF32, as flash-linear-attention's do; at "highest",
-torch's default, exactly in float32.
+float32 matmul precision, which picks the chunk products' operands as it
+does torch's own float32 matmuls: "highest" (torch's default) exact float32,
+"high" (``torch.set_float32_matmul_precision("high")``, or
+``torch.backends.cuda.matmul.allow_tf32``) TF32, "medium" bfloat16, the
+operands flash-linear-attention's dots take from bf16 inputs (its fastest).
 """
 
 from __future__ import annotations
@@ -43,16 +44,17 @@ def present(names: tuple[str, ...], tensors: tuple[Tensor | None, ...]) -> tuple
     return tuple(n for n, _ in pairs), tuple(t for _, t in pairs)
 
 
-def tf32() -> bool:
-    """Whether torch's float32 matmul precision lets the products run as TF32."""
-    return torch.get_float32_matmul_precision() != "highest"
+def precision() -> str:
+    """torch's float32 matmul precision ("highest", "high" or "medium"): the products' operands
+    (``graphs.products_compute``)."""
+    return torch.get_float32_matmul_precision()
 
 
 def forward(kind: str, tensors: tuple[Tensor | None, ...], scale: float | None, l2norm: bool,
             output_final_state: bool) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     ports, given = present(FORWARD_PORTS, tensors)
     scale = None if scale is None else float(scale)
-    attributes = (ports, scale, bool(l2norm), bool(output_final_state), tf32())
+    attributes = (ports, scale, bool(l2norm), bool(output_final_state), precision())
     outs = run(kind, functools.partial(graphs.delta_rule, kind), given, attributes)
     return outs[0], (outs[1] if output_final_state else None)
 
@@ -61,7 +63,7 @@ def backward(kind: str, tensors: tuple[Tensor | None, ...], scale: float | None,
              l2norm: bool) -> tuple[Tensor | None, ...]:  # fmt: skip
     ports, given = present(BACKWARD_PORTS, tensors)
     scale = None if scale is None else float(scale)
-    attributes = (ports, scale, bool(l2norm), tf32())
+    attributes = (ports, scale, bool(l2norm), precision())
     grads = run(f"{kind}_bwd", functools.partial(graphs.delta_rule_bwd, kind), given, attributes)
     return (*grads[:5], grads[5] if "initial_state" in ports else None)
 

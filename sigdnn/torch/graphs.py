@@ -185,22 +185,25 @@ def conv_wgrad(x: Spec, dy: Spec, w_dims: tuple[int, ...], stride: tuple[int, ..
     return g
 
 
-def products_compute(tf32: object) -> DataType | None:
-    """The delta rule node's compute dtype: float16 (its products as TF32) where torch's float32 matmul precision
-    allows TF32, else the graph's."""
-    return TF32_COMPUTE if tf32 else None
+PRODUCTS_COMPUTE = {"high": TF32_COMPUTE, "medium": DataType.BFLOAT16}  # by torch's float32 matmul precision
+
+
+def products_compute(precision: object) -> DataType | None:
+    """The delta rule node's compute dtype at torch's float32 matmul ``precision``: float16 (its products as
+    TF32) at "high", bfloat16 (bf16 operands) at "medium", the graph's at "highest"."""
+    return PRODUCTS_COMPUTE.get(precision)  # type: ignore[call-overload]
 
 
 def delta_rule(kind: str, *specs_and_attributes: object) -> Graph:
     """gdn / kda forward from the specs of the ports named in ``ports`` (forward's inputs, in port order), then
-    ``ports, scale, use_qk_l2norm, output_final_state, tf32``. A final state without an initial one is float64
+    ``ports, scale, use_qk_l2norm, output_final_state, precision``. A final state without an initial one is float64
     for float64 inputs (float32 otherwise, flash-linear-attention's)."""
-    *specs, ports, scale, l2norm, output_final_state, tf32 = specs_and_attributes
+    *specs, ports, scale, l2norm, output_final_state, precision = specs_and_attributes
     named = dict(zip(ports, specs))  # type: ignore[call-overload]
     g = _graph(kind, named["q"])
     ins = dict(zip(ports, _inputs(g, ports, specs)))  # type: ignore[arg-type]
     o, final = getattr(g, kind)(**ins, scale=scale, use_qk_l2norm=l2norm, output_final_state=output_final_state,
-                                compute_dtype=products_compute(tf32))  # fmt: skip
+                                compute_dtype=products_compute(precision))  # fmt: skip
     _outputs((o, "o"))
     if final is not None:
         initial = named.get("initial_state")
@@ -211,11 +214,13 @@ def delta_rule(kind: str, *specs_and_attributes: object) -> Graph:
 
 def delta_rule_bwd(kind: str, *specs_and_attributes: object) -> Graph:
     """gdn_bwd / kda_bwd from the specs of the ports named in ``ports``, then ``ports, scale, use_qk_l2norm,
-    tf32``; each gradient takes its forward tensor's dtype."""
-    *specs, ports, scale, l2norm, tf32 = specs_and_attributes
+    precision``; each gradient takes its forward tensor's dtype."""
+    *specs, ports, scale, l2norm, precision = specs_and_attributes
     g = _graph(f"{kind}_bwd", dict(zip(ports, specs))["q"])  # type: ignore[call-overload]
     ins = dict(zip(ports, _inputs(g, ports, specs)))  # type: ignore[arg-type]
-    grads = getattr(g, f"{kind}_bwd")(**ins, scale=scale, use_qk_l2norm=l2norm, compute_dtype=products_compute(tf32))
+    grads = getattr(g, f"{kind}_bwd")(
+        **ins, scale=scale, use_qk_l2norm=l2norm, compute_dtype=products_compute(precision)
+    )
     _outputs(
         *((t, name) for t, name in zip(grads, ("dq", "dk", "dv", "dg", "dbeta", "d_initial_state")) if t is not None)
     )

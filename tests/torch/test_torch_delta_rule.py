@@ -246,8 +246,9 @@ def test_cached_graphs_name_their_tensors_after_the_arguments():
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
 def test_torchs_float32_matmul_precision_picks_the_products_compute_dtype(kind):
-    """At "highest" (torch's default) the node computes in the graph's dtype; below it in float16 (TF32 products
-    on the GPU), in a graph of its own; the reference's result is the same either way (it computes in float64)."""
+    """At "highest" (torch's default) the node computes in the graph's dtype; at "high" in float16 (TF32 products
+    on the GPU), at "medium" in bfloat16 (bf16 operands), each in a graph of its own; the reference's result is
+    the same every way (it computes in float64)."""
     from sigdnn.torch.cache import _CACHE
 
     x, cu, h0 = problem(kind, (3, 2))
@@ -257,20 +258,19 @@ def test_torchs_float32_matmul_precision_picks_the_products_compute_dtype(kind):
     results, computes = [], []
     before = torch.get_float32_matmul_precision()
     try:
-        for precision in ("highest", "high"):
+        for precision in ("highest", "high", "medium"):
             torch.set_float32_matmul_precision(precision)
             for t in leaves.values():
                 t.grad = None
             o, final = op(kind)(*leaves.values(), cu, h0, None, True, True)
             o.sum().backward()
             results.append([o.detach(), final, *(t.grad for t in leaves.values())])
-            tf32 = precision != "highest"
             for name in (kind, f"{kind}_bwd"):
                 graphs = [c.plan.graph for key, c in _CACHE.items()
-                          if key[0] == name and key[1][-1] is tf32 and key[2][2] == torch.float32]  # fmt: skip
+                          if key[0] == name and key[1][-1] == precision and key[2][2] == torch.float32]  # fmt: skip
                 computes.append({str(g.compute_dtype_of(g.nodes[-1])) for g in graphs})
     finally:
         torch.set_float32_matmul_precision(before)
-    assert computes == [{"float32"}, {"float32"}, {"float16"}, {"float16"}]
-    for exact, tf32 in zip(*results):
-        assert torch.equal(exact, tf32)
+    assert computes == [{"float32"}] * 2 + [{"float16"}] * 2 + [{"bfloat16"}] * 2
+    for exact, *others in zip(*results):
+        assert all(torch.equal(exact, other) for other in others)
