@@ -8,8 +8,9 @@ workspace (float32, C rows a chunk slot and head), the sequences ranked
 longest first (so the GPU starts the longest serial walks first), then the
 serial walk over each sequence's chunks that carries the state and forms
 each chunk's corrections U = T diag(beta) (V - (e^b K) h). The backward is
-six: every chunk's W, U0, QK, T and KK, the ranking, a walk forward and one in reverse
-that carry only the state and its gradient (each chunk's start state and
+six launches (kda's seven): every chunk's W, U0, QK, T and KK, the ranking,
+a walk forward and one in reverse that carry only the state and its
+gradient (each chunk's start state and
 its end's d(state) saved in the workspace, float32, a slot per chunk of the
 batch), every chunk's gradients a block of value columns at a time (dv, and
 each block's share of the rest into the workspace: float32, C rows a chunk

@@ -1,4 +1,5 @@
-"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in three launches, the backward in six.
+"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in three launches, the backward in six
+(kda's in seven).
 
 Within a chunk of ``C`` tokens (rows i, j; b the cumulative log decay from
 the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
@@ -25,9 +26,9 @@ The forward splits what needs no state from what does, as
 flash-linear-attention's chunked kernels do: ``chunks_source`` (grid: chunk
 slots x heads) forms every chunk's QK and T at once, in parallel however
 few the sequences; ``forward_source`` (grid: sequences x heads x value
-blocks, on one axis, the longest sequences first: ``order_source``, ``walk_grid``) walks each sequence's chunks
-carrying h, with the products that
-involve h (and QK, T) on that serial path: U from T there costs one
+blocks on one axis, the longest sequences first: ``order_source``,
+``walk_grid``) walks each sequence's chunks carrying h, with the products
+that involve h (and QK, T) on that serial path: U from T there costs one
 [C, C] x [C, VW] product more than U0 - W h, and the workspace holds two
 [C, C] arrays instead of W [C, K], U0 [C, V] and QK. Chunk slot start // C + n
 holds chunk 0 of sequence n (distinct for every chunk of the batch: at most
@@ -580,9 +581,10 @@ def _walk_value_block() -> str:
 
 def walk_grid(sequences: int, heads: int, blocks: int) -> tuple[int, int, int]:
     """A serial walk's blocks on one axis, rank r of ``order`` (``order_source``) the slowest, then the head, then
-    the value block: the GPU starts blocks in that order, so the longest sequences' walks start first and the
-    short ones fill in behind them (launch order, longest first: 84 -> 67 chunk turns on 132 SMs for gdn at
-    T = 32,768 in 64 sequences and 16 heads, a bound of 66; sequence-major 84, head-major 76)."""
+    the value block: the GPU starts blocks in index order, so the longest sequences' walks start first and the
+    short ones fill in behind them. A greedy schedule of gdn at T = 32,768 in 64 sequences and 16 heads on 132 SMs,
+    one block each and a chunk a turn: 84 turns sequence-major (the grid before), 76 head-major, 67 longest first,
+    against a bound of 66."""
     return (sequences * heads * blocks, 1, 1)
 
 
