@@ -138,7 +138,7 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
 
     def order_launch(self, node: Node, graph: Graph, sequences: int, workspace: Workspace) -> tuple[Launch, Arg]:
         """The ranking of the sequences, longest first, and the int32 ``order`` it writes, which the walks read."""
-        order = workspace.take((max(1, sequences),), "int32")
+        order = workspace.take((sequences,), "int32")  # N >= 1: the op's shape rule
         (cu,) = self.args(node, graph, ("cu_seqlens",), "cu_seqlens")
         return Launch(order_source(sequences), (order_blocks(sequences), 1, 1), (cu, order)), order
 

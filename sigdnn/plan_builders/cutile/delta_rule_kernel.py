@@ -622,7 +622,7 @@ def order_source(sequences: int) -> KernelSource:
 
 def order_blocks(sequences: int) -> int:
     """The ranking's blocks: RANKED sequences each."""
-    return max(1, -(-sequences // RANKED))
+    return -(-sequences // RANKED)
 
 
 def forward_source(s: DeltaRuleShape) -> KernelSource:

@@ -29,7 +29,7 @@ from sigdnn.plan_builders.cutile.delta_rule_kernel import (
 def ranked(cu: np.ndarray, sequences: int | None = None) -> np.ndarray:
     """The ranking kernel's order for ``cu`` (its text chosen for ``sequences``, by default cu's own count)."""
     count = len(cu) - 1
-    order = np.full(max(1, count), -1, dtype=np.int32)
+    order = np.full(count, -1, dtype=np.int32)
     kernel = EmulatedBackend().kernel(order_source(count if sequences is None else sequences))
     emulator.launch(None, (order_blocks(count), 1, 1), kernel, (cu, order))
     return order[:count]
