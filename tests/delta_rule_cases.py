@@ -9,6 +9,8 @@ from sigdnn.accuracy.inputs import random_inputs
 from sigdnn.campaign.recipes import GraphRecipe
 
 CHUNK_EDGES = (1, 63, 64, 65)  # lengths around the chunk of 64
+# 150 sequences of 1-130 tokens (seeded): more than two of the ranking's 64-sequence blocks and tiles
+MANY_LENGTHS = tuple(int(n) for n in np.random.default_rng(150).integers(1, 131, 150))
 
 
 def delta_rule_graph(

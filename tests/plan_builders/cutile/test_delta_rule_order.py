@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from delta_rule_cases import delta_rule_backward_graph, delta_rule_graph
+from delta_rule_cases import MANY_LENGTHS, delta_rule_backward_graph, delta_rule_graph
+from emulated import emulated_executor, make_available
 
+import sigdnn
 from sigdnn.plan_builders.cutile import emulator
 from sigdnn.plan_builders.cutile.backend import EmulatedBackend
 from sigdnn.plan_builders.cutile.delta_rule import CutileGdnBuilder, CutileKdaBwdBuilder
@@ -113,3 +115,15 @@ def test_the_walks_first_blocks_take_the_longest_sequence_head_by_head(first) ->
         n, head, block = order[b // 4], b // 2 % 2, b % 2
         untouched[cu[n] : cu[n + 1], head, block * 64 : (block + 1) * 64] = False
     assert (np.isnan(o) == untouched).all()
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_many_sequences_validate_through_a_ranking_of_several_blocks(backward, monkeypatch) -> None:
+    """150 sequences of 1-130 tokens: three ranking blocks, each comparing against three tiles of sequences, and
+    walks that take them longest first; gdn forward and backward against the float64 recurrence."""
+    make_available(monkeypatch)
+    make = delta_rule_backward_graph if backward else delta_rule_graph
+    g, inputs = make("gdn", MANY_LENGTHS, heads=2, kd=16, vd=16)
+    report = sigdnn.validate(g, inputs, executor=emulated_executor(), truth="cpu")
+    assert report.builders == {"n": "cutile.gdn_bwd" if backward else "cutile.gdn"}
+    assert report.passed, report.table()
