@@ -142,7 +142,7 @@ def _level_products(s: DeltaRuleShape) -> list[str]:
     of 2 half rows, i in its upper half, j in its lower, and with r the first row of that upper half
     exp(b_i - b_j) = exp(b_i - b_r) exp(b_r - b_j), both factors <= 1 (b never increases), each folded into its
     side's keys: one [C, K] x [K, C] product a level (half = C / 2, ..., 1) serves all its pairs. b_r comes exact
-    by one-hot TF32 products (``_level_decays``). The keys go LEVEL_KEYS columns at a time (the forward's chunk
+    by one-hot bf16 products (``_level_decays``). The keys go LEVEL_KEYS columns at a time (the forward's chunk
     kernel at K = 128 spilled 1,040 B a thread on whole [C, 128] tiles, 536 on halves: sm_90 cubins)."""
     parts = max(1, s.kp // LEVEL_KEYS)
     lines = [*LEVEL_SETUP, "kk_level = zero_cc", "qk_level = zero_cc"]
@@ -169,7 +169,7 @@ LEVEL_SETUP = [
     "half = (C // 2) >> level",
     "upper = (pair_rows // half) % 2 == 1",
     "ref_row = pair_rows - pair_rows % (2 * half) + half",
-    "select = ct.astype(ct.where(ccols2 == ref_row, 1.0, 0.0), ct.tfloat32)",
+    "select = ct.astype(ct.where(ccols2 == ref_row, 1.0, 0.0), ct.bfloat16)",
     "same_block = pair_rows // (2 * half) == ccols2 // (2 * half)",
 ]
 
@@ -177,14 +177,15 @@ LEVEL_SETUP = [
 def _level_decays(b: str, width: str) -> list[str]:
     """``e``: the level's decays of ``b``'s ``width`` columns, to each upper row from its reference row and from
     each lower row to it; ``later``: e on the upper rows. b_first, the reference row's b, comes exact from three
-    one-hot TF32 MMAs of b's parts (TF32 keeps 11 of float32's 24 bits, so b = bh + bm + bl with each part exact
-    in TF32, and each MMA adds one part unrounded): then no exponent is above 0 however strong the gates (one MMA
-    of b rounded to TF32 put some 2^-11 |b| above it, e^88 and overflow past |b| = 2^18)."""
+    one-hot bf16 MMAs of b's parts (bf16 keeps 8 of float32's 24 bits and all its exponents, so b = bh + bm + bl with
+    each part exact in bf16, and each MMA adds one part unrounded): then no exponent is above 0 however strong the
+    gates (one MMA of b rounded to TF32 put some 2^-11 |b| above it, e^88 and overflow past |b| = 2^18). bf16 MMAs
+    run at twice TF32's rate, and the three were most of a forward level's tensor-core time (docs/experiments.md)."""
     return [
-        f"bh = ct.astype({b}, ct.tfloat32)",
+        f"bh = ct.astype({b}, ct.bfloat16)",
         f"b_rest = {b} - ct.astype(bh, ct.float32)",
-        "bm = ct.astype(b_rest, ct.tfloat32)",
-        "bl = ct.astype(b_rest - ct.astype(bm, ct.float32), ct.tfloat32)",
+        "bm = ct.astype(b_rest, ct.bfloat16)",
+        "bl = ct.astype(b_rest - ct.astype(bm, ct.float32), ct.bfloat16)",
         f"b_first = ct.mma(select, bh, ct.mma(select, bm, ct.mma(select, bl, ct.full((C, {width}), 0.0, dtype=ct.float32))))",
         f"e = ct.exp(ct.where(upper, {b} - b_first, b_first - {b}))",
         "later = ct.where(upper, e, 0.0)",

@@ -774,7 +774,7 @@ def test_bugs_planted_in_kdas_pair_products_fail_validation(bug, backward, monke
 def test_kdas_reference_rows_are_exact_under_the_strongest_gates(backward, monkeypatch) -> None:
     """Gates to -20,000 a token in half the channels put a chunk's b past 2^20, where b rounded to TF32 is up to
     256 off: a reference row's b taken that way would lift an exponent past 88 (inf, then inf x 0). Taken exactly
-    (three TF32 parts) no exponent is above 0 and validation passes; the one-part selection fails."""
+    (three bf16 parts) no exponent is above 0 and validation passes; the one-part selection fails."""
     make = delta_rule_backward_graph if backward else delta_rule_graph
     builder = "cutile.kda" + "_bwd" * backward
     g, inputs = make("kda", (*CHUNK_EDGES, 130))
