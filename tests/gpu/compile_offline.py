@@ -11,7 +11,7 @@ region) with the array constraints cuTile's launch gives contiguous arrays
 (16-byte aligned, stride 1, whole-tile parts divisible), the literal attention
 kernels with variable lengths (forward, dq, dk / dv), the ragged pack /
 unpack, the implicit-GEMM convs (fprop, dgrad, wgrad; float32, exact and
-TF32), the pooling kernels, the gated delta rules (gdn, kda, forward and backward, TF32) and the
+TF32), the pooling kernels, the gated delta rules (gdn, kda, forward and backward, at each compute dtype, flat and as launched) and the
 GPU reference's GEMMs, row sums, gather and scatter, and reports every failure. Not a pytest module: it needs the
 compiler, not a GPU.
 """
@@ -214,11 +214,14 @@ def compile_window(kernel: str, dtype: str, mode: int, folder: str) -> int:
     return export(source.name, source.text, signature, folder)
 
 
-def compile_delta_rule(kind: str, backward: bool, folder: str) -> int:
-    """gdn / kda (or their backward) as the builder launches them at K = V = 128, bf16 io, TF32 products (a
-    float16 compute dtype); every argument a flat view, 16-byte aligned."""
+def compile_delta_rule(kind: str, backward: bool, compute: str, folder: str) -> int:
+    """gdn / kda (or their backward) as the builder launches them at K = V = 128, bf16 io, at a ``compute`` dtype
+    (float16: TF32 products; bfloat16: bf16 ones; float32: split TF32), each kernel under two signatures: every
+    argument a flat view, 16-byte aligned; and as cuTile's launch specializes a large batch's (stride 1, sizes
+    divisible by 16 but cu_seqlens'), which tileiras compiles to other code (it once failed on one and not the
+    other)."""
     lengths, dims = (1, 63, 64, 65, 300), 128
-    g = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype="float16")
+    g = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype=compute)
     t = {n: g.tensor(n, (sum(lengths), 4, dims)) for n in ("q", "k", "v", "d_o")}
     gate = g.tensor("g", (sum(lengths), 4, dims) if kind == "kda" else (sum(lengths), 4), dtype="float32")
     beta, cu = g.tensor("beta", (sum(lengths), 4)), g.tensor("cu", (len(lengths) + 1,), dtype="int32")
@@ -236,8 +239,10 @@ def compile_delta_rule(kind: str, backward: bool, folder: str) -> int:
     size = 0
     for launch in launches:
         dtypes = [str(g.dtype_of(g.tensors[ports[a.buffer]])) if a.buffer in ports else a.dtype for a in launch.args]
-        sig = KernelSignature([strided(CT[d], 1) for d in dtypes], CallingConvention.cutile_python_v1())
-        size += export(launch.source.name, launch.source.text, sig, folder)
+        flat = KernelSignature([strided(CT[d], 1) for d in dtypes], CallingConvention.cutile_python_v1())
+        launched = [array(d, a.buffer != "cu_seqlens") for d, a in zip(dtypes, launch.args)]
+        for sig in (flat, KernelSignature(launched, CallingConvention.cutile_python_v1())):
+            size += export(launch.source.name, launch.source.text, sig, folder)
     return size
 
 
@@ -460,6 +465,14 @@ def specs() -> list[tuple[str, KernelSpec]]:
     return found
 
 
+def message(error: Exception) -> str:
+    """``error``'s text; cuTile's CompilerExecutionError from tileiras has no location, and its str() raises."""
+    try:
+        return str(error)
+    except AttributeError:
+        return " ".join(map(str, error.args))
+
+
 def main(words: list[str]) -> int:
     """Compile every kernel listed, or those whose name holds one of ``words``; non-zero on any failure."""
     jobs = [(name, compile_spec, (spec,)) for name, spec in specs()]
@@ -468,8 +481,8 @@ def main(words: list[str]) -> int:
     jobs += [(f"gpu_reference {k}", compile_reference, (k,)) for k in REFERENCE]
     windows = itertools.product(WINDOWS, ("bfloat16", "float32"))
     jobs += [(f"{k} {dtype} mode={m}", compile_window, (k, dtype, m)) for (k, m), dtype in windows]
-    rules = itertools.product(("gdn", "kda"), (False, True))
-    jobs += [(f"{k} backward={b}", compile_delta_rule, (k, b)) for k, b in rules]
+    rules = itertools.product(("gdn", "kda"), (False, True), ("float16", "bfloat16", "float32"))
+    jobs += [(f"{k} backward={b} compute={c}", compile_delta_rule, (k, b, c)) for k, b, c in rules]
     jobs = [job for job in jobs if not words or any(w in job[0] for w in words)]
     start, failures = time.perf_counter(), 0
     with tempfile.TemporaryDirectory() as folder, cf.ProcessPoolExecutor() as pool:
@@ -479,7 +492,7 @@ def main(words: list[str]) -> int:
                 future.result()
             except Exception as e:  # report every failure, then exit non-zero
                 failures += 1
-                print(f"FAIL {futures[future]}: {type(e).__name__}: {str(e)[:2000]}")
+                print(f"FAIL {futures[future]}: {type(e).__name__}: {message(e)[:2000]}")
     print(f"{len(futures)} kernels, {failures} failures, {time.perf_counter() - start:.0f} s")
     return 1 if failures else 0
 

@@ -119,8 +119,9 @@ def _decay_matrix() -> list[str]:
     return ["diff = ct.where(lower, b - ct.transpose(b), 0.0)", "decay = ct.where(lower, ct.exp(diff), 0.0)"]
 
 
-def _pair_products(s: DeltaRuleShape) -> list[str]:
-    """Lines computing KK (strictly lower) and QK (lower, diagonal included) for one chunk."""
+def _pair_products(s: DeltaRuleShape, *, backward: bool) -> list[str]:
+    """Lines computing KK (strictly lower) and QK (lower, diagonal included) for one chunk (of the ``backward``'s
+    chunk kernel or the forward's)."""
     if not s.per_channel:
         return [
             *_decay_matrix(),
@@ -132,26 +133,26 @@ def _pair_products(s: DeltaRuleShape) -> list[str]:
         "kk = zero_cc",
         "qk = ct.where(pair_rows == ccols2, ct.sum(qt * kt, axis=1, keepdims=True), 0.0)",
         f"for level in range({s.chunk.bit_length() - 1}):",
-        *("    " + line for line in _level_products(s)),
+        *("    " + line for line in _level_products(s, level_selection(s, backward=backward))),
     ]
 
 
-def _level_products(s: DeltaRuleShape) -> list[str]:
+def _level_products(s: DeltaRuleShape, selection: str) -> list[str]:
     """kda's pair decays exp(b_ic - b_jc) depend on the channel, so no [C, C] decay matrix multiplies a product of
     keys. Every pair i > j of a chunk has a highest bit ``half`` in which i and j differ: then both lie in one block
     of 2 half rows, i in its upper half, j in its lower, and with r the first row of that upper half
     exp(b_i - b_j) = exp(b_i - b_r) exp(b_r - b_j), both factors <= 1 (b never increases), each folded into its
     side's keys: one [C, K] x [K, C] product a level (half = C / 2, ..., 1) serves all its pairs. b_r comes exact
-    by one-hot bf16 products (``_level_decays``). The keys go LEVEL_KEYS columns at a time (the forward's chunk
+    by one-hot ``selection`` MMAs (``_level_decays``). The keys go LEVEL_KEYS columns at a time (the forward's chunk
     kernel at K = 128 spilled 1,040 B a thread on whole [C, 128] tiles, 536 on halves: sm_90 cubins)."""
     parts = max(1, s.kp // LEVEL_KEYS)
-    lines = [*LEVEL_SETUP, "kk_level = zero_cc", "qk_level = zero_cc"]
+    lines = [*_level_setup(selection), "kk_level = zero_cc", "qk_level = zero_cc"]
     for part in range(parts):
         lines += [
             f"bp = ct.extract(b, (0, {part}), (C, KP // {parts}))",
             f"kp = ct.extract(kt, (0, {part}), (C, KP // {parts}))",
             f"qp = ct.extract(qt, (0, {part}), (C, KP // {parts}))",
-            *_level_decays("bp", f"KP // {parts}"),
+            *_level_decays("bp", f"KP // {parts}", selection),
             "earlier = kp * ct.where(upper, 0.0, e)",
             "kk_level = dot(kp * later, ct.transpose(earlier), kk_level)",
             "qk_level = dot(qp * later, ct.transpose(earlier), qk_level)",
@@ -163,29 +164,40 @@ def _level_products(s: DeltaRuleShape) -> list[str]:
     ]
 
 
-# a level's half (the highest bit in which its pairs' rows differ), each row's half of its block and reference row,
-# and the pairs in one block
-LEVEL_SETUP = [
-    "half = (C // 2) >> level",
-    "upper = (pair_rows // half) % 2 == 1",
-    "ref_row = pair_rows - pair_rows % (2 * half) + half",
-    "select = ct.astype(ct.where(ccols2 == ref_row, 1.0, 0.0), ct.bfloat16)",
-    "same_block = pair_rows // (2 * half) == ccols2 // (2 * half)",
-]
+def level_selection(s: DeltaRuleShape, *, backward: bool) -> str:
+    """The MMA kind of a level's reference-row selection, exact either way: bfloat16 (twice TF32's rate) in the
+    backward's chunk kernel and pair launch at bf16 products, TF32 elsewhere. sm_90 cubins as cuTile's launch
+    specializes them (stride 1, sizes divisible by 16), kda at K = V = 128: with bf16 the backward's chunk kernel
+    624 -> 0 spill instructions (mma.sync -> warpgroup MMAs), its pair launch 74 -> 20; the forward's chunk kernel
+    0 -> 152 (its level loop unrolled); at TF32 products the backward's chunk kernel does not compile with bf16
+    selections (tileiras, cuda-tile 1.7). docs/experiments.md."""
+    return "bfloat16" if backward and s.products == "bfloat16" else "tfloat32"
 
 
-def _level_decays(b: str, width: str) -> list[str]:
+def _level_setup(selection: str) -> list[str]:
+    """A level's half (the highest bit in which its pairs' rows differ), each row's half of its block and reference
+    row, the one-hot ``selection`` of that row, and the pairs in one block."""
+    return [
+        "half = (C // 2) >> level",
+        "upper = (pair_rows // half) % 2 == 1",
+        "ref_row = pair_rows - pair_rows % (2 * half) + half",
+        f"select = ct.astype(ct.where(ccols2 == ref_row, 1.0, 0.0), ct.{selection})",
+        "same_block = pair_rows // (2 * half) == ccols2 // (2 * half)",
+    ]
+
+
+def _level_decays(b: str, width: str, selection: str) -> list[str]:
     """``e``: the level's decays of ``b``'s ``width`` columns, to each upper row from its reference row and from
     each lower row to it; ``later``: e on the upper rows. b_first, the reference row's b, comes exact from three
-    one-hot bf16 MMAs of b's parts (bf16 keeps 8 of float32's 24 bits and all its exponents, so b = bh + bm + bl with
-    each part exact in bf16, and each MMA adds one part unrounded): then no exponent is above 0 however strong the
-    gates (one MMA of b rounded to TF32 put some 2^-11 |b| above it, e^88 and overflow past |b| = 2^18). bf16 MMAs
-    run at twice TF32's rate, and the three were most of a forward level's tensor-core time (docs/experiments.md)."""
+    one-hot ``selection`` MMAs (bfloat16 or TF32) of b's parts (either keeps float32's exponents and 8 or 11 of its
+    24 bits, so b = bh + bm + bl with each part exact, and each MMA adds one part unrounded): then no exponent is
+    above 0 however strong the gates (one MMA of b rounded to TF32 put some 2^-11 |b| above it, e^88 and overflow
+    past |b| = 2^18)."""
     return [
-        f"bh = ct.astype({b}, ct.bfloat16)",
+        f"bh = ct.astype({b}, ct.{selection})",
         f"b_rest = {b} - ct.astype(bh, ct.float32)",
-        "bm = ct.astype(b_rest, ct.bfloat16)",
-        "bl = ct.astype(b_rest - ct.astype(bm, ct.float32), ct.bfloat16)",
+        f"bm = ct.astype(b_rest, ct.{selection})",
+        f"bl = ct.astype(b_rest - ct.astype(bm, ct.float32), ct.{selection})",
         f"b_first = ct.mma(select, bh, ct.mma(select, bm, ct.mma(select, bl, ct.full((C, {width}), 0.0, dtype=ct.float32))))",
         f"e = ct.exp(ct.where(upper, {b} - b_first, b_first - {b}))",
         "later = ct.where(upper, e, 0.0)",
@@ -537,7 +549,7 @@ def chunks_source(s: DeltaRuleShape, *, backward: bool) -> KernelSource:
         *_queries(s),
         *_keys(s),
         *(_values() if backward else [_beta()]),
-        *_pair_products(s),
+        *_pair_products(s, backward=backward),
         *_inverse(s),
         _chunk_rows("slot"),
         *(BACKWARD_CHUNK_STORES if backward else [QK_STORE, T_STORE]),
@@ -704,13 +716,14 @@ def _level_pair_gradients(s: DeltaRuleShape) -> list[str]:
     d(k E)_up = dKK (k E)_low, d(k E)_low = dKK^T (k E)_up (QK's likewise), and b's gradient is + dE E on the upper
     rows, - dE E on the lower: b_r, which cancels in every pair's factor, is held constant. QK's diagonal is
     q . k, decay-free."""
+    selection = level_selection(s, backward=True)
     return [
         "pair_rows = ct.reshape(steps, (C, 1))",
         "dqk_diagonal = ct.sum(ct.where(pair_rows == ccols2, dqk, 0.0), axis=1, keepdims=True)",
         "dqt = dqt + dqk_diagonal * kt",
         "dkt = dkt + dqk_diagonal * qt",
         f"for level in range({s.chunk.bit_length() - 1}):",
-        *("    " + line for line in [*LEVEL_SETUP, *_level_decays("b", "KP")]),
+        *("    " + line for line in [*_level_setup(selection), *_level_decays("b", "KP", selection)]),
         "    sooner = ct.where(upper, 0.0, e)",
         "    a = ct.where(same_block, dkk, 0.0)",
         "    a2 = ct.where(same_block, dqk, 0.0)",

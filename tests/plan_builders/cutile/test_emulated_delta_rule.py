@@ -770,14 +770,22 @@ def test_bugs_planted_in_kdas_pair_products_fail_validation(bug, backward, monke
         assert not check(g, strong_decays(inputs, 5), "cutile.kda" + "_bwd" * backward).passed, bug
 
 
+@pytest.mark.parametrize("compute", ["float32", "bfloat16"])
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
-def test_kdas_reference_rows_are_exact_under_the_strongest_gates(backward, monkeypatch) -> None:
+def test_kdas_reference_rows_are_exact_under_the_strongest_gates(backward, compute, monkeypatch) -> None:
     """Gates to -20,000 a token in half the channels put a chunk's b past 2^20, where b rounded to TF32 is up to
     256 off: a reference row's b taken that way would lift an exponent past 88 (inf, then inf x 0). Taken exactly
-    (three bf16 parts) no exponent is above 0 and validation passes; the one-part selection fails."""
+    (three TF32 parts, or bf16 ones in the backward at bf16 products) no exponent is above 0 and validation passes;
+    the one-part selection fails."""
     make = delta_rule_backward_graph if backward else delta_rule_graph
     builder = "cutile.kda" + "_bwd" * backward
-    g, inputs = make("kda", (*CHUNK_EDGES, 130))
+
+    def graph() -> tuple[sigdnn.Graph, dict[str, np.ndarray]]:
+        g, inputs = make("kda", (*CHUNK_EDGES, 130))
+        g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
+        return g, inputs
+
+    g, inputs = graph()
     gate = -np.random.default_rng(11).uniform(0, 20_000, inputs["g"].shape)
     gate[..., ::2] *= 1e-6
     hostile = {**inputs, "g": gate.astype(np.float32)}
@@ -787,8 +795,27 @@ def test_kdas_reference_rows_are_exact_under_the_strongest_gates(backward, monke
     right = "ct.mma(select, bh, ct.mma(select, bm, ct.mma(select, bl, "
     with monkeypatch.context() as patch:
         plant(patch, source, right, "ct.mma(select, bh, ct.mma(select, bm * 0.0, ct.mma(select, bl * 0.0, ")
-        g, _ = make("kda", (*CHUNK_EDGES, 130))
+        g, _ = graph()
         assert not check(g, hostile, builder).passed
+
+
+@pytest.mark.parametrize("compute", ["float32", "float16", "bfloat16"])
+def test_kdas_reference_rows_are_selected_by_bf16_mmas_in_the_backward_at_bf16_products(compute) -> None:
+    """The levels' one-hot selections run as bf16 MMAs in the backward's chunk kernel and pair launch at bf16
+    products, as TF32 ones in the forward's chunk kernel and at any other compute dtype (the kernel texts say so)."""
+    shape = delta_rule_kernel.DeltaRuleShape(
+        2, 16, 16, True, True, 0.5, False, False, products=delta_rule_kernel.products_of(sigdnn.DataType(compute))
+    )
+    texts = {
+        "forward chunks": delta_rule_kernel.chunks_source(shape, backward=False).text,
+        "backward chunks": delta_rule_kernel.chunks_source(shape, backward=True).text,
+        "pairs": delta_rule_kernel.pairs_source(shape).text,
+    }
+    for name, text in texts.items():
+        kind = "bfloat16" if compute == "bfloat16" and name != "forward chunks" else "tfloat32"
+        selection = f"select = ct.astype(ct.where(ccols2 == ref_row, 1.0, 0.0), ct.{kind})"
+        parts = [f"bh = ct.astype(b{'p' * (name != 'pairs')}, ct.{kind})", f"bm = ct.astype(b_rest, ct.{kind})"]
+        assert all(line in text for line in (selection, *parts)), (name, compute)
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
