@@ -7,7 +7,10 @@ forward is three launches: every chunk's QK and T at once into the step's
 workspace (float32, C rows a chunk slot and head), the sequences ranked
 longest first (so the GPU starts the longest serial walks first), then the
 serial walk over each sequence's chunks that carries the state and forms
-each chunk's corrections U = T diag(beta) (V - (e^b K) h). The backward is
+each chunk's corrections U = T diag(beta) (V - (e^b K) h). At bf16 products
+a fourth, before the ranking, stores the walk's other operands ready-made
+(e^b K, e^b Q, the keys decayed to the chunk's end, bf16, and each chunk's
+decay), QK and T go bf16, and the walk reads them. The backward is
 six launches (kda's seven): every chunk's W, U0, QK, T and KK, the ranking,
 a walk forward and one in reverse that carry only the state and its
 gradient (each chunk's start state and
@@ -52,6 +55,7 @@ from sigdnn.plan_builders.cutile.delta_rule_kernel import (
     pair_takes,
     pairs_source,
     products_of,
+    ready_source,
     reverse_source,
     states_source,
     walk_grid,
@@ -126,15 +130,31 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
         self, node: Node, graph: Graph, shape: DeltaRuleShape, tokens: int, sequences: int, workspace: Workspace,
         backward: bool = False,
     ) -> tuple[Launch, tuple[Arg, ...]]:  # fmt: skip
-        """The chunk kernel over every chunk slot and head, and the float32 arrays it writes into ``workspace``, C
-        rows a chunk slot and head: QK and T (the backward's W, U0, QK, T and KK)."""
+        """The chunk kernel over every chunk slot and head, and the arrays it writes into ``workspace``, C rows a chunk
+        slot and head: QK and T (the backward's W, U0, QK, T and KK), float32, or bf16 where the forward's walk
+        takes its operands ready-made."""
         rows = work_rows(shape, tokens, sequences)
-        widths = (shape.kp, shape.vp, CHUNK, CHUNK, CHUNK) if backward else (CHUNK, CHUNK)
-        work = tuple(workspace.take((rows * width,)) for width in widths)
+        if backward:
+            work = tuple(workspace.take((rows * width,)) for width in (shape.kp, shape.vp, CHUNK, CHUNK, CHUNK))
+        else:
+            dtype = "bfloat16" if shape.ready_operands else "float32"
+            work = tuple(workspace.take((rows * CHUNK,), dtype) for _ in range(2))
         inputs = ("q", "k", "v", "g", "beta", "cu_seqlens") if backward else ("q", "k", "g", "beta", "cu_seqlens")
         ports = self.args(node, graph, inputs, "o")
         grid = (chunk_slots(shape, tokens, sequences), shape.heads, 1)
         return Launch(chunks_source(shape, backward=backward), grid, (*ports, *work)), work
+
+    def ready_launch(
+        self, node: Node, graph: Graph, shape: DeltaRuleShape, tokens: int, sequences: int, workspace: Workspace
+    ) -> tuple[Launch, tuple[Arg, ...]]:
+        """The walk's ready-made operands over every chunk slot and head, and the arrays they go to: e^b K, e^b Q and
+        the carried keys (bf16, C rows of KP a slot and head) and the chunks' decays (float32, KP or 1 of them)."""
+        rows = work_rows(shape, tokens, sequences)
+        decays = rows // CHUNK * (shape.kp if shape.per_channel else 1)
+        work = (*(workspace.take((rows * shape.kp,), "bfloat16") for _ in range(3)), workspace.take((decays,)))
+        ports = self.args(node, graph, ("q", "k", "g", "cu_seqlens"), "o")
+        grid = (chunk_slots(shape, tokens, sequences), shape.heads, 1)
+        return Launch(ready_source(shape), grid, (*ports, *work)), work
 
     def order_launch(self, node: Node, graph: Graph, sequences: int, workspace: Workspace) -> tuple[Launch, Arg]:
         """The ranking of the sequences, longest first, and the int32 ``order`` it writes, which the walks read."""
@@ -155,14 +175,17 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
     def launches(self, node: Node, graph: Graph) -> tuple[list[Launch], int]:
         shape, tokens, sequences = self.shape(node, graph)
         workspace = Workspace()
-        chunks, qk_t = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace)
+        chunks, handed = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace)
+        ready = [self.ready_launch(node, graph, shape, tokens, sequences, workspace)] if shape.ready_operands else []
         ranking, order = self.order_launch(node, graph, sequences, workspace)
+        inputs = ("v", "beta", "cu_seqlens") if ready else ("q", "k", "v", "g", "beta", "cu_seqlens")
         forward_args = (
-            *self.args(node, graph, ("q", "k", "v", "g", "beta", "cu_seqlens"), "o"), order,
-            *self.args(node, graph, ("initial_state",), "o"), *qk_t, *self.args(node, graph, ("o", "final_state"), "o"),
+            *self.args(node, graph, inputs, "o"), order, *self.args(node, graph, ("initial_state",), "o"), *handed,
+            *(array for _, arrays in ready for array in arrays), *self.args(node, graph, ("o", "final_state"), "o"),
         )  # fmt: skip
         grid = walk_grid(sequences, shape.heads, shape.forward_value_blocks)
-        return [chunks, ranking, Launch(forward_source(shape), grid, forward_args)], workspace.nbytes
+        walk = Launch(forward_source(shape), grid, forward_args)
+        return [chunks, *(launch for launch, _ in ready), ranking, walk], workspace.nbytes
 
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):

@@ -1,5 +1,5 @@
-"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in three launches, the backward in six
-(kda's in seven).
+"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in three launches (four at bf16
+products), the backward in six (kda's in seven).
 
 Within a chunk of ``C`` tokens (rows i, j; b the cumulative log decay from
 the chunk's start, b_L at its last token; k, q after the l2 norm and scale):
@@ -30,7 +30,10 @@ blocks on one axis, the longest sequences first: ``order_source``,
 ``walk_grid``) walks each sequence's chunks carrying h, with the products
 that involve h (and QK, T) on that serial path: U from T there costs one
 [C, C] x [C, VW] product more than U0 - W h, and the workspace holds two
-[C, C] arrays instead of W [C, K], U0 [C, V] and QK. Chunk slot start // C + n
+[C, C] arrays instead of W [C, K], U0 [C, V] and QK. At bf16 products
+``ready_source`` stores the walk's other operands (e^b K, e^b Q, the keys
+decayed to the chunk's end) and the walk reads them, keeping only the
+products with h and U on its serial path. Chunk slot start // C + n
 holds chunk 0 of sequence n (distinct for every chunk of the batch: at most
 T // C + N + 1 slots); a slot's block finds its sequence by binary search
 over ``cu`` on the device (no host-side chunk table, no host sync). The
@@ -106,6 +109,15 @@ class DeltaRuleShape:
         operand tiles take half of TF32's registers; H100, gdn at T = 32,768 in 64 sequences, K = V = 128: 2.45 ms
         against 3.04 with two blocks of 64, and 4.56 with four of 32), else ``value_blocks``."""
         return 1 if self.products == "bfloat16" and self.vp <= 2 * VALUE_BLOCK else self.value_blocks
+
+    @property
+    def ready_operands(self) -> bool:
+        """Whether the forward's walk reads its product operands ready-made in bf16 (QK and T from the chunk kernel,
+        e^b K, e^b Q and the carried keys from ``ready_source``): at bf16 products ``dot`` rounds them to bf16
+        anyway, so the walk's products come out the same, and its serial path keeps only the products with h and U
+        (sm_90 cubins as launched, K = V = 128: gdn's walk 0 spill instructions and 1,424 instructions against 195
+        and 4,368, kda's 0 and 1,472 against 106 and 4,928)."""
+        return self.products == "bfloat16"
 
     @property
     def value_blocks(self) -> int:
@@ -207,9 +219,10 @@ def _level_decays(b: str, width: str, selection: str) -> list[str]:
 LEVEL_KEYS = 64  # key columns a level's products take at a time
 
 
-def _tokens(length: str) -> str:
-    """T from ``length``'s first dimension: T is no constant of the text, so one kernel serves every T."""
-    return f"tokens = {length}.shape[0] // (H * K)"
+def _tokens(length: str, width: str = "K") -> str:
+    """T from ``length``'s first dimension, ``width`` elements a token and head: T is no constant of the text, so
+    one kernel serves every T."""
+    return f"tokens = {length}.shape[0] // (H * {width})"
 
 
 def _bounds(index: str) -> list[str]:
@@ -248,14 +261,14 @@ LAST_ROW = "last = ct.reshape(steps == C - 1, (C, 1))"  # the chunk's last row
 WALK_BLOCKS = "(VP // VW)"  # a serial walk's blocks a (sequence, head): one a block of VW value columns
 
 
-def _sequence_setup(values: str, length: str = "q") -> list[str]:
-    """A serial walk's block: its sequence, head and value block (``walk_grid``), T from ``length``, index tiles
-    and its state's elements."""
+def _sequence_setup(values: str, length: str = "q", width: str = "K") -> list[str]:
+    """A serial walk's block: its sequence, head and value block (``walk_grid``), T from ``length`` (``width``
+    elements a token and head), index tiles and its state's elements."""
     return [
         "walk = ct.bid(0)",
         f"n = ct.gather(order, walk // (H * {WALK_BLOCKS}))",
         f"head = walk // {WALK_BLOCKS} % H",
-        _tokens(length),
+        _tokens(length, width),
         *_bounds("n"),
         *_indices(values),
         LAST_ROW,
@@ -527,8 +540,31 @@ def work_rows(s: DeltaRuleShape, tokens: int, sequences: int) -> int:
     return chunk_slots(s, tokens, sequences) * s.heads * s.chunk
 
 
-QK_STORE = "ct.scatter(qk_work, at * C + ccols2, qk)"
-T_STORE = "ct.scatter(t_work, at * C + ccols2, inverse)"
+QK_STORE = "ct.scatter(qk_work, at * C + ccols2, ct.astype(qk, qk_work.dtype))"
+T_STORE = "ct.scatter(t_work, at * C + ccols2, ct.astype(inverse, t_work.dtype))"
+
+
+def _decay_width(s: DeltaRuleShape) -> str:
+    """Elements of a chunk's whole decay e^(b_L): gdn's one, kda's one a key column."""
+    return "KP" if s.per_channel else "1"
+
+
+def _ready_stores(s: DeltaRuleShape) -> list[str]:
+    """The walk's operands of a chunk (rows ``at``), in the workspace's dtype: e^b K, e^b Q, the keys decayed to the
+    chunk's end and the chunk's whole decay e^(b_L)."""
+    decay_at = "(slot * H + head) * " + _decay_width(s)
+    whole = f"{decay_at} + kcols2" if s.per_channel else f"ct.full((1, 1), {decay_at}, dtype=ct.int32)"
+    return [
+        LAST_ROW,
+        "eb = ct.exp(b)",
+        "ct.scatter(ke_work, at * KP + kcols2, ct.astype(kt * eb, ke_work.dtype))",
+        "ct.scatter(qe_work, at * KP + kcols2, ct.astype(qt * eb, qe_work.dtype))",
+        *_decay_to_chunk_end(),
+        "ct.scatter(kc_work, at * KP + kcols2, ct.astype(carried, kc_work.dtype))",
+        f"ct.scatter(decay_work, {whole}, ct.exp(b_last))",
+    ]
+
+
 # what the backward's chunk kernel stores: W and U0 (its forward walk's), QK, T and KK (its gradients kernel's)
 BACKWARD_CHUNK_STORES = [
     "ct.scatter(w_work, at * KP + kcols2, dot(inverse, bt * (kt * ct.exp(b)), zero_ck))",
@@ -540,10 +576,11 @@ BACKWARD_CHUNK_STORES = [
 
 
 def chunks_source(s: DeltaRuleShape, *, backward: bool) -> KernelSource:
-    """Each chunk's QK and T [C, C] (float32) into rows (slot * H + head) * C + i of qk_work and t_work, all the
-    forward's walk reads of it (it forms U = T diag(beta) (V - (e^b K) h) itself: W [C, K] and U0 [C, V] in the
-    workspace cost more traffic and spilled); for the ``backward`` W [C, KP], U0 [C, VP] and KK [C, C] into
-    w_work, u_work and kk_work too, which its walk and gradients kernel read."""
+    """Each chunk's QK and T [C, C] (in the workspace's dtype: bf16 with ``ready_operands``) into rows
+    (slot * H + head) * C + i of qk_work and t_work, all the forward's walk reads of it (it forms U = T diag(beta)
+    (V - (e^b K) h) itself: W [C, K] and U0 [C, V] in the workspace cost more traffic and spilled); for the
+    ``backward`` W [C, KP], U0 [C, VP] and KK [C, C] into w_work, u_work and kk_work too, which its walk and
+    gradients kernel read."""
     chunk = [
         *_rows(),
         *_queries(s),
@@ -565,6 +602,26 @@ def chunks_source(s: DeltaRuleShape, *, backward: bool) -> KernelSource:
         else "q, k, g, beta, cu, qk_work, t_work"
     )
     return _module(s, "delta_rule_chunks", params, body, s.vp, hints=chunk_hints(s, backward=backward))
+
+
+def ready_source(s: DeltaRuleShape) -> KernelSource:
+    """The forward walk's ready-made operands of every chunk slot and head (``_ready_stores``), a launch of their
+    own: stored from the chunk kernel they cost it 900 spill instructions at gdn's two blocks an SM and 78 at
+    kda's one (none without; sm_90 cubins as launched, K = V = 128), and the walk's serial path is what they
+    shorten."""
+    chunk = [*_rows(), *_queries(s), *_keys(s), _chunk_rows("slot"), *_ready_stores(s)]
+    body = [
+        *_slot_setup(s, "ct.arange(VW, dtype=ct.int32)"),
+        "for _ in range(mine):",
+        *("    " + line for line in chunk),
+    ]
+    return _module(s, "delta_rule_ready", "q, k, g, cu" + READY_PARAMS, body, s.vp, hints=ready_hints(s))
+
+
+def ready_hints(s: DeltaRuleShape) -> KernelHints:
+    """8 worker warps for kda's ready-made operands, cuTile's default for gdn's (sm_90 cubins as launched, K = V =
+    128: gdn 330 spill instructions at 8 warps, none at the default; kda none at 8, 57 at the default)."""
+    return WIDE_HINTS if s.per_channel else DEFAULT_HINTS
 
 
 def chunk_hints(s: DeltaRuleShape, *, backward: bool) -> KernelHints:
@@ -640,7 +697,9 @@ def order_blocks(sequences: int) -> int:
 
 def forward_source(s: DeltaRuleShape) -> KernelSource:
     """The serial walk of a (sequence, head, value block): U = T diag(beta) (V - (e^b K) h) from the chunk kernel's
-    T, the outputs, the state passed on."""
+    T, the outputs, the state passed on; with ``ready_operands`` every operand but h, V and beta read ready-made."""
+    if s.ready_operands:
+        return _ready_forward_source(s)
     chunk = [
         *_rows(),
         *_queries(s),
@@ -655,14 +714,48 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
         "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
         *_carry(s),
     ]
+    params = "q, k, v, g, beta, cu, order, h0, qk_work, t_work, o, ht"
+    return _walk_module(s, _sequence_setup(_walk_value_block()), chunk, params)
+
+
+READY_PARAMS = ", ke_work, qe_work, kc_work, decay_work"  # the ready-made operands, after QK and T
+
+
+def _ready_forward_source(s: DeltaRuleShape) -> KernelSource:
+    """The walk with its operands ready-made (``_ready_stores``): per chunk three products with h and two with U."""
+    decay = f"(({SEQUENCE_SLOT}) * H + head) * {_decay_width(s)}"
+    whole = f"{decay} + kcols2" if s.per_channel else f"ct.full((1, 1), {decay}, dtype=ct.int32)"
+    rows = _decay_width(s)
+    chunk = [
+        "rows = start + chunk * C + steps",
+        "valid = rows < stop",
+        "rows2 = ct.reshape(rows, (C, 1))",
+        "valid2 = ct.reshape(valid, (C, 1))",
+        VALUE_AT,
+        *_values(),
+        _chunk_rows(SEQUENCE_SLOT),
+        "e = vt - dot(ct.gather(ke_work, at * KP + kcols2), state, zero_cv)",
+        "u = dot(ct.gather(t_work, at * C + ccols2), bt * e, zero_cv)",
+        "qe = ct.gather(qe_work, at * KP + kcols2)",
+        "out = dot(qe, state, dot(ct.gather(qk_work, at * C + ccols2), u, zero_cv))",
+        "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
+        f"decay = ct.reshape(ct.gather(decay_work, {whole}), ({rows}, 1))",
+        "carried = ct.gather(kc_work, at * KP + kcols2)",
+        "state = state * decay + dot(ct.transpose(carried), u, ct.full((KP, VW), 0.0, dtype=ct.float32))",
+    ]
+    params = "v, beta, cu, order, h0, qk_work, t_work" + READY_PARAMS + ", o, ht"
+    return _walk_module(s, _sequence_setup(_walk_value_block(), "v", "V"), chunk, params)
+
+
+def _walk_module(s: DeltaRuleShape, setup: list[str], chunk: list[str], params: str) -> KernelSource:
+    """The forward walk's kernel: ``setup``, the initial state, ``chunk`` for each chunk, the final state."""
     body = [
-        *_sequence_setup(_walk_value_block()),
+        *setup,
         _initial(s),
         "for chunk in range(chunks):",
         *("    " + line for line in chunk),
         *(["ct.scatter(ht, state_at, ct.astype(state, ht.dtype), mask=state_in)"] if s.final_state else []),
     ]
-    params = "q, k, v, g, beta, cu, order, h0, qk_work, t_work, o, ht"
     return _module(s, "delta_rule_fwd", params, body, s.vp // s.forward_value_blocks, hints=walk_hints(s))
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from sigdnn.dtypes import DataType
 from sigdnn.graph.layout import packed_like, packed_strides
 from sigdnn.plan_builders.cutile.source import KernelSource
 from sigdnn.registry.contracts import NodePlan
@@ -36,7 +37,7 @@ class Arg:
 
     def view(self, backend: Any, buffers: Mapping[str, Any], workspace: Any) -> Any:
         if self.buffer == WORKSPACE:
-            return backend.view(workspace, self.shape, self.strides, np.dtype(self.dtype), self.offset)
+            return backend.view(workspace, self.shape, self.strides, DataType(self.dtype).numpy, self.offset)
         array = buffers[self.buffer]
         return backend.view(array, self.shape, self.strides, array.dtype, self.offset)
 
@@ -58,7 +59,7 @@ class Workspace:
     def take(self, shape: tuple[int, ...], dtype: str = "float32", like: tuple[int, ...] | None = None) -> Arg:
         """A packed view: row-major, or in the axis order of the strides ``like`` (so that lanes walking a
         tensor of that layout touch neighbouring elements of this one too)."""
-        itemsize = np.dtype(dtype).itemsize
+        itemsize = DataType(dtype).itemsize
         offset = self.nbytes // itemsize
         size = int(np.prod(shape)) if shape else 1
         self.nbytes += -(-size * itemsize // 256) * 256

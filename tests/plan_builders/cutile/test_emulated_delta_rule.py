@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 from delta_rule_cases import CHUNK_EDGES, campaign_recipe, delta_rule_backward_graph, delta_rule_graph
+from delta_rule_checks import check, plant
 from emulated import emulated_executor, make_available
 
 import sigdnn
@@ -33,12 +34,6 @@ from sigdnn.plan_builders.cutile.steps import WORKSPACE
 @pytest.fixture(autouse=True)
 def _available(monkeypatch):
     make_available(monkeypatch)
-
-
-def check(graph, inputs, builder: str) -> sigdnn.validation.ValidationReport:
-    report = sigdnn.validate(graph, inputs, executor=emulated_executor(), truth="cpu")
-    assert report.builders == {"n": builder}
-    return report
 
 
 def passes_in_both_orders(graph, inputs, builder: str) -> bool:
@@ -175,18 +170,6 @@ PLANTED = {
 HARMLESS = {("sequence boundary ignored", "chunks_source"), ("sequence boundary ignored", "states_source")}
 
 
-def plant(monkeypatch, name: str, right: str, wrong: str) -> None:
-    """``delta_rule``'s source function ``name`` with ``right`` replaced by ``wrong`` in its text."""
-    real = getattr(delta_rule_kernel, name)
-
-    def planted(shape, **options):
-        source = real(shape, **options)
-        assert right in source.text
-        return delta_rule_kernel.KernelSource(source.prefix, source.text.replace(right, wrong))
-
-    monkeypatch.setattr(delta_rule, name, planted)
-
-
 FORWARD_KERNELS = ("chunks_source", "forward_source")
 BACKWARD_KERNELS = ("chunks_source", "states_source", "reverse_source", "gradients_source", "pairs_source")
 KDA_BACKWARD_KERNELS = (*BACKWARD_KERNELS, "norms_source")
@@ -238,12 +221,12 @@ PLANTED_IN_CHUNKS = {
     "a chunk's W without its decay": ("bt * (kt * ct.exp(b))", "bt * kt"),
     "a chunk's rows off by one": ("rows = start + chunk * C + steps", "rows = start + chunk * C + steps + 1"),
     "QK stored transposed": (
-        "ct.scatter(qk_work, at * C + ccols2, qk)",
-        "ct.scatter(qk_work, at * C + ccols2, ct.transpose(qk))",
+        "ct.scatter(qk_work, at * C + ccols2, ct.astype(qk, qk_work.dtype))",
+        "ct.scatter(qk_work, at * C + ccols2, ct.astype(ct.transpose(qk), qk_work.dtype))",
     ),
     "T stored transposed": (
-        "ct.scatter(t_work, at * C + ccols2, inverse)",
-        "ct.scatter(t_work, at * C + ccols2, ct.transpose(inverse))",
+        "ct.scatter(t_work, at * C + ccols2, ct.astype(inverse, t_work.dtype))",
+        "ct.scatter(t_work, at * C + ccols2, ct.astype(ct.transpose(inverse), t_work.dtype))",
     ),
     "KK stored transposed": (
         "ct.scatter(kk_work, at * C + ccols2, kk)",

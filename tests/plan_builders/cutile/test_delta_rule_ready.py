@@ -1,0 +1,135 @@
+"""The forward walk's ready-made operands at bf16 products (``DeltaRuleShape.ready_operands``).
+
+The chunk kernel stores e^b K, e^b Q, the keys decayed to the chunk's end,
+QK and T in bf16 and each chunk's whole decay e^(b_L); the walk reads them
+instead of forming them on its serial path. ``dot`` rounds its operands to
+bf16 either way, so the outputs equal those of the walk that forms them
+itself, bit for bit on the emulator; validation against the float64
+recurrence passes, and bugs planted in the hand-over fail it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from delta_rule_cases import CHUNK_EDGES, delta_rule_graph
+from delta_rule_checks import check, plant
+from emulated import emulated_executor, make_available
+
+import sigdnn
+from sigdnn.plan_builders.cutile.delta_rule import CutileGdnBuilder, CutileKdaBuilder
+from sigdnn.plan_builders.cutile.delta_rule_kernel import DeltaRuleShape, ready_source
+from sigdnn.plan_builders.cutile.steps import WORKSPACE
+
+LENGTHS = (*CHUNK_EDGES, 130)
+
+
+@pytest.fixture(autouse=True)
+def _available(monkeypatch):
+    make_available(monkeypatch)
+
+
+def bf16_graph(kind: str, **options) -> tuple[sigdnn.Graph, dict[str, np.ndarray]]:
+    """A gdn / kda node over ``LENGTHS`` at a bfloat16 compute dtype (bf16 products), with gates strong enough
+    that a missing decay shows."""
+    g, inputs = delta_rule_graph(kind, LENGTHS, **options)
+    g.nodes[-1].compute_dtype = sigdnn.DataType("bfloat16")
+    gate = -np.random.default_rng(3).uniform(0, 0.5, inputs["g"].shape)
+    return g, {**inputs, "g": gate.astype(np.float32)}
+
+
+@pytest.mark.parametrize("compute", ["float32", "float16", "bfloat16"])
+def test_only_bf16_products_hand_the_walk_its_operands(compute) -> None:
+    """At bf16 products a launch of its own stores the walk's operands, the chunk kernel QK and T, all bf16, and the
+    walk takes no q, k or g; at any other compute dtype the walk forms them (its operands would be TF32 or float32:
+    twice the traffic)."""
+    g, _ = delta_rule_graph("kda", LENGTHS)
+    g.nodes[-1].compute_dtype = sigdnn.DataType(compute)
+    launches = CutileKdaBuilder().launches(g.nodes[-1], g)[0]
+    ready = compute == "bfloat16"
+    names = ["delta_rule_chunks", *(["delta_rule_ready"] * ready), "delta_rule_order", "delta_rule_fwd"]
+    assert [launch.source.prefix for launch in launches] == names
+    walk = launches[-1]
+    assert [a.buffer for a in walk.args][:3] == (["v", "beta", "cu_seqlens"] if ready else ["q", "k", "v"])
+    handed = [a.dtype for a in walk.args if a.buffer == WORKSPACE][1:]  # after the order
+    assert handed == (["bfloat16"] * 5 + ["float32"] if ready else ["float32"] * 2)
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_ready_operands_give_the_walks_outputs_bit_for_bit(kind, monkeypatch) -> None:
+    g, inputs = bf16_graph(kind, kd=16, vd=16)
+    ready = emulated_executor().run(g, inputs)
+    with monkeypatch.context() as patch:
+        patch.setattr(DeltaRuleShape, "ready_operands", property(lambda s: False))
+        g, inputs = bf16_graph(kind, kd=16, vd=16)
+        builder = {"gdn": CutileGdnBuilder, "kda": CutileKdaBuilder}[kind]()
+        assert [a.buffer for a in builder.launches(g.nodes[-1], g)[0][-1].args][:2] == ["q", "k"]  # the walk forms them
+        formed = emulated_executor().run(g, inputs)
+    assert set(ready) == set(formed) == {"o", "final"}
+    for name in formed:
+        np.testing.assert_array_equal(ready[name], formed[name], err_msg=name)
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_ready_operands_validate_against_the_recurrence(kind) -> None:
+    g, inputs = bf16_graph(kind, kd=16, vd=16)
+    report = check(g, inputs, f"cutile.{kind}")
+    assert report.passed, report.table()
+
+
+# Bugs in the hand-over of the walk's operands: each must fail validation at bf16 products.
+PLANTED = {
+    "e^b K stored without its decay": ("ready_source", "ct.astype(kt * eb, ke_work.dtype)", "ct.astype(kt, ke_work.dtype)"),
+    "e^b Q stored without its decay": ("ready_source", "ct.astype(qt * eb, qe_work.dtype)", "ct.astype(qt, qe_work.dtype)"),
+    "the carried keys stored undecayed": ("ready_source", "ct.astype(carried, kc_work.dtype)", "ct.astype(kt, kc_work.dtype)"),
+    "the chunk's decay stored as its log": ("ready_source", "ct.exp(b_last))", "b_last)"),
+    "the carried keys read as e^b K": ("forward_source", "carried = ct.gather(kc_work,", "carried = ct.gather(ke_work,"),
+    "e^b Q read as e^b K": ("forward_source", "qe = ct.gather(qe_work,", "qe = ct.gather(ke_work,"),
+    "the chunk's decay left out": ("forward_source", "state = state * decay +", "state = state +"),
+    "QK read for T": ("forward_source", "u = dot(ct.gather(t_work,", "u = dot(ct.gather(qk_work,"),
+}  # fmt: skip
+
+
+# Validation at bf16 products bounds gdn's error from |terms| through the recurrence: on this case 0.37 off passes
+# where the right walk is 0.0039 off. The bit-for-bit comparison with the walk that forms its operands catches it.
+MISSED_BY_VALIDATION = {("gdn", "QK read for T")}
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+@pytest.mark.parametrize("bug", list(PLANTED))
+def test_bugs_planted_in_the_hand_over_fail_validation(kind, bug, monkeypatch) -> None:
+    """Each planted bug moves the outputs off the right walk's, and validation fails on it but where listed."""
+    g, inputs = bf16_graph(kind, kd=16, vd=16)
+    right_outputs = emulated_executor().run(g, inputs)
+    source, right, wrong = PLANTED[bug]
+    with monkeypatch.context() as patch:
+        plant(patch, source, right, wrong)
+        g, inputs = bf16_graph(kind, kd=16, vd=16)
+        planted = emulated_executor().run(g, inputs)
+        assert any(not np.array_equal(planted[n], right_outputs[n]) for n in right_outputs), bug
+        g, inputs = bf16_graph(kind, kd=16, vd=16)
+        assert check(g, inputs, f"cutile.{kind}").passed == ((kind, bug) in MISSED_BY_VALIDATION), bug
+
+
+def test_kdas_decays_go_by_key_rows(monkeypatch) -> None:
+    """kda's chunk decay e^(b_L) is one a key column, so it scales the state's rows; read as a row of value columns
+    (K = V, so the shapes still fit) validation fails where the channels' gates differ widely (half of them barely
+    decay, half by up to e^-3 a token)."""
+    g, inputs = bf16_graph("kda", kd=16, vd=16)
+    gate = -np.random.default_rng(5).uniform(0, 3, inputs["g"].shape)
+    gate[..., ::2] *= 1e-3
+    spread = {**inputs, "g": gate.astype(np.float32)}
+    report = check(g, spread, "cutile.kda")
+    assert report.passed, report.table()
+    with monkeypatch.context() as patch:
+        plant(patch, "forward_source", "kcols2), (KP, 1))", "kcols2), (1, KP))")
+        g, _ = bf16_graph("kda", kd=16, vd=16)
+        assert not check(g, spread, "cutile.kda").passed
+
+
+def test_the_ready_launch_takes_8_warps_for_kda_and_the_default_for_gdn() -> None:
+    def shape(per_channel: bool) -> DeltaRuleShape:
+        return DeltaRuleShape(2, 16, 16, per_channel, True, 0.5, False, False, products="bfloat16")
+
+    assert ready_source(shape(True)).text.count("@ct.kernel(num_worker_warps=8)") == 1
+    assert ready_source(shape(False)).text.count("@ct.kernel\n") == 1
