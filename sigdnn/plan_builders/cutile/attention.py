@@ -153,7 +153,7 @@ def port_views(
         t = graph.tensors[getattr(op, port)]
         require_int32_spans(t)
         batch, heads, seq, dim = t.dims
-        padded = views[port] = workspace.take(t.dims, graph.dtype_of(t).numpy.name)
+        padded = views[port] = workspace.take(t.dims, graph.dtype_of(t).value)
         packed, rows = Arg(port, (t.size,), (1,)), row_view(port, t)
         # each sequence's offset and length (the offsets' last element, their total, is not read)
         index = tuple(Arg(p, (batch,), (1,)) for p in (placer + OFFSET_SUFFIX, RAGGED_LENGTHS[placer]))

@@ -33,7 +33,7 @@ class Arg:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     offset: int = 0  # elements of the view's dtype from the buffer's start
-    dtype: str = "float32"  # of a workspace view (a port's view takes its buffer's dtype)
+    dtype: str = "float32"  # a workspace view's, a DataType value (a port's view takes its buffer's dtype)
 
     def view(self, backend: Any, buffers: Mapping[str, Any], workspace: Any) -> Any:
         if self.buffer == WORKSPACE:
