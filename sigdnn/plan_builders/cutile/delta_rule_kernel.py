@@ -82,7 +82,7 @@ class DeltaRuleShape:
     final_state: bool
     chunk: int = CHUNK
     products: str = "float32"  # the products' operands (not the gate's cumulative sums'): see PRODUCTS
-    search_steps: int = 1  # the chunk kernel's binary search over cu: N.bit_length() steps find any of N sequences
+    search_steps: int = 1  # N.bit_length(): a chunk slot's search over cu (``_find_sequence``) covers 2^this > N
 
     @property
     def kp(self) -> int:
@@ -278,22 +278,14 @@ def _sequence_setup(values: str, length: str = "q", width: str = "K") -> list[st
 
 
 def _slot_setup(s: DeltaRuleShape, values: str, keys: str = ALL_KEYS) -> list[str]:
-    """A (chunk slot, head) block's sequence n, the last whose slot start_n // C + n is <= the block's, by binary
-    search over cu; ``mine`` is 1 where the slot holds one of n's chunks (``chunk``), 0 in a gap. ``values``: the
-    block's value columns, ``keys`` its key columns."""
-    search = [
-        "mid = (n + hi) // 2",
-        "first = ct.minimum(ct.maximum(ct.gather(cu, mid), 0), tokens) // C + mid",
-        "n = ct.where(first <= slot, mid, n)",
-        "hi = ct.where(first <= slot, hi, mid)",
-    ]
+    """A (chunk slot, head) block's sequence n, the last whose slot start_n // C + n is <= the block's
+    (``_find_sequence``); ``mine`` is 1 where the slot holds one of n's chunks (``chunk``), 0 in a gap. ``values``:
+    the block's value columns, ``keys`` its key columns."""
     return [
         "slot = ct.bid(0)",
         "head = ct.bid(1)",
         _tokens("k"),
-        "n = slot * 0",
-        "hi = n + (cu.shape[0] - 1)",
-        *(search * s.search_steps),
+        *_find_sequence(s),
         *_bounds("n"),
         "chunk = slot - (start // C + n)",
         "mine = ct.where((chunk >= 0) & (chunk < chunks), 1, 0)",
@@ -302,6 +294,31 @@ def _slot_setup(s: DeltaRuleShape, values: str, keys: str = ALL_KEYS) -> list[st
         "strict = ct.reshape(steps, (C, 1)) > ct.reshape(steps, (1, C))",
         "zero_cc = ct.full((C, C), 0.0, dtype=ct.float32)",
     ]
+
+
+COUNTED = 1024  # sequences up to which a chunk slot's block finds its own by counting, past it by binary search
+
+
+def _find_sequence(s: DeltaRuleShape) -> list[str]:
+    """``n``, the last sequence whose first chunk slot start_n // C + n is <= the block's ``slot``. Up to COUNTED
+    sequences by one load of every start and a count (the slots are non-decreasing in n for any cu a batch holds,
+    and a hostile cu still gives some n in [0, N)); past it by binary search, N.bit_length() steps of one load each
+    (``search_steps``), a chain of dependent loads at the start of every block."""
+    sequences = 1 << s.search_steps  # > N
+    if sequences <= COUNTED:
+        return [
+            f"seqs = ct.arange({sequences}, dtype=ct.int32)",
+            "listed = seqs < cu.shape[0] - 1",
+            "firsts = ct.minimum(ct.maximum(ct.gather(cu, seqs, mask=listed), 0), tokens) // C + seqs",
+            "n = ct.maximum(ct.sum(ct.where(listed & (firsts <= slot), 1, 0)) - 1, 0)",
+        ]
+    search = [
+        "mid = (n + hi) // 2",
+        "first = ct.minimum(ct.maximum(ct.gather(cu, mid), 0), tokens) // C + mid",
+        "n = ct.where(first <= slot, mid, n)",
+        "hi = ct.where(first <= slot, hi, mid)",
+    ]
+    return ["n = slot * 0", "hi = n + (cu.shape[0] - 1)", *(search * s.search_steps)]
 
 
 def _rows() -> list[str]:

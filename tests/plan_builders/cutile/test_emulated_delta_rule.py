@@ -10,6 +10,7 @@ too often, a sequence boundary ignored) must fail validation.
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -92,13 +93,31 @@ def test_head_dims_that_are_no_power_of_two(kind, kd, vd) -> None:
     assert (shape.kp, shape.vp) == {9: (16, 8), 1: (1, 4), 3: (4, 1)}[kd]
 
 
+MIXED_WITH_EMPTY = (0, 1, 64, 0, 130, 5, 0, 63, 65, 2, 129, 0, 7, 64, 1, 3, 0)
+
+
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
-def test_many_sequences_with_empty_ones_among_them(kind) -> None:
-    """17 sequences (five search steps a chunk slot), empty ones first, between and last, and chunk slots left
-    empty between sequences: every chunk finds its own sequence."""
-    lengths = (0, 1, 64, 0, 130, 5, 0, 63, 65, 2, 129, 0, 7, 64, 1, 3, 0)
-    g, inputs = delta_rule_graph(kind, lengths, heads=3)
+@pytest.mark.parametrize("counted", [delta_rule_kernel.COUNTED, 16], ids=["counted", "searched"])
+def test_many_sequences_with_empty_ones_among_them(kind, counted, monkeypatch) -> None:
+    """17 sequences, empty ones first, between and last, and chunk slots left empty between sequences: every chunk
+    finds its own sequence, by counting the sequences' first slots at or before its own, and (past ``COUNTED``)
+    by binary search (five steps a chunk slot)."""
+    monkeypatch.setattr(delta_rule_kernel, "COUNTED", counted)
+    g, inputs = delta_rule_graph(kind, MIXED_WITH_EMPTY, heads=3)
+    builder = CutileKdaBuilder() if kind == "kda" else CutileGdnBuilder()
+    chunks = builder.launches(g.nodes[-1], g)[0][0].source.text
+    assert chunks.count("mid = (n + hi) // 2") == (5 if counted == 16 else 0)
+    assert ("seqs = ct.arange(32, dtype=ct.int32)" in chunks) == (counted != 16)
     assert check(g, inputs, f"cutile.{kind}").passed
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+def test_a_search_bug_fails_validation(kind, monkeypatch) -> None:
+    """Past ``COUNTED`` sequences the binary search finds a slot's sequence: one found a step too late fails."""
+    monkeypatch.setattr(delta_rule_kernel, "COUNTED", 16)
+    plant(monkeypatch, "chunks_source", "n = ct.where(first <= slot, mid, n)", "n = ct.where(first < slot, mid, n)")
+    g, inputs = delta_rule_graph(kind, MIXED_WITH_EMPTY, heads=3)
+    assert not check(g, inputs, f"cutile.{kind}").passed
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
@@ -214,10 +233,7 @@ def test_the_gradients_kernels_scan_of_the_gate_is_checked(kind, monkeypatch) ->
 
 PLANTED_IN_CHUNKS = {
     "gate applied once too often": PLANTED["gate applied once too often"],
-    "a slot's sequence found one too late": (
-        "n = ct.where(first <= slot, mid, n)",
-        "n = ct.where(first < slot, mid, n)",
-    ),
+    "a slot's sequence found one too late": ("listed & (firsts <= slot)", "listed & (firsts < slot)"),
     "a chunk's W without its decay": ("bt * (kt * ct.exp(b))", "bt * kt"),
     "a chunk's rows off by one": ("rows = start + chunk * C + steps", "rows = start + chunk * C + steps + 1"),
     "QK stored transposed": (
@@ -304,7 +320,7 @@ def test_hostile_boundaries_cost_at_most_the_tokens_and_stay_inside(values) -> N
 
 def test_one_kernel_serves_every_token_count() -> None:
     """T is read from q's (k's) length on the device: batches of other lengths and as many sequences to a power of
-    two reuse the compiled texts; the chunk kernel's search takes a step more for each doubling of N."""
+    two reuse the compiled texts; the chunk kernel counts over twice as many starts for each doubling of N."""
     shape = delta_rule_kernel.DeltaRuleShape(2, 8, 8, False, True, 0.5, True, True)
     assert "tokens = q.shape[0] // (H * K)" in delta_rule_kernel.forward_source(shape).text
     assert "tokens = k.shape[0] // (H * K)" in delta_rule_kernel.chunks_source(shape, backward=False).text
@@ -312,8 +328,10 @@ def test_one_kernel_serves_every_token_count() -> None:
     sources = [[launch.source for launch in CutileGdnBuilder().launches(g.nodes[0], g)[0]] for g in graphs]
     assert sources[0] == sources[1]
     assert sources[0][1] == sources[2][1] and sources[0][0] != sources[2][0]
-    steps = [source.text.count("mid = (n + hi) // 2") for source in (sources[0][0], sources[2][0], sources[3][0])]
-    assert steps == [2, 3, 1]  # 2, 5 and 1 sequences
+    counted = [
+        re.search(r"seqs = ct.arange\((\d+),", s.text).group(1) for s in (sources[0][0], sources[2][0], sources[3][0])
+    ]
+    assert counted == ["4", "8", "2"]  # 2, 5 and 1 sequences
 
 
 @pytest.mark.parametrize(
