@@ -312,13 +312,15 @@ def _find_sequence(s: DeltaRuleShape) -> list[str]:
             "firsts = ct.minimum(ct.maximum(ct.gather(cu, seqs, mask=listed), 0), tokens) // C + seqs",
             "n = ct.maximum(ct.sum(ct.where(listed & (firsts <= slot), 1, 0)) - 1, 0)",
         ]
-    search = [
-        "mid = (n + hi) // 2",
-        "first = ct.minimum(ct.maximum(ct.gather(cu, mid), 0), tokens) // C + mid",
-        "n = ct.where(first <= slot, mid, n)",
-        "hi = ct.where(first <= slot, hi, mid)",
-    ]
-    return ["n = slot * 0", "hi = n + (cu.shape[0] - 1)", *(search * s.search_steps)]
+    return ["n = slot * 0", "hi = n + (cu.shape[0] - 1)", *(SEARCH_STEP * s.search_steps)]
+
+
+SEARCH_STEP = [
+    "mid = (n + hi) // 2",
+    "first = ct.minimum(ct.maximum(ct.gather(cu, mid), 0), tokens) // C + mid",
+    "n = ct.where(first <= slot, mid, n)",
+    "hi = ct.where(first <= slot, hi, mid)",
+]  # one step of the binary search for a chunk slot's sequence (``_find_sequence``)
 
 
 def _rows() -> list[str]:
