@@ -35,8 +35,8 @@ that involve h (and QK, T) on that serial path: U from T there costs one
 decayed to the chunk's end) and the walk reads them, keeping only the
 products with h and U on its serial path. Chunk slot start // C + n
 holds chunk 0 of sequence n (distinct for every chunk of the batch: at most
-T // C + N + 1 slots); a slot's block finds its sequence by binary search
-over ``cu`` on the device (no host-side chunk table, no host sync). The
+T // C + N + 1 slots); a slot's block finds its sequence from ``cu`` on
+the device (``_find_sequence``: no host-side chunk table, no host sync). The
 backward runs the chunk kernel (storing W, U0, QK, T and KK), a forward walk saving each
 chunk's start state (``states_source``), a reverse walk saving d(state) at
 each chunk's end (``reverse_source``), then every chunk's gradients at once,
