@@ -189,7 +189,8 @@ class _DeltaRuleForwardBuilder(_DeltaRuleForward):
 
 
 class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
-    """Every chunk's W, U0, QK, T and KK; the walk forward saving each chunk's start state; the walk in reverse
+    """Every chunk's W, U0, QK, T and KK (and at bf16 products the walks' ready-made operands, as the forward's);
+    the walk forward saving each chunk's start state; the walk in reverse
     saving d(state) at each chunk's end (and d(initial state)); every chunk's gradients a block of value columns
     at a time (dv, and each block's share of the sums over V into the workspace); then the pair gradients from the
     summed shares: gdn's launch stores dq, dk, dg and dbeta, kda's (a block per key block) dg, and a sixth launch
@@ -201,15 +202,22 @@ class _DeltaRuleBackwardBuilder(_DeltaRuleForward):
         chunks, (w, u, qk, t, kk) = self.chunk_kernel(node, graph, shape, tokens, sequences, workspace, backward=True)
         slots = chunk_slots(shape, tokens, sequences)
         saved, dsaved = (workspace.take((slots * shape.heads * shape.kp * shape.vp,)) for _ in range(2))
+        ready = [self.ready_launch(node, graph, shape, tokens, sequences, workspace)] if shape.ready_operands else []
+        operands = tuple(array for _, arrays in ready for array in arrays)
         ranking, order = self.order_launch(node, graph, sequences, workspace)
         walk = walk_grid(sequences, shape.heads, shape.value_blocks)
         args = functools.partial(self.args, node, graph, placeholder="dq")
+        states_inputs = ("beta", "cu_seqlens") if ready else ("k", "g", "cu_seqlens")
+        reverse_inputs = ("beta", "cu_seqlens") if ready else ("q", "k", "g", "beta", "cu_seqlens")
         walks = [
+            *(launch for launch, _ in ready),
             ranking,
-            Launch(states_source(shape), walk, (*args(("k", "g", "cu_seqlens")), order, *args(("initial_state",)), w, u, saved)),
+            Launch(states_source(shape), walk, (
+                *args(states_inputs), order, *args(("initial_state",)), w, u, saved, *operands,
+            )),
             Launch(reverse_source(shape), walk, (
-                *args(("q", "k", "g", "beta", "cu_seqlens")), order, *args(("d_o", "d_final_state")), qk, t,
-                *args(("d_initial_state",)), dsaved,
+                *args(reverse_inputs), order, *args(("d_o", "d_final_state")), qk, t, *args(("d_initial_state",)),
+                dsaved, *operands,
             )),
         ]  # fmt: skip
         handed = {

@@ -740,11 +740,22 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
 READY_PARAMS = ", ke_work, qe_work, kc_work, decay_work"  # the ready-made operands, after QK and T
 
 
-def _ready_forward_source(s: DeltaRuleShape) -> KernelSource:
-    """The walk with its operands ready-made (``_ready_stores``): per chunk three products with h and two with U."""
+def _ready_carry(s: DeltaRuleShape) -> list[str]:
+    """A serial walk's chunk decay e^(b_L) as a column of the state's rows, and the keys decayed to the chunk's end,
+    read ready-made (``_ready_stores``; rows ``at`` of the chunk's slot)."""
     decay = f"(({SEQUENCE_SLOT}) * H + head) * {_decay_width(s)}"
     whole = f"{decay} + kcols2" if s.per_channel else f"ct.full((1, 1), {decay}, dtype=ct.int32)"
-    rows = _decay_width(s)
+    return [
+        f"decay = ct.reshape(ct.gather(decay_work, {whole}), ({_decay_width(s)}, 1))",
+        "carried = ct.gather(kc_work, at * KP + kcols2)",
+    ]
+
+
+STATE_UPDATE = "state = state * decay + dot(ct.transpose(carried), u, ct.full((KP, VW), 0.0, dtype=ct.float32))"
+
+
+def _ready_forward_source(s: DeltaRuleShape) -> KernelSource:
+    """The walk with its operands ready-made (``_ready_stores``): per chunk three products with h and two with U."""
     chunk = [
         "rows = start + chunk * C + steps",
         "valid = rows < stop",
@@ -758,9 +769,8 @@ def _ready_forward_source(s: DeltaRuleShape) -> KernelSource:
         "qe = ct.gather(qe_work, at * KP + kcols2)",
         "out = dot(qe, state, dot(ct.gather(qk_work, at * C + ccols2), u, zero_cv))",
         "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
-        f"decay = ct.reshape(ct.gather(decay_work, {whole}), ({rows}, 1))",
-        "carried = ct.gather(kc_work, at * KP + kcols2)",
-        "state = state * decay + dot(ct.transpose(carried), u, ct.full((KP, VW), 0.0, dtype=ct.float32))",
+        *_ready_carry(s),
+        STATE_UPDATE,
     ]
     params = "v, beta, cu, order, h0, qk_work, t_work" + READY_PARAMS + ", o, ht"
     return _walk_module(s, _sequence_setup(_walk_value_block(), "v", "V"), chunk, params)
@@ -869,49 +879,66 @@ def _state_slot(slot: str) -> str:
 
 
 def states_source(s: DeltaRuleShape) -> KernelSource:
-    """The backward's forward walk a (sequence, head, value block): each chunk's start state into ``saved``."""
+    """The backward's forward walk a (sequence, head, value block): each chunk's start state into ``saved``; with
+    ``ready_operands`` the carried keys and the chunk's decay read ready-made."""
+    ready = s.ready_operands
     chunk = [
         *_rows(),
-        *_keys(s),
+        *([] if ready else _keys(s)),
         f"ct.scatter(saved, {_state_slot(SEQUENCE_SLOT)}, state)",
         _chunk_rows(SEQUENCE_SLOT),
         *_corrections(),
-        *_carry(s),
+        *([*_ready_carry(s), STATE_UPDATE] if ready else _carry(s)),
     ]
     body = [
-        *_sequence_setup(_walk_value_block(), "k"),
+        *_sequence_setup(_walk_value_block(), *(("beta", "1") if ready else ("k",))),
         _initial(s),
         "for chunk in range(chunks):",
         *("    " + line for line in chunk),
     ]
-    return _module(
-        s, "delta_rule_states", "k, g, cu, order, h0, w_work, u_work, saved", body, s.value_width, hints=WIDE_HINTS
-    )
+    inputs = "beta, cu" if ready else "k, g, cu"
+    params = f"{inputs}, order, h0, w_work, u_work, saved" + READY_PARAMS * ready
+    return _module(s, "delta_rule_states", params, body, s.value_width, hints=WIDE_HINTS)
 
 
 def reverse_source(s: DeltaRuleShape) -> KernelSource:
     """The backward's reverse walk a (sequence, head, value block): d(state) at each chunk's end into ``dsaved``,
     carried to the chunk before through the chunk's outputs and its corrections u, and d(initial state) at the
     end. Only the products that involve d(state) or dO: the chunk's own gradients are ``gradients_source``'s."""
+    ready = s.ready_operands
     rows = "KP" if s.per_channel else "1"
-    chunk = [
-        "chunk = chunks - 1 - back",
-        *_rows(),
+    formed = [
         *_queries(s),
         *_keys(s),
         _beta(),
         *_decay_to_chunk_end(),
         f"ct.scatter(dsaved, {_state_slot(SEQUENCE_SLOT)}, dstate)",
         _chunk_rows(SEQUENCE_SLOT),
+        f"decay = ct.reshape(ct.exp(b_last), ({rows}, 1))",
+        "qe = qt * ct.exp(b)",
+        "ke = kt * ct.exp(b)",
+    ]
+    read = [
+        _beta(),
+        f"ct.scatter(dsaved, {_state_slot(SEQUENCE_SLOT)}, dstate)",
+        _chunk_rows(SEQUENCE_SLOT),
+        *_ready_carry(s),
+        "qe = ct.gather(qe_work, at * KP + kcols2)",
+        "ke = ct.gather(ke_work, at * KP + kcols2)",
+    ]
+    chunk = [
+        "chunk = chunks - 1 - back",
+        *_rows(),
+        *(read if ready else formed),
         OUTPUT_GRADIENT,
         "qk = ct.gather(qk_work, at * C + ccols2)",
         "du = dot(ct.transpose(qk), do, dot(carried, dstate, zero_cv))",
         "de = bt * dot(ct.transpose(ct.gather(t_work, at * C + ccols2)), du, zero_cv)",
-        f"dstate = dstate * ct.reshape(ct.exp(b_last), ({rows}, 1))",
-        "dstate = dstate + dot(ct.transpose(qt * ct.exp(b)), do, zero_kv) - dot(ct.transpose(kt * ct.exp(b)), de, zero_kv)",
+        "dstate = dstate * decay",
+        "dstate = dstate + dot(ct.transpose(qe), do, zero_kv) - dot(ct.transpose(ke), de, zero_kv)",
     ]
     body = [
-        *_sequence_setup(_walk_value_block()),
+        *_sequence_setup(_walk_value_block(), *(("d_o", "V") if ready else ("q",))),
         "zero_kv = ct.full((KP, VW), 0.0, dtype=ct.float32)",
         (
             "dstate = ct.astype(ct.gather(dht, state_at, mask=state_in), ct.float32)"
@@ -922,7 +949,8 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
         *("    " + line for line in chunk),
         *(["ct.scatter(dh0, state_at, ct.astype(dstate, dh0.dtype), mask=state_in)"] if s.initial_state else []),
     ]
-    params = "q, k, g, beta, cu, order, d_o, dht, qk_work, t_work, dh0, dsaved"
+    inputs = "beta, cu" if ready else "q, k, g, beta, cu"
+    params = f"{inputs}, order, d_o, dht, qk_work, t_work, dh0, dsaved" + READY_PARAMS * ready
     return _module(s, "delta_rule_reverse", params, body, s.value_width, hints=walk_hints(s))
 
 
