@@ -10,7 +10,8 @@ serial walk over each sequence's chunks that carries the state and forms
 each chunk's corrections U = T diag(beta) (V - (e^b K) h). At bf16 products
 a fourth, before the ranking, stores the walk's other operands ready-made
 (e^b K, e^b Q, the keys decayed to the chunk's end, bf16, and each chunk's
-decay), QK and T go bf16, and the walk reads them. The backward is
+decay), QK and T go bf16, and the walk reads them (the backward's two
+walks read the same from the same launch). The backward is
 six launches (kda's seven): every chunk's W, U0, QK, T and KK, the ranking,
 a walk forward and one in reverse that carry only the state and its
 gradient (each chunk's start state and
