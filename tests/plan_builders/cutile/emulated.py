@@ -44,6 +44,15 @@ class EmulatedGpuMemory(HostMemory):
         self._copy_back = {}
         return self
 
+    def workspace(self, nbytes: int) -> np.ndarray | None:
+        """The steps' scratch filled with 0xFF bytes (NaN as a float, -1 as an integer), as a GPU's is never
+        cleared: a launch that reads workspace no launch of the run wrote fails instead of reading what an earlier
+        run happened to leave in the same host memory."""
+        scratch = super().workspace(nbytes)
+        if scratch is not None:
+            scratch.fill(0xFF)
+        return scratch
+
     def _strided(self, tensor: Tensor, dtype: DataType) -> np.ndarray:
         span = np.empty(span_elements(tensor.dims, tensor.strides) * dtype.itemsize, np.uint8)
         return strided_view(span, 0, tensor.dims, tensor.strides, dtype)
