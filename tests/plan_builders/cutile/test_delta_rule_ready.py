@@ -1,12 +1,14 @@
 """The walks' ready-made operands at bf16 products (``DeltaRuleShape.ready_operands``).
 
-The chunk kernel stores e^b K, e^b Q, the keys decayed to the chunk's end,
-QK and T in bf16 and each chunk's whole decay e^(b_L); the walk reads them
-instead of forming them on its serial path. ``dot`` rounds its operands to
-bf16 either way, so the outputs equal those of the walk that forms them
-itself, bit for bit on the emulator (the backward's two walks read them
-too); validation against the float64 recurrence passes, and bugs planted
-in the hand-over fail it.
+A launch of its own stores e^b K, e^b Q and the keys decayed to the chunk's
+end in bf16 with each chunk's whole decay e^(b_L), the chunk kernel QK and T
+in bf16, and the walks (the forward's and the backward's two) read them
+instead of forming them on their serial paths. ``dot`` rounds its operands
+to bf16 either way, so outputs and gradients equal those of the walks that
+form them, bit for bit on the emulator; validation against the float64
+recurrence passes, and each bug planted in the hand-over moves the results
+and fails validation, but for the few listed that its wide bf16 bound lets
+through.
 """
 
 from __future__ import annotations
