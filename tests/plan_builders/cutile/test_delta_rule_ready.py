@@ -198,3 +198,22 @@ def test_bugs_planted_in_the_backwards_walks_fail_validation(kind, bug, monkeypa
         assert any(not np.array_equal(planted[n], right_outputs[n]) for n in right_outputs), bug
         g, inputs = bf16_backward_graph(kind)
         assert check(g, inputs, f"cutile.{kind}_bwd").passed == (bug in MISSED_IN_BACKWARD), bug
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda"])
+@pytest.mark.parametrize(
+    "options",
+    [{"state": None, "final": False}, {"state": "bfloat16", "kd": 70, "vd": 8}, {"io": "float16", "state": None}],
+    ids=["no states", "K 70 padded to 128, bf16 states", "f16 io"],
+)
+def test_ready_operands_across_states_and_widths(kind, options) -> None:
+    """No initial or final state, K padded (the stored operands' padding columns are 0, their decays 1), bf16
+    states, f16 inputs: the forward at bf16 products validates; the backward without states at K = 70 too."""
+    g, inputs = delta_rule_graph(kind, (1, 63, 64, 65, 200), **options)
+    g.nodes[-1].compute_dtype = sigdnn.DataType("bfloat16")
+    report = check(g, inputs, f"cutile.{kind}")
+    assert report.passed, report.table()
+    g, inputs = delta_rule_backward_graph(kind, (1, 63, 64, 65, 200), state=None, d_final=False, kd=70, vd=8)
+    g.nodes[-1].compute_dtype = sigdnn.DataType("bfloat16")
+    report = check(g, inputs, f"cutile.{kind}_bwd")
+    assert report.passed, report.table()
