@@ -208,12 +208,13 @@ def test_bugs_planted_in_the_backwards_walks_fail_validation(kind, bug, monkeypa
 )
 def test_ready_operands_across_states_and_widths(kind, options) -> None:
     """No initial or final state, K padded (the stored operands' padding columns are 0, their decays 1), bf16
-    states, f16 inputs: the forward at bf16 products validates; the backward without states at K = 70 too."""
+    states, f16 inputs: forward and backward at bf16 products validate."""
     g, inputs = delta_rule_graph(kind, (1, 63, 64, 65, 200), **options)
     g.nodes[-1].compute_dtype = sigdnn.DataType("bfloat16")
     report = check(g, inputs, f"cutile.{kind}")
     assert report.passed, report.table()
-    g, inputs = delta_rule_backward_graph(kind, (1, 63, 64, 65, 200), state=None, d_final=False, kd=70, vd=8)
+    backward = {name: value for name, value in options.items() if name != "final"}
+    g, inputs = delta_rule_backward_graph(kind, (1, 63, 64, 65, 200), d_final=options.get("final", True), **backward)
     g.nodes[-1].compute_dtype = sigdnn.DataType("bfloat16")
     report = check(g, inputs, f"cutile.{kind}_bwd")
     assert report.passed, report.table()
