@@ -116,8 +116,10 @@ class DeltaRuleShape:
         e^b K, e^b Q and the carried keys from ``ready_source``): at bf16 products ``dot`` rounds them to bf16
         anyway, so the walk's products come out the same, and its serial path keeps only the products with h and U
         (sm_90 cubins as launched, K = V = 128: gdn's walk 0 spill instructions and 1,424 instructions against 195
-        and 4,368, kda's 0 and 1,472 against 106 and 4,928)."""
-        return self.products == "bfloat16"
+        and 4,368). gdn only: kda's ran 6% slower so (H100, 4.64-4.69 ms against 4.39-4.41; its launch forms b by
+        two TF32 MMAs and stores a decay a key channel), while gdn's forward ran 1.86 against 1.88-1.91 ms
+        (benchmarks/results/linear_attention.md, run Q)."""
+        return self.products == "bfloat16" and not self.per_channel
 
     @property
     def value_blocks(self) -> int:
