@@ -118,7 +118,7 @@ class DeltaRuleShape:
         (sm_90 cubins as launched, K = V = 128: gdn's walk 0 spill instructions and 1,424 instructions against 195
         and 4,368). gdn only: kda's ran 6% slower so (H100, 4.64-4.69 ms against 4.39-4.41; its launch forms b by
         two TF32 MMAs and stores a decay a key channel), while gdn's forward ran 1.86 against 1.88-1.91 ms
-        (benchmarks/results/linear_attention.md, run Q)."""
+        (docs/experiments.md)."""
         return self.products == "bfloat16" and not self.per_channel
 
     @property
