@@ -149,10 +149,9 @@ class _DeltaRuleForward(CutileLaunchesBuilder):
         self, node: Node, graph: Graph, shape: DeltaRuleShape, tokens: int, sequences: int, workspace: Workspace
     ) -> tuple[Launch, tuple[Arg, ...]]:
         """The walk's ready-made operands over every chunk slot and head, and the arrays they go to: e^b K, e^b Q and
-        the carried keys (bf16, C rows of KP a slot and head) and the chunks' decays (float32, KP or 1 of them)."""
+        the carried keys (bf16, C rows of KP a slot and head) and the chunks' decays (float32, one a slot and head)."""
         rows = work_rows(shape, tokens, sequences)
-        decays = rows // CHUNK * (shape.kp if shape.per_channel else 1)
-        work = (*(workspace.take((rows * shape.kp,), "bfloat16") for _ in range(3)), workspace.take((decays,)))
+        work = (*(workspace.take((rows * shape.kp,), "bfloat16") for _ in range(3)), workspace.take((rows // CHUNK,)))
         ports = self.args(node, graph, ("q", "k", "g", "cu_seqlens"), "o")
         grid = (chunk_slots(shape, tokens, sequences), shape.heads, 1)
         return Launch(ready_source(shape), grid, (*ports, *work)), work

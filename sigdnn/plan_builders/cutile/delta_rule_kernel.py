@@ -565,16 +565,9 @@ QK_STORE = "ct.scatter(qk_work, at * C + ccols2, ct.astype(qk, qk_work.dtype))"
 T_STORE = "ct.scatter(t_work, at * C + ccols2, ct.astype(inverse, t_work.dtype))"
 
 
-def _decay_width(s: DeltaRuleShape) -> str:
-    """Elements of a chunk's whole decay e^(b_L): gdn's one, kda's one a key column."""
-    return "KP" if s.per_channel else "1"
-
-
-def _ready_stores(s: DeltaRuleShape) -> list[str]:
-    """The walk's operands of a chunk (rows ``at``), in the workspace's dtype: e^b K, e^b Q, the keys decayed to the
-    chunk's end and the chunk's whole decay e^(b_L)."""
-    decay_at = "(slot * H + head) * " + _decay_width(s)
-    whole = f"{decay_at} + kcols2" if s.per_channel else f"ct.full((1, 1), {decay_at}, dtype=ct.int32)"
+def _ready_stores() -> list[str]:
+    """gdn's walk operands of a chunk (rows ``at``), in the workspace's dtype: e^b K, e^b Q, the keys decayed to the
+    chunk's end and the chunk's whole decay e^(b_L), one a chunk slot and head."""
     return [
         LAST_ROW,
         "eb = ct.exp(b)",
@@ -582,7 +575,7 @@ def _ready_stores(s: DeltaRuleShape) -> list[str]:
         "ct.scatter(qe_work, at * KP + kcols2, ct.astype(qt * eb, qe_work.dtype))",
         *_decay_to_chunk_end(),
         "ct.scatter(kc_work, at * KP + kcols2, ct.astype(carried, kc_work.dtype))",
-        f"ct.scatter(decay_work, {whole}, ct.exp(b_last))",
+        "ct.scatter(decay_work, ct.full((1, 1), slot * H + head, dtype=ct.int32), ct.exp(b_last))",
     ]
 
 
@@ -626,23 +619,17 @@ def chunks_source(s: DeltaRuleShape, *, backward: bool) -> KernelSource:
 
 
 def ready_source(s: DeltaRuleShape) -> KernelSource:
-    """The forward walk's ready-made operands of every chunk slot and head (``_ready_stores``), a launch of their
-    own: stored from the chunk kernel they cost it 900 spill instructions at gdn's two blocks an SM and 78 at
-    kda's one (none without; sm_90 cubins as launched, K = V = 128), and the walk's serial path is what they
-    shorten."""
-    chunk = [*_rows(), *_queries(s), *_keys(s), _chunk_rows("slot"), *_ready_stores(s)]
+    """gdn's walks' ready-made operands of every chunk slot and head (``_ready_stores``), a launch of their own:
+    stored from the chunk kernel they cost it 900 spill instructions at two blocks an SM (none without; sm_90
+    cubins as launched, K = V = 128), and the walks' serial paths are what they shorten. cuTile's default warps:
+    at 8 it spilled 330."""
+    chunk = [*_rows(), *_queries(s), *_keys(s), _chunk_rows("slot"), *_ready_stores()]
     body = [
         *_slot_setup(s, "ct.arange(VW, dtype=ct.int32)"),
         "for _ in range(mine):",
         *("    " + line for line in chunk),
     ]
-    return _module(s, "delta_rule_ready", "q, k, g, cu" + READY_PARAMS, body, s.vp, hints=ready_hints(s))
-
-
-def ready_hints(s: DeltaRuleShape) -> KernelHints:
-    """8 worker warps for kda's ready-made operands, cuTile's default for gdn's (sm_90 cubins as launched, K = V =
-    128: gdn 330 spill instructions at 8 warps, none at the default; kda none at 8, 57 at the default)."""
-    return WIDE_HINTS if s.per_channel else DEFAULT_HINTS
+    return _module(s, "delta_rule_ready", "q, k, g, cu" + READY_PARAMS, body, s.vp, hints=DEFAULT_HINTS)
 
 
 def chunk_hints(s: DeltaRuleShape, *, backward: bool) -> KernelHints:
@@ -742,15 +729,10 @@ def forward_source(s: DeltaRuleShape) -> KernelSource:
 READY_PARAMS = ", ke_work, qe_work, kc_work, decay_work"  # the ready-made operands, after QK and T
 
 
-def _ready_carry(s: DeltaRuleShape) -> list[str]:
-    """A serial walk's chunk decay e^(b_L) as a column of the state's rows, and the keys decayed to the chunk's end,
-    read ready-made (``_ready_stores``; rows ``at`` of the chunk's slot)."""
-    decay = f"(({SEQUENCE_SLOT}) * H + head) * {_decay_width(s)}"
-    whole = f"{decay} + kcols2" if s.per_channel else f"ct.full((1, 1), {decay}, dtype=ct.int32)"
-    return [
-        f"decay = ct.reshape(ct.gather(decay_work, {whole}), ({_decay_width(s)}, 1))",
-        "carried = ct.gather(kc_work, at * KP + kcols2)",
-    ]
+READY_CARRY = [
+    f"decay = ct.gather(decay_work, ct.full((1, 1), {SEQUENCE_SLOT} * H + head, dtype=ct.int32))",
+    "carried = ct.gather(kc_work, at * KP + kcols2)",
+]  # a serial walk's chunk decay e^(b_L) and keys decayed to the chunk's end, read ready-made (``_ready_stores``)
 
 
 STATE_UPDATE = "state = state * decay + dot(ct.transpose(carried), u, ct.full((KP, VW), 0.0, dtype=ct.float32))"
@@ -771,7 +753,7 @@ def _ready_forward_source(s: DeltaRuleShape) -> KernelSource:
         "qe = ct.gather(qe_work, at * KP + kcols2)",
         "out = dot(qe, state, dot(ct.gather(qk_work, at * C + ccols2), u, zero_cv))",
         "ct.scatter(o, v_at, ct.astype(out, o.dtype), mask=valid2 & vin2)",
-        *_ready_carry(s),
+        *READY_CARRY,
         STATE_UPDATE,
     ]
     params = "v, beta, cu, order, h0, qk_work, t_work" + READY_PARAMS + ", o, ht"
@@ -890,7 +872,7 @@ def states_source(s: DeltaRuleShape) -> KernelSource:
         f"ct.scatter(saved, {_state_slot(SEQUENCE_SLOT)}, state)",
         _chunk_rows(SEQUENCE_SLOT),
         *_corrections(),
-        *([*_ready_carry(s), STATE_UPDATE] if ready else _carry(s)),
+        *([*READY_CARRY, STATE_UPDATE] if ready else _carry(s)),
     ]
     body = [
         *_sequence_setup(_walk_value_block(), *(("beta", "1") if ready else ("k",))),
@@ -924,7 +906,7 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
         _beta(),
         f"ct.scatter(dsaved, {_state_slot(SEQUENCE_SLOT)}, dstate)",
         _chunk_rows(SEQUENCE_SLOT),
-        *_ready_carry(s),
+        *READY_CARRY,
         "qe = ct.gather(qe_work, at * KP + kcols2)",
         "ke = ct.gather(ke_work, at * KP + kcols2)",
     ]

@@ -24,9 +24,8 @@ from sigdnn.plan_builders.cutile.delta_rule import (
     CutileGdnBuilder,
     CutileGdnBwdBuilder,
     CutileKdaBuilder,
-    CutileKdaBwdBuilder,
 )
-from sigdnn.plan_builders.cutile.delta_rule_kernel import DeltaRuleShape, ready_source
+from sigdnn.plan_builders.cutile.delta_rule_kernel import DeltaRuleShape
 from sigdnn.plan_builders.cutile.steps import WORKSPACE
 
 LENGTHS = (*CHUNK_EDGES, 130)
@@ -37,10 +36,10 @@ def _available(monkeypatch):
     make_available(monkeypatch)
 
 
-def bf16_graph(kind: str, **options) -> tuple[sigdnn.Graph, dict[str, np.ndarray]]:
-    """A gdn / kda node over ``LENGTHS`` at a bfloat16 compute dtype (bf16 products), with gates strong enough
-    that a missing decay shows."""
-    g, inputs = delta_rule_graph(kind, LENGTHS, **options)
+def bf16_graph() -> tuple[sigdnn.Graph, dict[str, np.ndarray]]:
+    """A gdn node over ``LENGTHS``, K = V = 16, at a bfloat16 compute dtype (bf16 products), with gates strong
+    enough that a missing decay shows."""
+    g, inputs = delta_rule_graph("gdn", LENGTHS, kd=16, vd=16)
     g.nodes[-1].compute_dtype = sigdnn.DataType("bfloat16")
     gate = -np.random.default_rng(3).uniform(0, 0.5, inputs["g"].shape)
     return g, {**inputs, "g": gate.astype(np.float32)}
@@ -66,25 +65,22 @@ def test_only_bf16_products_hand_the_walk_its_operands(compute) -> None:
     assert handed == (["bfloat16"] * 5 + ["float32"] if ready else ["float32"] * 2)
 
 
-@pytest.mark.parametrize("kind", ["gdn"])
-def test_ready_operands_give_the_walks_outputs_bit_for_bit(kind, monkeypatch) -> None:
-    g, inputs = bf16_graph(kind, kd=16, vd=16)
+def test_ready_operands_give_the_walks_outputs_bit_for_bit(monkeypatch) -> None:
+    g, inputs = bf16_graph()
     ready = emulated_executor().run(g, inputs)
     with monkeypatch.context() as patch:
         patch.setattr(DeltaRuleShape, "ready_operands", property(lambda s: False))
-        g, inputs = bf16_graph(kind, kd=16, vd=16)
-        builder = {"gdn": CutileGdnBuilder, "kda": CutileKdaBuilder}[kind]()
-        assert [a.buffer for a in builder.launches(g.nodes[-1], g)[0][-1].args][:2] == ["q", "k"]  # the walk forms them
+        g, inputs = bf16_graph()
+        assert [a.buffer for a in CutileGdnBuilder().launches(g.nodes[-1], g)[0][-1].args][:2] == ["q", "k"]
         formed = emulated_executor().run(g, inputs)
     assert set(ready) == set(formed) == {"o", "final"}
     for name in formed:
         np.testing.assert_array_equal(ready[name], formed[name], err_msg=name)
 
 
-@pytest.mark.parametrize("kind", ["gdn"])
-def test_ready_operands_validate_against_the_recurrence(kind) -> None:
-    g, inputs = bf16_graph(kind, kd=16, vd=16)
-    report = check(g, inputs, f"cutile.{kind}")
+def test_ready_operands_validate_against_the_recurrence() -> None:
+    g, inputs = bf16_graph()
+    report = check(g, inputs, "cutile.gdn")
     assert report.passed, report.table()
 
 
@@ -103,53 +99,47 @@ PLANTED = {
 
 # Validation at bf16 products bounds gdn's error from |terms| through the recurrence: on this case 0.37 off passes
 # where the right walk is 0.0039 off. The bit-for-bit comparison with the walk that forms its operands catches it.
-MISSED_BY_VALIDATION = {("gdn", "QK read for T")}
+MISSED_BY_VALIDATION = {"QK read for T"}
 
 
-@pytest.mark.parametrize("kind", ["gdn"])
-@pytest.mark.parametrize("bug", list(PLANTED))
-def test_bugs_planted_in_the_hand_over_fail_validation(kind, bug, monkeypatch) -> None:
-    """Each planted bug moves the outputs off the right walk's, and validation fails on it but where listed."""
-    g, inputs = bf16_graph(kind, kd=16, vd=16)
+def planted_bug_is_caught(make, builder: str, planted: tuple[str, str, str], missed: bool, monkeypatch) -> None:
+    """The ``planted`` (source function, right text, wrong text) bug moves ``make()``'s results off the right
+    kernels', and validation fails on it unless ``missed``."""
+    g, inputs = make()
     right_outputs = emulated_executor().run(g, inputs)
-    source, right, wrong = PLANTED[bug]
+    source, right, wrong = planted
     with monkeypatch.context() as patch:
         plant(patch, source, right, wrong)
-        g, inputs = bf16_graph(kind, kd=16, vd=16)
-        planted = emulated_executor().run(g, inputs)
-        assert any(not np.array_equal(planted[n], right_outputs[n]) for n in right_outputs), bug
-        g, inputs = bf16_graph(kind, kd=16, vd=16)
-        assert check(g, inputs, f"cutile.{kind}").passed == ((kind, bug) in MISSED_BY_VALIDATION), bug
+        g, inputs = make()
+        outputs = emulated_executor().run(g, inputs)
+        assert any(not np.array_equal(outputs[n], right_outputs[n]) for n in right_outputs)
+        g, inputs = make()
+        assert check(g, inputs, builder).passed == missed
 
 
-def test_the_ready_launch_takes_8_warps_for_kda_and_the_default_for_gdn() -> None:
-    def shape(per_channel: bool) -> DeltaRuleShape:
-        return DeltaRuleShape(2, 16, 16, per_channel, True, 0.5, False, False, products="bfloat16")
-
-    assert ready_source(shape(True)).text.count("@ct.kernel(num_worker_warps=8)") == 1
-    assert ready_source(shape(False)).text.count("@ct.kernel\n") == 1
+@pytest.mark.parametrize("bug", list(PLANTED))
+def test_bugs_planted_in_the_hand_over_fail_validation(bug, monkeypatch) -> None:
+    planted_bug_is_caught(bf16_graph, "cutile.gdn", PLANTED[bug], bug in MISSED_BY_VALIDATION, monkeypatch)
 
 
-def bf16_backward_graph(kind: str) -> tuple[sigdnn.Graph, dict[str, np.ndarray]]:
-    """gdn_bwd / kda_bwd over ``LENGTHS`` at bf16 products, K = V = 16, the gates of ``bf16_graph``."""
-    g, inputs = delta_rule_backward_graph(kind, LENGTHS, kd=16, vd=16)
+def bf16_backward_graph() -> tuple[sigdnn.Graph, dict[str, np.ndarray]]:
+    """gdn_bwd over ``LENGTHS`` at bf16 products, K = V = 16, the gates of ``bf16_graph``."""
+    g, inputs = delta_rule_backward_graph("gdn", LENGTHS, kd=16, vd=16)
     g.nodes[-1].compute_dtype = sigdnn.DataType("bfloat16")
     gate = -np.random.default_rng(3).uniform(0, 0.5, inputs["g"].shape)
     return g, {**inputs, "g": gate.astype(np.float32)}
 
 
-@pytest.mark.parametrize("kind", ["gdn"])
-def test_the_backwards_walks_read_the_same_operands_bit_for_bit(kind, monkeypatch) -> None:
+def test_the_backwards_walks_read_the_same_operands_bit_for_bit(monkeypatch) -> None:
     """The backward's two walks (start states forward, d(state) in reverse) read the ready-made operands at bf16
     products: every gradient equals the forming walks' bit for bit."""
-    g, inputs = bf16_backward_graph(kind)
-    builder = {"gdn": CutileGdnBwdBuilder, "kda": CutileKdaBwdBuilder}[kind]()
-    walks = [launch for launch in builder.launches(g.nodes[-1], g)[0] if launch.source.prefix in WALKS]
+    g, inputs = bf16_backward_graph()
+    walks = [launch for launch in CutileGdnBwdBuilder().launches(g.nodes[-1], g)[0] if launch.source.prefix in WALKS]
     assert [[a.buffer for a in walk.args][:2] for walk in walks] == [["beta", "cu_seqlens"]] * 2
     ready = emulated_executor().run(g, inputs)
     with monkeypatch.context() as patch:
         patch.setattr(DeltaRuleShape, "ready_operands", property(lambda s: False))
-        g, inputs = bf16_backward_graph(kind)
+        g, inputs = bf16_backward_graph()
         formed = emulated_executor().run(g, inputs)
     assert set(ready) == set(formed) == {"dq", "dk", "dv", "dg", "dbeta", "dh0"}
     for name in formed:
@@ -171,37 +161,26 @@ PLANTED_IN_BACKWARD_WALKS = {
 MISSED_IN_BACKWARD = {"the start states carried by e^b K", "d(state) through e^b Q for e^b K"}
 
 
-@pytest.mark.parametrize("kind", ["gdn"])
 @pytest.mark.parametrize("bug", list(PLANTED_IN_BACKWARD_WALKS))
-def test_bugs_planted_in_the_backwards_walks_fail_validation(kind, bug, monkeypatch) -> None:
-    """Each planted bug moves the gradients off the right walks', and validation fails on it but where listed."""
-    g, inputs = bf16_backward_graph(kind)
-    right_outputs = emulated_executor().run(g, inputs)
-    source, right, wrong = PLANTED_IN_BACKWARD_WALKS[bug]
-    with monkeypatch.context() as patch:
-        plant(patch, source, right, wrong)
-        g, inputs = bf16_backward_graph(kind)
-        planted = emulated_executor().run(g, inputs)
-        assert any(not np.array_equal(planted[n], right_outputs[n]) for n in right_outputs), bug
-        g, inputs = bf16_backward_graph(kind)
-        assert check(g, inputs, f"cutile.{kind}_bwd").passed == (bug in MISSED_IN_BACKWARD), bug
+def test_bugs_planted_in_the_backwards_walks_fail_validation(bug, monkeypatch) -> None:
+    planted = PLANTED_IN_BACKWARD_WALKS[bug]
+    planted_bug_is_caught(bf16_backward_graph, "cutile.gdn_bwd", planted, bug in MISSED_IN_BACKWARD, monkeypatch)
 
 
-@pytest.mark.parametrize("kind", ["gdn"])
 @pytest.mark.parametrize(
     "options",
     [{"state": None, "final": False}, {"state": "bfloat16", "kd": 70, "vd": 8}, {"io": "float16", "state": None}],
     ids=["no states", "K 70 padded to 128, bf16 states", "f16 io"],
 )
-def test_ready_operands_across_states_and_widths(kind, options) -> None:
-    """No initial or final state, K padded (the stored operands' padding columns are 0, their decays 1), bf16
-    states, f16 inputs: forward and backward at bf16 products validate."""
-    g, inputs = delta_rule_graph(kind, (1, 63, 64, 65, 200), **options)
+def test_ready_operands_across_states_and_widths(options) -> None:
+    """No initial or final state, K padded (the stored operands' padding columns are 0), bf16 states, f16 inputs:
+    forward and backward at bf16 products validate."""
+    g, inputs = delta_rule_graph("gdn", (1, 63, 64, 65, 200), **options)
     g.nodes[-1].compute_dtype = sigdnn.DataType("bfloat16")
-    report = check(g, inputs, f"cutile.{kind}")
+    report = check(g, inputs, "cutile.gdn")
     assert report.passed, report.table()
     backward = {name: value for name, value in options.items() if name != "final"}
-    g, inputs = delta_rule_backward_graph(kind, (1, 63, 64, 65, 200), d_final=options.get("final", True), **backward)
+    g, inputs = delta_rule_backward_graph("gdn", (1, 63, 64, 65, 200), d_final=options.get("final", True), **backward)
     g.nodes[-1].compute_dtype = sigdnn.DataType("bfloat16")
-    report = check(g, inputs, f"cutile.{kind}_bwd")
+    report = check(g, inputs, "cutile.gdn_bwd")
     assert report.passed, report.table()
