@@ -7,8 +7,8 @@ forward is three launches: every chunk's QK and T at once into the step's
 workspace (float32, C rows a chunk slot and head), the sequences ranked
 longest first (so the GPU starts the longest serial walks first), then the
 serial walk over each sequence's chunks that carries the state and forms
-each chunk's corrections U = T diag(beta) (V - (e^b K) h). At bf16 products
-a fourth, before the ranking, stores the walk's other operands ready-made
+each chunk's corrections U = T diag(beta) (V - (e^b K) h). For gdn at bf16
+products a fourth, before the ranking, stores the walk's other operands ready-made
 (e^b K, e^b Q, the keys decayed to the chunk's end, bf16, and each chunk's
 decay), QK and T go bf16, and the walk reads them (the backward's two
 walks read the same from the same launch). The backward is

@@ -1,4 +1,4 @@
-"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in three launches (four at bf16
+"""The chunked gated delta rule (gdn, kda) as cuTile kernels' text: the forward in three launches (gdn's four at bf16
 products), the backward in six (kda's in seven).
 
 Within a chunk of ``C`` tokens (rows i, j; b the cumulative log decay from
@@ -30,7 +30,7 @@ blocks on one axis, the longest sequences first: ``order_source``,
 ``walk_grid``) walks each sequence's chunks carrying h, with the products
 that involve h (and QK, T) on that serial path: U from T there costs one
 [C, C] x [C, VW] product more than U0 - W h, and the workspace holds two
-[C, C] arrays instead of W [C, K], U0 [C, V] and QK. At bf16 products
+[C, C] arrays instead of W [C, K], U0 [C, V] and QK. For gdn at bf16 products
 ``ready_source`` stores the walk's other operands (e^b K, e^b Q, the keys
 decayed to the chunk's end) and the walk reads them, keeping only the
 products with h and U on its serial path. Chunk slot start // C + n
