@@ -5,7 +5,10 @@ so a node's results may differ by the output's rounding (one ulp) plus the
 device's compute-dtype error: a few ulps of the compute dtype for pointwise
 math, and for a reduction of length K a probabilistic accumulation bound
 (Higham & Mary) of ~sqrt(K) ulps of the compute dtype times sum(|terms|),
-as hipDNN's dynamic tolerances grow with the reduction length. A fused
+as hipDNN's dynamic tolerances grow with the reduction length; an op
+whose compute dtype rounds only its products' operands, summing in float32
+(the gated delta rules), grows it at float32's epsilon and adds a few ulps
+of the compute dtype for the operands. A fused
 region's exits add the error terms of the region's other nodes: validate
 carries each inner node's error at the inner node's own magnitude through
 the region to the exit (where the region cancels, that is far more than
@@ -42,6 +45,12 @@ from sigdnn.graph.node import Node
 
 POINTWISE_COMPUTE_ULPS = 4  # f32 transcendentals on GPUs are within a few ulps
 REDUCTION_ULPS_PER_SQRT_K = 4
+# An op with float32 sums (``Op.float32_sums``: the gated delta rules) rounds only its products' operands to the
+# compute dtype; its chunked form chains a few such products (the WY inverse, the state, the output), so a result
+# may be off by a few ulps of the compute dtype of sum|terms|, however long the sequence. The emulated kernels
+# (operands rounded as the GPU's, beta = 1 and no decay the worst) and an H100 reach at most 1 and 0.3 ulps at up
+# to 8,192 tokens (docs/experiments.md, validation's bound at bf16 products).
+PRODUCT_OPERAND_ULPS = 4
 # Hopper's fp8 tensor-core instructions add the products of their K slice with about 14 significant bits, not
 # float32's 24, however often partial sums are promoted to float32 (the DeepSeek-V3 report, 3.3.2; on the H200
 # cuBLAS and sigdnn's CuTe GEMM reached 2**-13.2 * sum|a b| at K = 64: docs/experiments.md, fp8 accumulation).
@@ -108,7 +117,10 @@ def node_tolerance(graph: Graph, node: Node, uid: int) -> Tolerance:
     compute = graph.compute_dtype_of(node)
     k = reduction_length(graph, node, uid)
     rtol = epsilon(out) + POINTWISE_COMPUTE_ULPS * epsilon(compute)
-    reduction = REDUCTION_ULPS_PER_SQRT_K * math.sqrt(k) * epsilon(compute) if k > 1 else 0.0
+    summed = min(epsilon(compute), epsilon(DataType.FLOAT32)) if node.op.float32_sums else epsilon(compute)
+    reduction = REDUCTION_ULPS_PER_SQRT_K * math.sqrt(k) * summed if k > 1 else 0.0
+    if node.op.float32_sums:
+        reduction += PRODUCT_OPERAND_ULPS * epsilon(compute)
     if (
         k > 1
         and node.op.dot_products

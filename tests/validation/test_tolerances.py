@@ -1,7 +1,9 @@
 """Validation's own arithmetic: every tolerance pinned to numbers worked by hand from the documented formulas.
 
 node:   atol = 2 * smallest subnormal(out), rtol = eps(out) + 4 eps(compute),
-        reduction = 4 sqrt(K) eps(compute) when K > 1 terms are accumulated (else 0);
+        reduction = 4 sqrt(K) eps(compute) when K > 1 terms are accumulated (else 0); an op whose compute
+        dtype rounds only its products' operands (the gated delta rules) sums at float32's epsilon (or the
+        compute dtype's, where finer) and adds 4 eps(compute): 4 sqrt(K) min(eps(compute), eps32) + 4 eps(compute);
         integer outputs are exact.
 step:   the producer's tolerance plus the reduction terms of the other float nodes of the region; their rtol
         summed as ``inner`` (validate carries their errors to the exit instead, when it can).
@@ -125,6 +127,34 @@ def test_batched_matmul_reduces_over_k() -> None:
     assert node_tolerance(g, node, c.uid) == Tolerance(
         2 * 2.0**-24, 2.0**-10 + 4 * 2.0**-23, reduction=4 * 6 * 2.0**-23
     )
+
+
+def delta_rule_graph(kind: str, compute: str) -> tuple[sigdnn.Graph, list[int]]:
+    """gdn / kda over 300 tokens in 2 sequences, 2 heads, K = 8, V = 4, or their backward: the outputs' uids."""
+    g = sigdnn.Graph(kind, io_dtype="bfloat16", compute_dtype=compute)
+    q, k, v = g.tensor("q", (300, 2, 8)), g.tensor("k", (300, 2, 8)), g.tensor("v", (300, 2, 4))
+    gate = g.tensor("g", (300, 2, 8) if kind.startswith("kda") else (300, 2), dtype="float32")
+    ins = (q, k, v, gate, g.tensor("beta", (300, 2)), g.tensor("cu", (3,), dtype="int32"))
+    outs = (getattr(g, kind)(*ins, d_o=g.tensor("d_o", (300, 2, 4)), name="n") if kind.endswith("_bwd")
+            else getattr(g, kind)(*ins, output_final_state=True, name="n"))  # fmt: skip
+    return g, [t.uid for t in outs if t is not None]
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda", "gdn_bwd", "kda_bwd"])
+@pytest.mark.parametrize(
+    ("compute", "summed"),
+    [("bfloat16", 2.0**-23), ("float16", 2.0**-23), ("float32", 2.0**-23), ("float64", 2.0**-52)],
+)
+def test_delta_rules_sum_in_float32_and_round_their_products_operands(kind, compute, summed) -> None:
+    """300 terms at float32's epsilon (the compute dtype's where finer) and 4 ulps of the compute dtype: at bf16,
+    4 sqrt(300) 2^-23 + 4 2^-7, not 4 sqrt(300) 2^-7 (0.54 of sum|terms|)."""
+    g, uids = delta_rule_graph(kind, compute)
+    eps = EPS[DataType(compute)]
+    for uid in uids:
+        assert reduction_length(g, g.nodes[0], uid) == 300
+        tol = node_tolerance(g, g.nodes[0], uid)
+        out = g.dtype_of(g.tensors[uid])
+        assert tol == Tolerance(2 * TINIEST[out], EPS[out] + 4 * eps, reduction=4 * math.sqrt(300) * summed + 4 * eps)
 
 
 def region_graph() -> sigdnn.Graph:

@@ -219,6 +219,12 @@ class Op:
     and cuDNN do for the tensor cores). Each term may then be off by half an ulp of that dtype; taken normwise like
     the output's accumulation bound, validation allows eps / 2 * max|output|."""
 
+    float32_sums: ClassVar[bool] = False
+    """True when the compute dtype sets only the precision of the products' operands, and every sum and state
+    stays float32 (the gated delta rules: bf16 or TF32 products on the tensor cores, as flash-linear-attention's
+    kernels). A sum's rounding then grows with its length at float32's epsilon, not the compute dtype's, and the
+    rounded operands add a few ulps of the compute dtype whatever the length (``PRODUCT_OPERAND_ULPS``)."""
+
     score_operands: ClassVar[tuple[str, ...]] = ()
     """The input ports whose dot products are scores every output is made from through a softmax (attention:
     s = scale q k^T; o and stats from its softmax, the gradients from the weights they recompute). A device's

@@ -46,6 +46,7 @@ class Gdn(Op):
         ("output_final_state", "bool"),
     )
     key_attributes: ClassVar[tuple[str, ...]] = ("use_qk_l2norm",)
+    float32_sums: ClassVar[bool] = True  # the compute dtype rounds products' operands (docs/ops.md)
 
     q: int
     k: int

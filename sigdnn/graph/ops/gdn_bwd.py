@@ -58,6 +58,7 @@ class GdnBwd(Op):
         ("use_qk_l2norm", "bool"),
     )
     key_attributes: ClassVar[tuple[str, ...]] = ("use_qk_l2norm",)
+    float32_sums: ClassVar[bool] = True  # the compute dtype rounds products' operands (docs/ops.md)
 
     q: int
     k: int

@@ -263,9 +263,10 @@ LAST_ROW = "last = ct.reshape(steps == C - 1, (C, 1))"  # the chunk's last row
 WALK_BLOCKS = "(VP // VW)"  # a serial walk's blocks a (sequence, head): one a block of VW value columns
 
 
-def _sequence_setup(values: str, length: str = "q", width: str = "K") -> list[str]:
+def _sequence_setup(values: str, length: str = "q", width: str = "K", last_row: bool = True) -> list[str]:
     """A serial walk's block: its sequence, head and value block (``walk_grid``), T from ``length`` (``width``
-    elements a token and head), index tiles and its state's elements."""
+    elements a token and head), index tiles, the chunk's last row where the walk forms its decays (``last_row``)
+    and its state's elements."""
     return [
         "walk = ct.bid(0)",
         f"n = ct.gather(order, walk // (H * {WALK_BLOCKS}))",
@@ -273,7 +274,7 @@ def _sequence_setup(values: str, length: str = "q", width: str = "K") -> list[st
         _tokens(length, width),
         *_bounds("n"),
         *_indices(values),
-        LAST_ROW,
+        *([LAST_ROW] if last_row else []),
         "state_at = ((n * H + head) * K + ct.reshape(kcols, (KP, 1))) * V + vcols2",
         "state_in = (ct.reshape(kcols, (KP, 1)) < K) & vin2",
     ]
@@ -757,7 +758,7 @@ def _ready_forward_source(s: DeltaRuleShape) -> KernelSource:
         STATE_UPDATE,
     ]
     params = "v, beta, cu, order, h0, qk_work, t_work" + READY_PARAMS + ", o, ht"
-    return _walk_module(s, _sequence_setup(_walk_value_block(), "v", "V"), chunk, params)
+    return _walk_module(s, _sequence_setup(_walk_value_block(), "v", "V", last_row=False), chunk, params)
 
 
 def _walk_module(s: DeltaRuleShape, setup: list[str], chunk: list[str], params: str) -> KernelSource:
@@ -875,7 +876,7 @@ def states_source(s: DeltaRuleShape) -> KernelSource:
         *([*READY_CARRY, STATE_UPDATE] if ready else _carry(s)),
     ]
     body = [
-        *_sequence_setup(_walk_value_block(), *(("beta", "1") if ready else ("k",))),
+        *_sequence_setup(_walk_value_block(), *(("beta", "1") if ready else ("k",)), last_row=not ready),
         _initial(s),
         "for chunk in range(chunks):",
         *("    " + line for line in chunk),
@@ -922,7 +923,7 @@ def reverse_source(s: DeltaRuleShape) -> KernelSource:
         "dstate = dstate + dot(ct.transpose(qe), do, zero_kv) - dot(ct.transpose(ke), de, zero_kv)",
     ]
     body = [
-        *_sequence_setup(_walk_value_block(), *(("d_o", "V") if ready else ("q",))),
+        *_sequence_setup(_walk_value_block(), *(("d_o", "V") if ready else ("q",)), last_row=not ready),
         "zero_kv = ct.full((KP, VW), 0.0, dtype=ct.float32)",
         (
             "dstate = ct.astype(ct.gather(dht, state_at, mask=state_in), ct.float32)"
