@@ -221,7 +221,7 @@ class Op:
 
     float32_sums: ClassVar[bool] = False
     """True when the compute dtype sets only the precision of the products' operands, and every sum and state
-    stays float32 (the gated delta rules: bf16 or TF32 products on the tensor cores, as flash-linear-attention's
+    is float32 at least (the gated delta rules: bf16 or TF32 products on the tensor cores, as flash-linear-attention's
     kernels). A sum's rounding then grows with its length at float32's epsilon, not the compute dtype's, and the
     rounded operands add a few ulps of the compute dtype whatever the length (``PRODUCT_OPERAND_ULPS``)."""
 
