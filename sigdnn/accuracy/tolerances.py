@@ -48,8 +48,8 @@ REDUCTION_ULPS_PER_SQRT_K = 4
 # An op with float32 sums (``Op.float32_sums``: the gated delta rules) rounds only its products' operands to the
 # compute dtype; its chunked form chains a few such products (the WY inverse, the state, the output), so a result
 # may be off by a few ulps of the compute dtype of sum|terms|, however long the sequence. The emulated kernels
-# (operands rounded as the GPU's, beta = 1 and no decay the worst) and an H100 reach at most 1 and 0.3 ulps at up
-# to 8,192 tokens (docs/experiments.md, validation's bound at bf16 products).
+# (operands rounded as the GPU's, beta = 1 and no decay the worst; up to 8,192 tokens) reach at most 1 ulp, an
+# H100 0.3 at 4,101 tokens (docs/experiments.md, validation's bound at bf16 products).
 PRODUCT_OPERAND_ULPS = 4
 # Hopper's fp8 tensor-core instructions add the products of their K slice with about 14 significant bits, not
 # float32's 24, however often partial sums are promoted to float32 (the DeepSeek-V3 report, 3.3.2; on the H200
