@@ -34,7 +34,7 @@ from sigdnn.graph.graph import Graph
 from sigdnn.graph.limits import DEFAULT_LIMITS, Limits
 from sigdnn.graph.tensor import Tensor
 from sigdnn.graph.views import view_layout
-from sigdnn.importers.common import FreshNames, UnsupportedOps, input_shape_overrides
+from sigdnn.importers.common import FreshNames, UnsupportedOps, input_shape_overrides, refuse_unknown
 from sigdnn.importers.onnx_files import read_model
 from sigdnn.importers.onnx_fold import MAX_FOLDED_ELEMENTS, Unpriced, price
 from sigdnn.importers.onnx_node import (
@@ -267,6 +267,7 @@ class OnnxImporter:
             missing = [n for n in proto.input if n and n not in self.values]
             if missing:
                 raise GraphError(f"{node.where}: input(s) {missing} are produced by no earlier node (not topological)")
+            self._refuse_undefined_attributes(node)
             outputs = self._fold(node)
             if outputs is None:
                 if proto.op_type not in HANDLERS:
@@ -287,6 +288,16 @@ class OnnxImporter:
         self._outputs()
         _views_for_pointwise_readers(self.graph)
         return self.graph
+
+    def _refuse_undefined_attributes(self, node: OnnxNode) -> None:
+        """Attributes the op's ONNX schema does not define, refused before the node is folded or mapped: a mapping
+        refuses the attributes it does not read only once it has run, and a hostile model's other fields can make
+        that run cost gigabytes first (a Pad of 2^25 rows with a misspelt mode: a 2 GiB constant, 27 s)."""
+        try:
+            schema = self.onnx.defs.get_schema(node.op_type, self.opset)
+        except self.onnx.defs.SchemaError:
+            return  # no such op at this opset: reported as unsupported
+        refuse_unknown(node.where, node.attributes, schema.attributes)
 
     def _inherit_dtypes(self, start: int) -> None:
         """Outputs of the nodes just made that no op typed take their first input's type, not the graph default

@@ -141,6 +141,25 @@ def test_pads_it_cannot_take_are_refused_naming_the_node(mode: str, pads: list[i
         onnx_import.load(model(node, {"x": X}, pad_known(pads, None, None)))
 
 
+def test_an_attribute_outside_the_ops_schema_is_refused_before_the_pad_is_built(monkeypatch) -> None:
+    """A fuzzed model (seed 2051, case 662): a Pad of 2^25 rows whose mode attribute's name was mangled. The
+    mapping refuses attributes it did not read only after it ran, so the 2 GiB constant was built first (27 s);
+    the op's ONNX schema now refuses the attribute before anything is built."""
+    from sigdnn.importers.onnx_node import OnnxNode
+
+    def built(*args, **kwargs):
+        raise AssertionError("a constant was built for a node that is refused")
+
+    monkeypatch.setattr(OnnxNode, "materialize", built)
+    pads = [2**25, 0, 0, 0, 0, 0, 0, 0]
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], name="Pad_node", **{"mod\x08": "reflect"})
+    with pytest.raises(GraphError, match=r"Pad_node.*unsupported attribute\(s\) \['mod\\x08'\]"):
+        onnx_import.load(model(node, {"x": X}, pad_known(pads, None, None)))
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], name="Pad_node", mode="constant")
+    with pytest.raises(AssertionError, match="a constant was built"):  # the same pad, well spelt: it is built
+        onnx_import.load(model(node, {"x": X}, pad_known([1, 0, 0, 0, 0, 0, 0, 0], None, None)))
+
+
 def einsum_case(equation: str, *shapes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(len(equation))
     operands = [rng.standard_normal(s).astype(np.float32) for s in shapes]
