@@ -131,7 +131,12 @@ def test_pad_of_a_known_input_is_folded() -> None:
         ("constant", [0, 0, 1, 1], "a begin and an end"),
         ("symmetric", [0] * 8, "mode 'symmetric'"),
         ("edge", [0, 0, 0, 257, 0, 0, 0, 0], "at most 256"),
-        ("constant", [0, 0, 0, 10**12, 0, 0, 0, 0], "Limits.max_total_bytes"),
+        (
+            "constant",
+            [0, 0, 0, 10**12, 0, 0, 0, 0],
+            r"would make 24000000000000 elements at import time \(limit 16777216\)",
+        ),
+        ("constant", [0, 0, 0, 2**21, 0, 0, 0, 0], r"a constant pad of \[2, 3, 4, 2097152\] would make 50331648"),
     ],
 )
 def test_pads_it_cannot_take_are_refused_naming_the_node(mode: str, pads: list[int], message: str) -> None:
@@ -139,6 +144,24 @@ def test_pads_it_cannot_take_are_refused_naming_the_node(mode: str, pads: list[i
         node = pad_node(mode, pads)
         node.name = "Pad_node"
         onnx_import.load(model(node, {"x": X}, pad_known(pads, None, None)))
+
+
+def test_a_constant_pad_of_up_to_the_one_value_limit_is_built() -> None:
+    """2^24 elements (64 MiB of float32): built; one more row would be refused (the cases above)."""
+    x = np.zeros((1, 1), np.float32)
+    pads = [0, 2**24, 0, 0]
+    graph = onnx_import.load(model(pad_node("constant", pads), {"x": x}, pad_known(pads, None, None)))
+    assert [t.dims for t in graph.tensors.values() if t.data is not None] == [(1, 2**24)]
+
+
+def test_constant_pads_count_against_the_limits_before_they_are_built() -> None:
+    """Under the one-value limit, a pad's constant still counts against Limits.max_total_bytes (93.8 KiB here)."""
+    from sigdnn.graph.limits import Limits
+
+    pads = [0, 0, 0, 1000, 0, 0, 0, 0]
+    node = pad_node("constant", pads)
+    with pytest.raises(GraphError, match=r"Pad_0.*would take 93.8 KiB, over the 64 KiB limit \(Limits.max_total_bytes"):
+        onnx_import.load(model(node, {"x": X}, pad_known(pads, None, None)), limits=Limits(max_total_bytes=1 << 16))
 
 
 def test_an_attribute_outside_the_ops_schema_is_refused_before_the_pad_is_built(monkeypatch) -> None:

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from sigdnn.graph.tensor import Tensor
+from sigdnn.importers.onnx_fold import MAX_FOLDED_ELEMENTS
 from sigdnn.importers.onnx_node import OnnxNode, Value, onnx_op
 
 
@@ -192,7 +193,11 @@ def _pad_pieces(node: OnnxNode, v: Tensor, axis: int, pre: int, post: int, mode:
 
     def constant(count: int, side: str) -> Tensor:
         shape = [*dims[:axis], count, *dims[axis + 1 :]]
-        node.importer.spend(math.prod(shape) * fill.itemsize, node)  # before a hostile pad allocates it
+        elements = math.prod(shape)
+        if elements > MAX_FOLDED_ELEMENTS:  # before a hostile pad allocates it (2^25 rows: 2 GiB, 27 s)
+            raise node.refuse(f"a constant pad of {shape} would make {elements} elements at import time "
+                              f"(limit {MAX_FOLDED_ELEMENTS})")  # fmt: skip
+        node.importer.spend(elements * fill.itemsize, node)
         return node.materialize(np.full(shape, fill), f"pad_{side}_axis{axis}")
 
     before: list[Tensor] = {
