@@ -73,5 +73,7 @@ def delta_rule_backward_graph(
     return g, inputs
 
 
-def campaign_recipe(kind: str, lengths: tuple[int, ...], dtype: str = "bfloat16") -> GraphRecipe:
-    return GraphRecipe(kind, None, dtype, (2, 8, 8, *lengths), "packed", (("use_qk_l2norm", True),))
+def campaign_recipe(
+    kind: str, lengths: tuple[int, ...], dtype: str = "bfloat16", compute: str | None = None
+) -> GraphRecipe:
+    return GraphRecipe(kind, None, dtype, (2, 8, 8, *lengths), "packed", (("use_qk_l2norm", True),), compute)

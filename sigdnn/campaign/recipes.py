@@ -46,7 +46,8 @@ class GraphRecipe:
     def label(self) -> str:
         mode = f"[{self.mode}]" if self.mode else ""
         extra = "".join(f" {k}={v}" for k, v in self.attributes)
-        return f"{self.op}{mode} {self.dtype} {list(self.shape)} {self.layout}{extra}"
+        compute = f" compute={self.compute_dtype}" if self.compute_dtype else ""  # cases may differ by it alone
+        return f"{self.op}{mode} {self.dtype} {list(self.shape)} {self.layout}{extra}{compute}"
 
 
 @attrs.frozen

@@ -133,6 +133,9 @@ def test_recipes_build_each_op_from_the_swept_shape() -> None:
     unary = GraphRecipe("pointwise", "exp", "float32", (6,), "packed", compute_dtype="float64").build()
     assert len(unary.inputs) == 1 and unary.compute_dtype.name == "FLOAT64"
     assert unary.name == "pointwise_exp_float32_6_packed"
+    assert GraphRecipe("gdn", None, "bfloat16", (2,), "packed", compute_dtype="bfloat16").label() == (
+        "gdn bfloat16 [2] packed compute=bfloat16"
+    )
     r = GraphRecipe("pointwise", "elu_fwd", "float32", (2, 3), "ROW_MAJOR", (("elu_alpha", 0.5),))
     assert r.label() == "pointwise[elu_fwd] float32 [2, 3] ROW_MAJOR elu_alpha=0.5"
     assert r.with_shape((1, 1)).shape == (1, 1) and r.with_shape((1, 1)).attributes == r.attributes

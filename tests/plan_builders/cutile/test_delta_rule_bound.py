@@ -11,11 +11,13 @@ the GPU's, come closest to the bound there (about 1 ulp), and still validate.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from delta_rule_cases import delta_rule_backward_graph, delta_rule_graph
 from delta_rule_checks import check
-from emulated import make_available
+from emulated import emulated_executor, make_available
 
 import sigdnn
 
@@ -35,3 +37,27 @@ def test_whole_corrections_and_no_decay_validate(kind, backward, compute) -> Non
     inputs = {**inputs, "g": np.zeros_like(inputs["g"]), "beta": np.ones_like(inputs["beta"])}
     report = check(g, inputs, f"cutile.{kind}" + "_bwd" * backward)
     assert report.passed, report.table()
+
+
+def test_the_linear_attention_campaign_makes_its_cases_and_its_small_ones_validate() -> None:
+    """examples/campaigns/linear_attention.toml: 24 cases within the GPU's limits (gdn and kda, float32 and bf16
+    products, three shapes, two seeds), none skipped, labelled apart by compute dtype; its small shape (4 heads of
+    64, sequences of 1, 1, 2, 130 and 17 tokens) validates on the emulated kernels at either compute dtype."""
+    from sigdnn.campaign.cases import generate_cases
+    from sigdnn.campaign.spec import parse_spec
+    from sigdnn.graph.limits import GPU_LIMITS
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "campaigns" / "linear_attention.toml"
+    plan = generate_cases(parse_spec(path.read_text(), path.parent), limits=GPU_LIMITS)
+    assert plan.skipped == () and len(plan.cases) == 24
+    assert len({(c.recipe.label(), c.seed) for c in plan.cases}) == 24
+    small = [c for c in plan.cases if c.recipe.shape[0] == 4 and c.seed == 0]
+    assert sorted((c.recipe.op, c.recipe.compute_dtype or "") for c in small) == [
+        ("gdn", ""), ("gdn", "bfloat16"), ("kda", ""), ("kda", "bfloat16")
+    ]  # fmt: skip
+    for case in small:
+        graph = sigdnn.deserialize(case.graph)
+        assert graph.compute_dtype_of(graph.nodes[0]) == sigdnn.DataType(case.recipe.compute_dtype or "float32")
+        report = sigdnn.validate(graph, seed=case.seed, executor=emulated_executor(), truth="cpu")
+        assert set(report.builders.values()) == {f"cutile.{case.recipe.op}"}, report.builders
+        assert report.passed, (case.recipe.label(), report.table())

@@ -121,9 +121,11 @@ def test_a_search_bug_fails_validation(kind, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("kind", ["gdn", "kda"])
-def test_campaign_cases_with_thousands_of_tokens(kind) -> None:
-    """A campaign recipe's case: sequences of 1, 63, 64, 65 and 1500 tokens, cu_seqlens a constant of the graph."""
-    g = campaign_recipe(kind, (*CHUNK_EDGES, 1500)).build()
+@pytest.mark.parametrize("compute", [None, "bfloat16"], ids=["float32", "bf16 products"])
+def test_campaign_cases_with_thousands_of_tokens(kind, compute) -> None:
+    """A campaign recipe's case: sequences of 1, 63, 64, 65 and 1500 tokens, cu_seqlens a constant of the graph,
+    at float32 and at bf16 products."""
+    g = campaign_recipe(kind, (*CHUNK_EDGES, 1500), compute=compute).build()
     report = sigdnn.validate(g, random_inputs(g, seed=3), executor=emulated_executor(), truth="cpu")
     assert report.builders == {g.nodes[0].name: f"cutile.{kind}"}
     assert report.passed, report.table()
